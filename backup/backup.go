@@ -1,0 +1,393 @@
+// Package backup takes etcd backups into an object store, and owns the
+// formats other packages read: the object layout, the manifest, the v2
+// export and the retention policy.
+package backup
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/armada/etcd-recovery/internal/etcdconn"
+	"github.com/armada/etcd-recovery/internal/version"
+)
+
+// Options configure one backup run of one cluster.
+type Options struct {
+	ClusterID   string
+	Kind        Kind
+	V2          V2Mode
+	Compression Compression
+	Etcd        etcdconn.Config
+	Store       Store
+	Layout      Layout
+
+	// ProbeTimeout bounds each member probe. Default 5s.
+	ProbeTimeout time.Duration
+	// Now is the clock (tests); default time.Now.
+	Now func() time.Time
+	// Progress is called with the raw bytes streamed so far.
+	Progress func(int64)
+	Log      *slog.Logger
+}
+
+// Result is a committed backup.
+type Result struct {
+	Manifest *Manifest
+	Prefix   string // the backup's folder
+	Duration time.Duration
+}
+
+// Step names, used in errors so an SRE sees where a backup failed.
+const (
+	StepValidate = "validate"
+	StepStore    = "check object store"
+	StepMembers  = "find a member"
+	StepSnapshot = "stream snapshot"
+	StepUpload   = "upload snapshot"
+	StepV2       = "export v2 keys"
+	StepManifest = "write manifest"
+	StepPrune    = "prune"
+)
+
+// Error is a failed backup: the cluster, the step and the cause.
+type Error struct {
+	ClusterID string
+	Step      string
+	Err       error
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("backup of cluster %s failed at step %q: %v", e.ClusterID, e.Step, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Checker is implemented by stores that can verify bucket access up front.
+type Checker interface {
+	Check(ctx context.Context) error
+}
+
+func (o *Options) defaults() error {
+	if err := ValidateClusterID(o.ClusterID); err != nil {
+		return err
+	}
+	if o.Kind == "" {
+		o.Kind = KindManual
+	}
+	if _, err := ParseKind(string(o.Kind)); err != nil {
+		return err
+	}
+	if o.V2 == "" {
+		o.V2 = V2Auto
+	}
+	if _, err := ParseV2Mode(string(o.V2)); err != nil {
+		return err
+	}
+	if o.Compression == "" {
+		o.Compression = CompressZstd
+	}
+	if _, err := ParseCompression(string(o.Compression)); err != nil {
+		return err
+	}
+	if o.Store == nil {
+		return errors.New("no object store")
+	}
+	if o.ProbeTimeout <= 0 {
+		o.ProbeTimeout = 5 * time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	return o.Etcd.Validate()
+}
+
+// Run takes one backup: it picks a member, streams its snapshot into the
+// store, exports the v2 keys, and writes the manifest last. On failure it
+// leaves nothing that looks like a backup: the multipart upload is aborted,
+// objects already written are removed, and no manifest exists.
+func Run(ctx context.Context, opts Options) (*Result, error) {
+	if err := opts.defaults(); err != nil {
+		return nil, &Error{ClusterID: opts.ClusterID, Step: StepValidate, Err: err}
+	}
+	fail := func(step string, err error) (*Result, error) {
+		if ctx.Err() != nil && !errors.Is(err, context.Canceled) {
+			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
+		}
+		return nil, &Error{ClusterID: opts.ClusterID, Step: step, Err: err}
+	}
+	log := opts.Log.With("cluster", opts.ClusterID)
+	start := opts.Now().UTC()
+
+	if c, ok := opts.Store.(Checker); ok {
+		if err := c.Check(ctx); err != nil {
+			return fail(StepStore, err)
+		}
+	}
+
+	members, listErr := ListMembers(ctx, opts.Etcd, opts.ProbeTimeout)
+	if listErr != nil {
+		log.Warn("no endpoint returned the member list; probing the endpoints as given", "err", listErr)
+	}
+	members = ProbeMembers(ctx, opts.Etcd, members, opts.ProbeTimeout)
+	var urls []string
+	for _, m := range members {
+		if m.ClientURL != "" {
+			urls = append(urls, m.ClientURL)
+		}
+	}
+	quorum := HasQuorum(ctx, opts.Etcd, urls, opts.ProbeTimeout)
+	cands := SnapshotCandidates(members, quorum)
+	if len(cands) == 0 {
+		var errs []error
+		for _, m := range members {
+			errs = append(errs, fmt.Errorf("%s: %w", etcdconn.Host(m.ClientURL), m.Err))
+		}
+		return fail(StepMembers, fmt.Errorf("no member answered: %w", errors.Join(errs...)))
+	}
+	if !quorum {
+		log.Warn("cluster has no quorum; backing up a surviving member", "member", cands[0].Name)
+	}
+
+	name := BackupName(start, opts.Kind)
+	snapObj := SnapshotObjectZstd
+	if opts.Compression == CompressNone {
+		snapObj = SnapshotObjectRaw
+	}
+	snapKey := opts.Layout.Key(opts.ClusterID, name, snapObj)
+	m := &Manifest{
+		Format:      ManifestFormat,
+		ClusterID:   opts.ClusterID,
+		Name:        name,
+		Kind:        opts.Kind,
+		StartedAt:   start,
+		ToolVersion: version.Version,
+	}
+	var written []string
+	cleanup := func() {
+		if len(written) == 0 {
+			return
+		}
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if err := opts.Store.Delete(cctx, written); err != nil {
+			log.Error("could not remove the objects of the failed backup; they have no manifest and prune removes them after 24h",
+				"backup", name, "err", err)
+		}
+	}
+
+	// Snapshot: try the best member; if its stream breaks (the member died
+	// mid-stream), try the next one. A store failure is not retried on
+	// another member: the store is the problem.
+	var (
+		src     MemberStatus
+		sres    streamResult
+		lastErr error
+	)
+	for i, cand := range cands {
+		log.Info("streaming snapshot", "member", cand.Name, "endpoint", cand.ClientURL, "leader", cand.IsLeader(), "quorum", quorum)
+		res, revBefore, revAfter, step, err := snapshotMember(ctx, opts, cand, snapKey)
+		if err == nil {
+			src, sres = cand, res
+			m.RevisionBefore, m.RevisionAfter = revBefore, revAfter
+			lastErr = nil
+			break
+		}
+		lastErr = fmt.Errorf("member %s (%s): %w", cand.Name, etcdconn.Host(cand.ClientURL), err)
+		if step != StepSnapshot || ctx.Err() != nil || i == len(cands)-1 {
+			return fail(step, lastErr)
+		}
+		log.Warn("snapshot stream failed; trying the next member", "member", cand.Name, "err", err)
+	}
+	if lastErr != nil {
+		return fail(StepSnapshot, lastErr)
+	}
+	written = append(written, snapKey)
+	m.Source = Member{Name: src.Name, ID: src.IDHex(), Endpoint: src.ClientURL}
+	m.Snapshot = SnapshotInfo{
+		Object: snapObj, Compression: opts.Compression,
+		RawSize: sres.RawSize, RawSHA256: sres.RawSHA256,
+		StoredSize: sres.StoredSize, StoredSHA256: sres.StoredSHA256,
+	}
+	log.Info("snapshot stored", "key", snapKey, "raw_bytes", sres.RawSize, "stored_bytes", sres.StoredSize,
+		"revision", m.RevisionBefore, "member", src.Name)
+
+	hc, err := opts.Etcd.HTTPClient()
+	if err != nil {
+		return fail(StepSnapshot, err)
+	}
+	vctx, cancel := context.WithTimeout(ctx, opts.ProbeTimeout)
+	m.ServerVersion, m.ClusterVersion, err = Versions(vctx, hc, src.ClientURL)
+	cancel()
+	if err != nil {
+		log.Warn("could not read /version; taking the server version from status", "err", err)
+		m.ServerVersion = src.Status.Version
+	}
+
+	if opts.V2 == V2Off {
+		m.V2Skipped = "--v2 off"
+	} else {
+		info, err := exportV2(ctx, opts, hc, src.ClientURL, name)
+		switch {
+		case errors.Is(err, ErrV2Unavailable) && opts.V2 == V2Auto:
+			m.V2Skipped = ErrV2Unavailable.Error()
+			log.Info("skipping v2 export: the member does not serve the v2 API", "member", src.Name, "version", m.ServerVersion)
+		case err != nil:
+			if info != nil {
+				written = append(written, opts.Layout.Key(opts.ClusterID, name, info.Object))
+			}
+			cleanup()
+			return fail(StepV2, err)
+		default:
+			written = append(written, opts.Layout.Key(opts.ClusterID, name, info.Object))
+			m.V2 = info
+			log.Info("v2 keys stored", "keys", info.Keys, "dirs", info.Dirs)
+		}
+	}
+
+	m.FinishedAt = opts.Now().UTC()
+	body, err := MarshalManifest(m)
+	if err != nil {
+		cleanup()
+		return fail(StepManifest, err)
+	}
+	mkey := opts.Layout.Key(opts.ClusterID, name, ManifestObject)
+	if _, err := opts.Store.Put(ctx, mkey, bytes.NewReader(body)); err != nil {
+		cleanup()
+		return fail(StepManifest, err)
+	}
+	log.Info("backup committed", "backup", name, "manifest", mkey, "duration", m.FinishedAt.Sub(start).Round(time.Millisecond))
+	return &Result{Manifest: m, Prefix: opts.Layout.BackupPrefix(opts.ClusterID, name), Duration: m.FinishedAt.Sub(start)}, nil
+}
+
+// sourceReader marks read errors as coming from the snapshot source.
+type sourceReader struct {
+	r   io.Reader
+	err error
+}
+
+func (s *sourceReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if err != nil && err != io.EOF {
+		s.err = err
+	}
+	return n, err
+}
+
+// snapshotMember streams one member's snapshot into key. The returned step
+// says whether the source or the store failed.
+func snapshotMember(ctx context.Context, opts Options, cand MemberStatus, key string) (res streamResult, revBefore, revAfter int64, step string, err error) {
+	cli, err := opts.Etcd.Client(ctx, cand.ClientURL)
+	if err != nil {
+		return res, 0, 0, StepSnapshot, err
+	}
+	defer cli.Close()
+	sctx, cancel := context.WithTimeout(ctx, opts.ProbeTimeout)
+	st, err := cli.Status(sctx, cand.ClientURL)
+	cancel()
+	if err != nil {
+		return res, 0, 0, StepSnapshot, fmt.Errorf("status before snapshot: %w", err)
+	}
+	revBefore = st.Header.Revision
+
+	// The stream is cancelled with the upload: if the store fails, etcd
+	// stops sending.
+	streamCtx, cancelStream := context.WithCancel(ctx)
+	defer cancelStream()
+	rc, err := cli.Snapshot(streamCtx)
+	if err != nil {
+		return res, 0, 0, StepSnapshot, fmt.Errorf("open snapshot stream: %w", err)
+	}
+	defer rc.Close()
+
+	src := &sourceReader{r: rc}
+	pr, pw := io.Pipe()
+	type out struct {
+		res streamResult
+		err error
+	}
+	done := make(chan out, 1)
+	go func() {
+		r, err := compressStream(src, pw, opts.Compression, opts.Progress)
+		done <- out{r, err}
+	}()
+	_, putErr := opts.Store.Put(streamCtx, key, pr)
+	if putErr != nil {
+		cancelStream()
+		pr.CloseWithError(putErr)
+	}
+	o := <-done
+	switch {
+	case src.err != nil:
+		return res, 0, 0, StepSnapshot, fmt.Errorf("snapshot stream broke after %d bytes: %w", o.res.RawSize, src.err)
+	case o.err != nil && putErr == nil:
+		// A checksum mismatch or compression failure; the upload saw the
+		// error through the pipe, so putErr is normally set too.
+		return res, 0, 0, StepSnapshot, o.err
+	case o.err != nil && !errors.Is(o.err, putErr) && !errors.Is(o.err, io.ErrClosedPipe):
+		return res, 0, 0, StepSnapshot, fmt.Errorf("%w (upload: %v)", o.err, putErr)
+	case putErr != nil:
+		return res, 0, 0, StepUpload, putErr
+	}
+	sctx, cancel = context.WithTimeout(ctx, opts.ProbeTimeout)
+	st, err = cli.Status(sctx, cand.ClientURL)
+	cancel()
+	if err != nil {
+		// The snapshot is complete and verified; the member died after.
+		opts.Log.Warn("status after snapshot failed; recording the revision before", "member", cand.Name, "err", err)
+		revAfter = revBefore
+	} else {
+		revAfter = st.Header.Revision
+	}
+	return o.res, revBefore, revAfter, "", nil
+}
+
+// exportV2 exports the v2 keyspace and stores it. v2 data (legacy calico)
+// is small, so it is encoded in memory.
+func exportV2(ctx context.Context, opts Options, hc *http.Client, clientURL, name string) (*V2Info, error) {
+	exp, err := ExportV2(ctx, hc, clientURL)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := json.Marshal(exp)
+	if err != nil {
+		return nil, err
+	}
+	rawSum := sha256.Sum256(raw)
+	obj := V2ObjectZstd
+	if opts.Compression == CompressNone {
+		obj = V2ObjectRaw
+	}
+	var buf bytes.Buffer
+	enc, err := encoder(&buf, opts.Compression)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := enc.Write(raw); err != nil {
+		return nil, err
+	}
+	if err := enc.Close(); err != nil {
+		return nil, err
+	}
+	storedSum := sha256.Sum256(buf.Bytes())
+	keys, dirs := exp.Counts()
+	info := &V2Info{
+		Object: obj, Compression: opts.Compression, Keys: keys, Dirs: dirs, EtcdIndex: exp.EtcdIndex,
+		SHA256: hex.EncodeToString(rawSum[:]), StoredSize: int64(buf.Len()), StoredSHA256: hex.EncodeToString(storedSum[:]),
+	}
+	if _, err := opts.Store.Put(ctx, opts.Layout.Key(opts.ClusterID, name, obj), &buf); err != nil {
+		return info, err
+	}
+	return info, nil
+}

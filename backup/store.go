@@ -1,0 +1,66 @@
+package backup
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+)
+
+// Store is the object store backups live in. The one implementation is
+// internal/cos (IBM COS SDK, S3 API); tests run it against a real MinIO.
+// Errors are wrapped as "cos: <op> <key>: <cause>".
+type Store interface {
+	// Put streams r into key. Large bodies go through a multipart upload that
+	// is aborted on any error, so a failed Put leaves no object behind (an
+	// upload that could not even be aborted is left for prune to clean up).
+	// It returns the number of bytes stored.
+	Put(ctx context.Context, key string, r io.Reader) (int64, error)
+	// Get opens key for streaming.
+	Get(ctx context.Context, key string) (io.ReadCloser, error)
+	// List returns every object under prefix, in key order. It returns an
+	// error rather than a partial listing.
+	List(ctx context.Context, prefix string) ([]ObjectInfo, error)
+	// Delete removes keys in batches. Keys that could not be deleted are
+	// reported in a *DeleteError; the other keys are still deleted.
+	Delete(ctx context.Context, keys []string) error
+	// ListUploads returns the multipart uploads in progress under prefix.
+	ListUploads(ctx context.Context, prefix string) ([]Upload, error)
+	// AbortUpload aborts one multipart upload.
+	AbortUpload(ctx context.Context, u Upload) error
+}
+
+// ObjectInfo describes one stored object.
+type ObjectInfo struct {
+	Key          string
+	Size         int64
+	LastModified time.Time
+}
+
+// Upload is a multipart upload in progress.
+type Upload struct {
+	Key       string
+	UploadID  string
+	Initiated time.Time
+}
+
+// DeleteError reports the keys a Delete could not remove.
+type DeleteError struct {
+	Failed map[string]error // key -> cause
+}
+
+func (e *DeleteError) Error() string {
+	n := 0
+	var first string
+	var firstErr error
+	for k, err := range e.Failed {
+		if n == 0 || k < first {
+			first, firstErr = k, err
+		}
+		n++
+	}
+	if n == 1 {
+		return "cos: delete " + first + ": " + firstErr.Error()
+	}
+	return fmt.Sprintf("cos: delete: %d keys failed, first %s: %v", n, first, firstErr)
+}

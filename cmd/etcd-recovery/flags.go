@@ -1,0 +1,92 @@
+package main
+
+import (
+	"os"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/cos"
+	"github.com/armada/etcd-recovery/internal/etcdconn"
+)
+
+// etcdFlags are etcdctl's connection flags, with etcdctl's environment
+// variables.
+func etcdFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringSliceFlag{Name: "endpoints", EnvVars: []string{"ETCDCTL_ENDPOINTS"}, Value: cli.NewStringSlice("127.0.0.1:2379"), Usage: "etcd client endpoints (comma-separated)"},
+		&cli.StringFlag{Name: "cacert", EnvVars: []string{"ETCDCTL_CACERT"}, Usage: "CA bundle to verify etcd's server certificates", TakesFile: true},
+		&cli.StringFlag{Name: "cert", EnvVars: []string{"ETCDCTL_CERT"}, Usage: "client certificate for mutual TLS", TakesFile: true},
+		&cli.StringFlag{Name: "key", EnvVars: []string{"ETCDCTL_KEY"}, Usage: "client key for mutual TLS", TakesFile: true},
+		&cli.DurationFlag{Name: "dial-timeout", EnvVars: []string{"ETCDCTL_DIAL_TIMEOUT"}, Value: 5 * time.Second, Usage: "dial timeout per endpoint"},
+	}
+}
+
+func etcdConfig(c *cli.Context) (etcdconn.Config, error) {
+	cfg := etcdconn.Config{
+		Endpoints:   c.StringSlice("endpoints"),
+		CACert:      c.String("cacert"),
+		Cert:        c.String("cert"),
+		Key:         c.String("key"),
+		DialTimeout: c.Duration("dial-timeout"),
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, usageError{err}
+	}
+	return cfg, nil
+}
+
+// cosFlags configure the object store. Secrets have no flags: they come
+// from the environment or a mounted directory, never argv.
+func cosFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "cos-endpoint", EnvVars: []string{"COS_ENDPOINT"}, Usage: "COS (S3) endpoint URL"},
+		&cli.StringFlag{Name: "cos-region", EnvVars: []string{"COS_REGION"}, Value: "us-standard", Usage: "COS region / location constraint"},
+		&cli.StringFlag{Name: "bucket", EnvVars: []string{"COS_BUCKET"}, Usage: "bucket holding the backups"},
+		&cli.StringFlag{Name: "prefix", EnvVars: []string{"COS_PREFIX"}, Usage: "key prefix inside the bucket"},
+		&cli.StringFlag{Name: "cos-credentials-dir", EnvVars: []string{"COS_CREDENTIALS_DIR"}, Usage: "mounted cos-credentials secret (else COS_ACCESS_KEY_ID/COS_SECRET_ACCESS_KEY or COS_API_KEY)", TakesFile: true},
+		&cli.StringFlag{Name: "cos-ca-file", EnvVars: []string{"COS_CA_FILE"}, Usage: "extra CA bundle for the COS endpoint", TakesFile: true},
+		&cli.IntFlag{Name: "cos-max-retries", EnvVars: []string{"COS_MAX_RETRIES"}, Value: 5, Usage: "retries per request on transient errors (5xx, resets, timeouts)"},
+	}
+}
+
+// cosStore builds the object store and the layout from the flags.
+func cosStore(c *cli.Context) (*cos.Store, backup.Layout, error) {
+	creds, err := cos.LoadCredentials(c.String("cos-credentials-dir"), os.Getenv)
+	if err != nil {
+		return nil, backup.Layout{}, usageError{err}
+	}
+	retries := c.Int("cos-max-retries")
+	if retries == 0 {
+		retries = -1 // cos.Config: 0 means default
+	}
+	st, err := cos.New(cos.Config{
+		Endpoint:   c.String("cos-endpoint"),
+		Region:     c.String("cos-region"),
+		Bucket:     c.String("bucket"),
+		Creds:      creds,
+		CAFile:     c.String("cos-ca-file"),
+		MaxRetries: retries,
+	})
+	if err != nil {
+		return nil, backup.Layout{}, usageError{err}
+	}
+	return st, backup.Layout{Prefix: c.String("prefix")}, nil
+}
+
+func clusterIDFlag() cli.Flag {
+	return &cli.StringFlag{Name: "cluster-id", EnvVars: []string{"ETCD_RECOVERY_CLUSTER_ID"}, Usage: "cluster id: the folder of its backups in the bucket"}
+}
+
+func outputFlag() cli.Flag {
+	return &cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "table", Usage: "table or json"}
+}
+
+func concat(groups ...[]cli.Flag) []cli.Flag {
+	var out []cli.Flag
+	for _, g := range groups {
+		out = append(out, g...)
+	}
+	return out
+}

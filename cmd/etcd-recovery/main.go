@@ -1,0 +1,107 @@
+// Command etcd-recovery backs up, inspects and restores etcd clusters.
+// This package only wires flags to the backup, restore and inspect
+// packages: one file per command.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/armada/etcd-recovery/internal/version"
+)
+
+// Exit codes shared by every command (inspect adds its verdict codes).
+const (
+	exitOK       = 0
+	exitFailure  = 1
+	exitUsage    = 4
+	exitCanceled = 130
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	code := run(ctx, os.Args, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run is main without the process: tests call it directly.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	app := newApp(stdout, stderr)
+	err := app.RunContext(ctx, args)
+	switch {
+	case err == nil:
+		return exitOK
+	case ctx.Err() != nil:
+		fmt.Fprintf(stderr, "etcd-recovery: cancelled: %v\n", err)
+		return exitCanceled
+	}
+	var ec cli.ExitCoder
+	if errors.As(err, &ec) {
+		if msg := err.Error(); msg != "" {
+			fmt.Fprintf(stderr, "etcd-recovery: %s\n", msg)
+		}
+		return ec.ExitCode()
+	}
+	var ue usageError
+	if errors.As(err, &ue) {
+		fmt.Fprintf(stderr, "etcd-recovery: %v\n", err)
+		return exitUsage
+	}
+	fmt.Fprintf(stderr, "etcd-recovery: %v\n", err)
+	return exitFailure
+}
+
+// usageError marks bad flags or configuration (exit 4).
+type usageError struct{ error }
+
+func (u usageError) Unwrap() error { return u.error }
+
+func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
+
+func newApp(stdout, stderr io.Writer) *cli.App {
+	return &cli.App{
+		Name:    "etcd-recovery",
+		Usage:   "back up, inspect and restore etcd clusters (COS / S3)",
+		Version: version.Version,
+		Writer:  stdout, ErrWriter: stderr,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"ETCD_RECOVERY_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
+			&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"ETCD_RECOVERY_LOG_FORMAT"}, Usage: "text (key=value) or json"},
+		},
+		Commands: []*cli.Command{
+			backupCommand(),
+			listCommand(),
+		},
+		// Errors are printed once, by run.
+		ExitErrHandler: func(*cli.Context, error) {},
+		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
+			return usageError{err}
+		},
+	}
+}
+
+// logger builds the structured key=value logger on stderr.
+func logger(c *cli.Context) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
+		return nil, usagef("--log-level: %v", err)
+	}
+	hopts := &slog.HandlerOptions{Level: level}
+	w := c.App.ErrWriter
+	switch c.String("log-format") {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, hopts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, hopts)), nil
+	}
+	return nil, usagef("--log-format %q: want text or json", c.String("log-format"))
+}

@@ -1,0 +1,476 @@
+// Package cos is the object store on IBM Cloud Object Storage (S3 API),
+// through the IBM COS SDK. It implements backup.Store. Every error is
+// wrapped as "cos: <op> <key>: <cause>"; no error or log carries a secret.
+package cos
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/IBM/ibm-cos-sdk-go/aws"
+	"github.com/IBM/ibm-cos-sdk-go/aws/awserr"
+	"github.com/IBM/ibm-cos-sdk-go/aws/client"
+	"github.com/IBM/ibm-cos-sdk-go/aws/request"
+	"github.com/IBM/ibm-cos-sdk-go/aws/session"
+	"github.com/IBM/ibm-cos-sdk-go/service/s3"
+	"github.com/IBM/ibm-cos-sdk-go/service/s3/s3manager"
+
+	"github.com/armada/etcd-recovery/backup"
+)
+
+// Config configures a Store.
+type Config struct {
+	Endpoint string // e.g. https://s3.us-south.cloud-object-storage.appdomain.cloud; http:// only for local test servers
+	Region   string // e.g. us-south; default us-standard
+	Bucket   string
+	Creds    Credentials
+	CAFile   string // extra CA bundle for the endpoint; system roots are always trusted too
+
+	MaxRetries  int           // per request, for transient errors (5xx, resets, timeouts); default 5
+	MinBackoff  time.Duration // default 200ms
+	MaxBackoff  time.Duration // default 10s
+	PartSize    int64         // multipart part size; default 8 MiB
+	Concurrency int           // parts in flight per upload; default 3
+	// AbortWindow bounds how long a failed multipart upload keeps being
+	// aborted (the store may itself be the thing that failed). Default 30s.
+	AbortWindow time.Duration
+}
+
+// Store implements backup.Store on the COS SDK.
+type Store struct {
+	cfg      Config
+	s3       *s3.S3
+	uploader *s3manager.Uploader
+}
+
+var _ backup.Store = (*Store)(nil)
+
+const (
+	defaultPartSize = 8 << 20
+	deleteBatch     = 1000 // the S3 DeleteObjects limit
+)
+
+// New builds a Store. It does not contact the endpoint; Check does.
+func New(cfg Config) (*Store, error) {
+	if cfg.Endpoint == "" {
+		return nil, errors.New("cos: no endpoint (--cos-endpoint or COS_ENDPOINT)")
+	}
+	if cfg.Bucket == "" {
+		return nil, errors.New("cos: no bucket (--bucket or COS_BUCKET)")
+	}
+	if !strings.HasPrefix(cfg.Endpoint, "https://") && !strings.HasPrefix(cfg.Endpoint, "http://") {
+		cfg.Endpoint = "https://" + cfg.Endpoint
+	}
+	if cfg.Region == "" {
+		cfg.Region = "us-standard"
+	}
+	if cfg.MaxRetries == 0 {
+		cfg.MaxRetries = 5
+	}
+	if cfg.MaxRetries < 0 {
+		cfg.MaxRetries = 0
+	}
+	if cfg.MinBackoff == 0 {
+		cfg.MinBackoff = 200 * time.Millisecond
+	}
+	if cfg.MaxBackoff == 0 {
+		cfg.MaxBackoff = 10 * time.Second
+	}
+	if cfg.PartSize == 0 {
+		cfg.PartSize = defaultPartSize
+	}
+	if cfg.PartSize < s3manager.MinUploadPartSize {
+		return nil, fmt.Errorf("cos: part size %d is below the S3 minimum of %d", cfg.PartSize, s3manager.MinUploadPartSize)
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 3
+	}
+	if cfg.AbortWindow == 0 {
+		cfg.AbortWindow = 30 * time.Second
+	}
+	creds, err := cfg.Creds.provider()
+	if err != nil {
+		return nil, err
+	}
+	httpClient, err := newHTTPClient(cfg.CAFile)
+	if err != nil {
+		return nil, err
+	}
+	awsCfg := aws.NewConfig().
+		WithEndpoint(cfg.Endpoint).
+		WithRegion(cfg.Region).
+		WithCredentials(creds).
+		WithS3ForcePathStyle(true).
+		WithHTTPClient(httpClient)
+	awsCfg.Retryer = client.DefaultRetryer{
+		NumMaxRetries:    cfg.MaxRetries,
+		MinRetryDelay:    cfg.MinBackoff,
+		MaxRetryDelay:    cfg.MaxBackoff,
+		MinThrottleDelay: cfg.MinBackoff,
+		MaxThrottleDelay: cfg.MaxBackoff,
+	}
+	sess, err := session.NewSession(awsCfg)
+	if err != nil {
+		return nil, fmt.Errorf("cos: session: %w", err)
+	}
+	svc := s3.New(sess)
+	up := s3manager.NewUploaderWithClient(svc, func(u *s3manager.Uploader) {
+		u.PartSize = cfg.PartSize
+		u.Concurrency = cfg.Concurrency
+		// We abort ourselves, with a context that outlives a cancelled run.
+		u.LeavePartsOnError = true
+	})
+	return &Store{cfg: cfg, s3: svc, uploader: up}, nil
+}
+
+func newHTTPClient(caFile string) (*http.Client, error) {
+	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile != "" {
+		pool, err := x509.SystemCertPool()
+		if err != nil || pool == nil {
+			pool = x509.NewCertPool()
+		}
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("cos: CA file: %w", err)
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("cos: CA file %s: no PEM certificates", caFile)
+		}
+		tlsCfg.RootCAs = pool
+	}
+	tr := &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		TLSClientConfig:       tlsCfg,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ResponseHeaderTimeout: 60 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		MaxIdleConnsPerHost:   16,
+		IdleConnTimeout:       90 * time.Second,
+	}
+	return &http.Client{Transport: tr}, nil
+}
+
+// Bucket is the bucket the store writes to.
+func (s *Store) Bucket() string { return s.cfg.Bucket }
+
+// Endpoint is the endpoint URL.
+func (s *Store) Endpoint() string { return s.cfg.Endpoint }
+
+// Check verifies that the bucket exists and the credentials may use it, so a
+// backup fails before it opens a snapshot stream.
+func (s *Store) Check(ctx context.Context) error {
+	_, err := s.s3.HeadBucketWithContext(ctx, &s3.HeadBucketInput{Bucket: aws.String(s.cfg.Bucket)})
+	if err != nil {
+		return wrap("head bucket", s.cfg.Bucket, err)
+	}
+	return nil
+}
+
+// countingReader counts what the uploader consumed.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// Put streams r into key (see backup.Store).
+func (s *Store) Put(ctx context.Context, key string, r io.Reader) (int64, error) {
+	cr := &countingReader{r: r}
+	_, err := s.uploader.UploadWithContext(ctx, &s3manager.UploadInput{
+		Bucket: aws.String(s.cfg.Bucket),
+		Key:    aws.String(key),
+		Body:   cr,
+	})
+	if err != nil {
+		var mu s3manager.MultiUploadFailure
+		if errors.As(err, &mu) && mu.UploadID() != "" {
+			if aerr := s.abortWithRetry(ctx, backup.Upload{Key: key, UploadID: mu.UploadID()}); aerr != nil {
+				return 0, fmt.Errorf("%w (and the multipart upload %s could not be aborted: %v; prune removes it after 24h)",
+					wrap("put", key, err), mu.UploadID(), aerr)
+			}
+		}
+		return 0, wrap("put", key, err)
+	}
+	return cr.n, nil
+}
+
+// abortWithRetry aborts an upload, retrying with backoff for up to
+// AbortWindow, on a context detached from the (maybe cancelled) run.
+func (s *Store) abortWithRetry(ctx context.Context, u backup.Upload) error {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.AbortWindow)
+	defer cancel()
+	delay := s.cfg.MinBackoff
+	for {
+		err := s.AbortUpload(actx, u)
+		if err == nil {
+			return nil
+		}
+		if !IsTransient(err) {
+			return err
+		}
+		select {
+		case <-actx.Done():
+			return err
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, s.cfg.MaxBackoff)
+	}
+}
+
+// Get opens key for streaming.
+func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	out, err := s.s3.GetObjectWithContext(ctx, &s3.GetObjectInput{
+		Bucket: aws.String(s.cfg.Bucket),
+		Key:    aws.String(key),
+	})
+	if err != nil {
+		return nil, wrap("get", key, err)
+	}
+	return &getBody{ReadCloser: out.Body, key: key}, nil
+}
+
+// getBody wraps read errors mid-stream the same way as request errors.
+type getBody struct {
+	io.ReadCloser
+	key string
+}
+
+func (b *getBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		err = wrap("get", b.key, err)
+	}
+	return n, err
+}
+
+// List returns every object under prefix, in key order, or an error: never
+// a partial listing.
+func (s *Store) List(ctx context.Context, prefix string) ([]backup.ObjectInfo, error) {
+	var out []backup.ObjectInfo
+	err := s.s3.ListObjectsV2PagesWithContext(ctx, &s3.ListObjectsV2Input{
+		Bucket:  aws.String(s.cfg.Bucket),
+		Prefix:  aws.String(prefix),
+		MaxKeys: aws.Int64(1000),
+	}, func(page *s3.ListObjectsV2Output, _ bool) bool {
+		for _, o := range page.Contents {
+			out = append(out, backup.ObjectInfo{
+				Key:          aws.StringValue(o.Key),
+				Size:         aws.Int64Value(o.Size),
+				LastModified: aws.TimeValue(o.LastModified),
+			})
+		}
+		return true
+	})
+	if err != nil {
+		return nil, wrap("list", prefix, err)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out, nil
+}
+
+// Delete removes keys in batches of up to 1,000 per request, a few batches
+// at a time. Failures are collected per key in a *backup.DeleteError; the
+// other keys are still deleted.
+func (s *Store) Delete(ctx context.Context, keys []string) error {
+	var (
+		mu     sync.Mutex
+		failed = map[string]error{}
+		wg     sync.WaitGroup
+		sem    = make(chan struct{}, 4)
+	)
+	for start := 0; start < len(keys); start += deleteBatch {
+		batch := keys[start:min(start+deleteBatch, len(keys))]
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			ids := make([]*s3.ObjectIdentifier, len(batch))
+			for i, k := range batch {
+				ids[i] = &s3.ObjectIdentifier{Key: aws.String(k)}
+			}
+			out, err := s.s3.DeleteObjectsWithContext(ctx, &s3.DeleteObjectsInput{
+				Bucket: aws.String(s.cfg.Bucket),
+				Delete: &s3.Delete{Objects: ids, Quiet: aws.Bool(true)},
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				for _, k := range batch {
+					failed[k] = wrap("delete", k, err)
+				}
+				return
+			}
+			for _, e := range out.Errors {
+				k := aws.StringValue(e.Key)
+				failed[k] = fmt.Errorf("%s: %s", aws.StringValue(e.Code), aws.StringValue(e.Message))
+			}
+		}()
+	}
+	wg.Wait()
+	if len(failed) > 0 {
+		return &backup.DeleteError{Failed: failed}
+	}
+	return nil
+}
+
+// ListUploads returns the multipart uploads in progress under prefix.
+func (s *Store) ListUploads(ctx context.Context, prefix string) ([]backup.Upload, error) {
+	var out []backup.Upload
+	err := s.s3.ListMultipartUploadsPagesWithContext(ctx, &s3.ListMultipartUploadsInput{
+		Bucket: aws.String(s.cfg.Bucket),
+		Prefix: aws.String(prefix),
+	}, func(page *s3.ListMultipartUploadsOutput, _ bool) bool {
+		for _, u := range page.Uploads {
+			out = append(out, backup.Upload{
+				Key:       aws.StringValue(u.Key),
+				UploadID:  aws.StringValue(u.UploadId),
+				Initiated: aws.TimeValue(u.Initiated),
+			})
+		}
+		return true
+	})
+	if err != nil {
+		return nil, wrap("list uploads", prefix, err)
+	}
+	return out, nil
+}
+
+// AbortUpload aborts one multipart upload. An upload that no longer exists
+// counts as aborted.
+func (s *Store) AbortUpload(ctx context.Context, u backup.Upload) error {
+	_, err := s.s3.AbortMultipartUploadWithContext(ctx, &s3.AbortMultipartUploadInput{
+		Bucket:   aws.String(s.cfg.Bucket),
+		Key:      aws.String(u.Key),
+		UploadId: aws.String(u.UploadID),
+	})
+	if err != nil && errCode(err) == s3.ErrCodeNoSuchUpload {
+		return nil
+	}
+	if err != nil {
+		return wrap("abort upload", u.Key, err)
+	}
+	return nil
+}
+
+// Error is a store error: the operation, the key and the cause.
+type Error struct {
+	Op   string
+	Key  string
+	Err  error
+	Hint string
+}
+
+func (e *Error) Error() string {
+	msg := "cos: " + e.Op + " " + e.Key + ": " + describe(e.Err)
+	if e.Hint != "" {
+		msg += " (" + e.Hint + ")"
+	}
+	return msg
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+func wrap(op, key string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var ce *Error
+	if errors.As(err, &ce) {
+		return err
+	}
+	return &Error{Op: op, Key: key, Err: err, Hint: hint(err)}
+}
+
+// describe renders an SDK error on one line, without the SDK's multi-line
+// "caused by" dumps.
+func describe(err error) string {
+	var aerr awserr.Error
+	if errors.As(err, &aerr) {
+		msg := aerr.Code()
+		if m := aerr.Message(); m != "" {
+			msg += ": " + m
+		}
+		if orig := aerr.OrigErr(); orig != nil {
+			msg += ": " + strings.ReplaceAll(orig.Error(), "\n", " ")
+		}
+		var rf awserr.RequestFailure
+		if errors.As(err, &rf) {
+			msg += fmt.Sprintf(" (HTTP %d)", rf.StatusCode())
+		}
+		return msg
+	}
+	return strings.ReplaceAll(err.Error(), "\n", " ")
+}
+
+func errCode(err error) string {
+	var aerr awserr.Error
+	if errors.As(err, &aerr) {
+		return aerr.Code()
+	}
+	return ""
+}
+
+func statusCode(err error) int {
+	var rf awserr.RequestFailure
+	if errors.As(err, &rf) {
+		return rf.StatusCode()
+	}
+	return 0
+}
+
+func hint(err error) string {
+	switch code, status := errCode(err), statusCode(err); {
+	case code == s3.ErrCodeNoSuchBucket || (status == http.StatusNotFound && code == "NotFound"):
+		return "the bucket does not exist"
+	case code == "InvalidAccessKeyId" || code == "SignatureDoesNotMatch":
+		return "the COS credentials are wrong"
+	case code == "AccessDenied" || status == http.StatusForbidden:
+		return "access denied: check the COS credentials and the bucket's policy"
+	}
+	var uerr x509.UnknownAuthorityError
+	if errors.As(err, &uerr) {
+		return "the COS endpoint's certificate is not trusted: pass its CA with --cos-ca-file"
+	}
+	return ""
+}
+
+// IsTransient reports whether err is worth retrying: 5xx, throttling,
+// connection resets and timeouts. 4xx (403, no such bucket) are permanent.
+func IsTransient(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return false
+	}
+	if s := statusCode(err); s >= 500 || s == http.StatusTooManyRequests || s == http.StatusRequestTimeout {
+		return true
+	} else if s >= 400 {
+		return false
+	}
+	var nerr net.Error
+	if errors.As(err, &nerr) {
+		return true
+	}
+	var aerr awserr.Error
+	if errors.As(err, &aerr) && aerr.Code() == request.ErrCodeRequestError {
+		return true
+	}
+	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.DeadlineExceeded)
+}

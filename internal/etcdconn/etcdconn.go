@@ -1,0 +1,160 @@
+// Package etcdconn turns the etcdctl-style connection flags (--endpoints,
+// --cacert, --cert, --key, --dial-timeout) into etcd v3 clients and HTTPS
+// clients for the v2 and /version endpoints. TLS verification is always on.
+package etcdconn
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+)
+
+// Config is the connection to one etcd cluster.
+type Config struct {
+	Endpoints   []string
+	CACert      string // PEM file; system roots when empty
+	Cert        string // client certificate (mutual TLS)
+	Key         string // client key
+	DialTimeout time.Duration
+}
+
+// Validate checks the flags without touching the network.
+func (c Config) Validate() error {
+	if len(c.Endpoints) == 0 {
+		return errors.New("no etcd endpoints (--endpoints or ETCDCTL_ENDPOINTS)")
+	}
+	for _, ep := range c.Endpoints {
+		if ep == "" {
+			return errors.New("empty etcd endpoint in --endpoints")
+		}
+	}
+	if (c.Cert == "") != (c.Key == "") {
+		return errors.New("--cert and --key must be given together")
+	}
+	_, err := c.TLS()
+	return err
+}
+
+// Secure reports whether the connection uses TLS: any TLS file is given or
+// any endpoint is https.
+func (c Config) Secure() bool {
+	if c.CACert != "" || c.Cert != "" {
+		return true
+	}
+	for _, ep := range c.Endpoints {
+		if strings.HasPrefix(ep, "https://") {
+			return true
+		}
+	}
+	return false
+}
+
+// TLS builds the client TLS config, or nil for plain http.
+func (c Config) TLS() (*tls.Config, error) {
+	if !c.Secure() {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if c.CACert != "" {
+		pem, err := os.ReadFile(c.CACert)
+		if err != nil {
+			return nil, fmt.Errorf("read --cacert: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--cacert %s: no PEM certificates", c.CACert)
+		}
+		cfg.RootCAs = pool
+	}
+	if c.Cert != "" {
+		pair, err := tls.LoadX509KeyPair(c.Cert, c.Key)
+		if err != nil {
+			return nil, fmt.Errorf("load --cert/--key: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return cfg, nil
+}
+
+// URL normalises an endpoint to a URL with a scheme: https when TLS is in
+// use, http otherwise (etcdctl accepts bare host:port).
+func (c Config) URL(ep string) string {
+	if strings.Contains(ep, "://") {
+		return ep
+	}
+	if c.Secure() {
+		return "https://" + ep
+	}
+	return "http://" + ep
+}
+
+func (c Config) dialTimeout() time.Duration {
+	if c.DialTimeout <= 0 {
+		return 5 * time.Second
+	}
+	return c.DialTimeout
+}
+
+// Client opens a v3 client to the given endpoints (all of c.Endpoints when
+// none are given). It does not wait for a connection: calls fail by their
+// own context's deadline when the endpoints are down.
+func (c Config) Client(ctx context.Context, endpoints ...string) (*clientv3.Client, error) {
+	if len(endpoints) == 0 {
+		endpoints = c.Endpoints
+	}
+	tlsCfg, err := c.TLS()
+	if err != nil {
+		return nil, err
+	}
+	eps := make([]string, len(endpoints))
+	for i, ep := range endpoints {
+		eps[i] = c.URL(ep)
+	}
+	return clientv3.New(clientv3.Config{
+		Context:     ctx,
+		Endpoints:   eps,
+		TLS:         tlsCfg,
+		DialTimeout: c.dialTimeout(),
+		// Keep-alives notice a member that dies or freezes mid-stream.
+		DialKeepAliveTime:    10 * time.Second,
+		DialKeepAliveTimeout: 5 * time.Second,
+		MaxCallRecvMsgSize:   64 << 20,
+		Logger:               zap.NewNop(),
+		DialOptions:          []grpc.DialOption{},
+	})
+}
+
+// HTTPClient is an HTTP client with the same TLS settings, for the v2 keys
+// API and /version.
+func (c Config) HTTPClient() (*http.Client, error) {
+	tlsCfg, err := c.TLS()
+	if err != nil {
+		return nil, err
+	}
+	return &http.Client{Transport: &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: c.dialTimeout()}).DialContext,
+		TLSClientConfig:       tlsCfg,
+		TLSHandshakeTimeout:   c.dialTimeout(),
+		ResponseHeaderTimeout: 30 * time.Second,
+	}}, nil
+}
+
+// Host returns the host:port of an endpoint URL, for messages.
+func Host(ep string) string {
+	if u, err := url.Parse(ep); err == nil && u.Host != "" {
+		return u.Host
+	}
+	return ep
+}

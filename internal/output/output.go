@@ -1,0 +1,144 @@
+// Package output renders command results: a tablewriter table built from
+// rows, or JSON of the same data. Progress goes to stderr, and only when
+// stderr is a terminal.
+package output
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/olekukonko/tablewriter"
+	tablewriter_tw "github.com/olekukonko/tablewriter/tw"
+	"golang.org/x/term"
+)
+
+// Format is -o.
+type Format string
+
+const (
+	FormatTable Format = "table"
+	FormatJSON  Format = "json"
+)
+
+// ParseFormat validates -o.
+func ParseFormat(s string) (Format, error) {
+	switch Format(s) {
+	case FormatTable, FormatJSON:
+		return Format(s), nil
+	}
+	return "", fmt.Errorf("unknown output format %q (want table or json)", s)
+}
+
+// Table is a header and rows of cells.
+type Table struct {
+	Header []string
+	Rows   [][]string
+}
+
+// Render writes t as a table, or data as indented JSON. Callers build both
+// from the same values.
+func Render(w io.Writer, f Format, t Table, data any) error {
+	if f == FormatJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(data)
+	}
+	tw := tablewriter.NewTable(w,
+		tablewriter.WithHeaderAutoFormat(tablewriter_tw.Off),
+		tablewriter.WithHeaderAlignment(tablewriter_tw.AlignLeft),
+		tablewriter.WithRowAutoWrap(tablewriter_tw.WrapNone))
+	tw.Header(anySlice(t.Header)...)
+	for _, r := range t.Rows {
+		if err := tw.Append(anySlice(r)...); err != nil {
+			return err
+		}
+	}
+	return tw.Render()
+}
+
+func anySlice(s []string) []any {
+	out := make([]any, len(s))
+	for i, v := range s {
+		out[i] = v
+	}
+	return out
+}
+
+// Bytes renders a size for humans (IEC units).
+func Bytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// Age renders a duration as a short age: 45s, 12m, 3h20m, 5d3h.
+func Age(d time.Duration) string {
+	neg := d < 0
+	if neg {
+		d = -d
+	}
+	var s string
+	switch {
+	case d < time.Minute:
+		s = fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		s = fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		s = fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	default:
+		s = fmt.Sprintf("%dd%02dh", int(d.Hours())/24, int(d.Hours())%24)
+	}
+	if neg {
+		return "in " + s
+	}
+	return s
+}
+
+// Progress prints a running byte count to stderr when it is a terminal,
+// at most a few times a second. Off a terminal it does nothing.
+type Progress struct {
+	label string
+	w     io.Writer
+	mu    sync.Mutex
+	last  time.Time
+	on    bool
+	start time.Time
+}
+
+// NewProgress returns a progress line labelled label.
+func NewProgress(label string) *Progress {
+	return &Progress{label: label, w: os.Stderr, on: term.IsTerminal(int(os.Stderr.Fd())), start: time.Now()}
+}
+
+// Update reports n bytes done.
+func (p *Progress) Update(n int64) {
+	if p == nil || !p.on {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if now := time.Now(); now.Sub(p.last) >= 200*time.Millisecond {
+		p.last = now
+		rate := float64(n) / max(now.Sub(p.start).Seconds(), 0.001)
+		fmt.Fprintf(p.w, "\r%s: %s (%s/s)   ", p.label, Bytes(n), Bytes(int64(rate)))
+	}
+}
+
+// Done ends the progress line.
+func (p *Progress) Done() {
+	if p == nil || !p.on {
+		return
+	}
+	fmt.Fprintln(p.w)
+}
