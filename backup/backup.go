@@ -36,6 +36,8 @@ type Options struct {
 	Now func() time.Time
 	// Progress is called with the raw bytes streamed so far.
 	Progress func(int64)
+	// OnSource is called when a snapshot stream from a member starts.
+	OnSource func(MemberStatus)
 	Log      *slog.Logger
 }
 
@@ -197,6 +199,9 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	)
 	for i, cand := range cands {
 		log.Info("streaming snapshot", "member", cand.Name, "endpoint", cand.ClientURL, "leader", cand.IsLeader(), "quorum", quorum)
+		if opts.OnSource != nil {
+			opts.OnSource(cand)
+		}
 		res, revBefore, revAfter, step, err := snapshotMember(ctx, opts, cand, snapKey)
 		if err == nil {
 			src, sres = cand, res

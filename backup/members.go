@@ -61,7 +61,7 @@ func ListMembers(ctx context.Context, cfg etcdconn.Config, timeout time.Duration
 			defer cli.Close()
 			resp, err := pb.NewClusterClient(cli.ActiveConnection()).MemberList(ctx, &pb.MemberListRequest{Linearizable: false})
 			if err != nil {
-				ch <- answer{err: fmt.Errorf("%s: %w", etcdconn.Host(ep), err)}
+				ch <- answer{err: fmt.Errorf("%s: %w", etcdconn.Host(ep), explain(context.WithoutCancel(ctx), cfg, ep, err, timeout))}
 				return
 			}
 			ch <- answer{members: resp.Members}
@@ -122,7 +122,7 @@ func ProbeMembers(ctx context.Context, cfg etcdconn.Config, members []MemberStat
 			defer cli.Close()
 			st, err := cli.Status(pctx, m.ClientURL)
 			if err != nil {
-				m.Err = err
+				m.Err = explain(ctx, cfg, m.ClientURL, err, timeout)
 				return
 			}
 			m.Status = st
@@ -209,4 +209,15 @@ func Versions(ctx context.Context, hc *http.Client, clientURL string) (server, c
 		return "", "", fmt.Errorf("GET /version: %w", err)
 	}
 	return v.Server, v.Cluster, nil
+}
+
+// explain replaces gRPC's "deadline exceeded" with the cause a dial and a
+// TLS handshake find (refused, unknown CA, rejected client certificate).
+func explain(ctx context.Context, cfg etcdconn.Config, ep string, err error, timeout time.Duration) error {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(timeout, 2*time.Second))
+	defer cancel()
+	if derr := cfg.Diagnose(dctx, ep); derr != nil {
+		return derr
+	}
+	return err
 }

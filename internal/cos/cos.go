@@ -173,6 +173,14 @@ func (s *Store) Endpoint() string { return s.cfg.Endpoint }
 // backup fails before it opens a snapshot stream.
 func (s *Store) Check(ctx context.Context) error {
 	_, err := s.s3.HeadBucketWithContext(ctx, &s3.HeadBucketInput{Bucket: aws.String(s.cfg.Bucket)})
+	if err != nil && statusCode(err) == http.StatusForbidden {
+		// A HEAD answer has no body, so 403 can't tell wrong credentials
+		// from a policy denial; a one-key listing says which.
+		_, lerr := s.s3.ListObjectsV2WithContext(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(s.cfg.Bucket), MaxKeys: aws.Int64(1)})
+		if lerr != nil {
+			return wrap("list bucket", s.cfg.Bucket, lerr)
+		}
+	}
 	if err != nil {
 		return wrap("head bucket", s.cfg.Bucket, err)
 	}

@@ -158,3 +158,50 @@ func Host(ep string) string {
 	}
 	return ep
 }
+
+// Diagnose explains why an endpoint does not answer, where gRPC only says
+// "deadline exceeded": it dials the endpoint and, for TLS, completes a
+// handshake with the same settings. It returns nil when both succeed.
+func (c Config) Diagnose(ctx context.Context, ep string) error {
+	u, err := url.Parse(c.URL(ep))
+	if err != nil {
+		return err
+	}
+	d := &net.Dialer{Timeout: c.dialTimeout()}
+	conn, err := d.DialContext(ctx, "tcp", u.Host)
+	if err != nil {
+		return fmt.Errorf("dial %s: %w", u.Host, err)
+	}
+	defer conn.Close()
+	if u.Scheme != "https" {
+		return nil
+	}
+	tlsCfg, err := c.TLS()
+	if err != nil {
+		return err
+	}
+	tlsCfg = tlsCfg.Clone()
+	tlsCfg.ServerName = u.Hostname()
+	tc := tls.Client(conn, tlsCfg)
+	if dl, ok := ctx.Deadline(); ok {
+		_ = tc.SetDeadline(dl)
+	}
+	if err := tc.HandshakeContext(ctx); err != nil {
+		return fmt.Errorf("TLS handshake with %s: %w", u.Host, err)
+	}
+	// With mutual TLS the server may reject our certificate only after the
+	// handshake: a one-byte read surfaces that alert.
+	_ = tc.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	var b [1]byte
+	if _, err := tc.Read(b[:]); err != nil && !isTimeout(err) && !errors.Is(err, context.DeadlineExceeded) {
+		if strings.Contains(err.Error(), "tls:") {
+			return fmt.Errorf("TLS with %s: the server rejected our client certificate: %w", u.Host, err)
+		}
+	}
+	return nil
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
