@@ -80,6 +80,9 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		Commands: []*cli.Command{
 			backupCommand(),
 			listCommand(),
+			pruneCommand(),
+			deleteCommand(),
+			inspectCommand(),
 		},
 		// Errors are printed once, by run.
 		ExitErrHandler: func(*cli.Context, error) {},
