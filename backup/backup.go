@@ -16,6 +16,8 @@ import (
 	"net/http"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
 	"github.com/armada/etcd-recovery/internal/etcdconn"
 	"github.com/armada/etcd-recovery/internal/version"
 )
@@ -39,6 +41,10 @@ type Options struct {
 	// OnSource is called when a snapshot stream from a member starts.
 	OnSource func(MemberStatus)
 	Log      *slog.Logger
+
+	// Prune, when set, applies this retention policy to the cluster once
+	// the backup is committed (never after a failed backup).
+	Prune *Policy
 }
 
 // Result is a committed backup.
@@ -46,6 +52,8 @@ type Result struct {
 	Manifest *Manifest
 	Prefix   string // the backup's folder
 	Duration time.Duration
+	// Pruned is the prune that followed the backup (Options.Prune).
+	Pruned *PruneReport
 }
 
 // Step names, used in errors so an SRE sees where a backup failed.
@@ -273,21 +281,19 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		return fail(StepManifest, err)
 	}
 	log.Info("backup committed", "backup", name, "manifest", mkey, "duration", m.FinishedAt.Sub(start).Round(time.Millisecond))
-	return &Result{Manifest: m, Prefix: opts.Layout.BackupPrefix(opts.ClusterID, name), Duration: m.FinishedAt.Sub(start)}, nil
-}
-
-// sourceReader marks read errors as coming from the snapshot source.
-type sourceReader struct {
-	r   io.Reader
-	err error
-}
-
-func (s *sourceReader) Read(p []byte) (int, error) {
-	n, err := s.r.Read(p)
-	if err != nil && err != io.EOF {
-		s.err = err
+	res := &Result{Manifest: m, Prefix: opts.Layout.BackupPrefix(opts.ClusterID, name), Duration: m.FinishedAt.Sub(start)}
+	if opts.Prune == nil {
+		return res, nil
 	}
-	return n, err
+	// Only a committed backup is followed by deletions.
+	rep, err := Prune(ctx, PruneOptions{Store: opts.Store, Layout: opts.Layout, ClusterIDs: []string{opts.ClusterID},
+		Policy: *opts.Prune, Now: opts.Now(), Log: opts.Log})
+	res.Pruned = rep
+	if err != nil {
+		return res, &Error{ClusterID: opts.ClusterID, Step: StepPrune,
+			Err: fmt.Errorf("the backup itself was committed (%s); pruning older backups failed: %w", name, err)}
+	}
+	return res, nil
 }
 
 // snapshotMember streams one member's snapshot into key. The returned step
@@ -310,13 +316,19 @@ func snapshotMember(ctx context.Context, opts Options, cand MemberStatus, key st
 	// stops sending.
 	streamCtx, cancelStream := context.WithCancel(ctx)
 	defer cancelStream()
-	rc, err := cli.Snapshot(streamCtx)
+	stream, err := pb.NewMaintenanceClient(cli.ActiveConnection()).Snapshot(streamCtx, &pb.SnapshotRequest{})
 	if err != nil {
 		return res, 0, 0, StepSnapshot, fmt.Errorf("open snapshot stream: %w", err)
 	}
-	defer rc.Close()
+	raw := newTrailerHasher()
+	chunks := receive(func() ([]byte, error) {
+		resp, err := stream.Recv()
+		if err != nil {
+			return nil, err
+		}
+		return resp.Blob, nil
+	}, raw, opts.Progress)
 
-	src := &sourceReader{r: rc}
 	pr, pw := io.Pipe()
 	type out struct {
 		res streamResult
@@ -324,7 +336,7 @@ func snapshotMember(ctx context.Context, opts Options, cand MemberStatus, key st
 	}
 	done := make(chan out, 1)
 	go func() {
-		r, err := compressStream(src, pw, opts.Compression, opts.Progress)
+		r, err := compressStream(chunks, raw, pw, opts.Compression)
 		done <- out{r, err}
 	}()
 	_, putErr := opts.Store.Put(streamCtx, key, pr)
@@ -333,9 +345,10 @@ func snapshotMember(ctx context.Context, opts Options, cand MemberStatus, key st
 		pr.CloseWithError(putErr)
 	}
 	o := <-done
+	var srcErr *sourceError
 	switch {
-	case src.err != nil:
-		return res, 0, 0, StepSnapshot, fmt.Errorf("snapshot stream broke after %d bytes: %w", o.res.RawSize, src.err)
+	case errors.As(o.err, &srcErr):
+		return res, 0, 0, StepSnapshot, fmt.Errorf("snapshot stream broke after %d bytes: %w", raw.n, srcErr.err)
 	case o.err != nil && putErr == nil:
 		// A checksum mismatch or compression failure; the upload saw the
 		// error through the pipe, so putErr is normally set too.

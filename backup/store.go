@@ -3,6 +3,7 @@ package backup
 import (
 	"context"
 	"fmt"
+	"strings"
 	"io"
 	"time"
 )
@@ -59,8 +60,12 @@ func (e *DeleteError) Error() string {
 		}
 		n++
 	}
-	if n == 1 {
-		return "cos: delete " + first + ": " + firstErr.Error()
+	msg := firstErr.Error()
+	if !strings.HasPrefix(msg, "cos: ") {
+		msg = "cos: delete " + first + ": " + msg
 	}
-	return fmt.Sprintf("cos: delete: %d keys failed, first %s: %v", n, first, firstErr)
+	if n == 1 {
+		return msg
+	}
+	return fmt.Sprintf("cos: delete: %d keys failed, first: %s", n, msg)
 }

@@ -132,7 +132,13 @@ func (c Config) Client(ctx context.Context, endpoints ...string) (*clientv3.Clie
 		DialKeepAliveTimeout: 5 * time.Second,
 		MaxCallRecvMsgSize:   64 << 20,
 		Logger:               zap.NewNop(),
-		DialOptions:          []grpc.DialOption{},
+		// Fixed 1 MiB flow-control windows: without them gRPC's BDP
+		// estimator grows the window to 16 MiB, and that much snapshot data
+		// can pile up in memory while the upload applies back-pressure.
+		DialOptions: []grpc.DialOption{
+			grpc.WithInitialWindowSize(1 << 20),
+			grpc.WithInitialConnWindowSize(1 << 20),
+		},
 	})
 }
 

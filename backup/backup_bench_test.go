@@ -1,0 +1,253 @@
+package backup_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/armada/etcd-recovery/internal/testenv"
+	"github.com/armada/etcd-recovery/internal/testfix"
+)
+
+// BenchmarkBackupVsBaseline compares, in one run and at two DB sizes:
+//   - raw:      reading the snapshot stream to /dev/null (the floor);
+//   - baseline: `etcdctl snapshot save` to a file, then an S3 upload of the
+//     file to the same endpoint (curl --aws-sigv4 -T), as a CronJob script would;
+//   - tool:     `etcd-recovery backup` (stream → zstd → multipart upload).
+//
+// Targets: tool <= 0.6x baseline, tool <= 1.3x raw, tool peak RSS <= 96 MiB
+// and flat across sizes. Sizes: BENCH_SIZES_MB (default "160,640").
+func BenchmarkBackupVsBaseline(b *testing.B) {
+	sizes := []int{160, 640}
+	if s := os.Getenv("BENCH_SIZES_MB"); s != "" {
+		sizes = nil
+		for _, f := range strings.Split(s, ",") {
+			var n int
+			fmt.Sscan(f, &n)
+			sizes = append(sizes, n)
+		}
+	}
+	rounds := 2
+	tool := testfix.Tool(b)
+	etcdctl := testenv.EtcdctlBin(b, testenv.V35)
+	c := testenv.StartEtcd(b, testenv.EtcdOptions{Version: testenv.V35, Members: 1, TLS: true, QuotaBackendBytes: 4 << 30})
+	mi := testenv.StartMinIO(b)
+	bucket := mi.NewBucket(b)
+	cli := c.Client(b)
+	ep := c.Endpoints()[0]
+	pki := c.PKI
+	dir := b.TempDir()
+	curlCfg := filepath.Join(dir, "curl.cfg")
+	if err := os.WriteFile(curlCfg, []byte(fmt.Sprintf("user = \"%s:%s\"\n", mi.AccessKey, mi.SecretKey)), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	env := append(os.Environ(),
+		"COS_ACCESS_KEY_ID="+mi.AccessKey, "COS_SECRET_ACCESS_KEY="+mi.SecretKey,
+		"COS_ENDPOINT="+mi.Endpoint, "COS_REGION="+mi.Region, "COS_BUCKET="+bucket,
+		"ETCDCTL_ENDPOINTS="+ep, "ETCDCTL_CACERT="+pki.CAFile, "ETCDCTL_CERT="+pki.ClientCertFile, "ETCDCTL_KEY="+pki.ClientKeyFile,
+		"ETCDCTL_API=3")
+	if g := os.Getenv("BENCH_GODEBUG"); g != "" {
+		env = append(env, "GODEBUG="+g)
+	}
+
+	type result struct {
+		sizeMB                         int
+		dbBytes, storedBytes           int64
+		raw, save, upload, base, toolT time.Duration
+		toolRSS, toolNoneRSS, ctlRSS   int64
+		toolNone                       time.Duration
+	}
+	var results []result
+	filled := 0
+	for _, size := range sizes {
+		fillRealistic(b, cli, filled, size)
+		filled = size
+		st, err := cli.Status(context.Background(), ep)
+		if err != nil {
+			b.Fatal(err)
+		}
+		r := result{sizeMB: size, dbBytes: st.DbSize}
+		best := func(cur, d time.Duration) time.Duration {
+			if cur == 0 || d < cur {
+				return d
+			}
+			return cur
+		}
+		for round := 0; round < rounds; round++ {
+			// raw stream read: the floor.
+			t0 := time.Now()
+			rc, err := cli.Snapshot(context.Background())
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := io.Copy(io.Discard, rc); err != nil {
+				b.Fatal(err)
+			}
+			rc.Close()
+			r.raw = best(r.raw, time.Since(t0))
+
+			// baseline: etcdctl snapshot save, then upload the file.
+			file := filepath.Join(dir, "snapshot.db")
+			os.Remove(file)
+			d, rss := runTimed(b, env, etcdctl, "snapshot", "save", file)
+			r.ctlRSS = max(r.ctlRSS, rss)
+			key := fmt.Sprintf("baseline/%d-%d/snapshot.db", size, round)
+			d2, _ := runTimed(b, env, "curl", "-fsS", "-K", curlCfg, "--aws-sigv4", "aws:amz:"+mi.Region+":s3",
+				"-T", file, mi.Endpoint+"/"+bucket+"/"+key)
+			if r.base == 0 || d+d2 < r.base {
+				r.save, r.upload, r.base = d, d2, d+d2
+			}
+			os.Remove(file)
+
+			// the tool, default settings (zstd).
+			d, rss = runTimed(b, env, tool, "--log-level", benchLogLevel(), "--cpu-profile", profilePath(b, size, round), "backup", "--cluster-id", fmt.Sprintf("bench-%d", size), "--kind", "manual", "-o", "json")
+			r.toolT = best(r.toolT, d)
+			r.toolRSS = max(r.toolRSS, rss)
+			d, rss = runTimed(b, env, tool, "--log-level", benchLogLevel(), "backup", "--cluster-id", fmt.Sprintf("bench-none-%d", size), "--kind", "manual", "--compress", "none", "-o", "json")
+			r.toolNone = best(r.toolNone, d)
+			r.toolNoneRSS = max(r.toolNoneRSS, rss)
+		}
+		objs := testfix.Keys(b, testfix.Store(b, mi, bucket), fmt.Sprintf("bench-%d/", size))
+		st2 := testfix.Store(b, mi, bucket)
+		all, _ := st2.List(context.Background(), fmt.Sprintf("bench-%d/", size))
+		for _, o := range all {
+			if strings.HasSuffix(o.Key, "snapshot.db.zst") {
+				r.storedBytes = o.Size
+			}
+		}
+		_ = objs
+		results = append(results, r)
+	}
+	mib := func(n int64) float64 { return float64(n) / (1 << 20) }
+	var out bytes.Buffer
+	fmt.Fprintf(&out, "\nbackup benchmark (best of %d rounds; 2 cores shared by etcd, MinIO and the client)\n", rounds)
+	fmt.Fprintf(&out, "%-8s %9s %9s | %8s %8s %8s %8s | %8s %9s | %10s %9s | %8s %8s %8s\n",
+		"size", "db MiB", "zst MiB", "raw s", "save s", "upload s", "base s", "tool s", "none s", "tool/base", "tool/raw", "RSS MiB", "none RSS", "ctl RSS")
+	for _, r := range results {
+		fmt.Fprintf(&out, "%-8s %9.0f %9.0f | %8.2f %8.2f %8.2f %8.2f | %8.2f %9.2f | %10.2f %9.2f | %8.1f %8.1f %8.1f\n",
+			fmt.Sprintf("%dMB", r.sizeMB), mib(r.dbBytes), mib(r.storedBytes), r.raw.Seconds(), r.save.Seconds(), r.upload.Seconds(), r.base.Seconds(),
+			r.toolT.Seconds(), r.toolNone.Seconds(), r.toolT.Seconds()/r.base.Seconds(), r.toolT.Seconds()/r.raw.Seconds(),
+			mib(r.toolRSS), mib(r.toolNoneRSS), mib(r.ctlRSS))
+	}
+	fmt.Fprintf(&out, "targets: tool/base <= 0.60, tool/raw <= 1.30, tool RSS <= 96 MiB and flat across sizes\n")
+	fmt.Print(out.String())
+	last := results[len(results)-1]
+	b.ReportMetric(last.toolT.Seconds()/last.base.Seconds(), "tool/baseline")
+	b.ReportMetric(last.toolT.Seconds()/last.raw.Seconds(), "tool/raw")
+	b.ReportMetric(mib(last.toolRSS), "peak-RSS-MiB")
+}
+
+// runTimed runs a command and returns its wall time and peak RSS.
+func runTimed(tb testing.TB, env []string, name string, args ...string) (time.Duration, int64) {
+	tb.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Env = env
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
+	t0 := time.Now()
+	if err := cmd.Run(); err != nil {
+		tb.Fatalf("%s %s: %v\n%s", filepath.Base(name), strings.Join(args[:min(3, len(args))], " "), err, stderr.String())
+	}
+	d := time.Since(t0)
+	if os.Getenv("BENCH_VERBOSE") != "" {
+		fmt.Fprintf(os.Stderr, "--- %s %.2fs\n%s", filepath.Base(name), d.Seconds(), stderr.String())
+	}
+	ru, _ := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	var rss int64
+	if ru != nil {
+		rss = ru.Maxrss * 1024
+	}
+	return d, rss
+}
+
+// fillRealistic writes Kubernetes-like objects until about toMB of values
+// have been written since fromMB: JSON with random names, uids, IPs and an
+// opaque blob, so nothing repeats and it compresses like real data.
+func fillRealistic(tb testing.TB, cli *clientv3.Client, fromMB, toMB int) {
+	tb.Helper()
+	const workers = 4
+	target := int64(toMB-fromMB) << 20
+	var (
+		mu      sync.Mutex
+		written int64
+		wg      sync.WaitGroup
+		errOnce sync.Once
+		ferr    error
+	)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(fromMB*workers+w), 0x5eed))
+			blob := make([]byte, 1024)
+			for batch := 0; ; batch++ {
+				mu.Lock()
+				if written >= target || ferr != nil {
+					mu.Unlock()
+					return
+				}
+				mu.Unlock()
+				var ops []clientv3.Op
+				var n int64
+				for i := 0; i < 100; i++ {
+					ns := fmt.Sprintf("kube-ns-%03d", r.IntN(200))
+					name := fmt.Sprintf("app-%s-%x", []string{"api", "web", "worker", "cron", "db"}[r.IntN(5)], r.Uint64())
+					for j := range blob[:r.IntN(900)+100] {
+						blob[j] = byte(r.Uint32())
+					}
+					val := fmt.Sprintf(`{"kind":"Pod","apiVersion":"v1","metadata":{"name":%q,"namespace":%q,"uid":"%08x-%04x-%04x-%04x-%012x","resourceVersion":"%d","creationTimestamp":"%s","labels":{"app":%q,"pod-template-hash":"%x"},"annotations":{"kubectl.kubernetes.io/last-applied-configuration":%q}},"spec":{"nodeName":"10.%d.%d.%d","containers":[{"name":"main","image":"registry.ng.bluemix.net/armada/%s:%x","resources":{"requests":{"cpu":"%dm","memory":"%dMi"}}}]},"status":{"phase":"Running","podIP":"172.30.%d.%d","hostIP":"10.%d.%d.%d"}}`,
+						name, ns, r.Uint32(), r.Uint32()&0xffff, r.Uint32()&0xffff, r.Uint32()&0xffff, r.Uint64()&0xffffffffffff, r.IntN(1<<30),
+						time.Unix(1.7e9+int64(r.IntN(1e7)), 0).UTC().Format(time.RFC3339), name, r.Uint32(),
+						base64.StdEncoding.EncodeToString(blob[:r.IntN(900)+100]),
+						r.IntN(256), r.IntN(256), r.IntN(256), name, r.Uint32(), r.IntN(4000), r.IntN(8000),
+						r.IntN(256), r.IntN(256), r.IntN(256), r.IntN(256), r.IntN(256))
+					ops = append(ops, clientv3.OpPut("/registry/pods/"+ns+"/"+name, val))
+					n += int64(len(val))
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				_, err := cli.Txn(ctx).Then(ops...).Commit()
+				cancel()
+				mu.Lock()
+				written += n
+				mu.Unlock()
+				if err != nil {
+					errOnce.Do(func() { mu.Lock(); ferr = err; mu.Unlock() })
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if ferr != nil {
+		tb.Fatalf("fill: %v", ferr)
+	}
+}
+
+func benchLogLevel() string {
+	if os.Getenv("BENCH_VERBOSE") != "" {
+		return "debug"
+	}
+	return "warn"
+}
+
+// profilePath is where the tool's CPU profile goes (BENCH_PROFILE_DIR), or
+// a throwaway file.
+func profilePath(tb testing.TB, size, round int) string {
+	dir := os.Getenv("BENCH_PROFILE_DIR")
+	if dir == "" {
+		dir = tb.TempDir()
+	}
+	return filepath.Join(dir, fmt.Sprintf("backup-%dMB-%d.pprof", size, round))
+}

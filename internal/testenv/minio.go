@@ -1,0 +1,367 @@
+package testenv
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/IBM/ibm-cos-sdk-go/aws"
+	"github.com/IBM/ibm-cos-sdk-go/aws/credentials"
+	"github.com/IBM/ibm-cos-sdk-go/aws/session"
+	"github.com/IBM/ibm-cos-sdk-go/service/s3"
+)
+
+// MinIORegion is the region of every MinIO server started here.
+const MinIORegion = "us-east-1"
+
+// MinIO is a MinIO server on loopback with its own data dir and random root
+// credentials (passed by environment, never on the command line).
+type MinIO struct {
+	Endpoint  string // http://127.0.0.1:port
+	AccessKey string
+	SecretKey string
+	Region    string
+	DataDir   string
+	LogFile   string
+
+	bin         string
+	port        int
+	consolePort int
+	certsDir    string
+	shared      bool
+
+	mu     sync.Mutex
+	proc   *proc
+	closed bool
+}
+
+// StartMinIO starts a dedicated MinIO server for tb's test and waits until it
+// is ready. It is killed, and on failure its log tail printed, when the test
+// ends.
+func StartMinIO(tb testing.TB) *MinIO {
+	tb.Helper()
+	bin := MinIOBin(tb)
+	m := newMinIO(bin, tb.TempDir(), freePort(tb, "127.0.0.1"), freePort(tb, "127.0.0.1"))
+	tb.Cleanup(func() {
+		m.mu.Lock()
+		m.closed = true
+		p := m.proc
+		m.mu.Unlock()
+		if p != nil {
+			p.kill()
+		}
+		if tb.Failed() {
+			logTail(tb, "minio "+m.Endpoint, m.LogFile)
+		}
+	})
+	if err := m.start(); err != nil {
+		tb.Fatalf("testenv: %v", err)
+	}
+	return m
+}
+
+func newMinIO(bin, dir string, port, consolePort int) *MinIO {
+	return &MinIO{
+		Endpoint:    "http://127.0.0.1:" + strconv.Itoa(port),
+		AccessKey:   "testenv" + randAlnum(13),
+		SecretKey:   randAlnum(40),
+		Region:      MinIORegion,
+		DataDir:     filepath.Join(dir, "data"),
+		LogFile:     filepath.Join(dir, "minio.log"),
+		bin:         bin,
+		port:        port,
+		consolePort: consolePort,
+		certsDir:    filepath.Join(dir, "certs"),
+	}
+}
+
+func (m *MinIO) start() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return fmt.Errorf("minio %s: its test has ended", m.Endpoint)
+	}
+	if m.proc != nil && !m.proc.exited() {
+		m.mu.Unlock()
+		return fmt.Errorf("minio %s is already running (pid %d)", m.Endpoint, m.proc.pid())
+	}
+	args := []string{
+		"server", m.DataDir,
+		"--address", "127.0.0.1:" + strconv.Itoa(m.port),
+		"--console-address", "127.0.0.1:" + strconv.Itoa(m.consolePort),
+		"--certs-dir", m.certsDir, // not ~/.minio/certs
+		"--quiet",
+	}
+	env := childEnv(
+		"MINIO_ROOT_USER="+m.AccessKey,
+		"MINIO_ROOT_PASSWORD="+m.SecretKey,
+		"MINIO_REGION="+MinIORegion,
+		"MINIO_UPDATE=off",
+		"MINIO_CI_CD=on", // data under /tmp may be on the root drive
+	)
+	p, err := startProc("minio", m.bin, args, env, m.LogFile)
+	if err != nil {
+		m.mu.Unlock()
+		return err
+	}
+	m.proc = p
+	m.mu.Unlock()
+	return m.waitReady(startTimeout)
+}
+
+func (m *MinIO) waitReady(timeout time.Duration) error {
+	hc := &http.Client{Timeout: 2 * time.Second}
+	defer hc.CloseIdleConnections()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for {
+		p := m.current()
+		if p == nil {
+			return fmt.Errorf("minio %s is not running", m.Endpoint)
+		}
+		if p.exited() {
+			return fmt.Errorf("minio %s exited: %s", m.Endpoint, p.exitError())
+		}
+		resp, err := hc.Get(m.Endpoint + "/minio/health/ready")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = resp.Status
+		} else {
+			last = err.Error()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("minio %s not ready after %v: %s", m.Endpoint, timeout, last)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (m *MinIO) current() *proc {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.proc
+}
+
+func (m *MinIO) mustNotBeShared(op string) {
+	if m.shared {
+		panic("testenv: " + op + " on the SharedMinIO server, which tests must not disturb; use StartMinIO")
+	}
+}
+
+// Start restarts a stopped or killed server with the same data dir, port and
+// credentials, and waits until it is ready.
+func (m *MinIO) Start(tb testing.TB) {
+	tb.Helper()
+	m.mustNotBeShared("Start")
+	if err := m.start(); err != nil {
+		tb.Fatalf("testenv: %v", err)
+	}
+}
+
+// Kill sends SIGKILL (after SIGCONT if frozen) and waits for the process.
+func (m *MinIO) Kill() {
+	m.mustNotBeShared("Kill")
+	if p := m.current(); p != nil {
+		p.kill()
+	}
+}
+
+// Stop sends SIGTERM and waits for the process to exit (SIGKILL after 20s).
+func (m *MinIO) Stop() {
+	m.mustNotBeShared("Stop")
+	if p := m.current(); p != nil {
+		p.stop()
+	}
+}
+
+// Freeze suspends the server with SIGSTOP.
+func (m *MinIO) Freeze() {
+	m.mustNotBeShared("Freeze")
+	if p := m.current(); p != nil {
+		p.freeze()
+	}
+}
+
+// Thaw resumes a frozen server with SIGCONT.
+func (m *MinIO) Thaw() {
+	m.mustNotBeShared("Thaw")
+	if p := m.current(); p != nil {
+		p.thaw()
+	}
+}
+
+// Running reports whether the server process is alive (frozen counts).
+func (m *MinIO) Running() bool {
+	p := m.current()
+	return p != nil && !p.exited()
+}
+
+// PID returns the process id of the current (or last) process, 0 if none.
+func (m *MinIO) PID() int {
+	if p := m.current(); p != nil {
+		return p.pid()
+	}
+	return 0
+}
+
+// Port returns the S3 API port.
+func (m *MinIO) Port() int { return m.port }
+
+// AWSConfig returns an IBM COS SDK config for this server: static
+// credentials, region us-east-1, path-style addressing.
+func (m *MinIO) AWSConfig() *aws.Config {
+	return &aws.Config{
+		Endpoint:         aws.String(m.Endpoint),
+		Region:           aws.String(m.Region),
+		Credentials:      credentials.NewStaticCredentials(m.AccessKey, m.SecretKey, ""),
+		S3ForcePathStyle: aws.Bool(true),
+		DisableSSL:       aws.Bool(true),
+		MaxRetries:       aws.Int(2),
+		HTTPClient:       &http.Client{Timeout: 60 * time.Second},
+	}
+}
+
+// S3 returns an IBM COS SDK S3 client for this server.
+func (m *MinIO) S3(tb testing.TB) *s3.S3 {
+	tb.Helper()
+	sess, err := session.NewSession(m.AWSConfig())
+	if err != nil {
+		tb.Fatalf("testenv: S3 session for %s: %v", m.Endpoint, err)
+	}
+	return s3.New(sess)
+}
+
+// NewBucket creates a bucket with a fresh valid name and returns the name.
+func (m *MinIO) NewBucket(tb testing.TB) string {
+	tb.Helper()
+	name := "testenv-" + strings.ToLower(randAlnum(16))
+	if _, err := m.S3(tb).CreateBucket(&s3.CreateBucketInput{Bucket: aws.String(name)}); err != nil {
+		tb.Fatalf("testenv: creating bucket %s on %s: %v", name, m.Endpoint, err)
+	}
+	return name
+}
+
+var (
+	sharedMinIOMu  sync.Mutex
+	sharedMinIO    *MinIO
+	sharedMinIOErr error
+)
+
+// SharedMinIO returns the MinIO server shared by every test of this test
+// binary, starting it on first use. Tests may only create buckets and
+// objects on it (NewBucket, Prefix); Kill, Stop, Freeze, Thaw and Start
+// panic. It is stopped by Main, which the package's TestMain must call.
+func SharedMinIO(tb testing.TB) *MinIO {
+	tb.Helper()
+	sharedMinIOMu.Lock()
+	defer sharedMinIOMu.Unlock()
+	if sharedMinIO == nil && sharedMinIOErr == nil {
+		sharedMinIO, sharedMinIOErr = startSharedMinIO()
+	}
+	if sharedMinIOErr != nil {
+		tb.Fatalf("testenv: shared MinIO: %v", sharedMinIOErr)
+	}
+	return sharedMinIO
+}
+
+func startSharedMinIO() (*MinIO, error) {
+	bin, err := serverBinNoTB()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "testenv-shared-minio-")
+	if err != nil {
+		return nil, err
+	}
+	port, err := freePortOn("127.0.0.1")
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	consolePort, err := freePortOn("127.0.0.1")
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	m := newMinIO(bin, dir, port, consolePort)
+	m.shared = true
+	cleanup := func(failed bool) {
+		m.mu.Lock()
+		m.closed = true
+		p := m.proc
+		m.mu.Unlock()
+		if p != nil {
+			p.kill() // its data is deleted just below
+		}
+		if failed {
+			fmt.Fprintf(os.Stderr, "---- last %d lines of shared minio log (%s) ----\n%s\n---- end of shared minio log ----\n",
+				logTailLines, m.LogFile, tailFile(m.LogFile, logTailLines))
+		}
+		os.RemoveAll(dir)
+	}
+	if !addMainCleanup(cleanup) {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("SharedMinIO needs the package's TestMain to call testenv.Main(m), which stops it")
+	}
+	if err := m.start(); err != nil {
+		return nil, fmt.Errorf("%w\n---- last %d lines of %s ----\n%s", err, logTailLines, m.LogFile, tailFile(m.LogFile, logTailLines))
+	}
+	return m, nil
+}
+
+// serverBinNoTB locates the MinIO binary without a testing.TB.
+func serverBinNoTB() (string, error) {
+	dir, err := serversDir()
+	if err != nil {
+		return "", err
+	}
+	vals, err := serverVersions()
+	if err != nil {
+		return "", fmt.Errorf("reading scripts/test-servers.env: %w", err)
+	}
+	if vals["MINIO_VERSION"] == "" {
+		return "", fmt.Errorf("scripts/test-servers.env has no MINIO_VERSION")
+	}
+	bin := filepath.Join(dir, "minio-"+vals["MINIO_VERSION"], "minio")
+	if err := checkExecutable(bin); err != nil {
+		return "", fmt.Errorf("missing test server minio (%v): run `make test-servers`", err)
+	}
+	return bin, nil
+}
+
+var prefixUnsafe = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+
+// Prefix returns an object-key prefix unique to this test (and call): the
+// sanitized test name plus a random suffix, without a trailing slash, e.g.
+// "TestBackup-v3.5-1a2b3c4d".
+func Prefix(tb testing.TB) string {
+	tb.Helper()
+	name := strings.Trim(prefixUnsafe.ReplaceAllString(tb.Name(), "-"), "-.")
+	if len(name) > 80 {
+		name = name[:80]
+	}
+	if name == "" {
+		name = "test"
+	}
+	return name + "-" + randHex(4)
+}
+
+func randAlnum(n int) string {
+	const alnum = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+	g := newValueGen()
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = alnum[g.rng.Uint64()%uint64(len(alnum))]
+	}
+	return string(b)
+}

@@ -1,0 +1,188 @@
+package testenv
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+)
+
+// ClientCommonName is the CN of the client certificate made by NewPKI.
+const ClientCommonName = "etcd-recovery-test"
+
+// PKI is a throwaway certificate authority with one server/peer certificate
+// and one client certificate, written as PEM files in a temp dir.
+type PKI struct {
+	Dir            string
+	CAFile         string
+	ServerCertFile string // EKU ServerAuth+ClientAuth; used for etcd client and peer listeners
+	ServerKeyFile  string
+	ClientCertFile string // EKU ClientAuth, CN ClientCommonName
+	ClientKeyFile  string
+
+	CA        *x509.Certificate
+	ServerIPs []net.IP // IP SANs of the server certificate
+
+	caPool     *x509.CertPool
+	clientCert tls.Certificate
+}
+
+// NewPKI creates a new CA (ECDSA P-256) and a server/peer certificate valid
+// for localhost, 127.0.0.1, ::1 and extraIPs, and a client certificate. Every
+// call makes a different CA, so a second PKI is "the wrong CA" for the first.
+func NewPKI(tb testing.TB, extraIPs ...net.IP) *PKI {
+	tb.Helper()
+	p, err := newPKI(tb.TempDir(), extraIPs)
+	if err != nil {
+		tb.Fatalf("testenv: creating PKI: %v", err)
+	}
+	return p
+}
+
+func newPKI(dir string, extraIPs []net.IP) (*PKI, error) {
+	now := time.Now()
+	notBefore, notAfter := now.Add(-time.Hour), now.Add(365*24*time.Hour)
+
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	caTmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: "etcd-recovery-test-ca " + randHex(4), Organization: []string{"etcd-recovery tests"}},
+		NotBefore:             notBefore,
+		NotAfter:              notAfter,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		MaxPathLenZero:        true,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return nil, err
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return nil, err
+	}
+
+	ips := []net.IP{net.ParseIP("127.0.0.1"), net.IPv6loopback}
+	for _, ip := range extraIPs {
+		if !slices.ContainsFunc(ips, ip.Equal) {
+			ips = append(ips, ip)
+		}
+	}
+
+	p := &PKI{
+		Dir:            dir,
+		CAFile:         filepath.Join(dir, "ca.crt"),
+		ServerCertFile: filepath.Join(dir, "server.crt"),
+		ServerKeyFile:  filepath.Join(dir, "server.key"),
+		ClientCertFile: filepath.Join(dir, "client.crt"),
+		ClientKeyFile:  filepath.Join(dir, "client.key"),
+		CA:             ca,
+		ServerIPs:      ips,
+	}
+	if err := writePEM(p.CAFile, "CERTIFICATE", caDER, 0o644); err != nil {
+		return nil, err
+	}
+
+	issue := func(tmpl *x509.Certificate, certFile, keyFile string) error {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			return err
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+		if err != nil {
+			return err
+		}
+		keyDER, err := x509.MarshalECPrivateKey(key)
+		if err != nil {
+			return err
+		}
+		if err := writePEM(certFile, "CERTIFICATE", der, 0o644); err != nil {
+			return err
+		}
+		return writePEM(keyFile, "EC PRIVATE KEY", keyDER, 0o600)
+	}
+	if err := issue(&x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: "etcd-recovery-test-server", Organization: []string{"etcd-recovery tests"}},
+		NotBefore:    notBefore,
+		NotAfter:     notAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		DNSNames:     []string{"localhost"},
+		IPAddresses:  ips,
+	}, p.ServerCertFile, p.ServerKeyFile); err != nil {
+		return nil, err
+	}
+	if err := issue(&x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: ClientCommonName, Organization: []string{"etcd-recovery tests"}},
+		NotBefore:    notBefore,
+		NotAfter:     notAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}, p.ClientCertFile, p.ClientKeyFile); err != nil {
+		return nil, err
+	}
+
+	p.caPool = x509.NewCertPool()
+	p.caPool.AddCert(ca)
+	p.clientCert, err = tls.LoadX509KeyPair(p.ClientCertFile, p.ClientKeyFile)
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// ClientTLS returns a new TLS config trusting the CA and presenting the
+// client certificate.
+func (p *PKI) ClientTLS() *tls.Config {
+	return &tls.Config{
+		RootCAs:      p.caPool,
+		Certificates: []tls.Certificate{p.clientCert},
+		MinVersion:   tls.VersionTLS12,
+	}
+}
+
+// CAPool returns a pool holding only this PKI's CA.
+func (p *PKI) CAPool() *x509.CertPool { return p.caPool }
+
+// ServerValidFor reports whether the server certificate has ip as a SAN.
+func (p *PKI) ServerValidFor(ip net.IP) bool {
+	return slices.ContainsFunc(p.ServerIPs, ip.Equal)
+}
+
+func writePEM(path, typ string, der []byte, mode os.FileMode) error {
+	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), mode)
+}
+
+func serial() *big.Int {
+	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 120))
+	if err != nil {
+		panic(err)
+	}
+	return n
+}
+
+// randHex returns 2*n random hex digits.
+func randHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return fmt.Sprintf("%x", b)
+}
