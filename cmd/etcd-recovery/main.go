@@ -80,7 +80,7 @@ func (u usageError) Unwrap() error { return u.error }
 func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
 
 func newApp(stdout, stderr io.Writer) *cli.App {
-	return &cli.App{
+	app := &cli.App{
 		Name:    "etcd-recovery",
 		Usage:   "back up, inspect and restore etcd clusters (COS / S3)",
 		Version: version.Version,
@@ -101,11 +101,23 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		},
 		// Errors are printed once, by run.
 		ExitErrHandler: func(*cli.Context, error) {},
-		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
-			return usageError{err}
-		},
+		OnUsageError: onUsageError,
 	}
+	var walk func([]*cli.Command)
+	walk = func(cmds []*cli.Command) {
+		for _, c := range cmds {
+			if c.OnUsageError == nil {
+				c.OnUsageError = onUsageError
+			}
+			walk(c.Subcommands)
+		}
+	}
+	walk(app.Commands)
+	return app
 }
+
+// onUsageError turns flag parsing errors into usage errors (exit 4).
+func onUsageError(_ *cli.Context, err error, _ bool) error { return usageError{err} }
 
 var profileFile *os.File
 
