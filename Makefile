@@ -6,7 +6,7 @@ LDFLAGS := -s -w -X github.com/armada/etcd-recovery/internal/version.Version=$(V
 BIN := bin/etcd-recovery
 IMAGE ?= etcd-recovery:$(VERSION)
 # Integration tests start many real servers; two packages at a time fit 2 cores.
-TEST_FLAGS ?= -count=1 -p 2 -timeout 75m
+TEST_FLAGS ?= -count=1 -p 2 -parallel 4 -timeout 75m
 
 .PHONY: all build test test-servers bench demo image vet clean
 
