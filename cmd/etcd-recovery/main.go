@@ -101,7 +101,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		},
 		// Errors are printed once, by run.
 		ExitErrHandler: func(*cli.Context, error) {},
-		OnUsageError: onUsageError,
+		OnUsageError:   onUsageError,
 	}
 	var walk func([]*cli.Command)
 	walk = func(cmds []*cli.Command) {

@@ -1,0 +1,363 @@
+// Package inspect answers the first question of an etcd incident: how is
+// the cluster? It probes every member concurrently, each bounded by one
+// timeout, judges quorum (HEALTHY, DEGRADED, QUORUM LOST, UNREACHABLE),
+// flags split-brain signs, lagging members, full databases and alarms,
+// checks the freshness of the newest backup, and names the one next step
+// with its runbook.
+//
+// Run does the network part; Verdict, the judgement, is pure.
+package inspect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/etcdconn"
+)
+
+// Options configure one inspection.
+type Options struct {
+	Etcd etcdconn.Config
+	// Timeout bounds every probe (default 3s). Probes run concurrently and
+	// the whole run, member list and backup check included, is bounded by
+	// twice the timeout.
+	Timeout    time.Duration
+	Thresholds Thresholds
+
+	// Backup freshness is checked when Store is set.
+	Store     backup.Store
+	Layout    backup.Layout
+	ClusterID string
+	// Location names the store in messages (e.g. the bucket).
+	Location string
+	// MaxBackupAge: an older newest backup is flagged stale. Default 9h.
+	MaxBackupAge time.Duration
+
+	// Now is the clock (tests); default time.Now.
+	Now func() time.Time
+}
+
+// Validate checks the options without touching the network.
+func (o Options) Validate() error {
+	if err := o.Etcd.Validate(); err != nil {
+		return err
+	}
+	if o.Timeout < 0 {
+		return fmt.Errorf("timeout %v: must be positive", o.Timeout)
+	}
+	if o.MaxBackupAge < 0 {
+		return fmt.Errorf("max backup age %v: must be positive", o.MaxBackupAge)
+	}
+	if o.Thresholds.QuotaBytes < 0 {
+		return fmt.Errorf("quota %d: must be positive", o.Thresholds.QuotaBytes)
+	}
+	if o.Store != nil {
+		if o.ClusterID == "" {
+			return errors.New("a cluster id is needed to check its backups")
+		}
+		if err := backup.ValidateClusterID(o.ClusterID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (o *Options) defaults() {
+	if o.Timeout == 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.MaxBackupAge == 0 {
+		o.MaxBackupAge = DefaultMaxBackupAge
+	}
+	o.Thresholds = o.Thresholds.withDefaults()
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// Report is the result of an inspection: the assessment plus how it was
+// made. It is what `-o json` prints.
+type Report struct {
+	Assessment
+	// MemberList says where the member list came from.
+	MemberList string    `json:"memberList"`
+	Endpoints  []string  `json:"endpoints"`
+	Warnings   []string  `json:"warnings,omitempty"`
+	CheckedAt  time.Time `json:"checkedAt"`
+	Timeout    string    `json:"timeout"`
+	ElapsedMS  int64     `json:"elapsedMs"`
+	// Thresholds used for the flags.
+	MaxLag     uint64 `json:"maxLag"`
+	QuotaBytes int64  `json:"quotaBytes"`
+}
+
+// ExitCode is the process exit code for the report's verdict.
+func (r *Report) ExitCode() int { return r.Verdict.ExitCode() }
+
+// Run inspects the cluster. It fails only on invalid options or when ctx is
+// cancelled: everything the cluster or the store does wrong is in the
+// report.
+func Run(ctx context.Context, opts Options) (*Report, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts.defaults()
+	start := time.Now()
+	rep := &Report{
+		CheckedAt: opts.Now().UTC(),
+		Timeout:   opts.Timeout.String(),
+		MaxLag:    opts.Thresholds.MaxLag, QuotaBytes: opts.Thresholds.QuotaBytes,
+	}
+	rctx, cancel := context.WithTimeout(ctx, 2*opts.Timeout)
+	defer cancel()
+
+	// The backup check runs alongside the probes.
+	var bs *BackupStatus
+	bdone := make(chan struct{})
+	if opts.Store != nil {
+		go func() { defer close(bdone); bs = checkBackup(rctx, opts) }()
+	} else {
+		close(bdone)
+	}
+
+	// Probe the endpoints as given at once, and ask them for the member
+	// list meanwhile; members missing from --endpoints are probed as soon
+	// as the list arrives.
+	pr := &prober{ctx: rctx, cfg: opts.Etcd, timeout: opts.Timeout, probes: map[string]*probe{}}
+	var endpoints []string
+	for _, ep := range opts.Etcd.Endpoints {
+		u := normURL(opts.Etcd, ep)
+		if !contains(endpoints, u) {
+			endpoints = append(endpoints, u)
+		}
+		pr.start(u)
+	}
+	rep.Endpoints = endpoints
+	listed, listErr := listMembers(rctx, opts)
+	if listErr == nil {
+		for _, m := range listed {
+			if m.ClientURL != "" {
+				pr.start(normURL(opts.Etcd, m.ClientURL))
+			}
+		}
+		rep.MemberList = "from the cluster"
+	} else {
+		rep.MemberList = "unavailable; checked the --endpoints as given"
+		// Each endpoint's own error is in its row.
+		rep.Warnings = append(rep.Warnings, "no endpoint returned the member list: members missing from --endpoints are not checked")
+	}
+	probes := pr.wait()
+	<-bdone
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+
+	members, warnings := merge(opts.Etcd, listed, listErr == nil, endpoints, probes)
+	rep.Warnings = append(rep.Warnings, warnings...)
+	rep.Assessment = Verdict(members, bs, opts.Thresholds)
+	rep.ElapsedMS = time.Since(start).Milliseconds()
+	return rep, nil
+}
+
+// listMembers asks the endpoints for the member list (serializably: a
+// member without quorum answers too), bounded by ctx.
+func listMembers(ctx context.Context, opts Options) ([]backup.MemberStatus, error) {
+	type answer struct {
+		ms  []backup.MemberStatus
+		err error
+	}
+	ch := make(chan answer, 1)
+	go func() {
+		ms, err := backup.ListMembers(ctx, opts.Etcd, opts.Timeout)
+		ch <- answer{ms, err}
+	}()
+	select {
+	case a := <-ch:
+		return a.ms, a.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("member list: %w", ctx.Err())
+	}
+}
+
+// prober runs probes concurrently, one per URL.
+type prober struct {
+	ctx     context.Context
+	cfg     etcdconn.Config
+	timeout time.Duration
+	mu      sync.Mutex
+	wg      sync.WaitGroup
+	probes  map[string]*probe
+}
+
+func (p *prober) start(u string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.probes[u]; ok {
+		return
+	}
+	p.probes[u] = nil
+	p.wg.Go(func() {
+		res := probeEndpoint(p.ctx, p.cfg, u, p.timeout)
+		p.mu.Lock()
+		p.probes[u] = res
+		p.mu.Unlock()
+	})
+}
+
+func (p *prober) wait() map[string]*probe {
+	p.wg.Wait()
+	return p.probes
+}
+
+// merge builds the member rows: one per listed member (probed at its
+// client URL, or at an endpoint that answered with its id), plus endpoints
+// that answer as members not in the list. Without a list, one row per
+// endpoint.
+func merge(cfg etcdconn.Config, listed []backup.MemberStatus, haveList bool, endpoints []string, probes map[string]*probe) ([]MemberHealth, []string) {
+	var warnings []string
+	byMemberID := map[uint64]*probe{}
+	for _, u := range endpoints {
+		if p := probes[u]; p != nil && p.answered() && p.memberID != 0 && byMemberID[p.memberID] == nil {
+			byMemberID[p.memberID] = p
+		}
+	}
+	used := map[*probe]bool{}
+	var out []MemberHealth
+	if haveList {
+		listedIDs := map[uint64]bool{}
+		for _, lm := range listed {
+			listedIDs[lm.ID] = true
+			m := MemberHealth{Name: lm.Name, ID: hexID(lm.ID), ClientURL: lm.ClientURL, Learner: lm.IsLearner}
+			if lm.ClientURL == "" {
+				m.Health = HealthDown
+				m.Error = "member has no client URL: added to the cluster but never started"
+				out = append(out, m)
+				continue
+			}
+			p := probes[normURL(cfg, lm.ClientURL)]
+			if alt := byMemberID[lm.ID]; (p == nil || !p.answered()) && alt != nil {
+				p = alt // reached under another name in --endpoints
+			}
+			used[p] = true
+			p.fill(&m)
+			out = append(out, m)
+		}
+		for _, u := range endpoints {
+			p := probes[u]
+			if p == nil || used[p] {
+				continue
+			}
+			switch {
+			case p.answered() && listedIDs[p.memberID]:
+				// the same member under another address: already shown
+			case p.answered():
+				m := MemberHealth{ClientURL: u, Unlisted: true}
+				p.fill(&m)
+				out = append(out, m)
+			default:
+				warnings = append(warnings, fmt.Sprintf("endpoint %s did not answer and is no member's client URL: %s", u, p.errorText()))
+			}
+		}
+	} else {
+		for _, u := range endpoints {
+			m := MemberHealth{ClientURL: u}
+			probes[u].fill(&m)
+			out = append(out, m)
+		}
+	}
+
+	// Alarms are cluster-wide: any member that answers lists all of them.
+	alarmSet := map[alarmKey]bool{}
+	var alarms []alarmKey
+	for _, p := range probes {
+		if p == nil {
+			continue
+		}
+		for _, a := range p.alarmsOf() {
+			if !alarmSet[a] {
+				alarmSet[a] = true
+				alarms = append(alarms, a)
+			}
+		}
+	}
+	sort.Slice(alarms, func(i, j int) bool {
+		if alarms[i].member != alarms[j].member {
+			return alarms[i].member < alarms[j].member
+		}
+		return alarms[i].alarm < alarms[j].alarm
+	})
+	for _, a := range alarms {
+		found := false
+		for i := range out {
+			if out[i].ID == hexID(a.member) {
+				out[i].Alarms = append(out[i].Alarms, a.alarm)
+				found = true
+			}
+		}
+		if !found {
+			// Raised by a member no longer listed: it still blocks the
+			// cluster, so show it on every member that answers.
+			warnings = append(warnings, fmt.Sprintf("alarm %s was raised by member %s, which is not in the member list", a.alarm, hexID(a.member)))
+			for i := range out {
+				if out[i].Alive() && !contains(out[i].Alarms, a.alarm) {
+					out[i].Alarms = append(out[i].Alarms, a.alarm)
+				}
+			}
+		}
+	}
+	return out, warnings
+}
+
+func normURL(cfg etcdconn.Config, ep string) string {
+	return strings.TrimRight(cfg.URL(strings.TrimSpace(ep)), "/")
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }
+
+// checkBackup finds the newest committed backup of the cluster and its age.
+// A store failure is reported in the status, never returned.
+func checkBackup(ctx context.Context, opts Options) *BackupStatus {
+	bs := &BackupStatus{ClusterID: opts.ClusterID, Location: opts.Location, MaxAge: opts.MaxBackupAge}
+	entries, err := backup.Inventory(ctx, opts.Store, opts.Layout, opts.ClusterID)
+	if err != nil {
+		bs.Error = oneLine(err)
+		return bs
+	}
+	const maxUnreadable = 3
+	for _, e := range entries {
+		if !e.Committed {
+			continue
+		}
+		m, err := backup.LoadManifest(ctx, opts.Store, opts.Layout, opts.ClusterID, e.Name)
+		if err != nil {
+			if ctx.Err() != nil {
+				bs.Error = oneLine(err)
+				return bs
+			}
+			bs.Unreadable = append(bs.Unreadable, e.Name+" ("+oneLine(err)+")")
+			if len(bs.Unreadable) >= maxUnreadable {
+				return bs
+			}
+			continue
+		}
+		bs.Newest = &BackupInfo{Name: e.Name, Kind: string(e.Kind), Time: e.Time, Revision: m.Revision(), Source: m.Source.Name}
+		bs.Age = opts.Now().Sub(e.Time)
+		return bs
+	}
+	return bs
+}

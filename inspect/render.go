@@ -1,0 +1,129 @@
+package inspect
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/armada/etcd-recovery/internal/output"
+)
+
+// Table is the members table of the report.
+func (r *Report) Table() output.Table {
+	t := output.Table{Header: []string{"NAME", "ID", "ENDPOINT", "VERSION", "HEALTH", "ROLE", "TERM", "RAFT INDEX",
+		"APPLIED", "LAG", "DB SIZE", "IN USE", "ALARMS", "LATENCY", "ERROR"}}
+	for _, m := range r.Members {
+		role := "-"
+		switch {
+		case m.Unlisted:
+			role = "unlisted"
+		case m.Learner:
+			role = "learner"
+		case m.StatusOK && m.Leader:
+			role = "leader"
+		case m.StatusOK:
+			role = "follower"
+		}
+		dash := func(s string) string {
+			if s == "" {
+				return "-"
+			}
+			return s
+		}
+		term, idx, applied, lag, db, inUse := "-", "-", "-", "-", "-", "-"
+		if m.StatusOK {
+			term, idx, applied, lag = fmt.Sprint(m.RaftTerm), fmt.Sprint(m.RaftIndex), fmt.Sprint(m.AppliedIndex), fmt.Sprint(m.Lag)
+			db, inUse = output.Bytes(m.DBSize), output.Bytes(m.DBSizeInUse)
+		}
+		latency := "-"
+		if m.Alive() {
+			latency = fmt.Sprintf("%.1fms", m.LatencyMS)
+		}
+		name := m.Name
+		if name == "" {
+			name = m.Label()
+		}
+		t.Rows = append(t.Rows, []string{name, dash(m.ID), m.ClientURL, dash(m.Version), string(m.Health), role,
+			term, idx, applied, lag, db, inUse, dash(strings.Join(m.Alarms, ",")), latency, dash(m.Error)})
+	}
+	return t
+}
+
+// Lines are the verdict, leader, flags, backup and next-step lines printed
+// under the table.
+func (r *Report) Lines() []string {
+	var out []string
+	out = append(out, fmt.Sprintf("VERDICT: %s (%s)", r.Verdict, r.Summary))
+	switch {
+	case r.Leader != "":
+		l := "LEADER: " + r.Leader
+		if r.LeaderID != "" && r.LeaderID != r.Leader {
+			l += " (" + r.LeaderID + ")"
+		}
+		if r.LeaderNote != "" {
+			l += ": " + r.LeaderNote
+		}
+		if r.ClusterID != "" {
+			l += "; cluster " + r.ClusterID
+		}
+		out = append(out, l)
+	default:
+		out = append(out, "LEADER: none")
+	}
+	for _, f := range r.Flags {
+		l := strings.ToUpper(string(f.Severity)) + ": " + f.Message
+		if f.Runbook != "" {
+			l += " (" + f.Runbook + ")"
+		}
+		out = append(out, l)
+	}
+	for _, w := range r.Warnings {
+		out = append(out, "WARNING: "+w)
+	}
+	out = append(out, "BACKUP: "+r.backupLine())
+	ns := "NEXT STEP: " + r.NextStep.Action
+	if len(r.NextStep.Runbooks) > 0 {
+		ns += " (see " + strings.Join(r.NextStep.Runbooks, ", then ") + ")"
+	}
+	return append(out, ns)
+}
+
+func (r *Report) backupLine() string {
+	b := r.Backup
+	if b == nil {
+		return "not checked (give --bucket and --cluster-id)"
+	}
+	switch b.State {
+	case BackupUnknown:
+		return "UNKNOWN: the object store failed: " + b.Error
+	case BackupMissing:
+		return "MISSING: no committed backup of cluster " + b.ClusterID
+	}
+	n := b.Newest
+	l := fmt.Sprintf("newest %s (%s, revision %d", n.Name, n.Kind, n.Revision)
+	if n.Source != "" {
+		l += ", from " + n.Source
+	}
+	l += fmt.Sprintf(") is %s old: ", b.AgeText)
+	if b.State == BackupStale {
+		return l + "STALE (max " + b.MaxAgeText + ")"
+	}
+	return l + "OK (max " + b.MaxAgeText + ")"
+}
+
+// Render writes the report as the members table followed by its lines, or
+// as JSON of the same report.
+func Render(w io.Writer, f output.Format, r *Report) error {
+	if f == output.FormatJSON {
+		return output.Render(w, f, output.Table{}, r)
+	}
+	if err := output.Render(w, f, r.Table(), nil); err != nil {
+		return err
+	}
+	for _, l := range r.Lines() {
+		if _, err := fmt.Fprintln(w, l); err != nil {
+			return err
+		}
+	}
+	return nil
+}
