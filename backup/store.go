@@ -3,8 +3,8 @@ package backup
 import (
 	"context"
 	"fmt"
-	"strings"
 	"io"
+	"strings"
 	"time"
 )
 
