@@ -87,8 +87,14 @@ CLUSTER=demo-1927b9f56bc841c2
 step "backup: etcd-recovery backup --cluster-id $CLUSTER --kind scheduled"
 "$TOOL" backup --cluster-id "$CLUSTER" --kind scheduled
 
-step "a second backup with one member left (the seed runbook's lone-pod case)"
-kill "${pids[0]}" "${pids[1]}"; sleep 1
+step "inspect: health, quorum, backup freshness (exit 0 = HEALTHY)"
+"$TOOL" inspect --cluster-id "$CLUSTER" --timeout 2s || echo "(inspect exit $?)"
+
+step "disaster: two of three members die"
+kill -9 "${pids[0]}" "${pids[1]}"; sleep 2
+"$TOOL" inspect --cluster-id "$CLUSTER" --timeout 2s || echo "(inspect exit $? = QUORUM LOST)"
+
+step "survivor snapshot: back up the one member left (the seed runbook's lone-pod case)"
 "$TOOL" backup --cluster-id "$CLUSTER" --kind manual --probe-timeout 2s
 
 step "list: etcd-recovery list --cluster-id $CLUSTER"
