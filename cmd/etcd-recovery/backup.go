@@ -19,8 +19,9 @@ func backupCommand() *cli.Command {
 			&cli.StringFlag{Name: "v2", Value: "auto", Usage: "export the v2 keyspace: auto (when served), on (required) or off"},
 			&cli.StringFlag{Name: "compress", Value: "zstd", Usage: "zstd or none"},
 			&cli.DurationFlag{Name: "probe-timeout", Value: defaultProbeTimeout, Usage: "bound on each member probe"},
+			&cli.BoolFlag{Name: "prune", Usage: "once the backup is committed, apply the retention policy to the cluster (see prune)"},
 			outputFlag(),
-		}),
+		}, policyFlags()),
 		Action: runBackup,
 	}
 }
@@ -58,20 +59,52 @@ func runBackup(c *cli.Context) error {
 		return err
 	}
 	opts.Store, opts.Layout = store, layout
+	if c.Bool("prune") {
+		policy, err := policyFromFlags(c)
+		if err != nil {
+			return err
+		}
+		opts.Prune = &policy
+	}
 	prog := output.NewProgress(fmt.Sprintf("backup %s", opts.ClusterID))
 	opts.Progress = prog.Update
 	res, err := backup.Run(c.Context, opts)
 	prog.Done()
-	if err != nil {
+	if res == nil {
 		return err
 	}
+	// A committed backup is printed even when the prune after it failed.
 	m := res.Manifest
 	t := output.Table{
 		Header: []string{"CLUSTER", "BACKUP", "REVISION", "RAW", "STORED", "V2 KEYS", "SOURCE", "DURATION"},
 		Rows: [][]string{{m.ClusterID, m.Name, fmt.Sprint(m.RevisionBefore), output.Bytes(m.Snapshot.RawSize),
 			output.Bytes(m.Snapshot.StoredSize), v2Keys(m), m.Source.Name, res.Duration.Round(1e6).String()}},
 	}
-	return output.Render(c.App.Writer, format, t, m)
+	if res.Pruned == nil {
+		if rerr := output.Render(c.App.Writer, format, t, m); rerr != nil {
+			return rerr
+		}
+		return err
+	}
+	if format == output.FormatJSON {
+		// The manifest, as without --prune, plus the prune report.
+		data := struct {
+			*backup.Manifest
+			Pruned *backup.PruneReport `json:"pruned"`
+		}{m, res.Pruned}
+		if rerr := output.Render(c.App.Writer, format, t, data); rerr != nil {
+			return rerr
+		}
+		return err
+	}
+	if rerr := output.Render(c.App.Writer, format, t, m); rerr != nil {
+		return rerr
+	}
+	fmt.Fprintln(c.App.Writer)
+	if rerr := renderPrune(c, format, res.Pruned); rerr != nil {
+		return rerr
+	}
+	return err
 }
 
 func v2Keys(m *backup.Manifest) string {

@@ -1,6 +1,72 @@
 package main
 
-import "github.com/urfave/cli/v2"
+import (
+	"errors"
+	"fmt"
 
-// deleteCommand is wired in a later change.
-func deleteCommand() *cli.Command { return &cli.Command{Name: "delete", Hidden: true} }
+	"github.com/urfave/cli/v2"
+
+	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/output"
+)
+
+func deleteCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "delete",
+		Usage: "delete named backups of one cluster, of any kind (manifest first)",
+		Description: "The only way manual and pre-restore backups are deleted. Names that do not exist, and the\n" +
+			"newest committed backup (without --force), are refused before anything is deleted.",
+		Flags: concat(cosFlags(), []cli.Flag{
+			clusterIDFlag(),
+			&cli.StringSliceFlag{Name: "backup", Usage: "backup name, as `list` shows it (repeatable)"},
+			&cli.BoolFlag{Name: "force", Usage: "allow deleting the newest committed backup"},
+			outputFlag(),
+		}),
+		Action: runDelete,
+	}
+}
+
+func runDelete(c *cli.Context) error {
+	log, err := logger(c)
+	if err != nil {
+		return err
+	}
+	opts := backup.DeleteOptions{ClusterID: c.String("cluster-id"), Names: c.StringSlice("backup"), Force: c.Bool("force"), Log: log}
+	if opts.ClusterID == "" {
+		return usagef("delete: --cluster-id is required")
+	}
+	if err := backup.ValidateClusterID(opts.ClusterID); err != nil {
+		return usageError{err}
+	}
+	if len(opts.Names) == 0 {
+		return usagef("delete: --backup is required")
+	}
+	for _, n := range opts.Names {
+		if _, _, err := backup.ParseBackupName(n); err != nil {
+			return usagef("delete: --backup: %v", err)
+		}
+	}
+	format, err := output.ParseFormat(c.String("output"))
+	if err != nil {
+		return usageError{err}
+	}
+	store, layout, err := cosStore(c)
+	if err != nil {
+		return err
+	}
+	opts.Store, opts.Layout = store, layout
+	rep, err := backup.Delete(c.Context, opts)
+	if errors.Is(err, backup.ErrNewestBackup) {
+		err = fmt.Errorf("%w: pass --force", err)
+	}
+	if rep != nil {
+		t := output.Table{Header: pruneHeader}
+		for _, a := range rep.Backups {
+			t.Rows = append(t.Rows, backupRow(a))
+		}
+		if rerr := output.Render(c.App.Writer, format, t, rep); rerr != nil && err == nil {
+			err = rerr
+		}
+	}
+	return err
+}

@@ -15,8 +15,8 @@ const defaultProbeTimeout = 3 * time.Second
 func listCommand() *cli.Command {
 	return &cli.Command{
 		Name:   "list",
-		Usage:  "list a cluster's backups, newest first, incomplete ones marked",
-		Flags:  concat(cosFlags(), []cli.Flag{clusterIDFlag(), outputFlag()}),
+		Usage:  "list a cluster's backups, newest first, incomplete ones marked, with why retention keeps or deletes each",
+		Flags:  concat(cosFlags(), []cli.Flag{clusterIDFlag(), outputFlag()}, policyFlags()),
 		Action: runList,
 	}
 }
@@ -34,6 +34,22 @@ type listRow struct {
 	Source     string           `json:"source,omitempty"`
 	Error      string           `json:"error,omitempty"`
 	Manifest   *backup.Manifest `json:"manifest,omitempty"`
+	// Retention is what prune would do with the backup now.
+	Retention retention `json:"retention"`
+}
+
+// retention is the retention decision for one backup in `list`.
+type retention struct {
+	Keep   bool     `json:"keep"`
+	Rules  []string `json:"rules,omitempty"`
+	Reason string   `json:"reason"`
+}
+
+func (r retention) String() string {
+	if r.Keep {
+		return "keep: " + r.Reason
+	}
+	return "would delete: " + r.Reason
 }
 
 func runList(c *cli.Context) error {
@@ -48,6 +64,10 @@ func runList(c *cli.Context) error {
 	if err != nil {
 		return usageError{err}
 	}
+	policy, err := policyFromFlags(c)
+	if err != nil {
+		return err
+	}
 	store, layout, err := cosStore(c)
 	if err != nil {
 		return err
@@ -56,10 +76,21 @@ func runList(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("list cluster %s: %w", clusterID, err)
 	}
+	// Pure: the plan is only shown, nothing is deleted.
+	entries := make([]backup.Entry, len(listed))
+	for i, l := range listed {
+		entries[i] = l.Entry
+	}
+	decisions := map[string]backup.Decision{}
+	for _, d := range backup.ApplyPolicy(entries, time.Now(), policy).Decisions {
+		decisions[d.Entry.Name] = d
+	}
 	rows := make([]listRow, 0, len(listed))
-	t := output.Table{Header: []string{"BACKUP", "KIND", "TIME (UTC)", "STATUS", "REVISION", "RAW", "STORED", "V2 KEYS", "SOURCE"}}
+	t := output.Table{Header: []string{"BACKUP", "KIND", "TIME (UTC)", "STATUS", "REVISION", "RAW", "STORED", "V2 KEYS", "SOURCE", "RULE/REASON"}}
 	for _, l := range listed {
-		r := listRow{Name: l.Name, Kind: l.Kind, Time: l.Time, Status: "committed"}
+		d := decisions[l.Name]
+		r := listRow{Name: l.Name, Kind: l.Kind, Time: l.Time, Status: "committed",
+			Retention: retention{Keep: d.Keep, Rules: d.Rules, Reason: d.Reason}}
 		for _, o := range l.Objects {
 			r.StoredSize += o.Size
 		}
@@ -85,7 +116,7 @@ func runList(c *cli.Context) error {
 			rev, raw = fmt.Sprint(r.Revision), output.Bytes(r.RawSize)
 		}
 		t.Rows = append(t.Rows, []string{r.Name, string(r.Kind), r.Time.Format("2006-01-02 15:04:05"), r.Status, rev, raw,
-			output.Bytes(r.StoredSize), v2, r.Source})
+			output.Bytes(r.StoredSize), v2, r.Source, r.Retention.String()})
 	}
 	return output.Render(c.App.Writer, format, t, rows)
 }

@@ -1,6 +1,176 @@
 package main
 
-import "github.com/urfave/cli/v2"
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
 
-// pruneCommand is wired in a later change.
-func pruneCommand() *cli.Command { return &cli.Command{Name: "prune", Hidden: true} }
+	"github.com/urfave/cli/v2"
+
+	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/output"
+)
+
+func pruneCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "prune",
+		Usage: "apply the retention policy in COS: delete old backups (manifest first) and stale multipart uploads",
+		Description: "Lists the cluster (or, with --all, every cluster under the prefix) once, decides for every backup\n" +
+			"whether to keep or delete it and why, then deletes. If a listing fails, nothing is deleted.\n" +
+			"Manual and pre-restore backups are never deleted here: use `etcd-recovery delete`.",
+		Flags: concat(cosFlags(), []cli.Flag{
+			clusterIDFlag(),
+			&cli.BoolFlag{Name: "all", Usage: "prune every cluster under the prefix (instead of --cluster-id)"},
+			&cli.BoolFlag{Name: "dry-run", Usage: "print the plan, delete nothing"},
+			outputFlag(),
+		}, policyFlags()),
+		Action: runPrune,
+	}
+}
+
+// policyFlags are the retention policy flags of prune, backup --prune and
+// list.
+func policyFlags() []cli.Flag {
+	d := backup.DefaultPolicy()
+	days := make([]string, len(d.AnchorDays))
+	for i, n := range d.AnchorDays {
+		days[i] = strconv.Itoa(n)
+	}
+	return []cli.Flag{
+		&cli.IntFlag{Name: "keep-recent", Value: d.Recent, Usage: "keep this many newest committed scheduled backups"},
+		&cli.IntFlag{Name: "keep-anchors", Value: d.Anchors, Usage: "keep the earliest backup of this many most recent anchor dates"},
+		&cli.StringFlag{Name: "anchor-days", Value: strings.Join(days, ","), Usage: "days of the month that are anchor dates (comma-separated, UTC)"},
+		&cli.BoolFlag{Name: "keep-today-updates", Value: d.KeepTodayUpdates, Usage: "keep every update backup taken today (UTC)"},
+		&cli.DurationFlag{Name: "incomplete-after", Value: d.IncompleteAfter, Usage: "delete folders without a manifest last written longer ago than this"},
+	}
+}
+
+// policyFromFlags builds and validates the policy from policyFlags.
+func policyFromFlags(c *cli.Context) (backup.Policy, error) {
+	p := backup.DefaultPolicy()
+	p.Recent = c.Int("keep-recent")
+	p.Anchors = c.Int("keep-anchors")
+	p.KeepTodayUpdates = c.Bool("keep-today-updates")
+	p.IncompleteAfter = c.Duration("incomplete-after")
+	p.AnchorDays = nil
+	for _, f := range strings.Split(c.String("anchor-days"), ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			return p, usagef("--anchor-days %q: %q is not a day of the month", c.String("anchor-days"), f)
+		}
+		p.AnchorDays = append(p.AnchorDays, n)
+	}
+	if err := p.Validate(); err != nil {
+		return p, usageError{err}
+	}
+	return p, nil
+}
+
+func runPrune(c *cli.Context) error {
+	log, err := logger(c)
+	if err != nil {
+		return err
+	}
+	opts := backup.PruneOptions{All: c.Bool("all"), DryRun: c.Bool("dry-run"), Log: log}
+	id := c.String("cluster-id")
+	switch {
+	case opts.All && id != "":
+		return usagef("prune: --cluster-id and --all are exclusive")
+	case !opts.All && id == "":
+		return usagef("prune: --cluster-id or --all is required")
+	case id != "":
+		if err := backup.ValidateClusterID(id); err != nil {
+			return usageError{err}
+		}
+		opts.ClusterIDs = []string{id}
+	}
+	if opts.Policy, err = policyFromFlags(c); err != nil {
+		return err
+	}
+	format, err := output.ParseFormat(c.String("output"))
+	if err != nil {
+		return usageError{err}
+	}
+	store, layout, err := cosStore(c)
+	if err != nil {
+		return err
+	}
+	opts.Store, opts.Layout = store, layout
+	rep, err := backup.Prune(c.Context, opts)
+	if rep != nil {
+		if rerr := renderPrune(c, format, rep); rerr != nil && err == nil {
+			err = rerr
+		}
+	}
+	return err
+}
+
+// pruneHeader is the table of prune, backup --prune and delete.
+var pruneHeader = []string{"CLUSTER", "BACKUP", "KIND", "TIME (UTC)", "ACTION", "REASON"}
+
+// pruneRows are the table rows of a prune report: every backup, then every
+// multipart upload, per cluster.
+func pruneRows(rep *backup.PruneReport) [][]string {
+	var rows [][]string
+	for _, c := range rep.Clusters {
+		for _, a := range c.Backups {
+			rows = append(rows, backupRow(a))
+		}
+		for _, u := range c.Uploads {
+			reason := u.Reason
+			if u.Error != "" {
+				reason += "; " + u.Error
+			}
+			rows = append(rows, []string{u.ClusterID, u.Name + "/" + pathBase(u.Key), "upload", fmtTime(u.Initiated), u.Action, reason})
+		}
+	}
+	return rows
+}
+
+func backupRow(a backup.BackupAction) []string {
+	reason := a.Reason
+	if a.Error != "" {
+		reason += "; " + a.Error
+	}
+	kind := string(a.Kind)
+	if !a.Committed {
+		kind += " (incomplete)"
+	}
+	return []string{a.ClusterID, a.Name, kind, fmtTime(a.Time), a.Action, reason}
+}
+
+func renderPrune(c *cli.Context, format output.Format, rep *backup.PruneReport) error {
+	if err := output.Render(c.App.Writer, format, output.Table{Header: pruneHeader, Rows: pruneRows(rep)}, rep); err != nil {
+		return err
+	}
+	if format == output.FormatTable {
+		verb := "deleted"
+		if rep.DryRun {
+			verb = "would delete"
+		}
+		_, err := fmt.Fprintf(c.App.Writer, "%d kept, %s %d (%d failed), %d of %d multipart uploads stale; listed %d objects in %s\n",
+			rep.Kept, verb, planned(rep), rep.Failed, rep.Stale, rep.Uploads, rep.Stats.ObjectsListed, rep.Stats.Duration.Round(time.Millisecond))
+		return err
+	}
+	return nil
+}
+
+func planned(rep *backup.PruneReport) int {
+	if rep.DryRun {
+		return rep.Planned
+	}
+	return rep.Deleted
+}
+
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05")
+}
+
+func pathBase(key string) string { return key[strings.LastIndex(key, "/")+1:] }

@@ -1,0 +1,718 @@
+package backup
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Prune applies the retention policy in the store, and Delete removes
+// backups by name. Both delete a backup the same way, so that a backup is
+// never left committed but broken:
+//
+//  1. the manifests of every backup to delete are deleted first: from then
+//     on a backup whose deletion stops halfway is only an incomplete folder,
+//     which nothing restores from and a later prune removes;
+//  2. the other objects are deleted only for the backups whose manifest is
+//     gone (and for incomplete folders, which have none);
+//  3. Prune then aborts the stale multipart uploads.
+//
+// Prune lists everything it plans from before it deletes anything: if a
+// listing fails, nothing is deleted.
+
+// Actions recorded in BackupAction.Action and UploadAction.Action.
+const (
+	ActionKeep    = "keep"
+	ActionDelete  = "delete"  // planned (dry run)
+	ActionDeleted = "deleted" // every object of the backup is gone
+	ActionAbort   = "abort"   // planned (dry run)
+	ActionAborted = "aborted"
+	ActionFailed  = "FAILED"
+)
+
+// Steps of a prune, named in a PruneError.
+const (
+	PruneStepValidate    = "validate"
+	PruneStepList        = "list backups"
+	PruneStepListUploads = "list multipart uploads"
+	PruneStepPlan        = "plan"
+	PruneStepDelete      = "delete"
+)
+
+// PruneOptions configure Prune.
+type PruneOptions struct {
+	Store  Store
+	Layout Layout
+	// ClusterIDs are the clusters to prune. Alternatively, All prunes every
+	// cluster under the layout's prefix from one listing.
+	ClusterIDs []string
+	All        bool
+	Policy     Policy
+	// Now is the time the policy is applied at; default time.Now().
+	Now time.Time
+	// UploadMaxAge is the age after which a multipart upload is aborted;
+	// default DefaultUploadMaxAge (24h).
+	UploadMaxAge time.Duration
+	// DryRun plans and reports without deleting anything.
+	DryRun bool
+	Log    *slog.Logger
+}
+
+// BackupAction is what happened (or, in a dry run, would happen) to one
+// backup folder.
+type BackupAction struct {
+	ClusterID string    `json:"clusterID"`
+	Name      string    `json:"name"`
+	Kind      Kind      `json:"kind"`
+	Time      time.Time `json:"time"`
+	Committed bool      `json:"committed"` // it had a manifest
+	Objects   int       `json:"objects"`
+	Bytes     int64     `json:"bytes"`
+
+	Keep   bool     `json:"keep"`
+	Rules  []string `json:"rules,omitempty"` // why it is kept (Rule*)
+	Reason string   `json:"reason"`          // why it is kept or deleted; never empty
+	// Action is keep, delete (dry run), deleted or FAILED.
+	Action string `json:"action"`
+
+	// ManifestDeleted says the manifest is gone: the backup no longer
+	// exists, even when some of its other objects could not be deleted.
+	ManifestDeleted bool   `json:"manifestDeleted,omitempty"`
+	ObjectsDeleted  int    `json:"objectsDeleted,omitempty"`
+	Error           string `json:"error,omitempty"`
+	// Err is the failure, wrapping a *DeleteError with the keys left.
+	Err error `json:"-"`
+
+	entry Entry
+}
+
+// UploadAction is what happened to one multipart upload in progress.
+type UploadAction struct {
+	ClusterID string    `json:"clusterID"`
+	Name      string    `json:"name"` // the backup folder the upload writes into
+	Key       string    `json:"key"`
+	UploadID  string    `json:"uploadID"`
+	Initiated time.Time `json:"initiated"`
+	Reason    string    `json:"reason"`
+	// Action is keep, abort (dry run), aborted or FAILED.
+	Action string `json:"action"`
+	Error  string `json:"error,omitempty"`
+	Err    error  `json:"-"`
+}
+
+// ClusterPrune is the part of a prune about one cluster.
+type ClusterPrune struct {
+	ClusterID string         `json:"clusterID"`
+	Backups   []BackupAction `json:"backups"` // newest first
+	Uploads   []UploadAction `json:"uploads,omitempty"`
+}
+
+// PruneStats are the numbers of a prune, for logs and benchmarks.
+type PruneStats struct {
+	ObjectsListed  int
+	UploadsListed  int
+	ListDuration   time.Duration // object and upload listings
+	ObjectsDeleted int
+	DeleteRequests int // DeleteObjects requests of up to 1,000 keys
+	DeleteDuration time.Duration
+	UploadsAborted int
+	AbortDuration  time.Duration
+	Duration       time.Duration // the whole prune
+}
+
+// MarshalJSON writes durations in seconds.
+func (s PruneStats) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		ObjectsListed   int     `json:"objectsListed"`
+		UploadsListed   int     `json:"uploadsListed"`
+		ListSeconds     float64 `json:"listSeconds"`
+		ObjectsDeleted  int     `json:"objectsDeleted"`
+		DeleteRequests  int     `json:"deleteRequests"`
+		DeleteSeconds   float64 `json:"deleteSeconds"`
+		UploadsAborted  int     `json:"uploadsAborted"`
+		AbortSeconds    float64 `json:"abortSeconds"`
+		DurationSeconds float64 `json:"durationSeconds"`
+	}{s.ObjectsListed, s.UploadsListed, s.ListDuration.Seconds(), s.ObjectsDeleted, s.DeleteRequests,
+		s.DeleteDuration.Seconds(), s.UploadsAborted, s.AbortDuration.Seconds(), s.Duration.Seconds()})
+}
+
+// PruneReport is the plan and the outcome of a prune.
+type PruneReport struct {
+	Now      time.Time      `json:"now"`
+	DryRun   bool           `json:"dryRun"`
+	Clusters []ClusterPrune `json:"clusters"` // by cluster id
+
+	Kept        int `json:"kept"`
+	Planned     int `json:"planned"` // backups to delete
+	Deleted     int `json:"deleted"`
+	Failed      int `json:"failed"`
+	Uploads     int `json:"uploads"`      // uploads in progress seen
+	Stale       int `json:"staleUploads"` // uploads to abort
+	Aborted     int `json:"uploadsAborted"`
+	AbortFailed int `json:"uploadsFailed"`
+
+	Stats PruneStats `json:"stats"`
+}
+
+// PruneError is a failed prune. A listing or planning failure deletes
+// nothing; a delete failure is reported per backup in the report, and the
+// rest of the plan still runs.
+type PruneError struct {
+	Step           string
+	NothingDeleted bool
+	Failed         int // backups not (fully) deleted
+	UploadsFailed  int // stale uploads not aborted
+	// Err joins every failure; errors.As finds the *DeleteError of each.
+	Err   error
+	first error
+}
+
+func (e *PruneError) Error() string {
+	if e.Step != PruneStepDelete {
+		return fmt.Sprintf("prune failed at step %q, nothing was deleted: %v", e.Step, e.Err)
+	}
+	var parts []string
+	if e.Failed > 0 {
+		parts = append(parts, fmt.Sprintf("%d backup(s) could not be deleted", e.Failed))
+	}
+	if e.UploadsFailed > 0 {
+		parts = append(parts, fmt.Sprintf("%d stale upload(s) could not be aborted", e.UploadsFailed))
+	}
+	msg := "prune: " + strings.Join(parts, " and ")
+	if e.first != nil {
+		msg += "; first: " + e.first.Error()
+	}
+	return msg
+}
+
+func (e *PruneError) Unwrap() error { return e.Err }
+
+func (o *PruneOptions) defaults() error {
+	if o.Store == nil {
+		return errors.New("no object store")
+	}
+	if o.All == (len(o.ClusterIDs) > 0) {
+		return errors.New("name the clusters to prune or ask for all of them, not both or neither")
+	}
+	seen := map[string]bool{}
+	var ids []string
+	for _, id := range o.ClusterIDs {
+		if err := ValidateClusterID(id); err != nil {
+			return err
+		}
+		if !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	o.ClusterIDs = ids
+	if err := o.Policy.Validate(); err != nil {
+		return err
+	}
+	if o.Now.IsZero() {
+		o.Now = time.Now()
+	}
+	o.Now = o.Now.UTC()
+	if o.UploadMaxAge <= 0 {
+		o.UploadMaxAge = DefaultUploadMaxAge
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// Prune applies opts.Policy to the backups of the chosen clusters and
+// aborts their stale multipart uploads. It lists once, plans everything,
+// then deletes (see the top of this file). The report is returned whenever
+// the plan was made, also with an error; the error is a *PruneError.
+func Prune(ctx context.Context, opts PruneOptions) (*PruneReport, error) {
+	if err := opts.defaults(); err != nil {
+		return nil, &PruneError{Step: PruneStepValidate, NothingDeleted: true, Err: err}
+	}
+	start := time.Now()
+	log := opts.Log
+	rep := &PruneReport{Now: opts.Now, DryRun: opts.DryRun}
+	failList := func(step string, err error) (*PruneReport, error) {
+		log.Error("prune: listing failed; nothing was deleted", "step", step, "err", err)
+		return nil, &PruneError{Step: step, NothingDeleted: true, Err: err}
+	}
+
+	// 1. List: everything the plan needs, before any delete.
+	prefixes := []string{opts.Layout.RootPrefix()}
+	if !opts.All {
+		prefixes = prefixes[:0]
+		for _, id := range opts.ClusterIDs {
+			prefixes = append(prefixes, opts.Layout.ClusterPrefix(id))
+		}
+	}
+	var objs []ObjectInfo
+	for _, p := range prefixes {
+		o, err := opts.Store.List(ctx, p)
+		if err != nil {
+			return failList(PruneStepList, err)
+		}
+		objs = append(objs, o...)
+	}
+	var uploads []Upload
+	for _, p := range prefixes {
+		u, err := opts.Store.ListUploads(ctx, p)
+		if err != nil {
+			return failList(PruneStepListUploads, err)
+		}
+		uploads = append(uploads, u...)
+	}
+	if err := ctx.Err(); err != nil {
+		return failList(PruneStepList, err)
+	}
+	rep.Stats.ObjectsListed, rep.Stats.UploadsListed = len(objs), len(uploads)
+	rep.Stats.ListDuration = time.Since(start)
+
+	// 2. Plan every cluster.
+	groups := GroupEntries(opts.Layout, objs)
+	wanted := func(id string) bool { return opts.All || slices.Contains(opts.ClusterIDs, id) }
+	byCluster := map[string]*ClusterPrune{}
+	cluster := func(id string) *ClusterPrune {
+		c := byCluster[id]
+		if c == nil {
+			c = &ClusterPrune{ClusterID: id, Backups: []BackupAction{}}
+			byCluster[id] = c
+		}
+		return c
+	}
+	for _, id := range opts.ClusterIDs {
+		cluster(id)
+	}
+	for id := range groups {
+		if wanted(id) {
+			cluster(id)
+		}
+	}
+	var ids []string
+	for id := range byCluster {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		c := byCluster[id]
+		plan := ApplyPolicy(groups[id], opts.Now, opts.Policy)
+		if err := guardPlan(plan); err != nil {
+			return failList(PruneStepPlan, fmt.Errorf("cluster %s: %w", id, err))
+		}
+		for _, d := range plan.Decisions {
+			a := newAction(d.Entry)
+			a.Keep, a.Rules, a.Reason = d.Keep, d.Rules, d.Reason
+			a.Action = ActionKeep
+			if !a.Keep {
+				a.Action = ActionDelete
+			}
+			c.Backups = append(c.Backups, a)
+		}
+	}
+	// Uploads outside the layout belong to something else: never touched.
+	var mine []Upload
+	for _, u := range uploads {
+		if pk, ok := opts.Layout.ParseKey(u.Key); ok && wanted(pk.ClusterID) {
+			mine = append(mine, u)
+		}
+	}
+	stale := map[Upload]bool{}
+	for _, u := range StaleUploads(mine, opts.Now, opts.UploadMaxAge) {
+		stale[u] = true
+	}
+	for _, u := range mine {
+		pk, _ := opts.Layout.ParseKey(u.Key)
+		ua := UploadAction{ClusterID: pk.ClusterID, Name: pk.Name, Key: u.Key, UploadID: u.UploadID, Initiated: u.Initiated, Action: ActionKeep}
+		age := opts.Now.Sub(u.Initiated)
+		switch {
+		case stale[u]:
+			ua.Action = ActionAbort
+			ua.Reason = fmt.Sprintf("multipart upload initiated %s ago, older than %s: abandoned", fmtDuration(age), fmtDuration(opts.UploadMaxAge))
+		case u.Initiated.IsZero():
+			ua.Reason = "multipart upload without an initiation time: never aborted automatically"
+		default:
+			ua.Reason = fmt.Sprintf("multipart upload initiated %s ago, not older than %s: may be in flight", fmtDuration(max(age, 0)), fmtDuration(opts.UploadMaxAge))
+		}
+		c := cluster(pk.ClusterID)
+		c.Uploads = append(c.Uploads, ua)
+	}
+	ids = ids[:0]
+	for id := range byCluster { // now with the clusters that only have uploads
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	var toDelete []*BackupAction
+	var toAbort []*UploadAction
+	for _, id := range ids {
+		c := byCluster[id]
+		slices.SortStableFunc(c.Uploads, func(a, b UploadAction) int {
+			return cmp.Or(a.Initiated.Compare(b.Initiated), strings.Compare(a.Key, b.Key), strings.Compare(a.UploadID, b.UploadID))
+		})
+		rep.Clusters = append(rep.Clusters, *c)
+	}
+	for ci := range rep.Clusters {
+		c := &rep.Clusters[ci]
+		var del int
+		for i := range c.Backups {
+			if c.Backups[i].Keep {
+				rep.Kept++
+			} else {
+				del++
+				toDelete = append(toDelete, &c.Backups[i])
+			}
+		}
+		for i := range c.Uploads {
+			rep.Uploads++
+			if c.Uploads[i].Action == ActionAbort {
+				toAbort = append(toAbort, &c.Uploads[i])
+			}
+		}
+		if del > 0 || len(c.Uploads) > 0 {
+			log.Debug("prune plan", "cluster", c.ClusterID, "backups", len(c.Backups), "keep", len(c.Backups)-del, "delete", del,
+				"uploads", len(c.Uploads), "dry_run", opts.DryRun)
+		}
+	}
+	rep.Planned, rep.Stale = len(toDelete), len(toAbort)
+
+	if opts.DryRun {
+		rep.Stats.Duration = time.Since(start)
+		log.Info("prune dry run: nothing deleted", "kept", rep.Kept, "would_delete", rep.Planned, "would_abort_uploads", rep.Stale)
+		return rep, nil
+	}
+
+	// 3. Delete: manifests first, then the rest; then abort stale uploads.
+	t := time.Now()
+	deleteBackups(ctx, opts.Store, toDelete, &rep.Stats, log)
+	rep.Stats.DeleteDuration = time.Since(t)
+
+	t = time.Now()
+	for _, ua := range toAbort {
+		if err := opts.Store.AbortUpload(ctx, Upload{Key: ua.Key, UploadID: ua.UploadID, Initiated: ua.Initiated}); err != nil {
+			ua.Action, ua.Err = ActionFailed, fmt.Errorf("abort upload %s of %s: %w", ua.UploadID, ua.Key, err)
+			ua.Error = ua.Err.Error()
+			log.Warn("prune: could not abort a stale multipart upload", "key", ua.Key, "upload_id", ua.UploadID, "err", err)
+			continue
+		}
+		ua.Action = ActionAborted
+		rep.Stats.UploadsAborted++
+		log.Info("aborted stale multipart upload", "key", ua.Key, "initiated", ua.Initiated)
+	}
+	rep.Stats.AbortDuration = time.Since(t)
+
+	pe := &PruneError{Step: PruneStepDelete}
+	var errs []error
+	for _, a := range toDelete {
+		if a.Action == ActionDeleted {
+			rep.Deleted++
+		} else {
+			rep.Failed++
+			errs = append(errs, a.Err)
+		}
+	}
+	for _, ua := range toAbort {
+		if ua.Action == ActionAborted {
+			rep.Aborted++
+		} else {
+			rep.AbortFailed++
+			errs = append(errs, ua.Err)
+		}
+	}
+	rep.Stats.Duration = time.Since(start)
+	log.Info("prune finished", "kept", rep.Kept, "deleted", rep.Deleted, "failed", rep.Failed,
+		"uploads_aborted", rep.Aborted, "uploads_failed", rep.AbortFailed,
+		"objects_listed", rep.Stats.ObjectsListed, "objects_deleted", rep.Stats.ObjectsDeleted,
+		"duration", rep.Stats.Duration.Round(time.Millisecond))
+	if len(errs) == 0 {
+		return rep, nil
+	}
+	pe.Failed, pe.UploadsFailed, pe.Err, pe.first = rep.Failed, rep.AbortFailed, errors.Join(errs...), errs[0]
+	return rep, pe
+}
+
+// guardPlan is a last guard against a policy bug: a cluster that has a
+// committed backup keeps at least one.
+func guardPlan(p Plan) error {
+	var committed, kept bool
+	for _, d := range p.Decisions {
+		if d.Entry.Committed {
+			committed = true
+			kept = kept || d.Keep
+		}
+	}
+	if committed && !kept {
+		return errors.New("the plan would delete every committed backup: refusing")
+	}
+	return nil
+}
+
+func newAction(e Entry) BackupAction {
+	a := BackupAction{ClusterID: e.ClusterID, Name: e.Name, Kind: e.Kind, Time: e.Time, Committed: e.Committed,
+		Objects: len(e.Objects), entry: e}
+	for _, o := range e.Objects {
+		a.Bytes += o.Size
+	}
+	return a
+}
+
+// manifestKeys returns the keys of the backup's manifest objects.
+func manifestKeys(e Entry) []string {
+	var out []string
+	for _, o := range e.Objects {
+		if path.Base(o.Key) == ManifestObject {
+			out = append(out, o.Key)
+		}
+	}
+	return out
+}
+
+// deleteBackups deletes the folders of acts, manifest first, and records
+// each outcome in its action.
+func deleteBackups(ctx context.Context, store Store, acts []*BackupAction, stats *PruneStats, log *slog.Logger) {
+	if len(acts) == 0 {
+		return
+	}
+	// Phase 1: the manifests. A backup whose manifest is gone is no longer
+	// a backup, whatever happens next.
+	var manifests []string
+	for _, a := range acts {
+		manifests = append(manifests, manifestKeys(a.entry)...)
+	}
+	failed1 := storeDelete(ctx, store, manifests, stats)
+
+	// Phase 2: the other objects, only of backups without a manifest now.
+	var rest []string
+	for _, a := range acts {
+		mk := manifestKeys(a.entry)
+		if f := subset(failed1, mk); len(f) > 0 {
+			a.fail(fmt.Errorf("delete backup %s/%s: its manifest could not be deleted, so the backup was left complete: %w",
+				a.ClusterID, a.Name, failedKeys(f)))
+			a.ObjectsDeleted = len(mk) - len(f)
+			log.Warn("prune: could not delete a manifest; the backup is left complete", "cluster", a.ClusterID, "backup", a.Name, "err", a.Err)
+			continue
+		}
+		a.ManifestDeleted = a.Committed
+		for _, o := range a.entry.Objects {
+			if !slices.Contains(mk, o.Key) {
+				rest = append(rest, o.Key)
+			}
+		}
+	}
+	failed2 := storeDelete(ctx, store, rest, stats)
+
+	for _, a := range acts {
+		if a.Action == ActionFailed {
+			continue
+		}
+		f := subset(failed2, a.entry.Keys())
+		a.ObjectsDeleted = a.Objects - len(f)
+		if len(f) > 0 {
+			what := "incomplete folder"
+			if a.Committed {
+				what = "manifest deleted, so the backup no longer exists, but"
+			}
+			a.fail(fmt.Errorf("delete backup %s/%s: %s %d of %d objects were left (a later prune removes them): %w",
+				a.ClusterID, a.Name, what, len(f), a.Objects, failedKeys(f)))
+			log.Warn("prune: could not delete every object of a backup", "cluster", a.ClusterID, "backup", a.Name, "err", a.Err)
+			continue
+		}
+		a.Action = ActionDeleted
+		log.Debug("deleted backup", "cluster", a.ClusterID, "backup", a.Name, "kind", a.Kind, "reason", a.Reason)
+	}
+}
+
+func (a *BackupAction) fail(err error) {
+	a.Action, a.Err, a.Error = ActionFailed, err, err.Error()
+}
+
+// storeDelete deletes keys and returns the keys that may still exist. An
+// error that is not a *DeleteError leaves every key's fate unknown: all
+// count as failed.
+func storeDelete(ctx context.Context, store Store, keys []string, stats *PruneStats) map[string]error {
+	if len(keys) == 0 {
+		return nil
+	}
+	stats.DeleteRequests += (len(keys) + 999) / 1000
+	err := store.Delete(ctx, keys)
+	failed := map[string]error{}
+	var de *DeleteError
+	switch {
+	case err == nil:
+	case errors.As(err, &de) && len(de.Failed) > 0:
+		for _, k := range keys {
+			if e, ok := de.Failed[k]; ok {
+				failed[k] = e
+			}
+		}
+	default:
+		for _, k := range keys {
+			failed[k] = err
+		}
+	}
+	stats.ObjectsDeleted += len(keys) - len(failed)
+	return failed
+}
+
+// keysError is a *DeleteError whose causes errors.Is and errors.As see too.
+type keysError struct{ *DeleteError }
+
+func (e keysError) Unwrap() []error {
+	out := []error{e.DeleteError}
+	keys := make([]string, 0, len(e.Failed))
+	for k := range e.Failed {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	seen := map[string]bool{} // by message: errors need not be comparable
+	for _, k := range keys {
+		if c := e.Failed[k]; c != nil && !seen[c.Error()] {
+			seen[c.Error()] = true
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func failedKeys(f map[string]error) error { return keysError{&DeleteError{Failed: f}} }
+
+func subset(failed map[string]error, keys []string) map[string]error {
+	var out map[string]error
+	for _, k := range keys {
+		if e, ok := failed[k]; ok {
+			if out == nil {
+				out = map[string]error{}
+			}
+			out[k] = e
+		}
+	}
+	return out
+}
+
+// Errors of Delete.
+var (
+	ErrBackupNotFound = errors.New("no such backup")
+	ErrNewestBackup   = errors.New("it is the newest committed backup of the cluster")
+)
+
+// DeleteOptions configure Delete.
+type DeleteOptions struct {
+	Store     Store
+	Layout    Layout
+	ClusterID string
+	Names     []string // backup folder names
+	// Force allows deleting the newest committed backup.
+	Force bool
+	Log   *slog.Logger
+}
+
+// DeleteReport is the outcome of Delete.
+type DeleteReport struct {
+	ClusterID string         `json:"clusterID"`
+	Backups   []BackupAction `json:"backups"`
+	Stats     PruneStats     `json:"stats"`
+}
+
+// Delete removes the named backups of one cluster, whatever their kind: the
+// only way manual and pre-restore backups are deleted. It lists the cluster
+// once and refuses, deleting nothing, names that do not exist and (without
+// Force) the newest committed backup. Each backup is deleted manifest
+// first. A failure is reported per backup and returned as an error
+// wrapping a *DeleteError.
+func Delete(ctx context.Context, opts DeleteOptions) (*DeleteReport, error) {
+	if opts.Store == nil {
+		return nil, errors.New("delete: no object store")
+	}
+	if err := ValidateClusterID(opts.ClusterID); err != nil {
+		return nil, fmt.Errorf("delete: %w", err)
+	}
+	if len(opts.Names) == 0 {
+		return nil, errors.New("delete: no backup named")
+	}
+	log := opts.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	var names []string
+	for _, n := range opts.Names {
+		if _, _, err := ParseBackupName(n); err != nil {
+			return nil, fmt.Errorf("delete: %w", err)
+		}
+		if !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	start := time.Now()
+	entries, err := Inventory(ctx, opts.Store, opts.Layout, opts.ClusterID)
+	if err != nil {
+		return nil, fmt.Errorf("delete: list cluster %s, nothing was deleted: %w", opts.ClusterID, err)
+	}
+	rep := &DeleteReport{ClusterID: opts.ClusterID, Backups: []BackupAction{}}
+	rep.Stats.ListDuration = time.Since(start)
+	for _, e := range entries {
+		rep.Stats.ObjectsListed += len(e.Objects)
+	}
+	newest := ""
+	for _, e := range entries {
+		if e.Committed {
+			newest = e.Name
+			break
+		}
+	}
+	byName := map[string]Entry{}
+	for _, e := range entries {
+		byName[e.Name] = e
+	}
+	var missing []string
+	for _, n := range names {
+		if _, ok := byName[n]; !ok {
+			missing = append(missing, n)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("delete: cluster %s has no backup %s, nothing was deleted: %w",
+			opts.ClusterID, strings.Join(missing, ", "), ErrBackupNotFound)
+	}
+	if slices.Contains(names, newest) && !opts.Force {
+		return nil, fmt.Errorf("delete: refusing to delete %s/%s, nothing was deleted: %w", opts.ClusterID, newest, ErrNewestBackup)
+	}
+	// Newest first, like every other listing.
+	var acts []*BackupAction
+	for _, e := range entries {
+		if !slices.Contains(names, e.Name) {
+			continue
+		}
+		a := newAction(e)
+		a.Action = ActionDelete
+		a.Reason = "deleted on request"
+		if e.Name == newest {
+			a.Reason = "deleted on request, forced: it was the newest committed backup"
+		}
+		rep.Backups = append(rep.Backups, a)
+	}
+	for i := range rep.Backups {
+		acts = append(acts, &rep.Backups[i])
+	}
+	t := time.Now()
+	deleteBackups(ctx, opts.Store, acts, &rep.Stats, log)
+	rep.Stats.DeleteDuration = time.Since(t)
+	rep.Stats.Duration = time.Since(start)
+	var errs []error
+	for _, a := range acts {
+		if a.Action != ActionDeleted {
+			errs = append(errs, a.Err)
+			continue
+		}
+		log.Info("deleted backup", "cluster", a.ClusterID, "backup", a.Name, "kind", a.Kind, "objects", a.Objects)
+	}
+	if len(errs) > 0 {
+		return rep, fmt.Errorf("delete: %d of %d backups could not be deleted: %w", len(errs), len(acts), errors.Join(errs...))
+	}
+	return rep, nil
+}

@@ -1,0 +1,418 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/testenv"
+	"github.com/armada/etcd-recovery/internal/testfix"
+)
+
+// pruneRig is a real MinIO bucket and the flags that point the CLI at it.
+// Credentials come from a --cos-credentials-dir, not the environment, so
+// the tests may run in parallel.
+type pruneRig struct {
+	minio  *testenv.MinIO
+	store  backup.Store
+	layout backup.Layout
+	flags  []string
+}
+
+func newPruneRig(t *testing.T) *pruneRig {
+	t.Helper()
+	m := testenv.SharedMinIO(t)
+	bucket := m.NewBucket(t)
+	dir := t.TempDir()
+	for name, v := range map[string]string{"access_key_id": m.AccessKey, "secret_access_key": m.SecretKey} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(v+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	layout := backup.Layout{Prefix: testenv.Prefix(t)}
+	return &pruneRig{
+		minio: m, store: testfix.Store(t, m, bucket), layout: layout,
+		flags: []string{"--cos-endpoint", m.Endpoint, "--cos-region", m.Region, "--bucket", bucket,
+			"--prefix", layout.Prefix, "--cos-credentials-dir", dir, "--cos-max-retries", "1"},
+	}
+}
+
+// run runs the CLI with the rig's COS flags after the command name.
+func (r *pruneRig) run(t *testing.T, cmd string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	argv := append([]string{"etcd-recovery", "--log-level", "warn", cmd}, r.flags...)
+	code = run(context.Background(), append(argv, args...), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// put stores a made-up backup folder: a snapshot, a v2 export and (when
+// committed) a valid manifest.
+func (r *pruneRig) put(t *testing.T, cluster string, at time.Time, kind backup.Kind, committed bool) string {
+	t.Helper()
+	name := backup.BackupName(at, kind)
+	ctx := context.Background()
+	objs := map[string][]byte{backup.SnapshotObjectZstd: []byte("s"), backup.V2ObjectZstd: []byte("v")}
+	if committed {
+		m, err := backup.MarshalManifest(&backup.Manifest{
+			Format: backup.ManifestFormat, ClusterID: cluster, Name: name, Kind: kind, StartedAt: at, FinishedAt: at.Add(time.Second),
+			Source:         backup.Member{Name: "m0", ID: "1", Endpoint: "https://10.0.0.1:2379"},
+			Snapshot:       backup.SnapshotInfo{Object: backup.SnapshotObjectZstd, Compression: backup.CompressZstd, RawSize: 4096, RawSHA256: strings.Repeat("a", 64)},
+			RevisionBefore: 7, RevisionAfter: 7, ToolVersion: "test",
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs[backup.ManifestObject] = m
+	}
+	for obj, body := range objs {
+		if _, err := r.store.Put(ctx, r.layout.Key(cluster, name, obj), bytes.NewReader(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return name
+}
+
+// pruneTable parses a tablewriter table: the cells of every row, header
+// first.
+func pruneTable(t *testing.T, out string) [][]string {
+	t.Helper()
+	var rows [][]string
+	for _, line := range strings.Split(out, "\n") {
+		if !strings.HasPrefix(line, "│") {
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "│"), "│")
+		for i := range cells {
+			cells[i] = strings.TrimSpace(cells[i])
+		}
+		rows = append(rows, cells)
+	}
+	if len(rows) == 0 {
+		t.Fatalf("no table in %q", out)
+	}
+	return rows
+}
+
+// pruneJSON is the part of prune's JSON the tests read, decoded on its own
+// rather than through the backup package's types.
+type pruneJSON struct {
+	DryRun   bool `json:"dryRun"`
+	Clusters []struct {
+		ClusterID string `json:"clusterID"`
+		Backups   []struct {
+			ClusterID string    `json:"clusterID"`
+			Name      string    `json:"name"`
+			Kind      string    `json:"kind"`
+			Time      time.Time `json:"time"`
+			Committed bool      `json:"committed"`
+			Keep      bool      `json:"keep"`
+			Rules     []string  `json:"rules"`
+			Reason    string    `json:"reason"`
+			Action    string    `json:"action"`
+		} `json:"backups"`
+	} `json:"clusters"`
+	Kept    int `json:"kept"`
+	Planned int `json:"planned"`
+	Deleted int `json:"deleted"`
+	Failed  int `json:"failed"`
+	Stats   struct {
+		ObjectsListed int `json:"objectsListed"`
+	} `json:"stats"`
+}
+
+var ageInReason = regexp.MustCompile(`last written \S+ ago`)
+
+func normalizeReasonAges(rows [][]string) [][]string {
+	out := make([][]string, len(rows))
+	for i, r := range rows {
+		out[i] = slices.Clone(r)
+		for j := range out[i] {
+			out[i][j] = ageInReason.ReplaceAllString(out[i][j], "last written (age) ago")
+		}
+	}
+	return out
+}
+
+func decodePrune(t *testing.T, out string) pruneJSON {
+	t.Helper()
+	var p pruneJSON
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		t.Fatalf("prune -o json: %v\n%s", err, out)
+	}
+	return p
+}
+
+// fixture: a week of 8-hourly backups ending an hour ago, an old update,
+// a manual backup and an incomplete folder, around the real clock.
+func (r *pruneRig) fixture(t *testing.T, cluster string) {
+	t.Helper()
+	now := time.Now().UTC()
+	for i := range 21 {
+		r.put(t, cluster, now.Add(-time.Hour-time.Duration(i)*8*time.Hour), backup.KindScheduled, true)
+	}
+	r.put(t, cluster, now.Add(-5*24*time.Hour), backup.KindUpdate, true)
+	r.put(t, cluster, now.Add(-9*24*time.Hour), backup.KindManual, true)
+	r.put(t, cluster, now.Add(-2*time.Hour), backup.KindScheduled, false)
+}
+
+func TestPruneCommand(t *testing.T) {
+	t.Parallel()
+	r := newPruneRig(t)
+	r.fixture(t, "cli-a")
+	r.fixture(t, "cli-b")
+	before := testfix.Keys(t, r.store, "")
+
+	// The dry run's JSON and table are the same rows, and delete nothing.
+	code, out, errOut := r.run(t, "prune", "--all", "--dry-run", "-o", "json")
+	if code != 0 {
+		t.Fatalf("prune --dry-run -o json: exit %d: %s", code, errOut)
+	}
+	dry := decodePrune(t, out)
+	code, table, errOut := r.run(t, "prune", "--all", "--dry-run")
+	if code != 0 {
+		t.Fatalf("prune --dry-run: exit %d: %s", code, errOut)
+	}
+	rows := pruneTable(t, table)
+	if want := []string{"CLUSTER", "BACKUP", "KIND", "TIME (UTC)", "ACTION", "REASON"}; !slices.Equal(rows[0], want) {
+		t.Errorf("header %v, want %v", rows[0], want)
+	}
+	var fromJSON [][]string
+	for _, c := range dry.Clusters {
+		for _, b := range c.Backups {
+			kind := b.Kind
+			if !b.Committed {
+				kind += " (incomplete)"
+			}
+			fromJSON = append(fromJSON, []string{b.ClusterID, b.Name, kind, b.Time.UTC().Format("2006-01-02 15:04:05"), b.Action, b.Reason})
+			if b.Reason == "" || (b.Keep != (b.Action == "keep")) || (!b.Keep && b.Action != "delete") || (b.Keep != (len(b.Rules) > 0)) {
+				t.Errorf("dry-run decision %+v", b)
+			}
+		}
+	}
+	// The two runs are moments apart: the age of the young incomplete folder differs.
+	if !slices.EqualFunc(normalizeReasonAges(rows[1:]), normalizeReasonAges(fromJSON), slices.Equal) {
+		t.Errorf("table rows:\n%v\nJSON rows:\n%v", rows[1:], fromJSON)
+	}
+	if !dry.DryRun || len(dry.Clusters) != 2 || dry.Planned == 0 || dry.Kept+dry.Planned != 48 || dry.Stats.ObjectsListed != len(before) {
+		t.Errorf("dry run: %+v", dry)
+	}
+	if !strings.Contains(table, "would delete") {
+		t.Errorf("the table has no summary line:\n%s", table)
+	}
+	if after := testfix.Keys(t, r.store, ""); !slices.Equal(after, before) {
+		t.Fatalf("the dry run deleted %d objects", len(before)-len(after))
+	}
+
+	// The real prune of one cluster does what the dry run said, for that cluster only.
+	code, out, errOut = r.run(t, "prune", "--cluster-id", "cli-a", "-o", "json")
+	if code != 0 {
+		t.Fatalf("prune: exit %d: %s", code, errOut)
+	}
+	done := decodePrune(t, out)
+	if len(done.Clusters) != 1 || done.Deleted == 0 || done.Failed != 0 {
+		t.Fatalf("prune: %+v", done)
+	}
+	planned := map[string]string{}
+	for _, b := range dry.Clusters[0].Backups {
+		planned[b.Name] = b.Action
+	}
+	left := testfix.Keys(t, r.store, r.layout.ClusterPrefix("cli-a"))
+	for _, b := range done.Clusters[0].Backups {
+		want := map[string]string{"keep": "keep", "delete": "deleted"}[planned[b.Name]]
+		if b.Action != want {
+			t.Errorf("%s: %s, the dry run said %s", b.Name, b.Action, planned[b.Name])
+		}
+		present := slices.ContainsFunc(left, func(k string) bool { return strings.Contains(k, "/"+b.Name+"/") })
+		if present != b.Keep {
+			t.Errorf("%s: keep %v, still in the bucket %v", b.Name, b.Keep, present)
+		}
+	}
+	if n := len(testfix.Keys(t, r.store, r.layout.ClusterPrefix("cli-b"))); n != 23*3+2 {
+		t.Errorf("pruning cli-a touched cli-b: %d objects left", n)
+	}
+
+	// list shows why each backup is kept or would be deleted.
+	code, out, errOut = r.run(t, "list", "--cluster-id", "cli-b", "-o", "json")
+	if code != 0 {
+		t.Fatalf("list: exit %d: %s", code, errOut)
+	}
+	var listed []struct {
+		Name      string `json:"name"`
+		Retention struct {
+			Keep   bool     `json:"keep"`
+			Rules  []string `json:"rules"`
+			Reason string   `json:"reason"`
+		} `json:"retention"`
+	}
+	if err := json.Unmarshal([]byte(out), &listed); err != nil {
+		t.Fatal(err)
+	}
+	dryB := map[string]string{}
+	for _, b := range dry.Clusters[1].Backups {
+		dryB[b.Name] = b.Reason
+	}
+	if len(listed) != 24 {
+		t.Fatalf("list: %d backups", len(listed))
+	}
+	for _, l := range listed {
+		if l.Retention.Reason == "" || ageInReason.ReplaceAllString(l.Retention.Reason, "") != ageInReason.ReplaceAllString(dryB[l.Name], "") || l.Retention.Keep != (len(l.Retention.Rules) > 0) {
+			t.Errorf("list %s: %+v; prune said %q", l.Name, l.Retention, dryB[l.Name])
+		}
+	}
+	code, table, _ = r.run(t, "list", "--cluster-id", "cli-b")
+	rows = pruneTable(t, table)
+	if code != 0 || rows[0][len(rows[0])-1] != "RULE/REASON" || len(rows) != 25 {
+		t.Fatalf("list table: exit %d\n%s", code, table)
+	}
+	var keeps, deletes int
+	for _, row := range rows[1:] {
+		switch cell := row[len(row)-1]; {
+		case strings.HasPrefix(cell, "keep: "):
+			keeps++
+		case strings.HasPrefix(cell, "would delete: "):
+			deletes++
+		default:
+			t.Errorf("list row %v: no retention reason", row)
+		}
+	}
+	if keeps == 0 || deletes == 0 {
+		t.Errorf("list: %d kept, %d would be deleted", keeps, deletes)
+	}
+	// A stricter policy by flag: keep 1 recent, no anchors.
+	code, out, _ = r.run(t, "list", "--cluster-id", "cli-b", "-o", "json", "--keep-recent", "1", "--keep-anchors", "0", "--anchor-days", "")
+	if code != 0 || strings.Count(out, `"recent"`) != 1 || strings.Contains(out, `"anchor"`) {
+		t.Errorf("list with --keep-recent 1 --keep-anchors 0: exit %d\n%s", code, out)
+	}
+}
+
+func TestPruneCommandErrors(t *testing.T) {
+	t.Parallel()
+	r := newPruneRig(t)
+	r.fixture(t, "err-a")
+	before := testfix.Keys(t, r.store, "")
+	usage := [][]string{
+		{"prune"},
+		{"prune", "--all", "--cluster-id", "err-a"},
+		{"prune", "--cluster-id", "../etc"},
+		{"prune", "--all", "--anchor-days", "1,x"},
+		{"prune", "--all", "--anchor-days", "32"},
+		{"prune", "--all", "--incomplete-after", "0s"},
+		{"prune", "--all", "--keep-recent", "-1"},
+		{"prune", "--all", "-o", "yaml"},
+		{"delete", "--cluster-id", "err-a"},
+		{"delete", "--cluster-id", "err-a", "--backup", "yesterday"},
+	}
+	for _, args := range usage {
+		if code, _, errOut := r.run(t, args[0], args[1:]...); code != exitUsage {
+			t.Errorf("%v: exit %d (%s), want %d", args, code, strings.TrimSpace(errOut), exitUsage)
+		}
+	}
+	// A listing that fails deletes nothing and exits non-zero.
+	var out, errb bytes.Buffer
+	argv := []string{"etcd-recovery", "prune", "--all"}
+	for i := 0; i < len(r.flags); i += 2 {
+		v := r.flags[i+1]
+		if r.flags[i] == "--bucket" {
+			v = "no-such-bucket"
+		}
+		argv = append(argv, r.flags[i], v)
+	}
+	if code := run(context.Background(), argv, &out, &errb); code != exitFailure || !strings.Contains(errb.String(), "nothing was deleted") {
+		t.Errorf("prune of a missing bucket: exit %d: %s", code, errb.String())
+	}
+	if after := testfix.Keys(t, r.store, ""); !slices.Equal(after, before) {
+		t.Errorf("failed commands changed the bucket")
+	}
+}
+
+func TestDeleteCommand(t *testing.T) {
+	t.Parallel()
+	r := newPruneRig(t)
+	now := time.Now().UTC()
+	manual := r.put(t, "del-a", now.Add(-48*time.Hour), backup.KindManual, true)
+	pre := r.put(t, "del-a", now.Add(-24*time.Hour), backup.KindPreRestore, true)
+	newest := r.put(t, "del-a", now.Add(-time.Hour), backup.KindScheduled, true)
+	before := testfix.Keys(t, r.store, "")
+
+	code, _, errOut := r.run(t, "delete", "--cluster-id", "del-a", "--backup", manual, "--backup", newest)
+	if code != exitFailure || !strings.Contains(errOut, "newest committed backup") || !strings.Contains(errOut, "nothing was deleted") {
+		t.Errorf("delete of the newest without --force: exit %d: %s", code, errOut)
+	}
+	code, _, errOut = r.run(t, "delete", "--cluster-id", "del-a", "--backup", backup.BackupName(now.Add(-72*time.Hour), backup.KindManual))
+	if code != exitFailure || !strings.Contains(errOut, "no such backup") {
+		t.Errorf("delete of a missing backup: exit %d: %s", code, errOut)
+	}
+	if after := testfix.Keys(t, r.store, ""); !slices.Equal(after, before) {
+		t.Fatal("a refused delete changed the bucket")
+	}
+
+	code, out, errOut := r.run(t, "delete", "--cluster-id", "del-a", "--backup", manual, "--backup", pre)
+	if code != 0 {
+		t.Fatalf("delete: exit %d: %s", code, errOut)
+	}
+	rows := pruneTable(t, out)
+	if len(rows) != 3 || rows[1][1] != pre || rows[1][4] != "deleted" || rows[2][1] != manual || rows[2][4] != "deleted" {
+		t.Errorf("delete table:\n%s", out)
+	}
+	if left := testfix.Keys(t, r.store, ""); len(left) != 3 || !strings.Contains(left[0], newest) {
+		t.Errorf("after delete: %v", left)
+	}
+	code, out, errOut = r.run(t, "delete", "--cluster-id", "del-a", "--backup", newest, "--force", "-o", "json")
+	if code != 0 || !strings.Contains(out, `"action": "deleted"`) {
+		t.Fatalf("delete --force: exit %d: %s %s", code, out, errOut)
+	}
+	if left := testfix.Keys(t, r.store, ""); len(left) != 0 {
+		t.Errorf("after delete --force: %v", left)
+	}
+}
+
+// backup --prune: the committed backup is printed with the prune that
+// followed it; older scheduled backups are gone.
+func TestBackupPruneCommand(t *testing.T) {
+	t.Parallel()
+	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
+	r := newPruneRig(t)
+	now := time.Now().UTC()
+	var old []string
+	for i := range 6 {
+		old = append(old, r.put(t, "bp", now.Add(-time.Duration(i+1)*time.Minute), backup.KindScheduled, true))
+	}
+	manual := r.put(t, "bp", now.Add(-time.Hour), backup.KindManual, true)
+	args := []string{"--cluster-id", "bp", "--kind", "scheduled", "--v2", "off", "--prune", "--keep-anchors", "0", "-o", "json"}
+	for _, ep := range c.Endpoints() {
+		args = append(args, "--endpoints", ep)
+	}
+	code, out, errOut := r.run(t, "backup", args...)
+	if code != 0 {
+		t.Fatalf("backup --prune: exit %d: %s", code, errOut)
+	}
+	var res struct {
+		backup.Manifest
+		Pruned *pruneJSON `json:"pruned"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("backup --prune -o json: %v\n%s", err, out)
+	}
+	if res.ClusterID != "bp" || res.Name == "" || res.Pruned == nil || res.Pruned.Deleted != 4 || res.Pruned.Kept != 4 {
+		t.Fatalf("backup --prune result: %+v %+v", res.Manifest, res.Pruned)
+	}
+	var names []string
+	for _, k := range testfix.Keys(t, r.store, "") {
+		if strings.HasSuffix(k, "/"+backup.ManifestObject) {
+			names = append(names, k[len(r.layout.ClusterPrefix("bp")):len(k)-len(backup.ManifestObject)-1])
+		}
+	}
+	want := []string{manual, old[1], old[0], res.Name} // key order is time order
+	if !slices.Equal(names, want) {
+		t.Errorf("after backup --prune: %v, want %v", names, want)
+	}
+}
