@@ -1,7 +1,10 @@
 package testenv
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"github.com/IBM/ibm-cos-sdk-go/aws/awserr"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -245,10 +248,24 @@ func (m *MinIO) S3(tb testing.TB) *s3.S3 {
 func (m *MinIO) NewBucket(tb testing.TB) string {
 	tb.Helper()
 	name := "testenv-" + strings.ToLower(randAlnum(16))
-	if _, err := m.S3(tb).CreateBucket(&s3.CreateBucketInput{Bucket: aws.String(name)}); err != nil {
-		tb.Fatalf("testenv: creating bucket %s on %s: %v", name, m.Endpoint, err)
+	// A freshly started MinIO occasionally leaves the first CreateBucket
+	// unanswered; bound each attempt instead of waiting out the client's
+	// 60 s timeout.
+	cli := m.S3(tb)
+	deadline := time.Now().Add(60 * time.Second)
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := cli.CreateBucketWithContext(ctx, &s3.CreateBucketInput{Bucket: aws.String(name)})
+		cancel()
+		var aerr awserr.Error
+		if err == nil || (errors.As(err, &aerr) && aerr.Code() == s3.ErrCodeBucketAlreadyOwnedByYou) {
+			return name
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("testenv: creating bucket %s on %s (%d attempts): %v", name, m.Endpoint, attempt, err)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
-	return name
 }
 
 var (
