@@ -309,6 +309,9 @@ func TestBackupMinIOStoppedMidUpload(t *testing.T) {
 		t.Fatalf("want an upload step error, got %v", err)
 	}
 	msg := err.Error()
+	if strings.Contains(msg, "could not be aborted") {
+		t.Errorf("the multipart upload was not aborted after the store came back: %v", err)
+	}
 	for _, want := range []string{"minio-dies", "upload snapshot", "cos: put "} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("error %q does not mention %q", msg, want)

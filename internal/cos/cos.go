@@ -99,7 +99,12 @@ func New(cfg Config) (*Store, error) {
 	if cfg.AbortWindow == 0 {
 		cfg.AbortWindow = 30 * time.Second
 	}
-	creds, err := cfg.Creds.provider()
+	httpClient, err := newHTTPClient(cfg.CAFile)
+	if err != nil {
+		return nil, err
+	}
+	// IAM token requests go through the same client: same CA and timeouts.
+	creds, err := cfg.Creds.provider(httpClient)
 	if err != nil {
 		return nil, err
 	}
@@ -107,10 +112,6 @@ func New(cfg Config) (*Store, error) {
 	// its fields are unexported, so fmt's %v of a *Store would print them
 	// raw, bypassing Credentials.String.
 	cfg.Creds = Credentials{Source: cfg.Creds.Source, ServiceInstanceID: cfg.Creds.ServiceInstanceID, AuthEndpoint: cfg.Creds.AuthEndpoint}
-	httpClient, err := newHTTPClient(cfg.CAFile)
-	if err != nil {
-		return nil, err
-	}
 	awsCfg := aws.NewConfig().
 		WithEndpoint(cfg.Endpoint).
 		WithRegion(cfg.Region).

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -223,7 +224,7 @@ func parseSharedCredentials(body, src string) (Credentials, error) {
 
 // provider turns the credentials into the SDK's provider: static HMAC keys,
 // or the SDK's own ibmiam provider for an API key.
-func (c Credentials) provider() (*credentials.Credentials, error) {
+func (c Credentials) provider(hc *http.Client) (*credentials.Credentials, error) {
 	switch c.Kind() {
 	case "hmac":
 		if err := c.validate(); err != nil {
@@ -235,7 +236,7 @@ func (c Credentials) provider() (*credentials.Credentials, error) {
 		if ep == "" {
 			ep = DefaultIAMEndpoint
 		}
-		return ibmiam.NewStaticCredentials(aws.NewConfig(), ep, c.APIKey, c.ServiceInstanceID), nil
+		return ibmiam.NewStaticCredentials(aws.NewConfig().WithHTTPClient(hc), ep, c.APIKey, c.ServiceInstanceID), nil
 	}
 	return nil, errors.New("cos: no credentials: set COS_ACCESS_KEY_ID and COS_SECRET_ACCESS_KEY, or COS_API_KEY, or --cos-credentials-dir")
 }

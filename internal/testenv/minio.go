@@ -136,9 +136,17 @@ func (m *MinIO) waitReady(timeout time.Duration) error {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return nil
+				// Ready on /minio/health/ready comes a moment before the
+				// object layer is initialized; until then S3 requests get
+				// 503 with a Retry-After the SDK obeys (a minute's stall).
+				if err := m.servesS3(); err == nil {
+					return nil
+				} else {
+					last = err.Error()
+				}
+			} else {
+				last = resp.Status
 			}
-			last = resp.Status
 		} else {
 			last = err.Error()
 		}
@@ -147,6 +155,19 @@ func (m *MinIO) waitReady(timeout time.Duration) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// servesS3 makes one signed S3 request without retries.
+func (m *MinIO) servesS3() error {
+	cfg := m.AWSConfig()
+	cfg.MaxRetries = aws.Int(0)
+	cfg.HTTPClient = &http.Client{Timeout: 5 * time.Second}
+	sess, err := session.NewSession(cfg)
+	if err != nil {
+		return err
+	}
+	_, err = s3.New(sess).ListBuckets(&s3.ListBucketsInput{})
+	return err
 }
 
 func (m *MinIO) current() *proc {
