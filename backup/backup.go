@@ -76,6 +76,10 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
+	if e.Step == StepPrune {
+		// The backup exists; only retention failed. Say so first.
+		return fmt.Sprintf("backup of cluster %s committed, but step %q failed: %v", e.ClusterID, e.Step, e.Err)
+	}
 	return fmt.Sprintf("backup of cluster %s failed at step %q: %v", e.ClusterID, e.Step, e.Err)
 }
 
