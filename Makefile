@@ -17,7 +17,7 @@ build:
 
 # Builds or installs the real test servers once, into .cache/servers.
 test-servers:
-	scripts/test-servers.sh etcd34 etcd35 etcd36 minio
+	scripts/test-servers.sh etcd34 etcd35 etcd36 minio kube-apiserver
 
 vet:
 	$(GO) vet ./...

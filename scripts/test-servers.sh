@@ -139,7 +139,9 @@ GO
     } >>go.mod
     go mod tidy >&2
     mkdir -p "$dir.tmp"
-    CGO_ENABLED=0 go build -trimpath -o "$dir.tmp/kube-apiserver" ./kube-apiserver
+    # The version the binary reports (/version), as Kubernetes' own build sets it.
+    CGO_ENABLED=0 go build -trimpath -ldflags "-X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(echo "$KUBE_VERSION" | cut -d. -f2)" \
+      -o "$dir.tmp/kube-apiserver" ./kube-apiserver
   )
   rm -rf "$dir" "$src"; mv "$dir.tmp" "$dir"
 }
@@ -153,7 +155,7 @@ for t in "${targets[@]}"; do
     etcd36) build_etcd "$ETCD36_VERSION" ;;
     minio) build_minio ;;
     kube-apiserver) build_kube_apiserver ;;
-    all) install_etcd34; build_etcd "$ETCD35_VERSION"; build_etcd "$ETCD36_VERSION"; build_minio ;;
+    all) install_etcd34; build_etcd "$ETCD35_VERSION"; build_etcd "$ETCD36_VERSION"; build_minio; build_kube_apiserver ;;
     *) log "unknown target $t"; exit 2 ;;
   esac
 done

@@ -6,15 +6,26 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/kube"
 	"github.com/armada/etcd-recovery/internal/output"
 )
 
 func backupCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "backup",
-		Usage: "stream a verified v3 snapshot and the v2 keys of one cluster to COS",
-		Flags: concat(etcdFlags(), cosFlags(), []cli.Flag{
+		Usage: "stream a verified v3 snapshot and the v2 keys of one cluster (or of EtcdClusters: --all, --cluster) to COS",
+		Description: "With --cluster-id and the etcd flags: one cluster.\n" +
+			"With --all or --cluster NAME (repeatable): the EtcdClusters (etcd-operator) of a Kubernetes namespace,\n" +
+			"--parallel at a time; endpoints, client TLS (the operator secret) and, unless mounted, the\n" +
+			"cos-credentials secret come from the API. The cluster id in COS is the EtcdCluster's name.\n" +
+			"One failure does not stop the others; each outcome is an Event on its EtcdCluster; the exit is 1\n" +
+			"when any failed, naming them.",
+		Flags: concat(etcdFlags(), cosFlags(), kubeFlags(), []cli.Flag{
 			clusterIDFlag(),
+			&cli.BoolFlag{Name: "all", Usage: "back up every EtcdCluster in the namespace"},
+			&cli.StringSliceFlag{Name: "cluster", Usage: "back up this EtcdCluster (repeatable)"},
+			&cli.IntFlag{Name: "parallel", Value: kube.DefaultParallel, Usage: "with --all/--cluster: backups running at once"},
+			&cli.BoolFlag{Name: "no-events", Usage: "with --all/--cluster: do not record Kubernetes Events"},
 			&cli.StringFlag{Name: "kind", Value: "manual", Usage: "scheduled, update or manual"},
 			&cli.StringFlag{Name: "v2", Value: "auto", Usage: "export the v2 keyspace: auto (when served), on (required) or off"},
 			&cli.StringFlag{Name: "compress", Value: "zstd", Usage: "zstd or none"},
@@ -32,11 +43,22 @@ func runBackup(c *cli.Context) error {
 		return err
 	}
 	opts := backup.Options{ClusterID: c.String("cluster-id"), ProbeTimeout: c.Duration("probe-timeout"), Log: log}
-	if opts.ClusterID == "" {
+	fleet := c.Bool("all") || len(c.StringSlice("cluster")) > 0
+	switch {
+	case c.Bool("all") && len(c.StringSlice("cluster")) > 0:
+		return usagef("backup: --all and --cluster are exclusive")
+	case fleet && opts.ClusterID != "":
+		return usagef("backup: --cluster-id is for one cluster given by --endpoints; with --all/--cluster the id is the EtcdCluster's name")
+	case fleet && c.Int("parallel") < 1:
+		return usagef("backup: --parallel %d: want at least 1", c.Int("parallel"))
+	}
+	if !fleet && opts.ClusterID == "" {
 		return usagef("backup: --cluster-id is required")
 	}
-	if err := backup.ValidateClusterID(opts.ClusterID); err != nil {
-		return usageError{err}
+	if !fleet {
+		if err := backup.ValidateClusterID(opts.ClusterID); err != nil {
+			return usageError{err}
+		}
 	}
 	if opts.Kind, err = backup.ParseKind(c.String("kind")); err != nil || opts.Kind == backup.KindPreRestore {
 		return usagef("backup: --kind %q: want scheduled, update or manual", c.String("kind"))
@@ -51,6 +73,16 @@ func runBackup(c *cli.Context) error {
 	if err != nil {
 		return usageError{err}
 	}
+	if c.Bool("prune") {
+		policy, err := policyFromFlags(c)
+		if err != nil {
+			return err
+		}
+		opts.Prune = &policy
+	}
+	if fleet {
+		return runBackupAll(c, opts, format)
+	}
 	if opts.Etcd, err = etcdConfig(c); err != nil {
 		return err
 	}
@@ -59,13 +91,6 @@ func runBackup(c *cli.Context) error {
 		return err
 	}
 	opts.Store, opts.Layout = store, layout
-	if c.Bool("prune") {
-		policy, err := policyFromFlags(c)
-		if err != nil {
-			return err
-		}
-		opts.Prune = &policy
-	}
 	prog := output.NewProgress(fmt.Sprintf("backup %s", opts.ClusterID))
 	opts.Progress = prog.Update
 	res, err := backup.Run(c.Context, opts)
@@ -112,4 +137,32 @@ func v2Keys(m *backup.Manifest) string {
 		return "-"
 	}
 	return fmt.Sprint(m.V2.Keys)
+}
+
+// runBackupAll backs up EtcdClusters found through the Kubernetes API.
+func runBackupAll(c *cli.Context, tmpl backup.Options, format output.Format) error {
+	k, err := kubeClient(c)
+	if err != nil {
+		return err
+	}
+	store, layout, err := cosStoreKube(c, k)
+	if err != nil {
+		return err
+	}
+	tmpl.Store, tmpl.Layout = store, layout
+	rep, err := kube.BackupAll(c.Context, kube.BackupAllOptions{
+		Kube:        k,
+		Names:       c.StringSlice("cluster"),
+		Parallel:    c.Int("parallel"),
+		Template:    tmpl,
+		DialTimeout: c.Duration("dial-timeout"),
+		NoEvents:    c.Bool("no-events"),
+		Log:         tmpl.Log,
+	})
+	if rep != nil && rep.Clusters != nil {
+		if rerr := output.Render(c.App.Writer, format, rep.Table(), rep); rerr != nil {
+			return rerr
+		}
+	}
+	return err
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/cos"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
+	"github.com/armada/etcd-recovery/internal/kube"
 )
 
 // etcdFlags are etcdctl's connection flags, with etcdctl's environment
@@ -57,6 +58,12 @@ func cosStore(c *cli.Context) (*cos.Store, backup.Layout, error) {
 	if err != nil {
 		return nil, backup.Layout{}, usageError{err}
 	}
+	return cosStoreWith(c, creds)
+}
+
+// cosStoreWith builds the object store from the flags and the given
+// credentials (e.g. read from a Kubernetes secret).
+func cosStoreWith(c *cli.Context, creds cos.Credentials) (*cos.Store, backup.Layout, error) {
 	retries := c.Int("cos-max-retries")
 	if retries == 0 {
 		retries = -1 // cos.Config: 0 means default
@@ -89,4 +96,35 @@ func concat(groups ...[]cli.Flag) []cli.Flag {
 		out = append(out, g...)
 	}
 	return out
+}
+
+// kubeFlags select the Kubernetes API server and namespace of the
+// EtcdClusters (backup --all / --cluster).
+func kubeFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "kubeconfig", Usage: "kubeconfig file (default $KUBECONFIG, a list as kubectl reads it, else ~/.kube/config; in a pod, its service account)", TakesFile: true},
+		&cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, EnvVars: []string{"POD_NAMESPACE"}, Usage: "namespace of the EtcdClusters (default: the kubeconfig context's, in a pod its own)"},
+	}
+}
+
+func kubeClient(c *cli.Context) (*kube.Client, error) {
+	k, err := kube.New(kube.Config{Kubeconfig: c.String("kubeconfig"), Namespace: c.String("namespace")})
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return k, nil
+}
+
+// cosStoreKube is cosStore, with the namespace's cos-credentials secret
+// (read through the API) when no credentials are mounted or in the
+// environment.
+func cosStoreKube(c *cli.Context, k *kube.Client) (*cos.Store, backup.Layout, error) {
+	if c.String("cos-credentials-dir") != "" || os.Getenv(cos.EnvAccessKeyID) != "" || os.Getenv(cos.EnvAPIKey) != "" {
+		return cosStore(c)
+	}
+	creds, err := k.COSCredentials(c.Context, "", os.Getenv)
+	if err != nil {
+		return nil, backup.Layout{}, err
+	}
+	return cosStoreWith(c, creds)
 }

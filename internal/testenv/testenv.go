@@ -1,4 +1,4 @@
-// Package testenv starts real servers (etcd 3.4/3.5/3.6 and MinIO) on
+// Package testenv starts real servers (etcd 3.4/3.5/3.6, MinIO, kube-apiserver) on
 // loopback for integration tests. Nothing here is a fake: every helper runs
 // the binaries built by scripts/test-servers.sh (`make test-servers`).
 //

@@ -1,0 +1,102 @@
+package kube_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/armada/etcd-recovery/internal/kube"
+	"github.com/armada/etcd-recovery/internal/testenv"
+	"github.com/armada/etcd-recovery/internal/testfix"
+)
+
+// BenchmarkBackupAll50 runs the real CLI, `backup --all`, over 50
+// EtcdClusters (each a real single-member etcd 3.5 with TLS on its own
+// loopback IP, 500 keys of 1 KiB) against MinIO, at --parallel 1, 4 and 8,
+// with the backup service account's token. It reports the wall time per
+// run and the tool's peak RSS.
+//
+//	go test -run '^$' -bench BackupAll50 -benchtime 1x -timeout 30m ./internal/kube/
+func BenchmarkBackupAll50(b *testing.B) {
+	const n = 50
+	ctx := ctxT(b, 30*time.Minute)
+	k := testenv.StartKubeAPIServer(b)
+	admin := k.Clientset(b, "")
+	createNS(b, admin, ns)
+	installCRDs(b, k)
+	a := newApplier(b, k)
+	for _, o := range decodeManifests(b, filepath.Join(testenv.RepoRoot(b), "deploy", "10-rbac.yaml")) {
+		if err := a.apply(ctx, o, ns, false); err != nil {
+			b.Fatal(err)
+		}
+	}
+	m := testenv.SharedMinIO(b)
+	bucket := m.NewBucket(b)
+	prefix := testenv.Prefix(b)
+	if _, err := admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: kube.COSSecretName},
+		Data:       map[string][]byte{"access_key_id": []byte(m.AccessKey), "secret_access_key": []byte(m.SecretKey)},
+	}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	dyn := k.Dynamic(b, "")
+	start := time.Now()
+	var rawTotal int64
+	for i := range n {
+		name := fmt.Sprintf("etcd-b%02d", i)
+		fc := addEtcdCluster(b, admin, dyn, name, fmt.Sprintf("127.0.4.%d", 10+i))
+		perClusterAccess(b, a, name)
+		testenv.PutKeys(b, fc.etcd.Client(b), "/registry/k", 500, 1024)
+		rawTotal += 500 * 1024
+	}
+	b.Logf("%d clusters started and filled in %v", n, time.Since(start).Round(time.Millisecond))
+	token := saToken(b, admin, ns, "etcd-recovery")
+	kc := k.Kubeconfig(b, token, ns)
+	tool := testfix.Tool(b)
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "COS_") && !strings.HasPrefix(kv, "ETCDCTL_") && !strings.HasPrefix(kv, "KUBECONFIG=") {
+			env = append(env, kv)
+		}
+	}
+	for _, p := range []int{1, 4, 8} {
+		b.Run(fmt.Sprintf("parallel-%d", p), func(b *testing.B) {
+			var maxRSS int64
+			var total time.Duration
+			for range b.N {
+				cmd := exec.CommandContext(context.Background(), tool, "--log-level", "warn", "backup", "--all", "--kind", "manual", "--parallel", fmt.Sprint(p),
+					"--no-events", "--kubeconfig", kc, "--cos-endpoint", m.Endpoint, "--cos-region", m.Region, "--bucket", bucket,
+					"--prefix", prefix, "-o", "json")
+				cmd.Env = env
+				var stdout, stderr bytes.Buffer
+				cmd.Stdout, cmd.Stderr = &stdout, &stderr
+				t0 := time.Now()
+				if err := cmd.Run(); err != nil {
+					b.Fatalf("backup --all: %v\n%s", err, stderr.String())
+				}
+				total += time.Since(t0)
+				var rep kube.BackupAllReport
+				if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil || len(rep.Clusters) != n || len(rep.Failed) != 0 {
+					b.Fatalf("report: %v, %d clusters, failed %v", err, len(rep.Clusters), rep.Failed)
+				}
+				if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok && ru.Maxrss > maxRSS {
+					maxRSS = ru.Maxrss // KiB on Linux
+				}
+			}
+			b.ReportMetric(total.Seconds()/float64(b.N), "s/run")
+			b.ReportMetric(float64(maxRSS)/1024, "peak-RSS-MiB")
+			b.ReportMetric(float64(n)/(total.Seconds()/float64(b.N)), "clusters/s")
+		})
+	}
+}

@@ -1,0 +1,266 @@
+package testenv
+
+import (
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// KubeStartTimeout bounds a kube-apiserver start (it installs its
+// bootstrap RBAC policy and every built-in API before /readyz is ok).
+const KubeStartTimeout = 90 * time.Second
+
+// KubeAdminUser is the user of KubeAPIServer.AdminToken (group system:masters).
+const KubeAdminUser = "testenv-admin"
+
+// KubeAPIServerBin returns the path of the kube-apiserver binary built by
+// `scripts/test-servers.sh kube-apiserver`.
+func KubeAPIServerBin(tb testing.TB) string {
+	tb.Helper()
+	dir := filepath.Join(ServersDir(tb), "kube-apiserver-"+ServerVersion(tb, "KUBE_VERSION"))
+	return requireExecutable(tb, "kube-apiserver", filepath.Join(dir, "kube-apiserver"))
+}
+
+// KubeAPIServer is a real kube-apiserver on loopback, backed by its own
+// single-member etcd 3.5. No controller-manager, scheduler or kubelet runs:
+// objects are stored and validated, admission and RBAC are enforced, but
+// nothing reconciles them (a Pod is never scheduled; its status can be
+// written through the status subresource).
+//
+// Authentication: a static token file (AdminToken, group system:masters)
+// and service-account tokens (TokenRequest API, signed with a key made
+// here). Authorization: RBAC only.
+type KubeAPIServer struct {
+	URL        string // https://127.0.0.1:port
+	CAFile     string // PEM bundle that verifies the serving certificate
+	CA         []byte // contents of CAFile
+	AdminToken string // bearer token of KubeAdminUser, in system:masters
+	CertDir    string // --cert-dir (the self-signed serving cert)
+	LogFile    string
+	Etcd       *EtcdCluster
+
+	mu   sync.Mutex
+	proc *proc
+}
+
+// StartKubeAPIServer starts a kube-apiserver with its own etcd and waits
+// until /readyz answers ok. Everything is killed when tb's test ends.
+func StartKubeAPIServer(tb testing.TB) *KubeAPIServer {
+	tb.Helper()
+	bin := KubeAPIServerBin(tb)
+	etcd := StartEtcd(tb, EtcdOptions{Version: V35, Members: 1})
+	dir := tb.TempDir()
+	k := &KubeAPIServer{
+		AdminToken: randHex(24),
+		CertDir:    filepath.Join(dir, "certs"),
+		LogFile:    filepath.Join(dir, "kube-apiserver.log"),
+		Etcd:       etcd,
+	}
+	if err := os.MkdirAll(k.CertDir, 0o700); err != nil {
+		tb.Fatalf("testenv: %v", err)
+	}
+	// Service-account signing key.
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		tb.Fatalf("testenv: %v", err)
+	}
+	saKey := filepath.Join(dir, "sa.key")
+	saPub := filepath.Join(dir, "sa.pub")
+	pubDER, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	if err != nil {
+		tb.Fatalf("testenv: %v", err)
+	}
+	if err := writePEM(saKey, "RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(key), 0o600); err != nil {
+		tb.Fatalf("testenv: %v", err)
+	}
+	if err := writePEM(saPub, "PUBLIC KEY", pubDER, 0o644); err != nil {
+		tb.Fatalf("testenv: %v", err)
+	}
+	tokens := filepath.Join(dir, "tokens.csv")
+	line := fmt.Sprintf("%s,%s,%s,\"system:masters\"\n", k.AdminToken, KubeAdminUser, "uid-"+KubeAdminUser)
+	if err := os.WriteFile(tokens, []byte(line), 0o600); err != nil {
+		tb.Fatalf("testenv: %v", err)
+	}
+	port := freePort(tb, "127.0.0.1")
+	k.URL = "https://127.0.0.1:" + strconv.Itoa(port)
+	args := []string{
+		"--etcd-servers=" + etcd.Endpoints()[0],
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port),
+		"--cert-dir=" + k.CertDir,
+		"--token-auth-file=" + tokens,
+		"--authorization-mode=RBAC",
+		"--service-account-issuer=https://kubernetes.default.svc",
+		"--service-account-key-file=" + saPub,
+		"--service-account-signing-key-file=" + saKey,
+		"--service-cluster-ip-range=10.96.0.0/16",
+		// No controller-manager creates the "default" service account, so
+		// the ServiceAccount admission plugin would reject every Pod.
+		"--disable-admission-plugins=ServiceAccount",
+		"--enable-priority-and-fairness=false",
+		"--profiling=false",
+		"--watch-cache=false",
+		"--v=1",
+	}
+	p, err := startProc("kube-apiserver", bin, args, childEnv(), k.LogFile)
+	if err != nil {
+		tb.Fatalf("testenv: %v", err)
+	}
+	k.proc = p
+	tb.Cleanup(func() {
+		k.mu.Lock()
+		p := k.proc
+		k.mu.Unlock()
+		p.kill()
+		if tb.Failed() {
+			logTail(tb, "kube-apiserver "+k.URL, k.LogFile)
+		}
+	})
+	if err := k.waitReady(KubeStartTimeout); err != nil {
+		tb.Fatalf("testenv: kube-apiserver: %v", err)
+	}
+	return k
+}
+
+// waitReady waits for the serving certificate, then for /readyz to answer
+// 200 to the admin token.
+func (k *KubeAPIServer) waitReady(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	certFile := filepath.Join(k.CertDir, "apiserver.crt")
+	var last error
+	for time.Now().Before(deadline) {
+		if k.proc.exited() {
+			return fmt.Errorf("exited: %s", k.proc.exitError())
+		}
+		if k.CA == nil {
+			b, err := os.ReadFile(certFile)
+			if err != nil || len(b) == 0 {
+				last = fmt.Errorf("no serving certificate yet in %s", k.CertDir)
+				time.Sleep(200 * time.Millisecond)
+				continue
+			}
+			if blk, _ := pem.Decode(b); blk == nil {
+				last = fmt.Errorf("serving certificate %s not written yet", certFile)
+				time.Sleep(200 * time.Millisecond)
+				continue
+			}
+			k.CA, k.CAFile = b, certFile
+		}
+		if last = k.readyz(); last == nil {
+			return nil
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	return fmt.Errorf("not ready after %v: %v", timeout, last)
+}
+
+func (k *KubeAPIServer) readyz() error {
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(k.CA) {
+		return fmt.Errorf("no certificate in %s", k.CAFile)
+	}
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	defer hc.CloseIdleConnections()
+	req, _ := http.NewRequest(http.MethodGet, k.URL+"/readyz", nil)
+	req.Header.Set("Authorization", "Bearer "+k.AdminToken)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("/readyz: %s", resp.Status)
+	}
+	return nil
+}
+
+// RestConfig returns a client configuration for bearer token (AdminToken
+// when empty) that verifies the server with CA.
+func (k *KubeAPIServer) RestConfig(token string) *rest.Config {
+	if token == "" {
+		token = k.AdminToken
+	}
+	return &rest.Config{
+		Host:            k.URL,
+		BearerToken:     token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: append([]byte(nil), k.CA...)},
+		QPS:             200,
+		Burst:           400,
+		Timeout:         30 * time.Second,
+	}
+}
+
+// Clientset returns a typed client for token (AdminToken when empty).
+func (k *KubeAPIServer) Clientset(tb testing.TB, token string) *kubernetes.Clientset {
+	tb.Helper()
+	cs, err := kubernetes.NewForConfig(k.RestConfig(token))
+	if err != nil {
+		tb.Fatalf("testenv: %v", err)
+	}
+	return cs
+}
+
+// Dynamic returns a dynamic client for token (AdminToken when empty).
+func (k *KubeAPIServer) Dynamic(tb testing.TB, token string) *dynamic.DynamicClient {
+	tb.Helper()
+	dc, err := dynamic.NewForConfig(k.RestConfig(token))
+	if err != nil {
+		tb.Fatalf("testenv: %v", err)
+	}
+	return dc
+}
+
+// Kubeconfig writes a kubeconfig for token (AdminToken when empty) into a
+// temp file and returns its path, for tools that take --kubeconfig.
+func (k *KubeAPIServer) Kubeconfig(tb testing.TB, token, namespace string) string {
+	tb.Helper()
+	if token == "" {
+		token = k.AdminToken
+	}
+	if namespace == "" {
+		namespace = "default"
+	}
+	cfg := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: testenv
+  cluster:
+    server: %s
+    certificate-authority: %s
+users:
+- name: u
+  user:
+    token: %s
+contexts:
+- name: testenv
+  context: {cluster: testenv, user: u, namespace: %s}
+current-context: testenv
+`, k.URL, k.CAFile, token, namespace)
+	path := filepath.Join(tb.TempDir(), "kubeconfig")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		tb.Fatalf("testenv: %v", err)
+	}
+	return path
+}
+
+// Running reports whether the kube-apiserver process is alive.
+func (k *KubeAPIServer) Running() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.proc != nil && !k.proc.exited()
+}
