@@ -98,6 +98,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			pruneCommand(),
 			deleteCommand(),
 			inspectCommand(),
+			restoreCommand(),
 		},
 		// Errors are printed once, by run.
 		ExitErrHandler: func(*cli.Context, error) {},

@@ -1,0 +1,503 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/etcdconn"
+	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/restore"
+)
+
+const defaultVerifyTimeout = 5 * time.Minute
+
+func restoreCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "restore",
+		Usage:     "rebuild a quorum-lost cluster from the newest snapshot (a surviving member's, or COS), verified before and after",
+		UsageText: "etcd-recovery restore --cluster-id ID --initial-cluster NAME=PEER_URL,... [--endpoints OLD,...] [--data-dir-root DIR] [--dry-run] [options]",
+		Description: "1. If a member of the old cluster (--endpoints) still answers, a snapshot of it is committed to COS first\n" +
+			"   as a pre-restore backup (not with --no-live; a dry run only says it would).\n" +
+			"2. The snapshot with the highest revision wins (time breaks ties); --backup forces one.\n" +
+			"3. It is streamed into a temp file next to the data dirs while the stored sha256, the database sha256\n" +
+			"   and etcd's trailing hash are checked. A corrupt or truncated backup is refused, naming the next good one.\n" +
+			"4. Each member's data dir is written with etcdutl's restore code: a new cluster token (generated when\n" +
+			"   not given), the revision bumped by --bump-revision and marked compacted so watchers never go back.\n" +
+			"   Data dirs: --data-dir-root DIR gives DIR/<name>.etcd; --data-dir may contain {name}; without {name}\n" +
+			"   it is one member's (--name). Default <name>.etcd, as etcdutl. A non-empty data dir is refused;\n" +
+			"   --force moves it aside to <dir>.moved-<UTC time> and never deletes it.\n" +
+			"5. With --verify-endpoints, waits for the new members (start them with the same etcd minor version as\n" +
+			"   the backup, --initial-cluster-state new and the token printed) and verifies them: all healthy, the\n" +
+			"   revision at least the snapshot's plus the bump, the live key count equal to the snapshot's.\n" +
+			"Then put the legacy v2 keys back with `restore v2`.",
+		Flags: concat(restoreEtcdFlags(), cosFlags(), []cli.Flag{
+			clusterIDFlag(),
+			&cli.StringFlag{Name: "backup", Usage: "restore this backup (a name as the list command prints it) instead of the newest"},
+			&cli.BoolFlag{Name: "no-live", Usage: "do not snapshot a surviving member first"},
+			&cli.DurationFlag{Name: "probe-timeout", Value: defaultProbeTimeout, Usage: "bound on each probe of an old member"},
+			&cli.StringFlag{Name: "initial-cluster", Usage: "the new cluster, as etcd's --initial-cluster: name=peerURL,..."},
+			&cli.StringFlag{Name: "name", Usage: "restore only this member (etcdutl's --name); needs --backup and --initial-cluster-token when the cluster has others"},
+			&cli.StringSliceFlag{Name: "initial-advertise-peer-urls", Usage: "--name's peer URLs (default: from --initial-cluster, which they must match)"},
+			&cli.StringFlag{Name: "initial-cluster-token", Usage: "the new cluster's token (default: generated and printed)"},
+			&cli.StringFlag{Name: "data-dir", Usage: "a member's data dir; may contain {name} (default {name}.etcd)", TakesFile: true},
+			&cli.StringFlag{Name: "data-dir-root", Usage: "put every member's data dir at DIR/<name>.etcd", TakesFile: true},
+			&cli.Uint64Flag{Name: "bump-revision", Value: restore.DefaultBumpRevision, Usage: "add this to the revision (etcdutl's --bump-revision; 0 with --mark-compacted=false to skip)"},
+			&cli.BoolFlag{Name: "mark-compacted", Value: true, Usage: "mark the bumped revision compacted, so watchers re-list (etcdutl's --mark-compacted)"},
+			&cli.IntFlag{Name: "parallel", Usage: "data dirs written at a time (0: all at once; each maps the database while it is written)"},
+			&cli.BoolFlag{Name: "force", Usage: "move non-empty data dirs aside (<dir>.moved-<UTC time>) instead of refusing; nothing is deleted"},
+			&cli.BoolFlag{Name: "dry-run", Usage: "print the plan and verify the chosen backup by streaming it; change nothing"},
+			&cli.StringSliceFlag{Name: "verify-endpoints", Usage: "client URLs of the new members: wait for them and verify the rebuilt cluster"},
+			&cli.DurationFlag{Name: "verify-timeout", Value: defaultVerifyTimeout, Usage: "how long to wait for the new members to be healthy"},
+			outputFlag(),
+		}),
+		Action: runRestore,
+		Subcommands: []*cli.Command{
+			restoreV2Command(),
+			restoreVerifyCommand(),
+		},
+		OnUsageError: func(_ *cli.Context, err error, _ bool) error { return usageError{err} },
+	}
+}
+
+// restoreEtcdFlags are etcdctl's connection flags for the old cluster, with
+// no default endpoint: no --endpoints means no survivor snapshot.
+func restoreEtcdFlags() []cli.Flag {
+	flags := etcdFlags()
+	for _, f := range flags {
+		if sf, ok := f.(*cli.StringSliceFlag); ok && sf.Name == "endpoints" {
+			sf.Value = nil
+			sf.Usage = "client endpoints of the old cluster: a member that answers is snapshotted first (TLS flags apply to --verify-endpoints too)"
+		}
+	}
+	return flags
+}
+
+func runRestore(c *cli.Context) error {
+	if c.Args().Present() {
+		return usagef("restore: unexpected argument %q (subcommands: v2, verify)", c.Args().First())
+	}
+	log, err := logger(c)
+	if err != nil {
+		return err
+	}
+	format, err := output.ParseFormat(c.String("output"))
+	if err != nil {
+		return usageError{err}
+	}
+	opts := restore.Options{
+		ClusterID:     c.String("cluster-id"),
+		NoLive:        c.Bool("no-live"),
+		ProbeTimeout:  c.Duration("probe-timeout"),
+		Backup:        c.String("backup"),
+		Token:         c.String("initial-cluster-token"),
+		BumpRevision:  c.Uint64("bump-revision"),
+		MarkCompacted: c.Bool("mark-compacted"),
+		Force:         c.Bool("force"),
+		Parallel:      c.Int("parallel"),
+		DryRun:        c.Bool("dry-run"),
+		Targets: restore.Targets{
+			InitialCluster:           c.String("initial-cluster"),
+			Name:                     c.String("name"),
+			InitialAdvertisePeerURLs: c.StringSlice("initial-advertise-peer-urls"),
+			DataDir:                  c.String("data-dir"),
+			DataDirRoot:              c.String("data-dir-root"),
+		},
+		Log:      log,
+		Progress: func(label string) restore.Progress { return output.NewProgress(label) },
+	}
+	if opts.ClusterID == "" {
+		return usagef("restore: --cluster-id is required")
+	}
+	if err := backup.ValidateClusterID(opts.ClusterID); err != nil {
+		return usageError{err}
+	}
+	if opts.InitialCluster == "" {
+		return usagef("restore: --initial-cluster is required (name=peerURL,... of the new cluster)")
+	}
+	if opts.Backup != "" {
+		if _, _, err := backup.ParseBackupName(opts.Backup); err != nil {
+			return usagef("restore: --backup: %v", err)
+		}
+	}
+	if (opts.BumpRevision > 0) != opts.MarkCompacted {
+		return usagef("restore: --bump-revision %d with --mark-compacted=%t: set both (the default), or --bump-revision 0 with --mark-compacted=false",
+			opts.BumpRevision, opts.MarkCompacted)
+	}
+	if opts.ProbeTimeout <= 0 {
+		return usagef("restore: --probe-timeout must be positive")
+	}
+	if opts.Parallel < 0 {
+		return usagef("restore: --parallel must be 0 (all at once) or more")
+	}
+	members, err := restore.ValidateTargets(opts.Targets)
+	if err != nil {
+		return usagef("restore: %v", err)
+	}
+	if opts.Name != "" && members > 1 && (opts.Backup == "" || opts.Token == "") {
+		return usagef("restore: --name restores 1 of %d members: pass --backup and --initial-cluster-token so every member "+
+			"comes from the same snapshot with the same token (or restore all members in one run)", members)
+	}
+	if opts.Old, err = restoreEtcdConfig(c, c.StringSlice("endpoints")); err != nil {
+		return err
+	}
+	if eps := c.StringSlice("verify-endpoints"); len(eps) > 0 {
+		if opts.DryRun {
+			return usagef("restore: --verify-endpoints with --dry-run: a dry run writes no data dir to verify")
+		}
+		if opts.Verify.Etcd, err = restoreEtcdConfig(c, eps); err != nil {
+			return err
+		}
+		opts.Verify.Timeout = c.Duration("verify-timeout")
+		if opts.Verify.Timeout <= 0 {
+			return usagef("restore: --verify-timeout must be positive")
+		}
+		opts.Verify.Log = log
+		opts.OnDataDirs = func(p *restore.Plan) {
+			log.Info("data dirs written: start the new members now; waiting for them", "cluster", p.ClusterID,
+				"etcd_version", p.EtcdVersion, "initial_cluster_token", p.Token, "endpoints", strings.Join(eps, ","),
+				"timeout", opts.Verify.Timeout)
+		}
+	}
+	store, layout, err := cosStore(c)
+	if err != nil {
+		return err
+	}
+	opts.Store, opts.Layout = store, layout
+
+	res, err := restore.Run(c.Context, opts)
+	if res != nil && (err == nil || opts.DryRun || res.Duration > 0) {
+		if rerr := renderRestore(c.App.Writer, format, res); rerr != nil && err == nil {
+			err = rerr
+		}
+	}
+	return err
+}
+
+// restoreEtcdConfig is the etcd connection for the given endpoints with the
+// command's TLS flags. No endpoints is valid: nothing to connect to.
+func restoreEtcdConfig(c *cli.Context, endpoints []string) (etcdconn.Config, error) {
+	cfg := etcdconn.Config{
+		Endpoints:   endpoints,
+		CACert:      c.String("cacert"),
+		Cert:        c.String("cert"),
+		Key:         c.String("key"),
+		DialTimeout: c.Duration("dial-timeout"),
+	}
+	if len(endpoints) == 0 {
+		return cfg, nil
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, usageError{err}
+	}
+	return cfg, nil
+}
+
+func renderRestore(w io.Writer, format output.Format, res *restore.Result) error {
+	if format == output.FormatJSON {
+		return output.Render(w, format, output.Table{}, res)
+	}
+	p := &res.Plan
+	if p.DryRun {
+		fmt.Fprintf(w, "Restore plan for cluster %s (dry run: nothing was changed)\n\n", p.ClusterID)
+	} else {
+		fmt.Fprintf(w, "Restore of cluster %s\n\n", p.ClusterID)
+	}
+	switch s := p.Survivor; {
+	case s == nil:
+	case s.Planned:
+		fmt.Fprintf(w, "Survivor: member %s (%s) answers at revision %d: a pre-restore snapshot of it would be committed to COS first.\n",
+			s.Member, s.Endpoint, s.Revision)
+	case s.Backup != "":
+		fmt.Fprintf(w, "Survivor: member %s (%s) answered: its snapshot was committed to COS first as %s (revision %d).\n",
+			s.Member, s.Endpoint, s.Backup, s.Revision)
+	default:
+		fmt.Fprintf(w, "Survivor: none (%s).\n", s.Skipped)
+	}
+	if len(p.Candidates) > 0 {
+		fmt.Fprintf(w, "\nCandidates, best first:\n")
+		t := output.Table{Header: []string{"BACKUP", "KIND", "TIME (UTC)", "REVISION", "SOURCE", "ETCD", "RAW", "V2 KEYS", "STATUS"}}
+		for _, cd := range p.Candidates {
+			v2, raw := "-", "-"
+			if cd.V2Keys != nil {
+				v2 = fmt.Sprint(*cd.V2Keys)
+			}
+			if cd.RawSize > 0 {
+				raw = output.Bytes(cd.RawSize)
+			}
+			st := cd.Status
+			if cd.Detail != "" {
+				st += ": " + cd.Detail
+			}
+			t.Rows = append(t.Rows, []string{cd.Name, string(cd.Kind), cd.Time.UTC().Format("2006-01-02 15:04:05"),
+				fmt.Sprint(cd.Revision), cd.Source, cd.ServerVersion, raw, v2, st})
+		}
+		if err := output.Render(w, output.FormatTable, t, nil); err != nil {
+			return err
+		}
+	}
+	for _, ig := range p.Ignored {
+		fmt.Fprintf(w, "Ignored: %s: %s\n", ig.Name, ig.Reason)
+	}
+	if p.Chosen != nil {
+		fmt.Fprintf(w, "\nChosen: %s, because %s.\n", p.Chosen.Name, p.Reason)
+	}
+	if len(p.Checks) > 0 {
+		fmt.Fprintf(w, "\nChecks before anything is written:\n")
+		t := output.Table{Header: []string{"CHECK", "STATUS", "DETAIL"}}
+		for _, ck := range p.Checks {
+			t.Rows = append(t.Rows, []string{ck.Name, ck.Status, ck.Detail})
+		}
+		if err := output.Render(w, output.FormatTable, t, nil); err != nil {
+			return err
+		}
+	}
+	if len(p.Members) > 0 {
+		fmt.Fprintf(w, "\nData dirs:\n")
+		t := output.Table{Header: []string{"MEMBER", "PEER URLS", "DATA DIR", "FOUND", "ACTION"}}
+		for _, m := range p.Members {
+			t.Rows = append(t.Rows, []string{m.Name, strings.Join(m.PeerURLs, ","), m.DataDir, m.State, memberAction(p, m)})
+		}
+		if err := output.Render(w, output.FormatTable, t, nil); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(w, "\nNew cluster: --initial-cluster %s --initial-cluster-token %s --initial-cluster-state new\n", p.InitialCluster, p.Token)
+	if p.TokenGenerated {
+		fmt.Fprintf(w, "  (the token was generated: members restored in other runs must use it)\n")
+	}
+	if p.EtcdVersion != "" {
+		fmt.Fprintf(w, "Start the members with etcd %s, the version the backup was taken from.\n", p.EtcdVersion)
+	}
+	switch {
+	case p.Snapshot != nil:
+		fmt.Fprintf(w, "Expected: revision >= %d (snapshot revision %d + bump %d), %d live keys.\n",
+			p.MinRevision, p.Snapshot.Revision, p.BumpRevision, p.Snapshot.LiveKeys)
+	case p.Chosen != nil:
+		fmt.Fprintf(w, "Expected: revision >= %d (manifest revision %d + bump %d).\n", p.MinRevision, p.Chosen.Revision, p.BumpRevision)
+	}
+	for _, pr := range p.Problems {
+		fmt.Fprintf(w, "PROBLEM: %s\n", pr)
+	}
+	if res.Duration > 0 {
+		fmt.Fprintf(w, "\nData dirs written in %s.\n", res.Duration.Round(time.Millisecond))
+	}
+	if res.Verify != nil {
+		fmt.Fprintln(w)
+		if err := renderVerifyReport(w, res.Verify); err != nil {
+			return err
+		}
+	}
+	if res.TotalToVerified > 0 {
+		fmt.Fprintf(w, "\nTotal time from start to a verified cluster: %s.\n", res.TotalToVerified.Round(time.Millisecond))
+	} else if !p.DryRun && res.Duration > 0 && res.Verify == nil && p.Snapshot != nil {
+		fmt.Fprintf(w, "\nOnce the members run: etcd-recovery restore verify --endpoints ... --min-revision %d --expect-keys %d --expect-members %d\n",
+			p.MinRevision, p.Snapshot.LiveKeys, len(strings.Split(p.InitialCluster, ",")))
+	}
+	if !p.DryRun && res.Duration > 0 && p.Chosen != nil && p.Chosen.V2Keys != nil && *p.Chosen.V2Keys > 0 {
+		fmt.Fprintf(w, "The backup holds %d v2 keys: once the cluster runs with --enable-v2, run `etcd-recovery restore v2 --cluster-id %s --backup %s --endpoints ...`.\n",
+			*p.Chosen.V2Keys, p.ClusterID, p.Chosen.Name)
+	}
+	return nil
+}
+
+func memberAction(p *restore.Plan, m restore.Member) string {
+	switch {
+	case m.Restored && m.MovedTo != "":
+		return "moved aside to " + m.MovedTo + ", then written"
+	case m.Restored:
+		return "written"
+	case m.State == restore.DirNonEmpty && m.MovedTo == "":
+		return "REFUSED: not empty (--force moves it aside)"
+	case p.DryRun && m.MovedTo != "":
+		return "would move aside to " + m.MovedTo + ", then write"
+	case p.DryRun:
+		return "would write"
+	}
+	return "not written"
+}
+
+func renderVerifyReport(w io.Writer, rep *restore.VerifyReport) error {
+	t := output.Table{Header: []string{"MEMBER", "ID", "ENDPOINT", "HEALTHY", "VERSION", "REVISION", "ERROR"}}
+	for _, m := range rep.Members {
+		rev := "-"
+		if m.Revision > 0 {
+			rev = fmt.Sprint(m.Revision)
+		}
+		t.Rows = append(t.Rows, []string{m.Name, m.ID, m.Endpoint, fmt.Sprint(m.Healthy), m.Version, rev, m.Error})
+	}
+	if err := output.Render(w, output.FormatTable, t, nil); err != nil {
+		return err
+	}
+	ct := output.Table{Header: []string{"CHECK", "STATUS", "DETAIL"}}
+	for _, ck := range rep.Checks {
+		ct.Rows = append(ct.Rows, []string{ck.Name, ck.Status, ck.Detail})
+	}
+	if err := output.Render(w, output.FormatTable, ct, nil); err != nil {
+		return err
+	}
+	verdict := "FAILED"
+	if rep.Verified {
+		verdict = "VERIFIED"
+	}
+	fmt.Fprintf(w, "Rebuilt cluster: %s (waited %s)\n", verdict, rep.Waited.Round(time.Millisecond))
+	return nil
+}
+
+func restoreV2Command() *cli.Command {
+	return &cli.Command{
+		Name:  "v2",
+		Usage: "put a backup's v2 keys (directories, keys, values, remaining TTLs) into a healthy cluster; idempotent",
+		Description: "Reads the v2 export of --backup (default: the backup restore would choose) and writes, through the\n" +
+			"v2 HTTP API of --endpoints (the new cluster, started with --enable-v2), only what differs: running it\n" +
+			"twice reports everything unchanged the second time. Keys whose TTL ran out since the backup are skipped.",
+		Flags: concat(etcdFlags(), cosFlags(), []cli.Flag{
+			clusterIDFlag(),
+			&cli.StringFlag{Name: "backup", Usage: "the backup whose v2 keys to restore (default: the newest by revision)"},
+			outputFlag(),
+		}),
+		Action:       runRestoreV2,
+		OnUsageError: func(_ *cli.Context, err error, _ bool) error { return usageError{err} },
+	}
+}
+
+func runRestoreV2(c *cli.Context) error {
+	log, err := logger(c)
+	if err != nil {
+		return err
+	}
+	format, err := output.ParseFormat(c.String("output"))
+	if err != nil {
+		return usageError{err}
+	}
+	opts := restore.V2Options{ClusterID: c.String("cluster-id"), Backup: c.String("backup"), Log: log}
+	if opts.ClusterID == "" {
+		return usagef("restore v2: --cluster-id is required")
+	}
+	if err := backup.ValidateClusterID(opts.ClusterID); err != nil {
+		return usageError{err}
+	}
+	if opts.Backup != "" {
+		if _, _, err := backup.ParseBackupName(opts.Backup); err != nil {
+			return usagef("restore v2: --backup: %v", err)
+		}
+	}
+	if opts.Etcd, err = etcdConfig(c); err != nil {
+		return err
+	}
+	store, layout, err := cosStore(c)
+	if err != nil {
+		return err
+	}
+	opts.Store, opts.Layout = store, layout
+	rep, err := restore.RestoreV2(c.Context, opts)
+	if rep != nil && rep.Endpoint != "" {
+		t := output.Table{
+			Header: []string{"CLUSTER", "BACKUP", "ENDPOINT", "KEYS", "DIRS", "CREATED", "UPDATED", "UNCHANGED", "EXPIRED", "FAILED"},
+			Rows: [][]string{{rep.ClusterID, rep.Backup, rep.Endpoint, fmt.Sprint(rep.Keys), fmt.Sprint(rep.Dirs), fmt.Sprint(rep.Created),
+				fmt.Sprint(rep.Updated), fmt.Sprint(rep.Unchanged), fmt.Sprint(rep.Expired), fmt.Sprint(rep.Failed)}},
+		}
+		if rerr := output.Render(c.App.Writer, format, t, rep); rerr != nil && err == nil {
+			err = rerr
+		}
+	}
+	return err
+}
+
+func restoreVerifyCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "verify",
+		Usage: "check a rebuilt cluster: every member healthy, the revision not behind, the live key count as in the snapshot",
+		Description: "Expectations come from --cluster-id and --backup (the snapshot is downloaded, verified and read: its\n" +
+			"revision plus --bump-revision, and its live key count), from --manifest (a manifest.json: the revision only),\n" +
+			"or from --min-revision / --expect-keys. Waits up to --timeout for the members to be healthy. Exit 1 on failure.",
+		Flags: concat(etcdFlags(), cosFlags(), []cli.Flag{
+			clusterIDFlag(),
+			&cli.StringFlag{Name: "backup", Usage: "the backup the cluster was restored from (needs --cluster-id and COS)"},
+			&cli.StringFlag{Name: "manifest", Usage: "the backup's manifest.json on disk, instead of --backup", TakesFile: true},
+			&cli.Uint64Flag{Name: "bump-revision", Value: restore.DefaultBumpRevision, Usage: "the bump the restore applied"},
+			&cli.Int64Flag{Name: "min-revision", Usage: "the revision must be at least this (overrides --backup/--manifest)"},
+			&cli.Int64Flag{Name: "expect-keys", Value: -1, Usage: "the number of live keys (overrides --backup; -1: not checked)"},
+			&cli.IntFlag{Name: "expect-members", Usage: "the number of members (0: not checked)"},
+			&cli.DurationFlag{Name: "timeout", Value: 2 * time.Minute, Usage: "how long to wait for every member to be healthy"},
+			&cli.StringFlag{Name: "temp-dir", Usage: "where the snapshot is downloaded while it is read (default: the system's)", TakesFile: true},
+			outputFlag(),
+		}),
+		Action:       runRestoreVerify,
+		OnUsageError: func(_ *cli.Context, err error, _ bool) error { return usageError{err} },
+	}
+}
+
+func runRestoreVerify(c *cli.Context) error {
+	log, err := logger(c)
+	if err != nil {
+		return err
+	}
+	format, err := output.ParseFormat(c.String("output"))
+	if err != nil {
+		return usageError{err}
+	}
+	opts := restore.ClusterCheckOptions{
+		ClusterID: c.String("cluster-id"), Backup: c.String("backup"), ManifestFile: c.String("manifest"),
+		BumpRevision: c.Uint64("bump-revision"), TempDir: c.String("temp-dir"),
+		Progress: func(label string) restore.Progress { return output.NewProgress(label) },
+	}
+	opts.Timeout, opts.Log = c.Duration("timeout"), log
+	opts.ExpectedMembers, opts.ExpectedKeys, opts.MinRevision = c.Int("expect-members"), -1, 0
+	if opts.Timeout <= 0 {
+		return usagef("restore verify: --timeout must be positive")
+	}
+	if opts.Backup != "" && opts.ManifestFile != "" {
+		return usagef("restore verify: --backup and --manifest are exclusive")
+	}
+	if opts.Backup != "" {
+		if opts.ClusterID == "" {
+			return usagef("restore verify: --backup needs --cluster-id")
+		}
+		if err := backup.ValidateClusterID(opts.ClusterID); err != nil {
+			return usageError{err}
+		}
+		if _, _, err := backup.ParseBackupName(opts.Backup); err != nil {
+			return usagef("restore verify: --backup: %v", err)
+		}
+		store, layout, err := cosStore(c)
+		if err != nil {
+			return err
+		}
+		opts.Store, opts.Layout = store, layout
+	}
+	if opts.Etcd, err = etcdConfig(c); err != nil {
+		return err
+	}
+	if c.IsSet("min-revision") {
+		opts.MinRevision = c.Int64("min-revision")
+	}
+	if c.IsSet("expect-keys") {
+		opts.ExpectedKeys = c.Int64("expect-keys")
+	}
+	opts.OverrideMinRevision, opts.OverrideKeys = c.IsSet("min-revision"), c.IsSet("expect-keys")
+	chk, err := restore.CheckCluster(c.Context, opts)
+	if chk != nil && chk.VerifyReport != nil {
+		if format == output.FormatJSON {
+			if rerr := output.Render(c.App.Writer, format, output.Table{}, chk); rerr != nil && err == nil {
+				err = rerr
+			}
+		} else {
+			if chk.Backup != "" {
+				fmt.Fprintf(c.App.Writer, "Restored from %s of cluster %s", chk.Backup, chk.ClusterID)
+				if chk.Snapshot != nil {
+					fmt.Fprintf(c.App.Writer, ": snapshot revision %d, %d live keys", chk.Snapshot.Revision, chk.Snapshot.LiveKeys)
+				}
+				fmt.Fprintln(c.App.Writer)
+			}
+			if rerr := renderVerifyReport(c.App.Writer, chk.VerifyReport); rerr != nil && err == nil {
+				err = rerr
+			}
+		}
+	}
+	return err
+}

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/testenv"
+	"github.com/armada/etcd-recovery/internal/testfix"
+	"github.com/armada/etcd-recovery/restore"
+)
+
+// Bad restore flags are usage errors (exit 4) that say what is wrong, found
+// before anything is contacted.
+func TestRestoreCLIUsage(t *testing.T) {
+	t.Parallel()
+	m := testenv.SharedMinIO(t)
+	cos := cosArgs(t, m, m.NewBucket(t), testenv.Prefix(t))
+	ctx := context.Background()
+	const two = "a=http://127.0.0.1:1,b=http://127.0.0.1:2"
+	base := []string{"restore", "--cluster-id", "c1", "--initial-cluster", two}
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"restore"}, "--cluster-id is required"},
+		{[]string{"restore", "--cluster-id", "../x", "--initial-cluster", two}, "invalid cluster id"},
+		{[]string{"restore", "--cluster-id", "c1"}, "--initial-cluster is required"},
+		{[]string{"restore", "--cluster-id", "c1", "--initial-cluster", "a"}, "--initial-cluster"},
+		{append(base, "--data-dir", "/tmp/one"), "{name}"},
+		{append(base, "--data-dir", "/tmp/{name}", "--data-dir-root", "/tmp"), "exclusive"},
+		{append(base, "--bump-revision", "5", "--mark-compacted=false"), "--mark-compacted"},
+		{append(base, "--bump-revision", "0"), "--mark-compacted"},
+		{append(base, "--name", "zz"), "not a member"},
+		{append(base, "--name", "a"), "--initial-cluster-token"},
+		{append(base, "--name", "a", "--initial-advertise-peer-urls", "http://127.0.0.1:9"), "do not match"},
+		{append(base, "--initial-advertise-peer-urls", "http://127.0.0.1:1"), "needs --name"},
+		{append(base, "--backup", "latest"), "not a backup name"},
+		{append(base, "--dry-run", "--verify-endpoints", "http://127.0.0.1:3"), "dry run"},
+		{append(base, "--endpoints", "127.0.0.1:5", "--cert", "/c.pem"), "--cert and --key"},
+		{append(base, "-o", "yaml"), "output format"},
+		{append(base, "stray"), "unexpected argument"},
+		{append(base, "--no-such-flag"), "no-such-flag"},
+		{[]string{"restore", "v2"}, "--cluster-id is required"},
+		{[]string{"restore", "v2", "--cluster-id", "c1", "--backup", "x"}, "not a backup name"},
+		{[]string{"restore", "v2", "--cluster-id", "c1", "--bogus"}, "bogus"},
+		{[]string{"restore", "verify", "--backup", "20261122T031500.123Z-manual"}, "--backup needs --cluster-id"},
+		{[]string{"restore", "verify", "--backup", "20261122T031500.123Z-manual", "--manifest", "m.json"}, "exclusive"},
+		{[]string{"restore", "verify", "--timeout", "0s"}, "--timeout"},
+	}
+	for _, tc := range cases {
+		code, _, errOut := runCtx(t, ctx, concatArgs(tc.args, cos)...)
+		if code != exitUsage || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d mentioning %q", tc.args, code, errOut, exitUsage, tc.want)
+		}
+	}
+}
+
+// The whole flow through the CLI: backup, a dry run that changes nothing
+// and says what it would do, the restore, `restore verify` and `restore
+// v2` twice.
+func TestRestoreCLIFlow(t *testing.T) {
+	t.Parallel()
+	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1, TLS: true, EnableV2: true})
+	want := testenv.PutKeys(t, c.Client(t), "/registry/secrets/", 300, 32)
+	v2 := testenv.PutV2Keys(t, c, 6)
+	m := testenv.SharedMinIO(t)
+	bucket, prefix := m.NewBucket(t), testenv.Prefix(t)
+	cos := cosArgs(t, m, bucket, prefix)
+	store := testfix.Store(t, m, bucket)
+	ctx := context.Background()
+	tlsArgs := []string{"--cacert", c.PKI.CAFile, "--cert", c.PKI.ClientCertFile, "--key", c.PKI.ClientKeyFile}
+
+	code, out, errOut := runCtx(t, ctx, concatArgs([]string{"backup", "--cluster-id", "cli-r", "--kind", "scheduled", "-o", "json"}, clusterArgs(c), cos)...)
+	if code != 0 {
+		t.Fatalf("backup: exit %d\n%s", code, errOut)
+	}
+	var man backup.Manifest
+	if err := json.Unmarshal([]byte(out), &man); err != nil {
+		t.Fatal(err)
+	}
+
+	peer := fmt.Sprintf("https://127.0.0.1:%d", testenv.FreePort(t))
+	client := fmt.Sprintf("https://127.0.0.1:%d", testenv.FreePort(t))
+	root := filepath.Join(t.TempDir(), "data")
+	restoreArgs := concatArgs([]string{"restore", "--cluster-id", "cli-r", "--initial-cluster", "r0=" + peer, "--data-dir-root", root}, cos)
+	listing := func() string { return strings.Join(testfix.Keys(t, store, prefix+"/"), "\n") }
+	before := listing()
+
+	// Dry run with the old member alive: it would snapshot it first.
+	code, out, errOut = runCtx(t, ctx, concatArgs(restoreArgs, clusterArgs(c), []string{"--dry-run"})...)
+	if code != 0 {
+		t.Fatalf("dry run: exit %d\n%s\n%s", code, out, errOut)
+	}
+	t.Logf("restore --dry-run:\n%s", out)
+	for _, s := range []string{"dry run: nothing was changed", "would be committed to COS first", "would be taken",
+		man.Name, filepath.Join(root, "r0.etcd"), "would write", "--initial-cluster-token", "etcd 3.5."} {
+		if !strings.Contains(out, s) {
+			t.Errorf("dry-run output lacks %q:\n%s", s, out)
+		}
+	}
+	// Without the survivor: the COS backup, verified by streaming.
+	code, out, errOut = runCtx(t, ctx, concatArgs(restoreArgs, []string{"--dry-run", "--no-live"})...)
+	if code != 0 {
+		t.Fatalf("dry run --no-live: exit %d\n%s\n%s", code, out, errOut)
+	}
+	t.Logf("restore --dry-run --no-live:\n%s", out)
+	for _, s := range []string{"Chosen: " + man.Name, "highest revision", "stored sha256", "etcd trailing hash", "passed"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("dry-run output lacks %q:\n%s", s, out)
+		}
+	}
+	if after := listing(); after != before {
+		t.Fatalf("a dry run changed the bucket:\n%s\n---\n%s", before, after)
+	}
+	if _, err := os.Stat(root); !os.IsNotExist(err) {
+		t.Fatalf("a dry run created %s: %v", root, err)
+	}
+
+	// The restore, with the old member dead.
+	c.Members[0].Kill()
+	code, out, errOut = runCtx(t, ctx, concatArgs(restoreArgs, clusterArgs(c), []string{"--probe-timeout", "1s", "-o", "json"})...)
+	if code != 0 {
+		t.Fatalf("restore: exit %d\n%s\n%s", code, out, errOut)
+	}
+	var res restore.Result
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("restore -o json: %v\n%s", err, out)
+	}
+	if res.Chosen == nil || res.Chosen.Name != man.Name || len(res.Members) != 1 || !res.Members[0].Restored || res.Snapshot.LiveKeys != int64(len(want)) {
+		t.Fatalf("restore result: %+v", res)
+	}
+	mem := testenv.StartEtcdMember(t, testenv.MemberSpec{Version: testenv.V35, Name: "r0", DataDir: res.Members[0].DataDir,
+		ClientURL: client, PeerURL: peer, InitialClusterToken: res.Token, PKI: c.PKI, EnableV2: true})
+	mem.WaitReady(t)
+	newArgs := concatArgs([]string{"--endpoints", client}, tlsArgs)
+
+	code, out, errOut = runCtx(t, ctx, concatArgs([]string{"restore", "verify", "--cluster-id", "cli-r", "--backup", man.Name, "--expect-members", "1"}, newArgs, cos)...)
+	t.Logf("restore verify:\n%s", out)
+	if code != 0 || !strings.Contains(out, "VERIFIED") || !strings.Contains(out, fmt.Sprintf("%d live keys", len(want))) {
+		t.Fatalf("restore verify: exit %d\n%s\n%s", code, out, errOut)
+	}
+	// Expecting the wrong count fails with exit 1 and says why.
+	code, out, _ = runCtx(t, ctx, concatArgs([]string{"restore", "verify", "--expect-keys", "1", "--timeout", "10s"}, newArgs)...)
+	if code != exitFailure || !strings.Contains(out, "FAILED") {
+		t.Fatalf("restore verify --expect-keys 1: exit %d\n%s", code, out)
+	}
+
+	v2run := func() restore.V2Report {
+		t.Helper()
+		code, out, errOut := runCtx(t, ctx, concatArgs([]string{"restore", "v2", "--cluster-id", "cli-r", "-o", "json"}, newArgs, cos)...)
+		if code != 0 {
+			t.Fatalf("restore v2: exit %d\n%s\n%s", code, out, errOut)
+		}
+		var rep restore.V2Report
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatalf("restore v2 -o json: %v\n%s", err, out)
+		}
+		return rep
+	}
+	first := v2run()
+	if first.Keys != len(v2) || first.Created != first.Keys+first.Dirs || first.Unchanged != 0 {
+		t.Fatalf("restore v2: %+v", first)
+	}
+	second := v2run()
+	if second.Created+second.Updated+second.Failed != 0 || second.Unchanged != first.Created {
+		t.Fatalf("restore v2 twice: %+v", second)
+	}
+	code, table, _ := runCtx(t, ctx, concatArgs([]string{"restore", "v2", "--cluster-id", "cli-r"}, newArgs, cos)...)
+	if code != 0 || !strings.Contains(table, "UNCHANGED") || !strings.Contains(table, man.Name) {
+		t.Fatalf("restore v2 table: exit %d\n%s", code, table)
+	}
+}

@@ -1,0 +1,263 @@
+package restore
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/client/pkg/v3/types"
+	"go.etcd.io/etcd/etcdutl/v3/snapshot"
+	"go.uber.org/zap"
+)
+
+// NamePlaceholder in a data dir template is replaced by the member's name.
+const NamePlaceholder = "{name}"
+
+// Member is one member of the new cluster and its data dir.
+type Member struct {
+	Name     string   `json:"name"`
+	PeerURLs []string `json:"peerURLs"`
+	DataDir  string   `json:"dataDir"`
+	// State is the data dir as found before anything was written: absent,
+	// empty, or non-empty.
+	State string `json:"state"`
+	// MovedTo is where a non-empty data dir was (or, in a dry run, would
+	// be) moved aside with --force.
+	MovedTo string `json:"movedTo,omitempty"`
+	// Restored is set once the data dir was written.
+	Restored bool `json:"restored"`
+}
+
+// Data dir states.
+const (
+	DirAbsent   = "absent"
+	DirEmpty    = "empty"
+	DirNonEmpty = "non-empty"
+)
+
+// Targets says which members to rebuild and where (etcdutl's flags).
+type Targets struct {
+	// InitialCluster is etcd's --initial-cluster: name=peerURL[,...]. Every
+	// member of the new cluster, restored here or elsewhere.
+	InitialCluster string
+	// Name, when set, restores only that member (etcdutl's --name).
+	Name string
+	// InitialAdvertisePeerURLs are the peer URLs of Name; by default its
+	// URLs in InitialCluster, which they must match.
+	InitialAdvertisePeerURLs []string
+	// DataDir is a member's data dir. It may contain {name}; without it,
+	// only one member may be restored. Default: {name}.etcd, as etcdutl.
+	DataDir string
+	// DataDirRoot puts every member's data dir at <root>/<name>.etcd.
+	DataDirRoot string
+}
+
+// parsedCluster is --initial-cluster in order, with URLs per name.
+type parsedCluster struct {
+	names []string
+	urls  map[string][]string
+}
+
+func parseInitialCluster(s string) (*parsedCluster, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, errors.New("--initial-cluster is required (name=peerURL,...)")
+	}
+	um, err := types.NewURLsMap(s)
+	if err != nil {
+		return nil, fmt.Errorf("--initial-cluster %q: %w", s, err)
+	}
+	pc := &parsedCluster{urls: map[string][]string{}}
+	for _, part := range strings.Split(s, ",") {
+		name, _, _ := strings.Cut(strings.TrimSpace(part), "=")
+		if name == "" {
+			return nil, fmt.Errorf("--initial-cluster %q: a member has no name", s)
+		}
+		if !slices.Contains(pc.names, name) {
+			pc.names = append(pc.names, name)
+		}
+	}
+	for name, urls := range um {
+		pc.urls[name] = urls.StringSlice()
+	}
+	for name, urls := range pc.urls {
+		for other, ourls := range pc.urls {
+			if other <= name {
+				continue
+			}
+			for _, u := range urls {
+				if slices.Contains(ourls, u) {
+					return nil, fmt.Errorf("--initial-cluster: members %s and %s share the peer URL %s", name, other, u)
+				}
+			}
+		}
+	}
+	return pc, nil
+}
+
+// resolve validates the targets and returns the members to restore, with
+// absolute data dirs. It does not look at the file system.
+func (t Targets) resolve() ([]Member, *parsedCluster, error) {
+	pc, err := parseInitialCluster(t.InitialCluster)
+	if err != nil {
+		return nil, nil, err
+	}
+	names := pc.names
+	if t.Name != "" {
+		if _, ok := pc.urls[t.Name]; !ok {
+			return nil, nil, fmt.Errorf("--name %q is not a member of --initial-cluster (%s)", t.Name, strings.Join(pc.names, ", "))
+		}
+		names = []string{t.Name}
+		if len(t.InitialAdvertisePeerURLs) > 0 {
+			want := slices.Clone(pc.urls[t.Name])
+			got, err := types.NewURLs(t.InitialAdvertisePeerURLs)
+			if err != nil {
+				return nil, nil, fmt.Errorf("--initial-advertise-peer-urls: %w", err)
+			}
+			slices.Sort(want)
+			if !slices.Equal(want, got.StringSlice()) {
+				return nil, nil, fmt.Errorf("--initial-advertise-peer-urls %s do not match %s's URLs in --initial-cluster (%s)",
+					strings.Join(got.StringSlice(), ","), t.Name, strings.Join(want, ","))
+			}
+		}
+	} else if len(t.InitialAdvertisePeerURLs) > 0 && len(names) > 1 {
+		return nil, nil, errors.New("--initial-advertise-peer-urls needs --name: every member's peer URLs come from --initial-cluster")
+	}
+	if t.DataDir != "" && t.DataDirRoot != "" {
+		return nil, nil, errors.New("--data-dir and --data-dir-root are exclusive")
+	}
+	tmpl := t.DataDir
+	switch {
+	case t.DataDirRoot != "":
+		tmpl = filepath.Join(t.DataDirRoot, NamePlaceholder+".etcd")
+	case tmpl == "":
+		tmpl = NamePlaceholder + ".etcd"
+	}
+	if len(names) > 1 && !strings.Contains(tmpl, NamePlaceholder) {
+		return nil, nil, fmt.Errorf("--data-dir %q would hold %d members: use %s in it, --data-dir-root, or --name", t.DataDir, len(names), NamePlaceholder)
+	}
+	var out []Member
+	seen := map[string]string{}
+	for _, name := range names {
+		dir, err := filepath.Abs(strings.ReplaceAll(tmpl, NamePlaceholder, name))
+		if err != nil {
+			return nil, nil, err
+		}
+		if other, dup := seen[dir]; dup {
+			return nil, nil, fmt.Errorf("members %s and %s would share the data dir %s", other, name, dir)
+		}
+		seen[dir] = name
+		out = append(out, Member{Name: name, PeerURLs: pc.urls[name], DataDir: dir})
+	}
+	return out, pc, nil
+}
+
+// ValidateTargets checks the targets without touching the file system and
+// returns the number of members in the new cluster.
+func ValidateTargets(t Targets) (int, error) {
+	_, pc, err := t.resolve()
+	if err != nil {
+		return 0, err
+	}
+	return len(pc.names), nil
+}
+
+// inspectDir says whether a data dir is absent, empty or not.
+func inspectDir(dir string) (string, error) {
+	st, err := os.Stat(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return DirAbsent, nil
+	}
+	if err != nil {
+		return "", err
+	}
+	if !st.IsDir() {
+		return "", fmt.Errorf("data dir %s is not a directory", dir)
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(1)
+	if len(names) > 0 {
+		return DirNonEmpty, nil
+	}
+	if err != nil && !errors.Is(err, io.EOF) {
+		return "", err
+	}
+	return DirEmpty, nil
+}
+
+// movedName is where a non-empty data dir is moved aside: next to it, with
+// the UTC time, never replacing anything.
+func movedName(dir string, now time.Time) string {
+	base := dir + ".moved-" + now.UTC().Format("20060102T150405Z")
+	name := base
+	for i := 2; ; i++ {
+		if _, err := os.Lstat(name); errors.Is(err, fs.ErrNotExist) {
+			return name
+		}
+		name = fmt.Sprintf("%s-%d", base, i)
+	}
+}
+
+// moveAside renames a non-empty data dir out of the way. It never deletes.
+func moveAside(dir, to string) error {
+	if _, err := os.Lstat(to); err == nil {
+		return fmt.Errorf("move %s aside: %s already exists", dir, to)
+	}
+	if err := os.Rename(dir, to); err != nil {
+		return fmt.Errorf("move %s aside to %s: %w (a mount point cannot be renamed: move its contents yourself)", dir, to, err)
+	}
+	return nil
+}
+
+// restoreConfig is what every member's restore shares.
+type restoreConfig struct {
+	snapshotPath   string
+	initialCluster string
+	token          string
+	bump           uint64
+	markCompacted  bool
+}
+
+// restoreMember writes one member's data dir with etcdutl's restore code.
+// On failure it removes what it wrote: the dir was absent or empty before.
+func restoreMember(rc restoreConfig, m Member) (err error) {
+	defer func() {
+		if err == nil {
+			return
+		}
+		switch m.State {
+		case DirAbsent:
+			_ = os.RemoveAll(m.DataDir)
+		case DirEmpty:
+			entries, _ := os.ReadDir(m.DataDir)
+			for _, e := range entries {
+				_ = os.RemoveAll(filepath.Join(m.DataDir, e.Name()))
+			}
+		}
+	}()
+	if err := os.MkdirAll(filepath.Dir(m.DataDir), 0o700); err != nil {
+		return err
+	}
+	return snapshot.NewV3(zap.NewNop()).Restore(snapshot.RestoreConfig{
+		SnapshotPath:        rc.snapshotPath,
+		Name:                m.Name,
+		OutputDataDir:       m.DataDir,
+		PeerURLs:            m.PeerURLs,
+		InitialCluster:      rc.initialCluster,
+		InitialClusterToken: rc.token,
+		// The file was hashed, against etcd's trailer and the manifest,
+		// while it was written; etcdutl still strips the trailer.
+		SkipHashCheck: true,
+		RevisionBump:  rc.bump,
+		MarkCompacted: rc.markCompacted,
+	})
+}

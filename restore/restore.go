@@ -1,0 +1,619 @@
+// Package restore rebuilds a quorum-lost etcd cluster from the newest
+// snapshot: a fresh one of a surviving member when any answers, else the
+// newest committed backup in the object store. The snapshot is verified
+// while it streams, before any data dir is touched; every member's data dir
+// is then written with etcdutl's own restore code, with the revision bumped
+// and compacted so watchers never see it go back. Verify checks the rebuilt
+// cluster, and RestoreV2 puts the legacy v2 keys back.
+package restore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/etcdconn"
+)
+
+// DefaultBumpRevision is etcdutl's recommended revision bump: far more
+// revisions than a cluster writes between its last backup and a restore.
+const DefaultBumpRevision = 1_000_000_000
+
+// Progress shows the progress of one stream (internal/output.Progress).
+type Progress interface {
+	Update(n int64)
+	Done()
+}
+
+// Options configure a restore.
+type Options struct {
+	ClusterID string
+	Store     backup.Store
+	Layout    backup.Layout
+
+	// Old is the old cluster (--endpoints). When any member answers, a
+	// pre-restore snapshot of it is committed to the store first. No
+	// endpoints, or NoLive, skips it.
+	Old          etcdconn.Config
+	NoLive       bool
+	ProbeTimeout time.Duration // per member probe; default 5s
+
+	// Backup forces a backup by name instead of the newest.
+	Backup string
+
+	// Targets are the members to rebuild and their data dirs.
+	Targets
+	// Token is --initial-cluster-token; generated when empty.
+	Token string
+	// BumpRevision and MarkCompacted are etcdutl's --bump-revision and
+	// --mark-compacted: both set, or neither.
+	BumpRevision  uint64
+	MarkCompacted bool
+	// Parallel is how many data dirs are written at a time; 0 writes all
+	// at once. Each restore maps the database while etcdutl's code runs,
+	// so resident memory grows with it; the work is mostly disk writes.
+	Parallel int
+	// Force moves non-empty data dirs aside (<dir>.moved-<UTC time>)
+	// instead of refusing them. Nothing is ever deleted.
+	Force bool
+	// DryRun builds and prints the plan, verifies the chosen backup by
+	// streaming it, and changes nothing: no survivor snapshot, no file.
+	DryRun bool
+
+	// Verify, when its Etcd has endpoints, waits for the rebuilt cluster
+	// (started by someone else once OnDataDirs is called) and verifies it.
+	Verify VerifyOptions
+
+	// OnDataDirs is called once every data dir is written, before Verify
+	// waits: the members can be started.
+	OnDataDirs func(*Plan)
+	// Progress returns a progress line for a stream (nil: none).
+	Progress func(label string) Progress
+	Log      *slog.Logger
+	Now      func() time.Time
+}
+
+// Survivor is the pre-restore snapshot of a surviving member.
+type Survivor struct {
+	Member   string `json:"member,omitempty"`
+	Endpoint string `json:"endpoint,omitempty"`
+	Revision int64  `json:"revision,omitempty"`
+	// Backup is the committed pre-restore backup.
+	Backup string `json:"backup,omitempty"`
+	// Planned: a dry run found the member and would take the snapshot.
+	Planned bool `json:"planned,omitempty"`
+	// Skipped says why no survivor snapshot was taken.
+	Skipped string `json:"skipped,omitempty"`
+}
+
+// Plan is what a restore does (or, in a dry run, would do).
+type Plan struct {
+	ClusterID  string      `json:"clusterID"`
+	DryRun     bool        `json:"dryRun"`
+	Survivor   *Survivor   `json:"survivor"`
+	Candidates []Candidate `json:"candidates"`
+	Ignored    []Ignored   `json:"ignored,omitempty"`
+	Chosen     *Candidate  `json:"chosen,omitempty"`
+	Reason     string      `json:"reason,omitempty"`
+	// Checks of the chosen backup, before anything is written.
+	Checks   []Check        `json:"checks"`
+	Snapshot *SnapshotFacts `json:"snapshot,omitempty"`
+	// Members and their data dirs.
+	Members        []Member `json:"members"`
+	InitialCluster string   `json:"initialCluster"`
+	Token          string   `json:"initialClusterToken"`
+	TokenGenerated bool     `json:"tokenGenerated,omitempty"`
+	BumpRevision   uint64   `json:"bumpRevision"`
+	MarkCompacted  bool     `json:"markCompacted"`
+	// MinRevision is the lowest revision the rebuilt cluster may report:
+	// the revision of the snapshot's last key plus the bump, as etcdutl
+	// bumps it (the manifest's revision plus the bump until the snapshot
+	// is read).
+	MinRevision int64 `json:"minRevision"`
+	// EtcdVersion is the server version the backup was taken from: start
+	// the data dirs with the same minor version.
+	EtcdVersion string `json:"etcdVersion,omitempty"`
+	// Problems stop the restore; a dry run lists them all.
+	Problems []string `json:"problems,omitempty"`
+}
+
+// Result is a finished (or failed) restore.
+type Result struct {
+	Plan
+	// Duration is from the start to the data dirs written.
+	Duration time.Duration `json:"duration"`
+	// Verify is the check of the rebuilt cluster, when asked for.
+	Verify *VerifyReport `json:"verify,omitempty"`
+	// TotalToVerified is from the start to a verified cluster.
+	TotalToVerified time.Duration `json:"totalToVerified,omitempty"`
+}
+
+// Step names, used in errors.
+const (
+	StepValidate      = "validate"
+	StepDataDirs      = "check data dirs"
+	StepStore         = "check object store"
+	StepSurvivor      = "survivor snapshot"
+	StepList          = "list backups"
+	StepSelect        = "select backup"
+	StepVerifyBackup  = "verify backup"
+	StepMoveAside     = "move data dir aside"
+	StepWrite         = "write data dirs"
+	StepVerifyCluster = "verify cluster"
+)
+
+// Error is a failed restore: the cluster, the step and the cause.
+type Error struct {
+	ClusterID string
+	Step      string
+	Err       error
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("restore of cluster %s failed at step %q: %v", e.ClusterID, e.Step, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// BackupError is a backup refused because it failed verification. Next is
+// the next-newest backup that passed, empty when none did.
+type BackupError struct {
+	Backup       string
+	Err          error
+	Next         string
+	NextRevision int64
+}
+
+func (e *BackupError) Error() string {
+	msg := fmt.Sprintf("backup %s is corrupt or truncated, refusing it: %v", e.Backup, e.Err)
+	if e.Next != "" {
+		return msg + fmt.Sprintf("; the next-newest good backup is %s (revision %d, verified): restore it with --backup %s", e.Next, e.NextRevision, e.Next)
+	}
+	return msg + "; no other backup passed verification"
+}
+
+func (e *BackupError) Unwrap() error { return e.Err }
+
+// ProblemsError is a restore stopped before anything was changed.
+type ProblemsError struct{ Problems []string }
+
+func (e *ProblemsError) Error() string { return strings.Join(e.Problems, "; ") }
+
+func (o *Options) defaults() error {
+	if err := backup.ValidateClusterID(o.ClusterID); err != nil {
+		return err
+	}
+	if o.Store == nil {
+		return errors.New("no object store")
+	}
+	if (o.BumpRevision > 0) != o.MarkCompacted {
+		return errors.New("--bump-revision and --mark-compacted go together (as in etcdutl): set both, or neither")
+	}
+	if o.Backup != "" {
+		if _, _, err := backup.ParseBackupName(o.Backup); err != nil {
+			return fmt.Errorf("--backup: %w", err)
+		}
+	}
+	if len(o.Old.Endpoints) > 0 && !o.NoLive {
+		if err := o.Old.Validate(); err != nil {
+			return err
+		}
+	}
+	if o.ProbeTimeout <= 0 {
+		o.ProbeTimeout = 5 * time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Progress == nil {
+		o.Progress = func(string) Progress { return nopProgress{} }
+	}
+	return nil
+}
+
+type nopProgress struct{}
+
+func (nopProgress) Update(int64) {}
+func (nopProgress) Done()        {}
+
+// Run restores a cluster: see the package documentation. It returns the
+// plan, and how far it got, even when it fails after building it.
+func Run(ctx context.Context, opts Options) (*Result, error) {
+	start := time.Now()
+	res := &Result{Plan: Plan{ClusterID: opts.ClusterID, DryRun: opts.DryRun, Checks: []Check{}}}
+	fail := func(step string, err error) (*Result, error) {
+		if ctx.Err() != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
+		}
+		return res, &Error{ClusterID: opts.ClusterID, Step: step, Err: err}
+	}
+	if err := opts.defaults(); err != nil {
+		return fail(StepValidate, err)
+	}
+	log := opts.Log.With("cluster", opts.ClusterID)
+	plan := &res.Plan
+	members, pc, err := opts.Targets.resolve()
+	if err != nil {
+		return fail(StepValidate, err)
+	}
+	if len(members) < len(pc.names) && (opts.Backup == "" || opts.Token == "") {
+		// Members restored in separate runs must come from one snapshot
+		// with one token, or they form separate clusters.
+		return fail(StepValidate, fmt.Errorf("--name restores 1 of %d members: every member must be restored from the same backup "+
+			"with the same token, so pass --backup and --initial-cluster-token (or restore all members in one run)", len(pc.names)))
+	}
+	plan.Members, plan.InitialCluster = members, opts.InitialCluster
+	plan.BumpRevision, plan.MarkCompacted = opts.BumpRevision, opts.MarkCompacted
+	plan.Token = opts.Token
+	if plan.Token == "" {
+		plan.Token, plan.TokenGenerated = newToken(opts.ClusterID, opts.Now()), true
+	}
+
+	// Local checks first: nothing happens if a data dir is in the way.
+	for i := range plan.Members {
+		m := &plan.Members[i]
+		st, err := inspectDir(m.DataDir)
+		if err != nil {
+			return fail(StepDataDirs, fmt.Errorf("member %s: %w", m.Name, err))
+		}
+		m.State = st
+		if st != DirNonEmpty {
+			continue
+		}
+		if !opts.Force {
+			plan.Problems = append(plan.Problems, fmt.Sprintf("data dir %s of member %s is not empty: refusing to overwrite it, as etcdutl does "+
+				"(--force moves it aside to %s.moved-<UTC time>; nothing is deleted)", m.DataDir, m.Name, m.DataDir))
+			continue
+		}
+		m.MovedTo = movedName(m.DataDir, opts.Now())
+	}
+	if len(plan.Problems) > 0 && !opts.DryRun {
+		return fail(StepDataDirs, &ProblemsError{plan.Problems})
+	}
+
+	if c, ok := opts.Store.(backup.Checker); ok {
+		if err := c.Check(ctx); err != nil {
+			return fail(StepStore, err)
+		}
+	}
+
+	// The survivor first: its data is newer than any backup, and once it
+	// is committed to the store it is safe whatever happens next.
+	plan.Survivor = &Survivor{}
+	var planned *Candidate
+	switch {
+	case opts.NoLive:
+		plan.Survivor.Skipped = "--no-live"
+	case len(opts.Old.Endpoints) == 0:
+		plan.Survivor.Skipped = "no --endpoints of the old cluster given"
+	case opts.DryRun:
+		planned = probeSurvivor(ctx, opts, plan.Survivor)
+	default:
+		if err := takeSurvivor(ctx, opts, log, plan.Survivor); err != nil {
+			return fail(StepSurvivor, err)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(StepSurvivor, err)
+	}
+
+	listed, err := backup.ListBackups(ctx, opts.Store, opts.Layout, opts.ClusterID)
+	if err != nil {
+		return fail(StepList, err)
+	}
+	cands, ignored := rankCandidates(listed)
+	plan.Ignored = ignored
+	if planned != nil {
+		cands = append([]Candidate{*planned}, cands...)
+		sortCandidates(cands)
+	}
+	plan.Candidates = cands
+	if len(cands) == 0 {
+		return fail(StepSelect, fmt.Errorf("no committed backup of cluster %s under %s, and no surviving member to snapshot (%s)",
+			opts.ClusterID, opts.Layout.ClusterPrefix(opts.ClusterID), plan.Survivor.Skipped))
+	}
+	idx := 0
+	if opts.Backup != "" {
+		if idx = findCandidate(cands, opts.Backup); idx < 0 {
+			var names []string
+			for _, c := range cands {
+				names = append(names, c.Name)
+			}
+			why := "not found"
+			for _, ig := range ignored {
+				if ig.Name == opts.Backup {
+					why = ig.Reason
+				}
+			}
+			return fail(StepSelect, fmt.Errorf("--backup %s: %s (committed backups: %s)", opts.Backup, why, strings.Join(names, ", ")))
+		}
+	}
+	plan.Reason = chooseReason(cands, idx, opts.Backup != "", plan.Survivor)
+	cands[idx].Status = "chosen"
+	chosen := cands[idx]
+	plan.Chosen = &chosen
+	plan.EtcdVersion = chosen.ServerVersion
+	plan.MinRevision = chosen.Revision + int64(opts.BumpRevision)
+	log.Info("chose a snapshot", "backup", chosen.Name, "revision", chosen.Revision, "reason", plan.Reason)
+
+	// Verify before anything is written.
+	var snapPath string
+	if chosen.Planned {
+		for _, n := range []string{CheckStoredSHA, CheckEtcdHash, CheckRawSHA, CheckSizes} {
+			plan.Checks = append(plan.Checks, Check{Name: n, Status: CheckPlanned, Detail: "checked while the survivor snapshot streams"})
+		}
+	} else {
+		var dst *os.File
+		if !opts.DryRun {
+			dir := filepath.Dir(plan.Members[0].DataDir)
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				return fail(StepVerifyBackup, err)
+			}
+			if dst, err = os.CreateTemp(dir, ".etcd-recovery-"+opts.ClusterID+"-*.snapshot.db"); err != nil {
+				return fail(StepVerifyBackup, fmt.Errorf("temp file next to the data dirs: %w", err))
+			}
+			snapPath = dst.Name()
+			defer os.Remove(snapPath)
+			defer dst.Close()
+		}
+		fetchStart := time.Now()
+		prog := opts.Progress(fmt.Sprintf("download %s", chosen.Name))
+		var fr *fetchResult
+		if dst != nil {
+			fr, err = fetchSnapshot(ctx, opts.Store, opts.Layout, chosen.manifest, dst, prog.Update)
+		} else {
+			fr, err = fetchSnapshot(ctx, opts.Store, opts.Layout, chosen.manifest, nil, prog.Update)
+		}
+		prog.Done()
+		if fr != nil {
+			plan.Checks = append(plan.Checks, fr.Checks...)
+		}
+		if err != nil {
+			return fail(StepVerifyBackup, refuse(ctx, opts, cands, idx, err))
+		}
+		cands[idx].Status, plan.Chosen.Status = "chosen, verified", "chosen, verified"
+		if dst != nil {
+			if err := dst.Close(); err != nil {
+				return fail(StepVerifyBackup, err)
+			}
+			log.Debug("snapshot streamed and checked", "backup", chosen.Name, "duration", time.Since(fetchStart).Round(time.Millisecond))
+			facts, err := readSnapshotFacts(snapPath)
+			if err != nil {
+				return fail(StepVerifyBackup, refuse(ctx, opts, cands, idx, &verifyError{err}))
+			}
+			plan.Snapshot = &facts
+			plan.MinRevision = facts.Revision + int64(opts.BumpRevision)
+			plan.Checks = append(plan.Checks, Check{Name: "database", Status: CheckPassed,
+				Detail: fmt.Sprintf("revision %d, %d live keys, %d key revisions", facts.Revision, facts.LiveKeys, facts.Revisions)})
+			if facts.StoreRevision() < chosen.Revision {
+				return fail(StepVerifyBackup, refuse(ctx, opts, cands, idx, &verifyError{fmt.Errorf(
+					"the database's revision %d is below the manifest's %d", facts.StoreRevision(), chosen.Revision)}))
+			}
+		}
+		log.Info("backup verified", "backup", chosen.Name, "checks", len(plan.Checks), "duration", time.Since(fetchStart).Round(time.Millisecond))
+	}
+	if opts.DryRun {
+		if len(plan.Problems) > 0 {
+			return res, &Error{ClusterID: opts.ClusterID, Step: StepDataDirs, Err: &ProblemsError{plan.Problems}}
+		}
+		return res, nil
+	}
+
+	// Move non-empty data dirs aside (--force), then write every data dir.
+	for i := range plan.Members {
+		m := &plan.Members[i]
+		if m.MovedTo == "" {
+			continue
+		}
+		m.MovedTo = movedName(m.DataDir, opts.Now())
+		if err := moveAside(m.DataDir, m.MovedTo); err != nil {
+			return fail(StepMoveAside, fmt.Errorf("member %s: %w", m.Name, err))
+		}
+		log.Warn("moved a non-empty data dir aside", "member", m.Name, "from", m.DataDir, "to", m.MovedTo)
+		m.State = DirAbsent
+	}
+	if err := writeDataDirs(ctx, plan, opts.Parallel, restoreConfig{snapshotPath: snapPath, initialCluster: opts.InitialCluster,
+		token: plan.Token, bump: opts.BumpRevision, markCompacted: opts.MarkCompacted}, log); err != nil {
+		return fail(StepWrite, err)
+	}
+	os.Remove(snapPath)
+	res.Duration = time.Since(start)
+	log.Info("data dirs written", "members", len(plan.Members), "duration", res.Duration.Round(time.Millisecond))
+	if opts.OnDataDirs != nil {
+		opts.OnDataDirs(plan)
+	}
+
+	if len(opts.Verify.Etcd.Endpoints) == 0 {
+		return res, nil
+	}
+	vo := opts.Verify
+	vo.MinRevision = plan.MinRevision
+	vo.ExpectedKeys = -1
+	if plan.Snapshot != nil {
+		vo.ExpectedKeys = plan.Snapshot.LiveKeys
+	}
+	if vo.ExpectedMembers == 0 {
+		vo.ExpectedMembers = len(pc.names)
+	}
+	if vo.Log == nil {
+		vo.Log = opts.Log
+	}
+	rep, err := Verify(ctx, vo)
+	res.Verify = rep
+	if err != nil {
+		return fail(StepVerifyCluster, err)
+	}
+	res.TotalToVerified = time.Since(start)
+	log.Info("rebuilt cluster verified", "total", res.TotalToVerified.Round(time.Millisecond))
+	return res, nil
+}
+
+// refuse turns a failed verification into a BackupError naming the
+// next-newest backup that passes (each verified by streaming, nothing
+// written). Store and disk errors are returned as they are.
+func refuse(ctx context.Context, opts Options, cands []Candidate, idx int, err error) error {
+	var ve *verifyError
+	if !errors.As(err, &ve) || ctx.Err() != nil {
+		return err
+	}
+	cands[idx].Status, cands[idx].Detail = "failed verification", err.Error()
+	be := &BackupError{Backup: cands[idx].Name, Err: err}
+	for i := idx + 1; i < len(cands); i++ {
+		c := &cands[i]
+		if c.Planned {
+			continue
+		}
+		prog := opts.Progress(fmt.Sprintf("verify %s", c.Name))
+		_, verr := fetchSnapshot(ctx, opts.Store, opts.Layout, c.manifest, nil, prog.Update)
+		prog.Done()
+		if ctx.Err() != nil {
+			return err
+		}
+		if verr != nil {
+			c.Status, c.Detail = "failed verification", verr.Error()
+			opts.Log.Warn("backup failed verification", "cluster", opts.ClusterID, "backup", c.Name, "err", verr)
+			continue
+		}
+		c.Status = "verified"
+		be.Next, be.NextRevision = c.Name, c.Revision
+		break
+	}
+	return be
+}
+
+// probeSurvivor finds, without changing anything, the member a survivor
+// snapshot would be taken of; it returns it as a planned candidate.
+func probeSurvivor(ctx context.Context, opts Options, s *Survivor) *Candidate {
+	members, _ := backup.ListMembers(ctx, opts.Old, opts.ProbeTimeout)
+	members = backup.ProbeMembers(ctx, opts.Old, members, opts.ProbeTimeout)
+	var urls []string
+	for _, m := range members {
+		if m.Alive() {
+			urls = append(urls, m.ClientURL)
+		}
+	}
+	quorum := len(urls) > 0 && backup.HasQuorum(ctx, opts.Old, urls, opts.ProbeTimeout)
+	cands := backup.SnapshotCandidates(members, quorum)
+	if len(cands) == 0 {
+		s.Skipped = "no member of the old cluster answered"
+		return nil
+	}
+	m := cands[0]
+	s.Member, s.Endpoint, s.Planned = m.Name, m.ClientURL, true
+	if m.Status.Header != nil {
+		s.Revision = m.Status.Header.Revision
+	}
+	return &Candidate{Name: "(pre-restore snapshot of " + m.Name + ", not taken: dry run)", Kind: backup.KindPreRestore,
+		Time: opts.Now().UTC(), Revision: s.Revision, Source: m.Name, ServerVersion: m.Status.Version, Status: CheckPlanned, Planned: true}
+}
+
+// takeSurvivor commits a pre-restore snapshot of a surviving member. No
+// member answering is not an error (the cluster is gone: restore from the
+// store); any other failure is, since a survivor's newer data would be lost.
+func takeSurvivor(ctx context.Context, opts Options, log *slog.Logger, s *Survivor) error {
+	prog := opts.Progress("pre-restore snapshot")
+	r, err := backup.Run(ctx, backup.Options{
+		ClusterID: opts.ClusterID, Kind: backup.KindPreRestore, Etcd: opts.Old,
+		Store: opts.Store, Layout: opts.Layout, ProbeTimeout: opts.ProbeTimeout,
+		Progress: prog.Update, Log: opts.Log, Now: opts.Now,
+		OnSource: func(m backup.MemberStatus) { s.Member, s.Endpoint = m.Name, m.ClientURL },
+	})
+	prog.Done()
+	var be *backup.Error
+	if err != nil && errors.As(err, &be) && be.Step == backup.StepMembers && ctx.Err() == nil {
+		s.Member, s.Endpoint = "", ""
+		s.Skipped = "no member of the old cluster answered"
+		log.Warn("no surviving member answered: restoring from the store", "err", be.Err)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("a member of the old cluster answers but its snapshot could not be committed "+
+			"(pass --no-live to restore from the store without it): %w", err)
+	}
+	m := r.Manifest
+	s.Member, s.Endpoint, s.Revision, s.Backup = m.Source.Name, m.Source.Endpoint, m.Revision(), m.Name
+	log.Info("survivor snapshot committed", "backup", m.Name, "member", m.Source.Name, "revision", m.Revision())
+	return nil
+}
+
+// writeDataDirs restores every member's data dir, parallel at a time.
+func writeDataDirs(ctx context.Context, plan *Plan, parallel int, rc restoreConfig, log *slog.Logger) error {
+	if parallel <= 0 {
+		parallel = len(plan.Members)
+	}
+	sem := make(chan struct{}, parallel)
+	var wg sync.WaitGroup
+	errs := make([]error, len(plan.Members))
+	for i := range plan.Members {
+		m := &plan.Members[i]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				errs[i] = ctx.Err()
+				return
+			}
+			defer func() { <-sem }()
+			if err := ctx.Err(); err != nil {
+				errs[i] = err
+				return
+			}
+			t := time.Now()
+			if err := restoreMember(rc, *m); err != nil {
+				errs[i] = fmt.Errorf("member %s (%s): %w", m.Name, m.DataDir, err)
+				return
+			}
+			m.Restored = true
+			log.Info("data dir written", "member", m.Name, "data_dir", m.DataDir, "duration", time.Since(t).Round(time.Millisecond))
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		// All or nothing: a partial set of data dirs would form no cluster.
+		for i := range plan.Members {
+			m := &plan.Members[i]
+			if m.Restored {
+				_ = removeRestored(*m)
+				m.Restored = false
+			}
+		}
+		return err
+	}
+	return nil
+}
+
+// removeRestored removes a data dir this run wrote (it was absent or
+// empty before), after another member failed.
+func removeRestored(m Member) error {
+	if m.State == DirEmpty {
+		entries, err := os.ReadDir(m.DataDir)
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			_ = os.RemoveAll(filepath.Join(m.DataDir, e.Name()))
+		}
+		return nil
+	}
+	return os.RemoveAll(m.DataDir)
+}
+
+func newToken(clusterID string, now time.Time) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-restore-%s-%s", clusterID, now.UTC().Format("20060102T150405Z"), hex.EncodeToString(b[:]))
+}

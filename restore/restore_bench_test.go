@@ -1,0 +1,382 @@
+package restore_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	crand "crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/testenv"
+	"github.com/armada/etcd-recovery/internal/testfix"
+)
+
+// BenchmarkRestoreRTO measures the recovery time objective: from the
+// command to a verified, healthy 3-member cluster, for a snapshot of at
+// least BENCH_RESTORE_MB (default 512) MB in MinIO.
+//
+//   - manual: what the runbook does by hand: download the object (curl
+//     --aws-sigv4, credentials in a -K config file, not argv), zstd -d,
+//     `etcdutl snapshot restore` once per member, start the members, then
+//     poll `etcdctl endpoint health` until all three are healthy.
+//   - tool:   `etcd-recovery restore --verify-endpoints ...` as a
+//     subprocess; the members are started as soon as it logs that the data
+//     dirs are written, and the clock stops when it exits, verified.
+//
+// Targets: tool <= 0.6x manual, tool peak RSS <= 128 MiB. BENCH_ROUNDS
+// (default 1) runs both that many times, alternating which goes first, and
+// keeps the best; BENCH_RESTORE_PARALLEL passes --parallel to the tool.
+func BenchmarkRestoreRTO(b *testing.B) {
+	sizeMB := 512
+	if s := os.Getenv("BENCH_RESTORE_MB"); s != "" {
+		fmt.Sscan(s, &sizeMB)
+	}
+	tool := testfix.Tool(b)
+	etcdutl := testenv.EtcdutlBin(b, testenv.V35)
+	etcdctl := testenv.EtcdctlBin(b, testenv.V35)
+	src := testenv.StartEtcd(b, testenv.EtcdOptions{Version: testenv.V35, Members: 1, TLS: true, QuotaBackendBytes: 8 << 30})
+	pki := src.PKI
+	mi := testenv.StartMinIO(b)
+	bucket := mi.NewBucket(b)
+	store := testfix.Store(b, mi, bucket)
+	layout := backup.Layout{Prefix: "bench"}
+	const id = "rto"
+
+	t0 := time.Now()
+	fillLarge(b, src.Client(b), int64(sizeMB)<<20)
+	res, err := backup.Run(context.Background(), backup.Options{ClusterID: id, Kind: backup.KindScheduled,
+		Etcd: testfix.EtcdConfig(src), Store: store, Layout: layout})
+	if err != nil {
+		b.Fatal(err)
+	}
+	man := res.Manifest
+	src.Members[0].Kill()
+	os.RemoveAll(src.Members[0].DataDir)
+	fmt.Fprintf(os.Stderr, "filled %d MiB (snapshot db %d MiB, stored %d MiB) in %s\n", sizeMB, man.Snapshot.RawSize>>20, man.Snapshot.StoredSize>>20, time.Since(t0).Round(time.Second))
+
+	dir := b.TempDir()
+	curlCfg := filepath.Join(dir, "curl.cfg")
+	if err := os.WriteFile(curlCfg, fmt.Appendf(nil, "user = \"%s:%s\"\n", mi.AccessKey, mi.SecretKey), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	credDir := filepath.Join(dir, "creds")
+	os.Mkdir(credDir, 0o700)
+	os.WriteFile(filepath.Join(credDir, "access_key_id"), []byte(mi.AccessKey), 0o600)
+	os.WriteFile(filepath.Join(credDir, "secret_access_key"), []byte(mi.SecretKey), 0o600)
+	objURL := mi.Endpoint + "/" + bucket + "/" + layout.Key(id, man.Name, man.Snapshot.Object)
+	ctlEnv := append(os.Environ(), "ETCDCTL_API=3", "ETCDCTL_CACERT="+pki.CAFile, "ETCDCTL_CERT="+pki.ClientCertFile, "ETCDCTL_KEY="+pki.ClientKeyFile)
+	// Warm the page cache for both runs alike.
+	runBench(b, ctlEnv, "curl", "-fsS", "-K", curlCfg, "--aws-sigv4", "aws:amz:"+mi.Region+":s3", "-o", "/dev/null", objURL)
+
+	type timing struct {
+		total, download, decompress, restore, start time.Duration
+		rss, anon, file                             int64
+	}
+	var manual, toolT timing
+	quiesce := func() {
+		// Start each run with the disk idle: no writeback of the last one.
+		syscall.Sync()
+		time.Sleep(time.Second)
+	}
+	runManual := func(round int) timing {
+		var manual timing
+		var started []*testenv.EtcdMember
+		defer func() {
+			for _, m := range started {
+				m.Kill()
+			}
+		}()
+		ic, ms := newCluster(b, 3, true)
+		token := "manual-" + time.Now().Format("150405")
+		work := filepath.Join(dir, fmt.Sprintf("manual-%d", round))
+		os.MkdirAll(work, 0o700)
+		t0 := time.Now()
+		d, _ := runBench(b, ctlEnv, "curl", "-fsS", "-K", curlCfg, "--aws-sigv4", "aws:amz:"+mi.Region+":s3", "-o", filepath.Join(work, "snapshot.db.zst"), objURL)
+		manual.download = d
+		d, _ = runBench(b, ctlEnv, "zstd", "-q", "-d", filepath.Join(work, "snapshot.db.zst"), "-o", filepath.Join(work, "snapshot.db"))
+		manual.decompress = d
+		t1 := time.Now()
+		for _, m := range ms {
+			_, rss := runBench(b, ctlEnv, etcdutl, "snapshot", "restore", filepath.Join(work, "snapshot.db"), "--name", m.name,
+				"--data-dir", filepath.Join(work, m.name+".etcd"), "--initial-cluster", ic, "--initial-cluster-token", token,
+				"--initial-advertise-peer-urls", m.peerURL, "--bump-revision", "1000000000", "--mark-compacted")
+			manual.rss = max(manual.rss, rss)
+		}
+		manual.restore = time.Since(t1)
+		t2 := time.Now()
+		var eps []string
+		for _, m := range ms {
+			started = append(started, testenv.StartEtcdMember(b, testenv.MemberSpec{Version: testenv.V35, Name: m.name, DataDir: filepath.Join(work, m.name+".etcd"),
+				ClientURL: m.clientURL, PeerURL: m.peerURL, InitialCluster: ic, InitialClusterToken: token, PKI: pki}))
+			eps = append(eps, m.clientURL)
+		}
+		for {
+			cmd := exec.Command(etcdctl, "endpoint", "health", "--endpoints", strings.Join(eps, ","))
+			cmd.Env = ctlEnv
+			if cmd.Run() == nil {
+				break
+			}
+			if time.Since(t2) > 2*time.Minute {
+				b.Fatal("manual: the cluster did not become healthy")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		manual.start = time.Since(t2)
+		manual.total = time.Since(t0)
+		os.RemoveAll(work) // the members keep their open files; the disk is freed when they die
+		return manual
+	}
+	runTool := func(round int) timing {
+		var toolT timing
+		var started []*testenv.EtcdMember
+		defer func() {
+			for _, m := range started {
+				m.Kill()
+			}
+		}()
+		ic, ms := newCluster(b, 3, true)
+		root := filepath.Join(dir, fmt.Sprintf("tool-%d", round))
+		var eps []string
+		for _, m := range ms {
+			eps = append(eps, m.clientURL)
+		}
+		args := []string{"--log-level", benchToolLogLevel(), "restore", "--cluster-id", id, "--no-live",
+			"--cos-endpoint", mi.Endpoint, "--cos-region", mi.Region, "--bucket", bucket, "--prefix", layout.Prefix, "--cos-credentials-dir", credDir,
+			"--initial-cluster", ic, "--data-dir-root", root, "--cacert", pki.CAFile, "--cert", pki.ClientCertFile, "--key", pki.ClientKeyFile,
+			"--verify-endpoints", strings.Join(eps, ","), "--verify-timeout", "2m", "-o", "json"}
+		if p := os.Getenv("BENCH_RESTORE_PARALLEL"); p != "" {
+			args = append(args, "--parallel", p)
+		}
+		if d := os.Getenv("BENCH_PROFILE_DIR"); d != "" {
+			args = append([]string{"--cpu-profile", filepath.Join(d, fmt.Sprintf("restore-%d.pprof", round))}, args...)
+		}
+		cmd := exec.Command(tool, args...)
+		stderr, err := cmd.StderrPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		var stdout bytes.Buffer
+		cmd.Stdout = &stdout
+		t0 := time.Now()
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		var (
+			logMu  sync.Mutex
+			logBuf bytes.Buffer
+			found  = make(chan string, 1)
+			done   = make(chan struct{})
+		)
+		go func() {
+			defer close(done)
+			sc := bufio.NewScanner(stderr)
+			sc.Buffer(make([]byte, 64<<10), 1<<20)
+			for sc.Scan() {
+				line := sc.Text()
+				logMu.Lock()
+				logBuf.WriteString(line + "\n")
+				logMu.Unlock()
+				if strings.Contains(line, "data dirs written: start the new members") {
+					found <- logValue(line, "initial_cluster_token")
+				}
+			}
+		}()
+		stopSample := sampleRSS(cmd.Process.Pid, &toolT.anon, &toolT.file)
+		var token string
+		select {
+		case token = <-found:
+			toolT.restore = time.Since(t0)
+		case <-done:
+			cmd.Wait()
+			b.Fatalf("the tool did not write the data dirs:\n%s", logBuf.String())
+		}
+		t2 := time.Now()
+		for _, m := range ms {
+			started = append(started, testenv.StartEtcdMember(b, testenv.MemberSpec{Version: testenv.V35, Name: m.name, DataDir: filepath.Join(root, m.name+".etcd"),
+				ClientURL: m.clientURL, PeerURL: m.peerURL, InitialCluster: ic, InitialClusterToken: token, PKI: pki}))
+		}
+		<-done
+		stopSample()
+		if err := cmd.Wait(); err != nil {
+			b.Fatalf("tool: %v\n%s\n%s", err, stdout.String(), logBuf.String())
+		}
+		toolT.total = time.Since(t0)
+		toolT.start = time.Since(t2)
+		if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+			toolT.rss = ru.Maxrss * 1024
+		}
+		if !strings.Contains(stdout.String(), `"verified": true`) {
+			b.Fatalf("the tool did not verify the cluster:\n%s", stdout.String())
+		}
+		if os.Getenv("BENCH_VERBOSE") != "" {
+			fmt.Fprint(os.Stderr, logBuf.String())
+		}
+		os.RemoveAll(root)
+		return toolT
+	}
+	rounds := 1
+	if s := os.Getenv("BENCH_ROUNDS"); s != "" {
+		fmt.Sscan(s, &rounds)
+	}
+	for round := range rounds {
+		// Alternate the order, keep the best of each.
+		first, second := runManual, runTool
+		if round%2 == 1 {
+			first, second = runTool, runManual
+		}
+		quiesce()
+		a := first(round)
+		quiesce()
+		c := second(round)
+		m, t := a, c
+		if round%2 == 1 {
+			m, t = c, a
+		}
+		if manual.total == 0 || m.total < manual.total {
+			manual = m
+		}
+		if toolT.total == 0 || t.total < toolT.total {
+			toolT = t
+		}
+		toolT.rss, toolT.anon, toolT.file = max(toolT.rss, t.rss), max(toolT.anon, t.anon), max(toolT.file, t.file)
+	}
+
+	mib := func(n int64) float64 { return float64(n) / (1 << 20) }
+	ratio := toolT.total.Seconds() / manual.total.Seconds()
+	fmt.Printf("\nrestore RTO benchmark (best of %d rounds): db %.0f MiB, stored %.0f MiB (zstd), 3 members, 2 shared cores\n", rounds, mib(man.Snapshot.RawSize), mib(man.Snapshot.StoredSize))
+	fmt.Printf("manual: %6.2fs = download %.2fs + zstd -d %.2fs + 3x etcdutl restore %.2fs + start & health %.2fs   (etcdutl peak RSS %.0f MiB)\n",
+		manual.total.Seconds(), manual.download.Seconds(), manual.decompress.Seconds(), manual.restore.Seconds(), manual.start.Seconds(), mib(manual.rss))
+	fmt.Printf("tool:   %6.2fs = download, verify & write data dirs %.2fs + start, wait & verify %.2fs   (peak RSS %.0f MiB)\n",
+		toolT.total.Seconds(), toolT.restore.Seconds(), toolT.start.Seconds(), mib(toolT.rss))
+	fmt.Printf("tool/manual %.2f (target <= 0.60); tool peak RSS %.0f MiB (target <= 128): sampled peaks %.0f MiB anonymous (heap, stacks), %.0f MiB file-backed (bbolt's mmap of the db inside etcdutl's restore code)\n",
+		ratio, mib(toolT.rss), mib(toolT.anon), mib(toolT.file))
+	b.ReportMetric(ratio, "tool/manual")
+	b.ReportMetric(mib(toolT.rss), "peak-RSS-MiB")
+	b.ReportMetric(mib(toolT.anon), "peak-anon-RSS-MiB")
+	b.ReportMetric(toolT.total.Seconds(), "tool-s")
+	b.ReportMetric(manual.total.Seconds(), "manual-s")
+}
+
+// logValue extracts key=value (or key="value") from a slog text line.
+func logValue(line, key string) string {
+	i := strings.Index(line, " "+key+"=")
+	if i < 0 {
+		return ""
+	}
+	v := line[i+len(key)+2:]
+	if strings.HasPrefix(v, `"`) {
+		v = v[1:]
+		return v[:strings.IndexByte(v, '"')]
+	}
+	if j := strings.IndexByte(v, ' '); j >= 0 {
+		v = v[:j]
+	}
+	return v
+}
+
+func runBench(tb testing.TB, env []string, name string, args ...string) (time.Duration, int64) {
+	tb.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Env = env
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	t0 := time.Now()
+	if err := cmd.Run(); err != nil {
+		tb.Fatalf("%s: %v\n%s", filepath.Base(name), err, out.String())
+	}
+	var rss int64
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		rss = ru.Maxrss * 1024
+	}
+	return time.Since(t0), rss
+}
+
+// fillLarge writes about total bytes of large values (96 KiB of base64
+// random bytes each, compressible like opaque blobs), in transactions of
+// ten, four at a time.
+func fillLarge(tb testing.TB, cli *clientv3.Client, total int64) {
+	tb.Helper()
+	const valueSize, perTxn, workers = 96 << 10, 10, 4
+	n := int(total/valueSize) + 1
+	work := make(chan int)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	for range workers {
+		wg.Go(func() {
+			raw := make([]byte, valueSize*3/4)
+			for start := range work {
+				var ops []clientv3.Op
+				for i := start; i < min(start+perTxn, n); i++ {
+					crand.Read(raw)
+					ops = append(ops, clientv3.OpPut(fmt.Sprintf("/registry/blobs/%08d", i), base64.StdEncoding.EncodeToString(raw)))
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				_, err := cli.Txn(ctx).Then(ops...).Commit()
+				cancel()
+				if err != nil {
+					mu.Lock()
+					firstErr = err
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for start := 0; start < n; start += perTxn {
+		work <- start
+	}
+	close(work)
+	wg.Wait()
+	if firstErr != nil {
+		tb.Fatalf("fill: %v", firstErr)
+	}
+}
+
+// sampleRSS polls /proc/<pid>/status and keeps the peaks of RssAnon and
+// RssFile (the kernel only keeps the peak of their sum, VmHWM).
+func sampleRSS(pid int, anon, file *int64) (stop func()) {
+	quit := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		path := fmt.Sprintf("/proc/%d/status", pid)
+		for {
+			if b, err := os.ReadFile(path); err == nil {
+				for _, line := range strings.Split(string(b), "\n") {
+					var kb int64
+					if _, err := fmt.Sscanf(line, "RssAnon: %d kB", &kb); err == nil {
+						*anon = max(*anon, kb<<10)
+					}
+					if _, err := fmt.Sscanf(line, "RssFile: %d kB", &kb); err == nil {
+						*file = max(*file, kb<<10)
+					}
+				}
+			}
+			select {
+			case <-quit:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	return func() { close(quit); <-done }
+}
+
+func benchToolLogLevel() string {
+	if os.Getenv("BENCH_VERBOSE") != "" {
+		return "debug"
+	}
+	return "info"
+}

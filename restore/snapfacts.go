@@ -1,0 +1,151 @@
+package restore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// SnapshotFacts are read from a verified snapshot file before any data dir
+// is written: what the rebuilt cluster must hold.
+type SnapshotFacts struct {
+	// Revision is the latest revision in the database (the last key of
+	// etcd's "key" bucket).
+	Revision int64 `json:"revision"`
+	// LiveKeys is the number of keys whose latest revision is not a
+	// deletion: what a range over the whole keyspace counts.
+	LiveKeys int64 `json:"liveKeys"`
+	// Revisions is the number of entries in the "key" bucket (every
+	// revision of every key not yet compacted, tombstones included).
+	Revisions int64 `json:"revisions"`
+	// CompactRevision is the last compaction recorded in the database. A
+	// compaction removes deletions, so the store's revision may be above
+	// the last key's: etcd's revision is the larger of the two.
+	CompactRevision int64 `json:"compactRevision,omitempty"`
+}
+
+// StoreRevision is the revision etcd reports for this database.
+func (f SnapshotFacts) StoreRevision() int64 { return max(f.Revision, f.CompactRevision) }
+
+// etcd's mvcc layout: the "key" bucket maps a revision (8-byte main,
+// '_', 8-byte sub; plus a trailing 't' for a deletion) to a marshalled
+// mvccpb.KeyValue whose field 1 is the user key.
+const (
+	revBytesLen       = 8 + 1 + 8
+	markedRevBytesLen = revBytesLen + 1
+	markTombstone     = 't'
+)
+
+var (
+	keyBucket           = []byte("key")
+	metaBucket          = []byte("meta")
+	finishedCompactKey  = []byte("finishedCompactRev")
+	scheduledCompactKey = []byte("scheduledCompactRev")
+)
+
+// readSnapshotFacts counts the live keys and finds the latest revision of a
+// snapshot file (the database, optionally followed by etcd's 32-byte hash,
+// as etcdutl reads it). The database is opened read-only: nothing is
+// written, and bbolt does not rebuild its freelist.
+//
+// Counting walks the "key" bucket in revision order and keeps, per user
+// key, whether its latest entry is a deletion. Only the start of each value
+// is read (the user key is the first field), so large values stay on disk.
+// User keys are remembered by a 128-bit hash, so the memory used is 16
+// bytes per distinct key whatever the key sizes.
+func readSnapshotFacts(path string) (SnapshotFacts, error) {
+	var f SnapshotFacts
+	db, err := bolt.Open(path, 0o400, &bolt.Options{ReadOnly: true, Timeout: 10 * time.Second})
+	if err != nil {
+		return f, fmt.Errorf("open snapshot database %s: %w", path, err)
+	}
+	defer db.Close()
+	s1, s2 := maphash.MakeSeed(), maphash.MakeSeed()
+	err = db.View(func(tx *bolt.Tx) error {
+		if meta := tx.Bucket(metaBucket); meta != nil {
+			for _, k := range [][]byte{finishedCompactKey, scheduledCompactKey} {
+				if v := meta.Get(k); len(v) >= 8 {
+					f.CompactRevision = max(f.CompactRevision, int64(binary.BigEndian.Uint64(v[:8])))
+				}
+			}
+		}
+		b := tx.Bucket(keyBucket)
+		if b == nil {
+			return errors.New(`no "key" bucket: not an etcd v3 database`)
+		}
+		alive := map[[2]uint64]bool{}
+		c := b.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			if len(k) != revBytesLen && len(k) != markedRevBytesLen {
+				return fmt.Errorf("key bucket: revision key of %d bytes", len(k))
+			}
+			f.Revisions++
+			f.Revision = int64(binary.BigEndian.Uint64(k[:8]))
+			uk, err := userKey(v)
+			if err != nil {
+				return fmt.Errorf("key bucket: revision %d: %w", f.Revision, err)
+			}
+			if len(uk) == 0 {
+				// A revision-bump marker left by an earlier restore: no key.
+				continue
+			}
+			h := [2]uint64{maphash.Bytes(s1, uk), maphash.Bytes(s2, uk)}
+			alive[h] = !(len(k) == markedRevBytesLen && k[revBytesLen] == markTombstone)
+		}
+		for _, a := range alive {
+			if a {
+				f.LiveKeys++
+			}
+		}
+		return nil
+	})
+	return f, err
+}
+
+// userKey returns field 1 (key) of a marshalled mvccpb.KeyValue without
+// decoding the rest: etcd writes fields in order, so it is the first, but
+// any order is accepted. An empty value has no key.
+func userKey(v []byte) ([]byte, error) {
+	for len(v) > 0 {
+		tag, n := binary.Uvarint(v)
+		if n <= 0 {
+			return nil, errors.New("bad protobuf tag")
+		}
+		v = v[n:]
+		field, wire := tag>>3, tag&7
+		switch wire {
+		case 0: // varint
+			_, n := binary.Uvarint(v)
+			if n <= 0 {
+				return nil, errors.New("bad protobuf varint")
+			}
+			v = v[n:]
+		case 1: // 64-bit
+			if len(v) < 8 {
+				return nil, errors.New("short protobuf fixed64")
+			}
+			v = v[8:]
+		case 5: // 32-bit
+			if len(v) < 4 {
+				return nil, errors.New("short protobuf fixed32")
+			}
+			v = v[4:]
+		case 2: // length-delimited
+			l, n := binary.Uvarint(v)
+			if n <= 0 || uint64(len(v)-n) < l {
+				return nil, errors.New("bad protobuf length")
+			}
+			if field == 1 {
+				return v[n : n+int(l)], nil
+			}
+			v = v[n+int(l):]
+		default:
+			return nil, fmt.Errorf("unknown protobuf wire type %d", wire)
+		}
+	}
+	return nil, nil
+}

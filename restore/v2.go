@@ -1,0 +1,386 @@
+package restore
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/etcdconn"
+)
+
+// V2Options configure RestoreV2.
+type V2Options struct {
+	ClusterID string
+	Store     backup.Store
+	Layout    backup.Layout
+	// Backup names the backup whose v2 export is restored; by default the
+	// one restore would choose (the highest revision).
+	Backup string
+	// Etcd is the new, healthy cluster. It must serve the v2 API (etcd 3.4
+	// or 3.5 with --enable-v2).
+	Etcd etcdconn.Config
+	// Concurrency is the number of keys written at a time. Default 8.
+	Concurrency int
+	Now         func() time.Time
+	Log         *slog.Logger
+}
+
+// V2Change is one v2 node that was created, updated, skipped or failed.
+type V2Change struct {
+	Key    string `json:"key"`
+	Dir    bool   `json:"dir,omitempty"`
+	Action string `json:"action"` // created, updated, expired, failed
+	TTL    int64  `json:"ttl,omitempty"`
+	Error  string `json:"error,omitempty"`
+}
+
+// V2Report counts what RestoreV2 did. Unchanged nodes are only counted.
+type V2Report struct {
+	ClusterID string        `json:"clusterID"`
+	Backup    string        `json:"backup"`
+	Endpoint  string        `json:"endpoint"`
+	Keys      int           `json:"keys"` // in the export
+	Dirs      int           `json:"dirs"`
+	Created   int           `json:"created"`
+	Updated   int           `json:"updated"`
+	Unchanged int           `json:"unchanged"`
+	Expired   int           `json:"expired"` // TTL ran out since the backup: not written
+	Failed    int           `json:"failed"`
+	Changes   []V2Change    `json:"changes"`
+	Duration  time.Duration `json:"duration"`
+}
+
+// V2 actions.
+const (
+	V2Created   = "created"
+	V2Updated   = "updated"
+	V2Unchanged = "unchanged"
+	V2Expired   = "expired"
+	V2Failed    = "failed"
+)
+
+// RestoreV2 writes a backup's v2 keyspace (directories, keys, values and
+// the TTLs they have left) into a healthy cluster through the v2 HTTP API.
+// It compares first and writes only what differs, so running it twice
+// changes nothing the second time.
+func RestoreV2(ctx context.Context, opts V2Options) (*V2Report, error) {
+	start := time.Now()
+	rep := &V2Report{ClusterID: opts.ClusterID, Backup: opts.Backup, Changes: []V2Change{}}
+	fail := func(step string, err error) (*V2Report, error) {
+		return rep, &Error{ClusterID: opts.ClusterID, Step: step, Err: err}
+	}
+	if err := backup.ValidateClusterID(opts.ClusterID); err != nil {
+		return fail(StepValidate, err)
+	}
+	if opts.Store == nil {
+		return fail(StepValidate, errors.New("no object store"))
+	}
+	if err := opts.Etcd.Validate(); err != nil {
+		return fail(StepValidate, err)
+	}
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = 8
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	log := opts.Log.With("cluster", opts.ClusterID)
+
+	// The backup.
+	var m *backup.Manifest
+	if opts.Backup != "" {
+		var err error
+		if m, err = backup.LoadManifest(ctx, opts.Store, opts.Layout, opts.ClusterID, opts.Backup); err != nil {
+			return fail(StepSelect, fmt.Errorf("--backup %s: %w", opts.Backup, err))
+		}
+	} else {
+		listed, err := backup.ListBackups(ctx, opts.Store, opts.Layout, opts.ClusterID)
+		if err != nil {
+			return fail(StepList, err)
+		}
+		cands, _ := rankCandidates(listed)
+		if len(cands) == 0 {
+			return fail(StepSelect, fmt.Errorf("no committed backup of cluster %s", opts.ClusterID))
+		}
+		m = cands[0].manifest
+		log.Info("restoring the v2 keys of the newest backup", "backup", m.Name, "revision", m.Revision())
+	}
+	rep.Backup = m.Name
+	if m.V2 == nil {
+		var with []string
+		if listed, err := backup.ListBackups(ctx, opts.Store, opts.Layout, opts.ClusterID); err == nil {
+			for _, l := range listed {
+				if l.Manifest != nil && l.Manifest.V2 != nil {
+					with = append(with, l.Name)
+				}
+			}
+		}
+		msg := fmt.Sprintf("backup %s has no v2 export (%s)", m.Name, m.V2Skipped)
+		if len(with) > 0 {
+			msg += "; backups with one: " + strings.Join(with, ", ") + " (pass --backup)"
+		}
+		return fail(StepSelect, errors.New(msg))
+	}
+	exp, err := fetchV2(ctx, opts.Store, opts.Layout, m)
+	if err != nil {
+		return fail(StepVerifyBackup, err)
+	}
+	rep.Keys, rep.Dirs = exp.Counts()
+
+	// The cluster as it is.
+	hc, err := opts.Etcd.HTTPClient()
+	if err != nil {
+		return fail(StepValidate, err)
+	}
+	defer hc.CloseIdleConnections()
+	var cur *backup.V2Export
+	var errs []error
+	for _, ep := range opts.Etcd.Endpoints {
+		u := opts.Etcd.URL(ep)
+		cur, err = backup.ExportV2(ctx, hc, u)
+		if err == nil {
+			rep.Endpoint = u
+			break
+		}
+		if errors.Is(err, backup.ErrV2Unavailable) {
+			return fail(StepV2, fmt.Errorf("%s: %w: start the new members with --enable-v2 (etcd 3.4 or 3.5; 3.6 has no v2 store)", etcdconn.Host(u), err))
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", etcdconn.Host(u), err))
+	}
+	if rep.Endpoint == "" {
+		return fail(StepV2, fmt.Errorf("no endpoint served the v2 keys: %w", errors.Join(errs...)))
+	}
+	existing := make(map[string]backup.V2Node, len(cur.Nodes))
+	for _, n := range cur.Nodes {
+		existing[n.Key] = n
+	}
+
+	// Directories in order (parents first), then keys concurrently.
+	now := opts.Now()
+	var mu sync.Mutex
+	record := func(c V2Change) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch c.Action {
+		case V2Created:
+			rep.Created++
+		case V2Updated:
+			rep.Updated++
+		case V2Unchanged:
+			rep.Unchanged++
+			return
+		case V2Expired:
+			rep.Expired++
+		case V2Failed:
+			rep.Failed++
+		}
+		rep.Changes = append(rep.Changes, c)
+	}
+	w := &v2Writer{hc: hc, endpoint: rep.Endpoint}
+	var keys []backup.V2Node
+	for _, n := range exp.Nodes {
+		if !n.Dir {
+			keys = append(keys, n)
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return fail(StepV2, err)
+		}
+		record(w.apply(ctx, n, existing, now))
+	}
+	work := make(chan backup.V2Node)
+	var wg sync.WaitGroup
+	for range opts.Concurrency {
+		wg.Go(func() {
+			for n := range work {
+				record(w.apply(ctx, n, existing, now))
+			}
+		})
+	}
+	for _, n := range keys {
+		select {
+		case work <- n:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	close(work)
+	wg.Wait()
+	rep.Duration = time.Since(start)
+	if err := ctx.Err(); err != nil {
+		return fail(StepV2, err)
+	}
+	log.Info("v2 keys restored", "backup", m.Name, "created", rep.Created, "updated", rep.Updated,
+		"unchanged", rep.Unchanged, "expired", rep.Expired, "failed", rep.Failed)
+	if rep.Failed > 0 {
+		first := ""
+		for _, c := range rep.Changes {
+			if c.Action == V2Failed {
+				first = c.Key + ": " + c.Error
+				break
+			}
+		}
+		return fail(StepV2, fmt.Errorf("%d of %d v2 nodes could not be written, first: %s", rep.Failed, len(exp.Nodes), first))
+	}
+	return rep, nil
+}
+
+// StepV2 is the step of RestoreV2 that writes the keys.
+const StepV2 = "restore v2 keys"
+
+// fetchV2 downloads a backup's v2 export and checks it against the manifest.
+func fetchV2(ctx context.Context, store backup.Store, layout backup.Layout, m *backup.Manifest) (*backup.V2Export, error) {
+	key := layout.Key(m.ClusterID, m.Name, m.V2.Object)
+	rc, err := store.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	stored, err := io.ReadAll(io.LimitReader(rc, 1<<30))
+	if err != nil {
+		return nil, err
+	}
+	if s := sha256.Sum256(stored); hex.EncodeToString(s[:]) != m.V2.StoredSHA256 {
+		return nil, fmt.Errorf("%s: stored sha256 %x, manifest says %s: corrupt or truncated", key, s, m.V2.StoredSHA256)
+	}
+	dec, err := backup.Decoder(bytes.NewReader(stored), m.V2.Compression)
+	if err != nil {
+		return nil, err
+	}
+	defer dec.Close()
+	raw, err := io.ReadAll(dec)
+	if err != nil {
+		return nil, fmt.Errorf("%s: decompress: %w", key, err)
+	}
+	if s := sha256.Sum256(raw); hex.EncodeToString(s[:]) != m.V2.SHA256 {
+		return nil, fmt.Errorf("%s: sha256 %x, manifest says %s", key, s, m.V2.SHA256)
+	}
+	var exp backup.V2Export
+	if err := json.Unmarshal(raw, &exp); err != nil {
+		return nil, fmt.Errorf("%s: %w", key, err)
+	}
+	if exp.Format != backup.V2ExportFormat {
+		return nil, fmt.Errorf("%s: format %q is not supported (want %s)", key, exp.Format, backup.V2ExportFormat)
+	}
+	return &exp, nil
+}
+
+type v2Writer struct {
+	hc       *http.Client
+	endpoint string
+}
+
+// remainingTTL is the TTL a node has left now: 0 for none, negative when
+// it has expired since the backup.
+func remainingTTL(n backup.V2Node, now time.Time) int64 {
+	if n.Expiration != nil {
+		left := n.Expiration.Sub(now).Seconds()
+		if left <= 0 {
+			return -1
+		}
+		return int64(math.Ceil(left))
+	}
+	return n.TTL
+}
+
+// apply makes one node of the cluster match the export.
+func (w *v2Writer) apply(ctx context.Context, n backup.V2Node, existing map[string]backup.V2Node, now time.Time) V2Change {
+	c := V2Change{Key: n.Key, Dir: n.Dir}
+	ttl := remainingTTL(n, now)
+	if ttl < 0 {
+		c.Action = V2Expired
+		return c
+	}
+	c.TTL = ttl
+	form := url.Values{}
+	if ttl > 0 {
+		form.Set("ttl", strconv.FormatInt(ttl, 10))
+	}
+	cur, ok := existing[n.Key]
+	switch {
+	case ok && cur.Dir != n.Dir:
+		c.Action, c.Error = V2Failed, "the cluster holds a key where the backup has a directory, or the reverse: not replaced"
+		if cur.Dir {
+			c.Error = "the cluster holds a directory where the backup has a key: not replaced"
+		}
+		return c
+	case ok && (!n.Dir && cur.Value == n.Value || n.Dir) && (cur.TTL > 0) == (ttl > 0):
+		c.Action = V2Unchanged
+		return c
+	case ok:
+		c.Action = V2Updated
+		form.Set("prevExist", "true")
+		if ttl == 0 {
+			form.Set("ttl", "") // clear a TTL the backup does not have
+		}
+	default:
+		c.Action = V2Created
+		form.Set("prevExist", "false")
+	}
+	if n.Dir {
+		form.Set("dir", "true")
+	} else {
+		form.Set("value", n.Value)
+	}
+	if err := w.put(ctx, n.Key, form); err != nil {
+		c.Action, c.Error = V2Failed, err.Error()
+	}
+	return c
+}
+
+func (w *v2Writer) put(ctx context.Context, key string, form url.Values) error {
+	segs := strings.Split(strings.TrimPrefix(key, "/"), "/")
+	for i, s := range segs {
+		segs[i] = url.PathEscape(s)
+	}
+	u := strings.TrimRight(w.endpoint, "/") + "/v2/keys/" + strings.Join(segs, "/")
+	var lastErr error
+	for attempt := range 3 {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(time.Duration(attempt) * 300 * time.Millisecond):
+			}
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodPut, u, strings.NewReader(form.Encode()))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		resp, err := w.hc.Do(req)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusCreated {
+			return nil
+		}
+		lastErr = fmt.Errorf("PUT %s: %s: %s", key, resp.Status, strings.TrimSpace(string(body)))
+		if resp.StatusCode < 500 {
+			return lastErr
+		}
+	}
+	return lastErr
+}
