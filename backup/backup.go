@@ -324,7 +324,7 @@ func snapshotMember(ctx context.Context, opts Options, cand MemberStatus, key st
 	if err != nil {
 		return res, 0, 0, StepSnapshot, fmt.Errorf("open snapshot stream: %w", err)
 	}
-	raw := newTrailerHasher()
+	raw := NewSnapshotHasher()
 	chunks := receive(func() ([]byte, error) {
 		resp, err := stream.Recv()
 		if err != nil {

@@ -15,19 +15,31 @@ import (
 // etcd appends the sha256 of the database to the snapshot stream.
 const etcdHashSize = sha256.Size
 
-// trailerHasher hashes everything written to it except the last 32 bytes,
+// SnapshotHasher hashes everything written to it except the last 32 bytes,
 // which it keeps: etcd's own sha256 of what came before. One hash pass
 // serves both the raw-DB checksum and the check against etcd's trailer.
-type trailerHasher struct {
+// Backup and restore both check snapshot streams with it.
+type SnapshotHasher struct {
 	body hash.Hash
 	tail [etcdHashSize]byte
 	tlen int
 	n    int64 // body bytes hashed
 }
 
-func newTrailerHasher() *trailerHasher { return &trailerHasher{body: sha256.New()} }
+// NewSnapshotHasher returns an empty SnapshotHasher.
+func NewSnapshotHasher() *SnapshotHasher { return &SnapshotHasher{body: sha256.New()} }
 
-func (h *trailerHasher) Write(p []byte) (int, error) {
+// Size is the number of database bytes hashed so far (the trailer excluded).
+func (h *SnapshotHasher) Size() int64 { return h.n }
+
+// Trailer returns the last 32 bytes seen (etcd's sha256 once the stream is
+// complete), and false if fewer than 32 bytes were written.
+func (h *SnapshotHasher) Trailer() ([]byte, bool) { return h.tail[:h.tlen], h.tlen == etcdHashSize }
+
+// Sum is the sha256 of the database bytes (everything but the trailer).
+func (h *SnapshotHasher) Sum() []byte { return h.body.Sum(nil) }
+
+func (h *SnapshotHasher) Write(p []byte) (int, error) {
 	n := len(p)
 	if len(p) >= etcdHashSize {
 		h.body.Write(h.tail[:h.tlen])
@@ -48,8 +60,8 @@ func (h *trailerHasher) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-// verify checks etcd's trailing hash and returns the body's size and sha256.
-func (h *trailerHasher) verify() (int64, string, error) {
+// Verify checks etcd's trailing hash and returns the database's size and sha256.
+func (h *SnapshotHasher) Verify() (int64, string, error) {
 	if h.tlen < etcdHashSize {
 		return 0, "", fmt.Errorf("snapshot stream is %d bytes: too short to hold etcd's sha256", h.n+int64(h.tlen))
 	}
@@ -60,21 +72,26 @@ func (h *trailerHasher) verify() (int64, string, error) {
 	return h.n, hex.EncodeToString(sum), nil
 }
 
-// hashCounter hashes and counts what passes through it.
-type hashCounter struct {
+// HashCounter hashes (sha256) and counts what passes through it.
+type HashCounter struct {
 	h hash.Hash
 	n int64
 }
 
-func newHashCounter() *hashCounter { return &hashCounter{h: sha256.New()} }
+// NewHashCounter returns an empty HashCounter.
+func NewHashCounter() *HashCounter { return &HashCounter{h: sha256.New()} }
 
-func (c *hashCounter) Write(p []byte) (int, error) {
+func (c *HashCounter) Write(p []byte) (int, error) {
 	c.h.Write(p)
 	c.n += int64(len(p))
 	return len(p), nil
 }
 
-func (c *hashCounter) Sum() string { return hex.EncodeToString(c.h.Sum(nil)) }
+// N is the number of bytes written.
+func (c *HashCounter) N() int64 { return c.n }
+
+// Sum is the hex sha256 of what was written.
+func (c *HashCounter) Sum() string { return hex.EncodeToString(c.h.Sum(nil)) }
 
 // encoder returns a compressing writer around w (or w itself for none).
 func encoder(w io.Writer, c Compression) (io.WriteCloser, error) {
@@ -100,7 +117,7 @@ func Decoder(r io.Reader, c Compression) (io.ReadCloser, error) {
 	case CompressNone:
 		return io.NopCloser(r), nil
 	case CompressZstd:
-		d, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true))
+		d, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(2), zstd.WithDecoderLowmem(true))
 		if err != nil {
 			return nil, err
 		}
@@ -136,7 +153,7 @@ const recvDepth = 32
 // receive and hashing overlap with compression instead of running in
 // lock-step (clientv3's Snapshot reader is an unbuffered pipe). The channel
 // is closed after the last chunk; a stream error arrives as a chunk with err.
-func receive(recv func() ([]byte, error), raw *trailerHasher, progress func(int64)) <-chan chunk {
+func receive(recv func() ([]byte, error), raw *SnapshotHasher, progress func(int64)) <-chan chunk {
 	ch := make(chan chunk, recvDepth)
 	go func() {
 		defer close(ch)
@@ -174,7 +191,7 @@ func (e *sourceError) Unwrap() error { return e.err }
 // with the error, so the upload reading it fails and is aborted. A failure
 // of the source is returned as a *sourceError. On return, the receiver has
 // stopped or will stop at its next send (cancel its context).
-func compressStream(chunks <-chan chunk, raw *trailerHasher, dst *io.PipeWriter, c Compression) (streamResult, error) {
+func compressStream(chunks <-chan chunk, raw *SnapshotHasher, dst *io.PipeWriter, c Compression) (streamResult, error) {
 	var res streamResult
 	fail := func(err error) (streamResult, error) {
 		if errors.Is(err, io.ErrClosedPipe) {
@@ -187,7 +204,7 @@ func compressStream(chunks <-chan chunk, raw *trailerHasher, dst *io.PipeWriter,
 		}()
 		return res, err
 	}
-	stored := newHashCounter()
+	stored := NewHashCounter()
 	enc, err := encoder(io.MultiWriter(dst, stored), c)
 	if err != nil {
 		return fail(err)
@@ -203,7 +220,7 @@ func compressStream(chunks <-chan chunk, raw *trailerHasher, dst *io.PipeWriter,
 	if err := enc.Close(); err != nil {
 		return fail(err)
 	}
-	if res.RawSize, res.RawSHA256, err = raw.verify(); err != nil {
+	if res.RawSize, res.RawSHA256, err = raw.Verify(); err != nil {
 		return fail(err)
 	}
 	res.StoredSize, res.StoredSHA256 = stored.n, stored.Sum()

@@ -3,14 +3,10 @@ package restore
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
-
-	"github.com/klauspost/compress/zstd"
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/cos"
@@ -38,50 +34,6 @@ const (
 	CheckEtcdHash  = "etcd trailing hash" // etcd's own sha256 after the database
 	CheckSizes     = "sizes"              // stored and raw sizes match the manifest
 )
-
-// trailerHash hashes everything written to it except the last 32 bytes,
-// which it keeps: etcd's sha256 of what came before.
-type trailerHash struct {
-	body hash.Hash
-	tail [sha256.Size]byte
-	tlen int
-	n    int64
-}
-
-func newTrailerHash() *trailerHash { return &trailerHash{body: sha256.New()} }
-
-func (h *trailerHash) Write(p []byte) (int, error) {
-	n := len(p)
-	if len(p) >= sha256.Size {
-		h.body.Write(h.tail[:h.tlen])
-		h.body.Write(p[:len(p)-sha256.Size])
-		h.n += int64(h.tlen + len(p) - sha256.Size)
-		copy(h.tail[:], p[len(p)-sha256.Size:])
-		h.tlen = sha256.Size
-		return n, nil
-	}
-	if over := h.tlen + len(p) - sha256.Size; over > 0 {
-		h.body.Write(h.tail[:over])
-		h.n += int64(over)
-		copy(h.tail[:], h.tail[over:h.tlen])
-		h.tlen -= over
-	}
-	copy(h.tail[h.tlen:], p)
-	h.tlen += len(p)
-	return n, nil
-}
-
-// countHash hashes and counts what passes through it.
-type countHash struct {
-	h hash.Hash
-	n int64
-}
-
-func (c *countHash) Write(p []byte) (int, error) {
-	c.h.Write(p)
-	c.n += int64(len(p))
-	return len(p), nil
-}
 
 // fetchResult is what one streamed verification measured.
 type fetchResult struct {
@@ -202,16 +154,6 @@ func (q *chunkQueue) fill(ctx context.Context, r io.Reader, tap func([]byte)) {
 
 // decoder decompresses a stored snapshot; zstd decodes blocks ahead on a
 // goroutine of its own.
-func decoder(r io.Reader, c backup.Compression) (io.ReadCloser, error) {
-	if c == backup.CompressZstd {
-		d, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(2), zstd.WithDecoderLowmem(true))
-		if err != nil {
-			return nil, err
-		}
-		return d.IOReadCloser(), nil
-	}
-	return backup.Decoder(r, c)
-}
 
 // fetchSnapshot streams a backup's snapshot object from the store and checks,
 // in one pass, the sha256 of the stored object, the sha256 of the database
@@ -231,7 +173,7 @@ func fetchSnapshot(ctx context.Context, store backup.Store, layout backup.Layout
 	defer rc.Close()
 
 	// Stage 1: download, and hash what is stored.
-	stored := &countHash{h: sha256.New()}
+	stored := backup.NewHashCounter()
 	in := newChunkQueue()
 	inDone := make(chan struct{})
 	go func() {
@@ -239,7 +181,7 @@ func fetchSnapshot(ctx context.Context, store backup.Store, layout backup.Layout
 		in.fill(ctx, rc, func(b []byte) {
 			stored.Write(b)
 			if progress != nil {
-				progress(stored.n)
+				progress(stored.N())
 			}
 		})
 	}()
@@ -248,7 +190,7 @@ func fetchSnapshot(ctx context.Context, store backup.Store, layout backup.Layout
 	defer func() { cancel(); <-inDone }()
 
 	// Stage 3: hash the database and write the file.
-	raw := newTrailerHash()
+	raw := backup.NewSnapshotHasher()
 	out := newChunkQueue()
 	var werr error
 	outDone := make(chan struct{})
@@ -272,7 +214,7 @@ func fetchSnapshot(ctx context.Context, store backup.Store, layout backup.Layout
 	}()
 
 	// Stage 2, here: decompress.
-	dec, err := decoder(inR, m.Snapshot.Compression)
+	dec, err := backup.Decoder(inR, m.Snapshot.Compression)
 	if err != nil {
 		return nil, &verifyError{fmt.Errorf("%s: %w", key, err)}
 	}
@@ -305,43 +247,44 @@ func fetchSnapshot(ctx context.Context, store backup.Store, layout backup.Layout
 		}
 		// The object was read to its end: a flipped or missing byte is
 		// the stored checksum mismatch it is.
-		if hex.EncodeToString(stored.h.Sum(nil)) != m.Snapshot.StoredSHA256 {
-			return &fetchResult{StoredSize: stored.n, Checks: []Check{{Name: CheckStoredSHA, Status: CheckFailed,
-					Detail: fmt.Sprintf("object hashes to %x (%d bytes), manifest says %s (%d bytes)", stored.h.Sum(nil), stored.n, m.Snapshot.StoredSHA256, m.Snapshot.StoredSize)}}},
+		if stored.Sum() != m.Snapshot.StoredSHA256 {
+			return &fetchResult{StoredSize: stored.N(), Checks: []Check{{Name: CheckStoredSHA, Status: CheckFailed,
+					Detail: fmt.Sprintf("object hashes to %x (%d bytes), manifest says %s (%d bytes)", stored.Sum(), stored.N(), m.Snapshot.StoredSHA256, m.Snapshot.StoredSize)}}},
 				&verifyError{fmt.Errorf("%s: %s mismatch: the object (%d bytes) hashes to %.12x…, the manifest says %.12s… (%d bytes); decompressing it failed: %w",
-					key, CheckStoredSHA, stored.n, stored.h.Sum(nil), m.Snapshot.StoredSHA256, m.Snapshot.StoredSize, derr)}
+					key, CheckStoredSHA, stored.N(), stored.Sum(), m.Snapshot.StoredSHA256, m.Snapshot.StoredSize, derr)}
 		}
-		return nil, &verifyError{fmt.Errorf("%s: decompress after %d stored bytes: %w", key, stored.n, derr)}
+		return nil, &verifyError{fmt.Errorf("%s: decompress after %d stored bytes: %w", key, stored.N(), derr)}
 	}
-	res := &fetchResult{StoredSize: stored.n, RawSize: raw.n}
+	res := &fetchResult{StoredSize: stored.N(), RawSize: raw.Size()}
 	fail := func(name, detail string) (*fetchResult, error) {
 		res.Checks = append(res.Checks, Check{Name: name, Status: CheckFailed, Detail: detail})
 		return res, &verifyError{fmt.Errorf("%s: %s: %s", key, name, detail)}
 	}
-	storedSum := hex.EncodeToString(stored.h.Sum(nil))
+	storedSum := stored.Sum()
 	if storedSum != m.Snapshot.StoredSHA256 {
 		return fail(CheckStoredSHA, fmt.Sprintf("object hashes to %s (%d bytes), manifest says %s (%d bytes)",
-			storedSum, stored.n, m.Snapshot.StoredSHA256, m.Snapshot.StoredSize))
+			storedSum, stored.N(), m.Snapshot.StoredSHA256, m.Snapshot.StoredSize))
 	}
 	res.Checks = append(res.Checks, Check{Name: CheckStoredSHA, Status: CheckPassed, Detail: storedSum})
-	if raw.tlen < sha256.Size {
-		return fail(CheckEtcdHash, fmt.Sprintf("snapshot is %d bytes: too short to hold etcd's sha256", raw.n+int64(raw.tlen)))
+	trailer, complete := raw.Trailer()
+	if !complete {
+		return fail(CheckEtcdHash, fmt.Sprintf("snapshot is %d bytes: too short to hold etcd's sha256", raw.Size()+int64(len(trailer))))
 	}
-	rawSum := raw.body.Sum(nil)
-	if !bytes.Equal(rawSum, raw.tail[:]) {
-		return fail(CheckEtcdHash, fmt.Sprintf("etcd's trailing sha256 is %x, the database hashes to %x", raw.tail[:], rawSum))
+	rawSum := raw.Sum()
+	if !bytes.Equal(rawSum, trailer) {
+		return fail(CheckEtcdHash, fmt.Sprintf("etcd's trailing sha256 is %x, the database hashes to %x", trailer, rawSum))
 	}
-	res.Checks = append(res.Checks, Check{Name: CheckEtcdHash, Status: CheckPassed, Detail: hex.EncodeToString(raw.tail[:])})
+	res.Checks = append(res.Checks, Check{Name: CheckEtcdHash, Status: CheckPassed, Detail: hex.EncodeToString(trailer)})
 	if got := hex.EncodeToString(rawSum); got != m.Snapshot.RawSHA256 {
 		return fail(CheckRawSHA, fmt.Sprintf("database hashes to %s, manifest says %s", got, m.Snapshot.RawSHA256))
 	}
 	res.Checks = append(res.Checks, Check{Name: CheckRawSHA, Status: CheckPassed, Detail: m.Snapshot.RawSHA256})
-	if stored.n != m.Snapshot.StoredSize || raw.n != m.Snapshot.RawSize {
+	if stored.N() != m.Snapshot.StoredSize || raw.Size() != m.Snapshot.RawSize {
 		return fail(CheckSizes, fmt.Sprintf("stored %d / raw %d bytes, manifest says %d / %d",
-			stored.n, raw.n, m.Snapshot.StoredSize, m.Snapshot.RawSize))
+			stored.N(), raw.Size(), m.Snapshot.StoredSize, m.Snapshot.RawSize))
 	}
 	res.Checks = append(res.Checks, Check{Name: CheckSizes, Status: CheckPassed,
-		Detail: fmt.Sprintf("stored %d bytes, database %d bytes", stored.n, raw.n)})
+		Detail: fmt.Sprintf("stored %d bytes, database %d bytes", stored.N(), raw.Size())})
 	return res, nil
 }
 
