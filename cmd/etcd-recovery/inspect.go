@@ -1,12 +1,15 @@
 package main
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/inspect"
+	"github.com/armada/etcd-recovery/internal/kube"
 	"github.com/armada/etcd-recovery/internal/output"
 )
 
@@ -17,9 +20,17 @@ func inspectCommand() *cli.Command {
 		Description: "Probes every member of the cluster (the member list comes from any member that answers) concurrently,\n" +
 			"each bounded by --timeout, and prints the members, the verdict, flags, the newest backup (with --bucket\n" +
 			"and --cluster-id) and the next step with its runbook.\n\n" +
-			"Exit codes: 0 HEALTHY, 1 DEGRADED, 2 QUORUM LOST, 3 UNREACHABLE, 4 usage or configuration error.",
-		Flags: concat(etcdFlags(), cosFlags(), []cli.Flag{
+			"With --cluster NAME: the EtcdCluster NAME of a Kubernetes namespace (etcd-operator): endpoints, client TLS\n" +
+			"(the operator secret) and, unless mounted, the cos-credentials secret come from the API; the cluster id in\n" +
+			"COS is the EtcdCluster's name. With --all: every EtcdCluster of the namespace, --parallel at a time, one\n" +
+			"row per cluster (verdict, members up, leader, DB size, newest backup's age, next step).\n\n" +
+			"Exit codes: 0 HEALTHY, 1 DEGRADED, 2 QUORUM LOST, 3 UNREACHABLE (with --all: the worst cluster's),\n" +
+			"4 usage or configuration error.",
+		Flags: concat(etcdFlags(), cosFlags(), kubeFlags(), []cli.Flag{
 			clusterIDFlag(),
+			&cli.BoolFlag{Name: "all", Usage: "inspect every EtcdCluster in the namespace: one row per cluster"},
+			&cli.StringFlag{Name: "cluster", Usage: "inspect this EtcdCluster (found through Kubernetes)"},
+			&cli.IntFlag{Name: "parallel", Value: kube.DefaultInspectParallel, Usage: "with --all: clusters inspected at once"},
 			&cli.DurationFlag{Name: "timeout", Value: inspect.DefaultTimeout, Usage: "bound on each probe; the whole run takes at most twice this"},
 			&cli.Int64Flag{Name: "quota-backend-bytes", Value: inspect.DefaultQuotaBytes, Usage: "the cluster's --quota-backend-bytes: a DB at 80% of it is flagged"},
 			&cli.Uint64Flag{Name: "max-lag", Value: inspect.DefaultMaxLag, Usage: "flag a member this many raft entries behind"},
@@ -54,6 +65,18 @@ func runInspect(c *cli.Context) error {
 	if opts.MaxBackupAge <= 0 {
 		return usagef("inspect: --max-backup-age %v: must be positive", opts.MaxBackupAge)
 	}
+	cluster, all := c.String("cluster"), c.Bool("all")
+	switch {
+	case all && cluster != "":
+		return usagef("inspect: --all and --cluster are exclusive")
+	case (all || cluster != "") && c.String("cluster-id") != "":
+		return usagef("inspect: --cluster-id is for one cluster given by --endpoints; with --all/--cluster the id is the EtcdCluster's name")
+	case all && c.Int("parallel") < 1:
+		return usagef("inspect: --parallel %d: want at least 1", c.Int("parallel"))
+	}
+	if all || cluster != "" {
+		return runInspectKube(c, opts, format, cluster)
+	}
 	if opts.Etcd, err = etcdConfig(c); err != nil {
 		return err
 	}
@@ -78,12 +101,61 @@ func runInspect(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	return renderInspect(c, format, rep)
+}
+
+func renderInspect(c *cli.Context, format output.Format, rep *inspect.Report) error {
 	if err := inspect.Render(c.App.Writer, format, rep); err != nil {
 		return err
 	}
-	if code := rep.ExitCode(); code != exitOK {
+	return verdictExit(rep.ExitCode())
+}
+
+func verdictExit(code int) error {
+	if code != exitOK {
 		// The report says it all: no extra error line.
 		return cli.Exit("", code)
 	}
 	return nil
+}
+
+// runInspectKube inspects EtcdClusters found through the Kubernetes API:
+// one (--cluster, the single-cluster report) or all of the namespace (one
+// row per cluster).
+func runInspectKube(c *cli.Context, tmpl inspect.Options, format output.Format, cluster string) error {
+	k, err := kubeClient(c)
+	if err != nil {
+		return err
+	}
+	// The object store is optional, as for one cluster: with --bucket.
+	if bucket := c.String("bucket"); bucket != "" {
+		if tmpl.Store, tmpl.Layout, err = cosStoreKube(c, k); err != nil {
+			return err
+		}
+		tmpl.Location = strings.TrimRight(bucket+"/"+strings.Trim(tmpl.Layout.Prefix, "/"), "/")
+	}
+	opts := kube.InspectAllOptions{Kube: k, Parallel: c.Int("parallel"), Template: tmpl, DialTimeout: c.Duration("dial-timeout")}
+	if cluster != "" {
+		opts.Names = []string{cluster}
+	}
+	rep, err := kube.InspectAll(c.Context, opts)
+	var nf *kube.NotFoundError
+	if errors.As(err, &nf) {
+		return usageError{err}
+	}
+	if err != nil {
+		return err
+	}
+	if cluster != "" {
+		row := rep.Clusters[0]
+		if row.Report == nil {
+			// Not inspected at all (e.g. its client TLS secret is unreadable).
+			return fmt.Errorf("inspect %s/%s: %s", k.Namespace, cluster, row.Error)
+		}
+		return renderInspect(c, format, row.Report)
+	}
+	if err := output.Render(c.App.Writer, format, rep.Table(), rep); err != nil {
+		return err
+	}
+	return verdictExit(rep.ExitCode)
 }

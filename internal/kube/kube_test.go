@@ -41,6 +41,8 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 const (
 	ns      = "kubx-etcd-01"
 	otherNS = "kubx-etcd-02"
+	// inspectNS holds the clusters of the inspect --all test.
+	inspectNS = "kubx-etcd-03"
 )
 
 func ctxT(t testing.TB, d time.Duration) context.Context {
@@ -177,7 +179,7 @@ func saToken(t testing.TB, cs kubernetes.Interface, namespace, sa string) string
 func TestKube(t *testing.T) {
 	k := testenv.StartKubeAPIServer(t)
 	admin := k.Clientset(t, "")
-	createNS(t, admin, ns, otherNS)
+	createNS(t, admin, ns, otherNS, inspectNS)
 	installCRDs(t, k)
 	a := newApplier(t, k)
 
@@ -206,7 +208,7 @@ func TestKube(t *testing.T) {
 
 	// Real RBAC for the rest.
 	ctx := ctxT(t, 10*time.Minute)
-	for _, ns := range []string{ns, otherNS} {
+	for _, ns := range []string{ns, otherNS, inspectNS} {
 		for _, o := range decodeManifests(t, filepath.Join(testenv.RepoRoot(t), "deploy", "10-rbac.yaml")) {
 			if err := a.apply(ctx, o, ns, false); err != nil {
 				t.Fatal(err)
@@ -214,10 +216,16 @@ func TestKube(t *testing.T) {
 		}
 	}
 	t.Run("Fleet", func(t *testing.T) { testFleet(t, k, a, admin) })
+	t.Run("InspectAll", func(t *testing.T) { testInspectAll(t, k, a, admin) })
 }
 
 // perClusterAccess applies deploy/per-cluster/client-tls-access.yaml for a cluster.
 func perClusterAccess(t testing.TB, a *applier, cluster string) {
+	perClusterAccessIn(t, a, ns, cluster)
+}
+
+// perClusterAccessIn is perClusterAccess in the given namespace.
+func perClusterAccessIn(t testing.TB, a *applier, namespace, cluster string) {
 	t.Helper()
 	path := filepath.Join(testenv.RepoRoot(t), "deploy", "per-cluster", "client-tls-access.yaml")
 	b, err := os.ReadFile(path)
@@ -229,7 +237,7 @@ func perClusterAccess(t testing.TB, a *applier, cluster string) {
 		t.Fatal(err)
 	}
 	for _, o := range decodeManifests(t, tmp) {
-		if err := a.apply(context.Background(), o, ns, false); err != nil {
+		if err := a.apply(context.Background(), o, namespace, false); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -250,8 +258,16 @@ type fakeCluster struct {
 // subresource, and its "client" container port is the member's real port.
 func addEtcdCluster(t testing.TB, cs kubernetes.Interface, dyn dynamic.Interface, name, ip string) fakeCluster {
 	t.Helper()
+	return addEtcdClusterIn(t, cs, dyn, ns, name, ip, 1)
+}
+
+// addEtcdClusterIn is addEtcdCluster in the given namespace with the given
+// number of members, all on the one loopback IP (each member's pod has that
+// IP and the member's own client port).
+func addEtcdClusterIn(t testing.TB, cs kubernetes.Interface, dyn dynamic.Interface, namespace, name, ip string, members int) fakeCluster {
+	t.Helper()
 	ctx := context.Background()
-	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1, TLS: true, IP: ip})
+	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: members, TLS: true, IP: ip})
 	secret := name + "-client-tls"
 	data := map[string][]byte{}
 	for key, f := range map[string]string{kube.ClientCertKey: c.PKI.ClientCertFile, kube.ClientKeyKey: c.PKI.ClientKeyFile, kube.ClientCAKey: c.PKI.CAFile} {
@@ -261,36 +277,38 @@ func addEtcdCluster(t testing.TB, cs kubernetes.Interface, dyn dynamic.Interface
 		}
 		data[key] = b
 	}
-	if _, err := cs.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: secret}, Data: data}, metav1.CreateOptions{}); err != nil {
+	if _, err := cs.CoreV1().Secrets(namespace).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: secret}, Data: data}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	ec := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": kube.APIVersion, "kind": kube.KindEtcdCluster,
-		"metadata": map[string]any{"name": name, "namespace": ns},
-		"spec": map[string]any{"size": int64(1), "version": "3.5.35",
+		"metadata": map[string]any{"name": name, "namespace": namespace},
+		"spec": map[string]any{"size": int64(members), "version": "3.5.35",
 			"TLS": map[string]any{"static": map[string]any{
 				"member":         map[string]any{"peerSecret": name + "-peer-tls", "serverSecret": name + "-server-tls"},
 				"operatorSecret": secret}}},
 	}}
-	got, err := dyn.Resource(kube.EtcdClusterGVR).Namespace(ns).Create(ctx, ec, metav1.CreateOptions{})
+	got, err := dyn.Resource(kube.EtcdClusterGVR).Namespace(namespace).Create(ctx, ec, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := strings.TrimPrefix(c.Endpoints()[0], "https://"+ip+":")
-	var p int32
-	fmt.Sscan(port, &p)
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name + "-0000", Labels: map[string]string{kube.LabelApp: "etcd", kube.LabelCluster: name}},
-		Spec: corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "etcd", Image: "quay.io/coreos/etcd:v3.5.35",
-			Ports: []corev1.ContainerPort{{Name: "client", ContainerPort: p}, {Name: "peer", ContainerPort: 2380}}}}},
-	}
-	created, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	created.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}}
-	if _, err := cs.CoreV1().Pods(ns).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-		t.Fatalf("pod status with IP %s: %v", ip, err)
+	for i, ep := range c.Endpoints() {
+		port := strings.TrimPrefix(ep, "https://"+ip+":")
+		var p int32
+		fmt.Sscan(port, &p)
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%04d", name, i), Labels: map[string]string{kube.LabelApp: "etcd", kube.LabelCluster: name}},
+			Spec: corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "etcd", Image: "quay.io/coreos/etcd:v3.5.35",
+				Ports: []corev1.ContainerPort{{Name: "client", ContainerPort: p}, {Name: "peer", ContainerPort: 2380}}}}},
+		}
+		created, err := cs.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		created.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}}
+		if _, err := cs.CoreV1().Pods(namespace).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("pod status with IP %s: %v", ip, err)
+		}
 	}
 	return fakeCluster{name: name, etcd: c, uid: got.GetUID()}
 }
@@ -459,13 +477,7 @@ func testFleet(t *testing.T, k *testenv.KubeAPIServer, a *applier, admin kuberne
 			"--kubeconfig", kc, "--cos-endpoint", m.Endpoint, "--cos-region", m.Region, "--bucket", bucket, "--prefix", prefix,
 			"--dial-timeout", "2s", "--probe-timeout", "2s", "-o", "json")
 		// No COS credentials in the environment: they come from the secret.
-		var env []string
-		for _, kv := range os.Environ() {
-			if !strings.HasPrefix(kv, "COS_") && !strings.HasPrefix(kv, "ETCDCTL_") && !strings.HasPrefix(kv, "KUBECONFIG=") && !strings.HasPrefix(kv, "POD_NAMESPACE=") {
-				env = append(env, kv)
-			}
-		}
-		cmd.Env = env
+		cmd.Env = toolEnv()
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		start := time.Now()
@@ -611,6 +623,19 @@ func restoreObj(cluster string) *unstructured.Unstructured {
 		"spec": map[string]any{"etcdCluster": map[string]any{"name": cluster}, "backupStorageType": "S3",
 			"s3": map[string]any{"path": "bucket/" + cluster + "/snapshot.db", "awsSecret": "cos-credentials", "endpoint": "https://s3.example", "forcePathStyle": true}},
 	}}
+}
+
+// toolEnv is the environment for the CLI without COS credentials, etcdctl
+// settings, a kubeconfig or a pod namespace: everything comes from flags
+// and the API.
+func toolEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "COS_") && !strings.HasPrefix(kv, "ETCDCTL_") && !strings.HasPrefix(kv, "KUBECONFIG=") && !strings.HasPrefix(kv, "POD_NAMESPACE=") {
+			env = append(env, kv)
+		}
+	}
+	return env
 }
 
 func lastLines(s string, n int) string {

@@ -1,0 +1,31 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+)
+
+// inspect --all / --cluster: flag errors are usage errors (exit 4), found
+// before any connection. The runs against Kubernetes are in internal/kube.
+func TestInspectKubeUsage(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--all", "--cluster", "a"}, "--all and --cluster are exclusive"},
+		{[]string{"--all", "--cluster-id", "a"}, "--cluster-id is for one cluster"},
+		{[]string{"--cluster", "a", "--cluster-id", "a"}, "--cluster-id is for one cluster"},
+		{[]string{"--all", "--parallel", "0"}, "--parallel 0"},
+		{[]string{"--all", "--timeout", "0s"}, "--timeout"},
+		{[]string{"--all", "-o", "yaml"}, "yaml"},
+		{[]string{"--all", "--kubeconfig", "/nonexistent/kubeconfig"}, "kubernetes"},
+		{[]string{"--cluster", "a", "--kubeconfig", "/nonexistent/kubeconfig"}, "kubernetes"},
+	} {
+		code, _, stderr := runCtx(t, context.Background(), append([]string{"inspect"}, tc.args...)...)
+		if code != exitUsage || !strings.Contains(stderr, tc.want) {
+			t.Errorf("inspect %v: exit %d, stderr %q; want %d and %q", tc.args, code, stderr, exitUsage, tc.want)
+		}
+	}
+}

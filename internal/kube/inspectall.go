@@ -1,0 +1,255 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/inspect"
+	"github.com/armada/etcd-recovery/internal/output"
+)
+
+// DefaultInspectParallel is how many clusters InspectAll inspects at once.
+const DefaultInspectParallel = 8
+
+// InspectAllOptions configure an inspection of several EtcdClusters of one
+// namespace.
+type InspectAllOptions struct {
+	Kube *Client
+	// Names of the EtcdClusters; empty means every one in the namespace.
+	Names []string
+	// Parallel bounds the inspections running at once (default 8).
+	Parallel int
+	// Template is the inspection of one cluster: Timeout, Thresholds,
+	// Store, Layout, Location, MaxBackupAge, Now. Etcd and ClusterID are set
+	// per cluster: the cluster id in the store is the EtcdCluster's name.
+	Template inspect.Options
+	// DialTimeout of the etcd connections (default: the probe timeout).
+	DialTimeout time.Duration
+	// NoReports leaves the full per-cluster reports out of the rows.
+	NoReports bool
+}
+
+// Backup column values besides inspect's backup states.
+const BackupNotChecked = "not-checked"
+
+// InspectRow is one cluster's line of the namespace's DR posture.
+type InspectRow struct {
+	Cluster  string              `json:"cluster"`
+	Verdict  inspect.VerdictKind `json:"verdict"`
+	ExitCode int                 `json:"exitCode"`
+	// Up of Voting members serve linearizable reads; Members is "Up/Voting".
+	Up      int    `json:"up"`
+	Voting  int    `json:"voting"`
+	Members string `json:"members"`
+	Leader  string `json:"leader,omitempty"`
+	// DBSize is the largest DB size any member reported.
+	DBSize int64 `json:"dbSize"`
+	// Backup is the freshness state: ok, stale, missing, unknown or
+	// not-checked (no store).
+	Backup           string `json:"backup"`
+	BackupName       string `json:"backupName,omitempty"`
+	BackupAge        string `json:"backupAge,omitempty"`
+	BackupAgeSeconds int64  `json:"backupAgeSeconds,omitempty"`
+	// NextStep is the short form of the report's next step (its action up
+	// to the first colon); the report has it in full.
+	NextStep string `json:"nextStep"`
+	// Error: the cluster could not be inspected at all (its client TLS
+	// secret could not be read, the run timed out); the verdict is then
+	// UNREACHABLE.
+	Error     string          `json:"error,omitempty"`
+	Endpoints []string        `json:"endpoints"`
+	ElapsedMS int64           `json:"elapsedMs"`
+	Report    *inspect.Report `json:"report,omitempty"`
+}
+
+// InspectAllReport is the outcome of InspectAll, one row per cluster in
+// name order.
+type InspectAllReport struct {
+	Namespace string       `json:"namespace"`
+	Parallel  int          `json:"parallel"`
+	Timeout   string       `json:"timeout"`
+	Clusters  []InspectRow `json:"clusters"`
+	// Worst is the worst verdict (HEALTHY when there is no cluster);
+	// ExitCode its exit code.
+	Worst     inspect.VerdictKind `json:"worst"`
+	ExitCode  int                 `json:"exitCode"`
+	ElapsedMS int64               `json:"elapsedMs"`
+}
+
+// Table is one row per cluster.
+func (r *InspectAllReport) Table() output.Table {
+	t := output.Table{Header: []string{"CLUSTER", "VERDICT", "UP", "LEADER", "DB SIZE", "BACKUP AGE", "NEXT STEP"}}
+	for _, c := range r.Clusters {
+		db := "-"
+		if c.DBSize > 0 {
+			db = output.Bytes(c.DBSize)
+		}
+		next := c.NextStep
+		if c.Error != "" {
+			e := c.Error
+			if len(e) > 100 {
+				e = e[:97] + "..."
+			}
+			next += ": " + e
+		}
+		t.Rows = append(t.Rows, []string{c.Cluster, string(c.Verdict), c.Members, dash(c.Leader), db, c.backupCell(), next})
+	}
+	return t
+}
+
+func (c InspectRow) backupCell() string {
+	switch c.Backup {
+	case string(inspect.BackupOK):
+		return c.BackupAge
+	case string(inspect.BackupStale):
+		return c.BackupAge + " STALE"
+	case string(inspect.BackupMissing):
+		return "MISSING"
+	case string(inspect.BackupUnknown):
+		return "UNKNOWN"
+	}
+	return "-"
+}
+
+// InspectAll inspects the EtcdClusters of the namespace (all, or Names), at
+// most Parallel at once, each bounded by its own timeout: with no more
+// clusters than Parallel, the run takes about the slowest cluster's time.
+// It fails only when the clusters cannot be listed (or a named one does
+// not exist) or ctx is cancelled; a cluster that cannot be reached or
+// whose TLS secret cannot be read is an UNREACHABLE row.
+func InspectAll(ctx context.Context, opts InspectAllOptions) (*InspectAllReport, error) {
+	start := time.Now()
+	k := opts.Kube
+	if k == nil {
+		return nil, errors.New("no kubernetes client")
+	}
+	if opts.Parallel <= 0 {
+		opts.Parallel = DefaultInspectParallel
+	}
+	timeout := opts.Template.Timeout
+	if timeout <= 0 {
+		timeout = inspect.DefaultTimeout
+	}
+	opts.Template.Timeout = timeout
+	if opts.DialTimeout <= 0 {
+		opts.DialTimeout = timeout
+	}
+	rep := &InspectAllReport{Namespace: k.Namespace, Parallel: opts.Parallel, Timeout: timeout.String(),
+		Clusters: []InspectRow{}, Worst: inspect.VerdictHealthy}
+	clusters, err := k.Clusters(ctx, opts.Names...)
+	if err != nil {
+		return nil, err
+	}
+	rep.Clusters = make([]InspectRow, len(clusters))
+	sem := make(chan struct{}, opts.Parallel)
+	var wg sync.WaitGroup
+	for i, c := range clusters {
+		wg.Go(func() {
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				rep.Clusters[i] = failedRow(c, ctx.Err(), 0)
+				return
+			}
+			defer func() { <-sem }()
+			rep.Clusters[i] = inspectOne(ctx, k, c, opts)
+		})
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	for i := range rep.Clusters {
+		r := &rep.Clusters[i]
+		if r.ExitCode > rep.ExitCode {
+			rep.ExitCode, rep.Worst = r.ExitCode, r.Verdict
+		}
+		if opts.NoReports {
+			r.Report = nil
+		}
+	}
+	rep.ElapsedMS = time.Since(start).Milliseconds()
+	return rep, nil
+}
+
+// inspectOne inspects one cluster, bounded by its own deadline: the client
+// TLS secret read and the inspection (itself capped at twice the timeout).
+func inspectOne(ctx context.Context, k *Client, c Cluster, opts InspectAllOptions) InspectRow {
+	start := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, 3*opts.Template.Timeout)
+	defer cancel()
+	fail := func(err error) InspectRow { return failedRow(c, err, time.Since(start)) }
+	if opts.Template.Store != nil {
+		if err := backup.ValidateClusterID(c.Name); err != nil {
+			return fail(err)
+		}
+	}
+	dir, err := PrivateDir("etcd-recovery-tls-")
+	if err != nil {
+		return fail(err)
+	}
+	defer os.RemoveAll(dir)
+	ecfg, err := k.EtcdConfig(cctx, c, dir, opts.DialTimeout)
+	if err != nil {
+		return fail(err)
+	}
+	o := opts.Template
+	o.Etcd = ecfg
+	if o.Store != nil {
+		o.ClusterID = c.Name
+	}
+	rep, err := inspect.Run(cctx, o)
+	if err != nil {
+		if ctx.Err() != nil {
+			return fail(ctx.Err())
+		}
+		if cctx.Err() != nil {
+			err = fmt.Errorf("no answer within %v", 3*opts.Template.Timeout)
+		}
+		return fail(err)
+	}
+	row := rowOf(c, rep)
+	row.ElapsedMS = time.Since(start).Milliseconds()
+	return row
+}
+
+func failedRow(c Cluster, err error, elapsed time.Duration) InspectRow {
+	return InspectRow{Cluster: c.Name, Verdict: inspect.VerdictUnreachable, ExitCode: inspect.ExitUnreachable,
+		Members: "?", Backup: BackupNotChecked, NextStep: "not inspected", Error: oneLine(err),
+		Endpoints: c.Endpoints, ElapsedMS: elapsed.Milliseconds()}
+}
+
+// rowOf summarizes a report.
+func rowOf(c Cluster, rep *inspect.Report) InspectRow {
+	row := InspectRow{Cluster: c.Name, Verdict: rep.Verdict, ExitCode: rep.ExitCode(),
+		Up: rep.Up, Voting: rep.Voting, Members: fmt.Sprintf("%d/%d", rep.Up, rep.Voting),
+		Leader: rep.Leader, Backup: BackupNotChecked, NextStep: shortStep(rep.NextStep.Action),
+		Endpoints: c.Endpoints, Report: rep}
+	for _, m := range rep.Members {
+		if m.StatusOK && m.DBSize > row.DBSize {
+			row.DBSize = m.DBSize
+		}
+	}
+	if b := rep.Backup; b != nil {
+		row.Backup = string(b.State)
+		if b.Newest != nil {
+			row.BackupName, row.BackupAge, row.BackupAgeSeconds = b.Newest.Name, b.AgeText, b.AgeSeconds
+		}
+	}
+	return row
+}
+
+// shortStep is the next step's action up to its first colon ("minority
+// failure", "backup missing", "none").
+func shortStep(action string) string {
+	s, _, _ := strings.Cut(action, ":")
+	return s
+}
+
+func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }
