@@ -325,7 +325,7 @@ func TestPutGetMultipart(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
 	ctx := testCtx(t)
-	const size = 20*mib + 12345 // three parts of the default 8 MiB, the last one short
+	const size = 12*mib + 12345 // three parts of the default 5 MiB, the last one short
 	key := r.prefix + "big.bin"
 
 	n, err := r.store.Put(ctx, key, randBody(1, size))
@@ -337,7 +337,7 @@ func TestPutGetMultipart(t *testing.T) {
 	}
 	// A multipart object's ETag is "<md5 of part md5s>-<parts>".
 	if etag := headETag(t, r, key); !strings.HasSuffix(etag, "-3") {
-		t.Fatalf("ETag %q: want a 3-part multipart upload (default part size 8 MiB)", etag)
+		t.Fatalf("ETag %q: want a 3-part multipart upload (default part size 5 MiB)", etag)
 	}
 	sum, got := getSum(t, r.store, key)
 	if got != size || sum != randSum(t, 1, size) {
@@ -357,7 +357,7 @@ func TestPutGetSmall(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
 	ctx := testCtx(t)
-	for _, size := range []int64{0, 1, 64 << 10, 8*mib - 1} { // below the part size: one PutObject
+	for _, size := range []int64{0, 1, 64 << 10, 5*mib - 1} { // below the part size: one PutObject
 		key := fmt.Sprintf("%ssmall-%d", r.prefix, size)
 		n, err := r.store.Put(ctx, key, randBody(uint64(size), size))
 		if err != nil {
@@ -435,7 +435,7 @@ func TestPutCancelledAborts(t *testing.T) {
 	key := r.prefix + "cancelled.bin"
 	ctx, cancel := context.WithCancel(testCtx(t))
 	defer cancel()
-	// The multipart upload is created once the first 8 MiB part is read;
+	// The multipart upload is created once the first 5 MiB part is read;
 	// cancel in the middle of the second part.
 	body := &cancelReader{r: randBody(3, 40*mib), at: 12 * mib, cancel: cancel}
 	n, err := r.store.Put(ctx, key, body)
