@@ -283,126 +283,12 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		return fail(StepDataDirs, &ProblemsError{plan.Problems})
 	}
 
-	if c, ok := opts.Store.(backup.Checker); ok {
-		if err := c.Check(ctx); err != nil {
-			return fail(StepStore, err)
-		}
+	snapPath, step, err := selectAndVerify(ctx, opts, log, plan, filepath.Dir(plan.Members[0].DataDir))
+	if snapPath != "" {
+		defer os.Remove(snapPath)
 	}
-
-	// The survivor first: its data is newer than any backup, and once it
-	// is committed to the store it is safe whatever happens next.
-	plan.Survivor = &Survivor{}
-	var planned *Candidate
-	switch {
-	case opts.NoLive:
-		plan.Survivor.Skipped = "--no-live"
-	case len(opts.Old.Endpoints) == 0:
-		plan.Survivor.Skipped = "no --endpoints of the old cluster given"
-	case opts.DryRun:
-		planned = probeSurvivor(ctx, opts, plan.Survivor)
-	default:
-		if err := takeSurvivor(ctx, opts, log, plan.Survivor); err != nil {
-			return fail(StepSurvivor, err)
-		}
-	}
-	if err := ctx.Err(); err != nil {
-		return fail(StepSurvivor, err)
-	}
-
-	listed, err := backup.ListBackups(ctx, opts.Store, opts.Layout, opts.ClusterID)
 	if err != nil {
-		return fail(StepList, err)
-	}
-	cands, ignored := rankCandidates(listed)
-	plan.Ignored = ignored
-	if planned != nil {
-		cands = append([]Candidate{*planned}, cands...)
-		sortCandidates(cands)
-	}
-	plan.Candidates = cands
-	if len(cands) == 0 {
-		return fail(StepSelect, fmt.Errorf("no committed backup of cluster %s under %s, and no surviving member to snapshot (%s)",
-			opts.ClusterID, opts.Layout.ClusterPrefix(opts.ClusterID), plan.Survivor.Skipped))
-	}
-	idx := 0
-	if opts.Backup != "" {
-		if idx = findCandidate(cands, opts.Backup); idx < 0 {
-			var names []string
-			for _, c := range cands {
-				names = append(names, c.Name)
-			}
-			why := "not found"
-			for _, ig := range ignored {
-				if ig.Name == opts.Backup {
-					why = ig.Reason
-				}
-			}
-			return fail(StepSelect, fmt.Errorf("--backup %s: %s (committed backups: %s)", opts.Backup, why, strings.Join(names, ", ")))
-		}
-	}
-	plan.Reason = chooseReason(cands, idx, opts.Backup != "", plan.Survivor)
-	cands[idx].Status = "chosen"
-	chosen := cands[idx]
-	plan.Chosen = &chosen
-	plan.EtcdVersion = chosen.ServerVersion
-	plan.MinRevision = chosen.Revision + int64(opts.BumpRevision)
-	log.Info("chose a snapshot", "backup", chosen.Name, "revision", chosen.Revision, "reason", plan.Reason)
-
-	// Verify before anything is written.
-	var snapPath string
-	if chosen.Planned {
-		for _, n := range []string{CheckStoredSHA, CheckEtcdHash, CheckRawSHA, CheckSizes} {
-			plan.Checks = append(plan.Checks, Check{Name: n, Status: CheckPlanned, Detail: "checked while the survivor snapshot streams"})
-		}
-	} else {
-		var dst *os.File
-		if !opts.DryRun {
-			dir := filepath.Dir(plan.Members[0].DataDir)
-			if err := os.MkdirAll(dir, 0o700); err != nil {
-				return fail(StepVerifyBackup, err)
-			}
-			if dst, err = os.CreateTemp(dir, ".etcd-recovery-"+opts.ClusterID+"-*.snapshot.db"); err != nil {
-				return fail(StepVerifyBackup, fmt.Errorf("temp file next to the data dirs: %w", err))
-			}
-			snapPath = dst.Name()
-			defer os.Remove(snapPath)
-			defer dst.Close()
-		}
-		fetchStart := time.Now()
-		prog := opts.Progress(fmt.Sprintf("download %s", chosen.Name))
-		var fr *fetchResult
-		if dst != nil {
-			fr, err = fetchSnapshot(ctx, opts.Store, opts.Layout, chosen.manifest, dst, prog.Update)
-		} else {
-			fr, err = fetchSnapshot(ctx, opts.Store, opts.Layout, chosen.manifest, nil, prog.Update)
-		}
-		prog.Done()
-		if fr != nil {
-			plan.Checks = append(plan.Checks, fr.Checks...)
-		}
-		if err != nil {
-			return fail(StepVerifyBackup, refuse(ctx, opts, cands, idx, err))
-		}
-		cands[idx].Status, plan.Chosen.Status = "chosen, verified", "chosen, verified"
-		if dst != nil {
-			if err := dst.Close(); err != nil {
-				return fail(StepVerifyBackup, err)
-			}
-			log.Debug("snapshot streamed and checked", "backup", chosen.Name, "duration", time.Since(fetchStart).Round(time.Millisecond))
-			facts, err := readSnapshotFacts(snapPath)
-			if err != nil {
-				return fail(StepVerifyBackup, refuse(ctx, opts, cands, idx, &verifyError{err}))
-			}
-			plan.Snapshot = &facts
-			plan.MinRevision = facts.Revision + int64(opts.BumpRevision)
-			plan.Checks = append(plan.Checks, Check{Name: "database", Status: CheckPassed,
-				Detail: fmt.Sprintf("revision %d, %d live keys, %d key revisions", facts.Revision, facts.LiveKeys, facts.Revisions)})
-			if facts.StoreRevision() < chosen.Revision {
-				return fail(StepVerifyBackup, refuse(ctx, opts, cands, idx, &verifyError{fmt.Errorf(
-					"the database's revision %d is below the manifest's %d", facts.StoreRevision(), chosen.Revision)}))
-			}
-		}
-		log.Info("backup verified", "backup", chosen.Name, "checks", len(plan.Checks), "duration", time.Since(fetchStart).Round(time.Millisecond))
+		return fail(step, err)
 	}
 	if opts.DryRun {
 		if len(plan.Problems) > 0 {
@@ -458,6 +344,133 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	res.TotalToVerified = time.Since(start)
 	log.Info("rebuilt cluster verified", "total", res.TotalToVerified.Round(time.Millisecond))
 	return res, nil
+}
+
+// selectAndVerify takes the survivor snapshot (or, in a dry run, finds the
+// member it would be taken of), lists and ranks the candidates, chooses
+// one and verifies it by streaming it: into a temp file in dir, whose path
+// it returns (the caller removes it, also on error), except in a dry run.
+// On error, step names the step that failed.
+func selectAndVerify(ctx context.Context, opts Options, log *slog.Logger, plan *Plan, dir string) (snapPath, step string, err error) {
+	if c, ok := opts.Store.(backup.Checker); ok {
+		if err := c.Check(ctx); err != nil {
+			return "", StepStore, err
+		}
+	}
+
+	// The survivor first: its data is newer than any backup, and once it
+	// is committed to the store it is safe whatever happens next.
+	plan.Survivor = &Survivor{}
+	var planned *Candidate
+	switch {
+	case opts.NoLive:
+		plan.Survivor.Skipped = "--no-live"
+	case len(opts.Old.Endpoints) == 0:
+		plan.Survivor.Skipped = "no --endpoints of the old cluster given"
+	case opts.DryRun:
+		planned = probeSurvivor(ctx, opts, plan.Survivor)
+	default:
+		if err := takeSurvivor(ctx, opts, log, plan.Survivor); err != nil {
+			return snapPath, StepSurvivor, err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return snapPath, StepSurvivor, err
+	}
+
+	listed, err := backup.ListBackups(ctx, opts.Store, opts.Layout, opts.ClusterID)
+	if err != nil {
+		return snapPath, StepList, err
+	}
+	cands, ignored := rankCandidates(listed)
+	plan.Ignored = ignored
+	if planned != nil {
+		cands = append([]Candidate{*planned}, cands...)
+		sortCandidates(cands)
+	}
+	plan.Candidates = cands
+	if len(cands) == 0 {
+		return snapPath, StepSelect, fmt.Errorf("no committed backup of cluster %s under %s, and no surviving member to snapshot (%s)",
+			opts.ClusterID, opts.Layout.ClusterPrefix(opts.ClusterID), plan.Survivor.Skipped)
+	}
+	idx := 0
+	if opts.Backup != "" {
+		if idx = findCandidate(cands, opts.Backup); idx < 0 {
+			var names []string
+			for _, c := range cands {
+				names = append(names, c.Name)
+			}
+			why := "not found"
+			for _, ig := range ignored {
+				if ig.Name == opts.Backup {
+					why = ig.Reason
+				}
+			}
+			return snapPath, StepSelect, fmt.Errorf("--backup %s: %s (committed backups: %s)", opts.Backup, why, strings.Join(names, ", "))
+		}
+	}
+	plan.Reason = chooseReason(cands, idx, opts.Backup != "", plan.Survivor)
+	cands[idx].Status = "chosen"
+	chosen := cands[idx]
+	plan.Chosen = &chosen
+	plan.EtcdVersion = chosen.ServerVersion
+	plan.MinRevision = chosen.Revision + int64(opts.BumpRevision)
+	log.Info("chose a snapshot", "backup", chosen.Name, "revision", chosen.Revision, "reason", plan.Reason)
+
+	// Verify before anything is written.
+	if chosen.Planned {
+		for _, n := range []string{CheckStoredSHA, CheckEtcdHash, CheckRawSHA, CheckSizes} {
+			plan.Checks = append(plan.Checks, Check{Name: n, Status: CheckPlanned, Detail: "checked while the survivor snapshot streams"})
+		}
+	} else {
+		var dst *os.File
+		if !opts.DryRun {
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				return snapPath, StepVerifyBackup, err
+			}
+			if dst, err = os.CreateTemp(dir, ".etcd-recovery-"+opts.ClusterID+"-*.snapshot.db"); err != nil {
+				return snapPath, StepVerifyBackup, fmt.Errorf("temp file next to the data dirs: %w", err)
+			}
+			snapPath = dst.Name()
+			defer dst.Close()
+		}
+		fetchStart := time.Now()
+		prog := opts.Progress(fmt.Sprintf("download %s", chosen.Name))
+		var fr *fetchResult
+		if dst != nil {
+			fr, err = fetchSnapshot(ctx, opts.Store, opts.Layout, chosen.manifest, dst, prog.Update)
+		} else {
+			fr, err = fetchSnapshot(ctx, opts.Store, opts.Layout, chosen.manifest, nil, prog.Update)
+		}
+		prog.Done()
+		if fr != nil {
+			plan.Checks = append(plan.Checks, fr.Checks...)
+		}
+		if err != nil {
+			return snapPath, StepVerifyBackup, refuse(ctx, opts, cands, idx, err)
+		}
+		cands[idx].Status, plan.Chosen.Status = "chosen, verified", "chosen, verified"
+		if dst != nil {
+			if err := dst.Close(); err != nil {
+				return snapPath, StepVerifyBackup, err
+			}
+			log.Debug("snapshot streamed and checked", "backup", chosen.Name, "duration", time.Since(fetchStart).Round(time.Millisecond))
+			facts, err := readSnapshotFacts(snapPath)
+			if err != nil {
+				return snapPath, StepVerifyBackup, refuse(ctx, opts, cands, idx, &verifyError{err})
+			}
+			plan.Snapshot = &facts
+			plan.MinRevision = facts.Revision + int64(opts.BumpRevision)
+			plan.Checks = append(plan.Checks, Check{Name: "database", Status: CheckPassed,
+				Detail: fmt.Sprintf("revision %d, %d live keys, %d key revisions", facts.Revision, facts.LiveKeys, facts.Revisions)})
+			if facts.StoreRevision() < chosen.Revision {
+				return snapPath, StepVerifyBackup, refuse(ctx, opts, cands, idx, &verifyError{fmt.Errorf(
+					"the database's revision %d is below the manifest's %d", facts.StoreRevision(), chosen.Revision)})
+			}
+		}
+		log.Info("backup verified", "backup", chosen.Name, "checks", len(plan.Checks), "duration", time.Since(fetchStart).Round(time.Millisecond))
+	}
+	return snapPath, "", nil
 }
 
 // refuse turns a failed verification into a BackupError naming the

@@ -3,13 +3,16 @@ package main
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"sigs.k8s.io/yaml"
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
+	"github.com/armada/etcd-recovery/internal/kube"
 	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/restore"
 )
@@ -18,9 +21,10 @@ const defaultVerifyTimeout = 5 * time.Minute
 
 func restoreCommand() *cli.Command {
 	return &cli.Command{
-		Name:      "restore",
-		Usage:     "rebuild a quorum-lost cluster from the newest snapshot (a surviving member's, or COS), verified before and after",
-		UsageText: "etcd-recovery restore --cluster-id ID --initial-cluster NAME=PEER_URL,... [--endpoints OLD,...] [--data-dir-root DIR] [--dry-run] [options]",
+		Name:  "restore",
+		Usage: "rebuild a quorum-lost cluster from the newest snapshot (a surviving member's, or COS), verified before and after",
+		UsageText: "etcd-recovery restore --cluster-id ID --initial-cluster NAME=PEER_URL,... [--endpoints OLD,...] [--data-dir-root DIR] [--dry-run] [options]\n" +
+			"etcd-recovery restore --cluster NAME --via etcd-operator [--namespace NS] [--timeout 10m] [--dry-run] [options]",
 		Description: "1. If a member of the old cluster (--endpoints) still answers, a snapshot of it is committed to COS first\n" +
 			"   as a pre-restore backup (not with --no-live; a dry run only says it would).\n" +
 			"2. The snapshot with the highest revision wins (time breaks ties); --backup forces one.\n" +
@@ -34,8 +38,14 @@ func restoreCommand() *cli.Command {
 			"5. With --verify-endpoints, waits for the new members (start them with the same etcd minor version as\n" +
 			"   the backup, --initial-cluster-state new and the token printed) and verifies them: all healthy, the\n" +
 			"   revision at least the snapshot's plus the bump, the live key count equal to the snapshot's.\n" +
-			"Then put the legacy v2 keys back with `restore v2`.",
-		Flags: concat(restoreEtcdFlags(), cosFlags(), []cli.Flag{
+			"Then put the legacy v2 keys back with `restore v2`.\n\n" +
+			"With --via etcd-operator --cluster NAME, the EtcdCluster NAME (found through Kubernetes) is restored by\n" +
+			"etcd-operator's restore operator: steps 1-3 as above (the old members are the EtcdCluster's pods), then the\n" +
+			"verified snapshot is staged uncompressed at <prefix>/restore/NAME/<backup>/snapshot.db and read back, an\n" +
+			"EtcdRestore is created (the EtcdCluster's spec is kept in its annotations; the operator replaces the\n" +
+			"EtcdCluster), and, up to --timeout, the restored EtcdCluster must report all members ready; it is then\n" +
+			"verified: all members healthy, the revision at least the snapshot's (no bump), the live key count equal.",
+		Flags: concat(restoreEtcdFlags(), cosFlags(), kubeFlags(), []cli.Flag{
 			clusterIDFlag(),
 			&cli.StringFlag{Name: "backup", Usage: "restore this backup (a name as the list command prints it) instead of the newest"},
 			&cli.BoolFlag{Name: "no-live", Usage: "do not snapshot a surviving member first"},
@@ -53,6 +63,11 @@ func restoreCommand() *cli.Command {
 			&cli.BoolFlag{Name: "dry-run", Usage: "print the plan and verify the chosen backup by streaming it; change nothing"},
 			&cli.StringSliceFlag{Name: "verify-endpoints", Usage: "client URLs of the new members: wait for them and verify the rebuilt cluster"},
 			&cli.DurationFlag{Name: "verify-timeout", Value: defaultVerifyTimeout, Usage: "how long to wait for the new members to be healthy"},
+			&cli.StringFlag{Name: "via", Usage: "etcd-operator: restore the EtcdCluster --cluster through an EtcdRestore"},
+			&cli.StringFlag{Name: "cluster", Usage: "with --via etcd-operator: the EtcdCluster (also its cluster id in COS)"},
+			&cli.DurationFlag{Name: "timeout", Value: kube.DefaultOperatorRestoreTimeout, Usage: "with --via etcd-operator: how long to wait for the restored EtcdCluster's members to be ready"},
+			&cli.StringFlag{Name: "aws-secret", Value: kube.COSSecretName, Usage: "with --via etcd-operator: the secret etcd-operator reads the S3 credentials from (spec.s3.awsSecret)"},
+			&cli.BoolFlag{Name: "force-path-style", Value: true, Usage: "with --via etcd-operator: spec.s3.forcePathStyle"},
 			outputFlag(),
 		}),
 		Action: runRestore,
@@ -88,6 +103,14 @@ func runRestore(c *cli.Context) error {
 	format, err := output.ParseFormat(c.String("output"))
 	if err != nil {
 		return usageError{err}
+	}
+	if c.IsSet("via") || c.IsSet("cluster") {
+		return runRestoreViaOperator(c, log, format)
+	}
+	for _, f := range []string{"timeout", "aws-secret", "force-path-style"} {
+		if c.IsSet(f) {
+			return usagef("restore: --%s goes with --via etcd-operator", f)
+		}
 	}
 	opts := restore.Options{
 		ClusterID:     c.String("cluster-id"),
@@ -207,6 +230,61 @@ func renderRestore(w io.Writer, format output.Format, res *restore.Result) error
 	} else {
 		fmt.Fprintf(w, "Restore of cluster %s\n\n", p.ClusterID)
 	}
+	if err := renderSelection(w, p); err != nil {
+		return err
+	}
+	if len(p.Members) > 0 {
+		fmt.Fprintf(w, "\nData dirs:\n")
+		t := output.Table{Header: []string{"MEMBER", "PEER URLS", "DATA DIR", "FOUND", "ACTION"}}
+		for _, m := range p.Members {
+			t.Rows = append(t.Rows, []string{m.Name, strings.Join(m.PeerURLs, ","), m.DataDir, m.State, memberAction(p, m)})
+		}
+		if err := output.Render(w, output.FormatTable, t, nil); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(w, "\nNew cluster: --initial-cluster %s --initial-cluster-token %s --initial-cluster-state new\n", p.InitialCluster, p.Token)
+	if p.TokenGenerated {
+		fmt.Fprintf(w, "  (the token was generated: members restored in other runs must use it)\n")
+	}
+	if p.EtcdVersion != "" {
+		fmt.Fprintf(w, "Start the members with etcd %s, the version the backup was taken from.\n", p.EtcdVersion)
+	}
+	switch {
+	case p.Snapshot != nil:
+		fmt.Fprintf(w, "Expected: revision >= %d (snapshot revision %d + bump %d), %d live keys.\n",
+			p.MinRevision, p.Snapshot.Revision, p.BumpRevision, p.Snapshot.LiveKeys)
+	case p.Chosen != nil:
+		fmt.Fprintf(w, "Expected: revision >= %d (manifest revision %d + bump %d).\n", p.MinRevision, p.Chosen.Revision, p.BumpRevision)
+	}
+	for _, pr := range p.Problems {
+		fmt.Fprintf(w, "PROBLEM: %s\n", pr)
+	}
+	if res.Duration > 0 {
+		fmt.Fprintf(w, "\nData dirs written in %s.\n", res.Duration.Round(time.Millisecond))
+	}
+	if res.Verify != nil {
+		fmt.Fprintln(w)
+		if err := renderVerifyReport(w, res.Verify); err != nil {
+			return err
+		}
+	}
+	if res.TotalToVerified > 0 {
+		fmt.Fprintf(w, "\nTotal time from start to a verified cluster: %s.\n", res.TotalToVerified.Round(time.Millisecond))
+	} else if !p.DryRun && res.Duration > 0 && res.Verify == nil && p.Snapshot != nil {
+		fmt.Fprintf(w, "\nOnce the members run: etcd-recovery restore verify --endpoints ... --min-revision %d --expect-keys %d --expect-members %d\n",
+			p.MinRevision, p.Snapshot.LiveKeys, len(strings.Split(p.InitialCluster, ",")))
+	}
+	if !p.DryRun && res.Duration > 0 && p.Chosen != nil && p.Chosen.V2Keys != nil && *p.Chosen.V2Keys > 0 {
+		fmt.Fprintf(w, "The backup holds %d v2 keys: once the cluster runs with --enable-v2, run `etcd-recovery restore v2 --cluster-id %s --backup %s --endpoints ...`.\n",
+			*p.Chosen.V2Keys, p.ClusterID, p.Chosen.Name)
+	}
+	return nil
+}
+
+// renderSelection prints the survivor, the candidates, the choice and the
+// checks of the chosen backup.
+func renderSelection(w io.Writer, p *restore.Plan) error {
 	switch s := p.Survivor; {
 	case s == nil:
 	case s.Planned:
@@ -255,52 +333,6 @@ func renderRestore(w io.Writer, format output.Format, res *restore.Result) error
 		if err := output.Render(w, output.FormatTable, t, nil); err != nil {
 			return err
 		}
-	}
-	if len(p.Members) > 0 {
-		fmt.Fprintf(w, "\nData dirs:\n")
-		t := output.Table{Header: []string{"MEMBER", "PEER URLS", "DATA DIR", "FOUND", "ACTION"}}
-		for _, m := range p.Members {
-			t.Rows = append(t.Rows, []string{m.Name, strings.Join(m.PeerURLs, ","), m.DataDir, m.State, memberAction(p, m)})
-		}
-		if err := output.Render(w, output.FormatTable, t, nil); err != nil {
-			return err
-		}
-	}
-	fmt.Fprintf(w, "\nNew cluster: --initial-cluster %s --initial-cluster-token %s --initial-cluster-state new\n", p.InitialCluster, p.Token)
-	if p.TokenGenerated {
-		fmt.Fprintf(w, "  (the token was generated: members restored in other runs must use it)\n")
-	}
-	if p.EtcdVersion != "" {
-		fmt.Fprintf(w, "Start the members with etcd %s, the version the backup was taken from.\n", p.EtcdVersion)
-	}
-	switch {
-	case p.Snapshot != nil:
-		fmt.Fprintf(w, "Expected: revision >= %d (snapshot revision %d + bump %d), %d live keys.\n",
-			p.MinRevision, p.Snapshot.Revision, p.BumpRevision, p.Snapshot.LiveKeys)
-	case p.Chosen != nil:
-		fmt.Fprintf(w, "Expected: revision >= %d (manifest revision %d + bump %d).\n", p.MinRevision, p.Chosen.Revision, p.BumpRevision)
-	}
-	for _, pr := range p.Problems {
-		fmt.Fprintf(w, "PROBLEM: %s\n", pr)
-	}
-	if res.Duration > 0 {
-		fmt.Fprintf(w, "\nData dirs written in %s.\n", res.Duration.Round(time.Millisecond))
-	}
-	if res.Verify != nil {
-		fmt.Fprintln(w)
-		if err := renderVerifyReport(w, res.Verify); err != nil {
-			return err
-		}
-	}
-	if res.TotalToVerified > 0 {
-		fmt.Fprintf(w, "\nTotal time from start to a verified cluster: %s.\n", res.TotalToVerified.Round(time.Millisecond))
-	} else if !p.DryRun && res.Duration > 0 && res.Verify == nil && p.Snapshot != nil {
-		fmt.Fprintf(w, "\nOnce the members run: etcd-recovery restore verify --endpoints ... --min-revision %d --expect-keys %d --expect-members %d\n",
-			p.MinRevision, p.Snapshot.LiveKeys, len(strings.Split(p.InitialCluster, ",")))
-	}
-	if !p.DryRun && res.Duration > 0 && p.Chosen != nil && p.Chosen.V2Keys != nil && *p.Chosen.V2Keys > 0 {
-		fmt.Fprintf(w, "The backup holds %d v2 keys: once the cluster runs with --enable-v2, run `etcd-recovery restore v2 --cluster-id %s --backup %s --endpoints ...`.\n",
-			*p.Chosen.V2Keys, p.ClusterID, p.Chosen.Name)
 	}
 	return nil
 }
@@ -500,4 +532,131 @@ func runRestoreVerify(c *cli.Context) error {
 		}
 	}
 	return err
+}
+
+// runRestoreViaOperator is restore --via etcd-operator: see
+// kube.OperatorRestore.
+func runRestoreViaOperator(c *cli.Context, log *slog.Logger, format output.Format) error {
+	if via := c.String("via"); via != "etcd-operator" {
+		return usagef("restore: --via %q: the only one is etcd-operator (with --cluster NAME)", via)
+	}
+	name := c.String("cluster")
+	if name == "" {
+		return usagef("restore --via etcd-operator: --cluster NAME (the EtcdCluster) is required")
+	}
+	if err := backup.ValidateClusterID(name); err != nil {
+		return usagef("restore --via etcd-operator: --cluster: %v", err)
+	}
+	for _, f := range []string{"cluster-id", "initial-cluster", "name", "initial-advertise-peer-urls", "initial-cluster-token",
+		"data-dir", "data-dir-root", "bump-revision", "mark-compacted", "parallel", "force", "verify-endpoints", "endpoints"} {
+		if c.IsSet(f) {
+			return usagef("restore --via etcd-operator: --%s does not apply: etcd-operator writes the data dirs and the members "+
+				"are found through the EtcdCluster --cluster", f)
+		}
+	}
+	if b := c.String("backup"); b != "" {
+		if _, _, err := backup.ParseBackupName(b); err != nil {
+			return usagef("restore: --backup: %v", err)
+		}
+	}
+	for _, f := range []string{"timeout", "verify-timeout", "probe-timeout"} {
+		if c.Duration(f) <= 0 {
+			return usagef("restore: --%s must be positive", f)
+		}
+	}
+	if c.String("bucket") == "" {
+		return usagef("restore --via etcd-operator: --bucket is required (the operator is told <bucket>/<key>)")
+	}
+	if c.String("cos-endpoint") == "" {
+		return usagef("restore --via etcd-operator: --cos-endpoint is required (the operator is told it)")
+	}
+	k, err := kubeClient(c)
+	if err != nil {
+		return err
+	}
+	store, layout, err := cosStoreKube(c, k)
+	if err != nil {
+		return err
+	}
+	rep, err := kube.OperatorRestore(c.Context, kube.OperatorRestoreOptions{
+		Kube: k, Cluster: name, Backup: c.String("backup"), Store: store, Layout: layout,
+		Bucket: c.String("bucket"), Endpoint: c.String("cos-endpoint"), AWSSecret: c.String("aws-secret"),
+		ForcePathStyle: c.Bool("force-path-style"), NoLive: c.Bool("no-live"),
+		ProbeTimeout: c.Duration("probe-timeout"), DialTimeout: c.Duration("dial-timeout"),
+		Timeout: c.Duration("timeout"), VerifyTimeout: c.Duration("verify-timeout"),
+		DryRun: c.Bool("dry-run"), Log: log,
+		Progress: func(label string) restore.Progress { return output.NewProgress(label) },
+	})
+	if rep != nil {
+		if rerr := renderOperatorRestore(c.App.Writer, format, rep, err); rerr != nil && err == nil {
+			err = rerr
+		}
+	}
+	return err
+}
+
+func renderOperatorRestore(w io.Writer, format output.Format, rep *kube.OperatorRestoreReport, runErr error) error {
+	if format == output.FormatJSON {
+		return output.Render(w, format, output.Table{}, rep)
+	}
+	if rep.DryRun {
+		fmt.Fprintf(w, "Restore of etcdcluster %s/%s via etcd-operator (dry run: nothing was changed)\n\n", rep.Namespace, rep.Cluster)
+	} else {
+		fmt.Fprintf(w, "Restore of etcdcluster %s/%s via etcd-operator\n\n", rep.Namespace, rep.Cluster)
+	}
+	if p := rep.Plan; p != nil {
+		if err := renderSelection(w, p); err != nil {
+			return err
+		}
+		if p.Snapshot != nil {
+			fmt.Fprintf(w, "Expected after the restore: revision >= %d (the snapshot's: etcd-operator does not bump it), %d live keys.\n",
+				p.Snapshot.Revision, p.Snapshot.LiveKeys)
+		}
+		fmt.Fprintln(w)
+	}
+	if rep.OldSpec != nil {
+		b, err := yaml.Marshal(map[string]any{"spec": rep.OldSpec})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "EtcdCluster %s/%s (uid %s), replaced by etcd-operator; its spec, also kept in the EtcdRestore's annotation %s:\n%s\n",
+			rep.Namespace, rep.Cluster, rep.OldUID, kube.AnnotationClusterSpec, indent(string(b)))
+	}
+	verb := map[bool]string{true: "Would ", false: ""}[rep.DryRun]
+	for _, a := range rep.Actions {
+		switch a.Verb {
+		case "stage":
+			fmt.Fprintf(w, "%s%s: %s", verb, a.Verb, a.What)
+			if rep.StagedSHA256 != "" {
+				fmt.Fprintf(w, " (%s, sha256 %s, read back and checked)", output.Bytes(rep.StagedSize), rep.StagedSHA256)
+			}
+			fmt.Fprintln(w)
+		case "create":
+			b, err := yaml.Marshal(a.Object)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(w, "%s%s: %s\n---\n%s---\n", verb, a.Verb, a.What, b)
+		default:
+			fmt.Fprintf(w, "Then etcd-operator will %s: %s\n", a.Verb, a.What)
+		}
+	}
+	if rep.NewUID != "" || rep.LastSeen != "" && !rep.DryRun {
+		fmt.Fprintf(w, "\nWaited %s for etcd-operator; last seen: %s\n", rep.Waited.Round(time.Millisecond), rep.LastSeen)
+	}
+	if rep.Verify != nil {
+		fmt.Fprintf(w, "\nRestored cluster at %s:\n", strings.Join(rep.Endpoints, ","))
+		if err := renderVerifyReport(w, rep.Verify); err != nil {
+			return err
+		}
+	}
+	if runErr == nil && !rep.DryRun {
+		fmt.Fprintf(w, "\nRestored and verified in %s. Once done with it: kubectl -n %s delete etcdrestore %s\n",
+			rep.Duration.Round(time.Millisecond), rep.Namespace, rep.Cluster)
+	}
+	return nil
+}
+
+func indent(s string) string {
+	return "  " + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n  ")
 }

@@ -4,18 +4,24 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash"
 	"io"
+	"log/slog"
+	"os"
 	"path"
 	"strings"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/restore"
 )
 
 // OperatorRestoreOptions configure RequestOperatorRestore: a restore of an
@@ -37,6 +43,21 @@ type OperatorRestoreOptions struct {
 	// cos-credentials.
 	AWSSecret      string
 	ForcePathStyle bool
+
+	// Used by OperatorRestore only.
+	// NoLive skips the survivor snapshot of the EtcdCluster's members.
+	NoLive bool
+	// ProbeTimeout bounds each probe of a member; DialTimeout each dial.
+	ProbeTimeout, DialTimeout time.Duration
+	// Timeout bounds the wait for etcd-operator to bring the cluster back
+	// (default 10m); VerifyTimeout the wait for its members to be healthy
+	// after that (default 2m); PollInterval is how often the EtcdCluster is
+	// read while waiting (default 2s).
+	Timeout, VerifyTimeout, PollInterval time.Duration
+	// DryRun changes nothing (see OperatorRestore).
+	DryRun   bool
+	Log      *slog.Logger
+	Progress func(label string) restore.Progress
 }
 
 // OperatorRestoreResult is the EtcdRestore that was created.
@@ -56,6 +77,12 @@ type OperatorRestoreResult struct {
 // operator uses its spec as the template and replaces it), makes the
 // snapshot readable by the operator (uncompressed), and creates the
 // EtcdRestore. It does not wait for the operator.
+//
+// Deprecated: OperatorRestore (restore --via etcd-operator) does the whole
+// restore: survivor snapshot, full verification, staging under restore/,
+// the wait and the verification of the restored cluster. This older
+// request-only form stages in the backup's own folder; it is kept only
+// until its test in kube_test.go moves to OperatorRestore.
 func RequestOperatorRestore(ctx context.Context, o OperatorRestoreOptions) (*OperatorRestoreResult, error) {
 	k := o.Kube
 	if k == nil || o.Store == nil || o.Bucket == "" || o.Cluster == "" {
@@ -168,4 +195,420 @@ func (d *dbHasher) Write(p []byte) (int, error) {
 		d.tail = append(d.tail[:0], d.tail[over:]...)
 	}
 	return len(p), nil
+}
+
+// Steps of OperatorRestore, named in its errors.
+const (
+	OpStepCluster = "read etcdcluster"
+	OpStepSelect  = "select and verify snapshot"
+	OpStepStage   = "stage snapshot"
+	OpStepRequest = "create etcdrestore"
+	OpStepWait    = "wait for the restored etcdcluster"
+	OpStepVerify  = "verify the restored cluster"
+)
+
+// Annotations OperatorRestore puts on the EtcdRestore, so nothing about the
+// replaced EtcdCluster is lost.
+const (
+	AnnotationBackup       = "etcd-recovery.armada.ibm.com/backup"
+	AnnotationRevision     = "etcd-recovery.armada.ibm.com/revision"
+	AnnotationStagedSHA256 = "etcd-recovery.armada.ibm.com/staged-sha256"
+	AnnotationClusterUID   = "etcd-recovery.armada.ibm.com/etcdcluster-uid"
+	// AnnotationClusterSpec is the replaced EtcdCluster's spec, as JSON.
+	AnnotationClusterSpec = "etcd-recovery.armada.ibm.com/etcdcluster-spec"
+)
+
+// DefaultOperatorRestoreTimeout bounds the wait for etcd-operator.
+const DefaultOperatorRestoreTimeout = 10 * time.Minute
+
+// StagedKey is where OperatorRestore stages the uncompressed snapshot of a
+// backup for etcd-operator: <prefix>/restore/<cluster>/<backup>/snapshot.db,
+// outside the backup folders (retention never touches it).
+func StagedKey(l backup.Layout, cluster, backupName string) string {
+	return l.RootPrefix() + "restore/" + cluster + "/" + backupName + "/" + backup.SnapshotObjectRaw
+}
+
+// OperatorRestoreError is a failed OperatorRestore: the cluster, the step
+// and the cause (for the wait, what was last seen).
+type OperatorRestoreError struct {
+	Namespace, Cluster, Step string
+	Err                      error
+}
+
+func (e *OperatorRestoreError) Error() string {
+	return fmt.Sprintf("restore of etcdcluster %s/%s via etcd-operator failed at step %q: %v", e.Namespace, e.Cluster, e.Step, e.Err)
+}
+
+func (e *OperatorRestoreError) Unwrap() error { return e.Err }
+
+// OperatorAction is one change OperatorRestore makes (or, in a dry run,
+// would make).
+type OperatorAction struct {
+	Verb   string         `json:"verb"` // stage, create, replace (by etcd-operator)
+	What   string         `json:"what"`
+	Object map[string]any `json:"object,omitempty"`
+}
+
+// OperatorRestoreReport is what OperatorRestore did, and how far it got.
+type OperatorRestoreReport struct {
+	Namespace string        `json:"namespace"`
+	Cluster   string        `json:"cluster"`
+	DryRun    bool          `json:"dryRun"`
+	Plan      *restore.Plan `json:"plan,omitempty"`
+	Backup    string        `json:"backup,omitempty"`
+	// The replaced EtcdCluster: its uid and spec (also in the EtcdRestore's
+	// annotations).
+	OldUID  types.UID      `json:"oldUID"`
+	OldSpec map[string]any `json:"oldSpec"`
+	// The staged snapshot: key, "<bucket>/<key>" as the operator is told,
+	// and the sha256 of the object as read back.
+	StagedKey    string `json:"stagedKey,omitempty"`
+	S3Path       string `json:"s3Path,omitempty"`
+	StagedSHA256 string `json:"stagedSHA256,omitempty"`
+	StagedSize   int64  `json:"stagedSize,omitempty"`
+	// Actions, in order.
+	Actions []OperatorAction `json:"actions"`
+	// The restored EtcdCluster, once etcd-operator recreated it.
+	NewUID    types.UID             `json:"newUID,omitempty"`
+	LastSeen  string                `json:"lastSeen,omitempty"`
+	Waited    time.Duration         `json:"waited,omitempty"`
+	Endpoints []string              `json:"endpoints,omitempty"`
+	Verify    *restore.VerifyReport `json:"verify,omitempty"`
+	Duration  time.Duration         `json:"duration,omitempty"`
+}
+
+// OperatorRestore restores an EtcdCluster with etcd-operator's restore
+// operator (restore --via etcd-operator):
+//
+//  1. selects and verifies the snapshot as restore does (a survivor
+//     snapshot of the EtcdCluster's members when one answers, unless
+//     NoLive; else the newest backup by revision; Backup forces one), with
+//     every hash checked while it streams to a temp file;
+//  2. stages that verified, uncompressed snapshot at StagedKey and checks
+//     the sha256 of the object as read back;
+//  3. creates the EtcdRestore (spec.etcdCluster.name, S3 at
+//     "<bucket>/<key>", awsSecret, endpoint, forcePathStyle), with the
+//     EtcdCluster's spec and uid in its annotations. The EtcdCluster is
+//     not deleted here: etcd-operator's restore operator reads it as the
+//     template of the restored cluster, then deletes it and creates the
+//     restored one under the same name (deleting it first would fail the
+//     restore with "failed to get reference EtcdCluster");
+//  4. waits, up to Timeout, for the EtcdCluster recreated by the operator
+//     (a new uid) to be Running with status.members.ready as many as
+//     spec.size;
+//  5. discovers its members again and verifies it: every member healthy,
+//     spec.size members, the revision at least the snapshot's (the
+//     operator restores without a revision bump), the live key count the
+//     snapshot's.
+//
+// DryRun does step 1 (without taking the survivor snapshot or writing
+// anything) and reports the actions it would take; the EtcdRestore is
+// validated by the API server with a server-side dry run.
+func OperatorRestore(ctx context.Context, o OperatorRestoreOptions) (*OperatorRestoreReport, error) {
+	start := time.Now()
+	k := o.Kube
+	if k == nil || o.Store == nil || o.Bucket == "" || o.Cluster == "" {
+		return nil, errors.New("operator restore: need the kubernetes client, the cluster, the store and the bucket")
+	}
+	o.defaults()
+	rep := &OperatorRestoreReport{Namespace: k.Namespace, Cluster: o.Cluster, DryRun: o.DryRun, Actions: []OperatorAction{}}
+	fail := func(step string, err error) (*OperatorRestoreReport, error) {
+		return rep, &OperatorRestoreError{Namespace: k.Namespace, Cluster: o.Cluster, Step: step, Err: ctxErr(ctx, err)}
+	}
+	log := o.Log.With("namespace", k.Namespace, "etcdcluster", o.Cluster)
+
+	// The EtcdCluster: it must exist (it is the operator's template), and
+	// no EtcdRestore of the same name may be pending.
+	ec, err := k.Dynamic.Resource(EtcdClusterGVR).Namespace(k.Namespace).Get(ctx, o.Cluster, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		// etcd-operator needs it as the template of the restored cluster.
+		return fail(OpStepCluster, fmt.Errorf("%w: etcd-operator restores from the EtcdCluster's spec; if it was deleted, "+
+			"create it again (its spec is in the annotation %s of an earlier EtcdRestore, if any) and retry",
+			&NotFoundError{Namespace: k.Namespace, Name: o.Cluster}, AnnotationClusterSpec))
+	}
+	if err != nil {
+		return fail(OpStepCluster, fmt.Errorf("reading etcdcluster: %w", err))
+	}
+	rep.OldUID = ec.GetUID()
+	rep.OldSpec, _, _ = unstructured.NestedMap(ec.Object, "spec")
+	specJSON, err := json.Marshal(rep.OldSpec)
+	if err != nil {
+		return fail(OpStepCluster, err)
+	}
+	log.Info("etcdcluster to be replaced by etcd-operator", "uid", rep.OldUID, "spec", string(specJSON))
+	if old, err := k.Dynamic.Resource(EtcdRestoreGVR).Namespace(k.Namespace).Get(ctx, o.Cluster, metav1.GetOptions{}); err == nil {
+		return fail(OpStepCluster, fmt.Errorf("an EtcdRestore %s already exists (created %s): etcd-operator acts on an EtcdRestore once; "+
+			"once that restore is over, delete it (kubectl -n %s delete etcdrestore %s) and run this again",
+			o.Cluster, old.GetCreationTimestamp().UTC().Format(time.RFC3339), k.Namespace, o.Cluster))
+	} else if !apierrors.IsNotFound(err) {
+		return fail(OpStepCluster, fmt.Errorf("reading etcdrestore %s: %w", o.Cluster, err))
+	}
+
+	// 1. Select and verify, with the survivor's endpoints from the pods.
+	ropts := restore.Options{ClusterID: o.Cluster, Store: o.Store, Layout: o.Layout, NoLive: o.NoLive,
+		ProbeTimeout: o.ProbeTimeout, Backup: o.Backup, DryRun: o.DryRun, Log: o.Log, Progress: o.Progress}
+	tmp, err := PrivateDir("etcd-recovery-operator-restore-")
+	if err != nil {
+		return fail(OpStepSelect, err)
+	}
+	defer os.RemoveAll(tmp)
+	if !o.NoLive {
+		cs, err := k.Clusters(ctx, o.Cluster)
+		if err != nil {
+			return fail(OpStepSelect, fmt.Errorf("finding the members for a survivor snapshot (--no-live skips it): %w", err))
+		}
+		if ropts.Old, err = k.EtcdConfig(ctx, cs[0], tmp, o.DialTimeout); err != nil {
+			return fail(OpStepSelect, fmt.Errorf("connecting to the members for a survivor snapshot (--no-live skips it): %w", err))
+		}
+		log.Info("old members", "endpoints", strings.Join(cs[0].Endpoints, ","), "source", cs[0].EndpointSource)
+	}
+	plan, snapPath, err := restore.SelectSnapshot(ctx, ropts, tmp)
+	rep.Plan = plan
+	if err != nil {
+		return fail(OpStepSelect, err)
+	}
+	if plan.Chosen != nil {
+		rep.Backup = plan.Chosen.Name
+	}
+	revision := int64(0)
+	switch {
+	case plan.Snapshot != nil:
+		revision = plan.Snapshot.Revision
+	case plan.Chosen != nil:
+		revision = plan.Chosen.Revision
+	}
+
+	// 2. Stage.
+	backupName := rep.Backup
+	if plan.Chosen != nil && plan.Chosen.Planned {
+		backupName = "<pre-restore snapshot>"
+	}
+	rep.StagedKey = StagedKey(o.Layout, o.Cluster, backupName)
+	rep.S3Path = path.Join(o.Bucket, rep.StagedKey)
+	rep.Actions = append(rep.Actions, OperatorAction{Verb: "stage", What: fmt.Sprintf("uncompressed snapshot of %s at s3://%s", backupName, rep.S3Path)})
+	if !o.DryRun {
+		if rep.StagedSHA256, rep.StagedSize, err = stageVerified(ctx, o.Store, snapPath, rep.StagedKey); err != nil {
+			return fail(OpStepStage, err)
+		}
+		log.Info("snapshot staged", "key", rep.StagedKey, "sha256", rep.StagedSHA256, "size", rep.StagedSize)
+	}
+
+	// 3. The EtcdRestore; etcd-operator replaces the EtcdCluster.
+	er := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": APIVersion,
+		"kind":       "EtcdRestore",
+		"metadata": map[string]any{
+			"name":      o.Cluster,
+			"namespace": k.Namespace,
+			"labels":    map[string]any{"app.kubernetes.io/managed-by": "etcd-recovery", LabelCluster: o.Cluster},
+			"annotations": map[string]any{
+				AnnotationBackup:       backupName,
+				AnnotationRevision:     fmt.Sprint(revision),
+				AnnotationStagedSHA256: rep.StagedSHA256,
+				AnnotationClusterUID:   string(rep.OldUID),
+				AnnotationClusterSpec:  string(specJSON),
+			},
+		},
+		"spec": map[string]any{
+			"etcdCluster":       map[string]any{"name": o.Cluster},
+			"backupStorageType": "S3",
+			"s3": map[string]any{
+				"path":           rep.S3Path,
+				"awsSecret":      o.AWSSecret,
+				"endpoint":       o.Endpoint,
+				"forcePathStyle": o.ForcePathStyle,
+			},
+		},
+	}}
+	rep.Actions = append(rep.Actions,
+		OperatorAction{Verb: "create", What: "EtcdRestore " + k.Namespace + "/" + o.Cluster, Object: er.Object},
+		OperatorAction{Verb: "replace", What: fmt.Sprintf("EtcdCluster %s/%s (uid %s): etcd-operator's restore operator deletes it and creates "+
+			"the restored cluster with the same name and spec (kept in the EtcdRestore's annotation %s)", k.Namespace, o.Cluster, rep.OldUID, AnnotationClusterSpec),
+			Object: ec.Object})
+	createOpts := metav1.CreateOptions{}
+	if o.DryRun {
+		createOpts.DryRun = []string{metav1.DryRunAll}
+	}
+	if rep.StagedSHA256 == "" {
+		unstructured.RemoveNestedField(er.Object, "metadata", "annotations", AnnotationStagedSHA256)
+	}
+	if _, err := k.Dynamic.Resource(EtcdRestoreGVR).Namespace(k.Namespace).Create(ctx, er, createOpts); err != nil {
+		return fail(OpStepRequest, fmt.Errorf("creating etcdrestore %s: %w", o.Cluster, err))
+	}
+	if o.DryRun {
+		rep.Duration = time.Since(start)
+		return rep, nil
+	}
+	log.Info("etcdrestore created: etcd-operator now replaces the etcdcluster", "s3_path", rep.S3Path, "timeout", o.Timeout)
+
+	// 4. Wait for the restored EtcdCluster.
+	size, err := o.waitRestored(ctx, rep)
+	if err != nil {
+		return fail(OpStepWait, err)
+	}
+	log.Info("restored etcdcluster ready", "uid", rep.NewUID, "waited", rep.Waited.Round(time.Millisecond))
+
+	// 5. Verify it, discovered again.
+	cs, err := k.Clusters(ctx, o.Cluster)
+	if err != nil {
+		return fail(OpStepVerify, err)
+	}
+	rep.Endpoints = cs[0].Endpoints
+	vdir, err := PrivateDir("etcd-recovery-verify-")
+	if err != nil {
+		return fail(OpStepVerify, err)
+	}
+	defer os.RemoveAll(vdir)
+	cfg, err := k.EtcdConfig(ctx, cs[0], vdir, o.DialTimeout)
+	if err != nil {
+		return fail(OpStepVerify, err)
+	}
+	vo := restore.VerifyOptions{Etcd: cfg, Timeout: o.VerifyTimeout, MinRevision: revision, ExpectedKeys: -1,
+		ExpectedMembers: int(size), ProbeTimeout: o.ProbeTimeout, Log: o.Log}
+	if plan.Snapshot != nil {
+		vo.ExpectedKeys = plan.Snapshot.LiveKeys
+	}
+	rep.Verify, err = restore.Verify(ctx, vo)
+	rep.Duration = time.Since(start)
+	if err != nil {
+		return fail(OpStepVerify, err)
+	}
+	log.Info("restored cluster verified", "total", rep.Duration.Round(time.Millisecond))
+	return rep, nil
+}
+
+func (o *OperatorRestoreOptions) defaults() {
+	if o.AWSSecret == "" {
+		o.AWSSecret = COSSecretName
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultOperatorRestoreTimeout
+	}
+	if o.VerifyTimeout <= 0 {
+		o.VerifyTimeout = 2 * time.Minute
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = 2 * time.Second
+	}
+	if o.ProbeTimeout <= 0 {
+		o.ProbeTimeout = 5 * time.Second
+	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = 5 * time.Second
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+}
+
+// waitRestored polls the EtcdCluster until etcd-operator's restored one (a
+// uid other than the replaced one's) is Running with spec.size ready
+// members, and returns that size. A failed EtcdRestore (status.succeeded
+// false with a reason) stops the wait.
+func (o *OperatorRestoreOptions) waitRestored(ctx context.Context, rep *OperatorRestoreReport) (int64, error) {
+	k := o.Kube
+	start := time.Now()
+	deadline := start.Add(o.Timeout)
+	rep.LastSeen = "nothing yet"
+	for {
+		size, uid, done, seen, err := o.checkRestored(ctx, rep.OldUID)
+		rep.Waited = time.Since(start)
+		if seen != "" {
+			if seen != rep.LastSeen {
+				o.Log.Info("waiting for etcd-operator", "etcdcluster", o.Cluster, "seen", seen)
+			}
+			rep.LastSeen = seen
+		}
+		if err != nil {
+			return 0, err
+		}
+		if done {
+			rep.NewUID = uid
+			return size, nil
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("etcd-operator did not bring etcdcluster %s/%s back with all members ready within %v; last seen: %s",
+				k.Namespace, o.Cluster, o.Timeout, rep.LastSeen)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("%w; last seen: %s", ctx.Err(), rep.LastSeen)
+		case <-time.After(min(o.PollInterval, time.Until(deadline)+time.Millisecond)):
+		}
+	}
+}
+
+// checkRestored looks once. Errors reading the objects are what is seen
+// (the API server may blip during a long wait), except a refusal.
+func (o *OperatorRestoreOptions) checkRestored(ctx context.Context, oldUID types.UID) (size int64, uid types.UID, done bool, seen string, err error) {
+	k := o.Kube
+	if er, gerr := k.Dynamic.Resource(EtcdRestoreGVR).Namespace(k.Namespace).Get(ctx, o.Cluster, metav1.GetOptions{}); gerr == nil {
+		ok, found, _ := unstructured.NestedBool(er.Object, "status", "succeeded")
+		reason, _, _ := unstructured.NestedString(er.Object, "status", "reason")
+		if found && !ok && reason != "" {
+			return 0, "", false, "etcdrestore failed: " + reason, fmt.Errorf("etcd-operator reports the EtcdRestore failed: %s", reason)
+		}
+	} else if apierrors.IsForbidden(gerr) || apierrors.IsUnauthorized(gerr) {
+		return 0, "", false, "", gerr
+	}
+	ec, gerr := k.Dynamic.Resource(EtcdClusterGVR).Namespace(k.Namespace).Get(ctx, o.Cluster, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(gerr):
+		return 0, "", false, "etcdcluster deleted by the restore operator, not yet recreated", nil
+	case apierrors.IsForbidden(gerr) || apierrors.IsUnauthorized(gerr):
+		return 0, "", false, "", gerr
+	case gerr != nil:
+		return 0, "", false, "reading the etcdcluster: " + gerr.Error(), nil
+	}
+	if ec.GetUID() == oldUID {
+		phase, _, _ := unstructured.NestedString(ec.Object, "status", "phase")
+		return 0, "", false, fmt.Sprintf("the old etcdcluster (uid %s, phase %q): not yet replaced by the restore operator", oldUID, phase), nil
+	}
+	c, ferr := fromObject(ec)
+	if ferr != nil {
+		return 0, "", false, ferr.Error(), nil
+	}
+	ready, _, _ := unstructured.NestedStringSlice(ec.Object, "status", "members", "ready")
+	unready, _, _ := unstructured.NestedStringSlice(ec.Object, "status", "members", "unready")
+	seen = fmt.Sprintf("restored etcdcluster (uid %s): phase %q, %d/%d members ready", ec.GetUID(), c.Phase, len(ready), c.Size)
+	if len(unready) > 0 {
+		seen += " (unready: " + strings.Join(unready, ", ") + ")"
+	}
+	if c.Phase == "Failed" {
+		reason, _, _ := unstructured.NestedString(ec.Object, "status", "reason")
+		return 0, "", false, seen, fmt.Errorf("the restored etcdcluster failed: %s", reason)
+	}
+	return c.Size, ec.GetUID(), c.Phase == "Running" && c.Size > 0 && int64(len(ready)) == c.Size, seen, nil
+}
+
+// stageVerified uploads the verified snapshot file to key, reads the object
+// back and checks its sha256 and size against the file's; on a mismatch the
+// object is removed.
+func stageVerified(ctx context.Context, st backup.Store, file, key string) (string, int64, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := st.Put(ctx, key, io.TeeReader(f, h))
+	if err != nil {
+		return "", 0, fmt.Errorf("uploading %s: %w", key, err)
+	}
+	want := hex.EncodeToString(h.Sum(nil))
+	rc, err := st.Get(ctx, key)
+	if err != nil {
+		return "", 0, fmt.Errorf("reading back %s: %w", key, err)
+	}
+	defer rc.Close()
+	h2 := sha256.New()
+	got, err := io.Copy(h2, rc)
+	if err != nil {
+		return "", 0, fmt.Errorf("reading back %s: %w", key, err)
+	}
+	if sum := hex.EncodeToString(h2.Sum(nil)); sum != want || got != n {
+		_ = st.Delete(context.WithoutCancel(ctx), []string{key})
+		return "", 0, fmt.Errorf("staged object %s reads back as sha256 %s (%d bytes), uploaded %s (%d bytes): removed it", key, sum, got, want, n)
+	}
+	return want, n, nil
 }

@@ -1,0 +1,42 @@
+package restore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+)
+
+// SelectSnapshot is the first half of Run, for restores that something
+// else performs (etcd-operator's restore operator): it takes the survivor
+// snapshot (not with NoLive, without Old endpoints, or in a dry run, which
+// only probes), chooses the backup as Run does, and verifies it by
+// streaming it into a temp file in dir (the system's when empty), whose
+// database it then reads into Plan.Snapshot. In a dry run nothing is
+// written and the path is empty. Targets, Token, the bump, data dirs and
+// Verify are not used. The caller removes the returned file; on error it is
+// already removed.
+func SelectSnapshot(ctx context.Context, opts Options, dir string) (*Plan, string, error) {
+	plan := &Plan{ClusterID: opts.ClusterID, DryRun: opts.DryRun, Checks: []Check{}}
+	fail := func(step string, err error) (*Plan, string, error) {
+		if ctx.Err() != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
+		}
+		return plan, "", &Error{ClusterID: opts.ClusterID, Step: step, Err: err}
+	}
+	if err := opts.defaults(); err != nil {
+		return fail(StepValidate, err)
+	}
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	plan.BumpRevision, plan.MarkCompacted = opts.BumpRevision, opts.MarkCompacted
+	snapPath, step, err := selectAndVerify(ctx, opts, opts.Log.With("cluster", opts.ClusterID), plan, dir)
+	if err != nil {
+		if snapPath != "" {
+			os.Remove(snapPath)
+		}
+		return fail(step, err)
+	}
+	return plan, snapPath, nil
+}
