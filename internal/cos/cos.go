@@ -58,7 +58,7 @@ var _ backup.Store = (*Store)(nil)
 
 const (
 	defaultPartSize = 5 << 20 // the S3 minimum; 10,000 parts cover 50 GB, past etcd's 8 GB limit even uncompressed
-	deleteBatch     = 1000 // the S3 DeleteObjects limit
+	deleteBatch     = 1000    // the S3 DeleteObjects limit
 )
 
 // New builds a Store. It does not contact the endpoint; Check does.
