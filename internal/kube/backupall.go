@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -213,12 +212,8 @@ func backupOne(ctx context.Context, k *Client, c Cluster, opts BackupAllOptions,
 	if err := backup.ValidateClusterID(c.Name); err != nil {
 		return fail(err)
 	}
-	dir, err := PrivateDir("etcd-recovery-tls-")
-	if err != nil {
-		return fail(err)
-	}
-	defer os.RemoveAll(dir)
-	ecfg, err := k.EtcdConfig(ctx, c, dir, opts.DialTimeout)
+	ecfg, release, err := k.Connect(ctx, c, opts.DialTimeout)
+	defer release()
 	if err != nil {
 		return fail(&backup.Error{ClusterID: c.Name, Step: "read client TLS", Err: err})
 	}

@@ -173,6 +173,19 @@ func (c *Cluster) resolve(pods []corev1.Pod) {
 	c.Endpoints = []string{fmt.Sprintf("%s://%s-client.%s.svc:%d", scheme, c.Name, c.Namespace, ClientPort)}
 }
 
+// Connect is EtcdConfig with its own private directory for the client TLS
+// files; call release (always non-nil) when done with the connection.
+func (k *Client) Connect(ctx context.Context, c Cluster, dialTimeout time.Duration) (cfg etcdconn.Config, release func(), err error) {
+	release = func() {}
+	dir, err := PrivateDir("etcd-recovery-tls-")
+	if err != nil {
+		return cfg, release, err
+	}
+	release = func() { os.RemoveAll(dir) }
+	cfg, err = k.EtcdConfig(ctx, c, dir, dialTimeout)
+	return cfg, release, err
+}
+
 // EtcdConfig returns the etcd connection of the cluster. With TLS, the
 // operator secret's client certificate, key and CA are written into dir
 // (which the caller creates private and removes), files mode 0600.

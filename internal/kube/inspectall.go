@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -190,12 +189,8 @@ func inspectOne(ctx context.Context, k *Client, c Cluster, opts InspectAllOption
 			return fail(err)
 		}
 	}
-	dir, err := PrivateDir("etcd-recovery-tls-")
-	if err != nil {
-		return fail(err)
-	}
-	defer os.RemoveAll(dir)
-	ecfg, err := k.EtcdConfig(cctx, c, dir, opts.DialTimeout)
+	ecfg, release, err := k.Connect(cctx, c, opts.DialTimeout)
+	defer release()
 	if err != nil {
 		return fail(err)
 	}

@@ -558,62 +558,6 @@ func testFleet(t *testing.T, k *testenv.KubeAPIServer, a *applier, admin kuberne
 		}
 	})
 
-	t.Run("OperatorRestore", func(t *testing.T) { testOperatorRestore(t, k, admin, m, bucket, prefix) })
-}
-
-func testOperatorRestore(t *testing.T, k *testenv.KubeAPIServer, admin kubernetes.Interface, m *testenv.MinIO, bucket, prefix string) {
-	ctx := ctxT(t, 2*time.Minute)
-	st := testfix.Store(t, m, bucket)
-	layout := backup.Layout{Prefix: prefix}
-	opts := kube.OperatorRestoreOptions{Cluster: "etcd-c02", Store: st, Layout: layout, Bucket: bucket, Endpoint: m.Endpoint, ForcePathStyle: true}
-
-	// The backup service account may not.
-	var err error
-	opts.Kube, err = kube.New(kube.Config{Rest: k.RestConfig(saToken(t, admin, ns, "etcd-recovery")), Namespace: ns})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kube.RequestOperatorRestore(ctx, opts); err == nil || !strings.Contains(err.Error(), "forbidden") {
-		t.Fatalf("operator restore with the backup service account: %v, want forbidden", err)
-	}
-	// The toolkit's may.
-	opts.Kube, err = kube.New(kube.Config{Rest: k.RestConfig(saToken(t, admin, ns, "etcd-recovery-toolkit")), Namespace: ns})
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := kube.RequestOperatorRestore(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	list, err := backup.ListBackups(ctx, st, layout, "etcd-c02")
-	if err != nil || len(list) == 0 || list[0].Manifest == nil {
-		t.Fatalf("backups: %v", err)
-	}
-	man := list[0].Manifest
-	key := layout.Key("etcd-c02", man.Name, backup.SnapshotObjectRaw)
-	if !res.Staged || res.Backup != man.Name || res.S3Path != bucket+"/"+key {
-		t.Fatalf("result %+v, want backup %s at %s/%s", res, man.Name, bucket, key)
-	}
-	raw := testfix.ReadObject(t, st, key)
-	if int64(len(raw)) != man.Snapshot.RawSize+32 || testfix.SHA256(raw[:len(raw)-32]) != man.Snapshot.RawSHA256 {
-		t.Fatalf("staged snapshot: %d bytes, sha %s; manifest %d, %s", len(raw), testfix.SHA256(raw[:len(raw)-32]), man.Snapshot.RawSize, man.Snapshot.RawSHA256)
-	}
-	er, err := k.Dynamic(t, "").Resource(kube.EtcdRestoreGVR).Namespace(ns).Get(ctx, "etcd-c02", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, _, _ := unstructured.NestedString(er.Object, "spec", "s3", "path")
-	c, _, _ := unstructured.NestedString(er.Object, "spec", "etcdCluster", "name")
-	typ, _, _ := unstructured.NestedString(er.Object, "spec", "backupStorageType")
-	if p != res.S3Path || c != "etcd-c02" || typ != "S3" {
-		t.Fatalf("etcdrestore spec: %v", er.Object["spec"])
-	}
-	// Unknown cluster.
-	opts.Cluster = "etcd-nope"
-	var nf *kube.NotFoundError
-	if _, err := kube.RequestOperatorRestore(ctx, opts); !errors.As(err, &nf) {
-		t.Fatalf("unknown cluster: %v", err)
-	}
 }
 
 func restoreObj(cluster string) *unstructured.Unstructured {
