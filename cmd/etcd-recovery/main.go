@@ -30,10 +30,10 @@ const (
 
 // defaultMemoryLimit is the Go runtime's soft memory limit unless GOMEMLIMIT
 // is set. Every stream is bounded by design (part buffers × concurrency, a
-// 1 MiB zstd window, a 1 MiB receive queue: about 35 MiB live), so the limit
+// 1 MiB zstd window, a 1 MiB receive queue: about 30 MiB live), so the limit
 // only makes the GC return freed buffers promptly instead of letting RSS
 // drift to twice the live heap. It is a soft limit: nothing fails above it.
-const defaultMemoryLimit = 64 << 20
+const defaultMemoryLimit = 48 << 20
 
 func main() {
 	if os.Getenv("GOMEMLIMIT") == "" {
