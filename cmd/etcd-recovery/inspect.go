@@ -38,8 +38,6 @@ func inspectCommand() *cli.Command {
 			outputFlag(),
 		}),
 		Action: runInspect,
-		// The app's OnUsageError does not cover a command's own flags.
-		OnUsageError: func(_ *cli.Context, err error, _ bool) error { return usageError{err} },
 	}
 }
 

@@ -75,7 +75,6 @@ func restoreCommand() *cli.Command {
 			restoreV2Command(),
 			restoreVerifyCommand(),
 		},
-		OnUsageError: func(_ *cli.Context, err error, _ bool) error { return usageError{err} },
 	}
 }
 
@@ -392,8 +391,7 @@ func restoreV2Command() *cli.Command {
 			&cli.StringFlag{Name: "backup", Usage: "the backup whose v2 keys to restore (default: the newest by revision)"},
 			outputFlag(),
 		}),
-		Action:       runRestoreV2,
-		OnUsageError: func(_ *cli.Context, err error, _ bool) error { return usageError{err} },
+		Action: runRestoreV2,
 	}
 }
 
@@ -459,8 +457,7 @@ func restoreVerifyCommand() *cli.Command {
 			&cli.StringFlag{Name: "temp-dir", Usage: "where the snapshot is downloaded while it is read (default: the system's)", TakesFile: true},
 			outputFlag(),
 		}),
-		Action:       runRestoreVerify,
-		OnUsageError: func(_ *cli.Context, err error, _ bool) error { return usageError{err} },
+		Action: runRestoreVerify,
 	}
 }
 
