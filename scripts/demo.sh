@@ -18,6 +18,9 @@ D="$ROOT/demo-data"
 # test run never collide.
 BASE_PORT="${DEMO_BASE_PORT:-12379}"
 
+for t in curl openssl; do
+  command -v "$t" >/dev/null || { echo "demo: needs $t (apt-get install $t)" >&2; exit 1; }
+done
 for b in "$ETCD" "$ETCDCTL" "$MINIO" "$TOOL"; do
   [[ -x "$b" ]] || { echo "demo: missing $b: run make test-servers build" >&2; exit 1; }
 done
