@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -157,18 +156,12 @@ func runTimed(tb testing.TB, env []string, name string, args ...string) (time.Du
 	cmd.Env = env
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
-	t0 := time.Now()
-	if err := cmd.Run(); err != nil {
+	d, rss, err := testfix.RunMeasured(cmd)
+	if err != nil {
 		tb.Fatalf("%s %s: %v\n%s", filepath.Base(name), strings.Join(args[:min(3, len(args))], " "), err, stderr.String())
 	}
-	d := time.Since(t0)
 	if os.Getenv("BENCH_VERBOSE") != "" {
 		fmt.Fprintf(os.Stderr, "--- %s %.2fs\n%s", filepath.Base(name), d.Seconds(), stderr.String())
-	}
-	ru, _ := cmd.ProcessState.SysUsage().(*syscall.Rusage)
-	var rss int64
-	if ru != nil {
-		rss = ru.Maxrss * 1024
 	}
 	return d, rss
 }

@@ -218,13 +218,12 @@ func moveAside(dir, to string) error {
 	return nil
 }
 
-// restoreConfig is what every member's restore shares.
+// restoreConfig is what every member's restore shares. The snapshot has
+// been through prepareSnapshot: it carries the revision bump already.
 type restoreConfig struct {
 	snapshotPath   string
 	initialCluster string
 	token          string
-	bump           uint64
-	markCompacted  bool
 }
 
 // restoreMember writes one member's data dir with etcdutl's restore code.
@@ -255,9 +254,8 @@ func restoreMember(rc restoreConfig, m Member) (err error) {
 		InitialCluster:      rc.initialCluster,
 		InitialClusterToken: rc.token,
 		// The file was hashed, against etcd's trailer and the manifest,
-		// while it was written; etcdutl still strips the trailer.
+		// while it was written, and prepareSnapshot has since dropped
+		// the trailer and applied the revision bump.
 		SkipHashCheck: true,
-		RevisionBump:  rc.bump,
-		MarkCompacted: rc.markCompacted,
 	})
 }

@@ -193,7 +193,7 @@ func BenchmarkRestoreRTO(b *testing.B) {
 				}
 			}
 		}()
-		stopSample := sampleRSS(cmd.Process.Pid, &toolT.anon, &toolT.file)
+		watch := testfix.WatchRSS(cmd.Process.Pid)
 		var token string
 		select {
 		case token = <-found:
@@ -208,15 +208,13 @@ func BenchmarkRestoreRTO(b *testing.B) {
 				ClientURL: m.clientURL, PeerURL: m.peerURL, InitialCluster: ic, InitialClusterToken: token, PKI: pki}))
 		}
 		<-done
-		stopSample()
-		if err := cmd.Wait(); err != nil {
+		err = cmd.Wait()
+		toolT.rss, toolT.anon, toolT.file = watch.Stop()
+		if err != nil {
 			b.Fatalf("tool: %v\n%s\n%s", err, stdout.String(), logBuf.String())
 		}
 		toolT.total = time.Since(t0)
 		toolT.start = time.Since(t2)
-		if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-			toolT.rss = ru.Maxrss * 1024
-		}
 		if !strings.Contains(stdout.String(), `"verified": true`) {
 			b.Fatalf("the tool did not verify the cluster:\n%s", stdout.String())
 		}
@@ -292,15 +290,11 @@ func runBench(tb testing.TB, env []string, name string, args ...string) (time.Du
 	cmd.Env = env
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	t0 := time.Now()
-	if err := cmd.Run(); err != nil {
+	d, rss, err := testfix.RunMeasured(cmd)
+	if err != nil {
 		tb.Fatalf("%s: %v\n%s", filepath.Base(name), err, out.String())
 	}
-	var rss int64
-	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		rss = ru.Maxrss * 1024
-	}
-	return time.Since(t0), rss
+	return d, rss
 }
 
 // fillLarge writes about total bytes of large values (96 KiB of base64
@@ -342,36 +336,6 @@ func fillLarge(tb testing.TB, cli *clientv3.Client, total int64) {
 	if firstErr != nil {
 		tb.Fatalf("fill: %v", firstErr)
 	}
-}
-
-// sampleRSS polls /proc/<pid>/status and keeps the peaks of RssAnon and
-// RssFile (the kernel only keeps the peak of their sum, VmHWM).
-func sampleRSS(pid int, anon, file *int64) (stop func()) {
-	quit := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		path := fmt.Sprintf("/proc/%d/status", pid)
-		for {
-			if b, err := os.ReadFile(path); err == nil {
-				for _, line := range strings.Split(string(b), "\n") {
-					var kb int64
-					if _, err := fmt.Sscanf(line, "RssAnon: %d kB", &kb); err == nil {
-						*anon = max(*anon, kb<<10)
-					}
-					if _, err := fmt.Sscanf(line, "RssFile: %d kB", &kb); err == nil {
-						*file = max(*file, kb<<10)
-					}
-				}
-			}
-			select {
-			case <-quit:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-	}()
-	return func() { close(quit); <-done }
 }
 
 func benchToolLogLevel() string {

@@ -56,7 +56,14 @@ var (
 // key, whether its latest entry is a deletion. Only the start of each value
 // is read (the user key is the first field), so large values stay on disk.
 // User keys are remembered by a 128-bit hash, so the memory used is 16
-// bytes per distinct key whatever the key sizes.
+// bytes per distinct key whatever the key sizes; the pages of the map that
+// the walk has passed are dropped from the resident set after every
+// trimBytes of keys and values, so the walk's RSS does not grow with the
+// database. (Only the start of a large value is read, but the kernel maps
+// the pages around a fault that are already cached, so a walk past
+// 100 KiB values would otherwise map nearly all of them.)
+const trimBytes = 8 << 20
+
 func readSnapshotFacts(path string) (SnapshotFacts, error) {
 	var f SnapshotFacts
 	db, err := bolt.Open(path, 0o400, &bolt.Options{ReadOnly: true, Timeout: 10 * time.Second})
@@ -79,7 +86,12 @@ func readSnapshotFacts(path string) (SnapshotFacts, error) {
 		}
 		alive := map[[2]uint64]bool{}
 		c := b.Cursor()
+		passed := 0
 		for k, v := c.First(); k != nil; k, v = c.Next() {
+			if passed += len(k) + len(v); passed >= trimBytes {
+				dropResident(db)
+				passed = 0
+			}
 			if len(k) != revBytesLen && len(k) != markedRevBytesLen {
 				return fmt.Errorf("key bucket: revision key of %d bytes", len(k))
 			}

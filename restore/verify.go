@@ -98,6 +98,9 @@ func Verify(ctx context.Context, opts VerifyOptions) (*VerifyReport, error) {
 	start := time.Now()
 	deadline := start.Add(opts.Timeout)
 	var rep *VerifyReport
+	// Poll often at first (members usually come up within a second of
+	// each other), then back off to once a second.
+	pause := 100 * time.Millisecond
 	for {
 		rep = verifyOnce(ctx, opts)
 		rep.Waited = time.Since(start)
@@ -107,8 +110,9 @@ func Verify(ctx context.Context, opts VerifyOptions) (*VerifyReport, error) {
 		opts.Log.Debug("waiting for the rebuilt cluster", "checks", rep.Checks)
 		select {
 		case <-ctx.Done():
-		case <-time.After(500 * time.Millisecond):
+		case <-time.After(pause):
 		}
+		pause = min(pause*3/2, time.Second)
 	}
 	if err := ctx.Err(); err != nil {
 		return rep, err

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -81,21 +80,19 @@ func BenchmarkBackupAll50(b *testing.B) {
 				cmd.Env = env
 				var stdout, stderr bytes.Buffer
 				cmd.Stdout, cmd.Stderr = &stdout, &stderr
-				t0 := time.Now()
-				if err := cmd.Run(); err != nil {
+				d, rss, err := testfix.RunMeasured(cmd)
+				if err != nil {
 					b.Fatalf("backup --all: %v\n%s", err, stderr.String())
 				}
-				total += time.Since(t0)
+				total += d
+				maxRSS = max(maxRSS, rss)
 				var rep kube.BackupAllReport
 				if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil || len(rep.Clusters) != n || len(rep.Failed) != 0 {
 					b.Fatalf("report: %v, %d clusters, failed %v", err, len(rep.Clusters), rep.Failed)
 				}
-				if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok && ru.Maxrss > maxRSS {
-					maxRSS = ru.Maxrss // KiB on Linux
-				}
 			}
 			b.ReportMetric(total.Seconds()/float64(b.N), "s/run")
-			b.ReportMetric(float64(maxRSS)/1024, "peak-RSS-MiB")
+			b.ReportMetric(float64(maxRSS)/(1<<20), "peak-RSS-MiB")
 			b.ReportMetric(float64(n)/(total.Seconds()/float64(b.N)), "clusters/s")
 		})
 	}

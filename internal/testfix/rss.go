@@ -1,0 +1,114 @@
+package testfix
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// RSSWatch follows a running process's own memory from /proc/<pid>/status.
+//
+// Benchmarks use it instead of wait4's ru_maxrss, which overstates a
+// child's peak: Go starts children with clone(CLONE_VM) and exec, and on
+// exec Linux folds the high-water mark of the memory the child was sharing
+// (the parent's, here the test binary's) into the child's maxrss. VmHWM
+// belongs to the child's own address space from exec on.
+type RSSWatch struct {
+	mu              sync.Mutex
+	hwm, anon, file int64
+	quit, done      chan struct{}
+	samples         int
+	interval        time.Duration
+	statusPath      string
+	stopped         bool
+}
+
+// WatchRSS starts sampling pid every 10 ms.
+func WatchRSS(pid int) *RSSWatch {
+	w := &RSSWatch{quit: make(chan struct{}), done: make(chan struct{}), interval: 10 * time.Millisecond,
+		statusPath: fmt.Sprintf("/proc/%d/status", pid)}
+	go w.run()
+	return w
+}
+
+func (w *RSSWatch) run() {
+	defer close(w.done)
+	for {
+		w.sample()
+		select {
+		case <-w.quit:
+			return
+		case <-time.After(w.interval):
+		}
+	}
+}
+
+func (w *RSSWatch) sample() {
+	b, err := os.ReadFile(w.statusPath)
+	if err != nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		name, rest, ok := bytes.Cut(line, []byte(":"))
+		if !ok {
+			continue
+		}
+		f := bytes.Fields(rest)
+		if len(f) != 2 || string(f[1]) != "kB" {
+			continue
+		}
+		kb, err := strconv.ParseInt(string(f[0]), 10, 64)
+		if err != nil {
+			continue
+		}
+		switch string(name) {
+		case "VmHWM":
+			w.hwm = max(w.hwm, kb<<10)
+			w.samples++
+		case "RssAnon":
+			w.anon = max(w.anon, kb<<10)
+		case "RssFile":
+			w.file = max(w.file, kb<<10)
+		}
+	}
+}
+
+// Stop ends sampling and returns the peaks in bytes: VmHWM (the kernel's
+// own high-water mark, exact up to the last sample), and the sampled
+// peaks of anonymous and file-backed resident memory.
+func (w *RSSWatch) Stop() (hwm, anon, file int64) {
+	w.mu.Lock()
+	stopped := w.stopped
+	w.stopped = true
+	w.mu.Unlock()
+	if !stopped {
+		close(w.quit)
+	}
+	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.hwm, w.anon, w.file
+}
+
+// RunMeasured runs cmd to completion and returns its wall time and own
+// peak RSS (see RSSWatch), or the command's error.
+func RunMeasured(cmd *exec.Cmd) (time.Duration, int64, error) {
+	t0 := time.Now()
+	if err := cmd.Start(); err != nil {
+		return 0, 0, err
+	}
+	w := WatchRSS(cmd.Process.Pid)
+	err := cmd.Wait()
+	d := time.Since(t0)
+	hwm, _, _ := w.Stop()
+	if err == nil && hwm == 0 {
+		err = fmt.Errorf("%s: exited before its memory could be sampled", cmd.Path)
+	}
+	return d, hwm, err
+}
