@@ -320,17 +320,15 @@ func snapshotMember(ctx context.Context, opts Options, cand MemberStatus, key st
 	// stops sending.
 	streamCtx, cancelStream := context.WithCancel(ctx)
 	defer cancelStream()
-	stream, err := pb.NewMaintenanceClient(cli.ActiveConnection()).Snapshot(streamCtx, &pb.SnapshotRequest{})
+	stream, err := pb.NewMaintenanceClient(cli.ActiveConnection()).Snapshot(streamCtx, &pb.SnapshotRequest{}, snapshotCall)
 	if err != nil {
 		return res, 0, 0, StepSnapshot, fmt.Errorf("open snapshot stream: %w", err)
 	}
 	raw := NewSnapshotHasher()
-	chunks := receive(func() ([]byte, error) {
-		resp, err := stream.Recv()
-		if err != nil {
-			return nil, err
-		}
-		return resp.Blob, nil
+	chunks := receive(func() (snapshotChunk, error) {
+		var c snapshotChunk
+		err := stream.RecvMsg(&c)
+		return c, err
 	}, raw, opts.Progress)
 
 	pr, pw := io.Pipe()

@@ -118,6 +118,7 @@ func storeConfig(m *testenv.MinIO, bucket string) cos.Config {
 		Region:   m.Region,
 		Bucket:   bucket,
 		Creds:    cos.Credentials{AccessKeyID: m.AccessKey, SecretAccessKey: m.SecretKey, Source: "test"},
+		CAFile:   m.CAFile,
 	}
 }
 
@@ -351,6 +352,68 @@ func TestPutGetMultipart(t *testing.T) {
 		t.Fatalf("List: %+v", objs)
 	}
 	assertNoUploads(t, r, key)
+}
+
+// payloadRecorder records the x-amz-content-sha256 of every part upload.
+type payloadRecorder struct {
+	mu    sync.Mutex
+	parts []string
+	next  http.RoundTripper
+}
+
+func (p *payloadRecorder) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodPut && r.URL.Query().Get("partNumber") != "" {
+		p.mu.Lock()
+		p.parts = append(p.parts, r.Header.Get("X-Amz-Content-Sha256"))
+		p.mu.Unlock()
+	}
+	return p.next.RoundTrip(r)
+}
+
+// Over HTTPS parts go as UNSIGNED-PAYLOAD (TLS protects them); over plain
+// HTTP each part's sha256 is signed, and the server checks it.
+func TestPartPayloadSigning(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		minio    func(testing.TB) *testenv.MinIO
+		unsigned bool
+	}{{"https", testenv.StartMinIOTLS, true}, {"http", sharedMinIO, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rec := &payloadRecorder{}
+			r := newRigOn(t, tc.minio(t), func(c *cos.Config) {
+				c.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { rec.next = rt; return rec }
+			})
+			const size = 11 * mib
+			key := r.prefix + "parts.bin"
+			if _, err := r.store.Put(testCtx(t), key, randBody(3, size)); err != nil {
+				t.Fatalf("Put: %v", err)
+			}
+			if sum, got := getSum(t, r.store, key); got != size || sum != randSum(t, 3, size) {
+				t.Fatalf("Get returned %d bytes, sha256 %x", got, sum)
+			}
+			if len(rec.parts) != 3 {
+				t.Fatalf("%d part uploads recorded, want 3", len(rec.parts))
+			}
+			for _, h := range rec.parts {
+				if (h == "UNSIGNED-PAYLOAD") != tc.unsigned || h == "" {
+					t.Fatalf("part sent with x-amz-content-sha256 %q over %s", h, tc.name)
+				}
+			}
+		})
+	}
+}
+
+// AWS_CA_BUNDLE, set on some images for other tools, must not replace the
+// CAs the store trusts (system roots plus CAFile).
+func TestAWSCABundleDoesNotReplaceCAFile(t *testing.T) {
+	other := testenv.NewPKI(t) // a CA that did not sign MinIO's certificate
+	t.Setenv("AWS_CA_BUNDLE", other.CAFile)
+	r := newRigOn(t, testenv.StartMinIOTLS(t))
+	if _, err := r.store.Put(testCtx(t), r.prefix+"x", strings.NewReader("x")); err != nil {
+		t.Fatalf("Put over TLS with AWS_CA_BUNDLE set elsewhere: %v", err)
+	}
 }
 
 func TestPutGetSmall(t *testing.T) {

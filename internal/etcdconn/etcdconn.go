@@ -19,6 +19,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/experimental"
 )
 
 // Config is the connection to one etcd cluster.
@@ -138,6 +139,8 @@ func (c Config) Client(ctx context.Context, endpoints ...string) (*clientv3.Clie
 		DialOptions: []grpc.DialOption{
 			grpc.WithInitialWindowSize(1 << 20),
 			grpc.WithInitialConnWindowSize(1 << 20),
+			experimental.WithBufferPool(BufferPool),
+			grpc.WithReadBufferSize(256 << 10),
 		},
 	})
 }

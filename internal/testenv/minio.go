@@ -2,6 +2,8 @@ package testenv
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"github.com/IBM/ibm-cos-sdk-go/aws/awserr"
@@ -40,6 +42,11 @@ type MinIO struct {
 	certsDir    string
 	shared      bool
 
+	// CAFile is the CA of the server's certificate when it serves TLS
+	// (StartMinIOTLS); empty for plain HTTP.
+	CAFile string
+	caPool *x509.CertPool
+
 	mu     sync.Mutex
 	proc   *proc
 	closed bool
@@ -52,6 +59,37 @@ func StartMinIO(tb testing.TB) *MinIO {
 	tb.Helper()
 	bin := MinIOBin(tb)
 	m := newMinIO(bin, tb.TempDir(), freePort(tb, "127.0.0.1"), freePort(tb, "127.0.0.1"))
+	startMinIO(tb, m)
+	return m
+}
+
+// StartMinIOTLS is StartMinIO serving HTTPS, as COS does, with a
+// certificate for 127.0.0.1 from a throwaway CA (CAFile).
+func StartMinIOTLS(tb testing.TB) *MinIO {
+	tb.Helper()
+	bin := MinIOBin(tb)
+	m := newMinIO(bin, tb.TempDir(), freePort(tb, "127.0.0.1"), freePort(tb, "127.0.0.1"))
+	pki := NewPKI(tb)
+	if err := os.MkdirAll(m.certsDir, 0o700); err != nil {
+		tb.Fatal(err)
+	}
+	for from, to := range map[string]string{pki.ServerCertFile: "public.crt", pki.ServerKeyFile: "private.key"} {
+		b, err := os.ReadFile(from)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(m.certsDir, to), b, 0o600)
+		}
+		if err != nil {
+			tb.Fatal(err)
+		}
+	}
+	m.Endpoint = "https://127.0.0.1:" + strconv.Itoa(m.port)
+	m.CAFile, m.caPool = pki.CAFile, pki.CAPool()
+	startMinIO(tb, m)
+	return m
+}
+
+func startMinIO(tb testing.TB, m *MinIO) {
+	tb.Helper()
 	tb.Cleanup(func() {
 		m.mu.Lock()
 		m.closed = true
@@ -67,7 +105,25 @@ func StartMinIO(tb testing.TB) *MinIO {
 	if err := m.start(); err != nil {
 		tb.Fatalf("testenv: %v", err)
 	}
-	return m
+}
+
+// session makes an SDK session that trusts the server's CA: the SDK would
+// replace it with AWS_CA_BUNDLE's when that is set in the environment.
+func (m *MinIO) session(cfg *aws.Config) (*session.Session, error) {
+	sess, err := session.NewSession(cfg)
+	if tr, ok := cfg.HTTPClient.Transport.(*http.Transport); ok && m.caPool != nil {
+		tr.TLSClientConfig.RootCAs = m.caPool
+	}
+	return sess, err
+}
+
+// httpClient is a client that trusts the server's CA when it has one.
+func (m *MinIO) httpClient(timeout time.Duration) *http.Client {
+	if m.caPool == nil {
+		return &http.Client{Timeout: timeout}
+	}
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: m.caPool, MinVersion: tls.VersionTLS12}}}
 }
 
 func newMinIO(bin, dir string, port, consolePort int) *MinIO {
@@ -120,7 +176,7 @@ func (m *MinIO) start() error {
 }
 
 func (m *MinIO) waitReady(timeout time.Duration) error {
-	hc := &http.Client{Timeout: 2 * time.Second}
+	hc := m.httpClient(2 * time.Second)
 	defer hc.CloseIdleConnections()
 	deadline := time.Now().Add(timeout)
 	last := ""
@@ -161,8 +217,8 @@ func (m *MinIO) waitReady(timeout time.Duration) error {
 func (m *MinIO) servesS3() error {
 	cfg := m.AWSConfig()
 	cfg.MaxRetries = aws.Int(0)
-	cfg.HTTPClient = &http.Client{Timeout: 5 * time.Second}
-	sess, err := session.NewSession(cfg)
+	cfg.HTTPClient = m.httpClient(5 * time.Second)
+	sess, err := m.session(cfg)
 	if err != nil {
 		return err
 	}
@@ -249,16 +305,16 @@ func (m *MinIO) AWSConfig() *aws.Config {
 		Region:           aws.String(m.Region),
 		Credentials:      credentials.NewStaticCredentials(m.AccessKey, m.SecretKey, ""),
 		S3ForcePathStyle: aws.Bool(true),
-		DisableSSL:       aws.Bool(true),
+		DisableSSL:       aws.Bool(m.caPool == nil),
 		MaxRetries:       aws.Int(2),
-		HTTPClient:       &http.Client{Timeout: 60 * time.Second},
+		HTTPClient:       m.httpClient(60 * time.Second),
 	}
 }
 
 // S3 returns an IBM COS SDK S3 client for this server.
 func (m *MinIO) S3(tb testing.TB) *s3.S3 {
 	tb.Helper()
-	sess, err := session.NewSession(m.AWSConfig())
+	sess, err := m.session(m.AWSConfig())
 	if err != nil {
 		tb.Fatalf("testenv: S3 session for %s: %v", m.Endpoint, err)
 	}

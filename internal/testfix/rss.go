@@ -112,3 +112,26 @@ func RunMeasured(cmd *exec.Cmd) (time.Duration, int64, error) {
 	}
 	return d, hwm, err
 }
+
+// CPUTime is the user plus system CPU time pid has used so far, from
+// /proc/<pid>/stat; 0 if it cannot be read.
+func CPUTime(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name may hold spaces: fields start after its ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := bytes.Fields(b[i+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	// Fields 14 and 15 of stat (utime, stime), in clock ticks (100 Hz on
+	// Linux), are the 12th and 13th after the name.
+	ut, _ := strconv.ParseInt(string(f[11]), 10, 64)
+	st, _ := strconv.ParseInt(string(f[12]), 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}

@@ -31,7 +31,7 @@ type StoreOption func(*cos.Config)
 func Store(tb testing.TB, m *testenv.MinIO, bucket string, opts ...StoreOption) *cos.Store {
 	tb.Helper()
 	cfg := cos.Config{
-		Endpoint: m.Endpoint, Region: m.Region, Bucket: bucket,
+		Endpoint: m.Endpoint, Region: m.Region, Bucket: bucket, CAFile: m.CAFile,
 		Creds:      cos.Credentials{AccessKeyID: m.AccessKey, SecretAccessKey: m.SecretKey, Source: "test"},
 		MaxRetries: 2, MinBackoff: 50 * time.Millisecond, MaxBackoff: 500 * time.Millisecond,
 	}
