@@ -12,9 +12,11 @@ require (
 	go.etcd.io/etcd/client/pkg/v3 v3.5.35
 	go.etcd.io/etcd/client/v3 v3.5.35
 	go.etcd.io/etcd/etcdutl/v3 v3.5.35
+	go.etcd.io/etcd/server/v3 v3.5.35
 	go.uber.org/zap v1.17.0
 	golang.org/x/term v0.47.0
 	google.golang.org/grpc v1.83.2
+	google.golang.org/protobuf v1.36.12
 	k8s.io/api v0.36.3
 	k8s.io/apimachinery v0.36.3
 	k8s.io/client-go v0.36.3
@@ -84,7 +86,6 @@ require (
 	go.etcd.io/etcd/client/v2 v2.305.35 // indirect
 	go.etcd.io/etcd/pkg/v3 v3.5.35 // indirect
 	go.etcd.io/etcd/raft/v3 v3.5.35 // indirect
-	go.etcd.io/etcd/server/v3 v3.5.35 // indirect
 	go.mongodb.org/mongo-driver v1.17.6 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc v0.61.0 // indirect
@@ -103,7 +104,6 @@ require (
 	golang.org/x/time v0.14.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260803160001-6ac0973c030d // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260803160001-6ac0973c030d // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/evanphx/json-patch.v4 v4.13.0 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect

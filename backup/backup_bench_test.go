@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"sync"
@@ -189,7 +188,7 @@ func BenchmarkBackupVsBaseline(b *testing.B) {
 	fmt.Fprintf(&out, "targets: tool/base <= 0.60, tool/raw <= 1.30, tool RSS <= 96 MiB and flat across sizes\n")
 	for _, r := range results {
 		fmt.Fprintf(&out, "%dMB per round: tool/base %s (median %.2f), tool/raw %s (median %.2f)\n", r.sizeMB,
-			fmtRatios(r.roundBase), median(r.roundBase), fmtRatios(r.roundRaw), median(r.roundRaw))
+			testfix.Ratios(r.roundBase), testfix.Median(r.roundBase), testfix.Ratios(r.roundRaw), testfix.Median(r.roundRaw))
 		fmt.Fprintf(&out, "%dMB CPU seconds: raw read: etcd %.2f in %.2fs | tool run: tool %.2f + etcd %.2f + MinIO %.2f = %.2f in %.2fs (%.0f%% of 2 cores)\n",
 			r.sizeMB, r.cpuRawEtcd.Seconds(), r.raw.Seconds(), r.cpuTool.Seconds(), r.cpuEtcd.Seconds(), r.cpuMinIO.Seconds(),
 			(r.cpuTool + r.cpuEtcd + r.cpuMinIO).Seconds(), r.toolT.Seconds(), 100*(r.cpuTool+r.cpuEtcd+r.cpuMinIO).Seconds()/(2*r.toolT.Seconds()))
@@ -199,26 +198,6 @@ func BenchmarkBackupVsBaseline(b *testing.B) {
 	b.ReportMetric(last.toolT.Seconds()/last.base.Seconds(), "tool/baseline")
 	b.ReportMetric(last.toolT.Seconds()/last.raw.Seconds(), "tool/raw")
 	b.ReportMetric(mib(last.toolRSS), "peak-RSS-MiB")
-}
-
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	c := slices.Clone(v)
-	slices.Sort(c)
-	if len(c)%2 == 1 {
-		return c[len(c)/2]
-	}
-	return (c[len(c)/2-1] + c[len(c)/2]) / 2
-}
-
-func fmtRatios(v []float64) string {
-	var parts []string
-	for _, x := range v {
-		parts = append(parts, fmt.Sprintf("%.2f", x))
-	}
-	return strings.Join(parts, " ")
 }
 
 // lastCPU is the CPU time of runTimed's last command.

@@ -1,12 +1,11 @@
 package backup
 
 import (
-	"encoding/binary"
-	"errors"
 	"fmt"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/armada/etcd-recovery/internal/etcdconn"
 )
@@ -69,45 +68,37 @@ func (snapshotCodec) Unmarshal(data mem.BufferSlice, v any) error {
 
 // snapshotBlob returns field 3 (blob) of a marshalled
 // etcdserverpb.SnapshotResponse; the other fields (header, remaining
-// bytes, version) are skipped. A blob that appears twice is the last one,
-// as protobuf merges it.
+// bytes, version) are skipped.
 func snapshotBlob(b []byte) ([]byte, error) {
-	var blob []byte
-	for len(b) > 0 {
-		tag, n := binary.Uvarint(b)
-		if n <= 0 {
-			return nil, errors.New("snapshot response: bad protobuf tag")
-		}
-		b = b[n:]
-		field, wire := tag>>3, tag&7
-		switch wire {
-		case 0:
-			if _, n = binary.Uvarint(b); n <= 0 {
-				return nil, errors.New("snapshot response: bad protobuf varint")
-			}
-			b = b[n:]
-		case 1:
-			if len(b) < 8 {
-				return nil, errors.New("snapshot response: short fixed64")
-			}
-			b = b[8:]
-		case 5:
-			if len(b) < 4 {
-				return nil, errors.New("snapshot response: short fixed32")
-			}
-			b = b[4:]
-		case 2:
-			l, n := binary.Uvarint(b)
-			if n <= 0 || uint64(len(b)-n) < l {
-				return nil, errors.New("snapshot response: bad protobuf length")
-			}
-			if field == 3 {
-				blob = b[n : n+int(l) : n+int(l)]
-			}
-			b = b[n+int(l):]
-		default:
-			return nil, fmt.Errorf("snapshot response: protobuf wire type %d", wire)
-		}
+	blob, _, err := BytesField(b, 3)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot response: %w", err)
 	}
 	return blob, nil
+}
+
+// BytesField returns the first occurrence of length-delimited field num of
+// a marshalled protobuf message, without decoding or reading the other
+// fields' contents: what comes after the field is never touched.
+func BytesField(msg []byte, num protowire.Number) (v []byte, found bool, err error) {
+	for len(msg) > 0 {
+		n, typ, tl := protowire.ConsumeTag(msg)
+		if tl < 0 {
+			return nil, false, protowire.ParseError(tl)
+		}
+		msg = msg[tl:]
+		if n == num && typ == protowire.BytesType {
+			v, l := protowire.ConsumeBytes(msg)
+			if l < 0 {
+				return nil, false, protowire.ParseError(l)
+			}
+			return v[:len(v):len(v)], true, nil
+		}
+		l := protowire.ConsumeFieldValue(n, typ, msg)
+		if l < 0 {
+			return nil, false, protowire.ParseError(l)
+		}
+		msg = msg[l:]
+	}
+	return nil, false, nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"os"
 	"slices"
 	"time"
@@ -271,13 +272,12 @@ func syncFreelist(path string) (free int, err error) {
 	if err != nil {
 		return 0, fmt.Errorf("walk the database: %w", err)
 	}
-	var ids []uint64
+	var ids []uint64 // ascending, as bbolt keeps them
 	for id := uint64(2); id < cur.hwm; id++ {
 		if seen[id/64]&(1<<(id%64)) == 0 {
 			ids = append(ids, id)
 		}
 	}
-	slices.Sort(ids)
 
 	// The freelist page: a header, then the ids; from 0xFFFF ids on the
 	// count is 0xFFFF and the real count is the first element.
@@ -330,7 +330,9 @@ func syncFreelist(path string) (free int, err error) {
 func bumpRevision(path string, amount uint64) (int64, error) {
 	opts := restoreBoltOptions
 	opts.Timeout = 10 * time.Second
-	opts.NoSync = true // a staging copy, as in syncFreelist
+	// A staging copy, as in syncFreelist: no fdatasync at commit, and none
+	// when the file grows (which would flush the whole file to disk).
+	opts.NoSync, opts.NoGrowSync = true, true
 	db, err := bolt.Open(path, 0o600, &opts)
 	if err != nil {
 		return 0, fmt.Errorf("open %s: %w", path, err)
@@ -372,14 +374,20 @@ func bumpRevision(path string, amount uint64) (int64, error) {
 // it gets a freelist, loses etcd's trailer, and, when asked, takes the
 // revision bump. Each member's restore then copies it and opens it
 // without walking it.
-func prepareSnapshot(path string, bump uint64, markCompacted bool) error {
-	if _, err := syncFreelist(path); err != nil {
+func prepareSnapshot(path string, bump uint64, markCompacted bool, log *slog.Logger) error {
+	t := time.Now()
+	free, err := syncFreelist(path)
+	if err != nil {
 		return fmt.Errorf("prepare %s: %w", path, err)
 	}
+	log.Debug("freelist written", "free_pages", free, "duration", time.Since(t).Round(time.Millisecond))
 	if bump > 0 && markCompacted {
-		if _, err := bumpRevision(path, bump); err != nil {
+		t = time.Now()
+		latest, err := bumpRevision(path, bump)
+		if err != nil {
 			return fmt.Errorf("bump the revision of %s: %w", path, err)
 		}
+		log.Debug("revision bumped and marked compacted", "revision", latest, "duration", time.Since(t).Round(time.Millisecond))
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -411,7 +412,7 @@ func TestPreparedRestoreMatchesEtcdutl(t *testing.T) {
 	copyFile(t, snap, etcdutlCopy)
 	want := restoreWith(etcdutlCopy, DefaultBumpRevision, filepath.Join(dir, "etcdutl"))
 
-	if err := prepareSnapshot(snap, DefaultBumpRevision, true); err != nil {
+	if err := prepareSnapshot(snap, DefaultBumpRevision, true, slog.New(slog.DiscardHandler)); err != nil {
 		t.Fatal(err)
 	}
 	got := restoreWith(snap, 0, filepath.Join(dir, "prepared"))

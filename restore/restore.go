@@ -312,11 +312,9 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	}
 	// Give the verified file a freelist and the revision bump once, so
 	// that no member's restore walks the database.
-	prepStart := time.Now()
-	if err := prepareSnapshot(snapPath, opts.BumpRevision, opts.MarkCompacted); err != nil {
+	if err := prepareSnapshot(snapPath, opts.BumpRevision, opts.MarkCompacted, log); err != nil {
 		return fail(StepWrite, err)
 	}
-	log.Debug("snapshot prepared", "duration", time.Since(prepStart).Round(time.Millisecond))
 	if err := writeDataDirs(ctx, plan, opts.Parallel, restoreConfig{snapshotPath: snapPath, initialCluster: opts.InitialCluster,
 		token: plan.Token}, log); err != nil {
 		return fail(StepWrite, err)

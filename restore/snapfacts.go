@@ -8,6 +8,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/armada/etcd-recovery/backup"
 )
 
 // SnapshotFacts are read from a verified snapshot file before any data dir
@@ -119,45 +121,9 @@ func readSnapshotFacts(path string) (SnapshotFacts, error) {
 }
 
 // userKey returns field 1 (key) of a marshalled mvccpb.KeyValue without
-// decoding the rest: etcd writes fields in order, so it is the first, but
-// any order is accepted. An empty value has no key.
+// decoding the rest or reading past it (the value that follows may span
+// pages that should stay on disk). An empty value has no key.
 func userKey(v []byte) ([]byte, error) {
-	for len(v) > 0 {
-		tag, n := binary.Uvarint(v)
-		if n <= 0 {
-			return nil, errors.New("bad protobuf tag")
-		}
-		v = v[n:]
-		field, wire := tag>>3, tag&7
-		switch wire {
-		case 0: // varint
-			_, n := binary.Uvarint(v)
-			if n <= 0 {
-				return nil, errors.New("bad protobuf varint")
-			}
-			v = v[n:]
-		case 1: // 64-bit
-			if len(v) < 8 {
-				return nil, errors.New("short protobuf fixed64")
-			}
-			v = v[8:]
-		case 5: // 32-bit
-			if len(v) < 4 {
-				return nil, errors.New("short protobuf fixed32")
-			}
-			v = v[4:]
-		case 2: // length-delimited
-			l, n := binary.Uvarint(v)
-			if n <= 0 || uint64(len(v)-n) < l {
-				return nil, errors.New("bad protobuf length")
-			}
-			if field == 1 {
-				return v[n : n+int(l)], nil
-			}
-			v = v[n+int(l):]
-		default:
-			return nil, fmt.Errorf("unknown protobuf wire type %d", wire)
-		}
-	}
-	return nil, nil
+	k, _, err := backup.BytesField(v, 1)
+	return k, err
 }

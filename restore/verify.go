@@ -98,8 +98,9 @@ func Verify(ctx context.Context, opts VerifyOptions) (*VerifyReport, error) {
 	start := time.Now()
 	deadline := start.Add(opts.Timeout)
 	var rep *VerifyReport
-	// Poll often at first (members usually come up within a second of
-	// each other), then back off to once a second.
+	// Poll every 100 ms for the first ten seconds (members usually come
+	// up within a second of being started, and the RTO is measured to the
+	// moment they are verified), then once a second.
 	pause := 100 * time.Millisecond
 	for {
 		rep = verifyOnce(ctx, opts)
@@ -112,7 +113,9 @@ func Verify(ctx context.Context, opts VerifyOptions) (*VerifyReport, error) {
 		case <-ctx.Done():
 		case <-time.After(pause):
 		}
-		pause = min(pause*3/2, time.Second)
+		if time.Since(start) > 10*time.Second {
+			pause = time.Second
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return rep, err

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -134,4 +136,26 @@ func CPUTime(pid int) time.Duration {
 	ut, _ := strconv.ParseInt(string(f[11]), 10, 64)
 	st, _ := strconv.ParseInt(string(f[12]), 10, 64)
 	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// Median of the per-round ratios a benchmark prints; 0 for none.
+func Median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	c := slices.Clone(v)
+	slices.Sort(c)
+	if len(c)%2 == 1 {
+		return c[len(c)/2]
+	}
+	return (c[len(c)/2-1] + c[len(c)/2]) / 2
+}
+
+// Ratios formats per-round ratios for a benchmark's output.
+func Ratios(v []float64) string {
+	parts := make([]string, len(v))
+	for i, x := range v {
+		parts[i] = fmt.Sprintf("%.2f", x)
+	}
+	return strings.Join(parts, " ")
 }
