@@ -108,7 +108,6 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-
 	// IAM token requests go through the same client: same CA and timeouts.
 	creds, err := cfg.Creds.provider(httpClient)
 	if err != nil {
@@ -212,8 +211,9 @@ func newHTTPClient(caFile string) (*http.Client, error) {
 		ExpectContinueTimeout: time.Second,
 		MaxIdleConnsPerHost:   16,
 		IdleConnTimeout:       90 * time.Second,
-		WriteBufferSize:       256 << 10,
-		ReadBufferSize:        64 << 10,
+		// Parts go out in 256 KiB writes, not net/http's default 4 KiB.
+		WriteBufferSize: 256 << 10,
+		ReadBufferSize:  64 << 10,
 	}
 	return &http.Client{Transport: tr}, nil
 }

@@ -10,12 +10,11 @@ import (
 // BufferPool is the pool the client's gRPC connections receive into, and
 // that snapshot chunks are kept in until they are compressed.
 //
-// gRPC's default pool clears every buffer it hands out. Every buffer it
-// hands out is then filled completely by a read from the connection
-// before it is used, so for a snapshot stream the clearing is pure cost:
-// it was a tenth of the backup's CPU. This pool is the same tiered
-// sync.Pool without the clearing. Buffers only ever hold bytes this
-// process received.
+// gRPC's default pool clears every buffer it hands out. gRPC only uses the
+// part of a buffer that a read from the connection has filled, so for a
+// snapshot stream the clearing is pure cost: it was a tenth of the
+// backup's CPU. This pool is the same tiered sync.Pool without the
+// clearing. Buffers only ever hold bytes this process received.
 var BufferPool mem.BufferPool = newTieredPool(8, 20)
 
 type tieredPool struct {

@@ -139,6 +139,8 @@ func (c Config) Client(ctx context.Context, endpoints ...string) (*clientv3.Clie
 		DialOptions: []grpc.DialOption{
 			grpc.WithInitialWindowSize(1 << 20),
 			grpc.WithInitialConnWindowSize(1 << 20),
+			// Receive into BufferPool, and read the connection
+			// 256 KiB at a time (gRPC's default is 32 KiB).
 			experimental.WithBufferPool(BufferPool),
 			grpc.WithReadBufferSize(256 << 10),
 		},
