@@ -23,7 +23,6 @@ type RSSWatch struct {
 	mu              sync.Mutex
 	hwm, anon, file int64
 	quit, done      chan struct{}
-	samples         int
 	interval        time.Duration
 	statusPath      string
 	stopped         bool
@@ -72,7 +71,6 @@ func (w *RSSWatch) sample() {
 		switch string(name) {
 		case "VmHWM":
 			w.hwm = max(w.hwm, kb<<10)
-			w.samples++
 		case "RssAnon":
 			w.anon = max(w.anon, kb<<10)
 		case "RssFile":
