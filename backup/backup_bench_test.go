@@ -250,7 +250,6 @@ func compareCompressors(tb testing.TB, file string) (tool, lib compressorRun) {
 		tb.Fatal(err)
 	}
 	tool = compressorRun{time.Since(t0), cw.n}
-	data = nil
 	var lw countWriter
 	cmd := exec.Command("zstd", "-q", "-1", "-T1", "-c", file)
 	var stderr bytes.Buffer
