@@ -8,12 +8,25 @@ IMAGE ?= etcd-recovery:$(VERSION)
 # Integration tests start many real servers; two packages at a time fit 2 cores.
 TEST_FLAGS ?= -count=1 -p 2 -parallel 4 -timeout 75m
 
-.PHONY: all build test test-servers bench demo image vet clean
+.PHONY: all build cross test test-servers bench demo image vet clean
 
 all: build
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/etcd-recovery
+
+# The binary for every platform an SRE runs it on (it must start everywhere:
+# Linux-only code lives in _linux.go files). Only the binary is built, one
+# platform after the other, into a throwaway directory: with a warm build
+# cache about 10-15 s per platform on 2 busy cores (about 5 min each when
+# the cache is cold).
+CROSS_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64
+cross:
+	@out=$$(mktemp -d) && trap 'rm -rf "$$out"' EXIT && \
+	for p in $(CROSS_PLATFORMS); do \
+		echo "cross: $$p"; \
+		CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build -trimpath -o "$$out/etcd-recovery-$${p%/*}-$${p#*/}" ./cmd/etcd-recovery || exit 1; \
+	done
 
 # Builds or installs the real test servers once, into .cache/servers.
 test-servers:
@@ -23,7 +36,7 @@ vet:
 	$(GO) vet ./...
 
 # Everything, nothing skipped, against real etcd 3.4/3.5/3.6 and MinIO.
-test: test-servers vet
+test: test-servers vet cross
 	$(GO) test $(TEST_FLAGS) ./...
 
 # Benchmarks against the manual baselines, in one run; prints ratios and peak RSS.

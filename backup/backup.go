@@ -13,7 +13,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -45,6 +48,11 @@ type Options struct {
 	// Prune, when set, applies this retention policy to the cluster once
 	// the backup is committed (never after a failed backup).
 	Prune *Policy
+
+	// chunkHook, when set, sees (and may change) each snapshot chunk as it
+	// arrives, before it is hashed: tests inject a damaged stream with it
+	// (export_test.go).
+	chunkHook func([]byte)
 }
 
 // Result is a committed backup.
@@ -64,6 +72,7 @@ const (
 	StepSnapshot = "stream snapshot"
 	StepUpload   = "upload snapshot"
 	StepV2       = "export v2 keys"
+	StepObjects  = "check stored objects"
 	StepManifest = "write manifest"
 	StepPrune    = "prune"
 )
@@ -94,6 +103,13 @@ func (o *Options) defaults() error {
 	if err := ValidateClusterID(o.ClusterID); err != nil {
 		return err
 	}
+	// Library callers (the fleet backup, tests) get the CLI's check: a
+	// prefix that writes keys the store cannot list back is refused.
+	p, err := ValidatePrefix(o.Layout.Prefix)
+	if err != nil {
+		return err
+	}
+	o.Layout.Prefix = p
 	if o.Kind == "" {
 		o.Kind = KindManual
 	}
@@ -174,7 +190,11 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		log.Warn("cluster has no quorum; backing up a surviving member", "member", cands[0].Name)
 	}
 
-	name := BackupName(start, opts.Kind)
+	// A fresh name per run: two runs started in the same millisecond, in
+	// one process or many, never share a folder. Every object is written
+	// with a conditional create where the store has one, so even a
+	// colliding name could not replace another backup's object.
+	name := NewBackupName(start, opts.Kind)
 	snapObj := SnapshotObjectZstd
 	if opts.Compression == CompressNone {
 		snapObj = SnapshotObjectRaw
@@ -201,6 +221,16 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		}
 	}
 
+	// The folder's first object: from now on prune sees the folder (as
+	// incomplete, kept while young) and lists uploads under its exact
+	// keys, which finds an upload leaked by a run killed mid-stream.
+	startedKey := opts.Layout.Key(opts.ClusterID, name, StartedObject)
+	marker := fmt.Sprintf("{\"startedAt\":%q,\"toolVersion\":%q}\n", start.Format(time.RFC3339Nano), version.Version)
+	if _, err := putObject(ctx, opts.Store, startedKey, strings.NewReader(marker)); err != nil {
+		return fail(StepStore, err)
+	}
+	written = append(written, startedKey)
+
 	// Snapshot: try the best member; if its stream breaks (the member died
 	// mid-stream), try the next one. A store failure is not retried on
 	// another member: the store is the problem.
@@ -222,12 +252,16 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 			break
 		}
 		lastErr = fmt.Errorf("member %s (%s): %w", cand.Name, etcdconn.Host(cand.ClientURL), err)
-		if step != StepSnapshot || ctx.Err() != nil || i == len(cands)-1 {
+		// A stalled or refusing store is the store's failure, whatever the
+		// stream saw meanwhile: another member would meet the same store.
+		if step != StepSnapshot || errors.Is(err, ErrStalled) || errors.Is(err, ErrExists) || ctx.Err() != nil || i == len(cands)-1 {
+			cleanup()
 			return fail(step, lastErr)
 		}
 		log.Warn("snapshot stream failed; trying the next member", "member", cand.Name, "err", err)
 	}
 	if lastErr != nil {
+		cleanup()
 		return fail(StepSnapshot, lastErr)
 	}
 	written = append(written, snapKey)
@@ -242,6 +276,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 
 	hc, err := opts.Etcd.HTTPClient()
 	if err != nil {
+		cleanup()
 		return fail(StepSnapshot, err)
 	}
 	vctx, cancel := context.WithTimeout(ctx, opts.ProbeTimeout)
@@ -273,6 +308,14 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		}
 	}
 
+	// A manifest is never written for objects that are not there: each
+	// object it names must be stored with the size recorded (a prune or a
+	// lifecycle rule may have removed it while the backup ran).
+	if err := checkStored(ctx, opts, name, m); err != nil {
+		cleanup()
+		return fail(StepObjects, err)
+	}
+
 	m.FinishedAt = opts.Now().UTC()
 	body, err := MarshalManifest(m)
 	if err != nil {
@@ -280,9 +323,32 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		return fail(StepManifest, err)
 	}
 	mkey := opts.Layout.Key(opts.ClusterID, name, ManifestObject)
-	if _, err := opts.Store.Put(ctx, mkey, bytes.NewReader(body)); err != nil {
-		cleanup()
+	if _, err := putObject(ctx, opts.Store, mkey, bytes.NewReader(body)); err != nil {
+		if !errors.Is(err, ErrExists) {
+			cleanup()
+		}
 		return fail(StepManifest, err)
+	}
+	// Read the manifest back: the backup reports success only if the
+	// store now holds exactly what was written.
+	if err := readBack(ctx, opts.Store, mkey, body); err != nil {
+		if !errors.Is(err, errManifestReplaced) {
+			// Unreadable: the backup cannot be shown to restore. Its
+			// objects are this run's (the name is unique): remove them,
+			// manifest first.
+			written = append([]string{mkey}, written...)
+			cleanup()
+		}
+		return fail(StepManifest, err)
+	}
+	// And check the objects once more: a prune that saw the folder without
+	// a manifest may have deleted an object between the first check and
+	// the manifest's write. After this check the backup is committed, and
+	// prune treats it as one.
+	if err := checkStored(ctx, opts, name, m); err != nil {
+		written = append([]string{mkey}, written...)
+		cleanup()
+		return fail(StepObjects, err)
 	}
 	log.Info("backup committed", "backup", name, "manifest", mkey, "duration", m.FinishedAt.Sub(start).Round(time.Millisecond))
 	res := &Result{Manifest: m, Prefix: opts.Layout.BackupPrefix(opts.ClusterID, name), Duration: m.FinishedAt.Sub(start)}
@@ -328,6 +394,9 @@ func snapshotMember(ctx context.Context, opts Options, cand MemberStatus, key st
 	chunks := receive(func() (snapshotChunk, error) {
 		var c snapshotChunk
 		err := stream.RecvMsg(&c)
+		if err == nil && opts.chunkHook != nil {
+			opts.chunkHook(c.blob)
+		}
 		return c, err
 	}, raw, opts.Progress)
 
@@ -341,7 +410,7 @@ func snapshotMember(ctx context.Context, opts Options, cand MemberStatus, key st
 		r, err := compressStream(chunks, raw, pw, opts.Compression)
 		done <- out{r, err}
 	}()
-	_, putErr := opts.Store.Put(streamCtx, key, pr)
+	_, putErr := putObject(streamCtx, opts.Store, key, pr)
 	if putErr != nil {
 		cancelStream()
 		pr.CloseWithError(putErr)
@@ -349,6 +418,10 @@ func snapshotMember(ctx context.Context, opts Options, cand MemberStatus, key st
 	o := <-done
 	var srcErr *sourceError
 	switch {
+	case putErr != nil && (errors.Is(putErr, ErrStalled) || errors.Is(putErr, ErrExists)):
+		// The store stalled (or refused the key): whatever the stream saw
+		// since is a consequence, not a member failure.
+		return res, 0, 0, StepUpload, putErr
 	case errors.As(o.err, &srcErr):
 		return res, 0, 0, StepSnapshot, fmt.Errorf("snapshot stream broke after %d bytes: %w", raw.n, srcErr.err)
 	case o.err != nil && putErr == nil:
@@ -406,8 +479,68 @@ func exportV2(ctx context.Context, opts Options, hc *http.Client, clientURL, nam
 		Object: obj, Compression: opts.Compression, Keys: keys, Dirs: dirs, EtcdIndex: exp.EtcdIndex,
 		SHA256: hex.EncodeToString(rawSum[:]), StoredSize: int64(buf.Len()), StoredSHA256: hex.EncodeToString(storedSum[:]),
 	}
-	if _, err := opts.Store.Put(ctx, opts.Layout.Key(opts.ClusterID, name, obj), &buf); err != nil {
+	if _, err := putObject(ctx, opts.Store, opts.Layout.Key(opts.ClusterID, name, obj), &buf); err != nil {
 		return info, err
 	}
 	return info, nil
+}
+
+// putObject writes key with the store's conditional create when it has one
+// (ConditionalStore), so that a backup never replaces an existing object.
+func putObject(ctx context.Context, st Store, key string, r io.Reader) (int64, error) {
+	if cs, ok := st.(ConditionalStore); ok {
+		return cs.PutIfAbsent(ctx, key, r)
+	}
+	return st.Put(ctx, key, r)
+}
+
+// errObjectVanished and errManifestReplaced fail a backup before or after
+// its manifest is written.
+var (
+	errObjectVanished   = errors.New("object vanished during backup")
+	errManifestReplaced = errors.New("the manifest read back differs from the one written: another writer replaced it")
+)
+
+// checkStored checks that every object the manifest names is stored with
+// the size recorded.
+func checkStored(ctx context.Context, opts Options, name string, m *Manifest) error {
+	want := map[string]int64{opts.Layout.Key(opts.ClusterID, name, m.Snapshot.Object): m.Snapshot.StoredSize}
+	if m.V2 != nil {
+		want[opts.Layout.Key(opts.ClusterID, name, m.V2.Object)] = m.V2.StoredSize
+	}
+	objs, err := opts.Store.List(ctx, opts.Layout.BackupPrefix(opts.ClusterID, name))
+	if err != nil {
+		return fmt.Errorf("listing the backup's objects: %w", err)
+	}
+	got := map[string]int64{}
+	for _, o := range objs {
+		got[o.Key] = o.Size
+	}
+	for _, key := range slices.Sorted(maps.Keys(want)) {
+		size, ok := got[key]
+		switch {
+		case !ok:
+			return fmt.Errorf("%w: %s is no longer in the store (deleted by a prune or a lifecycle rule?); no manifest written", errObjectVanished, key)
+		case size != want[key]:
+			return fmt.Errorf("%w: %s is %d bytes in the store, %d were written; no manifest written", errObjectVanished, key, size, want[key])
+		}
+	}
+	return nil
+}
+
+// readBack reads key and compares it with want.
+func readBack(ctx context.Context, st Store, key string, want []byte) error {
+	rc, err := st.Get(ctx, key)
+	if err != nil {
+		return fmt.Errorf("reading the manifest back: %w", err)
+	}
+	defer rc.Close()
+	got, err := io.ReadAll(io.LimitReader(rc, int64(len(want))+1))
+	if err != nil {
+		return fmt.Errorf("reading the manifest back: %w", err)
+	}
+	if !bytes.Equal(got, want) {
+		return fmt.Errorf("%s: %w", key, errManifestReplaced)
+	}
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -270,9 +271,16 @@ func TestBackupMinIOStoppedMidUpload(t *testing.T) {
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1, TLS: true})
 	testenv.PutKeys(t, c.Client(t), "/big/", 4000, 8<<10) // ~32 MiB, several parts
 	m := testenv.StartMinIO(t)
+	// failedCh is closed once a request has failed against the dead store:
+	// the condition to bring it back on (no sleep).
+	failedCh := make(chan struct{})
+	var failOnce sync.Once
 	r := newRig(t, c, m, func(cfg *cos.Config) {
 		cfg.MaxRetries = 1
 		cfg.AbortWindow = 60 * time.Second
+		cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+			return failureTap{rt, func() { failOnce.Do(func() { close(failedCh) }) }}
+		}
 	})
 	opts := r.options(t, "minio-dies")
 	opts.Compression = backup.CompressNone // parts fill quickly
@@ -296,8 +304,12 @@ func TestBackupMinIOStoppedMidUpload(t *testing.T) {
 	case err := <-errCh:
 		t.Fatalf("backup ended before MinIO was killed: %v", err)
 	}
-	time.Sleep(2 * time.Second) // the upload fails while the store is down
-	m.Start(t)                  // then the store comes back, and the abort goes through
+	select { // the upload fails while the store is down
+	case <-failedCh:
+	case err := <-errCh:
+		t.Fatalf("backup ended before any request failed against the dead store: %v", err)
+	}
+	m.Start(t) // then the store comes back, and the abort goes through
 	var err error
 	select {
 	case err = <-errCh:
@@ -395,3 +407,17 @@ func TestBackupCancelled(t *testing.T) {
 }
 
 var _ = io.EOF
+
+// failureTap calls failed when a request through it fails at the transport.
+type failureTap struct {
+	rt     http.RoundTripper
+	failed func()
+}
+
+func (f failureTap) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := f.rt.RoundTrip(req)
+	if err != nil {
+		f.failed()
+	}
+	return resp, err
+}

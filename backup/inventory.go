@@ -2,9 +2,13 @@ package backup
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"path"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 )
@@ -16,8 +20,21 @@ type Entry struct {
 	Time      time.Time
 	Kind      Kind
 	Committed bool // manifest.json is present: the backup exists
-	Objects   []ObjectInfo
+	// Damaged says why a committed backup cannot restore ("manifest
+	// unreadable: ...", "snapshot.db.zst missing", "snapshot.db.zst size
+	// mismatch: ..."); empty when it checks out or was not checked.
+	// CheckEntries sets it; retention counts only backups that are committed
+	// and not damaged (Good).
+	Damaged string
+	Objects []ObjectInfo
+	// Uploads are the multipart uploads in progress into the folder, when
+	// the caller listed them: a folder being written to is young.
+	Uploads []Upload
 }
+
+// Good reports whether the backup is committed and checks out: its manifest
+// parses and every object it names is stored with the recorded size.
+func (e Entry) Good() bool { return e.Committed && e.Damaged == "" }
 
 // Keys returns the keys of every object in the backup's folder.
 func (e Entry) Keys() []string {
@@ -82,45 +99,77 @@ func GroupEntries(layout Layout, objs []ObjectInfo) map[string][]Entry {
 
 // LoadManifest reads and decodes a committed backup's manifest.
 func LoadManifest(ctx context.Context, store Store, layout Layout, clusterID, name string) (*Manifest, error) {
+	m, _, err := loadManifest(ctx, store, layout, clusterID, name)
+	return m, err
+}
+
+// loadManifest is LoadManifest that also says whether a failure is damage
+// (the manifest is missing, unparseable or describes another backup: the
+// backup cannot restore) rather than a store failure (the backup's state is
+// unknown).
+func loadManifest(ctx context.Context, store Store, layout Layout, clusterID, name string) (m *Manifest, damaged bool, err error) {
 	key := layout.Key(clusterID, name, ManifestObject)
 	rc, err := store.Get(ctx, key)
 	if err != nil {
-		return nil, err
+		return nil, isNotFound(err) && ctx.Err() == nil, err
 	}
 	defer rc.Close()
 	b, err := io.ReadAll(io.LimitReader(rc, 1<<20))
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	m, err := UnmarshalManifest(b)
+	m, err = UnmarshalManifest(b)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", key, err)
+		return nil, true, fmt.Errorf("%s: %w", key, err)
 	}
 	if m.ClusterID != clusterID || m.Name != name {
-		return nil, fmt.Errorf("%s: manifest names cluster %q backup %q: refusing a manifest that was moved", key, m.ClusterID, m.Name)
+		return nil, true, fmt.Errorf("%s: manifest names cluster %q backup %q: refusing a manifest that was moved", key, m.ClusterID, m.Name)
 	}
-	return m, nil
+	return m, false, nil
 }
 
-// Listed is a backup with its manifest (nil when incomplete or unreadable).
-type Listed struct {
-	Entry
-	Manifest    *Manifest
-	ManifestErr error
+// isNotFound reports whether err says an object does not exist (S3's
+// NoSuchKey, or a 404 that is not about the bucket).
+func isNotFound(err error) bool {
+	if errors.Is(err, fs.ErrNotExist) {
+		return true
+	}
+	var coded interface{ Code() string }
+	if errors.As(err, &coded) {
+		switch coded.Code() {
+		case "NoSuchKey", "NotFound":
+			return true
+		case "NoSuchBucket":
+			return false
+		}
+	}
+	var status interface{ StatusCode() int }
+	return errors.As(err, &status) && status.StatusCode() == 404 && (coded == nil || coded.Code() != "NoSuchBucket")
 }
 
-// ListBackups returns the cluster's backups newest first, with the
-// manifests of the committed ones read concurrently.
-func ListBackups(ctx context.Context, store Store, layout Layout, clusterID string) ([]Listed, error) {
-	entries, err := Inventory(ctx, store, layout, clusterID)
-	if err != nil {
-		return nil, err
+// DefaultCheckParallel is how many manifests CheckEntries reads at once.
+const DefaultCheckParallel = 16
+
+// CheckEntries reads the manifest of every committed entry, parallel at a
+// time (DefaultCheckParallel when parallel <= 0), and checks the backup
+// against the listing the entries come from: the manifest parses, names this
+// backup, and every object it names is in the folder with the recorded
+// size. A backup that fails sets entries[i].Damaged. It returns each
+// entry's manifest (nil when incomplete or unreadable) and each entry's
+// read error (damage or store failure: a store failure leaves Damaged
+// empty, the backup's state is unknown), plus the first store failure, if
+// any, named by cluster and backup: whoever deletes must not go on then.
+func CheckEntries(ctx context.Context, store Store, layout Layout, entries []Entry, parallel int) ([]*Manifest, []error, error) {
+	if parallel <= 0 {
+		parallel = DefaultCheckParallel
 	}
-	out := make([]Listed, len(entries))
-	sem := make(chan struct{}, 8)
+	manifests := make([]*Manifest, len(entries))
+	errs := make([]error, len(entries))
+	unknown := make([]bool, len(entries))
+	sem := make(chan struct{}, parallel)
 	var wg sync.WaitGroup
-	for i, e := range entries {
-		out[i].Entry = e
+	for i := range entries {
+		e := &entries[i]
 		if !e.Committed {
 			continue
 		}
@@ -129,12 +178,187 @@ func ListBackups(ctx context.Context, store Store, layout Layout, clusterID stri
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			out[i].Manifest, out[i].ManifestErr = LoadManifest(ctx, store, layout, clusterID, e.Name)
+			m, damaged, err := loadManifest(ctx, store, layout, e.ClusterID, e.Name)
+			switch {
+			case err == nil:
+				manifests[i] = m
+				e.Damaged = objectDamage(*e, m)
+			case damaged && isNotFound(err):
+				errs[i], e.Damaged = err, "manifest missing"
+			case damaged:
+				errs[i], e.Damaged = err, "manifest unreadable: "+manifestCause(err)
+			default:
+				errs[i], unknown[i] = err, true
+			}
+		}()
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return manifests, errs, fmt.Errorf("read manifests: %w", err)
+	}
+	var first error
+	n := 0
+	for i, u := range unknown {
+		if u {
+			if first == nil {
+				first = fmt.Errorf("read manifest of backup %s/%s: %w", entries[i].ClusterID, entries[i].Name, errs[i])
+			}
+			n++
+		}
+	}
+	if n > 1 {
+		first = fmt.Errorf("%w (and %d more manifests could not be read)", first, n-1)
+	}
+	return manifests, errs, first
+}
+
+// manifestCause is a short cause of a damaged manifest, without its key.
+func manifestCause(err error) string {
+	msg := err.Error()
+	if i := strings.Index(msg, "/"+ManifestObject+": "); i >= 0 {
+		msg = msg[i+len("/"+ManifestObject+": "):]
+	}
+	return msg
+}
+
+// objectDamage checks the objects m names against e's listing: "" when every
+// one is there with the recorded size.
+func objectDamage(e Entry, m *Manifest) string {
+	type want struct {
+		name string
+		size int64
+	}
+	wants := []want{{m.Snapshot.Object, m.Snapshot.StoredSize}}
+	if m.V2 != nil {
+		wants = append(wants, want{m.V2.Object, m.V2.StoredSize})
+	}
+	var problems []string
+	for _, w := range wants {
+		if w.name == "" || strings.Contains(w.name, "/") || w.name == ManifestObject {
+			problems = append(problems, fmt.Sprintf("manifest names object %q, which is not a backup object", w.name))
+			continue
+		}
+		var found *ObjectInfo
+		for j := range e.Objects {
+			if path.Base(e.Objects[j].Key) == w.name {
+				found = &e.Objects[j]
+				break
+			}
+		}
+		switch {
+		case found == nil:
+			problems = append(problems, w.name+" missing")
+		case found.Size != w.size:
+			problems = append(problems, fmt.Sprintf("%s size mismatch: %d bytes stored, the manifest says %d", w.name, found.Size, w.size))
+		}
+	}
+	return strings.Join(problems, "; ")
+}
+
+// Listed is a backup with its manifest (nil when incomplete or unreadable).
+type Listed struct {
+	Entry
+	Manifest *Manifest
+	// ManifestErr is why the manifest could not be read. With Damaged set
+	// the backup cannot restore; with Damaged empty the read failed (a store
+	// error) and the backup's state is unknown.
+	ManifestErr error
+}
+
+// ListBackups returns the cluster's backups newest first, with the
+// manifests of the committed ones read concurrently and each checked
+// against the listing (Entry.Damaged, see CheckEntries). A manifest that
+// cannot be read is reported in its Listed, not as an error.
+func ListBackups(ctx context.Context, store Store, layout Layout, clusterID string) ([]Listed, error) {
+	entries, err := Inventory(ctx, store, layout, clusterID)
+	if err != nil {
+		return nil, err
+	}
+	manifests, errs, _ := CheckEntries(ctx, store, layout, entries, DefaultCheckParallel)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]Listed, len(entries))
+	for i, e := range entries {
+		out[i] = Listed{Entry: e, Manifest: manifests[i], ManifestErr: errs[i]}
+	}
+	return out, nil
+}
+
+// UploadKeys are the keys a backup folder's multipart uploads can write:
+// the objects its manifest names when it has one, else every object name a
+// backup writes with either compression.
+func UploadKeys(layout Layout, e Entry, m *Manifest) []string {
+	var names []string
+	if m != nil {
+		names = append(names, m.Snapshot.Object)
+		if m.V2 != nil {
+			names = append(names, m.V2.Object)
+		}
+	} else {
+		names = []string{SnapshotObjectZstd, SnapshotObjectRaw, V2ObjectZstd, V2ObjectRaw}
+	}
+	var keys []string
+	for _, n := range names {
+		if n != "" && !strings.Contains(n, "/") {
+			keys = append(keys, layout.Key(e.ClusterID, e.Name, n))
+		}
+	}
+	return keys
+}
+
+// KeyUploadLister is an optional Store ability: list the multipart uploads
+// of exactly one key, asking the server with the key itself as the prefix.
+// MinIO's bucket-wide listing can miss an upload left by a server killed
+// mid-upload and restarted; a listing by its exact key finds it. Stores
+// without it are asked ListUploads(ctx, key).
+type KeyUploadLister interface {
+	ListUploadsForKey(ctx context.Context, key string) ([]Upload, error)
+}
+
+// ListUploadsAt lists the multipart uploads of each of keys (exactly),
+// parallel at a time (DefaultCheckParallel when parallel <= 0). It fails
+// rather than return a partial answer.
+func ListUploadsAt(ctx context.Context, store Store, keys []string, parallel int) ([]Upload, error) {
+	if parallel <= 0 {
+		parallel = DefaultCheckParallel
+	}
+	kl, exact := store.(KeyUploadLister)
+	results := make([][]Upload, len(keys))
+	errs := make([]error, len(keys))
+	sem := make(chan struct{}, parallel)
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			var ups []Upload
+			var err error
+			if exact {
+				ups, err = kl.ListUploadsForKey(ctx, k)
+			} else {
+				ups, err = store.ListUploads(ctx, k)
+			}
+			for _, u := range ups {
+				if u.Key == k {
+					results[i] = append(results[i], u)
+				}
+			}
+			errs[i] = err
 		}()
 	}
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	var out []Upload
+	for i := range keys {
+		if errs[i] != nil {
+			return nil, fmt.Errorf("list multipart uploads of %s: %w", keys[i], errs[i])
+		}
+		out = append(out, results[i]...)
 	}
 	return out, nil
 }

@@ -1,6 +1,8 @@
 package backup
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"path"
 	"regexp"
@@ -13,9 +15,14 @@ import (
 //	<prefix>/<cluster-id>/<time>-<kind>/snapshot.db.zst   the v3 snapshot (snapshot.db with --compress none)
 //	<prefix>/<cluster-id>/<time>-<kind>/v2.json.zst       the v2 keyspace export (absent when skipped)
 //	<prefix>/<cluster-id>/<time>-<kind>/manifest.json     written last: the backup exists once this does
+//	<prefix>/<cluster-id>/<time>-<kind>/started           written first: makes an in-flight folder visible
 //
 // <time> is UTC with millisecond precision in a fixed-width form
-// (20261122T031500.123Z), so names sort lexically in time order.
+// (20261122T031500.123Z), so names sort lexically in time order. Backups
+// taken by this version add a random suffix to the folder name,
+// <time>-<kind>-<8 hex digits> (NewBackupName), so that two runs started in
+// the same millisecond, in one process or many, never share a folder; names
+// without the suffix (older backups) still parse.
 
 // Kind says why a backup was taken. Retention treats each kind differently.
 type Kind string
@@ -47,14 +54,23 @@ const (
 	SnapshotObjectRaw  = "snapshot.db"
 	V2ObjectZstd       = "v2.json.zst"
 	V2ObjectRaw        = "v2.json"
+	// StartedObject is the first object a backup writes (a few bytes: the
+	// start time and the tool's version). It makes the folder visible to
+	// prune before any upload exists, so an upload leaked by a killed run
+	// (which some stores list only under its exact key) is found under
+	// the folder's exact keys and aborted.
+	StartedObject = "started"
 )
 
 // TimeLayout is the layout of the time part of a backup name.
 const TimeLayout = "20060102T150405.000Z"
 
 var (
-	clusterIDRe  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$`)
-	backupNameRe = regexp.MustCompile(`^(\d{8}T\d{6}\.\d{3}Z)-([a-z-]+)$`)
+	clusterIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$`)
+	// The kind is matched lazily so that "pre-restore-0a1b2c3d" splits into
+	// the kind "pre-restore" and the suffix; kinds never end in a dash and
+	// eight hex digits, so the split is unambiguous.
+	backupNameRe = regexp.MustCompile(`^(\d{8}T\d{6}\.\d{3}Z)-([a-z]+(?:-[a-z]+)*?)(?:-([0-9a-f]{8}))?$`)
 )
 
 // ValidateClusterID rejects ids that would escape or break the layout.
@@ -65,12 +81,28 @@ func ValidateClusterID(id string) error {
 	return nil
 }
 
-// BackupName returns the folder name of a backup taken at t.
+// BackupName returns the folder name of a backup taken at t, without the
+// unique suffix (the form older versions wrote). Backups take
+// NewBackupName.
 func BackupName(t time.Time, kind Kind) string {
 	return t.UTC().Format(TimeLayout) + "-" + string(kind)
 }
 
-// ParseBackupName splits a backup folder name into its time and kind.
+// NewBackupName returns a fresh, unique folder name for a backup taken at
+// t: BackupName plus "-" and 8 random hex digits (crypto/rand), so names
+// still sort by time first and concurrent runs never collide.
+func NewBackupName(t time.Time, kind Kind) string {
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		// crypto/rand does not fail on supported platforms; never fall
+		// back to a guessable name silently.
+		panic("backup: crypto/rand: " + err.Error())
+	}
+	return BackupName(t, kind) + "-" + hex.EncodeToString(b[:])
+}
+
+// ParseBackupName splits a backup folder name into its time and kind. It
+// accepts names with and without the unique suffix.
 func ParseBackupName(name string) (time.Time, Kind, error) {
 	m := backupNameRe.FindStringSubmatch(name)
 	if m == nil {

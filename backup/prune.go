@@ -22,10 +22,14 @@ import (
 //     which nothing restores from and a later prune removes;
 //  2. the other objects are deleted only for the backups whose manifest is
 //     gone (and for incomplete folders, which have none);
-//  3. Prune then aborts the stale multipart uploads.
+//  3. Prune then aborts the stale multipart uploads, and those under the keys
+//     of the backups it deleted.
 //
-// Prune lists everything it plans from before it deletes anything: if a
-// listing fails, nothing is deleted.
+// Prune lists and checks everything it plans from before it deletes
+// anything: if a listing or a manifest read fails (other than because the
+// backup is damaged), nothing is deleted. Every committed backup is checked
+// (CheckEntries): only backups that check out count for the retention
+// rules, so a damaged one never pushes a good one out.
 
 // Actions recorded in BackupAction.Action and UploadAction.Action.
 const (
@@ -42,8 +46,12 @@ const (
 	PruneStepValidate    = "validate"
 	PruneStepList        = "list backups"
 	PruneStepListUploads = "list multipart uploads"
+	PruneStepCheck       = "check backups"
 	PruneStepPlan        = "plan"
 	PruneStepDelete      = "delete"
+	// PruneStepDamaged: the prune ran, but a cluster's newest backup that
+	// checks out is older than its newest backup (or it has none).
+	PruneStepDamaged = "damaged backups"
 )
 
 // PruneOptions configure Prune.
@@ -62,7 +70,10 @@ type PruneOptions struct {
 	UploadMaxAge time.Duration
 	// DryRun plans and reports without deleting anything.
 	DryRun bool
-	Log    *slog.Logger
+	// CheckParallel is how many manifests (and exact-key upload listings)
+	// are read at once; default DefaultCheckParallel.
+	CheckParallel int
+	Log           *slog.Logger
 }
 
 // BackupAction is what happened (or, in a dry run, would happen) to one
@@ -73,8 +84,10 @@ type BackupAction struct {
 	Kind      Kind      `json:"kind"`
 	Time      time.Time `json:"time"`
 	Committed bool      `json:"committed"` // it had a manifest
-	Objects   int       `json:"objects"`
-	Bytes     int64     `json:"bytes"`
+	// Damaged says why a committed backup cannot restore (see Entry.Damaged).
+	Damaged string `json:"damaged,omitempty"`
+	Objects int    `json:"objects"`
+	Bytes   int64  `json:"bytes"`
 
 	Keep   bool     `json:"keep"`
 	Rules  []string `json:"rules,omitempty"` // why it is kept (Rule*)
@@ -112,13 +125,21 @@ type ClusterPrune struct {
 	ClusterID string         `json:"clusterID"`
 	Backups   []BackupAction `json:"backups"` // newest first
 	Uploads   []UploadAction `json:"uploads,omitempty"`
+	// Damaged counts the committed backups that do not check out.
+	Damaged int `json:"damaged,omitempty"`
+	// Problem is set when the newest committed backup is not the newest
+	// backup that checks out (or none does): the prune then fails.
+	Problem string `json:"problem,omitempty"`
 }
 
 // PruneStats are the numbers of a prune, for logs and benchmarks.
 type PruneStats struct {
 	ObjectsListed  int
 	UploadsListed  int
-	ListDuration   time.Duration // object and upload listings
+	ManifestsRead  int
+	KeyUploadLists int           // exact-key multipart upload listings
+	ListDuration   time.Duration // object and upload listings, manifest reads
+	CheckDuration  time.Duration // manifest reads alone
 	ObjectsDeleted int
 	DeleteRequests int // DeleteObjects requests of up to 1,000 keys
 	DeleteDuration time.Duration
@@ -132,14 +153,17 @@ func (s PruneStats) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
 		ObjectsListed   int     `json:"objectsListed"`
 		UploadsListed   int     `json:"uploadsListed"`
+		ManifestsRead   int     `json:"manifestsRead"`
+		KeyUploadLists  int     `json:"keyUploadLists"`
 		ListSeconds     float64 `json:"listSeconds"`
+		CheckSeconds    float64 `json:"checkSeconds"`
 		ObjectsDeleted  int     `json:"objectsDeleted"`
 		DeleteRequests  int     `json:"deleteRequests"`
 		DeleteSeconds   float64 `json:"deleteSeconds"`
 		UploadsAborted  int     `json:"uploadsAborted"`
 		AbortSeconds    float64 `json:"abortSeconds"`
 		DurationSeconds float64 `json:"durationSeconds"`
-	}{s.ObjectsListed, s.UploadsListed, s.ListDuration.Seconds(), s.ObjectsDeleted, s.DeleteRequests,
+	}{s.ObjectsListed, s.UploadsListed, s.ManifestsRead, s.KeyUploadLists, s.ListDuration.Seconds(), s.CheckDuration.Seconds(), s.ObjectsDeleted, s.DeleteRequests,
 		s.DeleteDuration.Seconds(), s.UploadsAborted, s.AbortDuration.Seconds(), s.Duration.Seconds()})
 }
 
@@ -157,6 +181,7 @@ type PruneReport struct {
 	Stale       int `json:"staleUploads"` // uploads to abort
 	Aborted     int `json:"uploadsAborted"`
 	AbortFailed int `json:"uploadsFailed"`
+	Damaged     int `json:"damaged"` // committed backups that do not check out
 
 	Stats PruneStats `json:"stats"`
 }
@@ -169,23 +194,29 @@ type PruneError struct {
 	NothingDeleted bool
 	Failed         int // backups not (fully) deleted
 	UploadsFailed  int // stale uploads not aborted
+	// Problems are the clusters whose newest good backup is older than
+	// their newest backup, or that have no good backup: one line each.
+	Problems []string
 	// Err joins every failure; errors.As finds the *DeleteError of each.
 	Err   error
 	first error
 }
 
 func (e *PruneError) Error() string {
-	if e.Step != PruneStepDelete {
+	if e.NothingDeleted {
 		return fmt.Sprintf("prune failed at step %q, nothing was deleted: %v", e.Step, e.Err)
 	}
 	var parts []string
+	if len(e.Problems) > 0 {
+		parts = append(parts, strings.Join(e.Problems, "; "))
+	}
 	if e.Failed > 0 {
 		parts = append(parts, fmt.Sprintf("%d backup(s) could not be deleted", e.Failed))
 	}
 	if e.UploadsFailed > 0 {
 		parts = append(parts, fmt.Sprintf("%d stale upload(s) could not be aborted", e.UploadsFailed))
 	}
-	msg := "prune: " + strings.Join(parts, " and ")
+	msg := "prune: " + strings.Join(parts, "; and ")
 	if e.first != nil {
 		msg += "; first: " + e.first.Error()
 	}
@@ -227,6 +258,9 @@ func (o *PruneOptions) defaults() error {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
+	if o.CheckParallel <= 0 {
+		o.CheckParallel = DefaultCheckParallel
+	}
 	return nil
 }
 
@@ -242,7 +276,7 @@ func Prune(ctx context.Context, opts PruneOptions) (*PruneReport, error) {
 	log := opts.Log
 	rep := &PruneReport{Now: opts.Now, DryRun: opts.DryRun}
 	failList := func(step string, err error) (*PruneReport, error) {
-		log.Error("prune: listing failed; nothing was deleted", "step", step, "err", err)
+		log.Error("prune: failed before deleting anything; nothing was deleted", "step", step, "err", err)
 		return nil, &PruneError{Step: step, NothingDeleted: true, Err: err}
 	}
 
@@ -274,11 +308,72 @@ func Prune(ctx context.Context, opts PruneOptions) (*PruneReport, error) {
 		return failList(PruneStepList, err)
 	}
 	rep.Stats.ObjectsListed, rep.Stats.UploadsListed = len(objs), len(uploads)
-	rep.Stats.ListDuration = time.Since(start)
 
-	// 2. Plan every cluster.
+	// 2. Check every committed backup of the chosen clusters: its manifest
+	// and the objects it names. Then list the uploads under the exact keys
+	// of every incomplete folder: they make it young.
 	groups := GroupEntries(opts.Layout, objs)
 	wanted := func(id string) bool { return opts.All || slices.Contains(opts.ClusterIDs, id) }
+	var ids []string
+	for _, id := range opts.ClusterIDs {
+		ids = append(ids, id)
+	}
+	for id := range groups {
+		if wanted(id) && !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	var flat []Entry
+	for _, id := range ids {
+		flat = append(flat, groups[id]...)
+	}
+	t := time.Now()
+	manifests, _, err := CheckEntries(ctx, opts.Store, opts.Layout, flat, opts.CheckParallel)
+	rep.Stats.CheckDuration = time.Since(t)
+	for _, e := range flat {
+		if e.Committed {
+			rep.Stats.ManifestsRead++
+		}
+	}
+	if err != nil {
+		return failList(PruneStepCheck, err)
+	}
+	manifestOf := map[string]*Manifest{} // cluster/name -> manifest
+	for i, e := range flat {
+		if manifests[i] != nil {
+			manifestOf[e.ClusterID+"/"+e.Name] = manifests[i]
+		}
+	}
+	var incompleteKeys []string
+	for _, e := range flat {
+		if !e.Committed {
+			incompleteKeys = append(incompleteKeys, UploadKeys(opts.Layout, e, nil)...)
+		}
+	}
+	exact, err := ListUploadsAt(ctx, opts.Store, incompleteKeys, opts.CheckParallel)
+	rep.Stats.KeyUploadLists += len(incompleteKeys)
+	if err != nil {
+		return failList(PruneStepListUploads, err)
+	}
+	uploads = mergeUploads(uploads, exact)
+	// Uploads outside the layout belong to something else: never touched.
+	uploadsOf := map[string][]Upload{} // cluster/name -> uploads into the folder
+	for _, u := range uploads {
+		if pk, ok := opts.Layout.ParseKey(u.Key); ok && wanted(pk.ClusterID) {
+			uploadsOf[pk.ClusterID+"/"+pk.Name] = append(uploadsOf[pk.ClusterID+"/"+pk.Name], u)
+		}
+	}
+	k := 0
+	for _, id := range ids {
+		for i := range groups[id] {
+			groups[id][i] = flat[k]
+			groups[id][i].Uploads = uploadsOf[id+"/"+flat[k].Name]
+			k++
+		}
+	}
+
+	// 3. Plan every cluster.
 	byCluster := map[string]*ClusterPrune{}
 	cluster := func(id string) *ClusterPrune {
 		c := byCluster[id]
@@ -288,36 +383,42 @@ func Prune(ctx context.Context, opts PruneOptions) (*PruneReport, error) {
 		}
 		return c
 	}
-	for _, id := range opts.ClusterIDs {
-		cluster(id)
-	}
-	for id := range groups {
-		if wanted(id) {
-			cluster(id)
-		}
-	}
-	var ids []string
-	for id := range byCluster {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
+	var deleteKeys []string // exact upload keys of committed backups to delete
+	deletedFolder := map[string]bool{}
 	for _, id := range ids {
-		c := byCluster[id]
+		c := cluster(id)
 		plan := ApplyPolicy(groups[id], opts.Now, opts.Policy)
 		if err := guardPlan(plan); err != nil {
 			return failList(PruneStepPlan, fmt.Errorf("cluster %s: %w", id, err))
 		}
+		c.Problem = damageProblem(id, plan)
 		for _, d := range plan.Decisions {
 			a := newAction(d.Entry)
 			a.Keep, a.Rules, a.Reason = d.Keep, d.Rules, d.Reason
 			a.Action = ActionKeep
+			if d.Entry.Damaged != "" {
+				c.Damaged++
+			}
 			if !a.Keep {
 				a.Action = ActionDelete
+				deletedFolder[id+"/"+d.Entry.Name] = true
+				if d.Entry.Committed {
+					deleteKeys = append(deleteKeys, UploadKeys(opts.Layout, d.Entry, manifestOf[id+"/"+d.Entry.Name])...)
+				}
 			}
 			c.Backups = append(c.Backups, a)
 		}
 	}
-	// Uploads outside the layout belong to something else: never touched.
+	// The uploads under the keys of the backups to delete: once the folder
+	// is gone, nothing would look for them again.
+	exact, err = ListUploadsAt(ctx, opts.Store, deleteKeys, opts.CheckParallel)
+	rep.Stats.KeyUploadLists += len(deleteKeys)
+	if err != nil {
+		return failList(PruneStepListUploads, err)
+	}
+	uploads = mergeUploads(uploads, exact)
+	rep.Stats.ListDuration = time.Since(start)
+
 	var mine []Upload
 	for _, u := range uploads {
 		if pk, ok := opts.Layout.ParseKey(u.Key); ok && wanted(pk.ClusterID) {
@@ -336,6 +437,9 @@ func Prune(ctx context.Context, opts PruneOptions) (*PruneReport, error) {
 		case stale[u]:
 			ua.Action = ActionAbort
 			ua.Reason = fmt.Sprintf("multipart upload initiated %s ago, older than %s: abandoned", fmtDuration(age), fmtDuration(opts.UploadMaxAge))
+		case deletedFolder[pk.ClusterID+"/"+pk.Name]:
+			ua.Action = ActionAbort
+			ua.Reason = "multipart upload into a backup folder that is deleted: abandoned"
 		case u.Initiated.IsZero():
 			ua.Reason = "multipart upload without an initiation time: never aborted automatically"
 		default:
@@ -351,16 +455,21 @@ func Prune(ctx context.Context, opts PruneOptions) (*PruneReport, error) {
 	slices.Sort(ids)
 	var toDelete []*BackupAction
 	var toAbort []*UploadAction
+	var problems []string
 	for _, id := range ids {
 		c := byCluster[id]
 		slices.SortStableFunc(c.Uploads, func(a, b UploadAction) int {
 			return cmp.Or(a.Initiated.Compare(b.Initiated), strings.Compare(a.Key, b.Key), strings.Compare(a.UploadID, b.UploadID))
 		})
 		rep.Clusters = append(rep.Clusters, *c)
+		if c.Problem != "" {
+			problems = append(problems, c.Problem)
+		}
 	}
 	for ci := range rep.Clusters {
 		c := &rep.Clusters[ci]
 		var del int
+		rep.Damaged += c.Damaged
 		for i := range c.Backups {
 			if c.Backups[i].Keep {
 				rep.Kept++
@@ -375,21 +484,33 @@ func Prune(ctx context.Context, opts PruneOptions) (*PruneReport, error) {
 				toAbort = append(toAbort, &c.Uploads[i])
 			}
 		}
-		if del > 0 || len(c.Uploads) > 0 {
+		if del > 0 || len(c.Uploads) > 0 || c.Damaged > 0 {
 			log.Debug("prune plan", "cluster", c.ClusterID, "backups", len(c.Backups), "keep", len(c.Backups)-del, "delete", del,
-				"uploads", len(c.Uploads), "dry_run", opts.DryRun)
+				"damaged", c.Damaged, "uploads", len(c.Uploads), "dry_run", opts.DryRun)
+		}
+		for _, a := range c.Backups {
+			if a.Damaged != "" {
+				log.Warn("prune: damaged backup", "cluster", a.ClusterID, "backup", a.Name, "damaged", a.Damaged, "keep", a.Keep, "reason", a.Reason)
+			}
 		}
 	}
 	rep.Planned, rep.Stale = len(toDelete), len(toAbort)
+	damagedErr := func() error {
+		if len(problems) == 0 {
+			return nil
+		}
+		return &PruneError{Step: PruneStepDamaged, Problems: problems,
+			Err: errors.New(strings.Join(problems, "; "))}
+	}
 
 	if opts.DryRun {
 		rep.Stats.Duration = time.Since(start)
-		log.Info("prune dry run: nothing deleted", "kept", rep.Kept, "would_delete", rep.Planned, "would_abort_uploads", rep.Stale)
-		return rep, nil
+		log.Info("prune dry run: nothing deleted", "kept", rep.Kept, "would_delete", rep.Planned, "would_abort_uploads", rep.Stale, "damaged", rep.Damaged)
+		return rep, damagedErr()
 	}
 
-	// 3. Delete: manifests first, then the rest; then abort stale uploads.
-	t := time.Now()
+	// 4. Delete: manifests first, then the rest; then abort stale uploads.
+	t = time.Now()
 	deleteBackups(ctx, opts.Store, toDelete, &rep.Stats, log)
 	rep.Stats.DeleteDuration = time.Since(t)
 
@@ -403,11 +524,11 @@ func Prune(ctx context.Context, opts PruneOptions) (*PruneReport, error) {
 		}
 		ua.Action = ActionAborted
 		rep.Stats.UploadsAborted++
-		log.Info("aborted stale multipart upload", "key", ua.Key, "initiated", ua.Initiated)
+		log.Info("aborted stale multipart upload", "key", ua.Key, "initiated", ua.Initiated, "reason", ua.Reason)
 	}
 	rep.Stats.AbortDuration = time.Since(t)
 
-	pe := &PruneError{Step: PruneStepDelete}
+	pe := &PruneError{Step: PruneStepDelete, Problems: problems}
 	var errs []error
 	for _, a := range toDelete {
 		if a.Action == ActionDeleted {
@@ -426,25 +547,80 @@ func Prune(ctx context.Context, opts PruneOptions) (*PruneReport, error) {
 		}
 	}
 	rep.Stats.Duration = time.Since(start)
-	log.Info("prune finished", "kept", rep.Kept, "deleted", rep.Deleted, "failed", rep.Failed,
+	log.Info("prune finished", "kept", rep.Kept, "deleted", rep.Deleted, "failed", rep.Failed, "damaged", rep.Damaged,
 		"uploads_aborted", rep.Aborted, "uploads_failed", rep.AbortFailed,
 		"objects_listed", rep.Stats.ObjectsListed, "objects_deleted", rep.Stats.ObjectsDeleted,
 		"duration", rep.Stats.Duration.Round(time.Millisecond))
 	if len(errs) == 0 {
-		return rep, nil
+		return rep, damagedErr()
+	}
+	if len(problems) > 0 {
+		errs = append(errs, errors.New(strings.Join(problems, "; ")))
 	}
 	pe.Failed, pe.UploadsFailed, pe.Err, pe.first = rep.Failed, rep.AbortFailed, errors.Join(errs...), errs[0]
 	return rep, pe
 }
 
-// guardPlan is a last guard against a policy bug: a cluster that has a
-// committed backup keeps at least one.
+// mergeUploads appends the uploads of more that are not in have.
+func mergeUploads(have, more []Upload) []Upload {
+	seen := map[[2]string]bool{}
+	for _, u := range have {
+		seen[[2]string{u.Key, u.UploadID}] = true
+	}
+	for _, u := range more {
+		if k := [2]string{u.Key, u.UploadID}; !seen[k] {
+			seen[k] = true
+			have = append(have, u)
+		}
+	}
+	return have
+}
+
+// damageProblem says, for one cluster's plan, when its newest committed
+// backup is not the newest one that checks out: "" when it is (or the
+// cluster has no committed backup).
+func damageProblem(id string, p Plan) string {
+	var newest, newestGood *Entry
+	var newer []string
+	for i := range p.Decisions {
+		e := &p.Decisions[i].Entry
+		if !e.Committed {
+			continue
+		}
+		if newest == nil {
+			newest = e
+		}
+		if e.Good() {
+			newestGood = e
+			break
+		}
+		newer = append(newer, fmt.Sprintf("%s (%s)", e.Name, e.Damaged))
+	}
+	switch {
+	case newest == nil || newest == newestGood:
+		return ""
+	case newestGood == nil:
+		return fmt.Sprintf("cluster %s: no backup checks out: %d damaged: %s", id, len(newer), strings.Join(newer, ", "))
+	}
+	return fmt.Sprintf("cluster %s: the newest backup that checks out, %s, is older than the newest backup: %d damaged backup(s) newer: %s",
+		id, newestGood.Name, len(newer), strings.Join(newer, ", "))
+}
+
+// guardPlan is a last guard against a policy bug: the newest backup that
+// checks out is kept, and a cluster that has a committed backup keeps at
+// least one.
 func guardPlan(p Plan) error {
-	var committed, kept bool
+	var committed, kept, good bool
 	for _, d := range p.Decisions {
 		if d.Entry.Committed {
 			committed = true
 			kept = kept || d.Keep
+		}
+		if d.Entry.Good() && !good {
+			good = true
+			if !d.Keep {
+				return fmt.Errorf("the plan would delete %s, the newest backup that checks out: refusing", d.Entry.Name)
+			}
 		}
 	}
 	if committed && !kept {
@@ -455,7 +631,7 @@ func guardPlan(p Plan) error {
 
 func newAction(e Entry) BackupAction {
 	a := BackupAction{ClusterID: e.ClusterID, Name: e.Name, Kind: e.Kind, Time: e.Time, Committed: e.Committed,
-		Objects: len(e.Objects), entry: e}
+		Damaged: e.Damaged, Objects: len(e.Objects), entry: e}
 	for _, o := range e.Objects {
 		a.Bytes += o.Size
 	}
@@ -598,7 +774,7 @@ func subset(failed map[string]error, keys []string) map[string]error {
 // Errors of Delete.
 var (
 	ErrBackupNotFound = errors.New("no such backup")
-	ErrNewestBackup   = errors.New("it is the newest committed backup of the cluster")
+	ErrNewestBackup   = errors.New("it is the newest committed backup of the cluster that checks out")
 )
 
 // DeleteOptions configure Delete.
@@ -653,14 +829,22 @@ func Delete(ctx context.Context, opts DeleteOptions) (*DeleteReport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("delete: list cluster %s, nothing was deleted: %w", opts.ClusterID, err)
 	}
+	if _, _, err := CheckEntries(ctx, opts.Store, opts.Layout, entries, DefaultCheckParallel); err != nil {
+		return nil, fmt.Errorf("delete: check the backups of cluster %s, nothing was deleted: %w", opts.ClusterID, err)
+	}
 	rep := &DeleteReport{ClusterID: opts.ClusterID, Backups: []BackupAction{}}
 	rep.Stats.ListDuration = time.Since(start)
 	for _, e := range entries {
 		rep.Stats.ObjectsListed += len(e.Objects)
+		if e.Committed {
+			rep.Stats.ManifestsRead++
+		}
 	}
+	// The newest backup that checks out is what a restore would use:
+	// deleting it needs Force. Damaged backups newer than it may go.
 	newest := ""
 	for _, e := range entries {
-		if e.Committed {
+		if e.Good() {
 			newest = e.Name
 			break
 		}
@@ -691,8 +875,11 @@ func Delete(ctx context.Context, opts DeleteOptions) (*DeleteReport, error) {
 		a := newAction(e)
 		a.Action = ActionDelete
 		a.Reason = "deleted on request"
+		if e.Damaged != "" {
+			a.Reason += " (damaged: " + e.Damaged + ")"
+		}
 		if e.Name == newest {
-			a.Reason = "deleted on request, forced: it was the newest committed backup"
+			a.Reason = "deleted on request, forced: it was the newest committed backup that checks out"
 		}
 		rep.Backups = append(rep.Backups, a)
 	}

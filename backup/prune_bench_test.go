@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,8 +22,11 @@ import (
 
 // BenchmarkPruneAll is one `prune --all` over a carrier-sized bucket:
 // 1,800 clusters with 8 committed backups of 3 objects each (43,200
-// objects), in a dedicated MinIO. The default policy keeps 4 backups per
-// cluster and deletes 4 (7,200 manifests, then 14,400 other objects).
+// objects), in a dedicated MinIO. Every manifest (14,400) is read and
+// checked, DefaultCheckParallel at a time, and the uploads of the exact
+// snapshot key of every backup deleted are listed. The default policy
+// keeps 4 backups per cluster and deletes 4 (7,200 manifests, then 14,400
+// other objects).
 // Setup is excluded from the timing; meant for -benchtime 1x:
 //
 //	go test -run '^$' -bench BenchmarkPruneAll -benchtime 1x ./backup/
@@ -82,6 +86,8 @@ func BenchmarkPruneAll(b *testing.B) {
 	b.ReportMetric(float64(deleted)/deleteDur.Seconds(), "delete-objects/s")
 	b.ReportMetric(wall.Seconds()/float64(b.N), "wall-s")
 	s := lastReport.Stats
+	b.Logf("checked %d manifests in %s (%.0f/s); %d exact-key upload listings", s.ManifestsRead, s.CheckDuration.Round(time.Millisecond),
+		float64(s.ManifestsRead)/s.CheckDuration.Seconds(), s.KeyUploadLists)
 	b.Logf("prune --all: %d clusters, %d objects listed in %s (%.0f/s); %d backups / %d objects deleted in %d requests in %s (%.0f/s); total %s",
 		len(lastReport.Clusters), s.ObjectsListed, s.ListDuration.Round(time.Millisecond), float64(s.ObjectsListed)/s.ListDuration.Seconds(),
 		lastReport.Deleted, s.ObjectsDeleted, s.DeleteRequests, s.DeleteDuration.Round(time.Millisecond),
@@ -99,16 +105,20 @@ func benchPut(tb testing.TB, mi *testenv.MinIO, bucket string, l backup.Layout, 
 		tb.Fatal(err)
 	}
 	svc := s3.New(sess)
-	keys := make(chan string, 256)
+	type obj struct {
+		key  string
+		body []byte
+	}
+	keys := make(chan obj, 256)
 	var failed atomic.Pointer[error]
 	var wg sync.WaitGroup
 	for range 32 {
 		wg.Go(func() {
-			for k := range keys {
+			for o := range keys {
 				if failed.Load() != nil {
 					continue
 				}
-				_, err := svc.PutObject(&s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(k), Body: bytes.NewReader([]byte("x"))})
+				_, err := svc.PutObject(&s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(o.key), Body: bytes.NewReader(o.body)})
 				if err != nil {
 					failed.CompareAndSwap(nil, &err)
 				}
@@ -117,7 +127,11 @@ func benchPut(tb testing.TB, mi *testenv.MinIO, bucket string, l backup.Layout, 
 	}
 	for _, f := range folders {
 		for _, k := range f.keys(l) {
-			keys <- k
+			body := []byte("x") // the manifest's snapshot size
+			if strings.HasSuffix(k, "/"+backup.ManifestObject) {
+				body = manifestBody(tb, f)
+			}
+			keys <- obj{k, body}
 		}
 	}
 	close(keys)

@@ -385,6 +385,10 @@ type faultyStore struct {
 	failDelete   func(key string) error // per key; nil: never
 	deleteErr    error                  // every Delete call fails as a whole
 	failPut      func(key string) error
+	failGet      func(key string) error // per key; nil: never
+	// blockList, when set, makes List wait for ctx (a store that never
+	// answers).
+	blockList bool
 
 	mu      sync.Mutex
 	lists   int
@@ -402,7 +406,20 @@ func (f *faultyStore) List(ctx context.Context, prefix string) ([]backup.ObjectI
 	if n == f.failListCall {
 		return nil, fmt.Errorf("cos: list %s: %w", prefix, errInjected)
 	}
+	if f.blockList {
+		<-ctx.Done()
+		return nil, fmt.Errorf("cos: list %s: %w", prefix, ctx.Err())
+	}
 	return f.Store.List(ctx, prefix)
+}
+
+func (f *faultyStore) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	if f.failGet != nil {
+		if err := f.failGet(key); err != nil {
+			return nil, err
+		}
+	}
+	return f.Store.Get(ctx, key)
 }
 
 func (f *faultyStore) ListUploads(ctx context.Context, prefix string) ([]backup.Upload, error) {
@@ -710,8 +727,9 @@ func TestBackupPrune(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		newName := backup.BackupName(pruneNow, backup.KindScheduled)
-		if res.Manifest.Name != newName || res.Pruned == nil {
+		// Names carry a unique suffix after <time>-<kind>.
+		newName := res.Manifest.Name
+		if !strings.HasPrefix(newName, backup.BackupName(pruneNow, backup.KindScheduled)) || res.Pruned == nil {
 			t.Fatalf("result: %+v", res)
 		}
 		if res.Pruned.Deleted != 8 || res.Pruned.Kept != 4 || res.Pruned.Failed != 0 {
@@ -744,8 +762,9 @@ func TestBackupPrune(t *testing.T) {
 		if !errors.As(err, &be) || be.Step != backup.StepManifest || res != nil {
 			t.Fatalf("want a manifest step error, got %v %+v", err, res)
 		}
-		// Only the failed backup's own snapshot was removed.
-		newPrefix := r.layout.BackupPrefix("fails", backup.BackupName(pruneNow, backup.KindScheduled))
+		// Only the failed backup's own snapshot was removed (its folder
+		// is <time>-<kind> plus a unique suffix).
+		newPrefix := strings.TrimSuffix(r.layout.BackupPrefix("fails", backup.BackupName(pruneNow, backup.KindScheduled)), "/") + "-"
 		for _, call := range fs.deletes {
 			for _, k := range call {
 				if !strings.HasPrefix(k, newPrefix) {

@@ -31,7 +31,16 @@ const (
 	RuleIncompleteYoung = "incomplete-young" // no manifest yet, but may still be in flight
 	RuleFuture          = "future"           // its time is in the future: cannot place it in time
 	RuleInvalidPolicy   = "invalid-policy"   // the policy is invalid: nothing is deleted
+	// A damaged backup (Entry.Damaged) counts for no rule above but is kept
+	// while it may still be worth an SRE's look:
+	RuleDamagedNewer = "damaged-newer" // newer than the newest backup that checks out (or there is none)
+	RuleDamagedYoung = "damaged-young" // last written within IncompleteAfter
 )
+
+// MinIncompleteAfter is the smallest Policy.IncompleteAfter: a folder
+// without a manifest may be a backup in flight for at least that long, and
+// deleting its objects would break it.
+const MinIncompleteAfter = time.Hour
 
 // DefaultUploadMaxAge is the age after which a multipart upload is
 // considered abandoned by StaleUploads.
@@ -54,7 +63,10 @@ type Policy struct {
 	// KeepTodayUpdates keeps every committed update backup taken today.
 	KeepTodayUpdates bool
 	// IncompleteAfter is the age after which a folder without a manifest is
-	// deleted. Younger ones may still be being written and are kept.
+	// deleted, counted from its last write (the newest of its objects and of
+	// its multipart uploads). Younger ones may still be being written and are
+	// kept. At least MinIncompleteAfter. Damaged backups younger than this
+	// are kept too.
 	IncompleteAfter time.Duration
 	// FutureTolerance is the clock skew tolerated: a backup whose time is
 	// later than now+FutureTolerance is kept and not counted as recent or
@@ -99,6 +111,9 @@ func (p Policy) Validate() error {
 	}
 	if p.IncompleteAfter <= 0 {
 		errs = append(errs, fmt.Errorf("retention: incomplete-after must be positive (backups in flight would be deleted), got %v", p.IncompleteAfter))
+	} else if p.IncompleteAfter < MinIncompleteAfter {
+		errs = append(errs, fmt.Errorf("retention: incomplete-after must be at least %s (a backup in flight would be deleted), got %v",
+			fmtDuration(MinIncompleteAfter), p.IncompleteAfter))
 	}
 	if p.FutureTolerance < 0 {
 		errs = append(errs, fmt.Errorf("retention: future tolerance must not be negative, got %v", p.FutureTolerance))
@@ -201,15 +216,17 @@ func decideCluster(entries []Entry, idx []int, now time.Time, p Policy, decision
 	futureCut := now.Add(p.FutureTolerance)
 	isFuture := func(e Entry) bool { return e.Time.After(futureCut) }
 
-	// placed: committed and not in the future, so it can count for recent,
-	// anchors and today's updates.
-	placed := func(e Entry) bool { return e.Committed && !isFuture(e) }
+	// placed: committed, checked out (not damaged) and not in the future,
+	// so it can count for recent, anchors and today's updates. A damaged
+	// backup never counts for a rule and so never pushes a good one out.
+	placed := func(e Entry) bool { return e.Good() && !isFuture(e) }
 
-	// newest: the first committed entry, future or not.
-	newest := -1
-	for _, i := range idx {
-		if entries[i].Committed {
-			newest = i
+	// newest: the first good entry, future or not. newestPos is its
+	// position in idx (len(idx) when there is none).
+	newest, newestPos := -1, len(idx)
+	for k, i := range idx {
+		if entries[i].Good() {
+			newest, newestPos = i, k
 			break
 		}
 	}
@@ -257,7 +274,7 @@ func decideCluster(entries []Entry, idx []int, now time.Time, p Policy, decision
 		anchorOf[firstOfDate[d]] = d
 	}
 
-	for _, i := range idx {
+	for k, i := range idx {
 		e := entries[i]
 		var rules, reasons []string
 		keep := func(rule, reason string) {
@@ -309,6 +326,22 @@ func decideCluster(entries []Entry, idx []int, now time.Time, p Policy, decision
 					e.Kind, fmtAge(max(incompleteAge, 0), p.IncompleteAfter), fmtDuration(p.IncompleteAfter)))
 			}
 		}
+		damaged := e.Committed && e.Damaged != ""
+		var damagedAge time.Duration
+		if damaged && !future {
+			damagedAge = now.Sub(lastWritten(e))
+			if k < newestPos {
+				if newest < 0 {
+					keep(RuleDamagedNewer, "no backup of the cluster checks out: kept for investigation")
+				} else {
+					keep(RuleDamagedNewer, fmt.Sprintf("newer than the newest good backup %s: kept for investigation", entries[newest].Name))
+				}
+			}
+			if damagedAge <= p.IncompleteAfter {
+				keep(RuleDamagedYoung, fmt.Sprintf("last written %s ago, not older than %s: kept",
+					fmtAge(max(damagedAge, 0), p.IncompleteAfter), fmtDuration(p.IncompleteAfter)))
+			}
+		}
 		if future {
 			keep(RuleFuture, fmt.Sprintf("time %s is in the future (now %s, tolerance %s): cannot place it in time",
 				e.Time.UTC().Format(time.RFC3339Nano), now.Format(time.RFC3339), fmtDuration(p.FutureTolerance)))
@@ -316,12 +349,23 @@ func decideCluster(entries []Entry, idx []int, now time.Time, p Policy, decision
 		if !e.Committed && len(rules) > 0 && !slices.Contains(rules, RuleIncompleteYoung) {
 			reasons = append(reasons, fmt.Sprintf("incomplete %s backup (no manifest)", e.Kind))
 		}
+		if damaged && len(rules) > 0 {
+			if slices.Contains(rules, RuleDamagedNewer) || slices.Contains(rules, RuleDamagedYoung) {
+				reasons = append([]string{"damaged: " + e.Damaged}, reasons...)
+			} else {
+				reasons = append(reasons, "damaged: "+e.Damaged)
+			}
+		}
 
 		d := Decision{Entry: e, Keep: len(rules) > 0, Rules: rules}
 		if d.Keep {
 			d.Reason = strings.Join(reasons, "; ")
 		} else {
 			d.Reason = deleteReason(i, e, date, incompleteAge, p, firstOfDate, entries)
+			if damaged {
+				d.Reason = fmt.Sprintf("damaged: %s; older than the newest good backup %s and last written %s ago, older than %s: cannot restore",
+					e.Damaged, entries[newest].Name, fmtAge(damagedAge, p.IncompleteAfter), fmtDuration(p.IncompleteAfter))
+			}
 		}
 		decisions[i] = d
 	}
@@ -365,6 +409,11 @@ func lastWritten(e Entry) time.Time {
 	for _, o := range e.Objects {
 		if o.LastModified.After(t) {
 			t = o.LastModified
+		}
+	}
+	for _, u := range e.Uploads {
+		if u.Initiated.After(t) {
+			t = u.Initiated
 		}
 	}
 	return t
@@ -411,13 +460,21 @@ func compareEntries(a, b Entry) int {
 		strings.Compare(a.ClusterID, b.ClusterID),
 		strings.Compare(string(a.Kind), string(b.Kind)),
 		compareBool(a.Committed, b.Committed),
+		strings.Compare(a.Damaged, b.Damaged),
 		cmp.Compare(len(a.Objects), len(b.Objects)),
+		cmp.Compare(len(a.Uploads), len(b.Uploads)),
 	); c != 0 {
 		return c
 	}
 	for i := range a.Objects {
 		x, y := a.Objects[i], b.Objects[i]
 		if c := cmp.Or(strings.Compare(x.Key, y.Key), cmp.Compare(x.Size, y.Size), x.LastModified.Compare(y.LastModified)); c != 0 {
+			return c
+		}
+	}
+	for i := range a.Uploads {
+		x, y := a.Uploads[i], b.Uploads[i]
+		if c := cmp.Or(strings.Compare(x.Key, y.Key), strings.Compare(x.UploadID, y.UploadID), x.Initiated.Compare(y.Initiated)); c != 0 {
 			return c
 		}
 	}

@@ -6,12 +6,17 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
 
 // TestRetentionSimulation runs the backup schedule for 400 days against an
-// in-memory bucket and checks the carrier's rule after every prune. The
+// in-memory bucket and checks the carrier's rule after every prune. Some
+// committed backups are damaged (their manifest unreadable, their snapshot
+// missing or truncated, as CheckEntries would find them): they must never
+// count for a rule, and are kept only while newer than the newest good
+// backup or younger than the incomplete limit. The
 // expectations are computed here from the history of every backup ever
 // taken, independently of the policy code.
 //
@@ -51,6 +56,7 @@ type simEvent struct {
 
 type simStats struct {
 	prunes, failed, incomplete, updates, manual, deleted, maxKept int
+	damaged, damagedKeptNewer, damagedDeleted                     int
 	midnightUpdates                                               int // prunes where the newest is an update of the previous day
 	anchorOnUpdate, anchorAfterFailure                            int
 }
@@ -63,8 +69,11 @@ func simulateRetention(t *testing.T, seed uint64, days int) {
 		anchorsN   = 2
 		maxAge     = 24 * time.Hour
 		failRate   = 0.10
+		damageRate = 0.06
 		updateDays = 0.15
 	)
+	damages := []string{"manifest unreadable: manifest: unexpected end of JSON input", "manifest missing",
+		"snapshot.db.zst missing", "snapshot.db.zst size mismatch: 1000 bytes stored, the manifest says 1048576"}
 	isAnchorDay := func(d int) bool { return d == 1 || d == 15 }
 	day0 := time.Date(2027, 9, 1, 0, 0, 0, 0, time.UTC) // covers 2028-02-29
 
@@ -74,7 +83,8 @@ func simulateRetention(t *testing.T, seed uint64, days int) {
 	longOutage := day0.AddDate(0, 0, 30+rng.IntN(max(days-60, 1)))
 
 	bucket := map[string]Entry{} // what the store holds
-	var taken []Entry            // every committed backup ever taken, in commit order
+	var taken []Entry            // every good committed backup ever taken, in commit order
+	var damagedAll []Entry       // every damaged committed backup ever taken
 	type incompleteRec struct {
 		name string
 		last time.Time // when its last object was written
@@ -130,8 +140,20 @@ func simulateRetention(t *testing.T, seed uint64, days int) {
 			e := Entry{ClusterID: "c1", Name: name, Time: ev.at, Kind: ev.kind, Committed: true, Objects: []ObjectInfo{
 				snapshot, {Key: "c1/" + name + "/" + ManifestObject, Size: 300, LastModified: ev.at.Add(duration)},
 			}}
+			// Damage comes in bursts too: after a damaged run, the next one
+			// is damaged more often (a store losing objects for a while).
+			rate := damageRate
+			if len(damagedAll) > 0 && damagedAll[len(damagedAll)-1].Time.After(ev.at.Add(-24*time.Hour)) {
+				rate = 0.5
+			}
+			if rng.Float64() < rate {
+				e.Damaged = damages[rng.IntN(len(damages))]
+				damagedAll = append(damagedAll, e)
+				st.damaged++
+			} else {
+				taken = append(taken, e)
+			}
 			bucket[name] = e
-			taken = append(taken, e)
 			clock = clock.Add(duration)
 			switch ev.kind {
 			case KindUpdate:
@@ -154,6 +176,12 @@ func simulateRetention(t *testing.T, seed uint64, days int) {
 			for _, d := range plan.Deleted() {
 				delete(bucket, d.Entry.Name)
 				st.deleted++
+				if d.Entry.Damaged != "" {
+					st.damagedDeleted++
+					if !strings.HasPrefix(d.Reason, "damaged: "+d.Entry.Damaged) {
+						t.Fatalf("damaged %s deleted with reason %q", d.Entry.Name, d.Reason)
+					}
+				}
 			}
 
 			// Ground truth from the history.
@@ -163,14 +191,16 @@ func simulateRetention(t *testing.T, seed uint64, days int) {
 				y, m, d := x.UTC().Date()
 				return time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
 			}
-			want := map[string]string{} // committed scheduled/update backups that must be kept -> why
-			var newest Entry
+			want := map[string]string{} // good committed scheduled/update backups that must be kept -> why
+			var newest Entry            // the newest good backup
 			for _, b := range taken {
 				if b.Time.After(newest.Time) {
 					newest = b
 				}
 			}
-			want[newest.Name] = "newest"
+			if newest.Name != "" {
+				want[newest.Name] = "newest"
+			}
 			nRecent := 0
 			for i := len(taken) - 1; i >= 0 && nRecent < recentN; i-- { // taken is in time order
 				if taken[i].Kind == KindScheduled {
@@ -220,8 +250,33 @@ func simulateRetention(t *testing.T, seed uint64, days int) {
 					fail("%s (%s) was deleted", n, why)
 				}
 			}
-			if _, ok := bucket[newest.Name]; !ok {
-				fail("the newest backup %s is gone", newest.Name)
+			if _, ok := bucket[newest.Name]; !ok && newest.Name != "" {
+				fail("the newest good backup %s is gone", newest.Name)
+			}
+			// No damaged backup counts for a rule; each is kept exactly while
+			// it is newer than the newest good backup or younger than 24h
+			// (manual and pre-restore ones are never deleted).
+			for _, d := range plan.Decisions {
+				if d.Entry.Damaged == "" {
+					continue
+				}
+				for _, r := range d.Rules {
+					if r == RuleNewest || r == RuleRecent || r == RuleAnchor || r == RuleUpdateToday {
+						fail("damaged %s (%s) is kept by rule %s", d.Entry.Name, d.Entry.Damaged, r)
+					}
+				}
+			}
+			for _, b := range damagedAll {
+				_, present := bucket[b.Name]
+				newer := newest.Name == "" || b.Time.After(newest.Time)
+				young := now.Sub(b.Objects[0].LastModified) <= maxAge
+				keep := newer || young || b.Kind == KindManual || b.Kind == KindPreRestore
+				if present != keep {
+					fail("damaged %s (%s): present %v, want %v (newer than the newest good %v, young %v)", b.Name, b.Damaged, present, keep, newer, young)
+				}
+				if present && newer {
+					st.damagedKeptNewer++
+				}
 			}
 			for _, d := range anchorDates {
 				if _, ok := bucket[firstOfDate[d].Name]; !ok {
@@ -239,7 +294,7 @@ func simulateRetention(t *testing.T, seed uint64, days int) {
 			// Nothing else is kept, and the carrier's bound holds.
 			count := 0
 			for n, e := range bucket {
-				if !e.Committed || e.Kind == KindManual || e.Kind == KindPreRestore {
+				if !e.Committed || e.Damaged != "" || e.Kind == KindManual || e.Kind == KindPreRestore {
 					continue
 				}
 				count++
@@ -281,6 +336,10 @@ func simulateRetention(t *testing.T, seed uint64, days int) {
 	if st.prunes < days*2 {
 		t.Errorf("only %d prunes in %d days", st.prunes, days)
 	}
+	if days >= 100 && (st.damaged == 0 || st.damagedDeleted == 0 || st.damagedKeptNewer == 0) {
+		t.Errorf("the damage paths were not exercised: %d damaged, %d deleted, %d kept as newer than the newest good", st.damaged, st.damagedDeleted, st.damagedKeptNewer)
+	}
+	t.Logf("%d damaged backups (%d deleted as damaged; kept as newer than the newest good in %d checks)", st.damaged, st.damagedDeleted, st.damagedKeptNewer)
 	t.Logf("%d prunes, %d backups deleted, %d failed runs (%d left incomplete folders), %d updates, %d manual/pre-restore; "+
 		"at most %d stored; %d prunes with yesterday's update newest; anchor checks on an update %d, on a later run %d; %d objects left",
 		st.prunes, st.deleted, st.failed, st.incomplete, st.updates, st.manual, st.maxKept, st.midnightUpdates,

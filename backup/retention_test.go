@@ -752,3 +752,170 @@ func TestRetentionFmtDuration(t *testing.T) {
 		}
 	}
 }
+
+// damage marks the entries named by specs as damaged with why.
+func damage(t testing.TB, in []Entry, why string, specs ...string) {
+	t.Helper()
+	for _, s := range specs {
+		n := specName(t, s)
+		i := slices.IndexFunc(in, func(e Entry) bool { return e.Name == n })
+		if i < 0 || !in[i].Committed {
+			t.Fatalf("damage: %q is not a committed entry", s)
+		}
+		in[i].Damaged = why
+	}
+}
+
+// Damaged backups (the inventory's check found them unrestorable) never
+// count for a rule, so they never push a good one out; they are kept while
+// newer than the newest good backup or young, and deleted as damaged after.
+func TestRetentionDamaged(t *testing.T) {
+	type want struct {
+		spec  string
+		keep  bool
+		rules []string
+		has   string
+	}
+	cases := []struct {
+		name    string
+		now     string
+		entries []string
+		damaged map[string][]string // why -> specs
+		want    []want
+	}{
+		{
+			// Issue 11 #2: the 3 newest corrupt (one with an unreadable
+			// manifest), 3 good behind them.
+			name:    "three newest damaged, three good behind",
+			now:     "2026-11-22T19:10:00Z",
+			entries: runs(t, "2026-11-20", "2026-11-22T19:03:00Z"),
+			damaged: map[string][]string{
+				"manifest unreadable: manifest: unexpected end of JSON input": {"2026-11-22T19:03:00Z scheduled"},
+				"snapshot.db.zst size mismatch: 10 bytes stored, the manifest says 4096": {
+					"2026-11-22T11:03:00Z scheduled", "2026-11-22T03:03:00Z scheduled"},
+			},
+			want: []want{
+				{"2026-11-22T19:03:00Z scheduled", true, []string{RuleDamagedNewer, RuleDamagedYoung}, "damaged: manifest unreadable"},
+				{"2026-11-22T11:03:00Z scheduled", true, []string{RuleDamagedNewer, RuleDamagedYoung}, "newer than the newest good backup 20261121T190300.000Z-scheduled"},
+				{"2026-11-22T03:03:00Z scheduled", true, []string{RuleDamagedNewer, RuleDamagedYoung}, "damaged: snapshot.db.zst size mismatch"},
+				{"2026-11-21T19:03:00Z scheduled", true, []string{RuleNewest, RuleRecent}, "newest; recent 1/3"},
+				{"2026-11-21T11:03:00Z scheduled", true, []string{RuleRecent}, "recent 2/3"},
+				{"2026-11-21T03:03:00Z scheduled", true, []string{RuleRecent}, "recent 3/3"},
+				{"2026-11-20T19:03:00Z scheduled", false, nil, "not among the 3 newest"},
+			},
+		},
+		{
+			name:    "old damaged backups are deleted as damaged, young ones kept",
+			now:     "2026-11-22T12:00:00Z",
+			entries: runs(t, "2026-11-18", "2026-11-22T11:03:00Z"),
+			damaged: map[string][]string{
+				"snapshot.db.zst missing": {"2026-11-22T03:03:00Z scheduled", "2026-11-19T11:03:00Z scheduled"},
+			},
+			want: []want{
+				{"2026-11-22T11:03:00Z scheduled", true, []string{RuleNewest, RuleRecent}, "recent 1/3"},
+				{"2026-11-22T03:03:00Z scheduled", true, []string{RuleDamagedYoung}, "damaged: snapshot.db.zst missing; last written 8h57m ago, not older than 24h"},
+				{"2026-11-21T19:03:00Z scheduled", true, []string{RuleRecent}, "recent 2/3"},
+				{"2026-11-21T11:03:00Z scheduled", true, []string{RuleRecent}, "recent 3/3"},
+				{"2026-11-19T11:03:00Z scheduled", false, nil, "damaged: snapshot.db.zst missing; older than the newest good backup 20261122T110300.000Z-scheduled"},
+			},
+		},
+		{
+			name:    "no good backup at all: every damaged one is kept",
+			now:     "2026-11-25T12:00:00Z",
+			entries: []string{"2026-11-22T11:03:00Z scheduled", "2026-11-21T11:03:00Z update", "2026-11-20T11:03:00Z scheduled incomplete"},
+			damaged: map[string][]string{"manifest missing": {"2026-11-22T11:03:00Z scheduled", "2026-11-21T11:03:00Z update"}},
+			want: []want{
+				{"2026-11-22T11:03:00Z scheduled", true, []string{RuleDamagedNewer}, "no backup of the cluster checks out"},
+				{"2026-11-21T11:03:00Z update", true, []string{RuleDamagedNewer}, "damaged: manifest missing"},
+				{"2026-11-20T11:03:00Z scheduled incomplete", false, nil, "incomplete"},
+			},
+		},
+		{
+			name:    "a damaged first backup of an anchor date: the anchor is the date's first good one",
+			now:     "2026-11-22T12:00:00Z",
+			entries: cat(runs(t, "2026-11-14", "2026-11-22T11:03:00Z"), []string{"2026-11-10T10:00:00Z manual"}),
+			damaged: map[string][]string{
+				"snapshot.db.zst missing": {"2026-11-15T03:03:00Z scheduled", "2026-11-10T10:00:00Z manual"},
+			},
+			want: []want{
+				{"2026-11-15T11:03:00Z scheduled", true, []string{RuleAnchor}, "anchor 2026-11-15"},
+				{"2026-11-15T03:03:00Z scheduled", false, nil, "damaged: snapshot.db.zst missing"},
+				{"2026-11-10T10:00:00Z manual", true, []string{RuleManual}, "manual: never deleted automatically; damaged: snapshot.db.zst missing"},
+			},
+		},
+		{
+			name:    "a damaged update of today is not kept as today's update once older than 24h and the newest good",
+			now:     "2026-11-22T23:00:00Z",
+			entries: cat(runs(t, "2026-11-21", "2026-11-22T19:03:00Z"), []string{"2026-11-22T00:30:00Z update"}),
+			damaged: map[string][]string{"snapshot.db.zst missing": {"2026-11-22T00:30:00Z update"}},
+			want: []want{
+				{"2026-11-22T00:30:00Z update", true, []string{RuleDamagedYoung}, "damaged: snapshot.db.zst missing"},
+			},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			in := specEntries(t, tc.entries)
+			for why, specs := range tc.damaged {
+				damage(t, in, why, specs...)
+			}
+			plan := ApplyPolicy(in, mustTime(t, tc.now), DefaultPolicy())
+			byName := checkPlan(t, in, plan)
+			for _, w := range tc.want {
+				d := byName[specName(t, w.spec)]
+				if d.Keep != w.keep || !slices.Equal(d.Rules, w.rules) || !strings.Contains(d.Reason, w.has) {
+					t.Errorf("%s: keep %v rules %v reason %q; want keep %v rules %v reason containing %q",
+						w.spec, d.Keep, d.Rules, d.Reason, w.keep, w.rules, w.has)
+				}
+			}
+			// Whatever else: the newest good backup is kept, and no damaged
+			// one is kept by a rule for good backups.
+			for _, d := range plan.Decisions {
+				if d.Entry.Good() {
+					if !d.Keep || !slices.Contains(d.Rules, RuleNewest) {
+						t.Errorf("the newest good backup %s: %+v", d.Entry.Name, d)
+					}
+					break
+				}
+			}
+			for _, d := range plan.Decisions {
+				if d.Entry.Damaged != "" && slices.ContainsFunc(d.Rules, func(r string) bool {
+					return r == RuleNewest || r == RuleRecent || r == RuleAnchor || r == RuleUpdateToday
+				}) {
+					t.Errorf("damaged %s kept by %v", d.Entry.Name, d.Rules)
+				}
+			}
+		})
+	}
+}
+
+// A folder whose objects are old but into which a multipart upload was
+// started recently is in flight: kept.
+func TestRetentionIncompleteYoungUpload(t *testing.T) {
+	now := mustTime(t, "2026-11-22T12:00:00Z")
+	e := specEntry(t, "2026-11-20T06:00:00Z scheduled incomplete")
+	e.Uploads = []Upload{{Key: e.Objects[0].Key, UploadID: "u1", Initiated: now.Add(-3 * time.Hour)}}
+	in := []Entry{e, specEntry(t, "2026-11-22T11:03:00Z scheduled")}
+	byName := checkPlan(t, in, ApplyPolicy(in, now, DefaultPolicy()))
+	if d := byName[e.Name]; !d.Keep || !slices.Equal(d.Rules, []string{RuleIncompleteYoung}) || !strings.Contains(d.Reason, "last written 3h ago") {
+		t.Errorf("folder with a young upload: %+v", d)
+	}
+	e.Uploads[0].Initiated = now.Add(-30 * time.Hour)
+	in[0] = e
+	if d := checkPlan(t, in, ApplyPolicy(in, now, DefaultPolicy()))[e.Name]; d.Keep {
+		t.Errorf("folder with an old upload: %+v", d)
+	}
+}
+
+// --incomplete-after below an hour would delete backups in flight.
+func TestPolicyIncompleteAfterFloor(t *testing.T) {
+	p := DefaultPolicy()
+	p.IncompleteAfter = 59 * time.Minute
+	if err := p.Validate(); err == nil || !strings.Contains(err.Error(), "at least 1h") {
+		t.Errorf("IncompleteAfter 59m: %v", err)
+	}
+	p.IncompleteAfter = MinIncompleteAfter
+	if err := p.Validate(); err != nil {
+		t.Errorf("IncompleteAfter %v: %v", MinIncompleteAfter, err)
+	}
+}

@@ -2,6 +2,7 @@ package backup
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -50,6 +51,16 @@ type DeleteError struct {
 	Failed map[string]error // key -> cause
 }
 
+// Unwrap returns the causes, so errors.Is sees through a DeleteError (a
+// stalled store: ErrStalled).
+func (e *DeleteError) Unwrap() []error {
+	out := make([]error, 0, len(e.Failed))
+	for _, err := range e.Failed {
+		out = append(out, err)
+	}
+	return out
+}
+
 func (e *DeleteError) Error() string {
 	n := 0
 	var first string
@@ -68,4 +79,24 @@ func (e *DeleteError) Error() string {
 		return msg
 	}
 	return fmt.Sprintf("cos: delete: %d keys failed, first: %s", n, msg)
+}
+
+// ErrStalled means the object store made no progress on a call for the
+// stall timeout (internal/cos Config.StallTimeout): the call was aborted.
+// It is the store's fault, never the etcd member's: a backup that sees it
+// stops at once instead of trying another member.
+var ErrStalled = errors.New("object store stalled")
+
+// ErrExists means a conditional create found the key already there: a
+// write never replaces an existing backup's object.
+var ErrExists = errors.New("object already exists (conditional create refused to overwrite it)")
+
+// ConditionalStore is implemented by stores that can create an object only
+// if its key is free (S3 If-None-Match: * on PutObject and
+// CompleteMultipartUpload). Backups write every object through it when the
+// store has it.
+type ConditionalStore interface {
+	// PutIfAbsent is Put that fails with an error wrapping ErrExists,
+	// storing nothing, when key already exists.
+	PutIfAbsent(ctx context.Context, key string, r io.Reader) (int64, error)
 }

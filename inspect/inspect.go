@@ -118,12 +118,13 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	defer cancel()
 
 	// The backup check runs alongside the probes.
+	// It answers on a buffered channel, so a store call that ignored its
+	// context can never hold the report: past the run's deadline the
+	// freshness is "unknown" and the goroutine's late answer is dropped.
 	var bs *BackupStatus
-	bdone := make(chan struct{})
+	bch := make(chan *BackupStatus, 1)
 	if opts.Store != nil {
-		go func() { defer close(bdone); bs = checkBackup(rctx, opts) }()
-	} else {
-		close(bdone)
+		go func() { bch <- checkBackup(rctx, opts) }()
 	}
 
 	// Probe the endpoints as given at once, and ask them for the member
@@ -153,7 +154,14 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		rep.Warnings = append(rep.Warnings, "no endpoint returned the member list: members missing from --endpoints are not checked")
 	}
 	probes := pr.wait()
-	<-bdone
+	if opts.Store != nil {
+		select {
+		case bs = <-bch:
+		case <-rctx.Done():
+			bs = &BackupStatus{ClusterID: opts.ClusterID, Location: opts.Location, MaxAge: opts.MaxBackupAge,
+				Error: "the object store gave no answer within the run's deadline (2 × --timeout)"}
+		}
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -329,8 +337,10 @@ func contains(s []string, v string) bool {
 
 func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }
 
-// checkBackup finds the newest committed backup of the cluster and its age.
-// A store failure is reported in the status, never returned.
+// checkBackup finds the newest backup that checks out (its manifest parses
+// and every object it names is stored with the recorded size, the same check
+// retention uses) and its age. Damaged backups newer than it are listed in
+// Unreadable. A store failure is reported in the status, never returned.
 func checkBackup(ctx context.Context, opts Options) *BackupStatus {
 	bs := &BackupStatus{ClusterID: opts.ClusterID, Location: opts.Location, MaxAge: opts.MaxBackupAge}
 	entries, err := backup.Inventory(ctx, opts.Store, opts.Layout, opts.ClusterID)
@@ -339,22 +349,24 @@ func checkBackup(ctx context.Context, opts Options) *BackupStatus {
 		return bs
 	}
 	const maxUnreadable = 3
-	for _, e := range entries {
-		if !e.Committed {
+	for i := range entries {
+		if !entries[i].Committed {
 			continue
 		}
-		m, err := backup.LoadManifest(ctx, opts.Store, opts.Layout, opts.ClusterID, e.Name)
-		if err != nil {
-			if ctx.Err() != nil {
-				bs.Error = oneLine(err)
-				return bs
-			}
-			bs.Unreadable = append(bs.Unreadable, e.Name+" ("+oneLine(err)+")")
+		ms, _, err := backup.CheckEntries(ctx, opts.Store, opts.Layout, entries[i:i+1], 1)
+		e := entries[i]
+		switch {
+		case err != nil:
+			bs.Error = oneLine(err)
+			return bs
+		case e.Damaged != "":
+			bs.Unreadable = append(bs.Unreadable, e.Name+" (damaged: "+e.Damaged+")")
 			if len(bs.Unreadable) >= maxUnreadable {
 				return bs
 			}
 			continue
 		}
+		m := ms[0]
 		bs.Newest = &BackupInfo{Name: e.Name, Kind: string(e.Kind), Time: e.Time, Revision: m.Revision(), Source: m.Source.Name}
 		bs.Age = opts.Now().Sub(e.Time)
 		return bs

@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/backup/backuptest"
 	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/cos"
 	"github.com/armada/etcd-recovery/internal/output"
@@ -323,15 +323,21 @@ func writeBackup(t *testing.T, st backup.Store, layout backup.Layout, id string,
 	return name
 }
 
+func rep0(t *testing.T, o inspect.Options) *inspect.Report {
+	t.Helper()
+	rep, _ := run(t, o)
+	if rep.Backup == nil || rep.Backup.Newest == nil {
+		t.Fatalf("no newest backup: %+v", rep.Backup)
+	}
+	return rep
+}
+
+// closedPort is a port nothing listens on: reserved by testenv below the
+// kernel's ephemeral range (so no outgoing connection's source port can
+// take it) and never bound.
 func closedPort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	return port
+	return testenv.FreePort(t)
 }
 
 // Backup freshness against a real MinIO: missing, stale, fresh; a broken
@@ -396,6 +402,24 @@ func TestInspectBackupFreshness(t *testing.T) {
 			t.Errorf("age %v flags %+v next %+v", b.Age, rep.Flags, rep.NextStep)
 		}
 	})
+	t.Run("damaged newest", func(t *testing.T) {
+		// A newer backup whose snapshot object is gone does not count: the
+		// freshness is the newest backup that would restore's.
+		good := rep0(t, o).Backup.Newest.Name
+		broken := writeBackup(t, st, layout, id, time.Now(), 99)
+		if err := st.Delete(context.Background(), []string{layout.Key(id, broken, backup.SnapshotObjectRaw)}); err != nil {
+			t.Fatal(err)
+		}
+		rep, _ := run(t, o)
+		b := rep.Backup
+		if b == nil || b.Newest == nil || b.Newest.Name != good || len(b.Unreadable) != 1 ||
+			!strings.Contains(b.Unreadable[0], broken) || !strings.Contains(b.Unreadable[0], "missing") {
+			t.Fatalf("backup %+v, want newest %s and %s reported damaged", b, good, broken)
+		}
+		if !hasFlag(rep, inspect.FlagBackupUnreadable, broken) {
+			t.Errorf("flags %+v", rep.Flags)
+		}
+	})
 	t.Run("store down", func(t *testing.T) {
 		o2 := o
 		o2.Store = testfix.Store(t, m, bucket, func(cfg *cos.Config) {
@@ -442,5 +466,32 @@ func TestInspectCancelled(t *testing.T) {
 	_, err := inspect.Run(ctx, options(c, 5*time.Second))
 	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 3*time.Second {
 		t.Errorf("err %v after %v", err, time.Since(start))
+	}
+}
+
+// A store call that ignores its context (a misbehaving backend) cannot hold
+// inspect past its deadline: the report comes at 2 × --timeout, with the
+// backup freshness unknown and the etcd verdict unchanged.
+func TestInspectStoreIgnoringContext(t *testing.T) {
+	t.Parallel()
+	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1, TLS: true})
+	m := testenv.SharedMinIO(t)
+	fs := backuptest.Wrap(testfix.Store(t, m, m.NewBucket(t)))
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	fs.Inject(backuptest.Fault{Op: backuptest.OpList, Kind: backuptest.Hook,
+		Func: func(context.Context, string) { <-release }}) // blocks, whatever the context says
+	const timeout = time.Second
+	o := options(c, timeout)
+	o.Store, o.Layout, o.ClusterID, o.Location = fs, backup.Layout{Prefix: testenv.Prefix(t)}, "ignores-ctx", "b"
+	rep, took := run(t, o)
+	if bound := 2*timeout + 30*time.Second; took > bound {
+		t.Errorf("inspect took %v, bound %v", took, bound)
+	}
+	if rep.Backup == nil || rep.Backup.State != inspect.BackupUnknown || !strings.Contains(rep.Backup.Error, "no answer") {
+		t.Fatalf("backup %+v", rep.Backup)
+	}
+	if rep.Verdict != inspect.VerdictHealthy {
+		t.Errorf("verdict %s", rep.Verdict)
 	}
 }

@@ -191,7 +191,7 @@ const (
 	FlagBackupMissing    FlagKind = "backup-missing"    // no committed backup at all
 	FlagBackupStale      FlagKind = "backup-stale"      // newest backup older than the maximum age
 	FlagBackupUnknown    FlagKind = "backup-unknown"    // the object store could not be read
-	FlagBackupUnreadable FlagKind = "backup-unreadable" // newer backups with unreadable manifests
+	FlagBackupUnreadable FlagKind = "backup-unreadable" // newer backups that are damaged (manifest or objects)
 )
 
 // Severity of a flag.
@@ -244,8 +244,9 @@ type BackupStatus struct {
 	AgeText    string `json:"age,omitempty"`
 	AgeSeconds int64  `json:"ageSeconds,omitempty"`
 	MaxAgeText string `json:"maxAge"`
-	// Unreadable lists newer committed backups whose manifest could not be
-	// read (they were skipped).
+	// Unreadable lists newer committed backups that do not check out (their
+	// manifest is unreadable, or an object it names is missing or of another
+	// size); they were skipped.
 	Unreadable []string `json:"unreadable,omitempty"`
 	Error      string   `json:"error,omitempty"` // the store failed
 }
@@ -608,7 +609,7 @@ func Verdict(members []MemberHealth, backup *BackupStatus, th Thresholds) Assess
 		}
 		if len(b.Unreadable) > 0 {
 			add(Flag{Kind: FlagBackupUnreadable, Severity: SeverityWarning, Runbook: RunbookMissedBackup,
-				Message: "newer backups with unreadable manifests were skipped: " + strings.Join(b.Unreadable, ", ")})
+				Message: "newer backups that do not check out (damaged: they would not restore) were skipped: " + strings.Join(b.Unreadable, ", ")})
 		}
 	}
 

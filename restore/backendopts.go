@@ -1,28 +1,8 @@
 package restore
 
 import (
-	_ "unsafe" // for go:linkname
-
 	bolt "go.etcd.io/bbolt"
-	_ "go.etcd.io/etcd/server/v3/mvcc/backend" // the variable below lives there
 )
-
-// etcdBoltOptions is the bbolt configuration etcd's backend package opens
-// every database with, and so the one etcdutl's restore code uses. On
-// Linux it asks for MAP_POPULATE, which faults the whole database into
-// the process when it is opened, and for NoFreelistSync, which makes every
-// later open walk every page to rebuild the freelist. A server wants both;
-// a restore, which opens each member's database four times and touches a
-// handful of pages each time, wants neither: they are what made a restore
-// of a 529 MiB database peak at 1.7 GiB of RSS.
-//
-// The variable is unexported in go.etcd.io/etcd/server/v3/mvcc/backend
-// (config_linux.go), so it is reached by name. If etcd renames it, the
-// link fails: the build breaks loudly rather than the tuning silently
-// stopping.
-//
-//go:linkname etcdBoltOptions go.etcd.io/etcd/server/v3/mvcc/backend.boltOpenOptions
-var etcdBoltOptions *bolt.Options
 
 // restoreBoltOptions are the options restores open databases with: pages
 // are read on demand, and the freelist is written at each commit so that
@@ -30,8 +10,17 @@ var etcdBoltOptions *bolt.Options
 // reads a synced freelist as well as it rebuilds one.
 var restoreBoltOptions = bolt.Options{NoFreelistSync: false, MmapFlags: 0}
 
-func init() {
-	// This process never serves an etcd database: it only writes data
-	// dirs for etcd to start on.
-	*etcdBoltOptions = restoreBoltOptions
+// tuneBoltOptions makes the bbolt options etcd's backend package opens
+// every database with (and so etcdutl's restore code) the restore's
+// options. etcd's variable is a pointer that only Linux sets
+// (config_linux.go: MAP_POPULATE and NoFreelistSync); on darwin and
+// windows it is nil, and etcd then opens databases with bbolt's defaults,
+// which are already what a restore wants. A nil pointer is left alone: it
+// is never dereferenced. It reports whether the options were changed.
+func tuneBoltOptions(etcdOpts *bolt.Options) bool {
+	if etcdOpts == nil {
+		return false
+	}
+	*etcdOpts = restoreBoltOptions
+	return true
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/types"
@@ -32,6 +33,8 @@ type Member struct {
 	MovedTo string `json:"movedTo,omitempty"`
 	// Restored is set once the data dir was written.
 	Restored bool `json:"restored"`
+	// Problem is why the data dir cannot be written (nothing is).
+	Problem string `json:"problem,omitempty"`
 }
 
 // Data dir states.
@@ -78,6 +81,9 @@ func parseInitialCluster(s string) (*parsedCluster, error) {
 		if name == "" {
 			return nil, fmt.Errorf("--initial-cluster %q: a member has no name", s)
 		}
+		if err := ValidateMemberName(name); err != nil {
+			return nil, fmt.Errorf("--initial-cluster: %w", err)
+		}
 		if !slices.Contains(pc.names, name) {
 			pc.names = append(pc.names, name)
 		}
@@ -109,6 +115,9 @@ func (t Targets) resolve() ([]Member, *parsedCluster, error) {
 	}
 	names := pc.names
 	if t.Name != "" {
+		if err := ValidateMemberName(t.Name); err != nil {
+			return nil, nil, fmt.Errorf("--name: %w", err)
+		}
 		if _, ok := pc.urls[t.Name]; !ok {
 			return nil, nil, fmt.Errorf("--name %q is not a member of --initial-cluster (%s)", t.Name, strings.Join(pc.names, ", "))
 		}
@@ -141,12 +150,22 @@ func (t Targets) resolve() ([]Member, *parsedCluster, error) {
 	if len(names) > 1 && !strings.Contains(tmpl, NamePlaceholder) {
 		return nil, nil, fmt.Errorf("--data-dir %q would hold %d members: use %s in it, --data-dir-root, or --name", t.DataDir, len(names), NamePlaceholder)
 	}
+	var root string
+	if t.DataDirRoot != "" {
+		if root, err = filepath.Abs(t.DataDirRoot); err != nil {
+			return nil, nil, err
+		}
+	}
 	var out []Member
 	seen := map[string]string{}
 	for _, name := range names {
 		dir, err := filepath.Abs(strings.ReplaceAll(tmpl, NamePlaceholder, name))
 		if err != nil {
 			return nil, nil, err
+		}
+		if root != "" && (dir == root || !within(root, dir)) {
+			// Names are validated; this holds whatever they become.
+			return nil, nil, fmt.Errorf("member %s: data dir %s is not inside --data-dir-root %s", name, dir, root)
 		}
 		if other, dup := seen[dir]; dup {
 			return nil, nil, fmt.Errorf("members %s and %s would share the data dir %s", other, name, dir)
@@ -170,7 +189,8 @@ func ValidateTargets(t Targets) (int, error) {
 // inspectDir says whether a data dir is absent, empty or not.
 func inspectDir(dir string) (string, error) {
 	st, err := os.Stat(dir)
-	if errors.Is(err, fs.ErrNotExist) {
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		// ENOTDIR: an ancestor is a file; checkTarget names it.
 		return DirAbsent, nil
 	}
 	if err != nil {
@@ -227,8 +247,25 @@ type restoreConfig struct {
 }
 
 // restoreMember writes one member's data dir with etcdutl's restore code.
-// On failure it removes what it wrote: the dir was absent or empty before.
-func restoreMember(rc restoreConfig, m Member) (err error) {
+// It returns the parent dirs it created (deepest first), for a rollback to
+// remove. On failure it removes what it wrote: the dir was absent or empty
+// before.
+func restoreMember(rc restoreConfig, m Member) (created []string, err error) {
+	// Whatever is there now was not there when the dir was checked:
+	// not ours to write into, nor to remove.
+	if st, err := inspectDir(m.DataDir); err != nil || st != m.State {
+		if err == nil {
+			err = fmt.Errorf("it is %s now", st)
+		}
+		return nil, fmt.Errorf("data dir %s changed since it was checked (it was %s): %w; left as it is", m.DataDir, m.State, err)
+	}
+	missing, _, err := missingDirs(m.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	if len(missing) > 0 && missing[0] == filepath.Clean(m.DataDir) {
+		missing = missing[1:] // the data dir itself is removed by its state
+	}
 	defer func() {
 		if err == nil {
 			return
@@ -242,11 +279,12 @@ func restoreMember(rc restoreConfig, m Member) (err error) {
 				_ = os.RemoveAll(filepath.Join(m.DataDir, e.Name()))
 			}
 		}
+		removeEmptyDirs(missing)
 	}()
 	if err := os.MkdirAll(filepath.Dir(m.DataDir), 0o700); err != nil {
-		return err
+		return missing, err
 	}
-	return snapshot.NewV3(zap.NewNop()).Restore(snapshot.RestoreConfig{
+	return missing, snapshot.NewV3(zap.NewNop()).Restore(snapshot.RestoreConfig{
 		SnapshotPath:        rc.snapshotPath,
 		Name:                m.Name,
 		OutputDataDir:       m.DataDir,

@@ -7,6 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"net/http"
+
+	"github.com/IBM/ibm-cos-sdk-go/aws/awserr"
+	"github.com/IBM/ibm-cos-sdk-go/service/s3"
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/cos"
@@ -168,6 +173,12 @@ func fetchSnapshot(ctx context.Context, store backup.Store, layout backup.Layout
 	defer cancel()
 	rc, err := store.Get(ctx, key)
 	if err != nil {
+		if isMissingObject(err) {
+			// The manifest names an object that is not there: the
+			// backup is damaged, not the store down.
+			return &fetchResult{Checks: []Check{{Name: CheckStoredSHA, Status: CheckFailed, Detail: "the snapshot object is missing"}}},
+				&verifyError{fmt.Errorf("%s: the snapshot object the manifest names is missing: %w", key, err)}
+		}
 		return nil, err
 	}
 	defer rc.Close()
@@ -293,4 +304,29 @@ func fetchSnapshot(ctx context.Context, store backup.Store, layout backup.Layout
 func isStoreError(err error) bool {
 	var ce *cos.Error
 	return errors.As(err, &ce)
+}
+
+// isMissingObject reports whether a read failed because the object does
+// not exist (S3 NoSuchKey, HTTP 404, or fs.ErrNotExist from a store that
+// is not S3), as opposed to a store that could not be read (outage,
+// stall, denied access): a missing object is a damaged backup. A missing
+// bucket is the store's problem, not the backup's.
+func isMissingObject(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return true
+	}
+	var aerr awserr.Error
+	if errors.As(err, &aerr) {
+		switch aerr.Code() {
+		case s3.ErrCodeNoSuchBucket:
+			return false
+		case s3.ErrCodeNoSuchKey:
+			return true
+		}
+	}
+	var rf awserr.RequestFailure
+	return errors.As(err, &rf) && rf.StatusCode() == http.StatusNotFound && (aerr == nil || aerr.Code() != s3.ErrCodeNoSuchBucket)
 }

@@ -65,9 +65,15 @@ type Options struct {
 	// Force moves non-empty data dirs aside (<dir>.moved-<UTC time>)
 	// instead of refusing them. Nothing is ever deleted.
 	Force bool
-	// DryRun builds and prints the plan, verifies the chosen backup by
-	// streaming it, and changes nothing: no survivor snapshot, no file.
+	// DryRun builds and prints the plan, runs every check the real run
+	// does (the chosen backup streamed and verified, its database read
+	// and its revision checked against the manifest, every data dir's
+	// target writable) and changes nothing: no survivor snapshot, no data
+	// dir. The database is read from a temp file in a private dir under
+	// ScratchDir, removed before Run returns.
 	DryRun bool
+	// ScratchDir holds a dry run's temp file. Default os.TempDir().
+	ScratchDir string
 
 	// Verify, when its Etcd has endpoints, waits for the rebuilt cluster
 	// (started by someone else once OnDataDirs is called) and verifies it.
@@ -80,6 +86,9 @@ type Options struct {
 	Progress func(label string) Progress
 	Log      *slog.Logger
 	Now      func() time.Time
+
+	// afterMemberWritten, for tests, runs after each data dir is written.
+	afterMemberWritten func(context.Context, Member)
 }
 
 // Survivor is the pre-restore snapshot of a surviving member.
@@ -171,10 +180,16 @@ type BackupError struct {
 	Err          error
 	Next         string
 	NextRevision int64
+	// NextErr is why the next backups could not be checked (the store
+	// failed while they were read).
+	NextErr error
 }
 
 func (e *BackupError) Error() string {
-	msg := fmt.Sprintf("backup %s is corrupt or truncated, refusing it: %v", e.Backup, e.Err)
+	msg := fmt.Sprintf("backup %s is corrupt, truncated or missing an object, refusing it: %v", e.Backup, e.Err)
+	if e.NextErr != nil {
+		return msg + fmt.Sprintf("; the older backups could not be checked: %v", e.NextErr)
+	}
 	if e.Next != "" {
 		return msg + fmt.Sprintf("; the next-newest good backup is %s (revision %d, verified): restore it with --backup %s", e.Next, e.NextRevision, e.Next)
 	}
@@ -230,7 +245,7 @@ func (nopProgress) Done()        {}
 
 // Run restores a cluster: see the package documentation. It returns the
 // plan, and how far it got, even when it fails after building it.
-func Run(ctx context.Context, opts Options) (*Result, error) {
+func Run(ctx context.Context, opts Options) (_ *Result, rerr error) {
 	start := time.Now()
 	res := &Result{Plan: Plan{ClusterID: opts.ClusterID, DryRun: opts.DryRun, Checks: []Check{}}}
 	fail := func(step string, err error) (*Result, error) {
@@ -266,9 +281,19 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		m := &plan.Members[i]
 		st, err := inspectDir(m.DataDir)
 		if err != nil {
-			return fail(StepDataDirs, fmt.Errorf("member %s: %w", m.Name, err))
+			if !opts.DryRun {
+				return fail(StepDataDirs, fmt.Errorf("member %s: %w", m.Name, err))
+			}
+			m.Problem = err.Error()
+			plan.Problems = append(plan.Problems, fmt.Sprintf("data dir %s of member %s: %v", m.DataDir, m.Name, err))
+			continue
 		}
 		m.State = st
+		if err := checkTarget(m.DataDir, st); err != nil {
+			m.Problem = err.Error()
+			plan.Problems = append(plan.Problems, fmt.Sprintf("data dir %s of member %s cannot be written: %v", m.DataDir, m.Name, err))
+			continue
+		}
 		if st != DirNonEmpty {
 			continue
 		}
@@ -283,10 +308,18 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		return fail(StepDataDirs, &ProblemsError{plan.Problems})
 	}
 
-	snapPath, step, err := selectAndVerify(ctx, opts, log, plan, filepath.Dir(plan.Members[0].DataDir))
-	if snapPath != "" {
-		defer os.Remove(snapPath)
-	}
+	tmpDir := filepath.Dir(plan.Members[0].DataDir)
+	tmpCreated, _, _ := missingDirs(tmpDir)
+	snapPath, step, err := selectAndVerify(ctx, opts, log, plan, tmpDir)
+	defer func() {
+		if snapPath != "" {
+			os.Remove(snapPath)
+		}
+		if rerr != nil {
+			// Parent dirs this run created for nothing.
+			removeEmptyDirs(tmpCreated)
+		}
+	}()
 	if err != nil {
 		return fail(step, err)
 	}
@@ -298,25 +331,56 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	}
 
 	// Move non-empty data dirs aside (--force), then write every data dir.
+	// On any failure, or a cancel, from here on, the dirs moved aside are
+	// moved back: the data dirs end as they were, or all written.
+	var moved []*Member
+	moveBack := func() {
+		for _, m := range moved {
+			if err := os.Rename(m.MovedTo, m.DataDir); err != nil {
+				log.Error("could not move a data dir back after the restore failed", "member", m.Name, "from", m.MovedTo, "to", m.DataDir, "err", err)
+				continue
+			}
+			m.State, m.MovedTo = DirNonEmpty, ""
+		}
+	}
 	for i := range plan.Members {
 		m := &plan.Members[i]
 		if m.MovedTo == "" {
 			continue
 		}
+		if err := ctx.Err(); err != nil {
+			moveBack()
+			return fail(StepMoveAside, err)
+		}
 		m.MovedTo = movedName(m.DataDir, opts.Now())
 		if err := moveAside(m.DataDir, m.MovedTo); err != nil {
+			moveBack()
 			return fail(StepMoveAside, fmt.Errorf("member %s: %w", m.Name, err))
 		}
 		log.Warn("moved a non-empty data dir aside", "member", m.Name, "from", m.DataDir, "to", m.MovedTo)
 		m.State = DirAbsent
+		moved = append(moved, m)
 	}
 	// Give the verified file a freelist and the revision bump once, so
 	// that no member's restore walks the database.
-	if err := prepareSnapshot(snapPath, opts.BumpRevision, opts.MarkCompacted, log); err != nil {
+	if err := ctx.Err(); err != nil {
+		moveBack()
 		return fail(StepWrite, err)
 	}
+	if err := prepareSnapshot(snapPath, opts.BumpRevision, opts.MarkCompacted, log); err != nil {
+		moveBack()
+		return fail(StepWrite, err)
+	}
+	after := opts.afterMemberWritten
+	if after == nil {
+		after = envAfterMemberWritten()
+	}
 	if err := writeDataDirs(ctx, plan, opts.Parallel, restoreConfig{snapshotPath: snapPath, initialCluster: opts.InitialCluster,
-		token: plan.Token}, log); err != nil {
+		token: plan.Token}, log, after); err != nil {
+		for _, m := range moved {
+			m.State = DirAbsent
+		}
+		moveBack()
 		return fail(StepWrite, err)
 	}
 	os.Remove(snapPath)
@@ -333,7 +397,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	vo.MinRevision = plan.MinRevision
 	vo.ExpectedKeys = -1
 	if plan.Snapshot != nil {
-		vo.ExpectedKeys = plan.Snapshot.LiveKeys
+		plan.Snapshot.Expect(&vo)
 	}
 	if vo.ExpectedMembers == 0 {
 		vo.ExpectedMembers = len(pc.names)
@@ -429,7 +493,24 @@ func selectAndVerify(ctx context.Context, opts Options, log *slog.Logger, plan *
 		}
 	} else {
 		var dst *os.File
-		if !opts.DryRun {
+		if opts.DryRun {
+			// The same checks as the real run, the database's revision
+			// included, so the database is read from a file: in a private
+			// scratch dir, not next to the data dirs, removed on return.
+			scratchRoot := opts.ScratchDir
+			if scratchRoot == "" {
+				scratchRoot = os.TempDir()
+			}
+			scratch, err := os.MkdirTemp(scratchRoot, ".etcd-recovery-dry-run-*")
+			if err != nil {
+				return "", StepVerifyBackup, fmt.Errorf("dry run: scratch dir for the snapshot: %w", err)
+			}
+			defer os.RemoveAll(scratch)
+			if dst, err = os.OpenFile(filepath.Join(scratch, "snapshot.db"), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600); err != nil {
+				return "", StepVerifyBackup, fmt.Errorf("dry run: scratch file for the snapshot: %w", err)
+			}
+			defer dst.Close()
+		} else {
 			if err := os.MkdirAll(dir, 0o700); err != nil {
 				return snapPath, StepVerifyBackup, err
 			}
@@ -441,12 +522,7 @@ func selectAndVerify(ctx context.Context, opts Options, log *slog.Logger, plan *
 		}
 		fetchStart := time.Now()
 		prog := opts.Progress(fmt.Sprintf("download %s", chosen.Name))
-		var fr *fetchResult
-		if dst != nil {
-			fr, err = fetchSnapshot(ctx, opts.Store, opts.Layout, chosen.manifest, dst, prog.Update)
-		} else {
-			fr, err = fetchSnapshot(ctx, opts.Store, opts.Layout, chosen.manifest, nil, prog.Update)
-		}
+		fr, err := fetchSnapshot(ctx, opts.Store, opts.Layout, chosen.manifest, dst, prog.Update)
 		prog.Done()
 		if fr != nil {
 			plan.Checks = append(plan.Checks, fr.Checks...)
@@ -455,12 +531,12 @@ func selectAndVerify(ctx context.Context, opts Options, log *slog.Logger, plan *
 			return snapPath, StepVerifyBackup, refuse(ctx, opts, cands, idx, err)
 		}
 		cands[idx].Status, plan.Chosen.Status = "chosen, verified", "chosen, verified"
-		if dst != nil {
+		{
 			if err := dst.Close(); err != nil {
 				return snapPath, StepVerifyBackup, err
 			}
 			log.Debug("snapshot streamed and checked", "backup", chosen.Name, "duration", time.Since(fetchStart).Round(time.Millisecond))
-			facts, err := readSnapshotFacts(snapPath)
+			facts, err := readSnapshotFacts(dst.Name())
 			if err != nil {
 				return snapPath, StepVerifyBackup, refuse(ctx, opts, cands, idx, &verifyError{err})
 			}
@@ -498,6 +574,13 @@ func refuse(ctx context.Context, opts Options, cands []Candidate, idx int, err e
 		prog.Done()
 		if ctx.Err() != nil {
 			return err
+		}
+		var cve *verifyError
+		if verr != nil && !errors.As(verr, &cve) {
+			// The store, not the backup: the ones after it are unknown.
+			c.Status, c.Detail = "not checked", verr.Error()
+			be.NextErr = verr
+			break
 		}
 		if verr != nil {
 			c.Status, c.Detail = "failed verification", verr.Error()
@@ -566,14 +649,18 @@ func takeSurvivor(ctx context.Context, opts Options, log *slog.Logger, s *Surviv
 	return nil
 }
 
-// writeDataDirs restores every member's data dir, parallel at a time.
-func writeDataDirs(ctx context.Context, plan *Plan, parallel int, rc restoreConfig, log *slog.Logger) error {
+// writeDataDirs restores every member's data dir, parallel at a time. All
+// are written, or none: when one fails, or the run is cancelled while they
+// are written, every data dir this run wrote is removed (with the parent
+// dirs it created) and the error returned.
+func writeDataDirs(ctx context.Context, plan *Plan, parallel int, rc restoreConfig, log *slog.Logger, after func(context.Context, Member)) error {
 	if parallel <= 0 {
 		parallel = len(plan.Members)
 	}
 	sem := make(chan struct{}, parallel)
 	var wg sync.WaitGroup
 	errs := make([]error, len(plan.Members))
+	created := make([][]string, len(plan.Members))
 	for i := range plan.Members {
 		m := &plan.Members[i]
 		wg.Add(1)
@@ -591,27 +678,58 @@ func writeDataDirs(ctx context.Context, plan *Plan, parallel int, rc restoreConf
 				return
 			}
 			t := time.Now()
-			if err := restoreMember(rc, *m); err != nil {
+			dirs, err := restoreMember(rc, *m)
+			created[i] = dirs
+			if err != nil {
 				errs[i] = fmt.Errorf("member %s (%s): %w", m.Name, m.DataDir, err)
 				return
 			}
 			m.Restored = true
 			log.Info("data dir written", "member", m.Name, "data_dir", m.DataDir, "duration", time.Since(t).Round(time.Millisecond))
+			if after != nil {
+				after(ctx, *m)
+			}
 		}()
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		// All or nothing: a partial set of data dirs would form no cluster.
-		for i := range plan.Members {
-			m := &plan.Members[i]
-			if m.Restored {
-				_ = removeRestored(*m)
-				m.Restored = false
-			}
+	var failed []error
+	for _, e := range errs {
+		if e != nil && !errors.Is(e, context.Canceled) && !errors.Is(e, context.DeadlineExceeded) {
+			failed = append(failed, e)
 		}
-		return err
 	}
-	return nil
+	err := errors.Join(failed...)
+	if cerr := ctx.Err(); cerr != nil {
+		// Cancelled while they were written: those written are complete,
+		// but the run was stopped, so none stay.
+		if err != nil {
+			err = fmt.Errorf("%w (%v)", cerr, err)
+		} else {
+			err = fmt.Errorf("%w while the data dirs were written", cerr)
+		}
+	}
+	if err == nil {
+		return nil
+	}
+	// All or nothing: a partial set of data dirs would form no cluster.
+	var left []string
+	for i := range plan.Members {
+		m := &plan.Members[i]
+		if m.Restored {
+			if rerr := removeRestored(*m); rerr != nil {
+				left = append(left, fmt.Sprintf("%s: %v", m.DataDir, rerr))
+			}
+			m.Restored = false
+		}
+	}
+	for i := range plan.Members {
+		removeEmptyDirs(created[i])
+	}
+	if len(left) > 0 {
+		return fmt.Errorf("%w; removing the data dirs written could not finish, remove them by hand: %s", err, strings.Join(left, "; "))
+	}
+	log.Warn("data dir write stopped: every data dir written by this run was removed", "members", describeMembers(plan.Members), "err", err)
+	return err
 }
 
 // removeRestored removes a data dir this run wrote (it was absent or
@@ -623,7 +741,9 @@ func removeRestored(m Member) error {
 			return err
 		}
 		for _, e := range entries {
-			_ = os.RemoveAll(filepath.Join(m.DataDir, e.Name()))
+			if err := os.RemoveAll(filepath.Join(m.DataDir, e.Name())); err != nil {
+				return err
+			}
 		}
 		return nil
 	}

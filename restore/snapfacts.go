@@ -8,8 +8,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
-
-	"github.com/armada/etcd-recovery/backup"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // SnapshotFacts are read from a verified snapshot file before any data dir
@@ -21,6 +20,10 @@ type SnapshotFacts struct {
 	// LiveKeys is the number of keys whose latest revision is not a
 	// deletion: what a range over the whole keyspace counts.
 	LiveKeys int64 `json:"liveKeys"`
+	// LeasedKeys is how many of the live keys are attached to a lease
+	// (their latest revision has a lease): etcd may expire them once the
+	// rebuilt cluster runs, so verify counts them apart.
+	LeasedKeys int64 `json:"leasedKeys"`
 	// Revisions is the number of entries in the "key" bucket (every
 	// revision of every key not yet compacted, tombstones included).
 	Revisions int64 `json:"revisions"`
@@ -32,6 +35,18 @@ type SnapshotFacts struct {
 
 // StoreRevision is the revision etcd reports for this database.
 func (f SnapshotFacts) StoreRevision() int64 { return max(f.Revision, f.CompactRevision) }
+
+// UnleasedKeys is the number of live keys on no lease: the rebuilt
+// cluster must hold exactly as many, however long after the restore.
+func (f SnapshotFacts) UnleasedKeys() int64 { return f.LiveKeys - f.LeasedKeys }
+
+// Expect sets what a rebuilt cluster must hold to vo: the live keys
+// without a lease exactly, the leased ones reported apart.
+func (f SnapshotFacts) Expect(vo *VerifyOptions) {
+	vo.ExpectedKeys = f.LiveKeys
+	leased := f.LeasedKeys
+	vo.ExpectedLeasedKeys = &leased
+}
 
 // etcd's mvcc layout: the "key" bucket maps a revision (8-byte main,
 // '_', 8-byte sub; plus a trailing 't' for a deletion) to a marshalled
@@ -55,13 +70,14 @@ var (
 // written, and bbolt does not rebuild its freelist.
 //
 // Counting walks the "key" bucket in revision order and keeps, per user
-// key, whether its latest entry is a deletion. Only the start of each value
-// is read (the user key is the first field), so large values stay on disk.
+// key, whether its latest entry is a deletion or is on a lease. Only the
+// user key (the first field) and the lease (the last, after the value) are
+// read; the value is skipped by its length, so large values stay on disk.
 // User keys are remembered by a 128-bit hash, so the memory used is 16
 // bytes per distinct key whatever the key sizes; the pages of the map that
 // the walk has passed are dropped from the resident set after every
 // trimBytes of keys and values, so the walk's RSS does not grow with the
-// database. (Only the start of a large value is read, but the kernel maps
+// database. (Only the ends of a large value are read, but the kernel maps
 // the pages around a fault that are already cached, so a walk past
 // 100 KiB values would otherwise map nearly all of them.)
 const trimBytes = 8 << 20
@@ -86,7 +102,13 @@ func readSnapshotFacts(path string) (SnapshotFacts, error) {
 		if b == nil {
 			return errors.New(`no "key" bucket: not an etcd v3 database`)
 		}
-		alive := map[[2]uint64]bool{}
+		// Per user key: its latest entry's state.
+		const (
+			dead   = 0
+			live   = 1
+			leased = 2
+		)
+		alive := map[[2]uint64]uint8{}
 		c := b.Cursor()
 		passed := 0
 		for k, v := c.First(); k != nil; k, v = c.Next() {
@@ -99,7 +121,7 @@ func readSnapshotFacts(path string) (SnapshotFacts, error) {
 			}
 			f.Revisions++
 			f.Revision = int64(binary.BigEndian.Uint64(k[:8]))
-			uk, err := userKey(v)
+			uk, lease, err := keyAndLease(v)
 			if err != nil {
 				return fmt.Errorf("key bucket: revision %d: %w", f.Revision, err)
 			}
@@ -108,11 +130,21 @@ func readSnapshotFacts(path string) (SnapshotFacts, error) {
 				continue
 			}
 			h := [2]uint64{maphash.Bytes(s1, uk), maphash.Bytes(s2, uk)}
-			alive[h] = !(len(k) == markedRevBytesLen && k[revBytesLen] == markTombstone)
+			switch {
+			case len(k) == markedRevBytesLen && k[revBytesLen] == markTombstone:
+				alive[h] = dead
+			case lease != 0:
+				alive[h] = leased
+			default:
+				alive[h] = live
+			}
 		}
 		for _, a := range alive {
-			if a {
+			if a != dead {
 				f.LiveKeys++
+			}
+			if a == leased {
+				f.LeasedKeys++
 			}
 		}
 		return nil
@@ -120,10 +152,47 @@ func readSnapshotFacts(path string) (SnapshotFacts, error) {
 	return f, err
 }
 
-// userKey returns field 1 (key) of a marshalled mvccpb.KeyValue without
-// decoding the rest or reading past it (the value that follows may span
-// pages that should stay on disk). An empty value has no key.
-func userKey(v []byte) ([]byte, error) {
-	k, _, err := backup.BytesField(v, 1)
-	return k, err
+// mvccpb.KeyValue field numbers.
+const (
+	kvKeyField   protowire.Number = 1
+	kvLeaseField protowire.Number = 6
+)
+
+// keyAndLease returns fields 1 (key) and 6 (lease) of a marshalled
+// mvccpb.KeyValue. The value (field 5) in between is skipped by its
+// length, never read: only the page holding the lease, after it, is
+// touched. An empty value has no key and no lease.
+func keyAndLease(v []byte) (key []byte, lease int64, err error) {
+	msg := v
+	for len(msg) > 0 {
+		n, typ, tl := protowire.ConsumeTag(msg)
+		if tl < 0 {
+			return nil, 0, protowire.ParseError(tl)
+		}
+		msg = msg[tl:]
+		switch {
+		case n == kvKeyField && typ == protowire.BytesType:
+			b, l := protowire.ConsumeBytes(msg)
+			if l < 0 {
+				return nil, 0, protowire.ParseError(l)
+			}
+			key = b[:len(b):len(b)]
+			msg = msg[l:]
+			continue
+		case n == kvLeaseField && typ == protowire.VarintType:
+			x, l := protowire.ConsumeVarint(msg)
+			if l < 0 {
+				return nil, 0, protowire.ParseError(l)
+			}
+			lease = int64(x)
+			msg = msg[l:]
+			continue
+		}
+		l := protowire.ConsumeFieldValue(n, typ, msg)
+		if l < 0 {
+			return nil, 0, protowire.ParseError(l)
+		}
+		msg = msg[l:]
+	}
+	return key, lease, nil
 }

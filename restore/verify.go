@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/armada/etcd-recovery/backup"
@@ -27,6 +28,12 @@ type VerifyOptions struct {
 	// ExpectedKeys: the number of live keys must equal this (the
 	// snapshot's). Negative skips the check.
 	ExpectedKeys int64
+	// ExpectedLeasedKeys, when set, is how many of ExpectedKeys are on a
+	// lease in the snapshot (SnapshotFacts.Expect sets both). etcd may
+	// expire those once the cluster runs, so only the keys without a lease
+	// must match exactly (ExpectedKeys - *ExpectedLeasedKeys); the leased
+	// ones are reported, not checked. Nil: the total must match.
+	ExpectedLeasedKeys *int64
 	// ExpectedMembers: the member list must have this many members. 0
 	// skips the check.
 	ExpectedMembers int
@@ -53,9 +60,15 @@ type VerifyReport struct {
 	MinRevision  int64          `json:"minRevision,omitempty"`
 	Keys         int64          `json:"keys"`
 	ExpectedKeys *int64         `json:"expectedKeys,omitempty"`
-	Checks       []Check        `json:"checks"`
-	Verified     bool           `json:"verified"`
-	Waited       time.Duration  `json:"waited"`
+	// With ExpectedLeasedKeys: the live keys on a lease now and in the
+	// snapshot, and the keys on none (now and expected).
+	LeasedKeys           int64         `json:"leasedKeys,omitempty"`
+	SnapshotLeasedKeys   *int64        `json:"snapshotLeasedKeys,omitempty"`
+	UnleasedKeys         int64         `json:"unleasedKeys,omitempty"`
+	ExpectedUnleasedKeys *int64        `json:"expectedUnleasedKeys,omitempty"`
+	Checks               []Check       `json:"checks"`
+	Verified             bool          `json:"verified"`
+	Waited               time.Duration `json:"waited"`
 }
 
 // Names of the checks of a rebuilt cluster.
@@ -64,7 +77,14 @@ const (
 	CheckMembers  = "member count"
 	CheckRevision = "revision not behind"
 	CheckKeys     = "live key count"
+	// CheckUnleasedKeys replaces CheckKeys when the snapshot's leased
+	// keys are known; CheckLeasedKeys is information, never a failure.
+	CheckUnleasedKeys = "live keys without a lease"
+	CheckLeasedKeys   = "keys on leases"
 )
+
+// CheckInfo is the status of a check that reports and never fails.
+const CheckInfo = "info"
 
 // VerifyError is a rebuilt cluster that failed its checks.
 type VerifyError struct{ Failed []Check }
@@ -102,11 +122,20 @@ func Verify(ctx context.Context, opts VerifyOptions) (*VerifyReport, error) {
 	// up within a second of being started, and the RTO is measured to the
 	// moment they are verified), then once a second.
 	pause := 100 * time.Millisecond
+	lastLog := start
+	opts.Log.Info("waiting for the rebuilt cluster's members to be healthy", "endpoints", strings.Join(opts.Etcd.Endpoints, ","),
+		"timeout", opts.Timeout)
 	for {
 		rep = verifyOnce(ctx, opts)
 		rep.Waited = time.Since(start)
 		if rep.healthy() || ctx.Err() != nil || time.Now().After(deadline) {
 			break
+		}
+		if time.Since(lastLog) >= 10*time.Second {
+			// Say what it waits for: a silent wait looks like a hang.
+			lastLog = time.Now()
+			opts.Log.Info("still waiting for the rebuilt cluster", "endpoints", strings.Join(opts.Etcd.Endpoints, ","),
+				"waited", rep.Waited.Round(time.Second), "timeout", opts.Timeout, "not yet", notYet(rep))
 		}
 		opts.Log.Debug("waiting for the rebuilt cluster", "checks", rep.Checks)
 		select {
@@ -134,6 +163,17 @@ func Verify(ctx context.Context, opts VerifyOptions) (*VerifyReport, error) {
 	}
 	rep.Verified = true
 	return rep, nil
+}
+
+// notYet is what the last round found missing, for the log.
+func notYet(r *VerifyReport) string {
+	var parts []string
+	for _, c := range r.Checks {
+		if c.Status == CheckFailed {
+			parts = append(parts, c.Name+": "+c.Detail)
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
 func (r *VerifyReport) healthy() bool {
@@ -202,14 +242,20 @@ func verifyOnce(ctx context.Context, opts VerifyOptions) *VerifyReport {
 		return rep
 	}
 	defer cli.Close()
-	cctx, cancel := context.WithTimeout(ctx, 2*opts.ProbeTimeout)
-	resp, err := cli.Get(cctx, "", clientv3.WithFromKey(), clientv3.WithCountOnly())
-	cancel()
+	if opts.ExpectedLeasedKeys != nil {
+		rep.Revision, rep.Keys, rep.LeasedKeys, err = countKeys(ctx, cli, opts.ProbeTimeout)
+	} else {
+		cctx, cancel := context.WithTimeout(ctx, 2*opts.ProbeTimeout)
+		var resp *clientv3.GetResponse
+		if resp, err = cli.Get(cctx, "", clientv3.WithFromKey(), clientv3.WithCountOnly()); err == nil {
+			rep.Revision, rep.Keys = resp.Header.Revision, resp.Count
+		}
+		cancel()
+	}
 	if err != nil {
 		rep.Checks = append(rep.Checks, Check{Name: CheckKeys, Status: CheckFailed, Detail: "count keys: " + err.Error()})
 		return rep
 	}
-	rep.Revision, rep.Keys = resp.Header.Revision, resp.Count
 	if opts.MinRevision > 0 {
 		c := Check{Name: CheckRevision, Status: CheckPassed, Detail: fmt.Sprintf("revision %d >= %d", rep.Revision, opts.MinRevision)}
 		if rep.Revision < opts.MinRevision {
@@ -217,7 +263,28 @@ func verifyOnce(ctx context.Context, opts VerifyOptions) *VerifyReport {
 		}
 		rep.Checks = append(rep.Checks, c)
 	}
-	if opts.ExpectedKeys >= 0 {
+	switch {
+	case opts.ExpectedKeys < 0:
+	case opts.ExpectedLeasedKeys != nil:
+		want := opts.ExpectedKeys
+		snapLeased := *opts.ExpectedLeasedKeys
+		wantUnleased := want - snapLeased
+		rep.ExpectedKeys, rep.SnapshotLeasedKeys, rep.ExpectedUnleasedKeys = &want, &snapLeased, &wantUnleased
+		rep.UnleasedKeys = rep.Keys - rep.LeasedKeys
+		c := Check{Name: CheckUnleasedKeys, Status: CheckPassed, Detail: fmt.Sprintf("%d, as in the snapshot", rep.UnleasedKeys)}
+		if rep.UnleasedKeys != wantUnleased {
+			c.Status, c.Detail = CheckFailed, fmt.Sprintf("%d live keys without a lease, the snapshot has %d", rep.UnleasedKeys, wantUnleased)
+		}
+		rep.Checks = append(rep.Checks, c)
+		detail := fmt.Sprintf("%d now, %d in the snapshot", rep.LeasedKeys, snapLeased)
+		switch d := snapLeased - rep.LeasedKeys; {
+		case d > 0:
+			detail += fmt.Sprintf(": %d expired with their leases since the restore, as etcd does", d)
+		case d < 0:
+			detail += fmt.Sprintf(": %d attached since the restore", -d)
+		}
+		rep.Checks = append(rep.Checks, Check{Name: CheckLeasedKeys, Status: CheckInfo, Detail: detail})
+	default:
 		want := opts.ExpectedKeys
 		rep.ExpectedKeys = &want
 		c := Check{Name: CheckKeys, Status: CheckPassed, Detail: fmt.Sprintf("%d live keys, as in the snapshot", rep.Keys)}
@@ -227,6 +294,55 @@ func verifyOnce(ctx context.Context, opts VerifyOptions) *VerifyReport {
 		rep.Checks = append(rep.Checks, c)
 	}
 	return rep
+}
+
+// countPage is how many keys one range request of countKeys returns: a
+// bound on the memory a page takes (keys only, no values).
+const countPage = 2000
+
+// countKeys counts the live keys of the cluster, and those on a lease,
+// with linearizable keys-only range requests of countPage keys, all at the
+// revision of the first, so the count is of one consistent keyspace. A
+// keys-only response still carries each key's lease.
+func countKeys(ctx context.Context, cli *clientv3.Client, probe time.Duration) (rev, total, leased int64, err error) {
+	for attempt := 0; ; attempt++ {
+		rev, total, leased, err = countKeysOnce(ctx, cli, probe)
+		if !errors.Is(err, rpctypes.ErrCompacted) || attempt >= 2 {
+			return rev, total, leased, err
+		}
+	}
+}
+
+func countKeysOnce(ctx context.Context, cli *clientv3.Client, probe time.Duration) (rev, total, leased int64, err error) {
+	key := []byte{0}
+	first := true
+	for {
+		opts := []clientv3.OpOption{clientv3.WithFromKey(), clientv3.WithKeysOnly(), clientv3.WithLimit(countPage),
+			clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend)}
+		if !first {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		cctx, cancel := context.WithTimeout(ctx, 2*probe)
+		resp, err := cli.Get(cctx, string(key), opts...)
+		cancel()
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		if first {
+			rev, first = resp.Header.Revision, false
+		}
+		for _, kv := range resp.Kvs {
+			total++
+			if kv.Lease != 0 {
+				leased++
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return rev, total, leased, nil
+		}
+		last := resp.Kvs[len(resp.Kvs)-1].Key
+		key = append(append(key[:0], last...), 0)
+	}
 }
 
 // linearizableRead reads through one member alone and returns its revision.
@@ -319,7 +435,7 @@ func CheckCluster(ctx context.Context, opts ClusterCheckOptions) (*ClusterCheck,
 		}
 		out.Snapshot = &facts
 		opts.MinRevision = facts.Revision + int64(opts.BumpRevision)
-		opts.ExpectedKeys = facts.LiveKeys
+		facts.Expect(&opts.VerifyOptions)
 	case opts.ManifestFile != "":
 		b, err := os.ReadFile(opts.ManifestFile)
 		if err != nil {
@@ -336,7 +452,7 @@ func CheckCluster(ctx context.Context, opts ClusterCheckOptions) (*ClusterCheck,
 		opts.MinRevision = givenRev
 	}
 	if opts.OverrideKeys {
-		opts.ExpectedKeys = givenKeys
+		opts.ExpectedKeys, opts.ExpectedLeasedKeys = givenKeys, nil
 	}
 	rep, err := Verify(ctx, opts.VerifyOptions)
 	out.VerifyReport = rep

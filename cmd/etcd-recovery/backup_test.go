@@ -151,27 +151,41 @@ func TestCLIInterruptMidStream(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// stderr is drained throughout (a full pipe would stall the child).
 	sc := bufio.NewScanner(stderr)
 	var lines []string
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-		if strings.Contains(sc.Text(), "streaming snapshot") {
-			time.Sleep(100 * time.Millisecond)
-			if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
-				t.Fatal(err)
-			}
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		for sc.Scan() {
+			lines = append(lines, sc.Text())
+		}
+	}()
+	// Mid-stream means the snapshot's multipart upload exists: wait for
+	// that condition, not for a time.
+	st := testfix.Store(t, m, bucket)
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		ups, err := st.ListUploads(context.Background(), prefix+"/")
+		if err == nil && len(ups) > 0 {
 			break
 		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			<-drained
+			t.Fatalf("no multipart upload appeared within 2m (%v)\n%s", err, strings.Join(lines, "\n"))
+		}
+		time.Sleep(20 * time.Millisecond) // polling the condition
 	}
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
 	}
+	<-drained
 	err = cmd.Wait()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != exitCanceled {
 		t.Fatalf("want exit %d after SIGINT, got %v\n%s", exitCanceled, err, strings.Join(lines, "\n"))
 	}
-	st := testfix.Store(t, m, bucket)
 	if keys := testfix.Keys(t, st, prefix+"/"); len(keys) != 0 {
 		t.Errorf("an interrupted backup left %v", keys)
 	}

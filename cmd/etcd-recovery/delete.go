@@ -15,18 +15,22 @@ func deleteCommand() *cli.Command {
 		Name:  "delete",
 		Usage: "delete named backups of one cluster, of any kind (manifest first)",
 		Description: "The only way manual and pre-restore backups are deleted. Names that do not exist, and the\n" +
-			"newest committed backup (without --force), are refused before anything is deleted.",
+			"newest committed backup that checks out (without --force), are refused before anything is deleted.",
 		Flags: concat(cosFlags(), []cli.Flag{
 			clusterIDFlag(),
 			&cli.StringSliceFlag{Name: "backup", Usage: "backup name, as `list` shows it (repeatable)"},
-			&cli.BoolFlag{Name: "force", Usage: "allow deleting the newest committed backup"},
+			&cli.BoolFlag{Name: "force", Usage: "allow deleting the newest committed backup that checks out"},
 			outputFlag(),
+			timeoutFlag(defaultPruneTimeout, "delete"),
 		}),
 		Action: runDelete,
 	}
 }
 
 func runDelete(c *cli.Context) error {
+	if err := noArgs(c); err != nil {
+		return err
+	}
 	log, err := logger(c)
 	if err != nil {
 		return err
@@ -55,7 +59,13 @@ func runDelete(c *cli.Context) error {
 		return err
 	}
 	opts.Store, opts.Layout = store, layout
-	rep, err := backup.Delete(c.Context, opts)
+	ctx, cancel, named, err := runDeadline(c)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	rep, err := backup.Delete(ctx, opts)
+	err = named("delete", err)
 	if errors.Is(err, backup.ErrNewestBackup) {
 		err = fmt.Errorf("%w: pass --force", err)
 	}

@@ -1,7 +1,11 @@
 package main
 
 import (
+	"fmt"
+	"net/url"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -49,6 +53,7 @@ func cosFlags() []cli.Flag {
 		&cli.StringFlag{Name: "cos-credentials-dir", EnvVars: []string{"COS_CREDENTIALS_DIR"}, Usage: "mounted cos-credentials secret (else COS_ACCESS_KEY_ID/COS_SECRET_ACCESS_KEY or COS_API_KEY)", TakesFile: true},
 		&cli.StringFlag{Name: "cos-ca-file", EnvVars: []string{"COS_CA_FILE"}, Usage: "extra CA bundle for the COS endpoint", TakesFile: true},
 		&cli.IntFlag{Name: "cos-max-retries", EnvVars: []string{"COS_MAX_RETRIES"}, Value: 5, Usage: "retries per request on transient errors (5xx, resets, timeouts)"},
+		&cli.DurationFlag{Name: "cos-stall-timeout", EnvVars: []string{"COS_STALL_TIMEOUT"}, Value: cos.DefaultStallTimeout, Usage: "abort a store call (or an upload or download) that makes no progress for this long: \"object store stalled\""},
 	}
 }
 
@@ -64,22 +69,84 @@ func cosStore(c *cli.Context) (*cos.Store, backup.Layout, error) {
 // cosStoreWith builds the object store from the flags and the given
 // credentials (e.g. read from a Kubernetes secret).
 func cosStoreWith(c *cli.Context, creds cos.Credentials) (*cos.Store, backup.Layout, error) {
+	// Input is validated before anything happens: a prefix that writes
+	// keys the store cannot list back, or an endpoint that is not a URL,
+	// is a usage error naming the flag and the value.
+	prefix, err := backup.ValidatePrefix(c.String("prefix"))
+	if err != nil {
+		return nil, backup.Layout{}, usagef("--prefix: %v", err)
+	}
+	if err := validateCOSEndpoint(c.String("cos-endpoint")); err != nil {
+		return nil, backup.Layout{}, usageError{err}
+	}
 	retries := c.Int("cos-max-retries")
+	if retries < 0 {
+		return nil, backup.Layout{}, usagef("--cos-max-retries %d: want 0 or more", retries)
+	}
 	if retries == 0 {
 		retries = -1 // cos.Config: 0 means default
 	}
+	stall := c.Duration("cos-stall-timeout")
+	if stall <= 0 {
+		return nil, backup.Layout{}, usagef("--cos-stall-timeout %v: must be positive", stall)
+	}
 	st, err := cos.New(cos.Config{
-		Endpoint:   c.String("cos-endpoint"),
-		Region:     c.String("cos-region"),
-		Bucket:     c.String("bucket"),
-		Creds:      creds,
-		CAFile:     c.String("cos-ca-file"),
-		MaxRetries: retries,
+		Endpoint:     c.String("cos-endpoint"),
+		Region:       c.String("cos-region"),
+		Bucket:       c.String("bucket"),
+		Creds:        creds,
+		CAFile:       c.String("cos-ca-file"),
+		MaxRetries:   retries,
+		StallTimeout: stall,
 	})
 	if err != nil {
 		return nil, backup.Layout{}, usageError{err}
 	}
-	return st, backup.Layout{Prefix: c.String("prefix")}, nil
+	return st, backup.Layout{Prefix: prefix}, nil
+}
+
+// validateCOSEndpoint accepts http(s)://host[:port] (an optional trailing
+// slash) or a bare host[:port], which the store reaches over https.
+// Anything else (another scheme, a path, user info, spaces) is refused with
+// the value named. The empty endpoint is left to the store's own check,
+// which names the flag and the variable.
+func validateCOSEndpoint(ep string) error {
+	if ep == "" {
+		return nil
+	}
+	bad := func(why string) error {
+		return fmt.Errorf("--cos-endpoint %q: %s: want https://host[:port] (http:// only for local test servers)", etcdconn.RedactUserInfo(ep), why)
+	}
+	raw := ep
+	if scheme, _, ok := strings.Cut(ep, "://"); ok {
+		if scheme != "http" && scheme != "https" {
+			return bad(fmt.Sprintf("unknown scheme %q", scheme))
+		}
+	} else {
+		raw = "https://" + ep
+	}
+	if strings.ContainsAny(ep, " \t\r\n") {
+		return bad("contains white space")
+	}
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return bad("not a URL")
+	case u.Host == "" || u.Hostname() == "":
+		return bad("no host")
+	case u.User != nil:
+		return bad("user info is not allowed (credentials come from --cos-credentials-dir or the environment)")
+	case u.Path != "" && u.Path != "/":
+		return bad("a path is not allowed (the bucket is --bucket, the key prefix --prefix)")
+	case u.RawQuery != "" || u.Fragment != "" || strings.ContainsAny(ep, "?#"):
+		return bad("a query or fragment is not allowed")
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return bad(fmt.Sprintf("invalid port %q", p))
+		}
+	}
+	return nil
 }
 
 func clusterIDFlag() cli.Flag {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -226,12 +225,9 @@ func TestInspectCLIBackup(t *testing.T) {
 	}
 
 	// The store is down: a warning, the etcd verdict and exit code unchanged.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := "http://" + l.Addr().String()
-	l.Close()
+	// Nothing listens there: a port reserved below the ephemeral range,
+	// never bound (no outgoing connection can hold it as its source port).
+	dead := "http://127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
 	start := time.Now()
 	rep = inspectBoth(t, 0, append(inspectEtcdArgs(c), append(inspectCOSArgs(dead), "--timeout", "1s")...)...)
 	if rep.Backup == nil || rep.Backup.State != inspect.BackupUnknown || !strings.Contains(rep.Backup.Error, "connection refused") || rep.Verdict != inspect.VerdictHealthy {

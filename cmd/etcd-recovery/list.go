@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -12,21 +14,61 @@ import (
 
 const defaultProbeTimeout = 3 * time.Second
 
+// Overall deadlines of list and prune (--timeout).
+const (
+	defaultListTimeout  = 2 * time.Minute
+	defaultPruneTimeout = 10 * time.Minute
+)
+
 func listCommand() *cli.Command {
 	return &cli.Command{
-		Name:   "list",
-		Usage:  "list a cluster's backups, newest first, incomplete ones marked, with why retention keeps or deletes each",
-		Flags:  concat(cosFlags(), []cli.Flag{clusterIDFlag(), outputFlag()}, policyFlags()),
+		Name: "list",
+		Usage: "list a cluster's backups, newest first, with each one's state (committed, incomplete, damaged) " +
+			"and why retention keeps or deletes it",
+		Flags:  concat(cosFlags(), []cli.Flag{clusterIDFlag(), outputFlag(), timeoutFlag(defaultListTimeout, "list")}, policyFlags()),
 		Action: runList,
 	}
 }
 
+func timeoutFlag(d time.Duration, cmd string) cli.Flag {
+	return &cli.DurationFlag{Name: "timeout", Value: d, Usage: "overall deadline of the " + cmd + " run"}
+}
+
+// noArgs refuses stray positional arguments (exit 4).
+func noArgs(c *cli.Context) error {
+	if c.Args().Present() {
+		return usagef("%s: unexpected argument %q (this command takes flags only)", c.Command.Name, c.Args().First())
+	}
+	return nil
+}
+
+// runDeadline is the command's context bounded by --timeout, and a function
+// that names the step and the limit when err is that deadline.
+func runDeadline(c *cli.Context) (context.Context, context.CancelFunc, func(step string, err error) error, error) {
+	d := c.Duration("timeout")
+	if d <= 0 {
+		return nil, nil, nil, usagef("--timeout must be positive, got %v", d)
+	}
+	ctx, cancel := context.WithTimeout(c.Context, d)
+	named := func(step string, err error) error {
+		if err != nil && ctx.Err() == context.DeadlineExceeded && c.Context.Err() == nil {
+			return fmt.Errorf("%s: timed out after %s (--timeout) at step %q: %w", c.Command.Name, d, step, err)
+		}
+		return err
+	}
+	return ctx, cancel, named, nil
+}
+
 // listRow is one backup in `list`, for both the table and JSON.
 type listRow struct {
-	Name       string           `json:"name"`
-	Kind       backup.Kind      `json:"kind"`
-	Time       time.Time        `json:"time"`
-	Status     string           `json:"status"` // committed, incomplete, unreadable
+	Name string      `json:"name"`
+	Kind backup.Kind `json:"kind"`
+	Time time.Time   `json:"time"`
+	// Status is committed, incomplete, "damaged: <why>" (it cannot
+	// restore: manifest unreadable, an object missing or of the wrong size)
+	// or "unknown: ..." (its manifest could not be read: a store error).
+	Status     string           `json:"status"`
+	Damaged    string           `json:"damaged,omitempty"`
 	Revision   int64            `json:"revision,omitempty"`
 	RawSize    int64            `json:"rawSize,omitempty"`
 	StoredSize int64            `json:"storedSize"`
@@ -53,6 +95,9 @@ func (r retention) String() string {
 }
 
 func runList(c *cli.Context) error {
+	if err := noArgs(c); err != nil {
+		return err
+	}
 	clusterID := c.String("cluster-id")
 	if clusterID == "" {
 		return usagef("list: --cluster-id is required")
@@ -72,15 +117,52 @@ func runList(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	listed, err := backup.ListBackups(c.Context, store, layout, clusterID)
+	ctx, cancel, named, err := runDeadline(c)
 	if err != nil {
-		return fmt.Errorf("list cluster %s: %w", clusterID, err)
+		return err
+	}
+	defer cancel()
+	// The same inventory and checks as prune: every committed backup's
+	// manifest is read and the objects it names are checked against the
+	// listing; incomplete folders are aged with their uploads.
+	entries, err := backup.Inventory(ctx, store, layout, clusterID)
+	if err != nil {
+		return named("list backups", fmt.Errorf("list cluster %s: %w", clusterID, err))
+	}
+	manifests, merrs, unknownErr := backup.CheckEntries(ctx, store, layout, entries, backup.DefaultCheckParallel)
+	if err := ctx.Err(); err != nil {
+		return named("read manifests", fmt.Errorf("list cluster %s: read manifests: %w", clusterID, err))
+	}
+	uploads, err := store.ListUploads(ctx, layout.ClusterPrefix(clusterID))
+	if err == nil {
+		var keys []string
+		for _, e := range entries {
+			if !e.Committed {
+				keys = append(keys, backup.UploadKeys(layout, e, nil)...)
+			}
+		}
+		var exact []backup.Upload
+		exact, err = backup.ListUploadsAt(ctx, store, keys, backup.DefaultCheckParallel)
+		uploads = append(uploads, exact...)
+	}
+	if err != nil {
+		return named("list multipart uploads", fmt.Errorf("list cluster %s: %w", clusterID, err))
+	}
+	for i := range entries {
+		prefix := layout.BackupPrefix(clusterID, entries[i].Name)
+		seen := map[string]bool{}
+		for _, u := range uploads {
+			if len(u.Key) > len(prefix) && u.Key[:len(prefix)] == prefix && !seen[u.UploadID] {
+				seen[u.UploadID] = true
+				entries[i].Uploads = append(entries[i].Uploads, u)
+			}
+		}
+	}
+	listed := make([]backup.Listed, len(entries))
+	for i, e := range entries {
+		listed[i] = backup.Listed{Entry: e, Manifest: manifests[i], ManifestErr: merrs[i]}
 	}
 	// Pure: the plan is only shown, nothing is deleted.
-	entries := make([]backup.Entry, len(listed))
-	for i, l := range listed {
-		entries[i] = l.Entry
-	}
 	decisions := map[string]backup.Decision{}
 	for _, d := range backup.ApplyPolicy(entries, time.Now(), policy).Decisions {
 		decisions[d.Entry.Name] = d
@@ -94,12 +176,18 @@ func runList(c *cli.Context) error {
 		for _, o := range l.Objects {
 			r.StoredSize += o.Size
 		}
+		r.Damaged = l.Damaged
 		switch {
 		case !l.Committed:
 			r.Status = "incomplete"
+		case l.ManifestErr != nil && l.Damaged == "":
+			r.Status, r.Error = "unknown: manifest could not be read", l.ManifestErr.Error()
 		case l.ManifestErr != nil:
-			r.Status, r.Error = "unreadable", l.ManifestErr.Error()
+			r.Status, r.Error = "damaged: "+l.Damaged, l.ManifestErr.Error()
 		default:
+			if l.Damaged != "" {
+				r.Status = "damaged: " + l.Damaged
+			}
 			m := l.Manifest
 			r.Revision, r.RawSize, r.Source, r.Manifest = m.RevisionBefore, m.Snapshot.RawSize, m.Source.Name, m
 			if m.V2 != nil {
@@ -118,5 +206,15 @@ func runList(c *cli.Context) error {
 		t.Rows = append(t.Rows, []string{r.Name, string(r.Kind), r.Time.Format("2006-01-02 15:04:05"), r.Status, rev, raw,
 			output.Bytes(r.StoredSize), v2, r.Source, r.Retention.String()})
 	}
-	return output.Render(c.App.Writer, format, t, rows)
+	if err := output.Render(c.App.Writer, format, t, rows); err != nil {
+		return err
+	}
+	if unknownErr != nil {
+		// Shown in the table; the state of those backups is unknown.
+		return fmt.Errorf("list cluster %s: %w", clusterID, unknownErr)
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return named("render", ctx.Err())
+	}
+	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"runtime/pprof"
+	"strings"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
@@ -39,16 +40,53 @@ func main() {
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(defaultMemoryLimit)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go handleSignals(sigs, cancel, os.Stderr, os.Exit)
 	code := run(ctx, os.Args, os.Stdout, os.Stderr)
-	stop()
+	signal.Stop(sigs)
 	os.Exit(code)
+}
+
+// handleSignals turns SIGINT/SIGTERM into the run's cancellation: the
+// first cancels the root context (the command cleans up: a backup in
+// flight aborts its upload, for up to 30 s while the store recovers, and
+// the exit is 130); a second one exits at once with 130, leaving whatever
+// the cleanup had not finished (an incomplete backup has no manifest, and
+// prune removes it and its upload later).
+func handleSignals(sigs <-chan os.Signal, cancel context.CancelCauseFunc, stderr io.Writer, exit func(int)) {
+	first, ok := <-sigs
+	if !ok {
+		return
+	}
+	fmt.Fprintf(stderr, "etcd-recovery: %s: cancelling and cleaning up (a second signal exits at once)\n", signalName(first))
+	cancel(fmt.Errorf("%s received", signalName(first)))
+	second, ok := <-sigs
+	if !ok {
+		return
+	}
+	fmt.Fprintf(stderr, "etcd-recovery: %s again: exiting now, cleanup unfinished (a backup left incomplete has no manifest; prune removes it and its upload)\n", signalName(second))
+	exit(exitCanceled)
+}
+
+func signalName(s os.Signal) string {
+	switch s {
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	}
+	return s.String()
 }
 
 // run is main without the process: tests call it directly.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	app := newApp(stdout, stderr)
 	err := app.RunContext(ctx, args)
+	if name, ok := app.Metadata[unknownCommandKey].(string); ok && err == nil {
+		err = usagef("unknown command %q (commands: %s; see --help)", name, strings.Join(commandNames(app.Commands), ", "))
+	}
 	switch {
 	case err == nil:
 		return exitOK
@@ -104,17 +142,59 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		ExitErrHandler: func(*cli.Context, error) {},
 		OnUsageError:   onUsageError,
 	}
-	var walk func([]*cli.Command)
-	walk = func(cmds []*cli.Command) {
+	// An unknown command (`etcd-recovery foo`, `etcd-recovery help foo`)
+	// is recorded here and made a usage error by run: urfave/cli's own
+	// answer is exit 3, which is inspect's UNREACHABLE.
+	app.Metadata = map[string]any{}
+	app.CommandNotFound = func(_ *cli.Context, name string) { app.Metadata[unknownCommandKey] = name }
+	var walk func(string, []*cli.Command)
+	walk = func(parent string, cmds []*cli.Command) {
 		for _, c := range cmds {
+			name := strings.TrimSpace(parent + " " + c.Name)
 			if c.OnUsageError == nil {
 				c.OnUsageError = onUsageError
 			}
-			walk(c.Subcommands)
+			if c.Action != nil {
+				c.Action = noStrayArgs(name, c, c.Action)
+			}
+			walk(name, c.Subcommands)
 		}
 	}
-	walk(app.Commands)
+	walk("", app.Commands)
 	return app
+}
+
+const unknownCommandKey = "etcd-recovery/unknown-command"
+
+func commandNames(cmds []*cli.Command) []string {
+	var names []string
+	for _, c := range cmds {
+		if !c.Hidden && c.Name != "help" {
+			names = append(names, c.Name)
+		}
+	}
+	return names
+}
+
+// noStrayArgs refuses positional arguments: no command takes any (every
+// input is a flag), and an ignored `list c1` or `inspect extra` would run
+// on something other than what the SRE meant. A flag after a positional
+// argument is not parsed by the flag package, so it is named too.
+func noStrayArgs(name string, cmd *cli.Command, action cli.ActionFunc) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		if c.Args().Present() {
+			arg := c.Args().First()
+			hint := "every input is a flag"
+			if subs := commandNames(cmd.Subcommands); len(subs) > 0 {
+				hint = fmt.Sprintf("subcommands: %s; every other input is a flag", strings.Join(subs, ", "))
+			}
+			if strings.HasPrefix(arg, "-") {
+				return usagef("%s: unexpected argument %q: flags go before any argument", name, arg)
+			}
+			return usagef("%s: unexpected argument %q (%s)", name, arg, hint)
+		}
+		return action(c)
+	}
 }
 
 // onUsageError turns flag parsing errors into usage errors (exit 4).

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -16,14 +17,18 @@ func pruneCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "prune",
 		Usage: "apply the retention policy in COS: delete old backups (manifest first) and stale multipart uploads",
-		Description: "Lists the cluster (or, with --all, every cluster under the prefix) once, decides for every backup\n" +
-			"whether to keep or delete it and why, then deletes. If a listing fails, nothing is deleted.\n" +
+		Description: "Lists the cluster (or, with --all, every cluster under the prefix) once, checks every committed\n" +
+			"backup (its manifest parses and every object it names is stored with the recorded size), decides for\n" +
+			"every backup whether to keep or delete it and why, then deletes. Damaged backups count for no rule; the\n" +
+			"exit is 1 while a cluster's newest backup that checks out is older than its newest backup. If a listing\n" +
+			"or a manifest read fails, nothing is deleted.\n" +
 			"Manual and pre-restore backups are never deleted here: use `etcd-recovery delete`.",
 		Flags: concat(cosFlags(), []cli.Flag{
 			clusterIDFlag(),
 			&cli.BoolFlag{Name: "all", Usage: "prune every cluster under the prefix (instead of --cluster-id)"},
 			&cli.BoolFlag{Name: "dry-run", Usage: "print the plan, delete nothing"},
 			outputFlag(),
+			timeoutFlag(defaultPruneTimeout, "prune"),
 		}, policyFlags()),
 		Action: runPrune,
 	}
@@ -42,7 +47,7 @@ func policyFlags() []cli.Flag {
 		&cli.IntFlag{Name: "keep-anchors", Value: d.Anchors, Usage: "keep the earliest backup of this many most recent anchor dates"},
 		&cli.StringFlag{Name: "anchor-days", Value: strings.Join(days, ","), Usage: "days of the month that are anchor dates (comma-separated, UTC)"},
 		&cli.BoolFlag{Name: "keep-today-updates", Value: d.KeepTodayUpdates, Usage: "keep every update backup taken today (UTC)"},
-		&cli.DurationFlag{Name: "incomplete-after", Value: d.IncompleteAfter, Usage: "delete folders without a manifest last written longer ago than this"},
+		&cli.DurationFlag{Name: "incomplete-after", Value: d.IncompleteAfter, Usage: "delete folders without a manifest last written longer ago than this (at least " + backup.MinIncompleteAfter.String() + ": a backup may be in flight)"},
 	}
 }
 
@@ -71,6 +76,9 @@ func policyFromFlags(c *cli.Context) (backup.Policy, error) {
 }
 
 func runPrune(c *cli.Context) error {
+	if err := noArgs(c); err != nil {
+		return err
+	}
 	log, err := logger(c)
 	if err != nil {
 		return err
@@ -100,13 +108,22 @@ func runPrune(c *cli.Context) error {
 		return err
 	}
 	opts.Store, opts.Layout = store, layout
-	rep, err := backup.Prune(c.Context, opts)
+	ctx, cancel, named, err := runDeadline(c)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	rep, err := backup.Prune(ctx, opts)
 	if rep != nil {
 		if rerr := renderPrune(c, format, rep); rerr != nil && err == nil {
 			err = rerr
 		}
 	}
-	return err
+	var pe *backup.PruneError
+	if errors.As(err, &pe) {
+		return named(pe.Step, err)
+	}
+	return named("prune", err)
 }
 
 // pruneHeader is the table of prune, backup --prune and delete.
@@ -137,8 +154,11 @@ func backupRow(a backup.BackupAction) []string {
 		reason += "; " + a.Error
 	}
 	kind := string(a.Kind)
-	if !a.Committed {
+	switch {
+	case !a.Committed:
 		kind += " (incomplete)"
+	case a.Damaged != "":
+		kind += " (damaged)"
 	}
 	return []string{a.ClusterID, a.Name, kind, fmtTime(a.Time), a.Action, reason}
 }
@@ -152,9 +172,18 @@ func renderPrune(c *cli.Context, format output.Format, rep *backup.PruneReport) 
 		if rep.DryRun {
 			verb = "would delete"
 		}
-		_, err := fmt.Fprintf(c.App.Writer, "%d kept, %s %d (%d failed), %d of %d multipart uploads stale; listed %d objects in %s\n",
-			rep.Kept, verb, planned(rep), rep.Failed, rep.Stale, rep.Uploads, rep.Stats.ObjectsListed, rep.Stats.Duration.Round(time.Millisecond))
-		return err
+		_, err := fmt.Fprintf(c.App.Writer, "%d kept, %s %d (%d failed), %d damaged, %d of %d multipart uploads to abort; listed %d objects in %s\n",
+			rep.Kept, verb, planned(rep), rep.Failed, rep.Damaged, rep.Stale, rep.Uploads, rep.Stats.ObjectsListed, rep.Stats.Duration.Round(time.Millisecond))
+		if err != nil {
+			return err
+		}
+		for _, cl := range rep.Clusters {
+			if cl.Problem != "" {
+				if _, err := fmt.Fprintf(c.App.Writer, "WARNING: %s\n", cl.Problem); err != nil {
+					return err
+				}
+			}
+		}
 	}
 	return nil
 }

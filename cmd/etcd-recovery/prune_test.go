@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -65,7 +68,7 @@ func (r *pruneRig) put(t *testing.T, cluster string, at time.Time, kind backup.K
 		m, err := backup.MarshalManifest(&backup.Manifest{
 			Format: backup.ManifestFormat, ClusterID: cluster, Name: name, Kind: kind, StartedAt: at, FinishedAt: at.Add(time.Second),
 			Source:         backup.Member{Name: "m0", ID: "1", Endpoint: "https://10.0.0.1:2379"},
-			Snapshot:       backup.SnapshotInfo{Object: backup.SnapshotObjectZstd, Compression: backup.CompressZstd, RawSize: 4096, RawSHA256: strings.Repeat("a", 64)},
+			Snapshot:       backup.SnapshotInfo{Object: backup.SnapshotObjectZstd, Compression: backup.CompressZstd, RawSize: 4096, RawSHA256: strings.Repeat("a", 64), StoredSize: 1},
 			RevisionBefore: 7, RevisionAfter: 7, ToolVersion: "test",
 		})
 		if err != nil {
@@ -414,5 +417,174 @@ func TestBackupPruneCommand(t *testing.T) {
 	want := []string{manual, old[1], old[0], res.Name} // key order is time order
 	if !slices.Equal(names, want) {
 		t.Errorf("after backup --prune: %v, want %v", names, want)
+	}
+}
+
+// Issue 11 #2 and #6 through the CLI, on real backups of a real etcd: the
+// three newest are damaged (unreadable manifest, truncated snapshot,
+// snapshot gone). list shows each as damaged; prune keeps the three good
+// ones behind them, exits 1 naming the newest good backup, and that backup
+// still restores.
+func TestPruneCommandDamaged(t *testing.T) {
+	t.Parallel()
+	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
+	testenv.PutKeys(t, c.Client(t), "/registry/", 200, 256)
+	r := newPruneRig(t)
+	const id = "dmg-cli"
+	args := []string{"--cluster-id", id, "--kind", "scheduled", "--v2", "off", "-o", "json"}
+	for _, ep := range c.Endpoints() {
+		args = append(args, "--endpoints", ep)
+	}
+	var names []string // oldest first
+	for range 6 {
+		code, out, errOut := r.run(t, "backup", args...)
+		if code != 0 {
+			t.Fatalf("backup: exit %d: %s", code, errOut)
+		}
+		var m backup.Manifest
+		if err := json.Unmarshal([]byte(out), &m); err != nil {
+			t.Fatalf("backup -o json: %v\n%s", err, out)
+		}
+		names = append(names, m.Name)
+	}
+	ctx := context.Background()
+	key := func(i int, obj string) string { return r.layout.Key(id, names[i], obj) }
+	if _, err := r.store.Put(ctx, key(5, backup.ManifestObject), strings.NewReader(`{"format":1,`)); err != nil {
+		t.Fatal(err)
+	}
+	snap := testfix.ReadObject(t, r.store, key(4, backup.SnapshotObjectZstd))
+	if _, err := r.store.Put(ctx, key(4, backup.SnapshotObjectZstd), bytes.NewReader(snap[:len(snap)/2])); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.store.Delete(ctx, []string{key(3, backup.SnapshotObjectZstd)}); err != nil {
+		t.Fatal(err)
+	}
+	wantStatus := map[string]string{
+		names[5]: "damaged: manifest unreadable: manifest: unexpected end of JSON input",
+		names[4]: fmt.Sprintf("damaged: snapshot.db.zst size mismatch: %d bytes stored, the manifest says %d", len(snap)/2, len(snap)),
+		names[3]: "damaged: snapshot.db.zst missing",
+		names[2]: "committed", names[1]: "committed", names[0]: "committed",
+	}
+
+	// list: the same check as retention, in the table and in JSON.
+	code, out, errOut := r.run(t, "list", "--cluster-id", id, "-o", "json", "--keep-anchors", "0", "--anchor-days", "")
+	if code != 0 {
+		t.Fatalf("list: exit %d: %s", code, errOut)
+	}
+	var listed []struct {
+		Name      string `json:"name"`
+		Status    string `json:"status"`
+		Damaged   string `json:"damaged"`
+		Retention struct {
+			Keep  bool     `json:"keep"`
+			Rules []string `json:"rules"`
+		} `json:"retention"`
+	}
+	if err := json.Unmarshal([]byte(out), &listed); err != nil {
+		t.Fatal(err)
+	}
+	if len(listed) != 6 {
+		t.Fatalf("list: %d backups", len(listed))
+	}
+	for _, l := range listed {
+		if l.Status != wantStatus[l.Name] || !l.Retention.Keep {
+			t.Errorf("list %s: status %q keep %v, want %q, kept", l.Name, l.Status, l.Retention.Keep, wantStatus[l.Name])
+		}
+	}
+	code, table, _ := r.run(t, "list", "--cluster-id", id)
+	if code != 0 || !strings.Contains(table, "damaged: snapshot.db.zst missing") || !strings.Contains(table, "damaged: manifest unreadable") {
+		t.Errorf("list table: exit %d\n%s", code, table)
+	}
+
+	// prune: exit 1, the good ones stay, the damaged newer ones too.
+	code, out, errOut = r.run(t, "prune", "--cluster-id", id, "--keep-anchors", "0", "--anchor-days", "")
+	if code != exitFailure {
+		t.Fatalf("prune with the 3 newest damaged: exit %d, want %d\n%s\n%s", code, exitFailure, out, errOut)
+	}
+	for _, sub := range []string{"the newest backup that checks out, " + names[2], "3 damaged backup(s) newer", names[3] + " (snapshot.db.zst missing)"} {
+		if !strings.Contains(errOut, sub) {
+			t.Errorf("prune stderr does not say %q:\n%s", sub, errOut)
+		}
+	}
+	if !strings.Contains(out, "WARNING: cluster "+id) || !strings.Contains(out, "(damaged)") {
+		t.Errorf("prune table does not flag the damaged backups:\n%s", out)
+	}
+	left := testfix.Keys(t, r.store, r.layout.ClusterPrefix(id))
+	for _, n := range names {
+		if !slices.ContainsFunc(left, func(k string) bool { return strings.Contains(k, "/"+n+"/") }) {
+			t.Errorf("%s was deleted", n)
+		}
+	}
+	m, err := backup.LoadManifest(ctx, r.store, r.layout, id, names[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	testfix.CheckSnapshot(t, r.store, r.layout, m)
+}
+
+// Usage: a floor for --incomplete-after, no stray arguments, a positive
+// --timeout; and an object store that accepts connections and never
+// answers ends list and prune at --timeout, naming the step.
+func TestListPruneUsageAndDeadline(t *testing.T) {
+	t.Parallel()
+	r := newPruneRig(t)
+	for _, args := range [][]string{
+		{"prune", "--all", "--incomplete-after", "30m"},
+		{"list", "--cluster-id", "c1", "--incomplete-after", "59m"},
+		{"list", "--cluster-id", "c1", "c2"},
+		{"prune", "--all", "extra"},
+		{"delete", "--cluster-id", "c1", "--backup", backup.BackupName(time.Now(), backup.KindManual), "extra"},
+		{"list", "--cluster-id", "c1", "--timeout", "0s"},
+	} {
+		if code, _, errOut := r.run(t, args[0], args[1:]...); code != exitUsage {
+			t.Errorf("%v: exit %d (%s), want %d", args, code, strings.TrimSpace(errOut), exitUsage)
+		}
+	}
+
+	// A listener that accepts and never answers.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	silent := slices.Clone(r.flags)
+	silent[slices.Index(silent, "--cos-endpoint")+1] = "http://" + ln.Addr().String()
+	const timeout = 2 * time.Second
+	for _, args := range [][]string{
+		{"list", "--cluster-id", "c1", "--timeout", timeout.String()},
+		{"prune", "--cluster-id", "c1", "--timeout", timeout.String()},
+	} {
+		var out, errb bytes.Buffer
+		argv := append(append([]string{"etcd-recovery", "--log-level", "error", args[0]}, silent...), args[1:]...)
+		start := time.Now()
+		code := run(context.Background(), argv, &out, &errb)
+		took := time.Since(start)
+		// Slack: the store's own per-call handling and a busy machine.
+		if limit := timeout + 30*time.Second; took > limit {
+			t.Errorf("%v took %s, more than --timeout %s + 30s", args, took, timeout)
+		}
+		if code != exitFailure || !strings.Contains(errb.String(), "timed out after 2s (--timeout)") || !strings.Contains(errb.String(), "list backups") {
+			t.Errorf("%v against a silent store: exit %d in %s: %s", args, code, took.Round(time.Millisecond), errb.String())
+		}
 	}
 }

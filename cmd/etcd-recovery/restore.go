@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -60,12 +61,13 @@ func restoreCommand() *cli.Command {
 			&cli.BoolFlag{Name: "mark-compacted", Value: true, Usage: "mark the bumped revision compacted, so watchers re-list (etcdutl's --mark-compacted)"},
 			&cli.IntFlag{Name: "parallel", Usage: "data dirs written at a time (0: all at once; each maps the database while it is written)"},
 			&cli.BoolFlag{Name: "force", Usage: "move non-empty data dirs aside (<dir>.moved-<UTC time>) instead of refusing; nothing is deleted"},
-			&cli.BoolFlag{Name: "dry-run", Usage: "print the plan and verify the chosen backup by streaming it; change nothing"},
+			&cli.BoolFlag{Name: "dry-run", Usage: "print the plan and run every check of the real run (the chosen backup streamed, verified and read; each data dir writable); change nothing"},
+			&cli.StringFlag{Name: "temp-dir", Usage: "with --dry-run: where the snapshot is read from while it is checked, then removed (default: the system's)", TakesFile: true},
 			&cli.StringSliceFlag{Name: "verify-endpoints", Usage: "client URLs of the new members: wait for them and verify the rebuilt cluster"},
 			&cli.DurationFlag{Name: "verify-timeout", Value: defaultVerifyTimeout, Usage: "how long to wait for the new members to be healthy"},
 			&cli.StringFlag{Name: "via", Usage: "etcd-operator: restore the EtcdCluster --cluster through an EtcdRestore"},
 			&cli.StringFlag{Name: "cluster", Usage: "with --via etcd-operator: the EtcdCluster (also its cluster id in COS)"},
-			&cli.DurationFlag{Name: "timeout", Value: kube.DefaultOperatorRestoreTimeout, Usage: "with --via etcd-operator: how long to wait for the restored EtcdCluster's members to be ready"},
+			&cli.DurationFlag{Name: "timeout", Value: kube.DefaultOperatorRestoreTimeout, Usage: "with --via etcd-operator: how long to wait for the restored EtcdCluster's members to be ready; with --dry-run: the dry run's overall deadline"},
 			&cli.StringFlag{Name: "aws-secret", Value: kube.COSSecretName, Usage: "with --via etcd-operator: the secret etcd-operator reads the S3 credentials from (spec.s3.awsSecret)"},
 			&cli.BoolFlag{Name: "force-path-style", Value: true, Usage: "with --via etcd-operator: spec.s3.forcePathStyle"},
 			outputFlag(),
@@ -107,9 +109,12 @@ func runRestore(c *cli.Context) error {
 		return runRestoreViaOperator(c, log, format)
 	}
 	for _, f := range []string{"timeout", "aws-secret", "force-path-style"} {
-		if c.IsSet(f) {
+		if c.IsSet(f) && (f != "timeout" || !c.Bool("dry-run")) {
 			return usagef("restore: --%s goes with --via etcd-operator", f)
 		}
+	}
+	if c.IsSet("temp-dir") && !c.Bool("dry-run") {
+		return usagef("restore: --temp-dir goes with --dry-run (the real run streams next to the data dirs)")
 	}
 	opts := restore.Options{
 		ClusterID:     c.String("cluster-id"),
@@ -122,6 +127,7 @@ func runRestore(c *cli.Context) error {
 		Force:         c.Bool("force"),
 		Parallel:      c.Int("parallel"),
 		DryRun:        c.Bool("dry-run"),
+		ScratchDir:    c.String("temp-dir"),
 		Targets: restore.Targets{
 			InitialCluster:           c.String("initial-cluster"),
 			Name:                     c.String("name"),
@@ -191,7 +197,22 @@ func runRestore(c *cli.Context) error {
 	}
 	opts.Store, opts.Layout = store, layout
 
-	res, err := restore.Run(c.Context, opts)
+	ctx := c.Context
+	if opts.DryRun {
+		// A dry run changes nothing, so nothing is lost by stopping it:
+		// it has an overall deadline, as list and inspect do.
+		timeout := c.Duration("timeout")
+		if timeout <= 0 {
+			return usagef("restore: --timeout must be positive")
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, timeout, fmt.Errorf("restore --dry-run: the overall deadline (--timeout %v) passed", timeout))
+		defer cancel()
+	}
+	res, err := restore.Run(ctx, opts)
+	if err != nil && opts.DryRun && c.Context.Err() == nil && ctx.Err() != nil {
+		err = fmt.Errorf("%w: %v", context.Cause(ctx), err)
+	}
 	if res != nil && (err == nil || opts.DryRun || res.Duration > 0) {
 		if rerr := renderRestore(c.App.Writer, format, res); rerr != nil && err == nil {
 			err = rerr
@@ -251,8 +272,12 @@ func renderRestore(w io.Writer, format output.Format, res *restore.Result) error
 	}
 	switch {
 	case p.Snapshot != nil:
-		fmt.Fprintf(w, "Expected: revision >= %d (snapshot revision %d + bump %d), %d live keys.\n",
+		fmt.Fprintf(w, "Expected: revision >= %d (snapshot revision %d + bump %d), %d live keys",
 			p.MinRevision, p.Snapshot.Revision, p.BumpRevision, p.Snapshot.LiveKeys)
+		if p.Snapshot.LeasedKeys > 0 {
+			fmt.Fprintf(w, " (%d on leases, which etcd may expire once the cluster runs: verify counts them apart)", p.Snapshot.LeasedKeys)
+		}
+		fmt.Fprintf(w, ".\n")
 	case p.Chosen != nil:
 		fmt.Fprintf(w, "Expected: revision >= %d (manifest revision %d + bump %d).\n", p.MinRevision, p.Chosen.Revision, p.BumpRevision)
 	}
@@ -342,6 +367,8 @@ func memberAction(p *restore.Plan, m restore.Member) string {
 		return "moved aside to " + m.MovedTo + ", then written"
 	case m.Restored:
 		return "written"
+	case m.Problem != "":
+		return "REFUSED: " + m.Problem
 	case m.State == restore.DirNonEmpty && m.MovedTo == "":
 		return "REFUSED: not empty (--force moves it aside)"
 	case p.DryRun && m.MovedTo != "":
@@ -499,6 +526,11 @@ func runRestoreVerify(c *cli.Context) error {
 		}
 		opts.Store, opts.Layout = store, layout
 	}
+	if !c.IsSet("endpoints") || len(c.StringSlice("endpoints")) == 0 {
+		// Without it, etcdctl's default (127.0.0.1:2379) would be waited
+		// for, in silence, for --timeout.
+		return usagef("restore verify: --endpoints (the rebuilt cluster's client URLs, or ETCDCTL_ENDPOINTS) is required")
+	}
 	if opts.Etcd, err = etcdConfig(c); err != nil {
 		return err
 	}
@@ -519,7 +551,7 @@ func runRestoreVerify(c *cli.Context) error {
 			if chk.Backup != "" {
 				fmt.Fprintf(c.App.Writer, "Restored from %s of cluster %s", chk.Backup, chk.ClusterID)
 				if chk.Snapshot != nil {
-					fmt.Fprintf(c.App.Writer, ": snapshot revision %d, %d live keys", chk.Snapshot.Revision, chk.Snapshot.LiveKeys)
+					fmt.Fprintf(c.App.Writer, ": snapshot revision %d, %d live keys (%d on leases)", chk.Snapshot.Revision, chk.Snapshot.LiveKeys, chk.Snapshot.LeasedKeys)
 				}
 				fmt.Fprintln(c.App.Writer)
 			}

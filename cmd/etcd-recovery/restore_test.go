@@ -3,11 +3,15 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/testenv"
@@ -52,9 +56,22 @@ func TestRestoreCLIUsage(t *testing.T) {
 		{[]string{"restore", "verify", "--backup", "20261122T031500.123Z-manual"}, "--backup needs --cluster-id"},
 		{[]string{"restore", "verify", "--backup", "20261122T031500.123Z-manual", "--manifest", "m.json"}, "exclusive"},
 		{[]string{"restore", "verify", "--timeout", "0s"}, "--timeout"},
+		// Member names are names, not paths (issue 11, item 8).
+		{[]string{"restore", "--cluster-id", "c1", "--initial-cluster", "../x=https://127.0.0.1:2380", "--data-dir-root", "/tmp/r"}, "../x"},
+		{[]string{"restore", "--cluster-id", "c1", "--initial-cluster", "a/b=https://127.0.0.1:2380"}, "path separator"},
+		{append(base, "--name", "../a"), "--name"},
+		// Without endpoints, verify would wait for 127.0.0.1:2379 in silence.
+		{[]string{"restore", "verify", "--expect-keys", "3"}, "--endpoints"},
+		{append(base, "--temp-dir", "/tmp"), "--temp-dir goes with --dry-run"},
+		{append(base, "--timeout", "1m"), "--timeout goes with --via etcd-operator"},
+		{append(base, "--dry-run", "--timeout", "0s"), "--timeout must be positive"},
 	}
 	for _, tc := range cases {
+		start := time.Now()
 		code, _, errOut := runCtx(t, ctx, concatArgs(tc.args, cos)...)
+		if d := time.Since(start); d > 30*time.Second {
+			t.Errorf("%v: a usage error took %v", tc.args, d)
+		}
 		if code != exitUsage || !strings.Contains(errOut, tc.want) {
 			t.Errorf("%v: exit %d, stderr %q; want exit %d mentioning %q", tc.args, code, errOut, exitUsage, tc.want)
 		}
@@ -175,4 +192,121 @@ func TestRestoreCLIFlow(t *testing.T) {
 	if code != 0 || !strings.Contains(table, "UNCHANGED") || !strings.Contains(table, man.Name) {
 		t.Fatalf("restore v2 table: exit %d\n%s", code, table)
 	}
+}
+
+// Issue 11, item 8, through the CLI: "../x" in --initial-cluster is a
+// usage error (exit 4) before anything happens: nothing is written next to
+// the data dir root, or anywhere under its parent.
+func TestRestoreCLIMemberNameNotAPath(t *testing.T) {
+	t.Parallel()
+	m := testenv.SharedMinIO(t)
+	cos := cosArgs(t, m, m.NewBucket(t), testenv.Prefix(t))
+	parent := t.TempDir()
+	code, out, errOut := runCtx(t, context.Background(), concatArgs([]string{"restore", "--cluster-id", "c1", "--no-live",
+		"--initial-cluster", "../x=https://127.0.0.1:2380", "--data-dir-root", filepath.Join(parent, "r")}, cos)...)
+	if code != exitUsage || !strings.Contains(errOut, "../x") {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	if entries, _ := os.ReadDir(parent); len(entries) != 0 {
+		t.Fatalf("a refused restore wrote %v", entries)
+	}
+}
+
+// Issue 11, item 11: SIGTERM to the real binary while it writes the data
+// dirs stops the write and removes what it wrote: exit 130, no data dir.
+// The binary's test failpoint holds the write after the first data dir,
+// so the signal lands exactly there (--parallel 1: two still to come).
+func TestRestoreCLISIGTERMDuringDataDirWrite(t *testing.T) {
+	t.Parallel()
+	tool := testfix.Tool(t)
+	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
+	testenv.PutKeys(t, c.Client(t), "/x/", 300, 64)
+	m := testenv.SharedMinIO(t)
+	bucket, prefix := m.NewBucket(t), testenv.Prefix(t)
+	cos := cosArgs(t, m, bucket, prefix)
+	ctx := context.Background()
+	if code, _, errOut := runCtx(t, ctx, concatArgs([]string{"backup", "--cluster-id", "sigterm-w"}, clusterArgs(c), cos)...); code != 0 {
+		t.Fatalf("backup: exit %d\n%s", code, errOut)
+	}
+	var ic []string
+	for i := range 3 {
+		ic = append(ic, fmt.Sprintf("r%d=http://127.0.0.1:%d", i, testenv.FreePort(t)))
+	}
+	parent := t.TempDir()
+	root := filepath.Join(parent, "data")
+	fp := filepath.Join(t.TempDir(), "fp")
+	cmd := exec.Command(tool, concatArgs([]string{"restore", "--cluster-id", "sigterm-w", "--no-live", "--parallel", "1",
+		"--initial-cluster", strings.Join(ic, ","), "--data-dir-root", root}, cos)...)
+	cmd.Env = append(os.Environ(), restore.FailpointEnv+"="+fp)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	// Wait for the failpoint: a member's data dir is written, the others
+	// are not. The condition, polled; the process holds there.
+	reached := ""
+	for reached == "" {
+		for _, nm := range []string{"r0", "r1", "r2"} {
+			if _, err := os.Stat(fp + "." + nm); err == nil {
+				reached = nm
+			}
+		}
+		if reached != "" {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the restore ended before the write: %v\n%s", err, stderr.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if _, err := os.Stat(filepath.Join(root, reached+".etcd", "member", "snap", "db")); err != nil {
+		t.Fatalf("at the failpoint, %s's data dir is not written: %v", reached, err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err := <-done
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != exitCanceled {
+		t.Fatalf("want exit %d after SIGTERM during the write, got %v\n%s", exitCanceled, err, stderr.String())
+	}
+	var left []string
+	_ = filepath.WalkDir(parent, func(p string, d os.DirEntry, err error) error {
+		if p != parent {
+			left = append(left, p)
+		}
+		return nil
+	})
+	if len(left) != 0 {
+		t.Fatalf("a restore stopped during the write left %v\n%s", left, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "removed") {
+		t.Errorf("stderr does not say the data dirs were removed:\n%s", stderr.String())
+	}
+}
+
+// Issue 11: restore --dry-run has an overall deadline: against an object
+// store that accepts connections and never answers, it ends (exit 1, not
+// 0, not 130) within --timeout plus slack, and says so.
+func TestRestoreCLIDryRunDeadline(t *testing.T) {
+	t.Parallel()
+	bh := testenv.StartBlackhole(t)
+	const timeout = 3 * time.Second
+	const slack = 30 * time.Second // process start, the abort, 2 busy cores
+	start := time.Now()
+	code, out, errOut := runCtx(t, context.Background(), "restore", "--cluster-id", "c1", "--no-live", "--dry-run", "--timeout", timeout.String(),
+		"--initial-cluster", "r0=http://127.0.0.1:2380", "--data-dir-root", filepath.Join(t.TempDir(), "r"),
+		"--cos-endpoint", bh.URL("http"), "--bucket", "b", "--cos-credentials-dir", credsDir(t, "id", "secret-value-123"))
+	d := time.Since(start)
+	if code != exitFailure || d > timeout+slack {
+		t.Fatalf("dry run against a silent store: exit %d after %v (want %d within %v)\n%s\n%s", code, d, exitFailure, timeout+slack, out, errOut)
+	}
+	if !strings.Contains(errOut, "deadline") && !strings.Contains(errOut, "stalled") {
+		t.Errorf("the error does not say why it stopped:\n%s", errOut)
+	}
+	t.Logf("after %v: %s", d, errOut)
 }

@@ -13,9 +13,12 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/IBM/ibm-cos-sdk-go/aws"
@@ -47,19 +50,39 @@ type Config struct {
 	// AbortWindow bounds how long a failed multipart upload keeps being
 	// aborted (the store may itself be the thing that failed). Default 30s.
 	AbortWindow time.Duration
+	// StallTimeout aborts a store call that waits on the store with no
+	// byte moving for this long (a frozen or black-holed endpoint): the
+	// call fails at once, without retries, with an error wrapping
+	// backup.ErrStalled ("object store stalled"). It covers every request
+	// of a call (all parts of a Put) and the reads of a Get's body, so a
+	// restore's download has it too. Default 60s; negative disables.
+	StallTimeout time.Duration
+	// OnStall, when set, is called as a call is aborted for a stall
+	// (instrumentation and tests).
+	OnStall func(op, key string)
 	// WrapTransport, when set, wraps the HTTP transport (instrumentation
 	// and tests).
 	WrapTransport func(http.RoundTripper) http.RoundTripper
 }
+
+// DefaultStallTimeout is Config.StallTimeout's default.
+const DefaultStallTimeout = 60 * time.Second
 
 // Store implements backup.Store on the COS SDK.
 type Store struct {
 	cfg      Config
 	s3       *s3.S3
 	uploader *s3manager.Uploader
+	// redact removes the credential values from error text. A func, so
+	// that formatting a Store never prints them.
+	redact func(string) string
 }
 
-var _ backup.Store = (*Store)(nil)
+var (
+	_ backup.Store            = (*Store)(nil)
+	_ backup.ConditionalStore = (*Store)(nil)
+	_ backup.KeyUploadLister  = (*Store)(nil)
+)
 
 const (
 	defaultPartSize = 5 << 20 // the S3 minimum; 10,000 parts cover 50 GB, past etcd's 8 GB limit even uncompressed
@@ -104,15 +127,22 @@ func New(cfg Config) (*Store, error) {
 	if cfg.AbortWindow == 0 {
 		cfg.AbortWindow = 30 * time.Second
 	}
-	httpClient, err := newHTTPClient(cfg.CAFile)
+	if cfg.StallTimeout == 0 {
+		cfg.StallTimeout = DefaultStallTimeout
+	}
+	httpClient, err := newHTTPClient(cfg.CAFile, cfg.StallTimeout)
 	if err != nil {
 		return nil, err
 	}
-	// IAM token requests go through the same client: same CA and timeouts.
-	creds, err := cfg.Creds.provider(httpClient)
+	// IAM token requests go through the same transport (same CA), with an
+	// overall timeout of their own: they are small, and they run outside
+	// any store call's watchdog.
+	iamClient := &http.Client{Transport: httpClient.Transport, Timeout: iamTimeout(cfg.StallTimeout)}
+	creds, err := cfg.Creds.provider(iamClient)
 	if err != nil {
 		return nil, err
 	}
+	redact := secretRedactor(cfg.Creds)
 	// The SDK holds the secrets from here on. Keep none in the Store itself:
 	// its fields are unexported, so fmt's %v of a *Store would print them
 	// raw, bypassing Credentials.String.
@@ -123,13 +153,13 @@ func New(cfg Config) (*Store, error) {
 		WithCredentials(creds).
 		WithS3ForcePathStyle(true).
 		WithHTTPClient(httpClient)
-	awsCfg.Retryer = client.DefaultRetryer{
+	awsCfg.Retryer = retryer{client.DefaultRetryer{
 		NumMaxRetries:    cfg.MaxRetries,
 		MinRetryDelay:    cfg.MinBackoff,
 		MaxRetryDelay:    cfg.MaxBackoff,
 		MinThrottleDelay: cfg.MinBackoff,
 		MaxThrottleDelay: cfg.MaxBackoff,
-	}
+	}}
 	sess, err := newSession(awsCfg)
 	if err != nil {
 		return nil, fmt.Errorf("cos: session: %w", err)
@@ -137,6 +167,9 @@ func New(cfg Config) (*Store, error) {
 	if cfg.WrapTransport != nil {
 		httpClient.Transport = cfg.WrapTransport(httpClient.Transport)
 	}
+	// Outermost: the watchdog sees every request of a store call, retries
+	// included.
+	httpClient.Transport = watchTransport{next: httpClient.Transport}
 	svc := s3.New(sess)
 	up := s3manager.NewUploaderWithClient(svc, func(u *s3manager.Uploader) {
 		u.PartSize = cfg.PartSize
@@ -160,7 +193,15 @@ func New(cfg Config) (*Store, error) {
 			}
 		})
 	})
-	return &Store{cfg: cfg, s3: svc, uploader: up}, nil
+	return &Store{cfg: cfg, s3: svc, uploader: up, redact: redact}, nil
+}
+
+// iamTimeout bounds one IAM token request.
+func iamTimeout(stall time.Duration) time.Duration {
+	if stall > 0 && stall < 30*time.Second {
+		return stall
+	}
+	return 30 * time.Second
 }
 
 // newSession is session.NewSession, minus one side effect: when
@@ -186,7 +227,7 @@ var unsignedPayloadSigner = signer.CustomRequestSignerRouter(func(s *v4.Signer) 
 	s.UnsignedPayload = true
 })
 
-func newHTTPClient(caFile string) (*http.Client, error) {
+func newHTTPClient(caFile string, stall time.Duration) (*http.Client, error) {
 	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	if caFile != "" {
 		pool, err := x509.SystemCertPool()
@@ -202,12 +243,19 @@ func newHTTPClient(caFile string) (*http.Client, error) {
 		}
 		tlsCfg.RootCAs = pool
 	}
+	// The watchdog (StallTimeout) ends a call that waits on a silent
+	// store; the response-header timeout is only a backstop for requests
+	// outside any call (none today), and never fires first.
+	headerTimeout := 60 * time.Second
+	if stall > 0 && 2*stall > headerTimeout {
+		headerTimeout = 2 * stall
+	}
 	tr := &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
 		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		TLSClientConfig:       tlsCfg,
 		TLSHandshakeTimeout:   10 * time.Second,
-		ResponseHeaderTimeout: 60 * time.Second,
+		ResponseHeaderTimeout: headerTimeout,
 		ExpectContinueTimeout: time.Second,
 		MaxIdleConnsPerHost:   16,
 		IdleConnTimeout:       90 * time.Second,
@@ -227,17 +275,19 @@ func (s *Store) Endpoint() string { return s.cfg.Endpoint }
 // Check verifies that the bucket exists and the credentials may use it, so a
 // backup fails before it opens a snapshot stream.
 func (s *Store) Check(ctx context.Context) error {
+	ctx, wd, stop := s.watch(ctx, "head bucket", s.cfg.Bucket)
+	defer stop()
 	_, err := s.s3.HeadBucketWithContext(ctx, &s3.HeadBucketInput{Bucket: aws.String(s.cfg.Bucket)})
-	if err != nil && statusCode(err) == http.StatusForbidden {
+	if err != nil && wd.stalled() == nil && statusCode(err) == http.StatusForbidden {
 		// A HEAD answer has no body, so 403 can't tell wrong credentials
 		// from a policy denial; a one-key listing says which.
 		_, lerr := s.s3.ListObjectsV2WithContext(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(s.cfg.Bucket), MaxKeys: aws.Int64(1)})
 		if lerr != nil {
-			return wrap("list bucket", s.cfg.Bucket, lerr)
+			return s.fail(wd, "list bucket", s.cfg.Bucket, lerr)
 		}
 	}
 	if err != nil {
-		return wrap("head bucket", s.cfg.Bucket, err)
+		return s.fail(wd, "head bucket", s.cfg.Bucket, err)
 	}
 	return nil
 }
@@ -256,30 +306,136 @@ func (c *countingReader) Read(p []byte) (int, error) {
 
 // Put streams r into key (see backup.Store).
 func (s *Store) Put(ctx context.Context, key string, r io.Reader) (int64, error) {
+	return s.put(ctx, key, r, false)
+}
+
+// PutIfAbsent is Put that never replaces an object: PutObject and
+// CompleteMultipartUpload carry If-None-Match: *, and a key that exists
+// fails the call with an error wrapping backup.ErrExists (the multipart
+// upload is then aborted, as after any failure).
+func (s *Store) PutIfAbsent(ctx context.Context, key string, r io.Reader) (int64, error) {
+	return s.put(ctx, key, r, true)
+}
+
+func setIfNoneMatch(r *request.Request) { r.HTTPRequest.Header.Set("If-None-Match", "*") }
+
+func (s *Store) put(ctx context.Context, key string, r io.Reader, ifAbsent bool) (int64, error) {
+	wctx, wd, stop := s.watch(ctx, "put", key)
+	defer stop()
 	cr := &countingReader{r: r}
-	_, err := s.uploader.UploadWithContext(ctx, &s3manager.UploadInput{
+	// A CreateMultipartUpload that failed or was retried may have created
+	// an upload whose id we never learnt (a request that timed out here
+	// but that the store still ran once it resumed).
+	var createUncertain atomic.Bool
+	_, err := s.uploader.UploadWithContext(wctx, &s3manager.UploadInput{
 		Bucket: aws.String(s.cfg.Bucket),
 		Key:    aws.String(key),
 		Body:   cr,
+	}, func(u *s3manager.Uploader) {
+		u.RequestOptions = append(slices.Clone(u.RequestOptions), func(r *request.Request) {
+			switch r.Operation.Name {
+			case "PutObject", "CompleteMultipartUpload":
+				if ifAbsent {
+					r.Handlers.Build.PushBack(setIfNoneMatch)
+				}
+			case "CreateMultipartUpload":
+				r.Handlers.Complete.PushBack(func(r *request.Request) {
+					if r.Error != nil || r.RetryCount > 0 {
+						createUncertain.Store(true)
+					}
+				})
+			}
+		})
 	})
 	if err != nil {
+		ferr := s.fail(wd, "put", key, err)
+		// One abort window for all the cleanup, on a context that
+		// outlives a cancelled run: a failed Put ends within
+		// StallTimeout + AbortWindow even if the store stays frozen.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.AbortWindow)
+		defer cancel()
+		var notes []string
 		var mu s3manager.MultiUploadFailure
 		if errors.As(err, &mu) && mu.UploadID() != "" {
-			if aerr := s.abortWithRetry(ctx, backup.Upload{Key: key, UploadID: mu.UploadID()}); aerr != nil {
-				return 0, fmt.Errorf("%w (and the multipart upload %s could not be aborted: %v; prune removes it after 24h)",
-					wrap("put", key, err), mu.UploadID(), aerr)
+			if aerr := s.abortRetrying(actx, backup.Upload{Key: key, UploadID: mu.UploadID()}); aerr != nil {
+				notes = append(notes, fmt.Sprintf("the multipart upload %s could not be aborted: %v; prune removes it after 24h", mu.UploadID(), aerr))
 			}
 		}
-		return 0, wrap("put", key, err)
+		// Uploads of this exact key that we did not learn the id of (a
+		// CreateMultipartUpload that failed or was retried). The key is
+		// unique to one backup run (backup.NewBackupName), so any upload
+		// on it is this call's.
+		if createUncertain.Load() {
+			if cerr := s.abortKeyUploads(actx, key); cerr != nil {
+				notes = append(notes, fmt.Sprintf("uploads left on the key could not be listed or aborted: %v; prune removes them after 24h", cerr))
+			}
+		}
+		if len(notes) > 0 {
+			return 0, fmt.Errorf("%w (and %s)", ferr, strings.Join(notes, "; "))
+		}
+		return 0, ferr
+	}
+	if createUncertain.Load() {
+		// The object is complete; any upload still open on its key is a
+		// duplicate created by a retried CreateMultipartUpload.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.AbortWindow)
+		defer cancel()
+		_ = s.abortKeyUploads(actx, key)
 	}
 	return cr.n, nil
 }
 
-// abortWithRetry aborts an upload, retrying with backoff for up to
-// AbortWindow, on a context detached from the (maybe cancelled) run.
-func (s *Store) abortWithRetry(ctx context.Context, u backup.Upload) error {
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.AbortWindow)
-	defer cancel()
+// keySettle is how long abortKeyUploads keeps watching a key once the
+// store answers: a store that was frozen runs the requests it had received
+// (a CreateMultipartUpload this side gave up on) within moments of
+// resuming, and the upload it then creates must be aborted too.
+var keySettle = 2 * time.Second
+
+// abortKeyUploads aborts every multipart upload open on exactly key,
+// listing with the key as the server-side prefix (the only listing MinIO
+// answers reliably after a restart). Once the store answers, it keeps
+// listing and aborting for keySettle, so an upload that a resumed store
+// creates late is caught too. It retries until actx ends (the caller's
+// abort window, detached from the maybe cancelled call).
+func (s *Store) abortKeyUploads(actx context.Context, key string) error {
+	delay := s.cfg.MinBackoff
+	var settled time.Time
+	for {
+		ups, err := s.ListUploadsForKey(actx, key)
+		if err == nil {
+			if settled.IsZero() {
+				settled = time.Now().Add(keySettle)
+			}
+			for _, u := range ups {
+				if aerr := s.abortRetrying(actx, u); aerr != nil {
+					err = aerr
+				}
+			}
+			if err == nil && len(ups) == 0 && !time.Now().Before(settled) {
+				return nil
+			}
+		}
+		if err != nil && (!IsTransient(err) || actx.Err() != nil) {
+			return err
+		}
+		wait := 200 * time.Millisecond
+		if err != nil {
+			wait = delay
+			delay = min(delay*2, s.cfg.MaxBackoff)
+		}
+		select {
+		case <-actx.Done():
+			if err != nil {
+				return err
+			}
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+// abortRetrying aborts an upload, retrying transient errors until actx ends.
+func (s *Store) abortRetrying(actx context.Context, u backup.Upload) error {
 	delay := s.cfg.MinBackoff
 	for {
 		err := s.AbortUpload(actx, u)
@@ -298,35 +454,50 @@ func (s *Store) abortWithRetry(ctx context.Context, u backup.Upload) error {
 	}
 }
 
-// Get opens key for streaming.
+// Get opens key for streaming. The body's reads are watched too: a read
+// that waits StallTimeout on a silent store fails with backup.ErrStalled.
 func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
-	out, err := s.s3.GetObjectWithContext(ctx, &s3.GetObjectInput{
+	wctx, wd, stop := s.watch(ctx, "get", key)
+	out, err := s.s3.GetObjectWithContext(wctx, &s3.GetObjectInput{
 		Bucket: aws.String(s.cfg.Bucket),
 		Key:    aws.String(key),
 	})
 	if err != nil {
-		return nil, wrap("get", key, err)
+		stop()
+		return nil, s.fail(wd, "get", key, err)
 	}
-	return &getBody{ReadCloser: out.Body, key: key}, nil
+	return &getBody{ReadCloser: out.Body, key: key, s: s, wd: wd, stop: stop}, nil
 }
 
 // getBody wraps read errors mid-stream the same way as request errors.
 type getBody struct {
 	io.ReadCloser
-	key string
+	key  string
+	s    *Store
+	wd   *watchdog
+	stop func()
+	once sync.Once
 }
 
 func (b *getBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if err != nil && err != io.EOF {
-		err = wrap("get", b.key, err)
+		err = b.s.fail(b.wd, "get", b.key, err)
 	}
 	return n, err
+}
+
+func (b *getBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(b.stop)
+	return err
 }
 
 // List returns every object under prefix, in key order, or an error: never
 // a partial listing.
 func (s *Store) List(ctx context.Context, prefix string) ([]backup.ObjectInfo, error) {
+	ctx, wd, stop := s.watch(ctx, "list", prefix)
+	defer stop()
 	var out []backup.ObjectInfo
 	err := s.s3.ListObjectsV2PagesWithContext(ctx, &s3.ListObjectsV2Input{
 		Bucket:  aws.String(s.cfg.Bucket),
@@ -343,7 +514,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]backup.ObjectInfo, e
 		return true
 	})
 	if err != nil {
-		return nil, wrap("list", prefix, err)
+		return nil, s.fail(wd, "list", prefix, err)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out, nil
@@ -370,7 +541,9 @@ func (s *Store) Delete(ctx context.Context, keys []string) error {
 			for i, k := range batch {
 				ids[i] = &s3.ObjectIdentifier{Key: aws.String(k)}
 			}
-			out, err := s.s3.DeleteObjectsWithContext(ctx, &s3.DeleteObjectsInput{
+			bctx, wd, stop := s.watch(ctx, "delete", batch[0])
+			defer stop()
+			out, err := s.s3.DeleteObjectsWithContext(bctx, &s3.DeleteObjectsInput{
 				Bucket: aws.String(s.cfg.Bucket),
 				Delete: &s3.Delete{Objects: ids, Quiet: aws.Bool(true)},
 			})
@@ -378,13 +551,13 @@ func (s *Store) Delete(ctx context.Context, keys []string) error {
 			defer mu.Unlock()
 			if err != nil {
 				for _, k := range batch {
-					failed[k] = wrap("delete", k, err)
+					failed[k] = s.fail(wd, "delete", k, err)
 				}
 				return
 			}
 			for _, e := range out.Errors {
 				k := aws.StringValue(e.Key)
-				failed[k] = fmt.Errorf("%s: %s", aws.StringValue(e.Code), aws.StringValue(e.Message))
+				failed[k] = fmt.Errorf("%s: %s", aws.StringValue(e.Code), s.redact(Redact(aws.StringValue(e.Message))))
 			}
 		}()
 	}
@@ -402,11 +575,38 @@ func (s *Store) Delete(ctx context.Context, keys []string) error {
 // treats the Prefix of ListMultipartUploads as an exact object name and
 // returns nothing for a real prefix, which would hide leaked uploads. A
 // backup bucket holds few uploads in progress, so the cost is small.
+// MinIO may also leave an upload out of the bucket-wide listing after a
+// restart: ListUploadsForKey finds those.
 func (s *Store) ListUploads(ctx context.Context, prefix string) ([]backup.Upload, error) {
+	return s.listUploads(ctx, "", prefix)
+}
+
+// ListUploadsForKey returns the multipart uploads in progress on exactly
+// key, asking the server with the key as the prefix (see
+// backup.KeyUploadLister).
+func (s *Store) ListUploadsForKey(ctx context.Context, key string) ([]backup.Upload, error) {
+	ups, err := s.listUploads(ctx, key, key)
+	if err != nil {
+		return nil, err
+	}
+	out := ups[:0]
+	for _, u := range ups {
+		if u.Key == key {
+			out = append(out, u)
+		}
+	}
+	return out, nil
+}
+
+func (s *Store) listUploads(ctx context.Context, serverPrefix, prefix string) ([]backup.Upload, error) {
+	ctx, wd, stop := s.watch(ctx, "list uploads", prefix)
+	defer stop()
+	in := &s3.ListMultipartUploadsInput{Bucket: aws.String(s.cfg.Bucket)}
+	if serverPrefix != "" {
+		in.Prefix = aws.String(serverPrefix)
+	}
 	var out []backup.Upload
-	err := s.s3.ListMultipartUploadsPagesWithContext(ctx, &s3.ListMultipartUploadsInput{
-		Bucket: aws.String(s.cfg.Bucket),
-	}, func(page *s3.ListMultipartUploadsOutput, _ bool) bool {
+	err := s.s3.ListMultipartUploadsPagesWithContext(ctx, in, func(page *s3.ListMultipartUploadsOutput, _ bool) bool {
 		for _, u := range page.Uploads {
 			if !strings.HasPrefix(aws.StringValue(u.Key), prefix) {
 				continue
@@ -420,7 +620,7 @@ func (s *Store) ListUploads(ctx context.Context, prefix string) ([]backup.Upload
 		return true
 	})
 	if err != nil {
-		return nil, wrap("list uploads", prefix, err)
+		return nil, s.fail(wd, "list uploads", prefix, err)
 	}
 	return out, nil
 }
@@ -428,39 +628,26 @@ func (s *Store) ListUploads(ctx context.Context, prefix string) ([]backup.Upload
 // AbortUpload aborts one multipart upload. An upload that no longer exists
 // counts as aborted.
 func (s *Store) AbortUpload(ctx context.Context, u backup.Upload) error {
+	ctx, wd, stop := s.watch(ctx, "abort upload", u.Key)
+	defer stop()
 	_, err := s.s3.AbortMultipartUploadWithContext(ctx, &s3.AbortMultipartUploadInput{
 		Bucket:   aws.String(s.cfg.Bucket),
 		Key:      aws.String(u.Key),
 		UploadId: aws.String(u.UploadID),
 	})
-	if err != nil && errCode(err) == s3.ErrCodeNoSuchUpload {
+	if err != nil && wd.stalled() == nil && errCode(err) == s3.ErrCodeNoSuchUpload {
 		return nil
 	}
 	if err != nil {
-		return wrap("abort upload", u.Key, err)
+		return s.fail(wd, "abort upload", u.Key, err)
 	}
 	return nil
 }
 
-// Error is a store error: the operation, the key and the cause.
-type Error struct {
-	Op   string
-	Key  string
-	Err  error
-	Hint string
-}
-
-func (e *Error) Error() string {
-	msg := "cos: " + e.Op + " " + e.Key + ": " + describe(e.Err)
-	if e.Hint != "" {
-		msg += " (" + e.Hint + ")"
-	}
-	return msg
-}
-
-func (e *Error) Unwrap() error { return e.Err }
-
-func wrap(op, key string, err error) error {
+// fail wraps a call's error: a stall (the watchdog fired) as
+// backup.ErrStalled, a refused conditional create as backup.ErrExists,
+// anything else as it came; the text is redacted of credentials.
+func (s *Store) fail(wd *watchdog, op, key string, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -468,8 +655,53 @@ func wrap(op, key string, err error) error {
 	if errors.As(err, &ce) {
 		return err
 	}
-	return &Error{Op: op, Key: key, Err: err, Hint: hint(err)}
+	if st := wd.stalled(); st != nil {
+		return &Error{Op: op, Key: key, Err: st, redact: s.redact}
+	}
+	if isPreconditionFailed(err) {
+		return &Error{Op: op, Key: key, Err: &existsError{cause: err}, redact: s.redact}
+	}
+	return &Error{Op: op, Key: key, Err: err, Hint: hint(err), redact: s.redact}
 }
+
+// existsError is a conditional create refused by the store.
+type existsError struct{ cause error }
+
+func (e *existsError) Error() string {
+	return backup.ErrExists.Error() + ": " + describe(e.cause)
+}
+func (e *existsError) Unwrap() []error { return []error{backup.ErrExists, e.cause} }
+
+// Error is a store error: the operation, the key and the cause.
+//
+// Its text is redacted: the store's own credential values and anything that
+// looks like a credential (an IAM endpoint may echo the request, API key
+// included, in its error body) never appear in it.
+type Error struct {
+	Op   string
+	Key  string
+	Err  error
+	Hint string
+
+	redact func(string) string // the store's secret values; a func so %#v can't print them
+}
+
+func (e *Error) Error() string {
+	msg := "cos: " + e.Op + " " + e.Key + ": " + describe(e.Err)
+	if e.Hint != "" {
+		msg += " (" + e.Hint + ")"
+	}
+	msg = Redact(msg)
+	if e.redact != nil {
+		msg = e.redact(msg)
+	}
+	return msg
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// GoString keeps %#v from printing the unredacted cause.
+func (e *Error) GoString() string { return "&cos.Error{" + strconv.Quote(e.Error()) + "}" }
 
 // describe renders an SDK error on one line, without the SDK's multi-line
 // "caused by" dumps.
@@ -525,10 +757,14 @@ func hint(err error) string {
 }
 
 // IsTransient reports whether err is worth retrying: 5xx, throttling,
-// connection resets and timeouts. 4xx (403, no such bucket) are permanent.
+// connection resets, timeouts and stalls. 4xx (403, no such bucket) and a
+// refused conditional create are permanent.
 func IsTransient(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, backup.ErrExists) {
 		return false
+	}
+	if errors.Is(err, backup.ErrStalled) || isReset(err) {
+		return true
 	}
 	if s := statusCode(err); s >= 500 || s == http.StatusTooManyRequests || s == http.StatusRequestTimeout {
 		return true
@@ -544,4 +780,28 @@ func IsTransient(err error) bool {
 		return true
 	}
 	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// isPreconditionFailed reports a refused conditional create (HTTP 412),
+// looking through the uploader's MultiUploadFailure, whose cause the
+// errors package cannot see (awserr.Error has no Unwrap).
+func isPreconditionFailed(err error) bool {
+	for depth := 0; err != nil && depth < 16; depth++ {
+		var rf awserr.RequestFailure
+		if errors.As(err, &rf) && rf.StatusCode() == http.StatusPreconditionFailed {
+			return true
+		}
+		var aerr awserr.Error
+		if errors.As(err, &aerr) {
+			if aerr.Code() == "PreconditionFailed" {
+				return true
+			}
+			if o := aerr.OrigErr(); o != nil && o != err {
+				err = o
+				continue
+			}
+		}
+		err = errors.Unwrap(err)
+	}
+	return false
 }

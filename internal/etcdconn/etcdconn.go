@@ -9,10 +9,12 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,8 +39,8 @@ func (c Config) Validate() error {
 		return errors.New("no etcd endpoints (--endpoints or ETCDCTL_ENDPOINTS)")
 	}
 	for _, ep := range c.Endpoints {
-		if ep == "" {
-			return errors.New("empty etcd endpoint in --endpoints")
+		if err := ValidateEndpoint(ep); err != nil {
+			return err
 		}
 	}
 	if (c.Cert == "") != (c.Key == "") {
@@ -46,6 +48,77 @@ func (c Config) Validate() error {
 	}
 	_, err := c.TLS()
 	return err
+}
+
+// ValidateEndpoint checks one etcd client endpoint: http://host:port or
+// https://host:port, or etcdctl's bare host:port (the scheme then follows
+// the TLS flags). Anything else (another scheme, a path, user info, no
+// port) is refused with the value named, before anything is dialled.
+func ValidateEndpoint(ep string) error {
+	bad := func(why string) error {
+		return fmt.Errorf("--endpoints %q: %s: want http://host:port or https://host:port", RedactUserInfo(ep), why)
+	}
+	if ep == "" {
+		return bad("empty endpoint")
+	}
+	if strings.TrimSpace(ep) != ep {
+		return bad("leading or trailing space")
+	}
+	hostport := ep
+	if scheme, rest, ok := strings.Cut(ep, "://"); ok {
+		switch scheme {
+		case "http", "https":
+		default:
+			return bad(fmt.Sprintf("unknown scheme %q", scheme))
+		}
+		u, err := url.Parse(ep)
+		if err != nil {
+			return bad("not a URL")
+		}
+		switch {
+		case u.User != nil:
+			return bad("user info is not allowed")
+		case u.Opaque != "" || (u.Path != "" && u.Path != "/"):
+			return bad("a path is not allowed")
+		case u.RawQuery != "" || u.Fragment != "" || strings.ContainsAny(rest, "?#"):
+			return bad("a query or fragment is not allowed")
+		}
+		hostport = u.Host
+	} else if strings.Contains(ep, "/") || strings.Contains(ep, ":/") {
+		return bad("not a URL")
+	}
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return bad("no host:port")
+	}
+	if host == "" {
+		return bad("no host")
+	}
+	if strings.ContainsAny(host, " \t/?#@%") {
+		return bad(fmt.Sprintf("invalid host %q", host))
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return bad(fmt.Sprintf("invalid port %q", port))
+	}
+	return nil
+}
+
+// RedactUserInfo hides the user info of a URL-like value ("https://user:pass@host"
+// becomes "https://REDACTED@host"), so that a value named in an error never
+// carries a password.
+func RedactUserInfo(v string) string {
+	rest, scheme := v, ""
+	if s, r, ok := strings.Cut(v, "://"); ok {
+		scheme, rest = s+"://", r
+	}
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	if at := strings.LastIndex(rest[:end], "@"); at >= 0 {
+		return scheme + "REDACTED" + rest[at:]
+	}
+	return v
 }
 
 // Secure reports whether the connection uses TLS: any TLS file is given or
@@ -185,6 +258,9 @@ func (c Config) Diagnose(ctx context.Context, ep string) error {
 	}
 	defer conn.Close()
 	if u.Scheme != "https" {
+		if speaksTLS(ctx, conn, u.Hostname(), c.dialTimeout()) {
+			return fmt.Errorf("%s answers with TLS: plain HTTP to a TLS port? use https://%s", u.Host, u.Host)
+		}
 		return nil
 	}
 	tlsCfg, err := c.TLS()
@@ -198,6 +274,10 @@ func (c Config) Diagnose(ctx context.Context, ep string) error {
 		_ = tc.SetDeadline(dl)
 	}
 	if err := tc.HandshakeContext(ctx); err != nil {
+		var rh tls.RecordHeaderError
+		if errors.As(err, &rh) || speaksPlainHTTP(ctx, d, u.Host) {
+			return fmt.Errorf("TLS handshake with %s: the server does not speak TLS: https to a plain-HTTP port? use http://%s (%w)", u.Host, u.Host, err)
+		}
 		return fmt.Errorf("TLS handshake with %s: %w", u.Host, err)
 	}
 	// With mutual TLS the server may reject our certificate only after the
@@ -210,6 +290,69 @@ func (c Config) Diagnose(ctx context.Context, ep string) error {
 		}
 	}
 	return nil
+}
+
+// speaksTLS reports whether the server behind conn, dialled for plain
+// HTTP, is a TLS server: it is sent a TLS ClientHello, and a TLS answer
+// (a handshake, a certificate our roots do not trust, or a TLS alert) says
+// so. Nothing is sent over the connection after the handshake, and no
+// verification is turned off: a certificate that fails verification is
+// itself the proof that the port speaks TLS. A server that answers with
+// other bytes, closes the connection or does not answer in time is not
+// taken for a TLS server.
+func speaksTLS(ctx context.Context, conn net.Conn, host string, timeout time.Duration) bool {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: host}
+	dl := time.Now().Add(timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+		dl = d
+	}
+	_ = conn.SetDeadline(dl)
+	defer func() { _ = conn.SetDeadline(time.Time{}) }()
+	err := tls.Client(conn, cfg).HandshakeContext(ctx)
+	if err == nil {
+		return true
+	}
+	var (
+		rh    tls.RecordHeaderError
+		alert tls.AlertError
+		cv    *tls.CertificateVerificationError
+		ua    x509.UnknownAuthorityError
+		hn    x509.HostnameError
+		ci    x509.CertificateInvalidError
+	)
+	switch {
+	case errors.As(err, &rh):
+		return false // the server answered, but not with TLS
+	case errors.As(err, &cv), errors.As(err, &ua), errors.As(err, &hn), errors.As(err, &ci), errors.As(err, &alert):
+		return true
+	}
+	// Go's TLS client reports alerts it receives as "remote error: tls: ...".
+	return strings.Contains(err.Error(), "remote error: tls:")
+}
+
+// speaksPlainHTTP reports whether a server that failed a TLS handshake
+// answers plain HTTP instead (etcd's plain listener just closes the
+// connection on a ClientHello): a new connection is sent a GET /version,
+// and an HTTP status line is the proof.
+func speaksPlainHTTP(ctx context.Context, d *net.Dialer, hostport string) bool {
+	conn, err := d.DialContext(ctx, "tcp", hostport)
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	dl := time.Now().Add(2 * time.Second)
+	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+		dl = d
+	}
+	_ = conn.SetDeadline(dl)
+	if _, err := fmt.Fprintf(conn, "GET /version HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", hostport); err != nil {
+		return false
+	}
+	buf := make([]byte, 5)
+	if _, err := io.ReadFull(conn, buf); err != nil {
+		return false
+	}
+	return string(buf) == "HTTP/"
 }
 
 func isTimeout(err error) bool {
