@@ -127,10 +127,12 @@ func (w *watchdog) check() {
 	if w.waiting > 0 && idle >= w.timeout {
 		w.fired = true
 		w.mu.Unlock()
+		// Cancel first: the hook (tests thaw a frozen store in it) must
+		// not let a late answer slip through a call already judged stalled.
+		w.cancel(&stallError{timeout: w.timeout})
 		if w.onStall != nil {
 			w.onStall(w.op, w.key)
 		}
-		w.cancel(&stallError{timeout: w.timeout})
 		return
 	}
 	next := w.timeout
