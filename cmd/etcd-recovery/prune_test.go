@@ -5,13 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -542,33 +540,9 @@ func TestListPruneUsageAndDeadline(t *testing.T) {
 	}
 
 	// A listener that accepts and never answers.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	var conns []net.Conn
-	var mu sync.Mutex
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
+	hole := testenv.StartBlackhole(t)
 	silent := slices.Clone(r.flags)
-	silent[slices.Index(silent, "--cos-endpoint")+1] = "http://" + ln.Addr().String()
+	silent[slices.Index(silent, "--cos-endpoint")+1] = hole.URL("http")
 	const timeout = 2 * time.Second
 	for _, args := range [][]string{
 		{"list", "--cluster-id", "c1", "--timeout", timeout.String()},

@@ -896,17 +896,34 @@ type flakyProxy struct {
 	ln      net.Listener
 	target  string
 	fail    int
+	reset   bool // fail with an RST (a reset) instead of a FIN (a drop)
 	accepts atomic.Int64
+	resets  atomic.Int64
 	wg      sync.WaitGroup
 }
 
+// startFlakyProxy drops the first fail connections (all when fail < 0)
+// after reading their request: the server seems to close the connection.
 func startFlakyProxy(tb testing.TB, target string, fail int) *flakyProxy {
+	tb.Helper()
+	return startProxy(tb, target, fail, false)
+}
+
+// startResetProxy resets the first fail connections after reading their
+// whole request: "connection reset by peer", which the COS SDK alone does
+// not retry.
+func startResetProxy(tb testing.TB, target string, fail int) *flakyProxy {
+	tb.Helper()
+	return startProxy(tb, target, fail, true)
+}
+
+func startProxy(tb testing.TB, target string, fail int, reset bool) *flakyProxy {
 	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
 	}
-	p := &flakyProxy{ln: ln, target: target, fail: fail}
+	p := &flakyProxy{ln: ln, target: target, fail: fail, reset: reset}
 	p.wg.Go(p.serve)
 	tb.Cleanup(func() {
 		ln.Close()
@@ -941,9 +958,14 @@ func (p *flakyProxy) serve() {
 		conns.Go(func() {
 			defer c.Close()
 			if p.fail < 0 || n <= int64(p.fail) {
-				// Consume the request so that closing sends FIN, not RST.
+				// Consume the request so that closing sends FIN, not RST,
+				// unless a reset is wanted (SO_LINGER 0 sends RST).
 				if req, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
 					_, _ = io.Copy(io.Discard, req.Body)
+				}
+				if p.reset {
+					_ = c.(*net.TCPConn).SetLinger(0)
+					p.resets.Add(1)
 				}
 				return
 			}

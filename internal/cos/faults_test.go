@@ -1,12 +1,10 @@
 package cos_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -24,39 +22,11 @@ import (
 // two busy cores: the watchdog's timer, the cancel, and the SDK unwinding.
 const stallSlack = 5 * time.Second
 
-// silentListener accepts TCP connections and never answers (it reads and
-// discards what is sent): a black-holed endpoint.
+// silentListener accepts TCP connections and never answers: a
+// black-holed endpoint (testenv's, shared with the fault matrix).
 func silentListener(tb testing.TB) string {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Go(func() { _, _ = io.Copy(io.Discard, c) })
-		}
-	})
-	tb.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return "http://" + ln.Addr().String()
+	return testenv.StartBlackhole(tb).URL("http")
 }
 
 // Every call against an endpoint that accepts TCP and never answers ends
@@ -227,74 +197,6 @@ func (f *freezeAfter) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// resetProxy forwards TCP connections to target, except the first fail
-// ones: it reads the whole HTTP request, then resets the connection (RST,
-// SO_LINGER 0) without answering, so the client sees "read: connection
-// reset by peer" while waiting for the answer.
-type resetProxy struct {
-	ln     net.Listener
-	target string
-	fail   int64
-	seen   atomic.Int64
-	resets atomic.Int64
-	wg     sync.WaitGroup
-}
-
-func startResetProxy(tb testing.TB, target string, fail int64) *resetProxy {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	p := &resetProxy{ln: ln, target: target, fail: fail}
-	var mu sync.Mutex
-	var open []net.Conn
-	p.wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			open = append(open, c)
-			mu.Unlock()
-			n := p.seen.Add(1)
-			p.wg.Go(func() {
-				defer c.Close()
-				if n <= p.fail {
-					if req, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
-						_, _ = io.Copy(io.Discard, req.Body)
-					}
-					c.(*net.TCPConn).SetLinger(0)
-					p.resets.Add(1)
-					return
-				}
-				up, err := net.Dial("tcp", p.target)
-				if err != nil {
-					return
-				}
-				mu.Lock()
-				open = append(open, up)
-				mu.Unlock()
-				defer up.Close()
-				go func() { _, _ = io.Copy(up, c); up.(*net.TCPConn).CloseWrite() }()
-				_, _ = io.Copy(c, up)
-			})
-		}
-	})
-	tb.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range open {
-			c.Close()
-		}
-		mu.Unlock()
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *resetProxy) URL() string { return "http://" + p.ln.Addr().String() }
 
 // Connection resets are retried, as the README says: the SDK alone gives
 // up on "read: connection reset by peer" (it failed a v2 PUT and a
