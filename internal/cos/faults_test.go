@@ -197,7 +197,6 @@ func (f *freezeAfter) Read(p []byte) (int, error) {
 	return n, err
 }
 
-
 // Connection resets are retried, as the README says: the SDK alone gives
 // up on "read: connection reset by peer" (it failed a v2 PUT and a
 // multipart upload at once).
