@@ -44,7 +44,7 @@ const clusterID = "c1"
 // a tight wall-clock limit: the machines running `make test` have two busy
 // cores.
 const (
-	stallTimeout = 4 * time.Second  // --stall-timeout passed to the tool (when it has the flag)
+	stallTimeout = 4 * time.Second  // --cos-stall-timeout passed to the tool (when it has the flag)
 	abortWindow  = 30 * time.Second // README: aborts are retried for up to 30 s
 	slack        = 30 * time.Second // scheduling on a loaded 2-core machine
 	// signalBound: from a SIGINT/SIGTERM to the exit. The abort window
@@ -297,9 +297,9 @@ func credsDir(t testing.TB, m *testenv.MinIO) string {
 func (w *world) has(cmd, flag string) bool { return strings.Contains(w.flags[cmd], "--"+flag+" ") }
 
 // stall is the store's stall timeout a run of cmd has: the flag's value
-// when the binary has --stall-timeout, else the COS store's default.
+// when the binary has --cos-stall-timeout, else the COS store's default.
 func (w *world) stall(cmd string) time.Duration {
-	if w.has(cmd, "stall-timeout") {
+	if w.has(cmd, "cos-stall-timeout") {
 		return stallTimeout
 	}
 	return cos.DefaultStallTimeout
@@ -309,10 +309,10 @@ func (w *world) stall(cmd string) time.Duration {
 // does not (issue 11 item 3 not landed), the rows still run, against the
 // tool's defaults, and fail at their bound.
 func (w *world) stallArgs(t testing.TB, cmd string) []string {
-	if w.has(cmd, "stall-timeout") {
-		return []string{"--stall-timeout", stallTimeout.String()}
+	if w.has(cmd, "cos-stall-timeout") {
+		return []string{"--cos-stall-timeout", stallTimeout.String()}
 	}
-	t.Logf("note: `%s` has no --stall-timeout flag yet; running with the tool's defaults", cmd)
+	t.Logf("note: `%s` has no --cos-stall-timeout flag; running with the tool's defaults", cmd)
 	return nil
 }
 

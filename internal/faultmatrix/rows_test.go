@@ -198,10 +198,10 @@ func silentListenerRows() []row {
 			bh := testenv.StartBlackhole(t)
 			cos := cosArgs(bh.URL("http"), w.bucket, testenv.Prefix(t), w.creds)
 			cmds := map[string][]string{
-				"list":              {"list", "--cluster-id", clusterID},
-				"prune":             {"prune", "--cluster-id", clusterID},
+				"list":              append([]string{"list", "--cluster-id", clusterID}, w.stallArgs(t, "list")...),
+				"prune":             append([]string{"prune", "--cluster-id", clusterID}, w.stallArgs(t, "prune")...),
 				"backup":            append(w.backupArgs(), w.stallArgs(t, "backup")...),
-				"restore --dry-run": {"restore", "--cluster-id", clusterID, "--no-live", "--dry-run", "--data-dir-root", t.TempDir(), "--initial-cluster", "r0=https://127.0.0.1:2380"},
+				"restore --dry-run": append([]string{"restore", "--cluster-id", clusterID, "--no-live", "--dry-run", "--data-dir-root", t.TempDir(), "--initial-cluster", "r0=https://127.0.0.1:2380"}, w.stallArgs(t, "restore")...),
 			}
 			kids := map[string]*child{}
 			for what, args := range cmds {

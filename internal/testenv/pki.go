@@ -34,8 +34,17 @@ type PKI struct {
 	CA        *x509.Certificate
 	ServerIPs []net.IP // IP SANs of the server certificate
 
+	caKey      *ecdsa.PrivateKey // kept: tests may issue more certificates
 	caPool     *x509.CertPool
 	clientCert tls.Certificate
+}
+
+// pkiOptions tunes newPKI.
+type pkiOptions struct {
+	extraIPs []net.IP
+	// serverExpired makes the server/peer certificate one that expired an
+	// hour ago (valid from two days ago).
+	serverExpired bool
 }
 
 // NewPKI creates a new CA (ECDSA P-256) and a server/peer certificate valid
@@ -43,16 +52,20 @@ type PKI struct {
 // call makes a different CA, so a second PKI is "the wrong CA" for the first.
 func NewPKI(tb testing.TB, extraIPs ...net.IP) *PKI {
 	tb.Helper()
-	p, err := newPKI(tb.TempDir(), extraIPs)
+	p, err := newPKI(tb.TempDir(), pkiOptions{extraIPs: extraIPs})
 	if err != nil {
 		tb.Fatalf("testenv: creating PKI: %v", err)
 	}
 	return p
 }
 
-func newPKI(dir string, extraIPs []net.IP) (*PKI, error) {
+func newPKI(dir string, opts pkiOptions) (*PKI, error) {
 	now := time.Now()
 	notBefore, notAfter := now.Add(-time.Hour), now.Add(365*24*time.Hour)
+	serverNB, serverNA := notBefore, notAfter
+	if opts.serverExpired {
+		serverNB, serverNA = now.Add(-48*time.Hour), now.Add(-time.Hour)
+	}
 
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -61,7 +74,7 @@ func newPKI(dir string, extraIPs []net.IP) (*PKI, error) {
 	caTmpl := &x509.Certificate{
 		SerialNumber:          serial(),
 		Subject:               pkix.Name{CommonName: "etcd-recovery-test-ca " + randHex(4), Organization: []string{"etcd-recovery tests"}},
-		NotBefore:             notBefore,
+		NotBefore:             now.Add(-72 * time.Hour), // covers expired certificates it issues
 		NotAfter:              notAfter,
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
 		BasicConstraintsValid: true,
@@ -78,7 +91,7 @@ func newPKI(dir string, extraIPs []net.IP) (*PKI, error) {
 	}
 
 	ips := []net.IP{net.ParseIP("127.0.0.1"), net.IPv6loopback}
-	for _, ip := range extraIPs {
+	for _, ip := range opts.extraIPs {
 		if !slices.ContainsFunc(ips, ip.Equal) {
 			ips = append(ips, ip)
 		}
@@ -93,34 +106,17 @@ func newPKI(dir string, extraIPs []net.IP) (*PKI, error) {
 		ClientKeyFile:  filepath.Join(dir, "client.key"),
 		CA:             ca,
 		ServerIPs:      ips,
+		caKey:          caKey,
 	}
 	if err := writePEM(p.CAFile, "CERTIFICATE", caDER, 0o644); err != nil {
 		return nil, err
 	}
 
-	issue := func(tmpl *x509.Certificate, certFile, keyFile string) error {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			return err
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			return err
-		}
-		keyDER, err := x509.MarshalECPrivateKey(key)
-		if err != nil {
-			return err
-		}
-		if err := writePEM(certFile, "CERTIFICATE", der, 0o644); err != nil {
-			return err
-		}
-		return writePEM(keyFile, "EC PRIVATE KEY", keyDER, 0o600)
-	}
-	if err := issue(&x509.Certificate{
+	if err := p.issue(&x509.Certificate{
 		SerialNumber: serial(),
 		Subject:      pkix.Name{CommonName: "etcd-recovery-test-server", Organization: []string{"etcd-recovery tests"}},
-		NotBefore:    notBefore,
-		NotAfter:     notAfter,
+		NotBefore:    serverNB,
+		NotAfter:     serverNA,
 		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		DNSNames:     []string{"localhost"},
@@ -128,14 +124,7 @@ func newPKI(dir string, extraIPs []net.IP) (*PKI, error) {
 	}, p.ServerCertFile, p.ServerKeyFile); err != nil {
 		return nil, err
 	}
-	if err := issue(&x509.Certificate{
-		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: ClientCommonName, Organization: []string{"etcd-recovery tests"}},
-		NotBefore:    notBefore,
-		NotAfter:     notAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}, p.ClientCertFile, p.ClientKeyFile); err != nil {
+	if err := p.issueClient(false, p.ClientCertFile, p.ClientKeyFile); err != nil {
 		return nil, err
 	}
 
@@ -146,6 +135,51 @@ func newPKI(dir string, extraIPs []net.IP) (*PKI, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// IssueClient writes another client certificate (CN ClientCommonName) from
+// this CA, one that expired an hour ago when expired is true.
+func (p *PKI) IssueClient(tb testing.TB, expired bool, certFile, keyFile string) {
+	tb.Helper()
+	if err := p.issueClient(expired, certFile, keyFile); err != nil {
+		tb.Fatalf("testenv: issuing a client certificate: %v", err)
+	}
+}
+
+func (p *PKI) issueClient(expired bool, certFile, keyFile string) error {
+	now := time.Now()
+	nb, na := now.Add(-time.Hour), now.Add(365*24*time.Hour)
+	if expired {
+		nb, na = now.Add(-48*time.Hour), now.Add(-time.Hour)
+	}
+	return p.issue(&x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: ClientCommonName, Organization: []string{"etcd-recovery tests"}},
+		NotBefore:    nb,
+		NotAfter:     na,
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}, certFile, keyFile)
+}
+
+// issue signs tmpl with the CA and writes the certificate and a new key.
+func (p *PKI) issue(tmpl *x509.Certificate, certFile, keyFile string) error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.CA, &key.PublicKey, p.caKey)
+	if err != nil {
+		return err
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return err
+	}
+	if err := writePEM(certFile, "CERTIFICATE", der, 0o644); err != nil {
+		return err
+	}
+	return writePEM(keyFile, "EC PRIVATE KEY", keyDER, 0o600)
 }
 
 // ClientTLS returns a new TLS config trusting the CA and presenting the
