@@ -8,7 +8,7 @@ IMAGE ?= etcd-recovery:$(VERSION)
 # Integration tests start many real servers; two packages at a time fit 2 cores.
 TEST_FLAGS ?= -count=1 -p 2 -parallel 4 -timeout 75m
 
-.PHONY: all build cross test test-servers bench demo image vet clean
+.PHONY: all build cross test test-servers bench demo image container-tools vet clean
 
 all: build
 
@@ -28,15 +28,16 @@ cross:
 		CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build -trimpath -o "$$out/etcd-recovery-$${p%/*}-$${p#*/}" ./cmd/etcd-recovery || exit 1; \
 	done
 
-# Builds or installs the real test servers once, into .cache/servers.
+# Builds or downloads the real test servers once, into .cache/servers (etcd 3.4
+# is Debian's package unpacked there, never installed).
 test-servers:
-	scripts/test-servers.sh etcd34 etcd35 etcd36 minio kube-apiserver
+	scripts/test-servers.sh etcd34 etcd35 etcd36 minio kube-apiserver kubectl
 
 vet:
 	$(GO) vet ./...
 
 # Everything, nothing skipped, against real etcd 3.4/3.5/3.6 and MinIO.
-test: test-servers vet cross
+test: test-servers vet cross container-tools image
 	$(GO) test $(TEST_FLAGS) ./...
 
 # Benchmarks against the manual baselines, in one run; prints ratios and peak RSS.
@@ -44,12 +45,35 @@ bench: test-servers build
 	scripts/bench.sh
 
 # A local 3-member etcd cluster and MinIO on loopback, some data, a backup, the listing.
-demo: test-servers build
+# Builds only what it runs (etcd 3.5, MinIO, the tool); installs nothing, needs no root.
+demo: build
+	scripts/test-servers.sh etcd35 minio
 	scripts/demo.sh
 
-# The toolkit image (needs a Docker engine).
-image:
-	docker build -f images/Dockerfile --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+# The toolkit image, built offline and reproducibly with buildah from
+# images/Dockerfile (FROM scratch): bin/image/ref, bin/image/digest and an
+# OCI archive for a registry push. Skipped when nothing changed.
+image: container-tools
+	VERSION=$(VERSION) scripts/image.sh
+
+# Debian's podman, buildah and runc, which the image tests need: installed
+# (saying so first) only if missing.
+container-tools:
+	@scripts/container-tools.sh
 
 clean:
 	rm -rf bin demo-data
+
+# Pins the image `make image` built (bin/image/digest) by digest in deploy/'s
+# kustomizations: `kubectl apply -k deploy/` then runs exactly that image.
+# Push the image (its OCI archive) under icr.io/armada/etcd-recovery first.
+MANIFESTS_DIGEST ?= bin/image/digest
+MANIFESTS_DIR ?= deploy
+.PHONY: manifests
+manifests:
+	@d=$$(cat $(MANIFESTS_DIGEST) 2>/dev/null); \
+	if ! [[ $$d =~ ^sha256:[0-9a-f]{64}$$ ]]; then echo "manifests: no image digest in $(MANIFESTS_DIGEST) (run make image first)" >&2; exit 1; fi; \
+	for k in $(MANIFESTS_DIR)/kustomization.yaml $(MANIFESTS_DIR)/templates/kustomization.yaml; do \
+		sed -i -E "/^- name: icr\.io\/armada\/etcd-recovery$$/,/^  digest:/ s|^(  digest: ).*|\1$$d|" $$k || exit 1; \
+	done; \
+	echo "manifests: $(MANIFESTS_DIR)/ runs icr.io/armada/etcd-recovery@$$d"

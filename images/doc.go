@@ -1,3 +1,4 @@
-// Package images holds the container image definition (Dockerfile) and a
-// static test that keeps it in step with the Makefile.
+// Package images holds the toolkit image's build file (Dockerfile, built
+// by `make image` through scripts/image.sh with buildah, FROM scratch) and
+// the tests that run the built image with podman as Kubernetes runs it.
 package images

@@ -5,8 +5,11 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/armada/etcd-recovery/internal/testenv"
 )
 
 // instr is one Dockerfile instruction (continuation lines joined).
@@ -45,102 +48,101 @@ func parseDockerfile(t *testing.T, path string) []instr {
 	return out
 }
 
-// makeVar returns the value of `NAME := value` in the Makefile.
-func makeVar(t *testing.T, mk, name string) string {
+// makeTarget returns the prerequisites and the recipe of a Makefile target.
+func makeTarget(t *testing.T, mk, name string) (prereqs, recipe string) {
 	t.Helper()
-	m := regexp.MustCompile(`(?m)^` + name + `\s*[:?]?=\s*(.*)$`).FindStringSubmatch(mk)
+	m := regexp.MustCompile(`(?m)^` + name + `:(.*)\n((?:\t.*\n)*)`).FindStringSubmatch(mk)
 	if m == nil {
-		t.Fatalf("Makefile has no %s", name)
+		t.Fatalf("Makefile has no %s target", name)
 	}
-	return strings.TrimSpace(m[1])
+	return strings.TrimSpace(m[1]), m[2]
 }
 
-func TestDockerfileMatchesMakefile(t *testing.T) {
+// TestDockerfile checks images/Dockerfile as a build needing no base image
+// and no runtime (so buildah builds it offline and reproducibly), and that
+// `make image` and `make test` build it with scripts/image.sh.
+func TestDockerfile(t *testing.T) {
+	ins := parseDockerfile(t, "Dockerfile")
+	var froms, copies []string
+	var user, workdir string
+	var entry []string
+	for _, in := range ins {
+		switch in.cmd {
+		case "FROM":
+			froms = append(froms, in.args)
+		case "RUN", "ADD", "ONBUILD", "HEALTHCHECK":
+			// RUN needs a runtime and makes the build depend on what it
+			// does; ADD may fetch URLs.
+			t.Errorf("Dockerfile: %s %s: the image is assembled from the prepared context with COPY only", in.cmd, in.args)
+		case "COPY":
+			copies = append(copies, in.args)
+		case "USER":
+			user = in.args
+		case "WORKDIR":
+			workdir = in.args
+		case "ENTRYPOINT":
+			if err := json.Unmarshal([]byte(in.args), &entry); err != nil {
+				t.Errorf("ENTRYPOINT must be exec form (signals reach the tool): %s", in.args)
+			}
+		case "CMD":
+			t.Errorf("Dockerfile: CMD %s: the pods give their own args; a CMD would run when they give none", in.args)
+		}
+	}
+	if !slices.Equal(froms, []string{"scratch"}) {
+		t.Errorf("Dockerfile stages %q: want one, FROM scratch (no base image to pull)", froms)
+	}
+	for _, c := range copies {
+		if strings.Contains(c, "--from") {
+			t.Errorf("COPY %s: no build stages", c)
+		}
+		if !strings.Contains(c, "--chown=") {
+			t.Errorf("COPY %s: the owner must be explicit (the context's owners are the builder's)", c)
+		}
+	}
+	uid, gid, _ := strings.Cut(user, ":")
+	if uid == "" || uid == "0" || strings.Trim(uid, "0123456789") != "" || gid == "" || strings.Trim(gid, "0123456789") != "" {
+		t.Errorf("USER %q: want a numeric non-root uid:gid (runAsNonRoot needs a number)", user)
+	}
+	if !slices.Equal(entry, []string{"/usr/local/bin/etcd-recovery"}) {
+		t.Errorf("ENTRYPOINT %q, want [/usr/local/bin/etcd-recovery]", entry)
+	}
+	if workdir == "" {
+		t.Errorf("no WORKDIR")
+	}
+
 	mkb, err := os.ReadFile(filepath.Join("..", "Makefile"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	mk := string(mkb)
-	bin := makeVar(t, mk, "BIN")
-	// The build target produces $(BIN), static.
-	build := regexp.MustCompile(`(?m)^build:\n\t(.*)$`).FindStringSubmatch(mk)
-	if build == nil || !strings.Contains(build[1], "CGO_ENABLED=0") || !strings.Contains(build[1], "-o $(BIN)") {
-		t.Fatalf("Makefile build target is not a static build into $(BIN): %q", build)
+	_, build := makeTarget(t, mk, "build")
+	if !strings.Contains(build, "CGO_ENABLED=0") || !strings.Contains(build, "-o $(BIN)") {
+		t.Errorf("Makefile build target is not a static build into $(BIN): %q", build)
 	}
-	// `make image` uses this Dockerfile and passes VERSION.
-	image := regexp.MustCompile(`(?m)^image:\n\t(.*)$`).FindStringSubmatch(mk)
-	if image == nil || !strings.Contains(image[1], "-f images/Dockerfile") || !strings.Contains(image[1], "--build-arg VERSION=") {
-		t.Fatalf("Makefile image target: %q", image)
+	if _, image := makeTarget(t, mk, "image"); !strings.Contains(image, "scripts/image.sh") || !strings.Contains(image, "VERSION=$(VERSION)") {
+		t.Errorf("Makefile image target does not run scripts/image.sh with VERSION: %q", image)
+	}
+	testPre, _ := makeTarget(t, mk, "test")
+	for _, p := range []string{"container-tools", "image"} {
+		if !slices.Contains(strings.Fields(testPre), p) {
+			t.Errorf("make test does not depend on %s (prerequisites %q): the image tests would run a stale or missing image", p, testPre)
+		}
+	}
+	if _, ct := makeTarget(t, mk, "container-tools"); !strings.Contains(ct, "scripts/container-tools.sh") {
+		t.Errorf("Makefile container-tools target: %q", ct)
 	}
 
-	ins := parseDockerfile(t, "Dockerfile")
-	last := ins[len(ins)-1].stage
-	var buildStage string
-	var workdir, entry, user string
-	var copied string // destination of the binary in the final stage
-	var sawMake, sawCA, sawArg bool
-	for _, in := range ins {
-		switch {
-		case in.cmd == "FROM" && in.stage == 0:
-			f := strings.Fields(in.args)
-			if len(f) != 3 || !strings.EqualFold(f[1], "AS") {
-				t.Fatalf("first stage must be named: FROM %s", in.args)
-			}
-			buildStage = f[2]
-		case in.cmd == "WORKDIR" && in.stage == 0:
-			workdir = in.args
-		case in.cmd == "ARG" && in.stage == 0 && strings.HasPrefix(in.args, "VERSION"):
-			sawArg = true
-		case in.cmd == "RUN" && in.stage == 0 && strings.Contains(in.args, "make build"):
-			sawMake = true
-			if !strings.Contains(in.args, "VERSION=${VERSION}") {
-				t.Errorf("build stage does not pass VERSION to make: %s", in.args)
-			}
-		case in.cmd == "RUN" && in.stage == last && strings.Contains(in.args, "ca-certificates"):
-			sawCA = true
-		case in.cmd == "COPY" && in.stage == last && strings.HasPrefix(in.args, "--from="+buildStage+" "):
-			f := strings.Fields(strings.TrimPrefix(in.args, "--from="+buildStage+" "))
-			if len(f) != 2 {
-				t.Fatalf("COPY %s", in.args)
-			}
-			if want := filepath.Join(workdir, bin); f[0] != want {
-				t.Errorf("final stage copies %s, but the Makefile builds %s in %s (%s)", f[0], bin, workdir, want)
-			}
-			copied = f[1]
-		case in.cmd == "USER" && in.stage == last:
-			user = in.args
-		case in.cmd == "ENTRYPOINT" && in.stage == last:
-			var e []string
-			if err := json.Unmarshal([]byte(in.args), &e); err != nil {
-				t.Fatalf("ENTRYPOINT must be exec form: %s", in.args)
-			}
-			entry = e[0]
-		}
+	sb, err := os.ReadFile(filepath.Join("..", "scripts", "image.sh"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if !sawMake || !sawArg {
-		t.Errorf("the build stage must run `make build VERSION=${VERSION}` with ARG VERSION")
+	script := string(sb)
+	if !strings.Contains(script, "-f images/Dockerfile") || !strings.Contains(script, "--isolation chroot") || !strings.Contains(script, `--timestamp "$EPOCH"`) {
+		t.Errorf("scripts/image.sh does not build images/Dockerfile with --isolation chroot --timestamp")
 	}
-	if !sawCA {
-		t.Errorf("the final stage installs no CA certificates")
-	}
-	if copied == "" || entry != copied {
-		t.Errorf("ENTRYPOINT %q is not the copied binary %q", entry, copied)
-	}
-	if u, _, _ := strings.Cut(user, ":"); u == "" || u == "0" || u == "root" || strings.Trim(u, "0123456789") != "" {
-		t.Errorf("USER %q: want a numeric non-root uid (runAsNonRoot needs a number)", user)
-	}
-	// The manifests run as the same uid and call the binary by the name on PATH.
-	for _, f := range []string{"30-cronjob.yaml", "40-update-job.yaml", "50-toolkit.yaml"} {
-		b, err := os.ReadFile(filepath.Join("..", "deploy", f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		u, _, _ := strings.Cut(user, ":")
-		if !strings.Contains(string(b), "runAsUser: "+u) {
-			t.Errorf("deploy/%s does not run as uid %s", f, u)
-		}
-	}
-	if filepath.Dir(copied) != "/usr/local/bin" && filepath.Dir(copied) != "/usr/bin" {
-		t.Errorf("binary %s is not on PATH (kubectl exec ... -- etcd-recovery)", copied)
+	// The script's podman/buildah flags are the tests' (testenv).
+	m := regexp.MustCompile(`(?m)^GLOBAL=\((.*)\)$`).FindStringSubmatch(script)
+	if m == nil || !slices.Equal(strings.Fields(m[1]), testenv.PodmanGlobalArgs) {
+		t.Errorf("scripts/image.sh GLOBAL=%q, testenv.PodmanGlobalArgs %q: the tests would not see the image", m, testenv.PodmanGlobalArgs)
 	}
 }

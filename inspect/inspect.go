@@ -159,7 +159,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		case bs = <-bch:
 		case <-rctx.Done():
 			bs = &BackupStatus{ClusterID: opts.ClusterID, Location: opts.Location, MaxAge: opts.MaxBackupAge,
-				Error: "the object store gave no answer within the run's deadline (2 × --timeout)"}
+				Error: "the object store gave no answer within the run's deadline (2 × --probe-timeout)"}
 		}
 	}
 	if err := ctx.Err(); err != nil {

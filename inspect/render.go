@@ -11,7 +11,9 @@ import (
 // Table is the members table of the report.
 func (r *Report) Table() output.Table {
 	t := output.Table{Header: []string{"NAME", "ID", "ENDPOINT", "VERSION", "HEALTH", "ROLE", "TERM", "RAFT INDEX",
-		"APPLIED", "LAG", "DB SIZE", "IN USE", "ALARMS", "LATENCY", "ERROR"}}
+		"APPLIED", "LAG", "DB SIZE", "IN USE", "ALARMS", "LATENCY", "ERROR"},
+		Wide: []string{"ID", "ENDPOINT", "VERSION", "TERM", "RAFT INDEX", "APPLIED", "IN USE", "LATENCY"},
+		Long: []string{"ERROR"}}
 	for _, m := range r.Members {
 		role := "-"
 		switch {
@@ -121,8 +123,14 @@ func Render(w io.Writer, f output.Format, r *Report) error {
 		return err
 	}
 	for _, l := range r.Lines() {
-		if _, err := fmt.Fprintln(w, l); err != nil {
-			return err
+		lines := []string{l}
+		if f != output.FormatWide {
+			lines = output.Wrap(l, output.Width, "    ")
+		}
+		for _, l := range lines {
+			if _, err := fmt.Fprintln(w, l); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

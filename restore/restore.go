@@ -72,7 +72,10 @@ type Options struct {
 	// dir. The database is read from a temp file in a private dir under
 	// ScratchDir, removed before Run returns.
 	DryRun bool
-	// ScratchDir holds a dry run's temp file. Default os.TempDir().
+	// ScratchDir (--temp-dir) holds the staged snapshot while it is
+	// verified: a dry run's (default os.TempDir(), i.e. $TMPDIR), and a
+	// real run's when set (default: next to the data dirs, whose file
+	// system needs room for each member's database anyway).
 	ScratchDir string
 
 	// Verify, when its Etcd has endpoints, waits for the rebuilt cluster
@@ -309,6 +312,9 @@ func Run(ctx context.Context, opts Options) (_ *Result, rerr error) {
 	}
 
 	tmpDir := filepath.Dir(plan.Members[0].DataDir)
+	if opts.ScratchDir != "" {
+		tmpDir = opts.ScratchDir
+	}
 	tmpCreated, _, _ := missingDirs(tmpDir)
 	snapPath, step, err := selectAndVerify(ctx, opts, log, plan, tmpDir)
 	defer func() {
@@ -492,15 +498,17 @@ func selectAndVerify(ctx context.Context, opts Options, log *slog.Logger, plan *
 			plan.Checks = append(plan.Checks, Check{Name: n, Status: CheckPlanned, Detail: "checked while the survivor snapshot streams"})
 		}
 	} else {
+		// Room first: nothing is downloaded unless every file system
+		// it is written to has space for it.
+		if err := checkRestoreSpace(opts, plan, chosen, dir); err != nil {
+			return "", StepSpace, err
+		}
 		var dst *os.File
 		if opts.DryRun {
 			// The same checks as the real run, the database's revision
 			// included, so the database is read from a file: in a private
 			// scratch dir, not next to the data dirs, removed on return.
-			scratchRoot := opts.ScratchDir
-			if scratchRoot == "" {
-				scratchRoot = os.TempDir()
-			}
+			scratchRoot := ScratchRoot(opts.ScratchDir)
 			scratch, err := os.MkdirTemp(scratchRoot, ".etcd-recovery-dry-run-*")
 			if err != nil {
 				return "", StepVerifyBackup, fmt.Errorf("dry run: scratch dir for the snapshot: %w", err)
@@ -515,7 +523,7 @@ func selectAndVerify(ctx context.Context, opts Options, log *slog.Logger, plan *
 				return snapPath, StepVerifyBackup, err
 			}
 			if dst, err = os.CreateTemp(dir, ".etcd-recovery-"+opts.ClusterID+"-*.snapshot.db"); err != nil {
-				return snapPath, StepVerifyBackup, fmt.Errorf("temp file next to the data dirs: %w", err)
+				return snapPath, StepVerifyBackup, fmt.Errorf("temp file for the snapshot in %s: %w", dir, err)
 			}
 			snapPath = dst.Name()
 			defer dst.Close()
@@ -616,7 +624,7 @@ func probeSurvivor(ctx context.Context, opts Options, s *Survivor) *Candidate {
 	if m.Status.Header != nil {
 		s.Revision = m.Status.Header.Revision
 	}
-	return &Candidate{Name: "(pre-restore snapshot of " + m.Name + ", not taken: dry run)", Kind: backup.KindPreRestore,
+	return &Candidate{Name: "(survivor snapshot, dry run)", Kind: backup.KindPreRestore,
 		Time: opts.Now().UTC(), Revision: s.Revision, Source: m.Name, ServerVersion: m.Status.Version, Status: CheckPlanned, Planned: true}
 }
 
@@ -754,4 +762,45 @@ func newToken(clusterID string, now time.Time) string {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	return fmt.Sprintf("%s-restore-%s-%s", clusterID, now.UTC().Format("20060102T150405Z"), hex.EncodeToString(b[:]))
+}
+
+// checkRestoreSpace checks, before the download, that the staged snapshot
+// fits where it is staged and, for a restore that writes data dirs, that
+// their file systems have room for every member's database and WAL. A
+// dry run reports the data dirs' shortfall as a problem (it writes none)
+// and fails only when its own staged copy would not fit.
+func checkRestoreSpace(opts Options, plan *Plan, chosen Candidate, dir string) error {
+	raw := chosen.RawSize
+	if raw <= 0 {
+		return nil
+	}
+	stage := SpaceNeed{Bytes: stagedBytes(raw), Hint: HintScratch,
+		What: fmt.Sprintf("the staged snapshot of backup %s, uncompressed", chosen.Name)}
+	switch {
+	case opts.DryRun:
+		stage.Path = ScratchRoot(opts.ScratchDir)
+	default:
+		stage.Path = dir
+		if opts.ScratchDir == "" && len(plan.Members) > 0 {
+			stage.Hint = "or stage the snapshot elsewhere with --temp-dir"
+		}
+	}
+	var dirs []SpaceNeed
+	for _, m := range plan.Members {
+		if m.Problem != "" {
+			continue
+		}
+		dirs = append(dirs, SpaceNeed{Path: m.DataDir, Bytes: memberBytes(raw), Hint: HintDataDirs,
+			What: fmt.Sprintf("member %s's data dir, database and 64 MiB WAL", m.Name)})
+	}
+	if opts.DryRun {
+		if err := CheckSpace([]SpaceNeed{stage}); err != nil {
+			return err
+		}
+		if err := CheckSpace(dirs); err != nil {
+			plan.Problems = append(plan.Problems, "data dirs: "+err.Error())
+		}
+		return nil
+	}
+	return CheckSpace(append(dirs, stage))
 }

@@ -378,8 +378,8 @@ type ClusterCheckOptions struct {
 	// OverrideMinRevision and OverrideKeys keep MinRevision and
 	// ExpectedKeys as given instead of taking them from the backup.
 	OverrideMinRevision, OverrideKeys bool
-	// TempDir holds the downloaded snapshot while it is read. Default
-	// os.TempDir().
+	// TempDir (--temp-dir) holds the downloaded snapshot while it is
+	// read. Default os.TempDir() ($TMPDIR, else /tmp).
 	TempDir  string
 	Progress func(label string) Progress
 }
@@ -414,7 +414,12 @@ func CheckCluster(ctx context.Context, opts ClusterCheckOptions) (*ClusterCheck,
 		if err != nil {
 			return out, fmt.Errorf("backup %s: %w", opts.Backup, err)
 		}
-		f, err := os.CreateTemp(opts.TempDir, ".etcd-recovery-verify-*.snapshot.db")
+		root := ScratchRoot(opts.TempDir)
+		if err := CheckSpace([]SpaceNeed{{Path: root, Bytes: stagedBytes(m.Snapshot.RawSize), Hint: HintScratch,
+			What: fmt.Sprintf("the snapshot of backup %s, uncompressed, read to count its keys", m.Name)}}); err != nil {
+			return out, &Error{ClusterID: opts.ClusterID, Step: StepSpace, Err: err}
+		}
+		f, err := os.CreateTemp(root, ".etcd-recovery-verify-*.snapshot.db")
 		if err != nil {
 			return out, err
 		}

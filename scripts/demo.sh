@@ -4,7 +4,9 @@
 # and v2 data, takes a backup, inspects the cluster, kills two members
 # (quorum lost), restores a new 3-member cluster from the newest snapshot (the
 # survivor's), verifies it and re-injects the v2 keys. No cloud account needed.
-# Everything lives in demo-data/ and is stopped on exit.
+# Everything lives in demo-data/ and is stopped on exit. It installs nothing
+# and needs no root: `make demo` builds etcd 3.5 and MinIO into .cache/servers
+# (scripts/test-servers.sh etcd35 minio) and the tool into bin/.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/test-servers.env"
@@ -22,14 +24,37 @@ for t in curl openssl; do
   command -v "$t" >/dev/null || { echo "demo: needs $t (apt-get install $t)" >&2; exit 1; }
 done
 for b in "$ETCD" "$ETCDCTL" "$MINIO" "$TOOL"; do
-  [[ -x "$b" ]] || { echo "demo: missing $b: run make test-servers build" >&2; exit 1; }
+  [[ -x "$b" ]] || { echo "demo: missing $b: run make demo (it builds them)" >&2; exit 1; }
 done
 
+# Servers run in the background, disowned: bash then prints no job-control
+# "Killed" lines when the demo kills them. stop SIGNAL PID... waits until
+# each is gone (bash still reaps them).
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+started() { pids+=("$1"); disown "$1"; }
+stop() {
+  local sig="$1" p; shift
+  kill -s "$sig" "$@" 2>/dev/null || true
+  for p in "$@"; do
+    for _ in $(seq 1 200); do kill -0 "$p" 2>/dev/null || break; sleep 0.05; done
+  done
+}
+cleanup() { [[ ${#pids[@]} -eq 0 ]] || stop TERM "${pids[@]}"; }
 trap cleanup EXIT
 rm -rf "$D"; mkdir -p "$D/pki"
-step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+# Bold headings on a terminal only: piped or logged output has no escapes.
+if [[ -t 1 ]]; then
+  step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+else
+  step() { printf '\n== %s\n' "$*"; }
+fi
+# wait_for WHAT CMD...: runs CMD until it succeeds, for up to 20 s.
+wait_for() {
+  local what="$1"; shift
+  for _ in $(seq 1 100); do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; done
+  echo "demo: $what not ready after 20s (logs in $D)" >&2
+  return 1
+}
 
 step "PKI: a CA, a server/peer certificate for 127.0.0.1, a client certificate"
 (
@@ -60,23 +85,21 @@ for i in 0 1 2; do
     --cert-file "$D/pki/server.crt" --key-file "$D/pki/server.key" --trusted-ca-file "$D/pki/ca.crt" --client-cert-auth \
     --peer-cert-file "$D/pki/server.crt" --peer-key-file "$D/pki/server.key" --peer-trusted-ca-file "$D/pki/ca.crt" --peer-client-cert-auth \
     --log-level warn >"$D/m$i.log" 2>&1 &
-  pids+=($!)
+  started $!
 done
 
 step "MinIO: an S3 server on loopback"
 # Throwaway local credentials, passed by environment, never argv.
 export MINIO_ROOT_USER="demo-$RANDOM$RANDOM" MINIO_ROOT_PASSWORD="demo-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 "$MINIO" server "$D/minio" --address "127.0.0.1:$((BASE_PORT + 100))" --console-address "127.0.0.1:$((BASE_PORT + 101))" --quiet >"$D/minio.log" 2>&1 &
-pids+=($!)
+started $!
 
 export ETCDCTL_ENDPOINTS="$endpoints" ETCDCTL_CACERT="$D/pki/ca.crt" ETCDCTL_CERT="$D/pki/client.crt" ETCDCTL_KEY="$D/pki/client.key"
 export COS_ENDPOINT="http://127.0.0.1:$((BASE_PORT + 100))" COS_REGION=us-east-1 COS_BUCKET=etcd-backups COS_PREFIX=kubx-etcd-01
 export COS_ACCESS_KEY_ID="$MINIO_ROOT_USER" COS_SECRET_ACCESS_KEY="$MINIO_ROOT_PASSWORD"
 
-for _ in $(seq 1 100); do
-  "$ETCDCTL" endpoint health >/dev/null 2>&1 && curl -fs "$COS_ENDPOINT/minio/health/ready" >/dev/null && break
-  sleep 0.2
-done
+wait_for "etcd (3 members)" "$ETCDCTL" endpoint health
+wait_for "MinIO" curl -fs "$COS_ENDPOINT/minio/health/ready"
 "$ETCDCTL" endpoint status -w table
 curlcfg="$D/curl.cfg"; printf 'user = "%s:%s"\n' "$MINIO_ROOT_USER" "$MINIO_ROOT_PASSWORD" >"$curlcfg"; chmod 600 "$curlcfg"
 curl -fs -K "$curlcfg" --aws-sigv4 "aws:amz:us-east-1:s3" -X PUT "$COS_ENDPOINT/$COS_BUCKET" >/dev/null
@@ -86,20 +109,34 @@ for i in $(seq 1 20); do
   curl -fs --cacert "$D/pki/ca.crt" --cert "$D/pki/client.crt" --key "$D/pki/client.key" \
     -X PUT "https://127.0.0.1:$BASE_PORT/v2/keys/calico/v1/host/node$i/config" -d value="ip=10.0.0.$i" >/dev/null
 done
-for i in $(seq 1 2000); do echo "put /registry/pods/default/pod-$i {\"uid\":\"$RANDOM-$RANDOM-$i\"}"; done |
-  "$ETCDCTL" txn >/dev/null 2>&1 || for i in $(seq 1 2000); do "$ETCDCTL" put "/registry/pods/default/pod-$i" "uid-$RANDOM-$i" >/dev/null; done
-"$ETCDCTL" get /registry --prefix --count-only -w fields | grep -i count
+# v3: 20 transactions of 100 puts (etcd allows 128 operations per txn).
+# etcdctl txn reads compares, a blank line, the success ops, a blank line,
+# the failure ops and a blank line; no compares, so the puts always apply.
+# A failed txn stops the demo with etcdctl's error.
+load_start=$SECONDS
+for b in $(seq 0 19); do
+  {
+    echo
+    for i in $(seq $((b * 100 + 1)) $((b * 100 + 100))); do
+      printf 'put /registry/pods/default/pod-%d "{\\"uid\\":\\"%s\\"}"\n' "$i" "$RANDOM-$RANDOM-$i"
+    done
+    echo; echo
+  } | "$ETCDCTL" txn >/dev/null || { echo "demo: etcdctl txn (keys $((b * 100 + 1))-$((b * 100 + 100))) failed" >&2; exit 1; }
+done
+keys=$("$ETCDCTL" get /registry/pods/default/ --prefix --count-only -w fields | sed -n 's/^"Count" : //p')
+[[ "$keys" == 2000 ]] || { echo "demo: loaded $keys v3 keys, want 2000" >&2; exit 1; }
+echo "loaded 2000 v3 keys in 20 etcdctl txn calls ($((SECONDS - load_start))s)"
 
 CLUSTER=demo-1927b9f56bc841c2
 step "backup: etcd-recovery backup --cluster-id $CLUSTER --kind scheduled"
 "$TOOL" backup --cluster-id "$CLUSTER" --kind scheduled
 
 step "inspect: health, quorum, backup freshness (exit 0 = HEALTHY)"
-"$TOOL" inspect --cluster-id "$CLUSTER" --timeout 2s || echo "(inspect exit $?)"
+"$TOOL" inspect --cluster-id "$CLUSTER" --probe-timeout 2s || echo "(inspect exit $?)"
 
 step "disaster: two of three members die"
-kill -9 "${pids[0]}" "${pids[1]}"; sleep 2
-"$TOOL" inspect --cluster-id "$CLUSTER" --timeout 2s || echo "(inspect exit $? = QUORUM LOST)"
+stop KILL "${pids[0]}" "${pids[1]}"
+"$TOOL" inspect --cluster-id "$CLUSTER" --probe-timeout 2s || echo "(inspect exit $? = QUORUM LOST)"
 
 step "survivor snapshot: back up the one member left (the seed runbook's lone-pod case)"
 "$TOOL" backup --cluster-id "$CLUSTER" --kind manual --probe-timeout 2s
@@ -122,7 +159,7 @@ step "restore --dry-run: the plan, and nothing changes"
 step "restore: survivor snapshot first (kind pre-restore), then rebuild the data dirs from the newest snapshot"
 "$TOOL" restore --cluster-id "$CLUSTER" --endpoints "https://127.0.0.1:$((BASE_PORT + 20))" \
   --initial-cluster "$newcluster" --initial-cluster-token demo-restored --data-dir-root "$D/restored"
-kill -9 "${pids[2]}" 2>/dev/null || true   # the old survivor is retired
+stop KILL "${pids[2]}"   # the old survivor is retired
 
 step "start the new cluster on the restored data dirs"
 for i in 0 1 2; do
@@ -134,9 +171,10 @@ for i in 0 1 2; do
     --cert-file "$D/pki/server.crt" --key-file "$D/pki/server.key" --trusted-ca-file "$D/pki/ca.crt" --client-cert-auth \
     --peer-cert-file "$D/pki/server.crt" --peer-key-file "$D/pki/server.key" --peer-trusted-ca-file "$D/pki/ca.crt" --peer-client-cert-auth \
     --log-level warn >"$D/n$i.log" 2>&1 &
-  pids+=($!)
+  started $!
 done
 export ETCDCTL_ENDPOINTS="$newendpoints"
+wait_for "the restored etcd (3 members)" "$ETCDCTL" endpoint health
 newest=$("$TOOL" list --cluster-id "$CLUSTER" -o json | grep -m1 '"name"' | cut -d'"' -f4)
 
 step "restore verify: healthy, revision not gone back, every live key there (backup $newest)"
@@ -147,7 +185,7 @@ step "restore v2: the legacy calico keys, twice (the second run changes nothing)
 "$TOOL" restore v2 --cluster-id "$CLUSTER" --backup "$newest" --endpoints "$newendpoints"
 
 step "inspect the rebuilt cluster"
-"$TOOL" inspect --cluster-id "$CLUSTER" --timeout 2s || echo "(inspect exit $?)"
+"$TOOL" inspect --cluster-id "$CLUSTER" --probe-timeout 2s || echo "(inspect exit $?)"
 "$ETCDCTL" get /registry --prefix --count-only -w fields | grep -i count
 echo
 echo "demo: done. Data, logs and certificates are in $D (servers are stopped now)."

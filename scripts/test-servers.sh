@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds or installs the real servers the tests run against, once, into a
-# gitignored cache keyed by version. Idempotent: a server already in the cache
+# Builds or downloads the real servers the tests run against, once, into a
+# gitignored cache keyed by version. Installs no system package or service. Idempotent: a server already in the cache
 # is not rebuilt. Prints nothing but progress on stderr.
 #
 #   scripts/test-servers.sh [etcd34|etcd35|etcd36|minio|kube-apiserver|all]...
@@ -79,23 +79,56 @@ GO
   rm -rf "$dir" "$src"; mv "$dir.tmp" "$dir"
 }
 
-# etcd 3.4 comes from Debian's etcd-server package (the generation the seeds
-# run). Copied into the cache so tests find every server in one place.
-install_etcd34() {
-  if [[ -x "$CACHE/etcd-debian/etcd" ]]; then return; fi
-  if ! command -v /usr/bin/etcd >/dev/null 2>&1; then
-    log "installing Debian etcd-server and etcd-client"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >&2
-    apt-get install -y -qq --no-install-recommends etcd-server etcd-client >&2
-    # The package may start a system etcd on 2379; tests never use it, but stop it.
-    (service etcd stop || true) >/dev/null 2>&1
+# debian_has PACKAGE VERSION: apt's package lists offer that exact version
+# for download (`apt-cache show pkg=ver` exits 0 even when it has none).
+debian_has() { apt-cache madison "$1" 2>/dev/null | awk -v v="$2" '$3 == v { found = 1 } END { exit !found }'; }
+
+# etcd 3.4 comes from Debian's etcd-server and etcd-client packages (the
+# generation the seeds run) at ETCD34_DEBIAN_VERSION, DOWNLOADED and UNPACKED
+# into the cache: never installed, so no system etcd service is created or
+# started. The binaries need only glibc (the package depends on libc6 >= 2.34).
+# apt-get download needs no root; only when apt's package lists lack the
+# version is `apt-get update` run (root: it refreshes the lists, installs
+# nothing).
+fetch_etcd34() {
+  local ver="$ETCD34_DEBIAN_VERSION" dir="$CACHE/etcd-debian"
+  if [[ -x "$dir/etcd" && -x "$dir/etcdctl" && "$(cat "$dir/VERSION" 2>/dev/null)" == "$ver" ]]; then return; fi
+  if ! command -v apt-get >/dev/null || ! command -v dpkg-deb >/dev/null; then
+    log "etcd 3.4 is Debian's etcd-server $ver: downloading it needs apt-get and dpkg-deb (a Debian or Ubuntu host)"
+    exit 1
   fi
-  mkdir -p "$CACHE/etcd-debian.tmp"
-  cp /usr/bin/etcd "$CACHE/etcd-debian.tmp/etcd"
-  if [[ -x /usr/bin/etcdctl ]]; then cp /usr/bin/etcdctl "$CACHE/etcd-debian.tmp/etcdctl"; fi
-  rm -rf "$CACHE/etcd-debian"; mv "$CACHE/etcd-debian.tmp" "$CACHE/etcd-debian"
-  "$CACHE/etcd-debian/etcd" --version | head -1 >&2
+  log "etcd 3.4: downloading Debian's etcd-server and etcd-client $ver, unpacking into $dir (not installed)"
+  if ! debian_has etcd-server "$ver" || ! debian_has etcd-client "$ver"; then
+    if [[ $(id -u) -ne 0 ]]; then
+      log "apt's package lists have no etcd-server/etcd-client $ver (they have: $(apt-cache madison etcd-server 2>/dev/null | awk '{print $3}' | tr '\n' ' ')): run 'apt-get update' as root (it refreshes the lists, installs nothing) and retry, or set ETCD34_DEBIAN_VERSION in scripts/test-servers.env"
+      exit 1
+    fi
+    log "apt-get update: refreshing apt's package lists (nothing is installed)"
+    apt-get update -qq >&2
+    if ! debian_has etcd-server "$ver" || ! debian_has etcd-client "$ver"; then
+      log "Debian's archive has no etcd-server/etcd-client $ver (it has: $(apt-cache madison etcd-server 2>/dev/null | awk '{print $3}' | tr '\n' ' ')): set ETCD34_DEBIAN_VERSION in scripts/test-servers.env"
+      exit 1
+    fi
+  fi
+  (
+    tmp="$(mktemp -d)"
+    trap 'rm -rf "$tmp"' EXIT
+    # apt fetches as its sandbox user _apt when run as root: let it write here.
+    if [[ $(id -u) -eq 0 ]] && id _apt >/dev/null 2>&1; then chown _apt "$tmp"; fi
+    cd "$tmp"
+    apt-get download -qq "etcd-server=$ver" "etcd-client=$ver" >&2
+    mkdir unpacked
+    for deb in ./*.deb; do dpkg-deb -x "$deb" unpacked; done
+    rm -rf "$dir.tmp"; mkdir -p "$dir.tmp"
+    cp unpacked/usr/bin/etcd unpacked/usr/bin/etcdctl "$dir.tmp/"
+    if ! "$dir.tmp/etcd" --version >/dev/null 2>&1 || ! "$dir.tmp/etcdctl" version >/dev/null 2>&1; then
+      log "the unpacked etcd $ver does not run here: $(ldd "$dir.tmp/etcd" 2>&1 | tr '\n' ' ')"
+      exit 1
+    fi
+    echo "$ver" >"$dir.tmp/VERSION"
+  )
+  rm -rf "$dir"; mv "$dir.tmp" "$dir"
+  log "etcd 3.4: $("$dir/etcd" --version | head -1)"
 }
 
 build_minio() {
@@ -146,16 +179,54 @@ GO
   rm -rf "$dir" "$src"; mv "$dir.tmp" "$dir"
 }
 
+# kubectl: `kubectl kustomize deploy/` and the RBAC tests' kubectl calls. A
+# tiny main as Kubernetes' own cmd/kubectl, against the published
+# k8s.io/kubectl module of the same release as kube-apiserver.
+build_kubectl() {
+  local dir="$CACHE/kubectl-$KUBE_VERSION"
+  if [[ -x "$dir/kubectl" ]]; then return; fi
+  log "building kubectl $KUBE_VERSION into $dir (about 2 min)"
+  local src staging; src="$(mktemp -d)"
+  staging="v0.${KUBE_VERSION#v1.}"
+  mkdir -p "$src/kubectl"
+  cat >"$src/kubectl/main.go" <<'GO'
+package main
+
+import (
+	"k8s.io/component-base/cli"
+	"k8s.io/kubectl/pkg/cmd"
+	"k8s.io/kubectl/pkg/cmd/util"
+)
+
+func main() {
+	command := cmd.NewDefaultKubectlCommand()
+	if err := cli.RunNoErrOutput(command); err != nil {
+		util.CheckErr(err)
+	}
+}
+GO
+  (
+    cd "$src"
+    printf 'module etcdrecovery.local/kubectl\n\ngo 1.25\n' >go.mod
+    go get "k8s.io/kubectl@$staging" "k8s.io/component-base@$staging" >&2
+    go mod tidy >&2
+    mkdir -p "$dir.tmp"
+    CGO_ENABLED=0 go build -trimpath -ldflags "-X k8s.io/component-base/version.gitVersion=$KUBE_VERSION" -o "$dir.tmp/kubectl" ./kubectl
+  )
+  rm -rf "$dir" "$src"; mv "$dir.tmp" "$dir"
+}
+
 targets=("$@")
 [[ ${#targets[@]} -eq 0 ]] && targets=(all)
 for t in "${targets[@]}"; do
   case "$t" in
-    etcd34) install_etcd34 ;;
+    etcd34) fetch_etcd34 ;;
     etcd35) build_etcd "$ETCD35_VERSION" ;;
     etcd36) build_etcd "$ETCD36_VERSION" ;;
     minio) build_minio ;;
     kube-apiserver) build_kube_apiserver ;;
-    all) install_etcd34; build_etcd "$ETCD35_VERSION"; build_etcd "$ETCD36_VERSION"; build_minio; build_kube_apiserver ;;
+    kubectl) build_kubectl ;;
+    all) fetch_etcd34; build_etcd "$ETCD35_VERSION"; build_etcd "$ETCD36_VERSION"; build_minio; build_kube_apiserver; build_kubectl ;;
     *) log "unknown target $t"; exit 2 ;;
   esac
 done

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -22,14 +23,14 @@ func backupCommand() *cli.Command {
 			"when any failed, naming them.",
 		Flags: concat(etcdFlags(), cosFlags(), kubeFlags(), []cli.Flag{
 			clusterIDFlag(),
-			&cli.BoolFlag{Name: "all", Usage: "back up every EtcdCluster in the namespace"},
-			&cli.StringSliceFlag{Name: "cluster", Usage: "back up this EtcdCluster (repeatable)"},
-			&cli.IntFlag{Name: "parallel", Value: kube.DefaultParallel, Usage: "with --all/--cluster: backups running at once"},
+			allFlag(),
+			&cli.StringSliceFlag{Name: "cluster", Usage: clusterFlagUsage},
+			parallelFlag(),
 			&cli.BoolFlag{Name: "no-events", Usage: "with --all/--cluster: do not record Kubernetes Events"},
 			&cli.StringFlag{Name: "kind", Value: "manual", Usage: "scheduled, update or manual"},
 			&cli.StringFlag{Name: "v2", Value: "auto", Usage: "export the v2 keyspace: auto (when served), on (required) or off"},
 			&cli.StringFlag{Name: "compress", Value: "zstd", Usage: "zstd or none"},
-			&cli.DurationFlag{Name: "probe-timeout", Value: defaultProbeTimeout, Usage: "bound on each member probe"},
+			probeTimeoutFlag(),
 			&cli.BoolFlag{Name: "prune", Usage: "once the backup is committed, apply the retention policy to the cluster (see prune)"},
 			outputFlag(),
 		}, policyFlags()),
@@ -100,11 +101,7 @@ func runBackup(c *cli.Context) error {
 	}
 	// A committed backup is printed even when the prune after it failed.
 	m := res.Manifest
-	t := output.Table{
-		Header: []string{"CLUSTER", "BACKUP", "REVISION", "RAW", "STORED", "V2 KEYS", "SOURCE", "DURATION"},
-		Rows: [][]string{{m.ClusterID, m.Name, fmt.Sprint(m.RevisionBefore), output.Bytes(m.Snapshot.RawSize),
-			output.Bytes(m.Snapshot.StoredSize), v2Keys(m), m.Source.Name, res.Duration.Round(1e6).String()}},
-	}
+	t := backupTable(m, res.Duration)
 	if res.Pruned == nil {
 		if rerr := output.Render(c.App.Writer, format, t, m); rerr != nil {
 			return rerr
@@ -130,6 +127,17 @@ func runBackup(c *cli.Context) error {
 		return rerr
 	}
 	return err
+}
+
+// backupTable is backup's result: STORED is the snapshot object's size as
+// stored, as in list.
+func backupTable(m *backup.Manifest, d time.Duration) output.Table {
+	return output.Table{
+		Header: []string{"CLUSTER", "BACKUP", "REVISION", "RAW", "STORED", "V2 KEYS", "SOURCE", "DURATION"},
+		Wide:   []string{"CLUSTER", "SOURCE"},
+		Rows: [][]string{{m.ClusterID, m.Name, fmt.Sprint(m.RevisionBefore), output.Bytes(m.Snapshot.RawSize),
+			output.Bytes(m.Snapshot.StoredSize), v2Keys(m), m.Source.Name, d.Round(time.Millisecond).String()}},
+	}
 }
 
 func v2Keys(m *backup.Manifest) string {

@@ -49,7 +49,7 @@ func TestCLIBackupAndList(t *testing.T) {
 		t.Errorf("logs are not key=value with the cluster: %s", errOut)
 	}
 
-	code, table, errOut := runCtx(t, ctx, concatArgs([]string{"list", "--cluster-id", "cli1"}, cos)...)
+	code, table, errOut := runCtx(t, ctx, concatArgs([]string{"list", "--cluster-id", "cli1", "-o", "wide"}, cos)...)
 	if code != 0 {
 		t.Fatalf("list exit %d: %s", code, errOut)
 	}

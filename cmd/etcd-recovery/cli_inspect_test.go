@@ -63,7 +63,7 @@ func TestInspectCLIOverallDeadline(t *testing.T) {
 		"store refuses":               {inspectEtcdArgs(c), "http://" + refused, exitOK},
 		"etcd and store never answer": {[]string{"--endpoints", "http://" + hole}, "http://" + hole, 3},
 	} {
-		args := concatArgs([]string{"inspect", "--timeout", timeout.String(), "--cluster-id", "deadline",
+		args := concatArgs([]string{"inspect", "--probe-timeout", timeout.String(), "--cluster-id", "deadline",
 			"--cos-endpoint", tc.cos, "--bucket", "b", "--cos-credentials-dir", creds, "--cos-max-retries", "5"}, tc.etcd)
 		t0 := time.Now()
 		code, out, errOut := runCtx(t, context.Background(), args...)
@@ -87,7 +87,7 @@ func TestInspectCLIHTTPToTLSPort(t *testing.T) {
 	httpURL := "http://" + strings.TrimPrefix(tlsURL, "https://")
 	const timeout = 5 * time.Second
 	t0 := time.Now()
-	code, out, errOut := runCtx(t, context.Background(), "inspect", "--timeout", timeout.String(), "--endpoints", httpURL)
+	code, out, errOut := runCtx(t, context.Background(), "inspect", "--probe-timeout", timeout.String(), "--endpoints", httpURL)
 	took := time.Since(t0)
 	t.Logf("exit %d in %v:\n%s", code, took, out)
 	if code != 3 || !strings.Contains(out, "plain HTTP to a TLS port? use "+tlsURL) || strings.Contains(out, "frozen or overloaded") {
@@ -103,7 +103,7 @@ func TestInspectCLIRejectedClientCertificate(t *testing.T) {
 	t.Parallel()
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1, TLS: true})
 	other := testenv.NewPKI(t)
-	code, out, errOut := runCtx(t, context.Background(), "inspect", "--timeout", "5s", "--endpoints", c.Members[0].ClientURL,
+	code, out, errOut := runCtx(t, context.Background(), "inspect", "--probe-timeout", "5s", "--endpoints", c.Members[0].ClientURL,
 		"--cacert", c.PKI.CAFile, "--cert", other.ClientCertFile, "--key", other.ClientKeyFile)
 	if code != 3 || !strings.Contains(out, "the server rejected our client certificate") {
 		t.Fatalf("exit %d, want 3 naming the rejected client certificate:\n%s\n%s", code, out, errOut)

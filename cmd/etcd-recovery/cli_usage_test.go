@@ -75,7 +75,7 @@ func TestCLIUsageErrors(t *testing.T) {
 			{"backup", "--cluster-id", "c1", "--endpoints", "http://127.0.0.1:9"},
 			{"list", "--cluster-id", "c1"},
 			{"prune", "--cluster-id", "c1"},
-			{"prune", "--all"},
+			{"prune", "--all-cluster-ids"},
 			{"delete", "--cluster-id", "c1", "--backup", name},
 			{"inspect", "--endpoints", "http://127.0.0.1:9", "--cluster-id", "c1"},
 			restoreArgs,

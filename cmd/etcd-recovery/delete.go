@@ -15,14 +15,14 @@ func deleteCommand() *cli.Command {
 		Name:  "delete",
 		Usage: "delete named backups of one cluster, of any kind (manifest first)",
 		Description: "The only way manual and pre-restore backups are deleted. Names that do not exist, and the\n" +
-			"newest committed backup that checks out (without --force), are refused before anything is deleted.",
+			"newest committed backup that checks out (without --allow-newest), are refused before anything is deleted.",
 		Flags: concat(cosFlags(), []cli.Flag{
 			clusterIDFlag(),
-			&cli.StringSliceFlag{Name: "backup", Usage: "backup name, as `list` shows it (repeatable)"},
-			&cli.BoolFlag{Name: "force", Usage: "allow deleting the newest committed backup that checks out"},
+			&cli.StringSliceFlag{Name: "backup", Usage: backupFlagUsage},
+			&cli.BoolFlag{Name: "allow-newest", Usage: "allow deleting the newest committed backup that checks out"},
 			outputFlag(),
-			timeoutFlag(defaultPruneTimeout, "delete"),
-		}),
+			timeoutFlag(),
+		}, deprecatedFlagsOf("delete")),
 		Action: runDelete,
 	}
 }
@@ -35,7 +35,7 @@ func runDelete(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	opts := backup.DeleteOptions{ClusterID: c.String("cluster-id"), Names: c.StringSlice("backup"), Force: c.Bool("force"), Log: log}
+	opts := backup.DeleteOptions{ClusterID: c.String("cluster-id"), Names: c.StringSlice("backup"), Force: c.Bool("allow-newest"), Log: log}
 	if opts.ClusterID == "" {
 		return usagef("delete: --cluster-id is required")
 	}
@@ -67,13 +67,14 @@ func runDelete(c *cli.Context) error {
 	rep, err := backup.Delete(ctx, opts)
 	err = named("delete", err)
 	if errors.Is(err, backup.ErrNewestBackup) {
-		err = fmt.Errorf("%w: pass --force", err)
+		err = fmt.Errorf("%w: pass --allow-newest", err)
 	}
 	if rep != nil {
-		t := output.Table{Header: pruneHeader}
+		var rows [][]string
 		for _, a := range rep.Backups {
-			t.Rows = append(t.Rows, backupRow(a))
+			rows = append(rows, backupRow(a))
 		}
+		t := pruneTableOf(rows)
 		if rerr := output.Render(c.App.Writer, format, t, rep); rerr != nil && err == nil {
 			err = rerr
 		}

@@ -14,13 +14,14 @@ import (
 	"github.com/armada/etcd-recovery/internal/cos"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
 	"github.com/armada/etcd-recovery/internal/kube"
+	"github.com/armada/etcd-recovery/restore"
 )
 
 // etcdFlags are etcdctl's connection flags, with etcdctl's environment
 // variables.
 func etcdFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringSliceFlag{Name: "endpoints", EnvVars: []string{"ETCDCTL_ENDPOINTS"}, Value: cli.NewStringSlice("127.0.0.1:2379"), Usage: "etcd client endpoints (comma-separated)"},
+		&cli.StringSliceFlag{Name: "endpoints", EnvVars: []string{"ETCDCTL_ENDPOINTS"}, Value: cli.NewStringSlice("127.0.0.1:2379"), Usage: "etcd client endpoints (comma-separated) of the cluster acted on (restore: the old cluster's, no default: a member that answers is snapshotted first)"},
 		&cli.StringFlag{Name: "cacert", EnvVars: []string{"ETCDCTL_CACERT"}, Usage: "CA bundle to verify etcd's server certificates", TakesFile: true},
 		&cli.StringFlag{Name: "cert", EnvVars: []string{"ETCDCTL_CERT"}, Usage: "client certificate for mutual TLS", TakesFile: true},
 		&cli.StringFlag{Name: "key", EnvVars: []string{"ETCDCTL_KEY"}, Usage: "client key for mutual TLS", TakesFile: true},
@@ -154,7 +155,7 @@ func clusterIDFlag() cli.Flag {
 }
 
 func outputFlag() cli.Flag {
-	return &cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "table", Usage: "table or json"}
+	return &cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "table", Usage: "table (fits 120 columns; explanations below it), wide (every column) or json (all the data)"}
 }
 
 func concat(groups ...[]cli.Flag) []cli.Flag {
@@ -194,4 +195,121 @@ func cosStoreKube(c *cli.Context, k *kube.Client) (*cos.Store, backup.Layout, er
 		return nil, backup.Layout{}, err
 	}
 	return cosStoreWith(c, creds)
+}
+
+// Flags that appear on several commands are built here, once: a flag name
+// means one thing, with one usage text and one default, on every command
+// (TestFlagMeanings walks them all).
+
+// defaultTimeout is the overall deadline of list, prune, delete and a
+// restore dry run: long enough for a listing of thousands of backups and
+// a dry run's download of an 8 GiB snapshot on a slow link; a store that
+// stops answering fails sooner, at --cos-stall-timeout.
+const defaultTimeout = 10 * time.Minute
+
+func timeoutFlag() cli.Flag {
+	return &cli.DurationFlag{Name: "timeout", Value: defaultTimeout,
+		Usage: "overall deadline of the run: when it passes, the run stops and says at which step (restore: a dry run only)"}
+}
+
+func probeTimeoutFlag() cli.Flag {
+	return &cli.DurationFlag{Name: "probe-timeout", Value: defaultProbeTimeout,
+		Usage: "bound on each probe of a member (inspect: the whole run takes at most twice this)"}
+}
+
+func verifyTimeoutFlag() cli.Flag {
+	return &cli.DurationFlag{Name: "verify-timeout", Value: defaultVerifyTimeout,
+		Usage: "how long to wait for the restored members to be healthy before they are verified"}
+}
+
+// parallelFlag is how many EtcdClusters backup and inspect handle at once.
+func parallelFlag() cli.Flag {
+	return &cli.IntFlag{Name: "parallel", Value: kube.DefaultParallel,
+		Usage: "with --all/--cluster: EtcdClusters handled at once (4: each backup holds about 30 MiB of stream buffers, " +
+			"so 4 fit the CronJob's memory limit with room; inspect uses the same bound)"}
+}
+
+func tempDirFlag() cli.Flag {
+	return &cli.StringFlag{Name: "temp-dir", TakesFile: true,
+		Usage: "where a downloaded snapshot is staged while it is verified; it needs room for the whole database, checked " +
+			"before the download (default $TMPDIR, else /tmp; a manual restore: next to the data dirs)"}
+}
+
+func dryRunFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "dry-run", Usage: "print the plan and run every check that changes nothing; change nothing"}
+}
+
+const backupFlagUsage = "a backup, by the name list prints (restore, restore v2: instead of the one restore would choose; " +
+	"restore verify: the one restored from; delete: repeatable)"
+
+func backupFlag() cli.Flag { return &cli.StringFlag{Name: "backup", Usage: backupFlagUsage} }
+
+const clusterFlagUsage = "an EtcdCluster of the namespace, by name (found through Kubernetes; also its cluster id in COS; backup: repeatable)"
+
+func clusterFlag() cli.Flag { return &cli.StringFlag{Name: "cluster", Usage: clusterFlagUsage} }
+
+const allFlagUsage = "every EtcdCluster of the namespace, one row each"
+
+func allFlag() cli.Flag { return &cli.BoolFlag{Name: "all", Usage: allFlagUsage} }
+
+func bumpRevisionFlag() cli.Flag {
+	return &cli.Uint64Flag{Name: "bump-revision", Value: restore.DefaultBumpRevision,
+		Usage: "the revision bump (etcdutl's --bump-revision): restore adds it, restore verify expects it " +
+			"(restore: 0 with --mark-compacted=false to skip)"}
+}
+
+// deprecated is an old flag spelling kept working, hidden, for scripts:
+// it sets the new flag and says so on stderr.
+type deprecated struct {
+	cmd, old, new string
+	kind          string // duration, int or bool
+}
+
+var deprecatedFlags = []deprecated{
+	{"inspect", "timeout", "probe-timeout", "duration"},
+	{"restore verify", "timeout", "verify-timeout", "duration"},
+	{"restore", "parallel", "parallel-data-dirs", "int"},
+	{"delete", "force", "allow-newest", "bool"},
+	{"prune", "all", "all-cluster-ids", "bool"},
+}
+
+// flag is the hidden old flag (a new one per app: flags hold state).
+func (d deprecated) flag() cli.Flag {
+	usage := "deprecated: use --" + d.new
+	switch d.kind {
+	case "duration":
+		return &cli.DurationFlag{Name: d.old, Hidden: true, Usage: usage}
+	case "int":
+		return &cli.IntFlag{Name: d.old, Hidden: true, Usage: usage}
+	}
+	return &cli.BoolFlag{Name: d.old, Hidden: true, Usage: usage}
+}
+
+func deprecatedFlagsOf(cmd string) []cli.Flag {
+	var out []cli.Flag
+	for _, d := range deprecatedFlags {
+		if d.cmd == cmd {
+			out = append(out, d.flag())
+		}
+	}
+	return out
+}
+
+// applyDeprecated moves the value of an old spelling to the new flag.
+func applyDeprecated(name string, action cli.ActionFunc) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		for _, d := range deprecatedFlags {
+			if d.cmd != name || !c.IsSet(d.old) {
+				continue
+			}
+			if c.IsSet(d.new) {
+				return usagef("%s: --%s and --%s: --%s is the old spelling of --%s; pass only --%s", name, d.old, d.new, d.old, d.new, d.new)
+			}
+			if err := c.Set(d.new, fmt.Sprint(c.Value(d.old))); err != nil {
+				return usagef("%s: --%s: %v", name, d.old, err)
+			}
+			fmt.Fprintf(c.App.ErrWriter, "etcd-recovery: %s: --%s is deprecated, use --%s (same meaning)\n", name, d.old, d.new)
+		}
+		return action(c)
+	}
 }

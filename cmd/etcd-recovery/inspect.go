@@ -18,7 +18,7 @@ func inspectCommand() *cli.Command {
 		Name:  "inspect",
 		Usage: "member health, quorum verdict and backup freshness in one screen",
 		Description: "Probes every member of the cluster (the member list comes from any member that answers) concurrently,\n" +
-			"each bounded by --timeout, and prints the members, the verdict, flags, the newest backup (with --bucket\n" +
+			"each bounded by --probe-timeout, and prints the members, the verdict, flags, the newest backup (with --bucket\n" +
 			"and --cluster-id) and the next step with its runbook.\n\n" +
 			"With --cluster NAME: the EtcdCluster NAME of a Kubernetes namespace (etcd-operator): endpoints, client TLS\n" +
 			"(the operator secret) and, unless mounted, the cos-credentials secret come from the API; the cluster id in\n" +
@@ -28,15 +28,15 @@ func inspectCommand() *cli.Command {
 			"4 usage or configuration error.",
 		Flags: concat(etcdFlags(), cosFlags(), kubeFlags(), []cli.Flag{
 			clusterIDFlag(),
-			&cli.BoolFlag{Name: "all", Usage: "inspect every EtcdCluster in the namespace: one row per cluster"},
-			&cli.StringFlag{Name: "cluster", Usage: "inspect this EtcdCluster (found through Kubernetes)"},
-			&cli.IntFlag{Name: "parallel", Value: kube.DefaultInspectParallel, Usage: "with --all: clusters inspected at once"},
-			&cli.DurationFlag{Name: "timeout", Value: inspect.DefaultTimeout, Usage: "bound on each probe; the whole run takes at most twice this"},
+			allFlag(),
+			clusterFlag(),
+			parallelFlag(),
+			probeTimeoutFlag(),
 			&cli.Int64Flag{Name: "quota-backend-bytes", Value: inspect.DefaultQuotaBytes, Usage: "the cluster's --quota-backend-bytes: a DB at 80% of it is flagged"},
 			&cli.Uint64Flag{Name: "max-lag", Value: inspect.DefaultMaxLag, Usage: "flag a member this many raft entries behind"},
 			&cli.DurationFlag{Name: "max-backup-age", Value: inspect.DefaultMaxBackupAge, Usage: "flag the newest backup when older (one missed 8-hourly run)"},
 			outputFlag(),
-		}),
+		}, deprecatedFlagsOf("inspect")),
 		Action: runInspect,
 	}
 }
@@ -47,12 +47,12 @@ func runInspect(c *cli.Context) error {
 		return usageError{err}
 	}
 	opts := inspect.Options{
-		Timeout:      c.Duration("timeout"),
+		Timeout:      c.Duration("probe-timeout"),
 		Thresholds:   inspect.Thresholds{MaxLag: c.Uint64("max-lag"), QuotaBytes: c.Int64("quota-backend-bytes")},
 		MaxBackupAge: c.Duration("max-backup-age"),
 	}
 	if opts.Timeout <= 0 {
-		return usagef("inspect: --timeout %v: must be positive", opts.Timeout)
+		return usagef("inspect: --probe-timeout %v: must be positive", opts.Timeout)
 	}
 	if opts.Thresholds.QuotaBytes <= 0 {
 		return usagef("inspect: --quota-backend-bytes %d: must be positive", opts.Thresholds.QuotaBytes)

@@ -59,12 +59,12 @@ func parseInspectTable(t *testing.T, out string) (rows []inspectRow, verdict str
 	return rows, verdict
 }
 
-// inspectBoth runs inspect with -o table and -o json, checks both exit with
+// inspectBoth runs inspect with -o wide and -o json, checks both exit with
 // wantCode and print nothing on stderr, and that they show the same members
 // and verdict. It returns the JSON report.
 func inspectBoth(t *testing.T, wantCode int, args ...string) *inspect.Report {
 	t.Helper()
-	code, table, stderr := runInspectCLI(t, append([]string{"inspect"}, args...)...)
+	code, table, stderr := runInspectCLI(t, append([]string{"inspect", "-o", "wide"}, args...)...)
 	t.Logf("inspect (exit %d):\n%s", code, table)
 	if code != wantCode || stderr != "" {
 		t.Fatalf("table: exit %d (want %d), stderr %q", code, wantCode, stderr)
@@ -132,7 +132,7 @@ func TestInspectCLIExitCodes(t *testing.T) {
 			fs = append(fs, m)
 		}
 	}
-	args := append(inspectEtcdArgs(c), "--timeout", "2s")
+	args := append(inspectEtcdArgs(c), "--probe-timeout", "2s")
 
 	fs[0].Kill()
 	rep := inspectBoth(t, inspect.ExitDegraded, args...)
@@ -160,8 +160,8 @@ func TestInspectCLIUsage(t *testing.T) {
 		want string
 	}{
 		{[]string{"-o", "yaml"}, "unknown output format"},
-		{[]string{"--timeout", "0s"}, "--timeout"},
-		{[]string{"--timeout", "-1s"}, "--timeout"},
+		{[]string{"--probe-timeout", "0s"}, "--probe-timeout"},
+		{[]string{"--probe-timeout", "-1s"}, "--probe-timeout"},
 		{[]string{"--max-backup-age", "0s"}, "--max-backup-age"},
 		{[]string{"--quota-backend-bytes", "0"}, "--quota-backend-bytes"},
 		{[]string{"--cert", "/x.pem"}, "--cert and --key"},
@@ -218,7 +218,7 @@ func TestInspectCLIBackup(t *testing.T) {
 	if b == nil || b.State != inspect.BackupOK || b.Newest == nil || b.Newest.Name != man.Name || b.Newest.Revision != man.RevisionBefore || b.AgeSeconds > 60 {
 		t.Fatalf("after a backup: %+v (want %s)", b, man.Name)
 	}
-	code, table, _ := runInspectCLI(t, append([]string{"inspect"}, args...)...)
+	code, table, _ := runInspectCLI(t, append([]string{"inspect", "-o", "wide"}, args...)...)
 	if code != 0 || !strings.Contains(table, "BACKUP: newest "+man.Name+" (scheduled, revision "+strconv.FormatInt(man.RevisionBefore, 10)) ||
 		!strings.Contains(table, "NEXT STEP: none") {
 		t.Errorf("table:\n%s", table)
@@ -229,7 +229,7 @@ func TestInspectCLIBackup(t *testing.T) {
 	// never bound (no outgoing connection can hold it as its source port).
 	dead := "http://127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
 	start := time.Now()
-	rep = inspectBoth(t, 0, append(inspectEtcdArgs(c), append(inspectCOSArgs(dead), "--timeout", "1s")...)...)
+	rep = inspectBoth(t, 0, append(inspectEtcdArgs(c), append(inspectCOSArgs(dead), "--probe-timeout", "1s")...)...)
 	if rep.Backup == nil || rep.Backup.State != inspect.BackupUnknown || !strings.Contains(rep.Backup.Error, "connection refused") || rep.Verdict != inspect.VerdictHealthy {
 		t.Errorf("store down: %s %+v", rep.Verdict, rep.Backup)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -14,24 +15,14 @@ import (
 
 const defaultProbeTimeout = 3 * time.Second
 
-// Overall deadlines of list and prune (--timeout).
-const (
-	defaultListTimeout  = 2 * time.Minute
-	defaultPruneTimeout = 10 * time.Minute
-)
-
 func listCommand() *cli.Command {
 	return &cli.Command{
 		Name: "list",
 		Usage: "list a cluster's backups, newest first, with each one's state (committed, incomplete, damaged) " +
 			"and why retention keeps or deletes it",
-		Flags:  concat(cosFlags(), []cli.Flag{clusterIDFlag(), outputFlag(), timeoutFlag(defaultListTimeout, "list")}, policyFlags()),
+		Flags:  concat(cosFlags(), []cli.Flag{clusterIDFlag(), outputFlag(), timeoutFlag()}, policyFlags()),
 		Action: runList,
 	}
-}
-
-func timeoutFlag(d time.Duration, cmd string) cli.Flag {
-	return &cli.DurationFlag{Name: "timeout", Value: d, Usage: "overall deadline of the " + cmd + " run"}
 }
 
 // noArgs refuses stray positional arguments (exit 4).
@@ -67,11 +58,15 @@ type listRow struct {
 	// Status is committed, incomplete, "damaged: <why>" (it cannot
 	// restore: manifest unreadable, an object missing or of the wrong size)
 	// or "unknown: ..." (its manifest could not be read: a store error).
-	Status     string           `json:"status"`
-	Damaged    string           `json:"damaged,omitempty"`
-	Revision   int64            `json:"revision,omitempty"`
-	RawSize    int64            `json:"rawSize,omitempty"`
-	StoredSize int64            `json:"storedSize"`
+	Status   string `json:"status"`
+	Damaged  string `json:"damaged,omitempty"`
+	Revision int64  `json:"revision,omitempty"`
+	RawSize  int64  `json:"rawSize,omitempty"`
+	// StoredSize is the snapshot object's size as stored (compressed), as
+	// backup's STORED; TotalSize is every object of the backup (snapshot,
+	// v2 export, manifest, marker), as the bucket bills it.
+	StoredSize int64            `json:"storedSize,omitempty"`
+	TotalSize  int64            `json:"totalSize"`
 	V2Keys     *int             `json:"v2Keys,omitempty"`
 	Source     string           `json:"source,omitempty"`
 	Error      string           `json:"error,omitempty"`
@@ -168,13 +163,12 @@ func runList(c *cli.Context) error {
 		decisions[d.Entry.Name] = d
 	}
 	rows := make([]listRow, 0, len(listed))
-	t := output.Table{Header: []string{"BACKUP", "KIND", "TIME (UTC)", "STATUS", "REVISION", "RAW", "STORED", "V2 KEYS", "SOURCE", "RULE/REASON"}}
 	for _, l := range listed {
 		d := decisions[l.Name]
 		r := listRow{Name: l.Name, Kind: l.Kind, Time: l.Time, Status: "committed",
 			Retention: retention{Keep: d.Keep, Rules: d.Rules, Reason: d.Reason}}
 		for _, o := range l.Objects {
-			r.StoredSize += o.Size
+			r.TotalSize += o.Size
 		}
 		r.Damaged = l.Damaged
 		switch {
@@ -190,23 +184,14 @@ func runList(c *cli.Context) error {
 			}
 			m := l.Manifest
 			r.Revision, r.RawSize, r.Source, r.Manifest = m.RevisionBefore, m.Snapshot.RawSize, m.Source.Name, m
+			r.StoredSize = m.Snapshot.StoredSize
 			if m.V2 != nil {
 				r.V2Keys = &m.V2.Keys
 			}
 		}
 		rows = append(rows, r)
-		v2 := "-"
-		if r.V2Keys != nil {
-			v2 = fmt.Sprint(*r.V2Keys)
-		}
-		rev, raw := "-", "-"
-		if r.Revision > 0 {
-			rev, raw = fmt.Sprint(r.Revision), output.Bytes(r.RawSize)
-		}
-		t.Rows = append(t.Rows, []string{r.Name, string(r.Kind), r.Time.Format("2006-01-02 15:04:05"), r.Status, rev, raw,
-			output.Bytes(r.StoredSize), v2, r.Source, r.Retention.String()})
 	}
-	if err := output.Render(c.App.Writer, format, t, rows); err != nil {
+	if err := output.Render(c.App.Writer, format, listTable(rows), rows); err != nil {
 		return err
 	}
 	if unknownErr != nil {
@@ -217,4 +202,42 @@ func runList(c *cli.Context) error {
 		return named("render", ctx.Err())
 	}
 	return nil
+}
+
+func dashIfEmpty(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// listTable is list's table: STORED is the snapshot object's size as
+// stored (as in backup), TOTAL every object of the backup.
+func listTable(rows []listRow) output.Table {
+	t := output.Table{Header: []string{"BACKUP", "KIND", "TIME (UTC)", "STATUS", "REVISION", "RAW", "STORED", "TOTAL", "V2 KEYS", "SOURCE", "KEEP", "REASON"},
+		Wide: []string{"KIND", "TIME (UTC)", "TOTAL", "SOURCE"}, Long: []string{"REASON"}}
+	for _, r := range rows {
+		v2 := "-"
+		if r.V2Keys != nil {
+			v2 = fmt.Sprint(*r.V2Keys)
+		}
+		rev, raw, stored := "-", "-", "-"
+		if r.Revision > 0 {
+			rev, raw, stored = fmt.Sprint(r.Revision), output.Bytes(r.RawSize), output.Bytes(r.StoredSize)
+		}
+		// STATUS is one word; what is damaged, and the error, go with
+		// the retention reason (below the table by default).
+		status, _, _ := strings.Cut(r.Status, ":")
+		reason := r.Retention.String()
+		if r.Damaged != "" {
+			reason += "; damaged: " + r.Damaged
+		}
+		if r.Error != "" {
+			reason += "; " + r.Error
+		}
+		keep := map[bool]string{true: "keep", false: "delete"}[r.Retention.Keep]
+		t.Rows = append(t.Rows, []string{r.Name, string(r.Kind), r.Time.Format("2006-01-02 15:04:05"), status, rev, raw,
+			stored, output.Bytes(r.TotalSize), v2, dashIfEmpty(r.Source), keep, reason})
+	}
+	return t
 }

@@ -155,7 +155,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 				c.OnUsageError = onUsageError
 			}
 			if c.Action != nil {
-				c.Action = noStrayArgs(name, c, c.Action)
+				c.Action = noStrayArgs(name, c, applyDeprecated(name, c.Action))
 			}
 			walk(name, c.Subcommands)
 		}

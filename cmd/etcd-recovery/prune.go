@@ -17,7 +17,7 @@ func pruneCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "prune",
 		Usage: "apply the retention policy in COS: delete old backups (manifest first) and stale multipart uploads",
-		Description: "Lists the cluster (or, with --all, every cluster under the prefix) once, checks every committed\n" +
+		Description: "Lists the cluster (or, with --all-cluster-ids, every cluster under the prefix) once, checks every committed\n" +
 			"backup (its manifest parses and every object it names is stored with the recorded size), decides for\n" +
 			"every backup whether to keep or delete it and why, then deletes. Damaged backups count for no rule; the\n" +
 			"exit is 1 while a cluster's newest backup that checks out is older than its newest backup. If a listing\n" +
@@ -25,11 +25,12 @@ func pruneCommand() *cli.Command {
 			"Manual and pre-restore backups are never deleted here: use `etcd-recovery delete`.",
 		Flags: concat(cosFlags(), []cli.Flag{
 			clusterIDFlag(),
-			&cli.BoolFlag{Name: "all", Usage: "prune every cluster under the prefix (instead of --cluster-id)"},
-			&cli.BoolFlag{Name: "dry-run", Usage: "print the plan, delete nothing"},
+			&cli.BoolFlag{Name: "all-cluster-ids", Usage: "prune every cluster id with backups under --prefix (instead of --cluster-id); " +
+				"with a prefix shared by several namespaces, that is all of them"},
+			dryRunFlag(),
 			outputFlag(),
-			timeoutFlag(defaultPruneTimeout, "prune"),
-		}, policyFlags()),
+			timeoutFlag(),
+		}, policyFlags(), deprecatedFlagsOf("prune")),
 		Action: runPrune,
 	}
 }
@@ -83,7 +84,7 @@ func runPrune(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	opts := backup.PruneOptions{All: c.Bool("all"), DryRun: c.Bool("dry-run"), Log: log}
+	opts := backup.PruneOptions{All: c.Bool("all-cluster-ids"), DryRun: c.Bool("dry-run"), Log: log}
 	id := c.String("cluster-id")
 	switch {
 	case opts.All && id != "":
@@ -129,6 +130,13 @@ func runPrune(c *cli.Context) error {
 // pruneHeader is the table of prune, backup --prune and delete.
 var pruneHeader = []string{"CLUSTER", "BACKUP", "KIND", "TIME (UTC)", "ACTION", "REASON"}
 
+// pruneTableOf is the table: the time is in the backup's name (-o wide
+// shows it apart), and the reasons go below it by default, one line per
+// backup.
+func pruneTableOf(rows [][]string) output.Table {
+	return output.Table{Header: pruneHeader, Rows: rows, Wide: []string{"TIME (UTC)"}, Long: []string{"REASON"}, Key: "BACKUP"}
+}
+
 // pruneRows are the table rows of a prune report: every backup, then every
 // multipart upload, per cluster.
 func pruneRows(rep *backup.PruneReport) [][]string {
@@ -142,7 +150,7 @@ func pruneRows(rep *backup.PruneReport) [][]string {
 			if u.Error != "" {
 				reason += "; " + u.Error
 			}
-			rows = append(rows, []string{u.ClusterID, u.Name + "/" + pathBase(u.Key), "upload", fmtTime(u.Initiated), u.Action, reason})
+			rows = append(rows, []string{u.ClusterID, u.Name, "upload: " + pathBase(u.Key), fmtTime(u.Initiated), u.Action, reason})
 		}
 	}
 	return rows
@@ -164,10 +172,10 @@ func backupRow(a backup.BackupAction) []string {
 }
 
 func renderPrune(c *cli.Context, format output.Format, rep *backup.PruneReport) error {
-	if err := output.Render(c.App.Writer, format, output.Table{Header: pruneHeader, Rows: pruneRows(rep)}, rep); err != nil {
+	if err := output.Render(c.App.Writer, format, pruneTableOf(pruneRows(rep)), rep); err != nil {
 		return err
 	}
-	if format == output.FormatTable {
+	if format != output.FormatJSON {
 		verb := "deleted"
 		if rep.DryRun {
 			verb = "would delete"

@@ -173,12 +173,12 @@ func TestPruneCommand(t *testing.T) {
 	before := testfix.Keys(t, r.store, "")
 
 	// The dry run's JSON and table are the same rows, and delete nothing.
-	code, out, errOut := r.run(t, "prune", "--all", "--dry-run", "-o", "json")
+	code, out, errOut := r.run(t, "prune", "--all-cluster-ids", "--dry-run", "-o", "json")
 	if code != 0 {
 		t.Fatalf("prune --dry-run -o json: exit %d: %s", code, errOut)
 	}
 	dry := decodePrune(t, out)
-	code, table, errOut := r.run(t, "prune", "--all", "--dry-run")
+	code, table, errOut := r.run(t, "prune", "--all-cluster-ids", "--dry-run", "-o", "wide")
 	if code != 0 {
 		t.Fatalf("prune --dry-run: exit %d: %s", code, errOut)
 	}
@@ -269,9 +269,9 @@ func TestPruneCommand(t *testing.T) {
 			t.Errorf("list %s: %+v; prune said %q", l.Name, l.Retention, dryB[l.Name])
 		}
 	}
-	code, table, _ = r.run(t, "list", "--cluster-id", "cli-b")
+	code, table, _ = r.run(t, "list", "--cluster-id", "cli-b", "-o", "wide")
 	rows = pruneTable(t, table)
-	if code != 0 || rows[0][len(rows[0])-1] != "RULE/REASON" || len(rows) != 25 {
+	if code != 0 || rows[0][len(rows[0])-1] != "REASON" || len(rows) != 25 {
 		t.Fatalf("list table: exit %d\n%s", code, table)
 	}
 	var keeps, deletes int
@@ -302,13 +302,13 @@ func TestPruneCommandErrors(t *testing.T) {
 	before := testfix.Keys(t, r.store, "")
 	usage := [][]string{
 		{"prune"},
-		{"prune", "--all", "--cluster-id", "err-a"},
+		{"prune", "--all-cluster-ids", "--cluster-id", "err-a"},
 		{"prune", "--cluster-id", "../etc"},
-		{"prune", "--all", "--anchor-days", "1,x"},
-		{"prune", "--all", "--anchor-days", "32"},
-		{"prune", "--all", "--incomplete-after", "0s"},
-		{"prune", "--all", "--keep-recent", "-1"},
-		{"prune", "--all", "-o", "yaml"},
+		{"prune", "--all-cluster-ids", "--anchor-days", "1,x"},
+		{"prune", "--all-cluster-ids", "--anchor-days", "32"},
+		{"prune", "--all-cluster-ids", "--incomplete-after", "0s"},
+		{"prune", "--all-cluster-ids", "--keep-recent", "-1"},
+		{"prune", "--all-cluster-ids", "-o", "yaml"},
 		{"delete", "--cluster-id", "err-a"},
 		{"delete", "--cluster-id", "err-a", "--backup", "yesterday"},
 	}
@@ -319,7 +319,7 @@ func TestPruneCommandErrors(t *testing.T) {
 	}
 	// A listing that fails deletes nothing and exits non-zero.
 	var out, errb bytes.Buffer
-	argv := []string{"etcd-recovery", "prune", "--all"}
+	argv := []string{"etcd-recovery", "prune", "--all-cluster-ids"}
 	for i := 0; i < len(r.flags); i += 2 {
 		v := r.flags[i+1]
 		if r.flags[i] == "--bucket" {
@@ -356,7 +356,7 @@ func TestDeleteCommand(t *testing.T) {
 		t.Fatal("a refused delete changed the bucket")
 	}
 
-	code, out, errOut := r.run(t, "delete", "--cluster-id", "del-a", "--backup", manual, "--backup", pre)
+	code, out, errOut := r.run(t, "delete", "--cluster-id", "del-a", "--backup", manual, "--backup", pre, "-o", "wide")
 	if code != 0 {
 		t.Fatalf("delete: exit %d: %s", code, errOut)
 	}
@@ -367,7 +367,7 @@ func TestDeleteCommand(t *testing.T) {
 	if left := testfix.Keys(t, r.store, ""); len(left) != 3 || !strings.Contains(left[0], newest) {
 		t.Errorf("after delete: %v", left)
 	}
-	code, out, errOut = r.run(t, "delete", "--cluster-id", "del-a", "--backup", newest, "--force", "-o", "json")
+	code, out, errOut = r.run(t, "delete", "--cluster-id", "del-a", "--backup", newest, "--allow-newest", "-o", "json")
 	if code != 0 || !strings.Contains(out, `"action": "deleted"`) {
 		t.Fatalf("delete --force: exit %d: %s %s", code, out, errOut)
 	}
@@ -527,10 +527,10 @@ func TestListPruneUsageAndDeadline(t *testing.T) {
 	t.Parallel()
 	r := newPruneRig(t)
 	for _, args := range [][]string{
-		{"prune", "--all", "--incomplete-after", "30m"},
+		{"prune", "--all-cluster-ids", "--incomplete-after", "30m"},
 		{"list", "--cluster-id", "c1", "--incomplete-after", "59m"},
 		{"list", "--cluster-id", "c1", "c2"},
-		{"prune", "--all", "extra"},
+		{"prune", "--all-cluster-ids", "extra"},
 		{"delete", "--cluster-id", "c1", "--backup", backup.BackupName(time.Now(), backup.KindManual), "extra"},
 		{"list", "--cluster-id", "c1", "--timeout", "0s"},
 	} {

@@ -25,11 +25,11 @@ func restoreCommand() *cli.Command {
 		Name:  "restore",
 		Usage: "rebuild a quorum-lost cluster from the newest snapshot (a surviving member's, or COS), verified before and after",
 		UsageText: "etcd-recovery restore --cluster-id ID --initial-cluster NAME=PEER_URL,... [--endpoints OLD,...] [--data-dir-root DIR] [--dry-run] [options]\n" +
-			"etcd-recovery restore --cluster NAME --via etcd-operator [--namespace NS] [--timeout 10m] [--dry-run] [options]",
+			"etcd-recovery restore --cluster NAME --via etcd-operator [--namespace NS] [--wait-timeout 10m] [--temp-dir DIR] [--dry-run] [options]",
 		Description: "1. If a member of the old cluster (--endpoints) still answers, a snapshot of it is committed to COS first\n" +
 			"   as a pre-restore backup (not with --no-live; a dry run only says it would).\n" +
 			"2. The snapshot with the highest revision wins (time breaks ties); --backup forces one.\n" +
-			"3. It is streamed into a temp file next to the data dirs while the stored sha256, the database sha256\n" +
+			"3. It is streamed into a temp file (next to the data dirs, or in --temp-dir) while the stored sha256, the database sha256\n" +
 			"   and etcd's trailing hash are checked. A corrupt or truncated backup is refused, naming the next good one.\n" +
 			"4. Each member's data dir is written with etcdutl's restore code: a new cluster token (generated when\n" +
 			"   not given), the revision bumped by --bump-revision and marked compacted so watchers never go back.\n" +
@@ -44,34 +44,39 @@ func restoreCommand() *cli.Command {
 			"etcd-operator's restore operator: steps 1-3 as above (the old members are the EtcdCluster's pods), then the\n" +
 			"verified snapshot is staged uncompressed at <prefix>/restore/NAME/<backup>/snapshot.db and read back, an\n" +
 			"EtcdRestore is created (the EtcdCluster's spec is kept in its annotations; the operator replaces the\n" +
-			"EtcdCluster), and, up to --timeout, the restored EtcdCluster must report all members ready; it is then\n" +
-			"verified: all members healthy, the revision at least the snapshot's (no bump), the live key count equal.",
+			"EtcdCluster), and, up to --wait-timeout, the restored EtcdCluster must report all members ready; it is then\n" +
+			"verified: all members healthy, the revision at least the snapshot's (no bump), the live key count equal.\n" +
+			"First, the secret etcd-operator will read (--aws-secret) must have keys credentials and config in AWS\n" +
+			"shared-file format (a warning when the tool may not read it). An EtcdRestore NAME left by an earlier restore\n" +
+			"is deleted (and logged with its annotations) if the tool created it and etcd-operator is done with it;\n" +
+			"any other is refused.",
 		Flags: concat(restoreEtcdFlags(), cosFlags(), kubeFlags(), []cli.Flag{
 			clusterIDFlag(),
-			&cli.StringFlag{Name: "backup", Usage: "restore this backup (a name as the list command prints it) instead of the newest"},
+			backupFlag(),
 			&cli.BoolFlag{Name: "no-live", Usage: "do not snapshot a surviving member first"},
-			&cli.DurationFlag{Name: "probe-timeout", Value: defaultProbeTimeout, Usage: "bound on each probe of an old member"},
+			probeTimeoutFlag(),
 			&cli.StringFlag{Name: "initial-cluster", Usage: "the new cluster, as etcd's --initial-cluster: name=peerURL,..."},
 			&cli.StringFlag{Name: "name", Usage: "restore only this member (etcdutl's --name); needs --backup and --initial-cluster-token when the cluster has others"},
 			&cli.StringSliceFlag{Name: "initial-advertise-peer-urls", Usage: "--name's peer URLs (default: from --initial-cluster, which they must match)"},
 			&cli.StringFlag{Name: "initial-cluster-token", Usage: "the new cluster's token (default: generated and printed)"},
 			&cli.StringFlag{Name: "data-dir", Usage: "a member's data dir; may contain {name} (default {name}.etcd)", TakesFile: true},
 			&cli.StringFlag{Name: "data-dir-root", Usage: "put every member's data dir at DIR/<name>.etcd", TakesFile: true},
-			&cli.Uint64Flag{Name: "bump-revision", Value: restore.DefaultBumpRevision, Usage: "add this to the revision (etcdutl's --bump-revision; 0 with --mark-compacted=false to skip)"},
+			bumpRevisionFlag(),
 			&cli.BoolFlag{Name: "mark-compacted", Value: true, Usage: "mark the bumped revision compacted, so watchers re-list (etcdutl's --mark-compacted)"},
-			&cli.IntFlag{Name: "parallel", Usage: "data dirs written at a time (0: all at once; each maps the database while it is written)"},
+			&cli.IntFlag{Name: "parallel-data-dirs", Usage: "data dirs written at a time (0: all at once; each maps the database while it is written)"},
 			&cli.BoolFlag{Name: "force", Usage: "move non-empty data dirs aside (<dir>.moved-<UTC time>) instead of refusing; nothing is deleted"},
-			&cli.BoolFlag{Name: "dry-run", Usage: "print the plan and run every check of the real run (the chosen backup streamed, verified and read; each data dir writable); change nothing"},
-			&cli.StringFlag{Name: "temp-dir", Usage: "with --dry-run: where the snapshot is read from while it is checked, then removed (default: the system's)", TakesFile: true},
+			dryRunFlag(),
+			tempDirFlag(),
 			&cli.StringSliceFlag{Name: "verify-endpoints", Usage: "client URLs of the new members: wait for them and verify the rebuilt cluster"},
-			&cli.DurationFlag{Name: "verify-timeout", Value: defaultVerifyTimeout, Usage: "how long to wait for the new members to be healthy"},
+			verifyTimeoutFlag(),
 			&cli.StringFlag{Name: "via", Usage: "etcd-operator: restore the EtcdCluster --cluster through an EtcdRestore"},
-			&cli.StringFlag{Name: "cluster", Usage: "with --via etcd-operator: the EtcdCluster (also its cluster id in COS)"},
-			&cli.DurationFlag{Name: "timeout", Value: kube.DefaultOperatorRestoreTimeout, Usage: "with --via etcd-operator: how long to wait for the restored EtcdCluster's members to be ready; with --dry-run: the dry run's overall deadline"},
-			&cli.StringFlag{Name: "aws-secret", Value: kube.COSSecretName, Usage: "with --via etcd-operator: the secret etcd-operator reads the S3 credentials from (spec.s3.awsSecret)"},
+			clusterFlag(),
+			timeoutFlag(),
+			&cli.DurationFlag{Name: "wait-timeout", Value: kube.DefaultOperatorRestoreTimeout, Usage: "with --via etcd-operator: how long to wait for the restored EtcdCluster's members to be ready"},
+			&cli.StringFlag{Name: "aws-secret", Value: kube.COSSecretName, Usage: "with --via etcd-operator: the secret etcd-operator reads the S3 credentials from (spec.s3.awsSecret; keys credentials and config, AWS shared-file format, checked first)"},
 			&cli.BoolFlag{Name: "force-path-style", Value: true, Usage: "with --via etcd-operator: spec.s3.forcePathStyle"},
 			outputFlag(),
-		}),
+		}, deprecatedFlagsOf("restore")),
 		Action: runRestore,
 		Subcommands: []*cli.Command{
 			restoreV2Command(),
@@ -87,7 +92,6 @@ func restoreEtcdFlags() []cli.Flag {
 	for _, f := range flags {
 		if sf, ok := f.(*cli.StringSliceFlag); ok && sf.Name == "endpoints" {
 			sf.Value = nil
-			sf.Usage = "client endpoints of the old cluster: a member that answers is snapshotted first (TLS flags apply to --verify-endpoints too)"
 		}
 	}
 	return flags
@@ -108,13 +112,13 @@ func runRestore(c *cli.Context) error {
 	if c.IsSet("via") || c.IsSet("cluster") {
 		return runRestoreViaOperator(c, log, format)
 	}
-	for _, f := range []string{"timeout", "aws-secret", "force-path-style"} {
-		if c.IsSet(f) && (f != "timeout" || !c.Bool("dry-run")) {
+	for _, f := range []string{"wait-timeout", "aws-secret", "force-path-style"} {
+		if c.IsSet(f) {
 			return usagef("restore: --%s goes with --via etcd-operator", f)
 		}
 	}
-	if c.IsSet("temp-dir") && !c.Bool("dry-run") {
-		return usagef("restore: --temp-dir goes with --dry-run (the real run streams next to the data dirs)")
+	if c.IsSet("timeout") && !c.Bool("dry-run") {
+		return usagef("restore: --timeout is a dry run's overall deadline; a real restore is not cut short (--verify-timeout bounds the wait for the new members)")
 	}
 	opts := restore.Options{
 		ClusterID:     c.String("cluster-id"),
@@ -125,7 +129,7 @@ func runRestore(c *cli.Context) error {
 		BumpRevision:  c.Uint64("bump-revision"),
 		MarkCompacted: c.Bool("mark-compacted"),
 		Force:         c.Bool("force"),
-		Parallel:      c.Int("parallel"),
+		Parallel:      c.Int("parallel-data-dirs"),
 		DryRun:        c.Bool("dry-run"),
 		ScratchDir:    c.String("temp-dir"),
 		Targets: restore.Targets{
@@ -160,7 +164,7 @@ func runRestore(c *cli.Context) error {
 		return usagef("restore: --probe-timeout must be positive")
 	}
 	if opts.Parallel < 0 {
-		return usagef("restore: --parallel must be 0 (all at once) or more")
+		return usagef("restore: --parallel-data-dirs must be 0 (all at once) or more")
 	}
 	members, err := restore.ValidateTargets(opts.Targets)
 	if err != nil {
@@ -250,16 +254,17 @@ func renderRestore(w io.Writer, format output.Format, res *restore.Result) error
 	} else {
 		fmt.Fprintf(w, "Restore of cluster %s\n\n", p.ClusterID)
 	}
-	if err := renderSelection(w, p); err != nil {
+	if err := renderSelection(w, format, p); err != nil {
 		return err
 	}
 	if len(p.Members) > 0 {
 		fmt.Fprintf(w, "\nData dirs:\n")
-		t := output.Table{Header: []string{"MEMBER", "PEER URLS", "DATA DIR", "FOUND", "ACTION"}}
+		t := output.Table{Header: []string{"MEMBER", "PEER URLS", "DATA DIR", "FOUND", "ACTION"},
+			Wide: []string{"MEMBER", "PEER URLS"}, Long: []string{"ACTION"}, Key: "DATA DIR"}
 		for _, m := range p.Members {
 			t.Rows = append(t.Rows, []string{m.Name, strings.Join(m.PeerURLs, ","), m.DataDir, m.State, memberAction(p, m)})
 		}
-		if err := output.Render(w, output.FormatTable, t, nil); err != nil {
+		if err := output.Render(w, format, t, nil); err != nil {
 			return err
 		}
 	}
@@ -289,7 +294,7 @@ func renderRestore(w io.Writer, format output.Format, res *restore.Result) error
 	}
 	if res.Verify != nil {
 		fmt.Fprintln(w)
-		if err := renderVerifyReport(w, res.Verify); err != nil {
+		if err := renderVerifyReport(w, format, res.Verify); err != nil {
 			return err
 		}
 	}
@@ -308,7 +313,7 @@ func renderRestore(w io.Writer, format output.Format, res *restore.Result) error
 
 // renderSelection prints the survivor, the candidates, the choice and the
 // checks of the chosen backup.
-func renderSelection(w io.Writer, p *restore.Plan) error {
+func renderSelection(w io.Writer, format output.Format, p *restore.Plan) error {
 	switch s := p.Survivor; {
 	case s == nil:
 	case s.Planned:
@@ -322,7 +327,8 @@ func renderSelection(w io.Writer, p *restore.Plan) error {
 	}
 	if len(p.Candidates) > 0 {
 		fmt.Fprintf(w, "\nCandidates, best first:\n")
-		t := output.Table{Header: []string{"BACKUP", "KIND", "TIME (UTC)", "REVISION", "SOURCE", "ETCD", "RAW", "V2 KEYS", "STATUS"}}
+		t := output.Table{Header: []string{"BACKUP", "KIND", "TIME (UTC)", "REVISION", "SOURCE", "ETCD", "RAW", "V2 KEYS", "STATUS", "DETAIL"},
+			Wide: []string{"KIND", "TIME (UTC)", "SOURCE", "ETCD", "V2 KEYS"}, Long: []string{"DETAIL"}}
 		for _, cd := range p.Candidates {
 			v2, raw := "-", "-"
 			if cd.V2Keys != nil {
@@ -331,14 +337,10 @@ func renderSelection(w io.Writer, p *restore.Plan) error {
 			if cd.RawSize > 0 {
 				raw = output.Bytes(cd.RawSize)
 			}
-			st := cd.Status
-			if cd.Detail != "" {
-				st += ": " + cd.Detail
-			}
 			t.Rows = append(t.Rows, []string{cd.Name, string(cd.Kind), cd.Time.UTC().Format("2006-01-02 15:04:05"),
-				fmt.Sprint(cd.Revision), cd.Source, cd.ServerVersion, raw, v2, st})
+				fmt.Sprint(cd.Revision), cd.Source, cd.ServerVersion, raw, v2, cd.Status, cd.Detail})
 		}
-		if err := output.Render(w, output.FormatTable, t, nil); err != nil {
+		if err := output.Render(w, format, t, nil); err != nil {
 			return err
 		}
 	}
@@ -350,11 +352,11 @@ func renderSelection(w io.Writer, p *restore.Plan) error {
 	}
 	if len(p.Checks) > 0 {
 		fmt.Fprintf(w, "\nChecks before anything is written:\n")
-		t := output.Table{Header: []string{"CHECK", "STATUS", "DETAIL"}}
+		t := output.Table{Header: []string{"CHECK", "STATUS", "DETAIL"}, Long: []string{"DETAIL"}}
 		for _, ck := range p.Checks {
 			t.Rows = append(t.Rows, []string{ck.Name, ck.Status, ck.Detail})
 		}
-		if err := output.Render(w, output.FormatTable, t, nil); err != nil {
+		if err := output.Render(w, format, t, nil); err != nil {
 			return err
 		}
 	}
@@ -379,8 +381,9 @@ func memberAction(p *restore.Plan, m restore.Member) string {
 	return "not written"
 }
 
-func renderVerifyReport(w io.Writer, rep *restore.VerifyReport) error {
-	t := output.Table{Header: []string{"MEMBER", "ID", "ENDPOINT", "HEALTHY", "VERSION", "REVISION", "ERROR"}}
+func renderVerifyReport(w io.Writer, format output.Format, rep *restore.VerifyReport) error {
+	t := output.Table{Header: []string{"MEMBER", "ID", "ENDPOINT", "HEALTHY", "VERSION", "REVISION", "ERROR"},
+		Wide: []string{"ID"}, Long: []string{"ERROR"}}
 	for _, m := range rep.Members {
 		rev := "-"
 		if m.Revision > 0 {
@@ -388,14 +391,14 @@ func renderVerifyReport(w io.Writer, rep *restore.VerifyReport) error {
 		}
 		t.Rows = append(t.Rows, []string{m.Name, m.ID, m.Endpoint, fmt.Sprint(m.Healthy), m.Version, rev, m.Error})
 	}
-	if err := output.Render(w, output.FormatTable, t, nil); err != nil {
+	if err := output.Render(w, format, t, nil); err != nil {
 		return err
 	}
-	ct := output.Table{Header: []string{"CHECK", "STATUS", "DETAIL"}}
+	ct := output.Table{Header: []string{"CHECK", "STATUS", "DETAIL"}, Long: []string{"DETAIL"}}
 	for _, ck := range rep.Checks {
 		ct.Rows = append(ct.Rows, []string{ck.Name, ck.Status, ck.Detail})
 	}
-	if err := output.Render(w, output.FormatTable, ct, nil); err != nil {
+	if err := output.Render(w, format, ct, nil); err != nil {
 		return err
 	}
 	verdict := "FAILED"
@@ -415,7 +418,7 @@ func restoreV2Command() *cli.Command {
 			"twice reports everything unchanged the second time. Keys whose TTL ran out since the backup are skipped.",
 		Flags: concat(etcdFlags(), cosFlags(), []cli.Flag{
 			clusterIDFlag(),
-			&cli.StringFlag{Name: "backup", Usage: "the backup whose v2 keys to restore (default: the newest by revision)"},
+			backupFlag(),
 			outputFlag(),
 		}),
 		Action: runRestoreV2,
@@ -455,6 +458,7 @@ func runRestoreV2(c *cli.Context) error {
 	if rep != nil && rep.Endpoint != "" {
 		t := output.Table{
 			Header: []string{"CLUSTER", "BACKUP", "ENDPOINT", "KEYS", "DIRS", "CREATED", "UPDATED", "UNCHANGED", "EXPIRED", "FAILED"},
+			Wide:   []string{"CLUSTER", "ENDPOINT"},
 			Rows: [][]string{{rep.ClusterID, rep.Backup, rep.Endpoint, fmt.Sprint(rep.Keys), fmt.Sprint(rep.Dirs), fmt.Sprint(rep.Created),
 				fmt.Sprint(rep.Updated), fmt.Sprint(rep.Unchanged), fmt.Sprint(rep.Expired), fmt.Sprint(rep.Failed)}},
 		}
@@ -471,19 +475,19 @@ func restoreVerifyCommand() *cli.Command {
 		Usage: "check a rebuilt cluster: every member healthy, the revision not behind, the live key count as in the snapshot",
 		Description: "Expectations come from --cluster-id and --backup (the snapshot is downloaded, verified and read: its\n" +
 			"revision plus --bump-revision, and its live key count), from --manifest (a manifest.json: the revision only),\n" +
-			"or from --min-revision / --expect-keys. Waits up to --timeout for the members to be healthy. Exit 1 on failure.",
+			"or from --min-revision / --expect-keys. Waits up to --verify-timeout for the members to be healthy. Exit 1 on failure.",
 		Flags: concat(etcdFlags(), cosFlags(), []cli.Flag{
 			clusterIDFlag(),
-			&cli.StringFlag{Name: "backup", Usage: "the backup the cluster was restored from (needs --cluster-id and COS)"},
+			backupFlag(),
 			&cli.StringFlag{Name: "manifest", Usage: "the backup's manifest.json on disk, instead of --backup", TakesFile: true},
-			&cli.Uint64Flag{Name: "bump-revision", Value: restore.DefaultBumpRevision, Usage: "the bump the restore applied"},
+			bumpRevisionFlag(),
 			&cli.Int64Flag{Name: "min-revision", Usage: "the revision must be at least this (overrides --backup/--manifest)"},
 			&cli.Int64Flag{Name: "expect-keys", Value: -1, Usage: "the number of live keys (overrides --backup; -1: not checked)"},
 			&cli.IntFlag{Name: "expect-members", Usage: "the number of members (0: not checked)"},
-			&cli.DurationFlag{Name: "timeout", Value: 2 * time.Minute, Usage: "how long to wait for every member to be healthy"},
-			&cli.StringFlag{Name: "temp-dir", Usage: "where the snapshot is downloaded while it is read (default: the system's)", TakesFile: true},
+			verifyTimeoutFlag(),
+			tempDirFlag(),
 			outputFlag(),
-		}),
+		}, deprecatedFlagsOf("restore verify")),
 		Action: runRestoreVerify,
 	}
 }
@@ -502,10 +506,10 @@ func runRestoreVerify(c *cli.Context) error {
 		BumpRevision: c.Uint64("bump-revision"), TempDir: c.String("temp-dir"),
 		Progress: func(label string) restore.Progress { return output.NewProgress(label) },
 	}
-	opts.Timeout, opts.Log = c.Duration("timeout"), log
+	opts.Timeout, opts.Log = c.Duration("verify-timeout"), log
 	opts.ExpectedMembers, opts.ExpectedKeys, opts.MinRevision = c.Int("expect-members"), -1, 0
 	if opts.Timeout <= 0 {
-		return usagef("restore verify: --timeout must be positive")
+		return usagef("restore verify: --verify-timeout must be positive")
 	}
 	if opts.Backup != "" && opts.ManifestFile != "" {
 		return usagef("restore verify: --backup and --manifest are exclusive")
@@ -528,7 +532,7 @@ func runRestoreVerify(c *cli.Context) error {
 	}
 	if !c.IsSet("endpoints") || len(c.StringSlice("endpoints")) == 0 {
 		// Without it, etcdctl's default (127.0.0.1:2379) would be waited
-		// for, in silence, for --timeout.
+		// for, in silence, for --verify-timeout.
 		return usagef("restore verify: --endpoints (the rebuilt cluster's client URLs, or ETCDCTL_ENDPOINTS) is required")
 	}
 	if opts.Etcd, err = etcdConfig(c); err != nil {
@@ -555,7 +559,7 @@ func runRestoreVerify(c *cli.Context) error {
 				}
 				fmt.Fprintln(c.App.Writer)
 			}
-			if rerr := renderVerifyReport(c.App.Writer, chk.VerifyReport); rerr != nil && err == nil {
+			if rerr := renderVerifyReport(c.App.Writer, format, chk.VerifyReport); rerr != nil && err == nil {
 				err = rerr
 			}
 		}
@@ -577,7 +581,7 @@ func runRestoreViaOperator(c *cli.Context, log *slog.Logger, format output.Forma
 		return usagef("restore --via etcd-operator: --cluster: %v", err)
 	}
 	for _, f := range []string{"cluster-id", "initial-cluster", "name", "initial-advertise-peer-urls", "initial-cluster-token",
-		"data-dir", "data-dir-root", "bump-revision", "mark-compacted", "parallel", "force", "verify-endpoints", "endpoints"} {
+		"data-dir", "data-dir-root", "bump-revision", "mark-compacted", "parallel-data-dirs", "parallel", "force", "verify-endpoints", "endpoints"} {
 		if c.IsSet(f) {
 			return usagef("restore --via etcd-operator: --%s does not apply: etcd-operator writes the data dirs and the members "+
 				"are found through the EtcdCluster --cluster", f)
@@ -588,7 +592,17 @@ func runRestoreViaOperator(c *cli.Context, log *slog.Logger, format output.Forma
 			return usagef("restore: --backup: %v", err)
 		}
 	}
-	for _, f := range []string{"timeout", "verify-timeout", "probe-timeout"} {
+	if c.IsSet("timeout") && !c.Bool("dry-run") {
+		// The old spelling of --wait-timeout.
+		if c.IsSet("wait-timeout") {
+			return usagef("restore --via etcd-operator: --timeout is a dry run's overall deadline; the wait for etcd-operator is --wait-timeout")
+		}
+		if err := c.Set("wait-timeout", c.Duration("timeout").String()); err != nil {
+			return usageError{err}
+		}
+		fmt.Fprintf(c.App.ErrWriter, "etcd-recovery: restore --via etcd-operator: --timeout for the wait is deprecated, use --wait-timeout (same meaning)\n")
+	}
+	for _, f := range []string{"timeout", "wait-timeout", "verify-timeout", "probe-timeout"} {
 		if c.Duration(f) <= 0 {
 			return usagef("restore: --%s must be positive", f)
 		}
@@ -607,13 +621,22 @@ func runRestoreViaOperator(c *cli.Context, log *slog.Logger, format output.Forma
 	if err != nil {
 		return err
 	}
-	rep, err := kube.OperatorRestore(c.Context, kube.OperatorRestoreOptions{
+	ctx := c.Context
+	if c.Bool("dry-run") {
+		// As the manual dry run: it changes nothing, so it has an overall
+		// deadline.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, c.Duration("timeout"),
+			fmt.Errorf("restore --dry-run: the overall deadline (--timeout %v) passed", c.Duration("timeout")))
+		defer cancel()
+	}
+	rep, err := kube.OperatorRestore(ctx, kube.OperatorRestoreOptions{
 		Kube: k, Cluster: name, Backup: c.String("backup"), Store: store, Layout: layout,
 		Bucket: c.String("bucket"), Endpoint: c.String("cos-endpoint"), AWSSecret: c.String("aws-secret"),
 		ForcePathStyle: c.Bool("force-path-style"), NoLive: c.Bool("no-live"),
 		ProbeTimeout: c.Duration("probe-timeout"), DialTimeout: c.Duration("dial-timeout"),
-		Timeout: c.Duration("timeout"), VerifyTimeout: c.Duration("verify-timeout"),
-		DryRun: c.Bool("dry-run"), Log: log,
+		Timeout: c.Duration("wait-timeout"), VerifyTimeout: c.Duration("verify-timeout"),
+		TempDir: c.String("temp-dir"), DryRun: c.Bool("dry-run"), Log: log,
 		Progress: func(label string) restore.Progress { return output.NewProgress(label) },
 	})
 	if rep != nil {
@@ -634,7 +657,7 @@ func renderOperatorRestore(w io.Writer, format output.Format, rep *kube.Operator
 		fmt.Fprintf(w, "Restore of etcdcluster %s/%s via etcd-operator\n\n", rep.Namespace, rep.Cluster)
 	}
 	if p := rep.Plan; p != nil {
-		if err := renderSelection(w, p); err != nil {
+		if err := renderSelection(w, format, p); err != nil {
 			return err
 		}
 		if p.Snapshot != nil {
@@ -666,6 +689,17 @@ func renderOperatorRestore(w io.Writer, format output.Format, rep *kube.Operator
 				return err
 			}
 			fmt.Fprintf(w, "%s%s: %s\n---\n%s---\n", verb, a.Verb, a.What, b)
+		case "delete":
+			// The old EtcdRestore: its annotations are what it recorded
+			// (the backup, the replaced EtcdCluster's uid and spec).
+			fmt.Fprintf(w, "%s%s: %s\n", verb, a.Verb, a.What)
+			if rep.Replaced != nil && len(rep.Replaced.Annotations) > 0 {
+				b, err := yaml.Marshal(map[string]any{"annotations": rep.Replaced.Annotations})
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(w, "%s\n", indent(string(b)))
+			}
 		default:
 			fmt.Fprintf(w, "Then etcd-operator will %s: %s\n", a.Verb, a.What)
 		}
@@ -675,12 +709,16 @@ func renderOperatorRestore(w io.Writer, format output.Format, rep *kube.Operator
 	}
 	if rep.Verify != nil {
 		fmt.Fprintf(w, "\nRestored cluster at %s:\n", strings.Join(rep.Endpoints, ","))
-		if err := renderVerifyReport(w, rep.Verify); err != nil {
+		if err := renderVerifyReport(w, format, rep.Verify); err != nil {
 			return err
 		}
 	}
+	for _, warning := range rep.Warnings {
+		fmt.Fprintf(w, "\nWARNING: %s\n", warning)
+	}
 	if runErr == nil && !rep.DryRun {
-		fmt.Fprintf(w, "\nRestored and verified in %s. Once done with it: kubectl -n %s delete etcdrestore %s\n",
+		fmt.Fprintf(w, "\nRestored and verified in %s. The EtcdRestore %s/%s stays as the record of this restore (its annotations keep "+
+			"the replaced EtcdCluster's uid and spec); the next restore --via etcd-operator of this cluster deletes it.\n",
 			rep.Duration.Round(time.Millisecond), rep.Namespace, rep.Cluster)
 	}
 	return nil

@@ -55,15 +55,15 @@ func TestRestoreCLIUsage(t *testing.T) {
 		{[]string{"restore", "v2", "--cluster-id", "c1", "--bogus"}, "bogus"},
 		{[]string{"restore", "verify", "--backup", "20261122T031500.123Z-manual"}, "--backup needs --cluster-id"},
 		{[]string{"restore", "verify", "--backup", "20261122T031500.123Z-manual", "--manifest", "m.json"}, "exclusive"},
-		{[]string{"restore", "verify", "--timeout", "0s"}, "--timeout"},
+		{[]string{"restore", "verify", "--verify-timeout", "0s"}, "--verify-timeout"},
 		// Member names are names, not paths (issue 11, item 8).
 		{[]string{"restore", "--cluster-id", "c1", "--initial-cluster", "../x=https://127.0.0.1:2380", "--data-dir-root", "/tmp/r"}, "../x"},
 		{[]string{"restore", "--cluster-id", "c1", "--initial-cluster", "a/b=https://127.0.0.1:2380"}, "path separator"},
 		{append(base, "--name", "../a"), "--name"},
 		// Without endpoints, verify would wait for 127.0.0.1:2379 in silence.
 		{[]string{"restore", "verify", "--expect-keys", "3"}, "--endpoints"},
-		{append(base, "--temp-dir", "/tmp"), "--temp-dir goes with --dry-run"},
-		{append(base, "--timeout", "1m"), "--timeout goes with --via etcd-operator"},
+		{append(base, "--timeout", "1m"), "--timeout is a dry run's overall deadline"},
+		{append(base, "--wait-timeout", "1m"), "--wait-timeout goes with --via etcd-operator"},
 		{append(base, "--dry-run", "--timeout", "0s"), "--timeout must be positive"},
 	}
 	for _, tc := range cases {
@@ -163,7 +163,7 @@ func TestRestoreCLIFlow(t *testing.T) {
 		t.Fatalf("restore verify: exit %d\n%s\n%s", code, out, errOut)
 	}
 	// Expecting the wrong count fails with exit 1 and says why.
-	code, out, _ = runCtx(t, ctx, concatArgs([]string{"restore", "verify", "--expect-keys", "1", "--timeout", "10s"}, newArgs)...)
+	code, out, _ = runCtx(t, ctx, concatArgs([]string{"restore", "verify", "--expect-keys", "1", "--verify-timeout", "10s"}, newArgs)...)
 	if code != exitFailure || !strings.Contains(out, "FAILED") {
 		t.Fatalf("restore verify --expect-keys 1: exit %d\n%s", code, out)
 	}
@@ -235,7 +235,7 @@ func TestRestoreCLISIGTERMDuringDataDirWrite(t *testing.T) {
 	parent := t.TempDir()
 	root := filepath.Join(parent, "data")
 	fp := filepath.Join(t.TempDir(), "fp")
-	cmd := exec.Command(tool, concatArgs([]string{"restore", "--cluster-id", "sigterm-w", "--no-live", "--parallel", "1",
+	cmd := exec.Command(tool, concatArgs([]string{"restore", "--cluster-id", "sigterm-w", "--no-live", "--parallel-data-dirs", "1",
 		"--initial-cluster", strings.Join(ic, ","), "--data-dir-root", root}, cos)...)
 	cmd.Env = append(os.Environ(), restore.FailpointEnv+"="+fp)
 	var stderr strings.Builder

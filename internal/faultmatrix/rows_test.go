@@ -140,7 +140,7 @@ func entries(t testing.TB, dir string) []string {
 
 func certRows() []row {
 	// Bounds: --dial-timeout 2s and --probe-timeout 3s for backup; inspect's
-	// whole run is capped at twice --timeout 3s.
+	// whole run is capped at twice --probe-timeout 3s.
 	const backupBound = 3*3*time.Second + slack
 	const inspectBound = 2*3*time.Second + slack
 	try := func(t *testing.T, w *world, eps []string, ca, cert, key, want string) {
@@ -151,7 +151,7 @@ func certRows() []row {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("backup: the error does not say %q: %s", want, r)
 		}
-		r = w.run(t, inspectBound, append([]string{"inspect", "--timeout", "3s"}, etcdArgs(eps, ca, cert, key)...)...)
+		r = w.run(t, inspectBound, append([]string{"inspect", "--probe-timeout", "3s"}, etcdArgs(eps, ca, cert, key)...)...)
 		expect(t, "inspect", r, inspectBound, 3)
 		if !strings.Contains(r.stdout+r.stderr, want) {
 			t.Errorf("inspect: the report does not say %q: %s", want, r)
@@ -217,7 +217,7 @@ func silentListenerRows() []row {
 			eps := []string{bh.URL("https")}
 			p := w.pki
 			const inspectBound = 2*3*time.Second + slack
-			r := w.run(t, inspectBound, append([]string{"inspect", "--timeout", "3s"}, etcdArgs(eps, p.CAFile, p.ClientCertFile, p.ClientKeyFile)...)...)
+			r := w.run(t, inspectBound, append([]string{"inspect", "--probe-timeout", "3s"}, etcdArgs(eps, p.CAFile, p.ClientCertFile, p.ClientKeyFile)...)...)
 			expect(t, "inspect of a silent endpoint", r, inspectBound, 3)
 			const backupBound = 3*3*time.Second + slack
 			prefix := testenv.Prefix(t)
@@ -261,7 +261,7 @@ func fullDiskRows() []row {
 		})
 		bound := 2 * time.Minute
 		r := w.run(t, bound, append([]string{"restore", "--cluster-id", clusterID, "--no-live", "--backup", w.fixNames[1],
-			"--data-dir-root", root, "--parallel", "1",
+			"--data-dir-root", root, "--parallel-data-dirs", "1",
 			"--initial-cluster", "r0=https://127.0.0.1:2380,r1=https://127.0.0.2:2380,r2=https://127.0.0.3:2380"}, w.cos(w.fixPrefix)...)...)
 		expect(t, "restore onto a full disk", r, bound, 1)
 		if !strings.Contains(r.stderr, "no space left on device") {

@@ -78,7 +78,9 @@ type BackupAllReport struct {
 
 // Table is the summary printed at the end.
 func (r *BackupAllReport) Table() output.Table {
-	t := output.Table{Header: []string{"CLUSTER", "RESULT", "BACKUP", "REVISION", "SIZE", "DURATION", "PRUNED", "ERROR"}}
+	// STORED is the snapshot object's size as stored, as in backup and list.
+	t := output.Table{Header: []string{"CLUSTER", "RESULT", "BACKUP", "REVISION", "STORED", "DURATION", "PRUNED", "ERROR"},
+		Wide: []string{"REVISION", "DURATION"}, Long: []string{"ERROR"}}
 	for _, c := range r.Clusters {
 		rev, size, pruned := "-", "-", "-"
 		if c.Result == ResultOK {
@@ -88,9 +90,6 @@ func (r *BackupAllReport) Table() output.Table {
 			}
 		}
 		errText := c.Error
-		if len(errText) > 160 {
-			errText = errText[:157] + "..."
-		}
 		t.Rows = append(t.Rows, []string{c.Cluster, c.Result, dash(c.Backup), rev, size,
 			c.Duration.Round(time.Millisecond).String(), pruned, dash(errText)})
 	}

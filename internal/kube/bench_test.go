@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/armada/etcd-recovery/internal/kube"
+	"github.com/armada/etcd-recovery/internal/kubetest"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
 )
@@ -32,20 +32,16 @@ func BenchmarkBackupAll50(b *testing.B) {
 	ctx := ctxT(b, 30*time.Minute)
 	k := testenv.StartKubeAPIServer(b)
 	admin := k.Clientset(b, "")
-	createNS(b, admin, ns)
-	installCRDs(b, k)
-	a := newApplier(b, k)
-	for _, o := range decodeManifests(b, filepath.Join(testenv.RepoRoot(b), "deploy", "10-rbac.yaml")) {
-		if err := a.apply(ctx, o, ns, false); err != nil {
-			b.Fatal(err)
-		}
-	}
+	kubetest.CreateNamespaces(b, admin, ns)
+	kubetest.InstallCRDs(b, k)
+	a := kubetest.NewApplier(b, k)
+	a.ApplyFile(b, kubetest.DeployPath(b, "10-rbac.yaml"), ns)
 	m := testenv.SharedMinIO(b)
 	bucket := m.NewBucket(b)
 	prefix := testenv.Prefix(b)
 	if _, err := admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: kube.COSSecretName},
-		Data:       map[string][]byte{"access_key_id": []byte(m.AccessKey), "secret_access_key": []byte(m.SecretKey)},
+		Data:       kubetest.AWSSecretData(m.AccessKey, m.SecretKey, m.Region),
 	}, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
@@ -56,11 +52,11 @@ func BenchmarkBackupAll50(b *testing.B) {
 		name := fmt.Sprintf("etcd-b%02d", i)
 		fc := addEtcdCluster(b, admin, dyn, name, fmt.Sprintf("127.0.4.%d", 10+i))
 		perClusterAccess(b, a, name)
-		testenv.PutKeys(b, fc.etcd.Client(b), "/registry/k", 500, 1024)
+		testenv.PutKeys(b, fc.Etcd.Client(b), "/registry/k", 500, 1024)
 		rawTotal += 500 * 1024
 	}
 	b.Logf("%d clusters started and filled in %v", n, time.Since(start).Round(time.Millisecond))
-	token := saToken(b, admin, ns, "etcd-recovery")
+	token := kubetest.SAToken(b, admin, ns, "etcd-recovery")
 	kc := k.Kubeconfig(b, token, ns)
 	tool := testfix.Tool(b)
 	var env []string

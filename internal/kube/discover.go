@@ -252,9 +252,23 @@ func (k *Client) COSCredentials(ctx context.Context, name string, getenv func(st
 	return creds, nil
 }
 
-// PrivateDir makes a temp directory only we can read.
+// SecretsDirEnv names the directory for small secret files (client TLS
+// keys): the pods set it to their memory-backed /tmp, so private keys never
+// reach node disk even where TMPDIR points at a disk-backed scratch volume
+// for staged snapshots. Unset, the system's temp dir is used.
+const SecretsDirEnv = "ETCD_RECOVERY_SECRETS_DIR"
+
+// PrivateDir makes a temp directory only we can read, for small secret
+// files (client TLS), in $ETCD_RECOVERY_SECRETS_DIR, else the system's temp
+// dir ($TMPDIR, else /tmp).
 func PrivateDir(pattern string) (string, error) {
-	d, err := os.MkdirTemp("", pattern)
+	return PrivateDirIn(os.Getenv(SecretsDirEnv), pattern)
+}
+
+// PrivateDirIn makes a temp directory only we can read under root (the
+// system's temp dir when empty).
+func PrivateDirIn(root, pattern string) (string, error) {
+	d, err := os.MkdirTemp(root, pattern)
 	if err != nil {
 		return "", err
 	}

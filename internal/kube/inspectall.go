@@ -13,8 +13,9 @@ import (
 	"github.com/armada/etcd-recovery/internal/output"
 )
 
-// DefaultInspectParallel is how many clusters InspectAll inspects at once.
-const DefaultInspectParallel = 8
+// DefaultInspectParallel is how many clusters InspectAll inspects at once:
+// the same bound as backups (the CLI has one --parallel).
+const DefaultInspectParallel = DefaultParallel
 
 // InspectAllOptions configure an inspection of several EtcdClusters of one
 // namespace.
@@ -83,7 +84,8 @@ type InspectAllReport struct {
 
 // Table is one row per cluster.
 func (r *InspectAllReport) Table() output.Table {
-	t := output.Table{Header: []string{"CLUSTER", "VERDICT", "UP", "LEADER", "DB SIZE", "BACKUP AGE", "NEXT STEP"}}
+	t := output.Table{Header: []string{"CLUSTER", "VERDICT", "UP", "LEADER", "DB SIZE", "BACKUP AGE", "NEXT STEP"},
+		Wide: []string{"LEADER"}, Long: []string{"NEXT STEP"}}
 	for _, c := range r.Clusters {
 		db := "-"
 		if c.DBSize > 0 {
@@ -91,11 +93,7 @@ func (r *InspectAllReport) Table() output.Table {
 		}
 		next := c.NextStep
 		if c.Error != "" {
-			e := c.Error
-			if len(e) > 100 {
-				e = e[:97] + "..."
-			}
-			next += ": " + e
+			next += ": " + c.Error
 		}
 		t.Rows = append(t.Rows, []string{c.Cluster, string(c.Verdict), c.Members, dash(c.Leader), db, c.backupCell(), next})
 	}

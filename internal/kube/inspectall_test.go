@@ -16,6 +16,7 @@ import (
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/kube"
+	"github.com/armada/etcd-recovery/internal/kubetest"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
 )
@@ -24,7 +25,7 @@ import (
 // CronJob's service account, over a namespace whose clusters are healthy,
 // degraded (a member killed), down (its only member killed) and healthy
 // without any backup.
-func testInspectAll(t *testing.T, k *testenv.KubeAPIServer, a *applier, admin kubernetes.Interface) {
+func testInspectAll(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, admin kubernetes.Interface) {
 	ctx := ctxT(t, 5*time.Minute)
 	dynAdmin := k.Dynamic(t, "")
 	m := testenv.SharedMinIO(t)
@@ -32,21 +33,21 @@ func testInspectAll(t *testing.T, k *testenv.KubeAPIServer, a *applier, admin ku
 	prefix := testenv.Prefix(t)
 	if _, err := admin.CoreV1().Secrets(inspectNS).Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: kube.COSSecretName},
-		Data:       map[string][]byte{"access_key_id": []byte(m.AccessKey), "secret_access_key": []byte(m.SecretKey)},
+		Data:       kubetest.AWSSecretData(m.AccessKey, m.SecretKey, m.Region),
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	healthy := addEtcdClusterIn(t, admin, dynAdmin, inspectNS, "etcd-healthy", "127.0.5.10", 3)
-	degraded := addEtcdClusterIn(t, admin, dynAdmin, inspectNS, "etcd-degraded", "127.0.5.11", 3)
-	down := addEtcdClusterIn(t, admin, dynAdmin, inspectNS, "etcd-down", "127.0.5.12", 1)
-	noBackup := addEtcdClusterIn(t, admin, dynAdmin, inspectNS, "etcd-nobackup", "127.0.5.13", 1)
-	for _, fc := range []fakeCluster{healthy, degraded, down, noBackup} {
-		perClusterAccessIn(t, a, inspectNS, fc.name)
-		testenv.PutKeys(t, fc.etcd.Client(t), "/registry/k", 100, 512)
+	healthy := kubetest.AddEtcdCluster(t, admin, dynAdmin, inspectNS, "etcd-healthy", testenv.EtcdOptions{IP: "127.0.5.10", Members: 3})
+	degraded := kubetest.AddEtcdCluster(t, admin, dynAdmin, inspectNS, "etcd-degraded", testenv.EtcdOptions{IP: "127.0.5.11", Members: 3})
+	down := kubetest.AddEtcdCluster(t, admin, dynAdmin, inspectNS, "etcd-down", testenv.EtcdOptions{IP: "127.0.5.12", Members: 1})
+	noBackup := kubetest.AddEtcdCluster(t, admin, dynAdmin, inspectNS, "etcd-nobackup", testenv.EtcdOptions{IP: "127.0.5.13", Members: 1})
+	for _, fc := range []kubetest.Cluster{healthy, degraded, down, noBackup} {
+		kubetest.PerClusterAccess(t, a, inspectNS, fc.Name)
+		testenv.PutKeys(t, fc.Etcd.Client(t), "/registry/k", 100, 512)
 	}
 
 	// The CronJob's service account.
-	token := saToken(t, admin, inspectNS, "etcd-recovery")
+	token := kubetest.SAToken(t, admin, inspectNS, "etcd-recovery")
 	sa, err := kube.New(kube.Config{Rest: k.RestConfig(token), Namespace: inspectNS})
 	if err != nil {
 		t.Fatal(err)
@@ -55,23 +56,23 @@ func testInspectAll(t *testing.T, k *testenv.KubeAPIServer, a *applier, admin ku
 	st := testfix.Store(t, m, bucket)
 	layout := backup.Layout{Prefix: prefix}
 	if _, err := kube.BackupAll(ctx, kube.BackupAllOptions{
-		Kube: sa, Names: []string{healthy.name, degraded.name, down.name}, NoEvents: true,
+		Kube: sa, Names: []string{healthy.Name, degraded.Name, down.Name}, NoEvents: true,
 		Template:    backup.Options{Kind: backup.KindScheduled, Store: st, Layout: layout, ProbeTimeout: 2 * time.Second},
 		DialTimeout: 2 * time.Second,
 	}); err != nil {
 		t.Fatalf("backups: %v", err)
 	}
 	backupsAt := time.Now()
-	leader := degraded.etcd.Leader(t)
+	leader := degraded.Etcd.Leader(t)
 	var killed string
-	for _, mem := range degraded.etcd.Members {
+	for _, mem := range degraded.Etcd.Members {
 		if mem != leader {
 			mem.Kill()
 			killed = mem.Name
 			break
 		}
 	}
-	down.etcd.Members[0].Kill()
+	down.Etcd.Members[0].Kill()
 
 	tool := testfix.Tool(t)
 	kc := k.Kubeconfig(t, token, "default") // --namespace picks the namespace
@@ -115,10 +116,10 @@ func testInspectAll(t *testing.T, k *testenv.KubeAPIServer, a *applier, admin ku
 			leader                               bool
 		}
 		wants := []want{ // name order
-			{degraded.name, "DEGRADED", "2/3", "ok", "minority failure", true},
-			{down.name, "UNREACHABLE", "0/1", "ok", "no member answers", false},
-			{healthy.name, "HEALTHY", "3/3", "ok", "none", true},
-			{noBackup.name, "HEALTHY", "1/1", "missing", "backup missing", true},
+			{degraded.Name, "DEGRADED", "2/3", "ok", "minority failure", true},
+			{down.Name, "UNREACHABLE", "0/1", "ok", "no member answers", false},
+			{healthy.Name, "HEALTHY", "3/3", "ok", "none", true},
+			{noBackup.Name, "HEALTHY", "1/1", "missing", "backup missing", true},
 		}
 		for i, w := range wants {
 			r := rep.Clusters[i]
@@ -172,36 +173,36 @@ func testInspectAll(t *testing.T, k *testenv.KubeAPIServer, a *applier, admin ku
 			}
 			rows = append(rows, cells)
 		}
-		if len(rows) != 5 || strings.Join(rows[0], "|") != "CLUSTER|VERDICT|UP|LEADER|DB SIZE|BACKUP AGE|NEXT STEP" {
+		if len(rows) != 5 || strings.Join(rows[0], "|") != "CLUSTER|VERDICT|UP|DB SIZE|BACKUP AGE" {
 			t.Fatalf("want a header and one row per cluster:\n%s", stdout)
 		}
 		for i, w := range [][]string{
-			{degraded.name, "DEGRADED", "2/3"}, {down.name, "UNREACHABLE", "0/1"},
-			{healthy.name, "HEALTHY", "3/3"}, {noBackup.name, "HEALTHY", "1/1"},
+			{degraded.Name, "DEGRADED", "2/3"}, {down.Name, "UNREACHABLE", "0/1"},
+			{healthy.Name, "HEALTHY", "3/3"}, {noBackup.Name, "HEALTHY", "1/1"},
 		} {
 			if r := rows[i+1]; r[0] != w[0] || r[1] != w[1] || r[2] != w[2] {
 				t.Errorf("row %d: %v, want %v", i, r, w)
 			}
 		}
-		if r := rows[4]; r[5] != "MISSING" || r[6] != "backup missing" {
-			t.Errorf("no-backup row: %v", r)
+		if r := rows[4]; r[4] != "MISSING" || !strings.Contains(stdout, "\n"+noBackup.Name+": backup missing\n") {
+			t.Errorf("no-backup row: %v, and its next step on its own line:\n%s", r, stdout)
 		}
-		if r := rows[2]; r[3] != "-" || r[4] != "-" {
+		if r := rows[2]; r[3] != "-" {
 			t.Errorf("down row: %v", r)
 		}
 		t.Logf("inspect --all:\n%s", stdout)
 	})
 
 	t.Run("OneCluster", func(t *testing.T) {
-		code, stdout, stderr, _ := runTool("--cluster", healthy.name)
+		code, stdout, stderr, _ := runTool("--cluster", healthy.Name)
 		if code != inspect.ExitHealthy || !strings.Contains(stdout, "VERDICT: HEALTHY") || !strings.Contains(stdout, "BACKUP: newest") {
-			t.Fatalf("inspect --cluster %s: exit %d\nstdout:\n%s\nstderr:\n%s", healthy.name, code, stdout, stderr)
+			t.Fatalf("inspect --cluster %s: exit %d\nstdout:\n%s\nstderr:\n%s", healthy.Name, code, stdout, stderr)
 		}
-		code, stdout, stderr, _ = runTool("--cluster", degraded.name, "-o", "json")
+		code, stdout, stderr, _ = runTool("--cluster", degraded.Name, "-o", "json")
 		var rep inspect.Report
 		if code != inspect.ExitDegraded || json.Unmarshal([]byte(stdout), &rep) != nil || rep.Verdict != inspect.VerdictDegraded ||
-			rep.Backup == nil || rep.Backup.ClusterID != degraded.name {
-			t.Fatalf("inspect --cluster %s -o json: exit %d\nstdout:\n%s\nstderr:\n%s", degraded.name, code, stdout, stderr)
+			rep.Backup == nil || rep.Backup.ClusterID != degraded.Name {
+			t.Fatalf("inspect --cluster %s -o json: exit %d\nstdout:\n%s\nstderr:\n%s", degraded.Name, code, stdout, stderr)
 		}
 		code, _, stderr, _ = runTool("--cluster", "etcd-nope")
 		if code != 4 || !strings.Contains(stderr, "etcd-nope not found") {
@@ -218,7 +219,7 @@ func testInspectAll(t *testing.T, k *testenv.KubeAPIServer, a *applier, admin ku
 		}
 		for _, r := range rep.Clusters {
 			want := "stale"
-			if r.Cluster == noBackup.name {
+			if r.Cluster == noBackup.Name {
 				want = "missing"
 			}
 			if r.Backup != want {
@@ -235,7 +236,7 @@ func testInspectAll(t *testing.T, k *testenv.KubeAPIServer, a *applier, admin ku
 	// at once, so two hung clusters take about one cluster's cap (twice
 	// --timeout), not the sum.
 	t.Run("Hung", func(t *testing.T) {
-		for _, mem := range append(append([]*testenv.EtcdMember{}, healthy.etcd.Members...), noBackup.etcd.Members...) {
+		for _, mem := range append(append([]*testenv.EtcdMember{}, healthy.Etcd.Members...), noBackup.Etcd.Members...) {
 			mem.Freeze()
 		}
 		code, stdout, stderr, elapsed := runTool("--all", "-o", "json", "--timeout", "1s", "--dial-timeout", "1s")

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -53,6 +54,12 @@ type OperatorRestoreOptions struct {
 	// after that (default 2m); PollInterval is how often the EtcdCluster is
 	// read while waiting (default 2s).
 	Timeout, VerifyTimeout, PollInterval time.Duration
+	// TempDir (--temp-dir) is where the verified snapshot is staged
+	// before it is uploaded uncompressed: it needs room for the whole
+	// database, which is checked before the download. Default
+	// os.TempDir() ($TMPDIR, else /tmp). The client-TLS files go to a
+	// small private dir in the system's temp dir.
+	TempDir string
 	// DryRun changes nothing (see OperatorRestore).
 	DryRun   bool
 	Log      *slog.Logger
@@ -62,11 +69,14 @@ type OperatorRestoreOptions struct {
 // Steps of OperatorRestore, named in its errors.
 const (
 	OpStepCluster = "read etcdcluster"
-	OpStepSelect  = "select and verify snapshot"
-	OpStepStage   = "stage snapshot"
-	OpStepRequest = "create etcdrestore"
-	OpStepWait    = "wait for the restored etcdcluster"
-	OpStepVerify  = "verify the restored cluster"
+	// OpStepAWSSecret checks the secret etcd-operator is told to read the
+	// S3 credentials from (spec.s3.awsSecret).
+	OpStepAWSSecret = "check aws secret"
+	OpStepSelect    = "select and verify snapshot"
+	OpStepStage     = "stage snapshot"
+	OpStepRequest   = "create etcdrestore"
+	OpStepWait      = "wait for the restored etcdcluster"
+	OpStepVerify    = "verify the restored cluster"
 )
 
 // Annotations OperatorRestore puts on the EtcdRestore, so nothing about the
@@ -78,6 +88,14 @@ const (
 	AnnotationClusterUID   = "etcd-recovery.armada.ibm.com/etcdcluster-uid"
 	// AnnotationClusterSpec is the replaced EtcdCluster's spec, as JSON.
 	AnnotationClusterSpec = "etcd-recovery.armada.ibm.com/etcdcluster-spec"
+)
+
+// LabelManagedBy marks the objects the tool creates (value ManagedBy): an
+// EtcdRestore with it is the tool's own, which a later restore of the same
+// cluster may delete once etcd-operator is done with it.
+const (
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	ManagedBy      = "etcd-recovery"
 )
 
 // DefaultOperatorRestoreTimeout bounds the wait for etcd-operator.
@@ -130,6 +148,13 @@ type OperatorRestoreReport struct {
 	StagedSize   int64  `json:"stagedSize,omitempty"`
 	// Actions, in order.
 	Actions []OperatorAction `json:"actions"`
+	// Replaced is the EtcdRestore of an earlier, finished restore of the
+	// cluster that was deleted to create this one (etcd-operator acts on
+	// an EtcdRestore only once, and the name is the cluster's).
+	Replaced *ReplacedRestore `json:"replacedEtcdRestore,omitempty"`
+	// Warnings: what could not be checked (the awsSecret when it cannot
+	// be read).
+	Warnings []string `json:"warnings,omitempty"`
 	// The restored EtcdCluster, once etcd-operator recreated it.
 	NewUID    types.UID             `json:"newUID,omitempty"`
 	LastSeen  string                `json:"lastSeen,omitempty"`
@@ -139,9 +164,25 @@ type OperatorRestoreReport struct {
 	Duration  time.Duration         `json:"duration,omitempty"`
 }
 
+// ReplacedRestore is an EtcdRestore an earlier restore left, deleted (in
+// a dry run: to be deleted) to create the new one.
+type ReplacedRestore struct {
+	Name        string            `json:"name"`
+	UID         types.UID         `json:"uid"`
+	Created     time.Time         `json:"created"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+	Status      map[string]any    `json:"status,omitempty"`
+	// Why it was safe to delete.
+	Why string `json:"why"`
+}
+
 // OperatorRestore restores an EtcdCluster with etcd-operator's restore
 // operator (restore --via etcd-operator):
 //
+//  0. checks that no EtcdRestore of the cluster is in the way (one the tool
+//     created for a finished earlier restore is deleted in step 3; any other
+//     refuses the restore), and that the awsSecret is in etcd-operator's
+//     format (CheckAWSSecret; when it cannot be read, a warning);
 //  1. selects and verifies the snapshot as restore does (a survivor
 //     snapshot of the EtcdCluster's members when one answers, unless
 //     NoLive; else the newest backup by revision; Backup forces one), with
@@ -154,7 +195,10 @@ type OperatorRestoreReport struct {
 //     not deleted here: etcd-operator's restore operator reads it as the
 //     template of the restored cluster, then deletes it and creates the
 //     restored one under the same name (deleting it first would fail the
-//     restore with "failed to get reference EtcdCluster");
+//     restore with "failed to get reference EtcdCluster"). When one of
+//     that name already exists and it is the tool's own from a finished
+//     restore (see leftoverFinished), it is deleted first and logged with
+//     its annotations (the report's Replaced);
 //  4. waits, up to Timeout, for the EtcdCluster recreated by the operator
 //     (a new uid) to be Running with status.members.ready as many as
 //     spec.size;
@@ -199,21 +243,45 @@ func OperatorRestore(ctx context.Context, o OperatorRestoreOptions) (*OperatorRe
 	}
 	log.Info("etcdcluster to be replaced by etcd-operator", "uid", rep.OldUID, "spec", string(specJSON))
 	if old, err := k.Dynamic.Resource(EtcdRestoreGVR).Namespace(k.Namespace).Get(ctx, o.Cluster, metav1.GetOptions{}); err == nil {
-		return fail(OpStepCluster, fmt.Errorf("an EtcdRestore %s already exists (created %s): etcd-operator acts on an EtcdRestore once; "+
-			"once that restore is over, delete it (kubectl -n %s delete etcdrestore %s) and run this again",
-			o.Cluster, old.GetCreationTimestamp().UTC().Format(time.RFC3339), k.Namespace, o.Cluster))
+		// Fail now if it is in the way; a finished one of ours is deleted
+		// when the new one is created.
+		why, ok := leftoverFinished(old, ec, time.Now())
+		if !ok {
+			return fail(OpStepCluster, leftoverError(old, why))
+		}
+		log.Info("an EtcdRestore of a finished earlier restore is left: it is deleted before the new one is created",
+			"etcdrestore", old.GetName(), "uid", old.GetUID(), "why", why)
 	} else if !apierrors.IsNotFound(err) {
 		return fail(OpStepCluster, fmt.Errorf("reading etcdrestore %s: %w", o.Cluster, err))
 	}
 
+	// 0. The secret etcd-operator will read the snapshot with.
+	warning, err := k.CheckAWSSecret(ctx, o.AWSSecret)
+	if err != nil {
+		return fail(OpStepAWSSecret, err)
+	}
+	if warning != "" {
+		rep.Warnings = append(rep.Warnings, warning)
+		log.Warn(warning, "step", OpStepAWSSecret)
+	}
+
 	// 1. Select and verify, with the survivor's endpoints from the pods.
 	ropts := restore.Options{ClusterID: o.Cluster, Store: o.Store, Layout: o.Layout, NoLive: o.NoLive,
-		ProbeTimeout: o.ProbeTimeout, Backup: o.Backup, DryRun: o.DryRun, Log: o.Log, Progress: o.Progress}
-	tmp, err := PrivateDir("etcd-recovery-operator-restore-")
+		ProbeTimeout: o.ProbeTimeout, Backup: o.Backup, DryRun: o.DryRun, Log: o.Log, Progress: o.Progress,
+		ScratchDir: o.TempDir}
+	tmp, err := PrivateDir("etcd-recovery-tls-")
 	if err != nil {
 		return fail(OpStepSelect, err)
 	}
 	defer os.RemoveAll(tmp)
+	scratch := ""
+	if !o.DryRun {
+		// The staged snapshot: in --temp-dir, not the small TLS dir.
+		if scratch, err = PrivateDirIn(restore.ScratchRoot(o.TempDir), "etcd-recovery-operator-restore-"); err != nil {
+			return fail(OpStepSelect, fmt.Errorf("scratch dir for the snapshot (--temp-dir / TMPDIR): %w", err))
+		}
+		defer os.RemoveAll(scratch)
+	}
 	if !o.NoLive {
 		cs, err := k.Clusters(ctx, o.Cluster)
 		if err != nil {
@@ -224,7 +292,7 @@ func OperatorRestore(ctx context.Context, o OperatorRestoreOptions) (*OperatorRe
 		}
 		log.Info("old members", "endpoints", strings.Join(cs[0].Endpoints, ","), "source", cs[0].EndpointSource)
 	}
-	plan, snapPath, err := restore.SelectSnapshot(ctx, ropts, tmp)
+	plan, snapPath, err := restore.SelectSnapshot(ctx, ropts, scratch)
 	rep.Plan = plan
 	if err != nil {
 		return fail(OpStepSelect, err)
@@ -262,7 +330,7 @@ func OperatorRestore(ctx context.Context, o OperatorRestoreOptions) (*OperatorRe
 		"metadata": map[string]any{
 			"name":      o.Cluster,
 			"namespace": k.Namespace,
-			"labels":    map[string]any{"app.kubernetes.io/managed-by": "etcd-recovery", LabelCluster: o.Cluster},
+			"labels":    map[string]any{LabelManagedBy: ManagedBy, LabelCluster: o.Cluster},
 			"annotations": map[string]any{
 				AnnotationBackup:       backupName,
 				AnnotationRevision:     fmt.Sprint(revision),
@@ -294,8 +362,23 @@ func OperatorRestore(ctx context.Context, o OperatorRestoreOptions) (*OperatorRe
 	if rep.StagedSHA256 == "" {
 		unstructured.RemoveNestedField(er.Object, "metadata", "annotations", AnnotationStagedSHA256)
 	}
-	if _, err := k.Dynamic.Resource(EtcdRestoreGVR).Namespace(k.Namespace).Create(ctx, er, createOpts); err != nil {
-		return fail(OpStepRequest, fmt.Errorf("creating etcdrestore %s: %w", o.Cluster, err))
+	for attempt := 0; ; attempt++ {
+		_, err := k.Dynamic.Resource(EtcdRestoreGVR).Namespace(k.Namespace).Create(ctx, er, createOpts)
+		if err == nil {
+			break
+		}
+		if !apierrors.IsAlreadyExists(err) || attempt == 3 {
+			return fail(OpStepRequest, fmt.Errorf("creating etcdrestore %s: %w", o.Cluster, err))
+		}
+		// An EtcdRestore of that name: the tool's own from a finished
+		// restore is deleted, anything else refuses.
+		if err := o.removeLeftover(ctx, rep, log); err != nil {
+			return fail(OpStepRequest, err)
+		}
+		if o.DryRun {
+			// The dry-run create cannot pass while the old one exists.
+			break
+		}
 	}
 	if o.DryRun {
 		rep.Duration = time.Since(start)
@@ -335,6 +418,129 @@ func OperatorRestore(ctx context.Context, o OperatorRestoreOptions) (*OperatorRe
 	}
 	log.Info("restored cluster verified", "total", rep.Duration.Round(time.Millisecond))
 	return rep, nil
+}
+
+// leftoverFinished says whether er, an EtcdRestore named like the one to
+// create, may be deleted (and why, or why not): only one the tool created
+// (label LabelManagedBy=ManagedBy), and only once etcd-operator is done with
+// it. etcd-operator's restore operator acts on an EtcdRestore without a
+// status once, then sets status.succeeded (or a reason when it failed) and
+// never looks at it again, except that the restored cluster's seed member
+// fetches the snapshot through it: so a succeeded one (or one whose
+// EtcdCluster was replaced: the current one is not the uid in
+// AnnotationClusterUID) is finished once the current EtcdCluster has a
+// ready member or is older than DefaultOperatorRestoreTimeout. ec is the
+// current EtcdCluster, nil when there is none.
+func leftoverFinished(er, ec *unstructured.Unstructured, now time.Time) (why string, ok bool) {
+	if er.GetLabels()[LabelManagedBy] != ManagedBy {
+		return fmt.Sprintf("it was not created by etcd-recovery (no label %s=%s)", LabelManagedBy, ManagedBy), false
+	}
+	succeeded, hasStatus, _ := unstructured.NestedBool(er.Object, "status", "succeeded")
+	reason, _, _ := unstructured.NestedString(er.Object, "status", "reason")
+	if hasStatus && !succeeded && reason != "" {
+		return "etcd-operator reported that restore failed: " + reason, true
+	}
+	oldUID := er.GetAnnotations()[AnnotationClusterUID]
+	if ec == nil {
+		return "etcd-operator may still be restoring from it: the EtcdCluster is deleted and not yet recreated", false
+	}
+	replaced := oldUID != "" && types.UID(oldUID) != ec.GetUID()
+	if !succeeded && !replaced {
+		return fmt.Sprintf("etcd-operator has not acted on it yet: it has no status, and the EtcdCluster is still the one it references (uid %s)", ec.GetUID()), false
+	}
+	acted := "etcd-operator reported it succeeded"
+	if !succeeded {
+		acted = fmt.Sprintf("etcd-operator replaced the EtcdCluster it references (uid %s; now uid %s)", oldUID, ec.GetUID())
+	}
+	ready, _, _ := unstructured.NestedStringSlice(ec.Object, "status", "members", "ready")
+	age := now.Sub(ec.GetCreationTimestamp().Time)
+	switch {
+	case len(ready) > 0:
+		return fmt.Sprintf("%s, and the restored EtcdCluster has %d ready member(s)", acted, len(ready)), true
+	case age > DefaultOperatorRestoreTimeout:
+		return fmt.Sprintf("%s, and the EtcdCluster was created %s ago", acted, age.Round(time.Second)), true
+	}
+	return fmt.Sprintf("%s, but the restored EtcdCluster (uid %s, created %s ago) has no ready member yet: its seed member may still be "+
+		"fetching the snapshot through this EtcdRestore", acted, ec.GetUID(), age.Round(time.Second)), false
+}
+
+// leftoverError refuses a restore because of an existing EtcdRestore.
+func leftoverError(er *unstructured.Unstructured, why string) error {
+	return fmt.Errorf("an EtcdRestore %s already exists (created %s) and %s: etcd-operator acts on an EtcdRestore once, and etcd-recovery "+
+		"deletes only its own once that restore is over; when it is over, run this again, or delete it if etcd-operator will never act on it "+
+		"(kubectl -n %s delete etcdrestore %s, from a machine with kubectl; its annotations keep the replaced EtcdCluster's spec)",
+		er.GetName(), er.GetCreationTimestamp().UTC().Format(time.RFC3339), why, er.GetNamespace(), er.GetName())
+}
+
+// removeLeftover deletes the EtcdRestore named o.Cluster when
+// leftoverFinished allows it (in a dry run, a server-side dry-run delete),
+// records it in rep (Replaced, and a "delete" action before "create"), logs
+// its annotations, and waits until it is gone.
+func (o *OperatorRestoreOptions) removeLeftover(ctx context.Context, rep *OperatorRestoreReport, log *slog.Logger) error {
+	k := o.Kube
+	ers := k.Dynamic.Resource(EtcdRestoreGVR).Namespace(k.Namespace)
+	old, err := ers.Get(ctx, o.Cluster, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil // gone meanwhile
+	}
+	if err != nil {
+		return fmt.Errorf("reading the existing etcdrestore %s: %w", o.Cluster, err)
+	}
+	ec, err := k.Dynamic.Resource(EtcdClusterGVR).Namespace(k.Namespace).Get(ctx, o.Cluster, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		ec, err = nil, nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading etcdcluster %s: %w", o.Cluster, err)
+	}
+	why, ok := leftoverFinished(old, ec, time.Now())
+	if !ok {
+		return leftoverError(old, why)
+	}
+	uid := old.GetUID()
+	status, _, _ := unstructured.NestedMap(old.Object, "status")
+	rep.Replaced = &ReplacedRestore{Name: old.GetName(), UID: uid, Created: old.GetCreationTimestamp().UTC(),
+		Annotations: old.GetAnnotations(), Status: status, Why: why}
+	obj := old.DeepCopy()
+	unstructured.RemoveNestedField(obj.Object, "metadata", "managedFields")
+	action := OperatorAction{Verb: "delete", What: fmt.Sprintf("EtcdRestore %s/%s (uid %s, created %s) of an earlier restore: %s",
+		k.Namespace, old.GetName(), uid, rep.Replaced.Created.Format(time.RFC3339), why), Object: obj.Object}
+	at := slices.IndexFunc(rep.Actions, func(a OperatorAction) bool { return a.Verb == "create" })
+	if at < 0 {
+		at = len(rep.Actions)
+	}
+	rep.Actions = slices.Insert(rep.Actions, at, action)
+	log.Info("deleting the EtcdRestore of an earlier restore", "etcdrestore", old.GetName(), "uid", uid,
+		"created", rep.Replaced.Created.Format(time.RFC3339), "why", why, "annotations", old.GetAnnotations(), "status", status, "dry_run", o.DryRun)
+	del := metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}
+	if o.DryRun {
+		del.DryRun = []string{metav1.DryRunAll}
+	}
+	if err := ers.Delete(ctx, old.GetName(), del); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("deleting etcdrestore %s of an earlier restore (the toolkit's Role needs delete on etcdrestores): %w", old.GetName(), err)
+	}
+	if o.DryRun {
+		return nil
+	}
+	// Without finalizers it is gone at once; wait a little in case.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		cur, err := ers.Get(ctx, old.GetName(), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || err == nil && cur.GetUID() != uid {
+			return nil
+		}
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("waiting for etcdrestore %s to be deleted: %w", old.GetName(), err)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("etcdrestore %s (uid %s) was deleted but is still there after 30s (finalizers %v)", old.GetName(), uid, cur.GetFinalizers())
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 func (o *OperatorRestoreOptions) defaults() {

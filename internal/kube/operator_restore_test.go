@@ -6,24 +6,24 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/kube"
+	"github.com/armada/etcd-recovery/internal/kubetest"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
 )
@@ -31,34 +31,24 @@ import (
 // restoreNS holds the cluster of the restore --via etcd-operator test.
 const restoreNS = "kubx-etcd-09"
 
-// TestOperatorRestore runs restore --via etcd-operator against a real
+// testOperatorRestore runs restore --via etcd-operator against TestKube's
 // kube-apiserver with the deploy/ CRDs and RBAC, a real 3-member TLS etcd
-// and MinIO. No etcd-operator runs here: the test plays its restore
-// operator, as etcd-operator's restore-operator does it (prepareSeed):
-// it reads the EtcdCluster named by the EtcdRestore as the template,
-// downloads the snapshot from spec.s3.path, deletes the EtcdCluster and
-// its pods, restores data dirs with etcdutl, starts the members, and
-// recreates the EtcdCluster (same name and spec) and its pods; as
-// etcd-operator, it then reports the members ready in the status.
-func TestOperatorRestore(t *testing.T) {
-	k := testenv.StartKubeAPIServer(t)
-	admin := k.Clientset(t, "")
+// and MinIO, and etcd-operator's restore operator played by
+// kubetest.StartRestoreOperator: it reads the EtcdRestore, fetches
+// spec.s3.path from spec.s3.endpoint with the credentials of
+// spec.s3.awsSecret in etcd-operator's format (the namespace's
+// cos-credentials, in the carrier's format), replaces the EtcdCluster with
+// real members restored from that snapshot, and reports it Running after a
+// delay.
+func testOperatorRestore(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, admin kubernetes.Interface) {
 	dynAdmin := k.Dynamic(t, "")
-	createNS(t, admin, restoreNS)
-	installCRDs(t, k)
-	a := newApplier(t, k)
 	ctx := ctxT(t, 8*time.Minute)
-	for _, o := range decodeManifests(t, filepath.Join(testenv.RepoRoot(t), "deploy", "10-rbac.yaml")) {
-		if err := a.apply(ctx, o, restoreNS, false); err != nil {
-			t.Fatal(err)
-		}
-	}
 	m := testenv.SharedMinIO(t)
 	bucket := m.NewBucket(t)
 	prefix := testenv.Prefix(t)
 	if _, err := admin.CoreV1().Secrets(restoreNS).Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: kube.COSSecretName},
-		Data:       map[string][]byte{"access_key_id": []byte(m.AccessKey), "secret_access_key": []byte(m.SecretKey)},
+		Data:       kubetest.AWSSecretData(m.AccessKey, m.SecretKey, m.Region),
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -66,25 +56,25 @@ func TestOperatorRestore(t *testing.T) {
 	layout := backup.Layout{Prefix: prefix}
 
 	const name = "etcd-r1"
-	fc := addEtcdClusterIn(t, admin, dynAdmin, restoreNS, name, "127.0.5.10", 3)
-	perClusterAccessIn(t, a, restoreNS, name)
-	if !fc.etcd.PKI.ServerValidFor(net.ParseIP("127.0.0.1")) {
+	fc := kubetest.AddEtcdCluster(t, admin, dynAdmin, restoreNS, name, testenv.EtcdOptions{IP: "127.0.5.20", Members: 3})
+	kubetest.PerClusterAccess(t, a, restoreNS, name)
+	if !fc.Etcd.PKI.ServerValidFor(net.ParseIP("127.0.0.1")) {
 		t.Fatal("the cluster's server certificate is not valid for 127.0.0.1, where the restored members listen")
 	}
-	cli := fc.etcd.Client(t)
-	testenv.PutKeys(t, cli, "/registry/pods/", 400, 128)
+	cli := fc.Etcd.Client(t)
+	want := testenv.PutKeys(t, cli, "/registry/pods/", 400, 128)
 	// A compressed scheduled backup in COS; then more writes that only the
 	// members have.
-	br, err := backup.Run(ctx, backup.Options{ClusterID: name, Kind: backup.KindScheduled, Etcd: testfix.EtcdConfig(fc.etcd), Store: st, Layout: layout})
+	br, err := backup.Run(ctx, backup.Options{ClusterID: name, Kind: backup.KindScheduled, Etcd: testfix.EtcdConfig(fc.Etcd), Store: st, Layout: layout})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if br.Manifest.Snapshot.Compression == backup.CompressNone {
 		t.Fatal("want a compressed backup: the operator can't read those, staging is what makes it work")
 	}
-	testenv.PutKeys(t, cli, "/registry/configmaps/", 150, 64)
+	maps.Copy(want, testenv.PutKeys(t, cli, "/registry/configmaps/", 150, 64))
 
-	toolkit := saToken(t, admin, restoreNS, "etcd-recovery-toolkit")
+	toolkit := kubetest.SAToken(t, admin, restoreNS, "etcd-recovery-toolkit")
 	sa, err := kube.New(kube.Config{Rest: k.RestConfig(toolkit), Namespace: restoreNS})
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +115,7 @@ func TestOperatorRestore(t *testing.T) {
 		for _, ac := range rep.Actions {
 			verbs = append(verbs, ac.Verb)
 		}
-		if strings.Join(verbs, ",") != "stage,create,replace" || rep.Actions[1].Object["kind"] != "EtcdRestore" || rep.OldUID != fc.uid {
+		if strings.Join(verbs, ",") != "stage,create,replace" || rep.Actions[1].Object["kind"] != "EtcdRestore" || rep.OldUID != fc.UID {
 			t.Fatalf("actions %v, old uid %s", verbs, rep.OldUID)
 		}
 		if after := apiState(t, ctx, dynAdmin, admin, name); after != before {
@@ -143,7 +133,7 @@ func TestOperatorRestore(t *testing.T) {
 		t.Logf("dry run (table):\n%s", stdout)
 
 		// RBAC: the backup service account may not; an unknown cluster.
-		bsa, err := kube.New(kube.Config{Rest: k.RestConfig(saToken(t, admin, restoreNS, "etcd-recovery")), Namespace: restoreNS})
+		bsa, err := kube.New(kube.Config{Rest: k.RestConfig(kubetest.SAToken(t, admin, restoreNS, "etcd-recovery")), Namespace: restoreNS})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -158,14 +148,96 @@ func TestOperatorRestore(t *testing.T) {
 		}
 	})
 
+	t.Run("AWSSecret", func(t *testing.T) {
+		// etcd-operator reads only keys credentials and config (AWS shared
+		// files). cos-credentials in another format the tool itself reads
+		// (access_key_id/secret_access_key files) fails the restore at once,
+		// before anything is staged or created; then without a region.
+		secrets := admin.CoreV1().Secrets(restoreNS)
+		good, err := secrets.Get(ctx, kube.COSSecretName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		setData := func(data map[string][]byte) {
+			t.Helper()
+			cur, err := secrets.Get(ctx, kube.COSSecretName, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cur.Data = data
+			if _, err := secrets.Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Cleanup(func() { setData(good.Data) })
+		keysBefore := testfix.Keys(t, st, layout.RootPrefix())
+		for _, tc := range []struct {
+			data    map[string][]byte
+			missing string
+		}{
+			{map[string][]byte{"access_key_id": []byte(m.AccessKey), "secret_access_key": []byte(m.SecretKey)},
+				`missing: key "credentials"; key "config" (the secret has keys access_key_id, secret_access_key)`},
+			{map[string][]byte{"credentials": kubetest.AWSSecretData(m.AccessKey, m.SecretKey, m.Region)["credentials"],
+				"config": []byte("[default]\noutput = json\n")},
+				`missing: region in [default] of "config" (the secret has keys config, credentials)`},
+		} {
+			setData(tc.data)
+			start := time.Now()
+			code, stdout, stderr := runTool("--no-live", "--wait-timeout", "5s") // on a miss, no 10-minute wait
+			want := fmt.Sprintf(`restore of etcdcluster %s/%s via etcd-operator failed at step %q: etcd-operator cannot read secret %s/%s (spec.s3.awsSecret, --aws-secret): it needs key "credentials"`,
+				restoreNS, name, kube.OpStepAWSSecret, restoreNS, kube.COSSecretName)
+			if code != 1 || !strings.Contains(stderr, want) || !strings.Contains(stderr, tc.missing) || !strings.Contains(stderr, "--from-file=credentials=FILE") {
+				t.Fatalf("exit %d, want 1 and\n%s\n%s\nstderr:\n%s\nstdout:\n%s", code, want, tc.missing, lastLines(stderr, 5), stdout)
+			}
+			if strings.Contains(stderr+stdout, m.SecretKey) || strings.Contains(stderr+stdout, m.AccessKey) {
+				t.Fatal("the output shows the secret's values")
+			}
+			t.Logf("failed in %v: %s", time.Since(start).Round(time.Millisecond), lastLines(stderr, 1))
+		}
+		ers, err := dynAdmin.Resource(kube.EtcdRestoreGVR).Namespace(restoreNS).List(ctx, metav1.ListOptions{})
+		if err != nil || len(ers.Items) != 0 {
+			t.Fatalf("etcdrestores after the refusals: %d, %v; want none", len(ers.Items), err)
+		}
+		if keysAfter := testfix.Keys(t, st, layout.RootPrefix()); !slices.Equal(keysAfter, keysBefore) {
+			t.Fatalf("the refused restore changed the bucket: %v -> %v", keysBefore, keysAfter)
+		}
+		// A secret the toolkit may not read: a warning, and on.
+		setData(good.Data)
+		code, stdout, stderr := runTool("--dry-run", "--no-live", "-o", "json", "--aws-secret", "etcd-operator-s3")
+		var rep kube.OperatorRestoreReport
+		if code != 0 || json.Unmarshal([]byte(stdout), &rep) != nil || len(rep.Warnings) != 1 ||
+			!strings.Contains(stderr, "cannot read secret "+restoreNS+"/etcd-operator-s3 to check that etcd-operator can use it (Forbidden)") {
+			t.Fatalf("unreadable --aws-secret: exit %d, warnings %q\nstderr:\n%s", code, rep.Warnings, lastLines(stderr, 5))
+		}
+	})
+
+	t.Run("NotOurEtcdRestore", func(t *testing.T) {
+		// An EtcdRestore of that name the tool did not create: refused,
+		// never deleted.
+		other, err := dynAdmin.Resource(kube.EtcdRestoreGVR).Namespace(restoreNS).Create(ctx, restoreObj(name), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		code, _, stderr := runTool("--dry-run", "--no-live")
+		if code != 1 || !strings.Contains(stderr, "an EtcdRestore "+name+" already exists") || !strings.Contains(stderr, "it was not created by etcd-recovery") {
+			t.Fatalf("exit %d\n%s", code, lastLines(stderr, 3))
+		}
+		if cur, err := dynAdmin.Resource(kube.EtcdRestoreGVR).Namespace(restoreNS).Get(ctx, name, metav1.GetOptions{}); err != nil || cur.GetUID() != other.GetUID() {
+			t.Fatalf("the other EtcdRestore: %v", err)
+		}
+		if err := dynAdmin.Resource(kube.EtcdRestoreGVR).Namespace(restoreNS).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	t.Run("TimeoutWithoutOperator", func(t *testing.T) {
 		start := time.Now()
-		code, stdout, stderr := runTool("--no-live", "--timeout", "3s")
+		code, stdout, stderr := runTool("--no-live", "--wait-timeout", "3s")
 		if code != 1 {
 			t.Fatalf("exit %d, want 1\n%s\n%s", code, stdout, stderr)
 		}
 		want := fmt.Sprintf(`restore of etcdcluster %s/%s via etcd-operator failed at step %q: etcd-operator did not bring etcdcluster %s/%s back with all members ready within 3s; last seen: the old etcdcluster (uid %s`,
-			restoreNS, name, kube.OpStepWait, restoreNS, name, fc.uid)
+			restoreNS, name, kube.OpStepWait, restoreNS, name, fc.UID)
 		if !strings.Contains(stderr, want) {
 			t.Fatalf("stderr does not name the cluster, the step and what was seen:\n%s\nwant %s", lastLines(stderr, 5), want)
 		}
@@ -173,8 +245,8 @@ func TestOperatorRestore(t *testing.T) {
 			t.Errorf("took %v", d)
 		}
 		// A second run refuses while that EtcdRestore exists.
-		code, _, stderr = runTool("--no-live", "--timeout", "3s")
-		if code != 1 || !strings.Contains(stderr, "an EtcdRestore "+name+" already exists") {
+		code, _, stderr = runTool("--no-live", "--wait-timeout", "3s")
+		if code != 1 || !strings.Contains(stderr, "an EtcdRestore "+name+" already exists") || !strings.Contains(stderr, "etcd-operator has not acted on it yet") {
 			t.Fatalf("second run: exit %d\n%s", code, lastLines(stderr, 3))
 		}
 		// The EtcdRestore stays for the operator; clean up as an admin.
@@ -187,9 +259,12 @@ func TestOperatorRestore(t *testing.T) {
 		// Quorum lost: two of three members die. The third still answers,
 		// so a survivor snapshot is taken (it has the writes after the
 		// COS backup) and restored.
-		fc.etcd.Members[1].Kill()
-		fc.etcd.Members[2].Kill()
-		wantKeys := 400 + 150
+		fc.Etcd.Members[1].Kill()
+		fc.Etcd.Members[2].Kill()
+		wantKeys := len(want)
+		const runningDelay = 3 * time.Second
+		op := kubetest.StartRestoreOperator(t, kubetest.RestoreOperatorOptions{Namespace: restoreNS, Client: admin, Dynamic: dynAdmin, RunningDelay: runningDelay})
+		op.Register(fc)
 
 		type result struct {
 			rep *kube.OperatorRestoreReport
@@ -207,25 +282,17 @@ func TestOperatorRestore(t *testing.T) {
 			done <- result{rep, err}
 		}()
 
-		// The restore operator.
-		var er *unstructured.Unstructured
-		for er == nil {
-			select {
-			case r := <-done:
-				t.Fatalf("returned before the operator acted: %+v %v", r.rep, r.err)
-			case <-time.After(100 * time.Millisecond):
-			}
-			got, err := dynAdmin.Resource(kube.EtcdRestoreGVR).Namespace(restoreNS).Get(ctx, name, metav1.GetOptions{})
-			if err == nil {
-				er = got
-			} else if !apierrors.IsNotFound(err) {
-				t.Fatal(err)
-			}
+		// The EtcdRestore the stand-in acts on, as the tool wrote it.
+		rec := op.Wait(t, name, 3*time.Minute)
+		if rec.Err != nil {
+			t.Fatalf("the restore operator failed: %v", rec.Err)
 		}
-		// The reference EtcdCluster is still there: the operator reads it.
-		ref, err := dynAdmin.Resource(kube.EtcdClusterGVR).Namespace(restoreNS).Get(ctx, name, metav1.GetOptions{})
-		if err != nil || ref.GetUID() != fc.uid {
-			t.Fatalf("the EtcdCluster must still exist when the EtcdRestore is created (the operator's template): %v", err)
+		er, err := dynAdmin.Resource(kube.EtcdRestoreGVR).Namespace(restoreNS).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.OldUID != fc.UID {
+			t.Fatalf("the operator's reference EtcdCluster had uid %s, want the original %s (it must exist when the EtcdRestore is created)", rec.OldUID, fc.UID)
 		}
 		spec := er.Object["spec"].(map[string]any)
 		s3 := spec["s3"].(map[string]any)
@@ -235,15 +302,16 @@ func TestOperatorRestore(t *testing.T) {
 		}
 		ann := er.GetAnnotations()
 		var savedSpec map[string]any
-		if err := json.Unmarshal([]byte(ann[kube.AnnotationClusterSpec]), &savedSpec); err != nil || !equalJSON(savedSpec, ref.Object["spec"]) ||
-			ann[kube.AnnotationClusterUID] != string(fc.uid) {
+		if err := json.Unmarshal([]byte(ann[kube.AnnotationClusterSpec]), &savedSpec); err != nil || savedSpec["size"] != float64(3) ||
+			ann[kube.AnnotationClusterUID] != string(fc.UID) {
 			t.Fatalf("annotations %v: %v", ann, err)
 		}
-		// The staged snapshot: under restore/, uncompressed, the survivor's.
+		// The staged snapshot: under restore/, uncompressed, the survivor's;
+		// what the operator fetched is what the tool staged.
 		s3path := s3["path"].(string)
 		key, ok := strings.CutPrefix(s3path, bucket+"/")
-		if !ok {
-			t.Fatalf("s3.path %q is not <bucket>/<key>", s3path)
+		if !ok || rec.S3Path != s3path {
+			t.Fatalf("s3.path %q is not <bucket>/<key> (operator fetched %q)", s3path, rec.S3Path)
 		}
 		list, err := backup.ListBackups(ctx, st, layout, name)
 		if err != nil || len(list) != 2 || list[0].Manifest == nil || list[0].Manifest.Kind != backup.KindPreRestore {
@@ -254,20 +322,17 @@ func TestOperatorRestore(t *testing.T) {
 			ann[kube.AnnotationBackup] != man.Name {
 			t.Fatalf("staged at %q, want %q (backup annotation %q)", key, kube.StagedKey(layout, name, man.Name), ann[kube.AnnotationBackup])
 		}
-		raw := testfix.ReadObject(t, st, key)
-		if int64(len(raw)) != man.Snapshot.RawSize+32 || testfix.SHA256(raw[:len(raw)-32]) != man.Snapshot.RawSHA256 ||
-			testfix.SHA256(raw) != ann[kube.AnnotationStagedSHA256] {
-			t.Fatalf("staged snapshot: %d bytes, db sha %s; manifest %d, %s", len(raw), testfix.SHA256(raw[:len(raw)-32]), man.Snapshot.RawSize, man.Snapshot.RawSHA256)
+		if rec.Size != man.Snapshot.RawSize+32 || rec.SHA256 != ann[kube.AnnotationStagedSHA256] {
+			t.Fatalf("operator fetched %d bytes, sha256 %s; manifest %d (+32), staged sha256 %s", rec.Size, rec.SHA256, man.Snapshot.RawSize, ann[kube.AnnotationStagedSHA256])
 		}
-		playRestoreOperator(t, ctx, admin, dynAdmin, ref, fc, raw)
-
 		r := <-done
+		returned := time.Now()
 		if r.err != nil {
 			t.Fatalf("operator restore: %v\nreport %+v", r.err, r.rep)
 		}
 		rep := r.rep
 		t.Logf("restore via etcd-operator: %v in all, waited %v for the operator", time.Since(start).Round(time.Millisecond), rep.Waited.Round(time.Millisecond))
-		if rep.Backup != man.Name || rep.StagedKey != key || rep.OldUID != fc.uid || rep.NewUID == "" || rep.NewUID == fc.uid {
+		if rep.Backup != man.Name || rep.StagedKey != key || rep.OldUID != fc.UID || rep.NewUID == "" || rep.NewUID == fc.UID {
 			t.Fatalf("report: %+v", rep)
 		}
 		if rep.Verify == nil || !rep.Verify.Verified || rep.Verify.Keys != int64(wantKeys) || len(rep.Verify.Members) != 3 ||
@@ -279,105 +344,38 @@ func TestOperatorRestore(t *testing.T) {
 				t.Fatalf("verified %v, not the restored members", rep.Endpoints)
 			}
 		}
+		// The tool waited for Running: the members were up and listed ready
+		// for runningDelay before that, and a verification then would have
+		// passed too.
+		if rep.NewUID != rec.NewUID || returned.Before(rec.RunningAt) {
+			t.Fatalf("the tool returned at %v, before the restored cluster was Running at %v (new uid %s, operator's %s)",
+				returned.Format(time.StampMilli), rec.RunningAt.Format(time.StampMilli), rep.NewUID, rec.NewUID)
+		}
+		if !strings.Contains(rep.LastSeen, `phase "Running"`) {
+			t.Errorf("last seen before verifying: %q, want the Running phase", rep.LastSeen)
+		}
+		// Every key and value written before the survivor snapshot is back,
+		// and nothing else.
+		got := map[string]string{}
+		rcli := rec.Members[0].Client(t)
+		resp, err := rcli.Get(ctx, "/registry/", clientv3.WithPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, kv := range resp.Kvs {
+			got[string(kv.Key)] = string(kv.Value)
+		}
+		if len(got) != len(want) {
+			t.Errorf("restored cluster has %d keys, want %d", len(got), len(want))
+		}
+		for k, v := range want {
+			if got[k] != v {
+				t.Errorf("restored %s = %.20q, want %.20q", k, got[k], v)
+				break
+			}
+		}
+		t.Logf("restored cluster: %d keys, values equal to what was written; the tool returned %v after Running", len(got), returned.Sub(rec.RunningAt).Round(time.Millisecond))
 	})
-}
-
-// playRestoreOperator does what etcd-operator's restore operator does with
-// an EtcdRestore, given the snapshot it downloaded.
-func playRestoreOperator(t *testing.T, ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface, ref *unstructured.Unstructured, fc fakeCluster, snap []byte) {
-	t.Helper()
-	ns, name := ref.GetNamespace(), ref.GetName()
-	dir := t.TempDir()
-	snapFile := filepath.Join(dir, "backup.db")
-	if err := os.WriteFile(snapFile, snap, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	// Delete the reference EtcdCluster and its pods; the old members go.
-	if err := dyn.Resource(kube.EtcdClusterGVR).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := cs.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)},
-		metav1.ListOptions{LabelSelector: kube.LabelCluster + "=" + name}); err != nil {
-		t.Fatal(err)
-	}
-	for _, mb := range fc.etcd.Members {
-		mb.Kill()
-	}
-	// Restore data dirs with etcdutl (which checks the snapshot's hash) and
-	// start the members with the cluster's PKI.
-	const size = 3
-	type member struct{ name, client, peer, dataDir string }
-	var members []member
-	var ic []string
-	for i := range size {
-		mb := member{name: fmt.Sprintf("%s-%04d", name, 100+i),
-			client: fmt.Sprintf("https://127.0.0.1:%d", testenv.FreePort(t)), peer: fmt.Sprintf("https://127.0.0.1:%d", testenv.FreePort(t)),
-			dataDir: filepath.Join(dir, fmt.Sprintf("m%d.etcd", i))}
-		members = append(members, mb)
-		ic = append(ic, mb.name+"="+mb.peer)
-	}
-	token := name + "-restored"
-	for _, mb := range members {
-		out, err := exec.CommandContext(ctx, testenv.EtcdutlBin(t, testenv.V35), "snapshot", "restore", snapFile, "--name", mb.name,
-			"--initial-cluster", strings.Join(ic, ","), "--initial-cluster-token", token, "--initial-advertise-peer-urls", mb.peer,
-			"--data-dir", mb.dataDir).CombinedOutput()
-		if err != nil {
-			t.Fatalf("etcdutl snapshot restore: %v\n%s", err, out)
-		}
-	}
-	var started []*testenv.EtcdMember
-	for _, mb := range members {
-		started = append(started, testenv.StartEtcdMember(t, testenv.MemberSpec{Version: testenv.V35, Name: mb.name, DataDir: mb.dataDir,
-			ClientURL: mb.client, PeerURL: mb.peer, InitialCluster: strings.Join(ic, ","), InitialClusterToken: token, PKI: fc.etcd.PKI}))
-	}
-	for _, sm := range started {
-		sm.WaitReady(t)
-	}
-	// The restored EtcdCluster, same name and spec, then its pods and status.
-	ec := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": kube.APIVersion, "kind": kube.KindEtcdCluster,
-		"metadata": map[string]any{"name": name, "namespace": ns, "labels": ref.GetLabels()},
-		"spec":     ref.Object["spec"],
-	}}
-	created, err := dyn.Resource(kube.EtcdClusterGVR).Namespace(ns).Create(ctx, ec, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ready []any
-	for _, mb := range members {
-		var port int32
-		fmt.Sscan(strings.TrimPrefix(mb.client, "https://127.0.0.1:"), &port)
-		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: mb.name, Labels: map[string]string{kube.LabelApp: "etcd", kube.LabelCluster: name}},
-			Spec: corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "etcd", Image: "quay.io/coreos/etcd:v3.5.35",
-				Ports: []corev1.ContainerPort{{Name: "client", ContainerPort: port}, {Name: "peer", ContainerPort: 2380}}}}},
-		}
-		p, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1", PodIPs: []corev1.PodIP{{IP: "127.0.0.1"}}}
-		if _, err := cs.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		ready = append(ready, mb.name)
-	}
-	// Creating, one member ready, then all: the tool must wait for all.
-	setStatus := func(phase string, ready []any) {
-		t.Helper()
-		cur, err := dyn.Resource(kube.EtcdClusterGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cur.Object["status"] = map[string]any{"phase": phase, "size": int64(len(ready)), "members": map[string]any{"ready": ready}}
-		if _, err := dyn.Resource(kube.EtcdClusterGVR).Namespace(ns).UpdateStatus(ctx, cur, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	setStatus("Creating", ready[:1])
-	time.Sleep(time.Second)
-	setStatus("Running", ready)
-	t.Logf("restore operator played: etcdcluster %s recreated (uid %s) with %d members", name, created.GetUID(), len(ready))
 }
 
 // apiState is what a dry run must not change: the EtcdCluster (uid and

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,32 +22,145 @@ type Format string
 
 const (
 	FormatTable Format = "table"
+	FormatWide  Format = "wide"
 	FormatJSON  Format = "json"
 )
+
+// Width is what a default table fits in, as kubectl's do: -o wide shows
+// every column, whatever its width.
+const Width = 120
 
 // ParseFormat validates -o.
 func ParseFormat(s string) (Format, error) {
 	switch Format(s) {
-	case FormatTable, FormatJSON:
+	case FormatTable, FormatWide, FormatJSON:
 		return Format(s), nil
 	}
-	return "", fmt.Errorf("unknown output format %q (want table or json)", s)
+	return "", fmt.Errorf("unknown output format %q (want table, wide or json)", s)
 }
 
 // Table is a header and rows of cells.
 type Table struct {
 	Header []string
 	Rows   [][]string
+	// Wide names the columns shown only with -o wide.
+	Wide []string
+	// Long names the columns of explanations (reasons, errors, next
+	// steps): with -o wide they are cells; by default they are left out
+	// of the table and printed below it, one "KEY: text" line each (KEY
+	// being the row's first cell), wrapped to Width.
+	Long []string
+	// Key names the column whose cell starts a Long note (default: the
+	// first).
+	Key string
+	// Notes are lines printed below the table, wrapped to Width.
+	Notes []string
 }
 
-// Render writes t as a table, or data as indented JSON. Callers build both
-// from the same values.
+// Render writes t as a table (by default fitting Width; every column
+// with FormatWide), or data as indented JSON. Callers build both from the
+// same values.
 func Render(w io.Writer, f Format, t Table, data any) error {
 	if f == FormatJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(data)
 	}
+	var notes []string
+	if f != FormatWide {
+		t, notes = t.narrow()
+	}
+	if err := renderTable(w, t); err != nil {
+		return err
+	}
+	for _, n := range append(notes, t.Notes...) {
+		for _, l := range Wrap(n, Width, "    ") {
+			fmt.Fprintln(w, l)
+		}
+	}
+	return nil
+}
+
+// narrow drops the Wide columns and moves the Long ones below the table.
+func (t Table) narrow() (Table, []string) {
+	drop := map[string]bool{}
+	for _, h := range t.Wide {
+		drop[h] = true
+	}
+	long := map[string]bool{}
+	for _, h := range t.Long {
+		long[h] = true
+		drop[h] = true
+	}
+	var keep []int
+	out := Table{Notes: t.Notes}
+	key := 0
+	for i, h := range t.Header {
+		if h == t.Key {
+			key = i
+		}
+		if !drop[h] {
+			keep = append(keep, i)
+			out.Header = append(out.Header, h)
+		}
+	}
+	var notes []string
+	for _, r := range t.Rows {
+		row := make([]string, 0, len(keep))
+		for _, i := range keep {
+			if i < len(r) {
+				row = append(row, r[i])
+			} else {
+				row = append(row, "")
+			}
+		}
+		out.Rows = append(out.Rows, row)
+		for i, h := range t.Header {
+			if !long[h] || i >= len(r) || r[i] == "" || r[i] == "-" {
+				continue
+			}
+			prefix := ""
+			if key < len(r) {
+				prefix = r[key] + ": "
+			}
+			notes = append(notes, prefix+r[i])
+		}
+	}
+	return out, notes
+}
+
+// Wrap breaks s into lines of at most width runes, at spaces where it
+// can; continuation lines start with indent.
+func Wrap(s string, width int, indent string) []string {
+	var lines []string
+	for _, para := range strings.Split(s, "\n") {
+		prefix := ""
+		r := []rune(para)
+		for {
+			room := width - len([]rune(prefix))
+			if len(r) <= room {
+				lines = append(lines, prefix+string(r))
+				break
+			}
+			cut := room
+			for i := room; i > room/2; i-- {
+				if r[i] == ' ' {
+					cut = i
+					break
+				}
+			}
+			lines = append(lines, prefix+strings.TrimRight(string(r[:cut]), " "))
+			r = []rune(strings.TrimLeft(string(r[cut:]), " "))
+			prefix = indent
+			if len(r) == 0 {
+				break
+			}
+		}
+	}
+	return lines
+}
+
+func renderTable(w io.Writer, t Table) error {
 	tw := tablewriter.NewTable(w,
 		tablewriter.WithHeaderAutoFormat(tablewriter_tw.Off),
 		tablewriter.WithHeaderAlignment(tablewriter_tw.AlignLeft),

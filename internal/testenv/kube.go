@@ -51,7 +51,12 @@ type KubeAPIServer struct {
 	AdminToken string // bearer token of KubeAdminUser, in system:masters
 	CertDir    string // --cert-dir (the self-signed serving cert)
 	LogFile    string
-	Etcd       *EtcdCluster
+	// AuditLog is the API server's audit log (JSON lines, level Metadata,
+	// one line per request at ResponseComplete): who called which verb on
+	// which resource, and the response code. Tests compare what the tool
+	// really calls with what the Roles grant.
+	AuditLog string
+	Etcd     *EtcdCluster
 
 	mu   sync.Mutex
 	proc *proc
@@ -90,6 +95,12 @@ func StartKubeAPIServer(tb testing.TB) *KubeAPIServer {
 	if err := writePEM(saPub, "PUBLIC KEY", pubDER, 0o644); err != nil {
 		tb.Fatalf("testenv: %v", err)
 	}
+	k.AuditLog = filepath.Join(dir, "audit.log")
+	auditPolicy := filepath.Join(dir, "audit-policy.yaml")
+	policy := "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived, ResponseStarted]\nrules:\n- level: Metadata\n"
+	if err := os.WriteFile(auditPolicy, []byte(policy), 0o600); err != nil {
+		tb.Fatalf("testenv: %v", err)
+	}
 	tokens := filepath.Join(dir, "tokens.csv")
 	line := fmt.Sprintf("%s,%s,%s,\"system:masters\"\n", k.AdminToken, KubeAdminUser, "uid-"+KubeAdminUser)
 	if err := os.WriteFile(tokens, []byte(line), 0o600); err != nil {
@@ -104,6 +115,10 @@ func StartKubeAPIServer(tb testing.TB) *KubeAPIServer {
 		"--secure-port=" + strconv.Itoa(port),
 		"--cert-dir=" + k.CertDir,
 		"--token-auth-file=" + tokens,
+		"--audit-policy-file=" + auditPolicy,
+		"--audit-log-path=" + k.AuditLog,
+		"--audit-log-format=json",
+		"--audit-log-mode=blocking",
 		"--authorization-mode=RBAC",
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--service-account-key-file=" + saPub,

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/urfave/cli/v2"
+)
+
+// flagExceptions are flag names whose default may differ between commands,
+// each with its reason. The usage text must still be the same.
+var flagExceptions = map[string]string{
+	// restore's --endpoints are the old cluster's: none given means no
+	// survivor snapshot, so it has no etcdctl default.
+	"endpoints": "restore: the old cluster's endpoints, no default",
+}
+
+type flagUse struct {
+	cmd, usage, def, typ string
+}
+
+// walkFlags returns every visible flag of every command, by name.
+func walkFlags(t *testing.T) map[string][]flagUse {
+	t.Helper()
+	app := newApp(io.Discard, io.Discard)
+	byName := map[string][]flagUse{}
+	var walk func(string, []*cli.Command)
+	walk = func(parent string, cmds []*cli.Command) {
+		for _, c := range cmds {
+			name := strings.TrimSpace(parent + " " + c.Name)
+			for _, f := range c.Flags {
+				df, ok := f.(cli.DocGenerationFlag)
+				if !ok {
+					t.Fatalf("%s: flag %v has no usage", name, f.Names())
+				}
+				vf, _ := f.(cli.VisibleFlag)
+				if vf != nil && !vf.IsVisible() {
+					continue
+				}
+				u := flagUse{cmd: name, usage: df.GetUsage(), def: df.GetDefaultText(), typ: reflect.TypeOf(f).Elem().Name()}
+				if u.def == "" {
+					u.def = df.GetValue()
+				}
+				u.typ = strings.TrimSuffix(strings.TrimSuffix(u.typ, "Flag"), "Slice")
+				byName[f.Names()[0]] = append(byName[f.Names()[0]], u)
+			}
+			walk(name, c.Subcommands)
+		}
+	}
+	walk("", app.Commands)
+	return byName
+}
+
+// A flag name means one thing: the same usage text, default and kind of
+// value on every command that has it (TestFlagMeanings failed on the old
+// code: --timeout had four meanings, --parallel three defaults, --force,
+// --all, --backup and --cluster two meanings each).
+func TestFlagMeanings(t *testing.T) {
+	t.Parallel()
+	byName := walkFlags(t)
+	names := make([]string, 0, len(byName))
+	for n := range byName {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var inventory strings.Builder
+	for _, n := range names {
+		uses := byName[n]
+		cmds := []string{}
+		for _, u := range uses {
+			cmds = append(cmds, u.cmd)
+		}
+		fmt.Fprintf(&inventory, "--%-28s %-60s default %q: %s\n", n, strings.Join(cmds, ", "), uses[0].def, uses[0].usage)
+		for _, u := range uses[1:] {
+			if u.usage != uses[0].usage {
+				t.Errorf("--%s means two things:\n  %s: %s\n  %s: %s", n, uses[0].cmd, uses[0].usage, u.cmd, u.usage)
+			}
+			if u.typ != uses[0].typ {
+				t.Errorf("--%s takes a %s on %s but a %s on %s", n, uses[0].typ, uses[0].cmd, u.typ, u.cmd)
+			}
+			if _, ok := flagExceptions[n]; !ok && u.def != uses[0].def {
+				t.Errorf("--%s defaults to %q on %s but %q on %s", n, uses[0].def, uses[0].cmd, u.def, u.cmd)
+			}
+		}
+	}
+	for n := range flagExceptions {
+		if len(byName[n]) < 2 {
+			t.Errorf("flagExceptions names --%s, which is on one command only: remove it", n)
+		}
+	}
+	t.Logf("flag inventory:\n%s", inventory.String())
+}
+
+// Hidden flags are exactly the deprecated spellings, and each still works:
+// it sets the new flag and says so on stderr.
+func TestDeprecatedFlags(t *testing.T) {
+	t.Parallel()
+	app := newApp(io.Discard, io.Discard)
+	hidden := map[string]bool{}
+	var walk func(string, []*cli.Command)
+	walk = func(parent string, cmds []*cli.Command) {
+		for _, c := range cmds {
+			name := strings.TrimSpace(parent + " " + c.Name)
+			for _, f := range c.Flags {
+				if vf, ok := f.(cli.VisibleFlag); ok && !vf.IsVisible() {
+					hidden[name+" --"+f.Names()[0]] = true
+				}
+			}
+			walk(name, c.Subcommands)
+		}
+	}
+	walk("", app.Commands)
+	for _, d := range deprecatedFlags {
+		if !hidden[d.cmd+" --"+d.old] {
+			t.Errorf("%s --%s: not a hidden flag", d.cmd, d.old)
+		}
+		delete(hidden, d.cmd+" --"+d.old)
+	}
+	for h := range hidden {
+		t.Errorf("%s: hidden, but not a deprecated spelling", h)
+	}
+	// Each old spelling reaches the new flag's check: a bad value is named
+	// by the new name, after the deprecation note.
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"inspect", "--timeout", "0s"}, "--probe-timeout"},
+		{[]string{"restore", "verify", "--endpoints", "http://127.0.0.1:1", "--timeout", "0s"}, "--verify-timeout"},
+		{[]string{"restore", "--cluster-id", "c1", "--initial-cluster", "a=http://127.0.0.1:1", "--parallel", "-1"}, "--parallel-data-dirs"},
+		{[]string{"inspect", "--timeout", "1s", "--probe-timeout", "1s"}, "pass only --probe-timeout"},
+	}
+	for _, tc := range cases {
+		code, _, errOut := runCtx(t, context.Background(), tc.args...)
+		if code != exitUsage || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit 4 naming %s", tc.args, code, errOut, tc.want)
+		}
+		if !strings.Contains(tc.want, "pass only") && !strings.Contains(errOut, "is deprecated, use "+tc.want) {
+			t.Errorf("%v: no deprecation note on stderr: %q", tc.args, errOut)
+		}
+	}
+}
