@@ -196,15 +196,17 @@ else
     [[ "$(podman "${GLOBAL[@]}" image inspect --format '{{len .RepoTags}}' "$old_id" 2>/dev/null)" == 0 ]]; then
     podman "${GLOBAL[@]}" rmi "$old_id" >/dev/null 2>&1 || true
   fi
-  echo "$id" >"$OUT/id"
-  echo "$inputs" >"$OUT/inputs"
+  echo "$id" >"$OUT/.id.tmp" && mv -f "$OUT/.id.tmp" "$OUT/id"
+  echo "$inputs" >"$OUT/.inputs.tmp" && mv -f "$OUT/.inputs.tmp" "$OUT/inputs"
 fi
 digest="$(inspect '{{.Digest}}')"
 push_digest="$(archive_digest "$ARCHIVE")"
 size="$(inspect '{{.Size}}')"
-echo "$REF" >"$OUT/ref"
-echo "$push_digest" >"$OUT/digest"
-echo "$digest" >"$OUT/local-digest"
+# Atomically (a test may read them while --check-reproducible runs).
+put() { echo "$2" >"$OUT/.$1.tmp" && mv -f "$OUT/.$1.tmp" "$OUT/$1"; }
+put ref "$REF"
+put digest "$push_digest"
+put local-digest "$digest"
 total_s=$(since "$start")
 
 echo "image:        $REF"

@@ -110,10 +110,16 @@ func childEnv(t testing.TB) []string {
 // start runs the binary with args (a debug log on stderr).
 func (w *world) start(t testing.TB, args ...string) *child {
 	t.Helper()
+	return w.startEnv(t, nil, args...)
+}
+
+// startEnv is start with extra environment variables (a failpoint).
+func (w *world) startEnv(t testing.TB, env []string, args ...string) *child {
+	t.Helper()
 	full := append([]string{"--log-level", "debug"}, args...)
 	c := &child{t: t, args: full, changed: make(chan struct{}), done: make(chan struct{})}
 	c.cmd = exec.Command(w.tool, full...)
-	c.cmd.Env = childEnv(t)
+	c.cmd.Env = append(childEnv(t), env...)
 	c.cmd.Stdout = lockedWriter{c, &c.stdout}
 	c.cmd.Stderr = lockedWriter{c, &c.stderr}
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

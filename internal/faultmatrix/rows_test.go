@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/testenv"
+	"github.com/armada/etcd-recovery/restore"
 )
 
 // ---------------------------------------------------------------------------
@@ -235,7 +237,9 @@ func silentListenerRows() []row {
 // A full disk under the data dirs.
 
 func fullDiskRows() []row {
-	return []row{{"disk/full-tmpfs-data-dir-root", func(t *testing.T, w *world) {
+	// smallDisk mounts a tmpfs of size bytes on a fresh dir (root: a real
+	// full disk) and returns it, with the chosen backup's uncompressed size.
+	smallDisk := func(t *testing.T, w *world, size func(raw int64) int64) (string, int64) {
 		root := t.TempDir() + "/small"
 		if err := os.Mkdir(root, 0o755); err != nil {
 			t.Fatal(err)
@@ -248,10 +252,7 @@ func fullDiskRows() []row {
 		if err := json.Unmarshal(getObject(t, w.minio.S3(t), w.bucket, w.fixKey(1, backup.ManifestObject)), &man); err != nil {
 			t.Fatal(err)
 		}
-		// Room for the verified snapshot's temp file and a little more: the
-		// first member's data dir fills the disk mid-way.
-		size := man.Snapshot.RawSize + 4<<20
-		if out, err := helpText("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d", size), "tmpfs", root); err != nil {
+		if out, err := helpText("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d", size(man.Snapshot.RawSize)), "tmpfs", root); err != nil {
 			t.Fatalf("mount tmpfs (the matrix needs root for a real full disk): %v: %s", err, out)
 		}
 		t.Cleanup(func() {
@@ -259,18 +260,71 @@ func fullDiskRows() []row {
 				t.Errorf("umount %s: %v: %s", root, err, out)
 			}
 		})
-		bound := 2 * time.Minute
-		r := w.run(t, bound, append([]string{"restore", "--cluster-id", clusterID, "--no-live", "--backup", w.fixNames[1],
+		return root, man.Snapshot.RawSize
+	}
+	restoreArgs := func(w *world, root string) []string {
+		return append([]string{"restore", "--cluster-id", clusterID, "--no-live", "--backup", w.fixNames[1],
 			"--data-dir-root", root, "--parallel-data-dirs", "1",
-			"--initial-cluster", "r0=https://127.0.0.1:2380,r1=https://127.0.0.2:2380,r2=https://127.0.0.3:2380"}, w.cos(w.fixPrefix)...)...)
-		expect(t, "restore onto a full disk", r, bound, 1)
-		if !strings.Contains(r.stderr, "no space left on device") {
-			t.Errorf("the error does not name the full disk: %s", r)
-		}
-		if left := entries(t, root); len(left) > 0 {
-			t.Errorf("a failed restore left %v in the data-dir root", left)
-		}
-	}}}
+			"--initial-cluster", "r0=https://127.0.0.1:2380,r1=https://127.0.0.2:2380,r2=https://127.0.0.3:2380"}, w.cos(w.fixPrefix)...)
+	}
+	return []row{
+		// Too small from the start: refused before anything is downloaded.
+		{"disk/too-small-data-dir-root", func(t *testing.T, w *world) {
+			root, _ := smallDisk(t, w, func(raw int64) int64 { return raw + 4<<20 })
+			bound := 2 * time.Minute
+			r := w.run(t, bound, restoreArgs(w, root)...)
+			expect(t, "restore onto a too small disk", r, bound, 1)
+			for _, want := range []string{`step "check free space"`, "not enough free space in " + root, "need ", "found ", "--data-dir-root"} {
+				if !strings.Contains(r.stderr, want) {
+					t.Errorf("the error does not say %q: %s", want, r)
+				}
+			}
+			if left := entries(t, root); len(left) > 0 {
+				t.Errorf("a refused restore left %v in the data-dir root", left)
+			}
+		}},
+		// Room at the check, then another writer fills the disk after the
+		// first member's data dir is written: ENOSPC mid-way, named, and
+		// the member already written is removed (all or none).
+		{"disk/fills-during-restore", func(t *testing.T, w *world) {
+			root, _ := smallDisk(t, w, func(raw int64) int64 { return 3*(raw+64<<20) + raw + 64<<20 })
+			fp := filepath.Join(t.TempDir(), "hold")
+			bound := 2 * time.Minute
+			c := w.startEnv(t, []string{restore.FailpointEnv + "=" + fp}, restoreArgs(w, root)...)
+			// The first member written holds at the failpoint (marker fp.<member>).
+			var marker string
+			deadline := time.Now().Add(bound)
+			for {
+				if m, _ := filepath.Glob(fp + ".*"); len(m) > 0 {
+					marker = m[0]
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no member was ever written: %s", c.waitNow(time.Second))
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			// Fill what is left (dd stops at ENOSPC).
+			fill := filepath.Join(root, "..filler")
+			if out, err := helpText("dd", "if=/dev/zero", "of="+fill, "bs=1M"); err == nil {
+				t.Fatalf("dd filled nothing? %s", out)
+			}
+			if err := os.Remove(marker); err != nil {
+				t.Fatal(err)
+			}
+			r := c.wait(bound)
+			expect(t, "restore onto a disk that fills up", r, bound, 1)
+			if !strings.Contains(r.stderr, "no space left on device") {
+				t.Errorf("the error does not name the full disk: %s", r)
+			}
+			if err := os.Remove(fill); err != nil {
+				t.Fatal(err)
+			}
+			if left := entries(t, root); len(left) > 0 {
+				t.Errorf("a failed restore left %v in the data-dir root", left)
+			}
+		}},
+	}
 }
 
 // ---------------------------------------------------------------------------
