@@ -69,13 +69,18 @@ func pathDir(tb testing.TB, extra []string) string {
 // scenario runs runbook sections in one failure: one working directory
 // (files a block writes are read by the next), one set of placeholders.
 type scenario struct {
-	t       *testing.T
-	rb      runbooks
-	dir     string
-	vars    map[string]string
-	members []map[string]string // per-member placeholders (name, client-url, peer-url)
-	paths   map[string]string   // PATH per needs
-	bg      int
+	t        *testing.T
+	rb       runbooks
+	dir      string
+	vars     map[string]string
+	members  []map[string]string // per-member placeholders (name, client-url, peer-url)
+	paths    map[string]string   // PATH per needs
+	extraEnv []string            // more of the block's environment (KUBECONFIG=...), as an SRE's shell has it
+	// after, if set, is called after each block that ran in the
+	// foreground (and kept its promised exit code): what the block did
+	// is checked before the next one runs.
+	after func(r result)
+	bg    int
 }
 
 func newScenario(t *testing.T, rb runbooks, vars map[string]string) *scenario {
@@ -168,6 +173,9 @@ func (s *scenario) run(ref string) []result {
 					s.t.Fatalf("runbook %s: block %s exited %d, the runbook promises %d:\n%s", ref, b.id(), r.exit, b.opts.exit, r)
 				}
 				s.t.Logf("ran %s (exit %d):\n%s", b.id(), r.exit, r.output)
+				if s.after != nil {
+					s.after(r)
+				}
 			}
 		}
 		executed.Store(b.id(), true)
@@ -181,7 +189,7 @@ func (s *scenario) run(ref string) []result {
 }
 
 func (s *scenario) env(b *block) []string {
-	return []string{"PATH=" + s.path(b.opts.needs), "HOME=" + s.dir, "LANG=C", "TMPDIR=" + s.dir}
+	return append([]string{"PATH=" + s.path(b.opts.needs), "HOME=" + s.dir, "LANG=C", "TMPDIR=" + s.dir}, s.extraEnv...)
 }
 
 func (s *scenario) exec(b *block, script string) result {

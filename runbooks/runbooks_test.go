@@ -18,6 +18,7 @@ import (
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/inspect"
+	"github.com/armada/etcd-recovery/internal/kubetest"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
 )
@@ -76,6 +77,7 @@ var scenarios = []struct {
 }{
 	{"member-failure", memberFailure},
 	{"quorum-loss", quorumLoss},
+	{"operator-restore", operatorRestore},
 	{"nospace", noSpace},
 	{"unreachable", unreachable},
 	{"missed-backup", missedBackup},
@@ -169,8 +171,10 @@ func newFixture(t *testing.T, pki *testenv.PKI, endpoints []string) *fixture {
 		"peer.crt": pki.ServerCertFile, "peer.key": pki.ServerKeyFile, "peer-ca.crt": pki.CAFile} {
 		copyFile(t, from, filepath.Join(memberTLS, to))
 	}
-	for name, v := range map[string]string{"access_key_id": m.AccessKey, "secret_access_key": m.SecretKey} {
-		if err := os.WriteFile(filepath.Join(creds, name), []byte(v), 0o600); err != nil {
+	// The carrier's cos-credentials secret, as mounted: etcd-operator's
+	// credentials/config files (AWS shared-file format).
+	for name, v := range kubetest.AWSSecretData(m.AccessKey, m.SecretKey, m.Region) {
+		if err := os.WriteFile(filepath.Join(creds, name), v, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -100,7 +100,7 @@ export COS_ACCESS_KEY_ID="$MINIO_ROOT_USER" COS_SECRET_ACCESS_KEY="$MINIO_ROOT_P
 
 wait_for "etcd (3 members)" "$ETCDCTL" endpoint health
 wait_for "MinIO" curl -fs "$COS_ENDPOINT/minio/health/ready"
-"$ETCDCTL" endpoint status -w table
+"$ETCDCTL" endpoint status -w simple
 curlcfg="$D/curl.cfg"; printf 'user = "%s:%s"\n' "$MINIO_ROOT_USER" "$MINIO_ROOT_PASSWORD" >"$curlcfg"; chmod 600 "$curlcfg"
 curl -fs -K "$curlcfg" --aws-sigv4 "aws:amz:us-east-1:s3" -X PUT "$COS_ENDPOINT/$COS_BUCKET" >/dev/null
 

@@ -145,3 +145,23 @@ func TestDeprecatedFlags(t *testing.T) {
 		}
 	}
 }
+
+// ETCDCTL_ENDPOINTS exported for etcdctl must not count as --endpoints
+// where the flag does not apply (restore --via etcd-operator).
+func TestOnCommandLine(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"restore", "--via", "etcd-operator", "--cluster", "x"}, false},
+		{[]string{"restore", "--endpoints", "https://a:2379"}, true},
+		{[]string{"restore", "--endpoints=https://a:2379"}, true},
+		{[]string{"restore", "-endpoints", "https://a:2379"}, true},
+		{[]string{"restore", "--endpoints-file", "x"}, false},
+		{[]string{"restore", "--", "--endpoints"}, false},
+	} {
+		if got := onCommandLine(tc.args, "endpoints"); got != tc.want {
+			t.Errorf("onCommandLine(%q) = %v, want %v", tc.args, got, tc.want)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -582,10 +583,17 @@ func runRestoreViaOperator(c *cli.Context, log *slog.Logger, format output.Forma
 	}
 	for _, f := range []string{"cluster-id", "initial-cluster", "name", "initial-advertise-peer-urls", "initial-cluster-token",
 		"data-dir", "data-dir-root", "bump-revision", "mark-compacted", "parallel-data-dirs", "parallel", "force", "verify-endpoints", "endpoints"} {
-		if c.IsSet(f) {
-			return usagef("restore --via etcd-operator: --%s does not apply: etcd-operator writes the data dirs and the members "+
-				"are found through the EtcdCluster --cluster", f)
+		if !c.IsSet(f) {
+			continue
 		}
+		if f == "endpoints" && !onCommandLine(os.Args[1:], f) {
+			// ETCDCTL_ENDPOINTS exported for etcdctl (the runbooks'
+			// connection settings): not a request to use it here.
+			log.Info("ignoring ETCDCTL_ENDPOINTS from the environment: the members are found through the EtcdCluster", "cluster", name)
+			continue
+		}
+		return usagef("restore --via etcd-operator: --%s does not apply: etcd-operator writes the data dirs and the members "+
+			"are found through the EtcdCluster --cluster", f)
 	}
 	if b := c.String("backup"); b != "" {
 		if _, _, err := backup.ParseBackupName(b); err != nil {
@@ -726,4 +734,21 @@ func renderOperatorRestore(w io.Writer, format output.Format, rep *kube.Operator
 
 func indent(s string) string {
 	return "  " + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n  ")
+}
+
+// onCommandLine reports whether flag name was given in args (not through
+// its environment variable): --name, -name, --name=V or -name=V, before a
+// "--" that ends the flags.
+func onCommandLine(args []string, name string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		for _, p := range []string{"--" + name, "-" + name} {
+			if a == p || strings.HasPrefix(a, p+"=") {
+				return true
+			}
+		}
+	}
+	return false
 }

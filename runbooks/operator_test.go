@@ -1,0 +1,183 @@
+package runbooks
+
+import (
+	"context"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/kube"
+	"github.com/armada/etcd-recovery/internal/kubetest"
+	"github.com/armada/etcd-recovery/internal/testenv"
+	"github.com/armada/etcd-recovery/internal/testfix"
+)
+
+// operatorRestoreRef is the carrier's restore path.
+const operatorRestoreRef = "quorum-loss.md#restore-through-etcd-operator"
+
+// operatorRestore: the carrier's setup in a kubx-etcd-NN namespace of a
+// real kube-apiserver (deploy/'s CRDs and RBAC, the per-cluster grant of
+// the client-TLS secret, cos-credentials in etcd-operator's format, also
+// mounted as the tool's COS_CREDENTIALS_DIR), an EtcdCluster backed by a
+// real 3-member etcd with a COS backup and newer writes, two members
+// killed, and etcd-operator's restore operator played by
+// kubetest.StartRestoreOperator. The runbook's blocks run as the toolkit's
+// service account (KUBECONFIG). The dry run creates no EtcdRestore and
+// changes neither the EtcdCluster, its pods nor the bucket; the restore
+// snapshots the survivor (pre-restore), stages it, has the stand-in
+// recreate the cluster, returns only after it is Running, verifies it; and
+// every key written, before and after the COS backup, has its value in the
+// restored cluster, and no other key is there.
+func operatorRestore(t *testing.T, rb runbooks) {
+	const ns = "kubx-etcd-07"
+	k := testenv.StartKubeAPIServer(t)
+	admin := k.Clientset(t, "")
+	dyn := k.Dynamic(t, "")
+	kubetest.InstallCRDs(t, k)
+	kubetest.CreateNamespaces(t, admin, ns)
+	a := kubetest.NewApplier(t, k)
+	a.ApplyFile(t, kubetest.DeployPath(t, "10-rbac.yaml"), ns)
+
+	fc := kubetest.AddEtcdCluster(t, admin, dyn, ns, "etcd-rb-op", testenv.EtcdOptions{IP: "127.0.7.10", Members: 3})
+	kubetest.PerClusterAccess(t, a, ns, fc.Name)
+	f := newFixture(t, fc.Etcd.PKI, fc.Etcd.Endpoints())
+	f.id = fc.Name
+	f.vars["id"] = fc.Name
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	secret := kubetest.AWSSecretData(f.minio.AccessKey, f.minio.SecretKey, f.minio.Region)
+	if _, err := admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: kube.COSSecretName}, Data: secret},
+		metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The toolkit pod mounts that secret: its files are the tool's
+	// credentials too.
+	creds := filepath.Join(t.TempDir(), "cos-credentials")
+	if err := os.Mkdir(creds, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range secret {
+		if err := os.WriteFile(filepath.Join(creds, name), v, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.vars["cos-credentials-dir"] = creds
+
+	cli := fc.Etcd.Client(t)
+	keys := testenv.PutKeys(t, cli, "/registry/secrets/", 300, 200)
+	if _, err := backup.Run(ctx, backup.Options{ClusterID: f.id, Kind: backup.KindScheduled, Compression: backup.CompressZstd,
+		Etcd: testfix.EtcdConfig(fc.Etcd), Store: f.store, Layout: f.layout}); err != nil {
+		t.Fatalf("scheduled backup of %s: %v", f.id, err)
+	}
+	maps.Copy(keys, testenv.PutKeys(t, cli, "/registry/leases/", 50, 100)) // only in the survivor's data
+	fc.Etcd.Members[1].Kill()
+	fc.Etcd.Members[2].Kill()
+	op := kubetest.StartRestoreOperator(t, kubetest.RestoreOperatorOptions{Namespace: ns, Client: admin, Dynamic: dyn, RunningDelay: 2 * time.Second})
+	op.Register(fc)
+
+	s := newScenario(t, rb, f.vars)
+	s.vars["namespace"] = ns
+	s.extraEnv = []string{"KUBECONFIG=" + k.Kubeconfig(t, kubetest.SAToken(t, admin, ns, "etcd-recovery-toolkit"), ns)}
+	state := func() string {
+		t.Helper()
+		ec, err := dyn.Resource(kube.EtcdClusterGVR).Namespace(ns).Get(ctx, fc.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("etcdcluster %s: %v", fc.Name, err)
+		}
+		pods, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := "etcdcluster uid " + string(ec.GetUID()) + "@" + ec.GetResourceVersion() + "; pods"
+		for _, p := range pods.Items {
+			st += " " + p.Name + "@" + p.ResourceVersion
+		}
+		return st + "; objects " + strings.Join(testfix.Keys(t, f.store, f.layout.RootPrefix()), " ")
+	}
+	restores := func() []unstructured.Unstructured {
+		t.Helper()
+		l, err := dyn.Resource(kube.EtcdRestoreGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.Items
+	}
+	before := state()
+	var returned time.Time
+	s.after = func(r result) {
+		if strings.Contains(r.block.code, "--dry-run") {
+			if ers := restores(); len(ers) != 0 {
+				t.Fatalf("the dry run created %d EtcdRestore(s) in %s", len(ers), ns)
+			}
+			if after := state(); after != before {
+				t.Fatalf("the dry run changed the API objects or the bucket:\nbefore %s\nafter  %s", before, after)
+			}
+			return
+		}
+		returned = time.Now()
+	}
+	rs := s.run(operatorRestoreRef)
+	mustContain(t, one(t, rs, "--dry-run", 0), "dry run: nothing was changed", "Would create: EtcdRestore "+ns+"/"+fc.Name, "kind: EtcdRestore")
+	if returned.IsZero() || len(rs) != 2 {
+		t.Fatalf("%s: want a dry run, then the restore; ran %d blocks", operatorRestoreRef, len(rs))
+	}
+	restored := rs[1]
+	mustContain(t, restored, "Restored cluster at https://127.0.0.1:", "Restored and verified in")
+
+	ers := restores()
+	if len(ers) != 1 {
+		t.Fatalf("%d EtcdRestores in %s after the restore, want the one the tool created", len(ers), ns)
+	}
+	rec := op.WaitUID(t, ers[0].GetUID(), time.Minute)
+	if rec.Err != nil {
+		t.Fatalf("the restore operator stand-in: %v", rec.Err)
+	}
+	if rec.OldUID != fc.UID || rec.NewUID == "" || rec.NewUID == fc.UID {
+		t.Fatalf("the operator replaced etcdcluster uid %s by %s, want the original %s replaced", rec.OldUID, rec.NewUID, fc.UID)
+	}
+	if returned.Before(rec.RunningAt) {
+		t.Errorf("the restore block returned at %s, before the restored cluster was Running at %s",
+			returned.Format(time.StampMilli), rec.RunningAt.Format(time.StampMilli))
+	}
+	ec, err := dyn.Resource(kube.EtcdClusterGVR).Namespace(ns).Get(ctx, fc.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if phase, _, _ := unstructured.NestedString(ec.Object, "status", "phase"); ec.GetUID() != rec.NewUID || phase != "Running" {
+		t.Errorf("etcdcluster %s: uid %s phase %q, want the restored %s Running", fc.Name, ec.GetUID(), phase, rec.NewUID)
+	}
+	// The survivor's snapshot (it has the writes after the COS backup) is
+	// what was restored.
+	list, err := backup.ListBackups(ctx, f.store, f.layout, f.id)
+	if err != nil || len(list) != 2 || list[0].Manifest == nil || list[0].Manifest.Kind != backup.KindPreRestore ||
+		ers[0].GetAnnotations()[kube.AnnotationBackup] != list[0].Manifest.Name {
+		t.Fatalf("want the pre-restore backup newest and restored: %+v %v (restored %q)", list, err, ers[0].GetAnnotations()[kube.AnnotationBackup])
+	}
+	// Every key and value, and nothing else.
+	rcli := rec.Members[0].Client(t)
+	checkKeys(t, rcli, keys)
+	resp, err := rcli.Get(ctx, "/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var extra []string
+	for _, kv := range resp.Kvs {
+		if _, ok := keys[string(kv.Key)]; !ok {
+			extra = append(extra, string(kv.Key))
+		}
+	}
+	if len(extra) > 0 || len(resp.Kvs) != len(keys) {
+		t.Errorf("restored cluster has %d keys, want %d; not written: %v", len(resp.Kvs), len(keys), slices.Compact(extra))
+	}
+}
