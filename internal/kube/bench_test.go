@@ -11,9 +11,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/armada/etcd-recovery/internal/kube"
 	"github.com/armada/etcd-recovery/internal/kubetest"
 	"github.com/armada/etcd-recovery/internal/testenv"
@@ -29,7 +26,6 @@ import (
 //	go test -run '^$' -bench BackupAll50 -benchtime 1x -timeout 30m ./internal/kube/
 func BenchmarkBackupAll50(b *testing.B) {
 	const n = 50
-	ctx := ctxT(b, 30*time.Minute)
 	k := testenv.StartKubeAPIServer(b)
 	admin := k.Clientset(b, "")
 	kubetest.CreateNamespaces(b, admin, ns)
@@ -39,12 +35,7 @@ func BenchmarkBackupAll50(b *testing.B) {
 	m := testenv.SharedMinIO(b)
 	bucket := m.NewBucket(b)
 	prefix := testenv.Prefix(b)
-	if _, err := admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: kube.COSSecretName},
-		Data:       kubetest.AWSSecretData(m.AccessKey, m.SecretKey, m.Region),
-	}, metav1.CreateOptions{}); err != nil {
-		b.Fatal(err)
-	}
+	kubetest.CreateCOSSecret(b, admin, ns, m)
 	dyn := k.Dynamic(b, "")
 	start := time.Now()
 	var rawTotal int64

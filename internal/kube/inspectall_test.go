@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/armada/etcd-recovery/backup"
@@ -31,12 +29,7 @@ func testInspectAll(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier,
 	m := testenv.SharedMinIO(t)
 	bucket := m.NewBucket(t)
 	prefix := testenv.Prefix(t)
-	if _, err := admin.CoreV1().Secrets(inspectNS).Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: kube.COSSecretName},
-		Data:       kubetest.AWSSecretData(m.AccessKey, m.SecretKey, m.Region),
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	kubetest.CreateCOSSecret(t, admin, inspectNS, m)
 	healthy := kubetest.AddEtcdCluster(t, admin, dynAdmin, inspectNS, "etcd-healthy", testenv.EtcdOptions{IP: "127.0.5.10", Members: 3})
 	degraded := kubetest.AddEtcdCluster(t, admin, dynAdmin, inspectNS, "etcd-degraded", testenv.EtcdOptions{IP: "127.0.5.11", Members: 3})
 	down := kubetest.AddEtcdCluster(t, admin, dynAdmin, inspectNS, "etcd-down", testenv.EtcdOptions{IP: "127.0.5.12", Members: 1})

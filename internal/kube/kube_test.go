@@ -111,12 +111,7 @@ func testFleet(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, admi
 	bucket := m.NewBucket(t)
 	prefix := testenv.Prefix(t)
 	for _, n := range []string{ns, otherNS} {
-		if _, err := admin.CoreV1().Secrets(n).Create(ctx, &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: kube.COSSecretName},
-			Data:       kubetest.AWSSecretData(m.AccessKey, m.SecretKey, m.Region),
-		}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		kubetest.CreateCOSSecret(t, admin, n, m)
 	}
 	if _, err := admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "unrelated"}, StringData: map[string]string{"x": "y"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -46,12 +45,7 @@ func testOperatorRestore(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.App
 	m := testenv.SharedMinIO(t)
 	bucket := m.NewBucket(t)
 	prefix := testenv.Prefix(t)
-	if _, err := admin.CoreV1().Secrets(restoreNS).Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: kube.COSSecretName},
-		Data:       kubetest.AWSSecretData(m.AccessKey, m.SecretKey, m.Region),
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	kubetest.CreateCOSSecret(t, admin, restoreNS, m)
 	st := testfix.Store(t, m, bucket)
 	layout := backup.Layout{Prefix: prefix}
 

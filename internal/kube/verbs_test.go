@@ -62,12 +62,7 @@ func testVerbs(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, admi
 	m := testenv.SharedMinIO(t)
 	bucket := m.NewBucket(t)
 	prefix := testenv.Prefix(t)
-	if _, err := admin.CoreV1().Secrets(verbsNS).Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: kube.COSSecretName},
-		Data:       kubetest.AWSSecretData(m.AccessKey, m.SecretKey, m.Region),
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	kubetest.CreateCOSSecret(t, admin, verbsNS, m)
 	if _, err := admin.CoreV1().Secrets(verbsNS).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "unrelated"}, StringData: map[string]string{"x": "y"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -308,3 +308,16 @@ func AddEtcdCluster(tb testing.TB, cs kubernetes.Interface, dyn dynamic.Interfac
 	}
 	return Cluster{Name: name, Etcd: c, UID: got.GetUID()}
 }
+
+// CreateCOSSecret creates the namespace's cos-credentials secret for m in
+// the carrier's format (etcd-operator's credentials/config keys, AWS
+// shared-file format: AWSSecretData), as armada-secure creates it.
+func CreateCOSSecret(tb testing.TB, cs kubernetes.Interface, namespace string, m *testenv.MinIO) {
+	tb.Helper()
+	if _, err := cs.CoreV1().Secrets(namespace).Create(context.Background(), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: kube.COSSecretName},
+		Data:       AWSSecretData(m.AccessKey, m.SecretKey, m.Region),
+	}, metav1.CreateOptions{}); err != nil {
+		tb.Fatalf("kubetest: secret %s/%s: %v", namespace, kube.COSSecretName, err)
+	}
+}
