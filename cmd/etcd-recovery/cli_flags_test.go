@@ -147,21 +147,22 @@ func TestDeprecatedFlags(t *testing.T) {
 }
 
 // ETCDCTL_ENDPOINTS exported for etcdctl must not count as --endpoints
-// where the flag does not apply (restore --via etcd-operator).
-func TestOnCommandLine(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		want bool
-	}{
-		{[]string{"restore", "--via", "etcd-operator", "--cluster", "x"}, false},
-		{[]string{"restore", "--endpoints", "https://a:2379"}, true},
-		{[]string{"restore", "--endpoints=https://a:2379"}, true},
-		{[]string{"restore", "-endpoints", "https://a:2379"}, true},
-		{[]string{"restore", "--endpoints-file", "x"}, false},
-		{[]string{"restore", "--", "--endpoints"}, false},
-	} {
-		if got := onCommandLine(tc.args, "endpoints"); got != tc.want {
-			t.Errorf("onCommandLine(%q) = %v, want %v", tc.args, got, tc.want)
-		}
+// where the flag does not apply (restore --via etcd-operator); a flag
+// given on the command line still does.
+func TestRestoreViaOperatorIgnoresEnvEndpoints(t *testing.T) {
+	if !fromEnvOnly([]string{"https://a:2379", "https://b:2379"}, "https://a:2379, https://b:2379") {
+		t.Error("the environment's endpoints were not recognised")
+	}
+	if fromEnvOnly([]string{"https://c:2379"}, "https://a:2379") {
+		t.Error("a command-line --endpoints was taken for the environment's")
+	}
+	if fromEnvOnly([]string{"https://a:2379"}, "") {
+		t.Error("no environment variable, yet from the environment")
+	}
+	t.Setenv("ETCDCTL_ENDPOINTS", "https://10.0.0.9:2379")
+	code, _, stderr := runCtx(t, context.Background(), "restore", "--via", "etcd-operator", "--cluster", "etcd-a",
+		"--kubeconfig", "/nonexistent/kubeconfig", "--cos-endpoint", "http://127.0.0.1:1", "--bucket", "b")
+	if strings.Contains(stderr, "does not apply") || !strings.Contains(stderr, "ignoring ETCDCTL_ENDPOINTS") {
+		t.Errorf("exit %d: the exported ETCDCTL_ENDPOINTS was refused or not logged: %s", code, stderr)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -586,7 +587,7 @@ func runRestoreViaOperator(c *cli.Context, log *slog.Logger, format output.Forma
 		if !c.IsSet(f) {
 			continue
 		}
-		if f == "endpoints" && !onCommandLine(os.Args[1:], f) {
+		if f == "endpoints" && fromEnvOnly(c.StringSlice(f), os.Getenv("ETCDCTL_ENDPOINTS")) {
 			// ETCDCTL_ENDPOINTS exported for etcdctl (the runbooks'
 			// connection settings): not a request to use it here.
 			log.Info("ignoring ETCDCTL_ENDPOINTS from the environment: the members are found through the EtcdCluster", "cluster", name)
@@ -736,19 +737,18 @@ func indent(s string) string {
 	return "  " + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n  ")
 }
 
-// onCommandLine reports whether flag name was given in args (not through
-// its environment variable): --name, -name, --name=V or -name=V, before a
-// "--" that ends the flags.
-func onCommandLine(args []string, name string) bool {
-	for _, a := range args {
-		if a == "--" {
-			return false
-		}
-		for _, p := range []string{"--" + name, "-" + name} {
-			if a == p || strings.HasPrefix(a, p+"=") {
-				return true
-			}
+// fromEnvOnly reports whether a string-slice flag's value is exactly what
+// its environment variable holds (so it came from the environment, or the
+// command line repeated it: either way not a deliberate request).
+func fromEnvOnly(value []string, env string) bool {
+	if env == "" {
+		return false
+	}
+	var fromEnv []string
+	for _, v := range strings.Split(env, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			fromEnv = append(fromEnv, v)
 		}
 	}
-	return false
+	return slices.Equal(value, fromEnv)
 }
