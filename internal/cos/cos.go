@@ -347,6 +347,7 @@ func (s *Store) put(ctx context.Context, key string, r io.Reader, ifAbsent bool)
 			}
 		})
 	})
+	err = judgedStalled(wd, err)
 	if err != nil {
 		ferr := s.fail(wd, "put", key, err)
 		// One abort window for all the cleanup, on a context that
@@ -462,7 +463,7 @@ func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 		Bucket: aws.String(s.cfg.Bucket),
 		Key:    aws.String(key),
 	})
-	if err != nil {
+	if err = judgedStalled(wd, err); err != nil {
 		stop()
 		return nil, s.fail(wd, "get", key, err)
 	}
@@ -513,7 +514,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]backup.ObjectInfo, e
 		}
 		return true
 	})
-	if err != nil {
+	if err = judgedStalled(wd, err); err != nil {
 		return nil, s.fail(wd, "list", prefix, err)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
@@ -619,7 +620,7 @@ func (s *Store) listUploads(ctx context.Context, serverPrefix, prefix string) ([
 		}
 		return true
 	})
-	if err != nil {
+	if err = judgedStalled(wd, err); err != nil {
 		return nil, s.fail(wd, "list uploads", prefix, err)
 	}
 	return out, nil
@@ -647,6 +648,20 @@ func (s *Store) AbortUpload(ctx context.Context, u backup.Upload) error {
 // fail wraps a call's error: a stall (the watchdog fired) as
 // backup.ErrStalled, a refused conditional create as backup.ErrExists,
 // anything else as it came; the text is redacted of credentials.
+// judgedStalled is err, or the stall error when the call succeeded but its
+// watchdog had already fired: a call judged stalled fails even if a late
+// answer slipped in (the store thawed as the call was being cancelled), so
+// a stall is reported the same way every time.
+func judgedStalled(wd *watchdog, err error) error {
+	if err != nil {
+		return err
+	}
+	if st := wd.stalled(); st != nil {
+		return st
+	}
+	return nil
+}
+
 func (s *Store) fail(wd *watchdog, op, key string, err error) error {
 	if err == nil {
 		return nil
