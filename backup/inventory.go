@@ -30,6 +30,10 @@ type Entry struct {
 	// Uploads are the multipart uploads in progress into the folder, when
 	// the caller listed them: a folder being written to is young.
 	Uploads []Upload
+	// Drill is the backup's drill record (drill.json), when it has one and
+	// the caller loaded it (LoadDrills); nil means never drilled or not
+	// loaded.
+	Drill *DrillSummary
 }
 
 // Good reports whether the backup is committed and checks out: its manifest
@@ -275,6 +279,12 @@ func ListBackups(ctx context.Context, store Store, layout Layout, clusterID stri
 		return nil, err
 	}
 	manifests, errs, _ := CheckEntries(ctx, store, layout, entries, DefaultCheckParallel)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	// A drill record the store fails to return is summarised as unreadable
+	// (no proof); listing and restore go on without it.
+	_ = LoadDrills(ctx, store, layout, entries, DefaultCheckParallel)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
