@@ -49,6 +49,18 @@ type Options struct {
 	// the backup is committed (never after a failed backup).
 	Prune *Policy
 
+	// Drill, when set, is called once the backup is committed and before
+	// Prune runs, with the committed manifest: the CLI wires a restore
+	// drill of the new backup into it (restore.Drill; this package does
+	// not import restore), so the drill follows the backup while the
+	// source can still answer for the snapshot's revision, and the
+	// retention rule `drilled` sees its record. It returns the drill's
+	// record (nil when the drill could not run) and its error. A failed
+	// drill never undoes the backup (it is committed); Run then returns
+	// the Result, with the record, and an *Error at StepDrill. Prune
+	// still runs after a failed drill (unless the run was cancelled).
+	Drill func(ctx context.Context, m *Manifest) (*DrillRecord, error)
+
 	// chunkHook, when set, sees (and may change) each snapshot chunk as it
 	// arrives, before it is hashed: tests inject a damaged stream with it
 	// (export_test.go).
@@ -62,6 +74,11 @@ type Result struct {
 	Duration time.Duration
 	// Pruned is the prune that followed the backup (Options.Prune).
 	Pruned *PruneReport
+	// Drill is the record of the drill that followed the backup
+	// (Options.Drill): nil when none ran or it could not run. DrillErr is
+	// the drill's error (nil when it passed).
+	Drill    *DrillRecord
+	DrillErr error
 }
 
 // Step names, used in errors so an SRE sees where a backup failed.
@@ -75,6 +92,7 @@ const (
 	StepObjects  = "check stored objects"
 	StepManifest = "write manifest"
 	StepPrune    = "prune"
+	StepDrill    = "drill"
 )
 
 // Error is a failed backup: the cluster, the step and the cause.
@@ -85,8 +103,8 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	if e.Step == StepPrune {
-		// The backup exists; only retention failed. Say so first.
+	if e.Step == StepPrune || e.Step == StepDrill {
+		// The backup exists; only retention or its drill failed. Say so first.
 		return fmt.Sprintf("backup of cluster %s committed, but step %q failed: %v", e.ClusterID, e.Step, e.Err)
 	}
 	return fmt.Sprintf("backup of cluster %s failed at step %q: %v", e.ClusterID, e.Step, e.Err)
@@ -352,18 +370,47 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	}
 	log.Info("backup committed", "backup", name, "manifest", mkey, "duration", m.FinishedAt.Sub(start).Round(time.Millisecond))
 	res := &Result{Manifest: m, Prefix: opts.Layout.BackupPrefix(opts.ClusterID, name), Duration: m.FinishedAt.Sub(start)}
+	var drillErr error
+	if opts.Drill != nil {
+		// After the commit, before the prune: the drill's record is what
+		// the retention rule `drilled` reads.
+		res.Drill, res.DrillErr = opts.Drill(ctx, m)
+		if res.DrillErr != nil {
+			// No record: the drill could not run (no etcd of the
+			// version, no room, the store failed), which proves nothing
+			// either way; with one, the backup failed a check.
+			what := "failed"
+			if res.Drill == nil {
+				what = "could not run"
+			}
+			drillErr = &Error{ClusterID: opts.ClusterID, Step: StepDrill,
+				Err: fmt.Errorf("the backup itself was committed (%s); its restore drill %s: %w", name, what, res.DrillErr)}
+			log.Error("restore drill of the new backup "+what, "backup", name, "err", res.DrillErr)
+		} else if res.Drill != nil {
+			log.Info("restore drill passed", "backup", name, "comparison", res.Drill.Comparison.Mode,
+				"duration", res.Drill.FinishedAt.Sub(res.Drill.StartedAt).Round(time.Millisecond))
+		}
+		if ctx.Err() != nil {
+			// Cancelled: nothing is deleted after a drill cut short.
+			return res, drillErr
+		}
+	}
 	if opts.Prune == nil {
-		return res, nil
+		return res, drillErr
 	}
 	// Only a committed backup is followed by deletions.
 	rep, err := Prune(ctx, PruneOptions{Store: opts.Store, Layout: opts.Layout, ClusterIDs: []string{opts.ClusterID},
 		Policy: *opts.Prune, Now: opts.Now(), Log: opts.Log})
 	res.Pruned = rep
 	if err != nil {
-		return res, &Error{ClusterID: opts.ClusterID, Step: StepPrune,
+		perr := &Error{ClusterID: opts.ClusterID, Step: StepPrune,
 			Err: fmt.Errorf("the backup itself was committed (%s); pruning older backups failed: %w", name, err)}
+		if drillErr != nil {
+			return res, errors.Join(drillErr, perr)
+		}
+		return res, perr
 	}
-	return res, nil
+	return res, drillErr
 }
 
 // snapshotMember streams one member's snapshot into key. The returned step

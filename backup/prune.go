@@ -47,8 +47,11 @@ const (
 	PruneStepList        = "list backups"
 	PruneStepListUploads = "list multipart uploads"
 	PruneStepCheck       = "check backups"
-	PruneStepPlan        = "plan"
-	PruneStepDelete      = "delete"
+	// PruneStepDrills: reading the drill records (drill.json) that the
+	// drilled rule keeps by.
+	PruneStepDrills = "read drill records"
+	PruneStepPlan   = "plan"
+	PruneStepDelete = "delete"
 	// PruneStepDamaged: the prune ran, but a cluster's newest backup that
 	// checks out is older than its newest backup (or it has none).
 	PruneStepDamaged = "damaged backups"
@@ -88,6 +91,9 @@ type BackupAction struct {
 	Damaged string `json:"damaged,omitempty"`
 	Objects int    `json:"objects"`
 	Bytes   int64  `json:"bytes"`
+
+	// Drill is the backup's restore drill result; absent when never drilled.
+	Drill *DrillResult `json:"drill,omitempty"`
 
 	Keep   bool     `json:"keep"`
 	Rules  []string `json:"rules,omitempty"` // why it is kept (Rule*)
@@ -138,8 +144,10 @@ type PruneStats struct {
 	UploadsListed  int
 	ManifestsRead  int
 	KeyUploadLists int           // exact-key multipart upload listings
-	ListDuration   time.Duration // object and upload listings, manifest reads
+	DrillsRead     int           // drill records (drill.json) read
+	ListDuration   time.Duration // object and upload listings, manifest and drill record reads
 	CheckDuration  time.Duration // manifest reads alone
+	DrillDuration  time.Duration // drill record reads alone
 	ObjectsDeleted int
 	DeleteRequests int // DeleteObjects requests of up to 1,000 keys
 	DeleteDuration time.Duration
@@ -154,16 +162,19 @@ func (s PruneStats) MarshalJSON() ([]byte, error) {
 		ObjectsListed   int     `json:"objectsListed"`
 		UploadsListed   int     `json:"uploadsListed"`
 		ManifestsRead   int     `json:"manifestsRead"`
+		DrillsRead      int     `json:"drillsRead"`
 		KeyUploadLists  int     `json:"keyUploadLists"`
 		ListSeconds     float64 `json:"listSeconds"`
 		CheckSeconds    float64 `json:"checkSeconds"`
+		DrillSeconds    float64 `json:"drillSeconds"`
 		ObjectsDeleted  int     `json:"objectsDeleted"`
 		DeleteRequests  int     `json:"deleteRequests"`
 		DeleteSeconds   float64 `json:"deleteSeconds"`
 		UploadsAborted  int     `json:"uploadsAborted"`
 		AbortSeconds    float64 `json:"abortSeconds"`
 		DurationSeconds float64 `json:"durationSeconds"`
-	}{s.ObjectsListed, s.UploadsListed, s.ManifestsRead, s.KeyUploadLists, s.ListDuration.Seconds(), s.CheckDuration.Seconds(), s.ObjectsDeleted, s.DeleteRequests,
+	}{s.ObjectsListed, s.UploadsListed, s.ManifestsRead, s.DrillsRead, s.KeyUploadLists, s.ListDuration.Seconds(), s.CheckDuration.Seconds(),
+		s.DrillDuration.Seconds(), s.ObjectsDeleted, s.DeleteRequests,
 		s.DeleteDuration.Seconds(), s.UploadsAborted, s.AbortDuration.Seconds(), s.Duration.Seconds()})
 }
 
@@ -338,6 +349,21 @@ func Prune(ctx context.Context, opts PruneOptions) (*PruneReport, error) {
 	}
 	if err != nil {
 		return failList(PruneStepCheck, err)
+	}
+	// The drill records of the backups that have one: the drilled rule
+	// keeps the newest proven backup. A record the store failed to return
+	// leaves the proof unknown: nothing is deleted (a bad record is read
+	// and proves nothing).
+	t = time.Now()
+	err = LoadDrills(ctx, opts.Store, opts.Layout, flat, opts.CheckParallel)
+	rep.Stats.DrillDuration = time.Since(t)
+	for _, e := range flat {
+		if e.Committed && e.HasDrill() {
+			rep.Stats.DrillsRead++
+		}
+	}
+	if err != nil {
+		return failList(PruneStepDrills, drillReadError(flat, err))
 	}
 	manifestOf := map[string]*Manifest{} // cluster/name -> manifest
 	for i, e := range flat {
@@ -606,15 +632,31 @@ func damageProblem(id string, p Plan) string {
 		id, newestGood.Name, len(newer), strings.Join(newer, ", "))
 }
 
+// drillReadError names the cluster whose drill record could not be read.
+func drillReadError(flat []Entry, err error) error {
+	for _, e := range flat {
+		if e.Drill != nil && e.Drill.Err != "" && strings.Contains(err.Error(), " "+e.ClusterID+"/"+e.Name+":") {
+			return fmt.Errorf("cluster %s: %w", e.ClusterID, err)
+		}
+	}
+	return err
+}
+
 // guardPlan is a last guard against a policy bug: the newest backup that
-// checks out is kept, and a cluster that has a committed backup keeps at
-// least one.
+// checks out is kept, so is the newest one that checks out and whose drill
+// passed, and a cluster that has a committed backup keeps at least one.
 func guardPlan(p Plan) error {
-	var committed, kept, good bool
+	var committed, kept, good, proven bool
 	for _, d := range p.Decisions {
 		if d.Entry.Committed {
 			committed = true
 			kept = kept || d.Keep
+		}
+		if d.Entry.Good() && d.Entry.Drill.Proven() && !proven {
+			proven = true
+			if !d.Keep {
+				return fmt.Errorf("the plan would delete %s, the newest backup whose restore drill passed: refusing", d.Entry.Name)
+			}
 		}
 		if d.Entry.Good() && !good {
 			good = true
@@ -631,7 +673,7 @@ func guardPlan(p Plan) error {
 
 func newAction(e Entry) BackupAction {
 	a := BackupAction{ClusterID: e.ClusterID, Name: e.Name, Kind: e.Kind, Time: e.Time, Committed: e.Committed,
-		Damaged: e.Damaged, Objects: len(e.Objects), entry: e}
+		Damaged: e.Damaged, Objects: len(e.Objects), Drill: e.Drill.Result(), entry: e}
 	for _, o := range e.Objects {
 		a.Bytes += o.Size
 	}
@@ -775,6 +817,7 @@ func subset(failed map[string]error, keys []string) map[string]error {
 var (
 	ErrBackupNotFound = errors.New("no such backup")
 	ErrNewestBackup   = errors.New("it is the newest committed backup of the cluster that checks out")
+	ErrNewestProven   = errors.New("it is the newest backup of the cluster whose restore drill passed (the only proven restore point)")
 )
 
 // DeleteOptions configure Delete.
@@ -832,6 +875,18 @@ func Delete(ctx context.Context, opts DeleteOptions) (*DeleteReport, error) {
 	if _, _, err := CheckEntries(ctx, opts.Store, opts.Layout, entries, DefaultCheckParallel); err != nil {
 		return nil, fmt.Errorf("delete: check the backups of cluster %s, nothing was deleted: %w", opts.ClusterID, err)
 	}
+	// The newest backup whose drill passed is the proven restore point:
+	// deleting it needs Force too, so its record must be readable.
+	if err := LoadDrills(ctx, opts.Store, opts.Layout, entries, DefaultCheckParallel); err != nil {
+		return nil, fmt.Errorf("delete: read the drill records of cluster %s, nothing was deleted: %w", opts.ClusterID, err)
+	}
+	newestProven := ""
+	for _, e := range entries {
+		if e.Good() && e.Drill.Proven() {
+			newestProven = e.Name
+			break
+		}
+	}
 	rep := &DeleteReport{ClusterID: opts.ClusterID, Backups: []BackupAction{}}
 	rep.Stats.ListDuration = time.Since(start)
 	for _, e := range entries {
@@ -866,6 +921,9 @@ func Delete(ctx context.Context, opts DeleteOptions) (*DeleteReport, error) {
 	if slices.Contains(names, newest) && !opts.Force {
 		return nil, fmt.Errorf("delete: refusing to delete %s/%s, nothing was deleted: %w", opts.ClusterID, newest, ErrNewestBackup)
 	}
+	if newestProven != "" && slices.Contains(names, newestProven) && !opts.Force {
+		return nil, fmt.Errorf("delete: refusing to delete %s/%s, nothing was deleted: %w", opts.ClusterID, newestProven, ErrNewestProven)
+	}
 	// Newest first, like every other listing.
 	var acts []*BackupAction
 	for _, e := range entries {
@@ -880,6 +938,8 @@ func Delete(ctx context.Context, opts DeleteOptions) (*DeleteReport, error) {
 		}
 		if e.Name == newest {
 			a.Reason = "deleted on request, forced: it was the newest committed backup that checks out"
+		} else if e.Name == newestProven {
+			a.Reason = "deleted on request, forced: it was the newest backup whose restore drill passed"
 		}
 		rep.Backups = append(rep.Backups, a)
 	}

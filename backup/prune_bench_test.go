@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,18 +28,53 @@ import (
 // snapshot key of every backup deleted are listed. The default policy
 // keeps 4 backups per cluster and deletes 4 (7,200 manifests, then 14,400
 // other objects).
-// Setup is excluded from the timing; meant for -benchtime 1x:
+//
+// Two variants, each on its own bucket of the same MinIO, in this order:
+//
+//	drills=none    no drill records (the bucket before restore drills)
+//	drills=newest  a passed drill.json on every cluster's newest backup
+//	               (1,800 more objects listed, 1,800 records read); the
+//	               drilled rule then keeps the newest backup, which the
+//	               newest rule keeps anyway, so both delete the same
+//
+// drills=newest also reports its wall time against drills=none's as
+// "x-none" (only when both ran). Setup is excluded from the timing; meant
+// for -benchtime 1x:
 //
 //	go test -run '^$' -bench BenchmarkPruneAll -benchtime 1x ./backup/
 func BenchmarkPruneAll(b *testing.B) {
-	const clusters = 1800
 	mi := testenv.StartMinIO(b)
+	var noneWall time.Duration // drills=none's wall time per prune
+	b.Run("drills=none", func(b *testing.B) {
+		noneWall = benchPruneAll(b, mi, false, 0)
+	})
+	b.Run("drills=newest", func(b *testing.B) {
+		benchPruneAll(b, mi, true, noneWall)
+	})
+}
+
+// benchPruneAll builds the 1,800-cluster fixture in a new bucket (with a
+// passed drill record on each cluster's newest backup when drills), runs
+// b.N prunes over it, reports them and returns the wall time per prune.
+// A non-zero baseline is drills=none's wall time: the ratio is reported.
+func benchPruneAll(b *testing.B, mi *testenv.MinIO, drills bool, baseline time.Duration) time.Duration {
+	const clusters = 1800
 	bucket := mi.NewBucket(b)
 	st := testfix.Store(b, mi, bucket)
 	l := backup.Layout{Prefix: "etcd-backups"}
 	var all []folder
+	var records []benchObject
 	for i := range clusters {
-		all = append(all, scheduledRuns(fmt.Sprintf("cluster-%04d", i), at("2100-01-13 19:00"), pruneNow)...)
+		runs := scheduledRuns(fmt.Sprintf("cluster-%04d", i), at("2100-01-13 19:00"), pruneNow)
+		all = append(all, runs...)
+		if drills {
+			newest := runs[len(runs)-1]
+			body, err := backup.MarshalDrill(drillRecord(newest.cluster, newest.name(), true, newest.at.Add(30*time.Minute)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			records = append(records, benchObject{l.Key(newest.cluster, newest.name(), backup.DrillObject), body})
+		}
 	}
 	if len(all) != clusters*8 {
 		b.Fatalf("fixture: %d backups", len(all))
@@ -47,11 +83,13 @@ func BenchmarkPruneAll(b *testing.B) {
 
 	setupStart := time.Now()
 	benchPut(b, mi, bucket, l, all)
-	b.Logf("setup: %d objects in %s", len(all)*3, time.Since(setupStart).Round(time.Millisecond))
+	benchPutObjects(b, mi, bucket, records)
+	b.Logf("setup: %d objects in %s", len(all)*3+len(records), time.Since(setupStart).Round(time.Millisecond))
 
+	wantListed := clusters*8*3 + len(records)
 	var lastReport *backup.PruneReport
 	var listed, deleted int
-	var listDur, deleteDur, wall time.Duration
+	var listDur, deleteDur, drillDur, wall time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		if i > 0 {
@@ -71,33 +109,83 @@ func BenchmarkPruneAll(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if rep.Deleted != clusters*4 || rep.Kept != clusters*4 || rep.Stats.ObjectsListed != clusters*8*3 || rep.Stats.ObjectsDeleted != clusters*4*3 {
-			b.Fatalf("prune: deleted %d kept %d listed %d objects deleted %d", rep.Deleted, rep.Kept, rep.Stats.ObjectsListed, rep.Stats.ObjectsDeleted)
+		if rep.Deleted != clusters*4 || rep.Kept != clusters*4 || rep.Stats.ObjectsListed != wantListed || rep.Stats.ObjectsDeleted != clusters*4*3 ||
+			rep.Stats.DrillsRead != len(records) {
+			b.Fatalf("prune: deleted %d kept %d listed %d objects deleted %d drill records read %d", rep.Deleted, rep.Kept, rep.Stats.ObjectsListed,
+				rep.Stats.ObjectsDeleted, rep.Stats.DrillsRead)
+		}
+		if drills {
+			// Every cluster's newest backup is kept by the drilled rule too.
+			for _, c := range rep.Clusters {
+				if len(c.Backups) == 0 || !slices.Contains(c.Backups[0].Rules, backup.RuleDrilled) {
+					b.Fatalf("prune: cluster %s: no backup kept by the drilled rule", c.ClusterID)
+				}
+			}
 		}
 		lastReport = rep
 		listed += rep.Stats.ObjectsListed
 		deleted += rep.Stats.ObjectsDeleted
 		listDur += rep.Stats.ListDuration
 		deleteDur += rep.Stats.DeleteDuration
+		drillDur += rep.Stats.DrillDuration
 		wall += rep.Stats.Duration
 	}
 	b.StopTimer()
+	perPrune := wall / time.Duration(b.N)
 	b.ReportMetric(float64(listed)/listDur.Seconds(), "list-objects/s")
 	b.ReportMetric(float64(deleted)/deleteDur.Seconds(), "delete-objects/s")
-	b.ReportMetric(wall.Seconds()/float64(b.N), "wall-s")
+	b.ReportMetric(perPrune.Seconds(), "wall-s")
+	if drills {
+		b.ReportMetric(drillDur.Seconds()/float64(b.N), "drill-read-s")
+		if baseline > 0 {
+			b.ReportMetric(perPrune.Seconds()/baseline.Seconds(), "x-none")
+		}
+	}
 	s := lastReport.Stats
-	b.Logf("checked %d manifests in %s (%.0f/s); %d exact-key upload listings", s.ManifestsRead, s.CheckDuration.Round(time.Millisecond),
-		float64(s.ManifestsRead)/s.CheckDuration.Seconds(), s.KeyUploadLists)
+	b.Logf("checked %d manifests in %s (%.0f/s); %d drill records read in %s; %d exact-key upload listings", s.ManifestsRead,
+		s.CheckDuration.Round(time.Millisecond), float64(s.ManifestsRead)/s.CheckDuration.Seconds(), s.DrillsRead,
+		s.DrillDuration.Round(time.Millisecond), s.KeyUploadLists)
 	b.Logf("prune --all: %d clusters, %d objects listed in %s (%.0f/s); %d backups / %d objects deleted in %d requests in %s (%.0f/s); total %s",
 		len(lastReport.Clusters), s.ObjectsListed, s.ListDuration.Round(time.Millisecond), float64(s.ObjectsListed)/s.ListDuration.Seconds(),
 		lastReport.Deleted, s.ObjectsDeleted, s.DeleteRequests, s.DeleteDuration.Round(time.Millisecond),
 		float64(s.ObjectsDeleted)/s.DeleteDuration.Seconds(), s.Duration.Round(time.Millisecond))
+	if drills && baseline > 0 {
+		b.Logf("with a drill record per cluster: %s per prune against %s without (x%.2f)", perPrune.Round(time.Millisecond),
+			baseline.Round(time.Millisecond), perPrune.Seconds()/baseline.Seconds())
+	}
+	return perPrune
 }
 
 // benchPut writes the folders' objects (tiny bodies) with 32 concurrent
 // PutObject requests on a plain S3 client.
 func benchPut(tb testing.TB, mi *testenv.MinIO, bucket string, l backup.Layout, folders []folder) {
 	tb.Helper()
+	var objs []benchObject
+	for _, f := range folders {
+		for _, k := range f.keys(l) {
+			body := []byte("x") // the manifest's snapshot size
+			if strings.HasSuffix(k, "/"+backup.ManifestObject) {
+				body = manifestBody(tb, f)
+			}
+			objs = append(objs, benchObject{k, body})
+		}
+	}
+	benchPutObjects(tb, mi, bucket, objs)
+}
+
+// benchObject is one object to write.
+type benchObject struct {
+	key  string
+	body []byte
+}
+
+// benchPutObjects writes the objects with 32 concurrent PutObject requests
+// on a plain S3 client.
+func benchPutObjects(tb testing.TB, mi *testenv.MinIO, bucket string, objs []benchObject) {
+	tb.Helper()
+	if len(objs) == 0 {
+		return
+	}
 	cfg := mi.AWSConfig()
 	cfg.HTTPClient = &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	sess, err := session.NewSession(cfg)
@@ -105,11 +193,7 @@ func benchPut(tb testing.TB, mi *testenv.MinIO, bucket string, l backup.Layout, 
 		tb.Fatal(err)
 	}
 	svc := s3.New(sess)
-	type obj struct {
-		key  string
-		body []byte
-	}
-	keys := make(chan obj, 256)
+	keys := make(chan benchObject, 256)
 	var failed atomic.Pointer[error]
 	var wg sync.WaitGroup
 	for range 32 {
@@ -125,14 +209,8 @@ func benchPut(tb testing.TB, mi *testenv.MinIO, bucket string, l backup.Layout, 
 			}
 		})
 	}
-	for _, f := range folders {
-		for _, k := range f.keys(l) {
-			body := []byte("x") // the manifest's snapshot size
-			if strings.HasSuffix(k, "/"+backup.ManifestObject) {
-				body = manifestBody(tb, f)
-			}
-			keys <- obj{k, body}
-		}
+	for _, o := range objs {
+		keys <- o
 	}
 	close(keys)
 	wg.Wait()

@@ -25,6 +25,7 @@ const (
 	RuleRecent          = "recent"           // among the Policy.Recent newest scheduled backups
 	RuleAnchor          = "anchor"           // the earliest backup of one of the Policy.Anchors anchor dates
 	RuleUpdateToday     = "update-today"     // an update backup taken today
+	RuleDrilled         = "drilled"          // the newest backup that checks out and whose restore drill passed
 	RuleManual          = "manual"           // committed manual backups are never deleted automatically
 	RulePreRestore      = "pre-restore"      // committed pre-restore backups are never deleted automatically
 	RuleUnknownKind     = "unknown-kind"     // a kind retention does not know is never deleted
@@ -231,6 +232,18 @@ func decideCluster(entries []Entry, idx []int, now time.Time, p Policy, decision
 		}
 	}
 
+	// drilled: the newest good entry whose drill passed (Drill.Proven()),
+	// future or not, like newest: there is always one proven restore
+	// point. A failed drill, or a record that could not be read, is no
+	// proof and counts for nothing.
+	drilled := -1
+	for _, i := range idx {
+		if e := entries[i]; e.Good() && e.Drill.Proven() {
+			drilled = i
+			break
+		}
+	}
+
 	// recent: the p.Recent newest placed scheduled backups.
 	recentRank := map[int]int{}
 	for _, i := range idx {
@@ -302,6 +315,9 @@ func decideCluster(entries []Entry, idx []int, now time.Time, p Policy, decision
 				keep(RuleUpdateToday, fmt.Sprintf("update from %s (counted as today's, %s, within the clock-skew tolerance)", date, today))
 			}
 		}
+		if i == drilled {
+			keep(RuleDrilled, "drilled (passed "+fmtDrillTime(e.Drill.At)+")")
+		}
 		// Manual and pre-restore backups are never deleted automatically; a
 		// folder without a manifest is not a backup and falls to the
 		// incomplete rule whatever its kind.
@@ -361,7 +377,7 @@ func decideCluster(entries []Entry, idx []int, now time.Time, p Policy, decision
 		if d.Keep {
 			d.Reason = strings.Join(reasons, "; ")
 		} else {
-			d.Reason = deleteReason(i, e, date, incompleteAge, p, firstOfDate, entries)
+			d.Reason = deleteReason(i, e, date, incompleteAge, p, firstOfDate, entries) + drillNote(e, drilled, entries)
 			if damaged {
 				d.Reason = fmt.Sprintf("damaged: %s; older than the newest good backup %s and last written %s ago, older than %s: cannot restore",
 					e.Damaged, entries[newest].Name, fmtAge(damagedAge, p.IncompleteAfter), fmtDuration(p.IncompleteAfter))
@@ -400,6 +416,33 @@ func deleteReason(i int, e Entry, date civilDate, incompleteAge time.Duration, p
 		return why + fmt.Sprintf(", not an anchor (%s is not among the %d most recent anchor dates)", date, p.Anchors)
 	}
 	return why + ", not an anchor"
+}
+
+// drillNote says, for a backup retention deletes, why its drill record
+// (if any) does not keep it: "" when it has none.
+func drillNote(e Entry, drilled int, entries []Entry) string {
+	s := e.Drill
+	switch {
+	case s == nil || !e.Committed:
+		return ""
+	case s.Err != "":
+		return "; drill record unreadable, no proof: " + s.Err
+	case !s.Passed:
+		return "; drill FAILED " + fmtDrillTime(s.At) + ", no proof: " + s.Failed
+	case !e.Good():
+		return "; drilled (passed " + fmtDrillTime(s.At) + "), but damaged now"
+	case drilled >= 0:
+		return "; drilled (passed " + fmtDrillTime(s.At) + "), but " + entries[drilled].Name + " is the newest drilled backup"
+	}
+	return ""
+}
+
+// fmtDrillTime prints a drill's time in UTC, to the second.
+func fmtDrillTime(t time.Time) string {
+	if t.IsZero() {
+		return "at an unknown time"
+	}
+	return t.UTC().Format(time.RFC3339)
 }
 
 // lastWritten is the latest of the backup's time and its objects' times: a

@@ -42,7 +42,40 @@ func TestRetentionSimulation(t *testing.T) {
 	for _, seed := range seeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			t.Logf("seed %d, %d days (rerun with RETENTION_SIM_SEED=%d)", seed, days, seed)
-			simulateRetention(t, seed, days)
+			simulateRetention(t, seed, days, false)
+		})
+	}
+}
+
+// TestRetentionSimulationDrills is the same 400 days with a restore drill
+// of the newest backup once a day (05:xx UTC), failing at random and in
+// bursts, some records unreadable, and the invariants of the drilled rule
+// checked after every prune: once a drill has passed, the newest proven
+// backup is kept; no proven backup newer than it was deleted; a failed or
+// unreadable drill keeps nothing by drilled; and everything
+// TestRetentionSimulation checks still holds, with one more backup
+// allowed for the drilled rule. Rerun a seed with RETENTION_SIM_SEED.
+func TestRetentionSimulationDrills(t *testing.T) {
+	days := 400
+	if s := os.Getenv("RETENTION_SIM_DAYS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			t.Fatalf("RETENTION_SIM_DAYS=%q: want a positive number of days", s)
+		}
+		days = n
+	}
+	seeds := []uint64{1, 2, 3, 20261122, uint64(time.Now().UnixNano())}
+	if s := os.Getenv("RETENTION_SIM_SEED"); s != "" {
+		seed, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("RETENTION_SIM_SEED=%q: %v", s, err)
+		}
+		seeds = []uint64{seed}
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			t.Logf("seed %d, %d days with daily drills (rerun with RETENTION_SIM_SEED=%d)", seed, days, seed)
+			simulateRetention(t, seed, days, true)
 		})
 	}
 }
@@ -52,6 +85,8 @@ type simEvent struct {
 	kind Kind
 	// cronDown: the scheduled run fails (an outage of the CronJob).
 	cronDown bool
+	// drill: a restore drill of the newest committed backup.
+	drill bool
 }
 
 type simStats struct {
@@ -59,9 +94,11 @@ type simStats struct {
 	damaged, damagedKeptNewer, damagedDeleted                     int
 	midnightUpdates                                               int // prunes where the newest is an update of the previous day
 	anchorOnUpdate, anchorAfterFailure                            int
+	drills, drillsPassed, drillsFailed, drillsUnreadable          int
+	keptByDrilledOnly, maxProvenAge                               int // checks where only drilled kept it; the oldest proven kept, in hours
 }
 
-func simulateRetention(t *testing.T, seed uint64, days int) {
+func simulateRetention(t *testing.T, seed uint64, days int, drills bool) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	policy := DefaultPolicy()
 	const (
@@ -92,6 +129,10 @@ func simulateRetention(t *testing.T, seed uint64, days int) {
 	var incompletes []incompleteRec
 	var st simStats
 	clock := day0
+	// drillOf is the current drill record of every backup ever drilled:
+	// the ground truth of the drilled rule.
+	drillOf := map[string]*DrillSummary{}
+	lastDrillFailed := false
 
 	for dayN := range days {
 		day := day0.AddDate(0, 0, dayN)
@@ -117,9 +158,60 @@ func simulateRetention(t *testing.T, seed uint64, days int) {
 			at := day.Add(time.Duration(rng.Int64N(int64(24 * time.Hour))).Truncate(time.Millisecond))
 			events = append(events, simEvent{at: at, kind: KindPreRestore})
 		}
+		if drills && rng.Float64() >= 0.03 { // the drill job itself is sometimes down
+			at := day.Add(5*time.Hour + time.Duration(rng.IntN(3600_000))*time.Millisecond)
+			events = append(events, simEvent{at: at, drill: true})
+		}
 		slices.SortFunc(events, func(a, b simEvent) int { return a.at.Compare(b.at) })
 
 		for _, ev := range events {
+			if ev.drill {
+				clock = maxTime(clock, ev.at)
+				// Drill the newest committed backup in the bucket.
+				var newest Entry
+				for _, e := range bucket {
+					if e.Committed && compareEntries(e, newest) > 0 {
+						newest = e
+					}
+				}
+				if newest.Name == "" {
+					continue
+				}
+				st.drills++
+				at := clock.Add(time.Duration(2+rng.IntN(20)) * time.Minute)
+				failRate := 0.3
+				if lastDrillFailed {
+					failRate = 0.7 // failures come in bursts: a broken image, a bad etcd
+				}
+				var s *DrillSummary
+				switch r := rng.Float64(); {
+				case newest.Damaged != "":
+					s = &DrillSummary{At: at, Failed: "verify: " + newest.Damaged, Mode: CompareSelf}
+				case r < 0.05:
+					// A record that cannot be read, whatever it said.
+					s = &DrillSummary{Passed: rng.IntN(2) == 0, At: at, Err: "drill record: unexpected end of JSON input"}
+				case r < 0.05+failRate:
+					s = &DrillSummary{At: at, Failed: "hashkv: restored keyspace differs from the source", Mode: CompareSource}
+				default:
+					s = &DrillSummary{Passed: true, At: at, Mode: CompareSource}
+				}
+				switch {
+				case s.Err != "":
+					st.drillsUnreadable++
+				case s.Passed:
+					st.drillsPassed++
+				default:
+					st.drillsFailed++
+				}
+				lastDrillFailed = !s.Proven()
+				newest.Drill = s
+				if !newest.HasDrill() {
+					newest.Objects = append(slices.Clone(newest.Objects), ObjectInfo{Key: "c1/" + newest.Name + "/" + DrillObject, Size: 900, LastModified: at})
+				}
+				bucket[newest.Name] = newest
+				drillOf[newest.Name] = s
+				continue
+			}
 			name := BackupName(ev.at, ev.kind)
 			if _, dup := bucket[name]; dup {
 				continue // same millisecond and kind: cannot happen in practice
@@ -173,6 +265,9 @@ func simulateRetention(t *testing.T, seed uint64, days int) {
 			plan := ApplyPolicy(in, now, policy)
 			st.prunes++
 			checkPlan(t, in, plan)
+			if err := guardPlan(plan); err != nil {
+				t.Fatalf("prune at %s (seed %d): %v", now.Format(time.RFC3339), seed, err)
+			}
 			for _, d := range plan.Deleted() {
 				delete(bucket, d.Entry.Name)
 				st.deleted++
@@ -234,6 +329,22 @@ func simulateRetention(t *testing.T, seed uint64, days int) {
 					todayUpdates++
 				}
 			}
+			// The newest good backup ever taken whose current drill record
+			// passed: once one exists, it must be kept.
+			var proven Entry
+			for _, b := range taken {
+				if drillOf[b.Name].Proven() && b.Time.After(proven.Time) {
+					proven = b
+				}
+			}
+			extraDrilled := false
+			if proven.Name != "" {
+				if _, other := want[proven.Name]; !other && proven.Kind != KindManual && proven.Kind != KindPreRestore {
+					extraDrilled = true
+					st.keptByDrilledOnly++
+				}
+				want[proven.Name] = "drilled"
+			}
 
 			fail := func(format string, args ...any) {
 				t.Helper()
@@ -242,6 +353,43 @@ func simulateRetention(t *testing.T, seed uint64, days int) {
 					t.Logf("  keep=%-5v %s: %s", d.Keep, d.Entry.Name, d.Reason)
 				}
 				t.FailNow()
+			}
+
+			// The drilled rule: once any drill has passed, the newest proven
+			// backup is kept; no proven backup newer than it was deleted;
+			// only a proven good backup is kept by drilled, and only one.
+			if proven.Name != "" {
+				if _, ok := bucket[proven.Name]; !ok {
+					fail("the newest proven backup %s (drill passed %s) was deleted", proven.Name, drillOf[proven.Name].At.Format(time.RFC3339))
+				}
+				st.maxProvenAge = max(st.maxProvenAge, int(now.Sub(proven.Time)/time.Hour))
+			}
+			var keptProven Entry // the newest proven backup still stored
+			for _, e := range bucket {
+				if e.Good() && e.Drill.Proven() && e.Time.After(keptProven.Time) {
+					keptProven = e
+				}
+			}
+			for _, b := range taken {
+				if _, present := bucket[b.Name]; !present && drillOf[b.Name].Proven() && b.Time.After(keptProven.Time) {
+					fail("proven backup %s, newer than the newest proven one kept (%q), was deleted", b.Name, keptProven.Name)
+				}
+			}
+			byDrilled := 0
+			for _, d := range plan.Decisions {
+				if !slices.Contains(d.Rules, RuleDrilled) {
+					continue
+				}
+				byDrilled++
+				if !d.Entry.Good() || !d.Entry.Drill.Proven() {
+					fail("%s is kept by drilled without proof (drill %+v, damaged %q)", d.Entry.Name, d.Entry.Drill, d.Entry.Damaged)
+				}
+				if d.Entry.Name != proven.Name {
+					fail("%s is kept by drilled, but the newest proven backup is %q", d.Entry.Name, proven.Name)
+				}
+			}
+			if want := min(1, len(proven.Name)); byDrilled != want {
+				fail("%d backups kept by drilled, want %d", byDrilled, want)
 			}
 
 			// Everything that must be kept is there.
@@ -261,7 +409,7 @@ func simulateRetention(t *testing.T, seed uint64, days int) {
 					continue
 				}
 				for _, r := range d.Rules {
-					if r == RuleNewest || r == RuleRecent || r == RuleAnchor || r == RuleUpdateToday {
+					if r == RuleNewest || r == RuleRecent || r == RuleAnchor || r == RuleUpdateToday || r == RuleDrilled {
 						fail("damaged %s (%s) is kept by rule %s", d.Entry.Name, d.Entry.Damaged, r)
 					}
 				}
@@ -269,7 +417,14 @@ func simulateRetention(t *testing.T, seed uint64, days int) {
 			for _, b := range damagedAll {
 				_, present := bucket[b.Name]
 				newer := newest.Name == "" || b.Time.After(newest.Time)
-				young := now.Sub(b.Objects[0].LastModified) <= maxAge
+				// Its last write: the backup's, or a drill record's since.
+				last := b.Objects[0].LastModified
+				if cur, ok := bucket[b.Name]; ok {
+					for _, o := range cur.Objects {
+						last = maxTime(last, o.LastModified)
+					}
+				}
+				young := now.Sub(last) <= maxAge
 				keep := newer || young || b.Kind == KindManual || b.Kind == KindPreRestore
 				if present != keep {
 					fail("damaged %s (%s): present %v, want %v (newer than the newest good %v, young %v)", b.Name, b.Damaged, present, keep, newer, young)
@@ -303,6 +458,9 @@ func simulateRetention(t *testing.T, seed uint64, days int) {
 				}
 			}
 			limit := 5 + todayUpdates
+			if extraDrilled {
+				limit++ // the drilled rule keeps one more than the carrier's count
+			}
 			if newest.Kind == KindUpdate && !dateOfT(newest.Time).Equal(today) {
 				// An update run that finished after midnight: the newest rule
 				// keeps yesterday's update on top of the carrier's count.
@@ -338,6 +496,14 @@ func simulateRetention(t *testing.T, seed uint64, days int) {
 	}
 	if days >= 100 && (st.damaged == 0 || st.damagedDeleted == 0 || st.damagedKeptNewer == 0) {
 		t.Errorf("the damage paths were not exercised: %d damaged, %d deleted, %d kept as newer than the newest good", st.damaged, st.damagedDeleted, st.damagedKeptNewer)
+	}
+	if drills {
+		if days >= 100 && (st.drillsPassed == 0 || st.drillsFailed == 0 || st.drillsUnreadable == 0 || st.keptByDrilledOnly == 0) {
+			t.Errorf("the drill paths were not exercised: %d passed, %d failed, %d unreadable, kept by drilled alone in %d checks",
+				st.drillsPassed, st.drillsFailed, st.drillsUnreadable, st.keptByDrilledOnly)
+		}
+		t.Logf("%d drills: %d passed, %d failed, %d unreadable; the newest proven backup was kept by drilled alone in %d checks, "+
+			"the oldest one kept was %dh old", st.drills, st.drillsPassed, st.drillsFailed, st.drillsUnreadable, st.keptByDrilledOnly, st.maxProvenAge)
 	}
 	t.Logf("%d damaged backups (%d deleted as damaged; kept as newer than the newest good in %d checks)", st.damaged, st.damagedDeleted, st.damagedKeptNewer)
 	t.Logf("%d prunes, %d backups deleted, %d failed runs (%d left incomplete folders), %d updates, %d manual/pre-restore; "+

@@ -148,13 +148,60 @@ func TestShippedPods(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The shipped run drills a share of the clusters (--drill-share N,
+		// by the run's slot); this run drills them all (share 1), the big
+		// one included, within the same pod and limits.
+		share := slices.Index(spec.Args, "--drill-share")
+		if !slices.Contains(spec.Args, "--drill") || share < 0 || share+1 >= len(spec.Args) {
+			t.Fatalf("the CronJob does not run backup --drill --drill-share N: %q", spec.Args)
+		}
+		shipped := spec.Args[share+1]
+		spec.Args[share+1] = "1"
+		// The drill's scratch: TMPDIR on a disk emptyDir with room for the
+		// largest database etcd's quota allows (8 GiB), twice, and the WAL.
+		tmpdir, _ := spec.EnvValue("TMPDIR")
+		scratch := spec.Mount(tmpdir)
+		if tmpdir == "" || scratch == nil || scratch.Kind != podrun.MountEmptyDirDisk || scratch.SizeLimit < 2*(8<<30)+(64<<20) {
+			t.Fatalf("the CronJob's drills need TMPDIR on a disk emptyDir of at least 2 x 8 GiB + 64 MiB: TMPDIR %q, mount %+v", tmpdir, scratch)
+		}
 		res, u, err := runner.Run(ctx, spec)
 		logPod(t, "CronJob", spec, res, u)
-		report["CronJob backup --all (3 clusters, "+gib(bigSize)+" database)"] = u.String()
+		report["CronJob backup --all --drill (3 clusters drilled, share "+shipped+" shipped; "+gib(bigSize)+" database)"] = u.String()
 		if err != nil {
 			t.Fatal(err)
 		}
 		checkPod(t, "CronJob", spec, res, u)
+		if u.EmptyDirPeak[tmpdir] < bigDBBytes {
+			t.Errorf("the big cluster's drill did not run in the scratch volume (%s): peak %d bytes there", tmpdir, u.EmptyDirPeak[tmpdir])
+		}
+		// Each cluster's new backup is proven: drill.json next to it,
+		// passed, and the restored keyspace equal to the source's.
+		for _, c := range []string{bigCluster, smallCluster, tinyCluster} {
+			man := newest(t, ctx, st, layout, c, backup.KindScheduled, start)
+			rec, err := backup.LoadDrill(ctx, st, layout, c, man.Name)
+			if err != nil || rec == nil {
+				t.Errorf("%s: no drill record for %s: %v", c, man.Name, err)
+				continue
+			}
+			cmp := rec.Comparison
+			if !rec.Passed || cmp.Mode != backup.CompareSource || cmp.Equal == nil || !*cmp.Equal {
+				t.Errorf("%s: drill of %s: passed %v (%s), comparison %+v", c, man.Name, rec.Passed, rec.Failed, cmp)
+			}
+			took := rec.FinishedAt.Sub(rec.StartedAt)
+			var steps []string
+			for _, s := range rec.Steps {
+				steps = append(steps, fmt.Sprintf("%s %v", s.Name, s.Duration.Round(time.Millisecond)))
+			}
+			t.Logf("DRILL %s: %s of %s database in %v (%.1f s/GiB), etcd %s, comparison %s: %s", c, man.Name, gib(rec.DBSize), took.Round(time.Millisecond),
+				took.Seconds()/(float64(max(rec.DBSize, 1))/(1<<30)), rec.EtcdVersion, cmp.Mode, strings.Join(steps, ", "))
+			if c == bigCluster {
+				report["CronJob drill of the "+gib(bigSize)+" database"] = fmt.Sprintf("%v (%.1f s/GiB); scratch peak %s of %s",
+					took.Round(time.Second), took.Seconds()/(float64(rec.DBSize)/(1<<30)), gib(u.EmptyDirPeak[tmpdir]), gib(scratch.SizeLimit))
+			}
+		}
+		if rss := u.ProcPeakAnon["etcd-3.5"]; rss == 0 {
+			t.Errorf("no etcd-3.5 seen in the CronJob pod: the drills ran no etcd there (%s)", u)
+		}
 		for _, c := range []string{bigCluster, smallCluster, tinyCluster} {
 			man := newest(t, ctx, st, layout, c, backup.KindScheduled, start)
 			if c == bigCluster && man.Snapshot.RawSize < bigDBBytes {

@@ -99,6 +99,11 @@ func TestImageConfig(t *testing.T) {
 	if want := testenv.ServerVersion(t, "ETCD35_VERSION"); c.Labels["io.etcd.version"] != want {
 		t.Errorf("image label io.etcd.version %q, want %s (scripts/test-servers.env)", c.Labels["io.etcd.version"], want)
 	}
+	for label, key := range map[string]string{labelDrill35: "ETCD35_VERSION", labelDrill36: "ETCD36_VERSION"} {
+		if want := testenv.ServerVersion(t, key); c.Labels[label] != want {
+			t.Errorf("image label %s %q, want %s (scripts/test-servers.env %s)", label, c.Labels[label], want, key)
+		}
+	}
 	if d, err := os.ReadFile(filepath.Join(testenv.RepoRoot(t), testenv.ImageLocalDigestFile)); err != nil || strings.TrimSpace(string(d)) != c.Digest {
 		t.Errorf("%s = %q (%v), podman says %s", testenv.ImageLocalDigestFile, d, err, c.Digest)
 	}
@@ -372,7 +377,7 @@ func TestImageLayer(t *testing.T) {
 	}
 
 	// What the pods and the runbooks call, resolved as the kernel would.
-	for _, bin := range []string{entrypoint, "/usr/local/bin/etcdctl", "/usr/local/bin/etcdutl", "/bin/busybox"} {
+	for _, bin := range []string{entrypoint, "/usr/local/bin/etcdctl", "/usr/local/bin/etcdutl", "/bin/busybox", drillEtcd35, drillEtcd36} {
 		e := entries[bin]
 		if e.hdr == nil || e.hdr.Typeflag != tar.TypeReg || e.hdr.Mode&0o111 != 0o111 {
 			t.Errorf("%s: not an executable file in the image", bin)

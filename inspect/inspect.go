@@ -38,6 +38,9 @@ type Options struct {
 	Location string
 	// MaxBackupAge: an older newest backup is flagged stale. Default 9h.
 	MaxBackupAge time.Duration
+	// MaxDrillAge: the newest backup proven restorable by a drill is
+	// flagged when older. Default 26h.
+	MaxDrillAge time.Duration
 
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
@@ -53,6 +56,9 @@ func (o Options) Validate() error {
 	}
 	if o.MaxBackupAge < 0 {
 		return fmt.Errorf("max backup age %v: must be positive", o.MaxBackupAge)
+	}
+	if o.MaxDrillAge < 0 {
+		return fmt.Errorf("max drill age %v: must be positive", o.MaxDrillAge)
 	}
 	if o.Thresholds.QuotaBytes < 0 {
 		return fmt.Errorf("quota %d: must be positive", o.Thresholds.QuotaBytes)
@@ -74,6 +80,9 @@ func (o *Options) defaults() {
 	}
 	if o.MaxBackupAge == 0 {
 		o.MaxBackupAge = DefaultMaxBackupAge
+	}
+	if o.MaxDrillAge == 0 {
+		o.MaxDrillAge = DefaultMaxDrillAge
 	}
 	o.Thresholds = o.Thresholds.withDefaults()
 	if o.Now == nil {
@@ -340,7 +349,8 @@ func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", ";
 // checkBackup finds the newest backup that checks out (its manifest parses
 // and every object it names is stored with the recorded size, the same check
 // retention uses) and its age. Damaged backups newer than it are listed in
-// Unreadable. A store failure is reported in the status, never returned.
+// Unreadable. It then reads the drill records (checkDrills). A store
+// failure is reported in the status, never returned.
 func checkBackup(ctx context.Context, opts Options) *BackupStatus {
 	bs := &BackupStatus{ClusterID: opts.ClusterID, Location: opts.Location, MaxAge: opts.MaxBackupAge}
 	entries, err := backup.Inventory(ctx, opts.Store, opts.Layout, opts.ClusterID)
@@ -349,11 +359,14 @@ func checkBackup(ctx context.Context, opts Options) *BackupStatus {
 		return bs
 	}
 	const maxUnreadable = 3
+	checked := make([]bool, len(entries))
+newest:
 	for i := range entries {
 		if !entries[i].Committed {
 			continue
 		}
 		ms, _, err := backup.CheckEntries(ctx, opts.Store, opts.Layout, entries[i:i+1], 1)
+		checked[i] = true
 		e := entries[i]
 		switch {
 		case err != nil:
@@ -362,14 +375,69 @@ func checkBackup(ctx context.Context, opts Options) *BackupStatus {
 		case e.Damaged != "":
 			bs.Unreadable = append(bs.Unreadable, e.Name+" (damaged: "+e.Damaged+")")
 			if len(bs.Unreadable) >= maxUnreadable {
-				return bs
+				break newest
 			}
 			continue
 		}
 		m := ms[0]
 		bs.Newest = &BackupInfo{Name: e.Name, Kind: string(e.Kind), Time: e.Time, Revision: m.Revision(), Source: m.Source.Name}
 		bs.Age = opts.Now().Sub(e.Time)
-		return bs
+		break
 	}
+	bs.Drill = checkDrills(ctx, opts, entries, checked)
 	return bs
+}
+
+// checkDrills reads the drill records of the committed backups (drill.json,
+// next to the manifest; the listing says which have one) and finds the
+// newest drill of any backup, by when it finished, and the newest backup
+// that checks out whose drill passed (backup.DrillSummary.Proven): the
+// newest proven restore point. checked says which entries CheckEntries
+// has already judged. A store failure is reported in the status.
+func checkDrills(ctx context.Context, opts Options, entries []backup.Entry, checked []bool) *DrillStatus {
+	ds := &DrillStatus{MaxAge: opts.MaxDrillAge}
+	if err := backup.LoadDrills(ctx, opts.Store, opts.Layout, entries, 0); err != nil {
+		ds.Error = oneLine(err)
+		return ds
+	}
+	now := opts.Now()
+	for _, e := range entries {
+		d := e.Drill
+		switch {
+		case d == nil:
+			continue
+		case d.Err != "":
+			ds.Unreadable = append(ds.Unreadable, e.Name+" ("+d.Err+")")
+			continue
+		case ds.Last != nil && !d.At.After(ds.Last.At):
+			continue
+		}
+		ds.Last = &DrillInfo{Backup: e.Name, Result: DrillPassed, At: d.At, Failed: d.Failed, Mode: d.Mode, Age: now.Sub(d.At)}
+		if !d.Passed {
+			ds.Last.Result = DrillFailedResult
+			if ds.Last.Failed == "" {
+				ds.Last.Failed = "an unnamed check"
+			}
+		}
+	}
+	for i := range entries {
+		e := &entries[i]
+		if !e.Committed || !e.Drill.Proven() {
+			continue
+		}
+		if !checked[i] {
+			if _, _, err := backup.CheckEntries(ctx, opts.Store, opts.Layout, entries[i:i+1], 1); err != nil {
+				ds.Error = oneLine(err)
+				return ds
+			}
+			checked[i] = true
+		}
+		if e.Damaged != "" {
+			continue // a drill proves nothing about a backup that no longer checks out
+		}
+		ds.Proven = &ProvenBackup{Name: e.Name, Kind: string(e.Kind), Time: e.Time, DrilledAt: e.Drill.At, Mode: e.Drill.Mode}
+		ds.Age = now.Sub(e.Time)
+		break
+	}
+	return ds
 }

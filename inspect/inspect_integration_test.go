@@ -398,7 +398,9 @@ func TestInspectBackupFreshness(t *testing.T) {
 		if b == nil || b.State != inspect.BackupOK || b.Newest == nil || b.Newest.Name != res.Manifest.Name || b.Newest.Revision != res.Manifest.RevisionBefore {
 			t.Fatalf("backup %+v, want %s", b, res.Manifest.Name)
 		}
-		if b.Age > time.Minute || len(rep.Flags) != 0 || rep.NextStep.Action != "none" || rep.Verdict != inspect.VerdictHealthy {
+		// Fresh, never drilled: the only warning is the drill's (TestInspectDrill).
+		if b.Age > time.Minute || len(rep.Flags) != 1 || !hasFlag(rep, inspect.FlagDrillMissing, "never drilled") ||
+			rep.NextStep.Runbooks[0] != inspect.RunbookDrill || rep.Verdict != inspect.VerdictHealthy {
 			t.Errorf("age %v flags %+v next %+v", b.Age, rep.Flags, rep.NextStep)
 		}
 	})

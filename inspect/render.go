@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/armada/etcd-recovery/internal/output"
 )
@@ -83,6 +84,9 @@ func (r *Report) Lines() []string {
 		out = append(out, "WARNING: "+w)
 	}
 	out = append(out, "BACKUP: "+r.backupLine())
+	if l := r.drillLine(); l != "" {
+		out = append(out, "DRILL: "+l)
+	}
 	ns := "NEXT STEP: " + r.NextStep.Action
 	if len(r.NextStep.Runbooks) > 0 {
 		ns += " (see " + strings.Join(r.NextStep.Runbooks, ", then ") + ")"
@@ -111,6 +115,51 @@ func (r *Report) backupLine() string {
 		return l + "STALE (max " + b.MaxAgeText + ")"
 	}
 	return l + "OK (max " + b.MaxAgeText + ")"
+}
+
+// drillLine is the restore-drill proof: the newest backup proven
+// restorable and its age, and the newest drill's result. Empty when the
+// drills were not checked (no store, or the store failed: the backup line
+// says so).
+func (r *Report) drillLine() string {
+	if r.Backup == nil || r.Backup.Drill == nil {
+		return ""
+	}
+	d := r.Backup.Drill
+	if d.State == DrillUnknown {
+		return "UNKNOWN: the drill records could not be read: " + d.Error
+	}
+	var l string
+	switch {
+	case d.Proven == nil:
+		l = "NEVER: no backup of cluster " + r.Backup.ClusterID + " is proven restorable"
+	default:
+		p := d.Proven
+		l = fmt.Sprintf("newest proven restorable %s (%s, drilled %s", p.Name, p.Kind, p.DrilledAt.UTC().Format(time.RFC3339))
+		if p.Mode != "" {
+			l += ", " + p.Mode
+		}
+		l += ") is " + d.AgeText + " old: "
+		if d.MaxAge > 0 && d.Age > d.MaxAge {
+			l += "OLD"
+		} else {
+			l += "OK"
+		}
+		l += " (max " + d.MaxAgeText + ")"
+	}
+	switch last := d.Last; {
+	case last == nil:
+	case last.Result == DrillPassed:
+		if d.Proven == nil || last.Backup != d.Proven.Name {
+			l += fmt.Sprintf("; newest drill passed (%s, %s ago)", last.Backup, last.AgeText)
+		}
+	default:
+		l += fmt.Sprintf("; newest drill FAILED (%s, %s ago): %s", last.Backup, last.AgeText, last.Failed)
+	}
+	if len(d.Unreadable) > 0 {
+		l += "; unreadable drill records (no proof): " + strings.Join(d.Unreadable, ", ")
+	}
+	return l
 }
 
 // Render writes the report as the members table followed by its lines, or

@@ -14,10 +14,11 @@ const (
 	RunbookUnreachable      = "runbooks/unreachable.md#find-why-no-member-answers"
 	RunbookNoSpace          = "runbooks/nospace.md#reclaim-space"
 	RunbookMissedBackup     = "runbooks/backup.md#missed-backup"
+	RunbookDrill            = "runbooks/backup.md#failed-or-missing-restore-drill"
 )
 
 // Runbooks lists every runbook reference above (for docs and tests).
 var Runbooks = []string{
 	RunbookReplaceMember, RunbookRestore, RunbookSurvivorSnapshot,
-	RunbookUnreachable, RunbookNoSpace, RunbookMissedBackup,
+	RunbookUnreachable, RunbookNoSpace, RunbookMissedBackup, RunbookDrill,
 }

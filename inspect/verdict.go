@@ -162,6 +162,11 @@ const (
 	DefaultQuotaRatio   = 0.8
 	DefaultTimeout      = 3 * time.Second
 	DefaultMaxBackupAge = 9 * time.Hour // one missed 8-hourly run
+	// DefaultMaxDrillAge: the CronJob drills each cluster's newest backup
+	// at least once a day, right after taking it (backup --drill), so the
+	// newest proven backup is at most about 24h old; 2h of slack for a
+	// late or slow run.
+	DefaultMaxDrillAge = 26 * time.Hour
 )
 
 func (t Thresholds) withDefaults() Thresholds {
@@ -192,6 +197,10 @@ const (
 	FlagBackupStale      FlagKind = "backup-stale"      // newest backup older than the maximum age
 	FlagBackupUnknown    FlagKind = "backup-unknown"    // the object store could not be read
 	FlagBackupUnreadable FlagKind = "backup-unreadable" // newer backups that are damaged (manifest or objects)
+	FlagDrillFailed      FlagKind = "drill-failed"      // the newest restore drill (of any backup) failed
+	FlagDrillMissing     FlagKind = "drill-missing"     // no good backup was ever proven restorable by a drill
+	FlagDrillStale       FlagKind = "drill-stale"       // the newest proven-restorable backup is older than the maximum drill age
+	FlagDrillUnknown     FlagKind = "drill-unknown"     // the drill records could not be read
 )
 
 // Severity of a flag.
@@ -247,6 +256,80 @@ type BackupStatus struct {
 	// Unreadable lists newer committed backups that do not check out (their
 	// manifest is unreadable, or an object it names is missing or of another
 	// size); they were skipped.
+	Unreadable []string `json:"unreadable,omitempty"`
+	Error      string   `json:"error,omitempty"` // the store failed
+	// Drill is the restore-drill proof of the cluster's backups; nil when
+	// it was not checked.
+	Drill *DrillStatus `json:"drill,omitempty"`
+}
+
+// DrillState is the restore-drill answer: is a recent backup proven to
+// restore, and did the newest drill pass?
+type DrillState string
+
+const (
+	// DrillOK: the newest proven-restorable backup is at most MaxAge old
+	// and the newest drill passed.
+	DrillOK DrillState = "ok"
+	// DrillOld: the newest proven-restorable backup is older than MaxAge.
+	DrillOld DrillState = "old"
+	// DrillNever: no backup that checks out was ever proven restorable.
+	DrillNever DrillState = "never"
+	// DrillFailed: the newest drill (of any backup) failed. It outranks
+	// old and never (both may hold as well: see Proven).
+	DrillFailed DrillState = "failed"
+	// DrillUnknown: the drill records could not be read.
+	DrillUnknown DrillState = "unknown"
+)
+
+// ProvenBackup is the newest backup that checks out and whose drill passed
+// (backup.DrillSummary.Proven).
+type ProvenBackup struct {
+	Name string    `json:"name"`
+	Kind string    `json:"kind"`
+	Time time.Time `json:"time"` // when the backup was taken
+	// DrilledAt is when its drill finished; Mode the comparison it made
+	// (backup.CompareSource or backup.CompareSelf).
+	DrilledAt time.Time `json:"drilledAt"`
+	Mode      string    `json:"mode,omitempty"`
+}
+
+// DrillInfo is the newest drill of any backup of the cluster.
+type DrillInfo struct {
+	Backup string    `json:"backup"`
+	Result string    `json:"result"` // DrillPassed or DrillFailedResult
+	At     time.Time `json:"at"`     // when it finished
+	// Failed is the failing check ("<check>: <detail>"), when it failed.
+	Failed string `json:"failed,omitempty"`
+	Mode   string `json:"mode,omitempty"`
+	// Age is how long ago it finished.
+	Age        time.Duration `json:"-"`
+	AgeText    string        `json:"age,omitempty"`
+	AgeSeconds int64         `json:"ageSeconds,omitempty"`
+}
+
+// Results of a drill (DrillInfo.Result).
+const (
+	DrillPassed       = "passed"
+	DrillFailedResult = "failed"
+)
+
+// DrillStatus is the restore-drill proof of one cluster's backups.
+type DrillStatus struct {
+	// State is set by Verdict from the fields below.
+	State DrillState `json:"state"`
+	// Proven is the newest backup proven restorable; Age is its age (since
+	// the backup was taken, as the backup freshness).
+	Proven     *ProvenBackup `json:"proven,omitempty"`
+	Age        time.Duration `json:"-"`
+	AgeText    string        `json:"age,omitempty"`
+	AgeSeconds int64         `json:"ageSeconds,omitempty"`
+	MaxAge     time.Duration `json:"-"`
+	MaxAgeText string        `json:"maxAge"`
+	// Last is the newest drill of any backup (by when it finished).
+	Last *DrillInfo `json:"last,omitempty"`
+	// Unreadable lists drill records that do not parse (they prove
+	// nothing).
 	Unreadable []string `json:"unreadable,omitempty"`
 	Error      string   `json:"error,omitempty"` // the store failed
 }
@@ -611,6 +694,19 @@ func Verdict(members []MemberHealth, backup *BackupStatus, th Thresholds) Assess
 			add(Flag{Kind: FlagBackupUnreadable, Severity: SeverityWarning, Runbook: RunbookMissedBackup,
 				Message: "newer backups that do not check out (damaged: they would not restore) were skipped: " + strings.Join(b.Unreadable, ", ")})
 		}
+		if b.Drill != nil && b.Error == "" {
+			d := *b.Drill
+			if d.Last != nil {
+				l := *d.Last
+				d.Last = &l
+			}
+			b.Drill = &d
+			for _, f := range judgeDrill(&d, b.Newest != nil, loc) {
+				add(f)
+			}
+		} else {
+			b.Drill = nil // the store failed: the backup line says so
+		}
 	}
 
 	a.NextStep = nextStep(a, noSpace, corrupt, alarmMembers, len(splitBrain) > 0)
@@ -662,12 +758,81 @@ func nextStep(a Assessment, noSpace, corrupt bool, alarmMembers map[string][]str
 		return NextStep{Action: "backup " + string(b.State) + ": take a backup now (etcd-recovery backup --kind manual) and find why the scheduled backup did not run",
 			Runbooks: []string{RunbookMissedBackup}}
 	}
+	if b := a.Backup; b != nil && b.Drill != nil {
+		if ns, ok := drillNextStep(b.ClusterID, b.Drill); ok {
+			return ns
+		}
+	}
 	for _, f := range a.Flags {
 		if f.Kind == FlagNearQuota {
 			return NextStep{Action: "DB near its quota: compact and defragment before writes fail", Runbooks: []string{RunbookNoSpace}}
 		}
 	}
 	return NextStep{Action: "none"}
+}
+
+// judgeDrill sets d's state and texts and returns its flags. haveBackup:
+// the cluster has a backup that checks out (without one, "no backup" is
+// the only warning worth reading).
+func judgeDrill(d *DrillStatus, haveBackup bool, loc string) []Flag {
+	d.MaxAgeText = d.MaxAge.String()
+	if d.Error != "" {
+		d.State = DrillUnknown
+		return []Flag{{Kind: FlagDrillUnknown, Severity: SeverityWarning,
+			Message: "restore-drill proof unknown: the drill records could not be read: " + d.Error}}
+	}
+	if d.Proven != nil {
+		d.AgeText, d.AgeSeconds = output.Age(d.Age), int64(d.Age.Seconds())
+	}
+	if l := d.Last; l != nil {
+		l.AgeText, l.AgeSeconds = output.Age(l.Age), int64(l.Age.Seconds())
+	}
+	failed := d.Last != nil && d.Last.Result != DrillPassed
+	old := d.Proven != nil && d.MaxAge > 0 && d.Age > d.MaxAge
+	switch {
+	case failed:
+		d.State = DrillFailed
+	case d.Proven == nil:
+		d.State = DrillNever
+	case old:
+		d.State = DrillOld
+	default:
+		d.State = DrillOK
+	}
+	var flags []Flag
+	if failed {
+		l := d.Last
+		flags = append(flags, Flag{Kind: FlagDrillFailed, Severity: SeverityWarning, Runbook: RunbookDrill,
+			Message: fmt.Sprintf("restore drill failed: the newest drill, of backup %s (%s ago), failed at %s; treat that backup as bad",
+				l.Backup, l.AgeText, l.Failed)})
+	}
+	switch {
+	case d.Proven == nil && haveBackup:
+		flags = append(flags, Flag{Kind: FlagDrillMissing, Severity: SeverityWarning, Runbook: RunbookDrill,
+			Message: "never drilled: no backup of " + loc + " is proven restorable (no drill of a backup that checks out passed)"})
+	case old:
+		flags = append(flags, Flag{Kind: FlagDrillStale, Severity: SeverityWarning, Runbook: RunbookDrill,
+			Message: fmt.Sprintf("restore drill old: the newest backup proven restorable, %s, is %s old (more than %s: drills are not running, or not passing)",
+				d.Proven.Name, d.AgeText, d.MaxAge)})
+	}
+	return flags
+}
+
+// drillNextStep is the next step a failed, missing or old drill asks for.
+func drillNextStep(clusterID string, d *DrillStatus) (NextStep, bool) {
+	rb := []string{RunbookDrill}
+	switch d.State {
+	case DrillFailed:
+		return NextStep{Action: fmt.Sprintf("restore drill failed: backup %s failed its drill at %s; treat it as bad: take a manual backup and drill it now (etcd-recovery backup --cluster-id %s --kind manual --drill)",
+			d.Last.Backup, d.Last.Failed, clusterID), Runbooks: rb}, true
+	case DrillNever:
+		return NextStep{Action: fmt.Sprintf("never drilled: no backup is proven restorable; drill the newest backup now (etcd-recovery drill --cluster-id %s)", clusterID),
+			Runbooks: rb}, true
+	case DrillOld:
+		return NextStep{Action: fmt.Sprintf("restore drill old: drill the newest backup now (etcd-recovery drill --cluster-id %s) and find why the scheduled drills did not run or pass", clusterID),
+			Runbooks: rb}, true
+	}
+	return NextStep{}, false
 }
 
 // survivor is the member to take a survivor snapshot from: an answering

@@ -327,7 +327,11 @@ func syncFreelist(path string) (free int, err error) {
 // and watchers that were behind are told to start over. The latest
 // revision is the last key of the "key" bucket (revisions sort as bytes),
 // found without reading the rest. It returns the new latest revision.
-func bumpRevision(path string, amount uint64) (int64, error) {
+//
+// Without mark (a drill, which compacts through the API after hashing the
+// snapshot's revision), only the empty key is added, as etcdutl's
+// --bump-revision alone does.
+func bumpRevision(path string, amount uint64, mark bool) (int64, error) {
 	opts := restoreBoltOptions
 	opts.Timeout = 10 * time.Second
 	// A staging copy, as in syncFreelist: no fdatasync at commit, and none
@@ -357,6 +361,9 @@ func bumpRevision(path string, amount uint64) (int64, error) {
 		if err := kb.Put(rev, []byte{}); err != nil {
 			return err
 		}
+		if !mark {
+			return nil
+		}
 		mb, err := tx.CreateBucketIfNotExists(metaBucket)
 		if err != nil {
 			return err
@@ -381,13 +388,13 @@ func prepareSnapshot(path string, bump uint64, markCompacted bool, log *slog.Log
 		return fmt.Errorf("prepare %s: %w", path, err)
 	}
 	log.Debug("freelist written", "free_pages", free, "duration", time.Since(t).Round(time.Millisecond))
-	if bump > 0 && markCompacted {
+	if bump > 0 {
 		t = time.Now()
-		latest, err := bumpRevision(path, bump)
+		latest, err := bumpRevision(path, bump, markCompacted)
 		if err != nil {
 			return fmt.Errorf("bump the revision of %s: %w", path, err)
 		}
-		log.Debug("revision bumped and marked compacted", "revision", latest, "duration", time.Since(t).Round(time.Millisecond))
+		log.Debug("revision bumped", "revision", latest, "marked_compacted", markCompacted, "duration", time.Since(t).Round(time.Millisecond))
 	}
 	return nil
 }

@@ -5,10 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
+	"github.com/armada/etcd-recovery/internal/version"
 )
 
 // DrillOptions configure a restore drill of one backup (see Drill).
@@ -41,6 +46,11 @@ type DrillOptions struct {
 	Progress func(label string) Progress
 	Log      *slog.Logger
 	Now      func() time.Time
+
+	// onStep, for tests, is called as each step begins.
+	onStep func(ctx context.Context, step string)
+	// onEtcd, for tests, is called once the drill's etcd is started.
+	onEtcd func(pid int, ports []int)
 }
 
 // Drill steps, used in errors and in DrillRecord.Steps.
@@ -56,6 +66,29 @@ const (
 	DrillStepCompare  = "compare with source"
 	DrillStepRecord   = "record result"
 	DrillStepCleanup  = "clean up"
+	// Steps that are timed in the record, inside the ones above.
+	DrillStepHashSource   = "hash source"
+	DrillStepHashRestored = "hash restored"
+)
+
+// DrillVersions are the etcd minor versions a drill can run: it runs the
+// backup's own minor version, found as etcd-<minor>.
+var DrillVersions = []string{"3.5", "3.6"}
+
+// Names of the checks a drill records.
+const (
+	DrillCheckVerify     = "verify backup"
+	DrillCheckStart      = "start etcd"
+	DrillCheckHealth     = "health"
+	DrillCheckRevision   = "revision"
+	DrillCheckKeys       = "live keys"
+	DrillCheckLeasedKeys = "leased keys"
+	DrillCheckPrefixes   = "keys per prefix"
+	DrillCheckRead       = "linearizable read"
+	DrillCheckWrite      = "write"
+	DrillCheckHashKV     = "hashkv at snapshot revision"
+	DrillCheckCompare    = "source hash"
+	DrillCheckCompaction = "compaction mark"
 )
 
 // DrillError is a drill that failed: the cluster, the backup, the step and
@@ -81,13 +114,411 @@ func (e *DrillError) Error() string {
 
 func (e *DrillError) Unwrap() error { return e.Err }
 
+// drillHooks are Drill's hooks into restore.Run (Options.drill).
+type drillHooks struct {
+	// onChosen runs once the backup is chosen, before anything is
+	// downloaded (the free-space check comes after it).
+	onChosen func(ctx context.Context, c Candidate) error
+	// afterVerify runs once the snapshot is staged and verified and its
+	// facts read, before anything is written.
+	afterVerify func(ctx context.Context, plan *Plan) error
+	// deferMark bumps the revision without marking it compacted: the
+	// drill compacts through the API after hashing (see Drill).
+	deferMark bool
+}
+
+// drillStepError is a hook's failure, with the drill step it belongs to.
+type drillStepError struct {
+	step string
+	err  error
+}
+
+func (e *drillStepError) Error() string { return e.err.Error() }
+func (e *drillStepError) Unwrap() error { return e.err }
+
+func (o *DrillOptions) defaults() error {
+	if err := backup.ValidateClusterID(o.ClusterID); err != nil {
+		return err
+	}
+	if o.Store == nil {
+		return errors.New("no object store")
+	}
+	if o.Backup != "" {
+		if _, _, err := backup.ParseBackupName(o.Backup); err != nil {
+			return fmt.Errorf("--backup: %w", err)
+		}
+	}
+	if len(o.Source.Endpoints) > 0 {
+		if err := o.Source.Validate(); err != nil {
+			return fmt.Errorf("source: %w", err)
+		}
+	}
+	if o.StartTimeout <= 0 {
+		o.StartTimeout = 2 * time.Minute
+	}
+	if o.ProbeTimeout <= 0 {
+		o.ProbeTimeout = 10 * time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Progress == nil {
+		o.Progress = func(string) Progress { return nopProgress{} }
+	}
+	return nil
+}
+
+// drill is one run of Drill.
+type drill struct {
+	opts    DrillOptions
+	log     *slog.Logger
+	rec     *backup.DrillRecord
+	chosen  Candidate
+	facts   SnapshotFacts
+	bin     string
+	scratch string
+	dataDir string
+	peerURL string
+	token   string
+	proc    *etcdProc
+	src     *sourceHash
+	// failStep is the step of the first failed check.
+	failStep string
+}
+
+// sourceHash is the source member's HashKV at the snapshot's revision.
+type sourceHash struct {
+	endpoint string
+	// manifest: the member asked is the one the snapshot came from.
+	manifest bool
+	hash     uint32
+	compact  int64
+}
+
 // Drill downloads and verifies a backup exactly as restore does, restores
-// it into a private scratch directory with restore's own code (the revision
-// bump included), starts a real single-member etcd of the backup's minor
-// version on it on loopback ports chosen at run time, checks that it serves
-// and holds what the snapshot holds, compares it with the source where it
-// can, records the result next to the backup (drill.json) and removes
-// everything it started and wrote, on every exit path.
+// it into a private scratch directory with restore's own code (restore.Run,
+// the revision bump included), starts a real single-member etcd of the
+// backup's minor version on it on loopback ports chosen at run time, checks
+// that it serves and holds what the snapshot holds, compares it with the
+// source where it can, records the result next to the backup (drill.json)
+// and removes everything it started and wrote, on every exit path.
+//
+// The compaction mark is deferred. restore marks the bumped revision
+// compacted in the database (etcdutl's --mark-compacted), so etcd compacts
+// there as it starts; after that, HashKV at the snapshot's revision answers
+// "compacted" and no comparison with the source is possible. The drill
+// therefore restores with the bump but without the mark, hashes the
+// snapshot's revision, and then applies the same compaction through the
+// API (a physical compaction at the snapshot's revision plus the bump) and
+// checks that the member reports that compact revision and still serves.
+//
+// HashKV at revision R (etcd's mvcc hashByRev) covers every key revision
+// in (compact revision, R] plus the revisions kept at R below it, so two
+// members hash alike only with equal compact revisions; the answer carries
+// the member's compact revision. The source is asked first, as soon as the
+// snapshot is verified and R known (before the restore: Kubernetes'
+// apiserver compacts every 5 minutes), and the restored member is compacted
+// to the source's compact revision, when that is later than its own and not
+// past R, before it is hashed.
 func Drill(ctx context.Context, opts DrillOptions) (*backup.DrillRecord, error) {
-	return nil, &DrillError{ClusterID: opts.ClusterID, Backup: opts.Backup, Step: DrillStepValidate, Err: errors.New("not implemented yet")}
+	d := &drill{opts: opts}
+	return d.run(ctx)
+}
+
+func (d *drill) step(ctx context.Context, name string) {
+	if d.opts.onStep != nil {
+		d.opts.onStep(ctx, name)
+	}
+}
+
+// addStep records how long a step took.
+func (d *drill) addStep(name string, start time.Time, err error) {
+	s := backup.DrillStep{Name: name, Duration: time.Since(start)}
+	if err != nil {
+		s.Error = err.Error()
+	}
+	d.rec.Steps = append(d.rec.Steps, s)
+}
+
+// check records a check; a failed one fails the drill, the first naming it.
+func (d *drill) check(step string, c backup.DrillCheck) {
+	d.rec.Checks = append(d.rec.Checks, c)
+	if c.Status == backup.DrillCheckFailed && d.rec.Failed == "" {
+		d.rec.Failed = c.Name + ": " + c.Detail
+		d.failStep = step
+	}
+	d.log.Debug("drill check", "check", c.Name, "status", c.Status, "detail", c.Detail)
+}
+
+func (d *drill) fail(step string, err error) (*backup.DrillRecord, error) {
+	return nil, &DrillError{ClusterID: d.opts.ClusterID, Backup: d.backupName(), Step: step, Err: err}
+}
+
+func (d *drill) backupName() string {
+	if d.rec != nil && d.rec.Backup != "" {
+		return d.rec.Backup
+	}
+	return d.opts.Backup
+}
+
+func (d *drill) run(ctx context.Context) (_ *backup.DrillRecord, rerr error) {
+	if err := d.opts.defaults(); err != nil {
+		return d.fail(DrillStepValidate, err)
+	}
+	opts := d.opts
+	d.log = opts.Log.With("cluster", opts.ClusterID, "drill", true)
+	d.rec = &backup.DrillRecord{Format: backup.DrillFormat, ClusterID: opts.ClusterID, Backup: opts.Backup,
+		StartedAt: opts.Now().UTC(), ToolVersion: version.Version, BumpRevision: DefaultBumpRevision}
+
+	// The private scratch dir: the staged snapshot and the data dir, and
+	// etcd's log. Everything the drill writes is in it, and it goes on
+	// every exit path, after the etcd using it has exited.
+	root := ScratchRoot(opts.ScratchDir)
+	scratch, err := os.MkdirTemp(root, ".etcd-recovery-drill-"+opts.ClusterID+"-*")
+	if err != nil {
+		return d.fail(DrillStepValidate, fmt.Errorf("scratch dir in %s: %w (%s)", root, err, HintScratch))
+	}
+	d.scratch = scratch
+	defer func() {
+		if cerr := d.cleanup(); cerr != nil {
+			d.log.Error("drill clean-up failed", "scratch", scratch, "err", cerr)
+			if rerr == nil {
+				rerr = &DrillError{ClusterID: opts.ClusterID, Backup: d.backupName(), Step: DrillStepCleanup, Err: cerr}
+			}
+		}
+	}()
+	if err := os.Chmod(scratch, 0o700); err != nil {
+		return d.fail(DrillStepValidate, err)
+	}
+	d.dataDir = filepath.Join(scratch, "drill.etcd")
+	peerPort, err := freeLoopbackPort()
+	if err != nil {
+		return d.fail(DrillStepValidate, err)
+	}
+	d.peerURL = fmt.Sprintf("http://127.0.0.1:%d", peerPort)
+
+	// Download, verify and restore: restore's own run, one member, no
+	// survivor snapshot. Its hooks find the etcd before the download and
+	// ask the source for its hash before the restore.
+	var verifyStart, restoreStart time.Time
+	ro := Options{
+		ClusterID: opts.ClusterID, Store: opts.Store, Layout: opts.Layout, NoLive: true, Backup: opts.Backup,
+		Targets:      Targets{InitialCluster: "drill=" + d.peerURL, DataDir: d.dataDir},
+		BumpRevision: DefaultBumpRevision, MarkCompacted: true, Parallel: 1, ScratchDir: scratch,
+		ProbeTimeout: opts.ProbeTimeout, Progress: opts.Progress, Log: opts.Log, Now: opts.Now,
+		drill: &drillHooks{deferMark: true,
+			onChosen: func(ctx context.Context, c Candidate) error {
+				d.chosen = c
+				d.rec.Backup, d.rec.SourceVersion = c.Name, c.ServerVersion
+				d.step(ctx, DrillStepEtcd)
+				t := time.Now()
+				bin, v, err := findEtcd(ctx, opts.EtcdBinDir, c.ServerVersion)
+				d.addStep(DrillStepEtcd, t, err)
+				if err != nil {
+					return &drillStepError{DrillStepEtcd, err}
+				}
+				d.bin, d.rec.EtcdVersion = bin, v
+				d.log.Info("drill etcd found", "backup", c.Name, "etcd", bin, "version", v, "source_version", c.ServerVersion)
+				if err := ctx.Err(); err != nil {
+					return &drillStepError{DrillStepEtcd, err}
+				}
+				d.step(ctx, DrillStepVerify)
+				verifyStart = time.Now()
+				return nil
+			},
+			afterVerify: func(ctx context.Context, plan *Plan) error {
+				d.addStep(DrillStepVerify, verifyStart, nil)
+				if plan.Snapshot != nil {
+					d.facts = *plan.Snapshot
+				}
+				d.rec.Revision = d.facts.StoreRevision()
+				// The source first: the apiserver compacts every 5 minutes.
+				t := time.Now()
+				d.hashSource(ctx)
+				d.addStep(DrillStepHashSource, t, nil)
+				if err := ctx.Err(); err != nil {
+					return &drillStepError{DrillStepCompare, err}
+				}
+				d.step(ctx, DrillStepRestore)
+				restoreStart = time.Now()
+				return ctx.Err()
+			},
+		},
+	}
+	res, err := Run(ctx, ro)
+	if res != nil {
+		d.token = res.Token
+		for _, c := range res.Checks {
+			st := backup.DrillCheckPassed
+			switch c.Status {
+			case CheckFailed:
+				st = backup.DrillCheckFailed
+			case CheckSkipped, CheckPlanned:
+				st = backup.DrillCheckInfo
+			}
+			d.rec.Checks = append(d.rec.Checks, backup.DrillCheck{Name: DrillCheckVerify + ": " + c.Name, Status: st, Detail: c.Detail})
+		}
+	}
+	if err != nil {
+		step := drillStepOf(err)
+		if ctx.Err() != nil {
+			return d.fail(step, err)
+		}
+		cause := err
+		var re *Error
+		if errors.As(err, &re) {
+			cause = re.Err
+		}
+		switch {
+		case step == DrillStepVerify && isVerifyError(err):
+			// The backup's fault: recorded.
+			d.addStep(DrillStepVerify, verifyStart, cause)
+			d.check(DrillStepVerify, backup.DrillCheck{Name: DrillCheckVerify, Status: backup.DrillCheckFailed, Detail: cause.Error()})
+			return d.finish(ctx)
+		case step == DrillStepRestore && !isLocalFailure(err):
+			// etcd's restore code refused the verified database.
+			d.addStep(DrillStepRestore, restoreStart, cause)
+			d.check(DrillStepRestore, backup.DrillCheck{Name: DrillStepRestore, Status: backup.DrillCheckFailed, Detail: cause.Error()})
+			return d.finish(ctx)
+		}
+		return d.fail(step, cause)
+	}
+	d.addStep(DrillStepRestore, restoreStart, nil)
+	if st, err := os.Stat(filepath.Join(d.dataDir, "member", "snap", "db")); err == nil {
+		d.rec.DBSize = st.Size()
+	}
+
+	// Start etcd on it.
+	d.step(ctx, DrillStepStart)
+	if err := ctx.Err(); err != nil {
+		return d.fail(DrillStepStart, err)
+	}
+	t := time.Now()
+	d.proc, err = startDrillEtcd(ctx, etcdStart{bin: d.bin, dataDir: d.dataDir, scratch: scratch, peerURL: d.peerURL,
+		token: d.token, dbSize: d.rec.DBSize, timeout: opts.StartTimeout, probe: opts.ProbeTimeout, log: d.log, onStart: opts.onEtcd})
+	d.addStep(DrillStepStart, t, err)
+	if err != nil {
+		if ctx.Err() != nil {
+			return d.fail(DrillStepStart, err)
+		}
+		d.check(DrillStepStart, backup.DrillCheck{Name: DrillCheckStart, Status: backup.DrillCheckFailed, Detail: err.Error()})
+		return d.finish(ctx)
+	}
+	d.check(DrillStepStart, backup.DrillCheck{Name: DrillCheckStart, Status: backup.DrillCheckPassed,
+		Detail: fmt.Sprintf("etcd %s serving on %s", d.rec.EtcdVersion, d.proc.clientURL)})
+
+	cli, err := etcdconn.Config{Endpoints: []string{d.proc.clientURL}, DialTimeout: opts.ProbeTimeout}.Client(ctx)
+	if err != nil {
+		return d.fail(DrillStepChecks, err)
+	}
+	defer cli.Close()
+
+	d.step(ctx, DrillStepChecks)
+	t = time.Now()
+	d.checkServing(ctx, cli)
+	d.addStep(DrillStepChecks, t, nil)
+	if err := ctx.Err(); err != nil {
+		return d.fail(DrillStepChecks, err)
+	}
+
+	d.step(ctx, DrillStepCompare)
+	t = time.Now()
+	d.compare(ctx, cli)
+	d.addStep(DrillStepCompare, t, nil)
+	if err := ctx.Err(); err != nil {
+		return d.fail(DrillStepCompare, err)
+	}
+	return d.finish(ctx)
+}
+
+// finish stops etcd, removes the scratch dir, and records the result.
+func (d *drill) finish(ctx context.Context) (*backup.DrillRecord, error) {
+	t := time.Now()
+	cerr := d.cleanup()
+	d.addStep(DrillStepCleanup, t, cerr)
+	if cerr != nil {
+		return d.fail(DrillStepCleanup, cerr)
+	}
+	d.step(ctx, DrillStepRecord)
+	if err := ctx.Err(); err != nil {
+		// A cancelled drill proves nothing either way: no record.
+		return d.fail(DrillStepRecord, err)
+	}
+	rec := d.rec
+	rec.Passed = rec.Failed == ""
+	rec.FinishedAt = d.opts.Now().UTC()
+	if !d.opts.NoRecord {
+		if err := backup.PutDrill(ctx, d.opts.Store, d.opts.Layout, rec); err != nil {
+			return d.fail(DrillStepRecord, err)
+		}
+	}
+	d.log.Info("drill finished", "backup", rec.Backup, "passed", rec.Passed, "failed", rec.Failed,
+		"comparison", rec.Comparison.Mode, "duration", rec.FinishedAt.Sub(rec.StartedAt).Round(time.Millisecond))
+	if !rec.Passed {
+		step := d.failStep
+		if step == "" {
+			step = DrillStepChecks
+		}
+		return rec, &DrillError{ClusterID: rec.ClusterID, Backup: rec.Backup, Step: step, Err: errors.New(rec.Failed), Record: rec}
+	}
+	return rec, nil
+}
+
+// cleanup stops the drill's etcd and removes the scratch dir. It is
+// idempotent.
+func (d *drill) cleanup() error {
+	var errs []error
+	if d.proc != nil {
+		if err := d.proc.stop(); err != nil {
+			errs = append(errs, err)
+		}
+		d.proc = nil
+	}
+	if d.scratch != "" {
+		if err := os.RemoveAll(d.scratch); err != nil {
+			errs = append(errs, fmt.Errorf("remove scratch dir: %w", err))
+		} else {
+			d.scratch = ""
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// drillStepOf maps a restore step to the drill's.
+func drillStepOf(err error) string {
+	var se *drillStepError
+	if errors.As(err, &se) {
+		return se.step
+	}
+	var re *Error
+	if !errors.As(err, &re) {
+		return DrillStepRestore
+	}
+	switch re.Step {
+	case StepValidate:
+		return DrillStepValidate
+	case StepStore, StepList, StepSelect, StepSurvivor:
+		return DrillStepSelect
+	case StepSpace:
+		return DrillStepSpace
+	case StepVerifyBackup:
+		return DrillStepVerify
+	default:
+		return DrillStepRestore
+	}
+}
+
+func isVerifyError(err error) bool {
+	var ve *verifyError
+	return errors.As(err, &ve)
+}
+
+// isLocalFailure tells a failure of the scratch file system (no room, no
+// permission, read-only) from the backup's database being refused.
+func isLocalFailure(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.Is(err, syscall.EROFS) ||
+		errors.Is(err, syscall.EIO) || errors.Is(err, os.ErrPermission) || strings.Contains(err.Error(), "changed since it was checked")
 }

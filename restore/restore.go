@@ -92,6 +92,8 @@ type Options struct {
 
 	// afterMemberWritten, for tests, runs after each data dir is written.
 	afterMemberWritten func(context.Context, Member)
+	// drill is set by Drill (drill.go): its hooks into the run.
+	drill *drillHooks
 }
 
 // Survivor is the pre-restore snapshot of a surviving member.
@@ -329,6 +331,11 @@ func Run(ctx context.Context, opts Options) (_ *Result, rerr error) {
 	if err != nil {
 		return fail(step, err)
 	}
+	if opts.drill != nil && opts.drill.afterVerify != nil {
+		if err := opts.drill.afterVerify(ctx, plan); err != nil {
+			return fail(StepVerifyBackup, err)
+		}
+	}
 	if opts.DryRun {
 		if len(plan.Problems) > 0 {
 			return res, &Error{ClusterID: opts.ClusterID, Step: StepDataDirs, Err: &ProblemsError{plan.Problems}}
@@ -373,7 +380,13 @@ func Run(ctx context.Context, opts Options) (_ *Result, rerr error) {
 		moveBack()
 		return fail(StepWrite, err)
 	}
-	if err := prepareSnapshot(snapPath, opts.BumpRevision, opts.MarkCompacted, log); err != nil {
+	markCompacted := opts.MarkCompacted
+	if opts.drill != nil && opts.drill.deferMark {
+		// The drill compacts through the API once it has hashed the
+		// snapshot's revision (see Drill).
+		markCompacted = false
+	}
+	if err := prepareSnapshot(snapPath, opts.BumpRevision, markCompacted, log); err != nil {
 		moveBack()
 		return fail(StepWrite, err)
 	}
@@ -463,26 +476,10 @@ func selectAndVerify(ctx context.Context, opts Options, log *slog.Logger, plan *
 		cands = append([]Candidate{*planned}, cands...)
 		sortCandidates(cands)
 	}
+	cands, idx, err := selectCandidate(opts.ClusterID, opts.Layout.ClusterPrefix(opts.ClusterID), listed, cands, ignored, opts.Backup, plan.Survivor)
 	plan.Candidates = cands
-	if len(cands) == 0 {
-		return snapPath, StepSelect, fmt.Errorf("no committed backup of cluster %s under %s, and no surviving member to snapshot (%s)",
-			opts.ClusterID, opts.Layout.ClusterPrefix(opts.ClusterID), plan.Survivor.Skipped)
-	}
-	idx := 0
-	if opts.Backup != "" {
-		if idx = findCandidate(cands, opts.Backup); idx < 0 {
-			var names []string
-			for _, c := range cands {
-				names = append(names, c.Name)
-			}
-			why := "not found"
-			for _, ig := range ignored {
-				if ig.Name == opts.Backup {
-					why = ig.Reason
-				}
-			}
-			return snapPath, StepSelect, fmt.Errorf("--backup %s: %s (committed backups: %s)", opts.Backup, why, strings.Join(names, ", "))
-		}
+	if err != nil {
+		return snapPath, StepSelect, err
 	}
 	plan.Reason = chooseReason(cands, idx, opts.Backup != "", plan.Survivor)
 	cands[idx].Status = "chosen"
@@ -491,6 +488,11 @@ func selectAndVerify(ctx context.Context, opts Options, log *slog.Logger, plan *
 	plan.EtcdVersion = chosen.ServerVersion
 	plan.MinRevision = chosen.Revision + int64(opts.BumpRevision)
 	log.Info("chose a snapshot", "backup", chosen.Name, "revision", chosen.Revision, "reason", plan.Reason)
+	if opts.drill != nil && opts.drill.onChosen != nil {
+		if err := opts.drill.onChosen(ctx, chosen); err != nil {
+			return snapPath, StepSelect, err
+		}
+	}
 
 	// Verify before anything is written.
 	if chosen.Planned {
@@ -567,7 +569,8 @@ func selectAndVerify(ctx context.Context, opts Options, log *slog.Logger, plan *
 // written). Store and disk errors are returned as they are.
 func refuse(ctx context.Context, opts Options, cands []Candidate, idx int, err error) error {
 	var ve *verifyError
-	if !errors.As(err, &ve) || ctx.Err() != nil {
+	if !errors.As(err, &ve) || ctx.Err() != nil || opts.drill != nil {
+		// A drill proves one backup: it does not look for another.
 		return err
 	}
 	cands[idx].Status, cands[idx].Detail = "failed verification", err.Error()

@@ -31,6 +31,49 @@ type SnapshotFacts struct {
 	// compaction removes deletions, so the store's revision may be above
 	// the last key's: etcd's revision is the larger of the two.
 	CompactRevision int64 `json:"compactRevision,omitempty"`
+	// MaxEntryBytes is the largest entry of the "key" bucket (a key, its
+	// value and metadata): what one key of a range costs the server.
+	MaxEntryBytes int64 `json:"-"`
+	// Prefixes counts the live keys per top-level prefix (KeyPrefix), for
+	// a drill's per-prefix check.
+	Prefixes map[string]PrefixCount `json:"-"`
+}
+
+// PrefixCount is the live keys under one prefix, and how many of them are
+// on a lease.
+type PrefixCount struct {
+	Live   int64 `json:"live"`
+	Leased int64 `json:"leased,omitempty"`
+}
+
+// KeyPrefix is the top-level prefix a key is counted under:
+// /registry/<resource>/ for Kubernetes data, else the first path segment
+// (/<segment>/, or <segment>/ without a leading slash); a key with no
+// such segment counts under "/" when it starts with a slash, else "".
+func KeyPrefix(key []byte) string {
+	const reg = "/registry/"
+	if len(key) > len(reg) && string(key[:len(reg)]) == reg {
+		rest := key[len(reg):]
+		for i, c := range rest {
+			if c == '/' {
+				return reg + string(rest[:i+1])
+			}
+		}
+		return reg
+	}
+	start := 0
+	if len(key) > 0 && key[0] == '/' {
+		start = 1
+	}
+	for i := start; i < len(key); i++ {
+		if key[i] == '/' {
+			return string(key[:i+1])
+		}
+	}
+	if start == 1 {
+		return "/"
+	}
+	return ""
 }
 
 // StoreRevision is the revision etcd reports for this database.
@@ -108,7 +151,14 @@ func readSnapshotFacts(path string) (SnapshotFacts, error) {
 			live   = 1
 			leased = 2
 		)
-		alive := map[[2]uint64]uint8{}
+		// and the index of its prefix in prefixes.
+		type keyState struct {
+			state  uint8
+			prefix uint32
+		}
+		alive := map[[2]uint64]keyState{}
+		prefixIdx := map[string]uint32{}
+		var prefixes []string
 		c := b.Cursor()
 		passed := 0
 		for k, v := c.First(); k != nil; k, v = c.Next() {
@@ -121,6 +171,7 @@ func readSnapshotFacts(path string) (SnapshotFacts, error) {
 			}
 			f.Revisions++
 			f.Revision = int64(binary.BigEndian.Uint64(k[:8]))
+			f.MaxEntryBytes = max(f.MaxEntryBytes, int64(len(v)))
 			uk, lease, err := keyAndLease(v)
 			if err != nil {
 				return fmt.Errorf("key bucket: revision %d: %w", f.Revision, err)
@@ -130,22 +181,40 @@ func readSnapshotFacts(path string) (SnapshotFacts, error) {
 				continue
 			}
 			h := [2]uint64{maphash.Bytes(s1, uk), maphash.Bytes(s2, uk)}
+			ks, seen := alive[h]
+			if !seen {
+				p := KeyPrefix(uk)
+				i, ok := prefixIdx[p]
+				if !ok {
+					i = uint32(len(prefixes))
+					prefixIdx[p] = i
+					prefixes = append(prefixes, p)
+				}
+				ks.prefix = i
+			}
 			switch {
 			case len(k) == markedRevBytesLen && k[revBytesLen] == markTombstone:
-				alive[h] = dead
+				ks.state = dead
 			case lease != 0:
-				alive[h] = leased
+				ks.state = leased
 			default:
-				alive[h] = live
+				ks.state = live
 			}
+			alive[h] = ks
 		}
+		f.Prefixes = map[string]PrefixCount{}
 		for _, a := range alive {
-			if a != dead {
-				f.LiveKeys++
+			if a.state == dead {
+				continue
 			}
-			if a == leased {
+			f.LiveKeys++
+			pc := f.Prefixes[prefixes[a.prefix]]
+			pc.Live++
+			if a.state == leased {
 				f.LeasedKeys++
+				pc.Leased++
 			}
+			f.Prefixes[prefixes[a.prefix]] = pc
 		}
 		return nil
 	})

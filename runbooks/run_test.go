@@ -50,6 +50,9 @@ func pathDir(tb testing.TB, extra []string) string {
 		"etcd":          testenv.EtcdBin(tb, testenv.V35),
 		"etcdctl":       testenv.EtcdctlBin(tb, testenv.V35),
 		"etcdutl":       testenv.EtcdutlBin(tb, testenv.V35),
+		// The servers a restore drill runs, as the image ships them.
+		"etcd-3.5": testenv.EtcdBin(tb, testenv.V35),
+		"etcd-3.6": testenv.EtcdBin(tb, testenv.V36),
 	}
 	for _, name := range append(append([]string{}, toolkitTools...), extra...) {
 		p, err := exec.LookPath(name)

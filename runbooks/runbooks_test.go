@@ -81,6 +81,7 @@ var scenarios = []struct {
 	{"nospace", noSpace},
 	{"unreachable", unreachable},
 	{"missed-backup", missedBackup},
+	{"failed-drill", failedDrill},
 }
 
 // TestRunbooks executes every runbook in the failure it is written for, in
@@ -571,10 +572,63 @@ func missedBackup(t *testing.T, rb runbooks) {
 			if stale {
 				mustContain(t, one(t, rs, "etcd-recovery list", 0), failed, "incomplete")
 			}
+			// The backup taken by hand was not drilled: NEXT STEP may point
+			// to the drill (failedDrill), never to a missed backup.
 			last := one(t, rs, "etcd-recovery inspect", -1)
-			if ns := nextStep(t, last); !strings.Contains(ns, "NEXT STEP: none") {
-				t.Errorf("inspect still warns after the backup taken by hand: %s\n%s", ns, last.output)
+			if ns := nextStep(t, last); strings.Contains(ns, inspect.RunbookMissedBackup) ||
+				strings.Contains(last.output, "backup stale") || strings.Contains(last.output, "no backup: ") {
+				t.Errorf("inspect still warns about the backup after the one taken by hand: %s\n%s", ns, last.output)
 			}
 		})
 	}
+}
+
+// failedDrill: the newest backup's restore drill failed its source
+// comparison (its drill record says so, as restore.Drill writes it: the
+// drill itself is tested in restore/), so inspect warns, HEALTHY, and
+// points to the drill runbook; a manual backup drilled at once (backup
+// --drill, a real drill against etcd 3.5) proves a fresh restore point and
+// inspect no longer warns.
+func failedDrill(t *testing.T, rb runbooks) {
+	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, TLS: true, Members: 1})
+	testenv.PutKeys(t, c.Client(t), "/registry/secrets/", 50, 100)
+	// Another cluster's snapshot, committed under this cluster's id (its
+	// objects match its manifest): a backup whose data differs from the
+	// source at its revision, which only the source comparison catches.
+	other := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, TLS: true, Members: 1, PKI: c.PKI})
+	testenv.PutKeys(t, other.Client(t), "/registry/configmaps/", 10, 100)
+	f := newFixture(t, c.PKI, c.Endpoints())
+	ctx := context.Background()
+	res, err := backup.Run(ctx, backup.Options{ClusterID: f.id, Kind: backup.KindScheduled, V2: backup.V2Off,
+		Compression: backup.CompressZstd, Etcd: testfix.EtcdConfig(other), Store: f.store, Layout: f.layout})
+	if err != nil {
+		t.Fatalf("scheduled backup of %s: %v", f.id, err)
+	}
+	bad := res.Manifest.Name
+	// The CronJob's drill of it failed (its record, as restore.Drill
+	// writes it).
+	const check = "compare with source: HashKV at the snapshot's revision differs from the source's"
+	rec := &backup.DrillRecord{ClusterID: f.id, Backup: bad, Passed: false, Failed: check,
+		StartedAt: time.Now().Add(-20 * time.Second).UTC(), FinishedAt: time.Now().UTC(), ToolVersion: "test",
+		Revision: res.Manifest.Revision(), Comparison: backup.DrillComparison{Mode: backup.CompareSource}}
+	if err := backup.PutDrill(ctx, f.store, f.layout, rec); err != nil {
+		t.Fatal(err)
+	}
+
+	s := newScenario(t, rb, f.vars)
+	s.vars["backup"] = bad
+	rs := s.run(inspect.RunbookDrill)
+	first := one(t, rs, "etcd-recovery inspect", 0)
+	mustContain(t, first, "HEALTHY", "restore drill failed", bad, check)
+	if ns := nextStep(t, first); !strings.Contains(ns, inspect.RunbookDrill) {
+		t.Errorf("inspect's NEXT STEP does not point to %s: %s", inspect.RunbookDrill, ns)
+	}
+	mustContain(t, one(t, rs, "etcd-recovery list", 0), bad)
+	// The rerun fails for real, on the source comparison.
+	mustContain(t, one(t, rs, "etcd-recovery drill", 0), bad, `"passed": false`, `"mode": "source"`)
+	last := one(t, rs, "etcd-recovery inspect", -1)
+	if ns := nextStep(t, last); !strings.Contains(ns, "NEXT STEP: none") {
+		t.Errorf("inspect still warns after the manual backup was drilled: %s\n%s", ns, last.output)
+	}
+	mustContain(t, last, "DRILL: newest proven restorable")
 }

@@ -5,6 +5,10 @@
 #   - bin/etcd-recovery (`make build`, static)
 #   - etcdctl and etcdutl at the version the project builds against
 #     (scripts/test-servers.env, built by scripts/test-servers.sh etcd35)
+#   - the etcd servers a restore drill runs, static, from the same
+#     test-server builds: /usr/local/bin/etcd-3.5 (ETCD35_VERSION) and
+#     /usr/local/bin/etcd-3.6 (ETCD36_VERSION), built first when missing
+#     (scripts/test-servers.sh etcd35 etcd36)
 #   - Debian's busybox-static (a static shell and core utilities) and
 #     ca-certificates (the CA bundle Go reads), fetched with apt-get download
 #     and unpacked with dpkg -x into .cache/image-parts/, never installed.
@@ -54,6 +58,7 @@ EPOCH="${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}"
 OUT="$ROOT/bin/image"
 PARTS="${IMAGE_PARTS_DIR:-$ROOT/.cache/image-parts}"
 ETCD_DIR="${TEST_SERVERS_DIR:-$ROOT/.cache/servers}/etcd-$ETCD35_VERSION"
+ETCD36_DIR="${TEST_SERVERS_DIR:-$ROOT/.cache/servers}/etcd-$ETCD36_VERSION"
 mkdir -p "$OUT" "$PARTS"
 # One build at a time (a test may check reproducibility while make runs).
 exec 9>"$OUT/.lock"
@@ -61,7 +66,7 @@ flock 9
 
 # 1. The parts.
 make --no-print-directory -C "$ROOT" build VERSION="$VERSION" >&2
-scripts/test-servers.sh etcd35
+scripts/test-servers.sh etcd35 etcd36
 
 # deb_part PKG PREPARE: prints the directory holding Debian package PKG,
 # at apt's candidate version: root/ (the package, dpkg -x) and image/ (what
@@ -136,6 +141,9 @@ context() {
   rm -rf "$ctx"
   mkdir -p "$R"/{etc,home,usr/local/bin,tmp} "$ctx/nonroot"
   install -m 0755 "$2" "$ETCD_DIR/etcdctl" "$ETCD_DIR/etcdutl" "$R/usr/local/bin/"
+  # The drill's servers, named etcd-<minor> as restore.Drill looks them up.
+  install -m 0755 "$ETCD_DIR/etcd" "$R/usr/local/bin/etcd-3.5"
+  install -m 0755 "$ETCD36_DIR/etcd" "$R/usr/local/bin/etcd-3.6"
   cp -a "$BUSYBOX/image/." "$CACERTS/image/." "$R/"
   printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/bin/sh\n' >"$R/etc/passwd"
   printf 'root:x:0:\nnonroot:x:65532:\n' >"$R/etc/group"
@@ -152,7 +160,7 @@ context "$CTX" bin/etcd-recovery
 
 # 3. Skip the build when the inputs are unchanged and the image still exists.
 inputs="$( {
-  echo "ref=$REF epoch=$EPOCH buildah=$(buildah --version) etcd=$ETCD35_VERSION busybox=$bb_ver ca=$ca_ver"
+  echo "ref=$REF epoch=$EPOCH buildah=$(buildah --version) etcd=$ETCD35_VERSION etcd36=$ETCD36_VERSION busybox=$bb_ver ca=$ca_ver"
   sha256sum images/Dockerfile | cut -d' ' -f1
   tar --sort=name --numeric-owner --owner=0 --group=0 -C "$CTX" -cf - . | sha256sum | cut -d' ' -f1
 } | sha256sum | cut -d' ' -f1)"
@@ -165,6 +173,7 @@ build() {
   local ctx="$1"; shift
   buildah "${GLOBAL[@]}" "$@" bud --isolation chroot --layers=false --timestamp "$EPOCH" --identity-label=false \
     --build-arg VERSION="$VERSION" --build-arg ETCD_VERSION="$ETCD35_VERSION" \
+    --build-arg ETCD35_SERVER_VERSION="$ETCD35_VERSION" --build-arg ETCD36_SERVER_VERSION="$ETCD36_VERSION" \
     --build-arg BUSYBOX_VERSION="$bb_ver" --build-arg CA_CERTIFICATES_VERSION="$ca_ver" \
     -f images/Dockerfile -t "$REF" "$ctx" >&2
 }
@@ -213,7 +222,7 @@ echo "image:        $REF"
 echo "digest:       $push_digest (the OCI archive's manifest: what a registry serves after"
 echo "              skopeo copy oci-archive:${ARCHIVE#"$ROOT"/} docker://REGISTRY/etcd-recovery:$TAG)"
 echo "local digest: $digest (podman's storage, uncompressed layers)"
-echo "size:         $((size / 1000000)) MB uncompressed, $(($(stat -c %s "$ARCHIVE") / 1000000)) MB compressed (etcd $ETCD35_VERSION, busybox-static $bb_ver, ca-certificates $ca_ver)"
+echo "size:         $((size / 1000000)) MB uncompressed, $(($(stat -c %s "$ARCHIVE") / 1000000)) MB compressed (etcdctl/etcdutl $ETCD35_VERSION, drill servers etcd-3.5 $ETCD35_VERSION and etcd-3.6 $ETCD36_VERSION, busybox-static $bb_ver, ca-certificates $ca_ver)"
 echo "archive:      ${ARCHIVE#"$ROOT"/}"
 if $built; then
   echo "time:         $total_s s (buildah $build_s s)"

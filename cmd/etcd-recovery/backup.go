@@ -1,7 +1,11 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -9,6 +13,7 @@ import (
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/kube"
 	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/restore"
 )
 
 func backupCommand() *cli.Command {
@@ -20,7 +25,12 @@ func backupCommand() *cli.Command {
 			"--parallel at a time; endpoints, client TLS (the operator secret) and, unless mounted, the\n" +
 			"cos-credentials secret come from the API. The cluster id in COS is the EtcdCluster's name.\n" +
 			"One failure does not stop the others; each outcome is an Event on its EtcdCluster; the exit is 1\n" +
-			"when any failed, naming them.",
+			"when any failed, naming them.\n" +
+			"With --drill, the new backup is then restored into --temp-dir and started as a real etcd of its\n" +
+			"version, checked and compared with the source (restore drill; the record is drill.json next to it),\n" +
+			"before --prune. A failed drill leaves the backup committed; the exit is then 1, naming the cluster,\n" +
+			"the backup and the failing check. With --all, --drill-share N drills 1/N of the clusters per run\n" +
+			"(by the run's 8-hour UTC slot: with three runs a day and N=3, each cluster once a day).",
 		Flags: concat(etcdFlags(), cosFlags(), kubeFlags(), []cli.Flag{
 			clusterIDFlag(),
 			allFlag(),
@@ -32,6 +42,11 @@ func backupCommand() *cli.Command {
 			&cli.StringFlag{Name: "compress", Value: "zstd", Usage: "zstd or none"},
 			probeTimeoutFlag(),
 			&cli.BoolFlag{Name: "prune", Usage: "once the backup is committed, apply the retention policy to the cluster (see prune)"},
+			&cli.BoolFlag{Name: "drill", Usage: "once the backup is committed (before --prune), prove it restores: a restore drill of it, compared with the source"},
+			&cli.IntFlag{Name: "drill-share", Value: 1, Usage: "with --all/--cluster --drill: drill 1/N of the clusters per run, chosen by cluster and the run's 8-hour UTC slot (1: all)"},
+			&cli.IntFlag{Name: "drill-parallel", Value: 1, Usage: "with --all/--cluster --drill: drills at once (each runs an etcd and needs twice the database's size in --temp-dir)"},
+			etcdBinDirFlag(),
+			tempDirFlag(),
 			outputFlag(),
 		}, policyFlags()),
 		Action: runBackup,
@@ -81,8 +96,12 @@ func runBackup(c *cli.Context) error {
 		}
 		opts.Prune = &policy
 	}
+	drill, err := drillPlanFromFlags(c, fleet)
+	if err != nil {
+		return err
+	}
 	if fleet {
-		return runBackupAll(c, opts, format)
+		return runBackupAll(c, opts, format, drill)
 	}
 	if opts.Etcd, err = etcdConfig(c); err != nil {
 		return err
@@ -92,6 +111,17 @@ func runBackup(c *cli.Context) error {
 		return err
 	}
 	opts.Store, opts.Layout = store, layout
+	if drill != nil {
+		// The drill's source is the cluster backed up: the same endpoints
+		// and client TLS, so that it can ask the member for HashKV at the
+		// snapshot's revision.
+		src := opts.Etcd
+		opts.Drill = func(ctx context.Context, m *backup.Manifest) (*backup.DrillRecord, error) {
+			log.Info("restore drill of the new backup", "cluster", m.ClusterID, "backup", m.Name)
+			return restore.Drill(ctx, restore.DrillOptions{ClusterID: m.ClusterID, Store: store, Layout: layout, Backup: m.Name,
+				Source: src, EtcdBinDir: drill.EtcdBinDir, ScratchDir: drill.ScratchDir, Log: log})
+		}
+	}
 	prog := output.NewProgress(fmt.Sprintf("backup %s", opts.ClusterID))
 	opts.Progress = prog.Update
 	res, err := backup.Run(c.Context, opts)
@@ -102,6 +132,9 @@ func runBackup(c *cli.Context) error {
 	// A committed backup is printed even when the prune after it failed.
 	m := res.Manifest
 	t := backupTable(m, res.Duration)
+	if drill != nil {
+		return renderBackupDrill(c, format, t, res, err)
+	}
 	if res.Pruned == nil {
 		if rerr := output.Render(c.App.Writer, format, t, m); rerr != nil {
 			return rerr
@@ -147,8 +180,93 @@ func v2Keys(m *backup.Manifest) string {
 	return fmt.Sprint(m.V2.Keys)
 }
 
+// drillPlanFromFlags reads --drill and its flags (nil without --drill).
+// Bad values are usage errors (exit 4), found before anything is contacted.
+func drillPlanFromFlags(c *cli.Context, fleet bool) (*kube.DrillPlan, error) {
+	if !c.Bool("drill") {
+		for _, f := range []string{"drill-share", "drill-parallel", "etcd-bin-dir"} {
+			if c.IsSet(f) && (f != "etcd-bin-dir" || !envSet("ETCD_RECOVERY_ETCD_BIN_DIR")) {
+				return nil, usagef("backup: --%s is for --drill", f)
+			}
+		}
+		return nil, nil
+	}
+	p := &kube.DrillPlan{Share: c.Int("drill-share"), Parallel: c.Int("drill-parallel"),
+		EtcdBinDir: c.String("etcd-bin-dir"), ScratchDir: c.String("temp-dir")}
+	switch {
+	case p.Share < 1:
+		return nil, usagef("backup: --drill-share %d: want at least 1 (1 drills every cluster)", p.Share)
+	case p.Parallel < 1:
+		return nil, usagef("backup: --drill-parallel %d: want at least 1", p.Parallel)
+	case !fleet && (c.IsSet("drill-share") || c.IsSet("drill-parallel")):
+		return nil, usagef("backup: --drill-share and --drill-parallel are for --all/--cluster; one cluster's backup is always drilled with --drill")
+	}
+	for _, d := range []struct{ flag, dir string }{{"etcd-bin-dir", p.EtcdBinDir}, {"temp-dir", p.ScratchDir}} {
+		if d.dir == "" {
+			continue
+		}
+		if st, err := os.Stat(d.dir); err != nil || !st.IsDir() {
+			if err == nil {
+				err = errors.New("not a directory")
+			}
+			return nil, usagef("backup: --%s %s: %v", d.flag, d.dir, err)
+		}
+	}
+	return p, nil
+}
+
+func envSet(name string) bool { _, ok := os.LookupEnv(name); return ok }
+
+// renderBackupDrill prints a backup followed by its drill: the table with
+// a DRILL column and the drill's failure below it; -o json the manifest
+// with the prune report and the drill (result, comparison, record).
+func renderBackupDrill(c *cli.Context, format output.Format, t output.Table, res *backup.Result, err error) error {
+	m := res.Manifest
+	var took time.Duration
+	if d := res.Drill; d != nil {
+		took = d.FinishedAt.Sub(d.StartedAt)
+	}
+	d := kube.NewDrillOutcome(res.Drill, res.DrillErr, took)
+	t.Header = append(t.Header, "DRILL")
+	t.Rows[0] = append(t.Rows[0], d.Text())
+	if format == output.FormatJSON {
+		data := struct {
+			*backup.Manifest
+			Pruned *backup.PruneReport `json:"pruned,omitempty"`
+			Drill  *kube.DrillOutcome  `json:"drill"`
+		}{m, res.Pruned, d}
+		if rerr := output.Render(c.App.Writer, format, t, data); rerr != nil {
+			return rerr
+		}
+		return err
+	}
+	if rerr := output.Render(c.App.Writer, format, t, m); rerr != nil {
+		return rerr
+	}
+	switch d.Result {
+	case kube.DrillPassed:
+		line := "drill: passed"
+		if r := d.Record; r != nil {
+			line += fmt.Sprintf(" in %s on etcd %s, comparison %s", took.Round(time.Millisecond), r.EtcdVersion, r.Comparison.Mode)
+			if r.Comparison.Detail != "" {
+				line += " (" + r.Comparison.Detail + ")"
+			}
+		}
+		fmt.Fprintln(c.App.Writer, line)
+	default:
+		fmt.Fprintf(c.App.Writer, "drill: %s: %s\n", d.Result, strings.TrimSpace(d.Error))
+	}
+	if res.Pruned != nil {
+		fmt.Fprintln(c.App.Writer)
+		if rerr := renderPrune(c, format, res.Pruned); rerr != nil {
+			return rerr
+		}
+	}
+	return err
+}
+
 // runBackupAll backs up EtcdClusters found through the Kubernetes API.
-func runBackupAll(c *cli.Context, tmpl backup.Options, format output.Format) error {
+func runBackupAll(c *cli.Context, tmpl backup.Options, format output.Format, drill *kube.DrillPlan) error {
 	k, err := kubeClient(c)
 	if err != nil {
 		return err
@@ -166,6 +284,7 @@ func runBackupAll(c *cli.Context, tmpl backup.Options, format output.Format) err
 		DialTimeout: c.Duration("dial-timeout"),
 		NoEvents:    c.Bool("no-events"),
 		Log:         tmpl.Log,
+		Drill:       drill,
 	})
 	if rep != nil && rep.Clusters != nil {
 		if rerr := output.Render(c.App.Writer, format, rep.Table(), rep); rerr != nil {

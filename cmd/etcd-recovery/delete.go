@@ -15,11 +15,11 @@ func deleteCommand() *cli.Command {
 		Name:  "delete",
 		Usage: "delete named backups of one cluster, of any kind (manifest first)",
 		Description: "The only way manual and pre-restore backups are deleted. Names that do not exist, and the\n" +
-			"newest committed backup that checks out (without --allow-newest), are refused before anything is deleted.",
+			"newest committed backup that checks out or the newest whose restore drill passed (without --allow-newest), are refused before anything is deleted.",
 		Flags: concat(cosFlags(), []cli.Flag{
 			clusterIDFlag(),
 			&cli.StringSliceFlag{Name: "backup", Usage: backupFlagUsage},
-			&cli.BoolFlag{Name: "allow-newest", Usage: "allow deleting the newest committed backup that checks out"},
+			&cli.BoolFlag{Name: "allow-newest", Usage: "allow deleting the newest committed backup that checks out, or the newest whose restore drill passed"},
 			outputFlag(),
 			timeoutFlag(),
 		}, deprecatedFlagsOf("delete")),
@@ -66,7 +66,7 @@ func runDelete(c *cli.Context) error {
 	defer cancel()
 	rep, err := backup.Delete(ctx, opts)
 	err = named("delete", err)
-	if errors.Is(err, backup.ErrNewestBackup) {
+	if errors.Is(err, backup.ErrNewestBackup) || errors.Is(err, backup.ErrNewestProven) {
 		err = fmt.Errorf("%w: pass --allow-newest", err)
 	}
 	if rep != nil {

@@ -19,11 +19,13 @@ func inspectCommand() *cli.Command {
 		Usage: "member health, quorum verdict and backup freshness in one screen",
 		Description: "Probes every member of the cluster (the member list comes from any member that answers) concurrently,\n" +
 			"each bounded by --probe-timeout, and prints the members, the verdict, flags, the newest backup (with --bucket\n" +
-			"and --cluster-id) and the next step with its runbook.\n\n" +
+			"and --cluster-id), the newest backup proven restorable by a restore drill and the newest drill's result, and\n" +
+			"the next step with its runbook.\n\n" +
 			"With --cluster NAME: the EtcdCluster NAME of a Kubernetes namespace (etcd-operator): endpoints, client TLS\n" +
 			"(the operator secret) and, unless mounted, the cos-credentials secret come from the API; the cluster id in\n" +
 			"COS is the EtcdCluster's name. With --all: every EtcdCluster of the namespace, --parallel at a time, one\n" +
-			"row per cluster (verdict, members up, leader, DB size, newest backup's age, next step).\n\n" +
+			"row per cluster (verdict, members up, leader, DB size, newest backup's age, newest proven backup's age, next\n" +
+			"step).\n\n" +
 			"Exit codes: 0 HEALTHY, 1 DEGRADED, 2 QUORUM LOST, 3 UNREACHABLE (with --all: the worst cluster's),\n" +
 			"4 usage or configuration error.",
 		Flags: concat(etcdFlags(), cosFlags(), kubeFlags(), []cli.Flag{
@@ -35,6 +37,7 @@ func inspectCommand() *cli.Command {
 			&cli.Int64Flag{Name: "quota-backend-bytes", Value: inspect.DefaultQuotaBytes, Usage: "the cluster's --quota-backend-bytes: a DB at 80% of it is flagged"},
 			&cli.Uint64Flag{Name: "max-lag", Value: inspect.DefaultMaxLag, Usage: "flag a member this many raft entries behind"},
 			&cli.DurationFlag{Name: "max-backup-age", Value: inspect.DefaultMaxBackupAge, Usage: "flag the newest backup when older (one missed 8-hourly run)"},
+			&cli.DurationFlag{Name: "max-drill-age", Value: inspect.DefaultMaxDrillAge, Usage: "flag the newest backup proven restorable by a drill when older (or none: never drilled)"},
 			outputFlag(),
 		}, deprecatedFlagsOf("inspect")),
 		Action: runInspect,
@@ -50,6 +53,7 @@ func runInspect(c *cli.Context) error {
 		Timeout:      c.Duration("probe-timeout"),
 		Thresholds:   inspect.Thresholds{MaxLag: c.Uint64("max-lag"), QuotaBytes: c.Int64("quota-backend-bytes")},
 		MaxBackupAge: c.Duration("max-backup-age"),
+		MaxDrillAge:  c.Duration("max-drill-age"),
 	}
 	if opts.Timeout <= 0 {
 		return usagef("inspect: --probe-timeout %v: must be positive", opts.Timeout)
@@ -62,6 +66,9 @@ func runInspect(c *cli.Context) error {
 	}
 	if opts.MaxBackupAge <= 0 {
 		return usagef("inspect: --max-backup-age %v: must be positive", opts.MaxBackupAge)
+	}
+	if opts.MaxDrillAge <= 0 {
+		return usagef("inspect: --max-drill-age %v: must be positive", opts.MaxDrillAge)
 	}
 	cluster, all := c.String("cluster"), c.Bool("all")
 	switch {

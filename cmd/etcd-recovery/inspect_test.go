@@ -11,8 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/testenv"
+	"github.com/armada/etcd-recovery/internal/testfix"
 )
 
 // These tests run the command as main would (run with argv), against real
@@ -163,6 +165,8 @@ func TestInspectCLIUsage(t *testing.T) {
 		{[]string{"--probe-timeout", "0s"}, "--probe-timeout"},
 		{[]string{"--probe-timeout", "-1s"}, "--probe-timeout"},
 		{[]string{"--max-backup-age", "0s"}, "--max-backup-age"},
+		{[]string{"--max-drill-age", "0s"}, "--max-drill-age"},
+		{[]string{"--max-drill-age", "-1h"}, "--max-drill-age"},
 		{[]string{"--quota-backend-bytes", "0"}, "--quota-backend-bytes"},
 		{[]string{"--cert", "/x.pem"}, "--cert and --key"},
 		{[]string{"--bucket", "b", "--cos-endpoint", "http://127.0.0.1:1"}, "--cluster-id"},
@@ -218,10 +222,28 @@ func TestInspectCLIBackup(t *testing.T) {
 	if b == nil || b.State != inspect.BackupOK || b.Newest == nil || b.Newest.Name != man.Name || b.Newest.Revision != man.RevisionBefore || b.AgeSeconds > 60 {
 		t.Fatalf("after a backup: %+v (want %s)", b, man.Name)
 	}
+	// Never drilled: a warning pointing to the drill runbook, exit 0.
 	code, table, _ := runInspectCLI(t, append([]string{"inspect", "-o", "wide"}, args...)...)
 	if code != 0 || !strings.Contains(table, "BACKUP: newest "+man.Name+" (scheduled, revision "+strconv.FormatInt(man.RevisionBefore, 10)) ||
-		!strings.Contains(table, "NEXT STEP: none") {
+		!strings.Contains(table, "DRILL: NEVER") || !strings.Contains(table, "NEXT STEP: never drilled") || !strings.Contains(table, inspect.RunbookDrill) {
 		t.Errorf("table:\n%s", table)
+	}
+	// Its drill passed (a record as restore.Drill writes it): nothing to
+	// do; with --max-drill-age 1ms the proven backup is too old.
+	st := testfix.Store(t, m, bucket)
+	if err := backup.PutDrill(context.Background(), st, backup.Layout{Prefix: "etcd-backups"}, &backup.DrillRecord{ClusterID: "cli-check",
+		Backup: man.Name, Passed: true, StartedAt: time.Now().Add(-time.Second), FinishedAt: time.Now(), ToolVersion: "test",
+		Comparison: backup.DrillComparison{Mode: backup.CompareSource}}); err != nil {
+		t.Fatal(err)
+	}
+	code, table, _ = runInspectCLI(t, append([]string{"inspect", "-o", "wide"}, args...)...)
+	if code != 0 || !strings.Contains(table, "DRILL: newest proven restorable "+man.Name) || !strings.Contains(table, "NEXT STEP: none") {
+		t.Errorf("drilled, table:\n%s", table)
+	}
+	rep = inspectBoth(t, 0, append(args, "--max-drill-age", "1ms")...)
+	if d := rep.Backup.Drill; d == nil || d.State != inspect.DrillOld || d.Proven == nil || d.Proven.Name != man.Name || d.MaxAgeText != "1ms" ||
+		rep.NextStep.Runbooks[0] != inspect.RunbookDrill {
+		t.Errorf("--max-drill-age 1ms: %+v %+v", rep.Backup.Drill, rep.NextStep)
 	}
 
 	// The store is down: a warning, the etcd verdict and exit code unchanged.

@@ -18,8 +18,8 @@ const defaultProbeTimeout = 3 * time.Second
 func listCommand() *cli.Command {
 	return &cli.Command{
 		Name: "list",
-		Usage: "list a cluster's backups, newest first, with each one's state (committed, incomplete, damaged) " +
-			"and why retention keeps or deletes it",
+		Usage: "list a cluster's backups, newest first, with each one's state (committed, incomplete, damaged), " +
+			"its restore drill (passed, FAILED, never, unreadable) and why retention keeps or deletes it",
 		Flags:  concat(cosFlags(), []cli.Flag{clusterIDFlag(), outputFlag(), timeoutFlag()}, policyFlags()),
 		Action: runList,
 	}
@@ -71,6 +71,9 @@ type listRow struct {
 	Source     string           `json:"source,omitempty"`
 	Error      string           `json:"error,omitempty"`
 	Manifest   *backup.Manifest `json:"manifest,omitempty"`
+	// Drill is the backup's restore drill (drill.json): {passed, at,
+	// failed, mode, error}; null when it was never drilled.
+	Drill *backup.DrillResult `json:"drill"`
 	// Retention is what prune would do with the backup now.
 	Retention retention `json:"retention"`
 }
@@ -153,6 +156,13 @@ func runList(c *cli.Context) error {
 			}
 		}
 	}
+	// The drill records, as prune reads them: the drilled rule keeps by
+	// them. One the store failed to return is shown as unreadable, and the
+	// exit is 1 (its proof is unknown).
+	drillErr := backup.LoadDrills(ctx, store, layout, entries, backup.DefaultCheckParallel)
+	if err := ctx.Err(); err != nil {
+		return named("read drill records", fmt.Errorf("list cluster %s: read drill records: %w", clusterID, err))
+	}
 	listed := make([]backup.Listed, len(entries))
 	for i, e := range entries {
 		listed[i] = backup.Listed{Entry: e, Manifest: manifests[i], ManifestErr: merrs[i]}
@@ -166,7 +176,7 @@ func runList(c *cli.Context) error {
 	for _, l := range listed {
 		d := decisions[l.Name]
 		r := listRow{Name: l.Name, Kind: l.Kind, Time: l.Time, Status: "committed",
-			Retention: retention{Keep: d.Keep, Rules: d.Rules, Reason: d.Reason}}
+			Retention: retention{Keep: d.Keep, Rules: d.Rules, Reason: d.Reason}, Drill: l.Drill.Result()}
 		for _, o := range l.Objects {
 			r.TotalSize += o.Size
 		}
@@ -198,6 +208,9 @@ func runList(c *cli.Context) error {
 		// Shown in the table; the state of those backups is unknown.
 		return fmt.Errorf("list cluster %s: %w", clusterID, unknownErr)
 	}
+	if drillErr != nil {
+		return fmt.Errorf("list cluster %s: %w", clusterID, drillErr)
+	}
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return named("render", ctx.Err())
 	}
@@ -211,11 +224,65 @@ func dashIfEmpty(s string) string {
 	return s
 }
 
+// drillCell is the DRILL cell: "passed 3h00m ago", "FAILED 2h00m ago",
+// "never" or "unreadable".
+func drillCell(d *backup.DrillResult, now time.Time) string {
+	switch {
+	case d == nil:
+		return "never"
+	case d.Error != "":
+		return "unreadable"
+	}
+	word := "FAILED"
+	if d.Passed {
+		word = "passed"
+	}
+	if d.At == nil {
+		return word
+	}
+	return word + " " + shortAge(now.Sub(*d.At)) + " ago"
+}
+
+// shortAge is an age to the unit that matters for a daily drill: 45s, 12m,
+// 3h, 26h, then days.
+func shortAge(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "in " + shortAge(-d)
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours())/24)
+}
+
+// drillNote is the drill's detail for the REASON text: the failed check,
+// or why the record could not be read ("" when it passed or never ran).
+func drillNote(d *backup.DrillResult) string {
+	switch {
+	case d == nil:
+		return ""
+	case d.Error != "":
+		return "drill record unreadable: " + d.Error
+	case !d.Passed:
+		return "drill FAILED: " + d.Failed
+	}
+	return ""
+}
+
 // listTable is list's table: STORED is the snapshot object's size as
-// stored (as in backup), TOTAL every object of the backup.
+// stored (as in backup), TOTAL every object of the backup; RAW (the
+// database's size) is in -o wide. DRILL is the restore drill's result and
+// age; -o wide adds its comparison (DRILL MODE: source or
+// self-consistency), and a failed check goes with the reason.
 func listTable(rows []listRow) output.Table {
-	t := output.Table{Header: []string{"BACKUP", "KIND", "TIME (UTC)", "STATUS", "REVISION", "RAW", "STORED", "TOTAL", "V2 KEYS", "SOURCE", "KEEP", "REASON"},
-		Wide: []string{"KIND", "TIME (UTC)", "TOTAL", "SOURCE"}, Long: []string{"REASON"}}
+	now := time.Now()
+	t := output.Table{Header: []string{"BACKUP", "KIND", "TIME (UTC)", "STATUS", "REVISION", "RAW", "STORED", "TOTAL", "V2 KEYS", "SOURCE",
+		"DRILL", "DRILL MODE", "KEEP", "REASON"},
+		Wide: []string{"KIND", "TIME (UTC)", "RAW", "TOTAL", "SOURCE", "DRILL MODE"}, Long: []string{"REASON"}}
 	for _, r := range rows {
 		v2 := "-"
 		if r.V2Keys != nil {
@@ -235,9 +302,16 @@ func listTable(rows []listRow) output.Table {
 		if r.Error != "" {
 			reason += "; " + r.Error
 		}
+		if n := drillNote(r.Drill); n != "" && !strings.Contains(reason, r.Drill.Failed+r.Drill.Error) {
+			reason += "; " + n
+		}
 		keep := map[bool]string{true: "keep", false: "delete"}[r.Retention.Keep]
+		mode := "-"
+		if r.Drill != nil && r.Drill.Mode != "" {
+			mode = r.Drill.Mode
+		}
 		t.Rows = append(t.Rows, []string{r.Name, string(r.Kind), r.Time.Format("2006-01-02 15:04:05"), status, rev, raw,
-			stored, output.Bytes(r.TotalSize), v2, dashIfEmpty(r.Source), keep, reason})
+			stored, output.Bytes(r.TotalSize), v2, dashIfEmpty(r.Source), drillCell(r.Drill, now), mode, keep, reason})
 	}
 	return t
 }

@@ -137,6 +137,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			deleteCommand(),
 			inspectCommand(),
 			restoreCommand(),
+			drillCommand(),
 		},
 		// Errors are printed once, by run.
 		ExitErrHandler: func(*cli.Context, error) {},

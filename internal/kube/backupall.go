@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"strings"
 	"sync"
@@ -12,7 +13,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/etcdconn"
 	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/restore"
 )
 
 // DefaultParallel is how many clusters BackupAll backs up at once.
@@ -35,6 +38,162 @@ type BackupAllOptions struct {
 	// NoEvents disables the Kubernetes Events.
 	NoEvents bool
 	Log      *slog.Logger
+	// Drill, when set, drills the new backup of the clusters this run
+	// chooses (restore.Drill), right after each one's backup and before
+	// its prune.
+	Drill *DrillPlan
+	// Now is the clock (tests: the drill share's slot); default time.Now.
+	Now func() time.Time
+}
+
+// DrillPlan is how BackupAll drills the backups it takes.
+type DrillPlan struct {
+	// Share: only 1/Share of the clusters are drilled per run, chosen by
+	// DrillChosen (the run's 8-hour UTC slot): with the CronJob's three
+	// runs a day and Share 3, each cluster's newest backup is drilled once
+	// a day. 1 (or 0) drills every cluster.
+	Share int
+	// Parallel bounds the drills running at once (default 1): each one
+	// runs an etcd on a copy of the database and needs the database's
+	// size of scratch disk twice.
+	Parallel int
+	// EtcdBinDir and ScratchDir are restore.DrillOptions'.
+	EtcdBinDir string
+	ScratchDir string
+}
+
+// DrillSlotLength is the period of the drill share's rotation: the
+// CronJob's runs are 8 hours apart, one per slot.
+const DrillSlotLength = 8 * time.Hour
+
+// DrillSlot is the number of the 8-hour UTC slot (since the Unix epoch)
+// that t falls in: 00:00-08:00, 08:00-16:00, 16:00-24:00 UTC.
+func DrillSlot(t time.Time) int64 {
+	s := t.Unix()
+	n := int64(DrillSlotLength / time.Second)
+	if s < 0 {
+		return (s - n + 1) / n
+	}
+	return s / n
+}
+
+// DrillChosen says whether the cluster's backup is drilled by a run in
+// the slot of t when 1/share of the clusters are drilled per run: a stable
+// hash of the cluster id (FNV-1a), plus the slot number, modulo share. So
+// over any share consecutive slots every cluster is chosen exactly once,
+// and about 1/share of the clusters in each. share <= 1 chooses all.
+func DrillChosen(clusterID string, t time.Time, share int) bool {
+	if share <= 1 {
+		return true
+	}
+	h := fnv.New32a()
+	h.Write([]byte(clusterID))
+	n := int64(share)
+	r := (int64(h.Sum32())%n + DrillSlot(t)%n) % n
+	if r < 0 {
+		r += n
+	}
+	return r == 0
+}
+
+// Drill results of one cluster (DrillOutcome.Result).
+const (
+	DrillPassed   = "passed"
+	DrillFailed   = "failed"     // the backup failed a check: it is not proven
+	DrillNotRun   = "not run"    // the drill could not run (no etcd of its version, no room, the store failed)
+	DrillSkipped  = "not chosen" // not in this run's share
+	DrillNoBackup = "no backup"  // the backup failed, nothing to drill
+)
+
+// Event reasons of a drill, recorded on the EtcdCluster next to the
+// backup's own Event.
+const (
+	ReasonDrillPassed = "DrillPassed"
+	ReasonDrillFailed = "DrillFailed"
+	ReasonDrillNotRun = "DrillNotRun"
+)
+
+// DrillOutcome is what happened to a cluster's drill in a backup run.
+type DrillOutcome struct {
+	Result string `json:"result"`
+	// Comparison is the record's comparison mode: backup.CompareSource
+	// (the restored keyspace hashes as the source's at that revision) or
+	// backup.CompareSelf.
+	Comparison string        `json:"comparison,omitempty"`
+	Error      string        `json:"error,omitempty"`
+	Duration   time.Duration `json:"-"`
+	Seconds    float64       `json:"durationSeconds,omitempty"`
+	// Record is the drill record (drill.json), when the drill ran.
+	Record *backup.DrillRecord `json:"record,omitempty"`
+}
+
+// Text is the DRILL column: passed (source), passed (self), FAILED, not
+// run, not chosen.
+func (d *DrillOutcome) Text() string {
+	switch {
+	case d == nil:
+		return "-"
+	case d.Result == DrillPassed && d.Comparison == backup.CompareSelf:
+		return "passed (self)"
+	case d.Result == DrillPassed:
+		return "passed (" + d.Comparison + ")"
+	case d.Result == DrillFailed:
+		return "FAILED"
+	}
+	return d.Result
+}
+
+// NewDrillOutcome describes a drill's result: its record and error as
+// restore.Drill returned them.
+func NewDrillOutcome(rec *backup.DrillRecord, err error, d time.Duration) *DrillOutcome {
+	var de *restore.DrillError
+	if rec == nil && errors.As(err, &de) {
+		rec = de.Record
+	}
+	o := &DrillOutcome{Result: DrillPassed, Record: rec, Duration: d, Seconds: d.Seconds()}
+	if rec != nil {
+		o.Comparison = rec.Comparison.Mode
+	}
+	switch {
+	case err == nil && rec != nil && rec.Passed:
+	case err == nil:
+		// A drill that returned no error must have passed; anything else
+		// is not proof.
+		o.Result = DrillFailed
+		o.Error = "the drill returned no error but no passing record"
+	case rec != nil:
+		o.Result, o.Error = DrillFailed, err.Error()
+		if rec.Failed != "" && !strings.Contains(o.Error, rec.Failed) {
+			o.Error += " (failed check: " + rec.Failed + ")"
+		}
+	default:
+		o.Result, o.Error = DrillNotRun, err.Error()
+	}
+	return o
+}
+
+// message is the drill's Event: its type, reason and message.
+func (d *DrillOutcome) event(backupName string) (string, string, string) {
+	switch d.Result {
+	case DrillPassed:
+		msg := fmt.Sprintf("restore drill of backup %s passed in %s", backupName, d.Duration.Round(time.Second))
+		if r := d.Record; r != nil {
+			c := r.Comparison
+			if c.Mode == backup.CompareSource && c.SourceHash != nil {
+				msg += fmt.Sprintf(": restored keyspace equals the source's (HashKV %08x at revision %d, member %s)", *c.SourceHash, c.Revision, c.Endpoint)
+			} else {
+				msg += ": self-consistency only"
+				if c.Detail != "" {
+					msg += " (" + c.Detail + ")"
+				}
+			}
+			msg += fmt.Sprintf("; etcd %s, revision %d", r.EtcdVersion, r.Revision)
+		}
+		return corev1.EventTypeNormal, ReasonDrillPassed, msg
+	case DrillFailed:
+		return corev1.EventTypeWarning, ReasonDrillFailed, fmt.Sprintf("restore drill of backup %s FAILED (the backup is committed but not proven restorable): %s", backupName, d.Error)
+	}
+	return corev1.EventTypeWarning, ReasonDrillNotRun, fmt.Sprintf("restore drill of backup %s could not run (the backup is committed, not proven): %s", backupName, d.Error)
 }
 
 // Results of one cluster.
@@ -60,6 +219,10 @@ type ClusterResult struct {
 	// EventError says why the Event could not be recorded.
 	EventError string `json:"eventError,omitempty"`
 
+	// Drill is the drill of the new backup (backup --drill): nil when no
+	// drill was asked for.
+	Drill *DrillOutcome `json:"drill,omitempty"`
+
 	Manifest *backup.Manifest    `json:"manifest,omitempty"`
 	Prune    *backup.PruneReport `json:"prune,omitempty"`
 	Err      error               `json:"-"`
@@ -72,8 +235,14 @@ type BackupAllReport struct {
 	Parallel  int             `json:"parallel"`
 	Clusters  []ClusterResult `json:"clusters"`
 	Failed    []string        `json:"failed"`
-	Duration  time.Duration   `json:"-"`
-	Seconds   float64         `json:"durationSeconds"`
+	// With a drill: the share, the slot and the clusters whose drill
+	// failed or could not run (their backups are committed).
+	DrillShare    int           `json:"drillShare,omitempty"`
+	DrillParallel int           `json:"drillParallel,omitempty"`
+	DrillSlot     int64         `json:"drillSlot,omitempty"`
+	DrillFailed   []string      `json:"drillFailed,omitempty"`
+	Duration      time.Duration `json:"-"`
+	Seconds       float64       `json:"durationSeconds"`
 }
 
 // Table is the summary printed at the end.
@@ -81,6 +250,10 @@ func (r *BackupAllReport) Table() output.Table {
 	// STORED is the snapshot object's size as stored, as in backup and list.
 	t := output.Table{Header: []string{"CLUSTER", "RESULT", "BACKUP", "REVISION", "STORED", "DURATION", "PRUNED", "ERROR"},
 		Wide: []string{"REVISION", "DURATION"}, Long: []string{"ERROR"}}
+	drill := r.DrillShare > 0
+	if drill {
+		t.Header = []string{"CLUSTER", "RESULT", "BACKUP", "REVISION", "STORED", "DURATION", "PRUNED", "DRILL", "ERROR"}
+	}
 	for _, c := range r.Clusters {
 		rev, size, pruned := "-", "-", "-"
 		if c.Result == ResultOK {
@@ -90,8 +263,14 @@ func (r *BackupAllReport) Table() output.Table {
 			}
 		}
 		errText := c.Error
-		t.Rows = append(t.Rows, []string{c.Cluster, c.Result, dash(c.Backup), rev, size,
-			c.Duration.Round(time.Millisecond).String(), pruned, dash(errText)})
+		row := []string{c.Cluster, c.Result, dash(c.Backup), rev, size, c.Duration.Round(time.Millisecond).String(), pruned}
+		if drill {
+			row = append(row, c.Drill.Text())
+			if c.Drill != nil && c.Drill.Error != "" && !strings.Contains(errText, c.Drill.Error) {
+				errText = strings.TrimPrefix(errText+"; drill: "+c.Drill.Error, "; ")
+			}
+		}
+		t.Rows = append(t.Rows, append(row, dash(errText)))
 	}
 	return t
 }
@@ -108,14 +287,24 @@ func dash(s string) string {
 type BackupAllError struct {
 	Namespace string
 	Failed    []string
-	Err       error // discovery error; nil when some backups failed
+	// DrillFailed names the clusters whose backup was committed but whose
+	// drill failed or could not run, each with its backup and failure.
+	DrillFailed []string
+	Err         error // discovery error; nil when some backups failed
 }
 
 func (e *BackupAllError) Error() string {
 	if e.Err != nil {
 		return fmt.Sprintf("backup of etcdclusters in %s: %v", e.Namespace, e.Err)
 	}
-	return fmt.Sprintf("backup failed for %d etcdcluster(s) in %s: %s", len(e.Failed), e.Namespace, strings.Join(e.Failed, ", "))
+	var parts []string
+	if len(e.Failed) > 0 {
+		parts = append(parts, fmt.Sprintf("backup failed for %d etcdcluster(s) in %s: %s", len(e.Failed), e.Namespace, strings.Join(e.Failed, ", ")))
+	}
+	if len(e.DrillFailed) > 0 {
+		parts = append(parts, fmt.Sprintf("restore drill failed for %d etcdcluster(s) in %s (backups committed): %s", len(e.DrillFailed), e.Namespace, strings.Join(e.DrillFailed, "; ")))
+	}
+	return strings.Join(parts, "; ")
 }
 
 func (e *BackupAllError) Unwrap() error { return e.Err }
@@ -137,11 +326,28 @@ func BackupAll(ctx context.Context, opts BackupAllOptions) (*BackupAllReport, er
 	if opts.DialTimeout <= 0 {
 		opts.DialTimeout = 5 * time.Second
 	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
 	log := opts.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	rep := &BackupAllReport{Namespace: k.Namespace, Parallel: opts.Parallel, Failed: []string{}}
+	now := opts.Now()
+	var drillSem chan struct{}
+	if d := opts.Drill; d != nil {
+		plan := *d
+		if plan.Share < 1 {
+			plan.Share = 1
+		}
+		if plan.Parallel < 1 {
+			plan.Parallel = 1
+		}
+		opts.Drill = &plan
+		rep.DrillShare, rep.DrillParallel, rep.DrillSlot = plan.Share, plan.Parallel, DrillSlot(now)
+		drillSem = make(chan struct{}, plan.Parallel)
+	}
 	clusters, err := k.Clusters(ctx, opts.Names...)
 	if err != nil {
 		return rep, &BackupAllError{Namespace: k.Namespace, Err: err}
@@ -154,17 +360,38 @@ func BackupAll(ctx context.Context, opts BackupAllOptions) (*BackupAllReport, er
 	sem := make(chan struct{}, opts.Parallel)
 	var wg sync.WaitGroup
 	for i, c := range clusters {
+		drill := opts.Drill != nil && DrillChosen(c.Name, now, opts.Drill.Share)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			cancelled := func() {
+				rep.Clusters[i] = ClusterResult{Cluster: c.Name, Result: ResultFailed, Err: ctx.Err(), Error: ctx.Err().Error(), Endpoints: c.Endpoints}
+			}
+			// A drilled cluster takes its drill slot before its backup
+			// starts, so that the drill follows the backup at once: the
+			// source must still answer HashKV at the snapshot's revision
+			// (a Kubernetes apiserver compacts every 5 minutes). Its
+			// backup slot is given back as the drill starts.
+			var drillSlot *slot
+			if drill {
+				select {
+				case drillSem <- struct{}{}:
+				case <-ctx.Done():
+					cancelled()
+					return
+				}
+				drillSlot = &slot{sem: drillSem}
+				defer drillSlot.release()
+			}
 			select {
 			case sem <- struct{}{}:
 			case <-ctx.Done():
-				rep.Clusters[i] = ClusterResult{Cluster: c.Name, Result: ResultFailed, Err: ctx.Err(), Error: ctx.Err().Error(), Endpoints: c.Endpoints}
+				cancelled()
 				return
 			}
-			defer func() { <-sem }()
-			rep.Clusters[i] = backupOne(ctx, k, c, opts, log)
+			backupSlot := &slot{sem: sem}
+			defer backupSlot.release()
+			rep.Clusters[i] = backupOne(ctx, k, c, opts, drill, backupSlot, log)
 		}()
 	}
 	wg.Wait()
@@ -174,19 +401,33 @@ func BackupAll(ctx context.Context, opts BackupAllOptions) (*BackupAllReport, er
 		if r.Result != ResultOK {
 			rep.Failed = append(rep.Failed, r.Cluster)
 		}
+		if d := r.Drill; d != nil && (d.Result == DrillFailed || d.Result == DrillNotRun) {
+			rep.DrillFailed = append(rep.DrillFailed, fmt.Sprintf("%s (backup %s, drill %s: %s)", r.Cluster, r.Backup, d.Result, d.Error))
+		}
 	}
 	rep.Duration = time.Since(start)
 	rep.Seconds = rep.Duration.Seconds()
-	if len(rep.Failed) > 0 {
-		return rep, &BackupAllError{Namespace: k.Namespace, Failed: rep.Failed}
+	if len(rep.Failed) > 0 || len(rep.DrillFailed) > 0 {
+		return rep, &BackupAllError{Namespace: k.Namespace, Failed: rep.Failed, DrillFailed: rep.DrillFailed}
 	}
 	return rep, nil
 }
 
-func backupOne(ctx context.Context, k *Client, c Cluster, opts BackupAllOptions, log *slog.Logger) (res ClusterResult) {
+// slot is a held place in a semaphore, given back once.
+type slot struct {
+	sem  chan struct{}
+	once sync.Once
+}
+
+func (s *slot) release() { s.once.Do(func() { <-s.sem }) }
+
+func backupOne(ctx context.Context, k *Client, c Cluster, opts BackupAllOptions, drill bool, backupSlot *slot, log *slog.Logger) (res ClusterResult) {
 	start := time.Now()
 	res = ClusterResult{Cluster: c.Name, Result: ResultFailed, Endpoints: c.Endpoints}
 	clog := log.With("cluster", c.Name)
+	if opts.Drill != nil && !drill {
+		res.Drill = &DrillOutcome{Result: DrillSkipped}
+	}
 	defer func() {
 		res.Duration = time.Since(start)
 		if opts.NoEvents {
@@ -202,10 +443,20 @@ func backupOne(ctx context.Context, k *Client, c Cluster, opts BackupAllOptions,
 			res.EventError = err.Error()
 			clog.Warn("could not record the event", "err", err)
 		}
+		if d := res.Drill; d != nil && res.Manifest != nil && (d.Result == DrillPassed || d.Result == DrillFailed || d.Result == DrillNotRun) {
+			typ, reason, msg := d.event(res.Backup)
+			if err := k.RecordEvent(ectx, c, typ, reason, msg); err != nil {
+				res.EventError = strings.TrimPrefix(res.EventError+"; "+err.Error(), "; ")
+				clog.Warn("could not record the drill's event", "err", err)
+			}
+		}
 	}()
 	fail := func(err error) ClusterResult {
 		res.Err, res.Error = err, err.Error()
 		clog.Error("backup failed", "err", err)
+		if drill && res.Drill == nil {
+			res.Drill = &DrillOutcome{Result: DrillNoBackup}
+		}
 		return res
 	}
 	if err := backup.ValidateClusterID(c.Name); err != nil {
@@ -221,6 +472,17 @@ func backupOne(ctx context.Context, k *Client, c Cluster, opts BackupAllOptions,
 	bo.Etcd = ecfg
 	bo.Log = clog
 	bo.Progress = nil
+	bo.Drill = nil
+	if drill {
+		bo.Drill = func(ctx context.Context, m *backup.Manifest) (*backup.DrillRecord, error) {
+			// The backup's buffers are freed: its slot goes to the next
+			// backup while this drill runs (bounded by the drill slot).
+			backupSlot.release()
+			clog.Info("restore drill of the new backup", "backup", m.Name)
+			// The drill's log lines carry the cluster themselves.
+			return drillBackup(ctx, c.Name, ecfg, m, opts, log)
+		}
+	}
 	r, err := backup.Run(ctx, bo)
 	if r != nil {
 		m := r.Manifest
@@ -234,6 +496,22 @@ func backupOne(ctx context.Context, k *Client, c Cluster, opts BackupAllOptions,
 		if r.Pruned != nil {
 			res.Pruned = r.Pruned.Deleted
 		}
+		if drill {
+			d := r.Drill
+			var took time.Duration
+			if d != nil {
+				took = d.FinishedAt.Sub(d.StartedAt)
+			}
+			res.Drill = NewDrillOutcome(d, r.DrillErr, took)
+		}
+	}
+	if err != nil && r != nil && onlyDrill(err) {
+		// The backup is committed and pruned; only its drill failed: the
+		// drill's outcome says so (and the exit is 1, see BackupAllError).
+		res.Result = ResultOK
+		clog.Info("backup committed", "backup", res.Backup, "revision", res.Revision, "stored", res.Size, "pruned", res.Pruned,
+			"drill", res.Drill.Result)
+		return res
 	}
 	if err != nil {
 		return fail(err)
@@ -241,6 +519,34 @@ func backupOne(ctx context.Context, k *Client, c Cluster, opts BackupAllOptions,
 	res.Result = ResultOK
 	clog.Info("backup committed", "backup", res.Backup, "revision", res.Revision, "stored", res.Size, "pruned", res.Pruned)
 	return res
+}
+
+// onlyDrill is true when err is a backup.Error at StepDrill alone (not
+// joined with a prune failure).
+func onlyDrill(err error) bool {
+	var be *backup.Error
+	if !errors.As(err, &be) || be.Step != backup.StepDrill {
+		return false
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok && len(j.Unwrap()) > 1 {
+		return false
+	}
+	return true
+}
+
+// drillBackup drills the backup just committed, against its source: the
+// same endpoints and client TLS the backup used.
+func drillBackup(ctx context.Context, cluster string, src etcdconn.Config, m *backup.Manifest, opts BackupAllOptions, log *slog.Logger) (*backup.DrillRecord, error) {
+	return restore.Drill(ctx, restore.DrillOptions{
+		ClusterID:  cluster,
+		Store:      opts.Template.Store,
+		Layout:     opts.Template.Layout,
+		Backup:     m.Name,
+		Source:     src,
+		EtcdBinDir: opts.Drill.EtcdBinDir,
+		ScratchDir: opts.Drill.ScratchDir,
+		Log:        log,
+	})
 }
 
 func successMessage(r ClusterResult) string {

@@ -56,6 +56,20 @@ type InspectRow struct {
 	BackupName       string `json:"backupName,omitempty"`
 	BackupAge        string `json:"backupAge,omitempty"`
 	BackupAgeSeconds int64  `json:"backupAgeSeconds,omitempty"`
+	// Drill is the restore-drill state: ok, old, never, failed, unknown or
+	// not-checked (no store). DrillProven* describe the newest backup
+	// proven restorable (its age is the backup's); DrillLast* the newest
+	// drill of any backup.
+	Drill                 string    `json:"drill"`
+	DrillProven           string    `json:"drillProven,omitempty"`
+	DrillProvenTime       time.Time `json:"drillProvenTime,omitzero"`
+	DrillProvenAge        string    `json:"drillProvenAge,omitempty"`
+	DrillProvenAgeSeconds int64     `json:"drillProvenAgeSeconds,omitempty"`
+	DrillLastBackup       string    `json:"drillLastBackup,omitempty"`
+	DrillLastResult       string    `json:"drillLastResult,omitempty"`
+	DrillLastTime         time.Time `json:"drillLastTime,omitzero"`
+	DrillLastFailed       string    `json:"drillLastFailed,omitempty"`
+	DrillLastMode         string    `json:"drillLastMode,omitempty"`
 	// NextStep is the short form of the report's next step (its action up
 	// to the first colon); the report has it in full.
 	NextStep string `json:"nextStep"`
@@ -84,7 +98,7 @@ type InspectAllReport struct {
 
 // Table is one row per cluster.
 func (r *InspectAllReport) Table() output.Table {
-	t := output.Table{Header: []string{"CLUSTER", "VERDICT", "UP", "LEADER", "DB SIZE", "BACKUP AGE", "NEXT STEP"},
+	t := output.Table{Header: []string{"CLUSTER", "VERDICT", "UP", "LEADER", "DB SIZE", "BACKUP AGE", "DRILLED", "NEXT STEP"},
 		Wide: []string{"LEADER"}, Long: []string{"NEXT STEP"}}
 	for _, c := range r.Clusters {
 		db := "-"
@@ -95,7 +109,7 @@ func (r *InspectAllReport) Table() output.Table {
 		if c.Error != "" {
 			next += ": " + c.Error
 		}
-		t.Rows = append(t.Rows, []string{c.Cluster, string(c.Verdict), c.Members, dash(c.Leader), db, c.backupCell(), next})
+		t.Rows = append(t.Rows, []string{c.Cluster, string(c.Verdict), c.Members, dash(c.Leader), db, c.backupCell(), c.drillCell(), next})
 	}
 	return t
 }
@@ -109,6 +123,25 @@ func (c InspectRow) backupCell() string {
 	case string(inspect.BackupMissing):
 		return "MISSING"
 	case string(inspect.BackupUnknown):
+		return "UNKNOWN"
+	}
+	return "-"
+}
+
+// drillCell is the DRILLED column: the newest proven-restorable backup's
+// age ("5h20m", "30h05m OLD"), FAILED when the newest drill failed, NEVER
+// when no backup was proven restorable.
+func (c InspectRow) drillCell() string {
+	switch c.Drill {
+	case string(inspect.DrillOK):
+		return c.DrillProvenAge
+	case string(inspect.DrillOld):
+		return c.DrillProvenAge + " OLD"
+	case string(inspect.DrillFailed):
+		return "FAILED"
+	case string(inspect.DrillNever):
+		return "NEVER"
+	case string(inspect.DrillUnknown):
 		return "UNKNOWN"
 	}
 	return "-"
@@ -214,7 +247,7 @@ func inspectOne(ctx context.Context, k *Client, c Cluster, opts InspectAllOption
 
 func failedRow(c Cluster, err error, elapsed time.Duration) InspectRow {
 	return InspectRow{Cluster: c.Name, Verdict: inspect.VerdictUnreachable, ExitCode: inspect.ExitUnreachable,
-		Members: "?", Backup: BackupNotChecked, NextStep: "not inspected", Error: oneLine(err),
+		Members: "?", Backup: BackupNotChecked, Drill: BackupNotChecked, NextStep: "not inspected", Error: oneLine(err),
 		Endpoints: c.Endpoints, ElapsedMS: elapsed.Milliseconds()}
 }
 
@@ -222,7 +255,7 @@ func failedRow(c Cluster, err error, elapsed time.Duration) InspectRow {
 func rowOf(c Cluster, rep *inspect.Report) InspectRow {
 	row := InspectRow{Cluster: c.Name, Verdict: rep.Verdict, ExitCode: rep.ExitCode(),
 		Up: rep.Up, Voting: rep.Voting, Members: fmt.Sprintf("%d/%d", rep.Up, rep.Voting),
-		Leader: rep.Leader, Backup: BackupNotChecked, NextStep: shortStep(rep.NextStep.Action),
+		Leader: rep.Leader, Backup: BackupNotChecked, Drill: BackupNotChecked, NextStep: shortStep(rep.NextStep.Action),
 		Endpoints: c.Endpoints, Report: rep}
 	for _, m := range rep.Members {
 		if m.StatusOK && m.DBSize > row.DBSize {
@@ -233,6 +266,17 @@ func rowOf(c Cluster, rep *inspect.Report) InspectRow {
 		row.Backup = string(b.State)
 		if b.Newest != nil {
 			row.BackupName, row.BackupAge, row.BackupAgeSeconds = b.Newest.Name, b.AgeText, b.AgeSeconds
+		}
+		if d := b.Drill; d != nil {
+			row.Drill = string(d.State)
+			if p := d.Proven; p != nil {
+				row.DrillProven, row.DrillProvenTime, row.DrillProvenAge, row.DrillProvenAgeSeconds = p.Name, p.Time, d.AgeText, d.AgeSeconds
+			}
+			if l := d.Last; l != nil {
+				row.DrillLastBackup, row.DrillLastResult, row.DrillLastTime, row.DrillLastFailed, row.DrillLastMode = l.Backup, l.Result, l.At, l.Failed, l.Mode
+			}
+		} else if b.State == inspect.BackupUnknown {
+			row.Drill = string(inspect.DrillUnknown) // the store failed
 		}
 	}
 	return row

@@ -56,6 +56,26 @@ func testInspectAll(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier,
 		t.Fatalf("backups: %v", err)
 	}
 	backupsAt := time.Now()
+	// Drill records next to the real backups (restore.Drill writes the
+	// same): etcd-healthy's passed, etcd-degraded's failed the source
+	// comparison; etcd-down's was never drilled.
+	const failedCheck = "compare with source: HashKV at revision 212 differs: restored 0x1f2e3d4c, source 0x5a6b7c8d"
+	putDrill := func(cluster string, passed bool, failed string) string {
+		t.Helper()
+		entries, err := backup.Inventory(ctx, st, layout, cluster)
+		if err != nil || len(entries) == 0 {
+			t.Fatalf("backups of %s: %v %+v", cluster, err, entries)
+		}
+		r := &backup.DrillRecord{ClusterID: cluster, Backup: entries[0].Name, Passed: passed, Failed: failed,
+			StartedAt: time.Now().Add(-10 * time.Second).UTC(), FinishedAt: time.Now().UTC(), ToolVersion: "test",
+			Comparison: backup.DrillComparison{Mode: backup.CompareSource}}
+		if err := backup.PutDrill(ctx, st, layout, r); err != nil {
+			t.Fatal(err)
+		}
+		return entries[0].Name
+	}
+	healthyBackup := putDrill(healthy.Name, true, "")
+	degradedBackup := putDrill(degraded.Name, false, failedCheck)
 	leader := degraded.Etcd.Leader(t)
 	var killed string
 	for _, mem := range degraded.Etcd.Members {
@@ -105,19 +125,19 @@ func testInspectAll(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier,
 			t.Fatalf("report: ns %s, exit %d, worst %s, %d rows", rep.Namespace, rep.ExitCode, rep.Worst, len(rep.Clusters))
 		}
 		type want struct {
-			name, verdict, members, backup, next string
-			leader                               bool
+			name, verdict, members, backup, next, drill string
+			leader                                      bool
 		}
 		wants := []want{ // name order
-			{degraded.Name, "DEGRADED", "2/3", "ok", "minority failure", true},
-			{down.Name, "UNREACHABLE", "0/1", "ok", "no member answers", false},
-			{healthy.Name, "HEALTHY", "3/3", "ok", "none", true},
-			{noBackup.Name, "HEALTHY", "1/1", "missing", "backup missing", true},
+			{degraded.Name, "DEGRADED", "2/3", "ok", "minority failure", "failed", true},
+			{down.Name, "UNREACHABLE", "0/1", "ok", "no member answers", "never", false},
+			{healthy.Name, "HEALTHY", "3/3", "ok", "none", "ok", true},
+			{noBackup.Name, "HEALTHY", "1/1", "missing", "backup missing", "never", true},
 		}
 		for i, w := range wants {
 			r := rep.Clusters[i]
 			if r.Cluster != w.name || string(r.Verdict) != w.verdict || r.Members != w.members || r.Backup != w.backup ||
-				r.NextStep != w.next || (r.Leader != "") != w.leader || r.Error != "" || r.Report == nil {
+				r.NextStep != w.next || r.Drill != w.drill || (r.Leader != "") != w.leader || r.Error != "" || r.Report == nil {
 				t.Errorf("row %d: %+v\nwant %+v", i, r, w)
 				continue
 			}
@@ -133,6 +153,16 @@ func testInspectAll(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier,
 		}
 		if deg := rep.Clusters[0].Report; deg != nil && !strings.Contains(deg.NextStep.Action, killed) {
 			t.Errorf("degraded: next step %q does not name the killed member %s", deg.NextStep.Action, killed)
+		}
+		// The drill values in the rows: the failed drill names its backup
+		// and check; the passed one proves the healthy cluster's backup.
+		if r := rep.Clusters[0]; r.DrillLastBackup != degradedBackup || r.DrillLastResult != "failed" || r.DrillLastFailed != failedCheck ||
+			r.DrillLastMode != backup.CompareSource || r.DrillLastTime.IsZero() || r.DrillProven != "" {
+			t.Errorf("degraded, failed drill: %+v", r)
+		}
+		if r := rep.Clusters[2]; r.DrillProven != healthyBackup || r.DrillProvenTime.IsZero() || r.DrillProvenAge == "" ||
+			r.DrillProvenAgeSeconds > 300 || r.DrillLastResult != "passed" {
+			t.Errorf("healthy, passed drill: %+v", r)
 		}
 		if nb := rep.Clusters[3].Report; nb != nil {
 			found := false
@@ -166,7 +196,7 @@ func testInspectAll(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier,
 			}
 			rows = append(rows, cells)
 		}
-		if len(rows) != 5 || strings.Join(rows[0], "|") != "CLUSTER|VERDICT|UP|DB SIZE|BACKUP AGE" {
+		if len(rows) != 5 || strings.Join(rows[0], "|") != "CLUSTER|VERDICT|UP|DB SIZE|BACKUP AGE|DRILLED" {
 			t.Fatalf("want a header and one row per cluster:\n%s", stdout)
 		}
 		for i, w := range [][]string{
@@ -182,6 +212,12 @@ func testInspectAll(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier,
 		}
 		if r := rows[2]; r[3] != "-" {
 			t.Errorf("down row: %v", r)
+		}
+		// DRILLED: the failed drill, never, the proven backup's age, never.
+		for i, want := range []string{"FAILED", "NEVER", "", "NEVER"} {
+			if r := rows[i+1]; want != "" && r[5] != want || want == "" && (r[5] == "" || strings.ContainsAny(r[5], "-ABCDEFGHIJKLMNOPQRSTUVWXYZ")) {
+				t.Errorf("row %d DRILLED %q, want %q (an age when empty)", i, r[5], want)
+			}
 		}
 		t.Logf("inspect --all:\n%s", stdout)
 	})
@@ -221,6 +257,28 @@ func testInspectAll(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier,
 		}
 		if r := rep.Clusters[2]; r.Verdict != inspect.VerdictHealthy || r.NextStep != "backup stale" || !strings.HasSuffix(rep.Table().Rows[2][5], " STALE") {
 			t.Errorf("healthy, stale backup: %+v", r)
+		}
+	})
+
+	// A failed drill on a healthy cluster: HEALTHY (exit 0) with the
+	// drill's warning; its row says FAILED and its next step is the drill
+	// runbook's.
+	t.Run("DrillFailed", func(t *testing.T) {
+		putDrill(healthy.Name, false, failedCheck)
+		code, stdout, stderr, _ := runTool("--all", "-o", "json")
+		var rep kube.InspectAllReport
+		if code != inspect.ExitUnreachable || json.Unmarshal([]byte(stdout), &rep) != nil || len(rep.Clusters) != 4 {
+			t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+		}
+		r := rep.Clusters[2]
+		if r.Cluster != healthy.Name || r.Verdict != inspect.VerdictHealthy || r.Drill != "failed" || r.NextStep != "restore drill failed" ||
+			r.DrillLastFailed != failedCheck || r.DrillLastBackup != healthyBackup || rep.Table().Rows[2][6] != "FAILED" {
+			t.Errorf("healthy, failed drill: %+v", r)
+		}
+		code, stdout, stderr, _ = runTool("--cluster", healthy.Name)
+		if code != inspect.ExitHealthy || !strings.Contains(stdout, "VERDICT: HEALTHY") || !strings.Contains(stdout, "DRILL: NEVER") ||
+			!strings.Contains(stdout, "newest drill FAILED") || !strings.Contains(strings.Join(strings.Fields(stdout), " "), inspect.RunbookDrill) {
+			t.Errorf("inspect --cluster %s: exit %d\nstdout:\n%s\nstderr:\n%s", healthy.Name, code, stdout, stderr)
 		}
 	})
 

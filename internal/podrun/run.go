@@ -70,6 +70,15 @@ type Usage struct {
 	// (by mount path), and EmptyDirLimit its sizeLimit.
 	EmptyDirPeak  map[string]int64
 	EmptyDirLimit map[string]int64
+	// ProcPeakRSS is the highest peak RSS (VmHWM) of the container's
+	// processes by command name (comm: "etcd-recovery", a drill's
+	// "etcd-3.5"), read from /proc at each sample while they run: what
+	// each program itself needed at most. VmHWM counts file pages the
+	// process maps (an etcd's bbolt database): ProcPeakAnon is the highest
+	// sampled RssAnon, the process's own memory, which the kernel cannot
+	// reclaim under the limit.
+	ProcPeakRSS  map[string]int64
+	ProcPeakAnon map[string]int64
 }
 
 // String is e.g. "peak rss 38.2 MiB (tmpfs 0.0 MiB, cache 412.0 MiB) of limit 512.0 MiB".
@@ -78,6 +87,9 @@ func (u Usage) String() string {
 		mib(u.PeakRSS), mib0(u.PeakShmem), mib0(u.PeakCache), mib0(u.CgroupMaxUsage), mib(u.MemoryLimit))
 	for _, p := range sortedKeys(u.EmptyDirPeak) {
 		s += fmt.Sprintf("; emptyDir %s peak %s of sizeLimit %s", p, mib0(u.EmptyDirPeak[p]), mib(u.EmptyDirLimit[p]))
+	}
+	for _, c := range sortedKeys(u.ProcPeakRSS) {
+		s += fmt.Sprintf("; %s peak rss %s (anon %s)", c, mib0(u.ProcPeakRSS[c]), mib0(u.ProcPeakAnon[c]))
 	}
 	return s
 }
@@ -443,6 +455,7 @@ type monitor struct {
 
 func (m *monitor) start() {
 	m.u.EmptyDirPeak, m.u.EmptyDirLimit = map[string]int64{}, map[string]int64{}
+	m.u.ProcPeakRSS, m.u.ProcPeakAnon = map[string]int64{}, map[string]int64{}
 	for p, l := range m.diskLimit {
 		m.u.EmptyDirPeak[p], m.u.EmptyDirLimit[p] = 0, l
 	}
@@ -494,6 +507,13 @@ func (m *monitor) snapshot() Usage {
 	for k, v := range m.u.EmptyDirPeak {
 		u.EmptyDirPeak[k] = v
 	}
+	u.ProcPeakRSS, u.ProcPeakAnon = map[string]int64{}, map[string]int64{}
+	for k, v := range m.u.ProcPeakRSS {
+		u.ProcPeakRSS[k] = v
+	}
+	for k, v := range m.u.ProcPeakAnon {
+		u.ProcPeakAnon[k] = v
+	}
 	return u
 }
 
@@ -528,7 +548,14 @@ func (m *monitor) sample() {
 			}
 		}
 		lim, limErr := readInt(filepath.Join(cg, "memory.limit_in_bytes"))
+		hwm, anon := procPeaks(filepath.Join(cg, "cgroup.procs"))
 		m.mu.Lock()
+		for c, v := range hwm {
+			m.u.ProcPeakRSS[c] = max(m.u.ProcPeakRSS[c], v)
+		}
+		for c, v := range anon {
+			m.u.ProcPeakAnon[c] = max(m.u.ProcPeakAnon[c], v)
+		}
 		m.u.Samples++
 		m.u.PeakRSS = max(m.u.PeakRSS, st["total_rss"])
 		m.u.PeakShmem = max(m.u.PeakShmem, st["total_shmem"])
@@ -567,6 +594,47 @@ func diskUsage(dir string) int64 {
 		return nil
 	})
 	return n
+}
+
+// procPeaks reads the peak RSS (VmHWM) and the current anonymous RSS
+// (RssAnon) of each process listed in a cgroup.procs file, by command name
+// (the highest per name).
+func procPeaks(procsFile string) (hwm, anon map[string]int64) {
+	b, err := os.ReadFile(procsFile)
+	if err != nil {
+		return nil, nil
+	}
+	hwm, anon = map[string]int64{}, map[string]int64{}
+	kb := func(v string) int64 {
+		f := strings.Fields(v) // "12345 kB"
+		if len(f) == 0 {
+			return 0
+		}
+		n, _ := strconv.ParseInt(f[0], 10, 64)
+		return n << 10
+	}
+	for _, pid := range strings.Fields(string(b)) {
+		st, err := os.ReadFile(filepath.Join("/proc", pid, "status"))
+		if err != nil {
+			continue // exited
+		}
+		var name string
+		var h, a int64
+		for _, l := range strings.Split(string(st), "\n") {
+			if v, ok := strings.CutPrefix(l, "Name:"); ok {
+				name = strings.TrimSpace(v)
+			} else if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+				h = kb(v)
+			} else if v, ok := strings.CutPrefix(l, "RssAnon:"); ok {
+				a = kb(v)
+			}
+		}
+		if name != "" {
+			hwm[name] = max(hwm[name], h)
+			anon[name] = max(anon[name], a)
+		}
+	}
+	return hwm, anon
 }
 
 func readStat(path string) (map[string]int64, error) {

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/testenv"
+	"github.com/armada/etcd-recovery/internal/testfix"
+)
+
+// etcdBinDir is a directory with etcd-<minor> linked to the test servers of
+// the versions given (none: a bin dir without etcd).
+func etcdBinDir(tb testing.TB, versions ...testenv.Version) string {
+	tb.Helper()
+	dir := tb.TempDir()
+	for _, v := range versions {
+		if err := os.Symlink(testenv.EtcdBin(tb, v), filepath.Join(dir, "etcd-"+string(v))); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// backupDrillJSON is backup --drill -o json.
+type backupDrillJSON struct {
+	backup.Manifest
+	Pruned *backup.PruneReport `json:"pruned"`
+	Drill  *struct {
+		Result     string              `json:"result"`
+		Comparison string              `json:"comparison"`
+		Error      string              `json:"error"`
+		Record     *backup.DrillRecord `json:"record"`
+	} `json:"drill"`
+}
+
+// backup --drill against real etcd 3.5 (mutual TLS) and MinIO: the new
+// backup is drilled before the prune, the restored keyspace equals the
+// source's at the snapshot's revision, and drill.json is next to it. With a
+// bin dir holding no etcd, the backup is still committed, the drill is
+// reported as not run (no record), and the exit is 1 naming the cluster,
+// the backup and the step.
+func TestCLIBackupDrill(t *testing.T) {
+	t.Parallel()
+	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, TLS: true})
+	testenv.PutKeys(t, c.Client(t), "/registry/pods/", 400, 256)
+	testenv.PutKeys(t, c.Client(t), "/registry/secrets/", 50, 128)
+	m := testenv.SharedMinIO(t)
+	bucket, prefix := m.NewBucket(t), testenv.Prefix(t)
+	cos := cosArgs(t, m, bucket, prefix)
+	st, layout := testfix.Store(t, m, bucket), backup.Layout{Prefix: prefix}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	t.Run("Passes", func(t *testing.T) {
+		start := time.Now()
+		code, out, errOut := runCtx(t, ctx, concatArgs([]string{"backup", "--cluster-id", "drill1", "--kind", "scheduled", "--drill", "--prune",
+			"--etcd-bin-dir", etcdBinDir(t, testenv.V35), "--temp-dir", t.TempDir(), "-o", "json"}, clusterArgs(c), cos)...)
+		t.Logf("backup --drill: exit %d in %v", code, time.Since(start).Round(time.Millisecond))
+		if code != 0 {
+			t.Fatalf("backup --drill: exit %d\n%s\n%s", code, out, lastLinesOf(errOut, 20))
+		}
+		var res backupDrillJSON
+		if err := json.Unmarshal([]byte(out), &res); err != nil {
+			t.Fatalf("backup --drill -o json: %v\n%s", err, out)
+		}
+		d := res.Drill
+		if res.Name == "" || d == nil || d.Result != "passed" || d.Comparison != backup.CompareSource || d.Record == nil || res.Pruned == nil {
+			t.Fatalf("backup --drill -o json: %s", out)
+		}
+		cmp := d.Record.Comparison
+		if !d.Record.Passed || cmp.Equal == nil || !*cmp.Equal || cmp.SourceHash == nil || cmp.RestoredHash == nil || *cmp.SourceHash != *cmp.RestoredHash {
+			t.Errorf("drill record: passed %v, comparison %+v", d.Record.Passed, cmp)
+		}
+		rec, err := backup.LoadDrill(ctx, st, layout, "drill1", res.Name)
+		if err != nil || rec == nil || !rec.Passed || rec.Backup != res.Name || rec.Comparison.Mode != backup.CompareSource {
+			t.Fatalf("drill.json of %s: %+v %v", res.Name, rec, err)
+		}
+		if !strings.Contains(errOut, "restore drill passed") || !strings.Contains(errOut, "cluster=drill1") {
+			t.Errorf("no log line for the drill:\n%s", lastLinesOf(errOut, 10))
+		}
+
+		// The table: a DRILL column and the drill's line below it.
+		code, out, errOut = runCtx(t, ctx, concatArgs([]string{"backup", "--cluster-id", "drill1", "--drill",
+			"--etcd-bin-dir", etcdBinDir(t, testenv.V35), "--temp-dir", t.TempDir()}, clusterArgs(c), cos)...)
+		if code != 0 || !strings.Contains(out, "DRILL") || !strings.Contains(out, "passed (source)") || !strings.Contains(out, "drill: passed") {
+			t.Errorf("backup --drill table: exit %d\n%s\n%s", code, out, lastLinesOf(errOut, 10))
+		}
+	})
+
+	t.Run("NoEtcd", func(t *testing.T) {
+		code, out, errOut := runCtx(t, ctx, concatArgs([]string{"backup", "--cluster-id", "drill2", "--drill", "--prune",
+			"--etcd-bin-dir", etcdBinDir(t), "--temp-dir", t.TempDir(), "-o", "json"}, clusterArgs(c), cos)...)
+		if code != exitFailure {
+			t.Fatalf("backup --drill without etcd: exit %d, want 1\n%s\n%s", code, out, lastLinesOf(errOut, 20))
+		}
+		var res backupDrillJSON
+		if err := json.Unmarshal([]byte(out), &res); err != nil {
+			t.Fatalf("-o json: %v\n%s", err, out)
+		}
+		if res.Drill == nil || res.Drill.Result != "not run" || res.Drill.Record != nil || res.Pruned == nil {
+			t.Fatalf("drill without etcd: %s", out)
+		}
+		// Committed, and no record of a drill that never ran.
+		list, err := backup.ListBackups(ctx, st, layout, "drill2")
+		if err != nil || len(list) != 1 || list[0].Manifest == nil || list[0].Name != res.Name {
+			t.Fatalf("backups of drill2: %+v %v", list, err)
+		}
+		if rec, err := backup.LoadDrill(ctx, st, layout, "drill2", res.Name); err != nil || rec != nil {
+			t.Errorf("drill.json of a drill that could not run: %+v %v", rec, err)
+		}
+		t.Logf("stderr: %s", lastLinesOf(errOut, 3))
+		for _, want := range []string{"drill2", res.Name, "committed", `"find etcd"`} {
+			if !strings.Contains(errOut, want) {
+				t.Errorf("stderr does not say %q:\n%s", want, lastLinesOf(errOut, 5))
+			}
+		}
+	})
+}
+
+// backup --drill flag errors are usage errors (exit 4), before anything is
+// contacted.
+func TestBackupDrillUsage(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--all", "--drill", "--drill-share", "0"}, "--drill-share 0"},
+		{[]string{"--all", "--drill", "--drill-parallel", "0"}, "--drill-parallel 0"},
+		{[]string{"--all", "--drill-share", "3"}, "--drill-share is for --drill"},
+		{[]string{"--cluster-id", "a", "--drill", "--drill-share", "3"}, "are for --all/--cluster"},
+		{[]string{"--cluster-id", "a", "--drill", "--etcd-bin-dir", "/nonexistent/bin"}, "--etcd-bin-dir /nonexistent/bin"},
+		{[]string{"--cluster-id", "a", "--drill", "--temp-dir", "/nonexistent/scratch"}, "--temp-dir /nonexistent/scratch"},
+	} {
+		code, _, stderr := runCtx(t, context.Background(), append([]string{"backup", "--kubeconfig", "/nonexistent/kubeconfig"}, tc.args...)...)
+		if code != exitUsage || !strings.Contains(stderr, tc.want) {
+			t.Errorf("backup %v: exit %d, stderr %q; want %d and %q", tc.args, code, stderr, exitUsage, tc.want)
+		}
+	}
+}
+
+func lastLinesOf(s string, n int) string {
+	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(l) > n {
+		l = l[len(l)-n:]
+	}
+	return strings.Join(l, "\n")
+}

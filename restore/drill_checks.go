@@ -1,0 +1,403 @@
+package restore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/armada/etcd-recovery/backup"
+)
+
+// hashTimeout bounds one HashKV: the member reads its whole database for
+// it, so the probe timeout plus a second per 32 MiB of database.
+func (d *drill) hashTimeout() time.Duration {
+	return d.opts.ProbeTimeout + time.Duration(d.chosen.RawSize/(32<<20))*time.Second
+}
+
+// sourceEndpoints orders the source members to ask: the manifest's source
+// member first when it is one of the source's endpoints, then the others.
+// manifestIdx is the index of the manifest's member, -1 when not among them.
+func (d *drill) sourceEndpoints() (eps []string, manifestIdx int) {
+	cfg := d.opts.Source
+	manifestIdx = -1
+	var want string
+	if d.chosen.manifest != nil && d.chosen.manifest.Source.Endpoint != "" {
+		want = cfg.URL(d.chosen.manifest.Source.Endpoint)
+	}
+	for _, ep := range cfg.Endpoints {
+		u := cfg.URL(ep)
+		if slices.Contains(eps, u) {
+			continue
+		}
+		if u == want && manifestIdx < 0 {
+			eps = append([]string{u}, eps...)
+			manifestIdx = 0
+			continue
+		}
+		eps = append(eps, u)
+	}
+	return eps, manifestIdx
+}
+
+// hashSource asks the source for HashKV at the snapshot's revision. It
+// costs the source member a read of its whole database (as a defrag's
+// check or etcd's own corruption check does). Whatever goes wrong, the
+// drill goes on: the comparison is then self-consistency only, and
+// Comparison.Detail says why.
+func (d *drill) hashSource(ctx context.Context) {
+	rev := d.rec.Revision
+	cmp := &d.rec.Comparison
+	cmp.Mode, cmp.Revision = backup.CompareSelf, rev
+	eps, mi := d.sourceEndpoints()
+	if len(eps) == 0 {
+		cmp.Detail = "no source endpoints given: the restored member was checked for self-consistency only"
+		return
+	}
+	var whys []string
+	for i, ep := range eps {
+		if ctx.Err() != nil {
+			return
+		}
+		cli, err := d.opts.Source.Client(ctx, ep)
+		if err != nil {
+			whys = append(whys, fmt.Sprintf("%s: %v", ep, err))
+			continue
+		}
+		hctx, cancel := context.WithTimeout(ctx, d.hashTimeout())
+		resp, err := cli.HashKV(hctx, ep, rev)
+		cancel()
+		cli.Close()
+		switch {
+		case err == nil:
+			d.src = &sourceHash{endpoint: ep, manifest: i == mi, hash: resp.Hash, compact: resp.CompactRevision}
+			cmp.Endpoint = ep
+			d.log.Info("source hashed", "endpoint", ep, "revision", rev, "compact_revision", resp.CompactRevision, "hash", resp.Hash)
+			return
+		case errors.Is(err, rpctypes.ErrCompacted):
+			cmp.Endpoint = ep
+			cmp.Detail = fmt.Sprintf("the source (%s) compacted revision %d away before the drill asked: "+
+				"the restored member was checked for self-consistency only", ep, rev)
+			d.log.Warn("source compacted the snapshot's revision: self-consistency only", "endpoint", ep, "revision", rev)
+			return
+		case errors.Is(err, rpctypes.ErrFutureRev):
+			whys = append(whys, fmt.Sprintf("%s is behind revision %d", ep, rev))
+		default:
+			whys = append(whys, fmt.Sprintf("%s: %v", ep, err))
+		}
+	}
+	cmp.Detail = "no source member answered HashKV at revision " + fmt.Sprint(rev) + " (" + strings.Join(whys, "; ") +
+		"): the restored member was checked for self-consistency only"
+	d.log.Warn("source did not answer HashKV: self-consistency only", "revision", rev, "why", strings.Join(whys, "; "))
+}
+
+// prefixKeys is the restored member's keys counted per prefix.
+type prefixKeys struct {
+	rev           int64
+	total, leased int64
+	prefixes      map[string]PrefixCount
+}
+
+// scanPageBytes bounds what one page of scanKeys costs the drill's etcd:
+// a keys-only range still reads every value from its database.
+const scanPageBytes = 8 << 20
+
+// scanPage is how many keys one page of scanKeys asks for when the
+// largest entry of the database is maxEntry bytes: countPage, fewer when
+// the values are large, so that etcd's memory for a page stays about
+// scanPageBytes whatever the database holds.
+func scanPage(maxEntry int64) int64 {
+	if maxEntry <= 0 {
+		return countPage
+	}
+	return min(countPage, max(16, scanPageBytes/maxEntry))
+}
+
+// scanKeys counts the live keys, the leased ones and each prefix's, with
+// keys-only range requests of page keys (the first linearizable, the rest
+// at its revision): memory is a page and the map of prefixes, here and in
+// the member.
+func scanKeys(ctx context.Context, cli *clientv3.Client, probe time.Duration, page int64) (*prefixKeys, error) {
+	pk := &prefixKeys{prefixes: map[string]PrefixCount{}}
+	key := []byte{0}
+	first := true
+	for {
+		opts := []clientv3.OpOption{clientv3.WithFromKey(), clientv3.WithKeysOnly(), clientv3.WithLimit(page),
+			clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend)}
+		if !first {
+			opts = append(opts, clientv3.WithRev(pk.rev), clientv3.WithSerializable())
+		}
+		cctx, cancel := context.WithTimeout(ctx, 2*probe)
+		resp, err := cli.Get(cctx, string(key), opts...)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		if first {
+			pk.rev, first = resp.Header.Revision, false
+		}
+		for _, kv := range resp.Kvs {
+			pk.total++
+			p := KeyPrefix(kv.Key)
+			c := pk.prefixes[p]
+			c.Live++
+			if kv.Lease != 0 {
+				pk.leased++
+				c.Leased++
+			}
+			pk.prefixes[p] = c
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return pk, nil
+		}
+		last := resp.Kvs[len(resp.Kvs)-1].Key
+		key = append(append(key[:0], last...), 0)
+	}
+}
+
+// checkServing checks the restored member: health, revision, keys, keys
+// per prefix, a linearizable read and a write.
+func (d *drill) checkServing(ctx context.Context, cli *clientv3.Client) {
+	probe := d.opts.ProbeTimeout
+	ep := d.proc.clientURL
+	f := d.facts
+	const step = DrillStepChecks
+
+	// Health: the member answers a linearizable read, has a leader and
+	// raises no alarm.
+	cctx, cancel := context.WithTimeout(ctx, probe)
+	st, err := cli.Status(cctx, ep)
+	cancel()
+	var hrev int64
+	if err == nil {
+		cctx, cancel = context.WithTimeout(ctx, probe)
+		var r *clientv3.GetResponse
+		r, err = cli.Get(cctx, "health", clientv3.WithCountOnly())
+		cancel()
+		if err == nil {
+			hrev = r.Header.Revision
+		}
+	}
+	switch {
+	case err != nil:
+		d.check(step, backup.DrillCheck{Name: DrillCheckHealth, Status: backup.DrillCheckFailed, Detail: err.Error()})
+		return
+	case st.Leader == 0 || len(st.Errors) > 0:
+		d.check(step, backup.DrillCheck{Name: DrillCheckHealth, Status: backup.DrillCheckFailed,
+			Detail: fmt.Sprintf("leader %x, errors %v", st.Leader, st.Errors)})
+	default:
+		d.check(step, backup.DrillCheck{Name: DrillCheckHealth, Status: backup.DrillCheckPassed,
+			Detail: fmt.Sprintf("etcd %s, leader, no alarm, database %d bytes", st.Version, st.DbSize)})
+	}
+
+	// The revision: etcd's restore code bumps the last key's revision
+	// (the key bucket's last entry) by the bump; a linearizable read
+	// reports it exactly.
+	want := f.Revision + int64(DefaultBumpRevision)
+	d.check(step, cmpCheck(DrillCheckRevision, want, hrev,
+		fmt.Sprintf("the snapshot's last revision %d plus the bump %d", f.Revision, DefaultBumpRevision)))
+
+	// Keys: those on no lease exactly; leased ones may have expired since.
+	pk, err := scanKeys(ctx, cli, probe, scanPage(d.facts.MaxEntryBytes))
+	if err != nil {
+		d.check(step, backup.DrillCheck{Name: DrillCheckKeys, Status: backup.DrillCheckFailed, Detail: "count: " + err.Error()})
+		return
+	}
+	d.check(step, cmpCheck(DrillCheckKeys, f.UnleasedKeys(), pk.total-pk.leased,
+		fmt.Sprintf("live keys on no lease (snapshot: %d live, %d leased)", f.LiveKeys, f.LeasedKeys)))
+	lc := backup.DrillCheck{Name: DrillCheckLeasedKeys, Want: f.LeasedKeys, Got: pk.leased, Status: backup.DrillCheckPassed,
+		Detail: "keys on a lease: at most the snapshot's (etcd expires them once their lease runs out)"}
+	if pk.leased > f.LeasedKeys {
+		lc.Status, lc.Detail = backup.DrillCheckFailed, fmt.Sprintf("%d keys on a lease, the snapshot has %d", pk.leased, f.LeasedKeys)
+	} else if pk.leased < f.LeasedKeys {
+		lc.Status = backup.DrillCheckInfo
+		lc.Detail = fmt.Sprintf("%d of the snapshot's %d leased keys expired", f.LeasedKeys-pk.leased, f.LeasedKeys)
+	}
+	d.check(step, lc)
+	d.check(step, prefixCheck(f.Prefixes, pk.prefixes))
+
+	// A linearizable read of the first key, at the revision counted.
+	cctx, cancel = context.WithTimeout(ctx, probe)
+	r, err := cli.Get(cctx, "\x00", clientv3.WithFromKey(), clientv3.WithLimit(1))
+	cancel()
+	switch {
+	case err != nil:
+		d.check(step, backup.DrillCheck{Name: DrillCheckRead, Status: backup.DrillCheckFailed, Detail: err.Error()})
+	case r.Header.Revision != pk.rev:
+		d.check(step, backup.DrillCheck{Name: DrillCheckRead, Status: backup.DrillCheckFailed, Want: pk.rev, Got: r.Header.Revision,
+			Detail: "the revision moved while nothing wrote"})
+	default:
+		d.check(step, backup.DrillCheck{Name: DrillCheckRead, Status: backup.DrillCheckPassed, Want: pk.rev, Got: r.Header.Revision,
+			Detail: fmt.Sprintf("read %d key(s) at revision %d", len(r.Kvs), r.Header.Revision)})
+	}
+
+	// A write: put, read back, delete a drill-only key.
+	var rb [8]byte
+	_, _ = rand.Read(rb[:])
+	key, val := "/etcd-recovery-drill/"+hex.EncodeToString(rb[:]), "drill "+time.Now().UTC().Format(time.RFC3339Nano)
+	werr := func() error {
+		cctx, cancel := context.WithTimeout(ctx, probe)
+		defer cancel()
+		if _, err := cli.Put(cctx, key, val); err != nil {
+			return fmt.Errorf("put: %w", err)
+		}
+		g, err := cli.Get(cctx, key)
+		if err != nil {
+			return fmt.Errorf("get: %w", err)
+		}
+		if len(g.Kvs) != 1 || string(g.Kvs[0].Value) != val {
+			return fmt.Errorf("the key written reads back as %d key(s)", len(g.Kvs))
+		}
+		if _, err := cli.Delete(cctx, key); err != nil {
+			return fmt.Errorf("delete: %w", err)
+		}
+		return nil
+	}()
+	if werr != nil {
+		d.check(step, backup.DrillCheck{Name: DrillCheckWrite, Status: backup.DrillCheckFailed, Detail: werr.Error()})
+	} else {
+		d.check(step, backup.DrillCheck{Name: DrillCheckWrite, Status: backup.DrillCheckPassed, Detail: "put, read back and deleted " + key})
+	}
+}
+
+func cmpCheck(name string, want, got int64, detail string) backup.DrillCheck {
+	c := backup.DrillCheck{Name: name, Want: want, Got: got, Status: backup.DrillCheckPassed, Detail: detail}
+	if want != got {
+		c.Status = backup.DrillCheckFailed
+		c.Detail = fmt.Sprintf("got %d, want %d: %s", got, want, detail)
+	}
+	return c
+}
+
+// prefixCheck compares the keys per prefix: those on no lease exactly,
+// leased ones at most the snapshot's. Want and Got are live keys per prefix.
+func prefixCheck(snap, got map[string]PrefixCount) backup.DrillCheck {
+	want, have := map[string]int64{}, map[string]int64{}
+	var all []string
+	for p, c := range snap {
+		want[p] = c.Live
+		all = append(all, p)
+	}
+	for p, c := range got {
+		have[p] = c.Live
+		if _, ok := snap[p]; !ok {
+			all = append(all, p)
+		}
+	}
+	sort.Strings(all)
+	var diffs []string
+	for _, p := range all {
+		s, g := snap[p], got[p]
+		if s.Live-s.Leased != g.Live-g.Leased || g.Leased > s.Leased {
+			diffs = append(diffs, fmt.Sprintf("%q: %d keys (%d leased), the snapshot has %d (%d leased)", p, g.Live, g.Leased, s.Live, s.Leased))
+		}
+	}
+	c := backup.DrillCheck{Name: DrillCheckPrefixes, Want: want, Got: have, Status: backup.DrillCheckPassed,
+		Detail: fmt.Sprintf("%d prefixes, counted in the staged database and on the restored member", len(all))}
+	if len(diffs) > 0 {
+		c.Status = backup.DrillCheckFailed
+		c.Detail = fmt.Sprintf("%d of %d prefixes differ: %s", len(diffs), len(all), strings.Join(diffs[:min(len(diffs), 5)], "; "))
+	}
+	return c
+}
+
+// compare hashes the restored member at the snapshot's revision, compares
+// it with the source's, then applies the compaction restore marks (see
+// Drill) and checks that the member still serves.
+func (d *drill) compare(ctx context.Context, cli *clientv3.Client) {
+	const step = DrillStepCompare
+	ep := d.proc.clientURL
+	rev := d.rec.Revision
+	cmp := &d.rec.Comparison
+	t := time.Now()
+	hash := func() (*clientv3.HashKVResponse, error) {
+		hctx, cancel := context.WithTimeout(ctx, d.hashTimeout())
+		defer cancel()
+		return cli.HashKV(hctx, ep, rev)
+	}
+	resp, err := hash()
+	if err == nil && d.src != nil && d.src.compact > resp.CompactRevision && d.src.compact <= rev {
+		// The source compacted since the snapshot: the same compaction
+		// here, so both hashes cover the same revisions.
+		cctx, cancel := context.WithTimeout(ctx, d.hashTimeout())
+		_, err = cli.Compact(cctx, d.src.compact, clientv3.WithCompactPhysical())
+		cancel()
+		if err == nil {
+			resp, err = hash()
+		} else {
+			err = fmt.Errorf("compact to the source's compact revision %d: %w", d.src.compact, err)
+		}
+	}
+	d.addStep(DrillStepHashRestored, t, err)
+	if err != nil {
+		d.check(step, backup.DrillCheck{Name: DrillCheckHashKV, Status: backup.DrillCheckFailed, Detail: err.Error()})
+		return
+	}
+	d.check(step, backup.DrillCheck{Name: DrillCheckHashKV, Status: backup.DrillCheckPassed, Got: resp.Hash,
+		Detail: fmt.Sprintf("HashKV at revision %d, compact revision %d", rev, resp.CompactRevision)})
+	restored := resp.Hash
+	cmp.RestoredHash = &restored
+	cmp.CompactRevision = resp.CompactRevision
+
+	switch {
+	case d.src == nil:
+		d.check(step, backup.DrillCheck{Name: DrillCheckCompare, Status: backup.DrillCheckInfo, Detail: cmp.Detail})
+	case d.src.compact < resp.CompactRevision && !d.src.manifest:
+		cmp.Mode = backup.CompareSelf
+		cmp.Detail = fmt.Sprintf("the member asked (%s) is not the snapshot's source and is compacted at %d, below the snapshot's %d: "+
+			"the restored member was checked for self-consistency only", d.src.endpoint, d.src.compact, resp.CompactRevision)
+		d.check(step, backup.DrillCheck{Name: DrillCheckCompare, Status: backup.DrillCheckInfo, Detail: cmp.Detail})
+	default:
+		src := d.src.hash
+		eq := src == restored && d.src.compact == resp.CompactRevision
+		cmp.Mode, cmp.SourceHash, cmp.Equal = backup.CompareSource, &src, &eq
+		c := backup.DrillCheck{Name: DrillCheckCompare, Want: src, Got: restored, Status: backup.DrillCheckPassed}
+		switch {
+		case d.src.compact < resp.CompactRevision:
+			c.Status = backup.DrillCheckFailed
+			c.Detail = fmt.Sprintf("the snapshot is compacted at revision %d, past the source member's compact revision %d (%s): "+
+				"it is not of this member's history", resp.CompactRevision, d.src.compact, d.src.endpoint)
+		case !eq:
+			c.Status = backup.DrillCheckFailed
+			c.Detail = fmt.Sprintf("HashKV at revision %d (compact revision %d): the source %s has %d, the restored member %d: "+
+				"the backup does not hold what the source had", rev, resp.CompactRevision, d.src.endpoint, src, restored)
+		default:
+			c.Detail = fmt.Sprintf("HashKV at revision %d (compact revision %d) equals the source's (%s)", rev, resp.CompactRevision, d.src.endpoint)
+		}
+		cmp.Detail = c.Detail
+		d.check(step, c)
+	}
+
+	// The compaction restore marks, applied now (see Drill): the member
+	// must report it and keep serving.
+	target := d.facts.Revision + int64(DefaultBumpRevision)
+	cctx, cancel := context.WithTimeout(ctx, d.hashTimeout())
+	_, err = cli.Compact(cctx, target, clientv3.WithCompactPhysical())
+	cancel()
+	var after *clientv3.HashKVResponse
+	if err == nil {
+		hctx, cancel := context.WithTimeout(ctx, d.hashTimeout())
+		after, err = cli.HashKV(hctx, ep, 0)
+		cancel()
+	}
+	if err == nil {
+		cctx, cancel := context.WithTimeout(ctx, d.opts.ProbeTimeout)
+		_, err = cli.Get(cctx, "\x00", clientv3.WithFromKey(), clientv3.WithCountOnly())
+		cancel()
+	}
+	if err != nil {
+		d.check(step, backup.DrillCheck{Name: DrillCheckCompaction, Status: backup.DrillCheckFailed, Want: target,
+			Detail: fmt.Sprintf("compact at revision %d: %v", target, err)})
+		return
+	}
+	d.check(step, cmpCheck(DrillCheckCompaction, target, after.CompactRevision,
+		"compacted at the snapshot's revision plus the bump, as restore marks it; the member still serves"))
+}

@@ -1,0 +1,24 @@
+package restore
+
+import (
+	"os"
+	"syscall"
+)
+
+// drillSysProcAttr puts the drill's etcd in its own process group and has
+// the kernel kill it when the tool dies (Pdeathsig: when the thread that
+// started it exits, which for Go's runtime threads is the process).
+func drillSysProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+}
+
+// signalGroup sends SIGTERM (or SIGKILL) to the process's group.
+func signalGroup(p *os.Process, kill bool) {
+	sig := syscall.SIGTERM
+	if kill {
+		sig = syscall.SIGKILL
+	}
+	if err := syscall.Kill(-p.Pid, sig); err != nil {
+		_ = p.Signal(sig)
+	}
+}

@@ -1,0 +1,18 @@
+//go:build !linux
+
+package restore
+
+import (
+	"os"
+	"syscall"
+)
+
+func drillSysProcAttr() *syscall.SysProcAttr { return nil }
+
+func signalGroup(p *os.Process, kill bool) {
+	if kill {
+		_ = p.Kill()
+		return
+	}
+	_ = p.Signal(os.Interrupt)
+}
