@@ -107,8 +107,10 @@ type etcdStart struct {
 	dbSize  int64
 	timeout time.Duration
 	probe   time.Duration
-	log     *slog.Logger
-	onStart func(pid int, ports []int)
+	// memLimit is etcd's GOMEMLIMIT in bytes (0: none).
+	memLimit int64
+	log      *slog.Logger
+	onStart  func(pid int, ports []int)
 }
 
 // etcdProc is the drill's running etcd.
@@ -191,6 +193,9 @@ func launchEtcd(ctx context.Context, s etcdStart, peerListen string, attempt int
 	// Nothing of the tool's environment (credentials) goes to etcd, and no
 	// ETCD_* variable changes its flags.
 	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + s.scratch}
+	if s.memLimit > 0 {
+		cmd.Env = append(cmd.Env, fmt.Sprintf("GOMEMLIMIT=%d", s.memLimit), "GOGC=50")
+	}
 	cmd.SysProcAttr = drillSysProcAttr()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", s.bin, err)

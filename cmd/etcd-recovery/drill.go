@@ -24,8 +24,10 @@ func drillCommand() *cli.Command {
 			"snapshot's revision. With the source's --endpoints (and TLS flags), the source member's HashKV at that\n" +
 			"revision must be equal; without them, or when the source compacted it away, the drill says it checked\n" +
 			"self-consistency only. The result is recorded as drill.json next to the backup (unless --no-record).\n" +
-			"With --all: every cluster id with a committed backup under --prefix; with --all and --namespace (or in a\n" +
-			"pod): every EtcdCluster of the namespace, compared with its members (endpoints and TLS from the API).\n" +
+			"With --all: the newest committed backup of every cluster id under --prefix; with --all and --namespace (or\n" +
+			"in a pod): of every EtcdCluster of the namespace, compared with its members (endpoints and TLS from the\n" +
+			"API), each result also recorded as an Event (DrillPassed, DrillFailed, DrillNotRun) on the EtcdCluster.\n" +
+			"A cluster with no committed backup is listed as not drilled (\"no backup\", with the reason), not failed.\n" +
 			"--parallel defaults to 1 here: each drill runs an etcd and needs twice the database's size in --temp-dir.\n" +
 			"The exit is 1 when any drill fails, naming the cluster, the backup and the failing check.",
 		Flags: concat(etcdFlags(), cosFlags(), kubeFlags(), []cli.Flag{
@@ -92,7 +94,9 @@ func runDrill(c *cli.Context) error {
 	tmpl := restore.DrillOptions{EtcdBinDir: c.String("etcd-bin-dir"), ScratchDir: c.String("temp-dir"),
 		StartTimeout: c.Duration("start-timeout"), ProbeTimeout: c.Duration("probe-timeout"), NoRecord: c.Bool("no-record"), Log: log}
 	kubeForm := all && (c.IsSet("namespace") || c.IsSet("kubeconfig"))
-	if !kubeForm && len(c.StringSlice("endpoints")) > 0 {
+	// --endpoints has a default (etcdctl's 127.0.0.1:2379): only endpoints
+	// given (flag or ETCDCTL_ENDPOINTS) are a source to compare with.
+	if !kubeForm && c.IsSet("endpoints") {
 		if tmpl.Source, err = etcdConfig(c); err != nil {
 			return err
 		}

@@ -22,10 +22,15 @@ type DrillAllOptions struct {
 	// the cluster id is the EtcdCluster's name, and its endpoints and
 	// client TLS (the operator secret) come from the API, as backup --all
 	// finds them, so each drill compares with its source. Without Kube,
-	// every cluster id with a committed backup under the store's prefix is
-	// drilled, compared with nothing (self-consistency).
+	// every cluster id with a backup folder under the store's prefix is
+	// drilled, compared with nothing (self-consistency). Either way, a
+	// cluster with no committed backup is reported as DrillNoBackup (not
+	// drilled, not a failure: inspect warns about missing backups).
 	Kube  *Client
 	Names []string
+	// NoEvents: in the Kubernetes form, do not record each drill's Event
+	// (DrillPassed, DrillFailed, DrillNotRun) on its EtcdCluster.
+	NoEvents bool
 	// Template is each drill's options; ClusterID, Source and Backup are
 	// set per cluster (Backup: the newest).
 	Template    restore.DrillOptions
@@ -36,9 +41,11 @@ type DrillAllOptions struct {
 
 // DrillResult is one cluster's drill.
 type DrillResult struct {
-	Cluster    string        `json:"cluster"`
-	Backup     string        `json:"backup,omitempty"`
-	Result     string        `json:"result"` // DrillPassed, DrillFailed, DrillNotRun
+	Cluster string `json:"cluster"`
+	Backup  string `json:"backup,omitempty"`
+	Result  string `json:"result"` // DrillPassed, DrillFailed, DrillNotRun, DrillNoBackup
+	// Reason says why a cluster was not drilled (DrillNoBackup).
+	Reason     string        `json:"reason,omitempty"`
 	Comparison string        `json:"comparison,omitempty"`
 	Failed     string        `json:"failed,omitempty"`
 	Step       string        `json:"step,omitempty"`
@@ -47,6 +54,8 @@ type DrillResult struct {
 	Seconds    float64       `json:"durationSeconds"`
 	// Record is drill.json's content (also with --no-record).
 	Record *backup.DrillRecord `json:"record,omitempty"`
+	// EventError says why the drill's Event could not be recorded.
+	EventError string `json:"eventError,omitempty"`
 }
 
 // DrillAllReport is every cluster's drill, in cluster order.
@@ -57,23 +66,40 @@ type DrillAllReport struct {
 	Clusters  []DrillResult `json:"clusters"`
 	// Failed names the clusters whose drill failed or could not run.
 	Failed []string `json:"failed"`
+	// NoBackup names the clusters not drilled for want of a committed
+	// backup.
+	NoBackup []string `json:"noBackup"`
 }
 
-// Table is the drill results: cluster, backup, result, comparison,
-// failing check, duration.
+// Table is the drill results, one row per cluster: cluster, backup,
+// result, comparison, failing check, duration; -o wide adds the step; the
+// error (or why the cluster was not drilled) goes below the table.
 func (r *DrillAllReport) Table() output.Table {
 	t := output.Table{
-		Header: []string{"CLUSTER", "BACKUP", "RESULT", "COMPARISON", "FAILED CHECK", "DURATION"},
-		Wide:   []string{"STEP", "ERROR"},
+		Header: []string{"CLUSTER", "BACKUP", "RESULT", "COMPARISON", "FAILED CHECK", "DURATION", "STEP", "ERROR"},
+		Wide:   []string{"STEP"},
+		Long:   []string{"ERROR"},
 	}
-	t.Header = append(t.Header, "STEP", "ERROR")
 	for _, c := range r.Clusters {
-		res := c.Result
-		if res == DrillFailed {
+		res, dur := c.Result, c.Duration.Round(time.Millisecond).String()
+		switch res {
+		case DrillFailed:
 			res = "FAILED"
+		case DrillNoBackup:
+			dur = "-"
 		}
-		t.Rows = append(t.Rows, []string{c.Cluster, dash(c.Backup), res, dash(c.Comparison), dash(c.Failed),
-			c.Duration.Round(time.Millisecond).String(), dash(c.Step), dash(c.Error)})
+		msg := c.Error
+		if msg == "" {
+			msg = c.Reason
+		}
+		if c.EventError != "" {
+			msg = strings.TrimPrefix(msg+"; event not recorded: "+c.EventError, "; ")
+		}
+		// The failing check's name ("verify backup", "source hash"); its
+		// values are in the error below the table.
+		check, _, _ := strings.Cut(c.Failed, ": ")
+		t.Rows = append(t.Rows, []string{c.Cluster, dash(c.Backup), res, dash(c.Comparison), dash(check),
+			dur, dash(c.Step), dash(msg)})
 	}
 	return t
 }
@@ -109,7 +135,7 @@ func DrillAll(ctx context.Context, opts DrillAllOptions) (*DrillAllReport, error
 		log = slog.New(slog.DiscardHandler)
 	}
 	tmpl := opts.Template
-	rep := &DrillAllReport{Parallel: opts.Parallel, Failed: []string{}, Clusters: []DrillResult{}}
+	rep := &DrillAllReport{Parallel: opts.Parallel, Failed: []string{}, NoBackup: []string{}, Clusters: []DrillResult{}}
 	type target struct {
 		id      string
 		cluster *Cluster
@@ -124,21 +150,35 @@ func DrillAll(ctx context.Context, opts DrillAllOptions) (*DrillAllReport, error
 		for i := range clusters {
 			targets = append(targets, target{id: clusters[i].Name, cluster: &clusters[i]})
 		}
-	} else {
-		rep.Prefix = tmpl.Layout.RootPrefix()
-		ids, err := committedClusterIDs(ctx, tmpl.Store, tmpl.Layout)
-		if err != nil {
-			return rep, &DrillAllError{Err: fmt.Errorf("list clusters under %q: %w", rep.Prefix, err)}
+	}
+	rep.Prefix = tmpl.Layout.RootPrefix()
+	folders, err := clusterFolders(ctx, tmpl.Store, tmpl.Layout)
+	if err != nil {
+		if ctx.Err() != nil {
+			return rep, ctx.Err()
 		}
-		for _, id := range ids {
+		return rep, &DrillAllError{Err: fmt.Errorf("list clusters under %q: %w", rep.Prefix, err)}
+	}
+	if opts.Kube == nil {
+		for id := range folders {
 			targets = append(targets, target{id: id})
 		}
+		sort.Slice(targets, func(i, j int) bool { return targets[i].id < targets[j].id })
 	}
 	log.Info("drilling the newest backup of every cluster", "clusters", len(targets), "parallel", opts.Parallel)
 	rep.Clusters = make([]DrillResult, len(targets))
 	sem := make(chan struct{}, opts.Parallel)
 	var wg sync.WaitGroup
 	for i, t := range targets {
+		if f := folders[t.id]; f.committed == 0 {
+			reason := fmt.Sprintf("not drilled: no committed backup under %s", tmpl.Layout.ClusterPrefix(t.id))
+			if f.incomplete > 0 {
+				reason += fmt.Sprintf(" (%d incomplete backup folder(s) without a manifest)", f.incomplete)
+			}
+			log.Warn("no committed backup to drill", "cluster", t.id, "incomplete", f.incomplete)
+			rep.Clusters[i] = DrillResult{Cluster: t.id, Result: DrillNoBackup, Reason: reason}
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -150,7 +190,13 @@ func DrillAll(ctx context.Context, opts DrillAllOptions) (*DrillAllReport, error
 			}
 			defer func() { <-sem }()
 			o := tmpl
-			o.ClusterID, o.Backup = t.id, ""
+			// The newest committed backup by name (time), named: left
+			// to restore's choice, a drill would take the candidate restore
+			// prefers (an older backup already proven among equal
+			// revisions; never one whose drill failed), so an idle
+			// cluster's newest backup would never be drilled and a failed
+			// one never re-drilled.
+			o.ClusterID, o.Backup = t.id, folders[t.id].newest
 			o.Log = log
 			start := time.Now()
 			if t.cluster != nil {
@@ -164,12 +210,32 @@ func DrillAll(ctx context.Context, opts DrillAllOptions) (*DrillAllReport, error
 				}
 			}
 			rec, err := restore.Drill(ctx, o)
-			rep.Clusters[i] = drillResult(t.id, rec, err, time.Since(start))
+			res := drillResult(t.id, rec, err, time.Since(start))
+			if t.cluster != nil && !opts.NoEvents && ctx.Err() == nil {
+				// A cancelled drill proves nothing either way: no Event.
+				out := &DrillOutcome{Result: res.Result, Comparison: res.Comparison, Error: res.Error, Duration: res.Duration, Record: res.Record}
+				name := res.Backup
+				if name == "" {
+					name = "(newest)"
+				}
+				typ, reason, msg := out.event(name)
+				ectx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				if err := opts.Kube.RecordEvent(ectx, *t.cluster, typ, reason, msg); err != nil {
+					res.EventError = err.Error()
+					log.Warn("could not record the drill's event", "cluster", t.id, "err", err)
+				}
+				cancel()
+			}
+			rep.Clusters[i] = res
 		}()
 	}
 	wg.Wait()
 	var errs []error
 	for _, c := range rep.Clusters {
+		if c.Result == DrillNoBackup {
+			rep.NoBackup = append(rep.NoBackup, c.Cluster)
+			continue
+		}
 		if c.Result != DrillPassed {
 			rep.Failed = append(rep.Failed, c.Cluster)
 			errs = append(errs, errors.New(c.Error))
@@ -184,49 +250,56 @@ func DrillAll(ctx context.Context, opts DrillAllOptions) (*DrillAllReport, error
 	return rep, nil
 }
 
+// drillResult is one drill's outcome (NewDrillOutcome: a drill that
+// returned no error without a passing record is not proof) with its step
+// and backup.
 func drillResult(id string, rec *backup.DrillRecord, err error, d time.Duration) DrillResult {
-	r := DrillResult{Cluster: id, Result: DrillPassed, Duration: d, Seconds: d.Seconds()}
+	o := NewDrillOutcome(rec, err, d)
+	r := DrillResult{Cluster: id, Result: o.Result, Comparison: o.Comparison, Error: o.Error, Duration: d, Seconds: d.Seconds(), Record: o.Record}
 	var de *restore.DrillError
-	if rec == nil && errors.As(err, &de) {
-		rec = de.Record
-	}
-	if de != nil {
+	if errors.As(err, &de) {
 		r.Step, r.Backup = de.Step, de.Backup
 		if r.Backup == "(newest)" {
 			r.Backup = ""
 		}
 	}
-	if rec != nil {
-		r.Record, r.Backup, r.Comparison, r.Failed = rec, rec.Backup, rec.Comparison.Mode, rec.Failed
-	}
-	switch {
-	case err == nil:
-	case rec != nil:
-		r.Result, r.Error = DrillFailed, err.Error()
-	default:
-		r.Result, r.Error = DrillNotRun, err.Error()
+	if o.Record != nil {
+		r.Backup, r.Failed = o.Record.Backup, o.Record.Failed
 	}
 	return r
 }
 
-// committedClusterIDs are the cluster ids with at least one committed
-// backup under the layout's prefix, sorted.
-func committedClusterIDs(ctx context.Context, store backup.Store, layout backup.Layout) ([]string, error) {
+// folderCount is how many backup folders of a cluster are committed and
+// how many are not (no manifest).
+// newest is the newest committed backup's name.
+type folderCount struct {
+	committed, incomplete int
+	newest                string
+}
+
+// clusterFolders counts the backup folders of every cluster id under the
+// layout's prefix.
+func clusterFolders(ctx context.Context, store backup.Store, layout backup.Layout) (map[string]folderCount, error) {
 	objs, err := store.List(ctx, layout.RootPrefix())
 	if err != nil {
 		return nil, err
 	}
-	var ids []string
+	out := map[string]folderCount{}
 	for id, entries := range backup.GroupEntries(layout, objs) {
+		var f folderCount
 		for _, e := range entries {
 			if e.Committed {
-				ids = append(ids, id)
-				break
+				if f.committed == 0 {
+					f.newest = e.Name // entries are newest first
+				}
+				f.committed++
+			} else {
+				f.incomplete++
 			}
 		}
+		out[id] = f
 	}
-	sort.Strings(ids)
-	return ids, nil
+	return out, nil
 }
 
 // DrillErrorLines are the failed drills, one line each, for below the table:
@@ -248,6 +321,18 @@ func (r *DrillAllReport) DrillErrorLines() []string {
 func DrillOne(ctx context.Context, opts DrillAllOptions, clusterID, name string) (*DrillAllReport, error) {
 	o := opts.Template
 	o.ClusterID, o.Backup = clusterID, name
+	if name == "" {
+		// The newest committed backup, named (see DrillAll); with none,
+		// restore.Drill says there is none.
+		if entries, err := backup.Inventory(ctx, o.Store, o.Layout, clusterID); err == nil {
+			for _, e := range entries {
+				if e.Committed {
+					o.Backup = e.Name
+					break
+				}
+			}
+		}
+	}
 	if o.Log == nil {
 		o.Log = opts.Log
 	}
@@ -255,6 +340,7 @@ func DrillOne(ctx context.Context, opts DrillAllOptions, clusterID, name string)
 	rec, err := restore.Drill(ctx, o)
 	r := drillResult(clusterID, rec, err, time.Since(start))
 	rep := &DrillAllReport{Prefix: o.Layout.RootPrefix(), Parallel: 1, Clusters: []DrillResult{r}, Failed: []string{}}
+	rep.NoBackup = []string{}
 	if r.Result != DrillPassed {
 		rep.Failed = append(rep.Failed, clusterID)
 	}
