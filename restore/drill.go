@@ -38,7 +38,8 @@ type DrillOptions struct {
 	// database's size twice; checked before anything is downloaded.
 	ScratchDir string
 	// StartTimeout bounds the wait for the drill's etcd to serve (default
-	// 2m); ProbeTimeout each request to it or to the source (default 10s).
+	// 2m plus a second per 16 MiB of database: etcd reads every value at
+	// start-up, 28 s for 1.2 GiB in a 1-CPU pod); ProbeTimeout each request to it or to the source (default 10s).
 	StartTimeout time.Duration
 	// EtcdMemoryLimit is the Go soft memory limit (GOMEMLIMIT, bytes) of
 	// the drill's etcd, which runs with GOGC=50 too: etcd 3.5 copies every
@@ -168,8 +169,8 @@ func (o *DrillOptions) defaults() error {
 	if o.EtcdMemoryLimit == 0 {
 		o.EtcdMemoryLimit = DefaultDrillEtcdMemoryLimit
 	}
-	if o.StartTimeout <= 0 {
-		o.StartTimeout = 2 * time.Minute
+	if o.StartTimeout < 0 {
+		o.StartTimeout = 0
 	}
 	if o.ProbeTimeout <= 0 {
 		o.ProbeTimeout = 10 * time.Second
@@ -202,6 +203,9 @@ type drill struct {
 	src     *sourceHash
 	// failStep is the step of the first failed check.
 	failStep string
+	// inconclusive: the first failed check was a deadline of the drill's
+	// own etcd (see finish).
+	inconclusive bool
 }
 
 // sourceHash is the source member's HashKV at the snapshot's revision.
@@ -264,8 +268,24 @@ func (d *drill) check(step string, c backup.DrillCheck) {
 	if c.Status == backup.DrillCheckFailed && d.rec.Failed == "" {
 		d.rec.Failed = c.Name + ": " + c.Detail
 		d.failStep = step
+		d.inconclusive = isTimeout(c.Detail)
 	}
 	d.log.Debug("drill check", "check", c.Name, "status", c.Status, "detail", c.Detail)
+}
+
+// startTimeout is how long the drill waits for its etcd to serve.
+func (d *drill) startTimeout() time.Duration {
+	if d.opts.StartTimeout > 0 {
+		return d.opts.StartTimeout
+	}
+	return 2*time.Minute + time.Duration(d.rec.DBSize/(16<<20))*time.Second
+}
+
+// isTimeout reports whether a check's detail is a deadline the drill's own
+// etcd missed.
+func isTimeout(detail string) bool {
+	return strings.Contains(detail, context.DeadlineExceeded.Error()) || strings.Contains(detail, "DeadlineExceeded") ||
+		strings.Contains(detail, "did not serve within")
 }
 
 func (d *drill) fail(step string, err error) (*backup.DrillRecord, error) {
@@ -432,7 +452,7 @@ func (d *drill) run(ctx context.Context) (_ *backup.DrillRecord, rerr error) {
 	}
 	t := time.Now()
 	d.proc, err = startDrillEtcd(ctx, etcdStart{bin: d.bin, dataDir: d.dataDir, scratch: scratch, peerURL: d.peerURL,
-		token: d.token, dbSize: d.rec.DBSize, timeout: opts.StartTimeout, probe: opts.ProbeTimeout, memLimit: opts.EtcdMemoryLimit, log: d.log, onStart: opts.onEtcd})
+		token: d.token, dbSize: d.rec.DBSize, timeout: d.startTimeout(), probe: opts.ProbeTimeout, memLimit: opts.EtcdMemoryLimit, log: d.log, onStart: opts.onEtcd})
 	d.addStep(DrillStepStart, t, err)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -484,6 +504,18 @@ func (d *drill) finish(ctx context.Context) (*backup.DrillRecord, error) {
 	rec := d.rec
 	rec.Passed = rec.Failed == ""
 	rec.FinishedAt = d.opts.Now().UTC()
+	if !rec.Passed && d.inconclusive {
+		// The drill's own etcd did not answer in time: the node is slow or
+		// overloaded, which says nothing about the backup. A record would
+		// be a false failure (restore skips a backup whose drill failed):
+		// nothing is recorded.
+		step := d.failStep
+		if step == "" {
+			step = DrillStepChecks
+		}
+		return nil, &DrillError{ClusterID: rec.ClusterID, Backup: rec.Backup, Step: step,
+			Err: fmt.Errorf("inconclusive, nothing recorded: the drill's etcd did not answer in time (a slow or overloaded node, not the backup): %s", rec.Failed)}
+	}
 	if !d.opts.NoRecord {
 		if err := backup.PutDrill(ctx, d.opts.Store, d.opts.Layout, rec); err != nil {
 			return d.fail(DrillStepRecord, err)

@@ -17,10 +17,14 @@ import (
 	"github.com/armada/etcd-recovery/backup"
 )
 
-// hashTimeout bounds one HashKV: the member reads its whole database for
-// it, so the probe timeout plus a second per 32 MiB of database.
+// hashTimeout bounds one pass of a member over its whole database (a
+// HashKV, a physical compaction): the probe timeout plus a second per
+// 4 MiB of database, a floor of 4 MiB/s a busy node's disk still reads
+// (measured in a 1-CPU CronJob pod on a loaded node: 1.2 GiB took up to
+// 96 s for a compaction and a hash). A miss is inconclusive, not a failed
+// backup (see finish).
 func (d *drill) hashTimeout() time.Duration {
-	return d.opts.ProbeTimeout + time.Duration(d.chosen.RawSize/(32<<20))*time.Second
+	return d.opts.ProbeTimeout + time.Duration(d.chosen.RawSize/(4<<20))*time.Second
 }
 
 // sourceEndpoints orders the source members to ask: the manifest's source
@@ -382,11 +386,18 @@ func (d *drill) compare(ctx context.Context, cli *clientv3.Client) {
 	cctx, cancel := context.WithTimeout(ctx, d.hashTimeout())
 	_, err = cli.Compact(cctx, target, clientv3.WithCompactPhysical())
 	cancel()
-	var after *clientv3.HashKVResponse
 	if err == nil {
-		hctx, cancel := context.WithTimeout(ctx, d.hashTimeout())
-		after, err = cli.HashKV(hctx, ep, 0)
+		// Compacted at target: a read just below it is refused as
+		// compacted (no second pass over the database for a hash).
+		cctx, cancel := context.WithTimeout(ctx, d.opts.ProbeTimeout)
+		_, err = cli.Get(cctx, "\x00", clientv3.WithRev(target-1), clientv3.WithLimit(1))
 		cancel()
+		switch {
+		case errors.Is(err, rpctypes.ErrCompacted):
+			err = nil
+		case err == nil:
+			err = fmt.Errorf("a read at revision %d still answers: the compaction did not take", target-1)
+		}
 	}
 	if err == nil {
 		cctx, cancel := context.WithTimeout(ctx, d.opts.ProbeTimeout)
@@ -398,6 +409,6 @@ func (d *drill) compare(ctx context.Context, cli *clientv3.Client) {
 			Detail: fmt.Sprintf("compact at revision %d: %v", target, err)})
 		return
 	}
-	d.check(step, cmpCheck(DrillCheckCompaction, target, after.CompactRevision,
-		"compacted at the snapshot's revision plus the bump, as restore marks it; the member still serves"))
+	d.check(step, backup.DrillCheck{Name: DrillCheckCompaction, Status: backup.DrillCheckPassed, Want: target, Got: target,
+		Detail: "compacted at the snapshot's revision plus the bump, as restore marks it (a read below it is refused as compacted); the member still serves"})
 }

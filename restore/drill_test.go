@@ -439,3 +439,61 @@ func TestDrillCancelLeavesNothing(t *testing.T) {
 		}
 	})
 }
+
+// A drill whose own etcd stops answering (frozen: SIGSTOP, as on an
+// overloaded node) ends within its deadlines, records nothing (a false
+// failure would make restore skip a good backup) and leaves no process,
+// port or file behind.
+func TestDrillFrozenEtcdIsInconclusive(t *testing.T) {
+	t.Parallel()
+	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1, TLS: true})
+	fillDrillData(t, c.Client(t), 100)
+	r := newStoreRig(t)
+	const id = "drill-frozen"
+	m := r.takeBackup(t, c, id, backup.KindScheduled)
+	o := drillOpts(t, r, id, drillBinDir(t, testenv.V35))
+	o.Source = testfix.EtcdConfig(c)
+	o.ProbeTimeout = 2 * time.Second
+	var pid int
+	var ports []int
+	restore.SetDrillEtcdHook(&o, func(p int, ps []int) { pid, ports = p, ps })
+	restore.SetDrillStepHook(&o, func(_ context.Context, s string) {
+		if s == restore.DrillStepChecks && pid != 0 {
+			if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+				t.Errorf("SIGSTOP etcd: %v", err)
+			}
+		}
+	})
+	start := time.Now()
+	rec, err := restore.Drill(ctxTimeout(t, 2*time.Minute), o)
+	took := time.Since(start)
+	var de *restore.DrillError
+	if rec != nil || !errors.As(err, &de) || de.Record != nil || !strings.Contains(err.Error(), "inconclusive, nothing recorded") {
+		t.Fatalf("record %v, err %v; want no record and an inconclusive DrillError", rec, err)
+	}
+	if !strings.Contains(err.Error(), id) || !strings.Contains(err.Error(), m.Name) || de.Step != restore.DrillStepChecks {
+		t.Errorf("err %v (step %q): want the cluster, the backup and step %q named", err, de.Step, restore.DrillStepChecks)
+	}
+	if took > time.Minute {
+		t.Errorf("the drill took %s against a frozen etcd", took)
+	}
+	if pid == 0 {
+		t.Fatal("etcd never started")
+	}
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("frozen etcd pid %d still exists: %v", pid, err)
+	}
+	for _, p := range ports {
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			t.Errorf("port %d still bound: %v", p, err)
+			continue
+		}
+		l.Close()
+	}
+	assertEmptyDir(t, o.ScratchDir)
+	if st, err := backup.LoadDrill(context.Background(), r.store, r.layout, id, m.Name); st != nil || err != nil {
+		t.Errorf("an inconclusive drill left a record: %+v %v", st, err)
+	}
+	t.Logf("frozen etcd: %v after %s", err, took.Round(time.Millisecond))
+}

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -36,7 +35,7 @@ func drillCommand() *cli.Command {
 			allFlag(),
 			parallelFlag(),
 			probeTimeoutFlag(),
-			&cli.DurationFlag{Name: "start-timeout", Value: 2 * time.Minute, Usage: "how long a drill waits for its etcd to serve"},
+			&cli.DurationFlag{Name: "start-timeout", Usage: "how long a drill waits for its etcd to serve (default 2m plus 1s per 16 MiB of database)"},
 			&cli.BoolFlag{Name: "no-record", Usage: "do not write drill.json (the result is only printed)"},
 			etcdBinDirFlag(),
 			tempDirFlag(),
