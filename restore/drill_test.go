@@ -24,19 +24,6 @@ import (
 	"github.com/armada/etcd-recovery/restore"
 )
 
-// drillBinDir is a dir with etcd-3.5 and etcd-3.6 linked to the test servers
-// (only those of versions given).
-func drillBinDir(tb testing.TB, versions ...testenv.Version) string {
-	tb.Helper()
-	dir := tb.TempDir()
-	for _, v := range versions {
-		if err := os.Symlink(testenv.EtcdBin(tb, v), filepath.Join(dir, "etcd-"+string(v))); err != nil {
-			tb.Fatal(err)
-		}
-	}
-	return dir
-}
-
 // fillDrillData writes Kubernetes-shaped keys, overwrites and deletes some,
 // puts some on a lease and compacts, so hashes cover a real history. It
 // returns the revision compacted at.
@@ -87,7 +74,7 @@ func TestDrillGoodBackup(t *testing.T) {
 			r := newStoreRig(t)
 			id := "drill-good-" + strings.ReplaceAll(string(v), ".", "")
 			m := r.takeBackup(t, c, id, backup.KindScheduled)
-			o := drillOpts(t, r, id, drillBinDir(t, v))
+			o := drillOpts(t, r, id, testenv.DrillBinDir(t, v))
 			o.Source = testfix.EtcdConfig(c)
 			rec, err := restore.Drill(ctxTimeout(t, 3*time.Minute), o)
 			if err != nil {
@@ -188,7 +175,7 @@ func TestDrillSourceCompacted(t *testing.T) {
 	if _, err := cli.Compact(ctx, rev-1, clientv3.WithCompactPhysical()); err != nil {
 		t.Fatal(err)
 	}
-	o := drillOpts(t, r, id, drillBinDir(t, testenv.V35))
+	o := drillOpts(t, r, id, testenv.DrillBinDir(t, testenv.V35))
 	o.Source = testfix.EtcdConfig(c)
 	rec, err := restore.Drill(ctx, o)
 	if err != nil {
@@ -249,7 +236,7 @@ func TestDrillForgedBackupFailsComparison(t *testing.T) {
 		m.RevisionBefore, m.RevisionAfter = mb.RevisionBefore, mb.RevisionAfter
 	})
 
-	o := drillOpts(t, r, idA, drillBinDir(t, testenv.V35))
+	o := drillOpts(t, r, idA, testenv.DrillBinDir(t, testenv.V35))
 	o.Source, o.Backup = testfix.EtcdConfig(a), forged.Name
 	rec, err := restore.Drill(ctx, o)
 	var de *restore.DrillError
@@ -326,7 +313,7 @@ func TestDrillEtcdCannotStart(t *testing.T) {
 		m.Snapshot.StoredSize, m.Snapshot.StoredSHA256 = int64(len(obj)), hex.EncodeToString(objSum[:])
 	})
 
-	o := drillOpts(t, r, id, drillBinDir(t, testenv.V36))
+	o := drillOpts(t, r, id, testenv.DrillBinDir(t, testenv.V36))
 	o.Backup = bad.Name
 	ctx := ctxTimeout(t, 2*time.Minute)
 	rec, err := restore.Drill(ctx, o)
@@ -357,7 +344,7 @@ func TestDrillUnsupportedVersion(t *testing.T) {
 	m := r.takeBackup(t, c, id, backup.KindScheduled)
 	v34 := r.commitCopy(t, m, id, "0d0d0d0d", nil, func(m *backup.Manifest) { m.ServerVersion = "3.4.27" })
 	v36 := r.commitCopy(t, m, id, "0c0c0c0c", nil, func(m *backup.Manifest) { m.ServerVersion = "3.6.16" })
-	binDir := drillBinDir(t, testenv.V35)
+	binDir := testenv.DrillBinDir(t, testenv.V35)
 	for _, tc := range []struct{ name, backup, want string }{
 		{"3.4", v34.Name, "can run etcd 3.5 and 3.6 only"},
 		{"no etcd-3.6", v36.Name, "no executable etcd-3.6 in " + binDir},
@@ -385,7 +372,7 @@ func TestDrillCancelLeavesNothing(t *testing.T) {
 	r := newStoreRig(t)
 	const id = "drill-cancel"
 	m := r.takeBackup(t, c, id, backup.KindScheduled)
-	binDir := drillBinDir(t, testenv.V35)
+	binDir := testenv.DrillBinDir(t, testenv.V35)
 	for _, step := range []string{restore.DrillStepVerify, restore.DrillStepRestore, restore.DrillStepStart, "etcd running",
 		restore.DrillStepChecks, restore.DrillStepCompare, restore.DrillStepRecord} {
 		t.Run(step, func(t *testing.T) {
@@ -416,17 +403,7 @@ func TestDrillCancelLeavesNothing(t *testing.T) {
 				t.Fatalf("err %v: want a DrillError without a record", err)
 			}
 			if pid != 0 {
-				if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
-					t.Errorf("etcd pid %d still exists: %v", pid, err)
-				}
-				for _, p := range ports {
-					l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-					if err != nil {
-						t.Errorf("port %d still bound: %v", p, err)
-						continue
-					}
-					l.Close()
-				}
+				assertEtcdGone(t, pid, ports)
 			} else if step != restore.DrillStepVerify && step != restore.DrillStepRestore && step != restore.DrillStepStart {
 				t.Errorf("cancelled at %s, yet etcd never started", step)
 			}
@@ -451,7 +428,7 @@ func TestDrillFrozenEtcdIsInconclusive(t *testing.T) {
 	r := newStoreRig(t)
 	const id = "drill-frozen"
 	m := r.takeBackup(t, c, id, backup.KindScheduled)
-	o := drillOpts(t, r, id, drillBinDir(t, testenv.V35))
+	o := drillOpts(t, r, id, testenv.DrillBinDir(t, testenv.V35))
 	o.Source = testfix.EtcdConfig(c)
 	o.ProbeTimeout = 2 * time.Second
 	var pid int
@@ -480,20 +457,27 @@ func TestDrillFrozenEtcdIsInconclusive(t *testing.T) {
 	if pid == 0 {
 		t.Fatal("etcd never started")
 	}
-	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
-		t.Errorf("frozen etcd pid %d still exists: %v", pid, err)
-	}
-	for _, p := range ports {
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-		if err != nil {
-			t.Errorf("port %d still bound: %v", p, err)
-			continue
-		}
-		l.Close()
-	}
+	assertEtcdGone(t, pid, ports)
 	assertEmptyDir(t, o.ScratchDir)
 	if st, err := backup.LoadDrill(context.Background(), r.store, r.layout, id, m.Name); st != nil || err != nil {
 		t.Errorf("an inconclusive drill left a record: %+v %v", st, err)
 	}
 	t.Logf("frozen etcd: %v after %s", err, took.Round(time.Millisecond))
+}
+
+// assertEtcdGone checks that the drill's etcd process is gone and its ports
+// are free.
+func assertEtcdGone(tb testing.TB, pid int, ports []int) {
+	tb.Helper()
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		tb.Errorf("etcd pid %d still exists: %v", pid, err)
+	}
+	for _, p := range ports {
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			tb.Errorf("port %d still bound: %v", p, err)
+			continue
+		}
+		l.Close()
+	}
 }

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,19 +11,6 @@ import (
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
 )
-
-// etcdBinDir is a directory with etcd-<minor> linked to the test servers of
-// the versions given (none: a bin dir without etcd).
-func etcdBinDir(tb testing.TB, versions ...testenv.Version) string {
-	tb.Helper()
-	dir := tb.TempDir()
-	for _, v := range versions {
-		if err := os.Symlink(testenv.EtcdBin(tb, v), filepath.Join(dir, "etcd-"+string(v))); err != nil {
-			tb.Fatal(err)
-		}
-	}
-	return dir
-}
 
 // backupDrillJSON is backup --drill -o json.
 type backupDrillJSON struct {
@@ -60,7 +45,7 @@ func TestCLIBackupDrill(t *testing.T) {
 	t.Run("Passes", func(t *testing.T) {
 		start := time.Now()
 		code, out, errOut := runCtx(t, ctx, concatArgs([]string{"backup", "--cluster-id", "drill1", "--kind", "scheduled", "--drill", "--prune",
-			"--etcd-bin-dir", etcdBinDir(t, testenv.V35), "--temp-dir", t.TempDir(), "-o", "json"}, clusterArgs(c), cos)...)
+			"--etcd-bin-dir", testenv.DrillBinDir(t, testenv.V35), "--temp-dir", t.TempDir(), "-o", "json"}, clusterArgs(c), cos)...)
 		t.Logf("backup --drill: exit %d in %v", code, time.Since(start).Round(time.Millisecond))
 		if code != 0 {
 			t.Fatalf("backup --drill: exit %d\n%s\n%s", code, out, lastLinesOf(errOut, 20))
@@ -87,7 +72,7 @@ func TestCLIBackupDrill(t *testing.T) {
 
 		// The table: a DRILL column and the drill's line below it.
 		code, out, errOut = runCtx(t, ctx, concatArgs([]string{"backup", "--cluster-id", "drill1", "--drill",
-			"--etcd-bin-dir", etcdBinDir(t, testenv.V35), "--temp-dir", t.TempDir()}, clusterArgs(c), cos)...)
+			"--etcd-bin-dir", testenv.DrillBinDir(t, testenv.V35), "--temp-dir", t.TempDir()}, clusterArgs(c), cos)...)
 		if code != 0 || !strings.Contains(out, "DRILL") || !strings.Contains(out, "passed (source)") || !strings.Contains(out, "drill: passed") {
 			t.Errorf("backup --drill table: exit %d\n%s\n%s", code, out, lastLinesOf(errOut, 10))
 		}
@@ -95,7 +80,7 @@ func TestCLIBackupDrill(t *testing.T) {
 
 	t.Run("NoEtcd", func(t *testing.T) {
 		code, out, errOut := runCtx(t, ctx, concatArgs([]string{"backup", "--cluster-id", "drill2", "--drill", "--prune",
-			"--etcd-bin-dir", etcdBinDir(t), "--temp-dir", t.TempDir(), "-o", "json"}, clusterArgs(c), cos)...)
+			"--etcd-bin-dir", testenv.DrillBinDir(t), "--temp-dir", t.TempDir(), "-o", "json"}, clusterArgs(c), cos)...)
 		if code != exitFailure {
 			t.Fatalf("backup --drill without etcd: exit %d, want 1\n%s\n%s", code, out, lastLinesOf(errOut, 20))
 		}

@@ -37,14 +37,9 @@ type drillAllRig struct {
 func newDrillAllRig(t *testing.T) *drillAllRig {
 	t.Helper()
 	m := testenv.SharedMinIO(t)
-	r := &drillAllRig{m: m, bucket: m.NewBucket(t), prefix: testenv.Prefix(t), binDir: t.TempDir()}
+	r := &drillAllRig{m: m, bucket: m.NewBucket(t), prefix: testenv.Prefix(t), binDir: testenv.DrillBinDir(t, testenv.V35, testenv.V36)}
 	r.cos = cosArgs(t, m, r.bucket, r.prefix)
 	r.store, r.layout = testfix.Store(t, m, r.bucket), backup.Layout{Prefix: r.prefix}
-	for _, v := range []testenv.Version{testenv.V35, testenv.V36} {
-		if err := os.Symlink(testenv.EtcdBin(t, v), filepath.Join(r.binDir, "etcd-"+string(v))); err != nil {
-			t.Fatal(err)
-		}
-	}
 	return r
 }
 

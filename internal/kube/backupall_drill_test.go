@@ -236,12 +236,7 @@ func TestBackupAllDrill(t *testing.T) {
 			t.Fatalf("no slot in 10 chooses some but not all of %v", names)
 		}
 		// Both servers this time: a chosen etcd 3.6 cluster is drilled too.
-		both := t.TempDir()
-		for _, v := range []testenv.Version{testenv.V35, testenv.V36} {
-			if err := os.Symlink(testenv.EtcdBin(t, v), filepath.Join(both, "etcd-"+string(v))); err != nil {
-				t.Fatal(err)
-			}
-		}
+		both := testenv.DrillBinDir(t, testenv.V35, testenv.V36)
 		rep, err := kube.BackupAll(ctx, kube.BackupAllOptions{
 			Kube: sa, NoEvents: true, Now: func() time.Time { return at },
 			Template:    backup.Options{Kind: backup.KindManual, Store: st, Layout: layout, ProbeTimeout: 2 * time.Second},

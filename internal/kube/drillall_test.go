@@ -109,12 +109,7 @@ func TestDrillAllKube(t *testing.T) {
 	// answers, and differs).
 	testenv.PutKeys(t, clusters["etcd-k3"].Etcd.Client(t), "/registry/events/", 20, 32)
 
-	binDir := t.TempDir()
-	for _, v := range []testenv.Version{testenv.V35, testenv.V36} {
-		if err := os.Symlink(testenv.EtcdBin(t, v), filepath.Join(binDir, "etcd-"+string(v))); err != nil {
-			t.Fatal(err)
-		}
-	}
+	binDir := testenv.DrillBinDir(t, testenv.V35, testenv.V36)
 	token := kubetest.SAToken(t, admin, drillAllNS, "etcd-recovery")
 	scratch := t.TempDir()
 	cmd := exec.CommandContext(ctx, testfix.Tool(t), "drill", "--all", "--namespace", drillAllNS, "--parallel", "2",

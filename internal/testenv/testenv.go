@@ -238,6 +238,20 @@ func EtcdBin(tb testing.TB, v Version) string {
 }
 
 // EtcdctlBin returns the path of the etcdctl binary for v.
+// DrillBinDir is a new directory holding the etcd servers of the versions
+// given as a drill finds them, etcd-<minor> (linked to the test servers);
+// with no version, a bin dir without etcd.
+func DrillBinDir(tb testing.TB, versions ...Version) string {
+	tb.Helper()
+	dir := tb.TempDir()
+	for _, v := range versions {
+		if err := os.Symlink(EtcdBin(tb, v), filepath.Join(dir, "etcd-"+string(v))); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return dir
+}
+
 func EtcdctlBin(tb testing.TB, v Version) string {
 	tb.Helper()
 	return requireExecutable(tb, "etcdctl "+string(v), filepath.Join(etcdDir(tb, v), "etcdctl"))
