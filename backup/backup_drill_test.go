@@ -18,7 +18,7 @@ import (
 // drill cut short by cancellation is followed by no prune. The hook here
 // stands in for restore.Drill (backup does not import restore); the real
 // drill is wired and tested in cmd/etcd-recovery (TestCLIBackupDrill) and
-// internal/kube (TestBackupAllDrill).
+// kube/ (TestBackupAllDrill).
 func TestRunDrillHook(t *testing.T) {
 	t.Parallel()
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})

@@ -22,7 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/armada/etcd-recovery/backup"
-	"github.com/armada/etcd-recovery/internal/kube"
+	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/internal/kubetest"
 	"github.com/armada/etcd-recovery/internal/podrun"
 	"github.com/armada/etcd-recovery/internal/testenv"

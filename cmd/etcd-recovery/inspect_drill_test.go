@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/armada/etcd-recovery/inspect"
-	"github.com/armada/etcd-recovery/internal/kube"
+	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/internal/output"
 )
 

@@ -7,7 +7,7 @@ import (
 )
 
 // inspect --all / --cluster: flag errors are usage errors (exit 4), found
-// before any connection. The runs against Kubernetes are in internal/kube.
+// before any connection. The runs against Kubernetes are in kube/.
 func TestInspectKubeUsage(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

@@ -6,13 +6,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/armada/etcd-recovery/internal/kube"
+	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/restore"
 )
 
 // Flag checks of restore --via etcd-operator, before anything is contacted
-// (the run against a real kube-apiserver is internal/kube's
+// (the run against a real kube-apiserver is kube's
 // TestOperatorRestore, which runs the built binary).
 func TestRestoreViaOperatorUsage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -5,7 +5,7 @@
 // etcd-operator describes them. Only _test files import it.
 //
 // It is its own package (not part of testenv) because it names
-// internal/kube's constants, and packages internal/kube imports have
+// kube's constants, and packages kube imports have
 // in-package tests that import testenv.
 package kubetest
 
@@ -37,7 +37,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/restmapper"
 
-	"github.com/armada/etcd-recovery/internal/kube"
+	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/internal/testenv"
 )
 
@@ -85,7 +85,7 @@ func DecodeManifestBytes(b []byte) ([]*unstructured.Unstructured, error) {
 // sorted, but not deploy/kustomization.yaml, which is kustomize's input and
 // not an object. The README's `kubectl apply -k deploy/` applies the
 // kustomization's resources (KustomizationResources), the same files; a
-// test in internal/kube checks that they are.
+// test in kube/ checks that they are.
 func AppliedFiles(tb testing.TB) []string {
 	tb.Helper()
 	files, _ := filepath.Glob(DeployPath(tb, "*.yaml"))

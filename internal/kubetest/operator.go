@@ -27,7 +27,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/armada/etcd-recovery/internal/kube"
+	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/internal/testenv"
 )
 

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/armada/etcd-recovery/internal/kube"
+	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/internal/kubetest"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
@@ -23,7 +23,7 @@ import (
 // with the backup service account's token. It reports the wall time per
 // run and the tool's peak RSS.
 //
-//	go test -run '^$' -bench BackupAll50 -benchtime 1x -timeout 30m ./internal/kube/
+//	go test -run '^$' -bench BackupAll50 -benchtime 1x -timeout 30m ./kube/
 func BenchmarkBackupAll50(b *testing.B) {
 	const n = 50
 	k := testenv.StartKubeAPIServer(b)

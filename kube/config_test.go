@@ -7,7 +7,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"github.com/armada/etcd-recovery/internal/kube"
+	"github.com/armada/etcd-recovery/kube"
 )
 
 // The namespace: --namespace, else the kubeconfig context's, else the

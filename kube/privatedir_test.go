@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/armada/etcd-recovery/internal/kube"
+	"github.com/armada/etcd-recovery/kube"
 )
 
 // Client-TLS keys go to ETCD_RECOVERY_SECRETS_DIR (the pods' memory /tmp),
