@@ -10,7 +10,7 @@ import (
 )
 
 // Store is the object store backups live in. The one implementation is
-// internal/cos (IBM COS SDK, S3 API); tests run it against a real MinIO.
+// internal/store/cos (IBM COS SDK, S3 API); tests run it against a real MinIO.
 // Errors are wrapped as "cos: <op> <key>: <cause>".
 type Store interface {
 	// Put streams r into key. Large bodies go through a multipart upload that
@@ -82,7 +82,7 @@ func (e *DeleteError) Error() string {
 }
 
 // ErrStalled means the object store made no progress on a call for the
-// stall timeout (internal/cos Config.StallTimeout): the call was aborted.
+// stall timeout (internal/store/cos Config.StallTimeout): the call was aborted.
 // It is the store's fault, never the etcd member's: a backup that sees it
 // stops at once instead of trying another member.
 var ErrStalled = errors.New("object store stalled")

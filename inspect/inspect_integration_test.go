@@ -12,7 +12,7 @@ import (
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/backup/backuptest"
 	"github.com/armada/etcd-recovery/inspect"
-	"github.com/armada/etcd-recovery/internal/cos"
+	"github.com/armada/etcd-recovery/internal/store/cos"
 	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"

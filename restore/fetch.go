@@ -14,7 +14,7 @@ import (
 	"github.com/IBM/ibm-cos-sdk-go/service/s3"
 
 	"github.com/armada/etcd-recovery/backup"
-	"github.com/armada/etcd-recovery/internal/cos"
+	"github.com/armada/etcd-recovery/internal/store/cos"
 )
 
 // Check is one verification of a backup or of a rebuilt cluster.

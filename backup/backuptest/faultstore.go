@@ -1,6 +1,6 @@
 // Package backuptest injects exact object-store faults, in the style of
 // restic's test backends: a FaultStore wraps any backup.Store (normally the
-// real internal/cos store on a real MinIO, from testfix.Store) and makes
+// real internal/store/cos store on a real MinIO, from testfix.Store) and makes
 // chosen calls fail in a chosen way, while every other call goes through to
 // the real store.
 //
@@ -19,7 +19,7 @@
 //   - Stall: the call blocks (mid-body for Put/Get with After > 0) until its
 //     context is done or Delay has passed, then fails wrapping
 //     backup.ErrStalled (or the context's error). It stands for a store that
-//     stopped answering and the store's own watchdog (internal/cos) firing.
+//     stopped answering and the store's own watchdog (internal/store/cos) firing.
 //   - Reset: the call fails with "connection reset by peer" (wrapping
 //     syscall.ECONNRESET), after After bytes of the body: a reset that
 //     outlasted the store's own retries.
