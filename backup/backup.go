@@ -112,11 +112,6 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// Checker is implemented by stores that can verify bucket access up front.
-type Checker interface {
-	Check(ctx context.Context) error
-}
-
 func (o *Options) defaults() error {
 	if err := ValidateClusterID(o.ClusterID); err != nil {
 		return err

@@ -2,15 +2,15 @@ package backup
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"path"
 	"sort"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/armada/etcd-recovery/internal/store"
 )
 
 // Entry is one backup folder found in the store, committed or not.
@@ -132,24 +132,9 @@ func loadManifest(ctx context.Context, store Store, layout Layout, clusterID, na
 	return m, false, nil
 }
 
-// isNotFound reports whether err says an object does not exist (S3's
-// NoSuchKey, or a 404 that is not about the bucket).
-func isNotFound(err error) bool {
-	if errors.Is(err, fs.ErrNotExist) {
-		return true
-	}
-	var coded interface{ Code() string }
-	if errors.As(err, &coded) {
-		switch coded.Code() {
-		case "NoSuchKey", "NotFound":
-			return true
-		case "NoSuchBucket":
-			return false
-		}
-	}
-	var status interface{ StatusCode() int }
-	return errors.As(err, &status) && status.StatusCode() == 404 && (coded == nil || coded.Code() != "NoSuchBucket")
-}
+// isNotFound reports whether err says an object does not exist: the store
+// contract's ErrNotFound (a missing bucket is not one).
+func isNotFound(err error) bool { return store.IsNotFound(err) }
 
 // DefaultCheckParallel is how many manifests CheckEntries reads at once.
 const DefaultCheckParallel = 16
@@ -317,15 +302,6 @@ func UploadKeys(layout Layout, e Entry, m *Manifest) []string {
 	return keys
 }
 
-// KeyUploadLister is an optional Store ability: list the multipart uploads
-// of exactly one key, asking the server with the key itself as the prefix.
-// MinIO's bucket-wide listing can miss an upload left by a server killed
-// mid-upload and restarted; a listing by its exact key finds it. Stores
-// without it are asked ListUploads(ctx, key).
-type KeyUploadLister interface {
-	ListUploadsForKey(ctx context.Context, key string) ([]Upload, error)
-}
-
 // ListUploadsAt lists the multipart uploads of each of keys (exactly),
 // parallel at a time (DefaultCheckParallel when parallel <= 0). It fails
 // rather than return a partial answer.
@@ -349,7 +325,7 @@ func ListUploadsAt(ctx context.Context, store Store, keys []string, parallel int
 			if exact {
 				ups, err = kl.ListUploadsForKey(ctx, k)
 			} else {
-				ups, err = store.ListUploads(ctx, k)
+				ups, err = listUploads(ctx, store, k)
 			}
 			for _, u := range ups {
 				if u.Key == k {

@@ -309,7 +309,7 @@ func Prune(ctx context.Context, opts PruneOptions) (*PruneReport, error) {
 	}
 	var uploads []Upload
 	for _, p := range prefixes {
-		u, err := opts.Store.ListUploads(ctx, p)
+		u, err := listUploads(ctx, opts.Store, p)
 		if err != nil {
 			return failList(PruneStepListUploads, err)
 		}
@@ -542,7 +542,7 @@ func Prune(ctx context.Context, opts PruneOptions) (*PruneReport, error) {
 
 	t = time.Now()
 	for _, ua := range toAbort {
-		if err := opts.Store.AbortUpload(ctx, Upload{Key: ua.Key, UploadID: ua.UploadID, Initiated: ua.Initiated}); err != nil {
+		if err := abortUpload(ctx, opts.Store, Upload{Key: ua.Key, UploadID: ua.UploadID, Initiated: ua.Initiated}); err != nil {
 			ua.Action, ua.Err = ActionFailed, fmt.Errorf("abort upload %s of %s: %w", ua.UploadID, ua.Key, err)
 			ua.Error = ua.Err.Error()
 			log.Warn("prune: could not abort a stale multipart upload", "key", ua.Key, "upload_id", ua.UploadID, "err", err)

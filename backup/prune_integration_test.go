@@ -146,7 +146,7 @@ type bucketState struct {
 
 func stateOf(tb testing.TB, st backup.Store) bucketState {
 	tb.Helper()
-	ups, err := st.ListUploads(context.Background(), "")
+	ups, err := st.(backup.Multipart).ListUploads(context.Background(), "")
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -426,7 +426,7 @@ func (f *faultyStore) ListUploads(ctx context.Context, prefix string) ([]backup.
 	if f.failUploads {
 		return nil, fmt.Errorf("cos: list uploads %s: %w", prefix, errInjected)
 	}
-	return f.Store.ListUploads(ctx, prefix)
+	return f.Store.(backup.Multipart).ListUploads(ctx, prefix)
 }
 
 func (f *faultyStore) Put(ctx context.Context, key string, r io.Reader) (int64, error) {
@@ -477,7 +477,7 @@ func (f *faultyStore) AbortUpload(ctx context.Context, u backup.Upload) error {
 	f.mu.Lock()
 	f.aborts++
 	f.mu.Unlock()
-	return f.Store.AbortUpload(ctx, u)
+	return f.Store.(backup.Multipart).AbortUpload(ctx, u)
 }
 
 // smallFixture is two clusters of eight 8-hourly backups (four of each

@@ -44,6 +44,10 @@ type BackupAllOptions struct {
 	Drill *DrillPlan
 	// Now is the clock (tests: the drill share's slot); default time.Now.
 	Now func() time.Time
+	// Orphans, with every EtcdCluster (Names empty), runs the orphan pass
+	// after the backups (backup --all --prune): see Orphans. Ignored with
+	// Names: that listing is not the whole namespace.
+	Orphans *OrphanPlan
 }
 
 // DrillPlan is how BackupAll drills the backups it takes.
@@ -237,12 +241,16 @@ type BackupAllReport struct {
 	Failed    []string        `json:"failed"`
 	// With a drill: the share, the slot and the clusters whose drill
 	// failed or could not run (their backups are committed).
-	DrillShare    int           `json:"drillShare,omitempty"`
-	DrillParallel int           `json:"drillParallel,omitempty"`
-	DrillSlot     int64         `json:"drillSlot,omitempty"`
-	DrillFailed   []string      `json:"drillFailed,omitempty"`
-	Duration      time.Duration `json:"-"`
-	Seconds       float64       `json:"durationSeconds"`
+	DrillShare    int      `json:"drillShare,omitempty"`
+	DrillParallel int      `json:"drillParallel,omitempty"`
+	DrillSlot     int64    `json:"drillSlot,omitempty"`
+	DrillFailed   []string `json:"drillFailed,omitempty"`
+	// Orphans is the orphan pass (backup --all --prune); OrphanError says
+	// why it failed (nothing of it deleted when a listing failed).
+	Orphans     *backup.OrphanReport `json:"orphans,omitempty"`
+	OrphanError string               `json:"orphanError,omitempty"`
+	Duration    time.Duration        `json:"-"`
+	Seconds     float64              `json:"durationSeconds"`
 }
 
 // Table is the summary printed at the end.
@@ -290,7 +298,9 @@ type BackupAllError struct {
 	// DrillFailed names the clusters whose backup was committed but whose
 	// drill failed or could not run, each with its backup and failure.
 	DrillFailed []string
-	Err         error // discovery error; nil when some backups failed
+	// Orphans is the orphan pass's failure.
+	Orphans error
+	Err     error // discovery error; nil when some backups failed
 }
 
 func (e *BackupAllError) Error() string {
@@ -303,6 +313,9 @@ func (e *BackupAllError) Error() string {
 	}
 	if len(e.DrillFailed) > 0 {
 		parts = append(parts, fmt.Sprintf("restore drill failed for %d etcdcluster(s) in %s (backups committed): %s", len(e.DrillFailed), e.Namespace, strings.Join(e.DrillFailed, "; ")))
+	}
+	if e.Orphans != nil {
+		parts = append(parts, fmt.Sprintf("orphans in %s: %v", e.Namespace, e.Orphans))
 	}
 	return strings.Join(parts, "; ")
 }
@@ -405,10 +418,24 @@ func BackupAll(ctx context.Context, opts BackupAllOptions) (*BackupAllReport, er
 			rep.DrillFailed = append(rep.DrillFailed, fmt.Sprintf("%s (backup %s, drill %s: %s)", r.Cluster, r.Backup, d.Result, d.Error))
 		}
 	}
+	var orphanErr error
+	if opts.Orphans != nil && len(opts.Names) == 0 && ctx.Err() == nil {
+		// After the backups, from fresh listings: the store first, then the
+		// EtcdClusters and EtcdRestores (see backup.Orphans).
+		plan := *opts.Orphans
+		if plan.Now == nil {
+			plan.Now = opts.Now
+		}
+		rep.Orphans, orphanErr = Orphans(ctx, k, opts.Template.Store, opts.Template.Layout, plan, log)
+		if orphanErr != nil {
+			rep.OrphanError = orphanErr.Error()
+			log.Error("orphan pass failed", "err", orphanErr)
+		}
+	}
 	rep.Duration = time.Since(start)
 	rep.Seconds = rep.Duration.Seconds()
-	if len(rep.Failed) > 0 || len(rep.DrillFailed) > 0 {
-		return rep, &BackupAllError{Namespace: k.Namespace, Failed: rep.Failed, DrillFailed: rep.DrillFailed}
+	if len(rep.Failed) > 0 || len(rep.DrillFailed) > 0 || orphanErr != nil {
+		return rep, &BackupAllError{Namespace: k.Namespace, Failed: rep.Failed, DrillFailed: rep.DrillFailed, Orphans: orphanErr}
 	}
 	return rep, nil
 }

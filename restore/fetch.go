@@ -4,17 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"net/http"
-
-	"github.com/IBM/ibm-cos-sdk-go/aws/awserr"
-	"github.com/IBM/ibm-cos-sdk-go/service/s3"
 
 	"github.com/armada/etcd-recovery/backup"
-	"github.com/armada/etcd-recovery/internal/store/cos"
+	"github.com/armada/etcd-recovery/internal/store"
 )
 
 // Check is one verification of a backup or of a rebuilt cluster.
@@ -300,33 +294,12 @@ func fetchSnapshot(ctx context.Context, store backup.Store, layout backup.Layout
 }
 
 // isStoreError reports whether err came from the object store (a read that
-// failed mid-stream) rather than from the bytes themselves.
-func isStoreError(err error) bool {
-	var ce *cos.Error
-	return errors.As(err, &ce)
-}
+// failed mid-stream) rather than from the bytes themselves: any backend's
+// error, by the store contract (a *store.Error).
+func isStoreError(err error) bool { return store.IsStoreError(err) }
 
 // isMissingObject reports whether a read failed because the object does
-// not exist (S3 NoSuchKey, HTTP 404, or fs.ErrNotExist from a store that
-// is not S3), as opposed to a store that could not be read (outage,
-// stall, denied access): a missing object is a damaged backup. A missing
-// bucket is the store's problem, not the backup's.
-func isMissingObject(err error) bool {
-	if err == nil {
-		return false
-	}
-	if errors.Is(err, fs.ErrNotExist) {
-		return true
-	}
-	var aerr awserr.Error
-	if errors.As(err, &aerr) {
-		switch aerr.Code() {
-		case s3.ErrCodeNoSuchBucket:
-			return false
-		case s3.ErrCodeNoSuchKey:
-			return true
-		}
-	}
-	var rf awserr.RequestFailure
-	return errors.As(err, &rf) && rf.StatusCode() == http.StatusNotFound && (aerr == nil || aerr.Code() != s3.ErrCodeNoSuchBucket)
-}
+// not exist (store.ErrNotFound, which any backend's Get of a missing key
+// wraps), as opposed to a store that could not be read (outage, stall,
+// denied access, a missing bucket): a missing object is a damaged backup.
+func isMissingObject(err error) bool { return store.IsNotFound(err) }

@@ -42,6 +42,7 @@ func backupCommand() *cli.Command {
 			&cli.StringFlag{Name: "compress", Value: "zstd", Usage: "zstd or none"},
 			probeTimeoutFlag(),
 			&cli.BoolFlag{Name: "prune", Usage: "once the backup is committed, apply the retention policy to the cluster (see prune)"},
+			orphanGraceFlag(),
 			&cli.BoolFlag{Name: "drill", Usage: "once the backup is committed (before --prune), prove it restores: a restore drill of it, compared with the source"},
 			&cli.IntFlag{Name: "drill-share", Value: 1, Usage: "with --all/--cluster --drill: drill 1/N of the clusters per run, chosen by cluster and the run's 8-hour UTC slot (1: all)"},
 			&cli.IntFlag{Name: "drill-parallel", Value: 1, Usage: "with --all/--cluster --drill: drills at once (each runs an etcd and needs twice the database's size in --temp-dir)"},
@@ -95,6 +96,9 @@ func runBackup(c *cli.Context) error {
 			return err
 		}
 		opts.Prune = &policy
+	}
+	if c.Duration("orphan-grace") < backup.MinOrphanGrace {
+		return usagef("backup: --orphan-grace %s: want at least %s", c.Duration("orphan-grace"), backup.MinOrphanGrace)
 	}
 	drill, err := drillPlanFromFlags(c, fleet)
 	if err != nil {
@@ -276,6 +280,12 @@ func runBackupAll(c *cli.Context, tmpl backup.Options, format output.Format, dri
 		return err
 	}
 	tmpl.Store, tmpl.Layout = store, layout
+	// backup --all --prune also handles the namespace's orphans (report
+	// only unless the namespace owns the prefix: see prune --orphans).
+	var orphans *kube.OrphanPlan
+	if tmpl.Prune != nil && c.Bool("all") {
+		orphans = &kube.OrphanPlan{Grace: c.Duration("orphan-grace")}
+	}
 	rep, err := kube.BackupAll(c.Context, kube.BackupAllOptions{
 		Kube:        k,
 		Names:       c.StringSlice("cluster"),
@@ -285,10 +295,16 @@ func runBackupAll(c *cli.Context, tmpl backup.Options, format output.Format, dri
 		NoEvents:    c.Bool("no-events"),
 		Log:         tmpl.Log,
 		Drill:       drill,
+		Orphans:     orphans,
 	})
 	if rep != nil && rep.Clusters != nil {
 		if rerr := output.Render(c.App.Writer, format, rep.Table(), rep); rerr != nil {
 			return rerr
+		}
+		if rep.Orphans != nil && format != output.FormatJSON && len(rep.Orphans.Orphans) > 0 {
+			if rerr := renderOrphans(c.App.Writer, format, rep.Orphans); rerr != nil {
+				return rerr
+			}
 		}
 	}
 	return err

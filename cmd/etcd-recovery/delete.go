@@ -3,28 +3,43 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/kube"
 )
 
 func deleteCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "delete",
-		Usage: "delete named backups of one cluster, of any kind (manifest first)",
+		Usage: "delete named backups of one cluster, of any kind (manifest first), or every backup of a deleted cluster (--all-backups)",
 		Description: "The only way manual and pre-restore backups are deleted. Names that do not exist, and the\n" +
-			"newest committed backup that checks out or the newest whose restore drill passed (without --allow-newest), are refused before anything is deleted.",
-		Flags: concat(cosFlags(), []cli.Flag{
+			"newest committed backup that checks out or the newest whose restore drill passed (without --allow-newest), are refused before anything is deleted.\n" +
+			"With --all-backups: every backup folder of the cluster (any kind, incomplete or damaged, manifests first), the multipart\n" +
+			"uploads into them and its orphan marker: the end of a cluster whose EtcdCluster was deleted. It refuses while an\n" +
+			"EtcdCluster of that name exists in the namespace (in a pod, or with --namespace/--kubeconfig/KUBECONFIG), and\n" +
+			"without Kubernetes access, where it cannot check, unless --ignore-etcdcluster. --dry-run lists what it would delete.",
+		Flags: concat(cosFlags(), kubeFlags(), []cli.Flag{
 			clusterIDFlag(),
 			&cli.StringSliceFlag{Name: "backup", Usage: backupFlagUsage},
 			&cli.BoolFlag{Name: "allow-newest", Usage: "allow deleting the newest committed backup that checks out, or the newest whose restore drill passed"},
+			&cli.BoolFlag{Name: "all-backups", Usage: "delete: every backup of the cluster, of any kind (instead of --backup)"},
+			&cli.BoolFlag{Name: "ignore-etcdcluster", Usage: "delete --all-backups even though an EtcdCluster of that name exists, or when that cannot be checked (no Kubernetes access)"},
+			dryRunFlag(),
 			outputFlag(),
 			timeoutFlag(),
 		}, deprecatedFlagsOf("delete")),
 		Action: runDelete,
 	}
+}
+
+// kubeAccess says whether the command was given Kubernetes access: it runs
+// in a pod, or --kubeconfig, KUBECONFIG or --namespace is set.
+func kubeAccess(c *cli.Context) bool {
+	return os.Getenv("KUBERNETES_SERVICE_HOST") != "" || c.IsSet("kubeconfig") || os.Getenv("KUBECONFIG") != "" || c.IsSet("namespace")
 }
 
 func runDelete(c *cli.Context) error {
@@ -42,17 +57,25 @@ func runDelete(c *cli.Context) error {
 	if err := backup.ValidateClusterID(opts.ClusterID); err != nil {
 		return usageError{err}
 	}
+	format, err := output.ParseFormat(c.String("output"))
+	if err != nil {
+		return usageError{err}
+	}
+	if c.Bool("all-backups") {
+		return runDeleteAll(c, opts.ClusterID, format)
+	}
+	for _, f := range []string{"ignore-etcdcluster", "dry-run"} {
+		if c.Bool(f) {
+			return usagef("delete: --%s is for --all-backups", f)
+		}
+	}
 	if len(opts.Names) == 0 {
-		return usagef("delete: --backup is required")
+		return usagef("delete: --backup or --all-backups is required")
 	}
 	for _, n := range opts.Names {
 		if _, _, err := backup.ParseBackupName(n); err != nil {
 			return usagef("delete: --backup: %v", err)
 		}
-	}
-	format, err := output.ParseFormat(c.String("output"))
-	if err != nil {
-		return usageError{err}
 	}
 	store, layout, err := cosStore(c)
 	if err != nil {
@@ -80,4 +103,107 @@ func runDelete(c *cli.Context) error {
 		}
 	}
 	return err
+}
+
+// deleteAllResult is delete --all-backups' JSON: the check of the
+// EtcdCluster and the deletion.
+type deleteAllResult struct {
+	// EtcdCluster is what the check found: "absent", "exists",
+	// "not checked: ..." (with --ignore-etcdcluster).
+	EtcdCluster string                  `json:"etcdCluster"`
+	Namespace   string                  `json:"namespace,omitempty"`
+	Delete      *backup.DeleteAllReport `json:"delete"`
+}
+
+func runDeleteAll(c *cli.Context, id string, format output.Format) error {
+	if len(c.StringSlice("backup")) > 0 {
+		return usagef("delete: --backup and --all-backups are exclusive")
+	}
+	if c.Bool("allow-newest") || c.Bool("force") {
+		return usagef("delete: --allow-newest (--force) is for --backup; --all-backups deletes every backup, and only --ignore-etcdcluster overrides its EtcdCluster check")
+	}
+	ignore := c.Bool("ignore-etcdcluster")
+	log, err := logger(c)
+	if err != nil {
+		return err
+	}
+	res := deleteAllResult{}
+	var k *kube.Client
+	switch {
+	case kubeAccess(c):
+		if k, err = kubeClient(c); err != nil {
+			return err
+		}
+		res.Namespace = k.Namespace
+	case !ignore:
+		return usagef("delete --all-backups: no Kubernetes access (not in a pod, no --kubeconfig, KUBECONFIG or --namespace), so whether "+
+			"EtcdCluster %s still exists cannot be checked: refusing; give Kubernetes access, or pass --ignore-etcdcluster if the cluster is known to be gone", id)
+	default:
+		res.EtcdCluster = "not checked: no Kubernetes access (--ignore-etcdcluster)"
+	}
+	var store backup.Store
+	var layout backup.Layout
+	if k != nil {
+		store, layout, err = cosStoreKube(c, k)
+	} else {
+		store, layout, err = cosStore(c)
+	}
+	if err != nil {
+		return err
+	}
+	ctx, cancel, named, err := runDeadline(c)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	if k != nil {
+		names, err := k.ClusterNames(ctx)
+		switch {
+		case err != nil && !ignore:
+			return named("check etcdcluster", fmt.Errorf("delete --all-backups: cluster %s: could not check whether its EtcdCluster exists, nothing was deleted: %w", id, err))
+		case err != nil:
+			res.EtcdCluster = "not checked: " + err.Error() + " (--ignore-etcdcluster)"
+			log.Warn("delete --all-backups: could not check the EtcdCluster; going on (--ignore-etcdcluster)", "cluster", id, "err", err)
+		case slicesContains(names, id) && !ignore:
+			return fmt.Errorf("delete --all-backups: refusing to delete the backups of cluster %s, nothing was deleted: %w (%s/%s); delete it first, or pass --ignore-etcdcluster",
+				id, backup.ErrClusterExists, k.Namespace, id)
+		case slicesContains(names, id):
+			res.EtcdCluster = "exists (--ignore-etcdcluster)"
+			log.Warn("delete --all-backups: the EtcdCluster exists; deleting its backups anyway (--ignore-etcdcluster)", "cluster", id, "namespace", k.Namespace)
+		default:
+			res.EtcdCluster = "absent"
+		}
+	}
+	rep, err := backup.DeleteAll(ctx, backup.DeleteAllOptions{Store: store, Layout: layout, ClusterID: id, DryRun: c.Bool("dry-run"), Log: log})
+	err = named("delete", err)
+	if rep != nil {
+		res.Delete = rep
+		var rows [][]string
+		for _, a := range rep.Backups {
+			rows = append(rows, backupRow(a))
+		}
+		for _, u := range rep.Uploads {
+			rows = append(rows, []string{u.ClusterID, u.Name, "upload: " + pathBase(u.Key), fmtTime(u.Initiated), u.Action, u.Reason})
+		}
+		t := pruneTableOf(rows)
+		verb := "deleted"
+		if rep.DryRun {
+			verb = "would delete"
+		}
+		t.Notes = append(t.Notes, fmt.Sprintf("EtcdCluster %s: %s; %s %d backup(s) and %d multipart upload(s) of cluster %s%s",
+			id, res.EtcdCluster, verb, len(rep.Backups), len(rep.Uploads), id, map[bool]string{true: ", and its orphan marker", false: ""}[rep.Marker]))
+		if rerr := output.Render(c.App.Writer, format, t, res); rerr != nil && err == nil {
+			err = rerr
+		}
+	}
+	return err
+}
+
+func slicesContains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
 }

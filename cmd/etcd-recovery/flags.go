@@ -11,8 +11,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/armada/etcd-recovery/backup"
-	"github.com/armada/etcd-recovery/internal/store/cos"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
+	"github.com/armada/etcd-recovery/internal/store/cos"
 	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/restore"
 )
@@ -58,8 +58,10 @@ func cosFlags() []cli.Flag {
 	}
 }
 
-// cosStore builds the object store and the layout from the flags.
-func cosStore(c *cli.Context) (*cos.Store, backup.Layout, error) {
+// cosStore builds the object store and the layout from the flags. It is
+// the one place the CLI names the COS backend (with cosStoreWith and
+// cosStoreKube); everything else sees the store seam (backup.Store).
+func cosStore(c *cli.Context) (backup.Store, backup.Layout, error) {
 	creds, err := cos.LoadCredentials(c.String("cos-credentials-dir"), os.Getenv)
 	if err != nil {
 		return nil, backup.Layout{}, usageError{err}
@@ -69,7 +71,7 @@ func cosStore(c *cli.Context) (*cos.Store, backup.Layout, error) {
 
 // cosStoreWith builds the object store from the flags and the given
 // credentials (e.g. read from a Kubernetes secret).
-func cosStoreWith(c *cli.Context, creds cos.Credentials) (*cos.Store, backup.Layout, error) {
+func cosStoreWith(c *cli.Context, creds cos.Credentials) (backup.Store, backup.Layout, error) {
 	// Input is validated before anything happens: a prefix that writes
 	// keys the store cannot list back, or an endpoint that is not a URL,
 	// is a usage error naming the flag and the value.
@@ -186,7 +188,7 @@ func kubeClient(c *cli.Context) (*kube.Client, error) {
 // cosStoreKube is cosStore, with the namespace's cos-credentials secret
 // (read through the API) when no credentials are mounted or in the
 // environment.
-func cosStoreKube(c *cli.Context, k *kube.Client) (*cos.Store, backup.Layout, error) {
+func cosStoreKube(c *cli.Context, k *kube.Client) (backup.Store, backup.Layout, error) {
 	if c.String("cos-credentials-dir") != "" || os.Getenv(cos.EnvAccessKeyID) != "" || os.Getenv(cos.EnvAPIKey) != "" {
 		return cosStore(c)
 	}

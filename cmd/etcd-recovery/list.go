@@ -76,6 +76,10 @@ type listRow struct {
 	Drill *backup.DrillResult `json:"drill"`
 	// Retention is what prune would do with the backup now.
 	Retention retention `json:"retention"`
+	// Orphan is the cluster's orphan marker (the same on every row): the
+	// last orphan pass found no EtcdCluster of this name; its backups go
+	// after deleteAfter. Absent when the cluster is not an orphan.
+	Orphan *backup.OrphanMarker `json:"orphan,omitempty"`
 }
 
 // retention is the retention decision for one backup in `list`.
@@ -131,7 +135,10 @@ func runList(c *cli.Context) error {
 	if err := ctx.Err(); err != nil {
 		return named("read manifests", fmt.Errorf("list cluster %s: read manifests: %w", clusterID, err))
 	}
-	uploads, err := store.ListUploads(ctx, layout.ClusterPrefix(clusterID))
+	var uploads []backup.Upload
+	if mp, ok := store.(backup.Multipart); ok {
+		uploads, err = mp.ListUploads(ctx, layout.ClusterPrefix(clusterID))
+	}
 	if err == nil {
 		var keys []string
 		for _, e := range entries {
@@ -201,7 +208,19 @@ func runList(c *cli.Context) error {
 		}
 		rows = append(rows, r)
 	}
-	if err := output.Render(c.App.Writer, format, listTable(rows), rows); err != nil {
+	// The orphan marker (prune --orphans, backup --all --prune): one read.
+	marker, markerErr := backup.ReadOrphanMarker(ctx, store, layout, clusterID)
+	t := listTable(rows)
+	switch {
+	case markerErr != nil:
+		t.Notes = append(t.Notes, fmt.Sprintf("orphan marker of cluster %s could not be read: %v", clusterID, markerErr))
+	case marker != nil:
+		for i := range rows {
+			rows[i].Orphan = marker
+		}
+		t.Notes = append(t.Notes, orphanNote(marker, time.Now()))
+	}
+	if err := output.Render(c.App.Writer, format, t, rows); err != nil {
 		return err
 	}
 	if unknownErr != nil {
@@ -314,4 +333,14 @@ func listTable(rows []listRow) output.Table {
 			stored, output.Bytes(r.TotalSize), v2, dashIfEmpty(r.Source), drillCell(r.Drill, now), mode, keep, reason})
 	}
 	return t
+}
+
+// orphanNote is the line list and inspect --all show for an orphan.
+func orphanNote(m *backup.OrphanMarker, now time.Time) string {
+	when := "after " + fmtTime(m.DeleteAfter) + " UTC"
+	if !now.Before(m.DeleteAfter) {
+		when = "at the next orphan pass (grace over since " + fmtTime(m.DeleteAfter) + " UTC)"
+	}
+	return fmt.Sprintf("orphan: no EtcdCluster %s in namespace %s since %s UTC, backups deleted %s (newest backup + %s; only under a prefix the namespace owns)",
+		m.ClusterID, m.Namespace, fmtTime(m.FirstSeen), when, m.Grace)
 }

@@ -1,6 +1,10 @@
 // Package cos is the object store on IBM Cloud Object Storage (S3 API),
-// through the IBM COS SDK. It implements backup.Store. Every error is
-// wrapped as "cos: <op> <key>: <cause>"; no error or log carries a secret.
+// through the IBM COS SDK: a backend of internal/store, with every optional
+// capability (Conditional, Multipart, KeyUploadLister, Checker). Its errors
+// follow the store contract: a *store.Error "cos: <op> <key>: <cause>"
+// wrapping store.ErrNotFound, ErrExists or ErrStalled as they apply, marked
+// transient or permanent; no error or log carries a secret. Its conformance
+// test runs internal/store/storetest against a real MinIO.
 package cos
 
 import (
@@ -31,7 +35,7 @@ import (
 	"github.com/IBM/ibm-cos-sdk-go/service/s3"
 	"github.com/IBM/ibm-cos-sdk-go/service/s3/s3manager"
 
-	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/store"
 )
 
 // Config configures a Store.
@@ -53,7 +57,7 @@ type Config struct {
 	// StallTimeout aborts a store call that waits on the store with no
 	// byte moving for this long (a frozen or black-holed endpoint): the
 	// call fails at once, without retries, with an error wrapping
-	// backup.ErrStalled ("object store stalled"). It covers every request
+	// store.ErrStalled ("object store stalled"). It covers every request
 	// of a call (all parts of a Put) and the reads of a Get's body, so a
 	// restore's download has it too. Default 60s; negative disables.
 	StallTimeout time.Duration
@@ -68,7 +72,7 @@ type Config struct {
 // DefaultStallTimeout is Config.StallTimeout's default.
 const DefaultStallTimeout = 60 * time.Second
 
-// Store implements backup.Store on the COS SDK.
+// Store implements store.Store on the COS SDK.
 type Store struct {
 	cfg      Config
 	s3       *s3.S3
@@ -79,9 +83,11 @@ type Store struct {
 }
 
 var (
-	_ backup.Store            = (*Store)(nil)
-	_ backup.ConditionalStore = (*Store)(nil)
-	_ backup.KeyUploadLister  = (*Store)(nil)
+	_ store.Store           = (*Store)(nil)
+	_ store.Conditional     = (*Store)(nil)
+	_ store.Multipart       = (*Store)(nil)
+	_ store.KeyUploadLister = (*Store)(nil)
+	_ store.Checker         = (*Store)(nil)
 )
 
 const (
@@ -266,6 +272,9 @@ func newHTTPClient(caFile string, stall time.Duration) (*http.Client, error) {
 	return &http.Client{Transport: tr}, nil
 }
 
+// Backend names this backend in errors ("cos").
+func (s *Store) Backend() string { return backend }
+
 // Bucket is the bucket the store writes to.
 func (s *Store) Bucket() string { return s.cfg.Bucket }
 
@@ -304,14 +313,14 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Put streams r into key (see backup.Store).
+// Put streams r into key (see store.Store).
 func (s *Store) Put(ctx context.Context, key string, r io.Reader) (int64, error) {
 	return s.put(ctx, key, r, false)
 }
 
 // PutIfAbsent is Put that never replaces an object: PutObject and
 // CompleteMultipartUpload carry If-None-Match: *, and a key that exists
-// fails the call with an error wrapping backup.ErrExists (the multipart
+// fails the call with an error wrapping store.ErrExists (the multipart
 // upload is then aborted, as after any failure).
 func (s *Store) PutIfAbsent(ctx context.Context, key string, r io.Reader) (int64, error) {
 	return s.put(ctx, key, r, true)
@@ -358,7 +367,7 @@ func (s *Store) put(ctx context.Context, key string, r io.Reader, ifAbsent bool)
 		var notes []string
 		var mu s3manager.MultiUploadFailure
 		if errors.As(err, &mu) && mu.UploadID() != "" {
-			if aerr := s.abortRetrying(actx, backup.Upload{Key: key, UploadID: mu.UploadID()}); aerr != nil {
+			if aerr := s.abortRetrying(actx, store.Upload{Key: key, UploadID: mu.UploadID()}); aerr != nil {
 				notes = append(notes, fmt.Sprintf("the multipart upload %s could not be aborted: %v; prune removes it after 24h", mu.UploadID(), aerr))
 			}
 		}
@@ -436,7 +445,7 @@ func (s *Store) abortKeyUploads(actx context.Context, key string) error {
 }
 
 // abortRetrying aborts an upload, retrying transient errors until actx ends.
-func (s *Store) abortRetrying(actx context.Context, u backup.Upload) error {
+func (s *Store) abortRetrying(actx context.Context, u store.Upload) error {
 	delay := s.cfg.MinBackoff
 	for {
 		err := s.AbortUpload(actx, u)
@@ -456,7 +465,7 @@ func (s *Store) abortRetrying(actx context.Context, u backup.Upload) error {
 }
 
 // Get opens key for streaming. The body's reads are watched too: a read
-// that waits StallTimeout on a silent store fails with backup.ErrStalled.
+// that waits StallTimeout on a silent store fails with store.ErrStalled.
 func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	wctx, wd, stop := s.watch(ctx, "get", key)
 	out, err := s.s3.GetObjectWithContext(wctx, &s3.GetObjectInput{
@@ -496,17 +505,17 @@ func (b *getBody) Close() error {
 
 // List returns every object under prefix, in key order, or an error: never
 // a partial listing.
-func (s *Store) List(ctx context.Context, prefix string) ([]backup.ObjectInfo, error) {
+func (s *Store) List(ctx context.Context, prefix string) ([]store.ObjectInfo, error) {
 	ctx, wd, stop := s.watch(ctx, "list", prefix)
 	defer stop()
-	var out []backup.ObjectInfo
+	var out []store.ObjectInfo
 	err := s.s3.ListObjectsV2PagesWithContext(ctx, &s3.ListObjectsV2Input{
 		Bucket:  aws.String(s.cfg.Bucket),
 		Prefix:  aws.String(prefix),
 		MaxKeys: aws.Int64(1000),
 	}, func(page *s3.ListObjectsV2Output, _ bool) bool {
 		for _, o := range page.Contents {
-			out = append(out, backup.ObjectInfo{
+			out = append(out, store.ObjectInfo{
 				Key:          aws.StringValue(o.Key),
 				Size:         aws.Int64Value(o.Size),
 				LastModified: aws.TimeValue(o.LastModified),
@@ -522,7 +531,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]backup.ObjectInfo, e
 }
 
 // Delete removes keys in batches of up to 1,000 per request, a few batches
-// at a time. Failures are collected per key in a *backup.DeleteError; the
+// at a time. Failures are collected per key in a *store.DeleteError; the
 // other keys are still deleted.
 func (s *Store) Delete(ctx context.Context, keys []string) error {
 	var (
@@ -558,13 +567,13 @@ func (s *Store) Delete(ctx context.Context, keys []string) error {
 			}
 			for _, e := range out.Errors {
 				k := aws.StringValue(e.Key)
-				failed[k] = fmt.Errorf("%s: %s", aws.StringValue(e.Code), s.redact(Redact(aws.StringValue(e.Message))))
+				failed[k] = s.fail(nil, "delete", k, awserr.New(aws.StringValue(e.Code), aws.StringValue(e.Message), nil))
 			}
 		}()
 	}
 	wg.Wait()
 	if len(failed) > 0 {
-		return &backup.DeleteError{Failed: failed}
+		return &store.DeleteError{Failed: failed}
 	}
 	return nil
 }
@@ -578,14 +587,14 @@ func (s *Store) Delete(ctx context.Context, keys []string) error {
 // backup bucket holds few uploads in progress, so the cost is small.
 // MinIO may also leave an upload out of the bucket-wide listing after a
 // restart: ListUploadsForKey finds those.
-func (s *Store) ListUploads(ctx context.Context, prefix string) ([]backup.Upload, error) {
+func (s *Store) ListUploads(ctx context.Context, prefix string) ([]store.Upload, error) {
 	return s.listUploads(ctx, "", prefix)
 }
 
 // ListUploadsForKey returns the multipart uploads in progress on exactly
 // key, asking the server with the key as the prefix (see
-// backup.KeyUploadLister).
-func (s *Store) ListUploadsForKey(ctx context.Context, key string) ([]backup.Upload, error) {
+// store.KeyUploadLister).
+func (s *Store) ListUploadsForKey(ctx context.Context, key string) ([]store.Upload, error) {
 	ups, err := s.listUploads(ctx, key, key)
 	if err != nil {
 		return nil, err
@@ -599,20 +608,20 @@ func (s *Store) ListUploadsForKey(ctx context.Context, key string) ([]backup.Upl
 	return out, nil
 }
 
-func (s *Store) listUploads(ctx context.Context, serverPrefix, prefix string) ([]backup.Upload, error) {
+func (s *Store) listUploads(ctx context.Context, serverPrefix, prefix string) ([]store.Upload, error) {
 	ctx, wd, stop := s.watch(ctx, "list uploads", prefix)
 	defer stop()
 	in := &s3.ListMultipartUploadsInput{Bucket: aws.String(s.cfg.Bucket)}
 	if serverPrefix != "" {
 		in.Prefix = aws.String(serverPrefix)
 	}
-	var out []backup.Upload
+	var out []store.Upload
 	err := s.s3.ListMultipartUploadsPagesWithContext(ctx, in, func(page *s3.ListMultipartUploadsOutput, _ bool) bool {
 		for _, u := range page.Uploads {
 			if !strings.HasPrefix(aws.StringValue(u.Key), prefix) {
 				continue
 			}
-			out = append(out, backup.Upload{
+			out = append(out, store.Upload{
 				Key:       aws.StringValue(u.Key),
 				UploadID:  aws.StringValue(u.UploadId),
 				Initiated: aws.TimeValue(u.Initiated),
@@ -628,7 +637,7 @@ func (s *Store) listUploads(ctx context.Context, serverPrefix, prefix string) ([
 
 // AbortUpload aborts one multipart upload. An upload that no longer exists
 // counts as aborted.
-func (s *Store) AbortUpload(ctx context.Context, u backup.Upload) error {
+func (s *Store) AbortUpload(ctx context.Context, u store.Upload) error {
 	ctx, wd, stop := s.watch(ctx, "abort upload", u.Key)
 	defer stop()
 	_, err := s.s3.AbortMultipartUploadWithContext(ctx, &s3.AbortMultipartUploadInput{
@@ -646,7 +655,7 @@ func (s *Store) AbortUpload(ctx context.Context, u backup.Upload) error {
 }
 
 // fail wraps a call's error: a stall (the watchdog fired) as
-// backup.ErrStalled, a refused conditional create as backup.ErrExists,
+// store.ErrStalled, a refused conditional create as store.ErrExists,
 // anything else as it came; the text is redacted of credentials.
 // judgedStalled is err, or the stall error when the call succeeded but its
 // watchdog had already fired: a call judged stalled fails even if a late
@@ -662,6 +671,10 @@ func judgedStalled(wd *watchdog, err error) error {
 	return nil
 }
 
+// fail wraps a call's error as a *store.Error: a stall (the watchdog
+// fired) as store.ErrStalled, a refused conditional create as
+// store.ErrExists, a missing object as store.ErrNotFound, anything else as
+// it came (marked transient or not); the text is redacted of credentials.
 func (s *Store) fail(wd *watchdog, op, key string, err error) error {
 	if err == nil {
 		return nil
@@ -671,52 +684,100 @@ func (s *Store) fail(wd *watchdog, op, key string, err error) error {
 		return err
 	}
 	if st := wd.stalled(); st != nil {
-		return &Error{Op: op, Key: key, Err: st, redact: s.redact}
+		return &Error{Backend: backend, Op: op, Key: key, Err: st}
 	}
 	if isPreconditionFailed(err) {
-		return &Error{Op: op, Key: key, Err: &existsError{cause: err}, redact: s.redact}
+		return &Error{Backend: backend, Op: op, Key: key, Err: &existsError{cause: s.cause(err, false)}}
 	}
-	return &Error{Op: op, Key: key, Err: err, Hint: hint(err), redact: s.redact}
+	// Only an object read can miss its object; a 404 from HEAD bucket is
+	// a missing bucket.
+	notFound := op == "get" && isMissingKey(err)
+	return &Error{Backend: backend, Op: op, Key: key, Err: s.cause(err, notFound), Hint: hint(err)}
 }
+
+// backend names this backend in errors.
+const backend = "cos"
 
 // existsError is a conditional create refused by the store.
-type existsError struct{ cause error }
+type existsError struct{ cause *sdkError }
 
 func (e *existsError) Error() string {
-	return backup.ErrExists.Error() + ": " + describe(e.cause)
+	return store.ErrExists.Error() + ": " + e.cause.Error()
 }
-func (e *existsError) Unwrap() []error { return []error{backup.ErrExists, e.cause} }
+func (e *existsError) Unwrap() []error { return []error{store.ErrExists, e.cause} }
 
-// Error is a store error: the operation, the key and the cause.
+// Error is a store error: the operation, the key and the cause, as every
+// backend reports them (store.Error): "cos: <op> <key>: <cause>".
 //
 // Its text is redacted: the store's own credential values and anything that
 // looks like a credential (an IAM endpoint may echo the request, API key
 // included, in its error body) never appear in it.
-type Error struct {
-	Op   string
-	Key  string
-	Err  error
-	Hint string
+type Error = store.Error
 
-	redact func(string) string // the store's secret values; a func so %#v can't print them
+// sdkError is an SDK (or transport) error as the store reports it: on one
+// line, redacted of credentials, classified for the store contract (a
+// missing key wraps store.ErrNotFound; Transient says whether to retry),
+// and unwrapping to the causes the SDK's awserr.Error hides from the
+// errors package (a reset, a cancelled context).
+type sdkError struct {
+	err       error
+	msg       string
+	notFound  bool
+	transient bool
+	origs     []error // the awserr OrigErr chain
 }
 
-func (e *Error) Error() string {
-	msg := "cos: " + e.Op + " " + e.Key + ": " + describe(e.Err)
-	if e.Hint != "" {
-		msg += " (" + e.Hint + ")"
+func (s *Store) cause(err error, notFound bool) *sdkError {
+	msg := Redact(describe(err))
+	if s.redact != nil {
+		msg = s.redact(msg)
 	}
-	msg = Redact(msg)
-	if e.redact != nil {
-		msg = e.redact(msg)
-	}
-	return msg
+	return &sdkError{err: err, msg: msg, notFound: notFound, transient: IsTransient(err), origs: origErrs(err)}
 }
 
-func (e *Error) Unwrap() error { return e.Err }
+func (e *sdkError) Error() string   { return e.msg }
+func (e *sdkError) Transient() bool { return e.transient }
+func (e *sdkError) Unwrap() []error {
+	out := append([]error{e.err}, e.origs...)
+	if e.notFound {
+		out = append(out, store.ErrNotFound)
+	}
+	return out
+}
 
 // GoString keeps %#v from printing the unredacted cause.
-func (e *Error) GoString() string { return "&cos.Error{" + strconv.Quote(e.Error()) + "}" }
+func (e *sdkError) GoString() string { return strconv.Quote(e.msg) }
+
+// origErrs is the chain of causes inside SDK errors, which have no Unwrap.
+func origErrs(err error) []error {
+	var out []error
+	for depth := 0; err != nil && depth < 16; depth++ {
+		var aerr awserr.Error
+		if errors.As(err, &aerr) {
+			if o := aerr.OrigErr(); o != nil && o != err {
+				out = append(out, o)
+				err = o
+				continue
+			}
+		}
+		err = errors.Unwrap(err)
+	}
+	return out
+}
+
+// isMissingKey reports, for an object read, S3's NoSuchKey or a 404 that
+// is not about the bucket: the object does not exist (store.ErrNotFound). A missing bucket
+// is the store's problem, not a missing object.
+func isMissingKey(err error) bool {
+	code := errCode(err)
+	switch code {
+	case s3.ErrCodeNoSuchKey:
+		return true
+	case s3.ErrCodeNoSuchBucket:
+		return false
+	}
+	return statusCode(err) == http.StatusNotFound
+}
 
 // describe renders an SDK error on one line, without the SDK's multi-line
 // "caused by" dumps.
@@ -775,10 +836,10 @@ func hint(err error) string {
 // connection resets, timeouts and stalls. 4xx (403, no such bucket) and a
 // refused conditional create are permanent.
 func IsTransient(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, backup.ErrExists) {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, store.ErrExists) {
 		return false
 	}
-	if errors.Is(err, backup.ErrStalled) || isReset(err) {
+	if errors.Is(err, store.ErrStalled) || isReset(err) {
 		return true
 	}
 	if s := statusCode(err); s >= 500 || s == http.StatusTooManyRequests || s == http.StatusRequestTimeout {

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/store"
 )
 
 // A watchdog guards one store call (a Put with all its part uploads, a
@@ -17,7 +17,7 @@ import (
 // response body blocked), some bytes must move at least every
 // StallTimeout. When none do, the call's context is cancelled with a
 // *stallError, so the SDK neither waits out its own timeouts nor retries,
-// and the call fails with an error wrapping backup.ErrStalled.
+// and the call fails with an error wrapping store.ErrStalled.
 //
 // Time spent outside the store does not count: a Put whose body (the etcd
 // snapshot stream) is slow is not stalled while no request is in flight,
@@ -45,10 +45,10 @@ type stallError struct {
 }
 
 func (e *stallError) Error() string {
-	return fmt.Sprintf("%s: no progress for %v", backup.ErrStalled, e.timeout)
+	return fmt.Sprintf("%s: no progress for %v", store.ErrStalled, e.timeout)
 }
 
-func (e *stallError) Unwrap() error { return backup.ErrStalled }
+func (e *stallError) Unwrap() error { return store.ErrStalled }
 
 // watch starts a watchdog for one call. stop must be called when the call
 // (and, for Get, its body) is done. With no stall timeout it only adds a

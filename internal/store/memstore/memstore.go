@@ -1,0 +1,271 @@
+// Package memstore is an in-memory store.Store, for tests and as the
+// smallest example of a backend: it follows the store contract (errors are
+// *store.Error "memstore: <op> <key>: <cause>", a missing key is
+// store.ErrNotFound, a taken key store.ErrExists) and has the Conditional,
+// Multipart and Checker capabilities. It is safe for concurrent use.
+//
+// Multipart: every Put is an upload while its body is being read
+// (ListUploads shows it; AbortUpload makes the Put fail and store nothing),
+// and AddUpload leaves an upload behind as a process killed mid-Put would.
+package memstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/armada/etcd-recovery/internal/store"
+)
+
+const backend = "memstore"
+
+// Store is an in-memory object store. The zero value is not usable: call
+// New.
+type Store struct {
+	// Now is the clock for LastModified and Initiated (time.Now when nil).
+	Now func() time.Time
+
+	mu      sync.Mutex
+	objects map[string]object
+	uploads map[string]*upload // by upload id
+	nextID  int
+}
+
+type object struct {
+	data []byte
+	mod  time.Time
+}
+
+type upload struct {
+	store.Upload
+	aborted chan struct{} // closed by AbortUpload
+}
+
+var (
+	_ store.Store           = (*Store)(nil)
+	_ store.Conditional     = (*Store)(nil)
+	_ store.Multipart       = (*Store)(nil)
+	_ store.KeyUploadLister = (*Store)(nil)
+	_ store.Checker         = (*Store)(nil)
+)
+
+// New returns an empty store.
+func New() *Store {
+	return &Store{objects: map[string]object{}, uploads: map[string]*upload{}}
+}
+
+// Backend names this backend in errors ("memstore").
+func (s *Store) Backend() string { return backend }
+
+func (s *Store) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
+}
+
+func fail(op, key string, err error) error {
+	return &store.Error{Backend: backend, Op: op, Key: key, Err: err}
+}
+
+// errAborted is the cause of a Put whose upload was aborted.
+var errAborted = errors.New("upload aborted")
+
+// Put implements store.Store.
+func (s *Store) Put(ctx context.Context, key string, r io.Reader) (int64, error) {
+	return s.put(ctx, key, r, false)
+}
+
+// PutIfAbsent implements store.Conditional: the check and the write are one
+// step, after the body is read.
+func (s *Store) PutIfAbsent(ctx context.Context, key string, r io.Reader) (int64, error) {
+	return s.put(ctx, key, r, true)
+}
+
+func (s *Store) put(ctx context.Context, key string, r io.Reader, ifAbsent bool) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fail("put", key, err)
+	}
+	u := s.begin(key)
+	defer s.end(u)
+	var buf bytes.Buffer
+	chunk := make([]byte, 32<<10)
+	for {
+		if err := ctx.Err(); err != nil {
+			return 0, fail("put", key, err)
+		}
+		select {
+		case <-u.aborted:
+			return 0, fail("put", key, errAborted)
+		default:
+		}
+		n, err := r.Read(chunk)
+		buf.Write(chunk[:n])
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return 0, fail("put", key, err)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return 0, fail("put", key, err)
+	}
+	if _, taken := s.objects[key]; ifAbsent && taken {
+		return 0, fail("put", key, store.ErrExists)
+	}
+	s.objects[key] = object{data: buf.Bytes(), mod: s.now()}
+	return int64(buf.Len()), nil
+}
+
+// begin registers an upload for a Put in progress.
+func (s *Store) begin(key string) *upload {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nextID++
+	u := &upload{Upload: store.Upload{Key: key, UploadID: strconv.Itoa(s.nextID), Initiated: s.now()}, aborted: make(chan struct{})}
+	s.uploads[u.UploadID] = u
+	return u
+}
+
+func (s *Store) end(u *upload) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.uploads, u.UploadID)
+}
+
+// Get implements store.Store. The body is a copy, read under ctx.
+func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fail("get", key, err)
+	}
+	s.mu.Lock()
+	o, ok := s.objects[key]
+	s.mu.Unlock()
+	if !ok {
+		return nil, fail("get", key, store.ErrNotFound)
+	}
+	return &body{ctx: ctx, key: key, r: bytes.NewReader(o.data)}, nil
+}
+
+type body struct {
+	ctx context.Context
+	key string
+	r   *bytes.Reader
+}
+
+func (b *body) Read(p []byte) (int, error) {
+	if err := b.ctx.Err(); err != nil {
+		return 0, fail("get", b.key, err)
+	}
+	return b.r.Read(p)
+}
+
+func (b *body) Close() error { return nil }
+
+// List implements store.Store.
+func (s *Store) List(ctx context.Context, prefix string) ([]store.ObjectInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fail("list", prefix, err)
+	}
+	s.mu.Lock()
+	out := []store.ObjectInfo{}
+	for k, o := range s.objects {
+		if strings.HasPrefix(k, prefix) {
+			out = append(out, store.ObjectInfo{Key: k, Size: int64(len(o.data)), LastModified: o.mod})
+		}
+	}
+	s.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out, nil
+}
+
+// Delete implements store.Store: missing keys are not an error.
+func (s *Store) Delete(ctx context.Context, keys []string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return fail("delete", keys[0], err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range keys {
+		delete(s.objects, k)
+	}
+	return nil
+}
+
+// ListUploads implements store.Multipart: the Puts in progress and the
+// uploads added with AddUpload, in key order.
+func (s *Store) ListUploads(ctx context.Context, prefix string) ([]store.Upload, error) {
+	return s.listUploads(ctx, "list uploads", prefix, func(k string) bool { return strings.HasPrefix(k, prefix) })
+}
+
+// ListUploadsForKey implements store.KeyUploadLister.
+func (s *Store) ListUploadsForKey(ctx context.Context, key string) ([]store.Upload, error) {
+	return s.listUploads(ctx, "list uploads", key, func(k string) bool { return k == key })
+}
+
+func (s *Store) listUploads(ctx context.Context, op, arg string, match func(string) bool) ([]store.Upload, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fail(op, arg, err)
+	}
+	s.mu.Lock()
+	out := []store.Upload{}
+	for _, u := range s.uploads {
+		if match(u.Key) {
+			out = append(out, u.Upload)
+		}
+	}
+	s.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Key != out[j].Key {
+			return out[i].Key < out[j].Key
+		}
+		return out[i].UploadID < out[j].UploadID
+	})
+	return out, nil
+}
+
+// AbortUpload implements store.Multipart. An upload that no longer exists
+// counts as aborted; a Put in progress fails and stores nothing.
+func (s *Store) AbortUpload(ctx context.Context, u store.Upload) error {
+	if err := ctx.Err(); err != nil {
+		return fail("abort upload", u.Key, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cur, ok := s.uploads[u.UploadID]; ok && cur.Key == u.Key {
+		close(cur.aborted)
+		delete(s.uploads, u.UploadID)
+	}
+	return nil
+}
+
+// AddUpload leaves an unfinished upload on key, initiated at initiated, as
+// a process killed mid-Put would.
+func (s *Store) AddUpload(key string, initiated time.Time) store.Upload {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nextID++
+	u := &upload{Upload: store.Upload{Key: key, UploadID: strconv.Itoa(s.nextID), Initiated: initiated}, aborted: make(chan struct{})}
+	s.uploads[u.UploadID] = u
+	return u.Upload
+}
+
+// Check implements store.Checker: a memory store is always reachable.
+func (s *Store) Check(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fail("check", "", err)
+	}
+	return nil
+}

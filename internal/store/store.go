@@ -1,0 +1,314 @@
+// Package store is the object-store seam: the interface every backend
+// implements, the error contract callers rely on, and the optional
+// capabilities a backend may add. Backups, restores, retention and drills
+// use only this package; they never name a backend's types.
+//
+// # Backends
+//
+// A backend is one package under internal/store (today internal/store/cos:
+// IBM COS and any S3 API, and internal/store/memstore: in memory, for
+// tests). A new backend passes the conformance suite,
+// internal/store/storetest.Run, from a test in its own package; that suite
+// is the executable form of the contract below.
+//
+// # Error contract
+//
+// Every error a backend returns from a call (including errors from reading a
+// Get's body) is a *Error naming the backend, the operation and the key (or
+// prefix): "<backend>: <op> <key>: <cause>". The text never carries a
+// credential (a backend redacts what its service echoes back). The cause is
+// classified with errors.Is and IsTransient:
+//
+//   - ErrNotFound: Get of a key that does not exist. Delete of a missing key
+//     is NOT an error, and a missing bucket is NOT ErrNotFound (the store is
+//     unusable, not the object gone). ErrNotFound also matches
+//     fs.ErrNotExist.
+//   - ErrExists: a conditional create (Conditional.PutIfAbsent) found the
+//     key taken; nothing was stored.
+//   - ErrStalled: the backend made no progress for its stall timeout and
+//     aborted the call. It is the store's fault, never the caller's data
+//     source's.
+//   - context.Canceled / context.DeadlineExceeded: the caller's context
+//     ended; a call with a cancelled context fails promptly with an error
+//     wrapping the context's error.
+//   - IsTransient: whether repeating the call may succeed (5xx, throttling,
+//     resets, timeouts, stalls). ErrNotFound, ErrExists, a cancelled context,
+//     denied access and a missing bucket are permanent.
+//
+// IsStoreError tells a store's error from any other (a restore tells "the
+// store could not be read" from "the bytes are corrupt" with it).
+//
+// # Capabilities
+//
+// Optional abilities are separate interfaces, found by a type assertion:
+// Conditional (create only if absent), Multipart (list and abort unfinished
+// multipart uploads), KeyUploadLister (Multipart's exact-key listing) and
+// Checker (reachability, up front). A store without Multipart has no
+// unfinished uploads to clean up; a store without Conditional is written
+// with Put.
+//
+// Keys: slash-separated, never starting with a slash, and no key is also
+// the "directory" of another (a/b beside a/b/c): MinIO cannot hold both.
+// The backup layout (backup.Layout) never makes such keys.
+//
+// # Wrappers
+//
+// internal/store/faults injects exact faults into any store (tests);
+// internal/store/retry repeats transient failures for a backend that does
+// not retry itself. Both are stores, and pass the suite.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// Store is an object store: keys to byte streams.
+//
+// Keys are slash-separated paths; List takes a plain string prefix (not a
+// directory), so "a/b" lists "a/b/c" and "a/bc". Every method honours its
+// context: a cancelled context makes a call fail promptly.
+type Store interface {
+	// Put streams r into key, replacing any object there, and returns the
+	// number of bytes stored. A failed Put leaves no (new) object behind:
+	// a backend that uploads in parts aborts the upload (one that could not
+	// even be aborted is left for Multipart cleanup). An error reading r
+	// fails the Put.
+	Put(ctx context.Context, key string, r io.Reader) (int64, error)
+	// Get opens key for streaming. A missing key fails with ErrNotFound.
+	// The caller closes the body; errors reading it follow the contract
+	// too.
+	Get(ctx context.Context, key string) (io.ReadCloser, error)
+	// List returns every object whose key starts with prefix (the empty
+	// prefix: all), in ascending key order. A prefix with nothing under it
+	// is an empty listing, not an error. It returns an error rather than a
+	// partial listing.
+	List(ctx context.Context, prefix string) ([]ObjectInfo, error)
+	// Delete removes keys (a backend may batch them). A key that does not
+	// exist is not an error. Keys that could not be deleted are reported in
+	// a *DeleteError; the other keys are still deleted.
+	Delete(ctx context.Context, keys []string) error
+}
+
+// ObjectInfo describes one stored object.
+type ObjectInfo struct {
+	Key          string
+	Size         int64
+	LastModified time.Time
+}
+
+// Conditional is implemented by stores that can create an object only if
+// its key is free (S3: If-None-Match: * on PutObject and
+// CompleteMultipartUpload). Backups write every object through it when the
+// store has it, so a write never replaces an existing backup's object.
+type Conditional interface {
+	// PutIfAbsent is Put that fails with an error wrapping ErrExists,
+	// storing nothing, when key already exists.
+	PutIfAbsent(ctx context.Context, key string, r io.Reader) (int64, error)
+}
+
+// Multipart is implemented by stores whose Put may leave an unfinished
+// upload behind (a process killed mid-upload): prune lists and aborts the
+// stale ones. A store without it has no uploads to clean up.
+type Multipart interface {
+	// ListUploads returns the unfinished uploads whose key starts with
+	// prefix.
+	ListUploads(ctx context.Context, prefix string) ([]Upload, error)
+	// AbortUpload aborts one upload. An upload that no longer exists
+	// counts as aborted.
+	AbortUpload(ctx context.Context, u Upload) error
+}
+
+// KeyUploadLister is an optional refinement of Multipart: list the uploads
+// of exactly one key, asking the server with the key itself as the prefix.
+// MinIO's bucket-wide listing can miss an upload left by a server killed
+// mid-upload and restarted; a listing by its exact key finds it. Stores
+// without it are asked ListUploads(ctx, key).
+type KeyUploadLister interface {
+	ListUploadsForKey(ctx context.Context, key string) ([]Upload, error)
+}
+
+// Checker is implemented by stores that can verify, before any work starts,
+// that they are reachable and usable (the bucket exists, the credentials
+// may use it), so a backup fails before it opens a snapshot stream.
+type Checker interface {
+	Check(ctx context.Context) error
+}
+
+// Upload is an unfinished multipart upload.
+type Upload struct {
+	Key       string
+	UploadID  string
+	Initiated time.Time
+}
+
+// ErrNotFound means the key does not exist (Get). It matches fs.ErrNotExist
+// too.
+var ErrNotFound error = notFound{}
+
+type notFound struct{}
+
+func (notFound) Error() string        { return "object not found" }
+func (notFound) Is(target error) bool { return target == fs.ErrNotExist }
+
+// ErrExists means a conditional create found the key already there: a
+// write never replaces an existing backup's object.
+var ErrExists = errors.New("object already exists (conditional create refused to overwrite it)")
+
+// ErrStalled means the object store made no progress on a call for the
+// stall timeout (internal/store/cos Config.StallTimeout): the call was
+// aborted. It is the store's fault, never the etcd member's: a backup that
+// sees it stops at once instead of trying another member.
+var ErrStalled = errors.New("object store stalled")
+
+// Error is the error of one store call: "<backend>: <op> <key>: <cause>".
+// Err's text is free of credentials (the backend's duty).
+type Error struct {
+	Backend string // "cos", "memstore", ...
+	Op      string // "put", "get", "list", "delete", "list uploads", "abort upload", "head bucket"
+	Key     string // the key, the prefix of a listing, or the bucket
+	Err     error
+	Hint    string // what the operator can do, when the backend knows
+}
+
+func (e *Error) Error() string {
+	cause := "<nil>"
+	if e.Err != nil {
+		cause = e.Err.Error()
+	}
+	msg := e.Backend + ": " + e.Op + " " + e.Key + ": " + cause
+	if e.Hint != "" {
+		msg += " (" + e.Hint + ")"
+	}
+	return msg
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// GoString keeps %#v to the error's (redacted) text.
+func (e *Error) GoString() string { return "&store.Error{" + strconv.Quote(e.Error()) + "}" }
+
+// IsStoreError reports whether err came from a store call (a *Error is in
+// its chain), as opposed to the caller's own work on the bytes.
+func IsStoreError(err error) bool {
+	var se *Error
+	return errors.As(err, &se)
+}
+
+// IsNotFound is errors.Is(err, ErrNotFound).
+func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
+
+// DeleteError reports the keys a Delete could not remove.
+type DeleteError struct {
+	Failed map[string]error // key -> cause (a *Error from a conforming backend)
+}
+
+// Unwrap returns the causes, so errors.Is sees through a DeleteError (a
+// stalled store: ErrStalled).
+func (e *DeleteError) Unwrap() []error {
+	out := make([]error, 0, len(e.Failed))
+	for _, err := range e.Failed {
+		out = append(out, err)
+	}
+	return out
+}
+
+// Error names the first failed key (in key order) with its cause, and how
+// many failed.
+func (e *DeleteError) Error() string {
+	n := 0
+	var first string
+	var firstErr error
+	for k, err := range e.Failed {
+		if n == 0 || k < first {
+			first, firstErr = k, err
+		}
+		n++
+	}
+	if n == 0 {
+		return "delete: no key failed"
+	}
+	msg := "<nil>"
+	if firstErr != nil {
+		msg = firstErr.Error()
+	}
+	if !IsStoreError(firstErr) {
+		// A cause that does not name its key (a non-conforming wrapper).
+		msg = "delete " + first + ": " + msg
+	}
+	if n == 1 {
+		return msg
+	}
+	return fmt.Sprintf("delete: %d keys failed, first: %s", n, msg)
+}
+
+// transience marks an error as transient or permanent, overriding the
+// generic classification (see Transient, Permanent).
+type transience struct {
+	err       error
+	transient bool
+}
+
+func (t *transience) Error() string   { return t.err.Error() }
+func (t *transience) Unwrap() error   { return t.err }
+func (t *transience) Transient() bool { return t.transient }
+
+// Transient marks err as worth retrying (IsTransient reports true), for a
+// backend that knows better than the generic rules.
+func Transient(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &transience{err: err, transient: true}
+}
+
+// Permanent marks err as not worth retrying.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &transience{err: err, transient: false}
+}
+
+// IsTransient reports whether repeating the call that failed with err may
+// succeed. In order: nil, a cancelled context, ErrNotFound and ErrExists are
+// permanent; ErrStalled is transient; then the outermost Transient or
+// Permanent mark (or any error with a Transient() bool method) decides;
+// then: connection resets, broken pipes, cut messages, network errors,
+// timeouts and HTTP 5xx/408/429 (an error with StatusCode() int) are
+// transient, other HTTP statuses permanent, and anything else permanent.
+func IsTransient(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, ErrExists) || errors.Is(err, ErrNotFound) {
+		return false
+	}
+	if errors.Is(err, ErrStalled) {
+		return true
+	}
+	var t interface{ Transient() bool }
+	if errors.As(err, &t) {
+		return t.Transient()
+	}
+	var sc interface{ StatusCode() int }
+	if errors.As(err, &sc) {
+		s := sc.StatusCode()
+		if s >= 500 || s == 429 || s == 408 {
+			return true
+		}
+		if s >= 400 {
+			return false
+		}
+	}
+	if errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNABORTED) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var nerr net.Error
+	return errors.As(err, &nerr)
+}

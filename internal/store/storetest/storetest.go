@@ -1,0 +1,499 @@
+// Package storetest is the store contract (internal/store) as a test suite
+// every backend runs, in the style of restic's internal/backend/test:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, func(t testing.TB) store.Store { return newMyStore(t) },
+//			storetest.BigSize(12<<20)) // past the backend's multipart threshold
+//	}
+//
+// Each subtest runs in parallel on a key prefix of its own (under a random
+// run prefix), so the stores newStore returns may share one bucket, and
+// other tests' keys may be there too. Capabilities (Conditional, Multipart,
+// Checker) are tested when the store has them.
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/armada/etcd-recovery/internal/store"
+)
+
+// Option adjusts the suite.
+type Option func(*config)
+
+type config struct {
+	bigSize int64
+	prefix  string
+	prompt  time.Duration
+}
+
+// BigSize adds a round trip of n bytes: pass more than the backend's
+// multipart threshold (0: none).
+func BigSize(n int64) Option { return func(c *config) { c.bigSize = n } }
+
+// Prefix sets the run's key prefix (default "storetest-<random>/").
+func Prefix(p string) Option { return func(c *config) { c.prefix = p } }
+
+// Prompt is how soon a call with a cancelled context must fail (default 10s).
+func Prompt(d time.Duration) Option { return func(c *config) { c.prompt = d } }
+
+// Run runs the conformance suite. newStore is called once per subtest, with
+// that subtest's testing.TB.
+func Run(t *testing.T, newStore func(t testing.TB) store.Store, opts ...Option) {
+	t.Helper()
+	cfg := config{prompt: 10 * time.Second}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.prefix == "" {
+		b := make([]byte, 4)
+		_, _ = rand.Read(b)
+		cfg.prefix = "storetest-" + hex.EncodeToString(b) + "/"
+	}
+	s := &suite{cfg: cfg, newStore: newStore}
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, st store.Store, p string)
+	}{
+		{"RoundTrip", s.roundTrip},
+		{"GetMissing", s.getMissing},
+		{"List", s.list},
+		{"ListEmptyPrefix", s.listEmptyPrefix},
+		{"ListNothing", s.listNothing},
+		{"Delete", s.delete},
+		{"Overwrite", s.overwrite},
+		{"PutIfAbsent", s.putIfAbsent},
+		{"PutBodyError", s.putBodyError},
+		{"Cancelled", s.cancelled},
+		{"CancelMidPut", s.cancelMidPut},
+		{"ConcurrentPuts", s.concurrentPuts},
+		{"Multipart", s.multipart},
+		{"Check", s.check},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			st := newStore(t)
+			tc.fn(t, st, cfg.prefix+tc.name+"/")
+		})
+	}
+}
+
+type suite struct {
+	cfg      config
+	newStore func(testing.TB) store.Store
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// data is n deterministic, incompressible-looking bytes.
+func data(n int64, seed byte) []byte {
+	b := make([]byte, n)
+	x := uint32(seed) + 1
+	for i := range b {
+		x = x*1664525 + 1013904223
+		b[i] = byte(x >> 24)
+	}
+	return b
+}
+
+func put(t *testing.T, st store.Store, key string, b []byte) {
+	t.Helper()
+	n, err := st.Put(ctxT(t), key, bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("Put %s: %v", key, err)
+	}
+	if n != int64(len(b)) {
+		t.Fatalf("Put %s returned %d bytes, want %d", key, n, len(b))
+	}
+}
+
+func get(t *testing.T, st store.Store, key string) []byte {
+	t.Helper()
+	rc, err := st.Get(ctxT(t), key)
+	if err != nil {
+		t.Fatalf("Get %s: %v", key, err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatalf("Get %s: read: %v", key, err)
+	}
+	return b
+}
+
+func keysOf(objs []store.ObjectInfo) []string {
+	out := make([]string, len(objs))
+	for i, o := range objs {
+		out[i] = o.Key
+	}
+	return out
+}
+
+func list(t *testing.T, st store.Store, prefix string) []store.ObjectInfo {
+	t.Helper()
+	objs, err := st.List(ctxT(t), prefix)
+	if err != nil {
+		t.Fatalf("List %q: %v", prefix, err)
+	}
+	return objs
+}
+
+// names checks that err follows the contract's shape: a *store.Error for
+// op and key, whose text names both.
+func names(t *testing.T, err error, op, key string) {
+	t.Helper()
+	var se *store.Error
+	if !errors.As(err, &se) {
+		t.Errorf("error %q (%T) is not a *store.Error", err, err)
+		return
+	}
+	if se.Op != op || se.Key != key || se.Backend == "" {
+		t.Errorf("store.Error{Backend %q, Op %q, Key %q}, want op %q key %q and a backend", se.Backend, se.Op, se.Key, op, key)
+	}
+	if msg := err.Error(); !strings.Contains(msg, se.Backend+": "+op+" "+key+": ") {
+		t.Errorf("error %q does not read %q", msg, se.Backend+": "+op+" "+key+": <cause>")
+	}
+}
+
+func (s *suite) roundTrip(t *testing.T, st store.Store, p string) {
+	sizes := []int64{0, 1, 1000, 1 << 20}
+	if s.cfg.bigSize > 0 {
+		sizes = append(sizes, s.cfg.bigSize)
+	}
+	for i, n := range sizes {
+		key := fmt.Sprintf("%sobj-%d", p, n)
+		want := data(n, byte(i))
+		put(t, st, key, want)
+		if got := get(t, st, key); !bytes.Equal(got, want) {
+			t.Errorf("Get %s: %d bytes, not the %d put", key, len(got), n)
+		}
+		objs := list(t, st, key)
+		if len(objs) != 1 || objs[0].Key != key || objs[0].Size != n {
+			t.Errorf("List %s: %+v, want one object of %d bytes", key, objs, n)
+		} else if objs[0].LastModified.IsZero() {
+			t.Errorf("List %s: no LastModified", key)
+		}
+	}
+}
+
+func (s *suite) getMissing(t *testing.T, st store.Store, p string) {
+	key := p + "missing"
+	rc, err := st.Get(ctxT(t), key)
+	if err == nil {
+		// A backend may report a missing key on the first read.
+		_, err = io.ReadAll(rc)
+		rc.Close()
+	}
+	if !errors.Is(err, store.ErrNotFound) || !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("Get of a missing key: %v; want an error wrapping store.ErrNotFound (and fs.ErrNotExist)", err)
+	}
+	names(t, err, "get", key)
+	if store.IsTransient(err) {
+		t.Errorf("IsTransient(%v) = true for a missing key", err)
+	}
+	if !store.IsStoreError(err) {
+		t.Errorf("IsStoreError(%v) = false", err)
+	}
+}
+
+func (s *suite) list(t *testing.T, st store.Store, p string) {
+	// Put out of order; List returns key order, with plain string-prefix
+	// semantics (not directories). No key is also the "directory" of
+	// another (a/b and a/b/c): MinIO cannot hold both, and the backup
+	// layout never makes such keys.
+	keys := []string{p + "b", p + "a/b/c", p + "a/bc", p + "a/bb", p + "a/a", p + "a-"}
+	for i, k := range keys {
+		put(t, st, k, data(int64(i+1), byte(i)))
+	}
+	want := slices.Clone(keys)
+	slices.Sort(want)
+	if got := keysOf(list(t, st, p)); !slices.Equal(got, want) {
+		t.Errorf("List %q = %q, want %q", p, got, want)
+	}
+	if got, want := keysOf(list(t, st, p+"a/b")), []string{p + "a/b/c", p + "a/bb", p + "a/bc"}; !slices.Equal(got, want) {
+		t.Errorf("List %q = %q, want %q", p+"a/b", got, want)
+	}
+	for _, o := range list(t, st, p+"a/b/c") {
+		if o.Size != 2 || o.Key != p+"a/b/c" {
+			t.Errorf("List %s: %s of %d bytes, want a/b/c of 2", p+"a/b/c", o.Key, o.Size)
+		}
+	}
+}
+
+func (s *suite) listEmptyPrefix(t *testing.T, st store.Store, p string) {
+	keys := []string{p + "y", p + "x"}
+	for _, k := range keys {
+		put(t, st, k, []byte(k))
+	}
+	all := keysOf(list(t, st, ""))
+	if !slices.IsSorted(all) {
+		t.Errorf("List \"\" is not in key order")
+	}
+	for _, k := range keys {
+		if _, found := slices.BinarySearch(all, k); !found {
+			t.Errorf("List \"\" (%d keys) lacks %s", len(all), k)
+		}
+	}
+}
+
+func (s *suite) listNothing(t *testing.T, st store.Store, p string) {
+	objs, err := st.List(ctxT(t), p+"nothing/")
+	if err != nil || len(objs) != 0 {
+		t.Errorf("List of an empty prefix: %v, %v; want no objects and no error", objs, err)
+	}
+}
+
+func (s *suite) delete(t *testing.T, st store.Store, p string) {
+	keys := []string{p + "1", p + "2", p + "3", p + "keep"}
+	for _, k := range keys {
+		put(t, st, k, []byte(k))
+	}
+	if err := st.Delete(ctxT(t), []string{p + "1", p + "2", p + "missing", p + "3"}); err != nil {
+		t.Fatalf("Delete of three keys and a missing one: %v", err)
+	}
+	if err := st.Delete(ctxT(t), []string{p + "missing-too"}); err != nil {
+		t.Errorf("Delete of a missing key: %v; want nil", err)
+	}
+	if err := st.Delete(ctxT(t), nil); err != nil {
+		t.Errorf("Delete of no keys: %v", err)
+	}
+	if got := keysOf(list(t, st, p)); !slices.Equal(got, []string{p + "keep"}) {
+		t.Errorf("after Delete: %q, want only %skeep", got, p)
+	}
+	if _, err := st.Get(ctxT(t), p+"2"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("Get of a deleted key: %v; want store.ErrNotFound", err)
+	}
+}
+
+func (s *suite) overwrite(t *testing.T, st store.Store, p string) {
+	key := p + "k"
+	put(t, st, key, []byte("first, longer"))
+	put(t, st, key, []byte("second"))
+	if got := string(get(t, st, key)); got != "second" {
+		t.Errorf("after overwrite: %q, want %q", got, "second")
+	}
+	if objs := list(t, st, key); len(objs) != 1 || objs[0].Size != 6 {
+		t.Errorf("after overwrite: %+v", objs)
+	}
+}
+
+func (s *suite) putIfAbsent(t *testing.T, st store.Store, p string) {
+	cs, ok := st.(store.Conditional)
+	if !ok {
+		t.Skip("no store.Conditional")
+	}
+	key := p + "k"
+	n, err := cs.PutIfAbsent(ctxT(t), key, strings.NewReader("first"))
+	if err != nil || n != 5 {
+		t.Fatalf("PutIfAbsent on a free key: %d, %v", n, err)
+	}
+	_, err = cs.PutIfAbsent(ctxT(t), key, strings.NewReader("second"))
+	if !errors.Is(err, store.ErrExists) {
+		t.Fatalf("PutIfAbsent on a taken key: %v; want store.ErrExists", err)
+	}
+	names(t, err, "put", key)
+	if store.IsTransient(err) {
+		t.Errorf("IsTransient(%v) = true for a refused conditional create", err)
+	}
+	if got := string(get(t, st, key)); got != "first" {
+		t.Errorf("after a refused PutIfAbsent: %q, want %q", got, "first")
+	}
+	// Large enough for a multipart upload, where the backend has one.
+	if s.cfg.bigSize > 0 {
+		_, err = cs.PutIfAbsent(ctxT(t), key, bytes.NewReader(data(s.cfg.bigSize, 7)))
+		if !errors.Is(err, store.ErrExists) {
+			t.Fatalf("big PutIfAbsent on a taken key: %v; want store.ErrExists", err)
+		}
+		if got := string(get(t, st, key)); got != "first" {
+			t.Errorf("after a refused big PutIfAbsent: %d bytes, want %q", len(got), "first")
+		}
+	}
+}
+
+type errReader struct {
+	r   io.Reader
+	err error
+}
+
+func (e *errReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err == io.EOF {
+		return n, e.err
+	}
+	return n, err
+}
+
+var errBody = errors.New("storetest: the body failed")
+
+func (s *suite) putBodyError(t *testing.T, st store.Store, p string) {
+	key := p + "k"
+	_, err := st.Put(ctxT(t), key, &errReader{r: bytes.NewReader(data(100<<10, 1)), err: errBody})
+	if err == nil {
+		t.Fatal("Put with a failing body succeeded")
+	}
+	names(t, err, "put", key)
+	if !errors.Is(err, errBody) {
+		t.Errorf("Put with a failing body: %v; want it to wrap the body's error", err)
+	}
+	if store.IsTransient(err) {
+		t.Errorf("IsTransient(%v) = true for the caller's body error", err)
+	}
+	if objs := list(t, st, key); len(objs) != 0 {
+		t.Errorf("a failed Put left %+v", objs)
+	}
+}
+
+func (s *suite) cancelled(t *testing.T, st store.Store, p string) {
+	key := p + "k"
+	put(t, st, key, []byte("x"))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	check := func(op string, err error) {
+		t.Helper()
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("%s with a cancelled context: %v; want context.Canceled", op, err)
+		}
+		if store.IsTransient(err) {
+			t.Errorf("%s: IsTransient(%v) = true for a cancelled call", op, err)
+		}
+	}
+	start := time.Now()
+	_, err := st.Put(ctx, p+"new", strings.NewReader("y"))
+	check("Put", err)
+	rc, err := st.Get(ctx, key)
+	if err == nil {
+		_, err = io.ReadAll(rc)
+		rc.Close()
+	}
+	check("Get", err)
+	_, err = st.List(ctx, p)
+	check("List", err)
+	check("Delete", st.Delete(ctx, []string{key}))
+	if d := time.Since(start); d > s.cfg.prompt {
+		t.Errorf("cancelled calls took %v, want under %v", d, s.cfg.prompt)
+	}
+	if got := keysOf(list(t, st, p)); !slices.Equal(got, []string{key}) {
+		t.Errorf("after cancelled calls: %q, want only %s", got, key)
+	}
+}
+
+// cancelReader cancels its context after n bytes, then keeps giving data.
+type cancelReader struct {
+	n      int64
+	cancel func()
+	once   sync.Once
+	read   int64
+}
+
+func (c *cancelReader) Read(p []byte) (int, error) {
+	if c.read >= c.n {
+		c.once.Do(c.cancel)
+	}
+	for i := range p {
+		p[i] = byte(i)
+	}
+	c.read += int64(len(p))
+	return len(p), nil
+}
+
+func (s *suite) cancelMidPut(t *testing.T, st store.Store, p string) {
+	key := p + "k"
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	start := time.Now()
+	// An endless body, cancelled after 256 KiB: the Put must end.
+	_, err := st.Put(ctx, key, &cancelReader{n: 256 << 10, cancel: cancel})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Put cancelled mid-body: %v; want context.Canceled", err)
+	}
+	if d := time.Since(start); d > s.cfg.prompt {
+		t.Errorf("Put cancelled mid-body took %v, want under %v", d, s.cfg.prompt)
+	}
+	if objs := list(t, st, key); len(objs) != 0 {
+		t.Errorf("a cancelled Put left %+v", objs)
+	}
+	if err != nil {
+		names(t, err, "put", key)
+	}
+}
+
+func (s *suite) concurrentPuts(t *testing.T, st store.Store, p string) {
+	const n = 16
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	var want []string
+	for i := range n {
+		key := fmt.Sprintf("%s%02d", p, i)
+		want = append(want, key)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = st.Put(ctxT(t), key, bytes.NewReader(data(int64(1000+i), byte(i))))
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("concurrent Puts: %v", err)
+	}
+	objs := list(t, st, p)
+	if got := keysOf(objs); !slices.Equal(got, want) {
+		t.Fatalf("after concurrent Puts: %q, want %q", got, want)
+	}
+	for i, o := range objs {
+		if o.Size != int64(1000+i) {
+			t.Errorf("%s: %d bytes, want %d", o.Key, o.Size, 1000+i)
+		}
+	}
+	for i := range n {
+		if got := get(t, st, want[i]); !bytes.Equal(got, data(int64(1000+i), byte(i))) {
+			t.Errorf("%s: content differs", want[i])
+		}
+	}
+}
+
+func (s *suite) multipart(t *testing.T, st store.Store, p string) {
+	mp, ok := st.(store.Multipart)
+	if !ok {
+		t.Skip("no store.Multipart")
+	}
+	ups, err := mp.ListUploads(ctxT(t), p)
+	if err != nil || len(ups) != 0 {
+		t.Errorf("ListUploads of a prefix with no uploads: %+v, %v", ups, err)
+	}
+	if err := mp.AbortUpload(ctxT(t), store.Upload{Key: p + "k", UploadID: "no-such-upload"}); err != nil {
+		t.Errorf("AbortUpload of an upload that does not exist: %v; want nil (counts as aborted)", err)
+	}
+	if kl, ok := st.(store.KeyUploadLister); ok {
+		ups, err := kl.ListUploadsForKey(ctxT(t), p+"k")
+		if err != nil || len(ups) != 0 {
+			t.Errorf("ListUploadsForKey of a key with no uploads: %+v, %v", ups, err)
+		}
+	}
+}
+
+func (s *suite) check(t *testing.T, st store.Store, _ string) {
+	c, ok := st.(store.Checker)
+	if !ok {
+		t.Skip("no store.Checker")
+	}
+	if err := c.Check(ctxT(t)); err != nil {
+		t.Errorf("Check of a working store: %v", err)
+	}
+}
