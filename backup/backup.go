@@ -21,7 +21,9 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
+	"github.com/armada/etcd-recovery/internal/ctxerr"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
+	"github.com/armada/etcd-recovery/internal/etcdinternals"
 	"github.com/armada/etcd-recovery/internal/version"
 )
 
@@ -165,10 +167,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		return nil, &Error{ClusterID: opts.ClusterID, Step: StepValidate, Err: err}
 	}
 	fail := func(step string, err error) (*Result, error) {
-		if ctx.Err() != nil && !errors.Is(err, context.Canceled) {
-			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
-		}
-		return nil, &Error{ClusterID: opts.ClusterID, Step: step, Err: err}
+		return nil, &Error{ClusterID: opts.ClusterID, Step: step, Err: ctxerr.Wrap(ctx, err)}
 	}
 	log := opts.Log.With("cluster", opts.ClusterID)
 	start := opts.Now().UTC()
@@ -428,16 +427,15 @@ func snapshotMember(ctx context.Context, opts Options, cand MemberStatus, key st
 	// stops sending.
 	streamCtx, cancelStream := context.WithCancel(ctx)
 	defer cancelStream()
-	stream, err := pb.NewMaintenanceClient(cli.ActiveConnection()).Snapshot(streamCtx, &pb.SnapshotRequest{}, snapshotCall)
+	stream, err := pb.NewMaintenanceClient(cli.ActiveConnection()).Snapshot(streamCtx, &pb.SnapshotRequest{}, etcdinternals.SnapshotCallOptions()...)
 	if err != nil {
 		return res, 0, 0, StepSnapshot, fmt.Errorf("open snapshot stream: %w", err)
 	}
 	raw := NewSnapshotHasher()
-	chunks := receive(func() (snapshotChunk, error) {
-		var c snapshotChunk
-		err := stream.RecvMsg(&c)
+	chunks := receive(func() (etcdinternals.SnapshotChunk, error) {
+		c, err := etcdinternals.RecvSnapshotChunk(stream)
 		if err == nil && opts.chunkHook != nil {
-			opts.chunkHook(c.blob)
+			opts.chunkHook(c.Blob)
 		}
 		return c, err
 	}, raw, opts.Progress)

@@ -10,6 +10,8 @@ import (
 	"path"
 	"sync"
 	"time"
+
+	"github.com/armada/etcd-recovery/internal/fanout"
 )
 
 // A restore drill proves that a backup restores: the backup is downloaded
@@ -252,39 +254,34 @@ func LoadDrills(ctx context.Context, store Store, layout Layout, entries []Entry
 	if parallel <= 0 {
 		parallel = DefaultCheckParallel
 	}
-	sem := make(chan struct{}, parallel)
-	var wg sync.WaitGroup
+	var drilled []int
+	for i := range entries {
+		if entries[i].Committed && entries[i].HasDrill() {
+			drilled = append(drilled, i)
+		}
+	}
 	var mu sync.Mutex
 	var first error
-	for i := range entries {
-		e := &entries[i]
-		if !e.Committed || !e.HasDrill() {
-			continue
-		}
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			r, err := LoadDrill(ctx, store, layout, e.ClusterID, e.Name)
-			switch {
-			case err == nil && r != nil:
-				e.Drill = r.Summary()
-			case err == nil:
-				// Listed, then gone (a drill replacing it, or a delete).
-			case isStoreFailure(err):
-				e.Drill = &DrillSummary{Err: "could not be read: " + err.Error()}
-				mu.Lock()
-				if first == nil {
-					first = fmt.Errorf("read drill record of backup %s/%s: %w", e.ClusterID, e.Name, err)
-				}
-				mu.Unlock()
-			default:
-				e.Drill = &DrillSummary{Err: err.Error()}
+	// None is started once ctx ends: the error below says so.
+	fanout.ForEach(ctx, len(drilled), parallel, func(ctx context.Context, j int) {
+		e := &entries[drilled[j]]
+		r, err := LoadDrill(ctx, store, layout, e.ClusterID, e.Name)
+		switch {
+		case err == nil && r != nil:
+			e.Drill = r.Summary()
+		case err == nil:
+			// Listed, then gone (a drill replacing it, or a delete).
+		case isStoreFailure(err):
+			e.Drill = &DrillSummary{Err: "could not be read: " + err.Error()}
+			mu.Lock()
+			if first == nil {
+				first = fmt.Errorf("read drill record of backup %s/%s: %w", e.ClusterID, e.Name, err)
 			}
-		}()
-	}
-	wg.Wait()
+			mu.Unlock()
+		default:
+			e.Drill = &DrillSummary{Err: err.Error()}
+		}
+	})
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("read drill records: %w", err)
 	}

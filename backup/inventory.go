@@ -7,9 +7,9 @@ import (
 	"path"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/armada/etcd-recovery/internal/fanout"
 	"github.com/armada/etcd-recovery/internal/store"
 )
 
@@ -155,33 +155,29 @@ func CheckEntries(ctx context.Context, store Store, layout Layout, entries []Ent
 	manifests := make([]*Manifest, len(entries))
 	errs := make([]error, len(entries))
 	unknown := make([]bool, len(entries))
-	sem := make(chan struct{}, parallel)
-	var wg sync.WaitGroup
+	var committed []int
 	for i := range entries {
-		e := &entries[i]
-		if !e.Committed {
-			continue
+		if entries[i].Committed {
+			committed = append(committed, i)
 		}
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			m, damaged, err := loadManifest(ctx, store, layout, e.ClusterID, e.Name)
-			switch {
-			case err == nil:
-				manifests[i] = m
-				e.Damaged = objectDamage(*e, m)
-			case damaged && isNotFound(err):
-				errs[i], e.Damaged = err, "manifest missing"
-			case damaged:
-				errs[i], e.Damaged = err, "manifest unreadable: "+manifestCause(err)
-			default:
-				errs[i], unknown[i] = err, true
-			}
-		}()
 	}
-	wg.Wait()
+	// None is started once ctx ends: the error below says so.
+	fanout.ForEach(ctx, len(committed), parallel, func(ctx context.Context, j int) {
+		i := committed[j]
+		e := &entries[i]
+		m, damaged, err := loadManifest(ctx, store, layout, e.ClusterID, e.Name)
+		switch {
+		case err == nil:
+			manifests[i] = m
+			e.Damaged = objectDamage(*e, m)
+		case damaged && isNotFound(err):
+			errs[i], e.Damaged = err, "manifest missing"
+		case damaged:
+			errs[i], e.Damaged = err, "manifest unreadable: "+manifestCause(err)
+		default:
+			errs[i], unknown[i] = err, true
+		}
+	})
 	if err := ctx.Err(); err != nil {
 		return manifests, errs, fmt.Errorf("read manifests: %w", err)
 	}
@@ -312,30 +308,23 @@ func ListUploadsAt(ctx context.Context, store Store, keys []string, parallel int
 	kl, exact := store.(KeyUploadLister)
 	results := make([][]Upload, len(keys))
 	errs := make([]error, len(keys))
-	sem := make(chan struct{}, parallel)
-	var wg sync.WaitGroup
-	for i, k := range keys {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			var ups []Upload
-			var err error
-			if exact {
-				ups, err = kl.ListUploadsForKey(ctx, k)
-			} else {
-				ups, err = listUploads(ctx, store, k)
+	// None is started once ctx ends: the error below says so.
+	fanout.ForEach(ctx, len(keys), parallel, func(ctx context.Context, i int) {
+		k := keys[i]
+		var ups []Upload
+		var err error
+		if exact {
+			ups, err = kl.ListUploadsForKey(ctx, k)
+		} else {
+			ups, err = listUploads(ctx, store, k)
+		}
+		for _, u := range ups {
+			if u.Key == k {
+				results[i] = append(results[i], u)
 			}
-			for _, u := range ups {
-				if u.Key == k {
-					results[i] = append(results[i], u)
-				}
-			}
-			errs[i] = err
-		}()
-	}
-	wg.Wait()
+		}
+		errs[i] = err
+	})
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

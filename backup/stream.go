@@ -10,6 +10,8 @@ import (
 	"io"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/armada/etcd-recovery/internal/etcdinternals"
 )
 
 // etcd appends the sha256 of the database to the snapshot stream.
@@ -147,7 +149,7 @@ type streamResult struct {
 
 // chunk is one piece of the snapshot stream, or the error that ended it.
 type chunk struct {
-	snapshotChunk
+	etcdinternals.SnapshotChunk
 	err error
 }
 
@@ -162,7 +164,7 @@ const recvDepth = 32
 // is closed after the last chunk; a stream error arrives as a chunk with err.
 //
 // Each chunk's buffer is released by whoever consumes it (compressStream).
-func receive(recv func() (snapshotChunk, error), raw *SnapshotHasher, progress func(int64)) <-chan chunk {
+func receive(recv func() (etcdinternals.SnapshotChunk, error), raw *SnapshotHasher, progress func(int64)) <-chan chunk {
 	ch := make(chan chunk, recvDepth)
 	go func() {
 		defer close(ch)
@@ -176,12 +178,12 @@ func receive(recv func() (snapshotChunk, error), raw *SnapshotHasher, progress f
 				ch <- chunk{err: err}
 				return
 			}
-			raw.Write(c.blob)
-			n += int64(len(c.blob))
+			raw.Write(c.Blob)
+			n += int64(len(c.Blob))
 			if progress != nil {
 				progress(n)
 			}
-			ch <- chunk{snapshotChunk: c}
+			ch <- chunk{SnapshotChunk: c}
 		}
 	}()
 	return ch
@@ -224,7 +226,7 @@ func compressStream(chunks <-chan chunk, raw *SnapshotHasher, dst *io.PipeWriter
 			return fail(&sourceError{ck.err})
 		}
 		// The encoder copies what it is given: the buffer can go back.
-		_, err := enc.Write(ck.blob)
+		_, err := enc.Write(ck.Blob)
 		ck.Release()
 		if err != nil {
 			return fail(err)

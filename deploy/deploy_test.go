@@ -22,11 +22,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/armada/etcd-recovery/backup"
-	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/internal/kubetest"
 	"github.com/armada/etcd-recovery/internal/podrun"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
+	"github.com/armada/etcd-recovery/kube"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -12,8 +12,8 @@ import (
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/backup/backuptest"
 	"github.com/armada/etcd-recovery/inspect"
-	"github.com/armada/etcd-recovery/internal/store/cos"
 	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/internal/store/cos"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
 )

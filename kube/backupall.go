@@ -14,6 +14,7 @@ import (
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
+	"github.com/armada/etcd-recovery/internal/fanout"
 	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/restore"
 )
@@ -348,7 +349,7 @@ func BackupAll(ctx context.Context, opts BackupAllOptions) (*BackupAllReport, er
 	}
 	rep := &BackupAllReport{Namespace: k.Namespace, Parallel: opts.Parallel, Failed: []string{}}
 	now := opts.Now()
-	var drillSem chan struct{}
+	var drillLim *fanout.Limiter
 	if d := opts.Drill; d != nil {
 		plan := *d
 		if plan.Share < 1 {
@@ -359,7 +360,7 @@ func BackupAll(ctx context.Context, opts BackupAllOptions) (*BackupAllReport, er
 		}
 		opts.Drill = &plan
 		rep.DrillShare, rep.DrillParallel, rep.DrillSlot = plan.Share, plan.Parallel, DrillSlot(now)
-		drillSem = make(chan struct{}, plan.Parallel)
+		drillLim = fanout.NewLimiter(plan.Parallel)
 	}
 	clusters, err := k.Clusters(ctx, opts.Names...)
 	if err != nil {
@@ -370,7 +371,7 @@ func BackupAll(ctx context.Context, opts BackupAllOptions) (*BackupAllReport, er
 	}
 	log.Info("backing up etcdclusters", "namespace", k.Namespace, "clusters", len(clusters), "parallel", opts.Parallel)
 	rep.Clusters = make([]ClusterResult, len(clusters))
-	sem := make(chan struct{}, opts.Parallel)
+	lim := fanout.NewLimiter(opts.Parallel)
 	var wg sync.WaitGroup
 	for i, c := range clusters {
 		drill := opts.Drill != nil && DrillChosen(c.Name, now, opts.Drill.Share)
@@ -385,25 +386,20 @@ func BackupAll(ctx context.Context, opts BackupAllOptions) (*BackupAllReport, er
 			// source must still answer HashKV at the snapshot's revision
 			// (a Kubernetes apiserver compacts every 5 minutes). Its
 			// backup slot is given back as the drill starts.
-			var drillSlot *slot
 			if drill {
-				select {
-				case drillSem <- struct{}{}:
-				case <-ctx.Done():
+				drillSlot, err := drillLim.Acquire(ctx)
+				if err != nil {
 					cancelled()
 					return
 				}
-				drillSlot = &slot{sem: drillSem}
-				defer drillSlot.release()
+				defer drillSlot.Release()
 			}
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
+			backupSlot, err := lim.Acquire(ctx)
+			if err != nil {
 				cancelled()
 				return
 			}
-			backupSlot := &slot{sem: sem}
-			defer backupSlot.release()
+			defer backupSlot.Release()
 			rep.Clusters[i] = backupOne(ctx, k, c, opts, drill, backupSlot, log)
 		}()
 	}
@@ -440,15 +436,7 @@ func BackupAll(ctx context.Context, opts BackupAllOptions) (*BackupAllReport, er
 	return rep, nil
 }
 
-// slot is a held place in a semaphore, given back once.
-type slot struct {
-	sem  chan struct{}
-	once sync.Once
-}
-
-func (s *slot) release() { s.once.Do(func() { <-s.sem }) }
-
-func backupOne(ctx context.Context, k *Client, c Cluster, opts BackupAllOptions, drill bool, backupSlot *slot, log *slog.Logger) (res ClusterResult) {
+func backupOne(ctx context.Context, k *Client, c Cluster, opts BackupAllOptions, drill bool, backupSlot *fanout.Slot, log *slog.Logger) (res ClusterResult) {
 	start := time.Now()
 	res = ClusterResult{Cluster: c.Name, Result: ResultFailed, Endpoints: c.Endpoints}
 	clog := log.With("cluster", c.Name)
@@ -504,7 +492,7 @@ func backupOne(ctx context.Context, k *Client, c Cluster, opts BackupAllOptions,
 		bo.Drill = func(ctx context.Context, m *backup.Manifest) (*backup.DrillRecord, error) {
 			// The backup's buffers are freed: its slot goes to the next
 			// backup while this drill runs (bounded by the drill slot).
-			backupSlot.release()
+			backupSlot.Release()
 			clog.Info("restore drill of the new backup", "backup", m.Name)
 			// The drill's log lines carry the cluster themselves.
 			return drillBackup(ctx, c.Name, ecfg, m, opts, log)

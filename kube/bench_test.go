@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/internal/kubetest"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
+	"github.com/armada/etcd-recovery/kube"
 )
 
 // BenchmarkBackupAll50 runs the real CLI, `backup --all`, over 50

@@ -7,10 +7,10 @@ import (
 	"log/slog"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/fanout"
 	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/restore"
 )
@@ -167,8 +167,7 @@ func DrillAll(ctx context.Context, opts DrillAllOptions) (*DrillAllReport, error
 	}
 	log.Info("drilling the newest backup of every cluster", "clusters", len(targets), "parallel", opts.Parallel)
 	rep.Clusters = make([]DrillResult, len(targets))
-	sem := make(chan struct{}, opts.Parallel)
-	var wg sync.WaitGroup
+	var todo []int
 	for i, t := range targets {
 		if f := folders[t.id]; f.committed == 0 {
 			reason := fmt.Sprintf("not drilled: no committed backup under %s", tmpl.Layout.ClusterPrefix(t.id))
@@ -179,57 +178,53 @@ func DrillAll(ctx context.Context, opts DrillAllOptions) (*DrillAllReport, error
 			rep.Clusters[i] = DrillResult{Cluster: t.id, Result: DrillNoBackup, Reason: reason}
 			continue
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				rep.Clusters[i] = DrillResult{Cluster: t.id, Result: DrillNotRun, Error: ctx.Err().Error()}
-				return
-			}
-			defer func() { <-sem }()
-			o := tmpl
-			// The newest committed backup by name (time), named: left
-			// to restore's choice, a drill would take the candidate restore
-			// prefers (an older backup already proven among equal
-			// revisions; never one whose drill failed), so an idle
-			// cluster's newest backup would never be drilled and a failed
-			// one never re-drilled.
-			o.ClusterID, o.Backup = t.id, folders[t.id].newest
-			o.Log = log
-			start := time.Now()
-			if t.cluster != nil {
-				cfg, release, err := opts.Kube.Connect(ctx, *t.cluster, opts.DialTimeout)
-				defer release()
-				if err != nil {
-					// No source: the drill still runs, self-consistency only.
-					log.Warn("no connection to the etcdcluster: drilling without comparing with it", "cluster", t.id, "err", err)
-				} else {
-					o.Source = cfg
-				}
-			}
-			rec, err := restore.Drill(ctx, o)
-			res := drillResult(t.id, rec, err, time.Since(start))
-			if t.cluster != nil && !opts.NoEvents && ctx.Err() == nil {
-				// A cancelled drill proves nothing either way: no Event.
-				out := &DrillOutcome{Result: res.Result, Comparison: res.Comparison, Error: res.Error, Duration: res.Duration, Record: res.Record}
-				name := res.Backup
-				if name == "" {
-					name = "(newest)"
-				}
-				typ, reason, msg := out.event(name)
-				ectx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				if err := opts.Kube.RecordEvent(ectx, *t.cluster, typ, reason, msg); err != nil {
-					res.EventError = err.Error()
-					log.Warn("could not record the drill's event", "cluster", t.id, "err", err)
-				}
-				cancel()
-			}
-			rep.Clusters[i] = res
-		}()
+		todo = append(todo, i)
 	}
-	wg.Wait()
+	notStarted := fanout.ForEach(ctx, len(todo), opts.Parallel, func(ctx context.Context, j int) {
+		i, t := todo[j], targets[todo[j]]
+		o := tmpl
+		// The newest committed backup by name (time), named: left
+		// to restore's choice, a drill would take the candidate restore
+		// prefers (an older backup already proven among equal
+		// revisions; never one whose drill failed), so an idle
+		// cluster's newest backup would never be drilled and a failed
+		// one never re-drilled.
+		o.ClusterID, o.Backup = t.id, folders[t.id].newest
+		o.Log = log
+		start := time.Now()
+		if t.cluster != nil {
+			cfg, release, err := opts.Kube.Connect(ctx, *t.cluster, opts.DialTimeout)
+			defer release()
+			if err != nil {
+				// No source: the drill still runs, self-consistency only.
+				log.Warn("no connection to the etcdcluster: drilling without comparing with it", "cluster", t.id, "err", err)
+			} else {
+				o.Source = cfg
+			}
+		}
+		rec, err := restore.Drill(ctx, o)
+		res := drillResult(t.id, rec, err, time.Since(start))
+		if t.cluster != nil && !opts.NoEvents && ctx.Err() == nil {
+			// A cancelled drill proves nothing either way: no Event.
+			out := &DrillOutcome{Result: res.Result, Comparison: res.Comparison, Error: res.Error, Duration: res.Duration, Record: res.Record}
+			name := res.Backup
+			if name == "" {
+				name = "(newest)"
+			}
+			typ, reason, msg := out.event(name)
+			ectx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			if err := opts.Kube.RecordEvent(ectx, *t.cluster, typ, reason, msg); err != nil {
+				res.EventError = err.Error()
+				log.Warn("could not record the drill's event", "cluster", t.id, "err", err)
+			}
+			cancel()
+		}
+		rep.Clusters[i] = res
+	})
+	for _, j := range notStarted {
+		i := todo[j]
+		rep.Clusters[i] = DrillResult{Cluster: targets[i].id, Result: DrillNotRun, Error: ctx.Err().Error()}
+	}
 	var errs []error
 	for _, c := range rep.Clusters {
 		if c.Result == DrillNoBackup {

@@ -33,6 +33,17 @@ type InspectAllOptions struct {
 	DialTimeout time.Duration
 	// NoReports leaves the full per-cluster reports out of the rows.
 	NoReports bool
+	// Orphans: with a store and every cluster of the namespace (no Names),
+	// also list the orphans of the prefix (cluster ids with backups and no
+	// EtcdCluster) the way the orphan pass would treat them, read-only.
+	Orphans bool
+	// OrphanGrace is the orphan pass's grace (default
+	// backup.DefaultOrphanGrace): when the orphans' backups go.
+	OrphanGrace time.Duration
+	// OrphanTimeout bounds the orphan listing (default 3 × the probe
+	// timeout, at least MinOrphanCheckTimeout); it runs beside the
+	// inspections. A failure is a note: never the verdict or exit code.
+	OrphanTimeout time.Duration
 }
 
 // Backup column values besides inspect's backup states.
@@ -91,9 +102,13 @@ type InspectAllReport struct {
 	Clusters  []InspectRow `json:"clusters"`
 	// Worst is the worst verdict (HEALTHY when there is no cluster);
 	// ExitCode its exit code.
-	Worst     inspect.VerdictKind `json:"worst"`
-	ExitCode  int                 `json:"exitCode"`
-	ElapsedMS int64               `json:"elapsedMs"`
+	Worst    inspect.VerdictKind `json:"worst"`
+	ExitCode int                 `json:"exitCode"`
+	// Orphans of the namespace's prefix (with --bucket and --all): see
+	// InspectOrphan; OrphanCheck says how they were computed, or why not.
+	Orphans     []InspectOrphan `json:"orphans"`
+	OrphanCheck OrphanCheck     `json:"orphanCheck"`
+	ElapsedMS   int64           `json:"elapsedMs"`
 }
 
 // Table is one row per cluster.
@@ -111,6 +126,7 @@ func (r *InspectAllReport) Table() output.Table {
 		}
 		t.Rows = append(t.Rows, []string{c.Cluster, string(c.Verdict), c.Members, dash(c.Leader), db, c.backupCell(), c.drillCell(), next})
 	}
+	t.Notes = append(t.Notes, r.orphanNotes()...)
 	return t
 }
 
@@ -171,7 +187,7 @@ func InspectAll(ctx context.Context, opts InspectAllOptions) (*InspectAllReport,
 		opts.DialTimeout = timeout
 	}
 	rep := &InspectAllReport{Namespace: k.Namespace, Parallel: opts.Parallel, Timeout: timeout.String(),
-		Clusters: []InspectRow{}, Worst: inspect.VerdictHealthy}
+		Clusters: []InspectRow{}, Worst: inspect.VerdictHealthy, Orphans: []InspectOrphan{}}
 	clusters, err := k.Clusters(ctx, opts.Names...)
 	if err != nil {
 		return nil, err
@@ -179,6 +195,11 @@ func InspectAll(ctx context.Context, opts InspectAllOptions) (*InspectAllReport,
 	rep.Clusters = make([]InspectRow, len(clusters))
 	sem := make(chan struct{}, opts.Parallel)
 	var wg sync.WaitGroup
+	if opts.Orphans && opts.Template.Store != nil && len(opts.Names) == 0 {
+		// Beside the inspections (store and API reads only), bounded by
+		// its own deadline.
+		wg.Go(func() { rep.Orphans, rep.OrphanCheck = inspectOrphans(ctx, k, opts) })
+	}
 	for i, c := range clusters {
 		wg.Go(func() {
 			select {

@@ -17,6 +17,8 @@ import (
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/armada/etcd-recovery/internal/ctxerr"
 )
 
 // etcd-operator's API.
@@ -130,12 +132,9 @@ func podNamespace() string {
 	return strings.TrimSpace(string(b))
 }
 
-func ctxErr(ctx context.Context, err error) error {
-	if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
-		return fmt.Errorf("%w (%v)", ctx.Err(), err)
-	}
-	return err
-}
+// ctxErr is ctxerr.Wrap: err, or the context's end with err as its cause
+// (both kept for errors.Is and errors.As).
+func ctxErr(ctx context.Context, err error) error { return ctxerr.Wrap(ctx, err) }
 
 func hostname() string {
 	h, _ := os.Hostname()

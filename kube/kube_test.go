@@ -22,10 +22,10 @@ import (
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/inspect"
-	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/internal/kubetest"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
+	"github.com/armada/etcd-recovery/kube"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

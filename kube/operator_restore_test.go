@@ -21,10 +21,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/armada/etcd-recovery/backup"
-	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/internal/kubetest"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
+	"github.com/armada/etcd-recovery/kube"
 )
 
 // restoreNS holds the cluster of the restore --via etcd-operator test.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +16,8 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/types"
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.uber.org/zap"
+
+	"github.com/armada/etcd-recovery/internal/etcdinternals"
 )
 
 // NamePlaceholder in a data dir template is replaced by the member's name.
@@ -239,11 +242,39 @@ func moveAside(dir, to string) error {
 }
 
 // restoreConfig is what every member's restore shares. The snapshot has
-// been through prepareSnapshot: it carries the revision bump already.
+// been through stageSnapshot: it carries the revision bump already, or,
+// on the public path, bump and markCompacted are etcdutl's to apply.
 type restoreConfig struct {
 	snapshotPath   string
 	initialCluster string
 	token          string
+	bump           uint64
+	markCompacted  bool
+}
+
+// stageSnapshot readies the verified snapshot for every member's restore.
+// Normally etcdinternals.PrepareSnapshot gives it a freelist and the
+// revision bump once, so that no member's restore walks the database. On
+// the public path (opts.PublicRestorePath, or ETCD_RECOVERY_NO_INTERNALS)
+// the file is left as it is and etcdutl's restore applies
+// --bump-revision --mark-compacted in each member's copy. etcdutl 3.5
+// applies a bump only together with --mark-compacted
+// (etcdutl/v3/snapshot/v3_snapshot.go), so a bump without the mark (a
+// drill's) is then applied with etcdinternals.BumpRevision, through
+// bbolt's public API only.
+func stageSnapshot(rc *restoreConfig, opts Options, markCompacted bool, log *slog.Logger) error {
+	if !opts.PublicRestorePath && etcdinternals.Enabled() {
+		return etcdinternals.PrepareSnapshot(rc.snapshotPath, opts.BumpRevision, markCompacted, log)
+	}
+	log.Info("restoring through etcdutl's public restore path", "bump_revision", opts.BumpRevision, "mark_compacted", markCompacted)
+	if opts.BumpRevision > 0 && !markCompacted {
+		if _, err := etcdinternals.BumpRevision(rc.snapshotPath, opts.BumpRevision, false); err != nil {
+			return fmt.Errorf("bump the revision of %s: %w", rc.snapshotPath, err)
+		}
+		return nil
+	}
+	rc.bump, rc.markCompacted = opts.BumpRevision, markCompacted
+	return nil
 }
 
 // restoreMember writes one member's data dir with etcdutl's restore code.
@@ -292,8 +323,11 @@ func restoreMember(rc restoreConfig, m Member) (created []string, err error) {
 		InitialCluster:      rc.initialCluster,
 		InitialClusterToken: rc.token,
 		// The file was hashed, against etcd's trailer and the manifest,
-		// while it was written, and prepareSnapshot has since dropped
-		// the trailer and applied the revision bump.
+		// while it was written, and stageSnapshot has since dropped the
+		// trailer and applied the revision bump (or, on the public
+		// path, left both to etcdutl).
 		SkipHashCheck: true,
+		RevisionBump:  rc.bump,
+		MarkCompacted: rc.markCompacted,
 	})
 }

@@ -241,8 +241,11 @@ func (p *etcdProc) waitServing(ctx context.Context, timeout, probe time.Duration
 	// Wait for the client port first: a gRPC client that finds it closed
 	// backs off a second before it dials again.
 	if err := p.waitListening(wctx); err != nil {
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
 			return ctx.Err()
+		case errors.Is(err, errEtcdExited):
+			return err
 		}
 		return fmt.Errorf("etcd did not serve within %s: %w", timeout, err)
 	}
@@ -280,6 +283,10 @@ func (p *etcdProc) waitServing(ctx context.Context, timeout, probe time.Duration
 	}
 }
 
+// errEtcdExited is the drill's etcd exiting before it served: the backup's
+// fault (etcd refused the data), never a slow node.
+var errEtcdExited = errors.New("etcd exited before serving")
+
 // waitListening waits until etcd's client port accepts a connection, it
 // exits or ctx ends.
 func (p *etcdProc) waitListening(ctx context.Context) error {
@@ -295,7 +302,7 @@ func (p *etcdProc) waitListening(ctx context.Context) error {
 		}
 		select {
 		case <-p.done:
-			return fmt.Errorf("etcd exited before serving (%v)", p.waitErr)
+			return fmt.Errorf("%w (%v)", errEtcdExited, p.waitErr)
 		case <-ctx.Done():
 			return fmt.Errorf("its client port %s never accepted a connection (%v)", addr, err)
 		case <-time.After(20 * time.Millisecond):

@@ -17,11 +17,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/ctxerr"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
+	"github.com/armada/etcd-recovery/internal/fanout"
 )
 
 // DefaultBumpRevision is etcdutl's recommended revision bump: far more
@@ -58,6 +59,14 @@ type Options struct {
 	// --mark-compacted: both set, or neither.
 	BumpRevision  uint64
 	MarkCompacted bool
+	// PublicRestorePath writes the data dirs with etcdutl's public
+	// snapshot restore alone (its own RevisionBump and MarkCompacted, in
+	// each member's copy), skipping etcdinternals.PrepareSnapshot's
+	// hand-written freelist and staged bump: the fallback for when an
+	// etcd or bbolt upgrade breaks what that relies on. Slower, and each
+	// member's restore walks the database. ETCD_RECOVERY_NO_INTERNALS=1
+	// sets it for every restore (etcdinternals.Enabled).
+	PublicRestorePath bool
 	// Parallel is how many data dirs are written at a time; 0 writes all
 	// at once. Each restore maps the database while etcdutl's code runs,
 	// so resident memory grows with it; the work is mostly disk writes.
@@ -254,10 +263,7 @@ func Run(ctx context.Context, opts Options) (_ *Result, rerr error) {
 	start := time.Now()
 	res := &Result{Plan: Plan{ClusterID: opts.ClusterID, DryRun: opts.DryRun, Checks: []Check{}}}
 	fail := func(step string, err error) (*Result, error) {
-		if ctx.Err() != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
-			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
-		}
-		return res, &Error{ClusterID: opts.ClusterID, Step: step, Err: err}
+		return res, &Error{ClusterID: opts.ClusterID, Step: step, Err: ctxerr.Wrap(ctx, err)}
 	}
 	if err := opts.defaults(); err != nil {
 		return fail(StepValidate, err)
@@ -386,7 +392,8 @@ func Run(ctx context.Context, opts Options) (_ *Result, rerr error) {
 		// snapshot's revision (see Drill).
 		markCompacted = false
 	}
-	if err := prepareSnapshot(snapPath, opts.BumpRevision, markCompacted, log); err != nil {
+	rc := restoreConfig{snapshotPath: snapPath, initialCluster: opts.InitialCluster, token: plan.Token}
+	if err := stageSnapshot(&rc, opts, markCompacted, log); err != nil {
 		moveBack()
 		return fail(StepWrite, err)
 	}
@@ -394,8 +401,7 @@ func Run(ctx context.Context, opts Options) (_ *Result, rerr error) {
 	if after == nil {
 		after = envAfterMemberWritten()
 	}
-	if err := writeDataDirs(ctx, plan, opts.Parallel, restoreConfig{snapshotPath: snapPath, initialCluster: opts.InitialCluster,
-		token: plan.Token}, log, after); err != nil {
+	if err := writeDataDirs(ctx, plan, opts.Parallel, rc, log, after); err != nil {
 		for _, m := range moved {
 			m.State = DirAbsent
 		}
@@ -665,44 +671,25 @@ func takeSurvivor(ctx context.Context, opts Options, log *slog.Logger, s *Surviv
 // are written, every data dir this run wrote is removed (with the parent
 // dirs it created) and the error returned.
 func writeDataDirs(ctx context.Context, plan *Plan, parallel int, rc restoreConfig, log *slog.Logger, after func(context.Context, Member)) error {
-	if parallel <= 0 {
-		parallel = len(plan.Members)
-	}
-	sem := make(chan struct{}, parallel)
-	var wg sync.WaitGroup
 	errs := make([]error, len(plan.Members))
 	created := make([][]string, len(plan.Members))
-	for i := range plan.Members {
+	// parallel <= 0: all at once. A member not started (the run ended
+	// first) is not written; the cancellation below removes the others.
+	fanout.ForEach(ctx, len(plan.Members), parallel, func(ctx context.Context, i int) {
 		m := &plan.Members[i]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				errs[i] = ctx.Err()
-				return
-			}
-			defer func() { <-sem }()
-			if err := ctx.Err(); err != nil {
-				errs[i] = err
-				return
-			}
-			t := time.Now()
-			dirs, err := restoreMember(rc, *m)
-			created[i] = dirs
-			if err != nil {
-				errs[i] = fmt.Errorf("member %s (%s): %w", m.Name, m.DataDir, err)
-				return
-			}
-			m.Restored = true
-			log.Info("data dir written", "member", m.Name, "data_dir", m.DataDir, "duration", time.Since(t).Round(time.Millisecond))
-			if after != nil {
-				after(ctx, *m)
-			}
-		}()
-	}
-	wg.Wait()
+		t := time.Now()
+		dirs, err := restoreMember(rc, *m)
+		created[i] = dirs
+		if err != nil {
+			errs[i] = fmt.Errorf("member %s (%s): %w", m.Name, m.DataDir, err)
+			return
+		}
+		m.Restored = true
+		log.Info("data dir written", "member", m.Name, "data_dir", m.DataDir, "duration", time.Since(t).Round(time.Millisecond))
+		if after != nil {
+			after(ctx, *m)
+		}
+	})
 	var failed []error
 	for _, e := range errs {
 		if e != nil && !errors.Is(e, context.Canceled) && !errors.Is(e, context.DeadlineExceeded) {
@@ -714,7 +701,7 @@ func writeDataDirs(ctx context.Context, plan *Plan, parallel int, rc restoreConf
 		// Cancelled while they were written: those written are complete,
 		// but the run was stopped, so none stay.
 		if err != nil {
-			err = fmt.Errorf("%w (%v)", cerr, err)
+			err = ctxerr.Wrap(ctx, err)
 		} else {
 			err = fmt.Errorf("%w while the data dirs were written", cerr)
 		}

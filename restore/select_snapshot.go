@@ -2,9 +2,9 @@ package restore
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"os"
+
+	"github.com/armada/etcd-recovery/internal/ctxerr"
 )
 
 // SelectSnapshot is the first half of Run, for restores that something
@@ -19,10 +19,7 @@ import (
 func SelectSnapshot(ctx context.Context, opts Options, dir string) (*Plan, string, error) {
 	plan := &Plan{ClusterID: opts.ClusterID, DryRun: opts.DryRun, Checks: []Check{}}
 	fail := func(step string, err error) (*Plan, string, error) {
-		if ctx.Err() != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
-			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
-		}
-		return plan, "", &Error{ClusterID: opts.ClusterID, Step: step, Err: err}
+		return plan, "", &Error{ClusterID: opts.ClusterID, Step: step, Err: ctxerr.Wrap(ctx, err)}
 	}
 	if err := opts.defaults(); err != nil {
 		return fail(StepValidate, err)

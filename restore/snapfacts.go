@@ -8,7 +8,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
-	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/armada/etcd-recovery/internal/etcdinternals"
 )
 
 // SnapshotFacts are read from a verified snapshot file before any data dir
@@ -91,22 +92,6 @@ func (f SnapshotFacts) Expect(vo *VerifyOptions) {
 	vo.ExpectedLeasedKeys = &leased
 }
 
-// etcd's mvcc layout: the "key" bucket maps a revision (8-byte main,
-// '_', 8-byte sub; plus a trailing 't' for a deletion) to a marshalled
-// mvccpb.KeyValue whose field 1 is the user key.
-const (
-	revBytesLen       = 8 + 1 + 8
-	markedRevBytesLen = revBytesLen + 1
-	markTombstone     = 't'
-)
-
-var (
-	keyBucket           = []byte("key")
-	metaBucket          = []byte("meta")
-	finishedCompactKey  = []byte("finishedCompactRev")
-	scheduledCompactKey = []byte("scheduledCompactRev")
-)
-
 // readSnapshotFacts counts the live keys and finds the latest revision of a
 // snapshot file (the database, optionally followed by etcd's 32-byte hash,
 // as etcdutl reads it). The database is opened read-only: nothing is
@@ -134,14 +119,14 @@ func readSnapshotFacts(path string) (SnapshotFacts, error) {
 	defer db.Close()
 	s1, s2 := maphash.MakeSeed(), maphash.MakeSeed()
 	err = db.View(func(tx *bolt.Tx) error {
-		if meta := tx.Bucket(metaBucket); meta != nil {
-			for _, k := range [][]byte{finishedCompactKey, scheduledCompactKey} {
+		if meta := tx.Bucket(etcdinternals.MetaBucket); meta != nil {
+			for _, k := range [][]byte{etcdinternals.FinishedCompactKey, etcdinternals.ScheduledCompactKey} {
 				if v := meta.Get(k); len(v) >= 8 {
 					f.CompactRevision = max(f.CompactRevision, int64(binary.BigEndian.Uint64(v[:8])))
 				}
 			}
 		}
-		b := tx.Bucket(keyBucket)
+		b := tx.Bucket(etcdinternals.KeyBucket)
 		if b == nil {
 			return errors.New(`no "key" bucket: not an etcd v3 database`)
 		}
@@ -163,16 +148,16 @@ func readSnapshotFacts(path string) (SnapshotFacts, error) {
 		passed := 0
 		for k, v := c.First(); k != nil; k, v = c.Next() {
 			if passed += len(k) + len(v); passed >= trimBytes {
-				dropResident(db)
+				etcdinternals.DropResident(db)
 				passed = 0
 			}
-			if len(k) != revBytesLen && len(k) != markedRevBytesLen {
+			if len(k) != etcdinternals.RevBytesLen && len(k) != etcdinternals.MarkedRevBytesLen {
 				return fmt.Errorf("key bucket: revision key of %d bytes", len(k))
 			}
 			f.Revisions++
 			f.Revision = int64(binary.BigEndian.Uint64(k[:8]))
 			f.MaxEntryBytes = max(f.MaxEntryBytes, int64(len(v)))
-			uk, lease, err := keyAndLease(v)
+			uk, lease, err := etcdinternals.KeyAndLease(v)
 			if err != nil {
 				return fmt.Errorf("key bucket: revision %d: %w", f.Revision, err)
 			}
@@ -193,7 +178,7 @@ func readSnapshotFacts(path string) (SnapshotFacts, error) {
 				ks.prefix = i
 			}
 			switch {
-			case len(k) == markedRevBytesLen && k[revBytesLen] == markTombstone:
+			case len(k) == etcdinternals.MarkedRevBytesLen && k[etcdinternals.RevBytesLen] == etcdinternals.MarkTombstone:
 				ks.state = dead
 			case lease != 0:
 				ks.state = leased
@@ -219,49 +204,4 @@ func readSnapshotFacts(path string) (SnapshotFacts, error) {
 		return nil
 	})
 	return f, err
-}
-
-// mvccpb.KeyValue field numbers.
-const (
-	kvKeyField   protowire.Number = 1
-	kvLeaseField protowire.Number = 6
-)
-
-// keyAndLease returns fields 1 (key) and 6 (lease) of a marshalled
-// mvccpb.KeyValue. The value (field 5) in between is skipped by its
-// length, never read: only the page holding the lease, after it, is
-// touched. An empty value has no key and no lease.
-func keyAndLease(v []byte) (key []byte, lease int64, err error) {
-	msg := v
-	for len(msg) > 0 {
-		n, typ, tl := protowire.ConsumeTag(msg)
-		if tl < 0 {
-			return nil, 0, protowire.ParseError(tl)
-		}
-		msg = msg[tl:]
-		switch {
-		case n == kvKeyField && typ == protowire.BytesType:
-			b, l := protowire.ConsumeBytes(msg)
-			if l < 0 {
-				return nil, 0, protowire.ParseError(l)
-			}
-			key = b[:len(b):len(b)]
-			msg = msg[l:]
-			continue
-		case n == kvLeaseField && typ == protowire.VarintType:
-			x, l := protowire.ConsumeVarint(msg)
-			if l < 0 {
-				return nil, 0, protowire.ParseError(l)
-			}
-			lease = int64(x)
-			msg = msg[l:]
-			continue
-		}
-		l := protowire.ConsumeFieldValue(n, typ, msg)
-		if l < 0 {
-			return nil, 0, protowire.ParseError(l)
-		}
-		msg = msg[l:]
-	}
-	return key, lease, nil
 }

@@ -17,10 +17,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/armada/etcd-recovery/backup"
-	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/internal/kubetest"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
+	"github.com/armada/etcd-recovery/kube"
 )
 
 // operatorRestoreRef is the carrier's restore path.

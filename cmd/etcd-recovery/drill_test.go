@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
+	"github.com/armada/etcd-recovery/kube"
 )
 
 // The drill command through the built binary: a good backup drilled against

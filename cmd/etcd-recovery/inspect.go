@@ -9,8 +9,8 @@ import (
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/inspect"
-	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/kube"
 )
 
 func inspectCommand() *cli.Command {
@@ -25,7 +25,9 @@ func inspectCommand() *cli.Command {
 			"(the operator secret) and, unless mounted, the cos-credentials secret come from the API; the cluster id in\n" +
 			"COS is the EtcdCluster's name. With --all: every EtcdCluster of the namespace, --parallel at a time, one\n" +
 			"row per cluster (verdict, members up, leader, DB size, newest backup's age, newest proven backup's age, next\n" +
-			"step).\n\n" +
+			"step). Below the table, with --bucket: the orphans of the namespace's prefix (cluster ids with backups and no\n" +
+			"EtcdCluster), each with its first sighting, newest backup and when the orphan pass (prune --orphans, backup\n" +
+			"--all --prune, with --orphan-grace) deletes its backups, or why it won't; read-only (-o json: \"orphans\").\n\n" +
 			"Exit codes: 0 HEALTHY, 1 DEGRADED, 2 QUORUM LOST, 3 UNREACHABLE (with --all: the worst cluster's),\n" +
 			"4 usage or configuration error.",
 		Flags: concat(etcdFlags(), cosFlags(), kubeFlags(), []cli.Flag{
@@ -34,6 +36,7 @@ func inspectCommand() *cli.Command {
 			clusterFlag(),
 			parallelFlag(),
 			probeTimeoutFlag(),
+			orphanGraceFlag(),
 			&cli.Int64Flag{Name: "quota-backend-bytes", Value: inspect.DefaultQuotaBytes, Usage: "the cluster's --quota-backend-bytes: a DB at 80% of it is flagged"},
 			&cli.Uint64Flag{Name: "max-lag", Value: inspect.DefaultMaxLag, Usage: "flag a member this many raft entries behind"},
 			&cli.DurationFlag{Name: "max-backup-age", Value: inspect.DefaultMaxBackupAge, Usage: "flag the newest backup when older (one missed 8-hourly run)"},
@@ -78,6 +81,10 @@ func runInspect(c *cli.Context) error {
 		return usagef("inspect: --cluster-id is for one cluster given by --endpoints; with --all/--cluster the id is the EtcdCluster's name")
 	case all && c.Int("parallel") < 1:
 		return usagef("inspect: --parallel %d: want at least 1", c.Int("parallel"))
+	case c.IsSet("orphan-grace") && !all:
+		return usagef("inspect: --orphan-grace is for --all (the orphans of the namespace)")
+	case c.Duration("orphan-grace") < backup.MinOrphanGrace:
+		return usagef("inspect: --orphan-grace %s: want at least %s", c.Duration("orphan-grace"), backup.MinOrphanGrace)
 	}
 	if all || cluster != "" {
 		return runInspectKube(c, opts, format, cluster)
@@ -139,7 +146,8 @@ func runInspectKube(c *cli.Context, tmpl inspect.Options, format output.Format, 
 		}
 		tmpl.Location = strings.TrimRight(bucket+"/"+strings.Trim(tmpl.Layout.Prefix, "/"), "/")
 	}
-	opts := kube.InspectAllOptions{Kube: k, Parallel: c.Int("parallel"), Template: tmpl, DialTimeout: c.Duration("dial-timeout")}
+	opts := kube.InspectAllOptions{Kube: k, Parallel: c.Int("parallel"), Template: tmpl, DialTimeout: c.Duration("dial-timeout"),
+		Orphans: cluster == "", OrphanGrace: c.Duration("orphan-grace")}
 	if cluster != "" {
 		opts.Names = []string{cluster}
 	}

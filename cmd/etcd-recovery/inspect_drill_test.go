@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/armada/etcd-recovery/inspect"
-	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/kube"
 )
 
 // inspect --all with the DRILLED column and the drill lines of inspect

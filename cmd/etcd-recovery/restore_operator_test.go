@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/restore"
 )
 

@@ -22,6 +22,8 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/experimental"
+
+	"github.com/armada/etcd-recovery/internal/etcdinternals"
 )
 
 // Config is the connection to one etcd cluster.
@@ -212,9 +214,10 @@ func (c Config) Client(ctx context.Context, endpoints ...string) (*clientv3.Clie
 		DialOptions: []grpc.DialOption{
 			grpc.WithInitialWindowSize(1 << 20),
 			grpc.WithInitialConnWindowSize(1 << 20),
-			// Receive into BufferPool, and read the connection
-			// 256 KiB at a time (gRPC's default is 32 KiB).
-			experimental.WithBufferPool(BufferPool),
+			// Receive into a pool that does not clear its buffers
+			// (etcdinternals), and read the connection 256 KiB at a
+			// time (gRPC's default is 32 KiB).
+			experimental.WithBufferPool(etcdinternals.BufferPool()),
 			grpc.WithReadBufferSize(256 << 10),
 		},
 	})

@@ -37,8 +37,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/restmapper"
 
-	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/internal/testenv"
+	"github.com/armada/etcd-recovery/kube"
 )
 
 // DeployPath is a path under the repository's deploy/ directory.

@@ -27,8 +27,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/internal/testenv"
+	"github.com/armada/etcd-recovery/kube"
 )
 
 // etcd-operator's keys of an awsSecret (api.AWSSecretCredentialsFileName,

@@ -19,8 +19,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/armada/etcd-recovery/backup"
-	"github.com/armada/etcd-recovery/internal/store/cos"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
+	"github.com/armada/etcd-recovery/internal/store/cos"
 	"github.com/armada/etcd-recovery/internal/testenv"
 )
 

@@ -1,4 +1,4 @@
-package restore
+package etcdinternals
 
 import (
 	"crypto/sha256"
@@ -18,7 +18,7 @@ import (
 // with NoFreelistSync, so the file carries no freelist: whoever opens it
 // for writing must find the free pages by walking every page of the
 // database through the memory map, and etcdutl's restore code opens each
-// member's copy four times. prepareSnapshot finds the free pages once,
+// member's copy four times. PrepareSnapshot finds the free pages once,
 // with plain reads of the file (no map, so they stay out of the process's
 // resident memory), and writes them as a freelist: every later open reads
 // that instead. It then applies the revision bump once, to the staged
@@ -47,7 +47,7 @@ const (
 
 var boltOrder = binary.NativeEndian
 
-// boltMeta is the part of a meta page that prepareSnapshot reads or writes.
+// boltMeta is the part of a meta page that PrepareSnapshot reads or writes.
 type boltMeta struct {
 	raw      []byte // the whole page
 	pageSize uint32
@@ -197,12 +197,12 @@ func reachablePages(p *boltPages, root uint64) ([]uint64, error) {
 	return seen, nil
 }
 
-// syncFreelist gives a bbolt file without a freelist (NoFreelistSync, as
+// SyncFreelist gives a bbolt file without a freelist (NoFreelistSync, as
 // etcd writes them) one, placed after its last page, and drops anything
 // after the database (etcd's 32-byte sha256 trailer). It returns the
 // number of free pages. A file that already has a freelist is left as it
 // is, apart from the trailer.
-func syncFreelist(path string) (free int, err error) {
+func SyncFreelist(path string) (free int, err error) {
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		return 0, err
@@ -320,7 +320,7 @@ func syncFreelist(path string) (free int, err error) {
 	return n, nil
 }
 
-// bumpRevision is etcdutl's --bump-revision with --mark-compacted, applied
+// BumpRevision is etcdutl's --bump-revision with --mark-compacted, applied
 // once to the staged snapshot rather than to each member's copy: it adds
 // an empty key at the latest revision plus amount and schedules a
 // compaction there, so that the rebuilt cluster's revisions only go up
@@ -331,10 +331,10 @@ func syncFreelist(path string) (free int, err error) {
 // Without mark (a drill, which compacts through the API after hashing the
 // snapshot's revision), only the empty key is added, as etcdutl's
 // --bump-revision alone does.
-func bumpRevision(path string, amount uint64, mark bool) (int64, error) {
+func BumpRevision(path string, amount uint64, mark bool) (int64, error) {
 	opts := restoreBoltOptions
 	opts.Timeout = 10 * time.Second
-	// A staging copy, as in syncFreelist: no fdatasync at commit, and none
+	// A staging copy, as in SyncFreelist: no fdatasync at commit, and none
 	// when the file grows (which would flush the whole file to disk).
 	opts.NoSync, opts.NoGrowSync = true, true
 	db, err := bolt.Open(path, 0o600, &opts)
@@ -343,19 +343,19 @@ func bumpRevision(path string, amount uint64, mark bool) (int64, error) {
 	}
 	var latest int64
 	err = db.Update(func(tx *bolt.Tx) error {
-		kb := tx.Bucket(keyBucket)
+		kb := tx.Bucket(KeyBucket)
 		if kb == nil {
 			return errors.New(`no "key" bucket: not an etcd v3 database`)
 		}
 		last, _ := kb.Cursor().Last()
-		if last != nil && len(last) < revBytesLen {
+		if last != nil && len(last) < RevBytesLen {
 			return fmt.Errorf("last key of the key bucket is %d bytes, not a revision", len(last))
 		}
 		if last != nil {
 			latest = int64(binary.BigEndian.Uint64(last[:8]))
 		}
 		latest += int64(amount)
-		rev := make([]byte, revBytesLen)
+		rev := make([]byte, RevBytesLen)
 		binary.BigEndian.PutUint64(rev, uint64(latest))
 		rev[8] = '_'
 		if err := kb.Put(rev, []byte{}); err != nil {
@@ -364,12 +364,12 @@ func bumpRevision(path string, amount uint64, mark bool) (int64, error) {
 		if !mark {
 			return nil
 		}
-		mb, err := tx.CreateBucketIfNotExists(metaBucket)
+		mb, err := tx.CreateBucketIfNotExists(MetaBucket)
 		if err != nil {
 			return err
 		}
 		// A fresh slice: bbolt keeps a reference until the commit.
-		return mb.Put(scheduledCompactKey, slices.Clone(rev))
+		return mb.Put(ScheduledCompactKey, slices.Clone(rev))
 	})
 	if cerr := db.Close(); err == nil {
 		err = cerr
@@ -377,20 +377,24 @@ func bumpRevision(path string, amount uint64, mark bool) (int64, error) {
 	return latest, err
 }
 
-// prepareSnapshot readies a verified snapshot file for etcdutl's restore:
+// PrepareSnapshot readies a verified snapshot file for etcdutl's restore:
 // it gets a freelist, loses etcd's trailer, and, when asked, takes the
-// revision bump. Each member's restore then copies it and opens it
-// without walking it.
-func prepareSnapshot(path string, bump uint64, markCompacted bool, log *slog.Logger) error {
+// revision bump (amount bump; markCompacted also schedules a compaction
+// there, as etcdutl's --mark-compacted). Each member's restore then copies
+// it and opens it without walking it, with no RevisionBump of its own.
+//
+// With [Enabled] false a restore does not call it: etcdutl's own
+// RevisionBump and MarkCompacted do the bump in each member's copy.
+func PrepareSnapshot(path string, bump uint64, markCompacted bool, log *slog.Logger) error {
 	t := time.Now()
-	free, err := syncFreelist(path)
+	free, err := SyncFreelist(path)
 	if err != nil {
 		return fmt.Errorf("prepare %s: %w", path, err)
 	}
 	log.Debug("freelist written", "free_pages", free, "duration", time.Since(t).Round(time.Millisecond))
 	if bump > 0 {
 		t = time.Now()
-		latest, err := bumpRevision(path, bump, markCompacted)
+		latest, err := BumpRevision(path, bump, markCompacted)
 		if err != nil {
 			return fmt.Errorf("bump the revision of %s: %w", path, err)
 		}

@@ -1,4 +1,4 @@
-package restore
+package etcdinternals
 
 import (
 	_ "unsafe" // for go:linkname
@@ -19,7 +19,7 @@ import (
 // The variable is unexported in go.etcd.io/etcd/server/v3/mvcc/backend
 // (config_linux.go), so it is reached by name. If etcd renames it, the
 // link fails: the build breaks loudly rather than the tuning silently
-// stopping. Other platforms (backendopts_other.go) do not reach it at all:
+// stopping. Other platforms (boltopts_other.go) do not reach it at all:
 // there it is nil (config_default.go, config_windows.go).
 //
 //go:linkname etcdBoltOptions go.etcd.io/etcd/server/v3/mvcc/backend.boltOpenOptions
@@ -28,5 +28,7 @@ var etcdBoltOptions *bolt.Options
 func init() {
 	// This process never serves an etcd database: it only writes data
 	// dirs for etcd to start on.
-	tuneBoltOptions(etcdBoltOptions)
+	if Enabled() {
+		TuneBoltOptions(etcdBoltOptions)
+	}
 }

@@ -1,4 +1,4 @@
-package restore
+package etcdinternals
 
 import (
 	"testing"
@@ -15,8 +15,8 @@ func TestTuneBoltOptionsNilIsNoOp(t *testing.T) {
 			t.Fatalf("tuning a nil options pointer panicked: %v", r)
 		}
 	}()
-	if tuneBoltOptions(nil) {
-		t.Fatal("tuneBoltOptions(nil) reported a change")
+	if TuneBoltOptions(nil) {
+		t.Fatal("TuneBoltOptions(nil) reported a change")
 	}
 }
 
@@ -24,8 +24,8 @@ func TestTuneBoltOptionsNilIsNoOp(t *testing.T) {
 // replaces them with the restore's.
 func TestTuneBoltOptionsLinuxValues(t *testing.T) {
 	o := &bolt.Options{MmapFlags: 0x8000, NoFreelistSync: true}
-	if !tuneBoltOptions(o) {
-		t.Fatal("tuneBoltOptions reported no change")
+	if !TuneBoltOptions(o) {
+		t.Fatal("TuneBoltOptions reported no change")
 	}
 	if o.MmapFlags != restoreBoltOptions.MmapFlags || o.NoFreelistSync != restoreBoltOptions.NoFreelistSync {
 		t.Fatalf("options MmapFlags=%#x NoFreelistSync=%t, want %#x %t", o.MmapFlags, o.NoFreelistSync,

@@ -1,4 +1,4 @@
-package etcdconn
+package etcdinternals
 
 import (
 	"math/bits"
@@ -7,15 +7,24 @@ import (
 	"google.golang.org/grpc/mem"
 )
 
-// BufferPool is the pool the client's gRPC connections receive into, and
-// that snapshot chunks are kept in until they are compressed.
+// BufferPool returns the pool the client's gRPC connections receive into
+// (experimental.WithBufferPool), and that snapshot chunks are kept in
+// until they are compressed: a pool that does not clear its buffers, or
+// gRPC's default pool when [Enabled] is false.
 //
 // gRPC's default pool clears every buffer it hands out. gRPC only uses the
 // part of a buffer that a read from the connection has filled, so for a
 // snapshot stream the clearing is pure cost: it was a tenth of the
 // backup's CPU. This pool is the same tiered sync.Pool without the
 // clearing. Buffers only ever hold bytes this process received.
-var BufferPool mem.BufferPool = newTieredPool(8, 20)
+func BufferPool() mem.BufferPool {
+	if !Enabled() {
+		return mem.DefaultBufferPool()
+	}
+	return bufferPool
+}
+
+var bufferPool mem.BufferPool = newTieredPool(8, 20)
 
 type tieredPool struct {
 	minExp, maxExp int

@@ -1,29 +1,29 @@
-package backup
+package etcdinternals
 
 import (
 	"fmt"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
-
-	"github.com/armada/etcd-recovery/internal/etcdconn"
 )
 
-// snapshotChunk is one Maintenance.Snapshot response as the backup reads
+// SnapshotChunk is one Maintenance.Snapshot response as the backup reads
 // it: the blob, still in the buffer gRPC received it into. Release hands
-// the buffer back; the blob must not be used after.
-type snapshotChunk struct {
-	blob []byte
+// the buffer back; Blob must not be used after.
+type SnapshotChunk struct {
+	Blob []byte
 	buf  mem.Buffer
 }
 
-func (c *snapshotChunk) Release() {
+// Release hands the chunk's buffer back to the pool.
+func (c *SnapshotChunk) Release() {
 	if c.buf != nil {
 		c.buf.Free()
 		c.buf = nil
 	}
-	c.blob = nil
+	c.Blob = nil
 }
 
 // snapshotCodec decodes SnapshotResponse without copying the blob: the
@@ -33,8 +33,29 @@ func (c *snapshotChunk) Release() {
 // compressed. Requests are marshalled as usual.
 type snapshotCodec struct{}
 
-// snapshotCall makes a call use snapshotCodec.
-var snapshotCall = grpc.ForceCodecV2(snapshotCodec{})
+// SnapshotCallOptions are the call options of a Maintenance.Snapshot call
+// whose responses are read with [RecvSnapshotChunk]: the forced codec, or
+// none when [Enabled] is false.
+func SnapshotCallOptions() []grpc.CallOption {
+	if !Enabled() {
+		return nil
+	}
+	return []grpc.CallOption{grpc.ForceCodecV2(snapshotCodec{})}
+}
+
+// RecvSnapshotChunk receives the next response of a Maintenance.Snapshot
+// stream opened with [SnapshotCallOptions]. The error is the stream's
+// (io.EOF at the end).
+func RecvSnapshotChunk(stream grpc.ClientStream) (SnapshotChunk, error) {
+	if !Enabled() {
+		var resp pb.SnapshotResponse
+		err := stream.RecvMsg(&resp)
+		return SnapshotChunk{Blob: resp.Blob}, err
+	}
+	var c SnapshotChunk
+	err := stream.RecvMsg(&c)
+	return c, err
+}
 
 func (snapshotCodec) Name() string { return "proto" }
 
@@ -51,18 +72,18 @@ func (snapshotCodec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 func (snapshotCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	c, ok := v.(*snapshotChunk)
+	c, ok := v.(*SnapshotChunk)
 	if !ok {
 		return fmt.Errorf("snapshot codec: cannot unmarshal into %T", v)
 	}
 	// One buffer (the usual case) is referenced, not copied.
-	buf := data.MaterializeToBuffer(etcdconn.BufferPool)
+	buf := data.MaterializeToBuffer(bufferPool)
 	blob, err := snapshotBlob(buf.ReadOnlyData())
 	if err != nil {
 		buf.Free()
 		return err
 	}
-	c.blob, c.buf = blob, buf
+	c.Blob, c.buf = blob, buf
 	return nil
 }
 
@@ -70,12 +91,15 @@ func (snapshotCodec) Unmarshal(data mem.BufferSlice, v any) error {
 // etcdserverpb.SnapshotResponse; the other fields (header, remaining
 // bytes, version) are skipped.
 func snapshotBlob(b []byte) ([]byte, error) {
-	blob, _, err := BytesField(b, 3)
+	blob, _, err := BytesField(b, snapshotBlobField)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot response: %w", err)
 	}
 	return blob, nil
 }
+
+// snapshotBlobField is SnapshotResponse's blob (etcdserverpb/rpc.proto).
+const snapshotBlobField protowire.Number = 3
 
 // BytesField returns the first occurrence of length-delimited field num of
 // a marshalled protobuf message, without decoding or reading the other

@@ -1,4 +1,4 @@
-package backup_test
+package etcdinternals_test
 
 import (
 	"bytes"
@@ -7,7 +7,7 @@ import (
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
-	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/etcdinternals"
 )
 
 func TestBytesField(t *testing.T) {
@@ -16,24 +16,24 @@ func TestBytesField(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if k, ok, err := backup.BytesField(kv, 1); err != nil || !ok || string(k) != "/registry/pods/a" {
+	if k, ok, err := etcdinternals.BytesField(kv, 1); err != nil || !ok || string(k) != "/registry/pods/a" {
 		t.Fatalf("key: %q %v %v", k, ok, err)
 	}
 	// The value's last bytes, and the lease after them, are not needed to
 	// find the key: a message cut inside the value still yields it.
-	if k, _, err := backup.BytesField(kv[:len(kv)-200], 1); err != nil || string(k) != "/registry/pods/a" {
+	if k, _, err := etcdinternals.BytesField(kv[:len(kv)-200], 1); err != nil || string(k) != "/registry/pods/a" {
 		t.Fatalf("key of a cut message: %q %v", k, err)
 	}
-	if _, _, err := backup.BytesField(kv[:len(kv)-200], 6); err == nil {
+	if _, _, err := etcdinternals.BytesField(kv[:len(kv)-200], 6); err == nil {
 		t.Fatal("a field past a cut was found")
 	}
-	if _, ok, err := backup.BytesField(kv, 8); ok || err != nil {
+	if _, ok, err := etcdinternals.BytesField(kv, 8); ok || err != nil {
 		t.Fatalf("absent field: %v %v", ok, err)
 	}
-	if _, ok, err := backup.BytesField(nil, 1); ok || err != nil {
+	if _, ok, err := etcdinternals.BytesField(nil, 1); ok || err != nil {
 		t.Fatalf("empty message: %v %v", ok, err)
 	}
-	if _, _, err := backup.BytesField([]byte{0x0a, 0x05, 'a'}, 1); err == nil {
+	if _, _, err := etcdinternals.BytesField([]byte{0x0a, 0x05, 'a'}, 1); err == nil {
 		t.Fatal("a length past the end was accepted")
 	}
 	resp, err := (&etcdserverpb.SnapshotResponse{Header: &etcdserverpb.ResponseHeader{Revision: 5}, RemainingBytes: 99,
@@ -41,7 +41,7 @@ func TestBytesField(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b, ok, err := backup.BytesField(resp, 3); err != nil || !ok || string(b) != "chunk" {
+	if b, ok, err := etcdinternals.BytesField(resp, 3); err != nil || !ok || string(b) != "chunk" {
 		t.Fatalf("blob: %q %v %v", b, ok, err)
 	}
 }

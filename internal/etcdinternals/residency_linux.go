@@ -1,4 +1,4 @@
-package restore
+package etcdinternals
 
 import (
 	"os"
@@ -7,15 +7,19 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// dropResident tells the kernel that the pages of db's memory map read so
+// DropResident tells the kernel that the pages of db's memory map read so
 // far are not needed any more (MADV_DONTNEED). The map is read-only and
 // shared with the file, so nothing is lost: a page read again is mapped
 // again from the page cache. Without this, every page a walk of the
 // database touches stays in the process's resident set until the
 // database is closed, and a walk of a 1 GiB database costs 1 GiB of RSS.
+// It does nothing when [Enabled] is false.
 //
 // The caller must hold a transaction, so that bbolt cannot remap.
-func dropResident(db *bolt.DB) {
+func DropResident(db *bolt.DB) {
+	if !Enabled() {
+		return
+	}
 	st, err := os.Stat(db.Path())
 	if err != nil || st.Size() == 0 {
 		return

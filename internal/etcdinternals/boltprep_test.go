@@ -1,4 +1,4 @@
-package restore
+package etcdinternals
 
 import (
 	"bytes"
@@ -208,7 +208,7 @@ func TestSyncFreelistAgreesWithBbolt(t *testing.T) {
 			copyFile(t, snap, rebuilt)
 			_, wantStats := checkBolt(t, rebuilt, true)
 
-			free, err := syncFreelist(snap)
+			free, err := SyncFreelist(snap)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -221,7 +221,7 @@ func TestSyncFreelistAgreesWithBbolt(t *testing.T) {
 			}
 			// A second pass finds the freelist and leaves the file alone.
 			before, _ := os.ReadFile(snap)
-			if free, err := syncFreelist(snap); err != nil || free != 0 {
+			if free, err := SyncFreelist(snap); err != nil || free != 0 {
 				t.Fatalf("second pass: %d, %v", free, err)
 			}
 			if after, _ := os.ReadFile(snap); !bytes.Equal(before, after) {
@@ -301,7 +301,7 @@ func TestSyncFreelistLargeCount(t *testing.T) {
 	snap := filepath.Join(dir, "snapshot.db")
 	writeSnapshotFile(t, db, snap)
 	db.Close()
-	free, err := syncFreelist(snap)
+	free, err := SyncFreelist(snap)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +345,7 @@ func TestSyncFreelistRefusesDamage(t *testing.T) {
 			if err := os.WriteFile(p, damage(bytes.Clone(orig)), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			if free, err := syncFreelist(p); err == nil {
+			if free, err := SyncFreelist(p); err == nil {
 				t.Fatalf("accepted (%d free pages)", free)
 			} else {
 				t.Log(err)
@@ -354,7 +354,7 @@ func TestSyncFreelistRefusesDamage(t *testing.T) {
 	}
 }
 
-// prepareSnapshot's bump, applied once to the staged file, must leave each
+// PrepareSnapshot's bump, applied once to the staged file, must leave each
 // member's database exactly as etcdutl's own --bump-revision
 // --mark-compacted does, on a snapshot of a real etcd.
 func TestPreparedRestoreMatchesEtcdutl(t *testing.T) {
@@ -410,9 +410,9 @@ func TestPreparedRestoreMatchesEtcdutl(t *testing.T) {
 	}
 	etcdutlCopy := filepath.Join(dir, "etcdutl.db")
 	copyFile(t, snap, etcdutlCopy)
-	want := restoreWith(etcdutlCopy, DefaultBumpRevision, filepath.Join(dir, "etcdutl"))
+	want := restoreWith(etcdutlCopy, testBump, filepath.Join(dir, "etcdutl"))
 
-	if err := prepareSnapshot(snap, DefaultBumpRevision, true, slog.New(slog.DiscardHandler)); err != nil {
+	if err := PrepareSnapshot(snap, testBump, true, slog.New(slog.DiscardHandler)); err != nil {
 		t.Fatal(err)
 	}
 	got := restoreWith(snap, 0, filepath.Join(dir, "prepared"))
@@ -421,3 +421,9 @@ func TestPreparedRestoreMatchesEtcdutl(t *testing.T) {
 		t.Fatal("etcdutl marked no compaction: the comparison proves nothing")
 	}
 }
+
+// testBump is restore.DefaultBumpRevision (which this package cannot
+// import).
+const testBump = 1_000_000_000
+
+func TestMain(m *testing.M) { testenv.Main(m) }

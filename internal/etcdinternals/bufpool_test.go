@@ -1,4 +1,4 @@
-package etcdconn
+package etcdinternals
 
 import "testing"
 
