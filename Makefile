@@ -31,7 +31,7 @@ cross:
 # Builds or downloads the real test servers once, into .cache/servers (etcd 3.4
 # is Debian's package unpacked there, never installed).
 test-servers:
-	scripts/test-servers.sh etcd34 etcd35 etcd36 minio kube-apiserver kubectl
+	scripts/test-servers.sh etcd34 etcd35 etcd36 minio kube-apiserver kubectl promtool
 
 vet:
 	$(GO) vet ./...

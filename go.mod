@@ -3,6 +3,7 @@ module github.com/armada/etcd-recovery
 go 1.26.0
 
 require (
+	filippo.io/age v1.3.2
 	github.com/IBM/ibm-cos-sdk-go v1.14.1
 	github.com/klauspost/compress v1.20.3
 	github.com/olekukonko/tablewriter v1.1.5
@@ -24,6 +25,7 @@ require (
 )
 
 require (
+	filippo.io/hpke v0.4.0 // indirect
 	github.com/IBM/go-sdk-core/v5 v5.21.4 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect

@@ -1,6 +1,11 @@
-// Package backup takes etcd backups into an object store, and owns the
-// formats other packages read: the object layout, the manifest, the v2
-// export and the retention policy.
+// Package backup takes one etcd backup into an object store, and nothing
+// else: Run chooses the member to snapshot (a healthy one, preferring a
+// follower), streams its snapshot compressed and hashed into the store,
+// optionally exports the v2 store (ExportV2), and writes the manifest last,
+// through internal/catalog, so the backup exists only once it is complete.
+// With Options.Prune it then applies the retention policy to the cluster
+// (catalog.Prune). The object layout, the manifest, listing, retention,
+// prune and delete live in internal/catalog.
 package backup
 
 import (
@@ -21,21 +26,24 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/ctxerr"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
 	"github.com/armada/etcd-recovery/internal/etcdinternals"
+	"github.com/armada/etcd-recovery/internal/probe"
+	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/version"
 )
 
 // Options configure one backup run of one cluster.
 type Options struct {
 	ClusterID   string
-	Kind        Kind
+	Kind        catalog.Kind
 	V2          V2Mode
-	Compression Compression
+	Compression catalog.Compression
 	Etcd        etcdconn.Config
-	Store       Store
-	Layout      Layout
+	Store       store.Store
+	Layout      catalog.Layout
 
 	// ProbeTimeout bounds each member probe. Default 5s.
 	ProbeTimeout time.Duration
@@ -44,12 +52,12 @@ type Options struct {
 	// Progress is called with the raw bytes streamed so far.
 	Progress func(int64)
 	// OnSource is called when a snapshot stream from a member starts.
-	OnSource func(MemberStatus)
+	OnSource func(probe.Member)
 	Log      *slog.Logger
 
 	// Prune, when set, applies this retention policy to the cluster once
 	// the backup is committed (never after a failed backup).
-	Prune *Policy
+	Prune *catalog.Policy
 
 	// Drill, when set, is called once the backup is committed and before
 	// Prune runs, with the committed manifest: the CLI wires a restore
@@ -61,7 +69,7 @@ type Options struct {
 	// drill never undoes the backup (it is committed); Run then returns
 	// the Result, with the record, and an *Error at StepDrill. Prune
 	// still runs after a failed drill (unless the run was cancelled).
-	Drill func(ctx context.Context, m *Manifest) (*DrillRecord, error)
+	Drill func(ctx context.Context, m *catalog.Manifest) (*catalog.DrillRecord, error)
 
 	// chunkHook, when set, sees (and may change) each snapshot chunk as it
 	// arrives, before it is hashed: tests inject a damaged stream with it
@@ -71,15 +79,15 @@ type Options struct {
 
 // Result is a committed backup.
 type Result struct {
-	Manifest *Manifest
+	Manifest *catalog.Manifest
 	Prefix   string // the backup's folder
 	Duration time.Duration
 	// Pruned is the prune that followed the backup (Options.Prune).
-	Pruned *PruneReport
+	Pruned *catalog.PruneReport
 	// Drill is the record of the drill that followed the backup
 	// (Options.Drill): nil when none ran or it could not run. DrillErr is
 	// the drill's error (nil when it passed).
-	Drill    *DrillRecord
+	Drill    *catalog.DrillRecord
 	DrillErr error
 }
 
@@ -115,20 +123,20 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.Err }
 
 func (o *Options) defaults() error {
-	if err := ValidateClusterID(o.ClusterID); err != nil {
+	if err := catalog.ValidateClusterID(o.ClusterID); err != nil {
 		return err
 	}
 	// Library callers (the fleet backup, tests) get the CLI's check: a
 	// prefix that writes keys the store cannot list back is refused.
-	p, err := ValidatePrefix(o.Layout.Prefix)
+	p, err := catalog.ValidatePrefix(o.Layout.Prefix)
 	if err != nil {
 		return err
 	}
 	o.Layout.Prefix = p
 	if o.Kind == "" {
-		o.Kind = KindManual
+		o.Kind = catalog.KindManual
 	}
-	if _, err := ParseKind(string(o.Kind)); err != nil {
+	if _, err := catalog.ParseKind(string(o.Kind)); err != nil {
 		return err
 	}
 	if o.V2 == "" {
@@ -138,9 +146,9 @@ func (o *Options) defaults() error {
 		return err
 	}
 	if o.Compression == "" {
-		o.Compression = CompressZstd
+		o.Compression = catalog.CompressZstd
 	}
-	if _, err := ParseCompression(string(o.Compression)); err != nil {
+	if _, err := catalog.ParseCompression(string(o.Compression)); err != nil {
 		return err
 	}
 	if o.Store == nil {
@@ -172,29 +180,23 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	log := opts.Log.With("cluster", opts.ClusterID)
 	start := opts.Now().UTC()
 
-	if c, ok := opts.Store.(Checker); ok {
+	if c, ok := opts.Store.(store.Checker); ok {
 		if err := c.Check(ctx); err != nil {
 			return fail(StepStore, err)
 		}
 	}
 
-	members, listErr := ListMembers(ctx, opts.Etcd, opts.ProbeTimeout)
+	members, listErr := probe.List(ctx, opts.Etcd, opts.ProbeTimeout)
 	if listErr != nil {
 		log.Warn("no endpoint returned the member list; probing the endpoints as given", "err", listErr)
 	}
-	members = ProbeMembers(ctx, opts.Etcd, members, opts.ProbeTimeout)
-	var urls []string
-	for _, m := range members {
-		if m.ClientURL != "" {
-			urls = append(urls, m.ClientURL)
-		}
-	}
-	quorum := HasQuorum(ctx, opts.Etcd, urls, opts.ProbeTimeout)
+	members = probe.Members(ctx, opts.Etcd, members, opts.ProbeTimeout)
+	quorum := probe.Quorum(members)
 	cands := SnapshotCandidates(members, quorum)
 	if len(cands) == 0 {
 		var errs []error
 		for _, m := range members {
-			errs = append(errs, fmt.Errorf("%s: %w", etcdconn.Host(m.ClientURL), m.Err))
+			errs = append(errs, fmt.Errorf("%s: %w", etcdconn.Host(m.ClientURL), m.Err()))
 		}
 		return fail(StepMembers, fmt.Errorf("no member answered: %w", errors.Join(errs...)))
 	}
@@ -206,14 +208,14 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	// one process or many, never share a folder. Every object is written
 	// with a conditional create where the store has one, so even a
 	// colliding name could not replace another backup's object.
-	name := NewBackupName(start, opts.Kind)
-	snapObj := SnapshotObjectZstd
-	if opts.Compression == CompressNone {
-		snapObj = SnapshotObjectRaw
+	name := catalog.NewBackupName(start, opts.Kind)
+	snapObj := catalog.SnapshotObjectZstd
+	if opts.Compression == catalog.CompressNone {
+		snapObj = catalog.SnapshotObjectRaw
 	}
 	snapKey := opts.Layout.Key(opts.ClusterID, name, snapObj)
-	m := &Manifest{
-		Format:      ManifestFormat,
+	m := &catalog.Manifest{
+		Format:      catalog.ManifestFormat,
 		ClusterID:   opts.ClusterID,
 		Name:        name,
 		Kind:        opts.Kind,
@@ -236,7 +238,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	// The folder's first object: from now on prune sees the folder (as
 	// incomplete, kept while young) and lists uploads under its exact
 	// keys, which finds an upload leaked by a run killed mid-stream.
-	startedKey := opts.Layout.Key(opts.ClusterID, name, StartedObject)
+	startedKey := opts.Layout.Key(opts.ClusterID, name, catalog.StartedObject)
 	marker := fmt.Sprintf("{\"startedAt\":%q,\"toolVersion\":%q}\n", start.Format(time.RFC3339Nano), version.Version)
 	if _, err := putObject(ctx, opts.Store, startedKey, strings.NewReader(marker)); err != nil {
 		return fail(StepStore, err)
@@ -247,7 +249,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	// mid-stream), try the next one. A store failure is not retried on
 	// another member: the store is the problem.
 	var (
-		src     MemberStatus
+		src     probe.Member
 		sres    streamResult
 		lastErr error
 	)
@@ -266,7 +268,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		lastErr = fmt.Errorf("member %s (%s): %w", cand.Name, etcdconn.Host(cand.ClientURL), err)
 		// A stalled or refusing store is the store's failure, whatever the
 		// stream saw meanwhile: another member would meet the same store.
-		if step != StepSnapshot || errors.Is(err, ErrStalled) || errors.Is(err, ErrExists) || ctx.Err() != nil || i == len(cands)-1 {
+		if step != StepSnapshot || errors.Is(err, store.ErrStalled) || errors.Is(err, store.ErrExists) || ctx.Err() != nil || i == len(cands)-1 {
 			cleanup()
 			return fail(step, lastErr)
 		}
@@ -277,8 +279,8 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		return fail(StepSnapshot, lastErr)
 	}
 	written = append(written, snapKey)
-	m.Source = Member{Name: src.Name, ID: src.IDHex(), Endpoint: src.ClientURL}
-	m.Snapshot = SnapshotInfo{
+	m.Source = catalog.Member{Name: src.Name, ID: src.IDHex(), Endpoint: src.ClientURL}
+	m.Snapshot = catalog.SnapshotInfo{
 		Object: snapObj, Compression: opts.Compression,
 		RawSize: sres.RawSize, RawSHA256: sres.RawSHA256,
 		StoredSize: sres.StoredSize, StoredSHA256: sres.StoredSHA256,
@@ -292,7 +294,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		return fail(StepSnapshot, err)
 	}
 	vctx, cancel := context.WithTimeout(ctx, opts.ProbeTimeout)
-	m.ServerVersion, m.ClusterVersion, err = Versions(vctx, hc, src.ClientURL)
+	m.ServerVersion, m.ClusterVersion, err = probe.Versions(vctx, hc, src.ClientURL)
 	cancel()
 	if err != nil {
 		log.Warn("could not read /version; taking the server version from status", "err", err)
@@ -329,14 +331,14 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	}
 
 	m.FinishedAt = opts.Now().UTC()
-	body, err := MarshalManifest(m)
+	body, err := catalog.MarshalManifest(m)
 	if err != nil {
 		cleanup()
 		return fail(StepManifest, err)
 	}
-	mkey := opts.Layout.Key(opts.ClusterID, name, ManifestObject)
+	mkey := opts.Layout.Key(opts.ClusterID, name, catalog.ManifestObject)
 	if _, err := putObject(ctx, opts.Store, mkey, bytes.NewReader(body)); err != nil {
-		if !errors.Is(err, ErrExists) {
+		if !errors.Is(err, store.ErrExists) {
 			cleanup()
 		}
 		return fail(StepManifest, err)
@@ -393,7 +395,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		return res, drillErr
 	}
 	// Only a committed backup is followed by deletions.
-	rep, err := Prune(ctx, PruneOptions{Store: opts.Store, Layout: opts.Layout, ClusterIDs: []string{opts.ClusterID},
+	rep, err := catalog.Prune(ctx, catalog.PruneOptions{Store: opts.Store, Layout: opts.Layout, ClusterIDs: []string{opts.ClusterID},
 		Policy: *opts.Prune, Now: opts.Now(), Log: opts.Log})
 	res.Pruned = rep
 	if err != nil {
@@ -409,7 +411,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 
 // snapshotMember streams one member's snapshot into key. The returned step
 // says whether the source or the store failed.
-func snapshotMember(ctx context.Context, opts Options, cand MemberStatus, key string) (res streamResult, revBefore, revAfter int64, step string, err error) {
+func snapshotMember(ctx context.Context, opts Options, cand probe.Member, key string) (res streamResult, revBefore, revAfter int64, step string, err error) {
 	cli, err := opts.Etcd.Client(ctx, cand.ClientURL)
 	if err != nil {
 		return res, 0, 0, StepSnapshot, err
@@ -458,7 +460,7 @@ func snapshotMember(ctx context.Context, opts Options, cand MemberStatus, key st
 	o := <-done
 	var srcErr *sourceError
 	switch {
-	case putErr != nil && (errors.Is(putErr, ErrStalled) || errors.Is(putErr, ErrExists)):
+	case putErr != nil && (errors.Is(putErr, store.ErrStalled) || errors.Is(putErr, store.ErrExists)):
 		// The store stalled (or refused the key): whatever the stream saw
 		// since is a consequence, not a member failure.
 		return res, 0, 0, StepUpload, putErr
@@ -488,7 +490,7 @@ func snapshotMember(ctx context.Context, opts Options, cand MemberStatus, key st
 
 // exportV2 exports the v2 keyspace and stores it. v2 data (legacy calico)
 // is small, so it is encoded in memory.
-func exportV2(ctx context.Context, opts Options, hc *http.Client, clientURL, name string) (*V2Info, error) {
+func exportV2(ctx context.Context, opts Options, hc *http.Client, clientURL, name string) (*catalog.V2Info, error) {
 	exp, err := ExportV2(ctx, hc, clientURL)
 	if err != nil {
 		return nil, err
@@ -498,9 +500,9 @@ func exportV2(ctx context.Context, opts Options, hc *http.Client, clientURL, nam
 		return nil, err
 	}
 	rawSum := sha256.Sum256(raw)
-	obj := V2ObjectZstd
-	if opts.Compression == CompressNone {
-		obj = V2ObjectRaw
+	obj := catalog.V2ObjectZstd
+	if opts.Compression == catalog.CompressNone {
+		obj = catalog.V2ObjectRaw
 	}
 	var buf bytes.Buffer
 	enc, err := encoder(&buf, opts.Compression)
@@ -515,7 +517,7 @@ func exportV2(ctx context.Context, opts Options, hc *http.Client, clientURL, nam
 	}
 	storedSum := sha256.Sum256(buf.Bytes())
 	keys, dirs := exp.Counts()
-	info := &V2Info{
+	info := &catalog.V2Info{
 		Object: obj, Compression: opts.Compression, Keys: keys, Dirs: dirs, EtcdIndex: exp.EtcdIndex,
 		SHA256: hex.EncodeToString(rawSum[:]), StoredSize: int64(buf.Len()), StoredSHA256: hex.EncodeToString(storedSum[:]),
 	}
@@ -527,8 +529,8 @@ func exportV2(ctx context.Context, opts Options, hc *http.Client, clientURL, nam
 
 // putObject writes key with the store's conditional create when it has one
 // (ConditionalStore), so that a backup never replaces an existing object.
-func putObject(ctx context.Context, st Store, key string, r io.Reader) (int64, error) {
-	if cs, ok := st.(ConditionalStore); ok {
+func putObject(ctx context.Context, st store.Store, key string, r io.Reader) (int64, error) {
+	if cs, ok := st.(store.Conditional); ok {
 		return cs.PutIfAbsent(ctx, key, r)
 	}
 	return st.Put(ctx, key, r)
@@ -543,7 +545,7 @@ var (
 
 // checkStored checks that every object the manifest names is stored with
 // the size recorded.
-func checkStored(ctx context.Context, opts Options, name string, m *Manifest) error {
+func checkStored(ctx context.Context, opts Options, name string, m *catalog.Manifest) error {
 	want := map[string]int64{opts.Layout.Key(opts.ClusterID, name, m.Snapshot.Object): m.Snapshot.StoredSize}
 	if m.V2 != nil {
 		want[opts.Layout.Key(opts.ClusterID, name, m.V2.Object)] = m.V2.StoredSize
@@ -569,7 +571,7 @@ func checkStored(ctx context.Context, opts Options, name string, m *Manifest) er
 }
 
 // readBack reads key and compares it with want.
-func readBack(ctx context.Context, st Store, key string, want []byte) error {
+func readBack(ctx context.Context, st store.Store, key string, want []byte) error {
 	rc, err := st.Get(ctx, key)
 	if err != nil {
 		return fmt.Errorf("reading the manifest back: %w", err)

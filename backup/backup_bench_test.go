@@ -19,6 +19,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
 )
@@ -237,7 +238,7 @@ func compareCompressors(tb testing.TB, file string) (tool, lib compressorRun) {
 	}
 	var cw countWriter
 	t0 := time.Now()
-	enc, err := backup.NewEncoder(&cw, backup.CompressZstd)
+	enc, err := backup.NewEncoder(&cw, catalog.CompressZstd)
 	if err != nil {
 		tb.Fatal(err)
 	}

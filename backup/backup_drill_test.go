@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/testenv"
 )
 
@@ -25,12 +26,12 @@ func TestRunDrillHook(t *testing.T) {
 	testenv.PutKeys(t, c.Client(t), "/registry/pods/", 50, 64)
 	r := newRig(t, c, nil)
 	ctx := context.Background()
-	policy := backup.DefaultPolicy()
+	policy := catalog.DefaultPolicy()
 	policy.Recent, policy.Anchors = 1, 0
 
-	record := func(m *backup.Manifest, passed bool) *backup.DrillRecord {
-		rec := &backup.DrillRecord{Format: backup.DrillFormat, ClusterID: m.ClusterID, Backup: m.Name, Passed: passed,
-			StartedAt: time.Now().UTC(), FinishedAt: time.Now().UTC(), Comparison: backup.DrillComparison{Mode: backup.CompareSelf}}
+	record := func(m *catalog.Manifest, passed bool) *catalog.DrillRecord {
+		rec := &catalog.DrillRecord{Format: catalog.DrillFormat, ClusterID: m.ClusterID, Backup: m.Name, Passed: passed,
+			StartedAt: time.Now().UTC(), FinishedAt: time.Now().UTC(), Comparison: catalog.DrillComparison{Mode: catalog.CompareSelf}}
 		if !passed {
 			rec.Failed = "key count: 49 restored, 50 in the snapshot"
 		}
@@ -61,7 +62,7 @@ func TestRunDrillHook(t *testing.T) {
 			opts := r.options(t, id)
 			opts.Prune = &policy
 			calls := 0
-			opts.Drill = func(ctx context.Context, m *backup.Manifest) (*backup.DrillRecord, error) {
+			opts.Drill = func(ctx context.Context, m *catalog.Manifest) (*catalog.DrillRecord, error) {
 				calls++
 				// Committed, and nothing pruned yet.
 				l := r.listed(t, id)
@@ -81,7 +82,7 @@ func TestRunDrillHook(t *testing.T) {
 					return nil, errors.New(`drill of cluster ` + id + ` failed at step "find etcd": no executable etcd-3.5`)
 				}
 				rec := record(m, tc.passed)
-				if err := backup.PutDrill(ctx, r.store, r.layout, rec); err != nil {
+				if err := catalog.PutDrill(ctx, r.store, r.layout, rec); err != nil {
 					t.Fatal(err)
 				}
 				if !tc.passed {

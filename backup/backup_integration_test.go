@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/probe"
+	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/store/cos"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
@@ -26,7 +29,7 @@ type rig struct {
 	cluster *testenv.EtcdCluster
 	minio   *testenv.MinIO
 	store   *cos.Store
-	layout  backup.Layout
+	layout  catalog.Layout
 }
 
 func newRig(tb testing.TB, c *testenv.EtcdCluster, m *testenv.MinIO, opts ...testfix.StoreOption) *rig {
@@ -34,12 +37,12 @@ func newRig(tb testing.TB, c *testenv.EtcdCluster, m *testenv.MinIO, opts ...tes
 	if m == nil {
 		m = testenv.SharedMinIO(tb)
 	}
-	return &rig{cluster: c, minio: m, store: testfix.Store(tb, m, m.NewBucket(tb), opts...), layout: backup.Layout{Prefix: testenv.Prefix(tb)}}
+	return &rig{cluster: c, minio: m, store: testfix.Store(tb, m, m.NewBucket(tb), opts...), layout: catalog.Layout{Prefix: testenv.Prefix(tb)}}
 }
 
 func (r *rig) options(tb testing.TB, id string) backup.Options {
 	return backup.Options{
-		ClusterID: id, Kind: backup.KindScheduled, Etcd: testfix.EtcdConfig(r.cluster),
+		ClusterID: id, Kind: catalog.KindScheduled, Etcd: testfix.EtcdConfig(r.cluster),
 		Store: r.store, Layout: r.layout, ProbeTimeout: 2 * time.Second, Log: testLogger(tb),
 	}
 }
@@ -56,9 +59,9 @@ func (w tbWriter) Write(p []byte) (int, error) {
 }
 
 // committed returns the committed backups of id, failing on a listing error.
-func (r *rig) listed(tb testing.TB, id string) []backup.Listed {
+func (r *rig) listed(tb testing.TB, id string) []catalog.Listed {
 	tb.Helper()
-	l, err := backup.ListBackups(context.Background(), r.store, r.layout, id)
+	l, err := catalog.ListBackups(context.Background(), r.store, r.layout, id)
 	if err != nil {
 		tb.Fatalf("list: %v", err)
 	}
@@ -117,7 +120,7 @@ func TestBackupTLSClusters(t *testing.T) {
 			if m.RevisionBefore < revWritten || m.RevisionAfter < m.RevisionBefore {
 				t.Errorf("revisions before %d after %d; the cluster was at %d", m.RevisionBefore, m.RevisionAfter, revWritten)
 			}
-			if m.Kind != backup.KindScheduled || m.Format != backup.ManifestFormat || m.ToolVersion == "" || m.FinishedAt.Before(m.StartedAt) {
+			if m.Kind != catalog.KindScheduled || m.Format != catalog.ManifestFormat || m.ToolVersion == "" || m.FinishedAt.Before(m.StartedAt) {
 				t.Errorf("manifest header: %+v", m)
 			}
 			st := testfix.CheckSnapshot(t, r.store, r.layout, m)
@@ -231,7 +234,7 @@ func TestBackupMemberKilledMidStream(t *testing.T) {
 		sources []string
 		killed  atomic.Bool
 	)
-	opts.OnSource = func(m backup.MemberStatus) {
+	opts.OnSource = func(m probe.Member) {
 		mu.Lock()
 		defer mu.Unlock()
 		if first == "" {
@@ -283,7 +286,7 @@ func TestBackupMinIOStoppedMidUpload(t *testing.T) {
 		}
 	})
 	opts := r.options(t, "minio-dies")
-	opts.Compression = backup.CompressNone // parts fill quickly
+	opts.Compression = catalog.CompressNone // parts fill quickly
 	killedCh := make(chan struct{})
 	var once sync.Once
 	opts.Progress = func(n int64) {
@@ -340,9 +343,9 @@ func TestBackupBadConfig(t *testing.T) {
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1, TLS: true})
 	mi := testenv.SharedMinIO(t)
 	bucket := mi.NewBucket(t)
-	layout := backup.Layout{Prefix: testenv.Prefix(t)}
-	base := func(st backup.Store) backup.Options {
-		return backup.Options{ClusterID: "badcfg", Kind: backup.KindScheduled, Etcd: testfix.EtcdConfig(c),
+	layout := catalog.Layout{Prefix: testenv.Prefix(t)}
+	base := func(st store.Store) backup.Options {
+		return backup.Options{ClusterID: "badcfg", Kind: catalog.KindScheduled, Etcd: testfix.EtcdConfig(c),
 			Store: st, Layout: layout, ProbeTimeout: 2 * time.Second, Log: testLogger(t)}
 	}
 	const wrongSecret = "not-the-secret-0123456789abcdef"
@@ -393,7 +396,7 @@ func TestBackupCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	opts := r.options(t, "cancelled")
-	opts.Compression = backup.CompressNone
+	opts.Compression = catalog.CompressNone
 	opts.Progress = func(n int64) {
 		if n > 12<<20 {
 			cancel()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdinternals"
 )
 
@@ -96,11 +97,11 @@ func (c *HashCounter) N() int64 { return c.n }
 func (c *HashCounter) Sum() string { return hex.EncodeToString(c.h.Sum(nil)) }
 
 // encoder returns a compressing writer around w (or w itself for none).
-func encoder(w io.Writer, c Compression) (io.WriteCloser, error) {
+func encoder(w io.Writer, c catalog.Compression) (io.WriteCloser, error) {
 	switch c {
-	case CompressNone:
+	case catalog.CompressNone:
 		return nopWriteCloser{w}, nil
-	case CompressZstd:
+	case catalog.CompressZstd:
 		// Fastest level and a 1 MiB window keep CPU and memory low: the
 		// snapshot stream, not compression, should set the pace. (Lower
 		// encoder memory makes zstd shift its history buffer on every
@@ -121,11 +122,11 @@ func encoder(w io.Writer, c Compression) (io.WriteCloser, error) {
 }
 
 // Decoder returns a decompressing reader around r.
-func Decoder(r io.Reader, c Compression) (io.ReadCloser, error) {
+func Decoder(r io.Reader, c catalog.Compression) (io.ReadCloser, error) {
 	switch c {
-	case CompressNone:
+	case catalog.CompressNone:
 		return io.NopCloser(r), nil
-	case CompressZstd:
+	case catalog.CompressZstd:
 		d, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(2), zstd.WithDecoderLowmem(true))
 		if err != nil {
 			return nil, err
@@ -202,7 +203,7 @@ func (e *sourceError) Unwrap() error { return e.err }
 // with the error, so the upload reading it fails and is aborted. A failure
 // of the source is returned as a *sourceError. On return, the receiver has
 // stopped or will stop at its next send (cancel its context).
-func compressStream(chunks <-chan chunk, raw *SnapshotHasher, dst *io.PipeWriter, c Compression) (streamResult, error) {
+func compressStream(chunks <-chan chunk, raw *SnapshotHasher, dst *io.PipeWriter, c catalog.Compression) (streamResult, error) {
 	var res streamResult
 	fail := func(err error) (streamResult, error) {
 		if errors.Is(err, io.ErrClosedPipe) {

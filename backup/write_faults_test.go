@@ -14,8 +14,11 @@ import (
 	"time"
 
 	"github.com/armada/etcd-recovery/backup"
-	"github.com/armada/etcd-recovery/backup/backuptest"
+	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/probe"
+	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/store/cos"
+	"github.com/armada/etcd-recovery/internal/store/faults"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
 )
@@ -117,7 +120,7 @@ func TestBackupConcurrentRunsDistinct(t *testing.T) {
 			t.Fatalf("two runs committed the same backup name %s: %v", n, names)
 		}
 		seen[n] = true
-		if ti, _, err := backup.ParseBackupName(n); err != nil || !ti.Equal(at) {
+		if ti, _, err := catalog.ParseBackupName(n); err != nil || !ti.Equal(at) {
 			t.Fatalf("name %s: %v %v", n, ti, err)
 		}
 	}
@@ -147,8 +150,8 @@ func TestHelperBackupProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := backup.Options{ClusterID: g("BACKUP_HELPER_ID"), Kind: backup.KindScheduled, Store: st,
-		Layout: backup.Layout{Prefix: g("BACKUP_HELPER_PREFIX")}, ProbeTimeout: 5 * time.Second,
+	opts := backup.Options{ClusterID: g("BACKUP_HELPER_ID"), Kind: catalog.KindScheduled, Store: st,
+		Layout: catalog.Layout{Prefix: g("BACKUP_HELPER_PREFIX")}, ProbeTimeout: 5 * time.Second,
 		Now: func() time.Time { return at }}
 	opts.Etcd.Endpoints = strings.Split(g("BACKUP_HELPER_ENDPOINTS"), ",")
 	opts.Etcd.CACert, opts.Etcd.Cert, opts.Etcd.Key = g("BACKUP_HELPER_CACERT"), g("BACKUP_HELPER_CERT"), g("BACKUP_HELPER_KEY")
@@ -186,12 +189,12 @@ func TestBackupStoreFrozen(t *testing.T) {
 			})
 			id := "frozen-" + when
 			opts := r.options(t, id)
-			opts.Compression = backup.CompressNone
+			opts.Compression = catalog.CompressNone
 			opts.V2 = backup.V2Off
 			var sources atomic.Int32
 			var froze sync.Once
 			freeze := func() { froze.Do(m.Freeze) }
-			opts.OnSource = func(backup.MemberStatus) {
+			opts.OnSource = func(probe.Member) {
 				sources.Add(1)
 				if when == "before" {
 					freeze()
@@ -206,15 +209,15 @@ func TestBackupStoreFrozen(t *testing.T) {
 			}
 			var snapKey atomic.Value
 			if when == "after" {
-				fs := backuptest.Wrap(r.store)
-				fs.Inject(backuptest.Fault{Op: backuptest.OpPut, KeySuffix: backup.SnapshotObjectRaw, Kind: backuptest.Hook,
+				fs := faults.Wrap(r.store)
+				fs.Inject(faults.Fault{Op: faults.OpPut, KeySuffix: catalog.SnapshotObjectRaw, Kind: faults.Hook,
 					Func: func(_ context.Context, key string) { snapKey.Store(key); freeze() }})
 				opts.Store = fs
 			}
 			start := time.Now()
 			_, err := backup.Run(context.Background(), opts)
 			d := time.Since(start)
-			if !errors.Is(err, backup.ErrStalled) {
+			if !errors.Is(err, store.ErrStalled) {
 				t.Fatalf("backup into a frozen store: %v (after %v): want object store stalled", err, d)
 			}
 			wantStep := backup.StepUpload
@@ -252,7 +255,7 @@ func TestBackupStoreFrozen(t *testing.T) {
 	}
 }
 
-// Exact store faults from backuptest, on a real MinIO.
+// Exact store faults (internal/store/faults), on a real MinIO.
 func TestBackupStoreFaults(t *testing.T) {
 	t.Parallel()
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 3, TLS: true})
@@ -262,16 +265,16 @@ func TestBackupStoreFaults(t *testing.T) {
 	t.Run("stall-mid-part", func(t *testing.T) {
 		t.Parallel()
 		r := newRig(t, c, nil)
-		fs := backuptest.Wrap(r.store)
-		fs.Inject(backuptest.Fault{Op: backuptest.OpPut, KeySuffix: backup.SnapshotObjectRaw, Kind: backuptest.Stall,
+		fs := faults.Wrap(r.store)
+		fs.Inject(faults.Fault{Op: faults.OpPut, KeySuffix: catalog.SnapshotObjectRaw, Kind: faults.Stall,
 			After: 2 << 20, Delay: time.Second, Times: 1})
 		opts := r.options(t, "stall-part")
-		opts.Store, opts.Compression = fs, backup.CompressNone
+		opts.Store, opts.Compression = fs, catalog.CompressNone
 		_, err := backup.Run(context.Background(), opts)
-		if !errors.Is(err, backup.ErrStalled) || !strings.Contains(err.Error(), `"upload snapshot"`) {
+		if !errors.Is(err, store.ErrStalled) || !strings.Contains(err.Error(), `"upload snapshot"`) {
 			t.Fatalf("want a stalled upload, got %v", err)
 		}
-		if n := fs.CountCalls(backuptest.OpPut, backup.SnapshotObjectRaw); n != 1 {
+		if n := fs.CountCalls(faults.OpPut, catalog.SnapshotObjectRaw); n != 1 {
 			t.Errorf("%d snapshot uploads: a stalled store must not be retried on another member", n)
 		}
 		r.assertNothingStored(t, "stall-part")
@@ -282,8 +285,8 @@ func TestBackupStoreFaults(t *testing.T) {
 	t.Run("object-vanishes", func(t *testing.T) {
 		t.Parallel()
 		r := newRig(t, c, nil)
-		fs := backuptest.Wrap(r.store)
-		fs.Inject(backuptest.Fault{Op: backuptest.OpPut, KeySuffix: backup.SnapshotObjectZstd, Kind: backuptest.Vanish})
+		fs := faults.Wrap(r.store)
+		fs.Inject(faults.Fault{Op: faults.OpPut, KeySuffix: catalog.SnapshotObjectZstd, Kind: faults.Vanish})
 		opts := r.options(t, "vanish")
 		opts.Store = fs
 		_, err := backup.Run(context.Background(), opts)
@@ -291,7 +294,7 @@ func TestBackupStoreFaults(t *testing.T) {
 		if !errors.As(err, &be) || be.Step != backup.StepObjects || !strings.Contains(err.Error(), "object vanished during backup") {
 			t.Fatalf("want an object-vanished error, got %v", err)
 		}
-		if n := fs.CountCalls(backuptest.OpPut, backup.ManifestObject); n != 0 {
+		if n := fs.CountCalls(faults.OpPut, catalog.ManifestObject); n != 0 {
 			t.Errorf("a manifest was written for a vanished snapshot")
 		}
 		r.assertNothingStored(t, "vanish")
@@ -303,10 +306,10 @@ func TestBackupStoreFaults(t *testing.T) {
 	t.Run("object-vanishes-during-commit", func(t *testing.T) {
 		t.Parallel()
 		r := newRig(t, c, nil)
-		fs := backuptest.Wrap(r.store)
-		fs.Inject(backuptest.Fault{Op: backuptest.OpPut, KeySuffix: backup.ManifestObject, Kind: backuptest.Hook,
+		fs := faults.Wrap(r.store)
+		fs.Inject(faults.Fault{Op: faults.OpPut, KeySuffix: catalog.ManifestObject, Kind: faults.Hook,
 			Func: func(ctx context.Context, key string) {
-				snap := strings.TrimSuffix(key, backup.ManifestObject) + backup.SnapshotObjectZstd
+				snap := strings.TrimSuffix(key, catalog.ManifestObject) + catalog.SnapshotObjectZstd
 				if err := r.store.Delete(ctx, []string{snap}); err != nil {
 					t.Error(err)
 				}
@@ -326,8 +329,8 @@ func TestBackupStoreFaults(t *testing.T) {
 	t.Run("5xx-on-manifest", func(t *testing.T) {
 		t.Parallel()
 		r := newRig(t, c, nil)
-		fs := backuptest.Wrap(r.store)
-		fs.Inject(backuptest.Fault{Op: backuptest.OpPut, KeySuffix: backup.ManifestObject, Kind: backuptest.ServerError})
+		fs := faults.Wrap(r.store)
+		fs.Inject(faults.Fault{Op: faults.OpPut, KeySuffix: catalog.ManifestObject, Kind: faults.ServerError})
 		opts := r.options(t, "manifest-5xx")
 		opts.Store = fs
 		_, err := backup.Run(context.Background(), opts)
@@ -343,8 +346,8 @@ func TestBackupStoreFaults(t *testing.T) {
 	t.Run("manifest-replaced", func(t *testing.T) {
 		t.Parallel()
 		r := newRig(t, c, nil)
-		fs := backuptest.Wrap(r.store)
-		fs.Inject(backuptest.Fault{Op: backuptest.OpPut, KeySuffix: backup.ManifestObject, Kind: backuptest.Hook,
+		fs := faults.Wrap(r.store)
+		fs.Inject(faults.Fault{Op: faults.OpPut, KeySuffix: catalog.ManifestObject, Kind: faults.Hook,
 			Func: func(ctx context.Context, key string) {
 				if _, err := r.store.Put(ctx, key, strings.NewReader(`{"format":1}`)); err != nil {
 					t.Error(err)
@@ -390,8 +393,8 @@ func TestBackupStoreFaults(t *testing.T) {
 	t.Run("reset-then-404", func(t *testing.T) {
 		t.Parallel()
 		r := newRig(t, c, nil)
-		fs := backuptest.Wrap(r.store)
-		fs.Inject(backuptest.Fault{Op: backuptest.OpPut, KeySuffix: backup.SnapshotObjectZstd, Kind: backuptest.Reset, After: 1 << 20, Times: 1})
+		fs := faults.Wrap(r.store)
+		fs.Inject(faults.Fault{Op: faults.OpPut, KeySuffix: catalog.SnapshotObjectZstd, Kind: faults.Reset, After: 1 << 20, Times: 1})
 		opts := r.options(t, "reset")
 		opts.Store = fs
 		_, err := backup.Run(context.Background(), opts)
@@ -401,7 +404,7 @@ func TestBackupStoreFaults(t *testing.T) {
 		r.assertNothingStored(t, "reset")
 
 		fs.Clear()
-		fs.Inject(backuptest.Fault{Op: backuptest.OpGet, KeySuffix: backup.ManifestObject, Kind: backuptest.NotFound})
+		fs.Inject(faults.Fault{Op: faults.OpGet, KeySuffix: catalog.ManifestObject, Kind: faults.NotFound})
 		_, err = backup.Run(context.Background(), opts)
 		var be *backup.Error
 		if !errors.As(err, &be) || be.Step != backup.StepManifest || !strings.Contains(err.Error(), "NoSuchKey") {

@@ -22,8 +22,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/kubetest"
 	"github.com/armada/etcd-recovery/internal/podrun"
+	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
 	"github.com/armada/etcd-recovery/kube"
@@ -94,7 +96,7 @@ func TestShippedPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := testfix.Store(t, m, bucket)
-	layout := backup.Layout{Prefix: prefix}
+	layout := catalog.Layout{Prefix: prefix}
 
 	// The clusters, each on its own loopback IP.
 	big := kubetest.AddEtcdCluster(t, admin, dyn, podsNS, bigCluster, testenv.EtcdOptions{IP: "127.0.12.10", Members: 1, QuotaBackendBytes: 4 << 30})
@@ -112,7 +114,7 @@ func TestShippedPods(t *testing.T) {
 	// the oldest may be today's anchor).
 	var seeded []string
 	for range 4 {
-		r, err := backup.Run(ctx, backup.Options{ClusterID: smallCluster, Kind: backup.KindScheduled, Etcd: testfix.EtcdConfig(small.Etcd), Store: st, Layout: layout})
+		r, err := backup.Run(ctx, backup.Options{ClusterID: smallCluster, Kind: catalog.KindScheduled, Etcd: testfix.EtcdConfig(small.Etcd), Store: st, Layout: layout})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -177,14 +179,14 @@ func TestShippedPods(t *testing.T) {
 		// Each cluster's new backup is proven: drill.json next to it,
 		// passed, and the restored keyspace equal to the source's.
 		for _, c := range []string{bigCluster, smallCluster, tinyCluster} {
-			man := newest(t, ctx, st, layout, c, backup.KindScheduled, start)
-			rec, err := backup.LoadDrill(ctx, st, layout, c, man.Name)
+			man := newest(t, ctx, st, layout, c, catalog.KindScheduled, start)
+			rec, err := catalog.LoadDrill(ctx, st, layout, c, man.Name)
 			if err != nil || rec == nil {
 				t.Errorf("%s: no drill record for %s: %v", c, man.Name, err)
 				continue
 			}
 			cmp := rec.Comparison
-			if !rec.Passed || cmp.Mode != backup.CompareSource || cmp.Equal == nil || !*cmp.Equal {
+			if !rec.Passed || cmp.Mode != catalog.CompareSource || cmp.Equal == nil || !*cmp.Equal {
 				t.Errorf("%s: drill of %s: passed %v (%s), comparison %+v", c, man.Name, rec.Passed, rec.Failed, cmp)
 			}
 			took := rec.FinishedAt.Sub(rec.StartedAt)
@@ -203,7 +205,7 @@ func TestShippedPods(t *testing.T) {
 			t.Errorf("no etcd-3.5 seen in the CronJob pod: the drills ran no etcd there (%s)", u)
 		}
 		for _, c := range []string{bigCluster, smallCluster, tinyCluster} {
-			man := newest(t, ctx, st, layout, c, backup.KindScheduled, start)
+			man := newest(t, ctx, st, layout, c, catalog.KindScheduled, start)
 			if c == bigCluster && man.Snapshot.RawSize < bigDBBytes {
 				t.Errorf("%s: the backup's database is %d bytes, want >= %d", c, man.Snapshot.RawSize, bigDBBytes)
 			}
@@ -212,7 +214,7 @@ func TestShippedPods(t *testing.T) {
 			}
 			t.Logf("%s: %s %s, database %s, stored %s", c, man.Kind, man.Name, gib(man.Snapshot.RawSize), gib(man.Snapshot.StoredSize))
 		}
-		list, err := backup.ListBackups(ctx, st, layout, smallCluster)
+		list, err := catalog.ListBackups(ctx, st, layout, smallCluster)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -246,7 +248,7 @@ func TestShippedPods(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkPod(t, "UpdateJob", spec, res, u)
-		man := newest(t, ctx, st, layout, bigCluster, backup.KindUpdate, start)
+		man := newest(t, ctx, st, layout, bigCluster, catalog.KindUpdate, start)
 		if man.Snapshot.RawSize < bigDBBytes {
 			t.Errorf("update backup of %d bytes", man.Snapshot.RawSize)
 		}
@@ -476,13 +478,13 @@ func allKV(t *testing.T, cli *clientv3.Client, prefix string) map[string]string 
 }
 
 // newest is the cluster's newest committed backup of kind, started after since.
-func newest(t *testing.T, ctx context.Context, st backup.Store, layout backup.Layout, cluster string, kind backup.Kind, since time.Time) *backup.Manifest {
+func newest(t *testing.T, ctx context.Context, st store.Store, layout catalog.Layout, cluster string, kind catalog.Kind, since time.Time) *catalog.Manifest {
 	t.Helper()
-	list, err := backup.ListBackups(ctx, st, layout, cluster)
+	list, err := catalog.ListBackups(ctx, st, layout, cluster)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var best *backup.Manifest
+	var best *catalog.Manifest
 	for _, l := range list {
 		if l.Manifest != nil && l.Manifest.Kind == kind && l.Manifest.StartedAt.After(since) && (best == nil || l.Manifest.StartedAt.After(best.StartedAt)) {
 			best = l.Manifest

@@ -5,7 +5,16 @@
 // checks the freshness of the newest backup, and names the one next step
 // with its runbook.
 //
-// Run does the network part; Verdict, the judgement, is pure.
+// Members are probed with internal/probe, the tool's one prober, whose
+// package doc defines a healthy member; backup's member choice and
+// restore's verification use the same prober, and restore verify judges a
+// rebuilt cluster with this package's Probe and Verdict.
+//
+// Run does the network part: Probe (member list and probes, all
+// concurrent) and the backup freshness check. Verdict, the judgement, is
+// pure; it composes one function per check: quorum, lag, leader and split
+// brain, alarms, members down, DB quota, unlisted endpoints, backup
+// freshness and restore drills, then the next step.
 package inspect
 
 import (
@@ -14,11 +23,12 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
+	"github.com/armada/etcd-recovery/internal/probe"
+	"github.com/armada/etcd-recovery/internal/store"
 )
 
 // Options configure one inspection.
@@ -31,8 +41,8 @@ type Options struct {
 	Thresholds Thresholds
 
 	// Backup freshness is checked when Store is set.
-	Store     backup.Store
-	Layout    backup.Layout
+	Store     store.Store
+	Layout    catalog.Layout
 	ClusterID string
 	// Location names the store in messages (e.g. the bucket).
 	Location string
@@ -67,7 +77,7 @@ func (o Options) Validate() error {
 		if o.ClusterID == "" {
 			return errors.New("a cluster id is needed to check its backups")
 		}
-		if err := backup.ValidateClusterID(o.ClusterID); err != nil {
+		if err := catalog.ValidateClusterID(o.ClusterID); err != nil {
 			return err
 		}
 	}
@@ -136,33 +146,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		go func() { bch <- checkBackup(rctx, opts) }()
 	}
 
-	// Probe the endpoints as given at once, and ask them for the member
-	// list meanwhile; members missing from --endpoints are probed as soon
-	// as the list arrives.
-	pr := &prober{ctx: rctx, cfg: opts.Etcd, timeout: opts.Timeout, probes: map[string]*probe{}}
-	var endpoints []string
-	for _, ep := range opts.Etcd.Endpoints {
-		u := normURL(opts.Etcd, ep)
-		if !contains(endpoints, u) {
-			endpoints = append(endpoints, u)
-		}
-		pr.start(u)
-	}
-	rep.Endpoints = endpoints
-	listed, listErr := listMembers(rctx, opts)
-	if listErr == nil {
-		for _, m := range listed {
-			if m.ClientURL != "" {
-				pr.start(normURL(opts.Etcd, m.ClientURL))
-			}
-		}
-		rep.MemberList = "from the cluster"
-	} else {
-		rep.MemberList = "unavailable; checked the --endpoints as given"
-		// Each endpoint's own error is in its row.
-		rep.Warnings = append(rep.Warnings, "no endpoint returned the member list: members missing from --endpoints are not checked")
-	}
-	probes := pr.wait()
+	pc := probeCluster(rctx, opts.Etcd, opts.Timeout)
+	rep.Endpoints, rep.MemberList = pc.Endpoints, pc.MemberList
+	rep.Warnings = append(rep.Warnings, pc.Warnings...)
 	if opts.Store != nil {
 		select {
 		case bs = <-bch:
@@ -175,23 +161,82 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		return nil, err
 	}
 
-	members, warnings := merge(opts.Etcd, listed, listErr == nil, endpoints, probes)
-	rep.Warnings = append(rep.Warnings, warnings...)
-	rep.Assessment = Verdict(members, bs, opts.Thresholds)
+	rep.Assessment = Verdict(pc.Members, bs, opts.Thresholds)
 	rep.ElapsedMS = time.Since(start).Milliseconds()
 	return rep, nil
 }
 
+// Probed is what the probes of a cluster saw: one row per member, ready
+// for Verdict.
+type Probed struct {
+	Members []MemberHealth
+	// Endpoints are the endpoints as probed (normalised URLs).
+	Endpoints []string
+	// MemberList says where the member list came from; ListErr is why no
+	// endpoint returned it (Members are then the endpoints as given).
+	MemberList string
+	ListErr    error
+	Warnings   []string
+}
+
+// Probe is the network half of Run without the backup check: it reads the
+// member list and probes every member and endpoint concurrently with
+// probe.Endpoint, all bounded by 2 × timeout (default DefaultTimeout),
+// and builds the rows Verdict judges. restore's verification of a rebuilt
+// cluster calls it and Verdict, so both judge a cluster the same way.
+func Probe(ctx context.Context, cfg etcdconn.Config, timeout time.Duration) *Probed {
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*timeout)
+	defer cancel()
+	return probeCluster(ctx, cfg, timeout)
+}
+
+// probeCluster probes the endpoints as given at once, and asks them for
+// the member list meanwhile; members missing from the endpoints are probed
+// as soon as the list arrives. ctx bounds it all.
+func probeCluster(ctx context.Context, cfg etcdconn.Config, timeout time.Duration) *Probed {
+	pc := &Probed{}
+	pr := &prober{ctx: ctx, cfg: cfg, timeout: timeout, probes: map[string]*probe.Member{}}
+	for _, ep := range cfg.Endpoints {
+		u := normURL(cfg, ep)
+		if !contains(pc.Endpoints, u) {
+			pc.Endpoints = append(pc.Endpoints, u)
+		}
+		pr.start(u)
+	}
+	listed, listErr := listMembers(ctx, cfg, timeout)
+	if listErr == nil {
+		for _, m := range listed {
+			if m.ClientURL != "" {
+				pr.start(normURL(cfg, m.ClientURL))
+			}
+		}
+		pc.MemberList = "from the cluster"
+	} else {
+		pc.MemberList = "unavailable; checked the --endpoints as given"
+		pc.ListErr = listErr
+		// Each endpoint's own error is in its row.
+		pc.Warnings = append(pc.Warnings, "no endpoint returned the member list: members missing from --endpoints are not checked")
+	}
+	probes := pr.wait()
+	var warnings []string
+	pc.Members, warnings = merge(cfg, listed, listErr == nil, pc.Endpoints, probes)
+	pc.Warnings = append(pc.Warnings, warnings...)
+	return pc
+}
+
 // listMembers asks the endpoints for the member list (serializably: a
 // member without quorum answers too), bounded by ctx.
-func listMembers(ctx context.Context, opts Options) ([]backup.MemberStatus, error) {
+func listMembers(ctx context.Context, cfg etcdconn.Config, timeout time.Duration) ([]probe.Member, error) {
 	type answer struct {
-		ms  []backup.MemberStatus
+		ms  []probe.Member
 		err error
 	}
 	ch := make(chan answer, 1)
 	go func() {
-		ms, err := backup.ListMembers(ctx, opts.Etcd, opts.Timeout)
+		ms, err := probe.List(ctx, cfg, timeout)
 		ch <- answer{ms, err}
 	}()
 	select {
@@ -202,55 +247,25 @@ func listMembers(ctx context.Context, opts Options) ([]backup.MemberStatus, erro
 	}
 }
 
-// prober runs probes concurrently, one per URL.
-type prober struct {
-	ctx     context.Context
-	cfg     etcdconn.Config
-	timeout time.Duration
-	mu      sync.Mutex
-	wg      sync.WaitGroup
-	probes  map[string]*probe
-}
-
-func (p *prober) start(u string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if _, ok := p.probes[u]; ok {
-		return
-	}
-	p.probes[u] = nil
-	p.wg.Go(func() {
-		res := probeEndpoint(p.ctx, p.cfg, u, p.timeout)
-		p.mu.Lock()
-		p.probes[u] = res
-		p.mu.Unlock()
-	})
-}
-
-func (p *prober) wait() map[string]*probe {
-	p.wg.Wait()
-	return p.probes
-}
-
 // merge builds the member rows: one per listed member (probed at its
 // client URL, or at an endpoint that answered with its id), plus endpoints
 // that answer as members not in the list. Without a list, one row per
 // endpoint.
-func merge(cfg etcdconn.Config, listed []backup.MemberStatus, haveList bool, endpoints []string, probes map[string]*probe) ([]MemberHealth, []string) {
+func merge(cfg etcdconn.Config, listed []probe.Member, haveList bool, endpoints []string, probes map[string]*probe.Member) ([]MemberHealth, []string) {
 	var warnings []string
-	byMemberID := map[uint64]*probe{}
+	byMemberID := map[uint64]*probe.Member{}
 	for _, u := range endpoints {
-		if p := probes[u]; p != nil && p.answered() && p.memberID != 0 && byMemberID[p.memberID] == nil {
-			byMemberID[p.memberID] = p
+		if p := probes[u]; answered(p) && p.HeaderMemberID != 0 && byMemberID[p.HeaderMemberID] == nil {
+			byMemberID[p.HeaderMemberID] = p
 		}
 	}
-	used := map[*probe]bool{}
+	used := map[*probe.Member]bool{}
 	var out []MemberHealth
 	if haveList {
 		listedIDs := map[uint64]bool{}
 		for _, lm := range listed {
 			listedIDs[lm.ID] = true
-			m := MemberHealth{Name: lm.Name, ID: hexID(lm.ID), ClientURL: lm.ClientURL, Learner: lm.IsLearner}
+			m := MemberHealth{Name: lm.Name, ID: probe.HexID(lm.ID), ClientURL: lm.ClientURL, Learner: lm.IsLearner}
 			if lm.ClientURL == "" {
 				m.Health = HealthDown
 				m.Error = "member has no client URL: added to the cluster but never started"
@@ -258,12 +273,11 @@ func merge(cfg etcdconn.Config, listed []backup.MemberStatus, haveList bool, end
 				continue
 			}
 			p := probes[normURL(cfg, lm.ClientURL)]
-			if alt := byMemberID[lm.ID]; (p == nil || !p.answered()) && alt != nil {
+			if alt := byMemberID[lm.ID]; !answered(p) && alt != nil {
 				p = alt // reached under another name in --endpoints
 			}
 			used[p] = true
-			p.fill(&m)
-			out = append(out, m)
+			out = append(out, row(p, m))
 		}
 		for _, u := range endpoints {
 			p := probes[u]
@@ -271,32 +285,28 @@ func merge(cfg etcdconn.Config, listed []backup.MemberStatus, haveList bool, end
 				continue
 			}
 			switch {
-			case p.answered() && listedIDs[p.memberID]:
+			case p.Answered() && listedIDs[p.HeaderMemberID]:
 				// the same member under another address: already shown
-			case p.answered():
-				m := MemberHealth{ClientURL: u, Unlisted: true}
-				p.fill(&m)
-				out = append(out, m)
+			case p.Answered():
+				out = append(out, row(p, MemberHealth{ClientURL: u, Unlisted: true}))
 			default:
-				warnings = append(warnings, fmt.Sprintf("endpoint %s did not answer and is no member's client URL: %s", u, p.errorText()))
+				warnings = append(warnings, fmt.Sprintf("endpoint %s did not answer and is no member's client URL: %s", u, p.ErrorText()))
 			}
 		}
 	} else {
 		for _, u := range endpoints {
-			m := MemberHealth{ClientURL: u}
-			probes[u].fill(&m)
-			out = append(out, m)
+			out = append(out, row(probes[u], MemberHealth{ClientURL: u}))
 		}
 	}
 
 	// Alarms are cluster-wide: any member that answers lists all of them.
-	alarmSet := map[alarmKey]bool{}
-	var alarms []alarmKey
+	alarmSet := map[probe.Alarm]bool{}
+	var alarms []probe.Alarm
 	for _, p := range probes {
 		if p == nil {
 			continue
 		}
-		for _, a := range p.alarmsOf() {
+		for _, a := range p.Alarms() {
 			if !alarmSet[a] {
 				alarmSet[a] = true
 				alarms = append(alarms, a)
@@ -304,26 +314,26 @@ func merge(cfg etcdconn.Config, listed []backup.MemberStatus, haveList bool, end
 		}
 	}
 	sort.Slice(alarms, func(i, j int) bool {
-		if alarms[i].member != alarms[j].member {
-			return alarms[i].member < alarms[j].member
+		if alarms[i].Member != alarms[j].Member {
+			return alarms[i].Member < alarms[j].Member
 		}
-		return alarms[i].alarm < alarms[j].alarm
+		return alarms[i].Alarm < alarms[j].Alarm
 	})
 	for _, a := range alarms {
 		found := false
 		for i := range out {
-			if out[i].ID == hexID(a.member) {
-				out[i].Alarms = append(out[i].Alarms, a.alarm)
+			if out[i].ID == probe.HexID(a.Member) {
+				out[i].Alarms = append(out[i].Alarms, a.Alarm)
 				found = true
 			}
 		}
 		if !found {
 			// Raised by a member no longer listed: it still blocks the
 			// cluster, so show it on every member that answers.
-			warnings = append(warnings, fmt.Sprintf("alarm %s was raised by member %s, which is not in the member list", a.alarm, hexID(a.member)))
+			warnings = append(warnings, fmt.Sprintf("alarm %s was raised by member %s, which is not in the member list", a.Alarm, probe.HexID(a.Member)))
 			for i := range out {
-				if out[i].Alive() && !contains(out[i].Alarms, a.alarm) {
-					out[i].Alarms = append(out[i].Alarms, a.alarm)
+				if out[i].Alive() && !contains(out[i].Alarms, a.Alarm) {
+					out[i].Alarms = append(out[i].Alarms, a.Alarm)
 				}
 			}
 		}
@@ -353,7 +363,7 @@ func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", ";
 // failure is reported in the status, never returned.
 func checkBackup(ctx context.Context, opts Options) *BackupStatus {
 	bs := &BackupStatus{ClusterID: opts.ClusterID, Location: opts.Location, MaxAge: opts.MaxBackupAge}
-	entries, err := backup.Inventory(ctx, opts.Store, opts.Layout, opts.ClusterID)
+	entries, err := catalog.Inventory(ctx, opts.Store, opts.Layout, opts.ClusterID)
 	if err != nil {
 		bs.Error = oneLine(err)
 		return bs
@@ -365,7 +375,7 @@ newest:
 		if !entries[i].Committed {
 			continue
 		}
-		ms, _, err := backup.CheckEntries(ctx, opts.Store, opts.Layout, entries[i:i+1], 1)
+		ms, _, err := catalog.CheckEntries(ctx, opts.Store, opts.Layout, entries[i:i+1], 1)
 		checked[i] = true
 		e := entries[i]
 		switch {
@@ -391,12 +401,12 @@ newest:
 // checkDrills reads the drill records of the committed backups (drill.json,
 // next to the manifest; the listing says which have one) and finds the
 // newest drill of any backup, by when it finished, and the newest backup
-// that checks out whose drill passed (backup.DrillSummary.Proven): the
+// that checks out whose drill passed (catalog.DrillSummary.Proven): the
 // newest proven restore point. checked says which entries CheckEntries
 // has already judged. A store failure is reported in the status.
-func checkDrills(ctx context.Context, opts Options, entries []backup.Entry, checked []bool) *DrillStatus {
+func checkDrills(ctx context.Context, opts Options, entries []catalog.Entry, checked []bool) *DrillStatus {
 	ds := &DrillStatus{MaxAge: opts.MaxDrillAge}
-	if err := backup.LoadDrills(ctx, opts.Store, opts.Layout, entries, 0); err != nil {
+	if err := catalog.LoadDrills(ctx, opts.Store, opts.Layout, entries, 0); err != nil {
 		ds.Error = oneLine(err)
 		return ds
 	}
@@ -426,7 +436,7 @@ func checkDrills(ctx context.Context, opts Options, entries []backup.Entry, chec
 			continue
 		}
 		if !checked[i] {
-			if _, _, err := backup.CheckEntries(ctx, opts.Store, opts.Layout, entries[i:i+1], 1); err != nil {
+			if _, _, err := catalog.CheckEntries(ctx, opts.Store, opts.Layout, entries[i:i+1], 1); err != nil {
 				ds.Error = oneLine(err)
 				return ds
 			}

@@ -10,18 +10,20 @@ import (
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/inspect"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
 )
 
 // putDrill records a drill of a committed backup, as restore.Drill would.
-func putDrill(t *testing.T, st backup.Store, layout backup.Layout, id, name string, at time.Time, passed bool, failed string) {
+func putDrill(t *testing.T, st store.Store, layout catalog.Layout, id, name string, at time.Time, passed bool, failed string) {
 	t.Helper()
-	r := &backup.DrillRecord{ClusterID: id, Backup: name, Passed: passed, Failed: failed,
+	r := &catalog.DrillRecord{ClusterID: id, Backup: name, Passed: passed, Failed: failed,
 		StartedAt: at.Add(-20 * time.Second).UTC(), FinishedAt: at.UTC(), SourceVersion: "3.5.35", EtcdVersion: "3.5.35", ToolVersion: "test",
-		Comparison: backup.DrillComparison{Mode: backup.CompareSource}}
-	if err := backup.PutDrill(context.Background(), st, layout, r); err != nil {
+		Comparison: catalog.DrillComparison{Mode: catalog.CompareSource}}
+	if err := catalog.PutDrill(context.Background(), st, layout, r); err != nil {
 		t.Fatalf("record drill of %s/%s: %v", id, name, err)
 	}
 }
@@ -50,7 +52,7 @@ func TestInspectDrill(t *testing.T) {
 	m := testenv.SharedMinIO(t)
 	bucket := m.NewBucket(t)
 	st := testfix.Store(t, m, bucket)
-	layout := backup.Layout{Prefix: testenv.Prefix(t)}
+	layout := catalog.Layout{Prefix: testenv.Prefix(t)}
 	const id = "drill-check"
 	o := options(c, 2*time.Second)
 	o.Store, o.Layout, o.ClusterID, o.Location = st, layout, id, bucket
@@ -68,7 +70,7 @@ func TestInspectDrill(t *testing.T) {
 		return rep.Backup.Drill
 	}
 
-	res, err := backup.Run(context.Background(), backup.Options{ClusterID: id, Kind: backup.KindScheduled,
+	res, err := backup.Run(context.Background(), backup.Options{ClusterID: id, Kind: catalog.KindScheduled,
 		Etcd: testfix.EtcdConfig(c), Store: st, Layout: layout, ProbeTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +98,7 @@ func TestInspectDrill(t *testing.T) {
 		rep, _ := run(t, o)
 		healthy(t, rep)
 		d := drillOf(t, rep)
-		if d.State != inspect.DrillOK || d.Proven == nil || d.Proven.Name != newest || d.Proven.Mode != backup.CompareSource ||
+		if d.State != inspect.DrillOK || d.Proven == nil || d.Proven.Name != newest || d.Proven.Mode != catalog.CompareSource ||
 			d.Proven.DrilledAt.Sub(drilledAt).Abs() > time.Millisecond {
 			t.Errorf("drill %+v proven %+v", d, d.Proven)
 		}
@@ -123,7 +125,7 @@ func TestInspectDrill(t *testing.T) {
 		healthy(t, rep)
 		d := drillOf(t, rep)
 		if d.State != inspect.DrillFailed || d.Proven == nil || d.Proven.Name != older || d.Last == nil ||
-			d.Last.Backup != newest || d.Last.Result != inspect.DrillFailedResult || d.Last.Failed != check || d.Last.Mode != backup.CompareSource {
+			d.Last.Backup != newest || d.Last.Result != inspect.DrillFailedResult || d.Last.Failed != check || d.Last.Mode != catalog.CompareSource {
 			t.Fatalf("drill %+v proven %+v last %+v", d, d.Proven, d.Last)
 		}
 		if d.Age < 30*time.Hour || d.Age > 31*time.Hour || !strings.HasPrefix(d.AgeText, "30h") || d.AgeSeconds < 30*3600 {
@@ -179,7 +181,7 @@ func TestInspectDrill(t *testing.T) {
 	})
 	t.Run("proven backup damaged", func(t *testing.T) {
 		// A drill proves nothing about a backup that no longer checks out.
-		if err := st.Delete(context.Background(), []string{layout.Key(id, older, backup.SnapshotObjectRaw)}); err != nil {
+		if err := st.Delete(context.Background(), []string{layout.Key(id, older, catalog.SnapshotObjectRaw)}); err != nil {
 			t.Fatal(err)
 		}
 		rep, _ := run(t, o)

@@ -10,10 +10,12 @@ import (
 	"time"
 
 	"github.com/armada/etcd-recovery/backup"
-	"github.com/armada/etcd-recovery/backup/backuptest"
 	"github.com/armada/etcd-recovery/inspect"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/store/cos"
+	"github.com/armada/etcd-recovery/internal/store/faults"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
 )
@@ -297,27 +299,27 @@ func TestInspectNoSpace(t *testing.T) {
 }
 
 // writeBackup commits a backup folder directly, as a backup taken at t.
-func writeBackup(t *testing.T, st backup.Store, layout backup.Layout, id string, at time.Time, rev int64) string {
+func writeBackup(t *testing.T, st store.Store, layout catalog.Layout, id string, at time.Time, rev int64) string {
 	t.Helper()
-	name := backup.BackupName(at, backup.KindScheduled)
+	name := catalog.BackupName(at, catalog.KindScheduled)
 	snap := []byte("not really a snapshot")
 	ctx := context.Background()
-	if _, err := st.Put(ctx, layout.Key(id, name, backup.SnapshotObjectRaw), bytes.NewReader(snap)); err != nil {
+	if _, err := st.Put(ctx, layout.Key(id, name, catalog.SnapshotObjectRaw), bytes.NewReader(snap)); err != nil {
 		t.Fatal(err)
 	}
-	body, err := backup.MarshalManifest(&backup.Manifest{
-		Format: backup.ManifestFormat, ClusterID: id, Name: name, Kind: backup.KindScheduled,
+	body, err := catalog.MarshalManifest(&catalog.Manifest{
+		Format: catalog.ManifestFormat, ClusterID: id, Name: name, Kind: catalog.KindScheduled,
 		StartedAt: at.UTC(), FinishedAt: at.UTC().Add(time.Second),
-		Source:         backup.Member{Name: "m0", ID: "1", Endpoint: "https://127.0.0.1:2379"},
+		Source:         catalog.Member{Name: "m0", ID: "1", Endpoint: "https://127.0.0.1:2379"},
 		RevisionBefore: rev, RevisionAfter: rev,
-		Snapshot: backup.SnapshotInfo{Object: backup.SnapshotObjectRaw, Compression: backup.CompressNone,
+		Snapshot: catalog.SnapshotInfo{Object: catalog.SnapshotObjectRaw, Compression: catalog.CompressNone,
 			RawSize: int64(len(snap)), RawSHA256: testfix.SHA256(snap), StoredSize: int64(len(snap)), StoredSHA256: testfix.SHA256(snap)},
 		ToolVersion: "test",
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Put(ctx, layout.Key(id, name, backup.ManifestObject), bytes.NewReader(body)); err != nil {
+	if _, err := st.Put(ctx, layout.Key(id, name, catalog.ManifestObject), bytes.NewReader(body)); err != nil {
 		t.Fatal(err)
 	}
 	return name
@@ -348,14 +350,14 @@ func TestInspectBackupFreshness(t *testing.T) {
 	m := testenv.SharedMinIO(t)
 	bucket := m.NewBucket(t)
 	st := testfix.Store(t, m, bucket)
-	layout := backup.Layout{Prefix: testenv.Prefix(t)}
+	layout := catalog.Layout{Prefix: testenv.Prefix(t)}
 	const id = "fresh-check"
 	o := options(c, 2*time.Second)
 	o.Store, o.Layout, o.ClusterID, o.Location = st, layout, id, bucket
 
 	t.Run("missing", func(t *testing.T) {
 		// An incomplete folder (no manifest) is not a backup.
-		if _, err := st.Put(context.Background(), layout.Key(id, backup.BackupName(time.Now(), backup.KindScheduled), backup.SnapshotObjectRaw),
+		if _, err := st.Put(context.Background(), layout.Key(id, catalog.BackupName(time.Now(), catalog.KindScheduled), catalog.SnapshotObjectRaw),
 			strings.NewReader("partial")); err != nil {
 			t.Fatal(err)
 		}
@@ -388,7 +390,7 @@ func TestInspectBackupFreshness(t *testing.T) {
 		}
 	})
 	t.Run("fresh", func(t *testing.T) {
-		res, err := backup.Run(context.Background(), backup.Options{ClusterID: id, Kind: backup.KindScheduled,
+		res, err := backup.Run(context.Background(), backup.Options{ClusterID: id, Kind: catalog.KindScheduled,
 			Etcd: testfix.EtcdConfig(c), Store: st, Layout: layout, ProbeTimeout: 2 * time.Second})
 		if err != nil {
 			t.Fatal(err)
@@ -409,7 +411,7 @@ func TestInspectBackupFreshness(t *testing.T) {
 		// freshness is the newest backup that would restore's.
 		good := rep0(t, o).Backup.Newest.Name
 		broken := writeBackup(t, st, layout, id, time.Now(), 99)
-		if err := st.Delete(context.Background(), []string{layout.Key(id, broken, backup.SnapshotObjectRaw)}); err != nil {
+		if err := st.Delete(context.Background(), []string{layout.Key(id, broken, catalog.SnapshotObjectRaw)}); err != nil {
 			t.Fatal(err)
 		}
 		rep, _ := run(t, o)
@@ -446,7 +448,7 @@ func TestInspectFrozenStore(t *testing.T) {
 	m.Freeze()
 	t.Cleanup(m.Thaw)
 	o := options(c, time.Second)
-	o.Store, o.Layout, o.ClusterID = st, backup.Layout{}, "frozen-store"
+	o.Store, o.Layout, o.ClusterID = st, catalog.Layout{}, "frozen-store"
 	rep, took := run(t, o)
 	if took > 5*time.Second/2 {
 		t.Errorf("took %v with a frozen store and --timeout 1s", took)
@@ -478,14 +480,14 @@ func TestInspectStoreIgnoringContext(t *testing.T) {
 	t.Parallel()
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1, TLS: true})
 	m := testenv.SharedMinIO(t)
-	fs := backuptest.Wrap(testfix.Store(t, m, m.NewBucket(t)))
+	fs := faults.Wrap(testfix.Store(t, m, m.NewBucket(t)))
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
-	fs.Inject(backuptest.Fault{Op: backuptest.OpList, Kind: backuptest.Hook,
+	fs.Inject(faults.Fault{Op: faults.OpList, Kind: faults.Hook,
 		Func: func(context.Context, string) { <-release }}) // blocks, whatever the context says
 	const timeout = time.Second
 	o := options(c, timeout)
-	o.Store, o.Layout, o.ClusterID, o.Location = fs, backup.Layout{Prefix: testenv.Prefix(t)}, "ignores-ctx", "b"
+	o.Store, o.Layout, o.ClusterID, o.Location = fs, catalog.Layout{Prefix: testenv.Prefix(t)}, "ignores-ctx", "b"
 	rep, took := run(t, o)
 	if bound := 2*timeout + 30*time.Second; took > bound {
 		t.Errorf("inspect took %v, bound %v", took, bound)

@@ -9,40 +9,33 @@ import (
 	"time"
 
 	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/internal/probe"
 )
 
 // This file is the pure half of inspect: from what the probes saw, the
 // verdict, the flags and the next step. No network, no clock.
 
-// Health is one member's state as a probe saw it.
-type Health string
+// Health is one member's state as its probe saw it: probe.Health, whose
+// package doc defines it.
+type Health = probe.Health
 
+// The member states (see probe.Health).
 const (
 	// HealthHealthy: the member serves linearizable reads (for a learner,
 	// which never serves them: serializable reads).
-	HealthHealthy Health = "healthy"
+	HealthHealthy = probe.Healthy
 	// HealthNoQuorum: alive, serves serializable reads, but linearizable
 	// reads fail: it cannot reach a quorum.
-	HealthNoQuorum Health = "no-quorum"
+	HealthNoQuorum = probe.NoQuorum
 	// HealthUnhealthy: answers its status but serves no read at all.
-	HealthUnhealthy Health = "unhealthy"
+	HealthUnhealthy = probe.Unhealthy
 	// HealthDown: answers nothing within the timeout.
-	HealthDown Health = "down"
+	HealthDown = probe.Down
 )
 
-// Classify derives a member's health from its three probes.
+// Classify derives a member's health from its three probes (probe.Classify).
 func Classify(statusOK, linearizableOK, serializableOK, learner bool) Health {
-	switch {
-	case linearizableOK:
-		return HealthHealthy
-	case serializableOK && learner:
-		return HealthHealthy
-	case serializableOK:
-		return HealthNoQuorum
-	case statusOK:
-		return HealthUnhealthy
-	}
-	return HealthDown
+	return probe.Classify(statusOK, linearizableOK, serializableOK, learner)
 }
 
 // Alarm types as etcd names them.
@@ -89,8 +82,15 @@ type MemberHealth struct {
 	StatusErrors []string `json:"statusErrors,omitempty"`
 
 	LatencyMS float64 `json:"latencyMs"` // of the read that decided its health (else of its status)
-	Error     string  `json:"error,omitempty"`
+	// Revision is the revision the member's linearizable read saw (0 when
+	// it failed).
+	Revision int64  `json:"revision,omitempty"`
+	Error    string `json:"error,omitempty"`
 }
+
+// Healthy is probe.Member.Healthy for a row: the member serves reads
+// (Health is HealthHealthy) and no alarm is raised against it.
+func (m MemberHealth) Healthy() bool { return m.Health == HealthHealthy && len(m.Alarms) == 0 }
 
 // Alive reports whether the member answered anything.
 func (m MemberHealth) Alive() bool { return m.Health != HealthDown }
@@ -283,13 +283,13 @@ const (
 )
 
 // ProvenBackup is the newest backup that checks out and whose drill passed
-// (backup.DrillSummary.Proven).
+// (catalog.DrillSummary.Proven).
 type ProvenBackup struct {
 	Name string    `json:"name"`
 	Kind string    `json:"kind"`
 	Time time.Time `json:"time"` // when the backup was taken
 	// DrilledAt is when its drill finished; Mode the comparison it made
-	// (backup.CompareSource or backup.CompareSelf).
+	// (catalog.CompareSource or catalog.CompareSelf).
 	DrilledAt time.Time `json:"drilledAt"`
 	Mode      string    `json:"mode,omitempty"`
 }
@@ -369,10 +369,148 @@ type Assessment struct {
 // Verdict judges the cluster from its members (as probed) and, when the
 // store was checked, its backup freshness. It is pure: it copies its inputs
 // and fills Lag in the copy. Backup may be nil (not checked).
+//
+// It composes the checks, each its own function: quorum (checkQuorum),
+// lag (fillLag, lagFlags), split brain and the leader (checkLeaders),
+// alarms (groupAlarms, alarmFlags), members down (memberFlags), quota
+// (quotaFlags), unlisted endpoints (unlistedFlags), and backup freshness
+// with its restore drill (checkBackupFreshness, judgeDrill); nextStep
+// then picks the one thing to do.
 func Verdict(members []MemberHealth, backup *BackupStatus, th Thresholds) Assessment {
 	th = th.withDefaults()
 	a := Assessment{Members: slices.Clone(members), Flags: []Flag{}}
 	ms := a.Members
+	add := func(fs ...Flag) { a.Flags = append(a.Flags, fs...) }
+
+	q := checkQuorum(ms)
+	a.Voting, a.Quorum, a.Up, a.Alive, a.Tolerates = q.voting, q.quorum, q.up, q.alive, q.tolerates
+	maxIndex := fillLag(ms)
+	ls := checkLeaders(ms)
+	a.Leader, a.LeaderID, a.LeaderNote, a.ClusterID = ls.leader, ls.leaderID, ls.leaderNote, ls.clusterID
+	al := groupAlarms(ms)
+	a.Verdict, a.Summary = judge(a, q, al, len(ls.splitBrain) > 0)
+
+	// Flags, most urgent first.
+	add(alarmFlags(al)...)
+	add(ls.splitBrain...)
+	if a.Verdict != VerdictUnreachable {
+		add(memberFlags(ms)...)
+		if a.Leader == "" && a.Alive > 0 {
+			add(Flag{Kind: FlagNoLeader, Severity: SeverityCritical, Message: "no member that answers knows a leader"})
+		}
+	}
+	for _, m := range ms {
+		if !m.StatusOK || m.Unlisted {
+			continue
+		}
+		add(lagFlags(m, maxIndex, th)...)
+		add(quotaFlags(m, th)...)
+	}
+	add(unlistedFlags(ms)...)
+	if backup != nil {
+		var fs []Flag
+		a.Backup, fs = checkBackupFreshness(*backup)
+		add(fs...)
+	}
+
+	a.NextStep = nextStep(a, al.noSpace(), al.corrupt(), al.members, len(ls.splitBrain) > 0)
+	return a
+}
+
+// quorumCount is the quorum arithmetic over voting members.
+type quorumCount struct {
+	voting, quorum, up, alive, tolerates int
+	// anyAlive: members of any kind that answer.
+	anyAlive int
+	// have: a linearizable read succeeded on some voting member, so the
+	// cluster committed a ReadIndex with a quorum, even if the probe cannot
+	// see all of it.
+	have bool
+}
+
+// checkQuorum counts the voting members (learners and unlisted endpoints
+// excluded), those up (healthy) and alive, and the quorum they need.
+func checkQuorum(ms []MemberHealth) quorumCount {
+	var q quorumCount
+	for _, m := range ms {
+		if m.Alive() {
+			q.anyAlive++
+		}
+		if m.Learner || m.Unlisted {
+			continue
+		}
+		q.voting++
+		if m.Health == HealthHealthy {
+			q.up++
+		}
+		if m.Alive() {
+			q.alive++
+		}
+	}
+	q.quorum = q.voting/2 + 1
+	q.have = q.up > 0
+	if q.have {
+		q.tolerates = max(q.up-q.quorum, 0)
+	}
+	return q
+}
+
+// fillLag sets each listed member's Lag behind the highest raft index any
+// listed member reported, and returns that index.
+func fillLag(ms []MemberHealth) (maxIndex uint64) {
+	for _, m := range ms {
+		if m.StatusOK && !m.Unlisted {
+			maxIndex = max(maxIndex, m.RaftIndex)
+		}
+	}
+	for i := range ms {
+		if ms[i].StatusOK && !ms[i].Unlisted {
+			ms[i].Lag = maxIndex - ms[i].RaftIndex
+		}
+	}
+	return maxIndex
+}
+
+// lagFlags flags a member far behind the highest raft index, or whose
+// applied index is far behind its own raft index.
+func lagFlags(m MemberHealth, maxIndex uint64, th Thresholds) []Flag {
+	var fs []Flag
+	if m.Lag > th.MaxLag {
+		fs = append(fs, Flag{Kind: FlagLagging, Severity: SeverityWarning, Members: []string{m.Label()},
+			Message: fmt.Sprintf("member %s is %d raft entries behind the highest raft index %d (threshold %d)", m.Label(), m.Lag, maxIndex, th.MaxLag)})
+	}
+	if m.AppliedIndex < m.RaftIndex && m.RaftIndex-m.AppliedIndex > th.MaxLag {
+		fs = append(fs, Flag{Kind: FlagLagging, Severity: SeverityWarning, Members: []string{m.Label()},
+			Message: fmt.Sprintf("member %s has applied %d of %d committed entries (%d behind; threshold %d)",
+				m.Label(), m.AppliedIndex, m.RaftIndex, m.RaftIndex-m.AppliedIndex, th.MaxLag)})
+	}
+	return fs
+}
+
+// quotaFlags flags a member whose DB is at or above QuotaRatio of the quota.
+func quotaFlags(m MemberHealth, th Thresholds) []Flag {
+	if float64(m.DBSize) < th.QuotaRatio*float64(th.QuotaBytes) {
+		return nil
+	}
+	return []Flag{{Kind: FlagNearQuota, Severity: SeverityWarning, Members: []string{m.Label()}, Runbook: RunbookNoSpace,
+		Message: fmt.Sprintf("member %s: DB size %s is %.0f%% of the %s quota (%s in use); compact and defragment before writes fail",
+			m.Label(), output.Bytes(m.DBSize), 100*float64(m.DBSize)/float64(th.QuotaBytes), output.Bytes(th.QuotaBytes), output.Bytes(m.DBSizeInUse))}}
+}
+
+// leaders is what checkLeaders found.
+type leaders struct {
+	leader, leaderID, leaderNote, clusterID string
+	splitBrain                              []Flag
+}
+
+// checkLeaders reads the leader and the split-brain signs from the members
+// that answered Status: several leaders in one term or across terms,
+// members following different leaders, different cluster IDs. The leader
+// is the member that says it leads (the newest term when several do), else
+// the one most members report; the cluster ID the one most listed members
+// report.
+func checkLeaders(ms []MemberHealth) leaders {
+	var ls leaders
 	byID := map[string]*MemberHealth{}
 	for i := range ms {
 		if ms[i].ID != "" {
@@ -385,46 +523,6 @@ func Verdict(members []MemberHealth, backup *BackupStatus, th Thresholds) Assess
 		}
 		return id
 	}
-
-	// Quorum arithmetic over voting members.
-	var anyAlive []string
-	for _, m := range ms {
-		if m.Alive() {
-			anyAlive = append(anyAlive, m.Label())
-		}
-		if m.Learner || m.Unlisted {
-			continue
-		}
-		a.Voting++
-		if m.Health == HealthHealthy {
-			a.Up++
-		}
-		if m.Alive() {
-			a.Alive++
-		}
-	}
-	a.Quorum = a.Voting/2 + 1
-	// A linearizable read succeeded on some voting member: the cluster
-	// committed a ReadIndex with a quorum, even if we cannot see all of it.
-	quorum := a.Up > 0
-	if quorum {
-		a.Tolerates = max(a.Up-a.Quorum, 0)
-	}
-
-	// Lag behind the highest raft index.
-	var maxIndex uint64
-	for _, m := range ms {
-		if m.StatusOK && !m.Unlisted {
-			maxIndex = max(maxIndex, m.RaftIndex)
-		}
-	}
-	for i := range ms {
-		if ms[i].StatusOK && !ms[i].Unlisted {
-			ms[i].Lag = maxIndex - ms[i].RaftIndex
-		}
-	}
-
-	// Leader and split-brain signs, from members that answered Status.
 	claims := map[uint64][]string{} // term -> members saying they lead
 	var claimTerms []uint64
 	reported := map[string][]string{} // leader id -> members reporting it
@@ -450,6 +548,50 @@ func Verdict(members []MemberHealth, backup *BackupStatus, th Thresholds) Assess
 		}
 	}
 	sort.Slice(claimTerms, func(i, j int) bool { return claimTerms[i] > claimTerms[j] })
+	ls.splitBrain = splitBrainFlags(claims, claimTerms, reported, clusterIDs, name)
+
+	if len(claimTerms) > 0 {
+		for _, m := range ms {
+			if m.StatusOK && !m.Unlisted && m.Leader && m.RaftTerm == claimTerms[0] {
+				ls.leader, ls.leaderID = m.Label(), m.ID
+				break
+			}
+		}
+	} else if len(reported) > 0 {
+		best := ""
+		for id, by := range reported {
+			if best == "" || len(by) > len(reported[best]) || (len(by) == len(reported[best]) && id < best) {
+				best = id
+			}
+		}
+		ls.leader, ls.leaderID = name(best), best
+	}
+	if lm := byID[ls.leaderID]; lm != nil && lm.Health != HealthHealthy {
+		if lm.Alive() {
+			ls.leaderNote = "claims leadership but cannot serve linearizable reads (no quorum)"
+		} else {
+			ls.leaderNote = "reported by other members, but does not answer"
+		}
+	}
+	listedIDs := map[string]int{}
+	for _, m := range ms {
+		if m.StatusOK && !m.Unlisted && m.ClusterID != "" {
+			listedIDs[m.ClusterID]++
+		}
+	}
+	for id, n := range listedIDs {
+		if ls.clusterID == "" || n > listedIDs[ls.clusterID] || (n == listedIDs[ls.clusterID] && id < ls.clusterID) {
+			ls.clusterID = id
+		}
+	}
+	return ls
+}
+
+// splitBrainFlags are the split-brain signs: claims maps a raft term to
+// the members claiming leadership in it (claimTerms, newest first),
+// reported a leader id to the members following it, clusterIDs a cluster
+// id to the members in it.
+func splitBrainFlags(claims map[uint64][]string, claimTerms []uint64, reported, clusterIDs map[string][]string, name func(string) string) []Flag {
 	var splitBrain []Flag
 	for _, t := range claimTerms {
 		if c := claims[t]; len(c) > 1 {
@@ -497,220 +639,177 @@ func Verdict(members []MemberHealth, backup *BackupStatus, th Thresholds) Assess
 			Message: "different cluster IDs in response headers (" + strings.Join(parts, "; ") +
 				"): the endpoints are not one cluster (a member restored or re-bootstrapped on its own?)"})
 	}
+	return splitBrain
+}
 
-	// The leader: the member that says it leads (the newest term when
-	// several do), else the one most members report.
-	if len(claimTerms) > 0 {
-		for _, m := range ms {
-			if m.StatusOK && !m.Unlisted && m.Leader && m.RaftTerm == claimTerms[0] {
-				a.Leader, a.LeaderID = m.Label(), m.ID
-				break
-			}
-		}
-	} else if len(reported) > 0 {
-		best := ""
-		for id, by := range reported {
-			if best == "" || len(by) > len(reported[best]) || (len(by) == len(reported[best]) && id < best) {
-				best = id
-			}
-		}
-		a.Leader, a.LeaderID = name(best), best
-	}
-	if lm := byID[a.LeaderID]; lm != nil && lm.Health != HealthHealthy {
-		if lm.Alive() {
-			a.LeaderNote = "claims leadership but cannot serve linearizable reads (no quorum)"
-		} else {
-			a.LeaderNote = "reported by other members, but does not answer"
-		}
-	}
-	// The cluster ID most listed members report.
-	listedIDs := map[string]int{}
-	for _, m := range ms {
-		if m.StatusOK && !m.Unlisted && m.ClusterID != "" {
-			listedIDs[m.ClusterID]++
-		}
-	}
-	for id, n := range listedIDs {
-		if a.ClusterID == "" || n > listedIDs[a.ClusterID] || (n == listedIDs[a.ClusterID] && id < a.ClusterID) {
-			a.ClusterID = id
-		}
-	}
+// alarmGroups are the active alarms grouped by type.
+type alarmGroups struct {
+	types   []string            // sorted
+	members map[string][]string // type -> members it is raised on
+}
 
-	// Alarms, grouped by type.
-	alarmMembers := map[string][]string{}
-	var alarmTypes []string
+func (g alarmGroups) noSpace() bool { return len(g.members[AlarmNoSpace]) > 0 }
+func (g alarmGroups) corrupt() bool { return len(g.members[AlarmCorrupt]) > 0 }
+
+// groupAlarms groups the members' alarms by type.
+func groupAlarms(ms []MemberHealth) alarmGroups {
+	g := alarmGroups{members: map[string][]string{}}
 	for _, m := range ms {
 		for _, al := range m.Alarms {
-			if len(alarmMembers[al]) == 0 {
-				alarmTypes = append(alarmTypes, al)
+			if len(g.members[al]) == 0 {
+				g.types = append(g.types, al)
 			}
-			alarmMembers[al] = append(alarmMembers[al], m.Label())
+			g.members[al] = append(g.members[al], m.Label())
 		}
 	}
-	sort.Strings(alarmTypes)
-	noSpace := len(alarmMembers[AlarmNoSpace]) > 0
-	corrupt := len(alarmMembers[AlarmCorrupt]) > 0
+	sort.Strings(g.types)
+	return g
+}
 
-	// The verdict.
-	switch {
-	case len(anyAlive) == 0:
-		a.Verdict = VerdictUnreachable
-		a.Summary = fmt.Sprintf("no member answers; %d checked", len(ms))
-	case !quorum:
-		a.Verdict = VerdictQuorumLost
-		a.Summary = fmt.Sprintf("quorum lost: %d of %d voting members serve linearizable reads, %d needed; %d still %s",
-			a.Up, a.Voting, a.Quorum, a.Alive, plural(a.Alive, "answers", "answer"))
-	default:
-		a.Verdict = VerdictHealthy
-		var why []string
-		if a.Up < a.Voting {
-			why = append(why, fmt.Sprintf("%d of %d voting members down or unable to serve", a.Voting-a.Up, a.Voting))
-		}
-		if len(alarmTypes) > 0 {
-			why = append(why, "alarm "+strings.Join(alarmTypes, ", ")+" active")
-		}
-		if len(splitBrain) > 0 {
-			why = append(why, "split-brain signs")
-		}
-		if len(why) > 0 {
-			a.Verdict = VerdictDegraded
-		}
-		up := fmt.Sprintf("%d/%d voting members healthy, quorum %d, tolerates %d more %s",
-			a.Up, a.Voting, a.Quorum, a.Tolerates, plural(a.Tolerates, "failure", "failures"))
-		if a.Up < a.Quorum {
-			up += fmt.Sprintf(" (a linearizable read proves a quorum, but only %d voting %s serve from here)", a.Up, plural(a.Up, "member", "members"))
-		}
-		if len(why) > 0 {
-			a.Summary = strings.Join(why, "; ") + "; " + up
-		} else {
-			a.Summary = up
-		}
-	}
-
-	// Flags, most urgent first.
-	add := func(f Flag) { a.Flags = append(a.Flags, f) }
-	for _, t := range alarmTypes {
-		f := Flag{Kind: FlagAlarm, Severity: SeverityCritical, Alarm: t, Members: alarmMembers[t]}
+// alarmFlags is one flag per alarm type, with its remedy.
+func alarmFlags(g alarmGroups) []Flag {
+	var fs []Flag
+	for _, t := range g.types {
+		f := Flag{Kind: FlagAlarm, Severity: SeverityCritical, Alarm: t, Members: g.members[t]}
 		switch t {
 		case AlarmNoSpace:
 			f.Message = fmt.Sprintf("NOSPACE alarm on %s: the DB reached its quota and every write fails; compact, defragment, then disarm the alarm",
-				strings.Join(alarmMembers[t], ", "))
+				strings.Join(g.members[t], ", "))
 			f.Runbook = RunbookNoSpace
 		case AlarmCorrupt:
-			f.Message = fmt.Sprintf("CORRUPT alarm on %s: its data diverged from the cluster; replace that member", strings.Join(alarmMembers[t], ", "))
+			f.Message = fmt.Sprintf("CORRUPT alarm on %s: its data diverged from the cluster; replace that member", strings.Join(g.members[t], ", "))
 			f.Runbook = RunbookReplaceMember
 		default:
-			f.Message = fmt.Sprintf("%s alarm on %s", t, strings.Join(alarmMembers[t], ", "))
+			f.Message = fmt.Sprintf("%s alarm on %s", t, strings.Join(g.members[t], ", "))
 		}
-		add(f)
+		fs = append(fs, f)
 	}
-	for _, f := range splitBrain {
-		add(f)
+	return fs
+}
+
+// judge is the verdict and its summary: UNREACHABLE when no member
+// answers, QUORUM LOST without a linearizable read, DEGRADED with members
+// down, an alarm or split-brain signs, else HEALTHY.
+func judge(a Assessment, q quorumCount, al alarmGroups, splitBrain bool) (VerdictKind, string) {
+	switch {
+	case q.anyAlive == 0:
+		return VerdictUnreachable, fmt.Sprintf("no member answers; %d checked", len(a.Members))
+	case !q.have:
+		return VerdictQuorumLost, fmt.Sprintf("quorum lost: %d of %d voting members serve linearizable reads, %d needed; %d still %s",
+			a.Up, a.Voting, a.Quorum, a.Alive, plural(a.Alive, "answers", "answer"))
 	}
-	if a.Verdict != VerdictUnreachable {
-		for _, m := range ms {
-			if m.Unlisted || m.Health == HealthHealthy {
-				continue
-			}
-			if m.Learner {
-				add(Flag{Kind: FlagMemberDown, Severity: SeverityWarning, Members: []string{m.Label()},
-					Message: fmt.Sprintf("learner %s is %s: %s", m.Label(), m.Health, m.Error)})
-				continue
-			}
-			f := Flag{Kind: FlagMemberDown, Severity: SeverityCritical, Members: []string{m.Label()}}
-			switch m.Health {
-			case HealthNoQuorum:
-				f.Message = fmt.Sprintf("member %s is alive but has no quorum: serializable reads work, linearizable reads fail", m.Label())
-				m.Error = strings.TrimPrefix(m.Error, "linearizable read failed: ")
-			case HealthUnhealthy:
-				f.Message = fmt.Sprintf("member %s answers its status but serves no reads", m.Label())
-			default:
-				f.Message = fmt.Sprintf("member %s is down", m.Label())
-			}
-			if m.Error != "" {
-				f.Message += ": " + m.Error
-			}
-			add(f)
-		}
-		if a.Leader == "" && a.Alive > 0 {
-			add(Flag{Kind: FlagNoLeader, Severity: SeverityCritical, Message: "no member that answers knows a leader"})
-		}
+	verdict := VerdictHealthy
+	var why []string
+	if a.Up < a.Voting {
+		why = append(why, fmt.Sprintf("%d of %d voting members down or unable to serve", a.Voting-a.Up, a.Voting))
 	}
+	if len(al.types) > 0 {
+		why = append(why, "alarm "+strings.Join(al.types, ", ")+" active")
+	}
+	if splitBrain {
+		why = append(why, "split-brain signs")
+	}
+	if len(why) > 0 {
+		verdict = VerdictDegraded
+	}
+	up := fmt.Sprintf("%d/%d voting members healthy, quorum %d, tolerates %d more %s",
+		a.Up, a.Voting, a.Quorum, a.Tolerates, plural(a.Tolerates, "failure", "failures"))
+	if a.Up < a.Quorum {
+		up += fmt.Sprintf(" (a linearizable read proves a quorum, but only %d voting %s serve from here)", a.Up, plural(a.Up, "member", "members"))
+	}
+	if len(why) > 0 {
+		return verdict, strings.Join(why, "; ") + "; " + up
+	}
+	return verdict, up
+}
+
+// memberFlags flags every listed member that is not healthy (a learner as
+// a warning).
+func memberFlags(ms []MemberHealth) []Flag {
+	var fs []Flag
 	for _, m := range ms {
-		if !m.StatusOK || m.Unlisted {
+		if m.Unlisted || m.Health == HealthHealthy {
 			continue
 		}
-		if m.Lag > th.MaxLag {
-			add(Flag{Kind: FlagLagging, Severity: SeverityWarning, Members: []string{m.Label()},
-				Message: fmt.Sprintf("member %s is %d raft entries behind the highest raft index %d (threshold %d)", m.Label(), m.Lag, maxIndex, th.MaxLag)})
+		if m.Learner {
+			fs = append(fs, Flag{Kind: FlagMemberDown, Severity: SeverityWarning, Members: []string{m.Label()},
+				Message: fmt.Sprintf("learner %s is %s: %s", m.Label(), m.Health, m.Error)})
+			continue
 		}
-		if m.AppliedIndex < m.RaftIndex && m.RaftIndex-m.AppliedIndex > th.MaxLag {
-			add(Flag{Kind: FlagLagging, Severity: SeverityWarning, Members: []string{m.Label()},
-				Message: fmt.Sprintf("member %s has applied %d of %d committed entries (%d behind; threshold %d)",
-					m.Label(), m.AppliedIndex, m.RaftIndex, m.RaftIndex-m.AppliedIndex, th.MaxLag)})
+		f := Flag{Kind: FlagMemberDown, Severity: SeverityCritical, Members: []string{m.Label()}}
+		switch m.Health {
+		case HealthNoQuorum:
+			f.Message = fmt.Sprintf("member %s is alive but has no quorum: serializable reads work, linearizable reads fail", m.Label())
+			m.Error = strings.TrimPrefix(m.Error, "linearizable read failed: ")
+		case HealthUnhealthy:
+			f.Message = fmt.Sprintf("member %s answers its status but serves no reads", m.Label())
+		default:
+			f.Message = fmt.Sprintf("member %s is down", m.Label())
 		}
-		if float64(m.DBSize) >= th.QuotaRatio*float64(th.QuotaBytes) {
-			add(Flag{Kind: FlagNearQuota, Severity: SeverityWarning, Members: []string{m.Label()}, Runbook: RunbookNoSpace,
-				Message: fmt.Sprintf("member %s: DB size %s is %.0f%% of the %s quota (%s in use); compact and defragment before writes fail",
-					m.Label(), output.Bytes(m.DBSize), 100*float64(m.DBSize)/float64(th.QuotaBytes), output.Bytes(th.QuotaBytes), output.Bytes(m.DBSizeInUse))})
+		if m.Error != "" {
+			f.Message += ": " + m.Error
 		}
+		fs = append(fs, f)
 	}
+	return fs
+}
+
+// unlistedFlags flags endpoints that answer as members not in the list.
+func unlistedFlags(ms []MemberHealth) []Flag {
+	var fs []Flag
 	for _, m := range ms {
 		if m.Unlisted {
-			add(Flag{Kind: FlagUnlisted, Severity: SeverityWarning, Members: []string{m.Label()},
+			fs = append(fs, Flag{Kind: FlagUnlisted, Severity: SeverityWarning, Members: []string{m.Label()},
 				Message: fmt.Sprintf("endpoint %s answers as member %s, which is not in the member list", m.ClientURL, m.ID)})
 		}
 	}
+	return fs
+}
 
-	// Backup freshness.
-	if backup != nil {
-		b := *backup
-		a.Backup = &b
-		b.MaxAgeText = b.MaxAge.String()
-		loc := "cluster " + b.ClusterID
-		if b.Location != "" {
-			loc += " in " + b.Location
-		}
-		switch {
-		case b.Error != "":
-			b.State = BackupUnknown
-			add(Flag{Kind: FlagBackupUnknown, Severity: SeverityWarning,
-				Message: "backup freshness unknown: the object store could not be read (error under BACKUP)"})
-		case b.Newest == nil:
-			b.State = BackupMissing
-			add(Flag{Kind: FlagBackupMissing, Severity: SeverityWarning, Runbook: RunbookMissedBackup,
-				Message: "no backup: no committed backup of " + loc})
-		default:
-			b.AgeText, b.AgeSeconds = output.Age(b.Age), int64(b.Age.Seconds())
-			b.State = BackupOK
-			if b.MaxAge > 0 && b.Age > b.MaxAge {
-				b.State = BackupStale
-				add(Flag{Kind: FlagBackupStale, Severity: SeverityWarning, Runbook: RunbookMissedBackup,
-					Message: fmt.Sprintf("backup stale: the newest backup %s is %s old (more than %s: a scheduled run was missed)",
-						b.Newest.Name, output.Age(b.Age), b.MaxAge)})
-			}
-		}
-		if len(b.Unreadable) > 0 {
-			add(Flag{Kind: FlagBackupUnreadable, Severity: SeverityWarning, Runbook: RunbookMissedBackup,
-				Message: "newer backups that do not check out (damaged: they would not restore) were skipped: " + strings.Join(b.Unreadable, ", ")})
-		}
-		if b.Drill != nil && b.Error == "" {
-			d := *b.Drill
-			if d.Last != nil {
-				l := *d.Last
-				d.Last = &l
-			}
-			b.Drill = &d
-			for _, f := range judgeDrill(&d, b.Newest != nil, loc) {
-				add(f)
-			}
-		} else {
-			b.Drill = nil // the store failed: the backup line says so
+// checkBackupFreshness sets the state and texts of a copy of b (and of its
+// drill status, judged by judgeDrill) and returns it with its flags.
+func checkBackupFreshness(b BackupStatus) (*BackupStatus, []Flag) {
+	var fs []Flag
+	b.MaxAgeText = b.MaxAge.String()
+	loc := "cluster " + b.ClusterID
+	if b.Location != "" {
+		loc += " in " + b.Location
+	}
+	switch {
+	case b.Error != "":
+		b.State = BackupUnknown
+		fs = append(fs, Flag{Kind: FlagBackupUnknown, Severity: SeverityWarning,
+			Message: "backup freshness unknown: the object store could not be read (error under BACKUP)"})
+	case b.Newest == nil:
+		b.State = BackupMissing
+		fs = append(fs, Flag{Kind: FlagBackupMissing, Severity: SeverityWarning, Runbook: RunbookMissedBackup,
+			Message: "no backup: no committed backup of " + loc})
+	default:
+		b.AgeText, b.AgeSeconds = output.Age(b.Age), int64(b.Age.Seconds())
+		b.State = BackupOK
+		if b.MaxAge > 0 && b.Age > b.MaxAge {
+			b.State = BackupStale
+			fs = append(fs, Flag{Kind: FlagBackupStale, Severity: SeverityWarning, Runbook: RunbookMissedBackup,
+				Message: fmt.Sprintf("backup stale: the newest backup %s is %s old (more than %s: a scheduled run was missed)",
+					b.Newest.Name, output.Age(b.Age), b.MaxAge)})
 		}
 	}
-
-	a.NextStep = nextStep(a, noSpace, corrupt, alarmMembers, len(splitBrain) > 0)
-	return a
+	if len(b.Unreadable) > 0 {
+		fs = append(fs, Flag{Kind: FlagBackupUnreadable, Severity: SeverityWarning, Runbook: RunbookMissedBackup,
+			Message: "newer backups that do not check out (damaged: they would not restore) were skipped: " + strings.Join(b.Unreadable, ", ")})
+	}
+	if b.Drill != nil && b.Error == "" {
+		d := *b.Drill
+		if d.Last != nil {
+			l := *d.Last
+			d.Last = &l
+		}
+		b.Drill = &d
+		fs = append(fs, judgeDrill(&d, b.Newest != nil, loc)...)
+	} else {
+		b.Drill = nil // the store failed: the backup line says so
+	}
+	return &b, fs
 }
 
 // nextStep picks the one thing to do now, most urgent first.

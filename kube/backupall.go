@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
 	"github.com/armada/etcd-recovery/internal/fanout"
 	"github.com/armada/etcd-recovery/internal/output"
@@ -121,15 +122,15 @@ const (
 // DrillOutcome is what happened to a cluster's drill in a backup run.
 type DrillOutcome struct {
 	Result string `json:"result"`
-	// Comparison is the record's comparison mode: backup.CompareSource
+	// Comparison is the record's comparison mode: catalog.CompareSource
 	// (the restored keyspace hashes as the source's at that revision) or
-	// backup.CompareSelf.
+	// catalog.CompareSelf.
 	Comparison string        `json:"comparison,omitempty"`
 	Error      string        `json:"error,omitempty"`
 	Duration   time.Duration `json:"-"`
 	Seconds    float64       `json:"durationSeconds,omitempty"`
 	// Record is the drill record (drill.json), when the drill ran.
-	Record *backup.DrillRecord `json:"record,omitempty"`
+	Record *catalog.DrillRecord `json:"record,omitempty"`
 }
 
 // Text is the DRILL column: passed (source), passed (self), FAILED, not
@@ -138,7 +139,7 @@ func (d *DrillOutcome) Text() string {
 	switch {
 	case d == nil:
 		return "-"
-	case d.Result == DrillPassed && d.Comparison == backup.CompareSelf:
+	case d.Result == DrillPassed && d.Comparison == catalog.CompareSelf:
 		return "passed (self)"
 	case d.Result == DrillPassed:
 		return "passed (" + d.Comparison + ")"
@@ -150,7 +151,7 @@ func (d *DrillOutcome) Text() string {
 
 // NewDrillOutcome describes a drill's result: its record and error as
 // restore.Drill returned them.
-func NewDrillOutcome(rec *backup.DrillRecord, err error, d time.Duration) *DrillOutcome {
+func NewDrillOutcome(rec *catalog.DrillRecord, err error, d time.Duration) *DrillOutcome {
 	var de *restore.DrillError
 	if rec == nil && errors.As(err, &de) {
 		rec = de.Record
@@ -184,7 +185,7 @@ func (d *DrillOutcome) event(backupName string) (string, string, string) {
 		msg := fmt.Sprintf("restore drill of backup %s passed in %s", backupName, d.Duration.Round(time.Second))
 		if r := d.Record; r != nil {
 			c := r.Comparison
-			if c.Mode == backup.CompareSource && c.SourceHash != nil {
+			if c.Mode == catalog.CompareSource && c.SourceHash != nil {
 				msg += fmt.Sprintf(": restored keyspace equals the source's (HashKV %08x at revision %d, member %s)", *c.SourceHash, c.Revision, c.Endpoint)
 			} else {
 				msg += ": self-consistency only"
@@ -228,9 +229,9 @@ type ClusterResult struct {
 	// drill was asked for.
 	Drill *DrillOutcome `json:"drill,omitempty"`
 
-	Manifest *backup.Manifest    `json:"manifest,omitempty"`
-	Prune    *backup.PruneReport `json:"prune,omitempty"`
-	Err      error               `json:"-"`
+	Manifest *catalog.Manifest    `json:"manifest,omitempty"`
+	Prune    *catalog.PruneReport `json:"prune,omitempty"`
+	Err      error                `json:"-"`
 }
 
 // BackupAllReport is the outcome of BackupAll, one result per cluster in
@@ -248,10 +249,10 @@ type BackupAllReport struct {
 	DrillFailed   []string `json:"drillFailed,omitempty"`
 	// Orphans is the orphan pass (backup --all --prune); OrphanError says
 	// why it failed (nothing of it deleted when a listing failed).
-	Orphans     *backup.OrphanReport `json:"orphans,omitempty"`
-	OrphanError string               `json:"orphanError,omitempty"`
-	Duration    time.Duration        `json:"-"`
-	Seconds     float64              `json:"durationSeconds"`
+	Orphans     *catalog.OrphanReport `json:"orphans,omitempty"`
+	OrphanError string                `json:"orphanError,omitempty"`
+	Duration    time.Duration         `json:"-"`
+	Seconds     float64               `json:"durationSeconds"`
 }
 
 // Table is the summary printed at the end.
@@ -417,7 +418,7 @@ func BackupAll(ctx context.Context, opts BackupAllOptions) (*BackupAllReport, er
 	var orphanErr error
 	if opts.Orphans != nil && len(opts.Names) == 0 && ctx.Err() == nil {
 		// After the backups, from fresh listings: the store first, then the
-		// EtcdClusters and EtcdRestores (see backup.Orphans).
+		// EtcdClusters and EtcdRestores (see catalog.Orphans).
 		plan := *opts.Orphans
 		if plan.Now == nil {
 			plan.Now = opts.Now
@@ -474,7 +475,7 @@ func backupOne(ctx context.Context, k *Client, c Cluster, opts BackupAllOptions,
 		}
 		return res
 	}
-	if err := backup.ValidateClusterID(c.Name); err != nil {
+	if err := catalog.ValidateClusterID(c.Name); err != nil {
 		return fail(err)
 	}
 	ecfg, release, err := k.Connect(ctx, c, opts.DialTimeout)
@@ -489,7 +490,7 @@ func backupOne(ctx context.Context, k *Client, c Cluster, opts BackupAllOptions,
 	bo.Progress = nil
 	bo.Drill = nil
 	if drill {
-		bo.Drill = func(ctx context.Context, m *backup.Manifest) (*backup.DrillRecord, error) {
+		bo.Drill = func(ctx context.Context, m *catalog.Manifest) (*catalog.DrillRecord, error) {
 			// The backup's buffers are freed: its slot goes to the next
 			// backup while this drill runs (bounded by the drill slot).
 			backupSlot.Release()
@@ -551,7 +552,7 @@ func onlyDrill(err error) bool {
 
 // drillBackup drills the backup just committed, against its source: the
 // same endpoints and client TLS the backup used.
-func drillBackup(ctx context.Context, cluster string, src etcdconn.Config, m *backup.Manifest, opts BackupAllOptions, log *slog.Logger) (*backup.DrillRecord, error) {
+func drillBackup(ctx context.Context, cluster string, src etcdconn.Config, m *catalog.Manifest, opts BackupAllOptions, log *slog.Logger) (*catalog.DrillRecord, error) {
 	return restore.Drill(ctx, restore.DrillOptions{
 		ClusterID:  cluster,
 		Store:      opts.Template.Store,

@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/kubetest"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
@@ -127,7 +128,7 @@ func TestBackupAllDrill(t *testing.T) {
 		t.Fatal(err)
 	}
 	token := kubetest.SAToken(t, admin, drillNS, "etcd-recovery")
-	st, layout := testfix.Store(t, m, bucket), backup.Layout{Prefix: prefix}
+	st, layout := testfix.Store(t, m, bucket), catalog.Layout{Prefix: prefix}
 	kadmin, err := kube.New(kube.Config{Rest: k.RestConfig(""), Namespace: drillNS})
 	if err != nil {
 		t.Fatal(err)
@@ -176,7 +177,7 @@ func TestBackupAllDrill(t *testing.T) {
 				t.Errorf("%s: %+v", r.Cluster, r)
 				continue
 			}
-			rec, err := backup.LoadDrill(ctx, st, layout, r.Cluster, r.Backup)
+			rec, err := catalog.LoadDrill(ctx, st, layout, r.Cluster, r.Backup)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -197,10 +198,10 @@ func TestBackupAllDrill(t *testing.T) {
 				continue
 			}
 			cmp := r.Drill.Record
-			if r.Drill.Result != kube.DrillPassed || r.Drill.Comparison != backup.CompareSource || cmp == nil || cmp.Comparison.Equal == nil || !*cmp.Comparison.Equal {
+			if r.Drill.Result != kube.DrillPassed || r.Drill.Comparison != catalog.CompareSource || cmp == nil || cmp.Comparison.Equal == nil || !*cmp.Comparison.Equal {
 				t.Errorf("%s: drill %+v", r.Cluster, r.Drill)
 			}
-			if rec == nil || !rec.Passed || rec.Comparison.Mode != backup.CompareSource || rec.Backup != r.Backup {
+			if rec == nil || !rec.Passed || rec.Comparison.Mode != catalog.CompareSource || rec.Backup != r.Backup {
 				t.Errorf("%s: drill.json %+v", r.Cluster, rec)
 			}
 			if e := ev[kube.ReasonDrillPassed]; len(e) != 1 || e[0].Type != corev1.EventTypeNormal || !strings.Contains(e[0].Message, r.Backup) ||
@@ -239,7 +240,7 @@ func TestBackupAllDrill(t *testing.T) {
 		both := testenv.DrillBinDir(t, testenv.V35, testenv.V36)
 		rep, err := kube.BackupAll(ctx, kube.BackupAllOptions{
 			Kube: sa, NoEvents: true, Now: func() time.Time { return at },
-			Template:    backup.Options{Kind: backup.KindManual, Store: st, Layout: layout, ProbeTimeout: 2 * time.Second},
+			Template:    backup.Options{Kind: catalog.KindManual, Store: st, Layout: layout, ProbeTimeout: 2 * time.Second},
 			DialTimeout: 2 * time.Second,
 			Drill:       &kube.DrillPlan{Share: 3, Parallel: 2, EtcdBinDir: both, ScratchDir: t.TempDir()},
 		})

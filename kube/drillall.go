@@ -9,9 +9,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/fanout"
 	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/restore"
 )
 
@@ -53,7 +54,7 @@ type DrillResult struct {
 	Duration   time.Duration `json:"-"`
 	Seconds    float64       `json:"durationSeconds"`
 	// Record is drill.json's content (also with --no-record).
-	Record *backup.DrillRecord `json:"record,omitempty"`
+	Record *catalog.DrillRecord `json:"record,omitempty"`
 	// EventError says why the drill's Event could not be recorded.
 	EventError string `json:"eventError,omitempty"`
 }
@@ -248,7 +249,7 @@ func DrillAll(ctx context.Context, opts DrillAllOptions) (*DrillAllReport, error
 // drillResult is one drill's outcome (NewDrillOutcome: a drill that
 // returned no error without a passing record is not proof) with its step
 // and backup.
-func drillResult(id string, rec *backup.DrillRecord, err error, d time.Duration) DrillResult {
+func drillResult(id string, rec *catalog.DrillRecord, err error, d time.Duration) DrillResult {
 	o := NewDrillOutcome(rec, err, d)
 	r := DrillResult{Cluster: id, Result: o.Result, Comparison: o.Comparison, Error: o.Error, Duration: d, Seconds: d.Seconds(), Record: o.Record}
 	var de *restore.DrillError
@@ -274,13 +275,13 @@ type folderCount struct {
 
 // clusterFolders counts the backup folders of every cluster id under the
 // layout's prefix.
-func clusterFolders(ctx context.Context, store backup.Store, layout backup.Layout) (map[string]folderCount, error) {
+func clusterFolders(ctx context.Context, store store.Store, layout catalog.Layout) (map[string]folderCount, error) {
 	objs, err := store.List(ctx, layout.RootPrefix())
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]folderCount{}
-	for id, entries := range backup.GroupEntries(layout, objs) {
+	for id, entries := range catalog.GroupEntries(layout, objs) {
 		var f folderCount
 		for _, e := range entries {
 			if e.Committed {
@@ -319,7 +320,7 @@ func DrillOne(ctx context.Context, opts DrillAllOptions, clusterID, name string)
 	if name == "" {
 		// The newest committed backup, named (see DrillAll); with none,
 		// restore.Drill says there is none.
-		if entries, err := backup.Inventory(ctx, o.Store, o.Layout, clusterID); err == nil {
+		if entries, err := catalog.Inventory(ctx, o.Store, o.Layout, clusterID); err == nil {
 			for _, e := range entries {
 				if e.Committed {
 					o.Backup = e.Name

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/kubetest"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
@@ -51,7 +52,7 @@ func TestDrillAllKube(t *testing.T) {
 	bucket, prefix := m.NewBucket(t), testenv.Prefix(t)
 	kubetest.CreateCOSSecret(t, admin, drillAllNS, m)
 	ctx := ctxT(t, 4*time.Minute)
-	st, layout := testfix.Store(t, m, bucket), backup.Layout{Prefix: prefix}
+	st, layout := testfix.Store(t, m, bucket), catalog.Layout{Prefix: prefix}
 
 	versions := map[string]testenv.Version{"etcd-k1": testenv.V35, "etcd-k2": testenv.V36, "etcd-k3": testenv.V35}
 	clusters := map[string]kubetest.Cluster{}
@@ -75,9 +76,9 @@ func TestDrillAllKube(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	takeBackup := func(name string) *backup.Manifest {
+	takeBackup := func(name string) *catalog.Manifest {
 		t.Helper()
-		res, err := backup.Run(ctx, backup.Options{ClusterID: name, Kind: backup.KindScheduled, Etcd: testfix.EtcdConfig(clusters[name].Etcd),
+		res, err := backup.Run(ctx, backup.Options{ClusterID: name, Kind: catalog.KindScheduled, Etcd: testfix.EtcdConfig(clusters[name].Etcd),
 			Store: st, Layout: layout, ProbeTimeout: 3 * time.Second})
 		if err != nil {
 			t.Fatalf("backup of %s: %v", name, err)
@@ -91,17 +92,17 @@ func TestDrillAllKube(t *testing.T) {
 	// etcd-k3's backup: etcd-k1's snapshot under a manifest of etcd-k3,
 	// internally consistent (its hashes are the object's).
 	forged := *m1
-	forged.ClusterID, forged.Name = "etcd-k3", backup.NewBackupName(time.Now(), backup.KindScheduled)
+	forged.ClusterID, forged.Name = "etcd-k3", catalog.NewBackupName(time.Now(), catalog.KindScheduled)
 	forged.V2, forged.V2Skipped = nil, "not exported"
 	snap := testfix.ReadObject(t, st, layout.Key("etcd-k1", m1.Name, m1.Snapshot.Object))
 	if _, err := st.Put(ctx, layout.Key("etcd-k3", forged.Name, forged.Snapshot.Object), bytes.NewReader(snap)); err != nil {
 		t.Fatal(err)
 	}
-	mb, err := backup.MarshalManifest(&forged)
+	mb, err := catalog.MarshalManifest(&forged)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Put(ctx, layout.Key("etcd-k3", forged.Name, backup.ManifestObject), bytes.NewReader(mb)); err != nil {
+	if _, err := st.Put(ctx, layout.Key("etcd-k3", forged.Name, catalog.ManifestObject), bytes.NewReader(mb)); err != nil {
 		t.Fatal(err)
 	}
 	names["etcd-k3"] = forged.Name
@@ -159,23 +160,23 @@ func TestDrillAllKube(t *testing.T) {
 		for _, e := range evs {
 			byReason[e.Reason] = append(byReason[e.Reason], e)
 		}
-		var rec *backup.DrillRecord
+		var rec *catalog.DrillRecord
 		if r.Cluster != "etcd-k4" {
-			if rec, err = backup.LoadDrill(ctx, st, layout, r.Cluster, names[r.Cluster]); err != nil || rec == nil {
+			if rec, err = catalog.LoadDrill(ctx, st, layout, r.Cluster, names[r.Cluster]); err != nil || rec == nil {
 				t.Errorf("%s: drill.json of %s: %v %v", r.Cluster, names[r.Cluster], rec, err)
 			}
 		}
 		switch r.Cluster {
 		case "etcd-k1", "etcd-k2":
 			c := r.Record
-			if r.Result != kube.DrillPassed || r.Backup != names[r.Cluster] || r.Comparison != backup.CompareSource || c == nil ||
+			if r.Result != kube.DrillPassed || r.Backup != names[r.Cluster] || r.Comparison != catalog.CompareSource || c == nil ||
 				c.Comparison.Equal == nil || !*c.Comparison.Equal || c.Comparison.SourceHash == nil {
 				t.Errorf("%s: %+v, want passed, equal to the source", r.Cluster, r)
 			}
 			if want := string(versions[r.Cluster]); c != nil && !strings.HasPrefix(c.EtcdVersion, want) {
 				t.Errorf("%s: drilled with etcd %s, want %s", r.Cluster, c.EtcdVersion, want)
 			}
-			if rec != nil && (!rec.Passed || rec.Comparison.Mode != backup.CompareSource) {
+			if rec != nil && (!rec.Passed || rec.Comparison.Mode != catalog.CompareSource) {
 				t.Errorf("%s: drill.json passed=%v mode %s", r.Cluster, rec.Passed, rec.Comparison.Mode)
 			}
 			if e := byReason[kube.ReasonDrillPassed]; len(e) != 1 || e[0].Type != corev1.EventTypeNormal ||
@@ -185,7 +186,7 @@ func TestDrillAllKube(t *testing.T) {
 				t.Logf("event on %s: %s %s: %s", r.Cluster, e[0].Type, e[0].Reason, e[0].Message)
 			}
 		case "etcd-k3":
-			if r.Result != kube.DrillFailed || r.Backup != names["etcd-k3"] || r.Comparison != backup.CompareSource ||
+			if r.Result != kube.DrillFailed || r.Backup != names["etcd-k3"] || r.Comparison != catalog.CompareSource ||
 				!strings.HasPrefix(r.Failed, restore.DrillCheckCompare+":") || r.Step != restore.DrillStepCompare {
 				t.Errorf("etcd-k3: %+v, want failed at the source comparison", r)
 			}

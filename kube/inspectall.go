@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/inspect"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/output"
 )
 
@@ -38,7 +38,7 @@ type InspectAllOptions struct {
 	// EtcdCluster) the way the orphan pass would treat them, read-only.
 	Orphans bool
 	// OrphanGrace is the orphan pass's grace (default
-	// backup.DefaultOrphanGrace): when the orphans' backups go.
+	// catalog.DefaultOrphanGrace): when the orphans' backups go.
 	OrphanGrace time.Duration
 	// OrphanTimeout bounds the orphan listing (default 3 × the probe
 	// timeout, at least MinOrphanCheckTimeout); it runs beside the
@@ -237,7 +237,7 @@ func inspectOne(ctx context.Context, k *Client, c Cluster, opts InspectAllOption
 	defer cancel()
 	fail := func(err error) InspectRow { return failedRow(c, err, time.Since(start)) }
 	if opts.Template.Store != nil {
-		if err := backup.ValidateClusterID(c.Name); err != nil {
+		if err := catalog.ValidateClusterID(c.Name); err != nil {
 			return fail(err)
 		}
 	}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/output"
 )
 
@@ -22,7 +22,7 @@ const MinOrphanCheckTimeout = 30 * time.Second
 // --prune) sees it, computed without writing or deleting anything.
 type InspectOrphan struct {
 	ClusterID string `json:"clusterID"`
-	// State is backup.Orphan's: waiting, delete (due: deleted by the next
+	// State is catalog.Orphan's: waiting, delete (due: deleted by the next
 	// orphan pass), restoring, report only (prefix not owned), marker only.
 	State   string `json:"state"`
 	Backups int    `json:"backups"`
@@ -58,7 +58,7 @@ type OrphanCheck struct {
 	ElapsedMS int64  `json:"elapsedMs"`
 }
 
-// inspectOrphans runs the orphan pass in dry-run mode (backup.Orphans with
+// inspectOrphans runs the orphan pass in dry-run mode (catalog.Orphans with
 // DryRun lists and reads only: no marker is written or removed, nothing is
 // deleted) within its own deadline, and summarizes it.
 func inspectOrphans(ctx context.Context, k *Client, opts InspectAllOptions) ([]InspectOrphan, OrphanCheck) {
@@ -66,7 +66,7 @@ func inspectOrphans(ctx context.Context, k *Client, opts InspectAllOptions) ([]I
 	store, layout := opts.Template.Store, opts.Template.Layout
 	grace := opts.OrphanGrace
 	if grace <= 0 {
-		grace = backup.DefaultOrphanGrace
+		grace = catalog.DefaultOrphanGrace
 	}
 	timeout := opts.OrphanTimeout
 	if timeout <= 0 {
@@ -80,7 +80,7 @@ func inspectOrphans(ctx context.Context, k *Client, opts InspectAllOptions) ([]I
 		now = opts.Template.Now()
 	}
 	now = now.UTC()
-	rep, err := backup.Orphans(octx, backup.OrphanOptions{
+	rep, err := catalog.Orphans(octx, catalog.OrphanOptions{
 		Store: store, Layout: layout, Namespace: k.Namespace,
 		Clusters: k.ClusterNames, Restores: k.RestoringClusters,
 		Grace: grace, Now: now, DryRun: true,
@@ -88,7 +88,7 @@ func inspectOrphans(ctx context.Context, k *Client, opts InspectAllOptions) ([]I
 	chk.ElapsedMS = time.Since(start).Milliseconds()
 	if err != nil {
 		// Not "prune failed": inspect deletes nothing. The step and the cause.
-		var pe *backup.PruneError
+		var pe *catalog.PruneError
 		if errors.As(err, &pe) {
 			err = fmt.Errorf("at step %q: %w", pe.Step, pe.Err)
 		}
@@ -101,7 +101,7 @@ func inspectOrphans(ctx context.Context, k *Client, opts InspectAllOptions) ([]I
 	chk.Owned, chk.NotOwned = rep.Owned, rep.NotOwned
 	out := []InspectOrphan{}
 	for _, o := range rep.Orphans {
-		if o.State == backup.OrphanReturned {
+		if o.State == catalog.OrphanReturned {
 			continue // its EtcdCluster is back: a row of the main table
 		}
 		// Dry run: an orphan without a marker gets FirstSeen = now.
@@ -118,20 +118,20 @@ func inspectOrphans(ctx context.Context, k *Client, opts InspectAllOptions) ([]I
 }
 
 // deletionText says when an orphan's backups are deleted, or why not.
-func deletionText(o InspectOrphan, rep *backup.OrphanReport, now time.Time) string {
+func deletionText(o InspectOrphan, rep *catalog.OrphanReport, now time.Time) string {
 	switch o.State {
-	case backup.OrphanRestoring:
+	case catalog.OrphanRestoring:
 		return "kept: an etcd-operator restore is in flight (EtcdRestore " + strings.Join(o.Restores, ", ") + ")"
-	case backup.OrphanNotOwned:
+	case catalog.OrphanNotOwned:
 		return "never deleted: the namespace does not own the prefix (report only)"
-	case backup.OrphanMarkerOut:
+	case catalog.OrphanMarkerOut:
 		if rep.Owned {
 			return "no backups left: the marker is removed by the next orphan pass"
 		}
 		return "no backups left: the marker is kept (the namespace does not own the prefix)"
-	case backup.OrphanDelete:
+	case catalog.OrphanDelete:
 		return "deleted by the next orphan pass (grace over since " + fmtUTC(o.DeleteAfter) + ")"
-	case backup.OrphanWaiting:
+	case catalog.OrphanWaiting:
 		if !o.Recorded {
 			if now.Before(o.DeleteAfter) {
 				return "deleted after " + fmtUTC(o.DeleteAfter) + " (the next orphan pass records it)"

@@ -16,8 +16,10 @@ import (
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/inspect"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/kubetest"
 	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
 	"github.com/armada/etcd-recovery/kube"
@@ -25,7 +27,7 @@ import (
 
 // bucketState is every object of the bucket (key, size, time) and every
 // multipart upload: what inspect must leave as it found it.
-func bucketState(t *testing.T, st backup.Store) string {
+func bucketState(t *testing.T, st store.Store) string {
 	t.Helper()
 	objs, err := st.List(ctxT(t, time.Minute), "")
 	if err != nil {
@@ -35,7 +37,7 @@ func bucketState(t *testing.T, st backup.Store) string {
 	for _, o := range objs {
 		fmt.Fprintf(&b, "%s %d %s\n", o.Key, o.Size, o.LastModified.UTC().Format(time.RFC3339Nano))
 	}
-	if mp, ok := st.(backup.Multipart); ok {
+	if mp, ok := st.(store.Multipart); ok {
 		ups, err := mp.ListUploads(ctxT(t, time.Minute), "")
 		if err != nil {
 			t.Fatal(err)
@@ -50,11 +52,11 @@ func bucketState(t *testing.T, st backup.Store) string {
 // stallRootList is a store whose listing of the whole prefix (the orphan
 // pass's) never answers until its context ends; every other call passes.
 type stallRootList struct {
-	backup.Store
+	store.Store
 	root string
 }
 
-func (s stallRootList) List(ctx context.Context, prefix string) ([]backup.ObjectInfo, error) {
+func (s stallRootList) List(ctx context.Context, prefix string) ([]store.ObjectInfo, error) {
 	if prefix == s.root {
 		<-ctx.Done()
 		return nil, ctx.Err()
@@ -92,15 +94,15 @@ func TestInspectAllOrphans(t *testing.T) {
 	}
 	e.claim(t)
 	if _, err := kube.BackupAll(ctxT(t, time.Minute), kube.BackupAllOptions{Kube: sa, NoEvents: true,
-		Template:    backup.Options{Kind: backup.KindScheduled, Store: e.store, Layout: e.layout, ProbeTimeout: 2 * time.Second},
+		Template:    backup.Options{Kind: catalog.KindScheduled, Store: e.store, Layout: e.layout, ProbeTimeout: 2 * time.Second},
 		DialTimeout: 2 * time.Second}); err != nil {
 		t.Fatalf("backup of %s: %v", live.Name, err)
 	}
 	// etcd-gone: backups of a deleted cluster, recorded by an orphan pass
 	// half an hour after its newest backup.
 	t0 := time.Now().UTC().Add(-2 * time.Hour).Truncate(time.Second)
-	grace := backup.DefaultOrphanGrace
-	e.backups(t, "etcd-gone", backup.KindScheduled, t0.Add(-16*time.Hour), t0.Add(-8*time.Hour), t0)
+	grace := catalog.DefaultOrphanGrace
+	e.backups(t, "etcd-gone", catalog.KindScheduled, t0.Add(-16*time.Hour), t0.Add(-8*time.Hour), t0)
 	seen := t0.Add(30 * time.Minute)
 	if _, err := e.run(t, seen, sa); err != nil {
 		t.Fatal(err)
@@ -110,7 +112,7 @@ func TestInspectAllOrphans(t *testing.T) {
 	}
 	// etcd-new: an orphan no pass has seen yet.
 	tNew := t0.Add(time.Hour)
-	e.backups(t, "etcd-new", backup.KindManual, tNew.Add(-time.Hour), tNew)
+	e.backups(t, "etcd-new", catalog.KindManual, tNew.Add(-time.Hour), tNew)
 	before := bucketState(t, e.store)
 
 	tool := testfix.Tool(t)
@@ -156,12 +158,12 @@ func TestInspectAllOrphans(t *testing.T) {
 			t.Fatalf("orphans: %+v, want etcd-gone and etcd-new", rep.Orphans)
 		}
 		gone, nw := rep.Orphans[0], rep.Orphans[1]
-		if gone.ClusterID != "etcd-gone" || gone.State != backup.OrphanWaiting || !gone.Recorded || !gone.FirstSeen.Equal(seen) ||
+		if gone.ClusterID != "etcd-gone" || gone.State != catalog.OrphanWaiting || !gone.Recorded || !gone.FirstSeen.Equal(seen) ||
 			!gone.NewestBackup.Equal(t0) || !gone.DeleteAfter.Equal(t0.Add(grace)) || gone.Backups != 3 ||
 			gone.Deletion != "deleted after "+goneAfter {
 			t.Errorf("etcd-gone: %+v", gone)
 		}
-		if nw.ClusterID != "etcd-new" || nw.State != backup.OrphanWaiting || nw.Recorded || !nw.FirstSeen.IsZero() ||
+		if nw.ClusterID != "etcd-new" || nw.State != catalog.OrphanWaiting || nw.Recorded || !nw.FirstSeen.IsZero() ||
 			!nw.DeleteAfter.Equal(tNew.Add(grace)) || nw.Backups != 2 || !strings.Contains(nw.Deletion, "deleted after "+newAfter) {
 			t.Errorf("etcd-new: %+v", nw)
 		}
@@ -218,7 +220,7 @@ func TestInspectAllOrphans(t *testing.T) {
 		c := rep.OrphanCheck
 		if rep.ExitCode != inspect.ExitHealthy || len(rep.Clusters) != 1 || rep.Clusters[0].Verdict != inspect.VerdictHealthy ||
 			!c.Checked || len(rep.Orphans) != 0 ||
-			!strings.Contains(c.Error, "no answer within 1s") || !strings.Contains(c.Error, backup.OrphanStepList) {
+			!strings.Contains(c.Error, "no answer within 1s") || !strings.Contains(c.Error, catalog.OrphanStepList) {
 			t.Fatalf("exit %d, rows %+v, orphans %+v, check %+v", rep.ExitCode, rep.Clusters, rep.Orphans, c)
 		}
 		notes := rep.Table().Notes

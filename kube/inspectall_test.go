@@ -13,6 +13,7 @@ import (
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/inspect"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/kubetest"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
@@ -47,10 +48,10 @@ func testInspectAll(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier,
 	}
 	// Backups of all but etcd-nobackup, then the failures.
 	st := testfix.Store(t, m, bucket)
-	layout := backup.Layout{Prefix: prefix}
+	layout := catalog.Layout{Prefix: prefix}
 	if _, err := kube.BackupAll(ctx, kube.BackupAllOptions{
 		Kube: sa, Names: []string{healthy.Name, degraded.Name, down.Name}, NoEvents: true,
-		Template:    backup.Options{Kind: backup.KindScheduled, Store: st, Layout: layout, ProbeTimeout: 2 * time.Second},
+		Template:    backup.Options{Kind: catalog.KindScheduled, Store: st, Layout: layout, ProbeTimeout: 2 * time.Second},
 		DialTimeout: 2 * time.Second,
 	}); err != nil {
 		t.Fatalf("backups: %v", err)
@@ -62,14 +63,14 @@ func testInspectAll(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier,
 	const failedCheck = "compare with source: HashKV at revision 212 differs: restored 0x1f2e3d4c, source 0x5a6b7c8d"
 	putDrill := func(cluster string, passed bool, failed string) string {
 		t.Helper()
-		entries, err := backup.Inventory(ctx, st, layout, cluster)
+		entries, err := catalog.Inventory(ctx, st, layout, cluster)
 		if err != nil || len(entries) == 0 {
 			t.Fatalf("backups of %s: %v %+v", cluster, err, entries)
 		}
-		r := &backup.DrillRecord{ClusterID: cluster, Backup: entries[0].Name, Passed: passed, Failed: failed,
+		r := &catalog.DrillRecord{ClusterID: cluster, Backup: entries[0].Name, Passed: passed, Failed: failed,
 			StartedAt: time.Now().Add(-10 * time.Second).UTC(), FinishedAt: time.Now().UTC(), ToolVersion: "test",
-			Comparison: backup.DrillComparison{Mode: backup.CompareSource}}
-		if err := backup.PutDrill(ctx, st, layout, r); err != nil {
+			Comparison: catalog.DrillComparison{Mode: catalog.CompareSource}}
+		if err := catalog.PutDrill(ctx, st, layout, r); err != nil {
 			t.Fatal(err)
 		}
 		return entries[0].Name
@@ -157,7 +158,7 @@ func testInspectAll(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier,
 		// The drill values in the rows: the failed drill names its backup
 		// and check; the passed one proves the healthy cluster's backup.
 		if r := rep.Clusters[0]; r.DrillLastBackup != degradedBackup || r.DrillLastResult != "failed" || r.DrillLastFailed != failedCheck ||
-			r.DrillLastMode != backup.CompareSource || r.DrillLastTime.IsZero() || r.DrillProven != "" {
+			r.DrillLastMode != catalog.CompareSource || r.DrillLastTime.IsZero() || r.DrillProven != "" {
 			t.Errorf("degraded, failed drill: %+v", r)
 		}
 		if r := rep.Clusters[2]; r.DrillProven != healthyBackup || r.DrillProvenTime.IsZero() || r.DrillProvenAge == "" ||

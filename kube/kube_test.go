@@ -22,6 +22,7 @@ import (
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/inspect"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/kubetest"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
@@ -284,7 +285,7 @@ func testFleet(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, admi
 			t.Fatalf("report: %d clusters, failed %v", len(rep.Clusters), rep.Failed)
 		}
 		st := testfix.Store(t, m, bucket)
-		layout := backup.Layout{Prefix: prefix}
+		layout := catalog.Layout{Prefix: prefix}
 		for i, r := range rep.Clusters {
 			fc := clusters[i]
 			if fc.Name == down.Name {
@@ -297,8 +298,8 @@ func testFleet(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, admi
 				t.Errorf("%s: %+v", fc.Name, r)
 				continue
 			}
-			list, err := backup.ListBackups(ctx, st, layout, fc.Name)
-			if err != nil || len(list) != 1 || list[0].Manifest == nil || list[0].Manifest.Kind != backup.KindScheduled {
+			list, err := catalog.ListBackups(ctx, st, layout, fc.Name)
+			if err != nil || len(list) != 1 || list[0].Manifest == nil || list[0].Manifest.Kind != catalog.KindScheduled {
 				t.Errorf("%s: backups in COS: %+v %v", fc.Name, list, err)
 			}
 		}
@@ -331,7 +332,7 @@ func testFleet(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, admi
 		// In-process, the package function: the survivors again, named.
 		rep2, err := kube.BackupAll(ctx, kube.BackupAllOptions{
 			Kube: sa, Names: []string{"etcd-c00", "etcd-c01"}, Parallel: 2,
-			Template:    backup.Options{Kind: backup.KindManual, Store: st, Layout: layout, ProbeTimeout: 2 * time.Second},
+			Template:    backup.Options{Kind: catalog.KindManual, Store: st, Layout: layout, ProbeTimeout: 2 * time.Second},
 			DialTimeout: 2 * time.Second,
 		})
 		if err != nil || len(rep2.Clusters) != 2 || rep2.Clusters[0].Result != kube.ResultOK {

@@ -20,7 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/restore"
 )
 
@@ -32,8 +33,8 @@ type OperatorRestoreOptions struct {
 	Cluster string // the EtcdCluster; also the cluster id in COS
 	// Backup is the backup's name; default the newest committed one.
 	Backup string
-	Store  backup.Store
-	Layout backup.Layout
+	Store  store.Store
+	Layout catalog.Layout
 	// Bucket and Endpoint are what the operator is told (spec.s3.path is
 	// "<bucket>/<key>").
 	Bucket   string
@@ -104,8 +105,8 @@ const DefaultOperatorRestoreTimeout = 10 * time.Minute
 // StagedKey is where OperatorRestore stages the uncompressed snapshot of a
 // backup for etcd-operator: <prefix>/restore/<cluster>/<backup>/snapshot.db,
 // outside the backup folders (retention never touches it).
-func StagedKey(l backup.Layout, cluster, backupName string) string {
-	return l.RootPrefix() + "restore/" + cluster + "/" + backupName + "/" + backup.SnapshotObjectRaw
+func StagedKey(l catalog.Layout, cluster, backupName string) string {
+	return l.RootPrefix() + "restore/" + cluster + "/" + backupName + "/" + catalog.SnapshotObjectRaw
 }
 
 // OperatorRestoreError is a failed OperatorRestore: the cluster, the step
@@ -650,7 +651,7 @@ func (o *OperatorRestoreOptions) checkRestored(ctx context.Context, oldUID types
 // stageVerified uploads the verified snapshot file to key, reads the object
 // back and checks its sha256 and size against the file's; on a mismatch the
 // object is removed.
-func stageVerified(ctx context.Context, st backup.Store, file, key string) (string, int64, error) {
+func stageVerified(ctx context.Context, st store.Store, file, key string) (string, int64, error) {
 	f, err := os.Open(file)
 	if err != nil {
 		return "", 0, err

@@ -21,6 +21,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/kubetest"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
@@ -47,7 +48,7 @@ func testOperatorRestore(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.App
 	prefix := testenv.Prefix(t)
 	kubetest.CreateCOSSecret(t, admin, restoreNS, m)
 	st := testfix.Store(t, m, bucket)
-	layout := backup.Layout{Prefix: prefix}
+	layout := catalog.Layout{Prefix: prefix}
 
 	const name = "etcd-r1"
 	fc := kubetest.AddEtcdCluster(t, admin, dynAdmin, restoreNS, name, testenv.EtcdOptions{IP: "127.0.5.20", Members: 3})
@@ -59,11 +60,11 @@ func testOperatorRestore(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.App
 	want := testenv.PutKeys(t, cli, "/registry/pods/", 400, 128)
 	// A compressed scheduled backup in COS; then more writes that only the
 	// members have.
-	br, err := backup.Run(ctx, backup.Options{ClusterID: name, Kind: backup.KindScheduled, Etcd: testfix.EtcdConfig(fc.Etcd), Store: st, Layout: layout})
+	br, err := backup.Run(ctx, backup.Options{ClusterID: name, Kind: catalog.KindScheduled, Etcd: testfix.EtcdConfig(fc.Etcd), Store: st, Layout: layout})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if br.Manifest.Snapshot.Compression == backup.CompressNone {
+	if br.Manifest.Snapshot.Compression == catalog.CompressNone {
 		t.Fatal("want a compressed backup: the operator can't read those, staging is what makes it work")
 	}
 	maps.Copy(want, testenv.PutKeys(t, cli, "/registry/configmaps/", 150, 64))
@@ -307,8 +308,8 @@ func testOperatorRestore(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.App
 		if !ok || rec.S3Path != s3path {
 			t.Fatalf("s3.path %q is not <bucket>/<key> (operator fetched %q)", s3path, rec.S3Path)
 		}
-		list, err := backup.ListBackups(ctx, st, layout, name)
-		if err != nil || len(list) != 2 || list[0].Manifest == nil || list[0].Manifest.Kind != backup.KindPreRestore {
+		list, err := catalog.ListBackups(ctx, st, layout, name)
+		if err != nil || len(list) != 2 || list[0].Manifest == nil || list[0].Manifest.Kind != catalog.KindPreRestore {
 			t.Fatalf("want the pre-restore backup newest: %+v %v", list, err)
 		}
 		man := list[0].Manifest

@@ -10,7 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/store"
 )
 
 // ClusterNames lists the names of every EtcdCluster of the namespace: the
@@ -66,21 +67,21 @@ func complete(list *unstructured.UnstructuredList) error {
 	return nil
 }
 
-// OrphanPlan is how orphans are handled in a run: see backup.Orphans.
+// OrphanPlan is how orphans are handled in a run: see catalog.Orphans.
 type OrphanPlan struct {
-	// Grace: default backup.DefaultOrphanGrace.
+	// Grace: default catalog.DefaultOrphanGrace.
 	Grace  time.Duration
 	DryRun bool
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
 }
 
-// Orphans runs backup.Orphans for the namespace: the cluster ids under the
+// Orphans runs catalog.Orphans for the namespace: the cluster ids under the
 // prefix without an EtcdCluster here, recorded, and deleted after the
 // grace only when the namespace owns the prefix, every listing succeeded
 // and no EtcdRestore references them.
-func Orphans(ctx context.Context, k *Client, store backup.Store, layout backup.Layout, plan OrphanPlan, log *slog.Logger) (*backup.OrphanReport, error) {
-	opts := backup.OrphanOptions{
+func Orphans(ctx context.Context, k *Client, store store.Store, layout catalog.Layout, plan OrphanPlan, log *slog.Logger) (*catalog.OrphanReport, error) {
+	opts := catalog.OrphanOptions{
 		Store: store, Layout: layout, Namespace: k.Namespace,
 		Clusters: k.ClusterNames, Restores: k.RestoringClusters,
 		Grace: plan.Grace, DryRun: plan.DryRun, Log: log,
@@ -88,5 +89,5 @@ func Orphans(ctx context.Context, k *Client, store backup.Store, layout backup.L
 	if plan.Now != nil {
 		opts.Now = plan.Now()
 	}
-	return backup.Orphans(ctx, opts)
+	return catalog.Orphans(ctx, opts)
 }

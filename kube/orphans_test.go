@@ -15,8 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 
-	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/kubetest"
+	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
 	"github.com/armada/etcd-recovery/kube"
@@ -28,8 +29,8 @@ type orphanEnv struct {
 	ns     string
 	dyn    dynamic.Interface
 	client *kube.Client
-	store  backup.Store
-	layout backup.Layout
+	store  store.Store
+	layout catalog.Layout
 	prefix string
 	bucket string
 	m      *testenv.MinIO
@@ -46,19 +47,19 @@ func newOrphanEnv(t *testing.T, k *testenv.KubeAPIServer, ns string) *orphanEnv 
 		t.Fatal(err)
 	}
 	return &orphanEnv{k: k, ns: ns, dyn: k.Dynamic(t, ""), client: c, store: testfix.Store(t, m, bucket),
-		layout: backup.Layout{Prefix: prefix}, prefix: prefix, bucket: bucket, m: m}
+		layout: catalog.Layout{Prefix: prefix}, prefix: prefix, bucket: bucket, m: m}
 }
 
 // backups writes committed backup folders (manifest + snapshot objects) of
 // id, taken at each of times, and an incomplete one at the oldest time.
-func (e *orphanEnv) backups(t *testing.T, id string, kind backup.Kind, times ...time.Time) {
+func (e *orphanEnv) backups(t *testing.T, id string, kind catalog.Kind, times ...time.Time) {
 	t.Helper()
 	ctx := ctxT(t, time.Minute)
 	for i, at := range times {
-		name := backup.NewBackupName(at, kind)
-		objs := []string{backup.StartedObject, backup.SnapshotObjectZstd, backup.ManifestObject}
+		name := catalog.NewBackupName(at, kind)
+		objs := []string{catalog.StartedObject, catalog.SnapshotObjectZstd, catalog.ManifestObject}
 		if i == 0 {
-			objs = []string{backup.StartedObject} // an incomplete folder
+			objs = []string{catalog.StartedObject} // an incomplete folder
 		}
 		for _, o := range objs {
 			if _, err := e.store.Put(ctx, e.layout.Key(id, name, o), strings.NewReader("x")); err != nil {
@@ -86,13 +87,13 @@ func (e *orphanEnv) deleteEtcdCluster(t *testing.T, name string) {
 
 func (e *orphanEnv) claim(t *testing.T) {
 	t.Helper()
-	if _, created, err := backup.ClaimPrefix(ctxT(t, time.Minute), e.store, e.layout, e.ns, time.Now()); err != nil || !created {
+	if _, created, err := catalog.ClaimPrefix(ctxT(t, time.Minute), e.store, e.layout, e.ns, time.Now()); err != nil || !created {
 		t.Fatalf("claim: created %v, %v", created, err)
 	}
 }
 
 // run is one orphan pass at now, as a fresh process would (new client).
-func (e *orphanEnv) run(t *testing.T, now time.Time, c *kube.Client) (*backup.OrphanReport, error) {
+func (e *orphanEnv) run(t *testing.T, now time.Time, c *kube.Client) (*catalog.OrphanReport, error) {
 	t.Helper()
 	if c == nil {
 		var err error
@@ -106,23 +107,23 @@ func (e *orphanEnv) run(t *testing.T, now time.Time, c *kube.Client) (*backup.Or
 // folders counts id's backup folders in the store.
 func (e *orphanEnv) folders(t *testing.T, id string) int {
 	t.Helper()
-	es, err := backup.Inventory(ctxT(t, time.Minute), e.store, e.layout, id)
+	es, err := catalog.Inventory(ctxT(t, time.Minute), e.store, e.layout, id)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return len(es)
 }
 
-func (e *orphanEnv) marker(t *testing.T, id string) *backup.OrphanMarker {
+func (e *orphanEnv) marker(t *testing.T, id string) *catalog.OrphanMarker {
 	t.Helper()
-	m, err := backup.ReadOrphanMarker(ctxT(t, time.Minute), e.store, e.layout, id)
+	m, err := catalog.ReadOrphanMarker(ctxT(t, time.Minute), e.store, e.layout, id)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return m
 }
 
-func orphanOf(t *testing.T, rep *backup.OrphanReport, id string) backup.Orphan {
+func orphanOf(t *testing.T, rep *catalog.OrphanReport, id string) catalog.Orphan {
 	t.Helper()
 	for _, o := range rep.Orphans {
 		if o.ClusterID == id {
@@ -130,7 +131,7 @@ func orphanOf(t *testing.T, rep *backup.OrphanReport, id string) backup.Orphan {
 		}
 	}
 	t.Fatalf("no orphan %s in the report: %+v", id, rep.Orphans)
-	return backup.Orphan{}
+	return catalog.Orphan{}
 }
 
 // TestOrphans: backups that follow their cluster's life, against a real
@@ -139,23 +140,23 @@ func TestOrphans(t *testing.T) {
 	k := testenv.StartKubeAPIServer(t)
 	kubetest.InstallCRDs(t, k)
 	t0 := time.Now().UTC().Add(-time.Hour).Truncate(time.Second)
-	grace := backup.DefaultOrphanGrace
+	grace := catalog.DefaultOrphanGrace
 
 	t.Run("GraceThenDeleted", func(t *testing.T) {
 		t.Parallel()
 		e := newOrphanEnv(t, k, "kubx-etcd-41")
 		e.claim(t)
 		e.etcdCluster(t, "etcd-live")
-		e.backups(t, "etcd-live", backup.KindScheduled, t0.Add(-16*time.Hour), t0.Add(-8*time.Hour), t0)
-		e.backups(t, "etcd-gone", backup.KindScheduled, t0.Add(-16*time.Hour), t0.Add(-8*time.Hour), t0)
-		e.backups(t, "etcd-gone", backup.KindManual, t0.Add(-time.Hour), t0.Add(-30*time.Minute))
+		e.backups(t, "etcd-live", catalog.KindScheduled, t0.Add(-16*time.Hour), t0.Add(-8*time.Hour), t0)
+		e.backups(t, "etcd-gone", catalog.KindScheduled, t0.Add(-16*time.Hour), t0.Add(-8*time.Hour), t0)
+		e.backups(t, "etcd-gone", catalog.KindManual, t0.Add(-time.Hour), t0.Add(-30*time.Minute))
 		// First seen: recorded, nothing deleted.
 		rep, err := e.run(t, t0.Add(time.Hour), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		o := orphanOf(t, rep, "etcd-gone")
-		if o.State != backup.OrphanWaiting || !o.DeleteAfter.Equal(t0.Add(grace)) || len(rep.Orphans) != 1 {
+		if o.State != catalog.OrphanWaiting || !o.DeleteAfter.Equal(t0.Add(grace)) || len(rep.Orphans) != 1 {
 			t.Fatalf("first pass: %+v", rep.Orphans)
 		}
 		mk := e.marker(t, "etcd-gone")
@@ -168,7 +169,7 @@ func TestOrphans(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if o := orphanOf(t, rep, "etcd-gone"); o.State != backup.OrphanWaiting || !o.FirstSeen.Equal(t0.Add(time.Hour)) {
+		if o := orphanOf(t, rep, "etcd-gone"); o.State != catalog.OrphanWaiting || !o.FirstSeen.Equal(t0.Add(time.Hour)) {
 			t.Fatalf("before the grace: %+v", o)
 		}
 		if n := e.folders(t, "etcd-gone"); n != 5 {
@@ -180,7 +181,7 @@ func TestOrphans(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if o := orphanOf(t, rep, "etcd-gone"); o.State != backup.OrphanDeleted || len(o.Deleted) != 5 {
+		if o := orphanOf(t, rep, "etcd-gone"); o.State != catalog.OrphanDeleted || len(o.Deleted) != 5 {
 			t.Fatalf("after the grace: %+v", o)
 		}
 		if n := e.folders(t, "etcd-gone"); n != 0 {
@@ -192,7 +193,7 @@ func TestOrphans(t *testing.T) {
 		if n := e.folders(t, "etcd-live"); n != 3 {
 			t.Fatalf("the live cluster has %d folders, want 3", n)
 		}
-		if keys := testfix.Keys(t, e.store, e.layout.RootPrefix()); !slices.Contains(keys, backup.OwnerKey(e.layout)) {
+		if keys := testfix.Keys(t, e.store, e.layout.RootPrefix()); !slices.Contains(keys, catalog.OwnerKey(e.layout)) {
 			t.Fatalf("the ownership record went: %v", keys)
 		}
 	})
@@ -201,12 +202,12 @@ func TestOrphans(t *testing.T) {
 		t.Parallel()
 		e := newOrphanEnv(t, k, "kubx-etcd-42")
 		e.claim(t)
-		e.backups(t, "etcd-old", backup.KindScheduled, t0.Add(-30*24*time.Hour), t0.Add(-20*24*time.Hour))
+		e.backups(t, "etcd-old", catalog.KindScheduled, t0.Add(-30*24*time.Hour), t0.Add(-20*24*time.Hour))
 		rep, err := e.run(t, t0, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if o := orphanOf(t, rep, "etcd-old"); o.State != backup.OrphanWaiting || e.folders(t, "etcd-old") != 2 {
+		if o := orphanOf(t, rep, "etcd-old"); o.State != catalog.OrphanWaiting || e.folders(t, "etcd-old") != 2 {
 			t.Fatalf("first sighting, long past the grace: %+v, want waiting (one listing alone never deletes)", o)
 		}
 		if _, err := e.run(t, t0.Add(8*time.Hour), nil); err != nil {
@@ -221,7 +222,7 @@ func TestOrphans(t *testing.T) {
 		t.Parallel()
 		e := newOrphanEnv(t, k, "kubx-etcd-43")
 		e.claim(t)
-		e.backups(t, "etcd-gone", backup.KindScheduled, t0.Add(-8*time.Hour), t0)
+		e.backups(t, "etcd-gone", catalog.KindScheduled, t0.Add(-8*time.Hour), t0)
 		if _, err := e.run(t, t0, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -245,9 +246,9 @@ func TestOrphans(t *testing.T) {
 		}
 		for name, c := range map[string]*kube.Client{"forbidden": noRights, "unreachable": unreachable} {
 			rep, err := e.run(t, t0.Add(grace+time.Hour), c)
-			var pe *backup.PruneError
-			if !errors.As(err, &pe) || !pe.NothingDeleted || pe.Step != backup.OrphanStepClusters || rep != nil {
-				t.Fatalf("%s: %v (report %v), want a failure at step %q, nothing deleted", name, err, rep, backup.OrphanStepClusters)
+			var pe *catalog.PruneError
+			if !errors.As(err, &pe) || !pe.NothingDeleted || pe.Step != catalog.OrphanStepClusters || rep != nil {
+				t.Fatalf("%s: %v (report %v), want a failure at step %q, nothing deleted", name, err, rep, catalog.OrphanStepClusters)
 			}
 			if n := e.folders(t, "etcd-gone"); n != 2 {
 				t.Fatalf("%s: %d folders left, want 2", name, n)
@@ -260,7 +261,7 @@ func TestOrphans(t *testing.T) {
 		e := newOrphanEnv(t, k, "kubx-etcd-44")
 		e.claim(t)
 		e.etcdCluster(t, "etcd-back")
-		e.backups(t, "etcd-back", backup.KindScheduled, t0.Add(-8*time.Hour), t0)
+		e.backups(t, "etcd-back", catalog.KindScheduled, t0.Add(-8*time.Hour), t0)
 		e.deleteEtcdCluster(t, "etcd-back")
 		if _, err := e.run(t, t0.Add(time.Hour), nil); err != nil {
 			t.Fatal(err)
@@ -273,7 +274,7 @@ func TestOrphans(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if o := orphanOf(t, rep, "etcd-back"); o.State != backup.OrphanReturned {
+		if o := orphanOf(t, rep, "etcd-back"); o.State != catalog.OrphanReturned {
 			t.Fatalf("recreated: %+v", o)
 		}
 		if e.marker(t, "etcd-back") != nil {
@@ -292,7 +293,7 @@ func TestOrphans(t *testing.T) {
 		t.Parallel()
 		e := newOrphanEnv(t, k, "kubx-etcd-45")
 		e.claim(t)
-		e.backups(t, "etcd-restoring", backup.KindScheduled, t0.Add(-8*time.Hour), t0)
+		e.backups(t, "etcd-restoring", catalog.KindScheduled, t0.Add(-8*time.Hour), t0)
 		if _, err := e.run(t, t0, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -303,7 +304,7 @@ func TestOrphans(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if o := orphanOf(t, rep, "etcd-restoring"); o.State != backup.OrphanRestoring || !slices.Contains(o.Restores, "etcd-restoring") {
+		if o := orphanOf(t, rep, "etcd-restoring"); o.State != catalog.OrphanRestoring || !slices.Contains(o.Restores, "etcd-restoring") {
 			t.Fatalf("restore in flight: %+v", o)
 		}
 		if n := e.folders(t, "etcd-restoring"); n != 2 {
@@ -314,7 +315,7 @@ func TestOrphans(t *testing.T) {
 	t.Run("PrefixNotOwnedDeletesNothing", func(t *testing.T) {
 		t.Parallel()
 		e := newOrphanEnv(t, k, "kubx-etcd-46")
-		e.backups(t, "etcd-gone", backup.KindScheduled, t0.Add(-8*time.Hour), t0)
+		e.backups(t, "etcd-gone", catalog.KindScheduled, t0.Add(-8*time.Hour), t0)
 		check := func(what, want string) {
 			t.Helper()
 			for _, at := range []time.Time{t0, t0.Add(grace + time.Hour), t0.Add(grace + 9*time.Hour)} {
@@ -323,7 +324,7 @@ func TestOrphans(t *testing.T) {
 					t.Fatalf("%s: %v", what, err)
 				}
 				o := orphanOf(t, rep, "etcd-gone")
-				if rep.Owned || o.State != backup.OrphanNotOwned || !strings.Contains(o.Reason, want) || !strings.Contains(rep.NotOwned, want) {
+				if rep.Owned || o.State != catalog.OrphanNotOwned || !strings.Contains(o.Reason, want) || !strings.Contains(rep.NotOwned, want) {
 					t.Fatalf("%s: owned %v, %+v; want report only, saying %q", what, rep.Owned, o, want)
 				}
 			}
@@ -333,18 +334,18 @@ func TestOrphans(t *testing.T) {
 		}
 		check("unclaimed", "not claimed")
 		// Claimed by another namespace.
-		if _, _, err := backup.ClaimPrefix(ctxT(t, time.Minute), e.store, e.layout, "kubx-etcd-99", time.Now()); err != nil {
+		if _, _, err := catalog.ClaimPrefix(ctxT(t, time.Minute), e.store, e.layout, "kubx-etcd-99", time.Now()); err != nil {
 			t.Fatal(err)
 		}
 		check("owned by another namespace", "names namespace kubx-etcd-99")
-		if _, _, err := backup.ClaimPrefix(ctxT(t, time.Minute), e.store, e.layout, e.ns, time.Now()); !errors.Is(err, backup.ErrOwnedByOther) {
+		if _, _, err := catalog.ClaimPrefix(ctxT(t, time.Minute), e.store, e.layout, e.ns, time.Now()); !errors.Is(err, catalog.ErrOwnedByOther) {
 			t.Fatalf("a second claim: %v, want ErrOwnedByOther", err)
 		}
 		// The bucket root: shared, never owned (the record cannot even be
 		// written there).
-		root := &orphanEnv{k: e.k, ns: e.ns, dyn: e.dyn, client: e.client, store: testfix.Store(t, e.m, e.m.NewBucket(t)), layout: backup.Layout{}}
-		root.backups(t, "etcd-gone", backup.KindScheduled, t0.Add(-8*time.Hour), t0)
-		if _, _, err := backup.ClaimPrefix(ctxT(t, time.Minute), root.store, root.layout, e.ns, time.Now()); !errors.Is(err, backup.ErrSharedPrefix) {
+		root := &orphanEnv{k: e.k, ns: e.ns, dyn: e.dyn, client: e.client, store: testfix.Store(t, e.m, e.m.NewBucket(t)), layout: catalog.Layout{}}
+		root.backups(t, "etcd-gone", catalog.KindScheduled, t0.Add(-8*time.Hour), t0)
+		if _, _, err := catalog.ClaimPrefix(ctxT(t, time.Minute), root.store, root.layout, e.ns, time.Now()); !errors.Is(err, catalog.ErrSharedPrefix) {
 			t.Fatalf("claim of the bucket root: %v", err)
 		}
 		for _, at := range []time.Time{t0, t0.Add(grace + time.Hour)} {
@@ -352,7 +353,7 @@ func TestOrphans(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if o := orphanOf(t, rep, "etcd-gone"); o.State != backup.OrphanNotOwned || !strings.Contains(o.Reason, "prefix is empty") {
+			if o := orphanOf(t, rep, "etcd-gone"); o.State != catalog.OrphanNotOwned || !strings.Contains(o.Reason, "prefix is empty") {
 				t.Fatalf("bucket root: %+v", o)
 			}
 		}
@@ -366,8 +367,8 @@ func TestOrphans(t *testing.T) {
 		e := newOrphanEnv(t, k, "kubx-etcd-47")
 		kubetest.CreateCOSSecret(t, k.Clientset(t, ""), e.ns, e.m)
 		e.etcdCluster(t, "etcd-x")
-		e.backups(t, "etcd-x", backup.KindScheduled, t0.Add(-8*time.Hour), t0)
-		e.backups(t, "etcd-x", backup.KindPreRestore, t0.Add(-2*time.Hour), t0.Add(-time.Hour))
+		e.backups(t, "etcd-x", catalog.KindScheduled, t0.Add(-8*time.Hour), t0)
+		e.backups(t, "etcd-x", catalog.KindPreRestore, t0.Add(-2*time.Hour), t0.Add(-time.Hour))
 		kc := k.Kubeconfig(t, "", e.ns)
 		tool := testfix.Tool(t)
 		cos := []string{"--cos-endpoint", e.m.Endpoint, "--cos-region", e.m.Region, "--cos-ca-file", e.m.CAFile, "--bucket", e.bucket, "--prefix", e.prefix}
@@ -404,7 +405,7 @@ func TestOrphans(t *testing.T) {
 		out := run(0, withKube, "--dry-run", "--ignore-etcdcluster", "-o", "json")
 		var res struct {
 			EtcdCluster string
-			Delete      backup.DeleteAllReport
+			Delete      catalog.DeleteAllReport
 		}
 		if err := json.Unmarshal([]byte(out[:strings.LastIndex(out, "}")+1]), &res); err != nil {
 			t.Fatalf("json: %v\n%s", err, out)
@@ -421,7 +422,7 @@ func TestOrphans(t *testing.T) {
 			t.Fatalf("forced: %d folders left", n)
 		}
 		// Without an EtcdCluster: no force needed.
-		e.backups(t, "etcd-x", backup.KindManual, t0.Add(-time.Hour), t0)
+		e.backups(t, "etcd-x", catalog.KindManual, t0.Add(-time.Hour), t0)
 		e.deleteEtcdCluster(t, "etcd-x")
 		if out := run(0, withKube); !strings.Contains(out, "absent") {
 			t.Fatalf("no EtcdCluster:\n%s", out)

@@ -11,16 +11,18 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
+	"github.com/armada/etcd-recovery/internal/store"
+	"github.com/armada/etcd-recovery/internal/usage"
 	"github.com/armada/etcd-recovery/internal/version"
 )
 
 // DrillOptions configure a restore drill of one backup (see Drill).
 type DrillOptions struct {
 	ClusterID string
-	Store     backup.Store
-	Layout    backup.Layout
+	Store     store.Store
+	Layout    catalog.Layout
 	// Backup is the backup to drill; empty: the newest committed one.
 	Backup string
 	// Source is the cluster the backup was taken of. When it has
@@ -114,7 +116,7 @@ type DrillError struct {
 	Backup    string
 	Step      string
 	Err       error
-	Record    *backup.DrillRecord
+	Record    *catalog.DrillRecord
 }
 
 func (e *DrillError) Error() string {
@@ -149,22 +151,48 @@ type drillStepError struct {
 func (e *drillStepError) Error() string { return e.err.Error() }
 func (e *drillStepError) Unwrap() error { return e.err }
 
-func (o *DrillOptions) defaults() error {
-	if err := backup.ValidateClusterID(o.ClusterID); err != nil {
-		return err
-	}
-	if o.Store == nil {
-		return errors.New("no object store")
+// Validate checks the options a caller chose, before anything is
+// contacted; its errors are usage errors (internal/usage). An empty
+// ClusterID passes (a template for several clusters); Drill requires it.
+func (o DrillOptions) Validate() error {
+	if o.ClusterID != "" {
+		if err := catalog.ValidateClusterID(o.ClusterID); err != nil {
+			return usage.Wrap(err)
+		}
 	}
 	if o.Backup != "" {
-		if _, _, err := backup.ParseBackupName(o.Backup); err != nil {
-			return fmt.Errorf("--backup: %w", err)
+		if _, _, err := catalog.ParseBackupName(o.Backup); err != nil {
+			return usage.Errorf("--backup: %w", err)
 		}
 	}
 	if len(o.Source.Endpoints) > 0 {
 		if err := o.Source.Validate(); err != nil {
-			return fmt.Errorf("source: %w", err)
+			return usage.Errorf("source: %w", err)
 		}
+	}
+	for _, d := range []struct{ flag, dir string }{{"etcd-bin-dir", o.EtcdBinDir}, {"temp-dir", o.ScratchDir}} {
+		if d.dir == "" {
+			continue
+		}
+		if st, err := os.Stat(d.dir); err != nil || !st.IsDir() {
+			if err == nil {
+				err = errors.New("not a directory")
+			}
+			return usage.Errorf("--%s %s: %w", d.flag, d.dir, err)
+		}
+	}
+	return nil
+}
+
+func (o *DrillOptions) defaults() error {
+	if err := catalog.ValidateClusterID(o.ClusterID); err != nil {
+		return usage.Wrap(err)
+	}
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	if o.Store == nil {
+		return errors.New("no object store")
 	}
 	if o.EtcdMemoryLimit == 0 {
 		o.EtcdMemoryLimit = DefaultDrillEtcdMemoryLimit
@@ -191,7 +219,7 @@ func (o *DrillOptions) defaults() error {
 type drill struct {
 	opts    DrillOptions
 	log     *slog.Logger
-	rec     *backup.DrillRecord
+	rec     *catalog.DrillRecord
 	chosen  Candidate
 	facts   SnapshotFacts
 	bin     string
@@ -242,7 +270,7 @@ type sourceHash struct {
 // apiserver compacts every 5 minutes), and the restored member is compacted
 // to the source's compact revision, when that is later than its own and not
 // past R, before it is hashed.
-func Drill(ctx context.Context, opts DrillOptions) (*backup.DrillRecord, error) {
+func Drill(ctx context.Context, opts DrillOptions) (*catalog.DrillRecord, error) {
 	d := &drill{opts: opts}
 	return d.run(ctx)
 }
@@ -255,7 +283,7 @@ func (d *drill) step(ctx context.Context, name string) {
 
 // addStep records how long a step took.
 func (d *drill) addStep(name string, start time.Time, err error) {
-	s := backup.DrillStep{Name: name, Duration: time.Since(start)}
+	s := catalog.DrillStep{Name: name, Duration: time.Since(start)}
 	if err != nil {
 		s.Error = err.Error()
 	}
@@ -263,9 +291,9 @@ func (d *drill) addStep(name string, start time.Time, err error) {
 }
 
 // check records a check; a failed one fails the drill, the first naming it.
-func (d *drill) check(step string, c backup.DrillCheck) {
+func (d *drill) check(step string, c catalog.DrillCheck) {
 	d.rec.Checks = append(d.rec.Checks, c)
-	if c.Status == backup.DrillCheckFailed && d.rec.Failed == "" {
+	if c.Status == catalog.DrillCheckFailed && d.rec.Failed == "" {
 		d.rec.Failed = c.Name + ": " + c.Detail
 		d.failStep = step
 		d.inconclusive = isTimeout(c.Detail)
@@ -288,7 +316,7 @@ func isTimeout(detail string) bool {
 		strings.Contains(detail, "did not serve within")
 }
 
-func (d *drill) fail(step string, err error) (*backup.DrillRecord, error) {
+func (d *drill) fail(step string, err error) (*catalog.DrillRecord, error) {
 	return nil, &DrillError{ClusterID: d.opts.ClusterID, Backup: d.backupName(), Step: step, Err: err}
 }
 
@@ -299,7 +327,7 @@ func (d *drill) backupName() string {
 	return d.opts.Backup
 }
 
-func (d *drill) run(ctx context.Context) (_ *backup.DrillRecord, rerr error) {
+func (d *drill) run(ctx context.Context) (_ *catalog.DrillRecord, rerr error) {
 	if err := d.opts.defaults(); err != nil {
 		return d.fail(DrillStepValidate, err)
 	}
@@ -307,7 +335,7 @@ func (d *drill) run(ctx context.Context) (_ *backup.DrillRecord, rerr error) {
 		// The newest committed backup, whatever its earlier drills said:
 		// restore's own choice would skip one whose drill failed, and an
 		// idle cluster's newest backup would never be drilled again.
-		entries, err := backup.Inventory(ctx, d.opts.Store, d.opts.Layout, d.opts.ClusterID)
+		entries, err := catalog.Inventory(ctx, d.opts.Store, d.opts.Layout, d.opts.ClusterID)
 		if err != nil {
 			return d.fail(DrillStepSelect, err)
 		}
@@ -324,7 +352,7 @@ func (d *drill) run(ctx context.Context) (_ *backup.DrillRecord, rerr error) {
 	}
 	opts := d.opts
 	d.log = opts.Log.With("cluster", opts.ClusterID, "drill", true)
-	d.rec = &backup.DrillRecord{Format: backup.DrillFormat, ClusterID: opts.ClusterID, Backup: opts.Backup,
+	d.rec = &catalog.DrillRecord{Format: catalog.DrillFormat, ClusterID: opts.ClusterID, Backup: opts.Backup,
 		StartedAt: opts.Now().UTC(), ToolVersion: version.Version, BumpRevision: DefaultBumpRevision}
 
 	// The private scratch dir: the staged snapshot and the data dir, and
@@ -406,14 +434,14 @@ func (d *drill) run(ctx context.Context) (_ *backup.DrillRecord, rerr error) {
 	if res != nil {
 		d.token = res.Token
 		for _, c := range res.Checks {
-			st := backup.DrillCheckPassed
+			st := catalog.DrillCheckPassed
 			switch c.Status {
 			case CheckFailed:
-				st = backup.DrillCheckFailed
+				st = catalog.DrillCheckFailed
 			case CheckSkipped, CheckPlanned:
-				st = backup.DrillCheckInfo
+				st = catalog.DrillCheckInfo
 			}
-			d.rec.Checks = append(d.rec.Checks, backup.DrillCheck{Name: DrillCheckVerify + ": " + c.Name, Status: st, Detail: c.Detail})
+			d.rec.Checks = append(d.rec.Checks, catalog.DrillCheck{Name: DrillCheckVerify + ": " + c.Name, Status: st, Detail: c.Detail})
 		}
 	}
 	if err != nil {
@@ -430,12 +458,12 @@ func (d *drill) run(ctx context.Context) (_ *backup.DrillRecord, rerr error) {
 		case step == DrillStepVerify && isVerifyError(err):
 			// The backup's fault: recorded.
 			d.addStep(DrillStepVerify, verifyStart, cause)
-			d.check(DrillStepVerify, backup.DrillCheck{Name: DrillCheckVerify, Status: backup.DrillCheckFailed, Detail: cause.Error()})
+			d.check(DrillStepVerify, catalog.DrillCheck{Name: DrillCheckVerify, Status: catalog.DrillCheckFailed, Detail: cause.Error()})
 			return d.finish(ctx)
 		case step == DrillStepRestore && !isLocalFailure(err):
 			// etcd's restore code refused the verified database.
 			d.addStep(DrillStepRestore, restoreStart, cause)
-			d.check(DrillStepRestore, backup.DrillCheck{Name: DrillStepRestore, Status: backup.DrillCheckFailed, Detail: cause.Error()})
+			d.check(DrillStepRestore, catalog.DrillCheck{Name: DrillStepRestore, Status: catalog.DrillCheckFailed, Detail: cause.Error()})
 			return d.finish(ctx)
 		}
 		return d.fail(step, cause)
@@ -458,10 +486,10 @@ func (d *drill) run(ctx context.Context) (_ *backup.DrillRecord, rerr error) {
 		if ctx.Err() != nil {
 			return d.fail(DrillStepStart, err)
 		}
-		d.check(DrillStepStart, backup.DrillCheck{Name: DrillCheckStart, Status: backup.DrillCheckFailed, Detail: err.Error()})
+		d.check(DrillStepStart, catalog.DrillCheck{Name: DrillCheckStart, Status: catalog.DrillCheckFailed, Detail: err.Error()})
 		return d.finish(ctx)
 	}
-	d.check(DrillStepStart, backup.DrillCheck{Name: DrillCheckStart, Status: backup.DrillCheckPassed,
+	d.check(DrillStepStart, catalog.DrillCheck{Name: DrillCheckStart, Status: catalog.DrillCheckPassed,
 		Detail: fmt.Sprintf("etcd %s serving on %s", d.rec.EtcdVersion, d.proc.clientURL)})
 
 	cli, err := etcdconn.Config{Endpoints: []string{d.proc.clientURL}, DialTimeout: opts.ProbeTimeout}.Client(ctx)
@@ -489,7 +517,7 @@ func (d *drill) run(ctx context.Context) (_ *backup.DrillRecord, rerr error) {
 }
 
 // finish stops etcd, removes the scratch dir, and records the result.
-func (d *drill) finish(ctx context.Context) (*backup.DrillRecord, error) {
+func (d *drill) finish(ctx context.Context) (*catalog.DrillRecord, error) {
 	t := time.Now()
 	cerr := d.cleanup()
 	d.addStep(DrillStepCleanup, t, cerr)
@@ -517,7 +545,7 @@ func (d *drill) finish(ctx context.Context) (*backup.DrillRecord, error) {
 			Err: fmt.Errorf("inconclusive, nothing recorded: the drill's etcd did not answer in time (a slow or overloaded node, not the backup): %s", rec.Failed)}
 	}
 	if !d.opts.NoRecord {
-		if err := backup.PutDrill(ctx, d.opts.Store, d.opts.Layout, rec); err != nil {
+		if err := catalog.PutDrill(ctx, d.opts.Store, d.opts.Layout, rec); err != nil {
 			return d.fail(DrillStepRecord, err)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
 	"github.com/armada/etcd-recovery/kube"
@@ -36,10 +37,10 @@ func BenchmarkDrill(b *testing.B) {
 	mi := testenv.StartMinIO(b)
 	bucket := mi.NewBucket(b)
 	store := testfix.Store(b, mi, bucket)
-	layout := backup.Layout{Prefix: "bench"}
+	layout := catalog.Layout{Prefix: "bench"}
 	const id = "drill"
 	fillLarge(b, src.Client(b), int64(sizeMB)<<20)
-	res, err := backup.Run(context.Background(), backup.Options{ClusterID: id, Kind: backup.KindScheduled,
+	res, err := backup.Run(context.Background(), backup.Options{ClusterID: id, Kind: catalog.KindScheduled,
 		Etcd: testfix.EtcdConfig(src), Store: store, Layout: layout})
 	if err != nil {
 		b.Fatal(err)

@@ -14,7 +14,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
 )
 
 // hashTimeout bounds one pass of a member over its whole database (a
@@ -60,7 +60,7 @@ func (d *drill) sourceEndpoints() (eps []string, manifestIdx int) {
 func (d *drill) hashSource(ctx context.Context) {
 	rev := d.rec.Revision
 	cmp := &d.rec.Comparison
-	cmp.Mode, cmp.Revision = backup.CompareSelf, rev
+	cmp.Mode, cmp.Revision = catalog.CompareSelf, rev
 	eps, mi := d.sourceEndpoints()
 	if len(eps) == 0 {
 		cmp.Detail = "no source endpoints given: the restored member was checked for self-consistency only"
@@ -192,13 +192,13 @@ func (d *drill) checkServing(ctx context.Context, cli *clientv3.Client) {
 	}
 	switch {
 	case err != nil:
-		d.check(step, backup.DrillCheck{Name: DrillCheckHealth, Status: backup.DrillCheckFailed, Detail: err.Error()})
+		d.check(step, catalog.DrillCheck{Name: DrillCheckHealth, Status: catalog.DrillCheckFailed, Detail: err.Error()})
 		return
 	case st.Leader == 0 || len(st.Errors) > 0:
-		d.check(step, backup.DrillCheck{Name: DrillCheckHealth, Status: backup.DrillCheckFailed,
+		d.check(step, catalog.DrillCheck{Name: DrillCheckHealth, Status: catalog.DrillCheckFailed,
 			Detail: fmt.Sprintf("leader %x, errors %v", st.Leader, st.Errors)})
 	default:
-		d.check(step, backup.DrillCheck{Name: DrillCheckHealth, Status: backup.DrillCheckPassed,
+		d.check(step, catalog.DrillCheck{Name: DrillCheckHealth, Status: catalog.DrillCheckPassed,
 			Detail: fmt.Sprintf("etcd %s, leader, no alarm, database %d bytes", st.Version, st.DbSize)})
 	}
 
@@ -212,17 +212,17 @@ func (d *drill) checkServing(ctx context.Context, cli *clientv3.Client) {
 	// Keys: those on no lease exactly; leased ones may have expired since.
 	pk, err := scanKeys(ctx, cli, probe, scanPage(d.facts.MaxEntryBytes))
 	if err != nil {
-		d.check(step, backup.DrillCheck{Name: DrillCheckKeys, Status: backup.DrillCheckFailed, Detail: "count: " + err.Error()})
+		d.check(step, catalog.DrillCheck{Name: DrillCheckKeys, Status: catalog.DrillCheckFailed, Detail: "count: " + err.Error()})
 		return
 	}
 	d.check(step, cmpCheck(DrillCheckKeys, f.UnleasedKeys(), pk.total-pk.leased,
 		fmt.Sprintf("live keys on no lease (snapshot: %d live, %d leased)", f.LiveKeys, f.LeasedKeys)))
-	lc := backup.DrillCheck{Name: DrillCheckLeasedKeys, Want: f.LeasedKeys, Got: pk.leased, Status: backup.DrillCheckPassed,
+	lc := catalog.DrillCheck{Name: DrillCheckLeasedKeys, Want: f.LeasedKeys, Got: pk.leased, Status: catalog.DrillCheckPassed,
 		Detail: "keys on a lease: at most the snapshot's (etcd expires them once their lease runs out)"}
 	if pk.leased > f.LeasedKeys {
-		lc.Status, lc.Detail = backup.DrillCheckFailed, fmt.Sprintf("%d keys on a lease, the snapshot has %d", pk.leased, f.LeasedKeys)
+		lc.Status, lc.Detail = catalog.DrillCheckFailed, fmt.Sprintf("%d keys on a lease, the snapshot has %d", pk.leased, f.LeasedKeys)
 	} else if pk.leased < f.LeasedKeys {
-		lc.Status = backup.DrillCheckInfo
+		lc.Status = catalog.DrillCheckInfo
 		lc.Detail = fmt.Sprintf("%d of the snapshot's %d leased keys expired", f.LeasedKeys-pk.leased, f.LeasedKeys)
 	}
 	d.check(step, lc)
@@ -234,12 +234,12 @@ func (d *drill) checkServing(ctx context.Context, cli *clientv3.Client) {
 	cancel()
 	switch {
 	case err != nil:
-		d.check(step, backup.DrillCheck{Name: DrillCheckRead, Status: backup.DrillCheckFailed, Detail: err.Error()})
+		d.check(step, catalog.DrillCheck{Name: DrillCheckRead, Status: catalog.DrillCheckFailed, Detail: err.Error()})
 	case r.Header.Revision != pk.rev:
-		d.check(step, backup.DrillCheck{Name: DrillCheckRead, Status: backup.DrillCheckFailed, Want: pk.rev, Got: r.Header.Revision,
+		d.check(step, catalog.DrillCheck{Name: DrillCheckRead, Status: catalog.DrillCheckFailed, Want: pk.rev, Got: r.Header.Revision,
 			Detail: "the revision moved while nothing wrote"})
 	default:
-		d.check(step, backup.DrillCheck{Name: DrillCheckRead, Status: backup.DrillCheckPassed, Want: pk.rev, Got: r.Header.Revision,
+		d.check(step, catalog.DrillCheck{Name: DrillCheckRead, Status: catalog.DrillCheckPassed, Want: pk.rev, Got: r.Header.Revision,
 			Detail: fmt.Sprintf("read %d key(s) at revision %d", len(r.Kvs), r.Header.Revision)})
 	}
 
@@ -266,16 +266,16 @@ func (d *drill) checkServing(ctx context.Context, cli *clientv3.Client) {
 		return nil
 	}()
 	if werr != nil {
-		d.check(step, backup.DrillCheck{Name: DrillCheckWrite, Status: backup.DrillCheckFailed, Detail: werr.Error()})
+		d.check(step, catalog.DrillCheck{Name: DrillCheckWrite, Status: catalog.DrillCheckFailed, Detail: werr.Error()})
 	} else {
-		d.check(step, backup.DrillCheck{Name: DrillCheckWrite, Status: backup.DrillCheckPassed, Detail: "put, read back and deleted " + key})
+		d.check(step, catalog.DrillCheck{Name: DrillCheckWrite, Status: catalog.DrillCheckPassed, Detail: "put, read back and deleted " + key})
 	}
 }
 
-func cmpCheck(name string, want, got int64, detail string) backup.DrillCheck {
-	c := backup.DrillCheck{Name: name, Want: want, Got: got, Status: backup.DrillCheckPassed, Detail: detail}
+func cmpCheck(name string, want, got int64, detail string) catalog.DrillCheck {
+	c := catalog.DrillCheck{Name: name, Want: want, Got: got, Status: catalog.DrillCheckPassed, Detail: detail}
 	if want != got {
-		c.Status = backup.DrillCheckFailed
+		c.Status = catalog.DrillCheckFailed
 		c.Detail = fmt.Sprintf("got %d, want %d: %s", got, want, detail)
 	}
 	return c
@@ -283,7 +283,7 @@ func cmpCheck(name string, want, got int64, detail string) backup.DrillCheck {
 
 // prefixCheck compares the keys per prefix: those on no lease exactly,
 // leased ones at most the snapshot's. Want and Got are live keys per prefix.
-func prefixCheck(snap, got map[string]PrefixCount) backup.DrillCheck {
+func prefixCheck(snap, got map[string]PrefixCount) catalog.DrillCheck {
 	want, have := map[string]int64{}, map[string]int64{}
 	var all []string
 	for p, c := range snap {
@@ -304,10 +304,10 @@ func prefixCheck(snap, got map[string]PrefixCount) backup.DrillCheck {
 			diffs = append(diffs, fmt.Sprintf("%q: %d keys (%d leased), the snapshot has %d (%d leased)", p, g.Live, g.Leased, s.Live, s.Leased))
 		}
 	}
-	c := backup.DrillCheck{Name: DrillCheckPrefixes, Want: want, Got: have, Status: backup.DrillCheckPassed,
+	c := catalog.DrillCheck{Name: DrillCheckPrefixes, Want: want, Got: have, Status: catalog.DrillCheckPassed,
 		Detail: fmt.Sprintf("%d prefixes, counted in the staged database and on the restored member", len(all))}
 	if len(diffs) > 0 {
-		c.Status = backup.DrillCheckFailed
+		c.Status = catalog.DrillCheckFailed
 		c.Detail = fmt.Sprintf("%d of %d prefixes differ: %s", len(diffs), len(all), strings.Join(diffs[:min(len(diffs), 5)], "; "))
 	}
 	return c
@@ -342,10 +342,10 @@ func (d *drill) compare(ctx context.Context, cli *clientv3.Client) {
 	}
 	d.addStep(DrillStepHashRestored, t, err)
 	if err != nil {
-		d.check(step, backup.DrillCheck{Name: DrillCheckHashKV, Status: backup.DrillCheckFailed, Detail: err.Error()})
+		d.check(step, catalog.DrillCheck{Name: DrillCheckHashKV, Status: catalog.DrillCheckFailed, Detail: err.Error()})
 		return
 	}
-	d.check(step, backup.DrillCheck{Name: DrillCheckHashKV, Status: backup.DrillCheckPassed, Got: resp.Hash,
+	d.check(step, catalog.DrillCheck{Name: DrillCheckHashKV, Status: catalog.DrillCheckPassed, Got: resp.Hash,
 		Detail: fmt.Sprintf("HashKV at revision %d, compact revision %d", rev, resp.CompactRevision)})
 	restored := resp.Hash
 	cmp.RestoredHash = &restored
@@ -353,24 +353,24 @@ func (d *drill) compare(ctx context.Context, cli *clientv3.Client) {
 
 	switch {
 	case d.src == nil:
-		d.check(step, backup.DrillCheck{Name: DrillCheckCompare, Status: backup.DrillCheckInfo, Detail: cmp.Detail})
+		d.check(step, catalog.DrillCheck{Name: DrillCheckCompare, Status: catalog.DrillCheckInfo, Detail: cmp.Detail})
 	case d.src.compact < resp.CompactRevision && !d.src.manifest:
-		cmp.Mode = backup.CompareSelf
+		cmp.Mode = catalog.CompareSelf
 		cmp.Detail = fmt.Sprintf("the member asked (%s) is not the snapshot's source and is compacted at %d, below the snapshot's %d: "+
 			"the restored member was checked for self-consistency only", d.src.endpoint, d.src.compact, resp.CompactRevision)
-		d.check(step, backup.DrillCheck{Name: DrillCheckCompare, Status: backup.DrillCheckInfo, Detail: cmp.Detail})
+		d.check(step, catalog.DrillCheck{Name: DrillCheckCompare, Status: catalog.DrillCheckInfo, Detail: cmp.Detail})
 	default:
 		src := d.src.hash
 		eq := src == restored && d.src.compact == resp.CompactRevision
-		cmp.Mode, cmp.SourceHash, cmp.Equal = backup.CompareSource, &src, &eq
-		c := backup.DrillCheck{Name: DrillCheckCompare, Want: src, Got: restored, Status: backup.DrillCheckPassed}
+		cmp.Mode, cmp.SourceHash, cmp.Equal = catalog.CompareSource, &src, &eq
+		c := catalog.DrillCheck{Name: DrillCheckCompare, Want: src, Got: restored, Status: catalog.DrillCheckPassed}
 		switch {
 		case d.src.compact < resp.CompactRevision:
-			c.Status = backup.DrillCheckFailed
+			c.Status = catalog.DrillCheckFailed
 			c.Detail = fmt.Sprintf("the snapshot is compacted at revision %d, past the source member's compact revision %d (%s): "+
 				"it is not of this member's history", resp.CompactRevision, d.src.compact, d.src.endpoint)
 		case !eq:
-			c.Status = backup.DrillCheckFailed
+			c.Status = catalog.DrillCheckFailed
 			c.Detail = fmt.Sprintf("HashKV at revision %d (compact revision %d): the source %s has %d, the restored member %d: "+
 				"the backup does not hold what the source had", rev, resp.CompactRevision, d.src.endpoint, src, restored)
 		default:
@@ -408,10 +408,10 @@ func (d *drill) compare(ctx context.Context, cli *clientv3.Client) {
 		cancel()
 	}
 	if err != nil {
-		d.check(step, backup.DrillCheck{Name: DrillCheckCompaction, Status: backup.DrillCheckFailed, Want: target,
+		d.check(step, catalog.DrillCheck{Name: DrillCheckCompaction, Status: catalog.DrillCheckFailed, Want: target,
 			Detail: fmt.Sprintf("compact at revision %d: %v", target, err)})
 		return
 	}
-	d.check(step, backup.DrillCheck{Name: DrillCheckCompaction, Status: backup.DrillCheckPassed, Want: target, Got: target,
+	d.check(step, catalog.DrillCheck{Name: DrillCheckCompaction, Status: catalog.DrillCheckPassed, Want: target, Got: target,
 		Detail: "compacted at the snapshot's revision plus the bump, as restore marks it (a read below it is refused as compacted); the member still serves"})
 }

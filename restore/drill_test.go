@@ -19,6 +19,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
 	"github.com/armada/etcd-recovery/restore"
@@ -73,7 +74,7 @@ func TestDrillGoodBackup(t *testing.T) {
 			fillDrillData(t, cli, 400)
 			r := newStoreRig(t)
 			id := "drill-good-" + strings.ReplaceAll(string(v), ".", "")
-			m := r.takeBackup(t, c, id, backup.KindScheduled)
+			m := r.takeBackup(t, c, id, catalog.KindScheduled)
 			o := drillOpts(t, r, id, testenv.DrillBinDir(t, v))
 			o.Source = testfix.EtcdConfig(c)
 			rec, err := restore.Drill(ctxTimeout(t, 3*time.Minute), o)
@@ -84,11 +85,11 @@ func TestDrillGoodBackup(t *testing.T) {
 			if rec.Backup != m.Name || !strings.HasPrefix(rec.EtcdVersion, string(v)+".") || rec.SourceVersion != m.ServerVersion {
 				t.Errorf("record names backup %s etcd %s source %s; want %s, %s.x, %s", rec.Backup, rec.EtcdVersion, rec.SourceVersion, m.Name, v, m.ServerVersion)
 			}
-			stored, err := backup.LoadDrill(context.Background(), r.store, r.layout, id, m.Name)
+			stored, err := catalog.LoadDrill(context.Background(), r.store, r.layout, id, m.Name)
 			if err != nil || stored == nil {
 				t.Fatalf("drill.json: %v %v", stored, err)
 			}
-			if !stored.Passed || stored.Comparison.Mode != backup.CompareSource {
+			if !stored.Passed || stored.Comparison.Mode != catalog.CompareSource {
 				t.Errorf("stored record: passed %v mode %s", stored.Passed, stored.Comparison.Mode)
 			}
 			b, _ := json.Marshal(stored.Steps)
@@ -98,7 +99,7 @@ func TestDrillGoodBackup(t *testing.T) {
 	}
 }
 
-func checkPassedSource(tb testing.TB, rec *backup.DrillRecord) {
+func checkPassedSource(tb testing.TB, rec *catalog.DrillRecord) {
 	tb.Helper()
 	if rec == nil {
 		tb.Fatal("no record")
@@ -108,7 +109,7 @@ func checkPassedSource(tb testing.TB, rec *backup.DrillRecord) {
 		tb.Fatalf("drill failed: %s\n%s", rec.Failed, b)
 	}
 	cmp := rec.Comparison
-	if cmp.Mode != backup.CompareSource || cmp.SourceHash == nil || cmp.RestoredHash == nil || *cmp.SourceHash != *cmp.RestoredHash || cmp.Equal == nil || !*cmp.Equal {
+	if cmp.Mode != catalog.CompareSource || cmp.SourceHash == nil || cmp.RestoredHash == nil || *cmp.SourceHash != *cmp.RestoredHash || cmp.Equal == nil || !*cmp.Equal {
 		b, _ := json.Marshal(cmp)
 		tb.Fatalf("comparison: %s", b)
 	}
@@ -132,7 +133,7 @@ func assertEmptyDir(tb testing.TB, dir string) {
 // commitCopy commits a backup of cluster id whose manifest is src's with
 // mutate applied, under a new name, holding snap as its snapshot object
 // (src's own object when nil). The manifest is written last.
-func (r *storeRig) commitCopy(tb testing.TB, src *backup.Manifest, id, suffix string, snap []byte, mutate func(*backup.Manifest)) *backup.Manifest {
+func (r *storeRig) commitCopy(tb testing.TB, src *catalog.Manifest, id, suffix string, snap []byte, mutate func(*catalog.Manifest)) *catalog.Manifest {
 	tb.Helper()
 	m := *src
 	m.ClusterID = id
@@ -145,11 +146,11 @@ func (r *storeRig) commitCopy(tb testing.TB, src *backup.Manifest, id, suffix st
 		mutate(&m)
 	}
 	r.putObject(tb, r.layout.Key(id, m.Name, m.Snapshot.Object), snap)
-	b, err := backup.MarshalManifest(&m)
+	b, err := catalog.MarshalManifest(&m)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	r.putObject(tb, r.layout.Key(id, m.Name, backup.ManifestObject), b)
+	r.putObject(tb, r.layout.Key(id, m.Name, catalog.ManifestObject), b)
 	return &m
 }
 
@@ -165,7 +166,7 @@ func TestDrillSourceCompacted(t *testing.T) {
 	snapCompact := fillDrillData(t, cli, 300)
 	r := newStoreRig(t)
 	const id = "drill-compacted"
-	m := r.takeBackup(t, c, id, backup.KindScheduled)
+	m := r.takeBackup(t, c, id, catalog.KindScheduled)
 	ctx := ctxTimeout(t, 3*time.Minute)
 	rev := m.Revision()
 	if rev <= snapCompact+1 {
@@ -201,7 +202,7 @@ func TestDrillSourceCompacted(t *testing.T) {
 		t.Fatalf("drill: %v", err)
 	}
 	t.Logf("comparison: %s", rec.Comparison.Detail)
-	if !rec.Passed || rec.Comparison.Mode != backup.CompareSelf || !strings.Contains(rec.Comparison.Detail, "compacted revision") ||
+	if !rec.Passed || rec.Comparison.Mode != catalog.CompareSelf || !strings.Contains(rec.Comparison.Detail, "compacted revision") ||
 		rec.Comparison.SourceHash != nil || rec.Comparison.RestoredHash == nil {
 		b, _ := json.Marshal(rec.Comparison)
 		t.Fatalf("passed %v, comparison %s", rec.Passed, b)
@@ -228,10 +229,10 @@ func TestDrillForgedBackupFailsComparison(t *testing.T) {
 	fillDrillData(t, bcli, 300)
 	r := newStoreRig(t)
 	const idA, idB = "drill-forged-a", "drill-forged-b"
-	ma := r.takeBackup(t, a, idA, backup.KindScheduled)
-	mb := r.takeBackup(t, b, idB, backup.KindScheduled)
+	ma := r.takeBackup(t, a, idA, catalog.KindScheduled)
+	mb := r.takeBackup(t, b, idB, catalog.KindScheduled)
 	testenv.PutKeys(t, acli, "/registry/events/", 20, 32) // A's revision above B's snapshot
-	forged := r.commitCopy(t, ma, idA, "0f0f0f0f", testfix.ReadObject(t, r.store, r.snapshotKey(mb)), func(m *backup.Manifest) {
+	forged := r.commitCopy(t, ma, idA, "0f0f0f0f", testfix.ReadObject(t, r.store, r.snapshotKey(mb)), func(m *catalog.Manifest) {
 		m.Snapshot = mb.Snapshot
 		m.RevisionBefore, m.RevisionAfter = mb.RevisionBefore, mb.RevisionAfter
 	})
@@ -247,18 +248,18 @@ func TestDrillForgedBackupFailsComparison(t *testing.T) {
 		t.Fatalf("passed %v, failed %q at step %q; want the source hash check", rec.Passed, rec.Failed, de.Step)
 	}
 	for _, c := range rec.Checks {
-		if strings.HasPrefix(c.Name, restore.DrillCheckVerify) && c.Status != backup.DrillCheckPassed {
+		if strings.HasPrefix(c.Name, restore.DrillCheckVerify) && c.Status != catalog.DrillCheckPassed {
 			t.Errorf("verification check %s: %s (the forged objects match their manifest)", c.Name, c.Status)
 		}
 	}
-	if rec.Comparison.Mode != backup.CompareSource || rec.Comparison.Equal == nil || *rec.Comparison.Equal {
+	if rec.Comparison.Mode != catalog.CompareSource || rec.Comparison.Equal == nil || *rec.Comparison.Equal {
 		b, _ := json.Marshal(rec.Comparison)
 		t.Fatalf("comparison %s", b)
 	}
 	if !strings.Contains(err.Error(), idA) || !strings.Contains(err.Error(), forged.Name) || !strings.Contains(err.Error(), restore.DrillCheckCompare) {
 		t.Errorf("error does not name the cluster, backup and check: %v", err)
 	}
-	stored, lerr := backup.LoadDrill(ctx, r.store, r.layout, idA, forged.Name)
+	stored, lerr := catalog.LoadDrill(ctx, r.store, r.layout, idA, forged.Name)
 	if lerr != nil || stored == nil || stored.Passed || stored.Failed != rec.Failed {
 		t.Fatalf("drill.json: %+v %v", stored, lerr)
 	}
@@ -273,8 +274,8 @@ func TestDrillEtcdCannotStart(t *testing.T) {
 	fillDrillData(t, c.Client(t), 100)
 	r := newStoreRig(t)
 	const id = "drill-nostart"
-	res, err := backup.Run(context.Background(), backup.Options{ClusterID: id, Kind: backup.KindScheduled, Etcd: testfix.EtcdConfig(c),
-		Store: r.store, Layout: r.layout, Compression: backup.CompressNone, ProbeTimeout: 3 * time.Second, Log: testLogger(t)})
+	res, err := backup.Run(context.Background(), backup.Options{ClusterID: id, Kind: catalog.KindScheduled, Etcd: testfix.EtcdConfig(c),
+		Store: r.store, Layout: r.layout, Compression: catalog.CompressNone, ProbeTimeout: 3 * time.Second, Log: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +309,7 @@ func TestDrillEtcdCannotStart(t *testing.T) {
 	rawSum := sha256.Sum256(raw)
 	obj := append(append([]byte{}, raw...), rawSum[:]...)
 	objSum := sha256.Sum256(obj)
-	bad := r.commitCopy(t, m, id, "0e0e0e0e", obj, func(m *backup.Manifest) {
+	bad := r.commitCopy(t, m, id, "0e0e0e0e", obj, func(m *catalog.Manifest) {
 		m.Snapshot.RawSize, m.Snapshot.RawSHA256 = int64(len(raw)), hex.EncodeToString(rawSum[:])
 		m.Snapshot.StoredSize, m.Snapshot.StoredSHA256 = int64(len(obj)), hex.EncodeToString(objSum[:])
 	})
@@ -326,7 +327,7 @@ func TestDrillEtcdCannotStart(t *testing.T) {
 		!strings.Contains(strings.ToLower(err.Error()), cause) {
 		t.Fatalf("failed %q / error %v: want etcd's cause (%s)", rec.Failed, err, cause)
 	}
-	st, lerr := backup.LoadDrill(ctx, r.store, r.layout, id, bad.Name)
+	st, lerr := catalog.LoadDrill(ctx, r.store, r.layout, id, bad.Name)
 	if lerr != nil || st == nil || st.Passed || st.Failed != rec.Failed {
 		t.Fatalf("drill.json: %+v %v", st, lerr)
 	}
@@ -341,9 +342,9 @@ func TestDrillUnsupportedVersion(t *testing.T) {
 	testenv.PutKeys(t, c.Client(t), "/a/", 10, 16)
 	r := newStoreRig(t)
 	const id = "drill-version"
-	m := r.takeBackup(t, c, id, backup.KindScheduled)
-	v34 := r.commitCopy(t, m, id, "0d0d0d0d", nil, func(m *backup.Manifest) { m.ServerVersion = "3.4.27" })
-	v36 := r.commitCopy(t, m, id, "0c0c0c0c", nil, func(m *backup.Manifest) { m.ServerVersion = "3.6.16" })
+	m := r.takeBackup(t, c, id, catalog.KindScheduled)
+	v34 := r.commitCopy(t, m, id, "0d0d0d0d", nil, func(m *catalog.Manifest) { m.ServerVersion = "3.4.27" })
+	v36 := r.commitCopy(t, m, id, "0c0c0c0c", nil, func(m *catalog.Manifest) { m.ServerVersion = "3.6.16" })
 	binDir := testenv.DrillBinDir(t, testenv.V35)
 	for _, tc := range []struct{ name, backup, want string }{
 		{"3.4", v34.Name, "can run etcd 3.5 and 3.6 only"},
@@ -356,7 +357,7 @@ func TestDrillUnsupportedVersion(t *testing.T) {
 		if rec != nil || !errors.As(err, &de) || de.Record != nil || de.Step != restore.DrillStepEtcd || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: record %v, err %v; want no record and an error at %q saying %q", tc.name, rec, err, restore.DrillStepEtcd, tc.want)
 		}
-		if st, _ := backup.LoadDrill(context.Background(), r.store, r.layout, id, tc.backup); st != nil {
+		if st, _ := catalog.LoadDrill(context.Background(), r.store, r.layout, id, tc.backup); st != nil {
 			t.Errorf("%s: a drill record was written", tc.name)
 		}
 		assertEmptyDir(t, o.ScratchDir)
@@ -371,7 +372,7 @@ func TestDrillCancelLeavesNothing(t *testing.T) {
 	fillDrillData(t, c.Client(t), 100)
 	r := newStoreRig(t)
 	const id = "drill-cancel"
-	m := r.takeBackup(t, c, id, backup.KindScheduled)
+	m := r.takeBackup(t, c, id, catalog.KindScheduled)
 	binDir := testenv.DrillBinDir(t, testenv.V35)
 	for _, step := range []string{restore.DrillStepVerify, restore.DrillStepRestore, restore.DrillStepStart, "etcd running",
 		restore.DrillStepChecks, restore.DrillStepCompare, restore.DrillStepRecord} {
@@ -411,7 +412,7 @@ func TestDrillCancelLeavesNothing(t *testing.T) {
 		})
 	}
 	t.Cleanup(func() {
-		if st, err := backup.LoadDrill(context.Background(), r.store, r.layout, id, m.Name); st != nil || err != nil {
+		if st, err := catalog.LoadDrill(context.Background(), r.store, r.layout, id, m.Name); st != nil || err != nil {
 			t.Errorf("a cancelled drill left a record: %+v %v", st, err)
 		}
 	})
@@ -427,7 +428,7 @@ func TestDrillFrozenEtcdIsInconclusive(t *testing.T) {
 	fillDrillData(t, c.Client(t), 100)
 	r := newStoreRig(t)
 	const id = "drill-frozen"
-	m := r.takeBackup(t, c, id, backup.KindScheduled)
+	m := r.takeBackup(t, c, id, catalog.KindScheduled)
 	o := drillOpts(t, r, id, testenv.DrillBinDir(t, testenv.V35))
 	o.Source = testfix.EtcdConfig(c)
 	o.ProbeTimeout = 2 * time.Second
@@ -459,7 +460,7 @@ func TestDrillFrozenEtcdIsInconclusive(t *testing.T) {
 	}
 	assertEtcdGone(t, pid, ports)
 	assertEmptyDir(t, o.ScratchDir)
-	if st, err := backup.LoadDrill(context.Background(), r.store, r.layout, id, m.Name); st != nil || err != nil {
+	if st, err := catalog.LoadDrill(context.Background(), r.store, r.layout, id, m.Name); st != nil || err != nil {
 		t.Errorf("an inconclusive drill left a record: %+v %v", st, err)
 	}
 	t.Logf("frozen etcd: %v after %s", err, took.Round(time.Millisecond))

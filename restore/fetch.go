@@ -8,6 +8,7 @@ import (
 	"io"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/store"
 )
 
@@ -160,7 +161,7 @@ func (q *chunkQueue) fill(ctx context.Context, r io.Reader, tap func([]byte)) {
 // decompressed stream (database plus etcd's trailer, the file etcdutl
 // expects) is written to it; otherwise it is discarded. Progress reports
 // stored bytes read.
-func fetchSnapshot(ctx context.Context, store backup.Store, layout backup.Layout, m *backup.Manifest, dst io.Writer, progress func(int64)) (*fetchResult, error) {
+func fetchSnapshot(ctx context.Context, store store.Store, layout catalog.Layout, m *catalog.Manifest, dst io.Writer, progress func(int64)) (*fetchResult, error) {
 	key := layout.Key(m.ClusterID, m.Name, m.Snapshot.Object)
 	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)

@@ -25,8 +25,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/armada/etcd-recovery/backup"
-	"github.com/armada/etcd-recovery/backup/backuptest"
+	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/store"
+	"github.com/armada/etcd-recovery/internal/store/faults"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
 	"github.com/armada/etcd-recovery/restore"
@@ -76,7 +77,7 @@ func TestRestoreVerifyAfterLeasedKeysExpire(t *testing.T) {
 	}
 	r := newStoreRig(t)
 	const id = "leases"
-	m := r.takeBackup(t, c, id, backup.KindScheduled)
+	m := r.takeBackup(t, c, id, catalog.KindScheduled)
 	c.Members[0].Kill()
 
 	ic, ms := newCluster(t, 1, false)
@@ -154,16 +155,16 @@ func TestRestoreMissingSnapshotObject(t *testing.T) {
 	r := newStoreRig(t)
 	const id = "missing"
 	testenv.PutKeys(t, cli, "/a/", 50, 16)
-	older := r.takeBackup(t, c, id, backup.KindScheduled)
+	older := r.takeBackup(t, c, id, catalog.KindScheduled)
 	testenv.PutKeys(t, cli, "/b/", 50, 16)
-	newest := r.takeBackup(t, c, id, backup.KindScheduled)
+	newest := r.takeBackup(t, c, id, catalog.KindScheduled)
 	ctx := ctxTimeout(t, 2*time.Minute)
 	ic, _ := newCluster(t, 3, false)
 
 	t.Run("store errors are not a corrupt backup", func(t *testing.T) {
-		for _, k := range []backuptest.Kind{backuptest.ServerError, backuptest.Stall} {
-			fs := backuptest.Wrap(r.store)
-			fs.Inject(backuptest.Fault{Op: backuptest.OpGet, Key: r.snapshotKey(newest), Kind: k, Delay: 100 * time.Millisecond})
+		for _, k := range []faults.Kind{faults.ServerError, faults.Stall} {
+			fs := faults.Wrap(r.store)
+			fs.Inject(faults.Fault{Op: faults.OpGet, Key: r.snapshotKey(newest), Kind: k, Delay: 100 * time.Millisecond})
 			opts := r.runOpts(t, id, ic, filepath.Join(t.TempDir(), "data"))
 			opts.Store = fs
 			_, err := restore.Run(ctx, opts)
@@ -172,7 +173,7 @@ func TestRestoreMissingSnapshotObject(t *testing.T) {
 			if err == nil || errors.As(err, &be) || !errors.As(err, &re) || re.Step != restore.StepVerifyBackup {
 				t.Fatalf("%v on the snapshot read: %v; want a store error at %q, not a corrupt backup", k, err, restore.StepVerifyBackup)
 			}
-			if k == backuptest.Stall && !errors.Is(err, backup.ErrStalled) {
+			if k == faults.Stall && !errors.Is(err, store.ErrStalled) {
 				t.Errorf("stall: %v does not say the store stalled", err)
 			}
 			t.Logf("%v: %v", k, err)
@@ -246,7 +247,7 @@ func TestRestoreCancelDuringDataDirWrite(t *testing.T) {
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
 	testenv.PutKeys(t, c.Client(t), "/x/", 200, 64)
 	r := newStoreRig(t)
-	r.takeBackup(t, c, "cancel-write", backup.KindScheduled)
+	r.takeBackup(t, c, "cancel-write", catalog.KindScheduled)
 	ic, _ := newCluster(t, 3, false)
 	parent := t.TempDir()
 	root := filepath.Join(parent, "data")
@@ -303,14 +304,14 @@ func TestRestoreDryRunAsStrictAsRealRun(t *testing.T) {
 	testenv.PutKeys(t, c.Client(t), "/x/", 100, 16)
 	r := newStoreRig(t)
 	const id = "strict"
-	good := r.takeBackup(t, c, id, backup.KindScheduled)
+	good := r.takeBackup(t, c, id, catalog.KindScheduled)
 	testenv.PutKeys(t, c.Client(t), "/y/", 10, 16)
-	inflated := r.takeBackup(t, c, id, backup.KindScheduled)
+	inflated := r.takeBackup(t, c, id, catalog.KindScheduled)
 	ctx := ctxTimeout(t, 2*time.Minute)
 	ic, _ := newCluster(t, 1, false)
 
 	// Inflate the newest manifest's revision, as a bug or a hand edit would.
-	mkey := r.layout.Key(id, inflated.Name, backup.ManifestObject)
+	mkey := r.layout.Key(id, inflated.Name, catalog.ManifestObject)
 	var raw map[string]any
 	if err := json.Unmarshal(testfix.ReadObject(t, r.store, mkey), &raw); err != nil {
 		t.Fatal(err)
@@ -402,8 +403,8 @@ func TestRestoreChoosesHighestRevisionNotNewest(t *testing.T) {
 	testenv.PutKeys(t, small.Client(t), "/small/", 5, 16)
 	r := newStoreRig(t)
 	const id = "by-revision"
-	high := r.takeBackup(t, big, id, backup.KindScheduled)
-	low := r.takeBackup(t, small, id, backup.KindScheduled) // newer, lower revision
+	high := r.takeBackup(t, big, id, catalog.KindScheduled)
+	low := r.takeBackup(t, small, id, catalog.KindScheduled) // newer, lower revision
 	if !(high.Revision() > low.Revision()) || !low.StartedAt.After(high.StartedAt) {
 		t.Fatalf("setup: high %s rev %d, low %s rev %d", high.Name, high.Revision(), low.Name, low.Revision())
 	}
@@ -430,7 +431,7 @@ func TestRestoreAllOrNoneWhenAMemberFails(t *testing.T) {
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
 	testenv.PutKeys(t, c.Client(t), "/x/", 100, 16)
 	r := newStoreRig(t)
-	r.takeBackup(t, c, "all-or-none", backup.KindScheduled)
+	r.takeBackup(t, c, "all-or-none", catalog.KindScheduled)
 	ic, _ := newCluster(t, 3, false)
 	root := t.TempDir()
 	opts := r.runOpts(t, "all-or-none", ic, "")
@@ -478,10 +479,10 @@ func TestRestoreSurvivorSnapshotNotCommitted(t *testing.T) {
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
 	testenv.PutKeys(t, c.Client(t), "/x/", 100, 16)
 	r := newStoreRig(t)
-	r.takeBackup(t, c, "survivor-fails", backup.KindScheduled)
+	r.takeBackup(t, c, "survivor-fails", catalog.KindScheduled)
 	before := r.bucketListing(t)
-	fs := backuptest.Wrap(r.store)
-	fs.Inject(backuptest.Fault{Op: backuptest.OpPut, Kind: backuptest.ServerError})
+	fs := faults.Wrap(r.store)
+	fs.Inject(faults.Fault{Op: faults.OpPut, Kind: faults.ServerError})
 	ic, _ := newCluster(t, 3, false)
 	parent := t.TempDir()
 	opts := r.runOpts(t, "survivor-fails", ic, filepath.Join(parent, "data"))
@@ -491,7 +492,7 @@ func TestRestoreSurvivorSnapshotNotCommitted(t *testing.T) {
 	if !errors.As(err, &re) || re.Step != restore.StepSurvivor || !strings.Contains(err.Error(), "--no-live") {
 		t.Fatalf("restore with the survivor snapshot failing: %v", err)
 	}
-	if fs.CountCalls(backuptest.OpGet, "snapshot.db.zst") != 0 {
+	if fs.CountCalls(faults.OpGet, "snapshot.db.zst") != 0 {
 		t.Errorf("the restore went on to read a backup")
 	}
 	if left := entriesUnder(t, parent); len(left) != 0 {
@@ -510,7 +511,7 @@ func TestRestoreOneMemberPerRun(t *testing.T) {
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
 	want := testenv.PutKeys(t, c.Client(t), "/x/", 200, 16)
 	r := newStoreRig(t)
-	m := r.takeBackup(t, c, "per-host", backup.KindScheduled)
+	m := r.takeBackup(t, c, "per-host", catalog.KindScheduled)
 	c.Members[0].Kill()
 	ic, ms := newCluster(t, 3, false)
 	ctx := ctxTimeout(t, 3*time.Minute)
@@ -554,7 +555,7 @@ func TestRestoreV2ExpiredAndUpdated(t *testing.T) {
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1, EnableV2: true})
 	v2 := testenv.PutV2Keys(t, c, 12)
 	r := newStoreRig(t)
-	m := r.takeBackup(t, c, "v2-ttl", backup.KindScheduled)
+	m := r.takeBackup(t, c, "v2-ttl", catalog.KindScheduled)
 	exp := testfix.ReadV2Export(t, r.store, r.layout, m)
 	var ttlKey string
 	for _, n := range exp.Nodes {

@@ -17,6 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
 	"github.com/armada/etcd-recovery/internal/store/cos"
 	"github.com/armada/etcd-recovery/internal/testenv"
@@ -31,18 +32,18 @@ type storeRig struct {
 	minio  *testenv.MinIO
 	bucket string
 	store  *cos.Store
-	layout backup.Layout
+	layout catalog.Layout
 }
 
 func newStoreRig(tb testing.TB) *storeRig {
 	tb.Helper()
 	m := testenv.SharedMinIO(tb)
 	bucket := m.NewBucket(tb)
-	return &storeRig{minio: m, bucket: bucket, store: testfix.Store(tb, m, bucket), layout: backup.Layout{Prefix: testenv.Prefix(tb)}}
+	return &storeRig{minio: m, bucket: bucket, store: testfix.Store(tb, m, bucket), layout: catalog.Layout{Prefix: testenv.Prefix(tb)}}
 }
 
 // takeBackup commits a backup of c.
-func (r *storeRig) takeBackup(tb testing.TB, c *testenv.EtcdCluster, id string, kind backup.Kind) *backup.Manifest {
+func (r *storeRig) takeBackup(tb testing.TB, c *testenv.EtcdCluster, id string, kind catalog.Kind) *catalog.Manifest {
 	tb.Helper()
 	res, err := backup.Run(context.Background(), backup.Options{
 		ClusterID: id, Kind: kind, Etcd: testfix.EtcdConfig(c), Store: r.store, Layout: r.layout,
@@ -70,7 +71,7 @@ func (r *storeRig) bucketListing(tb testing.TB) []string {
 	return out
 }
 
-func (r *storeRig) snapshotKey(m *backup.Manifest) string {
+func (r *storeRig) snapshotKey(m *catalog.Manifest) string {
 	return r.layout.Key(m.ClusterID, m.Name, m.Snapshot.Object)
 }
 

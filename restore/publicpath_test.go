@@ -14,7 +14,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
 	"github.com/armada/etcd-recovery/restore"
@@ -65,7 +65,7 @@ func TestRestorePublicPath(t *testing.T) {
 		}
 	}
 	_, oldRev := allKeys(t, cli)
-	r.takeBackup(t, c, id, backup.KindScheduled)
+	r.takeBackup(t, c, id, catalog.KindScheduled)
 	for _, m := range c.Members {
 		m.Kill()
 		os.RemoveAll(m.DataDir)

@@ -20,9 +20,13 @@ import (
 	"time"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/ctxerr"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
 	"github.com/armada/etcd-recovery/internal/fanout"
+	"github.com/armada/etcd-recovery/internal/probe"
+	"github.com/armada/etcd-recovery/internal/store"
+	"github.com/armada/etcd-recovery/internal/usage"
 )
 
 // DefaultBumpRevision is etcdutl's recommended revision bump: far more
@@ -38,8 +42,8 @@ type Progress interface {
 // Options configure a restore.
 type Options struct {
 	ClusterID string
-	Store     backup.Store
-	Layout    backup.Layout
+	Store     store.Store
+	Layout    catalog.Layout
 
 	// Old is the old cluster (--endpoints). When any member answers, a
 	// pre-restore snapshot of it is committed to the store first. No
@@ -182,6 +186,9 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
+	if e.ClusterID == "" {
+		return fmt.Sprintf("restore failed at step %q: %v", e.Step, e.Err)
+	}
 	return fmt.Sprintf("restore of cluster %s failed at step %q: %v", e.ClusterID, e.Step, e.Err)
 }
 
@@ -217,25 +224,83 @@ type ProblemsError struct{ Problems []string }
 
 func (e *ProblemsError) Error() string { return strings.Join(e.Problems, "; ") }
 
-func (o *Options) defaults() error {
-	if err := backup.ValidateClusterID(o.ClusterID); err != nil {
+// Validate checks the options a caller chose, before anything is
+// contacted or touched. Its errors are usage errors (internal/usage):
+// the CLI exits 4 for them. Run calls it first; zero durations and
+// Parallel mean the defaults.
+func (o Options) Validate() error {
+	if o.ClusterID == "" {
+		return usage.Errorf("--cluster-id is required")
+	}
+	if o.InitialCluster == "" {
+		return usage.Errorf("--initial-cluster is required (name=peerURL,... of the new cluster)")
+	}
+	if err := o.validateSource(); err != nil {
 		return err
 	}
-	if o.Store == nil {
-		return errors.New("no object store")
+	if o.ProbeTimeout < 0 {
+		return usage.Errorf("--probe-timeout must be positive")
 	}
-	if (o.BumpRevision > 0) != o.MarkCompacted {
-		return errors.New("--bump-revision and --mark-compacted go together (as in etcdutl): set both, or neither")
+	if o.Parallel < 0 {
+		return usage.Errorf("--parallel-data-dirs must be 0 (all at once) or more")
+	}
+	members, err := ValidateTargets(o.Targets)
+	if err != nil {
+		return usage.Wrap(err)
+	}
+	if o.Name != "" && members > 1 && (o.Backup == "" || o.Token == "") {
+		// Members restored in separate runs must come from one snapshot
+		// with one token, or they form separate clusters.
+		return usage.Errorf("--name restores 1 of %d members: pass --backup and --initial-cluster-token so every member "+
+			"comes from the same snapshot with the same token (or restore all members in one run)", members)
+	}
+	if len(o.Old.Endpoints) > 0 {
+		// Refused even with NoLive: a malformed endpoint is a mistake.
+		if err := o.Old.Validate(); err != nil {
+			return usage.Wrap(err)
+		}
+	}
+	if len(o.Verify.Etcd.Endpoints) > 0 {
+		if o.DryRun {
+			return usage.Errorf("--verify-endpoints with --dry-run: a dry run writes no data dir to verify")
+		}
+		if err := o.Verify.Etcd.Validate(); err != nil {
+			return usage.Wrap(err)
+		}
+		if o.Verify.Timeout < 0 {
+			return usage.Errorf("--verify-timeout must be positive")
+		}
+	}
+	return nil
+}
+
+// validateSource checks what selects and reads the snapshot: the cluster,
+// the backup's name, the bump and the old cluster's endpoints (also all
+// SelectSnapshot needs).
+func (o Options) validateSource() error {
+	if err := catalog.ValidateClusterID(o.ClusterID); err != nil {
+		return usage.Wrap(err)
 	}
 	if o.Backup != "" {
-		if _, _, err := backup.ParseBackupName(o.Backup); err != nil {
-			return fmt.Errorf("--backup: %w", err)
+		if _, _, err := catalog.ParseBackupName(o.Backup); err != nil {
+			return usage.Errorf("--backup: %w", err)
 		}
+	}
+	if (o.BumpRevision > 0) != o.MarkCompacted {
+		return usage.Errorf("--bump-revision %d with --mark-compacted=%t: set both (the default), or --bump-revision 0 with --mark-compacted=false",
+			o.BumpRevision, o.MarkCompacted)
 	}
 	if len(o.Old.Endpoints) > 0 && !o.NoLive {
 		if err := o.Old.Validate(); err != nil {
-			return err
+			return usage.Wrap(err)
 		}
+	}
+	return nil
+}
+
+func (o *Options) defaults() error {
+	if o.Store == nil {
+		return errors.New("no object store")
 	}
 	if o.ProbeTimeout <= 0 {
 		o.ProbeTimeout = 5 * time.Second
@@ -265,6 +330,9 @@ func Run(ctx context.Context, opts Options) (_ *Result, rerr error) {
 	fail := func(step string, err error) (*Result, error) {
 		return res, &Error{ClusterID: opts.ClusterID, Step: step, Err: ctxerr.Wrap(ctx, err)}
 	}
+	if err := opts.Validate(); err != nil {
+		return fail(StepValidate, err)
+	}
 	if err := opts.defaults(); err != nil {
 		return fail(StepValidate, err)
 	}
@@ -272,13 +340,7 @@ func Run(ctx context.Context, opts Options) (_ *Result, rerr error) {
 	plan := &res.Plan
 	members, pc, err := opts.Targets.resolve()
 	if err != nil {
-		return fail(StepValidate, err)
-	}
-	if len(members) < len(pc.names) && (opts.Backup == "" || opts.Token == "") {
-		// Members restored in separate runs must come from one snapshot
-		// with one token, or they form separate clusters.
-		return fail(StepValidate, fmt.Errorf("--name restores 1 of %d members: every member must be restored from the same backup "+
-			"with the same token, so pass --backup and --initial-cluster-token (or restore all members in one run)", len(pc.names)))
+		return fail(StepValidate, usage.Wrap(err))
 	}
 	plan.Members, plan.InitialCluster = members, opts.InitialCluster
 	plan.BumpRevision, plan.MarkCompacted = opts.BumpRevision, opts.MarkCompacted
@@ -446,7 +508,7 @@ func Run(ctx context.Context, opts Options) (_ *Result, rerr error) {
 // it returns (the caller removes it, also on error), except in a dry run.
 // On error, step names the step that failed.
 func selectAndVerify(ctx context.Context, opts Options, log *slog.Logger, plan *Plan, dir string) (snapPath, step string, err error) {
-	if c, ok := opts.Store.(backup.Checker); ok {
+	if c, ok := opts.Store.(store.Checker); ok {
 		if err := c.Check(ctx); err != nil {
 			return "", StepStore, err
 		}
@@ -472,7 +534,7 @@ func selectAndVerify(ctx context.Context, opts Options, log *slog.Logger, plan *
 		return snapPath, StepSurvivor, err
 	}
 
-	listed, err := backup.ListBackups(ctx, opts.Store, opts.Layout, opts.ClusterID)
+	listed, err := catalog.ListBackups(ctx, opts.Store, opts.Layout, opts.ClusterID)
 	if err != nil {
 		return snapPath, StepList, err
 	}
@@ -614,16 +676,9 @@ func refuse(ctx context.Context, opts Options, cands []Candidate, idx int, err e
 // probeSurvivor finds, without changing anything, the member a survivor
 // snapshot would be taken of; it returns it as a planned candidate.
 func probeSurvivor(ctx context.Context, opts Options, s *Survivor) *Candidate {
-	members, _ := backup.ListMembers(ctx, opts.Old, opts.ProbeTimeout)
-	members = backup.ProbeMembers(ctx, opts.Old, members, opts.ProbeTimeout)
-	var urls []string
-	for _, m := range members {
-		if m.Alive() {
-			urls = append(urls, m.ClientURL)
-		}
-	}
-	quorum := len(urls) > 0 && backup.HasQuorum(ctx, opts.Old, urls, opts.ProbeTimeout)
-	cands := backup.SnapshotCandidates(members, quorum)
+	members, _ := probe.List(ctx, opts.Old, opts.ProbeTimeout)
+	members = probe.Members(ctx, opts.Old, members, opts.ProbeTimeout)
+	cands := backup.SnapshotCandidates(members, probe.Quorum(members))
 	if len(cands) == 0 {
 		s.Skipped = "no member of the old cluster answered"
 		return nil
@@ -633,7 +688,7 @@ func probeSurvivor(ctx context.Context, opts Options, s *Survivor) *Candidate {
 	if m.Status.Header != nil {
 		s.Revision = m.Status.Header.Revision
 	}
-	return &Candidate{Name: "(survivor snapshot, dry run)", Kind: backup.KindPreRestore,
+	return &Candidate{Name: "(survivor snapshot, dry run)", Kind: catalog.KindPreRestore,
 		Time: opts.Now().UTC(), Revision: s.Revision, Source: m.Name, ServerVersion: m.Status.Version, Status: CheckPlanned, Planned: true}
 }
 
@@ -643,10 +698,10 @@ func probeSurvivor(ctx context.Context, opts Options, s *Survivor) *Candidate {
 func takeSurvivor(ctx context.Context, opts Options, log *slog.Logger, s *Survivor) error {
 	prog := opts.Progress("pre-restore snapshot")
 	r, err := backup.Run(ctx, backup.Options{
-		ClusterID: opts.ClusterID, Kind: backup.KindPreRestore, Etcd: opts.Old,
+		ClusterID: opts.ClusterID, Kind: catalog.KindPreRestore, Etcd: opts.Old,
 		Store: opts.Store, Layout: opts.Layout, ProbeTimeout: opts.ProbeTimeout,
 		Progress: prog.Update, Log: opts.Log, Now: opts.Now,
-		OnSource: func(m backup.MemberStatus) { s.Member, s.Endpoint = m.Name, m.ClientURL },
+		OnSource: func(m probe.Member) { s.Member, s.Endpoint = m.Name, m.ClientURL },
 	})
 	prog.Done()
 	var be *backup.Error

@@ -19,6 +19,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
 )
@@ -51,12 +52,12 @@ func BenchmarkRestoreRTO(b *testing.B) {
 	mi := testenv.StartMinIO(b)
 	bucket := mi.NewBucket(b)
 	store := testfix.Store(b, mi, bucket)
-	layout := backup.Layout{Prefix: "bench"}
+	layout := catalog.Layout{Prefix: "bench"}
 	const id = "rto"
 
 	t0 := time.Now()
 	fillLarge(b, src.Client(b), int64(sizeMB)<<20)
-	res, err := backup.Run(context.Background(), backup.Options{ClusterID: id, Kind: backup.KindScheduled,
+	res, err := backup.Run(context.Background(), backup.Options{ClusterID: id, Kind: catalog.KindScheduled,
 		Etcd: testfix.EtcdConfig(src), Store: store, Layout: layout})
 	if err != nil {
 		b.Fatal(err)

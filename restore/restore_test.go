@@ -13,7 +13,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
 	"github.com/armada/etcd-recovery/restore"
@@ -55,7 +55,7 @@ func TestRestoreQuorumLostFromSurvivor(t *testing.T) {
 
 	r := newStoreRig(t)
 	const id = "kubx-etcd-07"
-	cosBackup := r.takeBackup(t, c, id, backup.KindScheduled)
+	cosBackup := r.takeBackup(t, c, id, catalog.KindScheduled)
 
 	// Written after the last backup: only the survivor has these.
 	for k, v := range testenv.PutKeys(t, cli, "/registry/events/", 200, 32) {
@@ -91,7 +91,7 @@ func TestRestoreQuorumLostFromSurvivor(t *testing.T) {
 	if res.Survivor.Backup == "" || res.Survivor.Member != survivor.Name {
 		t.Fatalf("survivor %+v: want a pre-restore snapshot of %s", res.Survivor, survivor.Name)
 	}
-	if res.Chosen.Name != res.Survivor.Backup || res.Chosen.Kind != backup.KindPreRestore {
+	if res.Chosen.Name != res.Survivor.Backup || res.Chosen.Kind != catalog.KindPreRestore {
 		t.Fatalf("chose %s (%s), want the survivor snapshot %s", res.Chosen.Name, res.Chosen.Kind, res.Survivor.Backup)
 	}
 	if !strings.Contains(res.Reason, "surviving member") || !strings.Contains(res.Reason, cosBackup.Name) {
@@ -100,8 +100,8 @@ func TestRestoreQuorumLostFromSurvivor(t *testing.T) {
 	if len(res.Candidates) != 2 || res.Candidates[1].Name != cosBackup.Name {
 		t.Errorf("candidates %+v", res.Candidates)
 	}
-	m, err := backup.LoadManifest(ctx, r.store, r.layout, id, res.Survivor.Backup)
-	if err != nil || m.Kind != backup.KindPreRestore || m.Source.Name != survivor.Name {
+	m, err := catalog.LoadManifest(ctx, r.store, r.layout, id, res.Survivor.Backup)
+	if err != nil || m.Kind != catalog.KindPreRestore || m.Source.Name != survivor.Name {
 		t.Fatalf("survivor backup manifest %+v: %v", m, err)
 	}
 	if res.Snapshot == nil || res.Snapshot.LiveKeys != int64(len(want)) || res.Snapshot.Revision < oldRev {
@@ -191,13 +191,13 @@ func TestRestoreAllDeadNewestBackup(t *testing.T) {
 	r := newStoreRig(t)
 	const id = "all-dead"
 	testenv.PutKeys(t, cli, "/a/", 100, 16)
-	old := r.takeBackup(t, c, id, backup.KindScheduled)
+	old := r.takeBackup(t, c, id, catalog.KindScheduled)
 	want := testenv.PutKeys(t, cli, "/b/", 100, 16)
 	for k, v := range testenv.PutKeys(t, cli, "/a/", 100, 16) {
 		want[k] = v
 	}
-	tied := r.takeBackup(t, c, id, backup.KindScheduled)
-	newest := r.takeBackup(t, c, id, backup.KindManual) // same revision, later
+	tied := r.takeBackup(t, c, id, catalog.KindScheduled)
+	newest := r.takeBackup(t, c, id, catalog.KindManual) // same revision, later
 	if tied.Revision() != newest.Revision() || old.Revision() >= tied.Revision() {
 		t.Fatalf("revisions %d %d %d", old.Revision(), tied.Revision(), newest.Revision())
 	}
@@ -223,7 +223,7 @@ func TestRestoreAllDeadNewestBackup(t *testing.T) {
 	}
 	listing := testfix.Keys(t, r.store, r.layout.ClusterPrefix(id))
 	for _, k := range listing {
-		if strings.Contains(k, string(backup.KindPreRestore)) {
+		if strings.Contains(k, string(catalog.KindPreRestore)) {
 			t.Fatalf("a pre-restore backup was written with no survivor: %s", k)
 		}
 	}
@@ -244,10 +244,10 @@ func TestRestoreRefusesCorruptBackups(t *testing.T) {
 	cli := c.Client(t)
 	r := newStoreRig(t)
 	const id = "corrupt"
-	var bs []*backup.Manifest
+	var bs []*catalog.Manifest
 	for i := range 3 {
 		testenv.PutKeys(t, cli, fmt.Sprintf("/k%d/", i), 200, 64)
-		bs = append(bs, r.takeBackup(t, c, id, backup.KindScheduled))
+		bs = append(bs, r.takeBackup(t, c, id, catalog.KindScheduled))
 	}
 	orig := map[string][]byte{}
 	for _, m := range bs {
@@ -323,7 +323,7 @@ func TestRestoreDataDirInTheWay(t *testing.T) {
 	want := testenv.PutKeys(t, c.Client(t), "/x/", 100, 16)
 	r := newStoreRig(t)
 	const id = "dirs"
-	r.takeBackup(t, c, id, backup.KindScheduled)
+	r.takeBackup(t, c, id, catalog.KindScheduled)
 	ic, ms := newCluster(t, 1, false)
 	root := t.TempDir()
 	dir := filepath.Join(root, "r0.etcd")
@@ -380,7 +380,7 @@ func TestRestoreDryRunChangesNothing(t *testing.T) {
 	testenv.PutKeys(t, c.Client(t), "/x/", 100, 16)
 	r := newStoreRig(t)
 	const id = "dry"
-	m := r.takeBackup(t, c, id, backup.KindScheduled)
+	m := r.takeBackup(t, c, id, catalog.KindScheduled)
 	testenv.PutKeys(t, c.Client(t), "/y/", 10, 16)
 	ic, _ := newCluster(t, 3, false)
 	root := t.TempDir()
@@ -479,7 +479,7 @@ func TestRestoreCancelled(t *testing.T) {
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
 	testenv.PutKeys(t, c.Client(t), "/x/", 2000, 512)
 	r := newStoreRig(t)
-	r.takeBackup(t, c, "cancel", backup.KindScheduled)
+	r.takeBackup(t, c, "cancel", catalog.KindScheduled)
 	ic, _ := newCluster(t, 3, false)
 	root := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -530,7 +530,7 @@ func TestRestoreAfterCompactedDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := newStoreRig(t)
-	m := r.takeBackup(t, c, "compacted", backup.KindScheduled)
+	m := r.takeBackup(t, c, "compacted", catalog.KindScheduled)
 	if m.Revision() != del.Header.Revision {
 		t.Fatalf("backup revision %d, want %d", m.Revision(), del.Header.Revision)
 	}

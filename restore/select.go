@@ -6,19 +6,19 @@ import (
 	"strings"
 	"time"
 
-	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
 )
 
 // Candidate is a committed backup the cluster could be rebuilt from.
 type Candidate struct {
-	Name          string      `json:"name"`
-	Kind          backup.Kind `json:"kind"`
-	Time          time.Time   `json:"time"`
-	Revision      int64       `json:"revision"`
-	Source        string      `json:"source,omitempty"`
-	ServerVersion string      `json:"serverVersion,omitempty"`
-	RawSize       int64       `json:"rawSize,omitempty"`
-	V2Keys        *int        `json:"v2Keys,omitempty"`
+	Name          string       `json:"name"`
+	Kind          catalog.Kind `json:"kind"`
+	Time          time.Time    `json:"time"`
+	Revision      int64        `json:"revision"`
+	Source        string       `json:"source,omitempty"`
+	ServerVersion string       `json:"serverVersion,omitempty"`
+	RawSize       int64        `json:"rawSize,omitempty"`
+	V2Keys        *int         `json:"v2Keys,omitempty"`
 	// Status: chosen, verified, failed (with Detail), or empty when not
 	// looked at; "planned" for the survivor snapshot a dry run would take.
 	Status string `json:"status,omitempty"`
@@ -29,10 +29,10 @@ type Candidate struct {
 
 	// Drill is the backup's restore drill (drill.json); absent when it was
 	// never drilled.
-	Drill *backup.DrillResult `json:"drill,omitempty"`
+	Drill *catalog.DrillResult `json:"drill,omitempty"`
 
-	manifest *backup.Manifest
-	drill    *backup.DrillSummary
+	manifest *catalog.Manifest
+	drill    *catalog.DrillSummary
 	survivor bool // the pre-restore snapshot just taken of a surviving member
 }
 
@@ -51,10 +51,10 @@ type Ignored struct {
 	Reason string `json:"reason"`
 }
 
-func candidateOf(m *backup.Manifest) Candidate {
+func candidateOf(m *catalog.Manifest) Candidate {
 	c := Candidate{Name: m.Name, Kind: m.Kind, Time: m.StartedAt, Revision: m.Revision(), Source: m.Source.Name,
 		ServerVersion: m.ServerVersion, RawSize: m.Snapshot.RawSize, manifest: m}
-	if t, _, err := backup.ParseBackupName(m.Name); err == nil {
+	if t, _, err := catalog.ParseBackupName(m.Name); err == nil {
 		c.Time = t
 	}
 	if m.V2 != nil {
@@ -65,7 +65,7 @@ func candidateOf(m *backup.Manifest) Candidate {
 }
 
 // listedCandidate is the candidate of a committed backup, with its drill.
-func listedCandidate(l backup.Listed) Candidate {
+func listedCandidate(l catalog.Listed) Candidate {
 	c := candidateOf(l.Manifest)
 	c.drill, c.Drill = l.Drill, l.Drill.Result()
 	return c
@@ -90,7 +90,7 @@ func drillTime(t time.Time) string {
 // restore drill passed, then the newer time. Incomplete and unreadable
 // backups are set aside with the reason, and so are backups whose drill
 // failed: those are used only with --backup (selectCandidate).
-func rankCandidates(listed []backup.Listed) ([]Candidate, []Ignored) {
+func rankCandidates(listed []catalog.Listed) ([]Candidate, []Ignored) {
 	var cands []Candidate
 	var ignored []Ignored
 	for _, l := range listed {
@@ -141,7 +141,7 @@ func sortCandidates(cands []Candidate) {
 // Detail and in the plan's reason. When every committed backup failed its
 // drill, the error names them and says to pass --backup. It returns the
 // candidates (the forced one added) and the index chosen.
-func selectCandidate(clusterID, prefix string, listed []backup.Listed, cands []Candidate, ignored []Ignored, name string, survivor *Survivor) ([]Candidate, int, error) {
+func selectCandidate(clusterID, prefix string, listed []catalog.Listed, cands []Candidate, ignored []Ignored, name string, survivor *Survivor) ([]Candidate, int, error) {
 	if survivor != nil && survivor.Backup != "" {
 		for i := range cands {
 			cands[i].survivor = cands[i].Name == survivor.Backup

@@ -6,13 +6,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/restore"
 )
 
 // A restore dry run against real MinIO and a real snapshot, with drill
-// records written by backup.PutDrill: three backups at the same revision;
+// records written by catalog.PutDrill: three backups at the same revision;
 // the oldest passed its drill, the newest failed it. The dry run chooses
 // the drilled one over the newer undrilled one and says so, and lists the
 // failed one as ignored with its check. On the old code it chose the
@@ -31,18 +31,18 @@ func TestRestoreDryRunPrefersDrilled(t *testing.T) {
 	testenv.PutKeys(t, c.Client(t), "/registry/pods/", 50, 16)
 	r := newStoreRig(t)
 	const id = "drillsel"
-	proven := r.takeBackup(t, c, id, backup.KindScheduled)
-	plain := r.takeBackup(t, c, id, backup.KindScheduled)
-	failed := r.takeBackup(t, c, id, backup.KindScheduled)
+	proven := r.takeBackup(t, c, id, catalog.KindScheduled)
+	plain := r.takeBackup(t, c, id, catalog.KindScheduled)
+	failed := r.takeBackup(t, c, id, catalog.KindScheduled)
 	if proven.Revision() != failed.Revision() || plain.Revision() != failed.Revision() {
 		t.Fatalf("the fixture needs equal revisions: %d %d %d", proven.Revision(), plain.Revision(), failed.Revision())
 	}
 	ctx := ctxTimeout(t, 2*time.Minute)
 	now := time.Now().UTC().Truncate(time.Second)
 	const check = "hashkv: restored 0x1 != source 0x2"
-	drill := func(m *backup.Manifest, passed bool) *backup.DrillRecord {
-		d := &backup.DrillRecord{ClusterID: m.ClusterID, Backup: m.Name, Passed: passed, StartedAt: now.Add(-time.Minute), FinishedAt: now,
-			EtcdVersion: "3.5.35", ToolVersion: "test", Revision: m.Revision(), Comparison: backup.DrillComparison{Mode: backup.CompareSource}}
+	drill := func(m *catalog.Manifest, passed bool) *catalog.DrillRecord {
+		d := &catalog.DrillRecord{ClusterID: m.ClusterID, Backup: m.Name, Passed: passed, StartedAt: now.Add(-time.Minute), FinishedAt: now,
+			EtcdVersion: "3.5.35", ToolVersion: "test", Revision: m.Revision(), Comparison: catalog.DrillComparison{Mode: catalog.CompareSource}}
 		if !passed {
 			d.Failed = check
 		}
@@ -50,9 +50,9 @@ func TestRestoreDryRunPrefersDrilled(t *testing.T) {
 	}
 	// A second cluster whose every backup failed its drill.
 	const allFailedID = "drillallfail"
-	allFailed := []*backup.Manifest{r.takeBackup(t, c, allFailedID, backup.KindScheduled), r.takeBackup(t, c, allFailedID, backup.KindScheduled)}
-	for _, d := range []*backup.DrillRecord{drill(proven, true), drill(failed, false), drill(allFailed[0], false), drill(allFailed[1], false)} {
-		if err := backup.PutDrill(ctx, r.store, r.layout, d); err != nil {
+	allFailed := []*catalog.Manifest{r.takeBackup(t, c, allFailedID, catalog.KindScheduled), r.takeBackup(t, c, allFailedID, catalog.KindScheduled)}
+	for _, d := range []*catalog.DrillRecord{drill(proven, true), drill(failed, false), drill(allFailed[0], false), drill(allFailed[1], false)} {
+		if err := catalog.PutDrill(ctx, r.store, r.layout, d); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -5,30 +5,30 @@ import (
 	"testing"
 	"time"
 
-	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
 )
 
 // listedBackup is a committed backup at revision rev, with a drill result:
 // "" never, "passed", "failed", "unreadable".
-func listedBackup(t *testing.T, at string, rev int64, drill string) backup.Listed {
+func listedBackup(t *testing.T, at string, rev int64, drill string) catalog.Listed {
 	t.Helper()
 	ts, err := time.Parse(time.RFC3339, at)
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := backup.BackupName(ts, backup.KindScheduled)
-	m := &backup.Manifest{Format: backup.ManifestFormat, ClusterID: "c1", Name: name, Kind: backup.KindScheduled, StartedAt: ts,
+	name := catalog.BackupName(ts, catalog.KindScheduled)
+	m := &catalog.Manifest{Format: catalog.ManifestFormat, ClusterID: "c1", Name: name, Kind: catalog.KindScheduled, StartedAt: ts,
 		RevisionBefore: rev, RevisionAfter: rev, ServerVersion: "3.5.35"}
-	l := backup.Listed{Entry: backup.Entry{ClusterID: "c1", Name: name, Time: ts, Kind: backup.KindScheduled, Committed: true}, Manifest: m}
+	l := catalog.Listed{Entry: catalog.Entry{ClusterID: "c1", Name: name, Time: ts, Kind: catalog.KindScheduled, Committed: true}, Manifest: m}
 	drilled := ts.Add(time.Hour)
 	switch drill {
 	case "":
 	case "passed":
-		l.Drill = &backup.DrillSummary{Passed: true, At: drilled, Mode: backup.CompareSource}
+		l.Drill = &catalog.DrillSummary{Passed: true, At: drilled, Mode: catalog.CompareSource}
 	case "failed":
-		l.Drill = &backup.DrillSummary{At: drilled, Failed: "hashkv: restored 0x1 != source 0x2", Mode: backup.CompareSource}
+		l.Drill = &catalog.DrillSummary{At: drilled, Failed: "hashkv: restored 0x1 != source 0x2", Mode: catalog.CompareSource}
 	case "unreadable":
-		l.Drill = &backup.DrillSummary{Passed: true, Err: "drill record: unexpected end of JSON input"}
+		l.Drill = &catalog.DrillSummary{Passed: true, Err: "drill record: unexpected end of JSON input"}
 	default:
 		t.Fatalf("drill %q", drill)
 	}
@@ -54,7 +54,7 @@ func TestRankCandidatesDrills(t *testing.T) {
 	c := listedBackup(t, "2026-11-22T19:03:00Z", 500, "failed")
 	d := listedBackup(t, "2026-11-21T19:03:00Z", 400, "passed")
 	e := listedBackup(t, "2026-11-22T07:00:00Z", 500, "unreadable")
-	cands, ignored := rankCandidates([]backup.Listed{c, b, e, a, d})
+	cands, ignored := rankCandidates([]catalog.Listed{c, b, e, a, d})
 	if got, want := strings.Join(names(cands), " "), strings.Join([]string{a.Name, b.Name, e.Name, d.Name}, " "); got != want {
 		t.Fatalf("ranked %s\nwant   %s", got, want)
 	}
@@ -74,7 +74,7 @@ func TestRankCandidatesDrills(t *testing.T) {
 	}
 	// A higher revision beats a drill.
 	f := listedBackup(t, "2026-11-22T20:03:00Z", 600, "")
-	if cands, _ := rankCandidates([]backup.Listed{a, f}); cands[0].Name != f.Name {
+	if cands, _ := rankCandidates([]catalog.Listed{a, f}); cands[0].Name != f.Name {
 		t.Errorf("a drilled backup at a lower revision beat a higher revision: %v", names(cands))
 	}
 	// The survivor's snapshot stays first among equal revisions.
@@ -93,7 +93,7 @@ func TestRankCandidatesDrills(t *testing.T) {
 func TestSelectCandidateDrills(t *testing.T) {
 	a := listedBackup(t, "2026-11-22T03:03:00Z", 500, "passed")
 	c := listedBackup(t, "2026-11-22T19:03:00Z", 500, "failed")
-	listed := []backup.Listed{c, a}
+	listed := []catalog.Listed{c, a}
 	cands, ignored := rankCandidates(listed)
 
 	got, i, err := selectCandidate("c1", "p/c1/", listed, cands, ignored, "", &Survivor{Skipped: "--no-live"})
@@ -118,7 +118,7 @@ func TestSelectCandidateDrills(t *testing.T) {
 
 	// Every committed backup failed its drill.
 	d := listedBackup(t, "2026-11-21T03:03:00Z", 400, "failed")
-	allFailed := []backup.Listed{c, d}
+	allFailed := []catalog.Listed{c, d}
 	cands, ignored = rankCandidates(allFailed)
 	_, _, err = selectCandidate("c1", "p/c1/", allFailed, cands, ignored, "", &Survivor{Skipped: "--no-live"})
 	if err == nil {
@@ -143,8 +143,8 @@ func TestSelectCandidateDrills(t *testing.T) {
 	// The survivor's snapshot just taken, at the revision of a drilled
 	// backup, is still chosen first.
 	s := listedBackup(t, "2026-11-22T21:00:00Z", 500, "")
-	s.Kind, s.Manifest.Kind = backup.KindPreRestore, backup.KindPreRestore
-	withSurvivor := []backup.Listed{s, a}
+	s.Kind, s.Manifest.Kind = catalog.KindPreRestore, catalog.KindPreRestore
+	withSurvivor := []catalog.Listed{s, a}
 	cands, ignored = rankCandidates(withSurvivor)
 	if cands[0].Name != a.Name {
 		t.Fatalf("before selectCandidate, the drilled backup ranks first: %v", names(cands))

@@ -21,6 +21,9 @@ func SelectSnapshot(ctx context.Context, opts Options, dir string) (*Plan, strin
 	fail := func(step string, err error) (*Plan, string, error) {
 		return plan, "", &Error{ClusterID: opts.ClusterID, Step: step, Err: ctxerr.Wrap(ctx, err)}
 	}
+	if err := opts.validateSource(); err != nil {
+		return fail(StepValidate, err)
+	}
 	if err := opts.defaults(); err != nil {
 		return fail(StepValidate, err)
 	}

@@ -19,14 +19,17 @@ import (
 	"time"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
+	"github.com/armada/etcd-recovery/internal/store"
+	"github.com/armada/etcd-recovery/internal/usage"
 )
 
 // V2Options configure RestoreV2.
 type V2Options struct {
 	ClusterID string
-	Store     backup.Store
-	Layout    backup.Layout
+	Store     store.Store
+	Layout    catalog.Layout
 	// Backup names the backup whose v2 export is restored; by default the
 	// one restore would choose (the highest revision).
 	Backup string
@@ -73,6 +76,24 @@ const (
 	V2Failed    = "failed"
 )
 
+// Validate checks the options a caller chose, before anything is
+// contacted; its errors are usage errors (internal/usage). RestoreV2
+// calls it first.
+func (o V2Options) Validate() error {
+	if o.ClusterID == "" {
+		return usage.Errorf("--cluster-id is required")
+	}
+	if err := catalog.ValidateClusterID(o.ClusterID); err != nil {
+		return usage.Wrap(err)
+	}
+	if o.Backup != "" {
+		if _, _, err := catalog.ParseBackupName(o.Backup); err != nil {
+			return usage.Errorf("--backup: %w", err)
+		}
+	}
+	return usage.Wrap(o.Etcd.Validate())
+}
+
 // RestoreV2 writes a backup's v2 keyspace (directories, keys, values and
 // the TTLs they have left) into a healthy cluster through the v2 HTTP API.
 // It compares first and writes only what differs, so running it twice
@@ -83,14 +104,11 @@ func RestoreV2(ctx context.Context, opts V2Options) (*V2Report, error) {
 	fail := func(step string, err error) (*V2Report, error) {
 		return rep, &Error{ClusterID: opts.ClusterID, Step: step, Err: err}
 	}
-	if err := backup.ValidateClusterID(opts.ClusterID); err != nil {
+	if err := opts.Validate(); err != nil {
 		return fail(StepValidate, err)
 	}
 	if opts.Store == nil {
 		return fail(StepValidate, errors.New("no object store"))
-	}
-	if err := opts.Etcd.Validate(); err != nil {
-		return fail(StepValidate, err)
 	}
 	if opts.Concurrency <= 0 {
 		opts.Concurrency = 8
@@ -104,14 +122,14 @@ func RestoreV2(ctx context.Context, opts V2Options) (*V2Report, error) {
 	log := opts.Log.With("cluster", opts.ClusterID)
 
 	// The backup.
-	var m *backup.Manifest
+	var m *catalog.Manifest
 	if opts.Backup != "" {
 		var err error
-		if m, err = backup.LoadManifest(ctx, opts.Store, opts.Layout, opts.ClusterID, opts.Backup); err != nil {
+		if m, err = catalog.LoadManifest(ctx, opts.Store, opts.Layout, opts.ClusterID, opts.Backup); err != nil {
 			return fail(StepSelect, fmt.Errorf("--backup %s: %w", opts.Backup, err))
 		}
 	} else {
-		listed, err := backup.ListBackups(ctx, opts.Store, opts.Layout, opts.ClusterID)
+		listed, err := catalog.ListBackups(ctx, opts.Store, opts.Layout, opts.ClusterID)
 		if err != nil {
 			return fail(StepList, err)
 		}
@@ -125,7 +143,7 @@ func RestoreV2(ctx context.Context, opts V2Options) (*V2Report, error) {
 	rep.Backup = m.Name
 	if m.V2 == nil {
 		var with []string
-		if listed, err := backup.ListBackups(ctx, opts.Store, opts.Layout, opts.ClusterID); err == nil {
+		if listed, err := catalog.ListBackups(ctx, opts.Store, opts.Layout, opts.ClusterID); err == nil {
 			for _, l := range listed {
 				if l.Manifest != nil && l.Manifest.V2 != nil {
 					with = append(with, l.Name)
@@ -248,7 +266,7 @@ func RestoreV2(ctx context.Context, opts V2Options) (*V2Report, error) {
 const StepV2 = "restore v2 keys"
 
 // fetchV2 downloads a backup's v2 export and checks it against the manifest.
-func fetchV2(ctx context.Context, store backup.Store, layout backup.Layout, m *backup.Manifest) (*backup.V2Export, error) {
+func fetchV2(ctx context.Context, store store.Store, layout catalog.Layout, m *catalog.Manifest) (*backup.V2Export, error) {
 	key := layout.Key(m.ClusterID, m.Name, m.V2.Object)
 	rc, err := store.Get(ctx, key)
 	if err != nil {

@@ -12,8 +12,10 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/inspect"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
+	"github.com/armada/etcd-recovery/internal/store"
 )
 
 // VerifyOptions configure the check of a rebuilt cluster.
@@ -42,7 +44,10 @@ type VerifyOptions struct {
 	Log          *slog.Logger
 }
 
-// MemberHealth is one member of the rebuilt cluster.
+// MemberHealth is one member of the rebuilt cluster, the verify report's
+// row: built from inspect's row for the member (inspect.Probe), Healthy is
+// probe.Member.Healthy (serves a linearizable read through itself alone,
+// no alarm) and Error says why not, alarms first.
 type MemberHealth struct {
 	Name     string `json:"name"`
 	ID       string `json:"id"`
@@ -97,11 +102,13 @@ func (e *VerifyError) Error() string {
 	return "the rebuilt cluster failed verification: " + strings.Join(parts, "; ")
 }
 
-// Verify waits up to Timeout for every member of the cluster to be healthy
-// (a linearizable read through each member alone, as `etcdctl endpoint
-// health`, and no alarm), then checks the revision and the live key count
-// once: a healthy cluster with the wrong data does not get better by
-// waiting.
+// Verify waits up to Timeout for every member of the cluster to be healthy,
+// then checks the revision and the live key count once: a healthy cluster
+// with the wrong data does not get better by waiting. The members are
+// probed and judged as inspect does (inspect.Probe, inspect.Verdict): the
+// cluster is healthy when the verdict is HEALTHY and every member is
+// healthy as internal/probe defines it (a linearizable read through the
+// member alone, as `etcdctl endpoint health`, and no alarm).
 func Verify(ctx context.Context, opts VerifyOptions) (*VerifyReport, error) {
 	if err := opts.Etcd.Validate(); err != nil {
 		return nil, err
@@ -187,43 +194,20 @@ func (r *VerifyReport) healthy() bool {
 
 func verifyOnce(ctx context.Context, opts VerifyOptions) *VerifyReport {
 	rep := &VerifyReport{MinRevision: opts.MinRevision}
-	members, listErr := backup.ListMembers(ctx, opts.Etcd, opts.ProbeTimeout)
-	if listErr != nil {
-		rep.Checks = append(rep.Checks, Check{Name: CheckHealthy, Status: CheckFailed, Detail: "no endpoint returned the member list: " + listErr.Error()})
+	// The members, probed and judged as inspect does (one definition of
+	// healthy: probe.Member.Healthy), then restore's own checks.
+	pc := inspect.Probe(ctx, opts.Etcd, opts.ProbeTimeout)
+	if pc.ListErr != nil {
+		rep.Checks = append(rep.Checks, Check{Name: CheckHealthy, Status: CheckFailed, Detail: "no endpoint returned the member list: " + pc.ListErr.Error()})
 		return rep
 	}
-	members = backup.ProbeMembers(ctx, opts.Etcd, members, opts.ProbeTimeout)
-	var unhealthy []string
+	verdict := inspect.Verdict(pc.Members, nil, inspect.Thresholds{})
+	members := verdict.Members
+	rep.Members = make([]MemberHealth, 0, len(members))
 	for _, m := range members {
-		h := MemberHealth{Name: m.Name, ID: m.IDHex(), Endpoint: m.ClientURL}
-		switch {
-		case m.Err != nil:
-			h.Error = m.Err.Error()
-		case len(m.Status.Errors) > 0:
-			h.Error = "alarm or error: " + strings.Join(m.Status.Errors, ", ")
-		default:
-			h.Version = m.Status.Version
-			rev, err := linearizableRead(ctx, opts, m.ClientURL)
-			if err != nil {
-				h.Error = "linearizable read: " + err.Error()
-			} else {
-				h.Healthy, h.Revision = true, rev
-			}
-		}
-		if !h.Healthy {
-			name := h.Name
-			if name == "" {
-				name = h.Endpoint
-			}
-			unhealthy = append(unhealthy, name+": "+h.Error)
-		}
-		rep.Members = append(rep.Members, h)
+		rep.Members = append(rep.Members, memberRow(m))
 	}
-	if len(unhealthy) > 0 {
-		rep.Checks = append(rep.Checks, Check{Name: CheckHealthy, Status: CheckFailed, Detail: strings.Join(unhealthy, "; ")})
-	} else {
-		rep.Checks = append(rep.Checks, Check{Name: CheckHealthy, Status: CheckPassed, Detail: plural(len(members), "member")})
-	}
+	rep.Checks = append(rep.Checks, healthCheck(verdict))
 	if opts.ExpectedMembers > 0 {
 		c := Check{Name: CheckMembers, Status: CheckPassed, Detail: plural(len(members), "member")}
 		if len(members) != opts.ExpectedMembers {
@@ -345,20 +329,39 @@ func countKeysOnce(ctx context.Context, cli *clientv3.Client, probe time.Duratio
 	}
 }
 
-// linearizableRead reads through one member alone and returns its revision.
-func linearizableRead(ctx context.Context, opts VerifyOptions, ep string) (int64, error) {
-	cli, err := opts.Etcd.Client(ctx, ep)
-	if err != nil {
-		return 0, err
+// memberRow is the verify report's row for an inspected member.
+func memberRow(m inspect.MemberHealth) MemberHealth {
+	h := MemberHealth{Name: m.Name, ID: m.ID, Endpoint: m.ClientURL, Healthy: m.Healthy(), Version: m.Version, Revision: m.Revision, Error: m.Error}
+	if len(m.Alarms) > 0 {
+		alarm := "alarm " + strings.Join(m.Alarms, ", ") + " active"
+		if h.Error == "" {
+			h.Error = alarm
+		} else {
+			h.Error = alarm + "; " + h.Error
+		}
 	}
-	defer cli.Close()
-	cctx, cancel := context.WithTimeout(ctx, opts.ProbeTimeout)
-	defer cancel()
-	resp, err := cli.Get(cctx, "health-check-etcd-recovery", clientv3.WithCountOnly())
-	if err != nil {
-		return 0, err
+	return h
+}
+
+// healthCheck is CheckHealthy from inspect's verdict: it passes when the
+// verdict is HEALTHY (every voting member serves linearizable reads, no
+// alarm, no split-brain sign) and every member, learners included, is
+// healthy (probe.Member.Healthy).
+func healthCheck(a inspect.Assessment) Check {
+	var unhealthy []string
+	for _, m := range a.Members {
+		if !m.Healthy() {
+			unhealthy = append(unhealthy, m.Label()+": "+memberRow(m).Error)
+		}
 	}
-	return resp.Header.Revision, nil
+	if a.Verdict == inspect.VerdictHealthy && len(unhealthy) == 0 {
+		return Check{Name: CheckHealthy, Status: CheckPassed, Detail: plural(len(a.Members), "member")}
+	}
+	detail := strings.Join(unhealthy, "; ")
+	if detail == "" {
+		detail = string(a.Verdict) + ": " + a.Summary
+	}
+	return Check{Name: CheckHealthy, Status: CheckFailed, Detail: detail}
 }
 
 // ClusterCheckOptions configure `restore verify`: the expectations come
@@ -367,8 +370,8 @@ func linearizableRead(ctx context.Context, opts VerifyOptions, ep string) (int64
 type ClusterCheckOptions struct {
 	VerifyOptions
 	ClusterID string
-	Store     backup.Store
-	Layout    backup.Layout
+	Store     store.Store
+	Layout    catalog.Layout
 	// Backup names the backup the cluster was restored from.
 	Backup string
 	// ManifestFile is a manifest.json on disk, instead of Backup.
@@ -404,13 +407,13 @@ func CheckCluster(ctx context.Context, opts ClusterCheckOptions) (*ClusterCheck,
 	case opts.Backup != "" && opts.ManifestFile != "":
 		return out, errors.New("--backup and --manifest are exclusive")
 	case opts.Backup != "":
-		if err := backup.ValidateClusterID(opts.ClusterID); err != nil {
+		if err := catalog.ValidateClusterID(opts.ClusterID); err != nil {
 			return out, err
 		}
 		if opts.Store == nil {
 			return out, errors.New("no object store")
 		}
-		m, err := backup.LoadManifest(ctx, opts.Store, opts.Layout, opts.ClusterID, opts.Backup)
+		m, err := catalog.LoadManifest(ctx, opts.Store, opts.Layout, opts.ClusterID, opts.Backup)
 		if err != nil {
 			return out, fmt.Errorf("backup %s: %w", opts.Backup, err)
 		}
@@ -446,7 +449,7 @@ func CheckCluster(ctx context.Context, opts ClusterCheckOptions) (*ClusterCheck,
 		if err != nil {
 			return out, err
 		}
-		m, err := backup.UnmarshalManifest(b)
+		m, err := catalog.UnmarshalManifest(b)
 		if err != nil {
 			return out, fmt.Errorf("%s: %w", opts.ManifestFile, err)
 		}

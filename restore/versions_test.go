@@ -10,7 +10,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
 	"github.com/armada/etcd-recovery/restore"
@@ -39,7 +39,7 @@ func TestRestoreEtcdVersions(t *testing.T) {
 			}
 			_, oldRev := allKeys(t, cli)
 			r := newStoreRig(t)
-			m := r.takeBackup(t, c, "ver-"+strings.ReplaceAll(string(v), ".", ""), backup.KindScheduled)
+			m := r.takeBackup(t, c, "ver-"+strings.ReplaceAll(string(v), ".", ""), catalog.KindScheduled)
 			if !strings.HasPrefix(m.ServerVersion, string(v)+".") {
 				t.Fatalf("backup server version %q, want %s.x", m.ServerVersion, v)
 			}

@@ -17,6 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/kubetest"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
@@ -76,7 +77,7 @@ func operatorRestore(t *testing.T, rb runbooks) {
 
 	cli := fc.Etcd.Client(t)
 	keys := testenv.PutKeys(t, cli, "/registry/secrets/", 300, 200)
-	if _, err := backup.Run(ctx, backup.Options{ClusterID: f.id, Kind: backup.KindScheduled, Compression: backup.CompressZstd,
+	if _, err := backup.Run(ctx, backup.Options{ClusterID: f.id, Kind: catalog.KindScheduled, Compression: catalog.CompressZstd,
 		Etcd: testfix.EtcdConfig(fc.Etcd), Store: f.store, Layout: f.layout}); err != nil {
 		t.Fatalf("scheduled backup of %s: %v", f.id, err)
 	}
@@ -159,8 +160,8 @@ func operatorRestore(t *testing.T, rb runbooks) {
 	}
 	// The survivor's snapshot (it has the writes after the COS backup) is
 	// what was restored.
-	list, err := backup.ListBackups(ctx, f.store, f.layout, f.id)
-	if err != nil || len(list) != 2 || list[0].Manifest == nil || list[0].Manifest.Kind != backup.KindPreRestore ||
+	list, err := catalog.ListBackups(ctx, f.store, f.layout, f.id)
+	if err != nil || len(list) != 2 || list[0].Manifest == nil || list[0].Manifest.Kind != catalog.KindPreRestore ||
 		ers[0].GetAnnotations()[kube.AnnotationBackup] != list[0].Manifest.Name {
 		t.Fatalf("want the pre-restore backup newest and restored: %+v %v (restored %q)", list, err, ers[0].GetAnnotations()[kube.AnnotationBackup])
 	}

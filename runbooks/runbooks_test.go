@@ -18,7 +18,9 @@ import (
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/inspect"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/kubetest"
+	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
 )
@@ -133,8 +135,8 @@ type fixture struct {
 	pki    *testenv.PKI
 	minio  *testenv.MinIO
 	bucket string
-	layout backup.Layout
-	store  backup.Store
+	layout catalog.Layout
+	store  store.Store
 	vars   map[string]string
 }
 
@@ -156,7 +158,7 @@ func newFixture(t *testing.T, pki *testenv.PKI, endpoints []string) *fixture {
 	m := testenv.SharedMinIO(t)
 	f := &fixture{id: "etcd-rb-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36), pki: pki, minio: m, bucket: m.NewBucket(t)}
 	prefix := testenv.Prefix(t)
-	f.layout = backup.Layout{Prefix: prefix}
+	f.layout = catalog.Layout{Prefix: prefix}
 	f.store = testfix.Store(t, m, f.bucket)
 	dir := t.TempDir()
 	tlsDir := filepath.Join(dir, "etcd-tls")
@@ -338,8 +340,8 @@ func quorumLoss(t *testing.T, rb runbooks) {
 	keys := testenv.PutKeys(t, cli, "/registry/configmaps/", 300, 300)
 	v2 := testenv.PutV2Keys(t, c, 20)
 	f := newFixture(t, c.PKI, c.Endpoints())
-	if _, err := backup.Run(context.Background(), backup.Options{ClusterID: f.id, Kind: backup.KindScheduled, V2: backup.V2Auto,
-		Compression: backup.CompressZstd, Etcd: testfix.EtcdConfig(c), Store: f.store, Layout: f.layout}); err != nil {
+	if _, err := backup.Run(context.Background(), backup.Options{ClusterID: f.id, Kind: catalog.KindScheduled, V2: backup.V2Auto,
+		Compression: catalog.CompressZstd, Etcd: testfix.EtcdConfig(c), Store: f.store, Layout: f.layout}); err != nil {
 		t.Fatalf("scheduled backup of %s: %v", f.id, err)
 	}
 	for k, v := range testenv.PutKeys(t, cli, "/registry/late/", 20, 100) {
@@ -361,13 +363,13 @@ func quorumLoss(t *testing.T, rb runbooks) {
 		}
 	}
 	mustContain(t, one(t, rs, "etcd-recovery list", 0), "manual")
-	entries, err := backup.Inventory(context.Background(), f.store, f.layout, f.id)
+	entries, err := catalog.Inventory(context.Background(), f.store, f.layout, f.id)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var manual string
 	for _, e := range entries {
-		if e.Committed && e.Kind == backup.KindManual {
+		if e.Committed && e.Kind == catalog.KindManual {
 			manual = e.Name
 		}
 	}
@@ -552,13 +554,13 @@ func missedBackup(t *testing.T, rb runbooks) {
 			var failed string
 			if stale {
 				old := time.Now().Add(-12 * time.Hour)
-				if _, err := backup.Run(context.Background(), backup.Options{ClusterID: f.id, Kind: backup.KindScheduled,
-					V2: backup.V2Off, Compression: backup.CompressZstd, Etcd: testfix.EtcdConfig(c), Store: f.store, Layout: f.layout,
+				if _, err := backup.Run(context.Background(), backup.Options{ClusterID: f.id, Kind: catalog.KindScheduled,
+					V2: backup.V2Off, Compression: catalog.CompressZstd, Etcd: testfix.EtcdConfig(c), Store: f.store, Layout: f.layout,
 					Now: func() time.Time { return old }}); err != nil {
 					t.Fatalf("stale backup of %s: %v", f.id, err)
 				}
-				failed = backup.NewBackupName(time.Now().Add(-4*time.Hour), backup.KindScheduled)
-				if _, err := f.store.Put(context.Background(), f.layout.Key(f.id, failed, backup.StartedObject), strings.NewReader("{}")); err != nil {
+				failed = catalog.NewBackupName(time.Now().Add(-4*time.Hour), catalog.KindScheduled)
+				if _, err := f.store.Put(context.Background(), f.layout.Key(f.id, failed, catalog.StartedObject), strings.NewReader("{}")); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -599,8 +601,8 @@ func failedDrill(t *testing.T, rb runbooks) {
 	testenv.PutKeys(t, other.Client(t), "/registry/configmaps/", 10, 100)
 	f := newFixture(t, c.PKI, c.Endpoints())
 	ctx := context.Background()
-	res, err := backup.Run(ctx, backup.Options{ClusterID: f.id, Kind: backup.KindScheduled, V2: backup.V2Off,
-		Compression: backup.CompressZstd, Etcd: testfix.EtcdConfig(other), Store: f.store, Layout: f.layout})
+	res, err := backup.Run(ctx, backup.Options{ClusterID: f.id, Kind: catalog.KindScheduled, V2: backup.V2Off,
+		Compression: catalog.CompressZstd, Etcd: testfix.EtcdConfig(other), Store: f.store, Layout: f.layout})
 	if err != nil {
 		t.Fatalf("scheduled backup of %s: %v", f.id, err)
 	}
@@ -608,10 +610,10 @@ func failedDrill(t *testing.T, rb runbooks) {
 	// The CronJob's drill of it failed (its record, as restore.Drill
 	// writes it).
 	const check = "compare with source: HashKV at the snapshot's revision differs from the source's"
-	rec := &backup.DrillRecord{ClusterID: f.id, Backup: bad, Passed: false, Failed: check,
+	rec := &catalog.DrillRecord{ClusterID: f.id, Backup: bad, Passed: false, Failed: check,
 		StartedAt: time.Now().Add(-20 * time.Second).UTC(), FinishedAt: time.Now().UTC(), ToolVersion: "test",
-		Revision: res.Manifest.Revision(), Comparison: backup.DrillComparison{Mode: backup.CompareSource}}
-	if err := backup.PutDrill(ctx, f.store, f.layout, rec); err != nil {
+		Revision: res.Manifest.Revision(), Comparison: catalog.DrillComparison{Mode: catalog.CompareSource}}
+	if err := catalog.PutDrill(ctx, f.store, f.layout, rec); err != nil {
 		t.Fatal(err)
 	}
 

@@ -3,7 +3,7 @@
 # gitignored cache keyed by version. Installs no system package or service. Idempotent: a server already in the cache
 # is not rebuilt. Prints nothing but progress on stderr.
 #
-#   scripts/test-servers.sh [etcd34|etcd35|etcd36|minio|kube-apiserver|all]...
+#   scripts/test-servers.sh [etcd34|etcd35|etcd36|minio|kube-apiserver|kubectl|promtool|all]...
 #
 # Cache root: $TEST_SERVERS_DIR, default <repo>/.cache/servers.
 set -euo pipefail
@@ -216,6 +216,26 @@ GO
   rm -rf "$dir" "$src"; mv "$dir.tmp" "$dir"
 }
 
+# promtool: Prometheus' rule checker and unit tester (`promtool check rules`,
+# `promtool test rules`, `promtool check metrics`). A tiny module that requires
+# the prometheus module at PROMTOOL_VERSION and builds its cmd/promtool:
+# `go install` of it fails on Prometheus' replace directives.
+build_promtool() {
+  local dir="$CACHE/promtool-$PROMTOOL_VERSION"
+  if [[ -x "$dir/promtool" ]]; then return; fi
+  log "building promtool $PROMTOOL_VERSION into $dir (about 4 min)"
+  local src; src="$(mktemp -d)"
+  (
+    cd "$src"
+    printf 'module etcdrecovery.local/promtool\n\ngo 1.25\n' >go.mod
+    go get "github.com/prometheus/prometheus/cmd/promtool@$PROMTOOL_VERSION" >&2
+    mkdir -p "$dir.tmp"
+    CGO_ENABLED=0 go build -trimpath -o "$dir.tmp/promtool" github.com/prometheus/prometheus/cmd/promtool
+    "$dir.tmp/promtool" --version >&2
+  )
+  rm -rf "$dir" "$src"; mv "$dir.tmp" "$dir"
+}
+
 targets=("$@")
 [[ ${#targets[@]} -eq 0 ]] && targets=(all)
 for t in "${targets[@]}"; do
@@ -226,7 +246,8 @@ for t in "${targets[@]}"; do
     minio) build_minio ;;
     kube-apiserver) build_kube_apiserver ;;
     kubectl) build_kubectl ;;
-    all) fetch_etcd34; build_etcd "$ETCD35_VERSION"; build_etcd "$ETCD36_VERSION"; build_minio; build_kube_apiserver; build_kubectl ;;
+    promtool) build_promtool ;;
+    all) fetch_etcd34; build_etcd "$ETCD35_VERSION"; build_etcd "$ETCD36_VERSION"; build_minio; build_kube_apiserver; build_kubectl; build_promtool ;;
     *) log "unknown target $t"; exit 2 ;;
   esac
 done

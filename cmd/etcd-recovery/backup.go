@@ -5,12 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
-	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/restore"
@@ -73,22 +72,22 @@ func runBackup(c *cli.Context) error {
 		return usagef("backup: --cluster-id is required")
 	}
 	if !fleet {
-		if err := backup.ValidateClusterID(opts.ClusterID); err != nil {
-			return usageError{err}
+		if err := catalog.ValidateClusterID(opts.ClusterID); err != nil {
+			return asUsage(err)
 		}
 	}
-	if opts.Kind, err = backup.ParseKind(c.String("kind")); err != nil || opts.Kind == backup.KindPreRestore {
+	if opts.Kind, err = catalog.ParseKind(c.String("kind")); err != nil || opts.Kind == catalog.KindPreRestore {
 		return usagef("backup: --kind %q: want scheduled, update or manual", c.String("kind"))
 	}
 	if opts.V2, err = backup.ParseV2Mode(c.String("v2")); err != nil {
-		return usageError{err}
+		return asUsage(err)
 	}
-	if opts.Compression, err = backup.ParseCompression(c.String("compress")); err != nil {
-		return usageError{err}
+	if opts.Compression, err = catalog.ParseCompression(c.String("compress")); err != nil {
+		return asUsage(err)
 	}
 	format, err := output.ParseFormat(c.String("output"))
 	if err != nil {
-		return usageError{err}
+		return asUsage(err)
 	}
 	if c.Bool("prune") {
 		policy, err := policyFromFlags(c)
@@ -97,8 +96,8 @@ func runBackup(c *cli.Context) error {
 		}
 		opts.Prune = &policy
 	}
-	if c.Duration("orphan-grace") < backup.MinOrphanGrace {
-		return usagef("backup: --orphan-grace %s: want at least %s", c.Duration("orphan-grace"), backup.MinOrphanGrace)
+	if c.Duration("orphan-grace") < catalog.MinOrphanGrace {
+		return usagef("backup: --orphan-grace %s: want at least %s", c.Duration("orphan-grace"), catalog.MinOrphanGrace)
 	}
 	drill, err := drillPlanFromFlags(c, fleet)
 	if err != nil {
@@ -120,7 +119,7 @@ func runBackup(c *cli.Context) error {
 		// and client TLS, so that it can ask the member for HashKV at the
 		// snapshot's revision.
 		src := opts.Etcd
-		opts.Drill = func(ctx context.Context, m *backup.Manifest) (*backup.DrillRecord, error) {
+		opts.Drill = func(ctx context.Context, m *catalog.Manifest) (*catalog.DrillRecord, error) {
 			log.Info("restore drill of the new backup", "cluster", m.ClusterID, "backup", m.Name)
 			return restore.Drill(ctx, restore.DrillOptions{ClusterID: m.ClusterID, Store: store, Layout: layout, Backup: m.Name,
 				Source: src, EtcdBinDir: drill.EtcdBinDir, ScratchDir: drill.ScratchDir, Log: log})
@@ -134,54 +133,11 @@ func runBackup(c *cli.Context) error {
 		return err
 	}
 	// A committed backup is printed even when the prune after it failed.
-	m := res.Manifest
-	t := backupTable(m, res.Duration)
-	if drill != nil {
-		return renderBackupDrill(c, format, t, res, err)
-	}
-	if res.Pruned == nil {
-		if rerr := output.Render(c.App.Writer, format, t, m); rerr != nil {
-			return rerr
-		}
-		return err
-	}
-	if format == output.FormatJSON {
-		// The manifest, as without --prune, plus the prune report.
-		data := struct {
-			*backup.Manifest
-			Pruned *backup.PruneReport `json:"pruned"`
-		}{m, res.Pruned}
-		if rerr := output.Render(c.App.Writer, format, t, data); rerr != nil {
-			return rerr
-		}
-		return err
-	}
-	if rerr := output.Render(c.App.Writer, format, t, m); rerr != nil {
-		return rerr
-	}
-	fmt.Fprintln(c.App.Writer)
-	if rerr := renderPrune(c, format, res.Pruned); rerr != nil {
+	rep := kube.NewBackupReport(res, drill != nil)
+	if rerr := output.RenderAll(c.App.Writer, format, rep.Tables(), rep); rerr != nil {
 		return rerr
 	}
 	return err
-}
-
-// backupTable is backup's result: STORED is the snapshot object's size as
-// stored, as in list.
-func backupTable(m *backup.Manifest, d time.Duration) output.Table {
-	return output.Table{
-		Header: []string{"CLUSTER", "BACKUP", "REVISION", "RAW", "STORED", "V2 KEYS", "SOURCE", "DURATION"},
-		Wide:   []string{"CLUSTER", "SOURCE"},
-		Rows: [][]string{{m.ClusterID, m.Name, fmt.Sprint(m.RevisionBefore), output.Bytes(m.Snapshot.RawSize),
-			output.Bytes(m.Snapshot.StoredSize), v2Keys(m), m.Source.Name, d.Round(time.Millisecond).String()}},
-	}
-}
-
-func v2Keys(m *backup.Manifest) string {
-	if m.V2 == nil {
-		return "-"
-	}
-	return fmt.Sprint(m.V2.Keys)
 }
 
 // drillPlanFromFlags reads --drill and its flags (nil without --drill).
@@ -221,54 +177,6 @@ func drillPlanFromFlags(c *cli.Context, fleet bool) (*kube.DrillPlan, error) {
 
 func envSet(name string) bool { _, ok := os.LookupEnv(name); return ok }
 
-// renderBackupDrill prints a backup followed by its drill: the table with
-// a DRILL column and the drill's failure below it; -o json the manifest
-// with the prune report and the drill (result, comparison, record).
-func renderBackupDrill(c *cli.Context, format output.Format, t output.Table, res *backup.Result, err error) error {
-	m := res.Manifest
-	var took time.Duration
-	if d := res.Drill; d != nil {
-		took = d.FinishedAt.Sub(d.StartedAt)
-	}
-	d := kube.NewDrillOutcome(res.Drill, res.DrillErr, took)
-	t.Header = append(t.Header, "DRILL")
-	t.Rows[0] = append(t.Rows[0], d.Text())
-	if format == output.FormatJSON {
-		data := struct {
-			*backup.Manifest
-			Pruned *backup.PruneReport `json:"pruned,omitempty"`
-			Drill  *kube.DrillOutcome  `json:"drill"`
-		}{m, res.Pruned, d}
-		if rerr := output.Render(c.App.Writer, format, t, data); rerr != nil {
-			return rerr
-		}
-		return err
-	}
-	if rerr := output.Render(c.App.Writer, format, t, m); rerr != nil {
-		return rerr
-	}
-	switch d.Result {
-	case kube.DrillPassed:
-		line := "drill: passed"
-		if r := d.Record; r != nil {
-			line += fmt.Sprintf(" in %s on etcd %s, comparison %s", took.Round(time.Millisecond), r.EtcdVersion, r.Comparison.Mode)
-			if r.Comparison.Detail != "" {
-				line += " (" + r.Comparison.Detail + ")"
-			}
-		}
-		fmt.Fprintln(c.App.Writer, line)
-	default:
-		fmt.Fprintf(c.App.Writer, "drill: %s: %s\n", d.Result, strings.TrimSpace(d.Error))
-	}
-	if res.Pruned != nil {
-		fmt.Fprintln(c.App.Writer)
-		if rerr := renderPrune(c, format, res.Pruned); rerr != nil {
-			return rerr
-		}
-	}
-	return err
-}
-
 // runBackupAll backs up EtcdClusters found through the Kubernetes API.
 func runBackupAll(c *cli.Context, tmpl backup.Options, format output.Format, drill *kube.DrillPlan) error {
 	k, err := kubeClient(c)
@@ -298,13 +206,8 @@ func runBackupAll(c *cli.Context, tmpl backup.Options, format output.Format, dri
 		Orphans:     orphans,
 	})
 	if rep != nil && rep.Clusters != nil {
-		if rerr := output.Render(c.App.Writer, format, rep.Table(), rep); rerr != nil {
+		if rerr := output.RenderAll(c.App.Writer, format, rep.Tables(), rep); rerr != nil {
 			return rerr
-		}
-		if rep.Orphans != nil && format != output.FormatJSON && len(rep.Orphans.Orphans) > 0 {
-			if rerr := renderOrphans(c.App.Writer, format, rep.Orphans); rerr != nil {
-				return rerr
-			}
 		}
 	}
 	return err

@@ -7,20 +7,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
 )
 
 // backupDrillJSON is backup --drill -o json.
 type backupDrillJSON struct {
-	backup.Manifest
-	Pruned *backup.PruneReport `json:"pruned"`
+	catalog.Manifest
+	Pruned *catalog.PruneReport `json:"pruned"`
 	Drill  *struct {
-		Result     string              `json:"result"`
-		Comparison string              `json:"comparison"`
-		Error      string              `json:"error"`
-		Record     *backup.DrillRecord `json:"record"`
+		Result     string               `json:"result"`
+		Comparison string               `json:"comparison"`
+		Error      string               `json:"error"`
+		Record     *catalog.DrillRecord `json:"record"`
 	} `json:"drill"`
 }
 
@@ -38,7 +38,7 @@ func TestCLIBackupDrill(t *testing.T) {
 	m := testenv.SharedMinIO(t)
 	bucket, prefix := m.NewBucket(t), testenv.Prefix(t)
 	cos := cosArgs(t, m, bucket, prefix)
-	st, layout := testfix.Store(t, m, bucket), backup.Layout{Prefix: prefix}
+	st, layout := testfix.Store(t, m, bucket), catalog.Layout{Prefix: prefix}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
@@ -55,15 +55,15 @@ func TestCLIBackupDrill(t *testing.T) {
 			t.Fatalf("backup --drill -o json: %v\n%s", err, out)
 		}
 		d := res.Drill
-		if res.Name == "" || d == nil || d.Result != "passed" || d.Comparison != backup.CompareSource || d.Record == nil || res.Pruned == nil {
+		if res.Name == "" || d == nil || d.Result != "passed" || d.Comparison != catalog.CompareSource || d.Record == nil || res.Pruned == nil {
 			t.Fatalf("backup --drill -o json: %s", out)
 		}
 		cmp := d.Record.Comparison
 		if !d.Record.Passed || cmp.Equal == nil || !*cmp.Equal || cmp.SourceHash == nil || cmp.RestoredHash == nil || *cmp.SourceHash != *cmp.RestoredHash {
 			t.Errorf("drill record: passed %v, comparison %+v", d.Record.Passed, cmp)
 		}
-		rec, err := backup.LoadDrill(ctx, st, layout, "drill1", res.Name)
-		if err != nil || rec == nil || !rec.Passed || rec.Backup != res.Name || rec.Comparison.Mode != backup.CompareSource {
+		rec, err := catalog.LoadDrill(ctx, st, layout, "drill1", res.Name)
+		if err != nil || rec == nil || !rec.Passed || rec.Backup != res.Name || rec.Comparison.Mode != catalog.CompareSource {
 			t.Fatalf("drill.json of %s: %+v %v", res.Name, rec, err)
 		}
 		if !strings.Contains(errOut, "restore drill passed") || !strings.Contains(errOut, "cluster=drill1") {
@@ -92,11 +92,11 @@ func TestCLIBackupDrill(t *testing.T) {
 			t.Fatalf("drill without etcd: %s", out)
 		}
 		// Committed, and no record of a drill that never ran.
-		list, err := backup.ListBackups(ctx, st, layout, "drill2")
+		list, err := catalog.ListBackups(ctx, st, layout, "drill2")
 		if err != nil || len(list) != 1 || list[0].Manifest == nil || list[0].Name != res.Name {
 			t.Fatalf("backups of drill2: %+v %v", list, err)
 		}
-		if rec, err := backup.LoadDrill(ctx, st, layout, "drill2", res.Name); err != nil || rec != nil {
+		if rec, err := catalog.LoadDrill(ctx, st, layout, "drill2", res.Name); err != nil || rec != nil {
 			t.Errorf("drill.json of a drill that could not run: %+v %v", rec, err)
 		}
 		t.Logf("stderr: %s", lastLinesOf(errOut, 3))

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
 )
@@ -33,11 +33,11 @@ func TestCLIBackupAndList(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("backup exit %d\n%s\n%s", code, out, errOut)
 	}
-	var man backup.Manifest
+	var man catalog.Manifest
 	if err := json.Unmarshal([]byte(out), &man); err != nil {
 		t.Fatalf("backup -o json: %v\n%s", err, out)
 	}
-	if man.ClusterID != "cli1" || man.Kind != backup.KindScheduled || man.V2 == nil || man.V2.Keys != 12 {
+	if man.ClusterID != "cli1" || man.Kind != catalog.KindScheduled || man.V2 == nil || man.V2.Keys != 12 {
 		t.Errorf("manifest: %+v", man)
 	}
 	for _, s := range []string{m.SecretKey} {

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
 )
@@ -108,10 +108,10 @@ func (r *toolRun) wait(bound time.Duration) int {
 
 // waitUpload polls the store until a multipart upload exists under prefix,
 // while the tool runs; it returns the upload's key.
-func waitUpload(t *testing.T, st backup.Store, prefix string, r *toolRun, bound time.Duration) string {
+func waitUpload(t *testing.T, st store.Store, prefix string, r *toolRun, bound time.Duration) string {
 	t.Helper()
 	lister, ok := st.(interface {
-		ListUploads(context.Context, string) ([]backup.Upload, error)
+		ListUploads(context.Context, string) ([]store.Upload, error)
 	})
 	if !ok {
 		t.Fatal("the store cannot list uploads")

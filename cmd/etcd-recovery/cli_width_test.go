@@ -8,8 +8,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/inspect"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/restore"
@@ -94,23 +94,24 @@ func TestTableWidths(t *testing.T) {
 	v2 := 1234
 
 	// list
-	rows := []listRow{
-		{Name: longBackup, Kind: backup.KindScheduled, Time: now, Status: "committed", Revision: 123456789, RawSize: 8 << 30,
+	rows := catalog.ListRows{
+		{Name: longBackup, Kind: catalog.KindScheduled, Time: now, Status: "committed", Revision: 123456789, RawSize: 8 << 30,
 			StoredSize: 3 << 30, TotalSize: 3<<30 + 12345, V2Keys: &v2, Source: longMember,
-			Retention: retention{Keep: true, Rules: []string{"newest", "recent"}, Reason: "newest backup that checks out; 1 of the 3 newest scheduled backups (recent)"}},
-		{Name: longBackup2, Kind: backup.KindPreRestore, Time: now, Status: "damaged: snapshot.db.zst size mismatch: manifest 3221225472, stored 1024",
+			Retention: catalog.ListRetention{Keep: true, Rules: []string{"newest", "recent"}, Reason: "newest backup that checks out; 1 of the 3 newest scheduled backups (recent)"}},
+		{Name: longBackup2, Kind: catalog.KindPreRestore, Time: now, Status: "damaged: snapshot.db.zst size mismatch: manifest 3221225472, stored 1024",
 			Damaged: "snapshot.db.zst size mismatch: manifest 3221225472, stored 1024", Error: longError,
-			Retention: retention{Reason: "damaged and older than the newest good backup " + longBackup}},
+			Retention: catalog.ListRetention{Reason: "damaged and older than the newest good backup " + longBackup}},
 	}
 	checkWidth(t, "list", func(f output.Format) string {
-		return renderTo(func(w *bytes.Buffer) error { return output.Render(w, f, listTable(rows), rows) })
+		return renderTo(func(w *bytes.Buffer) error { return output.Render(w, f, rows.Table(), rows) })
 	}, []string{longMember}, longBackup, longBackup2, "snapshot.db.zst size mismatch", "no progress for 60s")
 
 	// backup
-	m := &backup.Manifest{ClusterID: longCluster, Name: longBackup, RevisionBefore: 123456789,
-		Snapshot: backup.SnapshotInfo{RawSize: 8 << 30, StoredSize: 3 << 30}, Source: backup.Member{Name: longMember}}
+	m := &catalog.Manifest{ClusterID: longCluster, Name: longBackup, RevisionBefore: 123456789,
+		Snapshot: catalog.SnapshotInfo{RawSize: 8 << 30, StoredSize: 3 << 30}, Source: catalog.Member{Name: longMember}}
 	checkWidth(t, "backup", func(f output.Format) string {
-		return renderTo(func(w *bytes.Buffer) error { return output.Render(w, f, backupTable(m, 3*time.Minute), m) })
+		rep := &kube.BackupReport{Manifest: m, Duration: 3 * time.Minute}
+		return renderTo(func(w *bytes.Buffer) error { return output.RenderAll(w, f, rep.Tables(), rep) })
 	}, []string{longMember, longCluster}, longBackup)
 
 	// backup --all
@@ -123,15 +124,15 @@ func TestTableWidths(t *testing.T) {
 	}, nil, longCluster, longBackup, "no progress for 60s")
 
 	// prune and delete
-	pr := &backup.PruneReport{Now: now, DryRun: true, Clusters: []backup.ClusterPrune{{ClusterID: longCluster,
-		Backups: []backup.BackupAction{
-			{ClusterID: longCluster, Name: longBackup, Kind: backup.KindScheduled, Time: now, Committed: true, Keep: true, Action: "keep",
+	pr := &catalog.PruneReport{Now: now, DryRun: true, Clusters: []catalog.ClusterPrune{{ClusterID: longCluster,
+		Backups: []catalog.BackupAction{
+			{ClusterID: longCluster, Name: longBackup, Kind: catalog.KindScheduled, Time: now, Committed: true, Keep: true, Action: "keep",
 				Reason: "newest backup that checks out; 1 of the 3 newest scheduled backups (recent)"},
-			{ClusterID: longCluster, Name: longBackup2, Kind: backup.KindPreRestore, Time: now, Committed: false, Action: "delete",
+			{ClusterID: longCluster, Name: longBackup2, Kind: catalog.KindPreRestore, Time: now, Committed: false, Action: "delete",
 				Reason: "incomplete (no manifest) and last written 3d04h ago, more than --incomplete-after 24h0m0s", Error: longError},
 		}}}}
 	checkWidth(t, "prune", func(f output.Format) string {
-		return renderTo(func(w *bytes.Buffer) error { return output.Render(w, f, pruneTableOf(pruneRows(pr)), pr) })
+		return renderTo(func(w *bytes.Buffer) error { return output.Render(w, f, pr.Table(), pr) })
 	}, nil, longCluster, longBackup, longBackup2, "more than --incomplete-after", "no progress for 60s")
 
 	// inspect --all
@@ -161,9 +162,9 @@ func TestTableWidths(t *testing.T) {
 	// restore plan (dry run)
 	res := &restore.Result{Plan: restore.Plan{ClusterID: longCluster, DryRun: true,
 		Candidates: []restore.Candidate{
-			{Name: longBackup, Kind: backup.KindScheduled, Time: now, Revision: 123456789, Source: longMember, ServerVersion: "3.5.21",
+			{Name: longBackup, Kind: catalog.KindScheduled, Time: now, Revision: 123456789, Source: longMember, ServerVersion: "3.5.21",
 				RawSize: 8 << 30, V2Keys: &v2, Status: "failed verification", Detail: longError},
-			{Name: longBackup2, Kind: backup.KindPreRestore, Time: now, Revision: 123456000, Source: longMember, Status: "chosen, verified"},
+			{Name: longBackup2, Kind: catalog.KindPreRestore, Time: now, Revision: 123456000, Source: longMember, Status: "chosen, verified"},
 		},
 		Checks: []restore.Check{{Name: restore.CheckStoredSHA, Status: restore.CheckPassed,
 			Detail: "sha256 of " + longCluster + "/" + longBackup2 + "/snapshot.db.zst: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}},
@@ -172,7 +173,7 @@ func TestTableWidths(t *testing.T) {
 			MovedTo: "/var/lib/etcd-restore/" + longMember + ".etcd.moved-20261122T031500Z"}},
 	}}
 	checkWidth(t, "restore --dry-run", func(f output.Format) string {
-		out := renderTo(func(w *bytes.Buffer) error { return renderRestore(w, f, res) })
+		out := renderTo(func(w *bytes.Buffer) error { return output.RenderAll(w, f, res.Tables(), res) })
 		if f == output.FormatJSON {
 			return out
 		}

@@ -7,8 +7,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/kube"
 )
 
@@ -50,16 +51,16 @@ func runDelete(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	opts := backup.DeleteOptions{ClusterID: c.String("cluster-id"), Names: c.StringSlice("backup"), Force: c.Bool("allow-newest"), Log: log}
+	opts := catalog.DeleteOptions{ClusterID: c.String("cluster-id"), Names: c.StringSlice("backup"), Force: c.Bool("allow-newest"), Log: log}
 	if opts.ClusterID == "" {
 		return usagef("delete: --cluster-id is required")
 	}
-	if err := backup.ValidateClusterID(opts.ClusterID); err != nil {
-		return usageError{err}
+	if err := catalog.ValidateClusterID(opts.ClusterID); err != nil {
+		return asUsage(err)
 	}
 	format, err := output.ParseFormat(c.String("output"))
 	if err != nil {
-		return usageError{err}
+		return asUsage(err)
 	}
 	if c.Bool("all-backups") {
 		return runDeleteAll(c, opts.ClusterID, format)
@@ -73,7 +74,7 @@ func runDelete(c *cli.Context) error {
 		return usagef("delete: --backup or --all-backups is required")
 	}
 	for _, n := range opts.Names {
-		if _, _, err := backup.ParseBackupName(n); err != nil {
+		if _, _, err := catalog.ParseBackupName(n); err != nil {
 			return usagef("delete: --backup: %v", err)
 		}
 	}
@@ -87,18 +88,13 @@ func runDelete(c *cli.Context) error {
 		return err
 	}
 	defer cancel()
-	rep, err := backup.Delete(ctx, opts)
+	rep, err := catalog.Delete(ctx, opts)
 	err = named("delete", err)
-	if errors.Is(err, backup.ErrNewestBackup) || errors.Is(err, backup.ErrNewestProven) {
+	if errors.Is(err, catalog.ErrNewestBackup) || errors.Is(err, catalog.ErrNewestProven) {
 		err = fmt.Errorf("%w: pass --allow-newest", err)
 	}
 	if rep != nil {
-		var rows [][]string
-		for _, a := range rep.Backups {
-			rows = append(rows, backupRow(a))
-		}
-		t := pruneTableOf(rows)
-		if rerr := output.Render(c.App.Writer, format, t, rep); rerr != nil && err == nil {
+		if rerr := output.Render(c.App.Writer, format, rep.Table(), rep); rerr != nil && err == nil {
 			err = rerr
 		}
 	}
@@ -110,9 +106,9 @@ func runDelete(c *cli.Context) error {
 type deleteAllResult struct {
 	// EtcdCluster is what the check found: "absent", "exists",
 	// "not checked: ..." (with --ignore-etcdcluster).
-	EtcdCluster string                  `json:"etcdCluster"`
-	Namespace   string                  `json:"namespace,omitempty"`
-	Delete      *backup.DeleteAllReport `json:"delete"`
+	EtcdCluster string                   `json:"etcdCluster"`
+	Namespace   string                   `json:"namespace,omitempty"`
+	Delete      *catalog.DeleteAllReport `json:"delete"`
 }
 
 func runDeleteAll(c *cli.Context, id string, format output.Format) error {
@@ -141,8 +137,8 @@ func runDeleteAll(c *cli.Context, id string, format output.Format) error {
 	default:
 		res.EtcdCluster = "not checked: no Kubernetes access (--ignore-etcdcluster)"
 	}
-	var store backup.Store
-	var layout backup.Layout
+	var store store.Store
+	var layout catalog.Layout
 	if k != nil {
 		store, layout, err = cosStoreKube(c, k)
 	} else {
@@ -166,7 +162,7 @@ func runDeleteAll(c *cli.Context, id string, format output.Format) error {
 			log.Warn("delete --all-backups: could not check the EtcdCluster; going on (--ignore-etcdcluster)", "cluster", id, "err", err)
 		case slicesContains(names, id) && !ignore:
 			return fmt.Errorf("delete --all-backups: refusing to delete the backups of cluster %s, nothing was deleted: %w (%s/%s); delete it first, or pass --ignore-etcdcluster",
-				id, backup.ErrClusterExists, k.Namespace, id)
+				id, catalog.ErrClusterExists, k.Namespace, id)
 		case slicesContains(names, id):
 			res.EtcdCluster = "exists (--ignore-etcdcluster)"
 			log.Warn("delete --all-backups: the EtcdCluster exists; deleting its backups anyway (--ignore-etcdcluster)", "cluster", id, "namespace", k.Namespace)
@@ -174,24 +170,13 @@ func runDeleteAll(c *cli.Context, id string, format output.Format) error {
 			res.EtcdCluster = "absent"
 		}
 	}
-	rep, err := backup.DeleteAll(ctx, backup.DeleteAllOptions{Store: store, Layout: layout, ClusterID: id, DryRun: c.Bool("dry-run"), Log: log})
+	rep, err := catalog.DeleteAll(ctx, catalog.DeleteAllOptions{Store: store, Layout: layout, ClusterID: id, DryRun: c.Bool("dry-run"), Log: log})
 	err = named("delete", err)
 	if rep != nil {
 		res.Delete = rep
-		var rows [][]string
-		for _, a := range rep.Backups {
-			rows = append(rows, backupRow(a))
-		}
-		for _, u := range rep.Uploads {
-			rows = append(rows, []string{u.ClusterID, u.Name, "upload: " + pathBase(u.Key), fmtTime(u.Initiated), u.Action, u.Reason})
-		}
-		t := pruneTableOf(rows)
-		verb := "deleted"
-		if rep.DryRun {
-			verb = "would delete"
-		}
-		t.Notes = append(t.Notes, fmt.Sprintf("EtcdCluster %s: %s; %s %d backup(s) and %d multipart upload(s) of cluster %s%s",
-			id, res.EtcdCluster, verb, len(rep.Backups), len(rep.Uploads), id, map[bool]string{true: ", and its orphan marker", false: ""}[rep.Marker]))
+		t := rep.Table()
+		// The EtcdCluster check is this command's: it leads the summary.
+		t.Notes[len(t.Notes)-1] = fmt.Sprintf("EtcdCluster %s: %s; %s", id, res.EtcdCluster, t.Notes[len(t.Notes)-1])
 		if rerr := output.Render(c.App.Writer, format, t, res); rerr != nil && err == nil {
 			err = rerr
 		}

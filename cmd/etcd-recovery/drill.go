@@ -1,12 +1,8 @@
 package main
 
 import (
-	"fmt"
-	"os"
-
 	"github.com/urfave/cli/v2"
 
-	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/restore"
@@ -59,16 +55,6 @@ func runDrill(c *cli.Context) error {
 	case all && c.String("backup") != "":
 		return usagef("drill: --backup names one cluster's backup: use it with --cluster-id")
 	}
-	if id != "" {
-		if err := backup.ValidateClusterID(id); err != nil {
-			return usageError{err}
-		}
-	}
-	if b := c.String("backup"); b != "" {
-		if _, _, err := backup.ParseBackupName(b); err != nil {
-			return usagef("drill: --backup: %v", err)
-		}
-	}
 	parallel := 1
 	if c.IsSet("parallel") {
 		if parallel = c.Int("parallel"); parallel < 1 {
@@ -77,18 +63,7 @@ func runDrill(c *cli.Context) error {
 	}
 	format, err := output.ParseFormat(c.String("output"))
 	if err != nil {
-		return usageError{err}
-	}
-	for _, d := range []struct{ flag, dir string }{{"etcd-bin-dir", c.String("etcd-bin-dir")}, {"temp-dir", c.String("temp-dir")}} {
-		if d.dir == "" {
-			continue
-		}
-		if st, err := os.Stat(d.dir); err != nil || !st.IsDir() {
-			if err == nil {
-				err = fmt.Errorf("not a directory")
-			}
-			return usagef("drill: --%s %s: %v", d.flag, d.dir, err)
-		}
+		return asUsage(err)
 	}
 	tmpl := restore.DrillOptions{EtcdBinDir: c.String("etcd-bin-dir"), ScratchDir: c.String("temp-dir"),
 		StartTimeout: c.Duration("start-timeout"), ProbeTimeout: c.Duration("probe-timeout"), NoRecord: c.Bool("no-record"), Log: log}
@@ -96,12 +71,16 @@ func runDrill(c *cli.Context) error {
 	// --endpoints has a default (etcdctl's 127.0.0.1:2379): only endpoints
 	// given (flag or ETCDCTL_ENDPOINTS) are a source to compare with.
 	if !kubeForm && c.IsSet("endpoints") {
-		if tmpl.Source, err = etcdConfig(c); err != nil {
-			return err
-		}
 		if all {
 			return usagef("drill: --endpoints are one cluster's: use them with --cluster-id (with --all --namespace the sources come from the API)")
 		}
+		tmpl.Source = etcdConfigFor(c, c.StringSlice("endpoints"))
+	}
+	// The options as the drill of --cluster-id sees them.
+	one := tmpl
+	one.ClusterID, one.Backup = id, c.String("backup")
+	if err := one.Validate(); err != nil {
+		return usagef("drill: %w", err)
 	}
 	opts := kube.DrillAllOptions{Template: tmpl, Parallel: parallel, DialTimeout: c.Duration("dial-timeout"), Log: log}
 	if kubeForm {

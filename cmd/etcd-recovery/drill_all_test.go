@@ -15,7 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
 	"github.com/armada/etcd-recovery/kube"
@@ -29,8 +30,8 @@ type drillAllRig struct {
 	m              *testenv.MinIO
 	bucket, prefix string
 	cos            []string
-	store          backup.Store
-	layout         backup.Layout
+	store          store.Store
+	layout         catalog.Layout
 	binDir         string
 }
 
@@ -39,7 +40,7 @@ func newDrillAllRig(t *testing.T) *drillAllRig {
 	m := testenv.SharedMinIO(t)
 	r := &drillAllRig{m: m, bucket: m.NewBucket(t), prefix: testenv.Prefix(t), binDir: testenv.DrillBinDir(t, testenv.V35, testenv.V36)}
 	r.cos = cosArgs(t, m, r.bucket, r.prefix)
-	r.store, r.layout = testfix.Store(t, m, r.bucket), backup.Layout{Prefix: r.prefix}
+	r.store, r.layout = testfix.Store(t, m, r.bucket), catalog.Layout{Prefix: r.prefix}
 	return r
 }
 
@@ -50,7 +51,7 @@ func (r *drillAllRig) backup(t *testing.T, ctx context.Context, c *testenv.EtcdC
 	if code != 0 {
 		t.Fatalf("backup of %s: exit %d: %s", id, code, errOut)
 	}
-	entries, err := backup.Inventory(ctx, r.store, r.layout, id)
+	entries, err := catalog.Inventory(ctx, r.store, r.layout, id)
 	if err != nil || len(entries) == 0 || !entries[0].Committed {
 		t.Fatalf("backup of %s: listing %+v: %v", id, entries, err)
 	}
@@ -102,7 +103,7 @@ func TestCLIDrillAll(t *testing.T) {
 	}
 	// Damage the newest backup of all-c after its commit: one byte of the
 	// stored snapshot flipped, same size (so only the hashes can tell).
-	m, err := backup.LoadManifest(ctx, r.store, r.layout, broken, names[broken])
+	m, err := catalog.LoadManifest(ctx, r.store, r.layout, broken, names[broken])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +114,7 @@ func TestCLIDrillAll(t *testing.T) {
 		t.Fatal(err)
 	}
 	// all-d: a backup that never committed (its started marker only).
-	if _, err := r.store.Put(ctx, r.layout.Key(none, backup.NewBackupName(time.Now(), backup.KindScheduled), backup.StartedObject), strings.NewReader("started")); err != nil {
+	if _, err := r.store.Put(ctx, r.layout.Key(none, catalog.NewBackupName(time.Now(), catalog.KindScheduled), catalog.StartedObject), strings.NewReader("started")); err != nil {
 		t.Fatal(err)
 	}
 
@@ -151,7 +152,7 @@ func TestCLIDrillAll(t *testing.T) {
 	}
 	for _, id := range []string{good35, good36} {
 		c := byID[id]
-		if c.Result != kube.DrillPassed || c.Backup != names[id] || c.Comparison != backup.CompareSelf || c.Record == nil || !c.Record.Passed || c.Error != "" {
+		if c.Result != kube.DrillPassed || c.Backup != names[id] || c.Comparison != catalog.CompareSelf || c.Record == nil || !c.Record.Passed || c.Error != "" {
 			t.Errorf("%s: %+v, want passed (self) of %s", id, c, names[id])
 		}
 	}
@@ -174,7 +175,7 @@ func TestCLIDrillAll(t *testing.T) {
 
 	// The records in the store.
 	for id, name := range names {
-		rec, err := backup.LoadDrill(ctx, r.store, r.layout, id, name)
+		rec, err := catalog.LoadDrill(ctx, r.store, r.layout, id, name)
 		if err != nil || rec == nil {
 			t.Errorf("%s/%s: drill.json %v %v", id, name, rec, err)
 			continue
@@ -183,11 +184,11 @@ func TestCLIDrillAll(t *testing.T) {
 			t.Errorf("%s/%s: drill.json passed=%v failed=%q", id, name, rec.Passed, rec.Failed)
 		}
 	}
-	if rec, err := backup.LoadDrill(ctx, r.store, r.layout, broken, older); rec != nil || err != nil {
+	if rec, err := catalog.LoadDrill(ctx, r.store, r.layout, broken, older); rec != nil || err != nil {
 		t.Errorf("%s's older backup %s was drilled too: %+v %v", broken, older, rec, err)
 	}
 	for _, k := range testfix.Keys(t, r.store, r.layout.ClusterPrefix(none)) {
-		if strings.HasSuffix(k, "/"+backup.DrillObject) {
+		if strings.HasSuffix(k, "/"+catalog.DrillObject) {
 			t.Errorf("a record was written for %s: %s", none, k)
 		}
 	}
@@ -199,7 +200,7 @@ func TestCLIDrillAll(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &one) != nil || len(one.Clusters) != 1 {
 		t.Fatalf("drill --cluster-id %s: exit %d\n%s\n%s", good36, code, out, errOut)
 	}
-	if c := one.Clusters[0]; c.Backup != names[good36] || c.Record == nil || c.Record.Comparison.Mode != backup.CompareSelf ||
+	if c := one.Clusters[0]; c.Backup != names[good36] || c.Record == nil || c.Record.Comparison.Mode != catalog.CompareSelf ||
 		!strings.Contains(c.Record.Comparison.Detail, "no source endpoints given") {
 		t.Errorf("drill --cluster-id %s without --endpoints: %+v", good36, c.Record)
 	}
@@ -426,7 +427,7 @@ func TestCLIDrillAllCancel(t *testing.T) {
 		t.Errorf("left in the scratch dir: %s", e.Name())
 	}
 	for id, name := range names {
-		if rec, err := backup.LoadDrill(ctx, r.store, r.layout, id, name); rec != nil || err != nil {
+		if rec, err := catalog.LoadDrill(ctx, r.store, r.layout, id, name); rec != nil || err != nil {
 			t.Errorf("%s/%s: a cancelled drill left a record: %+v %v", id, name, rec, err)
 		}
 	}

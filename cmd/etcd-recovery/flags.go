@@ -10,8 +10,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
+	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/store/cos"
 	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/restore"
@@ -38,9 +39,22 @@ func etcdConfig(c *cli.Context) (etcdconn.Config, error) {
 		DialTimeout: c.Duration("dial-timeout"),
 	}
 	if err := cfg.Validate(); err != nil {
-		return cfg, usageError{err}
+		return cfg, asUsage(err)
 	}
 	return cfg, nil
+}
+
+// requirePositive refuses a zero or negative value of each named duration
+// flag: on the command line they have non-zero defaults, while in the
+// packages' options zero means "the default", so a 0 typed by hand is a
+// mistake the packages cannot see.
+func requirePositive(c *cli.Context, command string, flags ...string) error {
+	for _, f := range flags {
+		if c.Duration(f) <= 0 {
+			return usagef("%s: --%s must be positive", command, f)
+		}
+	}
+	return nil
 }
 
 // cosFlags configure the object store. Secrets have no flags: they come
@@ -60,38 +74,38 @@ func cosFlags() []cli.Flag {
 
 // cosStore builds the object store and the layout from the flags. It is
 // the one place the CLI names the COS backend (with cosStoreWith and
-// cosStoreKube); everything else sees the store seam (backup.Store).
-func cosStore(c *cli.Context) (backup.Store, backup.Layout, error) {
+// cosStoreKube); everything else sees the store seam (store.Store).
+func cosStore(c *cli.Context) (store.Store, catalog.Layout, error) {
 	creds, err := cos.LoadCredentials(c.String("cos-credentials-dir"), os.Getenv)
 	if err != nil {
-		return nil, backup.Layout{}, usageError{err}
+		return nil, catalog.Layout{}, asUsage(err)
 	}
 	return cosStoreWith(c, creds)
 }
 
 // cosStoreWith builds the object store from the flags and the given
 // credentials (e.g. read from a Kubernetes secret).
-func cosStoreWith(c *cli.Context, creds cos.Credentials) (backup.Store, backup.Layout, error) {
+func cosStoreWith(c *cli.Context, creds cos.Credentials) (store.Store, catalog.Layout, error) {
 	// Input is validated before anything happens: a prefix that writes
 	// keys the store cannot list back, or an endpoint that is not a URL,
 	// is a usage error naming the flag and the value.
-	prefix, err := backup.ValidatePrefix(c.String("prefix"))
+	prefix, err := catalog.ValidatePrefix(c.String("prefix"))
 	if err != nil {
-		return nil, backup.Layout{}, usagef("--prefix: %v", err)
+		return nil, catalog.Layout{}, usagef("--prefix: %v", err)
 	}
 	if err := validateCOSEndpoint(c.String("cos-endpoint")); err != nil {
-		return nil, backup.Layout{}, usageError{err}
+		return nil, catalog.Layout{}, asUsage(err)
 	}
 	retries := c.Int("cos-max-retries")
 	if retries < 0 {
-		return nil, backup.Layout{}, usagef("--cos-max-retries %d: want 0 or more", retries)
+		return nil, catalog.Layout{}, usagef("--cos-max-retries %d: want 0 or more", retries)
 	}
 	if retries == 0 {
 		retries = -1 // cos.Config: 0 means default
 	}
 	stall := c.Duration("cos-stall-timeout")
 	if stall <= 0 {
-		return nil, backup.Layout{}, usagef("--cos-stall-timeout %v: must be positive", stall)
+		return nil, catalog.Layout{}, usagef("--cos-stall-timeout %v: must be positive", stall)
 	}
 	st, err := cos.New(cos.Config{
 		Endpoint:     c.String("cos-endpoint"),
@@ -103,9 +117,9 @@ func cosStoreWith(c *cli.Context, creds cos.Credentials) (backup.Store, backup.L
 		StallTimeout: stall,
 	})
 	if err != nil {
-		return nil, backup.Layout{}, usageError{err}
+		return nil, catalog.Layout{}, asUsage(err)
 	}
-	return st, backup.Layout{Prefix: prefix}, nil
+	return st, catalog.Layout{Prefix: prefix}, nil
 }
 
 // validateCOSEndpoint accepts http(s)://host[:port] (an optional trailing
@@ -180,7 +194,7 @@ func kubeFlags() []cli.Flag {
 func kubeClient(c *cli.Context) (*kube.Client, error) {
 	k, err := kube.New(kube.Config{Kubeconfig: c.String("kubeconfig"), Namespace: c.String("namespace")})
 	if err != nil {
-		return nil, usageError{err}
+		return nil, asUsage(err)
 	}
 	return k, nil
 }
@@ -188,13 +202,13 @@ func kubeClient(c *cli.Context) (*kube.Client, error) {
 // cosStoreKube is cosStore, with the namespace's cos-credentials secret
 // (read through the API) when no credentials are mounted or in the
 // environment.
-func cosStoreKube(c *cli.Context, k *kube.Client) (backup.Store, backup.Layout, error) {
+func cosStoreKube(c *cli.Context, k *kube.Client) (store.Store, catalog.Layout, error) {
 	if c.String("cos-credentials-dir") != "" || os.Getenv(cos.EnvAccessKeyID) != "" || os.Getenv(cos.EnvAPIKey) != "" {
 		return cosStore(c)
 	}
 	creds, err := k.COSCredentials(c.Context, "", os.Getenv)
 	if err != nil {
-		return nil, backup.Layout{}, err
+		return nil, catalog.Layout{}, err
 	}
 	return cosStoreWith(c, creds)
 }

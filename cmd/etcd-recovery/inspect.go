@@ -7,8 +7,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/inspect"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/kube"
 )
@@ -50,7 +50,7 @@ func inspectCommand() *cli.Command {
 func runInspect(c *cli.Context) error {
 	format, err := output.ParseFormat(c.String("output"))
 	if err != nil {
-		return usageError{err}
+		return asUsage(err)
 	}
 	opts := inspect.Options{
 		Timeout:      c.Duration("probe-timeout"),
@@ -83,8 +83,8 @@ func runInspect(c *cli.Context) error {
 		return usagef("inspect: --parallel %d: want at least 1", c.Int("parallel"))
 	case c.IsSet("orphan-grace") && !all:
 		return usagef("inspect: --orphan-grace is for --all (the orphans of the namespace)")
-	case c.Duration("orphan-grace") < backup.MinOrphanGrace:
-		return usagef("inspect: --orphan-grace %s: want at least %s", c.Duration("orphan-grace"), backup.MinOrphanGrace)
+	case c.Duration("orphan-grace") < catalog.MinOrphanGrace:
+		return usagef("inspect: --orphan-grace %s: want at least %s", c.Duration("orphan-grace"), catalog.MinOrphanGrace)
 	}
 	if all || cluster != "" {
 		return runInspectKube(c, opts, format, cluster)
@@ -98,8 +98,8 @@ func runInspect(c *cli.Context) error {
 		if opts.ClusterID == "" {
 			return usagef("inspect: --bucket needs --cluster-id to check the cluster's backups")
 		}
-		if err := backup.ValidateClusterID(opts.ClusterID); err != nil {
-			return usageError{err}
+		if err := catalog.ValidateClusterID(opts.ClusterID); err != nil {
+			return asUsage(err)
 		}
 		if opts.Store, opts.Layout, err = cosStore(c); err != nil {
 			return err
@@ -107,7 +107,7 @@ func runInspect(c *cli.Context) error {
 		opts.Location = strings.TrimRight(bucket+"/"+strings.Trim(opts.Layout.Prefix, "/"), "/")
 	}
 	if err := opts.Validate(); err != nil {
-		return usageError{err}
+		return asUsage(err)
 	}
 	rep, err := inspect.Run(c.Context, opts)
 	if err != nil {
@@ -154,7 +154,7 @@ func runInspectKube(c *cli.Context, tmpl inspect.Options, format output.Format, 
 	rep, err := kube.InspectAll(c.Context, opts)
 	var nf *kube.NotFoundError
 	if errors.As(err, &nf) {
-		return usageError{err}
+		return asUsage(err)
 	}
 	if err != nil {
 		return err

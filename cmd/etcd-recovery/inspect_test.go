@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/inspect"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
 )
@@ -231,9 +231,9 @@ func TestInspectCLIBackup(t *testing.T) {
 	// Its drill passed (a record as restore.Drill writes it): nothing to
 	// do; with --max-drill-age 1ms the proven backup is too old.
 	st := testfix.Store(t, m, bucket)
-	if err := backup.PutDrill(context.Background(), st, backup.Layout{Prefix: "etcd-backups"}, &backup.DrillRecord{ClusterID: "cli-check",
+	if err := catalog.PutDrill(context.Background(), st, catalog.Layout{Prefix: "etcd-backups"}, &catalog.DrillRecord{ClusterID: "cli-check",
 		Backup: man.Name, Passed: true, StartedAt: time.Now().Add(-time.Second), FinishedAt: time.Now(), ToolVersion: "test",
-		Comparison: backup.DrillComparison{Mode: backup.CompareSource}}); err != nil {
+		Comparison: catalog.DrillComparison{Mode: catalog.CompareSource}}); err != nil {
 		t.Fatal(err)
 	}
 	code, table, _ = runInspectCLI(t, append([]string{"inspect", "-o", "wide"}, args...)...)

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/output"
 )
 
@@ -22,25 +22,25 @@ func TestListDrillWidths(t *testing.T) {
 	passedAt, failedAt := now.Add(-3*time.Hour), now.Add(-26*time.Hour)
 	v2 := 1234
 	failed := "hashkv: the restored keyspace's HashKV 0x1a2b3c4d at revision 123456789 differs from the source member " + longMember + "'s 0x5e6f7a8b"
-	rows := []listRow{
-		{Name: longBackup, Kind: backup.KindScheduled, Time: now, Status: "committed", Revision: 123456789, RawSize: 8 << 30,
+	rows := catalog.ListRows{
+		{Name: longBackup, Kind: catalog.KindScheduled, Time: now, Status: "committed", Revision: 123456789, RawSize: 8 << 30,
 			StoredSize: 3 << 30, TotalSize: 3<<30 + 12345, V2Keys: &v2, Source: longMember,
-			Drill:     &backup.DrillResult{Passed: true, At: &passedAt, Mode: backup.CompareSelf},
-			Retention: retention{Keep: true, Rules: []string{"newest", "recent", "drilled"}, Reason: "newest; recent 1/3; drilled (passed 2026-11-22T03:20:00Z)"}},
-		{Name: longBackup2, Kind: backup.KindScheduled, Time: now, Status: "committed", Revision: 123456700, RawSize: 8 << 30,
+			Drill:     &catalog.DrillResult{Passed: true, At: &passedAt, Mode: catalog.CompareSelf},
+			Retention: catalog.ListRetention{Keep: true, Rules: []string{"newest", "recent", "drilled"}, Reason: "newest; recent 1/3; drilled (passed 2026-11-22T03:20:00Z)"}},
+		{Name: longBackup2, Kind: catalog.KindScheduled, Time: now, Status: "committed", Revision: 123456700, RawSize: 8 << 30,
 			StoredSize: 3 << 30, TotalSize: 3<<30 + 12345, V2Keys: &v2, Source: longMember,
-			Drill:     &backup.DrillResult{At: &failedAt, Failed: failed, Mode: backup.CompareSource},
-			Retention: retention{Keep: true, Rules: []string{"recent"}, Reason: "recent 2/3"}},
-		{Name: "20261120T031500.123Z-scheduled-0a1b2c3e", Kind: backup.KindScheduled, Time: now, Status: "committed", Revision: 123450000,
-			Drill:     &backup.DrillResult{Error: "drill record: unexpected end of JSON input"},
-			Retention: retention{Reason: "scheduled: not among the 3 newest scheduled, not an anchor"}},
-		{Name: "20261119T031500.123Z-scheduled-0a1b2c3f", Kind: backup.KindScheduled, Time: now, Status: "committed", Revision: 123440000,
-			Retention: retention{Reason: "scheduled: not among the 3 newest scheduled, not an anchor"}},
+			Drill:     &catalog.DrillResult{At: &failedAt, Failed: failed, Mode: catalog.CompareSource},
+			Retention: catalog.ListRetention{Keep: true, Rules: []string{"recent"}, Reason: "recent 2/3"}},
+		{Name: "20261120T031500.123Z-scheduled-0a1b2c3e", Kind: catalog.KindScheduled, Time: now, Status: "committed", Revision: 123450000,
+			Drill:     &catalog.DrillResult{Error: "drill record: unexpected end of JSON input"},
+			Retention: catalog.ListRetention{Reason: "scheduled: not among the 3 newest scheduled, not an anchor"}},
+		{Name: "20261119T031500.123Z-scheduled-0a1b2c3f", Kind: catalog.KindScheduled, Time: now, Status: "committed", Revision: 123440000,
+			Retention: catalog.ListRetention{Reason: "scheduled: not among the 3 newest scheduled, not an anchor"}},
 	}
 	checkWidth(t, "list with drills", func(f output.Format) string {
-		return renderTo(func(w *bytes.Buffer) error { return output.Render(w, f, listTable(rows), rows) })
-	}, []string{backup.CompareSelf, backup.CompareSource}, failed, "drill record: unexpected end of JSON input", "drilled (passed 2026-11-22T03:20:00Z)")
-	def := renderTo(func(w *bytes.Buffer) error { return output.Render(w, output.FormatTable, listTable(rows), rows) })
+		return renderTo(func(w *bytes.Buffer) error { return output.Render(w, f, rows.Table(), rows) })
+	}, []string{catalog.CompareSelf, catalog.CompareSource}, failed, "drill record: unexpected end of JSON input", "drilled (passed 2026-11-22T03:20:00Z)")
+	def := renderTo(func(w *bytes.Buffer) error { return output.Render(w, output.FormatTable, rows.Table(), rows) })
 	if !strings.Contains(def, "DRILL") || strings.Contains(def, "DRILL MODE") {
 		t.Errorf("the default table should have DRILL, and DRILL MODE only with -o wide:\n%s", def)
 	}
@@ -51,7 +51,7 @@ func TestListDrillWidths(t *testing.T) {
 			t.Errorf("the default table lacks %q:\n%s", want, def)
 		}
 	}
-	js := renderTo(func(w *bytes.Buffer) error { return output.Render(w, output.FormatJSON, listTable(rows), rows) })
+	js := renderTo(func(w *bytes.Buffer) error { return output.Render(w, output.FormatJSON, rows.Table(), rows) })
 	for _, want := range []string{`"drill": {
       "passed": true,
       "at": "` + passedAt.Format(time.RFC3339Nano) + `",
@@ -75,24 +75,24 @@ func TestListAndPruneShowDrills(t *testing.T) {
 	now := time.Now().UTC()
 	var names []string
 	for i := range 9 {
-		names = append(names, r.put(t, id, now.Add(-time.Hour-time.Duration(i)*8*time.Hour), backup.KindScheduled, true))
+		names = append(names, r.put(t, id, now.Add(-time.Hour-time.Duration(i)*8*time.Hour), catalog.KindScheduled, true))
 	}
 	ctx := context.Background()
 	rec := func(name string, passed bool, at time.Time) {
-		d := &backup.DrillRecord{ClusterID: id, Backup: name, Passed: passed, StartedAt: at.Add(-time.Minute), FinishedAt: at,
+		d := &catalog.DrillRecord{ClusterID: id, Backup: name, Passed: passed, StartedAt: at.Add(-time.Minute), FinishedAt: at,
 			SourceVersion: "3.5.35", EtcdVersion: "3.5.35", ToolVersion: "test", Revision: 7,
-			Comparison: backup.DrillComparison{Mode: backup.CompareSource}}
+			Comparison: catalog.DrillComparison{Mode: catalog.CompareSource}}
 		if !passed {
 			d.Failed = "hashkv: restored 0x1 != source 0x2"
 		}
-		if err := backup.PutDrill(ctx, r.store, r.layout, d); err != nil {
+		if err := catalog.PutDrill(ctx, r.store, r.layout, d); err != nil {
 			t.Fatal(err)
 		}
 	}
 	proven := names[5] // 41h old: no other rule keeps it unless it is an anchor
 	rec(proven, true, now.Add(-40*time.Hour))
 	rec(names[1], false, now.Add(-8*time.Hour))
-	if _, err := r.store.Put(ctx, r.layout.Key(id, names[2], backup.DrillObject), strings.NewReader(`{"format":`)); err != nil {
+	if _, err := r.store.Put(ctx, r.layout.Key(id, names[2], catalog.DrillObject), strings.NewReader(`{"format":`)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -101,8 +101,8 @@ func TestListAndPruneShowDrills(t *testing.T) {
 		t.Fatalf("list -o json: exit %d: %s", code, errOut)
 	}
 	var rows []struct {
-		Name      string              `json:"name"`
-		Drill     *backup.DrillResult `json:"drill"`
+		Name      string               `json:"name"`
+		Drill     *catalog.DrillResult `json:"drill"`
 		Retention struct {
 			Keep   bool     `json:"keep"`
 			Rules  []string `json:"rules"`
@@ -116,8 +116,8 @@ func TestListAndPruneShowDrills(t *testing.T) {
 	for i, row := range rows {
 		byName[row.Name] = i
 	}
-	if row := rows[byName[proven]]; row.Drill == nil || !row.Drill.Passed || row.Drill.Mode != backup.CompareSource ||
-		!row.Retention.Keep || !slices.Contains(row.Retention.Rules, backup.RuleDrilled) || !strings.Contains(row.Retention.Reason, "drilled (passed ") {
+	if row := rows[byName[proven]]; row.Drill == nil || !row.Drill.Passed || row.Drill.Mode != catalog.CompareSource ||
+		!row.Retention.Keep || !slices.Contains(row.Retention.Rules, catalog.RuleDrilled) || !strings.Contains(row.Retention.Reason, "drilled (passed ") {
 		t.Errorf("list: the proven backup %s: %+v", proven, row)
 	}
 	if d := rows[byName[names[1]]].Drill; d == nil || d.Passed || d.Failed != "hashkv: restored 0x1 != source 0x2" || d.At == nil {
@@ -157,11 +157,11 @@ func TestListAndPruneShowDrills(t *testing.T) {
 	var pj struct {
 		Clusters []struct {
 			Backups []struct {
-				Name   string              `json:"name"`
-				Keep   bool                `json:"keep"`
-				Rules  []string            `json:"rules"`
-				Reason string              `json:"reason"`
-				Drill  *backup.DrillResult `json:"drill"`
+				Name   string               `json:"name"`
+				Keep   bool                 `json:"keep"`
+				Rules  []string             `json:"rules"`
+				Reason string               `json:"reason"`
+				Drill  *catalog.DrillResult `json:"drill"`
 			} `json:"backups"`
 		} `json:"clusters"`
 	}
@@ -172,7 +172,7 @@ func TestListAndPruneShowDrills(t *testing.T) {
 	for _, b := range pj.Clusters[0].Backups {
 		if b.Name == proven {
 			found = true
-			if !b.Keep || !slices.Contains(b.Rules, backup.RuleDrilled) || b.Drill == nil || !b.Drill.Passed {
+			if !b.Keep || !slices.Contains(b.Rules, catalog.RuleDrilled) || b.Drill == nil || !b.Drill.Passed {
 				t.Errorf("prune --dry-run: the proven backup: %+v", b)
 			}
 		}
@@ -187,11 +187,11 @@ func TestListAndPruneShowDrills(t *testing.T) {
 	if code, _, errOut := r.run(t, "prune", "--cluster-id", id); code != 0 {
 		t.Fatalf("prune: exit %d: %s", code, errOut)
 	}
-	listed, err := backup.ListBackups(ctx, r.store, r.layout, id)
+	listed, err := catalog.ListBackups(ctx, r.store, r.layout, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.ContainsFunc(listed, func(l backup.Listed) bool { return l.Name == proven && l.Drill.Proven() }) {
+	if !slices.ContainsFunc(listed, func(l catalog.Listed) bool { return l.Name == proven && l.Drill.Proven() }) {
 		t.Errorf("prune deleted the proven backup %s", proven)
 	}
 }

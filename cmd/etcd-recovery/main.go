@@ -18,6 +18,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/armada/etcd-recovery/internal/usage"
 	"github.com/armada/etcd-recovery/internal/version"
 )
 
@@ -101,8 +102,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return ec.ExitCode()
 	}
-	var ue usageError
-	if errors.As(err, &ue) {
+	if usage.Is(err) {
+		// Bad flags, or options a package refused before contacting
+		// anything (its step error wraps a usage.Error).
 		fmt.Fprintf(stderr, "etcd-recovery: %v\n", err)
 		return exitUsage
 	}
@@ -110,12 +112,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitFailure
 }
 
-// usageError marks bad flags or configuration (exit 4).
-type usageError struct{ error }
+// usagef is a usage error (exit 4): bad flags or configuration, the
+// same type (usage.Error) the domain packages return for options they
+// refuse.
+func usagef(format string, a ...any) error { return usage.Errorf(format, a...) }
 
-func (u usageError) Unwrap() error { return u.error }
-
-func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
+// asUsage marks err a usage error.
+func asUsage(err error) error { return usage.Wrap(err) }
 
 func newApp(stdout, stderr io.Writer) *cli.App {
 	app := &cli.App{
@@ -199,7 +202,7 @@ func noStrayArgs(name string, cmd *cli.Command, action cli.ActionFunc) cli.Actio
 }
 
 // onUsageError turns flag parsing errors into usage errors (exit 4).
-func onUsageError(_ *cli.Context, err error, _ bool) error { return usageError{err} }
+func onUsageError(_ *cli.Context, err error, _ bool) error { return asUsage(err) }
 
 var profileFile *os.File
 

@@ -13,7 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
 )
@@ -23,8 +24,8 @@ import (
 // the tests may run in parallel.
 type pruneRig struct {
 	minio  *testenv.MinIO
-	store  backup.Store
-	layout backup.Layout
+	store  store.Store
+	layout catalog.Layout
 	flags  []string
 }
 
@@ -38,7 +39,7 @@ func newPruneRig(t *testing.T) *pruneRig {
 			t.Fatal(err)
 		}
 	}
-	layout := backup.Layout{Prefix: testenv.Prefix(t)}
+	layout := catalog.Layout{Prefix: testenv.Prefix(t)}
 	return &pruneRig{
 		minio: m, store: testfix.Store(t, m, bucket), layout: layout,
 		flags: []string{"--cos-endpoint", m.Endpoint, "--cos-region", m.Region, "--bucket", bucket,
@@ -57,22 +58,22 @@ func (r *pruneRig) run(t *testing.T, cmd string, args ...string) (code int, stdo
 
 // put stores a made-up backup folder: a snapshot, a v2 export and (when
 // committed) a valid manifest.
-func (r *pruneRig) put(t *testing.T, cluster string, at time.Time, kind backup.Kind, committed bool) string {
+func (r *pruneRig) put(t *testing.T, cluster string, at time.Time, kind catalog.Kind, committed bool) string {
 	t.Helper()
-	name := backup.BackupName(at, kind)
+	name := catalog.BackupName(at, kind)
 	ctx := context.Background()
-	objs := map[string][]byte{backup.SnapshotObjectZstd: []byte("s"), backup.V2ObjectZstd: []byte("v")}
+	objs := map[string][]byte{catalog.SnapshotObjectZstd: []byte("s"), catalog.V2ObjectZstd: []byte("v")}
 	if committed {
-		m, err := backup.MarshalManifest(&backup.Manifest{
-			Format: backup.ManifestFormat, ClusterID: cluster, Name: name, Kind: kind, StartedAt: at, FinishedAt: at.Add(time.Second),
-			Source:         backup.Member{Name: "m0", ID: "1", Endpoint: "https://10.0.0.1:2379"},
-			Snapshot:       backup.SnapshotInfo{Object: backup.SnapshotObjectZstd, Compression: backup.CompressZstd, RawSize: 4096, RawSHA256: strings.Repeat("a", 64), StoredSize: 1},
+		m, err := catalog.MarshalManifest(&catalog.Manifest{
+			Format: catalog.ManifestFormat, ClusterID: cluster, Name: name, Kind: kind, StartedAt: at, FinishedAt: at.Add(time.Second),
+			Source:         catalog.Member{Name: "m0", ID: "1", Endpoint: "https://10.0.0.1:2379"},
+			Snapshot:       catalog.SnapshotInfo{Object: catalog.SnapshotObjectZstd, Compression: catalog.CompressZstd, RawSize: 4096, RawSHA256: strings.Repeat("a", 64), StoredSize: 1},
 			RevisionBefore: 7, RevisionAfter: 7, ToolVersion: "test",
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		objs[backup.ManifestObject] = m
+		objs[catalog.ManifestObject] = m
 	}
 	for obj, body := range objs {
 		if _, err := r.store.Put(ctx, r.layout.Key(cluster, name, obj), bytes.NewReader(body)); err != nil {
@@ -158,11 +159,11 @@ func (r *pruneRig) fixture(t *testing.T, cluster string) {
 	t.Helper()
 	now := time.Now().UTC()
 	for i := range 21 {
-		r.put(t, cluster, now.Add(-time.Hour-time.Duration(i)*8*time.Hour), backup.KindScheduled, true)
+		r.put(t, cluster, now.Add(-time.Hour-time.Duration(i)*8*time.Hour), catalog.KindScheduled, true)
 	}
-	r.put(t, cluster, now.Add(-5*24*time.Hour), backup.KindUpdate, true)
-	r.put(t, cluster, now.Add(-9*24*time.Hour), backup.KindManual, true)
-	r.put(t, cluster, now.Add(-2*time.Hour), backup.KindScheduled, false)
+	r.put(t, cluster, now.Add(-5*24*time.Hour), catalog.KindUpdate, true)
+	r.put(t, cluster, now.Add(-9*24*time.Hour), catalog.KindManual, true)
+	r.put(t, cluster, now.Add(-2*time.Hour), catalog.KindScheduled, false)
 }
 
 func TestPruneCommand(t *testing.T) {
@@ -339,16 +340,16 @@ func TestDeleteCommand(t *testing.T) {
 	t.Parallel()
 	r := newPruneRig(t)
 	now := time.Now().UTC()
-	manual := r.put(t, "del-a", now.Add(-48*time.Hour), backup.KindManual, true)
-	pre := r.put(t, "del-a", now.Add(-24*time.Hour), backup.KindPreRestore, true)
-	newest := r.put(t, "del-a", now.Add(-time.Hour), backup.KindScheduled, true)
+	manual := r.put(t, "del-a", now.Add(-48*time.Hour), catalog.KindManual, true)
+	pre := r.put(t, "del-a", now.Add(-24*time.Hour), catalog.KindPreRestore, true)
+	newest := r.put(t, "del-a", now.Add(-time.Hour), catalog.KindScheduled, true)
 	before := testfix.Keys(t, r.store, "")
 
 	code, _, errOut := r.run(t, "delete", "--cluster-id", "del-a", "--backup", manual, "--backup", newest)
 	if code != exitFailure || !strings.Contains(errOut, "newest committed backup") || !strings.Contains(errOut, "nothing was deleted") {
 		t.Errorf("delete of the newest without --force: exit %d: %s", code, errOut)
 	}
-	code, _, errOut = r.run(t, "delete", "--cluster-id", "del-a", "--backup", backup.BackupName(now.Add(-72*time.Hour), backup.KindManual))
+	code, _, errOut = r.run(t, "delete", "--cluster-id", "del-a", "--backup", catalog.BackupName(now.Add(-72*time.Hour), catalog.KindManual))
 	if code != exitFailure || !strings.Contains(errOut, "no such backup") {
 		t.Errorf("delete of a missing backup: exit %d: %s", code, errOut)
 	}
@@ -385,9 +386,9 @@ func TestBackupPruneCommand(t *testing.T) {
 	now := time.Now().UTC()
 	var old []string
 	for i := range 6 {
-		old = append(old, r.put(t, "bp", now.Add(-time.Duration(i+1)*time.Minute), backup.KindScheduled, true))
+		old = append(old, r.put(t, "bp", now.Add(-time.Duration(i+1)*time.Minute), catalog.KindScheduled, true))
 	}
-	manual := r.put(t, "bp", now.Add(-time.Hour), backup.KindManual, true)
+	manual := r.put(t, "bp", now.Add(-time.Hour), catalog.KindManual, true)
 	args := []string{"--cluster-id", "bp", "--kind", "scheduled", "--v2", "off", "--prune", "--keep-anchors", "0", "-o", "json"}
 	for _, ep := range c.Endpoints() {
 		args = append(args, "--endpoints", ep)
@@ -397,7 +398,7 @@ func TestBackupPruneCommand(t *testing.T) {
 		t.Fatalf("backup --prune: exit %d: %s", code, errOut)
 	}
 	var res struct {
-		backup.Manifest
+		catalog.Manifest
 		Pruned *pruneJSON `json:"pruned"`
 	}
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
@@ -408,8 +409,8 @@ func TestBackupPruneCommand(t *testing.T) {
 	}
 	var names []string
 	for _, k := range testfix.Keys(t, r.store, "") {
-		if strings.HasSuffix(k, "/"+backup.ManifestObject) {
-			names = append(names, k[len(r.layout.ClusterPrefix("bp")):len(k)-len(backup.ManifestObject)-1])
+		if strings.HasSuffix(k, "/"+catalog.ManifestObject) {
+			names = append(names, k[len(r.layout.ClusterPrefix("bp")):len(k)-len(catalog.ManifestObject)-1])
 		}
 	}
 	want := []string{manual, old[1], old[0], res.Name} // key order is time order
@@ -439,7 +440,7 @@ func TestPruneCommandDamaged(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("backup: exit %d: %s", code, errOut)
 		}
-		var m backup.Manifest
+		var m catalog.Manifest
 		if err := json.Unmarshal([]byte(out), &m); err != nil {
 			t.Fatalf("backup -o json: %v\n%s", err, out)
 		}
@@ -447,14 +448,14 @@ func TestPruneCommandDamaged(t *testing.T) {
 	}
 	ctx := context.Background()
 	key := func(i int, obj string) string { return r.layout.Key(id, names[i], obj) }
-	if _, err := r.store.Put(ctx, key(5, backup.ManifestObject), strings.NewReader(`{"format":1,`)); err != nil {
+	if _, err := r.store.Put(ctx, key(5, catalog.ManifestObject), strings.NewReader(`{"format":1,`)); err != nil {
 		t.Fatal(err)
 	}
-	snap := testfix.ReadObject(t, r.store, key(4, backup.SnapshotObjectZstd))
-	if _, err := r.store.Put(ctx, key(4, backup.SnapshotObjectZstd), bytes.NewReader(snap[:len(snap)/2])); err != nil {
+	snap := testfix.ReadObject(t, r.store, key(4, catalog.SnapshotObjectZstd))
+	if _, err := r.store.Put(ctx, key(4, catalog.SnapshotObjectZstd), bytes.NewReader(snap[:len(snap)/2])); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.store.Delete(ctx, []string{key(3, backup.SnapshotObjectZstd)}); err != nil {
+	if err := r.store.Delete(ctx, []string{key(3, catalog.SnapshotObjectZstd)}); err != nil {
 		t.Fatal(err)
 	}
 	wantStatus := map[string]string{
@@ -513,7 +514,7 @@ func TestPruneCommandDamaged(t *testing.T) {
 			t.Errorf("%s was deleted", n)
 		}
 	}
-	m, err := backup.LoadManifest(ctx, r.store, r.layout, id, names[2])
+	m, err := catalog.LoadManifest(ctx, r.store, r.layout, id, names[2])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -531,7 +532,7 @@ func TestListPruneUsageAndDeadline(t *testing.T) {
 		{"list", "--cluster-id", "c1", "--incomplete-after", "59m"},
 		{"list", "--cluster-id", "c1", "c2"},
 		{"prune", "--all-cluster-ids", "extra"},
-		{"delete", "--cluster-id", "c1", "--backup", backup.BackupName(time.Now(), backup.KindManual), "extra"},
+		{"delete", "--cluster-id", "c1", "--backup", catalog.BackupName(time.Now(), catalog.KindManual), "extra"},
 		{"list", "--cluster-id", "c1", "--timeout", "0s"},
 	} {
 		if code, _, errOut := r.run(t, args[0], args[1:]...); code != exitUsage {

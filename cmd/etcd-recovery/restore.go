@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"slices"
@@ -11,9 +10,8 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
-	"sigs.k8s.io/yaml"
 
-	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
 	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/kube"
@@ -109,7 +107,7 @@ func runRestore(c *cli.Context) error {
 	}
 	format, err := output.ParseFormat(c.String("output"))
 	if err != nil {
-		return usageError{err}
+		return asUsage(err)
 	}
 	if c.IsSet("via") || c.IsSet("cluster") {
 		return runRestoreViaOperator(c, log, format)
@@ -121,6 +119,11 @@ func runRestore(c *cli.Context) error {
 	}
 	if c.IsSet("timeout") && !c.Bool("dry-run") {
 		return usagef("restore: --timeout is a dry run's overall deadline; a real restore is not cut short (--verify-timeout bounds the wait for the new members)")
+	}
+	// On the command line these are deadlines with non-zero defaults; to
+	// restore.Options zero means "the default".
+	if err := requirePositive(c, "restore", "probe-timeout", "verify-timeout", "timeout"); err != nil {
+		return err
 	}
 	opts := restore.Options{
 		ClusterID:     c.String("cluster-id"),
@@ -141,61 +144,22 @@ func runRestore(c *cli.Context) error {
 			DataDir:                  c.String("data-dir"),
 			DataDirRoot:              c.String("data-dir-root"),
 		},
+		Old:      etcdConfigFor(c, c.StringSlice("endpoints")),
 		Log:      log,
 		Progress: func(label string) restore.Progress { return output.NewProgress(label) },
 	}
-	if opts.ClusterID == "" {
-		return usagef("restore: --cluster-id is required")
-	}
-	if err := backup.ValidateClusterID(opts.ClusterID); err != nil {
-		return usageError{err}
-	}
-	if opts.InitialCluster == "" {
-		return usagef("restore: --initial-cluster is required (name=peerURL,... of the new cluster)")
-	}
-	if opts.Backup != "" {
-		if _, _, err := backup.ParseBackupName(opts.Backup); err != nil {
-			return usagef("restore: --backup: %v", err)
-		}
-	}
-	if (opts.BumpRevision > 0) != opts.MarkCompacted {
-		return usagef("restore: --bump-revision %d with --mark-compacted=%t: set both (the default), or --bump-revision 0 with --mark-compacted=false",
-			opts.BumpRevision, opts.MarkCompacted)
-	}
-	if opts.ProbeTimeout <= 0 {
-		return usagef("restore: --probe-timeout must be positive")
-	}
-	if opts.Parallel < 0 {
-		return usagef("restore: --parallel-data-dirs must be 0 (all at once) or more")
-	}
-	members, err := restore.ValidateTargets(opts.Targets)
-	if err != nil {
-		return usagef("restore: %v", err)
-	}
-	if opts.Name != "" && members > 1 && (opts.Backup == "" || opts.Token == "") {
-		return usagef("restore: --name restores 1 of %d members: pass --backup and --initial-cluster-token so every member "+
-			"comes from the same snapshot with the same token (or restore all members in one run)", members)
-	}
-	if opts.Old, err = restoreEtcdConfig(c, c.StringSlice("endpoints")); err != nil {
-		return err
-	}
 	if eps := c.StringSlice("verify-endpoints"); len(eps) > 0 {
-		if opts.DryRun {
-			return usagef("restore: --verify-endpoints with --dry-run: a dry run writes no data dir to verify")
-		}
-		if opts.Verify.Etcd, err = restoreEtcdConfig(c, eps); err != nil {
-			return err
-		}
-		opts.Verify.Timeout = c.Duration("verify-timeout")
-		if opts.Verify.Timeout <= 0 {
-			return usagef("restore: --verify-timeout must be positive")
-		}
-		opts.Verify.Log = log
+		opts.Verify = restore.VerifyOptions{Etcd: etcdConfigFor(c, eps), Timeout: c.Duration("verify-timeout"), Log: log}
 		opts.OnDataDirs = func(p *restore.Plan) {
 			log.Info("data dirs written: start the new members now; waiting for them", "cluster", p.ClusterID,
 				"etcd_version", p.EtcdVersion, "initial_cluster_token", p.Token, "endpoints", strings.Join(eps, ","),
 				"timeout", opts.Verify.Timeout)
 		}
+	}
+	// Options first, before the store is set up: a usage error names the
+	// flag, and nothing is contacted.
+	if err := opts.Validate(); err != nil {
+		return usagef("restore: %w", err)
 	}
 	store, layout, err := cosStore(c)
 	if err != nil {
@@ -208,9 +172,6 @@ func runRestore(c *cli.Context) error {
 		// A dry run changes nothing, so nothing is lost by stopping it:
 		// it has an overall deadline, as list and inspect do.
 		timeout := c.Duration("timeout")
-		if timeout <= 0 {
-			return usagef("restore: --timeout must be positive")
-		}
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, timeout, fmt.Errorf("restore --dry-run: the overall deadline (--timeout %v) passed", timeout))
 		defer cancel()
@@ -220,195 +181,23 @@ func runRestore(c *cli.Context) error {
 		err = fmt.Errorf("%w: %v", context.Cause(ctx), err)
 	}
 	if res != nil && (err == nil || opts.DryRun || res.Duration > 0) {
-		if rerr := renderRestore(c.App.Writer, format, res); rerr != nil && err == nil {
+		if rerr := output.RenderAll(c.App.Writer, format, res.Tables(), res); rerr != nil && err == nil {
 			err = rerr
 		}
 	}
 	return err
 }
 
-// restoreEtcdConfig is the etcd connection for the given endpoints with the
-// command's TLS flags. No endpoints is valid: nothing to connect to.
-func restoreEtcdConfig(c *cli.Context, endpoints []string) (etcdconn.Config, error) {
-	cfg := etcdconn.Config{
+// etcdConfigFor is the etcd connection for the given endpoints with the
+// command's TLS flags; the package that uses it validates it.
+func etcdConfigFor(c *cli.Context, endpoints []string) etcdconn.Config {
+	return etcdconn.Config{
 		Endpoints:   endpoints,
 		CACert:      c.String("cacert"),
 		Cert:        c.String("cert"),
 		Key:         c.String("key"),
 		DialTimeout: c.Duration("dial-timeout"),
 	}
-	if len(endpoints) == 0 {
-		return cfg, nil
-	}
-	if err := cfg.Validate(); err != nil {
-		return cfg, usageError{err}
-	}
-	return cfg, nil
-}
-
-func renderRestore(w io.Writer, format output.Format, res *restore.Result) error {
-	if format == output.FormatJSON {
-		return output.Render(w, format, output.Table{}, res)
-	}
-	p := &res.Plan
-	if p.DryRun {
-		fmt.Fprintf(w, "Restore plan for cluster %s (dry run: nothing was changed)\n\n", p.ClusterID)
-	} else {
-		fmt.Fprintf(w, "Restore of cluster %s\n\n", p.ClusterID)
-	}
-	if err := renderSelection(w, format, p); err != nil {
-		return err
-	}
-	if len(p.Members) > 0 {
-		fmt.Fprintf(w, "\nData dirs:\n")
-		t := output.Table{Header: []string{"MEMBER", "PEER URLS", "DATA DIR", "FOUND", "ACTION"},
-			Wide: []string{"MEMBER", "PEER URLS"}, Long: []string{"ACTION"}, Key: "DATA DIR"}
-		for _, m := range p.Members {
-			t.Rows = append(t.Rows, []string{m.Name, strings.Join(m.PeerURLs, ","), m.DataDir, m.State, memberAction(p, m)})
-		}
-		if err := output.Render(w, format, t, nil); err != nil {
-			return err
-		}
-	}
-	fmt.Fprintf(w, "\nNew cluster: --initial-cluster %s --initial-cluster-token %s --initial-cluster-state new\n", p.InitialCluster, p.Token)
-	if p.TokenGenerated {
-		fmt.Fprintf(w, "  (the token was generated: members restored in other runs must use it)\n")
-	}
-	if p.EtcdVersion != "" {
-		fmt.Fprintf(w, "Start the members with etcd %s, the version the backup was taken from.\n", p.EtcdVersion)
-	}
-	switch {
-	case p.Snapshot != nil:
-		fmt.Fprintf(w, "Expected: revision >= %d (snapshot revision %d + bump %d), %d live keys",
-			p.MinRevision, p.Snapshot.Revision, p.BumpRevision, p.Snapshot.LiveKeys)
-		if p.Snapshot.LeasedKeys > 0 {
-			fmt.Fprintf(w, " (%d on leases, which etcd may expire once the cluster runs: verify counts them apart)", p.Snapshot.LeasedKeys)
-		}
-		fmt.Fprintf(w, ".\n")
-	case p.Chosen != nil:
-		fmt.Fprintf(w, "Expected: revision >= %d (manifest revision %d + bump %d).\n", p.MinRevision, p.Chosen.Revision, p.BumpRevision)
-	}
-	for _, pr := range p.Problems {
-		fmt.Fprintf(w, "PROBLEM: %s\n", pr)
-	}
-	if res.Duration > 0 {
-		fmt.Fprintf(w, "\nData dirs written in %s.\n", res.Duration.Round(time.Millisecond))
-	}
-	if res.Verify != nil {
-		fmt.Fprintln(w)
-		if err := renderVerifyReport(w, format, res.Verify); err != nil {
-			return err
-		}
-	}
-	if res.TotalToVerified > 0 {
-		fmt.Fprintf(w, "\nTotal time from start to a verified cluster: %s.\n", res.TotalToVerified.Round(time.Millisecond))
-	} else if !p.DryRun && res.Duration > 0 && res.Verify == nil && p.Snapshot != nil {
-		fmt.Fprintf(w, "\nOnce the members run: etcd-recovery restore verify --endpoints ... --min-revision %d --expect-keys %d --expect-members %d\n",
-			p.MinRevision, p.Snapshot.LiveKeys, len(strings.Split(p.InitialCluster, ",")))
-	}
-	if !p.DryRun && res.Duration > 0 && p.Chosen != nil && p.Chosen.V2Keys != nil && *p.Chosen.V2Keys > 0 {
-		fmt.Fprintf(w, "The backup holds %d v2 keys: once the cluster runs with --enable-v2, run `etcd-recovery restore v2 --cluster-id %s --backup %s --endpoints ...`.\n",
-			*p.Chosen.V2Keys, p.ClusterID, p.Chosen.Name)
-	}
-	return nil
-}
-
-// renderSelection prints the survivor, the candidates, the choice and the
-// checks of the chosen backup.
-func renderSelection(w io.Writer, format output.Format, p *restore.Plan) error {
-	switch s := p.Survivor; {
-	case s == nil:
-	case s.Planned:
-		fmt.Fprintf(w, "Survivor: member %s (%s) answers at revision %d: a pre-restore snapshot of it would be committed to COS first.\n",
-			s.Member, s.Endpoint, s.Revision)
-	case s.Backup != "":
-		fmt.Fprintf(w, "Survivor: member %s (%s) answered: its snapshot was committed to COS first as %s (revision %d).\n",
-			s.Member, s.Endpoint, s.Backup, s.Revision)
-	default:
-		fmt.Fprintf(w, "Survivor: none (%s).\n", s.Skipped)
-	}
-	if len(p.Candidates) > 0 {
-		fmt.Fprintf(w, "\nCandidates, best first:\n")
-		t := output.Table{Header: []string{"BACKUP", "KIND", "TIME (UTC)", "REVISION", "SOURCE", "ETCD", "RAW", "V2 KEYS", "STATUS", "DETAIL"},
-			Wide: []string{"KIND", "TIME (UTC)", "SOURCE", "ETCD", "V2 KEYS"}, Long: []string{"DETAIL"}}
-		for _, cd := range p.Candidates {
-			v2, raw := "-", "-"
-			if cd.V2Keys != nil {
-				v2 = fmt.Sprint(*cd.V2Keys)
-			}
-			if cd.RawSize > 0 {
-				raw = output.Bytes(cd.RawSize)
-			}
-			t.Rows = append(t.Rows, []string{cd.Name, string(cd.Kind), cd.Time.UTC().Format("2006-01-02 15:04:05"),
-				fmt.Sprint(cd.Revision), cd.Source, cd.ServerVersion, raw, v2, cd.Status, cd.Detail})
-		}
-		if err := output.Render(w, format, t, nil); err != nil {
-			return err
-		}
-	}
-	for _, ig := range p.Ignored {
-		fmt.Fprintf(w, "Ignored: %s: %s\n", ig.Name, ig.Reason)
-	}
-	if p.Chosen != nil {
-		fmt.Fprintf(w, "\nChosen: %s, because %s.\n", p.Chosen.Name, p.Reason)
-	}
-	if len(p.Checks) > 0 {
-		fmt.Fprintf(w, "\nChecks before anything is written:\n")
-		t := output.Table{Header: []string{"CHECK", "STATUS", "DETAIL"}, Long: []string{"DETAIL"}}
-		for _, ck := range p.Checks {
-			t.Rows = append(t.Rows, []string{ck.Name, ck.Status, ck.Detail})
-		}
-		if err := output.Render(w, format, t, nil); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func memberAction(p *restore.Plan, m restore.Member) string {
-	switch {
-	case m.Restored && m.MovedTo != "":
-		return "moved aside to " + m.MovedTo + ", then written"
-	case m.Restored:
-		return "written"
-	case m.Problem != "":
-		return "REFUSED: " + m.Problem
-	case m.State == restore.DirNonEmpty && m.MovedTo == "":
-		return "REFUSED: not empty (--force moves it aside)"
-	case p.DryRun && m.MovedTo != "":
-		return "would move aside to " + m.MovedTo + ", then write"
-	case p.DryRun:
-		return "would write"
-	}
-	return "not written"
-}
-
-func renderVerifyReport(w io.Writer, format output.Format, rep *restore.VerifyReport) error {
-	t := output.Table{Header: []string{"MEMBER", "ID", "ENDPOINT", "HEALTHY", "VERSION", "REVISION", "ERROR"},
-		Wide: []string{"ID"}, Long: []string{"ERROR"}}
-	for _, m := range rep.Members {
-		rev := "-"
-		if m.Revision > 0 {
-			rev = fmt.Sprint(m.Revision)
-		}
-		t.Rows = append(t.Rows, []string{m.Name, m.ID, m.Endpoint, fmt.Sprint(m.Healthy), m.Version, rev, m.Error})
-	}
-	if err := output.Render(w, format, t, nil); err != nil {
-		return err
-	}
-	ct := output.Table{Header: []string{"CHECK", "STATUS", "DETAIL"}, Long: []string{"DETAIL"}}
-	for _, ck := range rep.Checks {
-		ct.Rows = append(ct.Rows, []string{ck.Name, ck.Status, ck.Detail})
-	}
-	if err := output.Render(w, format, ct, nil); err != nil {
-		return err
-	}
-	verdict := "FAILED"
-	if rep.Verified {
-		verdict = "VERIFIED"
-	}
-	fmt.Fprintf(w, "Rebuilt cluster: %s (waited %s)\n", verdict, rep.Waited.Round(time.Millisecond))
-	return nil
 }
 
 func restoreV2Command() *cli.Command {
@@ -434,22 +223,11 @@ func runRestoreV2(c *cli.Context) error {
 	}
 	format, err := output.ParseFormat(c.String("output"))
 	if err != nil {
-		return usageError{err}
+		return asUsage(err)
 	}
-	opts := restore.V2Options{ClusterID: c.String("cluster-id"), Backup: c.String("backup"), Log: log}
-	if opts.ClusterID == "" {
-		return usagef("restore v2: --cluster-id is required")
-	}
-	if err := backup.ValidateClusterID(opts.ClusterID); err != nil {
-		return usageError{err}
-	}
-	if opts.Backup != "" {
-		if _, _, err := backup.ParseBackupName(opts.Backup); err != nil {
-			return usagef("restore v2: --backup: %v", err)
-		}
-	}
-	if opts.Etcd, err = etcdConfig(c); err != nil {
-		return err
+	opts := restore.V2Options{ClusterID: c.String("cluster-id"), Backup: c.String("backup"), Etcd: etcdConfigFor(c, c.StringSlice("endpoints")), Log: log}
+	if err := opts.Validate(); err != nil {
+		return usagef("restore v2: %w", err)
 	}
 	store, layout, err := cosStore(c)
 	if err != nil {
@@ -458,13 +236,7 @@ func runRestoreV2(c *cli.Context) error {
 	opts.Store, opts.Layout = store, layout
 	rep, err := restore.RestoreV2(c.Context, opts)
 	if rep != nil && rep.Endpoint != "" {
-		t := output.Table{
-			Header: []string{"CLUSTER", "BACKUP", "ENDPOINT", "KEYS", "DIRS", "CREATED", "UPDATED", "UNCHANGED", "EXPIRED", "FAILED"},
-			Wide:   []string{"CLUSTER", "ENDPOINT"},
-			Rows: [][]string{{rep.ClusterID, rep.Backup, rep.Endpoint, fmt.Sprint(rep.Keys), fmt.Sprint(rep.Dirs), fmt.Sprint(rep.Created),
-				fmt.Sprint(rep.Updated), fmt.Sprint(rep.Unchanged), fmt.Sprint(rep.Expired), fmt.Sprint(rep.Failed)}},
-		}
-		if rerr := output.Render(c.App.Writer, format, t, rep); rerr != nil && err == nil {
+		if rerr := output.Render(c.App.Writer, format, rep.Table(), rep); rerr != nil && err == nil {
 			err = rerr
 		}
 	}
@@ -501,7 +273,7 @@ func runRestoreVerify(c *cli.Context) error {
 	}
 	format, err := output.ParseFormat(c.String("output"))
 	if err != nil {
-		return usageError{err}
+		return asUsage(err)
 	}
 	opts := restore.ClusterCheckOptions{
 		ClusterID: c.String("cluster-id"), Backup: c.String("backup"), ManifestFile: c.String("manifest"),
@@ -520,10 +292,10 @@ func runRestoreVerify(c *cli.Context) error {
 		if opts.ClusterID == "" {
 			return usagef("restore verify: --backup needs --cluster-id")
 		}
-		if err := backup.ValidateClusterID(opts.ClusterID); err != nil {
-			return usageError{err}
+		if err := catalog.ValidateClusterID(opts.ClusterID); err != nil {
+			return asUsage(err)
 		}
-		if _, _, err := backup.ParseBackupName(opts.Backup); err != nil {
+		if _, _, err := catalog.ParseBackupName(opts.Backup); err != nil {
 			return usagef("restore verify: --backup: %v", err)
 		}
 		store, layout, err := cosStore(c)
@@ -549,21 +321,8 @@ func runRestoreVerify(c *cli.Context) error {
 	opts.OverrideMinRevision, opts.OverrideKeys = c.IsSet("min-revision"), c.IsSet("expect-keys")
 	chk, err := restore.CheckCluster(c.Context, opts)
 	if chk != nil && chk.VerifyReport != nil {
-		if format == output.FormatJSON {
-			if rerr := output.Render(c.App.Writer, format, output.Table{}, chk); rerr != nil && err == nil {
-				err = rerr
-			}
-		} else {
-			if chk.Backup != "" {
-				fmt.Fprintf(c.App.Writer, "Restored from %s of cluster %s", chk.Backup, chk.ClusterID)
-				if chk.Snapshot != nil {
-					fmt.Fprintf(c.App.Writer, ": snapshot revision %d, %d live keys (%d on leases)", chk.Snapshot.Revision, chk.Snapshot.LiveKeys, chk.Snapshot.LeasedKeys)
-				}
-				fmt.Fprintln(c.App.Writer)
-			}
-			if rerr := renderVerifyReport(c.App.Writer, format, chk.VerifyReport); rerr != nil && err == nil {
-				err = rerr
-			}
+		if rerr := output.RenderAll(c.App.Writer, format, chk.Tables(), chk); rerr != nil && err == nil {
+			err = rerr
 		}
 	}
 	return err
@@ -579,7 +338,7 @@ func runRestoreViaOperator(c *cli.Context, log *slog.Logger, format output.Forma
 	if name == "" {
 		return usagef("restore --via etcd-operator: --cluster NAME (the EtcdCluster) is required")
 	}
-	if err := backup.ValidateClusterID(name); err != nil {
+	if err := catalog.ValidateClusterID(name); err != nil {
 		return usagef("restore --via etcd-operator: --cluster: %v", err)
 	}
 	for _, f := range []string{"cluster-id", "initial-cluster", "name", "initial-advertise-peer-urls", "initial-cluster-token",
@@ -597,7 +356,7 @@ func runRestoreViaOperator(c *cli.Context, log *slog.Logger, format output.Forma
 			"are found through the EtcdCluster --cluster", f)
 	}
 	if b := c.String("backup"); b != "" {
-		if _, _, err := backup.ParseBackupName(b); err != nil {
+		if _, _, err := catalog.ParseBackupName(b); err != nil {
 			return usagef("restore: --backup: %v", err)
 		}
 	}
@@ -607,14 +366,12 @@ func runRestoreViaOperator(c *cli.Context, log *slog.Logger, format output.Forma
 			return usagef("restore --via etcd-operator: --timeout is a dry run's overall deadline; the wait for etcd-operator is --wait-timeout")
 		}
 		if err := c.Set("wait-timeout", c.Duration("timeout").String()); err != nil {
-			return usageError{err}
+			return asUsage(err)
 		}
 		fmt.Fprintf(c.App.ErrWriter, "etcd-recovery: restore --via etcd-operator: --timeout for the wait is deprecated, use --wait-timeout (same meaning)\n")
 	}
-	for _, f := range []string{"timeout", "wait-timeout", "verify-timeout", "probe-timeout"} {
-		if c.Duration(f) <= 0 {
-			return usagef("restore: --%s must be positive", f)
-		}
+	if err := requirePositive(c, "restore", "timeout", "wait-timeout", "verify-timeout", "probe-timeout"); err != nil {
+		return err
 	}
 	if c.String("bucket") == "" {
 		return usagef("restore --via etcd-operator: --bucket is required (the operator is told <bucket>/<key>)")
@@ -649,92 +406,11 @@ func runRestoreViaOperator(c *cli.Context, log *slog.Logger, format output.Forma
 		Progress: func(label string) restore.Progress { return output.NewProgress(label) },
 	})
 	if rep != nil {
-		if rerr := renderOperatorRestore(c.App.Writer, format, rep, err); rerr != nil && err == nil {
+		if rerr := output.RenderAll(c.App.Writer, format, rep.Tables(), rep); rerr != nil && err == nil {
 			err = rerr
 		}
 	}
 	return err
-}
-
-func renderOperatorRestore(w io.Writer, format output.Format, rep *kube.OperatorRestoreReport, runErr error) error {
-	if format == output.FormatJSON {
-		return output.Render(w, format, output.Table{}, rep)
-	}
-	if rep.DryRun {
-		fmt.Fprintf(w, "Restore of etcdcluster %s/%s via etcd-operator (dry run: nothing was changed)\n\n", rep.Namespace, rep.Cluster)
-	} else {
-		fmt.Fprintf(w, "Restore of etcdcluster %s/%s via etcd-operator\n\n", rep.Namespace, rep.Cluster)
-	}
-	if p := rep.Plan; p != nil {
-		if err := renderSelection(w, format, p); err != nil {
-			return err
-		}
-		if p.Snapshot != nil {
-			fmt.Fprintf(w, "Expected after the restore: revision >= %d (the snapshot's: etcd-operator does not bump it), %d live keys.\n",
-				p.Snapshot.Revision, p.Snapshot.LiveKeys)
-		}
-		fmt.Fprintln(w)
-	}
-	if rep.OldSpec != nil {
-		b, err := yaml.Marshal(map[string]any{"spec": rep.OldSpec})
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(w, "EtcdCluster %s/%s (uid %s), replaced by etcd-operator; its spec, also kept in the EtcdRestore's annotation %s:\n%s\n",
-			rep.Namespace, rep.Cluster, rep.OldUID, kube.AnnotationClusterSpec, indent(string(b)))
-	}
-	verb := map[bool]string{true: "Would ", false: ""}[rep.DryRun]
-	for _, a := range rep.Actions {
-		switch a.Verb {
-		case "stage":
-			fmt.Fprintf(w, "%s%s: %s", verb, a.Verb, a.What)
-			if rep.StagedSHA256 != "" {
-				fmt.Fprintf(w, " (%s, sha256 %s, read back and checked)", output.Bytes(rep.StagedSize), rep.StagedSHA256)
-			}
-			fmt.Fprintln(w)
-		case "create":
-			b, err := yaml.Marshal(a.Object)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(w, "%s%s: %s\n---\n%s---\n", verb, a.Verb, a.What, b)
-		case "delete":
-			// The old EtcdRestore: its annotations are what it recorded
-			// (the backup, the replaced EtcdCluster's uid and spec).
-			fmt.Fprintf(w, "%s%s: %s\n", verb, a.Verb, a.What)
-			if rep.Replaced != nil && len(rep.Replaced.Annotations) > 0 {
-				b, err := yaml.Marshal(map[string]any{"annotations": rep.Replaced.Annotations})
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(w, "%s\n", indent(string(b)))
-			}
-		default:
-			fmt.Fprintf(w, "Then etcd-operator will %s: %s\n", a.Verb, a.What)
-		}
-	}
-	if rep.NewUID != "" || rep.LastSeen != "" && !rep.DryRun {
-		fmt.Fprintf(w, "\nWaited %s for etcd-operator; last seen: %s\n", rep.Waited.Round(time.Millisecond), rep.LastSeen)
-	}
-	if rep.Verify != nil {
-		fmt.Fprintf(w, "\nRestored cluster at %s:\n", strings.Join(rep.Endpoints, ","))
-		if err := renderVerifyReport(w, format, rep.Verify); err != nil {
-			return err
-		}
-	}
-	for _, warning := range rep.Warnings {
-		fmt.Fprintf(w, "\nWARNING: %s\n", warning)
-	}
-	if runErr == nil && !rep.DryRun {
-		fmt.Fprintf(w, "\nRestored and verified in %s. The EtcdRestore %s/%s stays as the record of this restore (its annotations keep "+
-			"the replaced EtcdCluster's uid and spec); the next restore --via etcd-operator of this cluster deletes it.\n",
-			rep.Duration.Round(time.Millisecond), rep.Namespace, rep.Cluster)
-	}
-	return nil
-}
-
-func indent(s string) string {
-	return "  " + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n  ")
 }
 
 // fromEnvOnly reports whether a string-slice flag's value is exactly what

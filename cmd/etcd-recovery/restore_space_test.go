@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
 )
@@ -56,7 +56,7 @@ type spaceFixture struct {
 	etcd *testenv.EtcdCluster
 	cos  []string
 	m    *testenv.MinIO
-	man  backup.Manifest
+	man  catalog.Manifest
 }
 
 func newSpaceFixture(t *testing.T, id string) *spaceFixture {

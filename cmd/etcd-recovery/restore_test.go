@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
 	"github.com/armada/etcd-recovery/restore"
@@ -97,7 +97,7 @@ func TestRestoreCLIFlow(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("backup: exit %d\n%s", code, errOut)
 	}
-	var man backup.Manifest
+	var man catalog.Manifest
 	if err := json.Unmarshal([]byte(out), &man); err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ import (
 	"github.com/IBM/ibm-cos-sdk-go/aws"
 	"github.com/IBM/ibm-cos-sdk-go/service/s3"
 
-	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/store/cos"
 	"github.com/armada/etcd-recovery/internal/testenv"
 )
@@ -429,7 +429,7 @@ func (w *world) checkStore(t testing.TB, v storeView) ([]committed, map[string]i
 	}
 	var out []committed
 	for dir, objs := range folders {
-		if _, ok := objs[backup.ManifestObject]; !ok {
+		if _, ok := objs[catalog.ManifestObject]; !ok {
 			continue
 		}
 		name := path.Base(dir)
@@ -449,7 +449,7 @@ func (w *world) checkStore(t testing.TB, v storeView) ([]committed, map[string]i
 		check = append(check, k)
 	}
 	for dir := range folders {
-		for _, o := range []string{backup.SnapshotObjectZstd, backup.SnapshotObjectRaw, "v2.json.zst", "v2.json", backup.ManifestObject} {
+		for _, o := range []string{catalog.SnapshotObjectZstd, catalog.SnapshotObjectRaw, "v2.json.zst", "v2.json", catalog.ManifestObject} {
 			check = append(check, dir+"/"+o)
 		}
 	}
@@ -541,21 +541,21 @@ func deleteObject(t testing.TB, cli *s3.S3, bucket, key string) {
 }
 
 func (w *world) fixKey(i int, obj string) string {
-	return backup.Layout{Prefix: w.fixPrefix}.Key(clusterID, w.fixNames[i], obj)
+	return catalog.Layout{Prefix: w.fixPrefix}.Key(clusterID, w.fixNames[i], obj)
 }
 
 // copyBackup copies fixture backup src as backup name under prefix (the
 // manifest's name, kind and times rewritten) and returns its manifest.
-func (w *world) copyBackup(t testing.TB, prefix string, src int, at time.Time, kind backup.Kind) string {
+func (w *world) copyBackup(t testing.TB, prefix string, src int, at time.Time, kind catalog.Kind) string {
 	t.Helper()
 	cli := w.minio.S3(t)
-	name := backup.BackupName(at, kind)
-	lay := backup.Layout{Prefix: prefix}
+	name := catalog.BackupName(at, kind)
+	lay := catalog.Layout{Prefix: prefix}
 	var m map[string]any
-	if err := json.Unmarshal(getObject(t, cli, w.bucket, w.fixKey(src, backup.ManifestObject)), &m); err != nil {
+	if err := json.Unmarshal(getObject(t, cli, w.bucket, w.fixKey(src, catalog.ManifestObject)), &m); err != nil {
 		t.Fatal(err)
 	}
-	for _, obj := range []string{backup.SnapshotObjectZstd, "v2.json.zst"} {
+	for _, obj := range []string{catalog.SnapshotObjectZstd, "v2.json.zst"} {
 		putObject(t, cli, w.bucket, lay.Key(clusterID, name, obj), getObject(t, cli, w.bucket, w.fixKey(src, obj)))
 	}
 	m["name"], m["kind"] = name, string(kind)
@@ -564,6 +564,6 @@ func (w *world) copyBackup(t testing.TB, prefix string, src int, at time.Time, k
 	if err != nil {
 		t.Fatal(err)
 	}
-	putObject(t, cli, w.bucket, lay.Key(clusterID, name, backup.ManifestObject), body)
+	putObject(t, cli, w.bucket, lay.Key(clusterID, name, catalog.ManifestObject), body)
 	return name
 }

@@ -13,7 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
 )
@@ -201,8 +202,8 @@ func storeRows() []row {
 		r := c.wait(frozenBound)
 		m.Thaw()
 		expect(t, "backup with a frozen store", r, frozenBound, 1)
-		if !strings.Contains(r.stderr, backup.ErrStalled.Error()) {
-			t.Errorf("the error does not name the stalled store (%q): %s", backup.ErrStalled, r)
+		if !strings.Contains(r.stderr, store.ErrStalled.Error()) {
+			t.Errorf("the error does not name the stalled store (%q): %s", store.ErrStalled, r)
 		}
 		if strings.Contains(r.stderr, "trying the next member") {
 			t.Errorf("a store stall was retried on another etcd member: %s", r)
@@ -284,8 +285,8 @@ func memberRows() []row {
 		if len(got) != 1 {
 			t.Fatalf("want 1 committed backup, the store has %v", got)
 		}
-		var man backup.Manifest
-		key := backup.Layout{Prefix: v.prefix}.Key(clusterID, got[0].name, backup.ManifestObject)
+		var man catalog.Manifest
+		key := catalog.Layout{Prefix: v.prefix}.Key(clusterID, got[0].name, catalog.ManifestObject)
 		if err := json.Unmarshal(getObject(t, w.minio.S3(t), w.bucket, key), &man); err != nil {
 			t.Fatal(err)
 		}
@@ -404,7 +405,7 @@ func concurrencyRows() []row {
 			waitHit(t, h, c, "the v2 PUT")
 			cli := w.minio.S3(t)
 			for k := range listKeys(t, cli, w.bucket, v.prefix+"/") {
-				if strings.HasSuffix(k, "/"+backup.SnapshotObjectZstd) {
+				if strings.HasSuffix(k, "/"+catalog.SnapshotObjectZstd) {
 					deleteObject(t, cli, w.bucket, k)
 				}
 			}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/restore"
 )
@@ -27,13 +27,13 @@ func damageRows() []row {
 		// than the manifest says, or an unreadable manifest); a same-size
 		// corruption only a restore's checksums find.
 		bySize bool
-		apply  func(t *testing.T, w *world, lay backup.Layout, name string)
+		apply  func(t *testing.T, w *world, lay catalog.Layout, name string)
 	}
-	snapKey := func(lay backup.Layout, name string) string {
-		return lay.Key(clusterID, name, backup.SnapshotObjectZstd)
+	snapKey := func(lay catalog.Layout, name string) string {
+		return lay.Key(clusterID, name, catalog.SnapshotObjectZstd)
 	}
 	damages := []damage{
-		{"corrupt-snapshot", false, func(t *testing.T, w *world, lay backup.Layout, name string) {
+		{"corrupt-snapshot", false, func(t *testing.T, w *world, lay catalog.Layout, name string) {
 			cli := w.minio.S3(t)
 			b := getObject(t, cli, w.bucket, snapKey(lay, name))
 			for i := len(b) / 2; i < len(b)/2+64; i++ {
@@ -41,32 +41,32 @@ func damageRows() []row {
 			}
 			putObject(t, cli, w.bucket, snapKey(lay, name), b)
 		}},
-		{"truncated-snapshot", true, func(t *testing.T, w *world, lay backup.Layout, name string) {
+		{"truncated-snapshot", true, func(t *testing.T, w *world, lay catalog.Layout, name string) {
 			cli := w.minio.S3(t)
 			b := getObject(t, cli, w.bucket, snapKey(lay, name))
 			putObject(t, cli, w.bucket, snapKey(lay, name), b[:len(b)/2])
 		}},
-		{"missing-snapshot", true, func(t *testing.T, w *world, lay backup.Layout, name string) {
+		{"missing-snapshot", true, func(t *testing.T, w *world, lay catalog.Layout, name string) {
 			deleteObject(t, w.minio.S3(t), w.bucket, snapKey(lay, name))
 		}},
-		{"swapped-snapshot", true, func(t *testing.T, w *world, lay backup.Layout, name string) {
+		{"swapped-snapshot", true, func(t *testing.T, w *world, lay catalog.Layout, name string) {
 			// Another backup's (lower revision) snapshot under this one's key.
 			cli := w.minio.S3(t)
-			putObject(t, cli, w.bucket, snapKey(lay, name), getObject(t, cli, w.bucket, w.fixKey(0, backup.SnapshotObjectZstd)))
+			putObject(t, cli, w.bucket, snapKey(lay, name), getObject(t, cli, w.bucket, w.fixKey(0, catalog.SnapshotObjectZstd)))
 		}},
-		{"unreadable-manifest", true, func(t *testing.T, w *world, lay backup.Layout, name string) {
-			putObject(t, w.minio.S3(t), w.bucket, lay.Key(clusterID, name, backup.ManifestObject), []byte(`{"format": 1, "name": `))
+		{"unreadable-manifest", true, func(t *testing.T, w *world, lay catalog.Layout, name string) {
+			putObject(t, w.minio.S3(t), w.bucket, lay.Key(clusterID, name, catalog.ManifestObject), []byte(`{"format": 1, "name": `))
 		}},
 	}
 	var rows []row
 	for _, d := range damages {
 		rows = append(rows, row{"damaged/" + d.name, func(t *testing.T, w *world) {
 			prefix := testenv.Prefix(t)
-			lay := backup.Layout{Prefix: prefix}
+			lay := catalog.Layout{Prefix: prefix}
 			now := time.Now().UTC().Truncate(time.Millisecond)
-			_ = w.copyBackup(t, prefix, 0, now.Add(-3*time.Hour), backup.KindScheduled)
-			good2 := w.copyBackup(t, prefix, 1, now.Add(-2*time.Hour), backup.KindScheduled)
-			bad := w.copyBackup(t, prefix, 1, now.Add(-1*time.Hour), backup.KindScheduled)
+			_ = w.copyBackup(t, prefix, 0, now.Add(-3*time.Hour), catalog.KindScheduled)
+			good2 := w.copyBackup(t, prefix, 1, now.Add(-2*time.Hour), catalog.KindScheduled)
+			bad := w.copyBackup(t, prefix, 1, now.Add(-1*time.Hour), catalog.KindScheduled)
 			d.apply(t, w, lay, bad)
 			bound := time.Minute + slack
 
@@ -110,7 +110,7 @@ func damageRows() []row {
 				r := w.run(t, bound, append(args, w.cos(prefix)...)...)
 				expect(t, "prune with the newest backup damaged", r, bound, 1)
 			}
-			if _, keys := w.checkStore(t, v); keys[lay.Key(clusterID, good2, backup.ManifestObject)] == 0 {
+			if _, keys := w.checkStore(t, v); keys[lay.Key(clusterID, good2, catalog.ManifestObject)] == 0 {
 				t.Errorf("%s, the newest backup that restores, is gone", good2)
 			}
 		}})
@@ -249,7 +249,7 @@ func fullDiskRows() []row {
 				RawSize int64 `json:"rawSize"`
 			} `json:"snapshot"`
 		}
-		if err := json.Unmarshal(getObject(t, w.minio.S3(t), w.bucket, w.fixKey(1, backup.ManifestObject)), &man); err != nil {
+		if err := json.Unmarshal(getObject(t, w.minio.S3(t), w.bucket, w.fixKey(1, catalog.ManifestObject)), &man); err != nil {
 			t.Fatal(err)
 		}
 		if out, err := helpText("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d", size(man.Snapshot.RawSize)), "tmpfs", root); err != nil {

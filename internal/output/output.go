@@ -1,6 +1,24 @@
 // Package output renders command results: a tablewriter table built from
 // rows, or JSON of the same data. Progress goes to stderr, and only when
 // stderr is a terminal.
+//
+// The convention every command follows: a result (a report) is a type of
+// its domain package (backup, restore, inspect, kube, internal/catalog)
+// with a method that builds what a human reads from the report's own
+// values, in that package's render.go:
+//
+//	func (r *Report) Table() output.Table     // one table
+//	func (r *Report) Tables() []output.Table  // several sections, in order
+//
+// A Table is rows plus what goes around them: Title (text above, such as
+// a heading), Notes (wrapped lines below: reasons, errors, next steps) and
+// Footer (text below, as is); a section with no Header is text only. The
+// command then only calls
+//
+//	output.Render(w, format, rep.Table(), rep)
+//	output.RenderAll(w, format, rep.Tables(), rep)
+//
+// so -o json is always the report itself: the same data as the table.
 package output
 
 import (
@@ -39,8 +57,13 @@ func ParseFormat(s string) (Format, error) {
 	return "", fmt.Errorf("unknown output format %q (want table, wide or json)", s)
 }
 
-// Table is a header and rows of cells.
+// Table is a header and rows of cells, with the text around them.
 type Table struct {
+	// Title is printed as is above the table (a heading, or text that
+	// belongs before it); end it with a newline.
+	Title string
+	// Header names the columns; a Table without one prints no table,
+	// only its text (Title, Notes, Footer).
 	Header []string
 	Rows   [][]string
 	// Wide names the columns shown only with -o wide.
@@ -55,6 +78,9 @@ type Table struct {
 	Key string
 	// Notes are lines printed below the table, wrapped to Width.
 	Notes []string
+	// Footer is printed as is below the table and its notes; end it
+	// with a newline.
+	Footer string
 }
 
 // Render writes t as a table (by default fitting Width; every column
@@ -66,16 +92,37 @@ func Render(w io.Writer, f Format, t Table, data any) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(data)
 	}
+	if _, err := io.WriteString(w, t.Title); err != nil {
+		return err
+	}
+	footer := t.Footer
 	var notes []string
 	if f != FormatWide {
 		t, notes = t.narrow()
 	}
-	if err := renderTable(w, t); err != nil {
-		return err
+	if len(t.Header) > 0 {
+		if err := renderTable(w, t); err != nil {
+			return err
+		}
 	}
 	for _, n := range append(notes, t.Notes...) {
 		for _, l := range Wrap(n, Width, "    ") {
 			fmt.Fprintln(w, l)
+		}
+	}
+	_, err := io.WriteString(w, footer)
+	return err
+}
+
+// RenderAll writes the sections in order (each as Render does), or data
+// once as indented JSON: for a report of several tables and text.
+func RenderAll(w io.Writer, f Format, ts []Table, data any) error {
+	if f == FormatJSON {
+		return Render(w, f, Table{}, data)
+	}
+	for _, t := range ts {
+		if err := Render(w, f, t, nil); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -49,7 +49,7 @@
 //
 // Keys: slash-separated, never starting with a slash, and no key is also
 // the "directory" of another (a/b beside a/b/c): MinIO cannot hold both.
-// The backup layout (backup.Layout) never makes such keys.
+// The backup layout (catalog.Layout) never makes such keys.
 //
 // # Wrappers
 //

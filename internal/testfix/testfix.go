@@ -19,7 +19,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
+	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/store/cos"
 	"github.com/armada/etcd-recovery/internal/testenv"
 )
@@ -56,7 +58,7 @@ func EtcdConfig(c *testenv.EtcdCluster) etcdconn.Config {
 }
 
 // ReadObject reads a whole object.
-func ReadObject(tb testing.TB, st backup.Store, key string) []byte {
+func ReadObject(tb testing.TB, st store.Store, key string) []byte {
 	tb.Helper()
 	rc, err := st.Get(context.Background(), key)
 	if err != nil {
@@ -77,7 +79,7 @@ func SHA256(b []byte) string {
 }
 
 // Decompress decodes a stored object.
-func Decompress(tb testing.TB, b []byte, c backup.Compression) []byte {
+func Decompress(tb testing.TB, b []byte, c catalog.Compression) []byte {
 	tb.Helper()
 	rc, err := backup.Decoder(bytes.NewReader(b), c)
 	if err != nil {
@@ -94,7 +96,7 @@ func Decompress(tb testing.TB, b []byte, c backup.Compression) []byte {
 // CheckSnapshot downloads a committed backup's snapshot, checks every
 // checksum in the manifest and etcd's trailing hash, and returns etcdutl's
 // status of the database (revision, key count).
-func CheckSnapshot(tb testing.TB, st backup.Store, layout backup.Layout, m *backup.Manifest) snapshot.Status {
+func CheckSnapshot(tb testing.TB, st store.Store, layout catalog.Layout, m *catalog.Manifest) snapshot.Status {
 	tb.Helper()
 	stored := ReadObject(tb, st, layout.Key(m.ClusterID, m.Name, m.Snapshot.Object))
 	if int64(len(stored)) != m.Snapshot.StoredSize || SHA256(stored) != m.Snapshot.StoredSHA256 {
@@ -123,7 +125,7 @@ func CheckSnapshot(tb testing.TB, st backup.Store, layout backup.Layout, m *back
 
 // ReadV2Export downloads and decodes a backup's v2 export, checking its
 // checksums against the manifest.
-func ReadV2Export(tb testing.TB, st backup.Store, layout backup.Layout, m *backup.Manifest) *backup.V2Export {
+func ReadV2Export(tb testing.TB, st store.Store, layout catalog.Layout, m *catalog.Manifest) *backup.V2Export {
 	tb.Helper()
 	if m.V2 == nil {
 		tb.Fatalf("backup %s has no v2 export (%s)", m.Name, m.V2Skipped)
@@ -144,7 +146,7 @@ func ReadV2Export(tb testing.TB, st backup.Store, layout backup.Layout, m *backu
 }
 
 // Keys lists every key under prefix.
-func Keys(tb testing.TB, st backup.Store, prefix string) []string {
+func Keys(tb testing.TB, st store.Store, prefix string) []string {
 	tb.Helper()
 	objs, err := st.List(context.Background(), prefix)
 	if err != nil {

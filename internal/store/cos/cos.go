@@ -373,7 +373,7 @@ func (s *Store) put(ctx context.Context, key string, r io.Reader, ifAbsent bool)
 		}
 		// Uploads of this exact key that we did not learn the id of (a
 		// CreateMultipartUpload that failed or was retried). The key is
-		// unique to one backup run (backup.NewBackupName), so any upload
+		// unique to one backup run (catalog.NewBackupName), so any upload
 		// on it is this call's.
 		if createUncertain.Load() {
 			if cerr := s.abortKeyUploads(actx, key); cerr != nil {

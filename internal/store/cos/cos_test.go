@@ -23,7 +23,7 @@ import (
 	"github.com/IBM/ibm-cos-sdk-go/aws/session"
 	"github.com/IBM/ibm-cos-sdk-go/service/s3"
 
-	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/store/cos"
 	"github.com/armada/etcd-recovery/internal/testenv"
 )
@@ -565,7 +565,7 @@ func TestList(t *testing.T) {
 	if len(all) != len(keys)+len(outside)-1 { // all but the other prefix
 		t.Fatalf("List(%s): %d objects, want %d", r.prefix, len(all), len(keys)+len(outside)-1)
 	}
-	if !slices.IsSortedFunc(all, func(a, b backup.ObjectInfo) int { return strings.Compare(a.Key, b.Key) }) {
+	if !slices.IsSortedFunc(all, func(a, b store.ObjectInfo) int { return strings.Compare(a.Key, b.Key) }) {
 		t.Fatal("List is not sorted by key")
 	}
 
@@ -670,7 +670,7 @@ func TestUploads(t *testing.T) {
 		t.Fatalf("ListUploads(%s) = %+v, %v: want both uploads", r.prefix, ups, err)
 	}
 
-	if err := r.store.AbortUpload(ctx, backup.Upload{Key: key, UploadID: id}); err != nil {
+	if err := r.store.AbortUpload(ctx, store.Upload{Key: key, UploadID: id}); err != nil {
 		t.Fatalf("AbortUpload: %v", err)
 	}
 	ups, err = r.store.ListUploads(ctx, r.prefix)
@@ -682,7 +682,7 @@ func TestUploads(t *testing.T) {
 	}
 
 	// An upload that no longer exists, or never did, counts as aborted.
-	for _, u := range []backup.Upload{
+	for _, u := range []store.Upload{
 		{Key: key, UploadID: id},
 		{Key: r.prefix + "c/none", UploadID: "Z2FyYmFnZS5nYXJiYWdl"},
 	} {
@@ -690,7 +690,7 @@ func TestUploads(t *testing.T) {
 			t.Fatalf("AbortUpload of unknown upload %+v: %v", u, err)
 		}
 	}
-	if err := r.store.AbortUpload(ctx, backup.Upload{Key: otherKey, UploadID: otherID}); err != nil {
+	if err := r.store.AbortUpload(ctx, store.Upload{Key: otherKey, UploadID: otherID}); err != nil {
 		t.Fatal(err)
 	}
 	assertNoUploads(t, r, key)

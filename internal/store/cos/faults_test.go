@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/store/cos"
 	"github.com/armada/etcd-recovery/internal/testenv"
 )
@@ -61,7 +61,7 @@ func TestStallSilentEndpoint(t *testing.T) {
 			start := time.Now()
 			err := call(testCtx(t))
 			d := time.Since(start)
-			if !errors.Is(err, backup.ErrStalled) || !strings.Contains(err.Error(), "object store stalled") {
+			if !errors.Is(err, store.ErrStalled) || !strings.Contains(err.Error(), "object store stalled") {
 				t.Fatalf("%s against a silent endpoint: %v (after %v): want an object store stalled error", name, err, d)
 			}
 			if !strings.HasPrefix(err.Error(), "cos: ") {
@@ -105,7 +105,7 @@ func TestStallGetBody(t *testing.T) {
 	start := time.Now()
 	_, err = io.Copy(io.Discard, rc)
 	d := time.Since(start)
-	if !errors.Is(err, backup.ErrStalled) {
+	if !errors.Is(err, store.ErrStalled) {
 		t.Fatalf("reading the body of a frozen server: %v after %v: want object store stalled", err, d)
 	}
 	// Socket buffers may still hold a few MiB when the freeze lands; they
@@ -152,7 +152,7 @@ func TestStallFrozenMinIOPut(t *testing.T) {
 			start := time.Now()
 			_, err := r.store.PutIfAbsent(testCtx(t), key, body)
 			d := time.Since(start)
-			if !errors.Is(err, backup.ErrStalled) || !strings.Contains(err.Error(), "object store stalled") {
+			if !errors.Is(err, store.ErrStalled) || !strings.Contains(err.Error(), "object store stalled") {
 				t.Fatalf("Put into a frozen server: %v", err)
 			}
 			if strings.Contains(err.Error(), "could not be") {
@@ -238,7 +238,7 @@ func TestConnectionResetRetried(t *testing.T) {
 }
 
 // PutIfAbsent never replaces an object, small or multipart: the second
-// write fails with backup.ErrExists, leaves the first object as it was, and
+// write fails with store.ErrExists, leaves the first object as it was, and
 // leaves no upload.
 func TestPutIfAbsent(t *testing.T) {
 	t.Parallel()
@@ -249,7 +249,7 @@ func TestPutIfAbsent(t *testing.T) {
 			t.Fatalf("first PutIfAbsent of %d bytes: %v", size, err)
 		}
 		_, err := r.store.PutIfAbsent(testCtx(t), key, randBody(2, size))
-		if !errors.Is(err, backup.ErrExists) {
+		if !errors.Is(err, store.ErrExists) {
 			t.Fatalf("second PutIfAbsent of %d bytes: %v, want ErrExists", size, err)
 		}
 		if cos.IsTransient(err) {

@@ -15,11 +15,9 @@
 //	// The snapshot upload stalls after 1 MiB: reads of its body block until
 //	// the call's context ends or 2s pass, then the Put fails with an error
 //	// that errors.Is(err, store.ErrStalled).
-//	fs.Inject(faults.Fault{Op: faults.OpPut, KeySuffix: backup.SnapshotObjectZstd,
+//	fs.Inject(faults.Fault{Op: faults.OpPut, KeySuffix: catalog.SnapshotObjectZstd,
 //		Kind: faults.Stall, After: 1 << 20, Delay: 2 * time.Second, Times: 1})
 //	opts.Store = fs
-//
-// backup/backuptest re-exports this package under its historical names.
 //
 // Faults (Kind):
 //   - Stall: the call blocks (mid-body for Put/Get with After > 0) until its

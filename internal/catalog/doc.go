@@ -1,0 +1,58 @@
+// Package catalog owns what is in the bucket once a backup is taken: the
+// object layout, the manifest, the inventory (listing and checking
+// backups), the retention policy, prune and delete, the lifecycle of
+// deleted clusters (orphans), and the restore drill record. backup writes
+// through it, restore, inspect, kube and the CLI read through it. It
+// imports only plumbing (internal/store, internal/fanout, internal/output,
+// internal/seal and the standard library), never a feature package.
+//
+// # What it owns
+//
+//   - Layout (layout.go): <prefix>/<cluster-id>/<time>-<kind>-<suffix>/<object>,
+//     backup names (NewBackupName, ParseBackupName), kinds, ParseKey.
+//     ValidatePrefix and ValidateClusterID keep keys listable.
+//   - Manifest (manifest.go): the record a backup is committed by
+//     (MarshalManifest, UnmarshalManifest), written last by backup.Run.
+//   - Inventory (inventory.go): Inventory/GroupEntries turn a listing into
+//     Entries (one per backup folder), CheckEntries reads each committed
+//     backup's manifest and checks the objects it names (Entry.Damaged),
+//     ListBackups is what `list` shows.
+//   - Retention (retention.go): Policy and ApplyPolicy, a pure function from
+//     entries, "now" and a policy to a Plan (keep/delete and the Rule* that
+//     keep each backup); StaleUploads ages multipart uploads.
+//   - Prune and Delete (prune.go): Prune runs listPrune (list and check
+//     everything), planPrune (ApplyPolicy per cluster, guardPlan, uploads)
+//     and executePrune (delete), in that order; Delete removes named
+//     backups the same way.
+//   - Orphans (orphans.go): the ownership record of a prefix, orphan
+//     markers, Orphans (prune --orphans) and DeleteAll (delete --all).
+//   - Drill records (drill.go, drillview.go): drill.json next to a
+//     committed backup (PutDrill, LoadDrill, LoadDrills), which the drilled
+//     retention rule and `list` read.
+//
+// # Contract
+//
+//   - A backup exists only once its manifest does: a folder without one is
+//     incomplete (a backup in flight, or one that failed), never restored
+//     from, and removed by retention only after Policy.IncompleteAfter.
+//   - Prune and Delete delete manifests first, then the rest, so a
+//     deletion stopped halfway leaves an incomplete folder, never a
+//     committed but broken backup.
+//   - Retention never deletes after a failure: if a listing, a manifest
+//     read or a drill record read fails (other than for a damaged backup),
+//     Prune returns a *PruneError with NothingDeleted and deletes nothing.
+//     An invalid policy keeps everything (RuleInvalidPolicy).
+//   - The newest committed backup of each cluster is always kept
+//     (RuleNewest), so is the newest one that checks out and the newest
+//     proven one (RuleDrilled). guardPlan checks every plan against this
+//     before anything is deleted, as a last guard against a policy bug.
+//   - Keys outside the layout (ParseKey false) are never touched.
+//
+// # Adding a retention rule
+//
+// Add its Rule* constant in retention.go and decide it in decideCluster
+// (a pure function: no I/O, no clock), with a row in retention_test.go's
+// TestRetentionApplyPolicy table and, if it interacts with time, a case in
+// the simulation (retention_sim_test.go). guardPlan must still hold; a
+// rule that needs a new Policy field validates it in Policy.Validate.
+package catalog

@@ -1,0 +1,778 @@
+package catalog
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/armada/etcd-recovery/internal/store"
+)
+
+// Backups that follow their cluster's life (seed 000: when a customer
+// deletes a cluster, "all existing backups will be deleted").
+//
+// Two objects beside the backups, both outside the layout (ParseKey and
+// GroupEntries never see them as backups: a backup key has exactly three
+// segments under the root):
+//
+//	<prefix>/etcd-recovery-owner.json      the ownership record: the one Kubernetes namespace whose
+//	                                       EtcdClusters decide which cluster ids under <prefix> are orphans
+//	<prefix>/<cluster-id>/orphan.json      the orphan marker: first seen without an EtcdCluster, by which
+//	                                       namespace, and when its backups go
+//
+// A cluster id is an orphan when it has backups under the prefix and no
+// EtcdCluster of that name in the namespace. Its backups are deleted only
+// when every one of these holds:
+//   - the store listing, the EtcdCluster listing and the EtcdRestore listing
+//     all succeeded in this run (a failure deletes nothing and writes no marker);
+//   - the prefix is not empty and its ownership record names this namespace
+//     (ClaimPrefix writes it once, with a conditional create); otherwise
+//     orphans are only reported;
+//   - no EtcdRestore of the namespace references it (a restore through
+//     etcd-operator deletes and recreates the EtcdCluster);
+//   - its marker was written by an earlier run (so one bad listing alone
+//     never deletes anything) and the grace is over: DeleteAfter = the time
+//     of its newest backup (of any kind, complete or not) + Grace.
+//
+// The marker is written when the orphan is first seen (owned prefix only)
+// and removed when an EtcdCluster of that name is back, so a restart of the
+// tool resets nothing and a recreated cluster keeps its backups.
+
+// Object names of the lifecycle records.
+const (
+	OwnerObject        = "etcd-recovery-owner.json"
+	OrphanMarkerObject = "orphan.json"
+)
+
+// DefaultOrphanGrace is how long an orphan's backups are kept after its
+// newest backup.
+const DefaultOrphanGrace = 72 * time.Hour
+
+// MinOrphanGrace is the shortest grace accepted: at least one CronJob period
+// plus margin, so a cluster is seen as an orphan by two runs.
+const MinOrphanGrace = time.Hour
+
+// Errors of the lifecycle.
+var (
+	// ErrSharedPrefix: the prefix is empty (the bucket root, shared by every
+	// namespace): no namespace can own it.
+	ErrSharedPrefix = errors.New("the prefix is empty (the bucket root, shared by every namespace): no namespace can own it; set COS_PREFIX/--prefix to one per namespace")
+	// ErrOwnedByOther: the ownership record names another namespace.
+	ErrOwnedByOther = errors.New("the prefix is owned by another namespace")
+	// ErrClusterExists: delete --all found the cluster's EtcdCluster.
+	ErrClusterExists = errors.New("its EtcdCluster exists")
+)
+
+// OwnerKey is the key of the ownership record of the layout's prefix.
+func OwnerKey(l Layout) string { return l.RootPrefix() + OwnerObject }
+
+// OrphanMarkerKey is the key of a cluster's orphan marker.
+func OrphanMarkerKey(l Layout, clusterID string) string {
+	return l.ClusterPrefix(clusterID) + OrphanMarkerObject
+}
+
+// OwnerRecord is the ownership record of a prefix.
+type OwnerRecord struct {
+	Format    int       `json:"format"`
+	Prefix    string    `json:"prefix"`
+	Namespace string    `json:"namespace"`
+	ClaimedAt time.Time `json:"claimedAt"`
+}
+
+// OrphanMarker is the record of an orphan.
+type OrphanMarker struct {
+	Format       int       `json:"format"`
+	ClusterID    string    `json:"clusterID"`
+	Namespace    string    `json:"namespace"`
+	FirstSeen    time.Time `json:"firstSeen"`
+	NewestBackup time.Time `json:"newestBackup"`
+	Grace        string    `json:"grace"`
+	DeleteAfter  time.Time `json:"deleteAfter"`
+}
+
+func getJSON(ctx context.Context, st store.Store, key string, v any) (found bool, err error) {
+	rc, err := st.Get(ctx, key)
+	if err != nil {
+		if isNotFound(err) && ctx.Err() == nil {
+			return false, nil
+		}
+		return false, fmt.Errorf("read %s: %w", key, err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, 1<<20))
+	if err != nil {
+		return false, fmt.Errorf("read %s: %w", key, err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return true, fmt.Errorf("read %s: not a valid record: %w", key, errDamagedRecord)
+	}
+	return true, nil
+}
+
+var errDamagedRecord = errors.New("damaged record")
+
+// ReadOwner reads the ownership record of the layout's prefix: nil when
+// there is none.
+func ReadOwner(ctx context.Context, st store.Store, layout Layout) (*OwnerRecord, error) {
+	var r OwnerRecord
+	found, err := getJSON(ctx, st, OwnerKey(layout), &r)
+	if err != nil || !found {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// ClaimPrefix records namespace as the owner of the layout's prefix, once:
+// the record is created only if absent (a conditional create), so two
+// namespaces can never both own a prefix. Claiming again from the owner is
+// a no-op (created false); from another namespace it fails with
+// ErrOwnedByOther. An empty prefix is refused (ErrSharedPrefix).
+func ClaimPrefix(ctx context.Context, st store.Store, layout Layout, namespace string, now time.Time) (rec *OwnerRecord, created bool, err error) {
+	if layout.RootPrefix() == "" {
+		return nil, false, ErrSharedPrefix
+	}
+	if namespace == "" {
+		return nil, false, errors.New("claim prefix: no namespace")
+	}
+	cs, ok := st.(store.Conditional)
+	if !ok {
+		return nil, false, errors.New("claim prefix: the store cannot create an object only if it is absent, so the claim cannot be made safely")
+	}
+	rec = &OwnerRecord{Format: 1, Prefix: strings.TrimSuffix(layout.RootPrefix(), "/"), Namespace: namespace, ClaimedAt: now.UTC()}
+	b, _ := json.MarshalIndent(rec, "", "  ")
+	if _, err := cs.PutIfAbsent(ctx, OwnerKey(layout), bytes.NewReader(b)); err != nil {
+		if !errors.Is(err, store.ErrExists) {
+			return nil, false, fmt.Errorf("claim prefix %s: %w", layout.RootPrefix(), err)
+		}
+		have, rerr := ReadOwner(ctx, st, layout)
+		if rerr != nil {
+			return nil, false, fmt.Errorf("claim prefix %s: already claimed, and the record cannot be read: %w", layout.RootPrefix(), rerr)
+		}
+		if have == nil || have.Namespace != namespace {
+			who := "?"
+			if have != nil {
+				who = have.Namespace
+			}
+			return have, false, fmt.Errorf("claim prefix %s for namespace %s: %w (%s, %s)", layout.RootPrefix(), namespace, ErrOwnedByOther, who, OwnerKey(layout))
+		}
+		return have, false, nil
+	}
+	return rec, true, nil
+}
+
+// Ownership says whether namespace owns the layout's prefix, and why not.
+// A store failure is an error (nothing may be deleted then); a missing or
+// damaged record is "not owned".
+func Ownership(ctx context.Context, st store.Store, layout Layout, namespace string) (owned bool, why string, rec *OwnerRecord, err error) {
+	if layout.RootPrefix() == "" {
+		return false, ErrSharedPrefix.Error(), nil, nil
+	}
+	rec, err = ReadOwner(ctx, st, layout)
+	switch {
+	case errors.Is(err, errDamagedRecord):
+		return false, fmt.Sprintf("the ownership record %s is damaged: %v", OwnerKey(layout), err), nil, nil
+	case err != nil:
+		return false, "", nil, err
+	case rec == nil:
+		return false, fmt.Sprintf("no ownership record %s: the prefix is not claimed (claim it once with `etcd-recovery prune --orphans --claim-prefix` in namespace %s)", OwnerKey(layout), namespace), nil, nil
+	case rec.Namespace != namespace:
+		return false, fmt.Sprintf("%s: %s names namespace %s, not %s", ErrOwnedByOther, OwnerKey(layout), rec.Namespace, namespace), rec, nil
+	}
+	return true, "", rec, nil
+}
+
+// ReadOrphanMarker reads a cluster's orphan marker: nil when there is none.
+func ReadOrphanMarker(ctx context.Context, st store.Store, layout Layout, clusterID string) (*OrphanMarker, error) {
+	var m OrphanMarker
+	found, err := getJSON(ctx, st, OrphanMarkerKey(layout, clusterID), &m)
+	if err != nil || !found {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// States of an orphan (Orphan.State).
+const (
+	OrphanWaiting   = "waiting"      // within its grace, or first seen in this run
+	OrphanDelete    = "delete"       // dry run: would be deleted now
+	OrphanDeleted   = "deleted"      // every backup and the marker are gone
+	OrphanFailed    = "FAILED"       // some deletion failed
+	OrphanRestoring = "restoring"    // an EtcdRestore references it: kept
+	OrphanNotOwned  = "report only"  // the namespace does not own the prefix: never deleted
+	OrphanMarkerOut = "marker only"  // a marker without backups: the marker is removed
+	OrphanReturned  = "cluster back" // an EtcdCluster of that name is back: its marker is removed
+)
+
+// Steps of the orphan pass (PruneError.Step).
+const (
+	OrphanStepValidate  = "validate"
+	OrphanStepList      = "list backups"
+	OrphanStepOwner     = "read the ownership record"
+	OrphanStepClusters  = "list etcdclusters"
+	OrphanStepRestores  = "list etcdrestores"
+	OrphanStepMarkers   = "read orphan markers"
+	OrphanStepUploads   = "list multipart uploads"
+	OrphanStepDelete    = "delete orphans"
+	OrphanStepMarkWrite = "write orphan markers"
+)
+
+// OrphanOptions configure Orphans.
+type OrphanOptions struct {
+	Store  store.Store
+	Layout Layout
+	// Namespace is the Kubernetes namespace whose EtcdClusters were listed.
+	Namespace string
+	// Clusters returns the name of every EtcdCluster in Namespace: the
+	// complete list, or an error. It is called after the store listing.
+	Clusters func(ctx context.Context) ([]string, error)
+	// Restores returns, for every cluster id an EtcdRestore of Namespace
+	// references, the EtcdRestores' names: complete, or an error.
+	Restores func(ctx context.Context) (map[string][]string, error)
+	// Grace: an orphan's backups go Grace after its newest backup
+	// (default DefaultOrphanGrace, at least MinOrphanGrace).
+	Grace time.Duration
+	// Now is the time of the decision; default time.Now().
+	Now    time.Time
+	DryRun bool
+	Log    *slog.Logger
+}
+
+// Orphan is one cluster id under the prefix without an EtcdCluster (or
+// whose marker was removed because its EtcdCluster is back).
+type Orphan struct {
+	ClusterID    string    `json:"clusterID"`
+	Backups      int       `json:"backups"` // folders, complete or not
+	Objects      int       `json:"objects"`
+	Bytes        int64     `json:"bytes"`
+	NewestBackup time.Time `json:"newestBackup,omitzero"`
+	// FirstSeen is when a run first found it without an EtcdCluster (its
+	// marker); zero when it has no marker yet (or the prefix is not owned).
+	FirstSeen   time.Time `json:"firstSeen,omitzero"`
+	DeleteAfter time.Time `json:"deleteAfter,omitzero"`
+	State       string    `json:"state"`
+	Reason      string    `json:"reason"`
+	// Restores are the EtcdRestores that reference it (state restoring).
+	Restores []string       `json:"restores,omitempty"`
+	Deleted  []BackupAction `json:"deleted,omitempty"`
+	Uploads  []UploadAction `json:"uploads,omitempty"`
+	Error    string         `json:"error,omitempty"`
+	Err      error          `json:"-"`
+}
+
+// OrphanReport is the outcome of Orphans.
+type OrphanReport struct {
+	Namespace string    `json:"namespace"`
+	Prefix    string    `json:"prefix"`
+	Now       time.Time `json:"now"`
+	Grace     string    `json:"grace"`
+	DryRun    bool      `json:"dryRun"`
+	// Owned says the namespace owns the prefix: only then are orphans
+	// deleted; NotOwned says why not.
+	Owned    bool         `json:"owned"`
+	NotOwned string       `json:"notOwned,omitempty"`
+	Owner    *OwnerRecord `json:"owner,omitempty"`
+	// EtcdClusters is how many EtcdClusters the namespace has.
+	EtcdClusters int        `json:"etcdClusters"`
+	Orphans      []Orphan   `json:"orphans"`
+	Deleted      int        `json:"deleted"` // orphans whose backups were all deleted
+	Failed       int        `json:"failed"`
+	Stats        PruneStats `json:"stats"`
+}
+
+func (o *OrphanOptions) defaults() error {
+	if o.Store == nil {
+		return errors.New("no object store")
+	}
+	if o.Namespace == "" || o.Clusters == nil || o.Restores == nil {
+		return errors.New("orphans need the namespace and its EtcdCluster and EtcdRestore listings")
+	}
+	if o.Grace == 0 {
+		o.Grace = DefaultOrphanGrace
+	}
+	if o.Grace < MinOrphanGrace {
+		return fmt.Errorf("orphan grace %s is shorter than %s", o.Grace, MinOrphanGrace)
+	}
+	if o.Now.IsZero() {
+		o.Now = time.Now()
+	}
+	o.Now = o.Now.UTC()
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// markerIDs returns the cluster ids that have an orphan marker in objs.
+func markerIDs(layout Layout, objs []store.ObjectInfo) []string {
+	root := layout.RootPrefix()
+	var ids []string
+	for _, o := range objs {
+		rest, ok := strings.CutPrefix(o.Key, root)
+		if !ok {
+			continue
+		}
+		id, obj, ok := strings.Cut(rest, "/")
+		if ok && obj == OrphanMarkerObject && ValidateClusterID(id) == nil {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// Orphans finds the cluster ids under the prefix without an EtcdCluster in
+// the namespace, records them (markers) and deletes the backups of those
+// whose grace is over, under the conditions at the top of this file:
+// listOrphans, planOrphans and executeOrphans, in that order. The report
+// is returned whenever the plan was made; the error is a *PruneError
+// naming the step.
+func Orphans(ctx context.Context, opts OrphanOptions) (*OrphanReport, error) {
+	if err := opts.defaults(); err != nil {
+		return nil, &PruneError{Step: OrphanStepValidate, NothingDeleted: true, Err: err}
+	}
+	start := time.Now()
+	log := opts.Log.With("namespace", opts.Namespace)
+	fail := func(pe *PruneError) (*OrphanReport, error) {
+		log.Error("orphans: failed before deleting anything; nothing was deleted", "step", pe.Step, "err", pe.Err)
+		return nil, pe
+	}
+	rep := &OrphanReport{Namespace: opts.Namespace, Prefix: strings.TrimSuffix(opts.Layout.RootPrefix(), "/"), Now: opts.Now,
+		Grace: fmtDuration(opts.Grace), DryRun: opts.DryRun, Orphans: []Orphan{}}
+
+	inv, pe := listOrphans(ctx, opts, rep, log)
+	if pe != nil {
+		return fail(pe)
+	}
+	plan, pe := planOrphans(ctx, opts, inv, rep)
+	if pe != nil {
+		return fail(pe)
+	}
+	if opts.DryRun {
+		rep.Stats.Duration = time.Since(start)
+		log.Info("orphans dry run: nothing deleted or recorded", "orphans", len(rep.Orphans), "would_delete", len(plan.toDelete), "owned", inv.owned)
+		return rep, nil
+	}
+	return executeOrphans(ctx, opts, plan, rep, start, log)
+}
+
+// orphanInventory is everything the orphan plan is made from, read before
+// anything is recorded or deleted.
+type orphanInventory struct {
+	ids      []string           // every cluster id with backups or a marker, sorted
+	groups   map[string][]Entry // the backups of each id
+	marked   map[string]bool    // ids with a marker object
+	markers  map[string]*OrphanMarker
+	live     map[string]bool     // ids with an EtcdCluster
+	restores map[string][]string // id -> EtcdRestores referencing it
+	owned    bool
+	why      string // why the prefix is not owned
+}
+
+// listOrphans is the orphan steps 1 and 2: the store listing, then
+// ownership, the EtcdClusters and the restores in flight (so that an id
+// with backups in the listing had its EtcdCluster before the EtcdCluster
+// listing starts), then the markers. Any failure is returned before
+// anything is recorded or deleted.
+func listOrphans(ctx context.Context, opts OrphanOptions, rep *OrphanReport, log *slog.Logger) (*orphanInventory, *PruneError) {
+	fail := func(step string, err error) (*orphanInventory, *PruneError) {
+		return nil, nothingDeleted(step, err)
+	}
+	// 1. The store, then Kubernetes: an id with backups in this listing
+	// had its EtcdCluster before the EtcdCluster listing starts.
+	objs, err := opts.Store.List(ctx, opts.Layout.RootPrefix())
+	if err != nil {
+		return fail(OrphanStepList, err)
+	}
+	rep.Stats.ObjectsListed = len(objs)
+	groups := GroupEntries(opts.Layout, objs)
+	marked := map[string]bool{}
+	for _, id := range markerIDs(opts.Layout, objs) {
+		marked[id] = true
+	}
+	owned, why, owner, err := Ownership(ctx, opts.Store, opts.Layout, opts.Namespace)
+	if err != nil {
+		return fail(OrphanStepOwner, err)
+	}
+	rep.Owned, rep.NotOwned, rep.Owner = owned, why, owner
+	names, err := opts.Clusters(ctx)
+	if err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		return fail(OrphanStepClusters, err)
+	}
+	rep.EtcdClusters = len(names)
+	restores, err := opts.Restores(ctx)
+	if err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		return fail(OrphanStepRestores, err)
+	}
+	live := map[string]bool{}
+	for _, n := range names {
+		live[n] = true
+	}
+	var ids []string
+	for id := range groups {
+		ids = append(ids, id)
+	}
+	for id := range marked {
+		if _, ok := groups[id]; !ok {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+
+	// 2. The markers of the orphans (and of the ids that are back).
+	markers := map[string]*OrphanMarker{}
+	for _, id := range ids {
+		if !marked[id] {
+			continue
+		}
+		m, err := ReadOrphanMarker(ctx, opts.Store, opts.Layout, id)
+		switch {
+		case errors.Is(err, errDamagedRecord):
+			log.Warn("orphans: damaged marker, treated as absent", "cluster", id, "err", err)
+		case err != nil:
+			return fail(OrphanStepMarkers, fmt.Errorf("cluster %s: %w", id, err))
+		default:
+			markers[id] = m
+		}
+	}
+
+	return &orphanInventory{ids: ids, groups: groups, marked: marked, markers: markers, live: live, restores: restores, owned: owned, why: why}, nil
+}
+
+// orphanWrite is an orphan marker to write.
+type orphanWrite struct {
+	id string
+	m  OrphanMarker
+}
+
+// orphanPlan is what executeOrphans does: pointers into the report's
+// orphans, which it updates with each outcome.
+type orphanPlan struct {
+	toDelete      []*Orphan
+	removeMarkers []string
+	writes        []orphanWrite
+}
+
+// planOrphans is the orphan steps 3 and 4: it decides every cluster id
+// (returned, waiting, not owned, restoring, due), fills rep.Orphans, and
+// lists the uploads into the folders of the orphans to delete.
+func planOrphans(ctx context.Context, opts OrphanOptions, inv *orphanInventory, rep *OrphanReport) (*orphanPlan, *PruneError) {
+	ids, groups, marked, markers, live, restores, owned, why := inv.ids, inv.groups, inv.marked, inv.markers, inv.live, inv.restores, inv.owned, inv.why
+	fail := func(step string, err error) (*orphanPlan, *PruneError) {
+		return nil, nothingDeleted(step, err)
+	}
+	// 3. Plan.
+	var toDelete []*Orphan
+	var removeMarkers []string
+	var writes []orphanWrite
+	for _, id := range ids {
+		es := groups[id]
+		if live[id] {
+			if marked[id] && owned {
+				o := Orphan{ClusterID: id, State: OrphanReturned,
+					Reason: fmt.Sprintf("EtcdCluster %s/%s exists again: its orphan marker is removed, its backups stay", opts.Namespace, id)}
+				if m := markers[id]; m != nil {
+					o.FirstSeen = m.FirstSeen
+				}
+				rep.Orphans = append(rep.Orphans, o)
+				removeMarkers = append(removeMarkers, id)
+			}
+			continue
+		}
+		o := Orphan{ClusterID: id, Backups: len(es)}
+		for _, e := range es {
+			o.Objects += len(e.Objects)
+			for _, ob := range e.Objects {
+				o.Bytes += ob.Size
+			}
+		}
+		m := markers[id]
+		if m != nil {
+			o.FirstSeen = m.FirstSeen
+		}
+		if len(es) == 0 {
+			o.State, o.Reason = OrphanMarkerOut, "an orphan marker without backups"
+			if owned {
+				o.Reason += ": removed"
+				removeMarkers = append(removeMarkers, id)
+			} else {
+				o.Reason += ": kept (" + why + ")"
+			}
+			rep.Orphans = append(rep.Orphans, o)
+			continue
+		}
+		o.NewestBackup = es[0].Time
+		o.DeleteAfter = o.NewestBackup.Add(opts.Grace)
+		due := !opts.Now.Before(o.DeleteAfter)
+		noCluster := fmt.Sprintf("no EtcdCluster %s in namespace %s", id, opts.Namespace)
+		switch {
+		case len(restores[id]) > 0:
+			o.State, o.Restores = OrphanRestoring, restores[id]
+			o.Reason = fmt.Sprintf("%s, but EtcdRestore %s references it (a restore through etcd-operator in flight): kept",
+				noCluster, strings.Join(restores[id], ", "))
+		case !owned:
+			o.State = OrphanNotOwned
+			o.Reason = fmt.Sprintf("%s; would go after %s, but nothing is deleted: %s", noCluster, fmtTimeUTC(o.DeleteAfter), why)
+		case m == nil:
+			o.State, o.FirstSeen = OrphanWaiting, opts.Now
+			o.Reason = fmt.Sprintf("%s: first seen now; its backups go after %s (newest backup + %s), at the first run after that",
+				noCluster, fmtTimeUTC(o.DeleteAfter), fmtDuration(opts.Grace))
+			writes = append(writes, orphanWrite{id, OrphanMarker{Format: 1, ClusterID: id, Namespace: opts.Namespace, FirstSeen: opts.Now,
+				NewestBackup: o.NewestBackup, Grace: fmtDuration(opts.Grace), DeleteAfter: o.DeleteAfter}})
+		case !due:
+			o.State = OrphanWaiting
+			o.Reason = fmt.Sprintf("%s since %s: its backups go after %s (newest backup + %s)",
+				noCluster, fmtTimeUTC(m.FirstSeen), fmtTimeUTC(o.DeleteAfter), fmtDuration(opts.Grace))
+			if !m.DeleteAfter.Equal(o.DeleteAfter) || m.Namespace != opts.Namespace {
+				// A newer backup (or another grace): keep firstSeen, move the deadline.
+				writes = append(writes, orphanWrite{id, OrphanMarker{Format: 1, ClusterID: id, Namespace: opts.Namespace, FirstSeen: m.FirstSeen,
+					NewestBackup: o.NewestBackup, Grace: fmtDuration(opts.Grace), DeleteAfter: o.DeleteAfter}})
+			}
+		default:
+			o.State = OrphanDelete
+			o.Reason = fmt.Sprintf("%s since %s; grace over at %s (newest backup + %s): every backup is deleted",
+				noCluster, fmtTimeUTC(m.FirstSeen), fmtTimeUTC(o.DeleteAfter), fmtDuration(opts.Grace))
+		}
+		rep.Orphans = append(rep.Orphans, o)
+	}
+	for i := range rep.Orphans {
+		if rep.Orphans[i].State == OrphanDelete {
+			toDelete = append(toDelete, &rep.Orphans[i])
+		}
+	}
+
+	// 4. The uploads into the folders to delete, before any delete.
+	uploads := map[string][]store.Upload{}
+	for _, o := range toDelete {
+		u, err := clusterUploads(ctx, opts.Store, opts.Layout, o.ClusterID, groups[o.ClusterID])
+		if err != nil {
+			return fail(OrphanStepUploads, fmt.Errorf("cluster %s: %w", o.ClusterID, err))
+		}
+		uploads[o.ClusterID] = u
+	}
+	for _, o := range toDelete {
+		for _, e := range groups[o.ClusterID] {
+			a := newAction(e)
+			a.Action, a.Reason = ActionDelete, "orphan: "+o.Reason
+			o.Deleted = append(o.Deleted, a)
+		}
+		for _, u := range uploads[o.ClusterID] {
+			pk, _ := opts.Layout.ParseKey(u.Key)
+			o.Uploads = append(o.Uploads, UploadAction{ClusterID: o.ClusterID, Name: pk.Name, Key: u.Key, UploadID: u.UploadID,
+				Initiated: u.Initiated, Action: ActionAbort, Reason: "multipart upload into an orphan's backup folder: abandoned"})
+		}
+	}
+	return &orphanPlan{toDelete: toDelete, removeMarkers: removeMarkers, writes: writes}, nil
+}
+
+// executeOrphans is the orphan step 5: it writes and removes the markers,
+// then deletes every backup of each orphan that is due (deleteCluster),
+// and completes rep with the outcome.
+func executeOrphans(ctx context.Context, opts OrphanOptions, plan *orphanPlan, rep *OrphanReport, start time.Time, log *slog.Logger) (*OrphanReport, error) {
+	writes, removeMarkers, toDelete := plan.writes, plan.removeMarkers, plan.toDelete
+	// 5. Record, then delete.
+	var errs []error
+	for _, w := range writes {
+		b, _ := json.MarshalIndent(w.m, "", "  ")
+		if _, err := opts.Store.Put(ctx, OrphanMarkerKey(opts.Layout, w.id), bytes.NewReader(b)); err != nil {
+			errs = append(errs, fmt.Errorf("cluster %s: write orphan marker: %w", w.id, err))
+			continue
+		}
+		log.Info("orphan recorded: no EtcdCluster", "cluster", w.id, "first_seen", w.m.FirstSeen, "delete_after", w.m.DeleteAfter)
+	}
+	for _, id := range removeMarkers {
+		if err := opts.Store.Delete(ctx, []string{OrphanMarkerKey(opts.Layout, id)}); err != nil {
+			errs = append(errs, fmt.Errorf("cluster %s: remove orphan marker: %w", id, err))
+			continue
+		}
+		log.Info("orphan marker removed", "cluster", id)
+	}
+	t := time.Now()
+	for _, o := range toDelete {
+		if err := deleteCluster(ctx, opts.Store, opts.Layout, o.ClusterID, o.Deleted, o.Uploads, &rep.Stats, log); err != nil {
+			o.State, o.Err, o.Error = OrphanFailed, err, err.Error()
+			rep.Failed++
+			errs = append(errs, err)
+			continue
+		}
+		o.State = OrphanDeleted
+		rep.Deleted++
+		log.Info("orphan deleted: every backup of a cluster without an EtcdCluster", "cluster", o.ClusterID, "backups", o.Backups,
+			"first_seen", o.FirstSeen, "delete_after", o.DeleteAfter)
+	}
+	rep.Stats.DeleteDuration = time.Since(t)
+	rep.Stats.Duration = time.Since(start)
+	if len(errs) > 0 {
+		return rep, &PruneError{Step: OrphanStepDelete, Failed: rep.Failed, Err: errors.Join(errs...), first: errs[0]}
+	}
+	return rep, nil
+}
+
+// clusterUploads lists the multipart uploads under a cluster's prefix and
+// under the exact keys of each of its folders.
+func clusterUploads(ctx context.Context, st store.Store, layout Layout, id string, es []Entry) ([]store.Upload, error) {
+	ups, err := listUploads(ctx, st, layout.ClusterPrefix(id))
+	if err != nil {
+		return nil, err
+	}
+	var keys []string
+	for _, e := range es {
+		keys = append(keys, UploadKeys(layout, e, nil)...)
+	}
+	exact, err := ListUploadsAt(ctx, st, keys, DefaultCheckParallel)
+	if err != nil {
+		return nil, err
+	}
+	var out []store.Upload
+	for _, u := range mergeUploads(ups, exact) {
+		if pk, ok := layout.ParseKey(u.Key); ok && pk.ClusterID == id {
+			out = append(out, u)
+		}
+	}
+	return out, nil
+}
+
+// deleteCluster deletes every folder of a cluster (manifests first, as
+// prune does), aborts the uploads into them, then removes its orphan
+// marker. acts and ups are updated in place.
+func deleteCluster(ctx context.Context, st store.Store, layout Layout, id string, acts []BackupAction, ups []UploadAction, stats *PruneStats, log *slog.Logger) error {
+	ptrs := make([]*BackupAction, len(acts))
+	for i := range acts {
+		ptrs[i] = &acts[i]
+	}
+	deleteBackups(ctx, st, ptrs, stats, log)
+	var errs []error
+	for _, a := range acts {
+		if a.Action != ActionDeleted {
+			errs = append(errs, a.Err)
+		}
+	}
+	for i := range ups {
+		u := &ups[i]
+		if err := abortUpload(ctx, st, store.Upload{Key: u.Key, UploadID: u.UploadID, Initiated: u.Initiated}); err != nil {
+			u.Action, u.Err = ActionFailed, fmt.Errorf("abort upload %s of %s: %w", u.UploadID, u.Key, err)
+			u.Error = u.Err.Error()
+			errs = append(errs, u.Err)
+			continue
+		}
+		u.Action = ActionAborted
+		stats.UploadsAborted++
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("cluster %s: %d of %d backups, %d uploads: deletion incomplete (a later run retries): %w",
+			id, countFailed(acts), len(acts), len(ups), errors.Join(errs...))
+	}
+	// Last: the marker (a marker without backups is removed by a later run).
+	if err := st.Delete(ctx, []string{OrphanMarkerKey(layout, id)}); err != nil {
+		return fmt.Errorf("cluster %s: every backup deleted, but not its orphan marker: %w", id, err)
+	}
+	return nil
+}
+
+func countFailed(acts []BackupAction) int {
+	n := 0
+	for _, a := range acts {
+		if a.Action != ActionDeleted {
+			n++
+		}
+	}
+	return n
+}
+
+func fmtTimeUTC(t time.Time) string { return t.UTC().Format("2006-01-02 15:04 UTC") }
+
+// DeleteAllOptions configure DeleteAll.
+type DeleteAllOptions struct {
+	Store     store.Store
+	Layout    Layout
+	ClusterID string
+	DryRun    bool
+	// Reason is recorded on every backup (e.g. "deleted on request: every
+	// backup of the cluster (--all)").
+	Reason string
+	Log    *slog.Logger
+}
+
+// DeleteAllReport is the outcome of DeleteAll.
+type DeleteAllReport struct {
+	ClusterID string         `json:"clusterID"`
+	DryRun    bool           `json:"dryRun"`
+	Backups   []BackupAction `json:"backups"`
+	Uploads   []UploadAction `json:"uploads,omitempty"`
+	// Marker says the cluster had an orphan marker (removed with it).
+	Marker bool       `json:"orphanMarker,omitempty"`
+	Stats  PruneStats `json:"stats"`
+}
+
+// DeleteAll deletes every backup folder of one cluster, whatever its kind
+// or state (manual, pre-restore, incomplete, damaged), manifests first, the
+// multipart uploads into them, and its orphan marker: the end of a cluster.
+// Whether the cluster still exists is the caller's check. It lists
+// everything before deleting anything; a listing failure deletes nothing.
+func DeleteAll(ctx context.Context, opts DeleteAllOptions) (*DeleteAllReport, error) {
+	if opts.Store == nil {
+		return nil, errors.New("delete: no object store")
+	}
+	if err := ValidateClusterID(opts.ClusterID); err != nil {
+		return nil, fmt.Errorf("delete: %w", err)
+	}
+	log := opts.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Reason == "" {
+		opts.Reason = "deleted on request: every backup of the cluster (--all)"
+	}
+	start := time.Now()
+	id := opts.ClusterID
+	objs, err := opts.Store.List(ctx, opts.Layout.ClusterPrefix(id))
+	if err != nil {
+		return nil, fmt.Errorf("delete: list cluster %s, nothing was deleted: %w", id, err)
+	}
+	entries := GroupEntries(opts.Layout, objs)[id]
+	rep := &DeleteAllReport{ClusterID: id, DryRun: opts.DryRun, Backups: []BackupAction{}}
+	rep.Stats.ObjectsListed = len(objs)
+	rep.Marker = slices.ContainsFunc(objs, func(o store.ObjectInfo) bool { return o.Key == OrphanMarkerKey(opts.Layout, id) })
+	ups, err := clusterUploads(ctx, opts.Store, opts.Layout, id, entries)
+	if err != nil {
+		return nil, fmt.Errorf("delete: list the multipart uploads of cluster %s, nothing was deleted: %w", id, err)
+	}
+	rep.Stats.ListDuration = time.Since(start)
+	for _, e := range entries {
+		a := newAction(e)
+		a.Action, a.Reason = ActionDelete, opts.Reason
+		if e.Damaged != "" {
+			a.Reason += " (damaged: " + e.Damaged + ")"
+		}
+		rep.Backups = append(rep.Backups, a)
+	}
+	for _, u := range ups {
+		pk, _ := opts.Layout.ParseKey(u.Key)
+		rep.Uploads = append(rep.Uploads, UploadAction{ClusterID: id, Name: pk.Name, Key: u.Key, UploadID: u.UploadID,
+			Initiated: u.Initiated, Action: ActionAbort, Reason: "multipart upload into a deleted backup folder: abandoned"})
+	}
+	if opts.DryRun {
+		rep.Stats.Duration = time.Since(start)
+		return rep, nil
+	}
+	t := time.Now()
+	err = deleteCluster(ctx, opts.Store, opts.Layout, id, rep.Backups, rep.Uploads, &rep.Stats, log)
+	rep.Stats.DeleteDuration = time.Since(t)
+	rep.Stats.Duration = time.Since(start)
+	if err != nil {
+		return rep, fmt.Errorf("delete: %w", err)
+	}
+	log.Info("deleted every backup of the cluster", "cluster", id, "backups", len(rep.Backups), "uploads_aborted", len(rep.Uploads))
+	return rep, nil
+}
