@@ -7,6 +7,9 @@ require (
 	github.com/IBM/ibm-cos-sdk-go v1.14.1
 	github.com/klauspost/compress v1.20.3
 	github.com/olekukonko/tablewriter v1.1.5
+	github.com/prometheus/client_golang v1.11.1
+	github.com/prometheus/client_model v0.2.0
+	github.com/prometheus/common v0.26.0
 	github.com/urfave/cli/v2 v2.27.7
 	go.etcd.io/bbolt v1.3.12
 	go.etcd.io/etcd/api/v3 v3.5.35
@@ -76,9 +79,6 @@ require (
 	github.com/olekukonko/cat v0.0.0-20250911104152-50322a0618f6 // indirect
 	github.com/olekukonko/errors v1.2.0 // indirect
 	github.com/olekukonko/ll v0.1.6 // indirect
-	github.com/prometheus/client_golang v1.11.1 // indirect
-	github.com/prometheus/client_model v0.2.0 // indirect
-	github.com/prometheus/common v0.26.0 // indirect
 	github.com/prometheus/procfs v0.6.0 // indirect
 	github.com/russross/blackfriday/v2 v2.1.0 // indirect
 	github.com/spf13/pflag v1.0.9 // indirect

@@ -31,7 +31,9 @@ import (
 	"github.com/armada/etcd-recovery/internal/etcdconn"
 	"github.com/armada/etcd-recovery/internal/etcdinternals"
 	"github.com/armada/etcd-recovery/internal/probe"
+	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
+	"github.com/armada/etcd-recovery/internal/usage"
 	"github.com/armada/etcd-recovery/internal/version"
 )
 
@@ -69,7 +71,29 @@ type Options struct {
 	// drill never undoes the backup (it is committed); Run then returns
 	// the Result, with the record, and an *Error at StepDrill. Prune
 	// still runs after a failed drill (unless the run was cancelled).
-	Drill func(ctx context.Context, m *catalog.Manifest) (*catalog.DrillRecord, error)
+	//
+	// plaintext is "" for an unencrypted backup (the drill reads it from
+	// the store). For an encrypted one it is the path of a plaintext copy
+	// of the snapshot this run streamed (database and etcd's trailer, as
+	// etcdutl expects it), already checked against the manifest's raw
+	// sha256, in a private 0600 file under ScratchDir: the drill needs no
+	// identity. The copy is removed as soon as Drill returns, and on every
+	// other return path of Run.
+	Drill func(ctx context.Context, m *catalog.Manifest, plaintext string) (*catalog.DrillRecord, error)
+
+	// Recipients, when not empty, encrypt the backup's data objects (age,
+	// after compression, in the same stream; keys end in seal.Suffix).
+	// The manifest stays plaintext and records the recipients' public
+	// keys (Manifest.Encryption).
+	Recipients seal.Recipients
+	// RequireEncryption refuses a run without Recipients (a usage error):
+	// a misconfigured job fails instead of writing plaintext.
+	RequireEncryption bool
+	// ScratchDir is the parent of the private directory holding the
+	// plaintext copy that Drill gets for an encrypted backup (default
+	// os.TempDir(), i.e. $TMPDIR). Nothing is written there without Drill
+	// or without encryption.
+	ScratchDir string
 
 	// chunkHook, when set, sees (and may change) each snapshot chunk as it
 	// arrives, before it is hashed: tests inject a damaged stream with it
@@ -122,34 +146,65 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-func (o *Options) defaults() error {
+// Validate checks the options' values before anything is contacted; its
+// errors are usage errors (internal/usage: the CLI exits 4). Zero values
+// that have a default are accepted.
+func (o Options) Validate() error {
 	if err := catalog.ValidateClusterID(o.ClusterID); err != nil {
+		return usage.Wrap(err)
+	}
+	if err := o.ValidateTemplate(); err != nil {
 		return err
 	}
+	if err := o.Etcd.Validate(); err != nil {
+		return usage.Wrap(err)
+	}
+	return nil
+}
+
+// ValidateTemplate is Validate without the per-cluster fields (ClusterID,
+// Etcd): the template of a fleet backup (kube.BackupAll).
+func (o Options) ValidateTemplate() error {
 	// Library callers (the fleet backup, tests) get the CLI's check: a
 	// prefix that writes keys the store cannot list back is refused.
-	p, err := catalog.ValidatePrefix(o.Layout.Prefix)
-	if err != nil {
+	if _, err := catalog.ValidatePrefix(o.Layout.Prefix); err != nil {
+		return usage.Wrap(err)
+	}
+	if o.Kind != "" {
+		if _, err := catalog.ParseKind(string(o.Kind)); err != nil {
+			return usage.Wrap(err)
+		}
+	}
+	if o.V2 != "" {
+		if _, err := ParseV2Mode(string(o.V2)); err != nil {
+			return usage.Wrap(err)
+		}
+	}
+	if o.Compression != "" {
+		if _, err := catalog.ParseCompression(string(o.Compression)); err != nil {
+			return usage.Wrap(err)
+		}
+	}
+	if err := seal.CheckRequired(o.Recipients, o.RequireEncryption); err != nil {
+		return usage.Errorf("--require-encryption is set but no recipient is configured (--encrypt-to, --recipients-file, %s, %s): %w",
+			seal.EnvEncryptTo, seal.EnvRecipientsFile, err)
+	}
+	return nil
+}
+
+func (o *Options) defaults() error {
+	if err := o.Validate(); err != nil {
 		return err
 	}
-	o.Layout.Prefix = p
+	o.Layout.Prefix, _ = catalog.ValidatePrefix(o.Layout.Prefix)
 	if o.Kind == "" {
 		o.Kind = catalog.KindManual
-	}
-	if _, err := catalog.ParseKind(string(o.Kind)); err != nil {
-		return err
 	}
 	if o.V2 == "" {
 		o.V2 = V2Auto
 	}
-	if _, err := ParseV2Mode(string(o.V2)); err != nil {
-		return err
-	}
 	if o.Compression == "" {
 		o.Compression = catalog.CompressZstd
-	}
-	if _, err := catalog.ParseCompression(string(o.Compression)); err != nil {
-		return err
 	}
 	if o.Store == nil {
 		return errors.New("no object store")
@@ -163,32 +218,115 @@ func (o *Options) defaults() error {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	return o.Etcd.Validate()
+	return nil
 }
 
 // Run takes one backup: it picks a member, streams its snapshot into the
 // store, exports the v2 keys, and writes the manifest last. On failure it
 // leaves nothing that looks like a backup: the multipart upload is aborted,
-// objects already written are removed, and no manifest exists.
+// objects already written are removed, and no manifest exists. With
+// Options.Recipients the snapshot and the v2 export are encrypted (age)
+// in the same stream, after compression; the manifest stays plaintext.
 func Run(ctx context.Context, opts Options) (*Result, error) {
 	if err := opts.defaults(); err != nil {
 		return nil, &Error{ClusterID: opts.ClusterID, Step: StepValidate, Err: err}
 	}
-	fail := func(step string, err error) (*Result, error) {
-		return nil, &Error{ClusterID: opts.ClusterID, Step: step, Err: ctxerr.Wrap(ctx, err)}
+	r := &run{opts: opts, log: opts.Log.With("cluster", opts.ClusterID), start: opts.Now().UTC()}
+	// The plaintext copy for the drill (encrypted backups only) goes on
+	// every return path, whatever happened.
+	defer r.removePlain()
+	if err := r.take(ctx); err != nil {
+		r.cleanup(ctx)
+		return nil, &Error{ClusterID: opts.ClusterID, Step: err.step, Err: ctxerr.Wrap(ctx, err.err)}
 	}
-	log := opts.Log.With("cluster", opts.ClusterID)
-	start := opts.Now().UTC()
+	return r.after(ctx)
+}
 
+// run is one backup in progress.
+type run struct {
+	opts  Options
+	log   *slog.Logger
+	start time.Time
+	name  string
+	m     *catalog.Manifest
+	// written are the objects stored so far, removed when the run fails.
+	written []string
+	// plain is the drill's plaintext copy (Drill of an encrypted backup).
+	plain *plainCopy
+}
+
+// stepError is a failure at one of Run's steps.
+type stepError struct {
+	step string
+	err  error
+}
+
+func failAt(step string, err error) *stepError { return &stepError{step, err} }
+
+// cleanup removes the objects of a failed run.
+func (r *run) cleanup(ctx context.Context) {
+	if len(r.written) == 0 {
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := r.opts.Store.Delete(cctx, r.written); err != nil {
+		r.log.Error("could not remove the objects of the failed backup; they have no manifest and prune removes them after 24h",
+			"backup", r.name, "err", err)
+	}
+}
+
+// take runs the steps up to the committed manifest.
+func (r *run) take(ctx context.Context) *stepError {
+	opts := r.opts
 	if c, ok := opts.Store.(store.Checker); ok {
 		if err := c.Check(ctx); err != nil {
-			return fail(StepStore, err)
+			return failAt(StepStore, err)
 		}
 	}
+	cands, quorum, serr := r.members(ctx)
+	if serr != nil {
+		return serr
+	}
+	// A fresh name per run: two runs started in the same millisecond, in
+	// one process or many, never share a folder. Every object is written
+	// with a conditional create where the store has one, so even a
+	// colliding name could not replace another backup's object.
+	r.name = catalog.NewBackupName(r.start, opts.Kind)
+	r.m = &catalog.Manifest{
+		Format:      catalog.ManifestFormat,
+		ClusterID:   opts.ClusterID,
+		Name:        r.name,
+		Kind:        opts.Kind,
+		StartedAt:   r.start,
+		ToolVersion: version.Version,
+		Encryption:  seal.NewInfo(opts.Recipients),
+	}
+	if err := r.startFolder(ctx); err != nil {
+		return err
+	}
+	src, err := r.snapshot(ctx, cands, quorum)
+	if err != nil {
+		return err
+	}
+	hc, herr := opts.Etcd.HTTPClient()
+	if herr != nil {
+		return failAt(StepSnapshot, herr)
+	}
+	r.versions(ctx, hc, src)
+	if err := r.exportV2(ctx, hc, src); err != nil {
+		return err
+	}
+	return r.commit(ctx)
+}
 
+// members lists and probes the members and orders the snapshot
+// candidates.
+func (r *run) members(ctx context.Context) ([]probe.Member, bool, *stepError) {
+	opts := r.opts
 	members, listErr := probe.List(ctx, opts.Etcd, opts.ProbeTimeout)
 	if listErr != nil {
-		log.Warn("no endpoint returned the member list; probing the endpoints as given", "err", listErr)
+		r.log.Warn("no endpoint returned the member list; probing the endpoints as given", "err", listErr)
 	}
 	members = probe.Members(ctx, opts.Etcd, members, opts.ProbeTimeout)
 	quorum := probe.Quorum(members)
@@ -198,179 +336,172 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		for _, m := range members {
 			errs = append(errs, fmt.Errorf("%s: %w", etcdconn.Host(m.ClientURL), m.Err()))
 		}
-		return fail(StepMembers, fmt.Errorf("no member answered: %w", errors.Join(errs...)))
+		return nil, false, failAt(StepMembers, fmt.Errorf("no member answered: %w", errors.Join(errs...)))
 	}
 	if !quorum {
-		log.Warn("cluster has no quorum; backing up a surviving member", "member", cands[0].Name)
+		r.log.Warn("cluster has no quorum; backing up a surviving member", "member", cands[0].Name)
 	}
+	return cands, quorum, nil
+}
 
-	// A fresh name per run: two runs started in the same millisecond, in
-	// one process or many, never share a folder. Every object is written
-	// with a conditional create where the store has one, so even a
-	// colliding name could not replace another backup's object.
-	name := catalog.NewBackupName(start, opts.Kind)
-	snapObj := catalog.SnapshotObjectZstd
-	if opts.Compression == catalog.CompressNone {
-		snapObj = catalog.SnapshotObjectRaw
+// startFolder writes the folder's first object: from now on prune sees the
+// folder (as incomplete, kept while young) and lists uploads under its
+// exact keys, which finds an upload leaked by a run killed mid-stream.
+func (r *run) startFolder(ctx context.Context) *stepError {
+	key := r.opts.Layout.Key(r.opts.ClusterID, r.name, catalog.StartedObject)
+	marker := fmt.Sprintf("{\"startedAt\":%q,\"toolVersion\":%q}\n", r.start.Format(time.RFC3339Nano), version.Version)
+	if _, err := putObject(ctx, r.opts.Store, key, strings.NewReader(marker)); err != nil {
+		return failAt(StepStore, err)
 	}
-	snapKey := opts.Layout.Key(opts.ClusterID, name, snapObj)
-	m := &catalog.Manifest{
-		Format:      catalog.ManifestFormat,
-		ClusterID:   opts.ClusterID,
-		Name:        name,
-		Kind:        opts.Kind,
-		StartedAt:   start,
-		ToolVersion: version.Version,
-	}
-	var written []string
-	cleanup := func() {
-		if len(written) == 0 {
-			return
+	r.written = append(r.written, key)
+	return nil
+}
+
+// snapshot streams the best candidate's snapshot into the store; if its
+// stream breaks (the member died mid-stream), the next one's. A store
+// failure is not retried on another member: the store is the problem.
+func (r *run) snapshot(ctx context.Context, cands []probe.Member, quorum bool) (probe.Member, *stepError) {
+	opts, m := r.opts, r.m
+	obj := catalog.SnapshotObject(opts.Compression, m.Encrypted())
+	key := opts.Layout.Key(opts.ClusterID, r.name, obj)
+	if m.Encrypted() && opts.Drill != nil {
+		// The drill after an encrypted backup runs on the plaintext this
+		// stream carries, so the backup job never needs an identity.
+		p, err := newPlainCopy(opts.ScratchDir)
+		if err != nil {
+			r.log.Warn("no scratch space for the drill's plaintext copy; the drill will not run", "err", err)
+			r.plain = &plainCopy{err: err}
+		} else {
+			r.plain = p
 		}
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		if err := opts.Store.Delete(cctx, written); err != nil {
-			log.Error("could not remove the objects of the failed backup; they have no manifest and prune removes them after 24h",
-				"backup", name, "err", err)
-		}
 	}
-
-	// The folder's first object: from now on prune sees the folder (as
-	// incomplete, kept while young) and lists uploads under its exact
-	// keys, which finds an upload leaked by a run killed mid-stream.
-	startedKey := opts.Layout.Key(opts.ClusterID, name, catalog.StartedObject)
-	marker := fmt.Sprintf("{\"startedAt\":%q,\"toolVersion\":%q}\n", start.Format(time.RFC3339Nano), version.Version)
-	if _, err := putObject(ctx, opts.Store, startedKey, strings.NewReader(marker)); err != nil {
-		return fail(StepStore, err)
-	}
-	written = append(written, startedKey)
-
-	// Snapshot: try the best member; if its stream breaks (the member died
-	// mid-stream), try the next one. A store failure is not retried on
-	// another member: the store is the problem.
-	var (
-		src     probe.Member
-		sres    streamResult
-		lastErr error
-	)
 	for i, cand := range cands {
-		log.Info("streaming snapshot", "member", cand.Name, "endpoint", cand.ClientURL, "leader", cand.IsLeader(), "quorum", quorum)
+		r.log.Info("streaming snapshot", "member", cand.Name, "endpoint", cand.ClientURL, "leader", cand.IsLeader(), "quorum", quorum,
+			"encrypted", m.Encrypted())
 		if opts.OnSource != nil {
 			opts.OnSource(cand)
 		}
-		res, revBefore, revAfter, step, err := snapshotMember(ctx, opts, cand, snapKey)
+		r.plain.reset()
+		res, revBefore, revAfter, step, err := snapshotMember(ctx, opts, cand, key, r.plain)
 		if err == nil {
-			src, sres = cand, res
 			m.RevisionBefore, m.RevisionAfter = revBefore, revAfter
-			lastErr = nil
-			break
+			r.written = append(r.written, key)
+			m.Source = catalog.Member{Name: cand.Name, ID: cand.IDHex(), Endpoint: cand.ClientURL}
+			m.Snapshot = catalog.SnapshotInfo{
+				Object: obj, Compression: opts.Compression,
+				RawSize: res.RawSize, RawSHA256: res.RawSHA256,
+				StoredSize: res.StoredSize, StoredSHA256: res.StoredSHA256,
+			}
+			r.log.Info("snapshot stored", "key", key, "raw_bytes", res.RawSize, "stored_bytes", res.StoredSize,
+				"revision", m.RevisionBefore, "member", cand.Name)
+			return cand, nil
 		}
-		lastErr = fmt.Errorf("member %s (%s): %w", cand.Name, etcdconn.Host(cand.ClientURL), err)
+		err = fmt.Errorf("member %s (%s): %w", cand.Name, etcdconn.Host(cand.ClientURL), err)
 		// A stalled or refusing store is the store's failure, whatever the
 		// stream saw meanwhile: another member would meet the same store.
 		if step != StepSnapshot || errors.Is(err, store.ErrStalled) || errors.Is(err, store.ErrExists) || ctx.Err() != nil || i == len(cands)-1 {
-			cleanup()
-			return fail(step, lastErr)
+			return probe.Member{}, failAt(step, err)
 		}
-		log.Warn("snapshot stream failed; trying the next member", "member", cand.Name, "err", err)
+		r.log.Warn("snapshot stream failed; trying the next member", "member", cand.Name, "err", err)
 	}
-	if lastErr != nil {
-		cleanup()
-		return fail(StepSnapshot, lastErr)
-	}
-	written = append(written, snapKey)
-	m.Source = catalog.Member{Name: src.Name, ID: src.IDHex(), Endpoint: src.ClientURL}
-	m.Snapshot = catalog.SnapshotInfo{
-		Object: snapObj, Compression: opts.Compression,
-		RawSize: sres.RawSize, RawSHA256: sres.RawSHA256,
-		StoredSize: sres.StoredSize, StoredSHA256: sres.StoredSHA256,
-	}
-	log.Info("snapshot stored", "key", snapKey, "raw_bytes", sres.RawSize, "stored_bytes", sres.StoredSize,
-		"revision", m.RevisionBefore, "member", src.Name)
+	return probe.Member{}, failAt(StepSnapshot, errors.New("no snapshot candidate"))
+}
 
-	hc, err := opts.Etcd.HTTPClient()
+// versions records the source's server and cluster versions.
+func (r *run) versions(ctx context.Context, hc *http.Client, src probe.Member) {
+	vctx, cancel := context.WithTimeout(ctx, r.opts.ProbeTimeout)
+	defer cancel()
+	var err error
+	r.m.ServerVersion, r.m.ClusterVersion, err = probe.Versions(vctx, hc, src.ClientURL)
 	if err != nil {
-		cleanup()
-		return fail(StepSnapshot, err)
+		r.log.Warn("could not read /version; taking the server version from status", "err", err)
+		r.m.ServerVersion = src.Status.Version
 	}
-	vctx, cancel := context.WithTimeout(ctx, opts.ProbeTimeout)
-	m.ServerVersion, m.ClusterVersion, err = probe.Versions(vctx, hc, src.ClientURL)
-	cancel()
-	if err != nil {
-		log.Warn("could not read /version; taking the server version from status", "err", err)
-		m.ServerVersion = src.Status.Version
-	}
+}
 
+// exportV2 stores the v2 keyspace (unless --v2 off, or not served with
+// --v2 auto).
+func (r *run) exportV2(ctx context.Context, hc *http.Client, src probe.Member) *stepError {
+	opts, m := r.opts, r.m
 	if opts.V2 == V2Off {
 		m.V2Skipped = "--v2 off"
-	} else {
-		info, err := exportV2(ctx, opts, hc, src.ClientURL, name)
-		switch {
-		case errors.Is(err, ErrV2Unavailable) && opts.V2 == V2Auto:
-			m.V2Skipped = ErrV2Unavailable.Error()
-			log.Info("skipping v2 export: the member does not serve the v2 API", "member", src.Name, "version", m.ServerVersion)
-		case err != nil:
-			if info != nil {
-				written = append(written, opts.Layout.Key(opts.ClusterID, name, info.Object))
-			}
-			cleanup()
-			return fail(StepV2, err)
-		default:
-			written = append(written, opts.Layout.Key(opts.ClusterID, name, info.Object))
-			m.V2 = info
-			log.Info("v2 keys stored", "keys", info.Keys, "dirs", info.Dirs)
-		}
+		return nil
 	}
+	info, err := exportV2(ctx, opts, hc, src.ClientURL, r.name)
+	switch {
+	case errors.Is(err, ErrV2Unavailable) && opts.V2 == V2Auto:
+		m.V2Skipped = ErrV2Unavailable.Error()
+		r.log.Info("skipping v2 export: the member does not serve the v2 API", "member", src.Name, "version", m.ServerVersion)
+		return nil
+	case err != nil:
+		if info != nil {
+			r.written = append(r.written, opts.Layout.Key(opts.ClusterID, r.name, info.Object))
+		}
+		return failAt(StepV2, err)
+	}
+	r.written = append(r.written, opts.Layout.Key(opts.ClusterID, r.name, info.Object))
+	m.V2 = info
+	r.log.Info("v2 keys stored", "keys", info.Keys, "dirs", info.Dirs)
+	return nil
+}
 
+// commit writes the manifest, last, once every object it names is stored,
+// reads it back and checks the objects once more.
+func (r *run) commit(ctx context.Context) *stepError {
+	opts, m := r.opts, r.m
 	// A manifest is never written for objects that are not there: each
 	// object it names must be stored with the size recorded (a prune or a
 	// lifecycle rule may have removed it while the backup ran).
-	if err := checkStored(ctx, opts, name, m); err != nil {
-		cleanup()
-		return fail(StepObjects, err)
+	if err := checkStored(ctx, opts, r.name, m); err != nil {
+		return failAt(StepObjects, err)
 	}
-
 	m.FinishedAt = opts.Now().UTC()
 	body, err := catalog.MarshalManifest(m)
 	if err != nil {
-		cleanup()
-		return fail(StepManifest, err)
+		return failAt(StepManifest, err)
 	}
-	mkey := opts.Layout.Key(opts.ClusterID, name, catalog.ManifestObject)
+	mkey := opts.Layout.Key(opts.ClusterID, r.name, catalog.ManifestObject)
 	if _, err := putObject(ctx, opts.Store, mkey, bytes.NewReader(body)); err != nil {
-		if !errors.Is(err, store.ErrExists) {
-			cleanup()
+		if errors.Is(err, store.ErrExists) {
+			r.written = nil // another writer's: touch nothing
 		}
-		return fail(StepManifest, err)
+		return failAt(StepManifest, err)
 	}
 	// Read the manifest back: the backup reports success only if the
 	// store now holds exactly what was written.
 	if err := readBack(ctx, opts.Store, mkey, body); err != nil {
-		if !errors.Is(err, errManifestReplaced) {
+		if errors.Is(err, errManifestReplaced) {
+			r.written = nil
+		} else {
 			// Unreadable: the backup cannot be shown to restore. Its
 			// objects are this run's (the name is unique): remove them,
 			// manifest first.
-			written = append([]string{mkey}, written...)
-			cleanup()
+			r.written = append([]string{mkey}, r.written...)
 		}
-		return fail(StepManifest, err)
+		return failAt(StepManifest, err)
 	}
 	// And check the objects once more: a prune that saw the folder without
 	// a manifest may have deleted an object between the first check and
 	// the manifest's write. After this check the backup is committed, and
 	// prune treats it as one.
-	if err := checkStored(ctx, opts, name, m); err != nil {
-		written = append([]string{mkey}, written...)
-		cleanup()
-		return fail(StepObjects, err)
+	if err := checkStored(ctx, opts, r.name, m); err != nil {
+		r.written = append([]string{mkey}, r.written...)
+		return failAt(StepObjects, err)
 	}
-	log.Info("backup committed", "backup", name, "manifest", mkey, "duration", m.FinishedAt.Sub(start).Round(time.Millisecond))
-	res := &Result{Manifest: m, Prefix: opts.Layout.BackupPrefix(opts.ClusterID, name), Duration: m.FinishedAt.Sub(start)}
+	r.log.Info("backup committed", "backup", r.name, "manifest", mkey, "encrypted", m.Encrypted(),
+		"duration", m.FinishedAt.Sub(r.start).Round(time.Millisecond))
+	return nil
+}
+
+// after runs what follows a committed backup: its drill, then the prune.
+func (r *run) after(ctx context.Context) (*Result, error) {
+	opts, m, log := r.opts, r.m, r.log
+	res := &Result{Manifest: m, Prefix: opts.Layout.BackupPrefix(opts.ClusterID, r.name), Duration: m.FinishedAt.Sub(r.start)}
 	var drillErr error
 	if opts.Drill != nil {
 		// After the commit, before the prune: the drill's record is what
 		// the retention rule `drilled` reads.
-		res.Drill, res.DrillErr = opts.Drill(ctx, m)
+		res.Drill, res.DrillErr = r.drill(ctx)
 		if res.DrillErr != nil {
 			// No record: the drill could not run (no etcd of the
 			// version, no room, the store failed), which proves nothing
@@ -380,10 +511,10 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 				what = "could not run"
 			}
 			drillErr = &Error{ClusterID: opts.ClusterID, Step: StepDrill,
-				Err: fmt.Errorf("the backup itself was committed (%s); its restore drill %s: %w", name, what, res.DrillErr)}
-			log.Error("restore drill of the new backup "+what, "backup", name, "err", res.DrillErr)
+				Err: fmt.Errorf("the backup itself was committed (%s); its restore drill %s: %w", r.name, what, res.DrillErr)}
+			log.Error("restore drill of the new backup "+what, "backup", r.name, "err", res.DrillErr)
 		} else if res.Drill != nil {
-			log.Info("restore drill passed", "backup", name, "comparison", res.Drill.Comparison.Mode,
+			log.Info("restore drill passed", "backup", r.name, "comparison", res.Drill.Comparison.Mode,
 				"duration", res.Drill.FinishedAt.Sub(res.Drill.StartedAt).Round(time.Millisecond))
 		}
 		if ctx.Err() != nil {
@@ -400,7 +531,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	res.Pruned = rep
 	if err != nil {
 		perr := &Error{ClusterID: opts.ClusterID, Step: StepPrune,
-			Err: fmt.Errorf("the backup itself was committed (%s); pruning older backups failed: %w", name, err)}
+			Err: fmt.Errorf("the backup itself was committed (%s); pruning older backups failed: %w", r.name, err)}
 		if drillErr != nil {
 			return res, errors.Join(drillErr, perr)
 		}
@@ -409,9 +540,30 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	return res, drillErr
 }
 
+// drill calls Options.Drill on the committed backup: on the plaintext copy
+// the stream left (checked against the manifest first) when the backup is
+// encrypted, removed as soon as the drill returns.
+func (r *run) drill(ctx context.Context) (*catalog.DrillRecord, error) {
+	if !r.m.Encrypted() {
+		return r.opts.Drill(ctx, r.m, "")
+	}
+	defer r.removePlain()
+	path, err := r.plain.verify(r.m)
+	if err != nil {
+		return nil, fmt.Errorf("the plaintext copy for the drill (encrypted backup, no identity needed): %w", err)
+	}
+	return r.opts.Drill(ctx, r.m, path)
+}
+
+func (r *run) removePlain() {
+	if err := r.plain.remove(); err != nil {
+		r.log.Error("could not remove the drill's plaintext copy", "dir", r.plain.dir(), "err", err)
+	}
+}
+
 // snapshotMember streams one member's snapshot into key. The returned step
 // says whether the source or the store failed.
-func snapshotMember(ctx context.Context, opts Options, cand probe.Member, key string) (res streamResult, revBefore, revAfter int64, step string, err error) {
+func snapshotMember(ctx context.Context, opts Options, cand probe.Member, key string, plain *plainCopy) (res streamResult, revBefore, revAfter int64, step string, err error) {
 	cli, err := opts.Etcd.Client(ctx, cand.ClientURL)
 	if err != nil {
 		return res, 0, 0, StepSnapshot, err
@@ -449,7 +601,7 @@ func snapshotMember(ctx context.Context, opts Options, cand probe.Member, key st
 	}
 	done := make(chan out, 1)
 	go func() {
-		r, err := compressStream(chunks, raw, pw, opts.Compression)
+		r, err := compressStream(chunks, raw, pw, opts.Compression, opts.Recipients, plain)
 		done <- out{r, err}
 	}()
 	_, putErr := putObject(streamCtx, opts.Store, key, pr)
@@ -488,8 +640,9 @@ func snapshotMember(ctx context.Context, opts Options, cand probe.Member, key st
 	return o.res, revBefore, revAfter, "", nil
 }
 
-// exportV2 exports the v2 keyspace and stores it. v2 data (legacy calico)
-// is small, so it is encoded in memory.
+// exportV2 exports the v2 keyspace and stores it: compressed, then
+// encrypted with Recipients. v2 data (legacy calico) is small, so it is
+// encoded in memory.
 func exportV2(ctx context.Context, opts Options, hc *http.Client, clientURL, name string) (*catalog.V2Info, error) {
 	exp, err := ExportV2(ctx, hc, clientURL)
 	if err != nil {
@@ -500,12 +653,9 @@ func exportV2(ctx context.Context, opts Options, hc *http.Client, clientURL, nam
 		return nil, err
 	}
 	rawSum := sha256.Sum256(raw)
-	obj := catalog.V2ObjectZstd
-	if opts.Compression == catalog.CompressNone {
-		obj = catalog.V2ObjectRaw
-	}
+	obj := catalog.V2Object(opts.Compression, opts.Recipients.Len() > 0)
 	var buf bytes.Buffer
-	enc, err := encoder(&buf, opts.Compression)
+	enc, err := objectWriter(&buf, opts.Compression, opts.Recipients)
 	if err != nil {
 		return nil, err
 	}

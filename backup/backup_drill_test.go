@@ -62,7 +62,7 @@ func TestRunDrillHook(t *testing.T) {
 			opts := r.options(t, id)
 			opts.Prune = &policy
 			calls := 0
-			opts.Drill = func(ctx context.Context, m *catalog.Manifest) (*catalog.DrillRecord, error) {
+			opts.Drill = func(ctx context.Context, m *catalog.Manifest, _ string) (*catalog.DrillRecord, error) {
 				calls++
 				// Committed, and nothing pruned yet.
 				l := r.listed(t, id)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdinternals"
+	"github.com/armada/etcd-recovery/internal/seal"
 )
 
 // etcd appends the sha256 of the database to the snapshot stream.
@@ -121,6 +122,40 @@ func encoder(w io.Writer, c catalog.Compression) (io.WriteCloser, error) {
 	return nil, fmt.Errorf("unknown compression %q", c)
 }
 
+// objectWriter returns the writer a data object is written through:
+// compression, then, with recipients, age encryption, into w. Its Close
+// flushes both (it does not close w).
+func objectWriter(w io.Writer, c catalog.Compression, rs seal.Recipients) (io.WriteCloser, error) {
+	if rs.Len() == 0 {
+		return encoder(w, c)
+	}
+	sealer, err := seal.Encrypt(w, rs)
+	if err != nil {
+		return nil, err
+	}
+	enc, err := encoder(sealer, c)
+	if err != nil {
+		return nil, err
+	}
+	return &chainWriter{Writer: enc, closers: []io.Closer{enc, sealer}}, nil
+}
+
+// chainWriter closes its writers in order: the compressor, then the
+// encryption around what it wrote.
+type chainWriter struct {
+	io.Writer
+	closers []io.Closer
+}
+
+func (c *chainWriter) Close() error {
+	for _, cl := range c.closers {
+		if err := cl.Close(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Decoder returns a decompressing reader around r.
 func Decoder(r io.Reader, c catalog.Compression) (io.ReadCloser, error) {
 	switch c {
@@ -203,7 +238,12 @@ func (e *sourceError) Unwrap() error { return e.err }
 // with the error, so the upload reading it fails and is aborted. A failure
 // of the source is returned as a *sourceError. On return, the receiver has
 // stopped or will stop at its next send (cancel its context).
-func compressStream(chunks <-chan chunk, raw *SnapshotHasher, dst *io.PipeWriter, c catalog.Compression) (streamResult, error) {
+//
+// With recipients the compressed stream is encrypted (age) before it
+// reaches dst, and the stored hash and size are the ciphertext's. plain,
+// when non-nil, gets a copy of the raw stream (the drill's plaintext copy
+// of an encrypted backup); its failure does not fail the backup.
+func compressStream(chunks <-chan chunk, raw *SnapshotHasher, dst *io.PipeWriter, c catalog.Compression, rs seal.Recipients, plain *plainCopy) (streamResult, error) {
 	var res streamResult
 	fail := func(err error) (streamResult, error) {
 		if errors.Is(err, io.ErrClosedPipe) {
@@ -218,7 +258,7 @@ func compressStream(chunks <-chan chunk, raw *SnapshotHasher, dst *io.PipeWriter
 		return res, err
 	}
 	stored := NewHashCounter()
-	enc, err := encoder(io.MultiWriter(dst, stored), c)
+	enc, err := objectWriter(io.MultiWriter(dst, stored), c, rs)
 	if err != nil {
 		return fail(err)
 	}
@@ -226,6 +266,7 @@ func compressStream(chunks <-chan chunk, raw *SnapshotHasher, dst *io.PipeWriter
 		if ck.err != nil {
 			return fail(&sourceError{ck.err})
 		}
+		plain.write(ck.Blob)
 		// The encoder copies what it is given: the buffer can go back.
 		_, err := enc.Write(ck.Blob)
 		ck.Release()

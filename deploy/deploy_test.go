@@ -300,6 +300,35 @@ func TestShippedPods(t *testing.T) {
 				}
 			}
 		})
+		t.Run("Exporter", func(t *testing.T) {
+			// The pod runs `serve`: its probes answer from inside the pod
+			// as the kubelet asks them, and /metrics lists every cluster.
+			if len(spec.Probes) == 0 {
+				t.Fatal("the toolkit has no probes")
+			}
+			for _, p := range spec.Probes {
+				deadline := time.Now().Add(2 * time.Minute)
+				for {
+					res, err := pod.Exec(ctx, "wget", "-q", "-O", "/dev/null", "-T", "5", p.URL())
+					if err != nil {
+						t.Fatal(err)
+					}
+					if res.ExitCode == 0 {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("%s probe %s: not answering 200 after 2 min: %s", p.Kind, p.URL(), res.Stderr)
+					}
+					time.Sleep(time.Second) // polling the probe, as the kubelet does
+				}
+			}
+			res := exec(t, 0, "wget", "-q", "-O-", "-T", "10", fmt.Sprintf("http://127.0.0.1:%d/metrics", spec.Ports["metrics"]))
+			for _, c := range []string{bigCluster, smallCluster, tinyCluster} {
+				if !strings.Contains(string(res.Stdout), `etcd_recovery_cluster_info{cluster="`+c+`"} 1`) {
+					t.Errorf("/metrics has no etcd_recovery_cluster_info for %s", c)
+				}
+			}
+		})
 		t.Run("List", func(t *testing.T) {
 			res := exec(t, 0, "etcd-recovery", "list", "--cluster-id", bigCluster, "-o", "json")
 			var rows []map[string]any

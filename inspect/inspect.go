@@ -15,11 +15,19 @@
 // pure; it composes one function per check: quorum, lag, leader and split
 // brain, alarms, members down, DB quota, unlisted endpoints, backup
 // freshness and restore drills, then the next step.
+//
+// Options.Validate checks the options before anything is contacted and
+// returns usage errors (internal/usage: the CLI exits 4); Run calls it
+// first. ValidateTemplate checks the settings alone, for options that are
+// the template of many clusters (kube.InspectAll).
+//
+// A Report renders by internal/output's convention: Tables (the members
+// table, their errors, then the verdict, leader, flags, backup, drill and
+// next-step lines), or JSON of the Report itself.
 package inspect
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -29,6 +37,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/etcdconn"
 	"github.com/armada/etcd-recovery/internal/probe"
 	"github.com/armada/etcd-recovery/internal/store"
+	"github.com/armada/etcd-recovery/internal/usage"
 )
 
 // Options configure one inspection.
@@ -56,30 +65,42 @@ type Options struct {
 	Now func() time.Time
 }
 
-// Validate checks the options without touching the network.
+// Validate checks the options without touching the network. Its errors
+// are usage errors (internal/usage: the CLI exits 4), named by the CLI's
+// flags. Zero durations and thresholds are the defaults; negative ones are
+// refused. Run calls it first.
 func (o Options) Validate() error {
 	if err := o.Etcd.Validate(); err != nil {
+		return usage.Wrap(err)
+	}
+	if err := o.ValidateTemplate(); err != nil {
 		return err
 	}
-	if o.Timeout < 0 {
-		return fmt.Errorf("timeout %v: must be positive", o.Timeout)
+	if o.Store != nil && o.ClusterID == "" {
+		return usage.Errorf("inspect: --bucket needs --cluster-id to check the cluster's backups")
 	}
-	if o.MaxBackupAge < 0 {
-		return fmt.Errorf("max backup age %v: must be positive", o.MaxBackupAge)
-	}
-	if o.MaxDrillAge < 0 {
-		return fmt.Errorf("max drill age %v: must be positive", o.MaxDrillAge)
-	}
-	if o.Thresholds.QuotaBytes < 0 {
-		return fmt.Errorf("quota %d: must be positive", o.Thresholds.QuotaBytes)
-	}
-	if o.Store != nil {
-		if o.ClusterID == "" {
-			return errors.New("a cluster id is needed to check its backups")
-		}
+	if o.ClusterID != "" {
 		if err := catalog.ValidateClusterID(o.ClusterID); err != nil {
-			return err
+			return usage.Wrap(fmt.Errorf("inspect: %w", err))
 		}
+	}
+	return nil
+}
+
+// ValidateTemplate checks the settings shared by every cluster inspected
+// with these options (timeouts, ages, thresholds), not the cluster itself
+// (endpoints, cluster id): the check of a template for many clusters
+// (kube.InspectAll), before any is known.
+func (o Options) ValidateTemplate() error {
+	switch {
+	case o.Timeout < 0:
+		return usage.Errorf("inspect: --probe-timeout %v: must be positive", o.Timeout)
+	case o.MaxBackupAge < 0:
+		return usage.Errorf("inspect: --max-backup-age %v: must be positive", o.MaxBackupAge)
+	case o.MaxDrillAge < 0:
+		return usage.Errorf("inspect: --max-drill-age %v: must be positive", o.MaxDrillAge)
+	case o.Thresholds.QuotaBytes < 0:
+		return usage.Errorf("inspect: --quota-backend-bytes %d: must be positive", o.Thresholds.QuotaBytes)
 	}
 	return nil
 }

@@ -162,25 +162,17 @@ func (r *Report) drillLine() string {
 	return l
 }
 
-// Render writes the report as the members table followed by its lines, or
-// as JSON of the same report.
+// Tables are the report's one section: the members table, the members'
+// errors below it, then Lines (verdict, leader, flags, backup, drill, next
+// step), wrapped to output.Width except with -o wide.
+func (r *Report) Tables() []output.Table {
+	t := r.Table()
+	t.Lines = r.Lines()
+	return []output.Table{t}
+}
+
+// Render is output.RenderAll(w, f, r.Tables(), r): the table and its
+// lines, or JSON of the same report.
 func Render(w io.Writer, f output.Format, r *Report) error {
-	if f == output.FormatJSON {
-		return output.Render(w, f, output.Table{}, r)
-	}
-	if err := output.Render(w, f, r.Table(), nil); err != nil {
-		return err
-	}
-	for _, l := range r.Lines() {
-		lines := []string{l}
-		if f != output.FormatWide {
-			lines = output.Wrap(l, output.Width, "    ")
-		}
-		for _, l := range lines {
-			if _, err := fmt.Fprintln(w, l); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return output.RenderAll(w, f, r.Tables(), r)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/etcdconn"
 	"github.com/armada/etcd-recovery/internal/fanout"
 	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/restore"
 )
 
@@ -349,6 +350,11 @@ func BackupAll(ctx context.Context, opts BackupAllOptions) (*BackupAllReport, er
 		log = slog.New(slog.DiscardHandler)
 	}
 	rep := &BackupAllReport{Namespace: k.Namespace, Parallel: opts.Parallel, Failed: []string{}}
+	if err := opts.Template.ValidateTemplate(); err != nil {
+		// --require-encryption without recipients, a bad kind: no cluster
+		// is backed up (the CLI exits 4).
+		return rep, &BackupAllError{Namespace: k.Namespace, Err: err}
+	}
 	now := opts.Now()
 	var drillLim *fanout.Limiter
 	if d := opts.Drill; d != nil {
@@ -490,13 +496,13 @@ func backupOne(ctx context.Context, k *Client, c Cluster, opts BackupAllOptions,
 	bo.Progress = nil
 	bo.Drill = nil
 	if drill {
-		bo.Drill = func(ctx context.Context, m *catalog.Manifest) (*catalog.DrillRecord, error) {
+		bo.Drill = func(ctx context.Context, m *catalog.Manifest, plaintext string) (*catalog.DrillRecord, error) {
 			// The backup's buffers are freed: its slot goes to the next
 			// backup while this drill runs (bounded by the drill slot).
 			backupSlot.Release()
 			clog.Info("restore drill of the new backup", "backup", m.Name)
 			// The drill's log lines carry the cluster themselves.
-			return drillBackup(ctx, c.Name, ecfg, m, opts, log)
+			return restore.Drill(ctx, NewBackupDrillOptions(m, plaintext, opts.Template.Store, opts.Template.Layout, ecfg, *opts.Drill, log))
 		}
 	}
 	r, err := backup.Run(ctx, bo)
@@ -550,19 +556,27 @@ func onlyDrill(err error) bool {
 	return true
 }
 
-// drillBackup drills the backup just committed, against its source: the
-// same endpoints and client TLS the backup used.
-func drillBackup(ctx context.Context, cluster string, src etcdconn.Config, m *catalog.Manifest, opts BackupAllOptions, log *slog.Logger) (*catalog.DrillRecord, error) {
-	return restore.Drill(ctx, restore.DrillOptions{
-		ClusterID:  cluster,
-		Store:      opts.Template.Store,
-		Layout:     opts.Template.Layout,
+// NewBackupDrillOptions are the options of the drill of a backup just
+// committed (backup --drill), against its source: the same endpoints and
+// client TLS the backup used. plaintext is the local plaintext copy the
+// backup streamed when it is encrypted (backup.Options.Drill): the drill
+// then downloads nothing and needs no identity.
+func NewBackupDrillOptions(m *catalog.Manifest, plaintext string, st store.Store, layout catalog.Layout, src etcdconn.Config,
+	plan DrillPlan, log *slog.Logger) restore.DrillOptions {
+	o := restore.DrillOptions{
+		ClusterID:  m.ClusterID,
+		Store:      st,
+		Layout:     layout,
 		Backup:     m.Name,
 		Source:     src,
-		EtcdBinDir: opts.Drill.EtcdBinDir,
-		ScratchDir: opts.Drill.ScratchDir,
+		EtcdBinDir: plan.EtcdBinDir,
+		ScratchDir: plan.ScratchDir,
 		Log:        log,
-	})
+	}
+	if plaintext != "" {
+		o.Plaintext, o.Manifest = plaintext, m
+	}
+	return o
 }
 
 func successMessage(r ClusterResult) string {

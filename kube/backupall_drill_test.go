@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"filippo.io/age"
 	"fmt"
 	"os"
 	"os/exec"
@@ -17,6 +18,7 @@ import (
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/kubetest"
+	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/testenv"
 	"github.com/armada/etcd-recovery/internal/testfix"
 	"github.com/armada/etcd-recovery/kube"
@@ -276,5 +278,43 @@ func TestBackupAllDrill(t *testing.T) {
 			t.Fatalf("%d clusters in the report", len(rep.Clusters))
 		}
 		t.Logf("slot %d chose %v of %v", rep.DrillSlot, chosen, names)
+	})
+
+	// Encrypted (#15): the fleet's backups are encrypted, their drills
+	// run on the plaintext each backup streamed (no identity anywhere) and
+	// pass against the source, and the scratch dir is empty afterwards.
+	t.Run("Encrypted", func(t *testing.T) {
+		sa, err := kube.New(kube.Config{Rest: k.RestConfig(token), Namespace: drillNS})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := age.GenerateX25519Identity()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs, err := seal.ParseRecipients([]string{id.Recipient().String()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		scratch := t.TempDir()
+		rep, err := kube.BackupAll(ctx, kube.BackupAllOptions{
+			Kube: sa, NoEvents: true,
+			Template: backup.Options{Kind: catalog.KindManual, Store: st, Layout: layout, ProbeTimeout: 2 * time.Second,
+				Recipients: rs, RequireEncryption: true, ScratchDir: scratch},
+			DialTimeout: 2 * time.Second,
+			Drill:       &kube.DrillPlan{Share: 1, Parallel: 2, EtcdBinDir: testenv.DrillBinDir(t, testenv.V35, testenv.V36), ScratchDir: scratch},
+		})
+		if err != nil {
+			t.Fatalf("BackupAll encrypted --drill: %v", err)
+		}
+		for _, r := range rep.Clusters {
+			if r.Result != kube.ResultOK || r.Manifest == nil || !r.Manifest.Encrypted() || r.Drill == nil || r.Drill.Result != kube.DrillPassed ||
+				r.Drill.Comparison != catalog.CompareSource {
+				t.Errorf("%s: result %s, manifest encryption %+v, drill %+v", r.Cluster, r.Result, r.Manifest, r.Drill)
+			}
+		}
+		if left, err := os.ReadDir(scratch); err != nil || len(left) != 0 {
+			t.Fatalf("scratch dir after the fleet's drills: %v %v (plaintext left behind?)", left, err)
+		}
 	})
 }

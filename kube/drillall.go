@@ -125,6 +125,9 @@ func (e *DrillAllError) Unwrap() error { return e.Err }
 // One failure does not stop the others. A cancel stops every drill (each
 // cleans up after itself, records nothing) and returns the context's error.
 func DrillAll(ctx context.Context, opts DrillAllOptions) (*DrillAllReport, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
 	if opts.Parallel <= 0 {
 		opts.Parallel = 1
 	}

@@ -175,6 +175,9 @@ func InspectAll(ctx context.Context, opts InspectAllOptions) (*InspectAllReport,
 	if k == nil {
 		return nil, errors.New("no kubernetes client")
 	}
+	if err := opts.Template.ValidateTemplate(); err != nil {
+		return nil, err
+	}
 	if opts.Parallel <= 0 {
 		opts.Parallel = DefaultInspectParallel
 	}

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/restore"
 )
@@ -62,9 +63,18 @@ type OperatorRestoreOptions struct {
 	// small private dir in the system's temp dir.
 	TempDir string
 	// DryRun changes nothing (see OperatorRestore).
-	DryRun   bool
-	Log      *slog.Logger
-	Progress func(label string) restore.Progress
+	DryRun bool
+	// Identities (--identity-file) decrypt an encrypted backup; the
+	// staged copy is plaintext (etcd-operator cannot decrypt) and is
+	// deleted as soon as the restored cluster is verified, or the restore
+	// failed or was cancelled.
+	Identities *seal.Identities
+	// Recipients and RequireEncryption encrypt the survivor snapshot
+	// (restore.Options).
+	Recipients        seal.Recipients
+	RequireEncryption bool
+	Log               *slog.Logger
+	Progress          func(label string) restore.Progress
 }
 
 // Steps of OperatorRestore, named in its errors.
@@ -106,7 +116,7 @@ const DefaultOperatorRestoreTimeout = 10 * time.Minute
 // backup for etcd-operator: <prefix>/restore/<cluster>/<backup>/snapshot.db,
 // outside the backup folders (retention never touches it).
 func StagedKey(l catalog.Layout, cluster, backupName string) string {
-	return l.RootPrefix() + "restore/" + cluster + "/" + backupName + "/" + catalog.SnapshotObjectRaw
+	return l.StagedKey(cluster, backupName)
 }
 
 // OperatorRestoreError is a failed OperatorRestore: the cluster, the step
@@ -147,6 +157,12 @@ type OperatorRestoreReport struct {
 	S3Path       string `json:"s3Path,omitempty"`
 	StagedSHA256 string `json:"stagedSHA256,omitempty"`
 	StagedSize   int64  `json:"stagedSize,omitempty"`
+	// StagedRemoved: the staged (plaintext) copy was deleted, once the
+	// restored cluster was verified or because the restore failed or was
+	// cancelled. StagedRemoveError: it could not be (prune deletes staged
+	// copies older than an hour; list shows them).
+	StagedRemoved     bool   `json:"stagedRemoved,omitempty"`
+	StagedRemoveError string `json:"stagedRemoveError,omitempty"`
 	// Actions, in order.
 	Actions []OperatorAction `json:"actions"`
 	// Replaced is the EtcdRestore of an earlier, finished restore of the
@@ -211,7 +227,10 @@ type ReplacedRestore struct {
 // DryRun does step 1 (without taking the survivor snapshot or writing
 // anything) and reports the actions it would take; the EtcdRestore is
 // validated by the API server with a server-side dry run.
-func OperatorRestore(ctx context.Context, o OperatorRestoreOptions) (*OperatorRestoreReport, error) {
+func OperatorRestore(ctx context.Context, o OperatorRestoreOptions) (_ *OperatorRestoreReport, rerr error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	k := o.Kube
 	if k == nil || o.Store == nil || o.Bucket == "" || o.Cluster == "" {
@@ -269,7 +288,7 @@ func OperatorRestore(ctx context.Context, o OperatorRestoreOptions) (*OperatorRe
 	// 1. Select and verify, with the survivor's endpoints from the pods.
 	ropts := restore.Options{ClusterID: o.Cluster, Store: o.Store, Layout: o.Layout, NoLive: o.NoLive,
 		ProbeTimeout: o.ProbeTimeout, Backup: o.Backup, DryRun: o.DryRun, Log: o.Log, Progress: o.Progress,
-		ScratchDir: o.TempDir}
+		ScratchDir: o.TempDir, Identities: o.Identities, Recipients: o.Recipients, RequireEncryption: o.RequireEncryption}
 	tmp, err := PrivateDir("etcd-recovery-tls-")
 	if err != nil {
 		return fail(OpStepSelect, err)
@@ -318,10 +337,17 @@ func OperatorRestore(ctx context.Context, o OperatorRestoreOptions) (*OperatorRe
 	rep.S3Path = path.Join(o.Bucket, rep.StagedKey)
 	rep.Actions = append(rep.Actions, OperatorAction{Verb: "stage", What: fmt.Sprintf("uncompressed snapshot of %s at s3://%s", backupName, rep.S3Path)})
 	if !o.DryRun {
+		// From here on the staged copy is removed on every return: after
+		// the verification, or on failure or cancellation.
+		defer func() { o.removeStaged(ctx, rep, log, rerr) }()
 		if rep.StagedSHA256, rep.StagedSize, err = stageVerified(ctx, o.Store, snapPath, rep.StagedKey); err != nil {
 			return fail(OpStepStage, err)
 		}
 		log.Info("snapshot staged", "key", rep.StagedKey, "sha256", rep.StagedSHA256, "size", rep.StagedSize)
+		// The local plaintext copy is no longer needed.
+		if err := os.Remove(snapPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+			log.Warn("could not remove the local staged snapshot (removed with its private dir on return)", "path", snapPath, "err", err)
+		}
 	}
 
 	// 3. The EtcdRestore; etcd-operator replaces the EtcdCluster.
@@ -646,6 +672,40 @@ func (o *OperatorRestoreOptions) checkRestored(ctx context.Context, oldUID types
 		return 0, "", false, seen, fmt.Errorf("the restored etcdcluster failed: %s", reason)
 	}
 	return c.Size, ec.GetUID(), c.Phase == "Running" && c.Size > 0 && int64(len(ready)) == c.Size, seen, nil
+}
+
+// StagedRemoveTimeout bounds the deletion of the staged copy, which runs
+// with a fresh context when the restore was cancelled.
+const StagedRemoveTimeout = 30 * time.Second
+
+// removeStaged deletes the staged plaintext copy (rep.StagedKey) and
+// records it in rep: as soon as the restored cluster is verified, and when
+// the restore failed or was cancelled. It runs with a context of its own
+// (not cancelled with ctx), bounded by StagedRemoveTimeout.
+func (o *OperatorRestoreOptions) removeStaged(ctx context.Context, rep *OperatorRestoreReport, log *slog.Logger, rerr error) {
+	if rep.StagedKey == "" {
+		return
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), StagedRemoveTimeout)
+	defer cancel()
+	why := "the restored cluster is verified"
+	if rerr != nil {
+		why = "the restore failed"
+		if ctx.Err() != nil {
+			why = "the restore was cancelled"
+		}
+	}
+	if err := o.Store.Delete(dctx, []string{rep.StagedKey}); err != nil {
+		rep.StagedRemoveError = err.Error()
+		msg := fmt.Sprintf("the staged plaintext snapshot %s could not be deleted (%s): %v; prune deletes staged copies older than an hour, or delete it by hand",
+			rep.StagedKey, why, err)
+		rep.Warnings = append(rep.Warnings, msg)
+		log.Error("could not delete the staged plaintext snapshot", "key", rep.StagedKey, "why", why, "err", err)
+		return
+	}
+	rep.StagedRemoved = true
+	rep.Actions = append(rep.Actions, OperatorAction{Verb: "remove", What: fmt.Sprintf("staged plaintext snapshot s3://%s: deleted, %s", rep.S3Path, why)})
+	log.Info("staged plaintext snapshot deleted", "key", rep.StagedKey, "why", why)
 }
 
 // stageVerified uploads the verified snapshot file to key, reads the object

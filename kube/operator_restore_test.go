@@ -239,12 +239,45 @@ func testOperatorRestore(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.App
 		if d := time.Since(start); d > time.Minute {
 			t.Errorf("took %v", d)
 		}
+		// No plaintext left behind: the staged copy went with the failure.
+		if keys := testfix.Keys(t, st, layout.StagedPrefix(name)); len(keys) > 0 {
+			t.Fatalf("the failed restore left its staged plaintext snapshot: %v", keys)
+		}
 		// A second run refuses while that EtcdRestore exists.
 		code, _, stderr = runTool("--no-live", "--wait-timeout", "3s")
 		if code != 1 || !strings.Contains(stderr, "an EtcdRestore "+name+" already exists") || !strings.Contains(stderr, "etcd-operator has not acted on it yet") {
 			t.Fatalf("second run: exit %d\n%s", code, lastLines(stderr, 3))
 		}
 		// The EtcdRestore stays for the operator; clean up as an admin.
+		if err := dynAdmin.Resource(kube.EtcdRestoreGVR).Namespace(restoreNS).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("CancelledRemovesStaged", func(t *testing.T) {
+		// Cancelled while waiting for etcd-operator (none runs): the
+		// staged copy is deleted with a fresh context, and reported.
+		rctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			for rctx.Err() == nil {
+				if _, err := dynAdmin.Resource(kube.EtcdRestoreGVR).Namespace(restoreNS).Get(rctx, name, metav1.GetOptions{}); err == nil {
+					cancel()
+					return
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}()
+		rep, err := kube.OperatorRestore(rctx, kube.OperatorRestoreOptions{
+			Kube: sa, Cluster: name, Store: st, Layout: layout, Bucket: bucket, Endpoint: m.Endpoint, ForcePathStyle: true, NoLive: true,
+			ProbeTimeout: 2 * time.Second, DialTimeout: 2 * time.Second, Timeout: 3 * time.Minute, PollInterval: 200 * time.Millisecond,
+			TempDir: t.TempDir()})
+		if !errors.Is(err, context.Canceled) || rep == nil || rep.StagedKey == "" || !rep.StagedRemoved {
+			t.Fatalf("cancelled restore: %v, report %+v", err, rep)
+		}
+		if keys := testfix.Keys(t, st, layout.StagedPrefix(name)); len(keys) > 0 {
+			t.Fatalf("the cancelled restore left its staged plaintext snapshot: %v", keys)
+		}
 		if err := dynAdmin.Resource(kube.EtcdRestoreGVR).Namespace(restoreNS).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -329,6 +362,9 @@ func testOperatorRestore(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.App
 		t.Logf("restore via etcd-operator: %v in all, waited %v for the operator", time.Since(start).Round(time.Millisecond), rep.Waited.Round(time.Millisecond))
 		if rep.Backup != man.Name || rep.StagedKey != key || rep.OldUID != fc.UID || rep.NewUID == "" || rep.NewUID == fc.UID {
 			t.Fatalf("report: %+v", rep)
+		}
+		if !rep.StagedRemoved || len(testfix.Keys(t, st, layout.StagedPrefix(name))) > 0 {
+			t.Fatalf("the staged plaintext snapshot is still there after the verified restore (removed %t, error %q)", rep.StagedRemoved, rep.StagedRemoveError)
 		}
 		if rep.Verify == nil || !rep.Verify.Verified || rep.Verify.Keys != int64(wantKeys) || len(rep.Verify.Members) != 3 ||
 			rep.Verify.Revision < rep.Plan.Snapshot.Revision {

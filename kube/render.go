@@ -149,6 +149,8 @@ func (r *OperatorRestoreReport) Tables() []output.Table {
 				y = []byte(fmt.Sprintf("# cannot render: %v\n", err))
 			}
 			text("%s%s: %s\n---\n%s---\n", verb, a.Verb, a.What, y)
+		case "remove":
+			text("%s: %s\n", a.Verb, a.What)
 		case "delete":
 			// The old EtcdRestore: its annotations are what it recorded
 			// (the backup, the replaced EtcdCluster's uid and spec).

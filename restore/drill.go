@@ -13,6 +13,7 @@ import (
 
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
+	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/usage"
 	"github.com/armada/etcd-recovery/internal/version"
@@ -55,9 +56,24 @@ type DrillOptions struct {
 	ProbeTimeout    time.Duration
 	// NoRecord skips writing drill.json (the result is only returned).
 	NoRecord bool
-	Progress func(label string) Progress
-	Log      *slog.Logger
-	Now      func() time.Time
+	// Identities (--identity-file) decrypt an encrypted backup. Without
+	// one of its recipients' identities the drill fails before anything is
+	// downloaded, and nothing is recorded.
+	Identities *seal.Identities
+	// Plaintext is the path of a local plaintext snapshot of the backup
+	// Manifest describes (the database plus etcd's sha256 trailer, as
+	// `etcdctl snapshot save` writes it): the drill after a backup drills
+	// the plaintext the backup streamed, so the backup job needs no
+	// identity. The drill then never downloads: the file's sha256 must
+	// equal the manifest's raw sha256 (else the drill fails at "download
+	// and verify", recorded like a damaged download). The file is only
+	// read; the caller removes it. Manifest must be set with it, and is
+	// the committed manifest (Backup, if set, must name it).
+	Plaintext string
+	Manifest  *catalog.Manifest
+	Progress  func(label string) Progress
+	Log       *slog.Logger
+	Now       func() time.Time
 
 	// onStep, for tests, is called as each step begins.
 	onStep func(ctx context.Context, step string)
@@ -168,6 +184,16 @@ func (o DrillOptions) Validate() error {
 	if len(o.Source.Endpoints) > 0 {
 		if err := o.Source.Validate(); err != nil {
 			return usage.Errorf("source: %w", err)
+		}
+	}
+	if o.Plaintext != "" {
+		switch {
+		case o.Manifest == nil:
+			return usage.Errorf("a plaintext snapshot (%s) needs the backup's manifest", o.Plaintext)
+		case o.ClusterID != "" && o.Manifest.ClusterID != o.ClusterID:
+			return usage.Errorf("the manifest of the plaintext snapshot is of cluster %s, not %s", o.Manifest.ClusterID, o.ClusterID)
+		case o.Backup != "" && o.Backup != o.Manifest.Name:
+			return usage.Errorf("the manifest of the plaintext snapshot is of backup %s, not %s", o.Manifest.Name, o.Backup)
 		}
 	}
 	for _, d := range []struct{ flag, dir string }{{"etcd-bin-dir", o.EtcdBinDir}, {"temp-dir", o.ScratchDir}} {
@@ -331,6 +357,9 @@ func (d *drill) run(ctx context.Context) (_ *catalog.DrillRecord, rerr error) {
 	if err := d.opts.defaults(); err != nil {
 		return d.fail(DrillStepValidate, err)
 	}
+	if d.opts.Plaintext != "" {
+		d.opts.Backup = d.opts.Manifest.Name
+	}
 	if d.opts.Backup == "" {
 		// The newest committed backup, whatever its earlier drills said:
 		// restore's own choice would skip one whose drill failed, and an
@@ -391,6 +420,7 @@ func (d *drill) run(ctx context.Context) (_ *catalog.DrillRecord, rerr error) {
 		Targets:      Targets{InitialCluster: "drill=" + d.peerURL, DataDir: d.dataDir},
 		BumpRevision: DefaultBumpRevision, MarkCompacted: true, Parallel: 1, ScratchDir: scratch,
 		ProbeTimeout: opts.ProbeTimeout, Progress: opts.Progress, Log: opts.Log, Now: opts.Now,
+		Identities: opts.Identities,
 		drill: &drillHooks{deferMark: true,
 			onChosen: func(ctx context.Context, c Candidate) error {
 				d.chosen = c
@@ -429,6 +459,9 @@ func (d *drill) run(ctx context.Context) (_ *catalog.DrillRecord, rerr error) {
 				return ctx.Err()
 			},
 		},
+	}
+	if opts.Plaintext != "" {
+		ro.local = &localSnapshot{path: opts.Plaintext, manifest: opts.Manifest}
 	}
 	res, err := Run(ctx, ro)
 	if res != nil {

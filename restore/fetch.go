@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
 )
 
@@ -161,8 +164,18 @@ func (q *chunkQueue) fill(ctx context.Context, r io.Reader, tap func([]byte)) {
 // decompressed stream (database plus etcd's trailer, the file etcdutl
 // expects) is written to it; otherwise it is discarded. Progress reports
 // stored bytes read.
-func fetchSnapshot(ctx context.Context, store store.Store, layout catalog.Layout, m *catalog.Manifest, dst io.Writer, progress func(int64)) (*fetchResult, error) {
+//
+// An encrypted backup (m.Encryption) is decrypted with ids between the
+// download and the decompression: without a matching identity nothing is
+// downloaded (an *IdentityError, from the manifest), and an object whose
+// age header or payload does not authenticate is refused as damaged
+// (a verifyError wrapping seal.ErrTampered): no plaintext reaches dst
+// before the header opened.
+func fetchSnapshot(ctx context.Context, store store.Store, layout catalog.Layout, m *catalog.Manifest, ids *seal.Identities, dst io.Writer, progress func(int64)) (*fetchResult, error) {
 	key := layout.Key(m.ClusterID, m.Name, m.Snapshot.Object)
+	if err := checkIdentity(layout, m, ids); err != nil {
+		return nil, err
+	}
 	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -219,8 +232,28 @@ func fetchSnapshot(ctx context.Context, store store.Store, layout catalog.Layout
 		}
 	}()
 
-	// Stage 2, here: decompress.
-	dec, err := backup.Decoder(inR, m.Snapshot.Compression)
+	// Stage 2, here: decrypt (an encrypted backup) and decompress.
+	var src io.Reader = inR
+	var plain *errTracker
+	if m.Encryption.Encrypted() {
+		pr, err := seal.Decrypt(inR, ids, m.Encryption.Recipients)
+		if err != nil {
+			if perr := parent.Err(); perr != nil {
+				return nil, perr
+			}
+			if errors.Is(err, seal.ErrTampered) && in.err == nil {
+				return &fetchResult{Checks: []Check{{Name: CheckDecrypt, Status: CheckFailed, Detail: err.Error()}}},
+					&verifyError{tamperedError(key, err)}
+			}
+			if isNoIdentity(err) {
+				return nil, fmt.Errorf("%s: %w", key, err)
+			}
+			return nil, err // the store failed while the header was read
+		}
+		plain = &errTracker{r: pr}
+		src = plain
+	}
+	dec, err := backup.Decoder(src, m.Snapshot.Compression)
 	if err != nil {
 		return nil, &verifyError{fmt.Errorf("%s: %w", key, err)}
 	}
@@ -235,7 +268,12 @@ func fetchSnapshot(ctx context.Context, store store.Store, layout catalog.Layout
 	}
 	// Read whatever the decoder did not need (nothing, unless it failed),
 	// so the stored hash covers the whole object.
-	_, rerr := io.Copy(io.Discard, inR)
+	// An encrypted object is drained through age, so that damage past
+	// the end of the compressed stream is still reported as such.
+	_, rerr := io.Copy(io.Discard, src)
+	if rerr == nil && plain != nil {
+		_, rerr = io.Copy(io.Discard, inR)
+	}
 	derr := out.err
 	if derr == nil {
 		derr = rerr
@@ -250,6 +288,10 @@ func fetchSnapshot(ctx context.Context, store store.Store, layout catalog.Layout
 		}
 		if isStoreError(derr) {
 			return nil, derr
+		}
+		if plain != nil && errors.Is(plain.err, seal.ErrTampered) {
+			return &fetchResult{StoredSize: stored.N(), Checks: []Check{{Name: CheckDecrypt, Status: CheckFailed, Detail: plain.err.Error()}}},
+				&verifyError{tamperedError(key, plain.err)}
 		}
 		// The object was read to its end: a flipped or missing byte is
 		// the stored checksum mismatch it is.
@@ -272,6 +314,10 @@ func fetchSnapshot(ctx context.Context, store store.Store, layout catalog.Layout
 			storedSum, stored.N(), m.Snapshot.StoredSHA256, m.Snapshot.StoredSize))
 	}
 	res.Checks = append(res.Checks, Check{Name: CheckStoredSHA, Status: CheckPassed, Detail: storedSum})
+	if plain != nil {
+		res.Checks = append(res.Checks, Check{Name: CheckDecrypt, Status: CheckPassed,
+			Detail: "age, encrypted to " + strings.Join(m.Encryption.Recipients, ", ")})
+	}
 	trailer, complete := raw.Trailer()
 	if !complete {
 		return fail(CheckEtcdHash, fmt.Sprintf("snapshot is %d bytes: too short to hold etcd's sha256", raw.Size()+int64(len(trailer))))

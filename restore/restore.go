@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/etcdconn"
 	"github.com/armada/etcd-recovery/internal/fanout"
 	"github.com/armada/etcd-recovery/internal/probe"
+	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/usage"
 )
@@ -91,6 +93,24 @@ type Options struct {
 	// system needs room for each member's database anyway).
 	ScratchDir string
 
+	// Identities (--identity-file) decrypt an encrypted backup (its
+	// manifest's Encryption). Without one of its recipients' identities
+	// the restore fails at "verify backup" before anything is downloaded
+	// or written, naming the recipients (seal.ErrNoIdentity). Plaintext
+	// backups need none.
+	Identities *seal.Identities
+	// Recipients (restore's --encrypt-to / --recipients-file, from the
+	// ConfigMap's variables in the toolkit) encrypt the survivor snapshot
+	// restore commits before it restores. Without them, the survivor is
+	// encrypted to the recipients of the cluster's newest committed
+	// encrypted backup (public keys, read from its manifest): an encrypted
+	// fleet never gets a plaintext backup from an incident. Restore then
+	// reads the survivor back, so Identities must match one of them; that
+	// is checked before the snapshot is taken.
+	Recipients seal.Recipients
+	// RequireEncryption refuses to commit a plaintext survivor snapshot.
+	RequireEncryption bool
+
 	// Verify, when its Etcd has endpoints, waits for the rebuilt cluster
 	// (started by someone else once OnDataDirs is called) and verifies it.
 	Verify VerifyOptions
@@ -107,6 +127,9 @@ type Options struct {
 	afterMemberWritten func(context.Context, Member)
 	// drill is set by Drill (drill.go): its hooks into the run.
 	drill *drillHooks
+	// local, set by Drill for DrillOptions.Plaintext, replaces the
+	// listing and the download with a local plaintext snapshot.
+	local *localSnapshot
 }
 
 // Survivor is the pre-restore snapshot of a surviving member.
@@ -534,20 +557,28 @@ func selectAndVerify(ctx context.Context, opts Options, log *slog.Logger, plan *
 		return snapPath, StepSurvivor, err
 	}
 
-	listed, err := catalog.ListBackups(ctx, opts.Store, opts.Layout, opts.ClusterID)
-	if err != nil {
-		return snapPath, StepList, err
-	}
-	cands, ignored := rankCandidates(listed)
-	plan.Ignored = ignored
-	if planned != nil {
-		cands = append([]Candidate{*planned}, cands...)
-		sortCandidates(cands)
-	}
-	cands, idx, err := selectCandidate(opts.ClusterID, opts.Layout.ClusterPrefix(opts.ClusterID), listed, cands, ignored, opts.Backup, plan.Survivor)
-	plan.Candidates = cands
-	if err != nil {
-		return snapPath, StepSelect, err
+	var cands []Candidate
+	var idx int
+	if opts.local != nil {
+		cands = []Candidate{candidateOf(opts.local.manifest)}
+		plan.Candidates = cands
+	} else {
+		listed, err := catalog.ListBackups(ctx, opts.Store, opts.Layout, opts.ClusterID)
+		if err != nil {
+			return snapPath, StepList, err
+		}
+		var ignored []Ignored
+		cands, ignored = rankCandidates(listed)
+		plan.Ignored = ignored
+		if planned != nil {
+			cands = append([]Candidate{*planned}, cands...)
+			sortCandidates(cands)
+		}
+		cands, idx, err = selectCandidate(opts.ClusterID, opts.Layout.ClusterPrefix(opts.ClusterID), listed, cands, ignored, opts.Backup, plan.Survivor)
+		plan.Candidates = cands
+		if err != nil {
+			return snapPath, StepSelect, err
+		}
 	}
 	plan.Reason = chooseReason(cands, idx, opts.Backup != "", plan.Survivor)
 	cands[idx].Status = "chosen"
@@ -556,6 +587,13 @@ func selectAndVerify(ctx context.Context, opts Options, log *slog.Logger, plan *
 	plan.EtcdVersion = chosen.ServerVersion
 	plan.MinRevision = chosen.Revision + int64(opts.BumpRevision)
 	log.Info("chose a snapshot", "backup", chosen.Name, "revision", chosen.Revision, "reason", plan.Reason)
+	// An encrypted backup needs the identity of one of its recipients:
+	// checked from the manifest before anything is downloaded or written.
+	if !chosen.Planned && opts.local == nil {
+		if err := checkIdentity(opts.Layout, chosen.manifest, opts.Identities); err != nil {
+			return snapPath, StepVerifyBackup, err
+		}
+	}
 	if opts.drill != nil && opts.drill.onChosen != nil {
 		if err := opts.drill.onChosen(ctx, chosen); err != nil {
 			return snapPath, StepSelect, err
@@ -600,7 +638,12 @@ func selectAndVerify(ctx context.Context, opts Options, log *slog.Logger, plan *
 		}
 		fetchStart := time.Now()
 		prog := opts.Progress(fmt.Sprintf("download %s", chosen.Name))
-		fr, err := fetchSnapshot(ctx, opts.Store, opts.Layout, chosen.manifest, dst, prog.Update)
+		var fr *fetchResult
+		if opts.local != nil {
+			fr, err = verifyLocal(ctx, *opts.local, dst)
+		} else {
+			fr, err = fetchSnapshot(ctx, opts.Store, opts.Layout, chosen.manifest, opts.Identities, dst, prog.Update)
+		}
 		prog.Done()
 		if fr != nil {
 			plan.Checks = append(plan.Checks, fr.Checks...)
@@ -649,7 +692,7 @@ func refuse(ctx context.Context, opts Options, cands []Candidate, idx int, err e
 			continue
 		}
 		prog := opts.Progress(fmt.Sprintf("verify %s", c.Name))
-		_, verr := fetchSnapshot(ctx, opts.Store, opts.Layout, c.manifest, nil, prog.Update)
+		_, verr := fetchSnapshot(ctx, opts.Store, opts.Layout, c.manifest, opts.Identities, nil, prog.Update)
 		prog.Done()
 		if ctx.Err() != nil {
 			return err
@@ -696,11 +739,19 @@ func probeSurvivor(ctx context.Context, opts Options, s *Survivor) *Candidate {
 // member answering is not an error (the cluster is gone: restore from the
 // store); any other failure is, since a survivor's newer data would be lost.
 func takeSurvivor(ctx context.Context, opts Options, log *slog.Logger, s *Survivor) error {
+	rs, from, err := survivorRecipients(ctx, opts)
+	if err != nil {
+		return err
+	}
+	if rs.Len() > 0 {
+		log.Info("the survivor snapshot is encrypted", "recipients", rs.String(), "from", from)
+	}
 	prog := opts.Progress("pre-restore snapshot")
 	r, err := backup.Run(ctx, backup.Options{
 		ClusterID: opts.ClusterID, Kind: catalog.KindPreRestore, Etcd: opts.Old,
 		Store: opts.Store, Layout: opts.Layout, ProbeTimeout: opts.ProbeTimeout,
 		Progress: prog.Update, Log: opts.Log, Now: opts.Now,
+		Recipients: rs, RequireEncryption: opts.RequireEncryption,
 		OnSource: func(m probe.Member) { s.Member, s.Endpoint = m.Name, m.ClientURL },
 	})
 	prog.Done()
@@ -719,6 +770,44 @@ func takeSurvivor(ctx context.Context, opts Options, log *slog.Logger, s *Surviv
 	s.Member, s.Endpoint, s.Revision, s.Backup = m.Source.Name, m.Source.Endpoint, m.Revision(), m.Name
 	log.Info("survivor snapshot committed", "backup", m.Name, "member", m.Source.Name, "revision", m.Revision())
 	return nil
+}
+
+// survivorRecipients are the recipients of the survivor snapshot, and
+// where they come from: Options.Recipients, else those of the cluster's
+// newest committed encrypted backup. With recipients, Identities must hold
+// one of theirs (restore reads the survivor back); without any,
+// RequireEncryption refuses. Both are checked before anything is written.
+func survivorRecipients(ctx context.Context, opts Options) (seal.Recipients, string, error) {
+	rs, from := opts.Recipients, "--encrypt-to / --recipients-file"
+	if rs.Len() == 0 {
+		listed, err := catalog.ListBackups(ctx, opts.Store, opts.Layout, opts.ClusterID)
+		if err != nil {
+			return rs, "", fmt.Errorf("listing the backups for the recipients of the survivor snapshot: %w", err)
+		}
+		for _, l := range listed { // newest first
+			if l.Manifest == nil || !l.Manifest.Encryption.Encrypted() {
+				continue
+			}
+			if rs, err = seal.ParseRecipients(l.Manifest.Encryption.Recipients); err != nil {
+				return rs, "", fmt.Errorf("recipients of backup %s: %w", l.Name, err)
+			}
+			from = "the newest encrypted backup, " + l.Name
+			break
+		}
+	}
+	if err := seal.CheckRequired(rs, opts.RequireEncryption); err != nil {
+		return rs, "", fmt.Errorf("the survivor snapshot would be written in plaintext: %w (give --encrypt-to or --recipients-file)", err)
+	}
+	if rs.Len() == 0 {
+		return rs, "", nil
+	}
+	for _, have := range opts.Identities.Recipients() {
+		if slices.Contains(rs.Strings(), have) {
+			return rs, from, nil
+		}
+	}
+	return rs, "", fmt.Errorf("%w: the survivor snapshot is encrypted to %s (%s) and restore reads it back, but --identity-file holds none of their identities; "+
+		"give the identity, or --no-live to restore from the store without a survivor snapshot", seal.ErrNoIdentity, rs.String(), from)
 }
 
 // writeDataDirs restores every member's data dir, parallel at a time. All

@@ -21,6 +21,7 @@ import (
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
+	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/usage"
 )
@@ -38,8 +39,10 @@ type V2Options struct {
 	Etcd etcdconn.Config
 	// Concurrency is the number of keys written at a time. Default 8.
 	Concurrency int
-	Now         func() time.Time
-	Log         *slog.Logger
+	// Identities (--identity-file) decrypt an encrypted backup's export.
+	Identities *seal.Identities
+	Now        func() time.Time
+	Log        *slog.Logger
 }
 
 // V2Change is one v2 node that was created, updated, skipped or failed.
@@ -156,7 +159,10 @@ func RestoreV2(ctx context.Context, opts V2Options) (*V2Report, error) {
 		}
 		return fail(StepSelect, errors.New(msg))
 	}
-	exp, err := fetchV2(ctx, opts.Store, opts.Layout, m)
+	if err := checkIdentity(opts.Layout, m, opts.Identities); err != nil {
+		return fail(StepVerifyBackup, err)
+	}
+	exp, err := fetchV2(ctx, opts.Store, opts.Layout, m, opts.Identities)
 	if err != nil {
 		return fail(StepVerifyBackup, err)
 	}
@@ -266,7 +272,7 @@ func RestoreV2(ctx context.Context, opts V2Options) (*V2Report, error) {
 const StepV2 = "restore v2 keys"
 
 // fetchV2 downloads a backup's v2 export and checks it against the manifest.
-func fetchV2(ctx context.Context, store store.Store, layout catalog.Layout, m *catalog.Manifest) (*backup.V2Export, error) {
+func fetchV2(ctx context.Context, store store.Store, layout catalog.Layout, m *catalog.Manifest, ids *seal.Identities) (*backup.V2Export, error) {
 	key := layout.Key(m.ClusterID, m.Name, m.V2.Object)
 	rc, err := store.Get(ctx, key)
 	if err != nil {
@@ -277,10 +283,27 @@ func fetchV2(ctx context.Context, store store.Store, layout catalog.Layout, m *c
 	if err != nil {
 		return nil, err
 	}
+	var compressed io.Reader = bytes.NewReader(stored)
+	if m.Encryption.Encrypted() {
+		// The age layer first: a damaged object is named as such.
+		pr, err := seal.Decrypt(compressed, ids, m.Encryption.Recipients)
+		if err == nil {
+			var plain []byte
+			if plain, err = io.ReadAll(pr); err == nil {
+				compressed = bytes.NewReader(plain)
+			}
+		}
+		if errors.Is(err, seal.ErrTampered) {
+			return nil, tamperedError(key, err)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", key, err)
+		}
+	}
 	if s := sha256.Sum256(stored); hex.EncodeToString(s[:]) != m.V2.StoredSHA256 {
 		return nil, fmt.Errorf("%s: stored sha256 %x, manifest says %s: corrupt or truncated", key, s, m.V2.StoredSHA256)
 	}
-	dec, err := backup.Decoder(bytes.NewReader(stored), m.V2.Compression)
+	dec, err := backup.Decoder(compressed, m.V2.Compression)
 	if err != nil {
 		return nil, err
 	}

@@ -15,7 +15,9 @@ import (
 	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
+	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
+	"github.com/armada/etcd-recovery/internal/usage"
 )
 
 // VerifyOptions configure the check of a rebuilt cluster.
@@ -383,8 +385,10 @@ type ClusterCheckOptions struct {
 	OverrideMinRevision, OverrideKeys bool
 	// TempDir (--temp-dir) holds the downloaded snapshot while it is
 	// read. Default os.TempDir() ($TMPDIR, else /tmp).
-	TempDir  string
-	Progress func(label string) Progress
+	TempDir string
+	// Identities (--identity-file) decrypt an encrypted --backup.
+	Identities *seal.Identities
+	Progress   func(label string) Progress
 }
 
 // ClusterCheck is what `restore verify` found.
@@ -395,10 +399,39 @@ type ClusterCheck struct {
 	*VerifyReport
 }
 
+// Validate checks what `restore verify` was asked: --backup or --manifest,
+// not both; --backup with a valid cluster id and a backup name; endpoints;
+// a timeout that is not negative (0 is the default). It returns usage
+// errors (internal/usage); CheckCluster calls it first.
+func (o ClusterCheckOptions) Validate() error {
+	switch {
+	case o.Timeout < 0:
+		return usage.Errorf("restore verify: --verify-timeout must be positive, got %s", o.Timeout)
+	case o.Backup != "" && o.ManifestFile != "":
+		return usage.Errorf("restore verify: --backup and --manifest are exclusive")
+	case o.Backup != "" && o.ClusterID == "":
+		return usage.Errorf("restore verify: --backup needs --cluster-id")
+	case o.Backup != "":
+		if err := catalog.ValidateClusterID(o.ClusterID); err != nil {
+			return usage.Wrap(fmt.Errorf("restore verify: %w", err))
+		}
+		if _, _, err := catalog.ParseBackupName(o.Backup); err != nil {
+			return usage.Errorf("restore verify: --backup: %w", err)
+		}
+	}
+	if len(o.Etcd.Endpoints) == 0 {
+		return usage.Errorf("restore verify: --endpoints (the rebuilt cluster's client URLs, or ETCDCTL_ENDPOINTS) is required")
+	}
+	return nil
+}
+
 // CheckCluster is `restore verify`: it works out what the rebuilt cluster
-// must hold, then runs Verify.
+// must hold, then runs Verify. Its options are checked first (Validate).
 func CheckCluster(ctx context.Context, opts ClusterCheckOptions) (*ClusterCheck, error) {
 	out := &ClusterCheck{ClusterID: opts.ClusterID, Backup: opts.Backup}
+	if err := opts.Validate(); err != nil {
+		return out, err
+	}
 	givenRev, givenKeys := opts.MinRevision, opts.ExpectedKeys
 	if opts.Progress == nil {
 		opts.Progress = func(string) Progress { return nopProgress{} }
@@ -417,6 +450,9 @@ func CheckCluster(ctx context.Context, opts ClusterCheckOptions) (*ClusterCheck,
 		if err != nil {
 			return out, fmt.Errorf("backup %s: %w", opts.Backup, err)
 		}
+		if err := checkIdentity(opts.Layout, m, opts.Identities); err != nil {
+			return out, &Error{ClusterID: opts.ClusterID, Step: StepVerifyBackup, Err: err}
+		}
 		root := ScratchRoot(opts.TempDir)
 		if err := CheckSpace([]SpaceNeed{{Path: root, Bytes: stagedBytes(m.Snapshot.RawSize), Hint: HintScratch,
 			What: fmt.Sprintf("the snapshot of backup %s, uncompressed, read to count its keys", m.Name)}}); err != nil {
@@ -429,7 +465,7 @@ func CheckCluster(ctx context.Context, opts ClusterCheckOptions) (*ClusterCheck,
 		defer os.Remove(f.Name())
 		defer f.Close()
 		prog := opts.Progress("download " + m.Name)
-		_, err = fetchSnapshot(ctx, opts.Store, opts.Layout, m, f, prog.Update)
+		_, err = fetchSnapshot(ctx, opts.Store, opts.Layout, m, opts.Identities, f, prog.Update)
 		prog.Done()
 		if err != nil {
 			return out, fmt.Errorf("backup %s: %w", m.Name, err)

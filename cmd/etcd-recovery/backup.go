@@ -48,7 +48,8 @@ func backupCommand() *cli.Command {
 			etcdBinDirFlag(),
 			tempDirFlag(),
 			outputFlag(),
-		}, policyFlags()),
+			pushgatewayFlag(),
+		}, encryptionFlags(), policyFlags()),
 		Action: runBackup,
 	}
 }
@@ -103,6 +104,18 @@ func runBackup(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	if opts.Recipients, err = recipientsFromFlags(c); err != nil {
+		return err
+	}
+	opts.RequireEncryption = c.Bool("require-encryption")
+	if drill != nil {
+		// An encrypted backup's drill runs on the plaintext the backup
+		// streamed, kept under --temp-dir (else $TMPDIR) for the drill.
+		opts.ScratchDir = drill.ScratchDir
+	}
+	if err := opts.ValidateTemplate(); err != nil {
+		return fmt.Errorf("backup: %w", err)
+	}
 	if fleet {
 		return runBackupAll(c, opts, format, drill)
 	}
@@ -119,16 +132,16 @@ func runBackup(c *cli.Context) error {
 		// and client TLS, so that it can ask the member for HashKV at the
 		// snapshot's revision.
 		src := opts.Etcd
-		opts.Drill = func(ctx context.Context, m *catalog.Manifest) (*catalog.DrillRecord, error) {
-			log.Info("restore drill of the new backup", "cluster", m.ClusterID, "backup", m.Name)
-			return restore.Drill(ctx, restore.DrillOptions{ClusterID: m.ClusterID, Store: store, Layout: layout, Backup: m.Name,
-				Source: src, EtcdBinDir: drill.EtcdBinDir, ScratchDir: drill.ScratchDir, Log: log})
+		opts.Drill = func(ctx context.Context, m *catalog.Manifest, plaintext string) (*catalog.DrillRecord, error) {
+			log.Info("restore drill of the new backup", "cluster", m.ClusterID, "backup", m.Name, "local_plaintext", plaintext != "")
+			return restore.Drill(ctx, kube.NewBackupDrillOptions(m, plaintext, store, layout, src, *drill, log))
 		}
 	}
 	prog := output.NewProgress(fmt.Sprintf("backup %s", opts.ClusterID))
 	opts.Progress = prog.Update
 	res, err := backup.Run(c.Context, opts)
 	prog.Done()
+	pushBackupRun(c, opts, res) // --pushgateway (serve.go); a failed push is only logged
 	if res == nil {
 		return err
 	}
@@ -205,6 +218,7 @@ func runBackupAll(c *cli.Context, tmpl backup.Options, format output.Format, dri
 		Drill:       drill,
 		Orphans:     orphans,
 	})
+	pushBackupAll(c, tmpl.Kind, rep) // --pushgateway (serve.go); a failed push is only logged
 	if rep != nil && rep.Clusters != nil {
 		if rerr := output.RenderAll(c.App.Writer, format, rep.Tables(), rep); rerr != nil {
 			return rerr

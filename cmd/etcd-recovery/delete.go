@@ -52,31 +52,24 @@ func runDelete(c *cli.Context) error {
 		return err
 	}
 	opts := catalog.DeleteOptions{ClusterID: c.String("cluster-id"), Names: c.StringSlice("backup"), Force: c.Bool("allow-newest"), Log: log}
-	if opts.ClusterID == "" {
-		return usagef("delete: --cluster-id is required")
-	}
-	if err := catalog.ValidateClusterID(opts.ClusterID); err != nil {
-		return asUsage(err)
-	}
 	format, err := output.ParseFormat(c.String("output"))
 	if err != nil {
 		return asUsage(err)
 	}
 	if c.Bool("all-backups") {
-		return runDeleteAll(c, opts.ClusterID, format)
+		all := catalog.DeleteAllOptions{ClusterID: opts.ClusterID, DryRun: c.Bool("dry-run"), Log: log}
+		if err := all.Validate(); err != nil {
+			return err
+		}
+		return runDeleteAll(c, all, format)
 	}
 	for _, f := range []string{"ignore-etcdcluster", "dry-run"} {
 		if c.Bool(f) {
 			return usagef("delete: --%s is for --all-backups", f)
 		}
 	}
-	if len(opts.Names) == 0 {
-		return usagef("delete: --backup or --all-backups is required")
-	}
-	for _, n := range opts.Names {
-		if _, _, err := catalog.ParseBackupName(n); err != nil {
-			return usagef("delete: --backup: %v", err)
-		}
+	if err := opts.Validate(); err != nil {
+		return err
 	}
 	store, layout, err := cosStore(c)
 	if err != nil {
@@ -111,7 +104,8 @@ type deleteAllResult struct {
 	Delete      *catalog.DeleteAllReport `json:"delete"`
 }
 
-func runDeleteAll(c *cli.Context, id string, format output.Format) error {
+func runDeleteAll(c *cli.Context, opts catalog.DeleteAllOptions, format output.Format) error {
+	id := opts.ClusterID
 	if len(c.StringSlice("backup")) > 0 {
 		return usagef("delete: --backup and --all-backups are exclusive")
 	}
@@ -119,12 +113,10 @@ func runDeleteAll(c *cli.Context, id string, format output.Format) error {
 		return usagef("delete: --allow-newest (--force) is for --backup; --all-backups deletes every backup, and only --ignore-etcdcluster overrides its EtcdCluster check")
 	}
 	ignore := c.Bool("ignore-etcdcluster")
-	log, err := logger(c)
-	if err != nil {
-		return err
-	}
+	log := opts.Log
 	res := deleteAllResult{}
 	var k *kube.Client
+	var err error
 	switch {
 	case kubeAccess(c):
 		if k, err = kubeClient(c); err != nil {
@@ -170,7 +162,8 @@ func runDeleteAll(c *cli.Context, id string, format output.Format) error {
 			res.EtcdCluster = "absent"
 		}
 	}
-	rep, err := catalog.DeleteAll(ctx, catalog.DeleteAllOptions{Store: store, Layout: layout, ClusterID: id, DryRun: c.Bool("dry-run"), Log: log})
+	opts.Store, opts.Layout = store, layout
+	rep, err := catalog.DeleteAll(ctx, opts)
 	err = named("delete", err)
 	if rep != nil {
 		res.Delete = rep

@@ -24,6 +24,8 @@ func drillCommand() *cli.Command {
 			"API), each result also recorded as an Event (DrillPassed, DrillFailed, DrillNotRun) on the EtcdCluster.\n" +
 			"A cluster with no committed backup is listed as not drilled (\"no backup\", with the reason), not failed.\n" +
 			"--parallel defaults to 1 here: each drill runs an etcd and needs twice the database's size in --temp-dir.\n" +
+			"An encrypted backup (age) needs --identity-file: drill it where the identity is (the toolkit pod, or a drill Job\n" +
+			"of its own); the drill that follows a scheduled backup drills the plaintext the backup streamed instead.\n" +
 			"The exit is 1 when any drill fails, naming the cluster, the backup and the failing check.",
 		Flags: concat(etcdFlags(), cosFlags(), kubeFlags(), []cli.Flag{
 			clusterIDFlag(),
@@ -35,7 +37,9 @@ func drillCommand() *cli.Command {
 			&cli.BoolFlag{Name: "no-record", Usage: "do not write drill.json (the result is only printed)"},
 			etcdBinDirFlag(),
 			tempDirFlag(),
+			identityFileFlag(),
 			outputFlag(),
+			pushgatewayFlag(),
 		}),
 		Action: runDrill,
 	}
@@ -65,7 +69,11 @@ func runDrill(c *cli.Context) error {
 	if err != nil {
 		return asUsage(err)
 	}
-	tmpl := restore.DrillOptions{EtcdBinDir: c.String("etcd-bin-dir"), ScratchDir: c.String("temp-dir"),
+	ids, err := identityOf(c, log)
+	if err != nil {
+		return err
+	}
+	tmpl := restore.DrillOptions{EtcdBinDir: c.String("etcd-bin-dir"), ScratchDir: c.String("temp-dir"), Identities: ids,
 		StartTimeout: c.Duration("start-timeout"), ProbeTimeout: c.Duration("probe-timeout"), NoRecord: c.Bool("no-record"), Log: log}
 	kubeForm := all && (c.IsSet("namespace") || c.IsSet("kubeconfig"))
 	// --endpoints has a default (etcdctl's 127.0.0.1:2379): only endpoints
@@ -101,6 +109,7 @@ func runDrill(c *cli.Context) error {
 	} else {
 		rep, err = kube.DrillOne(c.Context, opts, id, c.String("backup"))
 	}
+	pushDrills(c, rep) // --pushgateway (serve.go); a failed push is only logged
 	if rep != nil && (len(rep.Clusters) > 0 || err == nil) {
 		if rerr := output.Render(c.App.Writer, format, rep.Table(), rep); rerr != nil {
 			return rerr

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -58,20 +59,15 @@ func runInspect(c *cli.Context) error {
 		MaxBackupAge: c.Duration("max-backup-age"),
 		MaxDrillAge:  c.Duration("max-drill-age"),
 	}
-	if opts.Timeout <= 0 {
-		return usagef("inspect: --probe-timeout %v: must be positive", opts.Timeout)
+	// inspect.Options takes 0 for its defaults; on the command line, where
+	// every flag shows its default, 0 is a mistake.
+	for _, f := range []string{"probe-timeout", "quota-backend-bytes", "max-lag", "max-backup-age", "max-drill-age"} {
+		if v := c.Value(f); v == time.Duration(0) || v == int64(0) || v == uint64(0) {
+			return usagef("inspect: --%s 0: must be positive", f)
+		}
 	}
-	if opts.Thresholds.QuotaBytes <= 0 {
-		return usagef("inspect: --quota-backend-bytes %d: must be positive", opts.Thresholds.QuotaBytes)
-	}
-	if opts.Thresholds.MaxLag == 0 {
-		return usagef("inspect: --max-lag must be positive")
-	}
-	if opts.MaxBackupAge <= 0 {
-		return usagef("inspect: --max-backup-age %v: must be positive", opts.MaxBackupAge)
-	}
-	if opts.MaxDrillAge <= 0 {
-		return usagef("inspect: --max-drill-age %v: must be positive", opts.MaxDrillAge)
+	if err := opts.ValidateTemplate(); err != nil {
+		return err
 	}
 	cluster, all := c.String("cluster"), c.Bool("all")
 	switch {
@@ -98,16 +94,14 @@ func runInspect(c *cli.Context) error {
 		if opts.ClusterID == "" {
 			return usagef("inspect: --bucket needs --cluster-id to check the cluster's backups")
 		}
-		if err := catalog.ValidateClusterID(opts.ClusterID); err != nil {
-			return asUsage(err)
+		// Before the store's credentials are read.
+		if err := opts.Validate(); err != nil {
+			return err
 		}
 		if opts.Store, opts.Layout, err = cosStore(c); err != nil {
 			return err
 		}
 		opts.Location = strings.TrimRight(bucket+"/"+strings.Trim(opts.Layout.Prefix, "/"), "/")
-	}
-	if err := opts.Validate(); err != nil {
-		return asUsage(err)
 	}
 	rep, err := inspect.Run(c.Context, opts)
 	if err != nil {
@@ -117,7 +111,7 @@ func runInspect(c *cli.Context) error {
 }
 
 func renderInspect(c *cli.Context, format output.Format, rep *inspect.Report) error {
-	if err := inspect.Render(c.App.Writer, format, rep); err != nil {
+	if err := output.RenderAll(c.App.Writer, format, rep.Tables(), rep); err != nil {
 		return err
 	}
 	return verdictExit(rep.ExitCode())

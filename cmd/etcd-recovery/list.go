@@ -10,7 +10,6 @@ import (
 
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/output"
-	"github.com/armada/etcd-recovery/internal/store"
 )
 
 const defaultProbeTimeout = 3 * time.Second
@@ -54,23 +53,22 @@ func runList(c *cli.Context) error {
 	if err := noArgs(c); err != nil {
 		return err
 	}
-	clusterID := c.String("cluster-id")
-	if clusterID == "" {
-		return usagef("list: --cluster-id is required")
-	}
-	if err := catalog.ValidateClusterID(clusterID); err != nil {
-		return asUsage(err)
-	}
 	format, err := output.ParseFormat(c.String("output"))
 	if err != nil {
 		return asUsage(err)
 	}
-	policy, err := policyFromFlags(c)
+	log, err := logger(c)
 	if err != nil {
 		return err
 	}
-	st, layout, err := cosStore(c)
-	if err != nil {
+	opts := catalog.ListOptions{ClusterID: c.String("cluster-id")}
+	if opts.Policy, err = policyFromFlags(c); err != nil {
+		return err
+	}
+	if err := opts.Validate(); err != nil {
+		return err
+	}
+	if opts.Store, opts.Layout, err = cosStore(c); err != nil {
 		return err
 	}
 	ctx, cancel, named, err := runDeadline(c)
@@ -78,108 +76,31 @@ func runList(c *cli.Context) error {
 		return err
 	}
 	defer cancel()
-	// The same inventory and checks as prune: every committed backup's
-	// manifest is read and the objects it names are checked against the
-	// listing; incomplete folders are aged with their uploads.
-	entries, err := catalog.Inventory(ctx, st, layout, clusterID)
+	res, err := catalog.List(ctx, opts)
 	if err != nil {
-		return named("list backups", fmt.Errorf("list cluster %s: %w", clusterID, err))
-	}
-	manifests, merrs, unknownErr := catalog.CheckEntries(ctx, st, layout, entries, catalog.DefaultCheckParallel)
-	if err := ctx.Err(); err != nil {
-		return named("read manifests", fmt.Errorf("list cluster %s: read manifests: %w", clusterID, err))
-	}
-	var uploads []store.Upload
-	if mp, ok := st.(store.Multipart); ok {
-		uploads, err = mp.ListUploads(ctx, layout.ClusterPrefix(clusterID))
-	}
-	if err == nil {
-		var keys []string
-		for _, e := range entries {
-			if !e.Committed {
-				keys = append(keys, catalog.UploadKeys(layout, e, nil)...)
-			}
+		var le *catalog.ListError
+		if errors.As(err, &le) {
+			return named(le.Step, err)
 		}
-		var exact []store.Upload
-		exact, err = catalog.ListUploadsAt(ctx, st, keys, catalog.DefaultCheckParallel)
-		uploads = append(uploads, exact...)
-	}
-	if err != nil {
-		return named("list multipart uploads", fmt.Errorf("list cluster %s: %w", clusterID, err))
-	}
-	for i := range entries {
-		prefix := layout.BackupPrefix(clusterID, entries[i].Name)
-		seen := map[string]bool{}
-		for _, u := range uploads {
-			if len(u.Key) > len(prefix) && u.Key[:len(prefix)] == prefix && !seen[u.UploadID] {
-				seen[u.UploadID] = true
-				entries[i].Uploads = append(entries[i].Uploads, u)
-			}
-		}
-	}
-	// The drill records, as prune reads them: the drilled rule keeps by
-	// them. One the store failed to return is shown as unreadable, and the
-	// exit is 1 (its proof is unknown).
-	drillErr := catalog.LoadDrills(ctx, st, layout, entries, catalog.DefaultCheckParallel)
-	if err := ctx.Err(); err != nil {
-		return named("read drill records", fmt.Errorf("list cluster %s: read drill records: %w", clusterID, err))
-	}
-	listed := make([]catalog.Listed, len(entries))
-	for i, e := range entries {
-		listed[i] = catalog.Listed{Entry: e, Manifest: manifests[i], ManifestErr: merrs[i]}
-	}
-	// Pure: the plan is only shown, nothing is deleted.
-	decisions := map[string]catalog.Decision{}
-	for _, d := range catalog.ApplyPolicy(entries, time.Now(), policy).Decisions {
-		decisions[d.Entry.Name] = d
-	}
-	rows := make(catalog.ListRows, 0, len(listed))
-	for _, l := range listed {
-		d := decisions[l.Name]
-		r := catalog.ListRow{Name: l.Name, Kind: l.Kind, Time: l.Time, Status: "committed",
-			Retention: catalog.ListRetention{Keep: d.Keep, Rules: d.Rules, Reason: d.Reason}, Drill: l.Drill.Result()}
-		for _, o := range l.Objects {
-			r.TotalSize += o.Size
-		}
-		r.Damaged = l.Damaged
-		switch {
-		case !l.Committed:
-			r.Status = "incomplete"
-		case l.ManifestErr != nil && l.Damaged == "":
-			r.Status, r.Error = "unknown: manifest could not be read", l.ManifestErr.Error()
-		case l.ManifestErr != nil:
-			r.Status, r.Error = "damaged: "+l.Damaged, l.ManifestErr.Error()
-		default:
-			if l.Damaged != "" {
-				r.Status = "damaged: " + l.Damaged
-			}
-			m := l.Manifest
-			r.Revision, r.RawSize, r.Source, r.Manifest = m.RevisionBefore, m.Snapshot.RawSize, m.Source.Name, m
-			r.StoredSize = m.Snapshot.StoredSize
-			if m.V2 != nil {
-				r.V2Keys = &m.V2.Keys
-			}
-		}
-		rows = append(rows, r)
-	}
-	// The orphan marker (prune --orphans, backup --all --prune): one read.
-	marker, markerErr := catalog.ReadOrphanMarker(ctx, st, layout, clusterID)
-	for i := range rows {
-		rows[i].Orphan = marker
-	}
-	t := rows.Table()
-	if markerErr != nil {
-		t.Notes = append(t.Notes, fmt.Sprintf("orphan marker of cluster %s could not be read: %v", clusterID, markerErr))
-	}
-	if err := output.Render(c.App.Writer, format, t, rows); err != nil {
 		return err
 	}
-	if unknownErr != nil {
-		// Shown in the table; the state of those backups is unknown.
-		return fmt.Errorf("list cluster %s: %w", clusterID, unknownErr)
+	if len(res.Staged) > 0 {
+		keys := make([]string, len(res.Staged))
+		for i, s := range res.Staged {
+			keys[i] = s.Key
+		}
+		log.Warn("staged plaintext snapshots exist", "cluster", opts.ClusterID, "keys", keys)
 	}
-	if drillErr != nil {
-		return fmt.Errorf("list cluster %s: %w", clusterID, drillErr)
+	if res.StagedErr != nil {
+		log.Warn("staged plaintext snapshots could not be listed", "cluster", opts.ClusterID, "err", res.StagedErr)
+	}
+	if err := output.RenderAll(c.App.Writer, format, res.Tables(), res.Rows); err != nil {
+		return err
+	}
+	if res.Err != nil {
+		// Shown in the table: the state of those backups, or their
+		// proof, is unknown.
+		return res.Err
 	}
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return named("render", ctx.Err())

@@ -1,6 +1,11 @@
-// Command etcd-recovery backs up, inspects and restores etcd clusters.
-// This package only wires flags to the backup, restore and inspect
-// packages: one file per command.
+// Command etcd-recovery backs up, restores, inspects and drills etcd
+// clusters, alone or for every EtcdCluster of a Kubernetes namespace, and
+// serves their metrics. It only wires flags to the feature packages
+// (backup, restore, inspect, kube, metrics) and internal/catalog, one file
+// per command: each builds the package's options, lets the package validate
+// them (a usage error anywhere in the cause chain is exit 4), calls it and
+// renders its report with internal/output (rep.Table() or rep.Tables(), or
+// -o json of the report itself).
 package main
 
 import (
@@ -18,6 +23,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/usage"
 	"github.com/armada/etcd-recovery/internal/version"
 )
@@ -68,6 +74,12 @@ func handleSignals(sigs <-chan os.Signal, cancel context.CancelCauseFunc, stderr
 		return
 	}
 	fmt.Fprintf(stderr, "etcd-recovery: %s again: exiting now, cleanup unfinished (a backup left incomplete has no manifest; prune removes it and its upload)\n", signalName(second))
+	// Plaintext never outlives the process: the scratch copies (the
+	// drill-after-backup snapshot) are unlinked even on the hard exit,
+	// where deferred cleanups do not run.
+	if err := seal.RemoveAllScratch(); err != nil {
+		fmt.Fprintf(stderr, "etcd-recovery: removing plaintext scratch files: %v\n", err)
+	}
 	exit(exitCanceled)
 }
 
@@ -141,6 +153,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			inspectCommand(),
 			restoreCommand(),
 			drillCommand(),
+			serveCommand(),
 		},
 		// Errors are printed once, by run.
 		ExitErrHandler: func(*cli.Context, error) {},

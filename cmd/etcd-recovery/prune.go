@@ -96,23 +96,28 @@ func runPrune(c *cli.Context) error {
 	opts := catalog.PruneOptions{All: c.Bool("all-cluster-ids"), DryRun: c.Bool("dry-run"), Log: log}
 	id := c.String("cluster-id")
 	lifecycle := c.Bool("orphans") || c.Bool("claim-prefix")
+	// The prune's options are catalog's to check; --orphans and
+	// --claim-prefix (Kubernetes) are this command's.
 	switch {
-	case opts.All && id != "":
-		return usagef("prune: --cluster-id and --all are exclusive")
 	case !opts.All && id == "" && !lifecycle:
 		return usagef("prune: --cluster-id, --all-cluster-ids or --orphans is required")
 	case c.IsSet("orphan-grace") && !c.Bool("orphans"):
 		return usagef("prune: --orphan-grace is for --orphans")
-	case c.Bool("orphans") && c.Duration("orphan-grace") < catalog.MinOrphanGrace:
-		return usagef("prune: --orphan-grace %s: want at least %s", c.Duration("orphan-grace"), catalog.MinOrphanGrace)
-	case id != "":
-		if err := catalog.ValidateClusterID(id); err != nil {
-			return asUsage(err)
+	case c.Bool("orphans"):
+		if err := (catalog.OrphanOptions{Grace: c.Duration("orphan-grace")}).Validate(); err != nil {
+			return fmt.Errorf("prune: %w", err)
 		}
+	}
+	if id != "" {
 		opts.ClusterIDs = []string{id}
 	}
 	if opts.Policy, err = policyFromFlags(c); err != nil {
 		return err
+	}
+	if id != "" || opts.All {
+		if err := opts.Validate(); err != nil {
+			return err
+		}
 	}
 	format, err := output.ParseFormat(c.String("output"))
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
 	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/restore"
 )
@@ -75,8 +76,9 @@ func restoreCommand() *cli.Command {
 			&cli.DurationFlag{Name: "wait-timeout", Value: kube.DefaultOperatorRestoreTimeout, Usage: "with --via etcd-operator: how long to wait for the restored EtcdCluster's members to be ready"},
 			&cli.StringFlag{Name: "aws-secret", Value: kube.COSSecretName, Usage: "with --via etcd-operator: the secret etcd-operator reads the S3 credentials from (spec.s3.awsSecret; keys credentials and config, AWS shared-file format, checked first)"},
 			&cli.BoolFlag{Name: "force-path-style", Value: true, Usage: "with --via etcd-operator: spec.s3.forcePathStyle"},
+			identityFileFlag(),
 			outputFlag(),
-		}, deprecatedFlagsOf("restore")),
+		}, encryptionFlags(), deprecatedFlagsOf("restore")),
 		Action: runRestore,
 		Subcommands: []*cli.Command{
 			restoreV2Command(),
@@ -109,8 +111,17 @@ func runRestore(c *cli.Context) error {
 	if err != nil {
 		return asUsage(err)
 	}
+	ids, err := identityOf(c, log)
+	if err != nil {
+		return err
+	}
+	// The survivor snapshot restore commits is encrypted like a backup.
+	rs, err := recipientsFromFlags(c)
+	if err != nil {
+		return err
+	}
 	if c.IsSet("via") || c.IsSet("cluster") {
-		return runRestoreViaOperator(c, log, format)
+		return runRestoreViaOperator(c, log, format, ids, rs)
 	}
 	for _, f := range []string{"wait-timeout", "aws-secret", "force-path-style"} {
 		if c.IsSet(f) {
@@ -144,9 +155,12 @@ func runRestore(c *cli.Context) error {
 			DataDir:                  c.String("data-dir"),
 			DataDirRoot:              c.String("data-dir-root"),
 		},
-		Old:      etcdConfigFor(c, c.StringSlice("endpoints")),
-		Log:      log,
-		Progress: func(label string) restore.Progress { return output.NewProgress(label) },
+		Old:               etcdConfigFor(c, c.StringSlice("endpoints")),
+		Identities:        ids,
+		Recipients:        rs,
+		RequireEncryption: c.Bool("require-encryption"),
+		Log:               log,
+		Progress:          func(label string) restore.Progress { return output.NewProgress(label) },
 	}
 	if eps := c.StringSlice("verify-endpoints"); len(eps) > 0 {
 		opts.Verify = restore.VerifyOptions{Etcd: etcdConfigFor(c, eps), Timeout: c.Duration("verify-timeout"), Log: log}
@@ -210,6 +224,7 @@ func restoreV2Command() *cli.Command {
 		Flags: concat(etcdFlags(), cosFlags(), []cli.Flag{
 			clusterIDFlag(),
 			backupFlag(),
+			identityFileFlag(),
 			outputFlag(),
 		}),
 		Action: runRestoreV2,
@@ -225,7 +240,12 @@ func runRestoreV2(c *cli.Context) error {
 	if err != nil {
 		return asUsage(err)
 	}
-	opts := restore.V2Options{ClusterID: c.String("cluster-id"), Backup: c.String("backup"), Etcd: etcdConfigFor(c, c.StringSlice("endpoints")), Log: log}
+	ids, err := identityOf(c, log)
+	if err != nil {
+		return err
+	}
+	opts := restore.V2Options{ClusterID: c.String("cluster-id"), Backup: c.String("backup"), Etcd: etcdConfigFor(c, c.StringSlice("endpoints")),
+		Identities: ids, Log: log}
 	if err := opts.Validate(); err != nil {
 		return usagef("restore v2: %w", err)
 	}
@@ -260,6 +280,7 @@ func restoreVerifyCommand() *cli.Command {
 			&cli.IntFlag{Name: "expect-members", Usage: "the number of members (0: not checked)"},
 			verifyTimeoutFlag(),
 			tempDirFlag(),
+			identityFileFlag(),
 			outputFlag(),
 		}, deprecatedFlagsOf("restore verify")),
 		Action: runRestoreVerify,
@@ -303,6 +324,11 @@ func runRestoreVerify(c *cli.Context) error {
 			return err
 		}
 		opts.Store, opts.Layout = store, layout
+		if opts.Identities, err = identityOf(c, log); err != nil {
+			return err
+		}
+	} else if c.IsSet("identity-file") {
+		return usagef("restore verify: --identity-file decrypts the snapshot of --backup: use it with --backup")
 	}
 	if !c.IsSet("endpoints") || len(c.StringSlice("endpoints")) == 0 {
 		// Without it, etcdctl's default (127.0.0.1:2379) would be waited
@@ -330,7 +356,7 @@ func runRestoreVerify(c *cli.Context) error {
 
 // runRestoreViaOperator is restore --via etcd-operator: see
 // kube.OperatorRestore.
-func runRestoreViaOperator(c *cli.Context, log *slog.Logger, format output.Format) error {
+func runRestoreViaOperator(c *cli.Context, log *slog.Logger, format output.Format, ids *seal.Identities, rs seal.Recipients) error {
 	if via := c.String("via"); via != "etcd-operator" {
 		return usagef("restore: --via %q: the only one is etcd-operator (with --cluster NAME)", via)
 	}
@@ -402,7 +428,8 @@ func runRestoreViaOperator(c *cli.Context, log *slog.Logger, format output.Forma
 		ForcePathStyle: c.Bool("force-path-style"), NoLive: c.Bool("no-live"),
 		ProbeTimeout: c.Duration("probe-timeout"), DialTimeout: c.Duration("dial-timeout"),
 		Timeout: c.Duration("wait-timeout"), VerifyTimeout: c.Duration("verify-timeout"),
-		TempDir: c.String("temp-dir"), DryRun: c.Bool("dry-run"), Log: log,
+		TempDir: c.String("temp-dir"), DryRun: c.Bool("dry-run"), Identities: ids, Log: log,
+		Recipients: rs, RequireEncryption: c.Bool("require-encryption"),
 		Progress: func(label string) restore.Progress { return output.NewProgress(label) },
 	})
 	if rep != nil {
@@ -427,4 +454,17 @@ func fromEnvOnly(value []string, env string) bool {
 		}
 	}
 	return slices.Equal(value, fromEnv)
+}
+
+// identityOf loads --identity-file (nil without one) and logs the
+// warning a group-readable file gets.
+func identityOf(c *cli.Context, log *slog.Logger) (*seal.Identities, error) {
+	ids, err := identityFromFlags(c)
+	if err != nil {
+		return nil, err
+	}
+	if ids != nil && ids.Warning != "" {
+		log.Warn("identity file accepted with a remark", "command", c.Command.FullName(), "identity_file", c.String("identity-file"), "warning", ids.Warning)
+	}
+	return ids, nil
 }

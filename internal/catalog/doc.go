@@ -16,7 +16,9 @@
 //   - Inventory (inventory.go): Inventory/GroupEntries turn a listing into
 //     Entries (one per backup folder), CheckEntries reads each committed
 //     backup's manifest and checks the objects it names (Entry.Damaged),
-//     ListBackups is what `list` shows.
+//     ListBackups returns them with their manifests. List (list.go) is
+//     what `list` shows: those, their uploads and drills, and the
+//     retention decision for each (ListRows).
 //   - Retention (retention.go): Policy and ApplyPolicy, a pure function from
 //     entries, "now" and a policy to a Plan (keep/delete and the Rule* that
 //     keep each backup); StaleUploads ages multipart uploads.
@@ -50,9 +52,20 @@
 //
 // # Adding a retention rule
 //
-// Add its Rule* constant in retention.go and decide it in decideCluster
-// (a pure function: no I/O, no clock), with a row in retention_test.go's
-// TestRetentionApplyPolicy table and, if it interacts with time, a case in
-// the simulation (retention_sim_test.go). guardPlan must still hold; a
-// rule that needs a new Policy field validates it in Policy.Validate.
+// Add its Rule* constant in retention.go and its keep function beside the
+// others (keepPlaced, keepKind, keepIncomplete, keepDamaged, keepFuture),
+// called from clusterView.decide in the order its rule is to be recorded;
+// what it needs to know about the cluster as a whole (like the newest or
+// the anchors) is worked out once in newClusterView. All of it is pure: no
+// I/O, no clock. Add a row to retention_test.go's TestRetentionApplyPolicy
+// table and, if it interacts with time, a case in the simulation
+// (retention_sim_test.go). guardPlan must still hold; a rule that needs a
+// new Policy field validates it in Policy.Validate.
+//
+// # Options
+//
+// ListOptions, PruneOptions, DeleteOptions, DeleteAllOptions and
+// OrphanOptions each have a Validate (list.go, options.go) that List,
+// Prune, Delete, DeleteAll and Orphans call first; it returns usage errors
+// (internal/usage), which the CLI maps to exit 4, and contacts nothing.
 package catalog

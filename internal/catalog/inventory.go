@@ -278,7 +278,7 @@ func ListBackups(ctx context.Context, st store.Store, layout Layout, clusterID s
 
 // UploadKeys are the keys a backup folder's multipart uploads can write:
 // the objects its manifest names when it has one, else every object name a
-// backup writes with either compression.
+// backup writes with either compression, plain or encrypted.
 func UploadKeys(layout Layout, e Entry, m *Manifest) []string {
 	var names []string
 	if m != nil {
@@ -287,7 +287,7 @@ func UploadKeys(layout Layout, e Entry, m *Manifest) []string {
 			names = append(names, m.V2.Object)
 		}
 	} else {
-		names = []string{SnapshotObjectZstd, SnapshotObjectRaw, V2ObjectZstd, V2ObjectRaw}
+		names = DataObjects()
 	}
 	var keys []string
 	for _, n := range names {

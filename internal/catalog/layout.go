@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/armada/etcd-recovery/internal/seal"
 )
 
 // Object layout in the bucket (documented in README.md):
@@ -16,6 +18,11 @@ import (
 //	<prefix>/<cluster-id>/<time>-<kind>/v2.json.zst       the v2 keyspace export (absent when skipped)
 //	<prefix>/<cluster-id>/<time>-<kind>/manifest.json     written last: the backup exists once this does
 //	<prefix>/<cluster-id>/<time>-<kind>/started           written first: makes an in-flight folder visible
+//
+// An encrypted backup's data objects carry age's suffix (seal.Suffix):
+// snapshot.db.zst.age, v2.json.zst.age; its manifest, started marker and
+// drill record stay plaintext. The manifest names each object, so readers
+// take the name from it and read both forms.
 //
 // <time> is UTC with millisecond precision in a fixed-width form
 // (20261122T031500.123Z), so names sort lexically in time order. Backups
@@ -61,6 +68,45 @@ const (
 	// the folder's exact keys and aborted.
 	StartedObject = "started"
 )
+
+// SnapshotObject is the snapshot's object name for a compression, with
+// seal.Suffix when the backup is encrypted.
+func SnapshotObject(c Compression, encrypted bool) string {
+	name := SnapshotObjectZstd
+	if c == CompressNone {
+		name = SnapshotObjectRaw
+	}
+	return sealed(name, encrypted)
+}
+
+// V2Object is the v2 export's object name for a compression, with
+// seal.Suffix when the backup is encrypted.
+func V2Object(c Compression, encrypted bool) string {
+	name := V2ObjectZstd
+	if c == CompressNone {
+		name = V2ObjectRaw
+	}
+	return sealed(name, encrypted)
+}
+
+func sealed(name string, encrypted bool) string {
+	if encrypted {
+		return seal.ObjectKey(name)
+	}
+	return name
+}
+
+// DataObjects are every data object name a backup may write: both
+// compressions, plain and encrypted (for a folder without a manifest).
+func DataObjects() []string {
+	var out []string
+	for _, enc := range []bool{false, true} {
+		for _, c := range []Compression{CompressZstd, CompressNone} {
+			out = append(out, SnapshotObject(c, enc), V2Object(c, enc))
+		}
+	}
+	return out
+}
 
 // TimeLayout is the layout of the time part of a backup name.
 const TimeLayout = "20060102T150405.000Z"

@@ -97,6 +97,43 @@ func ParseCompression(s string) (Compression, error) {
 // stream is a lower bound; the snapshot holds at least that).
 func (m *Manifest) Revision() int64 { return m.RevisionBefore }
 
+// Encrypted reports whether the backup's objects are age-encrypted.
+func (m *Manifest) Encrypted() bool { return m.Encryption.Encrypted() }
+
+// Recipients are the public keys the backup is encrypted to (nil when
+// it is not).
+func (m *Manifest) Recipients() []string {
+	if !m.Encrypted() {
+		return nil
+	}
+	return m.Encryption.Recipients
+}
+
+// checkEncryption checks that the encryption entry is well formed and
+// agrees with the object names: encrypted objects end in seal.Suffix, plain
+// ones do not, so a reader never feeds ciphertext to zstd or the reverse.
+func (m *Manifest) checkEncryption() error {
+	enc := m.Encrypted()
+	if m.Encryption != nil && (enc || len(m.Encryption.Recipients) > 0) {
+		if err := m.Encryption.Validate(); err != nil {
+			return err
+		}
+	}
+	objs := []string{m.Snapshot.Object}
+	if m.V2 != nil {
+		objs = append(objs, m.V2.Object)
+	}
+	for _, o := range objs {
+		switch sealed := seal.IsSealedKey(o); {
+		case enc && !sealed:
+			return fmt.Errorf("object %s of an encrypted backup does not end in %s", o, seal.Suffix)
+		case !enc && sealed:
+			return fmt.Errorf("object %s ends in %s but the manifest records no encryption", o, seal.Suffix)
+		}
+	}
+	return nil
+}
+
 // MarshalManifest encodes a manifest.
 func MarshalManifest(m *Manifest) ([]byte, error) {
 	return json.MarshalIndent(m, "", "  ")
@@ -113,6 +150,9 @@ func UnmarshalManifest(b []byte) (*Manifest, error) {
 	}
 	if m.ClusterID == "" || m.Name == "" || m.Snapshot.Object == "" || m.Snapshot.RawSHA256 == "" {
 		return nil, fmt.Errorf("manifest: missing required fields")
+	}
+	if err := m.checkEncryption(); err != nil {
+		return nil, fmt.Errorf("manifest: %w", err)
 	}
 	return &m, nil
 }

@@ -287,17 +287,17 @@ type OrphanReport struct {
 }
 
 func (o *OrphanOptions) defaults() error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
 	if o.Store == nil {
-		return errors.New("no object store")
+		return errNoStore
 	}
 	if o.Namespace == "" || o.Clusters == nil || o.Restores == nil {
 		return errors.New("orphans need the namespace and its EtcdCluster and EtcdRestore listings")
 	}
 	if o.Grace == 0 {
 		o.Grace = DefaultOrphanGrace
-	}
-	if o.Grace < MinOrphanGrace {
-		return fmt.Errorf("orphan grace %s is shorter than %s", o.Grace, MinOrphanGrace)
 	}
 	if o.Now.IsZero() {
 		o.Now = time.Now()
@@ -721,11 +721,11 @@ type DeleteAllReport struct {
 // Whether the cluster still exists is the caller's check. It lists
 // everything before deleting anything; a listing failure deletes nothing.
 func DeleteAll(ctx context.Context, opts DeleteAllOptions) (*DeleteAllReport, error) {
-	if opts.Store == nil {
-		return nil, errors.New("delete: no object store")
+	if err := opts.Validate(); err != nil {
+		return nil, err
 	}
-	if err := ValidateClusterID(opts.ClusterID); err != nil {
-		return nil, fmt.Errorf("delete: %w", err)
+	if opts.Store == nil {
+		return nil, fmt.Errorf("delete: %w", errNoStore)
 	}
 	log := opts.Log
 	if log == nil {

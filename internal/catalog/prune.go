@@ -196,6 +196,11 @@ type PruneReport struct {
 	AbortFailed int `json:"uploadsFailed"`
 	Damaged     int `json:"damaged"` // committed backups that do not check out
 
+	// Staged are the plaintext copies staged for etcd-operator that were
+	// found (staged.go): deleted once older than StagedMaxAge.
+	Staged      []StagedCopy `json:"staged,omitempty"`
+	StagedError string       `json:"stagedError,omitempty"`
+
 	Stats PruneStats `json:"stats"`
 }
 
@@ -239,28 +244,15 @@ func (e *PruneError) Error() string {
 func (e *PruneError) Unwrap() error { return e.Err }
 
 func (o *PruneOptions) defaults() error {
-	if o.Store == nil {
-		return errors.New("no object store")
-	}
-	if o.All == (len(o.ClusterIDs) > 0) {
-		return errors.New("name the clusters to prune or ask for all of them, not both or neither")
-	}
-	seen := map[string]bool{}
-	var ids []string
-	for _, id := range o.ClusterIDs {
-		if err := ValidateClusterID(id); err != nil {
-			return err
-		}
-		if !seen[id] {
-			seen[id] = true
-			ids = append(ids, id)
-		}
-	}
-	slices.Sort(ids)
-	o.ClusterIDs = ids
-	if err := o.Policy.Validate(); err != nil {
+	if err := o.Validate(); err != nil {
 		return err
 	}
+	if o.Store == nil {
+		return errNoStore
+	}
+	ids := slices.Clone(o.ClusterIDs)
+	slices.Sort(ids)
+	o.ClusterIDs = slices.Compact(ids)
 	if o.Now.IsZero() {
 		o.Now = time.Now()
 	}
@@ -301,6 +293,12 @@ func Prune(ctx context.Context, opts PruneOptions) (*PruneReport, error) {
 	plan, pe := planPrune(ctx, opts, inv, rep, start)
 	if pe != nil {
 		return failList(pe)
+	}
+	// Plaintext copies staged for etcd-operator, left behind (staged.go).
+	staged, serr := PruneStaged(ctx, opts.Store, opts.Layout, opts.ClusterIDs, opts.Now, StagedMaxAge, opts.DryRun, log)
+	if rep.Staged = staged; serr != nil {
+		rep.StagedError = serr.Error()
+		log.Error("prune: staged plaintext snapshots", "err", serr)
 	}
 	if opts.DryRun {
 		rep.Stats.Duration = time.Since(start)
@@ -930,14 +928,11 @@ type DeleteReport struct {
 // first. A failure is reported per backup and returned as an error
 // wrapping a *DeleteError.
 func Delete(ctx context.Context, opts DeleteOptions) (*DeleteReport, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
 	if opts.Store == nil {
-		return nil, errors.New("delete: no object store")
-	}
-	if err := ValidateClusterID(opts.ClusterID); err != nil {
-		return nil, fmt.Errorf("delete: %w", err)
-	}
-	if len(opts.Names) == 0 {
-		return nil, errors.New("delete: no backup named")
+		return nil, fmt.Errorf("delete: %w", errNoStore)
 	}
 	log := opts.Log
 	if log == nil {
@@ -945,9 +940,6 @@ func Delete(ctx context.Context, opts DeleteOptions) (*DeleteReport, error) {
 	}
 	var names []string
 	for _, n := range opts.Names {
-		if _, _, err := ParseBackupName(n); err != nil {
-			return nil, fmt.Errorf("delete: %w", err)
-		}
 		if !slices.Contains(names, n) {
 			names = append(names, n)
 		}

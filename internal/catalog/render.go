@@ -33,6 +33,10 @@ type ListRow struct {
 	Source     string    `json:"source,omitempty"`
 	Error      string    `json:"error,omitempty"`
 	Manifest   *Manifest `json:"manifest,omitempty"`
+	// Recipients are the age public keys the backup is encrypted to
+	// (Manifest.Recipients); absent for a plaintext backup. The table's
+	// ENCRYPTED TO (-o wide) shows them shortened (RecipientsCell).
+	Recipients []string `json:"recipients,omitempty"`
 	// Drill is the backup's restore drill (drill.json): {passed, at,
 	// failed, mode, error}; null when it was never drilled.
 	Drill *DrillResult `json:"drill"`
@@ -69,8 +73,8 @@ type ListRows []ListRow
 func (rows ListRows) Table() output.Table {
 	now := time.Now()
 	t := output.Table{Header: []string{"BACKUP", "KIND", "TIME (UTC)", "STATUS", "REVISION", "RAW", "STORED", "TOTAL", "V2 KEYS", "SOURCE",
-		"DRILL", "DRILL MODE", "KEEP", "REASON"},
-		Wide: []string{"KIND", "TIME (UTC)", "RAW", "TOTAL", "SOURCE", "DRILL MODE"}, Long: []string{"REASON"}}
+		"DRILL", "DRILL MODE", "ENCRYPTED TO", "KEEP", "REASON"},
+		Wide: []string{"KIND", "TIME (UTC)", "RAW", "TOTAL", "SOURCE", "DRILL MODE", "ENCRYPTED TO"}, Long: []string{"REASON"}}
 	for _, r := range rows {
 		v2 := "-"
 		if r.V2Keys != nil {
@@ -99,12 +103,42 @@ func (rows ListRows) Table() output.Table {
 			mode = r.Drill.Mode
 		}
 		t.Rows = append(t.Rows, []string{r.Name, string(r.Kind), r.Time.Format("2006-01-02 15:04:05"), status, rev, raw,
-			stored, output.Bytes(r.TotalSize), v2, dashIfEmpty(r.Source), drillCell(r.Drill, now), mode, keep, reason})
+			stored, output.Bytes(r.TotalSize), v2, dashIfEmpty(r.Source), drillCell(r.Drill, now), mode, RecipientsCell(r.recipients()), keep, reason})
 	}
 	if len(rows) > 0 && rows[0].Orphan != nil {
 		t.Notes = append(t.Notes, OrphanNote(rows[0].Orphan, now))
 	}
 	return t
+}
+
+// recipients are the row's recipients, from its manifest when the row
+// was built without them.
+func (r ListRow) recipients() []string {
+	if len(r.Recipients) == 0 && r.Manifest != nil {
+		return r.Manifest.Recipients()
+	}
+	return r.Recipients
+}
+
+// RecipientShortLen is how many characters of an age public key (age1…)
+// a table shows: enough to tell the keys of a rotation apart.
+const RecipientShortLen = 12
+
+// RecipientsCell is the ENCRYPTED TO cell: each recipient's first
+// RecipientShortLen characters, comma-separated; "-" for a plaintext
+// backup. -o json holds the full keys.
+func RecipientsCell(rs []string) string {
+	if len(rs) == 0 {
+		return "-"
+	}
+	short := make([]string, len(rs))
+	for i, r := range rs {
+		if len(r) > RecipientShortLen {
+			r = r[:RecipientShortLen] + "…"
+		}
+		short[i] = r
+	}
+	return strings.Join(short, ",")
 }
 
 func dashIfEmpty(s string) string {
@@ -234,6 +268,12 @@ func (r *PruneReport) Table() output.Table {
 		if cl.Problem != "" {
 			fmt.Fprintf(&f, "WARNING: %s\n", cl.Problem)
 		}
+	}
+	for _, c := range r.Staged {
+		fmt.Fprintf(&f, "staged plaintext snapshot %s (%s old): %s%s\n", c.Key, c.Age, c.Action, map[bool]string{true: ": " + c.Error}[c.Error != ""])
+	}
+	if r.StagedError != "" {
+		fmt.Fprintf(&f, "WARNING: staged plaintext snapshots: %s\n", r.StagedError)
 	}
 	t.Footer = f.String()
 	return t

@@ -212,180 +212,270 @@ func (c civilDate) compare(o civilDate) int {
 func (c civilDate) String() string { return fmt.Sprintf("%04d-%02d-%02d", c.y, int(c.m), c.d) }
 
 // decideCluster fills decisions[i] for every i in idx (entries of one
-// cluster, newest first).
+// cluster, newest first): it places the cluster's backups once (the
+// newest, the drilled one, the recent ranks, the anchors: newClusterView),
+// then decides each backup by the rules, in the order they are recorded
+// in Decision.Rules (clusterView.decide).
 func decideCluster(entries []Entry, idx []int, now time.Time, p Policy, decisions []Decision) {
-	now = now.UTC()
-	today := dateOf(now)
-	futureCut := now.Add(p.FutureTolerance)
-	isFuture := func(e Entry) bool { return e.Time.After(futureCut) }
-
-	// placed: committed, checked out (not damaged) and not in the future,
-	// so it can count for recent, anchors and today's updates. A damaged
-	// backup never counts for a rule and so never pushes a good one out.
-	placed := func(e Entry) bool { return e.Good() && !isFuture(e) }
-
-	// newest: the first good entry, future or not. newestPos is its
-	// position in idx (len(idx) when there is none).
-	newest, newestPos := -1, len(idx)
+	v := newClusterView(entries, idx, now, p)
 	for k, i := range idx {
-		if entries[i].Good() {
-			newest, newestPos = i, k
-			break
+		decisions[i] = v.decide(k, i)
+	}
+}
+
+// clusterView is what the rules need to know about a cluster's backups
+// as a whole, worked out before any backup is decided.
+type clusterView struct {
+	entries   []Entry
+	idx       []int // the cluster's entries, newest first
+	p         Policy
+	now       time.Time // UTC
+	today     civilDate
+	futureCut time.Time
+
+	// newest is the first good entry, future or not; newestPos its
+	// position in idx (len(idx) and -1 when there is none).
+	newest, newestPos int
+	// drilled is the newest good entry whose drill passed, or -1.
+	drilled int
+	// recentRank: entry -> its rank among the p.Recent newest placed
+	// scheduled backups.
+	recentRank map[int]int
+	// firstOfDate: anchor-day date -> its earliest placed entry;
+	// anchorOf: entry -> the anchor date it keeps (the p.Anchors most
+	// recent of them).
+	firstOfDate map[civilDate]int
+	anchorOf    map[int]civilDate
+}
+
+func newClusterView(entries []Entry, idx []int, now time.Time, p Policy) *clusterView {
+	now = now.UTC()
+	v := &clusterView{entries: entries, idx: idx, p: p, now: now, today: dateOf(now), futureCut: now.Add(p.FutureTolerance)}
+	v.findNewest()
+	v.findDrilled()
+	v.rankRecent()
+	v.pickAnchors()
+	return v
+}
+
+func (v *clusterView) isFuture(e Entry) bool { return e.Time.After(v.futureCut) }
+
+// placed: committed, checked out (not damaged) and not in the future, so
+// it can count for recent, anchors and today's updates. A damaged backup
+// never counts for a rule and so never pushes a good one out.
+func (v *clusterView) placed(e Entry) bool { return e.Good() && !v.isFuture(e) }
+
+// findNewest: the first good entry, future or not.
+func (v *clusterView) findNewest() {
+	v.newest, v.newestPos = -1, len(v.idx)
+	for k, i := range v.idx {
+		if v.entries[i].Good() {
+			v.newest, v.newestPos = i, k
+			return
 		}
 	}
+}
 
-	// drilled: the newest good entry whose drill passed (Drill.Proven()),
-	// future or not, like newest: there is always one proven restore
-	// point. A failed drill, or a record that could not be read, is no
-	// proof and counts for nothing.
-	drilled := -1
-	for _, i := range idx {
-		if e := entries[i]; e.Good() && e.Drill.Proven() {
-			drilled = i
-			break
+// findDrilled: the newest good entry whose drill passed (Drill.Proven()),
+// future or not, like newest: there is always one proven restore point. A
+// failed drill, or a record that could not be read, is no proof and counts
+// for nothing.
+func (v *clusterView) findDrilled() {
+	v.drilled = -1
+	for _, i := range v.idx {
+		if e := v.entries[i]; e.Good() && e.Drill.Proven() {
+			v.drilled = i
+			return
 		}
 	}
+}
 
-	// recent: the p.Recent newest placed scheduled backups.
-	recentRank := map[int]int{}
-	for _, i := range idx {
-		if len(recentRank) == p.Recent {
+// rankRecent: the p.Recent newest placed scheduled backups.
+func (v *clusterView) rankRecent() {
+	v.recentRank = map[int]int{}
+	for _, i := range v.idx {
+		if len(v.recentRank) == v.p.Recent {
 			break
 		}
-		if e := entries[i]; placed(e) && e.Kind == KindScheduled {
-			recentRank[i] = len(recentRank) + 1
+		if e := v.entries[i]; v.placed(e) && e.Kind == KindScheduled {
+			v.recentRank[i] = len(v.recentRank) + 1
 		}
 	}
+}
 
-	// anchors: earliest placed backup of each anchor date up to today; keep
-	// the p.Anchors most recent such dates.
+// pickAnchors: the earliest placed backup of each anchor date up to
+// today; the p.Anchors most recent such dates are kept.
+func (v *clusterView) pickAnchors() {
 	anchorDay := map[int]bool{}
-	for _, d := range p.AnchorDays {
+	for _, d := range v.p.AnchorDays {
 		anchorDay[d] = true
 	}
-	firstOfDate := map[civilDate]int{}   // anchor-day date -> earliest placed entry
-	var anchorDates []civilDate          // sorted newest first below
-	for k := len(idx) - 1; k >= 0; k-- { // oldest first
-		i := idx[k]
-		e := entries[i]
-		if !placed(e) {
+	v.firstOfDate = map[civilDate]int{}
+	var anchorDates []civilDate            // sorted newest first below
+	for k := len(v.idx) - 1; k >= 0; k-- { // oldest first
+		i := v.idx[k]
+		e := v.entries[i]
+		if !v.placed(e) {
 			continue
 		}
 		d := dateOf(e.Time)
-		if !anchorDay[d.d] || d.compare(today) > 0 {
+		if !anchorDay[d.d] || d.compare(v.today) > 0 {
 			continue
 		}
-		if _, ok := firstOfDate[d]; !ok {
-			firstOfDate[d] = i
+		if _, ok := v.firstOfDate[d]; !ok {
+			v.firstOfDate[d] = i
 			anchorDates = append(anchorDates, d)
 		}
 	}
 	slices.SortFunc(anchorDates, func(a, b civilDate) int { return b.compare(a) })
-	anchorOf := map[int]civilDate{} // entry -> the anchor date it keeps
+	v.anchorOf = map[int]civilDate{}
 	for k, d := range anchorDates {
-		if k == p.Anchors {
+		if k == v.p.Anchors {
 			break
 		}
-		anchorOf[firstOfDate[d]] = d
+		v.anchorOf[v.firstOfDate[d]] = d
 	}
+}
 
-	for k, i := range idx {
-		e := entries[i]
-		var rules, reasons []string
-		keep := func(rule, reason string) {
-			rules = append(rules, rule)
-			reasons = append(reasons, reason)
-		}
-		future := isFuture(e)
-		date := dateOf(e.Time)
+// keeps collects the rules that keep one backup and their reasons.
+type keeps struct{ rules, reasons []string }
 
-		if i == newest {
-			keep(RuleNewest, "newest")
-		}
-		if r, ok := recentRank[i]; ok {
-			keep(RuleRecent, fmt.Sprintf("recent %d/%d", r, p.Recent))
-		}
-		if d, ok := anchorOf[i]; ok {
-			keep(RuleAnchor, "anchor "+d.String())
-		}
-		// An update "from tomorrow" within the clock-skew tolerance counts as today's.
-		updateToday := p.KeepTodayUpdates && e.Kind == KindUpdate && placed(e) && date.compare(today) >= 0
-		if updateToday {
-			if date == today {
-				keep(RuleUpdateToday, fmt.Sprintf("update from today (%s)", today))
-			} else {
-				keep(RuleUpdateToday, fmt.Sprintf("update from %s (counted as today's, %s, within the clock-skew tolerance)", date, today))
-			}
-		}
-		if i == drilled {
-			keep(RuleDrilled, "drilled (passed "+fmtDrillTime(e.Drill.At)+")")
-		}
-		// Manual and pre-restore backups are never deleted automatically; a
-		// folder without a manifest is not a backup and falls to the
-		// incomplete rule whatever its kind.
-		switch e.Kind {
-		case KindScheduled, KindUpdate:
-		case KindManual:
-			if e.Committed {
-				keep(RuleManual, "manual: never deleted automatically")
-			}
-		case KindPreRestore:
-			if e.Committed {
-				keep(RulePreRestore, "pre-restore: never deleted automatically")
-			}
-		default:
-			keep(RuleUnknownKind, fmt.Sprintf("unknown kind %q: never deleted automatically", e.Kind))
-		}
-		var incompleteAge time.Duration
-		if !e.Committed && !future {
-			incompleteAge = now.Sub(lastWritten(e))
-			if incompleteAge <= p.IncompleteAfter {
-				keep(RuleIncompleteYoung, fmt.Sprintf("incomplete %s backup (no manifest), last written %s ago, not older than %s: may be in flight",
-					e.Kind, fmtAge(max(incompleteAge, 0), p.IncompleteAfter), fmtDuration(p.IncompleteAfter)))
-			}
-		}
-		damaged := e.Committed && e.Damaged != ""
-		var damagedAge time.Duration
-		if damaged && !future {
-			damagedAge = now.Sub(lastWritten(e))
-			if k < newestPos {
-				if newest < 0 {
-					keep(RuleDamagedNewer, "no backup of the cluster checks out: kept for investigation")
-				} else {
-					keep(RuleDamagedNewer, fmt.Sprintf("newer than the newest good backup %s: kept for investigation", entries[newest].Name))
-				}
-			}
-			if damagedAge <= p.IncompleteAfter {
-				keep(RuleDamagedYoung, fmt.Sprintf("last written %s ago, not older than %s: kept",
-					fmtAge(max(damagedAge, 0), p.IncompleteAfter), fmtDuration(p.IncompleteAfter)))
-			}
-		}
-		if future {
-			keep(RuleFuture, fmt.Sprintf("time %s is in the future (now %s, tolerance %s): cannot place it in time",
-				e.Time.UTC().Format(time.RFC3339Nano), now.Format(time.RFC3339), fmtDuration(p.FutureTolerance)))
-		}
-		if !e.Committed && len(rules) > 0 && !slices.Contains(rules, RuleIncompleteYoung) {
-			reasons = append(reasons, fmt.Sprintf("incomplete %s backup (no manifest)", e.Kind))
-		}
-		if damaged && len(rules) > 0 {
-			if slices.Contains(rules, RuleDamagedNewer) || slices.Contains(rules, RuleDamagedYoung) {
-				reasons = append([]string{"damaged: " + e.Damaged}, reasons...)
-			} else {
-				reasons = append(reasons, "damaged: "+e.Damaged)
-			}
-		}
+func (ks *keeps) add(rule, reason string) {
+	ks.rules = append(ks.rules, rule)
+	ks.reasons = append(ks.reasons, reason)
+}
 
-		d := Decision{Entry: e, Keep: len(rules) > 0, Rules: rules}
-		if d.Keep {
-			d.Reason = strings.Join(reasons, "; ")
+// decide applies every rule to entries[i], at position k of idx.
+func (v *clusterView) decide(k, i int) Decision {
+	e := v.entries[i]
+	var ks keeps
+	v.keepPlaced(i, e, &ks)
+	keepKind(e, &ks)
+	incompleteAge := v.keepIncomplete(e, &ks)
+	damagedAge := v.keepDamaged(k, e, &ks)
+	v.keepFuture(e, &ks)
+	v.annotate(e, &ks)
+
+	d := Decision{Entry: e, Keep: len(ks.rules) > 0, Rules: ks.rules}
+	switch {
+	case d.Keep:
+		d.Reason = strings.Join(ks.reasons, "; ")
+	case e.Committed && e.Damaged != "":
+		d.Reason = fmt.Sprintf("damaged: %s; older than the newest good backup %s and last written %s ago, older than %s: cannot restore",
+			e.Damaged, v.entries[v.newest].Name, fmtAge(damagedAge, v.p.IncompleteAfter), fmtDuration(v.p.IncompleteAfter))
+	default:
+		d.Reason = deleteReason(i, e, dateOf(e.Time), incompleteAge, v.p, v.firstOfDate, v.entries) + drillNote(e, v.drilled, v.entries)
+	}
+	return d
+}
+
+// keepPlaced: the rules that keep a backup by its place among the
+// cluster's: newest, recent, anchor, today's update, drilled.
+func (v *clusterView) keepPlaced(i int, e Entry, ks *keeps) {
+	if i == v.newest {
+		ks.add(RuleNewest, "newest")
+	}
+	if r, ok := v.recentRank[i]; ok {
+		ks.add(RuleRecent, fmt.Sprintf("recent %d/%d", r, v.p.Recent))
+	}
+	if d, ok := v.anchorOf[i]; ok {
+		ks.add(RuleAnchor, "anchor "+d.String())
+	}
+	// An update "from tomorrow" within the clock-skew tolerance counts as today's.
+	date := dateOf(e.Time)
+	if v.p.KeepTodayUpdates && e.Kind == KindUpdate && v.placed(e) && date.compare(v.today) >= 0 {
+		if date == v.today {
+			ks.add(RuleUpdateToday, fmt.Sprintf("update from today (%s)", v.today))
 		} else {
-			d.Reason = deleteReason(i, e, date, incompleteAge, p, firstOfDate, entries) + drillNote(e, drilled, entries)
-			if damaged {
-				d.Reason = fmt.Sprintf("damaged: %s; older than the newest good backup %s and last written %s ago, older than %s: cannot restore",
-					e.Damaged, entries[newest].Name, fmtAge(damagedAge, p.IncompleteAfter), fmtDuration(p.IncompleteAfter))
-			}
+			ks.add(RuleUpdateToday, fmt.Sprintf("update from %s (counted as today's, %s, within the clock-skew tolerance)", date, v.today))
 		}
-		decisions[i] = d
+	}
+	if i == v.drilled {
+		ks.add(RuleDrilled, "drilled (passed "+fmtDrillTime(e.Drill.At)+")")
+	}
+}
+
+// keepKind: manual and pre-restore backups are never deleted
+// automatically, nor are those of an unknown kind; a folder without a
+// manifest is not a backup and falls to the incomplete rule whatever its
+// kind.
+func keepKind(e Entry, ks *keeps) {
+	switch e.Kind {
+	case KindScheduled, KindUpdate:
+	case KindManual:
+		if e.Committed {
+			ks.add(RuleManual, "manual: never deleted automatically")
+		}
+	case KindPreRestore:
+		if e.Committed {
+			ks.add(RulePreRestore, "pre-restore: never deleted automatically")
+		}
+	default:
+		ks.add(RuleUnknownKind, fmt.Sprintf("unknown kind %q: never deleted automatically", e.Kind))
+	}
+}
+
+// keepIncomplete: a folder without a manifest last written within
+// p.IncompleteAfter may be a backup in flight. It returns the folder's
+// age (0 for a committed or future one).
+func (v *clusterView) keepIncomplete(e Entry, ks *keeps) time.Duration {
+	if e.Committed || v.isFuture(e) {
+		return 0
+	}
+	age := v.now.Sub(lastWritten(e))
+	if age <= v.p.IncompleteAfter {
+		ks.add(RuleIncompleteYoung, fmt.Sprintf("incomplete %s backup (no manifest), last written %s ago, not older than %s: may be in flight",
+			e.Kind, fmtAge(max(age, 0), v.p.IncompleteAfter), fmtDuration(v.p.IncompleteAfter)))
+	}
+	return age
+}
+
+// keepDamaged: a damaged backup newer than the newest good one, or last
+// written within p.IncompleteAfter, is kept for investigation. It returns
+// the backup's age (0 for one not damaged or in the future).
+func (v *clusterView) keepDamaged(k int, e Entry, ks *keeps) time.Duration {
+	if !e.Committed || e.Damaged == "" || v.isFuture(e) {
+		return 0
+	}
+	age := v.now.Sub(lastWritten(e))
+	if k < v.newestPos {
+		if v.newest < 0 {
+			ks.add(RuleDamagedNewer, "no backup of the cluster checks out: kept for investigation")
+		} else {
+			ks.add(RuleDamagedNewer, fmt.Sprintf("newer than the newest good backup %s: kept for investigation", v.entries[v.newest].Name))
+		}
+	}
+	if age <= v.p.IncompleteAfter {
+		ks.add(RuleDamagedYoung, fmt.Sprintf("last written %s ago, not older than %s: kept",
+			fmtAge(max(age, 0), v.p.IncompleteAfter), fmtDuration(v.p.IncompleteAfter)))
+	}
+	return age
+}
+
+// keepFuture: a backup from the future (beyond p.FutureTolerance) cannot
+// be placed in time, so it is kept.
+func (v *clusterView) keepFuture(e Entry, ks *keeps) {
+	if v.isFuture(e) {
+		ks.add(RuleFuture, fmt.Sprintf("time %s is in the future (now %s, tolerance %s): cannot place it in time",
+			e.Time.UTC().Format(time.RFC3339Nano), v.now.Format(time.RFC3339), fmtDuration(v.p.FutureTolerance)))
+	}
+}
+
+// annotate adds to a kept backup's reasons that it is incomplete or
+// damaged (first when that is why it is kept).
+func (v *clusterView) annotate(e Entry, ks *keeps) {
+	if len(ks.rules) == 0 {
+		return
+	}
+	if !e.Committed && !slices.Contains(ks.rules, RuleIncompleteYoung) {
+		ks.reasons = append(ks.reasons, fmt.Sprintf("incomplete %s backup (no manifest)", e.Kind))
+	}
+	if e.Committed && e.Damaged != "" {
+		if slices.Contains(ks.rules, RuleDamagedNewer) || slices.Contains(ks.rules, RuleDamagedYoung) {
+			ks.reasons = append([]string{"damaged: " + e.Damaged}, ks.reasons...)
+		} else {
+			ks.reasons = append(ks.reasons, "damaged: "+e.Damaged)
+		}
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/IBM/ibm-cos-sdk-go/service/s3"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store/cos"
 	"github.com/armada/etcd-recovery/internal/testenv"
 )
@@ -64,6 +65,9 @@ type world struct {
 	etcd   *testenv.EtcdCluster // 3 members, mutual TLS, v2 on, ~12 MiB
 	pki    *testenv.MatrixPKI
 	flags  map[string]string // command -> its --help text
+	// env is added to every run's environment: the age recipients and
+	// identity of TestFaultMatrixEncrypted (empty: plaintext backups).
+	env []string
 
 	fixPrefix string
 	fixNames  [2]string // two committed backups, older (lower revision) first
@@ -119,7 +123,7 @@ func (w *world) startEnv(t testing.TB, env []string, args ...string) *child {
 	full := append([]string{"--log-level", "debug"}, args...)
 	c := &child{t: t, args: full, changed: make(chan struct{}), done: make(chan struct{})}
 	c.cmd = exec.Command(w.tool, full...)
-	c.cmd.Env = append(childEnv(t), env...)
+	c.cmd.Env = append(append(childEnv(t), w.env...), env...)
 	c.cmd.Stdout = lockedWriter{c, &c.stdout}
 	c.cmd.Stderr = lockedWriter{c, &c.stderr}
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -450,7 +454,7 @@ func (w *world) checkStore(t testing.TB, v storeView) ([]committed, map[string]i
 	}
 	for dir := range folders {
 		for _, o := range []string{catalog.SnapshotObjectZstd, catalog.SnapshotObjectRaw, "v2.json.zst", "v2.json", catalog.ManifestObject} {
-			check = append(check, dir+"/"+o)
+			check = append(check, dir+"/"+o, dir+"/"+seal.ObjectKey(o))
 		}
 	}
 	left := map[string]bool{}

@@ -51,7 +51,7 @@ var (
 )
 
 func TestFaultMatrix(t *testing.T) {
-	w := newWorld(t)
+	w := newWorld(t, nil)
 	var rows []row
 	rows = append(rows, storeRows()...)
 	rows = append(rows, leakRows()...)
@@ -70,8 +70,9 @@ func TestFaultMatrix(t *testing.T) {
 	}
 }
 
-// newWorld starts the shared servers and takes the fixture backups.
-func newWorld(t *testing.T) *world {
+// newWorld starts the shared servers and takes the fixture backups; env
+// is added to every run's environment (the fixtures' too).
+func newWorld(t *testing.T, env []string) *world {
 	t.Helper()
 	// FAULTMATRIX_TOOL runs the matrix against another build (e.g. an older
 	// commit's, to see which rows fail there).
@@ -80,7 +81,7 @@ func newWorld(t *testing.T) *world {
 		tool = testfix.Tool(t)
 	}
 	t.Logf("binary under test: %s", tool)
-	w := &world{tool: tool, flags: map[string]string{}}
+	w := &world{tool: tool, flags: map[string]string{}, env: env}
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		w.minio = testenv.SharedMinIO(t)

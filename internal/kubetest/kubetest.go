@@ -177,7 +177,8 @@ func InstallCRDs(tb testing.TB, k *testenv.KubeAPIServer) {
 			tb.Fatalf("CRD %s: %v", o.GetName(), err)
 		}
 	}
-	for _, gvr := range []schema.GroupVersionResource{kube.EtcdClusterGVR, kube.EtcdBackupGVR, kube.EtcdRestoreGVR} {
+	for _, gvr := range []schema.GroupVersionResource{kube.EtcdClusterGVR, kube.EtcdBackupGVR, kube.EtcdRestoreGVR,
+		{Group: "monitoring.coreos.com", Version: "v1", Resource: "prometheusrules"}} {
 		deadline := time.Now().Add(time.Minute)
 		for {
 			_, err := dyn.Resource(gvr).Namespace("default").List(ctx, metav1.ListOptions{})

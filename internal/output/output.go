@@ -11,7 +11,8 @@
 //	func (r *Report) Tables() []output.Table  // several sections, in order
 //
 // A Table is rows plus what goes around them: Title (text above, such as
-// a heading), Notes (wrapped lines below: reasons, errors, next steps) and
+// a heading), Notes (wrapped lines below: reasons, errors, next steps),
+// Lines (a report's prose below them, wrapped except with -o wide) and
 // Footer (text below, as is); a section with no Header is text only. The
 // command then only calls
 //
@@ -78,6 +79,10 @@ type Table struct {
 	Key string
 	// Notes are lines printed below the table, wrapped to Width.
 	Notes []string
+	// Lines are printed below the Notes, wrapped to Width except with
+	// FormatWide, which prints them as they are (a report's prose, such
+	// as inspect's verdict lines, read whole in -o wide).
+	Lines []string
 	// Footer is printed as is below the table and its notes; end it
 	// with a newline.
 	Footer string
@@ -110,6 +115,17 @@ func Render(w io.Writer, f Format, t Table, data any) error {
 			fmt.Fprintln(w, l)
 		}
 	}
+	for _, n := range t.Lines {
+		lines := []string{n}
+		if f != FormatWide {
+			lines = Wrap(n, Width, "    ")
+		}
+		for _, l := range lines {
+			if _, err := fmt.Fprintln(w, l); err != nil {
+				return err
+			}
+		}
+	}
 	_, err := io.WriteString(w, footer)
 	return err
 }
@@ -140,7 +156,7 @@ func (t Table) narrow() (Table, []string) {
 		drop[h] = true
 	}
 	var keep []int
-	out := Table{Notes: t.Notes}
+	out := Table{Notes: t.Notes, Lines: t.Lines}
 	key := 0
 	for i, h := range t.Header {
 		if h == t.Key {

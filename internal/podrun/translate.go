@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -64,7 +65,23 @@ type Spec struct {
 	GracePeriod time.Duration
 	// ActiveDeadline bounds the run (the Job's activeDeadlineSeconds).
 	ActiveDeadline time.Duration
+	// Ports are the container's ports by name (the pod runs in its own
+	// network namespace, as a pod does; they are reached from inside).
+	Ports map[string]int32
+	// Probes are the container's HTTP probes, their port resolved: the
+	// test asks them from inside the pod, as the kubelet would.
+	Probes []Probe
 }
+
+// Probe is one httpGet probe (readiness, liveness or startup).
+type Probe struct {
+	Kind string // readiness, liveness, startup
+	Path string
+	Port int32
+}
+
+// URL is the probe's address from inside the pod.
+func (p Probe) URL() string { return fmt.Sprintf("http://127.0.0.1:%d%s", p.Port, p.Path) }
 
 // EnvVar is one environment variable of the container.
 type EnvVar struct{ Name, Value string }
@@ -389,6 +406,40 @@ func Translate(w *Workload, container, podName string, cl Cluster) (*Spec, error
 				FileMode: 0o644, FSGroup: fsGroup})
 		}
 	}
+	// Ports and HTTP probes.
+	for _, p := range c.Ports {
+		if p.Protocol != "" && p.Protocol != corev1.ProtocolTCP || p.HostPort != 0 || p.HostIP != "" {
+			fail("container %s: port %s: only TCP container ports are translated: %s", c.Name, p.Name, asJSON(p))
+			continue
+		}
+		if s.Ports == nil {
+			s.Ports = map[string]int32{}
+		}
+		s.Ports[p.Name] = p.ContainerPort
+	}
+	rc.Ports = nil
+	for kind, pr := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe, "startup": c.StartupProbe} {
+		if pr == nil {
+			continue
+		}
+		g := pr.HTTPGet
+		if g == nil || pr.Exec != nil || pr.TCPSocket != nil || pr.GRPC != nil || g.Host != "" || len(g.HTTPHeaders) > 0 || g.Scheme != "" && g.Scheme != corev1.URISchemeHTTP {
+			fail("container %s: %s probe: only plain httpGet probes are translated: %s", c.Name, kind, asJSON(pr))
+			continue
+		}
+		port := int32(g.Port.IntValue())
+		if g.Port.StrVal != "" {
+			p, ok := s.Ports[g.Port.StrVal]
+			if !ok {
+				fail("container %s: %s probe: no port named %q", c.Name, kind, g.Port.StrVal)
+				continue
+			}
+			port = p
+		}
+		s.Probes = append(s.Probes, Probe{Kind: kind, Path: g.Path, Port: port})
+	}
+	slices.SortFunc(s.Probes, func(a, b Probe) int { return strings.Compare(a.Kind, b.Kind) })
+	rc.ReadinessProbe, rc.LivenessProbe, rc.StartupProbe = nil, nil, nil
 	if !reflect.DeepEqual(*rc, corev1.Container{}) {
 		fail("container %s: not translated: %s", c.Name, asJSON(rc))
 	}

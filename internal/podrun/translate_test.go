@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -76,6 +77,13 @@ func TestTranslateShippedPods(t *testing.T) {
 			if tmp == nil || tmp.Kind != MountEmptyDirMemory || tmp.SizeLimit != 16<<20 {
 				t.Fatalf("/tmp mount %+v", tmp)
 			}
+			if f == "50-toolkit.yaml" {
+				// The exporter: its port by name, and both probes on it.
+				want := []Probe{{"liveness", "/livez", 9090}, {"readiness", "/healthz", 9090}}
+				if s.Ports["metrics"] != 9090 || !slices.Equal(s.Probes, want) {
+					t.Fatalf("toolkit ports %v probes %+v, want metrics:9090 and %+v", s.Ports, s.Probes, want)
+				}
+			}
 		})
 	}
 }
@@ -95,6 +103,32 @@ func TestTranslateRefusesWhatItDoesNotKnow(t *testing.T) {
 		{"unknown field", "restartPolicy: Never", "restartPolicy: Never\n          restartPolicyy: Never", "unknown field"},
 		{"missing configmap", "name: etcd-recovery-config", "name: nope", "configMap nope not found"},
 		{"memory emptyDir without size", "emptyDir: {medium: Memory, sizeLimit: 16Mi}", "emptyDir: {medium: Memory}", "without sizeLimit"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mod := strings.Replace(base, tc.old, tc.new, 1)
+			if mod == base {
+				t.Fatalf("the manifest has no %q any more: update the test", tc.old)
+			}
+			w, err := ParseWorkload([]byte(mod))
+			if err == nil {
+				_, err = Translate(w, "", "p", testCluster(t))
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error naming %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestTranslateProbes: probes the tests cannot ask as the kubelet would
+// are refused, naming them.
+func TestTranslateProbes(t *testing.T) {
+	base := string(deployFile(t, "50-toolkit.yaml"))
+	for _, tc := range []struct{ name, old, new, want string }{
+		{"exec probe", "httpGet: {path: /healthz, port: metrics}", "exec: {command: [\"true\"]}", "only plain httpGet"},
+		{"unknown port name", "httpGet: {path: /livez, port: metrics}", "httpGet: {path: /livez, port: nope}", `no port named "nope"`},
+		{"https probe", "httpGet: {path: /healthz, port: metrics}", "httpGet: {path: /healthz, port: metrics, scheme: HTTPS}", "only plain httpGet"},
+		{"host port", "containerPort: 9090, protocol: TCP}", "containerPort: 9090, protocol: TCP, hostPort: 9090}", "only TCP container ports"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mod := strings.Replace(base, tc.old, tc.new, 1)

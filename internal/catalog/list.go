@@ -1,0 +1,219 @@
+package catalog
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/internal/store"
+	"github.com/armada/etcd-recovery/internal/usage"
+)
+
+// Steps of List, named in its errors.
+const (
+	ListStepList      = "list backups"
+	ListStepManifests = "read manifests"
+	ListStepUploads   = "list multipart uploads"
+	ListStepDrills    = "read drill records"
+)
+
+// ListOptions configure List.
+type ListOptions struct {
+	Store     store.Store
+	Layout    Layout
+	ClusterID string
+	// Policy is applied to show why each backup would be kept or deleted;
+	// nothing is deleted.
+	Policy Policy
+	// Now is the time the policy is applied at; default time.Now().
+	Now time.Time
+}
+
+// Validate checks the cluster id and the policy (usage errors).
+func (o ListOptions) Validate() error {
+	if o.ClusterID == "" {
+		return usage.Errorf("list: --cluster-id is required")
+	}
+	if err := ValidateClusterID(o.ClusterID); err != nil {
+		return usage.Wrap(err)
+	}
+	return usage.Wrap(o.Policy.Validate())
+}
+
+// ListError is a failure of List before its rows were made: Step says
+// which (ListStep*).
+type ListError struct {
+	ClusterID string
+	Step      string
+	Err       error
+}
+
+func (e *ListError) Error() string { return e.Err.Error() }
+func (e *ListError) Unwrap() error { return e.Err }
+
+// ListResult is what `list` shows.
+type ListResult struct {
+	Rows ListRows
+	// MarkerErr: the cluster's orphan marker could not be read (a note
+	// under the table).
+	MarkerErr error
+	// Err: the rows were made, but the state of some backups is unknown
+	// (a manifest the store failed to return) or some drill records could
+	// not be read: they are shown, and the command fails.
+	Err error
+	// Staged are the cluster's plaintext copies staged for etcd-operator
+	// (staged.go), shown after the backups; StagedErr says their listing
+	// failed (a warning, not a failure of the list).
+	Staged    []StagedCopy
+	StagedErr error
+
+	id string
+}
+
+// Tables are the backups' table, with the orphan marker's read error
+// below, then the staged copies when there are any (-o json is Rows).
+func (r *ListResult) Tables() []output.Table {
+	t := r.Rows.Table()
+	if r.MarkerErr != nil {
+		t.Notes = append(t.Notes, fmt.Sprintf("orphan marker of cluster %s could not be read: %v", r.id, r.MarkerErr))
+	}
+	if r.StagedErr != nil {
+		t.Notes = append(t.Notes, fmt.Sprintf("staged plaintext snapshots of cluster %s could not be listed: %v", r.id, r.StagedErr))
+	}
+	out := []output.Table{t}
+	if len(r.Staged) > 0 {
+		out = append(out, StagedTable(r.Staged))
+	}
+	return out
+}
+
+// List is `list`: the same inventory and checks as Prune (every committed
+// backup's manifest is read and the objects it names are checked against
+// the listing; incomplete folders are aged with their multipart uploads),
+// the drill records, the retention decision for each backup (only shown)
+// and the orphan marker. Nothing is written. A failure before the rows
+// exist is a *ListError; the options are checked first (Validate).
+func List(ctx context.Context, opts ListOptions) (*ListResult, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Store == nil {
+		return nil, fmt.Errorf("list: %w", errNoStore)
+	}
+	if opts.Now.IsZero() {
+		opts.Now = time.Now()
+	}
+	st, layout, id := opts.Store, opts.Layout, opts.ClusterID
+	fail := func(step string, err error) (*ListResult, error) {
+		return nil, &ListError{ClusterID: id, Step: step, Err: err}
+	}
+	entries, err := Inventory(ctx, st, layout, id)
+	if err != nil {
+		return fail(ListStepList, fmt.Errorf("list cluster %s: %w", id, err))
+	}
+	manifests, merrs, unknownErr := CheckEntries(ctx, st, layout, entries, DefaultCheckParallel)
+	if err := ctx.Err(); err != nil {
+		return fail(ListStepManifests, fmt.Errorf("list cluster %s: read manifests: %w", id, err))
+	}
+	if err := attachUploads(ctx, st, layout, id, entries); err != nil {
+		return fail(ListStepUploads, fmt.Errorf("list cluster %s: %w", id, err))
+	}
+	// The drill records, as prune reads them: the drilled rule keeps by
+	// them. One the store failed to return is shown as unreadable, and the
+	// result has an error (its proof is unknown).
+	drillErr := LoadDrills(ctx, st, layout, entries, DefaultCheckParallel)
+	if err := ctx.Err(); err != nil {
+		return fail(ListStepDrills, fmt.Errorf("list cluster %s: read drill records: %w", id, err))
+	}
+	// Pure: the plan is only shown, nothing is deleted.
+	decisions := map[string]Decision{}
+	for _, d := range ApplyPolicy(entries, opts.Now, opts.Policy).Decisions {
+		decisions[d.Entry.Name] = d
+	}
+	res := &ListResult{Rows: make(ListRows, 0, len(entries)), id: id}
+	for i, e := range entries {
+		res.Rows = append(res.Rows, listRow(Listed{Entry: e, Manifest: manifests[i], ManifestErr: merrs[i]}, decisions[e.Name]))
+	}
+	// The orphan marker (prune --orphans, backup --all --prune): one read.
+	marker, markerErr := ReadOrphanMarker(ctx, st, layout, id)
+	for i := range res.Rows {
+		res.Rows[i].Orphan = marker
+	}
+	res.MarkerErr = markerErr
+	res.Staged, res.StagedErr = ListStaged(ctx, st, layout, []string{id}, opts.Now)
+	switch {
+	case unknownErr != nil:
+		res.Err = fmt.Errorf("list cluster %s: %w", id, unknownErr)
+	case drillErr != nil:
+		res.Err = fmt.Errorf("list cluster %s: %w", id, drillErr)
+	}
+	return res, nil
+}
+
+// attachUploads lists the multipart uploads under the cluster and under
+// the exact keys of every incomplete folder, and gives each folder its own.
+func attachUploads(ctx context.Context, st store.Store, layout Layout, id string, entries []Entry) error {
+	var uploads []store.Upload
+	var err error
+	if mp, ok := st.(store.Multipart); ok {
+		uploads, err = mp.ListUploads(ctx, layout.ClusterPrefix(id))
+	}
+	if err == nil {
+		var keys []string
+		for _, e := range entries {
+			if !e.Committed {
+				keys = append(keys, UploadKeys(layout, e, nil)...)
+			}
+		}
+		var exact []store.Upload
+		exact, err = ListUploadsAt(ctx, st, keys, DefaultCheckParallel)
+		uploads = append(uploads, exact...)
+	}
+	if err != nil {
+		return err
+	}
+	for i := range entries {
+		prefix := layout.BackupPrefix(id, entries[i].Name)
+		seen := map[string]bool{}
+		for _, u := range uploads {
+			if len(u.Key) > len(prefix) && strings.HasPrefix(u.Key, prefix) && !seen[u.UploadID] {
+				seen[u.UploadID] = true
+				entries[i].Uploads = append(entries[i].Uploads, u)
+			}
+		}
+	}
+	return nil
+}
+
+// listRow is one backup's row: its state, what its manifest says, its
+// drill and the retention decision.
+func listRow(l Listed, d Decision) ListRow {
+	r := ListRow{Name: l.Name, Kind: l.Kind, Time: l.Time, Status: "committed",
+		Retention: ListRetention{Keep: d.Keep, Rules: d.Rules, Reason: d.Reason}, Drill: l.Drill.Result()}
+	for _, o := range l.Objects {
+		r.TotalSize += o.Size
+	}
+	r.Damaged = l.Damaged
+	switch {
+	case !l.Committed:
+		r.Status = "incomplete"
+	case l.ManifestErr != nil && l.Damaged == "":
+		r.Status, r.Error = "unknown: manifest could not be read", l.ManifestErr.Error()
+	case l.ManifestErr != nil:
+		r.Status, r.Error = "damaged: "+l.Damaged, l.ManifestErr.Error()
+	default:
+		if l.Damaged != "" {
+			r.Status = "damaged: " + l.Damaged
+		}
+		m := l.Manifest
+		r.Revision, r.RawSize, r.Source, r.Manifest = m.RevisionBefore, m.Snapshot.RawSize, m.Source.Name, m
+		r.StoredSize = m.Snapshot.StoredSize
+		r.Recipients = m.Recipients()
+		if m.V2 != nil {
+			r.V2Keys = &m.V2.Keys
+		}
+	}
+	return r
+}

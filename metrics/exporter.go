@@ -1,0 +1,512 @@
+// Package metrics is the Prometheus side of etcd-recovery: the exporter
+// that `etcd-recovery serve` runs (a refresh on an interval from the
+// store's listing of the namespace's clusters and an inspection of every
+// EtcdCluster, served on /metrics with client_golang from the last
+// refresh's snapshot) and the Pushgateway push of a backup or drill run's
+// outcome on the same metric names.
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/armada/etcd-recovery/inspect"
+	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/store"
+	"github.com/armada/etcd-recovery/kube"
+)
+
+// Defaults of the exporter's options.
+const (
+	DefaultInterval = 5 * time.Minute
+	// DefaultJitter: each wait is the interval ± this fraction of it, so
+	// the exporters of 18 namespaces do not list the bucket in step.
+	DefaultJitter = 0.1
+	// DefaultDeadline bounds one refresh.
+	DefaultDeadline = 2 * time.Minute
+	// HealthyIntervals: /healthz answers 200 while the last successful
+	// refresh finished within this many intervals.
+	HealthyIntervals = 3
+)
+
+// Options configure an Exporter.
+type Options struct {
+	// Kube lists and inspects the namespace's EtcdClusters (nil: no
+	// inspection, the store only).
+	Kube *kube.Client
+	// Store and Layout: the namespace's backups (nil Store: no backup or
+	// drill metrics).
+	Store  store.Store
+	Layout catalog.Layout
+	// Interval between refreshes (default 5m), with Jitter (fraction, 0.1).
+	Interval time.Duration
+	Jitter   float64
+	// Deadline bounds one refresh (default 2m). Each cluster's inspection
+	// has its own bound (3 × ProbeTimeout); with more clusters than
+	// Parallel they queue, so keep Deadline above
+	// ceil(clusters/Parallel) × 3 × ProbeTimeout or the inspect step fails.
+	Deadline time.Duration
+	// Parallel inspections (default kube.DefaultInspectParallel);
+	// ProbeTimeout bounds one probe (inspect's default); DialTimeout the
+	// etcd dials (default: the probe timeout).
+	Parallel     int
+	ProbeTimeout time.Duration
+	DialTimeout  time.Duration
+	// ReadParallel bounds the manifest and drill record reads at once
+	// (catalog.DefaultCheckParallel).
+	ReadParallel int
+	// Now is the clock (tests); default time.Now.
+	Now func() time.Time
+	Log *slog.Logger
+}
+
+// Validate checks the options.
+func (o Options) Validate() error {
+	switch {
+	case o.Kube == nil && o.Store == nil:
+		return errors.New("metrics: neither a Kubernetes client nor a store: nothing to export")
+	case o.Interval < 0:
+		return fmt.Errorf("metrics: interval %v: must be positive", o.Interval)
+	case o.Deadline < 0:
+		return fmt.Errorf("metrics: deadline %v: must be positive", o.Deadline)
+	case o.Jitter < 0 || o.Jitter >= 1:
+		return fmt.Errorf("metrics: jitter %v: want 0 <= jitter < 1", o.Jitter)
+	case o.Parallel < 0:
+		return fmt.Errorf("metrics: parallel %d: want at least 1", o.Parallel)
+	}
+	return nil
+}
+
+// Exporter refreshes a snapshot of the namespace's clusters and serves it.
+// It is a prometheus.Collector: every scrape sends the last snapshot as
+// const metrics, so a cluster gone from the store and the API disappears
+// at the next refresh and the series are bounded by the clusters.
+type Exporter struct {
+	opts Options
+
+	refreshMu sync.Mutex // one refresh at a time
+
+	mu          sync.RWMutex
+	snap        *Snapshot
+	errs        map[string]uint64 // by step
+	lastSuccess time.Time
+	lastStart   time.Time
+}
+
+// New builds an exporter; it refreshes only when asked (Refresh, Run).
+func New(opts Options) (*Exporter, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Interval == 0 {
+		opts.Interval = DefaultInterval
+	}
+	if opts.Deadline == 0 {
+		opts.Deadline = DefaultDeadline
+	}
+	if opts.ProbeTimeout <= 0 {
+		opts.ProbeTimeout = inspect.DefaultTimeout
+	}
+	if opts.Parallel == 0 {
+		opts.Parallel = kube.DefaultInspectParallel
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	errs := map[string]uint64{}
+	for _, s := range Steps {
+		errs[s] = 0
+	}
+	return &Exporter{opts: opts, snap: &Snapshot{}, errs: errs}, nil
+}
+
+// Snapshot is the last refresh's snapshot (empty before the first).
+func (e *Exporter) Snapshot() *Snapshot {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.snap
+}
+
+// Errors are the failed refresh steps counted so far, by step.
+func (e *Exporter) Errors() map[string]uint64 {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	out := make(map[string]uint64, len(e.errs))
+	for k, v := range e.errs {
+		out[k] = v
+	}
+	return out
+}
+
+// Refresh takes a new snapshot, bounded by the deadline: the store side
+// (one listing of the layout's root, then the manifests and drill records
+// of the committed backups: small JSON objects, no snapshot is read) and
+// the inspection (kube.InspectAll, the code of inspect --all) run
+// concurrently. Concurrent calls wait for each other. A step that fails
+// is counted and named in the error; its part of the snapshot keeps the
+// previous refresh's values (a store outage does not make every cluster
+// look unbacked-up), while the clusters of the parts that succeeded are
+// replaced. The error is nil when every step succeeded.
+func (e *Exporter) Refresh(ctx context.Context) error {
+	e.refreshMu.Lock()
+	defer e.refreshMu.Unlock()
+	start := e.opts.Now()
+	e.mu.Lock()
+	e.lastStart = time.Now()
+	prev := e.snap
+	e.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, e.opts.Deadline)
+	defer cancel()
+
+	var (
+		wg                  sync.WaitGroup
+		stepErr             = map[string]error{}
+		errMu               sync.Mutex
+		entries             map[string][]catalog.Entry
+		manifests           map[string][]*catalog.Manifest
+		storeOK             bool
+		rows                []kube.InspectRow
+		inspectOK, listedOK bool
+	)
+	fail := func(step string, err error) {
+		errMu.Lock()
+		stepErr[step] = err
+		errMu.Unlock()
+	}
+	if e.opts.Store != nil {
+		wg.Go(func() {
+			entries, manifests, storeOK = e.readStore(ctx, fail)
+		})
+	}
+	if e.opts.Kube != nil {
+		wg.Go(func() {
+			rep, err := kube.InspectAll(ctx, kube.InspectAllOptions{Kube: e.opts.Kube, Parallel: e.opts.Parallel,
+				Template: inspect.Options{Timeout: e.opts.ProbeTimeout}, DialTimeout: e.opts.DialTimeout, NoReports: true})
+			switch {
+			case err == nil:
+				rows, inspectOK, listedOK = rep.Clusters, true, true
+			case ctx.Err() != nil:
+				fail(StepInspect, fmt.Errorf("inspect: not finished within %v: %w", e.opts.Deadline, err))
+			default:
+				fail(StepListClusters, err)
+			}
+		})
+	}
+	wg.Wait()
+
+	// Build the new snapshot from the previous one's states.
+	old := map[string]ClusterState{}
+	for _, c := range prev.Clusters {
+		old[c.Cluster] = c
+	}
+	next := map[string]*ClusterState{}
+	get := func(name string) *ClusterState {
+		if st := next[name]; st != nil {
+			return st
+		}
+		st := &ClusterState{Cluster: name}
+		if o, ok := old[name]; ok {
+			*st = o
+		}
+		next[name] = st
+		return st
+	}
+	// Which clusters exist: the parts that succeeded decide; a part that
+	// failed keeps its clusters of the previous snapshot.
+	if !listedOK {
+		for _, c := range prev.Clusters {
+			if c.Inspected {
+				get(c.Cluster)
+			}
+		}
+	}
+	if !storeOK {
+		for _, c := range prev.Clusters {
+			if c.Stored {
+				get(c.Cluster)
+			}
+		}
+	}
+	if inspectOK {
+		for _, row := range rows {
+			inspectState(get(row.Cluster), row)
+		}
+	}
+	if storeOK {
+		for id, es := range entries {
+			storeState(get(id), es, manifests[id])
+		}
+	}
+	for _, st := range next {
+		if listedOK && !e.listedIn(rows, st.Cluster) {
+			st.Inspected, st.Verdict, st.Up, st.Voting, st.DBSize, st.Leader, st.LeaderChanges = false, "", 0, 0, 0, "", 0
+		}
+		if storeOK && entries[st.Cluster] == nil {
+			// No backup at all: the store side is known and empty.
+			storeState(st, nil, nil)
+		}
+	}
+	snap := &Snapshot{At: e.opts.Now(), Errors: map[string]string{}}
+	for _, st := range next {
+		snap.Clusters = append(snap.Clusters, *st)
+	}
+	sort.Slice(snap.Clusters, func(i, j int) bool { return snap.Clusters[i].Cluster < snap.Clusters[j].Cluster })
+	snap.Duration = snap.At.Sub(start)
+	for step, err := range stepErr {
+		snap.Errors[step] = err.Error()
+	}
+
+	e.mu.Lock()
+	e.snap = snap
+	for step := range stepErr {
+		e.errs[step]++
+	}
+	if len(stepErr) == 0 {
+		e.lastSuccess = snap.At
+	}
+	e.mu.Unlock()
+
+	if len(stepErr) == 0 {
+		e.opts.Log.Debug("refresh", "clusters", len(snap.Clusters), "duration", snap.Duration)
+		return nil
+	}
+	var errs []error
+	for _, s := range Steps {
+		if err := stepErr[s]; err != nil {
+			e.opts.Log.Warn("refresh step failed", "step", s, "error", err.Error())
+			errs = append(errs, fmt.Errorf("refresh step %q: %w", s, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (e *Exporter) listedIn(rows []kube.InspectRow, name string) bool {
+	for i := range rows {
+		if rows[i].Cluster == name {
+			return true
+		}
+	}
+	return false
+}
+
+// readStore lists the layout's root once and reads the committed backups'
+// manifests and drill records. ok is false when the listing or a read
+// failed (the failing step is reported through fail).
+func (e *Exporter) readStore(ctx context.Context, fail func(string, error)) (map[string][]catalog.Entry, map[string][]*catalog.Manifest, bool) {
+	st, layout := e.opts.Store, e.opts.Layout
+	objs, err := st.List(ctx, layout.RootPrefix())
+	if err != nil {
+		fail(StepListStore, fmt.Errorf("list %q: %w", layout.RootPrefix(), err))
+		return nil, nil, false
+	}
+	groups := catalog.GroupEntries(layout, objs)
+	// One flat slice (so the reads share one bound), then back per cluster.
+	ids := make([]string, 0, len(groups))
+	n := 0
+	for id, es := range groups {
+		ids = append(ids, id)
+		n += len(es)
+	}
+	sort.Strings(ids)
+	all := make([]catalog.Entry, 0, n)
+	for _, id := range ids {
+		all = append(all, groups[id]...)
+	}
+	ms, _, err := catalog.CheckEntries(ctx, st, layout, all, e.opts.ReadParallel)
+	ok := true
+	if err != nil {
+		fail(StepReadManifests, err)
+		ok = false
+	}
+	if err := catalog.LoadDrills(ctx, st, layout, all, e.opts.ReadParallel); err != nil {
+		fail(StepReadDrills, err)
+		ok = false
+	}
+	if !ok {
+		return nil, nil, false
+	}
+	entries := make(map[string][]catalog.Entry, len(ids))
+	manifests := make(map[string][]*catalog.Manifest, len(ids))
+	i := 0
+	for _, id := range ids {
+		k := len(groups[id])
+		entries[id], manifests[id] = all[i:i+k:i+k], ms[i:i+k:i+k]
+		i += k
+	}
+	return entries, manifests, true
+}
+
+// Run refreshes at once and then every interval (± jitter) until ctx
+// ends. A failed refresh is logged and counted; the next one runs on
+// schedule.
+func (e *Exporter) Run(ctx context.Context) {
+	for {
+		if err := e.Refresh(ctx); err != nil && ctx.Err() == nil {
+			e.opts.Log.Warn("refresh failed", "error", err.Error())
+		}
+		t := time.NewTimer(e.wait())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// wait is the interval with its jitter.
+func (e *Exporter) wait() time.Duration {
+	d := e.opts.Interval
+	if j := e.opts.Jitter; j > 0 {
+		d += time.Duration((rand.Float64()*2 - 1) * j * float64(d))
+	}
+	return d
+}
+
+// Healthy reports whether the last successful refresh finished within
+// HealthyIntervals intervals (plus one deadline: the refresh's own time).
+func (e *Exporter) Healthy() (bool, string) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.lastSuccess.IsZero() {
+		return false, "no successful refresh yet"
+	}
+	age := e.opts.Now().Sub(e.lastSuccess)
+	limit := HealthyIntervals*e.opts.Interval + e.opts.Deadline
+	if age > limit {
+		return false, fmt.Sprintf("last successful refresh %v ago (more than %v)", age.Round(time.Second), limit)
+	}
+	return true, fmt.Sprintf("last successful refresh %v ago", age.Round(time.Second))
+}
+
+// Alive reports whether the refresh loop is not wedged: a refresh
+// started within one interval (with its jitter) plus one deadline.
+func (e *Exporter) Alive() (bool, string) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.lastStart.IsZero() {
+		return true, "starting"
+	}
+	age := time.Since(e.lastStart)
+	limit := time.Duration(float64(e.opts.Interval)*(1+e.opts.Jitter)) + 2*e.opts.Deadline
+	if age > limit {
+		return false, fmt.Sprintf("no refresh started for %v (more than %v)", age.Round(time.Second), limit)
+	}
+	return true, "refreshing"
+}
+
+// Describe sends every descriptor the exporter uses.
+func (e *Exporter) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descClusterInfo, descBackupLastSuccess, descBackupLastRevision, descBackupStoredBytes,
+		descBackupsIncomplete, descBackupsDamaged, descDrillLast, descDrillLastResult, descDrillLastPass, descVerdict,
+		descMembers, descMembersUp, descDBSize, descLeaderChanges, descRefreshDuration, descRefreshErrors, descRefreshLastSuccess} {
+		ch <- d
+	}
+}
+
+// Collect sends the last snapshot as const metrics.
+func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
+	e.mu.RLock()
+	snap, lastSuccess := e.snap, e.lastSuccess
+	errs := make(map[string]uint64, len(e.errs))
+	for k, v := range e.errs {
+		errs[k] = v
+	}
+	e.mu.RUnlock()
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	for _, c := range snap.Clusters {
+		collectCluster(gauge, ch, c)
+	}
+	if !snap.At.IsZero() {
+		gauge(descRefreshDuration, snap.Duration.Seconds())
+	}
+	for _, s := range Steps {
+		ch <- prometheus.MustNewConstMetric(descRefreshErrors, prometheus.CounterValue, float64(errs[s]), s)
+	}
+	if !lastSuccess.IsZero() {
+		gauge(descRefreshLastSuccess, unixSeconds(lastSuccess))
+	}
+}
+
+func collectCluster(gauge func(*prometheus.Desc, float64, ...string), ch chan<- prometheus.Metric, c ClusterState) {
+	gauge(descClusterInfo, 1, c.Cluster)
+	if c.Stored {
+		for _, k := range catalog.Kinds {
+			b, ok := c.Backups[k]
+			if !ok {
+				continue
+			}
+			gauge(descBackupLastSuccess, unixSeconds(b.Time), c.Cluster, string(k))
+			gauge(descBackupLastRevision, float64(b.Revision), c.Cluster, string(k))
+			gauge(descBackupStoredBytes, float64(b.Stored), c.Cluster, string(k))
+		}
+		gauge(descBackupsIncomplete, float64(c.Incomplete), c.Cluster)
+		gauge(descBackupsDamaged, float64(c.Damaged), c.Cluster)
+		if !c.DrillLast.IsZero() {
+			gauge(descDrillLast, unixSeconds(c.DrillLast), c.Cluster)
+			gauge(descDrillLastResult, b2f(c.DrillLastPassed), c.Cluster)
+		}
+		if !c.DrillLastPass.IsZero() {
+			gauge(descDrillLastPass, unixSeconds(c.DrillLastPass), c.Cluster)
+		}
+	}
+	if c.Inspected {
+		cur := verdictLabel(c.Verdict)
+		for _, v := range Verdicts {
+			gauge(descVerdict, b2f(v == cur), c.Cluster, v)
+		}
+		gauge(descMembers, float64(c.Voting), c.Cluster)
+		gauge(descMembersUp, float64(c.Up), c.Cluster)
+		if c.DBSize > 0 {
+			gauge(descDBSize, float64(c.DBSize), c.Cluster)
+		}
+		ch <- prometheus.MustNewConstMetric(descLeaderChanges, prometheus.CounterValue, float64(c.LeaderChanges), c.Cluster)
+	}
+}
+
+func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Handler serves /metrics (the exporter's snapshot; the Go runtime's and
+// the process' own metrics too), /healthz (200 while Healthy, else 503)
+// and /livez (200 while Alive, else 503).
+func (e *Exporter) Handler() http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(e, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, Timeout: 30 * time.Second}))
+	probe := func(check func() (bool, string)) http.HandlerFunc {
+		return func(w http.ResponseWriter, _ *http.Request) {
+			ok, msg := check()
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			if !ok {
+				w.WriteHeader(http.StatusServiceUnavailable)
+			}
+			fmt.Fprintln(w, msg)
+		}
+	}
+	mux.Handle("/healthz", probe(e.Healthy))
+	mux.Handle("/livez", probe(e.Alive))
+	return mux
+}

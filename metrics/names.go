@@ -1,0 +1,96 @@
+package metrics
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metric names (the alert rules in deploy/40-alerts.yaml use exactly
+// these). Labels: cluster (the EtcdCluster's name, its cluster id in the
+// store) and kind (a backup kind); never a backup name, so the series of
+// a namespace are bounded by its clusters × 4 kinds.
+const (
+	NameClusterInfo         = "etcd_recovery_cluster_info"
+	NameBackupLastSuccess   = "etcd_recovery_backup_last_success_timestamp_seconds"
+	NameBackupLastRevision  = "etcd_recovery_backup_last_revision"
+	NameBackupStoredBytes   = "etcd_recovery_backup_stored_bytes"
+	NameBackupsIncomplete   = "etcd_recovery_backups_incomplete"
+	NameBackupsDamaged      = "etcd_recovery_backups_damaged"
+	NameDrillLastTimestamp  = "etcd_recovery_drill_last_timestamp_seconds"
+	NameDrillLastResult     = "etcd_recovery_drill_last_result"
+	NameDrillLastPass       = "etcd_recovery_drill_last_pass_timestamp_seconds"
+	NameInspectVerdict      = "etcd_recovery_inspect_verdict"
+	NameMembers             = "etcd_recovery_members"
+	NameMembersUp           = "etcd_recovery_members_up"
+	NameDBSize              = "etcd_recovery_db_size_bytes"
+	NameLeaderChanges       = "etcd_recovery_leader_changes_seen_total"
+	NameRefreshDuration     = "etcd_recovery_refresh_duration_seconds"
+	NameRefreshErrors       = "etcd_recovery_refresh_errors_total"
+	NameRefreshLastSuccess  = "etcd_recovery_refresh_last_success_timestamp_seconds"
+	NameBackupLastRun       = "etcd_recovery_backup_last_run_timestamp_seconds"
+	NameBackupLastRunResult = "etcd_recovery_backup_last_run_success"
+	NameDrillLastRun        = "etcd_recovery_drill_last_run_timestamp_seconds"
+	NameDrillLastRunResult  = "etcd_recovery_drill_last_run_success"
+)
+
+// Refresh steps, the step label of etcd_recovery_refresh_errors_total.
+const (
+	StepListClusters  = "list_clusters"  // the EtcdClusters could not be listed
+	StepInspect       = "inspect"        // the inspection did not finish within the deadline
+	StepListStore     = "list_store"     // the store listing of the prefix failed
+	StepReadManifests = "read_manifests" // a manifest could not be read (a store failure, not damage)
+	StepReadDrills    = "read_drills"    // a drill record could not be read (a store failure)
+)
+
+// Steps are every refresh step, in order.
+var Steps = []string{StepListClusters, StepInspect, StepListStore, StepReadManifests, StepReadDrills}
+
+// Verdict label values of etcd_recovery_inspect_verdict.
+var Verdicts = []string{"healthy", "degraded", "quorum_lost", "unreachable"}
+
+var (
+	cl  = []string{"cluster"}
+	clk = []string{"cluster", "kind"}
+
+	descClusterInfo = prometheus.NewDesc(NameClusterInfo,
+		"1 for every cluster the exporter knows: an EtcdCluster of the namespace or a cluster id with backups in the store.", cl, nil)
+	descBackupLastSuccess = prometheus.NewDesc(NameBackupLastSuccess,
+		"Time (unix seconds, from its name) of the newest committed backup of that kind that checks out (manifest read, objects present with their sizes); absent when there is none.", clk, nil)
+	descBackupLastRevision = prometheus.NewDesc(NameBackupLastRevision,
+		"etcd revision of the newest committed backup of that kind.", clk, nil)
+	descBackupStoredBytes = prometheus.NewDesc(NameBackupStoredBytes,
+		"Stored (compressed) size in bytes of the snapshot object of the newest committed backup of that kind.", clk, nil)
+	descBackupsIncomplete = prometheus.NewDesc(NameBackupsIncomplete,
+		"Backup folders without a manifest (in flight, or left by a failed run until prune removes them).", cl, nil)
+	descBackupsDamaged = prometheus.NewDesc(NameBackupsDamaged,
+		"Committed backups that cannot restore: manifest unreadable, an object missing or of the wrong size.", cl, nil)
+	descDrillLast = prometheus.NewDesc(NameDrillLastTimestamp,
+		"Time (unix seconds) the newest restore drill of any of the cluster's backups finished; absent when never drilled.", cl, nil)
+	descDrillLastResult = prometheus.NewDesc(NameDrillLastResult,
+		"1 when the newest restore drill passed, 0 when it failed; absent when never drilled.", cl, nil)
+	descDrillLastPass = prometheus.NewDesc(NameDrillLastPass,
+		"Time (unix seconds) the newest passed restore drill finished; absent when no drill passed.", cl, nil)
+	descVerdict = prometheus.NewDesc(NameInspectVerdict,
+		"1 for the cluster's current inspect verdict (healthy, degraded, quorum_lost, unreachable), 0 for the others.", []string{"cluster", "verdict"}, nil)
+	descMembers = prometheus.NewDesc(NameMembers,
+		"Voting members of the cluster (its member list).", cl, nil)
+	descMembersUp = prometheus.NewDesc(NameMembersUp,
+		"Voting members that serve linearizable reads.", cl, nil)
+	descDBSize = prometheus.NewDesc(NameDBSize,
+		"DB size in bytes, the largest any member reported.", cl, nil)
+	descLeaderChanges = prometheus.NewDesc(NameLeaderChanges,
+		"Leader changes the exporter has seen between its refreshes (the leader's member id differed from the previous refresh's), since it first saw the cluster.", cl, nil)
+	descRefreshDuration = prometheus.NewDesc(NameRefreshDuration,
+		"Duration of the last refresh in seconds.", nil, nil)
+	descRefreshErrors = prometheus.NewDesc(NameRefreshErrors,
+		"Refresh steps that failed, by step (list_clusters, inspect, list_store, read_manifests, read_drills).", []string{"step"}, nil)
+	descRefreshLastSuccess = prometheus.NewDesc(NameRefreshLastSuccess,
+		"Time (unix seconds) the last refresh with no failed step finished; absent until one did.", nil, nil)
+
+	// Pushed by backup and drill runs only (Pushgateway).
+	descBackupLastRun = prometheus.NewDesc(NameBackupLastRun,
+		"Pushed by a backup run: when it finished (unix seconds), succeeded or not.", nil, nil)
+	descBackupLastRunResult = prometheus.NewDesc(NameBackupLastRunResult,
+		"Pushed by a backup run: 1 when its backup was committed, 0 when it failed.", nil, nil)
+	descDrillLastRun = prometheus.NewDesc(NameDrillLastRun,
+		"Pushed by a drill run: when it finished (unix seconds).", nil, nil)
+	descDrillLastRunResult = prometheus.NewDesc(NameDrillLastRunResult,
+		"Pushed by a drill run: 1 when the drill passed, 0 when it failed or could not run.", nil, nil)
+)

@@ -1,0 +1,163 @@
+package restore
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/seal"
+)
+
+// CheckDecrypt is the check of an encrypted backup's age layer: the header
+// opened with one of the identities and every payload chunk authenticated.
+const CheckDecrypt = "decrypt"
+
+// IdentityError is an encrypted backup that cannot be read with the
+// identities given (none, or none of its recipients): found before anything
+// is downloaded or written. errors.Is(err, seal.ErrNoIdentity) is true.
+type IdentityError struct {
+	ClusterID string
+	Backup    string
+	Object    string
+	// Recipients the backup was encrypted to (its manifest's).
+	Recipients []string
+	// Identities are the public keys of the identities given.
+	Identities []string
+}
+
+func (e *IdentityError) Error() string {
+	to := "recipients not recorded"
+	if len(e.Recipients) > 0 {
+		to = strings.Join(e.Recipients, ", ")
+	}
+	have := "no --identity-file given (" + seal.EnvIdentityFile + ")"
+	if len(e.Identities) > 0 {
+		have = "--identity-file holds " + strings.Join(e.Identities, ", ") + ", none of them"
+	}
+	return fmt.Sprintf("backup %s of cluster %s (%s) is age-encrypted to %s: %s: %v: pass the identity of one of these recipients",
+		e.Backup, e.ClusterID, e.Object, to, have, seal.ErrNoIdentity)
+}
+
+// Is makes errors.Is(err, seal.ErrNoIdentity) true.
+func (e *IdentityError) Is(target error) bool { return target == seal.ErrNoIdentity }
+
+// checkIdentity checks, from the manifest alone, that ids can decrypt an
+// encrypted backup: nothing is read from the store and nothing written.
+// A plaintext backup needs no identity. The age header is checked again
+// when the object streams (a manifest that lies is caught there).
+func checkIdentity(layout catalog.Layout, m *catalog.Manifest, ids *seal.Identities) error {
+	if m == nil || !m.Encryption.Encrypted() {
+		return nil
+	}
+	want := m.Encryption.Recipients
+	have := ids.Recipients()
+	if ids.Len() > 0 {
+		for _, p := range have {
+			if slices.Contains(want, p) {
+				return nil
+			}
+		}
+	}
+	return &IdentityError{ClusterID: m.ClusterID, Backup: m.Name, Object: layout.Key(m.ClusterID, m.Name, m.Snapshot.Object),
+		Recipients: slices.Clone(want), Identities: have}
+}
+
+// tamperedError is the message of a refused encrypted object: the object
+// named, and why retrying does not help.
+func tamperedError(key string, err error) error {
+	return fmt.Errorf("%s: encrypted object damaged/tampered: refusing it (age authentication failed; reading it again will not help): %w", key, err)
+}
+
+// errTracker remembers the first error other than io.EOF of the reader
+// it wraps: the decrypting reader's, whatever the decompressor makes of it.
+type errTracker struct {
+	r   io.Reader
+	err error
+}
+
+func (t *errTracker) Read(p []byte) (int, error) {
+	n, err := t.r.Read(p)
+	if err != nil && err != io.EOF && t.err == nil {
+		t.err = err
+	}
+	return n, err
+}
+
+// isNoIdentity reports whether err is an encrypted backup without a matching identity.
+func isNoIdentity(err error) bool { return errors.Is(err, seal.ErrNoIdentity) }
+
+// localSnapshot is a plaintext snapshot file the caller already has (the
+// drill after a backup: the plaintext the backup streamed), used instead
+// of downloading the backup's object.
+type localSnapshot struct {
+	path     string
+	manifest *catalog.Manifest
+}
+
+// verifyLocal copies a local plaintext snapshot (database plus etcd's
+// sha256 trailer) into dst and checks it against the manifest as
+// fetchSnapshot checks a download: etcd's trailing hash, the raw sha256
+// and the raw size. A mismatch is a verifyError; the file is never
+// changed or removed.
+func verifyLocal(ctx context.Context, src localSnapshot, dst io.Writer) (*fetchResult, error) {
+	m := src.manifest
+	f, err := os.Open(src.path)
+	if err != nil {
+		return nil, fmt.Errorf("plaintext snapshot of backup %s: %w", m.Name, err)
+	}
+	defer f.Close()
+	raw := backup.NewSnapshotHasher()
+	buf := make([]byte, chunkSize)
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		n, rerr := f.Read(buf)
+		if n > 0 {
+			raw.Write(buf[:n])
+			if dst != nil {
+				if _, err := dst.Write(buf[:n]); err != nil {
+					return nil, err
+				}
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return nil, fmt.Errorf("plaintext snapshot %s: %w", src.path, rerr)
+		}
+	}
+	res := &fetchResult{RawSize: raw.Size()}
+	fail := func(name, detail string) (*fetchResult, error) {
+		res.Checks = append(res.Checks, Check{Name: name, Status: CheckFailed, Detail: detail})
+		return res, &verifyError{fmt.Errorf("plaintext snapshot %s of backup %s: %s: %s", src.path, m.Name, name, detail)}
+	}
+	res.Checks = append(res.Checks, Check{Name: CheckStoredSHA, Status: CheckSkipped, Detail: "local plaintext copy: the stored object is not read"})
+	trailer, complete := raw.Trailer()
+	if !complete {
+		return fail(CheckEtcdHash, fmt.Sprintf("snapshot is %d bytes: too short to hold etcd's sha256", raw.Size()+int64(len(trailer))))
+	}
+	rawSum := raw.Sum()
+	if !bytes.Equal(rawSum, trailer) {
+		return fail(CheckEtcdHash, fmt.Sprintf("etcd's trailing sha256 is %x, the database hashes to %x", trailer, rawSum))
+	}
+	res.Checks = append(res.Checks, Check{Name: CheckEtcdHash, Status: CheckPassed, Detail: hex.EncodeToString(trailer)})
+	if got := hex.EncodeToString(rawSum); got != m.Snapshot.RawSHA256 {
+		return fail(CheckRawSHA, fmt.Sprintf("database hashes to %s, the manifest says %s", got, m.Snapshot.RawSHA256))
+	}
+	res.Checks = append(res.Checks, Check{Name: CheckRawSHA, Status: CheckPassed, Detail: m.Snapshot.RawSHA256})
+	if raw.Size() != m.Snapshot.RawSize {
+		return fail(CheckSizes, fmt.Sprintf("database %d bytes, the manifest says %d", raw.Size(), m.Snapshot.RawSize))
+	}
+	res.Checks = append(res.Checks, Check{Name: CheckSizes, Status: CheckPassed, Detail: fmt.Sprintf("database %d bytes", raw.Size())})
+	return res, nil
+}

@@ -1,0 +1,377 @@
+package restore_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"filippo.io/age"
+
+	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/seal"
+	"github.com/armada/etcd-recovery/internal/testenv"
+	"github.com/armada/etcd-recovery/internal/testfix"
+	"github.com/armada/etcd-recovery/restore"
+)
+
+// ageKey is a fresh age X25519 key pair: the identity (as restore loads
+// it) and the recipient (as backup encrypts to it).
+type ageKey struct {
+	ids *seal.Identities
+	pub string
+}
+
+func newAgeKey(tb testing.TB) ageKey {
+	tb.Helper()
+	id, err := age.GenerateX25519Identity()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ids, err := seal.ParseIdentities(strings.NewReader(id.String()+"\n"), "test identity")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return ageKey{ids: ids, pub: id.Recipient().String()}
+}
+
+func recipientsOf(tb testing.TB, keys ...ageKey) seal.Recipients {
+	tb.Helper()
+	var vs []string
+	for _, k := range keys {
+		vs = append(vs, k.pub)
+	}
+	rs, err := seal.ParseRecipients(vs)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return rs
+}
+
+// takeEncrypted commits a backup of c encrypted to rs.
+func (r *storeRig) takeEncrypted(tb testing.TB, c *testenv.EtcdCluster, id string, rs seal.Recipients) *catalog.Manifest {
+	tb.Helper()
+	res, err := backup.Run(context.Background(), backup.Options{
+		ClusterID: id, Kind: catalog.KindManual, Etcd: testfix.EtcdConfig(c), Store: r.store, Layout: r.layout,
+		ProbeTimeout: 3 * time.Second, Recipients: rs, Log: testLogger(tb),
+	})
+	if err != nil {
+		tb.Fatalf("encrypted backup: %v", err)
+	}
+	m := res.Manifest
+	if !m.Encryption.Encrypted() || !seal.IsSealedKey(m.Snapshot.Object) {
+		tb.Fatalf("backup %s is not encrypted: %+v, object %s", m.Name, m.Encryption, m.Snapshot.Object)
+	}
+	time.Sleep(5 * time.Millisecond) // names have millisecond precision
+	return m
+}
+
+// emptyDir fails unless dir does not exist or is empty.
+func emptyDir(tb testing.TB, dir string) {
+	tb.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		tb.Fatal(err)
+	}
+	if len(ents) > 0 {
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		tb.Fatalf("%s holds %v: something was written", dir, names)
+	}
+}
+
+// A backup encrypted to two recipients restores with either identity, and
+// not with a third nor without any: that fails before anything is written,
+// naming both recipients.
+func TestRestoreEncryptedRecipients(t *testing.T) {
+	t.Parallel()
+	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
+	cli := c.Client(t)
+	want := testenv.PutKeys(t, cli, "/enc/", 50, 32)
+	r := newStoreRig(t)
+	const id = "enc-two"
+	a, b, third := newAgeKey(t), newAgeKey(t), newAgeKey(t)
+	m := r.takeEncrypted(t, c, id, recipientsOf(t, a, b))
+	ctx := ctxTimeout(t, 3*time.Minute)
+	opts := func(dir string, ids *seal.Identities) restore.Options {
+		ic, _ := newCluster(t, 1, false)
+		return restore.Options{ClusterID: id, Store: r.store, Layout: r.layout, NoLive: true, Identities: ids,
+			Targets:      restore.Targets{InitialCluster: ic, DataDir: filepath.Join(dir, "{name}.etcd")},
+			BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, Log: testLogger(t)}
+	}
+	for name, ids := range map[string]*seal.Identities{"third identity": third.ids, "no identity": nil} {
+		dir := filepath.Join(t.TempDir(), "data")
+		_, err := restore.Run(ctx, opts(dir, ids))
+		var re *restore.Error
+		if !errors.Is(err, seal.ErrNoIdentity) || !errors.As(err, &re) || re.Step != restore.StepVerifyBackup || re.ClusterID != id {
+			t.Fatalf("%s: want a no-identity error at %q, got %v", name, restore.StepVerifyBackup, err)
+		}
+		for _, p := range []string{a.pub, b.pub, id, m.Name} {
+			if !strings.Contains(err.Error(), p) {
+				t.Errorf("%s: the error does not name %s: %v", name, p, err)
+			}
+		}
+		emptyDir(t, dir)
+	}
+	// Either identity: the dry run streams, decrypts and reads the whole
+	// database; the real run with the other is started and compared.
+	o := opts(filepath.Join(t.TempDir(), "data"), b.ids)
+	o.DryRun = true
+	res, err := restore.Run(ctx, o)
+	if err != nil {
+		t.Fatalf("dry run with the second identity: %v", err)
+	}
+	decrypted := false
+	for _, ch := range res.Checks {
+		decrypted = decrypted || ch.Name == restore.CheckDecrypt && ch.Status == restore.CheckPassed
+	}
+	if !decrypted {
+		t.Fatalf("no passed %q check: %+v", restore.CheckDecrypt, res.Checks)
+	}
+	ic, ms := newCluster(t, 1, false)
+	o = opts(filepath.Join(t.TempDir(), "data"), a.ids)
+	o.InitialCluster = ic
+	res, err = restore.Run(ctx, o)
+	if err != nil {
+		t.Fatalf("restore with the first identity: %v", err)
+	}
+	nc := startRestored(t, testenv.V35, &res.Plan, ms, nil, false)
+	got, _ := allKeys(t, nc.Client(t))
+	sameKeys(t, got, want)
+
+	// restore verify --backup decrypts with the identity, and refuses
+	// without it before downloading.
+	vo := restore.ClusterCheckOptions{ClusterID: id, Backup: m.Name, Store: r.store, Layout: r.layout, TempDir: t.TempDir(), Identities: b.ids}
+	vo.Etcd, vo.Timeout, vo.ExpectedKeys = testfix.EtcdConfig(nc), 30*time.Second, -1
+	vo.Etcd.Endpoints = []string{ms[0].clientURL}
+	if chk, err := restore.CheckCluster(ctx, vo); err != nil || chk.Snapshot == nil {
+		t.Fatalf("verify --backup with the identity: %v", err)
+	}
+	vo.Identities = third.ids
+	if _, err := restore.CheckCluster(ctx, vo); !errors.Is(err, seal.ErrNoIdentity) || !strings.Contains(err.Error(), a.pub) {
+		t.Fatalf("verify --backup with a third identity: %v", err)
+	}
+}
+
+// A flipped byte of an encrypted object is refused with the object named,
+// as damaged/tampered, never as a store error; restore names the older
+// good backup as it does for a corrupt one, and writes nothing.
+func TestRestoreEncryptedTampered(t *testing.T) {
+	t.Parallel()
+	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
+	cli := c.Client(t)
+	testenv.PutKeys(t, cli, "/enc/", 50, 32)
+	r := newStoreRig(t)
+	const id = "enc-tampered"
+	k := newAgeKey(t)
+	older := r.takeEncrypted(t, c, id, recipientsOf(t, k))
+	testenv.PutKeys(t, cli, "/enc2/", 10, 32)
+	newest := r.takeEncrypted(t, c, id, recipientsOf(t, k))
+	key := r.snapshotKey(newest)
+	ctx := ctxTimeout(t, 2*time.Minute)
+	for _, part := range []string{"payload", "header"} {
+		rc, err := r.store.Get(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		orig, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		bad := bytes.Clone(orig)
+		at := len(bad) / 2
+		if part == "header" {
+			at = bytes.Index(bad, []byte("\n---")) + 5 // the header's MAC
+		}
+		bad[at] ^= 0x01
+		r.putObject(t, key, bad)
+
+		dir := filepath.Join(t.TempDir(), "data")
+		ic, _ := newCluster(t, 1, false)
+		_, err = restore.Run(ctx, restore.Options{ClusterID: id, Store: r.store, Layout: r.layout, NoLive: true, Identities: k.ids,
+			Targets:      restore.Targets{InitialCluster: ic, DataDir: filepath.Join(dir, "{name}.etcd")},
+			BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, Log: testLogger(t)})
+		var be *restore.BackupError
+		if !errors.Is(err, seal.ErrTampered) || !errors.As(err, &be) {
+			t.Fatalf("%s: want a tampered backup refused, got %v", part, err)
+		}
+		if !strings.Contains(err.Error(), key) || !strings.Contains(err.Error(), "damaged/tampered: refusing it") {
+			t.Errorf("%s: the error does not name the object as tampered: %v", part, err)
+		}
+		if be.Backup != newest.Name || be.Next != older.Name {
+			t.Errorf("%s: refused %s, next %s; want %s, next %s", part, be.Backup, be.Next, newest.Name, older.Name)
+		}
+		emptyDir(t, dir)
+		r.putObject(t, key, orig)
+	}
+}
+
+// plaintextOf decrypts and decompresses a backup's snapshot into a file.
+func plaintextOf(tb testing.TB, r *storeRig, m *catalog.Manifest, ids *seal.Identities) string {
+	tb.Helper()
+	rc, err := r.store.Get(context.Background(), r.snapshotKey(m))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer rc.Close()
+	pr, err := seal.Decrypt(rc, ids, m.Encryption.Recipients)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	dec, err := backup.Decoder(pr, m.Snapshot.Compression)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer dec.Close()
+	path := filepath.Join(tb.TempDir(), "snapshot.db")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o600)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := io.Copy(f, dec); err != nil {
+		tb.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		tb.Fatal(err)
+	}
+	return path
+}
+
+// A drill of an encrypted backup needs the identity: without it, a clear
+// error and nothing recorded; with it, it passes. A local plaintext copy
+// (the drill after a backup) drills without downloading or any identity,
+// and one whose sha256 is not the manifest's is refused.
+func TestDrillEncrypted(t *testing.T) {
+	t.Parallel()
+	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
+	cli := c.Client(t)
+	fillDrillData(t, cli, 100)
+	r := newStoreRig(t)
+	const id = "enc-drill"
+	k := newAgeKey(t)
+	m := r.takeEncrypted(t, c, id, recipientsOf(t, k))
+	ctx := ctxTimeout(t, 3*time.Minute)
+	bin := testenv.DrillBinDir(t, testenv.V35)
+	drillKey := r.layout.Key(id, m.Name, catalog.DrillObject)
+
+	o := drillOpts(t, r, id, bin)
+	rec, err := restore.Drill(ctx, o)
+	var de *restore.DrillError
+	if !errors.Is(err, seal.ErrNoIdentity) || !errors.As(err, &de) || de.Record != nil || rec != nil || !strings.Contains(err.Error(), k.pub) {
+		t.Fatalf("drill without identity: want a no-identity error and no record, got %v (record %v)", err, rec)
+	}
+	if keys := testfix.Keys(t, r.store, drillKey); len(keys) > 0 {
+		t.Fatalf("a drill without identity recorded %v", keys)
+	}
+
+	o.Identities = k.ids
+	if rec, err = restore.Drill(ctx, o); err != nil || !rec.Passed {
+		t.Fatalf("drill with the identity: %v (%+v)", err, rec)
+	}
+
+	// The drill after a backup: the plaintext it streamed.
+	plain := plaintextOf(t, r, m, k.ids)
+	lo := drillOpts(t, r, id, bin)
+	lo.Plaintext, lo.Manifest, lo.NoRecord = plain, m, true
+	if rec, err = restore.Drill(ctx, lo); err != nil || !rec.Passed {
+		t.Fatalf("drill of the plaintext copy: %v (%+v)", err, rec)
+	}
+	if _, err := os.Stat(plain); err != nil {
+		t.Fatalf("the drill removed the caller's plaintext: %v", err)
+	}
+	b, err := os.ReadFile(plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/3] ^= 0x01
+	badPath := filepath.Join(t.TempDir(), "bad.db")
+	if err := os.WriteFile(badPath, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	lo.Plaintext = badPath
+	rec, err = restore.Drill(ctx, lo)
+	if err == nil || rec == nil || rec.Passed || !strings.Contains(err.Error(), "sha256") {
+		t.Fatalf("drill of a plaintext copy that does not match the manifest: want refused, got %v (%+v)", err, rec)
+	}
+}
+
+// The survivor snapshot restore commits during an incident is encrypted to
+// the recipients of the cluster's newest encrypted backup when restore is
+// given none (an encrypted fleet gets no plaintext backup from an
+// incident), and to restore's own --encrypt-to when given. Without an
+// identity that can read it back, restore refuses before the snapshot is
+// taken: nothing is committed, nothing written.
+func TestRestoreSurvivorEncrypted(t *testing.T) {
+	t.Parallel()
+	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
+	testenv.PutKeys(t, c.Client(t), "/surv/", 20, 16)
+	r := newStoreRig(t)
+	const id = "enc-survivor"
+	a, b := newAgeKey(t), newAgeKey(t)
+	r.takeEncrypted(t, c, id, recipientsOf(t, a))
+	ctx := ctxTimeout(t, 3*time.Minute)
+	run := func(ids *seal.Identities, rs seal.Recipients) (string, error) {
+		t.Helper()
+		dir := filepath.Join(t.TempDir(), "data")
+		ic, _ := newCluster(t, 1, false)
+		_, err := restore.Run(ctx, restore.Options{ClusterID: id, Store: r.store, Layout: r.layout, Old: testfix.EtcdConfig(c),
+			Identities: ids, Recipients: rs, ProbeTimeout: 3 * time.Second,
+			Targets:      restore.Targets{InitialCluster: ic, DataDir: filepath.Join(dir, "{name}.etcd")},
+			BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, Log: testLogger(t)})
+		return dir, err
+	}
+	survivors := func() []*catalog.Manifest {
+		t.Helper()
+		listed, err := catalog.ListBackups(ctx, r.store, r.layout, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []*catalog.Manifest
+		for _, l := range listed {
+			if l.Kind == catalog.KindPreRestore && l.Manifest != nil {
+				out = append(out, l.Manifest)
+			}
+		}
+		return out
+	}
+
+	// No identity: refused at the survivor step, nothing committed.
+	dir, err := run(nil, seal.Recipients{})
+	var re *restore.Error
+	if !errors.Is(err, seal.ErrNoIdentity) || !errors.As(err, &re) || re.Step != restore.StepSurvivor || !strings.Contains(err.Error(), a.pub) {
+		t.Fatalf("without an identity: want a no-identity error at %q naming %s, got %v", restore.StepSurvivor, a.pub, err)
+	}
+	emptyDir(t, dir)
+	if s := survivors(); len(s) != 0 {
+		t.Fatalf("a survivor snapshot was committed although restore could not read it back: %s", s[0].Name)
+	}
+
+	// With the identity: the survivor is encrypted to the newest backup's
+	// recipients, and restore reads it back.
+	if _, err := run(a.ids, seal.Recipients{}); err != nil {
+		t.Fatalf("restore with the identity: %v", err)
+	}
+	s := survivors()
+	if len(s) != 1 || !s[0].Encryption.Encrypted() || strings.Join(s[0].Encryption.Recipients, ",") != a.pub || !seal.IsSealedKey(s[0].Snapshot.Object) {
+		t.Fatalf("survivor snapshots: want one encrypted to %s, got %+v", a.pub, s)
+	}
+
+	// Restore's own recipients win over the manifest's.
+	time.Sleep(5 * time.Millisecond)
+	if _, err := run(b.ids, recipientsOf(t, b)); err != nil {
+		t.Fatalf("restore with --encrypt-to b: %v", err)
+	}
+	s = survivors()
+	if len(s) != 2 || strings.Join(s[0].Encryption.Recipients, ",") != b.pub {
+		t.Fatalf("newest survivor: want it encrypted to %s, got %+v", b.pub, s[0].Encryption)
+	}
+}
