@@ -301,7 +301,8 @@ func TestShippedPods(t *testing.T) {
 			}
 		})
 		t.Run("Exporter", func(t *testing.T) {
-			// The pod runs `serve`: its probes answer from inside the pod
+			// The pod runs `serve`: its probes answer from inside the pod (busybox
+			// wget: the image links only the shell's applets into /bin)
 			// as the kubelet asks them, and /metrics lists every cluster.
 			if len(spec.Probes) == 0 {
 				t.Fatal("the toolkit has no probes")
@@ -309,7 +310,7 @@ func TestShippedPods(t *testing.T) {
 			for _, p := range spec.Probes {
 				deadline := time.Now().Add(2 * time.Minute)
 				for {
-					res, err := pod.Exec(ctx, "wget", "-q", "-O", "/dev/null", "-T", "5", p.URL())
+					res, err := pod.Exec(ctx, "busybox", "wget", "-q", "-O", "/dev/null", "-T", "5", p.URL())
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -322,7 +323,7 @@ func TestShippedPods(t *testing.T) {
 					time.Sleep(time.Second) // polling the probe, as the kubelet does
 				}
 			}
-			res := exec(t, 0, "wget", "-q", "-O-", "-T", "10", fmt.Sprintf("http://127.0.0.1:%d/metrics", spec.Ports["metrics"]))
+			res := exec(t, 0, "busybox", "wget", "-q", "-O-", "-T", "10", fmt.Sprintf("http://127.0.0.1:%d/metrics", spec.Ports["metrics"]))
 			for _, c := range []string{bigCluster, smallCluster, tinyCluster} {
 				if !strings.Contains(string(res.Stdout), `etcd_recovery_cluster_info{cluster="`+c+`"} 1`) {
 					t.Errorf("/metrics has no etcd_recovery_cluster_info for %s", c)

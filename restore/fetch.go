@@ -318,19 +318,9 @@ func fetchSnapshot(ctx context.Context, store store.Store, layout catalog.Layout
 		res.Checks = append(res.Checks, Check{Name: CheckDecrypt, Status: CheckPassed,
 			Detail: "age, encrypted to " + strings.Join(m.Encryption.Recipients, ", ")})
 	}
-	trailer, complete := raw.Trailer()
-	if !complete {
-		return fail(CheckEtcdHash, fmt.Sprintf("snapshot is %d bytes: too short to hold etcd's sha256", raw.Size()+int64(len(trailer))))
+	if name, detail := checkDatabase(res, raw, m); name != "" {
+		return fail(name, detail)
 	}
-	rawSum := raw.Sum()
-	if !bytes.Equal(rawSum, trailer) {
-		return fail(CheckEtcdHash, fmt.Sprintf("etcd's trailing sha256 is %x, the database hashes to %x", trailer, rawSum))
-	}
-	res.Checks = append(res.Checks, Check{Name: CheckEtcdHash, Status: CheckPassed, Detail: hex.EncodeToString(trailer)})
-	if got := hex.EncodeToString(rawSum); got != m.Snapshot.RawSHA256 {
-		return fail(CheckRawSHA, fmt.Sprintf("database hashes to %s, manifest says %s", got, m.Snapshot.RawSHA256))
-	}
-	res.Checks = append(res.Checks, Check{Name: CheckRawSHA, Status: CheckPassed, Detail: m.Snapshot.RawSHA256})
 	if stored.N() != m.Snapshot.StoredSize || raw.Size() != m.Snapshot.RawSize {
 		return fail(CheckSizes, fmt.Sprintf("stored %d / raw %d bytes, manifest says %d / %d",
 			stored.N(), raw.Size(), m.Snapshot.StoredSize, m.Snapshot.RawSize))
@@ -350,3 +340,24 @@ func isStoreError(err error) bool { return store.IsStoreError(err) }
 // wraps), as opposed to a store that could not be read (outage, stall,
 // denied access, a missing bucket): a missing object is a damaged backup.
 func isMissingObject(err error) bool { return store.IsNotFound(err) }
+
+// checkDatabase checks etcd's trailing sha256 against the database bytes
+// before it, then the database's sha256 against the manifest, appending
+// each passed check to res; on a failure it returns the check's name and
+// why (the caller records and returns it).
+func checkDatabase(res *fetchResult, raw *backup.SnapshotHasher, m *catalog.Manifest) (string, string) {
+	trailer, complete := raw.Trailer()
+	if !complete {
+		return CheckEtcdHash, fmt.Sprintf("snapshot is %d bytes: too short to hold etcd's sha256", raw.Size()+int64(len(trailer)))
+	}
+	rawSum := raw.Sum()
+	if !bytes.Equal(rawSum, trailer) {
+		return CheckEtcdHash, fmt.Sprintf("etcd's trailing sha256 is %x, the database hashes to %x", trailer, rawSum)
+	}
+	res.Checks = append(res.Checks, Check{Name: CheckEtcdHash, Status: CheckPassed, Detail: hex.EncodeToString(trailer)})
+	if got := hex.EncodeToString(rawSum); got != m.Snapshot.RawSHA256 {
+		return CheckRawSHA, fmt.Sprintf("database hashes to %s, the manifest says %s", got, m.Snapshot.RawSHA256)
+	}
+	res.Checks = append(res.Checks, Check{Name: CheckRawSHA, Status: CheckPassed, Detail: m.Snapshot.RawSHA256})
+	return "", ""
+}

@@ -1,9 +1,7 @@
 package restore
 
 import (
-	"bytes"
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -142,19 +140,9 @@ func verifyLocal(ctx context.Context, src localSnapshot, dst io.Writer) (*fetchR
 		return res, &verifyError{fmt.Errorf("plaintext snapshot %s of backup %s: %s: %s", src.path, m.Name, name, detail)}
 	}
 	res.Checks = append(res.Checks, Check{Name: CheckStoredSHA, Status: CheckSkipped, Detail: "local plaintext copy: the stored object is not read"})
-	trailer, complete := raw.Trailer()
-	if !complete {
-		return fail(CheckEtcdHash, fmt.Sprintf("snapshot is %d bytes: too short to hold etcd's sha256", raw.Size()+int64(len(trailer))))
+	if name, detail := checkDatabase(res, raw, m); name != "" {
+		return fail(name, detail)
 	}
-	rawSum := raw.Sum()
-	if !bytes.Equal(rawSum, trailer) {
-		return fail(CheckEtcdHash, fmt.Sprintf("etcd's trailing sha256 is %x, the database hashes to %x", trailer, rawSum))
-	}
-	res.Checks = append(res.Checks, Check{Name: CheckEtcdHash, Status: CheckPassed, Detail: hex.EncodeToString(trailer)})
-	if got := hex.EncodeToString(rawSum); got != m.Snapshot.RawSHA256 {
-		return fail(CheckRawSHA, fmt.Sprintf("database hashes to %s, the manifest says %s", got, m.Snapshot.RawSHA256))
-	}
-	res.Checks = append(res.Checks, Check{Name: CheckRawSHA, Status: CheckPassed, Detail: m.Snapshot.RawSHA256})
 	if raw.Size() != m.Snapshot.RawSize {
 		return fail(CheckSizes, fmt.Sprintf("database %d bytes, the manifest says %d", raw.Size(), m.Snapshot.RawSize))
 	}

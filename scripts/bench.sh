@@ -15,9 +15,3 @@ fi
 # BenchmarkDrill (restore/drill_bench_test.go; BENCH_DRILL_MB, default 512):
 # drill s/GiB against restore alone, start/hash shares, tool and etcd peak RSS.
 go test -run '^$' -bench "${BENCH:-.}" -benchtime 1x -timeout 60m ${BENCH_PKGS:-./...}
-# The exporter (metrics/memory_test.go): 1,000 refreshes of 100 EtcdClusters
-# (4 real etcd clusters, kube-apiserver, 100 cluster ids in MinIO); prints a
-# refresh's time and the heap after GC at the start and the end.
-if [[ -z "${BENCH:-}" ]]; then
-  go test -run '^$' -bench BenchmarkExporterRefresh100 -benchtime "${BENCH_EXPORTER_REFRESHES:-1000}x" -timeout 60m ./metrics/
-fi

@@ -51,18 +51,14 @@ func runDrill(c *cli.Context) error {
 		return err
 	}
 	id, all := c.String("cluster-id"), c.Bool("all")
-	switch {
-	case all && id != "":
-		return usagef("drill: --all and --cluster-id are exclusive")
-	case !all && id == "":
+	if !all && id == "" {
 		return usagef("drill: --cluster-id (or --all) is required")
-	case all && c.String("backup") != "":
-		return usagef("drill: --backup names one cluster's backup: use it with --cluster-id")
 	}
 	parallel := 1
 	if c.IsSet("parallel") {
-		if parallel = c.Int("parallel"); parallel < 1 {
-			return usagef("drill: --parallel %d: want at least 1", parallel)
+		// The flag's 0 is a mistake; the package's 0 is its default.
+		if parallel = c.Int("parallel"); parallel == 0 {
+			return usagef("drill: --parallel 0: want at least 1")
 		}
 	}
 	format, err := output.ParseFormat(c.String("output"))
@@ -87,10 +83,18 @@ func runDrill(c *cli.Context) error {
 	// The options as the drill of --cluster-id sees them.
 	one := tmpl
 	one.ClusterID, one.Backup = id, c.String("backup")
-	if err := one.Validate(); err != nil {
+	opts := kube.DrillAllOptions{Template: tmpl, Parallel: parallel, DialTimeout: c.Duration("dial-timeout"), Log: log}
+	if all {
+		// The --all form, checked as given (a --cluster-id or --backup
+		// with it is a mistake the package names).
+		given := opts
+		given.Template = one
+		if err := given.Validate(); err != nil {
+			return err
+		}
+	} else if err := one.Validate(); err != nil {
 		return usagef("drill: %w", err)
 	}
-	opts := kube.DrillAllOptions{Template: tmpl, Parallel: parallel, DialTimeout: c.Duration("dial-timeout"), Log: log}
 	if kubeForm {
 		k, err := kubeClient(c)
 		if err != nil {

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"strconv"
@@ -376,6 +378,15 @@ func identityFromFlags(c *cli.Context) (*seal.Identities, error) {
 	path := c.String("identity-file")
 	if path == "" {
 		return nil, nil
+	}
+	if path == os.Getenv(seal.EnvIdentityFile) {
+		// From the environment: the toolkit names the optional secret's
+		// mount, which is empty until the namespace has a key. No file
+		// there is no identity (an encrypted backup then fails naming
+		// its recipients); a file that is there but bad is an error.
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
 	}
 	ids, err := seal.ReadIdentityFile(path)
 	if err != nil {

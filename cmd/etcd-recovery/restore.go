@@ -11,7 +11,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
 	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/internal/seal"
@@ -304,21 +303,21 @@ func runRestoreVerify(c *cli.Context) error {
 	opts.Timeout, opts.Log = c.Duration("verify-timeout"), log
 	opts.ExpectedMembers, opts.ExpectedKeys, opts.MinRevision = c.Int("expect-members"), -1, 0
 	if opts.Timeout <= 0 {
+		// The flag's 0 is a mistake; the package's 0 is its default.
 		return usagef("restore verify: --verify-timeout must be positive")
 	}
-	if opts.Backup != "" && opts.ManifestFile != "" {
-		return usagef("restore verify: --backup and --manifest are exclusive")
+	if c.IsSet("endpoints") {
+		// etcdctl's default endpoint (127.0.0.1:2379) is not a request:
+		// it would be waited for, in silence, for --verify-timeout.
+		opts.Etcd.Endpoints = c.StringSlice("endpoints")
+	}
+	if opts.Backup == "" && c.IsSet("identity-file") {
+		return usagef("restore verify: --identity-file decrypts the snapshot of --backup: use it with --backup")
+	}
+	if err := opts.Validate(); err != nil {
+		return err
 	}
 	if opts.Backup != "" {
-		if opts.ClusterID == "" {
-			return usagef("restore verify: --backup needs --cluster-id")
-		}
-		if err := catalog.ValidateClusterID(opts.ClusterID); err != nil {
-			return asUsage(err)
-		}
-		if _, _, err := catalog.ParseBackupName(opts.Backup); err != nil {
-			return usagef("restore verify: --backup: %v", err)
-		}
 		store, layout, err := cosStore(c)
 		if err != nil {
 			return err
@@ -327,13 +326,6 @@ func runRestoreVerify(c *cli.Context) error {
 		if opts.Identities, err = identityOf(c, log); err != nil {
 			return err
 		}
-	} else if c.IsSet("identity-file") {
-		return usagef("restore verify: --identity-file decrypts the snapshot of --backup: use it with --backup")
-	}
-	if !c.IsSet("endpoints") || len(c.StringSlice("endpoints")) == 0 {
-		// Without it, etcdctl's default (127.0.0.1:2379) would be waited
-		// for, in silence, for --verify-timeout.
-		return usagef("restore verify: --endpoints (the rebuilt cluster's client URLs, or ETCDCTL_ENDPOINTS) is required")
 	}
 	if opts.Etcd, err = etcdConfig(c); err != nil {
 		return err
@@ -361,12 +353,6 @@ func runRestoreViaOperator(c *cli.Context, log *slog.Logger, format output.Forma
 		return usagef("restore: --via %q: the only one is etcd-operator (with --cluster NAME)", via)
 	}
 	name := c.String("cluster")
-	if name == "" {
-		return usagef("restore --via etcd-operator: --cluster NAME (the EtcdCluster) is required")
-	}
-	if err := catalog.ValidateClusterID(name); err != nil {
-		return usagef("restore --via etcd-operator: --cluster: %v", err)
-	}
 	for _, f := range []string{"cluster-id", "initial-cluster", "name", "initial-advertise-peer-urls", "initial-cluster-token",
 		"data-dir", "data-dir-root", "bump-revision", "mark-compacted", "parallel-data-dirs", "parallel", "force", "verify-endpoints", "endpoints"} {
 		if !c.IsSet(f) {
@@ -381,11 +367,6 @@ func runRestoreViaOperator(c *cli.Context, log *slog.Logger, format output.Forma
 		return usagef("restore --via etcd-operator: --%s does not apply: etcd-operator writes the data dirs and the members "+
 			"are found through the EtcdCluster --cluster", f)
 	}
-	if b := c.String("backup"); b != "" {
-		if _, _, err := catalog.ParseBackupName(b); err != nil {
-			return usagef("restore: --backup: %v", err)
-		}
-	}
 	if c.IsSet("timeout") && !c.Bool("dry-run") {
 		// The old spelling of --wait-timeout.
 		if c.IsSet("wait-timeout") {
@@ -399,20 +380,29 @@ func runRestoreViaOperator(c *cli.Context, log *slog.Logger, format output.Forma
 	if err := requirePositive(c, "restore", "timeout", "wait-timeout", "verify-timeout", "probe-timeout"); err != nil {
 		return err
 	}
-	if c.String("bucket") == "" {
-		return usagef("restore --via etcd-operator: --bucket is required (the operator is told <bucket>/<key>)")
+	opts := kube.OperatorRestoreOptions{
+		Cluster: name, Backup: c.String("backup"),
+		Bucket: c.String("bucket"), Endpoint: c.String("cos-endpoint"), AWSSecret: c.String("aws-secret"),
+		ForcePathStyle: c.Bool("force-path-style"), NoLive: c.Bool("no-live"),
+		ProbeTimeout: c.Duration("probe-timeout"), DialTimeout: c.Duration("dial-timeout"),
+		Timeout: c.Duration("wait-timeout"), VerifyTimeout: c.Duration("verify-timeout"),
+		TempDir: c.String("temp-dir"), DryRun: c.Bool("dry-run"), Identities: ids, Log: log,
+		Recipients: rs, RequireEncryption: c.Bool("require-encryption"),
+		Progress: func(label string) restore.Progress { return output.NewProgress(label) },
 	}
-	if c.String("cos-endpoint") == "" {
-		return usagef("restore --via etcd-operator: --cos-endpoint is required (the operator is told it)")
+	// Checked before any client is built: a mistake never waits on the
+	// API server or COS.
+	if err := opts.Validate(); err != nil {
+		return err
 	}
 	k, err := kubeClient(c)
 	if err != nil {
 		return err
 	}
-	store, layout, err := cosStoreKube(c, k)
-	if err != nil {
+	if opts.Store, opts.Layout, err = cosStoreKube(c, k); err != nil {
 		return err
 	}
+	opts.Kube = k
 	ctx := c.Context
 	if c.Bool("dry-run") {
 		// As the manual dry run: it changes nothing, so it has an overall
@@ -422,16 +412,7 @@ func runRestoreViaOperator(c *cli.Context, log *slog.Logger, format output.Forma
 			fmt.Errorf("restore --dry-run: the overall deadline (--timeout %v) passed", c.Duration("timeout")))
 		defer cancel()
 	}
-	rep, err := kube.OperatorRestore(ctx, kube.OperatorRestoreOptions{
-		Kube: k, Cluster: name, Backup: c.String("backup"), Store: store, Layout: layout,
-		Bucket: c.String("bucket"), Endpoint: c.String("cos-endpoint"), AWSSecret: c.String("aws-secret"),
-		ForcePathStyle: c.Bool("force-path-style"), NoLive: c.Bool("no-live"),
-		ProbeTimeout: c.Duration("probe-timeout"), DialTimeout: c.Duration("dial-timeout"),
-		Timeout: c.Duration("wait-timeout"), VerifyTimeout: c.Duration("verify-timeout"),
-		TempDir: c.String("temp-dir"), DryRun: c.Bool("dry-run"), Identities: ids, Log: log,
-		Recipients: rs, RequireEncryption: c.Bool("require-encryption"),
-		Progress: func(label string) restore.Progress { return output.NewProgress(label) },
-	})
+	rep, err := kube.OperatorRestore(ctx, opts)
 	if rep != nil {
 		if rerr := output.RenderAll(c.App.Writer, format, rep.Tables(), rep); rerr != nil && err == nil {
 			err = rerr

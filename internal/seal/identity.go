@@ -1,7 +1,6 @@
 package seal
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -100,35 +99,22 @@ func ReadIdentityFile(path string) (*Identities, error) {
 
 // ParseIdentities parses identity file content; name is used in errors.
 func ParseIdentities(r io.Reader, name string) (*Identities, error) {
-	lr := &io.LimitedReader{R: r, N: maxIdentityFile + 1}
-	sc := bufio.NewScanner(lr)
 	out := &Identities{source: name}
 	seen := map[string]bool{}
-	n := 0
-	for sc.Scan() {
-		n++
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
+	err := keyLines(r, "identity file "+name, maxIdentityFile, func(line string) error {
 		id, err := parseIdentityLine(line)
 		if err != nil {
-			return nil, fmt.Errorf("identity file %s, line %d: %w (content not shown)", name, n, err)
+			return fmt.Errorf("%w (content not shown)", err)
 		}
-		pub := id.Recipient().String()
-		if seen[pub] {
-			continue
+		if pub := id.Recipient().String(); !seen[pub] {
+			seen[pub] = true
+			out.ids = append(out.ids, id)
+			out.pubs = append(out.pubs, pub)
 		}
-		seen[pub] = true
-		out.ids = append(out.ids, id)
-		out.pubs = append(out.pubs, pub)
-	}
-	if err := sc.Err(); err != nil {
-		// bufio's errors (line too long) carry no content.
-		return nil, fmt.Errorf("identity file %s, line %d: %w", name, n+1, err)
-	}
-	if lr.N == 0 {
-		return nil, fmt.Errorf("identity file %s: larger than %d bytes, not an age identity file", name, maxIdentityFile)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if len(out.ids) == 0 {
 		return nil, fmt.Errorf("identity file %s: no identities in it (only comments or blank lines)", name)

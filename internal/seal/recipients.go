@@ -154,9 +154,30 @@ func ParseRecipients(values []string) (Recipients, error) {
 // the file and the line; a file without any recipient is an error, so a
 // misconfigured job fails instead of writing plaintext.
 func ParseRecipientsFile(r io.Reader, name string) (Recipients, error) {
-	lr := &io.LimitedReader{R: r, N: maxRecipientsFile + 1}
-	sc := bufio.NewScanner(lr)
 	var list []*age.X25519Recipient
+	err := keyLines(r, "recipients file "+name, maxRecipientsFile, func(line string) error {
+		rec, err := ParseRecipient(line)
+		if err == nil {
+			list = append(list, rec)
+		}
+		return err
+	})
+	if err != nil {
+		return Recipients{}, err
+	}
+	if len(list) == 0 {
+		return Recipients{}, fmt.Errorf("recipients file %s: no recipients in it (only comments or blank lines)", name)
+	}
+	return newRecipients(list), nil
+}
+
+// keyLines calls each for every line of a key file (age's format: blank
+// lines and '#' comments skipped, surrounding space trimmed), reading at
+// most limit bytes. Errors name what (the file) and the line number; each's
+// errors are wrapped as they are, so they must not quote secret content.
+func keyLines(r io.Reader, what string, limit int64, each func(line string) error) error {
+	lr := &io.LimitedReader{R: r, N: limit + 1}
+	sc := bufio.NewScanner(lr)
 	n := 0
 	for sc.Scan() {
 		n++
@@ -164,22 +185,18 @@ func ParseRecipientsFile(r io.Reader, name string) (Recipients, error) {
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		rec, err := ParseRecipient(line)
-		if err != nil {
-			return Recipients{}, fmt.Errorf("recipients file %s, line %d: %w", name, n, err)
+		if err := each(line); err != nil {
+			return fmt.Errorf("%s, line %d: %w", what, n, err)
 		}
-		list = append(list, rec)
 	}
 	if err := sc.Err(); err != nil {
-		return Recipients{}, fmt.Errorf("recipients file %s, line %d: %w", name, n+1, err)
+		// bufio's errors (line too long) carry no content.
+		return fmt.Errorf("%s, line %d: %w", what, n+1, err)
 	}
 	if lr.N == 0 {
-		return Recipients{}, fmt.Errorf("recipients file %s: larger than %d bytes", name, maxRecipientsFile)
+		return fmt.Errorf("%s: larger than %d bytes", what, limit)
 	}
-	if len(list) == 0 {
-		return Recipients{}, fmt.Errorf("recipients file %s: no recipients in it (only comments or blank lines)", name)
-	}
-	return newRecipients(list), nil
+	return nil
 }
 
 // ReadRecipientsFile reads and parses a recipients file.
