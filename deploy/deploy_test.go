@@ -7,7 +7,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -301,31 +303,44 @@ func TestShippedPods(t *testing.T) {
 			}
 		})
 		t.Run("Exporter", func(t *testing.T) {
-			// The pod runs `serve`: its probes answer from inside the pod (busybox
-			// wget: the image links only the shell's applets into /bin)
-			// as the kubelet asks them, and /metrics lists every cluster.
+			// The pod runs `serve`. Its probes are asked as the kubelet
+			// asks them, over HTTP from outside the container (the pod
+			// shares the host's network here), and /metrics lists every
+			// cluster.
 			if len(spec.Probes) == 0 {
 				t.Fatal("the toolkit has no probes")
+			}
+			hc := &http.Client{Timeout: 5 * time.Second}
+			get := func(url string) (int, []byte, error) {
+				resp, err := hc.Get(url)
+				if err != nil {
+					return 0, nil, err
+				}
+				defer resp.Body.Close()
+				body, err := io.ReadAll(resp.Body)
+				return resp.StatusCode, body, err
 			}
 			for _, p := range spec.Probes {
 				deadline := time.Now().Add(2 * time.Minute)
 				for {
-					res, err := pod.Exec(ctx, "busybox", "wget", "-q", "-O", "/dev/null", "-T", "5", p.URL())
-					if err != nil {
-						t.Fatal(err)
-					}
-					if res.ExitCode == 0 {
+					code, body, err := get(p.URL())
+					if err == nil && code == http.StatusOK {
 						break
 					}
 					if time.Now().After(deadline) {
-						t.Fatalf("%s probe %s: not answering 200 after 2 min: %s", p.Kind, p.URL(), res.Stderr)
+						logs, _ := pod.Logs(ctx)
+						t.Fatalf("%s probe %s: not answering 200 after 2 min: %d %s %v\nthe pod's log:\n%s",
+							p.Kind, p.URL(), code, body, err, lastLines(string(logs), 40))
 					}
 					time.Sleep(time.Second) // polling the probe, as the kubelet does
 				}
 			}
-			res := exec(t, 0, "busybox", "wget", "-q", "-O-", "-T", "10", fmt.Sprintf("http://127.0.0.1:%d/metrics", spec.Ports["metrics"]))
+			code, body, err := get(fmt.Sprintf("http://127.0.0.1:%d/metrics", spec.Ports["metrics"]))
+			if err != nil || code != http.StatusOK {
+				t.Fatalf("/metrics: %d %v", code, err)
+			}
 			for _, c := range []string{bigCluster, smallCluster, tinyCluster} {
-				if !strings.Contains(string(res.Stdout), `etcd_recovery_cluster_info{cluster="`+c+`"} 1`) {
+				if !strings.Contains(string(body), `etcd_recovery_cluster_info{cluster="`+c+`"} 1`) {
 					t.Errorf("/metrics has no etcd_recovery_cluster_info for %s", c)
 				}
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/fanout"
 	"github.com/armada/etcd-recovery/internal/output"
 )
 
@@ -196,24 +197,17 @@ func InspectAll(ctx context.Context, opts InspectAllOptions) (*InspectAllReport,
 		return nil, err
 	}
 	rep.Clusters = make([]InspectRow, len(clusters))
-	sem := make(chan struct{}, opts.Parallel)
 	var wg sync.WaitGroup
 	if opts.Orphans && opts.Template.Store != nil && len(opts.Names) == 0 {
 		// Beside the inspections (store and API reads only), bounded by
 		// its own deadline.
 		wg.Go(func() { rep.Orphans, rep.OrphanCheck = inspectOrphans(ctx, k, opts) })
 	}
-	for i, c := range clusters {
-		wg.Go(func() {
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				rep.Clusters[i] = failedRow(c, ctx.Err(), 0)
-				return
-			}
-			defer func() { <-sem }()
-			rep.Clusters[i] = inspectOne(ctx, k, c, opts)
-		})
+	notStarted := fanout.ForEach(ctx, len(clusters), opts.Parallel, func(ctx context.Context, i int) {
+		rep.Clusters[i] = inspectOne(ctx, k, clusters[i], opts)
+	})
+	for _, i := range notStarted {
+		rep.Clusters[i] = failedRow(clusters[i], ctx.Err(), 0)
 	}
 	wg.Wait()
 	if err := ctx.Err(); err != nil {

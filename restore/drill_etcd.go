@@ -302,7 +302,10 @@ func (p *etcdProc) waitListening(ctx context.Context) error {
 		}
 		select {
 		case <-p.done:
-			return fmt.Errorf("%w (%v)", errEtcdExited, p.waitErr)
+			if p.waitErr == nil {
+				return errEtcdExited
+			}
+			return fmt.Errorf("%w (%w)", errEtcdExited, p.waitErr)
 		case <-ctx.Done():
 			return fmt.Errorf("its client port %s never accepted a connection (%v)", addr, err)
 		case <-time.After(20 * time.Millisecond):

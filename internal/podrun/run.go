@@ -203,6 +203,12 @@ func (p *Pod) Exec(ctx context.Context, argv ...string) (Result, error) {
 	return res, err
 }
 
+// Logs is what the container's main process wrote so far (stdout and
+// stderr), as `kubectl logs` shows it.
+func (p *Pod) Logs(ctx context.Context) ([]byte, error) {
+	return p.podman(ctx, "logs", p.Name)
+}
+
 // HostPath is the host directory behind a disk emptyDir of the pod, by
 // its mount path in the container.
 func (p *Pod) HostPath(mountPath string) string { return p.disk[mountPath] }

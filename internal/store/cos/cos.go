@@ -35,6 +35,7 @@ import (
 	"github.com/IBM/ibm-cos-sdk-go/service/s3"
 	"github.com/IBM/ibm-cos-sdk-go/service/s3/s3manager"
 
+	"github.com/armada/etcd-recovery/internal/fanout"
 	"github.com/armada/etcd-recovery/internal/store"
 )
 
@@ -537,41 +538,40 @@ func (s *Store) Delete(ctx context.Context, keys []string) error {
 	var (
 		mu     sync.Mutex
 		failed = map[string]error{}
-		wg     sync.WaitGroup
-		sem    = make(chan struct{}, 4)
 	)
-	for start := 0; start < len(keys); start += deleteBatch {
-		batch := keys[start:min(start+deleteBatch, len(keys))]
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			ids := make([]*s3.ObjectIdentifier, len(batch))
-			for i, k := range batch {
-				ids[i] = &s3.ObjectIdentifier{Key: aws.String(k)}
+	batchOf := func(b int) []string { return keys[b*deleteBatch : min((b+1)*deleteBatch, len(keys))] }
+	nBatches := (len(keys) + deleteBatch - 1) / deleteBatch
+	notStarted := fanout.ForEach(ctx, nBatches, 4, func(ctx context.Context, b int) {
+		batch := batchOf(b)
+		ids := make([]*s3.ObjectIdentifier, len(batch))
+		for i, k := range batch {
+			ids[i] = &s3.ObjectIdentifier{Key: aws.String(k)}
+		}
+		bctx, wd, stop := s.watch(ctx, "delete", batch[0])
+		defer stop()
+		out, err := s.s3.DeleteObjectsWithContext(bctx, &s3.DeleteObjectsInput{
+			Bucket: aws.String(s.cfg.Bucket),
+			Delete: &s3.Delete{Objects: ids, Quiet: aws.Bool(true)},
+		})
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			for _, k := range batch {
+				failed[k] = s.fail(wd, "delete", k, err)
 			}
-			bctx, wd, stop := s.watch(ctx, "delete", batch[0])
-			defer stop()
-			out, err := s.s3.DeleteObjectsWithContext(bctx, &s3.DeleteObjectsInput{
-				Bucket: aws.String(s.cfg.Bucket),
-				Delete: &s3.Delete{Objects: ids, Quiet: aws.Bool(true)},
-			})
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				for _, k := range batch {
-					failed[k] = s.fail(wd, "delete", k, err)
-				}
-				return
-			}
-			for _, e := range out.Errors {
-				k := aws.StringValue(e.Key)
-				failed[k] = s.fail(nil, "delete", k, awserr.New(aws.StringValue(e.Code), aws.StringValue(e.Message), nil))
-			}
-		}()
+			return
+		}
+		for _, e := range out.Errors {
+			k := aws.StringValue(e.Key)
+			failed[k] = s.fail(nil, "delete", k, awserr.New(aws.StringValue(e.Code), aws.StringValue(e.Message), nil))
+		}
+	})
+	// Batches never started (the run was cancelled): not deleted.
+	for _, b := range notStarted {
+		for _, k := range batchOf(b) {
+			failed[k] = s.fail(nil, "delete", k, ctx.Err())
+		}
 	}
-	wg.Wait()
 	if len(failed) > 0 {
 		return &store.DeleteError{Failed: failed}
 	}
