@@ -3,6 +3,8 @@ package metrics_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -125,8 +127,19 @@ func TestExporterMemory100(t *testing.T) {
 		return w[1]
 	}
 	early, late := median3(samples[:3]), median3(samples[len(samples)-3:])
-	t.Logf("100 clusters: mean refresh %v over %d; heap after GC (median of 3 samples) %.2f MiB at refreshes 100-300, %.2f MiB at 800-1000",
-		took/total, total, float64(early)/(1<<20), float64(late)/(1<<20))
+	summary := fmt.Sprintf("%s 100 clusters: mean refresh %v over %d; heap after GC (median of 3 samples) %.2f MiB at refreshes 100-300, %.2f MiB at 800-1000; last refresh allocated %.1f MiB\n",
+		time.Now().UTC().Format(time.RFC3339), took/total, total, float64(early)/(1<<20), float64(late)/(1<<20), float64(ms1.TotalAlloc-ms0.TotalAlloc)/(1<<20))
+	t.Log(summary)
+	// Kept where a passing run's numbers can be read (go test shows a
+	// passing test's log only with -v): bin/measurements/, gitignored.
+	dir := filepath.Join(testenv.RepoRoot(t), "bin", "measurements")
+	if err := os.MkdirAll(dir, 0o755); err == nil {
+		f, err := os.OpenFile(filepath.Join(dir, "exporter-memory.txt"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err == nil {
+			f.WriteString(summary)
+			f.Close()
+		}
+	}
 	if late > early+4<<20 {
 		t.Fatalf("heap grew from %.2f MiB to %.2f MiB over %d refreshes of 100 clusters", float64(early)/(1<<20), float64(late)/(1<<20), total)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -373,5 +374,55 @@ func TestRestoreSurvivorEncrypted(t *testing.T) {
 	s = survivors()
 	if len(s) != 2 || strings.Join(s[0].Encryption.Recipients, ",") != b.pub {
 		t.Fatalf("newest survivor: want it encrypted to %s, got %+v", b.pub, s[0].Encryption)
+	}
+}
+
+// restore v2 of an encrypted backup decrypts its v2 export with the
+// identity, and without one refuses before writing a key, naming the
+// recipients.
+func TestRestoreV2Encrypted(t *testing.T) {
+	t.Parallel()
+	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1, EnableV2: true})
+	v2 := testenv.PutV2Keys(t, c, 8)
+	r := newStoreRig(t)
+	const id = "enc-v2"
+	a, other := newAgeKey(t), newAgeKey(t)
+	m := r.takeEncrypted(t, c, id, recipientsOf(t, a))
+	if m.V2 == nil || !seal.IsSealedKey(m.V2.Object) {
+		t.Fatalf("the v2 export is not encrypted: %+v", m.V2)
+	}
+	nc := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1, EnableV2: true})
+	ctx := ctxTimeout(t, time.Minute)
+	opts := restore.V2Options{ClusterID: id, Store: r.store, Layout: r.layout, Backup: m.Name, Etcd: testfix.EtcdConfig(nc), Log: testLogger(t)}
+	for name, ids := range map[string]*seal.Identities{"no identity": nil, "another identity": other.ids} {
+		o := opts
+		o.Identities = ids
+		rep, err := restore.RestoreV2(ctx, o)
+		if !errors.Is(err, seal.ErrNoIdentity) || !strings.Contains(err.Error(), a.pub) {
+			t.Fatalf("%s: want a no-identity error naming %s, got %v", name, a.pub, err)
+		}
+		if rep != nil && rep.Created+rep.Updated != 0 {
+			t.Fatalf("%s: keys were written: %+v", name, rep)
+		}
+		for k := range v2 {
+			gr, err := testenv.V2HTTPClient(nc).Get(nc.Endpoints()[0] + "/v2/keys" + k + "?quorum=true")
+			if err != nil {
+				t.Fatal(err)
+			}
+			gr.Body.Close()
+			if gr.StatusCode != http.StatusNotFound {
+				t.Fatalf("%s: GET %s: %s; want 404: nothing may be written", name, k, gr.Status)
+			}
+		}
+	}
+	opts.Identities = a.ids
+	rep, err := restore.RestoreV2(ctx, opts)
+	if err != nil || rep.Failed != 0 || rep.Keys != len(v2) {
+		t.Fatalf("restore v2 with the identity: %+v, %v", rep, err)
+	}
+	for k, v := range v2 {
+		if n := testenv.GetV2Key(t, nc, k); n == nil || n.Value != v {
+			t.Fatalf("key %s = %+v, want %q", k, n, v)
+		}
 	}
 }
