@@ -3,7 +3,11 @@
 // follower), streams its snapshot compressed and hashed into the store,
 // optionally exports the v2 store (ExportV2), and writes the manifest last,
 // through internal/catalog, so the backup exists only once it is complete.
-// With Options.Prune it then applies the retention policy to the cluster
+// With Options.Recipients the snapshot and the v2 export are age-encrypted
+// after compression, in the same stream (internal/seal; `.age` keys, the
+// recipients in Manifest.Encryption). With Options.Drill the committed
+// backup is drilled, on the plaintext it streamed when it is encrypted;
+// with Options.Prune the retention policy is then applied to the cluster
 // (catalog.Prune). The object layout, the manifest, listing, retention,
 // prune and delete live in internal/catalog.
 package backup

@@ -1,8 +1,16 @@
-// Package kube finds the etcd clusters that etcd-operator runs in a
-// Kubernetes namespace and what is needed to reach them: client endpoints,
-// the client TLS of the operator secret, and COS credentials. It reads
-// EtcdCluster objects (etcd.database.coreos.com/v1beta2) through the
-// dynamic client (no generated code), and records Kubernetes Events on them.
+// Package kube is the Kubernetes feature: what etcd-recovery does for the
+// EtcdClusters (etcd-operator, etcd.database.coreos.com/v1beta2) of one
+// namespace. It finds them and how to reach them (client endpoints, the
+// operator secret's client TLS, COS credentials) through the dynamic client
+// (no generated code), records Events on them, and runs the namespace forms
+// of the commands: BackupAll (backup --all), InspectAll (inspect --all /
+// --cluster, also the exporter's inspection), DrillAll and DrillOne
+// (drill), OperatorRestore (restore --via etcd-operator, whose plaintext
+// staged copy it deletes on every exit) and Orphans (catalog.Orphans fed
+// with the EtcdCluster and EtcdRestore listings). Options are checked first
+// (Validate, internal/usage errors). It imports backup, restore, inspect and
+// internal/catalog; nothing in internal/ imports it except the test fixture
+// internal/kubetest.
 package kube
 
 import (

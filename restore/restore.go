@@ -4,7 +4,12 @@
 // while it streams, before any data dir is touched; every member's data dir
 // is then written with etcdutl's own restore code, with the revision bumped
 // and compacted so watchers never see it go back. Verify checks the rebuilt
-// cluster, and RestoreV2 puts the legacy v2 keys back.
+// cluster (judged by inspect's Probe and Verdict, plus the revision and key
+// checks), CheckCluster is `restore verify`, and RestoreV2 puts the legacy
+// v2 keys back. Drill restores a backup into a scratch etcd and records the
+// result (catalog.DrillRecord). Encrypted backups are decrypted while they
+// stream, with Options.Identities (internal/seal), checked against the
+// manifest's recipients before anything is downloaded or written.
 package restore
 
 import (
