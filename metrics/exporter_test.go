@@ -346,16 +346,24 @@ func TestExporter(t *testing.T) {
 		frozen := good.Etcd.Members[0]
 		frozen.Freeze()
 		defer frozen.Thaw()
-		e, err := metrics.New(metrics.Options{Kube: sa, Store: st, Layout: layout, Interval: time.Hour, Deadline: 8 * time.Second,
-			ProbeTimeout: time.Second, DialTimeout: time.Second})
+		// If the frozen member led, the other two elect a leader first
+		// (slow on a loaded machine): the state under test is "two serve,
+		// one is frozen", so wait for it.
+		for _, m := range good.Etcd.Members[1:] {
+			m.WaitReady(t)
+		}
+		// Probes of 3 s (a loaded machine answers within it), a deadline
+		// of 15 s (inspect's own bound, 3 × the probe, fits in it).
+		e, err := metrics.New(metrics.Options{Kube: sa, Store: st, Layout: layout, Interval: time.Hour, Deadline: 15 * time.Second,
+			ProbeTimeout: 3 * time.Second, DialTimeout: 3 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
 		start := time.Now()
 		err = e.Refresh(ctx)
 		took := time.Since(start)
-		if took > 8*time.Second+2*time.Second {
-			t.Fatalf("refresh took %v with a frozen member, deadline 8s", took)
+		if took > 15*time.Second+2*time.Second {
+			t.Fatalf("refresh took %v with a frozen member, deadline 15s", took)
 		}
 		t.Logf("refresh with a frozen member: %v (err %v)", took, err)
 		if c := e.Snapshot().Cluster(good.Name); c == nil || c.Verdict == inspect.VerdictHealthy || c.Up != 2 {
