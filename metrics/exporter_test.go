@@ -72,8 +72,8 @@ func TestExporter(t *testing.T) {
 	backupAll := func(kind catalog.Kind, names ...string) *kube.BackupAllReport {
 		t.Helper()
 		rep, err := kube.BackupAll(ctx, kube.BackupAllOptions{Kube: sa, Names: names, NoEvents: true,
-			Template:    backup.Options{Kind: kind, Store: st, Layout: layout, ProbeTimeout: 2 * time.Second},
-			DialTimeout: 2 * time.Second})
+			Template:    backup.Options{Kind: kind, Store: st, Layout: layout, ProbeTimeout: 5 * time.Second},
+			DialTimeout: 5 * time.Second})
 		if err != nil {
 			t.Fatalf("backups of %v: %v", names, err)
 		}
@@ -125,7 +125,7 @@ func TestExporter(t *testing.T) {
 	clock := time.Now()
 	now := func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return clock }
 	exp, err := metrics.New(metrics.Options{Kube: sa, Store: st, Layout: layout, Interval: time.Hour, Deadline: 30 * time.Second,
-		ProbeTimeout: 2 * time.Second, DialTimeout: 2 * time.Second, Now: now})
+		ProbeTimeout: 5 * time.Second, DialTimeout: 5 * time.Second, Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
