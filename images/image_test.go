@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -132,6 +133,56 @@ func TestImageRunsAsNonRootReadOnly(t *testing.T) {
 	}
 	for _, l := range lines[4:] {
 		t.Errorf("in the image: %s", l)
+	}
+}
+
+// TestImageWget: the shell's wget (what an SRE reaches for in
+// `kubectl exec`, e.g. the exporter's /metrics) fetches over HTTP from
+// loopback, by address and by name, a small body and a chunked 200 KB one,
+// as the pod's user; and timeout(1) bounds a fetch from a server that never
+// answers. (Debian's busybox 1.35 wget crashes on its own -T, exit 139,
+// and the shell runs its applets before PATH, so the README says to use
+// timeout.)
+func TestImageWget(t *testing.T) {
+	t.Parallel()
+	line := strings.Repeat("etcd_recovery_x 1\n", 6)
+	hang := make(chan struct{})
+	defer close(hang)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/small":
+			io.WriteString(w, "ok\n")
+		case "/hang":
+			select {
+			case <-hang:
+			case <-r.Context().Done():
+			}
+		default:
+			for range 2000 { // no Content-Length: chunked
+				io.WriteString(w, line)
+			}
+		}
+	}))
+	defer srv.Close()
+	port := srv.Listener.Addr().(*net.TCPAddr).Port
+	start := time.Now()
+	out := mustRun(t, []string{"--entrypoint", "/bin/sh"}, "-c", fmt.Sprintf(`
+wget -q -O- http://127.0.0.1:%[1]d/small; echo "rc=$?"
+wget -q -O- http://localhost:%[1]d/big | wc -c
+timeout 2 wget -q -O- http://127.0.0.1:%[1]d/hang; echo "rc=$?"`, port))
+	took := time.Since(start)
+	want := []string{"ok", "rc=0", strconv.Itoa(2000 * len(line)), "rc=143"}
+	var got []string
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if l = strings.TrimSpace(l); l != "Terminated" { // the shell's word for a signalled child
+			got = append(got, l)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("wget in the image printed %q, want %q", got, want)
+	}
+	if took > time.Minute {
+		t.Errorf("a 2 s timeout took %v in all", took)
 	}
 }
 

@@ -164,24 +164,50 @@ func (a *Applier) ApplyFile(tb testing.TB, path, namespace string) {
 	}
 }
 
-// InstallCRDs creates the CRDs of deploy/00-crds.yaml for real and waits
-// until they are served.
+// InstallCRDs creates the CRDs of deploy/00-crds.yaml (and the test
+// fixture of the Prometheus Operator's ServiceMonitor) for real and waits
+// until each is served and in discovery: a CRD answers a list before the
+// discovery controller publishes it, and an Applier's RESTMapper reads
+// discovery once.
 func InstallCRDs(tb testing.TB, k *testenv.KubeAPIServer) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	crdGVR := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 	dyn := k.Dynamic(tb, "")
-	for _, o := range DecodeManifests(tb, DeployPath(tb, "00-crds.yaml")) {
+	dc, err := discovery.NewDiscoveryClientForConfig(k.RestConfig(""))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	// Where the Prometheus Operator runs, its own ServiceMonitor CRD is
+	// installed; here a fixture stands in (deploy/monitoring/servicemonitor.yaml).
+	crds := append(DecodeManifests(tb, DeployPath(tb, "00-crds.yaml")), DecodeManifests(tb, DeployPath(tb, "testdata", "servicemonitor-crd.yml"))...)
+	for _, o := range crds {
 		if _, err := dyn.Resource(crdGVR).Apply(ctx, o.GetName(), o, metav1.ApplyOptions{FieldManager: "etcd-recovery-test", Force: true}); err != nil {
 			tb.Fatalf("CRD %s: %v", o.GetName(), err)
 		}
 	}
+	inDiscovery := func(gvr schema.GroupVersionResource) error {
+		rl, err := dc.ServerResourcesForGroupVersion(gvr.GroupVersion().String())
+		if err != nil {
+			return err
+		}
+		for _, r := range rl.APIResources {
+			if r.Name == gvr.Resource {
+				return nil
+			}
+		}
+		return fmt.Errorf("%s not in discovery yet", gvr.Resource)
+	}
 	for _, gvr := range []schema.GroupVersionResource{kube.EtcdClusterGVR, kube.EtcdBackupGVR, kube.EtcdRestoreGVR,
-		{Group: "monitoring.coreos.com", Version: "v1", Resource: "prometheusrules"}} {
+		{Group: "monitoring.coreos.com", Version: "v1", Resource: "prometheusrules"},
+		{Group: "monitoring.coreos.com", Version: "v1", Resource: "servicemonitors"}} {
 		deadline := time.Now().Add(time.Minute)
 		for {
 			_, err := dyn.Resource(gvr).Namespace("default").List(ctx, metav1.ListOptions{})
+			if err == nil {
+				err = inDiscovery(gvr)
+			}
 			if err == nil {
 				break
 			}
