@@ -16,9 +16,11 @@ require (
 	go.etcd.io/etcd/client/pkg/v3 v3.5.35
 	go.etcd.io/etcd/client/v3 v3.5.35
 	go.etcd.io/etcd/etcdutl/v3 v3.5.35
+	go.etcd.io/etcd/pkg/v3 v3.5.35
 	go.etcd.io/etcd/server/v3 v3.5.35
 	go.uber.org/zap v1.17.0
 	golang.org/x/term v0.47.0
+	golang.org/x/tools v0.52.0
 	google.golang.org/grpc v1.83.2
 	google.golang.org/protobuf v1.36.12
 	k8s.io/api v0.36.3
@@ -86,7 +88,6 @@ require (
 	github.com/xiang90/probing v0.0.0-20190116061207-43a291ad63a2 // indirect
 	github.com/xrash/smetrics v0.0.0-20240521201337-686a1a2994c1 // indirect
 	go.etcd.io/etcd/client/v2 v2.305.35 // indirect
-	go.etcd.io/etcd/pkg/v3 v3.5.35 // indirect
 	go.etcd.io/etcd/raft/v3 v3.5.35 // indirect
 	go.mongodb.org/mongo-driver v1.17.6 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
@@ -99,8 +100,10 @@ require (
 	go.yaml.in/yaml/v2 v2.4.3 // indirect
 	go.yaml.in/yaml/v3 v3.0.4 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
+	golang.org/x/mod v0.42.0 // indirect
 	golang.org/x/net v0.61.0 // indirect
 	golang.org/x/oauth2 v0.36.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/time v0.14.0 // indirect

@@ -25,11 +25,11 @@ import (
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/catalog"
-	"github.com/armada/etcd-recovery/internal/kubetest"
-	"github.com/armada/etcd-recovery/internal/podrun"
 	"github.com/armada/etcd-recovery/internal/store"
-	"github.com/armada/etcd-recovery/internal/testenv"
-	"github.com/armada/etcd-recovery/internal/testfix"
+	"github.com/armada/etcd-recovery/internal/testing/kubetest"
+	"github.com/armada/etcd-recovery/internal/testing/podrun"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testfix"
 	"github.com/armada/etcd-recovery/kube"
 )
 
@@ -53,7 +53,7 @@ const (
 const headroom = 0.75
 
 // TestShippedPods runs the three pod specs of deploy/ in the image `make
-// image` built, as a kubelet would (internal/podrun: args, env, the
+// image` built, as a kubelet would (internal/testing/podrun: args, env, the
 // ConfigMap, the secret, the service-account token, the security context,
 // the emptyDirs and the limits), against one real kube-apiserver with the
 // CRDs and RBAC of deploy/, three real etcd clusters (one with a database

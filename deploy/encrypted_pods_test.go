@@ -14,11 +14,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
-	"github.com/armada/etcd-recovery/internal/kubetest"
-	"github.com/armada/etcd-recovery/internal/podrun"
 	"github.com/armada/etcd-recovery/internal/seal"
-	"github.com/armada/etcd-recovery/internal/testenv"
-	"github.com/armada/etcd-recovery/internal/testfix"
+	"github.com/armada/etcd-recovery/internal/testing/kubetest"
+	"github.com/armada/etcd-recovery/internal/testing/podrun"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testfix"
 	"github.com/armada/etcd-recovery/kube"
 )
 
@@ -26,7 +26,7 @@ import (
 const encNS = "kubx-etcd-16"
 
 // TestCronJobEncrypted runs the CronJob's pod spec of deploy/ in the image
-// `make image` built with encryption turned on the way the README says:
+// `make image` built with encryption turned on the way docs/encryption.md says:
 // the recipient (a public key) and ETCD_RECOVERY_REQUIRE_ENCRYPTION=true
 // in the ConfigMap, no identity anywhere in the pod. Every cluster's new
 // backup must be age objects only (no plaintext snapshot or v2 export,
@@ -68,7 +68,7 @@ func TestCronJobEncrypted(t *testing.T) {
 	for key, v := range map[string]string{"COS_ENDPOINT": m.Endpoint, "COS_REGION": m.Region, "COS_BUCKET": bucket, "COS_PREFIX": prefix,
 		seal.EnvEncryptTo: recipient, seal.EnvRequireEncryption: "true"} {
 		if _, ok := cm.Data[key]; !ok {
-			t.Fatalf("deploy/20-config.yaml has no %s any more: update this test (and the README's Encryption section)", key)
+			t.Fatalf("deploy/20-config.yaml has no %s any more: update this test (and docs/encryption.md)", key)
 		}
 		cm.Data[key] = v
 	}

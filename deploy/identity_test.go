@@ -18,13 +18,13 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/armada/etcd-recovery/internal/kubetest"
 	"github.com/armada/etcd-recovery/internal/seal"
-	"github.com/armada/etcd-recovery/internal/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/kubetest"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/kube"
 )
 
-// The age identity (issue #15): the secret that decrypts encrypted
+// The age identity: the secret that decrypts encrypted
 // backups, its key, and where the toolkit mounts it.
 const (
 	identitySecret = "etcd-recovery-age-identity"

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/armada/etcd-recovery/internal/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
 )
 
 // instr is one Dockerfile instruction (continuation lines joined).

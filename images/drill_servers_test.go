@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/armada/etcd-recovery/internal/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
 )
 
 // The etcd servers a restore drill runs, as restore.Drill finds them

@@ -29,8 +29,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/armada/etcd-recovery/internal/kubetest"
-	"github.com/armada/etcd-recovery/internal/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/kubetest"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
 )
 
 // The toolkit image as `make image` built it, run with podman as the pods
@@ -141,7 +141,7 @@ func TestImageRunsAsNonRootReadOnly(t *testing.T) {
 // loopback, by address and by name, a small body and a chunked 200 KB one,
 // as the pod's user; and timeout(1) bounds a fetch from a server that never
 // answers. (Debian's busybox 1.35 wget crashes on its own -T, exit 139,
-// and the shell runs its applets before PATH, so the README says to use
+// and the shell runs its applets before PATH, so docs/image.md says to use
 // timeout.)
 func TestImageWget(t *testing.T) {
 	t.Parallel()

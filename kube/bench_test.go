@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/armada/etcd-recovery/internal/kubetest"
-	"github.com/armada/etcd-recovery/internal/testenv"
-	"github.com/armada/etcd-recovery/internal/testfix"
+	"github.com/armada/etcd-recovery/internal/testing/kubetest"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testfix"
 	"github.com/armada/etcd-recovery/kube"
 )
 

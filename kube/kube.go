@@ -10,7 +10,7 @@
 // with the EtcdCluster and EtcdRestore listings). Options are checked first
 // (Validate, internal/usage errors). It imports backup, restore, inspect and
 // internal/catalog; nothing in internal/ imports it except the test fixture
-// internal/kubetest.
+// internal/testing/kubetest.
 package kube
 
 import (

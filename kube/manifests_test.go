@@ -12,8 +12,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/armada/etcd-recovery/internal/kubetest"
-	"github.com/armada/etcd-recovery/internal/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/kubetest"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
 )
 
 // toolImage is the toolkit image's name in every pod spec of deploy/.
@@ -167,7 +167,7 @@ func TestManifestsPinDigest(t *testing.T) {
 	}
 }
 
-// TestManifestsApplyNoTemplate: what the README says to run applies no
+// TestManifestsApplyNoTemplate: what docs/kubernetes.md says to run applies no
 // template: neither `kubectl apply -f deploy/` nor `kubectl apply -k
 // deploy/` creates a Job (the pre-update backup is a template, one per
 // cluster and update) or anything naming the template cluster

@@ -14,11 +14,11 @@ import (
 	"filippo.io/age"
 
 	"github.com/armada/etcd-recovery/internal/seal"
-	"github.com/armada/etcd-recovery/internal/testenv"
-	"github.com/armada/etcd-recovery/internal/testfix"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
 
-// BenchmarkEncryptionOverhead measures what age encryption (issue #15)
+// BenchmarkEncryptionOverhead measures what age encryption
 // costs, in one run, on the same database at two sizes (BENCH_ENC_SIZES_MB,
 // default "256,1024"): `etcd-recovery backup` (stream → zstd → age →
 // multipart upload to MinIO over HTTPS) and `etcd-recovery restore`
@@ -27,7 +27,7 @@ import (
 // alternates), keeping the best wall time of each and the peak of each
 // one's own memory (VmHWM, and the anonymous part: heap and stacks).
 //
-// The issue's bar: encrypted/plain wall time <= 1.15 for both commands,
+// The target: encrypted/plain wall time <= 1.15 for both commands,
 // and no memory that grows with the database: the encrypted run's peak
 // anonymous RSS minus the plain run's stays the same from the small size
 // to the large one (printed as "enc-plain anon", target: within 8 MiB).

@@ -1,6 +1,6 @@
 package restore_test
 
-// Issue 11: the faults a restore must survive, each against real etcd and
+// The faults a restore must survive, each against real etcd and
 // MinIO: keys on leases expiring after the restore, a missing snapshot
 // object, member names used as paths, a cancel during the data-dir write,
 // a dry run as strict as the real run, the choice by revision, all-or-none
@@ -27,9 +27,9 @@ import (
 
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/store"
-	"github.com/armada/etcd-recovery/internal/store/faults"
-	"github.com/armada/etcd-recovery/internal/testenv"
-	"github.com/armada/etcd-recovery/internal/testfix"
+	"github.com/armada/etcd-recovery/internal/testing/faults"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testfix"
 	"github.com/armada/etcd-recovery/restore"
 )
 

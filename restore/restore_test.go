@@ -14,12 +14,12 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
-	"github.com/armada/etcd-recovery/internal/testenv"
-	"github.com/armada/etcd-recovery/internal/testfix"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testfix"
 	"github.com/armada/etcd-recovery/restore"
 )
 
-// The scenario: a 3-member TLS cluster with thousands of keys
+// The quorum-loss scenario: a 3-member TLS cluster with thousands of keys
 // (overwritten, deleted, some on a lease) and v2 keys, backed up to COS,
 // then written to again. Two members die with their data dirs. The restore
 // snapshots the survivor first and picks it (it is newer than the COS

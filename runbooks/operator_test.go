@@ -18,9 +18,10 @@ import (
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/catalog"
-	"github.com/armada/etcd-recovery/internal/kubetest"
-	"github.com/armada/etcd-recovery/internal/testenv"
-	"github.com/armada/etcd-recovery/internal/testfix"
+	"github.com/armada/etcd-recovery/internal/testing/kubetest"
+	"github.com/armada/etcd-recovery/internal/testing/mdblocks"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testfix"
 	"github.com/armada/etcd-recovery/kube"
 )
 
@@ -40,7 +41,7 @@ const operatorRestoreRef = "quorum-loss.md#restore-through-etcd-operator"
 // recreate the cluster, returns only after it is Running, verifies it; and
 // every key written, before and after the COS backup, has its value in the
 // restored cluster, and no other key is there.
-func operatorRestore(t *testing.T, rb runbooks) {
+func operatorRestore(t *testing.T, rb mdblocks.Set) {
 	const ns = "kubx-etcd-07"
 	k := testenv.StartKubeAPIServer(t)
 	admin := k.Clientset(t, "")
@@ -52,12 +53,12 @@ func operatorRestore(t *testing.T, rb runbooks) {
 
 	fc := kubetest.AddEtcdCluster(t, admin, dyn, ns, "etcd-rb-op", testenv.EtcdOptions{IP: "127.0.7.10", Members: 3})
 	kubetest.PerClusterAccess(t, a, ns, fc.Name)
-	f := newFixture(t, fc.Etcd.PKI, fc.Etcd.Endpoints())
-	f.id = fc.Name
-	f.vars["id"] = fc.Name
+	f := mdblocks.NewFixture(t, fc.Etcd.PKI, fc.Etcd.Endpoints())
+	f.ID = fc.Name
+	f.Vars["id"] = fc.Name
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	secret := kubetest.AWSSecretData(f.minio.AccessKey, f.minio.SecretKey, f.minio.Region)
+	secret := kubetest.AWSSecretData(f.MinIO.AccessKey, f.MinIO.SecretKey, f.MinIO.Region)
 	if _, err := admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: kube.COSSecretName}, Data: secret},
 		metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -73,13 +74,13 @@ func operatorRestore(t *testing.T, rb runbooks) {
 			t.Fatal(err)
 		}
 	}
-	f.vars["cos-credentials-dir"] = creds
+	f.Vars["cos-credentials-dir"] = creds
 
 	cli := fc.Etcd.Client(t)
 	keys := testenv.PutKeys(t, cli, "/registry/secrets/", 300, 200)
-	if _, err := backup.Run(ctx, backup.Options{ClusterID: f.id, Kind: catalog.KindScheduled, Compression: catalog.CompressZstd,
-		Etcd: testfix.EtcdConfig(fc.Etcd), Store: f.store, Layout: f.layout}); err != nil {
-		t.Fatalf("scheduled backup of %s: %v", f.id, err)
+	if _, err := backup.Run(ctx, backup.Options{ClusterID: f.ID, Kind: catalog.KindScheduled, Compression: catalog.CompressZstd,
+		Etcd: testfix.EtcdConfig(fc.Etcd), Store: f.Store, Layout: f.Layout}); err != nil {
+		t.Fatalf("scheduled backup of %s: %v", f.ID, err)
 	}
 	maps.Copy(keys, testenv.PutKeys(t, cli, "/registry/leases/", 50, 100)) // only in the survivor's data
 	fc.Etcd.Members[1].Kill()
@@ -87,9 +88,9 @@ func operatorRestore(t *testing.T, rb runbooks) {
 	op := kubetest.StartRestoreOperator(t, kubetest.RestoreOperatorOptions{Namespace: ns, Client: admin, Dynamic: dyn, RunningDelay: 2 * time.Second})
 	op.Register(fc)
 
-	s := newScenario(t, rb, f.vars)
-	s.vars["namespace"] = ns
-	s.extraEnv = []string{"KUBECONFIG=" + k.Kubeconfig(t, kubetest.SAToken(t, admin, ns, "etcd-recovery-toolkit"), ns)}
+	s := newScenario(t, rb, f.Vars)
+	s.Vars["namespace"] = ns
+	s.ExtraEnv = []string{"KUBECONFIG=" + k.Kubeconfig(t, kubetest.SAToken(t, admin, ns, "etcd-recovery-toolkit"), ns)}
 	state := func() string {
 		t.Helper()
 		ec, err := dyn.Resource(kube.EtcdClusterGVR).Namespace(ns).Get(ctx, fc.Name, metav1.GetOptions{})
@@ -104,7 +105,7 @@ func operatorRestore(t *testing.T, rb runbooks) {
 		for _, p := range pods.Items {
 			st += " " + p.Name + "@" + p.ResourceVersion
 		}
-		return st + "; objects " + strings.Join(testfix.Keys(t, f.store, f.layout.RootPrefix()), " ")
+		return st + "; objects " + strings.Join(testfix.Keys(t, f.Store, f.Layout.RootPrefix()), " ")
 	}
 	restores := func() []unstructured.Unstructured {
 		t.Helper()
@@ -116,8 +117,8 @@ func operatorRestore(t *testing.T, rb runbooks) {
 	}
 	before := state()
 	var returned time.Time
-	s.after = func(r result) {
-		if strings.Contains(r.block.code, "--dry-run") {
+	s.After = func(r mdblocks.Result) {
+		if strings.Contains(r.Block.Code, "--dry-run") {
 			if ers := restores(); len(ers) != 0 {
 				t.Fatalf("the dry run created %d EtcdRestore(s) in %s", len(ers), ns)
 			}
@@ -128,13 +129,13 @@ func operatorRestore(t *testing.T, rb runbooks) {
 		}
 		returned = time.Now()
 	}
-	rs := s.run(operatorRestoreRef)
-	mustContain(t, one(t, rs, "--dry-run", 0), "dry run: nothing was changed", "Would create: EtcdRestore "+ns+"/"+fc.Name, "kind: EtcdRestore")
+	rs := s.Run(operatorRestoreRef)
+	mdblocks.MustContain(t, mdblocks.One(t, rs, "--dry-run", 0), "dry run: nothing was changed", "Would create: EtcdRestore "+ns+"/"+fc.Name, "kind: EtcdRestore")
 	if returned.IsZero() || len(rs) != 2 {
 		t.Fatalf("%s: want a dry run, then the restore; ran %d blocks", operatorRestoreRef, len(rs))
 	}
 	restored := rs[1]
-	mustContain(t, restored, "Restored cluster at https://127.0.0.1:", "Restored and verified in")
+	mdblocks.MustContain(t, restored, "Restored cluster at https://127.0.0.1:", "Restored and verified in")
 
 	ers := restores()
 	if len(ers) != 1 {
@@ -160,14 +161,14 @@ func operatorRestore(t *testing.T, rb runbooks) {
 	}
 	// The survivor's snapshot (it has the writes after the COS backup) is
 	// what was restored.
-	list, err := catalog.ListBackups(ctx, f.store, f.layout, f.id)
+	list, err := catalog.ListBackups(ctx, f.Store, f.Layout, f.ID)
 	if err != nil || len(list) != 2 || list[0].Manifest == nil || list[0].Manifest.Kind != catalog.KindPreRestore ||
 		ers[0].GetAnnotations()[kube.AnnotationBackup] != list[0].Manifest.Name {
 		t.Fatalf("want the pre-restore backup newest and restored: %+v %v (restored %q)", list, err, ers[0].GetAnnotations()[kube.AnnotationBackup])
 	}
 	// Every key and value, and nothing else.
 	rcli := rec.Members[0].Client(t)
-	checkKeys(t, rcli, keys)
+	mdblocks.CheckKeys(t, rcli, keys)
 	resp, err := rcli.Get(ctx, "/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
 		t.Fatal(err)

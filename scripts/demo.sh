@@ -5,12 +5,12 @@
 # (quorum lost), restores a new 3-member cluster from the newest snapshot (the
 # survivor's), verifies it and re-injects the v2 keys. No cloud account needed.
 # Everything lives in demo-data/ and is stopped on exit. It installs nothing
-# and needs no root: `make demo` builds etcd 3.5 and MinIO into .cache/servers
+# and needs no root: `make demo` builds etcd 3.5 and MinIO into the test-server cache (scripts/servers-dir.sh)
 # (scripts/test-servers.sh etcd35 minio) and the tool into bin/.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/test-servers.env"
-S="${TEST_SERVERS_DIR:-$ROOT/.cache/servers}"
+S="$("$ROOT/scripts/servers-dir.sh")"
 ETCD="$S/etcd-$ETCD35_VERSION/etcd"
 ETCDCTL="$S/etcd-$ETCD35_VERSION/etcdctl"
 MINIO="$S/minio-$MINIO_VERSION/minio"

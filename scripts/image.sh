@@ -11,7 +11,8 @@
 #     (scripts/test-servers.sh etcd35 etcd36)
 #   - Debian's busybox-static (a static shell and core utilities) and
 #     ca-certificates (the CA bundle Go reads), fetched with apt-get download
-#     and unpacked with dpkg -x into .cache/image-parts/, never installed.
+#     and unpacked with dpkg -x into ${XDG_CACHE_HOME:-~/.cache}/etcd-recovery/
+#     image-parts/ (outside the clone: fresh clones reuse them), never installed.
 # Every file gets a fixed owner, mode and mtime (SOURCE_DATE_EPOCH: the
 # commit time), so the same tree gives the same image digest.
 #
@@ -33,7 +34,7 @@ cd "$ROOT"
 # shellcheck source=scripts/test-servers.env
 source scripts/test-servers.env
 
-# podman's and buildah's global flags: internal/testenv.PodmanGlobalArgs.
+# podman's and buildah's global flags: internal/testing/testenv.PodmanGlobalArgs.
 GLOBAL=(--storage-driver vfs)
 
 check=false
@@ -56,9 +57,10 @@ NAME="${IMAGE_NAME:-localhost/etcd-recovery}"
 REF="$NAME:$TAG"
 EPOCH="${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}"
 OUT="$ROOT/bin/image"
-PARTS="${IMAGE_PARTS_DIR:-$ROOT/.cache/image-parts}"
-ETCD_DIR="${TEST_SERVERS_DIR:-$ROOT/.cache/servers}/etcd-$ETCD35_VERSION"
-ETCD36_DIR="${TEST_SERVERS_DIR:-$ROOT/.cache/servers}/etcd-$ETCD36_VERSION"
+PARTS="${IMAGE_PARTS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/etcd-recovery/image-parts}"
+SERVERS="$("$ROOT/scripts/servers-dir.sh")"
+ETCD_DIR="$SERVERS/etcd-$ETCD35_VERSION"
+ETCD36_DIR="$SERVERS/etcd-$ETCD36_VERSION"
 mkdir -p "$OUT" "$PARTS"
 # One build at a time (a test may check reproducibility while make runs).
 exec 9>"$OUT/.lock"

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/armada/etcd-recovery/internal/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
 )
 
 // blackHole is a TCP listener on loopback that accepts connections and

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/armada/etcd-recovery/internal/testenv"
-	"github.com/armada/etcd-recovery/internal/testfix"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
 
 // Every prefix form the CLI accepts round-trips against a real MinIO: a

@@ -333,7 +333,7 @@ func applyDeprecated(name string, action cli.ActionFunc) cli.ActionFunc {
 	}
 }
 
-// Encryption (issue #15). Backup jobs hold recipients (public keys) only;
+// Encryption (age). Backup jobs hold recipients (public keys) only;
 // the identity (private key) is loaded only by the commands that decrypt:
 // restore, restore v2, restore verify --backup and drill.
 

@@ -13,8 +13,8 @@ import (
 
 	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/catalog"
-	"github.com/armada/etcd-recovery/internal/testenv"
-	"github.com/armada/etcd-recovery/internal/testfix"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
 
 // These tests run the command as main would (run with argv), against real

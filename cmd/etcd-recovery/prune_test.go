@@ -15,8 +15,8 @@ import (
 
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/store"
-	"github.com/armada/etcd-recovery/internal/testenv"
-	"github.com/armada/etcd-recovery/internal/testfix"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
 
 // pruneRig is a real MinIO bucket and the flags that point the CLI at it.
@@ -419,7 +419,7 @@ func TestBackupPruneCommand(t *testing.T) {
 	}
 }
 
-// Issue 11 #2 and #6 through the CLI, on real backups of a real etcd: the
+// Damaged backups through the CLI, on real backups of a real etcd: the
 // three newest are damaged (unreadable manifest, truncated snapshot,
 // snapshot gone). list shows each as damaged; prune keeps the three good
 // ones behind them, exits 1 naming the newest good backup, and that backup

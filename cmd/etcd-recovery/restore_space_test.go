@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
-	"github.com/armada/etcd-recovery/internal/testenv"
-	"github.com/armada/etcd-recovery/internal/testfix"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
 
 // smallTmpfs mounts a tmpfs of size bytes (root only) and unmounts it in
@@ -133,7 +133,7 @@ func TestRestoreFreeSpace(t *testing.T) {
 func TestRestoreTMPDIRWithoutTmp(t *testing.T) {
 	t.Parallel()
 	if os.Geteuid() != 0 {
-		t.Skip("a mount namespace needs root")
+		t.Fatal("a mount namespace needs root: make test runs as root (and skips nothing)")
 	}
 	const id = "space-c2"
 	f := newSpaceFixture(t, id)

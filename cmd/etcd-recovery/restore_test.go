@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
-	"github.com/armada/etcd-recovery/internal/testenv"
-	"github.com/armada/etcd-recovery/internal/testfix"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testfix"
 	"github.com/armada/etcd-recovery/restore"
 )
 
@@ -56,7 +56,7 @@ func TestRestoreCLIUsage(t *testing.T) {
 		{[]string{"restore", "verify", "--backup", "20261122T031500.123Z-manual"}, "--backup needs --cluster-id"},
 		{[]string{"restore", "verify", "--backup", "20261122T031500.123Z-manual", "--manifest", "m.json"}, "exclusive"},
 		{[]string{"restore", "verify", "--verify-timeout", "0s"}, "--verify-timeout"},
-		// Member names are names, not paths (issue 11, item 8).
+		// Member names are names, not paths.
 		{[]string{"restore", "--cluster-id", "c1", "--initial-cluster", "../x=https://127.0.0.1:2380", "--data-dir-root", "/tmp/r"}, "../x"},
 		{[]string{"restore", "--cluster-id", "c1", "--initial-cluster", "a/b=https://127.0.0.1:2380"}, "path separator"},
 		{append(base, "--name", "../a"), "--name"},
@@ -194,7 +194,7 @@ func TestRestoreCLIFlow(t *testing.T) {
 	}
 }
 
-// Issue 11, item 8, through the CLI: "../x" in --initial-cluster is a
+// Member names through the CLI: "../x" in --initial-cluster is a
 // usage error (exit 4) before anything happens: nothing is written next to
 // the data dir root, or anywhere under its parent.
 func TestRestoreCLIMemberNameNotAPath(t *testing.T) {
@@ -212,7 +212,7 @@ func TestRestoreCLIMemberNameNotAPath(t *testing.T) {
 	}
 }
 
-// Issue 11, item 11: SIGTERM to the real binary while it writes the data
+// A signal during the write: SIGTERM to the real binary while it writes the data
 // dirs stops the write and removes what it wrote: exit 130, no data dir.
 // The binary's test failpoint holds the write after the first data dir,
 // so the signal lands exactly there (--parallel 1: two still to come).
@@ -289,7 +289,7 @@ func TestRestoreCLISIGTERMDuringDataDirWrite(t *testing.T) {
 	}
 }
 
-// Issue 11: restore --dry-run has an overall deadline: against an object
+// restore --dry-run has an overall deadline: against an object
 // store that accepts connections and never answers, it ends (exit 1, not
 // 0, not 130) within --timeout plus slack, and says so.
 func TestRestoreCLIDryRunDeadline(t *testing.T) {

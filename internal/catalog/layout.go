@@ -12,7 +12,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/seal"
 )
 
-// Object layout in the bucket (documented in README.md):
+// Object layout in the bucket (documented in docs/object-layout.md):
 //
 //	<prefix>/<cluster-id>/<time>-<kind>/snapshot.db.zst   the v3 snapshot (snapshot.db with --compress none)
 //	<prefix>/<cluster-id>/<time>-<kind>/v2.json.zst       the v2 keyspace export (absent when skipped)

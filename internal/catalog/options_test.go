@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/armada/etcd-recovery/internal/store/faults"
 	"github.com/armada/etcd-recovery/internal/store/memstore"
+	"github.com/armada/etcd-recovery/internal/testing/faults"
 	"github.com/armada/etcd-recovery/internal/usage"
 )
 

@@ -17,8 +17,8 @@ import (
 	"github.com/IBM/ibm-cos-sdk-go/service/s3"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
-	"github.com/armada/etcd-recovery/internal/testenv"
-	"github.com/armada/etcd-recovery/internal/testfix"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
 
 // BenchmarkPruneAll is one `prune --all` over a carrier-sized bucket:

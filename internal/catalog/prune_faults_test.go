@@ -17,8 +17,8 @@ import (
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/store"
-	"github.com/armada/etcd-recovery/internal/testenv"
-	"github.com/armada/etcd-recovery/internal/testfix"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
 
 // Faults of retention against a real MinIO: damaged, missing, truncated and
@@ -65,7 +65,7 @@ func deleteObject(tb testing.TB, st store.Store, key string) {
 	}
 }
 
-// Issue 11 #2 and #6: the newest backups are damaged in every way the
+// The newest backups are damaged in every way the
 // store can damage them; retention keeps the good ones behind them, keeps
 // the damaged ones that are newer for investigation, deletes old damaged
 // ones as damaged, and the prune fails naming the cluster's newest good
@@ -241,7 +241,7 @@ func listUploadsExact(tb testing.TB, mi *testenv.MinIO, bucket, key string) []st
 	return ids
 }
 
-// Issue 11 #4: MinIO killed mid-upload and restarted no longer returns the
+// A leaked upload: MinIO killed mid-upload and restarted no longer returns the
 // upload in a bucket-wide listing; prune lists the exact keys of every
 // incomplete folder and of every backup it deletes, and aborts them.
 func TestPruneFindsUploadsHiddenByRestart(t *testing.T) {
@@ -356,7 +356,7 @@ func TestPruneKeepsFolderWithYoungUpload(t *testing.T) {
 	}
 }
 
-// Issue 11 #7 (prune side): prunes run back to back while a backup streams
+// Prune beside a backup: prunes run back to back while a backup streams
 // a real etcd into the same cluster folder; the backup commits and its
 // snapshot is intact and restorable.
 func TestPruneDuringBackup(t *testing.T) {

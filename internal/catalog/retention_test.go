@@ -786,7 +786,7 @@ func TestRetentionDamaged(t *testing.T) {
 		want    []want
 	}{
 		{
-			// Issue 11 #2: the 3 newest corrupt (one with an unreadable
+			// The 3 newest corrupt (one with an unreadable
 			// manifest), 3 good behind them.
 			name:    "three newest damaged, three good behind",
 			now:     "2026-11-22T19:10:00Z",

@@ -13,7 +13,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/store"
 )
 
-// Staged copies (issue #15): a restore via etcd-operator stages the
+// Staged copies: a restore via etcd-operator stages the
 // verified snapshot UNCOMPRESSED AND UNENCRYPTED (etcd-operator can do
 // neither) at <prefix>/restore/<cluster>/<backup>/snapshot.db, outside the
 // backup folders. The restore deletes it once the restored cluster is

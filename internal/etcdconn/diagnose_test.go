@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/armada/etcd-recovery/internal/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
 )
 
 // diagnose runs Diagnose against one endpoint with a bound well above what

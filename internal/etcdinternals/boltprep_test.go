@@ -18,7 +18,7 @@ import (
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.uber.org/zap"
 
-	"github.com/armada/etcd-recovery/internal/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
 )
 
 // writeSnapshotFile writes db as etcd's Maintenance.Snapshot does: the

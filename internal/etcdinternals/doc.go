@@ -29,8 +29,8 @@
 //	(SnapshotCallOptions,        mem.BufferSlice; etcdserverpb.SnapshotResponse       chunk; chunks are hashed and compressed    TestSnapshotOverPoisonedPool
 //	RecvSnapshotChunk)           field 3 is the blob (rpc.proto)                      from the buffer gRPC received them into
 //
-// The numbers are README.md's ("Memory and time" under Restore; "What a
-// backup does").
+// The numbers are docs/restore.md's ("Memory and time") and
+// docs/backup.md's ("What a backup does").
 //
 // # Fallback
 //
@@ -43,8 +43,8 @@
 // mark, which etcdutl 3.5 does not apply on its own, is then made by
 // [BumpRevision] through bbolt's public API), [DropResident] does nothing,
 // and backups receive through gRPC's default pool and codec. Everything
-// still works, only slower and with more memory (see README: restore RSS
-// and backup CPU). restore.Options.PublicRestorePath does the restore part
+// still works, only slower and with more memory (see docs/benchmarks.md:
+// restore RSS and backup CPU). restore.Options.PublicRestorePath does the restore part
 // for one restore.
 package etcdinternals
 

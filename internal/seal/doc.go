@@ -1,4 +1,4 @@
-// Package seal is the client-side encryption of backups (issue #15): age
+// Package seal is the client-side encryption of backups: age
 // (filippo.io/age, X25519 recipients only) around the compressed snapshot
 // and v2 export, streamed, with no temp file.
 //

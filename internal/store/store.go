@@ -8,7 +8,7 @@
 // A backend is one package under internal/store (today internal/store/cos:
 // IBM COS and any S3 API, and internal/store/memstore: in memory, for
 // tests). A new backend passes the conformance suite,
-// internal/store/storetest.Run, from a test in its own package; that suite
+// internal/testing/storetest.Run, from a test in its own package; that suite
 // is the executable form of the contract below.
 //
 // # Error contract
@@ -53,7 +53,7 @@
 //
 // # Wrappers
 //
-// internal/store/faults injects exact faults into any store (tests);
+// internal/testing/faults injects exact faults into any store (tests);
 // internal/store/retry repeats transient failures for a backend that does
 // not retry itself. Both are stores, and pass the suite.
 package store

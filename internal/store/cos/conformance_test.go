@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/armada/etcd-recovery/internal/store"
-	"github.com/armada/etcd-recovery/internal/store/storetest"
+	"github.com/armada/etcd-recovery/internal/testing/storetest"
 )
 
 // The COS backend follows the store contract, on a real MinIO: one new

@@ -4,7 +4,7 @@
 // follow the store contract: a *store.Error "cos: <op> <key>: <cause>"
 // wrapping store.ErrNotFound, ErrExists or ErrStalled as they apply, marked
 // transient or permanent; no error or log carries a secret. Its conformance
-// test runs internal/store/storetest against a real MinIO.
+// test runs internal/testing/storetest against a real MinIO.
 package cos
 
 import (

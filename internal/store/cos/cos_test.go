@@ -25,7 +25,7 @@ import (
 
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/store/cos"
-	"github.com/armada/etcd-recovery/internal/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

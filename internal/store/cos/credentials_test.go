@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/armada/etcd-recovery/internal/store/cos"
-	"github.com/armada/etcd-recovery/internal/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
 )
 
 // Distinctive secret values: no error and no formatting of the credentials

@@ -15,7 +15,7 @@ import (
 
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/store/cos"
-	"github.com/armada/etcd-recovery/internal/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
 )
 
 // stallSlack is the time a stalled call may take past its stall timeout on
@@ -197,7 +197,7 @@ func (f *freezeAfter) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Connection resets are retried, as the README says: the SDK alone gives
+// Connection resets are retried, as docs/fault-matrix.md says: the SDK alone gives
 // up on "read: connection reset by peer" (it failed a v2 PUT and a
 // multipart upload at once).
 func TestConnectionResetRetried(t *testing.T) {

@@ -11,12 +11,12 @@ import (
 	"time"
 
 	"github.com/armada/etcd-recovery/internal/store"
-	"github.com/armada/etcd-recovery/internal/store/faults"
-	"github.com/armada/etcd-recovery/internal/testenv"
-	"github.com/armada/etcd-recovery/internal/testfix"
+	"github.com/armada/etcd-recovery/internal/testing/faults"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
 
-// Each fault of internal/store/faults does what its package comment
+// Each fault of internal/testing/faults does what its package comment
 // says around this backend, on a real MinIO.
 func TestFaultStore(t *testing.T) {
 	t.Parallel()

@@ -10,7 +10,7 @@ import (
 
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/store/memstore"
-	"github.com/armada/etcd-recovery/internal/store/storetest"
+	"github.com/armada/etcd-recovery/internal/testing/storetest"
 )
 
 func TestConformance(t *testing.T) {

@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/armada/etcd-recovery/internal/store"
-	"github.com/armada/etcd-recovery/internal/store/faults"
 	"github.com/armada/etcd-recovery/internal/store/memstore"
 	"github.com/armada/etcd-recovery/internal/store/retry"
-	"github.com/armada/etcd-recovery/internal/store/storetest"
+	"github.com/armada/etcd-recovery/internal/testing/faults"
+	"github.com/armada/etcd-recovery/internal/testing/storetest"
 )
 
 var fast = retry.Policy{MaxRetries: 3, MinBackoff: time.Millisecond, MaxBackoff: 4 * time.Millisecond}

@@ -1,0 +1,271 @@
+// Command testreport reads `go test -json` on stdin and prints what a
+// person reading a CI log needs: one line per package (ok or FAIL, with its
+// time), the whole output of every failed test and of every package that
+// failed outside a test (a build error, a panic, a timeout), every skipped
+// test (make test skips nothing, so a skip fails the run), and at the end
+// the 10 slowest packages and the 10 slowest tests, so that drift in the
+// test budget shows. The raw stream is kept with -json FILE.
+//
+//	go test -json ./... | go run ./internal/testing/cmd/testreport -json bin/test-report.json
+//
+// It exits 1 when a package or test failed, a test was skipped, or a
+// package started but never reported an end (the stream was cut).
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"time"
+)
+
+// event is one line of `go test -json` (cmd/test2json).
+type event struct {
+	Time       time.Time
+	Action     string
+	ImportPath string // build-output and build-fail (Go 1.24 and later)
+	Package    string
+	Test       string
+	Elapsed    float64
+	Output     string
+}
+
+type result struct {
+	name    string
+	elapsed time.Duration
+}
+
+type report struct {
+	out      io.Writer
+	start    time.Time
+	output   map[string]*strings.Builder // package or package\x00test → output so far
+	started  map[string]bool             // packages that printed anything and have not ended
+	pkgs     []result
+	tests    []result
+	failed   []string
+	skipped  []string
+	pkgFails int
+}
+
+func newReport(out io.Writer) *report {
+	return &report{out: out, start: time.Now(), output: map[string]*strings.Builder{}, started: map[string]bool{}}
+}
+
+func key(e event) string {
+	if e.Test == "" {
+		return e.Package
+	}
+	return e.Package + "\x00" + e.Test
+}
+
+func (r *report) add(e event) {
+	switch e.Action {
+	case "build-output":
+		k := "build\x00" + e.ImportPath
+		if r.output[k] == nil {
+			r.output[k] = &strings.Builder{}
+		}
+		r.output[k].WriteString(e.Output)
+		return
+	case "build-fail":
+		// The package's own fail event follows and is counted then.
+		fmt.Fprintf(r.out, "FAIL  %s: build failed\n", e.ImportPath)
+		if b := r.output["build\x00"+e.ImportPath]; b != nil {
+			fmt.Fprint(r.out, indent(b.String()))
+		}
+		return
+	}
+	if e.Package == "" {
+		return
+	}
+	if e.Test == "" && e.Action != "pass" && e.Action != "fail" && e.Action != "skip" {
+		r.started[e.Package] = true
+	}
+	k := key(e)
+	switch e.Action {
+	case "output":
+		b := r.output[k]
+		if b == nil {
+			b = &strings.Builder{}
+			r.output[k] = b
+		}
+		b.WriteString(e.Output)
+		// A subtest's output belongs to its top-level test too: a failed
+		// parent prints everything under it.
+		if i := strings.IndexByte(e.Test, '/'); i > 0 {
+			pk := e.Package + "\x00" + e.Test[:i]
+			if r.output[pk] == nil {
+				r.output[pk] = &strings.Builder{}
+			}
+			r.output[pk].WriteString(e.Output)
+		}
+	case "pass", "fail", "skip":
+		d := time.Duration(e.Elapsed * float64(time.Second))
+		if e.Test == "" {
+			delete(r.started, e.Package)
+			switch e.Action {
+			case "pass":
+				fmt.Fprintf(r.out, "ok    %-60s %7.1fs\n", e.Package, d.Seconds())
+				r.pkgs = append(r.pkgs, result{e.Package, d})
+			case "fail":
+				r.pkgFails++
+				fmt.Fprintf(r.out, "FAIL  %-60s %7.1fs\n", e.Package, d.Seconds())
+				r.pkgs = append(r.pkgs, result{e.Package, d})
+				if b := r.output[k]; b != nil {
+					fmt.Fprintf(r.out, "--- output of package %s:\n%s", e.Package, indent(b.String()))
+				}
+			}
+			r.dropPackage(e.Package)
+			return
+		}
+		if !strings.Contains(e.Test, "/") && e.Action != "skip" {
+			r.tests = append(r.tests, result{e.Package + " " + e.Test, d})
+		}
+		switch e.Action {
+		case "fail":
+			r.failed = append(r.failed, e.Package+" "+e.Test)
+			// Print the top-level test's output once (it includes its
+			// subtests'); a failed subtest alone prints its own.
+			if !strings.Contains(e.Test, "/") || r.output[e.Package+"\x00"+e.Test[:strings.IndexByte(e.Test, '/')]] == nil {
+				if b := r.output[k]; b != nil {
+					fmt.Fprintf(r.out, "--- FAIL %s %s (%.1fs):\n%s", e.Package, e.Test, d.Seconds(), indent(b.String()))
+				}
+			}
+		case "skip":
+			r.skipped = append(r.skipped, e.Package+" "+e.Test)
+			if b := r.output[k]; b != nil {
+				fmt.Fprintf(r.out, "--- SKIP %s %s:\n%s", e.Package, e.Test, indent(b.String()))
+			}
+		}
+		if !strings.Contains(e.Test, "/") {
+			for kk := range r.output {
+				if strings.HasPrefix(kk, e.Package+"\x00"+e.Test+"/") {
+					delete(r.output, kk)
+				}
+			}
+		}
+		delete(r.output, k)
+	}
+}
+
+// dropPackage forgets a finished package's buffered output.
+func (r *report) dropPackage(pkg string) {
+	for k := range r.output {
+		if k == pkg || strings.HasPrefix(k, pkg+"\x00") {
+			delete(r.output, k)
+		}
+	}
+}
+
+func indent(s string) string {
+	var b strings.Builder
+	for _, l := range strings.SplitAfter(s, "\n") {
+		if l != "" {
+			b.WriteString("    " + l)
+		}
+	}
+	if !strings.HasSuffix(b.String(), "\n") {
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+func slowest(rs []result, n int) []result {
+	s := append([]result(nil), rs...)
+	sort.SliceStable(s, func(i, j int) bool { return s[i].elapsed > s[j].elapsed })
+	if len(s) > n {
+		s = s[:n]
+	}
+	return s
+}
+
+// finish prints the summary and reports whether the run is green.
+func (r *report) finish() bool {
+	ok := true
+	for p := range r.started {
+		fmt.Fprintf(r.out, "FAIL  %s: no end reported (the run was cut short)\n", p)
+		if b := r.output[p]; b != nil {
+			fmt.Fprint(r.out, indent(b.String()))
+		}
+		ok = false
+	}
+	fmt.Fprintf(r.out, "\nThe 10 slowest packages (wall time; up to -p of them run at once):\n")
+	for _, s := range slowest(r.pkgs, 10) {
+		fmt.Fprintf(r.out, "  %7.1fs  %s\n", s.elapsed.Seconds(), s.name)
+	}
+	fmt.Fprintf(r.out, "The 10 slowest tests (top-level, subtests included in their parent):\n")
+	for _, s := range slowest(r.tests, 10) {
+		fmt.Fprintf(r.out, "  %7.1fs  %s\n", s.elapsed.Seconds(), s.name)
+	}
+	fmt.Fprintf(r.out, "%d packages, %d top-level tests in %s\n", len(r.pkgs), len(r.tests), time.Since(r.start).Round(time.Second))
+	if len(r.failed) > 0 || r.pkgFails > 0 {
+		fmt.Fprintf(r.out, "FAILED: %d packages, tests: %s\n", r.pkgFails, strings.Join(r.failed, ", "))
+		ok = false
+	}
+	if len(r.skipped) > 0 {
+		fmt.Fprintf(r.out, "SKIPPED (make test skips nothing: a skip is a failure): %s\n", strings.Join(r.skipped, ", "))
+		ok = false
+	}
+	if len(r.pkgs) == 0 {
+		fmt.Fprintf(r.out, "no package reported a result\n")
+		ok = false
+	}
+	return ok
+}
+
+func run(in io.Reader, out io.Writer, raw io.Writer) (bool, error) {
+	r := newReport(out)
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	for sc.Scan() {
+		line := sc.Bytes()
+		if raw != nil {
+			raw.Write(line)
+			raw.Write([]byte{'\n'})
+		}
+		var e event
+		if len(line) == 0 || line[0] != '{' || json.Unmarshal(line, &e) != nil {
+			// Not an event: go test's own messages (a build failure of a
+			// package without tests, go vet's complaints) pass through.
+			fmt.Fprintf(out, "%s\n", line)
+			continue
+		}
+		r.add(e)
+	}
+	if err := sc.Err(); err != nil {
+		return false, err
+	}
+	return r.finish(), nil
+}
+
+func main() {
+	jsonOut := flag.String("json", "", "also write the raw go test -json stream to this file")
+	flag.Parse()
+	var raw io.Writer
+	var f *os.File
+	if *jsonOut != "" {
+		var err error
+		if f, err = os.Create(*jsonOut); err != nil {
+			fmt.Fprintf(os.Stderr, "testreport: %v\n", err)
+			os.Exit(2)
+		}
+		raw = bufio.NewWriter(f)
+	}
+	ok, err := run(os.Stdin, os.Stdout, raw)
+	if f != nil {
+		raw.(*bufio.Writer).Flush()
+		f.Close()
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "testreport: reading go test -json: %v\n", err)
+		os.Exit(2)
+	}
+	if !ok {
+		os.Exit(1)
+	}
+}

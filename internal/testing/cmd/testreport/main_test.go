@@ -1,0 +1,92 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+const stream = `{"Action":"start","Package":"m/a"}
+{"Action":"run","Package":"m/a","Test":"TestOK"}
+{"Action":"output","Package":"m/a","Test":"TestOK","Output":"quiet when it passes\n"}
+{"Action":"pass","Package":"m/a","Test":"TestOK","Elapsed":3.5}
+{"Action":"run","Package":"m/a","Test":"TestBad"}
+{"Action":"run","Package":"m/a","Test":"TestBad/sub"}
+{"Action":"output","Package":"m/a","Test":"TestBad/sub","Output":"    bad_test.go:9: the revision moved\n"}
+{"Action":"fail","Package":"m/a","Test":"TestBad/sub","Elapsed":1}
+{"Action":"fail","Package":"m/a","Test":"TestBad","Elapsed":1.2}
+{"Action":"output","Package":"m/a","Output":"FAIL\n"}
+{"Action":"fail","Package":"m/a","Elapsed":5}
+{"Action":"start","Package":"m/b"}
+{"Action":"run","Package":"m/b","Test":"TestSlow"}
+{"Action":"pass","Package":"m/b","Test":"TestSlow","Elapsed":42}
+{"Action":"pass","Package":"m/b","Elapsed":43}
+`
+
+func TestReportFailure(t *testing.T) {
+	var out strings.Builder
+	ok, err := run(strings.NewReader(stream), &out, nil)
+	if err != nil || ok {
+		t.Fatalf("run = %v, %v; want a failed run", ok, err)
+	}
+	s := out.String()
+	for _, want := range []string{"FAIL  m/a", "ok    m/b", "the revision moved", "42.0s  m/b TestSlow", "FAILED: 1 packages, tests: m/a TestBad/sub, m/a TestBad"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("report lacks %q:\n%s", want, s)
+		}
+	}
+	if strings.Contains(s, "quiet when it passes") {
+		t.Errorf("a passing test's output was printed:\n%s", s)
+	}
+	if strings.Count(s, "the revision moved") != 1 {
+		t.Errorf("a failed subtest's output is printed once, not %d times:\n%s", strings.Count(s, "the revision moved"), s)
+	}
+	// The slowest tests come first.
+	if i, j := strings.Index(s, "m/b TestSlow"), strings.Index(s, "m/a TestOK"); i < 0 || j < 0 || i > j {
+		t.Errorf("slowest tests out of order:\n%s", s)
+	}
+}
+
+func TestReportSkipAndCut(t *testing.T) {
+	skip := `{"Action":"run","Package":"m/c","Test":"TestNeedsServer"}
+{"Action":"output","Package":"m/c","Test":"TestNeedsServer","Output":"    no MinIO\n"}
+{"Action":"skip","Package":"m/c","Test":"TestNeedsServer","Elapsed":0}
+{"Action":"pass","Package":"m/c","Elapsed":0.1}
+{"Action":"skip","Package":"m/nothing","Elapsed":0}
+`
+	var out strings.Builder
+	if ok, _ := run(strings.NewReader(skip), &out, nil); ok {
+		t.Fatalf("a skipped test passed the run:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "SKIPPED (make test skips nothing") || !strings.Contains(out.String(), "no MinIO") {
+		t.Errorf("skip not reported with its reason:\n%s", out.String())
+	}
+	out.Reset()
+	cut := `{"Action":"start","Package":"m/d"}
+{"Action":"run","Package":"m/d","Test":"TestLong"}
+`
+	if ok, _ := run(strings.NewReader(cut), &out, nil); ok || !strings.Contains(out.String(), "m/d: no end reported") {
+		t.Errorf("a cut stream passed or was not named:\n%s", out.String())
+	}
+	out.Reset()
+	green := `{"Action":"run","Package":"m/e","Test":"TestA"}
+{"Action":"pass","Package":"m/e","Test":"TestA","Elapsed":0.1}
+{"Action":"pass","Package":"m/e","Elapsed":0.2}
+{"Action":"skip","Package":"m/notests","Elapsed":0}
+`
+	if ok, _ := run(strings.NewReader(green), &out, nil); !ok {
+		t.Errorf("a green run (and a package without tests) failed:\n%s", out.String())
+	}
+}
+
+func TestReportBuildFailure(t *testing.T) {
+	in := `{"ImportPath":"m/f [m/f.test]","Action":"build-output","Output":"# m/f\n./f.go:3:1: syntax error\n"}
+{"ImportPath":"m/f [m/f.test]","Action":"build-fail"}
+{"Action":"start","Package":"m/f"}
+{"Action":"output","Package":"m/f","Output":"FAIL\tm/f [build failed]\n"}
+{"Action":"fail","Package":"m/f","Elapsed":0,"FailedBuild":"m/f [m/f.test]"}
+`
+	var out strings.Builder
+	if ok, _ := run(strings.NewReader(in), &out, nil); ok || !strings.Contains(out.String(), "syntax error") {
+		t.Errorf("a build failure passed or its error was not printed:\n%s", out.String())
+	}
+}

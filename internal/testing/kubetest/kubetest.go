@@ -1,0 +1,350 @@
+// Package kubetest holds the Kubernetes test fixtures several packages'
+// tests share: reading deploy/'s manifests, applying them to a real
+// kube-apiserver (testenv.StartKubeAPIServer), service-account tokens, and
+// EtcdClusters backed by real etcd members, described to the API the way
+// etcd-operator describes them. Only _test files import it.
+//
+// It is its own package (not part of testenv) because it names
+// kube's constants, and packages kube imports have
+// in-package tests that import testenv.
+package kubetest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/restmapper"
+
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
+	"github.com/armada/etcd-recovery/kube"
+)
+
+// DeployPath is a path under the repository's deploy/ directory.
+func DeployPath(tb testing.TB, elem ...string) string {
+	tb.Helper()
+	return filepath.Join(append([]string{testenv.RepoRoot(tb), "deploy"}, elem...)...)
+}
+
+// DecodeManifests reads every object of a YAML file.
+func DecodeManifests(tb testing.TB, path string) []*unstructured.Unstructured {
+	tb.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		tb.Fatalf("kubetest: %v", err)
+	}
+	out, err := DecodeManifestBytes(b)
+	if err != nil {
+		tb.Fatalf("kubetest: %s: %v", path, err)
+	}
+	return out
+}
+
+// DecodeManifestBytes decodes every object of a YAML stream.
+func DecodeManifestBytes(b []byte) ([]*unstructured.Unstructured, error) {
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
+	var out []*unstructured.Unstructured
+	for {
+		var obj map[string]any
+		if err := dec.Decode(&obj); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return nil, err
+		}
+		if len(obj) == 0 {
+			continue
+		}
+		out = append(out, &unstructured.Unstructured{Object: obj})
+	}
+	return out, nil
+}
+
+// AppliedFiles are the manifests `kubectl apply -f deploy/` applies: the
+// YAML files directly in deploy/ (kubectl does not recurse without -R),
+// sorted, but not deploy/kustomization.yaml, which is kustomize's input and
+// not an object. docs/kubernetes.md's `kubectl apply -k deploy/` applies the
+// kustomization's resources (KustomizationResources), the same files; a
+// test in kube/ checks that they are.
+func AppliedFiles(tb testing.TB) []string {
+	tb.Helper()
+	files, _ := filepath.Glob(DeployPath(tb, "*.yaml"))
+	sort.Strings(files)
+	return slices.DeleteFunc(files, isKustomization)
+}
+
+// DeployFiles is every manifest under deploy/, templates included
+// (kustomization files are not manifests).
+func DeployFiles(tb testing.TB) []string {
+	tb.Helper()
+	files := AppliedFiles(tb)
+	more, _ := filepath.Glob(DeployPath(tb, "*", "*.yaml"))
+	files = append(files, slices.DeleteFunc(more, isKustomization)...)
+	sort.Strings(files)
+	return files
+}
+
+func isKustomization(path string) bool {
+	switch filepath.Base(path) {
+	case "kustomization.yaml", "kustomization.yml", "Kustomization":
+		return true
+	}
+	return false
+}
+
+// Applier applies objects with server-side apply through the dynamic client.
+type Applier struct {
+	Dyn    dynamic.Interface
+	Mapper meta.RESTMapper
+}
+
+// NewApplier is an Applier acting as the API server's admin.
+func NewApplier(tb testing.TB, k *testenv.KubeAPIServer) *Applier {
+	tb.Helper()
+	dc, err := discovery.NewDiscoveryClientForConfig(k.RestConfig(""))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	gr, err := restmapper.GetAPIGroupResources(dc)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return &Applier{Dyn: k.Dynamic(tb, ""), Mapper: restmapper.NewDiscoveryRESTMapper(gr)}
+}
+
+// Apply server-side applies obj in namespace (ignored for cluster-scoped
+// kinds); dryRun asks the server to validate without persisting.
+func (a *Applier) Apply(ctx context.Context, obj *unstructured.Unstructured, namespace string, dryRun bool) error {
+	gvk := obj.GroupVersionKind()
+	m, err := a.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return fmt.Errorf("%s: %w", gvk, err)
+	}
+	var ri dynamic.ResourceInterface = a.Dyn.Resource(m.Resource)
+	if m.Scope.Name() == meta.RESTScopeNameNamespace {
+		ri = a.Dyn.Resource(m.Resource).Namespace(namespace)
+	}
+	opts := metav1.ApplyOptions{FieldManager: "etcd-recovery-test", Force: true}
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	if _, err := ri.Apply(ctx, obj.GetName(), obj, opts); err != nil {
+		return fmt.Errorf("%s %s: %w", gvk.Kind, obj.GetName(), err)
+	}
+	return nil
+}
+
+// ApplyFile applies every object of a manifest file in namespace.
+func (a *Applier) ApplyFile(tb testing.TB, path, namespace string) {
+	tb.Helper()
+	for _, o := range DecodeManifests(tb, path) {
+		if err := a.Apply(context.Background(), o, namespace, false); err != nil {
+			tb.Fatalf("kubetest: %s: %v", filepath.Base(path), err)
+		}
+	}
+}
+
+// InstallCRDs creates the CRDs of deploy/00-crds.yaml (and the test
+// fixture of the Prometheus Operator's ServiceMonitor) for real and waits
+// until each is served and in discovery: a CRD answers a list before the
+// discovery controller publishes it, and an Applier's RESTMapper reads
+// discovery once.
+func InstallCRDs(tb testing.TB, k *testenv.KubeAPIServer) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	crdGVR := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	dyn := k.Dynamic(tb, "")
+	dc, err := discovery.NewDiscoveryClientForConfig(k.RestConfig(""))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	// Where the Prometheus Operator runs, its own ServiceMonitor CRD is
+	// installed; here a fixture stands in (deploy/monitoring/servicemonitor.yaml).
+	crds := append(DecodeManifests(tb, DeployPath(tb, "00-crds.yaml")), DecodeManifests(tb, DeployPath(tb, "testdata", "servicemonitor-crd.yml"))...)
+	for _, o := range crds {
+		if _, err := dyn.Resource(crdGVR).Apply(ctx, o.GetName(), o, metav1.ApplyOptions{FieldManager: "etcd-recovery-test", Force: true}); err != nil {
+			tb.Fatalf("CRD %s: %v", o.GetName(), err)
+		}
+	}
+	inDiscovery := func(gvr schema.GroupVersionResource) error {
+		rl, err := dc.ServerResourcesForGroupVersion(gvr.GroupVersion().String())
+		if err != nil {
+			return err
+		}
+		for _, r := range rl.APIResources {
+			if r.Name == gvr.Resource {
+				return nil
+			}
+		}
+		return fmt.Errorf("%s not in discovery yet", gvr.Resource)
+	}
+	for _, gvr := range []schema.GroupVersionResource{kube.EtcdClusterGVR, kube.EtcdBackupGVR, kube.EtcdRestoreGVR,
+		{Group: "monitoring.coreos.com", Version: "v1", Resource: "prometheusrules"},
+		{Group: "monitoring.coreos.com", Version: "v1", Resource: "servicemonitors"}} {
+		deadline := time.Now().Add(time.Minute)
+		for {
+			_, err := dyn.Resource(gvr).Namespace("default").List(ctx, metav1.ListOptions{})
+			if err == nil {
+				err = inDiscovery(gvr)
+			}
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				tb.Fatalf("%s not served: %v", gvr, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+}
+
+// CreateNamespaces creates namespaces (existing ones are fine).
+func CreateNamespaces(tb testing.TB, cs kubernetes.Interface, names ...string) {
+	tb.Helper()
+	for _, n := range names {
+		if _, err := cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			tb.Fatal(err)
+		}
+	}
+}
+
+// SAToken is a bound token (TokenRequest, 1 h) of a service account.
+func SAToken(tb testing.TB, cs kubernetes.Interface, namespace, sa string) string {
+	tb.Helper()
+	exp := int64(3600)
+	tr, err := cs.CoreV1().ServiceAccounts(namespace).CreateToken(context.Background(), sa,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
+	if err != nil {
+		tb.Fatalf("token for %s/%s: %v", namespace, sa, err)
+	}
+	return tr.Status.Token
+}
+
+// PerClusterAccess applies deploy/per-cluster/client-tls-access.yaml for
+// a cluster in namespace (the template's "etcd-example" replaced).
+func PerClusterAccess(tb testing.TB, a *Applier, namespace, cluster string) {
+	tb.Helper()
+	b, err := os.ReadFile(DeployPath(tb, "per-cluster", "client-tls-access.yaml"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	objs, err := DecodeManifestBytes(bytes.ReplaceAll(b, []byte("etcd-example"), []byte(cluster)))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, o := range objs {
+		if err := a.Apply(context.Background(), o, namespace, false); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+// Cluster is an EtcdCluster in the API backed by a real etcd.
+type Cluster struct {
+	Name string
+	Etcd *testenv.EtcdCluster
+	UID  types.UID
+}
+
+// AddEtcdCluster starts a real etcd (opts; TLS is forced on and IP must be
+// set) and describes it to Kubernetes the way etcd-operator does: the
+// EtcdCluster, the operator (client TLS) secret, and one member pod per
+// member. Endpoints objects can't point at 127.0.0.0/8 (the API server
+// rejects loopback addresses there), so discovery uses the member pods'
+// status IPs; no kubelet runs, the pod's status is written through the
+// status subresource, and its "client" container port is the member's
+// real port.
+func AddEtcdCluster(tb testing.TB, cs kubernetes.Interface, dyn dynamic.Interface, namespace, name string, opts testenv.EtcdOptions) Cluster {
+	tb.Helper()
+	opts.TLS = true
+	if opts.IP == "" {
+		tb.Fatalf("kubetest: AddEtcdCluster %s: opts.IP is required (each cluster has its own loopback IP)", name)
+	}
+	if opts.Version == "" {
+		opts.Version = testenv.V35
+	}
+	if opts.Members == 0 {
+		opts.Members = 1
+	}
+	ctx := context.Background()
+	c := testenv.StartEtcd(tb, opts)
+	secret := name + "-client-tls"
+	data := map[string][]byte{}
+	for key, f := range map[string]string{kube.ClientCertKey: c.PKI.ClientCertFile, kube.ClientKeyKey: c.PKI.ClientKeyFile, kube.ClientCAKey: c.PKI.CAFile} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		data[key] = b
+	}
+	if _, err := cs.CoreV1().Secrets(namespace).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: secret}, Data: data}, metav1.CreateOptions{}); err != nil {
+		tb.Fatal(err)
+	}
+	ec := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": kube.APIVersion, "kind": kube.KindEtcdCluster,
+		"metadata": map[string]any{"name": name, "namespace": namespace},
+		"spec": map[string]any{"size": int64(opts.Members), "version": "3.5.35",
+			"TLS": map[string]any{"static": map[string]any{
+				"member":         map[string]any{"peerSecret": name + "-peer-tls", "serverSecret": name + "-server-tls"},
+				"operatorSecret": secret}}},
+	}}
+	got, err := dyn.Resource(kube.EtcdClusterGVR).Namespace(namespace).Create(ctx, ec, metav1.CreateOptions{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for i, ep := range c.Endpoints() {
+		port := strings.TrimPrefix(ep, "https://"+opts.IP+":")
+		var p int32
+		if _, err := fmt.Sscan(port, &p); err != nil {
+			tb.Fatalf("kubetest: endpoint %s: %v", ep, err)
+		}
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%04d", name, i), Labels: map[string]string{kube.LabelApp: "etcd", kube.LabelCluster: name}},
+			Spec: corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "etcd", Image: "quay.io/coreos/etcd:v3.5.35",
+				Ports: []corev1.ContainerPort{{Name: "client", ContainerPort: p}, {Name: "peer", ContainerPort: 2380}}}}},
+		}
+		created, err := cs.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		created.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: opts.IP, PodIPs: []corev1.PodIP{{IP: opts.IP}}}
+		if _, err := cs.CoreV1().Pods(namespace).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			tb.Fatalf("pod status with IP %s: %v", opts.IP, err)
+		}
+	}
+	return Cluster{Name: name, Etcd: c, UID: got.GetUID()}
+}
+
+// CreateCOSSecret creates the namespace's cos-credentials secret for m in
+// the carrier's format (etcd-operator's credentials/config keys, AWS
+// shared-file format: AWSSecretData), as armada-secure creates it.
+func CreateCOSSecret(tb testing.TB, cs kubernetes.Interface, namespace string, m *testenv.MinIO) {
+	tb.Helper()
+	if _, err := cs.CoreV1().Secrets(namespace).Create(context.Background(), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: kube.COSSecretName},
+		Data:       AWSSecretData(m.AccessKey, m.SecretKey, m.Region),
+	}, metav1.CreateOptions{}); err != nil {
+		tb.Fatalf("kubetest: secret %s/%s: %v", namespace, kube.COSSecretName, err)
+	}
+}

@@ -1,0 +1,160 @@
+// Package testfix wires the real test servers of internal/testenv to the
+// project's own clients: a COS store on a MinIO bucket, an etcd connection
+// config for a test cluster, and readers for stored backups.
+package testfix
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/etcdutl/v3/snapshot"
+	"go.uber.org/zap"
+
+	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/etcdconn"
+	"github.com/armada/etcd-recovery/internal/store"
+	"github.com/armada/etcd-recovery/internal/store/cos"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
+)
+
+// StoreOption adjusts the cos.Config of a test store.
+type StoreOption func(*cos.Config)
+
+// Store returns a COS store on bucket of m, with m's credentials.
+func Store(tb testing.TB, m *testenv.MinIO, bucket string, opts ...StoreOption) *cos.Store {
+	tb.Helper()
+	cfg := cos.Config{
+		Endpoint: m.Endpoint, Region: m.Region, Bucket: bucket, CAFile: m.CAFile,
+		Creds:      cos.Credentials{AccessKeyID: m.AccessKey, SecretAccessKey: m.SecretKey, Source: "test"},
+		MaxRetries: 2, MinBackoff: 50 * time.Millisecond, MaxBackoff: 500 * time.Millisecond,
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	st, err := cos.New(cfg)
+	if err != nil {
+		tb.Fatalf("cos.New: %v", err)
+	}
+	return st
+}
+
+// EtcdConfig is the etcdctl-style connection to a test cluster, with the
+// client certificate when the cluster uses TLS.
+func EtcdConfig(c *testenv.EtcdCluster) etcdconn.Config {
+	cfg := etcdconn.Config{Endpoints: c.Endpoints(), DialTimeout: 2 * time.Second}
+	if c.PKI != nil {
+		cfg.CACert, cfg.Cert, cfg.Key = c.PKI.CAFile, c.PKI.ClientCertFile, c.PKI.ClientKeyFile
+	}
+	return cfg
+}
+
+// ReadObject reads a whole object.
+func ReadObject(tb testing.TB, st store.Store, key string) []byte {
+	tb.Helper()
+	rc, err := st.Get(context.Background(), key)
+	if err != nil {
+		tb.Fatalf("get %s: %v", key, err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		tb.Fatalf("read %s: %v", key, err)
+	}
+	return b
+}
+
+// SHA256 is the hex sha256 of b.
+func SHA256(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+// Decompress decodes a stored object.
+func Decompress(tb testing.TB, b []byte, c catalog.Compression) []byte {
+	tb.Helper()
+	rc, err := backup.Decoder(bytes.NewReader(b), c)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer rc.Close()
+	out, err := io.ReadAll(rc)
+	if err != nil {
+		tb.Fatalf("decompress: %v", err)
+	}
+	return out
+}
+
+// CheckSnapshot downloads a committed backup's snapshot, checks every
+// checksum in the manifest and etcd's trailing hash, and returns etcdutl's
+// status of the database (revision, key count).
+func CheckSnapshot(tb testing.TB, st store.Store, layout catalog.Layout, m *catalog.Manifest) snapshot.Status {
+	tb.Helper()
+	stored := ReadObject(tb, st, layout.Key(m.ClusterID, m.Name, m.Snapshot.Object))
+	if int64(len(stored)) != m.Snapshot.StoredSize || SHA256(stored) != m.Snapshot.StoredSHA256 {
+		tb.Fatalf("stored snapshot: %d bytes sha256 %s, manifest says %d bytes sha256 %s",
+			len(stored), SHA256(stored), m.Snapshot.StoredSize, m.Snapshot.StoredSHA256)
+	}
+	raw := Decompress(tb, stored, m.Snapshot.Compression)
+	if len(raw) < sha256.Size {
+		tb.Fatalf("snapshot of %d bytes", len(raw))
+	}
+	db, trailer := raw[:len(raw)-sha256.Size], raw[len(raw)-sha256.Size:]
+	if int64(len(db)) != m.Snapshot.RawSize || SHA256(db) != m.Snapshot.RawSHA256 || hex.EncodeToString(trailer) != m.Snapshot.RawSHA256 {
+		tb.Fatalf("snapshot db: %d bytes sha256 %s trailer %x; manifest %d bytes sha256 %s",
+			len(db), SHA256(db), trailer, m.Snapshot.RawSize, m.Snapshot.RawSHA256)
+	}
+	path := filepath.Join(tb.TempDir(), "snapshot.db")
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	status, err := snapshot.NewV3(zap.NewNop()).Status(path)
+	if err != nil {
+		tb.Fatalf("etcdutl snapshot status: %v", err)
+	}
+	return status
+}
+
+// ReadV2Export downloads and decodes a backup's v2 export, checking its
+// checksums against the manifest.
+func ReadV2Export(tb testing.TB, st store.Store, layout catalog.Layout, m *catalog.Manifest) *backup.V2Export {
+	tb.Helper()
+	if m.V2 == nil {
+		tb.Fatalf("backup %s has no v2 export (%s)", m.Name, m.V2Skipped)
+	}
+	stored := ReadObject(tb, st, layout.Key(m.ClusterID, m.Name, m.V2.Object))
+	if SHA256(stored) != m.V2.StoredSHA256 {
+		tb.Fatalf("v2 object sha256 %s, manifest %s", SHA256(stored), m.V2.StoredSHA256)
+	}
+	raw := Decompress(tb, stored, m.V2.Compression)
+	if SHA256(raw) != m.V2.SHA256 {
+		tb.Fatalf("v2 export sha256 %s, manifest %s", SHA256(raw), m.V2.SHA256)
+	}
+	var exp backup.V2Export
+	if err := json.Unmarshal(raw, &exp); err != nil {
+		tb.Fatal(err)
+	}
+	return &exp
+}
+
+// Keys lists every key under prefix.
+func Keys(tb testing.TB, st store.Store, prefix string) []string {
+	tb.Helper()
+	objs, err := st.List(context.Background(), prefix)
+	if err != nil {
+		tb.Fatalf("list %s: %v", prefix, err)
+	}
+	keys := make([]string, len(objs))
+	for i, o := range objs {
+		keys[i] = o.Key
+	}
+	return keys
+}
