@@ -13,7 +13,7 @@ TEST_FLAGS ?= -count=1 -p 3 -parallel 4 -timeout 40m
 # from it when the order drifts).
 SLOW_FIRST := ./deploy/ ./kube/ ./runbooks/ ./restore/ ./internal/testing/faultmatrix/ ./metrics/
 
-.PHONY: all build cross cross-check test test-servers bench soak demo image container-tools vet clean
+.PHONY: all build cross cross-check test test-prereqs test-servers bench soak demo image container-tools vet clean
 
 all: build
 
@@ -64,15 +64,17 @@ vet:
 # 10 slowest packages and tests; the raw stream is kept in
 # bin/test-report.json.
 #
-# The Debian packages first (apt takes its locks one at a time), then the
-# steps before the tests side by side (make -j3): a build of the test
-# servers leaves a core idle while it links or downloads, and vet fills it.
-test: container-tools
-	@$(MAKE) --no-print-directory -j3 -Oline test-servers vet cross-check
-	@$(MAKE) --no-print-directory image
+# Its prerequisites run in order: the Debian packages first (apt takes its
+# locks one at a time), then test-prereqs, then the image.
+test: container-tools test-prereqs image
 	@mkdir -p bin
 	@set -o pipefail; pkgs=$$( { $(GO) list $(SLOW_FIRST) && $(GO) list ./...; } | awk '!seen[$$0]++') && \
 		$(GO) test -json $(TEST_FLAGS) $$pkgs | $(GO) run ./internal/testing/cmd/testreport -json bin/test-report.json
+
+# The steps before the tests, side by side (make -j3): a build of the test
+# servers leaves a core idle while it links or downloads, and vet fills it.
+test-prereqs: container-tools
+	@$(MAKE) --no-print-directory -j3 -Oline test-servers vet cross-check
 
 # Benchmarks against the manual baselines, in one run; prints ratios and
 # peak RSS. The exporter's 1,000-refresh soak (make soak) is one of them.
