@@ -13,7 +13,32 @@ TEST_FLAGS ?= -count=1 -p 3 -parallel 4 -timeout 40m
 # from it when the order drifts).
 SLOW_FIRST := ./deploy/ ./kube/ ./runbooks/ ./restore/ ./internal/testing/faultmatrix/ ./metrics/
 
-.PHONY: all build cross cross-check test test-prereqs test-servers bench soak demo image container-tools vet clean
+# The race detector (go test -race), beside the main run. RACE_PKGS are the
+# packages whose code runs goroutines of its own, by their tests:
+# internal/fanout (bounded parallelism), internal/store/... (the COS
+# watchdog's timers, parallel parts, batched deletes), internal/catalog
+# (prune and drill records fan out), inspect (members probed at once;
+# internal/probe has no tests: its code runs in inspect's and backup's),
+# backup (the snapshot stream: receive, compress, upload), restore (the
+# download: fetch, decrypt, decompress, hash), kube (--parallel clusters,
+# the drill limiter) and metrics (the exporter's and the push's fan-out).
+# No other package starts a goroutine (internal/testing/ is harness). -race
+# instruments every package in a test binary, so a race in plumbing is
+# caught by any test that runs it. RACE_RUN picks each package's
+# concurrency tests: the whole suites would double the run's load.
+# Measured 2026-11-25 on a 2-core VM shared with other builds, the race
+# build warm: the lane alone took 115 s at load 2-7 (53 tests, the
+# longest 21 s) and 4 min 30 s at load 8-15 (kube's TestBackupAllDrill
+# then 170 s); beside the main run it ends well before deploy's
+# TestShippedPods. The race build of its packages (one graph of about 940
+# packages, the harness's Kubernetes client included) took 11 min 51 s
+# with an empty build cache at load 12-16: race-build starts it beside
+# the server builds.
+RACE_PKGS := ./internal/fanout/ ./internal/store/... ./internal/catalog/ ./inspect/ ./backup/ ./restore/ ./kube/ ./metrics/
+RACE_RUN := ^(TestForEach.*|TestLimiter.*|TestConformance.*|TestUploads|TestRetries|TestPutGetMultipart|TestStallGetBody|TestStallSilentEndpoint|TestMinThroughput.*|TestPutCancelledAborts|TestPutSurvivesFrozenServer|TestDelete.*|TestPrune.*|TestBackupPrune|TestDrillRecords|TestInspectTwoClusters|TestInspectFrozenMember|TestBackupEncrypted|TestBackupCancelled|TestBackupConcurrentRunsDistinct|TestBackupStoreFaults|TestRestoreEncryptedTampered|TestRestoreCancelled|TestDrillEncrypted|TestRestoreDryRunChangesNothing|TestBackupAllDrill|TestPushBackupsAndDrills|TestExporterFrozenStore)$$
+RACE_FLAGS ?= -race -count=1 -p 2 -parallel 4 -timeout 30m
+
+.PHONY: all build cross cross-check test test-prereqs test-servers race-build bench soak demo image container-tools vet clean
 
 all: build
 
@@ -53,7 +78,7 @@ cross:
 # clone keyed by version (scripts/servers-dir.sh prints it; etcd 3.4 is
 # Debian's package unpacked there, never installed).
 test-servers:
-	scripts/test-servers.sh etcd34 etcd35 etcd36 minio kube-apiserver kubectl promtool
+	scripts/test-servers.sh etcd34 etcd35 etcd36 minio kube-apiserver kubectl promtool age
 
 vet:
 	$(GO) vet ./...
@@ -66,15 +91,30 @@ vet:
 #
 # Its prerequisites run in order: the Debian packages first (apt takes its
 # locks one at a time), then test-prereqs, then the image.
+#
+# The race lane (RACE_PKGS, RACE_RUN) runs beside the main run, its output
+# in bin/test-race.log; a race, or any failure there, fails make test.
 test: container-tools test-prereqs image
 	@mkdir -p bin
-	@set -o pipefail; pkgs=$$( { $(GO) list $(SLOW_FIRST) && $(GO) list ./...; } | awk '!seen[$$0]++') && \
-		$(GO) test -json $(TEST_FLAGS) $$pkgs | $(GO) run ./internal/testing/cmd/testreport -json bin/test-report.json
+	@$(GO) test $(RACE_FLAGS) -run '$(RACE_RUN)' $(RACE_PKGS) > bin/test-race.log 2>&1 & race=$$!; \
+	set -o pipefail; pkgs=$$( { $(GO) list $(SLOW_FIRST) && $(GO) list ./...; } | awk '!seen[$$0]++') && \
+		$(GO) test -json $(TEST_FLAGS) $$pkgs | $(GO) run ./internal/testing/cmd/testreport -json bin/test-report.json; rc=$$?; \
+	if wait $$race; then echo "race: ok, no data race in $(RACE_PKGS) (bin/test-race.log)"; \
+	else echo "race: FAILED (bin/test-race.log):"; grep -v '^ok ' bin/test-race.log | tail -n 300; rc=1; fi; \
+	exit $$rc
 
-# The steps before the tests, side by side (make -j3): a build of the test
-# servers leaves a core idle while it links or downloads, and vet fills it.
+# The steps before the tests, side by side (make -j4): a build of the test
+# servers leaves a core idle while it links or downloads, and vet, the
+# type-check and the race build fill it.
 test-prereqs: container-tools
-	@$(MAKE) --no-print-directory -j3 -Oline test-servers vet cross-check
+	@$(MAKE) --no-print-directory -j4 -Oline test-servers vet cross-check race-build
+
+# Compiles, with -race, every package the race lane's test binaries import
+# (compile only, nothing linked or run; with a warm cache a few seconds),
+# so that on a new machine that compile overlaps the server builds instead
+# of the tests.
+race-build:
+	@$(GO) list -deps -test $(RACE_PKGS) | grep -v -e ' ' -e '\.test$$' | xargs $(GO) build -race
 
 # Benchmarks against the manual baselines, in one run; prints ratios and
 # peak RSS. The exporter's 1,000-refresh soak (make soak) is one of them.

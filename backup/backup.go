@@ -81,8 +81,10 @@ type Options struct {
 	// of the snapshot this run streamed (database and etcd's trailer, as
 	// etcdutl expects it), already checked against the manifest's raw
 	// sha256, in a private 0600 file under ScratchDir: the drill needs no
-	// identity. The copy is removed as soon as Drill returns, and on every
-	// other return path of Run.
+	// identity, and may take the file over (restore.Drill renames it into
+	// its data dir rather than copying it). Whatever is left of it is
+	// removed as soon as Drill returns, and on every other return path of
+	// Run.
 	Drill func(ctx context.Context, m *catalog.Manifest, plaintext string) (*catalog.DrillRecord, error)
 
 	// Recipients, when not empty, encrypt the backup's data objects (age,
@@ -98,6 +100,15 @@ type Options struct {
 	// os.TempDir(), i.e. $TMPDIR). Nothing is written there without Drill
 	// or without encryption.
 	ScratchDir string
+	// CheckScratch, when set, is asked before the snapshot streams
+	// whether the scratch space holds the plaintext copy and the drill of
+	// an encrypted backup of a database of dbSize bytes (the source
+	// member's status dbSize); the CLI wires restore.CheckDrillScratch
+	// into it (it honours ETCD_RECOVERY_SCRATCH_LIMIT). When it refuses,
+	// no plaintext is written, the backup is still taken, and the drill
+	// does not run: Run returns an *Error at StepDrill naming the
+	// database size and the limit.
+	CheckScratch func(dbSize int64) error
 
 	// chunkHook, when set, sees (and may change) each snapshot chunk as it
 	// arrives, before it is hashed: tests inject a damaged stream with it
@@ -371,7 +382,13 @@ func (r *run) snapshot(ctx context.Context, cands []probe.Member, quorum bool) (
 	if m.Encrypted() && opts.Drill != nil {
 		// The drill after an encrypted backup runs on the plaintext this
 		// stream carries, so the backup job never needs an identity.
-		p, err := newPlainCopy(opts.ScratchDir)
+		// Room for it (and for the drill) is checked before anything
+		// streams: a refusal keeps the backup and skips the drill.
+		var p *plainCopy
+		err := r.checkScratch(cands[0])
+		if err == nil {
+			p, err = newPlainCopy(opts.ScratchDir)
+		}
 		if err != nil {
 			r.log.Warn("no scratch space for the drill's plaintext copy; the drill will not run", "err", err)
 			r.plain = &plainCopy{err: err}
@@ -409,6 +426,26 @@ func (r *run) snapshot(ctx context.Context, cands []probe.Member, quorum bool) (
 		r.log.Warn("snapshot stream failed; trying the next member", "member", cand.Name, "err", err)
 	}
 	return probe.Member{}, failAt(StepSnapshot, errors.New("no snapshot candidate"))
+}
+
+// StepScratch is the check, before the snapshot streams, that the scratch
+// space holds the plaintext copy and the drill of an encrypted backup.
+const StepScratch = "check free space"
+
+// checkScratch asks Options.CheckScratch about the drill of a database of
+// the size the first candidate reports.
+func (r *run) checkScratch(src probe.Member) error {
+	if r.opts.CheckScratch == nil || src.Status == nil || src.Status.DbSize <= 0 {
+		return nil
+	}
+	if err := r.opts.CheckScratch(src.Status.DbSize); err != nil {
+		err = fmt.Errorf("step %q, before the snapshot streamed: member %s reports a database of %d bytes (status dbSize): %w; "+
+			"the backup is taken without the drill's plaintext copy",
+			StepScratch, src.Name, src.Status.DbSize, err)
+		r.log.Error("no room in the scratch space for the drill of this encrypted backup; the drill will not run", "err", err)
+		return err
+	}
+	return nil
 }
 
 // versions records the source's server and cluster versions.

@@ -105,11 +105,15 @@ func DrillChosen(clusterID string, t time.Time, share int) bool {
 
 // Drill results of one cluster (DrillOutcome.Result).
 const (
-	DrillPassed   = "passed"
-	DrillFailed   = "failed"     // the backup failed a check: it is not proven
-	DrillNotRun   = "not run"    // the drill could not run (no etcd of its version, no room, the store failed)
-	DrillSkipped  = "not chosen" // not in this run's share
-	DrillNoBackup = "no backup"  // the backup failed, nothing to drill
+	DrillPassed = "passed"
+	DrillFailed = "failed"  // the backup failed a check: it is not proven
+	DrillNotRun = "not run" // the drill could not run (no etcd of its version, the store failed)
+	// DrillInconclusive: the node, not the backup, stopped the drill (its
+	// etcd killed by a signal or the OOM killer, a full scratch disk, a
+	// deadline); nothing recorded, restore never skips the backup for it.
+	DrillInconclusive = "inconclusive"
+	DrillSkipped      = "not chosen" // not in this run's share
+	DrillNoBackup     = "no backup"  // the backup failed, nothing to drill
 )
 
 // Event reasons of a drill, recorded on the EtcdCluster next to the
@@ -118,6 +122,8 @@ const (
 	ReasonDrillPassed = "DrillPassed"
 	ReasonDrillFailed = "DrillFailed"
 	ReasonDrillNotRun = "DrillNotRun"
+	// ReasonDrillInconclusive: see DrillInconclusive.
+	ReasonDrillInconclusive = "DrillInconclusive"
 )
 
 // DrillOutcome is what happened to a cluster's drill in a backup run.
@@ -168,6 +174,8 @@ func NewDrillOutcome(rec *catalog.DrillRecord, err error, d time.Duration) *Dril
 		// is not proof.
 		o.Result = DrillFailed
 		o.Error = "the drill returned no error but no passing record"
+	case de != nil && de.Inconclusive != "":
+		o.Result, o.Error = DrillInconclusive, err.Error()
 	case rec != nil:
 		o.Result, o.Error = DrillFailed, err.Error()
 		if rec.Failed != "" && !strings.Contains(o.Error, rec.Failed) {
@@ -199,6 +207,10 @@ func (d *DrillOutcome) event(backupName string) (string, string, string) {
 		return corev1.EventTypeNormal, ReasonDrillPassed, msg
 	case DrillFailed:
 		return corev1.EventTypeWarning, ReasonDrillFailed, fmt.Sprintf("restore drill of backup %s FAILED (the backup is committed but not proven restorable): %s", backupName, d.Error)
+	}
+	if d.Result == DrillInconclusive {
+		return corev1.EventTypeWarning, ReasonDrillInconclusive, fmt.Sprintf("restore drill of backup %s inconclusive, nothing recorded "+
+			"(the node, not the backup: the backup is committed, not proven, and restore does not skip it): %s", backupName, d.Error)
 	}
 	return corev1.EventTypeWarning, ReasonDrillNotRun, fmt.Sprintf("restore drill of backup %s could not run (the backup is committed, not proven): %s", backupName, d.Error)
 }
@@ -417,7 +429,7 @@ func BackupAll(ctx context.Context, opts BackupAllOptions) (*BackupAllReport, er
 		if r.Result != ResultOK {
 			rep.Failed = append(rep.Failed, r.Cluster)
 		}
-		if d := r.Drill; d != nil && (d.Result == DrillFailed || d.Result == DrillNotRun) {
+		if d := r.Drill; d != nil && (d.Result == DrillFailed || d.Result == DrillNotRun || d.Result == DrillInconclusive) {
 			rep.DrillFailed = append(rep.DrillFailed, fmt.Sprintf("%s (backup %s, drill %s: %s)", r.Cluster, r.Backup, d.Result, d.Error))
 		}
 	}
@@ -465,7 +477,7 @@ func backupOne(ctx context.Context, k *Client, c Cluster, opts BackupAllOptions,
 			res.EventError = err.Error()
 			clog.Warn("could not record the event", "err", err)
 		}
-		if d := res.Drill; d != nil && res.Manifest != nil && (d.Result == DrillPassed || d.Result == DrillFailed || d.Result == DrillNotRun) {
+		if d := res.Drill; d != nil && res.Manifest != nil && (d.Result == DrillPassed || d.Result == DrillFailed || d.Result == DrillNotRun || d.Result == DrillInconclusive) {
 			typ, reason, msg := d.event(res.Backup)
 			if err := k.RecordEvent(ectx, c, typ, reason, msg); err != nil {
 				res.EventError = strings.TrimPrefix(res.EventError+"; "+err.Error(), "; ")

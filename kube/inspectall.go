@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -12,6 +13,8 @@ import (
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/fanout"
 	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/internal/seal"
+	"github.com/armada/etcd-recovery/internal/store"
 )
 
 // DefaultInspectParallel is how many clusters InspectAll inspects at once:
@@ -45,6 +48,12 @@ type InspectAllOptions struct {
 	// timeout, at least MinOrphanCheckTimeout); it runs beside the
 	// inspections. A failure is a note: never the verdict or exit code.
 	OrphanTimeout time.Duration
+	// Identities, when set (the toolkit's --identity-file; empty when its
+	// secret is not mounted), are tried on the age header of each
+	// cluster's newest encrypted backup (catalog.NewestEncrypted,
+	// CheckDecrypts): InspectRow.Decrypt. With a store only; never the
+	// verdict or exit code.
+	Identities *seal.Identities
 }
 
 // Backup column values besides inspect's backup states.
@@ -82,6 +91,12 @@ type InspectRow struct {
 	DrillLastTime         time.Time `json:"drillLastTime,omitzero"`
 	DrillLastFailed       string    `json:"drillLastFailed,omitempty"`
 	DrillLastMode         string    `json:"drillLastMode,omitempty"`
+	// Decrypt says whether an identity of InspectAllOptions.Identities
+	// opens the newest encrypted backup (DecryptBackup): {state: opens,
+	// "no identity opens it", damaged or unknown; error}. Absent when the
+	// cluster has no encrypted backup or nothing was checked.
+	Decrypt       *catalog.DecryptResult `json:"decrypt,omitempty"`
+	DecryptBackup string                 `json:"decryptBackup,omitempty"`
 	// NextStep is the short form of the report's next step (its action up
 	// to the first colon); the report has it in full.
 	NextStep string `json:"nextStep"`
@@ -112,10 +127,20 @@ type InspectAllReport struct {
 	ElapsedMS   int64           `json:"elapsedMs"`
 }
 
-// Table is one row per cluster.
+// Table is one row per cluster. When the age headers were checked
+// (InspectAllOptions.Identities), DECRYPTS says whether an identity opens
+// each cluster's newest encrypted backup (catalog.DecryptCell), and a note
+// below the table names each one that does not open, with the cause.
 func (r *InspectAllReport) Table() output.Table {
 	t := output.Table{Header: []string{"CLUSTER", "VERDICT", "UP", "LEADER", "DB SIZE", "BACKUP AGE", "DRILLED", "NEXT STEP"},
 		Wide: []string{"LEADER"}, Long: []string{"NEXT STEP"}}
+	decrypts := false
+	for _, c := range r.Clusters {
+		decrypts = decrypts || c.Decrypt != nil
+	}
+	if decrypts {
+		t.Header = slices.Insert(t.Header, slices.Index(t.Header, "DRILLED")+1, "DECRYPTS")
+	}
 	for _, c := range r.Clusters {
 		db := "-"
 		if c.DBSize > 0 {
@@ -125,7 +150,14 @@ func (r *InspectAllReport) Table() output.Table {
 		if c.Error != "" {
 			next += ": " + c.Error
 		}
-		t.Rows = append(t.Rows, []string{c.Cluster, string(c.Verdict), c.Members, dash(c.Leader), db, c.backupCell(), c.drillCell(), next})
+		row := []string{c.Cluster, string(c.Verdict), c.Members, dash(c.Leader), db, c.backupCell(), c.drillCell(), next}
+		if decrypts {
+			row = slices.Insert(row, slices.Index(t.Header, "DECRYPTS"), catalog.DecryptCell(c.Decrypt))
+			if d := c.Decrypt; d != nil && d.State != catalog.DecryptOpens {
+				t.Notes = append(t.Notes, fmt.Sprintf("cluster %s: newest encrypted backup %s: %s: %s", c.Cluster, dash(c.DecryptBackup), catalog.DecryptCell(d), d.Error))
+			}
+		}
+		t.Rows = append(t.Rows, row)
 	}
 	t.Notes = append(t.Notes, r.orphanNotes()...)
 	return t
@@ -259,8 +291,28 @@ func inspectOne(ctx context.Context, k *Client, c Cluster, opts InspectAllOption
 		return fail(err)
 	}
 	row := rowOf(c, rep)
+	if opts.Identities != nil && o.Store != nil && row.Backup != string(inspect.BackupMissing) {
+		row.DecryptBackup, row.Decrypt = newestDecrypts(cctx, o.Store, o.Layout, c.Name, opts.Identities)
+	}
 	row.ElapsedMS = time.Since(start).Milliseconds()
 	return row
+}
+
+// newestDecrypts opens the age header of the cluster's newest encrypted
+// backup (catalog.NewestEncrypted) with ids: a listing, its manifests,
+// then a few KiB of the snapshot object. Nil when the cluster has no
+// encrypted backup.
+func newestDecrypts(ctx context.Context, st store.Store, layout catalog.Layout, id string, ids *seal.Identities) (string, *catalog.DecryptResult) {
+	m, err := catalog.NewestEncrypted(ctx, st, layout, id)
+	if err != nil {
+		return "", &catalog.DecryptResult{State: catalog.DecryptUnknown,
+			Error: fmt.Sprintf("cluster %s: %s: find the newest encrypted backup: %v", id, catalog.StepCheckDecrypts, err)}
+	}
+	if m == nil {
+		return "", nil
+	}
+	d, _ := catalog.DecryptResultOf(catalog.CheckDecrypts(ctx, st, layout, m, ids))
+	return m.Name, d
 }
 
 func failedRow(c Cluster, err error, elapsed time.Duration) InspectRow {

@@ -7,8 +7,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/internal/store"
 )
 
 // MinOrphanCheckTimeout is the shortest deadline of inspect --all's orphan
@@ -56,6 +58,32 @@ type OrphanCheck struct {
 	// the verdict and exit code do not change.
 	Error     string `json:"error,omitempty"`
 	ElapsedMS int64  `json:"elapsedMs"`
+}
+
+// OrphansOptions configure ListOrphans.
+type OrphansOptions struct {
+	Kube   *Client
+	Store  store.Store
+	Layout catalog.Layout
+	// Grace is the orphan pass's grace (default catalog.DefaultOrphanGrace).
+	Grace time.Duration
+	// Timeout bounds the computation (default MinOrphanCheckTimeout).
+	Timeout time.Duration
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// ListOrphans computes the orphans of the namespace's prefix exactly as
+// inspect --all does (the orphan pass in dry-run mode: it lists and reads,
+// never writes or deletes), for the exporter. The check's Error is set
+// when they could not be computed.
+func ListOrphans(ctx context.Context, opts OrphansOptions) ([]InspectOrphan, OrphanCheck) {
+	timeout := opts.Timeout
+	if timeout <= 0 {
+		timeout = MinOrphanCheckTimeout
+	}
+	return inspectOrphans(ctx, opts.Kube, InspectAllOptions{Kube: opts.Kube, OrphanGrace: opts.Grace, OrphanTimeout: timeout,
+		Template: inspect.Options{Store: opts.Store, Layout: opts.Layout, Now: opts.Now}})
 }
 
 // inspectOrphans runs the orphan pass in dry-run mode (catalog.Orphans with

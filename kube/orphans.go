@@ -57,6 +57,19 @@ func (k *Client) RestoringClusters(ctx context.Context) (map[string][]string, er
 	return out, nil
 }
 
+// RestoresOf lists the EtcdRestores of the namespace that reference the
+// cluster id (RestoringClusters), sorted: while one exists, its EtcdCluster
+// may be absent only because etcd-operator is recreating it.
+func (k *Client) RestoresOf(ctx context.Context, clusterID string) ([]string, error) {
+	all, err := k.RestoringClusters(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := slices.Clone(all[clusterID])
+	slices.Sort(out)
+	return out, nil
+}
+
 func complete(list *unstructured.UnstructuredList) error {
 	if list.GetContinue() != "" {
 		return fmt.Errorf("the answer is partial (continue token): refusing to decide from it")

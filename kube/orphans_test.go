@@ -362,6 +362,62 @@ func TestOrphans(t *testing.T) {
 		}
 	})
 
+	// While an EtcdRestore references the cluster, its EtcdCluster may be
+	// absent only because etcd-operator is recreating it (restore --via
+	// etcd-operator): delete --all-backups refuses, naming the EtcdRestore,
+	// with --ignore-etcdcluster too, and deletes once it is gone.
+	t.Run("DeleteAllBackupsWhileRestoring", func(t *testing.T) {
+		t.Parallel()
+		e := newOrphanEnv(t, k, "kubx-etcd-48")
+		kubetest.CreateCOSSecret(t, k.Clientset(t, ""), e.ns, e.m)
+		e.backups(t, "etcd-r", catalog.KindScheduled, t0.Add(-8*time.Hour), t0)
+		other := restoreObj("etcd-r-restore-1")
+		if err := unstructured.SetNestedField(other.Object, "etcd-r", "spec", "etcdCluster", "name"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.dyn.Resource(kube.EtcdRestoreGVR).Namespace(e.ns).Create(ctxT(t, time.Minute), other, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		tool := testfix.Tool(t)
+		cos := []string{"--cos-endpoint", e.m.Endpoint, "--cos-region", e.m.Region, "--cos-ca-file", e.m.CAFile, "--bucket", e.bucket, "--prefix", e.prefix}
+		run := func(wantExit int, args ...string) string {
+			t.Helper()
+			cmd := exec.CommandContext(ctxT(t, 2*time.Minute), tool, append(append([]string{"delete", "--cluster-id", "etcd-r", "--all-backups"}, args...), cos...)...)
+			cmd.Env = append(toolEnv(), "KUBECONFIG="+k.Kubeconfig(t, "", e.ns))
+			var out, errb bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &errb
+			err := cmd.Run()
+			code := 0
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				code = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if code != wantExit {
+				t.Fatalf("delete --all-backups %v: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", args, code, wantExit, out.String(), errb.String())
+			}
+			return out.String() + errb.String()
+		}
+		for _, args := range [][]string{nil, {"--ignore-etcdcluster"}} {
+			if out := run(1, args...); !strings.Contains(out, "EtcdRestore "+e.ns+"/etcd-r-restore-1 references it") {
+				t.Fatalf("refusal %v does not name the EtcdRestore:\n%s", args, out)
+			}
+			if n := e.folders(t, "etcd-r"); n != 2 {
+				t.Fatalf("refused %v, yet %d folders left, want 2", args, n)
+			}
+		}
+		if err := e.dyn.Resource(kube.EtcdRestoreGVR).Namespace(e.ns).Delete(ctxT(t, time.Minute), "etcd-r-restore-1", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if out := run(0, "-o", "json"); !strings.Contains(out, `"etcdRestores": "none"`) {
+			t.Fatalf("the restore is over: the JSON does not say what the check found:\n%s", out)
+		}
+		if n := e.folders(t, "etcd-r"); n != 0 {
+			t.Fatalf("the restore is over: %d folders left", n)
+		}
+	})
+
 	t.Run("DeleteAllBackupsCLI", func(t *testing.T) {
 		t.Parallel()
 		e := newOrphanEnv(t, k, "kubx-etcd-47")

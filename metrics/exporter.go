@@ -13,7 +13,9 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,6 +24,8 @@ import (
 
 	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/fanout"
+	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/kube"
 )
@@ -63,8 +67,15 @@ type Options struct {
 	ProbeTimeout time.Duration
 	DialTimeout  time.Duration
 	// ReadParallel bounds the manifest and drill record reads at once
-	// (catalog.DefaultCheckParallel).
+	// (catalog.DefaultCheckParallel), and the decryption checks.
 	ReadParallel int
+	// OrphanGrace is the orphan pass's grace (catalog.DefaultOrphanGrace):
+	// when an orphan's backups go (with Kube and Store only).
+	OrphanGrace time.Duration
+	// Identities loads the mounted age identities, once per refresh (so a
+	// rotated Secret is seen without a restart); nil, or a nil result, is
+	// no identity: then every encrypted backup is undecryptable.
+	Identities func() (*seal.Identities, error)
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
 	Log *slog.Logger
@@ -83,6 +94,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("metrics: jitter %v: want 0 <= jitter < 1", o.Jitter)
 	case o.Parallel < 0:
 		return fmt.Errorf("metrics: parallel %d: want at least 1", o.Parallel)
+	case o.OrphanGrace != 0 && o.OrphanGrace < catalog.MinOrphanGrace:
+		return fmt.Errorf("metrics: orphan grace %v: want at least %v", o.OrphanGrace, catalog.MinOrphanGrace)
 	}
 	return nil
 }
@@ -153,17 +166,27 @@ func (e *Exporter) Errors() map[string]uint64 {
 
 // Refresh takes a new snapshot, bounded by the deadline: the store side
 // (one listing of the layout's root, then the manifests and drill records
-// of the committed backups: small JSON objects, no snapshot is read) and
-// the inspection (kube.InspectAll, the code of inspect --all) run
-// concurrently. Concurrent calls wait for each other. A step that fails
-// is counted and named in the error; its part of the snapshot keeps the
-// previous refresh's values (a store outage does not make every cluster
-// look unbacked-up), while the clusters of the parts that succeeded are
-// replaced. The error is nil when every step succeeded.
+// of the committed backups: small JSON objects, no snapshot is read), the
+// inspection (kube.InspectAll, the code of inspect --all) and the orphans
+// (kube.ListOrphans, the orphan pass in dry-run mode) run concurrently;
+// then the age header of each cluster's newest encrypted backup is opened
+// with the mounted identities (catalog.CheckDecrypts, one ranged read).
+// Concurrent calls wait for each other. A step that fails is counted and
+// named in the error; its part of the snapshot keeps the previous
+// refresh's values (a store outage does not make every cluster look
+// unbacked-up, a failed EtcdCluster listing keeps the clusters known),
+// while the parts that succeeded are replaced. The error is nil when every
+// step succeeded.
+//
+// With a Kubernetes client, the clusters are exactly the namespace's
+// EtcdClusters: a cluster id with backups and no EtcdCluster is an orphan,
+// never a cluster, so no backup or drill alert (they join on
+// etcd_recovery_cluster_info) fires for it.
 func (e *Exporter) Refresh(ctx context.Context) error {
 	e.refreshMu.Lock()
 	defer e.refreshMu.Unlock()
 	start := e.opts.Now()
+	futureCut := start.Add(futureTolerance)
 	e.mu.Lock()
 	e.lastStart = time.Now()
 	prev := e.snap
@@ -175,11 +198,11 @@ func (e *Exporter) Refresh(ctx context.Context) error {
 		wg                  sync.WaitGroup
 		stepErr             = map[string]error{}
 		errMu               sync.Mutex
-		entries             map[string][]catalog.Entry
-		manifests           map[string][]*catalog.Manifest
-		storeOK             bool
+		sr                  *storeRead
 		rows                []kube.InspectRow
 		inspectOK, listedOK bool
+		orphans             []kube.InspectOrphan
+		orphansOK           bool
 	)
 	fail := func(step string, err error) {
 		errMu.Lock()
@@ -188,7 +211,7 @@ func (e *Exporter) Refresh(ctx context.Context) error {
 	}
 	if e.opts.Store != nil {
 		wg.Go(func() {
-			entries, manifests, storeOK = e.readStore(ctx, fail)
+			sr = e.readStore(ctx, fail)
 		})
 	}
 	if e.opts.Kube != nil {
@@ -205,7 +228,27 @@ func (e *Exporter) Refresh(ctx context.Context) error {
 			}
 		})
 	}
+	switch {
+	case e.opts.Kube == nil || e.opts.Store == nil:
+	case e.opts.Layout.RootPrefix() == "":
+		// The shared bucket root: every namespace's cluster ids are under
+		// it, and this namespace's deleted clusters cannot be told from
+		// the others' live ones. No orphans are reported.
+		orphansOK = true
+	default:
+		wg.Go(func() {
+			var chk kube.OrphanCheck
+			orphans, chk = kube.ListOrphans(ctx, kube.OrphansOptions{Kube: e.opts.Kube, Store: e.opts.Store, Layout: e.opts.Layout,
+				Grace: e.opts.OrphanGrace, Timeout: e.opts.Deadline, Now: e.opts.Now})
+			if chk.Error != "" {
+				fail(StepOrphans, errors.New(chk.Error))
+				return
+			}
+			orphansOK = true
+		})
+	}
 	wg.Wait()
+	storeOK := sr != nil
 
 	// Build the new snapshot from the previous one's states.
 	old := map[string]ClusterState{}
@@ -224,16 +267,27 @@ func (e *Exporter) Refresh(ctx context.Context) error {
 		next[name] = st
 		return st
 	}
-	// Which clusters exist: the parts that succeeded decide; a part that
-	// failed keeps its clusters of the previous snapshot.
-	if !listedOK {
-		for _, c := range prev.Clusters {
-			if c.Inspected {
-				get(c.Cluster)
+	// Which clusters exist. With Kubernetes: the EtcdClusters listed now,
+	// or, when the listing failed, the clusters of the previous snapshot
+	// (nil exists: no Kubernetes client, every id in the store is a
+	// cluster). Without: the store's ids, or the previous ones when the
+	// store failed.
+	var exists map[string]bool
+	if e.opts.Kube != nil {
+		exists = map[string]bool{}
+		if listedOK {
+			for _, row := range rows {
+				exists[row.Cluster] = true
+			}
+		} else {
+			for _, c := range prev.Clusters {
+				exists[c.Cluster] = true
 			}
 		}
-	}
-	if !storeOK {
+		for name := range exists {
+			get(name)
+		}
+	} else if !storeOK {
 		for _, c := range prev.Clusters {
 			if c.Stored {
 				get(c.Cluster)
@@ -246,24 +300,50 @@ func (e *Exporter) Refresh(ctx context.Context) error {
 		}
 	}
 	if storeOK {
-		for id, es := range entries {
-			storeState(get(id), es, manifests[id])
+		for id, es := range sr.entries {
+			if exists == nil || exists[id] {
+				storeState(get(id), es, sr.manifests[id], futureCut)
+			}
 		}
 	}
 	for _, st := range next {
 		if listedOK && !e.listedIn(rows, st.Cluster) {
 			st.Inspected, st.Verdict, st.Up, st.Voting, st.DBSize, st.Leader, st.LeaderChanges = false, "", 0, 0, 0, "", 0
 		}
-		if storeOK && entries[st.Cluster] == nil {
+		if storeOK && sr.entries[st.Cluster] == nil {
 			// No backup at all: the store side is known and empty.
-			storeState(st, nil, nil)
+			storeState(st, nil, nil, futureCut)
 		}
 	}
+	if storeOK {
+		e.checkDecrypts(ctx, next, sr, futureCut, fail)
+	}
+
 	snap := &Snapshot{At: e.opts.Now(), Errors: map[string]string{}}
 	for _, st := range next {
 		snap.Clusters = append(snap.Clusters, *st)
 	}
 	sort.Slice(snap.Clusters, func(i, j int) bool { return snap.Clusters[i].Cluster < snap.Clusters[j].Cluster })
+	// Orphans: the orphan pass's view, never a cluster that exists; the
+	// previous ones when they could not be computed.
+	if orphansOK {
+		for _, o := range orphans {
+			ost := OrphanState{Cluster: o.ClusterID, State: orphanLabel(o.State)}
+			if o.State == catalog.OrphanWaiting || o.State == catalog.OrphanDelete {
+				ost.DeleteAfter = o.DeleteAfter
+			}
+			snap.Orphans = append(snap.Orphans, ost)
+		}
+	} else {
+		snap.Orphans = append(snap.Orphans, prev.Orphans...)
+	}
+	snap.Orphans = slices.DeleteFunc(snap.Orphans, func(o OrphanState) bool { return exists[o.Cluster] })
+	sort.Slice(snap.Orphans, func(i, j int) bool { return snap.Orphans[i].Cluster < snap.Orphans[j].Cluster })
+	if storeOK {
+		snap.Staged = sr.staged
+	} else {
+		snap.Staged = prev.Staged
+	}
 	snap.Duration = snap.At.Sub(start)
 	for step, err := range stepErr {
 		snap.Errors[step] = err.Error()
@@ -280,7 +360,7 @@ func (e *Exporter) Refresh(ctx context.Context) error {
 	e.mu.Unlock()
 
 	if len(stepErr) == 0 {
-		e.opts.Log.Debug("refresh", "clusters", len(snap.Clusters), "duration", snap.Duration)
+		e.opts.Log.Debug("refresh", "clusters", len(snap.Clusters), "orphans", len(snap.Orphans), "duration", snap.Duration)
 		return nil
 	}
 	var errs []error
@@ -293,6 +373,78 @@ func (e *Exporter) Refresh(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// checkDecrypts opens the age header of each cluster's newest encrypted
+// backup (committed, checked out, not future-dated) with the identities
+// loaded now: Undecryptable when none opens it (seal.ErrNoIdentity). A
+// check that could not read the store says nothing: the cluster keeps the
+// previous refresh's result for the same backup (none for another one)
+// and the step is counted; a damaged header (seal.ErrTampered) is logged
+// and leaves the result absent. When the identity file cannot be read,
+// every cluster keeps its previous result.
+func (e *Exporter) checkDecrypts(ctx context.Context, next map[string]*ClusterState, sr *storeRead, futureCut time.Time, fail func(string, error)) {
+	type check struct {
+		st     *ClusterState
+		m      *catalog.Manifest
+		err    error
+		prevOK bool // the previous result is for this backup
+	}
+	var checks []*check
+	for id, st := range next {
+		i := newestEncrypted(sr.entries[id], sr.manifests[id], futureCut)
+		if i < 0 {
+			st.DecryptBackup, st.Undecryptable = "", false
+			continue
+		}
+		m := sr.manifests[id][i]
+		checks = append(checks, &check{st: st, m: m, prevOK: st.DecryptBackup == m.Name})
+	}
+	if len(checks) == 0 {
+		return
+	}
+	var ids *seal.Identities
+	if e.opts.Identities != nil {
+		var err error
+		if ids, err = e.opts.Identities(); err != nil {
+			fail(StepCheckDecrypt, fmt.Errorf("read the age identities: %w", err))
+			return
+		}
+	}
+	parallel := e.opts.ReadParallel
+	if parallel <= 0 {
+		parallel = catalog.DefaultCheckParallel
+	}
+	notStarted := fanout.ForEach(ctx, len(checks), parallel, func(ctx context.Context, i int) {
+		c := checks[i]
+		c.err = catalog.CheckDecrypts(ctx, e.opts.Store, e.opts.Layout, c.m, ids)
+	})
+	for _, i := range notStarted {
+		checks[i].err = fmt.Errorf("cluster %s backup %s: %s: not started: %w", checks[i].m.ClusterID, checks[i].m.Name, catalog.StepCheckDecrypts, ctx.Err())
+	}
+	var unknown []error
+	for _, c := range checks {
+		switch {
+		case c.err == nil:
+			c.st.DecryptBackup, c.st.Undecryptable = c.m.Name, false
+		case errors.Is(c.err, seal.ErrNoIdentity):
+			// The error names the recipients and the identities' public
+			// keys, never a secret key.
+			e.opts.Log.Warn("no mounted identity decrypts the newest encrypted backup", "cluster", c.m.ClusterID, "backup", c.m.Name, "error", c.err.Error())
+			c.st.DecryptBackup, c.st.Undecryptable = c.m.Name, true
+		case errors.Is(c.err, seal.ErrTampered):
+			e.opts.Log.Warn("the newest encrypted backup's age header is damaged", "cluster", c.m.ClusterID, "backup", c.m.Name, "error", c.err.Error())
+			c.st.DecryptBackup, c.st.Undecryptable = "", false
+		default:
+			unknown = append(unknown, c.err)
+			if !c.prevOK {
+				c.st.DecryptBackup, c.st.Undecryptable = "", false
+			}
+		}
+	}
+	if len(unknown) > 0 {
+		fail(StepCheckDecrypt, errors.Join(unknown...))
+	}
+}
+
 func (e *Exporter) listedIn(rows []kube.InspectRow, name string) bool {
 	for i := range rows {
 		if rows[i].Cluster == name {
@@ -302,15 +454,24 @@ func (e *Exporter) listedIn(rows []kube.InspectRow, name string) bool {
 	return false
 }
 
+// storeRead is what one store read found: each cluster id's backup
+// folders (newest first) with their manifests, and the staged copies.
+type storeRead struct {
+	entries   map[string][]catalog.Entry
+	manifests map[string][]*catalog.Manifest
+	staged    []StagedState
+}
+
 // readStore lists the layout's root once and reads the committed backups'
-// manifests and drill records. ok is false when the listing or a read
-// failed (the failing step is reported through fail).
-func (e *Exporter) readStore(ctx context.Context, fail func(string, error)) (map[string][]catalog.Entry, map[string][]*catalog.Manifest, bool) {
+// manifests and drill records; the staged copies come from the same
+// listing. It returns nil when the listing or a read failed (the failing
+// step is reported through fail).
+func (e *Exporter) readStore(ctx context.Context, fail func(string, error)) *storeRead {
 	st, layout := e.opts.Store, e.opts.Layout
 	objs, err := st.List(ctx, layout.RootPrefix())
 	if err != nil {
 		fail(StepListStore, fmt.Errorf("list %q: %w", layout.RootPrefix(), err))
-		return nil, nil, false
+		return nil
 	}
 	groups := catalog.GroupEntries(layout, objs)
 	// One flat slice (so the reads share one bound), then back per cluster.
@@ -336,17 +497,47 @@ func (e *Exporter) readStore(ctx context.Context, fail func(string, error)) (map
 		ok = false
 	}
 	if !ok {
-		return nil, nil, false
+		return nil
 	}
-	entries := make(map[string][]catalog.Entry, len(ids))
-	manifests := make(map[string][]*catalog.Manifest, len(ids))
+	sr := &storeRead{entries: make(map[string][]catalog.Entry, len(ids)), manifests: make(map[string][]*catalog.Manifest, len(ids)),
+		staged: stagedStates(layout, objs)}
 	i := 0
 	for _, id := range ids {
 		k := len(groups[id])
-		entries[id], manifests[id] = all[i:i+k:i+k], ms[i:i+k:i+k]
+		sr.entries[id], sr.manifests[id] = all[i:i+k:i+k], ms[i:i+k:i+k]
 		i += k
 	}
-	return entries, manifests, true
+	return sr
+}
+
+// stagedStates counts the staged copies (<prefix>/restore/<cluster>/...,
+// any object there: plaintext the tool put there) of each cluster id in a
+// listing of the root, with the oldest one's last modification.
+func stagedStates(layout catalog.Layout, objs []store.ObjectInfo) []StagedState {
+	root := layout.StagedPrefix("")
+	by := map[string]*StagedState{}
+	for _, o := range objs {
+		rest, ok := strings.CutPrefix(o.Key, root)
+		if !ok {
+			continue
+		}
+		id, _, _ := strings.Cut(rest, "/")
+		s := by[id]
+		if s == nil {
+			s = &StagedState{Cluster: id, Oldest: o.LastModified}
+			by[id] = s
+		}
+		s.Copies++
+		if o.LastModified.Before(s.Oldest) {
+			s.Oldest = o.LastModified
+		}
+	}
+	out := make([]StagedState, 0, len(by))
+	for _, s := range by {
+		out = append(out, *s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Cluster < out[j].Cluster })
+	return out
 }
 
 // Run refreshes at once and then every interval (± jitter) until ctx
@@ -412,7 +603,9 @@ func (e *Exporter) Alive() (bool, string) {
 func (e *Exporter) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descClusterInfo, descBackupLastSuccess, descBackupLastRevision, descBackupStoredBytes,
 		descBackupsIncomplete, descBackupsDamaged, descDrillLast, descDrillLastResult, descDrillLastPass, descVerdict,
-		descMembers, descMembersUp, descDBSize, descLeaderChanges, descRefreshDuration, descRefreshErrors, descRefreshLastSuccess} {
+		descMembers, descMembersUp, descDBSize, descLeaderChanges, descRefreshDuration, descRefreshErrors, descRefreshLastSuccess,
+		descOrphanInfo, descOrphanDeleteAfter, descBackupsFutureDated, descBackupFutureDatedLatest, descStagedCopies, descStagedOldest,
+		descBackupUndecryptable} {
 		ch <- d
 	}
 }
@@ -431,6 +624,16 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, c := range snap.Clusters {
 		collectCluster(gauge, ch, c)
+	}
+	for _, o := range snap.Orphans {
+		gauge(descOrphanInfo, 1, o.Cluster, o.State)
+		if !o.DeleteAfter.IsZero() {
+			gauge(descOrphanDeleteAfter, unixSeconds(o.DeleteAfter), o.Cluster)
+		}
+	}
+	for _, s := range snap.Staged {
+		gauge(descStagedCopies, float64(s.Copies), s.Cluster)
+		gauge(descStagedOldest, unixSeconds(s.Oldest), s.Cluster)
 	}
 	if !snap.At.IsZero() {
 		gauge(descRefreshDuration, snap.Duration.Seconds())
@@ -457,6 +660,13 @@ func collectCluster(gauge func(*prometheus.Desc, float64, ...string), ch chan<- 
 		}
 		gauge(descBackupsIncomplete, float64(c.Incomplete), c.Cluster)
 		gauge(descBackupsDamaged, float64(c.Damaged), c.Cluster)
+		gauge(descBackupsFutureDated, float64(c.FutureDated), c.Cluster)
+		if !c.FutureLatest.IsZero() {
+			gauge(descBackupFutureDatedLatest, unixSeconds(c.FutureLatest), c.Cluster)
+		}
+		if c.DecryptBackup != "" {
+			gauge(descBackupUndecryptable, b2f(c.Undecryptable), c.Cluster)
+		}
 		if !c.DrillLast.IsZero() {
 			gauge(descDrillLast, unixSeconds(c.DrillLast), c.Cluster)
 			gauge(descDrillLastResult, b2f(c.DrillLastPassed), c.Cluster)

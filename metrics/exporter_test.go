@@ -162,6 +162,18 @@ func TestExporter(t *testing.T) {
 			if err := json.Unmarshal(out, &rows); err != nil {
 				t.Fatalf("list %s: %v\n%s", cluster, err, out)
 			}
+			if cluster == "etcd-orphan" {
+				// Backups and no EtcdCluster: an orphan, never a
+				// cluster, and none of a cluster's series.
+				if n := series(mfs, metrics.NameClusterInfo, cluster) + series(mfs, metrics.NameBackupLastSuccess, cluster) +
+					series(mfs, metrics.NameBackupsDamaged, cluster); n != 0 {
+					t.Errorf("etcd-orphan (no EtcdCluster): %d series of a cluster, want none", n)
+				}
+				if v, ok := value(mfs, metrics.NameOrphanInfo, "cluster", cluster, "state", "report_only"); !ok || v != 1 || len(rows) == 0 {
+					t.Errorf("etcd-orphan: orphan_info{state=report_only} %v %v (list shows %d backups)", v, ok, len(rows))
+				}
+				continue
+			}
 			if v, ok := value(mfs, metrics.NameClusterInfo, "cluster", cluster); !ok || v != 1 {
 				t.Errorf("%s: cluster_info %v %v, want 1", cluster, v, ok)
 			}
@@ -432,10 +444,14 @@ func TestExporter(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, c := range []string{good.Name, degraded.Name, "etcd-orphan"} {
+		for _, c := range []string{good.Name, degraded.Name} {
 			if v, ok := value(mfs, metrics.NameClusterInfo, "cluster", c); !ok || v != 1 {
 				t.Errorf("serve: no cluster_info for %s", c)
 			}
+		}
+		if n := series(mfs, metrics.NameClusterInfo, "etcd-orphan"); n != 0 || series(mfs, metrics.NameOrphanInfo, "etcd-orphan") != 1 {
+			t.Errorf("serve: etcd-orphan (no EtcdCluster) has %d cluster_info series and %d orphan series, want 0 and 1",
+				n, series(mfs, metrics.NameOrphanInfo, "etcd-orphan"))
 		}
 		if _, ok := value(mfs, metrics.NameRefreshLastSuccess); !ok {
 			t.Errorf("serve: no %s", metrics.NameRefreshLastSuccess)

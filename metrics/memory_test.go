@@ -384,8 +384,9 @@ var shortLeak = leakDetector{Refreshes: 40, Every: 1, Warmup: 10, Bound: leakBou
 var plantedLeak = leakDetector{Refreshes: 15, Every: 1, Warmup: 5, Bound: leakBound}
 
 // plantedPerGet: the bytes the planted leak keeps per object read; a
-// refresh reads 200 (the manifest and the drill record of each of the 100
-// clusters), so 25,600 bytes a refresh.
+// refresh reads 201 (the manifest and the drill record of each of the 100
+// clusters, and the prefix's ownership record for the orphans), so 25,728
+// bytes a refresh.
 const plantedPerGet = 128
 
 // leakyStore is the planted leak: a store whose every Get keeps perGet

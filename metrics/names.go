@@ -28,6 +28,18 @@ const (
 	NameBackupLastRunResult = "etcd_recovery_backup_last_run_success"
 	NameDrillLastRun        = "etcd_recovery_drill_last_run_timestamp_seconds"
 	NameDrillLastRunResult  = "etcd_recovery_drill_last_run_success"
+
+	// Orphans: cluster ids with backups in the store and no EtcdCluster.
+	NameOrphanInfo        = "etcd_recovery_orphan_info"
+	NameOrphanDeleteAfter = "etcd_recovery_orphan_delete_after_timestamp_seconds"
+	// Backups whose time is in the future (beyond retention's tolerance).
+	NameBackupsFutureDated      = "etcd_recovery_backups_future_dated"
+	NameBackupFutureDatedLatest = "etcd_recovery_backup_future_dated_latest_timestamp_seconds"
+	// Plaintext copies staged for etcd-operator under <prefix>/restore/.
+	NameStagedCopies         = "etcd_recovery_staged_copies"
+	NameStagedOldestModified = "etcd_recovery_staged_oldest_timestamp_seconds"
+	// Whether a mounted identity opens the newest encrypted backup.
+	NameBackupUndecryptable = "etcd_recovery_backup_undecryptable"
 )
 
 // Refresh steps, the step label of etcd_recovery_refresh_errors_total.
@@ -37,10 +49,16 @@ const (
 	StepListStore     = "list_store"     // the store listing of the prefix failed
 	StepReadManifests = "read_manifests" // a manifest could not be read (a store failure, not damage)
 	StepReadDrills    = "read_drills"    // a drill record could not be read (a store failure)
+	StepOrphans       = "orphans"        // the orphans could not be computed (store, EtcdCluster or EtcdRestore listing)
+	StepCheckDecrypt  = "check_decrypt"  // the identity file or an encrypted backup's header could not be read
 )
 
 // Steps are every refresh step, in order.
-var Steps = []string{StepListClusters, StepInspect, StepListStore, StepReadManifests, StepReadDrills}
+var Steps = []string{StepListClusters, StepInspect, StepListStore, StepReadManifests, StepReadDrills, StepOrphans, StepCheckDecrypt}
+
+// Orphan state label values of etcd_recovery_orphan_info: catalog's orphan
+// states (catalog.OrphanWaiting, ...) as label values.
+var OrphanStates = []string{"waiting", "delete", "restoring", "report_only", "marker_only"}
 
 // Verdict label values of etcd_recovery_inspect_verdict.
 var Verdicts = []string{"healthy", "degraded", "quorum_lost", "unreachable"}
@@ -50,9 +68,9 @@ var (
 	clk = []string{"cluster", "kind"}
 
 	descClusterInfo = prometheus.NewDesc(NameClusterInfo,
-		"1 for every cluster the exporter knows: an EtcdCluster of the namespace or a cluster id with backups in the store.", cl, nil)
+		"1 for every EtcdCluster of the namespace (without a Kubernetes client: every cluster id with backups in the store). A cluster id with backups and no EtcdCluster is an orphan (etcd_recovery_orphan_info), never listed here.", cl, nil)
 	descBackupLastSuccess = prometheus.NewDesc(NameBackupLastSuccess,
-		"Time (unix seconds, from its name) of the newest committed backup of that kind that checks out (manifest read, objects present with their sizes); absent when there is none.", clk, nil)
+		"Time (unix seconds, from its name) of the newest committed backup of that kind that checks out (manifest read, objects present with their sizes) and is not dated in the future (beyond retention's clock-skew tolerance); absent when there is none.", clk, nil)
 	descBackupLastRevision = prometheus.NewDesc(NameBackupLastRevision,
 		"etcd revision of the newest committed backup of that kind.", clk, nil)
 	descBackupStoredBytes = prometheus.NewDesc(NameBackupStoredBytes,
@@ -80,9 +98,24 @@ var (
 	descRefreshDuration = prometheus.NewDesc(NameRefreshDuration,
 		"Duration of the last refresh in seconds.", nil, nil)
 	descRefreshErrors = prometheus.NewDesc(NameRefreshErrors,
-		"Refresh steps that failed, by step (list_clusters, inspect, list_store, read_manifests, read_drills).", []string{"step"}, nil)
+		"Refresh steps that failed, by step (list_clusters, inspect, list_store, read_manifests, read_drills, orphans, check_decrypt).", []string{"step"}, nil)
 	descRefreshLastSuccess = prometheus.NewDesc(NameRefreshLastSuccess,
 		"Time (unix seconds) the last refresh with no failed step finished; absent until one did.", nil, nil)
+
+	descOrphanInfo = prometheus.NewDesc(NameOrphanInfo,
+		"1 for every orphan of the namespace's prefix (a cluster id with backups and no EtcdCluster), with its state as the orphan pass computes it: waiting (within its grace), delete (deleted by the next orphan pass), restoring (an EtcdRestore references it), report_only (the namespace does not own the prefix: never deleted), marker_only (a marker without backups).", []string{"cluster", "state"}, nil)
+	descOrphanDeleteAfter = prometheus.NewDesc(NameOrphanDeleteAfter,
+		"Time (unix seconds) after which the orphan pass deletes the orphan's backups (its newest backup + the orphan grace); absent when they are not to be deleted (report_only, restoring, marker_only).", cl, nil)
+	descBackupsFutureDated = prometheus.NewDesc(NameBackupsFutureDated,
+		"Backups whose time (from their name) is later than now plus retention's clock-skew tolerance: written by a clock ahead. They never count as the newest backup.", cl, nil)
+	descBackupFutureDatedLatest = prometheus.NewDesc(NameBackupFutureDatedLatest,
+		"Time (unix seconds) of the furthest future-dated backup; absent when there is none.", cl, nil)
+	descStagedCopies = prometheus.NewDesc(NameStagedCopies,
+		"Plaintext (decrypted, uncompressed) snapshot copies staged for etcd-operator under <prefix>/restore/<cluster>/; absent when there is none.", cl, nil)
+	descStagedOldest = prometheus.NewDesc(NameStagedOldestModified,
+		"Time (unix seconds, the object's last modification) of the oldest staged copy; absent when there is none.", cl, nil)
+	descBackupUndecryptable = prometheus.NewDesc(NameBackupUndecryptable,
+		"1 when no mounted age identity opens the header of the newest encrypted backup (a restore of it would fail), 0 when one does; absent when the cluster has no encrypted backup or the check could not read the store.", cl, nil)
 
 	// Pushed by backup and drill runs only (Pushgateway).
 	descBackupLastRun = prometheus.NewDesc(NameBackupLastRun,

@@ -89,7 +89,7 @@ func BackupAllOutcomes(rep *kube.BackupAllReport, kind catalog.Kind, finished ti
 		if c.Result == kube.ResultOK {
 			o.Manifest = c.Manifest
 		}
-		if d := c.Drill; d != nil && (d.Record != nil || d.Result == kube.DrillNotRun) {
+		if d := c.Drill; d != nil && (d.Record != nil || d.Result == kube.DrillNotRun || d.Result == kube.DrillInconclusive) {
 			o.Drill = &DrillOutcome{Cluster: c.Cluster, Finished: finished, Record: d.Record}
 		}
 		out = append(out, o)

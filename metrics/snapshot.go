@@ -33,6 +33,17 @@ type ClusterState struct {
 	DrillLast       time.Time `json:"drillLast,omitzero"`
 	DrillLastPassed bool      `json:"drillLastPassed"`
 	DrillLastPass   time.Time `json:"drillLastPass,omitzero"`
+	// FutureDated counts the backups dated later than the refresh time plus
+	// retention's clock-skew tolerance (catalog.Policy.FutureTolerance);
+	// FutureLatest is the furthest one's time. They never count as the
+	// newest backup (Backups) or for the decryption check.
+	FutureDated  int       `json:"futureDated"`
+	FutureLatest time.Time `json:"futureLatest,omitzero"`
+	// DecryptBackup is the newest encrypted backup whose age header was
+	// checked with the mounted identities (empty: no encrypted backup, or
+	// its check could not read the store); Undecryptable: none opened it.
+	DecryptBackup string `json:"decryptBackup,omitempty"`
+	Undecryptable bool   `json:"undecryptable"`
 
 	// Inspection side (Inspected: an InspectAll row exists).
 	Inspected bool                `json:"inspected"`
@@ -45,11 +56,35 @@ type ClusterState struct {
 	LeaderChanges uint64 `json:"leaderChanges"`
 }
 
+// OrphanState is one orphan of the namespace's prefix: a cluster id with
+// backups in the store and no EtcdCluster, as the orphan pass sees it.
+type OrphanState struct {
+	Cluster string `json:"cluster"`
+	// State is the label value of catalog's orphan state (OrphanStates).
+	State string `json:"state"`
+	// DeleteAfter: when the orphan pass deletes its backups (zero: never,
+	// or not while it is in this state).
+	DeleteAfter time.Time `json:"deleteAfter,omitzero"`
+}
+
+// StagedState is a cluster id's plaintext copies staged for etcd-operator
+// (<prefix>/restore/<cluster>/).
+type StagedState struct {
+	Cluster string    `json:"cluster"`
+	Copies  int       `json:"copies"`
+	Oldest  time.Time `json:"oldest"`
+}
+
 // Snapshot is the outcome of one refresh: what /metrics serves until the
 // next one.
 type Snapshot struct {
-	// Clusters in name order.
+	// Clusters in name order: the EtcdClusters of the namespace (without a
+	// Kubernetes client, every cluster id with backups).
 	Clusters []ClusterState `json:"clusters"`
+	// Orphans (cluster ids with backups and no EtcdCluster) and the staged
+	// copies, in name order.
+	Orphans []OrphanState `json:"orphans,omitempty"`
+	Staged  []StagedState `json:"staged,omitempty"`
 	// At is when the refresh finished; Duration how long it took.
 	At       time.Time     `json:"at"`
 	Duration time.Duration `json:"duration"`
@@ -69,20 +104,48 @@ func (s *Snapshot) Cluster(name string) *ClusterState {
 	return nil
 }
 
+// Orphan returns the state of one orphan (nil when it is not one).
+func (s *Snapshot) Orphan(name string) *OrphanState {
+	if s == nil {
+		return nil
+	}
+	for i := range s.Orphans {
+		if s.Orphans[i].Cluster == name {
+			return &s.Orphans[i]
+		}
+	}
+	return nil
+}
+
+// futureTolerance is retention's clock-skew tolerance: a backup dated
+// later than now plus this is "from the future" (catalog.RuleFuture).
+var futureTolerance = catalog.DefaultPolicy().FutureTolerance
+
 // storeState summarises a cluster's backup folders (newest first, each
 // checked with catalog.CheckEntries and its drill record loaded with
-// catalog.LoadDrills; manifests[i] is entries[i]'s).
-func storeState(st *ClusterState, entries []catalog.Entry, manifests []*catalog.Manifest) {
+// catalog.LoadDrills; manifests[i] is entries[i]'s). A backup dated after
+// futureCut is counted as future-dated and never as the newest.
+func storeState(st *ClusterState, entries []catalog.Entry, manifests []*catalog.Manifest, futureCut time.Time) {
 	st.Stored = true
 	st.Backups = nil
 	st.Incomplete, st.Damaged = 0, 0
+	st.FutureDated, st.FutureLatest = 0, time.Time{}
 	st.DrillLast, st.DrillLastPassed, st.DrillLastPass = time.Time{}, false, time.Time{}
 	for i, e := range entries {
+		future := e.Time.After(futureCut)
+		if future {
+			st.FutureDated++
+			if e.Time.After(st.FutureLatest) {
+				st.FutureLatest = e.Time
+			}
+		}
 		switch {
 		case !e.Committed:
 			st.Incomplete++
 		case e.Damaged != "":
 			st.Damaged++
+		case future:
+			// Never the newest: its time cannot be placed.
 		case manifests[i] != nil:
 			if _, ok := st.Backups[e.Kind]; !ok {
 				if st.Backups == nil {
@@ -103,6 +166,20 @@ func storeState(st *ClusterState, entries []catalog.Entry, manifests []*catalog.
 		}
 	}
 }
+
+// newestEncrypted is the index of the newest committed backup that checks
+// out, is not future-dated and is encrypted (-1: none).
+func newestEncrypted(entries []catalog.Entry, manifests []*catalog.Manifest, futureCut time.Time) int {
+	for i, e := range entries {
+		if e.Committed && e.Damaged == "" && manifests[i] != nil && !e.Time.After(futureCut) && manifests[i].Encrypted() {
+			return i
+		}
+	}
+	return -1
+}
+
+// orphanLabel is a catalog orphan state as a label value.
+func orphanLabel(state string) string { return strings.ReplaceAll(state, " ", "_") }
 
 // inspectState copies an inspect --all row; prevLeader is the leader the
 // previous refresh saw.

@@ -1,6 +1,7 @@
 package restore
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/etcd/client/pkg/v3/types"
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.uber.org/zap"
@@ -250,6 +252,10 @@ type restoreConfig struct {
 	token          string
 	bump           uint64
 	markCompacted  bool
+	// takeOver renames the staged snapshot into the data dir instead of
+	// copying it (takeOverMember): set for a drill, whose one member's
+	// data dir is the only use of a staged file the run owns.
+	takeOver bool
 }
 
 // stageSnapshot readies the verified snapshot for every member's restore.
@@ -282,6 +288,9 @@ func stageSnapshot(rc *restoreConfig, opts Options, markCompacted bool, log *slo
 // remove. On failure it removes what it wrote: the dir was absent or empty
 // before.
 func restoreMember(rc restoreConfig, m Member) (created []string, err error) {
+	if rc.takeOver && rc.bump == 0 && !rc.markCompacted {
+		return takeOverMember(rc, m)
+	}
 	// Whatever is there now was not there when the dir was checked:
 	// not ours to write into, nor to remove.
 	if st, err := inspectDir(m.DataDir); err != nil || st != m.State {
@@ -330,4 +339,196 @@ func restoreMember(rc restoreConfig, m Member) (created []string, err error) {
 		RevisionBump:  rc.bump,
 		MarkCompacted: rc.markCompacted,
 	})
+}
+
+// Buckets etcdutl's restore empties in the database it writes
+// (membership.TrimMembershipFromBackend) before it adds the new members.
+var trimmedBuckets = []string{"members", "members_removed"}
+
+// takeOverMember writes a member's data dir from the staged snapshot
+// without a second copy of the database: the drill needs the database
+// once in its scratch, not twice. etcdutl's restore copies the snapshot
+// into <data dir>/member/snap/db, then writes the WAL and the raft
+// snapshot, empties the membership buckets and adds the new members, and
+// sets the consistent index and term in the meta bucket. Here it runs on
+// a seed: an empty database with the staged one's buckets (a few KiB).
+// What it wrote into the seed's buckets is then applied to the staged
+// database the same way (the membership buckets replaced, every other key
+// put), and the staged file is renamed over the seed: the data dir is what
+// etcdutl writes from the staged file itself (TestTakeOverMatchesCopy
+// compares the two), and the staged file is gone. The staged file is the
+// run's own (a drill's download, or the plaintext copy a backup hands its
+// drill); its trailer is dropped here if stageSnapshot left it. A rename across file
+// systems fails (EXDEV) before anything is changed: the copy is then made
+// as etcdutl makes it.
+func takeOverMember(rc restoreConfig, m Member) (created []string, err error) {
+	// etcd's sha256 trailer, still there on the public path, goes as
+	// etcdutl's copy drops it (a database is whole pages; the trailer
+	// leaves 32 bytes over a multiple of 512).
+	if st, err := os.Stat(rc.snapshotPath); err != nil {
+		return nil, err
+	} else if st.Size()%512 == sha256.Size {
+		if err := os.Truncate(rc.snapshotPath, st.Size()-sha256.Size); err != nil {
+			return nil, fmt.Errorf("drop etcd's trailer from %s: %w", rc.snapshotPath, err)
+		}
+	}
+	names, err := bucketNames(rc.snapshotPath)
+	if err != nil {
+		return nil, fmt.Errorf("read the buckets of %s: %w", rc.snapshotPath, err)
+	}
+	seed := rc.snapshotPath + ".seed"
+	defer os.Remove(seed)
+	if err := writeSeed(seed, names); err != nil {
+		return nil, fmt.Errorf("seed database for the data dir of member %s: %w", m.Name, err)
+	}
+	seedRC := rc
+	seedRC.snapshotPath, seedRC.takeOver = seed, false
+	created, err = restoreMember(seedRC, m)
+	if err != nil {
+		return created, err
+	}
+	defer func() {
+		if err != nil {
+			rollbackDataDir(m)
+			removeEmptyDirs(created)
+		}
+	}()
+	dbPath := filepath.Join(m.DataDir, "member", "snap", "db")
+	if st, serr := os.Stat(filepath.Dir(rc.snapshotPath)); serr == nil {
+		if dt, derr := os.Stat(filepath.Dir(dbPath)); derr == nil && !sameDevice(st, dt) {
+			// Another file system: no rename; etcdutl's copy.
+			rollbackDataDir(m)
+			removeEmptyDirs(created)
+			rc.takeOver = false
+			return restoreMember(rc, m)
+		}
+	}
+	if err := applySeed(dbPath, rc.snapshotPath); err != nil {
+		return created, fmt.Errorf("member %s: apply the restore's membership and consistent index to %s: %w", m.Name, rc.snapshotPath, err)
+	}
+	if err := os.Rename(rc.snapshotPath, dbPath); err != nil {
+		return created, fmt.Errorf("member %s: move the staged database into its data dir: %w", m.Name, err)
+	}
+	if d, derr := os.Open(filepath.Dir(dbPath)); derr == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return created, nil
+}
+
+// rollbackDataDir removes what a failed restore wrote into m's data dir,
+// which was absent or empty before.
+func rollbackDataDir(m Member) {
+	switch m.State {
+	case DirAbsent:
+		_ = os.RemoveAll(m.DataDir)
+	case DirEmpty:
+		entries, _ := os.ReadDir(m.DataDir)
+		for _, e := range entries {
+			_ = os.RemoveAll(filepath.Join(m.DataDir, e.Name()))
+		}
+	}
+}
+
+func openBolt(path string, readOnly bool) (*bolt.DB, error) {
+	o := etcdinternals.RestoreBoltOptions()
+	o.Timeout = 10 * time.Second
+	o.ReadOnly = readOnly
+	return bolt.Open(path, 0o600, &o)
+}
+
+// bucketNames are the top-level buckets of a database.
+func bucketNames(path string) ([][]byte, error) {
+	db, err := openBolt(path, true)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	var names [][]byte
+	err = db.View(func(tx *bolt.Tx) error {
+		return tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
+			names = append(names, slices.Clone(name))
+			return nil
+		})
+	})
+	return names, err
+}
+
+// writeSeed creates an empty database with the buckets names.
+func writeSeed(path string, names [][]byte) error {
+	_ = os.Remove(path)
+	db, err := openBolt(path, false)
+	if err != nil {
+		return err
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, n := range names {
+			if _, err := tx.CreateBucketIfNotExists(n); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// applySeed applies to the database at dst what etcdutl's restore wrote
+// into the seed at seed: the trimmed buckets replaced, every other key put.
+func applySeed(seed, dst string) error {
+	type kv struct{ k, v []byte }
+	wrote := map[string][]kv{}
+	var order []string
+	sdb, err := openBolt(seed, true)
+	if err != nil {
+		return err
+	}
+	err = sdb.View(func(tx *bolt.Tx) error {
+		return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
+			order = append(order, string(name))
+			return b.ForEach(func(k, v []byte) error {
+				if v == nil {
+					return fmt.Errorf("bucket %s: nested bucket %q (etcd's buckets are flat)", name, k)
+				}
+				wrote[string(name)] = append(wrote[string(name)], kv{slices.Clone(k), slices.Clone(v)})
+				return nil
+			})
+		})
+	})
+	sdb.Close()
+	if err != nil {
+		return err
+	}
+	db, err := openBolt(dst, false)
+	if err != nil {
+		return err
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, name := range trimmedBuckets {
+			if tx.Bucket([]byte(name)) == nil {
+				continue
+			}
+			if err := tx.DeleteBucket([]byte(name)); err != nil {
+				return err
+			}
+		}
+		for _, name := range order {
+			b, err := tx.CreateBucketIfNotExists([]byte(name))
+			if err != nil {
+				return err
+			}
+			for _, e := range wrote[name] {
+				if err := b.Put(e.k, e.v); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

@@ -66,9 +66,11 @@ type DrillOptions struct {
 	// the plaintext the backup streamed, so the backup job needs no
 	// identity. The drill then never downloads: the file's sha256 must
 	// equal the manifest's raw sha256 (else the drill fails at "download
-	// and verify", recorded like a damaged download). The file is only
-	// read; the caller removes it. Manifest must be set with it, and is
-	// the committed manifest (Backup, if set, must name it).
+	// and verify", recorded like a damaged download). The drill takes the
+	// file over: it is staged where it is and renamed into the drill's data
+	// dir, so that the database is in scratch once, not twice; the caller
+	// removes whatever is left. Manifest must be set with it, and is the
+	// committed manifest (Backup, if set, must name it).
 	Plaintext string
 	Manifest  *catalog.Manifest
 	Progress  func(label string) Progress
@@ -133,6 +135,12 @@ type DrillError struct {
 	Step      string
 	Err       error
 	Record    *catalog.DrillRecord
+	// Inconclusive is set when the drill could not judge the backup for a
+	// cause of the node (the drill's etcd killed by a signal or the OOM
+	// killer, a full scratch disk, a deadline): the cause, in words.
+	// Nothing is recorded then (Record is nil), so restore never skips
+	// the backup for it, and an earlier verdict stays.
+	Inconclusive string
 }
 
 func (e *DrillError) Error() string {
@@ -140,7 +148,34 @@ func (e *DrillError) Error() string {
 	if b == "" {
 		b = "(newest)"
 	}
+	if e.Inconclusive != "" {
+		return fmt.Sprintf("drill of cluster %s backup %s inconclusive at step %q, nothing recorded: %s (the node, not the backup): %v",
+			e.ClusterID, b, e.Step, e.Inconclusive, e.Err)
+	}
 	return fmt.Sprintf("drill of cluster %s backup %s failed at step %q: %v", e.ClusterID, b, e.Step, e.Err)
+}
+
+// DrillVerdict judges a drill by every check: failed when any check
+// failed (a property of the backup), whatever came before it; else
+// inconclusive when any check could not be made for a cause of the node;
+// else passed. It returns every failure ("<check>: <detail>") and every
+// inconclusive cause, in check order.
+func DrillVerdict(checks []catalog.DrillCheck) (verdict string, failures, inconclusive []string) {
+	for _, c := range checks {
+		switch c.Status {
+		case catalog.DrillCheckFailed:
+			failures = append(failures, c.Name+": "+c.Detail)
+		case catalog.DrillCheckInconclusive:
+			inconclusive = append(inconclusive, c.Name+": "+c.Detail)
+		}
+	}
+	switch {
+	case len(failures) > 0:
+		return catalog.VerdictFailed, failures, inconclusive
+	case len(inconclusive) > 0:
+		return catalog.VerdictInconclusive, failures, inconclusive
+	}
+	return catalog.VerdictPassed, nil, nil
 }
 
 func (e *DrillError) Unwrap() error { return e.Err }
@@ -255,11 +290,13 @@ type drill struct {
 	token   string
 	proc    *etcdProc
 	src     *sourceHash
-	// failStep is the step of the first failed check.
-	failStep string
-	// inconclusive: the first failed check was a deadline of the drill's
-	// own etcd (see finish).
-	inconclusive bool
+	// failStep is the step of the first failed check; incStep of the
+	// first inconclusive one.
+	failStep, incStep string
+	// causes are the node's causes of the inconclusive checks.
+	causes []string
+	// exitTold: a check's detail has told how etcd exited.
+	exitTold bool
 }
 
 // sourceHash is the source member's HashKV at the snapshot's revision.
@@ -298,7 +335,30 @@ type sourceHash struct {
 // past R, before it is hashed.
 func Drill(ctx context.Context, opts DrillOptions) (*catalog.DrillRecord, error) {
 	d := &drill{opts: opts}
-	return d.run(ctx)
+	rec, err := d.run(ctx)
+	var de *DrillError
+	if err != nil && errors.As(err, &de) && de.Record == nil && de.Inconclusive == "" {
+		de.Inconclusive = failCause(ctx, de.Step, de.Err)
+	}
+	return rec, err
+}
+
+// failCause is the node's cause of a drill that could not run to its
+// verdict, "" when it is not the node's (a store failure, no etcd of the
+// backup's version, a cancelled run: those are not inconclusive, the
+// drill did not run).
+func failCause(ctx context.Context, step string, err error) string {
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return "the drill's deadline passed"
+	case ctx.Err() != nil:
+		return ""
+	case step == DrillStepSpace:
+		return "not enough free scratch space for the drill"
+	case step == DrillStepRestore || step == DrillStepStart || step == DrillStepChecks || step == DrillStepCompare || step == DrillStepVerify:
+		return localCause(err)
+	}
+	return ""
 }
 
 func (d *drill) step(ctx context.Context, name string) {
@@ -316,15 +376,53 @@ func (d *drill) addStep(name string, start time.Time, err error) {
 	d.rec.Steps = append(d.rec.Steps, s)
 }
 
-// check records a check; a failed one fails the drill, the first naming it.
+// check records a check. A failed check whose cause is the node's (see
+// nodeCause) is recorded as inconclusive, with that cause; the verdict
+// looks at every check (DrillVerdict).
 func (d *drill) check(step string, c catalog.DrillCheck) {
+	if c.Status == catalog.DrillCheckFailed {
+		if cause := d.nodeCause(c.Detail); cause != "" {
+			c.Status, c.Detail = catalog.DrillCheckInconclusive, c.Detail+" ("+cause+")"
+			d.causes = append(d.causes, cause)
+		} else if p := d.proc; p != nil && p.exited() && !d.exitTold {
+			// etcd exited on its own while checked: it refused the data.
+			d.exitTold = true
+			c.Detail += fmt.Sprintf(" (the drill's etcd exited: %v; its log ends: %s)", p.waitErr, p.logTail())
+		}
+	}
 	d.rec.Checks = append(d.rec.Checks, c)
-	if c.Status == catalog.DrillCheckFailed && d.rec.Failed == "" {
-		d.rec.Failed = c.Name + ": " + c.Detail
+	switch {
+	case c.Status == catalog.DrillCheckFailed && d.failStep == "":
 		d.failStep = step
-		d.inconclusive = isTimeout(c.Detail)
+	case c.Status == catalog.DrillCheckInconclusive && d.incStep == "":
+		d.incStep = step
 	}
 	d.log.Debug("drill check", "check", c.Name, "status", c.Status, "detail", c.Detail)
+}
+
+// nodeCause says why a check that failed with detail failed for a cause of
+// the node, not of the backup: the drill's etcd killed by a signal or the
+// OOM killer, out of memory or of disk (see exitCause), the drill's
+// deadline, or the drill's etcd not answering in time. "" when none.
+func (d *drill) nodeCause(detail string) string {
+	if p := d.proc; p != nil {
+		// A check failing because etcd just died: give the exit a moment
+		// to be seen.
+		select {
+		case <-p.done:
+		case <-time.After(300 * time.Millisecond):
+		}
+		if cause := p.exitCause(); cause != "" {
+			return cause
+		}
+	}
+	if cause := logCause(detail); cause != "" {
+		return cause
+	}
+	if isTimeout(detail) {
+		return "the drill's etcd did not answer in time: a slow or overloaded node"
+	}
+	return ""
 }
 
 // startTimeout is how long the drill waits for its etcd to serve.
@@ -388,7 +486,7 @@ func (d *drill) run(ctx context.Context) (_ *catalog.DrillRecord, rerr error) {
 	// etcd's log. Everything the drill writes is in it, and it goes on
 	// every exit path, after the etcd using it has exited.
 	root := ScratchRoot(opts.ScratchDir)
-	scratch, err := os.MkdirTemp(root, ".etcd-recovery-drill-"+opts.ClusterID+"-*")
+	scratch, err := seal.MkdirTemp(root, ".etcd-recovery-drill-"+opts.ClusterID+"-") // named and registered so no exit leaves it (seal.RemoveAllScratch, seal.RemoveLeftovers)
 	if err != nil {
 		return d.fail(DrillStepValidate, fmt.Errorf("scratch dir in %s: %w (%s)", root, err, HintScratch))
 	}
@@ -425,6 +523,11 @@ func (d *drill) run(ctx context.Context) (_ *catalog.DrillRecord, rerr error) {
 			onChosen: func(ctx context.Context, c Candidate) error {
 				d.chosen = c
 				d.rec.Backup, d.rec.SourceVersion = c.Name, c.ServerVersion
+				d.rec.Encrypted = c.manifest != nil && c.manifest.Encrypted()
+				d.rec.Drilled = catalog.DrilledStored
+				if opts.Plaintext != "" {
+					d.rec.Drilled = catalog.DrilledLocalPlaintext
+				}
 				d.step(ctx, DrillStepEtcd)
 				t := time.Now()
 				bin, v, err := findEtcd(ctx, opts.EtcdBinDir, c.ServerVersion)
@@ -519,7 +622,13 @@ func (d *drill) run(ctx context.Context) (_ *catalog.DrillRecord, rerr error) {
 		if ctx.Err() != nil {
 			return d.fail(DrillStepStart, err)
 		}
-		d.check(DrillStepStart, catalog.DrillCheck{Name: DrillCheckStart, Status: catalog.DrillCheckFailed, Detail: err.Error()})
+		c := catalog.DrillCheck{Name: DrillCheckStart, Status: catalog.DrillCheckFailed, Detail: err.Error()}
+		var se *etcdStartError
+		if errors.As(err, &se) && se.Cause != "" {
+			c.Status, c.Detail = catalog.DrillCheckInconclusive, err.Error()+" ("+se.Cause+")"
+			d.causes = append(d.causes, se.Cause)
+		}
+		d.check(DrillStepStart, c)
 		return d.finish(ctx)
 	}
 	d.check(DrillStepStart, catalog.DrillCheck{Name: DrillCheckStart, Status: catalog.DrillCheckPassed,
@@ -533,7 +642,10 @@ func (d *drill) run(ctx context.Context) (_ *catalog.DrillRecord, rerr error) {
 
 	d.step(ctx, DrillStepChecks)
 	t = time.Now()
-	d.checkServing(ctx, cli)
+	// The checks end as soon as etcd exits: a dead member answers nothing,
+	// and waiting for each check's deadline would only delay the verdict.
+	cctx := d.proc.untilExit(ctx)
+	d.checkServing(cctx, cli)
 	d.addStep(DrillStepChecks, t, nil)
 	if err := ctx.Err(); err != nil {
 		return d.fail(DrillStepChecks, err)
@@ -541,7 +653,7 @@ func (d *drill) run(ctx context.Context) (_ *catalog.DrillRecord, rerr error) {
 
 	d.step(ctx, DrillStepCompare)
 	t = time.Now()
-	d.compare(ctx, cli)
+	d.compare(cctx, cli)
 	d.addStep(DrillStepCompare, t, nil)
 	if err := ctx.Err(); err != nil {
 		return d.fail(DrillStepCompare, err)
@@ -563,35 +675,44 @@ func (d *drill) finish(ctx context.Context) (*catalog.DrillRecord, error) {
 		return d.fail(DrillStepRecord, err)
 	}
 	rec := d.rec
-	rec.Passed = rec.Failed == ""
+	verdict, failures, inconclusive := DrillVerdict(rec.Checks)
+	rec.Verdict, rec.Failures, rec.Passed = verdict, failures, verdict == catalog.VerdictPassed
+	if len(failures) > 0 {
+		rec.Failed = failures[0]
+	}
 	rec.FinishedAt = d.opts.Now().UTC()
-	if !rec.Passed && d.inconclusive {
-		// The drill's own etcd did not answer in time: the node is slow or
-		// overloaded, which says nothing about the backup. A record would
-		// be a false failure (restore skips a backup whose drill failed):
-		// nothing is recorded.
-		step := d.failStep
-		if step == "" {
-			step = DrillStepChecks
-		}
-		return nil, &DrillError{ClusterID: rec.ClusterID, Backup: rec.Backup, Step: step,
-			Err: fmt.Errorf("inconclusive, nothing recorded: the drill's etcd did not answer in time (a slow or overloaded node, not the backup): %s", rec.Failed)}
+	if verdict == catalog.VerdictInconclusive {
+		// The node, not the backup: a record would be a false failure
+		// (restore skips a backup whose drill failed) or replace an
+		// earlier verdict with none. Nothing is recorded.
+		d.log.Warn("drill inconclusive, nothing recorded", "backup", rec.Backup, "why", strings.Join(inconclusive, "; "))
+		return nil, &DrillError{ClusterID: rec.ClusterID, Backup: rec.Backup, Step: d.incStep,
+			Err: errors.New(strings.Join(inconclusive, "; ")), Inconclusive: d.cause()}
 	}
 	if !d.opts.NoRecord {
 		if err := catalog.PutDrill(ctx, d.opts.Store, d.opts.Layout, rec); err != nil {
 			return d.fail(DrillStepRecord, err)
 		}
 	}
-	d.log.Info("drill finished", "backup", rec.Backup, "passed", rec.Passed, "failed", rec.Failed,
-		"comparison", rec.Comparison.Mode, "duration", rec.FinishedAt.Sub(rec.StartedAt).Round(time.Millisecond))
+	d.log.Info("drill finished", "backup", rec.Backup, "verdict", rec.Verdict, "failed", rec.Failed,
+		"comparison", rec.Comparison.Mode, "drilled", rec.Drilled, "encrypted", rec.Encrypted,
+		"duration", rec.FinishedAt.Sub(rec.StartedAt).Round(time.Millisecond))
 	if !rec.Passed {
 		step := d.failStep
 		if step == "" {
 			step = DrillStepChecks
 		}
-		return rec, &DrillError{ClusterID: rec.ClusterID, Backup: rec.Backup, Step: step, Err: errors.New(rec.Failed), Record: rec}
+		return rec, &DrillError{ClusterID: rec.ClusterID, Backup: rec.Backup, Step: step, Err: errors.New(strings.Join(failures, "; ")), Record: rec}
 	}
 	return rec, nil
+}
+
+// cause is the first inconclusive check's cause.
+func (d *drill) cause() string {
+	if len(d.causes) == 0 {
+		return "a cause of the node"
+	}
+	return d.causes[0]
 }
 
 // cleanup stops the drill's etcd and removes the scratch dir. It is

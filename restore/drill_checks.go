@@ -125,28 +125,20 @@ func scanPage(maxEntry int64) int64 {
 	return min(countPage, max(16, scanPageBytes/maxEntry))
 }
 
-// scanKeys counts the live keys, the leased ones and each prefix's, with
-// keys-only range requests of page keys (the first linearizable, the rest
-// at its revision): memory is a page and the map of prefixes, here and in
-// the member.
-func scanKeys(ctx context.Context, cli *clientv3.Client, probe time.Duration, page int64) (*prefixKeys, error) {
-	pk := &prefixKeys{prefixes: map[string]PrefixCount{}}
+// scanKeys counts the live keys at revision rev, the leased ones and each
+// prefix's, with keys-only range requests of page keys: memory is a page
+// and the map of prefixes, here and in the member.
+func scanKeys(ctx context.Context, cli *clientv3.Client, probe time.Duration, page, rev int64) (*prefixKeys, error) {
+	pk := &prefixKeys{prefixes: map[string]PrefixCount{}, rev: rev}
 	key := []byte{0}
-	first := true
 	for {
 		opts := []clientv3.OpOption{clientv3.WithFromKey(), clientv3.WithKeysOnly(), clientv3.WithLimit(page),
-			clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend)}
-		if !first {
-			opts = append(opts, clientv3.WithRev(pk.rev), clientv3.WithSerializable())
-		}
+			clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend), clientv3.WithRev(rev), clientv3.WithSerializable()}
 		cctx, cancel := context.WithTimeout(ctx, 2*probe)
 		resp, err := cli.Get(cctx, string(key), opts...)
 		cancel()
 		if err != nil {
 			return nil, err
-		}
-		if first {
-			pk.rev, first = resp.Header.Revision, false
 		}
 		for _, kv := range resp.Kvs {
 			pk.total++
@@ -169,11 +161,26 @@ func scanKeys(ctx context.Context, cli *clientv3.Client, probe time.Duration, pa
 
 // checkServing checks the restored member: health, revision, keys, keys
 // per prefix, a linearizable read and a write.
+//
+// Every check of the keyspace reads at one pinned revision: the snapshot's
+// last revision plus the bump, the revision the restored member starts at.
+// Nothing keeps the backup's leases alive on the drill's etcd, so each
+// expires at its TTL after the member starts (kube-apiserver's master
+// leases live 15 s, shorter than a drill of a large database) and its
+// keys' deletion moves the current revision. An MVCC read at a revision
+// that is not compacted answers the same whatever happened after it: the
+// drill's compaction comes only after these checks, so reads at the pinned
+// revision see exactly what the snapshot holds, leased keys included. The
+// revisions after the pinned one must each be the expiry of a lease the
+// snapshot held (a delete of keys on a lease, seen in the member's own
+// history with a watch from the pinned revision): anything else moving the
+// revision fails the revision check.
 func (d *drill) checkServing(ctx context.Context, cli *clientv3.Client) {
 	probe := d.opts.ProbeTimeout
 	ep := d.proc.clientURL
 	f := d.facts
 	const step = DrillStepChecks
+	pinned := f.Revision + int64(DefaultBumpRevision)
 
 	// Health: the member answers a linearizable read, has a leader and
 	// raises no alarm.
@@ -202,45 +209,37 @@ func (d *drill) checkServing(ctx context.Context, cli *clientv3.Client) {
 			Detail: fmt.Sprintf("etcd %s, leader, no alarm, database %d bytes", st.Version, st.DbSize)})
 	}
 
-	// The revision: etcd's restore code bumps the last key's revision
-	// (the key bucket's last entry) by the bump; a linearizable read
-	// reports it exactly.
-	want := f.Revision + int64(DefaultBumpRevision)
-	d.check(step, cmpCheck(DrillCheckRevision, want, hrev,
-		fmt.Sprintf("the snapshot's last revision %d plus the bump %d", f.Revision, DefaultBumpRevision)))
+	// The revision: etcd's restore code bumps the last key's revision by
+	// the bump, so the member starts at the pinned revision; each revision
+	// after it must be a lease expiry.
+	d.check(step, d.revisionCheck(ctx, cli, pinned, hrev))
 
-	// Keys: those on no lease exactly; leased ones may have expired since.
-	pk, err := scanKeys(ctx, cli, probe, scanPage(d.facts.MaxEntryBytes))
+	// Keys at the pinned revision: exactly the snapshot's, leased ones too.
+	pk, err := scanKeys(ctx, cli, probe, scanPage(d.facts.MaxEntryBytes), pinned)
 	if err != nil {
 		d.check(step, catalog.DrillCheck{Name: DrillCheckKeys, Status: catalog.DrillCheckFailed, Detail: "count: " + err.Error()})
 		return
 	}
-	d.check(step, cmpCheck(DrillCheckKeys, f.UnleasedKeys(), pk.total-pk.leased,
-		fmt.Sprintf("live keys on no lease (snapshot: %d live, %d leased)", f.LiveKeys, f.LeasedKeys)))
-	lc := catalog.DrillCheck{Name: DrillCheckLeasedKeys, Want: f.LeasedKeys, Got: pk.leased, Status: catalog.DrillCheckPassed,
-		Detail: "keys on a lease: at most the snapshot's (etcd expires them once their lease runs out)"}
-	if pk.leased > f.LeasedKeys {
-		lc.Status, lc.Detail = catalog.DrillCheckFailed, fmt.Sprintf("%d keys on a lease, the snapshot has %d", pk.leased, f.LeasedKeys)
-	} else if pk.leased < f.LeasedKeys {
-		lc.Status = catalog.DrillCheckInfo
-		lc.Detail = fmt.Sprintf("%d of the snapshot's %d leased keys expired", f.LeasedKeys-pk.leased, f.LeasedKeys)
-	}
-	d.check(step, lc)
+	d.check(step, cmpCheck(DrillCheckKeys, f.LiveKeys, pk.total,
+		fmt.Sprintf("live keys at revision %d (the snapshot's last revision plus the bump)", pinned)))
+	d.check(step, cmpCheck(DrillCheckLeasedKeys, f.LeasedKeys, pk.leased,
+		fmt.Sprintf("keys on a lease at revision %d (leases that expired since do not change it)", pinned)))
 	d.check(step, prefixCheck(f.Prefixes, pk.prefixes))
 
-	// A linearizable read of the first key, at the revision counted.
+	// A linearizable read: the member serves through raft, at a revision
+	// not below the pinned one.
 	cctx, cancel = context.WithTimeout(ctx, probe)
 	r, err := cli.Get(cctx, "\x00", clientv3.WithFromKey(), clientv3.WithLimit(1))
 	cancel()
 	switch {
 	case err != nil:
 		d.check(step, catalog.DrillCheck{Name: DrillCheckRead, Status: catalog.DrillCheckFailed, Detail: err.Error()})
-	case r.Header.Revision != pk.rev:
-		d.check(step, catalog.DrillCheck{Name: DrillCheckRead, Status: catalog.DrillCheckFailed, Want: pk.rev, Got: r.Header.Revision,
-			Detail: "the revision moved while nothing wrote"})
+	case r.Header.Revision < pinned:
+		d.check(step, catalog.DrillCheck{Name: DrillCheckRead, Status: catalog.DrillCheckFailed, Want: pinned, Got: r.Header.Revision,
+			Detail: fmt.Sprintf("a linearizable read answers at revision %d, below the restored revision %d", r.Header.Revision, pinned)})
 	default:
-		d.check(step, catalog.DrillCheck{Name: DrillCheckRead, Status: catalog.DrillCheckPassed, Want: pk.rev, Got: r.Header.Revision,
-			Detail: fmt.Sprintf("read %d key(s) at revision %d", len(r.Kvs), r.Header.Revision)})
+		d.check(step, catalog.DrillCheck{Name: DrillCheckRead, Status: catalog.DrillCheckPassed, Want: pinned, Got: r.Header.Revision,
+			Detail: fmt.Sprintf("linearizable read of %d key(s) at revision %d", len(r.Kvs), r.Header.Revision)})
 	}
 
 	// A write: put, read back, delete a drill-only key.
@@ -272,6 +271,77 @@ func (d *drill) checkServing(ctx context.Context, cli *clientv3.Client) {
 	}
 }
 
+// revisionCheck checks that the member started at the pinned revision and
+// that every revision after it, up to hrev (read when the checks began),
+// is the expiry of a lease: a delete of keys that were on a lease. It
+// reads the member's own history with a watch from pinned+1 (nothing is
+// compacted before the checks end).
+func (d *drill) revisionCheck(ctx context.Context, cli *clientv3.Client, pinned, hrev int64) catalog.DrillCheck {
+	c := catalog.DrillCheck{Name: DrillCheckRevision, Want: pinned, Got: hrev, Status: catalog.DrillCheckPassed}
+	base := fmt.Sprintf("the snapshot's last revision %d plus the bump %d", d.facts.Revision, DefaultBumpRevision)
+	if hrev < pinned {
+		c.Status = catalog.DrillCheckFailed
+		c.Detail = fmt.Sprintf("the member is at revision %d, below %d (%s)", hrev, pinned, base)
+		return c
+	}
+	if hrev == pinned {
+		c.Detail = fmt.Sprintf("revision %d: %s", hrev, base)
+		return c
+	}
+	wctx, cancel := context.WithTimeout(ctx, d.hashTimeout())
+	defer cancel()
+	revs := map[int64]bool{}
+	var keys, other int
+	var firstOther string
+	wch := cli.Watch(clientv3.WithRequireLeader(wctx), "\x00", clientv3.WithFromKey(), clientv3.WithRev(pinned+1), clientv3.WithPrevKV())
+	var werr error
+	for len(revs) < int(hrev-pinned) || !revs[hrev] {
+		wr, ok := <-wch
+		if !ok {
+			werr = wctx.Err()
+			if werr == nil {
+				werr = errors.New("the watch ended")
+			}
+			break
+		}
+		if err := wr.Err(); err != nil {
+			werr = err
+			break
+		}
+		for _, ev := range wr.Events {
+			rev := ev.Kv.ModRevision
+			if rev > hrev {
+				continue
+			}
+			revs[rev] = true
+			if ev.Type == clientv3.EventTypeDelete && ev.PrevKv != nil && ev.PrevKv.Lease != 0 {
+				keys++
+				continue
+			}
+			other++
+			if firstOther == "" {
+				firstOther = fmt.Sprintf("%s of %q at revision %d", ev.Type, ev.Kv.Key, rev)
+			}
+		}
+		if len(revs) >= int(hrev-pinned) && revs[hrev] {
+			break
+		}
+	}
+	switch {
+	case werr != nil:
+		c.Status = catalog.DrillCheckFailed
+		c.Detail = fmt.Sprintf("the member is at revision %d, past %d (%s), and its history since could not be read: %v", hrev, pinned, base, werr)
+	case other > 0:
+		c.Status = catalog.DrillCheckFailed
+		c.Detail = fmt.Sprintf("the member is at revision %d, past %d (%s), by %d change(s) that are not lease expiries (the first: %s)",
+			hrev, pinned, base, other, firstOther)
+	default:
+		c.Detail = fmt.Sprintf("revision %d: %s; the %d revision(s) since are lease expiries (%d keys on leases deleted)",
+			pinned, base, hrev-pinned, keys)
+	}
+	return c
+}
+
 func cmpCheck(name string, want, got int64, detail string) catalog.DrillCheck {
 	c := catalog.DrillCheck{Name: name, Want: want, Got: got, Status: catalog.DrillCheckPassed, Detail: detail}
 	if want != got {
@@ -281,8 +351,9 @@ func cmpCheck(name string, want, got int64, detail string) catalog.DrillCheck {
 	return c
 }
 
-// prefixCheck compares the keys per prefix: those on no lease exactly,
-// leased ones at most the snapshot's. Want and Got are live keys per prefix.
+// prefixCheck compares the keys per prefix, live and leased, exactly (both
+// are counted at the snapshot's revision). Want and Got are live keys per
+// prefix.
 func prefixCheck(snap, got map[string]PrefixCount) catalog.DrillCheck {
 	want, have := map[string]int64{}, map[string]int64{}
 	var all []string
@@ -300,7 +371,7 @@ func prefixCheck(snap, got map[string]PrefixCount) catalog.DrillCheck {
 	var diffs []string
 	for _, p := range all {
 		s, g := snap[p], got[p]
-		if s.Live-s.Leased != g.Live-g.Leased || g.Leased > s.Leased {
+		if s.Live != g.Live || s.Leased != g.Leased {
 			diffs = append(diffs, fmt.Sprintf("%q: %d keys (%d leased), the snapshot has %d (%d leased)", p, g.Live, g.Leased, s.Live, s.Leased))
 		}
 	}

@@ -13,6 +13,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -121,7 +123,21 @@ type etcdProc struct {
 	clientURL string
 	logPath   string
 	ports     []int
+	// stopping: the drill is stopping it (a signal then is the drill's).
+	stopping atomic.Bool
+	cgMu     sync.Mutex
+	cg       *memCgroup
 }
+
+// etcdStartError is etcd not serving; Cause is set when that was the
+// node's fault (see exitCause).
+type etcdStartError struct {
+	err   error
+	Cause string
+}
+
+func (e *etcdStartError) Error() string { return e.err.Error() }
+func (e *etcdStartError) Unwrap() error { return e.err }
 
 // startDrillEtcd starts etcd on the restored data dir, in its own process
 // group, bound to loopback only (client and peer; no metrics listener), and
@@ -206,11 +222,13 @@ func launchEtcd(ctx context.Context, s etcdStart, peerListen string, attempt int
 		p.waitErr = cmd.Wait()
 		close(p.done)
 	}()
+	p.watchCgroup(cmd.Process.Pid)
 	if s.onStart != nil {
 		s.onStart(cmd.Process.Pid, p.ports)
 	}
 	s.log.Info("drill etcd started", "pid", cmd.Process.Pid, "client_url", clientURL, "peer_listen", peerListen)
 	if err := p.waitServing(ctx, s.timeout, s.probe); err != nil {
+		cause := p.exitCause()
 		_ = p.stop()
 		tail := p.logTail()
 		if strings.Contains(tail, "address already in use") {
@@ -219,7 +237,7 @@ func launchEtcd(ctx context.Context, s etcdStart, peerListen string, attempt int
 		if tail != "" {
 			err = fmt.Errorf("%w; etcd's log ends: %s", err, tail)
 		}
-		return nil, err
+		return nil, &etcdStartError{err: err, Cause: cause}
 	}
 	return p, nil
 }
@@ -293,6 +311,7 @@ func (p *etcdProc) waitListening(ctx context.Context) error {
 	addr := strings.TrimPrefix(p.clientURL, "http://")
 	var d net.Dialer
 	for {
+		p.watchCgroup(p.cmd.Process.Pid)
 		dctx, cancel := context.WithTimeout(ctx, time.Second)
 		c, err := d.DialContext(dctx, "tcp", addr)
 		cancel()
@@ -347,6 +366,7 @@ func (p *etcdProc) stop() error {
 		return nil
 	default:
 	}
+	p.stopping.Store(true)
 	signalGroup(p.cmd.Process, false)
 	select {
 	case <-p.done:

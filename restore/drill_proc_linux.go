@@ -22,3 +22,15 @@ func signalGroup(p *os.Process, kill bool) {
 		_ = p.Signal(sig)
 	}
 }
+
+// exitSignal is the signal that ended the process ("" when it exited on
+// its own).
+func exitSignal(ps *os.ProcessState) string {
+	if ps == nil {
+		return ""
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return ws.Signal().String()
+	}
+	return ""
+}

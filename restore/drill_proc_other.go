@@ -16,3 +16,5 @@ func signalGroup(p *os.Process, kill bool) {
 	}
 	_ = p.Signal(os.Interrupt)
 }
+
+func exitSignal(*os.ProcessState) string { return "" }

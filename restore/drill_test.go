@@ -446,7 +446,8 @@ func TestDrillFrozenEtcdIsInconclusive(t *testing.T) {
 	rec, err := restore.Drill(ctxTimeout(t, 2*time.Minute), o)
 	took := time.Since(start)
 	var de *restore.DrillError
-	if rec != nil || !errors.As(err, &de) || de.Record != nil || !strings.Contains(err.Error(), "inconclusive, nothing recorded") {
+	if rec != nil || !errors.As(err, &de) || de.Record != nil || de.Inconclusive == "" || !strings.Contains(err.Error(), "nothing recorded") ||
+		!strings.Contains(de.Inconclusive, "did not answer in time") {
 		t.Fatalf("record %v, err %v; want no record and an inconclusive DrillError", rec, err)
 	}
 	if !strings.Contains(err.Error(), id) || !strings.Contains(err.Error(), m.Name) || de.Step != restore.DrillStepChecks {

@@ -66,6 +66,11 @@ const (
 
 // chunkQueue hands filled buffers from a producer to a consumer and the
 // empty ones back.
+//
+// err is the producer's: it is written once, just before full is closed,
+// and may be read only by a goroutine that has seen that close (a receive
+// from full that reports it closed, or a wait on the producer's end).
+// Anything else is a data race: the producer may still be running.
 type chunkQueue struct {
 	full chan []byte
 	free chan []byte
@@ -241,7 +246,11 @@ func fetchSnapshot(ctx context.Context, store store.Store, layout catalog.Layout
 			if perr := parent.Err(); perr != nil {
 				return nil, perr
 			}
-			if errors.Is(err, seal.ErrTampered) && in.err == nil {
+			// Decided from what age read, never from in.err: stage 1
+			// may still be running. seal.Decrypt reports a failed read
+			// of the source as such, never as ErrTampered, so
+			// ErrTampered means the bytes the store gave do not open.
+			if errors.Is(err, seal.ErrTampered) {
 				return &fetchResult{Checks: []Check{{Name: CheckDecrypt, Status: CheckFailed, Detail: err.Error()}}},
 					&verifyError{tamperedError(key, err)}
 			}

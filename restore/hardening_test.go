@@ -185,7 +185,9 @@ func TestRestoreMissingSnapshotObject(t *testing.T) {
 			t.Fatal(err)
 		}
 		root := filepath.Join(t.TempDir(), "data")
-		res, err := restore.Run(ctx, r.runOpts(t, id, ic, root))
+		opts := r.runOpts(t, id, ic, root)
+		opts.Backup = newest.Name // without it the listing sets it aside as damaged
+		res, err := restore.Run(ctx, opts)
 		var be *restore.BackupError
 		if !errors.As(err, &be) {
 			t.Fatalf("restore of a backup whose snapshot is gone: %v; want a BackupError", err)
@@ -327,6 +329,7 @@ func TestRestoreDryRunAsStrictAsRealRun(t *testing.T) {
 			root := filepath.Join(t.TempDir(), "data")
 			opts := r.runOpts(t, id, ic, root)
 			opts.DryRun, opts.ScratchDir = dry, scratch
+			opts.Backup = inflated.Name // without it restore falls back to the good one
 			res, err := restore.Run(ctx, opts)
 			var be *restore.BackupError
 			if !errors.As(err, &be) || be.Backup != inflated.Name || be.Next != good.Name || !strings.Contains(err.Error(), "below the manifest") {

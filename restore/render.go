@@ -123,6 +123,13 @@ func (p *Plan) SelectionTables() []output.Table {
 	for _, ig := range p.Ignored {
 		s.printf("Ignored: %s: %s\n", ig.Name, ig.Reason)
 	}
+	for _, fb := range p.Fallbacks {
+		if fb.Next != "" {
+			s.printf("Refused at verification: %s: %s; tried next: %s\n", fb.Backup, fb.Reason, fb.Next)
+		} else {
+			s.printf("Refused at verification: %s: %s; no candidate left\n", fb.Backup, fb.Reason)
+		}
+	}
 	if p.Chosen != nil {
 		s.printf("\nChosen: %s, because %s.\n", p.Chosen.Name, p.Reason)
 	}

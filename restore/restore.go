@@ -157,8 +157,11 @@ type Plan struct {
 	Survivor   *Survivor   `json:"survivor"`
 	Candidates []Candidate `json:"candidates"`
 	Ignored    []Ignored   `json:"ignored,omitempty"`
-	Chosen     *Candidate  `json:"chosen,omitempty"`
-	Reason     string      `json:"reason,omitempty"`
+	// Fallbacks are the candidates refused at verification, in the order
+	// tried, each with the one tried next (no --backup: see Fallback).
+	Fallbacks []Fallback `json:"fallbacks,omitempty"`
+	Chosen    *Candidate `json:"chosen,omitempty"`
+	Reason    string     `json:"reason,omitempty"`
 	// Checks of the chosen backup, before anything is written.
 	Checks   []Check        `json:"checks"`
 	Snapshot *SnapshotFacts `json:"snapshot,omitempty"`
@@ -482,7 +485,8 @@ func Run(ctx context.Context, opts Options) (_ *Result, rerr error) {
 		// snapshot's revision (see Drill).
 		markCompacted = false
 	}
-	rc := restoreConfig{snapshotPath: snapPath, initialCluster: opts.InitialCluster, token: plan.Token}
+	rc := restoreConfig{snapshotPath: snapPath, initialCluster: opts.InitialCluster, token: plan.Token,
+		takeOver: opts.drill != nil && len(plan.Members) == 1} // a drill owns its staged file: renamed, not copied
 	if err := stageSnapshot(&rc, opts, markCompacted, log); err != nil {
 		moveBack()
 		return fail(StepWrite, err)
@@ -585,6 +589,13 @@ func selectAndVerify(ctx context.Context, opts Options, log *slog.Logger, plan *
 			return snapPath, StepSelect, err
 		}
 	}
+	return verifyCandidates(ctx, opts, log, plan, cands, idx, dir)
+}
+
+// verifyCandidate chooses cands[idx] and verifies it by streaming it, as
+// selectAndVerify says; verifyCandidates (select.go) calls it for each
+// candidate it tries.
+func verifyCandidate(ctx context.Context, opts Options, log *slog.Logger, plan *Plan, cands []Candidate, idx int, dir string) (snapPath, step string, err error) {
 	plan.Reason = chooseReason(cands, idx, opts.Backup != "", plan.Survivor)
 	cands[idx].Status = "chosen"
 	chosen := cands[idx]
@@ -622,7 +633,7 @@ func selectAndVerify(ctx context.Context, opts Options, log *slog.Logger, plan *
 			// included, so the database is read from a file: in a private
 			// scratch dir, not next to the data dirs, removed on return.
 			scratchRoot := ScratchRoot(opts.ScratchDir)
-			scratch, err := os.MkdirTemp(scratchRoot, ".etcd-recovery-dry-run-*")
+			scratch, err := seal.MkdirTemp(scratchRoot, ".etcd-recovery-dry-run-") // plaintext: named and registered (seal)
 			if err != nil {
 				return "", StepVerifyBackup, fmt.Errorf("dry run: scratch dir for the snapshot: %w", err)
 			}
@@ -631,11 +642,16 @@ func selectAndVerify(ctx context.Context, opts Options, log *slog.Logger, plan *
 				return "", StepVerifyBackup, fmt.Errorf("dry run: scratch file for the snapshot: %w", err)
 			}
 			defer dst.Close()
+		} else if opts.local != nil && opts.drill != nil {
+			// The drill owns the plaintext copy the backup streamed: it is
+			// verified where it is and staged as it is, then renamed into
+			// the data dir (takeOverMember): the database is never copied.
+			snapPath = opts.local.path
 		} else {
 			if err := os.MkdirAll(dir, 0o700); err != nil {
 				return snapPath, StepVerifyBackup, err
 			}
-			if dst, err = os.CreateTemp(dir, ".etcd-recovery-"+opts.ClusterID+"-*.snapshot.db"); err != nil {
+			if dst, err = seal.CreateTemp(dir, ".etcd-recovery-"+opts.ClusterID+"-", ".snapshot.db"); err != nil { // plaintext: named and registered (seal)
 				return snapPath, StepVerifyBackup, fmt.Errorf("temp file for the snapshot in %s: %w", dir, err)
 			}
 			snapPath = dst.Name()
@@ -645,7 +661,7 @@ func selectAndVerify(ctx context.Context, opts Options, log *slog.Logger, plan *
 		prog := opts.Progress(fmt.Sprintf("download %s", chosen.Name))
 		var fr *fetchResult
 		if opts.local != nil {
-			fr, err = verifyLocal(ctx, *opts.local, dst)
+			fr, err = verifyLocal(ctx, *opts.local, dst) // dst nil in a drill: verified in place
 		} else {
 			fr, err = fetchSnapshot(ctx, opts.Store, opts.Layout, chosen.manifest, opts.Identities, dst, prog.Update)
 		}
@@ -658,11 +674,15 @@ func selectAndVerify(ctx context.Context, opts Options, log *slog.Logger, plan *
 		}
 		cands[idx].Status, plan.Chosen.Status = "chosen, verified", "chosen, verified"
 		{
-			if err := dst.Close(); err != nil {
-				return snapPath, StepVerifyBackup, err
+			stagedPath := snapPath
+			if dst != nil {
+				if err := dst.Close(); err != nil {
+					return snapPath, StepVerifyBackup, err
+				}
+				stagedPath = dst.Name()
 			}
 			log.Debug("snapshot streamed and checked", "backup", chosen.Name, "duration", time.Since(fetchStart).Round(time.Millisecond))
-			facts, err := readSnapshotFacts(dst.Name())
+			facts, err := readSnapshotFacts(stagedPath)
 			if err != nil {
 				return snapPath, StepVerifyBackup, refuse(ctx, opts, cands, idx, &verifyError{err})
 			}
@@ -690,6 +710,10 @@ func refuse(ctx context.Context, opts Options, cands []Candidate, idx int, err e
 		return err
 	}
 	cands[idx].Status, cands[idx].Detail = "failed verification", err.Error()
+	if fallsBack(opts) {
+		// verifyCandidates tries the next candidate itself.
+		return err
+	}
 	be := &BackupError{Backup: cands[idx].Name, Err: err}
 	for i := idx + 1; i < len(cands); i++ {
 		c := &cands[i]
@@ -912,6 +936,9 @@ func checkRestoreSpace(opts Options, plan *Plan, chosen Candidate, dir string) e
 	raw := chosen.RawSize
 	if raw <= 0 {
 		return nil
+	}
+	if opts.drill != nil && len(plan.Members) == 1 {
+		return CheckSpace(drillSpaceNeeds(opts, plan.Members[0].DataDir, chosen, dir))
 	}
 	stage := SpaceNeed{Bytes: stagedBytes(raw), Hint: HintScratch,
 		What: fmt.Sprintf("the staged snapshot of backup %s, uncompressed", chosen.Name)}

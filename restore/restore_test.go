@@ -237,8 +237,10 @@ func TestRestoreAllDeadNewestBackup(t *testing.T) {
 	sameKeys(t, got, want)
 }
 
-// A flipped byte and a truncated object are both refused, naming the
-// backup and the next-newest one that passes; nothing is written.
+// A flipped byte and a truncated object in a backup named with --backup
+// are both refused, naming the backup and the next-newest one that passes;
+// nothing is written. (Without --backup, restore sets damaged backups
+// aside and falls back by itself: select_fallback_test.go.)
 func TestRestoreRefusesCorruptBackups(t *testing.T) {
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
 	cli := c.Client(t)
@@ -269,11 +271,11 @@ func TestRestoreRefusesCorruptBackups(t *testing.T) {
 		refused int
 		next    int // -1: none
 	}{
-		{"flipped byte", map[int]func([]byte) []byte{2: flip}, "", 2, 1},
-		{"truncated", map[int]func([]byte) []byte{2: truncate}, "", 2, 1},
-		{"newest two damaged", map[int]func([]byte) []byte{2: flip, 1: truncate}, "", 2, 0},
+		{"flipped byte", map[int]func([]byte) []byte{2: flip}, bs[2].Name, 2, 1},
+		{"truncated", map[int]func([]byte) []byte{2: truncate}, bs[2].Name, 2, 1},
+		{"newest two damaged", map[int]func([]byte) []byte{2: flip, 1: truncate}, bs[2].Name, 2, 0},
 		{"forced backup truncated", map[int]func([]byte) []byte{1: truncate}, bs[1].Name, 1, 0},
-		{"all damaged", map[int]func([]byte) []byte{0: flip, 1: truncate, 2: truncate}, "", 2, -1},
+		{"all damaged", map[int]func([]byte) []byte{0: flip, 1: truncate, 2: truncate}, bs[2].Name, 2, -1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

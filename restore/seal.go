@@ -100,12 +100,13 @@ type localSnapshot struct {
 	manifest *catalog.Manifest
 }
 
-// verifyLocal copies a local plaintext snapshot (database plus etcd's
-// sha256 trailer) into dst and checks it against the manifest as
-// fetchSnapshot checks a download: etcd's trailing hash, the raw sha256
-// and the raw size. A mismatch is a verifyError; the file is never
-// changed or removed.
-func verifyLocal(ctx context.Context, src localSnapshot, dst io.Writer) (*fetchResult, error) {
+// verifyLocal checks a local plaintext snapshot (database plus etcd's
+// sha256 trailer) against the manifest as fetchSnapshot checks a
+// download: etcd's trailing hash, the raw sha256 and the raw size, and
+// copies it into dst unless dst is nil (a drill verifies the plaintext
+// copy it owns in place and stages it as it is). A mismatch is a
+// verifyError; the file is not changed or removed here.
+func verifyLocal(ctx context.Context, src localSnapshot, dst *os.File) (*fetchResult, error) {
 	m := src.manifest
 	f, err := os.Open(src.path)
 	if err != nil {

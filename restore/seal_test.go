@@ -199,6 +199,7 @@ func TestRestoreEncryptedTampered(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "data")
 		ic, _ := newCluster(t, 1, false)
 		_, err = restore.Run(ctx, restore.Options{ClusterID: id, Store: r.store, Layout: r.layout, NoLive: true, Identities: k.ids,
+			Backup:       newest.Name, // without it restore falls back to the older one
 			Targets:      restore.Targets{InitialCluster: ic, DataDir: filepath.Join(dir, "{name}.etcd")},
 			BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, Log: testLogger(t)})
 		var be *restore.BackupError
@@ -283,15 +284,16 @@ func TestDrillEncrypted(t *testing.T) {
 	plain := plaintextOf(t, r, m, k.ids)
 	lo := drillOpts(t, r, id, bin)
 	lo.Plaintext, lo.Manifest, lo.NoRecord = plain, m, true
-	if rec, err = restore.Drill(ctx, lo); err != nil || !rec.Passed {
-		t.Fatalf("drill of the plaintext copy: %v (%+v)", err, rec)
-	}
-	if _, err := os.Stat(plain); err != nil {
-		t.Fatalf("the drill removed the caller's plaintext: %v", err)
-	}
 	b, err := os.ReadFile(plain)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if rec, err = restore.Drill(ctx, lo); err != nil || !rec.Passed {
+		t.Fatalf("drill of the plaintext copy: %v (%+v)", err, rec)
+	}
+	// Taken over (renamed into the drill's data dir), not copied.
+	if _, err := os.Stat(plain); !os.IsNotExist(err) {
+		t.Fatalf("the drill left the plaintext copy %s where it was (stat: %v): it copied it instead of taking it over", plain, err)
 	}
 	b[len(b)/3] ^= 0x01
 	badPath := filepath.Join(t.TempDir(), "bad.db")

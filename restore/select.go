@@ -1,7 +1,11 @@
 package restore
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"sort"
 	"strings"
 	"time"
@@ -34,6 +38,9 @@ type Candidate struct {
 	manifest *catalog.Manifest
 	drill    *catalog.DrillSummary
 	survivor bool // the pre-restore snapshot just taken of a surviving member
+	// damaged is why the listing calls the backup damaged (catalog's
+	// Entry.Damaged): set only on a backup named with --backup.
+	damaged string
 }
 
 // proven reports whether the candidate's drill passed.
@@ -41,9 +48,7 @@ func (c Candidate) proven() bool { return c.drill.Proven() }
 
 // drillFailed reports whether the candidate's drill ran and failed (an
 // unreadable record is no proof, but no failure either).
-func (c Candidate) drillFailed() bool {
-	return c.drill != nil && c.drill.Err == "" && !c.drill.Passed
-}
+func (c Candidate) drillFailed() bool { return c.drill.FailedBackup() }
 
 // Ignored is a backup folder that cannot be restored from.
 type Ignored struct {
@@ -71,6 +76,15 @@ func listedCandidate(l catalog.Listed) Candidate {
 	return c
 }
 
+// damagedReason is why a backup the listing calls damaged is not chosen:
+// list's status, and whether --backup can name it (not without a manifest).
+func damagedReason(l catalog.Listed) string {
+	if l.Manifest == nil {
+		return "damaged: " + l.Damaged
+	}
+	return "damaged: " + l.Damaged + " (a damaged backup is used only when named with --backup)"
+}
+
 // drillFailedReason is why a backup whose drill failed is not chosen.
 func drillFailedReason(c Candidate) string {
 	return fmt.Sprintf("restore drill FAILED %s: %s (a backup whose drill failed is used only when named with --backup)",
@@ -87,9 +101,13 @@ func drillTime(t time.Time) string {
 // rankCandidates orders the committed backups best first: the highest
 // revision wins (the manifest's revision before the snapshot stream, a
 // lower bound of what the snapshot holds); among equal revisions one whose
-// restore drill passed, then the newer time. Incomplete and unreadable
-// backups are set aside with the reason, and so are backups whose drill
-// failed: those are used only with --backup (selectCandidate).
+// restore drill passed, then the newer time. Incomplete backups, those the
+// listing calls damaged (catalog.CheckEntries: a manifest missing or
+// unreadable, an object it names missing or of another size; the reason
+// is list's "damaged: ..." status) and those whose manifest the store
+// failed to return are set aside with the reason, and so are backups whose
+// drill failed: damaged and drill-failed ones are used only with --backup
+// (selectCandidate).
 func rankCandidates(listed []catalog.Listed) ([]Candidate, []Ignored) {
 	var cands []Candidate
 	var ignored []Ignored
@@ -97,8 +115,10 @@ func rankCandidates(listed []catalog.Listed) ([]Candidate, []Ignored) {
 		switch {
 		case !l.Committed:
 			ignored = append(ignored, Ignored{Name: l.Name, Reason: "incomplete: no manifest"})
+		case l.Damaged != "":
+			ignored = append(ignored, Ignored{Name: l.Name, Reason: damagedReason(l)})
 		case l.ManifestErr != nil:
-			ignored = append(ignored, Ignored{Name: l.Name, Reason: "unreadable manifest: " + l.ManifestErr.Error()})
+			ignored = append(ignored, Ignored{Name: l.Name, Reason: "unknown: manifest could not be read: " + l.ManifestErr.Error()})
 		default:
 			c := listedCandidate(l)
 			if c.drillFailed() {
@@ -136,11 +156,13 @@ func sortCandidates(cands []Candidate) {
 
 // selectCandidate picks the backup to restore from cands (ranked by
 // rankCandidates, with the survivor's planned snapshot if any): the first,
-// or the one named by --backup (name). A backup whose drill failed is not
-// among cands; named with --backup it is used, the failed check in its
-// Detail and in the plan's reason. When every committed backup failed its
-// drill, the error names them and says to pass --backup. It returns the
-// candidates (the forced one added) and the index chosen.
+// or the one named by --backup (name). A backup whose drill failed, or
+// that the listing calls damaged, is not among cands; named with --backup
+// it is used, the failed check or the damage in its Detail and in the
+// plan's reason (a damaged one is then refused at verification, naming
+// the next good one). When every committed backup failed its drill, the error names
+// them and says to pass --backup. It returns the candidates (the forced
+// one added) and the index chosen.
 func selectCandidate(clusterID, prefix string, listed []catalog.Listed, cands []Candidate, ignored []Ignored, name string, survivor *Survivor) ([]Candidate, int, error) {
 	if survivor != nil && survivor.Backup != "" {
 		for i := range cands {
@@ -150,7 +172,7 @@ func selectCandidate(clusterID, prefix string, listed []catalog.Listed, cands []
 	}
 	var failed []Candidate
 	for _, l := range listed {
-		if l.Committed && l.ManifestErr == nil && l.Manifest != nil {
+		if l.Committed && l.ManifestErr == nil && l.Manifest != nil && l.Damaged == "" {
 			if c := listedCandidate(l); c.drillFailed() {
 				failed = append(failed, c)
 			}
@@ -159,6 +181,16 @@ func selectCandidate(clusterID, prefix string, listed []catalog.Listed, cands []
 	if name != "" {
 		if i := findCandidate(cands, name); i >= 0 {
 			return cands, i, nil
+		}
+		for _, l := range listed {
+			if l.Name == name && l.Committed && l.Manifest != nil && l.Damaged != "" {
+				c := listedCandidate(l)
+				c.damaged = l.Damaged
+				c.Detail = "WARNING: the listing calls it damaged: " + l.Damaged
+				cands = append(cands, c)
+				sortCandidates(cands)
+				return cands, findCandidate(cands, name), nil
+			}
 		}
 		for _, c := range failed {
 			if c.Name == name {
@@ -195,6 +227,16 @@ func selectCandidate(clusterID, prefix string, listed []catalog.Listed, cands []
 	if survivor != nil {
 		skipped = survivor.Skipped
 	}
+	var set []string
+	for _, ig := range ignored {
+		if strings.HasPrefix(ig.Reason, "damaged: ") {
+			set = append(set, ig.Name+" ("+ig.Reason+")")
+		}
+	}
+	if len(set) > 0 {
+		return cands, -1, fmt.Errorf("no backup of cluster %s under %s checks out: %s; and no surviving member to snapshot (%s)",
+			clusterID, prefix, strings.Join(set, ", "), skipped)
+	}
 	return cands, -1, fmt.Errorf("no committed backup of cluster %s under %s, and no surviving member to snapshot (%s)", clusterID, prefix, skipped)
 }
 
@@ -214,7 +256,9 @@ func chooseReason(cands []Candidate, i int, forced bool, survivor *Survivor) str
 	switch {
 	case forced:
 		fmt.Fprintf(&b, "forced with --backup (revision %d)", c.Revision)
-		if c.drillFailed() {
+		if c.damaged != "" {
+			fmt.Fprintf(&b, "; WARNING: the listing calls it damaged: %s", c.damaged)
+		} else if c.drillFailed() {
 			fmt.Fprintf(&b, "; WARNING: its restore drill FAILED %s: %s", drillTime(c.drill.At), c.drill.Failed)
 		} else if c.proven() {
 			fmt.Fprintf(&b, "; drilled %s: proven restorable", drillTime(c.drill.At))
@@ -227,6 +271,12 @@ func chooseReason(cands []Candidate, i int, forced bool, survivor *Survivor) str
 			"so a pre-restore snapshot of it would be taken first and restored", survivor.Member, c.Revision)
 		if len(cands) > 1 {
 			fmt.Fprintf(&b, " (the newest backup in COS, %s, is at revision %d)", cands[1].Name, cands[1].Revision)
+		}
+	case len(refusedBefore(cands, i)) > 0:
+		fmt.Fprintf(&b, "%s failed verification, so the next candidate was tried: revision %d",
+			strings.Join(refusedBefore(cands, i), ", "), c.Revision)
+		if c.proven() {
+			fmt.Fprintf(&b, "; drilled %s: proven restorable", drillTime(c.drill.At))
 		}
 	case survivor != nil && survivor.Backup == c.Name:
 		fmt.Fprintf(&b, "the pre-restore snapshot just taken of surviving member %s has the highest revision (%d) of %s",
@@ -254,11 +304,11 @@ func chooseReason(cands []Candidate, i int, forced bool, survivor *Survivor) str
 }
 
 // firstUnforced is the candidate that would have been chosen without
-// --backup: the first that is not a failed drill added by it (-1: none,
-// or it is i).
+// --backup: the first that is not a failed drill or a damaged backup added
+// by it (-1: none, or it is i).
 func firstUnforced(cands []Candidate, i int) int {
 	for k, c := range cands {
-		if !c.drillFailed() {
+		if !c.drillFailed() && c.damaged == "" {
 			if k == i {
 				return -1
 			}
@@ -273,4 +323,100 @@ func plural(n int, what string) string {
 		return "1 " + what
 	}
 	return fmt.Sprintf("%d %ss", n, what)
+}
+
+// StatusFailedVerification is the status of a candidate refused at
+// verification (its Detail says why).
+const StatusFailedVerification = "failed verification"
+
+// refusedBefore names the candidates ranked before i that were refused at
+// verification (a fallback: see verifyCandidates).
+func refusedBefore(cands []Candidate, i int) []string {
+	var out []string
+	for _, c := range cands[:i] {
+		if c.Status == StatusFailedVerification {
+			out = append(out, fmt.Sprintf("%s (revision %d)", c.Name, c.Revision))
+		}
+	}
+	return out
+}
+
+// Fallback is a candidate refused at verification, without --backup, and
+// the candidate tried after it.
+type Fallback struct {
+	Backup   string `json:"backup"`
+	Revision int64  `json:"revision"`
+	// Reason is the verification's error: the object, the check and the
+	// cause.
+	Reason string `json:"reason"`
+	// Checks are the refused backup's checks (the failed one last).
+	Checks []Check `json:"checks,omitempty"`
+	// Next is the candidate tried next; empty when none was left.
+	Next string `json:"next,omitempty"`
+}
+
+// fallsBack reports whether a candidate refused at verification makes
+// restore try the next one: only when it chose the backup itself. A backup
+// named with --backup is refused and the run stops (the SRE chose it);
+// a drill (it sets Backup too) proves one backup; a local plaintext
+// snapshot is the only candidate.
+func fallsBack(opts Options) bool { return opts.Backup == "" && opts.drill == nil && opts.local == nil }
+
+// verifyCandidates verifies cands[idx] (verifyCandidate) and, when it is
+// refused for a property of its bytes (a verifyError: a checksum, a
+// truncated or undecodable stream, an object gone, a database below the
+// manifest's revision, an age payload that does not authenticate) and
+// fallsBack, the next candidate in rank order, and so on: every candidate
+// is tried at most once, each refusal is logged (the backup, why, the one
+// tried next) and kept in plan.Fallbacks. A store failure, a cancelled or
+// expired context (the dry run's --timeout), a local disk error or a
+// missing identity stop the run as they are (a local failure reading the
+// staged file back too, isLocalFailure): they say nothing about the
+// backup. When every candidate is refused, the error is the last one's
+// BackupError, naming the others.
+func verifyCandidates(ctx context.Context, opts Options, log *slog.Logger, plan *Plan, cands []Candidate, idx int, dir string) (string, string, error) {
+	for {
+		snapPath, step, err := verifyCandidate(ctx, opts, log, plan, cands, idx, dir)
+		var ve *verifyError
+		if err == nil || !fallsBack(opts) || !errors.As(err, &ve) || ctx.Err() != nil || isLocalFailure(err) {
+			return snapPath, step, err
+		}
+		if snapPath != "" {
+			os.Remove(snapPath)
+		}
+		refused := &cands[idx]
+		refused.Status, refused.Detail = StatusFailedVerification, err.Error()
+		if plan.Chosen != nil {
+			plan.Chosen.Status, plan.Chosen.Detail = refused.Status, refused.Detail
+		}
+		fb := Fallback{Backup: refused.Name, Revision: refused.Revision, Reason: err.Error(), Checks: plan.Checks}
+		next := idx + 1
+		if next >= len(cands) {
+			plan.Fallbacks = append(plan.Fallbacks, fb)
+			log.Warn("backup failed verification, and no other candidate is left", "backup", refused.Name, "err", err)
+			return "", step, refusedAll(opts.ClusterID, plan.Fallbacks, err)
+		}
+		fb.Next = cands[next].Name
+		plan.Fallbacks = append(plan.Fallbacks, fb)
+		log.Warn("backup failed verification: trying the next candidate", "backup", refused.Name, "err", err,
+			"next", fb.Next, "next_revision", cands[next].Revision)
+		// What verifyCandidate filled in was the refused backup's.
+		plan.Checks, plan.Snapshot, plan.Chosen, plan.Reason, plan.EtcdVersion, plan.MinRevision = []Check{}, nil, nil, "", "", 0
+		idx = next
+	}
+}
+
+// refusedAll is the error when every candidate was refused: the last
+// one's BackupError, naming those refused before it.
+func refusedAll(clusterID string, fbs []Fallback, last error) error {
+	be := &BackupError{Backup: fbs[len(fbs)-1].Backup, Err: last}
+	if len(fbs) == 1 {
+		return be
+	}
+	var names []string
+	for _, fb := range fbs {
+		names = append(names, fb.Backup)
+	}
+	return fmt.Errorf("every candidate backup of cluster %s failed verification, each tried once, in this order: %s; the last: %w",
+		clusterID, strings.Join(names, ", "), be)
 }

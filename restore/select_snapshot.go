@@ -10,7 +10,8 @@ import (
 // SelectSnapshot is the first half of Run, for restores that something
 // else performs (etcd-operator's restore operator): it takes the survivor
 // snapshot (not with NoLive, without Old endpoints, or in a dry run, which
-// only probes), chooses the backup as Run does, and verifies it by
+// only probes), chooses the backup as Run does (without Backup, past one
+// that fails verification to the next: Plan.Fallbacks), and verifies it by
 // streaming it into a temp file in dir (the system's when empty), whose
 // database it then reads into Plan.Snapshot. In a dry run nothing is
 // written and the path is empty. Targets, Token, the bump, data dirs and

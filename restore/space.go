@@ -3,9 +3,13 @@ package restore
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/armada/etcd-recovery/internal/output"
 )
@@ -29,6 +33,79 @@ func stagedBytes(raw int64) int64 { return raw + raw/512 + spaceSlack }
 // memberBytes is what one member's data dir takes right after a restore.
 func memberBytes(raw int64) int64 { return stagedBytes(raw) + walSegmentBytes }
 
+// drillEtcdBytes is what the drill's etcd adds to its data dir once it
+// runs, beyond the database: the WAL segment the restore wrote and the next
+// one etcd preallocates (64 MiB each, allocated, not sparse), and slack
+// for the pages the drill's compaction writes.
+const drillEtcdBytes = 2*walSegmentBytes + spaceSlack
+
+// DrillScratchBytes is the room a drill of a database of raw bytes needs
+// in its scratch space on top of a snapshot file it already has there
+// (the plaintext copy a backup streamed, taken over by rename into the
+// drill's data dir): etcd's WAL and slack, and the freelist the staging
+// adds. A drill that downloads needs stagedBytes(raw) more.
+func DrillScratchBytes(raw int64) int64 { return raw/512 + drillEtcdBytes }
+
+// EnvScratchLimit is the size limit of the scratch space ($TMPDIR, or
+// --temp-dir): a Kubernetes quantity ("10Gi") or bytes. The shipped pods
+// set it to their scratch emptyDir's sizeLimit, which statfs does not see
+// (the kubelet evicts the pod above it). Every free-space check then
+// counts min(statfs free, limit - what is already under the scratch root).
+const EnvScratchLimit = "ETCD_RECOVERY_SCRATCH_LIMIT"
+
+// ParseScratchLimit reads a scratch limit: a Kubernetes quantity (10Gi,
+// 500M) or a number of bytes.
+func ParseScratchLimit(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil && n > 0 {
+		return n, nil
+	}
+	q, err := resource.ParseQuantity(s)
+	if err != nil || q.Sign() <= 0 {
+		return 0, fmt.Errorf("%s=%q: want a positive Kubernetes quantity (10Gi) or bytes", EnvScratchLimit, s)
+	}
+	n, ok := q.AsInt64()
+	if !ok {
+		return 0, fmt.Errorf("%s=%q: out of range", EnvScratchLimit, s)
+	}
+	return n, nil
+}
+
+// ScratchLimit is the limit of the scratch space rooted at root (the
+// scratch root, ScratchRoot of --temp-dir): the bytes EnvScratchLimit
+// allows, the bytes already used under root, and whether a limit is set.
+// An unreadable value is an error (a misconfigured pod is refused rather
+// than evicted).
+func ScratchLimit(root string) (limit, used int64, set bool, err error) {
+	v, ok := os.LookupEnv(EnvScratchLimit)
+	if !ok || strings.TrimSpace(v) == "" {
+		return 0, 0, false, nil
+	}
+	if limit, err = ParseScratchLimit(v); err != nil {
+		return 0, 0, false, err
+	}
+	return limit, diskUsage(root), true, nil
+}
+
+// diskUsage is what the files under root take on disk (allocated blocks,
+// as the kubelet's du counts them for an emptyDir's sizeLimit).
+// Unreadable entries are not counted.
+func diskUsage(root string) int64 {
+	var n int64
+	_ = filepath.WalkDir(root, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		n += allocated(info)
+		return nil
+	})
+	return n
+}
+
 // HintScratch is what to change when the scratch space is short.
 const HintScratch = "point --temp-dir (or TMPDIR) at a filesystem with room; in the toolkit pod that is its scratch volume (TMPDIR is set to it)"
 
@@ -51,9 +128,18 @@ type SpaceError struct {
 	Need int64
 	Free int64
 	Hint string
+	// Limit and Used are set when the scratch limit (EnvScratchLimit),
+	// not the file system, was short: Free is Limit - Used.
+	Limit int64
+	Used  int64
 }
 
 func (e *SpaceError) Error() string {
+	if e.Limit > 0 {
+		return fmt.Sprintf("not enough room in the scratch space %s for %s; need %s, found %s free: its limit %s=%s less %s already used under it "+
+			"(checked before anything is downloaded or streamed): %s",
+			e.Path, e.What, humanBytes(e.Need), humanBytes(e.Free), EnvScratchLimit, humanBytes(e.Limit), output.Bytes(e.Used), e.Hint)
+	}
 	return fmt.Sprintf("not enough free space in %s for %s; need %s, found %s free (checked before downloading): %s",
 		e.Path, e.What, humanBytes(e.Need), humanBytes(e.Free), e.Hint)
 }
@@ -61,8 +147,57 @@ func (e *SpaceError) Error() string {
 // CheckSpace checks that every file system named by needs has room for
 // what is written to it; needs on the same file system add up. It is
 // called before anything is downloaded. A file system whose free space
-// cannot be read is not refused (the write itself will say).
+// cannot be read is not refused (the write itself will say). Needs under
+// the scratch root ($TMPDIR) also add up against the scratch limit
+// (EnvScratchLimit), less what is already used under that root.
 func CheckSpace(needs []SpaceNeed) error {
+	return checkSpace(ScratchRoot(""), needs)
+}
+
+// CheckSpaceIn is CheckSpace with scratchRoot as the root the scratch
+// limit covers (--temp-dir, when given).
+func CheckSpaceIn(scratchRoot string, needs []SpaceNeed) error {
+	return checkSpace(ScratchRoot(scratchRoot), needs)
+}
+
+func checkSpace(scratchRoot string, needs []SpaceNeed) error {
+	limit, used, limited, err := ScratchLimit(scratchRoot)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	if limited {
+		root, _ := filepath.Abs(scratchRoot)
+		var in []SpaceNeed
+		for _, n := range needs {
+			if p, err := filepath.Abs(n.Path); err == nil && n.Bytes > 0 && (p == root || within(root, p)) {
+				in = append(in, n)
+			}
+		}
+		if len(in) > 0 {
+			var need int64
+			var what, hints []string
+			for _, n := range in {
+				need += n.Bytes
+				what = append(what, fmt.Sprintf("%s: %s", n.What, output.Bytes(n.Bytes)))
+				if !contains(hints, n.Hint) {
+					hints = append(hints, n.Hint)
+				}
+			}
+			if free := max(limit-used, 0); need > free {
+				hints = append(hints, fmt.Sprintf("raise the scratch volume's sizeLimit and %s together", EnvScratchLimit))
+				errs = append(errs, &SpaceError{Path: root, What: strings.Join(what, " + "), Need: need, Free: free,
+					Hint: strings.Join(hints, "; "), Limit: limit, Used: used})
+			}
+		}
+	}
+	if err := checkFS(needs); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func checkFS(needs []SpaceNeed) error {
 	type fsNeed struct {
 		path  string
 		what  []string
@@ -148,4 +283,34 @@ func humanBytes(n int64) string {
 		return output.Bytes(n)
 	}
 	return fmt.Sprintf("%s (%d bytes)", output.Bytes(n), n)
+}
+
+// drillSpaceNeeds is what a drill writes: the download staged in stageDir
+// (none when it drills a plaintext copy it already has there), and its
+// data dir, where the staged database is renamed (takeOverMember) and
+// etcd adds its WAL.
+func drillSpaceNeeds(opts Options, dataDir string, chosen Candidate, stageDir string) []SpaceNeed {
+	raw := chosen.RawSize
+	src := "the manifest's raw size"
+	var needs []SpaceNeed
+	if opts.local == nil {
+		needs = append(needs, SpaceNeed{Path: stageDir, Bytes: stagedBytes(raw), Hint: HintScratch,
+			What: fmt.Sprintf("the download of backup %s, a database of %s (%s)", chosen.Name, output.Bytes(raw), src)})
+	}
+	needs = append(needs, SpaceNeed{Path: dataDir, Bytes: DrillScratchBytes(raw), Hint: HintScratch,
+		What: fmt.Sprintf("the drill's data dir for backup %s, a database of %s (%s), moved in without a copy, and its etcd's WAL",
+			chosen.Name, output.Bytes(raw), src)})
+	return needs
+}
+
+// CheckDrillScratch checks, before a backup streams, that the scratch
+// space under scratchDir ($TMPDIR when "") holds what the drill of an
+// encrypted backup of a database of dbSize bytes writes there: the
+// plaintext copy the backup streams (the database and etcd's 32-byte
+// trailer) and, the copy being renamed into the drill's data dir, only
+// etcd's WAL beside it (DrillScratchBytes). It honours EnvScratchLimit.
+func CheckDrillScratch(scratchDir string, dbSize int64) error {
+	raw := dbSize + 32
+	return CheckSpace([]SpaceNeed{{Path: ScratchRoot(scratchDir), Bytes: raw + DrillScratchBytes(raw), Hint: HintScratch,
+		What: fmt.Sprintf("the plaintext copy of a database of %s and its drill", output.Bytes(dbSize))}})
 }

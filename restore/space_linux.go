@@ -1,6 +1,9 @@
 package restore
 
-import "syscall"
+import (
+	"io/fs"
+	"syscall"
+)
 
 // fsStat returns the file system's device and the bytes an unprivileged
 // writer may still use (f_bavail: root's reserve is not counted).
@@ -14,4 +17,19 @@ func fsStat(dir string) (dev uint64, free int64, ok bool) {
 		return 0, 0, false
 	}
 	return uint64(st.Dev), int64(fs.Bavail) * int64(fs.Bsize), true
+}
+
+// allocated is what a file takes on disk: its allocated blocks.
+func allocated(info fs.FileInfo) int64 {
+	if st, ok := info.Sys().(*syscall.Stat_t); ok {
+		return st.Blocks * 512
+	}
+	return info.Size()
+}
+
+// sameDevice reports whether two files are on the same file system.
+func sameDevice(a, b fs.FileInfo) bool {
+	sa, ok1 := a.Sys().(*syscall.Stat_t)
+	sb, ok2 := b.Sys().(*syscall.Stat_t)
+	return ok1 && ok2 && sa.Dev == sb.Dev
 }

@@ -458,7 +458,9 @@ func CheckCluster(ctx context.Context, opts ClusterCheckOptions) (*ClusterCheck,
 			What: fmt.Sprintf("the snapshot of backup %s, uncompressed, read to count its keys", m.Name)}}); err != nil {
 			return out, &Error{ClusterID: opts.ClusterID, Step: StepSpace, Err: err}
 		}
-		f, err := os.CreateTemp(root, ".etcd-recovery-verify-*.snapshot.db")
+		// Plaintext of an encrypted backup: tagged and registered, so that a
+		// second signal or the next start removes it (seal.CreateTemp).
+		f, err := seal.CreateTemp(root, ".etcd-recovery-verify-", ".snapshot.db")
 		if err != nil {
 			return out, err
 		}

@@ -10,12 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"filippo.io/age"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/etcdserver"
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/testing/mdblocks"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
@@ -74,6 +76,7 @@ var scenarios = []struct {
 }{
 	{"member-failure", memberFailure},
 	{"quorum-loss", quorumLoss},
+	{"quorum-loss-encrypted", quorumLossEncrypted},
 	{"operator-restore", operatorRestore},
 	{"nospace", noSpace},
 	{"unreachable", unreachable},
@@ -241,6 +244,9 @@ func quorumLoss(t *testing.T, rb mdblocks.Set) {
 		s.Vars["new-endpoints"] = strings.Join(eps, ",")
 		s.Vars["new-token"] = f.ID + "-manual"
 		s.Vars["data-dir-root"] = filepath.Join(s.Dir, "manual")
+		// A plaintext backup: the identity is never read.
+		s.Vars["identity-file"] = filepath.Join(s.Dir, "no-such-identity.txt")
+		s.Tools["age"] = testenv.Age(t)
 		s.T = t
 		rs := s.Run("quorum-loss.md#manual-fallback-with-stock-etcd-tools")
 		mdblocks.MustContain(t, mdblocks.One(t, rs, "curl", 0), "newest backup: "+f.Layout.BackupPrefix(f.ID, manual)[:len(f.Layout.BackupPrefix(f.ID, manual))-1])
@@ -251,6 +257,63 @@ func quorumLoss(t *testing.T, rb mdblocks.Set) {
 		mdblocks.CheckKeys(t, ncli, keys)
 		checkRevision(t, ncli)
 	})
+}
+
+// quorumLossEncrypted: the manual fallback on an age-encrypted backup
+// (written by the tool, encrypted to two recipients): Debian's age decrypts
+// it with the identity of one of them, and stock etcdutl and etcd bring
+// every key back, the revision bumped. No plaintext object is left in the
+// store, and the block leaves no ciphertext beside the database.
+func quorumLossEncrypted(t *testing.T, rb mdblocks.Set) {
+	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, TLS: true, Members: 1})
+	keys := testenv.PutKeys(t, c.Client(t), "/registry/secrets/", 200, 300)
+	f := mdblocks.NewFixture(t, c.PKI, c.Endpoints())
+	mine, err := age.GenerateX25519Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := age.GenerateX25519Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := seal.ParseRecipients([]string{other.Recipient().String(), mine.Recipient().String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := backup.Run(context.Background(), backup.Options{ClusterID: f.ID, Kind: catalog.KindScheduled, V2: backup.V2Off,
+		Compression: catalog.CompressZstd, Etcd: testfix.EtcdConfig(c), Store: f.Store, Layout: f.Layout, Recipients: rs})
+	if err != nil {
+		t.Fatalf("encrypted backup of %s: %v", f.ID, err)
+	}
+	if !res.Manifest.Encrypted() || res.Manifest.Snapshot.Object != "snapshot.db.zst"+seal.Suffix {
+		t.Fatalf("backup not encrypted: %+v", res.Manifest.Snapshot)
+	}
+	c.Members[0].Kill()
+
+	s := newScenario(t, rb, f.Vars)
+	members, ic, eps := mdblocks.NewMembers(t, 1)
+	s.Members = members
+	s.Vars["new-initial-cluster"] = ic
+	s.Vars["new-endpoints"] = strings.Join(eps, ",")
+	s.Vars["new-token"] = f.ID + "-manual"
+	s.Vars["data-dir-root"] = filepath.Join(s.Dir, "manual")
+	idFile := filepath.Join(t.TempDir(), "identity.txt")
+	if err := os.WriteFile(idFile, []byte("# public key: "+mine.Recipient().String()+"\n"+mine.String()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.Vars["identity-file"] = idFile
+	s.Tools["age"] = testenv.Age(t)
+	out := s.Run("quorum-loss.md#manual-fallback-with-stock-etcd-tools")
+	mdblocks.MustContain(t, mdblocks.One(t, out, "curl", 0), "newest backup: "+strings.TrimSuffix(f.Layout.BackupPrefix(f.ID, res.Manifest.Name), "/"))
+	if left, _ := filepath.Glob(filepath.Join(s.Dir, "*"+seal.Suffix)); len(left) != 0 {
+		t.Errorf("the fallback left the ciphertext beside the database: %v", left)
+	}
+	if got := strings.TrimSpace(lastLine(mdblocks.One(t, out, "grep -c", 0).Output)); got != strconv.Itoa(len(keys)) {
+		t.Errorf("the runbook's key count says %s, want %d", got, len(keys))
+	}
+	ncli := mdblocks.ClusterAt(c.PKI, eps).Client(t)
+	mdblocks.CheckKeys(t, ncli, keys)
+	checkRevision(t, ncli)
 }
 
 func lastLine(s string) string {

@@ -8,7 +8,7 @@
 # interrupted run, a full disk) is never taken for a built one; concurrent
 # runs are serialised by a lock per server. Prints nothing but progress on stderr.
 #
-#   scripts/test-servers.sh [etcd34|etcd35|etcd36|minio|kube-apiserver|kubectl|promtool|all]...
+#   scripts/test-servers.sh [etcd34|etcd35|etcd36|minio|kube-apiserver|kubectl|promtool|age|all]...
 #
 # Cache root: $TEST_SERVERS_DIR, default
 # ${XDG_CACHE_HOME:-$HOME/.cache}/etcd-recovery/test-servers (also what
@@ -271,6 +271,20 @@ fetch_promtool() {
   "$dir/promtool" --version 2>&1 | head -1 >&2
 }
 
+# age: the age file-encryption tool (`age -d -i IDENTITY`), which the
+# runbook's manual fallback uses to decrypt an encrypted backup with stock
+# tools; from Debian's age package at AGE_DEBIAN_VERSION, DOWNLOADED and
+# UNPACKED into the cache like etcd 3.4 (never installed). It is static
+# (Go), a 1.5 MB download.
+fetch_age() {
+  local ver="$AGE_DEBIAN_VERSION" dir="$CACHE/age-debian-$AGE_DEBIAN_VERSION"
+  lock "$dir"
+  if [[ -x "$dir/age" && -x "$dir/age-keygen" ]]; then return; fi
+  log "age: downloading Debian's age $ver, unpacking its age and age-keygen into $dir (not installed)"
+  debian_fetch age "$ver" "$dir" usr/bin/age usr/bin/age-keygen
+  log "age: $("$dir/age" --version 2>&1 | head -1)"
+}
+
 targets=("$@")
 [[ ${#targets[@]} -eq 0 ]] && targets=(all)
 for t in "${targets[@]}"; do
@@ -282,7 +296,8 @@ for t in "${targets[@]}"; do
     kube-apiserver) build_kube_apiserver ;;
     kubectl) build_kubectl ;;
     promtool) fetch_promtool ;;
-    all) fetch_etcd34; build_etcd "$ETCD35_VERSION"; build_etcd "$ETCD36_VERSION"; build_minio; build_kube_apiserver; build_kubectl; fetch_promtool ;;
+    age) fetch_age ;;
+    all) fetch_etcd34; build_etcd "$ETCD35_VERSION"; build_etcd "$ETCD36_VERSION"; build_minio; build_kube_apiserver; build_kubectl; fetch_promtool; fetch_age ;;
     *) log "unknown target $t"; exit 2 ;;
   esac
 done

@@ -40,6 +40,7 @@ func backupCommand() *cli.Command {
 			&cli.StringFlag{Name: "v2", Value: "auto", Usage: "export the v2 keyspace: auto (when served), on (required) or off"},
 			&cli.StringFlag{Name: "compress", Value: "zstd", Usage: "zstd or none"},
 			probeTimeoutFlag(),
+			backupTimeoutFlag(),
 			&cli.BoolFlag{Name: "prune", Usage: "once the backup is committed, apply the retention policy to the cluster (see prune)"},
 			orphanGraceFlag(),
 			&cli.BoolFlag{Name: "drill", Usage: "once the backup is committed (before --prune), prove it restores: a restore drill of it, compared with the source"},
@@ -71,6 +72,9 @@ func runBackup(c *cli.Context) error {
 	}
 	if !fleet && opts.ClusterID == "" {
 		return usagef("backup: --cluster-id is required")
+	}
+	if err := requirePositive(c, "backup", "timeout"); err != nil {
+		return err
 	}
 	if !fleet {
 		if err := catalog.ValidateClusterID(opts.ClusterID); err != nil {
@@ -112,12 +116,22 @@ func runBackup(c *cli.Context) error {
 		// An encrypted backup's drill runs on the plaintext the backup
 		// streamed, kept under --temp-dir (else $TMPDIR) for the drill.
 		opts.ScratchDir = drill.ScratchDir
+		// Checked before each snapshot streams (ETCD_RECOVERY_SCRATCH_LIMIT).
+		scratchDir := drill.ScratchDir
+		opts.CheckScratch = func(dbSize int64) error { return restore.CheckDrillScratch(scratchDir, dbSize) }
 	}
 	if err := opts.ValidateTemplate(); err != nil {
 		return fmt.Errorf("backup: %w", err)
 	}
+	// The overall deadline: every step (probe, stream, upload, v2 export,
+	// manifest, drill, prune) runs under it. When it passes, the step in
+	// flight fails, an uncommitted backup is aborted as on any failure
+	// (no manifest; its upload aborted on a context of its own), and the
+	// exit is 1 naming the step; 130 stays the signals'.
+	ctx, cancel, deadline := backupDeadline(c)
+	defer cancel()
 	if fleet {
-		return runBackupAll(c, opts, format, drill)
+		return deadline(runBackupAll(ctx, c, opts, format, drill))
 	}
 	if opts.Etcd, err = etcdConfig(c); err != nil {
 		return err
@@ -139,7 +153,8 @@ func runBackup(c *cli.Context) error {
 	}
 	prog := output.NewProgress(fmt.Sprintf("backup %s", opts.ClusterID))
 	opts.Progress = prog.Update
-	res, err := backup.Run(c.Context, opts)
+	res, err := backup.Run(ctx, opts)
+	err = deadline(err)
 	prog.Done()
 	pushBackupRun(c, opts, res) // --pushgateway (serve.go); a failed push is only logged
 	if res == nil {
@@ -190,8 +205,21 @@ func drillPlanFromFlags(c *cli.Context, fleet bool) (*kube.DrillPlan, error) {
 
 func envSet(name string) bool { _, ok := os.LookupEnv(name); return ok }
 
+// backupDeadline bounds the run by --timeout. deadline(err) names it
+// when err came from it (not from a signal, which cancels c.Context).
+func backupDeadline(c *cli.Context) (context.Context, context.CancelFunc, func(error) error) {
+	d := c.Duration("timeout")
+	ctx, cancel := context.WithTimeout(c.Context, d)
+	return ctx, cancel, func(err error) error {
+		if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && c.Context.Err() == nil {
+			return fmt.Errorf("backup: the overall deadline passed (--timeout %v): %w", d, err)
+		}
+		return err
+	}
+}
+
 // runBackupAll backs up EtcdClusters found through the Kubernetes API.
-func runBackupAll(c *cli.Context, tmpl backup.Options, format output.Format, drill *kube.DrillPlan) error {
+func runBackupAll(ctx context.Context, c *cli.Context, tmpl backup.Options, format output.Format, drill *kube.DrillPlan) error {
 	k, err := kubeClient(c)
 	if err != nil {
 		return err
@@ -207,7 +235,7 @@ func runBackupAll(c *cli.Context, tmpl backup.Options, format output.Format, dri
 	if tmpl.Prune != nil && c.Bool("all") {
 		orphans = &kube.OrphanPlan{Grace: c.Duration("orphan-grace")}
 	}
-	rep, err := kube.BackupAll(c.Context, kube.BackupAllOptions{
+	rep, err := kube.BackupAll(ctx, kube.BackupAllOptions{
 		Kube:        k,
 		Names:       c.StringSlice("cluster"),
 		Parallel:    c.Int("parallel"),

@@ -18,6 +18,9 @@ var flagExceptions = map[string]string{
 	// restore's --endpoints are the old cluster's: none given means no
 	// survivor snapshot, so it has no etcdctl default.
 	"endpoints": "restore: the old cluster's endpoints, no default",
+	// backup's run holds a namespace's backups and drills: its usage text
+	// names its own default.
+	"timeout": "backup: 3h30m, inside the CronJob's 4 h activeDeadlineSeconds",
 }
 
 type flagUse struct {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -22,7 +23,9 @@ func deleteCommand() *cli.Command {
 			"With --all-backups: every backup folder of the cluster (any kind, incomplete or damaged, manifests first), the multipart\n" +
 			"uploads into them and its orphan marker: the end of a cluster whose EtcdCluster was deleted. It refuses while an\n" +
 			"EtcdCluster of that name exists in the namespace (in a pod, or with --namespace/--kubeconfig/KUBECONFIG), and\n" +
-			"without Kubernetes access, where it cannot check, unless --ignore-etcdcluster. --dry-run lists what it would delete.",
+			"without Kubernetes access, where it cannot check, unless --ignore-etcdcluster. It refuses while an EtcdRestore of the\n" +
+			"namespace references the cluster (a restore through etcd-operator recreates its EtcdCluster), --ignore-etcdcluster or not.\n" +
+			"--dry-run lists what it would delete.",
 		Flags: concat(cosFlags(), kubeFlags(), []cli.Flag{
 			clusterIDFlag(),
 			&cli.StringSliceFlag{Name: "backup", Usage: backupFlagUsage},
@@ -99,9 +102,13 @@ func runDelete(c *cli.Context) error {
 type deleteAllResult struct {
 	// EtcdCluster is what the check found: "absent", "exists",
 	// "not checked: ..." (with --ignore-etcdcluster).
-	EtcdCluster string                   `json:"etcdCluster"`
-	Namespace   string                   `json:"namespace,omitempty"`
-	Delete      *catalog.DeleteAllReport `json:"delete"`
+	EtcdCluster string `json:"etcdCluster"`
+	// EtcdRestores is what the check of the restores in flight found:
+	// "none", "not checked: ..." (with --ignore-etcdcluster); a restore
+	// referencing the cluster refuses the deletion.
+	EtcdRestores string                   `json:"etcdRestores,omitempty"`
+	Namespace    string                   `json:"namespace,omitempty"`
+	Delete       *catalog.DeleteAllReport `json:"delete"`
 }
 
 func runDeleteAll(c *cli.Context, opts catalog.DeleteAllOptions, format output.Format) error {
@@ -160,6 +167,23 @@ func runDeleteAll(c *cli.Context, opts catalog.DeleteAllOptions, format output.F
 			log.Warn("delete --all-backups: the EtcdCluster exists; deleting its backups anyway (--ignore-etcdcluster)", "cluster", id, "namespace", k.Namespace)
 		default:
 			res.EtcdCluster = "absent"
+		}
+		// A restore through etcd-operator deletes and recreates the
+		// EtcdCluster: its absence then says nothing. The orphan pass
+		// keeps such a cluster's backups too (kube.RestoringClusters).
+		restores, err := k.RestoresOf(ctx, id)
+		switch {
+		case err != nil && !ignore:
+			return named("check etcdrestore", fmt.Errorf("delete --all-backups: cluster %s: could not check whether an EtcdRestore references it, nothing was deleted: %w", id, err))
+		case err != nil:
+			res.EtcdRestores = "not checked: " + err.Error() + " (--ignore-etcdcluster)"
+			log.Warn("delete --all-backups: could not check the EtcdRestores; going on (--ignore-etcdcluster)", "cluster", id, "err", err)
+		case len(restores) > 0:
+			return fmt.Errorf("delete --all-backups: refusing to delete the backups of cluster %s, nothing was deleted: a restore is in flight: "+
+				"EtcdRestore %s/%s references it (etcd-operator recreates its EtcdCluster); run again once the restore is over and the EtcdRestore is deleted",
+				id, k.Namespace, strings.Join(restores, ", "+k.Namespace+"/"))
+		default:
+			res.EtcdRestores = "none"
 		}
 	}
 	opts.Store, opts.Layout = store, layout

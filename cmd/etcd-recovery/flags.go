@@ -72,6 +72,9 @@ func cosFlags() []cli.Flag {
 		&cli.StringFlag{Name: "cos-ca-file", EnvVars: []string{"COS_CA_FILE"}, Usage: "extra CA bundle for the COS endpoint", TakesFile: true},
 		&cli.IntFlag{Name: "cos-max-retries", EnvVars: []string{"COS_MAX_RETRIES"}, Value: 5, Usage: "retries per request on transient errors (5xx, resets, timeouts)"},
 		&cli.DurationFlag{Name: "cos-stall-timeout", EnvVars: []string{"COS_STALL_TIMEOUT"}, Value: cos.DefaultStallTimeout, Usage: "abort a store call (or an upload or download) that makes no progress for this long: \"object store stalled\""},
+		&cli.StringFlag{Name: "cos-min-throughput", EnvVars: []string{"COS_MIN_THROUGHPUT"}, Value: cos.DefaultMinThroughput.String(),
+			Usage: "abort a store call that moves fewer bytes than SIZE in any WINDOW of its transfers (SIZE/WINDOW, e.g. 64KiB/60s; off: no minimum): " +
+				"a store that trickles is \"object store stalled (throughput ... below ...)\""},
 	}
 }
 
@@ -110,14 +113,19 @@ func cosStoreWith(c *cli.Context, creds cos.Credentials) (store.Store, catalog.L
 	if stall <= 0 {
 		return nil, catalog.Layout{}, usagef("--cos-stall-timeout %v: must be positive", stall)
 	}
+	minRate, err := cos.ParseThroughput(c.String("cos-min-throughput"))
+	if err != nil {
+		return nil, catalog.Layout{}, usagef("--cos-min-throughput: %v", err)
+	}
 	st, err := cos.New(cos.Config{
-		Endpoint:     c.String("cos-endpoint"),
-		Region:       c.String("cos-region"),
-		Bucket:       c.String("bucket"),
-		Creds:        creds,
-		CAFile:       c.String("cos-ca-file"),
-		MaxRetries:   retries,
-		StallTimeout: stall,
+		Endpoint:      c.String("cos-endpoint"),
+		Region:        c.String("cos-region"),
+		Bucket:        c.String("bucket"),
+		Creds:         creds,
+		CAFile:        c.String("cos-ca-file"),
+		MaxRetries:    retries,
+		StallTimeout:  stall,
+		MinThroughput: minRate,
 	})
 	if err != nil {
 		return nil, catalog.Layout{}, asUsage(err)
@@ -226,9 +234,22 @@ func cosStoreKube(c *cli.Context, k *kube.Client) (store.Store, catalog.Layout, 
 // stops answering fails sooner, at --cos-stall-timeout.
 const defaultTimeout = 10 * time.Minute
 
+const timeoutUsage = "overall deadline of the run: when it passes, the run stops and says at which step " +
+	"(restore: a dry run only; backup: default 3h30m, every step, the drill and prune included)"
+
 func timeoutFlag() cli.Flag {
-	return &cli.DurationFlag{Name: "timeout", Value: defaultTimeout,
-		Usage: "overall deadline of the run: when it passes, the run stops and says at which step (restore: a dry run only)"}
+	return &cli.DurationFlag{Name: "timeout", Value: defaultTimeout, Usage: timeoutUsage}
+}
+
+// defaultBackupTimeout is backup's overall deadline: a namespace's
+// backups (about 100 clusters, 4 at a time: well under 1 h) and a third
+// of them drilled (about 75 min for 1 GiB databases) fit with room, and
+// the run still ends, its uploads aborted and its Events recorded, before
+// the CronJob's activeDeadlineSeconds (4 h) kills the pod.
+const defaultBackupTimeout = 3*time.Hour + 30*time.Minute
+
+func backupTimeoutFlag() cli.Flag {
+	return &cli.DurationFlag{Name: "timeout", Value: defaultBackupTimeout, Usage: timeoutUsage}
 }
 
 func probeTimeoutFlag() cli.Flag {
@@ -335,7 +356,8 @@ func applyDeprecated(name string, action cli.ActionFunc) cli.ActionFunc {
 
 // Encryption (age). Backup jobs hold recipients (public keys) only;
 // the identity (private key) is loaded only by the commands that decrypt:
-// restore, restore v2, restore verify --backup and drill.
+// restore, restore v2, restore verify --backup and drill, and by list,
+// which opens each encrypted backup's age header with it.
 
 // encryptionFlags are backup's: the recipients and --require-encryption.
 func encryptionFlags() []cli.Flag {
@@ -364,8 +386,8 @@ func recipientsFromFlags(c *cli.Context) (seal.Recipients, error) {
 }
 
 // identityFileFlag is the age identity file of the commands that decrypt
-// (restore, restore v2, restore verify --backup, drill): one name, one
-// meaning on every command.
+// (restore, restore v2, restore verify --backup, drill) and of list (the
+// header check): one name, one meaning on every command.
 func identityFileFlag() cli.Flag {
 	return &cli.StringFlag{Name: "identity-file", EnvVars: []string{seal.EnvIdentityFile}, TakesFile: true,
 		Usage: "age identity file (AGE-SECRET-KEY-1… lines, as age-keygen writes it; not readable by others) to decrypt encrypted backups; " +

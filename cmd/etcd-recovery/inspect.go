@@ -11,6 +11,7 @@ import (
 	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/kube"
 )
 
@@ -38,6 +39,7 @@ func inspectCommand() *cli.Command {
 			parallelFlag(),
 			probeTimeoutFlag(),
 			orphanGraceFlag(),
+			identityFileFlag(),
 			&cli.Int64Flag{Name: "quota-backend-bytes", Value: inspect.DefaultQuotaBytes, Usage: "the cluster's --quota-backend-bytes: a DB at 80% of it is flagged"},
 			&cli.Uint64Flag{Name: "max-lag", Value: inspect.DefaultMaxLag, Usage: "flag a member this many raft entries behind"},
 			&cli.DurationFlag{Name: "max-backup-age", Value: inspect.DefaultMaxBackupAge, Usage: "flag the newest backup when older (one missed 8-hourly run)"},
@@ -144,6 +146,18 @@ func runInspectKube(c *cli.Context, tmpl inspect.Options, format output.Format, 
 		Orphans: cluster == "", OrphanGrace: c.Duration("orphan-grace")}
 	if cluster != "" {
 		opts.Names = []string{cluster}
+	}
+	if c.String("identity-file") != "" && tmpl.Store != nil && cluster == "" {
+		// Does the toolkit's identity open each cluster's newest encrypted
+		// backup? An empty mount is no identity: each says so.
+		ids, err := identityFromFlags(c)
+		if err != nil {
+			return err
+		}
+		if ids == nil {
+			ids = &seal.Identities{}
+		}
+		opts.Identities = ids
 	}
 	rep, err := kube.InspectAll(c.Context, opts)
 	var nf *kube.NotFoundError

@@ -10,6 +10,7 @@ import (
 
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/internal/seal"
 )
 
 const defaultProbeTimeout = 3 * time.Second
@@ -18,8 +19,9 @@ func listCommand() *cli.Command {
 	return &cli.Command{
 		Name: "list",
 		Usage: "list a cluster's backups, newest first, with each one's state (committed, incomplete, damaged), " +
-			"its restore drill (passed, FAILED, never, unreadable) and why retention keeps or deletes it",
-		Flags:  concat(cosFlags(), []cli.Flag{clusterIDFlag(), outputFlag(), timeoutFlag()}, policyFlags()),
+			"its restore drill (passed, FAILED, never, unreadable; what it restored) and why retention keeps or deletes it; " +
+			"with --identity-file, whether the identity opens each encrypted backup (DECRYPTS)",
+		Flags:  concat(cosFlags(), []cli.Flag{clusterIDFlag(), outputFlag(), timeoutFlag(), identityFileFlag()}, policyFlags()),
 		Action: runList,
 	}
 }
@@ -64,6 +66,15 @@ func runList(c *cli.Context) error {
 	opts := catalog.ListOptions{ClusterID: c.String("cluster-id")}
 	if opts.Policy, err = policyFromFlags(c); err != nil {
 		return err
+	}
+	if opts.Identities, err = identityFromFlags(c); err != nil {
+		return err
+	}
+	if opts.Identities == nil && c.String("identity-file") != "" {
+		// The toolkit's mount is empty (the secret never reached the
+		// namespace): every encrypted backup shows that no identity
+		// opens it.
+		opts.Identities = &seal.Identities{}
 	}
 	if err := opts.Validate(); err != nil {
 		return err

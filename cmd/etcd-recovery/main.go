@@ -16,8 +16,10 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -173,6 +175,9 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			}
 			if c.Action != nil {
 				c.Action = noStrayArgs(name, c, applyDeprecated(name, c.Action))
+				if usesScratch(name, c) {
+					c.Action = withLeftoversRemoved(c.Action)
+				}
 			}
 			walk(name, c.Subcommands)
 		}
@@ -209,6 +214,49 @@ func noStrayArgs(name string, cmd *cli.Command, action cli.ActionFunc) cli.Actio
 				return usagef("%s: unexpected argument %q: flags go before any argument", name, arg)
 			}
 			return usagef("%s: unexpected argument %q (%s)", name, arg, hint)
+		}
+		return action(c)
+	}
+}
+
+// usesScratch says whether a command writes plaintext scratch (it takes
+// --temp-dir) or is the toolkit's long-lived process (serve): those remove
+// the leftovers of earlier processes when they start.
+func usesScratch(name string, cmd *cli.Command) bool {
+	if name == "serve" {
+		return true
+	}
+	for _, f := range cmd.Flags {
+		if slices.Contains(f.Names(), "temp-dir") {
+			return true
+		}
+	}
+	return false
+}
+
+// withLeftoversRemoved runs action after removing, from the scratch root
+// (--temp-dir, and $TMPDIR, else /tmp), the plaintext scratch that earlier
+// processes of this tool left when they were killed (SIGKILL, the OOM
+// killer, a second signal that beat its cleanup): only names this tool
+// writes, tagged with a process that is gone (seal.RemoveLeftovers).
+func withLeftoversRemoved(action cli.ActionFunc) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		log, err := logger(c)
+		if err != nil {
+			return err
+		}
+		roots := []string{os.TempDir()}
+		if d := c.String("temp-dir"); d != "" && filepath.Clean(d) != filepath.Clean(roots[0]) {
+			roots = append(roots, d)
+		}
+		for _, root := range roots {
+			removed, err := seal.RemoveLeftovers(root)
+			for _, p := range removed {
+				log.Info("removed plaintext scratch left by an earlier process of this tool", "path", p)
+			}
+			if err != nil {
+				log.Warn("could not remove all plaintext scratch left by earlier processes", "dir", root, "err", err)
+			}
 		}
 		return action(c)
 	}

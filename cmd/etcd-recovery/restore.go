@@ -28,9 +28,11 @@ func restoreCommand() *cli.Command {
 			"etcd-recovery restore --cluster NAME --via etcd-operator [--namespace NS] [--wait-timeout 10m] [--temp-dir DIR] [--dry-run] [options]",
 		Description: "1. If a member of the old cluster (--endpoints) still answers, a snapshot of it is committed to COS first\n" +
 			"   as a pre-restore backup (not with --no-live; a dry run only says it would).\n" +
-			"2. The snapshot with the highest revision wins (time breaks ties); --backup forces one.\n" +
+			"2. The snapshot with the highest revision wins (a drilled one, then time, breaks ties); --backup forces one.\n" +
 			"3. It is streamed into a temp file (next to the data dirs, or in --temp-dir) while the stored sha256, the database sha256\n" +
-			"   and etcd's trailing hash are checked. A corrupt or truncated backup is refused, naming the next good one.\n" +
+			"   and etcd's trailing hash are checked. A backup `list` calls damaged is never chosen; one that fails a check is\n" +
+			"   refused and the next candidate tried (each at most once, each refusal logged and in -o json's fallbacks).\n" +
+			"   A backup named with --backup is refused instead, naming the next good one.\n" +
 			"4. Each member's data dir is written with etcdutl's restore code: a new cluster token (generated when\n" +
 			"   not given), the revision bumped by --bump-revision and marked compacted so watchers never go back.\n" +
 			"   Data dirs: --data-dir-root DIR gives DIR/<name>.etcd; --data-dir may contain {name}; without {name}\n" +

@@ -13,6 +13,7 @@ import (
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/metrics"
 )
@@ -33,7 +34,11 @@ func serveCommand() *cli.Command {
 			"only, no snapshot is downloaded) and the inspection of every EtcdCluster of the namespace (the code of\n" +
 			"inspect --all, --parallel at a time). /metrics serves the last snapshot (client_golang); /healthz answers\n" +
 			"200 while the last successful refresh finished within 3 intervals (plus one --refresh-timeout), else 503;\n" +
-			"/livez answers 200 while refreshes keep starting. SIGTERM stops it gracefully.",
+			"/livez answers 200 while refreshes keep starting. SIGTERM stops it gracefully.\n\n" +
+			"Only the namespace's EtcdClusters are clusters (etcd_recovery_cluster_info); a cluster id with backups and no\n" +
+			"EtcdCluster is an orphan (etcd_recovery_orphan_info, with the orphan pass's state for --orphan-grace).\n" +
+			"On each refresh, the age header of each cluster's newest encrypted backup is opened with --identity-file\n" +
+			"(read again each refresh; one ranged read of the snapshot object): etcd_recovery_backup_undecryptable.",
 		Flags: concat(cosFlags(), kubeFlags(), []cli.Flag{
 			&cli.StringFlag{Name: "listen", Value: ":9090", EnvVars: []string{"ETCD_RECOVERY_LISTEN"}, Usage: "address of /metrics, /healthz and /livez"},
 			&cli.DurationFlag{Name: "interval", Value: metrics.DefaultInterval, Usage: "time between refreshes (± 10% jitter)"},
@@ -41,6 +46,8 @@ func serveCommand() *cli.Command {
 			parallelFlag(),
 			probeTimeoutFlag(),
 			dial,
+			orphanGraceFlag(),
+			identityFileFlag(),
 		}),
 		Action: runServe,
 	}
@@ -60,13 +67,28 @@ func runServe(c *cli.Context) error {
 	if _, _, err := net.SplitHostPort(c.String("listen")); err != nil {
 		return usagef("serve: --listen %q: want host:port or :port", c.String("listen"))
 	}
+	if c.Duration("orphan-grace") < catalog.MinOrphanGrace {
+		return usagef("serve: --orphan-grace %s: want at least %s", c.Duration("orphan-grace"), catalog.MinOrphanGrace)
+	}
+	// A bad identity file is a usage error at start (exit 4); then it is
+	// read again on every refresh, so a rotated Secret needs no restart.
+	ids, err := identityFromFlags(c)
+	if err != nil {
+		return err
+	}
+	if ids != nil && ids.Warning != "" {
+		log.Warn("identity file accepted with a remark", "identity_file", c.String("identity-file"), "warning", ids.Warning)
+	}
 	k, err := kubeClient(c)
 	if err != nil {
 		return err
 	}
 	opts := metrics.Options{Kube: k, Interval: c.Duration("interval"), Jitter: metrics.DefaultJitter,
 		Deadline: c.Duration("refresh-timeout"), Parallel: c.Int("parallel"), ProbeTimeout: c.Duration("probe-timeout"),
-		DialTimeout: c.Duration("dial-timeout"), Log: log}
+		DialTimeout: c.Duration("dial-timeout"), OrphanGrace: c.Duration("orphan-grace"), Log: log}
+	if c.String("identity-file") != "" {
+		opts.Identities = func() (*seal.Identities, error) { return identityFromFlags(c) }
+	}
 	if c.String("bucket") != "" {
 		if opts.Store, opts.Layout, err = cosStoreKube(c, k); err != nil {
 			return err

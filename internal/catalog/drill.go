@@ -50,6 +50,37 @@ const (
 	DrillCheckPassed = "passed"
 	DrillCheckFailed = "failed"
 	DrillCheckInfo   = "info" // recorded, never fails the drill
+	// DrillCheckInconclusive: the check could not be made for a cause of
+	// the node, not of the backup (the drill's etcd killed by a signal or
+	// the OOM killer, a full scratch disk, a deadline). It never fails the
+	// drill; a drill with one and no failed check is inconclusive.
+	DrillCheckInconclusive = "inconclusive"
+)
+
+// Drill verdicts (DrillRecord.Verdict).
+const (
+	VerdictPassed = "passed"
+	// VerdictFailed: a property of the backup failed a check.
+	VerdictFailed = "failed"
+	// VerdictInconclusive: the drill could not judge the backup (see
+	// DrillCheckInconclusive); it is never recorded in drill.json, so it
+	// neither replaces an earlier verdict nor makes restore skip the
+	// backup.
+	VerdictInconclusive = "inconclusive"
+)
+
+// What a drill restored from (DrillRecord.Drilled).
+const (
+	// DrilledStored: the backup's stored objects, downloaded and, for an
+	// encrypted backup, decrypted with a mounted identity: proof that the
+	// stored ciphertext decrypts and restores.
+	DrilledStored = "stored"
+	// DrilledLocalPlaintext: the plaintext copy the backup streamed (the
+	// CronJob's drill after a backup; it holds no identity). It proves
+	// the database restores; for an encrypted backup, that its stored
+	// ciphertext decrypts is proven separately (the exporter's header
+	// check, a drill in the toolkit).
+	DrilledLocalPlaintext = "local-plaintext"
 )
 
 // DrillRecord is the result of one restore drill of one backup.
@@ -61,6 +92,17 @@ type DrillRecord struct {
 	// names the first failing check in Failed ("<check>: <detail>").
 	Passed bool   `json:"passed"`
 	Failed string `json:"failed,omitempty"`
+	// Verdict is passed or failed (records older than it: derived from
+	// Passed). Failures lists every failed check ("<check>: <detail>"),
+	// not only the first.
+	Verdict  string   `json:"verdict,omitempty"`
+	Failures []string `json:"failures,omitempty"`
+	// Drilled says what was restored: the stored objects (DrilledStored)
+	// or the backup's local plaintext copy (DrilledLocalPlaintext).
+	// Encrypted: the backup's stored objects are age-encrypted; with
+	// DrilledStored, the drill decrypted them.
+	Drilled   string `json:"drilled,omitempty"`
+	Encrypted bool   `json:"encrypted,omitempty"`
 
 	StartedAt  time.Time `json:"startedAt"`
 	FinishedAt time.Time `json:"finishedAt"`
@@ -137,6 +179,19 @@ func UnmarshalDrill(b []byte) (*DrillRecord, error) {
 	}
 	if r.Passed && r.Failed != "" {
 		return nil, errors.New("drill record: passed, yet names a failed check")
+	}
+	switch r.Verdict {
+	case "":
+		r.Verdict = VerdictFailed
+		if r.Passed {
+			r.Verdict = VerdictPassed
+		}
+	case VerdictPassed, VerdictFailed:
+		if (r.Verdict == VerdictPassed) != r.Passed {
+			return nil, fmt.Errorf("drill record: verdict %s contradicts passed=%v", r.Verdict, r.Passed)
+		}
+	default:
+		return nil, fmt.Errorf("drill record: verdict %q is never recorded", r.Verdict)
 	}
 	return &r, nil
 }
@@ -223,16 +278,34 @@ type DrillSummary struct {
 	Failed string    // the failing check, when it failed
 	// Mode is the comparison the drill made (CompareSource, CompareSelf).
 	Mode string
+	// Drilled and Encrypted are the record's (what was restored).
+	Drilled   string
+	Encrypted bool
 	// Err is set when the record could not be read or parsed: no proof.
 	Err string
 }
 
 // Proven reports whether the drill record proves the backup restores.
+//
+// A drill of the backup's local plaintext copy counts, for an encrypted
+// backup too: it proves the database restores, and the stored ciphertext
+// is what that plaintext was encrypted into (its sha256 checked on
+// upload). That a mounted identity opens it is proven apart from the
+// record: the exporter opens each newest backup's age header on every
+// refresh (EtcdBackupUndecryptable), and a drill in the toolkit restores
+// the stored ciphertext (Drilled: stored). Retention and restore read
+// Proven alike; list shows which kind of drill it was.
 func (s *DrillSummary) Proven() bool { return s != nil && s.Passed && s.Err == "" }
+
+// FailedBackup reports whether the drill ran and failed for a property of
+// the backup (an unreadable record is no proof, but no failure either;
+// an inconclusive drill is never recorded).
+func (s *DrillSummary) FailedBackup() bool { return s != nil && s.Err == "" && !s.Passed }
 
 // Summary is the record's summary.
 func (r *DrillRecord) Summary() *DrillSummary {
-	return &DrillSummary{Passed: r.Passed, At: r.FinishedAt, Failed: r.Failed, Mode: r.Comparison.Mode}
+	return &DrillSummary{Passed: r.Passed, At: r.FinishedAt, Failed: r.Failed, Mode: r.Comparison.Mode,
+		Drilled: r.Drilled, Encrypted: r.Encrypted}
 }
 
 // HasDrill reports whether the backup's folder holds a drill record.

@@ -16,6 +16,11 @@ type DrillResult struct {
 	Mode string `json:"mode,omitempty"`
 	// Error says why the record could not be read or parsed (no proof).
 	Error string `json:"error,omitempty"`
+	// Drilled is what the drill restored: DrilledStored (the stored
+	// objects, decrypted when Encrypted) or DrilledLocalPlaintext (the
+	// plaintext copy the backup streamed). Empty for records older than it.
+	Drilled   string `json:"drilled,omitempty"`
+	Encrypted bool   `json:"encrypted,omitempty"`
 }
 
 // Result is the summary as DrillResult; nil for nil.
@@ -23,7 +28,7 @@ func (s *DrillSummary) Result() *DrillResult {
 	if s == nil {
 		return nil
 	}
-	r := &DrillResult{Passed: s.Proven(), Failed: s.Failed, Mode: s.Mode, Error: s.Err}
+	r := &DrillResult{Passed: s.Proven(), Failed: s.Failed, Mode: s.Mode, Error: s.Err, Drilled: s.Drilled, Encrypted: s.Encrypted}
 	if !s.At.IsZero() {
 		at := s.At.UTC()
 		r.At = &at

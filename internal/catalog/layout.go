@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -119,12 +120,37 @@ var (
 	backupNameRe = regexp.MustCompile(`^(\d{8}T\d{6}\.\d{3}Z)-([a-z]+(?:-[a-z]+)*?)(?:-([0-9a-f]{8}))?$`)
 )
 
-// ValidateClusterID rejects ids that would escape or break the layout.
+// ValidateClusterID rejects ids that would escape or break the layout, and
+// the reserved names (ReservedClusterIDs): the folders and objects the
+// layout keeps beside the clusters under the prefix.
 func ValidateClusterID(id string) error {
 	if !clusterIDRe.MatchString(id) {
 		return fmt.Errorf("invalid cluster id %q: want letters, digits, '.', '_' or '-', not starting with a symbol", id)
 	}
+	if slices.Contains(ReservedClusterIDs(), id) {
+		return fmt.Errorf("invalid cluster id %q: a reserved name: the layout keeps %s under the prefix (reserved: %s)",
+			id, reservedWhat[id], strings.Join(ReservedClusterIDs(), ", "))
+	}
 	return nil
+}
+
+// reservedWhat says what each reserved name holds beside the clusters.
+var reservedWhat = map[string]string{
+	strings.TrimSuffix(stagedDir, "/"): "the staged plaintext copies of restores via etcd-operator there (" + stagedDir + ")",
+	OwnerObject:                        "the prefix's ownership record there",
+}
+
+// ReservedClusterIDs are the names the layout uses directly under the
+// prefix, beside the cluster folders, sorted: never a cluster id, so a
+// listing of the prefix never reads them as a cluster, and a cluster's
+// backups never land where prune deletes staged copies.
+func ReservedClusterIDs() []string {
+	out := make([]string, 0, len(reservedWhat))
+	for id := range reservedWhat {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // BackupName returns the folder name of a backup taken at t, without the

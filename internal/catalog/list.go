@@ -2,11 +2,14 @@ package catalog
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	"github.com/armada/etcd-recovery/internal/fanout"
 	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/usage"
 )
@@ -17,6 +20,7 @@ const (
 	ListStepManifests = "read manifests"
 	ListStepUploads   = "list multipart uploads"
 	ListStepDrills    = "read drill records"
+	ListStepDecrypts  = StepCheckDecrypts
 )
 
 // ListOptions configure List.
@@ -29,6 +33,10 @@ type ListOptions struct {
 	Policy Policy
 	// Now is the time the policy is applied at; default time.Now().
 	Now time.Time
+	// Identities, when set (list --identity-file), are tried on the age
+	// header of every encrypted committed backup (CheckDecrypts): each
+	// row then says whether one opens it (ListRow.Decrypt).
+	Identities *seal.Identities
 }
 
 // Validate checks the cluster id and the policy (usage errors).
@@ -142,14 +150,96 @@ func List(ctx context.Context, opts ListOptions) (*ListResult, error) {
 		res.Rows[i].Orphan = marker
 	}
 	res.MarkerErr = markerErr
+	var decryptErr error
+	if opts.Identities != nil {
+		decryptErr = checkRowsDecrypt(ctx, st, layout, res.Rows, opts.Identities)
+		if err := ctx.Err(); err != nil {
+			return fail(ListStepDecrypts, fmt.Errorf("list cluster %s: %s: %w", id, StepCheckDecrypts, err))
+		}
+	}
 	res.Staged, res.StagedErr = ListStaged(ctx, st, layout, []string{id}, opts.Now)
 	switch {
 	case unknownErr != nil:
 		res.Err = fmt.Errorf("list cluster %s: %w", id, unknownErr)
 	case drillErr != nil:
 		res.Err = fmt.Errorf("list cluster %s: %w", id, drillErr)
+	case decryptErr != nil:
+		res.Err = fmt.Errorf("list cluster %s: %w", id, decryptErr)
 	}
 	return res, nil
+}
+
+// checkRowsDecrypt opens the age header of every committed, undamaged,
+// encrypted backup among rows with ids (CheckDecrypts, in parallel) and
+// sets each one's Decrypt. It returns the first check that could not be
+// made (a store failure: that backup's state is unknown); a backup no
+// identity opens is a state, not an error.
+func checkRowsDecrypt(ctx context.Context, st store.Store, layout Layout, rows ListRows, ids *seal.Identities) error {
+	var idx []int
+	for i, r := range rows {
+		if r.Manifest != nil && r.Manifest.Encrypted() && r.Status == "committed" {
+			idx = append(idx, i)
+		}
+	}
+	errs := make([]error, len(idx))
+	fanout.ForEach(ctx, len(idx), DefaultCheckParallel, func(ctx context.Context, k int) {
+		r := &rows[idx[k]]
+		r.Decrypt, errs[k] = DecryptResultOf(CheckDecrypts(ctx, st, layout, r.Manifest, ids))
+	})
+	for k, i := range idx {
+		if rows[i].Decrypt == nil {
+			rows[i].Decrypt = &DecryptResult{State: DecryptUnknown, Error: "not checked: " + ctxErrText(ctx)}
+		}
+		if errs[k] != nil {
+			return errs[k]
+		}
+	}
+	return nil
+}
+
+func ctxErrText(ctx context.Context) string {
+	if err := ctx.Err(); err != nil {
+		return err.Error()
+	}
+	return "not started"
+}
+
+// DecryptResult is whether a mounted identity opens an encrypted backup
+// (CheckDecrypts), as list and inspect --all show it.
+type DecryptResult struct {
+	// State is DecryptOpens, DecryptNoIdentity, DecryptDamaged or
+	// DecryptUnknown.
+	State string `json:"state"`
+	// Error is CheckDecrypts' error (absent when it opens).
+	Error string `json:"error,omitempty"`
+}
+
+// States of DecryptResult.
+const (
+	// DecryptOpens: an identity given opens the snapshot's age header.
+	DecryptOpens = "opens"
+	// DecryptNoIdentity: none does (seal.ErrNoIdentity): a restore
+	// with these identities fails at "verify backup".
+	DecryptNoIdentity = "no identity opens it"
+	// DecryptDamaged: the object does not start with a well-formed age
+	// header (seal.ErrTampered).
+	DecryptDamaged = "damaged"
+	// DecryptUnknown: the check could not be made (the store failed).
+	DecryptUnknown = "unknown"
+)
+
+// DecryptResultOf classifies CheckDecrypts' error; the error is returned
+// again only when the check could not be made (DecryptUnknown).
+func DecryptResultOf(err error) (*DecryptResult, error) {
+	switch {
+	case err == nil:
+		return &DecryptResult{State: DecryptOpens}, nil
+	case errors.Is(err, seal.ErrNoIdentity):
+		return &DecryptResult{State: DecryptNoIdentity, Error: err.Error()}, nil
+	case errors.Is(err, seal.ErrTampered):
+		return &DecryptResult{State: DecryptDamaged, Error: err.Error()}, nil
+	}
+	return &DecryptResult{State: DecryptUnknown, Error: err.Error()}, err
 }
 
 // attachUploads lists the multipart uploads under the cluster and under

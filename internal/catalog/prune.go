@@ -57,6 +57,9 @@ const (
 	// PruneStepDamaged: the prune ran, but a cluster's newest backup that
 	// checks out is older than its newest backup (or it has none).
 	PruneStepDamaged = "damaged backups"
+	// PruneStepStaged: the prune ran, but staged plaintext copies older
+	// than StagedMaxAge could not be deleted (or listed).
+	PruneStepStaged = "delete staged plaintext copies"
 )
 
 // PruneOptions configure Prune.
@@ -200,6 +203,11 @@ type PruneReport struct {
 	// found (staged.go): deleted once older than StagedMaxAge.
 	Staged      []StagedCopy `json:"staged,omitempty"`
 	StagedError string       `json:"stagedError,omitempty"`
+	// StagedDeleted and StagedFailed count the staged copies deleted and
+	// those older than StagedMaxAge that could not be deleted (the prune
+	// then fails: plaintext stays in the store).
+	StagedDeleted int `json:"stagedDeleted"`
+	StagedFailed  int `json:"stagedFailed"`
 
 	Stats PruneStats `json:"stats"`
 }
@@ -212,6 +220,10 @@ type PruneError struct {
 	NothingDeleted bool
 	Failed         int // backups not (fully) deleted
 	UploadsFailed  int // stale uploads not aborted
+	// StagedFailed are the keys of the staged plaintext copies that could
+	// not be deleted; StagedErr is that failure (or the listing's).
+	StagedFailed []string
+	StagedErr    error
 	// Problems are the clusters whose newest good backup is older than
 	// their newest backup, or that have no good backup: one line each.
 	Problems []string
@@ -233,6 +245,13 @@ func (e *PruneError) Error() string {
 	}
 	if e.UploadsFailed > 0 {
 		parts = append(parts, fmt.Sprintf("%d stale upload(s) could not be aborted", e.UploadsFailed))
+	}
+	switch {
+	case len(e.StagedFailed) > 0:
+		parts = append(parts, fmt.Sprintf("%d staged plaintext snapshot(s) older than %s could not be deleted and stay in the store: %s",
+			len(e.StagedFailed), StagedMaxAge, strings.Join(e.StagedFailed, ", ")))
+	case e.StagedErr != nil:
+		parts = append(parts, fmt.Sprintf("staged plaintext snapshots: %v", e.StagedErr))
 	}
 	msg := "prune: " + strings.Join(parts, "; and ")
 	if e.first != nil {
@@ -300,12 +319,47 @@ func Prune(ctx context.Context, opts PruneOptions) (*PruneReport, error) {
 		rep.StagedError = serr.Error()
 		log.Error("prune: staged plaintext snapshots", "err", serr)
 	}
+	for _, c := range staged {
+		switch c.Action {
+		case StagedDeleted:
+			rep.StagedDeleted++
+		case StagedFailed:
+			rep.StagedFailed++
+		}
+	}
 	if opts.DryRun {
 		rep.Stats.Duration = time.Since(start)
 		log.Info("prune dry run: nothing deleted", "kept", rep.Kept, "would_delete", rep.Planned, "would_abort_uploads", rep.Stale, "damaged", rep.Damaged)
-		return rep, plan.damagedErr()
+		return rep, withStaged(plan.damagedErr(), rep, serr)
 	}
-	return executePrune(ctx, opts, plan, rep, start)
+	rep, err := executePrune(ctx, opts, plan, rep, start)
+	return rep, withStaged(err, rep, serr)
+}
+
+// withStaged adds the staged copies that could not be deleted (or
+// listed), serr, to the prune's error err: a prune that leaves plaintext
+// behind fails, naming its keys.
+func withStaged(err error, rep *PruneReport, serr error) error {
+	if serr == nil {
+		return err
+	}
+	var keys []string
+	for _, c := range rep.Staged {
+		if c.Action == StagedFailed {
+			keys = append(keys, c.Key)
+		}
+	}
+	var pe *PruneError
+	if err == nil || !errors.As(err, &pe) {
+		pe = &PruneError{Step: PruneStepStaged, Err: errors.Join(err, serr)}
+	} else {
+		pe.Err = errors.Join(pe.Err, serr)
+	}
+	pe.StagedFailed, pe.StagedErr = keys, serr
+	if pe.first == nil && pe.Step == PruneStepStaged {
+		pe.first = serr
+	}
+	return pe
 }
 
 // nothingDeleted is the error of a prune step before any delete.

@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -38,8 +39,15 @@ type ListRow struct {
 	// ENCRYPTED TO (-o wide) shows them shortened (RecipientsCell).
 	Recipients []string `json:"recipients,omitempty"`
 	// Drill is the backup's restore drill (drill.json): {passed, at,
-	// failed, mode, error}; null when it was never drilled.
+	// failed, mode, error, drilled, encrypted}; null when it was never
+	// drilled. Drilled says what proved it: the stored objects
+	// (decrypted, for an encrypted backup) or the backup's plaintext copy.
 	Drill *DrillResult `json:"drill"`
+	// Decrypt is whether an identity of list --identity-file opens the
+	// backup's age header: {state: opens, "no identity opens it",
+	// damaged or unknown; error}. Absent for a plaintext backup or
+	// without --identity-file.
+	Decrypt *DecryptResult `json:"decrypt,omitempty"`
 	// Retention is what prune would do with the backup now.
 	Retention ListRetention `json:"retention"`
 	// Orphan is the cluster's orphan marker (the same on every row): the
@@ -69,12 +77,27 @@ type ListRows []ListRow
 // (as in backup), TOTAL every object of the backup; RAW (the database's
 // size) is in -o wide. DRILL is the restore drill's result and age; -o
 // wide adds its comparison (DRILL MODE: source or self-consistency), and
-// a failed check goes with the reason.
+// a failed check goes with the reason. What the drill restored, when its
+// record says (DrilledWhat: "stored, decrypted", "stored", "plaintext
+// copy"), is in DRILL MODE and, for an encrypted backup, in the reason.
+// With list --identity-file, DECRYPTS (-o wide) says whether an identity
+// opens each encrypted backup: opens, NO IDENTITY OPENS IT, DAMAGED or
+// unknown ("-" for a plaintext one); STATUS is UNDECRYPTABLE for one no
+// identity opens, and the cause goes with the reason.
 func (rows ListRows) Table() output.Table {
 	now := time.Now()
 	t := output.Table{Header: []string{"BACKUP", "KIND", "TIME (UTC)", "STATUS", "REVISION", "RAW", "STORED", "TOTAL", "V2 KEYS", "SOURCE",
 		"DRILL", "DRILL MODE", "ENCRYPTED TO", "KEEP", "REASON"},
 		Wide: []string{"KIND", "TIME (UTC)", "RAW", "TOTAL", "SOURCE", "DRILL MODE", "ENCRYPTED TO"}, Long: []string{"REASON"}}
+	decrypts := false
+	for _, r := range rows {
+		decrypts = decrypts || r.Decrypt != nil
+	}
+	if decrypts {
+		at := slices.Index(t.Header, "ENCRYPTED TO") + 1
+		t.Header = slices.Insert(t.Header, at, "DECRYPTS")
+		t.Wide = append(t.Wide, "DECRYPTS")
+	}
 	for _, r := range rows {
 		v2 := "-"
 		if r.V2Keys != nil {
@@ -102,8 +125,26 @@ func (rows ListRows) Table() output.Table {
 		if r.Drill != nil && r.Drill.Mode != "" {
 			mode = r.Drill.Mode
 		}
-		t.Rows = append(t.Rows, []string{r.Name, string(r.Kind), r.Time.Format("2006-01-02 15:04:05"), status, rev, raw,
-			stored, output.Bytes(r.TotalSize), v2, dashIfEmpty(r.Source), drillCell(r.Drill, now), mode, RecipientsCell(r.recipients()), keep, reason})
+		if d := r.Drill; d != nil && d.Error == "" {
+			if w := DrilledWhat(d.Drilled, d.Encrypted); w != "" {
+				mode = strings.TrimPrefix(mode+", "+w, "-, ")
+				if d.Encrypted && d.Passed {
+					reason += "; drill restored the " + map[bool]string{true: "stored ciphertext, decrypted", false: "plaintext copy (not the stored ciphertext)"}[d.Drilled == DrilledStored]
+				}
+			}
+		}
+		if r.Decrypt != nil && r.Decrypt.State == DecryptNoIdentity {
+			status = "UNDECRYPTABLE"
+		}
+		row := []string{r.Name, string(r.Kind), r.Time.Format("2006-01-02 15:04:05"), status, rev, raw,
+			stored, output.Bytes(r.TotalSize), v2, dashIfEmpty(r.Source), drillCell(r.Drill, now), mode, RecipientsCell(r.recipients()), keep, reason}
+		if decrypts {
+			if r.Decrypt != nil && r.Decrypt.Error != "" {
+				row[len(row)-1] += "; " + r.Decrypt.Error
+			}
+			row = slices.Insert(row, slices.Index(t.Header, "DECRYPTS"), DecryptCell(r.Decrypt))
+		}
+		t.Rows = append(t.Rows, row)
 	}
 	if len(rows) > 0 && rows[0].Orphan != nil {
 		t.Notes = append(t.Notes, OrphanNote(rows[0].Orphan, now))
@@ -148,8 +189,21 @@ func dashIfEmpty(s string) string {
 	return s
 }
 
-// drillCell is the DRILL cell: "passed 3h00m ago", "FAILED 2h00m ago",
-// "never" or "unreadable".
+// DecryptCell is the DECRYPTS cell of list and inspect --all: "opens",
+// "NO IDENTITY OPENS IT", "DAMAGED", "unknown", or "-" (not encrypted, or
+// not checked).
+func DecryptCell(d *DecryptResult) string {
+	switch {
+	case d == nil:
+		return "-"
+	case d.State == DecryptNoIdentity || d.State == DecryptDamaged:
+		return strings.ToUpper(d.State)
+	}
+	return d.State
+}
+
+// drillCell is the DRILL cell: "passed 3h ago", "FAILED 2h ago", "never"
+// or "unreadable".
 func drillCell(d *DrillResult, now time.Time) string {
 	switch {
 	case d == nil:
@@ -165,6 +219,23 @@ func drillCell(d *DrillResult, now time.Time) string {
 		return word
 	}
 	return word + " " + shortAge(now.Sub(*d.At)) + " ago"
+}
+
+// DrilledWhat names what a drill restored: "stored, decrypted" (the stored
+// ciphertext, decrypted with a mounted identity), "stored", "plaintext
+// copy" (the copy backup --drill streamed: for an encrypted backup, no
+// proof that its ciphertext decrypts), or "" for a record that does not
+// say.
+func DrilledWhat(drilled string, encrypted bool) string {
+	switch {
+	case drilled == DrilledStored && encrypted:
+		return "stored, decrypted"
+	case drilled == DrilledStored:
+		return "stored"
+	case drilled == DrilledLocalPlaintext:
+		return "plaintext copy"
+	}
+	return ""
 }
 
 // shortAge is an age to the unit that matters for a daily drill: 45s, 12m,

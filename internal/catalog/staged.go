@@ -69,7 +69,8 @@ const (
 // ListStaged finds the staged copies of the given clusters (every cluster
 // when clusterIDs is empty), oldest first. Any object under the staged
 // folder counts, also one not named like a staged snapshot: it is
-// plaintext the tool put there.
+// plaintext the tool put there; except the objects of a backup folder
+// directly under it (isBackupObject).
 func ListStaged(ctx context.Context, st store.Store, l Layout, clusterIDs []string, now time.Time) ([]StagedCopy, error) {
 	prefixes := []string{l.StagedPrefix("")}
 	if len(clusterIDs) > 0 {
@@ -86,6 +87,9 @@ func ListStaged(ctx context.Context, st store.Store, l Layout, clusterIDs []stri
 		}
 		for _, o := range objs {
 			rest := strings.TrimPrefix(o.Key, l.StagedPrefix(""))
+			if isBackupObject(rest) {
+				continue
+			}
 			cluster, backup, _ := strings.Cut(rest, "/")
 			backup, _, _ = strings.Cut(backup, "/")
 			out = append(out, StagedCopy{ClusterID: cluster, Backup: backup, Key: o.Key, Size: o.Size,
@@ -94,6 +98,21 @@ func ListStaged(ctx context.Context, st store.Store, l Layout, clusterIDs []stri
 	}
 	slices.SortFunc(out, func(a, b StagedCopy) int { return a.LastModified.Compare(b.LastModified) })
 	return out, nil
+}
+
+// isBackupObject says whether rest, a key under the staged folder without
+// that folder, is <backup>/<object>: an object of a backup of a cluster
+// named like the staged folder (an id now reserved, written by a version
+// that accepted it), never a staged copy (<cluster>/<backup>/snapshot.db).
+// It is left alone: deleting it would bypass manifest-first deletion and
+// retention's guards.
+func isBackupObject(rest string) bool {
+	parts := strings.Split(rest, "/")
+	if len(parts) != 2 || parts[1] == "" {
+		return false
+	}
+	_, _, err := ParseBackupName(parts[0])
+	return err == nil
 }
 
 // PruneStaged deletes the staged copies of the given clusters (every

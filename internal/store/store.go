@@ -42,8 +42,8 @@
 //
 // Optional abilities are separate interfaces, found by a type assertion:
 // Conditional (create only if absent), Multipart (list and abort unfinished
-// multipart uploads), KeyUploadLister (Multipart's exact-key listing) and
-// Checker (reachability, up front). A store without Multipart has no
+// multipart uploads), KeyUploadLister (Multipart's exact-key listing),
+// Ranger (read part of an object) and Checker (reachability, up front). A store without Multipart has no
 // unfinished uploads to clean up; a store without Conditional is written
 // with Put.
 //
@@ -135,6 +135,53 @@ type KeyUploadLister interface {
 	ListUploadsForKey(ctx context.Context, key string) ([]Upload, error)
 }
 
+// Ranger is implemented by stores that can read part of an object (S3: a
+// Range header on GetObject). A caller that needs only the start of an
+// object (the age header of an encrypted snapshot) reads a few KiB instead
+// of the whole object; a store without it is read with Get, closed early.
+type Ranger interface {
+	// GetRange opens at most length bytes of key, from byte offset
+	// (offset >= 0, length > 0; otherwise an error naming the op and key).
+	// The body is shorter when the object ends sooner, and empty when
+	// offset is at or past its end. A missing key fails with ErrNotFound;
+	// errors follow the contract, as Get's.
+	GetRange(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error)
+}
+
+// RangeOfGet is GetRange for a store without Ranger: st.Get, the bytes
+// before offset read and dropped, the body cut at length. Errors are Get's
+// (and the skipped bytes' read errors, op "get range").
+func RangeOfGet(ctx context.Context, st Store, key string, offset, length int64) (io.ReadCloser, error) {
+	backend := "store"
+	if b, ok := st.(interface{ Backend() string }); ok {
+		backend = b.Backend()
+	}
+	if offset < 0 || length <= 0 {
+		return nil, &Error{Backend: backend, Op: "get range", Key: key, Err: Permanent(fmt.Errorf("invalid range: offset %d, length %d", offset, length))}
+	}
+	body, err := st.Get(ctx, key)
+	if err != nil {
+		var se *Error
+		if errors.As(err, &se) && se.Op == "get" {
+			c := *se
+			c.Op = "get range"
+			return nil, &c
+		}
+		return nil, err
+	}
+	if _, err := io.CopyN(io.Discard, body, offset); err != nil && err != io.EOF {
+		body.Close()
+		if !IsStoreError(err) {
+			err = &Error{Backend: backend, Op: "get range", Key: key, Err: err}
+		}
+		return nil, err
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.LimitReader(body, length), body}, nil
+}
+
 // Checker is implemented by stores that can verify, before any work starts,
 // that they are reachable and usable (the bucket exists, the credentials
 // may use it), so a backup fails before it opens a snapshot stream.
@@ -172,7 +219,7 @@ var ErrStalled = errors.New("object store stalled")
 // Err's text is free of credentials (the backend's duty).
 type Error struct {
 	Backend string // "cos", "memstore", ...
-	Op      string // "put", "get", "list", "delete", "list uploads", "abort upload", "head bucket"
+	Op      string // "put", "get", "get range", "list", "delete", "list uploads", "abort upload", "head bucket"
 	Key     string // the key, the prefix of a listing, or the bucket
 	Err     error
 	Hint    string // what the operator can do, when the backend knows

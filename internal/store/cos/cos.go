@@ -1,6 +1,6 @@
 // Package cos is the object store on IBM Cloud Object Storage (S3 API),
 // through the IBM COS SDK: a backend of internal/store, with every optional
-// capability (Conditional, Multipart, KeyUploadLister, Checker). Its errors
+// capability (Conditional, Multipart, KeyUploadLister, Ranger, Checker). Its errors
 // follow the store contract: a *store.Error "cos: <op> <key>: <cause>"
 // wrapping store.ErrNotFound, ErrExists or ErrStalled as they apply, marked
 // transient or permanent; no error or log carries a secret. Its conformance
@@ -62,6 +62,13 @@ type Config struct {
 	// of a call (all parts of a Put) and the reads of a Get's body, so a
 	// restore's download has it too. Default 60s; negative disables.
 	StallTimeout time.Duration
+	// MinThroughput calls a store call stalled too when, while it waits on
+	// the store, fewer than MinThroughput.Bytes move (sent or received) in
+	// any MinThroughput.Window of that waiting: a store that trickles a
+	// few bytes per interval never trips StallTimeout. The error wraps
+	// store.ErrStalled: "object store stalled (throughput … below …)".
+	// Zero: DefaultMinThroughput; NoMinThroughput disables.
+	MinThroughput Throughput
 	// OnStall, when set, is called as a call is aborted for a stall
 	// (instrumentation and tests).
 	OnStall func(op, key string)
@@ -89,6 +96,7 @@ var (
 	_ store.Multipart       = (*Store)(nil)
 	_ store.KeyUploadLister = (*Store)(nil)
 	_ store.Checker         = (*Store)(nil)
+	_ store.Ranger          = (*Store)(nil)
 )
 
 const (
@@ -136,6 +144,9 @@ func New(cfg Config) (*Store, error) {
 	}
 	if cfg.StallTimeout == 0 {
 		cfg.StallTimeout = DefaultStallTimeout
+	}
+	if cfg.MinThroughput == (Throughput{}) {
+		cfg.MinThroughput = DefaultMinThroughput
 	}
 	httpClient, err := newHTTPClient(cfg.CAFile, cfg.StallTimeout)
 	if err != nil {
@@ -480,10 +491,35 @@ func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	return &getBody{ReadCloser: out.Body, key: key, s: s, wd: wd, stop: stop}, nil
 }
 
+// GetRange implements store.Ranger with a Range header on GetObject
+// ("bytes=offset-(offset+length-1)"). A range past the object's end (S3's
+// 416 InvalidRange, an empty object included) is an empty body.
+func (s *Store) GetRange(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
+	const op = "get range"
+	if offset < 0 || length <= 0 {
+		return nil, &Error{Backend: backend, Op: op, Key: key, Err: store.Permanent(fmt.Errorf("invalid range: offset %d, length %d", offset, length))}
+	}
+	wctx, wd, stop := s.watch(ctx, op, key)
+	out, err := s.s3.GetObjectWithContext(wctx, &s3.GetObjectInput{
+		Bucket: aws.String(s.cfg.Bucket),
+		Key:    aws.String(key),
+		Range:  aws.String(fmt.Sprintf("bytes=%d-%d", offset, offset+length-1)),
+	})
+	if err = judgedStalled(wd, err); err != nil {
+		stop()
+		if statusCode(err) == http.StatusRequestedRangeNotSatisfiable {
+			return io.NopCloser(strings.NewReader("")), nil
+		}
+		return nil, s.fail(wd, op, key, err)
+	}
+	return &getBody{ReadCloser: out.Body, key: key, op: op, s: s, wd: wd, stop: stop}, nil
+}
+
 // getBody wraps read errors mid-stream the same way as request errors.
 type getBody struct {
 	io.ReadCloser
 	key  string
+	op   string // "get" when empty
 	s    *Store
 	wd   *watchdog
 	stop func()
@@ -493,7 +529,11 @@ type getBody struct {
 func (b *getBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if err != nil && err != io.EOF {
-		err = b.s.fail(b.wd, "get", b.key, err)
+		op := b.op
+		if op == "" {
+			op = "get"
+		}
+		err = b.s.fail(b.wd, op, b.key, err)
 	}
 	return n, err
 }
@@ -691,7 +731,7 @@ func (s *Store) fail(wd *watchdog, op, key string, err error) error {
 	}
 	// Only an object read can miss its object; a 404 from HEAD bucket is
 	// a missing bucket.
-	notFound := op == "get" && isMissingKey(err)
+	notFound := (op == "get" || op == "get range") && isMissingKey(err)
 	return &Error{Backend: backend, Op: op, Key: key, Err: s.cause(err, notFound), Hint: hint(err)}
 }
 

@@ -2,7 +2,7 @@
 // smallest example of a backend: it follows the store contract (errors are
 // *store.Error "memstore: <op> <key>: <cause>", a missing key is
 // store.ErrNotFound, a taken key store.ErrExists) and has the Conditional,
-// Multipart and Checker capabilities. It is safe for concurrent use.
+// Multipart, Ranger and Checker capabilities. It is safe for concurrent use.
 //
 // Multipart: every Put is an upload while its body is being read
 // (ListUploads shows it; AbortUpload makes the Put fail and store nothing),
@@ -13,6 +13,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sort"
 	"strconv"
@@ -53,6 +54,7 @@ var (
 	_ store.Multipart       = (*Store)(nil)
 	_ store.KeyUploadLister = (*Store)(nil)
 	_ store.Checker         = (*Store)(nil)
+	_ store.Ranger          = (*Store)(nil)
 )
 
 // New returns an empty store.
@@ -156,15 +158,44 @@ func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	return &body{ctx: ctx, key: key, r: bytes.NewReader(o.data)}, nil
 }
 
+// GetRange implements store.Ranger: a copy of at most length bytes of key
+// from offset (empty past the end).
+func (s *Store) GetRange(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fail("get range", key, err)
+	}
+	if offset < 0 || length <= 0 {
+		return nil, fail("get range", key, fmt.Errorf("invalid range: offset %d, length %d", offset, length))
+	}
+	s.mu.Lock()
+	o, ok := s.objects[key]
+	s.mu.Unlock()
+	if !ok {
+		return nil, fail("get range", key, store.ErrNotFound)
+	}
+	data := o.data
+	if offset >= int64(len(data)) {
+		data = nil
+	} else {
+		data = data[offset:min(int64(len(data)), offset+length)]
+	}
+	return &body{ctx: ctx, key: key, op: "get range", r: bytes.NewReader(data)}, nil
+}
+
 type body struct {
 	ctx context.Context
 	key string
+	op  string // "get" when empty
 	r   *bytes.Reader
 }
 
 func (b *body) Read(p []byte) (int, error) {
 	if err := b.ctx.Err(); err != nil {
-		return 0, fail("get", b.key, err)
+		op := b.op
+		if op == "" {
+			op = "get"
+		}
+		return 0, fail(op, b.key, err)
 	}
 	return b.r.Read(p)
 }

@@ -4,8 +4,9 @@
 // the SDK, per HTTP request, and does not need it.)
 //
 // What is repeated, and what is not:
-//   - List, Delete, Get (opening the object; not a read of its body that
-//     fails midway), ListUploads, AbortUpload and Check: repeated.
+//   - List, Delete, Get and GetRange (opening the object; not a read of
+//     its body that fails midway), ListUploads, AbortUpload and Check:
+//     repeated.
 //   - Put: repeated only when its body is an io.Seeker (rewound to where
 //     the first attempt started); a stream that was partly consumed cannot
 //     be sent again.
@@ -15,8 +16,9 @@
 //
 // A call stops at once when its context ends. The wrapper always has
 // Conditional (the inner store's, or Put when it has none), Multipart (an
-// inner store without it has no uploads) and Checker (nil when the inner
-// store has none).
+// inner store without it has no uploads), Ranger (a Get cut to the range
+// when the inner store has none) and Checker (nil when the inner store has
+// none).
 package retry
 
 import (
@@ -45,6 +47,7 @@ var (
 	_ store.Conditional = (*Store)(nil)
 	_ store.Multipart   = (*Store)(nil)
 	_ store.Checker     = (*Store)(nil)
+	_ store.Ranger      = (*Store)(nil)
 )
 
 // Wrap returns inner with retries.
@@ -130,6 +133,21 @@ func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 		return err
 	})
 	return rc, err
+}
+
+// GetRange implements store.Ranger: opening the range is repeated. On an
+// inner store without Ranger it is Get, the bytes before offset skipped
+// and the body cut at length.
+func (s *Store) GetRange(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
+	if r, ok := s.inner.(store.Ranger); ok {
+		var rc io.ReadCloser
+		err := s.do(ctx, func() (err error) {
+			rc, err = r.GetRange(ctx, key, offset, length)
+			return err
+		})
+		return rc, err
+	}
+	return store.RangeOfGet(ctx, s, key, offset, length)
 }
 
 // List implements store.Store.

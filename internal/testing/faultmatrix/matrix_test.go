@@ -62,6 +62,7 @@ func TestFaultMatrix(t *testing.T) {
 	rows = append(rows, silentListenerRows()...)
 	rows = append(rows, fullDiskRows()...)
 	rows = append(rows, signalRows()...)
+	rows = append(rows, trickleRows()...)
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
 			t.Parallel()

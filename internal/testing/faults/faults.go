@@ -42,14 +42,16 @@
 // Faults match by Op and key (Key exact, KeySuffix, or KeyContains; empty
 // matches every key) and fire Times times (0: on every matching call), in
 // the order injected; the first matching fault that has firings left wins.
+// A GetRange is a Get: it takes an OpGetRange fault, else an OpGet one.
 // Calls records every call for assertions (e.g. how many snapshot Puts a
 // backup made: a store fault must not be retried on another member).
 //
 // Capabilities: a Store always has Conditional (PutIfAbsent is the inner
 // store's, or its Put when the inner store has none), Multipart (an inner
 // store without it has no uploads: none are listed, aborting is a no-op),
-// KeyUploadLister only through Multipart's ListUploads, and Checker (the
-// inner store's Check, or nil).
+// KeyUploadLister only through Multipart's ListUploads, Ranger (the inner
+// store's GetRange, or its Get cut to the range) and Checker (the inner
+// store's Check, or nil).
 package faults
 
 import (
@@ -75,6 +77,7 @@ type Op string
 const (
 	OpPut         Op = "put"
 	OpGet         Op = "get"
+	OpGetRange    Op = "get range"
 	OpList        Op = "list"
 	OpDelete      Op = "delete"
 	OpListUploads Op = "list uploads"
@@ -174,6 +177,7 @@ var (
 	_ store.Conditional = (*Store)(nil)
 	_ store.Multipart   = (*Store)(nil)
 	_ store.Checker     = (*Store)(nil)
+	_ store.Ranger      = (*Store)(nil)
 )
 
 // Wrap returns a Store around inner with no faults. Injected errors name
@@ -431,34 +435,54 @@ func (s *Store) put(ctx context.Context, key string, r io.Reader, do func(contex
 
 // Get implements store.Store.
 func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
-	f := s.take(OpGet, key)
+	return s.get(ctx, OpGet, key, s.take(OpGet, key), func() (io.ReadCloser, error) { return s.inner.Get(ctx, key) })
+}
+
+// GetRange implements store.Ranger: the inner store's GetRange, or its Get
+// cut to the range (store.RangeOfGet) when it has none. Faults of OpGetRange
+// apply, and so do those of OpGet (a ranged read is a read); After counts
+// the range's bytes.
+func (s *Store) GetRange(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
+	f := s.take(OpGetRange, key)
 	if f == nil {
-		rc, err := s.inner.Get(ctx, key)
-		s.record(OpGet, key, nil, err)
+		f = s.take(OpGet, key)
+	}
+	return s.get(ctx, OpGetRange, key, f, func() (io.ReadCloser, error) {
+		if r, ok := s.inner.(store.Ranger); ok {
+			return r.GetRange(ctx, key, offset, length)
+		}
+		return store.RangeOfGet(ctx, s.inner, key, offset, length)
+	})
+}
+
+func (s *Store) get(ctx context.Context, op Op, key string, f *Fault, open func() (io.ReadCloser, error)) (io.ReadCloser, error) {
+	if f == nil {
+		rc, err := open()
+		s.record(op, key, nil, err)
 		return rc, err
 	}
 	if f.Kind == Hook {
 		if f.Func != nil {
 			f.Func(ctx, key)
 		}
-		rc, err := s.inner.Get(ctx, key)
-		s.record(OpGet, key, f, err)
+		rc, err := open()
+		s.record(op, key, f, err)
 		return rc, err
 	}
 	if f.After == 0 && f.Kind != Slow {
-		err := s.faultError(ctx, OpGet, key, f)
-		s.record(OpGet, key, f, err)
+		err := s.faultError(ctx, op, key, f)
+		s.record(op, key, f, err)
 		return nil, err
 	}
-	rc, err := s.inner.Get(ctx, key)
-	s.record(OpGet, key, f, err)
+	rc, err := open()
+	s.record(op, key, f, err)
 	if err != nil {
 		return nil, err
 	}
 	return struct {
 		io.Reader
 		io.Closer
-	}{&faultReader{s: s, ctx: ctx, r: rc, op: OpGet, key: key, f: f}, rc}, nil
+	}{&faultReader{s: s, ctx: ctx, r: rc, op: op, key: key, f: f}, rc}, nil
 }
 
 // simple runs a call that has no body: a fault fires at the call.

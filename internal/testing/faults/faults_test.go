@@ -3,6 +3,7 @@ package faults_test
 import (
 	"context"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 
@@ -16,6 +17,57 @@ import (
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(testing.TB) store.Store { return faults.Wrap(memstore.New()) })
+}
+
+// plainStore hides every capability of the store it holds.
+type plainStore struct{ store.Store }
+
+// A GetRange takes OpGet faults too (a ranged read is a read), and
+// records itself as OpGetRange; around a store without store.Ranger it is
+// the inner Get cut to the range (store.RangeOfGet), with GetRange's
+// contract: short at the end, empty past it, ErrNotFound named "get range".
+func TestGetRangeTakesGetFaults(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, inner := range []store.Store{memstore.New(), plainStore{memstore.New()}} {
+		f := faults.Wrap(inner)
+		if _, err := f.Put(ctx, "a/obj", strings.NewReader("0123456789")); err != nil {
+			t.Fatal(err)
+		}
+		f.Inject(faults.Fault{Op: faults.OpGet, Key: "a/obj", Kind: faults.ServerError, Times: 1})
+		_, err := f.GetRange(ctx, "a/obj", 2, 3)
+		if !store.IsTransient(err) || !strings.Contains(err.Error(), "get range a/obj") {
+			t.Errorf("GetRange with an OpGet 503 injected: %v; want a transient store error naming get range a/obj", err)
+		}
+		rc, err := f.GetRange(ctx, "a/obj", 2, 3)
+		if err != nil {
+			t.Fatalf("GetRange after the fault was spent: %v", err)
+		}
+		b, _ := io.ReadAll(rc)
+		rc.Close()
+		if string(b) != "234" {
+			t.Errorf("GetRange(2, 3) = %q, want \"234\"", b)
+		}
+		if n := f.CountCalls(faults.OpGetRange, "a/obj"); n != 2 {
+			t.Errorf("%d OpGetRange calls recorded, want 2", n)
+		}
+		for off, want := range map[int64]string{8: "89", 10: "", 99: ""} {
+			rc, err := f.GetRange(ctx, "a/obj", off, 3)
+			if err != nil {
+				t.Fatalf("GetRange(%d, 3): %v", off, err)
+			}
+			b, _ := io.ReadAll(rc)
+			rc.Close()
+			if string(b) != want {
+				t.Errorf("GetRange(%d, 3) = %q, want %q", off, b, want)
+			}
+		}
+		_, err = f.GetRange(ctx, "a/missing", 0, 3)
+		var se *store.Error
+		if !errors.Is(err, store.ErrNotFound) || !errors.As(err, &se) || se.Op != "get range" {
+			t.Errorf("GetRange of a missing key: %v; want a store error \"get range\" wrapping ErrNotFound", err)
+		}
+	}
 }
 
 // Injected errors follow the contract and name the inner backend.

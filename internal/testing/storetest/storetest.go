@@ -9,7 +9,8 @@
 // Each subtest runs in parallel on a key prefix of its own (under a random
 // run prefix), so the stores newStore returns may share one bucket, and
 // other tests' keys may be there too. Capabilities (Conditional, Multipart,
-// Checker) are tested when the store has them.
+// Checker) are tested when the store has them; GetRange tests store.Ranger,
+// or store.RangeOfGet on a store without it.
 package storetest
 
 import (
@@ -81,6 +82,7 @@ func Run(t *testing.T, newStore func(t testing.TB) store.Store, opts ...Option) 
 		{"ConcurrentPuts", s.concurrentPuts},
 		{"Multipart", s.multipart},
 		{"Check", s.check},
+		{"GetRange", s.getRange},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -495,5 +497,75 @@ func (s *suite) check(t *testing.T, st store.Store, _ string) {
 	}
 	if err := c.Check(ctxT(t)); err != nil {
 		t.Errorf("Check of a working store: %v", err)
+	}
+}
+
+// getRange: ranges inside, across the end of and past an object, of an
+// empty object, of a missing key (ErrNotFound), invalid ranges, and a
+// cancelled context. A store without store.Ranger is read through
+// store.RangeOfGet, which callers use then.
+func (s *suite) getRange(t *testing.T, st store.Store, p string) {
+	getRange := func(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
+		return store.RangeOfGet(ctx, st, key, off, n)
+	}
+	if r, ok := st.(store.Ranger); ok {
+		getRange = r.GetRange
+	}
+	read := func(ctx context.Context, key string, off, n int64) ([]byte, error) {
+		rc, err := getRange(ctx, key, off, n)
+		if err != nil {
+			return nil, err
+		}
+		defer rc.Close()
+		return io.ReadAll(rc)
+	}
+	key := p + "obj"
+	want := data(10000, 7)
+	put(t, st, key, want)
+	empty := p + "empty"
+	put(t, st, empty, nil)
+	for _, c := range []struct {
+		key      string
+		off, n   int64
+		from, to int
+	}{
+		{key, 0, 4096, 0, 4096},
+		{key, 4096, 4096, 4096, 8192},
+		{key, 8192, 4096, 8192, 10000}, // across the end: short
+		{key, 9999, 1, 9999, 10000},
+		{key, 0, 1 << 20, 0, 10000},
+		{key, 10000, 10, 10000, 10000}, // at the end: empty
+		{key, 50000, 10, 10000, 10000}, // past the end: empty
+		{empty, 0, 4096, 0, 0},
+	} {
+		got, err := read(ctxT(t), c.key, c.off, c.n)
+		if err != nil {
+			t.Errorf("GetRange(%s, %d, %d): %v", c.key, c.off, c.n, err)
+			continue
+		}
+		var w []byte
+		if c.key == key {
+			w = want[c.from:c.to]
+		}
+		if !bytes.Equal(got, w) {
+			t.Errorf("GetRange(%s, %d, %d): %d bytes, want bytes %d-%d of the object (%d)", c.key, c.off, c.n, len(got), c.from, c.to, len(w))
+		}
+	}
+	missing := p + "missing"
+	_, err := read(ctxT(t), missing, 0, 10)
+	if !errors.Is(err, store.ErrNotFound) || store.IsTransient(err) || !store.IsStoreError(err) {
+		t.Errorf("GetRange of a missing key: %v; want a permanent store error wrapping store.ErrNotFound", err)
+	} else if _, ranger := st.(store.Ranger); ranger {
+		names(t, err, "get range", missing)
+	}
+	for _, bad := range [][2]int64{{-1, 10}, {0, 0}, {0, -5}} {
+		if _, err := read(ctxT(t), key, bad[0], bad[1]); err == nil || store.IsTransient(err) {
+			t.Errorf("GetRange(%s, %d, %d): %v; want a permanent error", key, bad[0], bad[1], err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := read(ctx, key, 0, 10); !errors.Is(err, context.Canceled) || store.IsTransient(err) {
+		t.Errorf("GetRange with a cancelled context: %v; want context.Canceled, not transient", err)
 	}
 }

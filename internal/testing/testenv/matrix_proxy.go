@@ -20,7 +20,10 @@ import (
 //     forwarded, when they contain a given string (an HTTP request line such
 //     as "PUT /bucket/p/manifest.json"), until the test releases or drops it;
 //   - record the HTTP request lines it forwards (plain-HTTP S3), so a test
-//     knows the exact keys a run touched.
+//     knows the exact keys a run touched;
+//   - trickle: forward at most a few bytes per interval, in either
+//     direction or both (a store that never goes silent yet moves almost
+//     nothing), on open connections as well as new ones.
 //
 // It never reads or changes the bytes otherwise: TLS passes through.
 type FaultProxy struct {
@@ -31,6 +34,7 @@ type FaultProxy struct {
 
 	mu        sync.Mutex
 	blackhole bool
+	trickle   [2]trickleRate // by Direction
 	holds     []*ProxyHold
 	allHolds  []*ProxyHold
 	requests  []string
@@ -39,6 +43,54 @@ type FaultProxy struct {
 	conns     map[net.Conn]struct{}
 	changed   chan struct{} // closed and replaced on every state change
 	closed    bool
+}
+
+// Direction is a direction of a FaultProxy's traffic.
+type Direction int
+
+const (
+	ToServer Direction = iota // client to server: uploads, requests
+	ToClient                  // server to client: downloads, answers
+)
+
+// trickleRate is Bytes every Every; zero is full speed.
+type trickleRate struct {
+	Bytes int
+	Every time.Duration
+}
+
+// SetTrickle makes the proxy forward at most n bytes every interval in
+// direction d, on every connection, open or new (n = 0: full speed
+// again). Bytes are never dropped or reordered, only held back.
+func (p *FaultProxy) SetTrickle(d Direction, n int, every time.Duration) {
+	p.mu.Lock()
+	p.trickle[d] = trickleRate{Bytes: n, Every: every}
+	p.notifyLocked()
+	p.mu.Unlock()
+}
+
+func (p *FaultProxy) trickleOf(d Direction) trickleRate {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.trickle[d]
+}
+
+// forward writes b to w, at the direction's trickle rate when one is set.
+func (p *FaultProxy) forward(w net.Conn, d Direction, b []byte) error {
+	for len(b) > 0 {
+		r := p.trickleOf(d)
+		if r.Bytes <= 0 {
+			_, err := w.Write(b)
+			return err
+		}
+		n := min(r.Bytes, len(b))
+		if _, err := w.Write(b[:n]); err != nil {
+			return err
+		}
+		b = b[n:]
+		time.Sleep(r.Every)
+	}
+	return nil
 }
 
 // ProxyHold is one hold rule: the first client-to-server chunk matching
@@ -248,7 +300,16 @@ func (p *FaultProxy) pipe(client net.Conn) {
 	p.mu.Unlock()
 	done := make(chan struct{})
 	go func() { // server -> client
-		_, _ = io.Copy(client, up)
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := up.Read(buf)
+			if n > 0 && p.forward(client, ToClient, buf[:n]) != nil {
+				break
+			}
+			if err != nil {
+				break
+			}
+		}
 		client.Close()
 		close(done)
 	}()
@@ -296,7 +357,7 @@ func (p *FaultProxy) clientToServer(client, up net.Conn) {
 					return
 				}
 			}
-			if _, werr := up.Write(chunk); werr != nil {
+			if p.forward(up, ToServer, chunk) != nil {
 				return
 			}
 			if len(scan) > 256 {

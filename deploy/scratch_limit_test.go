@@ -1,0 +1,100 @@
+package deploy
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/armada/etcd-recovery/restore"
+)
+
+// maxQuotaBytes is the largest database etcd's quota allows (8 GiB), the
+// database the scratch volumes are sized for.
+const maxQuotaBytes = 8 << 30
+
+// Every container whose scratch ($TMPDIR) is an emptyDir says its
+// sizeLimit in ETCD_RECOVERY_SCRATCH_LIMIT, with the same value (statfs
+// does not show a sizeLimit: without the variable the tool's free-space
+// check passes and the kubelet evicts the pod); no container sets the
+// variable without such a volume; every container that drills (backup
+// --drill, drill) has one; and each limit holds the drill of the largest
+// database etcd's quota allows (restore.DrillScratchBytes beside the
+// database itself): in the toolkit, what fits is refused or run, never
+// evicted with the exporter. The manifests covered: the CronJob, the
+// pre-update Job template (no scratch: it streams and runs no drill), the
+// toolkit, and any other under deploy/. Pure YAML, well under 1 s.
+func TestScratchLimitMatchesSizeLimit(t *testing.T) {
+	t.Parallel()
+	specs := deployPodSpecs(t)
+	scratchPods := 0
+	for _, key := range slices.Sorted(mapsKeysPS(specs)) {
+		spec := specs[key]
+		for _, c := range slices.Concat(spec.InitContainers, spec.Containers) {
+			where := key + " container " + c.Name
+			env := map[string]string{}
+			for _, e := range c.Env {
+				env[e.Name] = e.Value
+			}
+			limitEnv, hasLimit := env[restore.EnvScratchLimit]
+			vol := scratchVolume(spec, c, env["TMPDIR"])
+			drills := slices.Contains(c.Args, "--drill") || slices.Contains(c.Args, "drill") || slices.Contains(c.Command, "drill")
+			switch {
+			case vol == nil && hasLimit:
+				t.Errorf("%s: sets %s=%s but its TMPDIR (%q) is not a disk emptyDir", where, restore.EnvScratchLimit, limitEnv, env["TMPDIR"])
+				continue
+			case vol == nil && drills:
+				t.Errorf("%s: drills (%s) without a scratch emptyDir at its TMPDIR", where, strings.Join(c.Args, " "))
+				continue
+			case vol == nil:
+				continue
+			}
+			scratchPods++
+			if vol.EmptyDir.SizeLimit == nil {
+				t.Errorf("%s: scratch emptyDir %s has no sizeLimit", where, vol.Name)
+				continue
+			}
+			sizeLimit := vol.EmptyDir.SizeLimit.Value()
+			if !hasLimit {
+				t.Errorf("%s: scratch emptyDir %s has sizeLimit %s but the container does not set %s to it",
+					where, vol.Name, vol.EmptyDir.SizeLimit, restore.EnvScratchLimit)
+				continue
+			}
+			limit, err := restore.ParseScratchLimit(limitEnv)
+			if err != nil {
+				t.Errorf("%s: %v", where, err)
+				continue
+			}
+			if limit != sizeLimit {
+				t.Errorf("%s: %s=%s (%d bytes), but emptyDir %s has sizeLimit %s (%d bytes): keep them equal",
+					where, restore.EnvScratchLimit, limitEnv, limit, vol.Name, vol.EmptyDir.SizeLimit, sizeLimit)
+			}
+			if need := int64(maxQuotaBytes) + restore.DrillScratchBytes(maxQuotaBytes); limit < need {
+				t.Errorf("%s: scratch limit %d bytes holds no drill of an 8 GiB database (%d bytes)", where, limit, need)
+			}
+		}
+	}
+	if scratchPods < 2 {
+		t.Errorf("found %d containers with a scratch emptyDir; want at least the CronJob's and the toolkit's", scratchPods)
+	}
+}
+
+// scratchVolume is the disk emptyDir mounted at dir in c, or nil.
+func scratchVolume(spec *corev1.PodSpec, c corev1.Container, dir string) *corev1.Volume {
+	if dir == "" {
+		return nil
+	}
+	for _, m := range c.VolumeMounts {
+		if strings.TrimSuffix(m.MountPath, "/") != strings.TrimSuffix(dir, "/") {
+			continue
+		}
+		for i := range spec.Volumes {
+			v := &spec.Volumes[i]
+			if v.Name == m.Name && v.EmptyDir != nil && v.EmptyDir.Medium != corev1.StorageMediumMemory {
+				return v
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,164 @@
+package kube_test
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"filippo.io/age"
+
+	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/inspect"
+	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/internal/seal"
+	"github.com/armada/etcd-recovery/internal/testing/kubetest"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testfix"
+	"github.com/armada/etcd-recovery/kube"
+)
+
+// ageIdentity is a new age identity as an identity file would hold it,
+// and its recipient.
+func ageIdentity(t *testing.T) (*seal.Identities, seal.Recipients) {
+	t.Helper()
+	id, err := age.GenerateX25519Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := seal.ParseIdentities(strings.NewReader(id.String()+"\n"), "identity.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := seal.ParseRecipients([]string{id.Recipient().String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids, rs
+}
+
+// TestInspectAllDecrypts: inspect --all against a real kube-apiserver,
+// real etcd and MinIO, with the toolkit's identity: a cluster whose newest
+// backup is encrypted to it shows "opens"; one whose newest backup is
+// encrypted to another key only (the identity never reached the
+// namespace's secret) shows NO IDENTITY OPENS IT, naming that key, in
+// the table and -o json; a plaintext cluster shows "-". With the secret
+// not mounted (no identity), every encrypted one is NO IDENTITY OPENS IT
+// ("no identity mounted"); without the check there is no column. The
+// verdicts are untouched.
+func TestInspectAllDecrypts(t *testing.T) {
+	t.Parallel()
+	const nsDec = "kubx-etcd-23"
+	ctx := ctxT(t, 5*time.Minute)
+	k := testenv.StartKubeAPIServer(t)
+	admin := k.Clientset(t, "")
+	kubetest.CreateNamespaces(t, admin, nsDec)
+	kubetest.InstallCRDs(t, k)
+	a := kubetest.NewApplier(t, k)
+	for _, o := range kubetest.DecodeManifests(t, filepath.Join(testenv.RepoRoot(t), "deploy", "10-rbac.yaml")) {
+		if err := a.Apply(ctx, o, nsDec, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dyn := k.Dynamic(t, "")
+	m := testenv.SharedMinIO(t)
+	kubetest.CreateCOSSecret(t, admin, nsDec, m)
+	st, layout := testfix.Store(t, m, m.NewBucket(t)), catalog.Layout{Prefix: testenv.Prefix(t)}
+	toolkit, toolkitRS := ageIdentity(t)
+	_, strangerRS := ageIdentity(t)
+	clusters := map[string]struct {
+		ip string
+		rs seal.Recipients
+	}{
+		"etcd-opens":     {"127.0.23.10", toolkitRS},
+		"etcd-stranger":  {"127.0.23.11", strangerRS},
+		"etcd-plaintext": {"127.0.23.12", seal.Recipients{}},
+	}
+	token := kubetest.SAToken(t, admin, nsDec, "etcd-recovery")
+	sa, err := kube.New(kube.Config{Rest: k.RestConfig(token), Namespace: nsDec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range clusters {
+		fc := kubetest.AddEtcdCluster(t, admin, dyn, nsDec, name, testenv.EtcdOptions{IP: c.ip})
+		kubetest.PerClusterAccess(t, a, nsDec, fc.Name)
+		testenv.PutKeys(t, fc.Etcd.Client(t), "/registry/k", 50, 256)
+		if _, err := kube.BackupAll(ctx, kube.BackupAllOptions{Kube: sa, Names: []string{name}, NoEvents: true,
+			Template:    backup.Options{Kind: catalog.KindScheduled, Store: st, Layout: layout, ProbeTimeout: 2 * time.Second, Recipients: c.rs},
+			DialTimeout: 2 * time.Second}); err != nil {
+			t.Fatalf("backup of %s: %v", name, err)
+		}
+	}
+
+	inspectAll := func(ids *seal.Identities) *kube.InspectAllReport {
+		t.Helper()
+		start := time.Now()
+		rep, err := kube.InspectAll(ctx, kube.InspectAllOptions{Kube: sa, Identities: ids, DialTimeout: 2 * time.Second,
+			Template: inspect.Options{Store: st, Layout: layout, Timeout: 2 * time.Second}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("inspect --all of %d clusters (identities %v): %v", len(rep.Clusters), ids, time.Since(start).Round(time.Millisecond))
+		if rep.ExitCode != inspect.ExitHealthy || len(rep.Clusters) != 3 {
+			t.Fatalf("exit %d, %d rows; want 0 (HEALTHY) and 3: the header check never changes the verdict", rep.ExitCode, len(rep.Clusters))
+		}
+		return rep
+	}
+	row := func(rep *kube.InspectAllReport, name string) kube.InspectRow {
+		for _, r := range rep.Clusters {
+			if r.Cluster == name {
+				return r
+			}
+		}
+		t.Fatalf("no row %s", name)
+		return kube.InspectRow{}
+	}
+
+	rep := inspectAll(toolkit)
+	if d := row(rep, "etcd-opens").Decrypt; d == nil || d.State != catalog.DecryptOpens {
+		t.Errorf("etcd-opens (encrypted to the toolkit's identity): %+v; want opens", d)
+	}
+	if d := row(rep, "etcd-plaintext").Decrypt; d != nil {
+		t.Errorf("etcd-plaintext: %+v; want none", d)
+	}
+	stranger := row(rep, "etcd-stranger")
+	if d := stranger.Decrypt; d == nil || d.State != catalog.DecryptNoIdentity || !strings.Contains(d.Error, strangerRS.String()) {
+		t.Fatalf("etcd-stranger (encrypted to another key): %+v; want %q naming %s", d, catalog.DecryptNoIdentity, strangerRS)
+	}
+	var sb strings.Builder
+	if err := output.Render(&sb, output.FormatTable, rep.Table(), rep); err != nil {
+		t.Fatal(err)
+	}
+	table := sb.String()
+	for _, want := range []string{"DECRYPTS", "NO IDENTITY OPENS IT", "cluster etcd-stranger: newest encrypted backup " + stranger.DecryptBackup, strangerRS.String()} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table does not show %q:\n%s", want, table)
+		}
+	}
+	sb.Reset()
+	if err := output.Render(&sb, output.FormatJSON, rep.Table(), rep); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(sb.String(), `"state": "no identity opens it"`) {
+		t.Errorf("-o json has no decrypt state:\n%s", sb.String())
+	}
+
+	// The secret is not mounted: nothing opens.
+	rep = inspectAll(&seal.Identities{})
+	for _, name := range []string{"etcd-opens", "etcd-stranger"} {
+		if d := row(rep, name).Decrypt; d == nil || d.State != catalog.DecryptNoIdentity || !strings.Contains(d.Error, "no identity mounted") {
+			t.Errorf("%s with no identity mounted: %+v", name, d)
+		}
+	}
+	// Not asked: no check, no column.
+	rep = inspectAll(nil)
+	for _, r := range rep.Clusters {
+		if r.Decrypt != nil {
+			t.Errorf("%s checked without identities: %+v", r.Cluster, r.Decrypt)
+		}
+	}
+	if tb := rep.Table(); strings.Contains(strings.Join(tb.Header, " "), "DECRYPTS") {
+		t.Errorf("DECRYPTS column without a check: %v", tb.Header)
+	}
+}

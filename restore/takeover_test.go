@@ -1,0 +1,252 @@
+package restore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/etcdinternals"
+	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/internal/store/cos"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testfix"
+)
+
+// takeOverMember (the drill's data dir, written by renaming the staged
+// database into it) writes the data dir etcdutl's restore writes by
+// copying it: every bucket and key of member/snap/db, the WAL and the raft
+// snapshot are the same, and the staged file is gone (moved, not copied).
+// The snapshot is a real etcd 3.5's, with members of its own cluster in
+// its membership buckets (replaced by the new member's), staged as a drill
+// stages it: by PrepareSnapshot (trailer dropped), and on the public path
+// (ETCD_RECOVERY_NO_INTERNALS: the bump through bbolt, etcd's trailer
+// left for the restore to drop). About 2 s.
+func TestTakeOverMatchesCopy(t *testing.T) {
+	for _, public := range []bool{false, true} {
+		t.Run(fmt.Sprintf("public=%v", public), func(t *testing.T) { testTakeOverMatchesCopy(t, public) })
+	}
+}
+
+func testTakeOverMatchesCopy(t *testing.T, public bool) {
+	t.Parallel()
+	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
+	cli := c.Client(t)
+	testenv.PutKeys(t, cli, "/registry/pods/", 300, 512)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rc, err := cli.Snapshot(ctx)
+	if err != nil {
+		t.Fatalf("snapshot of %v: %v", c.Endpoints(), err)
+	}
+	var snap bytes.Buffer
+	if _, err := io.Copy(&snap, rc); err != nil {
+		t.Fatal(err)
+	}
+	rc.Close()
+
+	dir := t.TempDir()
+	log := slog.New(slog.DiscardHandler)
+	write := func(name string, takeOver bool) (dataDir, staged string) {
+		t.Helper()
+		staged = filepath.Join(dir, name+".snapshot.db")
+		if err := os.WriteFile(staged, snap.Bytes(), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		// As a drill stages it (stageSnapshot): a freelist, the bump, no
+		// trailer; or on the public path, the bump only.
+		if public {
+			if _, err := etcdinternals.BumpRevision(staged, DefaultBumpRevision, false); err != nil {
+				t.Fatalf("stage %s: %v", staged, err)
+			}
+		} else if err := etcdinternals.PrepareSnapshot(staged, DefaultBumpRevision, false, log); err != nil {
+			t.Fatalf("stage %s: %v", staged, err)
+		}
+		dataDir = filepath.Join(dir, name+".etcd")
+		rcfg := restoreConfig{snapshotPath: staged, initialCluster: "drill=http://127.0.0.1:2380", token: "tok", takeOver: takeOver}
+		if _, err := restoreMember(rcfg, Member{Name: "drill", PeerURLs: []string{"http://127.0.0.1:2380"}, DataDir: dataDir, State: DirAbsent}); err != nil {
+			t.Fatalf("restore (take over %v): %v", takeOver, err)
+		}
+		return dataDir, staged
+	}
+	copied, _ := write("copied", false)
+	moved, staged := write("moved", true)
+	if _, err := os.Stat(staged); !os.IsNotExist(err) {
+		t.Errorf("the staged file %s is still there after the take-over (stat: %v): it was copied, not moved", staged, err)
+	}
+	if _, err := os.Stat(staged + ".seed"); !os.IsNotExist(err) {
+		t.Errorf("the seed database is left behind (stat: %v)", err)
+	}
+
+	wantDB, gotDB := dbContents(t, filepath.Join(copied, "member/snap/db")), dbContents(t, filepath.Join(moved, "member/snap/db"))
+	if len(wantDB) == 0 || len(wantDB["key"]) < 300 || len(wantDB["members"]) != 1 {
+		t.Fatalf("the copied data dir's database looks wrong: %d buckets, %d keys, %d members", len(wantDB), len(wantDB["key"]), len(wantDB["members"]))
+	}
+	for _, b := range slices.Sorted(mapKeys(wantDB, gotDB)) {
+		w, g := wantDB[b], gotDB[b]
+		for _, k := range slices.Sorted(mapKeys(w, g)) {
+			if w[k] != g[k] {
+				t.Errorf("bucket %s key %q: take-over %q, etcdutl's copy %q", b, k, trunc(g[k]), trunc(w[k]))
+			}
+		}
+	}
+	wantFiles, gotFiles := files(t, copied), files(t, moved)
+	if !slices.Equal(slices.Sorted(mapKeys(wantFiles)), slices.Sorted(mapKeys(gotFiles))) {
+		t.Fatalf("files: take-over %v, etcdutl's copy %v", slices.Sorted(mapKeys(gotFiles)), slices.Sorted(mapKeys(wantFiles)))
+	}
+	if n := len(gotFiles["member/snap/db"]); n%512 != 0 {
+		t.Errorf("the taken-over database is %d bytes, not whole pages: etcd's trailer was left in it", n)
+	}
+	for name, w := range wantFiles {
+		if name == "member/snap/db" {
+			continue // compared by content above (bbolt's page layout differs)
+		}
+		if !bytes.Equal(w, gotFiles[name]) {
+			t.Errorf("%s differs between the take-over and etcdutl's copy", name)
+		}
+	}
+}
+
+func dbContents(t *testing.T, path string) map[string]map[string]string {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("open %s: %v", path, err)
+	}
+	defer db.Close()
+	out := map[string]map[string]string{}
+	if err := db.View(func(tx *bolt.Tx) error {
+		return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
+			m := map[string]string{}
+			out[string(name)] = m
+			return b.ForEach(func(k, v []byte) error { m[string(k)] = string(v); return nil })
+		})
+	}); err != nil {
+		t.Fatalf("read %s: %v", path, err)
+	}
+	return out
+}
+
+func files(t *testing.T, root string) map[string][]byte {
+	t.Helper()
+	out := map[string][]byte{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		b, err := os.ReadFile(p)
+		out[rel] = b
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func mapKeys[V any](ms ...map[string]V) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		seen := map[string]bool{}
+		for _, m := range ms {
+			for k := range m {
+				if !seen[k] {
+					seen[k] = true
+					if !yield(k) {
+						return
+					}
+				}
+			}
+		}
+	}
+}
+
+func trunc(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "..."
+	}
+	return s
+}
+
+// A drill that downloads (an unencrypted backup, or the toolkit's drill)
+// counts ETCD_RECOVERY_SCRATCH_LIMIT, less what $TMPDIR already holds,
+// before it downloads: with room for the staged download but not for it
+// and its etcd's WAL, it fails at "check free space", naming the database
+// size (the manifest's) and the limit, and writes nothing to scratch; with
+// the limit raised, it passes within it. The statfs free space of the
+// test's disk is far larger: only the limit can refuse. About 2 s.
+func TestDrillScratchLimit(t *testing.T) {
+	// t.Setenv: not parallel.
+	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
+	testenv.PutKeys(t, c.Client(t), "/registry/pods/", 200, 10<<10)
+	r := newStoreRigInternal(t)
+	const id = "drill-scratch-limit"
+	m := r.take(t, c, id)
+	raw := m.Snapshot.RawSize
+	scratch := t.TempDir()
+	t.Setenv("TMPDIR", scratch)
+	// 1 MiB of scratch already used: counted against the limit.
+	if err := os.WriteFile(filepath.Join(scratch, "used"), bytes.Repeat([]byte{1}, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := DrillOptions{ClusterID: id, Store: r.store, Layout: r.layout, Backup: m.Name, EtcdBinDir: testenv.DrillBinDir(t, testenv.V35),
+		ScratchDir: scratch, StartTimeout: time.Minute, ProbeTimeout: 10 * time.Second, NoRecord: true, Log: slog.New(slog.DiscardHandler)}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	limit := stagedBytes(raw) + 1<<20 + 64<<20 // the download fits, the WAL does not
+	t.Setenv(EnvScratchLimit, fmt.Sprint(limit))
+	_, err := Drill(ctx, o)
+	var de *DrillError
+	if !errors.As(err, &de) || de.Step != DrillStepSpace {
+		t.Fatalf("drill with %s=%d: want a failure at %q, got %v", EnvScratchLimit, limit, DrillStepSpace, err)
+	}
+	for _, want := range []string{EnvScratchLimit, fmt.Sprintf("(%d bytes)", limit), "a database of " + output.Bytes(raw), "the manifest's raw size",
+		"1.0 MiB already used", "before anything is downloaded"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if entries, _ := os.ReadDir(scratch); len(entries) != 1 {
+		t.Errorf("scratch holds %d entries after a refused drill; want only the file that was there", len(entries))
+	}
+
+	t.Setenv(EnvScratchLimit, fmt.Sprint(1<<20+raw+DrillScratchBytes(raw)+stagedBytes(raw)))
+	if rec, err := Drill(ctx, o); err != nil || !rec.Passed {
+		t.Fatalf("drill within the limit: %v (%+v)", err, rec)
+	}
+}
+
+type internalRig struct {
+	store  *cos.Store
+	layout catalog.Layout
+}
+
+func newStoreRigInternal(tb testing.TB) *internalRig {
+	tb.Helper()
+	m := testenv.SharedMinIO(tb)
+	return &internalRig{store: testfix.Store(tb, m, m.NewBucket(tb)), layout: catalog.Layout{Prefix: testenv.Prefix(tb)}}
+}
+
+func (r *internalRig) take(tb testing.TB, c *testenv.EtcdCluster, id string) *catalog.Manifest {
+	tb.Helper()
+	res, err := backup.Run(context.Background(), backup.Options{ClusterID: id, Kind: catalog.KindScheduled, Etcd: testfix.EtcdConfig(c),
+		Store: r.store, Layout: r.layout, ProbeTimeout: 5 * time.Second})
+	if err != nil {
+		tb.Fatalf("backup of %s: %v", id, err)
+	}
+	return res.Manifest
+}
