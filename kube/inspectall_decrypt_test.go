@@ -1,6 +1,9 @@
 package kube_test
 
 import (
+	"encoding/json"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,8 +23,8 @@ import (
 )
 
 // ageIdentity is a new age identity as an identity file would hold it,
-// and its recipient.
-func ageIdentity(t *testing.T) (*seal.Identities, seal.Recipients) {
+// its recipient, and the path of such a file (0600).
+func ageIdentity(t *testing.T) (*seal.Identities, seal.Recipients, string) {
 	t.Helper()
 	id, err := age.GenerateX25519Identity()
 	if err != nil {
@@ -35,7 +38,11 @@ func ageIdentity(t *testing.T) (*seal.Identities, seal.Recipients) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ids, rs
+	path := filepath.Join(t.TempDir(), "identity.txt")
+	if err := os.WriteFile(path, []byte(id.String()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return ids, rs, path
 }
 
 // TestInspectAllDecrypts: inspect --all against a real kube-apiserver,
@@ -64,9 +71,10 @@ func TestInspectAllDecrypts(t *testing.T) {
 	dyn := k.Dynamic(t, "")
 	m := testenv.SharedMinIO(t)
 	kubetest.CreateCOSSecret(t, admin, nsDec, m)
-	st, layout := testfix.Store(t, m, m.NewBucket(t)), catalog.Layout{Prefix: testenv.Prefix(t)}
-	toolkit, toolkitRS := ageIdentity(t)
-	_, strangerRS := ageIdentity(t)
+	bucket := m.NewBucket(t)
+	st, layout := testfix.Store(t, m, bucket), catalog.Layout{Prefix: testenv.Prefix(t)}
+	toolkit, toolkitRS, toolkitFile := ageIdentity(t)
+	_, strangerRS, _ := ageIdentity(t)
 	clusters := map[string]struct {
 		ip string
 		rs seal.Recipients
@@ -151,6 +159,26 @@ func TestInspectAllDecrypts(t *testing.T) {
 			t.Errorf("%s with no identity mounted: %+v", name, d)
 		}
 	}
+	// The CLI in the toolkit: ETCD_RECOVERY_IDENTITY_FILE names the
+	// mounted identity, and inspect --all --bucket makes the check.
+	cli := exec.CommandContext(ctx, testfix.Tool(t), "inspect", "--all", "-o", "json", "--cos-endpoint", m.Endpoint, "--cos-region", m.Region,
+		"--cos-ca-file", m.CAFile, "--bucket", bucket, "--prefix", layout.Prefix, "--probe-timeout", "2s")
+	cli.Env = append(toolEnv(), "KUBECONFIG="+k.Kubeconfig(t, token, nsDec), seal.EnvIdentityFile+"="+toolkitFile)
+	out, err := cli.Output()
+	if err != nil {
+		t.Fatalf("etcd-recovery inspect --all with %s: %v\n%s", seal.EnvIdentityFile, err, out)
+	}
+	var cliRep kube.InspectAllReport
+	if err := json.Unmarshal(out, &cliRep); err != nil {
+		t.Fatalf("inspect --all -o json: %v\n%s", err, out)
+	}
+	if d := row(&cliRep, "etcd-opens").Decrypt; d == nil || d.State != catalog.DecryptOpens {
+		t.Errorf("CLI: etcd-opens: %+v; want opens", d)
+	}
+	if d := row(&cliRep, "etcd-stranger").Decrypt; d == nil || d.State != catalog.DecryptNoIdentity {
+		t.Errorf("CLI: etcd-stranger: %+v; want %q", d, catalog.DecryptNoIdentity)
+	}
+
 	// Not asked: no check, no column.
 	rep = inspectAll(nil)
 	for _, r := range rep.Clusters {
