@@ -3,15 +3,10 @@ package deploy
 import (
 	"bytes"
 	"context"
-	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
-
-	"filippo.io/age"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/seal"
@@ -19,7 +14,6 @@ import (
 	"github.com/armada/etcd-recovery/internal/testing/podrun"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
-	"github.com/armada/etcd-recovery/kube"
 )
 
 // encNS is the namespace of TestCronJobEncrypted.
@@ -37,44 +31,10 @@ const encNS = "kubx-etcd-16"
 func TestCronJobEncrypted(t *testing.T) {
 	start := time.Now()
 	image := testenv.Image(t)
-	k := testenv.StartKubeAPIServer(t)
-	admin, dyn := k.Clientset(t, ""), k.Dynamic(t, "")
-	kubetest.InstallCRDs(t, k)
-	kubetest.CreateNamespaces(t, admin, encNS)
-	a := kubetest.NewApplier(t, k)
-	a.ApplyFile(t, kubetest.DeployPath(t, "10-rbac.yaml"), encNS)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-
-	id, err := age.GenerateX25519Identity()
-	if err != nil {
-		t.Fatal(err)
-	}
-	recipient := id.Recipient().String()
-	m := testenv.SharedMinIO(t)
-	bucket, prefix := m.NewBucket(t), testenv.Prefix(t)
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: kube.COSSecretName}, Data: kubetest.AWSSecretData(m.AccessKey, m.SecretKey, m.Region)}
-	if _, err := admin.CoreV1().Secrets(encNS).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	cmBytes, err := os.ReadFile(kubetest.DeployPath(t, "20-config.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cm, err := podrun.ParseConfigMap(cmBytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for key, v := range map[string]string{"COS_ENDPOINT": m.Endpoint, "COS_REGION": m.Region, "COS_BUCKET": bucket, "COS_PREFIX": prefix,
-		seal.EnvEncryptTo: recipient, seal.EnvRequireEncryption: "true"} {
-		if _, ok := cm.Data[key]; !ok {
-			t.Fatalf("deploy/20-config.yaml has no %s any more: update this test (and docs/encryption.md)", key)
-		}
-		cm.Data[key] = v
-	}
-	if _, err := admin.CoreV1().ConfigMaps(encNS).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	ew := kubetest.NewEncryptedWorld(t, ctx, encNS)
+	admin, dyn, a, m, bucket, prefix, recipient := ew.Admin, ew.Dyn, ew.Applier, ew.MinIO, ew.Bucket, ew.Prefix, ew.Recipient
 	st := testfix.Store(t, m, bucket)
 	layout := catalog.Layout{Prefix: prefix}
 
@@ -92,14 +52,7 @@ func TestCronJobEncrypted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec, err := podrun.Translate(w, "", "etcd-recovery-backup-29000001-encry", podrun.Cluster{
-		Namespace:    encNS,
-		ConfigMaps:   map[string]*corev1.ConfigMap{cm.Name: cm},
-		Secrets:      map[string]*corev1.Secret{secret.Name: secret},
-		Token:        func(sa string) (string, error) { return kubetest.SAToken(t, admin, encNS, sa), nil },
-		APIServerURL: k.URL,
-		APIServerCA:  k.CA,
-	})
+	spec, err := podrun.Translate(w, "", "etcd-recovery-backup-29000001-encry", ew.PodCluster(t))
 	if err != nil {
 		t.Fatal(err)
 	}

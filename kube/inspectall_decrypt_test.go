@@ -3,7 +3,6 @@ package kube_test
 import (
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -161,15 +160,14 @@ func TestInspectAllDecrypts(t *testing.T) {
 	}
 	// The CLI in the toolkit: ETCD_RECOVERY_IDENTITY_FILE names the
 	// mounted identity, and inspect --all --bucket makes the check.
-	cli := exec.CommandContext(ctx, testfix.Tool(t), "inspect", "--all", "-o", "json", "--cos-endpoint", m.Endpoint, "--cos-region", m.Region,
+	out, errb, code := runTool(t, ctx, testfix.Tool(t), []string{"KUBECONFIG=" + k.Kubeconfig(t, token, nsDec), seal.EnvIdentityFile + "=" + toolkitFile},
+		"inspect", "--all", "-o", "json", "--cos-endpoint", m.Endpoint, "--cos-region", m.Region,
 		"--cos-ca-file", m.CAFile, "--bucket", bucket, "--prefix", layout.Prefix, "--probe-timeout", "2s")
-	cli.Env = append(toolEnv(), "KUBECONFIG="+k.Kubeconfig(t, token, nsDec), seal.EnvIdentityFile+"="+toolkitFile)
-	out, err := cli.Output()
-	if err != nil {
-		t.Fatalf("etcd-recovery inspect --all with %s: %v\n%s", seal.EnvIdentityFile, err, out)
+	if code != 0 {
+		t.Fatalf("etcd-recovery inspect --all with %s: exit %d\n%s\n%s", seal.EnvIdentityFile, code, out, errb)
 	}
 	var cliRep kube.InspectAllReport
-	if err := json.Unmarshal(out, &cliRep); err != nil {
+	if err := json.Unmarshal([]byte(out), &cliRep); err != nil {
 		t.Fatalf("inspect --all -o json: %v\n%s", err, out)
 	}
 	if d := row(&cliRep, "etcd-opens").Decrypt; d == nil || d.State != catalog.DecryptOpens {

@@ -359,6 +359,25 @@ func restoreObj(cluster string) *unstructured.Unstructured {
 // toolEnv is the environment for the CLI without COS credentials, etcdctl
 // settings, a kubeconfig or a pod namespace: everything comes from flags
 // and the API.
+// runTool runs the tool with args, its environment toolEnv() plus env,
+// and returns its stdout, its stderr and its exit code.
+func runTool(tb testing.TB, ctx context.Context, tool string, env []string, args ...string) (string, string, int) {
+	tb.Helper()
+	cmd := exec.CommandContext(ctx, tool, args...)
+	cmd.Env = append(toolEnv(), env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		return out.String(), errb.String(), ee.ExitCode()
+	case err != nil:
+		tb.Fatal(err)
+	}
+	return out.String(), errb.String(), 0
+}
+
 func toolEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {

@@ -1,10 +1,8 @@
 package kube_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -382,22 +380,12 @@ func TestOrphans(t *testing.T) {
 		cos := []string{"--cos-endpoint", e.m.Endpoint, "--cos-region", e.m.Region, "--cos-ca-file", e.m.CAFile, "--bucket", e.bucket, "--prefix", e.prefix}
 		run := func(wantExit int, args ...string) string {
 			t.Helper()
-			cmd := exec.CommandContext(ctxT(t, 2*time.Minute), tool, append(append([]string{"delete", "--cluster-id", "etcd-r", "--all-backups"}, args...), cos...)...)
-			cmd.Env = append(toolEnv(), "KUBECONFIG="+k.Kubeconfig(t, "", e.ns))
-			var out, errb bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &errb
-			err := cmd.Run()
-			code := 0
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				code = ee.ExitCode()
-			} else if err != nil {
-				t.Fatal(err)
-			}
+			out, errb, code := runTool(t, ctxT(t, 2*time.Minute), tool, []string{"KUBECONFIG=" + k.Kubeconfig(t, "", e.ns)},
+				append(append([]string{"delete", "--cluster-id", "etcd-r", "--all-backups"}, args...), cos...)...)
 			if code != wantExit {
-				t.Fatalf("delete --all-backups %v: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", args, code, wantExit, out.String(), errb.String())
+				t.Fatalf("delete --all-backups %v: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", args, code, wantExit, out, errb)
 			}
-			return out.String() + errb.String()
+			return out + errb
 		}
 		for _, args := range [][]string{nil, {"--ignore-etcdcluster"}} {
 			if out := run(1, args...); !strings.Contains(out, "EtcdRestore "+e.ns+"/etcd-r-restore-1 references it") {
@@ -430,22 +418,12 @@ func TestOrphans(t *testing.T) {
 		cos := []string{"--cos-endpoint", e.m.Endpoint, "--cos-region", e.m.Region, "--cos-ca-file", e.m.CAFile, "--bucket", e.bucket, "--prefix", e.prefix}
 		run := func(wantExit int, env []string, args ...string) string {
 			t.Helper()
-			cmd := exec.CommandContext(ctxT(t, 2*time.Minute), tool, append(append([]string{"delete", "--cluster-id", "etcd-x", "--all-backups"}, args...), cos...)...)
-			cmd.Env = append(toolEnv(), env...)
-			var out, errb bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &errb
-			err := cmd.Run()
-			code := 0
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				code = ee.ExitCode()
-			} else if err != nil {
-				t.Fatal(err)
-			}
+			out, errb, code := runTool(t, ctxT(t, 2*time.Minute), tool, env,
+				append(append([]string{"delete", "--cluster-id", "etcd-x", "--all-backups"}, args...), cos...)...)
 			if code != wantExit {
-				t.Fatalf("delete --all-backups %v: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", args, code, wantExit, out.String(), errb.String())
+				t.Fatalf("delete --all-backups %v: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", args, code, wantExit, out, errb)
 			}
-			return out.String() + errb.String()
+			return out + errb
 		}
 		withKube := []string{"KUBECONFIG=" + kc}
 		noKube := []string{"KUBECONFIG=", "HOME=" + t.TempDir()}

@@ -4,10 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"slices"
 	"sort"
 	"strings"
@@ -79,22 +77,11 @@ func testVerbs(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, admi
 	tool := testfix.Tool(t)
 	run := func(sa, kc string, wantExit int, args ...string) string {
 		t.Helper()
-		cmd := exec.CommandContext(ctx, tool, args...)
-		cmd.Env = append(toolEnv(), "KUBECONFIG="+kc)
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
-		code := 0
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
+		stdout, stderr, code := runTool(t, ctx, tool, []string{"KUBECONFIG=" + kc}, args...)
 		if code != wantExit {
-			t.Fatalf("as %s: etcd-recovery %s: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", sa, strings.Join(args, " "), code, wantExit, lastLines(stdout.String(), 20), lastLines(stderr.String(), 10))
+			t.Fatalf("as %s: etcd-recovery %s: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", sa, strings.Join(args, " "), code, wantExit, lastLines(stdout, 20), lastLines(stderr, 10))
 		}
-		return stdout.String()
+		return stdout
 	}
 	cosFlags := []string{"--cos-endpoint", m.Endpoint, "--cos-region", m.Region, "--bucket", bucket, "--prefix", prefix}
 	sas := []string{"etcd-recovery", "etcd-recovery-toolkit"}

@@ -3,24 +3,17 @@ package scratchpod_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"filippo.io/age"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/armada/etcd-recovery/internal/catalog"
-	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
 	"github.com/armada/etcd-recovery/internal/testing/podrun"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
-	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/restore"
 )
 
@@ -52,40 +45,10 @@ const walAllowance = 128 << 20
 func TestCronJobScratch(t *testing.T) {
 	start := time.Now()
 	image := testenv.Image(t)
-	k := testenv.StartKubeAPIServer(t)
-	admin, dyn := k.Clientset(t, ""), k.Dynamic(t, "")
-	kubetest.InstallCRDs(t, k)
-	kubetest.CreateNamespaces(t, admin, scratchNS)
-	a := kubetest.NewApplier(t, k)
-	a.ApplyFile(t, kubetest.DeployPath(t, "10-rbac.yaml"), scratchNS)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-
-	id, err := age.GenerateX25519Identity()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := testenv.SharedMinIO(t)
-	bucket, prefix := m.NewBucket(t), testenv.Prefix(t)
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: kube.COSSecretName}, Data: kubetest.AWSSecretData(m.AccessKey, m.SecretKey, m.Region)}
-	if _, err := admin.CoreV1().Secrets(scratchNS).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	cmBytes, err := os.ReadFile(kubetest.DeployPath(t, "20-config.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cm, err := podrun.ParseConfigMap(cmBytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for key, v := range map[string]string{"COS_ENDPOINT": m.Endpoint, "COS_REGION": m.Region, "COS_BUCKET": bucket, "COS_PREFIX": prefix,
-		seal.EnvEncryptTo: id.Recipient().String(), seal.EnvRequireEncryption: "true"} {
-		cm.Data[key] = v
-	}
-	if _, err := admin.CoreV1().ConfigMaps(scratchNS).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	ew := kubetest.NewEncryptedWorld(t, ctx, scratchNS)
+	admin, dyn, a, m, bucket, prefix := ew.Admin, ew.Dyn, ew.Applier, ew.MinIO, ew.Bucket, ew.Prefix
 	st := testfix.Store(t, m, bucket)
 	layout := catalog.Layout{Prefix: prefix}
 
@@ -117,14 +80,7 @@ func TestCronJobScratch(t *testing.T) {
 	runner := &podrun.Runner{Podman: testenv.PodmanGlobalArgs, RunArgs: testenv.PodmanRunArgs, Image: image, WorkDir: t.TempDir()}
 	run := func(t *testing.T, pod string, kind podrun.MountKind, size int64) (*podrun.Spec, podrun.Result, podrun.Usage) {
 		t.Helper()
-		spec, err := podrun.Translate(w, "", pod, podrun.Cluster{
-			Namespace:    scratchNS,
-			ConfigMaps:   map[string]*corev1.ConfigMap{cm.Name: cm},
-			Secrets:      map[string]*corev1.Secret{secret.Name: secret},
-			Token:        func(sa string) (string, error) { return kubetest.SAToken(t, admin, scratchNS, sa), nil },
-			APIServerURL: k.URL,
-			APIServerCA:  k.CA,
-		})
+		spec, err := podrun.Translate(w, "", pod, ew.PodCluster(t))
 		if err != nil {
 			t.Fatal(err)
 		}
