@@ -1,40 +1,16 @@
-// Package inspect answers the first question of an etcd incident: how is
-// the cluster? It probes every member concurrently, each bounded by one
-// timeout, judges quorum (HEALTHY, DEGRADED, QUORUM LOST, UNREACHABLE),
-// flags split-brain signs, lagging members, full databases and alarms,
-// checks the freshness of the newest backup, and names the one next step
-// with its runbook.
-//
-// Members are probed with internal/probe, the tool's one prober, whose
-// package doc defines a healthy member; backup's member choice and
-// restore's verification use the same prober, and restore verify judges a
-// rebuilt cluster with this package's Probe and Verdict.
-//
-// Run does the network part: Probe (member list and probes, all
-// concurrent) and the backup freshness check. Verdict, the judgement, is
-// pure; it composes one function per check: quorum, lag, leader and split
-// brain, alarms, members down, DB quota, unlisted endpoints, backup
-// freshness and restore drills, then the next step.
-//
-// Options.Validate checks the options before anything is contacted and
-// returns usage errors (internal/usage: the CLI exits 4); Run calls it
-// first. ValidateTemplate checks the settings alone, for options that are
-// the template of many clusters (kube.InspectAll).
-//
-// A Report renders by internal/output's convention: Tables (the members
-// table, their errors, then the verdict, leader, flags, backup, drill and
-// next-step lines), or JSON of the Report itself.
 package inspect
 
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
+	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/internal/probe"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/usage"
@@ -121,25 +97,6 @@ func (o *Options) defaults() {
 	}
 }
 
-// Report is the result of an inspection: the assessment plus how it was
-// made. It is what `-o json` prints.
-type Report struct {
-	Assessment
-	// MemberList says where the member list came from.
-	MemberList string    `json:"memberList"`
-	Endpoints  []string  `json:"endpoints"`
-	Warnings   []string  `json:"warnings,omitempty"`
-	CheckedAt  time.Time `json:"checkedAt"`
-	Timeout    string    `json:"timeout"`
-	ElapsedMS  int64     `json:"elapsedMs"`
-	// Thresholds used for the flags.
-	MaxLag     uint64 `json:"maxLag"`
-	QuotaBytes int64  `json:"quotaBytes"`
-}
-
-// ExitCode is the process exit code for the report's verdict.
-func (r *Report) ExitCode() int { return r.Verdict.ExitCode() }
-
 // Run inspects the cluster. It fails only on invalid options or when ctx is
 // cancelled: everything the cluster or the store does wrong is in the
 // report.
@@ -222,7 +179,7 @@ func probeCluster(ctx context.Context, cfg etcdconn.Config, timeout time.Duratio
 	pr := &prober{ctx: ctx, cfg: cfg, timeout: timeout, probes: map[string]*probe.Member{}}
 	for _, ep := range cfg.Endpoints {
 		u := normURL(cfg, ep)
-		if !contains(pc.Endpoints, u) {
+		if !slices.Contains(pc.Endpoints, u) {
 			pc.Endpoints = append(pc.Endpoints, u)
 		}
 		pr.start(u)
@@ -271,9 +228,25 @@ func listMembers(ctx context.Context, cfg etcdconn.Config, timeout time.Duration
 // merge builds the member rows: one per listed member (probed at its
 // client URL, or at an endpoint that answered with its id), plus endpoints
 // that answer as members not in the list. Without a list, one row per
-// endpoint.
+// endpoint. The cluster's alarms are then set on the rows (mergeAlarms).
 func merge(cfg etcdconn.Config, listed []probe.Member, haveList bool, endpoints []string, probes map[string]*probe.Member) ([]MemberHealth, []string) {
+	var out []MemberHealth
 	var warnings []string
+	if haveList {
+		out, warnings = listedRows(cfg, listed, endpoints, probes)
+	} else {
+		for _, u := range endpoints {
+			out = append(out, row(probes[u], MemberHealth{ClientURL: u}))
+		}
+	}
+	warnings = append(warnings, mergeAlarms(out, probes)...)
+	return out, warnings
+}
+
+// listedRows is one row per listed member, then one per endpoint that
+// answers as a member not in the list; an endpoint that neither answered
+// nor is a member's client URL is a warning.
+func listedRows(cfg etcdconn.Config, listed []probe.Member, endpoints []string, probes map[string]*probe.Member) ([]MemberHealth, []string) {
 	byMemberID := map[uint64]*probe.Member{}
 	for _, u := range endpoints {
 		if p := probes[u]; answered(p) && p.HeaderMemberID != 0 && byMemberID[p.HeaderMemberID] == nil {
@@ -281,46 +254,73 @@ func merge(cfg etcdconn.Config, listed []probe.Member, haveList bool, endpoints 
 		}
 	}
 	used := map[*probe.Member]bool{}
+	listedIDs := map[uint64]bool{}
 	var out []MemberHealth
-	if haveList {
-		listedIDs := map[uint64]bool{}
-		for _, lm := range listed {
-			listedIDs[lm.ID] = true
-			m := MemberHealth{Name: lm.Name, ID: probe.HexID(lm.ID), ClientURL: lm.ClientURL, Learner: lm.IsLearner}
-			if lm.ClientURL == "" {
-				m.Health = HealthDown
-				m.Error = "member has no client URL: added to the cluster but never started"
-				out = append(out, m)
-				continue
-			}
-			p := probes[normURL(cfg, lm.ClientURL)]
-			if alt := byMemberID[lm.ID]; !answered(p) && alt != nil {
-				p = alt // reached under another name in --endpoints
-			}
-			used[p] = true
-			out = append(out, row(p, m))
+	for _, lm := range listed {
+		listedIDs[lm.ID] = true
+		m := MemberHealth{Name: lm.Name, ID: probe.HexID(lm.ID), ClientURL: lm.ClientURL, Learner: lm.IsLearner}
+		if lm.ClientURL == "" {
+			m.Health = HealthDown
+			m.Error = "member has no client URL: added to the cluster but never started"
+			out = append(out, m)
+			continue
 		}
-		for _, u := range endpoints {
-			p := probes[u]
-			if p == nil || used[p] {
-				continue
-			}
-			switch {
-			case p.Answered() && listedIDs[p.HeaderMemberID]:
-				// the same member under another address: already shown
-			case p.Answered():
-				out = append(out, row(p, MemberHealth{ClientURL: u, Unlisted: true}))
-			default:
-				warnings = append(warnings, fmt.Sprintf("endpoint %s did not answer and is no member's client URL: %s", u, p.ErrorText()))
-			}
+		p := probes[normURL(cfg, lm.ClientURL)]
+		if alt := byMemberID[lm.ID]; !answered(p) && alt != nil {
+			p = alt // reached under another name in --endpoints
 		}
-	} else {
-		for _, u := range endpoints {
-			out = append(out, row(probes[u], MemberHealth{ClientURL: u}))
+		used[p] = true
+		out = append(out, row(p, m))
+	}
+	var warnings []string
+	for _, u := range endpoints {
+		p := probes[u]
+		if p == nil || used[p] {
+			continue
+		}
+		switch {
+		case p.Answered() && listedIDs[p.HeaderMemberID]:
+			// the same member under another address: already shown
+		case p.Answered():
+			out = append(out, row(p, MemberHealth{ClientURL: u, Unlisted: true}))
+		default:
+			warnings = append(warnings, fmt.Sprintf("endpoint %s did not answer and is no member's client URL: %s", u, p.ErrorText()))
 		}
 	}
+	return out, warnings
+}
 
-	// Alarms are cluster-wide: any member that answers lists all of them.
+// mergeAlarms sets the cluster's alarms on the rows of the members they
+// are raised on. Alarms are cluster-wide: any member that answers lists
+// all of them. An alarm raised by a member not in the rows is a warning
+// and is set on every member that answers.
+func mergeAlarms(out []MemberHealth, probes map[string]*probe.Member) []string {
+	var warnings []string
+	for _, a := range clusterAlarms(probes) {
+		found := false
+		for i := range out {
+			if out[i].ID == probe.HexID(a.Member) {
+				out[i].Alarms = append(out[i].Alarms, a.Alarm)
+				found = true
+			}
+		}
+		if !found {
+			// Raised by a member no longer listed: it still blocks the
+			// cluster, so show it on every member that answers.
+			warnings = append(warnings, fmt.Sprintf("alarm %s was raised by member %s, which is not in the member list", a.Alarm, probe.HexID(a.Member)))
+			for i := range out {
+				if out[i].Alive() && !slices.Contains(out[i].Alarms, a.Alarm) {
+					out[i].Alarms = append(out[i].Alarms, a.Alarm)
+				}
+			}
+		}
+	}
+	return warnings
+}
+
+// clusterAlarms are the alarms any probe saw, once each, sorted by member
+// and alarm.
+func clusterAlarms(probes map[string]*probe.Member) []probe.Alarm {
 	alarmSet := map[probe.Alarm]bool{}
 	var alarms []probe.Alarm
 	for _, p := range probes {
@@ -340,42 +340,12 @@ func merge(cfg etcdconn.Config, listed []probe.Member, haveList bool, endpoints 
 		}
 		return alarms[i].Alarm < alarms[j].Alarm
 	})
-	for _, a := range alarms {
-		found := false
-		for i := range out {
-			if out[i].ID == probe.HexID(a.Member) {
-				out[i].Alarms = append(out[i].Alarms, a.Alarm)
-				found = true
-			}
-		}
-		if !found {
-			// Raised by a member no longer listed: it still blocks the
-			// cluster, so show it on every member that answers.
-			warnings = append(warnings, fmt.Sprintf("alarm %s was raised by member %s, which is not in the member list", a.Alarm, probe.HexID(a.Member)))
-			for i := range out {
-				if out[i].Alive() && !contains(out[i].Alarms, a.Alarm) {
-					out[i].Alarms = append(out[i].Alarms, a.Alarm)
-				}
-			}
-		}
-	}
-	return out, warnings
+	return alarms
 }
 
 func normURL(cfg etcdconn.Config, ep string) string {
 	return strings.TrimRight(cfg.URL(strings.TrimSpace(ep)), "/")
 }
-
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
-
-func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }
 
 // checkBackup finds the newest backup that checks out (its manifest parses
 // and every object it names is stored with the recorded size, the same check
@@ -386,7 +356,7 @@ func checkBackup(ctx context.Context, opts Options) *BackupStatus {
 	bs := &BackupStatus{ClusterID: opts.ClusterID, Location: opts.Location, MaxAge: opts.MaxBackupAge}
 	entries, err := catalog.Inventory(ctx, opts.Store, opts.Layout, opts.ClusterID)
 	if err != nil {
-		bs.Error = oneLine(err)
+		bs.Error = output.OneLine(err)
 		return bs
 	}
 	const maxUnreadable = 3
@@ -401,7 +371,7 @@ newest:
 		e := entries[i]
 		switch {
 		case err != nil:
-			bs.Error = oneLine(err)
+			bs.Error = output.OneLine(err)
 			return bs
 		case e.Damaged != "":
 			bs.Unreadable = append(bs.Unreadable, e.Name+" (damaged: "+e.Damaged+")")
@@ -428,7 +398,7 @@ newest:
 func checkDrills(ctx context.Context, opts Options, entries []catalog.Entry, checked []bool) *DrillStatus {
 	ds := &DrillStatus{MaxAge: opts.MaxDrillAge}
 	if err := catalog.LoadDrills(ctx, opts.Store, opts.Layout, entries, 0); err != nil {
-		ds.Error = oneLine(err)
+		ds.Error = output.OneLine(err)
 		return ds
 	}
 	now := opts.Now()
@@ -458,7 +428,7 @@ func checkDrills(ctx context.Context, opts Options, entries []catalog.Entry, che
 		}
 		if !checked[i] {
 			if _, _, err := catalog.CheckEntries(ctx, opts.Store, opts.Layout, entries[i:i+1], 1); err != nil {
-				ds.Error = oneLine(err)
+				ds.Error = output.OneLine(err)
 				return ds
 			}
 			checked[i] = true

@@ -287,7 +287,7 @@ func (c Config) Diagnose(ctx context.Context, ep string) error {
 	// handshake: a one-byte read surfaces that alert.
 	_ = tc.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
 	var b [1]byte
-	if _, err := tc.Read(b[:]); err != nil && !isTimeout(err) && !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := tc.Read(b[:]); err != nil && !IsTimeout(err) && !errors.Is(err, context.DeadlineExceeded) {
 		if strings.Contains(err.Error(), "tls:") {
 			return fmt.Errorf("TLS with %s: the server rejected our client certificate: %w", u.Host, err)
 		}
@@ -358,7 +358,9 @@ func speaksPlainHTTP(ctx context.Context, d *net.Dialer, hostport string) bool {
 	return string(buf) == "HTTP/"
 }
 
-func isTimeout(err error) bool {
+// IsTimeout reports whether err is (or wraps) a net.Error that timed out:
+// a dial, read or TLS handshake past its deadline.
+func IsTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }

@@ -20,6 +20,10 @@
 //	output.RenderAll(w, format, rep.Tables(), rep)
 //
 // so -o json is always the report itself: the same data as the table.
+//
+// The text helpers the reports' messages share live here too: Bytes and
+// Age (sizes and durations for humans), Plural (a word agreeing with a
+// count) and OneLine (an error's text on one line, for a field or cell).
 package output
 
 import (

@@ -45,7 +45,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"regexp"
 	"sort"
@@ -264,8 +263,8 @@ func (m Member) ErrorText() string {
 		if cause == nil {
 			cause = m.LinearizableErr
 		}
-		timedOut := errors.Is(cause, context.DeadlineExceeded) || isTimeout(cause) ||
-			(m.DiagErr != nil && (errors.Is(m.DiagErr, context.DeadlineExceeded) || isTimeout(m.DiagErr)))
+		timedOut := errors.Is(cause, context.DeadlineExceeded) || etcdconn.IsTimeout(cause) ||
+			(m.DiagErr != nil && (errors.Is(m.DiagErr, context.DeadlineExceeded) || etcdconn.IsTimeout(m.DiagErr)))
 		switch {
 		case m.DiagErr != nil && !timedOut:
 			return m.DiagErr.Error()
@@ -296,11 +295,6 @@ func readErr(err error, timeout time.Duration) string {
 		return fmt.Sprintf("no answer within %v (no leader or no quorum)", timeout)
 	}
 	return err.Error()
-}
-
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // List asks the given endpoints for the membership, serializably so it

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"filippo.io/age"
+
+	"github.com/armada/etcd-recovery/internal/output"
 )
 
 // ErrTampered marks an encrypted object that does not authenticate: a
@@ -59,14 +61,7 @@ func (e *NoMatchError) Error() string {
 		to = "it was encrypted to " + strings.Join(e.Recipients, ", ")
 	}
 	return fmt.Sprintf("%v: %s; the identity file holds %s: use the identity of one of the backup's recipients",
-		ErrNoIdentity, to, plural(len(e.Identities), "the identity of "+strings.Join(e.Identities, ", "), "identities of "+strings.Join(e.Identities, ", ")))
-}
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
+		ErrNoIdentity, to, output.Plural(len(e.Identities), "the identity of "+strings.Join(e.Identities, ", "), "identities of "+strings.Join(e.Identities, ", ")))
 }
 
 // Is makes errors.Is(err, ErrNoIdentity) true.
