@@ -423,6 +423,30 @@ func Endpoint(ctx context.Context, cfg etcdconn.Config, url string, timeout time
 	diag := make(chan error, 1)
 	go func() { diag <- cfg.Diagnose(pctx, url) }()
 
+	done := p.callAll(pctx, cli, url)
+
+	select {
+	case <-done:
+		if !p.Answered() {
+			p.DiagErr = <-diag // bounded by pctx
+		}
+	case derr := <-diag:
+		if derr != nil && pctx.Err() == nil {
+			// Refused, unresolvable, or TLS rejected: the calls cannot
+			// succeed, don't wait for their deadline.
+			cancel()
+		}
+		<-done
+		p.DiagErr = derr
+	}
+	return p
+}
+
+// callAll starts the probe's four calls on cli at once (Status, a
+// linearizable and a serializable read of HealthKey, the alarm list),
+// each recording what it saw in p, the first response header naming the
+// member and cluster; the returned channel closes when all have returned.
+func (p *Member) callAll(ctx context.Context, cli *clientv3.Client, url string) <-chan struct{} {
 	var mu sync.Mutex
 	header := func(h *pb.ResponseHeader) {
 		if h == nil {
@@ -440,7 +464,7 @@ func Endpoint(ctx context.Context, cfg etcdconn.Config, url string, timeout time
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		t0 := time.Now()
-		st, err := cli.Status(pctx, url)
+		st, err := cli.Status(ctx, url)
 		p.StatusLatency = time.Since(t0)
 		p.Status, p.StatusErr = st, err
 		if err == nil {
@@ -449,7 +473,7 @@ func Endpoint(ctx context.Context, cfg etcdconn.Config, url string, timeout time
 	})
 	wg.Go(func() {
 		t0 := time.Now()
-		r, err := cli.Get(pctx, HealthKey, clientv3.WithCountOnly())
+		r, err := cli.Get(ctx, HealthKey, clientv3.WithCountOnly())
 		p.LinearizableLatency = time.Since(t0)
 		p.LinearizableOK, p.LinearizableErr = err == nil, err
 		if err == nil {
@@ -459,7 +483,7 @@ func Endpoint(ctx context.Context, cfg etcdconn.Config, url string, timeout time
 	})
 	wg.Go(func() {
 		t0 := time.Now()
-		r, err := cli.Get(pctx, HealthKey, clientv3.WithCountOnly(), clientv3.WithSerializable())
+		r, err := cli.Get(ctx, HealthKey, clientv3.WithCountOnly(), clientv3.WithSerializable())
 		p.SerializableLatency = time.Since(t0)
 		p.SerializableOK, p.SerializableErr = err == nil, err
 		if err == nil {
@@ -467,7 +491,7 @@ func Endpoint(ctx context.Context, cfg etcdconn.Config, url string, timeout time
 		}
 	})
 	wg.Go(func() {
-		r, err := cli.AlarmList(pctx)
+		r, err := cli.AlarmList(ctx)
 		p.AlarmErr = err
 		if err == nil {
 			p.AlarmList = r.Alarms
@@ -476,22 +500,7 @@ func Endpoint(ctx context.Context, cfg etcdconn.Config, url string, timeout time
 	})
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
-
-	select {
-	case <-done:
-		if !p.Answered() {
-			p.DiagErr = <-diag // bounded by pctx
-		}
-	case derr := <-diag:
-		if derr != nil && pctx.Err() == nil {
-			// Refused, unresolvable, or TLS rejected: the calls cannot
-			// succeed, don't wait for their deadline.
-			cancel()
-		}
-		<-done
-		p.DiagErr = derr
-	}
-	return p
+	return done
 }
 
 // Versions reads a member's /version: the server and the cluster version.
