@@ -6,6 +6,15 @@
 // them (a usage error anywhere in the cause chain is exit 4), calls it and
 // renders its report with internal/output (rep.Table() or rep.Tables(), or
 // -o json of the report itself).
+//
+// setup.go is the one setup every command shares: its flags bind to an
+// options struct (flags.go, Destination fields: no flag is read by name),
+// newEnv builds the logger and the output format, and the env opens the
+// object store through the registry (store.Open; the backends are linked
+// by the blank import of internal/store/all, the only place the CLI names
+// them), builds the Kubernetes client and bounds the run by --timeout
+// (withTimeout, naming the step a step error's Step() reports). Stray
+// arguments are refused one way, by noStrayArgs around every Action.
 package main
 
 import (
