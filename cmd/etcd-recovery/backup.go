@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -15,7 +16,31 @@ import (
 	"github.com/armada/etcd-recovery/restore"
 )
 
-func backupCommand() *cli.Command {
+// backupOpts are backup's flags.
+type backupOpts struct {
+	etcd                                  etcdOpts
+	store                                 storeOpts
+	kube                                  kubeOpts
+	encryption                            encryptionOpts
+	policy                                policyOpts
+	drill                                 drillOpts
+	clusterID, kind, v2, compress, output string
+	pushgateway                           string
+	clusters                              cli.StringSlice
+	all, noEvents, prune                  bool
+	parallel                              int
+	probeTimeout, timeout, orphanGrace    time.Duration
+}
+
+// drillOpts are backup --drill's flags.
+type drillOpts struct {
+	drill               bool
+	share, parallel     int
+	etcdBinDir, tempDir string
+}
+
+func backupCommand(g *globalOpts) *cli.Command {
+	o := &backupOpts{}
 	return &cli.Command{
 		Name:  "backup",
 		Usage: "stream a verified v3 snapshot and the v2 keys of one cluster (or of EtcdClusters: --all, --cluster) to COS",
@@ -30,50 +55,52 @@ func backupCommand() *cli.Command {
 			"before --prune. A failed drill leaves the backup committed; the exit is then 1, naming the cluster,\n" +
 			"the backup and the failing check. With --all, --drill-share N drills 1/N of the clusters per run\n" +
 			"(by the run's 8-hour UTC slot: with three runs a day and N=3, each cluster once a day).",
-		Flags: concat(etcdFlags(), cosFlags(), kubeFlags(), []cli.Flag{
-			clusterIDFlag(),
-			allFlag(),
-			&cli.StringSliceFlag{Name: "cluster", Usage: clusterFlagUsage},
-			parallelFlag(),
-			&cli.BoolFlag{Name: "no-events", Usage: "with --all/--cluster: do not record Kubernetes Events"},
-			&cli.StringFlag{Name: "kind", Value: "manual", Usage: "scheduled, update or manual"},
-			&cli.StringFlag{Name: "v2", Value: "auto", Usage: "export the v2 keyspace: auto (when served), on (required) or off"},
-			&cli.StringFlag{Name: "compress", Value: "zstd", Usage: "zstd or none"},
-			probeTimeoutFlag(),
-			backupTimeoutFlag(),
-			&cli.BoolFlag{Name: "prune", Usage: "once the backup is committed, apply the retention policy to the cluster (see prune)"},
-			orphanGraceFlag(),
-			&cli.BoolFlag{Name: "drill", Usage: "once the backup is committed (before --prune), prove it restores: a restore drill of it, compared with the source"},
-			&cli.IntFlag{Name: "drill-share", Value: 1, Usage: "with --all/--cluster --drill: drill 1/N of the clusters per run, chosen by cluster and the run's 8-hour UTC slot (1: all)"},
-			&cli.IntFlag{Name: "drill-parallel", Value: 1, Usage: "with --all/--cluster --drill: drills at once (each runs an etcd and needs twice the database's size in --temp-dir)"},
-			etcdBinDirFlag(),
-			tempDirFlag(),
-			outputFlag(),
-			pushgatewayFlag(),
-		}, encryptionFlags(), policyFlags()),
-		Action: runBackup,
+		Flags: concat(o.etcd.flags(true), o.store.flags(), o.kube.flags(), []cli.Flag{
+			clusterIDFlag(&o.clusterID),
+			allFlag(&o.all),
+			&cli.StringSliceFlag{Name: "cluster", Usage: clusterFlagUsage, Destination: &o.clusters},
+			parallelFlag(&o.parallel),
+			&cli.BoolFlag{Name: "no-events", Usage: "with --all/--cluster: do not record Kubernetes Events", Destination: &o.noEvents},
+			&cli.StringFlag{Name: "kind", Value: "manual", Usage: "scheduled, update or manual", Destination: &o.kind},
+			&cli.StringFlag{Name: "v2", Value: "auto", Usage: "export the v2 keyspace: auto (when served), on (required) or off", Destination: &o.v2},
+			&cli.StringFlag{Name: "compress", Value: "zstd", Usage: "zstd or none", Destination: &o.compress},
+			probeTimeoutFlag(&o.probeTimeout),
+			backupTimeoutFlag(&o.timeout),
+			&cli.BoolFlag{Name: "prune", Usage: "once the backup is committed, apply the retention policy to the cluster (see prune)", Destination: &o.prune},
+			orphanGraceFlag(&o.orphanGrace),
+			&cli.BoolFlag{Name: "drill", Usage: "once the backup is committed (before --prune), prove it restores: a restore drill of it, compared with the source", Destination: &o.drill.drill},
+			&cli.IntFlag{Name: "drill-share", Value: 1, Usage: "with --all/--cluster --drill: drill 1/N of the clusters per run, chosen by cluster and the run's 8-hour UTC slot (1: all)", Destination: &o.drill.share},
+			&cli.IntFlag{Name: "drill-parallel", Value: 1, Usage: "with --all/--cluster --drill: drills at once (each runs an etcd and needs twice the database's size in --temp-dir)", Destination: &o.drill.parallel},
+			etcdBinDirFlag(&o.drill.etcdBinDir),
+			tempDirFlag(&o.drill.tempDir),
+			outputFlag(&o.output),
+			pushgatewayFlag(&o.pushgateway),
+		}, o.encryption.flags(), o.policy.flags()),
+		Action: func(c *cli.Context) error { return runBackup(c, g, o) },
 	}
 }
 
-func runBackup(c *cli.Context) error {
-	log, err := logger(c)
+func runBackup(c *cli.Context, g *globalOpts, o *backupOpts) error {
+	e, err := newEnv(c, g, o.output)
 	if err != nil {
 		return err
 	}
-	opts := backup.Options{ClusterID: c.String("cluster-id"), ProbeTimeout: c.Duration("probe-timeout"), Log: log}
-	fleet := c.Bool("all") || len(c.StringSlice("cluster")) > 0
+	log := e.log
+	opts := backup.Options{ClusterID: o.clusterID, ProbeTimeout: o.probeTimeout, Log: log}
+	clusters := o.clusters.Value()
+	fleet := o.all || len(clusters) > 0
 	switch {
-	case c.Bool("all") && len(c.StringSlice("cluster")) > 0:
+	case o.all && len(clusters) > 0:
 		return usagef("backup: --all and --cluster are exclusive")
 	case fleet && opts.ClusterID != "":
 		return usagef("backup: --cluster-id is for one cluster given by --endpoints; with --all/--cluster the id is the EtcdCluster's name")
-	case fleet && c.Int("parallel") < 1:
-		return usagef("backup: --parallel %d: want at least 1", c.Int("parallel"))
+	case fleet && o.parallel < 1:
+		return usagef("backup: --parallel %d: want at least 1", o.parallel)
 	}
 	if !fleet && opts.ClusterID == "" {
 		return usagef("backup: --cluster-id is required")
 	}
-	if err := requirePositive(c, "backup", "timeout"); err != nil {
+	if err := requirePositive("backup", positive{"timeout", o.timeout}); err != nil {
 		return err
 	}
 	if !fleet {
@@ -81,37 +108,33 @@ func runBackup(c *cli.Context) error {
 			return asUsage(err)
 		}
 	}
-	if opts.Kind, err = catalog.ParseKind(c.String("kind")); err != nil || opts.Kind == catalog.KindPreRestore {
-		return usagef("backup: --kind %q: want scheduled, update or manual", c.String("kind"))
+	if opts.Kind, err = catalog.ParseKind(o.kind); err != nil || opts.Kind == catalog.KindPreRestore {
+		return usagef("backup: --kind %q: want scheduled, update or manual", o.kind)
 	}
-	if opts.V2, err = backup.ParseV2Mode(c.String("v2")); err != nil {
+	if opts.V2, err = backup.ParseV2Mode(o.v2); err != nil {
 		return asUsage(err)
 	}
-	if opts.Compression, err = catalog.ParseCompression(c.String("compress")); err != nil {
+	if opts.Compression, err = catalog.ParseCompression(o.compress); err != nil {
 		return asUsage(err)
 	}
-	format, err := output.ParseFormat(c.String("output"))
-	if err != nil {
-		return asUsage(err)
-	}
-	if c.Bool("prune") {
-		policy, err := policyFromFlags(c)
+	if o.prune {
+		policy, err := o.policy.policy()
 		if err != nil {
 			return err
 		}
 		opts.Prune = &policy
 	}
-	if c.Duration("orphan-grace") < catalog.MinOrphanGrace {
-		return usagef("backup: --orphan-grace %s: want at least %s", c.Duration("orphan-grace"), catalog.MinOrphanGrace)
+	if o.orphanGrace < catalog.MinOrphanGrace {
+		return usagef("backup: --orphan-grace %s: want at least %s", o.orphanGrace, catalog.MinOrphanGrace)
 	}
-	drill, err := drillPlanFromFlags(c, fleet)
+	drill, err := o.drill.plan(c, fleet)
 	if err != nil {
 		return err
 	}
-	if opts.Recipients, err = recipientsFromFlags(c); err != nil {
+	if opts.Recipients, err = o.encryption.recipients(c); err != nil {
 		return err
 	}
-	opts.RequireEncryption = c.Bool("require-encryption")
+	opts.RequireEncryption = o.encryption.requireEncryption
 	if drill != nil {
 		// An encrypted backup's drill runs on the plaintext the backup
 		// streamed, kept under --temp-dir (else $TMPDIR) for the drill.
@@ -128,15 +151,18 @@ func runBackup(c *cli.Context) error {
 	// flight fails, an uncommitted backup is aborted as on any failure
 	// (no manifest; its upload aborted on a context of its own), and the
 	// exit is 1 naming the step; 130 stays the signals'.
-	ctx, cancel, deadline := backupDeadline(c)
-	defer cancel()
-	if fleet {
-		return deadline(runBackupAll(ctx, c, opts, format, drill))
-	}
-	if opts.Etcd, err = etcdConfig(c); err != nil {
+	t, err := e.withTimeout(o.timeout, nil)
+	if err != nil {
 		return err
 	}
-	store, layout, err := cosStore(c)
+	defer t.cancel()
+	if fleet {
+		return t.overall(runBackupAll(t.ctx, e, o, opts, drill))
+	}
+	if opts.Etcd, err = o.etcd.config(); err != nil {
+		return err
+	}
+	store, layout, err := e.openStore(&o.store, nil)
 	if err != nil {
 		return err
 	}
@@ -153,25 +179,25 @@ func runBackup(c *cli.Context) error {
 	}
 	prog := output.NewProgress(fmt.Sprintf("backup %s", opts.ClusterID))
 	opts.Progress = prog.Update
-	res, err := backup.Run(ctx, opts)
-	err = deadline(err)
+	res, err := backup.Run(t.ctx, opts)
+	err = t.overall(err)
 	prog.Done()
-	pushBackupRun(c, opts, res) // --pushgateway (serve.go); a failed push is only logged
+	pushBackupRun(e, o.pushgateway, o.kube.namespace, opts, res) // --pushgateway (serve.go); a failed push is only logged
 	if res == nil {
 		return err
 	}
 	// A committed backup is printed even when the prune after it failed.
 	rep := kube.NewBackupReport(res, drill != nil)
-	if rerr := output.RenderAll(c.App.Writer, format, rep.Tables(), rep); rerr != nil {
+	if rerr := e.renderAll(rep.Tables(), rep); rerr != nil {
 		return rerr
 	}
 	return err
 }
 
-// drillPlanFromFlags reads --drill and its flags (nil without --drill).
-// Bad values are usage errors (exit 4), found before anything is contacted.
-func drillPlanFromFlags(c *cli.Context, fleet bool) (*kube.DrillPlan, error) {
-	if !c.Bool("drill") {
+// plan reads --drill and its flags (nil without --drill). Bad values are
+// usage errors (exit 4), found before anything is contacted.
+func (o *drillOpts) plan(c *cli.Context, fleet bool) (*kube.DrillPlan, error) {
+	if !o.drill {
 		for _, f := range []string{"drill-share", "drill-parallel", "etcd-bin-dir"} {
 			if c.IsSet(f) && (f != "etcd-bin-dir" || !envSet("ETCD_RECOVERY_ETCD_BIN_DIR")) {
 				return nil, usagef("backup: --%s is for --drill", f)
@@ -179,8 +205,7 @@ func drillPlanFromFlags(c *cli.Context, fleet bool) (*kube.DrillPlan, error) {
 		}
 		return nil, nil
 	}
-	p := &kube.DrillPlan{Share: c.Int("drill-share"), Parallel: c.Int("drill-parallel"),
-		EtcdBinDir: c.String("etcd-bin-dir"), ScratchDir: c.String("temp-dir")}
+	p := &kube.DrillPlan{Share: o.share, Parallel: o.parallel, EtcdBinDir: o.etcdBinDir, ScratchDir: o.tempDir}
 	switch {
 	case p.Share < 1:
 		return nil, usagef("backup: --drill-share %d: want at least 1 (1 drills every cluster)", p.Share)
@@ -205,26 +230,13 @@ func drillPlanFromFlags(c *cli.Context, fleet bool) (*kube.DrillPlan, error) {
 
 func envSet(name string) bool { _, ok := os.LookupEnv(name); return ok }
 
-// backupDeadline bounds the run by --timeout. deadline(err) names it
-// when err came from it (not from a signal, which cancels c.Context).
-func backupDeadline(c *cli.Context) (context.Context, context.CancelFunc, func(error) error) {
-	d := c.Duration("timeout")
-	ctx, cancel := context.WithTimeout(c.Context, d)
-	return ctx, cancel, func(err error) error {
-		if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && c.Context.Err() == nil {
-			return fmt.Errorf("backup: the overall deadline passed (--timeout %v): %w", d, err)
-		}
-		return err
-	}
-}
-
 // runBackupAll backs up EtcdClusters found through the Kubernetes API.
-func runBackupAll(ctx context.Context, c *cli.Context, tmpl backup.Options, format output.Format, drill *kube.DrillPlan) error {
-	k, err := kubeClient(c)
+func runBackupAll(ctx context.Context, e *env, o *backupOpts, tmpl backup.Options, drill *kube.DrillPlan) error {
+	k, err := e.kube(&o.kube)
 	if err != nil {
 		return err
 	}
-	store, layout, err := cosStoreKube(c, k)
+	store, layout, err := e.openStore(&o.store, k)
 	if err != nil {
 		return err
 	}
@@ -232,23 +244,23 @@ func runBackupAll(ctx context.Context, c *cli.Context, tmpl backup.Options, form
 	// backup --all --prune also handles the namespace's orphans (report
 	// only unless the namespace owns the prefix: see prune --orphans).
 	var orphans *kube.OrphanPlan
-	if tmpl.Prune != nil && c.Bool("all") {
-		orphans = &kube.OrphanPlan{Grace: c.Duration("orphan-grace")}
+	if tmpl.Prune != nil && o.all {
+		orphans = &kube.OrphanPlan{Grace: o.orphanGrace}
 	}
 	rep, err := kube.BackupAll(ctx, kube.BackupAllOptions{
 		Kube:        k,
-		Names:       c.StringSlice("cluster"),
-		Parallel:    c.Int("parallel"),
+		Names:       o.clusters.Value(),
+		Parallel:    o.parallel,
 		Template:    tmpl,
-		DialTimeout: c.Duration("dial-timeout"),
-		NoEvents:    c.Bool("no-events"),
+		DialTimeout: o.etcd.dialTimeout,
+		NoEvents:    o.noEvents,
 		Log:         tmpl.Log,
 		Drill:       drill,
 		Orphans:     orphans,
 	})
-	pushBackupAll(c, tmpl.Kind, rep) // --pushgateway (serve.go); a failed push is only logged
+	pushBackupAll(e, o.pushgateway, o.kube.namespace, tmpl.Kind, rep) // --pushgateway (serve.go); a failed push is only logged
 	if rep != nil && rep.Clusters != nil {
-		if rerr := output.RenderAll(c.App.Writer, format, rep.Tables(), rep); rerr != nil {
+		if rerr := e.renderAll(rep.Tables(), rep); rerr != nil {
 			return rerr
 		}
 	}

@@ -4,17 +4,28 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
-	"github.com/armada/etcd-recovery/internal/output"
-	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/kube"
 )
 
-func deleteCommand() *cli.Command {
+// deleteOpts are delete's flags.
+type deleteOpts struct {
+	store                                              storeOpts
+	kube                                               kubeOpts
+	clusterID, output                                  string
+	backups                                            cli.StringSlice
+	allowNewest, allBackups, ignoreEtcdCluster, dryRun bool
+	timeout                                            time.Duration
+}
+
+func deleteCommand(g *globalOpts) *cli.Command {
+	o := &deleteOpts{}
 	return &cli.Command{
 		Name:  "delete",
 		Usage: "delete named backups of one cluster, of any kind (manifest first), or every backup of a deleted cluster (--all-backups)",
@@ -26,17 +37,17 @@ func deleteCommand() *cli.Command {
 			"without Kubernetes access, where it cannot check, unless --ignore-etcdcluster. It refuses while an EtcdRestore of the\n" +
 			"namespace references the cluster (a restore through etcd-operator recreates its EtcdCluster), --ignore-etcdcluster or not.\n" +
 			"--dry-run lists what it would delete.",
-		Flags: concat(cosFlags(), kubeFlags(), []cli.Flag{
-			clusterIDFlag(),
-			&cli.StringSliceFlag{Name: "backup", Usage: backupFlagUsage},
-			&cli.BoolFlag{Name: "allow-newest", Usage: "allow deleting the newest committed backup that checks out, or the newest whose restore drill passed"},
-			&cli.BoolFlag{Name: "all-backups", Usage: "delete: every backup of the cluster, of any kind (instead of --backup)"},
-			&cli.BoolFlag{Name: "ignore-etcdcluster", Usage: "delete --all-backups even though an EtcdCluster of that name exists, or when that cannot be checked (no Kubernetes access)"},
-			dryRunFlag(),
-			outputFlag(),
-			timeoutFlag(),
+		Flags: concat(o.store.flags(), o.kube.flags(), []cli.Flag{
+			clusterIDFlag(&o.clusterID),
+			&cli.StringSliceFlag{Name: "backup", Usage: backupFlagUsage, Destination: &o.backups},
+			&cli.BoolFlag{Name: "allow-newest", Usage: "allow deleting the newest committed backup that checks out, or the newest whose restore drill passed", Destination: &o.allowNewest},
+			&cli.BoolFlag{Name: "all-backups", Usage: "delete: every backup of the cluster, of any kind (instead of --backup)", Destination: &o.allBackups},
+			&cli.BoolFlag{Name: "ignore-etcdcluster", Usage: "delete --all-backups even though an EtcdCluster of that name exists, or when that cannot be checked (no Kubernetes access)", Destination: &o.ignoreEtcdCluster},
+			dryRunFlag(&o.dryRun),
+			outputFlag(&o.output),
+			timeoutFlag(&o.timeout),
 		}, deprecatedFlagsOf("delete")),
-		Action: runDelete,
+		Action: func(c *cli.Context) error { return runDelete(c, g, o) },
 	}
 }
 
@@ -46,51 +57,47 @@ func kubeAccess(c *cli.Context) bool {
 	return os.Getenv("KUBERNETES_SERVICE_HOST") != "" || c.IsSet("kubeconfig") || os.Getenv("KUBECONFIG") != "" || c.IsSet("namespace")
 }
 
-func runDelete(c *cli.Context) error {
-	if err := noArgs(c); err != nil {
-		return err
-	}
-	log, err := logger(c)
+func runDelete(c *cli.Context, g *globalOpts, o *deleteOpts) error {
+	e, err := newEnv(c, g, o.output)
 	if err != nil {
 		return err
 	}
-	opts := catalog.DeleteOptions{ClusterID: c.String("cluster-id"), Names: c.StringSlice("backup"), Force: c.Bool("allow-newest"), Log: log}
-	format, err := output.ParseFormat(c.String("output"))
-	if err != nil {
-		return asUsage(err)
-	}
-	if c.Bool("all-backups") {
-		all := catalog.DeleteAllOptions{ClusterID: opts.ClusterID, DryRun: c.Bool("dry-run"), Log: log}
+	opts := catalog.DeleteOptions{ClusterID: o.clusterID, Names: o.backups.Value(), Force: o.allowNewest, Log: e.log}
+	if o.allBackups {
+		all := catalog.DeleteAllOptions{ClusterID: opts.ClusterID, DryRun: o.dryRun, Log: e.log}
 		if err := all.Validate(); err != nil {
 			return err
 		}
-		return runDeleteAll(c, all, format)
+		return runDeleteAll(e, o, all)
 	}
-	for _, f := range []string{"ignore-etcdcluster", "dry-run"} {
-		if c.Bool(f) {
-			return usagef("delete: --%s is for --all-backups", f)
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{{"ignore-etcdcluster", o.ignoreEtcdCluster}, {"dry-run", o.dryRun}} {
+		if f.set {
+			return usagef("delete: --%s is for --all-backups", f.name)
 		}
 	}
 	if err := opts.Validate(); err != nil {
 		return err
 	}
-	store, layout, err := cosStore(c)
+	store, layout, err := e.openStore(&o.store, nil)
 	if err != nil {
 		return err
 	}
 	opts.Store, opts.Layout = store, layout
-	ctx, cancel, named, err := runDeadline(c)
+	t, err := e.withTimeout(o.timeout, nil)
 	if err != nil {
 		return err
 	}
-	defer cancel()
-	rep, err := catalog.Delete(ctx, opts)
-	err = named("delete", err)
+	defer t.cancel()
+	rep, err := catalog.Delete(t.ctx, opts)
+	err = t.atStep("delete", err)
 	if errors.Is(err, catalog.ErrNewestBackup) || errors.Is(err, catalog.ErrNewestProven) {
 		err = fmt.Errorf("%w: pass --allow-newest", err)
 	}
 	if rep != nil {
-		if rerr := output.Render(c.App.Writer, format, rep.Table(), rep); rerr != nil && err == nil {
+		if rerr := e.render(rep.Table(), rep); rerr != nil && err == nil {
 			err = rerr
 		}
 	}
@@ -111,22 +118,23 @@ type deleteAllResult struct {
 	Delete       *catalog.DeleteAllReport `json:"delete"`
 }
 
-func runDeleteAll(c *cli.Context, opts catalog.DeleteAllOptions, format output.Format) error {
+func runDeleteAll(e *env, o *deleteOpts, opts catalog.DeleteAllOptions) error {
 	id := opts.ClusterID
-	if len(c.StringSlice("backup")) > 0 {
+	if len(o.backups.Value()) > 0 {
 		return usagef("delete: --backup and --all-backups are exclusive")
 	}
-	if c.Bool("allow-newest") || c.Bool("force") {
+	// --force, the old spelling, has set --allow-newest (applyDeprecated).
+	if o.allowNewest {
 		return usagef("delete: --allow-newest (--force) is for --backup; --all-backups deletes every backup, and only --ignore-etcdcluster overrides its EtcdCluster check")
 	}
-	ignore := c.Bool("ignore-etcdcluster")
+	ignore := o.ignoreEtcdCluster
 	log := opts.Log
 	res := deleteAllResult{}
 	var k *kube.Client
 	var err error
 	switch {
-	case kubeAccess(c):
-		if k, err = kubeClient(c); err != nil {
+	case kubeAccess(e.c):
+		if k, err = e.kube(&o.kube); err != nil {
 			return err
 		}
 		res.Namespace = k.Namespace
@@ -136,33 +144,28 @@ func runDeleteAll(c *cli.Context, opts catalog.DeleteAllOptions, format output.F
 	default:
 		res.EtcdCluster = "not checked: no Kubernetes access (--ignore-etcdcluster)"
 	}
-	var store store.Store
-	var layout catalog.Layout
-	if k != nil {
-		store, layout, err = cosStoreKube(c, k)
-	} else {
-		store, layout, err = cosStore(c)
-	}
+	store, layout, err := e.openStore(&o.store, k)
 	if err != nil {
 		return err
 	}
-	ctx, cancel, named, err := runDeadline(c)
+	t, err := e.withTimeout(o.timeout, nil)
 	if err != nil {
 		return err
 	}
-	defer cancel()
+	defer t.cancel()
+	ctx := t.ctx
 	if k != nil {
 		names, err := k.ClusterNames(ctx)
 		switch {
 		case err != nil && !ignore:
-			return named("check etcdcluster", fmt.Errorf("delete --all-backups: cluster %s: could not check whether its EtcdCluster exists, nothing was deleted: %w", id, err))
+			return t.atStep("check etcdcluster", fmt.Errorf("delete --all-backups: cluster %s: could not check whether its EtcdCluster exists, nothing was deleted: %w", id, err))
 		case err != nil:
 			res.EtcdCluster = "not checked: " + err.Error() + " (--ignore-etcdcluster)"
 			log.Warn("delete --all-backups: could not check the EtcdCluster; going on (--ignore-etcdcluster)", "cluster", id, "err", err)
-		case slicesContains(names, id) && !ignore:
+		case slices.Contains(names, id) && !ignore:
 			return fmt.Errorf("delete --all-backups: refusing to delete the backups of cluster %s, nothing was deleted: %w (%s/%s); delete it first, or pass --ignore-etcdcluster",
 				id, catalog.ErrClusterExists, k.Namespace, id)
-		case slicesContains(names, id):
+		case slices.Contains(names, id):
 			res.EtcdCluster = "exists (--ignore-etcdcluster)"
 			log.Warn("delete --all-backups: the EtcdCluster exists; deleting its backups anyway (--ignore-etcdcluster)", "cluster", id, "namespace", k.Namespace)
 		default:
@@ -174,7 +177,7 @@ func runDeleteAll(c *cli.Context, opts catalog.DeleteAllOptions, format output.F
 		restores, err := k.RestoresOf(ctx, id)
 		switch {
 		case err != nil && !ignore:
-			return named("check etcdrestore", fmt.Errorf("delete --all-backups: cluster %s: could not check whether an EtcdRestore references it, nothing was deleted: %w", id, err))
+			return t.atStep("check etcdrestore", fmt.Errorf("delete --all-backups: cluster %s: could not check whether an EtcdRestore references it, nothing was deleted: %w", id, err))
 		case err != nil:
 			res.EtcdRestores = "not checked: " + err.Error() + " (--ignore-etcdcluster)"
 			log.Warn("delete --all-backups: could not check the EtcdRestores; going on (--ignore-etcdcluster)", "cluster", id, "err", err)
@@ -188,24 +191,15 @@ func runDeleteAll(c *cli.Context, opts catalog.DeleteAllOptions, format output.F
 	}
 	opts.Store, opts.Layout = store, layout
 	rep, err := catalog.DeleteAll(ctx, opts)
-	err = named("delete", err)
+	err = t.atStep("delete", err)
 	if rep != nil {
 		res.Delete = rep
-		t := rep.Table()
+		tbl := rep.Table()
 		// The EtcdCluster check is this command's: it leads the summary.
-		t.Notes[len(t.Notes)-1] = fmt.Sprintf("EtcdCluster %s: %s; %s", id, res.EtcdCluster, t.Notes[len(t.Notes)-1])
-		if rerr := output.Render(c.App.Writer, format, t, res); rerr != nil && err == nil {
+		tbl.Notes[len(tbl.Notes)-1] = fmt.Sprintf("EtcdCluster %s: %s; %s", id, res.EtcdCluster, tbl.Notes[len(tbl.Notes)-1])
+		if rerr := e.render(tbl, res); rerr != nil && err == nil {
 			err = rerr
 		}
 	}
 	return err
-}
-
-func slicesContains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }

@@ -1,14 +1,28 @@
 package main
 
 import (
+	"time"
+
 	"github.com/urfave/cli/v2"
 
-	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/restore"
 )
 
-func drillCommand() *cli.Command {
+// drillCmdOpts are drill's flags.
+type drillCmdOpts struct {
+	etcd                                   etcdOpts
+	store                                  storeOpts
+	kube                                   kubeOpts
+	clusterID, backup, output, pushgateway string
+	etcdBinDir, tempDir, identityFile      string
+	all, noRecord                          bool
+	parallel                               int
+	probeTimeout, startTimeout             time.Duration
+}
+
+func drillCommand(g *globalOpts) *cli.Command {
+	o := &drillCmdOpts{}
 	return &cli.Command{
 		Name:  "drill",
 		Usage: "prove a backup restores: restore it into --temp-dir, start a real etcd of its version on it, check it and compare with the source",
@@ -27,50 +41,47 @@ func drillCommand() *cli.Command {
 			"An encrypted backup (age) needs --identity-file: drill it where the identity is (the toolkit pod, or a drill Job\n" +
 			"of its own); the drill that follows a scheduled backup drills the plaintext the backup streamed instead.\n" +
 			"The exit is 1 when any drill fails, naming the cluster, the backup and the failing check.",
-		Flags: concat(etcdFlags(), cosFlags(), kubeFlags(), []cli.Flag{
-			clusterIDFlag(),
-			backupFlag(),
-			allFlag(),
-			parallelFlag(),
-			probeTimeoutFlag(),
-			&cli.DurationFlag{Name: "start-timeout", Usage: "how long a drill waits for its etcd to serve (default 2m plus 1s per 16 MiB of database)"},
-			&cli.BoolFlag{Name: "no-record", Usage: "do not write drill.json (the result is only printed)"},
-			etcdBinDirFlag(),
-			tempDirFlag(),
-			identityFileFlag(),
-			outputFlag(),
-			pushgatewayFlag(),
+		Flags: concat(o.etcd.flags(true), o.store.flags(), o.kube.flags(), []cli.Flag{
+			clusterIDFlag(&o.clusterID),
+			backupFlag(&o.backup),
+			allFlag(&o.all),
+			parallelFlag(&o.parallel),
+			probeTimeoutFlag(&o.probeTimeout),
+			&cli.DurationFlag{Name: "start-timeout", Usage: "how long a drill waits for its etcd to serve (default 2m plus 1s per 16 MiB of database)", Destination: &o.startTimeout},
+			&cli.BoolFlag{Name: "no-record", Usage: "do not write drill.json (the result is only printed)", Destination: &o.noRecord},
+			etcdBinDirFlag(&o.etcdBinDir),
+			tempDirFlag(&o.tempDir),
+			identityFileFlag(&o.identityFile),
+			outputFlag(&o.output),
+			pushgatewayFlag(&o.pushgateway),
 		}),
-		Action: runDrill,
+		Action: func(c *cli.Context) error { return runDrill(c, g, o) },
 	}
 }
 
-func runDrill(c *cli.Context) error {
-	log, err := logger(c)
+func runDrill(c *cli.Context, g *globalOpts, o *drillCmdOpts) error {
+	e, err := newEnv(c, g, o.output)
 	if err != nil {
 		return err
 	}
-	id, all := c.String("cluster-id"), c.Bool("all")
+	log := e.log
+	id, all := o.clusterID, o.all
 	if !all && id == "" {
 		return usagef("drill: --cluster-id (or --all) is required")
 	}
 	parallel := 1
 	if c.IsSet("parallel") {
 		// The flag's 0 is a mistake; the package's 0 is its default.
-		if parallel = c.Int("parallel"); parallel == 0 {
+		if parallel = o.parallel; parallel == 0 {
 			return usagef("drill: --parallel 0: want at least 1")
 		}
 	}
-	format, err := output.ParseFormat(c.String("output"))
-	if err != nil {
-		return asUsage(err)
-	}
-	ids, err := identityOf(c, log)
+	ids, err := e.identityOf(o.identityFile)
 	if err != nil {
 		return err
 	}
-	tmpl := restore.DrillOptions{EtcdBinDir: c.String("etcd-bin-dir"), ScratchDir: c.String("temp-dir"), Identities: ids,
-		StartTimeout: c.Duration("start-timeout"), ProbeTimeout: c.Duration("probe-timeout"), NoRecord: c.Bool("no-record"), Log: log}
+	tmpl := restore.DrillOptions{EtcdBinDir: o.etcdBinDir, ScratchDir: o.tempDir, Identities: ids,
+		StartTimeout: o.startTimeout, ProbeTimeout: o.probeTimeout, NoRecord: o.noRecord, Log: log}
 	kubeForm := all && (c.IsSet("namespace") || c.IsSet("kubeconfig"))
 	// --endpoints has a default (etcdctl's 127.0.0.1:2379): only endpoints
 	// given (flag or ETCDCTL_ENDPOINTS) are a source to compare with.
@@ -78,12 +89,12 @@ func runDrill(c *cli.Context) error {
 		if all {
 			return usagef("drill: --endpoints are one cluster's: use them with --cluster-id (with --all --namespace the sources come from the API)")
 		}
-		tmpl.Source = etcdConfigFor(c, c.StringSlice("endpoints"))
+		tmpl.Source = o.etcd.configFor(o.etcd.endpoints.Value())
 	}
 	// The options as the drill of --cluster-id sees them.
 	one := tmpl
-	one.ClusterID, one.Backup = id, c.String("backup")
-	opts := kube.DrillAllOptions{Template: tmpl, Parallel: parallel, DialTimeout: c.Duration("dial-timeout"), Log: log}
+	one.ClusterID, one.Backup = id, o.backup
+	opts := kube.DrillAllOptions{Template: tmpl, Parallel: parallel, DialTimeout: o.etcd.dialTimeout, Log: log}
 	if all {
 		// The --all form, checked as given (a --cluster-id or --backup
 		// with it is a mistake the package names).
@@ -96,26 +107,26 @@ func runDrill(c *cli.Context) error {
 		return usagef("drill: %w", err)
 	}
 	if kubeForm {
-		k, err := kubeClient(c)
+		k, err := e.kube(&o.kube)
 		if err != nil {
 			return err
 		}
-		if opts.Template.Store, opts.Template.Layout, err = cosStoreKube(c, k); err != nil {
+		if opts.Template.Store, opts.Template.Layout, err = e.openStore(&o.store, k); err != nil {
 			return err
 		}
 		opts.Kube = k
-	} else if opts.Template.Store, opts.Template.Layout, err = cosStore(c); err != nil {
+	} else if opts.Template.Store, opts.Template.Layout, err = e.openStore(&o.store, nil); err != nil {
 		return err
 	}
 	var rep *kube.DrillAllReport
 	if all {
-		rep, err = kube.DrillAll(c.Context, opts)
+		rep, err = kube.DrillAll(e.ctx(), opts)
 	} else {
-		rep, err = kube.DrillOne(c.Context, opts, id, c.String("backup"))
+		rep, err = kube.DrillOne(e.ctx(), opts, id, o.backup)
 	}
-	pushDrills(c, rep) // --pushgateway (serve.go); a failed push is only logged
+	pushDrills(e, o.pushgateway, o.kube.namespace, rep) // --pushgateway (serve.go); a failed push is only logged
 	if rep != nil && (len(rep.Clusters) > 0 || err == nil) {
-		if rerr := output.Render(c.App.Writer, format, rep.Table(), rep); rerr != nil {
+		if rerr := e.render(rep.Table(), rep); rerr != nil {
 			return rerr
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net/url"
 	"os"
 	"strconv"
@@ -16,121 +17,141 @@ import (
 	"github.com/armada/etcd-recovery/internal/etcdconn"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
-	"github.com/armada/etcd-recovery/internal/store/cos"
 	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/restore"
 )
 
-// etcdFlags are etcdctl's connection flags, with etcdctl's environment
-// variables.
-func etcdFlags() []cli.Flag {
+// Flags bind to options structs: each group below holds the values of its
+// flags (their Destination), and a command's Action reads its options
+// struct, never a flag by name. A group's flags() is called once per
+// command (flags hold state: a new app builds new ones).
+
+// globalOpts are the app's flags, given before the command.
+type globalOpts struct {
+	logLevel, logFormat, cpuProfile string
+}
+
+func (g *globalOpts) flags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringSliceFlag{Name: "endpoints", EnvVars: []string{"ETCDCTL_ENDPOINTS"}, Value: cli.NewStringSlice("127.0.0.1:2379"), Usage: "etcd client endpoints (comma-separated) of the cluster acted on (restore: the old cluster's, no default: a member that answers is snapshotted first)"},
-		&cli.StringFlag{Name: "cacert", EnvVars: []string{"ETCDCTL_CACERT"}, Usage: "CA bundle to verify etcd's server certificates", TakesFile: true},
-		&cli.StringFlag{Name: "cert", EnvVars: []string{"ETCDCTL_CERT"}, Usage: "client certificate for mutual TLS", TakesFile: true},
-		&cli.StringFlag{Name: "key", EnvVars: []string{"ETCDCTL_KEY"}, Usage: "client key for mutual TLS", TakesFile: true},
-		&cli.DurationFlag{Name: "dial-timeout", EnvVars: []string{"ETCDCTL_DIAL_TIMEOUT"}, Value: 5 * time.Second, Usage: "dial timeout per endpoint"},
+		&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"ETCD_RECOVERY_LOG_LEVEL"}, Usage: "debug, info, warn or error", Destination: &g.logLevel},
+		&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"ETCD_RECOVERY_LOG_FORMAT"}, Usage: "text (key=value) or json", Destination: &g.logFormat},
+		&cli.StringFlag{Name: "cpu-profile", Hidden: true, Usage: "write a CPU profile to this file (benchmarks)", TakesFile: true, Destination: &g.cpuProfile},
 	}
 }
 
-func etcdConfig(c *cli.Context) (etcdconn.Config, error) {
-	cfg := etcdconn.Config{
-		Endpoints:   c.StringSlice("endpoints"),
-		CACert:      c.String("cacert"),
-		Cert:        c.String("cert"),
-		Key:         c.String("key"),
-		DialTimeout: c.Duration("dial-timeout"),
+// logger builds the structured key=value logger on stderr.
+func (g *globalOpts) logger(c *cli.Context) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
+		return nil, usagef("--log-level: %v", err)
 	}
+	hopts := &slog.HandlerOptions{Level: level}
+	w := c.App.ErrWriter
+	switch g.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, hopts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, hopts)), nil
+	}
+	return nil, usagef("--log-format %q: want text or json", g.logFormat)
+}
+
+// etcdOpts are etcdctl's connection flags, with etcdctl's environment
+// variables.
+type etcdOpts struct {
+	endpoints         cli.StringSlice
+	cacert, cert, key string
+	dialTimeout       time.Duration
+}
+
+// flags are the connection flags; without defaultEndpoint, --endpoints
+// has no default (restore: no --endpoints means no survivor snapshot).
+func (o *etcdOpts) flags(defaultEndpoint bool) []cli.Flag {
+	var def *cli.StringSlice
+	if defaultEndpoint {
+		def = cli.NewStringSlice("127.0.0.1:2379")
+	}
+	return []cli.Flag{
+		&cli.StringSliceFlag{Name: "endpoints", EnvVars: []string{"ETCDCTL_ENDPOINTS"}, Value: def, Destination: &o.endpoints, Usage: "etcd client endpoints (comma-separated) of the cluster acted on (restore: the old cluster's, no default: a member that answers is snapshotted first)"},
+		&cli.StringFlag{Name: "cacert", EnvVars: []string{"ETCDCTL_CACERT"}, Usage: "CA bundle to verify etcd's server certificates", TakesFile: true, Destination: &o.cacert},
+		&cli.StringFlag{Name: "cert", EnvVars: []string{"ETCDCTL_CERT"}, Usage: "client certificate for mutual TLS", TakesFile: true, Destination: &o.cert},
+		&cli.StringFlag{Name: "key", EnvVars: []string{"ETCDCTL_KEY"}, Usage: "client key for mutual TLS", TakesFile: true, Destination: &o.key},
+		o.dialTimeoutFlag(),
+	}
+}
+
+func (o *etcdOpts) dialTimeoutFlag() cli.Flag {
+	return &cli.DurationFlag{Name: "dial-timeout", EnvVars: []string{"ETCDCTL_DIAL_TIMEOUT"}, Value: 5 * time.Second, Usage: "dial timeout per endpoint", Destination: &o.dialTimeout}
+}
+
+// config is the connection to --endpoints, validated (usage errors).
+func (o *etcdOpts) config() (etcdconn.Config, error) {
+	cfg := o.configFor(o.endpoints.Value())
 	if err := cfg.Validate(); err != nil {
 		return cfg, asUsage(err)
 	}
 	return cfg, nil
 }
 
-// requirePositive refuses a zero or negative value of each named duration
-// flag: on the command line they have non-zero defaults, while in the
-// packages' options zero means "the default", so a 0 typed by hand is a
-// mistake the packages cannot see.
-func requirePositive(c *cli.Context, command string, flags ...string) error {
+// configFor is the etcd connection for the given endpoints with the
+// command's TLS flags; the package that uses it validates it.
+func (o *etcdOpts) configFor(endpoints []string) etcdconn.Config {
+	return etcdconn.Config{
+		Endpoints:   endpoints,
+		CACert:      o.cacert,
+		Cert:        o.cert,
+		Key:         o.key,
+		DialTimeout: o.dialTimeout,
+	}
+}
+
+// positive is a duration flag's value, for requirePositive.
+type positive struct {
+	flag  string
+	value time.Duration
+}
+
+// requirePositive refuses a zero or negative value of each duration flag:
+// on the command line they have non-zero defaults, while in the packages'
+// options zero means "the default", so a 0 typed by hand is a mistake the
+// packages cannot see.
+func requirePositive(command string, flags ...positive) error {
 	for _, f := range flags {
-		if c.Duration(f) <= 0 {
-			return usagef("%s: --%s must be positive", command, f)
+		if f.value <= 0 {
+			return usagef("%s: --%s must be positive", command, f.flag)
 		}
 	}
 	return nil
 }
 
-// cosFlags configure the object store. Secrets have no flags: they come
-// from the environment or a mounted directory, never argv.
-func cosFlags() []cli.Flag {
+// storeOpts configure the object store (env.openStore). Secrets have no
+// flags: they come from the environment or a mounted directory, never
+// argv.
+type storeOpts struct {
+	endpoint, region, bucket, prefix, credsDir, caFile, minThroughput string
+	maxRetries                                                        int
+	stallTimeout                                                      time.Duration
+}
+
+func (o *storeOpts) flags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "cos-endpoint", EnvVars: []string{"COS_ENDPOINT"}, Usage: "COS (S3) endpoint URL"},
-		&cli.StringFlag{Name: "cos-region", EnvVars: []string{"COS_REGION"}, Value: "us-standard", Usage: "COS region / location constraint"},
-		&cli.StringFlag{Name: "bucket", EnvVars: []string{"COS_BUCKET"}, Usage: "bucket holding the backups"},
-		&cli.StringFlag{Name: "prefix", EnvVars: []string{"COS_PREFIX"}, Usage: "key prefix inside the bucket"},
-		&cli.StringFlag{Name: "cos-credentials-dir", EnvVars: []string{"COS_CREDENTIALS_DIR"}, Usage: "mounted cos-credentials secret (else COS_ACCESS_KEY_ID/COS_SECRET_ACCESS_KEY or COS_API_KEY)", TakesFile: true},
-		&cli.StringFlag{Name: "cos-ca-file", EnvVars: []string{"COS_CA_FILE"}, Usage: "extra CA bundle for the COS endpoint", TakesFile: true},
-		&cli.IntFlag{Name: "cos-max-retries", EnvVars: []string{"COS_MAX_RETRIES"}, Value: 5, Usage: "retries per request on transient errors (5xx, resets, timeouts)"},
-		&cli.DurationFlag{Name: "cos-stall-timeout", EnvVars: []string{"COS_STALL_TIMEOUT"}, Value: cos.DefaultStallTimeout, Usage: "abort a store call (or an upload or download) that makes no progress for this long: \"object store stalled\""},
-		&cli.StringFlag{Name: "cos-min-throughput", EnvVars: []string{"COS_MIN_THROUGHPUT"}, Value: cos.DefaultMinThroughput.String(),
+		&cli.StringFlag{Name: "cos-endpoint", EnvVars: []string{"COS_ENDPOINT"}, Usage: "COS (S3) endpoint URL", Destination: &o.endpoint},
+		&cli.StringFlag{Name: "cos-region", EnvVars: []string{"COS_REGION"}, Value: "us-standard", Usage: "COS region / location constraint", Destination: &o.region},
+		&cli.StringFlag{Name: "bucket", EnvVars: []string{"COS_BUCKET"}, Usage: "bucket holding the backups", Destination: &o.bucket},
+		&cli.StringFlag{Name: "prefix", EnvVars: []string{"COS_PREFIX"}, Usage: "key prefix inside the bucket", Destination: &o.prefix},
+		&cli.StringFlag{Name: "cos-credentials-dir", EnvVars: []string{"COS_CREDENTIALS_DIR"}, Usage: "mounted cos-credentials secret (else COS_ACCESS_KEY_ID/COS_SECRET_ACCESS_KEY or COS_API_KEY)", TakesFile: true, Destination: &o.credsDir},
+		&cli.StringFlag{Name: "cos-ca-file", EnvVars: []string{"COS_CA_FILE"}, Usage: "extra CA bundle for the COS endpoint", TakesFile: true, Destination: &o.caFile},
+		&cli.IntFlag{Name: "cos-max-retries", EnvVars: []string{"COS_MAX_RETRIES"}, Value: 5, Usage: "retries per request on transient errors (5xx, resets, timeouts)", Destination: &o.maxRetries},
+		&cli.DurationFlag{Name: "cos-stall-timeout", EnvVars: []string{"COS_STALL_TIMEOUT"}, Value: store.DefaultStallTimeout, Usage: "abort a store call (or an upload or download) that makes no progress for this long: \"object store stalled\"", Destination: &o.stallTimeout},
+		&cli.StringFlag{Name: "cos-min-throughput", EnvVars: []string{"COS_MIN_THROUGHPUT"}, Value: store.DefaultMinThroughput, Destination: &o.minThroughput,
 			Usage: "abort a store call that moves fewer bytes than SIZE in any WINDOW of its transfers (SIZE/WINDOW, e.g. 64KiB/60s; off: no minimum): " +
 				"a store that trickles is \"object store stalled (throughput ... below ...)\""},
 	}
 }
 
-// cosStore builds the object store and the layout from the flags. It is
-// the one place the CLI names the COS backend (with cosStoreWith and
-// cosStoreKube); everything else sees the store seam (store.Store).
-func cosStore(c *cli.Context) (store.Store, catalog.Layout, error) {
-	creds, err := cos.LoadCredentials(c.String("cos-credentials-dir"), os.Getenv)
-	if err != nil {
-		return nil, catalog.Layout{}, asUsage(err)
-	}
-	return cosStoreWith(c, creds)
-}
-
-// cosStoreWith builds the object store from the flags and the given
-// credentials (e.g. read from a Kubernetes secret).
-func cosStoreWith(c *cli.Context, creds cos.Credentials) (store.Store, catalog.Layout, error) {
-	// Input is validated before anything happens: a prefix that writes
-	// keys the store cannot list back, or an endpoint that is not a URL,
-	// is a usage error naming the flag and the value.
-	prefix, err := catalog.ValidatePrefix(c.String("prefix"))
-	if err != nil {
-		return nil, catalog.Layout{}, usagef("--prefix: %v", err)
-	}
-	if err := validateCOSEndpoint(c.String("cos-endpoint")); err != nil {
-		return nil, catalog.Layout{}, asUsage(err)
-	}
-	retries := c.Int("cos-max-retries")
-	if retries < 0 {
-		return nil, catalog.Layout{}, usagef("--cos-max-retries %d: want 0 or more", retries)
-	}
-	if retries == 0 {
-		retries = -1 // cos.Config: 0 means default
-	}
-	stall := c.Duration("cos-stall-timeout")
-	if stall <= 0 {
-		return nil, catalog.Layout{}, usagef("--cos-stall-timeout %v: must be positive", stall)
-	}
-	minRate, err := cos.ParseThroughput(c.String("cos-min-throughput"))
-	if err != nil {
-		return nil, catalog.Layout{}, usagef("--cos-min-throughput: %v", err)
-	}
-	st, err := cos.New(cos.Config{
-		Endpoint:      c.String("cos-endpoint"),
-		Region:        c.String("cos-region"),
-		Bucket:        c.String("bucket"),
-		Creds:         creds,
-		CAFile:        c.String("cos-ca-file"),
-		MaxRetries:    retries,
-		StallTimeout:  stall,
-		MinThroughput: minRate,
-	})
-	if err != nil {
-		return nil, catalog.Layout{}, asUsage(err)
-	}
-	return st, catalog.Layout{Prefix: prefix}, nil
+// location is "bucket/prefix" as inspect shows it.
+func (o *storeOpts) location(layout catalog.Layout) string {
+	return strings.TrimRight(o.bucket+"/"+strings.Trim(layout.Prefix, "/"), "/")
 }
 
 // validateCOSEndpoint accepts http(s)://host[:port] (an optional trailing
@@ -177,12 +198,12 @@ func validateCOSEndpoint(ep string) error {
 	return nil
 }
 
-func clusterIDFlag() cli.Flag {
-	return &cli.StringFlag{Name: "cluster-id", EnvVars: []string{"ETCD_RECOVERY_CLUSTER_ID"}, Usage: "cluster id: the folder of its backups in the bucket"}
+func clusterIDFlag(dest *string) cli.Flag {
+	return &cli.StringFlag{Name: "cluster-id", EnvVars: []string{"ETCD_RECOVERY_CLUSTER_ID"}, Usage: "cluster id: the folder of its backups in the bucket", Destination: dest}
 }
 
-func outputFlag() cli.Flag {
-	return &cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "table", Usage: "table (fits 120 columns; explanations below it), wide (every column) or json (all the data)"}
+func outputFlag(dest *string) cli.Flag {
+	return &cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "table", Usage: "table (fits 120 columns; explanations below it), wide (every column) or json (all the data)", Destination: dest}
 }
 
 func concat(groups ...[]cli.Flag) []cli.Flag {
@@ -193,35 +214,17 @@ func concat(groups ...[]cli.Flag) []cli.Flag {
 	return out
 }
 
-// kubeFlags select the Kubernetes API server and namespace of the
-// EtcdClusters (backup --all / --cluster).
-func kubeFlags() []cli.Flag {
+// kubeOpts select the Kubernetes API server and namespace of the
+// EtcdClusters (backup --all / --cluster, ...): env.kube.
+type kubeOpts struct {
+	kubeconfig, namespace string
+}
+
+func (o *kubeOpts) flags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "kubeconfig", Usage: "kubeconfig file (default $KUBECONFIG, a list as kubectl reads it, else ~/.kube/config; in a pod, its service account)", TakesFile: true},
-		&cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, EnvVars: []string{"POD_NAMESPACE"}, Usage: "namespace of the EtcdClusters (default: the kubeconfig context's, in a pod its own)"},
+		&cli.StringFlag{Name: "kubeconfig", Usage: "kubeconfig file (default $KUBECONFIG, a list as kubectl reads it, else ~/.kube/config; in a pod, its service account)", TakesFile: true, Destination: &o.kubeconfig},
+		&cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, EnvVars: []string{"POD_NAMESPACE"}, Usage: "namespace of the EtcdClusters (default: the kubeconfig context's, in a pod its own)", Destination: &o.namespace},
 	}
-}
-
-func kubeClient(c *cli.Context) (*kube.Client, error) {
-	k, err := kube.New(kube.Config{Kubeconfig: c.String("kubeconfig"), Namespace: c.String("namespace")})
-	if err != nil {
-		return nil, asUsage(err)
-	}
-	return k, nil
-}
-
-// cosStoreKube is cosStore, with the namespace's cos-credentials secret
-// (read through the API) when no credentials are mounted or in the
-// environment.
-func cosStoreKube(c *cli.Context, k *kube.Client) (store.Store, catalog.Layout, error) {
-	if c.String("cos-credentials-dir") != "" || os.Getenv(cos.EnvAccessKeyID) != "" || os.Getenv(cos.EnvAPIKey) != "" {
-		return cosStore(c)
-	}
-	creds, err := k.COSCredentials(c.Context, "", os.Getenv)
-	if err != nil {
-		return nil, catalog.Layout{}, err
-	}
-	return cosStoreWith(c, creds)
 }
 
 // Flags that appear on several commands are built here, once: a flag name
@@ -237,8 +240,8 @@ const defaultTimeout = 10 * time.Minute
 const timeoutUsage = "overall deadline of the run: when it passes, the run stops and says at which step " +
 	"(restore: a dry run only; backup: default 3h30m, every step, the drill and prune included)"
 
-func timeoutFlag() cli.Flag {
-	return &cli.DurationFlag{Name: "timeout", Value: defaultTimeout, Usage: timeoutUsage}
+func timeoutFlag(dest *time.Duration) cli.Flag {
+	return &cli.DurationFlag{Name: "timeout", Value: defaultTimeout, Usage: timeoutUsage, Destination: dest}
 }
 
 // defaultBackupTimeout is backup's overall deadline: a namespace's
@@ -248,52 +251,58 @@ func timeoutFlag() cli.Flag {
 // the CronJob's activeDeadlineSeconds (4 h) kills the pod.
 const defaultBackupTimeout = 3*time.Hour + 30*time.Minute
 
-func backupTimeoutFlag() cli.Flag {
-	return &cli.DurationFlag{Name: "timeout", Value: defaultBackupTimeout, Usage: timeoutUsage}
+func backupTimeoutFlag(dest *time.Duration) cli.Flag {
+	return &cli.DurationFlag{Name: "timeout", Value: defaultBackupTimeout, Usage: timeoutUsage, Destination: dest}
 }
 
-func probeTimeoutFlag() cli.Flag {
-	return &cli.DurationFlag{Name: "probe-timeout", Value: defaultProbeTimeout,
+func probeTimeoutFlag(dest *time.Duration) cli.Flag {
+	return &cli.DurationFlag{Name: "probe-timeout", Value: defaultProbeTimeout, Destination: dest,
 		Usage: "bound on each probe of a member (inspect: the whole run takes at most twice this)"}
 }
 
-func verifyTimeoutFlag() cli.Flag {
-	return &cli.DurationFlag{Name: "verify-timeout", Value: defaultVerifyTimeout,
+func verifyTimeoutFlag(dest *time.Duration) cli.Flag {
+	return &cli.DurationFlag{Name: "verify-timeout", Value: defaultVerifyTimeout, Destination: dest,
 		Usage: "how long to wait for the restored members to be healthy before they are verified"}
 }
 
 // parallelFlag is how many EtcdClusters backup and inspect handle at once.
-func parallelFlag() cli.Flag {
-	return &cli.IntFlag{Name: "parallel", Value: kube.DefaultParallel,
+func parallelFlag(dest *int) cli.Flag {
+	return &cli.IntFlag{Name: "parallel", Value: kube.DefaultParallel, Destination: dest,
 		Usage: "with --all/--cluster: EtcdClusters handled at once (4: each backup holds about 30 MiB of stream buffers, " +
 			"so 4 fit the CronJob's memory limit with room; inspect uses the same bound)"}
 }
 
-func tempDirFlag() cli.Flag {
-	return &cli.StringFlag{Name: "temp-dir", TakesFile: true,
+func tempDirFlag(dest *string) cli.Flag {
+	return &cli.StringFlag{Name: "temp-dir", TakesFile: true, Destination: dest,
 		Usage: "where a downloaded snapshot is staged while it is verified; it needs room for the whole database, checked " +
 			"before the download (default $TMPDIR, else /tmp; a manual restore: next to the data dirs)"}
 }
 
-func dryRunFlag() cli.Flag {
-	return &cli.BoolFlag{Name: "dry-run", Usage: "print the plan and run every check that changes nothing; change nothing"}
+func dryRunFlag(dest *bool) cli.Flag {
+	return &cli.BoolFlag{Name: "dry-run", Usage: "print the plan and run every check that changes nothing; change nothing", Destination: dest}
 }
 
 const backupFlagUsage = "a backup, by the name list prints (restore, restore v2: instead of the one restore would choose; " +
 	"restore verify: the one restored from; delete: repeatable)"
 
-func backupFlag() cli.Flag { return &cli.StringFlag{Name: "backup", Usage: backupFlagUsage} }
+func backupFlag(dest *string) cli.Flag {
+	return &cli.StringFlag{Name: "backup", Usage: backupFlagUsage, Destination: dest}
+}
 
 const clusterFlagUsage = "an EtcdCluster of the namespace, by name (found through Kubernetes; also its cluster id in COS; backup: repeatable)"
 
-func clusterFlag() cli.Flag { return &cli.StringFlag{Name: "cluster", Usage: clusterFlagUsage} }
+func clusterFlag(dest *string) cli.Flag {
+	return &cli.StringFlag{Name: "cluster", Usage: clusterFlagUsage, Destination: dest}
+}
 
 const allFlagUsage = "every EtcdCluster of the namespace, one row each"
 
-func allFlag() cli.Flag { return &cli.BoolFlag{Name: "all", Usage: allFlagUsage} }
+func allFlag(dest *bool) cli.Flag {
+	return &cli.BoolFlag{Name: "all", Usage: allFlagUsage, Destination: dest}
+}
 
-func bumpRevisionFlag() cli.Flag {
-	return &cli.Uint64Flag{Name: "bump-revision", Value: restore.DefaultBumpRevision,
+func bumpRevisionFlag(dest *uint64) cli.Flag {
+	return &cli.Uint64Flag{Name: "bump-revision", Value: restore.DefaultBumpRevision, Destination: dest,
 		Usage: "the revision bump (etcdutl's --bump-revision): restore adds it, restore verify expects it " +
 			"(restore: 0 with --mark-compacted=false to skip)"}
 }
@@ -359,26 +368,33 @@ func applyDeprecated(name string, action cli.ActionFunc) cli.ActionFunc {
 // restore, restore v2, restore verify --backup and drill, and by list,
 // which opens each encrypted backup's age header with it.
 
-// encryptionFlags are backup's: the recipients and --require-encryption.
-func encryptionFlags() []cli.Flag {
+// encryptionOpts are backup's (and restore's, for the survivor snapshot):
+// the recipients and --require-encryption.
+type encryptionOpts struct {
+	encryptTo         cli.StringSlice
+	recipientsFile    string
+	requireEncryption bool
+}
+
+func (o *encryptionOpts) flags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringSliceFlag{Name: "encrypt-to", EnvVars: []string{seal.EnvEncryptTo},
+		&cli.StringSliceFlag{Name: "encrypt-to", EnvVars: []string{seal.EnvEncryptTo}, Destination: &o.encryptTo,
 			Usage: "encrypt the backup's objects (age) to this X25519 recipient, age1… (repeatable; the variable may hold several, comma- or space-separated); the manifest stays plaintext"},
-		&cli.StringFlag{Name: "recipients-file", EnvVars: []string{seal.EnvRecipientsFile}, TakesFile: true,
+		&cli.StringFlag{Name: "recipients-file", EnvVars: []string{seal.EnvRecipientsFile}, TakesFile: true, Destination: &o.recipientsFile,
 			Usage: "file of age recipients, one age1… per line, '#' comments allowed (added to --encrypt-to)"},
-		&cli.BoolFlag{Name: "require-encryption", EnvVars: []string{seal.EnvRequireEncryption},
+		&cli.BoolFlag{Name: "require-encryption", EnvVars: []string{seal.EnvRequireEncryption}, Destination: &o.requireEncryption,
 			Usage: "refuse (exit 4) to write a backup without any recipient: a misconfigured job fails instead of writing plaintext"},
 	}
 }
 
-// recipientsFromFlags loads --encrypt-to and --recipients-file. A bad
-// value or file is a usage error (exit 4) naming the file and line.
-func recipientsFromFlags(c *cli.Context) (seal.Recipients, error) {
+// recipients loads --encrypt-to and --recipients-file. A bad value or
+// file is a usage error (exit 4) naming the file and line.
+func (o *encryptionOpts) recipients(c *cli.Context) (seal.Recipients, error) {
 	var files []string
-	if f := c.String("recipients-file"); f != "" {
-		files = append(files, f)
+	if o.recipientsFile != "" {
+		files = append(files, o.recipientsFile)
 	}
-	rs, err := seal.LoadRecipients(c.StringSlice("encrypt-to"), files)
+	rs, err := seal.LoadRecipients(o.encryptTo.Value(), files)
 	if err != nil {
 		return seal.Recipients{}, usagef("%s: %v", c.Command.Name, err)
 	}
@@ -388,16 +404,15 @@ func recipientsFromFlags(c *cli.Context) (seal.Recipients, error) {
 // identityFileFlag is the age identity file of the commands that decrypt
 // (restore, restore v2, restore verify --backup, drill) and of list (the
 // header check): one name, one meaning on every command.
-func identityFileFlag() cli.Flag {
-	return &cli.StringFlag{Name: "identity-file", EnvVars: []string{seal.EnvIdentityFile}, TakesFile: true,
+func identityFileFlag(dest *string) cli.Flag {
+	return &cli.StringFlag{Name: "identity-file", EnvVars: []string{seal.EnvIdentityFile}, TakesFile: true, Destination: dest,
 		Usage: "age identity file (AGE-SECRET-KEY-1… lines, as age-keygen writes it; not readable by others) to decrypt encrypted backups; " +
 			"only the toolkit pod mounts it, never the backup CronJob"}
 }
 
-// identityFromFlags loads --identity-file: nil without one. A bad file is
-// a usage error (exit 4) naming the file and line, never its content.
-func identityFromFlags(c *cli.Context) (*seal.Identities, error) {
-	path := c.String("identity-file")
+// loadIdentity loads --identity-file (path): nil without one. A bad file
+// is a usage error (exit 4) naming the file and line, never its content.
+func loadIdentity(c *cli.Context, path string) (*seal.Identities, error) {
 	if path == "" {
 		return nil, nil
 	}
@@ -413,6 +428,19 @@ func identityFromFlags(c *cli.Context) (*seal.Identities, error) {
 	ids, err := seal.ReadIdentityFile(path)
 	if err != nil {
 		return nil, usagef("%s: --identity-file: %v", c.Command.Name, err)
+	}
+	return ids, nil
+}
+
+// identityOf loads --identity-file (nil without one) and logs the
+// warning a group-readable file gets.
+func (e *env) identityOf(path string) (*seal.Identities, error) {
+	ids, err := loadIdentity(e.c, path)
+	if err != nil {
+		return nil, err
+	}
+	if ids != nil && ids.Warning != "" {
+		e.log.Warn("identity file accepted with a remark", "command", e.c.Command.FullName(), "identity_file", path, "warning", ids.Warning)
 	}
 	return ids, nil
 }

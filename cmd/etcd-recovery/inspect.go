@@ -3,19 +3,31 @@ package main
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/catalog"
-	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/kube"
 )
 
-func inspectCommand() *cli.Command {
+// inspectOpts are inspect's flags.
+type inspectOpts struct {
+	etcd                                                 etcdOpts
+	store                                                storeOpts
+	kube                                                 kubeOpts
+	clusterID, cluster, identityFile, output             string
+	all                                                  bool
+	parallel                                             int
+	quotaBytes                                           int64
+	maxLag                                               uint64
+	probeTimeout, orphanGrace, maxBackupAge, maxDrillAge time.Duration
+}
+
+func inspectCommand(g *globalOpts) *cli.Command {
+	o := &inspectOpts{}
 	return &cli.Command{
 		Name:  "inspect",
 		Usage: "member health, quorum verdict and backup freshness in one screen",
@@ -32,67 +44,71 @@ func inspectCommand() *cli.Command {
 			"--all --prune, with --orphan-grace) deletes its backups, or why it won't; read-only (-o json: \"orphans\").\n\n" +
 			"Exit codes: 0 HEALTHY, 1 DEGRADED, 2 QUORUM LOST, 3 UNREACHABLE (with --all: the worst cluster's),\n" +
 			"4 usage or configuration error.",
-		Flags: concat(etcdFlags(), cosFlags(), kubeFlags(), []cli.Flag{
-			clusterIDFlag(),
-			allFlag(),
-			clusterFlag(),
-			parallelFlag(),
-			probeTimeoutFlag(),
-			orphanGraceFlag(),
-			identityFileFlag(),
-			&cli.Int64Flag{Name: "quota-backend-bytes", Value: inspect.DefaultQuotaBytes, Usage: "the cluster's --quota-backend-bytes: a DB at 80% of it is flagged"},
-			&cli.Uint64Flag{Name: "max-lag", Value: inspect.DefaultMaxLag, Usage: "flag a member this many raft entries behind"},
-			&cli.DurationFlag{Name: "max-backup-age", Value: inspect.DefaultMaxBackupAge, Usage: "flag the newest backup when older (one missed 8-hourly run)"},
-			&cli.DurationFlag{Name: "max-drill-age", Value: inspect.DefaultMaxDrillAge, Usage: "flag the newest backup proven restorable by a drill when older (or none: never drilled)"},
-			outputFlag(),
+		Flags: concat(o.etcd.flags(true), o.store.flags(), o.kube.flags(), []cli.Flag{
+			clusterIDFlag(&o.clusterID),
+			allFlag(&o.all),
+			clusterFlag(&o.cluster),
+			parallelFlag(&o.parallel),
+			probeTimeoutFlag(&o.probeTimeout),
+			orphanGraceFlag(&o.orphanGrace),
+			identityFileFlag(&o.identityFile),
+			&cli.Int64Flag{Name: "quota-backend-bytes", Value: inspect.DefaultQuotaBytes, Usage: "the cluster's --quota-backend-bytes: a DB at 80% of it is flagged", Destination: &o.quotaBytes},
+			&cli.Uint64Flag{Name: "max-lag", Value: inspect.DefaultMaxLag, Usage: "flag a member this many raft entries behind", Destination: &o.maxLag},
+			&cli.DurationFlag{Name: "max-backup-age", Value: inspect.DefaultMaxBackupAge, Usage: "flag the newest backup when older (one missed 8-hourly run)", Destination: &o.maxBackupAge},
+			&cli.DurationFlag{Name: "max-drill-age", Value: inspect.DefaultMaxDrillAge, Usage: "flag the newest backup proven restorable by a drill when older (or none: never drilled)", Destination: &o.maxDrillAge},
+			outputFlag(&o.output),
 		}, deprecatedFlagsOf("inspect")),
-		Action: runInspect,
+		Action: func(c *cli.Context) error { return runInspect(c, g, o) },
 	}
 }
 
-func runInspect(c *cli.Context) error {
-	format, err := output.ParseFormat(c.String("output"))
+func runInspect(c *cli.Context, g *globalOpts, o *inspectOpts) error {
+	e, err := newEnv(c, g, o.output)
 	if err != nil {
-		return asUsage(err)
+		return err
 	}
 	opts := inspect.Options{
-		Timeout:      c.Duration("probe-timeout"),
-		Thresholds:   inspect.Thresholds{MaxLag: c.Uint64("max-lag"), QuotaBytes: c.Int64("quota-backend-bytes")},
-		MaxBackupAge: c.Duration("max-backup-age"),
-		MaxDrillAge:  c.Duration("max-drill-age"),
+		Timeout:      o.probeTimeout,
+		Thresholds:   inspect.Thresholds{MaxLag: o.maxLag, QuotaBytes: o.quotaBytes},
+		MaxBackupAge: o.maxBackupAge,
+		MaxDrillAge:  o.maxDrillAge,
 	}
 	// inspect.Options takes 0 for its defaults; on the command line, where
 	// every flag shows its default, 0 is a mistake.
-	for _, f := range []string{"probe-timeout", "quota-backend-bytes", "max-lag", "max-backup-age", "max-drill-age"} {
-		if v := c.Value(f); v == time.Duration(0) || v == int64(0) || v == uint64(0) {
-			return usagef("inspect: --%s 0: must be positive", f)
+	for _, f := range []struct {
+		name string
+		zero bool
+	}{{"probe-timeout", o.probeTimeout == 0}, {"quota-backend-bytes", o.quotaBytes == 0}, {"max-lag", o.maxLag == 0},
+		{"max-backup-age", o.maxBackupAge == 0}, {"max-drill-age", o.maxDrillAge == 0}} {
+		if f.zero {
+			return usagef("inspect: --%s 0: must be positive", f.name)
 		}
 	}
 	if err := opts.ValidateTemplate(); err != nil {
 		return err
 	}
-	cluster, all := c.String("cluster"), c.Bool("all")
+	cluster, all := o.cluster, o.all
 	switch {
 	case all && cluster != "":
 		return usagef("inspect: --all and --cluster are exclusive")
-	case (all || cluster != "") && c.String("cluster-id") != "":
+	case (all || cluster != "") && o.clusterID != "":
 		return usagef("inspect: --cluster-id is for one cluster given by --endpoints; with --all/--cluster the id is the EtcdCluster's name")
-	case all && c.Int("parallel") < 1:
-		return usagef("inspect: --parallel %d: want at least 1", c.Int("parallel"))
+	case all && o.parallel < 1:
+		return usagef("inspect: --parallel %d: want at least 1", o.parallel)
 	case c.IsSet("orphan-grace") && !all:
 		return usagef("inspect: --orphan-grace is for --all (the orphans of the namespace)")
-	case c.Duration("orphan-grace") < catalog.MinOrphanGrace:
-		return usagef("inspect: --orphan-grace %s: want at least %s", c.Duration("orphan-grace"), catalog.MinOrphanGrace)
+	case o.orphanGrace < catalog.MinOrphanGrace:
+		return usagef("inspect: --orphan-grace %s: want at least %s", o.orphanGrace, catalog.MinOrphanGrace)
 	}
 	if all || cluster != "" {
-		return runInspectKube(c, opts, format, cluster)
+		return runInspectKube(e, o, opts)
 	}
-	if opts.Etcd, err = etcdConfig(c); err != nil {
+	if opts.Etcd, err = o.etcd.config(); err != nil {
 		return err
 	}
 	// The object store is optional: backup freshness is checked with --bucket.
-	if bucket := c.String("bucket"); bucket != "" {
-		opts.ClusterID = c.String("cluster-id")
+	if o.store.bucket != "" {
+		opts.ClusterID = o.clusterID
 		if opts.ClusterID == "" {
 			return usagef("inspect: --bucket needs --cluster-id to check the cluster's backups")
 		}
@@ -100,20 +116,20 @@ func runInspect(c *cli.Context) error {
 		if err := opts.Validate(); err != nil {
 			return err
 		}
-		if opts.Store, opts.Layout, err = cosStore(c); err != nil {
+		if opts.Store, opts.Layout, err = e.openStore(&o.store, nil); err != nil {
 			return err
 		}
-		opts.Location = strings.TrimRight(bucket+"/"+strings.Trim(opts.Layout.Prefix, "/"), "/")
+		opts.Location = o.store.location(opts.Layout)
 	}
-	rep, err := inspect.Run(c.Context, opts)
+	rep, err := inspect.Run(e.ctx(), opts)
 	if err != nil {
 		return err
 	}
-	return renderInspect(c, format, rep)
+	return renderInspect(e, rep)
 }
 
-func renderInspect(c *cli.Context, format output.Format, rep *inspect.Report) error {
-	if err := output.RenderAll(c.App.Writer, format, rep.Tables(), rep); err != nil {
+func renderInspect(e *env, rep *inspect.Report) error {
+	if err := e.renderAll(rep.Tables(), rep); err != nil {
 		return err
 	}
 	return verdictExit(rep.ExitCode())
@@ -130,27 +146,28 @@ func verdictExit(code int) error {
 // runInspectKube inspects EtcdClusters found through the Kubernetes API:
 // one (--cluster, the single-cluster report) or all of the namespace (one
 // row per cluster).
-func runInspectKube(c *cli.Context, tmpl inspect.Options, format output.Format, cluster string) error {
-	k, err := kubeClient(c)
+func runInspectKube(e *env, o *inspectOpts, tmpl inspect.Options) error {
+	cluster := o.cluster
+	k, err := e.kube(&o.kube)
 	if err != nil {
 		return err
 	}
 	// The object store is optional, as for one cluster: with --bucket.
-	if bucket := c.String("bucket"); bucket != "" {
-		if tmpl.Store, tmpl.Layout, err = cosStoreKube(c, k); err != nil {
+	if o.store.bucket != "" {
+		if tmpl.Store, tmpl.Layout, err = e.openStore(&o.store, k); err != nil {
 			return err
 		}
-		tmpl.Location = strings.TrimRight(bucket+"/"+strings.Trim(tmpl.Layout.Prefix, "/"), "/")
+		tmpl.Location = o.store.location(tmpl.Layout)
 	}
-	opts := kube.InspectAllOptions{Kube: k, Parallel: c.Int("parallel"), Template: tmpl, DialTimeout: c.Duration("dial-timeout"),
-		Orphans: cluster == "", OrphanGrace: c.Duration("orphan-grace")}
+	opts := kube.InspectAllOptions{Kube: k, Parallel: o.parallel, Template: tmpl, DialTimeout: o.etcd.dialTimeout,
+		Orphans: cluster == "", OrphanGrace: o.orphanGrace}
 	if cluster != "" {
 		opts.Names = []string{cluster}
 	}
-	if c.String("identity-file") != "" && tmpl.Store != nil && cluster == "" {
+	if o.identityFile != "" && tmpl.Store != nil && cluster == "" {
 		// Does the toolkit's identity open each cluster's newest encrypted
 		// backup? An empty mount is no identity: each says so.
-		ids, err := identityFromFlags(c)
+		ids, err := loadIdentity(e.c, o.identityFile)
 		if err != nil {
 			return err
 		}
@@ -159,7 +176,7 @@ func runInspectKube(c *cli.Context, tmpl inspect.Options, format output.Format, 
 		}
 		opts.Identities = ids
 	}
-	rep, err := kube.InspectAll(c.Context, opts)
+	rep, err := kube.InspectAll(e.ctx(), opts)
 	var nf *kube.NotFoundError
 	if errors.As(err, &nf) {
 		return asUsage(err)
@@ -173,9 +190,9 @@ func runInspectKube(c *cli.Context, tmpl inspect.Options, format output.Format, 
 			// Not inspected at all (e.g. its client TLS secret is unreadable).
 			return fmt.Errorf("inspect %s/%s: %s", k.Namespace, cluster, row.Error)
 		}
-		return renderInspect(c, format, row.Report)
+		return renderInspect(e, row.Report)
 	}
-	if err := output.Render(c.App.Writer, format, rep.Table(), rep); err != nil {
+	if err := e.render(rep.Table(), rep); err != nil {
 		return err
 	}
 	return verdictExit(rep.ExitCode)

@@ -6,6 +6,15 @@
 // them (a usage error anywhere in the cause chain is exit 4), calls it and
 // renders its report with internal/output (rep.Table() or rep.Tables(), or
 // -o json of the report itself).
+//
+// setup.go is the one setup every command shares: its flags bind to an
+// options struct (flags.go, Destination fields: no flag is read by name),
+// newEnv builds the logger and the output format, and the env opens the
+// object store through the registry (store.Open; the backends are linked
+// by the blank import of internal/store/all, the only place the CLI names
+// them), builds the Kubernetes client and bounds the run by --timeout
+// (withTimeout, naming the step a step error's Step() reports). Stray
+// arguments are refused one way, by noStrayArgs around every Action.
 package main
 
 import (
@@ -13,7 +22,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -135,27 +143,24 @@ func usagef(format string, a ...any) error { return usage.Errorf(format, a...) }
 func asUsage(err error) error { return usage.Wrap(err) }
 
 func newApp(stdout, stderr io.Writer) *cli.App {
+	g := &globalOpts{}
 	app := &cli.App{
 		Name:    "etcd-recovery",
 		Usage:   "back up, inspect and restore etcd clusters (COS / S3)",
 		Version: version.Version,
 		Writer:  stdout, ErrWriter: stderr,
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"ETCD_RECOVERY_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
-			&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"ETCD_RECOVERY_LOG_FORMAT"}, Usage: "text (key=value) or json"},
-			&cli.StringFlag{Name: "cpu-profile", Hidden: true, Usage: "write a CPU profile to this file (benchmarks)", TakesFile: true},
-		},
-		Before: startProfile,
+		Flags:  g.flags(),
+		Before: func(*cli.Context) error { return startProfile(g.cpuProfile) },
 		After:  stopProfile,
 		Commands: []*cli.Command{
-			backupCommand(),
-			listCommand(),
-			pruneCommand(),
-			deleteCommand(),
-			inspectCommand(),
-			restoreCommand(),
-			drillCommand(),
-			serveCommand(),
+			backupCommand(g),
+			listCommand(g),
+			pruneCommand(g),
+			deleteCommand(g),
+			inspectCommand(g),
+			restoreCommand(g),
+			drillCommand(g),
+			serveCommand(g),
 		},
 		// Errors are printed once, by run.
 		ExitErrHandler: func(*cli.Context, error) {},
@@ -176,7 +181,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			if c.Action != nil {
 				c.Action = noStrayArgs(name, c, applyDeprecated(name, c.Action))
 				if usesScratch(name, c) {
-					c.Action = withLeftoversRemoved(c.Action)
+					c.Action = withLeftoversRemoved(g, c, c.Action)
 				}
 			}
 			walk(name, c.Subcommands)
@@ -196,27 +201,6 @@ func commandNames(cmds []*cli.Command) []string {
 		}
 	}
 	return names
-}
-
-// noStrayArgs refuses positional arguments: no command takes any (every
-// input is a flag), and an ignored `list c1` or `inspect extra` would run
-// on something other than what the SRE meant. A flag after a positional
-// argument is not parsed by the flag package, so it is named too.
-func noStrayArgs(name string, cmd *cli.Command, action cli.ActionFunc) cli.ActionFunc {
-	return func(c *cli.Context) error {
-		if c.Args().Present() {
-			arg := c.Args().First()
-			hint := "every input is a flag"
-			if subs := commandNames(cmd.Subcommands); len(subs) > 0 {
-				hint = fmt.Sprintf("subcommands: %s; every other input is a flag", strings.Join(subs, ", "))
-			}
-			if strings.HasPrefix(arg, "-") {
-				return usagef("%s: unexpected argument %q: flags go before any argument", name, arg)
-			}
-			return usagef("%s: unexpected argument %q (%s)", name, arg, hint)
-		}
-		return action(c)
-	}
 }
 
 // usesScratch says whether a command writes plaintext scratch (it takes
@@ -239,14 +223,15 @@ func usesScratch(name string, cmd *cli.Command) bool {
 // processes of this tool left when they were killed (SIGKILL, the OOM
 // killer, a second signal that beat its cleanup): only names this tool
 // writes, tagged with a process that is gone (seal.RemoveLeftovers).
-func withLeftoversRemoved(action cli.ActionFunc) cli.ActionFunc {
+func withLeftoversRemoved(g *globalOpts, cmd *cli.Command, action cli.ActionFunc) cli.ActionFunc {
+	tempDir := boundString(cmd, "temp-dir")
 	return func(c *cli.Context) error {
-		log, err := logger(c)
+		log, err := g.logger(c)
 		if err != nil {
 			return err
 		}
 		roots := []string{os.TempDir()}
-		if d := c.String("temp-dir"); d != "" && filepath.Clean(d) != filepath.Clean(roots[0]) {
+		if d := tempDir(); d != "" && filepath.Clean(d) != filepath.Clean(roots[0]) {
 			roots = append(roots, d)
 		}
 		for _, root := range roots {
@@ -262,13 +247,23 @@ func withLeftoversRemoved(action cli.ActionFunc) cli.ActionFunc {
 	}
 }
 
+// boundString reads the bound value (Destination) of the command's string
+// flag name ("" when it has none).
+func boundString(cmd *cli.Command, name string) func() string {
+	for _, f := range cmd.Flags {
+		if sf, ok := f.(*cli.StringFlag); ok && sf.Name == name && sf.Destination != nil {
+			return func() string { return *sf.Destination }
+		}
+	}
+	return func() string { return "" }
+}
+
 // onUsageError turns flag parsing errors into usage errors (exit 4).
 func onUsageError(_ *cli.Context, err error, _ bool) error { return asUsage(err) }
 
 var profileFile *os.File
 
-func startProfile(c *cli.Context) error {
-	path := c.String("cpu-profile")
+func startProfile(path string) error {
 	if path == "" {
 		return nil
 	}
@@ -286,21 +281,4 @@ func stopProfile(*cli.Context) error {
 		return profileFile.Close()
 	}
 	return nil
-}
-
-// logger builds the structured key=value logger on stderr.
-func logger(c *cli.Context) (*slog.Logger, error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
-		return nil, usagef("--log-level: %v", err)
-	}
-	hopts := &slog.HandlerOptions{Level: level}
-	w := c.App.ErrWriter
-	switch c.String("log-format") {
-	case "text":
-		return slog.New(slog.NewTextHandler(w, hopts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, hopts)), nil
-	}
-	return nil, usagef("--log-format %q: want text or json", c.String("log-format"))
 }

@@ -14,7 +14,18 @@ import (
 	"github.com/armada/etcd-recovery/kube"
 )
 
-func pruneCommand() *cli.Command {
+// pruneOpts are prune's flags.
+type pruneOpts struct {
+	store                                       storeOpts
+	kube                                        kubeOpts
+	policy                                      policyOpts
+	clusterID, output                           string
+	allClusterIDs, orphans, claimPrefix, dryRun bool
+	orphanGrace, timeout                        time.Duration
+}
+
+func pruneCommand(g *globalOpts) *cli.Command {
+	o := &pruneOpts{}
 	return &cli.Command{
 		Name:  "prune",
 		Usage: "apply the retention policy in COS: delete old backups (manifest first) and stale multipart uploads",
@@ -29,54 +40,61 @@ func pruneCommand() *cli.Command {
 			"in the namespace are orphans, recorded (<prefix>/<id>/orphan.json) and, once --orphan-grace has passed since their\n" +
 			"newest backup, deleted with every backup (any kind) - only when the namespace owns the prefix (--claim-prefix, once),\n" +
 			"every listing succeeded and no EtcdRestore references them. Otherwise orphans are only reported.",
-		Flags: concat(cosFlags(), kubeFlags(), []cli.Flag{
-			clusterIDFlag(),
-			&cli.BoolFlag{Name: "all-cluster-ids", Usage: "prune every cluster id with backups under --prefix (instead of --cluster-id); " +
+		Flags: concat(o.store.flags(), o.kube.flags(), []cli.Flag{
+			clusterIDFlag(&o.clusterID),
+			&cli.BoolFlag{Name: "all-cluster-ids", Destination: &o.allClusterIDs, Usage: "prune every cluster id with backups under --prefix (instead of --cluster-id); " +
 				"with a prefix shared by several namespaces, that is all of them"},
-			orphansFlag(),
-			orphanGraceFlag(),
-			&cli.BoolFlag{Name: "claim-prefix", Usage: "record (once, with a conditional create) that the namespace owns --prefix: " +
+			orphansFlag(&o.orphans),
+			orphanGraceFlag(&o.orphanGrace),
+			&cli.BoolFlag{Name: "claim-prefix", Destination: &o.claimPrefix, Usage: "record (once, with a conditional create) that the namespace owns --prefix: " +
 				"<prefix>/" + catalog.OwnerObject + "; orphans are deleted only under an owned, non-empty prefix"},
-			dryRunFlag(),
-			outputFlag(),
-			timeoutFlag(),
-		}, policyFlags(), deprecatedFlagsOf("prune")),
-		Action: runPrune,
+			dryRunFlag(&o.dryRun),
+			outputFlag(&o.output),
+			timeoutFlag(&o.timeout),
+		}, o.policy.flags(), deprecatedFlagsOf("prune")),
+		Action: func(c *cli.Context) error { return runPrune(c, g, o) },
 	}
 }
 
-// policyFlags are the retention policy flags of prune, backup --prune and
+// policyOpts are the retention policy flags of prune, backup --prune and
 // list.
-func policyFlags() []cli.Flag {
+type policyOpts struct {
+	recent, anchors  int
+	anchorDays       string
+	keepTodayUpdates bool
+	incompleteAfter  time.Duration
+}
+
+func (o *policyOpts) flags() []cli.Flag {
 	d := catalog.DefaultPolicy()
 	days := make([]string, len(d.AnchorDays))
 	for i, n := range d.AnchorDays {
 		days[i] = strconv.Itoa(n)
 	}
 	return []cli.Flag{
-		&cli.IntFlag{Name: "keep-recent", Value: d.Recent, Usage: "keep this many newest committed scheduled backups"},
-		&cli.IntFlag{Name: "keep-anchors", Value: d.Anchors, Usage: "keep the earliest backup of this many most recent anchor dates"},
-		&cli.StringFlag{Name: "anchor-days", Value: strings.Join(days, ","), Usage: "days of the month that are anchor dates (comma-separated, UTC)"},
-		&cli.BoolFlag{Name: "keep-today-updates", Value: d.KeepTodayUpdates, Usage: "keep every update backup taken today (UTC)"},
-		&cli.DurationFlag{Name: "incomplete-after", Value: d.IncompleteAfter, Usage: "delete folders without a manifest last written longer ago than this (at least " + catalog.MinIncompleteAfter.String() + ": a backup may be in flight)"},
+		&cli.IntFlag{Name: "keep-recent", Value: d.Recent, Usage: "keep this many newest committed scheduled backups", Destination: &o.recent},
+		&cli.IntFlag{Name: "keep-anchors", Value: d.Anchors, Usage: "keep the earliest backup of this many most recent anchor dates", Destination: &o.anchors},
+		&cli.StringFlag{Name: "anchor-days", Value: strings.Join(days, ","), Usage: "days of the month that are anchor dates (comma-separated, UTC)", Destination: &o.anchorDays},
+		&cli.BoolFlag{Name: "keep-today-updates", Value: d.KeepTodayUpdates, Usage: "keep every update backup taken today (UTC)", Destination: &o.keepTodayUpdates},
+		&cli.DurationFlag{Name: "incomplete-after", Value: d.IncompleteAfter, Usage: "delete folders without a manifest last written longer ago than this (at least " + catalog.MinIncompleteAfter.String() + ": a backup may be in flight)", Destination: &o.incompleteAfter},
 	}
 }
 
-// policyFromFlags builds and validates the policy from policyFlags.
-func policyFromFlags(c *cli.Context) (catalog.Policy, error) {
+// policy builds and validates the policy from the flags.
+func (o *policyOpts) policy() (catalog.Policy, error) {
 	p := catalog.DefaultPolicy()
-	p.Recent = c.Int("keep-recent")
-	p.Anchors = c.Int("keep-anchors")
-	p.KeepTodayUpdates = c.Bool("keep-today-updates")
-	p.IncompleteAfter = c.Duration("incomplete-after")
+	p.Recent = o.recent
+	p.Anchors = o.anchors
+	p.KeepTodayUpdates = o.keepTodayUpdates
+	p.IncompleteAfter = o.incompleteAfter
 	p.AnchorDays = nil
-	for _, f := range strings.Split(c.String("anchor-days"), ",") {
+	for _, f := range strings.Split(o.anchorDays, ",") {
 		if f = strings.TrimSpace(f); f == "" {
 			continue
 		}
 		n, err := strconv.Atoi(f)
 		if err != nil {
-			return p, usagef("--anchor-days %q: %q is not a day of the month", c.String("anchor-days"), f)
+			return p, usagef("--anchor-days %q: %q is not a day of the month", o.anchorDays, f)
 		}
 		p.AnchorDays = append(p.AnchorDays, n)
 	}
@@ -86,33 +104,30 @@ func policyFromFlags(c *cli.Context) (catalog.Policy, error) {
 	return p, nil
 }
 
-func runPrune(c *cli.Context) error {
-	if err := noArgs(c); err != nil {
-		return err
-	}
-	log, err := logger(c)
+func runPrune(c *cli.Context, g *globalOpts, o *pruneOpts) error {
+	e, err := newEnv(c, g, o.output)
 	if err != nil {
 		return err
 	}
-	opts := catalog.PruneOptions{All: c.Bool("all-cluster-ids"), DryRun: c.Bool("dry-run"), Log: log}
-	id := c.String("cluster-id")
-	lifecycle := c.Bool("orphans") || c.Bool("claim-prefix")
+	opts := catalog.PruneOptions{All: o.allClusterIDs, DryRun: o.dryRun, Log: e.log}
+	id := o.clusterID
+	lifecycle := o.orphans || o.claimPrefix
 	// The prune's options are catalog's to check; --orphans and
 	// --claim-prefix (Kubernetes) are this command's.
 	switch {
 	case !opts.All && id == "" && !lifecycle:
 		return usagef("prune: --cluster-id, --all-cluster-ids or --orphans is required")
-	case c.IsSet("orphan-grace") && !c.Bool("orphans"):
+	case c.IsSet("orphan-grace") && !o.orphans:
 		return usagef("prune: --orphan-grace is for --orphans")
-	case c.Bool("orphans"):
-		if err := (catalog.OrphanOptions{Grace: c.Duration("orphan-grace")}).Validate(); err != nil {
+	case o.orphans:
+		if err := (catalog.OrphanOptions{Grace: o.orphanGrace}).Validate(); err != nil {
 			return fmt.Errorf("prune: %w", err)
 		}
 	}
 	if id != "" {
 		opts.ClusterIDs = []string{id}
 	}
-	if opts.Policy, err = policyFromFlags(c); err != nil {
+	if opts.Policy, err = o.policy.policy(); err != nil {
 		return err
 	}
 	if id != "" || opts.All {
@@ -120,43 +135,35 @@ func runPrune(c *cli.Context) error {
 			return err
 		}
 	}
-	format, err := output.ParseFormat(c.String("output"))
-	if err != nil {
-		return asUsage(err)
-	}
 	if lifecycle {
-		return runPruneLifecycle(c, opts, id != "" || opts.All, format)
+		return runPruneLifecycle(e, o, opts, id != "" || opts.All)
 	}
-	store, layout, err := cosStore(c)
+	store, layout, err := e.openStore(&o.store, nil)
 	if err != nil {
 		return err
 	}
 	opts.Store, opts.Layout = store, layout
-	ctx, cancel, named, err := runDeadline(c)
+	t, err := e.withTimeout(o.timeout, nil)
 	if err != nil {
 		return err
 	}
-	defer cancel()
-	rep, err := catalog.Prune(ctx, opts)
+	defer t.cancel()
+	rep, err := catalog.Prune(t.ctx, opts)
 	if rep != nil {
-		if rerr := output.Render(c.App.Writer, format, rep.Table(), rep); rerr != nil && err == nil {
+		if rerr := e.render(rep.Table(), rep); rerr != nil && err == nil {
 			err = rerr
 		}
 	}
-	var pe *catalog.PruneError
-	if errors.As(err, &pe) {
-		return named(pe.Step, err)
-	}
-	return named("prune", err)
+	return t.atStepOf("prune", err)
 }
 
-func orphansFlag() cli.Flag {
-	return &cli.BoolFlag{Name: "orphans", Usage: "also handle orphans: cluster ids under --prefix without an EtcdCluster in the namespace " +
+func orphansFlag(dest *bool) cli.Flag {
+	return &cli.BoolFlag{Name: "orphans", Destination: dest, Usage: "also handle orphans: cluster ids under --prefix without an EtcdCluster in the namespace " +
 		"(recorded; their backups deleted after --orphan-grace, only under a prefix the namespace owns)"}
 }
 
-func orphanGraceFlag() cli.Flag {
-	return &cli.DurationFlag{Name: "orphan-grace", Value: catalog.DefaultOrphanGrace,
+func orphanGraceFlag(dest *time.Duration) cli.Flag {
+	return &cli.DurationFlag{Name: "orphan-grace", Value: catalog.DefaultOrphanGrace, Destination: dest,
 		Usage: "an orphan's backups are deleted this long after its newest backup (at least " + catalog.MinOrphanGrace.String() + ")"}
 }
 
@@ -175,58 +182,49 @@ type claimResult struct {
 
 // runPruneLifecycle is prune with --orphans or --claim-prefix: the claim,
 // the orphan pass, then (with --cluster-id/--all-cluster-ids) the prune.
-func runPruneLifecycle(c *cli.Context, opts catalog.PruneOptions, prune bool, format output.Format) error {
-	k, err := kubeClient(c)
+func runPruneLifecycle(e *env, o *pruneOpts, opts catalog.PruneOptions, prune bool) error {
+	k, err := e.kube(&o.kube)
 	if err != nil {
 		return err
 	}
-	store, layout, err := cosStoreKube(c, k)
+	store, layout, err := e.openStore(&o.store, k)
 	if err != nil {
 		return err
 	}
-	if c.Bool("claim-prefix") && layout.RootPrefix() == "" {
+	if o.claimPrefix && layout.RootPrefix() == "" {
 		return asUsage(fmt.Errorf("prune --claim-prefix: %w", catalog.ErrSharedPrefix))
 	}
-	ctx, cancel, named, err := runDeadline(c)
+	t, err := e.withTimeout(o.timeout, nil)
 	if err != nil {
 		return err
 	}
-	defer cancel()
+	defer t.cancel()
 	var res pruneLifecycleResult
-	w := c.App.Writer
-	if c.Bool("claim-prefix") {
-		rec, created, err := catalog.ClaimPrefix(ctx, store, layout, k.Namespace, time.Now())
+	if o.claimPrefix {
+		rec, created, err := catalog.ClaimPrefix(t.ctx, store, layout, k.Namespace, time.Now())
 		if err != nil {
-			return named("claim prefix", err)
+			return t.atStep("claim prefix", err)
 		}
 		res.Claim = &claimResult{Key: catalog.OwnerKey(layout), Created: created, Owner: rec}
 		opts.Log.Info("prefix owned by the namespace", "prefix", rec.Prefix, "namespace", rec.Namespace, "claimed_at", rec.ClaimedAt, "created", created)
 	}
 	var errs []error
-	if c.Bool("orphans") {
-		rep, err := kube.Orphans(ctx, k, store, layout, kube.OrphanPlan{Grace: c.Duration("orphan-grace"), DryRun: opts.DryRun}, opts.Log)
+	if o.orphans {
+		rep, err := kube.Orphans(t.ctx, k, store, layout, kube.OrphanPlan{Grace: o.orphanGrace, DryRun: opts.DryRun}, opts.Log)
 		res.Orphans = rep
 		if err != nil {
-			var pe *catalog.PruneError
-			if errors.As(err, &pe) {
-				err = named(pe.Step, err)
-			}
-			errs = append(errs, err)
+			errs = append(errs, t.named(err))
 		}
 	}
 	if prune {
 		opts.Store, opts.Layout = store, layout
-		rep, err := catalog.Prune(ctx, opts)
+		rep, err := catalog.Prune(t.ctx, opts)
 		res.Prune = rep
 		if err != nil {
-			var pe *catalog.PruneError
-			if errors.As(err, &pe) {
-				err = named(pe.Step, err)
-			}
-			errs = append(errs, err)
+			errs = append(errs, t.named(err))
 		}
 	}
-	if err := output.RenderAll(w, format, res.Tables(), res); err != nil {
+	if err := e.renderAll(res.Tables(), res); err != nil {
 		return err
 	}
 	return errors.Join(errs...)

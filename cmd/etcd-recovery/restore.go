@@ -1,9 +1,7 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"slices"
 	"strings"
@@ -11,7 +9,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/armada/etcd-recovery/internal/etcdconn"
 	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/kube"
@@ -20,7 +17,26 @@ import (
 
 const defaultVerifyTimeout = 5 * time.Minute
 
-func restoreCommand() *cli.Command {
+// restoreOpts are restore's flags (the manual form and --via
+// etcd-operator).
+type restoreOpts struct {
+	etcd                                              etcdOpts
+	store                                             storeOpts
+	kube                                              kubeOpts
+	encryption                                        encryptionOpts
+	clusterID, backup, initialCluster, name, token    string
+	dataDir, dataDirRoot, tempDir, via, cluster       string
+	awsSecret, identityFile, output                   string
+	peerURLs, verifyEndpoints                         cli.StringSlice
+	noLive, markCompacted, force, dryRun              bool
+	forcePathStyle                                    bool
+	bumpRevision                                      uint64
+	parallelDataDirs                                  int
+	probeTimeout, verifyTimeout, timeout, waitTimeout time.Duration
+}
+
+func restoreCommand(g *globalOpts) *cli.Command {
+	o := &restoreOpts{}
 	return &cli.Command{
 		Name:  "restore",
 		Usage: "rebuild a quorum-lost cluster from the newest snapshot (a surviving member's, or COS), verified before and after",
@@ -52,119 +68,102 @@ func restoreCommand() *cli.Command {
 			"shared-file format (a warning when the tool may not read it). An EtcdRestore NAME left by an earlier restore\n" +
 			"is deleted (and logged with its annotations) if the tool created it and etcd-operator is done with it;\n" +
 			"any other is refused.",
-		Flags: concat(restoreEtcdFlags(), cosFlags(), kubeFlags(), []cli.Flag{
-			clusterIDFlag(),
-			backupFlag(),
-			&cli.BoolFlag{Name: "no-live", Usage: "do not snapshot a surviving member first"},
-			probeTimeoutFlag(),
-			&cli.StringFlag{Name: "initial-cluster", Usage: "the new cluster, as etcd's --initial-cluster: name=peerURL,..."},
-			&cli.StringFlag{Name: "name", Usage: "restore only this member (etcdutl's --name); needs --backup and --initial-cluster-token when the cluster has others"},
-			&cli.StringSliceFlag{Name: "initial-advertise-peer-urls", Usage: "--name's peer URLs (default: from --initial-cluster, which they must match)"},
-			&cli.StringFlag{Name: "initial-cluster-token", Usage: "the new cluster's token (default: generated and printed)"},
-			&cli.StringFlag{Name: "data-dir", Usage: "a member's data dir; may contain {name} (default {name}.etcd)", TakesFile: true},
-			&cli.StringFlag{Name: "data-dir-root", Usage: "put every member's data dir at DIR/<name>.etcd", TakesFile: true},
-			bumpRevisionFlag(),
-			&cli.BoolFlag{Name: "mark-compacted", Value: true, Usage: "mark the bumped revision compacted, so watchers re-list (etcdutl's --mark-compacted)"},
-			&cli.IntFlag{Name: "parallel-data-dirs", Usage: "data dirs written at a time (0: all at once; each maps the database while it is written)"},
-			&cli.BoolFlag{Name: "force", Usage: "move non-empty data dirs aside (<dir>.moved-<UTC time>) instead of refusing; nothing is deleted"},
-			dryRunFlag(),
-			tempDirFlag(),
-			&cli.StringSliceFlag{Name: "verify-endpoints", Usage: "client URLs of the new members: wait for them and verify the rebuilt cluster"},
-			verifyTimeoutFlag(),
-			&cli.StringFlag{Name: "via", Usage: "etcd-operator: restore the EtcdCluster --cluster through an EtcdRestore"},
-			clusterFlag(),
-			timeoutFlag(),
-			&cli.DurationFlag{Name: "wait-timeout", Value: kube.DefaultOperatorRestoreTimeout, Usage: "with --via etcd-operator: how long to wait for the restored EtcdCluster's members to be ready"},
-			&cli.StringFlag{Name: "aws-secret", Value: kube.COSSecretName, Usage: "with --via etcd-operator: the secret etcd-operator reads the S3 credentials from (spec.s3.awsSecret; keys credentials and config, AWS shared-file format, checked first)"},
-			&cli.BoolFlag{Name: "force-path-style", Value: true, Usage: "with --via etcd-operator: spec.s3.forcePathStyle"},
-			identityFileFlag(),
-			outputFlag(),
-		}, encryptionFlags(), deprecatedFlagsOf("restore")),
-		Action: runRestore,
+		Flags: concat(o.etcd.flags(false), o.store.flags(), o.kube.flags(), []cli.Flag{
+			clusterIDFlag(&o.clusterID),
+			backupFlag(&o.backup),
+			&cli.BoolFlag{Name: "no-live", Usage: "do not snapshot a surviving member first", Destination: &o.noLive},
+			probeTimeoutFlag(&o.probeTimeout),
+			&cli.StringFlag{Name: "initial-cluster", Usage: "the new cluster, as etcd's --initial-cluster: name=peerURL,...", Destination: &o.initialCluster},
+			&cli.StringFlag{Name: "name", Usage: "restore only this member (etcdutl's --name); needs --backup and --initial-cluster-token when the cluster has others", Destination: &o.name},
+			&cli.StringSliceFlag{Name: "initial-advertise-peer-urls", Usage: "--name's peer URLs (default: from --initial-cluster, which they must match)", Destination: &o.peerURLs},
+			&cli.StringFlag{Name: "initial-cluster-token", Usage: "the new cluster's token (default: generated and printed)", Destination: &o.token},
+			&cli.StringFlag{Name: "data-dir", Usage: "a member's data dir; may contain {name} (default {name}.etcd)", TakesFile: true, Destination: &o.dataDir},
+			&cli.StringFlag{Name: "data-dir-root", Usage: "put every member's data dir at DIR/<name>.etcd", TakesFile: true, Destination: &o.dataDirRoot},
+			bumpRevisionFlag(&o.bumpRevision),
+			&cli.BoolFlag{Name: "mark-compacted", Value: true, Usage: "mark the bumped revision compacted, so watchers re-list (etcdutl's --mark-compacted)", Destination: &o.markCompacted},
+			&cli.IntFlag{Name: "parallel-data-dirs", Usage: "data dirs written at a time (0: all at once; each maps the database while it is written)", Destination: &o.parallelDataDirs},
+			&cli.BoolFlag{Name: "force", Usage: "move non-empty data dirs aside (<dir>.moved-<UTC time>) instead of refusing; nothing is deleted", Destination: &o.force},
+			dryRunFlag(&o.dryRun),
+			tempDirFlag(&o.tempDir),
+			&cli.StringSliceFlag{Name: "verify-endpoints", Usage: "client URLs of the new members: wait for them and verify the rebuilt cluster", Destination: &o.verifyEndpoints},
+			verifyTimeoutFlag(&o.verifyTimeout),
+			&cli.StringFlag{Name: "via", Usage: "etcd-operator: restore the EtcdCluster --cluster through an EtcdRestore", Destination: &o.via},
+			clusterFlag(&o.cluster),
+			timeoutFlag(&o.timeout),
+			&cli.DurationFlag{Name: "wait-timeout", Value: kube.DefaultOperatorRestoreTimeout, Usage: "with --via etcd-operator: how long to wait for the restored EtcdCluster's members to be ready", Destination: &o.waitTimeout},
+			&cli.StringFlag{Name: "aws-secret", Value: kube.COSSecretName, Usage: "with --via etcd-operator: the secret etcd-operator reads the S3 credentials from (spec.s3.awsSecret; keys credentials and config, AWS shared-file format, checked first)", Destination: &o.awsSecret},
+			&cli.BoolFlag{Name: "force-path-style", Value: true, Usage: "with --via etcd-operator: spec.s3.forcePathStyle", Destination: &o.forcePathStyle},
+			identityFileFlag(&o.identityFile),
+			outputFlag(&o.output),
+		}, o.encryption.flags(), deprecatedFlagsOf("restore")),
+		Action: func(c *cli.Context) error { return runRestore(c, g, o) },
 		Subcommands: []*cli.Command{
-			restoreV2Command(),
-			restoreVerifyCommand(),
+			restoreV2Command(g),
+			restoreVerifyCommand(g),
 		},
 	}
 }
 
-// restoreEtcdFlags are etcdctl's connection flags for the old cluster, with
-// no default endpoint: no --endpoints means no survivor snapshot.
-func restoreEtcdFlags() []cli.Flag {
-	flags := etcdFlags()
-	for _, f := range flags {
-		if sf, ok := f.(*cli.StringSliceFlag); ok && sf.Name == "endpoints" {
-			sf.Value = nil
-		}
-	}
-	return flags
-}
-
-func runRestore(c *cli.Context) error {
-	if c.Args().Present() {
-		return usagef("restore: unexpected argument %q (subcommands: v2, verify)", c.Args().First())
-	}
-	log, err := logger(c)
+func runRestore(c *cli.Context, g *globalOpts, o *restoreOpts) error {
+	e, err := newEnv(c, g, o.output)
 	if err != nil {
 		return err
 	}
-	format, err := output.ParseFormat(c.String("output"))
-	if err != nil {
-		return asUsage(err)
-	}
-	ids, err := identityOf(c, log)
+	log := e.log
+	ids, err := e.identityOf(o.identityFile)
 	if err != nil {
 		return err
 	}
 	// The survivor snapshot restore commits is encrypted like a backup.
-	rs, err := recipientsFromFlags(c)
+	rs, err := o.encryption.recipients(c)
 	if err != nil {
 		return err
 	}
 	if c.IsSet("via") || c.IsSet("cluster") {
-		return runRestoreViaOperator(c, log, format, ids, rs)
+		return runRestoreViaOperator(e, o, ids, rs)
 	}
 	for _, f := range []string{"wait-timeout", "aws-secret", "force-path-style"} {
 		if c.IsSet(f) {
 			return usagef("restore: --%s goes with --via etcd-operator", f)
 		}
 	}
-	if c.IsSet("timeout") && !c.Bool("dry-run") {
+	if c.IsSet("timeout") && !o.dryRun {
 		return usagef("restore: --timeout is a dry run's overall deadline; a real restore is not cut short (--verify-timeout bounds the wait for the new members)")
 	}
 	// On the command line these are deadlines with non-zero defaults; to
 	// restore.Options zero means "the default".
-	if err := requirePositive(c, "restore", "probe-timeout", "verify-timeout", "timeout"); err != nil {
+	if err := requirePositive("restore", positive{"probe-timeout", o.probeTimeout}, positive{"verify-timeout", o.verifyTimeout},
+		positive{"timeout", o.timeout}); err != nil {
 		return err
 	}
 	opts := restore.Options{
-		ClusterID:     c.String("cluster-id"),
-		NoLive:        c.Bool("no-live"),
-		ProbeTimeout:  c.Duration("probe-timeout"),
-		Backup:        c.String("backup"),
-		Token:         c.String("initial-cluster-token"),
-		BumpRevision:  c.Uint64("bump-revision"),
-		MarkCompacted: c.Bool("mark-compacted"),
-		Force:         c.Bool("force"),
-		Parallel:      c.Int("parallel-data-dirs"),
-		DryRun:        c.Bool("dry-run"),
-		ScratchDir:    c.String("temp-dir"),
+		ClusterID:     o.clusterID,
+		NoLive:        o.noLive,
+		ProbeTimeout:  o.probeTimeout,
+		Backup:        o.backup,
+		Token:         o.token,
+		BumpRevision:  o.bumpRevision,
+		MarkCompacted: o.markCompacted,
+		Force:         o.force,
+		Parallel:      o.parallelDataDirs,
+		DryRun:        o.dryRun,
+		ScratchDir:    o.tempDir,
 		Targets: restore.Targets{
-			InitialCluster:           c.String("initial-cluster"),
-			Name:                     c.String("name"),
-			InitialAdvertisePeerURLs: c.StringSlice("initial-advertise-peer-urls"),
-			DataDir:                  c.String("data-dir"),
-			DataDirRoot:              c.String("data-dir-root"),
+			InitialCluster:           o.initialCluster,
+			Name:                     o.name,
+			InitialAdvertisePeerURLs: o.peerURLs.Value(),
+			DataDir:                  o.dataDir,
+			DataDirRoot:              o.dataDirRoot,
 		},
-		Old:               etcdConfigFor(c, c.StringSlice("endpoints")),
+		Old:               o.etcd.configFor(o.etcd.endpoints.Value()),
 		Identities:        ids,
 		Recipients:        rs,
-		RequireEncryption: c.Bool("require-encryption"),
+		RequireEncryption: o.encryption.requireEncryption,
 		Log:               log,
 		Progress:          func(label string) restore.Progress { return output.NewProgress(label) },
 	}
-	if eps := c.StringSlice("verify-endpoints"); len(eps) > 0 {
-		opts.Verify = restore.VerifyOptions{Etcd: etcdConfigFor(c, eps), Timeout: c.Duration("verify-timeout"), Log: log}
+	if eps := o.verifyEndpoints.Value(); len(eps) > 0 {
+		opts.Verify = restore.VerifyOptions{Etcd: o.etcd.configFor(eps), Timeout: o.verifyTimeout, Log: log}
 		opts.OnDataDirs = func(p *restore.Plan) {
 			log.Info("data dirs written: start the new members now; waiting for them", "cluster", p.ClusterID,
 				"etcd_version", p.EtcdVersion, "initial_cluster_token", p.Token, "endpoints", strings.Join(eps, ","),
@@ -176,142 +175,146 @@ func runRestore(c *cli.Context) error {
 	if err := opts.Validate(); err != nil {
 		return usagef("restore: %w", err)
 	}
-	store, layout, err := cosStore(c)
+	store, layout, err := e.openStore(&o.store, nil)
 	if err != nil {
 		return err
 	}
 	opts.Store, opts.Layout = store, layout
 
-	ctx := c.Context
+	ctx := e.ctx()
+	var t *runTimeout
 	if opts.DryRun {
 		// A dry run changes nothing, so nothing is lost by stopping it:
 		// it has an overall deadline, as list and inspect do.
-		timeout := c.Duration("timeout")
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, timeout, fmt.Errorf("restore --dry-run: the overall deadline (--timeout %v) passed", timeout))
-		defer cancel()
+		if t, err = e.dryRunTimeout(o.timeout); err != nil {
+			return err
+		}
+		defer t.cancel()
+		ctx = t.ctx
 	}
 	res, err := restore.Run(ctx, opts)
-	if err != nil && opts.DryRun && c.Context.Err() == nil && ctx.Err() != nil {
-		err = fmt.Errorf("%w: %v", context.Cause(ctx), err)
+	if t != nil {
+		err = t.caused(err)
 	}
 	if res != nil && (err == nil || opts.DryRun || res.Duration > 0) {
-		if rerr := output.RenderAll(c.App.Writer, format, res.Tables(), res); rerr != nil && err == nil {
+		if rerr := e.renderAll(res.Tables(), res); rerr != nil && err == nil {
 			err = rerr
 		}
 	}
 	return err
 }
 
-// etcdConfigFor is the etcd connection for the given endpoints with the
-// command's TLS flags; the package that uses it validates it.
-func etcdConfigFor(c *cli.Context, endpoints []string) etcdconn.Config {
-	return etcdconn.Config{
-		Endpoints:   endpoints,
-		CACert:      c.String("cacert"),
-		Cert:        c.String("cert"),
-		Key:         c.String("key"),
-		DialTimeout: c.Duration("dial-timeout"),
-	}
+// restoreV2Opts are restore v2's flags.
+type restoreV2Opts struct {
+	etcd                                    etcdOpts
+	store                                   storeOpts
+	clusterID, backup, identityFile, output string
 }
 
-func restoreV2Command() *cli.Command {
+func restoreV2Command(g *globalOpts) *cli.Command {
+	o := &restoreV2Opts{}
 	return &cli.Command{
 		Name:  "v2",
 		Usage: "put a backup's v2 keys (directories, keys, values, remaining TTLs) into a healthy cluster; idempotent",
 		Description: "Reads the v2 export of --backup (default: the backup restore would choose) and writes, through the\n" +
 			"v2 HTTP API of --endpoints (the new cluster, started with --enable-v2), only what differs: running it\n" +
 			"twice reports everything unchanged the second time. Keys whose TTL ran out since the backup are skipped.",
-		Flags: concat(etcdFlags(), cosFlags(), []cli.Flag{
-			clusterIDFlag(),
-			backupFlag(),
-			identityFileFlag(),
-			outputFlag(),
+		Flags: concat(o.etcd.flags(true), o.store.flags(), []cli.Flag{
+			clusterIDFlag(&o.clusterID),
+			backupFlag(&o.backup),
+			identityFileFlag(&o.identityFile),
+			outputFlag(&o.output),
 		}),
-		Action: runRestoreV2,
+		Action: func(c *cli.Context) error { return runRestoreV2(c, g, o) },
 	}
 }
 
-func runRestoreV2(c *cli.Context) error {
-	log, err := logger(c)
+func runRestoreV2(c *cli.Context, g *globalOpts, o *restoreV2Opts) error {
+	e, err := newEnv(c, g, o.output)
 	if err != nil {
 		return err
 	}
-	format, err := output.ParseFormat(c.String("output"))
-	if err != nil {
-		return asUsage(err)
-	}
-	ids, err := identityOf(c, log)
+	ids, err := e.identityOf(o.identityFile)
 	if err != nil {
 		return err
 	}
-	opts := restore.V2Options{ClusterID: c.String("cluster-id"), Backup: c.String("backup"), Etcd: etcdConfigFor(c, c.StringSlice("endpoints")),
-		Identities: ids, Log: log}
+	opts := restore.V2Options{ClusterID: o.clusterID, Backup: o.backup, Etcd: o.etcd.configFor(o.etcd.endpoints.Value()),
+		Identities: ids, Log: e.log}
 	if err := opts.Validate(); err != nil {
 		return usagef("restore v2: %w", err)
 	}
-	store, layout, err := cosStore(c)
+	store, layout, err := e.openStore(&o.store, nil)
 	if err != nil {
 		return err
 	}
 	opts.Store, opts.Layout = store, layout
-	rep, err := restore.RestoreV2(c.Context, opts)
+	rep, err := restore.RestoreV2(e.ctx(), opts)
 	if rep != nil && rep.Endpoint != "" {
-		if rerr := output.Render(c.App.Writer, format, rep.Table(), rep); rerr != nil && err == nil {
+		if rerr := e.render(rep.Table(), rep); rerr != nil && err == nil {
 			err = rerr
 		}
 	}
 	return err
 }
 
-func restoreVerifyCommand() *cli.Command {
+// restoreVerifyOpts are restore verify's flags.
+type restoreVerifyOpts struct {
+	etcd                                               etcdOpts
+	store                                              storeOpts
+	clusterID, backup, manifest, tempDir, identityFile string
+	output                                             string
+	bumpRevision                                       uint64
+	minRevision, expectKeys                            int64
+	expectMembers                                      int
+	verifyTimeout                                      time.Duration
+}
+
+func restoreVerifyCommand(g *globalOpts) *cli.Command {
+	o := &restoreVerifyOpts{}
 	return &cli.Command{
 		Name:  "verify",
 		Usage: "check a rebuilt cluster: every member healthy, the revision not behind, the live key count as in the snapshot",
 		Description: "Expectations come from --cluster-id and --backup (the snapshot is downloaded, verified and read: its\n" +
 			"revision plus --bump-revision, and its live key count), from --manifest (a manifest.json: the revision only),\n" +
 			"or from --min-revision / --expect-keys. Waits up to --verify-timeout for the members to be healthy. Exit 1 on failure.",
-		Flags: concat(etcdFlags(), cosFlags(), []cli.Flag{
-			clusterIDFlag(),
-			backupFlag(),
-			&cli.StringFlag{Name: "manifest", Usage: "the backup's manifest.json on disk, instead of --backup", TakesFile: true},
-			bumpRevisionFlag(),
-			&cli.Int64Flag{Name: "min-revision", Usage: "the revision must be at least this (overrides --backup/--manifest)"},
-			&cli.Int64Flag{Name: "expect-keys", Value: -1, Usage: "the number of live keys (overrides --backup; -1: not checked)"},
-			&cli.IntFlag{Name: "expect-members", Usage: "the number of members (0: not checked)"},
-			verifyTimeoutFlag(),
-			tempDirFlag(),
-			identityFileFlag(),
-			outputFlag(),
+		Flags: concat(o.etcd.flags(true), o.store.flags(), []cli.Flag{
+			clusterIDFlag(&o.clusterID),
+			backupFlag(&o.backup),
+			&cli.StringFlag{Name: "manifest", Usage: "the backup's manifest.json on disk, instead of --backup", TakesFile: true, Destination: &o.manifest},
+			bumpRevisionFlag(&o.bumpRevision),
+			&cli.Int64Flag{Name: "min-revision", Usage: "the revision must be at least this (overrides --backup/--manifest)", Destination: &o.minRevision},
+			&cli.Int64Flag{Name: "expect-keys", Value: -1, Usage: "the number of live keys (overrides --backup; -1: not checked)", Destination: &o.expectKeys},
+			&cli.IntFlag{Name: "expect-members", Usage: "the number of members (0: not checked)", Destination: &o.expectMembers},
+			verifyTimeoutFlag(&o.verifyTimeout),
+			tempDirFlag(&o.tempDir),
+			identityFileFlag(&o.identityFile),
+			outputFlag(&o.output),
 		}, deprecatedFlagsOf("restore verify")),
-		Action: runRestoreVerify,
+		Action: func(c *cli.Context) error { return runRestoreVerify(c, g, o) },
 	}
 }
 
-func runRestoreVerify(c *cli.Context) error {
-	log, err := logger(c)
+func runRestoreVerify(c *cli.Context, g *globalOpts, o *restoreVerifyOpts) error {
+	e, err := newEnv(c, g, o.output)
 	if err != nil {
 		return err
 	}
-	format, err := output.ParseFormat(c.String("output"))
-	if err != nil {
-		return asUsage(err)
-	}
 	opts := restore.ClusterCheckOptions{
-		ClusterID: c.String("cluster-id"), Backup: c.String("backup"), ManifestFile: c.String("manifest"),
-		BumpRevision: c.Uint64("bump-revision"), TempDir: c.String("temp-dir"),
+		ClusterID: o.clusterID, Backup: o.backup, ManifestFile: o.manifest,
+		BumpRevision: o.bumpRevision, TempDir: o.tempDir,
 		Progress: func(label string) restore.Progress { return output.NewProgress(label) },
 	}
-	opts.Timeout, opts.Log = c.Duration("verify-timeout"), log
-	opts.ExpectedMembers, opts.ExpectedKeys, opts.MinRevision = c.Int("expect-members"), -1, 0
+	opts.Timeout, opts.Log = o.verifyTimeout, e.log
+	opts.ExpectedMembers, opts.ExpectedKeys, opts.MinRevision = o.expectMembers, -1, 0
 	if opts.Timeout <= 0 {
 		// The flag's 0 is a mistake; the package's 0 is its default.
 		return usagef("restore verify: --verify-timeout must be positive")
 	}
 	if c.IsSet("endpoints") {
-		// etcdctl's default endpoint (127.0.0.1:2379) is not a request:
-		// it would be waited for, in silence, for --verify-timeout.
-		opts.Etcd.Endpoints = c.StringSlice("endpoints")
+		// etcdctl's default endpoint (127.0.0.1:2379): only endpoints given
+		// are a request; the default would be waited for, in silence, for
+		// --verify-timeout.
+		opts.Etcd.Endpoints = o.etcd.endpoints.Value()
 	}
 	if opts.Backup == "" && c.IsSet("identity-file") {
 		return usagef("restore verify: --identity-file decrypts the snapshot of --backup: use it with --backup")
@@ -320,28 +323,28 @@ func runRestoreVerify(c *cli.Context) error {
 		return err
 	}
 	if opts.Backup != "" {
-		store, layout, err := cosStore(c)
+		store, layout, err := e.openStore(&o.store, nil)
 		if err != nil {
 			return err
 		}
 		opts.Store, opts.Layout = store, layout
-		if opts.Identities, err = identityOf(c, log); err != nil {
+		if opts.Identities, err = e.identityOf(o.identityFile); err != nil {
 			return err
 		}
 	}
-	if opts.Etcd, err = etcdConfig(c); err != nil {
+	if opts.Etcd, err = o.etcd.config(); err != nil {
 		return err
 	}
 	if c.IsSet("min-revision") {
-		opts.MinRevision = c.Int64("min-revision")
+		opts.MinRevision = o.minRevision
 	}
 	if c.IsSet("expect-keys") {
-		opts.ExpectedKeys = c.Int64("expect-keys")
+		opts.ExpectedKeys = o.expectKeys
 	}
 	opts.OverrideMinRevision, opts.OverrideKeys = c.IsSet("min-revision"), c.IsSet("expect-keys")
-	chk, err := restore.CheckCluster(c.Context, opts)
+	chk, err := restore.CheckCluster(e.ctx(), opts)
 	if chk != nil && chk.VerifyReport != nil {
-		if rerr := output.RenderAll(c.App.Writer, format, chk.Tables(), chk); rerr != nil && err == nil {
+		if rerr := e.renderAll(chk.Tables(), chk); rerr != nil && err == nil {
 			err = rerr
 		}
 	}
@@ -350,17 +353,18 @@ func runRestoreVerify(c *cli.Context) error {
 
 // runRestoreViaOperator is restore --via etcd-operator: see
 // kube.OperatorRestore.
-func runRestoreViaOperator(c *cli.Context, log *slog.Logger, format output.Format, ids *seal.Identities, rs seal.Recipients) error {
-	if via := c.String("via"); via != "etcd-operator" {
-		return usagef("restore: --via %q: the only one is etcd-operator (with --cluster NAME)", via)
+func runRestoreViaOperator(e *env, o *restoreOpts, ids *seal.Identities, rs seal.Recipients) error {
+	c, log := e.c, e.log
+	if o.via != "etcd-operator" {
+		return usagef("restore: --via %q: the only one is etcd-operator (with --cluster NAME)", o.via)
 	}
-	name := c.String("cluster")
+	name := o.cluster
 	for _, f := range []string{"cluster-id", "initial-cluster", "name", "initial-advertise-peer-urls", "initial-cluster-token",
 		"data-dir", "data-dir-root", "bump-revision", "mark-compacted", "parallel-data-dirs", "parallel", "force", "verify-endpoints", "endpoints"} {
 		if !c.IsSet(f) {
 			continue
 		}
-		if f == "endpoints" && fromEnvOnly(c.StringSlice(f), os.Getenv("ETCDCTL_ENDPOINTS")) {
+		if f == "endpoints" && fromEnvOnly(o.etcd.endpoints.Value(), os.Getenv("ETCDCTL_ENDPOINTS")) {
 			// ETCDCTL_ENDPOINTS exported for etcdctl (the runbooks'
 			// connection settings): not a request to use it here.
 			log.Info("ignoring ETCDCTL_ENDPOINTS from the environment: the members are found through the EtcdCluster", "cluster", name)
@@ -369,27 +373,28 @@ func runRestoreViaOperator(c *cli.Context, log *slog.Logger, format output.Forma
 		return usagef("restore --via etcd-operator: --%s does not apply: etcd-operator writes the data dirs and the members "+
 			"are found through the EtcdCluster --cluster", f)
 	}
-	if c.IsSet("timeout") && !c.Bool("dry-run") {
+	if c.IsSet("timeout") && !o.dryRun {
 		// The old spelling of --wait-timeout.
 		if c.IsSet("wait-timeout") {
 			return usagef("restore --via etcd-operator: --timeout is a dry run's overall deadline; the wait for etcd-operator is --wait-timeout")
 		}
-		if err := c.Set("wait-timeout", c.Duration("timeout").String()); err != nil {
+		if err := c.Set("wait-timeout", o.timeout.String()); err != nil {
 			return asUsage(err)
 		}
 		fmt.Fprintf(c.App.ErrWriter, "etcd-recovery: restore --via etcd-operator: --timeout for the wait is deprecated, use --wait-timeout (same meaning)\n")
 	}
-	if err := requirePositive(c, "restore", "timeout", "wait-timeout", "verify-timeout", "probe-timeout"); err != nil {
+	if err := requirePositive("restore", positive{"timeout", o.timeout}, positive{"wait-timeout", o.waitTimeout},
+		positive{"verify-timeout", o.verifyTimeout}, positive{"probe-timeout", o.probeTimeout}); err != nil {
 		return err
 	}
 	opts := kube.OperatorRestoreOptions{
-		Cluster: name, Backup: c.String("backup"),
-		Bucket: c.String("bucket"), Endpoint: c.String("cos-endpoint"), AWSSecret: c.String("aws-secret"),
-		ForcePathStyle: c.Bool("force-path-style"), NoLive: c.Bool("no-live"),
-		ProbeTimeout: c.Duration("probe-timeout"), DialTimeout: c.Duration("dial-timeout"),
-		Timeout: c.Duration("wait-timeout"), VerifyTimeout: c.Duration("verify-timeout"),
-		TempDir: c.String("temp-dir"), DryRun: c.Bool("dry-run"), Identities: ids, Log: log,
-		Recipients: rs, RequireEncryption: c.Bool("require-encryption"),
+		Cluster: name, Backup: o.backup,
+		Bucket: o.store.bucket, Endpoint: o.store.endpoint, AWSSecret: o.awsSecret,
+		ForcePathStyle: o.forcePathStyle, NoLive: o.noLive,
+		ProbeTimeout: o.probeTimeout, DialTimeout: o.etcd.dialTimeout,
+		Timeout: o.waitTimeout, VerifyTimeout: o.verifyTimeout,
+		TempDir: o.tempDir, DryRun: o.dryRun, Identities: ids, Log: log,
+		Recipients: rs, RequireEncryption: o.encryption.requireEncryption,
 		Progress: func(label string) restore.Progress { return output.NewProgress(label) },
 	}
 	// Checked before any client is built: a mistake never waits on the
@@ -397,26 +402,28 @@ func runRestoreViaOperator(c *cli.Context, log *slog.Logger, format output.Forma
 	if err := opts.Validate(); err != nil {
 		return err
 	}
-	k, err := kubeClient(c)
+	k, err := e.kube(&o.kube)
 	if err != nil {
 		return err
 	}
-	if opts.Store, opts.Layout, err = cosStoreKube(c, k); err != nil {
+	if opts.Store, opts.Layout, err = e.openStore(&o.store, k); err != nil {
 		return err
 	}
 	opts.Kube = k
-	ctx := c.Context
-	if c.Bool("dry-run") {
+	ctx := e.ctx()
+	if o.dryRun {
 		// As the manual dry run: it changes nothing, so it has an overall
 		// deadline.
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, c.Duration("timeout"),
-			fmt.Errorf("restore --dry-run: the overall deadline (--timeout %v) passed", c.Duration("timeout")))
-		defer cancel()
+		t, err := e.dryRunTimeout(o.timeout)
+		if err != nil {
+			return err
+		}
+		defer t.cancel()
+		ctx = t.ctx
 	}
 	rep, err := kube.OperatorRestore(ctx, opts)
 	if rep != nil {
-		if rerr := output.RenderAll(c.App.Writer, format, rep.Tables(), rep); rerr != nil && err == nil {
+		if rerr := e.renderAll(rep.Tables(), rep); rerr != nil && err == nil {
 			err = rerr
 		}
 	}
@@ -437,17 +444,4 @@ func fromEnvOnly(value []string, env string) bool {
 		}
 	}
 	return slices.Equal(value, fromEnv)
-}
-
-// identityOf loads --identity-file (nil without one) and logs the
-// warning a group-readable file gets.
-func identityOf(c *cli.Context, log *slog.Logger) (*seal.Identities, error) {
-	ids, err := identityFromFlags(c)
-	if err != nil {
-		return nil, err
-	}
-	if ids != nil && ids.Warning != "" {
-		log.Warn("identity file accepted with a remark", "command", c.Command.FullName(), "identity_file", c.String("identity-file"), "warning", ids.Warning)
-	}
-	return ids, nil
 }

@@ -18,14 +18,20 @@ import (
 	"github.com/armada/etcd-recovery/metrics"
 )
 
+// serveOpts are serve's flags.
+type serveOpts struct {
+	etcd                                   etcdOpts // --dial-timeout only
+	store                                  storeOpts
+	kube                                   kubeOpts
+	listen, identityFile                   string
+	parallel                               int
+	interval, refreshTimeout, probeTimeout time.Duration
+	orphanGrace                            time.Duration
+}
+
 // serveCommand is the exporter the toolkit Deployment runs.
-func serveCommand() *cli.Command {
-	var dial cli.Flag
-	for _, f := range etcdFlags() {
-		if f.Names()[0] == "dial-timeout" {
-			dial = f
-		}
-	}
+func serveCommand(g *globalOpts) *cli.Command {
+	o := &serveOpts{}
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "Prometheus exporter: every EtcdCluster's backups, drills and inspect verdict on /metrics (and /healthz)",
@@ -39,58 +45,60 @@ func serveCommand() *cli.Command {
 			"EtcdCluster is an orphan (etcd_recovery_orphan_info, with the orphan pass's state for --orphan-grace).\n" +
 			"On each refresh, the age header of each cluster's newest encrypted backup is opened with --identity-file\n" +
 			"(read again each refresh; one ranged read of the snapshot object): etcd_recovery_backup_undecryptable.",
-		Flags: concat(cosFlags(), kubeFlags(), []cli.Flag{
-			&cli.StringFlag{Name: "listen", Value: ":9090", EnvVars: []string{"ETCD_RECOVERY_LISTEN"}, Usage: "address of /metrics, /healthz and /livez"},
-			&cli.DurationFlag{Name: "interval", Value: metrics.DefaultInterval, Usage: "time between refreshes (± 10% jitter)"},
-			&cli.DurationFlag{Name: "refresh-timeout", Value: metrics.DefaultDeadline, Usage: "deadline of one refresh (store listing and inspections)"},
-			parallelFlag(),
-			probeTimeoutFlag(),
-			dial,
-			orphanGraceFlag(),
-			identityFileFlag(),
+		Flags: concat(o.store.flags(), o.kube.flags(), []cli.Flag{
+			&cli.StringFlag{Name: "listen", Value: ":9090", EnvVars: []string{"ETCD_RECOVERY_LISTEN"}, Usage: "address of /metrics, /healthz and /livez", Destination: &o.listen},
+			&cli.DurationFlag{Name: "interval", Value: metrics.DefaultInterval, Usage: "time between refreshes (± 10% jitter)", Destination: &o.interval},
+			&cli.DurationFlag{Name: "refresh-timeout", Value: metrics.DefaultDeadline, Usage: "deadline of one refresh (store listing and inspections)", Destination: &o.refreshTimeout},
+			parallelFlag(&o.parallel),
+			probeTimeoutFlag(&o.probeTimeout),
+			o.etcd.dialTimeoutFlag(),
+			orphanGraceFlag(&o.orphanGrace),
+			identityFileFlag(&o.identityFile),
 		}),
-		Action: runServe,
+		Action: func(c *cli.Context) error { return runServe(c, g, o) },
 	}
 }
 
-func runServe(c *cli.Context) error {
-	log, err := logger(c)
+func runServe(c *cli.Context, g *globalOpts, o *serveOpts) error {
+	e, err := newEnv(c, g, "")
 	if err != nil {
 		return err
 	}
-	if err := requirePositive(c, "serve", "interval", "refresh-timeout", "probe-timeout"); err != nil {
+	log := e.log
+	if err := requirePositive("serve", positive{"interval", o.interval}, positive{"refresh-timeout", o.refreshTimeout},
+		positive{"probe-timeout", o.probeTimeout}); err != nil {
 		return err
 	}
-	if c.Int("parallel") < 1 {
-		return usagef("serve: --parallel %d: want at least 1", c.Int("parallel"))
+	if o.parallel < 1 {
+		return usagef("serve: --parallel %d: want at least 1", o.parallel)
 	}
-	if _, _, err := net.SplitHostPort(c.String("listen")); err != nil {
-		return usagef("serve: --listen %q: want host:port or :port", c.String("listen"))
+	if _, _, err := net.SplitHostPort(o.listen); err != nil {
+		return usagef("serve: --listen %q: want host:port or :port", o.listen)
 	}
-	if c.Duration("orphan-grace") < catalog.MinOrphanGrace {
-		return usagef("serve: --orphan-grace %s: want at least %s", c.Duration("orphan-grace"), catalog.MinOrphanGrace)
+	if o.orphanGrace < catalog.MinOrphanGrace {
+		return usagef("serve: --orphan-grace %s: want at least %s", o.orphanGrace, catalog.MinOrphanGrace)
 	}
 	// A bad identity file is a usage error at start (exit 4); then it is
 	// read again on every refresh, so a rotated Secret needs no restart.
-	ids, err := identityFromFlags(c)
+	ids, err := loadIdentity(c, o.identityFile)
 	if err != nil {
 		return err
 	}
 	if ids != nil && ids.Warning != "" {
-		log.Warn("identity file accepted with a remark", "identity_file", c.String("identity-file"), "warning", ids.Warning)
+		log.Warn("identity file accepted with a remark", "identity_file", o.identityFile, "warning", ids.Warning)
 	}
-	k, err := kubeClient(c)
+	k, err := e.kube(&o.kube)
 	if err != nil {
 		return err
 	}
-	opts := metrics.Options{Kube: k, Interval: c.Duration("interval"), Jitter: metrics.DefaultJitter,
-		Deadline: c.Duration("refresh-timeout"), Parallel: c.Int("parallel"), ProbeTimeout: c.Duration("probe-timeout"),
-		DialTimeout: c.Duration("dial-timeout"), OrphanGrace: c.Duration("orphan-grace"), Log: log}
-	if c.String("identity-file") != "" {
-		opts.Identities = func() (*seal.Identities, error) { return identityFromFlags(c) }
+	opts := metrics.Options{Kube: k, Interval: o.interval, Jitter: metrics.DefaultJitter,
+		Deadline: o.refreshTimeout, Parallel: o.parallel, ProbeTimeout: o.probeTimeout,
+		DialTimeout: o.etcd.dialTimeout, OrphanGrace: o.orphanGrace, Log: log}
+	if o.identityFile != "" {
+		opts.Identities = func() (*seal.Identities, error) { return loadIdentity(c, o.identityFile) }
 	}
-	if c.String("bucket") != "" {
-		if opts.Store, opts.Layout, err = cosStoreKube(c, k); err != nil {
+	if o.store.bucket != "" {
+		if opts.Store, opts.Layout, err = e.openStore(&o.store, k); err != nil {
 			return err
 		}
 	}
@@ -98,13 +106,13 @@ func runServe(c *cli.Context) error {
 	if err != nil {
 		return asUsage(err)
 	}
-	ln, err := net.Listen("tcp", c.String("listen"))
+	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
-		return fmt.Errorf("serve: listen on %s: %w", c.String("listen"), err)
+		return fmt.Errorf("serve: listen on %s: %w", o.listen, err)
 	}
 	srv := &http.Server{Handler: exp.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
 		WriteTimeout: 60 * time.Second, IdleTimeout: 2 * time.Minute}
-	log.Info("serving metrics", "listen", ln.Addr().String(), "namespace", k.Namespace, "bucket", c.String("bucket"),
+	log.Info("serving metrics", "listen", ln.Addr().String(), "namespace", k.Namespace, "bucket", o.store.bucket,
 		"interval", opts.Interval, "refresh_timeout", opts.Deadline)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -130,8 +138,8 @@ func runServe(c *cli.Context) error {
 }
 
 // pushgatewayFlag is --pushgateway of backup and drill.
-func pushgatewayFlag() cli.Flag {
-	return &cli.StringFlag{Name: "pushgateway", EnvVars: []string{"ETCD_RECOVERY_PUSHGATEWAY"},
+func pushgatewayFlag(dest *string) cli.Flag {
+	return &cli.StringFlag{Name: "pushgateway", EnvVars: []string{"ETCD_RECOVERY_PUSHGATEWAY"}, Destination: dest,
 		Usage: "Prometheus Pushgateway URL: after the run, push each cluster's outcome on the exporter's metric names (a failed push is logged, never fails the run)",
 		Action: func(_ *cli.Context, v string) error {
 			if v == "" {
@@ -142,9 +150,9 @@ func pushgatewayFlag() cli.Flag {
 }
 
 // pushBackupRun pushes a single-cluster backup's outcome (res nil: it
-// failed) when --pushgateway is set.
-func pushBackupRun(c *cli.Context, opts backup.Options, res *backup.Result) {
-	if c.String("pushgateway") == "" {
+// failed) when --pushgateway (url) is set.
+func pushBackupRun(e *env, url, namespace string, opts backup.Options, res *backup.Result) {
+	if url == "" {
 		return
 	}
 	o := metrics.BackupOutcome{Cluster: opts.ClusterID, Kind: opts.Kind, Finished: time.Now()}
@@ -154,49 +162,45 @@ func pushBackupRun(c *cli.Context, opts backup.Options, res *backup.Result) {
 			o.Drill = &metrics.DrillOutcome{Cluster: opts.ClusterID, Finished: o.Finished, Record: res.Drill}
 		}
 	}
-	pushOutcome(c, "backup", func(ctx context.Context, po metrics.PushOptions) error {
+	pushOutcome(e, url, namespace, "backup", func(ctx context.Context, po metrics.PushOptions) error {
 		return metrics.PushBackups(ctx, po, []metrics.BackupOutcome{o})
 	})
 }
 
 // pushBackupAll pushes a backup --all/--cluster run's outcomes.
-func pushBackupAll(c *cli.Context, kind catalog.Kind, rep *kube.BackupAllReport) {
-	if c.String("pushgateway") == "" || rep == nil {
+func pushBackupAll(e *env, url, namespace string, kind catalog.Kind, rep *kube.BackupAllReport) {
+	if url == "" || rep == nil {
 		return
 	}
-	pushOutcome(c, "backup", func(ctx context.Context, po metrics.PushOptions) error {
+	pushOutcome(e, url, namespace, "backup", func(ctx context.Context, po metrics.PushOptions) error {
 		return metrics.PushBackups(ctx, po, metrics.BackupAllOutcomes(rep, kind, time.Now()))
 	})
 }
 
 // pushDrills pushes a drill run's outcomes.
-func pushDrills(c *cli.Context, rep *kube.DrillAllReport) {
-	if c.String("pushgateway") == "" || rep == nil {
+func pushDrills(e *env, url, namespace string, rep *kube.DrillAllReport) {
+	if url == "" || rep == nil {
 		return
 	}
-	pushOutcome(c, "drill", func(ctx context.Context, po metrics.PushOptions) error {
+	pushOutcome(e, url, namespace, "drill", func(ctx context.Context, po metrics.PushOptions) error {
 		return metrics.PushDrills(ctx, po, metrics.DrillAllOutcomes(rep, time.Now()))
 	})
 }
 
-// pushOutcome pushes with the run's namespace as grouping label, on a
-// context of its own (a cancelled run still reports what it did), bounded
-// by metrics.DefaultPushTimeout. A failure is logged: the run's exit code
-// is the run's.
-func pushOutcome(c *cli.Context, what string, push func(context.Context, metrics.PushOptions) error) {
-	log, err := logger(c)
-	if err != nil {
-		return
-	}
-	ns := c.String("namespace")
+// pushOutcome pushes to url with the run's namespace (--namespace, else
+// $POD_NAMESPACE) as grouping label, on a context of its own (a cancelled
+// run still reports what it did), bounded by metrics.DefaultPushTimeout.
+// A failure is logged: the run's exit code is the run's.
+func pushOutcome(e *env, url, namespace, what string, push func(context.Context, metrics.PushOptions) error) {
+	ns := namespace
 	if ns == "" {
 		ns = os.Getenv("POD_NAMESPACE")
 	}
-	po := metrics.PushOptions{URL: c.String("pushgateway"), Namespace: ns}
+	po := metrics.PushOptions{URL: url, Namespace: ns}
 	start := time.Now()
-	if err := push(context.WithoutCancel(c.Context), po); err != nil {
-		log.Error("push to the Pushgateway failed (the run's result stands)", "run", what, "error", err.Error())
+	if err := push(context.WithoutCancel(e.ctx()), po); err != nil {
+		e.log.Error("push to the Pushgateway failed (the run's result stands)", "run", what, "error", err.Error())
 		return
 	}
-	log.Info("pushed the run's outcome to the Pushgateway", "run", what, "took", time.Since(start).Round(time.Millisecond))
+	e.log.Info("pushed the run's outcome to the Pushgateway", "run", what, "took", time.Since(start).Round(time.Millisecond))
 }

@@ -11,6 +11,15 @@
 // internal/testing/storetest.Run, from a test in its own package; that suite
 // is the executable form of the contract below.
 //
+// # Opening a store
+//
+// Stores open by kind from a registry (registry.go): each backend calls
+// Register from an init function in its register.go, a program links the
+// backends with a blank import (internal/store/all: the production ones;
+// a test imports memstore, kind "mem"), and callers build a store with
+// Open and a backend-neutral Config. Only a backend and internal/store/all
+// name a backend package (internal/testing/archtest checks it).
+//
 // # Error contract
 //
 // Every error a backend returns from a call (including errors from reading a

@@ -77,8 +77,9 @@ type Config struct {
 	WrapTransport func(http.RoundTripper) http.RoundTripper
 }
 
-// DefaultStallTimeout is Config.StallTimeout's default.
-const DefaultStallTimeout = 60 * time.Second
+// DefaultStallTimeout is Config.StallTimeout's default (the store
+// package's neutral one).
+const DefaultStallTimeout = store.DefaultStallTimeout
 
 // Store implements store.Store on the COS SDK.
 type Store struct {
@@ -437,7 +438,7 @@ func (s *Store) abortKeyUploads(actx context.Context, key string) error {
 				return nil
 			}
 		}
-		if err != nil && (!IsTransient(err) || actx.Err() != nil) {
+		if err != nil && (!store.IsTransient(err) || actx.Err() != nil) {
 			return err
 		}
 		wait := 200 * time.Millisecond
@@ -464,7 +465,7 @@ func (s *Store) abortRetrying(actx context.Context, u store.Upload) error {
 		if err == nil {
 			return nil
 		}
-		if !IsTransient(err) {
+		if !store.IsTransient(err) {
 			return err
 		}
 		select {
@@ -772,7 +773,7 @@ func (s *Store) cause(err error, notFound bool) *sdkError {
 	if s.redact != nil {
 		msg = s.redact(msg)
 	}
-	return &sdkError{err: err, msg: msg, notFound: notFound, transient: IsTransient(err), origs: origErrs(err)}
+	return &sdkError{err: err, msg: msg, notFound: notFound, transient: sdkTransient(err), origs: origErrs(err)}
 }
 
 func (e *sdkError) Error() string   { return e.msg }
@@ -872,30 +873,26 @@ func hint(err error) string {
 	return ""
 }
 
-// IsTransient reports whether err is worth retrying: 5xx, throttling,
-// connection resets, timeouts and stalls. 4xx (403, no such bucket) and a
-// refused conditional create are permanent.
-func IsTransient(err error) bool {
+// sdkTransient classifies an SDK (or transport) error for the store
+// contract: what only this backend can see (a reset or a cut connection
+// inside an awserr.Error's OrigErr chain or only in its text, the SDK's
+// RequestError for a request that never got an answer), then
+// store.IsTransient's rules, which every backend shares. The result is
+// sdkError.Transient, which store.IsTransient consults.
+func sdkTransient(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, store.ErrExists) {
 		return false
 	}
 	if errors.Is(err, store.ErrStalled) || isReset(err) {
 		return true
 	}
-	if s := statusCode(err); s >= 500 || s == http.StatusTooManyRequests || s == http.StatusRequestTimeout {
-		return true
-	} else if s >= 400 {
-		return false
+	if s := statusCode(err); s < 400 {
+		var aerr awserr.Error
+		if errors.As(err, &aerr) && aerr.Code() == request.ErrCodeRequestError {
+			return true
+		}
 	}
-	var nerr net.Error
-	if errors.As(err, &nerr) {
-		return true
-	}
-	var aerr awserr.Error
-	if errors.As(err, &aerr) && aerr.Code() == request.ErrCodeRequestError {
-		return true
-	}
-	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.DeadlineExceeded)
+	return store.IsTransient(err)
 }
 
 // isPreconditionFailed reports a refused conditional create (HTTP 412),

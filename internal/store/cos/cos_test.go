@@ -483,7 +483,7 @@ func TestPutReaderErrorAborts(t *testing.T) {
 			if strings.Contains(msg, "could not be aborted") || strings.Contains(msg, "\n") {
 				t.Fatalf("error %q", msg)
 			}
-			if cos.IsTransient(err) {
+			if store.IsTransient(err) {
 				t.Errorf("IsTransient(%v) = true for a reader error", err)
 			}
 			assertNoObject(t, r, key)
@@ -515,7 +515,7 @@ func TestPutCancelledAborts(t *testing.T) {
 	if strings.Contains(msg, "could not be aborted") {
 		t.Fatalf("the upload was not aborted: %v", err)
 	}
-	if cos.IsTransient(err) {
+	if store.IsTransient(err) {
 		t.Errorf("IsTransient(%v) = true for a cancelled Put", err)
 	}
 	assertNoObject(t, r, key)
@@ -743,7 +743,7 @@ func TestWrongCredentials(t *testing.T) {
 						t.Errorf("%s: error leaks a secret key: %s", op, msg)
 					}
 				}
-				if cos.IsTransient(err) {
+				if store.IsTransient(err) {
 					t.Errorf("%s: IsTransient(%v) = true", op, err)
 				}
 			}
@@ -766,15 +766,15 @@ func TestMissingBucket(t *testing.T) {
 	if !strings.HasPrefix(err.Error(), "cos: head bucket ") || !strings.Contains(err.Error(), "does not exist") {
 		t.Fatalf("Check: %v: want \"cos: head bucket ...\" saying the bucket does not exist", err)
 	}
-	if cos.IsTransient(err) {
+	if store.IsTransient(err) {
 		t.Fatalf("IsTransient(%v) = true", err)
 	}
 	_, err = s.Put(ctx, "k", strings.NewReader("x"))
-	if err == nil || !strings.Contains(err.Error(), "does not exist") || cos.IsTransient(err) {
+	if err == nil || !strings.Contains(err.Error(), "does not exist") || store.IsTransient(err) {
 		t.Fatalf("Put into a missing bucket: %v", err)
 	}
 	_, err = s.List(ctx, "")
-	if err == nil || !strings.Contains(err.Error(), "NoSuchBucket") || cos.IsTransient(err) {
+	if err == nil || !strings.Contains(err.Error(), "NoSuchBucket") || store.IsTransient(err) {
 		t.Fatalf("List of a missing bucket: %v", err)
 	}
 }
@@ -795,7 +795,7 @@ func TestGetMissingKey(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Op != "get" || ce.Key != key {
 		t.Fatalf("Get error %#v is not a *cos.Error for get %s", err, key)
 	}
-	if cos.IsTransient(err) {
+	if store.IsTransient(err) {
 		t.Fatalf("IsTransient(%v) = true", err)
 	}
 	if err := r.store.Check(testCtx(t)); err != nil {
@@ -832,16 +832,16 @@ func TestConnectionRefusedIsTransient(t *testing.T) {
 			if !strings.HasPrefix(err.Error(), "cos: head bucket bucket: ") || !strings.Contains(err.Error(), "connection refused") {
 				t.Errorf("Check: %v", err)
 			}
-			if !cos.IsTransient(err) {
+			if !store.IsTransient(err) {
 				t.Errorf("IsTransient(%v) = false for a refused connection", err)
 			}
 			_, err = s.List(testCtx(t), "p/")
-			if err == nil || !cos.IsTransient(err) {
-				t.Errorf("List against a closed port: %v, transient %v", err, cos.IsTransient(err))
+			if err == nil || !store.IsTransient(err) {
+				t.Errorf("List against a closed port: %v, transient %v", err, store.IsTransient(err))
 			}
 		})
 	}
-	if cos.IsTransient(nil) || cos.IsTransient(context.Canceled) {
+	if store.IsTransient(nil) || store.IsTransient(context.Canceled) {
 		t.Error("IsTransient(nil or context.Canceled) = true")
 	}
 }
@@ -1027,8 +1027,8 @@ func TestRetriesDroppedConnections(t *testing.T) {
 		if err == nil {
 			t.Fatal("Put through a proxy dropping every connection succeeded")
 		}
-		if !strings.HasPrefix(err.Error(), "cos: put "+key+": ") || !cos.IsTransient(err) {
-			t.Fatalf("Put: %v (transient %v): want a transient \"cos: put %s: ...\" error", err, cos.IsTransient(err), key)
+		if !strings.HasPrefix(err.Error(), "cos: put "+key+": ") || !store.IsTransient(err) {
+			t.Fatalf("Put: %v (transient %v): want a transient \"cos: put %s: ...\" error", err, store.IsTransient(err), key)
 		}
 		if a := p.accepts.Load(); a < retries+1 || a > 2*(retries+1) {
 			t.Fatalf("the proxy saw %d connections: want %d attempts", a, retries+1)

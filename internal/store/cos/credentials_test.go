@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/store/cos"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 )
@@ -413,7 +414,7 @@ func TestIAMCredentials(t *testing.T) {
 	if !strings.HasPrefix(err.Error(), "cos: head bucket b: ") || !strings.Contains(err.Error(), "BXNIM0415E") {
 		t.Errorf("Check: %v: want \"cos: head bucket b: ...\" with IAM's error", err)
 	}
-	if cos.IsTransient(err) {
+	if store.IsTransient(err) {
 		t.Errorf("IsTransient(%v) = true for a rejected API key", err)
 	}
 	_, err = s.Put(ctx, "k", strings.NewReader("x"))

@@ -252,7 +252,7 @@ func TestPutIfAbsent(t *testing.T) {
 		if !errors.Is(err, store.ErrExists) {
 			t.Fatalf("second PutIfAbsent of %d bytes: %v, want ErrExists", size, err)
 		}
-		if cos.IsTransient(err) {
+		if store.IsTransient(err) {
 			t.Errorf("IsTransient(%v) = true", err)
 		}
 		if sum, n := getSum(t, r.store, key); n != size || sum != randSum(t, 1, size) {

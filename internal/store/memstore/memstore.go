@@ -3,6 +3,8 @@
 // *store.Error "memstore: <op> <key>: <cause>", a missing key is
 // store.ErrNotFound, a taken key store.ErrExists) and has the Conditional,
 // Multipart, Ranger and Checker capabilities. It is safe for concurrent use.
+// It registers as kind "mem" (store.Open: one store per bucket name, per
+// process); only tests link it.
 //
 // Multipart: every Put is an upload while its body is being read
 // (ListUploads shows it; AbortUpload makes the Put fail and store nothing),

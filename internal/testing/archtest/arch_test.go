@@ -6,7 +6,9 @@
 // suite and fault injector, the fault matrix): it may import features, only
 // tests may import it, and no package outside it may import the standard
 // library's testing package (a helper that takes testing.TB is harness, and
-// belongs under internal/testing/).
+// belongs under internal/testing/). Only a store backend
+// (internal/store/<name>) and internal/store/all, which registers the
+// backends, name a backend: everything else opens stores with store.Open.
 package archtest
 
 import (
@@ -57,6 +59,50 @@ func isFeature(path string) bool  { return under(path, features) }
 func isFixture(path string) bool  { return under(path, fixtures) }
 func isPlumbing(path string) bool { return under(path, []string{"internal"}) && !isFixture(path) }
 
+// storeSeams are the packages under internal/store that are not backends:
+// the seam itself, the retry wrapper and the registration package that
+// links the backends (internal/store/all). Every other package under
+// internal/store is a backend.
+var storeSeams = []string{"internal/store", "internal/store/retry", "internal/store/all"}
+
+// backendRegistration is the one package outside the backends that names
+// them (a blank import of each, registering it with store.Register).
+const backendRegistration = "internal/store/all"
+
+// pendingBackendImporters still name a backend directly while issue 24
+// moves them to the registry (kube reads the COS credentials secret into
+// cos.Credentials until kube.Credentials lands): remove each as it goes.
+var pendingBackendImporters = []string{"kube"}
+
+// isBackend reports whether path is a store backend (or a package under
+// one).
+func isBackend(path string) bool {
+	rel, ok := strings.CutPrefix(path, module+"/internal/store/")
+	return ok && rel != "" && !slices.Contains(storeSeams, "internal/store/"+rel)
+}
+
+// backendOf is the backend package path is, or is under ("" if none).
+func backendOf(path string) string {
+	rel, ok := strings.CutPrefix(path, module+"/internal/store/")
+	if !ok || !isBackend(path) {
+		return ""
+	}
+	name, _, _ := strings.Cut(rel, "/")
+	return module + "/internal/store/" + name
+}
+
+// namesBackend is the rule that only a backend and the registration name
+// a backend: a direct import of backend b by p is allowed when p is b (or
+// under it), the registration package, the test harness, or pending.
+func namesBackend(p pkg, b string) bool {
+	switch {
+	case !isBackend(b), backendOf(p.ImportPath) == backendOf(b), p.ImportPath == module+"/"+backendRegistration,
+		isFixture(p.ImportPath), under(p.ImportPath, pendingBackendImporters):
+		return false
+	}
+	return true
+}
+
 // violations are the imports against the rules, one line each:
 //   - a plumbing package (internal/, not a fixture) depends on a feature;
 //   - internal/catalog imports a feature (the rule above, named apart: the
@@ -64,7 +110,10 @@ func isPlumbing(path string) bool { return under(path, []string{"internal"}) && 
 //   - a package that is not a fixture depends on a fixture (fixtures are
 //     for tests only);
 //   - a package that is not a fixture imports the standard library's
-//     testing package (harness outside internal/testing/).
+//     testing package (harness outside internal/testing/);
+//   - a package other than a backend, internal/store/all and the harness
+//     imports a store backend (internal/store/<name>): the rest open
+//     stores through the registry (store.Open).
 func violations(pkgs []pkg) []string {
 	var out []string
 	for _, p := range pkgs {
@@ -81,6 +130,11 @@ func violations(pkgs []pkg) []string {
 				out = append(out, "plumbing package "+p.ImportPath+" imports feature "+d+" ("+via+")")
 			case !isFixture(p.ImportPath) && isFixture(d):
 				out = append(out, "package "+p.ImportPath+" imports test fixture "+d+" (fixtures are for tests only)")
+			}
+		}
+		for _, d := range p.Imports {
+			if namesBackend(p, d) {
+				out = append(out, "package "+p.ImportPath+" imports store backend "+d+" (only the backend and "+backendRegistration+" name it; open stores with store.Open)")
 			}
 		}
 		if !isFixture(p.ImportPath) && slices.Contains(p.Imports, "testing") {
@@ -175,10 +229,16 @@ func TestViolationsDetected(t *testing.T) {
 		{ImportPath: m("internal/store/cos"), Imports: []string{m("internal/output")}, Deps: []string{m("internal/output"), m("kube")}},
 		{ImportPath: m("restore"), Imports: []string{m("internal/testing/testfix")}, Deps: []string{m("internal/testing/testfix"), m("internal/catalog")}},
 		{ImportPath: m("internal/store/fake"), Imports: []string{"io", "testing"}, Deps: []string{"io", "testing"}},
+		{ImportPath: m("cmd/etcd-recovery"), Imports: []string{m("internal/store/cos"), m("internal/store")}, Deps: []string{m("internal/store/cos"), m("internal/store")}},
+		{ImportPath: m("internal/catalog/x"), Imports: []string{m("internal/store/memstore")}, Deps: []string{m("internal/store/memstore")}},
 		// Allowed.
 		{ImportPath: m("kube"), Imports: []string{m("backup"), m("internal/catalog")}, Deps: []string{m("backup"), m("internal/catalog")}},
 		{ImportPath: m("internal/testing/testfix"), Imports: []string{m("backup"), "testing"}, Deps: []string{m("backup"), "testing"}},
 		{ImportPath: m("cmd/etcd-recovery"), Imports: []string{m("kube")}, Deps: []string{m("kube"), m("internal/usage")}},
+		{ImportPath: m("internal/store/all"), Imports: []string{m("internal/store/cos")}, Deps: []string{m("internal/store/cos"), m("internal/store")}},
+		{ImportPath: m("internal/store/cos/inner"), Imports: []string{m("internal/store/cos"), m("internal/store/retry")}, Deps: []string{m("internal/store/cos")}},
+		{ImportPath: m("internal/testing/testfix"), Imports: []string{m("internal/store/cos")}, Deps: []string{m("internal/store/cos")}},
+		{ImportPath: m("metrics"), Imports: []string{m("internal/store"), m("internal/store/retry"), m("internal/store/all")}, Deps: []string{m("internal/store")}},
 	}
 	got := violations(pkgs)
 	want := []string{
@@ -187,6 +247,8 @@ func TestViolationsDetected(t *testing.T) {
 		"plumbing package " + m("internal/store/cos") + " imports feature " + m("kube") + " (through another package)",
 		"package " + m("restore") + " imports test fixture " + m("internal/testing/testfix") + " (fixtures are for tests only)",
 		"package " + m("internal/store/fake") + " imports the testing package outside a _test.go file (test harness belongs under internal/testing/)",
+		"package " + m("cmd/etcd-recovery") + " imports store backend " + m("internal/store/cos") + " (only the backend and internal/store/all name it; open stores with store.Open)",
+		"package " + m("internal/catalog/x") + " imports store backend " + m("internal/store/memstore") + " (only the backend and internal/store/all name it; open stores with store.Open)",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("violations:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

@@ -1,0 +1,258 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/internal/store"
+	_ "github.com/armada/etcd-recovery/internal/store/all" // the backends store.Open builds
+	"github.com/armada/etcd-recovery/kube"
+)
+
+// The one setup of every command. A command's flags are bound to its
+// options struct (flags.go: each flag group's Destination fields); its
+// Action starts with newEnv, which builds the logger and the output
+// format, then asks the env for what it needs, in the order its checks
+// require (the options are validated before anything is contacted):
+// the object store and its layout (openStore, through store.Open), the
+// Kubernetes client (kube) and the --timeout context (withTimeout). Stray
+// arguments are refused before any Action (noStrayArgs), and a failed
+// step is named by stepOf.
+
+// env is a command's run: its context, logger, output format and writers.
+type env struct {
+	c      *cli.Context
+	log    *slog.Logger
+	format output.Format
+}
+
+// newEnv builds the logger (--log-level, --log-format) and parses the
+// output format (-o; "" for a command without one). Their errors are
+// usage errors.
+func newEnv(c *cli.Context, g *globalOpts, format string) (*env, error) {
+	log, err := g.logger(c)
+	if err != nil {
+		return nil, err
+	}
+	e := &env{c: c, log: log}
+	if format != "" {
+		if e.format, err = output.ParseFormat(format); err != nil {
+			return nil, asUsage(err)
+		}
+	}
+	return e, nil
+}
+
+// ctx is the run's context (cancelled by the first signal).
+func (e *env) ctx() context.Context { return e.c.Context }
+
+// render writes one table, or -o json of v.
+func (e *env) render(t output.Table, v any) error {
+	return output.Render(e.c.App.Writer, e.format, t, v)
+}
+
+// renderAll writes tables, or -o json of v.
+func (e *env) renderAll(ts []output.Table, v any) error {
+	return output.RenderAll(e.c.App.Writer, e.format, ts, v)
+}
+
+// kube builds the Kubernetes client of --kubeconfig and --namespace.
+func (e *env) kube(o *kubeOpts) (*kube.Client, error) {
+	k, err := kube.New(kube.Config{Kubeconfig: o.kubeconfig, Namespace: o.namespace})
+	if err != nil {
+		return nil, asUsage(err)
+	}
+	return k, nil
+}
+
+// storeKind is the backend the CLI's store flags configure.
+const storeKind = "cos"
+
+// openStore validates the store flags and opens the object store
+// (store.Open) and its layout. With k, the namespace's credentials secret
+// (read through the API) is the fallback when none are mounted or in the
+// environment; an error reading it is returned as it is, every other
+// error is a usage error (exit 4).
+func (e *env) openStore(o *storeOpts, k *kube.Client) (store.Store, catalog.Layout, error) {
+	// Input is validated before anything happens: a prefix that writes
+	// keys the store cannot list back, or an endpoint that is not a URL,
+	// is a usage error naming the flag and the value.
+	prefix, err := catalog.ValidatePrefix(o.prefix)
+	if err != nil {
+		return nil, catalog.Layout{}, usagef("--prefix: %v", err)
+	}
+	if err := validateCOSEndpoint(o.endpoint); err != nil {
+		return nil, catalog.Layout{}, asUsage(err)
+	}
+	if o.maxRetries < 0 {
+		return nil, catalog.Layout{}, usagef("--cos-max-retries %d: want 0 or more", o.maxRetries)
+	}
+	if o.stallTimeout <= 0 {
+		return nil, catalog.Layout{}, usagef("--cos-stall-timeout %v: must be positive", o.stallTimeout)
+	}
+	cfg := store.Config{
+		Kind:           storeKind,
+		Endpoint:       o.endpoint,
+		Region:         o.region,
+		Bucket:         o.bucket,
+		CAFile:         o.caFile,
+		CredentialsDir: o.credsDir,
+		Getenv:         os.Getenv,
+		MaxRetries:     o.maxRetries,
+		StallTimeout:   o.stallTimeout,
+		MinThroughput:  o.minThroughput,
+	}
+	var secretErr error
+	if k != nil {
+		cfg.FallbackCredentials = func(ctx context.Context) (any, error) {
+			creds, err := k.COSCredentials(ctx, "", os.Getenv)
+			secretErr = err
+			return creds, err
+		}
+	}
+	st, err := store.Open(e.ctx(), cfg)
+	switch {
+	case err != nil && secretErr != nil:
+		return nil, catalog.Layout{}, err
+	case err != nil:
+		return nil, catalog.Layout{}, asUsage(err)
+	}
+	return st, catalog.Layout{Prefix: prefix}, nil
+}
+
+// runTimeout is the run bounded by --timeout: its context, and the words
+// for an error the deadline (not a signal) caused.
+type runTimeout struct {
+	ctx     context.Context
+	cancel  context.CancelFunc
+	parent  context.Context
+	limit   time.Duration
+	command string
+}
+
+// withTimeout bounds the run by limit (--timeout, which must be
+// positive). With cause, context.Cause of the run's context is cause once
+// the deadline passes (a restore dry run names it so in every step's
+// error). Call cancel when done.
+func (e *env) withTimeout(limit time.Duration, cause error) (*runTimeout, error) {
+	if limit <= 0 {
+		return nil, usagef("%s: --timeout must be positive, got %v", e.c.Command.Name, limit)
+	}
+	t := &runTimeout{parent: e.ctx(), limit: limit, command: e.c.Command.Name}
+	if cause != nil {
+		t.ctx, t.cancel = context.WithTimeoutCause(t.parent, limit, cause)
+	} else {
+		t.ctx, t.cancel = context.WithTimeout(t.parent, limit)
+	}
+	return t, nil
+}
+
+// dryRunTimeout is withTimeout for a dry run, whose every step's error
+// then names the deadline: "<command> --dry-run: the overall deadline
+// (--timeout <limit>) passed" (caused).
+func (e *env) dryRunTimeout(limit time.Duration) (*runTimeout, error) {
+	return e.withTimeout(limit, fmt.Errorf("%s --dry-run: the overall deadline (--timeout %v) passed", e.c.Command.Name, limit))
+}
+
+// expired reports whether the deadline ended the run (not a signal).
+func (t *runTimeout) expired() bool {
+	return t.ctx.Err() != nil && t.parent.Err() == nil && errors.Is(t.ctx.Err(), context.DeadlineExceeded)
+}
+
+// atStep names the step and the limit when err came from the deadline:
+// "<command>: timed out after <limit> (--timeout) at step <step>: <err>".
+func (t *runTimeout) atStep(step string, err error) error {
+	if err != nil && t.expired() {
+		return fmt.Errorf("%s: timed out after %s (--timeout) at step %q: %w", t.command, t.limit, step, err)
+	}
+	return err
+}
+
+// overall names the limit when err came from the deadline, for an error
+// that names its step itself: "<command>: the overall deadline passed
+// (--timeout <limit>): <err>".
+func (t *runTimeout) overall(err error) error {
+	if err != nil && t.expired() {
+		return fmt.Errorf("%s: the overall deadline passed (--timeout %v): %w", t.command, t.limit, err)
+	}
+	return err
+}
+
+// caused puts the deadline's cause (withTimeout's) before err when the
+// deadline ended the run.
+func (t *runTimeout) caused(err error) error {
+	if err != nil && t.parent.Err() == nil && t.ctx.Err() != nil {
+		return fmt.Errorf("%w: %v", context.Cause(t.ctx), err)
+	}
+	return err
+}
+
+// stepOf is the step a failed run stopped at: that of the outermost error
+// of the chain with a Step() method (every step error has one); ok is
+// false when no error of the chain names a step.
+func stepOf(err error) (step string, ok bool) {
+	var se interface{ Step() string }
+	if errors.As(err, &se) {
+		return se.Step(), true
+	}
+	// catalog's step errors still carry the step as a field until they
+	// get their Step() (issue 24, in parallel): read it meanwhile.
+	var pe *catalog.PruneError
+	if errors.As(err, &pe) {
+		return pe.Step, true
+	}
+	var le *catalog.ListError
+	if errors.As(err, &le) {
+		return le.Step, true
+	}
+	return "", false
+}
+
+// named is atStep at the step err names (stepOf); err as it is when it
+// names none.
+func (t *runTimeout) named(err error) error {
+	if step, ok := stepOf(err); ok {
+		return t.atStep(step, err)
+	}
+	return err
+}
+
+// atStepOf is atStep at the step err names (stepOf), else at def.
+func (t *runTimeout) atStepOf(def string, err error) error {
+	if step, ok := stepOf(err); ok {
+		return t.atStep(step, err)
+	}
+	return t.atStep(def, err)
+}
+
+// noStrayArgs refuses positional arguments: no command takes any (every
+// input is a flag), and an ignored `list c1` or `inspect extra` would run
+// on something other than what the SRE meant. A flag after a positional
+// argument is not parsed by the flag package, so it is named too. It
+// wraps every command's Action (newApp): the one place stray arguments
+// are refused.
+func noStrayArgs(name string, cmd *cli.Command, action cli.ActionFunc) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		if c.Args().Present() {
+			arg := c.Args().First()
+			hint := "every input is a flag"
+			if subs := commandNames(cmd.Subcommands); len(subs) > 0 {
+				hint = fmt.Sprintf("subcommands: %s; every other input is a flag", strings.Join(subs, ", "))
+			}
+			if strings.HasPrefix(arg, "-") {
+				return usagef("%s: unexpected argument %q: flags go before any argument", name, arg)
+			}
+			return usagef("%s: unexpected argument %q (%s)", name, arg, hint)
+		}
+		return action(c)
+	}
+}

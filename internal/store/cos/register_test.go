@@ -1,0 +1,56 @@
+package cos_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/armada/etcd-recovery/internal/store"
+	"github.com/armada/etcd-recovery/internal/store/cos"
+)
+
+// The neutral defaults are the backend's.
+func TestNeutralDefaults(t *testing.T) {
+	if cos.DefaultMinThroughput.String() != store.DefaultMinThroughput {
+		t.Errorf("cos.DefaultMinThroughput %s, store.DefaultMinThroughput %s", cos.DefaultMinThroughput, store.DefaultMinThroughput)
+	}
+	if cos.DefaultStallTimeout != store.DefaultStallTimeout {
+		t.Errorf("cos.DefaultStallTimeout %v, store.DefaultStallTimeout %v", cos.DefaultStallTimeout, store.DefaultStallTimeout)
+	}
+}
+
+// store.Open builds a COS store from the neutral Config: credentials from
+// the environment, else the fallback (whose error comes back as it is).
+func TestOpenCOS(t *testing.T) {
+	ctx := context.Background()
+	env := map[string]string{cos.EnvAccessKeyID: "AK", cos.EnvSecretAccessKey: "SK"}
+	cfg := store.Config{Kind: cos.Kind, Endpoint: "http://127.0.0.1:1", Bucket: "b", Getenv: func(k string) string { return env[k] },
+		MaxRetries: 0, MinThroughput: "off"}
+	called := false
+	cfg.FallbackCredentials = func(context.Context) (any, error) { called = true; return nil, errors.New("not used") }
+	st, err := store.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := st.(*cos.Store); !ok || called {
+		t.Errorf("Open: %T (fallback called: %v), want a *cos.Store from the environment's credentials", st, called)
+	}
+
+	cfg.Getenv = nil
+	secret := errors.New("reading the secret failed")
+	cfg.FallbackCredentials = func(context.Context) (any, error) { return nil, secret }
+	if _, err := store.Open(ctx, cfg); err != secret {
+		t.Errorf("Open with a failing fallback: %v, want its error as it is", err)
+	}
+	cfg.FallbackCredentials = func(context.Context) (any, error) {
+		return cos.Credentials{AccessKeyID: "AK", SecretAccessKey: "SK", Source: "secret"}, nil
+	}
+	if _, err := store.Open(ctx, cfg); err != nil {
+		t.Errorf("Open with the fallback's credentials: %v", err)
+	}
+	cfg.MinThroughput = "fast"
+	if _, err := store.Open(ctx, cfg); err == nil || !strings.HasPrefix(err.Error(), "--cos-min-throughput: ") {
+		t.Errorf("Open with a bad minimum throughput: %v", err)
+	}
+}
