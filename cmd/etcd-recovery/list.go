@@ -91,7 +91,7 @@ func runList(c *cli.Context) error {
 	if err != nil {
 		var le *catalog.ListError
 		if errors.As(err, &le) {
-			return named(le.Step, err)
+			return named(le.Step(), err)
 		}
 		return err
 	}
@@ -104,6 +104,9 @@ func runList(c *cli.Context) error {
 	}
 	if res.StagedErr != nil {
 		log.Warn("staged plaintext snapshots could not be listed", "cluster", opts.ClusterID, "err", res.StagedErr)
+	}
+	if len(res.Unknown) > 0 {
+		log.Warn("keys not in the layout, left alone", "cluster", opts.ClusterID, "count", len(res.Unknown), "keys", res.Unknown)
 	}
 	if err := output.RenderAll(c.App.Writer, format, res.Tables(), res.Rows); err != nil {
 		return err

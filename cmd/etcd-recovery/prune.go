@@ -22,7 +22,7 @@ func pruneCommand() *cli.Command {
 			"backup (its manifest parses and every object it names is stored with the recorded size), decides for\n" +
 			"every backup whether to keep or delete it and why, then deletes. Damaged backups count for no rule; the\n" +
 			"exit is 1 while a cluster's newest backup that checks out is older than its newest backup. If a listing\n" +
-			"or a manifest read fails, nothing is deleted. Staged plaintext copies (<prefix>/restore/, left by a restore via\n" +
+			"or a manifest read fails, nothing is deleted. Staged plaintext copies (<prefix>/_staged/, older: <prefix>/restore/, left by a restore via\n" +
 			"etcd-operator) older than 1h are deleted too; one that cannot be deleted is counted (stagedFailed) and exits 1, naming its key.\n" +
 			"Manual and pre-restore backups are never deleted here: use `etcd-recovery delete`.\n" +
 			"With --orphans (Kubernetes: in a pod, or --kubeconfig/--namespace): the cluster ids under --prefix without an EtcdCluster\n" +
@@ -145,7 +145,7 @@ func runPrune(c *cli.Context) error {
 	}
 	var pe *catalog.PruneError
 	if errors.As(err, &pe) {
-		return named(pe.Step, err)
+		return named(pe.Step(), err)
 	}
 	return named("prune", err)
 }
@@ -207,9 +207,9 @@ func runPruneLifecycle(c *cli.Context, opts catalog.PruneOptions, prune bool, fo
 		rep, err := kube.Orphans(ctx, k, store, layout, kube.OrphanPlan{Grace: c.Duration("orphan-grace"), DryRun: opts.DryRun}, opts.Log)
 		res.Orphans = rep
 		if err != nil {
-			var pe *catalog.PruneError
-			if errors.As(err, &pe) {
-				err = named(pe.Step, err)
+			var oe *catalog.OrphanError
+			if errors.As(err, &oe) {
+				err = named(oe.Step(), err)
 			}
 			errs = append(errs, err)
 		}
@@ -221,7 +221,7 @@ func runPruneLifecycle(c *cli.Context, opts catalog.PruneOptions, prune bool, fo
 		if err != nil {
 			var pe *catalog.PruneError
 			if errors.As(err, &pe) {
-				err = named(pe.Step, err)
+				err = named(pe.Step(), err)
 			}
 			errs = append(errs, err)
 		}
