@@ -116,9 +116,9 @@ func inspectOrphans(ctx context.Context, k *Client, opts InspectAllOptions) ([]I
 	chk.ElapsedMS = time.Since(start).Milliseconds()
 	if err != nil {
 		// Not "prune failed": inspect deletes nothing. The step and the cause.
-		var pe *catalog.PruneError
-		if errors.As(err, &pe) {
-			err = fmt.Errorf("at step %q: %w", pe.Step, pe.Err)
+		var oe *catalog.OrphanError
+		if errors.As(err, &oe) {
+			err = fmt.Errorf("at step %q: %w", oe.Step(), oe.Err)
 		}
 		if octx.Err() != nil && ctx.Err() == nil {
 			err = fmt.Errorf("no answer within %v (%w)", timeout, err)

@@ -113,7 +113,8 @@ const (
 const DefaultOperatorRestoreTimeout = 10 * time.Minute
 
 // StagedKey is where OperatorRestore stages the uncompressed snapshot of a
-// backup for etcd-operator: <prefix>/restore/<cluster>/<backup>/snapshot.db,
+// backup for etcd-operator: catalog's Layout.StagedKey,
+// <prefix>/_staged/<cluster>/<backup>/snapshot.db,
 // outside the backup folders (retention never touches it).
 func StagedKey(l catalog.Layout, cluster, backupName string) string {
 	return l.StagedKey(cluster, backupName)

@@ -334,7 +334,7 @@ func testOperatorRestore(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.App
 			ann[kube.AnnotationClusterUID] != string(fc.UID) {
 			t.Fatalf("annotations %v: %v", ann, err)
 		}
-		// The staged snapshot: under restore/, uncompressed, the survivor's;
+		// The staged snapshot: under _staged/, uncompressed, the survivor's;
 		// what the operator fetched is what the tool staged.
 		s3path := s3["path"].(string)
 		key, ok := strings.CutPrefix(s3path, bucket+"/")
@@ -346,7 +346,7 @@ func testOperatorRestore(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.App
 			t.Fatalf("want the pre-restore backup newest: %+v %v", list, err)
 		}
 		man := list[0].Manifest
-		if key != kube.StagedKey(layout, name, man.Name) || !strings.HasPrefix(key, layout.RootPrefix()+"restore/"+name+"/") ||
+		if key != kube.StagedKey(layout, name, man.Name) || !strings.HasPrefix(key, layout.RootPrefix()+"_staged/"+name+"/") ||
 			ann[kube.AnnotationBackup] != man.Name {
 			t.Fatalf("staged at %q, want %q (backup annotation %q)", key, kube.StagedKey(layout, name, man.Name), ann[kube.AnnotationBackup])
 		}

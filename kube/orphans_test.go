@@ -244,8 +244,8 @@ func TestOrphans(t *testing.T) {
 		}
 		for name, c := range map[string]*kube.Client{"forbidden": noRights, "unreachable": unreachable} {
 			rep, err := e.run(t, t0.Add(grace+time.Hour), c)
-			var pe *catalog.PruneError
-			if !errors.As(err, &pe) || !pe.NothingDeleted || pe.Step != catalog.OrphanStepClusters || rep != nil {
+			var pe *catalog.OrphanError
+			if !errors.As(err, &pe) || !pe.NothingDeleted || pe.Step() != catalog.OrphanStepClusters || rep != nil {
 				t.Fatalf("%s: %v (report %v), want a failure at step %q, nothing deleted", name, err, rep, catalog.OrphanStepClusters)
 			}
 			if n := e.folders(t, "etcd-gone"); n != 2 {

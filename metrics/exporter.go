@@ -15,7 +15,6 @@ import (
 	"net/http"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -510,18 +509,19 @@ func (e *Exporter) readStore(ctx context.Context, fail func(string, error)) *sto
 	return sr
 }
 
-// stagedStates counts the staged copies (<prefix>/restore/<cluster>/...,
-// any object there: plaintext the tool put there) of each cluster id in a
-// listing of the root, with the oldest one's last modification.
+// stagedStates counts the staged copies (catalog's Layout.Classify: any
+// object under <prefix>/_staged/<cluster>/ or the legacy
+// <prefix>/restore/<cluster>/, plaintext the tool put there) of each
+// cluster id in a listing of the root, with the oldest one's last
+// modification.
 func stagedStates(layout catalog.Layout, objs []store.ObjectInfo) []StagedState {
-	root := layout.StagedPrefix("")
 	by := map[string]*StagedState{}
 	for _, o := range objs {
-		rest, ok := strings.CutPrefix(o.Key, root)
-		if !ok {
+		ki := layout.Classify(o.Key)
+		if ki.Kind != catalog.KeyStaged {
 			continue
 		}
-		id, _, _ := strings.Cut(rest, "/")
+		id := ki.ClusterID
 		s := by[id]
 		if s == nil {
 			s = &StagedState{Cluster: id, Oldest: o.LastModified}

@@ -77,6 +77,9 @@ func runList(c *cli.Context, g *globalOpts, o *listOpts) error {
 	if res.StagedErr != nil {
 		e.log.Warn("staged plaintext snapshots could not be listed", "cluster", opts.ClusterID, "err", res.StagedErr)
 	}
+	if len(res.Unknown) > 0 {
+		e.log.Warn("keys not in the layout, left alone", "cluster", opts.ClusterID, "count", len(res.Unknown), "keys", res.Unknown)
+	}
 	if err := e.renderAll(res.Tables(), res.Rows); err != nil {
 		return err
 	}

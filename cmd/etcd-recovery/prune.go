@@ -33,7 +33,7 @@ func pruneCommand(g *globalOpts) *cli.Command {
 			"backup (its manifest parses and every object it names is stored with the recorded size), decides for\n" +
 			"every backup whether to keep or delete it and why, then deletes. Damaged backups count for no rule; the\n" +
 			"exit is 1 while a cluster's newest backup that checks out is older than its newest backup. If a listing\n" +
-			"or a manifest read fails, nothing is deleted. Staged plaintext copies (<prefix>/restore/, left by a restore via\n" +
+			"or a manifest read fails, nothing is deleted. Staged plaintext copies (<prefix>/_staged/, older: <prefix>/restore/, left by a restore via\n" +
 			"etcd-operator) older than 1h are deleted too; one that cannot be deleted is counted (stagedFailed) and exits 1, naming its key.\n" +
 			"Manual and pre-restore backups are never deleted here: use `etcd-recovery delete`.\n" +
 			"With --orphans (Kubernetes: in a pod, or --kubeconfig/--namespace): the cluster ids under --prefix without an EtcdCluster\n" +

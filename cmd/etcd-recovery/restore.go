@@ -60,7 +60,7 @@ func restoreCommand(g *globalOpts) *cli.Command {
 			"Then put the legacy v2 keys back with `restore v2`.\n\n" +
 			"With --via etcd-operator --cluster NAME, the EtcdCluster NAME (found through Kubernetes) is restored by\n" +
 			"etcd-operator's restore operator: steps 1-3 as above (the old members are the EtcdCluster's pods), then the\n" +
-			"verified snapshot is staged uncompressed at <prefix>/restore/NAME/<backup>/snapshot.db and read back, an\n" +
+			"verified snapshot is staged uncompressed at <prefix>/_staged/NAME/<backup>/snapshot.db and read back, an\n" +
 			"EtcdRestore is created (the EtcdCluster's spec is kept in its annotations; the operator replaces the\n" +
 			"EtcdCluster), and, up to --wait-timeout, the restored EtcdCluster must report all members ready; it is then\n" +
 			"verified: all members healthy, the revision at least the snapshot's (no bump), the live key count equal.\n" +

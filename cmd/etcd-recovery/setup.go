@@ -204,16 +204,6 @@ func stepOf(err error) (step string, ok bool) {
 	if errors.As(err, &se) {
 		return se.Step(), true
 	}
-	// catalog's step errors still carry the step as a field until they
-	// get their Step() (issue 24, in parallel): read it meanwhile.
-	var pe *catalog.PruneError
-	if errors.As(err, &pe) {
-		return pe.Step, true
-	}
-	var le *catalog.ListError
-	if errors.As(err, &le) {
-		return le.Step, true
-	}
 	return "", false
 }
 

@@ -8,9 +8,17 @@
 //
 // # What it owns
 //
-//   - Layout (layout.go): <prefix>/<cluster-id>/<time>-<kind>-<suffix>/<object>,
-//     backup names (NewBackupName, ParseBackupName), kinds, ParseKey.
-//     ValidatePrefix and ValidateClusterID keep keys listable.
+//   - Layout (layout.go): every key the tool writes, and only there:
+//     <prefix>/<cluster-id>/<time>-<kind>-<suffix>/<object> (backup names:
+//     NewBackupName, ParseBackupName; kinds; ParseKey), the ownership
+//     record (OwnerKey), orphan markers (OrphanMarkerKey), staged copies
+//     (StagedKey under <prefix>/_staged/, and the legacy
+//     <prefix>/restore/, still read) and the journal (JournalPrefix,
+//     JournalSegmentKey under <prefix>/_journal/; nothing writes it yet).
+//     Layout.Classify says what any key is: backup, owner marker, orphan
+//     marker, staged copy, journal or unknown. The tool's folders start
+//     with '_', which no cluster id can. ValidatePrefix and
+//     ValidateClusterID keep keys listable.
 //   - Manifest (manifest.go): the record a backup is committed by
 //     (MarshalManifest, UnmarshalManifest), written last by backup.Run.
 //   - Inventory (inventory.go): Inventory/GroupEntries turn a listing into
@@ -28,6 +36,8 @@
 //     backups the same way.
 //   - Orphans (orphans.go): the ownership record of a prefix, orphan
 //     markers, Orphans (prune --orphans) and DeleteAll (delete --all).
+//   - Staged copies (staged.go): the plaintext copies a restore via
+//     etcd-operator stages, ListStaged and PruneStaged.
 //   - Drill records (drill.go, drillview.go): drill.json next to a
 //     committed backup (PutDrill, LoadDrill, LoadDrills), which the drilled
 //     retention rule and `list` read.
@@ -42,13 +52,23 @@
 //     committed but broken backup.
 //   - Retention never deletes after a failure: if a listing, a manifest
 //     read or a drill record read fails (other than for a damaged backup),
-//     Prune returns a *PruneError with NothingDeleted and deletes nothing.
+//     Prune returns a *PruneError with NothingDeleted and deletes nothing
+//     (Orphans an *OrphanError).
 //     An invalid policy keeps everything (RuleInvalidPolicy).
 //   - The newest committed backup of each cluster is always kept
 //     (RuleNewest), so is the newest one that checks out and the newest
 //     proven one (RuleDrilled). guardPlan checks every plan against this
 //     before anything is deleted, as a last guard against a policy bug.
-//   - Keys outside the layout (ParseKey false) are never touched.
+//   - Keys outside the layout (Classify: unknown) are never touched: list,
+//     prune, delete and the orphan pass report them (Unknown in their
+//     reports, JSON "unknown", a line under the table), and do not fail.
+//
+// # Errors
+//
+// Each step error has Step() naming the step that failed: *PruneError
+// (Prune, PruneStep*), *OrphanError (Orphans, OrphanStep*) and *ListError
+// (List, ListStep*). Prune, Delete, DeleteAll and Orphans count their
+// store work in StoreStats.
 //
 // # Adding a retention rule
 //

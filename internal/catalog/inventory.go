@@ -53,18 +53,26 @@ func (e Entry) Keys() []string {
 // complete listing of the store. It fails rather than return a partial
 // listing, so retention never plans from half the picture.
 func Inventory(ctx context.Context, st store.Store, layout Layout, clusterID string) ([]Entry, error) {
+	entries, _, err := clusterInventory(ctx, st, layout, clusterID)
+	return entries, err
+}
+
+// clusterInventory is Inventory that also returns the keys under the
+// cluster's prefix that are not in the layout (Layout.Classify: unknown).
+func clusterInventory(ctx context.Context, st store.Store, layout Layout, clusterID string) ([]Entry, []string, error) {
 	if err := ValidateClusterID(clusterID); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	objs, err := st.List(ctx, layout.ClusterPrefix(clusterID))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return GroupEntries(layout, objs)[clusterID], nil
+	return GroupEntries(layout, objs)[clusterID], unknownKeys(layout, objs), nil
 }
 
 // GroupEntries groups a listing into backup folders per cluster, each list
-// newest first. Keys outside the layout are ignored.
+// newest first. Other keys (Layout.Classify: markers, staged copies,
+// journal, unknown) are ignored here.
 func GroupEntries(layout Layout, objs []store.ObjectInfo) map[string][]Entry {
 	byFolder := map[string]*Entry{}
 	var order []string

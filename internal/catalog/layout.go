@@ -7,10 +7,12 @@ import (
 	"path"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/armada/etcd-recovery/internal/seal"
+	"github.com/armada/etcd-recovery/internal/store"
 )
 
 // Object layout in the bucket (documented in docs/object-layout.md):
@@ -31,6 +33,26 @@ import (
 // <time>-<kind>-<8 hex digits> (NewBackupName), so that two runs started in
 // the same millisecond, in one process or many, never share a folder; names
 // without the suffix (older backups) still parse.
+//
+// Beside the backups, every other key the tool writes is defined here too
+// (Layout.Classify tells them apart):
+//
+//	<prefix>/etcd-recovery-owner.json                          the prefix's ownership record (OwnerKey)
+//	<prefix>/<cluster-id>/orphan.json                          a cluster's orphan marker (OrphanMarkerKey)
+//	<prefix>/_staged/<cluster-id>/<backup>/snapshot.db         a plaintext copy staged for etcd-operator (StagedKey)
+//	<prefix>/_journal/<cluster-id>/<first>-<last>.seg          a journal segment (JournalSegmentKey; nothing writes it yet)
+//
+// The tool's own folders under the prefix start with '_', which no cluster
+// id can (ValidateClusterID). Older versions staged copies under
+// <prefix>/restore/ (legacyStagedDir): they are still listed, reported and
+// deleted there, and "restore" stays a reserved cluster id. The ownership
+// record keeps its key: it is an object directly under the prefix, one
+// segment, where a backup key has three and a cluster id is only ever a
+// folder (<prefix>/<id>/...), so no cluster's key can be it; its name stays
+// reserved as a cluster id all the same, as before. The orphan marker stays
+// in its cluster's folder: a backup folder name never parses as
+// "orphan.json", so it cannot collide either, and deleting a cluster's
+// folder takes it with it.
 
 // Kind says why a backup was taken. Retention treats each kind differently.
 type Kind string
@@ -134,10 +156,13 @@ func ValidateClusterID(id string) error {
 	return nil
 }
 
-// reservedWhat says what each reserved name holds beside the clusters.
+// reservedWhat says what each reserved name holds beside the clusters:
+// the names older versions gave what the tool keeps under the prefix,
+// still read. The tool's own folders today start with '_' (stagedDir,
+// journalDir), which clusterIDRe refuses.
 var reservedWhat = map[string]string{
-	strings.TrimSuffix(stagedDir, "/"): "the staged plaintext copies of restores via etcd-operator there (" + stagedDir + ")",
-	OwnerObject:                        "the prefix's ownership record there",
+	strings.TrimSuffix(legacyStagedDir, "/"): "the staged plaintext copies of restores via etcd-operator there (" + legacyStagedDir + ")",
+	OwnerObject:                              "the prefix's ownership record there",
 }
 
 // ReservedClusterIDs are the names the layout uses directly under the
@@ -249,4 +274,211 @@ func (l Layout) ParseKey(key string) (ParsedKey, bool) {
 		return ParsedKey{}, false
 	}
 	return ParsedKey{ClusterID: parts[0], Name: parts[1], Object: path.Base(parts[2]), Time: t, Kind: k}, true
+}
+
+// Object names of the lifecycle records.
+const (
+	OwnerObject        = "etcd-recovery-owner.json"
+	OrphanMarkerObject = "orphan.json"
+)
+
+// OwnerKey is the key of the ownership record of the layout's prefix.
+func OwnerKey(l Layout) string { return l.RootPrefix() + OwnerObject }
+
+// OrphanMarkerKey is the key of a cluster's orphan marker.
+func OrphanMarkerKey(l Layout, clusterID string) string {
+	return l.ClusterPrefix(clusterID) + OrphanMarkerObject
+}
+
+// The tool's folders under the root prefix. Each starts with '_', which
+// no cluster id can; legacyStagedDir is where older versions staged
+// copies (still read and cleaned; "restore" stays a reserved id).
+const (
+	stagedDir       = "_staged/"
+	legacyStagedDir = "restore/"
+	journalDir      = "_journal/"
+)
+
+// StagedPrefix is the key prefix of the staged copies of a cluster,
+// ending in '/'; of every cluster when clusterID is empty. New copies are
+// staged there; LegacyStagedPrefix is where older versions staged them.
+func (l Layout) StagedPrefix(clusterID string) string {
+	return l.underRoot(stagedDir, clusterID)
+}
+
+// LegacyStagedPrefix is StagedPrefix where older versions staged copies,
+// <prefix>/restore/<cluster>/: still listed and pruned.
+func (l Layout) LegacyStagedPrefix(clusterID string) string {
+	return l.underRoot(legacyStagedDir, clusterID)
+}
+
+// StagedPrefixes are the prefixes staged copies of a cluster (every
+// cluster when clusterID is empty) may be under: StagedPrefix, then
+// LegacyStagedPrefix.
+func (l Layout) StagedPrefixes(clusterID string) []string {
+	return []string{l.StagedPrefix(clusterID), l.LegacyStagedPrefix(clusterID)}
+}
+
+// StagedKey is where a restore via etcd-operator stages the uncompressed
+// snapshot of a backup: <prefix>/_staged/<cluster>/<backup>/snapshot.db.
+func (l Layout) StagedKey(clusterID, backupName string) string {
+	return l.StagedPrefix(clusterID) + backupName + "/" + SnapshotObjectRaw
+}
+
+// JournalPrefix is the key prefix of a cluster's journal segments, ending
+// in '/'; of every cluster when clusterID is empty.
+func (l Layout) JournalPrefix(clusterID string) string {
+	return l.underRoot(journalDir, clusterID)
+}
+
+// journalSegRe is a journal segment's object name: the first and last
+// revision it holds, zero-padded to 16 digits so names sort by revision.
+var journalSegRe = regexp.MustCompile(`^(\d{16})-(\d{16})\.seg$`)
+
+// JournalSegmentKey is the key of the journal segment of a cluster that
+// holds revisions first to last:
+// <prefix>/_journal/<cluster>/<first %016d>-<last %016d>.seg.
+func (l Layout) JournalSegmentKey(clusterID string, first, last int64) string {
+	return l.JournalPrefix(clusterID) + fmt.Sprintf("%016d-%016d.seg", first, last)
+}
+
+func (l Layout) underRoot(dir, clusterID string) string {
+	if clusterID == "" {
+		return l.RootPrefix() + dir
+	}
+	return l.RootPrefix() + dir + clusterID + "/"
+}
+
+// KeyKind is what a key is in the layout (Layout.Classify).
+type KeyKind string
+
+// Kinds of keys.
+const (
+	KeyUnknown      KeyKind = "unknown"       // not the tool's: left alone, and reported
+	KeyBackup       KeyKind = "backup"        // an object of a backup folder
+	KeyOwnerMarker  KeyKind = "owner marker"  // the prefix's ownership record
+	KeyOrphanMarker KeyKind = "orphan marker" // a cluster's orphan marker
+	KeyStaged       KeyKind = "staged copy"   // a plaintext copy staged for etcd-operator (either place)
+	KeyJournal      KeyKind = "journal"       // a journal segment
+)
+
+// KeyInfo is a key classified by the layout.
+type KeyInfo struct {
+	Kind KeyKind
+	// ClusterID: a backup's, an orphan marker's, a staged copy's or a
+	// journal segment's cluster.
+	ClusterID string
+	// Name is the backup folder name of a backup's object, and of the
+	// backup a staged copy was staged from (empty for an object directly
+	// under the cluster's staged folder).
+	Name string
+	// Object is the object name inside a backup's folder.
+	Object string
+	// Time and BackupKind are a backup's (from its name).
+	Time       time.Time
+	BackupKind Kind
+	// Legacy: a staged copy in the place older versions used
+	// (LegacyStagedPrefix).
+	Legacy bool
+	// FirstRev and LastRev are a journal segment's revisions.
+	FirstRev, LastRev int64
+}
+
+// Classify says what key is in the layout. Staged copies are any object
+// under a cluster's staged folder (plaintext the tool put there), in
+// either place, except, in the legacy place, an object of a backup folder
+// directly under it (a backup of a cluster named "restore", written by a
+// version that accepted the id): that one is unknown, never deleted as a
+// staged copy. A journal key is a segment name under a valid cluster id;
+// anything else under the journal folder is unknown. Keys outside the
+// root prefix are unknown.
+func (l Layout) Classify(key string) KeyInfo {
+	unknown := KeyInfo{Kind: KeyUnknown}
+	rest, found := strings.CutPrefix(key, l.RootPrefix())
+	if !found || rest == "" {
+		return unknown
+	}
+	if rest == OwnerObject {
+		return KeyInfo{Kind: KeyOwnerMarker}
+	}
+	if r, ok := strings.CutPrefix(rest, stagedDir); ok {
+		return stagedInfo(r, false)
+	}
+	if r, ok := strings.CutPrefix(rest, legacyStagedDir); ok {
+		if isBackupObject(r) {
+			return unknown
+		}
+		return stagedInfo(r, true)
+	}
+	if r, ok := strings.CutPrefix(rest, journalDir); ok {
+		id, seg, ok := strings.Cut(r, "/")
+		m := journalSegRe.FindStringSubmatch(seg)
+		if !ok || m == nil || ValidateClusterID(id) != nil {
+			return unknown
+		}
+		first, err1 := strconv.ParseInt(m[1], 10, 64)
+		last, err2 := strconv.ParseInt(m[2], 10, 64)
+		if err1 != nil || err2 != nil || first > last {
+			return unknown
+		}
+		return KeyInfo{Kind: KeyJournal, ClusterID: id, FirstRev: first, LastRev: last}
+	}
+	if id, obj, ok := strings.Cut(rest, "/"); ok && obj == OrphanMarkerObject && ValidateClusterID(id) == nil {
+		return KeyInfo{Kind: KeyOrphanMarker, ClusterID: id}
+	}
+	if pk, ok := l.ParseKey(key); ok {
+		return KeyInfo{Kind: KeyBackup, ClusterID: pk.ClusterID, Name: pk.Name, Object: pk.Object, Time: pk.Time, BackupKind: pk.Kind}
+	}
+	return unknown
+}
+
+// stagedInfo is a staged copy from rest, its key under the staged folder:
+// <cluster>/<backup>/...
+func stagedInfo(rest string, legacy bool) KeyInfo {
+	cluster, backup, _ := strings.Cut(rest, "/")
+	backup, _, _ = strings.Cut(backup, "/")
+	return KeyInfo{Kind: KeyStaged, ClusterID: cluster, Name: backup, Legacy: legacy}
+}
+
+// isBackupObject says whether rest, a key under the legacy staged folder
+// without that folder, is <backup>/<object>: an object of a backup of a
+// cluster named like the folder (an id now reserved, written by a version
+// that accepted it), never a staged copy (<cluster>/<backup>/snapshot.db).
+// It is left alone: deleting it would bypass manifest-first deletion and
+// retention's guards.
+func isBackupObject(rest string) bool {
+	parts := strings.Split(rest, "/")
+	if len(parts) != 2 || parts[1] == "" {
+		return false
+	}
+	_, _, err := ParseBackupName(parts[0])
+	return err == nil
+}
+
+// unknownKeys are the keys of objs that Classify does not know, in listing
+// order: reported by list, prune, delete and the orphan pass, never
+// touched.
+func unknownKeys(l Layout, objs []store.ObjectInfo) []string {
+	var out []string
+	for _, o := range objs {
+		if l.Classify(o.Key).Kind == KeyUnknown {
+			out = append(out, o.Key)
+		}
+	}
+	return out
+}
+
+// unknownShown is how many unknown keys a table names; -o json has them all.
+const unknownShown = 5
+
+// UnknownNote is the line a table shows for keys under the prefix that are
+// not the tool's (Classify: unknown): how many, and the first few.
+func UnknownNote(keys []string) string {
+	shown := keys
+	more := ""
+	if len(keys) > unknownShown {
+		shown = keys[:unknownShown]
+		more = fmt.Sprintf(" (and %d more; -o json lists them all)", len(keys)-unknownShown)
+	}
+	return fmt.Sprintf("WARNING: %d key(s) under the prefix are not in the tool's layout, left alone: %s%s", len(keys), strings.Join(shown, ", "), more)
 }

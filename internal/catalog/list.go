@@ -54,9 +54,12 @@ func (o ListOptions) Validate() error {
 // which (ListStep*).
 type ListError struct {
 	ClusterID string
-	Step      string
+	step      string
 	Err       error
 }
+
+// Step is the step of List that failed (ListStep*).
+func (e *ListError) Step() string { return e.step }
 
 func (e *ListError) Error() string { return e.Err.Error() }
 func (e *ListError) Unwrap() error { return e.Err }
@@ -76,6 +79,9 @@ type ListResult struct {
 	// failed (a warning, not a failure of the list).
 	Staged    []StagedCopy
 	StagedErr error
+	// Unknown are the keys under the cluster's prefix that are not in the
+	// layout (Layout.Classify): a warning under the table.
+	Unknown []string
 
 	id string
 }
@@ -89,6 +95,9 @@ func (r *ListResult) Tables() []output.Table {
 	}
 	if r.StagedErr != nil {
 		t.Notes = append(t.Notes, fmt.Sprintf("staged plaintext snapshots of cluster %s could not be listed: %v", r.id, r.StagedErr))
+	}
+	if len(r.Unknown) > 0 {
+		t.Notes = append(t.Notes, UnknownNote(r.Unknown))
 	}
 	out := []output.Table{t}
 	if len(r.Staged) > 0 {
@@ -115,9 +124,9 @@ func List(ctx context.Context, opts ListOptions) (*ListResult, error) {
 	}
 	st, layout, id := opts.Store, opts.Layout, opts.ClusterID
 	fail := func(step string, err error) (*ListResult, error) {
-		return nil, &ListError{ClusterID: id, Step: step, Err: err}
+		return nil, &ListError{ClusterID: id, step: step, Err: err}
 	}
-	entries, err := Inventory(ctx, st, layout, id)
+	entries, unknown, err := clusterInventory(ctx, st, layout, id)
 	if err != nil {
 		return fail(ListStepList, fmt.Errorf("list cluster %s: %w", id, err))
 	}
@@ -140,7 +149,7 @@ func List(ctx context.Context, opts ListOptions) (*ListResult, error) {
 	for _, d := range ApplyPolicy(entries, opts.Now, opts.Policy).Decisions {
 		decisions[d.Entry.Name] = d
 	}
-	res := &ListResult{Rows: make(ListRows, 0, len(entries)), id: id}
+	res := &ListResult{Rows: make(ListRows, 0, len(entries)), Unknown: unknown, id: id}
 	for i, e := range entries {
 		res.Rows = append(res.Rows, listRow(Listed{Entry: e, Manifest: manifests[i], ManifestErr: merrs[i]}, decisions[e.Name]))
 	}

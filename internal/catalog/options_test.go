@@ -88,7 +88,7 @@ func TestOptionsValidateUsage(t *testing.T) {
 	}
 	_, err = Prune(ctx, PruneOptions{Layout: layout, All: true, Policy: DefaultPolicy()})
 	var pe *PruneError
-	if !errors.As(err, &pe) || pe.Step != PruneStepValidate || usage.Is(err) {
+	if !errors.As(err, &pe) || pe.Step() != PruneStepValidate || usage.Is(err) {
 		t.Errorf("prune without a store: %v; want a plain validate-step error", err)
 	}
 	// Valid options pass.

@@ -45,12 +45,6 @@ import (
 // and removed when an EtcdCluster of that name is back, so a restart of the
 // tool resets nothing and a recreated cluster keeps its backups.
 
-// Object names of the lifecycle records.
-const (
-	OwnerObject        = "etcd-recovery-owner.json"
-	OrphanMarkerObject = "orphan.json"
-)
-
 // DefaultOrphanGrace is how long an orphan's backups are kept after its
 // newest backup.
 const DefaultOrphanGrace = 72 * time.Hour
@@ -69,14 +63,6 @@ var (
 	// ErrClusterExists: delete --all found the cluster's EtcdCluster.
 	ErrClusterExists = errors.New("its EtcdCluster exists")
 )
-
-// OwnerKey is the key of the ownership record of the layout's prefix.
-func OwnerKey(l Layout) string { return l.RootPrefix() + OwnerObject }
-
-// OrphanMarkerKey is the key of a cluster's orphan marker.
-func OrphanMarkerKey(l Layout, clusterID string) string {
-	return l.ClusterPrefix(clusterID) + OrphanMarkerObject
-}
 
 // OwnerRecord is the ownership record of a prefix.
 type OwnerRecord struct {
@@ -210,7 +196,7 @@ const (
 	OrphanReturned  = "cluster back" // an EtcdCluster of that name is back: its marker is removed
 )
 
-// Steps of the orphan pass (PruneError.Step).
+// Steps of the orphan pass (OrphanError.Step).
 const (
 	OrphanStepValidate  = "validate"
 	OrphanStepList      = "list backups"
@@ -279,11 +265,14 @@ type OrphanReport struct {
 	NotOwned string       `json:"notOwned,omitempty"`
 	Owner    *OwnerRecord `json:"owner,omitempty"`
 	// EtcdClusters is how many EtcdClusters the namespace has.
-	EtcdClusters int        `json:"etcdClusters"`
-	Orphans      []Orphan   `json:"orphans"`
-	Deleted      int        `json:"deleted"` // orphans whose backups were all deleted
-	Failed       int        `json:"failed"`
-	Stats        PruneStats `json:"stats"`
+	EtcdClusters int      `json:"etcdClusters"`
+	Orphans      []Orphan `json:"orphans"`
+	Deleted      int      `json:"deleted"` // orphans whose backups were all deleted
+	Failed       int      `json:"failed"`
+	// Unknown are the keys under the prefix that are not in the layout
+	// (Layout.Classify): never touched, reported.
+	Unknown []string   `json:"unknown,omitempty"`
+	Stats   StoreStats `json:"stats"`
 }
 
 func (o *OrphanOptions) defaults() error {
@@ -311,35 +300,59 @@ func (o *OrphanOptions) defaults() error {
 
 // markerIDs returns the cluster ids that have an orphan marker in objs.
 func markerIDs(layout Layout, objs []store.ObjectInfo) []string {
-	root := layout.RootPrefix()
 	var ids []string
 	for _, o := range objs {
-		rest, ok := strings.CutPrefix(o.Key, root)
-		if !ok {
-			continue
-		}
-		id, obj, ok := strings.Cut(rest, "/")
-		if ok && obj == OrphanMarkerObject && ValidateClusterID(id) == nil {
-			ids = append(ids, id)
+		if ki := layout.Classify(o.Key); ki.Kind == KeyOrphanMarker {
+			ids = append(ids, ki.ClusterID)
 		}
 	}
 	return ids
+}
+
+// OrphanError is a failed orphan pass (Orphans). A failure before the
+// plan records and deletes nothing (NothingDeleted); a failure to record,
+// or to delete an orphan's backups, is reported per orphan in the report,
+// and the rest of the plan still runs. Its text is the one prune's
+// failures have ("prune failed at step ...", "prune: ...").
+type OrphanError struct {
+	step           string
+	NothingDeleted bool
+	Failed         int // orphans whose deletion failed
+	// Err joins every failure.
+	Err   error
+	first error
+}
+
+// Step is the step of the orphan pass that failed (OrphanStep*).
+func (e *OrphanError) Step() string { return e.step }
+
+func (e *OrphanError) Error() string {
+	pe := PruneError{step: e.step, NothingDeleted: e.NothingDeleted, Failed: e.Failed, Err: e.Err, first: e.first}
+	return pe.Error()
+}
+
+func (e *OrphanError) Unwrap() error { return e.Err }
+
+// orphanNothingDone is the error of an orphan step before anything is
+// recorded or deleted.
+func orphanNothingDone(step string, err error) *OrphanError {
+	return &OrphanError{step: step, NothingDeleted: true, Err: err}
 }
 
 // Orphans finds the cluster ids under the prefix without an EtcdCluster in
 // the namespace, records them (markers) and deletes the backups of those
 // whose grace is over, under the conditions at the top of this file:
 // listOrphans, planOrphans and executeOrphans, in that order. The report
-// is returned whenever the plan was made; the error is a *PruneError
+// is returned whenever the plan was made; the error is an *OrphanError
 // naming the step.
 func Orphans(ctx context.Context, opts OrphanOptions) (*OrphanReport, error) {
 	if err := opts.defaults(); err != nil {
-		return nil, &PruneError{Step: OrphanStepValidate, NothingDeleted: true, Err: err}
+		return nil, orphanNothingDone(OrphanStepValidate, err)
 	}
 	start := time.Now()
 	log := opts.Log.With("namespace", opts.Namespace)
-	fail := func(pe *PruneError) (*OrphanReport, error) {
-		log.Error("orphans: failed before deleting anything; nothing was deleted", "step", pe.Step, "err", pe.Err)
+	fail := func(pe *OrphanError) (*OrphanReport, error) {
+		log.Error("orphans: failed before deleting anything; nothing was deleted", "step", pe.step, "err", pe.Err)
 		return nil, pe
 	}
 	rep := &OrphanReport{Namespace: opts.Namespace, Prefix: strings.TrimSuffix(opts.Layout.RootPrefix(), "/"), Now: opts.Now,
@@ -379,9 +392,9 @@ type orphanInventory struct {
 // with backups in the listing had its EtcdCluster before the EtcdCluster
 // listing starts), then the markers. Any failure is returned before
 // anything is recorded or deleted.
-func listOrphans(ctx context.Context, opts OrphanOptions, rep *OrphanReport, log *slog.Logger) (*orphanInventory, *PruneError) {
-	fail := func(step string, err error) (*orphanInventory, *PruneError) {
-		return nil, nothingDeleted(step, err)
+func listOrphans(ctx context.Context, opts OrphanOptions, rep *OrphanReport, log *slog.Logger) (*orphanInventory, *OrphanError) {
+	fail := func(step string, err error) (*orphanInventory, *OrphanError) {
+		return nil, orphanNothingDone(step, err)
 	}
 	// 1. The store, then Kubernetes: an id with backups in this listing
 	// had its EtcdCluster before the EtcdCluster listing starts.
@@ -390,6 +403,9 @@ func listOrphans(ctx context.Context, opts OrphanOptions, rep *OrphanReport, log
 		return fail(OrphanStepList, err)
 	}
 	rep.Stats.ObjectsListed = len(objs)
+	if rep.Unknown = unknownKeys(opts.Layout, objs); len(rep.Unknown) > 0 {
+		log.Warn("orphans: keys not in the layout, left alone", "count", len(rep.Unknown), "keys", firstKeys(rep.Unknown))
+	}
 	groups := GroupEntries(opts.Layout, objs)
 	marked := map[string]bool{}
 	for _, id := range markerIDs(opts.Layout, objs) {
@@ -467,10 +483,10 @@ type orphanPlan struct {
 // planOrphans is the orphan steps 3 and 4: it decides every cluster id
 // (returned, waiting, not owned, restoring, due), fills rep.Orphans, and
 // lists the uploads into the folders of the orphans to delete.
-func planOrphans(ctx context.Context, opts OrphanOptions, inv *orphanInventory, rep *OrphanReport) (*orphanPlan, *PruneError) {
+func planOrphans(ctx context.Context, opts OrphanOptions, inv *orphanInventory, rep *OrphanReport) (*orphanPlan, *OrphanError) {
 	ids, groups, marked, markers, live, restores, owned, why := inv.ids, inv.groups, inv.marked, inv.markers, inv.live, inv.restores, inv.owned, inv.why
-	fail := func(step string, err error) (*orphanPlan, *PruneError) {
-		return nil, nothingDeleted(step, err)
+	fail := func(step string, err error) (*orphanPlan, *OrphanError) {
+		return nil, orphanNothingDone(step, err)
 	}
 	// 3. Plan.
 	var toDelete []*Orphan
@@ -614,7 +630,7 @@ func executeOrphans(ctx context.Context, opts OrphanOptions, plan *orphanPlan, r
 	rep.Stats.DeleteDuration = time.Since(t)
 	rep.Stats.Duration = time.Since(start)
 	if len(errs) > 0 {
-		return rep, &PruneError{Step: OrphanStepDelete, Failed: rep.Failed, Err: errors.Join(errs...), first: errs[0]}
+		return rep, &OrphanError{step: OrphanStepDelete, Failed: rep.Failed, Err: errors.Join(errs...), first: errs[0]}
 	}
 	return rep, nil
 }
@@ -646,7 +662,7 @@ func clusterUploads(ctx context.Context, st store.Store, layout Layout, id strin
 // deleteCluster deletes every folder of a cluster (manifests first, as
 // prune does), aborts the uploads into them, then removes its orphan
 // marker. acts and ups are updated in place.
-func deleteCluster(ctx context.Context, st store.Store, layout Layout, id string, acts []BackupAction, ups []UploadAction, stats *PruneStats, log *slog.Logger) error {
+func deleteCluster(ctx context.Context, st store.Store, layout Layout, id string, acts []BackupAction, ups []UploadAction, stats *StoreStats, log *slog.Logger) error {
 	ptrs := make([]*BackupAction, len(acts))
 	for i := range acts {
 		ptrs[i] = &acts[i]
@@ -711,8 +727,11 @@ type DeleteAllReport struct {
 	Backups   []BackupAction `json:"backups"`
 	Uploads   []UploadAction `json:"uploads,omitempty"`
 	// Marker says the cluster had an orphan marker (removed with it).
-	Marker bool       `json:"orphanMarker,omitempty"`
-	Stats  PruneStats `json:"stats"`
+	Marker bool `json:"orphanMarker,omitempty"`
+	// Unknown are the keys under the cluster's prefix that are not in the
+	// layout (Layout.Classify): never touched, reported.
+	Unknown []string   `json:"unknown,omitempty"`
+	Stats   StoreStats `json:"stats"`
 }
 
 // DeleteAll deletes every backup folder of one cluster, whatever its kind
@@ -741,7 +760,10 @@ func DeleteAll(ctx context.Context, opts DeleteAllOptions) (*DeleteAllReport, er
 		return nil, fmt.Errorf("delete: list cluster %s, nothing was deleted: %w", id, err)
 	}
 	entries := GroupEntries(opts.Layout, objs)[id]
-	rep := &DeleteAllReport{ClusterID: id, DryRun: opts.DryRun, Backups: []BackupAction{}}
+	rep := &DeleteAllReport{ClusterID: id, DryRun: opts.DryRun, Backups: []BackupAction{}, Unknown: unknownKeys(opts.Layout, objs)}
+	if len(rep.Unknown) > 0 {
+		log.Warn("delete: keys not in the layout, left alone", "cluster", id, "count", len(rep.Unknown), "keys", firstKeys(rep.Unknown))
+	}
 	rep.Stats.ObjectsListed = len(objs)
 	rep.Marker = slices.ContainsFunc(objs, func(o store.ObjectInfo) bool { return o.Key == OrphanMarkerKey(opts.Layout, id) })
 	ups, err := clusterUploads(ctx, opts.Store, opts.Layout, id, entries)

@@ -43,7 +43,7 @@ const (
 	ActionFailed  = "FAILED"
 )
 
-// Steps of a prune, named in a PruneError.
+// Steps of a prune, named by PruneError.Step.
 const (
 	PruneStepValidate    = "validate"
 	PruneStepList        = "list backups"
@@ -143,8 +143,9 @@ type ClusterPrune struct {
 	Problem string `json:"problem,omitempty"`
 }
 
-// PruneStats are the numbers of a prune, for logs and benchmarks.
-type PruneStats struct {
+// StoreStats are the numbers of the store work of a prune, a delete or an
+// orphan pass, for logs and benchmarks.
+type StoreStats struct {
 	ObjectsListed  int
 	UploadsListed  int
 	ManifestsRead  int
@@ -162,7 +163,7 @@ type PruneStats struct {
 }
 
 // MarshalJSON writes durations in seconds.
-func (s PruneStats) MarshalJSON() ([]byte, error) {
+func (s StoreStats) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
 		ObjectsListed   int     `json:"objectsListed"`
 		UploadsListed   int     `json:"uploadsListed"`
@@ -209,14 +210,18 @@ type PruneReport struct {
 	StagedDeleted int `json:"stagedDeleted"`
 	StagedFailed  int `json:"stagedFailed"`
 
-	Stats PruneStats `json:"stats"`
+	// Unknown are the keys listed that are not in the layout
+	// (Layout.Classify): never touched, reported.
+	Unknown []string `json:"unknown,omitempty"`
+
+	Stats StoreStats `json:"stats"`
 }
 
 // PruneError is a failed prune. A listing or planning failure deletes
 // nothing; a delete failure is reported per backup in the report, and the
-// rest of the plan still runs.
+// rest of the plan still runs. Step names the step that failed.
 type PruneError struct {
-	Step           string
+	step           string
 	NothingDeleted bool
 	Failed         int // backups not (fully) deleted
 	UploadsFailed  int // stale uploads not aborted
@@ -232,9 +237,12 @@ type PruneError struct {
 	first error
 }
 
+// Step is the step of the prune that failed (PruneStep*).
+func (e *PruneError) Step() string { return e.step }
+
 func (e *PruneError) Error() string {
 	if e.NothingDeleted {
-		return fmt.Sprintf("prune failed at step %q, nothing was deleted: %v", e.Step, e.Err)
+		return fmt.Sprintf("prune failed at step %q, nothing was deleted: %v", e.step, e.Err)
 	}
 	var parts []string
 	if len(e.Problems) > 0 {
@@ -295,19 +303,22 @@ func (o *PruneOptions) defaults() error {
 // made, also with an error; the error is a *PruneError.
 func Prune(ctx context.Context, opts PruneOptions) (*PruneReport, error) {
 	if err := opts.defaults(); err != nil {
-		return nil, &PruneError{Step: PruneStepValidate, NothingDeleted: true, Err: err}
+		return nil, &PruneError{step: PruneStepValidate, NothingDeleted: true, Err: err}
 	}
 	start := time.Now()
 	log := opts.Log
 	rep := &PruneReport{Now: opts.Now, DryRun: opts.DryRun}
 	failList := func(pe *PruneError) (*PruneReport, error) {
-		log.Error("prune: failed before deleting anything; nothing was deleted", "step", pe.Step, "err", pe.Err)
+		log.Error("prune: failed before deleting anything; nothing was deleted", "step", pe.step, "err", pe.Err)
 		return nil, pe
 	}
 
 	inv, pe := listPrune(ctx, opts, &rep.Stats)
 	if pe != nil {
 		return failList(pe)
+	}
+	if rep.Unknown = inv.unknown; len(rep.Unknown) > 0 {
+		log.Warn("prune: keys not in the layout, left alone", "count", len(rep.Unknown), "keys", firstKeys(rep.Unknown))
 	}
 	plan, pe := planPrune(ctx, opts, inv, rep, start)
 	if pe != nil {
@@ -351,12 +362,12 @@ func withStaged(err error, rep *PruneReport, serr error) error {
 	}
 	var pe *PruneError
 	if err == nil || !errors.As(err, &pe) {
-		pe = &PruneError{Step: PruneStepStaged, Err: errors.Join(err, serr)}
+		pe = &PruneError{step: PruneStepStaged, Err: errors.Join(err, serr)}
 	} else {
 		pe.Err = errors.Join(pe.Err, serr)
 	}
 	pe.StagedFailed, pe.StagedErr = keys, serr
-	if pe.first == nil && pe.Step == PruneStepStaged {
+	if pe.first == nil && pe.step == PruneStepStaged {
 		pe.first = serr
 	}
 	return pe
@@ -364,7 +375,7 @@ func withStaged(err error, rep *PruneReport, serr error) error {
 
 // nothingDeleted is the error of a prune step before any delete.
 func nothingDeleted(step string, err error) *PruneError {
-	return &PruneError{Step: step, NothingDeleted: true, Err: err}
+	return &PruneError{step: step, NothingDeleted: true, Err: err}
 }
 
 // pruneInventory is everything Prune's plan is made from, all read before
@@ -375,6 +386,7 @@ type pruneInventory struct {
 	manifestOf map[string]*Manifest // cluster/name -> manifest of a committed backup
 	uploads    []store.Upload       // every upload listed, also outside the chosen clusters
 	wanted     func(clusterID string) bool
+	unknown    []string // keys listed outside the layout
 }
 
 // listPrune is Prune's steps 1 and 2: it lists the objects and multipart
@@ -382,7 +394,7 @@ type pruneInventory struct {
 // manifest and the objects it names), reads the drill records, and lists
 // the uploads under the exact keys of every incomplete folder (they make
 // it young). Any failure is returned before anything is deleted.
-func listPrune(ctx context.Context, opts PruneOptions, stats *PruneStats) (*pruneInventory, *PruneError) {
+func listPrune(ctx context.Context, opts PruneOptions, stats *StoreStats) (*pruneInventory, *PruneError) {
 	// 1. List: everything the plan needs, before any delete.
 	prefixes := []string{opts.Layout.RootPrefix()}
 	if !opts.All {
@@ -490,7 +502,8 @@ func listPrune(ctx context.Context, opts PruneOptions, stats *PruneStats) (*prun
 			k++
 		}
 	}
-	return &pruneInventory{ids: ids, groups: groups, manifestOf: manifestOf, uploads: uploads, wanted: wanted}, nil
+	return &pruneInventory{ids: ids, groups: groups, manifestOf: manifestOf, uploads: uploads, wanted: wanted,
+		unknown: unknownKeys(opts.Layout, objs)}, nil
 }
 
 // prunePlan is what Prune's execute step does: pointers into the report's
@@ -507,7 +520,7 @@ func (p *prunePlan) damagedErr() error {
 	if len(p.problems) == 0 {
 		return nil
 	}
-	return &PruneError{Step: PruneStepDamaged, Problems: p.problems,
+	return &PruneError{step: PruneStepDamaged, Problems: p.problems,
 		Err: errors.New(strings.Join(p.problems, "; "))}
 }
 
@@ -691,7 +704,7 @@ func executePrune(ctx context.Context, opts PruneOptions, plan *prunePlan, rep *
 	}
 	rep.Stats.AbortDuration = time.Since(t)
 
-	pe := &PruneError{Step: PruneStepDelete, Problems: plan.problems}
+	pe := &PruneError{step: PruneStepDelete, Problems: plan.problems}
 	var errs []error
 	for _, a := range plan.toDelete {
 		if a.Action == ActionDeleted {
@@ -830,7 +843,7 @@ func manifestKeys(e Entry) []string {
 
 // deleteBackups deletes the folders of acts, manifest first, and records
 // each outcome in its action.
-func deleteBackups(ctx context.Context, st store.Store, acts []*BackupAction, stats *PruneStats, log *slog.Logger) {
+func deleteBackups(ctx context.Context, st store.Store, acts []*BackupAction, stats *StoreStats, log *slog.Logger) {
 	if len(acts) == 0 {
 		return
 	}
@@ -890,7 +903,7 @@ func (a *BackupAction) fail(err error) {
 // storeDelete deletes keys and returns the keys that may still exist. An
 // error that is not a *DeleteError leaves every key's fate unknown: all
 // count as failed.
-func storeDelete(ctx context.Context, st store.Store, keys []string, stats *PruneStats) map[string]error {
+func storeDelete(ctx context.Context, st store.Store, keys []string, stats *StoreStats) map[string]error {
 	if len(keys) == 0 {
 		return nil
 	}
@@ -972,7 +985,10 @@ type DeleteOptions struct {
 type DeleteReport struct {
 	ClusterID string         `json:"clusterID"`
 	Backups   []BackupAction `json:"backups"`
-	Stats     PruneStats     `json:"stats"`
+	// Unknown are the keys under the cluster's prefix that are not in the
+	// layout (Layout.Classify): never touched, reported.
+	Unknown []string   `json:"unknown,omitempty"`
+	Stats   StoreStats `json:"stats"`
 }
 
 // Delete removes the named backups of one cluster, whatever their kind: the
@@ -999,7 +1015,7 @@ func Delete(ctx context.Context, opts DeleteOptions) (*DeleteReport, error) {
 		}
 	}
 	start := time.Now()
-	entries, err := Inventory(ctx, opts.Store, opts.Layout, opts.ClusterID)
+	entries, unknown, err := clusterInventory(ctx, opts.Store, opts.Layout, opts.ClusterID)
 	if err != nil {
 		return nil, fmt.Errorf("delete: list cluster %s, nothing was deleted: %w", opts.ClusterID, err)
 	}
@@ -1018,7 +1034,10 @@ func Delete(ctx context.Context, opts DeleteOptions) (*DeleteReport, error) {
 			break
 		}
 	}
-	rep := &DeleteReport{ClusterID: opts.ClusterID, Backups: []BackupAction{}}
+	rep := &DeleteReport{ClusterID: opts.ClusterID, Backups: []BackupAction{}, Unknown: unknown}
+	if len(unknown) > 0 {
+		log.Warn("delete: keys not in the layout, left alone", "cluster", opts.ClusterID, "count", len(unknown), "keys", firstKeys(unknown))
+	}
 	rep.Stats.ListDuration = time.Since(start)
 	for _, e := range entries {
 		rep.Stats.ObjectsListed += len(e.Objects)
@@ -1093,4 +1112,9 @@ func Delete(ctx context.Context, opts DeleteOptions) (*DeleteReport, error) {
 		return rep, fmt.Errorf("delete: %d of %d backups could not be deleted: %w", len(errs), len(acts), errors.Join(errs...))
 	}
 	return rep, nil
+}
+
+// firstKeys are the first keys of a list, for a log line.
+func firstKeys(keys []string) []string {
+	return keys[:min(len(keys), unknownShown)]
 }

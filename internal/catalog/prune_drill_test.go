@@ -60,7 +60,7 @@ func TestPruneDrillReadFailsDeletesNothing(t *testing.T) {
 		rep, err := catalog.Prune(context.Background(), catalog.PruneOptions{Store: fs, Layout: l, All: true, DryRun: dry,
 			Policy: catalog.DefaultPolicy(), Now: pruneNow, Log: testLogger(t)})
 		var pe *catalog.PruneError
-		if !errors.As(err, &pe) || pe.Step != catalog.PruneStepDrills || !pe.NothingDeleted || rep != nil {
+		if !errors.As(err, &pe) || pe.Step() != catalog.PruneStepDrills || !pe.NothingDeleted || rep != nil {
 			t.Fatalf("dry run %v: want a %q error that deleted nothing, got %v (report %v)", dry, catalog.PruneStepDrills, err, rep != nil)
 		}
 		for _, sub := range []string{"nothing was deleted", `"read drill records"`, "cluster small-b", "small-b/" + old, "connection reset by peer"} {

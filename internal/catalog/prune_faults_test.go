@@ -117,7 +117,7 @@ func TestPruneDamagedBackups(t *testing.T) {
 		opts.DryRun = dry
 		rep, err := catalog.Prune(context.Background(), opts)
 		var pe *catalog.PruneError
-		if !errors.As(err, &pe) || pe.Step != catalog.PruneStepDamaged || pe.NothingDeleted || len(pe.Problems) != 1 {
+		if !errors.As(err, &pe) || pe.Step() != catalog.PruneStepDamaged || pe.NothingDeleted || len(pe.Problems) != 1 {
 			t.Fatalf("dry run %v: want a %q prune error, got %v", dry, catalog.PruneStepDamaged, err)
 		}
 		for _, sub := range []string{"cluster dmg", "the newest backup that checks out, " + runs[n-6].name(), "5 damaged backup(s) newer", runs[n-1].name() + " (manifest unreadable"} {
@@ -207,7 +207,7 @@ func TestPruneManifestReadFailsDeletesNothing(t *testing.T) {
 		rep, err := catalog.Prune(context.Background(), catalog.PruneOptions{Store: fs, Layout: l, All: true,
 			Policy: catalog.DefaultPolicy(), Now: pruneNow, Log: testLogger(t)})
 		var pe *catalog.PruneError
-		if !errors.As(err, &pe) || pe.Step != catalog.PruneStepCheck || !pe.NothingDeleted || rep != nil {
+		if !errors.As(err, &pe) || pe.Step() != catalog.PruneStepCheck || !pe.NothingDeleted || rep != nil {
 			t.Fatalf("%v: want a %q error that deleted nothing, got %v", cause, catalog.PruneStepCheck, err)
 		}
 		for _, sub := range []string{"nothing was deleted", "small-b/21000115T030300.000Z-scheduled", cause.Error()} {
@@ -351,7 +351,7 @@ func TestPruneKeepsFolderWithYoungUpload(t *testing.T) {
 	p.IncompleteAfter = time.Second
 	_, err = catalog.Prune(context.Background(), catalog.PruneOptions{Store: st, Layout: l, ClusterIDs: []string{id}, Policy: p, Log: testLogger(t)})
 	var pe *catalog.PruneError
-	if !errors.As(err, &pe) || pe.Step != catalog.PruneStepValidate || !strings.Contains(err.Error(), "at least 1h") {
+	if !errors.As(err, &pe) || pe.Step() != catalog.PruneStepValidate || !strings.Contains(err.Error(), "at least 1h") {
 		t.Errorf("IncompleteAfter 1s: %v", err)
 	}
 }

@@ -523,7 +523,7 @@ func TestPruneListingFailsDeletesNothing(t *testing.T) {
 			tc.opts(&opts)
 			rep, err := catalog.Prune(context.Background(), opts)
 			var pe *catalog.PruneError
-			if !errors.As(err, &pe) || pe.Step != tc.step || !pe.NothingDeleted || !errors.Is(err, errInjected) || rep != nil {
+			if !errors.As(err, &pe) || pe.Step() != tc.step || !pe.NothingDeleted || !errors.Is(err, errInjected) || rep != nil {
 				t.Fatalf("want a %q step error, got %v (report %v)", tc.step, err, rep)
 			}
 			if !strings.Contains(err.Error(), "nothing was deleted") || !strings.Contains(err.Error(), tc.step) {

@@ -346,12 +346,22 @@ func (r *PruneReport) Table() output.Table {
 	if r.StagedError != "" {
 		fmt.Fprintf(&f, "WARNING: staged plaintext snapshots: %s\n", r.StagedError)
 	}
+	if len(r.Unknown) > 0 {
+		fmt.Fprintf(&f, "%s\n", UnknownNote(r.Unknown))
+	}
 	t.Footer = f.String()
 	return t
 }
 
-// Table is the backups delete removed (or refused).
-func (r *DeleteReport) Table() output.Table { return actionsTable(r.Backups, nil) }
+// Table is the backups delete removed (or refused), and the keys under the
+// cluster's prefix that are not in the layout below it.
+func (r *DeleteReport) Table() output.Table {
+	t := actionsTable(r.Backups, nil)
+	if len(r.Unknown) > 0 {
+		t.Notes = append(t.Notes, UnknownNote(r.Unknown))
+	}
+	return t
+}
 
 // Table is every backup and multipart upload of the cluster, with a
 // summary below.
@@ -365,6 +375,10 @@ func (r *DeleteAllReport) Table() output.Table {
 	if r.Marker {
 		marker = ", and its orphan marker"
 	}
+	if len(r.Unknown) > 0 {
+		t.Notes = append(t.Notes, UnknownNote(r.Unknown))
+	}
+	// The summary is the last note (the CLI prefixes it).
 	t.Notes = append(t.Notes, fmt.Sprintf("%s %d backup(s) and %d multipart upload(s) of cluster %s%s",
 		verb, len(r.Backups), len(r.Uploads), r.ClusterID, marker))
 	return t
@@ -390,6 +404,9 @@ func (r *OrphanReport) Table() output.Table {
 	t.Notes = append(t.Notes, fmt.Sprintf("orphans of namespace %s (%d EtcdClusters): %d; %s", r.Namespace, r.EtcdClusters, len(r.Orphans), own))
 	if r.DryRun {
 		t.Notes = append(t.Notes, "dry run: nothing deleted, no marker written")
+	}
+	if len(r.Unknown) > 0 {
+		t.Notes = append(t.Notes, UnknownNote(r.Unknown))
 	}
 	return t
 }

@@ -15,15 +15,16 @@ func TestReservedClusterIDs(t *testing.T) {
 	t.Parallel()
 	reserved := catalog.ReservedClusterIDs()
 	l := catalog.Layout{Prefix: "p"}
-	// Every name the layout uses directly under the prefix.
-	for _, key := range []string{l.StagedPrefix(""), catalog.OwnerKey(l)} {
+	// Every name the layout uses directly under the prefix: reserved, or
+	// (the tool's folders today) starting with '_', which no id can.
+	for _, key := range []string{l.StagedPrefix(""), l.LegacyStagedPrefix(""), l.JournalPrefix(""), catalog.OwnerKey(l)} {
 		first, _, _ := strings.Cut(strings.TrimPrefix(key, l.RootPrefix()), "/")
-		found := false
+		found := strings.HasPrefix(first, "_") && catalog.ValidateClusterID(first) != nil
 		for _, r := range reserved {
 			found = found || r == first
 		}
 		if !found {
-			t.Errorf("%s: %q is not reserved (reserved: %v)", key, first, reserved)
+			t.Errorf("%s: %q is neither reserved nor refused as a cluster id (reserved: %v)", key, first, reserved)
 		}
 	}
 	for _, id := range reserved {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/armada/etcd-recovery/internal/output"
@@ -15,33 +14,16 @@ import (
 
 // Staged copies: a restore via etcd-operator stages the
 // verified snapshot UNCOMPRESSED AND UNENCRYPTED (etcd-operator can do
-// neither) at <prefix>/restore/<cluster>/<backup>/snapshot.db, outside the
-// backup folders. The restore deletes it once the restored cluster is
-// verified, or when it fails or is cancelled; a copy left behind (the
+// neither) at <prefix>/_staged/<cluster>/<backup>/snapshot.db (StagedKey,
+// layout.go), outside the backup folders; older versions staged it under
+// <prefix>/restore/ (LegacyStagedPrefix), still listed and pruned there.
+// The restore deletes it once the restored cluster is verified, or when it fails or is cancelled; a copy left behind (the
 // process was killed) is deleted by prune once older than StagedMaxAge,
 // and list shows any that exist.
 
 // StagedMaxAge is the age after which prune deletes a staged copy: a
 // restore via etcd-operator is over by then (its wait defaults to 10m).
 const StagedMaxAge = time.Hour
-
-// stagedDir is the folder under the root prefix that holds staged copies.
-const stagedDir = "restore/"
-
-// StagedPrefix is the key prefix of the staged copies of a cluster,
-// ending in '/'; of every cluster when clusterID is empty.
-func (l Layout) StagedPrefix(clusterID string) string {
-	if clusterID == "" {
-		return l.RootPrefix() + stagedDir
-	}
-	return l.RootPrefix() + stagedDir + clusterID + "/"
-}
-
-// StagedKey is where a restore via etcd-operator stages the uncompressed
-// snapshot of a backup: <prefix>/restore/<cluster>/<backup>/snapshot.db.
-func (l Layout) StagedKey(clusterID, backupName string) string {
-	return l.StagedPrefix(clusterID) + backupName + "/" + SnapshotObjectRaw
-}
 
 // StagedCopy is a plaintext snapshot staged for etcd-operator, found in the
 // store.
@@ -67,16 +49,17 @@ const (
 )
 
 // ListStaged finds the staged copies of the given clusters (every cluster
-// when clusterIDs is empty), oldest first. Any object under the staged
-// folder counts, also one not named like a staged snapshot: it is
-// plaintext the tool put there; except the objects of a backup folder
-// directly under it (isBackupObject).
+// when clusterIDs is empty), oldest first, in both places
+// (Layout.StagedPrefixes). Any object under a staged folder counts, also
+// one not named like a staged snapshot: it is plaintext the tool put
+// there; except what Classify does not call a staged copy (the objects of
+// a backup folder directly under the legacy folder).
 func ListStaged(ctx context.Context, st store.Store, l Layout, clusterIDs []string, now time.Time) ([]StagedCopy, error) {
-	prefixes := []string{l.StagedPrefix("")}
+	prefixes := l.StagedPrefixes("")
 	if len(clusterIDs) > 0 {
 		prefixes = prefixes[:0]
 		for _, id := range clusterIDs {
-			prefixes = append(prefixes, l.StagedPrefix(id))
+			prefixes = append(prefixes, l.StagedPrefixes(id)...)
 		}
 	}
 	var out []StagedCopy
@@ -86,33 +69,16 @@ func ListStaged(ctx context.Context, st store.Store, l Layout, clusterIDs []stri
 			return nil, fmt.Errorf("list staged copies under %s: %w", p, err)
 		}
 		for _, o := range objs {
-			rest := strings.TrimPrefix(o.Key, l.StagedPrefix(""))
-			if isBackupObject(rest) {
+			ki := l.Classify(o.Key)
+			if ki.Kind != KeyStaged {
 				continue
 			}
-			cluster, backup, _ := strings.Cut(rest, "/")
-			backup, _, _ = strings.Cut(backup, "/")
-			out = append(out, StagedCopy{ClusterID: cluster, Backup: backup, Key: o.Key, Size: o.Size,
+			out = append(out, StagedCopy{ClusterID: ki.ClusterID, Backup: ki.Name, Key: o.Key, Size: o.Size,
 				LastModified: o.LastModified.UTC(), Age: now.Sub(o.LastModified).Round(time.Second)})
 		}
 	}
 	slices.SortFunc(out, func(a, b StagedCopy) int { return a.LastModified.Compare(b.LastModified) })
 	return out, nil
-}
-
-// isBackupObject says whether rest, a key under the staged folder without
-// that folder, is <backup>/<object>: an object of a backup of a cluster
-// named like the staged folder (an id now reserved, written by a version
-// that accepted it), never a staged copy (<cluster>/<backup>/snapshot.db).
-// It is left alone: deleting it would bypass manifest-first deletion and
-// retention's guards.
-func isBackupObject(rest string) bool {
-	parts := strings.Split(rest, "/")
-	if len(parts) != 2 || parts[1] == "" {
-		return false
-	}
-	_, _, err := ParseBackupName(parts[0])
-	return err == nil
 }
 
 // PruneStaged deletes the staged copies of the given clusters (every

@@ -75,7 +75,7 @@ func TestPruneStagedCopyNotDeletedFails(t *testing.T) {
 	rep, err := catalog.Prune(ctx, catalog.PruneOptions{Store: st, Layout: layout, ClusterIDs: []string{id},
 		Policy: catalog.DefaultPolicy(), Now: time.Now().Add(2 * time.Hour)})
 	var pe *catalog.PruneError
-	if !errors.As(err, &pe) || pe.Step != catalog.PruneStepStaged || pe.NothingDeleted || !strings.Contains(err.Error(), key) {
+	if !errors.As(err, &pe) || pe.Step() != catalog.PruneStepStaged || pe.NothingDeleted || !strings.Contains(err.Error(), key) {
 		t.Fatalf("prune error %v (%#v); want a *PruneError at step %q naming %s", err, pe, catalog.PruneStepStaged, key)
 	}
 	if len(pe.StagedFailed) != 1 || pe.StagedFailed[0] != key {
