@@ -9,9 +9,9 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/output"
-	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/restore"
 )
 
@@ -61,22 +61,22 @@ func runBackup(c *cli.Context) error {
 		return err
 	}
 	opts := backup.Options{ClusterID: c.String("cluster-id"), ProbeTimeout: c.Duration("probe-timeout"), Log: log}
-	fleet := c.Bool("all") || len(c.StringSlice("cluster")) > 0
+	many := c.Bool("all") || len(c.StringSlice("cluster")) > 0
 	switch {
 	case c.Bool("all") && len(c.StringSlice("cluster")) > 0:
 		return usagef("backup: --all and --cluster are exclusive")
-	case fleet && opts.ClusterID != "":
+	case many && opts.ClusterID != "":
 		return usagef("backup: --cluster-id is for one cluster given by --endpoints; with --all/--cluster the id is the EtcdCluster's name")
-	case fleet && c.Int("parallel") < 1:
+	case many && c.Int("parallel") < 1:
 		return usagef("backup: --parallel %d: want at least 1", c.Int("parallel"))
 	}
-	if !fleet && opts.ClusterID == "" {
+	if !many && opts.ClusterID == "" {
 		return usagef("backup: --cluster-id is required")
 	}
 	if err := requirePositive(c, "backup", "timeout"); err != nil {
 		return err
 	}
-	if !fleet {
+	if !many {
 		if err := catalog.ValidateClusterID(opts.ClusterID); err != nil {
 			return asUsage(err)
 		}
@@ -104,7 +104,7 @@ func runBackup(c *cli.Context) error {
 	if c.Duration("orphan-grace") < catalog.MinOrphanGrace {
 		return usagef("backup: --orphan-grace %s: want at least %s", c.Duration("orphan-grace"), catalog.MinOrphanGrace)
 	}
-	drill, err := drillPlanFromFlags(c, fleet)
+	drill, err := drillPlanFromFlags(c, many)
 	if err != nil {
 		return err
 	}
@@ -130,7 +130,7 @@ func runBackup(c *cli.Context) error {
 	// exit is 1 naming the step; 130 stays the signals'.
 	ctx, cancel, deadline := backupDeadline(c)
 	defer cancel()
-	if fleet {
+	if many {
 		return deadline(runBackupAll(ctx, c, opts, format, drill))
 	}
 	if opts.Etcd, err = etcdConfig(c); err != nil {
@@ -148,7 +148,7 @@ func runBackup(c *cli.Context) error {
 		src := opts.Etcd
 		opts.Drill = func(ctx context.Context, m *catalog.Manifest, plaintext string) (*catalog.DrillRecord, error) {
 			log.Info("restore drill of the new backup", "cluster", m.ClusterID, "backup", m.Name, "local_plaintext", plaintext != "")
-			return restore.Drill(ctx, kube.NewBackupDrillOptions(m, plaintext, store, layout, src, *drill, log))
+			return restore.Drill(ctx, fleet.NewBackupDrillOptions(m, plaintext, store, layout, src, *drill, log))
 		}
 	}
 	prog := output.NewProgress(fmt.Sprintf("backup %s", opts.ClusterID))
@@ -161,7 +161,11 @@ func runBackup(c *cli.Context) error {
 		return err
 	}
 	// A committed backup is printed even when the prune after it failed.
-	rep := kube.NewBackupReport(res, drill != nil)
+	var outcome *backup.DrillOutcome
+	if drill != nil {
+		outcome = fleet.BackupDrillOutcome(res)
+	}
+	rep := backup.NewReport(res, outcome)
 	if rerr := output.RenderAll(c.App.Writer, format, rep.Tables(), rep); rerr != nil {
 		return rerr
 	}
@@ -170,7 +174,7 @@ func runBackup(c *cli.Context) error {
 
 // drillPlanFromFlags reads --drill and its flags (nil without --drill).
 // Bad values are usage errors (exit 4), found before anything is contacted.
-func drillPlanFromFlags(c *cli.Context, fleet bool) (*kube.DrillPlan, error) {
+func drillPlanFromFlags(c *cli.Context, all bool) (*fleet.DrillShare, error) {
 	if !c.Bool("drill") {
 		for _, f := range []string{"drill-share", "drill-parallel", "etcd-bin-dir"} {
 			if c.IsSet(f) && (f != "etcd-bin-dir" || !envSet("ETCD_RECOVERY_ETCD_BIN_DIR")) {
@@ -179,14 +183,14 @@ func drillPlanFromFlags(c *cli.Context, fleet bool) (*kube.DrillPlan, error) {
 		}
 		return nil, nil
 	}
-	p := &kube.DrillPlan{Share: c.Int("drill-share"), Parallel: c.Int("drill-parallel"),
+	p := &fleet.DrillShare{Share: c.Int("drill-share"), Parallel: c.Int("drill-parallel"),
 		EtcdBinDir: c.String("etcd-bin-dir"), ScratchDir: c.String("temp-dir")}
 	switch {
 	case p.Share < 1:
 		return nil, usagef("backup: --drill-share %d: want at least 1 (1 drills every cluster)", p.Share)
 	case p.Parallel < 1:
 		return nil, usagef("backup: --drill-parallel %d: want at least 1", p.Parallel)
-	case !fleet && (c.IsSet("drill-share") || c.IsSet("drill-parallel")):
+	case !all && (c.IsSet("drill-share") || c.IsSet("drill-parallel")):
 		return nil, usagef("backup: --drill-share and --drill-parallel are for --all/--cluster; one cluster's backup is always drilled with --drill")
 	}
 	for _, d := range []struct{ flag, dir string }{{"etcd-bin-dir", p.EtcdBinDir}, {"temp-dir", p.ScratchDir}} {
@@ -219,7 +223,7 @@ func backupDeadline(c *cli.Context) (context.Context, context.CancelFunc, func(e
 }
 
 // runBackupAll backs up EtcdClusters found through the Kubernetes API.
-func runBackupAll(ctx context.Context, c *cli.Context, tmpl backup.Options, format output.Format, drill *kube.DrillPlan) error {
+func runBackupAll(ctx context.Context, c *cli.Context, tmpl backup.Options, format output.Format, drill *fleet.DrillShare) error {
 	k, err := kubeClient(c)
 	if err != nil {
 		return err
@@ -231,11 +235,11 @@ func runBackupAll(ctx context.Context, c *cli.Context, tmpl backup.Options, form
 	tmpl.Store, tmpl.Layout = store, layout
 	// backup --all --prune also handles the namespace's orphans (report
 	// only unless the namespace owns the prefix: see prune --orphans).
-	var orphans *kube.OrphanPlan
+	var orphans *fleet.OrphanOptions
 	if tmpl.Prune != nil && c.Bool("all") {
-		orphans = &kube.OrphanPlan{Grace: c.Duration("orphan-grace")}
+		orphans = &fleet.OrphanOptions{Grace: c.Duration("orphan-grace")}
 	}
-	rep, err := kube.BackupAll(ctx, kube.BackupAllOptions{
+	rep, err := fleet.BackupAll(ctx, fleet.BackupAllOptions{
 		Kube:        k,
 		Names:       c.StringSlice("cluster"),
 		Parallel:    c.Int("parallel"),

@@ -3,8 +3,8 @@ package main
 import (
 	"github.com/urfave/cli/v2"
 
+	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/output"
-	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/restore"
 )
 
@@ -83,7 +83,7 @@ func runDrill(c *cli.Context) error {
 	// The options as the drill of --cluster-id sees them.
 	one := tmpl
 	one.ClusterID, one.Backup = id, c.String("backup")
-	opts := kube.DrillAllOptions{Template: tmpl, Parallel: parallel, DialTimeout: c.Duration("dial-timeout"), Log: log}
+	opts := fleet.DrillAllOptions{Template: tmpl, Parallel: parallel, DialTimeout: c.Duration("dial-timeout"), Log: log}
 	if all {
 		// The --all form, checked as given (a --cluster-id or --backup
 		// with it is a mistake the package names).
@@ -107,11 +107,11 @@ func runDrill(c *cli.Context) error {
 	} else if opts.Template.Store, opts.Template.Layout, err = cosStore(c); err != nil {
 		return err
 	}
-	var rep *kube.DrillAllReport
+	var rep *fleet.DrillAllReport
 	if all {
-		rep, err = kube.DrillAll(c.Context, opts)
+		rep, err = fleet.DrillAll(c.Context, opts)
 	} else {
-		rep, err = kube.DrillOne(c.Context, opts, id, c.String("backup"))
+		rep, err = fleet.DrillOne(c.Context, opts, id, c.String("backup"))
 	}
 	pushDrills(c, rep) // --pushgateway (serve.go); a failed push is only logged
 	if rep != nil && (len(rep.Clusters) > 0 || err == nil) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
 	"github.com/armada/etcd-recovery/internal/seal"
@@ -217,7 +218,7 @@ func cosStoreKube(c *cli.Context, k *kube.Client) (store.Store, catalog.Layout, 
 	if c.String("cos-credentials-dir") != "" || os.Getenv(cos.EnvAccessKeyID) != "" || os.Getenv(cos.EnvAPIKey) != "" {
 		return cosStore(c)
 	}
-	creds, err := k.COSCredentials(c.Context, "", os.Getenv)
+	creds, err := cosCredentialsFromSecret(c.Context, k, os.Getenv)
 	if err != nil {
 		return nil, catalog.Layout{}, err
 	}
@@ -264,7 +265,7 @@ func verifyTimeoutFlag() cli.Flag {
 
 // parallelFlag is how many EtcdClusters backup and inspect handle at once.
 func parallelFlag() cli.Flag {
-	return &cli.IntFlag{Name: "parallel", Value: kube.DefaultParallel,
+	return &cli.IntFlag{Name: "parallel", Value: fleet.DefaultParallel,
 		Usage: "with --all/--cluster: EtcdClusters handled at once (4: each backup holds about 30 MiB of stream buffers, " +
 			"so 4 fit the CronJob's memory limit with room; inspect uses the same bound)"}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/output"
@@ -142,7 +143,7 @@ func runInspectKube(c *cli.Context, tmpl inspect.Options, format output.Format, 
 		}
 		tmpl.Location = strings.TrimRight(bucket+"/"+strings.Trim(tmpl.Layout.Prefix, "/"), "/")
 	}
-	opts := kube.InspectAllOptions{Kube: k, Parallel: c.Int("parallel"), Template: tmpl, DialTimeout: c.Duration("dial-timeout"),
+	opts := fleet.InspectAllOptions{Kube: k, Parallel: c.Int("parallel"), Template: tmpl, DialTimeout: c.Duration("dial-timeout"),
 		Orphans: cluster == "", OrphanGrace: c.Duration("orphan-grace")}
 	if cluster != "" {
 		opts.Names = []string{cluster}
@@ -159,7 +160,7 @@ func runInspectKube(c *cli.Context, tmpl inspect.Options, format output.Format, 
 		}
 		opts.Identities = ids
 	}
-	rep, err := kube.InspectAll(c.Context, opts)
+	rep, err := fleet.InspectAll(c.Context, opts)
 	var nf *kube.NotFoundError
 	if errors.As(err, &nf) {
 		return asUsage(err)

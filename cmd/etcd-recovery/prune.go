@@ -9,9 +9,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/output"
-	"github.com/armada/etcd-recovery/kube"
 )
 
 func pruneCommand() *cli.Command {
@@ -204,7 +204,7 @@ func runPruneLifecycle(c *cli.Context, opts catalog.PruneOptions, prune bool, fo
 	}
 	var errs []error
 	if c.Bool("orphans") {
-		rep, err := kube.Orphans(ctx, k, store, layout, kube.OrphanPlan{Grace: c.Duration("orphan-grace"), DryRun: opts.DryRun}, opts.Log)
+		rep, err := fleet.Orphans(ctx, k, store, layout, fleet.OrphanOptions{Grace: c.Duration("orphan-grace"), DryRun: opts.DryRun}, opts.Log)
 		res.Orphans = rep
 		if err != nil {
 			var pe *catalog.PruneError

@@ -12,9 +12,9 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/seal"
-	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/metrics"
 )
 
@@ -160,7 +160,7 @@ func pushBackupRun(c *cli.Context, opts backup.Options, res *backup.Result) {
 }
 
 // pushBackupAll pushes a backup --all/--cluster run's outcomes.
-func pushBackupAll(c *cli.Context, kind catalog.Kind, rep *kube.BackupAllReport) {
+func pushBackupAll(c *cli.Context, kind catalog.Kind, rep *fleet.BackupAllReport) {
 	if c.String("pushgateway") == "" || rep == nil {
 		return
 	}
@@ -170,7 +170,7 @@ func pushBackupAll(c *cli.Context, kind catalog.Kind, rep *kube.BackupAllReport)
 }
 
 // pushDrills pushes a drill run's outcomes.
-func pushDrills(c *cli.Context, rep *kube.DrillAllReport) {
+func pushDrills(c *cli.Context, rep *fleet.DrillAllReport) {
 	if c.String("pushgateway") == "" || rep == nil {
 		return
 	}

@@ -26,7 +26,7 @@ import (
 const module = "github.com/armada/etcd-recovery"
 
 // features are the product packages (and everything under them).
-var features = []string{"backup", "restore", "inspect", "kube", "metrics", "cmd"}
+var features = []string{"backup", "restore", "inspect", "kube", "fleet", "metrics", "cmd"}
 
 // fixtures is the test harness: it starts real servers or builds fixtures
 // from the features, and is imported by tests only (checked below).
@@ -85,6 +85,16 @@ func violations(pkgs []pkg) []string {
 		}
 		if !isFixture(p.ImportPath) && slices.Contains(p.Imports, "testing") {
 			out = append(out, "package "+p.ImportPath+" imports the testing package outside a _test.go file (test harness belongs under internal/testing/)")
+		}
+		if p.ImportPath == module+"/kube" {
+			// kube is the Kubernetes client: the work over many clusters is
+			// fleet's (which imports kube), a backup's and an inspection's
+			// their packages'.
+			for _, d := range p.Deps {
+				if under(d, []string{"fleet"}) || slices.Contains(p.Imports, d) && under(d, []string{"backup", "inspect"}) {
+					out = append(out, "kube imports "+d)
+				}
+			}
 		}
 		if p.ImportPath == module+"/internal/catalog" {
 			for _, d := range p.Deps {
@@ -175,8 +185,9 @@ func TestViolationsDetected(t *testing.T) {
 		{ImportPath: m("internal/store/cos"), Imports: []string{m("internal/output")}, Deps: []string{m("internal/output"), m("kube")}},
 		{ImportPath: m("restore"), Imports: []string{m("internal/testing/testfix")}, Deps: []string{m("internal/testing/testfix"), m("internal/catalog")}},
 		{ImportPath: m("internal/store/fake"), Imports: []string{"io", "testing"}, Deps: []string{"io", "testing"}},
+		{ImportPath: m("kube"), Imports: []string{m("inspect"), m("restore")}, Deps: []string{m("inspect"), m("restore"), m("backup"), m("fleet")}},
 		// Allowed.
-		{ImportPath: m("kube"), Imports: []string{m("backup"), m("internal/catalog")}, Deps: []string{m("backup"), m("internal/catalog")}},
+		{ImportPath: m("fleet"), Imports: []string{m("backup"), m("kube")}, Deps: []string{m("backup"), m("kube"), m("internal/catalog")}},
 		{ImportPath: m("internal/testing/testfix"), Imports: []string{m("backup"), "testing"}, Deps: []string{m("backup"), "testing"}},
 		{ImportPath: m("cmd/etcd-recovery"), Imports: []string{m("kube")}, Deps: []string{m("kube"), m("internal/usage")}},
 	}
@@ -187,6 +198,8 @@ func TestViolationsDetected(t *testing.T) {
 		"plumbing package " + m("internal/store/cos") + " imports feature " + m("kube") + " (through another package)",
 		"package " + m("restore") + " imports test fixture " + m("internal/testing/testfix") + " (fixtures are for tests only)",
 		"package " + m("internal/store/fake") + " imports the testing package outside a _test.go file (test harness belongs under internal/testing/)",
+		"kube imports " + m("inspect"),
+		"kube imports " + m("fleet"),
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("violations:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
