@@ -343,16 +343,16 @@ func BackupAll(ctx context.Context, opts BackupAllOptions) (*BackupAllReport, er
 	now := opts.Now()
 	var drillLim *fanout.Limiter
 	if d := opts.Drill; d != nil {
-		plan := *d
-		if plan.Share < 1 {
-			plan.Share = 1
+		share := *d
+		if share.Share < 1 {
+			share.Share = 1
 		}
-		if plan.Parallel < 1 {
-			plan.Parallel = 1
+		if share.Parallel < 1 {
+			share.Parallel = 1
 		}
-		opts.Drill = &plan
-		rep.DrillShare, rep.DrillParallel, rep.DrillSlot = plan.Share, plan.Parallel, DrillSlot(now)
-		drillLim = fanout.NewLimiter(plan.Parallel)
+		opts.Drill = &share
+		rep.DrillShare, rep.DrillParallel, rep.DrillSlot = share.Share, share.Parallel, DrillSlot(now)
+		drillLim = fanout.NewLimiter(share.Parallel)
 	}
 	clusters, err := k.Clusters(ctx, opts.Names...)
 	if err != nil {
@@ -410,11 +410,11 @@ func BackupAll(ctx context.Context, opts BackupAllOptions) (*BackupAllReport, er
 	if opts.Orphans != nil && len(opts.Names) == 0 && ctx.Err() == nil {
 		// After the backups, from fresh listings: the store first, then the
 		// EtcdClusters and EtcdRestores (see catalog.Orphans).
-		plan := *opts.Orphans
-		if plan.Now == nil {
-			plan.Now = opts.Now
+		orphans := *opts.Orphans
+		if orphans.Now == nil {
+			orphans.Now = opts.Now
 		}
-		rep.Orphans, orphanErr = Orphans(ctx, k, opts.Template.Store, opts.Template.Layout, plan, log)
+		rep.Orphans, orphanErr = Orphans(ctx, k, opts.Template.Store, opts.Template.Layout, orphans, log)
 		if orphanErr != nil {
 			rep.OrphanError = orphanErr.Error()
 			log.Error("orphan pass failed", "err", orphanErr)
@@ -547,15 +547,15 @@ func onlyDrill(err error) bool {
 // backup streamed when it is encrypted (backup.Options.Drill): the drill
 // then downloads nothing and needs no identity.
 func NewBackupDrillOptions(m *catalog.Manifest, plaintext string, st store.Store, layout catalog.Layout, src etcdconn.Config,
-	plan DrillShare, log *slog.Logger) restore.DrillOptions {
+	share DrillShare, log *slog.Logger) restore.DrillOptions {
 	o := restore.DrillOptions{
 		ClusterID:  m.ClusterID,
 		Store:      st,
 		Layout:     layout,
 		Backup:     m.Name,
 		Source:     src,
-		EtcdBinDir: plan.EtcdBinDir,
-		ScratchDir: plan.ScratchDir,
+		EtcdBinDir: share.EtcdBinDir,
+		ScratchDir: share.ScratchDir,
 		Log:        log,
 	}
 	if plaintext != "" {
