@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/armada/etcd-recovery/internal/etcdconn"
-	"github.com/armada/etcd-recovery/internal/store/cos"
 )
 
 // Where a cluster's endpoints came from.
@@ -216,40 +215,31 @@ func (k *Client) EtcdConfig(ctx context.Context, c Cluster, dir string, dialTime
 	return cfg, nil
 }
 
+// Credentials are a credentials secret of the namespace as read through
+// the API: its keys and values, for a store backend to parse exactly as it
+// parses the same secret mounted as a directory (store.SecretFiles), and where
+// they came from (Source). Backend-neutral: kube does not parse them.
+type Credentials struct {
+	Namespace, Name string
+	Data            map[string][]byte
+}
+
+// Source is where the credentials came from, for logs: "secret NS/NAME".
+func (c Credentials) Source() string { return "secret " + c.Namespace + "/" + c.Name }
+
 // COSCredentials reads the COS credentials secret (COSSecretName when
-// name is empty) through the API, in any format cos.LoadCredentials
-// accepts for a mounted secret. The files live in a private temp dir only
-// while they are parsed.
-func (k *Client) COSCredentials(ctx context.Context, name string, getenv func(string) string) (cos.Credentials, error) {
+// name is empty) through the API. The CLI turns it into the COS backend's
+// credentials (store.Config.FallbackCredentials: the backend parses the
+// files as it parses a mounted secret).
+func (k *Client) COSCredentials(ctx context.Context, name string) (Credentials, error) {
 	if name == "" {
 		name = COSSecretName
 	}
 	sec, err := k.Core.Secrets(k.Namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return cos.Credentials{}, fmt.Errorf("reading COS credentials secret %s/%s: %w", k.Namespace, name, ctxErr(ctx, err))
+		return Credentials{}, fmt.Errorf("reading COS credentials secret %s/%s: %w", k.Namespace, name, ctxErr(ctx, err))
 	}
-	dir, err := os.MkdirTemp("", "etcd-recovery-cos-")
-	if err != nil {
-		return cos.Credentials{}, err
-	}
-	defer os.RemoveAll(dir)
-	for key, b := range sec.Data {
-		if strings.ContainsAny(key, "/\\") || key == "" || key[0] == '.' {
-			continue
-		}
-		if err := writePrivate(filepath.Join(dir, key), b); err != nil {
-			return cos.Credentials{}, err
-		}
-	}
-	if getenv == nil {
-		getenv = func(string) string { return "" }
-	}
-	creds, err := cos.LoadCredentials(dir, getenv)
-	if err != nil {
-		return cos.Credentials{}, fmt.Errorf("COS credentials secret %s/%s: %w", k.Namespace, name, err)
-	}
-	creds.Source = "secret " + k.Namespace + "/" + name
-	return creds, nil
+	return Credentials{Namespace: k.Namespace, Name: name, Data: sec.Data}, nil
 }
 
 // SecretsDirEnv names the directory for small secret files (client TLS

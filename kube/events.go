@@ -13,6 +13,13 @@ import (
 const (
 	ReasonBackupSucceeded = "BackupSucceeded"
 	ReasonBackupFailed    = "BackupFailed"
+	// Reasons of the drill of a backup, recorded next to the backup's own
+	// Event (backup --all --drill) or alone (drill --all).
+	ReasonDrillPassed = "DrillPassed"
+	ReasonDrillFailed = "DrillFailed"
+	ReasonDrillNotRun = "DrillNotRun"
+	// ReasonDrillInconclusive: the node, not the backup, stopped the drill.
+	ReasonDrillInconclusive = "DrillInconclusive"
 	// EventComponent is the event source, as `kubectl describe` shows it.
 	EventComponent = "etcd-recovery"
 )

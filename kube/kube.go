@@ -1,15 +1,18 @@
-// Package kube is the Kubernetes feature: what etcd-recovery does for the
-// EtcdClusters (etcd-operator, etcd.database.coreos.com/v1beta2) of one
-// namespace. It finds them and how to reach them (client endpoints, the
-// operator secret's client TLS, COS credentials) through the dynamic client
-// (no generated code), records Events on them, and runs the namespace forms
-// of the commands: BackupAll (backup --all), InspectAll (inspect --all /
-// --cluster, also the exporter's inspection), DrillAll and DrillOne
-// (drill), OperatorRestore (restore --via etcd-operator, whose plaintext
-// staged copy it deletes on every exit) and Orphans (catalog.Orphans fed
-// with the EtcdCluster and EtcdRestore listings). Options are checked first
-// (Validate, internal/usage errors). It imports backup, restore, inspect and
-// internal/catalog; nothing in internal/ imports it except the test fixture
+// Package kube is the Kubernetes client of etcd-recovery: what it knows
+// about the EtcdClusters (etcd-operator, etcd.database.coreos.com/v1beta2)
+// of one namespace. It finds them and how to reach them (Clusters,
+// Connect, EtcdConfig: client endpoints, the operator secret's client
+// TLS), reads the secrets (COSCredentials, as backend-neutral
+// Credentials; CheckAWSSecret), lists EtcdClusters and EtcdRestores
+// (ClusterNames, RestoringClusters, RestoresOf), records Events on them,
+// and runs etcd-operator's restore (OperatorRestore, restore --via
+// etcd-operator, whose plaintext staged copy it deletes on every exit).
+// Options are checked first (Validate, internal/usage errors), all through
+// the dynamic client (no generated code). The work over many clusters
+// (backup --all, inspect --all, drill, orphans) is package fleet's, which
+// imports this one; kube imports restore (the snapshot's selection and the
+// restored cluster's verification) and internal/ plumbing, never fleet or
+// backup; nothing in internal/ imports it except the test fixture
 // internal/testing/kubetest.
 package kube
 

@@ -3,7 +3,6 @@ package kube_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -20,12 +19,9 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/inspect"
-	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
-	"github.com/armada/etcd-recovery/internal/testing/testfix"
 	"github.com/armada/etcd-recovery/kube"
 )
 
@@ -34,8 +30,6 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 const (
 	ns      = "kubx-etcd-01"
 	otherNS = "kubx-etcd-02"
-	// inspectNS holds the clusters of the inspect --all test.
-	inspectNS = "kubx-etcd-03"
 )
 
 func ctxT(t testing.TB, d time.Duration) context.Context {
@@ -45,12 +39,14 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 }
 
 // TestKube runs everything against one real kube-apiserver (starting one
-// is the expensive part): the manifests, RBAC, discovery, and backup --all
-// of 20 EtcdClusters backed by real etcd members.
+// is the expensive part): the manifests, RBAC, discovery of 20
+// EtcdClusters backed by real etcd members, restore via etcd-operator and
+// the API verbs of the commands. backup --all and inspect --all are
+// package fleet's tests.
 func TestKube(t *testing.T) {
 	k := testenv.StartKubeAPIServer(t)
 	admin := k.Clientset(t, "")
-	kubetest.CreateNamespaces(t, admin, ns, otherNS, inspectNS, restoreNS, verbsNS)
+	kubetest.CreateNamespaces(t, admin, ns, otherNS, restoreNS, verbsNS)
 	kubetest.InstallCRDs(t, k)
 	a := kubetest.NewApplier(t, k)
 
@@ -79,15 +75,14 @@ func TestKube(t *testing.T) {
 
 	// Real RBAC for the rest.
 	ctx := ctxT(t, 10*time.Minute)
-	for _, ns := range []string{ns, otherNS, inspectNS, restoreNS, verbsNS} {
+	for _, ns := range []string{ns, otherNS, restoreNS, verbsNS} {
 		for _, o := range kubetest.DecodeManifests(t, filepath.Join(testenv.RepoRoot(t), "deploy", "10-rbac.yaml")) {
 			if err := a.Apply(ctx, o, ns, false); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	t.Run("Fleet", func(t *testing.T) { testFleet(t, k, a, admin) })
-	t.Run("InspectAll", func(t *testing.T) { testInspectAll(t, k, a, admin) })
+	t.Run("Discovery", func(t *testing.T) { testDiscovery(t, k, a, admin) })
 	t.Run("OperatorRestore", func(t *testing.T) { testOperatorRestore(t, k, a, admin) })
 	t.Run("Verbs", func(t *testing.T) { testVerbs(t, k, a, admin) })
 }
@@ -105,12 +100,10 @@ func addEtcdCluster(t testing.TB, cs kubernetes.Interface, dyn dynamic.Interface
 	return kubetest.AddEtcdCluster(t, cs, dyn, ns, name, testenv.EtcdOptions{IP: ip, Members: 1})
 }
 
-func testFleet(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, admin kubernetes.Interface) {
+func testDiscovery(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, admin kubernetes.Interface) {
 	ctx := ctxT(t, 10*time.Minute)
 	dynAdmin := k.Dynamic(t, "")
 	m := testenv.SharedMinIO(t)
-	bucket := m.NewBucket(t)
-	prefix := testenv.Prefix(t)
 	for _, n := range []string{ns, otherNS} {
 		kubetest.CreateCOSSecret(t, admin, n, m)
 	}
@@ -173,8 +166,9 @@ func testFleet(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, admi
 			t.Fatalf("inspect %s: %s", got[0].Name, rep.Verdict)
 		}
 		// COS credentials come from the secret.
-		creds, err := sa.COSCredentials(ctx, "", nil)
-		if err != nil || creds.AccessKeyID != m.AccessKey {
+		creds, err := sa.COSCredentials(ctx, "")
+		if err != nil || creds.Name != kube.COSSecretName || creds.Source() != "secret "+ns+"/"+kube.COSSecretName ||
+			!bytes.Contains(creds.Data[kube.AWSSecretCredentialsKey], []byte(m.AccessKey)) {
 			t.Fatalf("cos credentials from secret: %v", err)
 		}
 		// A single named cluster; an unknown one.
@@ -254,97 +248,6 @@ func testFleet(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, admi
 		err = tdyn.Resource(kube.EtcdClusterGVR).Namespace(ns).Delete(ctx, "etcd-c01", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
 		forbidden("toolkit: delete an etcdcluster", err)
 	})
-
-	t.Run("BackupAllOneDown", func(t *testing.T) {
-		down := clusters[7]
-		down.Etcd.Members[0].Kill()
-		tool := testfix.Tool(t)
-		kc := k.Kubeconfig(t, token, ns)
-		cmd := exec.CommandContext(ctx, tool, "backup", "--all", "--prune", "--kind", "scheduled", "--parallel", "4",
-			"--kubeconfig", kc, "--cos-endpoint", m.Endpoint, "--cos-region", m.Region, "--bucket", bucket, "--prefix", prefix,
-			"--dial-timeout", "2s", "--probe-timeout", "2s", "-o", "json")
-		// No COS credentials in the environment: they come from the secret.
-		cmd.Env = toolEnv()
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		start := time.Now()
-		err := cmd.Run()
-		elapsed := time.Since(start)
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-			t.Fatalf("exit: %v, want 1\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
-		}
-		if !strings.Contains(stderr.String(), "backup failed for 1 etcdcluster(s) in "+ns+": "+down.Name) {
-			t.Errorf("stderr does not name the failed cluster:\n%s", lastLines(stderr.String(), 5))
-		}
-		var rep kube.BackupAllReport
-		if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
-			t.Fatalf("json: %v\n%s", err, stdout.String())
-		}
-		if len(rep.Clusters) != n || len(rep.Failed) != 1 || rep.Failed[0] != down.Name {
-			t.Fatalf("report: %d clusters, failed %v", len(rep.Clusters), rep.Failed)
-		}
-		st := testfix.Store(t, m, bucket)
-		layout := catalog.Layout{Prefix: prefix}
-		for i, r := range rep.Clusters {
-			fc := clusters[i]
-			if fc.Name == down.Name {
-				if r.Result != kube.ResultFailed || !strings.Contains(r.Error, down.Name) {
-					t.Errorf("down cluster: %+v", r)
-				}
-				continue
-			}
-			if r.Result != kube.ResultOK || r.Revision == 0 || r.Size == 0 || r.Prune == nil {
-				t.Errorf("%s: %+v", fc.Name, r)
-				continue
-			}
-			list, err := catalog.ListBackups(ctx, st, layout, fc.Name)
-			if err != nil || len(list) != 1 || list[0].Manifest == nil || list[0].Manifest.Kind != catalog.KindScheduled {
-				t.Errorf("%s: backups in COS: %+v %v", fc.Name, list, err)
-			}
-		}
-		t.Logf("backup --all of %d clusters (1 down) at --parallel 4: %v", n, elapsed.Round(time.Millisecond))
-
-		// Events on the EtcdClusters, as kubectl describe shows them.
-		kadmin, err := kube.New(kube.Config{Rest: k.RestConfig(""), Namespace: ns})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, fc := range clusters {
-			evs, err := kadmin.Events(ctx, kube.Cluster{Namespace: ns, Name: fc.Name})
-			if err != nil {
-				t.Fatal(err)
-			}
-			wantReason, wantType := kube.ReasonBackupSucceeded, corev1.EventTypeNormal
-			if fc.Name == down.Name {
-				wantReason, wantType = kube.ReasonBackupFailed, corev1.EventTypeWarning
-			}
-			if len(evs) != 1 || evs[0].Reason != wantReason || evs[0].Type != wantType || evs[0].InvolvedObject.UID != fc.UID ||
-				evs[0].Source.Component != kube.EventComponent {
-				t.Errorf("%s: events %+v", fc.Name, evs)
-				continue
-			}
-			if fc.Name == down.Name {
-				t.Logf("event on %s: %s %s: %s", fc.Name, evs[0].Type, evs[0].Reason, evs[0].Message)
-			}
-		}
-
-		// In-process, the package function: the survivors again, named.
-		rep2, err := kube.BackupAll(ctx, kube.BackupAllOptions{
-			Kube: sa, Names: []string{"etcd-c00", "etcd-c01"}, Parallel: 2,
-			Template:    backup.Options{Kind: catalog.KindManual, Store: st, Layout: layout, ProbeTimeout: 2 * time.Second},
-			DialTimeout: 2 * time.Second,
-		})
-		if err != nil || len(rep2.Clusters) != 2 || rep2.Clusters[0].Result != kube.ResultOK {
-			t.Fatalf("BackupAll named: %+v %v", rep2, err)
-		}
-		tab := rep2.Table()
-		if strings.Join(tab.Header, " ") != "CLUSTER RESULT BACKUP REVISION STORED DURATION PRUNED ERROR" || len(tab.Rows) != 2 ||
-			tab.Rows[0][0] != "etcd-c00" || tab.Rows[0][1] != kube.ResultOK || tab.Rows[0][6] != "-" {
-			t.Fatalf("summary table: %v %v", tab.Header, tab.Rows)
-		}
-	})
-
 }
 
 func restoreObj(cluster string) *unstructured.Unstructured {

@@ -238,121 +238,225 @@ func OperatorRestore(ctx context.Context, o OperatorRestoreOptions) (_ *Operator
 		return nil, errors.New("operator restore: need the kubernetes client, the cluster, the store and the bucket")
 	}
 	o.defaults()
-	rep := &OperatorRestoreReport{Namespace: k.Namespace, Cluster: o.Cluster, DryRun: o.DryRun, Actions: []OperatorAction{}}
-	fail := func(step string, err error) (*OperatorRestoreReport, error) {
-		return rep, &OperatorRestoreError{Namespace: k.Namespace, Cluster: o.Cluster, Step: step, Err: ctxErr(ctx, err)}
-	}
-	log := o.Log.With("namespace", k.Namespace, "etcdcluster", o.Cluster)
+	r := &operatorRestore{o: &o, k: k, start: start,
+		rep: &OperatorRestoreReport{Namespace: k.Namespace, Cluster: o.Cluster, DryRun: o.DryRun, Actions: []OperatorAction{}},
+		log: o.Log.With("namespace", k.Namespace, "etcdcluster", o.Cluster)}
+	rep := r.rep
 
 	// The EtcdCluster: it must exist (it is the operator's template), and
 	// no EtcdRestore of the same name may be pending.
-	ec, err := k.Dynamic.Resource(EtcdClusterGVR).Namespace(k.Namespace).Get(ctx, o.Cluster, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		// etcd-operator needs it as the template of the restored cluster.
-		return fail(OpStepCluster, fmt.Errorf("%w: etcd-operator restores from the EtcdCluster's spec; if it was deleted, "+
-			"create it again (its spec is in the annotation %s of an earlier EtcdRestore, if any) and retry",
-			&NotFoundError{Namespace: k.Namespace, Name: o.Cluster}, AnnotationClusterSpec))
+	if err := r.readCluster(ctx); err != nil {
+		return rep, err
 	}
-	if err != nil {
-		return fail(OpStepCluster, fmt.Errorf("reading etcdcluster: %w", err))
-	}
-	rep.OldUID = ec.GetUID()
-	rep.OldSpec, _, _ = unstructured.NestedMap(ec.Object, "spec")
-	specJSON, err := json.Marshal(rep.OldSpec)
-	if err != nil {
-		return fail(OpStepCluster, err)
-	}
-	log.Info("etcdcluster to be replaced by etcd-operator", "uid", rep.OldUID, "spec", string(specJSON))
-	if old, err := k.Dynamic.Resource(EtcdRestoreGVR).Namespace(k.Namespace).Get(ctx, o.Cluster, metav1.GetOptions{}); err == nil {
-		// Fail now if it is in the way; a finished one of ours is deleted
-		// when the new one is created.
-		why, ok := leftoverFinished(old, ec, time.Now())
-		if !ok {
-			return fail(OpStepCluster, leftoverError(old, why))
-		}
-		log.Info("an EtcdRestore of a finished earlier restore is left: it is deleted before the new one is created",
-			"etcdrestore", old.GetName(), "uid", old.GetUID(), "why", why)
-	} else if !apierrors.IsNotFound(err) {
-		return fail(OpStepCluster, fmt.Errorf("reading etcdrestore %s: %w", o.Cluster, err))
-	}
-
 	// 0. The secret etcd-operator will read the snapshot with.
-	warning, err := k.CheckAWSSecret(ctx, o.AWSSecret)
-	if err != nil {
-		return fail(OpStepAWSSecret, err)
-	}
-	if warning != "" {
-		rep.Warnings = append(rep.Warnings, warning)
-		log.Warn(warning, "step", OpStepAWSSecret)
+	if err := r.checkAWSSecret(ctx); err != nil {
+		return rep, err
 	}
 
 	// 1. Select and verify, with the survivor's endpoints from the pods.
-	ropts := restore.Options{ClusterID: o.Cluster, Store: o.Store, Layout: o.Layout, NoLive: o.NoLive,
-		ProbeTimeout: o.ProbeTimeout, Backup: o.Backup, DryRun: o.DryRun, Log: o.Log, Progress: o.Progress,
-		ScratchDir: o.TempDir, Identities: o.Identities, Recipients: o.Recipients, RequireEncryption: o.RequireEncryption}
 	tmp, err := PrivateDir("etcd-recovery-tls-")
 	if err != nil {
-		return fail(OpStepSelect, err)
+		return rep, r.fail(ctx, OpStepSelect, err)
 	}
 	defer os.RemoveAll(tmp)
 	scratch := ""
 	if !o.DryRun {
 		// The staged snapshot: in --temp-dir, not the small TLS dir.
 		if scratch, err = PrivateDirIn(restore.ScratchRoot(o.TempDir), "etcd-recovery-operator-restore-"); err != nil {
-			return fail(OpStepSelect, fmt.Errorf("scratch dir for the snapshot (--temp-dir / TMPDIR): %w", err))
+			return rep, r.fail(ctx, OpStepSelect, fmt.Errorf("scratch dir for the snapshot (--temp-dir / TMPDIR): %w", err))
 		}
 		defer os.RemoveAll(scratch)
 	}
-	if !o.NoLive {
-		cs, err := k.Clusters(ctx, o.Cluster)
-		if err != nil {
-			return fail(OpStepSelect, fmt.Errorf("finding the members for a survivor snapshot (--no-live skips it): %w", err))
-		}
-		if ropts.Old, err = k.EtcdConfig(ctx, cs[0], tmp, o.DialTimeout); err != nil {
-			return fail(OpStepSelect, fmt.Errorf("connecting to the members for a survivor snapshot (--no-live skips it): %w", err))
-		}
-		log.Info("old members", "endpoints", strings.Join(cs[0].Endpoints, ","), "source", cs[0].EndpointSource)
-	}
-	plan, snapPath, err := restore.SelectSnapshot(ctx, ropts, scratch)
-	rep.Plan = plan
-	if err != nil {
-		return fail(OpStepSelect, err)
-	}
-	if plan.Chosen != nil {
-		rep.Backup = plan.Chosen.Name
-	}
-	revision := int64(0)
-	switch {
-	case plan.Snapshot != nil:
-		revision = plan.Snapshot.Revision
-	case plan.Chosen != nil:
-		revision = plan.Chosen.Revision
+	if err := r.selectSnapshot(ctx, tmp, scratch); err != nil {
+		return rep, err
 	}
 
 	// 2. Stage.
-	backupName := rep.Backup
-	if plan.Chosen != nil && plan.Chosen.Planned {
-		backupName = "<pre-restore snapshot>"
-	}
-	rep.StagedKey = StagedKey(o.Layout, o.Cluster, backupName)
-	rep.S3Path = path.Join(o.Bucket, rep.StagedKey)
-	rep.Actions = append(rep.Actions, OperatorAction{Verb: "stage", What: fmt.Sprintf("uncompressed snapshot of %s at s3://%s", backupName, rep.S3Path)})
+	r.planStage()
 	if !o.DryRun {
 		// From here on the staged copy is removed on every return: after
 		// the verification, or on failure or cancellation.
-		defer func() { o.removeStaged(ctx, rep, log, rerr) }()
-		if rep.StagedSHA256, rep.StagedSize, err = stageVerified(ctx, o.Store, snapPath, rep.StagedKey); err != nil {
-			return fail(OpStepStage, err)
-		}
-		log.Info("snapshot staged", "key", rep.StagedKey, "sha256", rep.StagedSHA256, "size", rep.StagedSize)
-		// The local plaintext copy is no longer needed.
-		if err := os.Remove(snapPath); err != nil && !errors.Is(err, os.ErrNotExist) {
-			log.Warn("could not remove the local staged snapshot (removed with its private dir on return)", "path", snapPath, "err", err)
+		defer func() { o.removeStaged(ctx, rep, r.log, rerr) }()
+		if err := r.stage(ctx); err != nil {
+			return rep, err
 		}
 	}
 
 	// 3. The EtcdRestore; etcd-operator replaces the EtcdCluster.
-	er := &unstructured.Unstructured{Object: map[string]any{
+	if err := r.createRestore(ctx); err != nil {
+		return rep, err
+	}
+	if o.DryRun {
+		rep.Duration = time.Since(start)
+		return rep, nil
+	}
+	r.log.Info("etcdrestore created: etcd-operator now replaces the etcdcluster", "s3_path", rep.S3Path, "timeout", o.Timeout)
+
+	// 4. Wait for the restored EtcdCluster.
+	size, err := o.waitRestored(ctx, rep)
+	if err != nil {
+		return rep, r.fail(ctx, OpStepWait, err)
+	}
+	r.log.Info("restored etcdcluster ready", "uid", rep.NewUID, "waited", rep.Waited.Round(time.Millisecond))
+
+	// 5. Verify it, discovered again.
+	if err := r.verify(ctx, size); err != nil {
+		return rep, err
+	}
+	r.log.Info("restored cluster verified", "total", rep.Duration.Round(time.Millisecond))
+	return rep, nil
+}
+
+// operatorRestore is one OperatorRestore in progress: its options, its
+// report, and what a step leaves for the next ones. Each step's method
+// returns an *OperatorRestoreError naming its step.
+type operatorRestore struct {
+	o     *OperatorRestoreOptions
+	k     *Client
+	rep   *OperatorRestoreReport
+	log   *slog.Logger
+	start time.Time
+	// readCluster: the EtcdCluster to be replaced, its spec as JSON.
+	ec       *unstructured.Unstructured
+	specJSON []byte
+	// selectSnapshot: the plan, the verified local snapshot and its
+	// revision; planStage: the backup's name as the EtcdRestore records it.
+	plan       *restore.Plan
+	snapPath   string
+	revision   int64
+	backupName string
+}
+
+// fail is the error of a step: the cluster, the step and the cause (with
+// the context's end, when it ended).
+func (r *operatorRestore) fail(ctx context.Context, step string, err error) error {
+	return &OperatorRestoreError{Namespace: r.k.Namespace, Cluster: r.o.Cluster, Step: step, Err: ctxErr(ctx, err)}
+}
+
+// readCluster reads the EtcdCluster (it must exist: etcd-operator needs
+// it as the template of the restored cluster), records its uid and spec,
+// and refuses an EtcdRestore of the same name in the way (a finished one
+// of ours is deleted when the new one is created: removeLeftover).
+func (r *operatorRestore) readCluster(ctx context.Context) error {
+	o, k, rep := r.o, r.k, r.rep
+	ec, err := k.Dynamic.Resource(EtcdClusterGVR).Namespace(k.Namespace).Get(ctx, o.Cluster, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		// etcd-operator needs it as the template of the restored cluster.
+		return r.fail(ctx, OpStepCluster, fmt.Errorf("%w: etcd-operator restores from the EtcdCluster's spec; if it was deleted, "+
+			"create it again (its spec is in the annotation %s of an earlier EtcdRestore, if any) and retry",
+			&NotFoundError{Namespace: k.Namespace, Name: o.Cluster}, AnnotationClusterSpec))
+	}
+	if err != nil {
+		return r.fail(ctx, OpStepCluster, fmt.Errorf("reading etcdcluster: %w", err))
+	}
+	r.ec = ec
+	rep.OldUID = ec.GetUID()
+	rep.OldSpec, _, _ = unstructured.NestedMap(ec.Object, "spec")
+	if r.specJSON, err = json.Marshal(rep.OldSpec); err != nil {
+		return r.fail(ctx, OpStepCluster, err)
+	}
+	r.log.Info("etcdcluster to be replaced by etcd-operator", "uid", rep.OldUID, "spec", string(r.specJSON))
+	if old, err := k.Dynamic.Resource(EtcdRestoreGVR).Namespace(k.Namespace).Get(ctx, o.Cluster, metav1.GetOptions{}); err == nil {
+		// Fail now if it is in the way; a finished one of ours is deleted
+		// when the new one is created.
+		why, ok := leftoverFinished(old, ec, time.Now())
+		if !ok {
+			return r.fail(ctx, OpStepCluster, leftoverError(old, why))
+		}
+		r.log.Info("an EtcdRestore of a finished earlier restore is left: it is deleted before the new one is created",
+			"etcdrestore", old.GetName(), "uid", old.GetUID(), "why", why)
+	} else if !apierrors.IsNotFound(err) {
+		return r.fail(ctx, OpStepCluster, fmt.Errorf("reading etcdrestore %s: %w", o.Cluster, err))
+	}
+	return nil
+}
+
+// checkAWSSecret checks the secret etcd-operator will read the snapshot
+// with (CheckAWSSecret); one that cannot be read is a warning.
+func (r *operatorRestore) checkAWSSecret(ctx context.Context) error {
+	warning, err := r.k.CheckAWSSecret(ctx, r.o.AWSSecret)
+	if err != nil {
+		return r.fail(ctx, OpStepAWSSecret, err)
+	}
+	if warning != "" {
+		r.rep.Warnings = append(r.rep.Warnings, warning)
+		r.log.Warn(warning, "step", OpStepAWSSecret)
+	}
+	return nil
+}
+
+// selectSnapshot selects and verifies the snapshot as restore does
+// (restore.SelectSnapshot), with the survivor's endpoints from the pods
+// (their client TLS in tmp) unless NoLive; the verified snapshot goes to
+// scratch (none in a dry run).
+func (r *operatorRestore) selectSnapshot(ctx context.Context, tmp, scratch string) error {
+	o, k, rep := r.o, r.k, r.rep
+	ropts := restore.Options{ClusterID: o.Cluster, Store: o.Store, Layout: o.Layout, NoLive: o.NoLive,
+		ProbeTimeout: o.ProbeTimeout, Backup: o.Backup, DryRun: o.DryRun, Log: o.Log, Progress: o.Progress,
+		ScratchDir: o.TempDir, Identities: o.Identities, Recipients: o.Recipients, RequireEncryption: o.RequireEncryption}
+	if !o.NoLive {
+		cs, err := k.Clusters(ctx, o.Cluster)
+		if err != nil {
+			return r.fail(ctx, OpStepSelect, fmt.Errorf("finding the members for a survivor snapshot (--no-live skips it): %w", err))
+		}
+		if ropts.Old, err = k.EtcdConfig(ctx, cs[0], tmp, o.DialTimeout); err != nil {
+			return r.fail(ctx, OpStepSelect, fmt.Errorf("connecting to the members for a survivor snapshot (--no-live skips it): %w", err))
+		}
+		r.log.Info("old members", "endpoints", strings.Join(cs[0].Endpoints, ","), "source", cs[0].EndpointSource)
+	}
+	plan, snapPath, err := restore.SelectSnapshot(ctx, ropts, scratch)
+	rep.Plan = plan
+	if err != nil {
+		return r.fail(ctx, OpStepSelect, err)
+	}
+	r.plan, r.snapPath = plan, snapPath
+	if plan.Chosen != nil {
+		rep.Backup = plan.Chosen.Name
+	}
+	switch {
+	case plan.Snapshot != nil:
+		r.revision = plan.Snapshot.Revision
+	case plan.Chosen != nil:
+		r.revision = plan.Chosen.Revision
+	}
+	return nil
+}
+
+// planStage names the staged copy (StagedKey, the operator's S3 path) and
+// records the "stage" action.
+func (r *operatorRestore) planStage() {
+	o, rep := r.o, r.rep
+	r.backupName = rep.Backup
+	if r.plan.Chosen != nil && r.plan.Chosen.Planned {
+		r.backupName = "<pre-restore snapshot>"
+	}
+	rep.StagedKey = StagedKey(o.Layout, o.Cluster, r.backupName)
+	rep.S3Path = path.Join(o.Bucket, rep.StagedKey)
+	rep.Actions = append(rep.Actions, OperatorAction{Verb: "stage", What: fmt.Sprintf("uncompressed snapshot of %s at s3://%s", r.backupName, rep.S3Path)})
+}
+
+// stage uploads the verified snapshot to StagedKey and checks it as read
+// back (stageVerified), then removes the local copy.
+func (r *operatorRestore) stage(ctx context.Context) error {
+	rep := r.rep
+	var err error
+	if rep.StagedSHA256, rep.StagedSize, err = stageVerified(ctx, r.o.Store, r.snapPath, rep.StagedKey); err != nil {
+		return r.fail(ctx, OpStepStage, err)
+	}
+	r.log.Info("snapshot staged", "key", rep.StagedKey, "sha256", rep.StagedSHA256, "size", rep.StagedSize)
+	// The local plaintext copy is no longer needed.
+	if err := os.Remove(r.snapPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+		r.log.Warn("could not remove the local staged snapshot (removed with its private dir on return)", "path", r.snapPath, "err", err)
+	}
+	return nil
+}
+
+// etcdRestore is the EtcdRestore to create: spec.etcdCluster.name, S3 at
+// "<bucket>/<key>", awsSecret, endpoint, forcePathStyle, with the
+// EtcdCluster's spec and uid in its annotations.
+func (r *operatorRestore) etcdRestore() *unstructured.Unstructured {
+	o, k, rep := r.o, r.k, r.rep
+	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": APIVersion,
 		"kind":       "EtcdRestore",
 		"metadata": map[string]any{
@@ -360,11 +464,11 @@ func OperatorRestore(ctx context.Context, o OperatorRestoreOptions) (_ *Operator
 			"namespace": k.Namespace,
 			"labels":    map[string]any{LabelManagedBy: ManagedBy, LabelCluster: o.Cluster},
 			"annotations": map[string]any{
-				AnnotationBackup:       backupName,
-				AnnotationRevision:     fmt.Sprint(revision),
+				AnnotationBackup:       r.backupName,
+				AnnotationRevision:     fmt.Sprint(r.revision),
 				AnnotationStagedSHA256: rep.StagedSHA256,
 				AnnotationClusterUID:   string(rep.OldUID),
-				AnnotationClusterSpec:  string(specJSON),
+				AnnotationClusterSpec:  string(r.specJSON),
 			},
 		},
 		"spec": map[string]any{
@@ -378,11 +482,19 @@ func OperatorRestore(ctx context.Context, o OperatorRestoreOptions) (_ *Operator
 			},
 		},
 	}}
+}
+
+// createRestore creates the EtcdRestore (in a dry run, validated by the
+// API server with a server-side dry run), deleting the tool's own
+// EtcdRestore of a finished restore of that name first (removeLeftover).
+func (r *operatorRestore) createRestore(ctx context.Context) error {
+	o, k, rep := r.o, r.k, r.rep
+	er := r.etcdRestore()
 	rep.Actions = append(rep.Actions,
 		OperatorAction{Verb: "create", What: "EtcdRestore " + k.Namespace + "/" + o.Cluster, Object: er.Object},
 		OperatorAction{Verb: "replace", What: fmt.Sprintf("EtcdCluster %s/%s (uid %s): etcd-operator's restore operator deletes it and creates "+
 			"the restored cluster with the same name and spec (kept in the EtcdRestore's annotation %s)", k.Namespace, o.Cluster, rep.OldUID, AnnotationClusterSpec),
-			Object: ec.Object})
+			Object: r.ec.Object})
 	createOpts := metav1.CreateOptions{}
 	if o.DryRun {
 		createOpts.DryRun = []string{metav1.DryRunAll}
@@ -396,56 +508,49 @@ func OperatorRestore(ctx context.Context, o OperatorRestoreOptions) (_ *Operator
 			break
 		}
 		if !apierrors.IsAlreadyExists(err) || attempt == 3 {
-			return fail(OpStepRequest, fmt.Errorf("creating etcdrestore %s: %w", o.Cluster, err))
+			return r.fail(ctx, OpStepRequest, fmt.Errorf("creating etcdrestore %s: %w", o.Cluster, err))
 		}
 		// An EtcdRestore of that name: the tool's own from a finished
 		// restore is deleted, anything else refuses.
-		if err := o.removeLeftover(ctx, rep, log); err != nil {
-			return fail(OpStepRequest, err)
+		if err := o.removeLeftover(ctx, rep, r.log); err != nil {
+			return r.fail(ctx, OpStepRequest, err)
 		}
 		if o.DryRun {
 			// The dry-run create cannot pass while the old one exists.
 			break
 		}
 	}
-	if o.DryRun {
-		rep.Duration = time.Since(start)
-		return rep, nil
-	}
-	log.Info("etcdrestore created: etcd-operator now replaces the etcdcluster", "s3_path", rep.S3Path, "timeout", o.Timeout)
+	return nil
+}
 
-	// 4. Wait for the restored EtcdCluster.
-	size, err := o.waitRestored(ctx, rep)
-	if err != nil {
-		return fail(OpStepWait, err)
-	}
-	log.Info("restored etcdcluster ready", "uid", rep.NewUID, "waited", rep.Waited.Round(time.Millisecond))
-
-	// 5. Verify it, discovered again.
+// verify discovers the restored cluster again and verifies it
+// (restore.Verify): every member healthy, size members, the revision at
+// least the snapshot's, its keys.
+func (r *operatorRestore) verify(ctx context.Context, size int64) error {
+	o, k, rep := r.o, r.k, r.rep
 	cs, err := k.Clusters(ctx, o.Cluster)
 	if err != nil {
-		return fail(OpStepVerify, err)
+		return r.fail(ctx, OpStepVerify, err)
 	}
 	rep.Endpoints = cs[0].Endpoints
 	cfg, release, err := k.Connect(ctx, cs[0], o.DialTimeout)
 	defer release()
 	if err != nil {
-		return fail(OpStepVerify, err)
+		return r.fail(ctx, OpStepVerify, err)
 	}
-	vo := restore.VerifyOptions{Etcd: cfg, Timeout: o.VerifyTimeout, MinRevision: revision, ExpectedKeys: -1,
+	vo := restore.VerifyOptions{Etcd: cfg, Timeout: o.VerifyTimeout, MinRevision: r.revision, ExpectedKeys: -1,
 		ExpectedMembers: int(size), ProbeTimeout: o.ProbeTimeout, Log: o.Log}
-	if plan.Snapshot != nil {
+	if r.plan.Snapshot != nil {
 		// Keys without a lease must all be back; leased ones may have
 		// expired since the restored members started (reported apart).
-		plan.Snapshot.Expect(&vo)
+		r.plan.Snapshot.Expect(&vo)
 	}
 	rep.Verify, err = restore.Verify(ctx, vo)
-	rep.Duration = time.Since(start)
+	rep.Duration = time.Since(r.start)
 	if err != nil {
-		return fail(OpStepVerify, err)
+		return r.fail(ctx, OpStepVerify, err)
 	}
-	log.Info("restored cluster verified", "total", rep.Duration.Round(time.Millisecond))
-	return rep, nil
+	return nil
 }
 
 // leftoverFinished says whether er, an EtcdRestore named like the one to

@@ -3,15 +3,10 @@ package kube
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"slices"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-
-	"github.com/armada/etcd-recovery/internal/catalog"
-	"github.com/armada/etcd-recovery/internal/store"
 )
 
 // ClusterNames lists the names of every EtcdCluster of the namespace: the
@@ -78,29 +73,4 @@ func complete(list *unstructured.UnstructuredList) error {
 		return fmt.Errorf("the answer is partial (%d items remaining): refusing to decide from it", *n)
 	}
 	return nil
-}
-
-// OrphanPlan is how orphans are handled in a run: see catalog.Orphans.
-type OrphanPlan struct {
-	// Grace: default catalog.DefaultOrphanGrace.
-	Grace  time.Duration
-	DryRun bool
-	// Now is the clock (tests); default time.Now.
-	Now func() time.Time
-}
-
-// Orphans runs catalog.Orphans for the namespace: the cluster ids under the
-// prefix without an EtcdCluster here, recorded, and deleted after the
-// grace only when the namespace owns the prefix, every listing succeeded
-// and no EtcdRestore references them.
-func Orphans(ctx context.Context, k *Client, store store.Store, layout catalog.Layout, plan OrphanPlan, log *slog.Logger) (*catalog.OrphanReport, error) {
-	opts := catalog.OrphanOptions{
-		Store: store, Layout: layout, Namespace: k.Namespace,
-		Clusters: k.ClusterNames, Restores: k.RestoringClusters,
-		Grace: plan.Grace, DryRun: plan.DryRun, Log: log,
-	}
-	if plan.Now != nil {
-		opts.Now = plan.Now()
-	}
-	return catalog.Orphans(ctx, opts)
 }

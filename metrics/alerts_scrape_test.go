@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
@@ -90,7 +91,7 @@ func TestExporterAlerts(t *testing.T) {
 	}
 	backupOf := func(kind catalog.Kind, rs seal.Recipients) *catalog.Manifest {
 		t.Helper()
-		rep, err := kube.BackupAll(ctx, kube.BackupAllOptions{Kube: sa, Names: []string{live.Name}, NoEvents: true,
+		rep, err := fleet.BackupAll(ctx, fleet.BackupAllOptions{Kube: sa, Names: []string{live.Name}, NoEvents: true,
 			Template:    backup.Options{Kind: kind, Store: st, Layout: layout, ProbeTimeout: 5 * time.Second, Recipients: rs},
 			DialTimeout: 5 * time.Second})
 		if err != nil || len(rep.Clusters) != 1 || rep.Clusters[0].Manifest == nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/fanout"
@@ -59,7 +60,7 @@ type Options struct {
 	// Parallel they queue, so keep Deadline above
 	// ceil(clusters/Parallel) × 3 × ProbeTimeout or the inspect step fails.
 	Deadline time.Duration
-	// Parallel inspections (default kube.DefaultInspectParallel);
+	// Parallel inspections (default fleet.DefaultInspectParallel);
 	// ProbeTimeout bounds one probe (inspect's default); DialTimeout the
 	// etcd dials (default: the probe timeout).
 	Parallel     int
@@ -130,7 +131,7 @@ func New(opts Options) (*Exporter, error) {
 		opts.ProbeTimeout = inspect.DefaultTimeout
 	}
 	if opts.Parallel == 0 {
-		opts.Parallel = kube.DefaultInspectParallel
+		opts.Parallel = fleet.DefaultInspectParallel
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -166,8 +167,8 @@ func (e *Exporter) Errors() map[string]uint64 {
 // Refresh takes a new snapshot, bounded by the deadline: the store side
 // (one listing of the layout's root, then the manifests and drill records
 // of the committed backups: small JSON objects, no snapshot is read), the
-// inspection (kube.InspectAll, the code of inspect --all) and the orphans
-// (kube.ListOrphans, the orphan pass in dry-run mode) run concurrently;
+// inspection (fleet.InspectAll, the code of inspect --all) and the orphans
+// (fleet.ListOrphans, the orphan pass in dry-run mode) run concurrently;
 // then the age header of each cluster's newest encrypted backup is opened
 // with the mounted identities (catalog.CheckDecrypts, one ranged read).
 // Concurrent calls wait for each other. A step that fails is counted and
@@ -198,9 +199,9 @@ func (e *Exporter) Refresh(ctx context.Context) error {
 		stepErr             = map[string]error{}
 		errMu               sync.Mutex
 		sr                  *storeRead
-		rows                []kube.InspectRow
+		rows                []fleet.InspectRow
 		inspectOK, listedOK bool
-		orphans             []kube.InspectOrphan
+		orphans             []fleet.InspectOrphan
 		orphansOK           bool
 	)
 	fail := func(step string, err error) {
@@ -215,7 +216,7 @@ func (e *Exporter) Refresh(ctx context.Context) error {
 	}
 	if e.opts.Kube != nil {
 		wg.Go(func() {
-			rep, err := kube.InspectAll(ctx, kube.InspectAllOptions{Kube: e.opts.Kube, Parallel: e.opts.Parallel,
+			rep, err := fleet.InspectAll(ctx, fleet.InspectAllOptions{Kube: e.opts.Kube, Parallel: e.opts.Parallel,
 				Template: inspect.Options{Timeout: e.opts.ProbeTimeout}, DialTimeout: e.opts.DialTimeout, NoReports: true})
 			switch {
 			case err == nil:
@@ -236,8 +237,8 @@ func (e *Exporter) Refresh(ctx context.Context) error {
 		orphansOK = true
 	default:
 		wg.Go(func() {
-			var chk kube.OrphanCheck
-			orphans, chk = kube.ListOrphans(ctx, kube.OrphansOptions{Kube: e.opts.Kube, Store: e.opts.Store, Layout: e.opts.Layout,
+			var chk fleet.OrphanCheck
+			orphans, chk = fleet.ListOrphans(ctx, fleet.ListOrphansOptions{Kube: e.opts.Kube, Store: e.opts.Store, Layout: e.opts.Layout,
 				Grace: e.opts.OrphanGrace, Timeout: e.opts.Deadline, Now: e.opts.Now})
 			if chk.Error != "" {
 				fail(StepOrphans, errors.New(chk.Error))
@@ -444,7 +445,7 @@ func (e *Exporter) checkDecrypts(ctx context.Context, next map[string]*ClusterSt
 	}
 }
 
-func (e *Exporter) listedIn(rows []kube.InspectRow, name string) bool {
+func (e *Exporter) listedIn(rows []fleet.InspectRow, name string) bool {
 	for i := range rows {
 		if rows[i].Cluster == name {
 			return true

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/store/cos"
@@ -69,9 +70,9 @@ func TestExporter(t *testing.T) {
 	// passed, etcd-degraded's failed), an orphan prefix (backups, no
 	// EtcdCluster), and nothing at all for etcd-never (its CronJob never
 	// ran). Then one member of etcd-degraded is killed.
-	backupAll := func(kind catalog.Kind, names ...string) *kube.BackupAllReport {
+	backupAll := func(kind catalog.Kind, names ...string) *fleet.BackupAllReport {
 		t.Helper()
-		rep, err := kube.BackupAll(ctx, kube.BackupAllOptions{Kube: sa, Names: names, NoEvents: true,
+		rep, err := fleet.BackupAll(ctx, fleet.BackupAllOptions{Kube: sa, Names: names, NoEvents: true,
 			Template:    backup.Options{Kind: kind, Store: st, Layout: layout, ProbeTimeout: 5 * time.Second},
 			DialTimeout: 5 * time.Second})
 		if err != nil {
@@ -263,7 +264,7 @@ func TestExporter(t *testing.T) {
 	})
 
 	t.Run("MatchesInspectAll", func(t *testing.T) {
-		var rep kube.InspectAllReport
+		var rep fleet.InspectAllReport
 		out := runTool("inspect", "--all", "-o", "json", "--kubeconfig", kc, "--namespace", exporterNS, "--probe-timeout", "2s", "--dial-timeout", "2s")
 		if err := json.Unmarshal(out, &rep); err != nil {
 			t.Fatalf("inspect --all: %v\n%s", err, out)
@@ -512,7 +513,7 @@ func TestExporter(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("backup --all --pushgateway: exit %d\n%s\n%s", code, stdout, stderr)
 		}
-		var rep kube.BackupAllReport
+		var rep fleet.BackupAllReport
 		if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
 			t.Fatalf("%v\n%s", err, stdout)
 		}

@@ -11,10 +11,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/push"
 
+	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
 	"github.com/armada/etcd-recovery/internal/fanout"
-	"github.com/armada/etcd-recovery/kube"
 )
 
 // Pushgateway job names.
@@ -79,17 +79,17 @@ type DrillOutcome struct {
 }
 
 // BackupAllOutcomes are the outcomes of a backup --all run.
-func BackupAllOutcomes(rep *kube.BackupAllReport, kind catalog.Kind, finished time.Time) []BackupOutcome {
+func BackupAllOutcomes(rep *fleet.BackupAllReport, kind catalog.Kind, finished time.Time) []BackupOutcome {
 	if rep == nil {
 		return nil
 	}
 	out := make([]BackupOutcome, 0, len(rep.Clusters))
 	for _, c := range rep.Clusters {
 		o := BackupOutcome{Cluster: c.Cluster, Kind: kind, Finished: finished}
-		if c.Result == kube.ResultOK {
+		if c.Result == fleet.ResultOK {
 			o.Manifest = c.Manifest
 		}
-		if d := c.Drill; d != nil && (d.Record != nil || d.Result == kube.DrillNotRun || d.Result == kube.DrillInconclusive) {
+		if d := c.Drill; d != nil && (d.Record != nil || d.Result == fleet.DrillNotRun || d.Result == fleet.DrillInconclusive) {
 			o.Drill = &DrillOutcome{Cluster: c.Cluster, Finished: finished, Record: d.Record}
 		}
 		out = append(out, o)
@@ -99,13 +99,13 @@ func BackupAllOutcomes(rep *kube.BackupAllReport, kind catalog.Kind, finished ti
 
 // DrillAllOutcomes are the outcomes of a drill run (a cluster without a
 // backup is not one: nothing was drilled).
-func DrillAllOutcomes(rep *kube.DrillAllReport, finished time.Time) []DrillOutcome {
+func DrillAllOutcomes(rep *fleet.DrillAllReport, finished time.Time) []DrillOutcome {
 	if rep == nil {
 		return nil
 	}
 	var out []DrillOutcome
 	for _, c := range rep.Clusters {
-		if c.Result == kube.DrillNoBackup {
+		if c.Result == fleet.DrillNoBackup {
 			continue
 		}
 		out = append(out, DrillOutcome{Cluster: c.Cluster, Finished: finished, Record: c.Record})

@@ -5,9 +5,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/catalog"
-	"github.com/armada/etcd-recovery/kube"
 )
 
 // BackupState is the newest committed backup of one kind that checks out.
@@ -183,7 +183,7 @@ func orphanLabel(state string) string { return strings.ReplaceAll(state, " ", "_
 
 // inspectState copies an inspect --all row; prevLeader is the leader the
 // previous refresh saw.
-func inspectState(st *ClusterState, row kube.InspectRow) {
+func inspectState(st *ClusterState, row fleet.InspectRow) {
 	st.Inspected = true
 	st.Verdict, st.Up, st.Voting, st.DBSize = row.Verdict, row.Up, row.Voting, row.DBSize
 	if row.Leader != "" {

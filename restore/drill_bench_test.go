@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
-	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/restore"
 )
 
@@ -109,7 +109,7 @@ func BenchmarkDrill(b *testing.B) {
 	if err != nil {
 		b.Fatalf("drill: %v\n%s", err, errOut.String())
 	}
-	var rep kube.DrillAllReport
+	var rep fleet.DrillAllReport
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil || len(rep.Clusters) != 1 || rep.Clusters[0].Record == nil {
 		b.Fatalf("drill output: %v\n%s", err, out.String())
 	}

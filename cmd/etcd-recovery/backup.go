@@ -10,9 +10,9 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/output"
-	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/restore"
 )
 
@@ -88,22 +88,22 @@ func runBackup(c *cli.Context, g *globalOpts, o *backupOpts) error {
 	log := e.log
 	opts := backup.Options{ClusterID: o.clusterID, ProbeTimeout: o.probeTimeout, Log: log}
 	clusters := o.clusters.Value()
-	fleet := o.all || len(clusters) > 0
+	many := o.all || len(clusters) > 0
 	switch {
 	case o.all && len(clusters) > 0:
 		return usagef("backup: --all and --cluster are exclusive")
-	case fleet && opts.ClusterID != "":
+	case many && opts.ClusterID != "":
 		return usagef("backup: --cluster-id is for one cluster given by --endpoints; with --all/--cluster the id is the EtcdCluster's name")
-	case fleet && o.parallel < 1:
+	case many && o.parallel < 1:
 		return usagef("backup: --parallel %d: want at least 1", o.parallel)
 	}
-	if !fleet && opts.ClusterID == "" {
+	if !many && opts.ClusterID == "" {
 		return usagef("backup: --cluster-id is required")
 	}
 	if err := requirePositive("backup", positive{"timeout", o.timeout}); err != nil {
 		return err
 	}
-	if !fleet {
+	if !many {
 		if err := catalog.ValidateClusterID(opts.ClusterID); err != nil {
 			return asUsage(err)
 		}
@@ -127,7 +127,7 @@ func runBackup(c *cli.Context, g *globalOpts, o *backupOpts) error {
 	if o.orphanGrace < catalog.MinOrphanGrace {
 		return usagef("backup: --orphan-grace %s: want at least %s", o.orphanGrace, catalog.MinOrphanGrace)
 	}
-	drill, err := o.drill.plan(c, fleet)
+	drill, err := o.drill.plan(c, many)
 	if err != nil {
 		return err
 	}
@@ -156,7 +156,7 @@ func runBackup(c *cli.Context, g *globalOpts, o *backupOpts) error {
 		return err
 	}
 	defer t.cancel()
-	if fleet {
+	if many {
 		return t.overall(runBackupAll(t.ctx, e, o, opts, drill))
 	}
 	if opts.Etcd, err = o.etcd.config(); err != nil {
@@ -174,7 +174,7 @@ func runBackup(c *cli.Context, g *globalOpts, o *backupOpts) error {
 		src := opts.Etcd
 		opts.Drill = func(ctx context.Context, m *catalog.Manifest, plaintext string) (*catalog.DrillRecord, error) {
 			log.Info("restore drill of the new backup", "cluster", m.ClusterID, "backup", m.Name, "local_plaintext", plaintext != "")
-			return restore.Drill(ctx, kube.NewBackupDrillOptions(m, plaintext, store, layout, src, *drill, log))
+			return restore.Drill(ctx, fleet.NewBackupDrillOptions(m, plaintext, store, layout, src, *drill, log))
 		}
 	}
 	prog := output.NewProgress(fmt.Sprintf("backup %s", opts.ClusterID))
@@ -187,7 +187,11 @@ func runBackup(c *cli.Context, g *globalOpts, o *backupOpts) error {
 		return err
 	}
 	// A committed backup is printed even when the prune after it failed.
-	rep := kube.NewBackupReport(res, drill != nil)
+	var outcome *backup.DrillOutcome
+	if drill != nil {
+		outcome = fleet.BackupDrillOutcome(res)
+	}
+	rep := backup.NewReport(res, outcome)
 	if rerr := e.renderAll(rep.Tables(), rep); rerr != nil {
 		return rerr
 	}
@@ -196,7 +200,7 @@ func runBackup(c *cli.Context, g *globalOpts, o *backupOpts) error {
 
 // plan reads --drill and its flags (nil without --drill). Bad values are
 // usage errors (exit 4), found before anything is contacted.
-func (o *drillOpts) plan(c *cli.Context, fleet bool) (*kube.DrillPlan, error) {
+func (o *drillOpts) plan(c *cli.Context, all bool) (*fleet.DrillShare, error) {
 	if !o.drill {
 		for _, f := range []string{"drill-share", "drill-parallel", "etcd-bin-dir"} {
 			if c.IsSet(f) && (f != "etcd-bin-dir" || !envSet("ETCD_RECOVERY_ETCD_BIN_DIR")) {
@@ -205,13 +209,13 @@ func (o *drillOpts) plan(c *cli.Context, fleet bool) (*kube.DrillPlan, error) {
 		}
 		return nil, nil
 	}
-	p := &kube.DrillPlan{Share: o.share, Parallel: o.parallel, EtcdBinDir: o.etcdBinDir, ScratchDir: o.tempDir}
+	p := &fleet.DrillShare{Share: o.share, Parallel: o.parallel, EtcdBinDir: o.etcdBinDir, ScratchDir: o.tempDir}
 	switch {
 	case p.Share < 1:
 		return nil, usagef("backup: --drill-share %d: want at least 1 (1 drills every cluster)", p.Share)
 	case p.Parallel < 1:
 		return nil, usagef("backup: --drill-parallel %d: want at least 1", p.Parallel)
-	case !fleet && (c.IsSet("drill-share") || c.IsSet("drill-parallel")):
+	case !all && (c.IsSet("drill-share") || c.IsSet("drill-parallel")):
 		return nil, usagef("backup: --drill-share and --drill-parallel are for --all/--cluster; one cluster's backup is always drilled with --drill")
 	}
 	for _, d := range []struct{ flag, dir string }{{"etcd-bin-dir", p.EtcdBinDir}, {"temp-dir", p.ScratchDir}} {
@@ -231,7 +235,7 @@ func (o *drillOpts) plan(c *cli.Context, fleet bool) (*kube.DrillPlan, error) {
 func envSet(name string) bool { _, ok := os.LookupEnv(name); return ok }
 
 // runBackupAll backs up EtcdClusters found through the Kubernetes API.
-func runBackupAll(ctx context.Context, e *env, o *backupOpts, tmpl backup.Options, drill *kube.DrillPlan) error {
+func runBackupAll(ctx context.Context, e *env, o *backupOpts, tmpl backup.Options, drill *fleet.DrillShare) error {
 	k, err := e.kube(&o.kube)
 	if err != nil {
 		return err
@@ -243,11 +247,11 @@ func runBackupAll(ctx context.Context, e *env, o *backupOpts, tmpl backup.Option
 	tmpl.Store, tmpl.Layout = store, layout
 	// backup --all --prune also handles the namespace's orphans (report
 	// only unless the namespace owns the prefix: see prune --orphans).
-	var orphans *kube.OrphanPlan
+	var orphans *fleet.OrphanOptions
 	if tmpl.Prune != nil && o.all {
-		orphans = &kube.OrphanPlan{Grace: o.orphanGrace}
+		orphans = &fleet.OrphanOptions{Grace: o.orphanGrace}
 	}
-	rep, err := kube.BackupAll(ctx, kube.BackupAllOptions{
+	rep, err := fleet.BackupAll(ctx, fleet.BackupAllOptions{
 		Kube:        k,
 		Names:       o.clusters.Value(),
 		Parallel:    o.parallel,

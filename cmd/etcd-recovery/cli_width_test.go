@@ -8,10 +8,11 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/output"
-	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/restore"
 )
 
@@ -110,13 +111,13 @@ func TestTableWidths(t *testing.T) {
 	m := &catalog.Manifest{ClusterID: longCluster, Name: longBackup, RevisionBefore: 123456789,
 		Snapshot: catalog.SnapshotInfo{RawSize: 8 << 30, StoredSize: 3 << 30}, Source: catalog.Member{Name: longMember}}
 	checkWidth(t, "backup", func(f output.Format) string {
-		rep := &kube.BackupReport{Manifest: m, Duration: 3 * time.Minute}
+		rep := &backup.Report{Manifest: m, Duration: 3 * time.Minute}
 		return renderTo(func(w *bytes.Buffer) error { return output.RenderAll(w, f, rep.Tables(), rep) })
 	}, []string{longMember, longCluster}, longBackup)
 
 	// backup --all
-	all := &kube.BackupAllReport{Clusters: []kube.ClusterResult{
-		{Cluster: longCluster, Result: kube.ResultOK, Backup: longBackup, Revision: 123456789, Size: 3 << 30, Duration: time.Minute, Pruned: 2},
+	all := &fleet.BackupAllReport{Clusters: []fleet.ClusterResult{
+		{Cluster: longCluster, Result: fleet.ResultOK, Backup: longBackup, Revision: 123456789, Size: 3 << 30, Duration: time.Minute, Pruned: 2},
 		{Cluster: longCluster + "x", Result: "failed", Error: longError, Duration: 65 * time.Second},
 	}}
 	checkWidth(t, "backup --all", func(f output.Format) string {
@@ -136,7 +137,7 @@ func TestTableWidths(t *testing.T) {
 	}, nil, longCluster, longBackup, longBackup2, "more than --incomplete-after", "no progress for 60s")
 
 	// inspect --all
-	ia := &kube.InspectAllReport{Clusters: []kube.InspectRow{
+	ia := &fleet.InspectAllReport{Clusters: []fleet.InspectRow{
 		{Cluster: longCluster, Verdict: inspect.VerdictQuorumLost, Members: "1/3", Leader: longMember, DBSize: 7 << 30,
 			Backup: string(inspect.BackupStale), BackupAge: "5d03h",
 			NextStep: "take a survivor snapshot of the member left, then restore (runbooks/quorum-loss.md#survivor-snapshot)"},

@@ -5,7 +5,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/armada/etcd-recovery/kube"
+	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/restore"
 )
 
@@ -94,7 +94,7 @@ func runDrill(c *cli.Context, g *globalOpts, o *drillCmdOpts) error {
 	// The options as the drill of --cluster-id sees them.
 	one := tmpl
 	one.ClusterID, one.Backup = id, o.backup
-	opts := kube.DrillAllOptions{Template: tmpl, Parallel: parallel, DialTimeout: o.etcd.dialTimeout, Log: log}
+	opts := fleet.DrillAllOptions{Template: tmpl, Parallel: parallel, DialTimeout: o.etcd.dialTimeout, Log: log}
 	if all {
 		// The --all form, checked as given (a --cluster-id or --backup
 		// with it is a mistake the package names).
@@ -118,11 +118,11 @@ func runDrill(c *cli.Context, g *globalOpts, o *drillCmdOpts) error {
 	} else if opts.Template.Store, opts.Template.Layout, err = e.openStore(&o.store, nil); err != nil {
 		return err
 	}
-	var rep *kube.DrillAllReport
+	var rep *fleet.DrillAllReport
 	if all {
-		rep, err = kube.DrillAll(e.ctx(), opts)
+		rep, err = fleet.DrillAll(e.ctx(), opts)
 	} else {
-		rep, err = kube.DrillOne(e.ctx(), opts, id, o.backup)
+		rep, err = fleet.DrillOne(e.ctx(), opts, id, o.backup)
 	}
 	pushDrills(e, o.pushgateway, o.kube.namespace, rep) // --pushgateway (serve.go); a failed push is only logged
 	if rep != nil && (len(rep.Clusters) > 0 || err == nil) {

@@ -15,11 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
-	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/restore"
 )
 
@@ -135,7 +135,7 @@ func TestCLIDrillAll(t *testing.T) {
 			t.Errorf("the error names %s, which did not fail: %s", id, last)
 		}
 	}
-	var rep kube.DrillAllReport
+	var rep fleet.DrillAllReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("-o json: %v\n%s", err, out)
 	}
@@ -143,7 +143,7 @@ func TestCLIDrillAll(t *testing.T) {
 		strings.Join(rep.Failed, ",") != broken || strings.Join(rep.NoBackup, ",") != none {
 		t.Fatalf("report: parallel %d prefix %q failed %v noBackup %v, %d clusters\n%s", rep.Parallel, rep.Prefix, rep.Failed, rep.NoBackup, len(rep.Clusters), out)
 	}
-	byID := map[string]kube.DrillResult{}
+	byID := map[string]fleet.DrillResult{}
 	for i, c := range rep.Clusters {
 		if want := []string{good35, good36, broken, none}[i]; c.Cluster != want {
 			t.Errorf("cluster %d is %s, want %s (sorted)", i, c.Cluster, want)
@@ -152,18 +152,18 @@ func TestCLIDrillAll(t *testing.T) {
 	}
 	for _, id := range []string{good35, good36} {
 		c := byID[id]
-		if c.Result != kube.DrillPassed || c.Backup != names[id] || c.Comparison != catalog.CompareSelf || c.Record == nil || !c.Record.Passed || c.Error != "" {
+		if c.Result != fleet.DrillPassed || c.Backup != names[id] || c.Comparison != catalog.CompareSelf || c.Record == nil || !c.Record.Passed || c.Error != "" {
 			t.Errorf("%s: %+v, want passed (self) of %s", id, c, names[id])
 		}
 	}
 	if c := byID[good36]; c.Record != nil && !strings.HasPrefix(c.Record.EtcdVersion, "3.6") {
 		t.Errorf("%s (an etcd 3.6 backup) drilled with etcd %s", good36, c.Record.EtcdVersion)
 	}
-	if c := byID[broken]; c.Result != kube.DrillFailed || c.Backup != names[broken] || c.Record == nil || c.Record.Passed ||
+	if c := byID[broken]; c.Result != fleet.DrillFailed || c.Backup != names[broken] || c.Record == nil || c.Record.Passed ||
 		!strings.HasPrefix(c.Failed, restore.DrillCheckVerify) || c.Step != restore.DrillStepVerify {
 		t.Errorf("%s: %+v, want failed at %q of %s", broken, c, restore.DrillCheckVerify, names[broken])
 	}
-	if c := byID[none]; c.Result != kube.DrillNoBackup || c.Record != nil || c.Backup != "" ||
+	if c := byID[none]; c.Result != fleet.DrillNoBackup || c.Record != nil || c.Backup != "" ||
 		!strings.Contains(c.Reason, "no committed backup") || !strings.Contains(c.Reason, "1 incomplete") {
 		t.Errorf("%s: %+v, want not drilled for want of a committed backup", none, c)
 	}
@@ -196,7 +196,7 @@ func TestCLIDrillAll(t *testing.T) {
 	// One cluster without --endpoints: no source (not --endpoints' default
 	// 127.0.0.1:2379), self-consistency only; the newest backup.
 	code, out, errOut = r.drill(t, ctx, "--cluster-id", good36, "--no-record", "-o", "json")
-	var one kube.DrillAllReport
+	var one fleet.DrillAllReport
 	if code != 0 || json.Unmarshal([]byte(out), &one) != nil || len(one.Clusters) != 1 {
 		t.Fatalf("drill --cluster-id %s: exit %d\n%s\n%s", good36, code, out, errOut)
 	}
@@ -237,7 +237,7 @@ func TestCLIDrillAll(t *testing.T) {
 		t.Fatalf("table: header %v, rows for %d clusters:\n%s", header, len(rows), out)
 	}
 	for id, ls := range rows {
-		want := map[string]string{good35: "passed", good36: "passed", broken: "FAILED", none: kube.DrillNoBackup}[id]
+		want := map[string]string{good35: "passed", good36: "passed", broken: "FAILED", none: fleet.DrillNoBackup}[id]
 		if len(ls) != 1 || !strings.Contains(ls[0], want) {
 			t.Errorf("%s: rows %q, want one with %q", id, ls, want)
 		}
@@ -255,7 +255,7 @@ func TestCLIDrillAll(t *testing.T) {
 
 // maxOverlap is the largest number of drill records whose [StartedAt,
 // FinishedAt] intervals overlap.
-func maxOverlap(cs []kube.DrillResult) int {
+func maxOverlap(cs []fleet.DrillResult) int {
 	type ev struct {
 		at time.Time
 		d  int

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
-	"github.com/armada/etcd-recovery/kube"
 )
 
 // The drill command through the built binary: a good backup drilled against
@@ -55,11 +55,11 @@ func TestCLIDrill(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("drill: exit %d: %s", code, errOut)
 	}
-	var rep kube.DrillAllReport
+	var rep fleet.DrillAllReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("-o json: %v\n%s", err, out)
 	}
-	if len(rep.Clusters) != 1 || rep.Clusters[0].Result != kube.DrillPassed || rep.Clusters[0].Record == nil ||
+	if len(rep.Clusters) != 1 || rep.Clusters[0].Result != fleet.DrillPassed || rep.Clusters[0].Record == nil ||
 		rep.Clusters[0].Record.Comparison.Mode != "source" {
 		t.Fatalf("json: %s", out)
 	}

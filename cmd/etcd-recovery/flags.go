@@ -13,11 +13,11 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
-	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/restore"
 )
 
@@ -267,7 +267,7 @@ func verifyTimeoutFlag(dest *time.Duration) cli.Flag {
 
 // parallelFlag is how many EtcdClusters backup and inspect handle at once.
 func parallelFlag(dest *int) cli.Flag {
-	return &cli.IntFlag{Name: "parallel", Value: kube.DefaultParallel, Destination: dest,
+	return &cli.IntFlag{Name: "parallel", Value: fleet.DefaultParallel, Destination: dest,
 		Usage: "with --all/--cluster: EtcdClusters handled at once (4: each backup holds about 30 MiB of stream buffers, " +
 			"so 4 fit the CronJob's memory limit with room; inspect uses the same bound)"}
 }

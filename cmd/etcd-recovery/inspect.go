@@ -7,6 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/seal"
@@ -159,7 +160,7 @@ func runInspectKube(e *env, o *inspectOpts, tmpl inspect.Options) error {
 		}
 		tmpl.Location = o.store.location(tmpl.Layout)
 	}
-	opts := kube.InspectAllOptions{Kube: k, Parallel: o.parallel, Template: tmpl, DialTimeout: o.etcd.dialTimeout,
+	opts := fleet.InspectAllOptions{Kube: k, Parallel: o.parallel, Template: tmpl, DialTimeout: o.etcd.dialTimeout,
 		Orphans: cluster == "", OrphanGrace: o.orphanGrace}
 	if cluster != "" {
 		opts.Names = []string{cluster}
@@ -176,7 +177,7 @@ func runInspectKube(e *env, o *inspectOpts, tmpl inspect.Options) error {
 		}
 		opts.Identities = ids
 	}
-	rep, err := kube.InspectAll(e.ctx(), opts)
+	rep, err := fleet.InspectAll(e.ctx(), opts)
 	var nf *kube.NotFoundError
 	if errors.As(err, &nf) {
 		return asUsage(err)

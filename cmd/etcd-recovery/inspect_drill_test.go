@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/output"
-	"github.com/armada/etcd-recovery/kube"
 )
 
 // inspect --all with the DRILLED column and the drill lines of inspect
@@ -17,7 +17,7 @@ func TestInspectDrillWidths(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 11, 22, 3, 15, 0, 0, time.UTC)
 	const check = "compare with source: HashKV at revision 123456789 differs: restored 0x1f2e3d4c, source 0x5a6b7c8d"
-	ia := &kube.InspectAllReport{Clusters: []kube.InspectRow{
+	ia := &fleet.InspectAllReport{Clusters: []fleet.InspectRow{
 		{Cluster: longCluster, Verdict: inspect.VerdictQuorumLost, Members: "1/3", Leader: longMember, DBSize: 7 << 30,
 			Backup: string(inspect.BackupStale), BackupAge: "5d03h", Drill: string(inspect.DrillOld), DrillProven: longBackup2,
 			DrillProvenTime: now, DrillProvenAge: "12d03h", DrillProvenAgeSeconds: 12*86400 + 3*3600,

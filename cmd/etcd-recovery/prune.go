@@ -9,9 +9,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/output"
-	"github.com/armada/etcd-recovery/kube"
 )
 
 // pruneOpts are prune's flags.
@@ -210,7 +210,7 @@ func runPruneLifecycle(e *env, o *pruneOpts, opts catalog.PruneOptions, prune bo
 	}
 	var errs []error
 	if o.orphans {
-		rep, err := kube.Orphans(t.ctx, k, store, layout, kube.OrphanPlan{Grace: o.orphanGrace, DryRun: opts.DryRun}, opts.Log)
+		rep, err := fleet.Orphans(t.ctx, k, store, layout, fleet.OrphanOptions{Grace: o.orphanGrace, DryRun: opts.DryRun}, opts.Log)
 		res.Orphans = rep
 		if err != nil {
 			errs = append(errs, t.named(err))

@@ -12,9 +12,9 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/seal"
-	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/metrics"
 )
 
@@ -168,7 +168,7 @@ func pushBackupRun(e *env, url, namespace string, opts backup.Options, res *back
 }
 
 // pushBackupAll pushes a backup --all/--cluster run's outcomes.
-func pushBackupAll(e *env, url, namespace string, kind catalog.Kind, rep *kube.BackupAllReport) {
+func pushBackupAll(e *env, url, namespace string, kind catalog.Kind, rep *fleet.BackupAllReport) {
 	if url == "" || rep == nil {
 		return
 	}
@@ -178,7 +178,7 @@ func pushBackupAll(e *env, url, namespace string, kind catalog.Kind, rep *kube.B
 }
 
 // pushDrills pushes a drill run's outcomes.
-func pushDrills(e *env, url, namespace string, rep *kube.DrillAllReport) {
+func pushDrills(e *env, url, namespace string, rep *fleet.DrillAllReport) {
 	if url == "" || rep == nil {
 		return
 	}

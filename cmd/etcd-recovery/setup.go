@@ -113,10 +113,13 @@ func (e *env) openStore(o *storeOpts, k *kube.Client) (store.Store, catalog.Layo
 	}
 	var secretErr error
 	if k != nil {
-		cfg.FallbackCredentials = func(ctx context.Context) (any, error) {
-			creds, err := k.COSCredentials(ctx, "", os.Getenv)
-			secretErr = err
-			return creds, err
+		cfg.FallbackCredentials = func(ctx context.Context) (*store.SecretFiles, error) {
+			sec, err := k.COSCredentials(ctx, "")
+			if err != nil {
+				secretErr = err
+				return nil, err
+			}
+			return &store.SecretFiles{Source: sec.Source(), Files: sec.Data}, nil
 		}
 	}
 	st, err := store.Open(e.ctx(), cfg)

@@ -49,9 +49,10 @@ type Config struct {
 	Getenv func(string) string
 	// FallbackCredentials, when set, supplies the credentials when neither
 	// CredentialsDir nor the environment holds any (e.g. a Kubernetes
-	// secret read through the API). It returns the backend's own
-	// credentials value; its error is returned by Open as it is.
-	FallbackCredentials func(ctx context.Context) (any, error)
+	// secret read through the API): the secret's files, which the backend
+	// parses as it parses a mounted CredentialsDir. Its error is returned
+	// by Open as it is.
+	FallbackCredentials func(ctx context.Context) (*SecretFiles, error)
 
 	// MaxRetries is the retries per request on transient errors (0: none;
 	// negative: the backend's default).
@@ -118,4 +119,13 @@ func Open(ctx context.Context, cfg Config) (Store, error) {
 		cfg.Getenv = func(string) string { return "" }
 	}
 	return f(ctx, cfg)
+}
+
+// SecretFiles is a credentials secret read from somewhere other than a
+// mounted directory (the Kubernetes API): each key a file name, each value
+// its content. Backends parse it as they parse Config.CredentialsDir, so
+// the caller never needs to know the backend's credentials type.
+type SecretFiles struct {
+	Source string            // where it came from, for logs and errors: "secret NS/NAME"
+	Files  map[string][]byte // key → content
 }

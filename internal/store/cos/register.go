@@ -3,6 +3,9 @@ package cos
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/armada/etcd-recovery/internal/store"
 )
@@ -57,17 +60,38 @@ func credentialsFor(ctx context.Context, cfg store.Config) (Credentials, error) 
 	if local || cfg.FallbackCredentials == nil {
 		return LoadCredentials(cfg.CredentialsDir, getenv)
 	}
-	v, err := cfg.FallbackCredentials(ctx)
+	sec, err := cfg.FallbackCredentials(ctx)
 	if err != nil {
 		return Credentials{}, err
 	}
-	switch c := v.(type) {
-	case Credentials:
-		return c, nil
-	case *Credentials:
-		if c != nil {
-			return *c, nil
+	if sec == nil {
+		return LoadCredentials("", getenv)
+	}
+	return secretCredentials(sec, getenv)
+}
+
+// secretCredentials parses a secret read through an API exactly as a
+// mounted one: its keys are written as files (0600) into a private temp
+// dir that lives only while LoadCredentials reads it. Keys that are not
+// plain file names are skipped, as the kubelet would not mount them.
+func secretCredentials(sec *store.SecretFiles, getenv func(string) string) (Credentials, error) {
+	dir, err := os.MkdirTemp("", "etcd-recovery-cos-")
+	if err != nil {
+		return Credentials{}, err
+	}
+	defer os.RemoveAll(dir)
+	for key, b := range sec.Files {
+		if key == "" || key[0] == '.' || strings.ContainsAny(key, "/\\") {
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(dir, key), b, 0o600); err != nil {
+			return Credentials{}, err
 		}
 	}
-	return Credentials{}, fmt.Errorf("cos: credentials of type %T: want cos.Credentials", v)
+	creds, err := LoadCredentials(dir, getenv)
+	if err != nil {
+		return Credentials{}, fmt.Errorf("COS credentials %s: %w", sec.Source, err)
+	}
+	creds.Source = sec.Source
+	return creds, nil
 }

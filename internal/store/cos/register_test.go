@@ -28,7 +28,7 @@ func TestOpenCOS(t *testing.T) {
 	cfg := store.Config{Kind: cos.Kind, Endpoint: "http://127.0.0.1:1", Bucket: "b", Getenv: func(k string) string { return env[k] },
 		MaxRetries: 0, MinThroughput: "off"}
 	called := false
-	cfg.FallbackCredentials = func(context.Context) (any, error) { called = true; return nil, errors.New("not used") }
+	cfg.FallbackCredentials = func(context.Context) (*store.SecretFiles, error) { called = true; return nil, errors.New("not used") }
 	st, err := store.Open(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -39,16 +39,25 @@ func TestOpenCOS(t *testing.T) {
 
 	cfg.Getenv = nil
 	secret := errors.New("reading the secret failed")
-	cfg.FallbackCredentials = func(context.Context) (any, error) { return nil, secret }
+	cfg.FallbackCredentials = func(context.Context) (*store.SecretFiles, error) { return nil, secret }
 	if _, err := store.Open(ctx, cfg); err != secret {
 		t.Errorf("Open with a failing fallback: %v, want its error as it is", err)
 	}
-	cfg.FallbackCredentials = func(context.Context) (any, error) {
-		return cos.Credentials{AccessKeyID: "AK", SecretAccessKey: "SK", Source: "secret"}, nil
+	cfg.FallbackCredentials = func(context.Context) (*store.SecretFiles, error) {
+		return &store.SecretFiles{Source: "secret ns/cos", Files: map[string][]byte{
+			"access_key_id": []byte("AK"), "secret_access_key": []byte("SK"), "../escape": []byte("x")}}, nil
 	}
 	if _, err := store.Open(ctx, cfg); err != nil {
-		t.Errorf("Open with the fallback's credentials: %v", err)
+		t.Errorf("Open with the fallback's secret files: %v", err)
 	}
+	cfg.FallbackCredentials = func(context.Context) (*store.SecretFiles, error) {
+		return &store.SecretFiles{Source: "secret ns/empty", Files: map[string][]byte{"unrelated": []byte("x")}}, nil
+	}
+	if _, err := store.Open(ctx, cfg); err == nil || !strings.Contains(err.Error(), "COS credentials secret ns/empty") {
+		t.Errorf("Open with a secret holding no credentials: %v, want an error naming the secret", err)
+	}
+	cfg.FallbackCredentials = nil
+	cfg.Getenv = func(k string) string { return env[k] }
 	cfg.MinThroughput = "fast"
 	if _, err := store.Open(ctx, cfg); err == nil || !strings.HasPrefix(err.Error(), "--cos-min-throughput: ") {
 		t.Errorf("Open with a bad minimum throughput: %v", err)

@@ -28,7 +28,7 @@ import (
 const module = "github.com/armada/etcd-recovery"
 
 // features are the product packages (and everything under them).
-var features = []string{"backup", "restore", "inspect", "kube", "metrics", "cmd"}
+var features = []string{"backup", "restore", "inspect", "kube", "fleet", "metrics", "cmd"}
 
 // fixtures is the test harness: it starts real servers or builds fixtures
 // from the features, and is imported by tests only (checked below).
@@ -69,11 +69,6 @@ var storeSeams = []string{"internal/store", "internal/store/retry", "internal/st
 // them (a blank import of each, registering it with store.Register).
 const backendRegistration = "internal/store/all"
 
-// pendingBackendImporters still name a backend directly while issue 24
-// moves them to the registry (kube reads the COS credentials secret into
-// cos.Credentials until kube.Credentials lands): remove each as it goes.
-var pendingBackendImporters = []string{"kube"}
-
 // isBackend reports whether path is a store backend (or a package under
 // one).
 func isBackend(path string) bool {
@@ -93,11 +88,11 @@ func backendOf(path string) string {
 
 // namesBackend is the rule that only a backend and the registration name
 // a backend: a direct import of backend b by p is allowed when p is b (or
-// under it), the registration package, the test harness, or pending.
+// under it), the registration package, or the test harness.
 func namesBackend(p pkg, b string) bool {
 	switch {
 	case !isBackend(b), backendOf(p.ImportPath) == backendOf(b), p.ImportPath == module+"/"+backendRegistration,
-		isFixture(p.ImportPath), under(p.ImportPath, pendingBackendImporters):
+		isFixture(p.ImportPath):
 		return false
 	}
 	return true
@@ -139,6 +134,16 @@ func violations(pkgs []pkg) []string {
 		}
 		if !isFixture(p.ImportPath) && slices.Contains(p.Imports, "testing") {
 			out = append(out, "package "+p.ImportPath+" imports the testing package outside a _test.go file (test harness belongs under internal/testing/)")
+		}
+		if p.ImportPath == module+"/kube" {
+			// kube is the Kubernetes client: the work over many clusters is
+			// fleet's (which imports kube), a backup's and an inspection's
+			// their packages'.
+			for _, d := range p.Deps {
+				if under(d, []string{"fleet"}) || slices.Contains(p.Imports, d) && under(d, []string{"backup", "inspect"}) {
+					out = append(out, "kube imports "+d)
+				}
+			}
 		}
 		if p.ImportPath == module+"/internal/catalog" {
 			for _, d := range p.Deps {
@@ -231,8 +236,9 @@ func TestViolationsDetected(t *testing.T) {
 		{ImportPath: m("internal/store/fake"), Imports: []string{"io", "testing"}, Deps: []string{"io", "testing"}},
 		{ImportPath: m("cmd/etcd-recovery"), Imports: []string{m("internal/store/cos"), m("internal/store")}, Deps: []string{m("internal/store/cos"), m("internal/store")}},
 		{ImportPath: m("internal/catalog/x"), Imports: []string{m("internal/store/memstore")}, Deps: []string{m("internal/store/memstore")}},
+		{ImportPath: m("kube"), Imports: []string{m("inspect"), m("restore")}, Deps: []string{m("inspect"), m("restore"), m("backup"), m("fleet")}},
 		// Allowed.
-		{ImportPath: m("kube"), Imports: []string{m("backup"), m("internal/catalog")}, Deps: []string{m("backup"), m("internal/catalog")}},
+		{ImportPath: m("fleet"), Imports: []string{m("backup"), m("kube")}, Deps: []string{m("backup"), m("kube"), m("internal/catalog")}},
 		{ImportPath: m("internal/testing/testfix"), Imports: []string{m("backup"), "testing"}, Deps: []string{m("backup"), "testing"}},
 		{ImportPath: m("cmd/etcd-recovery"), Imports: []string{m("kube")}, Deps: []string{m("kube"), m("internal/usage")}},
 		{ImportPath: m("internal/store/all"), Imports: []string{m("internal/store/cos")}, Deps: []string{m("internal/store/cos"), m("internal/store")}},
@@ -249,6 +255,8 @@ func TestViolationsDetected(t *testing.T) {
 		"package " + m("internal/store/fake") + " imports the testing package outside a _test.go file (test harness belongs under internal/testing/)",
 		"package " + m("cmd/etcd-recovery") + " imports store backend " + m("internal/store/cos") + " (only the backend and internal/store/all name it; open stores with store.Open)",
 		"package " + m("internal/catalog/x") + " imports store backend " + m("internal/store/memstore") + " (only the backend and internal/store/all name it; open stores with store.Open)",
+		"kube imports " + m("inspect"),
+		"kube imports " + m("fleet"),
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("violations:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

@@ -1,18 +1,19 @@
-package kube
+package fleet
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"strings"
 	"time"
 
+	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/fanout"
 	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/internal/store"
+	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/restore"
 )
 
@@ -27,7 +28,7 @@ type DrillAllOptions struct {
 	// drilled, compared with nothing (self-consistency). Either way, a
 	// cluster with no committed backup is reported as DrillNoBackup (not
 	// drilled, not a failure: inspect warns about missing backups).
-	Kube  *Client
+	Kube  *kube.Client
 	Names []string
 	// NoEvents: in the Kubernetes form, do not record each drill's Event
 	// (DrillPassed, DrillFailed, DrillNotRun) on its EtcdCluster.
@@ -140,19 +141,12 @@ func DrillAll(ctx context.Context, opts DrillAllOptions) (*DrillAllReport, error
 	}
 	tmpl := opts.Template
 	rep := &DrillAllReport{Parallel: opts.Parallel, Failed: []string{}, NoBackup: []string{}, Clusters: []DrillResult{}}
-	type target struct {
-		id      string
-		cluster *Cluster
-	}
-	var targets []target
+	var targets []Target
 	if k := opts.Kube; k != nil {
 		rep.Namespace = k.Namespace
-		clusters, err := k.Clusters(ctx, opts.Names...)
-		if err != nil {
+		var err error
+		if targets, err = KubeTargets(ctx, k, opts.Names...); err != nil {
 			return rep, &DrillAllError{Err: err}
-		}
-		for i := range clusters {
-			targets = append(targets, target{id: clusters[i].Name, cluster: &clusters[i]})
 		}
 	}
 	rep.Prefix = tmpl.Layout.RootPrefix()
@@ -164,22 +158,19 @@ func DrillAll(ctx context.Context, opts DrillAllOptions) (*DrillAllReport, error
 		return rep, &DrillAllError{Err: fmt.Errorf("list clusters under %q: %w", rep.Prefix, err)}
 	}
 	if opts.Kube == nil {
-		for id := range folders {
-			targets = append(targets, target{id: id})
-		}
-		sort.Slice(targets, func(i, j int) bool { return targets[i].id < targets[j].id })
+		targets = storeTargets(folders)
 	}
 	log.Info("drilling the newest backup of every cluster", "clusters", len(targets), "parallel", opts.Parallel)
 	rep.Clusters = make([]DrillResult, len(targets))
 	var todo []int
 	for i, t := range targets {
-		if f := folders[t.id]; f.committed == 0 {
-			reason := fmt.Sprintf("not drilled: no committed backup under %s", tmpl.Layout.ClusterPrefix(t.id))
+		if f := folders[t.ID]; f.committed == 0 {
+			reason := fmt.Sprintf("not drilled: no committed backup under %s", tmpl.Layout.ClusterPrefix(t.ID))
 			if f.incomplete > 0 {
 				reason += fmt.Sprintf(" (%d incomplete backup folder(s) without a manifest)", f.incomplete)
 			}
-			log.Warn("no committed backup to drill", "cluster", t.id, "incomplete", f.incomplete)
-			rep.Clusters[i] = DrillResult{Cluster: t.id, Result: DrillNoBackup, Reason: reason}
+			log.Warn("no committed backup to drill", "cluster", t.ID, "incomplete", f.incomplete)
+			rep.Clusters[i] = DrillResult{Cluster: t.ID, Result: DrillNoBackup, Reason: reason}
 			continue
 		}
 		todo = append(todo, i)
@@ -193,33 +184,33 @@ func DrillAll(ctx context.Context, opts DrillAllOptions) (*DrillAllReport, error
 		// revisions; never one whose drill failed), so an idle
 		// cluster's newest backup would never be drilled and a failed
 		// one never re-drilled.
-		o.ClusterID, o.Backup = t.id, folders[t.id].newest
+		o.ClusterID, o.Backup = t.ID, folders[t.ID].newest
 		o.Log = log
 		start := time.Now()
-		if t.cluster != nil {
-			cfg, release, err := opts.Kube.Connect(ctx, *t.cluster, opts.DialTimeout)
+		if t.Cluster != nil {
+			cfg, release, err := opts.Kube.Connect(ctx, *t.Cluster, opts.DialTimeout)
 			defer release()
 			if err != nil {
 				// No source: the drill still runs, self-consistency only.
-				log.Warn("no connection to the etcdcluster: drilling without comparing with it", "cluster", t.id, "err", err)
+				log.Warn("no connection to the etcdcluster: drilling without comparing with it", "cluster", t.ID, "err", err)
 			} else {
 				o.Source = cfg
 			}
 		}
 		rec, err := restore.Drill(ctx, o)
-		res := drillResult(t.id, rec, err, time.Since(start))
-		if t.cluster != nil && !opts.NoEvents && ctx.Err() == nil {
+		res := drillResult(t.ID, rec, err, time.Since(start))
+		if t.Cluster != nil && !opts.NoEvents && ctx.Err() == nil {
 			// A cancelled drill proves nothing either way: no Event.
-			out := &DrillOutcome{Result: res.Result, Comparison: res.Comparison, Error: res.Error, Duration: res.Duration, Record: res.Record}
+			out := &backup.DrillOutcome{Result: res.Result, Comparison: res.Comparison, Error: res.Error, Duration: res.Duration, Record: res.Record}
 			name := res.Backup
 			if name == "" {
 				name = "(newest)"
 			}
-			typ, reason, msg := out.event(name)
+			typ, reason, msg := drillEvent(out, name)
 			ectx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			if err := opts.Kube.RecordEvent(ectx, *t.cluster, typ, reason, msg); err != nil {
+			if err := opts.Kube.RecordEvent(ectx, *t.Cluster, typ, reason, msg); err != nil {
 				res.EventError = err.Error()
-				log.Warn("could not record the drill's event", "cluster", t.id, "err", err)
+				log.Warn("could not record the drill's event", "cluster", t.ID, "err", err)
 			}
 			cancel()
 		}
@@ -227,7 +218,7 @@ func DrillAll(ctx context.Context, opts DrillAllOptions) (*DrillAllReport, error
 	})
 	for _, j := range notStarted {
 		i := todo[j]
-		rep.Clusters[i] = DrillResult{Cluster: targets[i].id, Result: DrillNotRun, Error: ctx.Err().Error()}
+		rep.Clusters[i] = DrillResult{Cluster: targets[i].ID, Result: DrillNotRun, Error: ctx.Err().Error()}
 	}
 	var errs []error
 	for _, c := range rep.Clusters {

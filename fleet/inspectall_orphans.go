@@ -1,4 +1,4 @@
-package kube
+package fleet
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/internal/store"
+	"github.com/armada/etcd-recovery/kube"
 )
 
 // MinOrphanCheckTimeout is the shortest deadline of inspect --all's orphan
@@ -60,9 +61,9 @@ type OrphanCheck struct {
 	ElapsedMS int64  `json:"elapsedMs"`
 }
 
-// OrphansOptions configure ListOrphans.
-type OrphansOptions struct {
-	Kube   *Client
+// ListOrphansOptions configure ListOrphans.
+type ListOrphansOptions struct {
+	Kube   *kube.Client
 	Store  store.Store
 	Layout catalog.Layout
 	// Grace is the orphan pass's grace (default catalog.DefaultOrphanGrace).
@@ -77,7 +78,7 @@ type OrphansOptions struct {
 // inspect --all does (the orphan pass in dry-run mode: it lists and reads,
 // never writes or deletes), for the exporter. The check's Error is set
 // when they could not be computed.
-func ListOrphans(ctx context.Context, opts OrphansOptions) ([]InspectOrphan, OrphanCheck) {
+func ListOrphans(ctx context.Context, opts ListOrphansOptions) ([]InspectOrphan, OrphanCheck) {
 	timeout := opts.Timeout
 	if timeout <= 0 {
 		timeout = MinOrphanCheckTimeout
@@ -89,7 +90,7 @@ func ListOrphans(ctx context.Context, opts OrphansOptions) ([]InspectOrphan, Orp
 // inspectOrphans runs the orphan pass in dry-run mode (catalog.Orphans with
 // DryRun lists and reads only: no marker is written or removed, nothing is
 // deleted) within its own deadline, and summarizes it.
-func inspectOrphans(ctx context.Context, k *Client, opts InspectAllOptions) ([]InspectOrphan, OrphanCheck) {
+func inspectOrphans(ctx context.Context, k *kube.Client, opts InspectAllOptions) ([]InspectOrphan, OrphanCheck) {
 	start := time.Now()
 	store, layout := opts.Template.Store, opts.Template.Layout
 	grace := opts.OrphanGrace

@@ -1,4 +1,4 @@
-package kube_test
+package fleet_test
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/output"
@@ -93,7 +94,7 @@ func TestInspectAllOrphans(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.claim(t)
-	if _, err := kube.BackupAll(ctxT(t, time.Minute), kube.BackupAllOptions{Kube: sa, NoEvents: true,
+	if _, err := fleet.BackupAll(ctxT(t, time.Minute), fleet.BackupAllOptions{Kube: sa, NoEvents: true,
 		Template:    backup.Options{Kind: catalog.KindScheduled, Store: e.store, Layout: e.layout, ProbeTimeout: 2 * time.Second},
 		DialTimeout: 2 * time.Second}); err != nil {
 		t.Fatalf("backup of %s: %v", live.Name, err)
@@ -143,7 +144,7 @@ func TestInspectAllOrphans(t *testing.T) {
 		if code != inspect.ExitHealthy {
 			t.Fatalf("exit %d, want 0 (orphans do not change the verdict)\n%s\n%s", code, stdout, stderr)
 		}
-		var rep kube.InspectAllReport
+		var rep fleet.InspectAllReport
 		if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
 			t.Fatalf("json: %v\n%s", err, stdout)
 		}
@@ -211,7 +212,7 @@ func TestInspectAllOrphans(t *testing.T) {
 		ctx := ctxT(t, time.Minute)
 		tmpl := inspect.Options{Timeout: 2 * time.Second, Store: stallRootList{e.store, e.layout.RootPrefix()}, Layout: e.layout}
 		start := time.Now()
-		rep, err := kube.InspectAll(ctx, kube.InspectAllOptions{Kube: sa, Template: tmpl, DialTimeout: 2 * time.Second,
+		rep, err := fleet.InspectAll(ctx, fleet.InspectAllOptions{Kube: sa, Template: tmpl, DialTimeout: 2 * time.Second,
 			Orphans: true, OrphanTimeout: time.Second, NoReports: true})
 		elapsed := time.Since(start)
 		if err != nil {

@@ -1,4 +1,4 @@
-package kube_test
+package fleet_test
 
 import (
 	"encoding/json"
@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
@@ -99,7 +100,7 @@ func (e *orphanEnv) run(t *testing.T, now time.Time, c *kube.Client) (*catalog.O
 			t.Fatal(err)
 		}
 	}
-	return kube.Orphans(ctxT(t, time.Minute), c, e.store, e.layout, kube.OrphanPlan{Now: func() time.Time { return now }}, nil)
+	return fleet.Orphans(ctxT(t, time.Minute), c, e.store, e.layout, fleet.OrphanOptions{Now: func() time.Time { return now }}, nil)
 }
 
 // folders counts id's backup folders in the store.

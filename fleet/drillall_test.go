@@ -1,4 +1,4 @@
-package kube_test
+package fleet_test
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
@@ -133,7 +134,7 @@ func TestDrillAllKube(t *testing.T) {
 			t.Errorf("the error does not name %q: %s", want, last)
 		}
 	}
-	var rep kube.DrillAllReport
+	var rep fleet.DrillAllReport
 	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
 		t.Fatalf("json: %v\n%s", err, stdout.String())
 	}
@@ -169,7 +170,7 @@ func TestDrillAllKube(t *testing.T) {
 		switch r.Cluster {
 		case "etcd-k1", "etcd-k2":
 			c := r.Record
-			if r.Result != kube.DrillPassed || r.Backup != names[r.Cluster] || r.Comparison != catalog.CompareSource || c == nil ||
+			if r.Result != fleet.DrillPassed || r.Backup != names[r.Cluster] || r.Comparison != catalog.CompareSource || c == nil ||
 				c.Comparison.Equal == nil || !*c.Comparison.Equal || c.Comparison.SourceHash == nil {
 				t.Errorf("%s: %+v, want passed, equal to the source", r.Cluster, r)
 			}
@@ -186,7 +187,7 @@ func TestDrillAllKube(t *testing.T) {
 				t.Logf("event on %s: %s %s: %s", r.Cluster, e[0].Type, e[0].Reason, e[0].Message)
 			}
 		case "etcd-k3":
-			if r.Result != kube.DrillFailed || r.Backup != names["etcd-k3"] || r.Comparison != catalog.CompareSource ||
+			if r.Result != fleet.DrillFailed || r.Backup != names["etcd-k3"] || r.Comparison != catalog.CompareSource ||
 				!strings.HasPrefix(r.Failed, restore.DrillCheckCompare+":") || r.Step != restore.DrillStepCompare {
 				t.Errorf("etcd-k3: %+v, want failed at the source comparison", r)
 			}
@@ -203,7 +204,7 @@ func TestDrillAllKube(t *testing.T) {
 				t.Errorf("etcd-k3: a %s event", kube.ReasonDrillPassed)
 			}
 		case "etcd-k4":
-			if r.Result != kube.DrillNoBackup || r.Record != nil || !strings.Contains(r.Reason, "no committed backup") {
+			if r.Result != fleet.DrillNoBackup || r.Record != nil || !strings.Contains(r.Reason, "no committed backup") {
 				t.Errorf("etcd-k4: %+v, want not drilled for want of a backup", r)
 			}
 			if len(evs) > 0 {

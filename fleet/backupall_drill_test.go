@@ -1,4 +1,4 @@
-package kube_test
+package fleet_test
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
@@ -59,20 +60,20 @@ func TestDrillChosen(t *testing.T) {
 				t.Fatalf("test: %d times for share %d", len(tc.times), tc.share)
 			}
 			for i := 1; i < len(tc.times); i++ {
-				if kube.DrillSlot(tc.times[i]) != kube.DrillSlot(tc.times[i-1])+1 {
-					t.Fatalf("%s and %s are not in consecutive slots (%d, %d)", tc.times[i-1], tc.times[i], kube.DrillSlot(tc.times[i-1]), kube.DrillSlot(tc.times[i]))
+				if fleet.DrillSlot(tc.times[i]) != fleet.DrillSlot(tc.times[i-1])+1 {
+					t.Fatalf("%s and %s are not in consecutive slots (%d, %d)", tc.times[i-1], tc.times[i], fleet.DrillSlot(tc.times[i-1]), fleet.DrillSlot(tc.times[i]))
 				}
 			}
 			perSlot := make([]int, len(tc.times))
 			for _, id := range ids {
 				n := 0
 				for i, at := range tc.times {
-					if kube.DrillChosen(id, at, tc.share) {
+					if fleet.DrillChosen(id, at, tc.share) {
 						n++
 						perSlot[i]++
 					}
 					// Stable: the same answer at any time of the slot.
-					if kube.DrillChosen(id, at, tc.share) != kube.DrillChosen(id, time.Unix(kube.DrillSlot(at)*8*3600, 0), tc.share) {
+					if fleet.DrillChosen(id, at, tc.share) != fleet.DrillChosen(id, time.Unix(fleet.DrillSlot(at)*8*3600, 0), tc.share) {
 						t.Errorf("%s: chosen differently within the slot of %s", id, at)
 					}
 				}
@@ -89,7 +90,7 @@ func TestDrillChosen(t *testing.T) {
 			t.Logf("share %d: clusters chosen per slot %v", tc.share, perSlot)
 		})
 	}
-	if !kube.DrillChosen("any", time.Now(), 0) {
+	if !fleet.DrillChosen("any", time.Now(), 0) {
 		t.Errorf("share 0 must choose every cluster (as 1)")
 	}
 }
@@ -167,7 +168,7 @@ func TestBackupAllDrill(t *testing.T) {
 			!strings.Contains(s, "not run") || !strings.Contains(s, "find etcd") || strings.Contains(s, "backup failed for") {
 			t.Errorf("the error does not name the cluster, its backup and the drill's step:\n%s", s)
 		}
-		var rep kube.BackupAllReport
+		var rep fleet.BackupAllReport
 		if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
 			t.Fatalf("json: %v\n%s", err, stdout.String())
 		}
@@ -175,7 +176,7 @@ func TestBackupAllDrill(t *testing.T) {
 			t.Fatalf("report: %s", stdout.String())
 		}
 		for _, r := range rep.Clusters {
-			if r.Result != kube.ResultOK || r.Backup == "" || r.Prune == nil || r.Drill == nil {
+			if r.Result != fleet.ResultOK || r.Backup == "" || r.Prune == nil || r.Drill == nil {
 				t.Errorf("%s: %+v", r.Cluster, r)
 				continue
 			}
@@ -188,7 +189,7 @@ func TestBackupAllDrill(t *testing.T) {
 				t.Errorf("%s: events %v, want one %s", r.Cluster, ev, kube.ReasonBackupSucceeded)
 			}
 			if r.Cluster == "etcd-d3" {
-				if r.Drill.Result != kube.DrillNotRun || r.Drill.Record != nil || !strings.Contains(r.Drill.Error, "etcd-3.6") || rec != nil {
+				if r.Drill.Result != fleet.DrillNotRun || r.Drill.Record != nil || !strings.Contains(r.Drill.Error, "etcd-3.6") || rec != nil {
 					t.Errorf("etcd-d3 (etcd 3.6, no etcd-3.6 in the bin dir): drill %+v, record %+v", r.Drill, rec)
 				}
 				if e := ev[kube.ReasonDrillNotRun]; len(e) != 1 || e[0].Type != corev1.EventTypeWarning || !strings.Contains(e[0].Message, r.Backup) ||
@@ -200,7 +201,7 @@ func TestBackupAllDrill(t *testing.T) {
 				continue
 			}
 			cmp := r.Drill.Record
-			if r.Drill.Result != kube.DrillPassed || r.Drill.Comparison != catalog.CompareSource || cmp == nil || cmp.Comparison.Equal == nil || !*cmp.Comparison.Equal {
+			if r.Drill.Result != fleet.DrillPassed || r.Drill.Comparison != catalog.CompareSource || cmp == nil || cmp.Comparison.Equal == nil || !*cmp.Comparison.Equal {
 				t.Errorf("%s: drill %+v", r.Cluster, r.Drill)
 			}
 			if rec == nil || !rec.Passed || rec.Comparison.Mode != catalog.CompareSource || rec.Backup != r.Backup {
@@ -226,7 +227,7 @@ func TestBackupAllDrill(t *testing.T) {
 		for range 10 {
 			chosen = chosen[:0]
 			for _, n := range names {
-				if kube.DrillChosen(n, at, 3) {
+				if fleet.DrillChosen(n, at, 3) {
 					chosen = append(chosen, n)
 				}
 			}
@@ -240,24 +241,24 @@ func TestBackupAllDrill(t *testing.T) {
 		}
 		// Both servers this time: a chosen etcd 3.6 cluster is drilled too.
 		both := testenv.DrillBinDir(t, testenv.V35, testenv.V36)
-		rep, err := kube.BackupAll(ctx, kube.BackupAllOptions{
+		rep, err := fleet.BackupAll(ctx, fleet.BackupAllOptions{
 			Kube: sa, NoEvents: true, Now: func() time.Time { return at },
 			Template:    backup.Options{Kind: catalog.KindManual, Store: st, Layout: layout, ProbeTimeout: 2 * time.Second},
 			DialTimeout: 2 * time.Second,
-			Drill:       &kube.DrillPlan{Share: 3, Parallel: 2, EtcdBinDir: both, ScratchDir: t.TempDir()},
+			Drill:       &fleet.DrillShare{Share: 3, Parallel: 2, EtcdBinDir: both, ScratchDir: t.TempDir()},
 		})
 		if err != nil {
 			t.Fatalf("BackupAll --drill-share 3: %v", err)
 		}
-		if rep.DrillShare != 3 || rep.DrillSlot != kube.DrillSlot(at) {
-			t.Errorf("report: share %d slot %d, want 3 and %d", rep.DrillShare, rep.DrillSlot, kube.DrillSlot(at))
+		if rep.DrillShare != 3 || rep.DrillSlot != fleet.DrillSlot(at) {
+			t.Errorf("report: share %d slot %d, want 3 and %d", rep.DrillShare, rep.DrillSlot, fleet.DrillSlot(at))
 		}
 		for _, r := range rep.Clusters {
-			want := kube.DrillSkipped
-			if kube.DrillChosen(r.Cluster, at, 3) {
-				want = kube.DrillPassed
+			want := fleet.DrillSkipped
+			if fleet.DrillChosen(r.Cluster, at, 3) {
+				want = fleet.DrillPassed
 			}
-			if r.Result != kube.ResultOK || r.Drill == nil || r.Drill.Result != want {
+			if r.Result != fleet.ResultOK || r.Drill == nil || r.Drill.Result != want {
 				t.Errorf("%s at %s (chosen: %v): %+v", r.Cluster, at, chosen, r.Drill)
 			}
 		}
@@ -267,7 +268,7 @@ func TestBackupAllDrill(t *testing.T) {
 		}
 		for _, row := range tab.Rows {
 			want := "not chosen"
-			if kube.DrillChosen(row[0], at, 3) {
+			if fleet.DrillChosen(row[0], at, 3) {
 				want = "passed (source)"
 			}
 			if row[7] != want {
@@ -297,18 +298,18 @@ func TestBackupAllDrill(t *testing.T) {
 			t.Fatal(err)
 		}
 		scratch := t.TempDir()
-		rep, err := kube.BackupAll(ctx, kube.BackupAllOptions{
+		rep, err := fleet.BackupAll(ctx, fleet.BackupAllOptions{
 			Kube: sa, NoEvents: true,
 			Template: backup.Options{Kind: catalog.KindManual, Store: st, Layout: layout, ProbeTimeout: 2 * time.Second,
 				Recipients: rs, RequireEncryption: true, ScratchDir: scratch},
 			DialTimeout: 2 * time.Second,
-			Drill:       &kube.DrillPlan{Share: 1, Parallel: 2, EtcdBinDir: testenv.DrillBinDir(t, testenv.V35, testenv.V36), ScratchDir: scratch},
+			Drill:       &fleet.DrillShare{Share: 1, Parallel: 2, EtcdBinDir: testenv.DrillBinDir(t, testenv.V35, testenv.V36), ScratchDir: scratch},
 		})
 		if err != nil {
 			t.Fatalf("BackupAll encrypted --drill: %v", err)
 		}
 		for _, r := range rep.Clusters {
-			if r.Result != kube.ResultOK || r.Manifest == nil || !r.Manifest.Encrypted() || r.Drill == nil || r.Drill.Result != kube.DrillPassed ||
+			if r.Result != fleet.ResultOK || r.Manifest == nil || !r.Manifest.Encrypted() || r.Drill == nil || r.Drill.Result != fleet.DrillPassed ||
 				r.Drill.Comparison != catalog.CompareSource {
 				t.Errorf("%s: result %s, manifest encryption %+v, drill %+v", r.Cluster, r.Result, r.Manifest, r.Drill)
 			}

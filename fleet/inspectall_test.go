@@ -1,4 +1,4 @@
-package kube_test
+package fleet_test
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
@@ -49,7 +50,7 @@ func testInspectAll(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier,
 	// Backups of all but etcd-nobackup, then the failures.
 	st := testfix.Store(t, m, bucket)
 	layout := catalog.Layout{Prefix: prefix}
-	if _, err := kube.BackupAll(ctx, kube.BackupAllOptions{
+	if _, err := fleet.BackupAll(ctx, fleet.BackupAllOptions{
 		Kube: sa, Names: []string{healthy.Name, degraded.Name, down.Name}, NoEvents: true,
 		Template:    backup.Options{Kind: catalog.KindScheduled, Store: st, Layout: layout, ProbeTimeout: 2 * time.Second},
 		DialTimeout: 2 * time.Second,
@@ -117,7 +118,7 @@ func testInspectAll(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier,
 		if code != inspect.ExitUnreachable {
 			t.Fatalf("exit %d, want %d (the worst: UNREACHABLE)\nstdout:\n%s\nstderr:\n%s", code, inspect.ExitUnreachable, stdout, stderr)
 		}
-		var rep kube.InspectAllReport
+		var rep fleet.InspectAllReport
 		if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
 			t.Fatalf("json: %v\n%s", err, stdout)
 		}
@@ -243,7 +244,7 @@ func testInspectAll(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier,
 	t.Run("Stale", func(t *testing.T) {
 		time.Sleep(time.Until(backupsAt.Add(1500 * time.Millisecond)))
 		code, stdout, stderr, _ := runTool("--all", "--max-backup-age", "1s", "-o", "json")
-		var rep kube.InspectAllReport
+		var rep fleet.InspectAllReport
 		if code != inspect.ExitUnreachable || json.Unmarshal([]byte(stdout), &rep) != nil || len(rep.Clusters) != 4 {
 			t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 		}
@@ -267,7 +268,7 @@ func testInspectAll(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier,
 	t.Run("DrillFailed", func(t *testing.T) {
 		putDrill(healthy.Name, false, failedCheck)
 		code, stdout, stderr, _ := runTool("--all", "-o", "json")
-		var rep kube.InspectAllReport
+		var rep fleet.InspectAllReport
 		if code != inspect.ExitUnreachable || json.Unmarshal([]byte(stdout), &rep) != nil || len(rep.Clusters) != 4 {
 			t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 		}
@@ -292,7 +293,7 @@ func testInspectAll(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier,
 			mem.Freeze()
 		}
 		code, stdout, stderr, elapsed := runTool("--all", "-o", "json", "--timeout", "1s", "--dial-timeout", "1s")
-		var rep kube.InspectAllReport
+		var rep fleet.InspectAllReport
 		if code != inspect.ExitUnreachable || json.Unmarshal([]byte(stdout), &rep) != nil || len(rep.Clusters) != 4 {
 			t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 		}

@@ -1,4 +1,4 @@
-package kube
+package fleet
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/fanout"
 	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/internal/store"
+	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/restore"
 )
 
@@ -27,7 +28,7 @@ const DefaultParallel = 4
 // BackupAllOptions configure a backup of several EtcdClusters of one
 // namespace.
 type BackupAllOptions struct {
-	Kube *Client
+	Kube *kube.Client
 	// Names of the EtcdClusters; empty means every one in the namespace.
 	Names []string
 	// Parallel bounds the backups running at once (default 4).
@@ -44,17 +45,18 @@ type BackupAllOptions struct {
 	// Drill, when set, drills the new backup of the clusters this run
 	// chooses (restore.Drill), right after each one's backup and before
 	// its prune.
-	Drill *DrillPlan
+	Drill *DrillShare
 	// Now is the clock (tests: the drill share's slot); default time.Now.
 	Now func() time.Time
 	// Orphans, with every EtcdCluster (Names empty), runs the orphan pass
 	// after the backups (backup --all --prune): see Orphans. Ignored with
 	// Names: that listing is not the whole namespace.
-	Orphans *OrphanPlan
+	Orphans *OrphanOptions
 }
 
-// DrillPlan is how BackupAll drills the backups it takes.
-type DrillPlan struct {
+// DrillShare is how BackupAll drills the backups it takes: which share
+// of the clusters, how many at once, with which etcd and scratch space.
+type DrillShare struct {
 	// Share: only 1/Share of the clusters are drilled per run, chosen by
 	// DrillChosen (the run's 8-hour UTC slot): with the CronJob's three
 	// runs a day and Share 3, each cluster's newest backup is drilled once
@@ -103,67 +105,27 @@ func DrillChosen(clusterID string, t time.Time, share int) bool {
 	return r == 0
 }
 
-// Drill results of one cluster (DrillOutcome.Result).
+// Drill results of one cluster (DrillOutcome.Result, DrillResult.Result):
+// backup's outcomes of a drill, and the fleet's own (not chosen, no
+// backup).
 const (
-	DrillPassed = "passed"
-	DrillFailed = "failed"  // the backup failed a check: it is not proven
-	DrillNotRun = "not run" // the drill could not run (no etcd of its version, the store failed)
-	// DrillInconclusive: the node, not the backup, stopped the drill (its
-	// etcd killed by a signal or the OOM killer, a full scratch disk, a
-	// deadline); nothing recorded, restore never skips the backup for it.
-	DrillInconclusive = "inconclusive"
+	DrillPassed = backup.DrillPassed
+	DrillFailed = backup.DrillFailed // the backup failed a check: it is not proven
+	DrillNotRun = backup.DrillNotRun // the drill could not run (no etcd of its version, the store failed)
+	// DrillInconclusive: see backup.DrillInconclusive.
+	DrillInconclusive = backup.DrillInconclusive
 	DrillSkipped      = "not chosen" // not in this run's share
 	DrillNoBackup     = "no backup"  // the backup failed, nothing to drill
 )
 
-// Event reasons of a drill, recorded on the EtcdCluster next to the
-// backup's own Event.
-const (
-	ReasonDrillPassed = "DrillPassed"
-	ReasonDrillFailed = "DrillFailed"
-	ReasonDrillNotRun = "DrillNotRun"
-	// ReasonDrillInconclusive: see DrillInconclusive.
-	ReasonDrillInconclusive = "DrillInconclusive"
-)
-
-// DrillOutcome is what happened to a cluster's drill in a backup run.
-type DrillOutcome struct {
-	Result string `json:"result"`
-	// Comparison is the record's comparison mode: catalog.CompareSource
-	// (the restored keyspace hashes as the source's at that revision) or
-	// catalog.CompareSelf.
-	Comparison string        `json:"comparison,omitempty"`
-	Error      string        `json:"error,omitempty"`
-	Duration   time.Duration `json:"-"`
-	Seconds    float64       `json:"durationSeconds,omitempty"`
-	// Record is the drill record (drill.json), when the drill ran.
-	Record *catalog.DrillRecord `json:"record,omitempty"`
-}
-
-// Text is the DRILL column: passed (source), passed (self), FAILED, not
-// run, not chosen.
-func (d *DrillOutcome) Text() string {
-	switch {
-	case d == nil:
-		return "-"
-	case d.Result == DrillPassed && d.Comparison == catalog.CompareSelf:
-		return "passed (self)"
-	case d.Result == DrillPassed:
-		return "passed (" + d.Comparison + ")"
-	case d.Result == DrillFailed:
-		return "FAILED"
-	}
-	return d.Result
-}
-
 // NewDrillOutcome describes a drill's result: its record and error as
 // restore.Drill returned them.
-func NewDrillOutcome(rec *catalog.DrillRecord, err error, d time.Duration) *DrillOutcome {
+func NewDrillOutcome(rec *catalog.DrillRecord, err error, d time.Duration) *backup.DrillOutcome {
 	var de *restore.DrillError
 	if rec == nil && errors.As(err, &de) {
 		rec = de.Record
 	}
-	o := &DrillOutcome{Result: DrillPassed, Record: rec, Duration: d, Seconds: d.Seconds()}
+	o := &backup.DrillOutcome{Result: DrillPassed, Record: rec, Duration: d, Seconds: d.Seconds()}
 	if rec != nil {
 		o.Comparison = rec.Comparison.Mode
 	}
@@ -187,8 +149,19 @@ func NewDrillOutcome(rec *catalog.DrillRecord, err error, d time.Duration) *Dril
 	return o
 }
 
-// message is the drill's Event: its type, reason and message.
-func (d *DrillOutcome) event(backupName string) (string, string, string) {
+// BackupDrillOutcome is the outcome of the drill of a finished backup.Run
+// that was asked to drill its backup (backup --drill): for
+// backup.NewReport.
+func BackupDrillOutcome(res *backup.Result) *backup.DrillOutcome {
+	var took time.Duration
+	if d := res.Drill; d != nil {
+		took = d.FinishedAt.Sub(d.StartedAt)
+	}
+	return NewDrillOutcome(res.Drill, res.DrillErr, took)
+}
+
+// drillEvent is the drill's Event: its type, reason and message.
+func drillEvent(d *backup.DrillOutcome, backupName string) (string, string, string) {
 	switch d.Result {
 	case DrillPassed:
 		msg := fmt.Sprintf("restore drill of backup %s passed in %s", backupName, d.Duration.Round(time.Second))
@@ -204,15 +177,15 @@ func (d *DrillOutcome) event(backupName string) (string, string, string) {
 			}
 			msg += fmt.Sprintf("; etcd %s, revision %d", r.EtcdVersion, r.Revision)
 		}
-		return corev1.EventTypeNormal, ReasonDrillPassed, msg
+		return corev1.EventTypeNormal, kube.ReasonDrillPassed, msg
 	case DrillFailed:
-		return corev1.EventTypeWarning, ReasonDrillFailed, fmt.Sprintf("restore drill of backup %s FAILED (the backup is committed but not proven restorable): %s", backupName, d.Error)
+		return corev1.EventTypeWarning, kube.ReasonDrillFailed, fmt.Sprintf("restore drill of backup %s FAILED (the backup is committed but not proven restorable): %s", backupName, d.Error)
 	}
 	if d.Result == DrillInconclusive {
-		return corev1.EventTypeWarning, ReasonDrillInconclusive, fmt.Sprintf("restore drill of backup %s inconclusive, nothing recorded "+
+		return corev1.EventTypeWarning, kube.ReasonDrillInconclusive, fmt.Sprintf("restore drill of backup %s inconclusive, nothing recorded "+
 			"(the node, not the backup: the backup is committed, not proven, and restore does not skip it): %s", backupName, d.Error)
 	}
-	return corev1.EventTypeWarning, ReasonDrillNotRun, fmt.Sprintf("restore drill of backup %s could not run (the backup is committed, not proven): %s", backupName, d.Error)
+	return corev1.EventTypeWarning, kube.ReasonDrillNotRun, fmt.Sprintf("restore drill of backup %s could not run (the backup is committed, not proven): %s", backupName, d.Error)
 }
 
 // Results of one cluster.
@@ -240,7 +213,7 @@ type ClusterResult struct {
 
 	// Drill is the drill of the new backup (backup --drill): nil when no
 	// drill was asked for.
-	Drill *DrillOutcome `json:"drill,omitempty"`
+	Drill *backup.DrillOutcome `json:"drill,omitempty"`
 
 	Manifest *catalog.Manifest    `json:"manifest,omitempty"`
 	Prune    *catalog.PruneReport `json:"prune,omitempty"`
@@ -370,16 +343,16 @@ func BackupAll(ctx context.Context, opts BackupAllOptions) (*BackupAllReport, er
 	now := opts.Now()
 	var drillLim *fanout.Limiter
 	if d := opts.Drill; d != nil {
-		plan := *d
-		if plan.Share < 1 {
-			plan.Share = 1
+		share := *d
+		if share.Share < 1 {
+			share.Share = 1
 		}
-		if plan.Parallel < 1 {
-			plan.Parallel = 1
+		if share.Parallel < 1 {
+			share.Parallel = 1
 		}
-		opts.Drill = &plan
-		rep.DrillShare, rep.DrillParallel, rep.DrillSlot = plan.Share, plan.Parallel, DrillSlot(now)
-		drillLim = fanout.NewLimiter(plan.Parallel)
+		opts.Drill = &share
+		rep.DrillShare, rep.DrillParallel, rep.DrillSlot = share.Share, share.Parallel, DrillSlot(now)
+		drillLim = fanout.NewLimiter(share.Parallel)
 	}
 	clusters, err := k.Clusters(ctx, opts.Names...)
 	if err != nil {
@@ -437,11 +410,11 @@ func BackupAll(ctx context.Context, opts BackupAllOptions) (*BackupAllReport, er
 	if opts.Orphans != nil && len(opts.Names) == 0 && ctx.Err() == nil {
 		// After the backups, from fresh listings: the store first, then the
 		// EtcdClusters and EtcdRestores (see catalog.Orphans).
-		plan := *opts.Orphans
-		if plan.Now == nil {
-			plan.Now = opts.Now
+		orphans := *opts.Orphans
+		if orphans.Now == nil {
+			orphans.Now = opts.Now
 		}
-		rep.Orphans, orphanErr = Orphans(ctx, k, opts.Template.Store, opts.Template.Layout, plan, log)
+		rep.Orphans, orphanErr = Orphans(ctx, k, opts.Template.Store, opts.Template.Layout, orphans, log)
 		if orphanErr != nil {
 			rep.OrphanError = orphanErr.Error()
 			log.Error("orphan pass failed", "err", orphanErr)
@@ -455,21 +428,21 @@ func BackupAll(ctx context.Context, opts BackupAllOptions) (*BackupAllReport, er
 	return rep, nil
 }
 
-func backupOne(ctx context.Context, k *Client, c Cluster, opts BackupAllOptions, drill bool, backupSlot *fanout.Slot, log *slog.Logger) (res ClusterResult) {
+func backupOne(ctx context.Context, k *kube.Client, c kube.Cluster, opts BackupAllOptions, drill bool, backupSlot *fanout.Slot, log *slog.Logger) (res ClusterResult) {
 	start := time.Now()
 	res = ClusterResult{Cluster: c.Name, Result: ResultFailed, Endpoints: c.Endpoints}
 	clog := log.With("cluster", c.Name)
 	if opts.Drill != nil && !drill {
-		res.Drill = &DrillOutcome{Result: DrillSkipped}
+		res.Drill = &backup.DrillOutcome{Result: DrillSkipped}
 	}
 	defer func() {
 		res.Duration = time.Since(start)
 		if opts.NoEvents {
 			return
 		}
-		typ, reason, msg := corev1.EventTypeNormal, ReasonBackupSucceeded, successMessage(res)
+		typ, reason, msg := corev1.EventTypeNormal, kube.ReasonBackupSucceeded, successMessage(res)
 		if res.Result != ResultOK {
-			typ, reason, msg = corev1.EventTypeWarning, ReasonBackupFailed, res.Error
+			typ, reason, msg = corev1.EventTypeWarning, kube.ReasonBackupFailed, res.Error
 		}
 		ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
@@ -478,7 +451,7 @@ func backupOne(ctx context.Context, k *Client, c Cluster, opts BackupAllOptions,
 			clog.Warn("could not record the event", "err", err)
 		}
 		if d := res.Drill; d != nil && res.Manifest != nil && (d.Result == DrillPassed || d.Result == DrillFailed || d.Result == DrillNotRun || d.Result == DrillInconclusive) {
-			typ, reason, msg := d.event(res.Backup)
+			typ, reason, msg := drillEvent(d, res.Backup)
 			if err := k.RecordEvent(ectx, c, typ, reason, msg); err != nil {
 				res.EventError = strings.TrimPrefix(res.EventError+"; "+err.Error(), "; ")
 				clog.Warn("could not record the drill's event", "err", err)
@@ -489,7 +462,7 @@ func backupOne(ctx context.Context, k *Client, c Cluster, opts BackupAllOptions,
 		res.Err, res.Error = err, err.Error()
 		clog.Error("backup failed", "err", err)
 		if drill && res.Drill == nil {
-			res.Drill = &DrillOutcome{Result: DrillNoBackup}
+			res.Drill = &backup.DrillOutcome{Result: DrillNoBackup}
 		}
 		return res
 	}
@@ -574,15 +547,15 @@ func onlyDrill(err error) bool {
 // backup streamed when it is encrypted (backup.Options.Drill): the drill
 // then downloads nothing and needs no identity.
 func NewBackupDrillOptions(m *catalog.Manifest, plaintext string, st store.Store, layout catalog.Layout, src etcdconn.Config,
-	plan DrillPlan, log *slog.Logger) restore.DrillOptions {
+	share DrillShare, log *slog.Logger) restore.DrillOptions {
 	o := restore.DrillOptions{
 		ClusterID:  m.ClusterID,
 		Store:      st,
 		Layout:     layout,
 		Backup:     m.Name,
 		Source:     src,
-		EtcdBinDir: plan.EtcdBinDir,
-		ScratchDir: plan.ScratchDir,
+		EtcdBinDir: share.EtcdBinDir,
+		ScratchDir: share.ScratchDir,
 		Log:        log,
 	}
 	if plaintext != "" {

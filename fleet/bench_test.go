@@ -1,4 +1,4 @@
-package kube_test
+package fleet_test
 
 import (
 	"bytes"
@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
-	"github.com/armada/etcd-recovery/kube"
 )
 
 // BenchmarkBackupAll50 runs the real CLI, `backup --all`, over 50
@@ -73,7 +73,7 @@ func BenchmarkBackupAll50(b *testing.B) {
 				}
 				total += d
 				maxRSS = max(maxRSS, rss)
-				var rep kube.BackupAllReport
+				var rep fleet.BackupAllReport
 				if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil || len(rep.Clusters) != n || len(rep.Failed) != 0 {
 					b.Fatalf("report: %v, %d clusters, failed %v", err, len(rep.Clusters), rep.Failed)
 				}

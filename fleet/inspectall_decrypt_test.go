@@ -1,4 +1,4 @@
-package kube_test
+package fleet_test
 
 import (
 	"encoding/json"
@@ -11,6 +11,7 @@ import (
 	"filippo.io/age"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/output"
@@ -91,17 +92,17 @@ func TestInspectAllDecrypts(t *testing.T) {
 		fc := kubetest.AddEtcdCluster(t, admin, dyn, nsDec, name, testenv.EtcdOptions{IP: c.ip})
 		kubetest.PerClusterAccess(t, a, nsDec, fc.Name)
 		testenv.PutKeys(t, fc.Etcd.Client(t), "/registry/k", 50, 256)
-		if _, err := kube.BackupAll(ctx, kube.BackupAllOptions{Kube: sa, Names: []string{name}, NoEvents: true,
+		if _, err := fleet.BackupAll(ctx, fleet.BackupAllOptions{Kube: sa, Names: []string{name}, NoEvents: true,
 			Template:    backup.Options{Kind: catalog.KindScheduled, Store: st, Layout: layout, ProbeTimeout: 2 * time.Second, Recipients: c.rs},
 			DialTimeout: 2 * time.Second}); err != nil {
 			t.Fatalf("backup of %s: %v", name, err)
 		}
 	}
 
-	inspectAll := func(ids *seal.Identities) *kube.InspectAllReport {
+	inspectAll := func(ids *seal.Identities) *fleet.InspectAllReport {
 		t.Helper()
 		start := time.Now()
-		rep, err := kube.InspectAll(ctx, kube.InspectAllOptions{Kube: sa, Identities: ids, DialTimeout: 2 * time.Second,
+		rep, err := fleet.InspectAll(ctx, fleet.InspectAllOptions{Kube: sa, Identities: ids, DialTimeout: 2 * time.Second,
 			Template: inspect.Options{Store: st, Layout: layout, Timeout: 2 * time.Second}})
 		if err != nil {
 			t.Fatal(err)
@@ -112,14 +113,14 @@ func TestInspectAllDecrypts(t *testing.T) {
 		}
 		return rep
 	}
-	row := func(rep *kube.InspectAllReport, name string) kube.InspectRow {
+	row := func(rep *fleet.InspectAllReport, name string) fleet.InspectRow {
 		for _, r := range rep.Clusters {
 			if r.Cluster == name {
 				return r
 			}
 		}
 		t.Fatalf("no row %s", name)
-		return kube.InspectRow{}
+		return fleet.InspectRow{}
 	}
 
 	rep := inspectAll(toolkit)
@@ -166,7 +167,7 @@ func TestInspectAllDecrypts(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("etcd-recovery inspect --all with %s: exit %d\n%s\n%s", seal.EnvIdentityFile, code, out, errb)
 	}
-	var cliRep kube.InspectAllReport
+	var cliRep fleet.InspectAllReport
 	if err := json.Unmarshal([]byte(out), &cliRep); err != nil {
 		t.Fatalf("inspect --all -o json: %v\n%s", err, out)
 	}

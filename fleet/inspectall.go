@@ -1,4 +1,4 @@
-package kube
+package fleet
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
+	"github.com/armada/etcd-recovery/kube"
 )
 
 // DefaultInspectParallel is how many clusters InspectAll inspects at once:
@@ -24,7 +25,7 @@ const DefaultInspectParallel = DefaultParallel
 // InspectAllOptions configure an inspection of several EtcdClusters of one
 // namespace.
 type InspectAllOptions struct {
-	Kube *Client
+	Kube *kube.Client
 	// Names of the EtcdClusters; empty means every one in the namespace.
 	Names []string
 	// Parallel bounds the inspections running at once (default 8).
@@ -260,7 +261,7 @@ func InspectAll(ctx context.Context, opts InspectAllOptions) (*InspectAllReport,
 
 // inspectOne inspects one cluster, bounded by its own deadline: the client
 // TLS secret read and the inspection (itself capped at twice the timeout).
-func inspectOne(ctx context.Context, k *Client, c Cluster, opts InspectAllOptions) InspectRow {
+func inspectOne(ctx context.Context, k *kube.Client, c kube.Cluster, opts InspectAllOptions) InspectRow {
 	start := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, 3*opts.Template.Timeout)
 	defer cancel()
@@ -315,14 +316,14 @@ func newestDecrypts(ctx context.Context, st store.Store, layout catalog.Layout, 
 	return m.Name, d
 }
 
-func failedRow(c Cluster, err error, elapsed time.Duration) InspectRow {
+func failedRow(c kube.Cluster, err error, elapsed time.Duration) InspectRow {
 	return InspectRow{Cluster: c.Name, Verdict: inspect.VerdictUnreachable, ExitCode: inspect.ExitUnreachable,
 		Members: "?", Backup: BackupNotChecked, Drill: BackupNotChecked, NextStep: "not inspected", Error: oneLine(err),
 		Endpoints: c.Endpoints, ElapsedMS: elapsed.Milliseconds()}
 }
 
 // rowOf summarizes a report.
-func rowOf(c Cluster, rep *inspect.Report) InspectRow {
+func rowOf(c kube.Cluster, rep *inspect.Report) InspectRow {
 	row := InspectRow{Cluster: c.Name, Verdict: rep.Verdict, ExitCode: rep.ExitCode(),
 		Up: rep.Up, Voting: rep.Voting, Members: fmt.Sprintf("%d/%d", rep.Up, rep.Voting),
 		Leader: rep.Leader, Backup: BackupNotChecked, Drill: BackupNotChecked, NextStep: shortStep(rep.NextStep.Action),

@@ -1,0 +1,16 @@
+// Package fleet runs backup, inspect and drill over many clusters, whose
+// targets (Target) come from Kubernetes (the EtcdClusters of a namespace,
+// through kube) or from a store listing (every cluster id with a backup
+// folder under the prefix). It owns the fan-out (bounded by Parallel, one
+// cluster's failure never stopping the others), the per-cluster results
+// and the fleet reports: BackupAll (backup --all, with its drill share
+// and the orphan pass), InspectAll (inspect --all / --cluster, also the
+// exporter's inspection) and ListOrphans (inspect --all's read-only orphan
+// listing), DrillAll and DrillOne (drill --all, drill --cluster-id), and
+// Orphans (catalog.Orphans fed with the namespace's EtcdCluster and
+// EtcdRestore listings: prune --orphans, backup --all --prune). Each
+// cluster's own work is its feature package's (backup.Run, inspect.Run,
+// restore.Drill); Events go through kube. It imports backup, inspect,
+// restore, kube and internal/ plumbing; the CLI (cmd/etcd-recovery) and
+// the exporter (metrics) import it, and kube never does.
+package fleet

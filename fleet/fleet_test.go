@@ -1,0 +1,253 @@
+package fleet_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/fleet"
+	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/testing/kubetest"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testfix"
+	"github.com/armada/etcd-recovery/kube"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+const (
+	ns      = "kubx-etcd-01"
+	otherNS = "kubx-etcd-02"
+	// inspectNS holds the clusters of the inspect --all test.
+	inspectNS = "kubx-etcd-03"
+)
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestKube runs everything against one real kube-apiserver (starting one
+// is the expensive part): the manifests, RBAC, discovery, and backup --all
+// of 20 EtcdClusters backed by real etcd members.
+// TestFleet runs backup --all and inspect --all against one real
+// kube-apiserver (starting one is the expensive part), with the
+// deployment's RBAC: backup --all of 20 EtcdClusters backed by real etcd
+// members, one of them down, and the namespace's DR posture.
+func TestFleet(t *testing.T) {
+	k := testenv.StartKubeAPIServer(t)
+	admin := k.Clientset(t, "")
+	kubetest.CreateNamespaces(t, admin, ns, otherNS, inspectNS)
+	kubetest.InstallCRDs(t, k)
+	a := kubetest.NewApplier(t, k)
+	ctx := ctxT(t, 10*time.Minute)
+	for _, ns := range []string{ns, otherNS, inspectNS} {
+		for _, o := range kubetest.DecodeManifests(t, filepath.Join(testenv.RepoRoot(t), "deploy", "10-rbac.yaml")) {
+			if err := a.Apply(ctx, o, ns, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Run("BackupAll", func(t *testing.T) { testBackupAll(t, k, a, admin) })
+	t.Run("InspectAll", func(t *testing.T) { testInspectAll(t, k, a, admin) })
+}
+
+// perClusterAccess applies deploy/per-cluster/client-tls-access.yaml for a cluster of ns.
+func perClusterAccess(t testing.TB, a *kubetest.Applier, cluster string) {
+	t.Helper()
+	kubetest.PerClusterAccess(t, a, ns, cluster)
+}
+
+// addEtcdCluster starts a real single-member etcd with TLS on its own
+// loopback IP and describes it to Kubernetes in ns (kubetest.AddEtcdCluster).
+func addEtcdCluster(t testing.TB, cs kubernetes.Interface, dyn dynamic.Interface, name, ip string) kubetest.Cluster {
+	t.Helper()
+	return kubetest.AddEtcdCluster(t, cs, dyn, ns, name, testenv.EtcdOptions{IP: ip, Members: 1})
+}
+
+func testBackupAll(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, admin kubernetes.Interface) {
+	ctx := ctxT(t, 10*time.Minute)
+	dynAdmin := k.Dynamic(t, "")
+	m := testenv.SharedMinIO(t)
+	bucket := m.NewBucket(t)
+	prefix := testenv.Prefix(t)
+	for _, n := range []string{ns, otherNS} {
+		kubetest.CreateCOSSecret(t, admin, n, m)
+	}
+	if _, err := admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "unrelated"}, StringData: map[string]string{"x": "y"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	const n = 20
+	var clusters []kubetest.Cluster
+	start := time.Now()
+	for i := range n {
+		name := fmt.Sprintf("etcd-c%02d", i)
+		fc := addEtcdCluster(t, admin, dynAdmin, name, fmt.Sprintf("127.0.3.%d", 10+i))
+		perClusterAccess(t, a, name)
+		testenv.PutKeys(t, fc.Etcd.Client(t), "/registry/k", 50+i, 256)
+		clusters = append(clusters, fc)
+	}
+	t.Logf("%d etcd clusters with TLS started in %v", n, time.Since(start).Round(time.Millisecond))
+
+	token := kubetest.SAToken(t, admin, ns, "etcd-recovery")
+	sa, err := kube.New(kube.Config{Rest: k.RestConfig(token), Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("BackupAllOneDown", func(t *testing.T) {
+		down := clusters[7]
+		down.Etcd.Members[0].Kill()
+		tool := testfix.Tool(t)
+		kc := k.Kubeconfig(t, token, ns)
+		cmd := exec.CommandContext(ctx, tool, "backup", "--all", "--prune", "--kind", "scheduled", "--parallel", "4",
+			"--kubeconfig", kc, "--cos-endpoint", m.Endpoint, "--cos-region", m.Region, "--bucket", bucket, "--prefix", prefix,
+			"--dial-timeout", "2s", "--probe-timeout", "2s", "-o", "json")
+		// No COS credentials in the environment: they come from the secret.
+		cmd.Env = toolEnv()
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		start := time.Now()
+		err := cmd.Run()
+		elapsed := time.Since(start)
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			t.Fatalf("exit: %v, want 1\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+		}
+		if !strings.Contains(stderr.String(), "backup failed for 1 etcdcluster(s) in "+ns+": "+down.Name) {
+			t.Errorf("stderr does not name the failed cluster:\n%s", lastLines(stderr.String(), 5))
+		}
+		var rep fleet.BackupAllReport
+		if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+			t.Fatalf("json: %v\n%s", err, stdout.String())
+		}
+		if len(rep.Clusters) != n || len(rep.Failed) != 1 || rep.Failed[0] != down.Name {
+			t.Fatalf("report: %d clusters, failed %v", len(rep.Clusters), rep.Failed)
+		}
+		st := testfix.Store(t, m, bucket)
+		layout := catalog.Layout{Prefix: prefix}
+		for i, r := range rep.Clusters {
+			fc := clusters[i]
+			if fc.Name == down.Name {
+				if r.Result != fleet.ResultFailed || !strings.Contains(r.Error, down.Name) {
+					t.Errorf("down cluster: %+v", r)
+				}
+				continue
+			}
+			if r.Result != fleet.ResultOK || r.Revision == 0 || r.Size == 0 || r.Prune == nil {
+				t.Errorf("%s: %+v", fc.Name, r)
+				continue
+			}
+			list, err := catalog.ListBackups(ctx, st, layout, fc.Name)
+			if err != nil || len(list) != 1 || list[0].Manifest == nil || list[0].Manifest.Kind != catalog.KindScheduled {
+				t.Errorf("%s: backups in COS: %+v %v", fc.Name, list, err)
+			}
+		}
+		t.Logf("backup --all of %d clusters (1 down) at --parallel 4: %v", n, elapsed.Round(time.Millisecond))
+
+		// Events on the EtcdClusters, as kubectl describe shows them.
+		kadmin, err := kube.New(kube.Config{Rest: k.RestConfig(""), Namespace: ns})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, fc := range clusters {
+			evs, err := kadmin.Events(ctx, kube.Cluster{Namespace: ns, Name: fc.Name})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantReason, wantType := kube.ReasonBackupSucceeded, corev1.EventTypeNormal
+			if fc.Name == down.Name {
+				wantReason, wantType = kube.ReasonBackupFailed, corev1.EventTypeWarning
+			}
+			if len(evs) != 1 || evs[0].Reason != wantReason || evs[0].Type != wantType || evs[0].InvolvedObject.UID != fc.UID ||
+				evs[0].Source.Component != kube.EventComponent {
+				t.Errorf("%s: events %+v", fc.Name, evs)
+				continue
+			}
+			if fc.Name == down.Name {
+				t.Logf("event on %s: %s %s: %s", fc.Name, evs[0].Type, evs[0].Reason, evs[0].Message)
+			}
+		}
+
+		// In-process, the package function: the survivors again, named.
+		rep2, err := fleet.BackupAll(ctx, fleet.BackupAllOptions{
+			Kube: sa, Names: []string{"etcd-c00", "etcd-c01"}, Parallel: 2,
+			Template:    backup.Options{Kind: catalog.KindManual, Store: st, Layout: layout, ProbeTimeout: 2 * time.Second},
+			DialTimeout: 2 * time.Second,
+		})
+		if err != nil || len(rep2.Clusters) != 2 || rep2.Clusters[0].Result != fleet.ResultOK {
+			t.Fatalf("BackupAll named: %+v %v", rep2, err)
+		}
+		tab := rep2.Table()
+		if strings.Join(tab.Header, " ") != "CLUSTER RESULT BACKUP REVISION STORED DURATION PRUNED ERROR" || len(tab.Rows) != 2 ||
+			tab.Rows[0][0] != "etcd-c00" || tab.Rows[0][1] != fleet.ResultOK || tab.Rows[0][6] != "-" {
+			t.Fatalf("summary table: %v %v", tab.Header, tab.Rows)
+		}
+	})
+}
+
+func restoreObj(cluster string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": kube.APIVersion, "kind": "EtcdRestore",
+		"metadata": map[string]any{"name": cluster},
+		"spec": map[string]any{"etcdCluster": map[string]any{"name": cluster}, "backupStorageType": "S3",
+			"s3": map[string]any{"path": "bucket/" + cluster + "/snapshot.db", "awsSecret": "cos-credentials", "endpoint": "https://s3.example", "forcePathStyle": true}},
+	}}
+}
+
+// toolEnv is the environment for the CLI without COS credentials, etcdctl
+// settings, a kubeconfig or a pod namespace: everything comes from flags
+// and the API.
+// runTool runs the tool with args, its environment toolEnv() plus env,
+// and returns its stdout, its stderr and its exit code.
+func runTool(tb testing.TB, ctx context.Context, tool string, env []string, args ...string) (string, string, int) {
+	tb.Helper()
+	cmd := exec.CommandContext(ctx, tool, args...)
+	cmd.Env = append(toolEnv(), env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		return out.String(), errb.String(), ee.ExitCode()
+	case err != nil:
+		tb.Fatal(err)
+	}
+	return out.String(), errb.String(), 0
+}
+
+func toolEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "COS_") && !strings.HasPrefix(kv, "ETCDCTL_") && !strings.HasPrefix(kv, "KUBECONFIG=") && !strings.HasPrefix(kv, "POD_NAMESPACE=") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+func lastLines(s string, n int) string {
+	l := strings.Split(strings.TrimSpace(s), "\n")
+	if len(l) > n {
+		l = l[len(l)-n:]
+	}
+	return strings.Join(l, "\n")
+}

@@ -1,0 +1,36 @@
+package fleet
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/store"
+	"github.com/armada/etcd-recovery/kube"
+)
+
+// OrphanOptions are how orphans are handled in a run: see catalog.Orphans.
+type OrphanOptions struct {
+	// Grace: default catalog.DefaultOrphanGrace.
+	Grace  time.Duration
+	DryRun bool
+	// Now is the clock (tests); default time.Now.
+	Now func() time.Time
+}
+
+// Orphans runs catalog.Orphans for the namespace: the cluster ids under the
+// prefix without an EtcdCluster here, recorded, and deleted after the
+// grace only when the namespace owns the prefix, every listing succeeded
+// and no EtcdRestore references them.
+func Orphans(ctx context.Context, k *kube.Client, store store.Store, layout catalog.Layout, opts OrphanOptions, log *slog.Logger) (*catalog.OrphanReport, error) {
+	o := catalog.OrphanOptions{
+		Store: store, Layout: layout, Namespace: k.Namespace,
+		Clusters: k.ClusterNames, Restores: k.RestoringClusters,
+		Grace: opts.Grace, DryRun: opts.DryRun, Log: log,
+	}
+	if opts.Now != nil {
+		o.Now = opts.Now()
+	}
+	return catalog.Orphans(ctx, o)
+}
