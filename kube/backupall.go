@@ -13,12 +13,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/drill"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
 	"github.com/armada/etcd-recovery/internal/fanout"
 	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/internal/store"
-	"github.com/armada/etcd-recovery/restore"
 )
 
 // DefaultParallel is how many clusters BackupAll backs up at once.
@@ -42,7 +42,7 @@ type BackupAllOptions struct {
 	NoEvents bool
 	Log      *slog.Logger
 	// Drill, when set, drills the new backup of the clusters this run
-	// chooses (restore.Drill), right after each one's backup and before
+	// chooses (drill.Run), right after each one's backup and before
 	// its prune.
 	Drill *DrillPlan
 	// Now is the clock (tests: the drill share's slot); default time.Now.
@@ -64,7 +64,7 @@ type DrillPlan struct {
 	// runs an etcd on a copy of the database and needs the database's
 	// size of scratch disk twice.
 	Parallel int
-	// EtcdBinDir and ScratchDir are restore.DrillOptions'.
+	// EtcdBinDir and ScratchDir are drill.Options'.
 	EtcdBinDir string
 	ScratchDir string
 }
@@ -157,9 +157,9 @@ func (d *DrillOutcome) Text() string {
 }
 
 // NewDrillOutcome describes a drill's result: its record and error as
-// restore.Drill returned them.
+// drill.Run returned them.
 func NewDrillOutcome(rec *catalog.DrillRecord, err error, d time.Duration) *DrillOutcome {
-	var de *restore.DrillError
+	var de *drill.Error
 	if rec == nil && errors.As(err, &de) {
 		rec = de.Record
 	}
@@ -455,11 +455,11 @@ func BackupAll(ctx context.Context, opts BackupAllOptions) (*BackupAllReport, er
 	return rep, nil
 }
 
-func backupOne(ctx context.Context, k *Client, c Cluster, opts BackupAllOptions, drill bool, backupSlot *fanout.Slot, log *slog.Logger) (res ClusterResult) {
+func backupOne(ctx context.Context, k *Client, c Cluster, opts BackupAllOptions, withDrill bool, backupSlot *fanout.Slot, log *slog.Logger) (res ClusterResult) {
 	start := time.Now()
 	res = ClusterResult{Cluster: c.Name, Result: ResultFailed, Endpoints: c.Endpoints}
 	clog := log.With("cluster", c.Name)
-	if opts.Drill != nil && !drill {
+	if opts.Drill != nil && !withDrill {
 		res.Drill = &DrillOutcome{Result: DrillSkipped}
 	}
 	defer func() {
@@ -488,7 +488,7 @@ func backupOne(ctx context.Context, k *Client, c Cluster, opts BackupAllOptions,
 	fail := func(err error) ClusterResult {
 		res.Err, res.Error = err, err.Error()
 		clog.Error("backup failed", "err", err)
-		if drill && res.Drill == nil {
+		if withDrill && res.Drill == nil {
 			res.Drill = &DrillOutcome{Result: DrillNoBackup}
 		}
 		return res
@@ -507,14 +507,14 @@ func backupOne(ctx context.Context, k *Client, c Cluster, opts BackupAllOptions,
 	bo.Log = clog
 	bo.Progress = nil
 	bo.Drill = nil
-	if drill {
+	if withDrill {
 		bo.Drill = func(ctx context.Context, m *catalog.Manifest, plaintext string) (*catalog.DrillRecord, error) {
 			// The backup's buffers are freed: its slot goes to the next
 			// backup while this drill runs (bounded by the drill slot).
 			backupSlot.Release()
 			clog.Info("restore drill of the new backup", "backup", m.Name)
 			// The drill's log lines carry the cluster themselves.
-			return restore.Drill(ctx, NewBackupDrillOptions(m, plaintext, opts.Template.Store, opts.Template.Layout, ecfg, *opts.Drill, log))
+			return drill.Run(ctx, NewBackupDrillOptions(m, plaintext, opts.Template.Store, opts.Template.Layout, ecfg, *opts.Drill, log))
 		}
 	}
 	r, err := backup.Run(ctx, bo)
@@ -530,7 +530,7 @@ func backupOne(ctx context.Context, k *Client, c Cluster, opts BackupAllOptions,
 		if r.Pruned != nil {
 			res.Pruned = r.Pruned.Deleted
 		}
-		if drill {
+		if withDrill {
 			d := r.Drill
 			var took time.Duration
 			if d != nil {
@@ -574,8 +574,8 @@ func onlyDrill(err error) bool {
 // backup streamed when it is encrypted (backup.Options.Drill): the drill
 // then downloads nothing and needs no identity.
 func NewBackupDrillOptions(m *catalog.Manifest, plaintext string, st store.Store, layout catalog.Layout, src etcdconn.Config,
-	plan DrillPlan, log *slog.Logger) restore.DrillOptions {
-	o := restore.DrillOptions{
+	plan DrillPlan, log *slog.Logger) drill.Options {
+	o := drill.Options{
 		ClusterID:  m.ClusterID,
 		Store:      st,
 		Layout:     layout,

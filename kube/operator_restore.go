@@ -24,6 +24,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/restore"
+	"github.com/armada/etcd-recovery/restore/survivor"
 )
 
 // OperatorRestoreOptions configure OperatorRestore: a restore of an
@@ -288,7 +289,8 @@ func OperatorRestore(ctx context.Context, o OperatorRestoreOptions) (_ *Operator
 	// 1. Select and verify, with the survivor's endpoints from the pods.
 	ropts := restore.Options{ClusterID: o.Cluster, Store: o.Store, Layout: o.Layout, NoLive: o.NoLive,
 		ProbeTimeout: o.ProbeTimeout, Backup: o.Backup, DryRun: o.DryRun, Log: o.Log, Progress: o.Progress,
-		ScratchDir: o.TempDir, Identities: o.Identities, Recipients: o.Recipients, RequireEncryption: o.RequireEncryption}
+		ScratchDir: o.TempDir, Identities: o.Identities, Recipients: o.Recipients, RequireEncryption: o.RequireEncryption,
+		Survivor: survivor.Backup{}}
 	tmp, err := PrivateDir("etcd-recovery-tls-")
 	if err != nil {
 		return fail(OpStepSelect, err)
@@ -438,7 +440,7 @@ func OperatorRestore(ctx context.Context, o OperatorRestoreOptions) (_ *Operator
 		// expired since the restored members started (reported apart).
 		plan.Snapshot.Expect(&vo)
 	}
-	rep.Verify, err = restore.Verify(ctx, vo)
+	rep.Verify, err = restore.VerifyRebuilt(ctx, vo)
 	rep.Duration = time.Since(start)
 	if err != nil {
 		return fail(OpStepVerify, err)

@@ -5,9 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/armada/etcd-recovery/drill"
 	"github.com/armada/etcd-recovery/internal/usage"
 	"github.com/armada/etcd-recovery/kube"
-	"github.com/armada/etcd-recovery/restore"
 )
 
 // OperatorRestore and DrillAll check their options first: a mistake is a
@@ -30,8 +30,8 @@ func TestOptionsValidateUsage(t *testing.T) {
 		{op(with(func(o *kube.OperatorRestoreOptions) { o.Bucket = "" })), "--bucket is required"},
 		{op(with(func(o *kube.OperatorRestoreOptions) { o.Endpoint = "" })), "--cos-endpoint is required"},
 		{op(with(func(o *kube.OperatorRestoreOptions) { o.VerifyTimeout = -1 })), "--verify-timeout"},
-		{dr(kube.DrillAllOptions{Template: restore.DrillOptions{ClusterID: "c1"}}), "exclusive"},
-		{dr(kube.DrillAllOptions{Template: restore.DrillOptions{Backup: "20260101T000000.000Z-manual"}}), "--backup names one cluster's backup"},
+		{dr(kube.DrillAllOptions{Template: drill.Options{ClusterID: "c1"}}), "exclusive"},
+		{dr(kube.DrillAllOptions{Template: drill.Options{Backup: "20260101T000000.000Z-manual"}}), "--backup names one cluster's backup"},
 		{dr(kube.DrillAllOptions{Parallel: -2}), "--parallel -2: want at least 1"},
 		{dr(kube.DrillAllOptions{Names: []string{"a/b"}}), `invalid cluster id "a/b"`},
 	} {

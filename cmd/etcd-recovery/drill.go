@@ -3,9 +3,9 @@ package main
 import (
 	"github.com/urfave/cli/v2"
 
+	"github.com/armada/etcd-recovery/drill"
 	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/kube"
-	"github.com/armada/etcd-recovery/restore"
 )
 
 func drillCommand() *cli.Command {
@@ -69,7 +69,7 @@ func runDrill(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	tmpl := restore.DrillOptions{EtcdBinDir: c.String("etcd-bin-dir"), ScratchDir: c.String("temp-dir"), Identities: ids,
+	tmpl := drill.Options{EtcdBinDir: c.String("etcd-bin-dir"), ScratchDir: c.String("temp-dir"), Identities: ids,
 		StartTimeout: c.Duration("start-timeout"), ProbeTimeout: c.Duration("probe-timeout"), NoRecord: c.Bool("no-record"), Log: log}
 	kubeForm := all && (c.IsSet("namespace") || c.IsSet("kubeconfig"))
 	// --endpoints has a default (etcdctl's 127.0.0.1:2379): only endpoints

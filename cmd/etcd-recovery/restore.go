@@ -16,6 +16,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/restore"
+	"github.com/armada/etcd-recovery/restore/survivor"
 )
 
 const defaultVerifyTimeout = 5 * time.Minute
@@ -157,6 +158,7 @@ func runRestore(c *cli.Context) error {
 			DataDirRoot:              c.String("data-dir-root"),
 		},
 		Old:               etcdConfigFor(c, c.StringSlice("endpoints")),
+		Survivor:          survivor.Backup{},
 		Identities:        ids,
 		Recipients:        rs,
 		RequireEncryption: c.Bool("require-encryption"),

@@ -1,5 +1,5 @@
 // Package archtest checks the direction of imports: the product features
-// (backup, restore, inspect, kube, metrics and the command in cmd/) sit
+// (backup, restore, drill, inspect, kube, metrics and the command in cmd/) sit
 // above the plumbing in internal/, and no plumbing package imports a
 // feature, directly or through another package. The test harness lives
 // under internal/testing/ (test servers, fixtures, the store conformance
@@ -26,7 +26,15 @@ import (
 const module = "github.com/armada/etcd-recovery"
 
 // features are the product packages (and everything under them).
-var features = []string{"backup", "restore", "inspect", "kube", "metrics", "cmd"}
+var features = []string{"backup", "restore", "drill", "inspect", "kube", "metrics", "cmd"}
+
+// apart are the feature packages that must not depend on another feature
+// package, directly or through another package: restore's survivor
+// snapshot is backup's, given by the composer (restore/survivor), so that
+// restore and the object format do not depend on backup.
+var apart = map[string][]string{
+	"restore": {"backup"},
+}
 
 // fixtures is the test harness: it starts real servers or builds fixtures
 // from the features, and is imported by tests only (checked below).
@@ -64,7 +72,9 @@ func isPlumbing(path string) bool { return under(path, []string{"internal"}) && 
 //   - a package that is not a fixture depends on a fixture (fixtures are
 //     for tests only);
 //   - a package that is not a fixture imports the standard library's
-//     testing package (harness outside internal/testing/).
+//     testing package (harness outside internal/testing/);
+//   - a package of apart depends on one it is kept apart from (restore on
+//     backup).
 func violations(pkgs []pkg) []string {
 	var out []string
 	for _, p := range pkgs {
@@ -85,6 +95,17 @@ func violations(pkgs []pkg) []string {
 		}
 		if !isFixture(p.ImportPath) && slices.Contains(p.Imports, "testing") {
 			out = append(out, "package "+p.ImportPath+" imports the testing package outside a _test.go file (test harness belongs under internal/testing/)")
+		}
+		if rel, ok := strings.CutPrefix(p.ImportPath, module+"/"); ok {
+			for _, not := range apart[rel] {
+				if slices.Contains(p.Deps, module+"/"+not) {
+					via := "through another package"
+					if slices.Contains(p.Imports, module+"/"+not) {
+						via = "directly"
+					}
+					out = append(out, "package "+p.ImportPath+" imports "+module+"/"+not+" ("+via+"): it must not depend on it")
+				}
+			}
 		}
 		if p.ImportPath == module+"/internal/catalog" {
 			for _, d := range p.Deps {
@@ -187,6 +208,30 @@ func TestViolationsDetected(t *testing.T) {
 		"plumbing package " + m("internal/store/cos") + " imports feature " + m("kube") + " (through another package)",
 		"package " + m("restore") + " imports test fixture " + m("internal/testing/testfix") + " (fixtures are for tests only)",
 		"package " + m("internal/store/fake") + " imports the testing package outside a _test.go file (test harness belongs under internal/testing/)",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("violations:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// restore must not import backup, directly or through another package;
+// restore/survivor (backup's survivor snapshot for restore) and drill may
+// import both.
+func TestRestoreApartFromBackup(t *testing.T) {
+	t.Parallel()
+	m := func(s string) string { return module + "/" + s }
+	pkgs := []pkg{
+		{ImportPath: m("restore"), Imports: []string{m("backup")}, Deps: []string{m("backup"), m("internal/catalog")}},
+		{ImportPath: m("restore"), Imports: []string{m("inspect")}, Deps: []string{m("inspect"), m("backup")}},
+		// Allowed.
+		{ImportPath: m("restore/survivor"), Imports: []string{m("backup"), m("restore")}, Deps: []string{m("backup"), m("restore")}},
+		{ImportPath: m("drill"), Imports: []string{m("restore")}, Deps: []string{m("restore"), m("internal/catalog")}},
+		{ImportPath: m("restore"), Imports: []string{m("inspect")}, Deps: []string{m("inspect"), m("internal/catalog")}},
+	}
+	got := violations(pkgs)
+	want := []string{
+		"package " + m("restore") + " imports " + m("backup") + " (directly): it must not depend on it",
+		"package " + m("restore") + " imports " + m("backup") + " (through another package): it must not depend on it",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("violations:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
