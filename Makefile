@@ -11,7 +11,7 @@ TEST_FLAGS ?= -count=1 -p 3 -parallel 4 -timeout 40m
 # The longest packages first, so that the lanes of -p end together
 # (testreport prints the slowest at the end of every run: update this list
 # from it when the order drifts).
-SLOW_FIRST := ./deploy/ ./kube/ ./fleet/ ./runbooks/ ./restore/ ./internal/testing/faultmatrix/ ./metrics/
+SLOW_FIRST := ./deploy/ ./kube/ ./fleet/ ./runbooks/ ./restore/ ./drill/ ./internal/testing/faultmatrix/ ./metrics/
 
 # The race detector (go test -race), beside the main run. RACE_PKGS are the
 # packages whose code runs goroutines of its own, by their tests:
@@ -34,7 +34,7 @@ SLOW_FIRST := ./deploy/ ./kube/ ./fleet/ ./runbooks/ ./restore/ ./internal/testi
 # packages, the harness's Kubernetes client included) took 11 min 51 s
 # with an empty build cache at load 12-16: race-build starts it beside
 # the server builds.
-RACE_PKGS := ./internal/fanout/ ./internal/store/... ./internal/catalog/ ./inspect/ ./backup/ ./restore/ ./kube/ ./fleet/ ./metrics/
+RACE_PKGS := ./internal/fanout/ ./internal/store/... ./internal/catalog/ ./inspect/ ./backup/ ./restore/ ./drill/ ./kube/ ./fleet/ ./metrics/
 RACE_RUN := ^(TestForEach.*|TestLimiter.*|TestConformance.*|TestUploads|TestRetries|TestPutGetMultipart|TestStallGetBody|TestStallSilentEndpoint|TestMinThroughput.*|TestPutCancelledAborts|TestPutSurvivesFrozenServer|TestDelete.*|TestPrune.*|TestBackupPrune|TestDrillRecords|TestInspectTwoClusters|TestInspectFrozenMember|TestBackupEncrypted|TestBackupCancelled|TestBackupConcurrentRunsDistinct|TestBackupStoreFaults|TestRestoreEncryptedTampered|TestRestoreCancelled|TestDrillEncrypted|TestRestoreDryRunChangesNothing|TestBackupAllDrill|TestPushBackupsAndDrills|TestExporterFrozenStore)$$
 RACE_FLAGS ?= -race -count=1 -p 2 -parallel 4 -timeout 30m
 

@@ -67,8 +67,8 @@ type Options struct {
 
 	// Drill, when set, is called once the backup is committed and before
 	// Prune runs, with the committed manifest: the CLI wires a restore
-	// drill of the new backup into it (restore.Drill; this package does
-	// not import restore), so the drill follows the backup while the
+	// drill of the new backup into it (drill.Run; this package does
+	// not import drill), so the drill follows the backup while the
 	// source can still answer for the snapshot's revision, and the
 	// retention rule `drilled` sees its record. It returns the drill's
 	// record (nil when the drill could not run) and its error. A failed
@@ -81,7 +81,7 @@ type Options struct {
 	// of the snapshot this run streamed (database and etcd's trailer, as
 	// etcdutl expects it), already checked against the manifest's raw
 	// sha256, in a private 0600 file under ScratchDir: the drill needs no
-	// identity, and may take the file over (restore.Drill renames it into
+	// identity, and may take the file over (drill.Run renames it into
 	// its data dir rather than copying it). Whatever is left of it is
 	// removed as soon as Drill returns, and on every other return path of
 	// Run.

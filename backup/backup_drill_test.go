@@ -17,7 +17,7 @@ import (
 // drill (or one that could not run) leaves the backup committed, is an
 // *Error at StepDrill saying so, and the prune still runs after it; a
 // drill cut short by cancellation is followed by no prune. The hook here
-// stands in for restore.Drill (backup does not import restore); the real
+// stands in for drill.Run (backup does not import drill); the real
 // drill is wired and tested in cmd/etcd-recovery (TestCLIBackupDrill) and
 // kube/ (TestBackupAllDrill).
 func TestRunDrillHook(t *testing.T) {

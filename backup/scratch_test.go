@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/drill"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
@@ -51,7 +52,7 @@ func TestEncryptedDrillScratchPeak(t *testing.T) {
 		var wrote atomic.Bool
 		opts.Drill = func(ctx context.Context, m *catalog.Manifest, plaintext string) (*catalog.DrillRecord, error) {
 			wrote.Store(plaintext != "")
-			return restore.Drill(ctx, restore.DrillOptions{ClusterID: id, Store: r.store, Layout: r.layout, Backup: m.Name,
+			return drill.Run(ctx, drill.Options{ClusterID: id, Store: r.store, Layout: r.layout, Backup: m.Name,
 				Source: testfix.EtcdConfig(c), EtcdBinDir: bin, ScratchDir: scratch, Plaintext: plaintext, Manifest: m,
 				StartTimeout: time.Minute, ProbeTimeout: 10 * time.Second, Log: testLogger(t)})
 		}

@@ -13,13 +13,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/drill"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
 	"github.com/armada/etcd-recovery/internal/fanout"
 	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/kube"
-	"github.com/armada/etcd-recovery/restore"
 )
 
 // DefaultParallel is how many clusters BackupAll backs up at once.
@@ -43,7 +43,7 @@ type BackupAllOptions struct {
 	NoEvents bool
 	Log      *slog.Logger
 	// Drill, when set, drills the new backup of the clusters this run
-	// chooses (restore.Drill), right after each one's backup and before
+	// chooses (drill.Run), right after each one's backup and before
 	// its prune.
 	Drill *DrillShare
 	// Now is the clock (tests: the drill share's slot); default time.Now.
@@ -66,7 +66,7 @@ type DrillShare struct {
 	// runs an etcd on a copy of the database and needs the database's
 	// size of scratch disk twice.
 	Parallel int
-	// EtcdBinDir and ScratchDir are restore.DrillOptions'.
+	// EtcdBinDir and ScratchDir are drill.Options'.
 	EtcdBinDir string
 	ScratchDir string
 }
@@ -119,9 +119,9 @@ const (
 )
 
 // NewDrillOutcome describes a drill's result: its record and error as
-// restore.Drill returned them.
+// drill.Run returned them.
 func NewDrillOutcome(rec *catalog.DrillRecord, err error, d time.Duration) *backup.DrillOutcome {
-	var de *restore.DrillError
+	var de *drill.Error
 	if rec == nil && errors.As(err, &de) {
 		rec = de.Record
 	}
@@ -428,11 +428,11 @@ func BackupAll(ctx context.Context, opts BackupAllOptions) (*BackupAllReport, er
 	return rep, nil
 }
 
-func backupOne(ctx context.Context, k *kube.Client, c kube.Cluster, opts BackupAllOptions, drill bool, backupSlot *fanout.Slot, log *slog.Logger) (res ClusterResult) {
+func backupOne(ctx context.Context, k *kube.Client, c kube.Cluster, opts BackupAllOptions, withDrill bool, backupSlot *fanout.Slot, log *slog.Logger) (res ClusterResult) {
 	start := time.Now()
 	res = ClusterResult{Cluster: c.Name, Result: ResultFailed, Endpoints: c.Endpoints}
 	clog := log.With("cluster", c.Name)
-	if opts.Drill != nil && !drill {
+	if opts.Drill != nil && !withDrill {
 		res.Drill = &backup.DrillOutcome{Result: DrillSkipped}
 	}
 	defer func() {
@@ -461,7 +461,7 @@ func backupOne(ctx context.Context, k *kube.Client, c kube.Cluster, opts BackupA
 	fail := func(err error) ClusterResult {
 		res.Err, res.Error = err, err.Error()
 		clog.Error("backup failed", "err", err)
-		if drill && res.Drill == nil {
+		if withDrill && res.Drill == nil {
 			res.Drill = &backup.DrillOutcome{Result: DrillNoBackup}
 		}
 		return res
@@ -480,14 +480,14 @@ func backupOne(ctx context.Context, k *kube.Client, c kube.Cluster, opts BackupA
 	bo.Log = clog
 	bo.Progress = nil
 	bo.Drill = nil
-	if drill {
+	if withDrill {
 		bo.Drill = func(ctx context.Context, m *catalog.Manifest, plaintext string) (*catalog.DrillRecord, error) {
 			// The backup's buffers are freed: its slot goes to the next
 			// backup while this drill runs (bounded by the drill slot).
 			backupSlot.Release()
 			clog.Info("restore drill of the new backup", "backup", m.Name)
 			// The drill's log lines carry the cluster themselves.
-			return restore.Drill(ctx, NewBackupDrillOptions(m, plaintext, opts.Template.Store, opts.Template.Layout, ecfg, *opts.Drill, log))
+			return drill.Run(ctx, NewBackupDrillOptions(m, plaintext, opts.Template.Store, opts.Template.Layout, ecfg, *opts.Drill, log))
 		}
 	}
 	r, err := backup.Run(ctx, bo)
@@ -503,7 +503,7 @@ func backupOne(ctx context.Context, k *kube.Client, c kube.Cluster, opts BackupA
 		if r.Pruned != nil {
 			res.Pruned = r.Pruned.Deleted
 		}
-		if drill {
+		if withDrill {
 			d := r.Drill
 			var took time.Duration
 			if d != nil {
@@ -547,8 +547,8 @@ func onlyDrill(err error) bool {
 // backup streamed when it is encrypted (backup.Options.Drill): the drill
 // then downloads nothing and needs no identity.
 func NewBackupDrillOptions(m *catalog.Manifest, plaintext string, st store.Store, layout catalog.Layout, src etcdconn.Config,
-	share DrillShare, log *slog.Logger) restore.DrillOptions {
-	o := restore.DrillOptions{
+	share DrillShare, log *slog.Logger) drill.Options {
+	o := drill.Options{
 		ClusterID:  m.ClusterID,
 		Store:      st,
 		Layout:     layout,

@@ -9,12 +9,12 @@ import (
 	"time"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/drill"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/fanout"
 	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/kube"
-	"github.com/armada/etcd-recovery/restore"
 )
 
 // DrillAllOptions configure `drill --all`: the newest backup of every
@@ -35,7 +35,7 @@ type DrillAllOptions struct {
 	NoEvents bool
 	// Template is each drill's options; ClusterID, Source and Backup are
 	// set per cluster (Backup: the newest).
-	Template    restore.DrillOptions
+	Template    drill.Options
 	Parallel    int
 	DialTimeout time.Duration
 	Log         *slog.Logger
@@ -197,7 +197,7 @@ func DrillAll(ctx context.Context, opts DrillAllOptions) (*DrillAllReport, error
 				o.Source = cfg
 			}
 		}
-		rec, err := restore.Drill(ctx, o)
+		rec, err := drill.Run(ctx, o)
 		res := drillResult(t.ID, rec, err, time.Since(start))
 		if t.Cluster != nil && !opts.NoEvents && ctx.Err() == nil {
 			// A cancelled drill proves nothing either way: no Event.
@@ -246,7 +246,7 @@ func DrillAll(ctx context.Context, opts DrillAllOptions) (*DrillAllReport, error
 func drillResult(id string, rec *catalog.DrillRecord, err error, d time.Duration) DrillResult {
 	o := NewDrillOutcome(rec, err, d)
 	r := DrillResult{Cluster: id, Result: o.Result, Comparison: o.Comparison, Error: o.Error, Duration: d, Seconds: d.Seconds(), Record: o.Record}
-	var de *restore.DrillError
+	var de *drill.Error
 	if errors.As(err, &de) {
 		r.Step, r.Backup = de.Step, de.Backup
 		if r.Backup == "(newest)" {
@@ -307,13 +307,13 @@ func (r *DrillAllReport) DrillErrorLines() []string {
 
 // DrillOne drills one cluster's backup (name; empty: the newest), with
 // opts.Template (its Source: the cluster's members, when given), and
-// reports it as DrillAll does. The error is the drill's (*restore.DrillError).
+// reports it as DrillAll does. The error is the drill's (*drill.Error).
 func DrillOne(ctx context.Context, opts DrillAllOptions, clusterID, name string) (*DrillAllReport, error) {
 	o := opts.Template
 	o.ClusterID, o.Backup = clusterID, name
 	if name == "" {
 		// The newest committed backup, named (see DrillAll); with none,
-		// restore.Drill says there is none.
+		// drill.Run says there is none.
 		if entries, err := catalog.Inventory(ctx, o.Store, o.Layout, clusterID); err == nil {
 			for _, e := range entries {
 				if e.Committed {
@@ -327,7 +327,7 @@ func DrillOne(ctx context.Context, opts DrillAllOptions, clusterID, name string)
 		o.Log = opts.Log
 	}
 	start := time.Now()
-	rec, err := restore.Drill(ctx, o)
+	rec, err := drill.Run(ctx, o)
 	r := drillResult(clusterID, rec, err, time.Since(start))
 	rep := &DrillAllReport{Prefix: o.Layout.RootPrefix(), Parallel: 1, Clusters: []DrillResult{r}, Failed: []string{}}
 	rep.NoBackup = []string{}

@@ -17,13 +17,13 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/drill"
 	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 	"github.com/armada/etcd-recovery/kube"
-	"github.com/armada/etcd-recovery/restore"
 )
 
 // drillAllNS holds the clusters of the drill --all (Kubernetes form) test.
@@ -129,7 +129,7 @@ func TestDrillAllKube(t *testing.T) {
 		t.Fatalf("exit: %v, want 1 (etcd-k3's backup is forged)\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), lastLines(stderr.String(), 30))
 	}
 	last := lastLines(stderr.String(), 1)
-	for _, want := range []string{"drill of 1 cluster(s) failed", "cluster etcd-k3", names["etcd-k3"], restore.DrillCheckCompare} {
+	for _, want := range []string{"drill of 1 cluster(s) failed", "cluster etcd-k3", names["etcd-k3"], drill.CheckCompare} {
 		if !strings.Contains(last, want) {
 			t.Errorf("the error does not name %q: %s", want, last)
 		}
@@ -188,14 +188,14 @@ func TestDrillAllKube(t *testing.T) {
 			}
 		case "etcd-k3":
 			if r.Result != fleet.DrillFailed || r.Backup != names["etcd-k3"] || r.Comparison != catalog.CompareSource ||
-				!strings.HasPrefix(r.Failed, restore.DrillCheckCompare+":") || r.Step != restore.DrillStepCompare {
+				!strings.HasPrefix(r.Failed, drill.CheckCompare+":") || r.Step != drill.StepCompare {
 				t.Errorf("etcd-k3: %+v, want failed at the source comparison", r)
 			}
-			if rec != nil && (rec.Passed || !strings.HasPrefix(rec.Failed, restore.DrillCheckCompare)) {
+			if rec != nil && (rec.Passed || !strings.HasPrefix(rec.Failed, drill.CheckCompare)) {
 				t.Errorf("etcd-k3: drill.json passed=%v failed %q", rec.Passed, rec.Failed)
 			}
 			if e := byReason[kube.ReasonDrillFailed]; len(e) != 1 || e[0].Type != corev1.EventTypeWarning ||
-				!strings.Contains(e[0].Message, names["etcd-k3"]) || !strings.Contains(e[0].Message, restore.DrillCheckCompare) {
+				!strings.Contains(e[0].Message, names["etcd-k3"]) || !strings.Contains(e[0].Message, drill.CheckCompare) {
 				t.Errorf("etcd-k3: events %+v, want one Warning %s naming the backup and the check", evs, kube.ReasonDrillFailed)
 			} else {
 				t.Logf("event on etcd-k3: %s %s: %s", e[0].Type, e[0].Reason, e[0].Message)

@@ -58,7 +58,7 @@ func testInspectAll(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier,
 		t.Fatalf("backups: %v", err)
 	}
 	backupsAt := time.Now()
-	// Drill records next to the real backups (restore.Drill writes the
+	// Drill records next to the real backups (drill.Run writes the
 	// same): etcd-healthy's passed, etcd-degraded's failed the source
 	// comparison; etcd-down's was never drilled.
 	const failedCheck = "compare with source: HashKV at revision 212 differs: restored 0x1f2e3d4c, source 0x5a6b7c8d"

@@ -5,9 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/armada/etcd-recovery/drill"
 	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/usage"
-	"github.com/armada/etcd-recovery/restore"
 )
 
 // DrillAll checks its options first: a mistake is a usage error naming
@@ -21,8 +21,8 @@ func TestOptionsValidateUsage(t *testing.T) {
 		err  error
 		want string
 	}{
-		{dr(fleet.DrillAllOptions{Template: restore.DrillOptions{ClusterID: "c1"}}), "exclusive"},
-		{dr(fleet.DrillAllOptions{Template: restore.DrillOptions{Backup: "20260101T000000.000Z-manual"}}), "--backup names one cluster's backup"},
+		{dr(fleet.DrillAllOptions{Template: drill.Options{ClusterID: "c1"}}), "exclusive"},
+		{dr(fleet.DrillAllOptions{Template: drill.Options{Backup: "20260101T000000.000Z-manual"}}), "--backup names one cluster's backup"},
 		{dr(fleet.DrillAllOptions{Parallel: -2}), "--parallel -2: want at least 1"},
 		{dr(fleet.DrillAllOptions{Names: []string{"a/b"}}), `invalid cluster id "a/b"`},
 	} {

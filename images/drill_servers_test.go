@@ -8,7 +8,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 )
 
-// The etcd servers a restore drill runs, as restore.Drill finds them
+// The etcd servers a restore drill runs, as drill.Run finds them
 // (etcd-<minor> in $PATH), and the labels that name their versions.
 const (
 	drillEtcd35  = "/usr/local/bin/etcd-3.5"

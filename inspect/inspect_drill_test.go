@@ -17,7 +17,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
 
-// putDrill records a drill of a committed backup, as restore.Drill would.
+// putDrill records a drill of a committed backup, as drill.Run would.
 func putDrill(t *testing.T, st store.Store, layout catalog.Layout, id, name string, at time.Time, passed bool, failed string) {
 	t.Helper()
 	r := &catalog.DrillRecord{ClusterID: id, Backup: name, Passed: passed, Failed: failed,

@@ -24,6 +24,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/restore"
+	"github.com/armada/etcd-recovery/restore/survivor"
 )
 
 // OperatorRestoreOptions configure OperatorRestore: a restore of an
@@ -393,7 +394,8 @@ func (r *operatorRestore) selectSnapshot(ctx context.Context, tmp, scratch strin
 	o, k, rep := r.o, r.k, r.rep
 	ropts := restore.Options{ClusterID: o.Cluster, Store: o.Store, Layout: o.Layout, NoLive: o.NoLive,
 		ProbeTimeout: o.ProbeTimeout, Backup: o.Backup, DryRun: o.DryRun, Log: o.Log, Progress: o.Progress,
-		ScratchDir: o.TempDir, Identities: o.Identities, Recipients: o.Recipients, RequireEncryption: o.RequireEncryption}
+		ScratchDir: o.TempDir, Identities: o.Identities, Recipients: o.Recipients, RequireEncryption: o.RequireEncryption,
+		Survivor: survivor.Backup{}}
 	if !o.NoLive {
 		cs, err := k.Clusters(ctx, o.Cluster)
 		if err != nil {
@@ -545,7 +547,7 @@ func (r *operatorRestore) verify(ctx context.Context, size int64) error {
 		// expired since the restored members started (reported apart).
 		r.plan.Snapshot.Expect(&vo)
 	}
-	rep.Verify, err = restore.Verify(ctx, vo)
+	rep.Verify, err = restore.VerifyRebuilt(ctx, vo)
 	rep.Duration = time.Since(r.start)
 	if err != nil {
 		return r.fail(ctx, OpStepVerify, err)

@@ -117,7 +117,7 @@ func BenchmarkEncryptionOverhead(b *testing.B) {
 	var results []result
 	var filled int64
 	for _, size := range sizes {
-		fillLarge(b, src.Client(b), int64(size)<<20-filled)
+		testfix.FillLarge(b, src.Client(b), int64(size)<<20-filled)
 		filled = int64(size) << 20
 		res := result{sizeMB: size}
 		plainID, encID := fmt.Sprintf("plain-%d", size), fmt.Sprintf("enc-%d", size)

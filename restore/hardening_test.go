@@ -31,12 +31,13 @@ import (
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 	"github.com/armada/etcd-recovery/restore"
+	"github.com/armada/etcd-recovery/restore/survivor"
 )
 
 // runOpts are the options of a restore of id from r into root (no
 // survivor).
 func (r *storeRig) runOpts(tb testing.TB, id, ic, root string) restore.Options {
-	return restore.Options{
+	return restore.Options{Survivor: survivor.Backup{},
 		ClusterID: id, Store: r.store, Layout: r.layout, NoLive: true,
 		Targets:      restore.Targets{InitialCluster: ic, DataDirRoot: root},
 		BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, Log: testLogger(tb),
@@ -267,11 +268,11 @@ func TestRestoreCancelDuringDataDirWrite(t *testing.T) {
 	opts := r.runOpts(t, "cancel-write", ic, root)
 	opts.Parallel, opts.Force = 1, true
 	var written atomic.Int32
-	restore.SetAfterMemberWritten(&opts, func(_ context.Context, m restore.Member) {
+	opts.OnMemberWritten = func(_ context.Context, m restore.Member) {
 		if written.Add(1) == 1 {
 			cancel()
 		}
-	})
+	}
 	res, err := restore.Run(ctx, opts)
 	var re *restore.Error
 	if !errors.Is(err, context.Canceled) || !errors.As(err, &re) || re.Step != restore.StepWrite {
@@ -444,7 +445,7 @@ func TestRestoreAllOrNoneWhenAMemberFails(t *testing.T) {
 	var mu sync.Mutex
 	written := map[string]bool{}
 	var last string
-	restore.SetAfterMemberWritten(&opts, func(_ context.Context, m restore.Member) {
+	opts.OnMemberWritten = func(_ context.Context, m restore.Member) {
 		mu.Lock()
 		defer mu.Unlock()
 		if written[m.Name] = true; len(written) != 2 {
@@ -458,7 +459,7 @@ func TestRestoreAllOrNoneWhenAMemberFails(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(root, last), []byte("in the way"), 0o600); err != nil {
 			t.Error(err)
 		}
-	})
+	}
 	res, err := restore.Run(ctxTimeout(t, 2*time.Minute), opts)
 	var re *restore.Error
 	if !errors.As(err, &re) || re.Step != restore.StepWrite || last == "" || !strings.Contains(err.Error(), "member "+last) {
@@ -542,7 +543,7 @@ func TestRestoreOneMemberPerRun(t *testing.T) {
 		plan.Members = append(plan.Members, restore.Member{Name: nm.name, DataDir: dirs[nm.name]})
 	}
 	nc := startRestored(t, testenv.V35, &plan, ms, nil, false)
-	rep, err := restore.Verify(ctx, restore.VerifyOptions{Etcd: etcdConfigFor(nil, ms), Timeout: time.Minute,
+	rep, err := restore.VerifyRebuilt(ctx, restore.VerifyOptions{Etcd: etcdConfigFor(nil, ms), Timeout: time.Minute,
 		MinRevision: plans[0].MinRevision, ExpectedKeys: plans[0].Snapshot.LiveKeys, ExpectedMembers: 3})
 	if err != nil {
 		t.Fatalf("verify: %v %+v", err, rep)

@@ -10,6 +10,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/etcdconn"
 	"github.com/armada/etcd-recovery/internal/usage"
 	"github.com/armada/etcd-recovery/restore"
+	"github.com/armada/etcd-recovery/restore/survivor"
 )
 
 // Options are validated by the package, before anything is contacted:
@@ -18,7 +19,7 @@ import (
 func TestOptionsValidate(t *testing.T) {
 	t.Parallel()
 	two := restore.Targets{InitialCluster: "a=http://127.0.0.1:1,b=http://127.0.0.1:2", DataDirRoot: t.TempDir()}
-	ok := restore.Options{ClusterID: "c1", Targets: two, BumpRevision: 1, MarkCompacted: true}
+	ok := restore.Options{Survivor: survivor.Backup{}, ClusterID: "c1", Targets: two, BumpRevision: 1, MarkCompacted: true}
 	if err := ok.Validate(); err != nil {
 		t.Fatalf("valid options: %v", err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 	"github.com/armada/etcd-recovery/restore"
+	"github.com/armada/etcd-recovery/restore/survivor"
 )
 
 // lockedLog keeps what a logger wrote, and passes it on to the test log.
@@ -73,7 +74,7 @@ func TestRestorePublicPath(t *testing.T) {
 
 	ic, ms := newCluster(t, 3, false)
 	logs := &lockedLog{tb: t}
-	res, err := restore.Run(ctx, restore.Options{
+	res, err := restore.Run(ctx, restore.Options{Survivor: survivor.Backup{},
 		ClusterID: id, Store: r.store, Layout: r.layout, Old: testfix.EtcdConfig(c), ProbeTimeout: time.Second,
 		Targets:      restore.Targets{InitialCluster: ic, DataDir: filepath.Join(t.TempDir(), "etcd-{name}")},
 		BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, PublicRestorePath: true,

@@ -1,15 +1,3 @@
-// Package restore rebuilds a quorum-lost etcd cluster from the newest
-// snapshot: a fresh one of a surviving member when any answers, else the
-// newest committed backup in the object store. The snapshot is verified
-// while it streams, before any data dir is touched; every member's data dir
-// is then written with etcdutl's own restore code, with the revision bumped
-// and compacted so watchers never see it go back. Verify checks the rebuilt
-// cluster (judged by inspect's Probe and Verdict, plus the revision and key
-// checks), CheckCluster is `restore verify`, and RestoreV2 puts the legacy
-// v2 keys back. Drill restores a backup into a scratch etcd and records the
-// result (catalog.DrillRecord). Encrypted backups are decrypted while they
-// stream, with Options.Identities (internal/seal), checked against the
-// manifest's recipients before anything is downloaded or written.
 package restore
 
 import (
@@ -25,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/ctxerr"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
@@ -128,13 +115,16 @@ type Options struct {
 	Log      *slog.Logger
 	Now      func() time.Time
 
-	// afterMemberWritten, for tests, runs after each data dir is written.
-	afterMemberWritten func(context.Context, Member)
-	// drill is set by Drill (drill.go): its hooks into the run.
-	drill *drillHooks
-	// local, set by Drill for DrillOptions.Plaintext, replaces the
-	// listing and the download with a local plaintext snapshot.
-	local *localSnapshot
+	// OnMemberWritten, when set, is called after each member's data dir
+	// is written, inside the write step (before the next one starts when
+	// Parallel is 1): to report or act on each member as it is ready. Nil:
+	// the FailpointEnv failpoint, when set.
+	OnMemberWritten func(ctx context.Context, m Member)
+
+	// Survivor takes the survivor snapshot (survivor.Backup: restore does
+	// not import backup). Needed when Old has endpoints and NoLive is not
+	// set; without it the restore fails at the survivor step.
+	Survivor SurvivorBackup
 }
 
 // Survivor is the pre-restore snapshot of a surviving member.
@@ -353,13 +343,16 @@ type nopProgress struct{}
 func (nopProgress) Update(int64) {}
 func (nopProgress) Done()        {}
 
-// Run restores a cluster: see the package documentation. It returns the
-// plan, and how far it got, even when it fails after building it.
+// Run restores a cluster: see the package documentation. It composes the
+// stages (stages.go): PlanTargets, Select, Fetch, then (not in a dry run)
+// the data dirs moved aside, Prepare, WriteDataDirs and VerifyRebuilt. It
+// returns the plan, and how far it got, even when it fails after building
+// it.
 func Run(ctx context.Context, opts Options) (_ *Result, rerr error) {
 	start := time.Now()
 	res := &Result{Plan: Plan{ClusterID: opts.ClusterID, DryRun: opts.DryRun, Checks: []Check{}}}
 	fail := func(step string, err error) (*Result, error) {
-		return res, &Error{ClusterID: opts.ClusterID, Step: step, Err: ctxerr.Wrap(ctx, err)}
+		return res, stepError(ctx, opts.ClusterID, step, err)
 	}
 	if err := opts.Validate(); err != nil {
 		return fail(StepValidate, err)
@@ -369,47 +362,8 @@ func Run(ctx context.Context, opts Options) (_ *Result, rerr error) {
 	}
 	log := opts.Log.With("cluster", opts.ClusterID)
 	plan := &res.Plan
-	members, pc, err := opts.Targets.resolve()
-	if err != nil {
-		return fail(StepValidate, usage.Wrap(err))
-	}
-	plan.Members, plan.InitialCluster = members, opts.InitialCluster
-	plan.BumpRevision, plan.MarkCompacted = opts.BumpRevision, opts.MarkCompacted
-	plan.Token = opts.Token
-	if plan.Token == "" {
-		plan.Token, plan.TokenGenerated = newToken(opts.ClusterID, opts.Now()), true
-	}
-
-	// Local checks first: nothing happens if a data dir is in the way.
-	for i := range plan.Members {
-		m := &plan.Members[i]
-		st, err := inspectDir(m.DataDir)
-		if err != nil {
-			if !opts.DryRun {
-				return fail(StepDataDirs, fmt.Errorf("member %s: %w", m.Name, err))
-			}
-			m.Problem = err.Error()
-			plan.Problems = append(plan.Problems, fmt.Sprintf("data dir %s of member %s: %v", m.DataDir, m.Name, err))
-			continue
-		}
-		m.State = st
-		if err := checkTarget(m.DataDir, st); err != nil {
-			m.Problem = err.Error()
-			plan.Problems = append(plan.Problems, fmt.Sprintf("data dir %s of member %s cannot be written: %v", m.DataDir, m.Name, err))
-			continue
-		}
-		if st != DirNonEmpty {
-			continue
-		}
-		if !opts.Force {
-			plan.Problems = append(plan.Problems, fmt.Sprintf("data dir %s of member %s is not empty: refusing to overwrite it, as etcdutl does "+
-				"(--force moves it aside to %s.moved-<UTC time>; nothing is deleted)", m.DataDir, m.Name, m.DataDir))
-			continue
-		}
-		m.MovedTo = movedName(m.DataDir, opts.Now())
-	}
-	if len(plan.Problems) > 0 && !opts.DryRun {
-		return fail(StepDataDirs, &ProblemsError{plan.Problems})
+	if err := PlanTargets(opts, plan); err != nil {
+		return res, err
 	}
 
 	tmpDir := filepath.Dir(plan.Members[0].DataDir)
@@ -417,7 +371,7 @@ func Run(ctx context.Context, opts Options) (_ *Result, rerr error) {
 		tmpDir = opts.ScratchDir
 	}
 	tmpCreated, _, _ := missingDirs(tmpDir)
-	snapPath, step, err := selectAndVerify(ctx, opts, log, plan, tmpDir)
+	var snapPath string
 	defer func() {
 		if snapPath != "" {
 			os.Remove(snapPath)
@@ -427,13 +381,12 @@ func Run(ctx context.Context, opts Options) (_ *Result, rerr error) {
 			removeEmptyDirs(tmpCreated)
 		}
 	}()
+	sel, err := Select(ctx, opts, plan)
 	if err != nil {
-		return fail(step, err)
+		return res, err
 	}
-	if opts.drill != nil && opts.drill.afterVerify != nil {
-		if err := opts.drill.afterVerify(ctx, plan); err != nil {
-			return fail(StepVerifyBackup, err)
-		}
+	if snapPath, err = Fetch(ctx, opts, plan, sel, FetchOptions{Dir: tmpDir}); err != nil {
+		return res, err
 	}
 	if opts.DryRun {
 		if len(plan.Problems) > 0 {
@@ -473,34 +426,25 @@ func Run(ctx context.Context, opts Options) (_ *Result, rerr error) {
 		m.State = DirAbsent
 		moved = append(moved, m)
 	}
-	// Give the verified file a freelist and the revision bump once, so
-	// that no member's restore walks the database.
 	if err := ctx.Err(); err != nil {
 		moveBack()
 		return fail(StepWrite, err)
 	}
-	markCompacted := opts.MarkCompacted
-	if opts.drill != nil && opts.drill.deferMark {
-		// The drill compacts through the API once it has hashed the
-		// snapshot's revision (see Drill).
-		markCompacted = false
-	}
-	rc := restoreConfig{snapshotPath: snapPath, initialCluster: opts.InitialCluster, token: plan.Token,
-		takeOver: opts.drill != nil && len(plan.Members) == 1} // a drill owns its staged file: renamed, not copied
-	if err := stageSnapshot(&rc, opts, markCompacted, log); err != nil {
+	prep, err := Prepare(ctx, opts, plan, snapPath, opts.MarkCompacted)
+	if err != nil {
 		moveBack()
-		return fail(StepWrite, err)
+		return res, err
 	}
-	after := opts.afterMemberWritten
+	after := opts.OnMemberWritten
 	if after == nil {
 		after = envAfterMemberWritten()
 	}
-	if err := writeDataDirs(ctx, plan, opts.Parallel, rc, log, after); err != nil {
+	if err := WriteDataDirs(ctx, plan, prep, WriteOptions{Parallel: opts.Parallel, OnMemberWritten: after, Log: log}); err != nil {
 		for _, m := range moved {
 			m.State = DirAbsent
 		}
 		moveBack()
-		return fail(StepWrite, err)
+		return res, err
 	}
 	os.Remove(snapPath)
 	res.Duration = time.Since(start)
@@ -519,12 +463,14 @@ func Run(ctx context.Context, opts Options) (_ *Result, rerr error) {
 		plan.Snapshot.Expect(&vo)
 	}
 	if vo.ExpectedMembers == 0 {
-		vo.ExpectedMembers = len(pc.names)
+		if _, pc, err := opts.Targets.resolve(); err == nil {
+			vo.ExpectedMembers = len(pc.names)
+		}
 	}
 	if vo.Log == nil {
 		vo.Log = opts.Log
 	}
-	rep, err := Verify(ctx, vo)
+	rep, err := VerifyRebuilt(ctx, vo)
 	res.Verify = rep
 	if err != nil {
 		return fail(StepVerifyCluster, err)
@@ -534,15 +480,82 @@ func Run(ctx context.Context, opts Options) (_ *Result, rerr error) {
 	return res, nil
 }
 
-// selectAndVerify takes the survivor snapshot (or, in a dry run, finds the
-// member it would be taken of), lists and ranks the candidates, chooses
-// one and verifies it by streaming it: into a temp file in dir, whose path
-// it returns (the caller removes it, also on error), except in a dry run.
-// On error, step names the step that failed.
+// stepError is a stage's failure: the cluster, the step and the cause,
+// wrapped with the context's error when the run was cancelled.
+func stepError(ctx context.Context, clusterID, step string, err error) error {
+	return &Error{ClusterID: clusterID, Step: step, Err: ctxerr.Wrap(ctx, err)}
+}
+
+// planTargets is PlanTargets without the step error: members, token and
+// bump in the plan, and every data dir checked.
+func planTargets(opts Options, plan *Plan) (string, error) {
+	members, _, err := opts.Targets.resolve()
+	if err != nil {
+		return StepValidate, usage.Wrap(err)
+	}
+	plan.Members, plan.InitialCluster = members, opts.InitialCluster
+	plan.BumpRevision, plan.MarkCompacted = opts.BumpRevision, opts.MarkCompacted
+	plan.Token = opts.Token
+	if plan.Token == "" {
+		plan.Token, plan.TokenGenerated = newToken(opts.ClusterID, opts.Now()), true
+	}
+
+	// Local checks first: nothing happens if a data dir is in the way.
+	for i := range plan.Members {
+		m := &plan.Members[i]
+		st, err := inspectDir(m.DataDir)
+		if err != nil {
+			if !opts.DryRun {
+				return StepDataDirs, fmt.Errorf("member %s: %w", m.Name, err)
+			}
+			m.Problem = err.Error()
+			plan.Problems = append(plan.Problems, fmt.Sprintf("data dir %s of member %s: %v", m.DataDir, m.Name, err))
+			continue
+		}
+		m.State = st
+		if err := checkTarget(m.DataDir, st); err != nil {
+			m.Problem = err.Error()
+			plan.Problems = append(plan.Problems, fmt.Sprintf("data dir %s of member %s cannot be written: %v", m.DataDir, m.Name, err))
+			continue
+		}
+		if st != DirNonEmpty {
+			continue
+		}
+		if !opts.Force {
+			plan.Problems = append(plan.Problems, fmt.Sprintf("data dir %s of member %s is not empty: refusing to overwrite it, as etcdutl does "+
+				"(--force moves it aside to %s.moved-<UTC time>; nothing is deleted)", m.DataDir, m.Name, m.DataDir))
+			continue
+		}
+		m.MovedTo = movedName(m.DataDir, opts.Now())
+	}
+	if len(plan.Problems) > 0 && !opts.DryRun {
+		return StepDataDirs, &ProblemsError{plan.Problems}
+	}
+	return "", nil
+}
+
+// selectAndVerify is the select and fetch stages together, for
+// SelectSnapshot: it takes the survivor snapshot (or, in a dry run, finds
+// the member it would be taken of), lists and ranks the candidates,
+// chooses one and verifies it by streaming it: into a temp file in dir,
+// whose path it returns (the caller removes it, also on error), except in
+// a dry run. On error, step names the step that failed.
 func selectAndVerify(ctx context.Context, opts Options, log *slog.Logger, plan *Plan, dir string) (snapPath, step string, err error) {
+	cands, idx, step, err := selectBackup(ctx, opts, log, plan, nil)
+	if err != nil {
+		return "", step, err
+	}
+	return verifyCandidates(ctx, opts, log, plan, cands, idx, dir, fetchConfig{})
+}
+
+// selectBackup is the select stage: the store checked, the survivor
+// snapshot taken (or, in a dry run, its member found), the candidates
+// listed and ranked (or, with local, the local snapshot's backup alone)
+// and one chosen (choose). On error, step names the step that failed.
+func selectBackup(ctx context.Context, opts Options, log *slog.Logger, plan *Plan, local *localSnapshot) (cands []Candidate, idx int, step string, err error) {
 	if c, ok := opts.Store.(store.Checker); ok {
 		if err := c.Check(ctx); err != nil {
-			return "", StepStore, err
+			return nil, 0, StepStore, err
 		}
 	}
 
@@ -556,25 +569,25 @@ func selectAndVerify(ctx context.Context, opts Options, log *slog.Logger, plan *
 	case len(opts.Old.Endpoints) == 0:
 		plan.Survivor.Skipped = "no --endpoints of the old cluster given"
 	case opts.DryRun:
-		planned = probeSurvivor(ctx, opts, plan.Survivor)
+		if planned, err = probeSurvivor(ctx, opts, plan.Survivor); err != nil {
+			return nil, 0, StepSurvivor, err
+		}
 	default:
 		if err := takeSurvivor(ctx, opts, log, plan.Survivor); err != nil {
-			return snapPath, StepSurvivor, err
+			return nil, 0, StepSurvivor, err
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return snapPath, StepSurvivor, err
+		return nil, 0, StepSurvivor, err
 	}
 
-	var cands []Candidate
-	var idx int
-	if opts.local != nil {
-		cands = []Candidate{candidateOf(opts.local.manifest)}
+	if local != nil {
+		cands = []Candidate{candidateOf(local.manifest)}
 		plan.Candidates = cands
 	} else {
 		listed, err := catalog.ListBackups(ctx, opts.Store, opts.Layout, opts.ClusterID)
 		if err != nil {
-			return snapPath, StepList, err
+			return nil, 0, StepList, err
 		}
 		var ignored []Ignored
 		cands, ignored = rankCandidates(listed)
@@ -586,16 +599,18 @@ func selectAndVerify(ctx context.Context, opts Options, log *slog.Logger, plan *
 		cands, idx, err = selectCandidate(opts.ClusterID, opts.Layout.ClusterPrefix(opts.ClusterID), listed, cands, ignored, opts.Backup, plan.Survivor)
 		plan.Candidates = cands
 		if err != nil {
-			return snapPath, StepSelect, err
+			return cands, idx, StepSelect, err
 		}
 	}
-	return verifyCandidates(ctx, opts, log, plan, cands, idx, dir)
+	step, err = choose(opts, log, plan, cands, idx, local == nil)
+	return cands, idx, step, err
 }
 
-// verifyCandidate chooses cands[idx] and verifies it by streaming it, as
-// selectAndVerify says; verifyCandidates (select.go) calls it for each
-// candidate it tries.
-func verifyCandidate(ctx context.Context, opts Options, log *slog.Logger, plan *Plan, cands []Candidate, idx int, dir string) (snapPath, step string, err error) {
+// choose makes cands[idx] the plan's choice, with the reason, and checks,
+// from the manifest, that an encrypted backup can be decrypted (checkID:
+// not for a local plaintext snapshot) before anything is downloaded or
+// written.
+func choose(opts Options, log *slog.Logger, plan *Plan, cands []Candidate, idx int, checkID bool) (string, error) {
 	plan.Reason = chooseReason(cands, idx, opts.Backup != "", plan.Survivor)
 	cands[idx].Status = "chosen"
 	chosen := cands[idx]
@@ -605,112 +620,129 @@ func verifyCandidate(ctx context.Context, opts Options, log *slog.Logger, plan *
 	log.Info("chose a snapshot", "backup", chosen.Name, "revision", chosen.Revision, "reason", plan.Reason)
 	// An encrypted backup needs the identity of one of its recipients:
 	// checked from the manifest before anything is downloaded or written.
-	if !chosen.Planned && opts.local == nil {
+	if !chosen.Planned && checkID {
 		if err := checkIdentity(opts.Layout, chosen.manifest, opts.Identities); err != nil {
-			return snapPath, StepVerifyBackup, err
+			return StepVerifyBackup, err
 		}
 	}
-	if opts.drill != nil && opts.drill.onChosen != nil {
-		if err := opts.drill.onChosen(ctx, chosen); err != nil {
-			return snapPath, StepSelect, err
-		}
-	}
+	return "", nil
+}
 
+// fetchConfig is how the fetch stage treats the chosen candidate
+// (FetchOptions, and the selection's local snapshot).
+type fetchConfig struct {
+	// prove: one backup is proven (a drill); see FetchOptions.Prove.
+	prove bool
+	// spaceChecked: the caller checked the free space itself.
+	spaceChecked bool
+	// local replaces the download with a local plaintext snapshot,
+	// verified in place and staged as it is.
+	local *localSnapshot
+}
+
+// verifyChosen verifies the chosen cands[idx] by streaming it, as the
+// fetch stage says; verifyCandidates (select.go) calls it for each
+// candidate it tries.
+func verifyChosen(ctx context.Context, opts Options, log *slog.Logger, plan *Plan, cands []Candidate, idx int, dir string, fc fetchConfig) (snapPath, step string, err error) {
+	chosen := cands[idx]
 	// Verify before anything is written.
 	if chosen.Planned {
 		for _, n := range []string{CheckStoredSHA, CheckEtcdHash, CheckRawSHA, CheckSizes} {
 			plan.Checks = append(plan.Checks, Check{Name: n, Status: CheckPlanned, Detail: "checked while the survivor snapshot streams"})
 		}
-	} else {
-		// Room first: nothing is downloaded unless every file system
-		// it is written to has space for it.
+		return "", "", nil
+	}
+	// Room first: nothing is downloaded unless every file system it is
+	// written to has space for it.
+	if !fc.spaceChecked {
 		if err := checkRestoreSpace(opts, plan, chosen, dir); err != nil {
 			return "", StepSpace, err
 		}
-		var dst *os.File
-		if opts.DryRun {
-			// The same checks as the real run, the database's revision
-			// included, so the database is read from a file: in a private
-			// scratch dir, not next to the data dirs, removed on return.
-			scratchRoot := ScratchRoot(opts.ScratchDir)
-			scratch, err := seal.MkdirTemp(scratchRoot, ".etcd-recovery-dry-run-") // plaintext: named and registered (seal)
-			if err != nil {
-				return "", StepVerifyBackup, fmt.Errorf("dry run: scratch dir for the snapshot: %w", err)
-			}
-			defer os.RemoveAll(scratch)
-			if dst, err = os.OpenFile(filepath.Join(scratch, "snapshot.db"), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600); err != nil {
-				return "", StepVerifyBackup, fmt.Errorf("dry run: scratch file for the snapshot: %w", err)
-			}
-			defer dst.Close()
-		} else if opts.local != nil && opts.drill != nil {
-			// The drill owns the plaintext copy the backup streamed: it is
-			// verified where it is and staged as it is, then renamed into
-			// the data dir (takeOverMember): the database is never copied.
-			snapPath = opts.local.path
-		} else {
-			if err := os.MkdirAll(dir, 0o700); err != nil {
-				return snapPath, StepVerifyBackup, err
-			}
-			if dst, err = seal.CreateTemp(dir, ".etcd-recovery-"+opts.ClusterID+"-", ".snapshot.db"); err != nil { // plaintext: named and registered (seal)
-				return snapPath, StepVerifyBackup, fmt.Errorf("temp file for the snapshot in %s: %w", dir, err)
-			}
-			snapPath = dst.Name()
-			defer dst.Close()
-		}
-		fetchStart := time.Now()
-		prog := opts.Progress(fmt.Sprintf("download %s", chosen.Name))
-		var fr *fetchResult
-		if opts.local != nil {
-			fr, err = verifyLocal(ctx, *opts.local, dst) // dst nil in a drill: verified in place
-		} else {
-			fr, err = fetchSnapshot(ctx, opts.Store, opts.Layout, chosen.manifest, opts.Identities, dst, prog.Update)
-		}
-		prog.Done()
-		if fr != nil {
-			plan.Checks = append(plan.Checks, fr.Checks...)
-		}
-		if err != nil {
-			return snapPath, StepVerifyBackup, refuse(ctx, opts, cands, idx, err)
-		}
-		cands[idx].Status, plan.Chosen.Status = "chosen, verified", "chosen, verified"
-		{
-			stagedPath := snapPath
-			if dst != nil {
-				if err := dst.Close(); err != nil {
-					return snapPath, StepVerifyBackup, err
-				}
-				stagedPath = dst.Name()
-			}
-			log.Debug("snapshot streamed and checked", "backup", chosen.Name, "duration", time.Since(fetchStart).Round(time.Millisecond))
-			facts, err := readSnapshotFacts(stagedPath)
-			if err != nil {
-				return snapPath, StepVerifyBackup, refuse(ctx, opts, cands, idx, &verifyError{err})
-			}
-			plan.Snapshot = &facts
-			plan.MinRevision = facts.Revision + int64(opts.BumpRevision)
-			plan.Checks = append(plan.Checks, Check{Name: "database", Status: CheckPassed,
-				Detail: fmt.Sprintf("revision %d, %d live keys, %d key revisions", facts.Revision, facts.LiveKeys, facts.Revisions)})
-			if facts.StoreRevision() < chosen.Revision {
-				return snapPath, StepVerifyBackup, refuse(ctx, opts, cands, idx, &verifyError{fmt.Errorf(
-					"the database's revision %d is below the manifest's %d", facts.StoreRevision(), chosen.Revision)})
-			}
-		}
-		log.Info("backup verified", "backup", chosen.Name, "checks", len(plan.Checks), "duration", time.Since(fetchStart).Round(time.Millisecond))
 	}
+	var dst *os.File
+	switch {
+	case opts.DryRun:
+		// The same checks as the real run, the database's revision
+		// included, so the database is read from a file: in a private
+		// scratch dir, not next to the data dirs, removed on return.
+		scratchRoot := ScratchRoot(opts.ScratchDir)
+		scratch, err := seal.MkdirTemp(scratchRoot, ".etcd-recovery-dry-run-") // plaintext: named and registered (seal)
+		if err != nil {
+			return "", StepVerifyBackup, fmt.Errorf("dry run: scratch dir for the snapshot: %w", err)
+		}
+		defer os.RemoveAll(scratch)
+		if dst, err = os.OpenFile(filepath.Join(scratch, "snapshot.db"), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600); err != nil {
+			return "", StepVerifyBackup, fmt.Errorf("dry run: scratch file for the snapshot: %w", err)
+		}
+		defer dst.Close()
+	case fc.local != nil:
+		// The caller owns the plaintext copy the backup streamed: it is
+		// verified where it is and staged as it is (a drill then renames
+		// it into the data dir, takeOverMember): the database is never
+		// copied.
+		snapPath = fc.local.path
+	default:
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return snapPath, StepVerifyBackup, err
+		}
+		if dst, err = seal.CreateTemp(dir, ".etcd-recovery-"+opts.ClusterID+"-", ".snapshot.db"); err != nil { // plaintext: named and registered (seal)
+			return snapPath, StepVerifyBackup, fmt.Errorf("temp file for the snapshot in %s: %w", dir, err)
+		}
+		snapPath = dst.Name()
+		defer dst.Close()
+	}
+	fetchStart := time.Now()
+	prog := opts.Progress(fmt.Sprintf("download %s", chosen.Name))
+	var fr *fetchResult
+	if fc.local != nil {
+		fr, err = verifyLocal(ctx, *fc.local, dst) // dst nil: verified in place
+	} else {
+		fr, err = fetchSnapshot(ctx, opts.Store, opts.Layout, chosen.manifest, opts.Identities, dst, prog.Update)
+	}
+	prog.Done()
+	if fr != nil {
+		plan.Checks = append(plan.Checks, fr.Checks...)
+	}
+	if err != nil {
+		return snapPath, StepVerifyBackup, refuse(ctx, opts, cands, idx, err, fc)
+	}
+	cands[idx].Status, plan.Chosen.Status = "chosen, verified", "chosen, verified"
+	stagedPath := snapPath
+	if dst != nil {
+		if err := dst.Close(); err != nil {
+			return snapPath, StepVerifyBackup, err
+		}
+		stagedPath = dst.Name()
+	}
+	log.Debug("snapshot streamed and checked", "backup", chosen.Name, "duration", time.Since(fetchStart).Round(time.Millisecond))
+	facts, err := readSnapshotFacts(stagedPath)
+	if err != nil {
+		return snapPath, StepVerifyBackup, refuse(ctx, opts, cands, idx, &verifyError{err}, fc)
+	}
+	plan.Snapshot = &facts
+	plan.MinRevision = facts.Revision + int64(opts.BumpRevision)
+	plan.Checks = append(plan.Checks, Check{Name: "database", Status: CheckPassed,
+		Detail: fmt.Sprintf("revision %d, %d live keys, %d key revisions", facts.Revision, facts.LiveKeys, facts.Revisions)})
+	if facts.StoreRevision() < chosen.Revision {
+		return snapPath, StepVerifyBackup, refuse(ctx, opts, cands, idx, &verifyError{fmt.Errorf(
+			"the database's revision %d is below the manifest's %d", facts.StoreRevision(), chosen.Revision)}, fc)
+	}
+	log.Info("backup verified", "backup", chosen.Name, "checks", len(plan.Checks), "duration", time.Since(fetchStart).Round(time.Millisecond))
 	return snapPath, "", nil
 }
 
 // refuse turns a failed verification into a BackupError naming the
 // next-newest backup that passes (each verified by streaming, nothing
-// written). Store and disk errors are returned as they are.
-func refuse(ctx context.Context, opts Options, cands []Candidate, idx int, err error) error {
+// written). Store and disk errors are returned as they are, and so is the
+// refusal of a backup being proven (fc.prove: a drill proves one backup,
+// it does not look for another).
+func refuse(ctx context.Context, opts Options, cands []Candidate, idx int, err error, fc fetchConfig) error {
 	var ve *verifyError
-	if !errors.As(err, &ve) || ctx.Err() != nil || opts.drill != nil {
-		// A drill proves one backup: it does not look for another.
+	if !errors.As(err, &ve) || ctx.Err() != nil || fc.prove {
 		return err
 	}
 	cands[idx].Status, cands[idx].Detail = "failed verification", err.Error()
-	if fallsBack(opts) {
+	if fallsBack(opts, fc) {
 		// verifyCandidates tries the next candidate itself.
 		return err
 	}
@@ -747,13 +779,16 @@ func refuse(ctx context.Context, opts Options, cands []Candidate, idx int, err e
 
 // probeSurvivor finds, without changing anything, the member a survivor
 // snapshot would be taken of; it returns it as a planned candidate.
-func probeSurvivor(ctx context.Context, opts Options, s *Survivor) *Candidate {
+func probeSurvivor(ctx context.Context, opts Options, s *Survivor) (*Candidate, error) {
+	if opts.Survivor == nil {
+		return nil, errNoSurvivorBackup
+	}
 	members, _ := probe.List(ctx, opts.Old, opts.ProbeTimeout)
 	members = probe.Members(ctx, opts.Old, members, opts.ProbeTimeout)
-	cands := backup.SnapshotCandidates(members, probe.Quorum(members))
+	cands := opts.Survivor.Candidates(members, probe.Quorum(members))
 	if len(cands) == 0 {
 		s.Skipped = "no member of the old cluster answered"
-		return nil
+		return nil, nil
 	}
 	m := cands[0]
 	s.Member, s.Endpoint, s.Planned = m.Name, m.ClientURL, true
@@ -761,13 +796,17 @@ func probeSurvivor(ctx context.Context, opts Options, s *Survivor) *Candidate {
 		s.Revision = m.Status.Header.Revision
 	}
 	return &Candidate{Name: "(survivor snapshot, dry run)", Kind: catalog.KindPreRestore,
-		Time: opts.Now().UTC(), Revision: s.Revision, Source: m.Name, ServerVersion: m.Status.Version, Status: CheckPlanned, Planned: true}
+		Time: opts.Now().UTC(), Revision: s.Revision, Source: m.Name, ServerVersion: m.Status.Version, Status: CheckPlanned, Planned: true}, nil
 }
 
-// takeSurvivor commits a pre-restore snapshot of a surviving member. No
-// member answering is not an error (the cluster is gone: restore from the
-// store); any other failure is, since a survivor's newer data would be lost.
+// takeSurvivor commits a pre-restore snapshot of a surviving member
+// (Options.Survivor). No member answering is not an error (the cluster is
+// gone: restore from the store); any other failure is, since a survivor's
+// newer data would be lost.
 func takeSurvivor(ctx context.Context, opts Options, log *slog.Logger, s *Survivor) error {
+	if opts.Survivor == nil {
+		return errNoSurvivorBackup
+	}
 	rs, from, err := survivorRecipients(ctx, opts)
 	if err != nil {
 		return err
@@ -776,26 +815,25 @@ func takeSurvivor(ctx context.Context, opts Options, log *slog.Logger, s *Surviv
 		log.Info("the survivor snapshot is encrypted", "recipients", rs.String(), "from", from)
 	}
 	prog := opts.Progress("pre-restore snapshot")
-	r, err := backup.Run(ctx, backup.Options{
-		ClusterID: opts.ClusterID, Kind: catalog.KindPreRestore, Etcd: opts.Old,
+	m, err := opts.Survivor.Take(ctx, SurvivorRequest{
+		ClusterID: opts.ClusterID, Old: opts.Old,
 		Store: opts.Store, Layout: opts.Layout, ProbeTimeout: opts.ProbeTimeout,
 		Progress: prog.Update, Log: opts.Log, Now: opts.Now,
 		Recipients: rs, RequireEncryption: opts.RequireEncryption,
 		OnSource: func(m probe.Member) { s.Member, s.Endpoint = m.Name, m.ClientURL },
 	})
 	prog.Done()
-	var be *backup.Error
-	if err != nil && errors.As(err, &be) && be.Step == backup.StepMembers && ctx.Err() == nil {
+	var ne *NoSurvivorError
+	if err != nil && errors.As(err, &ne) && ctx.Err() == nil {
 		s.Member, s.Endpoint = "", ""
 		s.Skipped = "no member of the old cluster answered"
-		log.Warn("no surviving member answered: restoring from the store", "err", be.Err)
+		log.Warn("no surviving member answered: restoring from the store", "err", ne.Err)
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("a member of the old cluster answers but its snapshot could not be committed "+
 			"(pass --no-live to restore from the store without it): %w", err)
 	}
-	m := r.Manifest
 	s.Member, s.Endpoint, s.Revision, s.Backup = m.Source.Name, m.Source.Endpoint, m.Revision(), m.Name
 	log.Info("survivor snapshot committed", "backup", m.Name, "member", m.Source.Name, "revision", m.Revision())
 	return nil
@@ -937,10 +975,7 @@ func checkRestoreSpace(opts Options, plan *Plan, chosen Candidate, dir string) e
 	if raw <= 0 {
 		return nil
 	}
-	if opts.drill != nil && len(plan.Members) == 1 {
-		return CheckSpace(drillSpaceNeeds(opts, plan.Members[0].DataDir, chosen, dir))
-	}
-	stage := SpaceNeed{Bytes: stagedBytes(raw), Hint: HintScratch,
+	stage := SpaceNeed{Bytes: StagedBytes(raw), Hint: HintScratch,
 		What: fmt.Sprintf("the staged snapshot of backup %s, uncompressed", chosen.Name)}
 	switch {
 	case opts.DryRun:

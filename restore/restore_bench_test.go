@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	crand "crypto/rand"
-	"encoding/base64"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,8 +13,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/catalog"
@@ -56,7 +52,7 @@ func BenchmarkRestoreRTO(b *testing.B) {
 	const id = "rto"
 
 	t0 := time.Now()
-	fillLarge(b, src.Client(b), int64(sizeMB)<<20)
+	testfix.FillLarge(b, src.Client(b), int64(sizeMB)<<20)
 	res, err := backup.Run(context.Background(), backup.Options{ClusterID: id, Kind: catalog.KindScheduled,
 		Etcd: testfix.EtcdConfig(src), Store: store, Layout: layout})
 	if err != nil {
@@ -79,7 +75,7 @@ func BenchmarkRestoreRTO(b *testing.B) {
 	objURL := mi.Endpoint + "/" + bucket + "/" + layout.Key(id, man.Name, man.Snapshot.Object)
 	ctlEnv := append(os.Environ(), "ETCDCTL_API=3", "ETCDCTL_CACERT="+pki.CAFile, "ETCDCTL_CERT="+pki.ClientCertFile, "ETCDCTL_KEY="+pki.ClientKeyFile)
 	// Warm the page cache for both runs alike.
-	runBench(b, ctlEnv, "curl", "-fsS", "-K", curlCfg, "--aws-sigv4", "aws:amz:"+mi.Region+":s3", "-o", "/dev/null", objURL)
+	testfix.RunBench(b, ctlEnv, "curl", "-fsS", "-K", curlCfg, "--aws-sigv4", "aws:amz:"+mi.Region+":s3", "-o", "/dev/null", objURL)
 
 	type timing struct {
 		total, download, decompress, restore, start time.Duration
@@ -104,13 +100,13 @@ func BenchmarkRestoreRTO(b *testing.B) {
 		work := filepath.Join(dir, fmt.Sprintf("manual-%d", round))
 		os.MkdirAll(work, 0o700)
 		t0 := time.Now()
-		d, _ := runBench(b, ctlEnv, "curl", "-fsS", "-K", curlCfg, "--aws-sigv4", "aws:amz:"+mi.Region+":s3", "-o", filepath.Join(work, "snapshot.db.zst"), objURL)
+		d, _ := testfix.RunBench(b, ctlEnv, "curl", "-fsS", "-K", curlCfg, "--aws-sigv4", "aws:amz:"+mi.Region+":s3", "-o", filepath.Join(work, "snapshot.db.zst"), objURL)
 		manual.download = d
-		d, _ = runBench(b, ctlEnv, "zstd", "-q", "-d", filepath.Join(work, "snapshot.db.zst"), "-o", filepath.Join(work, "snapshot.db"))
+		d, _ = testfix.RunBench(b, ctlEnv, "zstd", "-q", "-d", filepath.Join(work, "snapshot.db.zst"), "-o", filepath.Join(work, "snapshot.db"))
 		manual.decompress = d
 		t1 := time.Now()
 		for _, m := range ms {
-			_, rss := runBench(b, ctlEnv, etcdutl, "snapshot", "restore", filepath.Join(work, "snapshot.db"), "--name", m.name,
+			_, rss := testfix.RunBench(b, ctlEnv, etcdutl, "snapshot", "restore", filepath.Join(work, "snapshot.db"), "--name", m.name,
 				"--data-dir", filepath.Join(work, m.name+".etcd"), "--initial-cluster", ic, "--initial-cluster-token", token,
 				"--initial-advertise-peer-urls", m.peerURL, "--bump-revision", "1000000000", "--mark-compacted")
 			manual.rss = max(manual.rss, rss)
@@ -286,60 +282,6 @@ func logValue(line, key string) string {
 		v = v[:j]
 	}
 	return v
-}
-
-func runBench(tb testing.TB, env []string, name string, args ...string) (time.Duration, int64) {
-	tb.Helper()
-	cmd := exec.Command(name, args...)
-	cmd.Env = env
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	d, rss, err := testfix.RunMeasured(cmd)
-	if err != nil {
-		tb.Fatalf("%s: %v\n%s", filepath.Base(name), err, out.String())
-	}
-	return d, rss
-}
-
-// fillLarge writes about total bytes of large values (96 KiB of base64
-// random bytes each, compressible like opaque blobs), in transactions of
-// ten, four at a time.
-func fillLarge(tb testing.TB, cli *clientv3.Client, total int64) {
-	tb.Helper()
-	const valueSize, perTxn, workers = 96 << 10, 10, 4
-	n := int(total/valueSize) + 1
-	work := make(chan int)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var firstErr error
-	for range workers {
-		wg.Go(func() {
-			raw := make([]byte, valueSize*3/4)
-			for start := range work {
-				var ops []clientv3.Op
-				for i := start; i < min(start+perTxn, n); i++ {
-					crand.Read(raw)
-					ops = append(ops, clientv3.OpPut(fmt.Sprintf("/registry/blobs/%08d", i), base64.StdEncoding.EncodeToString(raw)))
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				_, err := cli.Txn(ctx).Then(ops...).Commit()
-				cancel()
-				if err != nil {
-					mu.Lock()
-					firstErr = err
-					mu.Unlock()
-				}
-			}
-		})
-	}
-	for start := 0; start < n; start += perTxn {
-		work <- start
-	}
-	close(work)
-	wg.Wait()
-	if firstErr != nil {
-		tb.Fatalf("fill: %v", firstErr)
-	}
 }
 
 func benchToolLogLevel() string {

@@ -17,6 +17,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 	"github.com/armada/etcd-recovery/restore"
+	"github.com/armada/etcd-recovery/restore/survivor"
 )
 
 // The quorum-loss scenario: a 3-member TLS cluster with thousands of keys
@@ -68,7 +69,7 @@ func TestRestoreQuorumLostFromSurvivor(t *testing.T) {
 	_, oldRev := allKeys(t, cli)
 
 	// Quorum lost: two members and their data are gone.
-	survivor := c.Members[0]
+	surv := c.Members[0]
 	for _, m := range c.Members[1:] {
 		m.Kill()
 		if err := os.RemoveAll(m.DataDir); err != nil {
@@ -78,7 +79,7 @@ func TestRestoreQuorumLostFromSurvivor(t *testing.T) {
 
 	ic, ms := newCluster(t, 3, true)
 	root := t.TempDir()
-	res, err := restore.Run(ctx, restore.Options{
+	res, err := restore.Run(ctx, restore.Options{Survivor: survivor.Backup{},
 		ClusterID: id, Store: r.store, Layout: r.layout,
 		Old: testfix.EtcdConfig(c), ProbeTimeout: 2 * time.Second,
 		Targets:      restore.Targets{InitialCluster: ic, DataDirRoot: root},
@@ -88,8 +89,8 @@ func TestRestoreQuorumLostFromSurvivor(t *testing.T) {
 	if err != nil {
 		t.Fatalf("restore: %v", err)
 	}
-	if res.Survivor.Backup == "" || res.Survivor.Member != survivor.Name {
-		t.Fatalf("survivor %+v: want a pre-restore snapshot of %s", res.Survivor, survivor.Name)
+	if res.Survivor.Backup == "" || res.Survivor.Member != surv.Name {
+		t.Fatalf("survivor %+v: want a pre-restore snapshot of %s", res.Survivor, surv.Name)
 	}
 	if res.Chosen.Name != res.Survivor.Backup || res.Chosen.Kind != catalog.KindPreRestore {
 		t.Fatalf("chose %s (%s), want the survivor snapshot %s", res.Chosen.Name, res.Chosen.Kind, res.Survivor.Backup)
@@ -101,7 +102,7 @@ func TestRestoreQuorumLostFromSurvivor(t *testing.T) {
 		t.Errorf("candidates %+v", res.Candidates)
 	}
 	m, err := catalog.LoadManifest(ctx, r.store, r.layout, id, res.Survivor.Backup)
-	if err != nil || m.Kind != catalog.KindPreRestore || m.Source.Name != survivor.Name {
+	if err != nil || m.Kind != catalog.KindPreRestore || m.Source.Name != surv.Name {
 		t.Fatalf("survivor backup manifest %+v: %v", m, err)
 	}
 	if res.Snapshot == nil || res.Snapshot.LiveKeys != int64(len(want)) || res.Snapshot.Revision < oldRev {
@@ -121,11 +122,11 @@ func TestRestoreQuorumLostFromSurvivor(t *testing.T) {
 	if entries, _ := os.ReadDir(root); len(entries) != 3 {
 		t.Errorf("the data dir root holds %v, want the three data dirs and no temp file", entries)
 	}
-	survivor.Kill()
+	surv.Kill()
 
 	nc := startRestored(t, testenv.V35, &res.Plan, ms, c.PKI, true)
 	newCfg := etcdConfigFor(c.PKI, ms)
-	rep, err := restore.Verify(ctx, restore.VerifyOptions{Etcd: newCfg, Timeout: time.Minute,
+	rep, err := restore.VerifyRebuilt(ctx, restore.VerifyOptions{Etcd: newCfg, Timeout: time.Minute,
 		MinRevision: res.MinRevision, ExpectedKeys: res.Snapshot.LiveKeys, ExpectedMembers: 3})
 	if err != nil {
 		t.Fatalf("verify: %v (%+v)", err, rep)
@@ -207,7 +208,7 @@ func TestRestoreAllDeadNewestBackup(t *testing.T) {
 	}
 	ic, ms := newCluster(t, 3, false)
 	ctx := ctxTimeout(t, 3*time.Minute)
-	res, err := restore.Run(ctx, restore.Options{
+	res, err := restore.Run(ctx, restore.Options{Survivor: survivor.Backup{},
 		ClusterID: id, Store: r.store, Layout: r.layout, Old: testfix.EtcdConfig(c), ProbeTimeout: time.Second,
 		Targets:      restore.Targets{InitialCluster: ic, DataDir: filepath.Join(t.TempDir(), "etcd-{name}")},
 		BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, Log: testLogger(t),
@@ -288,7 +289,7 @@ func TestRestoreRefusesCorruptBackups(t *testing.T) {
 			}
 			before := r.bucketListing(t)
 			root := t.TempDir()
-			_, err := restore.Run(ctx, restore.Options{
+			_, err := restore.Run(ctx, restore.Options{Survivor: survivor.Backup{},
 				ClusterID: id, Store: r.store, Layout: r.layout, NoLive: true, Backup: tc.force,
 				Targets:      restore.Targets{InitialCluster: ic, DataDirRoot: root},
 				BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, Log: testLogger(t),
@@ -335,7 +336,7 @@ func TestRestoreDataDirInTheWay(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "member", "wal", "keep.wal"), []byte("old data"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	opts := restore.Options{
+	opts := restore.Options{Survivor: survivor.Backup{},
 		ClusterID: id, Store: r.store, Layout: r.layout, Old: testfix.EtcdConfig(c), ProbeTimeout: 2 * time.Second,
 		Targets:      restore.Targets{InitialCluster: ic, DataDirRoot: root},
 		BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, Log: testLogger(t),
@@ -406,7 +407,7 @@ func TestRestoreDryRunChangesNothing(t *testing.T) {
 			t.Fatal("?")
 		}
 	}
-	opts := restore.Options{
+	opts := restore.Options{Survivor: survivor.Backup{},
 		ClusterID: id, Store: r.store, Layout: r.layout, Old: testfix.EtcdConfig(c), ProbeTimeout: 2 * time.Second,
 		Targets:      restore.Targets{InitialCluster: ic, DataDirRoot: root},
 		BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, Force: true, DryRun: true, Log: testLogger(t),
@@ -486,7 +487,7 @@ func TestRestoreCancelled(t *testing.T) {
 	root := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	_, err := restore.Run(ctx, restore.Options{
+	_, err := restore.Run(ctx, restore.Options{Survivor: survivor.Backup{},
 		ClusterID: "cancel", Store: r.store, Layout: r.layout, NoLive: true,
 		Targets:      restore.Targets{InitialCluster: ic, DataDirRoot: filepath.Join(root, "data")},
 		BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, Log: testLogger(t),
@@ -539,7 +540,7 @@ func TestRestoreAfterCompactedDelete(t *testing.T) {
 	c.Members[0].Kill()
 	ic, ms := newCluster(t, 1, false)
 	var nc *testenv.EtcdCluster
-	res, err := restore.Run(ctx, restore.Options{
+	res, err := restore.Run(ctx, restore.Options{Survivor: survivor.Backup{},
 		ClusterID: "compacted", Store: r.store, Layout: r.layout, NoLive: true,
 		Targets:      restore.Targets{InitialCluster: ic, DataDirRoot: t.TempDir()},
 		BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, Log: testLogger(t),

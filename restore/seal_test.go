@@ -20,6 +20,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 	"github.com/armada/etcd-recovery/restore"
+	"github.com/armada/etcd-recovery/restore/survivor"
 )
 
 // ageKey is a fresh age X25519 key pair: the identity (as restore loads
@@ -104,7 +105,7 @@ func TestRestoreEncryptedRecipients(t *testing.T) {
 	ctx := ctxTimeout(t, 3*time.Minute)
 	opts := func(dir string, ids *seal.Identities) restore.Options {
 		ic, _ := newCluster(t, 1, false)
-		return restore.Options{ClusterID: id, Store: r.store, Layout: r.layout, NoLive: true, Identities: ids,
+		return restore.Options{Survivor: survivor.Backup{}, ClusterID: id, Store: r.store, Layout: r.layout, NoLive: true, Identities: ids,
 			Targets:      restore.Targets{InitialCluster: ic, DataDir: filepath.Join(dir, "{name}.etcd")},
 			BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, Log: testLogger(t)}
 	}
@@ -198,7 +199,7 @@ func TestRestoreEncryptedTampered(t *testing.T) {
 
 		dir := filepath.Join(t.TempDir(), "data")
 		ic, _ := newCluster(t, 1, false)
-		_, err = restore.Run(ctx, restore.Options{ClusterID: id, Store: r.store, Layout: r.layout, NoLive: true, Identities: k.ids,
+		_, err = restore.Run(ctx, restore.Options{Survivor: survivor.Backup{}, ClusterID: id, Store: r.store, Layout: r.layout, NoLive: true, Identities: k.ids,
 			Backup:       newest.Name, // without it restore falls back to the older one
 			Targets:      restore.Targets{InitialCluster: ic, DataDir: filepath.Join(dir, "{name}.etcd")},
 			BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, Log: testLogger(t)})
@@ -214,96 +215,6 @@ func TestRestoreEncryptedTampered(t *testing.T) {
 		}
 		emptyDir(t, dir)
 		r.putObject(t, key, orig)
-	}
-}
-
-// plaintextOf decrypts and decompresses a backup's snapshot into a file.
-func plaintextOf(tb testing.TB, r *storeRig, m *catalog.Manifest, ids *seal.Identities) string {
-	tb.Helper()
-	rc, err := r.store.Get(context.Background(), r.snapshotKey(m))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer rc.Close()
-	pr, err := seal.Decrypt(rc, ids, m.Encryption.Recipients)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	dec, err := backup.Decoder(pr, m.Snapshot.Compression)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer dec.Close()
-	path := filepath.Join(tb.TempDir(), "snapshot.db")
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o600)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if _, err := io.Copy(f, dec); err != nil {
-		tb.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		tb.Fatal(err)
-	}
-	return path
-}
-
-// A drill of an encrypted backup needs the identity: without it, a clear
-// error and nothing recorded; with it, it passes. A local plaintext copy
-// (the drill after a backup) drills without downloading or any identity,
-// and one whose sha256 is not the manifest's is refused.
-func TestDrillEncrypted(t *testing.T) {
-	t.Parallel()
-	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
-	cli := c.Client(t)
-	fillDrillData(t, cli, 100)
-	r := newStoreRig(t)
-	const id = "enc-drill"
-	k := newAgeKey(t)
-	m := r.takeEncrypted(t, c, id, recipientsOf(t, k))
-	ctx := ctxTimeout(t, 3*time.Minute)
-	bin := testenv.DrillBinDir(t, testenv.V35)
-	drillKey := r.layout.Key(id, m.Name, catalog.DrillObject)
-
-	o := drillOpts(t, r, id, bin)
-	rec, err := restore.Drill(ctx, o)
-	var de *restore.DrillError
-	if !errors.Is(err, seal.ErrNoIdentity) || !errors.As(err, &de) || de.Record != nil || rec != nil || !strings.Contains(err.Error(), k.pub) {
-		t.Fatalf("drill without identity: want a no-identity error and no record, got %v (record %v)", err, rec)
-	}
-	if keys := testfix.Keys(t, r.store, drillKey); len(keys) > 0 {
-		t.Fatalf("a drill without identity recorded %v", keys)
-	}
-
-	o.Identities = k.ids
-	if rec, err = restore.Drill(ctx, o); err != nil || !rec.Passed {
-		t.Fatalf("drill with the identity: %v (%+v)", err, rec)
-	}
-
-	// The drill after a backup: the plaintext it streamed.
-	plain := plaintextOf(t, r, m, k.ids)
-	lo := drillOpts(t, r, id, bin)
-	lo.Plaintext, lo.Manifest, lo.NoRecord = plain, m, true
-	b, err := os.ReadFile(plain)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rec, err = restore.Drill(ctx, lo); err != nil || !rec.Passed {
-		t.Fatalf("drill of the plaintext copy: %v (%+v)", err, rec)
-	}
-	// Taken over (renamed into the drill's data dir), not copied.
-	if _, err := os.Stat(plain); !os.IsNotExist(err) {
-		t.Fatalf("the drill left the plaintext copy %s where it was (stat: %v): it copied it instead of taking it over", plain, err)
-	}
-	b[len(b)/3] ^= 0x01
-	badPath := filepath.Join(t.TempDir(), "bad.db")
-	if err := os.WriteFile(badPath, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	lo.Plaintext = badPath
-	rec, err = restore.Drill(ctx, lo)
-	if err == nil || rec == nil || rec.Passed || !strings.Contains(err.Error(), "sha256") {
-		t.Fatalf("drill of a plaintext copy that does not match the manifest: want refused, got %v (%+v)", err, rec)
 	}
 }
 
@@ -326,7 +237,7 @@ func TestRestoreSurvivorEncrypted(t *testing.T) {
 		t.Helper()
 		dir := filepath.Join(t.TempDir(), "data")
 		ic, _ := newCluster(t, 1, false)
-		_, err := restore.Run(ctx, restore.Options{ClusterID: id, Store: r.store, Layout: r.layout, Old: testfix.EtcdConfig(c),
+		_, err := restore.Run(ctx, restore.Options{Survivor: survivor.Backup{}, ClusterID: id, Store: r.store, Layout: r.layout, Old: testfix.EtcdConfig(c),
 			Identities: ids, Recipients: rs, ProbeTimeout: 3 * time.Second,
 			Targets:      restore.Targets{InitialCluster: ic, DataDir: filepath.Join(dir, "{name}.etcd")},
 			BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, Log: testLogger(t)})

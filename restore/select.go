@@ -358,11 +358,14 @@ type Fallback struct {
 // fallsBack reports whether a candidate refused at verification makes
 // restore try the next one: only when it chose the backup itself. A backup
 // named with --backup is refused and the run stops (the SRE chose it);
-// a drill (it sets Backup too) proves one backup; a local plaintext
-// snapshot is the only candidate.
-func fallsBack(opts Options) bool { return opts.Backup == "" && opts.drill == nil && opts.local == nil }
+// a drill (FetchOptions.Prove, and it sets Backup too) proves one backup;
+// a local plaintext snapshot is the only candidate.
+func fallsBack(opts Options, fc fetchConfig) bool {
+	return opts.Backup == "" && !fc.prove && fc.local == nil
+}
 
-// verifyCandidates verifies cands[idx] (verifyCandidate) and, when it is
+// verifyCandidates is the fetch stage: it verifies the chosen cands[idx]
+// (verifyChosen) and, when it is
 // refused for a property of its bytes (a verifyError: a checksum, a
 // truncated or undecodable stream, an object gone, a database below the
 // manifest's revision, an age payload that does not authenticate) and
@@ -374,11 +377,18 @@ func fallsBack(opts Options) bool { return opts.Backup == "" && opts.drill == ni
 // staged file back too, isLocalFailure): they say nothing about the
 // backup. When every candidate is refused, the error is the last one's
 // BackupError, naming the others.
-func verifyCandidates(ctx context.Context, opts Options, log *slog.Logger, plan *Plan, cands []Candidate, idx int, dir string) (string, string, error) {
-	for {
-		snapPath, step, err := verifyCandidate(ctx, opts, log, plan, cands, idx, dir)
+func verifyCandidates(ctx context.Context, opts Options, log *slog.Logger, plan *Plan, cands []Candidate, idx int, dir string, fc fetchConfig) (string, string, error) {
+	for first := true; ; first = false {
+		if !first {
+			// The next candidate is chosen as the select stage chose
+			// the first.
+			if step, err := choose(opts, log, plan, cands, idx, fc.local == nil); err != nil {
+				return "", step, err
+			}
+		}
+		snapPath, step, err := verifyChosen(ctx, opts, log, plan, cands, idx, dir, fc)
 		var ve *verifyError
-		if err == nil || !fallsBack(opts) || !errors.As(err, &ve) || ctx.Err() != nil || isLocalFailure(err) {
+		if err == nil || !fallsBack(opts, fc) || !errors.As(err, &ve) || ctx.Err() != nil || IsLocalFailure(err) {
 			return snapPath, step, err
 		}
 		if snapPath != "" {
@@ -400,7 +410,7 @@ func verifyCandidates(ctx context.Context, opts Options, log *slog.Logger, plan 
 		plan.Fallbacks = append(plan.Fallbacks, fb)
 		log.Warn("backup failed verification: trying the next candidate", "backup", refused.Name, "err", err,
 			"next", fb.Next, "next_revision", cands[next].Revision)
-		// What verifyCandidate filled in was the refused backup's.
+		// What choose and verifyChosen filled in was the refused backup's.
 		plan.Checks, plan.Snapshot, plan.Chosen, plan.Reason, plan.EtcdVersion, plan.MinRevision = []Check{}, nil, nil, "", "", 0
 		idx = next
 	}

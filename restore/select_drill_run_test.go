@@ -9,6 +9,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/restore"
+	"github.com/armada/etcd-recovery/restore/survivor"
 )
 
 // A restore dry run against real MinIO and a real snapshot, with drill
@@ -59,7 +60,7 @@ func TestRestoreDryRunPrefersDrilled(t *testing.T) {
 	ic, _ := newCluster(t, 1, false)
 	dryRun := func(t *testing.T, clusterID, name string) (*restore.Result, error) {
 		t.Helper()
-		return restore.Run(ctx, restore.Options{
+		return restore.Run(ctx, restore.Options{Survivor: survivor.Backup{},
 			ClusterID: clusterID, Store: r.store, Layout: r.layout, NoLive: true, ProbeTimeout: 2 * time.Second, Backup: name,
 			Targets:      restore.Targets{InitialCluster: ic, DataDirRoot: t.TempDir()},
 			BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, DryRun: true, Log: testLogger(t),

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/armada/etcd-recovery/drill"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/testing/faults"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
@@ -144,12 +145,12 @@ func TestRestoreFallbackBounds(t *testing.T) {
 	t.Run("a drill proves one backup", func(t *testing.T) {
 		damage(t, 2)
 		fs := faults.Wrap(r.store)
-		o := drillOpts(t, r, id, testenv.DrillBinDir(t, testenv.V35))
-		o.Store, o.NoRecord = fs, true // the newest: bs[2]
-		_, err := restore.Drill(ctx, o)
-		var de *restore.DrillError
-		if !errors.As(err, &de) || de.Step != restore.DrillStepVerify || !strings.Contains(err.Error(), bs[2].Name) {
-			t.Fatalf("drill of the corrupt newest backup: %v; want it failed at %q, naming %s", err, restore.DrillStepVerify, bs[2].Name)
+		o := drill.Options{ClusterID: id, Store: fs, Layout: r.layout, EtcdBinDir: testenv.DrillBinDir(t, testenv.V35), NoRecord: true, // the newest: bs[2]
+			ScratchDir: t.TempDir(), StartTimeout: time.Minute, ProbeTimeout: 10 * time.Second, Log: testLogger(t)}
+		_, err := drill.Run(ctx, o)
+		var de *drill.Error
+		if !errors.As(err, &de) || de.Step != drill.StepVerify || !strings.Contains(err.Error(), bs[2].Name) {
+			t.Fatalf("drill of the corrupt newest backup: %v; want it failed at %q, naming %s", err, drill.StepVerify, bs[2].Name)
 		}
 		if n := gets(fs); n[0] != 0 || n[1] != 0 {
 			t.Errorf("the drill downloaded other backups (oldest first) %v", n)

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -25,13 +26,13 @@ const walSegmentBytes = 64 << 20
 // metadata, the freelist page header).
 const spaceSlack = 1 << 20
 
-// stagedBytes is what a staged copy of a database of raw bytes takes:
+// StagedBytes is what a staged copy of a database of raw bytes takes:
 // the database, the freelist the restore adds (8 bytes a page at most)
 // and slack.
-func stagedBytes(raw int64) int64 { return raw + raw/512 + spaceSlack }
+func StagedBytes(raw int64) int64 { return raw + raw/512 + spaceSlack }
 
 // memberBytes is what one member's data dir takes right after a restore.
-func memberBytes(raw int64) int64 { return stagedBytes(raw) + walSegmentBytes }
+func memberBytes(raw int64) int64 { return StagedBytes(raw) + walSegmentBytes }
 
 // drillEtcdBytes is what the drill's etcd adds to its data dir once it
 // runs, beyond the database: the WAL segment the restore wrote and the next
@@ -43,7 +44,7 @@ const drillEtcdBytes = 2*walSegmentBytes + spaceSlack
 // in its scratch space on top of a snapshot file it already has there
 // (the plaintext copy a backup streamed, taken over by rename into the
 // drill's data dir): etcd's WAL and slack, and the freelist the staging
-// adds. A drill that downloads needs stagedBytes(raw) more.
+// adds. A drill that downloads needs StagedBytes(raw) more.
 func DrillScratchBytes(raw int64) int64 { return raw/512 + drillEtcdBytes }
 
 // EnvScratchLimit is the size limit of the scratch space ($TMPDIR, or
@@ -180,7 +181,7 @@ func checkSpace(scratchRoot string, needs []SpaceNeed) error {
 			for _, n := range in {
 				need += n.Bytes
 				what = append(what, fmt.Sprintf("%s: %s", n.What, output.Bytes(n.Bytes)))
-				if !contains(hints, n.Hint) {
+				if !slices.Contains(hints, n.Hint) {
 					hints = append(hints, n.Hint)
 				}
 			}
@@ -227,7 +228,7 @@ func checkFS(needs []SpaceNeed) error {
 		}
 		f.bytes += n.Bytes
 		f.what = append(f.what, fmt.Sprintf("%s: %s", n.What, output.Bytes(n.Bytes)))
-		if !contains(f.hints, n.Hint) {
+		if !slices.Contains(f.hints, n.Hint) {
 			f.hints = append(f.hints, n.Hint)
 		}
 	}
@@ -240,15 +241,6 @@ func checkFS(needs []SpaceNeed) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // existingParent is path, or its nearest existing parent directory.
@@ -283,24 +275,6 @@ func humanBytes(n int64) string {
 		return output.Bytes(n)
 	}
 	return fmt.Sprintf("%s (%d bytes)", output.Bytes(n), n)
-}
-
-// drillSpaceNeeds is what a drill writes: the download staged in stageDir
-// (none when it drills a plaintext copy it already has there), and its
-// data dir, where the staged database is renamed (takeOverMember) and
-// etcd adds its WAL.
-func drillSpaceNeeds(opts Options, dataDir string, chosen Candidate, stageDir string) []SpaceNeed {
-	raw := chosen.RawSize
-	src := "the manifest's raw size"
-	var needs []SpaceNeed
-	if opts.local == nil {
-		needs = append(needs, SpaceNeed{Path: stageDir, Bytes: stagedBytes(raw), Hint: HintScratch,
-			What: fmt.Sprintf("the download of backup %s, a database of %s (%s)", chosen.Name, output.Bytes(raw), src)})
-	}
-	needs = append(needs, SpaceNeed{Path: dataDir, Bytes: DrillScratchBytes(raw), Hint: HintScratch,
-		What: fmt.Sprintf("the drill's data dir for backup %s, a database of %s (%s), moved in without a copy, and its etcd's WAL",
-			chosen.Name, output.Bytes(raw), src)})
-	return needs
 }
 
 // CheckDrillScratch checks, before a backup streams, that the scratch

@@ -3,7 +3,6 @@ package restore
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -11,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,7 +18,6 @@ import (
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdinternals"
-	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/internal/store/cos"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
@@ -179,55 +176,6 @@ func trunc(s string) string {
 		return s[:40] + "..."
 	}
 	return s
-}
-
-// A drill that downloads (an unencrypted backup, or the toolkit's drill)
-// counts ETCD_RECOVERY_SCRATCH_LIMIT, less what $TMPDIR already holds,
-// before it downloads: with room for the staged download but not for it
-// and its etcd's WAL, it fails at "check free space", naming the database
-// size (the manifest's) and the limit, and writes nothing to scratch; with
-// the limit raised, it passes within it. The statfs free space of the
-// test's disk is far larger: only the limit can refuse. About 2 s.
-func TestDrillScratchLimit(t *testing.T) {
-	// t.Setenv: not parallel.
-	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
-	testenv.PutKeys(t, c.Client(t), "/registry/pods/", 200, 10<<10)
-	r := newStoreRigInternal(t)
-	const id = "drill-scratch-limit"
-	m := r.take(t, c, id)
-	raw := m.Snapshot.RawSize
-	scratch := t.TempDir()
-	t.Setenv("TMPDIR", scratch)
-	// 1 MiB of scratch already used: counted against the limit.
-	if err := os.WriteFile(filepath.Join(scratch, "used"), bytes.Repeat([]byte{1}, 1<<20), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	o := DrillOptions{ClusterID: id, Store: r.store, Layout: r.layout, Backup: m.Name, EtcdBinDir: testenv.DrillBinDir(t, testenv.V35),
-		ScratchDir: scratch, StartTimeout: time.Minute, ProbeTimeout: 10 * time.Second, NoRecord: true, Log: slog.New(slog.DiscardHandler)}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-
-	limit := stagedBytes(raw) + 1<<20 + 64<<20 // the download fits, the WAL does not
-	t.Setenv(EnvScratchLimit, fmt.Sprint(limit))
-	_, err := Drill(ctx, o)
-	var de *DrillError
-	if !errors.As(err, &de) || de.Step != DrillStepSpace {
-		t.Fatalf("drill with %s=%d: want a failure at %q, got %v", EnvScratchLimit, limit, DrillStepSpace, err)
-	}
-	for _, want := range []string{EnvScratchLimit, fmt.Sprintf("(%d bytes)", limit), "a database of " + output.Bytes(raw), "the manifest's raw size",
-		"1.0 MiB already used", "before anything is downloaded"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error %q does not say %q", err, want)
-		}
-	}
-	if entries, _ := os.ReadDir(scratch); len(entries) != 1 {
-		t.Errorf("scratch holds %d entries after a refused drill; want only the file that was there", len(entries))
-	}
-
-	t.Setenv(EnvScratchLimit, fmt.Sprint(1<<20+raw+DrillScratchBytes(raw)+stagedBytes(raw)))
-	if rec, err := Drill(ctx, o); err != nil || !rec.Passed {
-		t.Fatalf("drill within the limit: %v (%+v)", err, rec)
-	}
 }
 
 type internalRig struct {

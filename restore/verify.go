@@ -46,11 +46,12 @@ type VerifyOptions struct {
 	Log          *slog.Logger
 }
 
-// MemberHealth is one member of the rebuilt cluster, the verify report's
-// row: built from inspect's row for the member (inspect.Probe), Healthy is
+// MemberRow is one member of the rebuilt cluster, the verify report's
+// row (inspect.MemberHealth is inspect's, with its own JSON): built from
+// inspect's row for the member (inspect.Probe), Healthy is
 // probe.Member.Healthy (serves a linearizable read through itself alone,
 // no alarm) and Error says why not, alarms first.
-type MemberHealth struct {
+type MemberRow struct {
 	Name     string `json:"name"`
 	ID       string `json:"id"`
 	Endpoint string `json:"endpoint"`
@@ -62,11 +63,11 @@ type MemberHealth struct {
 
 // VerifyReport is the state of the rebuilt cluster.
 type VerifyReport struct {
-	Members      []MemberHealth `json:"members"`
-	Revision     int64          `json:"revision"`
-	MinRevision  int64          `json:"minRevision,omitempty"`
-	Keys         int64          `json:"keys"`
-	ExpectedKeys *int64         `json:"expectedKeys,omitempty"`
+	Members      []MemberRow `json:"members"`
+	Revision     int64       `json:"revision"`
+	MinRevision  int64       `json:"minRevision,omitempty"`
+	Keys         int64       `json:"keys"`
+	ExpectedKeys *int64      `json:"expectedKeys,omitempty"`
 	// With ExpectedLeasedKeys: the live keys on a lease now and in the
 	// snapshot, and the keys on none (now and expected).
 	LeasedKeys           int64         `json:"leasedKeys,omitempty"`
@@ -104,14 +105,14 @@ func (e *VerifyError) Error() string {
 	return "the rebuilt cluster failed verification: " + strings.Join(parts, "; ")
 }
 
-// Verify waits up to Timeout for every member of the cluster to be healthy,
+// VerifyRebuilt is the verify stage: it waits up to Timeout for every member of the cluster to be healthy,
 // then checks the revision and the live key count once: a healthy cluster
 // with the wrong data does not get better by waiting. The members are
 // probed and judged as inspect does (inspect.Probe, inspect.Verdict): the
 // cluster is healthy when the verdict is HEALTHY and every member is
 // healthy as internal/probe defines it (a linearizable read through the
 // member alone, as `etcdctl endpoint health`, and no alarm).
-func Verify(ctx context.Context, opts VerifyOptions) (*VerifyReport, error) {
+func VerifyRebuilt(ctx context.Context, opts VerifyOptions) (*VerifyReport, error) {
 	if err := opts.Etcd.Validate(); err != nil {
 		return nil, err
 	}
@@ -205,7 +206,7 @@ func verifyOnce(ctx context.Context, opts VerifyOptions) *VerifyReport {
 	}
 	verdict := inspect.Verdict(pc.Members, nil, inspect.Thresholds{})
 	members := verdict.Members
-	rep.Members = make([]MemberHealth, 0, len(members))
+	rep.Members = make([]MemberRow, 0, len(members))
 	for _, m := range members {
 		rep.Members = append(rep.Members, memberRow(m))
 	}
@@ -282,12 +283,13 @@ func verifyOnce(ctx context.Context, opts VerifyOptions) *VerifyReport {
 	return rep
 }
 
-// countPage is how many keys one range request of countKeys returns: a
-// bound on the memory a page takes (keys only, no values).
-const countPage = 2000
+// CountPage is how many keys one range request of countKeys (and of a
+// drill's key scan) returns: a bound on the memory a page takes (keys
+// only, no values).
+const CountPage = 2000
 
 // countKeys counts the live keys of the cluster, and those on a lease,
-// with linearizable keys-only range requests of countPage keys, all at the
+// with linearizable keys-only range requests of CountPage keys, all at the
 // revision of the first, so the count is of one consistent keyspace. A
 // keys-only response still carries each key's lease.
 func countKeys(ctx context.Context, cli *clientv3.Client, probe time.Duration) (rev, total, leased int64, err error) {
@@ -303,7 +305,7 @@ func countKeysOnce(ctx context.Context, cli *clientv3.Client, probe time.Duratio
 	key := []byte{0}
 	first := true
 	for {
-		opts := []clientv3.OpOption{clientv3.WithFromKey(), clientv3.WithKeysOnly(), clientv3.WithLimit(countPage),
+		opts := []clientv3.OpOption{clientv3.WithFromKey(), clientv3.WithKeysOnly(), clientv3.WithLimit(CountPage),
 			clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend)}
 		if !first {
 			opts = append(opts, clientv3.WithRev(rev))
@@ -332,8 +334,8 @@ func countKeysOnce(ctx context.Context, cli *clientv3.Client, probe time.Duratio
 }
 
 // memberRow is the verify report's row for an inspected member.
-func memberRow(m inspect.MemberHealth) MemberHealth {
-	h := MemberHealth{Name: m.Name, ID: m.ID, Endpoint: m.ClientURL, Healthy: m.Healthy(), Version: m.Version, Revision: m.Revision, Error: m.Error}
+func memberRow(m inspect.MemberHealth) MemberRow {
+	h := MemberRow{Name: m.Name, ID: m.ID, Endpoint: m.ClientURL, Healthy: m.Healthy(), Version: m.Version, Revision: m.Revision, Error: m.Error}
 	if len(m.Alarms) > 0 {
 		alarm := "alarm " + strings.Join(m.Alarms, ", ") + " active"
 		if h.Error == "" {
@@ -426,7 +428,7 @@ func (o ClusterCheckOptions) Validate() error {
 }
 
 // CheckCluster is `restore verify`: it works out what the rebuilt cluster
-// must hold, then runs Verify. Its options are checked first (Validate).
+// must hold, then runs VerifyRebuilt. Its options are checked first (Validate).
 func CheckCluster(ctx context.Context, opts ClusterCheckOptions) (*ClusterCheck, error) {
 	out := &ClusterCheck{ClusterID: opts.ClusterID, Backup: opts.Backup}
 	if err := opts.Validate(); err != nil {
@@ -454,7 +456,7 @@ func CheckCluster(ctx context.Context, opts ClusterCheckOptions) (*ClusterCheck,
 			return out, &Error{ClusterID: opts.ClusterID, Step: StepVerifyBackup, Err: err}
 		}
 		root := ScratchRoot(opts.TempDir)
-		if err := CheckSpace([]SpaceNeed{{Path: root, Bytes: stagedBytes(m.Snapshot.RawSize), Hint: HintScratch,
+		if err := CheckSpace([]SpaceNeed{{Path: root, Bytes: StagedBytes(m.Snapshot.RawSize), Hint: HintScratch,
 			What: fmt.Sprintf("the snapshot of backup %s, uncompressed, read to count its keys", m.Name)}}); err != nil {
 			return out, &Error{ClusterID: opts.ClusterID, Step: StepSpace, Err: err}
 		}
@@ -500,7 +502,7 @@ func CheckCluster(ctx context.Context, opts ClusterCheckOptions) (*ClusterCheck,
 	if opts.OverrideKeys {
 		opts.ExpectedKeys, opts.ExpectedLeasedKeys = givenKeys, nil
 	}
-	rep, err := Verify(ctx, opts.VerifyOptions)
+	rep, err := VerifyRebuilt(ctx, opts.VerifyOptions)
 	out.VerifyReport = rep
 	return out, err
 }

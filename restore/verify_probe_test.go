@@ -47,7 +47,7 @@ func judgeBoth(t *testing.T, c *testenv.EtcdCluster) judged {
 		}
 		t.Logf("inspect %s: health %s alarms %v status errors %q", m.Name, m.Health, m.Alarms, m.StatusErrors)
 	}
-	vrep, err := restore.Verify(ctx, restore.VerifyOptions{Etcd: cfg, Timeout: 500 * time.Millisecond, ProbeTimeout: 2 * time.Second, ExpectedKeys: -1})
+	vrep, err := restore.VerifyRebuilt(ctx, restore.VerifyOptions{Etcd: cfg, Timeout: 500 * time.Millisecond, ProbeTimeout: 2 * time.Second, ExpectedKeys: -1})
 	var verr *restore.VerifyError
 	if err != nil && !errors.As(err, &verr) {
 		t.Fatalf("verify: %v", err)

@@ -14,6 +14,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 	"github.com/armada/etcd-recovery/restore"
+	"github.com/armada/etcd-recovery/restore/survivor"
 )
 
 // Each etcd version starts from data dirs restored for it: a backup of a
@@ -52,7 +53,7 @@ func TestRestoreEtcdVersions(t *testing.T) {
 
 			ic, ms := newCluster(t, 3, true)
 			var nc *testenv.EtcdCluster
-			res, err := restore.Run(ctx, restore.Options{
+			res, err := restore.Run(ctx, restore.Options{Survivor: survivor.Backup{},
 				ClusterID: m.ClusterID, Store: r.store, Layout: r.layout,
 				Old: testfix.EtcdConfig(c), ProbeTimeout: time.Second,
 				Targets:      restore.Targets{InitialCluster: ic, DataDirRoot: t.TempDir()},

@@ -468,7 +468,7 @@ func missedBackup(t *testing.T, rb mdblocks.Set) {
 }
 
 // failedDrill: the newest backup's restore drill failed its source
-// comparison (its drill record says so, as restore.Drill writes it: the
+// comparison (its drill record says so, as drill.Run writes it: the
 // drill itself is tested in restore/), so inspect warns, HEALTHY, and
 // points to the drill runbook; a manual backup drilled at once (backup
 // --drill, a real drill against etcd 3.5) proves a fresh restore point and
@@ -489,7 +489,7 @@ func failedDrill(t *testing.T, rb mdblocks.Set) {
 		t.Fatalf("scheduled backup of %s: %v", f.ID, err)
 	}
 	bad := res.Manifest.Name
-	// The CronJob's drill of it failed (its record, as restore.Drill
+	// The CronJob's drill of it failed (its record, as drill.Run
 	// writes it).
 	const check = "compare with source: HashKV at the snapshot's revision differs from the source's"
 	rec := &catalog.DrillRecord{ClusterID: f.ID, Backup: bad, Passed: false, Failed: check,

@@ -12,6 +12,6 @@ if ((${#missing[@]})); then
   echo "bench: installing ${missing[*]}" >&2
   apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
 fi
-# BenchmarkDrill (restore/drill_bench_test.go; BENCH_DRILL_MB, default 512):
+# BenchmarkDrill (drill/bench_test.go; BENCH_DRILL_MB, default 512):
 # drill s/GiB against restore alone, start/hash shares, tool and etcd peak RSS.
 go test -run '^$' -bench "${BENCH:-.}" -benchtime 1x -timeout 60m ${BENCH_PKGS:-./...}

@@ -143,7 +143,7 @@ context() {
   rm -rf "$ctx"
   mkdir -p "$R"/{etc,home,usr/local/bin,tmp} "$ctx/nonroot"
   install -m 0755 "$2" "$ETCD_DIR/etcdctl" "$ETCD_DIR/etcdutl" "$R/usr/local/bin/"
-  # The drill's servers, named etcd-<minor> as restore.Drill looks them up.
+  # The drill's servers, named etcd-<minor> as drill.Run looks them up.
   install -m 0755 "$ETCD_DIR/etcd" "$R/usr/local/bin/etcd-3.5"
   install -m 0755 "$ETCD36_DIR/etcd" "$R/usr/local/bin/etcd-3.6"
   cp -a "$BUSYBOX/image/." "$CACERTS/image/." "$R/"

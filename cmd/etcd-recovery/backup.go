@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/armada/etcd-recovery/backup"
+	drillrun "github.com/armada/etcd-recovery/drill"
 	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/output"
@@ -174,7 +175,7 @@ func runBackup(c *cli.Context, g *globalOpts, o *backupOpts) error {
 		src := opts.Etcd
 		opts.Drill = func(ctx context.Context, m *catalog.Manifest, plaintext string) (*catalog.DrillRecord, error) {
 			log.Info("restore drill of the new backup", "cluster", m.ClusterID, "backup", m.Name, "local_plaintext", plaintext != "")
-			return restore.Drill(ctx, fleet.NewBackupDrillOptions(m, plaintext, store, layout, src, *drill, log))
+			return drillrun.Run(ctx, fleet.NewBackupDrillOptions(m, plaintext, store, layout, src, *drill, log))
 		}
 	}
 	prog := output.NewProgress(fmt.Sprintf("backup %s", opts.ClusterID))

@@ -5,8 +5,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/armada/etcd-recovery/drill"
 	"github.com/armada/etcd-recovery/fleet"
-	"github.com/armada/etcd-recovery/restore"
 )
 
 // drillCmdOpts are drill's flags.
@@ -80,7 +80,7 @@ func runDrill(c *cli.Context, g *globalOpts, o *drillCmdOpts) error {
 	if err != nil {
 		return err
 	}
-	tmpl := restore.DrillOptions{EtcdBinDir: o.etcdBinDir, ScratchDir: o.tempDir, Identities: ids,
+	tmpl := drill.Options{EtcdBinDir: o.etcdBinDir, ScratchDir: o.tempDir, Identities: ids,
 		StartTimeout: o.startTimeout, ProbeTimeout: o.probeTimeout, NoRecord: o.noRecord, Log: log}
 	kubeForm := all && (c.IsSet("namespace") || c.IsSet("kubeconfig"))
 	// --endpoints has a default (etcdctl's 127.0.0.1:2379): only endpoints

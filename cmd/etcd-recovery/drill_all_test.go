@@ -15,12 +15,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/armada/etcd-recovery/drill"
 	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
-	"github.com/armada/etcd-recovery/restore"
 )
 
 // drillAllRig is a bucket prefix holding backups of several cluster ids,
@@ -125,7 +125,7 @@ func TestCLIDrillAll(t *testing.T) {
 		t.Fatalf("drill --all: exit %d, want 1 (all-c's newest backup is damaged)\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 	last := lastLine(errOut)
-	for _, want := range []string{"drill of 1 cluster(s) failed", "cluster " + broken, names[broken], restore.DrillCheckVerify, "sha256"} {
+	for _, want := range []string{"drill of 1 cluster(s) failed", "cluster " + broken, names[broken], drill.CheckVerify, "sha256"} {
 		if !strings.Contains(last, want) {
 			t.Errorf("the error does not name %q: %s", want, last)
 		}
@@ -160,8 +160,8 @@ func TestCLIDrillAll(t *testing.T) {
 		t.Errorf("%s (an etcd 3.6 backup) drilled with etcd %s", good36, c.Record.EtcdVersion)
 	}
 	if c := byID[broken]; c.Result != fleet.DrillFailed || c.Backup != names[broken] || c.Record == nil || c.Record.Passed ||
-		!strings.HasPrefix(c.Failed, restore.DrillCheckVerify) || c.Step != restore.DrillStepVerify {
-		t.Errorf("%s: %+v, want failed at %q of %s", broken, c, restore.DrillCheckVerify, names[broken])
+		!strings.HasPrefix(c.Failed, drill.CheckVerify) || c.Step != drill.StepVerify {
+		t.Errorf("%s: %+v, want failed at %q of %s", broken, c, drill.CheckVerify, names[broken])
 	}
 	if c := byID[none]; c.Result != fleet.DrillNoBackup || c.Record != nil || c.Backup != "" ||
 		!strings.Contains(c.Reason, "no committed backup") || !strings.Contains(c.Reason, "1 incomplete") {

@@ -228,7 +228,7 @@ func TestInspectCLIBackup(t *testing.T) {
 		!strings.Contains(table, "DRILL: NEVER") || !strings.Contains(table, "NEXT STEP: never drilled") || !strings.Contains(table, inspect.RunbookDrill) {
 		t.Errorf("table:\n%s", table)
 	}
-	// Its drill passed (a record as restore.Drill writes it): nothing to
+	// Its drill passed (a record as drill.Run writes it): nothing to
 	// do; with --max-drill-age 1ms the proven backup is too old.
 	st := testfix.Store(t, m, bucket)
 	if err := catalog.PutDrill(context.Background(), st, catalog.Layout{Prefix: "etcd-backups"}, &catalog.DrillRecord{ClusterID: "cli-check",

@@ -13,6 +13,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/restore"
+	"github.com/armada/etcd-recovery/restore/survivor"
 )
 
 const defaultVerifyTimeout = 5 * time.Minute
@@ -156,6 +157,7 @@ func runRestore(c *cli.Context, g *globalOpts, o *restoreOpts) error {
 			DataDirRoot:              o.dataDirRoot,
 		},
 		Old:               o.etcd.configFor(o.etcd.endpoints.Value()),
+		Survivor:          survivor.Backup{},
 		Identities:        ids,
 		Recipients:        rs,
 		RequireEncryption: o.encryption.requireEncryption,

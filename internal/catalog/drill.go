@@ -18,7 +18,7 @@ import (
 // A restore drill proves that a backup restores: the backup is downloaded
 // and verified as restore does, restored into a scratch directory with
 // restore's own code, started as a real single-member etcd and checked
-// (restore.Drill). Its result is recorded next to the backup:
+// (drill.Run). Its result is recorded next to the backup:
 //
 //	<prefix>/<cluster-id>/<backup>/drill.json   the newest drill of the backup
 //

@@ -1,5 +1,5 @@
 // Package archtest checks the direction of imports: the product features
-// (backup, restore, inspect, kube, metrics and the command in cmd/) sit
+// (backup, restore, drill, inspect, kube, metrics and the command in cmd/) sit
 // above the plumbing in internal/, and no plumbing package imports a
 // feature, directly or through another package. The test harness lives
 // under internal/testing/ (test servers, fixtures, the store conformance
@@ -28,7 +28,15 @@ import (
 const module = "github.com/armada/etcd-recovery"
 
 // features are the product packages (and everything under them).
-var features = []string{"backup", "restore", "inspect", "kube", "fleet", "metrics", "cmd"}
+var features = []string{"backup", "restore", "drill", "inspect", "kube", "fleet", "metrics", "cmd"}
+
+// apart are the feature packages that must not depend on another feature
+// package, directly or through another package: restore's survivor
+// snapshot is backup's, given by the composer (restore/survivor), so that
+// restore and the object format do not depend on backup.
+var apart = map[string][]string{
+	"restore": {"backup"},
+}
 
 // fixtures is the test harness: it starts real servers or builds fixtures
 // from the features, and is imported by tests only (checked below).
@@ -109,6 +117,8 @@ func namesBackend(p pkg, b string) bool {
 //   - a package other than a backend, internal/store/all and the harness
 //     imports a store backend (internal/store/<name>): the rest open
 //     stores through the registry (store.Open).
+//   - a package of apart depends on one it is kept apart from (restore on
+//     backup).
 func violations(pkgs []pkg) []string {
 	var out []string
 	for _, p := range pkgs {
@@ -142,6 +152,17 @@ func violations(pkgs []pkg) []string {
 			for _, d := range p.Deps {
 				if under(d, []string{"fleet"}) || slices.Contains(p.Imports, d) && under(d, []string{"backup", "inspect"}) {
 					out = append(out, "kube imports "+d)
+				}
+			}
+		}
+		if rel, ok := strings.CutPrefix(p.ImportPath, module+"/"); ok {
+			for _, not := range apart[rel] {
+				if slices.Contains(p.Deps, module+"/"+not) {
+					via := "through another package"
+					if slices.Contains(p.Imports, module+"/"+not) {
+						via = "directly"
+					}
+					out = append(out, "package "+p.ImportPath+" imports "+module+"/"+not+" ("+via+"): it must not depend on it")
 				}
 			}
 		}
@@ -257,6 +278,30 @@ func TestViolationsDetected(t *testing.T) {
 		"package " + m("internal/catalog/x") + " imports store backend " + m("internal/store/memstore") + " (only the backend and internal/store/all name it; open stores with store.Open)",
 		"kube imports " + m("inspect"),
 		"kube imports " + m("fleet"),
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("violations:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// restore must not import backup, directly or through another package;
+// restore/survivor (backup's survivor snapshot for restore) and drill may
+// import both.
+func TestRestoreApartFromBackup(t *testing.T) {
+	t.Parallel()
+	m := func(s string) string { return module + "/" + s }
+	pkgs := []pkg{
+		{ImportPath: m("restore"), Imports: []string{m("backup")}, Deps: []string{m("backup"), m("internal/catalog")}},
+		{ImportPath: m("restore"), Imports: []string{m("inspect")}, Deps: []string{m("inspect"), m("backup")}},
+		// Allowed.
+		{ImportPath: m("restore/survivor"), Imports: []string{m("backup"), m("restore")}, Deps: []string{m("backup"), m("restore")}},
+		{ImportPath: m("drill"), Imports: []string{m("restore")}, Deps: []string{m("restore"), m("internal/catalog")}},
+		{ImportPath: m("restore"), Imports: []string{m("inspect")}, Deps: []string{m("inspect"), m("internal/catalog")}},
+	}
+	got := violations(pkgs)
+	want := []string{
+		"package " + m("restore") + " imports " + m("backup") + " (directly): it must not depend on it",
+		"package " + m("restore") + " imports " + m("backup") + " (through another package): it must not depend on it",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("violations:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

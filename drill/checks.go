@@ -1,4 +1,4 @@
-package restore
+package drill
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/restore"
 )
 
 // hashTimeout bounds one pass of a member over its whole database (a
@@ -34,8 +35,8 @@ func (d *drill) sourceEndpoints() (eps []string, manifestIdx int) {
 	cfg := d.opts.Source
 	manifestIdx = -1
 	var want string
-	if d.chosen.manifest != nil && d.chosen.manifest.Source.Endpoint != "" {
-		want = cfg.URL(d.chosen.manifest.Source.Endpoint)
+	if d.chosen.Manifest() != nil && d.chosen.Manifest().Source.Endpoint != "" {
+		want = cfg.URL(d.chosen.Manifest().Source.Endpoint)
 	}
 	for _, ep := range cfg.Endpoints {
 		u := cfg.URL(ep)
@@ -107,7 +108,7 @@ func (d *drill) hashSource(ctx context.Context) {
 type prefixKeys struct {
 	rev           int64
 	total, leased int64
-	prefixes      map[string]PrefixCount
+	prefixes      map[string]restore.PrefixCount
 }
 
 // scanPageBytes bounds what one page of scanKeys costs the drill's etcd:
@@ -115,21 +116,21 @@ type prefixKeys struct {
 const scanPageBytes = 8 << 20
 
 // scanPage is how many keys one page of scanKeys asks for when the
-// largest entry of the database is maxEntry bytes: countPage, fewer when
+// largest entry of the database is maxEntry bytes: restore.CountPage, fewer when
 // the values are large, so that etcd's memory for a page stays about
 // scanPageBytes whatever the database holds.
 func scanPage(maxEntry int64) int64 {
 	if maxEntry <= 0 {
-		return countPage
+		return restore.CountPage
 	}
-	return min(countPage, max(16, scanPageBytes/maxEntry))
+	return min(restore.CountPage, max(16, scanPageBytes/maxEntry))
 }
 
 // scanKeys counts the live keys at revision rev, the leased ones and each
 // prefix's, with keys-only range requests of page keys: memory is a page
 // and the map of prefixes, here and in the member.
 func scanKeys(ctx context.Context, cli *clientv3.Client, probe time.Duration, page, rev int64) (*prefixKeys, error) {
-	pk := &prefixKeys{prefixes: map[string]PrefixCount{}, rev: rev}
+	pk := &prefixKeys{prefixes: map[string]restore.PrefixCount{}, rev: rev}
 	key := []byte{0}
 	for {
 		opts := []clientv3.OpOption{clientv3.WithFromKey(), clientv3.WithKeysOnly(), clientv3.WithLimit(page),
@@ -142,7 +143,7 @@ func scanKeys(ctx context.Context, cli *clientv3.Client, probe time.Duration, pa
 		}
 		for _, kv := range resp.Kvs {
 			pk.total++
-			p := KeyPrefix(kv.Key)
+			p := restore.KeyPrefix(kv.Key)
 			c := pk.prefixes[p]
 			c.Live++
 			if kv.Lease != 0 {
@@ -179,8 +180,8 @@ func (d *drill) checkServing(ctx context.Context, cli *clientv3.Client) {
 	probe := d.opts.ProbeTimeout
 	ep := d.proc.clientURL
 	f := d.facts
-	const step = DrillStepChecks
-	pinned := f.Revision + int64(DefaultBumpRevision)
+	const step = StepChecks
+	pinned := f.Revision + int64(restore.DefaultBumpRevision)
 
 	// Health: the member answers a linearizable read, has a leader and
 	// raises no alarm.
@@ -199,13 +200,13 @@ func (d *drill) checkServing(ctx context.Context, cli *clientv3.Client) {
 	}
 	switch {
 	case err != nil:
-		d.check(step, catalog.DrillCheck{Name: DrillCheckHealth, Status: catalog.DrillCheckFailed, Detail: err.Error()})
+		d.check(step, catalog.DrillCheck{Name: CheckHealth, Status: catalog.DrillCheckFailed, Detail: err.Error()})
 		return
 	case st.Leader == 0 || len(st.Errors) > 0:
-		d.check(step, catalog.DrillCheck{Name: DrillCheckHealth, Status: catalog.DrillCheckFailed,
+		d.check(step, catalog.DrillCheck{Name: CheckHealth, Status: catalog.DrillCheckFailed,
 			Detail: fmt.Sprintf("leader %x, errors %v", st.Leader, st.Errors)})
 	default:
-		d.check(step, catalog.DrillCheck{Name: DrillCheckHealth, Status: catalog.DrillCheckPassed,
+		d.check(step, catalog.DrillCheck{Name: CheckHealth, Status: catalog.DrillCheckPassed,
 			Detail: fmt.Sprintf("etcd %s, leader, no alarm, database %d bytes", st.Version, st.DbSize)})
 	}
 
@@ -217,12 +218,12 @@ func (d *drill) checkServing(ctx context.Context, cli *clientv3.Client) {
 	// Keys at the pinned revision: exactly the snapshot's, leased ones too.
 	pk, err := scanKeys(ctx, cli, probe, scanPage(d.facts.MaxEntryBytes), pinned)
 	if err != nil {
-		d.check(step, catalog.DrillCheck{Name: DrillCheckKeys, Status: catalog.DrillCheckFailed, Detail: "count: " + err.Error()})
+		d.check(step, catalog.DrillCheck{Name: CheckKeys, Status: catalog.DrillCheckFailed, Detail: "count: " + err.Error()})
 		return
 	}
-	d.check(step, cmpCheck(DrillCheckKeys, f.LiveKeys, pk.total,
+	d.check(step, cmpCheck(CheckKeys, f.LiveKeys, pk.total,
 		fmt.Sprintf("live keys at revision %d (the snapshot's last revision plus the bump)", pinned)))
-	d.check(step, cmpCheck(DrillCheckLeasedKeys, f.LeasedKeys, pk.leased,
+	d.check(step, cmpCheck(CheckLeasedKeys, f.LeasedKeys, pk.leased,
 		fmt.Sprintf("keys on a lease at revision %d (leases that expired since do not change it)", pinned)))
 	d.check(step, prefixCheck(f.Prefixes, pk.prefixes))
 
@@ -233,12 +234,12 @@ func (d *drill) checkServing(ctx context.Context, cli *clientv3.Client) {
 	cancel()
 	switch {
 	case err != nil:
-		d.check(step, catalog.DrillCheck{Name: DrillCheckRead, Status: catalog.DrillCheckFailed, Detail: err.Error()})
+		d.check(step, catalog.DrillCheck{Name: CheckRead, Status: catalog.DrillCheckFailed, Detail: err.Error()})
 	case r.Header.Revision < pinned:
-		d.check(step, catalog.DrillCheck{Name: DrillCheckRead, Status: catalog.DrillCheckFailed, Want: pinned, Got: r.Header.Revision,
+		d.check(step, catalog.DrillCheck{Name: CheckRead, Status: catalog.DrillCheckFailed, Want: pinned, Got: r.Header.Revision,
 			Detail: fmt.Sprintf("a linearizable read answers at revision %d, below the restored revision %d", r.Header.Revision, pinned)})
 	default:
-		d.check(step, catalog.DrillCheck{Name: DrillCheckRead, Status: catalog.DrillCheckPassed, Want: pinned, Got: r.Header.Revision,
+		d.check(step, catalog.DrillCheck{Name: CheckRead, Status: catalog.DrillCheckPassed, Want: pinned, Got: r.Header.Revision,
 			Detail: fmt.Sprintf("linearizable read of %d key(s) at revision %d", len(r.Kvs), r.Header.Revision)})
 	}
 
@@ -265,9 +266,9 @@ func (d *drill) checkServing(ctx context.Context, cli *clientv3.Client) {
 		return nil
 	}()
 	if werr != nil {
-		d.check(step, catalog.DrillCheck{Name: DrillCheckWrite, Status: catalog.DrillCheckFailed, Detail: werr.Error()})
+		d.check(step, catalog.DrillCheck{Name: CheckWrite, Status: catalog.DrillCheckFailed, Detail: werr.Error()})
 	} else {
-		d.check(step, catalog.DrillCheck{Name: DrillCheckWrite, Status: catalog.DrillCheckPassed, Detail: "put, read back and deleted " + key})
+		d.check(step, catalog.DrillCheck{Name: CheckWrite, Status: catalog.DrillCheckPassed, Detail: "put, read back and deleted " + key})
 	}
 }
 
@@ -277,8 +278,8 @@ func (d *drill) checkServing(ctx context.Context, cli *clientv3.Client) {
 // reads the member's own history with a watch from pinned+1 (nothing is
 // compacted before the checks end).
 func (d *drill) revisionCheck(ctx context.Context, cli *clientv3.Client, pinned, hrev int64) catalog.DrillCheck {
-	c := catalog.DrillCheck{Name: DrillCheckRevision, Want: pinned, Got: hrev, Status: catalog.DrillCheckPassed}
-	base := fmt.Sprintf("the snapshot's last revision %d plus the bump %d", d.facts.Revision, DefaultBumpRevision)
+	c := catalog.DrillCheck{Name: CheckRevision, Want: pinned, Got: hrev, Status: catalog.DrillCheckPassed}
+	base := fmt.Sprintf("the snapshot's last revision %d plus the bump %d", d.facts.Revision, restore.DefaultBumpRevision)
 	if hrev < pinned {
 		c.Status = catalog.DrillCheckFailed
 		c.Detail = fmt.Sprintf("the member is at revision %d, below %d (%s)", hrev, pinned, base)
@@ -354,7 +355,7 @@ func cmpCheck(name string, want, got int64, detail string) catalog.DrillCheck {
 // prefixCheck compares the keys per prefix, live and leased, exactly (both
 // are counted at the snapshot's revision). Want and Got are live keys per
 // prefix.
-func prefixCheck(snap, got map[string]PrefixCount) catalog.DrillCheck {
+func prefixCheck(snap, got map[string]restore.PrefixCount) catalog.DrillCheck {
 	want, have := map[string]int64{}, map[string]int64{}
 	var all []string
 	for p, c := range snap {
@@ -375,7 +376,7 @@ func prefixCheck(snap, got map[string]PrefixCount) catalog.DrillCheck {
 			diffs = append(diffs, fmt.Sprintf("%q: %d keys (%d leased), the snapshot has %d (%d leased)", p, g.Live, g.Leased, s.Live, s.Leased))
 		}
 	}
-	c := catalog.DrillCheck{Name: DrillCheckPrefixes, Want: want, Got: have, Status: catalog.DrillCheckPassed,
+	c := catalog.DrillCheck{Name: CheckPrefixes, Want: want, Got: have, Status: catalog.DrillCheckPassed,
 		Detail: fmt.Sprintf("%d prefixes, counted in the staged database and on the restored member", len(all))}
 	if len(diffs) > 0 {
 		c.Status = catalog.DrillCheckFailed
@@ -386,9 +387,9 @@ func prefixCheck(snap, got map[string]PrefixCount) catalog.DrillCheck {
 
 // compare hashes the restored member at the snapshot's revision, compares
 // it with the source's, then applies the compaction restore marks (see
-// Drill) and checks that the member still serves.
+// Run) and checks that the member still serves.
 func (d *drill) compare(ctx context.Context, cli *clientv3.Client) {
-	const step = DrillStepCompare
+	const step = StepCompare
 	ep := d.proc.clientURL
 	rev := d.rec.Revision
 	cmp := &d.rec.Comparison
@@ -411,12 +412,12 @@ func (d *drill) compare(ctx context.Context, cli *clientv3.Client) {
 			err = fmt.Errorf("compact to the source's compact revision %d: %w", d.src.compact, err)
 		}
 	}
-	d.addStep(DrillStepHashRestored, t, err)
+	d.addStep(StepHashRestored, t, err)
 	if err != nil {
-		d.check(step, catalog.DrillCheck{Name: DrillCheckHashKV, Status: catalog.DrillCheckFailed, Detail: err.Error()})
+		d.check(step, catalog.DrillCheck{Name: CheckHashKV, Status: catalog.DrillCheckFailed, Detail: err.Error()})
 		return
 	}
-	d.check(step, catalog.DrillCheck{Name: DrillCheckHashKV, Status: catalog.DrillCheckPassed, Got: resp.Hash,
+	d.check(step, catalog.DrillCheck{Name: CheckHashKV, Status: catalog.DrillCheckPassed, Got: resp.Hash,
 		Detail: fmt.Sprintf("HashKV at revision %d, compact revision %d", rev, resp.CompactRevision)})
 	restored := resp.Hash
 	cmp.RestoredHash = &restored
@@ -424,17 +425,17 @@ func (d *drill) compare(ctx context.Context, cli *clientv3.Client) {
 
 	switch {
 	case d.src == nil:
-		d.check(step, catalog.DrillCheck{Name: DrillCheckCompare, Status: catalog.DrillCheckInfo, Detail: cmp.Detail})
+		d.check(step, catalog.DrillCheck{Name: CheckCompare, Status: catalog.DrillCheckInfo, Detail: cmp.Detail})
 	case d.src.compact < resp.CompactRevision && !d.src.manifest:
 		cmp.Mode = catalog.CompareSelf
 		cmp.Detail = fmt.Sprintf("the member asked (%s) is not the snapshot's source and is compacted at %d, below the snapshot's %d: "+
 			"the restored member was checked for self-consistency only", d.src.endpoint, d.src.compact, resp.CompactRevision)
-		d.check(step, catalog.DrillCheck{Name: DrillCheckCompare, Status: catalog.DrillCheckInfo, Detail: cmp.Detail})
+		d.check(step, catalog.DrillCheck{Name: CheckCompare, Status: catalog.DrillCheckInfo, Detail: cmp.Detail})
 	default:
 		src := d.src.hash
 		eq := src == restored && d.src.compact == resp.CompactRevision
 		cmp.Mode, cmp.SourceHash, cmp.Equal = catalog.CompareSource, &src, &eq
-		c := catalog.DrillCheck{Name: DrillCheckCompare, Want: src, Got: restored, Status: catalog.DrillCheckPassed}
+		c := catalog.DrillCheck{Name: CheckCompare, Want: src, Got: restored, Status: catalog.DrillCheckPassed}
 		switch {
 		case d.src.compact < resp.CompactRevision:
 			c.Status = catalog.DrillCheckFailed
@@ -451,12 +452,12 @@ func (d *drill) compare(ctx context.Context, cli *clientv3.Client) {
 		d.check(step, c)
 	}
 
-	// The compaction restore marks, applied now (see Drill): the member
+	// The compaction restore marks, applied now (see Run): the member
 	// must report it and keep serving.
 	// Not physical: etcd applies the mark the same way at start-up (the
 	// index at once, the database in the background), and waiting for the
 	// database to be rewritten would double the drill of a large one.
-	target := d.facts.Revision + int64(DefaultBumpRevision)
+	target := d.facts.Revision + int64(restore.DefaultBumpRevision)
 	cctx, cancel := context.WithTimeout(ctx, d.hashTimeout())
 	_, err = cli.Compact(cctx, target)
 	cancel()
@@ -479,10 +480,10 @@ func (d *drill) compare(ctx context.Context, cli *clientv3.Client) {
 		cancel()
 	}
 	if err != nil {
-		d.check(step, catalog.DrillCheck{Name: DrillCheckCompaction, Status: catalog.DrillCheckFailed, Want: target,
+		d.check(step, catalog.DrillCheck{Name: CheckCompaction, Status: catalog.DrillCheckFailed, Want: target,
 			Detail: fmt.Sprintf("compact at revision %d: %v", target, err)})
 		return
 	}
-	d.check(step, catalog.DrillCheck{Name: DrillCheckCompaction, Status: catalog.DrillCheckPassed, Want: target, Got: target,
+	d.check(step, catalog.DrillCheck{Name: CheckCompaction, Status: catalog.DrillCheckPassed, Want: target, Got: target,
 		Detail: "compacted at the snapshot's revision plus the bump, as restore marks it (a read below it is refused as compacted); the member still serves"})
 }

@@ -1,4 +1,4 @@
-package restore_test
+package drill_test
 
 import (
 	"bytes"
@@ -14,11 +14,11 @@ import (
 	"time"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/drill"
 	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
-	"github.com/armada/etcd-recovery/restore"
 )
 
 // BenchmarkDrill measures `etcd-recovery drill` of a backup of at least
@@ -39,7 +39,7 @@ func BenchmarkDrill(b *testing.B) {
 	store := testfix.Store(b, mi, bucket)
 	layout := catalog.Layout{Prefix: "bench"}
 	const id = "drill"
-	fillLarge(b, src.Client(b), int64(sizeMB)<<20)
+	testfix.FillLarge(b, src.Client(b), int64(sizeMB)<<20)
 	res, err := backup.Run(context.Background(), backup.Options{ClusterID: id, Kind: catalog.KindScheduled,
 		Etcd: testfix.EtcdConfig(src), Store: store, Layout: layout})
 	if err != nil {
@@ -66,7 +66,7 @@ func BenchmarkDrill(b *testing.B) {
 	restoreArgs := append([]string{"--log-level", "warn", "restore", "--cluster-id", id, "--no-live",
 		"--initial-cluster", "r0=http://127.0.0.1:" + strconv.Itoa(testenv.FreePort(b)), "--data-dir", filepath.Join(dir, "r0.etcd"),
 		"--bump-revision", "1000000000", "--mark-compacted"}, cos...)
-	restoreT, restoreRSS := runBench(b, env, tool, restoreArgs...)
+	restoreT, restoreRSS := testfix.RunBench(b, env, tool, restoreArgs...)
 	os.RemoveAll(filepath.Join(dir, "r0.etcd"))
 
 	// the drill, compared with the source; the drill's etcd is found as
@@ -120,7 +120,7 @@ func BenchmarkDrill(b *testing.B) {
 		steps[s.Name] += s.Duration
 		parts = append(parts, fmt.Sprintf("%s %.2fs", s.Name, s.Duration.Seconds()))
 	}
-	start, hash := steps[restore.DrillStepStart], steps[restore.DrillStepHashSource]+steps[restore.DrillStepHashRestored]
+	start, hash := steps[drill.StepStart], steps[drill.StepHashSource]+steps[drill.StepHashRestored]
 	mib := func(n int64) float64 { return float64(n) / (1 << 20) }
 	fmt.Printf("drill of %.0f MiB database (stored %.0f MiB), comparison %s, passed %v\n", mib(man.Snapshot.RawSize), mib(man.Snapshot.StoredSize), rec.Comparison.Mode, rec.Passed)
 	fmt.Printf("restore alone: %6.2fs (%.1f s/GiB), peak RSS %.0f MiB\n", restoreT.Seconds(), restoreT.Seconds()/gib, mib(restoreRSS))

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package restore
+package drill
 
 import (
 	"os"

@@ -1,4 +1,4 @@
-package restore_test
+package drill_test
 
 import (
 	"context"
@@ -15,10 +15,10 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/armada/etcd-recovery/drill"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
-	"github.com/armada/etcd-recovery/restore"
 )
 
 // Drills judge the backup, not the node the drill runs on.
@@ -96,7 +96,7 @@ func TestDrillLeasesExpireInsideTheDrill(t *testing.T) {
 	for _, tc := range []struct {
 		v    testenv.Version
 		step string
-	}{{testenv.V35, restore.DrillStepChecks}, {testenv.V36, restore.DrillStepChecks}, {testenv.V36, restore.DrillStepCompare}} {
+	}{{testenv.V35, drill.StepChecks}, {testenv.V36, drill.StepChecks}, {testenv.V36, drill.StepCompare}} {
 		t.Run(string(tc.v)+"/"+strings.ReplaceAll(tc.step, " ", "-"), func(t *testing.T) {
 			t.Parallel()
 			const leased = 30
@@ -107,14 +107,14 @@ func TestDrillLeasesExpireInsideTheDrill(t *testing.T) {
 			o := drillOpts(t, r, id, testenv.DrillBinDir(t, tc.v))
 			o.Source = testfix.EtcdConfig(c)
 			var port int
-			restore.SetDrillEtcdHook(&o, func(_ int, ps []int) { port = ps[0] })
-			restore.SetDrillStepHook(&o, func(_ context.Context, s string) {
+			drill.SetEtcdHook(&o, func(_ int, ps []int) { port = ps[0] })
+			drill.SetStepHook(&o, func(_ context.Context, s string) {
 				if s == tc.step && port != 0 {
 					waitLeasedGone(t, port, "/registry/masterleases/")
 				}
 			})
 			start := time.Now()
-			rec, err := restore.Drill(ctxTimeout(t, 3*time.Minute), o)
+			rec, err := drill.Run(ctxTimeout(t, 3*time.Minute), o)
 			took := time.Since(start)
 			if err != nil {
 				if rec != nil {
@@ -129,14 +129,14 @@ func TestDrillLeasesExpireInsideTheDrill(t *testing.T) {
 			}
 			var expiry string
 			for _, ck := range rec.Checks {
-				if ck.Name == restore.DrillCheckRevision {
+				if ck.Name == drill.CheckRevision {
 					expiry = ck.Detail
 				}
-				if ck.Name == restore.DrillCheckLeasedKeys && (ck.Status != catalog.DrillCheckPassed || fmt.Sprint(ck.Got) != fmt.Sprint(leased+10)) {
+				if ck.Name == drill.CheckLeasedKeys && (ck.Status != catalog.DrillCheckPassed || fmt.Sprint(ck.Got) != fmt.Sprint(leased+10)) {
 					t.Errorf("leased keys check: %+v; want passed, exact at the pinned revision (%d)", ck, leased+10)
 				}
 			}
-			if tc.step == restore.DrillStepChecks && !strings.Contains(expiry, fmt.Sprintf("%d keys", leased)) {
+			if tc.step == drill.StepChecks && !strings.Contains(expiry, fmt.Sprintf("%d keys", leased)) {
 				t.Errorf("revision check %q: want the %d expired keys named", expiry, leased)
 			}
 			t.Logf("etcd %s: drill of backup %s (%d MiB database) took %s; leases expired before %q; revision check: %s",
@@ -167,13 +167,13 @@ func TestDrillEtcdKilledIsInconclusive(t *testing.T) {
 				o.Source = testfix.EtcdConfig(c)
 				var pid int
 				var ports []int
-				restore.SetDrillEtcdHook(&o, func(p int, ps []int) { pid, ports = p, ps })
+				drill.SetEtcdHook(&o, func(p int, ps []int) { pid, ports = p, ps })
 				var cg *testenv.MemoryCgroup
 				want := "killed by signal"
 				switch kill {
 				case "sigkill":
-					restore.SetDrillStepHook(&o, func(_ context.Context, s string) {
-						if s == restore.DrillStepChecks && pid != 0 {
+					drill.SetStepHook(&o, func(_ context.Context, s string) {
+						if s == drill.StepChecks && pid != 0 {
 							if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 								t.Errorf("SIGKILL etcd: %v", err)
 							}
@@ -185,14 +185,14 @@ func TestDrillEtcdKilledIsInconclusive(t *testing.T) {
 					o.EtcdMemoryLimit = -1
 					want = "OOM"
 				}
-				rec, err := restore.Drill(ctxTimeout(t, 3*time.Minute), o)
-				var de *restore.DrillError
+				rec, err := drill.Run(ctxTimeout(t, 3*time.Minute), o)
+				var de *drill.Error
 				if rec != nil || !errors.As(err, &de) || de.Record != nil || de.Inconclusive == "" {
 					if rec != nil {
 						b, _ := json.MarshalIndent(rec.Checks, "", " ")
 						t.Logf("checks: %s", b)
 					}
-					t.Fatalf("record %v, err %v; want no record and an inconclusive DrillError", rec, err)
+					t.Fatalf("record %v, err %v; want no record and an inconclusive Error", rec, err)
 				}
 				if !strings.Contains(de.Inconclusive, want) || !strings.Contains(err.Error(), "inconclusive") || !strings.Contains(err.Error(), m.Name) {
 					t.Errorf("err %v (cause %q): want inconclusive, the backup and %q named", err, de.Inconclusive, want)
@@ -229,7 +229,7 @@ func TestDrillVerdictOverAllChecks(t *testing.T) {
 		{"mismatch then timeout", []catalog.DrillCheck{{Name: "b", Status: catalog.DrillCheckFailed, Detail: "mismatch"}, {Name: "a", Status: catalog.DrillCheckInconclusive}}, catalog.VerdictFailed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			verdict, failures, _ := restore.DrillVerdict(tc.checks)
+			verdict, failures, _ := drill.Verdict(tc.checks)
 			if verdict != tc.want {
 				t.Errorf("verdict %q, want %q", verdict, tc.want)
 			}
@@ -253,8 +253,8 @@ func TestDrillNodeFaultsAreInconclusive(t *testing.T) {
 	const id = "drill-node-faults"
 	m := r.takeBackup(t, c, id, catalog.KindScheduled)
 	for _, tc := range []struct{ name, want, step string }{
-		{"full-scratch", "scratch disk is full", restore.DrillStepRestore},
-		{"deadline", "deadline passed", restore.DrillStepChecks},
+		{"full-scratch", "scratch disk is full", drill.StepRestore},
+		{"deadline", "deadline passed", drill.StepChecks},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := drillOpts(t, r, id, testenv.DrillBinDir(t, testenv.V35))
@@ -263,7 +263,7 @@ func TestDrillNodeFaultsAreInconclusive(t *testing.T) {
 			defer cancel()
 			if tc.name == "full-scratch" {
 				o.ScratchDir = mountTmpfs(t, 3*m.Snapshot.RawSize+(200<<20)) // the check reserves room for etcd's WAL
-				restore.SetDrillStepHook(&o, func(_ context.Context, s string) {
+				drill.SetStepHook(&o, func(_ context.Context, s string) {
 					if s == tc.step {
 						fillDisk(t, o.ScratchDir)
 					}
@@ -273,16 +273,16 @@ func TestDrillNodeFaultsAreInconclusive(t *testing.T) {
 				cancel()
 				ctx, cancel = context.WithTimeout(context.Background(), 12*time.Second)
 				defer cancel()
-				restore.SetDrillStepHook(&o, func(hctx context.Context, s string) {
+				drill.SetStepHook(&o, func(hctx context.Context, s string) {
 					if s == tc.step {
 						<-hctx.Done()
 					}
 				})
 			}
-			rec, err := restore.Drill(ctx, o)
-			var de *restore.DrillError
+			rec, err := drill.Run(ctx, o)
+			var de *drill.Error
 			if rec != nil || !errors.As(err, &de) || de.Record != nil || !strings.Contains(de.Inconclusive, tc.want) {
-				t.Fatalf("record %v, err %v; want no record and an inconclusive DrillError naming %q", rec, err, tc.want)
+				t.Fatalf("record %v, err %v; want no record and an inconclusive Error naming %q", rec, err, tc.want)
 			}
 			if !strings.Contains(err.Error(), id) || !strings.Contains(err.Error(), m.Name) {
 				t.Errorf("err %v: want the cluster and the backup named", err)

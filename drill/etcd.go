@@ -1,4 +1,4 @@
-package restore
+package drill
 
 import (
 	"bytes"
@@ -42,8 +42,8 @@ var etcdVersionLine = regexp.MustCompile(`(?m)^etcd Version:\s*(\S+)`)
 // version. It returns its path and its version.
 func findEtcd(ctx context.Context, binDir, serverVersion string) (string, string, error) {
 	minor := versionMinor(serverVersion)
-	supported := strings.Join(DrillVersions, " and ")
-	if !slices.Contains(DrillVersions, minor) {
+	supported := strings.Join(Versions, " and ")
+	if !slices.Contains(Versions, minor) {
 		v := serverVersion
 		if v == "" {
 			v = "(none recorded in the manifest)"

@@ -1,4 +1,4 @@
-package restore_test
+package drill_test
 
 import (
 	"context"
@@ -19,10 +19,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/drill"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
-	"github.com/armada/etcd-recovery/restore"
 )
 
 // fillDrillData writes Kubernetes-shaped keys, overwrites and deletes some,
@@ -57,8 +57,8 @@ func fillDrillData(tb testing.TB, cli *clientv3.Client, n int) int64 {
 	return del.Header.Revision
 }
 
-func drillOpts(tb testing.TB, r *storeRig, id string, binDir string) restore.DrillOptions {
-	return restore.DrillOptions{ClusterID: id, Store: r.store, Layout: r.layout, EtcdBinDir: binDir,
+func drillOpts(tb testing.TB, r *storeRig, id string, binDir string) drill.Options {
+	return drill.Options{ClusterID: id, Store: r.store, Layout: r.layout, EtcdBinDir: binDir,
 		ScratchDir: tb.TempDir(), StartTimeout: time.Minute, ProbeTimeout: 10 * time.Second, Log: testLogger(tb)}
 }
 
@@ -77,7 +77,7 @@ func TestDrillGoodBackup(t *testing.T) {
 			m := r.takeBackup(t, c, id, catalog.KindScheduled)
 			o := drillOpts(t, r, id, testenv.DrillBinDir(t, v))
 			o.Source = testfix.EtcdConfig(c)
-			rec, err := restore.Drill(ctxTimeout(t, 3*time.Minute), o)
+			rec, err := drill.Run(ctxTimeout(t, 3*time.Minute), o)
 			if err != nil {
 				t.Fatalf("drill: %v", err)
 			}
@@ -178,7 +178,7 @@ func TestDrillSourceCompacted(t *testing.T) {
 	}
 	o := drillOpts(t, r, id, testenv.DrillBinDir(t, testenv.V35))
 	o.Source = testfix.EtcdConfig(c)
-	rec, err := restore.Drill(ctx, o)
+	rec, err := drill.Run(ctx, o)
 	if err != nil {
 		t.Fatalf("drill: %v", err)
 	}
@@ -197,7 +197,7 @@ func TestDrillSourceCompacted(t *testing.T) {
 		t.Fatal(err)
 	}
 	o.NoRecord = true
-	rec, err = restore.Drill(ctx, o)
+	rec, err = drill.Run(ctx, o)
 	if err != nil {
 		t.Fatalf("drill: %v", err)
 	}
@@ -239,16 +239,16 @@ func TestDrillForgedBackupFailsComparison(t *testing.T) {
 
 	o := drillOpts(t, r, idA, testenv.DrillBinDir(t, testenv.V35))
 	o.Source, o.Backup = testfix.EtcdConfig(a), forged.Name
-	rec, err := restore.Drill(ctx, o)
-	var de *restore.DrillError
+	rec, err := drill.Run(ctx, o)
+	var de *drill.Error
 	if !errors.As(err, &de) || de.Record == nil || rec == nil {
 		t.Fatalf("drill of the forged backup: %v (record %v), want a failed drill with its record", err, rec)
 	}
-	if rec.Passed || !strings.HasPrefix(rec.Failed, restore.DrillCheckCompare+":") || de.Step != restore.DrillStepCompare {
+	if rec.Passed || !strings.HasPrefix(rec.Failed, drill.CheckCompare+":") || de.Step != drill.StepCompare {
 		t.Fatalf("passed %v, failed %q at step %q; want the source hash check", rec.Passed, rec.Failed, de.Step)
 	}
 	for _, c := range rec.Checks {
-		if strings.HasPrefix(c.Name, restore.DrillCheckVerify) && c.Status != catalog.DrillCheckPassed {
+		if strings.HasPrefix(c.Name, drill.CheckVerify) && c.Status != catalog.DrillCheckPassed {
 			t.Errorf("verification check %s: %s (the forged objects match their manifest)", c.Name, c.Status)
 		}
 	}
@@ -256,7 +256,7 @@ func TestDrillForgedBackupFailsComparison(t *testing.T) {
 		b, _ := json.Marshal(rec.Comparison)
 		t.Fatalf("comparison %s", b)
 	}
-	if !strings.Contains(err.Error(), idA) || !strings.Contains(err.Error(), forged.Name) || !strings.Contains(err.Error(), restore.DrillCheckCompare) {
+	if !strings.Contains(err.Error(), idA) || !strings.Contains(err.Error(), forged.Name) || !strings.Contains(err.Error(), drill.CheckCompare) {
 		t.Errorf("error does not name the cluster, backup and check: %v", err)
 	}
 	stored, lerr := catalog.LoadDrill(ctx, r.store, r.layout, idA, forged.Name)
@@ -317,13 +317,13 @@ func TestDrillEtcdCannotStart(t *testing.T) {
 	o := drillOpts(t, r, id, testenv.DrillBinDir(t, testenv.V36))
 	o.Backup = bad.Name
 	ctx := ctxTimeout(t, 2*time.Minute)
-	rec, err := restore.Drill(ctx, o)
-	var de *restore.DrillError
-	if !errors.As(err, &de) || de.Record == nil || rec == nil || de.Step != restore.DrillStepStart {
-		t.Fatalf("drill: %v (record %v), want a failed drill at step %q with its record", err, rec, restore.DrillStepStart)
+	rec, err := drill.Run(ctx, o)
+	var de *drill.Error
+	if !errors.As(err, &de) || de.Record == nil || rec == nil || de.Step != drill.StepStart {
+		t.Fatalf("drill: %v (record %v), want a failed drill at step %q with its record", err, rec, drill.StepStart)
 	}
 	const cause = "unmarshal lease proto"
-	if rec.Passed || !strings.HasPrefix(rec.Failed, restore.DrillCheckStart+":") || !strings.Contains(strings.ToLower(rec.Failed), cause) ||
+	if rec.Passed || !strings.HasPrefix(rec.Failed, drill.CheckStart+":") || !strings.Contains(strings.ToLower(rec.Failed), cause) ||
 		!strings.Contains(strings.ToLower(err.Error()), cause) {
 		t.Fatalf("failed %q / error %v: want etcd's cause (%s)", rec.Failed, err, cause)
 	}
@@ -352,10 +352,10 @@ func TestDrillUnsupportedVersion(t *testing.T) {
 	} {
 		o := drillOpts(t, r, id, binDir)
 		o.Backup = tc.backup
-		rec, err := restore.Drill(ctxTimeout(t, time.Minute), o)
-		var de *restore.DrillError
-		if rec != nil || !errors.As(err, &de) || de.Record != nil || de.Step != restore.DrillStepEtcd || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: record %v, err %v; want no record and an error at %q saying %q", tc.name, rec, err, restore.DrillStepEtcd, tc.want)
+		rec, err := drill.Run(ctxTimeout(t, time.Minute), o)
+		var de *drill.Error
+		if rec != nil || !errors.As(err, &de) || de.Record != nil || de.Step != drill.StepEtcd || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: record %v, err %v; want no record and an error at %q saying %q", tc.name, rec, err, drill.StepEtcd, tc.want)
 		}
 		if st, _ := catalog.LoadDrill(context.Background(), r.store, r.layout, id, tc.backup); st != nil {
 			t.Errorf("%s: a drill record was written", tc.name)
@@ -374,8 +374,8 @@ func TestDrillCancelLeavesNothing(t *testing.T) {
 	const id = "drill-cancel"
 	m := r.takeBackup(t, c, id, catalog.KindScheduled)
 	binDir := testenv.DrillBinDir(t, testenv.V35)
-	for _, step := range []string{restore.DrillStepVerify, restore.DrillStepRestore, restore.DrillStepStart, "etcd running",
-		restore.DrillStepChecks, restore.DrillStepCompare, restore.DrillStepRecord} {
+	for _, step := range []string{drill.StepVerify, drill.StepRestore, drill.StepStart, "etcd running",
+		drill.StepChecks, drill.StepCompare, drill.StepRecord} {
 		t.Run(step, func(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := context.WithCancel(ctxTimeout(t, 2*time.Minute))
@@ -384,28 +384,28 @@ func TestDrillCancelLeavesNothing(t *testing.T) {
 			o.Source = testfix.EtcdConfig(c)
 			var pid int
 			var ports []int
-			restore.SetDrillEtcdHook(&o, func(p int, ps []int) {
+			drill.SetEtcdHook(&o, func(p int, ps []int) {
 				pid, ports = p, ps
 				if step == "etcd running" {
 					cancel()
 				}
 			})
-			restore.SetDrillStepHook(&o, func(_ context.Context, s string) {
+			drill.SetStepHook(&o, func(_ context.Context, s string) {
 				if s == step {
 					cancel()
 				}
 			})
-			rec, err := restore.Drill(ctx, o)
+			rec, err := drill.Run(ctx, o)
 			if rec != nil || !errors.Is(err, context.Canceled) {
 				t.Fatalf("record %v, err %v; want no record and context.Canceled", rec, err)
 			}
-			var de *restore.DrillError
+			var de *drill.Error
 			if !errors.As(err, &de) || de.Record != nil {
-				t.Fatalf("err %v: want a DrillError without a record", err)
+				t.Fatalf("err %v: want a Error without a record", err)
 			}
 			if pid != 0 {
 				assertEtcdGone(t, pid, ports)
-			} else if step != restore.DrillStepVerify && step != restore.DrillStepRestore && step != restore.DrillStepStart {
+			} else if step != drill.StepVerify && step != drill.StepRestore && step != drill.StepStart {
 				t.Errorf("cancelled at %s, yet etcd never started", step)
 			}
 			assertEmptyDir(t, o.ScratchDir)
@@ -434,24 +434,24 @@ func TestDrillFrozenEtcdIsInconclusive(t *testing.T) {
 	o.ProbeTimeout = 2 * time.Second
 	var pid int
 	var ports []int
-	restore.SetDrillEtcdHook(&o, func(p int, ps []int) { pid, ports = p, ps })
-	restore.SetDrillStepHook(&o, func(_ context.Context, s string) {
-		if s == restore.DrillStepChecks && pid != 0 {
+	drill.SetEtcdHook(&o, func(p int, ps []int) { pid, ports = p, ps })
+	drill.SetStepHook(&o, func(_ context.Context, s string) {
+		if s == drill.StepChecks && pid != 0 {
 			if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 				t.Errorf("SIGSTOP etcd: %v", err)
 			}
 		}
 	})
 	start := time.Now()
-	rec, err := restore.Drill(ctxTimeout(t, 2*time.Minute), o)
+	rec, err := drill.Run(ctxTimeout(t, 2*time.Minute), o)
 	took := time.Since(start)
-	var de *restore.DrillError
+	var de *drill.Error
 	if rec != nil || !errors.As(err, &de) || de.Record != nil || de.Inconclusive == "" || !strings.Contains(err.Error(), "nothing recorded") ||
 		!strings.Contains(de.Inconclusive, "did not answer in time") {
-		t.Fatalf("record %v, err %v; want no record and an inconclusive DrillError", rec, err)
+		t.Fatalf("record %v, err %v; want no record and an inconclusive Error", rec, err)
 	}
-	if !strings.Contains(err.Error(), id) || !strings.Contains(err.Error(), m.Name) || de.Step != restore.DrillStepChecks {
-		t.Errorf("err %v (step %q): want the cluster, the backup and step %q named", err, de.Step, restore.DrillStepChecks)
+	if !strings.Contains(err.Error(), id) || !strings.Contains(err.Error(), m.Name) || de.Step != drill.StepChecks {
+		t.Errorf("err %v (step %q): want the cluster, the backup and step %q named", err, de.Step, drill.StepChecks)
 	}
 	if took > time.Minute {
 		t.Errorf("the drill took %s against a frozen etcd", took)

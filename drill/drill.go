@@ -1,4 +1,4 @@
-package restore
+package drill
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
@@ -17,10 +16,11 @@ import (
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/usage"
 	"github.com/armada/etcd-recovery/internal/version"
+	"github.com/armada/etcd-recovery/restore"
 )
 
-// DrillOptions configure a restore drill of one backup (see Drill).
-type DrillOptions struct {
+// Options configure a restore drill of one backup (see Run).
+type Options struct {
 	ClusterID string
 	Store     store.Store
 	Layout    catalog.Layout
@@ -49,7 +49,7 @@ type DrillOptions struct {
 	// value it reads (at start-up, and for a keys-only range), and without
 	// a limit that garbage piles up to twice its live heap, which
 	// OOM-killed a drill of a 1 GiB database of 1 MiB values in the
-	// CronJob pod. Default DefaultDrillEtcdMemoryLimit; negative: none.
+	// CronJob pod. Default DefaultEtcdMemoryLimit; negative: none.
 	// It is a soft limit: an etcd whose index needs more still runs, the
 	// GC just works harder.
 	EtcdMemoryLimit int64
@@ -73,7 +73,7 @@ type DrillOptions struct {
 	// committed manifest (Backup, if set, must name it).
 	Plaintext string
 	Manifest  *catalog.Manifest
-	Progress  func(label string) Progress
+	Progress  func(label string) restore.Progress
 	Log       *slog.Logger
 	Now       func() time.Time
 
@@ -83,53 +83,53 @@ type DrillOptions struct {
 	onEtcd func(pid int, ports []int)
 }
 
-// DefaultDrillEtcdMemoryLimit is the drill etcd's default GOMEMLIMIT.
-const DefaultDrillEtcdMemoryLimit = 128 << 20
+// DefaultEtcdMemoryLimit is the drill etcd's default GOMEMLIMIT.
+const DefaultEtcdMemoryLimit = 128 << 20
 
-// Drill steps, used in errors and in DrillRecord.Steps.
+// Steps of a drill, used in errors and in catalog.DrillRecord.Steps.
 const (
-	DrillStepValidate = "validate"
-	DrillStepSelect   = "select backup"
-	DrillStepEtcd     = "find etcd"
-	DrillStepSpace    = "check free space"
-	DrillStepVerify   = "download and verify"
-	DrillStepRestore  = "restore"
-	DrillStepStart    = "start etcd"
-	DrillStepChecks   = "check restored member"
-	DrillStepCompare  = "compare with source"
-	DrillStepRecord   = "record result"
-	DrillStepCleanup  = "clean up"
+	StepValidate = "validate"
+	StepSelect   = "select backup"
+	StepEtcd     = "find etcd"
+	StepSpace    = "check free space"
+	StepVerify   = "download and verify"
+	StepRestore  = "restore"
+	StepStart    = "start etcd"
+	StepChecks   = "check restored member"
+	StepCompare  = "compare with source"
+	StepRecord   = "record result"
+	StepCleanup  = "clean up"
 	// Steps that are timed in the record, inside the ones above.
-	DrillStepHashSource   = "hash source"
-	DrillStepHashRestored = "hash restored"
+	StepHashSource   = "hash source"
+	StepHashRestored = "hash restored"
 )
 
-// DrillVersions are the etcd minor versions a drill can run: it runs the
+// Versions are the etcd minor versions a drill can run: it runs the
 // backup's own minor version, found as etcd-<minor>.
-var DrillVersions = []string{"3.5", "3.6"}
+var Versions = []string{"3.5", "3.6"}
 
 // Names of the checks a drill records.
 const (
-	DrillCheckVerify     = "verify backup"
-	DrillCheckStart      = "start etcd"
-	DrillCheckHealth     = "health"
-	DrillCheckRevision   = "revision"
-	DrillCheckKeys       = "live keys"
-	DrillCheckLeasedKeys = "leased keys"
-	DrillCheckPrefixes   = "keys per prefix"
-	DrillCheckRead       = "linearizable read"
-	DrillCheckWrite      = "write"
-	DrillCheckHashKV     = "hashkv at snapshot revision"
-	DrillCheckCompare    = "source hash"
-	DrillCheckCompaction = "compaction mark"
+	CheckVerify     = "verify backup"
+	CheckStart      = "start etcd"
+	CheckHealth     = "health"
+	CheckRevision   = "revision"
+	CheckKeys       = "live keys"
+	CheckLeasedKeys = "leased keys"
+	CheckPrefixes   = "keys per prefix"
+	CheckRead       = "linearizable read"
+	CheckWrite      = "write"
+	CheckHashKV     = "hashkv at snapshot revision"
+	CheckCompare    = "source hash"
+	CheckCompaction = "compaction mark"
 )
 
-// DrillError is a drill that failed: the cluster, the backup, the step and
+// Error is a drill that failed: the cluster, the backup, the step and
 // the cause. Record is the result when the failure is the backup's (a
 // check failed, etcd could not start on it: the record says passed=false);
 // nil when the drill could not run (the store failed, no room, no etcd of
 // the backup's version, cancelled), and then nothing was recorded.
-type DrillError struct {
+type Error struct {
 	ClusterID string
 	Backup    string
 	Step      string
@@ -143,7 +143,7 @@ type DrillError struct {
 	Inconclusive string
 }
 
-func (e *DrillError) Error() string {
+func (e *Error) Error() string {
 	b := e.Backup
 	if b == "" {
 		b = "(newest)"
@@ -155,12 +155,12 @@ func (e *DrillError) Error() string {
 	return fmt.Sprintf("drill of cluster %s backup %s failed at step %q: %v", e.ClusterID, b, e.Step, e.Err)
 }
 
-// DrillVerdict judges a drill by every check: failed when any check
+// Verdict judges a drill by every check: failed when any check
 // failed (a property of the backup), whatever came before it; else
 // inconclusive when any check could not be made for a cause of the node;
 // else passed. It returns every failure ("<check>: <detail>") and every
 // inconclusive cause, in check order.
-func DrillVerdict(checks []catalog.DrillCheck) (verdict string, failures, inconclusive []string) {
+func Verdict(checks []catalog.DrillCheck) (verdict string, failures, inconclusive []string) {
 	for _, c := range checks {
 		switch c.Status {
 		case catalog.DrillCheckFailed:
@@ -178,34 +178,12 @@ func DrillVerdict(checks []catalog.DrillCheck) (verdict string, failures, inconc
 	return catalog.VerdictPassed, nil, nil
 }
 
-func (e *DrillError) Unwrap() error { return e.Err }
-
-// drillHooks are Drill's hooks into restore.Run (Options.drill).
-type drillHooks struct {
-	// onChosen runs once the backup is chosen, before anything is
-	// downloaded (the free-space check comes after it).
-	onChosen func(ctx context.Context, c Candidate) error
-	// afterVerify runs once the snapshot is staged and verified and its
-	// facts read, before anything is written.
-	afterVerify func(ctx context.Context, plan *Plan) error
-	// deferMark bumps the revision without marking it compacted: the
-	// drill compacts through the API after hashing (see Drill).
-	deferMark bool
-}
-
-// drillStepError is a hook's failure, with the drill step it belongs to.
-type drillStepError struct {
-	step string
-	err  error
-}
-
-func (e *drillStepError) Error() string { return e.err.Error() }
-func (e *drillStepError) Unwrap() error { return e.err }
+func (e *Error) Unwrap() error { return e.Err }
 
 // Validate checks the options a caller chose, before anything is
 // contacted; its errors are usage errors (internal/usage). An empty
-// ClusterID passes (a template for several clusters); Drill requires it.
-func (o DrillOptions) Validate() error {
+// ClusterID passes (a template for several clusters); Run requires it.
+func (o Options) Validate() error {
 	if o.ClusterID != "" {
 		if err := catalog.ValidateClusterID(o.ClusterID); err != nil {
 			return usage.Wrap(err)
@@ -245,7 +223,7 @@ func (o DrillOptions) Validate() error {
 	return nil
 }
 
-func (o *DrillOptions) defaults() error {
+func (o *Options) defaults() error {
 	if err := catalog.ValidateClusterID(o.ClusterID); err != nil {
 		return usage.Wrap(err)
 	}
@@ -256,7 +234,7 @@ func (o *DrillOptions) defaults() error {
 		return errors.New("no object store")
 	}
 	if o.EtcdMemoryLimit == 0 {
-		o.EtcdMemoryLimit = DefaultDrillEtcdMemoryLimit
+		o.EtcdMemoryLimit = DefaultEtcdMemoryLimit
 	}
 	if o.StartTimeout < 0 {
 		o.StartTimeout = 0
@@ -270,26 +248,26 @@ func (o *DrillOptions) defaults() error {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	if o.Progress == nil {
-		o.Progress = func(string) Progress { return nopProgress{} }
-	}
+	// A nil Progress is restore's: none.
 	return nil
 }
 
-// drill is one run of Drill.
+// drill is one run of Run.
 type drill struct {
-	opts    DrillOptions
+	opts    Options
 	log     *slog.Logger
 	rec     *catalog.DrillRecord
-	chosen  Candidate
-	facts   SnapshotFacts
+	chosen  restore.Candidate
+	facts   restore.SnapshotFacts
 	bin     string
 	scratch string
 	dataDir string
 	peerURL string
 	token   string
 	proc    *etcdProc
-	src     *sourceHash
+	// verifyStart is when the download and verification began.
+	verifyStart time.Time
+	src         *sourceHash
 	// failStep is the step of the first failed check; incStep of the
 	// first inconclusive one.
 	failStep, incStep string
@@ -308,9 +286,9 @@ type sourceHash struct {
 	compact  int64
 }
 
-// Drill downloads and verifies a backup exactly as restore does, restores
-// it into a private scratch directory with restore's own code (restore.Run,
-// the revision bump included), starts a real single-member etcd of the
+// Run downloads and verifies a backup exactly as restore does, restores
+// it into a private scratch directory with restore's own stages (the revision
+// bump included, see package restore), starts a real single-member etcd of the
 // backup's minor version on it on loopback ports chosen at run time, checks
 // that it serves and holds what the snapshot holds, compares it with the
 // source where it can, records the result next to the backup (drill.json)
@@ -333,10 +311,10 @@ type sourceHash struct {
 // apiserver compacts every 5 minutes), and the restored member is compacted
 // to the source's compact revision, when that is later than its own and not
 // past R, before it is hashed.
-func Drill(ctx context.Context, opts DrillOptions) (*catalog.DrillRecord, error) {
+func Run(ctx context.Context, opts Options) (*catalog.DrillRecord, error) {
 	d := &drill{opts: opts}
 	rec, err := d.run(ctx)
-	var de *DrillError
+	var de *Error
 	if err != nil && errors.As(err, &de) && de.Record == nil && de.Inconclusive == "" {
 		de.Inconclusive = failCause(ctx, de.Step, de.Err)
 	}
@@ -353,9 +331,9 @@ func failCause(ctx context.Context, step string, err error) string {
 		return "the drill's deadline passed"
 	case ctx.Err() != nil:
 		return ""
-	case step == DrillStepSpace:
+	case step == StepSpace:
 		return "not enough free scratch space for the drill"
-	case step == DrillStepRestore || step == DrillStepStart || step == DrillStepChecks || step == DrillStepCompare || step == DrillStepVerify:
+	case step == StepRestore || step == StepStart || step == StepChecks || step == StepCompare || step == StepVerify:
 		return localCause(err)
 	}
 	return ""
@@ -378,7 +356,7 @@ func (d *drill) addStep(name string, start time.Time, err error) {
 
 // check records a check. A failed check whose cause is the node's (see
 // nodeCause) is recorded as inconclusive, with that cause; the verdict
-// looks at every check (DrillVerdict).
+// looks at every check (Verdict).
 func (d *drill) check(step string, c catalog.DrillCheck) {
 	if c.Status == catalog.DrillCheckFailed {
 		if cause := d.nodeCause(c.Detail); cause != "" {
@@ -441,7 +419,7 @@ func isTimeout(detail string) bool {
 }
 
 func (d *drill) fail(step string, err error) (*catalog.DrillRecord, error) {
-	return nil, &DrillError{ClusterID: d.opts.ClusterID, Backup: d.backupName(), Step: step, Err: err}
+	return nil, &Error{ClusterID: d.opts.ClusterID, Backup: d.backupName(), Step: step, Err: err}
 }
 
 func (d *drill) backupName() string {
@@ -453,7 +431,7 @@ func (d *drill) backupName() string {
 
 func (d *drill) run(ctx context.Context) (_ *catalog.DrillRecord, rerr error) {
 	if err := d.opts.defaults(); err != nil {
-		return d.fail(DrillStepValidate, err)
+		return d.fail(StepValidate, err)
 	}
 	if d.opts.Plaintext != "" {
 		d.opts.Backup = d.opts.Manifest.Name
@@ -464,7 +442,7 @@ func (d *drill) run(ctx context.Context) (_ *catalog.DrillRecord, rerr error) {
 		// idle cluster's newest backup would never be drilled again.
 		entries, err := catalog.Inventory(ctx, d.opts.Store, d.opts.Layout, d.opts.ClusterID)
 		if err != nil {
-			return d.fail(DrillStepSelect, err)
+			return d.fail(StepSelect, err)
 		}
 		for _, e := range entries {
 			if e.Committed {
@@ -473,190 +451,130 @@ func (d *drill) run(ctx context.Context) (_ *catalog.DrillRecord, rerr error) {
 			}
 		}
 		if d.opts.Backup == "" {
-			return d.fail(DrillStepSelect, fmt.Errorf("no committed backup of cluster %s under %s",
+			return d.fail(StepSelect, fmt.Errorf("no committed backup of cluster %s under %s",
 				d.opts.ClusterID, d.opts.Layout.ClusterPrefix(d.opts.ClusterID)))
 		}
 	}
 	opts := d.opts
 	d.log = opts.Log.With("cluster", opts.ClusterID, "drill", true)
 	d.rec = &catalog.DrillRecord{Format: catalog.DrillFormat, ClusterID: opts.ClusterID, Backup: opts.Backup,
-		StartedAt: opts.Now().UTC(), ToolVersion: version.Version, BumpRevision: DefaultBumpRevision}
+		StartedAt: opts.Now().UTC(), ToolVersion: version.Version, BumpRevision: restore.DefaultBumpRevision}
 
 	// The private scratch dir: the staged snapshot and the data dir, and
 	// etcd's log. Everything the drill writes is in it, and it goes on
 	// every exit path, after the etcd using it has exited.
-	root := ScratchRoot(opts.ScratchDir)
+	root := restore.ScratchRoot(opts.ScratchDir)
 	scratch, err := seal.MkdirTemp(root, ".etcd-recovery-drill-"+opts.ClusterID+"-") // named and registered so no exit leaves it (seal.RemoveAllScratch, seal.RemoveLeftovers)
 	if err != nil {
-		return d.fail(DrillStepValidate, fmt.Errorf("scratch dir in %s: %w (%s)", root, err, HintScratch))
+		return d.fail(StepValidate, fmt.Errorf("scratch dir in %s: %w (%s)", root, err, restore.HintScratch))
 	}
 	d.scratch = scratch
 	defer func() {
 		if cerr := d.cleanup(); cerr != nil {
 			d.log.Error("drill clean-up failed", "scratch", scratch, "err", cerr)
 			if rerr == nil {
-				rerr = &DrillError{ClusterID: opts.ClusterID, Backup: d.backupName(), Step: DrillStepCleanup, Err: cerr}
+				rerr = &Error{ClusterID: opts.ClusterID, Backup: d.backupName(), Step: StepCleanup, Err: cerr}
 			}
 		}
 	}()
 	if err := os.Chmod(scratch, 0o700); err != nil {
-		return d.fail(DrillStepValidate, err)
+		return d.fail(StepValidate, err)
 	}
 	d.dataDir = filepath.Join(scratch, "drill.etcd")
 	peerPort, err := freeLoopbackPort()
 	if err != nil {
-		return d.fail(DrillStepValidate, err)
+		return d.fail(StepValidate, err)
 	}
 	d.peerURL = fmt.Sprintf("http://127.0.0.1:%d", peerPort)
 
-	// Download, verify and restore: restore's own run, one member, no
-	// survivor snapshot. Its hooks find the etcd before the download and
-	// ask the source for its hash before the restore.
-	var verifyStart, restoreStart time.Time
-	ro := Options{
+	// Download, verify and restore: restore's own stages, one member,
+	// no survivor snapshot. The etcd is found before the download, and
+	// the source asked for its hash before the restore.
+	ro := restore.Options{
 		ClusterID: opts.ClusterID, Store: opts.Store, Layout: opts.Layout, NoLive: true, Backup: opts.Backup,
-		Targets:      Targets{InitialCluster: "drill=" + d.peerURL, DataDir: d.dataDir},
-		BumpRevision: DefaultBumpRevision, MarkCompacted: true, Parallel: 1, ScratchDir: scratch,
+		Targets:      restore.Targets{InitialCluster: "drill=" + d.peerURL, DataDir: d.dataDir},
+		BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, Parallel: 1, ScratchDir: scratch,
 		ProbeTimeout: opts.ProbeTimeout, Progress: opts.Progress, Log: opts.Log, Now: opts.Now,
 		Identities: opts.Identities,
-		drill: &drillHooks{deferMark: true,
-			onChosen: func(ctx context.Context, c Candidate) error {
-				d.chosen = c
-				d.rec.Backup, d.rec.SourceVersion = c.Name, c.ServerVersion
-				d.rec.Encrypted = c.manifest != nil && c.manifest.Encrypted()
-				d.rec.Drilled = catalog.DrilledStored
-				if opts.Plaintext != "" {
-					d.rec.Drilled = catalog.DrilledLocalPlaintext
-				}
-				d.step(ctx, DrillStepEtcd)
-				t := time.Now()
-				bin, v, err := findEtcd(ctx, opts.EtcdBinDir, c.ServerVersion)
-				d.addStep(DrillStepEtcd, t, err)
-				if err != nil {
-					return &drillStepError{DrillStepEtcd, err}
-				}
-				d.bin, d.rec.EtcdVersion = bin, v
-				d.log.Info("drill etcd found", "backup", c.Name, "etcd", bin, "version", v, "source_version", c.ServerVersion)
-				if err := ctx.Err(); err != nil {
-					return &drillStepError{DrillStepEtcd, err}
-				}
-				d.step(ctx, DrillStepVerify)
-				verifyStart = time.Now()
-				return nil
-			},
-			afterVerify: func(ctx context.Context, plan *Plan) error {
-				d.addStep(DrillStepVerify, verifyStart, nil)
-				if plan.Snapshot != nil {
-					d.facts = *plan.Snapshot
-				}
-				d.rec.Revision = d.facts.StoreRevision()
-				// The source first: the apiserver compacts every 5 minutes.
-				t := time.Now()
-				d.hashSource(ctx)
-				d.addStep(DrillStepHashSource, t, nil)
-				if err := ctx.Err(); err != nil {
-					return &drillStepError{DrillStepCompare, err}
-				}
-				d.step(ctx, DrillStepRestore)
-				restoreStart = time.Now()
-				return ctx.Err()
-			},
-		},
 	}
-	if opts.Plaintext != "" {
-		ro.local = &localSnapshot{path: opts.Plaintext, manifest: opts.Manifest}
-	}
-	res, err := Run(ctx, ro)
-	if res != nil {
-		d.token = res.Token
-		for _, c := range res.Checks {
-			st := catalog.DrillCheckPassed
-			switch c.Status {
-			case CheckFailed:
-				st = catalog.DrillCheckFailed
-			case CheckSkipped, CheckPlanned:
-				st = catalog.DrillCheckInfo
-			}
-			d.rec.Checks = append(d.rec.Checks, catalog.DrillCheck{Name: DrillCheckVerify + ": " + c.Name, Status: st, Detail: c.Detail})
-		}
-	}
+	restoreStart, err := d.restore(ctx, ro)
 	if err != nil {
-		step := drillStepOf(err)
+		step := stepOf(err)
 		if ctx.Err() != nil {
 			return d.fail(step, err)
 		}
 		cause := err
-		var re *Error
+		var re *restore.Error
 		if errors.As(err, &re) {
 			cause = re.Err
 		}
 		switch {
-		case step == DrillStepVerify && isVerifyError(err):
+		case step == StepVerify && restore.IsVerifyError(err):
 			// The backup's fault: recorded.
-			d.addStep(DrillStepVerify, verifyStart, cause)
-			d.check(DrillStepVerify, catalog.DrillCheck{Name: DrillCheckVerify, Status: catalog.DrillCheckFailed, Detail: cause.Error()})
+			d.addStep(StepVerify, d.verifyStart, cause)
+			d.check(StepVerify, catalog.DrillCheck{Name: CheckVerify, Status: catalog.DrillCheckFailed, Detail: cause.Error()})
 			return d.finish(ctx)
-		case step == DrillStepRestore && !isLocalFailure(err):
+		case step == StepRestore && !restore.IsLocalFailure(err):
 			// etcd's restore code refused the verified database.
-			d.addStep(DrillStepRestore, restoreStart, cause)
-			d.check(DrillStepRestore, catalog.DrillCheck{Name: DrillStepRestore, Status: catalog.DrillCheckFailed, Detail: cause.Error()})
+			d.addStep(StepRestore, restoreStart, cause)
+			d.check(StepRestore, catalog.DrillCheck{Name: StepRestore, Status: catalog.DrillCheckFailed, Detail: cause.Error()})
 			return d.finish(ctx)
 		}
 		return d.fail(step, cause)
 	}
-	d.addStep(DrillStepRestore, restoreStart, nil)
+	d.addStep(StepRestore, restoreStart, nil)
 	if st, err := os.Stat(filepath.Join(d.dataDir, "member", "snap", "db")); err == nil {
 		d.rec.DBSize = st.Size()
 	}
 
 	// Start etcd on it.
-	d.step(ctx, DrillStepStart)
+	d.step(ctx, StepStart)
 	if err := ctx.Err(); err != nil {
-		return d.fail(DrillStepStart, err)
+		return d.fail(StepStart, err)
 	}
 	t := time.Now()
 	d.proc, err = startDrillEtcd(ctx, etcdStart{bin: d.bin, dataDir: d.dataDir, scratch: scratch, peerURL: d.peerURL,
 		token: d.token, dbSize: d.rec.DBSize, timeout: d.startTimeout(), probe: opts.ProbeTimeout, memLimit: opts.EtcdMemoryLimit, log: d.log, onStart: opts.onEtcd})
-	d.addStep(DrillStepStart, t, err)
+	d.addStep(StepStart, t, err)
 	if err != nil {
 		if ctx.Err() != nil {
-			return d.fail(DrillStepStart, err)
+			return d.fail(StepStart, err)
 		}
-		c := catalog.DrillCheck{Name: DrillCheckStart, Status: catalog.DrillCheckFailed, Detail: err.Error()}
+		c := catalog.DrillCheck{Name: CheckStart, Status: catalog.DrillCheckFailed, Detail: err.Error()}
 		var se *etcdStartError
 		if errors.As(err, &se) && se.Cause != "" {
 			c.Status, c.Detail = catalog.DrillCheckInconclusive, err.Error()+" ("+se.Cause+")"
 			d.causes = append(d.causes, se.Cause)
 		}
-		d.check(DrillStepStart, c)
+		d.check(StepStart, c)
 		return d.finish(ctx)
 	}
-	d.check(DrillStepStart, catalog.DrillCheck{Name: DrillCheckStart, Status: catalog.DrillCheckPassed,
+	d.check(StepStart, catalog.DrillCheck{Name: CheckStart, Status: catalog.DrillCheckPassed,
 		Detail: fmt.Sprintf("etcd %s serving on %s", d.rec.EtcdVersion, d.proc.clientURL)})
 
 	cli, err := etcdconn.Config{Endpoints: []string{d.proc.clientURL}, DialTimeout: opts.ProbeTimeout}.Client(ctx)
 	if err != nil {
-		return d.fail(DrillStepChecks, err)
+		return d.fail(StepChecks, err)
 	}
 	defer cli.Close()
 
-	d.step(ctx, DrillStepChecks)
+	d.step(ctx, StepChecks)
 	t = time.Now()
 	// The checks end as soon as etcd exits: a dead member answers nothing,
 	// and waiting for each check's deadline would only delay the verdict.
 	cctx := d.proc.untilExit(ctx)
 	d.checkServing(cctx, cli)
-	d.addStep(DrillStepChecks, t, nil)
+	d.addStep(StepChecks, t, nil)
 	if err := ctx.Err(); err != nil {
-		return d.fail(DrillStepChecks, err)
+		return d.fail(StepChecks, err)
 	}
 
-	d.step(ctx, DrillStepCompare)
+	d.step(ctx, StepCompare)
 	t = time.Now()
 	d.compare(cctx, cli)
-	d.addStep(DrillStepCompare, t, nil)
+	d.addStep(StepCompare, t, nil)
 	if err := ctx.Err(); err != nil {
-		return d.fail(DrillStepCompare, err)
+		return d.fail(StepCompare, err)
 	}
 	return d.finish(ctx)
 }
@@ -665,17 +583,17 @@ func (d *drill) run(ctx context.Context) (_ *catalog.DrillRecord, rerr error) {
 func (d *drill) finish(ctx context.Context) (*catalog.DrillRecord, error) {
 	t := time.Now()
 	cerr := d.cleanup()
-	d.addStep(DrillStepCleanup, t, cerr)
+	d.addStep(StepCleanup, t, cerr)
 	if cerr != nil {
-		return d.fail(DrillStepCleanup, cerr)
+		return d.fail(StepCleanup, cerr)
 	}
-	d.step(ctx, DrillStepRecord)
+	d.step(ctx, StepRecord)
 	if err := ctx.Err(); err != nil {
 		// A cancelled drill proves nothing either way: no record.
-		return d.fail(DrillStepRecord, err)
+		return d.fail(StepRecord, err)
 	}
 	rec := d.rec
-	verdict, failures, inconclusive := DrillVerdict(rec.Checks)
+	verdict, failures, inconclusive := Verdict(rec.Checks)
 	rec.Verdict, rec.Failures, rec.Passed = verdict, failures, verdict == catalog.VerdictPassed
 	if len(failures) > 0 {
 		rec.Failed = failures[0]
@@ -686,12 +604,12 @@ func (d *drill) finish(ctx context.Context) (*catalog.DrillRecord, error) {
 		// (restore skips a backup whose drill failed) or replace an
 		// earlier verdict with none. Nothing is recorded.
 		d.log.Warn("drill inconclusive, nothing recorded", "backup", rec.Backup, "why", strings.Join(inconclusive, "; "))
-		return nil, &DrillError{ClusterID: rec.ClusterID, Backup: rec.Backup, Step: d.incStep,
+		return nil, &Error{ClusterID: rec.ClusterID, Backup: rec.Backup, Step: d.incStep,
 			Err: errors.New(strings.Join(inconclusive, "; ")), Inconclusive: d.cause()}
 	}
 	if !d.opts.NoRecord {
 		if err := catalog.PutDrill(ctx, d.opts.Store, d.opts.Layout, rec); err != nil {
-			return d.fail(DrillStepRecord, err)
+			return d.fail(StepRecord, err)
 		}
 	}
 	d.log.Info("drill finished", "backup", rec.Backup, "verdict", rec.Verdict, "failed", rec.Failed,
@@ -700,9 +618,9 @@ func (d *drill) finish(ctx context.Context) (*catalog.DrillRecord, error) {
 	if !rec.Passed {
 		step := d.failStep
 		if step == "" {
-			step = DrillStepChecks
+			step = StepChecks
 		}
-		return rec, &DrillError{ClusterID: rec.ClusterID, Backup: rec.Backup, Step: step, Err: errors.New(strings.Join(failures, "; ")), Record: rec}
+		return rec, &Error{ClusterID: rec.ClusterID, Backup: rec.Backup, Step: step, Err: errors.New(strings.Join(failures, "; ")), Record: rec}
 	}
 	return rec, nil
 }
@@ -733,40 +651,4 @@ func (d *drill) cleanup() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// drillStepOf maps a restore step to the drill's.
-func drillStepOf(err error) string {
-	var se *drillStepError
-	if errors.As(err, &se) {
-		return se.step
-	}
-	var re *Error
-	if !errors.As(err, &re) {
-		return DrillStepRestore
-	}
-	switch re.Step {
-	case StepValidate:
-		return DrillStepValidate
-	case StepStore, StepList, StepSelect, StepSurvivor:
-		return DrillStepSelect
-	case StepSpace:
-		return DrillStepSpace
-	case StepVerifyBackup:
-		return DrillStepVerify
-	default:
-		return DrillStepRestore
-	}
-}
-
-func isVerifyError(err error) bool {
-	var ve *verifyError
-	return errors.As(err, &ve)
-}
-
-// isLocalFailure tells a failure of the scratch file system (no room, no
-// permission, read-only) from the backup's database being refused.
-func isLocalFailure(err error) bool {
-	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.Is(err, syscall.EROFS) ||
-		errors.Is(err, syscall.EIO) || errors.Is(err, os.ErrPermission) || strings.Contains(err.Error(), "changed since it was checked")
 }

@@ -1,0 +1,17 @@
+// Package drill proves that a backup restores: Run downloads and verifies
+// a backup exactly as restore does (or verifies a local plaintext copy
+// the backup job streamed), restores it into a private scratch directory
+// with restore's own stages (restore.PlanTargets, Select or SelectLocal,
+// Fetch, Prepare and WriteDataDirs), starts a real single-member etcd of
+// the backup's minor version on it, checks that it serves and holds what
+// the snapshot holds, compares it with the source where it can, records
+// the result next to the backup (catalog.DrillRecord, drill.json) and
+// removes everything it started and wrote. Verdict judges a drill by its
+// checks; a drill the node, not the backup, stopped is inconclusive and
+// records nothing (Error.Inconclusive).
+//
+// It imports restore and plumbing. The CLI's drill and backup --drill,
+// kube's namespace backup and drill, and metrics use it; backup reaches it
+// only through backup.Options.Drill, a func the composer sets (backup does
+// not import drill).
+package drill

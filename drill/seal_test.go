@@ -1,0 +1,162 @@
+package drill_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"filippo.io/age"
+
+	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/drill"
+	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/seal"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testfix"
+)
+
+// ageKey is a fresh age X25519 key pair: the identity (as restore loads
+// it) and the recipient (as backup encrypts to it).
+type ageKey struct {
+	ids *seal.Identities
+	pub string
+}
+
+func newAgeKey(tb testing.TB) ageKey {
+	tb.Helper()
+	id, err := age.GenerateX25519Identity()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ids, err := seal.ParseIdentities(strings.NewReader(id.String()+"\n"), "test identity")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return ageKey{ids: ids, pub: id.Recipient().String()}
+}
+
+func recipientsOf(tb testing.TB, keys ...ageKey) seal.Recipients {
+	tb.Helper()
+	var vs []string
+	for _, k := range keys {
+		vs = append(vs, k.pub)
+	}
+	rs, err := seal.ParseRecipients(vs)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return rs
+}
+
+// takeEncrypted commits a backup of c encrypted to rs.
+func (r *storeRig) takeEncrypted(tb testing.TB, c *testenv.EtcdCluster, id string, rs seal.Recipients) *catalog.Manifest {
+	tb.Helper()
+	res, err := backup.Run(context.Background(), backup.Options{
+		ClusterID: id, Kind: catalog.KindManual, Etcd: testfix.EtcdConfig(c), Store: r.store, Layout: r.layout,
+		ProbeTimeout: 3 * time.Second, Recipients: rs, Log: testLogger(tb),
+	})
+	if err != nil {
+		tb.Fatalf("encrypted backup: %v", err)
+	}
+	m := res.Manifest
+	if !m.Encryption.Encrypted() || !seal.IsSealedKey(m.Snapshot.Object) {
+		tb.Fatalf("backup %s is not encrypted: %+v, object %s", m.Name, m.Encryption, m.Snapshot.Object)
+	}
+	time.Sleep(5 * time.Millisecond) // names have millisecond precision
+	return m
+}
+
+// plaintextOf decrypts and decompresses a backup's snapshot into a file.
+func plaintextOf(tb testing.TB, r *storeRig, m *catalog.Manifest, ids *seal.Identities) string {
+	tb.Helper()
+	rc, err := r.store.Get(context.Background(), r.snapshotKey(m))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer rc.Close()
+	pr, err := seal.Decrypt(rc, ids, m.Encryption.Recipients)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	dec, err := backup.Decoder(pr, m.Snapshot.Compression)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer dec.Close()
+	path := filepath.Join(tb.TempDir(), "snapshot.db")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o600)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := io.Copy(f, dec); err != nil {
+		tb.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		tb.Fatal(err)
+	}
+	return path
+}
+
+// A drill of an encrypted backup needs the identity: without it, a clear
+// error and nothing recorded; with it, it passes. A local plaintext copy
+// (the drill after a backup) drills without downloading or any identity,
+// and one whose sha256 is not the manifest's is refused.
+func TestDrillEncrypted(t *testing.T) {
+	t.Parallel()
+	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
+	cli := c.Client(t)
+	fillDrillData(t, cli, 100)
+	r := newStoreRig(t)
+	const id = "enc-drill"
+	k := newAgeKey(t)
+	m := r.takeEncrypted(t, c, id, recipientsOf(t, k))
+	ctx := ctxTimeout(t, 3*time.Minute)
+	bin := testenv.DrillBinDir(t, testenv.V35)
+	drillKey := r.layout.Key(id, m.Name, catalog.DrillObject)
+
+	o := drillOpts(t, r, id, bin)
+	rec, err := drill.Run(ctx, o)
+	var de *drill.Error
+	if !errors.Is(err, seal.ErrNoIdentity) || !errors.As(err, &de) || de.Record != nil || rec != nil || !strings.Contains(err.Error(), k.pub) {
+		t.Fatalf("drill without identity: want a no-identity error and no record, got %v (record %v)", err, rec)
+	}
+	if keys := testfix.Keys(t, r.store, drillKey); len(keys) > 0 {
+		t.Fatalf("a drill without identity recorded %v", keys)
+	}
+
+	o.Identities = k.ids
+	if rec, err = drill.Run(ctx, o); err != nil || !rec.Passed {
+		t.Fatalf("drill with the identity: %v (%+v)", err, rec)
+	}
+
+	// The drill after a backup: the plaintext it streamed.
+	plain := plaintextOf(t, r, m, k.ids)
+	lo := drillOpts(t, r, id, bin)
+	lo.Plaintext, lo.Manifest, lo.NoRecord = plain, m, true
+	b, err := os.ReadFile(plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec, err = drill.Run(ctx, lo); err != nil || !rec.Passed {
+		t.Fatalf("drill of the plaintext copy: %v (%+v)", err, rec)
+	}
+	// Taken over (renamed into the drill's data dir), not copied.
+	if _, err := os.Stat(plain); !os.IsNotExist(err) {
+		t.Fatalf("the drill left the plaintext copy %s where it was (stat: %v): it copied it instead of taking it over", plain, err)
+	}
+	b[len(b)/3] ^= 0x01
+	badPath := filepath.Join(t.TempDir(), "bad.db")
+	if err := os.WriteFile(badPath, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	lo.Plaintext = badPath
+	rec, err = drill.Run(ctx, lo)
+	if err == nil || rec == nil || rec.Passed || !strings.Contains(err.Error(), "sha256") {
+		t.Fatalf("drill of a plaintext copy that does not match the manifest: want refused, got %v (%+v)", err, rec)
+	}
+}

@@ -1,0 +1,242 @@
+package restore
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/etcdconn"
+	"github.com/armada/etcd-recovery/internal/probe"
+	"github.com/armada/etcd-recovery/internal/seal"
+	"github.com/armada/etcd-recovery/internal/store"
+)
+
+// The stages of a restore, in order (see the package documentation).
+// Run composes them all; a drill (package drill) composes PlanTargets,
+// SelectLocal or Select, Fetch, Prepare and WriteDataDirs with its own
+// checks; SelectSnapshot (etcd-operator's restore) is Select and Fetch.
+// Each returns an *Error naming its step.
+
+// PlanTargets is the first stage: it resolves opts.Targets into the
+// plan's members and data dirs, sets the token (generated when
+// opts.Token is empty) and the bump, and checks every data dir (it, or
+// its nearest existing ancestor, writable; a non-empty one refused, or
+// with Force marked to be moved aside). A dry run lists the problems in
+// plan.Problems; a real run fails at StepDataDirs on the first.
+func PlanTargets(opts Options, plan *Plan) error {
+	if err := opts.defaults(); err != nil {
+		return &Error{ClusterID: opts.ClusterID, Step: StepValidate, Err: err}
+	}
+	if step, err := planTargets(opts, plan); err != nil {
+		return &Error{ClusterID: opts.ClusterID, Step: step, Err: err}
+	}
+	return nil
+}
+
+// Selection is what the select stage chose: the candidates, ranked
+// (also in Plan.Candidates), and the index of the chosen one.
+type Selection struct {
+	Candidates []Candidate
+	Index      int
+	// local is the local plaintext snapshot SelectLocal chose.
+	local *localSnapshot
+}
+
+// Chosen is the chosen candidate.
+func (s *Selection) Chosen() Candidate { return s.Candidates[s.Index] }
+
+// Select is the select stage: the store is checked, the survivor
+// snapshot taken (opts.Survivor; in a dry run its member is only
+// found), the committed backups listed and ranked, and one chosen: the
+// best, or opts.Backup (see Plan.Reason). An encrypted backup is checked
+// against opts.Identities from its manifest, before anything is
+// downloaded.
+func Select(ctx context.Context, opts Options, plan *Plan) (*Selection, error) {
+	return selectStage(ctx, opts, plan, nil)
+}
+
+// SelectLocal is the select stage for a local plaintext snapshot of a
+// committed backup (the plaintext a backup streamed, drilled by the
+// backup job): the store is checked and the backup m describes is the one
+// candidate. Fetch then verifies the file at path in place, against m,
+// and stages it as it is (the caller owns it: nothing is downloaded or
+// copied).
+func SelectLocal(ctx context.Context, opts Options, plan *Plan, path string, m *catalog.Manifest) (*Selection, error) {
+	return selectStage(ctx, opts, plan, &localSnapshot{path: path, manifest: m})
+}
+
+func selectStage(ctx context.Context, opts Options, plan *Plan, local *localSnapshot) (*Selection, error) {
+	if err := opts.defaults(); err != nil {
+		return nil, stepError(ctx, opts.ClusterID, StepValidate, err)
+	}
+	log := opts.Log.With("cluster", opts.ClusterID)
+	cands, idx, step, err := selectBackup(ctx, opts, log, plan, local)
+	if err != nil {
+		return nil, stepError(ctx, opts.ClusterID, step, err)
+	}
+	return &Selection{Candidates: cands, Index: idx, local: local}, nil
+}
+
+// FetchOptions configure the fetch stage.
+type FetchOptions struct {
+	// Dir holds the staged snapshot file of a real run (a dry run stages
+	// it in a private dir under opts.ScratchDir, removed before Fetch
+	// returns).
+	Dir string
+	// Prove is set by a run that proves the chosen backup (a drill): a
+	// refused backup's verification error is returned as it is (no
+	// BackupError), and no other backup is tried or verified.
+	Prove bool
+	// SpaceChecked: the caller has checked the free space for the staged
+	// file and what follows it (a drill, whose data dir takes the staged
+	// file over); Fetch then does not check it.
+	SpaceChecked bool
+}
+
+// Fetch is the fetch stage: the chosen backup is downloaded, decrypted
+// and decompressed into a staged file in fo.Dir while every hash and size
+// is checked against its manifest (or a local snapshot is verified in
+// place), and the staged database is read (Plan.Snapshot) and its
+// revision checked against the manifest's. A backup refused for its bytes
+// makes Run, which chose it itself, try the next candidate
+// (Plan.Fallbacks); one named with opts.Backup is refused with a
+// BackupError naming the next good one. It returns the staged file's path
+// ("" in a dry run, and for the survivor a dry run plans); the caller
+// removes it. On error it is already removed.
+//
+// A journal's replay, when there is one, is the stage after this one: it
+// applies to the staged file, before Prepare.
+func Fetch(ctx context.Context, opts Options, plan *Plan, sel *Selection, fo FetchOptions) (string, error) {
+	if err := opts.defaults(); err != nil {
+		return "", stepError(ctx, opts.ClusterID, StepValidate, err)
+	}
+	log := opts.Log.With("cluster", opts.ClusterID)
+	fc := fetchConfig{prove: fo.Prove, spaceChecked: fo.SpaceChecked, local: sel.local}
+	path, step, err := verifyCandidates(ctx, opts, log, plan, sel.Candidates, sel.Index, fo.Dir, fc)
+	if err != nil {
+		if path != "" {
+			os.Remove(path)
+		}
+		return "", stepError(ctx, opts.ClusterID, step, err)
+	}
+	return path, nil
+}
+
+// Prepared is a staged snapshot ready for WriteDataDirs.
+type Prepared struct{ rc restoreConfig }
+
+// Prepare is the prepare stage: the staged, verified snapshot at path is
+// given a freelist and the revision bump once
+// (etcdinternals.PrepareSnapshot), so that no member's restore walks the
+// database; with markCompacted the bumped revision is marked compacted
+// (opts.MarkCompacted; a drill marks it later, through the API). On the
+// public path (opts.PublicRestorePath, ETCD_RECOVERY_NO_INTERNALS) the
+// file is left to etcdutl's restore, which applies both in each member's
+// copy.
+func Prepare(ctx context.Context, opts Options, plan *Plan, path string, markCompacted bool) (*Prepared, error) {
+	if err := opts.defaults(); err != nil {
+		return nil, stepError(ctx, opts.ClusterID, StepValidate, err)
+	}
+	rc := restoreConfig{snapshotPath: path, initialCluster: plan.InitialCluster, token: plan.Token}
+	if err := stageSnapshot(&rc, opts, markCompacted, opts.Log.With("cluster", opts.ClusterID)); err != nil {
+		return nil, stepError(ctx, opts.ClusterID, StepWrite, err)
+	}
+	return &Prepared{rc: rc}, nil
+}
+
+// WriteOptions configure the write stage.
+type WriteOptions struct {
+	// Parallel is how many data dirs are written at a time; 0: all.
+	Parallel int
+	// TakeOver renames the prepared file into the data dir instead of
+	// copying it, when the plan has one member (a drill, which owns the
+	// staged file): the database is in scratch once, not twice.
+	TakeOver bool
+	// OnMemberWritten, when set, is called after each data dir is written.
+	OnMemberWritten func(ctx context.Context, m Member)
+	Log             *slog.Logger
+}
+
+// WriteDataDirs is the write stage: every member's data dir in the plan
+// is written from the prepared snapshot with etcdutl's restore code,
+// wo.Parallel at a time. All are written, or none: when one fails, or the
+// run is cancelled, every data dir this stage wrote is removed (with the
+// parent dirs it created). Data dirs in the way must have been moved
+// aside before (Run does it, with Force).
+func WriteDataDirs(ctx context.Context, plan *Plan, p *Prepared, wo WriteOptions) error {
+	log := wo.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	rc := p.rc
+	rc.takeOver = wo.TakeOver && len(plan.Members) == 1
+	if err := writeDataDirs(ctx, plan, wo.Parallel, rc, log, wo.OnMemberWritten); err != nil {
+		return stepError(ctx, plan.ClusterID, StepWrite, err)
+	}
+	return nil
+}
+
+// SurvivorRequest is a survivor snapshot to take: a pre-restore backup
+// (catalog.KindPreRestore) of the best member of Old, committed to Store
+// as backup.Run commits any backup.
+type SurvivorRequest struct {
+	ClusterID         string
+	Old               etcdconn.Config
+	Store             store.Store
+	Layout            catalog.Layout
+	ProbeTimeout      time.Duration
+	Progress          func(n int64)
+	Log               *slog.Logger
+	Now               func() time.Time
+	Recipients        seal.Recipients
+	RequireEncryption bool
+	// OnSource is called with the member chosen, before it streams.
+	OnSource func(probe.Member)
+}
+
+// SurvivorBackup takes restore's survivor snapshot (Options.Survivor).
+// survivor.Backup is the one implementation, with backup's member choice
+// and backup.Run: restore does not import backup.
+type SurvivorBackup interface {
+	// Candidates orders the probed members of the old cluster to
+	// snapshot, best first; a dry run names the first.
+	Candidates(members []probe.Member, quorum bool) []probe.Member
+	// Take commits the survivor snapshot and returns its manifest. When
+	// no member of the old cluster answers, its error is a
+	// *NoSurvivorError.
+	Take(ctx context.Context, req SurvivorRequest) (*catalog.Manifest, error)
+}
+
+// NoSurvivorError is SurvivorBackup.Take finding no member of the old
+// cluster that answers: restore then restores from the store.
+type NoSurvivorError struct{ Err error }
+
+func (e *NoSurvivorError) Error() string { return e.Err.Error() }
+func (e *NoSurvivorError) Unwrap() error { return e.Err }
+
+var errNoSurvivorBackup = errors.New("a survivor snapshot was asked for (endpoints of the old cluster) but Options.Survivor is not set")
+
+// IsVerifyError reports whether err is a backup refused for its bytes (a
+// checksum, a truncated or undecodable stream, an object gone, a database
+// below the manifest's revision), not a store or disk failure.
+func IsVerifyError(err error) bool {
+	var ve *verifyError
+	return errors.As(err, &ve)
+}
+
+// IsLocalFailure tells a failure of the local file system (no room, no
+// permission, read-only, an I/O error, a data dir changed under the run)
+// from a backup's database being refused.
+func IsLocalFailure(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.Is(err, syscall.EROFS) ||
+		errors.Is(err, syscall.EIO) || errors.Is(err, os.ErrPermission) || strings.Contains(err.Error(), "changed since it was checked")
+}
+
+// Manifest is the candidate's manifest (nil for the survivor a dry run
+// plans).
+func (c Candidate) Manifest() *catalog.Manifest { return c.manifest }
