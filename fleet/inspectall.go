@@ -318,7 +318,7 @@ func newestDecrypts(ctx context.Context, st store.Store, layout catalog.Layout, 
 
 func failedRow(c kube.Cluster, err error, elapsed time.Duration) InspectRow {
 	return InspectRow{Cluster: c.Name, Verdict: inspect.VerdictUnreachable, ExitCode: inspect.ExitUnreachable,
-		Members: "?", Backup: BackupNotChecked, Drill: BackupNotChecked, NextStep: "not inspected", Error: oneLine(err),
+		Members: "?", Backup: BackupNotChecked, Drill: BackupNotChecked, NextStep: "not inspected", Error: output.OneLine(err),
 		Endpoints: c.Endpoints, ElapsedMS: elapsed.Milliseconds()}
 }
 
@@ -359,5 +359,3 @@ func shortStep(action string) string {
 	s, _, _ := strings.Cut(action, ":")
 	return s
 }
-
-func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }

@@ -124,7 +124,7 @@ func inspectOrphans(ctx context.Context, k *kube.Client, opts InspectAllOptions)
 		if octx.Err() != nil && ctx.Err() == nil {
 			err = fmt.Errorf("no answer within %v (%w)", timeout, err)
 		}
-		chk.Error = "the orphans of prefix " + chk.Prefix + " could not be computed: " + oneLine(err)
+		chk.Error = "the orphans of prefix " + chk.Prefix + " could not be computed: " + output.OneLine(err)
 		return []InspectOrphan{}, chk
 	}
 	chk.Owned, chk.NotOwned = rep.Owned, rep.NotOwned

@@ -35,7 +35,7 @@ const (
 	// Backups whose time is in the future (beyond retention's tolerance).
 	NameBackupsFutureDated      = "etcd_recovery_backups_future_dated"
 	NameBackupFutureDatedLatest = "etcd_recovery_backup_future_dated_latest_timestamp_seconds"
-	// Plaintext copies staged for etcd-operator under <prefix>/restore/.
+	// Plaintext copies staged for etcd-operator under <prefix>/_staged/ (restore/ from earlier versions).
 	NameStagedCopies         = "etcd_recovery_staged_copies"
 	NameStagedOldestModified = "etcd_recovery_staged_oldest_timestamp_seconds"
 	// Whether a mounted identity opens the newest encrypted backup.
@@ -111,7 +111,7 @@ var (
 	descBackupFutureDatedLatest = prometheus.NewDesc(NameBackupFutureDatedLatest,
 		"Time (unix seconds) of the furthest future-dated backup; absent when there is none.", cl, nil)
 	descStagedCopies = prometheus.NewDesc(NameStagedCopies,
-		"Plaintext (decrypted, uncompressed) snapshot copies staged for etcd-operator under <prefix>/restore/<cluster>/; absent when there is none.", cl, nil)
+		"Plaintext (decrypted, uncompressed) snapshot copies staged for etcd-operator under <prefix>/_staged/<cluster>/ (<prefix>/restore/<cluster>/ from earlier versions); absent when there is none.", cl, nil)
 	descStagedOldest = prometheus.NewDesc(NameStagedOldestModified,
 		"Time (unix seconds, the object's last modification) of the oldest staged copy; absent when there is none.", cl, nil)
 	descBackupUndecryptable = prometheus.NewDesc(NameBackupUndecryptable,

@@ -68,7 +68,7 @@ type OrphanState struct {
 }
 
 // StagedState is a cluster id's plaintext copies staged for etcd-operator
-// (<prefix>/restore/<cluster>/).
+// (<prefix>/_staged/<cluster>/, or restore/ from earlier versions).
 type StagedState struct {
 	Cluster string    `json:"cluster"`
 	Copies  int       `json:"copies"`

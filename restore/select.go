@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/output"
 )
 
 // Candidate is a committed backup the cluster could be rebuilt from.
@@ -280,12 +281,12 @@ func chooseReason(cands []Candidate, i int, forced bool, survivor *Survivor) str
 		}
 	case survivor != nil && survivor.Backup == c.Name:
 		fmt.Fprintf(&b, "the pre-restore snapshot just taken of surviving member %s has the highest revision (%d) of %s",
-			survivor.Member, c.Revision, plural(len(cands), "candidate"))
+			survivor.Member, c.Revision, output.Count(len(cands), "candidate"))
 		if len(cands) > 1 {
 			fmt.Fprintf(&b, "; the newest backup before it, %s, is at revision %d", cands[1].Name, cands[1].Revision)
 		}
 	default:
-		fmt.Fprintf(&b, "highest revision (%d) of %s", c.Revision, plural(len(cands), "committed backup"))
+		fmt.Fprintf(&b, "highest revision (%d) of %s", c.Revision, output.Count(len(cands), "committed backup"))
 		if i+1 < len(cands) && cands[i+1].Revision == c.Revision {
 			if c.proven() && !cands[i+1].proven() {
 				fmt.Fprintf(&b, "; ties with %s, and was drilled", cands[i+1].Name)
@@ -316,13 +317,6 @@ func firstUnforced(cands []Candidate, i int) int {
 		}
 	}
 	return -1
-}
-
-func plural(n int, what string) string {
-	if n == 1 {
-		return "1 " + what
-	}
-	return fmt.Sprintf("%d %ss", n, what)
 }
 
 // StatusFailedVerification is the status of a candidate refused at

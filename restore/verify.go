@@ -15,6 +15,7 @@ import (
 	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
+	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/usage"
@@ -212,9 +213,9 @@ func verifyOnce(ctx context.Context, opts VerifyOptions) *VerifyReport {
 	}
 	rep.Checks = append(rep.Checks, healthCheck(verdict))
 	if opts.ExpectedMembers > 0 {
-		c := Check{Name: CheckMembers, Status: CheckPassed, Detail: plural(len(members), "member")}
+		c := Check{Name: CheckMembers, Status: CheckPassed, Detail: output.Count(len(members), "member")}
 		if len(members) != opts.ExpectedMembers {
-			c.Status, c.Detail = CheckFailed, fmt.Sprintf("%s, want %d", plural(len(members), "member"), opts.ExpectedMembers)
+			c.Status, c.Detail = CheckFailed, fmt.Sprintf("%s, want %d", output.Count(len(members), "member"), opts.ExpectedMembers)
 		}
 		rep.Checks = append(rep.Checks, c)
 	}
@@ -359,7 +360,7 @@ func healthCheck(a inspect.Assessment) Check {
 		}
 	}
 	if a.Verdict == inspect.VerdictHealthy && len(unhealthy) == 0 {
-		return Check{Name: CheckHealthy, Status: CheckPassed, Detail: plural(len(a.Members), "member")}
+		return Check{Name: CheckHealthy, Status: CheckPassed, Detail: output.Count(len(a.Members), "member")}
 	}
 	detail := strings.Join(unhealthy, "; ")
 	if detail == "" {
