@@ -1,7 +1,7 @@
 // Package backup takes one etcd backup into an object store, and nothing
 // else: Run chooses the member to snapshot (a healthy one, preferring a
 // follower), streams its snapshot compressed and hashed into the store,
-// optionally exports the v2 store (ExportV2), and writes the manifest last,
+// optionally exports the v2 store (catalog.ExportV2), and writes the manifest last,
 // through internal/catalog, so the backup exists only once it is complete.
 // With Options.Recipients the snapshot and the v2 export are age-encrypted
 // after compression, in the same stream (internal/seal; `.age` keys, the
@@ -15,8 +15,6 @@ package backup
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,6 +32,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/ctxerr"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
 	"github.com/armada/etcd-recovery/internal/etcdinternals"
+	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/probe"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
@@ -626,7 +625,7 @@ func snapshotMember(ctx context.Context, opts Options, cand probe.Member, key st
 	if err != nil {
 		return res, 0, 0, StepSnapshot, fmt.Errorf("open snapshot stream: %w", err)
 	}
-	raw := NewSnapshotHasher()
+	raw := objectio.NewSnapshotHasher()
 	chunks := receive(func() (etcdinternals.SnapshotChunk, error) {
 		c, err := etcdinternals.RecvSnapshotChunk(stream)
 		if err == nil && opts.chunkHook != nil {
@@ -658,7 +657,7 @@ func snapshotMember(ctx context.Context, opts Options, cand probe.Member, key st
 		// since is a consequence, not a member failure.
 		return res, 0, 0, StepUpload, putErr
 	case errors.As(o.err, &srcErr):
-		return res, 0, 0, StepSnapshot, fmt.Errorf("snapshot stream broke after %d bytes: %w", raw.n, srcErr.err)
+		return res, 0, 0, StepSnapshot, fmt.Errorf("snapshot stream broke after %d bytes: %w", raw.Size(), srcErr.err)
 	case o.err != nil && putErr == nil:
 		// A checksum mismatch or compression failure; the upload saw the
 		// error through the pipe, so putErr is normally set too.
@@ -681,11 +680,10 @@ func snapshotMember(ctx context.Context, opts Options, cand probe.Member, key st
 	return o.res, revBefore, revAfter, "", nil
 }
 
-// exportV2 exports the v2 keyspace and stores it: compressed, then
-// encrypted with Recipients. v2 data (legacy calico) is small, so it is
-// encoded in memory.
+// exportV2 exports the v2 keyspace and stores it through objectio:
+// compressed, then encrypted with Recipients.
 func exportV2(ctx context.Context, opts Options, hc *http.Client, clientURL, name string) (*catalog.V2Info, error) {
-	exp, err := ExportV2(ctx, hc, clientURL)
+	exp, err := catalog.ExportV2(ctx, hc, clientURL)
 	if err != nil {
 		return nil, err
 	}
@@ -693,38 +691,24 @@ func exportV2(ctx context.Context, opts Options, hc *http.Client, clientURL, nam
 	if err != nil {
 		return nil, err
 	}
-	rawSum := sha256.Sum256(raw)
 	obj := catalog.V2Object(opts.Compression, opts.Recipients.Len() > 0)
-	var buf bytes.Buffer
-	enc, err := objectWriter(&buf, opts.Compression, opts.Recipients)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := enc.Write(raw); err != nil {
-		return nil, err
-	}
-	if err := enc.Close(); err != nil {
-		return nil, err
-	}
-	storedSum := sha256.Sum256(buf.Bytes())
+	w, err := objectio.Create(ctx, opts.Store, opts.Layout.Key(opts.ClusterID, name, obj), bytes.NewReader(raw),
+		objectio.Encoding{Compression: opts.Compression, Recipients: opts.Recipients})
 	keys, dirs := exp.Counts()
 	info := &catalog.V2Info{
 		Object: obj, Compression: opts.Compression, Keys: keys, Dirs: dirs, EtcdIndex: exp.EtcdIndex,
-		SHA256: hex.EncodeToString(rawSum[:]), StoredSize: int64(buf.Len()), StoredSHA256: hex.EncodeToString(storedSum[:]),
+		SHA256: w.RawSHA256, StoredSize: w.StoredSize, StoredSHA256: w.StoredSHA256,
 	}
-	if _, err := putObject(ctx, opts.Store, opts.Layout.Key(opts.ClusterID, name, obj), &buf); err != nil {
+	if err != nil {
 		return info, err
 	}
 	return info, nil
 }
 
 // putObject writes key with the store's conditional create when it has one
-// (ConditionalStore), so that a backup never replaces an existing object.
+// (objectio.Put), so that a backup never replaces an existing object.
 func putObject(ctx context.Context, st store.Store, key string, r io.Reader) (int64, error) {
-	if cs, ok := st.(store.Conditional); ok {
-		return cs.PutIfAbsent(ctx, key, r)
-	}
-	return st.Put(ctx, key, r)
+	return objectio.Put(ctx, st, key, r)
 }
 
 // errObjectVanished and errManifestReplaced fail a backup before or after
@@ -761,19 +745,15 @@ func checkStored(ctx context.Context, opts Options, name string, m *catalog.Mani
 	return nil
 }
 
-// readBack reads key and compares it with want.
+// readBack reads key back through objectio and compares it with want.
 func readBack(ctx context.Context, st store.Store, key string, want []byte) error {
-	rc, err := st.Get(ctx, key)
-	if err != nil {
-		return fmt.Errorf("reading the manifest back: %w", err)
-	}
-	defer rc.Close()
-	got, err := io.ReadAll(io.LimitReader(rc, int64(len(want))+1))
-	if err != nil {
-		return fmt.Errorf("reading the manifest back: %w", err)
-	}
-	if !bytes.Equal(got, want) {
+	err := objectio.ReadBack(ctx, st, key, objectio.ExpectPlain(want))
+	var oe *objectio.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &oe):
 		return fmt.Errorf("%s: %w", key, errManifestReplaced)
 	}
-	return nil
+	return fmt.Errorf("reading the manifest back: %w", err)
 }

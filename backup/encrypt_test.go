@@ -20,6 +20,7 @@ import (
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/testing/faults"
@@ -118,7 +119,7 @@ func open(tb testing.TB, stored []byte, c catalog.Compression, id age.Identity) 
 	if err != nil {
 		tb.Fatalf("decrypt: %v", err)
 	}
-	dr, err := backup.Decoder(pr, c)
+	dr, err := objectio.NewDecoder(pr, c)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/seal"
 )
 
@@ -83,7 +84,7 @@ func (p *plainCopy) verify(m *catalog.Manifest) (string, error) {
 	if _, err := p.f.Seek(0, io.SeekStart); err != nil {
 		return "", err
 	}
-	h := NewSnapshotHasher()
+	h := objectio.NewSnapshotHasher()
 	if _, err := io.Copy(h, p.f); err != nil {
 		return "", fmt.Errorf("reading the plaintext copy back: %w", err)
 	}

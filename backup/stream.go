@@ -1,179 +1,19 @@
 package backup
 
 import (
-	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
-
-	"github.com/klauspost/compress/zstd"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdinternals"
+	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/seal"
 )
 
-// etcd appends the sha256 of the database to the snapshot stream.
-const etcdHashSize = sha256.Size
-
-// SnapshotHasher hashes everything written to it except the last 32 bytes,
-// which it keeps: etcd's own sha256 of what came before. One hash pass
-// serves both the raw-DB checksum and the check against etcd's trailer.
-// Backup and restore both check snapshot streams with it.
-type SnapshotHasher struct {
-	body hash.Hash
-	tail [etcdHashSize]byte
-	tlen int
-	n    int64 // body bytes hashed
-}
-
-// NewSnapshotHasher returns an empty SnapshotHasher.
-func NewSnapshotHasher() *SnapshotHasher { return &SnapshotHasher{body: sha256.New()} }
-
-// Size is the number of database bytes hashed so far (the trailer excluded).
-func (h *SnapshotHasher) Size() int64 { return h.n }
-
-// Trailer returns the last 32 bytes seen (etcd's sha256 once the stream is
-// complete), and false if fewer than 32 bytes were written.
-func (h *SnapshotHasher) Trailer() ([]byte, bool) { return h.tail[:h.tlen], h.tlen == etcdHashSize }
-
-// Sum is the sha256 of the database bytes (everything but the trailer).
-func (h *SnapshotHasher) Sum() []byte { return h.body.Sum(nil) }
-
-func (h *SnapshotHasher) Write(p []byte) (int, error) {
-	n := len(p)
-	if len(p) >= etcdHashSize {
-		h.body.Write(h.tail[:h.tlen])
-		h.body.Write(p[:len(p)-etcdHashSize])
-		h.n += int64(h.tlen + len(p) - etcdHashSize)
-		copy(h.tail[:], p[len(p)-etcdHashSize:])
-		h.tlen = etcdHashSize
-		return n, nil
-	}
-	if over := h.tlen + len(p) - etcdHashSize; over > 0 {
-		h.body.Write(h.tail[:over])
-		h.n += int64(over)
-		copy(h.tail[:], h.tail[over:h.tlen])
-		h.tlen -= over
-	}
-	copy(h.tail[h.tlen:], p)
-	h.tlen += len(p)
-	return n, nil
-}
-
-// Verify checks etcd's trailing hash and returns the database's size and sha256.
-func (h *SnapshotHasher) Verify() (int64, string, error) {
-	if h.tlen < etcdHashSize {
-		return 0, "", fmt.Errorf("snapshot stream is %d bytes: too short to hold etcd's sha256", h.n+int64(h.tlen))
-	}
-	sum := h.body.Sum(nil)
-	if !bytes.Equal(sum, h.tail[:]) {
-		return 0, "", fmt.Errorf("snapshot sha256 mismatch: etcd sent %x, the stream hashes to %x", h.tail[:], sum)
-	}
-	return h.n, hex.EncodeToString(sum), nil
-}
-
-// HashCounter hashes (sha256) and counts what passes through it.
-type HashCounter struct {
-	h hash.Hash
-	n int64
-}
-
-// NewHashCounter returns an empty HashCounter.
-func NewHashCounter() *HashCounter { return &HashCounter{h: sha256.New()} }
-
-func (c *HashCounter) Write(p []byte) (int, error) {
-	c.h.Write(p)
-	c.n += int64(len(p))
-	return len(p), nil
-}
-
-// N is the number of bytes written.
-func (c *HashCounter) N() int64 { return c.n }
-
-// Sum is the hex sha256 of what was written.
-func (c *HashCounter) Sum() string { return hex.EncodeToString(c.h.Sum(nil)) }
-
-// encoder returns a compressing writer around w (or w itself for none).
-func encoder(w io.Writer, c catalog.Compression) (io.WriteCloser, error) {
-	switch c {
-	case catalog.CompressNone:
-		return nopWriteCloser{w}, nil
-	case catalog.CompressZstd:
-		// Fastest level and a 1 MiB window keep CPU and memory low: the
-		// snapshot stream, not compression, should set the pace. (Lower
-		// encoder memory makes zstd shift its history buffer on every
-		// block: 1.6x slower in BenchmarkBackupVsBaseline's profile.)
-		//
-		// No zstd frame checksum: it would be a third hash of the same
-		// bytes. The manifest's sha256 of the stored object and of the
-		// database cover them, and etcd's own trailing sha256 travels
-		// inside the compressed stream, so `zstd -d` followed by
-		// `etcdutl snapshot restore` still checks the data end to end.
-		return zstd.NewWriter(w,
-			zstd.WithEncoderLevel(zstd.SpeedFastest),
-			zstd.WithEncoderConcurrency(1),
-			zstd.WithWindowSize(1<<20),
-			zstd.WithEncoderCRC(false))
-	}
-	return nil, fmt.Errorf("unknown compression %q", c)
-}
-
-// objectWriter returns the writer a data object is written through:
-// compression, then, with recipients, age encryption, into w. Its Close
-// flushes both (it does not close w).
-func objectWriter(w io.Writer, c catalog.Compression, rs seal.Recipients) (io.WriteCloser, error) {
-	if rs.Len() == 0 {
-		return encoder(w, c)
-	}
-	sealer, err := seal.Encrypt(w, rs)
-	if err != nil {
-		return nil, err
-	}
-	enc, err := encoder(sealer, c)
-	if err != nil {
-		return nil, err
-	}
-	return &chainWriter{Writer: enc, closers: []io.Closer{enc, sealer}}, nil
-}
-
-// chainWriter closes its writers in order: the compressor, then the
-// encryption around what it wrote.
-type chainWriter struct {
-	io.Writer
-	closers []io.Closer
-}
-
-func (c *chainWriter) Close() error {
-	for _, cl := range c.closers {
-		if err := cl.Close(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// Decoder returns a decompressing reader around r.
-func Decoder(r io.Reader, c catalog.Compression) (io.ReadCloser, error) {
-	switch c {
-	case catalog.CompressNone:
-		return io.NopCloser(r), nil
-	case catalog.CompressZstd:
-		d, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(2), zstd.WithDecoderLowmem(true))
-		if err != nil {
-			return nil, err
-		}
-		return d.IOReadCloser(), nil
-	}
-	return nil, fmt.Errorf("unknown compression %q", c)
-}
-
-type nopWriteCloser struct{ io.Writer }
-
-func (nopWriteCloser) Close() error { return nil }
+// The object format (compression, encryption, the hashers) is
+// internal/objectio's; this file is the snapshot's streaming pipeline,
+// etcd's chunks overlapped with compression.
 
 // streamResult is what a compress-and-hash pass measured.
 type streamResult struct {
@@ -200,7 +40,7 @@ const recvDepth = 32
 // is closed after the last chunk; a stream error arrives as a chunk with err.
 //
 // Each chunk's buffer is released by whoever consumes it (compressStream).
-func receive(recv func() (etcdinternals.SnapshotChunk, error), raw *SnapshotHasher, progress func(int64)) <-chan chunk {
+func receive(recv func() (etcdinternals.SnapshotChunk, error), raw *objectio.SnapshotHasher, progress func(int64)) <-chan chunk {
 	ch := make(chan chunk, recvDepth)
 	go func() {
 		defer close(ch)
@@ -243,7 +83,7 @@ func (e *sourceError) Unwrap() error { return e.err }
 // reaches dst, and the stored hash and size are the ciphertext's. plain,
 // when non-nil, gets a copy of the raw stream (the drill's plaintext copy
 // of an encrypted backup); its failure does not fail the backup.
-func compressStream(chunks <-chan chunk, raw *SnapshotHasher, dst *io.PipeWriter, c catalog.Compression, rs seal.Recipients, plain *plainCopy) (streamResult, error) {
+func compressStream(chunks <-chan chunk, raw *objectio.SnapshotHasher, dst *io.PipeWriter, c catalog.Compression, rs seal.Recipients, plain *plainCopy) (streamResult, error) {
 	var res streamResult
 	fail := func(err error) (streamResult, error) {
 		if errors.Is(err, io.ErrClosedPipe) {
@@ -257,8 +97,8 @@ func compressStream(chunks <-chan chunk, raw *SnapshotHasher, dst *io.PipeWriter
 		}()
 		return res, err
 	}
-	stored := NewHashCounter()
-	enc, err := objectWriter(io.MultiWriter(dst, stored), c, rs)
+	stored := objectio.NewHashCounter()
+	enc, err := objectio.NewWriter(io.MultiWriter(dst, stored), c, rs)
 	if err != nil {
 		return fail(err)
 	}
@@ -280,7 +120,7 @@ func compressStream(chunks <-chan chunk, raw *SnapshotHasher, dst *io.PipeWriter
 	if res.RawSize, res.RawSHA256, err = raw.Verify(); err != nil {
 		return fail(err)
 	}
-	res.StoredSize, res.StoredSHA256 = stored.n, stored.Sum()
+	res.StoredSize, res.StoredSHA256 = stored.N(), stored.Sum()
 	dst.Close()
 	return res, nil
 }

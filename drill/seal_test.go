@@ -15,6 +15,7 @@ import (
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/drill"
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
@@ -71,29 +72,24 @@ func (r *storeRig) takeEncrypted(tb testing.TB, c *testenv.EtcdCluster, id strin
 	return m
 }
 
-// plaintextOf decrypts and decompresses a backup's snapshot into a file.
+// plaintextOf decrypts and decompresses a backup's snapshot into a file,
+// through objectio.Open (checked against the manifest).
 func plaintextOf(tb testing.TB, r *storeRig, m *catalog.Manifest, ids *seal.Identities) string {
 	tb.Helper()
-	rc, err := r.store.Get(context.Background(), r.snapshotKey(m))
+	rd, err := objectio.Open(context.Background(), r.store, r.snapshotKey(m), objectio.Expect{
+		StoredSize: m.Snapshot.StoredSize, StoredSHA256: m.Snapshot.StoredSHA256,
+		RawSize: m.Snapshot.RawSize, RawSHA256: m.Snapshot.RawSHA256, Compression: m.Snapshot.Compression,
+		Snapshot: true, Encrypted: true, Recipients: m.Recipients(), Identities: ids})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	defer rc.Close()
-	pr, err := seal.Decrypt(rc, ids, m.Encryption.Recipients)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	dec, err := backup.Decoder(pr, m.Snapshot.Compression)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer dec.Close()
+	defer rd.Close()
 	path := filepath.Join(tb.TempDir(), "snapshot.db")
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o600)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if _, err := io.Copy(f, dec); err != nil {
+	if _, err := io.Copy(f, rd); err != nil {
 		tb.Fatal(err)
 	}
 	if err := f.Close(); err != nil {

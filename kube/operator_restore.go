@@ -2,12 +2,9 @@ package kube
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path"
@@ -21,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/restore"
@@ -825,25 +823,18 @@ func stageVerified(ctx context.Context, st store.Store, file, key string) (strin
 		return "", 0, err
 	}
 	defer f.Close()
-	h := sha256.New()
-	n, err := st.Put(ctx, key, io.TeeReader(f, h))
+	w, err := objectio.Write(ctx, st, key, f, objectio.Encoding{Compression: catalog.CompressNone})
 	if err != nil {
 		return "", 0, fmt.Errorf("uploading %s: %w", key, err)
 	}
-	want := hex.EncodeToString(h.Sum(nil))
-	rc, err := st.Get(ctx, key)
-	if err != nil {
-		return "", 0, fmt.Errorf("reading back %s: %w", key, err)
-	}
-	defer rc.Close()
-	h2 := sha256.New()
-	got, err := io.Copy(h2, rc)
-	if err != nil {
-		return "", 0, fmt.Errorf("reading back %s: %w", key, err)
-	}
-	if sum := hex.EncodeToString(h2.Sum(nil)); sum != want || got != n {
+	if err := objectio.ReadBack(ctx, st, key, w.Expect(catalog.CompressNone)); err != nil {
+		var oe *objectio.Error
+		if !errors.As(err, &oe) {
+			return "", 0, fmt.Errorf("reading back %s: %w", key, err)
+		}
 		_ = st.Delete(context.WithoutCancel(ctx), []string{key})
-		return "", 0, fmt.Errorf("staged object %s reads back as sha256 %s (%d bytes), uploaded %s (%d bytes): removed it", key, sum, got, want, n)
+		return "", 0, fmt.Errorf("staged object %s reads back as sha256 %s (%d bytes), uploaded %s (%d bytes): removed it",
+			key, oe.Got.StoredSHA256, oe.Got.StoredSize, w.StoredSHA256, w.StoredSize)
 	}
-	return want, n, nil
+	return w.StoredSHA256, w.StoredSize, nil
 }

@@ -2,15 +2,14 @@ package restore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"slices"
 	"strings"
 
-	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/seal"
 )
 
@@ -74,24 +73,6 @@ func tamperedError(key string, err error) error {
 	return fmt.Errorf("%s: encrypted object damaged/tampered: refusing it (age authentication failed; reading it again will not help): %w", key, err)
 }
 
-// errTracker remembers the first error other than io.EOF of the reader
-// it wraps: the decrypting reader's, whatever the decompressor makes of it.
-type errTracker struct {
-	r   io.Reader
-	err error
-}
-
-func (t *errTracker) Read(p []byte) (int, error) {
-	n, err := t.r.Read(p)
-	if err != nil && err != io.EOF && t.err == nil {
-		t.err = err
-	}
-	return n, err
-}
-
-// isNoIdentity reports whether err is an encrypted backup without a matching identity.
-func isNoIdentity(err error) bool { return errors.Is(err, seal.ErrNoIdentity) }
-
 // localSnapshot is a plaintext snapshot file the caller already has (the
 // drill after a backup: the plaintext the backup streamed), used instead
 // of downloading the backup's object.
@@ -113,7 +94,7 @@ func verifyLocal(ctx context.Context, src localSnapshot, dst *os.File) (*fetchRe
 		return nil, fmt.Errorf("plaintext snapshot of backup %s: %w", m.Name, err)
 	}
 	defer f.Close()
-	raw := backup.NewSnapshotHasher()
+	raw := objectio.NewSnapshotHasher()
 	buf := make([]byte, chunkSize)
 	for {
 		if err := ctx.Err(); err != nil {
@@ -135,13 +116,14 @@ func verifyLocal(ctx context.Context, src localSnapshot, dst *os.File) (*fetchRe
 			return nil, fmt.Errorf("plaintext snapshot %s: %w", src.path, rerr)
 		}
 	}
-	res := &fetchResult{RawSize: raw.Size()}
+	got := raw.Result()
+	res := &fetchResult{RawSize: got.RawSize}
 	fail := func(name, detail string) (*fetchResult, error) {
 		res.Checks = append(res.Checks, Check{Name: name, Status: CheckFailed, Detail: detail})
 		return res, &verifyError{fmt.Errorf("plaintext snapshot %s of backup %s: %s: %s", src.path, m.Name, name, detail)}
 	}
 	res.Checks = append(res.Checks, Check{Name: CheckStoredSHA, Status: CheckSkipped, Detail: "local plaintext copy: the stored object is not read"})
-	if name, detail := checkDatabase(res, raw, m); name != "" {
+	if name, detail := checkDatabase(res, got, m); name != "" {
 		return fail(name, detail)
 	}
 	if raw.Size() != m.Snapshot.RawSize {

@@ -1,10 +1,7 @@
 package restore
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,9 +15,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
+	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/usage"
@@ -174,16 +171,16 @@ func RestoreV2(ctx context.Context, opts V2Options) (*V2Report, error) {
 		return fail(StepValidate, err)
 	}
 	defer hc.CloseIdleConnections()
-	var cur *backup.V2Export
+	var cur *catalog.V2Export
 	var errs []error
 	for _, ep := range opts.Etcd.Endpoints {
 		u := opts.Etcd.URL(ep)
-		cur, err = backup.ExportV2(ctx, hc, u)
+		cur, err = catalog.ExportV2(ctx, hc, u)
 		if err == nil {
 			rep.Endpoint = u
 			break
 		}
-		if errors.Is(err, backup.ErrV2Unavailable) {
+		if errors.Is(err, catalog.ErrV2Unavailable) {
 			return fail(StepV2, fmt.Errorf("%s: %w: start the new members with --enable-v2 (etcd 3.4 or 3.5; 3.6 has no v2 store)", etcdconn.Host(u), err))
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", etcdconn.Host(u), err))
@@ -191,7 +188,7 @@ func RestoreV2(ctx context.Context, opts V2Options) (*V2Report, error) {
 	if rep.Endpoint == "" {
 		return fail(StepV2, fmt.Errorf("no endpoint served the v2 keys: %w", errors.Join(errs...)))
 	}
-	existing := make(map[string]backup.V2Node, len(cur.Nodes))
+	existing := make(map[string]catalog.V2Node, len(cur.Nodes))
 	for _, n := range cur.Nodes {
 		existing[n.Key] = n
 	}
@@ -218,7 +215,7 @@ func RestoreV2(ctx context.Context, opts V2Options) (*V2Report, error) {
 		rep.Changes = append(rep.Changes, c)
 	}
 	w := &v2Writer{hc: hc, endpoint: rep.Endpoint}
-	var keys []backup.V2Node
+	var keys []catalog.V2Node
 	for _, n := range exp.Nodes {
 		if !n.Dir {
 			keys = append(keys, n)
@@ -229,7 +226,7 @@ func RestoreV2(ctx context.Context, opts V2Options) (*V2Report, error) {
 		}
 		record(w.apply(ctx, n, existing, now))
 	}
-	work := make(chan backup.V2Node)
+	work := make(chan catalog.V2Node)
 	var wg sync.WaitGroup
 	for range opts.Concurrency {
 		wg.Go(func() {
@@ -271,58 +268,65 @@ func RestoreV2(ctx context.Context, opts V2Options) (*V2Report, error) {
 // StepV2 is the step of RestoreV2 that writes the keys.
 const StepV2 = "restore v2 keys"
 
-// fetchV2 downloads a backup's v2 export and checks it against the manifest.
-func fetchV2(ctx context.Context, store store.Store, layout catalog.Layout, m *catalog.Manifest, ids *seal.Identities) (*backup.V2Export, error) {
+// fetchV2 streams a backup's v2 export through objectio.Open, which checks
+// it against the manifest (decrypting an encrypted backup's with ids), and
+// decodes it; nothing is buffered whole.
+func fetchV2(ctx context.Context, st store.Store, layout catalog.Layout, m *catalog.Manifest, ids *seal.Identities) (*catalog.V2Export, error) {
 	key := layout.Key(m.ClusterID, m.Name, m.V2.Object)
-	rc, err := store.Get(ctx, key)
+	r, err := objectio.Open(ctx, st, key, objectio.Expect{
+		StoredSize: objectio.UnknownSize, StoredSHA256: m.V2.StoredSHA256,
+		RawSize: objectio.UnknownSize, RawSHA256: m.V2.SHA256, Compression: m.V2.Compression,
+		Encrypted: m.Encryption.Encrypted(), Recipients: m.Recipients(), Identities: ids})
 	if err != nil {
-		return nil, err
+		return nil, v2Failed(key, m, err)
 	}
-	defer rc.Close()
-	stored, err := io.ReadAll(io.LimitReader(rc, 1<<30))
-	if err != nil {
-		return nil, err
-	}
-	var compressed io.Reader = bytes.NewReader(stored)
-	if m.Encryption.Encrypted() {
-		// The age layer first: a damaged object is named as such.
-		pr, err := seal.Decrypt(compressed, ids, m.Encryption.Recipients)
-		if err == nil {
-			var plain []byte
-			if plain, err = io.ReadAll(pr); err == nil {
-				compressed = bytes.NewReader(plain)
+	defer r.Close()
+	var exp catalog.V2Export
+	dec := json.NewDecoder(r)
+	jerr := dec.Decode(&exp)
+	if jerr == nil {
+		if _, err := dec.Token(); err != io.EOF {
+			jerr = err
+			if err == nil {
+				jerr = errors.New("invalid character after top-level value")
 			}
 		}
-		if errors.Is(err, seal.ErrTampered) {
-			return nil, tamperedError(key, err)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", key, err)
-		}
 	}
-	if s := sha256.Sum256(stored); hex.EncodeToString(s[:]) != m.V2.StoredSHA256 {
-		return nil, fmt.Errorf("%s: stored sha256 %x, manifest says %s: corrupt or truncated", key, s, m.V2.StoredSHA256)
+	// The checks run at the end of the object: read it to its end (the
+	// reader's error is sticky, so one the decoder saw is seen again).
+	if _, err := io.Copy(io.Discard, r); err != nil {
+		return nil, v2Failed(key, m, err)
 	}
-	dec, err := backup.Decoder(compressed, m.V2.Compression)
-	if err != nil {
-		return nil, err
+	if jerr != nil {
+		return nil, fmt.Errorf("%s: %w", key, jerr)
 	}
-	defer dec.Close()
-	raw, err := io.ReadAll(dec)
-	if err != nil {
-		return nil, fmt.Errorf("%s: decompress: %w", key, err)
-	}
-	if s := sha256.Sum256(raw); hex.EncodeToString(s[:]) != m.V2.SHA256 {
-		return nil, fmt.Errorf("%s: sha256 %x, manifest says %s", key, s, m.V2.SHA256)
-	}
-	var exp backup.V2Export
-	if err := json.Unmarshal(raw, &exp); err != nil {
-		return nil, fmt.Errorf("%s: %w", key, err)
-	}
-	if exp.Format != backup.V2ExportFormat {
-		return nil, fmt.Errorf("%s: format %q is not supported (want %s)", key, exp.Format, backup.V2ExportFormat)
+	if exp.Format != catalog.V2ExportFormat {
+		return nil, fmt.Errorf("%s: format %q is not supported (want %s)", key, exp.Format, catalog.V2ExportFormat)
 	}
 	return &exp, nil
+}
+
+// v2Failed words what objectio found in a v2 export.
+func v2Failed(key string, m *catalog.Manifest, err error) error {
+	var oe *objectio.Error
+	if !errors.As(err, &oe) {
+		return err
+	}
+	switch oe.Kind {
+	case objectio.KindMissing:
+		return oe.Err
+	case objectio.KindTampered:
+		return tamperedError(key, oe.Err)
+	case objectio.KindNoIdentity:
+		return fmt.Errorf("%s: %w", key, oe.Err)
+	case objectio.KindStoredSHA, objectio.KindStoredSize:
+		return fmt.Errorf("%s: stored sha256 %s, manifest says %s: corrupt or truncated", key, oe.Got.StoredSHA256, m.V2.StoredSHA256)
+	case objectio.KindDecode:
+		return fmt.Errorf("%s: decompress: %w", key, oe.Err)
+	case objectio.KindRawSHA, objectio.KindRawSize:
+		return fmt.Errorf("%s: sha256 %s, manifest says %s", key, oe.Got.RawSHA256, m.V2.SHA256)
+	}
+	return err
 }
 
 type v2Writer struct {
@@ -332,7 +336,7 @@ type v2Writer struct {
 
 // remainingTTL is the TTL a node has left now: 0 for none, negative when
 // it has expired since the backup.
-func remainingTTL(n backup.V2Node, now time.Time) int64 {
+func remainingTTL(n catalog.V2Node, now time.Time) int64 {
 	if n.Expiration != nil {
 		left := n.Expiration.Sub(now).Seconds()
 		if left <= 0 {
@@ -344,7 +348,7 @@ func remainingTTL(n backup.V2Node, now time.Time) int64 {
 }
 
 // apply makes one node of the cluster match the export.
-func (w *v2Writer) apply(ctx context.Context, n backup.V2Node, existing map[string]backup.V2Node, now time.Time) V2Change {
+func (w *v2Writer) apply(ctx context.Context, n catalog.V2Node, existing map[string]catalog.V2Node, now time.Time) V2Change {
 	c := V2Change{Key: n.Key, Dir: n.Dir}
 	ttl := remainingTTL(n, now)
 	if ttl < 0 {

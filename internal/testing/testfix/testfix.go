@@ -18,9 +18,9 @@ import (
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.uber.org/zap"
 
-	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
+	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/store/cos"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
@@ -81,7 +81,7 @@ func SHA256(b []byte) string {
 // Decompress decodes a stored object.
 func Decompress(tb testing.TB, b []byte, c catalog.Compression) []byte {
 	tb.Helper()
-	rc, err := backup.Decoder(bytes.NewReader(b), c)
+	rc, err := objectio.NewDecoder(bytes.NewReader(b), c)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -93,27 +93,30 @@ func Decompress(tb testing.TB, b []byte, c catalog.Compression) []byte {
 	return out
 }
 
-// CheckSnapshot downloads a committed backup's snapshot, checks every
-// checksum in the manifest and etcd's trailing hash, and returns etcdutl's
-// status of the database (revision, key count).
+// CheckSnapshot downloads a committed backup's snapshot through
+// objectio.Open, which checks every checksum and size in the manifest and
+// etcd's trailing hash, and returns etcdutl's status of the database
+// (revision, key count). Encrypted backups are not read here.
 func CheckSnapshot(tb testing.TB, st store.Store, layout catalog.Layout, m *catalog.Manifest) snapshot.Status {
 	tb.Helper()
-	stored := ReadObject(tb, st, layout.Key(m.ClusterID, m.Name, m.Snapshot.Object))
-	if int64(len(stored)) != m.Snapshot.StoredSize || SHA256(stored) != m.Snapshot.StoredSHA256 {
-		tb.Fatalf("stored snapshot: %d bytes sha256 %s, manifest says %d bytes sha256 %s",
-			len(stored), SHA256(stored), m.Snapshot.StoredSize, m.Snapshot.StoredSHA256)
+	key := layout.Key(m.ClusterID, m.Name, m.Snapshot.Object)
+	r, err := objectio.Open(context.Background(), st, key, objectio.Expect{
+		StoredSize: m.Snapshot.StoredSize, StoredSHA256: m.Snapshot.StoredSHA256,
+		RawSize: m.Snapshot.RawSize, RawSHA256: m.Snapshot.RawSHA256, Compression: m.Snapshot.Compression, Snapshot: true})
+	if err != nil {
+		tb.Fatalf("stored snapshot: %v", err)
 	}
-	raw := Decompress(tb, stored, m.Snapshot.Compression)
-	if len(raw) < sha256.Size {
-		tb.Fatalf("snapshot of %d bytes", len(raw))
-	}
-	db, trailer := raw[:len(raw)-sha256.Size], raw[len(raw)-sha256.Size:]
-	if int64(len(db)) != m.Snapshot.RawSize || SHA256(db) != m.Snapshot.RawSHA256 || hex.EncodeToString(trailer) != m.Snapshot.RawSHA256 {
-		tb.Fatalf("snapshot db: %d bytes sha256 %s trailer %x; manifest %d bytes sha256 %s",
-			len(db), SHA256(db), trailer, m.Snapshot.RawSize, m.Snapshot.RawSHA256)
-	}
+	defer r.Close()
 	path := filepath.Join(tb.TempDir(), "snapshot.db")
-	if err := os.WriteFile(path, raw, 0o600); err != nil {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o600)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := io.Copy(f, r); err != nil {
+		f.Close()
+		tb.Fatalf("snapshot: %v", err)
+	}
+	if err := f.Close(); err != nil {
 		tb.Fatal(err)
 	}
 	status, err := snapshot.NewV3(zap.NewNop()).Status(path)
@@ -123,22 +126,26 @@ func CheckSnapshot(tb testing.TB, st store.Store, layout catalog.Layout, m *cata
 	return status
 }
 
-// ReadV2Export downloads and decodes a backup's v2 export, checking its
-// checksums against the manifest.
-func ReadV2Export(tb testing.TB, st store.Store, layout catalog.Layout, m *catalog.Manifest) *backup.V2Export {
+// ReadV2Export downloads and decodes a backup's v2 export through
+// objectio.Open, checking its checksums against the manifest.
+func ReadV2Export(tb testing.TB, st store.Store, layout catalog.Layout, m *catalog.Manifest) *catalog.V2Export {
 	tb.Helper()
 	if m.V2 == nil {
 		tb.Fatalf("backup %s has no v2 export (%s)", m.Name, m.V2Skipped)
 	}
-	stored := ReadObject(tb, st, layout.Key(m.ClusterID, m.Name, m.V2.Object))
-	if SHA256(stored) != m.V2.StoredSHA256 {
-		tb.Fatalf("v2 object sha256 %s, manifest %s", SHA256(stored), m.V2.StoredSHA256)
+	key := layout.Key(m.ClusterID, m.Name, m.V2.Object)
+	r, err := objectio.Open(context.Background(), st, key, objectio.Expect{
+		StoredSize: m.V2.StoredSize, StoredSHA256: m.V2.StoredSHA256,
+		RawSize: objectio.UnknownSize, RawSHA256: m.V2.SHA256, Compression: m.V2.Compression})
+	if err != nil {
+		tb.Fatalf("v2 export: %v", err)
 	}
-	raw := Decompress(tb, stored, m.V2.Compression)
-	if SHA256(raw) != m.V2.SHA256 {
-		tb.Fatalf("v2 export sha256 %s, manifest %s", SHA256(raw), m.V2.SHA256)
+	defer r.Close()
+	raw, err := io.ReadAll(r)
+	if err != nil {
+		tb.Fatalf("v2 export: %v", err)
 	}
-	var exp backup.V2Export
+	var exp catalog.V2Export
 	if err := json.Unmarshal(raw, &exp); err != nil {
 		tb.Fatal(err)
 	}
