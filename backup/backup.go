@@ -146,16 +146,19 @@ const (
 // Error is a failed backup: the cluster, the step and the cause.
 type Error struct {
 	ClusterID string
-	Step      string
+	At        string // the step that failed (Step)
 	Err       error
 }
 
+// Step is the step that failed (one of the Step* constants).
+func (e *Error) Step() string { return e.At }
+
 func (e *Error) Error() string {
-	if e.Step == StepPrune || e.Step == StepDrill {
+	if e.Step() == StepPrune || e.Step() == StepDrill {
 		// The backup exists; only retention or its drill failed. Say so first.
-		return fmt.Sprintf("backup of cluster %s committed, but step %q failed: %v", e.ClusterID, e.Step, e.Err)
+		return fmt.Sprintf("backup of cluster %s committed, but step %q failed: %v", e.ClusterID, e.Step(), e.Err)
 	}
-	return fmt.Sprintf("backup of cluster %s failed at step %q: %v", e.ClusterID, e.Step, e.Err)
+	return fmt.Sprintf("backup of cluster %s failed at step %q: %v", e.ClusterID, e.Step(), e.Err)
 }
 
 func (e *Error) Unwrap() error { return e.Err }
@@ -243,7 +246,7 @@ func (o *Options) defaults() error {
 // in the same stream, after compression; the manifest stays plaintext.
 func Run(ctx context.Context, opts Options) (*Result, error) {
 	if err := opts.defaults(); err != nil {
-		return nil, &Error{ClusterID: opts.ClusterID, Step: StepValidate, Err: err}
+		return nil, &Error{ClusterID: opts.ClusterID, At: StepValidate, Err: err}
 	}
 	r := &run{opts: opts, log: opts.Log.With("cluster", opts.ClusterID), start: opts.Now().UTC()}
 	// The plaintext copy for the drill (encrypted backups only) goes on
@@ -251,7 +254,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	defer r.removePlain()
 	if err := r.take(ctx); err != nil {
 		r.cleanup(ctx)
-		return nil, &Error{ClusterID: opts.ClusterID, Step: err.step, Err: ctxerr.Wrap(ctx, err.err)}
+		return nil, &Error{ClusterID: opts.ClusterID, At: err.step, Err: ctxerr.Wrap(ctx, err.err)}
 	}
 	return r.after(ctx)
 }
@@ -550,7 +553,7 @@ func (r *run) after(ctx context.Context) (*Result, error) {
 			if res.Drill == nil {
 				what = "could not run"
 			}
-			drillErr = &Error{ClusterID: opts.ClusterID, Step: StepDrill,
+			drillErr = &Error{ClusterID: opts.ClusterID, At: StepDrill,
 				Err: fmt.Errorf("the backup itself was committed (%s); its restore drill %s: %w", r.name, what, res.DrillErr)}
 			log.Error("restore drill of the new backup "+what, "backup", r.name, "err", res.DrillErr)
 		} else if res.Drill != nil {
@@ -570,7 +573,7 @@ func (r *run) after(ctx context.Context) (*Result, error) {
 		Policy: *opts.Prune, Now: opts.Now(), Log: opts.Log})
 	res.Pruned = rep
 	if err != nil {
-		perr := &Error{ClusterID: opts.ClusterID, Step: StepPrune,
+		perr := &Error{ClusterID: opts.ClusterID, At: StepPrune,
 			Err: fmt.Errorf("the backup itself was committed (%s); pruning older backups failed: %w", r.name, err)}
 		if drillErr != nil {
 			return res, errors.Join(drillErr, perr)

@@ -101,7 +101,7 @@ func TestRunDrillHook(t *testing.T) {
 			switch {
 			case tc.wantErr == "" && err != nil:
 				t.Fatalf("Run: %v", err)
-			case tc.wantErr != "" && (!errors.As(err, &be) || be.Step != backup.StepDrill || !strings.Contains(err.Error(), tc.wantErr) ||
+			case tc.wantErr != "" && (!errors.As(err, &be) || be.Step() != backup.StepDrill || !strings.Contains(err.Error(), tc.wantErr) ||
 				!strings.Contains(err.Error(), id+" committed") || !strings.Contains(err.Error(), res.Manifest.Name)):
 				t.Fatalf("Run: %v; want an *Error at step %q naming the cluster, the committed backup and %q", err, backup.StepDrill, tc.wantErr)
 			}

@@ -175,7 +175,7 @@ func TestBackupV2OnWithoutV2(t *testing.T) {
 	opts.V2 = backup.V2On
 	_, err := backup.Run(context.Background(), opts)
 	var be *backup.Error
-	if !errors.As(err, &be) || be.Step != backup.StepV2 || !errors.Is(err, backup.ErrV2Unavailable) {
+	if !errors.As(err, &be) || be.Step() != backup.StepV2 || !errors.Is(err, backup.ErrV2Unavailable) {
 		t.Fatalf("want a v2 step error, got %v", err)
 	}
 	if !strings.Contains(err.Error(), "v2-required") {
@@ -320,7 +320,7 @@ func TestBackupMinIOStoppedMidUpload(t *testing.T) {
 		t.Fatal("backup did not end")
 	}
 	var be *backup.Error
-	if !errors.As(err, &be) || be.Step != backup.StepUpload {
+	if !errors.As(err, &be) || be.Step() != backup.StepUpload {
 		t.Fatalf("want an upload step error, got %v", err)
 	}
 	msg := err.Error()
@@ -369,7 +369,7 @@ func TestBackupBadConfig(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := backup.Run(context.Background(), tc.opts())
 			var be *backup.Error
-			if !errors.As(err, &be) || be.Step != tc.step {
+			if !errors.As(err, &be) || be.Step() != tc.step {
 				t.Fatalf("want step %q, got %v", tc.step, err)
 			}
 			msg := err.Error()

@@ -249,7 +249,7 @@ func TestBackupRequireEncryption(t *testing.T) {
 	}
 	_, err = backup.Run(context.Background(), opts)
 	var be *backup.Error
-	if !errors.As(err, &be) || be.Step != backup.StepValidate || !usage.Is(err) {
+	if !errors.As(err, &be) || be.Step() != backup.StepValidate || !usage.Is(err) {
 		t.Fatalf("Run: %v; want a usage error at step validate", err)
 	}
 	opts.Recipients = rs
@@ -395,7 +395,7 @@ func TestBackupEncryptedStoreFaults(t *testing.T) {
 			}
 			res, err := backup.Run(context.Background(), opts)
 			var be *backup.Error
-			if res != nil || !errors.As(err, &be) || be.Step != tc.wantStep || (tc.wantErr != nil && !errors.Is(err, tc.wantErr)) {
+			if res != nil || !errors.As(err, &be) || be.Step() != tc.wantStep || (tc.wantErr != nil && !errors.Is(err, tc.wantErr)) {
 				t.Fatalf("Run: %v (result %v); want a failure at step %q", err, res != nil, tc.wantStep)
 			}
 			if n := fs.CountCalls(faults.OpPut, sealedSnap); n != 1 {

@@ -116,7 +116,7 @@ func TestEncryptedDrillScratchPeak(t *testing.T) {
 	switch {
 	case res == nil || res.Manifest == nil:
 		t.Fatalf("the backup was not committed: %v", err)
-	case !errors.As(err, &be) || be.Step != backup.StepDrill:
+	case !errors.As(err, &be) || be.Step() != backup.StepDrill:
 		t.Fatalf("want an *Error at step %q, got %v", backup.StepDrill, err)
 	}
 	for _, want := range []string{"could not run", `step "check free space"`, "before the snapshot streamed",

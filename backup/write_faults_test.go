@@ -226,7 +226,7 @@ func TestBackupStoreFrozen(t *testing.T) {
 				wantStep = backup.StepObjects
 			}
 			var be *backup.Error
-			if !errors.As(err, &be) || be.Step != wantStep {
+			if !errors.As(err, &be) || be.Step() != wantStep {
 				t.Errorf("step: %v, want %q", err, wantStep)
 			}
 			for _, want := range []string{id, wantStep, "object store stalled"} {
@@ -292,7 +292,7 @@ func TestBackupStoreFaults(t *testing.T) {
 		opts.Store = fs
 		_, err := backup.Run(context.Background(), opts)
 		var be *backup.Error
-		if !errors.As(err, &be) || be.Step != backup.StepObjects || !strings.Contains(err.Error(), "object vanished during backup") {
+		if !errors.As(err, &be) || be.Step() != backup.StepObjects || !strings.Contains(err.Error(), "object vanished during backup") {
 			t.Fatalf("want an object-vanished error, got %v", err)
 		}
 		if n := fs.CountCalls(faults.OpPut, catalog.ManifestObject); n != 0 {
@@ -319,7 +319,7 @@ func TestBackupStoreFaults(t *testing.T) {
 		opts.Store = fs
 		_, err := backup.Run(context.Background(), opts)
 		var be *backup.Error
-		if !errors.As(err, &be) || be.Step != backup.StepObjects || !strings.Contains(err.Error(), "object vanished during backup") {
+		if !errors.As(err, &be) || be.Step() != backup.StepObjects || !strings.Contains(err.Error(), "object vanished during backup") {
 			t.Fatalf("want an object-vanished error, got %v", err)
 		}
 		r.assertNothingStored(t, "vanish-commit")
@@ -336,7 +336,7 @@ func TestBackupStoreFaults(t *testing.T) {
 		opts.Store = fs
 		_, err := backup.Run(context.Background(), opts)
 		var be *backup.Error
-		if !errors.As(err, &be) || be.Step != backup.StepManifest || !strings.Contains(err.Error(), "HTTP 503") {
+		if !errors.As(err, &be) || be.Step() != backup.StepManifest || !strings.Contains(err.Error(), "HTTP 503") {
 			t.Fatalf("want a manifest step error, got %v", err)
 		}
 		r.assertNothingStored(t, "manifest-5xx")
@@ -358,7 +358,7 @@ func TestBackupStoreFaults(t *testing.T) {
 		opts.Store = fs
 		_, err := backup.Run(context.Background(), opts)
 		var be *backup.Error
-		if !errors.As(err, &be) || be.Step != backup.StepManifest || !strings.Contains(err.Error(), "another writer replaced it") {
+		if !errors.As(err, &be) || be.Step() != backup.StepManifest || !strings.Contains(err.Error(), "another writer replaced it") {
 			t.Fatalf("want a manifest read-back error, got %v", err)
 		}
 	})
@@ -408,7 +408,7 @@ func TestBackupStoreFaults(t *testing.T) {
 		fs.Inject(faults.Fault{Op: faults.OpGet, KeySuffix: catalog.ManifestObject, Kind: faults.NotFound})
 		_, err = backup.Run(context.Background(), opts)
 		var be *backup.Error
-		if !errors.As(err, &be) || be.Step != backup.StepManifest || !strings.Contains(err.Error(), "NoSuchKey") {
+		if !errors.As(err, &be) || be.Step() != backup.StepManifest || !strings.Contains(err.Error(), "NoSuchKey") {
 			t.Fatalf("want a manifest read-back error, got %v", err)
 		}
 		r.assertNothingStored(t, "reset")

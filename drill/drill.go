@@ -132,7 +132,7 @@ const (
 type Error struct {
 	ClusterID string
 	Backup    string
-	Step      string
+	At        string // the step that failed (Step)
 	Err       error
 	Record    *catalog.DrillRecord
 	// Inconclusive is set when the drill could not judge the backup for a
@@ -143,6 +143,9 @@ type Error struct {
 	Inconclusive string
 }
 
+// Step is the step that failed (one of the Step* constants).
+func (e *Error) Step() string { return e.At }
+
 func (e *Error) Error() string {
 	b := e.Backup
 	if b == "" {
@@ -150,9 +153,9 @@ func (e *Error) Error() string {
 	}
 	if e.Inconclusive != "" {
 		return fmt.Sprintf("drill of cluster %s backup %s inconclusive at step %q, nothing recorded: %s (the node, not the backup): %v",
-			e.ClusterID, b, e.Step, e.Inconclusive, e.Err)
+			e.ClusterID, b, e.At, e.Inconclusive, e.Err)
 	}
-	return fmt.Sprintf("drill of cluster %s backup %s failed at step %q: %v", e.ClusterID, b, e.Step, e.Err)
+	return fmt.Sprintf("drill of cluster %s backup %s failed at step %q: %v", e.ClusterID, b, e.At, e.Err)
 }
 
 // Verdict judges a drill by every check: failed when any check
@@ -316,7 +319,7 @@ func Run(ctx context.Context, opts Options) (*catalog.DrillRecord, error) {
 	rec, err := d.run(ctx)
 	var de *Error
 	if err != nil && errors.As(err, &de) && de.Record == nil && de.Inconclusive == "" {
-		de.Inconclusive = failCause(ctx, de.Step, de.Err)
+		de.Inconclusive = failCause(ctx, de.Step(), de.Err)
 	}
 	return rec, err
 }
@@ -419,7 +422,7 @@ func isTimeout(detail string) bool {
 }
 
 func (d *drill) fail(step string, err error) (*catalog.DrillRecord, error) {
-	return nil, &Error{ClusterID: d.opts.ClusterID, Backup: d.backupName(), Step: step, Err: err}
+	return nil, &Error{ClusterID: d.opts.ClusterID, Backup: d.backupName(), At: step, Err: err}
 }
 
 func (d *drill) backupName() string {
@@ -473,7 +476,7 @@ func (d *drill) run(ctx context.Context) (_ *catalog.DrillRecord, rerr error) {
 		if cerr := d.cleanup(); cerr != nil {
 			d.log.Error("drill clean-up failed", "scratch", scratch, "err", cerr)
 			if rerr == nil {
-				rerr = &Error{ClusterID: opts.ClusterID, Backup: d.backupName(), Step: StepCleanup, Err: cerr}
+				rerr = &Error{ClusterID: opts.ClusterID, Backup: d.backupName(), At: StepCleanup, Err: cerr}
 			}
 		}
 	}()
@@ -604,7 +607,7 @@ func (d *drill) finish(ctx context.Context) (*catalog.DrillRecord, error) {
 		// (restore skips a backup whose drill failed) or replace an
 		// earlier verdict with none. Nothing is recorded.
 		d.log.Warn("drill inconclusive, nothing recorded", "backup", rec.Backup, "why", strings.Join(inconclusive, "; "))
-		return nil, &Error{ClusterID: rec.ClusterID, Backup: rec.Backup, Step: d.incStep,
+		return nil, &Error{ClusterID: rec.ClusterID, Backup: rec.Backup, At: d.incStep,
 			Err: errors.New(strings.Join(inconclusive, "; ")), Inconclusive: d.cause()}
 	}
 	if !d.opts.NoRecord {
@@ -620,7 +623,7 @@ func (d *drill) finish(ctx context.Context) (*catalog.DrillRecord, error) {
 		if step == "" {
 			step = StepChecks
 		}
-		return rec, &Error{ClusterID: rec.ClusterID, Backup: rec.Backup, Step: step, Err: errors.New(strings.Join(failures, "; ")), Record: rec}
+		return rec, &Error{ClusterID: rec.ClusterID, Backup: rec.Backup, At: step, Err: errors.New(strings.Join(failures, "; ")), Record: rec}
 	}
 	return rec, nil
 }

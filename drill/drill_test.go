@@ -244,8 +244,8 @@ func TestDrillForgedBackupFailsComparison(t *testing.T) {
 	if !errors.As(err, &de) || de.Record == nil || rec == nil {
 		t.Fatalf("drill of the forged backup: %v (record %v), want a failed drill with its record", err, rec)
 	}
-	if rec.Passed || !strings.HasPrefix(rec.Failed, drill.CheckCompare+":") || de.Step != drill.StepCompare {
-		t.Fatalf("passed %v, failed %q at step %q; want the source hash check", rec.Passed, rec.Failed, de.Step)
+	if rec.Passed || !strings.HasPrefix(rec.Failed, drill.CheckCompare+":") || de.Step() != drill.StepCompare {
+		t.Fatalf("passed %v, failed %q at step %q; want the source hash check", rec.Passed, rec.Failed, de.Step())
 	}
 	for _, c := range rec.Checks {
 		if strings.HasPrefix(c.Name, drill.CheckVerify) && c.Status != catalog.DrillCheckPassed {
@@ -319,7 +319,7 @@ func TestDrillEtcdCannotStart(t *testing.T) {
 	ctx := ctxTimeout(t, 2*time.Minute)
 	rec, err := drill.Run(ctx, o)
 	var de *drill.Error
-	if !errors.As(err, &de) || de.Record == nil || rec == nil || de.Step != drill.StepStart {
+	if !errors.As(err, &de) || de.Record == nil || rec == nil || de.Step() != drill.StepStart {
 		t.Fatalf("drill: %v (record %v), want a failed drill at step %q with its record", err, rec, drill.StepStart)
 	}
 	const cause = "unmarshal lease proto"
@@ -354,7 +354,7 @@ func TestDrillUnsupportedVersion(t *testing.T) {
 		o.Backup = tc.backup
 		rec, err := drill.Run(ctxTimeout(t, time.Minute), o)
 		var de *drill.Error
-		if rec != nil || !errors.As(err, &de) || de.Record != nil || de.Step != drill.StepEtcd || !strings.Contains(err.Error(), tc.want) {
+		if rec != nil || !errors.As(err, &de) || de.Record != nil || de.Step() != drill.StepEtcd || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: record %v, err %v; want no record and an error at %q saying %q", tc.name, rec, err, drill.StepEtcd, tc.want)
 		}
 		if st, _ := catalog.LoadDrill(context.Background(), r.store, r.layout, id, tc.backup); st != nil {
@@ -450,8 +450,8 @@ func TestDrillFrozenEtcdIsInconclusive(t *testing.T) {
 		!strings.Contains(de.Inconclusive, "did not answer in time") {
 		t.Fatalf("record %v, err %v; want no record and an inconclusive Error", rec, err)
 	}
-	if !strings.Contains(err.Error(), id) || !strings.Contains(err.Error(), m.Name) || de.Step != drill.StepChecks {
-		t.Errorf("err %v (step %q): want the cluster, the backup and step %q named", err, de.Step, drill.StepChecks)
+	if !strings.Contains(err.Error(), id) || !strings.Contains(err.Error(), m.Name) || de.Step() != drill.StepChecks {
+		t.Errorf("err %v (step %q): want the cluster, the backup and step %q named", err, de.Step(), drill.StepChecks)
 	}
 	if took > time.Minute {
 		t.Errorf("the drill took %s against a frozen etcd", took)

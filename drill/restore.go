@@ -106,7 +106,7 @@ func (d *drill) restore(ctx context.Context, ro restore.Options) (restoreStart t
 // restoreError is a failure between restore's stages as restore.Run
 // reports one: the cluster, the restore step and the cause.
 func restoreError(ctx context.Context, ro restore.Options, step string, err error) error {
-	return &restore.Error{ClusterID: ro.ClusterID, Step: step, Err: ctxerr.Wrap(ctx, err)}
+	return &restore.Error{ClusterID: ro.ClusterID, At: step, Err: ctxerr.Wrap(ctx, err)}
 }
 
 // findEtcd records the chosen backup and finds the etcd of its minor
@@ -162,7 +162,7 @@ func stepOf(err error) string {
 	if !errors.As(err, &re) {
 		return StepRestore
 	}
-	switch re.Step {
+	switch re.Step() {
 	case restore.StepValidate:
 		return StepValidate
 	case restore.StepStore, restore.StepList, restore.StepSelect, restore.StepSurvivor:

@@ -49,7 +49,7 @@ func TestDrillScratchLimit(t *testing.T) {
 	t.Setenv(restore.EnvScratchLimit, fmt.Sprint(limit))
 	_, err := drill.Run(ctx, o)
 	var de *drill.Error
-	if !errors.As(err, &de) || de.Step != drill.StepSpace {
+	if !errors.As(err, &de) || de.Step() != drill.StepSpace {
 		t.Fatalf("drill with %s=%d: want a failure at %q, got %v", restore.EnvScratchLimit, limit, drill.StepSpace, err)
 	}
 	for _, want := range []string{restore.EnvScratchLimit, fmt.Sprintf("(%d bytes)", limit), "a database of " + output.Bytes(raw), "the manifest's raw size",

@@ -472,7 +472,7 @@ func backupOne(ctx context.Context, k *kube.Client, c kube.Cluster, opts BackupA
 	ecfg, release, err := k.Connect(ctx, c, opts.DialTimeout)
 	defer release()
 	if err != nil {
-		return fail(&backup.Error{ClusterID: c.Name, Step: "read client TLS", Err: err})
+		return fail(&backup.Error{ClusterID: c.Name, At: "read client TLS", Err: err})
 	}
 	bo := opts.Template
 	bo.ClusterID = c.Name
@@ -532,7 +532,7 @@ func backupOne(ctx context.Context, k *kube.Client, c kube.Cluster, opts BackupA
 // joined with a prune failure).
 func onlyDrill(err error) bool {
 	var be *backup.Error
-	if !errors.As(err, &be) || be.Step != backup.StepDrill {
+	if !errors.As(err, &be) || be.Step() != backup.StepDrill {
 		return false
 	}
 	if j, ok := err.(interface{ Unwrap() []error }); ok && len(j.Unwrap()) > 1 {

@@ -248,7 +248,7 @@ func drillResult(id string, rec *catalog.DrillRecord, err error, d time.Duration
 	r := DrillResult{Cluster: id, Result: o.Result, Comparison: o.Comparison, Error: o.Error, Duration: d, Seconds: d.Seconds(), Record: o.Record}
 	var de *drill.Error
 	if errors.As(err, &de) {
-		r.Step, r.Backup = de.Step, de.Backup
+		r.Step, r.Backup = de.Step(), de.Backup
 		if r.Backup == "(newest)" {
 			r.Backup = ""
 		}

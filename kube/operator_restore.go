@@ -122,12 +122,16 @@ func StagedKey(l catalog.Layout, cluster, backupName string) string {
 // OperatorRestoreError is a failed OperatorRestore: the cluster, the step
 // and the cause (for the wait, what was last seen).
 type OperatorRestoreError struct {
-	Namespace, Cluster, Step string
-	Err                      error
+	Namespace, Cluster string
+	At                 string // the step that failed (Step)
+	Err                error
 }
 
+// Step is the step that failed (one of the OpStep* constants).
+func (e *OperatorRestoreError) Step() string { return e.At }
+
 func (e *OperatorRestoreError) Error() string {
-	return fmt.Sprintf("restore of etcdcluster %s/%s via etcd-operator failed at step %q: %v", e.Namespace, e.Cluster, e.Step, e.Err)
+	return fmt.Sprintf("restore of etcdcluster %s/%s via etcd-operator failed at step %q: %v", e.Namespace, e.Cluster, e.Step(), e.Err)
 }
 
 func (e *OperatorRestoreError) Unwrap() error { return e.Err }
@@ -329,7 +333,7 @@ type operatorRestore struct {
 // fail is the error of a step: the cluster, the step and the cause (with
 // the context's end, when it ended).
 func (r *operatorRestore) fail(ctx context.Context, step string, err error) error {
-	return &OperatorRestoreError{Namespace: r.k.Namespace, Cluster: r.o.Cluster, Step: step, Err: ctxErr(ctx, err)}
+	return &OperatorRestoreError{Namespace: r.k.Namespace, Cluster: r.o.Cluster, At: step, Err: ctxErr(ctx, err)}
 }
 
 // readCluster reads the EtcdCluster (it must exist: etcd-operator needs

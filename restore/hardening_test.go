@@ -171,7 +171,7 @@ func TestRestoreMissingSnapshotObject(t *testing.T) {
 			_, err := restore.Run(ctx, opts)
 			var be *restore.BackupError
 			var re *restore.Error
-			if err == nil || errors.As(err, &be) || !errors.As(err, &re) || re.Step != restore.StepVerifyBackup {
+			if err == nil || errors.As(err, &be) || !errors.As(err, &re) || re.Step() != restore.StepVerifyBackup {
 				t.Fatalf("%v on the snapshot read: %v; want a store error at %q, not a corrupt backup", k, err, restore.StepVerifyBackup)
 			}
 			if k == faults.Stall && !errors.Is(err, store.ErrStalled) {
@@ -233,7 +233,7 @@ func TestRestoreMemberNamesAreNotPaths(t *testing.T) {
 	r := newStoreRig(t)
 	_, err := restore.Run(context.Background(), r.runOpts(t, "names", "../x=http://127.0.0.1:2380", root))
 	var re *restore.Error
-	if !errors.As(err, &re) || re.Step != restore.StepValidate || !strings.Contains(err.Error(), "../x") {
+	if !errors.As(err, &re) || re.Step() != restore.StepValidate || !strings.Contains(err.Error(), "../x") {
 		t.Fatalf("restore with member ../x: %v", err)
 	}
 	if left := entriesUnder(t, parent); len(left) != 0 {
@@ -275,7 +275,7 @@ func TestRestoreCancelDuringDataDirWrite(t *testing.T) {
 	}
 	res, err := restore.Run(ctx, opts)
 	var re *restore.Error
-	if !errors.Is(err, context.Canceled) || !errors.As(err, &re) || re.Step != restore.StepWrite {
+	if !errors.Is(err, context.Canceled) || !errors.As(err, &re) || re.Step() != restore.StepWrite {
 		t.Fatalf("cancelled during the write: %v", err)
 	}
 	if written.Load() != 1 {
@@ -366,7 +366,7 @@ func TestRestoreDryRunAsStrictAsRealRun(t *testing.T) {
 				opts.DryRun, opts.Backup = dry, good.Name
 				res, err := restore.Run(ctx, opts)
 				var re *restore.Error
-				if !errors.As(err, &re) || re.Step != restore.StepDataDirs || !strings.Contains(err.Error(), "cannot be written") {
+				if !errors.As(err, &re) || re.Step() != restore.StepDataDirs || !strings.Contains(err.Error(), "cannot be written") {
 					t.Fatalf("restore (dry run %v) into %s: %v; want a data dir problem", dry, root, err)
 				}
 				if res.Members[0].Problem == "" {
@@ -462,7 +462,7 @@ func TestRestoreAllOrNoneWhenAMemberFails(t *testing.T) {
 	}
 	res, err := restore.Run(ctxTimeout(t, 2*time.Minute), opts)
 	var re *restore.Error
-	if !errors.As(err, &re) || re.Step != restore.StepWrite || last == "" || !strings.Contains(err.Error(), "member "+last) {
+	if !errors.As(err, &re) || re.Step() != restore.StepWrite || last == "" || !strings.Contains(err.Error(), "member "+last) {
 		t.Fatalf("restore with r2's write failing: %v", err)
 	}
 	for _, m := range res.Members {
@@ -493,7 +493,7 @@ func TestRestoreSurvivorSnapshotNotCommitted(t *testing.T) {
 	opts.Store, opts.NoLive, opts.Old, opts.ProbeTimeout = fs, false, testfix.EtcdConfig(c), 2*time.Second
 	_, err := restore.Run(ctxTimeout(t, 2*time.Minute), opts)
 	var re *restore.Error
-	if !errors.As(err, &re) || re.Step != restore.StepSurvivor || !strings.Contains(err.Error(), "--no-live") {
+	if !errors.As(err, &re) || re.Step() != restore.StepSurvivor || !strings.Contains(err.Error(), "--no-live") {
 		t.Fatalf("restore with the survivor snapshot failing: %v", err)
 	}
 	if fs.CountCalls(faults.OpGet, "snapshot.db.zst") != 0 {

@@ -52,7 +52,7 @@ func TestOptionsValidate(t *testing.T) {
 		// Run refuses it the same way, before it needs a store.
 		_, rerr := restore.Run(context.Background(), o)
 		var re *restore.Error
-		if !errors.As(rerr, &re) || re.Step != restore.StepValidate || !usage.Is(rerr) || !strings.Contains(rerr.Error(), tc.want) {
+		if !errors.As(rerr, &re) || re.Step() != restore.StepValidate || !usage.Is(rerr) || !strings.Contains(rerr.Error(), tc.want) {
 			t.Errorf("%s: Run = %v, want a step %q usage error", tc.name, rerr, restore.StepValidate)
 		}
 	}

@@ -202,15 +202,18 @@ const (
 // Error is a failed restore: the cluster, the step and the cause.
 type Error struct {
 	ClusterID string
-	Step      string
+	At        string // the step that failed (Step)
 	Err       error
 }
 
+// Step is the step that failed (one of the Step* constants).
+func (e *Error) Step() string { return e.At }
+
 func (e *Error) Error() string {
 	if e.ClusterID == "" {
-		return fmt.Sprintf("restore failed at step %q: %v", e.Step, e.Err)
+		return fmt.Sprintf("restore failed at step %q: %v", e.Step(), e.Err)
 	}
-	return fmt.Sprintf("restore of cluster %s failed at step %q: %v", e.ClusterID, e.Step, e.Err)
+	return fmt.Sprintf("restore of cluster %s failed at step %q: %v", e.ClusterID, e.Step(), e.Err)
 }
 
 func (e *Error) Unwrap() error { return e.Err }
@@ -390,7 +393,7 @@ func Run(ctx context.Context, opts Options) (_ *Result, rerr error) {
 	}
 	if opts.DryRun {
 		if len(plan.Problems) > 0 {
-			return res, &Error{ClusterID: opts.ClusterID, Step: StepDataDirs, Err: &ProblemsError{plan.Problems}}
+			return res, &Error{ClusterID: opts.ClusterID, At: StepDataDirs, Err: &ProblemsError{plan.Problems}}
 		}
 		return res, nil
 	}
@@ -483,7 +486,7 @@ func Run(ctx context.Context, opts Options) (_ *Result, rerr error) {
 // stepError is a stage's failure: the cluster, the step and the cause,
 // wrapped with the context's error when the run was cancelled.
 func stepError(ctx context.Context, clusterID, step string, err error) error {
-	return &Error{ClusterID: clusterID, Step: step, Err: ctxerr.Wrap(ctx, err)}
+	return &Error{ClusterID: clusterID, At: step, Err: ctxerr.Wrap(ctx, err)}
 }
 
 // planTargets is PlanTargets without the step error: members, token and

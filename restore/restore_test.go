@@ -345,7 +345,7 @@ func TestRestoreDataDirInTheWay(t *testing.T) {
 	before, tree := r.bucketListing(t), treeState(t, root)
 	_, err := restore.Run(ctx, opts)
 	var re *restore.Error
-	if !errors.As(err, &re) || re.Step != restore.StepDataDirs || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "--force") {
+	if !errors.As(err, &re) || re.Step() != restore.StepDataDirs || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "--force") {
 		t.Fatalf("non-empty data dir: %v", err)
 	}
 	if strings.Join(r.bucketListing(t), "\n") != strings.Join(before, "\n") {
@@ -494,7 +494,7 @@ func TestRestoreCancelled(t *testing.T) {
 		Progress: func(string) restore.Progress { return cancelOnProgress{cancel} },
 	})
 	var re *restore.Error
-	if !errors.Is(err, context.Canceled) || !errors.As(err, &re) || re.Step != restore.StepVerifyBackup {
+	if !errors.Is(err, context.Canceled) || !errors.As(err, &re) || re.Step() != restore.StepVerifyBackup {
 		t.Fatalf("cancelled restore: %v", err)
 	}
 	var left []string

@@ -113,7 +113,7 @@ func TestRestoreEncryptedRecipients(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "data")
 		_, err := restore.Run(ctx, opts(dir, ids))
 		var re *restore.Error
-		if !errors.Is(err, seal.ErrNoIdentity) || !errors.As(err, &re) || re.Step != restore.StepVerifyBackup || re.ClusterID != id {
+		if !errors.Is(err, seal.ErrNoIdentity) || !errors.As(err, &re) || re.Step() != restore.StepVerifyBackup || re.ClusterID != id {
 			t.Fatalf("%s: want a no-identity error at %q, got %v", name, restore.StepVerifyBackup, err)
 		}
 		for _, p := range []string{a.pub, b.pub, id, m.Name} {
@@ -261,7 +261,7 @@ func TestRestoreSurvivorEncrypted(t *testing.T) {
 	// No identity: refused at the survivor step, nothing committed.
 	dir, err := run(nil, seal.Recipients{})
 	var re *restore.Error
-	if !errors.Is(err, seal.ErrNoIdentity) || !errors.As(err, &re) || re.Step != restore.StepSurvivor || !strings.Contains(err.Error(), a.pub) {
+	if !errors.Is(err, seal.ErrNoIdentity) || !errors.As(err, &re) || re.Step() != restore.StepSurvivor || !strings.Contains(err.Error(), a.pub) {
 		t.Fatalf("without an identity: want a no-identity error at %q naming %s, got %v", restore.StepSurvivor, a.pub, err)
 	}
 	emptyDir(t, dir)

@@ -128,7 +128,7 @@ func TestRestoreDryRunPrefersDrilled(t *testing.T) {
 	t.Run("all-failed", func(t *testing.T) {
 		res, err := dryRun(t, allFailedID, "")
 		var re *restore.Error
-		if !errors.As(err, &re) || re.Step != restore.StepSelect || re.ClusterID != allFailedID {
+		if !errors.As(err, &re) || re.Step() != restore.StepSelect || re.ClusterID != allFailedID {
 			t.Fatalf("want a restore.Error at step %q of cluster %s, got %v (result %+v)", restore.StepSelect, allFailedID, err, res)
 		}
 		for _, want := range []string{"every committed backup of cluster " + allFailedID + " failed its restore drill",

@@ -122,7 +122,7 @@ func TestRestoreFallbackBounds(t *testing.T) {
 			res, err := run(t, fs, ctx, nil)
 			var be *restore.BackupError
 			var re *restore.Error
-			if err == nil || errors.As(err, &be) || !errors.As(err, &re) || re.Step != restore.StepVerifyBackup {
+			if err == nil || errors.As(err, &be) || !errors.As(err, &re) || re.Step() != restore.StepVerifyBackup {
 				t.Fatalf("%v: %v; want a store error at %q", k, err, restore.StepVerifyBackup)
 			}
 			if len(res.Fallbacks) != 0 || gets(fs)[1] != 0 || gets(fs)[0] != 0 {
@@ -149,7 +149,7 @@ func TestRestoreFallbackBounds(t *testing.T) {
 			ScratchDir: t.TempDir(), StartTimeout: time.Minute, ProbeTimeout: 10 * time.Second, Log: testLogger(t)}
 		_, err := drill.Run(ctx, o)
 		var de *drill.Error
-		if !errors.As(err, &de) || de.Step != drill.StepVerify || !strings.Contains(err.Error(), bs[2].Name) {
+		if !errors.As(err, &de) || de.Step() != drill.StepVerify || !strings.Contains(err.Error(), bs[2].Name) {
 			t.Fatalf("drill of the corrupt newest backup: %v; want it failed at %q, naming %s", err, drill.StepVerify, bs[2].Name)
 		}
 		if n := gets(fs); n[0] != 0 || n[1] != 0 {

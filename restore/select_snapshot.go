@@ -20,7 +20,7 @@ import (
 func SelectSnapshot(ctx context.Context, opts Options, dir string) (*Plan, string, error) {
 	plan := &Plan{ClusterID: opts.ClusterID, DryRun: opts.DryRun, Checks: []Check{}}
 	fail := func(step string, err error) (*Plan, string, error) {
-		return plan, "", &Error{ClusterID: opts.ClusterID, Step: step, Err: ctxerr.Wrap(ctx, err)}
+		return plan, "", &Error{ClusterID: opts.ClusterID, At: step, Err: ctxerr.Wrap(ctx, err)}
 	}
 	if err := opts.validateSource(); err != nil {
 		return fail(StepValidate, err)

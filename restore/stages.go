@@ -30,10 +30,10 @@ import (
 // plan.Problems; a real run fails at StepDataDirs on the first.
 func PlanTargets(opts Options, plan *Plan) error {
 	if err := opts.defaults(); err != nil {
-		return &Error{ClusterID: opts.ClusterID, Step: StepValidate, Err: err}
+		return &Error{ClusterID: opts.ClusterID, At: StepValidate, Err: err}
 	}
 	if step, err := planTargets(opts, plan); err != nil {
-		return &Error{ClusterID: opts.ClusterID, Step: step, Err: err}
+		return &Error{ClusterID: opts.ClusterID, At: step, Err: err}
 	}
 	return nil
 }

@@ -102,7 +102,7 @@ func RestoreV2(ctx context.Context, opts V2Options) (*V2Report, error) {
 	start := time.Now()
 	rep := &V2Report{ClusterID: opts.ClusterID, Backup: opts.Backup, Changes: []V2Change{}}
 	fail := func(step string, err error) (*V2Report, error) {
-		return rep, &Error{ClusterID: opts.ClusterID, Step: step, Err: err}
+		return rep, &Error{ClusterID: opts.ClusterID, At: step, Err: err}
 	}
 	if err := opts.Validate(); err != nil {
 		return fail(StepValidate, err)

@@ -454,12 +454,12 @@ func CheckCluster(ctx context.Context, opts ClusterCheckOptions) (*ClusterCheck,
 			return out, fmt.Errorf("backup %s: %w", opts.Backup, err)
 		}
 		if err := checkIdentity(opts.Layout, m, opts.Identities); err != nil {
-			return out, &Error{ClusterID: opts.ClusterID, Step: StepVerifyBackup, Err: err}
+			return out, &Error{ClusterID: opts.ClusterID, At: StepVerifyBackup, Err: err}
 		}
 		root := ScratchRoot(opts.TempDir)
 		if err := CheckSpace([]SpaceNeed{{Path: root, Bytes: StagedBytes(m.Snapshot.RawSize), Hint: HintScratch,
 			What: fmt.Sprintf("the snapshot of backup %s, uncompressed, read to count its keys", m.Name)}}); err != nil {
-			return out, &Error{ClusterID: opts.ClusterID, Step: StepSpace, Err: err}
+			return out, &Error{ClusterID: opts.ClusterID, At: StepSpace, Err: err}
 		}
 		// Plaintext of an encrypted backup: tagged and registered, so that a
 		// second signal or the next start removes it (seal.CreateTemp).

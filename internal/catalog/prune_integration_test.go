@@ -761,7 +761,7 @@ func TestBackupPrune(t *testing.T) {
 		o.Store = fs
 		res, err := backup.Run(context.Background(), o)
 		var be *backup.Error
-		if !errors.As(err, &be) || be.Step != backup.StepManifest || res != nil {
+		if !errors.As(err, &be) || be.Step() != backup.StepManifest || res != nil {
 			t.Fatalf("want a manifest step error, got %v %+v", err, res)
 		}
 		// Only the failed backup's own snapshot was removed (its folder
@@ -786,7 +786,7 @@ func TestBackupPrune(t *testing.T) {
 		o.Store = fs
 		res, err := backup.Run(context.Background(), o)
 		var be *backup.Error
-		if !errors.As(err, &be) || be.Step != backup.StepPrune || !errors.Is(err, errInjected) {
+		if !errors.As(err, &be) || be.Step() != backup.StepPrune || !errors.Is(err, errInjected) {
 			t.Fatalf("want a prune step error, got %v", err)
 		}
 		if !strings.Contains(err.Error(), "backup itself was committed") {

@@ -38,7 +38,7 @@ func (Backup) Take(ctx context.Context, req restore.SurvivorRequest) (*catalog.M
 		OnSource: req.OnSource,
 	})
 	var be *backup.Error
-	if err != nil && errors.As(err, &be) && be.Step == backup.StepMembers {
+	if err != nil && errors.As(err, &be) && be.Step() == backup.StepMembers {
 		return nil, &restore.NoSurvivorError{Err: be.Err}
 	}
 	if err != nil {
