@@ -180,7 +180,7 @@ func (o Options) Validate() error {
 }
 
 // ValidateTemplate is Validate without the per-cluster fields (ClusterID,
-// Etcd): the template of a fleet backup (kube.BackupAll).
+// Etcd): the template of a fleet backup (fleet.BackupAll).
 func (o Options) ValidateTemplate() error {
 	// Library callers (the fleet backup, tests) get the CLI's check: a
 	// prefix that writes keys the store cannot list back is refused.

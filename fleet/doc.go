@@ -10,7 +10,7 @@
 // Orphans (catalog.Orphans fed with the namespace's EtcdCluster and
 // EtcdRestore listings: prune --orphans, backup --all --prune). Each
 // cluster's own work is its feature package's (backup.Run, inspect.Run,
-// restore.Drill); Events go through kube. It imports backup, inspect,
-// restore, kube and internal/ plumbing; the CLI (cmd/etcd-recovery) and
+// drill.Run); Events go through kube. It imports backup, drill, inspect,
+// kube and internal/ plumbing; the CLI (cmd/etcd-recovery) and
 // the exporter (metrics) import it, and kube never does.
 package fleet

@@ -32,7 +32,7 @@
 // Options.Validate checks the options before anything is contacted and
 // returns usage errors (internal/usage: the CLI exits 4); Run calls it
 // first. ValidateTemplate checks the settings alone, for options that are
-// the template of many clusters (kube.InspectAll).
+// the template of many clusters (fleet.InspectAll).
 //
 // # Adding a check
 //

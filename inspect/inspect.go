@@ -66,7 +66,7 @@ func (o Options) Validate() error {
 // ValidateTemplate checks the settings shared by every cluster inspected
 // with these options (timeouts, ages, thresholds), not the cluster itself
 // (endpoints, cluster id): the check of a template for many clusters
-// (kube.InspectAll), before any is known.
+// (fleet.InspectAll), before any is known.
 func (o Options) ValidateTemplate() error {
 	switch {
 	case o.Timeout < 0:

@@ -528,7 +528,7 @@ func (r *operatorRestore) createRestore(ctx context.Context) error {
 }
 
 // verify discovers the restored cluster again and verifies it
-// (restore.Verify): every member healthy, size members, the revision at
+// (restore.VerifyRebuilt): every member healthy, size members, the revision at
 // least the snapshot's, its keys.
 func (r *operatorRestore) verify(ctx context.Context, size int64) error {
 	o, k, rep := r.o, r.k, r.rep

@@ -20,14 +20,14 @@ import (
 	"github.com/armada/etcd-recovery/internal/seal"
 )
 
-// newZstdWriter mirrors backup.NewEncoder's zstd settings (fastest level,
+// newZstdWriter mirrors objectio.NewWriter's zstd settings (fastest level,
 // one goroutine, 1 MiB window, no frame CRC), without importing backup.
 func newZstdWriter(w io.Writer) (*zstd.Encoder, error) {
 	return zstd.NewWriter(w, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1),
 		zstd.WithWindowSize(1<<20), zstd.WithEncoderCRC(false))
 }
 
-// mirrors backup.Decoder.
+// mirrors objectio.NewDecoder.
 func newZstdReader(r io.Reader) (*zstd.Decoder, error) {
 	return zstd.NewReader(r, zstd.WithDecoderConcurrency(2), zstd.WithDecoderLowmem(true))
 }
