@@ -317,10 +317,40 @@ func (e *BackupAllError) Unwrap() error { return e.Err }
 // failed ones.
 func BackupAll(ctx context.Context, opts BackupAllOptions) (*BackupAllReport, error) {
 	start := time.Now()
-	k := opts.Kube
-	if k == nil {
+	if opts.Kube == nil {
 		return nil, errors.New("no kubernetes client")
 	}
+	r := newBackupAll(opts)
+	if err := r.opts.Template.ValidateTemplate(); err != nil {
+		// --require-encryption without recipients, a bad kind: no cluster
+		// is backed up (the CLI exits 4).
+		return r.rep, &BackupAllError{Namespace: r.k.Namespace, Err: err}
+	}
+	r.drillShare()
+	clusters, err := r.listClusters(ctx)
+	if err != nil {
+		return r.rep, &BackupAllError{Namespace: r.k.Namespace, Err: err}
+	}
+	r.backupEach(ctx, clusters)
+	r.tally()
+	orphanErr := r.orphanPass(ctx)
+	return r.finish(start, orphanErr)
+}
+
+// backupAll is one BackupAll's state: its options (defaults set), the
+// drill slots and the report being filled.
+type backupAll struct {
+	opts     BackupAllOptions
+	k        *kube.Client
+	log      *slog.Logger
+	rep      *BackupAllReport
+	now      time.Time       // the run's time (drillShare)
+	drillLim *fanout.Limiter // nil without a drill
+}
+
+// newBackupAll is the first step: the options' defaults and an empty
+// report.
+func newBackupAll(opts BackupAllOptions) *backupAll {
 	if opts.Parallel <= 0 {
 		opts.Parallel = DefaultParallel
 	}
@@ -334,39 +364,54 @@ func BackupAll(ctx context.Context, opts BackupAllOptions) (*BackupAllReport, er
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	k := opts.Kube
 	rep := &BackupAllReport{Namespace: k.Namespace, Parallel: opts.Parallel, Failed: []string{}}
-	if err := opts.Template.ValidateTemplate(); err != nil {
-		// --require-encryption without recipients, a bad kind: no cluster
-		// is backed up (the CLI exits 4).
-		return rep, &BackupAllError{Namespace: k.Namespace, Err: err}
+	return &backupAll{opts: opts, k: k, log: log, rep: rep}
+}
+
+// drillShare fixes the run's time (which clusters a drill is due for),
+// and sets the drill's share and parallelism (at least 1 each), its slot
+// in the report and the drill slots' limiter (nothing without a drill).
+func (r *backupAll) drillShare() {
+	r.now = r.opts.Now()
+	d := r.opts.Drill
+	if d == nil {
+		return
 	}
-	now := opts.Now()
-	var drillLim *fanout.Limiter
-	if d := opts.Drill; d != nil {
-		share := *d
-		if share.Share < 1 {
-			share.Share = 1
-		}
-		if share.Parallel < 1 {
-			share.Parallel = 1
-		}
-		opts.Drill = &share
-		rep.DrillShare, rep.DrillParallel, rep.DrillSlot = share.Share, share.Parallel, DrillSlot(now)
-		drillLim = fanout.NewLimiter(share.Parallel)
+	share := *d
+	if share.Share < 1 {
+		share.Share = 1
 	}
-	clusters, err := k.Clusters(ctx, opts.Names...)
+	if share.Parallel < 1 {
+		share.Parallel = 1
+	}
+	r.opts.Drill = &share
+	r.rep.DrillShare, r.rep.DrillParallel, r.rep.DrillSlot = share.Share, share.Parallel, DrillSlot(r.now)
+	r.drillLim = fanout.NewLimiter(share.Parallel)
+}
+
+// listClusters lists the namespace's EtcdClusters (all, or Names).
+func (r *backupAll) listClusters(ctx context.Context) ([]kube.Cluster, error) {
+	clusters, err := r.k.Clusters(ctx, r.opts.Names...)
 	if err != nil {
-		return rep, &BackupAllError{Namespace: k.Namespace, Err: err}
+		return nil, err
 	}
 	if len(clusters) == 0 {
-		log.Warn("no etcdclusters in the namespace", "namespace", k.Namespace)
+		r.log.Warn("no etcdclusters in the namespace", "namespace", r.k.Namespace)
 	}
-	log.Info("backing up etcdclusters", "namespace", k.Namespace, "clusters", len(clusters), "parallel", opts.Parallel)
+	r.log.Info("backing up etcdclusters", "namespace", r.k.Namespace, "clusters", len(clusters), "parallel", r.opts.Parallel)
+	return clusters, nil
+}
+
+// backupEach backs up every cluster, Parallel at a time, those chosen for
+// a drill each holding a drill slot; it waits for them all.
+func (r *backupAll) backupEach(ctx context.Context, clusters []kube.Cluster) {
+	opts, rep := r.opts, r.rep
 	rep.Clusters = make([]ClusterResult, len(clusters))
 	lim := fanout.NewLimiter(opts.Parallel)
 	var wg sync.WaitGroup
 	for i, c := range clusters {
-		drill := opts.Drill != nil && DrillChosen(c.Name, now, opts.Drill.Share)
+		drill := opts.Drill != nil && DrillChosen(c.Name, r.now, opts.Drill.Share)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -379,7 +424,7 @@ func BackupAll(ctx context.Context, opts BackupAllOptions) (*BackupAllReport, er
 			// (a Kubernetes apiserver compacts every 5 minutes). Its
 			// backup slot is given back as the drill starts.
 			if drill {
-				drillSlot, err := drillLim.Acquire(ctx)
+				drillSlot, err := r.drillLim.Acquire(ctx)
 				if err != nil {
 					cancelled()
 					return
@@ -392,38 +437,57 @@ func BackupAll(ctx context.Context, opts BackupAllOptions) (*BackupAllReport, er
 				return
 			}
 			defer backupSlot.Release()
-			rep.Clusters[i] = backupOne(ctx, k, c, opts, drill, backupSlot, log)
+			rep.Clusters[i] = backupOne(ctx, r.k, c, opts, drill, backupSlot, r.log)
 		}()
 	}
 	wg.Wait()
+}
+
+// tally names the failed backups and the failed drills in the report.
+func (r *backupAll) tally() {
+	rep := r.rep
 	for i := range rep.Clusters {
-		r := &rep.Clusters[i]
-		r.Seconds = r.Duration.Seconds()
-		if r.Result != ResultOK {
-			rep.Failed = append(rep.Failed, r.Cluster)
+		c := &rep.Clusters[i]
+		c.Seconds = c.Duration.Seconds()
+		if c.Result != ResultOK {
+			rep.Failed = append(rep.Failed, c.Cluster)
 		}
-		if d := r.Drill; d != nil && (d.Result == DrillFailed || d.Result == DrillNotRun || d.Result == DrillInconclusive) {
-			rep.DrillFailed = append(rep.DrillFailed, fmt.Sprintf("%s (backup %s, drill %s: %s)", r.Cluster, r.Backup, d.Result, d.Error))
+		if d := c.Drill; d != nil && (d.Result == DrillFailed || d.Result == DrillNotRun || d.Result == DrillInconclusive) {
+			rep.DrillFailed = append(rep.DrillFailed, fmt.Sprintf("%s (backup %s, drill %s: %s)", c.Cluster, c.Backup, d.Result, d.Error))
 		}
+	}
+}
+
+// orphanPass runs the orphan pass (backup --all --prune, over the whole
+// namespace, not cancelled) and returns its failure.
+func (r *backupAll) orphanPass(ctx context.Context) error {
+	opts := r.opts
+	if opts.Orphans == nil || len(opts.Names) != 0 || ctx.Err() != nil {
+		return nil
+	}
+	// After the backups, from fresh listings: the store first, then the
+	// EtcdClusters and EtcdRestores (see catalog.Orphans).
+	orphans := *opts.Orphans
+	if orphans.Now == nil {
+		orphans.Now = opts.Now
 	}
 	var orphanErr error
-	if opts.Orphans != nil && len(opts.Names) == 0 && ctx.Err() == nil {
-		// After the backups, from fresh listings: the store first, then the
-		// EtcdClusters and EtcdRestores (see catalog.Orphans).
-		orphans := *opts.Orphans
-		if orphans.Now == nil {
-			orphans.Now = opts.Now
-		}
-		rep.Orphans, orphanErr = Orphans(ctx, k, opts.Template.Store, opts.Template.Layout, orphans, log)
-		if orphanErr != nil {
-			rep.OrphanError = orphanErr.Error()
-			log.Error("orphan pass failed", "err", orphanErr)
-		}
+	r.rep.Orphans, orphanErr = Orphans(ctx, r.k, opts.Template.Store, opts.Template.Layout, orphans, r.log)
+	if orphanErr != nil {
+		r.rep.OrphanError = orphanErr.Error()
+		r.log.Error("orphan pass failed", "err", orphanErr)
 	}
+	return orphanErr
+}
+
+// finish is the last step: the run's duration, and the error naming the
+// failed backups, drills and orphan pass.
+func (r *backupAll) finish(start time.Time, orphanErr error) (*BackupAllReport, error) {
+	rep := r.rep
 	rep.Duration = time.Since(start)
 	rep.Seconds = rep.Duration.Seconds()
 	if len(rep.Failed) > 0 || len(rep.DrillFailed) > 0 || orphanErr != nil {
-		return rep, &BackupAllError{Namespace: k.Namespace, Failed: rep.Failed, DrillFailed: rep.DrillFailed, Orphans: orphanErr}
+		return rep, &BackupAllError{Namespace: r.k.Namespace, Failed: rep.Failed, DrillFailed: rep.DrillFailed, Orphans: orphanErr}
 	}
 	return rep, nil
 }

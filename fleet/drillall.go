@@ -129,6 +129,28 @@ func DrillAll(ctx context.Context, opts DrillAllOptions) (*DrillAllReport, error
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
+	r := newDrillAll(opts)
+	if err := r.listTargets(ctx); err != nil {
+		return r.rep, err
+	}
+	todo := r.skipNoBackup()
+	r.drillEach(ctx, todo)
+	return r.tally(ctx)
+}
+
+// drillAll is one DrillAll's state: its options (defaults set), the
+// targets, their backup folders and the report being filled.
+type drillAll struct {
+	opts    DrillAllOptions
+	log     *slog.Logger
+	rep     *DrillAllReport
+	targets []Target
+	folders map[string]folderCount
+}
+
+// newDrillAll is the first step: the options' defaults and an empty
+// report.
+func newDrillAll(opts DrillAllOptions) *drillAll {
 	if opts.Parallel <= 0 {
 		opts.Parallel = 1
 	}
@@ -139,87 +161,123 @@ func DrillAll(ctx context.Context, opts DrillAllOptions) (*DrillAllReport, error
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	tmpl := opts.Template
 	rep := &DrillAllReport{Parallel: opts.Parallel, Failed: []string{}, NoBackup: []string{}, Clusters: []DrillResult{}}
-	var targets []Target
+	return &drillAll{opts: opts, log: log, rep: rep}
+}
+
+// listTargets finds the clusters to drill (the EtcdClusters, or the
+// store's cluster ids) and their backup folders.
+func (r *drillAll) listTargets(ctx context.Context) error {
+	opts, tmpl, rep := r.opts, r.opts.Template, r.rep
 	if k := opts.Kube; k != nil {
 		rep.Namespace = k.Namespace
 		var err error
-		if targets, err = KubeTargets(ctx, k, opts.Names...); err != nil {
-			return rep, &DrillAllError{Err: err}
+		if r.targets, err = KubeTargets(ctx, k, opts.Names...); err != nil {
+			return &DrillAllError{Err: err}
 		}
 	}
 	rep.Prefix = tmpl.Layout.RootPrefix()
 	folders, err := clusterFolders(ctx, tmpl.Store, tmpl.Layout)
 	if err != nil {
 		if ctx.Err() != nil {
-			return rep, ctx.Err()
+			return ctx.Err()
 		}
-		return rep, &DrillAllError{Err: fmt.Errorf("list clusters under %q: %w", rep.Prefix, err)}
+		return &DrillAllError{Err: fmt.Errorf("list clusters under %q: %w", rep.Prefix, err)}
 	}
+	r.folders = folders
 	if opts.Kube == nil {
-		targets = storeTargets(folders)
+		r.targets = storeTargets(folders)
 	}
-	log.Info("drilling the newest backup of every cluster", "clusters", len(targets), "parallel", opts.Parallel)
-	rep.Clusters = make([]DrillResult, len(targets))
-	var todo []int
-	for i, t := range targets {
-		if f := folders[t.ID]; f.committed == 0 {
-			reason := fmt.Sprintf("not drilled: no committed backup under %s", tmpl.Layout.ClusterPrefix(t.ID))
+	return nil
+}
+
+// skipNoBackup reports the targets without a committed backup as
+// DrillNoBackup and returns the indexes of the others, to drill.
+func (r *drillAll) skipNoBackup() (todo []int) {
+	r.log.Info("drilling the newest backup of every cluster", "clusters", len(r.targets), "parallel", r.opts.Parallel)
+	r.rep.Clusters = make([]DrillResult, len(r.targets))
+	for i, t := range r.targets {
+		if f := r.folders[t.ID]; f.committed == 0 {
+			reason := fmt.Sprintf("not drilled: no committed backup under %s", r.opts.Template.Layout.ClusterPrefix(t.ID))
 			if f.incomplete > 0 {
 				reason += fmt.Sprintf(" (%d incomplete backup folder(s) without a manifest)", f.incomplete)
 			}
-			log.Warn("no committed backup to drill", "cluster", t.ID, "incomplete", f.incomplete)
-			rep.Clusters[i] = DrillResult{Cluster: t.ID, Result: DrillNoBackup, Reason: reason}
+			r.log.Warn("no committed backup to drill", "cluster", t.ID, "incomplete", f.incomplete)
+			r.rep.Clusters[i] = DrillResult{Cluster: t.ID, Result: DrillNoBackup, Reason: reason}
 			continue
 		}
 		todo = append(todo, i)
 	}
-	notStarted := fanout.ForEach(ctx, len(todo), opts.Parallel, func(ctx context.Context, j int) {
-		i, t := todo[j], targets[todo[j]]
-		o := tmpl
-		// The newest committed backup by name (time), named: left
-		// to restore's choice, a drill would take the candidate restore
-		// prefers (an older backup already proven among equal
-		// revisions; never one whose drill failed), so an idle
-		// cluster's newest backup would never be drilled and a failed
-		// one never re-drilled.
-		o.ClusterID, o.Backup = t.ID, folders[t.ID].newest
-		o.Log = log
-		start := time.Now()
-		if t.Cluster != nil {
-			cfg, release, err := opts.Kube.Connect(ctx, *t.Cluster, opts.DialTimeout)
-			defer release()
-			if err != nil {
-				// No source: the drill still runs, self-consistency only.
-				log.Warn("no connection to the etcdcluster: drilling without comparing with it", "cluster", t.ID, "err", err)
-			} else {
-				o.Source = cfg
-			}
-		}
-		rec, err := drill.Run(ctx, o)
-		res := drillResult(t.ID, rec, err, time.Since(start))
-		if t.Cluster != nil && !opts.NoEvents && ctx.Err() == nil {
-			// A cancelled drill proves nothing either way: no Event.
-			out := &backup.DrillOutcome{Result: res.Result, Comparison: res.Comparison, Error: res.Error, Duration: res.Duration, Record: res.Record}
-			name := res.Backup
-			if name == "" {
-				name = "(newest)"
-			}
-			typ, reason, msg := drillEvent(out, name)
-			ectx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			if err := opts.Kube.RecordEvent(ectx, *t.Cluster, typ, reason, msg); err != nil {
-				res.EventError = err.Error()
-				log.Warn("could not record the drill's event", "cluster", t.ID, "err", err)
-			}
-			cancel()
-		}
-		rep.Clusters[i] = res
+	return todo
+}
+
+// drillEach drills the targets todo, Parallel at a time; those a cancel
+// kept from starting are DrillNotRun.
+func (r *drillAll) drillEach(ctx context.Context, todo []int) {
+	notStarted := fanout.ForEach(ctx, len(todo), r.opts.Parallel, func(ctx context.Context, j int) {
+		i := todo[j]
+		r.rep.Clusters[i] = r.drillTarget(ctx, r.targets[i])
 	})
 	for _, j := range notStarted {
 		i := todo[j]
-		rep.Clusters[i] = DrillResult{Cluster: targets[i].ID, Result: DrillNotRun, Error: ctx.Err().Error()}
+		r.rep.Clusters[i] = DrillResult{Cluster: r.targets[i].ID, Result: DrillNotRun, Error: ctx.Err().Error()}
 	}
+}
+
+// drillTarget drills one target's newest committed backup, compared with
+// its EtcdCluster when it has one, and records the drill's Event.
+func (r *drillAll) drillTarget(ctx context.Context, t Target) DrillResult {
+	opts, log := r.opts, r.log
+	o := opts.Template
+	// The newest committed backup by name (time), named: left
+	// to restore's choice, a drill would take the candidate restore
+	// prefers (an older backup already proven among equal
+	// revisions; never one whose drill failed), so an idle
+	// cluster's newest backup would never be drilled and a failed
+	// one never re-drilled.
+	o.ClusterID, o.Backup = t.ID, r.folders[t.ID].newest
+	o.Log = log
+	start := time.Now()
+	if t.Cluster != nil {
+		cfg, release, err := opts.Kube.Connect(ctx, *t.Cluster, opts.DialTimeout)
+		defer release()
+		if err != nil {
+			// No source: the drill still runs, self-consistency only.
+			log.Warn("no connection to the etcdcluster: drilling without comparing with it", "cluster", t.ID, "err", err)
+		} else {
+			o.Source = cfg
+		}
+	}
+	rec, err := drill.Run(ctx, o)
+	res := drillResult(t.ID, rec, err, time.Since(start))
+	if t.Cluster != nil && !opts.NoEvents && ctx.Err() == nil {
+		// A cancelled drill proves nothing either way: no Event.
+		r.recordEvent(ctx, t, &res)
+	}
+	return res
+}
+
+// recordEvent records a drill's Event on its EtcdCluster; a failure is
+// noted in res.EventError.
+func (r *drillAll) recordEvent(ctx context.Context, t Target, res *DrillResult) {
+	out := &backup.DrillOutcome{Result: res.Result, Comparison: res.Comparison, Error: res.Error, Duration: res.Duration, Record: res.Record}
+	name := res.Backup
+	if name == "" {
+		name = "(newest)"
+	}
+	typ, reason, msg := drillEvent(out, name)
+	ectx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	if err := r.opts.Kube.RecordEvent(ectx, *t.Cluster, typ, reason, msg); err != nil {
+		res.EventError = err.Error()
+		r.log.Warn("could not record the drill's event", "cluster", t.ID, "err", err)
+	}
+	cancel()
+}
+
+// tally is the last step: the failed and undrilled clusters named in the
+// report, and the error (the context's after a cancel).
+func (r *drillAll) tally(ctx context.Context) (*DrillAllReport, error) {
+	rep := r.rep
 	var errs []error
 	for _, c := range rep.Clusters {
 		if c.Result == DrillNoBackup {

@@ -185,48 +185,65 @@ func (e *Exporter) Errors() map[string]uint64 {
 func (e *Exporter) Refresh(ctx context.Context) error {
 	e.refreshMu.Lock()
 	defer e.refreshMu.Unlock()
-	start := e.opts.Now()
-	futureCut := start.Add(futureTolerance)
-	e.mu.Lock()
-	e.lastStart = time.Now()
-	prev := e.snap
-	e.mu.Unlock()
+	r := e.startRefresh()
 	ctx, cancel := context.WithTimeout(ctx, e.opts.Deadline)
 	defer cancel()
 
-	var (
-		wg                  sync.WaitGroup
-		stepErr             = map[string]error{}
-		errMu               sync.Mutex
-		sr                  *storeRead
-		rows                []fleet.InspectRow
-		inspectOK, listedOK bool
-		orphans             []fleet.InspectOrphan
-		orphansOK           bool
-	)
-	fail := func(step string, err error) {
-		errMu.Lock()
-		stepErr[step] = err
-		errMu.Unlock()
-	}
+	r.gather(ctx)
+	next, exists := r.clusterStates(ctx)
+	snap := r.snapshot(next, exists)
+	return r.publish(snap)
+}
+
+// refresh is one Refresh's state: the previous snapshot, the clock, what
+// the concurrent steps found and the steps that failed.
+type refresh struct {
+	e         *Exporter
+	prev      *Snapshot
+	start     time.Time
+	futureCut time.Time
+
+	errMu   sync.Mutex
+	stepErr map[string]error
+
+	sr                  *storeRead
+	rows                []fleet.InspectRow
+	inspectOK, listedOK bool
+	orphans             []fleet.InspectOrphan
+	orphansOK           bool
+}
+
+// startRefresh is the first step: note the start and take the previous
+// snapshot.
+func (e *Exporter) startRefresh() *refresh {
+	start := e.opts.Now()
+	r := &refresh{e: e, start: start, futureCut: start.Add(futureTolerance), stepErr: map[string]error{}}
+	e.mu.Lock()
+	e.lastStart = time.Now()
+	r.prev = e.snap
+	e.mu.Unlock()
+	return r
+}
+
+// fail counts step as failed with err (safe from the concurrent steps).
+func (r *refresh) fail(step string, err error) {
+	r.errMu.Lock()
+	r.stepErr[step] = err
+	r.errMu.Unlock()
+}
+
+// gather runs the store read, the inspection and the orphan listing
+// concurrently and waits for them.
+func (r *refresh) gather(ctx context.Context) {
+	e := r.e
+	var wg sync.WaitGroup
 	if e.opts.Store != nil {
 		wg.Go(func() {
-			sr = e.readStore(ctx, fail)
+			r.sr = e.readStore(ctx, r.fail)
 		})
 	}
 	if e.opts.Kube != nil {
-		wg.Go(func() {
-			rep, err := fleet.InspectAll(ctx, fleet.InspectAllOptions{Kube: e.opts.Kube, Parallel: e.opts.Parallel,
-				Template: inspect.Options{Timeout: e.opts.ProbeTimeout}, DialTimeout: e.opts.DialTimeout, NoReports: true})
-			switch {
-			case err == nil:
-				rows, inspectOK, listedOK = rep.Clusters, true, true
-			case ctx.Err() != nil:
-				fail(StepInspect, fmt.Errorf("inspect: not finished within %v: %w", e.opts.Deadline, err))
-			default:
-				fail(StepListClusters, err)
-			}
-		})
+		wg.Go(func() { r.inspect(ctx) })
 	}
 	switch {
 	case e.opts.Kube == nil || e.opts.Store == nil:
@@ -234,28 +251,54 @@ func (e *Exporter) Refresh(ctx context.Context) error {
 		// The shared bucket root: every namespace's cluster ids are under
 		// it, and this namespace's deleted clusters cannot be told from
 		// the others' live ones. No orphans are reported.
-		orphansOK = true
+		r.orphansOK = true
 	default:
-		wg.Go(func() {
-			var chk fleet.OrphanCheck
-			orphans, chk = fleet.ListOrphans(ctx, fleet.ListOrphansOptions{Kube: e.opts.Kube, Store: e.opts.Store, Layout: e.opts.Layout,
-				Grace: e.opts.OrphanGrace, Timeout: e.opts.Deadline, Now: e.opts.Now})
-			if chk.Error != "" {
-				fail(StepOrphans, errors.New(chk.Error))
-				return
-			}
-			orphansOK = true
-		})
+		wg.Go(func() { r.listOrphans(ctx) })
 	}
 	wg.Wait()
-	storeOK := sr != nil
+}
 
-	// Build the new snapshot from the previous one's states.
+// inspect is the inspection step: fleet.InspectAll over the namespace's
+// EtcdClusters.
+func (r *refresh) inspect(ctx context.Context) {
+	e := r.e
+	rep, err := fleet.InspectAll(ctx, fleet.InspectAllOptions{Kube: e.opts.Kube, Parallel: e.opts.Parallel,
+		Template: inspect.Options{Timeout: e.opts.ProbeTimeout}, DialTimeout: e.opts.DialTimeout, NoReports: true})
+	switch {
+	case err == nil:
+		r.rows, r.inspectOK, r.listedOK = rep.Clusters, true, true
+	case ctx.Err() != nil:
+		r.fail(StepInspect, fmt.Errorf("inspect: not finished within %v: %w", e.opts.Deadline, err))
+	default:
+		r.fail(StepListClusters, err)
+	}
+}
+
+// listOrphans is the orphan step: fleet.ListOrphans, the orphan pass in
+// dry-run mode.
+func (r *refresh) listOrphans(ctx context.Context) {
+	e := r.e
+	var chk fleet.OrphanCheck
+	r.orphans, chk = fleet.ListOrphans(ctx, fleet.ListOrphansOptions{Kube: e.opts.Kube, Store: e.opts.Store, Layout: e.opts.Layout,
+		Grace: e.opts.OrphanGrace, Timeout: e.opts.Deadline, Now: e.opts.Now})
+	if chk.Error != "" {
+		r.fail(StepOrphans, errors.New(chk.Error))
+		return
+	}
+	r.orphansOK = true
+}
+
+// clusterStates builds the new clusters' states from the previous ones
+// and what the steps found, then checks the decryption of the newest
+// encrypted backups. exists is nil without a Kubernetes client.
+func (r *refresh) clusterStates(ctx context.Context) (next map[string]*ClusterState, exists map[string]bool) {
+	e, prev, sr := r.e, r.prev, r.sr
+	storeOK := sr != nil
 	old := map[string]ClusterState{}
 	for _, c := range prev.Clusters {
 		old[c.Cluster] = c
 	}
-	next := map[string]*ClusterState{}
+	next = map[string]*ClusterState{}
 	get := func(name string) *ClusterState {
 		if st := next[name]; st != nil {
 			return st
@@ -267,67 +310,78 @@ func (e *Exporter) Refresh(ctx context.Context) error {
 		next[name] = st
 		return st
 	}
-	// Which clusters exist. With Kubernetes: the EtcdClusters listed now,
-	// or, when the listing failed, the clusters of the previous snapshot
-	// (nil exists: no Kubernetes client, every id in the store is a
-	// cluster). Without: the store's ids, or the previous ones when the
-	// store failed.
-	var exists map[string]bool
-	if e.opts.Kube != nil {
-		exists = map[string]bool{}
-		if listedOK {
-			for _, row := range rows {
-				exists[row.Cluster] = true
-			}
-		} else {
-			for _, c := range prev.Clusters {
-				exists[c.Cluster] = true
-			}
-		}
-		for name := range exists {
-			get(name)
-		}
-	} else if !storeOK {
-		for _, c := range prev.Clusters {
-			if c.Stored {
-				get(c.Cluster)
-			}
-		}
-	}
-	if inspectOK {
-		for _, row := range rows {
+	exists = r.existing(get)
+	if r.inspectOK {
+		for _, row := range r.rows {
 			inspectState(get(row.Cluster), row)
 		}
 	}
 	if storeOK {
 		for id, es := range sr.entries {
 			if exists == nil || exists[id] {
-				storeState(get(id), es, sr.manifests[id], futureCut)
+				storeState(get(id), es, sr.manifests[id], r.futureCut)
 			}
 		}
 	}
 	for _, st := range next {
-		if listedOK && !e.listedIn(rows, st.Cluster) {
+		if r.listedOK && !e.listedIn(r.rows, st.Cluster) {
 			st.Inspected, st.Verdict, st.Up, st.Voting, st.DBSize, st.Leader, st.LeaderChanges = false, "", 0, 0, 0, "", 0
 		}
 		if storeOK && sr.entries[st.Cluster] == nil {
 			// No backup at all: the store side is known and empty.
-			storeState(st, nil, nil, futureCut)
+			storeState(st, nil, nil, r.futureCut)
 		}
 	}
 	if storeOK {
-		e.checkDecrypts(ctx, next, sr, futureCut, fail)
+		e.checkDecrypts(ctx, next, sr, r.futureCut, r.fail)
 	}
+	return next, exists
+}
 
-	snap := &Snapshot{At: e.opts.Now(), Errors: map[string]string{}}
+// existing decides which clusters exist, creating their states with get.
+// With Kubernetes: the EtcdClusters listed now, or, when the listing
+// failed, the clusters of the previous snapshot (nil exists: no
+// Kubernetes client, every id in the store is a cluster). Without: the
+// store's ids, or the previous ones when the store failed.
+func (r *refresh) existing(get func(string) *ClusterState) map[string]bool {
+	var exists map[string]bool
+	if r.e.opts.Kube != nil {
+		exists = map[string]bool{}
+		if r.listedOK {
+			for _, row := range r.rows {
+				exists[row.Cluster] = true
+			}
+		} else {
+			for _, c := range r.prev.Clusters {
+				exists[c.Cluster] = true
+			}
+		}
+		for name := range exists {
+			get(name)
+		}
+	} else if r.sr == nil {
+		for _, c := range r.prev.Clusters {
+			if c.Stored {
+				get(c.Cluster)
+			}
+		}
+	}
+	return exists
+}
+
+// snapshot assembles the new snapshot: the clusters, the orphans, the
+// staged copies and the failed steps.
+func (r *refresh) snapshot(next map[string]*ClusterState, exists map[string]bool) *Snapshot {
+	prev := r.prev
+	snap := &Snapshot{At: r.e.opts.Now(), Errors: map[string]string{}}
 	for _, st := range next {
 		snap.Clusters = append(snap.Clusters, *st)
 	}
 	sort.Slice(snap.Clusters, func(i, j int) bool { return snap.Clusters[i].Cluster < snap.Clusters[j].Cluster })
 	// Orphans: the orphan pass's view, never a cluster that exists; the
 	// previous ones when they could not be computed.
-	if orphansOK {
-		for _, o := range orphans {
+	if r.orphansOK {
+		for _, o := range r.orphans {
 			ost := OrphanState{Cluster: o.ClusterID, State: orphanLabel(o.State)}
 			if o.State == catalog.OrphanWaiting || o.State == catalog.OrphanDelete {
 				ost.DeleteAfter = o.DeleteAfter
@@ -339,16 +393,22 @@ func (e *Exporter) Refresh(ctx context.Context) error {
 	}
 	snap.Orphans = slices.DeleteFunc(snap.Orphans, func(o OrphanState) bool { return exists[o.Cluster] })
 	sort.Slice(snap.Orphans, func(i, j int) bool { return snap.Orphans[i].Cluster < snap.Orphans[j].Cluster })
-	if storeOK {
-		snap.Staged = sr.staged
+	if r.sr != nil {
+		snap.Staged = r.sr.staged
 	} else {
 		snap.Staged = prev.Staged
 	}
-	snap.Duration = snap.At.Sub(start)
-	for step, err := range stepErr {
+	snap.Duration = snap.At.Sub(r.start)
+	for step, err := range r.stepErr {
 		snap.Errors[step] = err.Error()
 	}
+	return snap
+}
 
+// publish is the last step: the snapshot replaces the served one, the
+// failed steps are counted and logged, and joined into the error.
+func (r *refresh) publish(snap *Snapshot) error {
+	e, stepErr := r.e, r.stepErr
 	e.mu.Lock()
 	e.snap = snap
 	for step := range stepErr {
