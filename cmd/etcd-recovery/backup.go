@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"time"
 
@@ -81,71 +82,20 @@ func backupCommand(g *globalOpts) *cli.Command {
 	}
 }
 
+// runBackup is backup's Action: checkBackupTargets, backupOptions, the
+// overall deadline, then runBackupAll (--all, --cluster) or runBackupOne.
 func runBackup(c *cli.Context, g *globalOpts, o *backupOpts) error {
 	e, err := newEnv(c, g, o.output)
 	if err != nil {
 		return err
 	}
-	log := e.log
-	opts := backup.Options{ClusterID: o.clusterID, ProbeTimeout: o.probeTimeout, Log: log}
-	clusters := o.clusters.Value()
-	many := o.all || len(clusters) > 0
-	switch {
-	case o.all && len(clusters) > 0:
-		return usagef("backup: --all and --cluster are exclusive")
-	case many && opts.ClusterID != "":
-		return usagef("backup: --cluster-id is for one cluster given by --endpoints; with --all/--cluster the id is the EtcdCluster's name")
-	case many && o.parallel < 1:
-		return usagef("backup: --parallel %d: want at least 1", o.parallel)
-	}
-	if !many && opts.ClusterID == "" {
-		return usagef("backup: --cluster-id is required")
-	}
-	if err := requirePositive("backup", positive{"timeout", o.timeout}); err != nil {
+	many := o.all || len(o.clusters.Value()) > 0
+	if err := checkBackupTargets(o, many); err != nil {
 		return err
 	}
-	if !many {
-		if err := catalog.ValidateClusterID(opts.ClusterID); err != nil {
-			return asUsage(err)
-		}
-	}
-	if opts.Kind, err = catalog.ParseKind(o.kind); err != nil || opts.Kind == catalog.KindPreRestore {
-		return usagef("backup: --kind %q: want scheduled, update or manual", o.kind)
-	}
-	if opts.V2, err = backup.ParseV2Mode(o.v2); err != nil {
-		return asUsage(err)
-	}
-	if opts.Compression, err = catalog.ParseCompression(o.compress); err != nil {
-		return asUsage(err)
-	}
-	if o.prune {
-		policy, err := o.policy.policy()
-		if err != nil {
-			return err
-		}
-		opts.Prune = &policy
-	}
-	if o.orphanGrace < catalog.MinOrphanGrace {
-		return usagef("backup: --orphan-grace %s: want at least %s", o.orphanGrace, catalog.MinOrphanGrace)
-	}
-	drill, err := o.drill.plan(c, many)
+	opts, drill, err := backupOptions(c, o, many, e.log)
 	if err != nil {
 		return err
-	}
-	if opts.Recipients, err = o.encryption.recipients(c); err != nil {
-		return err
-	}
-	opts.RequireEncryption = o.encryption.requireEncryption
-	if drill != nil {
-		// An encrypted backup's drill runs on the plaintext the backup
-		// streamed, kept under --temp-dir (else $TMPDIR) for the drill.
-		opts.ScratchDir = drill.ScratchDir
-		// Checked before each snapshot streams (ETCD_RECOVERY_SCRATCH_LIMIT).
-		scratchDir := drill.ScratchDir
-		opts.CheckScratch = func(dbSize int64) error { return restore.CheckDrillScratch(scratchDir, dbSize) }
-	}
-	if err := opts.ValidateTemplate(); err != nil {
-		return fmt.Errorf("backup: %w", err)
 	}
 	// The overall deadline: every step (probe, stream, upload, v2 export,
 	// manifest, drill, prune) runs under it. When it passes, the step in
@@ -160,6 +110,88 @@ func runBackup(c *cli.Context, g *globalOpts, o *backupOpts) error {
 	if many {
 		return t.overall(runBackupAll(t.ctx, e, o, opts, drill))
 	}
+	return runBackupOne(t, e, o, opts, drill)
+}
+
+// checkBackupTargets is backup's first step: one cluster (--cluster-id)
+// or many (--all, --cluster), and --parallel and --timeout that make sense.
+func checkBackupTargets(o *backupOpts, many bool) error {
+	switch {
+	case o.all && len(o.clusters.Value()) > 0:
+		return usagef("backup: --all and --cluster are exclusive")
+	case many && o.clusterID != "":
+		return usagef("backup: --cluster-id is for one cluster given by --endpoints; with --all/--cluster the id is the EtcdCluster's name")
+	case many && o.parallel < 1:
+		return usagef("backup: --parallel %d: want at least 1", o.parallel)
+	}
+	if !many && o.clusterID == "" {
+		return usagef("backup: --cluster-id is required")
+	}
+	if err := requirePositive("backup", positive{"timeout", o.timeout}); err != nil {
+		return err
+	}
+	if !many {
+		if err := catalog.ValidateClusterID(o.clusterID); err != nil {
+			return asUsage(err)
+		}
+	}
+	return nil
+}
+
+// backupOptions is backup's second step: the flags into backup.Options
+// (kind, v2, compression, prune policy, encryption, the drill's scratch),
+// checked by ValidateTemplate, and the drill's share of the run.
+func backupOptions(c *cli.Context, o *backupOpts, many bool, log *slog.Logger) (backup.Options, *fleet.DrillShare, error) {
+	opts := backup.Options{ClusterID: o.clusterID, ProbeTimeout: o.probeTimeout, Log: log}
+	var err error
+	if opts.Kind, err = catalog.ParseKind(o.kind); err != nil || opts.Kind == catalog.KindPreRestore {
+		return opts, nil, usagef("backup: --kind %q: want scheduled, update or manual", o.kind)
+	}
+	if opts.V2, err = backup.ParseV2Mode(o.v2); err != nil {
+		return opts, nil, asUsage(err)
+	}
+	if opts.Compression, err = catalog.ParseCompression(o.compress); err != nil {
+		return opts, nil, asUsage(err)
+	}
+	if o.prune {
+		policy, err := o.policy.policy()
+		if err != nil {
+			return opts, nil, err
+		}
+		opts.Prune = &policy
+	}
+	if o.orphanGrace < catalog.MinOrphanGrace {
+		return opts, nil, usagef("backup: --orphan-grace %s: want at least %s", o.orphanGrace, catalog.MinOrphanGrace)
+	}
+	drill, err := o.drill.plan(c, many)
+	if err != nil {
+		return opts, nil, err
+	}
+	if opts.Recipients, err = o.encryption.recipients(c); err != nil {
+		return opts, nil, err
+	}
+	opts.RequireEncryption = o.encryption.requireEncryption
+	if drill != nil {
+		// An encrypted backup's drill runs on the plaintext the backup
+		// streamed, kept under --temp-dir (else $TMPDIR) for the drill.
+		opts.ScratchDir = drill.ScratchDir
+		// Checked before each snapshot streams (ETCD_RECOVERY_SCRATCH_LIMIT).
+		scratchDir := drill.ScratchDir
+		opts.CheckScratch = func(dbSize int64) error { return restore.CheckDrillScratch(scratchDir, dbSize) }
+	}
+	if err := opts.ValidateTemplate(); err != nil {
+		return opts, nil, fmt.Errorf("backup: %w", err)
+	}
+	return opts, drill, nil
+}
+
+// runBackupOne is backup's last step for one cluster given by
+// --endpoints: the store, the drill after it, the backup under the
+// overall deadline, the push and the report (printed for a committed
+// backup even when the prune after it failed).
+func runBackupOne(t *runTimeout, e *env, o *backupOpts, opts backup.Options, drill *fleet.DrillShare) error {
+	log := e.log
+	var err error
 	if opts.Etcd, err = o.etcd.config(); err != nil {
 		return err
 	}

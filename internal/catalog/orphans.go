@@ -482,102 +482,129 @@ type orphanPlan struct {
 
 // planOrphans is the orphan steps 3 and 4: it decides every cluster id
 // (returned, waiting, not owned, restoring, due), fills rep.Orphans, and
-// lists the uploads into the folders of the orphans to delete.
+// lists the uploads into the folders of the orphans to delete. Its steps:
+// decideReturned or decideGone for each id, then listOrphanUploads.
 func planOrphans(ctx context.Context, opts OrphanOptions, inv *orphanInventory, rep *OrphanReport) (*orphanPlan, *OrphanError) {
-	ids, groups, marked, markers, live, restores, owned, why := inv.ids, inv.groups, inv.marked, inv.markers, inv.live, inv.restores, inv.owned, inv.why
-	fail := func(step string, err error) (*orphanPlan, *OrphanError) {
-		return nil, orphanNothingDone(step, err)
-	}
 	// 3. Plan.
-	var toDelete []*Orphan
-	var removeMarkers []string
-	var writes []orphanWrite
-	for _, id := range ids {
-		es := groups[id]
-		if live[id] {
-			if marked[id] && owned {
-				o := Orphan{ClusterID: id, State: OrphanReturned,
-					Reason: fmt.Sprintf("EtcdCluster %s/%s exists again: its orphan marker is removed, its backups stay", opts.Namespace, id)}
-				if m := markers[id]; m != nil {
-					o.FirstSeen = m.FirstSeen
-				}
-				rep.Orphans = append(rep.Orphans, o)
-				removeMarkers = append(removeMarkers, id)
-			}
+	plan := &orphanPlan{}
+	for _, id := range inv.ids {
+		if inv.live[id] {
+			plan.decideReturned(opts, inv, id, rep)
 			continue
 		}
-		o := Orphan{ClusterID: id, Backups: len(es)}
-		for _, e := range es {
-			o.Objects += len(e.Objects)
-			for _, ob := range e.Objects {
-				o.Bytes += ob.Size
-			}
-		}
-		m := markers[id]
-		if m != nil {
-			o.FirstSeen = m.FirstSeen
-		}
-		if len(es) == 0 {
-			o.State, o.Reason = OrphanMarkerOut, "an orphan marker without backups"
-			if owned {
-				o.Reason += ": removed"
-				removeMarkers = append(removeMarkers, id)
-			} else {
-				o.Reason += ": kept (" + why + ")"
-			}
-			rep.Orphans = append(rep.Orphans, o)
-			continue
-		}
-		o.NewestBackup = es[0].Time
-		o.DeleteAfter = o.NewestBackup.Add(opts.Grace)
-		due := !opts.Now.Before(o.DeleteAfter)
-		noCluster := fmt.Sprintf("no EtcdCluster %s in namespace %s", id, opts.Namespace)
-		switch {
-		case len(restores[id]) > 0:
-			o.State, o.Restores = OrphanRestoring, restores[id]
-			o.Reason = fmt.Sprintf("%s, but EtcdRestore %s references it (a restore through etcd-operator in flight): kept",
-				noCluster, strings.Join(restores[id], ", "))
-		case !owned:
-			o.State = OrphanNotOwned
-			o.Reason = fmt.Sprintf("%s; would go after %s, but nothing is deleted: %s", noCluster, fmtTimeUTC(o.DeleteAfter), why)
-		case m == nil:
-			o.State, o.FirstSeen = OrphanWaiting, opts.Now
-			o.Reason = fmt.Sprintf("%s: first seen now; its backups go after %s (newest backup + %s), at the first run after that",
-				noCluster, fmtTimeUTC(o.DeleteAfter), fmtDuration(opts.Grace))
-			writes = append(writes, orphanWrite{id, OrphanMarker{Format: 1, ClusterID: id, Namespace: opts.Namespace, FirstSeen: opts.Now,
-				NewestBackup: o.NewestBackup, Grace: fmtDuration(opts.Grace), DeleteAfter: o.DeleteAfter}})
-		case !due:
-			o.State = OrphanWaiting
-			o.Reason = fmt.Sprintf("%s since %s: its backups go after %s (newest backup + %s)",
-				noCluster, fmtTimeUTC(m.FirstSeen), fmtTimeUTC(o.DeleteAfter), fmtDuration(opts.Grace))
-			if !m.DeleteAfter.Equal(o.DeleteAfter) || m.Namespace != opts.Namespace {
-				// A newer backup (or another grace): keep firstSeen, move the deadline.
-				writes = append(writes, orphanWrite{id, OrphanMarker{Format: 1, ClusterID: id, Namespace: opts.Namespace, FirstSeen: m.FirstSeen,
-					NewestBackup: o.NewestBackup, Grace: fmtDuration(opts.Grace), DeleteAfter: o.DeleteAfter}})
-			}
-		default:
-			o.State = OrphanDelete
-			o.Reason = fmt.Sprintf("%s since %s; grace over at %s (newest backup + %s): every backup is deleted",
-				noCluster, fmtTimeUTC(m.FirstSeen), fmtTimeUTC(o.DeleteAfter), fmtDuration(opts.Grace))
-		}
-		rep.Orphans = append(rep.Orphans, o)
+		plan.decideGone(opts, inv, id, rep)
 	}
 	for i := range rep.Orphans {
 		if rep.Orphans[i].State == OrphanDelete {
-			toDelete = append(toDelete, &rep.Orphans[i])
+			plan.toDelete = append(plan.toDelete, &rep.Orphans[i])
 		}
 	}
 
 	// 4. The uploads into the folders to delete, before any delete.
+	if pe := plan.listOrphanUploads(ctx, opts, inv.groups); pe != nil {
+		return nil, pe
+	}
+	return plan, nil
+}
+
+// decideReturned decides a cluster id that has an EtcdCluster: when it is
+// marked (and the prefix owned), it is back, and its marker is removed.
+func (p *orphanPlan) decideReturned(opts OrphanOptions, inv *orphanInventory, id string, rep *OrphanReport) {
+	if !inv.marked[id] || !inv.owned {
+		return
+	}
+	o := Orphan{ClusterID: id, State: OrphanReturned,
+		Reason: fmt.Sprintf("EtcdCluster %s/%s exists again: its orphan marker is removed, its backups stay", opts.Namespace, id)}
+	if m := inv.markers[id]; m != nil {
+		o.FirstSeen = m.FirstSeen
+	}
+	rep.Orphans = append(rep.Orphans, o)
+	p.removeMarkers = append(p.removeMarkers, id)
+}
+
+// decideGone decides a cluster id without an EtcdCluster: a marker without
+// backups goes (when the prefix is owned), and backups are decided by
+// decideBackups.
+func (p *orphanPlan) decideGone(opts OrphanOptions, inv *orphanInventory, id string, rep *OrphanReport) {
+	es := inv.groups[id]
+	o := Orphan{ClusterID: id, Backups: len(es)}
+	for _, e := range es {
+		o.Objects += len(e.Objects)
+		for _, ob := range e.Objects {
+			o.Bytes += ob.Size
+		}
+	}
+	m := inv.markers[id]
+	if m != nil {
+		o.FirstSeen = m.FirstSeen
+	}
+	if len(es) == 0 {
+		o.State, o.Reason = OrphanMarkerOut, "an orphan marker without backups"
+		if inv.owned {
+			o.Reason += ": removed"
+			p.removeMarkers = append(p.removeMarkers, id)
+		} else {
+			o.Reason += ": kept (" + inv.why + ")"
+		}
+		rep.Orphans = append(rep.Orphans, o)
+		return
+	}
+	o.NewestBackup = es[0].Time
+	o.DeleteAfter = o.NewestBackup.Add(opts.Grace)
+	p.decideBackups(opts, inv, &o, m)
+	rep.Orphans = append(rep.Orphans, o)
+}
+
+// decideBackups sets the state of an orphan with backups: restoring, not
+// owned, first seen (a marker to write), waiting (its marker moved when
+// the deadline did) or due for deletion.
+func (p *orphanPlan) decideBackups(opts OrphanOptions, inv *orphanInventory, o *Orphan, m *OrphanMarker) {
+	id := o.ClusterID
+	due := !opts.Now.Before(o.DeleteAfter)
+	noCluster := fmt.Sprintf("no EtcdCluster %s in namespace %s", id, opts.Namespace)
+	switch {
+	case len(inv.restores[id]) > 0:
+		o.State, o.Restores = OrphanRestoring, inv.restores[id]
+		o.Reason = fmt.Sprintf("%s, but EtcdRestore %s references it (a restore through etcd-operator in flight): kept",
+			noCluster, strings.Join(inv.restores[id], ", "))
+	case !inv.owned:
+		o.State = OrphanNotOwned
+		o.Reason = fmt.Sprintf("%s; would go after %s, but nothing is deleted: %s", noCluster, fmtTimeUTC(o.DeleteAfter), inv.why)
+	case m == nil:
+		o.State, o.FirstSeen = OrphanWaiting, opts.Now
+		o.Reason = fmt.Sprintf("%s: first seen now; its backups go after %s (newest backup + %s), at the first run after that",
+			noCluster, fmtTimeUTC(o.DeleteAfter), fmtDuration(opts.Grace))
+		p.writes = append(p.writes, orphanWrite{id, OrphanMarker{Format: 1, ClusterID: id, Namespace: opts.Namespace, FirstSeen: opts.Now,
+			NewestBackup: o.NewestBackup, Grace: fmtDuration(opts.Grace), DeleteAfter: o.DeleteAfter}})
+	case !due:
+		o.State = OrphanWaiting
+		o.Reason = fmt.Sprintf("%s since %s: its backups go after %s (newest backup + %s)",
+			noCluster, fmtTimeUTC(m.FirstSeen), fmtTimeUTC(o.DeleteAfter), fmtDuration(opts.Grace))
+		if !m.DeleteAfter.Equal(o.DeleteAfter) || m.Namespace != opts.Namespace {
+			// A newer backup (or another grace): keep firstSeen, move the deadline.
+			p.writes = append(p.writes, orphanWrite{id, OrphanMarker{Format: 1, ClusterID: id, Namespace: opts.Namespace, FirstSeen: m.FirstSeen,
+				NewestBackup: o.NewestBackup, Grace: fmtDuration(opts.Grace), DeleteAfter: o.DeleteAfter}})
+		}
+	default:
+		o.State = OrphanDelete
+		o.Reason = fmt.Sprintf("%s since %s; grace over at %s (newest backup + %s): every backup is deleted",
+			noCluster, fmtTimeUTC(m.FirstSeen), fmtTimeUTC(o.DeleteAfter), fmtDuration(opts.Grace))
+	}
+}
+
+// listOrphanUploads is the orphan step 4: it lists the uploads into the
+// folders of the orphans to delete and plans the deletion of their
+// backups and the abort of those uploads.
+func (p *orphanPlan) listOrphanUploads(ctx context.Context, opts OrphanOptions, groups map[string][]Entry) *OrphanError {
 	uploads := map[string][]store.Upload{}
-	for _, o := range toDelete {
+	for _, o := range p.toDelete {
 		u, err := clusterUploads(ctx, opts.Store, opts.Layout, o.ClusterID, groups[o.ClusterID])
 		if err != nil {
-			return fail(OrphanStepUploads, fmt.Errorf("cluster %s: %w", o.ClusterID, err))
+			return orphanNothingDone(OrphanStepUploads, fmt.Errorf("cluster %s: %w", o.ClusterID, err))
 		}
 		uploads[o.ClusterID] = u
 	}
-	for _, o := range toDelete {
+	for _, o := range p.toDelete {
 		for _, e := range groups[o.ClusterID] {
 			a := newAction(e)
 			a.Action, a.Reason = ActionDelete, "orphan: "+o.Reason
@@ -589,7 +616,7 @@ func planOrphans(ctx context.Context, opts OrphanOptions, inv *orphanInventory, 
 				Initiated: u.Initiated, Action: ActionAbort, Reason: "multipart upload into an orphan's backup folder: abandoned"})
 		}
 	}
-	return &orphanPlan{toDelete: toDelete, removeMarkers: removeMarkers, writes: writes}, nil
+	return nil
 }
 
 // executeOrphans is the orphan step 5: it writes and removes the markers,

@@ -393,9 +393,45 @@ type pruneInventory struct {
 // uploads under the chosen clusters, checks every committed backup (its
 // manifest and the objects it names), reads the drill records, and lists
 // the uploads under the exact keys of every incomplete folder (they make
-// it young). Any failure is returned before anything is deleted.
+// it young). Any failure is returned before anything is deleted. Its
+// steps: listPruneKeys, pruneClusters, checkPruneEntries, loadPruneDrills,
+// listIncompleteUploads and regroupEntries.
 func listPrune(ctx context.Context, opts PruneOptions, stats *StoreStats) (*pruneInventory, *PruneError) {
 	// 1. List: everything the plan needs, before any delete.
+	objs, uploads, pe := listPruneKeys(ctx, opts, stats)
+	if pe != nil {
+		return nil, pe
+	}
+
+	// 2. Check every committed backup of the chosen clusters: its manifest
+	// and the objects it names. Then list the uploads under the exact keys
+	// of every incomplete folder: they make it young.
+	groups := GroupEntries(opts.Layout, objs)
+	wanted := func(id string) bool { return opts.All || slices.Contains(opts.ClusterIDs, id) }
+	ids := pruneClusters(opts.ClusterIDs, groups, wanted)
+	var flat []Entry
+	for _, id := range ids {
+		flat = append(flat, groups[id]...)
+	}
+	manifestOf, pe := checkPruneEntries(ctx, opts, flat, stats)
+	if pe != nil {
+		return nil, pe
+	}
+	if pe := loadPruneDrills(ctx, opts, flat, stats); pe != nil {
+		return nil, pe
+	}
+	uploads, pe = listIncompleteUploads(ctx, opts, flat, uploads, stats)
+	if pe != nil {
+		return nil, pe
+	}
+	regroupEntries(opts.Layout, ids, groups, flat, uploads, wanted)
+	return &pruneInventory{ids: ids, groups: groups, manifestOf: manifestOf, uploads: uploads, wanted: wanted,
+		unknown: unknownKeys(opts.Layout, objs)}, nil
+}
+
+// listPruneKeys is listPrune's step 1: the objects, then the multipart
+// uploads, under the chosen clusters (or the whole prefix with All).
+func listPruneKeys(ctx context.Context, opts PruneOptions, stats *StoreStats) ([]store.ObjectInfo, []store.Upload, *PruneError) {
 	prefixes := []string{opts.Layout.RootPrefix()}
 	if !opts.All {
 		prefixes = prefixes[:0]
@@ -407,7 +443,7 @@ func listPrune(ctx context.Context, opts PruneOptions, stats *StoreStats) (*prun
 	for _, p := range prefixes {
 		o, err := opts.Store.List(ctx, p)
 		if err != nil {
-			return nil, nothingDeleted(PruneStepList, err)
+			return nil, nil, nothingDeleted(PruneStepList, err)
 		}
 		objs = append(objs, o...)
 	}
@@ -415,22 +451,22 @@ func listPrune(ctx context.Context, opts PruneOptions, stats *StoreStats) (*prun
 	for _, p := range prefixes {
 		u, err := listUploads(ctx, opts.Store, p)
 		if err != nil {
-			return nil, nothingDeleted(PruneStepListUploads, err)
+			return nil, nil, nothingDeleted(PruneStepListUploads, err)
 		}
 		uploads = append(uploads, u...)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, nothingDeleted(PruneStepList, err)
+		return nil, nil, nothingDeleted(PruneStepList, err)
 	}
 	stats.ObjectsListed, stats.UploadsListed = len(objs), len(uploads)
+	return objs, uploads, nil
+}
 
-	// 2. Check every committed backup of the chosen clusters: its manifest
-	// and the objects it names. Then list the uploads under the exact keys
-	// of every incomplete folder: they make it young.
-	groups := GroupEntries(opts.Layout, objs)
-	wanted := func(id string) bool { return opts.All || slices.Contains(opts.ClusterIDs, id) }
+// pruneClusters are the cluster ids to prune, sorted: those asked for,
+// and those listed that are wanted.
+func pruneClusters(asked []string, groups map[string][]Entry, wanted func(string) bool) []string {
 	var ids []string
-	for _, id := range opts.ClusterIDs {
+	for _, id := range asked {
 		ids = append(ids, id)
 	}
 	for id := range groups {
@@ -439,10 +475,12 @@ func listPrune(ctx context.Context, opts PruneOptions, stats *StoreStats) (*prun
 		}
 	}
 	slices.Sort(ids)
-	var flat []Entry
-	for _, id := range ids {
-		flat = append(flat, groups[id]...)
-	}
+	return ids
+}
+
+// checkPruneEntries checks every committed backup of flat (its manifest
+// and the objects it names) and returns the manifests by cluster/name.
+func checkPruneEntries(ctx context.Context, opts PruneOptions, flat []Entry, stats *StoreStats) (map[string]*Manifest, *PruneError) {
 	t := time.Now()
 	manifests, _, err := CheckEntries(ctx, opts.Store, opts.Layout, flat, opts.CheckParallel)
 	stats.CheckDuration = time.Since(t)
@@ -454,12 +492,22 @@ func listPrune(ctx context.Context, opts PruneOptions, stats *StoreStats) (*prun
 	if err != nil {
 		return nil, nothingDeleted(PruneStepCheck, err)
 	}
-	// The drill records of the backups that have one: the drilled rule
-	// keeps the newest proven backup. A record the store failed to return
-	// leaves the proof unknown: nothing is deleted (a bad record is read
-	// and proves nothing).
-	t = time.Now()
-	err = LoadDrills(ctx, opts.Store, opts.Layout, flat, opts.CheckParallel)
+	manifestOf := map[string]*Manifest{} // cluster/name -> manifest
+	for i, e := range flat {
+		if manifests[i] != nil {
+			manifestOf[e.ClusterID+"/"+e.Name] = manifests[i]
+		}
+	}
+	return manifestOf, nil
+}
+
+// loadPruneDrills reads the drill records of the backups that have one:
+// the drilled rule keeps the newest proven backup. A record the store
+// failed to return leaves the proof unknown: nothing is deleted (a bad
+// record is read and proves nothing).
+func loadPruneDrills(ctx context.Context, opts PruneOptions, flat []Entry, stats *StoreStats) *PruneError {
+	t := time.Now()
+	err := LoadDrills(ctx, opts.Store, opts.Layout, flat, opts.CheckParallel)
 	stats.DrillDuration = time.Since(t)
 	for _, e := range flat {
 		if e.Committed && e.HasDrill() {
@@ -467,14 +515,14 @@ func listPrune(ctx context.Context, opts PruneOptions, stats *StoreStats) (*prun
 		}
 	}
 	if err != nil {
-		return nil, nothingDeleted(PruneStepDrills, drillReadError(flat, err))
+		return nothingDeleted(PruneStepDrills, drillReadError(flat, err))
 	}
-	manifestOf := map[string]*Manifest{} // cluster/name -> manifest
-	for i, e := range flat {
-		if manifests[i] != nil {
-			manifestOf[e.ClusterID+"/"+e.Name] = manifests[i]
-		}
-	}
+	return nil
+}
+
+// listIncompleteUploads lists the uploads under the exact keys of every
+// incomplete folder of flat and merges them into uploads.
+func listIncompleteUploads(ctx context.Context, opts PruneOptions, flat []Entry, uploads []store.Upload, stats *StoreStats) ([]store.Upload, *PruneError) {
 	var incompleteKeys []string
 	for _, e := range flat {
 		if !e.Committed {
@@ -486,11 +534,16 @@ func listPrune(ctx context.Context, opts PruneOptions, stats *StoreStats) (*prun
 	if err != nil {
 		return nil, nothingDeleted(PruneStepListUploads, err)
 	}
-	uploads = mergeUploads(uploads, exact)
-	// Uploads outside the layout belong to something else: never touched.
+	return mergeUploads(uploads, exact), nil
+}
+
+// regroupEntries writes the checked entries of flat back into groups, each
+// with the uploads into its folder. Uploads outside the layout belong to
+// something else: never touched.
+func regroupEntries(layout Layout, ids []string, groups map[string][]Entry, flat []Entry, uploads []store.Upload, wanted func(string) bool) {
 	uploadsOf := map[string][]store.Upload{} // cluster/name -> uploads into the folder
 	for _, u := range uploads {
-		if pk, ok := opts.Layout.ParseKey(u.Key); ok && wanted(pk.ClusterID) {
+		if pk, ok := layout.ParseKey(u.Key); ok && wanted(pk.ClusterID) {
 			uploadsOf[pk.ClusterID+"/"+pk.Name] = append(uploadsOf[pk.ClusterID+"/"+pk.Name], u)
 		}
 	}
@@ -502,8 +555,6 @@ func listPrune(ctx context.Context, opts PruneOptions, stats *StoreStats) (*prun
 			k++
 		}
 	}
-	return &pruneInventory{ids: ids, groups: groups, manifestOf: manifestOf, uploads: uploads, wanted: wanted,
-		unknown: unknownKeys(opts.Layout, objs)}, nil
 }
 
 // prunePlan is what Prune's execute step does: pointers into the report's
@@ -996,7 +1047,8 @@ type DeleteReport struct {
 // once and refuses, deleting nothing, names that do not exist and (without
 // Force) the newest committed backup. Each backup is deleted manifest
 // first. A failure is reported per backup and returned as an error
-// wrapping a *DeleteError.
+// wrapping a *DeleteError. Its steps: listDelete, refuseDelete,
+// deleteActions, deleteBackups and deleteOutcome, in that order.
 func Delete(ctx context.Context, opts DeleteOptions) (*DeleteReport, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -1015,25 +1067,11 @@ func Delete(ctx context.Context, opts DeleteOptions) (*DeleteReport, error) {
 		}
 	}
 	start := time.Now()
-	entries, unknown, err := clusterInventory(ctx, opts.Store, opts.Layout, opts.ClusterID)
+	entries, unknown, err := listDelete(ctx, opts)
 	if err != nil {
-		return nil, fmt.Errorf("delete: list cluster %s, nothing was deleted: %w", opts.ClusterID, err)
+		return nil, err
 	}
-	if _, _, err := CheckEntries(ctx, opts.Store, opts.Layout, entries, DefaultCheckParallel); err != nil {
-		return nil, fmt.Errorf("delete: check the backups of cluster %s, nothing was deleted: %w", opts.ClusterID, err)
-	}
-	// The newest backup whose drill passed is the proven restore point:
-	// deleting it needs Force too, so its record must be readable.
-	if err := LoadDrills(ctx, opts.Store, opts.Layout, entries, DefaultCheckParallel); err != nil {
-		return nil, fmt.Errorf("delete: read the drill records of cluster %s, nothing was deleted: %w", opts.ClusterID, err)
-	}
-	newestProven := ""
-	for _, e := range entries {
-		if e.Good() && e.Drill.Proven() {
-			newestProven = e.Name
-			break
-		}
-	}
+	newest, newestProven := newestGoodAndProven(entries)
 	rep := &DeleteReport{ClusterID: opts.ClusterID, Backups: []BackupAction{}, Unknown: unknown}
 	if len(unknown) > 0 {
 		log.Warn("delete: keys not in the layout, left alone", "cluster", opts.ClusterID, "count", len(unknown), "keys", firstKeys(unknown))
@@ -1045,15 +1083,60 @@ func Delete(ctx context.Context, opts DeleteOptions) (*DeleteReport, error) {
 			rep.Stats.ManifestsRead++
 		}
 	}
-	// The newest backup that checks out is what a restore would use:
-	// deleting it needs Force. Damaged backups newer than it may go.
-	newest := ""
+	if err := refuseDelete(opts, entries, names, newest, newestProven); err != nil {
+		return nil, err
+	}
+	acts := deleteActions(rep, entries, names, newest, newestProven)
+	t := time.Now()
+	deleteBackups(ctx, opts.Store, acts, &rep.Stats, log)
+	rep.Stats.DeleteDuration = time.Since(t)
+	rep.Stats.Duration = time.Since(start)
+	return rep, deleteOutcome(acts, log)
+}
+
+// listDelete is Delete's first step: it lists the cluster, checks its
+// backups and reads their drill records (the proven restore point's must
+// be readable), deleting nothing on a failure.
+func listDelete(ctx context.Context, opts DeleteOptions) ([]Entry, []string, error) {
+	entries, unknown, err := clusterInventory(ctx, opts.Store, opts.Layout, opts.ClusterID)
+	if err != nil {
+		return nil, nil, fmt.Errorf("delete: list cluster %s, nothing was deleted: %w", opts.ClusterID, err)
+	}
+	if _, _, err := CheckEntries(ctx, opts.Store, opts.Layout, entries, DefaultCheckParallel); err != nil {
+		return nil, nil, fmt.Errorf("delete: check the backups of cluster %s, nothing was deleted: %w", opts.ClusterID, err)
+	}
+	// The newest backup whose drill passed is the proven restore point:
+	// deleting it needs Force too, so its record must be readable.
+	if err := LoadDrills(ctx, opts.Store, opts.Layout, entries, DefaultCheckParallel); err != nil {
+		return nil, nil, fmt.Errorf("delete: read the drill records of cluster %s, nothing was deleted: %w", opts.ClusterID, err)
+	}
+	return entries, unknown, nil
+}
+
+// newestGoodAndProven are the names of the newest backup that checks out,
+// which a restore would use, and of the newest one whose drill passed, the
+// proven restore point: deleting either needs Force (damaged backups newer
+// than them may go). Either is "" when there is none.
+func newestGoodAndProven(entries []Entry) (newest, newestProven string) {
+	for _, e := range entries {
+		if e.Good() && e.Drill.Proven() {
+			newestProven = e.Name
+			break
+		}
+	}
 	for _, e := range entries {
 		if e.Good() {
 			newest = e.Name
 			break
 		}
 	}
+	return newest, newestProven
+}
+
+// refuseDelete is Delete's second step: it refuses, deleting nothing,
+// names that do not exist and (without Force) the newest backup that
+// checks out or the newest proven one.
+func refuseDelete(opts DeleteOptions, entries []Entry, names []string, newest, newestProven string) error {
 	byName := map[string]Entry{}
 	for _, e := range entries {
 		byName[e.Name] = e
@@ -1065,17 +1148,22 @@ func Delete(ctx context.Context, opts DeleteOptions) (*DeleteReport, error) {
 		}
 	}
 	if len(missing) > 0 {
-		return nil, fmt.Errorf("delete: cluster %s has no backup %s, nothing was deleted: %w",
+		return fmt.Errorf("delete: cluster %s has no backup %s, nothing was deleted: %w",
 			opts.ClusterID, strings.Join(missing, ", "), ErrBackupNotFound)
 	}
 	if slices.Contains(names, newest) && !opts.Force {
-		return nil, fmt.Errorf("delete: refusing to delete %s/%s, nothing was deleted: %w", opts.ClusterID, newest, ErrNewestBackup)
+		return fmt.Errorf("delete: refusing to delete %s/%s, nothing was deleted: %w", opts.ClusterID, newest, ErrNewestBackup)
 	}
 	if newestProven != "" && slices.Contains(names, newestProven) && !opts.Force {
-		return nil, fmt.Errorf("delete: refusing to delete %s/%s, nothing was deleted: %w", opts.ClusterID, newestProven, ErrNewestProven)
+		return fmt.Errorf("delete: refusing to delete %s/%s, nothing was deleted: %w", opts.ClusterID, newestProven, ErrNewestProven)
 	}
-	// Newest first, like every other listing.
-	var acts []*BackupAction
+	return nil
+}
+
+// deleteActions is Delete's third step: the action of each named backup,
+// newest first like every other listing, in rep.Backups; it returns
+// pointers to them.
+func deleteActions(rep *DeleteReport, entries []Entry, names []string, newest, newestProven string) []*BackupAction {
 	for _, e := range entries {
 		if !slices.Contains(names, e.Name) {
 			continue
@@ -1093,13 +1181,16 @@ func Delete(ctx context.Context, opts DeleteOptions) (*DeleteReport, error) {
 		}
 		rep.Backups = append(rep.Backups, a)
 	}
+	var acts []*BackupAction
 	for i := range rep.Backups {
 		acts = append(acts, &rep.Backups[i])
 	}
-	t := time.Now()
-	deleteBackups(ctx, opts.Store, acts, &rep.Stats, log)
-	rep.Stats.DeleteDuration = time.Since(t)
-	rep.Stats.Duration = time.Since(start)
+	return acts
+}
+
+// deleteOutcome is Delete's last step: it logs each deleted backup and
+// returns the failures joined, or nil.
+func deleteOutcome(acts []*BackupAction, log *slog.Logger) error {
 	var errs []error
 	for _, a := range acts {
 		if a.Action != ActionDeleted {
@@ -1109,9 +1200,9 @@ func Delete(ctx context.Context, opts DeleteOptions) (*DeleteReport, error) {
 		log.Info("deleted backup", "cluster", a.ClusterID, "backup", a.Name, "kind", a.Kind, "objects", a.Objects)
 	}
 	if len(errs) > 0 {
-		return rep, fmt.Errorf("delete: %d of %d backups could not be deleted: %w", len(errs), len(acts), errors.Join(errs...))
+		return fmt.Errorf("delete: %d of %d backups could not be deleted: %w", len(errs), len(acts), errors.Join(errs...))
 	}
-	return rep, nil
+	return nil
 }
 
 // firstKeys are the first keys of a list, for a log line.

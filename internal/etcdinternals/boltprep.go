@@ -201,7 +201,8 @@ func reachablePages(p *boltPages, root uint64) ([]uint64, error) {
 // etcd writes them) one, placed after its last page, and drops anything
 // after the database (etcd's 32-byte sha256 trailer). It returns the
 // number of free pages. A file that already has a freelist is left as it
-// is, apart from the trailer.
+// is, apart from the trailer. Its steps: readMetas, checkSnapshotShape,
+// freePageIDs, encodeFreelist, then writeFreelist.
 func SyncFreelist(path string) (free int, err error) {
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
@@ -212,33 +213,9 @@ func SyncFreelist(path string) (free int, err error) {
 			err = cerr
 		}
 	}()
-	// Page 0 tells the page size; both meta pages must be valid, as
-	// Tx.WriteTo writes them.
-	first := make([]byte, boltPageHeaderSize+boltMetaSize)
-	if _, err := f.ReadAt(first, 0); err != nil {
-		return 0, fmt.Errorf("read meta page 0: %w", err)
-	}
-	pageSize := int(boltOrder.Uint32(first[boltPageHeaderSize+8:]))
-	if pageSize < 1024 || pageSize > 1<<20 || pageSize&(pageSize-1) != 0 {
-		return 0, fmt.Errorf("implausible page size %d", pageSize)
-	}
-	// The newer valid meta page is the database, as bbolt reads it.
-	var metas [2]*boltMeta
-	var cur *boltMeta
-	var metaErrs []error
-	for i := range metas {
-		m, err := readBoltMeta(f, int64(i*pageSize), pageSize)
-		if err != nil {
-			metaErrs = append(metaErrs, fmt.Errorf("meta page %d: %w", i, err))
-			continue
-		}
-		metas[i] = m
-		if cur == nil || m.txid > cur.txid {
-			cur = m
-		}
-	}
-	if cur == nil {
-		return 0, errors.Join(metaErrs...)
+	pageSize, metas, cur, metaErrs, err := readMetas(f)
+	if err != nil {
+		return 0, err
 	}
 	st, err := f.Stat()
 	if err != nil {
@@ -253,24 +230,78 @@ func SyncFreelist(path string) (free int, err error) {
 		}
 		return 0, nil
 	}
-	// Tx.WriteTo writes two valid meta pages of the same tree, and then
-	// exactly the pages below the high-water mark (and etcd its hash).
+	if err := checkSnapshotShape(metas, metaErrs, cur, pageSize, st.Size()); err != nil {
+		return 0, err
+	}
+	ids, err := freePageIDs(&boltPages{f: f, pageSize: pageSize, hwm: cur.hwm}, cur)
+	if err != nil {
+		return 0, err
+	}
+	page, npages := encodeFreelist(ids, cur.hwm, pageSize)
+	if err := writeFreelist(f, page, end, metas, cur.hwm, npages, pageSize); err != nil {
+		return 0, err
+	}
+	return len(ids), nil
+}
+
+// readMetas is SyncFreelist's first step: page 0 tells the page size, and
+// the newer valid meta page, cur, is the database, as bbolt reads it.
+// metaErrs are the meta pages that are not valid (cur is the other).
+func readMetas(f *os.File) (pageSize int, metas [2]*boltMeta, cur *boltMeta, metaErrs []error, err error) {
+	// Page 0 tells the page size; both meta pages must be valid, as
+	// Tx.WriteTo writes them.
+	first := make([]byte, boltPageHeaderSize+boltMetaSize)
+	if _, err := f.ReadAt(first, 0); err != nil {
+		return 0, metas, nil, nil, fmt.Errorf("read meta page 0: %w", err)
+	}
+	pageSize = int(boltOrder.Uint32(first[boltPageHeaderSize+8:]))
+	if pageSize < 1024 || pageSize > 1<<20 || pageSize&(pageSize-1) != 0 {
+		return 0, metas, nil, nil, fmt.Errorf("implausible page size %d", pageSize)
+	}
+	// The newer valid meta page is the database, as bbolt reads it.
+	for i := range metas {
+		m, err := readBoltMeta(f, int64(i*pageSize), pageSize)
+		if err != nil {
+			metaErrs = append(metaErrs, fmt.Errorf("meta page %d: %w", i, err))
+			continue
+		}
+		metas[i] = m
+		if cur == nil || m.txid > cur.txid {
+			cur = m
+		}
+	}
+	if cur == nil {
+		return 0, metas, nil, nil, errors.Join(metaErrs...)
+	}
+	return pageSize, metas, cur, metaErrs, nil
+}
+
+// checkSnapshotShape is SyncFreelist's second step, for a file without a
+// freelist: Tx.WriteTo writes two valid meta pages of the same tree, and
+// then exactly the pages below the high-water mark (and etcd its hash).
+func checkSnapshotShape(metas [2]*boltMeta, metaErrs []error, cur *boltMeta, pageSize int, size int64) error {
 	if len(metaErrs) > 0 {
-		return 0, errors.Join(metaErrs...)
+		return errors.Join(metaErrs...)
 	}
 	if metas[0].root != metas[1].root || metas[0].hwm != metas[1].hwm {
-		return 0, errors.New("the two meta pages describe different trees: not a snapshot as etcd writes them")
+		return errors.New("the two meta pages describe different trees: not a snapshot as etcd writes them")
 	}
-	switch st.Size() {
+	end := int64(cur.hwm) * int64(pageSize)
+	switch size {
 	case end, end + sha256.Size:
 	default:
-		return 0, fmt.Errorf("file is %d bytes, the database %d (%d pages of %d): truncated or padded", st.Size(), end, cur.hwm, pageSize)
+		return fmt.Errorf("file is %d bytes, the database %d (%d pages of %d): truncated or padded", size, end, cur.hwm, pageSize)
 	}
+	return nil
+}
 
-	pages := &boltPages{f: f, pageSize: pageSize, hwm: cur.hwm}
+// freePageIDs is SyncFreelist's third step: the pages below the
+// high-water mark that the tree does not reach, ascending, as bbolt keeps
+// them.
+func freePageIDs(pages *boltPages, cur *boltMeta) ([]uint64, error) {
 	seen, err := reachablePages(pages, cur.root)
 	if err != nil {
-		return 0, fmt.Errorf("walk the database: %w", err)
+		return nil, fmt.Errorf("walk the database: %w", err)
 	}
 	var ids []uint64 // ascending, as bbolt keeps them
 	for id := uint64(2); id < cur.hwm; id++ {
@@ -278,7 +309,12 @@ func SyncFreelist(path string) (free int, err error) {
 			ids = append(ids, id)
 		}
 	}
+	return ids, nil
+}
 
+// encodeFreelist is SyncFreelist's fourth step: the freelist page (npages
+// pages long, placed at page hwm) holding ids.
+func encodeFreelist(ids []uint64, hwm uint64, pageSize int) (page []byte, npages int) {
 	// The freelist page: a header, then the ids; from 0xFFFF ids on the
 	// count is 0xFFFF and the real count is the first element.
 	n := len(ids)
@@ -286,9 +322,9 @@ func SyncFreelist(path string) (free int, err error) {
 	if n >= 0xFFFF {
 		words++
 	}
-	npages := (boltPageHeaderSize + words*8 + pageSize - 1) / pageSize
-	page := make([]byte, npages*pageSize)
-	boltOrder.PutUint64(page[0:], cur.hwm)
+	npages = (boltPageHeaderSize + words*8 + pageSize - 1) / pageSize
+	page = make([]byte, npages*pageSize)
+	boltOrder.PutUint64(page[0:], hwm)
 	boltOrder.PutUint16(page[8:], boltFreelistPage)
 	boltOrder.PutUint32(page[12:], uint32(npages-1))
 	body := page[boltPageHeaderSize:]
@@ -302,22 +338,29 @@ func SyncFreelist(path string) (free int, err error) {
 	for i, id := range ids {
 		boltOrder.PutUint64(body[i*8:], id)
 	}
+	return page, npages
+}
+
+// writeFreelist is SyncFreelist's last step: the freelist page at end
+// (the file cut after it), then the meta pages, which make it part of the
+// file.
+func writeFreelist(f *os.File, page []byte, end int64, metas [2]*boltMeta, hwm uint64, npages, pageSize int) error {
 	if _, err := f.WriteAt(page, end); err != nil {
-		return 0, fmt.Errorf("write freelist: %w", err)
+		return fmt.Errorf("write freelist: %w", err)
 	}
 	if err := f.Truncate(end + int64(len(page))); err != nil {
-		return 0, err
+		return err
 	}
 	// Then the meta pages, which make the freelist part of the file.
 	// Nothing is synced: the file is a staging copy that is deleted once
 	// etcdutl has copied it into the data dirs, and bbolt syncs those.
 	for i, m := range metas {
-		m.setFreelist(cur.hwm, cur.hwm+uint64(npages))
+		m.setFreelist(hwm, hwm+uint64(npages))
 		if _, err := f.WriteAt(m.raw, int64(i*pageSize)); err != nil {
-			return 0, fmt.Errorf("write meta page %d: %w", i, err)
+			return fmt.Errorf("write meta page %d: %w", i, err)
 		}
 	}
-	return n, nil
+	return nil
 }
 
 // BumpRevision is etcdutl's --bump-revision with --mark-compacted, applied
