@@ -65,7 +65,9 @@
 // store without Multipart has no unfinished uploads to clean up; a store
 // without Conditional is written with Put. Locker and Versioner are in
 // lock.go, with their error contract (ErrLocked) and what create-only
-// writes do on a versioned bucket.
+// writes do on a versioned bucket. The wrappers below always have both:
+// whether a bucket uses them is LockConfig's Enabled and Versioning's
+// answer, not the type assertion.
 //
 // Object lock protects versions, not keys: on a locked bucket Delete still
 // succeeds (it adds a delete marker) and Put still adds a newer version;

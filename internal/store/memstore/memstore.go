@@ -2,7 +2,7 @@
 // smallest example of a backend: it follows the store contract (errors are
 // *store.Error "memstore: <op> <key>: <cause>", a missing key is
 // store.ErrNotFound, a taken key store.ErrExists) and has the Conditional,
-// Multipart, Ranger and Checker capabilities. It is safe for concurrent use.
+// Multipart, Ranger, Checker, Locker and Versioner capabilities. It is safe for concurrent use.
 // It registers as kind "mem" (store.Open: one store per bucket name, per
 // process); only tests link it.
 //
@@ -222,11 +222,6 @@ func (s *Store) PutWith(ctx context.Context, key string, r io.Reader, opts store
 	case lock.Enabled && lock.DefaultMode != "" && lock.DefaultPeriod > 0:
 		o.ret = store.Retention{Mode: lock.DefaultMode, Until: now.Add(lock.DefaultPeriod)}
 	}
-	if !s.versioned {
-		if old := s.live(key); old != nil && old.ret.Locked(now) {
-			return store.PutResult{}, fail("put", key, &store.LockedError{VersionID: old.id, Retention: old.ret})
-		}
-	}
 	s.add(key, o)
 	res := store.PutResult{Size: int64(buf.Len())}
 	if s.versioned {
@@ -347,20 +342,12 @@ func (s *Store) Delete(ctx context.Context, keys []string) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	failed := map[string]error{}
 	for _, k := range keys {
 		if s.versioned {
 			s.add(k, &object{marker: true, mod: s.now()})
 			continue
 		}
-		if o := s.live(k); o != nil && o.ret.Locked(s.now()) {
-			failed[k] = fail("delete", k, &store.LockedError{VersionID: o.id, Retention: o.ret})
-			continue
-		}
-		delete(s.objects, k)
-	}
-	if len(failed) > 0 {
-		return &store.DeleteError{Failed: failed}
+		delete(s.objects, k) // an unversioned bucket has no lock
 	}
 	return nil
 }
