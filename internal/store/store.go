@@ -40,9 +40,15 @@
 //   - context.Canceled / context.DeadlineExceeded: the caller's context
 //     ended; a call with a cancelled context fails promptly with an error
 //     wrapping the context's error.
+//   - ErrLocked: a version under object-lock retention refused a delete
+//     (or a shortened retention): IsLocked, and LockedUntil for the
+//     retain-until time when the backend knows it (a *LockedError). Never
+//     reported as a plain denial.
+//   - ErrUnsupported: a wrapper was asked for a capability its inner store
+//     lacks.
 //   - IsTransient: whether repeating the call may succeed (5xx, throttling,
-//     resets, timeouts, stalls). ErrNotFound, ErrExists, a cancelled context,
-//     denied access and a missing bucket are permanent.
+//     resets, timeouts, stalls). ErrNotFound, ErrExists, ErrLocked, a
+//     cancelled context, denied access and a missing bucket are permanent.
 //
 // IsStoreError tells a store's error from any other (a restore tells "the
 // store could not be read" from "the bytes are corrupt" with it).
@@ -52,9 +58,22 @@
 // Optional abilities are separate interfaces, found by a type assertion:
 // Conditional (create only if absent), Multipart (list and abort unfinished
 // multipart uploads), KeyUploadLister (Multipart's exact-key listing),
-// Ranger (read part of an object) and Checker (reachability, up front). A store without Multipart has no
-// unfinished uploads to clean up; a store without Conditional is written
-// with Put.
+// Ranger (read part of an object), Checker (reachability, up front),
+// Locker (object lock: the bucket's lock configuration, writes with a
+// retention, a version's retention) and Versioner (a versioned bucket's
+// versions and delete markers: list, read and remove exact versions). A
+// store without Multipart has no unfinished uploads to clean up; a store
+// without Conditional is written with Put. Locker and Versioner are in
+// lock.go, with their error contract (ErrLocked) and what create-only
+// writes do on a versioned bucket. The wrappers below always have both:
+// whether a bucket uses them is LockConfig's Enabled and Versioning's
+// answer, not the type assertion.
+//
+// Object lock protects versions, not keys: on a locked bucket Delete still
+// succeeds (it adds a delete marker) and Put still adds a newer version;
+// only removing a locked version (Versioner.DeleteVersions) is refused.
+// Every PUT and every multipart part a backend with Locker sends carries a
+// checksum (Content-MD5), which a locked bucket requires.
 //
 // Keys: slash-separated, never starting with a slash, and no key is also
 // the "directory" of another (a/b beside a/b/c): MinIO cannot hold both.
@@ -228,7 +247,7 @@ var ErrStalled = errors.New("object store stalled")
 // Err's text is free of credentials (the backend's duty).
 type Error struct {
 	Backend string // "cos", "memstore", ...
-	Op      string // "put", "get", "get range", "list", "delete", "list uploads", "abort upload", "head bucket"
+	Op      string // "put", "get", "get range", "list", "delete", "list uploads", "abort upload", "head bucket", "get lock config", "put retention", "get retention", "get versioning", "list versions", "get version", "delete version"
 	Key     string // the key, the prefix of a listing, or the bucket
 	Err     error
 	Hint    string // what the operator can do, when the backend knows
@@ -334,14 +353,15 @@ func Permanent(err error) error {
 }
 
 // IsTransient reports whether repeating the call that failed with err may
-// succeed. In order: nil, a cancelled context, ErrNotFound and ErrExists are
-// permanent; ErrStalled is transient; then the outermost Transient or
+// succeed. In order: nil, a cancelled context, ErrNotFound, ErrExists,
+// ErrLocked and ErrUnsupported are permanent; ErrStalled is transient; then the outermost Transient or
 // Permanent mark (or any error with a Transient() bool method) decides;
 // then: connection resets, broken pipes, cut messages, network errors,
 // timeouts and HTTP 5xx/408/429 (an error with StatusCode() int) are
 // transient, other HTTP statuses permanent, and anything else permanent.
 func IsTransient(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, ErrExists) || errors.Is(err, ErrNotFound) {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, ErrExists) || errors.Is(err, ErrNotFound) ||
+		errors.Is(err, ErrLocked) || errors.Is(err, ErrUnsupported) {
 		return false
 	}
 	if errors.Is(err, ErrStalled) {

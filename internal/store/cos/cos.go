@@ -1,6 +1,8 @@
 // Package cos is the object store on IBM Cloud Object Storage (S3 API),
 // through the IBM COS SDK: a backend of internal/store, with every optional
-// capability (Conditional, Multipart, KeyUploadLister, Ranger, Checker). Its errors
+// capability (Conditional, Multipart, KeyUploadLister, Ranger, Checker,
+// Locker, Versioner). Every PutObject and UploadPart carries Content-MD5
+// (a locked bucket requires it; see lock.go). Its errors
 // follow the store contract: a *store.Error "cos: <op> <key>: <cause>"
 // wrapping store.ErrNotFound, ErrExists or ErrStalled as they apply, marked
 // transient or permanent; no error or log carries a secret. Its conformance
@@ -98,6 +100,8 @@ var (
 	_ store.KeyUploadLister = (*Store)(nil)
 	_ store.Checker         = (*Store)(nil)
 	_ store.Ranger          = (*Store)(nil)
+	_ store.Locker          = (*Store)(nil)
+	_ store.Versioner       = (*Store)(nil)
 )
 
 const (
@@ -195,9 +199,14 @@ func New(cfg Config) (*Store, error) {
 		u.Concurrency = cfg.Concurrency
 		// We abort ourselves, with a context that outlives a cancelled run.
 		u.LeavePartsOnError = true
-		// No Content-MD5 on parts: a second hash of every byte adds CPU,
-		// not safety. (DeleteObjects still sends the Content-MD5 S3
-		// requires.) Over HTTPS, parts are sent as UNSIGNED-PAYLOAD, as
+		// The SDK's own body hashing (Content-MD5 and a sha256 of every
+		// part) is off; setContentMD5 adds the Content-MD5 alone to every
+		// PutObject and UploadPart: a bucket with object lock refuses a
+		// write without it (rancher/rancher#39986), and a credential
+		// that may only write (the CronJob's) cannot ask the bucket
+		// whether it is locked, so every write carries it. Its cost is
+		// one MD5 pass over each part, already buffered in memory by the
+		// uploader (see setContentMD5). Over HTTPS, parts are sent as UNSIGNED-PAYLOAD, as
 		// AWS's own newer SDKs do: TLS already protects them in transit,
 		// so SigV4's sha256 of each part (computed here and again by the
 		// server) is a third and fourth pass over the data. The backup's
@@ -207,6 +216,9 @@ func New(cfg Config) (*Store, error) {
 		unsigned := strings.HasPrefix(cfg.Endpoint, "https://")
 		u.RequestOptions = append(u.RequestOptions, func(r *request.Request) {
 			r.Config.S3DisableContentMD5Validation = aws.Bool(true)
+			if r.Operation.Name == "PutObject" || r.Operation.Name == "UploadPart" {
+				r.Handlers.Build.PushBackNamed(setContentMD5Handler)
+			}
 			if unsigned && r.Operation.Name == "UploadPart" {
 				r.Handlers.Sign.Swap(signer.SignRequestHandler.Name, unsignedPayloadSigner)
 			}
@@ -328,7 +340,8 @@ func (c *countingReader) Read(p []byte) (int, error) {
 
 // Put streams r into key (see store.Store).
 func (s *Store) Put(ctx context.Context, key string, r io.Reader) (int64, error) {
-	return s.put(ctx, key, r, false)
+	res, err := s.put(ctx, key, r, store.PutOptions{})
+	return res.Size, err
 }
 
 // PutIfAbsent is Put that never replaces an object: PutObject and
@@ -336,12 +349,26 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader) (int64, error)
 // fails the call with an error wrapping store.ErrExists (the multipart
 // upload is then aborted, as after any failure).
 func (s *Store) PutIfAbsent(ctx context.Context, key string, r io.Reader) (int64, error) {
-	return s.put(ctx, key, r, true)
+	res, err := s.put(ctx, key, r, store.PutOptions{IfAbsent: true})
+	return res.Size, err
+}
+
+// PutWith implements store.Locker: Put or PutIfAbsent with a retention
+// (x-amz-object-lock-mode and -retain-until-date on PutObject or
+// CreateMultipartUpload), returning the version id the bucket gave.
+func (s *Store) PutWith(ctx context.Context, key string, r io.Reader, opts store.PutOptions) (store.PutResult, error) {
+	if opts.Retention != nil {
+		if err := checkRetention(*opts.Retention); err != nil {
+			return store.PutResult{}, &Error{Backend: backend, Op: "put", Key: key, Err: err}
+		}
+	}
+	return s.put(ctx, key, r, opts)
 }
 
 func setIfNoneMatch(r *request.Request) { r.HTTPRequest.Header.Set("If-None-Match", "*") }
 
-func (s *Store) put(ctx context.Context, key string, r io.Reader, ifAbsent bool) (int64, error) {
+func (s *Store) put(ctx context.Context, key string, r io.Reader, opts store.PutOptions) (store.PutResult, error) {
+	ifAbsent := opts.IfAbsent
 	wctx, wd, stop := s.watch(ctx, "put", key)
 	defer stop()
 	cr := &countingReader{r: r}
@@ -349,11 +376,16 @@ func (s *Store) put(ctx context.Context, key string, r io.Reader, ifAbsent bool)
 	// an upload whose id we never learnt (a request that timed out here
 	// but that the store still ran once it resumed).
 	var createUncertain atomic.Bool
-	_, err := s.uploader.UploadWithContext(wctx, &s3manager.UploadInput{
+	in := &s3manager.UploadInput{
 		Bucket: aws.String(s.cfg.Bucket),
 		Key:    aws.String(key),
 		Body:   cr,
-	}, func(u *s3manager.Uploader) {
+	}
+	if rt := opts.Retention; rt != nil {
+		in.ObjectLockMode = aws.String(string(rt.Mode))
+		in.ObjectLockRetainUntilDate = aws.Time(rt.Until.UTC())
+	}
+	out, err := s.uploader.UploadWithContext(wctx, in, func(u *s3manager.Uploader) {
 		u.RequestOptions = append(slices.Clone(u.RequestOptions), func(r *request.Request) {
 			switch r.Operation.Name {
 			case "PutObject", "CompleteMultipartUpload":
@@ -394,9 +426,9 @@ func (s *Store) put(ctx context.Context, key string, r io.Reader, ifAbsent bool)
 			}
 		}
 		if len(notes) > 0 {
-			return 0, fmt.Errorf("%w (and %s)", ferr, strings.Join(notes, "; "))
+			return store.PutResult{}, fmt.Errorf("%w (and %s)", ferr, strings.Join(notes, "; "))
 		}
-		return 0, ferr
+		return store.PutResult{}, ferr
 	}
 	if createUncertain.Load() {
 		// The object is complete; any upload still open on its key is a
@@ -405,7 +437,11 @@ func (s *Store) put(ctx context.Context, key string, r io.Reader, ifAbsent bool)
 		defer cancel()
 		_ = s.abortKeyUploads(actx, key)
 	}
-	return cr.n, nil
+	res := store.PutResult{Size: cr.n}
+	if out != nil {
+		res.VersionID = aws.StringValue(out.VersionID)
+	}
+	return res, nil
 }
 
 // keySettle is how long abortKeyUploads keeps watching a key once the
@@ -732,7 +768,10 @@ func (s *Store) fail(wd *watchdog, op, key string, err error) error {
 	}
 	// Only an object read can miss its object; a 404 from HEAD bucket is
 	// a missing bucket.
-	notFound := (op == "get" || op == "get range") && isMissingKey(err)
+	notFound := (op == "get" || op == "get range" || op == "get version" || op == "get retention" || op == "put retention") && isMissingKey(err)
+	if op == "get version" && statusCode(err) == http.StatusMethodNotAllowed {
+		notFound = true // a delete marker
+	}
 	return &Error{Backend: backend, Op: op, Key: key, Err: s.cause(err, notFound), Hint: hint(err)}
 }
 

@@ -2,13 +2,22 @@
 // smallest example of a backend: it follows the store contract (errors are
 // *store.Error "memstore: <op> <key>: <cause>", a missing key is
 // store.ErrNotFound, a taken key store.ErrExists) and has the Conditional,
-// Multipart, Ranger and Checker capabilities. It is safe for concurrent use.
+// Multipart, Ranger, Checker, Locker and Versioner capabilities. It is safe for concurrent use.
 // It registers as kind "mem" (store.Open: one store per bucket name, per
 // process); only tests link it.
 //
 // Multipart: every Put is an upload while its body is being read
 // (ListUploads shows it; AbortUpload makes the Put fail and store nothing),
 // and AddUpload leaves an upload behind as a process killed mid-Put would.
+//
+// Versions and object lock (store.Versioner, store.Locker): New is an
+// unversioned bucket without lock; NewVersioned keeps every version (Put
+// adds one, Delete adds a delete marker); NewLocked is a versioned bucket
+// with object lock, whose retentions are judged by the store's clock (Now,
+// which a test moves to expire a lock). DenyBypass stands for a credential
+// without s3:BypassGovernanceRetention: a governance bypass is then refused
+// as S3 refuses it. Version ids are increasing ("v000001", ...); an
+// unversioned bucket's objects are version "null".
 package memstore
 
 import (
@@ -34,15 +43,26 @@ type Store struct {
 	// Now is the clock for LastModified and Initiated (time.Now when nil).
 	Now func() time.Time
 
-	mu      sync.Mutex
-	objects map[string]object
-	uploads map[string]*upload // by upload id
-	nextID  int
+	// DenyBypass: DeleteVersions refuses to bypass governance retention,
+	// as for a credential without s3:BypassGovernanceRetention.
+	DenyBypass bool
+
+	mu        sync.Mutex
+	objects   map[string][]*object // by key, oldest version first
+	uploads   map[string]*upload   // by upload id
+	nextID    int
+	nextVer   int
+	versioned bool
+	lock      store.LockInfo
 }
 
+// object is one version of a key: bytes, or a delete marker.
 type object struct {
-	data []byte
-	mod  time.Time
+	id     string
+	data   []byte
+	mod    time.Time
+	marker bool
+	ret    store.Retention
 }
 
 type upload struct {
@@ -57,11 +77,59 @@ var (
 	_ store.KeyUploadLister = (*Store)(nil)
 	_ store.Checker         = (*Store)(nil)
 	_ store.Ranger          = (*Store)(nil)
+	_ store.Locker          = (*Store)(nil)
+	_ store.Versioner       = (*Store)(nil)
 )
 
-// New returns an empty store.
+// New returns an empty store: a bucket without versioning or object lock.
 func New() *Store {
-	return &Store{objects: map[string]object{}, uploads: map[string]*upload{}}
+	return &Store{objects: map[string][]*object{}, uploads: map[string]*upload{}}
+}
+
+// NewVersioned returns an empty versioned bucket without object lock.
+func NewVersioned() *Store {
+	s := New()
+	s.versioned = true
+	return s
+}
+
+// NewLocked returns an empty versioned bucket with object lock, whose
+// default retention is info's DefaultMode and DefaultPeriod (none when
+// empty); info.Enabled is implied.
+func NewLocked(info store.LockInfo) *Store {
+	s := NewVersioned()
+	info.Enabled = true
+	s.lock = info
+	return s
+}
+
+// latest is key's current version, nil when none (s.mu held).
+func (s *Store) latest(key string) *object {
+	vs := s.objects[key]
+	if len(vs) == 0 {
+		return nil
+	}
+	return vs[len(vs)-1]
+}
+
+// live is key's current version when it is an object, not a marker.
+func (s *Store) live(key string) *object {
+	if o := s.latest(key); o != nil && !o.marker {
+		return o
+	}
+	return nil
+}
+
+// add stores a new current version of key (s.mu held).
+func (s *Store) add(key string, o *object) {
+	if !s.versioned {
+		o.id = "null"
+		s.objects[key] = []*object{o}
+		return
+	}
+	s.nextVer++
+	o.id = fmt.Sprintf("v%06d", s.nextVer)
+	s.objects[key] = append(s.objects[key], o)
 }
 
 // Backend names this backend in errors ("memstore").
@@ -93,8 +161,28 @@ func (s *Store) PutIfAbsent(ctx context.Context, key string, r io.Reader) (int64
 }
 
 func (s *Store) put(ctx context.Context, key string, r io.Reader, ifAbsent bool) (int64, error) {
+	res, err := s.PutWith(ctx, key, r, store.PutOptions{IfAbsent: ifAbsent})
+	return res.Size, err
+}
+
+// PutWith implements store.Locker: Put or PutIfAbsent, with a retention
+// (refused on a bucket without object lock). A version without one gets
+// the bucket's default retention.
+func (s *Store) PutWith(ctx context.Context, key string, r io.Reader, opts store.PutOptions) (store.PutResult, error) {
+	ifAbsent := opts.IfAbsent
 	if err := ctx.Err(); err != nil {
-		return 0, fail("put", key, err)
+		return store.PutResult{}, fail("put", key, err)
+	}
+	s.mu.Lock()
+	lock := s.lock
+	s.mu.Unlock()
+	if opts.Retention != nil {
+		if !lock.Enabled {
+			return store.PutResult{}, fail("put", key, store.Permanent(errors.New("a retention was asked for, but the bucket has no object lock")))
+		}
+		if err := checkRetention(*opts.Retention); err != nil {
+			return store.PutResult{}, fail("put", key, err)
+		}
 	}
 	u := s.begin(key)
 	defer s.end(u)
@@ -102,11 +190,11 @@ func (s *Store) put(ctx context.Context, key string, r io.Reader, ifAbsent bool)
 	chunk := make([]byte, 32<<10)
 	for {
 		if err := ctx.Err(); err != nil {
-			return 0, fail("put", key, err)
+			return store.PutResult{}, fail("put", key, err)
 		}
 		select {
 		case <-u.aborted:
-			return 0, fail("put", key, errAborted)
+			return store.PutResult{}, fail("put", key, errAborted)
 		default:
 		}
 		n, err := r.Read(chunk)
@@ -115,19 +203,41 @@ func (s *Store) put(ctx context.Context, key string, r io.Reader, ifAbsent bool)
 			break
 		}
 		if err != nil {
-			return 0, fail("put", key, err)
+			return store.PutResult{}, fail("put", key, err)
 		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := ctx.Err(); err != nil {
-		return 0, fail("put", key, err)
+		return store.PutResult{}, fail("put", key, err)
 	}
-	if _, taken := s.objects[key]; ifAbsent && taken {
-		return 0, fail("put", key, store.ErrExists)
+	if ifAbsent && s.live(key) != nil {
+		return store.PutResult{}, fail("put", key, store.ErrExists)
 	}
-	s.objects[key] = object{data: buf.Bytes(), mod: s.now()}
-	return int64(buf.Len()), nil
+	now := s.now()
+	o := &object{data: buf.Bytes(), mod: now}
+	switch {
+	case opts.Retention != nil:
+		o.ret = *opts.Retention
+	case lock.Enabled && lock.DefaultMode != "" && lock.DefaultPeriod > 0:
+		o.ret = store.Retention{Mode: lock.DefaultMode, Until: now.Add(lock.DefaultPeriod)}
+	}
+	s.add(key, o)
+	res := store.PutResult{Size: int64(buf.Len())}
+	if s.versioned {
+		res.VersionID = o.id
+	}
+	return res, nil
+}
+
+func checkRetention(r store.Retention) error {
+	if r.Mode != store.LockGovernance && r.Mode != store.LockCompliance {
+		return store.Permanent(fmt.Errorf("invalid retention mode %q", r.Mode))
+	}
+	if r.Until.IsZero() {
+		return store.Permanent(errors.New("a retention needs a retain-until time"))
+	}
+	return nil
 }
 
 // begin registers an upload for a Put in progress.
@@ -152,9 +262,9 @@ func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 		return nil, fail("get", key, err)
 	}
 	s.mu.Lock()
-	o, ok := s.objects[key]
+	o := s.live(key)
 	s.mu.Unlock()
-	if !ok {
+	if o == nil {
 		return nil, fail("get", key, store.ErrNotFound)
 	}
 	return &body{ctx: ctx, key: key, r: bytes.NewReader(o.data)}, nil
@@ -170,9 +280,9 @@ func (s *Store) GetRange(ctx context.Context, key string, offset, length int64) 
 		return nil, fail("get range", key, fmt.Errorf("invalid range: offset %d, length %d", offset, length))
 	}
 	s.mu.Lock()
-	o, ok := s.objects[key]
+	o := s.live(key)
 	s.mu.Unlock()
-	if !ok {
+	if o == nil {
 		return nil, fail("get range", key, store.ErrNotFound)
 	}
 	data := o.data
@@ -211,8 +321,8 @@ func (s *Store) List(ctx context.Context, prefix string) ([]store.ObjectInfo, er
 	}
 	s.mu.Lock()
 	out := []store.ObjectInfo{}
-	for k, o := range s.objects {
-		if strings.HasPrefix(k, prefix) {
+	for k := range s.objects {
+		if o := s.live(k); o != nil && strings.HasPrefix(k, prefix) {
 			out = append(out, store.ObjectInfo{Key: k, Size: int64(len(o.data)), LastModified: o.mod})
 		}
 	}
@@ -221,7 +331,8 @@ func (s *Store) List(ctx context.Context, prefix string) ([]store.ObjectInfo, er
 	return out, nil
 }
 
-// Delete implements store.Store: missing keys are not an error.
+// Delete implements store.Store: missing keys are not an error. On a
+// versioned bucket each key gets a delete marker (its versions stay).
 func (s *Store) Delete(ctx context.Context, keys []string) error {
 	if len(keys) == 0 {
 		return nil
@@ -232,7 +343,11 @@ func (s *Store) Delete(ctx context.Context, keys []string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, k := range keys {
-		delete(s.objects, k)
+		if s.versioned {
+			s.add(k, &object{marker: true, mod: s.now()})
+			continue
+		}
+		delete(s.objects, k) // an unversioned bucket has no lock
 	}
 	return nil
 }

@@ -63,3 +63,65 @@ func TestUploads(t *testing.T) {
 		t.Fatalf("Get: %v", err)
 	}
 }
+
+// The suite on a versioned bucket and on a locked one (its lock cases
+// wait out a short retention in real time, as on a real server).
+func TestConformanceVersioned(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(testing.TB) store.Store { return memstore.NewVersioned() }, storetest.BigSize(12<<20))
+}
+
+func TestConformanceLocked(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(testing.TB) store.Store { return memstore.NewLocked(store.LockInfo{}) }, storetest.BigSize(12<<20),
+		storetest.LockExpiry(500*time.Millisecond))
+}
+
+func TestConformanceLockedNoBypass(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(testing.TB) store.Store {
+		st := memstore.NewLocked(store.LockInfo{})
+		st.DenyBypass = true
+		return st
+	}, storetest.NoBypass(), storetest.LockExpiry(500*time.Millisecond))
+}
+
+// Retention on the store's clock: compliance is never bypassed, a default
+// retention applies to writes without one, and moving the clock past the
+// retain-until time frees the version.
+func TestLockClock(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	st := memstore.NewLocked(store.LockInfo{DefaultMode: store.LockCompliance, DefaultPeriod: 24 * time.Hour})
+	st.Now = func() time.Time { return now }
+	ctx := context.Background()
+	res, err := st.PutWith(ctx, "a/k", strings.NewReader("x"), store.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := st.Retention(ctx, "a/k", res.VersionID)
+	if err != nil || r != (store.Retention{Mode: store.LockCompliance, Until: now.Add(24 * time.Hour)}) {
+		t.Fatalf("default retention: %+v, %v", r, err)
+	}
+	refs := []store.VersionRef{{Key: "a/k", VersionID: res.VersionID}}
+	err = st.DeleteVersions(ctx, refs, store.DeleteOptions{BypassGovernance: true})
+	if u, ok := store.LockedUntil(err); !store.IsLocked(err) || !ok || !u.Equal(now.Add(24*time.Hour)) {
+		t.Fatalf("bypassing compliance: %v; want locked until %v", err, now.Add(24*time.Hour))
+	}
+	if want := "memstore: delete version a/k: object is locked (COMPLIANCE retention until 2026-01-02T00:00:00Z) [version v000001]"; err.Error() != want {
+		t.Errorf("error text %q, want %q", err, want)
+	}
+	if err := st.SetRetention(ctx, "a/k", res.VersionID, store.Retention{Mode: store.LockGovernance, Until: now.Add(48 * time.Hour)}); !store.IsLocked(err) {
+		t.Errorf("compliance to governance: %v; want store.ErrLocked", err)
+	}
+	now = now.Add(24*time.Hour + time.Second)
+	if err := st.DeleteVersions(ctx, refs, store.DeleteOptions{}); err != nil {
+		t.Fatalf("after the retention: %v", err)
+	}
+	if _, err := st.PutWith(ctx, "a/k", strings.NewReader("x"), store.PutOptions{Retention: &store.Retention{Mode: "forever", Until: now}}); err == nil || store.IsTransient(err) {
+		t.Errorf("a bad mode: %v", err)
+	}
+	if _, err := memstore.New().PutWith(ctx, "a/k", strings.NewReader("x"), store.PutOptions{Retention: &store.Retention{Mode: store.LockGovernance, Until: now}}); err == nil {
+		t.Errorf("a retention on a bucket without lock: no error")
+	}
+}

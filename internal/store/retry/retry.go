@@ -17,8 +17,10 @@
 // A call stops at once when its context ends. The wrapper always has
 // Conditional (the inner store's, or Put when it has none), Multipart (an
 // inner store without it has no uploads), Ranger (a Get cut to the range
-// when the inner store has none) and Checker (nil when the inner store has
-// none).
+// when the inner store has none), Checker (nil when the inner store has
+// none), and Locker and Versioner (lock.go: PutWith repeated as Put is,
+// the other calls repeated; on an inner store without them, no lock, no
+// versioning, and store.ErrUnsupported for what needs them).
 package retry
 
 import (

@@ -106,3 +106,40 @@ func read(t *testing.T, st store.Store, key string) string {
 	}
 	return string(b)
 }
+
+// Locker and Versioner pass through: the suite's lock and version cases on
+// a locked in-memory bucket; around a store without them, no lock, no
+// versioning, the objects listed as version "null", and ErrUnsupported.
+func TestConformanceLocked(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(testing.TB) store.Store { return retry.Wrap(memstore.NewLocked(store.LockInfo{}), fast) },
+		storetest.LockExpiry(300*time.Millisecond))
+}
+
+// plainStore hides every capability of the store it holds.
+type plainStore struct{ store.Store }
+
+func TestLockWithoutInner(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := retry.Wrap(plainStore{memstore.New()}, fast)
+	if info, err := st.LockConfig(ctx); err != nil || info.Enabled {
+		t.Errorf("LockConfig: %+v, %v", info, err)
+	}
+	if on, err := st.Versioning(ctx); err != nil || on {
+		t.Errorf("Versioning: %v, %v", on, err)
+	}
+	if _, err := st.PutWith(ctx, "a/k", strings.NewReader("x"), store.PutOptions{IfAbsent: true}); err != nil {
+		t.Fatal(err)
+	}
+	if vs, err := st.ListVersions(ctx, "a/"); err != nil || len(vs) != 1 || vs[0].VersionID != "null" || !vs[0].IsLatest {
+		t.Errorf("ListVersions: %+v, %v", vs, err)
+	}
+	_, err := st.PutWith(ctx, "a/k2", strings.NewReader("x"), store.PutOptions{Retention: &store.Retention{Mode: store.LockGovernance, Until: time.Now().Add(time.Hour)}})
+	if !errors.Is(err, store.ErrUnsupported) || store.IsTransient(err) || !strings.Contains(err.Error(), "put a/k2") {
+		t.Errorf("PutWith a retention: %v; want a permanent ErrUnsupported naming put a/k2", err)
+	}
+	if _, err := st.GetVersion(ctx, "a/k", "null"); !errors.Is(err, store.ErrUnsupported) {
+		t.Errorf("GetVersion: %v", err)
+	}
+}

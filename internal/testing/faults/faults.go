@@ -50,8 +50,11 @@
 // store's, or its Put when the inner store has none), Multipart (an inner
 // store without it has no uploads: none are listed, aborting is a no-op),
 // KeyUploadLister only through Multipart's ListUploads, Ranger (the inner
-// store's GetRange, or its Get cut to the range) and Checker (the inner
-// store's Check, or nil).
+// store's GetRange, or its Get cut to the range), Checker (the inner
+// store's Check, or nil), and Locker and Versioner (the inner store's; on
+// an inner store without them, as internal/store/retry: no lock, no
+// versioning, the objects listed as version "null", the rest
+// store.ErrUnsupported).
 package faults
 
 import (
@@ -82,6 +85,16 @@ const (
 	OpDelete      Op = "delete"
 	OpListUploads Op = "list uploads"
 	OpAbortUpload Op = "abort upload"
+
+	// store.Locker's and store.Versioner's (Locker's PutWith matches
+	// OpPut; a GetVersion takes an OpGetVersion fault, else an OpGet one).
+	OpLockConfig    Op = "get lock config"
+	OpPutRetention  Op = "put retention"
+	OpGetRetention  Op = "get retention"
+	OpVersioning    Op = "get versioning"
+	OpListVersions  Op = "list versions"
+	OpGetVersion    Op = "get version"
+	OpDeleteVersion Op = "delete version"
 )
 
 // Kind is what a fault does.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/store/memstore"
@@ -89,5 +90,29 @@ func TestInjectedErrorsFollowTheContract(t *testing.T) {
 	_, err = f.Put(ctx, "b", strings.NewReader("x"))
 	if !store.IsStoreError(err) || !store.IsTransient(err) {
 		t.Errorf("Reset: %v", err)
+	}
+}
+
+// Locker and Versioner pass through, and their calls take faults.
+func TestLockAndVersions(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(testing.TB) store.Store { return faults.Wrap(memstore.NewLocked(store.LockInfo{})) },
+		storetest.LockExpiry(300*time.Millisecond))
+	ctx := context.Background()
+	f := faults.Wrap(memstore.NewLocked(store.LockInfo{}))
+	res, err := f.PutWith(ctx, "a/k", strings.NewReader("x"), store.PutOptions{})
+	if err != nil || res.VersionID == "" {
+		t.Fatalf("PutWith: %+v, %v", res, err)
+	}
+	f.Inject(faults.Fault{Op: faults.OpGet, Key: "a/k", Kind: faults.ServerError, Times: 1})
+	f.Inject(faults.Fault{Op: faults.OpListVersions, Kind: faults.Reset, Times: 1})
+	if _, err := f.GetVersion(ctx, "a/k", res.VersionID); !store.IsTransient(err) || !strings.Contains(err.Error(), "get version a/k") {
+		t.Errorf("GetVersion with an OpGet 503: %v", err)
+	}
+	if _, err := f.ListVersions(ctx, "a/"); !store.IsTransient(err) {
+		t.Errorf("ListVersions with a reset: %v", err)
+	}
+	if vs, err := f.ListVersions(ctx, "a/"); err != nil || len(vs) != 1 {
+		t.Errorf("ListVersions after the fault: %+v, %v", vs, err)
 	}
 }

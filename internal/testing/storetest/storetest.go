@@ -10,7 +10,14 @@
 // run prefix), so the stores newStore returns may share one bucket, and
 // other tests' keys may be there too. Capabilities (Conditional, Multipart,
 // Checker) are tested when the store has them; GetRange tests store.Ranger,
-// or store.RangeOfGet on a store without it.
+// or store.RangeOfGet on a store without it. The Lock cases run when the
+// store has store.Locker and its bucket has object lock (LockConfig), the
+// Versions cases when it has store.Versioner and its bucket keeps versions:
+// a backend runs the suite once more on such a bucket (the whole suite:
+// every write to a locked bucket must carry its checksum). Lock expiry is
+// waited out in real time (LockExpiry); the versions a case locks are then
+// removed with a governance bypass, or, with NoBypass, the bypass is
+// checked to be refused.
 package storetest
 
 import (
@@ -35,10 +42,21 @@ import (
 type Option func(*config)
 
 type config struct {
-	bigSize int64
-	prefix  string
-	prompt  time.Duration
+	bigSize  int64
+	prefix   string
+	prompt   time.Duration
+	noBypass bool
+	expiry   time.Duration
 }
+
+// NoBypass says the store's credential may not bypass governance
+// retention: the lock cases then check that a bypass is refused, instead
+// of using one to remove what they locked.
+func NoBypass() Option { return func(c *config) { c.noBypass = true } }
+
+// LockExpiry is the governance retention LockExpires puts, then waits out
+// (default 2s: a real server's clock cannot be moved).
+func LockExpiry(d time.Duration) Option { return func(c *config) { c.expiry = d } }
 
 // BigSize adds a round trip of n bytes: pass more than the backend's
 // multipart threshold (0: none).
@@ -54,7 +72,7 @@ func Prompt(d time.Duration) Option { return func(c *config) { c.prompt = d } }
 // that subtest's testing.TB.
 func Run(t *testing.T, newStore func(t testing.TB) store.Store, opts ...Option) {
 	t.Helper()
-	cfg := config{prompt: 10 * time.Second}
+	cfg := config{prompt: 10 * time.Second, expiry: 2 * time.Second}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -83,6 +101,13 @@ func Run(t *testing.T, newStore func(t testing.TB) store.Store, opts ...Option) 
 		{"Multipart", s.multipart},
 		{"Check", s.check},
 		{"GetRange", s.getRange},
+		// store.Locker, on a bucket with object lock (lock.go).
+		{"LockRefusesDelete", s.lockRefusesDelete},
+		{"LockExpires", s.lockExpires},
+		{"LockMultipart", s.lockMultipart},
+		// store.Versioner, on a versioned bucket (lock.go).
+		{"Versions", s.versions},
+		{"VersionsCreateOnly", s.versionsCreateOnly},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
