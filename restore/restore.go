@@ -378,7 +378,7 @@ func Run(ctx context.Context, opts Options) (_ *Result, rerr error) {
 	if err := r.moveDataDirsAside(ctx); err != nil {
 		return r.res, err
 	}
-	if err := r.writeDataDirs(ctx); err != nil {
+	if err := r.prepareAndWrite(ctx); err != nil {
 		return r.res, err
 	}
 	r.written()
@@ -491,10 +491,10 @@ func (r *restoreRun) moveDataDirsBack() {
 	}
 }
 
-// writeDataDirs is the Prepare and WriteDataDirs stages: the staged
+// prepareAndWrite is the Prepare and WriteDataDirs stages: the staged
 // snapshot prepared and every data dir written, or the dirs moved aside
 // moved back.
-func (r *restoreRun) writeDataDirs(ctx context.Context) error {
+func (r *restoreRun) prepareAndWrite(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		r.moveDataDirsBack()
 		return r.fail(ctx, StepWrite, err)
