@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
 	"github.com/armada/etcd-recovery/internal/seal"
@@ -422,7 +424,7 @@ func isTimeout(detail string) bool {
 }
 
 func (d *drill) fail(step string, err error) (*catalog.DrillRecord, error) {
-	return nil, &Error{ClusterID: d.opts.ClusterID, Backup: d.backupName(), At: step, Err: err}
+	return nil, d.errAt(step, err)
 }
 
 func (d *drill) backupName() string {
@@ -432,71 +434,156 @@ func (d *drill) backupName() string {
 	return d.opts.Backup
 }
 
+// run is the drill's sequence of steps: the backup chosen, the scratch dir
+// made, the backup restored into it, etcd started on it, its checks and the
+// comparison with the source, then finish (the verdict and the record). A
+// step that records a failed check ends the drill at its verdict.
 func (d *drill) run(ctx context.Context) (_ *catalog.DrillRecord, rerr error) {
 	if err := d.opts.defaults(); err != nil {
 		return d.fail(StepValidate, err)
 	}
+	if err := d.chooseBackup(ctx); err != nil {
+		return nil, err
+	}
+	d.begin()
+	scratch, err := d.makeScratch()
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err := d.cleanupOnExit(scratch); err != nil && rerr == nil {
+			rerr = err
+		}
+	}()
+	if err := d.setUpScratch(); err != nil {
+		return nil, err
+	}
+	if verdict, err := d.restoreBackup(ctx); verdict || err != nil {
+		return d.endStep(ctx, verdict, err)
+	}
+	if verdict, err := d.startEtcd(ctx); verdict || err != nil {
+		return d.endStep(ctx, verdict, err)
+	}
+	cli, err := etcdconn.Config{Endpoints: []string{d.proc.clientURL}, DialTimeout: d.opts.ProbeTimeout}.Client(ctx)
+	if err != nil {
+		return d.fail(StepChecks, err)
+	}
+	defer cli.Close()
+	// The checks end as soon as etcd exits: a dead member answers nothing,
+	// and waiting for each check's deadline would only delay the verdict.
+	cctx := d.proc.untilExit(ctx)
+	if err := d.runChecks(ctx, cctx, cli); err != nil {
+		return nil, err
+	}
+	if err := d.runCompare(ctx, cctx, cli); err != nil {
+		return nil, err
+	}
+	return d.finish(ctx)
+}
+
+// endStep ends the drill after a step that stopped it: at its verdict
+// (finish) when the step recorded a failed check, else with the step's
+// error.
+func (d *drill) endStep(ctx context.Context, verdict bool, err error) (*catalog.DrillRecord, error) {
+	if verdict {
+		return d.finish(ctx)
+	}
+	return nil, err
+}
+
+// errAt is the drill's error at step, naming the cluster and the backup.
+func (d *drill) errAt(step string, err error) error {
+	return &Error{ClusterID: d.opts.ClusterID, Backup: d.backupName(), At: step, Err: err}
+}
+
+// chooseBackup is the select step: the local copy's backup, the one asked
+// for, or else the newest committed backup.
+func (d *drill) chooseBackup(ctx context.Context) error {
 	if d.opts.Plaintext != "" {
 		d.opts.Backup = d.opts.Manifest.Name
 	}
-	if d.opts.Backup == "" {
-		// The newest committed backup, whatever its earlier drills said:
-		// restore's own choice would skip one whose drill failed, and an
-		// idle cluster's newest backup would never be drilled again.
-		entries, err := catalog.Inventory(ctx, d.opts.Store, d.opts.Layout, d.opts.ClusterID)
-		if err != nil {
-			return d.fail(StepSelect, err)
-		}
-		for _, e := range entries {
-			if e.Committed {
-				d.opts.Backup = e.Name
-				break
-			}
-		}
-		if d.opts.Backup == "" {
-			return d.fail(StepSelect, fmt.Errorf("no committed backup of cluster %s under %s",
-				d.opts.ClusterID, d.opts.Layout.ClusterPrefix(d.opts.ClusterID)))
+	if d.opts.Backup != "" {
+		return nil
+	}
+	// The newest committed backup, whatever its earlier drills said:
+	// restore's own choice would skip one whose drill failed, and an
+	// idle cluster's newest backup would never be drilled again.
+	entries, err := catalog.Inventory(ctx, d.opts.Store, d.opts.Layout, d.opts.ClusterID)
+	if err != nil {
+		return d.errAt(StepSelect, err)
+	}
+	for _, e := range entries {
+		if e.Committed {
+			d.opts.Backup = e.Name
+			break
 		}
 	}
+	if d.opts.Backup == "" {
+		return d.errAt(StepSelect, fmt.Errorf("no committed backup of cluster %s under %s",
+			d.opts.ClusterID, d.opts.Layout.ClusterPrefix(d.opts.ClusterID)))
+	}
+	return nil
+}
+
+// begin starts the drill's log and its record.
+func (d *drill) begin() {
 	opts := d.opts
 	d.log = opts.Log.With("cluster", opts.ClusterID, "drill", true)
 	d.rec = &catalog.DrillRecord{Format: catalog.DrillFormat, ClusterID: opts.ClusterID, Backup: opts.Backup,
 		StartedAt: opts.Now().UTC(), ToolVersion: version.Version, BumpRevision: restore.DefaultBumpRevision}
+}
 
-	// The private scratch dir: the staged snapshot and the data dir, and
-	// etcd's log. Everything the drill writes is in it, and it goes on
-	// every exit path, after the etcd using it has exited.
-	root := restore.ScratchRoot(opts.ScratchDir)
-	scratch, err := seal.MkdirTemp(root, ".etcd-recovery-drill-"+opts.ClusterID+"-") // named and registered so no exit leaves it (seal.RemoveAllScratch, seal.RemoveLeftovers)
+// makeScratch makes the private scratch dir: the staged snapshot and the
+// data dir, and etcd's log. Everything the drill writes is in it, and it
+// goes on every exit path (cleanupOnExit), after the etcd using it has
+// exited.
+func (d *drill) makeScratch() (string, error) {
+	root := restore.ScratchRoot(d.opts.ScratchDir)
+	scratch, err := seal.MkdirTemp(root, ".etcd-recovery-drill-"+d.opts.ClusterID+"-") // named and registered so no exit leaves it (seal.RemoveAllScratch, seal.RemoveLeftovers)
 	if err != nil {
-		return d.fail(StepValidate, fmt.Errorf("scratch dir in %s: %w (%s)", root, err, restore.HintScratch))
+		return "", d.errAt(StepValidate, fmt.Errorf("scratch dir in %s: %w (%s)", root, err, restore.HintScratch))
 	}
 	d.scratch = scratch
-	defer func() {
-		if cerr := d.cleanup(); cerr != nil {
-			d.log.Error("drill clean-up failed", "scratch", scratch, "err", cerr)
-			if rerr == nil {
-				rerr = &Error{ClusterID: opts.ClusterID, Backup: d.backupName(), At: StepCleanup, Err: cerr}
-			}
-		}
-	}()
-	if err := os.Chmod(scratch, 0o700); err != nil {
-		return d.fail(StepValidate, err)
+	return scratch, nil
+}
+
+// cleanupOnExit is the clean-up on every exit path of run: etcd stopped
+// and the scratch dir removed; its error is the cleanup step's.
+func (d *drill) cleanupOnExit(scratch string) error {
+	cerr := d.cleanup()
+	if cerr == nil {
+		return nil
 	}
-	d.dataDir = filepath.Join(scratch, "drill.etcd")
+	d.log.Error("drill clean-up failed", "scratch", scratch, "err", cerr)
+	return &Error{ClusterID: d.opts.ClusterID, Backup: d.backupName(), At: StepCleanup, Err: cerr}
+}
+
+// setUpScratch makes the scratch dir private and chooses the data dir and
+// the peer URL of the drill's etcd.
+func (d *drill) setUpScratch() error {
+	if err := os.Chmod(d.scratch, 0o700); err != nil {
+		return d.errAt(StepValidate, err)
+	}
+	d.dataDir = filepath.Join(d.scratch, "drill.etcd")
 	peerPort, err := freeLoopbackPort()
 	if err != nil {
-		return d.fail(StepValidate, err)
+		return d.errAt(StepValidate, err)
 	}
 	d.peerURL = fmt.Sprintf("http://127.0.0.1:%d", peerPort)
+	return nil
+}
 
-	// Download, verify and restore: restore's own stages, one member,
-	// no survivor snapshot. The etcd is found before the download, and
-	// the source asked for its hash before the restore.
+// restoreBackup is the verify and restore steps: download, verify and
+// restore with restore's own stages, one member, no survivor snapshot.
+// The etcd is found before the download, and the source asked for its
+// hash before the restore. verdict: the backup's fault was recorded as a
+// failed check.
+func (d *drill) restoreBackup(ctx context.Context) (verdict bool, err error) {
+	opts := d.opts
 	ro := restore.Options{
 		ClusterID: opts.ClusterID, Store: opts.Store, Layout: opts.Layout, NoLive: true, Backup: opts.Backup,
 		Targets:      restore.Targets{InitialCluster: "drill=" + d.peerURL, DataDir: d.dataDir},
-		BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, Parallel: 1, ScratchDir: scratch,
+		BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, Parallel: 1, ScratchDir: d.scratch,
 		ProbeTimeout: opts.ProbeTimeout, Progress: opts.Progress, Log: opts.Log, Now: opts.Now,
 		Identities: opts.Identities,
 	}
@@ -504,7 +591,7 @@ func (d *drill) run(ctx context.Context) (_ *catalog.DrillRecord, rerr error) {
 	if err != nil {
 		step := stepOf(err)
 		if ctx.Err() != nil {
-			return d.fail(step, err)
+			return false, d.errAt(step, err)
 		}
 		cause := err
 		var re *restore.Error
@@ -516,32 +603,37 @@ func (d *drill) run(ctx context.Context) (_ *catalog.DrillRecord, rerr error) {
 			// The backup's fault: recorded.
 			d.addStep(StepVerify, d.verifyStart, cause)
 			d.check(StepVerify, catalog.DrillCheck{Name: CheckVerify, Status: catalog.DrillCheckFailed, Detail: cause.Error()})
-			return d.finish(ctx)
+			return true, nil
 		case step == StepRestore && !restore.IsLocalFailure(err):
 			// etcd's restore code refused the verified database.
 			d.addStep(StepRestore, restoreStart, cause)
 			d.check(StepRestore, catalog.DrillCheck{Name: StepRestore, Status: catalog.DrillCheckFailed, Detail: cause.Error()})
-			return d.finish(ctx)
+			return true, nil
 		}
-		return d.fail(step, cause)
+		return false, d.errAt(step, cause)
 	}
 	d.addStep(StepRestore, restoreStart, nil)
 	if st, err := os.Stat(filepath.Join(d.dataDir, "member", "snap", "db")); err == nil {
 		d.rec.DBSize = st.Size()
 	}
+	return false, nil
+}
 
-	// Start etcd on it.
+// startEtcd is the start step: a real etcd started on the restored data
+// dir, its start recorded as a check. verdict: it did not start, recorded
+// as a failed (or inconclusive) check.
+func (d *drill) startEtcd(ctx context.Context) (verdict bool, err error) {
 	d.step(ctx, StepStart)
 	if err := ctx.Err(); err != nil {
-		return d.fail(StepStart, err)
+		return false, d.errAt(StepStart, err)
 	}
 	t := time.Now()
-	d.proc, err = startDrillEtcd(ctx, etcdStart{bin: d.bin, dataDir: d.dataDir, scratch: scratch, peerURL: d.peerURL,
-		token: d.token, dbSize: d.rec.DBSize, timeout: d.startTimeout(), probe: opts.ProbeTimeout, memLimit: opts.EtcdMemoryLimit, log: d.log, onStart: opts.onEtcd})
+	d.proc, err = startDrillEtcd(ctx, etcdStart{bin: d.bin, dataDir: d.dataDir, scratch: d.scratch, peerURL: d.peerURL,
+		token: d.token, dbSize: d.rec.DBSize, timeout: d.startTimeout(), probe: d.opts.ProbeTimeout, memLimit: d.opts.EtcdMemoryLimit, log: d.log, onStart: d.opts.onEtcd})
 	d.addStep(StepStart, t, err)
 	if err != nil {
 		if ctx.Err() != nil {
-			return d.fail(StepStart, err)
+			return false, d.errAt(StepStart, err)
 		}
 		c := catalog.DrillCheck{Name: CheckStart, Status: catalog.DrillCheckFailed, Detail: err.Error()}
 		var se *etcdStartError
@@ -550,36 +642,37 @@ func (d *drill) run(ctx context.Context) (_ *catalog.DrillRecord, rerr error) {
 			d.causes = append(d.causes, se.Cause)
 		}
 		d.check(StepStart, c)
-		return d.finish(ctx)
+		return true, nil
 	}
 	d.check(StepStart, catalog.DrillCheck{Name: CheckStart, Status: catalog.DrillCheckPassed,
 		Detail: fmt.Sprintf("etcd %s serving on %s", d.rec.EtcdVersion, d.proc.clientURL)})
+	return false, nil
+}
 
-	cli, err := etcdconn.Config{Endpoints: []string{d.proc.clientURL}, DialTimeout: opts.ProbeTimeout}.Client(ctx)
-	if err != nil {
-		return d.fail(StepChecks, err)
-	}
-	defer cli.Close()
-
+// runChecks is the checks step: the restored member checked on cctx
+// (which ends when etcd exits); only a cancel of ctx stops the drill.
+func (d *drill) runChecks(ctx, cctx context.Context, cli *clientv3.Client) error {
 	d.step(ctx, StepChecks)
-	t = time.Now()
-	// The checks end as soon as etcd exits: a dead member answers nothing,
-	// and waiting for each check's deadline would only delay the verdict.
-	cctx := d.proc.untilExit(ctx)
+	t := time.Now()
 	d.checkServing(cctx, cli)
 	d.addStep(StepChecks, t, nil)
 	if err := ctx.Err(); err != nil {
-		return d.fail(StepChecks, err)
+		return d.errAt(StepChecks, err)
 	}
+	return nil
+}
 
+// runCompare is the compare step: the restored member compared with the
+// source on cctx; only a cancel of ctx stops the drill.
+func (d *drill) runCompare(ctx, cctx context.Context, cli *clientv3.Client) error {
 	d.step(ctx, StepCompare)
-	t = time.Now()
+	t := time.Now()
 	d.compare(cctx, cli)
 	d.addStep(StepCompare, t, nil)
 	if err := ctx.Err(); err != nil {
-		return d.fail(StepCompare, err)
+		return d.errAt(StepCompare, err)
 	}
-	return d.finish(ctx)
+	return nil
 }
 
 // finish stops etcd, removes the scratch dir, and records the result.

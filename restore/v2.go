@@ -99,122 +99,163 @@ func (o V2Options) Validate() error {
 // It compares first and writes only what differs, so running it twice
 // changes nothing the second time.
 func RestoreV2(ctx context.Context, opts V2Options) (*V2Report, error) {
-	start := time.Now()
-	rep := &V2Report{ClusterID: opts.ClusterID, Backup: opts.Backup, Changes: []V2Change{}}
-	fail := func(step string, err error) (*V2Report, error) {
-		return rep, &Error{ClusterID: opts.ClusterID, At: step, Err: err}
+	r := &v2Run{start: time.Now(), opts: opts,
+		rep: &V2Report{ClusterID: opts.ClusterID, Backup: opts.Backup, Changes: []V2Change{}}}
+	if err := r.setUp(); err != nil {
+		return r.rep, err
 	}
-	if err := opts.Validate(); err != nil {
-		return fail(StepValidate, err)
+	m, err := r.chooseBackup(ctx)
+	if err != nil {
+		return r.rep, err
 	}
-	if opts.Store == nil {
-		return fail(StepValidate, errors.New("no object store"))
+	exp, err := r.fetchExport(ctx, m)
+	if err != nil {
+		return r.rep, err
 	}
-	if opts.Concurrency <= 0 {
-		opts.Concurrency = 8
+	hc, err := r.opts.Etcd.HTTPClient()
+	if err != nil {
+		return r.rep, r.fail(StepValidate, err)
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
+	defer hc.CloseIdleConnections()
+	existing, err := r.readCluster(ctx, hc)
+	if err != nil {
+		return r.rep, err
 	}
-	if opts.Log == nil {
-		opts.Log = slog.New(slog.DiscardHandler)
+	if err := r.writeNodes(ctx, hc, exp, existing); err != nil {
+		return r.rep, err
 	}
-	log := opts.Log.With("cluster", opts.ClusterID)
+	return r.rep, r.result(ctx, m, exp)
+}
 
-	// The backup.
+// v2Run is the state of one RestoreV2: its options and its report.
+type v2Run struct {
+	start time.Time
+	opts  V2Options
+	log   *slog.Logger
+	rep   *V2Report
+	mu    sync.Mutex // guards rep while keys are written
+}
+
+// fail is the run's failure at step.
+func (r *v2Run) fail(step string, err error) error {
+	return &Error{ClusterID: r.opts.ClusterID, At: step, Err: err}
+}
+
+// setUp is the validate step: the options checked, then defaulted.
+func (r *v2Run) setUp() error {
+	if err := r.opts.Validate(); err != nil {
+		return r.fail(StepValidate, err)
+	}
+	if r.opts.Store == nil {
+		return r.fail(StepValidate, errors.New("no object store"))
+	}
+	if r.opts.Concurrency <= 0 {
+		r.opts.Concurrency = 8
+	}
+	if r.opts.Now == nil {
+		r.opts.Now = time.Now
+	}
+	if r.opts.Log == nil {
+		r.opts.Log = slog.New(slog.DiscardHandler)
+	}
+	r.log = r.opts.Log.With("cluster", r.opts.ClusterID)
+	return nil
+}
+
+// chooseBackup is the select step: the backup asked for, or the newest
+// committed one; it must hold a v2 export.
+func (r *v2Run) chooseBackup(ctx context.Context) (*catalog.Manifest, error) {
+	opts := r.opts
 	var m *catalog.Manifest
 	if opts.Backup != "" {
 		var err error
 		if m, err = catalog.LoadManifest(ctx, opts.Store, opts.Layout, opts.ClusterID, opts.Backup); err != nil {
-			return fail(StepSelect, fmt.Errorf("--backup %s: %w", opts.Backup, err))
+			return nil, r.fail(StepSelect, fmt.Errorf("--backup %s: %w", opts.Backup, err))
 		}
 	} else {
 		listed, err := catalog.ListBackups(ctx, opts.Store, opts.Layout, opts.ClusterID)
 		if err != nil {
-			return fail(StepList, err)
+			return nil, r.fail(StepList, err)
 		}
 		cands, _ := rankCandidates(listed)
 		if len(cands) == 0 {
-			return fail(StepSelect, fmt.Errorf("no committed backup of cluster %s", opts.ClusterID))
+			return nil, r.fail(StepSelect, fmt.Errorf("no committed backup of cluster %s", opts.ClusterID))
 		}
 		m = cands[0].manifest
-		log.Info("restoring the v2 keys of the newest backup", "backup", m.Name, "revision", m.Revision())
+		r.log.Info("restoring the v2 keys of the newest backup", "backup", m.Name, "revision", m.Revision())
 	}
-	rep.Backup = m.Name
+	r.rep.Backup = m.Name
 	if m.V2 == nil {
-		var with []string
-		if listed, err := catalog.ListBackups(ctx, opts.Store, opts.Layout, opts.ClusterID); err == nil {
-			for _, l := range listed {
-				if l.Manifest != nil && l.Manifest.V2 != nil {
-					with = append(with, l.Name)
-				}
+		return nil, r.fail(StepSelect, r.noExport(ctx, m))
+	}
+	return m, nil
+}
+
+// noExport words a backup without a v2 export, naming the backups with
+// one.
+func (r *v2Run) noExport(ctx context.Context, m *catalog.Manifest) error {
+	var with []string
+	if listed, err := catalog.ListBackups(ctx, r.opts.Store, r.opts.Layout, r.opts.ClusterID); err == nil {
+		for _, l := range listed {
+			if l.Manifest != nil && l.Manifest.V2 != nil {
+				with = append(with, l.Name)
 			}
 		}
-		msg := fmt.Sprintf("backup %s has no v2 export (%s)", m.Name, m.V2Skipped)
-		if len(with) > 0 {
-			msg += "; backups with one: " + strings.Join(with, ", ") + " (pass --backup)"
-		}
-		return fail(StepSelect, errors.New(msg))
 	}
-	if err := checkIdentity(opts.Layout, m, opts.Identities); err != nil {
-		return fail(StepVerifyBackup, err)
+	msg := fmt.Sprintf("backup %s has no v2 export (%s)", m.Name, m.V2Skipped)
+	if len(with) > 0 {
+		msg += "; backups with one: " + strings.Join(with, ", ") + " (pass --backup)"
 	}
-	exp, err := fetchV2(ctx, opts.Store, opts.Layout, m, opts.Identities)
-	if err != nil {
-		return fail(StepVerifyBackup, err)
-	}
-	rep.Keys, rep.Dirs = exp.Counts()
+	return errors.New(msg)
+}
 
-	// The cluster as it is.
-	hc, err := opts.Etcd.HTTPClient()
-	if err != nil {
-		return fail(StepValidate, err)
+// fetchExport is the verify step: the identities checked against the
+// backup's recipients, the export streamed, verified and decoded.
+func (r *v2Run) fetchExport(ctx context.Context, m *catalog.Manifest) (*catalog.V2Export, error) {
+	if err := checkIdentity(r.opts.Layout, m, r.opts.Identities); err != nil {
+		return nil, r.fail(StepVerifyBackup, err)
 	}
-	defer hc.CloseIdleConnections()
+	exp, err := fetchV2(ctx, r.opts.Store, r.opts.Layout, m, r.opts.Identities)
+	if err != nil {
+		return nil, r.fail(StepVerifyBackup, err)
+	}
+	r.rep.Keys, r.rep.Dirs = exp.Counts()
+	return exp, nil
+}
+
+// readCluster reads the cluster's v2 keys as they are, from the first
+// endpoint that serves them, by key.
+func (r *v2Run) readCluster(ctx context.Context, hc *http.Client) (map[string]catalog.V2Node, error) {
 	var cur *catalog.V2Export
 	var errs []error
-	for _, ep := range opts.Etcd.Endpoints {
-		u := opts.Etcd.URL(ep)
+	for _, ep := range r.opts.Etcd.Endpoints {
+		u := r.opts.Etcd.URL(ep)
+		var err error
 		cur, err = catalog.ExportV2(ctx, hc, u)
 		if err == nil {
-			rep.Endpoint = u
+			r.rep.Endpoint = u
 			break
 		}
 		if errors.Is(err, catalog.ErrV2Unavailable) {
-			return fail(StepV2, fmt.Errorf("%s: %w: start the new members with --enable-v2 (etcd 3.4 or 3.5; 3.6 has no v2 store)", etcdconn.Host(u), err))
+			return nil, r.fail(StepV2, fmt.Errorf("%s: %w: start the new members with --enable-v2 (etcd 3.4 or 3.5; 3.6 has no v2 store)", etcdconn.Host(u), err))
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", etcdconn.Host(u), err))
 	}
-	if rep.Endpoint == "" {
-		return fail(StepV2, fmt.Errorf("no endpoint served the v2 keys: %w", errors.Join(errs...)))
+	if r.rep.Endpoint == "" {
+		return nil, r.fail(StepV2, fmt.Errorf("no endpoint served the v2 keys: %w", errors.Join(errs...)))
 	}
 	existing := make(map[string]catalog.V2Node, len(cur.Nodes))
 	for _, n := range cur.Nodes {
 		existing[n.Key] = n
 	}
+	return existing, nil
+}
 
-	// Directories in order (parents first), then keys concurrently.
-	now := opts.Now()
-	var mu sync.Mutex
-	record := func(c V2Change) {
-		mu.Lock()
-		defer mu.Unlock()
-		switch c.Action {
-		case V2Created:
-			rep.Created++
-		case V2Updated:
-			rep.Updated++
-		case V2Unchanged:
-			rep.Unchanged++
-			return
-		case V2Expired:
-			rep.Expired++
-		case V2Failed:
-			rep.Failed++
-		}
-		rep.Changes = append(rep.Changes, c)
-	}
-	w := &v2Writer{hc: hc, endpoint: rep.Endpoint}
+// writeNodes is the write step: directories in order (parents first),
+// then keys concurrently, each change recorded in the report.
+func (r *v2Run) writeNodes(ctx context.Context, hc *http.Client, exp *catalog.V2Export, existing map[string]catalog.V2Node) error {
+	now := r.opts.Now()
+	w := &v2Writer{hc: hc, endpoint: r.rep.Endpoint}
 	var keys []catalog.V2Node
 	for _, n := range exp.Nodes {
 		if !n.Dir {
@@ -222,16 +263,16 @@ func RestoreV2(ctx context.Context, opts V2Options) (*V2Report, error) {
 			continue
 		}
 		if err := ctx.Err(); err != nil {
-			return fail(StepV2, err)
+			return r.fail(StepV2, err)
 		}
-		record(w.apply(ctx, n, existing, now))
+		r.record(w.apply(ctx, n, existing, now))
 	}
 	work := make(chan catalog.V2Node)
 	var wg sync.WaitGroup
-	for range opts.Concurrency {
+	for range r.opts.Concurrency {
 		wg.Go(func() {
 			for n := range work {
-				record(w.apply(ctx, n, existing, now))
+				r.record(w.apply(ctx, n, existing, now))
 			}
 		})
 	}
@@ -246,11 +287,39 @@ func RestoreV2(ctx context.Context, opts V2Options) (*V2Report, error) {
 	}
 	close(work)
 	wg.Wait()
-	rep.Duration = time.Since(start)
-	if err := ctx.Err(); err != nil {
-		return fail(StepV2, err)
+	return nil
+}
+
+// record counts one change in the report, and lists it unless unchanged.
+func (r *v2Run) record(c V2Change) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rep := r.rep
+	switch c.Action {
+	case V2Created:
+		rep.Created++
+	case V2Updated:
+		rep.Updated++
+	case V2Unchanged:
+		rep.Unchanged++
+		return
+	case V2Expired:
+		rep.Expired++
+	case V2Failed:
+		rep.Failed++
 	}
-	log.Info("v2 keys restored", "backup", m.Name, "created", rep.Created, "updated", rep.Updated,
+	rep.Changes = append(rep.Changes, c)
+}
+
+// result ends the run: its duration, a cancel, the counts logged, and an
+// error naming the first node that could not be written.
+func (r *v2Run) result(ctx context.Context, m *catalog.Manifest, exp *catalog.V2Export) error {
+	rep := r.rep
+	rep.Duration = time.Since(r.start)
+	if err := ctx.Err(); err != nil {
+		return r.fail(StepV2, err)
+	}
+	r.log.Info("v2 keys restored", "backup", m.Name, "created", rep.Created, "updated", rep.Updated,
 		"unchanged", rep.Unchanged, "expired", rep.Expired, "failed", rep.Failed)
 	if rep.Failed > 0 {
 		first := ""
@@ -260,9 +329,9 @@ func RestoreV2(ctx context.Context, opts V2Options) (*V2Report, error) {
 				break
 			}
 		}
-		return fail(StepV2, fmt.Errorf("%d of %d v2 nodes could not be written, first: %s", rep.Failed, len(exp.Nodes), first))
+		return r.fail(StepV2, fmt.Errorf("%d of %d v2 nodes could not be written, first: %s", rep.Failed, len(exp.Nodes), first))
 	}
-	return rep, nil
+	return nil
 }
 
 // StepV2 is the step of RestoreV2 that writes the keys.
