@@ -11,19 +11,20 @@ import (
 	"github.com/armada/etcd-recovery/internal/store"
 )
 
-// locker returns st's Locker when its bucket has object lock, else skips.
+// locker returns st's Locker; Run runs the lock cases only on a bucket
+// with object lock.
 func locker(t *testing.T, st store.Store) store.Locker {
 	t.Helper()
 	l, ok := st.(store.Locker)
 	if !ok {
-		t.Skip("no store.Locker")
+		t.Fatal("no store.Locker")
 	}
 	info, err := l.LockConfig(ctxT(t))
 	if err != nil {
 		t.Fatalf("LockConfig: %v", err)
 	}
 	if !info.Enabled {
-		t.Skip("the bucket has no object lock")
+		t.Fatal("the bucket has no object lock")
 	}
 	if v, ok := st.(store.Versioner); ok {
 		if on, err := v.Versioning(ctxT(t)); err != nil || !on {
@@ -33,20 +34,20 @@ func locker(t *testing.T, st store.Store) store.Locker {
 	return l
 }
 
-// versioner returns st's Versioner when its bucket keeps versions, else
-// skips.
+// versioner returns st's Versioner; Run runs the version cases only on
+// a bucket that keeps versions.
 func versioner(t *testing.T, st store.Store) store.Versioner {
 	t.Helper()
 	v, ok := st.(store.Versioner)
 	if !ok {
-		t.Skip("no store.Versioner")
+		t.Fatal("no store.Versioner")
 	}
 	on, err := v.Versioning(ctxT(t))
 	if err != nil {
 		t.Fatalf("Versioning: %v", err)
 	}
 	if !on {
-		t.Skip("the bucket keeps no versions")
+		t.Fatal("the bucket keeps no versions")
 	}
 	return v
 }
@@ -185,9 +186,6 @@ func (s *suite) lockExpires(t *testing.T, st store.Store, p string) {
 // checksum) and reads back.
 func (s *suite) lockMultipart(t *testing.T, st store.Store, p string) {
 	l := locker(t, st)
-	if s.cfg.bigSize == 0 {
-		t.Skip("no BigSize")
-	}
 	key := p + "big"
 	want := data(s.cfg.bigSize, 9)
 	until := time.Now().Add(s.cfg.expiry)
