@@ -98,6 +98,11 @@ type InspectRow struct {
 	// cluster has no encrypted backup or nothing was checked.
 	Decrypt       *catalog.DecryptResult `json:"decrypt,omitempty"`
 	DecryptBackup string                 `json:"decryptBackup,omitempty"`
+	// Lock is whether the newest backup (BackupName) is under object-lock
+	// retention, and until when (catalog.BackupLock: its manifest's
+	// retention). Only when the bucket has object lock
+	// (InspectAllReport.ObjectLock) and the cluster has a backup.
+	Lock *InspectLock `json:"lock,omitempty"`
 	// NextStep is the short form of the report's next step (its action up
 	// to the first colon); the report has it in full.
 	NextStep string `json:"nextStep"`
@@ -125,10 +130,30 @@ type InspectAllReport struct {
 	// InspectOrphan; OrphanCheck says how they were computed, or why not.
 	Orphans     []InspectOrphan `json:"orphans"`
 	OrphanCheck OrphanCheck     `json:"orphanCheck"`
-	ElapsedMS   int64           `json:"elapsedMs"`
+	// ObjectLock: the bucket has object lock (then each row with a
+	// backup has Lock, and the table a LOCKED column); LockError: its
+	// lock configuration could not be read (nothing about locks is
+	// shown). Read once, when a cluster has a backup.
+	ObjectLock bool   `json:"objectLock,omitempty"`
+	LockError  string `json:"lockError,omitempty"`
+	ElapsedMS  int64  `json:"elapsedMs"`
 }
 
-// Table is one row per cluster. When the age headers were checked
+// InspectLock is the object lock of a cluster's newest backup: Locked
+// (its manifest's retention still holds), its Mode (GOVERNANCE or
+// COMPLIANCE) and Until; Error when the retention could not be read.
+type InspectLock struct {
+	Locked bool           `json:"locked"`
+	Mode   store.LockMode `json:"mode,omitempty"`
+	Until  time.Time      `json:"until,omitzero"`
+	Error  string         `json:"error,omitempty"`
+}
+
+// Table is one row per cluster. When the bucket has object lock
+// (ObjectLock), LOCKED says until when the newest backup is locked
+// ("COMPLIANCE until 2026-12-01T03:15Z"), NO when it is not (a note names
+// each such cluster), UNKNOWN when its retention could not be read. When
+// the age headers were checked
 // (InspectAllOptions.Identities), DECRYPTS says whether an identity opens
 // each cluster's newest encrypted backup (catalog.DecryptCell), and a note
 // below the table names each one that does not open, with the cause.
@@ -142,6 +167,9 @@ func (r *InspectAllReport) Table() output.Table {
 	if decrypts {
 		t.Header = slices.Insert(t.Header, slices.Index(t.Header, "DRILLED")+1, "DECRYPTS")
 	}
+	if r.ObjectLock {
+		t.Header = slices.Insert(t.Header, slices.Index(t.Header, "DRILLED")+1, "LOCKED")
+	}
 	for _, c := range r.Clusters {
 		db := "-"
 		if c.DBSize > 0 {
@@ -152,6 +180,16 @@ func (r *InspectAllReport) Table() output.Table {
 			next += ": " + c.Error
 		}
 		row := []string{c.Cluster, string(c.Verdict), c.Members, dash(c.Leader), db, c.backupCell(), c.drillCell(), next}
+		if r.ObjectLock {
+			row = slices.Insert(row, slices.Index(t.Header, "LOCKED"), c.lockCell())
+			if l := c.Lock; l != nil && !l.Locked {
+				if l.Error != "" {
+					t.Notes = append(t.Notes, fmt.Sprintf("cluster %s: newest backup %s: lock unknown: %s", c.Cluster, c.BackupName, l.Error))
+				} else {
+					t.Notes = append(t.Notes, fmt.Sprintf("cluster %s: newest backup %s is not locked, though the bucket has object lock", c.Cluster, c.BackupName))
+				}
+			}
+		}
 		if decrypts {
 			row = slices.Insert(row, slices.Index(t.Header, "DECRYPTS"), catalog.DecryptCell(c.Decrypt))
 			if d := c.Decrypt; d != nil && d.State != catalog.DecryptOpens {
@@ -160,8 +198,25 @@ func (r *InspectAllReport) Table() output.Table {
 		}
 		t.Rows = append(t.Rows, row)
 	}
+	if r.LockError != "" {
+		t.Notes = append(t.Notes, "object lock: "+r.LockError)
+	}
 	t.Notes = append(t.Notes, r.orphanNotes()...)
 	return t
+}
+
+// lockCell is the LOCKED column: "GOVERNANCE until 2026-12-01T03:15Z",
+// NO, UNKNOWN (the retention could not be read), or "-" (no backup).
+func (c InspectRow) lockCell() string {
+	switch l := c.Lock; {
+	case l == nil:
+		return "-"
+	case l.Locked:
+		return string(l.Mode) + " until " + l.Until.UTC().Format("2006-01-02T15:04Z")
+	case l.Error != "":
+		return "UNKNOWN"
+	}
+	return "NO"
 }
 
 func (c InspectRow) backupCell() string {
@@ -230,6 +285,7 @@ func InspectAll(ctx context.Context, opts InspectAllOptions) (*InspectAllReport,
 		return nil, err
 	}
 	rep.Clusters = make([]InspectRow, len(clusters))
+	bl := &bucketLock{st: opts.Template.Store}
 	var wg sync.WaitGroup
 	if opts.Orphans && opts.Template.Store != nil && len(opts.Names) == 0 {
 		// Beside the inspections (store and API reads only), bounded by
@@ -237,7 +293,7 @@ func InspectAll(ctx context.Context, opts InspectAllOptions) (*InspectAllReport,
 		wg.Go(func() { rep.Orphans, rep.OrphanCheck = inspectOrphans(ctx, k, opts) })
 	}
 	notStarted := fanout.ForEach(ctx, len(clusters), opts.Parallel, func(ctx context.Context, i int) {
-		rep.Clusters[i] = inspectOne(ctx, k, clusters[i], opts)
+		rep.Clusters[i] = inspectOne(ctx, k, clusters[i], opts, bl)
 	})
 	for _, i := range notStarted {
 		rep.Clusters[i] = failedRow(clusters[i], ctx.Err(), 0)
@@ -245,6 +301,12 @@ func InspectAll(ctx context.Context, opts InspectAllOptions) (*InspectAllReport,
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if bl.read {
+		rep.ObjectLock = bl.info.Enabled
+		if bl.err != nil {
+			rep.LockError = output.OneLine(bl.err)
+		}
 	}
 	for i := range rep.Clusters {
 		r := &rep.Clusters[i]
@@ -261,7 +323,7 @@ func InspectAll(ctx context.Context, opts InspectAllOptions) (*InspectAllReport,
 
 // inspectOne inspects one cluster, bounded by its own deadline: the client
 // TLS secret read and the inspection (itself capped at twice the timeout).
-func inspectOne(ctx context.Context, k *kube.Client, c kube.Cluster, opts InspectAllOptions) InspectRow {
+func inspectOne(ctx context.Context, k *kube.Client, c kube.Cluster, opts InspectAllOptions, bl *bucketLock) InspectRow {
 	start := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, 3*opts.Template.Timeout)
 	defer cancel()
@@ -295,6 +357,11 @@ func inspectOne(ctx context.Context, k *kube.Client, c kube.Cluster, opts Inspec
 	if opts.Identities != nil && o.Store != nil && row.Backup != string(inspect.BackupMissing) {
 		row.DecryptBackup, row.Decrypt = newestDecrypts(cctx, o.Store, o.Layout, c.Name, opts.Identities)
 	}
+	if o.Store != nil && row.BackupName != "" {
+		if info, err := bl.get(cctx); err == nil && info.Enabled {
+			row.Lock = newestLock(cctx, o, info, c.Name, row.BackupName)
+		}
+	}
 	row.ElapsedMS = time.Since(start).Milliseconds()
 	return row
 }
@@ -314,6 +381,40 @@ func newestDecrypts(ctx context.Context, st store.Store, layout catalog.Layout, 
 	}
 	d, _ := catalog.DecryptResultOf(catalog.CheckDecrypts(ctx, st, layout, m, ids))
 	return m.Name, d
+}
+
+// bucketLock is the bucket's object-lock configuration, read once, by
+// the first inspection that found a backup (within its deadline): a
+// bucket's object lock cannot be undone, and a run whose store has no
+// backup or does not answer reads nothing more.
+type bucketLock struct {
+	st   store.Store
+	once sync.Once
+	read bool
+	info store.LockInfo
+	err  error
+}
+
+func (b *bucketLock) get(ctx context.Context) (store.LockInfo, error) {
+	b.once.Do(func() {
+		b.read = true
+		b.info, b.err = catalog.BucketLock(ctx, b.st)
+	})
+	return b.info, b.err
+}
+
+// newestLock reads the retention of the newest backup's manifest
+// (catalog.BackupLock), judged at the inspection's clock.
+func newestLock(ctx context.Context, o inspect.Options, bucket store.LockInfo, id, name string) *InspectLock {
+	now := time.Now
+	if o.Now != nil {
+		now = o.Now
+	}
+	ls, err := catalog.BackupLock(ctx, o.Store, o.Layout, bucket, id, name, now())
+	if err != nil {
+		return &InspectLock{Error: output.OneLine(err)}
+	}
+	return &InspectLock{Locked: ls.Locked, Mode: ls.Mode, Until: ls.Until}
 }
 
 func failedRow(c kube.Cluster, err error, elapsed time.Duration) InspectRow {

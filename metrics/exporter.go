@@ -170,7 +170,9 @@ func (e *Exporter) Errors() map[string]uint64 {
 // inspection (fleet.InspectAll, the code of inspect --all) and the orphans
 // (fleet.ListOrphans, the orphan pass in dry-run mode) run concurrently;
 // then the age header of each cluster's newest encrypted backup is opened
-// with the mounted identities (catalog.CheckDecrypts, one ranged read).
+// with the mounted identities (catalog.CheckDecrypts, one ranged read),
+// and, when the bucket has object lock, the retention of each cluster's
+// newest backup's manifest is read (catalog.BackupLock).
 // Concurrent calls wait for each other. A step that fails is counted and
 // named in the error; its part of the snapshot keeps the previous
 // refresh's values (a store outage does not make every cluster look
@@ -334,6 +336,7 @@ func (r *refresh) clusterStates(ctx context.Context) (next map[string]*ClusterSt
 	}
 	if storeOK {
 		e.checkDecrypts(ctx, next, sr, r.futureCut, r.fail)
+		e.checkLocks(ctx, next, sr, r.futureCut, r.fail)
 	}
 	return next, exists
 }
@@ -397,6 +400,11 @@ func (r *refresh) snapshot(next map[string]*ClusterState, exists map[string]bool
 		snap.Staged = r.sr.staged
 	} else {
 		snap.Staged = prev.Staged
+	}
+	snap.ObjectLock = prev.ObjectLock
+	if r.sr != nil && r.sr.lockOK {
+		enabled := r.sr.lock.Enabled
+		snap.ObjectLock = &enabled
 	}
 	snap.Duration = snap.At.Sub(r.start)
 	for step, err := range r.stepErr {
@@ -505,6 +513,69 @@ func (e *Exporter) checkDecrypts(ctx context.Context, next map[string]*ClusterSt
 	}
 }
 
+// checkLocks reads, on a bucket with object lock, the retention of each
+// cluster's newest backup (committed, checked out, not future-dated;
+// catalog.BackupLock: its manifest's current version), judged at the
+// refresh's clock. A retention that could not be read keeps the previous
+// refresh's value for the same backup (none for another one) and counts
+// read_locks; so does a failed read of the bucket's configuration, for
+// every cluster. Without object lock on the bucket nothing is read.
+func (e *Exporter) checkLocks(ctx context.Context, next map[string]*ClusterState, sr *storeRead, futureCut time.Time, fail func(string, error)) {
+	if !sr.lockOK {
+		return // sr.lockErr was counted by readStore
+	}
+	type check struct {
+		st     *ClusterState
+		name   string
+		ls     catalog.LockState
+		err    error
+		prevOK bool
+	}
+	var checks []*check
+	for id, st := range next {
+		i := -1
+		if sr.lock.Enabled {
+			i = newestGood(sr.entries[id], sr.manifests[id], futureCut)
+		}
+		if i < 0 {
+			st.LockBackup, st.LockedUntil, st.LockMode = "", time.Time{}, ""
+			continue
+		}
+		name := sr.entries[id][i].Name
+		checks = append(checks, &check{st: st, name: name, prevOK: st.LockBackup == name})
+	}
+	if len(checks) == 0 {
+		return
+	}
+	parallel := e.opts.ReadParallel
+	if parallel <= 0 {
+		parallel = catalog.DefaultCheckParallel
+	}
+	now := e.opts.Now()
+	notStarted := fanout.ForEach(ctx, len(checks), parallel, func(ctx context.Context, i int) {
+		c := checks[i]
+		c.ls, c.err = catalog.BackupLock(ctx, e.opts.Store, e.opts.Layout, sr.lock, c.st.Cluster, c.name, now)
+	})
+	for _, i := range notStarted {
+		checks[i].err = fmt.Errorf("cluster %s backup %s: read the manifest's retention: not started: %w", checks[i].st.Cluster, checks[i].name, ctx.Err())
+	}
+	var unknown []error
+	for _, c := range checks {
+		switch {
+		case c.err == nil:
+			c.st.LockBackup, c.st.LockedUntil, c.st.LockMode = c.name, c.ls.Until, c.ls.Mode
+		default:
+			unknown = append(unknown, c.err)
+			if !c.prevOK {
+				c.st.LockBackup, c.st.LockedUntil, c.st.LockMode = "", time.Time{}, ""
+			}
+		}
+	}
+	if len(unknown) > 0 {
+		fail(StepReadLocks, errors.Join(unknown...))
+	}
+}
+
 func (e *Exporter) listedIn(rows []fleet.InspectRow, name string) bool {
 	for i := range rows {
 		if rows[i].Cluster == name {
@@ -520,6 +591,10 @@ type storeRead struct {
 	entries   map[string][]catalog.Entry
 	manifests map[string][]*catalog.Manifest
 	staged    []StagedState
+	// lock is the bucket's object-lock configuration, when it could be
+	// read (lockOK).
+	lock   store.LockInfo
+	lockOK bool
 }
 
 // readStore lists the layout's root once and reads the committed backups'
@@ -561,6 +636,11 @@ func (e *Exporter) readStore(ctx context.Context, fail func(string, error)) *sto
 	}
 	sr := &storeRead{entries: make(map[string][]catalog.Entry, len(ids)), manifests: make(map[string][]*catalog.Manifest, len(ids)),
 		staged: stagedStates(layout, objs)}
+	if sr.lock, err = catalog.BucketLock(ctx, st); err != nil {
+		fail(StepReadLocks, err)
+	} else {
+		sr.lockOK = true
+	}
 	i := 0
 	for _, id := range ids {
 		k := len(groups[id])
@@ -666,7 +746,7 @@ func (e *Exporter) Describe(ch chan<- *prometheus.Desc) {
 		descBackupsIncomplete, descBackupsDamaged, descDrillLast, descDrillLastResult, descDrillLastPass, descVerdict,
 		descMembers, descMembersUp, descDBSize, descLeaderChanges, descRefreshDuration, descRefreshErrors, descRefreshLastSuccess,
 		descOrphanInfo, descOrphanDeleteAfter, descBackupsFutureDated, descBackupFutureDatedLatest, descStagedCopies, descStagedOldest,
-		descBackupUndecryptable} {
+		descBackupUndecryptable, descBucketObjectLock, descBackupLockedUntil} {
 		ch <- d
 	}
 }
@@ -683,8 +763,15 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
+	locked := snap.ObjectLock != nil && *snap.ObjectLock
+	if snap.ObjectLock != nil {
+		gauge(descBucketObjectLock, b2f(locked))
+	}
 	for _, c := range snap.Clusters {
 		collectCluster(gauge, ch, c)
+		if locked && c.Stored && c.LockBackup != "" {
+			gauge(descBackupLockedUntil, lockedUntil(c.LockedUntil), c.Cluster)
+		}
 	}
 	for _, o := range snap.Orphans {
 		gauge(descOrphanInfo, 1, o.Cluster, o.State)
@@ -748,6 +835,14 @@ func collectCluster(gauge func(*prometheus.Desc, float64, ...string), ch chan<- 
 		}
 		ch <- prometheus.MustNewConstMetric(descLeaderChanges, prometheus.CounterValue, float64(c.LeaderChanges), c.Cluster)
 	}
+}
+
+// lockedUntil is the gauge value of a lock's end: 0 when not locked.
+func lockedUntil(t time.Time) float64 {
+	if t.IsZero() {
+		return 0
+	}
+	return unixSeconds(t)
 }
 
 func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }

@@ -40,6 +40,10 @@ const (
 	NameStagedOldestModified = "etcd_recovery_staged_oldest_timestamp_seconds"
 	// Whether a mounted identity opens the newest encrypted backup.
 	NameBackupUndecryptable = "etcd_recovery_backup_undecryptable"
+	// Object lock: the bucket's, and until when each cluster's newest
+	// backup is locked.
+	NameBucketObjectLock  = "etcd_recovery_bucket_object_lock"
+	NameBackupLockedUntil = "etcd_recovery_backup_locked_until_timestamp_seconds"
 )
 
 // Refresh steps, the step label of etcd_recovery_refresh_errors_total.
@@ -51,10 +55,11 @@ const (
 	StepReadDrills    = "read_drills"    // a drill record could not be read (a store failure)
 	StepOrphans       = "orphans"        // the orphans could not be computed (store, EtcdCluster or EtcdRestore listing)
 	StepCheckDecrypt  = "check_decrypt"  // the identity file or an encrypted backup's header could not be read
+	StepReadLocks     = "read_locks"     // the bucket's object-lock configuration or a newest backup's retention could not be read
 )
 
 // Steps are every refresh step, in order.
-var Steps = []string{StepListClusters, StepInspect, StepListStore, StepReadManifests, StepReadDrills, StepOrphans, StepCheckDecrypt}
+var Steps = []string{StepListClusters, StepInspect, StepListStore, StepReadManifests, StepReadDrills, StepOrphans, StepCheckDecrypt, StepReadLocks}
 
 // Orphan state label values of etcd_recovery_orphan_info: catalog's orphan
 // states (catalog.OrphanWaiting, ...) as label values.
@@ -98,7 +103,7 @@ var (
 	descRefreshDuration = prometheus.NewDesc(NameRefreshDuration,
 		"Duration of the last refresh in seconds.", nil, nil)
 	descRefreshErrors = prometheus.NewDesc(NameRefreshErrors,
-		"Refresh steps that failed, by step (list_clusters, inspect, list_store, read_manifests, read_drills, orphans, check_decrypt).", []string{"step"}, nil)
+		"Refresh steps that failed, by step (list_clusters, inspect, list_store, read_manifests, read_drills, orphans, check_decrypt, read_locks).", []string{"step"}, nil)
 	descRefreshLastSuccess = prometheus.NewDesc(NameRefreshLastSuccess,
 		"Time (unix seconds) the last refresh with no failed step finished; absent until one did.", nil, nil)
 
@@ -116,6 +121,10 @@ var (
 		"Time (unix seconds, the object's last modification) of the oldest staged copy; absent when there is none.", cl, nil)
 	descBackupUndecryptable = prometheus.NewDesc(NameBackupUndecryptable,
 		"1 when no mounted age identity opens the header of the newest encrypted backup (a restore of it would fail), 0 when one does; absent when the cluster has no encrypted backup or the check could not read the store.", cl, nil)
+	descBucketObjectLock = prometheus.NewDesc(NameBucketObjectLock,
+		"1 when the namespace's bucket has object lock (its backups can be written with a retention that no credential can shorten), 0 when it has not; absent until the bucket's lock configuration could be read.", nil, nil)
+	descBackupLockedUntil = prometheus.NewDesc(NameBackupLockedUntil,
+		"Time (unix seconds) until which the newest committed backup that checks out is under object-lock retention (its manifest's current version), 0 when it is not locked; only when the bucket has object lock, absent when the cluster has no such backup or its retention could not be read.", cl, nil)
 
 	// Pushed by backup and drill runs only (Pushgateway).
 	descBackupLastRun = prometheus.NewDesc(NameBackupLastRun,

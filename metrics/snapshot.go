@@ -8,6 +8,7 @@ import (
 	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/store"
 )
 
 // BackupState is the newest committed backup of one kind that checks out.
@@ -44,6 +45,14 @@ type ClusterState struct {
 	// its check could not read the store); Undecryptable: none opened it.
 	DecryptBackup string `json:"decryptBackup,omitempty"`
 	Undecryptable bool   `json:"undecryptable"`
+	// LockBackup is the newest backup (committed, checked out, not
+	// future-dated) whose object lock was read on a bucket with object
+	// lock (empty: none, no lock on the bucket, or its retention could
+	// not be read); LockedUntil is when its lock ends (zero: not locked),
+	// LockMode its mode.
+	LockBackup  string         `json:"lockBackup,omitempty"`
+	LockedUntil time.Time      `json:"lockedUntil,omitzero"`
+	LockMode    store.LockMode `json:"lockMode,omitempty"`
 
 	// Inspection side (Inspected: an InspectAll row exists).
 	Inspected bool                `json:"inspected"`
@@ -85,6 +94,9 @@ type Snapshot struct {
 	// copies, in name order.
 	Orphans []OrphanState `json:"orphans,omitempty"`
 	Staged  []StagedState `json:"staged,omitempty"`
+	// ObjectLock: whether the bucket has object lock (nil: not known, no
+	// store or its lock configuration never read).
+	ObjectLock *bool `json:"objectLock,omitempty"`
 	// At is when the refresh finished; Duration how long it took.
 	At       time.Time     `json:"at"`
 	Duration time.Duration `json:"duration"`
@@ -172,6 +184,18 @@ func storeState(st *ClusterState, entries []catalog.Entry, manifests []*catalog.
 func newestEncrypted(entries []catalog.Entry, manifests []*catalog.Manifest, futureCut time.Time) int {
 	for i, e := range entries {
 		if e.Committed && e.Damaged == "" && manifests[i] != nil && !e.Time.After(futureCut) && manifests[i].Encrypted() {
+			return i
+		}
+	}
+	return -1
+}
+
+// newestGood is the index of the newest committed backup that checks
+// out and is not future-dated (-1: none): the backup of
+// etcd_recovery_backup_locked_until_timestamp_seconds.
+func newestGood(entries []catalog.Entry, manifests []*catalog.Manifest, futureCut time.Time) int {
+	for i, e := range entries {
+		if e.Committed && e.Damaged == "" && manifests[i] != nil && !e.Time.After(futureCut) {
 			return i
 		}
 	}
