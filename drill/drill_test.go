@@ -30,7 +30,7 @@ import (
 // returns the revision compacted at.
 func fillDrillData(tb testing.TB, cli *clientv3.Client, n int) int64 {
 	tb.Helper()
-	ctx := ctxTimeout(tb, 2*time.Minute)
+	ctx := testfix.Context(tb, 2*time.Minute)
 	testenv.PutKeys(tb, cli, "/registry/pods/", n, 64)
 	testenv.PutKeys(tb, cli, "/registry/secrets/", n/4, 128)
 	testenv.PutKeys(tb, cli, "/registry/pods/", n/5, 64) // overwrite
@@ -58,8 +58,8 @@ func fillDrillData(tb testing.TB, cli *clientv3.Client, n int) int64 {
 }
 
 func drillOpts(tb testing.TB, r *storeRig, id string, binDir string) drill.Options {
-	return drill.Options{ClusterID: id, Store: r.store, Layout: r.layout, EtcdBinDir: binDir,
-		ScratchDir: tb.TempDir(), StartTimeout: time.Minute, ProbeTimeout: 10 * time.Second, Log: testLogger(tb)}
+	return drill.Options{ClusterID: id, Store: r.Store, Layout: r.Layout, EtcdBinDir: binDir,
+		ScratchDir: tb.TempDir(), StartTimeout: time.Minute, ProbeTimeout: 10 * time.Second, Log: testfix.Logger(tb)}
 }
 
 // A good backup of a 3.5 and of a 3.6 cluster passes, compared with the
@@ -74,10 +74,10 @@ func TestDrillGoodBackup(t *testing.T) {
 			fillDrillData(t, cli, 400)
 			r := newStoreRig(t)
 			id := "drill-good-" + strings.ReplaceAll(string(v), ".", "")
-			m := r.takeBackup(t, c, id, catalog.KindScheduled)
+			m := r.TakeBackup(t, c, id, catalog.KindScheduled)
 			o := drillOpts(t, r, id, testenv.DrillBinDir(t, v))
 			o.Source = testfix.EtcdConfig(c)
-			rec, err := drill.Run(ctxTimeout(t, 3*time.Minute), o)
+			rec, err := drill.Run(testfix.Context(t, 3*time.Minute), o)
 			if err != nil {
 				t.Fatalf("drill: %v", err)
 			}
@@ -85,7 +85,7 @@ func TestDrillGoodBackup(t *testing.T) {
 			if rec.Backup != m.Name || !strings.HasPrefix(rec.EtcdVersion, string(v)+".") || rec.SourceVersion != m.ServerVersion {
 				t.Errorf("record names backup %s etcd %s source %s; want %s, %s.x, %s", rec.Backup, rec.EtcdVersion, rec.SourceVersion, m.Name, v, m.ServerVersion)
 			}
-			stored, err := catalog.LoadDrill(context.Background(), r.store, r.layout, id, m.Name)
+			stored, err := catalog.LoadDrill(context.Background(), r.Store, r.Layout, id, m.Name)
 			if err != nil || stored == nil {
 				t.Fatalf("drill.json: %v %v", stored, err)
 			}
@@ -140,17 +140,17 @@ func (r *storeRig) commitCopy(tb testing.TB, src *catalog.Manifest, id, suffix s
 	m.Name = src.Name[:len(src.Name)-len(suffix)] + suffix
 	m.V2, m.V2Skipped = nil, "not exported"
 	if snap == nil {
-		snap = testfix.ReadObject(tb, r.store, r.snapshotKey(src))
+		snap = testfix.ReadObject(tb, r.Store, r.SnapshotKey(src))
 	}
 	if mutate != nil {
 		mutate(&m)
 	}
-	r.putObject(tb, r.layout.Key(id, m.Name, m.Snapshot.Object), snap)
+	r.PutObject(tb, r.Layout.Key(id, m.Name, m.Snapshot.Object), snap)
 	b, err := catalog.MarshalManifest(&m)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	r.putObject(tb, r.layout.Key(id, m.Name, catalog.ManifestObject), b)
+	r.PutObject(tb, r.Layout.Key(id, m.Name, catalog.ManifestObject), b)
 	return &m
 }
 
@@ -166,8 +166,8 @@ func TestDrillSourceCompacted(t *testing.T) {
 	snapCompact := fillDrillData(t, cli, 300)
 	r := newStoreRig(t)
 	const id = "drill-compacted"
-	m := r.takeBackup(t, c, id, catalog.KindScheduled)
-	ctx := ctxTimeout(t, 3*time.Minute)
+	m := r.TakeBackup(t, c, id, catalog.KindScheduled)
+	ctx := testfix.Context(t, 3*time.Minute)
 	rev := m.Revision()
 	if rev <= snapCompact+1 {
 		t.Fatalf("revision %d too close to the compaction %d", rev, snapCompact)
@@ -217,7 +217,7 @@ func TestDrillForgedBackupFailsComparison(t *testing.T) {
 	a := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1, TLS: true})
 	b := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1, TLS: true})
 	acli, bcli := a.Client(t), b.Client(t)
-	ctx := ctxTimeout(t, 3*time.Minute)
+	ctx := testfix.Context(t, 3*time.Minute)
 	// The same history of revisions, different data.
 	if _, err := acli.Put(ctx, "/registry/secrets/kube-system/token", "cluster-a"); err != nil {
 		t.Fatal(err)
@@ -229,10 +229,10 @@ func TestDrillForgedBackupFailsComparison(t *testing.T) {
 	fillDrillData(t, bcli, 300)
 	r := newStoreRig(t)
 	const idA, idB = "drill-forged-a", "drill-forged-b"
-	ma := r.takeBackup(t, a, idA, catalog.KindScheduled)
-	mb := r.takeBackup(t, b, idB, catalog.KindScheduled)
+	ma := r.TakeBackup(t, a, idA, catalog.KindScheduled)
+	mb := r.TakeBackup(t, b, idB, catalog.KindScheduled)
 	testenv.PutKeys(t, acli, "/registry/events/", 20, 32) // A's revision above B's snapshot
-	forged := r.commitCopy(t, ma, idA, "0f0f0f0f", testfix.ReadObject(t, r.store, r.snapshotKey(mb)), func(m *catalog.Manifest) {
+	forged := r.commitCopy(t, ma, idA, "0f0f0f0f", testfix.ReadObject(t, r.Store, r.SnapshotKey(mb)), func(m *catalog.Manifest) {
 		m.Snapshot = mb.Snapshot
 		m.RevisionBefore, m.RevisionAfter = mb.RevisionBefore, mb.RevisionAfter
 	})
@@ -259,7 +259,7 @@ func TestDrillForgedBackupFailsComparison(t *testing.T) {
 	if !strings.Contains(err.Error(), idA) || !strings.Contains(err.Error(), forged.Name) || !strings.Contains(err.Error(), drill.CheckCompare) {
 		t.Errorf("error does not name the cluster, backup and check: %v", err)
 	}
-	stored, lerr := catalog.LoadDrill(ctx, r.store, r.layout, idA, forged.Name)
+	stored, lerr := catalog.LoadDrill(ctx, r.Store, r.Layout, idA, forged.Name)
 	if lerr != nil || stored == nil || stored.Passed || stored.Failed != rec.Failed {
 		t.Fatalf("drill.json: %+v %v", stored, lerr)
 	}
@@ -275,12 +275,12 @@ func TestDrillEtcdCannotStart(t *testing.T) {
 	r := newStoreRig(t)
 	const id = "drill-nostart"
 	res, err := backup.Run(context.Background(), backup.Options{ClusterID: id, Kind: catalog.KindScheduled, Etcd: testfix.EtcdConfig(c),
-		Store: r.store, Layout: r.layout, Compression: catalog.CompressNone, ProbeTimeout: 3 * time.Second, Log: testLogger(t)})
+		Store: r.Store, Layout: r.Layout, Compression: catalog.CompressNone, ProbeTimeout: 3 * time.Second, Log: testfix.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := res.Manifest
-	stored := testfix.ReadObject(t, r.store, r.snapshotKey(m))
+	stored := testfix.ReadObject(t, r.Store, r.SnapshotKey(m))
 	db := filepath.Join(t.TempDir(), "db")
 	if err := os.WriteFile(db, stored[:len(stored)-sha256.Size], 0o600); err != nil {
 		t.Fatal(err)
@@ -316,7 +316,7 @@ func TestDrillEtcdCannotStart(t *testing.T) {
 
 	o := drillOpts(t, r, id, testenv.DrillBinDir(t, testenv.V36))
 	o.Backup = bad.Name
-	ctx := ctxTimeout(t, 2*time.Minute)
+	ctx := testfix.Context(t, 2*time.Minute)
 	rec, err := drill.Run(ctx, o)
 	var de *drill.Error
 	if !errors.As(err, &de) || de.Record == nil || rec == nil || de.Step() != drill.StepStart {
@@ -327,7 +327,7 @@ func TestDrillEtcdCannotStart(t *testing.T) {
 		!strings.Contains(strings.ToLower(err.Error()), cause) {
 		t.Fatalf("failed %q / error %v: want etcd's cause (%s)", rec.Failed, err, cause)
 	}
-	st, lerr := catalog.LoadDrill(ctx, r.store, r.layout, id, bad.Name)
+	st, lerr := catalog.LoadDrill(ctx, r.Store, r.Layout, id, bad.Name)
 	if lerr != nil || st == nil || st.Passed || st.Failed != rec.Failed {
 		t.Fatalf("drill.json: %+v %v", st, lerr)
 	}
@@ -342,7 +342,7 @@ func TestDrillUnsupportedVersion(t *testing.T) {
 	testenv.PutKeys(t, c.Client(t), "/a/", 10, 16)
 	r := newStoreRig(t)
 	const id = "drill-version"
-	m := r.takeBackup(t, c, id, catalog.KindScheduled)
+	m := r.TakeBackup(t, c, id, catalog.KindScheduled)
 	v34 := r.commitCopy(t, m, id, "0d0d0d0d", nil, func(m *catalog.Manifest) { m.ServerVersion = "3.4.27" })
 	v36 := r.commitCopy(t, m, id, "0c0c0c0c", nil, func(m *catalog.Manifest) { m.ServerVersion = "3.6.16" })
 	binDir := testenv.DrillBinDir(t, testenv.V35)
@@ -352,12 +352,12 @@ func TestDrillUnsupportedVersion(t *testing.T) {
 	} {
 		o := drillOpts(t, r, id, binDir)
 		o.Backup = tc.backup
-		rec, err := drill.Run(ctxTimeout(t, time.Minute), o)
+		rec, err := drill.Run(testfix.Context(t, time.Minute), o)
 		var de *drill.Error
 		if rec != nil || !errors.As(err, &de) || de.Record != nil || de.Step() != drill.StepEtcd || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: record %v, err %v; want no record and an error at %q saying %q", tc.name, rec, err, drill.StepEtcd, tc.want)
 		}
-		if st, _ := catalog.LoadDrill(context.Background(), r.store, r.layout, id, tc.backup); st != nil {
+		if st, _ := catalog.LoadDrill(context.Background(), r.Store, r.Layout, id, tc.backup); st != nil {
 			t.Errorf("%s: a drill record was written", tc.name)
 		}
 		assertEmptyDir(t, o.ScratchDir)
@@ -372,13 +372,13 @@ func TestDrillCancelLeavesNothing(t *testing.T) {
 	fillDrillData(t, c.Client(t), 100)
 	r := newStoreRig(t)
 	const id = "drill-cancel"
-	m := r.takeBackup(t, c, id, catalog.KindScheduled)
+	m := r.TakeBackup(t, c, id, catalog.KindScheduled)
 	binDir := testenv.DrillBinDir(t, testenv.V35)
 	for _, step := range []string{drill.StepVerify, drill.StepRestore, drill.StepStart, "etcd running",
 		drill.StepChecks, drill.StepCompare, drill.StepRecord} {
 		t.Run(step, func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := context.WithCancel(ctxTimeout(t, 2*time.Minute))
+			ctx, cancel := context.WithCancel(testfix.Context(t, 2*time.Minute))
 			defer cancel()
 			o := drillOpts(t, r, id, binDir)
 			o.Source = testfix.EtcdConfig(c)
@@ -412,7 +412,7 @@ func TestDrillCancelLeavesNothing(t *testing.T) {
 		})
 	}
 	t.Cleanup(func() {
-		if st, err := catalog.LoadDrill(context.Background(), r.store, r.layout, id, m.Name); st != nil || err != nil {
+		if st, err := catalog.LoadDrill(context.Background(), r.Store, r.Layout, id, m.Name); st != nil || err != nil {
 			t.Errorf("a cancelled drill left a record: %+v %v", st, err)
 		}
 	})
@@ -428,7 +428,7 @@ func TestDrillFrozenEtcdIsInconclusive(t *testing.T) {
 	fillDrillData(t, c.Client(t), 100)
 	r := newStoreRig(t)
 	const id = "drill-frozen"
-	m := r.takeBackup(t, c, id, catalog.KindScheduled)
+	m := r.TakeBackup(t, c, id, catalog.KindScheduled)
 	o := drillOpts(t, r, id, testenv.DrillBinDir(t, testenv.V35))
 	o.Source = testfix.EtcdConfig(c)
 	o.ProbeTimeout = 2 * time.Second
@@ -443,7 +443,7 @@ func TestDrillFrozenEtcdIsInconclusive(t *testing.T) {
 		}
 	})
 	start := time.Now()
-	rec, err := drill.Run(ctxTimeout(t, 2*time.Minute), o)
+	rec, err := drill.Run(testfix.Context(t, 2*time.Minute), o)
 	took := time.Since(start)
 	var de *drill.Error
 	if rec != nil || !errors.As(err, &de) || de.Record != nil || de.Inconclusive == "" || !strings.Contains(err.Error(), "nothing recorded") ||
@@ -461,7 +461,7 @@ func TestDrillFrozenEtcdIsInconclusive(t *testing.T) {
 	}
 	assertEtcdGone(t, pid, ports)
 	assertEmptyDir(t, o.ScratchDir)
-	if st, err := catalog.LoadDrill(context.Background(), r.store, r.layout, id, m.Name); st != nil || err != nil {
+	if st, err := catalog.LoadDrill(context.Background(), r.Store, r.Layout, id, m.Name); st != nil || err != nil {
 		t.Errorf("an inconclusive drill left a record: %+v %v", st, err)
 	}
 	t.Logf("frozen etcd: %v after %s", err, took.Round(time.Millisecond))

@@ -103,7 +103,7 @@ func TestDrillLeasesExpireInsideTheDrill(t *testing.T) {
 			c := leasedSource(t, tc.v, 24, leased)
 			r := newStoreRig(t)
 			id := "drill-lease-" + strings.ReplaceAll(string(tc.v), ".", "")
-			m := r.takeBackup(t, c, id, catalog.KindScheduled)
+			m := r.TakeBackup(t, c, id, catalog.KindScheduled)
 			o := drillOpts(t, r, id, testenv.DrillBinDir(t, tc.v))
 			o.Source = testfix.EtcdConfig(c)
 			var port int
@@ -114,7 +114,7 @@ func TestDrillLeasesExpireInsideTheDrill(t *testing.T) {
 				}
 			})
 			start := time.Now()
-			rec, err := drill.Run(ctxTimeout(t, 3*time.Minute), o)
+			rec, err := drill.Run(testfix.Context(t, 3*time.Minute), o)
 			took := time.Since(start)
 			if err != nil {
 				if rec != nil {
@@ -160,7 +160,7 @@ func TestDrillEtcdKilledIsInconclusive(t *testing.T) {
 		testenv.PutKeys(t, cli, "/registry/events/", 120000, 100)
 		r := newStoreRig(t)
 		id := "drill-killed-" + strings.ReplaceAll(string(v), ".", "")
-		m := r.takeBackup(t, c, id, catalog.KindScheduled)
+		m := r.TakeBackup(t, c, id, catalog.KindScheduled)
 		for _, kill := range []string{"sigkill", "oom"} {
 			t.Run(string(v)+"/"+kill, func(t *testing.T) {
 				o := drillOpts(t, r, id, testenv.DrillBinDir(t, v))
@@ -185,7 +185,7 @@ func TestDrillEtcdKilledIsInconclusive(t *testing.T) {
 					o.EtcdMemoryLimit = -1
 					want = "OOM"
 				}
-				rec, err := drill.Run(ctxTimeout(t, 3*time.Minute), o)
+				rec, err := drill.Run(testfix.Context(t, 3*time.Minute), o)
 				var de *drill.Error
 				if rec != nil || !errors.As(err, &de) || de.Record != nil || de.Inconclusive == "" {
 					if rec != nil {
@@ -204,7 +204,7 @@ func TestDrillEtcdKilledIsInconclusive(t *testing.T) {
 					assertEtcdGone(t, pid, ports)
 				}
 				assertEmptyDir(t, o.ScratchDir)
-				if st, err := catalog.LoadDrill(context.Background(), r.store, r.layout, id, m.Name); st != nil || err != nil {
+				if st, err := catalog.LoadDrill(context.Background(), r.Store, r.Layout, id, m.Name); st != nil || err != nil {
 					t.Errorf("an inconclusive drill left a record: %+v %v", st, err)
 				}
 				t.Logf("etcd %s %s: %v", v, kill, err)
@@ -251,7 +251,7 @@ func TestDrillNodeFaultsAreInconclusive(t *testing.T) {
 	testenv.PutKeys(t, c.Client(t), "/registry/configmaps/", 64, 64<<10)
 	r := newStoreRig(t)
 	const id = "drill-node-faults"
-	m := r.takeBackup(t, c, id, catalog.KindScheduled)
+	m := r.TakeBackup(t, c, id, catalog.KindScheduled)
 	for _, tc := range []struct{ name, want, step string }{
 		{"full-scratch", "scratch disk is full", drill.StepRestore},
 		{"deadline", "deadline passed", drill.StepChecks},
@@ -291,7 +291,7 @@ func TestDrillNodeFaultsAreInconclusive(t *testing.T) {
 				removeFiller(t, o.ScratchDir)
 			}
 			assertEmptyDir(t, o.ScratchDir)
-			if st, err := catalog.LoadDrill(context.Background(), r.store, r.layout, id, m.Name); st != nil || err != nil {
+			if st, err := catalog.LoadDrill(context.Background(), r.Store, r.Layout, id, m.Name); st != nil || err != nil {
 				t.Errorf("an inconclusive drill left a record: %+v %v", st, err)
 			}
 			t.Logf("%s: %v", tc.name, err)

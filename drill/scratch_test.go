@@ -32,7 +32,7 @@ func TestDrillScratchLimit(t *testing.T) {
 	testenv.PutKeys(t, c.Client(t), "/registry/pods/", 200, 10<<10)
 	r := newStoreRig(t)
 	const id = "drill-scratch-limit"
-	m := r.takeBackup(t, c, id, catalog.KindScheduled)
+	m := r.TakeBackup(t, c, id, catalog.KindScheduled)
 	raw := m.Snapshot.RawSize
 	scratch := t.TempDir()
 	t.Setenv("TMPDIR", scratch)
@@ -40,7 +40,7 @@ func TestDrillScratchLimit(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(scratch, "used"), bytes.Repeat([]byte{1}, 1<<20), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	o := drill.Options{ClusterID: id, Store: r.store, Layout: r.layout, Backup: m.Name, EtcdBinDir: testenv.DrillBinDir(t, testenv.V35),
+	o := drill.Options{ClusterID: id, Store: r.Store, Layout: r.Layout, Backup: m.Name, EtcdBinDir: testenv.DrillBinDir(t, testenv.V35),
 		ScratchDir: scratch, StartTimeout: time.Minute, ProbeTimeout: 10 * time.Second, NoRecord: true, Log: slog.New(slog.DiscardHandler)}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

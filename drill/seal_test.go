@@ -10,9 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"filippo.io/age"
-
-	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/drill"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/objectio"
@@ -21,62 +18,11 @@ import (
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
 
-// ageKey is a fresh age X25519 key pair: the identity (as restore loads
-// it) and the recipient (as backup encrypts to it).
-type ageKey struct {
-	ids *seal.Identities
-	pub string
-}
-
-func newAgeKey(tb testing.TB) ageKey {
-	tb.Helper()
-	id, err := age.GenerateX25519Identity()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	ids, err := seal.ParseIdentities(strings.NewReader(id.String()+"\n"), "test identity")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return ageKey{ids: ids, pub: id.Recipient().String()}
-}
-
-func recipientsOf(tb testing.TB, keys ...ageKey) seal.Recipients {
-	tb.Helper()
-	var vs []string
-	for _, k := range keys {
-		vs = append(vs, k.pub)
-	}
-	rs, err := seal.ParseRecipients(vs)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return rs
-}
-
-// takeEncrypted commits a backup of c encrypted to rs.
-func (r *storeRig) takeEncrypted(tb testing.TB, c *testenv.EtcdCluster, id string, rs seal.Recipients) *catalog.Manifest {
-	tb.Helper()
-	res, err := backup.Run(context.Background(), backup.Options{
-		ClusterID: id, Kind: catalog.KindManual, Etcd: testfix.EtcdConfig(c), Store: r.store, Layout: r.layout,
-		ProbeTimeout: 3 * time.Second, Recipients: rs, Log: testLogger(tb),
-	})
-	if err != nil {
-		tb.Fatalf("encrypted backup: %v", err)
-	}
-	m := res.Manifest
-	if !m.Encryption.Encrypted() || !seal.IsSealedKey(m.Snapshot.Object) {
-		tb.Fatalf("backup %s is not encrypted: %+v, object %s", m.Name, m.Encryption, m.Snapshot.Object)
-	}
-	time.Sleep(5 * time.Millisecond) // names have millisecond precision
-	return m
-}
-
 // plaintextOf decrypts and decompresses a backup's snapshot into a file,
 // through objectio.Open (checked against the manifest).
 func plaintextOf(tb testing.TB, r *storeRig, m *catalog.Manifest, ids *seal.Identities) string {
 	tb.Helper()
-	rd, err := objectio.Open(context.Background(), r.store, r.snapshotKey(m), objectio.Expect{
+	rd, err := objectio.Open(context.Background(), r.Store, r.SnapshotKey(m), objectio.Expect{
 		StoredSize: m.Snapshot.StoredSize, StoredSHA256: m.Snapshot.StoredSHA256,
 		RawSize: m.Snapshot.RawSize, RawSHA256: m.Snapshot.RawSHA256, Compression: m.Snapshot.Compression,
 		Snapshot: true, Encrypted: true, Recipients: m.Recipients(), Identities: ids})
@@ -109,29 +55,29 @@ func TestDrillEncrypted(t *testing.T) {
 	fillDrillData(t, cli, 100)
 	r := newStoreRig(t)
 	const id = "enc-drill"
-	k := newAgeKey(t)
-	m := r.takeEncrypted(t, c, id, recipientsOf(t, k))
-	ctx := ctxTimeout(t, 3*time.Minute)
+	k := testfix.NewAgeKey(t)
+	m := r.TakeEncrypted(t, c, id, testfix.RecipientsOf(t, k))
+	ctx := testfix.Context(t, 3*time.Minute)
 	bin := testenv.DrillBinDir(t, testenv.V35)
-	drillKey := r.layout.Key(id, m.Name, catalog.DrillObject)
+	drillKey := r.Layout.Key(id, m.Name, catalog.DrillObject)
 
 	o := drillOpts(t, r, id, bin)
 	rec, err := drill.Run(ctx, o)
 	var de *drill.Error
-	if !errors.Is(err, seal.ErrNoIdentity) || !errors.As(err, &de) || de.Record != nil || rec != nil || !strings.Contains(err.Error(), k.pub) {
+	if !errors.Is(err, seal.ErrNoIdentity) || !errors.As(err, &de) || de.Record != nil || rec != nil || !strings.Contains(err.Error(), k.Pub) {
 		t.Fatalf("drill without identity: want a no-identity error and no record, got %v (record %v)", err, rec)
 	}
-	if keys := testfix.Keys(t, r.store, drillKey); len(keys) > 0 {
+	if keys := testfix.Keys(t, r.Store, drillKey); len(keys) > 0 {
 		t.Fatalf("a drill without identity recorded %v", keys)
 	}
 
-	o.Identities = k.ids
+	o.Identities = k.IDs
 	if rec, err = drill.Run(ctx, o); err != nil || !rec.Passed {
 		t.Fatalf("drill with the identity: %v (%+v)", err, rec)
 	}
 
 	// The drill after a backup: the plaintext it streamed.
-	plain := plaintextOf(t, r, m, k.ids)
+	plain := plaintextOf(t, r, m, k.IDs)
 	lo := drillOpts(t, r, id, bin)
 	lo.Plaintext, lo.Manifest, lo.NoRecord = plain, m, true
 	b, err := os.ReadFile(plain)

@@ -115,7 +115,7 @@ func TestBackupAllDrill(t *testing.T) {
 	m := testenv.SharedMinIO(t)
 	bucket, prefix := m.NewBucket(t), testenv.Prefix(t)
 	kubetest.CreateCOSSecret(t, admin, drillNS, m)
-	ctx := ctxT(t, 5*time.Minute)
+	ctx := testfix.Context(t, 5*time.Minute)
 
 	versions := map[string]testenv.Version{"etcd-d1": testenv.V35, "etcd-d2": testenv.V35, "etcd-d3": testenv.V36}
 	names := []string{"etcd-d1", "etcd-d2", "etcd-d3"}
@@ -154,7 +154,7 @@ func TestBackupAllDrill(t *testing.T) {
 			"--etcd-bin-dir", binDir, "--temp-dir", t.TempDir(),
 			"--kubeconfig", k.Kubeconfig(t, token, drillNS), "--cos-endpoint", m.Endpoint, "--cos-region", m.Region, "--bucket", bucket, "--prefix", prefix,
 			"--dial-timeout", "2s", "--probe-timeout", "2s", "-o", "json")
-		cmd.Env = toolEnv()
+		cmd.Env = testfix.ToolEnv()
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		start := time.Now()
@@ -162,9 +162,9 @@ func TestBackupAllDrill(t *testing.T) {
 		t.Logf("backup --all --drill of %d clusters: %v", len(names), time.Since(start).Round(time.Millisecond))
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-			t.Fatalf("exit: %v, want 1 (etcd-d3's drill could not run)\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), lastLines(stderr.String(), 20))
+			t.Fatalf("exit: %v, want 1 (etcd-d3's drill could not run)\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), testfix.LastLines(stderr.String(), 20))
 		}
-		if s := lastLines(stderr.String(), 1); !strings.Contains(s, "restore drill failed for 1 etcdcluster(s) in "+drillNS) || !strings.Contains(s, "etcd-d3 (backup ") ||
+		if s := testfix.LastLines(stderr.String(), 1); !strings.Contains(s, "restore drill failed for 1 etcdcluster(s) in "+drillNS) || !strings.Contains(s, "etcd-d3 (backup ") ||
 			!strings.Contains(s, "not run") || !strings.Contains(s, "find etcd") || strings.Contains(s, "backup failed for") {
 			t.Errorf("the error does not name the cluster, its backup and the drill's step:\n%s", s)
 		}

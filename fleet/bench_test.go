@@ -41,8 +41,8 @@ func BenchmarkBackupAll50(b *testing.B) {
 	var rawTotal int64
 	for i := range n {
 		name := fmt.Sprintf("etcd-b%02d", i)
-		fc := addEtcdCluster(b, admin, dyn, name, fmt.Sprintf("127.0.4.%d", 10+i))
-		perClusterAccess(b, a, name)
+		fc := kubetest.AddEtcdCluster(b, admin, dyn, ns, name, testenv.EtcdOptions{IP: fmt.Sprintf("127.0.4.%d", 10+i), Members: 1})
+		kubetest.PerClusterAccess(b, a, ns, name)
 		testenv.PutKeys(b, fc.Etcd.Client(b), "/registry/k", 500, 1024)
 		rawTotal += 500 * 1024
 	}

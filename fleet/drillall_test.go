@@ -52,7 +52,7 @@ func TestDrillAllKube(t *testing.T) {
 	m := testenv.SharedMinIO(t)
 	bucket, prefix := m.NewBucket(t), testenv.Prefix(t)
 	kubetest.CreateCOSSecret(t, admin, drillAllNS, m)
-	ctx := ctxT(t, 4*time.Minute)
+	ctx := testfix.Context(t, 4*time.Minute)
 	st, layout := testfix.Store(t, m, bucket), catalog.Layout{Prefix: prefix}
 
 	versions := map[string]testenv.Version{"etcd-k1": testenv.V35, "etcd-k2": testenv.V36, "etcd-k3": testenv.V35}
@@ -118,7 +118,7 @@ func TestDrillAllKube(t *testing.T) {
 		"--etcd-bin-dir", binDir, "--temp-dir", scratch,
 		"--kubeconfig", k.Kubeconfig(t, token, drillAllNS), "--cos-endpoint", m.Endpoint, "--cos-region", m.Region, "--bucket", bucket, "--prefix", prefix,
 		"--dial-timeout", "2s", "--probe-timeout", "5s", "-o", "json")
-	cmd.Env = toolEnv()
+	cmd.Env = testfix.ToolEnv()
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
@@ -126,9 +126,9 @@ func TestDrillAllKube(t *testing.T) {
 	t.Logf("drill --all --namespace %s --parallel 2 of 3 clusters: %v", drillAllNS, time.Since(start).Round(time.Millisecond))
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-		t.Fatalf("exit: %v, want 1 (etcd-k3's backup is forged)\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), lastLines(stderr.String(), 30))
+		t.Fatalf("exit: %v, want 1 (etcd-k3's backup is forged)\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), testfix.LastLines(stderr.String(), 30))
 	}
-	last := lastLines(stderr.String(), 1)
+	last := testfix.LastLines(stderr.String(), 1)
 	for _, want := range []string{"drill of 1 cluster(s) failed", "cluster etcd-k3", names["etcd-k3"], drill.CheckCompare} {
 		if !strings.Contains(last, want) {
 			t.Errorf("the error does not name %q: %s", want, last)

@@ -2,21 +2,15 @@ package fleet_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/armada/etcd-recovery/backup"
@@ -37,12 +31,6 @@ const (
 	inspectNS = "kubx-etcd-03"
 )
 
-func ctxT(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // TestKube runs everything against one real kube-apiserver (starting one
 // is the expensive part): the manifests, RBAC, discovery, and backup --all
 // of 20 EtcdClusters backed by real etcd members.
@@ -56,33 +44,15 @@ func TestFleet(t *testing.T) {
 	kubetest.CreateNamespaces(t, admin, ns, otherNS, inspectNS)
 	kubetest.InstallCRDs(t, k)
 	a := kubetest.NewApplier(t, k)
-	ctx := ctxT(t, 10*time.Minute)
 	for _, ns := range []string{ns, otherNS, inspectNS} {
-		for _, o := range kubetest.DecodeManifests(t, filepath.Join(testenv.RepoRoot(t), "deploy", "10-rbac.yaml")) {
-			if err := a.Apply(ctx, o, ns, false); err != nil {
-				t.Fatal(err)
-			}
-		}
+		a.ApplyFile(t, kubetest.DeployPath(t, "10-rbac.yaml"), ns)
 	}
 	t.Run("BackupAll", func(t *testing.T) { testBackupAll(t, k, a, admin) })
 	t.Run("InspectAll", func(t *testing.T) { testInspectAll(t, k, a, admin) })
 }
 
-// perClusterAccess applies deploy/per-cluster/client-tls-access.yaml for a cluster of ns.
-func perClusterAccess(t testing.TB, a *kubetest.Applier, cluster string) {
-	t.Helper()
-	kubetest.PerClusterAccess(t, a, ns, cluster)
-}
-
-// addEtcdCluster starts a real single-member etcd with TLS on its own
-// loopback IP and describes it to Kubernetes in ns (kubetest.AddEtcdCluster).
-func addEtcdCluster(t testing.TB, cs kubernetes.Interface, dyn dynamic.Interface, name, ip string) kubetest.Cluster {
-	t.Helper()
-	return kubetest.AddEtcdCluster(t, cs, dyn, ns, name, testenv.EtcdOptions{IP: ip, Members: 1})
-}
-
 func testBackupAll(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, admin kubernetes.Interface) {
-	ctx := ctxT(t, 10*time.Minute)
+	ctx := testfix.Context(t, 10*time.Minute)
 	dynAdmin := k.Dynamic(t, "")
 	m := testenv.SharedMinIO(t)
 	bucket := m.NewBucket(t)
@@ -95,16 +65,7 @@ func testBackupAll(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, 
 	}
 
 	const n = 20
-	var clusters []kubetest.Cluster
-	start := time.Now()
-	for i := range n {
-		name := fmt.Sprintf("etcd-c%02d", i)
-		fc := addEtcdCluster(t, admin, dynAdmin, name, fmt.Sprintf("127.0.3.%d", 10+i))
-		perClusterAccess(t, a, name)
-		testenv.PutKeys(t, fc.Etcd.Client(t), "/registry/k", 50+i, 256)
-		clusters = append(clusters, fc)
-	}
-	t.Logf("%d etcd clusters with TLS started in %v", n, time.Since(start).Round(time.Millisecond))
+	clusters := kubetest.AddEtcdClusters(t, admin, dynAdmin, a, ns, n)
 
 	token := kubetest.SAToken(t, admin, ns, "etcd-recovery")
 	sa, err := kube.New(kube.Config{Rest: k.RestConfig(token), Namespace: ns})
@@ -121,7 +82,7 @@ func testBackupAll(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, 
 			"--kubeconfig", kc, "--cos-endpoint", m.Endpoint, "--cos-region", m.Region, "--bucket", bucket, "--prefix", prefix,
 			"--dial-timeout", "2s", "--probe-timeout", "2s", "-o", "json")
 		// No COS credentials in the environment: they come from the secret.
-		cmd.Env = toolEnv()
+		cmd.Env = testfix.ToolEnv()
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		start := time.Now()
@@ -132,7 +93,7 @@ func testBackupAll(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, 
 			t.Fatalf("exit: %v, want 1\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
 		}
 		if !strings.Contains(stderr.String(), "backup failed for 1 etcdcluster(s) in "+ns+": "+down.Name) {
-			t.Errorf("stderr does not name the failed cluster:\n%s", lastLines(stderr.String(), 5))
+			t.Errorf("stderr does not name the failed cluster:\n%s", testfix.LastLines(stderr.String(), 5))
 		}
 		var rep fleet.BackupAllReport
 		if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
@@ -201,53 +162,4 @@ func testBackupAll(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, 
 			t.Fatalf("summary table: %v %v", tab.Header, tab.Rows)
 		}
 	})
-}
-
-func restoreObj(cluster string) *unstructured.Unstructured {
-	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": kube.APIVersion, "kind": "EtcdRestore",
-		"metadata": map[string]any{"name": cluster},
-		"spec": map[string]any{"etcdCluster": map[string]any{"name": cluster}, "backupStorageType": "S3",
-			"s3": map[string]any{"path": "bucket/" + cluster + "/snapshot.db", "awsSecret": "cos-credentials", "endpoint": "https://s3.example", "forcePathStyle": true}},
-	}}
-}
-
-// toolEnv is the environment for the CLI without COS credentials, etcdctl
-// settings, a kubeconfig or a pod namespace: everything comes from flags
-// and the API.
-// runTool runs the tool with args, its environment toolEnv() plus env,
-// and returns its stdout, its stderr and its exit code.
-func runTool(tb testing.TB, ctx context.Context, tool string, env []string, args ...string) (string, string, int) {
-	tb.Helper()
-	cmd := exec.CommandContext(ctx, tool, args...)
-	cmd.Env = append(toolEnv(), env...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	var ee *exec.ExitError
-	switch {
-	case errors.As(err, &ee):
-		return out.String(), errb.String(), ee.ExitCode()
-	case err != nil:
-		tb.Fatal(err)
-	}
-	return out.String(), errb.String(), 0
-}
-
-func toolEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "COS_") && !strings.HasPrefix(kv, "ETCDCTL_") && !strings.HasPrefix(kv, "KUBECONFIG=") && !strings.HasPrefix(kv, "POD_NAMESPACE=") {
-			env = append(env, kv)
-		}
-	}
-	return env
-}
-
-func lastLines(s string, n int) string {
-	l := strings.Split(strings.TrimSpace(s), "\n")
-	if len(l) > n {
-		l = l[len(l)-n:]
-	}
-	return strings.Join(l, "\n")
 }

@@ -57,7 +57,7 @@ func ageIdentity(t *testing.T) (*seal.Identities, seal.Recipients, string) {
 func TestInspectAllDecrypts(t *testing.T) {
 	t.Parallel()
 	const nsDec = "kubx-etcd-23"
-	ctx := ctxT(t, 5*time.Minute)
+	ctx := testfix.Context(t, 5*time.Minute)
 	k := testenv.StartKubeAPIServer(t)
 	admin := k.Clientset(t, "")
 	kubetest.CreateNamespaces(t, admin, nsDec)
@@ -161,7 +161,7 @@ func TestInspectAllDecrypts(t *testing.T) {
 	}
 	// The CLI in the toolkit: ETCD_RECOVERY_IDENTITY_FILE names the
 	// mounted identity, and inspect --all --bucket makes the check.
-	out, errb, code := runTool(t, ctx, testfix.Tool(t), []string{"KUBECONFIG=" + k.Kubeconfig(t, token, nsDec), seal.EnvIdentityFile + "=" + toolkitFile},
+	out, errb, code := testfix.RunTool(t, ctx, testfix.Tool(t), []string{"KUBECONFIG=" + k.Kubeconfig(t, token, nsDec), seal.EnvIdentityFile + "=" + toolkitFile},
 		"inspect", "--all", "-o", "json", "--cos-endpoint", m.Endpoint, "--cos-region", m.Region,
 		"--cos-ca-file", m.CAFile, "--bucket", bucket, "--prefix", layout.Prefix, "--probe-timeout", "2s")
 	if code != 0 {

@@ -30,7 +30,7 @@ import (
 // multipart upload: what inspect must leave as it found it.
 func bucketState(t *testing.T, st store.Store) string {
 	t.Helper()
-	objs, err := st.List(ctxT(t, time.Minute), "")
+	objs, err := st.List(testfix.Context(t, time.Minute), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func bucketState(t *testing.T, st store.Store) string {
 		fmt.Fprintf(&b, "%s %d %s\n", o.Key, o.Size, o.LastModified.UTC().Format(time.RFC3339Nano))
 	}
 	if mp, ok := st.(store.Multipart); ok {
-		ups, err := mp.ListUploads(ctxT(t, time.Minute), "")
+		ups, err := mp.ListUploads(testfix.Context(t, time.Minute), "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,7 +81,7 @@ func TestInspectAllOrphans(t *testing.T) {
 	admin := k.Clientset(t, "")
 	a := kubetest.NewApplier(t, k)
 	for _, o := range kubetest.DecodeManifests(t, filepath.Join(testenv.RepoRoot(t), "deploy", "10-rbac.yaml")) {
-		if err := a.Apply(ctxT(t, time.Minute), o, nsName, false); err != nil {
+		if err := a.Apply(testfix.Context(t, time.Minute), o, nsName, false); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -94,7 +94,7 @@ func TestInspectAllOrphans(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.claim(t)
-	if _, err := fleet.BackupAll(ctxT(t, time.Minute), fleet.BackupAllOptions{Kube: sa, NoEvents: true,
+	if _, err := fleet.BackupAll(testfix.Context(t, time.Minute), fleet.BackupAllOptions{Kube: sa, NoEvents: true,
 		Template:    backup.Options{Kind: catalog.KindScheduled, Store: e.store, Layout: e.layout, ProbeTimeout: 2 * time.Second},
 		DialTimeout: 2 * time.Second}); err != nil {
 		t.Fatalf("backup of %s: %v", live.Name, err)
@@ -120,10 +120,10 @@ func TestInspectAllOrphans(t *testing.T) {
 	kc := k.Kubeconfig(t, token, "default")
 	runTool := func(args ...string) (int, string, string) {
 		t.Helper()
-		cmd := exec.CommandContext(ctxT(t, time.Minute), tool, append([]string{"inspect", "--all", "--kubeconfig", kc, "--namespace", nsName,
+		cmd := exec.CommandContext(testfix.Context(t, time.Minute), tool, append([]string{"inspect", "--all", "--kubeconfig", kc, "--namespace", nsName,
 			"--cos-endpoint", e.m.Endpoint, "--cos-region", e.m.Region, "--bucket", e.bucket, "--prefix", e.prefix,
 			"--probe-timeout", "2s", "--dial-timeout", "2s"}, args...)...)
-		cmd.Env = toolEnv()
+		cmd.Env = testfix.ToolEnv()
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		err := cmd.Run()
@@ -209,7 +209,7 @@ func TestInspectAllOrphans(t *testing.T) {
 	// The orphan listing stalls: a note within its deadline, the same
 	// verdict and exit code, the rows unchanged.
 	t.Run("ListingStalls", func(t *testing.T) {
-		ctx := ctxT(t, time.Minute)
+		ctx := testfix.Context(t, time.Minute)
 		tmpl := inspect.Options{Timeout: 2 * time.Second, Store: stallRootList{e.store, e.layout.RootPrefix()}, Layout: e.layout}
 		start := time.Now()
 		rep, err := fleet.InspectAll(ctx, fleet.InspectAllOptions{Kube: sa, Template: tmpl, DialTimeout: 2 * time.Second,

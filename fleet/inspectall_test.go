@@ -26,7 +26,7 @@ import (
 // degraded (a member killed), down (its only member killed) and healthy
 // without any backup.
 func testInspectAll(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, admin kubernetes.Interface) {
-	ctx := ctxT(t, 5*time.Minute)
+	ctx := testfix.Context(t, 5*time.Minute)
 	dynAdmin := k.Dynamic(t, "")
 	m := testenv.SharedMinIO(t)
 	bucket := m.NewBucket(t)
@@ -97,7 +97,7 @@ func testInspectAll(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier,
 	runTool := func(args ...string) (int, string, string, time.Duration) {
 		t.Helper()
 		cmd := exec.CommandContext(ctx, tool, append(append([]string{"inspect"}, common...), args...)...)
-		cmd.Env = toolEnv() // COS credentials from the secret, through the API
+		cmd.Env = testfix.ToolEnv() // COS credentials from the secret, through the API
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		start := time.Now()

@@ -53,7 +53,7 @@ func newOrphanEnv(t *testing.T, k *testenv.KubeAPIServer, ns string) *orphanEnv 
 // id, taken at each of times, and an incomplete one at the oldest time.
 func (e *orphanEnv) backups(t *testing.T, id string, kind catalog.Kind, times ...time.Time) {
 	t.Helper()
-	ctx := ctxT(t, time.Minute)
+	ctx := testfix.Context(t, time.Minute)
 	for i, at := range times {
 		name := catalog.NewBackupName(at, kind)
 		objs := []string{catalog.StartedObject, catalog.SnapshotObjectZstd, catalog.ManifestObject}
@@ -72,21 +72,21 @@ func (e *orphanEnv) etcdCluster(t *testing.T, name string) {
 	t.Helper()
 	o := &unstructured.Unstructured{Object: map[string]any{"apiVersion": kube.APIVersion, "kind": kube.KindEtcdCluster,
 		"metadata": map[string]any{"name": name}, "spec": map[string]any{"size": int64(1), "version": "3.5.17"}}}
-	if _, err := e.dyn.Resource(kube.EtcdClusterGVR).Namespace(e.ns).Create(ctxT(t, time.Minute), o, metav1.CreateOptions{}); err != nil {
+	if _, err := e.dyn.Resource(kube.EtcdClusterGVR).Namespace(e.ns).Create(testfix.Context(t, time.Minute), o, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func (e *orphanEnv) deleteEtcdCluster(t *testing.T, name string) {
 	t.Helper()
-	if err := e.dyn.Resource(kube.EtcdClusterGVR).Namespace(e.ns).Delete(ctxT(t, time.Minute), name, metav1.DeleteOptions{}); err != nil {
+	if err := e.dyn.Resource(kube.EtcdClusterGVR).Namespace(e.ns).Delete(testfix.Context(t, time.Minute), name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func (e *orphanEnv) claim(t *testing.T) {
 	t.Helper()
-	if _, created, err := catalog.ClaimPrefix(ctxT(t, time.Minute), e.store, e.layout, e.ns, time.Now()); err != nil || !created {
+	if _, created, err := catalog.ClaimPrefix(testfix.Context(t, time.Minute), e.store, e.layout, e.ns, time.Now()); err != nil || !created {
 		t.Fatalf("claim: created %v, %v", created, err)
 	}
 }
@@ -100,13 +100,13 @@ func (e *orphanEnv) run(t *testing.T, now time.Time, c *kube.Client) (*catalog.O
 			t.Fatal(err)
 		}
 	}
-	return fleet.Orphans(ctxT(t, time.Minute), c, e.store, e.layout, fleet.OrphanOptions{Now: func() time.Time { return now }}, nil)
+	return fleet.Orphans(testfix.Context(t, time.Minute), c, e.store, e.layout, fleet.OrphanOptions{Now: func() time.Time { return now }}, nil)
 }
 
 // folders counts id's backup folders in the store.
 func (e *orphanEnv) folders(t *testing.T, id string) int {
 	t.Helper()
-	es, err := catalog.Inventory(ctxT(t, time.Minute), e.store, e.layout, id)
+	es, err := catalog.Inventory(testfix.Context(t, time.Minute), e.store, e.layout, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func (e *orphanEnv) folders(t *testing.T, id string) int {
 
 func (e *orphanEnv) marker(t *testing.T, id string) *catalog.OrphanMarker {
 	t.Helper()
-	m, err := catalog.ReadOrphanMarker(ctxT(t, time.Minute), e.store, e.layout, id)
+	m, err := catalog.ReadOrphanMarker(testfix.Context(t, time.Minute), e.store, e.layout, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +227,7 @@ func TestOrphans(t *testing.T) {
 		}
 		// A token without list rights (the namespace's default service
 		// account, no Role), then an API server that cannot be reached.
-		if _, err := k.Clientset(t, "").CoreV1().ServiceAccounts(e.ns).Create(ctxT(t, time.Minute),
+		if _, err := k.Clientset(t, "").CoreV1().ServiceAccounts(e.ns).Create(testfix.Context(t, time.Minute),
 			&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "no-rights"}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -296,7 +296,7 @@ func TestOrphans(t *testing.T) {
 		if _, err := e.run(t, t0, nil); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.dyn.Resource(kube.EtcdRestoreGVR).Namespace(e.ns).Create(ctxT(t, time.Minute), restoreObj("etcd-restoring"), metav1.CreateOptions{}); err != nil {
+		if _, err := e.dyn.Resource(kube.EtcdRestoreGVR).Namespace(e.ns).Create(testfix.Context(t, time.Minute), kubetest.EtcdRestoreObj("etcd-restoring"), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		rep, err := e.run(t, t0.Add(grace+time.Hour), nil)
@@ -333,18 +333,18 @@ func TestOrphans(t *testing.T) {
 		}
 		check("unclaimed", "not claimed")
 		// Claimed by another namespace.
-		if _, _, err := catalog.ClaimPrefix(ctxT(t, time.Minute), e.store, e.layout, "kubx-etcd-99", time.Now()); err != nil {
+		if _, _, err := catalog.ClaimPrefix(testfix.Context(t, time.Minute), e.store, e.layout, "kubx-etcd-99", time.Now()); err != nil {
 			t.Fatal(err)
 		}
 		check("owned by another namespace", "names namespace kubx-etcd-99")
-		if _, _, err := catalog.ClaimPrefix(ctxT(t, time.Minute), e.store, e.layout, e.ns, time.Now()); !errors.Is(err, catalog.ErrOwnedByOther) {
+		if _, _, err := catalog.ClaimPrefix(testfix.Context(t, time.Minute), e.store, e.layout, e.ns, time.Now()); !errors.Is(err, catalog.ErrOwnedByOther) {
 			t.Fatalf("a second claim: %v, want ErrOwnedByOther", err)
 		}
 		// The bucket root: shared, never owned (the record cannot even be
 		// written there).
 		root := &orphanEnv{k: e.k, ns: e.ns, dyn: e.dyn, client: e.client, store: testfix.Store(t, e.m, e.m.NewBucket(t)), layout: catalog.Layout{}}
 		root.backups(t, "etcd-gone", catalog.KindScheduled, t0.Add(-8*time.Hour), t0)
-		if _, _, err := catalog.ClaimPrefix(ctxT(t, time.Minute), root.store, root.layout, e.ns, time.Now()); !errors.Is(err, catalog.ErrSharedPrefix) {
+		if _, _, err := catalog.ClaimPrefix(testfix.Context(t, time.Minute), root.store, root.layout, e.ns, time.Now()); !errors.Is(err, catalog.ErrSharedPrefix) {
 			t.Fatalf("claim of the bucket root: %v", err)
 		}
 		for _, at := range []time.Time{t0, t0.Add(grace + time.Hour)} {
@@ -370,18 +370,18 @@ func TestOrphans(t *testing.T) {
 		e := newOrphanEnv(t, k, "kubx-etcd-48")
 		kubetest.CreateCOSSecret(t, k.Clientset(t, ""), e.ns, e.m)
 		e.backups(t, "etcd-r", catalog.KindScheduled, t0.Add(-8*time.Hour), t0)
-		other := restoreObj("etcd-r-restore-1")
+		other := kubetest.EtcdRestoreObj("etcd-r-restore-1")
 		if err := unstructured.SetNestedField(other.Object, "etcd-r", "spec", "etcdCluster", "name"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.dyn.Resource(kube.EtcdRestoreGVR).Namespace(e.ns).Create(ctxT(t, time.Minute), other, metav1.CreateOptions{}); err != nil {
+		if _, err := e.dyn.Resource(kube.EtcdRestoreGVR).Namespace(e.ns).Create(testfix.Context(t, time.Minute), other, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		tool := testfix.Tool(t)
 		cos := []string{"--cos-endpoint", e.m.Endpoint, "--cos-region", e.m.Region, "--cos-ca-file", e.m.CAFile, "--bucket", e.bucket, "--prefix", e.prefix}
 		run := func(wantExit int, args ...string) string {
 			t.Helper()
-			out, errb, code := runTool(t, ctxT(t, 2*time.Minute), tool, []string{"KUBECONFIG=" + k.Kubeconfig(t, "", e.ns)},
+			out, errb, code := testfix.RunTool(t, testfix.Context(t, 2*time.Minute), tool, []string{"KUBECONFIG=" + k.Kubeconfig(t, "", e.ns)},
 				append(append([]string{"delete", "--cluster-id", "etcd-r", "--all-backups"}, args...), cos...)...)
 			if code != wantExit {
 				t.Fatalf("delete --all-backups %v: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", args, code, wantExit, out, errb)
@@ -396,7 +396,7 @@ func TestOrphans(t *testing.T) {
 				t.Fatalf("refused %v, yet %d folders left, want 2", args, n)
 			}
 		}
-		if err := e.dyn.Resource(kube.EtcdRestoreGVR).Namespace(e.ns).Delete(ctxT(t, time.Minute), "etcd-r-restore-1", metav1.DeleteOptions{}); err != nil {
+		if err := e.dyn.Resource(kube.EtcdRestoreGVR).Namespace(e.ns).Delete(testfix.Context(t, time.Minute), "etcd-r-restore-1", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		if out := run(0, "-o", "json"); !strings.Contains(out, `"etcdRestores": "none"`) {
@@ -419,7 +419,7 @@ func TestOrphans(t *testing.T) {
 		cos := []string{"--cos-endpoint", e.m.Endpoint, "--cos-region", e.m.Region, "--cos-ca-file", e.m.CAFile, "--bucket", e.bucket, "--prefix", e.prefix}
 		run := func(wantExit int, env []string, args ...string) string {
 			t.Helper()
-			out, errb, code := runTool(t, ctxT(t, 2*time.Minute), tool, env,
+			out, errb, code := testfix.RunTool(t, testfix.Context(t, 2*time.Minute), tool, env,
 				append(append([]string{"delete", "--cluster-id", "etcd-x", "--all-backups"}, args...), cos...)...)
 			if code != wantExit {
 				t.Fatalf("delete --all-backups %v: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", args, code, wantExit, out, errb)

@@ -2,11 +2,8 @@ package kube_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,12 +13,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testfix"
 	"github.com/armada/etcd-recovery/kube"
 )
 
@@ -31,12 +28,6 @@ const (
 	ns      = "kubx-etcd-01"
 	otherNS = "kubx-etcd-02"
 )
-
-func ctxT(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 // TestKube runs everything against one real kube-apiserver (starting one
 // is the expensive part): the manifests, RBAC, discovery of 20
@@ -51,7 +42,7 @@ func TestKube(t *testing.T) {
 	a := kubetest.NewApplier(t, k)
 
 	t.Run("ManifestsDryRun", func(t *testing.T) {
-		ctx := ctxT(t, 2*time.Minute)
+		ctx := testfix.Context(t, 2*time.Minute)
 		n := 0
 		for _, f := range kubetest.DeployFiles(t) {
 			for _, o := range kubetest.DecodeManifests(t, f) {
@@ -74,34 +65,16 @@ func TestKube(t *testing.T) {
 	})
 
 	// Real RBAC for the rest.
-	ctx := ctxT(t, 10*time.Minute)
 	for _, ns := range []string{ns, otherNS, restoreNS, verbsNS} {
-		for _, o := range kubetest.DecodeManifests(t, filepath.Join(testenv.RepoRoot(t), "deploy", "10-rbac.yaml")) {
-			if err := a.Apply(ctx, o, ns, false); err != nil {
-				t.Fatal(err)
-			}
-		}
+		a.ApplyFile(t, kubetest.DeployPath(t, "10-rbac.yaml"), ns)
 	}
 	t.Run("Discovery", func(t *testing.T) { testDiscovery(t, k, a, admin) })
 	t.Run("OperatorRestore", func(t *testing.T) { testOperatorRestore(t, k, a, admin) })
 	t.Run("Verbs", func(t *testing.T) { testVerbs(t, k, a, admin) })
 }
 
-// perClusterAccess applies deploy/per-cluster/client-tls-access.yaml for a cluster of ns.
-func perClusterAccess(t testing.TB, a *kubetest.Applier, cluster string) {
-	t.Helper()
-	kubetest.PerClusterAccess(t, a, ns, cluster)
-}
-
-// addEtcdCluster starts a real single-member etcd with TLS on its own
-// loopback IP and describes it to Kubernetes in ns (kubetest.AddEtcdCluster).
-func addEtcdCluster(t testing.TB, cs kubernetes.Interface, dyn dynamic.Interface, name, ip string) kubetest.Cluster {
-	t.Helper()
-	return kubetest.AddEtcdCluster(t, cs, dyn, ns, name, testenv.EtcdOptions{IP: ip, Members: 1})
-}
-
 func testDiscovery(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, admin kubernetes.Interface) {
-	ctx := ctxT(t, 10*time.Minute)
+	ctx := testfix.Context(t, 10*time.Minute)
 	dynAdmin := k.Dynamic(t, "")
 	m := testenv.SharedMinIO(t)
 	for _, n := range []string{ns, otherNS} {
@@ -112,16 +85,7 @@ func testDiscovery(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, 
 	}
 
 	const n = 20
-	var clusters []kubetest.Cluster
-	start := time.Now()
-	for i := range n {
-		name := fmt.Sprintf("etcd-c%02d", i)
-		fc := addEtcdCluster(t, admin, dynAdmin, name, fmt.Sprintf("127.0.3.%d", 10+i))
-		perClusterAccess(t, a, name)
-		testenv.PutKeys(t, fc.Etcd.Client(t), "/registry/k", 50+i, 256)
-		clusters = append(clusters, fc)
-	}
-	t.Logf("%d etcd clusters with TLS started in %v", n, time.Since(start).Round(time.Millisecond))
+	clusters := kubetest.AddEtcdClusters(t, admin, dynAdmin, a, ns, n)
 
 	token := kubetest.SAToken(t, admin, ns, "etcd-recovery")
 	sa, err := kube.New(kube.Config{Rest: k.RestConfig(token), Namespace: ns})
@@ -223,7 +187,7 @@ func testDiscovery(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, 
 		forbidden("get a server-tls secret", err)
 		err = dyn.Resource(kube.EtcdClusterGVR).Namespace(ns).Delete(ctx, "etcd-c01", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
 		forbidden("delete an etcdcluster with the backup Role", err)
-		_, err = dyn.Resource(kube.EtcdRestoreGVR).Namespace(ns).Create(ctx, restoreObj("etcd-c01"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		_, err = dyn.Resource(kube.EtcdRestoreGVR).Namespace(ns).Create(ctx, kubetest.EtcdRestoreObj("etcd-c01"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		forbidden("create an etcdrestore with the backup Role", err)
 		_, err = dyn.Resource(kube.EtcdClusterGVR).Namespace(otherNS).List(ctx, metav1.ListOptions{})
 		forbidden("list etcdclusters in another namespace", err)
@@ -241,60 +205,11 @@ func testDiscovery(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, 
 		// The toolkit's service account may restore.
 		tk := kubetest.SAToken(t, admin, ns, "etcd-recovery-toolkit")
 		tdyn := k.Dynamic(t, tk)
-		if _, err := tdyn.Resource(kube.EtcdRestoreGVR).Namespace(ns).Create(ctx, restoreObj("etcd-c01"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		if _, err := tdyn.Resource(kube.EtcdRestoreGVR).Namespace(ns).Create(ctx, kubetest.EtcdRestoreObj("etcd-c01"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
 			t.Errorf("toolkit: create etcdrestore: %v", err)
 		}
 		// etcd-operator replaces the EtcdCluster; the toolkit never deletes one.
 		err = tdyn.Resource(kube.EtcdClusterGVR).Namespace(ns).Delete(ctx, "etcd-c01", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
 		forbidden("toolkit: delete an etcdcluster", err)
 	})
-}
-
-func restoreObj(cluster string) *unstructured.Unstructured {
-	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": kube.APIVersion, "kind": "EtcdRestore",
-		"metadata": map[string]any{"name": cluster},
-		"spec": map[string]any{"etcdCluster": map[string]any{"name": cluster}, "backupStorageType": "S3",
-			"s3": map[string]any{"path": "bucket/" + cluster + "/snapshot.db", "awsSecret": "cos-credentials", "endpoint": "https://s3.example", "forcePathStyle": true}},
-	}}
-}
-
-// toolEnv is the environment for the CLI without COS credentials, etcdctl
-// settings, a kubeconfig or a pod namespace: everything comes from flags
-// and the API.
-// runTool runs the tool with args, its environment toolEnv() plus env,
-// and returns its stdout, its stderr and its exit code.
-func runTool(tb testing.TB, ctx context.Context, tool string, env []string, args ...string) (string, string, int) {
-	tb.Helper()
-	cmd := exec.CommandContext(ctx, tool, args...)
-	cmd.Env = append(toolEnv(), env...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	var ee *exec.ExitError
-	switch {
-	case errors.As(err, &ee):
-		return out.String(), errb.String(), ee.ExitCode()
-	case err != nil:
-		tb.Fatal(err)
-	}
-	return out.String(), errb.String(), 0
-}
-
-func toolEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "COS_") && !strings.HasPrefix(kv, "ETCDCTL_") && !strings.HasPrefix(kv, "KUBECONFIG=") && !strings.HasPrefix(kv, "POD_NAMESPACE=") {
-			env = append(env, kv)
-		}
-	}
-	return env
-}
-
-func lastLines(s string, n int) string {
-	l := strings.Split(strings.TrimSpace(s), "\n")
-	if len(l) > n {
-		l = l[len(l)-n:]
-	}
-	return strings.Join(l, "\n")
 }

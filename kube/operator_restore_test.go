@@ -42,7 +42,7 @@ const restoreNS = "kubx-etcd-09"
 // delay.
 func testOperatorRestore(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, admin kubernetes.Interface) {
 	dynAdmin := k.Dynamic(t, "")
-	ctx := ctxT(t, 8*time.Minute)
+	ctx := testfix.Context(t, 8*time.Minute)
 	m := testenv.SharedMinIO(t)
 	bucket := m.NewBucket(t)
 	prefix := testenv.Prefix(t)
@@ -81,7 +81,7 @@ func testOperatorRestore(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.App
 		cmd := exec.CommandContext(ctx, tool, append([]string{"restore", "--via", "etcd-operator", "--cluster", name, "--kubeconfig", kc,
 			"--cos-endpoint", m.Endpoint, "--cos-region", m.Region, "--bucket", bucket, "--prefix", prefix,
 			"--dial-timeout", "2s", "--probe-timeout", "2s"}, args...)...)
-		cmd.Env = toolEnv() // COS credentials come from the secret, through the API
+		cmd.Env = testfix.ToolEnv() // COS credentials come from the secret, through the API
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		err := cmd.Run()
@@ -182,12 +182,12 @@ func testOperatorRestore(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.App
 			want := fmt.Sprintf(`restore of etcdcluster %s/%s via etcd-operator failed at step %q: etcd-operator cannot read secret %s/%s (spec.s3.awsSecret, --aws-secret): it needs key "credentials"`,
 				restoreNS, name, kube.OpStepAWSSecret, restoreNS, kube.COSSecretName)
 			if code != 1 || !strings.Contains(stderr, want) || !strings.Contains(stderr, tc.missing) || !strings.Contains(stderr, "--from-file=credentials=FILE") {
-				t.Fatalf("exit %d, want 1 and\n%s\n%s\nstderr:\n%s\nstdout:\n%s", code, want, tc.missing, lastLines(stderr, 5), stdout)
+				t.Fatalf("exit %d, want 1 and\n%s\n%s\nstderr:\n%s\nstdout:\n%s", code, want, tc.missing, testfix.LastLines(stderr, 5), stdout)
 			}
 			if strings.Contains(stderr+stdout, m.SecretKey) || strings.Contains(stderr+stdout, m.AccessKey) {
 				t.Fatal("the output shows the secret's values")
 			}
-			t.Logf("failed in %v: %s", time.Since(start).Round(time.Millisecond), lastLines(stderr, 1))
+			t.Logf("failed in %v: %s", time.Since(start).Round(time.Millisecond), testfix.LastLines(stderr, 1))
 		}
 		ers, err := dynAdmin.Resource(kube.EtcdRestoreGVR).Namespace(restoreNS).List(ctx, metav1.ListOptions{})
 		if err != nil || len(ers.Items) != 0 {
@@ -202,20 +202,20 @@ func testOperatorRestore(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.App
 		var rep kube.OperatorRestoreReport
 		if code != 0 || json.Unmarshal([]byte(stdout), &rep) != nil || len(rep.Warnings) != 1 ||
 			!strings.Contains(stderr, "cannot read secret "+restoreNS+"/etcd-operator-s3 to check that etcd-operator can use it (Forbidden)") {
-			t.Fatalf("unreadable --aws-secret: exit %d, warnings %q\nstderr:\n%s", code, rep.Warnings, lastLines(stderr, 5))
+			t.Fatalf("unreadable --aws-secret: exit %d, warnings %q\nstderr:\n%s", code, rep.Warnings, testfix.LastLines(stderr, 5))
 		}
 	})
 
 	t.Run("NotOurEtcdRestore", func(t *testing.T) {
 		// An EtcdRestore of that name the tool did not create: refused,
 		// never deleted.
-		other, err := dynAdmin.Resource(kube.EtcdRestoreGVR).Namespace(restoreNS).Create(ctx, restoreObj(name), metav1.CreateOptions{})
+		other, err := dynAdmin.Resource(kube.EtcdRestoreGVR).Namespace(restoreNS).Create(ctx, kubetest.EtcdRestoreObj(name), metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		code, _, stderr := runTool("--dry-run", "--no-live")
 		if code != 1 || !strings.Contains(stderr, "an EtcdRestore "+name+" already exists") || !strings.Contains(stderr, "it was not created by etcd-recovery") {
-			t.Fatalf("exit %d\n%s", code, lastLines(stderr, 3))
+			t.Fatalf("exit %d\n%s", code, testfix.LastLines(stderr, 3))
 		}
 		if cur, err := dynAdmin.Resource(kube.EtcdRestoreGVR).Namespace(restoreNS).Get(ctx, name, metav1.GetOptions{}); err != nil || cur.GetUID() != other.GetUID() {
 			t.Fatalf("the other EtcdRestore: %v", err)
@@ -234,7 +234,7 @@ func testOperatorRestore(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.App
 		want := fmt.Sprintf(`restore of etcdcluster %s/%s via etcd-operator failed at step %q: etcd-operator did not bring etcdcluster %s/%s back with all members ready within 3s; last seen: the old etcdcluster (uid %s`,
 			restoreNS, name, kube.OpStepWait, restoreNS, name, fc.UID)
 		if !strings.Contains(stderr, want) {
-			t.Fatalf("stderr does not name the cluster, the step and what was seen:\n%s\nwant %s", lastLines(stderr, 5), want)
+			t.Fatalf("stderr does not name the cluster, the step and what was seen:\n%s\nwant %s", testfix.LastLines(stderr, 5), want)
 		}
 		if d := time.Since(start); d > time.Minute {
 			t.Errorf("took %v", d)
@@ -246,7 +246,7 @@ func testOperatorRestore(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.App
 		// A second run refuses while that EtcdRestore exists.
 		code, _, stderr = runTool("--no-live", "--wait-timeout", "3s")
 		if code != 1 || !strings.Contains(stderr, "an EtcdRestore "+name+" already exists") || !strings.Contains(stderr, "etcd-operator has not acted on it yet") {
-			t.Fatalf("second run: exit %d\n%s", code, lastLines(stderr, 3))
+			t.Fatalf("second run: exit %d\n%s", code, testfix.LastLines(stderr, 3))
 		}
 		// The EtcdRestore stays for the operator; clean up as an admin.
 		if err := dynAdmin.Resource(kube.EtcdRestoreGVR).Namespace(restoreNS).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {

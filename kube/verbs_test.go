@@ -55,7 +55,7 @@ func (c apiCall) String() string {
 // call allowed (no 403), every granted verb called by some command of that
 // service account. Then the denials the toolkit's account must get.
 func testVerbs(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, admin kubernetes.Interface) {
-	ctx := ctxT(t, 6*time.Minute)
+	ctx := testfix.Context(t, 6*time.Minute)
 	dynAdmin := k.Dynamic(t, "")
 	m := testenv.SharedMinIO(t)
 	bucket := m.NewBucket(t)
@@ -77,9 +77,9 @@ func testVerbs(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, admi
 	tool := testfix.Tool(t)
 	run := func(sa, kc string, wantExit int, args ...string) string {
 		t.Helper()
-		stdout, stderr, code := runTool(t, ctx, tool, []string{"KUBECONFIG=" + kc}, args...)
+		stdout, stderr, code := testfix.RunTool(t, ctx, tool, []string{"KUBECONFIG=" + kc}, args...)
 		if code != wantExit {
-			t.Fatalf("as %s: etcd-recovery %s: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", sa, strings.Join(args, " "), code, wantExit, lastLines(stdout, 20), lastLines(stderr, 10))
+			t.Fatalf("as %s: etcd-recovery %s: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", sa, strings.Join(args, " "), code, wantExit, testfix.LastLines(stdout, 20), testfix.LastLines(stderr, 10))
 		}
 		return stdout
 	}
@@ -266,7 +266,7 @@ func testVerbs(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, admi
 	forbidden("list etcdbackups", err)
 	_, err = dyn.Resource(kube.EtcdRestoreGVR).Namespace(otherNS).List(ctx, metav1.ListOptions{})
 	forbidden("list etcdrestores in another namespace", err)
-	_, err = dyn.Resource(kube.EtcdRestoreGVR).Namespace(otherNS).Create(ctx, restoreObj(clusters[0]), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	_, err = dyn.Resource(kube.EtcdRestoreGVR).Namespace(otherNS).Create(ctx, kubetest.EtcdRestoreObj(clusters[0]), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	forbidden("create an etcdrestore in another namespace", err)
 	_, err = cs.CoreV1().Services(verbsNS).List(ctx, metav1.ListOptions{})
 	forbidden("list services (never read)", err)

@@ -38,9 +38,9 @@ import (
 // survivor).
 func (r *storeRig) runOpts(tb testing.TB, id, ic, root string) restore.Options {
 	return restore.Options{Survivor: survivor.Backup{},
-		ClusterID: id, Store: r.store, Layout: r.layout, NoLive: true,
+		ClusterID: id, Store: r.Store, Layout: r.Layout, NoLive: true,
 		Targets:      restore.Targets{InitialCluster: ic, DataDirRoot: root},
-		BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, Log: testLogger(tb),
+		BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, Log: testfix.Logger(tb),
 	}
 }
 
@@ -66,7 +66,7 @@ func TestRestoreVerifyAfterLeasedKeysExpire(t *testing.T) {
 	t.Parallel()
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
 	cli := c.Client(t)
-	ctx := ctxTimeout(t, 3*time.Minute)
+	ctx := testfix.Context(t, 3*time.Minute)
 	want := testenv.PutKeys(t, cli, "/registry/pods/", 50, 32)
 	lease, err := cli.Grant(ctx, 5)
 	if err != nil {
@@ -78,7 +78,7 @@ func TestRestoreVerifyAfterLeasedKeysExpire(t *testing.T) {
 	}
 	r := newStoreRig(t)
 	const id = "leases"
-	m := r.takeBackup(t, c, id, catalog.KindScheduled)
+	m := r.TakeBackup(t, c, id, catalog.KindScheduled)
 	c.Members[0].Kill()
 
 	ic, ms := newCluster(t, 1, false)
@@ -112,7 +112,7 @@ func TestRestoreVerifyAfterLeasedKeysExpire(t *testing.T) {
 
 	chk, err := restore.CheckCluster(ctx, restore.ClusterCheckOptions{
 		VerifyOptions: restore.VerifyOptions{Etcd: etcdConfigFor(nil, ms), Timeout: time.Minute, ExpectedMembers: 1},
-		ClusterID:     id, Store: r.store, Layout: r.layout, Backup: m.Name,
+		ClusterID:     id, Store: r.Store, Layout: r.Layout, Backup: m.Name,
 		BumpRevision: restore.DefaultBumpRevision, TempDir: t.TempDir(),
 	})
 	if err != nil || !chk.Verified {
@@ -137,7 +137,7 @@ func TestRestoreVerifyAfterLeasedKeysExpire(t *testing.T) {
 	}
 	chk, err = restore.CheckCluster(ctx, restore.ClusterCheckOptions{
 		VerifyOptions: restore.VerifyOptions{Etcd: etcdConfigFor(nil, ms), Timeout: time.Minute},
-		ClusterID:     id, Store: r.store, Layout: r.layout, Backup: m.Name,
+		ClusterID:     id, Store: r.Store, Layout: r.Layout, Backup: m.Name,
 		BumpRevision: restore.DefaultBumpRevision, TempDir: t.TempDir(),
 	})
 	var ve *restore.VerifyError
@@ -156,16 +156,16 @@ func TestRestoreMissingSnapshotObject(t *testing.T) {
 	r := newStoreRig(t)
 	const id = "missing"
 	testenv.PutKeys(t, cli, "/a/", 50, 16)
-	older := r.takeBackup(t, c, id, catalog.KindScheduled)
+	older := r.TakeBackup(t, c, id, catalog.KindScheduled)
 	testenv.PutKeys(t, cli, "/b/", 50, 16)
-	newest := r.takeBackup(t, c, id, catalog.KindScheduled)
-	ctx := ctxTimeout(t, 2*time.Minute)
+	newest := r.TakeBackup(t, c, id, catalog.KindScheduled)
+	ctx := testfix.Context(t, 2*time.Minute)
 	ic, _ := newCluster(t, 3, false)
 
 	t.Run("store errors are not a corrupt backup", func(t *testing.T) {
 		for _, k := range []faults.Kind{faults.ServerError, faults.Stall} {
-			fs := faults.Wrap(r.store)
-			fs.Inject(faults.Fault{Op: faults.OpGet, Key: r.snapshotKey(newest), Kind: k, Delay: 100 * time.Millisecond})
+			fs := faults.Wrap(r.Store)
+			fs.Inject(faults.Fault{Op: faults.OpGet, Key: r.SnapshotKey(newest), Kind: k, Delay: 100 * time.Millisecond})
 			opts := r.runOpts(t, id, ic, filepath.Join(t.TempDir(), "data"))
 			opts.Store = fs
 			_, err := restore.Run(ctx, opts)
@@ -182,7 +182,7 @@ func TestRestoreMissingSnapshotObject(t *testing.T) {
 	})
 
 	t.Run("404", func(t *testing.T) {
-		if err := r.store.Delete(ctx, []string{r.snapshotKey(newest)}); err != nil {
+		if err := r.Store.Delete(ctx, []string{r.SnapshotKey(newest)}); err != nil {
 			t.Fatal(err)
 		}
 		root := filepath.Join(t.TempDir(), "data")
@@ -250,7 +250,7 @@ func TestRestoreCancelDuringDataDirWrite(t *testing.T) {
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
 	testenv.PutKeys(t, c.Client(t), "/x/", 200, 64)
 	r := newStoreRig(t)
-	r.takeBackup(t, c, "cancel-write", catalog.KindScheduled)
+	r.TakeBackup(t, c, "cancel-write", catalog.KindScheduled)
 	ic, _ := newCluster(t, 3, false)
 	parent := t.TempDir()
 	root := filepath.Join(parent, "data")
@@ -307,22 +307,22 @@ func TestRestoreDryRunAsStrictAsRealRun(t *testing.T) {
 	testenv.PutKeys(t, c.Client(t), "/x/", 100, 16)
 	r := newStoreRig(t)
 	const id = "strict"
-	good := r.takeBackup(t, c, id, catalog.KindScheduled)
+	good := r.TakeBackup(t, c, id, catalog.KindScheduled)
 	testenv.PutKeys(t, c.Client(t), "/y/", 10, 16)
-	inflated := r.takeBackup(t, c, id, catalog.KindScheduled)
-	ctx := ctxTimeout(t, 2*time.Minute)
+	inflated := r.TakeBackup(t, c, id, catalog.KindScheduled)
+	ctx := testfix.Context(t, 2*time.Minute)
 	ic, _ := newCluster(t, 1, false)
 
 	// Inflate the newest manifest's revision, as a bug or a hand edit would.
-	mkey := r.layout.Key(id, inflated.Name, catalog.ManifestObject)
+	mkey := r.Layout.Key(id, inflated.Name, catalog.ManifestObject)
 	var raw map[string]any
-	if err := json.Unmarshal(testfix.ReadObject(t, r.store, mkey), &raw); err != nil {
+	if err := json.Unmarshal(testfix.ReadObject(t, r.Store, mkey), &raw); err != nil {
 		t.Fatal(err)
 	}
 	raw["revisionBefore"] = inflated.Revision() + 1000
 	raw["revisionAfter"] = inflated.Revision() + 1000
 	b, _ := json.Marshal(raw)
-	r.putObject(t, mkey, b)
+	r.PutObject(t, mkey, b)
 
 	for _, dry := range []bool{true, false} {
 		t.Run(fmt.Sprintf("inflated revision dry=%v", dry), func(t *testing.T) {
@@ -361,7 +361,7 @@ func TestRestoreDryRunAsStrictAsRealRun(t *testing.T) {
 	for name, root := range roots {
 		for _, dry := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s dry=%v", name, dry), func(t *testing.T) {
-				before := r.bucketListing(t)
+				before := r.BucketListing(t)
 				opts := r.runOpts(t, id, ic, root)
 				opts.DryRun, opts.Backup = dry, good.Name
 				res, err := restore.Run(ctx, opts)
@@ -372,7 +372,7 @@ func TestRestoreDryRunAsStrictAsRealRun(t *testing.T) {
 				if res.Members[0].Problem == "" {
 					t.Errorf("member %+v: no problem recorded", res.Members[0])
 				}
-				if after := r.bucketListing(t); strings.Join(after, "\n") != strings.Join(before, "\n") {
+				if after := r.BucketListing(t); strings.Join(after, "\n") != strings.Join(before, "\n") {
 					t.Errorf("the bucket changed")
 				}
 				t.Logf("%v", err)
@@ -407,12 +407,12 @@ func TestRestoreChoosesHighestRevisionNotNewest(t *testing.T) {
 	testenv.PutKeys(t, small.Client(t), "/small/", 5, 16)
 	r := newStoreRig(t)
 	const id = "by-revision"
-	high := r.takeBackup(t, big, id, catalog.KindScheduled)
-	low := r.takeBackup(t, small, id, catalog.KindScheduled) // newer, lower revision
+	high := r.TakeBackup(t, big, id, catalog.KindScheduled)
+	low := r.TakeBackup(t, small, id, catalog.KindScheduled) // newer, lower revision
 	if !(high.Revision() > low.Revision()) || !low.StartedAt.After(high.StartedAt) {
 		t.Fatalf("setup: high %s rev %d, low %s rev %d", high.Name, high.Revision(), low.Name, low.Revision())
 	}
-	ctx := ctxTimeout(t, 2*time.Minute)
+	ctx := testfix.Context(t, 2*time.Minute)
 	ic, ms := newCluster(t, 1, false)
 	res, err := restore.Run(ctx, r.runOpts(t, id, ic, t.TempDir()))
 	if err != nil {
@@ -435,7 +435,7 @@ func TestRestoreAllOrNoneWhenAMemberFails(t *testing.T) {
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
 	testenv.PutKeys(t, c.Client(t), "/x/", 100, 16)
 	r := newStoreRig(t)
-	r.takeBackup(t, c, "all-or-none", catalog.KindScheduled)
+	r.TakeBackup(t, c, "all-or-none", catalog.KindScheduled)
 	ic, _ := newCluster(t, 3, false)
 	root := t.TempDir()
 	opts := r.runOpts(t, "all-or-none", ic, "")
@@ -460,7 +460,7 @@ func TestRestoreAllOrNoneWhenAMemberFails(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	res, err := restore.Run(ctxTimeout(t, 2*time.Minute), opts)
+	res, err := restore.Run(testfix.Context(t, 2*time.Minute), opts)
 	var re *restore.Error
 	if !errors.As(err, &re) || re.Step() != restore.StepWrite || last == "" || !strings.Contains(err.Error(), "member "+last) {
 		t.Fatalf("restore with r2's write failing: %v", err)
@@ -483,15 +483,15 @@ func TestRestoreSurvivorSnapshotNotCommitted(t *testing.T) {
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
 	testenv.PutKeys(t, c.Client(t), "/x/", 100, 16)
 	r := newStoreRig(t)
-	r.takeBackup(t, c, "survivor-fails", catalog.KindScheduled)
-	before := r.bucketListing(t)
-	fs := faults.Wrap(r.store)
+	r.TakeBackup(t, c, "survivor-fails", catalog.KindScheduled)
+	before := r.BucketListing(t)
+	fs := faults.Wrap(r.Store)
 	fs.Inject(faults.Fault{Op: faults.OpPut, Kind: faults.ServerError})
 	ic, _ := newCluster(t, 3, false)
 	parent := t.TempDir()
 	opts := r.runOpts(t, "survivor-fails", ic, filepath.Join(parent, "data"))
 	opts.Store, opts.NoLive, opts.Old, opts.ProbeTimeout = fs, false, testfix.EtcdConfig(c), 2*time.Second
-	_, err := restore.Run(ctxTimeout(t, 2*time.Minute), opts)
+	_, err := restore.Run(testfix.Context(t, 2*time.Minute), opts)
 	var re *restore.Error
 	if !errors.As(err, &re) || re.Step() != restore.StepSurvivor || !strings.Contains(err.Error(), "--no-live") {
 		t.Fatalf("restore with the survivor snapshot failing: %v", err)
@@ -502,7 +502,7 @@ func TestRestoreSurvivorSnapshotNotCommitted(t *testing.T) {
 	if left := entriesUnder(t, parent); len(left) != 0 {
 		t.Errorf("left %v", left)
 	}
-	if after := r.bucketListing(t); strings.Join(after, "\n") != strings.Join(before, "\n") {
+	if after := r.BucketListing(t); strings.Join(after, "\n") != strings.Join(before, "\n") {
 		t.Errorf("the bucket changed:\n%v\n%v", before, after)
 	}
 }
@@ -515,10 +515,10 @@ func TestRestoreOneMemberPerRun(t *testing.T) {
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
 	want := testenv.PutKeys(t, c.Client(t), "/x/", 200, 16)
 	r := newStoreRig(t)
-	m := r.takeBackup(t, c, "per-host", catalog.KindScheduled)
+	m := r.TakeBackup(t, c, "per-host", catalog.KindScheduled)
 	c.Members[0].Kill()
 	ic, ms := newCluster(t, 3, false)
-	ctx := ctxTimeout(t, 3*time.Minute)
+	ctx := testfix.Context(t, 3*time.Minute)
 	const token = "per-host-restore-1"
 	var plans []*restore.Result
 	dirs := map[string]string{}
@@ -559,8 +559,8 @@ func TestRestoreV2ExpiredAndUpdated(t *testing.T) {
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1, EnableV2: true})
 	v2 := testenv.PutV2Keys(t, c, 12)
 	r := newStoreRig(t)
-	m := r.takeBackup(t, c, "v2-ttl", catalog.KindScheduled)
-	exp := testfix.ReadV2Export(t, r.store, r.layout, m)
+	m := r.TakeBackup(t, c, "v2-ttl", catalog.KindScheduled)
+	exp := testfix.ReadV2Export(t, r.Store, r.Layout, m)
 	var ttlKey string
 	for _, n := range exp.Nodes {
 		if n.TTL > 0 {
@@ -590,8 +590,8 @@ func TestRestoreV2ExpiredAndUpdated(t *testing.T) {
 
 	// Restored after the TTL key's expiry: an injected clock, no waiting.
 	later := time.Now().Add((testenv.V2KeyTTL + 60) * time.Second)
-	rep, err := restore.RestoreV2(ctxTimeout(t, time.Minute), restore.V2Options{ClusterID: "v2-ttl", Store: r.store, Layout: r.layout,
-		Backup: m.Name, Etcd: testfix.EtcdConfig(nc), Now: func() time.Time { return later }, Log: testLogger(t)})
+	rep, err := restore.RestoreV2(testfix.Context(t, time.Minute), restore.V2Options{ClusterID: "v2-ttl", Store: r.Store, Layout: r.Layout,
+		Backup: m.Name, Etcd: testfix.EtcdConfig(nc), Now: func() time.Time { return later }, Log: testfix.Logger(t)})
 	if err != nil {
 		t.Fatalf("restore v2: %v", err)
 	}

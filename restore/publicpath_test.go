@@ -52,7 +52,7 @@ func TestRestorePublicPath(t *testing.T) {
 	cli := c.Client(t)
 	r := newStoreRig(t)
 	const id = "public-path"
-	ctx := ctxTimeout(t, 3*time.Minute)
+	ctx := testfix.Context(t, 3*time.Minute)
 	want := testenv.PutKeys(t, cli, "/registry/pods/", 500, 64)
 	for k, v := range testenv.PutKeys(t, cli, "/b/", 200, 300) {
 		want[k] = v
@@ -66,7 +66,7 @@ func TestRestorePublicPath(t *testing.T) {
 		}
 	}
 	_, oldRev := allKeys(t, cli)
-	r.takeBackup(t, c, id, catalog.KindScheduled)
+	r.TakeBackup(t, c, id, catalog.KindScheduled)
 	for _, m := range c.Members {
 		m.Kill()
 		os.RemoveAll(m.DataDir)
@@ -75,7 +75,7 @@ func TestRestorePublicPath(t *testing.T) {
 	ic, ms := newCluster(t, 3, false)
 	logs := &lockedLog{tb: t}
 	res, err := restore.Run(ctx, restore.Options{Survivor: survivor.Backup{},
-		ClusterID: id, Store: r.store, Layout: r.layout, Old: testfix.EtcdConfig(c), ProbeTimeout: time.Second,
+		ClusterID: id, Store: r.Store, Layout: r.Layout, Old: testfix.EtcdConfig(c), ProbeTimeout: time.Second,
 		Targets:      restore.Targets{InitialCluster: ic, DataDir: filepath.Join(t.TempDir(), "etcd-{name}")},
 		BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, PublicRestorePath: true,
 		Log: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),

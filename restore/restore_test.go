@@ -30,7 +30,7 @@ import (
 func TestRestoreQuorumLostFromSurvivor(t *testing.T) {
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, TLS: true, EnableV2: true})
 	cli := c.Client(t)
-	ctx := ctxTimeout(t, 5*time.Minute)
+	ctx := testfix.Context(t, 5*time.Minute)
 	want := testenv.PutKeys(t, cli, "/registry/pods/", 3000, 64)
 	for k, v := range testenv.PutKeys(t, cli, "/registry/pods/", 600, 64) { // overwrite the first 600
 		want[k] = v
@@ -56,7 +56,7 @@ func TestRestoreQuorumLostFromSurvivor(t *testing.T) {
 
 	r := newStoreRig(t)
 	const id = "kubx-etcd-07"
-	cosBackup := r.takeBackup(t, c, id, catalog.KindScheduled)
+	cosBackup := r.TakeBackup(t, c, id, catalog.KindScheduled)
 
 	// Written after the last backup: only the survivor has these.
 	for k, v := range testenv.PutKeys(t, cli, "/registry/events/", 200, 32) {
@@ -80,11 +80,11 @@ func TestRestoreQuorumLostFromSurvivor(t *testing.T) {
 	ic, ms := newCluster(t, 3, true)
 	root := t.TempDir()
 	res, err := restore.Run(ctx, restore.Options{Survivor: survivor.Backup{},
-		ClusterID: id, Store: r.store, Layout: r.layout,
+		ClusterID: id, Store: r.Store, Layout: r.Layout,
 		Old: testfix.EtcdConfig(c), ProbeTimeout: 2 * time.Second,
 		Targets:      restore.Targets{InitialCluster: ic, DataDirRoot: root},
 		BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true,
-		Log: testLogger(t),
+		Log: testfix.Logger(t),
 	})
 	if err != nil {
 		t.Fatalf("restore: %v", err)
@@ -101,7 +101,7 @@ func TestRestoreQuorumLostFromSurvivor(t *testing.T) {
 	if len(res.Candidates) != 2 || res.Candidates[1].Name != cosBackup.Name {
 		t.Errorf("candidates %+v", res.Candidates)
 	}
-	m, err := catalog.LoadManifest(ctx, r.store, r.layout, id, res.Survivor.Backup)
+	m, err := catalog.LoadManifest(ctx, r.Store, r.Layout, id, res.Survivor.Backup)
 	if err != nil || m.Kind != catalog.KindPreRestore || m.Source.Name != surv.Name {
 		t.Fatalf("survivor backup manifest %+v: %v", m, err)
 	}
@@ -145,7 +145,7 @@ func TestRestoreQuorumLostFromSurvivor(t *testing.T) {
 	// The standalone verify agrees, from the backup itself.
 	chk, err := restore.CheckCluster(ctx, restore.ClusterCheckOptions{
 		VerifyOptions: restore.VerifyOptions{Etcd: newCfg, Timeout: time.Minute, ExpectedMembers: 3},
-		ClusterID:     id, Store: r.store, Layout: r.layout, Backup: res.Chosen.Name,
+		ClusterID:     id, Store: r.Store, Layout: r.Layout, Backup: res.Chosen.Name,
 		BumpRevision: restore.DefaultBumpRevision, TempDir: t.TempDir(),
 	})
 	if err != nil || !chk.Verified || chk.Snapshot.LiveKeys != int64(len(want)) {
@@ -153,7 +153,7 @@ func TestRestoreQuorumLostFromSurvivor(t *testing.T) {
 	}
 
 	// v2: the keys come back, then a second run changes nothing.
-	v2opts := restore.V2Options{ClusterID: id, Store: r.store, Layout: r.layout, Etcd: newCfg, Log: testLogger(t)}
+	v2opts := restore.V2Options{ClusterID: id, Store: r.Store, Layout: r.Layout, Etcd: newCfg, Log: testfix.Logger(t)}
 	v2rep, err := restore.RestoreV2(ctx, v2opts)
 	if err != nil {
 		t.Fatalf("restore v2: %v", err)
@@ -167,7 +167,7 @@ func TestRestoreQuorumLostFromSurvivor(t *testing.T) {
 		}
 	}
 	ttlKey := ""
-	for _, n := range testfix.ReadV2Export(t, r.store, r.layout, m).Nodes {
+	for _, n := range testfix.ReadV2Export(t, r.Store, r.Layout, m).Nodes {
 		if n.TTL > 0 {
 			ttlKey = n.Key
 		}
@@ -192,13 +192,13 @@ func TestRestoreAllDeadNewestBackup(t *testing.T) {
 	r := newStoreRig(t)
 	const id = "all-dead"
 	testenv.PutKeys(t, cli, "/a/", 100, 16)
-	old := r.takeBackup(t, c, id, catalog.KindScheduled)
+	old := r.TakeBackup(t, c, id, catalog.KindScheduled)
 	want := testenv.PutKeys(t, cli, "/b/", 100, 16)
 	for k, v := range testenv.PutKeys(t, cli, "/a/", 100, 16) {
 		want[k] = v
 	}
-	tied := r.takeBackup(t, c, id, catalog.KindScheduled)
-	newest := r.takeBackup(t, c, id, catalog.KindManual) // same revision, later
+	tied := r.TakeBackup(t, c, id, catalog.KindScheduled)
+	newest := r.TakeBackup(t, c, id, catalog.KindManual) // same revision, later
 	if tied.Revision() != newest.Revision() || old.Revision() >= tied.Revision() {
 		t.Fatalf("revisions %d %d %d", old.Revision(), tied.Revision(), newest.Revision())
 	}
@@ -207,11 +207,11 @@ func TestRestoreAllDeadNewestBackup(t *testing.T) {
 		os.RemoveAll(m.DataDir)
 	}
 	ic, ms := newCluster(t, 3, false)
-	ctx := ctxTimeout(t, 3*time.Minute)
+	ctx := testfix.Context(t, 3*time.Minute)
 	res, err := restore.Run(ctx, restore.Options{Survivor: survivor.Backup{},
-		ClusterID: id, Store: r.store, Layout: r.layout, Old: testfix.EtcdConfig(c), ProbeTimeout: time.Second,
+		ClusterID: id, Store: r.Store, Layout: r.Layout, Old: testfix.EtcdConfig(c), ProbeTimeout: time.Second,
 		Targets:      restore.Targets{InitialCluster: ic, DataDir: filepath.Join(t.TempDir(), "etcd-{name}")},
-		BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, Log: testLogger(t),
+		BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, Log: testfix.Logger(t),
 	})
 	if err != nil {
 		t.Fatalf("restore: %v", err)
@@ -222,7 +222,7 @@ func TestRestoreAllDeadNewestBackup(t *testing.T) {
 	if res.Survivor.Backup != "" || !strings.Contains(res.Survivor.Skipped, "no member") {
 		t.Fatalf("survivor %+v", res.Survivor)
 	}
-	listing := testfix.Keys(t, r.store, r.layout.ClusterPrefix(id))
+	listing := testfix.Keys(t, r.Store, r.Layout.ClusterPrefix(id))
 	for _, k := range listing {
 		if strings.Contains(k, string(catalog.KindPreRestore)) {
 			t.Fatalf("a pre-restore backup was written with no survivor: %s", k)
@@ -250,11 +250,11 @@ func TestRestoreRefusesCorruptBackups(t *testing.T) {
 	var bs []*catalog.Manifest
 	for i := range 3 {
 		testenv.PutKeys(t, cli, fmt.Sprintf("/k%d/", i), 200, 64)
-		bs = append(bs, r.takeBackup(t, c, id, catalog.KindScheduled))
+		bs = append(bs, r.TakeBackup(t, c, id, catalog.KindScheduled))
 	}
 	orig := map[string][]byte{}
 	for _, m := range bs {
-		orig[m.Name] = testfix.ReadObject(t, r.store, r.snapshotKey(m))
+		orig[m.Name] = testfix.ReadObject(t, r.Store, r.SnapshotKey(m))
 	}
 	flip := func(b []byte) []byte {
 		out := append([]byte(nil), b...)
@@ -263,7 +263,7 @@ func TestRestoreRefusesCorruptBackups(t *testing.T) {
 	}
 	truncate := func(b []byte) []byte { return append([]byte(nil), b[:len(b)*2/3]...) }
 	ic, _ := newCluster(t, 3, false)
-	ctx := ctxTimeout(t, 3*time.Minute)
+	ctx := testfix.Context(t, 3*time.Minute)
 
 	cases := []struct {
 		name    string
@@ -285,14 +285,14 @@ func TestRestoreRefusesCorruptBackups(t *testing.T) {
 				if f := tc.damage[i]; f != nil {
 					b = f(b)
 				}
-				r.putObject(t, r.snapshotKey(m), b)
+				r.PutObject(t, r.SnapshotKey(m), b)
 			}
-			before := r.bucketListing(t)
+			before := r.BucketListing(t)
 			root := t.TempDir()
 			_, err := restore.Run(ctx, restore.Options{Survivor: survivor.Backup{},
-				ClusterID: id, Store: r.store, Layout: r.layout, NoLive: true, Backup: tc.force,
+				ClusterID: id, Store: r.Store, Layout: r.Layout, NoLive: true, Backup: tc.force,
 				Targets:      restore.Targets{InitialCluster: ic, DataDirRoot: root},
-				BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, Log: testLogger(t),
+				BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, Log: testfix.Logger(t),
 			})
 			var be *restore.BackupError
 			if !errors.As(err, &be) {
@@ -311,7 +311,7 @@ func TestRestoreRefusesCorruptBackups(t *testing.T) {
 			if entries, _ := os.ReadDir(root); len(entries) != 0 {
 				t.Errorf("a refused restore left %v in the data dir root", entries)
 			}
-			if after := r.bucketListing(t); strings.Join(after, "\n") != strings.Join(before, "\n") {
+			if after := r.BucketListing(t); strings.Join(after, "\n") != strings.Join(before, "\n") {
 				t.Errorf("the bucket changed")
 			}
 			t.Logf("refused: %v", err)
@@ -326,7 +326,7 @@ func TestRestoreDataDirInTheWay(t *testing.T) {
 	want := testenv.PutKeys(t, c.Client(t), "/x/", 100, 16)
 	r := newStoreRig(t)
 	const id = "dirs"
-	r.takeBackup(t, c, id, catalog.KindScheduled)
+	r.TakeBackup(t, c, id, catalog.KindScheduled)
 	ic, ms := newCluster(t, 1, false)
 	root := t.TempDir()
 	dir := filepath.Join(root, "r0.etcd")
@@ -337,18 +337,18 @@ func TestRestoreDataDirInTheWay(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := restore.Options{Survivor: survivor.Backup{},
-		ClusterID: id, Store: r.store, Layout: r.layout, Old: testfix.EtcdConfig(c), ProbeTimeout: 2 * time.Second,
+		ClusterID: id, Store: r.Store, Layout: r.Layout, Old: testfix.EtcdConfig(c), ProbeTimeout: 2 * time.Second,
 		Targets:      restore.Targets{InitialCluster: ic, DataDirRoot: root},
-		BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, Log: testLogger(t),
+		BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, Log: testfix.Logger(t),
 	}
-	ctx := ctxTimeout(t, 3*time.Minute)
-	before, tree := r.bucketListing(t), treeState(t, root)
+	ctx := testfix.Context(t, 3*time.Minute)
+	before, tree := r.BucketListing(t), treeState(t, root)
 	_, err := restore.Run(ctx, opts)
 	var re *restore.Error
 	if !errors.As(err, &re) || re.Step() != restore.StepDataDirs || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "--force") {
 		t.Fatalf("non-empty data dir: %v", err)
 	}
-	if strings.Join(r.bucketListing(t), "\n") != strings.Join(before, "\n") {
+	if strings.Join(r.BucketListing(t), "\n") != strings.Join(before, "\n") {
 		t.Fatal("a refused restore changed the bucket (took a survivor snapshot?)")
 	}
 	if strings.Join(treeState(t, root), "\n") != strings.Join(tree, "\n") {
@@ -383,7 +383,7 @@ func TestRestoreDryRunChangesNothing(t *testing.T) {
 	testenv.PutKeys(t, c.Client(t), "/x/", 100, 16)
 	r := newStoreRig(t)
 	const id = "dry"
-	m := r.takeBackup(t, c, id, catalog.KindScheduled)
+	m := r.TakeBackup(t, c, id, catalog.KindScheduled)
 	testenv.PutKeys(t, c.Client(t), "/y/", 10, 16)
 	ic, _ := newCluster(t, 3, false)
 	root := t.TempDir()
@@ -393,11 +393,11 @@ func TestRestoreDryRunChangesNothing(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "r1.etcd", "member", "x"), []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ctx := ctxTimeout(t, 2*time.Minute)
-	before, tree := r.bucketListing(t), treeState(t, root)
+	ctx := testfix.Context(t, 2*time.Minute)
+	before, tree := r.BucketListing(t), treeState(t, root)
 	check := func(t *testing.T) {
 		t.Helper()
-		if after := r.bucketListing(t); strings.Join(after, "\n") != strings.Join(before, "\n") {
+		if after := r.BucketListing(t); strings.Join(after, "\n") != strings.Join(before, "\n") {
 			t.Fatalf("a dry run changed the bucket:\n%v\n%v", before, after)
 		}
 		if after := treeState(t, root); strings.Join(after, "\n") != strings.Join(tree, "\n") {
@@ -408,9 +408,9 @@ func TestRestoreDryRunChangesNothing(t *testing.T) {
 		}
 	}
 	opts := restore.Options{Survivor: survivor.Backup{},
-		ClusterID: id, Store: r.store, Layout: r.layout, Old: testfix.EtcdConfig(c), ProbeTimeout: 2 * time.Second,
+		ClusterID: id, Store: r.Store, Layout: r.Layout, Old: testfix.EtcdConfig(c), ProbeTimeout: 2 * time.Second,
 		Targets:      restore.Targets{InitialCluster: ic, DataDirRoot: root},
-		BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, Force: true, DryRun: true, Log: testLogger(t),
+		BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, Force: true, DryRun: true, Log: testfix.Logger(t),
 	}
 	t.Run("survivor", func(t *testing.T) {
 		res, err := restore.Run(ctx, opts)
@@ -482,15 +482,15 @@ func TestRestoreCancelled(t *testing.T) {
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
 	testenv.PutKeys(t, c.Client(t), "/x/", 2000, 512)
 	r := newStoreRig(t)
-	r.takeBackup(t, c, "cancel", catalog.KindScheduled)
+	r.TakeBackup(t, c, "cancel", catalog.KindScheduled)
 	ic, _ := newCluster(t, 3, false)
 	root := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	_, err := restore.Run(ctx, restore.Options{Survivor: survivor.Backup{},
-		ClusterID: "cancel", Store: r.store, Layout: r.layout, NoLive: true,
+		ClusterID: "cancel", Store: r.Store, Layout: r.Layout, NoLive: true,
 		Targets:      restore.Targets{InitialCluster: ic, DataDirRoot: filepath.Join(root, "data")},
-		BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, Log: testLogger(t),
+		BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, Log: testfix.Logger(t),
 		Progress: func(string) restore.Progress { return cancelOnProgress{cancel} },
 	})
 	var re *restore.Error
@@ -516,7 +516,7 @@ func TestRestoreCancelled(t *testing.T) {
 func TestRestoreAfterCompactedDelete(t *testing.T) {
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
 	cli := c.Client(t)
-	ctx := ctxTimeout(t, 2*time.Minute)
+	ctx := testfix.Context(t, 2*time.Minute)
 	if _, err := cli.Put(ctx, "/keep", "v"); err != nil {
 		t.Fatal(err)
 	}
@@ -533,7 +533,7 @@ func TestRestoreAfterCompactedDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := newStoreRig(t)
-	m := r.takeBackup(t, c, "compacted", catalog.KindScheduled)
+	m := r.TakeBackup(t, c, "compacted", catalog.KindScheduled)
 	if m.Revision() != del.Header.Revision {
 		t.Fatalf("backup revision %d, want %d", m.Revision(), del.Header.Revision)
 	}
@@ -541,9 +541,9 @@ func TestRestoreAfterCompactedDelete(t *testing.T) {
 	ic, ms := newCluster(t, 1, false)
 	var nc *testenv.EtcdCluster
 	res, err := restore.Run(ctx, restore.Options{Survivor: survivor.Backup{},
-		ClusterID: "compacted", Store: r.store, Layout: r.layout, NoLive: true,
+		ClusterID: "compacted", Store: r.Store, Layout: r.Layout, NoLive: true,
 		Targets:      restore.Targets{InitialCluster: ic, DataDirRoot: t.TempDir()},
-		BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, Log: testLogger(t),
+		BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, Log: testfix.Logger(t),
 		Verify:     restore.VerifyOptions{Etcd: etcdConfigFor(nil, ms), Timeout: time.Minute},
 		OnDataDirs: func(p *restore.Plan) { nc = startRestored(t, testenv.V35, p, ms, nil, false) },
 	})

@@ -2,7 +2,6 @@ package restore_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -12,9 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"filippo.io/age"
-
-	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
@@ -22,57 +18,6 @@ import (
 	"github.com/armada/etcd-recovery/restore"
 	"github.com/armada/etcd-recovery/restore/survivor"
 )
-
-// ageKey is a fresh age X25519 key pair: the identity (as restore loads
-// it) and the recipient (as backup encrypts to it).
-type ageKey struct {
-	ids *seal.Identities
-	pub string
-}
-
-func newAgeKey(tb testing.TB) ageKey {
-	tb.Helper()
-	id, err := age.GenerateX25519Identity()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	ids, err := seal.ParseIdentities(strings.NewReader(id.String()+"\n"), "test identity")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return ageKey{ids: ids, pub: id.Recipient().String()}
-}
-
-func recipientsOf(tb testing.TB, keys ...ageKey) seal.Recipients {
-	tb.Helper()
-	var vs []string
-	for _, k := range keys {
-		vs = append(vs, k.pub)
-	}
-	rs, err := seal.ParseRecipients(vs)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return rs
-}
-
-// takeEncrypted commits a backup of c encrypted to rs.
-func (r *storeRig) takeEncrypted(tb testing.TB, c *testenv.EtcdCluster, id string, rs seal.Recipients) *catalog.Manifest {
-	tb.Helper()
-	res, err := backup.Run(context.Background(), backup.Options{
-		ClusterID: id, Kind: catalog.KindManual, Etcd: testfix.EtcdConfig(c), Store: r.store, Layout: r.layout,
-		ProbeTimeout: 3 * time.Second, Recipients: rs, Log: testLogger(tb),
-	})
-	if err != nil {
-		tb.Fatalf("encrypted backup: %v", err)
-	}
-	m := res.Manifest
-	if !m.Encryption.Encrypted() || !seal.IsSealedKey(m.Snapshot.Object) {
-		tb.Fatalf("backup %s is not encrypted: %+v, object %s", m.Name, m.Encryption, m.Snapshot.Object)
-	}
-	time.Sleep(5 * time.Millisecond) // names have millisecond precision
-	return m
-}
 
 // emptyDir fails unless dir does not exist or is empty.
 func emptyDir(tb testing.TB, dir string) {
@@ -100,23 +45,23 @@ func TestRestoreEncryptedRecipients(t *testing.T) {
 	want := testenv.PutKeys(t, cli, "/enc/", 50, 32)
 	r := newStoreRig(t)
 	const id = "enc-two"
-	a, b, third := newAgeKey(t), newAgeKey(t), newAgeKey(t)
-	m := r.takeEncrypted(t, c, id, recipientsOf(t, a, b))
-	ctx := ctxTimeout(t, 3*time.Minute)
+	a, b, third := testfix.NewAgeKey(t), testfix.NewAgeKey(t), testfix.NewAgeKey(t)
+	m := r.TakeEncrypted(t, c, id, testfix.RecipientsOf(t, a, b))
+	ctx := testfix.Context(t, 3*time.Minute)
 	opts := func(dir string, ids *seal.Identities) restore.Options {
 		ic, _ := newCluster(t, 1, false)
-		return restore.Options{Survivor: survivor.Backup{}, ClusterID: id, Store: r.store, Layout: r.layout, NoLive: true, Identities: ids,
+		return restore.Options{Survivor: survivor.Backup{}, ClusterID: id, Store: r.Store, Layout: r.Layout, NoLive: true, Identities: ids,
 			Targets:      restore.Targets{InitialCluster: ic, DataDir: filepath.Join(dir, "{name}.etcd")},
-			BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, Log: testLogger(t)}
+			BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, Log: testfix.Logger(t)}
 	}
-	for name, ids := range map[string]*seal.Identities{"third identity": third.ids, "no identity": nil} {
+	for name, ids := range map[string]*seal.Identities{"third identity": third.IDs, "no identity": nil} {
 		dir := filepath.Join(t.TempDir(), "data")
 		_, err := restore.Run(ctx, opts(dir, ids))
 		var re *restore.Error
 		if !errors.Is(err, seal.ErrNoIdentity) || !errors.As(err, &re) || re.Step() != restore.StepVerifyBackup || re.ClusterID != id {
 			t.Fatalf("%s: want a no-identity error at %q, got %v", name, restore.StepVerifyBackup, err)
 		}
-		for _, p := range []string{a.pub, b.pub, id, m.Name} {
+		for _, p := range []string{a.Pub, b.Pub, id, m.Name} {
 			if !strings.Contains(err.Error(), p) {
 				t.Errorf("%s: the error does not name %s: %v", name, p, err)
 			}
@@ -125,7 +70,7 @@ func TestRestoreEncryptedRecipients(t *testing.T) {
 	}
 	// Either identity: the dry run streams, decrypts and reads the whole
 	// database; the real run with the other is started and compared.
-	o := opts(filepath.Join(t.TempDir(), "data"), b.ids)
+	o := opts(filepath.Join(t.TempDir(), "data"), b.IDs)
 	o.DryRun = true
 	res, err := restore.Run(ctx, o)
 	if err != nil {
@@ -139,7 +84,7 @@ func TestRestoreEncryptedRecipients(t *testing.T) {
 		t.Fatalf("no passed %q check: %+v", restore.CheckDecrypt, res.Checks)
 	}
 	ic, ms := newCluster(t, 1, false)
-	o = opts(filepath.Join(t.TempDir(), "data"), a.ids)
+	o = opts(filepath.Join(t.TempDir(), "data"), a.IDs)
 	o.InitialCluster = ic
 	res, err = restore.Run(ctx, o)
 	if err != nil {
@@ -151,14 +96,14 @@ func TestRestoreEncryptedRecipients(t *testing.T) {
 
 	// restore verify --backup decrypts with the identity, and refuses
 	// without it before downloading.
-	vo := restore.ClusterCheckOptions{ClusterID: id, Backup: m.Name, Store: r.store, Layout: r.layout, TempDir: t.TempDir(), Identities: b.ids}
+	vo := restore.ClusterCheckOptions{ClusterID: id, Backup: m.Name, Store: r.Store, Layout: r.Layout, TempDir: t.TempDir(), Identities: b.IDs}
 	vo.Etcd, vo.Timeout, vo.ExpectedKeys = testfix.EtcdConfig(nc), 30*time.Second, -1
 	vo.Etcd.Endpoints = []string{ms[0].clientURL}
 	if chk, err := restore.CheckCluster(ctx, vo); err != nil || chk.Snapshot == nil {
 		t.Fatalf("verify --backup with the identity: %v", err)
 	}
-	vo.Identities = third.ids
-	if _, err := restore.CheckCluster(ctx, vo); !errors.Is(err, seal.ErrNoIdentity) || !strings.Contains(err.Error(), a.pub) {
+	vo.Identities = third.IDs
+	if _, err := restore.CheckCluster(ctx, vo); !errors.Is(err, seal.ErrNoIdentity) || !strings.Contains(err.Error(), a.Pub) {
 		t.Fatalf("verify --backup with a third identity: %v", err)
 	}
 }
@@ -173,14 +118,14 @@ func TestRestoreEncryptedTampered(t *testing.T) {
 	testenv.PutKeys(t, cli, "/enc/", 50, 32)
 	r := newStoreRig(t)
 	const id = "enc-tampered"
-	k := newAgeKey(t)
-	older := r.takeEncrypted(t, c, id, recipientsOf(t, k))
+	k := testfix.NewAgeKey(t)
+	older := r.TakeEncrypted(t, c, id, testfix.RecipientsOf(t, k))
 	testenv.PutKeys(t, cli, "/enc2/", 10, 32)
-	newest := r.takeEncrypted(t, c, id, recipientsOf(t, k))
-	key := r.snapshotKey(newest)
-	ctx := ctxTimeout(t, 2*time.Minute)
+	newest := r.TakeEncrypted(t, c, id, testfix.RecipientsOf(t, k))
+	key := r.SnapshotKey(newest)
+	ctx := testfix.Context(t, 2*time.Minute)
 	for _, part := range []string{"payload", "header"} {
-		rc, err := r.store.Get(ctx, key)
+		rc, err := r.Store.Get(ctx, key)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -195,14 +140,14 @@ func TestRestoreEncryptedTampered(t *testing.T) {
 			at = bytes.Index(bad, []byte("\n---")) + 5 // the header's MAC
 		}
 		bad[at] ^= 0x01
-		r.putObject(t, key, bad)
+		r.PutObject(t, key, bad)
 
 		dir := filepath.Join(t.TempDir(), "data")
 		ic, _ := newCluster(t, 1, false)
-		_, err = restore.Run(ctx, restore.Options{Survivor: survivor.Backup{}, ClusterID: id, Store: r.store, Layout: r.layout, NoLive: true, Identities: k.ids,
+		_, err = restore.Run(ctx, restore.Options{Survivor: survivor.Backup{}, ClusterID: id, Store: r.Store, Layout: r.Layout, NoLive: true, Identities: k.IDs,
 			Backup:       newest.Name, // without it restore falls back to the older one
 			Targets:      restore.Targets{InitialCluster: ic, DataDir: filepath.Join(dir, "{name}.etcd")},
-			BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, Log: testLogger(t)})
+			BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, Log: testfix.Logger(t)})
 		var be *restore.BackupError
 		if !errors.Is(err, seal.ErrTampered) || !errors.As(err, &be) {
 			t.Fatalf("%s: want a tampered backup refused, got %v", part, err)
@@ -214,7 +159,7 @@ func TestRestoreEncryptedTampered(t *testing.T) {
 			t.Errorf("%s: refused %s, next %s; want %s, next %s", part, be.Backup, be.Next, newest.Name, older.Name)
 		}
 		emptyDir(t, dir)
-		r.putObject(t, key, orig)
+		r.PutObject(t, key, orig)
 	}
 }
 
@@ -230,22 +175,22 @@ func TestRestoreSurvivorEncrypted(t *testing.T) {
 	testenv.PutKeys(t, c.Client(t), "/surv/", 20, 16)
 	r := newStoreRig(t)
 	const id = "enc-survivor"
-	a, b := newAgeKey(t), newAgeKey(t)
-	r.takeEncrypted(t, c, id, recipientsOf(t, a))
-	ctx := ctxTimeout(t, 3*time.Minute)
+	a, b := testfix.NewAgeKey(t), testfix.NewAgeKey(t)
+	r.TakeEncrypted(t, c, id, testfix.RecipientsOf(t, a))
+	ctx := testfix.Context(t, 3*time.Minute)
 	run := func(ids *seal.Identities, rs seal.Recipients) (string, error) {
 		t.Helper()
 		dir := filepath.Join(t.TempDir(), "data")
 		ic, _ := newCluster(t, 1, false)
-		_, err := restore.Run(ctx, restore.Options{Survivor: survivor.Backup{}, ClusterID: id, Store: r.store, Layout: r.layout, Old: testfix.EtcdConfig(c),
+		_, err := restore.Run(ctx, restore.Options{Survivor: survivor.Backup{}, ClusterID: id, Store: r.Store, Layout: r.Layout, Old: testfix.EtcdConfig(c),
 			Identities: ids, Recipients: rs, ProbeTimeout: 3 * time.Second,
 			Targets:      restore.Targets{InitialCluster: ic, DataDir: filepath.Join(dir, "{name}.etcd")},
-			BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, Log: testLogger(t)})
+			BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, Log: testfix.Logger(t)})
 		return dir, err
 	}
 	survivors := func() []*catalog.Manifest {
 		t.Helper()
-		listed, err := catalog.ListBackups(ctx, r.store, r.layout, id)
+		listed, err := catalog.ListBackups(ctx, r.Store, r.Layout, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -261,8 +206,8 @@ func TestRestoreSurvivorEncrypted(t *testing.T) {
 	// No identity: refused at the survivor step, nothing committed.
 	dir, err := run(nil, seal.Recipients{})
 	var re *restore.Error
-	if !errors.Is(err, seal.ErrNoIdentity) || !errors.As(err, &re) || re.Step() != restore.StepSurvivor || !strings.Contains(err.Error(), a.pub) {
-		t.Fatalf("without an identity: want a no-identity error at %q naming %s, got %v", restore.StepSurvivor, a.pub, err)
+	if !errors.Is(err, seal.ErrNoIdentity) || !errors.As(err, &re) || re.Step() != restore.StepSurvivor || !strings.Contains(err.Error(), a.Pub) {
+		t.Fatalf("without an identity: want a no-identity error at %q naming %s, got %v", restore.StepSurvivor, a.Pub, err)
 	}
 	emptyDir(t, dir)
 	if s := survivors(); len(s) != 0 {
@@ -271,22 +216,22 @@ func TestRestoreSurvivorEncrypted(t *testing.T) {
 
 	// With the identity: the survivor is encrypted to the newest backup's
 	// recipients, and restore reads it back.
-	if _, err := run(a.ids, seal.Recipients{}); err != nil {
+	if _, err := run(a.IDs, seal.Recipients{}); err != nil {
 		t.Fatalf("restore with the identity: %v", err)
 	}
 	s := survivors()
-	if len(s) != 1 || !s[0].Encryption.Encrypted() || strings.Join(s[0].Encryption.Recipients, ",") != a.pub || !seal.IsSealedKey(s[0].Snapshot.Object) {
-		t.Fatalf("survivor snapshots: want one encrypted to %s, got %+v", a.pub, s)
+	if len(s) != 1 || !s[0].Encryption.Encrypted() || strings.Join(s[0].Encryption.Recipients, ",") != a.Pub || !seal.IsSealedKey(s[0].Snapshot.Object) {
+		t.Fatalf("survivor snapshots: want one encrypted to %s, got %+v", a.Pub, s)
 	}
 
 	// Restore's own recipients win over the manifest's.
 	time.Sleep(5 * time.Millisecond)
-	if _, err := run(b.ids, recipientsOf(t, b)); err != nil {
+	if _, err := run(b.IDs, testfix.RecipientsOf(t, b)); err != nil {
 		t.Fatalf("restore with --encrypt-to b: %v", err)
 	}
 	s = survivors()
-	if len(s) != 2 || strings.Join(s[0].Encryption.Recipients, ",") != b.pub {
-		t.Fatalf("newest survivor: want it encrypted to %s, got %+v", b.pub, s[0].Encryption)
+	if len(s) != 2 || strings.Join(s[0].Encryption.Recipients, ",") != b.Pub {
+		t.Fatalf("newest survivor: want it encrypted to %s, got %+v", b.Pub, s[0].Encryption)
 	}
 }
 
@@ -299,20 +244,20 @@ func TestRestoreV2Encrypted(t *testing.T) {
 	v2 := testenv.PutV2Keys(t, c, 8)
 	r := newStoreRig(t)
 	const id = "enc-v2"
-	a, other := newAgeKey(t), newAgeKey(t)
-	m := r.takeEncrypted(t, c, id, recipientsOf(t, a))
+	a, other := testfix.NewAgeKey(t), testfix.NewAgeKey(t)
+	m := r.TakeEncrypted(t, c, id, testfix.RecipientsOf(t, a))
 	if m.V2 == nil || !seal.IsSealedKey(m.V2.Object) {
 		t.Fatalf("the v2 export is not encrypted: %+v", m.V2)
 	}
 	nc := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1, EnableV2: true})
-	ctx := ctxTimeout(t, time.Minute)
-	opts := restore.V2Options{ClusterID: id, Store: r.store, Layout: r.layout, Backup: m.Name, Etcd: testfix.EtcdConfig(nc), Log: testLogger(t)}
-	for name, ids := range map[string]*seal.Identities{"no identity": nil, "another identity": other.ids} {
+	ctx := testfix.Context(t, time.Minute)
+	opts := restore.V2Options{ClusterID: id, Store: r.Store, Layout: r.Layout, Backup: m.Name, Etcd: testfix.EtcdConfig(nc), Log: testfix.Logger(t)}
+	for name, ids := range map[string]*seal.Identities{"no identity": nil, "another identity": other.IDs} {
 		o := opts
 		o.Identities = ids
 		rep, err := restore.RestoreV2(ctx, o)
-		if !errors.Is(err, seal.ErrNoIdentity) || !strings.Contains(err.Error(), a.pub) {
-			t.Fatalf("%s: want a no-identity error naming %s, got %v", name, a.pub, err)
+		if !errors.Is(err, seal.ErrNoIdentity) || !strings.Contains(err.Error(), a.Pub) {
+			t.Fatalf("%s: want a no-identity error naming %s, got %v", name, a.Pub, err)
 		}
 		if rep != nil && rep.Created+rep.Updated != 0 {
 			t.Fatalf("%s: keys were written: %+v", name, rep)
@@ -328,7 +273,7 @@ func TestRestoreV2Encrypted(t *testing.T) {
 			}
 		}
 	}
-	opts.Identities = a.ids
+	opts.Identities = a.IDs
 	rep, err := restore.RestoreV2(ctx, opts)
 	if err != nil || rep.Failed != 0 || rep.Keys != len(v2) {
 		t.Fatalf("restore v2 with the identity: %+v, %v", rep, err)

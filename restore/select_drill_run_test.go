@@ -8,6 +8,7 @@ import (
 
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testfix"
 	"github.com/armada/etcd-recovery/restore"
 	"github.com/armada/etcd-recovery/restore/survivor"
 )
@@ -32,13 +33,13 @@ func TestRestoreDryRunPrefersDrilled(t *testing.T) {
 	testenv.PutKeys(t, c.Client(t), "/registry/pods/", 50, 16)
 	r := newStoreRig(t)
 	const id = "drillsel"
-	proven := r.takeBackup(t, c, id, catalog.KindScheduled)
-	plain := r.takeBackup(t, c, id, catalog.KindScheduled)
-	failed := r.takeBackup(t, c, id, catalog.KindScheduled)
+	proven := r.TakeBackup(t, c, id, catalog.KindScheduled)
+	plain := r.TakeBackup(t, c, id, catalog.KindScheduled)
+	failed := r.TakeBackup(t, c, id, catalog.KindScheduled)
 	if proven.Revision() != failed.Revision() || plain.Revision() != failed.Revision() {
 		t.Fatalf("the fixture needs equal revisions: %d %d %d", proven.Revision(), plain.Revision(), failed.Revision())
 	}
-	ctx := ctxTimeout(t, 2*time.Minute)
+	ctx := testfix.Context(t, 2*time.Minute)
 	now := time.Now().UTC().Truncate(time.Second)
 	const check = "hashkv: restored 0x1 != source 0x2"
 	drill := func(m *catalog.Manifest, passed bool) *catalog.DrillRecord {
@@ -51,9 +52,9 @@ func TestRestoreDryRunPrefersDrilled(t *testing.T) {
 	}
 	// A second cluster whose every backup failed its drill.
 	const allFailedID = "drillallfail"
-	allFailed := []*catalog.Manifest{r.takeBackup(t, c, allFailedID, catalog.KindScheduled), r.takeBackup(t, c, allFailedID, catalog.KindScheduled)}
+	allFailed := []*catalog.Manifest{r.TakeBackup(t, c, allFailedID, catalog.KindScheduled), r.TakeBackup(t, c, allFailedID, catalog.KindScheduled)}
 	for _, d := range []*catalog.DrillRecord{drill(proven, true), drill(failed, false), drill(allFailed[0], false), drill(allFailed[1], false)} {
-		if err := catalog.PutDrill(ctx, r.store, r.layout, d); err != nil {
+		if err := catalog.PutDrill(ctx, r.Store, r.Layout, d); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -61,12 +62,12 @@ func TestRestoreDryRunPrefersDrilled(t *testing.T) {
 	dryRun := func(t *testing.T, clusterID, name string) (*restore.Result, error) {
 		t.Helper()
 		return restore.Run(ctx, restore.Options{Survivor: survivor.Backup{},
-			ClusterID: clusterID, Store: r.store, Layout: r.layout, NoLive: true, ProbeTimeout: 2 * time.Second, Backup: name,
+			ClusterID: clusterID, Store: r.Store, Layout: r.Layout, NoLive: true, ProbeTimeout: 2 * time.Second, Backup: name,
 			Targets:      restore.Targets{InitialCluster: ic, DataDirRoot: t.TempDir()},
-			BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, DryRun: true, Log: testLogger(t),
+			BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, DryRun: true, Log: testfix.Logger(t),
 		})
 	}
-	before := r.bucketListing(t)
+	before := r.BucketListing(t)
 	res, err := dryRun(t, id, "")
 	if err != nil {
 		t.Fatalf("dry run: %v", err)
@@ -140,7 +141,7 @@ func TestRestoreDryRunPrefersDrilled(t *testing.T) {
 		}
 	})
 
-	if after := r.bucketListing(t); strings.Join(after, "\n") != strings.Join(before, "\n") {
+	if after := r.BucketListing(t); strings.Join(after, "\n") != strings.Join(before, "\n") {
 		t.Errorf("the dry runs changed the bucket")
 	}
 }

@@ -43,12 +43,12 @@ func TestRestoreFallbackBounds(t *testing.T) {
 	var bs []*catalog.Manifest
 	for i := range 3 {
 		testenv.PutKeys(t, c.Client(t), fmt.Sprintf("/k%d/", i), 50, 32)
-		bs = append(bs, r.takeBackup(t, c, id, catalog.KindScheduled))
+		bs = append(bs, r.TakeBackup(t, c, id, catalog.KindScheduled))
 	}
-	ctx := ctxTimeout(t, 2*time.Minute)
+	ctx := testfix.Context(t, 2*time.Minute)
 	orig := map[string][]byte{}
 	for _, m := range bs {
-		orig[m.Name] = bytes.Clone(testfix.ReadObject(t, r.store, r.snapshotKey(m)))
+		orig[m.Name] = bytes.Clone(testfix.ReadObject(t, r.Store, r.SnapshotKey(m)))
 	}
 	damage := func(t *testing.T, which ...int) {
 		t.Helper()
@@ -61,7 +61,7 @@ func TestRestoreFallbackBounds(t *testing.T) {
 					}
 				}
 			}
-			r.putObject(t, r.snapshotKey(m), b)
+			r.PutObject(t, r.SnapshotKey(m), b)
 		}
 	}
 	ic, _ := newCluster(t, 1, false)
@@ -79,14 +79,14 @@ func TestRestoreFallbackBounds(t *testing.T) {
 	gets := func(fs *faults.Store) []int {
 		var n []int
 		for _, m := range bs {
-			n = append(n, fs.CountCalls(faults.OpGet, r.snapshotKey(m)))
+			n = append(n, fs.CountCalls(faults.OpGet, r.SnapshotKey(m)))
 		}
 		return n
 	}
 
 	t.Run("every candidate refused once", func(t *testing.T) {
 		damage(t, 0, 1, 2)
-		fs := faults.Wrap(r.store)
+		fs := faults.Wrap(r.Store)
 		res, err := run(t, fs, ctx, nil)
 		var be *restore.BackupError
 		if !errors.As(err, &be) || be.Backup != bs[0].Name || !strings.Contains(err.Error(), bs[2].Name) || !strings.Contains(err.Error(), bs[1].Name) {
@@ -117,8 +117,8 @@ func TestRestoreFallbackBounds(t *testing.T) {
 	t.Run("store failure is no fallback", func(t *testing.T) {
 		damage(t)
 		for _, k := range []faults.Kind{faults.ServerError, faults.Stall} {
-			fs := faults.Wrap(r.store)
-			fs.Inject(faults.Fault{Op: faults.OpGet, Key: r.snapshotKey(bs[2]), Kind: k, Delay: 100 * time.Millisecond})
+			fs := faults.Wrap(r.Store)
+			fs.Inject(faults.Fault{Op: faults.OpGet, Key: r.SnapshotKey(bs[2]), Kind: k, Delay: 100 * time.Millisecond})
 			res, err := run(t, fs, ctx, nil)
 			var be *restore.BackupError
 			var re *restore.Error
@@ -133,7 +133,7 @@ func TestRestoreFallbackBounds(t *testing.T) {
 
 	t.Run("cancelled is no fallback", func(t *testing.T) {
 		damage(t, 2)
-		fs := faults.Wrap(r.store)
+		fs := faults.Wrap(r.Store)
 		cctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		res, err := run(t, fs, cctx, func(string) restore.Progress { return cancelOnProgress{cancel} })
@@ -144,9 +144,9 @@ func TestRestoreFallbackBounds(t *testing.T) {
 
 	t.Run("a drill proves one backup", func(t *testing.T) {
 		damage(t, 2)
-		fs := faults.Wrap(r.store)
-		o := drill.Options{ClusterID: id, Store: fs, Layout: r.layout, EtcdBinDir: testenv.DrillBinDir(t, testenv.V35), NoRecord: true, // the newest: bs[2]
-			ScratchDir: t.TempDir(), StartTimeout: time.Minute, ProbeTimeout: 10 * time.Second, Log: testLogger(t)}
+		fs := faults.Wrap(r.Store)
+		o := drill.Options{ClusterID: id, Store: fs, Layout: r.Layout, EtcdBinDir: testenv.DrillBinDir(t, testenv.V35), NoRecord: true, // the newest: bs[2]
+			ScratchDir: t.TempDir(), StartTimeout: time.Minute, ProbeTimeout: 10 * time.Second, Log: testfix.Logger(t)}
 		_, err := drill.Run(ctx, o)
 		var de *drill.Error
 		if !errors.As(err, &de) || de.Step() != drill.StepVerify || !strings.Contains(err.Error(), bs[2].Name) {

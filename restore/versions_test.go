@@ -30,7 +30,7 @@ func TestRestoreEtcdVersions(t *testing.T) {
 			for k, val := range testenv.PutKeys(t, cli, "/registry/configmaps/", 50, 48) { // overwrites
 				want[k] = val
 			}
-			ctx := ctxTimeout(t, 3*time.Minute)
+			ctx := testfix.Context(t, 3*time.Minute)
 			for i := 100; i < 130; i++ {
 				k := fmt.Sprintf("/registry/configmaps/%08d", i)
 				if _, err := cli.Delete(ctx, k); err != nil {
@@ -40,7 +40,7 @@ func TestRestoreEtcdVersions(t *testing.T) {
 			}
 			_, oldRev := allKeys(t, cli)
 			r := newStoreRig(t)
-			m := r.takeBackup(t, c, "ver-"+strings.ReplaceAll(string(v), ".", ""), catalog.KindScheduled)
+			m := r.TakeBackup(t, c, "ver-"+strings.ReplaceAll(string(v), ".", ""), catalog.KindScheduled)
 			if !strings.HasPrefix(m.ServerVersion, string(v)+".") {
 				t.Fatalf("backup server version %q, want %s.x", m.ServerVersion, v)
 			}
@@ -54,7 +54,7 @@ func TestRestoreEtcdVersions(t *testing.T) {
 			ic, ms := newCluster(t, 3, true)
 			var nc *testenv.EtcdCluster
 			res, err := restore.Run(ctx, restore.Options{Survivor: survivor.Backup{},
-				ClusterID: m.ClusterID, Store: r.store, Layout: r.layout,
+				ClusterID: m.ClusterID, Store: r.Store, Layout: r.Layout,
 				Old: testfix.EtcdConfig(c), ProbeTimeout: time.Second,
 				Targets:      restore.Targets{InitialCluster: ic, DataDirRoot: t.TempDir()},
 				BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true,
@@ -62,7 +62,7 @@ func TestRestoreEtcdVersions(t *testing.T) {
 				OnDataDirs: func(p *restore.Plan) {
 					nc = startRestored(t, v, p, ms, c.PKI, false)
 				},
-				Log: testLogger(t),
+				Log: testfix.Logger(t),
 			})
 			if err != nil {
 				t.Fatalf("restore: %v", err)

@@ -28,17 +28,7 @@ func (s *Store) LockConfig(ctx context.Context) (store.LockInfo, error) {
 func (s *Store) PutWith(ctx context.Context, key string, r io.Reader, opts store.PutOptions) (store.PutResult, error) {
 	l, ok := s.inner.(store.Locker)
 	if !ok {
-		if opts.Retention != nil {
-			return store.PutResult{}, store.Unsupported(s.inner, "put", key)
-		}
-		var n int64
-		var err error
-		if opts.IfAbsent {
-			n, err = s.PutIfAbsent(ctx, key, r)
-		} else {
-			n, err = s.Put(ctx, key, r)
-		}
-		return store.PutResult{Size: n}, err
+		return store.PutWithoutLocker(ctx, s, s.inner, key, r, opts)
 	}
 	var version string
 	n, err := s.put(ctx, key, r, func(ctx context.Context, r io.Reader) (int64, error) {

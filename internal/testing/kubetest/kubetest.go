@@ -348,3 +348,33 @@ func CreateCOSSecret(tb testing.TB, cs kubernetes.Interface, namespace string, m
 		tb.Fatalf("kubetest: secret %s/%s: %v", namespace, kube.COSSecretName, err)
 	}
 }
+
+// AddEtcdClusters adds n EtcdClusters etcd-c00, etcd-c01, … to namespace
+// (AddEtcdCluster: each a real single-member etcd with TLS, the i-th on
+// 127.0.3.(10+i)), grants each deploy/per-cluster's client-TLS access
+// (PerClusterAccess) and writes 50+i keys of 256 bytes under /registry/k.
+func AddEtcdClusters(tb testing.TB, cs kubernetes.Interface, dyn dynamic.Interface, a *Applier, namespace string, n int) []Cluster {
+	tb.Helper()
+	var clusters []Cluster
+	start := time.Now()
+	for i := range n {
+		name := fmt.Sprintf("etcd-c%02d", i)
+		fc := AddEtcdCluster(tb, cs, dyn, namespace, name, testenv.EtcdOptions{IP: fmt.Sprintf("127.0.3.%d", 10+i), Members: 1})
+		PerClusterAccess(tb, a, namespace, name)
+		testenv.PutKeys(tb, fc.Etcd.Client(tb), "/registry/k", 50+i, 256)
+		clusters = append(clusters, fc)
+	}
+	tb.Logf("%d etcd clusters with TLS started in %v", n, time.Since(start).Round(time.Millisecond))
+	return clusters
+}
+
+// EtcdRestoreObj is an EtcdRestore of cluster from an S3 path (for
+// dry-run creates: RBAC checks).
+func EtcdRestoreObj(cluster string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": kube.APIVersion, "kind": "EtcdRestore",
+		"metadata": map[string]any{"name": cluster},
+		"spec": map[string]any{"etcdCluster": map[string]any{"name": cluster}, "backupStorageType": "S3",
+			"s3": map[string]any{"path": "bucket/" + cluster + "/snapshot.db", "awsSecret": "cos-credentials", "endpoint": "https://s3.example", "forcePathStyle": true}},
+	}}
+}

@@ -1,6 +1,10 @@
 // Package testfix wires the real test servers of internal/testenv to the
 // project's own clients: a COS store on a MinIO bucket, an etcd connection
-// config for a test cluster, and readers for stored backups.
+// config for a test cluster, and readers for stored backups; a test's
+// bucket with the backups taken into it (StoreRig, plain or encrypted to
+// age keys: NewAgeKey, RecipientsOf); the built CLI and how tests run it
+// (Tool, RunTool, ToolEnv); a test logger and context (Logger, Context).
+// Only _test files import it (it imports backup to take backups).
 package testfix
 
 import (

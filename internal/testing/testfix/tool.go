@@ -1,9 +1,13 @@
 package testfix
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -37,4 +41,45 @@ func Tool(tb testing.TB) string {
 		tb.Fatalf("build etcd-recovery: %v\n%s", toolErr, toolOut)
 	}
 	return toolPath
+}
+
+// RunTool runs the tool with args, its environment ToolEnv() plus env,
+// and returns its stdout, its stderr and its exit code.
+func RunTool(tb testing.TB, ctx context.Context, tool string, env []string, args ...string) (string, string, int) {
+	tb.Helper()
+	cmd := exec.CommandContext(ctx, tool, args...)
+	cmd.Env = append(ToolEnv(), env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		return out.String(), errb.String(), ee.ExitCode()
+	case err != nil:
+		tb.Fatal(err)
+	}
+	return out.String(), errb.String(), 0
+}
+
+// ToolEnv is the environment for the CLI without COS credentials, etcdctl
+// settings, a kubeconfig or a pod namespace: everything comes from flags
+// and the API.
+func ToolEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "COS_") && !strings.HasPrefix(kv, "ETCDCTL_") && !strings.HasPrefix(kv, "KUBECONFIG=") && !strings.HasPrefix(kv, "POD_NAMESPACE=") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// LastLines is the last n lines of s.
+func LastLines(s string, n int) string {
+	l := strings.Split(strings.TrimSpace(s), "\n")
+	if len(l) > n {
+		l = l[len(l)-n:]
+	}
+	return strings.Join(l, "\n")
 }
