@@ -30,7 +30,7 @@ import (
 func TestInspectAllLocks(t *testing.T) {
 	t.Parallel()
 	const nsLock = "kubx-etcd-63"
-	ctx := ctxT(t, 5*time.Minute)
+	ctx := testfix.Context(t, 5*time.Minute)
 	k := testenv.StartKubeAPIServer(t)
 	admin := k.Clientset(t, "")
 	kubetest.CreateNamespaces(t, admin, nsLock)
@@ -123,7 +123,7 @@ func TestInspectAllLocks(t *testing.T) {
 	}
 
 	// The real binary, -o json.
-	out, errb, code := runTool(t, ctx, testfix.Tool(t), []string{"KUBECONFIG=" + k.Kubeconfig(t, token, nsLock)},
+	out, errb, code := testfix.RunTool(t, ctx, testfix.Tool(t), []string{"KUBECONFIG=" + k.Kubeconfig(t, token, nsLock)},
 		"inspect", "--all", "-o", "json", "--cos-endpoint", m.Endpoint, "--cos-region", m.Region,
 		"--cos-ca-file", m.CAFile, "--bucket", lockedBucket, "--prefix", layout.Prefix, "--probe-timeout", "2s")
 	if code != 0 {
