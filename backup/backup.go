@@ -117,6 +117,9 @@ type Options struct {
 	// the run, committed or not, the cluster's newest committed backup is
 	// re-locked to at least catalog.RelockUntil (explicit modes).
 	Lock catalog.LockPolicy
+	// LockRetention is the retention policy the lock is derived from when
+	// Prune is nil (default catalog.DefaultPolicy).
+	LockRetention *catalog.Policy
 
 	// putOpts are the write options of every object of the run (the
 	// retention), set once the lock is checked.
@@ -284,6 +287,9 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 func (o Options) policy() catalog.Policy {
 	if o.Prune != nil {
 		return *o.Prune
+	}
+	if o.LockRetention != nil {
+		return *o.LockRetention
 	}
 	return catalog.DefaultPolicy()
 }
@@ -668,7 +674,7 @@ func (r *run) after(ctx context.Context) (*Result, error) {
 	}
 	// Only a committed backup is followed by deletions.
 	rep, err := catalog.Prune(ctx, catalog.PruneOptions{Store: opts.Store, Layout: opts.Layout, ClusterIDs: []string{opts.ClusterID},
-		Policy: *opts.Prune, Now: opts.Now(), Log: opts.Log})
+		Policy: *opts.Prune, Now: opts.Now(), Log: opts.Log, Lock: opts.Lock})
 	res.Pruned = rep
 	if err != nil {
 		perr := &Error{ClusterID: opts.ClusterID, At: StepPrune,

@@ -73,7 +73,9 @@ func Create(ctx context.Context, st store.Store, key string, r io.Reader, enc En
 
 // CreateWith is Create with PutWith's options.
 func CreateWith(ctx context.Context, st store.Store, key string, r io.Reader, enc Encoding, opts PutOptions) (Written, error) {
-	return write(ctx, func(ctx context.Context, key string, r io.Reader) (int64, error) { return PutWith(ctx, st, key, r, opts) }, key, r, enc)
+	return write(ctx, func(ctx context.Context, key string, r io.Reader) (int64, error) {
+		return PutWith(ctx, st, key, r, opts)
+	}, key, r, enc)
 }
 
 var errUploadStopped = errors.New("upload stopped reading")
