@@ -458,7 +458,7 @@ func (o *lockOpts) flags() []cli.Flag {
 		&cli.StringFlag{Name: "lock-mode", EnvVars: []string{"ETCD_RECOVERY_LOCK_MODE"}, Destination: &o.mode,
 			Usage: "object lock of the backups: off (default), governance or compliance (each object with a retention derived from the retention policy; needs s3:PutObjectRetention), or bucket-default (the bucket's default retention); a bucket without object lock is refused"},
 		&cli.DurationFlag{Name: "lock-period", EnvVars: []string{"ETCD_RECOVERY_LOCK_PERIOD"}, Value: catalog.DefaultLockPeriod, Destination: &o.period,
-			Usage: "with --lock-mode: the time between two scheduled backups (the CronJob's period); a scheduled backup is locked for --recent of them, less --lock-margin"},
+			Usage: "with --lock-mode: the time between two scheduled backups (the CronJob's period); a scheduled backup is locked for --keep-recent of them, less --lock-margin"},
 		&cli.DurationFlag{Name: "lock-margin", EnvVars: []string{"ETCD_RECOVERY_LOCK_MARGIN"}, Value: catalog.DefaultLockMargin, Destination: &o.margin,
 			Usage: "with --lock-mode: taken off every lock's end (clock skew, a scheduled run's late start), so that no backup retention deletes is still locked"},
 	}
