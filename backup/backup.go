@@ -109,6 +109,22 @@ type Options struct {
 	// database size and the limit.
 	CheckScratch func(dbSize int64) error
 
+	// Lock locks every object of the backup with object lock (LockPolicy;
+	// the zero value: off): governance or compliance with the retain-until
+	// time catalog.LockPlan derives from the retention policy (Prune, or
+	// catalog.DefaultPolicy), or bucket-default. A bucket without object
+	// lock is refused (a usage error) before anything is written. After
+	// the run, committed or not, the cluster's newest committed backup is
+	// re-locked to at least catalog.RelockUntil (explicit modes).
+	Lock catalog.LockPolicy
+	// LockRetention is the retention policy the lock is derived from when
+	// Prune is nil (default catalog.DefaultPolicy).
+	LockRetention *catalog.Policy
+
+	// putOpts are the write options of every object of the run (the
+	// retention), set once the lock is checked.
+	putOpts objectio.PutOptions
+
 	// chunkHook, when set, sees (and may change) each snapshot chunk as it
 	// arrives, before it is hashed: tests inject a damaged stream with it
 	// (export_test.go).
@@ -139,6 +155,7 @@ const (
 	StepV2       = "export v2 keys"
 	StepObjects  = "check stored objects"
 	StepManifest = "write manifest"
+	StepLock     = "check object lock"
 	StepPrune    = "prune"
 	StepDrill    = "drill"
 )
@@ -202,6 +219,9 @@ func (o Options) ValidateTemplate() error {
 			return usage.Wrap(err)
 		}
 	}
+	if err := o.Lock.Validate(); err != nil {
+		return usage.Errorf("--lock-mode: %w", err)
+	}
 	if err := seal.CheckRequired(o.Recipients, o.RequireEncryption); err != nil {
 		return usage.Errorf("--require-encryption is set but no recipient is configured (--encrypt-to, --recipients-file, %s, %s): %w",
 			seal.EnvEncryptTo, seal.EnvRecipientsFile, err)
@@ -254,9 +274,90 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	defer r.removePlain()
 	if err := r.take(ctx); err != nil {
 		r.cleanup(ctx)
+		if err.step != StepLock {
+			r.relock(ctx)
+		}
 		return nil, &Error{ClusterID: opts.ClusterID, At: err.step, Err: ctxerr.Wrap(ctx, err.err)}
 	}
+	r.relock(ctx)
 	return r.after(ctx)
+}
+
+// policy is the retention policy the lock is derived from.
+func (o Options) policy() catalog.Policy {
+	if o.Prune != nil {
+		return *o.Prune
+	}
+	if o.LockRetention != nil {
+		return *o.LockRetention
+	}
+	return catalog.DefaultPolicy()
+}
+
+// checkLock checks the bucket's object lock and decides the run's
+// retention, before anything is written.
+func (r *run) checkLock(ctx context.Context) *stepError {
+	opts := r.opts
+	lp := opts.Lock.WithDefaults()
+	if !lp.Enabled() {
+		return nil
+	}
+	info, err := catalog.LockConfigOf(ctx, opts.Store)
+	if err != nil {
+		return failAt(StepLock, err)
+	}
+	bucket := catalog.BucketName(opts.Store)
+	if !info.Enabled {
+		return failAt(StepLock, usage.Errorf("--lock-mode %s: %s has no object lock (create it with object lock enabled, or drop --lock-mode)", lp.Mode, bucket))
+	}
+	if lp.Mode == catalog.LockBucketDefault {
+		if info.DefaultMode == "" || info.DefaultPeriod <= 0 {
+			return failAt(StepLock, usage.Errorf("--lock-mode %s: %s has object lock but no default retention", lp.Mode, bucket))
+		}
+		r.m.Lock = &catalog.ManifestLock{Mode: lp.Mode, Until: r.start.Add(info.DefaultPeriod)}
+		r.log.Info("backup locked by the bucket's default retention", "mode", info.DefaultMode, "until", r.m.Lock.Until)
+		return nil
+	}
+	entries, err := catalog.Inventory(ctx, opts.Store, opts.Layout, opts.ClusterID)
+	if err != nil {
+		return failAt(StepLock, fmt.Errorf("listing the cluster's backups for the lock period: %w", err))
+	}
+	term := catalog.LockPlan(opts.Kind, r.start, catalog.AnchorCandidate(entries, r.start), opts.policy(), lp)
+	if !term.Locked() {
+		r.log.Info("backup not locked: retention may delete it at once", "reason", term.Reason)
+		return nil
+	}
+	r.opts.putOpts.Retention = &store.Retention{Mode: lp.Mode.StoreMode(), Until: term.Until}
+	r.m.Lock = &catalog.ManifestLock{Mode: lp.Mode, Until: term.Until}
+	r.log.Info("backup locked", "mode", lp.Mode, "until", term.Until, "rule", term.Rule, "reason", term.Reason)
+	return nil
+}
+
+// relock extends the lock of the cluster's newest committed backup to at
+// least catalog.RelockUntil at the run's start (explicit lock modes only:
+// bucket-default has no permission to set a retention). Best effort: a
+// failure is logged.
+func (r *run) relock(ctx context.Context) {
+	lp := r.opts.Lock.WithDefaults()
+	if !lp.Mode.Explicit() || ctx.Err() != nil {
+		return
+	}
+	until := catalog.RelockUntil(r.start, r.opts.policy(), lp)
+	entries, err := catalog.Inventory(ctx, r.opts.Store, r.opts.Layout, r.opts.ClusterID)
+	var n int
+	if err == nil {
+		newest, ok := catalog.NewestCommitted(entries)
+		if !ok {
+			return
+		}
+		n, err = catalog.Relock(ctx, r.opts.Store, newest, lp.Mode.StoreMode(), until)
+		if n > 0 {
+			r.log.Info("re-locked the newest backup", "backup", newest.Name, "until", until, "objects", n)
+		}
+	}
+	if err != nil {
+		r.log.Warn("could not re-lock the cluster's newest backup", "until", until, "err", err)
+	}
 }
 
 // run is one backup in progress.
@@ -319,6 +420,9 @@ func (r *run) take(ctx context.Context) *stepError {
 		ToolVersion: version.Version,
 		Encryption:  seal.NewInfo(opts.Recipients),
 	}
+	if err := r.checkLock(ctx); err != nil {
+		return err
+	}
 	if err := r.startFolder(ctx); err != nil {
 		return err
 	}
@@ -367,7 +471,7 @@ func (r *run) members(ctx context.Context) ([]probe.Member, bool, *stepError) {
 func (r *run) startFolder(ctx context.Context) *stepError {
 	key := r.opts.Layout.Key(r.opts.ClusterID, r.name, catalog.StartedObject)
 	marker := fmt.Sprintf("{\"startedAt\":%q,\"toolVersion\":%q}\n", r.start.Format(time.RFC3339Nano), version.Version)
-	if _, err := putObject(ctx, r.opts.Store, key, strings.NewReader(marker)); err != nil {
+	if _, err := putObject(ctx, r.opts, key, strings.NewReader(marker)); err != nil {
 		return failAt(StepStore, err)
 	}
 	r.written = append(r.written, key)
@@ -504,7 +608,7 @@ func (r *run) commit(ctx context.Context) *stepError {
 		return failAt(StepManifest, err)
 	}
 	mkey := opts.Layout.Key(opts.ClusterID, r.name, catalog.ManifestObject)
-	if _, err := putObject(ctx, opts.Store, mkey, bytes.NewReader(body)); err != nil {
+	if _, err := putObject(ctx, opts, mkey, bytes.NewReader(body)); err != nil {
 		if errors.Is(err, store.ErrExists) {
 			r.written = nil // another writer's: touch nothing
 		}
@@ -570,7 +674,7 @@ func (r *run) after(ctx context.Context) (*Result, error) {
 	}
 	// Only a committed backup is followed by deletions.
 	rep, err := catalog.Prune(ctx, catalog.PruneOptions{Store: opts.Store, Layout: opts.Layout, ClusterIDs: []string{opts.ClusterID},
-		Policy: *opts.Prune, Now: opts.Now(), Log: opts.Log})
+		Policy: *opts.Prune, Now: opts.Now(), Log: opts.Log, Lock: opts.Lock})
 	res.Pruned = rep
 	if err != nil {
 		perr := &Error{ClusterID: opts.ClusterID, At: StepPrune,
@@ -647,7 +751,7 @@ func snapshotMember(ctx context.Context, opts Options, cand probe.Member, key st
 		r, err := compressStream(chunks, raw, pw, opts.Compression, opts.Recipients, plain)
 		done <- out{r, err}
 	}()
-	_, putErr := putObject(streamCtx, opts.Store, key, pr)
+	_, putErr := putObject(streamCtx, opts, key, pr)
 	if putErr != nil {
 		cancelStream()
 		pr.CloseWithError(putErr)
@@ -695,8 +799,8 @@ func exportV2(ctx context.Context, opts Options, hc *http.Client, clientURL, nam
 		return nil, err
 	}
 	obj := catalog.V2Object(opts.Compression, opts.Recipients.Len() > 0)
-	w, err := objectio.Create(ctx, opts.Store, opts.Layout.Key(opts.ClusterID, name, obj), bytes.NewReader(raw),
-		objectio.Encoding{Compression: opts.Compression, Recipients: opts.Recipients})
+	w, err := objectio.CreateWith(ctx, opts.Store, opts.Layout.Key(opts.ClusterID, name, obj), bytes.NewReader(raw),
+		objectio.Encoding{Compression: opts.Compression, Recipients: opts.Recipients}, opts.putOpts)
 	keys, dirs := exp.Counts()
 	info := &catalog.V2Info{
 		Object: obj, Compression: opts.Compression, Keys: keys, Dirs: dirs, EtcdIndex: exp.EtcdIndex,
@@ -709,9 +813,10 @@ func exportV2(ctx context.Context, opts Options, hc *http.Client, clientURL, nam
 }
 
 // putObject writes key with the store's conditional create when it has one
-// (objectio.Put), so that a backup never replaces an existing object.
-func putObject(ctx context.Context, st store.Store, key string, r io.Reader) (int64, error) {
-	return objectio.Put(ctx, st, key, r)
+// (objectio.Put), so that a backup never replaces an existing object, with
+// the run's retention (objectio.PutWith) when it is locked.
+func putObject(ctx context.Context, opts Options, key string, r io.Reader) (int64, error) {
+	return objectio.PutWith(ctx, opts.Store, key, r, opts.putOpts)
 }
 
 // errObjectVanished and errManifestReplaced fail a backup before or after

@@ -129,6 +129,10 @@ func (r *Report) Tables() []output.Table {
 			t.Footer = fmt.Sprintf("drill: %s: %s\n", d.Result, strings.TrimSpace(d.Error))
 		}
 	}
+	if l := m.Lock; l != nil {
+		// Only a locked backup says it: the table of others is unchanged.
+		t.Footer += fmt.Sprintf("locked: %s until %s (object lock)\n", l.Mode, l.Until.UTC().Format(time.RFC3339))
+	}
 	out := []output.Table{t}
 	if r.Pruned != nil {
 		pt := r.Pruned.Table()

@@ -25,6 +25,7 @@ type backupOpts struct {
 	kube                                  kubeOpts
 	encryption                            encryptionOpts
 	policy                                policyOpts
+	lock                                  lockOpts
 	drill                                 drillOpts
 	clusterID, kind, v2, compress, output string
 	pushgateway                           string
@@ -77,7 +78,7 @@ func backupCommand(g *globalOpts) *cli.Command {
 			tempDirFlag(&o.drill.tempDir),
 			outputFlag(&o.output),
 			pushgatewayFlag(&o.pushgateway),
-		}, o.encryption.flags(), o.policy.flags()),
+		}, o.encryption.flags(), o.policy.flags(), o.lock.flags()),
 		Action: func(c *cli.Context) error { return runBackup(c, g, o) },
 	}
 }
@@ -159,6 +160,18 @@ func backupOptions(c *cli.Context, o *backupOpts, many bool, log *slog.Logger) (
 			return opts, nil, err
 		}
 		opts.Prune = &policy
+	}
+	if opts.Lock, err = o.lock.policy("backup"); err != nil {
+		return opts, nil, err
+	}
+	if opts.Lock.Enabled() && !o.prune {
+		// The lock periods derive from the retention policy: the
+		// policy flags' values, whether or not this run prunes.
+		policy, err := o.policy.policy()
+		if err != nil {
+			return opts, nil, err
+		}
+		opts.LockRetention = &policy
 	}
 	if o.orphanGrace < catalog.MinOrphanGrace {
 		return opts, nil, usagef("backup: --orphan-grace %s: want at least %s", o.orphanGrace, catalog.MinOrphanGrace)

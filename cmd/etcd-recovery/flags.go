@@ -444,3 +444,34 @@ func (e *env) identityOf(path string) (*seal.Identities, error) {
 	}
 	return ids, nil
 }
+
+// lockOpts are the object-lock flags of backup (and prune's re-lock):
+// how backups are locked on a bucket with object lock
+// (internal/catalog/lock.go, docs/immutable.md).
+type lockOpts struct {
+	mode           string
+	period, margin time.Duration
+}
+
+func (o *lockOpts) flags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "lock-mode", EnvVars: []string{"ETCD_RECOVERY_LOCK_MODE"}, Destination: &o.mode,
+			Usage: "object lock of the backups: off (default), governance or compliance (each object with a retention derived from the retention policy; needs s3:PutObjectRetention), or bucket-default (the bucket's default retention); a bucket without object lock is refused"},
+		&cli.DurationFlag{Name: "lock-period", EnvVars: []string{"ETCD_RECOVERY_LOCK_PERIOD"}, Value: catalog.DefaultLockPeriod, Destination: &o.period,
+			Usage: "with --lock-mode: the time between two scheduled backups (the CronJob's period); a scheduled backup is locked for --keep-recent of them, less --lock-margin"},
+		&cli.DurationFlag{Name: "lock-margin", EnvVars: []string{"ETCD_RECOVERY_LOCK_MARGIN"}, Value: catalog.DefaultLockMargin, Destination: &o.margin,
+			Usage: "with --lock-mode: taken off every lock's end (clock skew, a scheduled run's late start), so that no backup retention deletes is still locked"},
+	}
+}
+
+// policy is the flags' catalog.LockPolicy (usage errors: exit 4).
+func (o *lockOpts) policy(command string) (catalog.LockPolicy, error) {
+	mode, err := catalog.ParseLockMode(o.mode)
+	if err != nil {
+		return catalog.LockPolicy{}, usagef("%s: --lock-mode: %v", command, err)
+	}
+	if o.period <= 0 || o.margin < 0 || o.margin >= o.period {
+		return catalog.LockPolicy{}, usagef("%s: --lock-period %s and --lock-margin %s: want a positive period longer than the margin", command, o.period, o.margin)
+	}
+	return catalog.LockPolicy{Mode: mode, Period: o.period, Margin: o.margin}, nil
+}

@@ -19,6 +19,7 @@ type pruneOpts struct {
 	store                                       storeOpts
 	kube                                        kubeOpts
 	policy                                      policyOpts
+	lock                                        lockOpts
 	clusterID, output                           string
 	allClusterIDs, orphans, claimPrefix, dryRun bool
 	orphanGrace, timeout                        time.Duration
@@ -51,7 +52,7 @@ func pruneCommand(g *globalOpts) *cli.Command {
 			dryRunFlag(&o.dryRun),
 			outputFlag(&o.output),
 			timeoutFlag(&o.timeout),
-		}, o.policy.flags(), deprecatedFlagsOf("prune")),
+		}, o.policy.flags(), o.lock.flags(), deprecatedFlagsOf("prune")),
 		Action: func(c *cli.Context) error { return runPrune(c, g, o) },
 	}
 }
@@ -128,6 +129,9 @@ func runPrune(c *cli.Context, g *globalOpts, o *pruneOpts) error {
 		opts.ClusterIDs = []string{id}
 	}
 	if opts.Policy, err = o.policy.policy(); err != nil {
+		return err
+	}
+	if opts.Lock, err = o.lock.policy("prune"); err != nil {
 		return err
 	}
 	if id != "" || opts.All {

@@ -30,6 +30,11 @@
 //   - Retention (retention.go): Policy and ApplyPolicy, a pure function from
 //     entries, "now" and a policy to a Plan (keep/delete and the Rule* that
 //     keep each backup); StaleUploads ages multipart uploads.
+//   - Object lock (lock.go): LockPlan, pure, the retain-until time of a
+//     backup written to a locked bucket, derived from the retention rule
+//     so that no backup retention deletes is still locked; RelockUntil
+//     and Relock for the newest backup; EntryLock, by which prune retains
+//     (ActionRetained) a backup whose lock has not ended.
 //   - Prune and Delete (prune.go): Prune runs listPrune (list and check
 //     everything), planPrune (ApplyPolicy per cluster, guardPlan, uploads)
 //     and executePrune (delete), in that order; Delete removes named

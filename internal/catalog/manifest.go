@@ -40,6 +40,11 @@ type Manifest struct {
 	// It holds the recipients' public keys only; nil for plaintext backups.
 	Encryption *seal.Info `json:"encryption,omitempty"`
 
+	// Lock is the object-lock retention the backup's objects were written
+	// with (backup --lock-mode; lock.go); nil when none was asked for.
+	// Readers that predate it ignore it.
+	Lock *ManifestLock `json:"lock,omitempty"`
+
 	ToolVersion string `json:"toolVersion"`
 }
 

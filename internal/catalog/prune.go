@@ -41,6 +41,10 @@ const (
 	ActionAbort   = "abort"   // planned (dry run)
 	ActionAborted = "aborted"
 	ActionFailed  = "FAILED"
+	// ActionRetained: retention lets the backup go, but object lock still
+	// holds it (BackupAction.LockedUntil): not deleted, not a failure; a
+	// prune after LockedUntil deletes it.
+	ActionRetained = "retained"
 )
 
 // Steps of a prune, named by PruneError.Step.
@@ -82,6 +86,12 @@ type PruneOptions struct {
 	// are read at once; default DefaultCheckParallel.
 	CheckParallel int
 	Log           *slog.Logger
+	// Lock, when its mode is explicit (governance or compliance), re-locks
+	// each cluster's newest committed backup to at least
+	// RelockUntil(Now) (lock.go), so an idle cluster keeps a locked
+	// backup. Not in a dry run. Whatever Lock says, a backup whose objects
+	// are still locked is never deleted (ActionRetained).
+	Lock LockPolicy
 }
 
 // BackupAction is what happened (or, in a dry run, would happen) to one
@@ -103,8 +113,11 @@ type BackupAction struct {
 	Keep   bool     `json:"keep"`
 	Rules  []string `json:"rules,omitempty"` // why it is kept (Rule*)
 	Reason string   `json:"reason"`          // why it is kept or deleted; never empty
-	// Action is keep, delete (dry run), deleted or FAILED.
+	// Action is keep, delete (dry run), deleted, retained or FAILED.
 	Action string `json:"action"`
+	// LockedUntil is when the object lock of a backup retention lets go
+	// ends (Action retained): it is deleted by a prune after that.
+	LockedUntil *time.Time `json:"lockedUntil,omitempty"`
 
 	// ManifestDeleted says the manifest is gone: the backup no longer
 	// exists, even when some of its other objects could not be deleted.
@@ -199,6 +212,12 @@ type PruneReport struct {
 	Aborted     int `json:"uploadsAborted"`
 	AbortFailed int `json:"uploadsFailed"`
 	Damaged     int `json:"damaged"` // committed backups that do not check out
+	// Retained counts the backups retention lets go that object lock
+	// still holds (ActionRetained).
+	Retained int `json:"retained,omitempty"`
+	// Relocked names the backups (cluster/name) whose lock was extended
+	// (PruneOptions.Lock).
+	Relocked []string `json:"relocked,omitempty"`
 
 	// Staged are the plaintext copies staged for etcd-operator that were
 	// found (staged.go): deleted once older than StagedMaxAge.
@@ -597,6 +616,9 @@ func planPrune(ctx context.Context, opts PruneOptions, inv *pruneInventory, rep 
 	if pe != nil {
 		return nil, pe
 	}
+	if deleteKeys, pe = retainLocked(ctx, opts, byCluster, deleteKeys, deletedFolder); pe != nil {
+		return nil, pe
+	}
 	// The uploads under the keys of the backups to delete: once the folder
 	// is gone, nothing would look for them again.
 	exact, err := ListUploadsAt(ctx, opts.Store, deleteKeys, opts.CheckParallel)
@@ -706,6 +728,8 @@ func collectPlan(opts PruneOptions, byCluster clusterPrunes, rep *PruneReport) *
 		for i := range c.Backups {
 			if c.Backups[i].Keep {
 				rep.Kept++
+			} else if c.Backups[i].Action == ActionRetained {
+				rep.Retained++
 			} else {
 				del++
 				plan.toDelete = append(plan.toDelete, &c.Backups[i])
@@ -737,6 +761,7 @@ func collectPlan(opts PruneOptions, byCluster clusterPrunes, rep *PruneReport) *
 // upload does not stop the others.
 func executePrune(ctx context.Context, opts PruneOptions, plan *prunePlan, rep *PruneReport, start time.Time) (*PruneReport, error) {
 	log := opts.Log
+	relockNewest(ctx, opts, rep)
 	t := time.Now()
 	deleteBackups(ctx, opts.Store, plan.toDelete, &rep.Stats, log)
 	rep.Stats.DeleteDuration = time.Since(t)
@@ -1208,4 +1233,97 @@ func deleteOutcome(acts []*BackupAction, log *slog.Logger) error {
 // firstKeys are the first keys of a list, for a log line.
 func firstKeys(keys []string) []string {
 	return keys[:min(len(keys), unknownShown)]
+}
+
+// retainLocked is the object-lock part of the plan: on a bucket with
+// object lock, a backup retention lets go whose objects are still locked
+// at opts.Now is retained (ActionRetained, LockedUntil), not deleted: a
+// Delete would only hide it under delete markers. It returns deleteKeys
+// without the retained backups' keys, and takes them out of
+// deletedFolder. A bucket without object lock (or a store without
+// Locker) changes nothing, as does a configuration the credential cannot
+// read, unless opts.Lock is on. Reading a retention fails the plan:
+// nothing is deleted.
+func retainLocked(ctx context.Context, opts PruneOptions, byCluster clusterPrunes, deleteKeys []string, deletedFolder map[string]bool) ([]string, *PruneError) {
+	if len(deletedFolder) == 0 {
+		return deleteKeys, nil
+	}
+	info, err := LockConfigOf(ctx, opts.Store)
+	switch {
+	case err != nil && opts.Lock.Enabled():
+		return nil, nothingDeleted(PruneStepPlan, fmt.Errorf("reading the bucket's object-lock configuration: %w", err))
+	case err != nil:
+		// A credential that may not read it (a bucket configured
+		// without lock): prune as before. On a locked bucket a Delete
+		// only hides a locked backup under delete markers.
+		opts.Log.Warn("prune: could not read the bucket's object-lock configuration; pruning as without object lock", "err", err)
+		return deleteKeys, nil
+	}
+	if !info.Enabled {
+		return deleteKeys, nil
+	}
+	retained := map[string]bool{}
+	for _, c := range byCluster {
+		for i := range c.Backups {
+			a := &c.Backups[i]
+			if a.Keep {
+				continue
+			}
+			r, err := EntryLock(ctx, opts.Store, a.entry, opts.Now)
+			if err != nil {
+				return nil, nothingDeleted(PruneStepPlan, fmt.Errorf("cluster %s: reading the retention of %s: %w", a.ClusterID, a.Name, err))
+			}
+			if r.Until.IsZero() {
+				continue
+			}
+			until := r.Until.UTC()
+			a.Action, a.LockedUntil = ActionRetained, &until
+			a.Reason += fmt.Sprintf("; retained until %s (%s object lock): deleted by a prune after that",
+				until.Format(time.RFC3339), strings.ToLower(string(r.Mode)))
+			folder := a.ClusterID + "/" + a.Name
+			retained[folder] = true
+			delete(deletedFolder, folder)
+		}
+	}
+	if len(retained) == 0 {
+		return deleteKeys, nil
+	}
+	var keep []string
+	for _, k := range deleteKeys {
+		if pk, ok := opts.Layout.ParseKey(k); ok && retained[pk.ClusterID+"/"+pk.Name] {
+			continue
+		}
+		keep = append(keep, k)
+	}
+	return keep, nil
+}
+
+// relockNewest re-locks each pruned cluster's newest committed backup
+// that checks out to at least RelockUntil(opts.Now) (opts.Lock with an
+// explicit mode). Best effort: a failure is logged, not a prune failure.
+func relockNewest(ctx context.Context, opts PruneOptions, rep *PruneReport) {
+	lp := opts.Lock.WithDefaults()
+	if !lp.Mode.Explicit() {
+		return
+	}
+	until := RelockUntil(opts.Now, opts.Policy, lp)
+	for _, c := range rep.Clusters {
+		var entries []Entry
+		for _, a := range c.Backups {
+			entries = append(entries, a.entry)
+		}
+		newest, ok := NewestCommitted(entries)
+		if !ok {
+			continue
+		}
+		n, err := Relock(ctx, opts.Store, newest, lp.Mode.StoreMode(), until)
+		if err != nil {
+			opts.Log.Warn("prune: could not re-lock the newest backup", "cluster", c.ClusterID, "backup", newest.Name, "until", until, "err", err)
+			continue
+		}
+		if n > 0 {
+			rep.Relocked = append(rep.Relocked, c.ClusterID+"/"+newest.Name)
+			opts.Log.Info("prune: re-locked the newest backup", "cluster", c.ClusterID, "backup", newest.Name, "until", until, "objects", n)
+		}
+	}
 }

@@ -20,6 +20,10 @@
 // [KindMissing] wrapping store.ErrNotFound. [ReadBack] is "upload, then read
 // back and compare".
 //
+// [PutWith] and [CreateWith] are Put and Create with [PutOptions]: an
+// object-lock retention for the new object (store.Locker), written
+// create-only where the store can.
+//
 // It also holds the hashers both directions share ([SnapshotHasher],
 // [HashCounter]).
 //

@@ -34,6 +34,30 @@ func Put(ctx context.Context, st store.Store, key string, r io.Reader) (int64, e
 	return st.Put(ctx, key, r)
 }
 
+// PutOptions are the options of PutWith and CreateWith.
+type PutOptions struct {
+	// Retention, when set, locks the new object (store.Locker.PutWith; a
+	// store without Locker, or a bucket without object lock, refuses it).
+	// Nil: written as Put writes it.
+	Retention *store.Retention
+}
+
+// PutWith is Put with options: with a Retention, the object is written
+// create-only (when the store is Conditional, as Put) with that
+// retention through store.Locker.
+func PutWith(ctx context.Context, st store.Store, key string, r io.Reader, opts PutOptions) (int64, error) {
+	if opts.Retention == nil {
+		return Put(ctx, st, key, r)
+	}
+	lk, ok := st.(store.Locker)
+	if !ok {
+		return 0, store.Unsupported(st, "put", key)
+	}
+	_, conditional := st.(store.Conditional)
+	res, err := lk.PutWith(ctx, key, r, store.PutOptions{IfAbsent: conditional, Retention: opts.Retention})
+	return res.Size, err
+}
+
 // Write streams r through compression and encryption (enc) into the object
 // key, replacing it if it exists, and returns the sizes and sha256s of the
 // raw and the stored bytes.
@@ -44,7 +68,14 @@ func Write(ctx context.Context, st store.Store, key string, r io.Reader, enc Enc
 // Create is Write with Put's conditional create: a backup never replaces an
 // existing object.
 func Create(ctx context.Context, st store.Store, key string, r io.Reader, enc Encoding) (Written, error) {
-	return write(ctx, func(ctx context.Context, key string, r io.Reader) (int64, error) { return Put(ctx, st, key, r) }, key, r, enc)
+	return CreateWith(ctx, st, key, r, enc, PutOptions{})
+}
+
+// CreateWith is Create with PutWith's options.
+func CreateWith(ctx context.Context, st store.Store, key string, r io.Reader, enc Encoding, opts PutOptions) (Written, error) {
+	return write(ctx, func(ctx context.Context, key string, r io.Reader) (int64, error) {
+		return PutWith(ctx, st, key, r, opts)
+	}, key, r, enc)
 }
 
 var errUploadStopped = errors.New("upload stopped reading")
