@@ -34,7 +34,9 @@
 //     backup written to a locked bucket, derived from the retention rule
 //     so that no backup retention deletes is still locked; RelockUntil
 //     and Relock for the newest backup; EntryLock, by which prune retains
-//     (ActionRetained) a backup whose lock has not ended.
+//     (ActionRetained) a backup whose lock has not ended. lockstate.go:
+//     NewestLock and BucketLock, what inspect --all and the exporter show
+//     of each cluster's newest backup's lock.
 //   - Prune and Delete (prune.go): Prune runs listPrune (list and check
 //     everything), planPrune (ApplyPolicy per cluster, guardPlan, uploads)
 //     and executePrune (delete), in that order; Delete removes named
