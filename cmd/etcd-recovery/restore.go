@@ -30,6 +30,7 @@ type restoreOpts struct {
 	awsSecret, identityFile, output                   string
 	peerURLs, verifyEndpoints                         cli.StringSlice
 	noLive, markCompacted, force, dryRun              bool
+	includeDeleted                                    bool
 	forcePathStyle                                    bool
 	bumpRevision                                      uint64
 	parallelDataDirs                                  int
@@ -73,6 +74,7 @@ func restoreCommand(g *globalOpts) *cli.Command {
 			clusterIDFlag(&o.clusterID),
 			backupFlag(&o.backup),
 			&cli.BoolFlag{Name: "no-live", Usage: "do not snapshot a surviving member first", Destination: &o.noLive},
+			includeDeletedFlag(&o.includeDeleted, "also consider backups deleted or overwritten on a versioned bucket, read from the object versions they wrote (used without it when no live backup checks out)"),
 			probeTimeoutFlag(&o.probeTimeout),
 			&cli.StringFlag{Name: "initial-cluster", Usage: "the new cluster, as etcd's --initial-cluster: name=peerURL,...", Destination: &o.initialCluster},
 			&cli.StringFlag{Name: "name", Usage: "restore only this member (etcdutl's --name); needs --backup and --initial-cluster-token when the cluster has others", Destination: &o.name},
@@ -138,17 +140,18 @@ func runRestore(c *cli.Context, g *globalOpts, o *restoreOpts) error {
 		return err
 	}
 	opts := restore.Options{
-		ClusterID:     o.clusterID,
-		NoLive:        o.noLive,
-		ProbeTimeout:  o.probeTimeout,
-		Backup:        o.backup,
-		Token:         o.token,
-		BumpRevision:  o.bumpRevision,
-		MarkCompacted: o.markCompacted,
-		Force:         o.force,
-		Parallel:      o.parallelDataDirs,
-		DryRun:        o.dryRun,
-		ScratchDir:    o.tempDir,
+		ClusterID:      o.clusterID,
+		NoLive:         o.noLive,
+		ProbeTimeout:   o.probeTimeout,
+		Backup:         o.backup,
+		IncludeDeleted: o.includeDeleted,
+		Token:          o.token,
+		BumpRevision:   o.bumpRevision,
+		MarkCompacted:  o.markCompacted,
+		Force:          o.force,
+		Parallel:       o.parallelDataDirs,
+		DryRun:         o.dryRun,
+		ScratchDir:     o.tempDir,
 		Targets: restore.Targets{
 			InitialCluster:           o.initialCluster,
 			Name:                     o.name,
@@ -446,4 +449,10 @@ func fromEnvOnly(value []string, env string) bool {
 		}
 	}
 	return slices.Equal(value, fromEnv)
+}
+
+// includeDeletedFlag is --include-deleted (list, restore, drill): backups
+// only a versioned bucket's object versions hold.
+func includeDeletedFlag(dst *bool, usage string) cli.Flag {
+	return &cli.BoolFlag{Name: "include-deleted", Usage: usage, Destination: dst}
 }
