@@ -110,7 +110,11 @@ type BackupAction struct {
 	// exists, even when some of its other objects could not be deleted.
 	ManifestDeleted bool   `json:"manifestDeleted,omitempty"`
 	ObjectsDeleted  int    `json:"objectsDeleted,omitempty"`
-	Error           string `json:"error,omitempty"`
+	// RetainedUntil: Action is retained (delete and the orphan lifecycle
+	// on a bucket with object lock, locked.go): an object of the backup
+	// is locked until then, when it can go.
+	RetainedUntil *time.Time `json:"retainedUntil,omitempty"`
+	Error         string     `json:"error,omitempty"`
 	// Err is the failure, wrapping a *DeleteError with the keys left.
 	Err error `json:"-"`
 
@@ -1088,7 +1092,7 @@ func Delete(ctx context.Context, opts DeleteOptions) (*DeleteReport, error) {
 	}
 	acts := deleteActions(rep, entries, names, newest, newestProven)
 	t := time.Now()
-	deleteBackups(ctx, opts.Store, acts, &rep.Stats, log)
+	deleteBackups(ctx, opts.Store, holdLocked(ctx, opts.Store, acts, time.Now(), log), &rep.Stats, log)
 	rep.Stats.DeleteDuration = time.Since(t)
 	rep.Stats.Duration = time.Since(start)
 	return rep, deleteOutcome(acts, log)
@@ -1193,6 +1197,9 @@ func deleteActions(rep *DeleteReport, entries []Entry, names []string, newest, n
 func deleteOutcome(acts []*BackupAction, log *slog.Logger) error {
 	var errs []error
 	for _, a := range acts {
+		if a.Action == ActionRetained {
+			continue // not a failure: it goes when its lock ends
+		}
 		if a.Action != ActionDeleted {
 			errs = append(errs, a.Err)
 			continue
