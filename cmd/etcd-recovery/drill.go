@@ -49,7 +49,7 @@ func drillCommand(g *globalOpts) *cli.Command {
 			probeTimeoutFlag(&o.probeTimeout),
 			&cli.DurationFlag{Name: "start-timeout", Usage: "how long a drill waits for its etcd to serve (default 2m plus 1s per 16 MiB of database)", Destination: &o.startTimeout},
 			&cli.BoolFlag{Name: "no-record", Usage: "do not write drill.json (the result is only printed)", Destination: &o.noRecord},
-			includeDeletedFlag(&o.includeDeleted, "also drill backups deleted or overwritten on a versioned bucket, read from the object versions they wrote (not recorded)"),
+			includeDeletedFlag(&o.includeDeleted),
 			etcdBinDirFlag(&o.etcdBinDir),
 			tempDirFlag(&o.tempDir),
 			identityFileFlag(&o.identityFile),

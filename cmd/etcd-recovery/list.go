@@ -30,8 +30,7 @@ func listCommand(g *globalOpts) *cli.Command {
 			"its restore drill (passed, FAILED, never, unreadable; what it restored) and why retention keeps or deletes it; " +
 			"with --identity-file, whether the identity opens each encrypted backup (DECRYPTS)",
 		Flags: concat(o.store.flags(), []cli.Flag{clusterIDFlag(&o.clusterID), outputFlag(&o.output), timeoutFlag(&o.timeout),
-			identityFileFlag(&o.identityFile), includeDeletedFlag(&o.includeDeleted,
-				"also list backups deleted or overwritten on a versioned bucket (STATUS DELETED or OVERWRITTEN), at the object versions they wrote")}, o.policy.flags()),
+			identityFileFlag(&o.identityFile), includeDeletedFlag(&o.includeDeleted)}, o.policy.flags()),
 		Action: func(c *cli.Context) error { return runList(c, g, o) },
 	}
 }

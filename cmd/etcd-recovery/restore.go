@@ -74,7 +74,7 @@ func restoreCommand(g *globalOpts) *cli.Command {
 			clusterIDFlag(&o.clusterID),
 			backupFlag(&o.backup),
 			&cli.BoolFlag{Name: "no-live", Usage: "do not snapshot a surviving member first", Destination: &o.noLive},
-			includeDeletedFlag(&o.includeDeleted, "also consider backups deleted or overwritten on a versioned bucket, read from the object versions they wrote (used without it when no live backup checks out)"),
+			includeDeletedFlag(&o.includeDeleted),
 			probeTimeoutFlag(&o.probeTimeout),
 			&cli.StringFlag{Name: "initial-cluster", Usage: "the new cluster, as etcd's --initial-cluster: name=peerURL,...", Destination: &o.initialCluster},
 			&cli.StringFlag{Name: "name", Usage: "restore only this member (etcdutl's --name); needs --backup and --initial-cluster-token when the cluster has others", Destination: &o.name},
@@ -453,6 +453,8 @@ func fromEnvOnly(value []string, env string) bool {
 
 // includeDeletedFlag is --include-deleted (list, restore, drill): backups
 // only a versioned bucket's object versions hold.
-func includeDeletedFlag(dst *bool, usage string) cli.Flag {
-	return &cli.BoolFlag{Name: "include-deleted", Usage: usage, Destination: dst}
+func includeDeletedFlag(dst *bool) cli.Flag {
+	return &cli.BoolFlag{Name: "include-deleted", Destination: dst,
+		Usage: "also the backups a versioned bucket holds only as object versions (deleted: behind a delete marker; overwritten), " +
+			"at the versions they wrote (list: STATUS DELETED/OVERWRITTEN; restore and drill use them without it when no live backup checks out, and say so)"}
 }
