@@ -110,13 +110,14 @@ type BackupAction struct {
 	// exists, even when some of its other objects could not be deleted.
 	ManifestDeleted bool   `json:"manifestDeleted,omitempty"`
 	ObjectsDeleted  int    `json:"objectsDeleted,omitempty"`
+	Error           string `json:"error,omitempty"`
+	// Err is the failure, wrapping a *DeleteError with the keys left.
+	Err error `json:"-"`
+
 	// RetainedUntil: Action is retained (delete and the orphan lifecycle
 	// on a bucket with object lock, locked.go): an object of the backup
 	// is locked until then, when it can go.
 	RetainedUntil *time.Time `json:"retainedUntil,omitempty"`
-	Error         string     `json:"error,omitempty"`
-	// Err is the failure, wrapping a *DeleteError with the keys left.
-	Err error `json:"-"`
 
 	entry Entry
 }
