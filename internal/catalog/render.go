@@ -123,7 +123,10 @@ func (rows ListRows) Table() output.Table {
 		locks = locks || r.lockColumn
 	}
 	if locks {
+		// -o wide: the default table keeps its width; the lock goes with
+		// the reason there.
 		t.Header = slices.Insert(t.Header, slices.Index(t.Header, "KEEP"), "LOCKED UNTIL")
+		t.Wide = append(t.Wide, "LOCKED UNTIL")
 	}
 	for _, r := range rows {
 		v2 := "-"
@@ -175,6 +178,9 @@ func (rows ListRows) Table() output.Table {
 			row = slices.Insert(row, slices.Index(t.Header, "DECRYPTS"), DecryptCell(r.Decrypt))
 		}
 		if locks {
+			if n := lockNote(r.Lock, now); n != "" {
+				row[len(row)-1] += "; " + n
+			}
 			row = slices.Insert(row, slices.Index(t.Header, "LOCKED UNTIL"), lockCell(r.Lock, now))
 		}
 		t.Rows = append(t.Rows, row)

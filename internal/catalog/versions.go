@@ -363,14 +363,26 @@ func lockRows(ctx context.Context, st store.Store, layout Layout, id string, row
 	return errors.Join(errs...)
 }
 
-// lockCell is the LOCKED UNTIL cell: the retain-until time, "expired"
-// once it passed, "-" without a retention.
+// lockCell is the LOCKED UNTIL cell: the retain-until time (UTC, to the
+// minute; the mode and the exact time are in -o json), "expired" once it
+// passed, "-" without a retention.
 func lockCell(l *RowLock, now time.Time) string {
 	switch {
 	case l == nil:
 		return "-"
 	case !now.Before(l.Until):
-		return "expired " + l.Until.Format("2006-01-02 15:04:05")
+		return "expired"
 	}
-	return l.Until.Format("2006-01-02 15:04:05") + " (" + l.Mode + ")"
+	return l.Until.Format("2006-01-02 15:04")
+}
+
+// lockNote is what the reason says of a row's lock ("" without one).
+func lockNote(l *RowLock, now time.Time) string {
+	switch {
+	case l == nil:
+		return ""
+	case !now.Before(l.Until):
+		return "lock expired " + l.Until.Format(time.RFC3339)
+	}
+	return "locked until " + l.Until.Format(time.RFC3339) + " (" + l.Mode + ")"
 }

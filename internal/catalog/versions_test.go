@@ -3,11 +3,14 @@ package catalog_test
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/store/memstore"
 )
@@ -146,9 +149,19 @@ func TestListLockedUntil(t *testing.T) {
 		t.Fatalf("lock: %+v %v", res.Rows[0].Lock, res.LockErr)
 	}
 	tab := res.Tables()[0]
-	if !strings.Contains(strings.Join(tab.Header, "|"), "LOCKED UNTIL") {
+	if !strings.Contains(strings.Join(tab.Header, "|"), "LOCKED UNTIL") || !slices.Contains(tab.Wide, "LOCKED UNTIL") {
 		t.Errorf("no LOCKED UNTIL column: %v", tab.Header)
 	}
+	var buf bytes.Buffer
+	if err := output.Render(&buf, output.FormatTable, tab, res.Rows); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(buf.String(), "\n") {
+		if n := utf8.RuneCountInString(l); n > output.Width {
+			t.Errorf("a line of %d runes (max %d):\n%s", n, output.Width, buf.String())
+		}
+	}
+	t.Logf("\n%s", buf.String())
 	plain := memstore.NewVersioned()
 	putVersioned(t, plain, layout, "c1", time.Now().Add(-time.Hour).UTC(), "snap")
 	res, err = catalog.List(ctx, catalog.ListOptions{Store: plain, Layout: layout, ClusterID: "c1", Policy: catalog.DefaultPolicy()})
