@@ -28,19 +28,21 @@ const ActionRetained = "retained"
 // holdLocked, on a bucket with object lock, marks each of acts (planned
 // deletions) whose current object versions are still locked at now as
 // retained, and returns the others. A retention that cannot be read fails
-// that backup's action (nothing of it is deleted). Without object lock it
-// returns acts as they are.
+// that backup's action (nothing of it is deleted). Without object lock, or
+// when the lock configuration cannot be read (logged: deleted as before),
+// it returns acts as they are.
 func holdLocked(ctx context.Context, st store.Store, acts []*BackupAction, now time.Time, log *slog.Logger) []*BackupAction {
 	lk, ok := st.(store.Locker)
 	if !ok || len(acts) == 0 {
 		return acts
 	}
 	info, err := lk.LockConfig(ctx)
-	if err != nil && !errors.Is(err, store.ErrUnsupported) {
-		for _, a := range acts {
-			a.fail(fmt.Errorf("delete backup %s/%s: the bucket's object lock could not be read, so nothing of it was deleted: %w", a.ClusterID, a.Name, err))
-		}
-		return nil
+	if err != nil {
+		// As before object lock was known (a credential may not read the
+		// bucket's lock configuration): deleted, and on a locked bucket
+		// a locked object only gets a delete marker.
+		log.Warn("delete: the bucket's object lock configuration could not be read: deleting as on a bucket without lock", "err", err)
+		return acts
 	}
 	if !info.Enabled {
 		return acts

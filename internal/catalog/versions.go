@@ -2,7 +2,6 @@ package catalog
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"path"
@@ -321,22 +320,18 @@ func withRecoveredRows(rows ListRows, vbs []VersionedBackup) ListRows {
 // lockRows, on a bucket with object lock, sets every committed row's Lock
 // from its manifest version's retention (the version the backup wrote,
 // for a row read from versions) and marks the rows for the LOCKED UNTIL
-// column. A store without Locker, or a bucket without lock, changes
-// nothing. It returns the first retention (or configuration) that could
-// not be read.
+// column. A store without Locker, a bucket without lock, or a lock
+// configuration that cannot be read changes nothing. It returns the
+// retentions that could not be read.
 func lockRows(ctx context.Context, st store.Store, layout Layout, id string, rows ListRows) error {
 	lk, ok := st.(store.Locker)
 	if !ok {
 		return nil
 	}
 	info, err := lk.LockConfig(ctx)
-	if err != nil {
-		if errors.Is(err, store.ErrUnsupported) {
-			return nil
-		}
-		return err
-	}
-	if !info.Enabled {
+	if err != nil || !info.Enabled {
+		// A credential that cannot read the lock configuration lists as
+		// on a bucket without lock.
 		return nil
 	}
 	errs := make([]error, len(rows))
@@ -360,7 +355,20 @@ func lockRows(ctx context.Context, st store.Store, layout Layout, id string, row
 	for i := range rows {
 		rows[i].lockColumn = true
 	}
-	return errors.Join(errs...)
+	var first error
+	n := 0
+	for i, err := range errs {
+		if err != nil {
+			if first == nil {
+				first = fmt.Errorf("retention of backup %s: %w", rows[i].Name, err)
+			}
+			n++
+		}
+	}
+	if n > 1 {
+		first = fmt.Errorf("%w (and %d more)", first, n-1)
+	}
+	return first
 }
 
 // lockCell is the LOCKED UNTIL cell: the retain-until time (UTC, to the
