@@ -140,18 +140,17 @@ func runRestore(c *cli.Context, g *globalOpts, o *restoreOpts) error {
 		return err
 	}
 	opts := restore.Options{
-		ClusterID:      o.clusterID,
-		NoLive:         o.noLive,
-		ProbeTimeout:   o.probeTimeout,
-		Backup:         o.backup,
-		IncludeDeleted: o.includeDeleted,
-		Token:          o.token,
-		BumpRevision:   o.bumpRevision,
-		MarkCompacted:  o.markCompacted,
-		Force:          o.force,
-		Parallel:       o.parallelDataDirs,
-		DryRun:         o.dryRun,
-		ScratchDir:     o.tempDir,
+		ClusterID:     o.clusterID,
+		NoLive:        o.noLive,
+		ProbeTimeout:  o.probeTimeout,
+		Backup:        o.backup,
+		Token:         o.token,
+		BumpRevision:  o.bumpRevision,
+		MarkCompacted: o.markCompacted,
+		Force:         o.force,
+		Parallel:      o.parallelDataDirs,
+		DryRun:        o.dryRun,
+		ScratchDir:    o.tempDir,
 		Targets: restore.Targets{
 			InitialCluster:           o.initialCluster,
 			Name:                     o.name,
@@ -167,6 +166,7 @@ func runRestore(c *cli.Context, g *globalOpts, o *restoreOpts) error {
 		Log:               log,
 		Progress:          func(label string) restore.Progress { return output.NewProgress(label) },
 	}
+	opts.IncludeDeleted = o.includeDeleted
 	if eps := o.verifyEndpoints.Value(); len(eps) > 0 {
 		opts.Verify = restore.VerifyOptions{Etcd: o.etcd.configFor(eps), Timeout: o.verifyTimeout, Log: log}
 		opts.OnDataDirs = func(p *restore.Plan) {
