@@ -58,6 +58,13 @@ type Options struct {
 	ProbeTimeout    time.Duration
 	// NoRecord skips writing drill.json (the result is only returned).
 	NoRecord bool
+	// IncludeDeleted (--include-deleted) also drills, on a versioned
+	// bucket, a backup only object versions hold (deleted or
+	// overwritten: restore.Options.IncludeDeleted): the newest backup is
+	// chosen among them too. Without it one is chosen only when no live
+	// committed backup is left. Such a drill's result is not recorded
+	// (drill.json would make the deleted folder reappear, incomplete).
+	IncludeDeleted bool
 	// Identities (--identity-file) decrypt an encrypted backup. Without
 	// one of its recipients' identities the drill fails before anything is
 	// downloaded, and nothing is recorded.
@@ -512,9 +519,25 @@ func (d *drill) chooseBackup(ctx context.Context) error {
 	if err != nil {
 		return d.errAt(StepSelect, err)
 	}
+	var newest time.Time
 	for _, e := range entries {
 		if e.Committed {
-			d.opts.Backup = e.Name
+			d.opts.Backup, newest = e.Name, e.Time
+			break
+		}
+	}
+	if d.opts.IncludeDeleted || d.opts.Backup == "" {
+		// The newest backup object versions hold, if newer (restore
+		// reads it from its versions: IncludeDeleted).
+		vbs, err := catalog.VersionedBackups(ctx, d.opts.Store, d.opts.Layout, d.opts.ClusterID)
+		if err != nil {
+			return d.errAt(StepSelect, err)
+		}
+		for _, b := range vbs {
+			if b.Recovered() && (d.opts.Backup == "" || !b.Time.Before(newest)) {
+				d.opts.Backup = b.Name
+				d.opts.IncludeDeleted = true
+			}
 			break
 		}
 	}
@@ -585,7 +608,7 @@ func (d *drill) restoreBackup(ctx context.Context) (verdict bool, err error) {
 		Targets:      restore.Targets{InitialCluster: "drill=" + d.peerURL, DataDir: d.dataDir},
 		BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, Parallel: 1, ScratchDir: d.scratch,
 		ProbeTimeout: opts.ProbeTimeout, Progress: opts.Progress, Log: opts.Log, Now: opts.Now,
-		Identities: opts.Identities,
+		Identities: opts.Identities, IncludeDeleted: opts.IncludeDeleted,
 	}
 	restoreStart, err := d.restore(ctx, ro)
 	if err != nil {
@@ -703,7 +726,9 @@ func (d *drill) finish(ctx context.Context) (*catalog.DrillRecord, error) {
 		return nil, &Error{ClusterID: rec.ClusterID, Backup: rec.Backup, At: d.incStep,
 			Err: errors.New(strings.Join(inconclusive, "; ")), Inconclusive: d.cause()}
 	}
-	if !d.opts.NoRecord {
+	if d.chosen.FromVersions {
+		d.log.Warn("drilled a backup that only object versions hold: nothing recorded", "backup", rec.Backup, "status", d.chosen.Recovered)
+	} else if !d.opts.NoRecord {
 		if err := catalog.PutDrill(ctx, d.opts.Store, d.opts.Layout, rec); err != nil {
 			return d.fail(StepRecord, err)
 		}

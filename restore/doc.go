@@ -16,9 +16,12 @@
 //  1. PlanTargets: the members, data dirs and token; every data dir checked.
 //  2. Select: the survivor snapshot taken (Options.Survivor), the
 //     committed backups listed and ranked, one chosen (SelectLocal: a
-//     local plaintext snapshot of a committed backup instead).
+//     local plaintext snapshot of a committed backup instead). On a
+//     versioned bucket, deleted and overwritten backups join them
+//     (versions.go: Options.IncludeDeleted, or no live backup checks out).
 //  3. Fetch: the chosen backup streamed and verified into a staged file
-//     (or a local one verified in place), its database read; a backup
+//     (or a local one verified in place; a deleted or overwritten one at
+//     its versions, Candidate.Versions), its database read; a backup
 //     refused for its bytes makes Run try the next candidate.
 //  4. Prepare: the staged file given a freelist and the revision bump
 //     (etcdinternals.PrepareSnapshot), or left to etcdutl's public path.

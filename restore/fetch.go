@@ -92,12 +92,17 @@ func (e *errWriter) Write(p []byte) (int, error) {
 // age header or payload does not authenticate is refused as damaged
 // (a verifyError wrapping seal.ErrTampered): no plaintext reaches dst
 // before the header opened.
-func fetchSnapshot(ctx context.Context, st store.Store, layout catalog.Layout, m *catalog.Manifest, ids *seal.Identities, dst io.Writer, progress func(int64)) (*fetchResult, error) {
+//
+// version, when set, is the snapshot object's version to read (a backup
+// only object versions hold: Candidate.Versions).
+func fetchSnapshot(ctx context.Context, st store.Store, layout catalog.Layout, m *catalog.Manifest, version string, ids *seal.Identities, dst io.Writer, progress func(int64)) (*fetchResult, error) {
 	key := layout.Key(m.ClusterID, m.Name, m.Snapshot.Object)
 	if err := checkIdentity(layout, m, ids); err != nil {
 		return nil, err
 	}
-	r, err := objectio.Open(ctx, st, key, snapshotExpect(m, ids, progress))
+	exp := snapshotExpect(m, ids, progress)
+	exp.VersionID = version
+	r, err := objectio.Open(ctx, st, key, exp)
 	if err != nil {
 		var oe *objectio.Error
 		if errors.As(err, &oe) && oe.Kind == objectio.KindDecode {

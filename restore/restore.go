@@ -48,6 +48,13 @@ type Options struct {
 
 	// Backup forces a backup by name instead of the newest.
 	Backup string
+	// IncludeDeleted (--include-deleted) also considers, on a versioned
+	// bucket, the backups only object versions still hold: deleted (a
+	// delete marker over them) or overwritten (catalog.VersionedBackups).
+	// Without it they are considered only when no live backup checks out
+	// (or --backup names one that is not live). A candidate read from
+	// versions says so (Candidate.FromVersions, a warning in the log).
+	IncludeDeleted bool
 
 	// Targets are the members to rebuild and their data dirs.
 	Targets
@@ -676,6 +683,11 @@ func selectBackup(ctx context.Context, opts Options, log *slog.Logger, plan *Pla
 		}
 		var ignored []Ignored
 		cands, ignored = rankCandidates(listed)
+		if wantVersions(opts, cands) {
+			if listed, cands, ignored, err = withVersions(ctx, opts, log, listed); err != nil {
+				return nil, 0, StepList, err
+			}
+		}
 		plan.Ignored = ignored
 		if planned != nil {
 			cands = append([]Candidate{*planned}, cands...)
@@ -702,6 +714,11 @@ func choose(opts Options, log *slog.Logger, plan *Plan, cands []Candidate, idx i
 	plan.Chosen = &chosen
 	plan.EtcdVersion = chosen.ServerVersion
 	plan.MinRevision = chosen.Revision + int64(opts.BumpRevision)
+	if w := chosen.versionsWarning(); w != "" {
+		plan.Reason += "; " + w
+		log.Warn("restoring from a backup that only object versions hold", "backup", chosen.Name, "status", chosen.Recovered,
+			"versions", chosen.Versions)
+	}
 	log.Info("chose a snapshot", "backup", chosen.Name, "revision", chosen.Revision, "reason", plan.Reason)
 	// An encrypted backup needs the identity of one of its recipients:
 	// checked from the manifest before anything is downloaded or written.
@@ -782,7 +799,7 @@ func verifyChosen(ctx context.Context, opts Options, log *slog.Logger, plan *Pla
 	if fc.local != nil {
 		fr, err = verifyLocal(ctx, *fc.local, dst) // dst nil: verified in place
 	} else {
-		fr, err = fetchSnapshot(ctx, opts.Store, opts.Layout, chosen.manifest, opts.Identities, dst, prog.Update)
+		fr, err = fetchSnapshot(ctx, opts.Store, opts.Layout, chosen.manifest, chosen.snapshotVersion(), opts.Identities, dst, prog.Update)
 	}
 	prog.Done()
 	if fr != nil {
@@ -838,7 +855,7 @@ func refuse(ctx context.Context, opts Options, cands []Candidate, idx int, err e
 			continue
 		}
 		prog := opts.Progress(fmt.Sprintf("verify %s", c.Name))
-		_, verr := fetchSnapshot(ctx, opts.Store, opts.Layout, c.manifest, opts.Identities, nil, prog.Update)
+		_, verr := fetchSnapshot(ctx, opts.Store, opts.Layout, c.manifest, c.snapshotVersion(), opts.Identities, nil, prog.Update)
 		prog.Done()
 		if ctx.Err() != nil {
 			return err

@@ -35,6 +35,12 @@ type Candidate struct {
 	// Drill is the backup's restore drill (drill.json); absent when it was
 	// never drilled.
 	Drill *catalog.DrillResult `json:"drill,omitempty"`
+	// FromVersions: the backup is deleted or overwritten (Recovered, its
+	// catalog.Version* status), and is read from the object versions it
+	// wrote, Versions (object name → version id).
+	FromVersions bool              `json:"fromVersions,omitempty"`
+	Recovered    string            `json:"recovered,omitempty"`
+	Versions     map[string]string `json:"versions,omitempty"`
 
 	manifest *catalog.Manifest
 	drill    *catalog.DrillSummary

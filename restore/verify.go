@@ -470,7 +470,7 @@ func CheckCluster(ctx context.Context, opts ClusterCheckOptions) (*ClusterCheck,
 		defer os.Remove(f.Name())
 		defer f.Close()
 		prog := opts.Progress("download " + m.Name)
-		_, err = fetchSnapshot(ctx, opts.Store, opts.Layout, m, opts.Identities, f, prog.Update)
+		_, err = fetchSnapshot(ctx, opts.Store, opts.Layout, m, "", opts.Identities, f, prog.Update)
 		prog.Done()
 		if err != nil {
 			return out, fmt.Errorf("backup %s: %w", m.Name, err)

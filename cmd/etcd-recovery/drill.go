@@ -16,7 +16,7 @@ type drillCmdOpts struct {
 	kube                                   kubeOpts
 	clusterID, backup, output, pushgateway string
 	etcdBinDir, tempDir, identityFile      string
-	all, noRecord                          bool
+	all, noRecord, includeDeleted          bool
 	parallel                               int
 	probeTimeout, startTimeout             time.Duration
 }
@@ -49,6 +49,7 @@ func drillCommand(g *globalOpts) *cli.Command {
 			probeTimeoutFlag(&o.probeTimeout),
 			&cli.DurationFlag{Name: "start-timeout", Usage: "how long a drill waits for its etcd to serve (default 2m plus 1s per 16 MiB of database)", Destination: &o.startTimeout},
 			&cli.BoolFlag{Name: "no-record", Usage: "do not write drill.json (the result is only printed)", Destination: &o.noRecord},
+			includeDeletedFlag(&o.includeDeleted),
 			etcdBinDirFlag(&o.etcdBinDir),
 			tempDirFlag(&o.tempDir),
 			identityFileFlag(&o.identityFile),
@@ -81,7 +82,7 @@ func runDrill(c *cli.Context, g *globalOpts, o *drillCmdOpts) error {
 		return err
 	}
 	tmpl := drill.Options{EtcdBinDir: o.etcdBinDir, ScratchDir: o.tempDir, Identities: ids,
-		StartTimeout: o.startTimeout, ProbeTimeout: o.probeTimeout, NoRecord: o.noRecord, Log: log}
+		StartTimeout: o.startTimeout, ProbeTimeout: o.probeTimeout, NoRecord: o.noRecord, IncludeDeleted: o.includeDeleted, Log: log}
 	kubeForm := all && (c.IsSet("namespace") || c.IsSet("kubeconfig"))
 	// --endpoints has a default (etcdctl's 127.0.0.1:2379): only endpoints
 	// given (flag or ETCDCTL_ENDPOINTS) are a source to compare with.

@@ -19,6 +19,7 @@ type listOpts struct {
 	policy                          policyOpts
 	clusterID, output, identityFile string
 	timeout                         time.Duration
+	includeDeleted                  bool
 }
 
 func listCommand(g *globalOpts) *cli.Command {
@@ -29,7 +30,7 @@ func listCommand(g *globalOpts) *cli.Command {
 			"its restore drill (passed, FAILED, never, unreadable; what it restored) and why retention keeps or deletes it; " +
 			"with --identity-file, whether the identity opens each encrypted backup (DECRYPTS)",
 		Flags: concat(o.store.flags(), []cli.Flag{clusterIDFlag(&o.clusterID), outputFlag(&o.output), timeoutFlag(&o.timeout),
-			identityFileFlag(&o.identityFile)}, o.policy.flags()),
+			identityFileFlag(&o.identityFile), includeDeletedFlag(&o.includeDeleted)}, o.policy.flags()),
 		Action: func(c *cli.Context) error { return runList(c, g, o) },
 	}
 }
@@ -39,7 +40,7 @@ func runList(c *cli.Context, g *globalOpts, o *listOpts) error {
 	if err != nil {
 		return err
 	}
-	opts := catalog.ListOptions{ClusterID: o.clusterID}
+	opts := catalog.ListOptions{ClusterID: o.clusterID, IncludeDeleted: o.includeDeleted}
 	if opts.Policy, err = o.policy.policy(); err != nil {
 		return err
 	}

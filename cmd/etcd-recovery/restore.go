@@ -30,6 +30,7 @@ type restoreOpts struct {
 	awsSecret, identityFile, output                   string
 	peerURLs, verifyEndpoints                         cli.StringSlice
 	noLive, markCompacted, force, dryRun              bool
+	includeDeleted                                    bool
 	forcePathStyle                                    bool
 	bumpRevision                                      uint64
 	parallelDataDirs                                  int
@@ -73,6 +74,7 @@ func restoreCommand(g *globalOpts) *cli.Command {
 			clusterIDFlag(&o.clusterID),
 			backupFlag(&o.backup),
 			&cli.BoolFlag{Name: "no-live", Usage: "do not snapshot a surviving member first", Destination: &o.noLive},
+			includeDeletedFlag(&o.includeDeleted),
 			probeTimeoutFlag(&o.probeTimeout),
 			&cli.StringFlag{Name: "initial-cluster", Usage: "the new cluster, as etcd's --initial-cluster: name=peerURL,...", Destination: &o.initialCluster},
 			&cli.StringFlag{Name: "name", Usage: "restore only this member (etcdutl's --name); needs --backup and --initial-cluster-token when the cluster has others", Destination: &o.name},
@@ -164,6 +166,7 @@ func runRestore(c *cli.Context, g *globalOpts, o *restoreOpts) error {
 		Log:               log,
 		Progress:          func(label string) restore.Progress { return output.NewProgress(label) },
 	}
+	opts.IncludeDeleted = o.includeDeleted
 	if eps := o.verifyEndpoints.Value(); len(eps) > 0 {
 		opts.Verify = restore.VerifyOptions{Etcd: o.etcd.configFor(eps), Timeout: o.verifyTimeout, Log: log}
 		opts.OnDataDirs = func(p *restore.Plan) {
@@ -446,4 +449,12 @@ func fromEnvOnly(value []string, env string) bool {
 		}
 	}
 	return slices.Equal(value, fromEnv)
+}
+
+// includeDeletedFlag is --include-deleted (list, restore, drill): backups
+// only a versioned bucket's object versions hold.
+func includeDeletedFlag(dst *bool) cli.Flag {
+	return &cli.BoolFlag{Name: "include-deleted", Destination: dst,
+		Usage: "also the backups a versioned bucket holds only as object versions (deleted: behind a delete marker; overwritten), " +
+			"at the versions they wrote (list: STATUS DELETED/OVERWRITTEN; restore and drill use them without it when no live backup checks out, and say so)"}
 }

@@ -43,6 +43,13 @@
 //     backups the same way.
 //   - Orphans (orphans.go): the ownership record of a prefix, orphan
 //     markers, Orphans (prune --orphans) and DeleteAll (delete --all).
+//   - Versions (versions.go): on a versioned bucket, the backups only
+//     object versions hold, deleted or overwritten (VersionedBackups, at
+//     the earliest manifest version that checks out: list
+//     --include-deleted, restore, drill), and list's LOCKED UNTIL.
+//     Delete, DeleteAll and the orphan pass retain a backup still under
+//     object lock (locked.go: ActionRetained) instead of hiding it behind
+//     a delete marker.
 //   - Staged copies (staged.go): the plaintext copies a restore via
 //     etcd-operator stages, ListStaged and PruneStaged.
 //   - Drill records (drill.go, drillview.go): drill.json next to a

@@ -21,6 +21,7 @@ const (
 	ListStepUploads   = "list multipart uploads"
 	ListStepDrills    = "read drill records"
 	ListStepDecrypts  = StepCheckDecrypts
+	ListStepVersions  = "list object versions"
 )
 
 // ListOptions configure List.
@@ -37,6 +38,10 @@ type ListOptions struct {
 	// header of every encrypted committed backup (CheckDecrypts): each
 	// row then says whether one opens it (ListRow.Decrypt).
 	Identities *seal.Identities
+	// IncludeDeleted (list --include-deleted) adds, on a versioned
+	// bucket, the backups only object versions hold (deleted or
+	// overwritten: VersionedBackups), at the versions they wrote.
+	IncludeDeleted bool
 }
 
 // Validate checks the cluster id and the policy (usage errors).
@@ -82,6 +87,9 @@ type ListResult struct {
 	// Unknown are the keys under the cluster's prefix that are not in the
 	// layout (Layout.Classify): a warning under the table.
 	Unknown []string
+	// LockErr: the bucket has object lock, but the lock configuration or
+	// a manifest's retention could not be read (a note under the table).
+	LockErr error
 
 	id string
 }
@@ -98,6 +106,9 @@ func (r *ListResult) Tables() []output.Table {
 	}
 	if len(r.Unknown) > 0 {
 		t.Notes = append(t.Notes, UnknownNote(r.Unknown))
+	}
+	if r.LockErr != nil {
+		t.Notes = append(t.Notes, fmt.Sprintf("object lock of cluster %s's backups could not be read: %v", r.id, r.LockErr))
 	}
 	out := []output.Table{t}
 	if len(r.Staged) > 0 {
@@ -153,6 +164,14 @@ func List(ctx context.Context, opts ListOptions) (*ListResult, error) {
 	for i, e := range entries {
 		res.Rows = append(res.Rows, listRow(Listed{Entry: e, Manifest: manifests[i], ManifestErr: merrs[i]}, decisions[e.Name]))
 	}
+	if opts.IncludeDeleted {
+		vbs, err := VersionedBackups(ctx, st, layout, id)
+		if err != nil {
+			return fail(ListStepVersions, fmt.Errorf("list cluster %s: %s: %w", id, ListStepVersions, err))
+		}
+		res.Rows = withRecoveredRows(res.Rows, vbs)
+	}
+	res.LockErr = lockRows(ctx, st, layout, id, res.Rows)
 	// The orphan marker (prune --orphans, backup --all --prune): one read.
 	marker, markerErr := ReadOrphanMarker(ctx, st, layout, id)
 	for i := range res.Rows {

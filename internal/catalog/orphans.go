@@ -690,14 +690,21 @@ func clusterUploads(ctx context.Context, st store.Store, layout Layout, id strin
 // prune does), aborts the uploads into them, then removes its orphan
 // marker. acts and ups are updated in place.
 func deleteCluster(ctx context.Context, st store.Store, layout Layout, id string, acts []BackupAction, ups []UploadAction, stats *StoreStats, log *slog.Logger) error {
-	ptrs := make([]*BackupAction, len(acts))
+	var ptrs []*BackupAction
 	for i := range acts {
-		ptrs[i] = &acts[i]
+		if acts[i].Action != ActionRetained {
+			ptrs = append(ptrs, &acts[i])
+		}
 	}
-	deleteBackups(ctx, st, ptrs, stats, log)
+	deleteBackups(ctx, st, holdLocked(ctx, st, ptrs, time.Now(), log), stats, log)
 	var errs []error
+	retained := 0
 	for _, a := range acts {
-		if a.Action != ActionDeleted {
+		switch a.Action {
+		case ActionDeleted:
+		case ActionRetained:
+			retained++
+		default:
 			errs = append(errs, a.Err)
 		}
 	}
@@ -716,6 +723,12 @@ func deleteCluster(ctx context.Context, st store.Store, layout Layout, id string
 		return fmt.Errorf("cluster %s: %d of %d backups, %d uploads: deletion incomplete (a later run retries): %w",
 			id, countFailed(acts), len(acts), len(ups), errors.Join(errs...))
 	}
+	if retained > 0 {
+		// Locked backups stay until their retention ends: the marker
+		// too, so a later run deletes them then.
+		log.Info("backups retained by object lock; the orphan marker stays", "cluster", id, "retained", retained)
+		return nil
+	}
 	// Last: the marker (a marker without backups is removed by a later run).
 	if err := st.Delete(ctx, []string{OrphanMarkerKey(layout, id)}); err != nil {
 		return fmt.Errorf("cluster %s: every backup deleted, but not its orphan marker: %w", id, err)
@@ -726,7 +739,7 @@ func deleteCluster(ctx context.Context, st store.Store, layout Layout, id string
 func countFailed(acts []BackupAction) int {
 	n := 0
 	for _, a := range acts {
-		if a.Action != ActionDeleted {
+		if a.Action != ActionDeleted && a.Action != ActionRetained {
 			n++
 		}
 	}
@@ -812,6 +825,12 @@ func DeleteAll(ctx context.Context, opts DeleteAllOptions) (*DeleteAllReport, er
 			Initiated: u.Initiated, Action: ActionAbort, Reason: "multipart upload into a deleted backup folder: abandoned"})
 	}
 	if opts.DryRun {
+		// What is locked would be retained (only read).
+		ptrs := make([]*BackupAction, len(rep.Backups))
+		for i := range rep.Backups {
+			ptrs[i] = &rep.Backups[i]
+		}
+		holdLocked(ctx, opts.Store, ptrs, time.Now(), log)
 		rep.Stats.Duration = time.Since(start)
 		return rep, nil
 	}

@@ -41,9 +41,10 @@ const (
 	ActionAbort   = "abort"   // planned (dry run)
 	ActionAborted = "aborted"
 	ActionFailed  = "FAILED"
-	// ActionRetained: retention lets the backup go, but object lock still
-	// holds it (BackupAction.LockedUntil): not deleted, not a failure; a
-	// prune after LockedUntil deletes it.
+	// ActionRetained: retention (or delete, or the orphan lifecycle) lets
+	// the backup go, but object lock still holds it
+	// (BackupAction.LockedUntil): not deleted, not a failure; a run after
+	// LockedUntil deletes it.
 	ActionRetained = "retained"
 )
 
@@ -126,6 +127,7 @@ type BackupAction struct {
 	Error           string `json:"error,omitempty"`
 	// Err is the failure, wrapping a *DeleteError with the keys left.
 	Err error `json:"-"`
+
 
 	entry Entry
 }
@@ -1113,7 +1115,7 @@ func Delete(ctx context.Context, opts DeleteOptions) (*DeleteReport, error) {
 	}
 	acts := deleteActions(rep, entries, names, newest, newestProven)
 	t := time.Now()
-	deleteBackups(ctx, opts.Store, acts, &rep.Stats, log)
+	deleteBackups(ctx, opts.Store, holdLocked(ctx, opts.Store, acts, time.Now(), log), &rep.Stats, log)
 	rep.Stats.DeleteDuration = time.Since(t)
 	rep.Stats.Duration = time.Since(start)
 	return rep, deleteOutcome(acts, log)
@@ -1218,6 +1220,9 @@ func deleteActions(rep *DeleteReport, entries []Entry, names []string, newest, n
 func deleteOutcome(acts []*BackupAction, log *slog.Logger) error {
 	var errs []error
 	for _, a := range acts {
+		if a.Action == ActionRetained {
+			continue // not a failure: it goes when its lock ends
+		}
 		if a.Action != ActionDeleted {
 			errs = append(errs, a.Err)
 			continue

@@ -54,6 +54,26 @@ type ListRow struct {
 	// last orphan pass found no EtcdCluster of this name; its backups go
 	// after deleteAfter. Absent when the cluster is not an orphan.
 	Orphan *OrphanMarker `json:"orphan,omitempty"`
+	// Deleted and Overwritten (list --include-deleted, a versioned
+	// bucket): the backup is held only by the object versions it wrote,
+	// Versions (object name → version id); see VersionedBackups. Its
+	// Status is then "deleted" or "overwritten".
+	Deleted     bool              `json:"deleted,omitempty"`
+	Overwritten bool              `json:"overwritten,omitempty"`
+	Versions    map[string]string `json:"versions,omitempty"`
+	// Lock is the retention of the backup's manifest (the version the
+	// backup wrote), on a bucket with object lock: {mode, until}; absent
+	// on a bucket without, or for a version without a retention. The
+	// table's LOCKED UNTIL (only on a bucket with object lock) shows it.
+	Lock *RowLock `json:"lock,omitempty"`
+
+	lockColumn bool // the bucket has object lock: LOCKED UNTIL is shown
+}
+
+// RowLock is an object version's retention, as list shows it.
+type RowLock struct {
+	Mode  string    `json:"mode"`
+	Until time.Time `json:"until"`
 }
 
 // ListRetention is the retention decision for one backup in `list`.
@@ -98,6 +118,16 @@ func (rows ListRows) Table() output.Table {
 		t.Header = slices.Insert(t.Header, at, "DECRYPTS")
 		t.Wide = append(t.Wide, "DECRYPTS")
 	}
+	locks := false
+	for _, r := range rows {
+		locks = locks || r.lockColumn
+	}
+	if locks {
+		// -o wide: the default table keeps its width; the lock goes with
+		// the reason there.
+		t.Header = slices.Insert(t.Header, slices.Index(t.Header, "KEEP"), "LOCKED UNTIL")
+		t.Wide = append(t.Wide, "LOCKED UNTIL")
+	}
 	for _, r := range rows {
 		v2 := "-"
 		if r.V2Keys != nil {
@@ -136,6 +166,9 @@ func (rows ListRows) Table() output.Table {
 		if r.Decrypt != nil && r.Decrypt.State == DecryptNoIdentity {
 			status = "UNDECRYPTABLE"
 		}
+		if r.Deleted || r.Overwritten {
+			status = strings.ToUpper(status)
+		}
 		row := []string{r.Name, string(r.Kind), r.Time.Format("2006-01-02 15:04:05"), status, rev, raw,
 			stored, output.Bytes(r.TotalSize), v2, dashIfEmpty(r.Source), drillCell(r.Drill, now), mode, RecipientsCell(r.recipients()), keep, reason}
 		if decrypts {
@@ -143,6 +176,12 @@ func (rows ListRows) Table() output.Table {
 				row[len(row)-1] += "; " + r.Decrypt.Error
 			}
 			row = slices.Insert(row, slices.Index(t.Header, "DECRYPTS"), DecryptCell(r.Decrypt))
+		}
+		if locks {
+			if n := lockNote(r.Lock, now); n != "" {
+				row[len(row)-1] += "; " + n
+			}
+			row = slices.Insert(row, slices.Index(t.Header, "LOCKED UNTIL"), lockCell(r.Lock, now))
 		}
 		t.Rows = append(t.Rows, row)
 	}

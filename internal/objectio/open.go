@@ -35,6 +35,10 @@ type Expect struct {
 	Identities *seal.Identities
 	// Progress, when set, is called with the stored bytes read so far.
 	Progress func(stored int64)
+	// VersionID, when set, reads that version of the object
+	// (store.Versioner.GetVersion: a backup behind a delete marker or an
+	// overwrite); empty reads the current one (Get).
+	VersionID string
 }
 
 // Result is what reading an object measured.
@@ -152,7 +156,7 @@ type Reader struct {
 func Open(ctx context.Context, st store.Store, key string, exp Expect) (*Reader, error) {
 	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
-	rc, err := st.Get(ctx, key)
+	rc, err := get(ctx, st, key, exp.VersionID)
 	if err != nil {
 		cancel()
 		if store.IsNotFound(err) {
@@ -232,6 +236,18 @@ func Open(ctx context.Context, st store.Store, key string, exp Expect) (*Reader,
 		<-r.inDone
 	}()
 	return r, nil
+}
+
+// get opens key, or its version versionID when set.
+func get(ctx context.Context, st store.Store, key, versionID string) (io.ReadCloser, error) {
+	if versionID == "" {
+		return st.Get(ctx, key)
+	}
+	v, ok := st.(store.Versioner)
+	if !ok {
+		return nil, store.Unsupported(st, "get version", key)
+	}
+	return v.GetVersion(ctx, key, versionID)
 }
 
 // Read reads the decoded bytes.
