@@ -128,7 +128,6 @@ type BackupAction struct {
 	// Err is the failure, wrapping a *DeleteError with the keys left.
 	Err error `json:"-"`
 
-
 	entry Entry
 }
 
