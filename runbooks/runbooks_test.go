@@ -82,6 +82,7 @@ var scenarios = []struct {
 	{"unreachable", unreachable},
 	{"missed-backup", missedBackup},
 	{"failed-drill", failedDrill},
+	{"every-backup-deleted", everyBackupDeleted},
 }
 
 // TestRunbooks executes every runbook in the failure it is written for, in
