@@ -1,0 +1,64 @@
+// Package journal is the format of the continuous backup of a cluster's
+// keyspace: every event of every revision after a full backup, in
+// revision order, in segments stored beside the backups
+// (catalog.Layout.JournalSegmentKey) through internal/objectio
+// (compressed, encrypted with recipients, sha256 recorded). It is
+// plumbing: the capture (a watch of the whole keyspace) and the replay
+// (applied straight into a restored bbolt file, internal/etcdinternals)
+// are built on it.
+package journal
+
+// FormatVersion is the version of the segment format.
+const FormatVersion = 1
+
+// Event types.
+const (
+	Put    = "put"
+	Delete = "delete"
+)
+
+// Event is one change of one key at one revision, exactly as etcd's MVCC
+// stored it: replaying the events of a revision in Sub order reproduces
+// the key bucket's entries of that revision (a put's KeyValue under
+// revision {Rev, Sub}; a delete's tombstone under {Rev, Sub} marked 't').
+type Event struct {
+	Rev  int64  `json:"rev"`  // the main revision (ModRevision of the change)
+	Sub  int64  `json:"sub"`  // its index within the revision (a txn's order)
+	Type string `json:"type"` // Put or Delete
+	Key  []byte `json:"key"`
+	// For a put: the key's value and metadata after the change.
+	Value     []byte `json:"value,omitempty"`
+	CreateRev int64  `json:"createRev,omitempty"`
+	Version   int64  `json:"version,omitempty"`
+	Lease     int64  `json:"lease,omitempty"`
+}
+
+// Lease is a lease as the journal saw it: enough to restore it with its
+// ID and TTL, so that restored leased keys keep their lease, as etcd's own
+// snapshot keeps them.
+type Lease struct {
+	ID  int64 `json:"id"`
+	TTL int64 `json:"ttl"` // granted TTL, seconds
+	// Rev is the revision at (or after) which the journal first saw the
+	// lease; Revoked is the revision of its revoke or expiry (the deletes
+	// of its keys), 0 while it lives.
+	Rev     int64 `json:"rev"`
+	Revoked int64 `json:"revoked,omitempty"`
+}
+
+// Header opens every segment: whose it is and where it sits, so a
+// segment of another cluster, of another base backup, or out of order is
+// refused by name, never applied.
+type Header struct {
+	Format     int    `json:"format"`
+	ClusterID  string `json:"clusterID"`
+	BaseBackup string `json:"baseBackup"` // the full backup the journal continues
+	BaseRev    int64  `json:"baseRev"`    // that backup's revision
+	FirstRev   int64  `json:"firstRev"`   // the first revision in the segment
+	LastRev    int64  `json:"lastRev"`    // the last revision in the segment
+	// Received maps revisions to when the journal received them (unix
+	// milliseconds), at least the first and last; from time to revision.
+	Received map[int64]int64 `json:"received,omitempty"`
+	Events   int             `json:"events"`
+	Leases   []Lease         `json:"leases,omitempty"`
+}
