@@ -164,3 +164,48 @@ func tableLines(lr *catalog.ListResult) []string {
 	}
 	return lines
 }
+
+// The v2 keys come back from a deleted backup too: its export is read at
+// the version the backup wrote, and the report says so. Without a
+// versioned bucket's versions there would be nothing to restore from.
+func TestRestoreV2FromDeletedBackup(t *testing.T) {
+	t.Parallel()
+	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1, EnableV2: true})
+	v2 := testenv.PutV2Keys(t, c, 6)
+	m := testenv.SharedMinIO(t)
+	bucket := m.NewVersionedBucket(t)
+	r := &storeRig{&testfix.StoreRig{MinIO: m, Bucket: bucket, Store: testfix.Store(t, m, bucket), Layout: catalog.Layout{Prefix: testenv.Prefix(t)}}}
+	const id = "v2-deleted"
+	bk := r.TakeBackup(t, c, id, catalog.KindScheduled)
+	if bk.V2 == nil {
+		t.Fatal("the backup has no v2 export")
+	}
+	ctx := testfix.Context(t, 2*time.Minute)
+	objs, err := r.Store.List(ctx, r.Layout.ClusterPrefix(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, o := range objs {
+		keys = append(keys, o.Key)
+	}
+	if err := r.Store.Delete(ctx, keys); err != nil {
+		t.Fatal(err)
+	}
+	r.PutObject(t, r.Layout.Key(id, bk.Name, bk.V2.Object), []byte("overwritten"))
+
+	nc := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1, EnableV2: true})
+	rep, err := restore.RestoreV2(ctx, restore.V2Options{ClusterID: id, Store: r.Store, Layout: r.Layout,
+		Etcd: testfix.EtcdConfig(nc), Log: testfix.Logger(t)})
+	if err != nil {
+		t.Fatalf("restore v2 from the versions: %v", err)
+	}
+	if !rep.FromVersions || rep.Version == "" || rep.Backup != bk.Name || rep.Keys != len(v2) || rep.Failed != 0 {
+		t.Fatalf("restore v2: %+v; want every key of %s, read from its versions", rep, bk.Name)
+	}
+	for k, v := range v2 {
+		if n := testenv.GetV2Key(t, nc, k); n == nil || n.Value != v {
+			t.Fatalf("v2 key %s = %+v, want %q", k, n, v)
+		}
+	}
+}

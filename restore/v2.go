@@ -38,8 +38,14 @@ type V2Options struct {
 	Concurrency int
 	// Identities (--identity-file) decrypt an encrypted backup's export.
 	Identities *seal.Identities
-	Now        func() time.Time
-	Log        *slog.Logger
+	// IncludeDeleted (--include-deleted) also considers the backups only
+	// object versions hold (deleted or overwritten, on a versioned
+	// bucket: catalog.VersionedBackups), as restore does; they are
+	// considered anyway when no live backup has a v2 export, or when
+	// Backup names one that is not live.
+	IncludeDeleted bool
+	Now            func() time.Time
+	Log            *slog.Logger
 }
 
 // V2Change is one v2 node that was created, updated, skipped or failed.
@@ -53,18 +59,22 @@ type V2Change struct {
 
 // V2Report counts what RestoreV2 did. Unchanged nodes are only counted.
 type V2Report struct {
-	ClusterID string        `json:"clusterID"`
-	Backup    string        `json:"backup"`
-	Endpoint  string        `json:"endpoint"`
-	Keys      int           `json:"keys"` // in the export
-	Dirs      int           `json:"dirs"`
-	Created   int           `json:"created"`
-	Updated   int           `json:"updated"`
-	Unchanged int           `json:"unchanged"`
-	Expired   int           `json:"expired"` // TTL ran out since the backup: not written
-	Failed    int           `json:"failed"`
-	Changes   []V2Change    `json:"changes"`
-	Duration  time.Duration `json:"duration"`
+	ClusterID string `json:"clusterID"`
+	Backup    string `json:"backup"`
+	// FromVersions: the backup is deleted or overwritten; its export was
+	// read at the version it wrote (Version).
+	FromVersions bool          `json:"fromVersions,omitempty"`
+	Version      string        `json:"version,omitempty"`
+	Endpoint     string        `json:"endpoint"`
+	Keys         int           `json:"keys"` // in the export
+	Dirs         int           `json:"dirs"`
+	Created      int           `json:"created"`
+	Updated      int           `json:"updated"`
+	Unchanged    int           `json:"unchanged"`
+	Expired      int           `json:"expired"` // TTL ran out since the backup: not written
+	Failed       int           `json:"failed"`
+	Changes      []V2Change    `json:"changes"`
+	Duration     time.Duration `json:"duration"`
 }
 
 // V2 actions.
@@ -134,6 +144,9 @@ type v2Run struct {
 	log   *slog.Logger
 	rep   *V2Report
 	mu    sync.Mutex // guards rep while keys are written
+	// version is the v2 export's object version when the backup is read
+	// from versions ("" for a live one).
+	version string
 }
 
 // fail is the run's failure at step.
@@ -170,7 +183,11 @@ func (r *v2Run) chooseBackup(ctx context.Context) (*catalog.Manifest, error) {
 	if opts.Backup != "" {
 		var err error
 		if m, err = catalog.LoadManifest(ctx, opts.Store, opts.Layout, opts.ClusterID, opts.Backup); err != nil {
-			return nil, r.fail(StepSelect, fmt.Errorf("--backup %s: %w", opts.Backup, err))
+			vb := r.versioned(ctx, func(b catalog.VersionedBackup) bool { return b.Name == opts.Backup })
+			if vb == nil {
+				return nil, r.fail(StepSelect, fmt.Errorf("--backup %s: %w", opts.Backup, err))
+			}
+			m = r.fromVersions(vb)
 		}
 	} else {
 		listed, err := catalog.ListBackups(ctx, opts.Store, opts.Layout, opts.ClusterID)
@@ -178,10 +195,24 @@ func (r *v2Run) chooseBackup(ctx context.Context) (*catalog.Manifest, error) {
 			return nil, r.fail(StepList, err)
 		}
 		cands, _ := rankCandidates(listed)
-		if len(cands) == 0 {
+		var live *catalog.Manifest
+		if len(cands) > 0 {
+			live = cands[0].manifest
+		}
+		if live == nil || opts.IncludeDeleted {
+			// The backups only versions hold: the newest with an export,
+			// when it is newer than the newest live one with one.
+			vb := r.versioned(ctx, func(b catalog.VersionedBackup) bool {
+				return b.Manifest.V2 != nil && (live == nil || b.Manifest.Revision() > live.Revision())
+			})
+			if vb != nil {
+				live = r.fromVersions(vb)
+			}
+		}
+		if live == nil {
 			return nil, r.fail(StepSelect, fmt.Errorf("no committed backup of cluster %s", opts.ClusterID))
 		}
-		m = cands[0].manifest
+		m = live
 		r.log.Info("restoring the v2 keys of the newest backup", "backup", m.Name, "revision", m.Revision())
 	}
 	r.rep.Backup = m.Name
@@ -189,6 +220,36 @@ func (r *v2Run) chooseBackup(ctx context.Context) (*catalog.Manifest, error) {
 		return nil, r.fail(StepSelect, r.noExport(ctx, m))
 	}
 	return m, nil
+}
+
+// versioned is the newest backup only object versions hold (deleted or
+// overwritten) that ok accepts, nil when none (or the bucket keeps no
+// versions; a failure to list them is logged).
+func (r *v2Run) versioned(ctx context.Context, ok func(catalog.VersionedBackup) bool) *catalog.VersionedBackup {
+	vbs, err := catalog.VersionedBackups(ctx, r.opts.Store, r.opts.Layout, r.opts.ClusterID)
+	if err != nil {
+		r.log.Warn("object versions could not be listed", "cluster", r.opts.ClusterID, "err", err)
+		return nil
+	}
+	for i := range vbs {
+		if vbs[i].Recovered() && vbs[i].Manifest != nil && ok(vbs[i]) {
+			return &vbs[i]
+		}
+	}
+	return nil
+}
+
+// fromVersions takes vb, a backup only versions hold: its export is read
+// at the version the backup wrote, and the report and a warning say so.
+func (r *v2Run) fromVersions(vb *catalog.VersionedBackup) *catalog.Manifest {
+	m := vb.Manifest
+	if m.V2 != nil {
+		r.version = vb.Versions[m.V2.Object]
+	}
+	r.rep.FromVersions, r.rep.Version = true, r.version
+	r.log.Warn("restoring the v2 keys of a backup that only object versions hold", "cluster", r.opts.ClusterID,
+		"backup", m.Name, "status", vb.Status, "version", r.version)
+	return m
 }
 
 // noExport words a backup without a v2 export, naming the backups with
@@ -215,7 +276,7 @@ func (r *v2Run) fetchExport(ctx context.Context, m *catalog.Manifest) (*catalog.
 	if err := checkIdentity(r.opts.Layout, m, r.opts.Identities); err != nil {
 		return nil, r.fail(StepVerifyBackup, err)
 	}
-	exp, err := fetchV2(ctx, r.opts.Store, r.opts.Layout, m, r.opts.Identities)
+	exp, err := fetchV2(ctx, r.opts.Store, r.opts.Layout, m, r.version, r.opts.Identities)
 	if err != nil {
 		return nil, r.fail(StepVerifyBackup, err)
 	}
@@ -340,10 +401,10 @@ const StepV2 = "restore v2 keys"
 // fetchV2 streams a backup's v2 export through objectio.Open, which checks
 // it against the manifest (decrypting an encrypted backup's with ids), and
 // decodes it; nothing is buffered whole.
-func fetchV2(ctx context.Context, st store.Store, layout catalog.Layout, m *catalog.Manifest, ids *seal.Identities) (*catalog.V2Export, error) {
+func fetchV2(ctx context.Context, st store.Store, layout catalog.Layout, m *catalog.Manifest, version string, ids *seal.Identities) (*catalog.V2Export, error) {
 	key := layout.Key(m.ClusterID, m.Name, m.V2.Object)
 	r, err := objectio.Open(ctx, st, key, objectio.Expect{
-		StoredSize: objectio.UnknownSize, StoredSHA256: m.V2.StoredSHA256,
+		VersionID: version, StoredSize: objectio.UnknownSize, StoredSHA256: m.V2.StoredSHA256,
 		RawSize: objectio.UnknownSize, RawSHA256: m.V2.SHA256, Compression: m.V2.Compression,
 		Encrypted: m.Encryption.Encrypted(), Recipients: m.Recipients(), Identities: ids})
 	if err != nil {

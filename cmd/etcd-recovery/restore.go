@@ -214,6 +214,7 @@ type restoreV2Opts struct {
 	etcd                                    etcdOpts
 	store                                   storeOpts
 	clusterID, backup, identityFile, output string
+	includeDeleted                          bool
 }
 
 func restoreV2Command(g *globalOpts) *cli.Command {
@@ -228,6 +229,7 @@ func restoreV2Command(g *globalOpts) *cli.Command {
 			clusterIDFlag(&o.clusterID),
 			backupFlag(&o.backup),
 			identityFileFlag(&o.identityFile),
+			includeDeletedFlag(&o.includeDeleted),
 			outputFlag(&o.output),
 		}),
 		Action: func(c *cli.Context) error { return runRestoreV2(c, g, o) },
@@ -244,7 +246,7 @@ func runRestoreV2(c *cli.Context, g *globalOpts, o *restoreV2Opts) error {
 		return err
 	}
 	opts := restore.V2Options{ClusterID: o.clusterID, Backup: o.backup, Etcd: o.etcd.configFor(o.etcd.endpoints.Value()),
-		Identities: ids, Log: e.log}
+		Identities: ids, IncludeDeleted: o.includeDeleted, Log: e.log}
 	if err := opts.Validate(); err != nil {
 		return usagef("restore v2: %w", err)
 	}
