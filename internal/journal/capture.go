@@ -179,57 +179,62 @@ type capture struct {
 	o    CaptureOptions
 	next int64 // the next revision expected
 
-	events   []Event
-	size     int
-	started  time.Time // when the buffer's first event arrived
-	received map[int64]int64
-	lastRecv int64 // unix ms of the last recorded receive
-	leases   []Lease
-	known    map[int64]bool
-	curRev   int64
-	curSub   int64
+	events    []Event
+	size      int
+	started   time.Time // when the buffer's first event arrived
+	received  map[int64]int64
+	lastRecv  int64 // unix ms of the last recorded receive
+	leases    []Lease
+	known     map[int64]bool
+	curRev    int64
+	curSub    int64
+	lastMs    int64 // when the buffer's last revision was received (unix ms)
+	pauses    int   // watches paused for the store
+	stopWatch context.CancelFunc
+	upc       chan pending
+	errc      chan error
 }
 
 func (c *capture) run(ctx context.Context) error {
 	upCtx, upCancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer upCancel()
-	upc := make(chan pending)
-	errc := make(chan error, 1)
+	c.upc = make(chan pending)
+	c.errc = make(chan error, 1)
 	upDone := make(chan struct{})
 	go func() {
 		defer close(upDone)
-		for p := range upc {
+		for p := range c.upc {
 			if err := c.upload(upCtx, p); err != nil {
-				errc <- err
-				for range upc { // drop the rest: Capture is failing
+				c.errc <- err
+				for range c.upc { // drop the rest: Capture is failing
 				}
 				return
 			}
 		}
 	}()
-	// finish hands over what is buffered, within FinalFlush, and waits for
-	// the uploader.
+	// finish hands over what is buffered, within FinalFlush, waits for the
+	// uploader, and returns its error or cause.
 	finish := func(cause error) error {
 		timer := time.NewTimer(c.o.FinalFlush)
 		defer timer.Stop()
 		if len(c.events) > 0 {
 			p, err := c.seal()
 			if err != nil {
-				close(upc)
+				close(c.upc)
 				return err
 			}
 			select {
-			case upc <- p:
-			case err := <-errc:
-				close(upc)
+			case c.upc <- p:
+			case err := <-c.errc:
+				close(c.upc)
 				return err
 			case <-timer.C:
 				upCancel()
-				close(upc)
-				return &SegmentError{Key: c.o.Layout.JournalSegmentKey(c.o.ClusterID, p.h.FirstRev, p.h.LastRev), Reason: ReasonStore, Detail: fmt.Sprintf("not written within %s of the journal stopping (store frozen)", c.o.FinalFlush)}
+				close(c.upc)
+				return c.frozen(p)
 			}
 		}
-		close(upc)
+		close(c.upc)
 		select {
 		case <-upDone:
 		case <-timer.C:
@@ -237,28 +242,41 @@ func (c *capture) run(ctx context.Context) error {
 			<-upDone
 		}
 		select {
-		case err := <-errc:
+		case err := <-c.errc:
 			return err
 		default:
 		}
 		return cause
 	}
+	// fail returns the uploader's error.
+	fail := func(err error) error {
+		close(c.upc)
+		return err
+	}
 
-	wctx, wcancel := context.WithCancel(ctx)
-	defer wcancel()
-	wch := c.o.Client.Watch(wctx, "", clientv3.WithPrefix(), clientv3.WithRev(c.next), clientv3.WithProgressNotify())
+	wch := c.watch(ctx)
+	defer c.stopWatch()
 	tick := time.NewTicker(min(c.o.SegmentInterval/4, time.Second))
 	defer tick.Stop()
 	for {
-		var flush bool
 		select {
 		case <-ctx.Done():
 			return finish(nil)
-		case err := <-errc:
-			close(upc)
-			return err
+		case err := <-c.errc:
+			return fail(err)
 		case <-tick.C:
-			flush = len(c.events) > 0 && c.o.Now().Sub(c.started) >= c.o.SegmentInterval
+			if len(c.events) == 0 || c.o.Now().Sub(c.started) < c.o.SegmentInterval {
+				continue
+			}
+			paused, err := c.handOff(ctx)
+			switch {
+			case errors.Is(err, errStopping):
+				return finish(nil)
+			case err != nil:
+				return fail(err)
+			case paused:
+				wch = c.watch(ctx)
+			}
 		case resp, ok := <-wch:
 			if !ok {
 				if ctx.Err() != nil {
@@ -275,65 +293,117 @@ func (c *capture) run(ctx context.Context) error {
 				}
 				return finish(&GapError{ClusterID: c.o.ClusterID, From: c.next, To: resp.Header.Revision, Reason: "the watch was cancelled", Err: resp.Err()})
 			}
-			if err := c.add(ctx, resp); err != nil {
-				return finish(err)
-			}
-			flush = c.size >= c.o.SegmentSize || (len(c.events) > 0 && c.o.Now().Sub(c.started) >= c.o.SegmentInterval)
-		}
-		if !flush {
-			continue
-		}
-		p, err := c.seal()
-		if err != nil {
-			return finish(err)
-		}
-		select {
-		case upc <- p:
-		case err := <-errc:
-			close(upc)
-			return err
-		case <-ctx.Done():
-			// Hand it over still, within FinalFlush.
-			timer := time.NewTimer(c.o.FinalFlush)
-			select {
-			case upc <- p:
-				timer.Stop()
-				return finish(nil)
-			case err := <-errc:
-				timer.Stop()
-				close(upc)
-				return err
-			case <-timer.C:
-				upCancel()
-				close(upc)
-				return &SegmentError{Key: c.o.Layout.JournalSegmentKey(c.o.ClusterID, p.h.FirstRev, p.h.LastRev), Reason: ReasonStore, Detail: fmt.Sprintf("not written within %s of the journal stopping (store frozen)", c.o.FinalFlush)}
+			// A response holds whole revisions; a segment is cut at the
+			// first revision's end past SegmentSize, even inside one (a
+			// watch catching up sends up to 1,000 revisions at once).
+			evs := resp.Events
+			for len(evs) > 0 {
+				var err error
+				if evs, err = c.add(ctx, evs); err != nil {
+					return finish(err)
+				}
+				if c.size < c.o.SegmentSize && c.o.Now().Sub(c.started) < c.o.SegmentInterval {
+					break
+				}
+				paused, err := c.handOff(ctx)
+				if errors.Is(err, errStopping) {
+					return finish(nil)
+				}
+				if err != nil {
+					return fail(err)
+				}
+				if paused {
+					// The new watch delivers the rest of this response
+					// again, from the next revision.
+					wch = c.watch(ctx)
+					break
+				}
 			}
 		}
 	}
 }
 
-// add buffers a watch response's events.
-func (c *capture) add(ctx context.Context, resp clientv3.WatchResponse) error {
-	if len(resp.Events) == 0 {
-		return nil
+var errStopping = errors.New("stopping")
+
+// handOff seals the buffer and hands it to the uploader. When the uploader
+// is busy (the store is slower than the cluster) it stops the watch while
+// it waits, since clientv3 would buffer the events unboundedly, and
+// reports paused: the caller watches again from the next revision. When
+// ctx ends while it waits it still hands the segment over (errStopping:
+// the caller finishes) within FinalFlush.
+func (c *capture) handOff(ctx context.Context) (paused bool, err error) {
+	p, err := c.seal()
+	if err != nil {
+		return false, err
 	}
+	select {
+	case c.upc <- p: // the uploader was idle
+		return false, nil
+	default:
+	}
+	c.stopWatch()
+	c.pauses++
+	c.o.Log.Debug("journal: store behind; watch paused", "cluster", c.o.ClusterID, "nextRev", c.next)
+	select {
+	case c.upc <- p:
+		return true, nil
+	case err := <-c.errc:
+		return true, err
+	case <-ctx.Done():
+	}
+	timer := time.NewTimer(c.o.FinalFlush)
+	defer timer.Stop()
+	select {
+	case c.upc <- p:
+		return true, errStopping
+	case err := <-c.errc:
+		return true, err
+	case <-timer.C:
+		return true, c.frozen(p)
+	}
+}
+
+func (c *capture) frozen(p pending) error {
+	return &SegmentError{Key: c.o.Layout.JournalSegmentKey(c.o.ClusterID, p.h.FirstRev, p.h.LastRev), Reason: ReasonStore,
+		Detail: fmt.Sprintf("not handed to the store within %s of the journal stopping (store frozen)", c.o.FinalFlush)}
+}
+
+// watch watches the whole keyspace from the next revision, until
+// stopWatch or ctx ends.
+func (c *capture) watch(ctx context.Context) clientv3.WatchChan {
+	wctx, cancel := context.WithCancel(ctx)
+	c.stopWatch = cancel
+	return c.o.Client.Watch(wctx, "", clientv3.WithPrefix(), clientv3.WithRev(c.next), clientv3.WithProgressNotify())
+}
+
+// add buffers events of a watch response up to the end of the first
+// revision that takes the buffer past SegmentSize, and returns the rest.
+func (c *capture) add(ctx context.Context, evs []*clientv3.Event) ([]*clientv3.Event, error) {
 	now := c.o.Now()
+	ms := now.UnixMilli()
 	if len(c.events) == 0 {
 		c.started = now
-		c.received = map[int64]int64{}
-		c.lastRecv = 0
+		c.received = map[int64]int64{evs[0].Kv.ModRevision: ms}
+		c.lastRecv = ms
 	}
-	for _, ev := range resp.Events {
+	for i, ev := range evs {
 		kv := ev.Kv
 		rev := kv.ModRevision
 		switch {
 		case rev == c.curRev && len(c.events) > 0 && c.events[len(c.events)-1].Rev == rev:
 			c.curSub++
 		case rev == c.next:
+			if len(c.events) > 0 && c.size >= c.o.SegmentSize {
+				return evs[i:], nil // cut here, at the previous revision's end
+			}
 			c.curRev, c.curSub = rev, 0
 			c.next = rev + 1
+			if ms-c.lastRecv >= ReceivedEvery.Milliseconds() {
+				c.received[rev] = ms
+				c.lastRecv = ms
+			}
 		default:
-			return &GapError{ClusterID: c.o.ClusterID, From: c.next, To: rev - 1, Reason: fmt.Sprintf("the watch delivered revision %d after %d", rev, c.next-1)}
+			return nil, &GapError{ClusterID: c.o.ClusterID, From: c.next, To: rev - 1, Reason: fmt.Sprintf("the watch delivered revision %d after %d", rev, c.next-1)}
 		}
 		e := Event{Rev: rev, Sub: c.curSub, Key: kv.Key}
 		if ev.Type == mvccpb.DELETE {
@@ -346,20 +416,9 @@ func (c *capture) add(ctx context.Context, resp clientv3.WatchResponse) error {
 		}
 		c.events = append(c.events, e)
 		c.size += len(e.Key)*4/3 + len(e.Value)*4/3 + 96
+		c.lastMs = ms
 	}
-	ms := now.UnixMilli()
-	first := resp.Events[0].Kv.ModRevision
-	if _, ok := c.received[first]; !ok && len(c.received) == 0 {
-		c.received[first] = ms
-		c.lastRecv = ms
-	}
-	last := resp.Events[len(resp.Events)-1].Kv.ModRevision
-	if ms-c.lastRecv >= ReceivedEvery.Milliseconds() {
-		c.received[last] = ms
-		c.lastRecv = ms
-	}
-	c.received[-1] = ms // the buffer's last revision's, set at seal
-	return nil
+	return nil, nil
 }
 
 func (c *capture) lease(ctx context.Context, id, rev int64) {
@@ -383,8 +442,7 @@ func (c *capture) lease(ctx context.Context, id, rev int64) {
 // seal encodes the buffer into a segment and empties it.
 func (c *capture) seal() (pending, error) {
 	first, last := c.events[0].Rev, c.events[len(c.events)-1].Rev
-	c.received[last] = c.received[-1]
-	delete(c.received, -1)
+	c.received[last] = c.lastMs
 	h := Header{
 		ClusterID: c.o.ClusterID, BaseBackup: c.o.BaseBackup, BaseRev: c.o.BaseRev,
 		FirstRev: first, LastRev: last, Received: c.received, Leases: c.leases,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -298,6 +299,130 @@ func TestCaptureFrozenStoreIsNamed(t *testing.T) {
 	if !errors.As(err, &se) || se.Reason != journal.ReasonStore || !strings.Contains(se.Detail, "store frozen") ||
 		!strings.HasPrefix(se.Key, o.Layout.JournalPrefix("c1")+fmt.Sprintf("%016d-", base+1)) {
 		t.Fatalf("got %v, want the store named frozen", err)
+	}
+	t.Log(err)
+}
+
+// slowStore takes its time over every write.
+type slowStore struct {
+	store.Store
+	delay time.Duration
+}
+
+func (s slowStore) Put(ctx context.Context, key string, r io.Reader) (int64, error) {
+	select {
+	case <-time.After(s.delay):
+	case <-ctx.Done():
+	}
+	return s.Store.Put(ctx, key, r)
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string { b.mu.Lock(); defer b.mu.Unlock(); return b.b.String() }
+
+// A store slower than the cluster gets segments cut by size while the
+// watch pauses, and the journal stays exact.
+func TestCaptureSlowStoreCutsBySize(t *testing.T) {
+	t.Parallel()
+	ctx := testfix.Context(t, 60*time.Second)
+	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V36, Members: 1})
+	cli := c.Client(t)
+	r, err := cli.Get(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := r.Header.Revision
+	ref := watchFrom(t, ctx, cli, base+1)
+	st := slowStore{memstore.New(), 300 * time.Millisecond}
+	layout := catalog.Layout{Prefix: "p"}
+	o := captureOptions(cli, st, layout, objectio.Encoding{Compression: catalog.CompressZstd}, base, t)
+	var logs syncBuffer
+	o.Log = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	o.SegmentInterval, o.SegmentSize = 2*time.Second, 8<<10
+	var mu sync.Mutex
+	var sizes []int64
+	o.OnSegment = func(s journal.SegmentInfo) { mu.Lock(); sizes = append(sizes, s.Written.RawSize); mu.Unlock() }
+	stop := startCapture(ctx, o)
+	value := strings.Repeat("v", 64)
+	var last int64
+	for i := range 600 {
+		r, err := cli.Put(ctx, fmt.Sprintf("/k/%03d", i%200), value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = r.Header.Revision
+	}
+	var chain *journal.Chain
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if chain, err = journal.ListSegments(ctx, st, layout, "c1", base); err != nil {
+			t.Fatal(err)
+		}
+		if chain.Reach >= last || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err := stop(); err != nil { // writes the rest
+		t.Fatal(err)
+	}
+	if chain, err = journal.ListSegments(ctx, st, layout, "c1", base); err != nil || chain.Problem != nil || chain.Reach != last {
+		t.Fatalf("chain %+v, %v", chain, err)
+	}
+	var got []journal.Event
+	for _, s := range chain.Segments {
+		_, events, err := journal.ReadSegment(ctx, st, layout, s.Key, nil, journal.Want{ClusterID: "c1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, events...)
+	}
+	if want := ref.upTo(last); !jsonEqual(got, want) {
+		t.Fatalf("the journal has %d events, the watch %d (or they differ)", len(got), len(want))
+	}
+	if !strings.Contains(logs.String(), "watch paused") {
+		t.Errorf("the watch never paused for the store:\n%s", logs.String())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var biggest int64
+	for _, s := range sizes {
+		biggest = max(biggest, s)
+	}
+	if len(sizes) < 5 || biggest > int64(2*o.SegmentSize) {
+		t.Errorf("%d segments, the biggest %d bytes raw: not cut by size", len(sizes), biggest)
+	}
+	t.Logf("%d events in %d segments, the biggest %d bytes raw", len(got), len(sizes), biggest)
+}
+
+// A restart that finds the stored segments broken cannot continue
+// exactly: a gap, before anything is watched.
+func TestCaptureResumeRefusesABrokenChain(t *testing.T) {
+	t.Parallel()
+	ctx := testfix.Context(t, 30*time.Second)
+	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
+	cli := c.Client(t)
+	st := memstore.New()
+	layout := catalog.Layout{Prefix: "p"}
+	if _, err := st.Put(ctx, layout.JournalSegmentKey("c1", 11, 20), strings.NewReader("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Put(ctx, layout.JournalSegmentKey("c1", 25, 30), strings.NewReader("x")); err != nil {
+		t.Fatal(err)
+	}
+	err := journal.Capture(ctx, captureOptions(cli, st, layout, objectio.Encoding{}, 10, t))
+	var gap *journal.GapError
+	if !errors.As(err, &gap) || gap.From != 21 || !journal.IsReason(err, journal.ReasonGap) {
+		t.Fatalf("got %v, want a gap from 21", err)
 	}
 	t.Log(err)
 }
