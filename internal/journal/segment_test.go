@@ -282,3 +282,46 @@ func TestListSegmentsChain(t *testing.T) {
 		})
 	}
 }
+
+func TestChooseBase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	layout := catalog.Layout{Prefix: "p"}
+	b10, b25, b60 := journal.Base{Name: "b10", Rev: 10}, journal.Base{Name: "b25", Rev: 25}, journal.Base{Name: "b60", Rev: 60}
+	for _, c := range []struct {
+		name   string
+		ranges [][2]int64
+		bases  []journal.Base
+		want   string
+		reach  int64
+		gap    bool
+	}{
+		{"fresh", nil, []journal.Base{b10, b25}, "b25", 25, false},
+		{"resume the base it continues", [][2]int64{{11, 20}, {21, 40}}, []journal.Base{b25, b10}, "b10", 40, false},
+		{"a newer backup past the journal", [][2]int64{{11, 20}, {21, 40}}, []journal.Base{b10, b25, b60}, "b60", 60, false},
+		{"after a gap, the new base's journal", [][2]int64{{11, 20}, {26, 30}, {31, 40}}, []journal.Base{b10, b25}, "b25", 40, false},
+		{"broken", [][2]int64{{11, 20}, {31, 40}}, []journal.Base{b10, b25}, "", 0, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st := memstore.New()
+			for _, r := range c.ranges {
+				st.Put(ctx, layout.JournalSegmentKey("c1", r[0], r[1]), strings.NewReader("x"))
+			}
+			b, ch, err := journal.ChooseBase(ctx, st, layout, "c1", c.bases)
+			var gap *journal.GapError
+			if c.gap {
+				if !errors.As(err, &gap) {
+					t.Fatalf("got %v, want a gap", err)
+				}
+				t.Log(err)
+				return
+			}
+			if err != nil || b.Name != c.want || ch.Reach != c.reach {
+				t.Fatalf("got %+v reach %v, %v; want %s reaching %d", b, ch, err, c.want, c.reach)
+			}
+		})
+	}
+	if _, _, err := journal.ChooseBase(ctx, memstore.New(), layout, "c1", nil); err == nil {
+		t.Fatal("no base: no error")
+	}
+}
