@@ -39,9 +39,10 @@ type CaptureOptions struct {
 	Store      store.Store
 	Layout     catalog.Layout
 	Encoding   objectio.Encoding
-	// Identities, when set, read the last segment on a resume to check it
-	// continues BaseBackup (its header); without them (write-only
-	// credentials and recipients only) the resume trusts the keys' chain.
+	// Identities read the last segment on a resume, to check it is whole
+	// and continues BaseBackup (its header); without them an encrypted
+	// last segment is not read (write-only credentials and recipients
+	// only) and the resume trusts the keys' chain.
 	Identities *seal.Identities
 	// A segment is written once it is SegmentInterval old or SegmentSize
 	// (raw, encoded bytes, estimated) big, never empty, and always at a
@@ -156,12 +157,16 @@ func Capture(ctx context.Context, o CaptureOptions) error {
 	if chain.Problem != nil {
 		return &GapError{ClusterID: o.ClusterID, From: chain.Reach + 1, Reason: "the stored segments do not continue each other", Err: chain.Problem}
 	}
-	if n := len(chain.Segments); n > 0 && o.Identities != nil {
+	if n := len(chain.Segments); n > 0 {
 		last := chain.Segments[n-1]
-		if _, _, err := ReadSegment(ctx, o.Store, o.Layout, last.Key, o.Identities, Want{ClusterID: o.ClusterID, BaseBackup: o.BaseBackup}); err != nil {
-			if IsReason(err, ReasonStore) {
-				return err
-			}
+		_, _, err := ReadSegment(ctx, o.Store, o.Layout, last.Key, o.Identities, Want{ClusterID: o.ClusterID, BaseBackup: o.BaseBackup})
+		switch {
+		case err == nil:
+		case o.Identities == nil && errors.Is(err, seal.ErrNoIdentity):
+			o.Log.Info("journal: the last segment is encrypted and no identity was given: resuming on its key's revisions alone", "key", last.Key)
+		case IsReason(err, ReasonStore):
+			return err
+		default:
 			return &GapError{ClusterID: o.ClusterID, From: chain.Reach + 1, Reason: "the last stored segment cannot be continued", Err: err}
 		}
 	}

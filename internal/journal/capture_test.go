@@ -425,4 +425,19 @@ func TestCaptureResumeRefusesABrokenChain(t *testing.T) {
 		t.Fatalf("got %v, want a gap from 21", err)
 	}
 	t.Log(err)
+
+	// The last segment continues another backup: not continued.
+	st = memstore.New()
+	h := testHeader()
+	h.BaseBackup = "other"
+	if _, err := journal.WriteSegment(ctx, st, layout, objectio.Encoding{Compression: catalog.CompressZstd}, h, testEvents()); err != nil {
+		t.Fatal(err)
+	}
+	o := captureOptions(cli, st, layout, objectio.Encoding{}, 10, t)
+	o.BaseBackup = "b1"
+	err = journal.Capture(ctx, o)
+	if !errors.As(err, &gap) || gap.From != 14 || !journal.IsReason(err, journal.ReasonBase) {
+		t.Fatalf("got %v, want a gap from 14: another base", err)
+	}
+	t.Log(err)
 }
