@@ -161,6 +161,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			restoreCommand(g),
 			drillCommand(g),
 			serveCommand(g),
+			journalCommand(g),
 		},
 		// Errors are printed once, by run.
 		ExitErrHandler: func(*cli.Context, error) {},

@@ -1,11 +1,3 @@
-// Package journal is the format of the continuous backup of a cluster's
-// keyspace: every event of every revision after a full backup, in
-// revision order, in segments stored beside the backups
-// (catalog.Layout.JournalSegmentKey) through internal/objectio
-// (compressed, encrypted with recipients, sha256 recorded). It is
-// plumbing: the capture (a watch of the whole keyspace) and the replay
-// (applied straight into a restored bbolt file, internal/etcdinternals)
-// are built on it.
 package journal
 
 // FormatVersion is the version of the segment format.

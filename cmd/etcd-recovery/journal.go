@@ -1,0 +1,144 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/journal"
+	"github.com/armada/etcd-recovery/internal/objectio"
+)
+
+// journalOpts are journal's flags.
+type journalOpts struct {
+	etcd                                           etcdOpts
+	store                                          storeOpts
+	encryption                                     encryptionOpts
+	clusterID, compress, segmentSize, identityFile string
+	segmentInterval                                time.Duration
+}
+
+func journalCommand(g *globalOpts) *cli.Command {
+	o := &journalOpts{}
+	return &cli.Command{
+		Name:  "journal",
+		Usage: "continuous backup: journal every change of one cluster, from its newest full backup, into segments in COS (runs until SIGTERM)",
+		Description: "Watches the whole keyspace of the cluster (--cluster-id, the etcd flags) from the newest committed full\n" +
+			"backup's revision + 1, or, when that backup's journal is stored, from where its segments end (a restart\n" +
+			"resumes exactly). A segment goes out once it is --segment-interval old or --segment-size big, never empty,\n" +
+			"compressed and, with recipients, encrypted as backups are: <prefix>/_journal/<cluster>/<first>-<last>.seg.\n" +
+			"It exits 1 when it cannot continue exactly (a watch compacted past or cancelled, stored segments that do\n" +
+			"not continue each other: take a full backup, then start it again) or the store stays frozen; SIGTERM\n" +
+			"writes what it holds and exits 0. One journal per cluster: nothing here stops a second one yet.",
+		Flags: concat(o.etcd.flags(true), o.store.flags(), []cli.Flag{
+			clusterIDFlag(&o.clusterID),
+			&cli.StringFlag{Name: "compress", Value: "zstd", Usage: "zstd or none", Destination: &o.compress},
+			&cli.DurationFlag{Name: "segment-interval", Value: journal.DefaultSegmentInterval, Usage: "write a segment once its first change is this old (the RPO: at most this plus one upload)", Destination: &o.segmentInterval},
+			&cli.StringFlag{Name: "segment-size", Value: "4MiB", Usage: "write a segment once it is this big (bytes, or KiB/MiB): a cluster writing faster than the interval gets shorter segments", Destination: &o.segmentSize},
+			identityFileFlag(&o.identityFile),
+		}, o.encryption.flags()),
+		Action: func(c *cli.Context) error { return runJournal(c, g, o) },
+	}
+}
+
+func runJournal(c *cli.Context, g *globalOpts, o *journalOpts) error {
+	e, err := newEnv(c, g, "")
+	if err != nil {
+		return err
+	}
+	if o.clusterID == "" {
+		return usagef("journal: --cluster-id is required")
+	}
+	if err := catalog.ValidateClusterID(o.clusterID); err != nil {
+		return asUsage(err)
+	}
+	if err := requirePositive("journal", positive{"segment-interval", o.segmentInterval}); err != nil {
+		return err
+	}
+	size, err := parseSegmentSize(o.segmentSize)
+	if err != nil {
+		return usagef("journal: --segment-size %q: %v", o.segmentSize, err)
+	}
+	var enc objectio.Encoding
+	if enc.Compression, err = catalog.ParseCompression(o.compress); err != nil {
+		return asUsage(err)
+	}
+	if enc.Recipients, err = o.encryption.recipients(c); err != nil {
+		return err
+	}
+	if o.encryption.requireEncryption && enc.Recipients.Len() == 0 {
+		return usagef("journal: --require-encryption: no recipient (--encrypt-to, --recipients-file)")
+	}
+	ids, err := e.identityOf(o.identityFile)
+	if err != nil {
+		return err
+	}
+	cfg, err := o.etcd.config()
+	if err != nil {
+		return err
+	}
+	st, layout, err := e.openStore(&o.store, nil)
+	if err != nil {
+		return err
+	}
+	ctx := e.ctx()
+	entries, err := catalog.Inventory(ctx, st, layout, o.clusterID)
+	if err != nil {
+		return fmt.Errorf("journal: listing the backups of %s: %w", o.clusterID, err)
+	}
+	var bases []journal.Base
+	for _, en := range entries {
+		if !en.Committed {
+			continue
+		}
+		m, err := catalog.LoadManifest(ctx, st, layout, o.clusterID, en.Name)
+		if err != nil {
+			e.log.Warn("journal: backup passed over: manifest unreadable", "backup", en.Name, "err", err)
+			continue
+		}
+		bases = append(bases, journal.Base{Name: m.Name, Rev: m.Revision()})
+	}
+	base, chain, err := journal.ChooseBase(ctx, st, layout, o.clusterID, bases)
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	client, err := cfg.Client(ctx)
+	if err != nil {
+		return fmt.Errorf("journal: connecting to etcd: %w", err)
+	}
+	defer client.Close()
+	e.log.Info("journal: continuing backup", "cluster", o.clusterID, "backup", base.Name, "backupRev", base.Rev,
+		"fromRev", chain.Reach+1, "segments", len(chain.Segments))
+	err = journal.Capture(ctx, journal.CaptureOptions{
+		Client: client, ClusterID: o.clusterID, BaseBackup: base.Name, BaseRev: base.Rev,
+		Store: st, Layout: layout, Encoding: enc, Identities: ids,
+		SegmentInterval: o.segmentInterval, SegmentSize: size, Log: e.log,
+	})
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	// A clean stop on SIGTERM: exit 0, not "cancelled".
+	return nil
+}
+
+// parseSegmentSize reads bytes, KiB or MiB ("4MiB", "512KiB", "1048576").
+func parseSegmentSize(s string) (int, error) {
+	mult := 1
+	for suffix, m := range map[string]int{"KiB": 1 << 10, "MiB": 1 << 20} {
+		if v, ok := strings.CutSuffix(s, suffix); ok {
+			s, mult = v, m
+		}
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("want bytes, KiB or MiB")
+	case n <= 0 || n > (1<<30)/mult:
+		return 0, fmt.Errorf("want more than 0 and at most 1GiB")
+	}
+	return n * mult, nil
+}

@@ -1,0 +1,498 @@
+package journal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/objectio"
+	"github.com/armada/etcd-recovery/internal/seal"
+	"github.com/armada/etcd-recovery/internal/store"
+)
+
+// Defaults of CaptureOptions.
+const (
+	DefaultSegmentInterval = 30 * time.Second
+	DefaultSegmentSize     = 4 << 20
+	DefaultUploadTimeout   = 2 * time.Minute
+	DefaultFrozenAfter     = 5 * time.Minute
+	DefaultFinalFlush      = 15 * time.Second
+	// ReceivedEvery is how often (at most) a segment records when the
+	// journal received a revision, besides its first and last.
+	ReceivedEvery      = 100 * time.Millisecond
+	leaseLookupTimeout = 2 * time.Second
+	maxKnownLeases     = 100_000
+)
+
+// CaptureOptions are a journal's capture of one cluster.
+type CaptureOptions struct {
+	Client     *clientv3.Client
+	ClusterID  string
+	BaseBackup string // the full backup the journal continues
+	BaseRev    int64  // its revision
+	Store      store.Store
+	Layout     catalog.Layout
+	Encoding   objectio.Encoding
+	// Identities read the last segment on a resume, to check it is whole
+	// and continues BaseBackup (its header); without them an encrypted
+	// last segment is not read (write-only credentials and recipients
+	// only) and the resume trusts the keys' chain.
+	Identities *seal.Identities
+	// A segment is written once it is SegmentInterval old or SegmentSize
+	// (raw, encoded bytes, estimated) big, never empty, and always at a
+	// revision's end.
+	SegmentInterval time.Duration
+	SegmentSize     int
+	// UploadTimeout bounds one upload attempt; FrozenAfter bounds the
+	// retries of one segment before Capture gives up naming the store
+	// frozen; FinalFlush bounds the last segment's write once ctx ended.
+	UploadTimeout time.Duration
+	FrozenAfter   time.Duration
+	FinalFlush    time.Duration
+	Now           func() time.Time
+	Log           *slog.Logger
+	// OnSegment, when set, is called (from the uploader) with each segment
+	// once it is stored.
+	OnSegment func(SegmentInfo)
+}
+
+func (o *CaptureOptions) defaults() error {
+	switch {
+	case o.Client == nil:
+		return errors.New("journal: capture needs an etcd client")
+	case o.Store == nil:
+		return errors.New("journal: capture needs a store")
+	case catalog.ValidateClusterID(o.ClusterID) != nil:
+		return fmt.Errorf("journal: cluster id: %w", catalog.ValidateClusterID(o.ClusterID))
+	case o.BaseBackup == "" || o.BaseRev < 1:
+		return errors.New("journal: capture needs its base backup and its revision")
+	case o.SegmentInterval < 0 || o.SegmentSize < 0:
+		return errors.New("journal: negative segment interval or size")
+	}
+	if o.SegmentInterval == 0 {
+		o.SegmentInterval = DefaultSegmentInterval
+	}
+	if o.SegmentSize == 0 {
+		o.SegmentSize = DefaultSegmentSize
+	}
+	if o.UploadTimeout == 0 {
+		o.UploadTimeout = DefaultUploadTimeout
+	}
+	if o.FrozenAfter == 0 {
+		o.FrozenAfter = DefaultFrozenAfter
+	}
+	if o.FinalFlush == 0 {
+		o.FinalFlush = DefaultFinalFlush
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// GapError is a journal that cannot continue exactly: revisions From to
+// To were not captured (To 0: up to now, unknown), because the watch was
+// compacted past or cancelled, or a restart found the stored segments not
+// continuing the base. What was captured before it is stored; the caller
+// takes a full backup and journals from it.
+type GapError struct {
+	ClusterID string
+	From, To  int64
+	Reason    string
+	Err       error
+}
+
+func (e *GapError) Error() string {
+	to := "now"
+	if e.To > 0 {
+		to = fmt.Sprint(e.To)
+	}
+	s := fmt.Sprintf("journal of cluster %s: gap: revisions %d to %s not captured: %s", e.ClusterID, e.From, to, e.Reason)
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+func (e *GapError) Unwrap() error { return e.Err }
+
+// Capture journals a cluster until ctx ends (then it writes what it holds,
+// within FinalFlush, and returns nil) or a gap (*GapError, after writing
+// what it holds) or a store that stays frozen or refuses (*SegmentError).
+//
+// It watches the whole keyspace from BaseRev+1, or, when segments of the
+// base are stored, from the last one's LastRev+1: a restart resumes
+// exactly, and one that cannot (the stored segments break, or the last
+// belongs to another base) is a GapError. Every watch event becomes an
+// Event (Sub: its index within its revision; etcd's watch never splits a
+// revision across responses without WithFragment, so a response ends at
+// a revision's end and segments are cut only there). A lease first seen
+// on a put is looked up (TimeToLive, its granted TTL) best effort: a lease
+// gone by then is recorded with TTL 0, and a failed lookup is logged and
+// recorded the same way. Revokes are not recorded (their deletes are).
+//
+// Memory: one segment buffered while the previous one uploads; while that
+// upload lasts the watch is not read (etcd holds the events, and a watch
+// that falls behind its compaction is a GapError), so a store slower than
+// the cluster gets segments cut by size, never an unbounded buffer. An
+// upload is retried with backoff for FrozenAfter; a create that finds its
+// key taken on the first attempt is another writer (ReasonConflict).
+func Capture(ctx context.Context, o CaptureOptions) error {
+	if err := o.defaults(); err != nil {
+		return err
+	}
+	chain, err := ListSegments(ctx, o.Store, o.Layout, o.ClusterID, o.BaseRev)
+	if err != nil {
+		return fmt.Errorf("journal of cluster %s: listing its segments: %w", o.ClusterID, err)
+	}
+	if chain.Problem != nil {
+		return &GapError{ClusterID: o.ClusterID, From: chain.Reach + 1, Reason: "the stored segments do not continue each other", Err: chain.Problem}
+	}
+	if n := len(chain.Segments); n > 0 {
+		last := chain.Segments[n-1]
+		_, _, err := ReadSegment(ctx, o.Store, o.Layout, last.Key, o.Identities, Want{ClusterID: o.ClusterID, BaseBackup: o.BaseBackup})
+		switch {
+		case err == nil:
+		case o.Identities == nil && errors.Is(err, seal.ErrNoIdentity):
+			o.Log.Info("journal: the last segment is encrypted and no identity was given: resuming on its key's revisions alone", "key", last.Key)
+		case IsReason(err, ReasonStore):
+			return err
+		default:
+			return &GapError{ClusterID: o.ClusterID, From: chain.Reach + 1, Reason: "the last stored segment cannot be continued", Err: err}
+		}
+	}
+	c := &capture{o: o, next: chain.Reach + 1, known: map[int64]bool{}}
+	c.o.Log.Info("journal: capturing", "cluster", o.ClusterID, "base", o.BaseBackup, "fromRev", c.next, "segments", len(chain.Segments))
+	return c.run(ctx)
+}
+
+type pending struct {
+	h   Header
+	raw []byte
+}
+
+type capture struct {
+	o    CaptureOptions
+	next int64 // the next revision expected
+
+	events    []Event
+	size      int
+	started   time.Time // when the buffer's first event arrived
+	received  map[int64]int64
+	lastRecv  int64 // unix ms of the last recorded receive
+	leases    []Lease
+	known     map[int64]bool
+	curRev    int64
+	curSub    int64
+	lastMs    int64 // when the buffer's last revision was received (unix ms)
+	pauses    int   // watches paused for the store
+	stopWatch context.CancelFunc
+	upc       chan pending
+	errc      chan error
+}
+
+func (c *capture) run(ctx context.Context) error {
+	upCtx, upCancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer upCancel()
+	c.upc = make(chan pending)
+	c.errc = make(chan error, 1)
+	upDone := make(chan struct{})
+	go func() {
+		defer close(upDone)
+		for p := range c.upc {
+			if err := c.upload(upCtx, p); err != nil {
+				c.errc <- err
+				for range c.upc { // drop the rest: Capture is failing
+				}
+				return
+			}
+		}
+	}()
+	// finish hands over what is buffered, within FinalFlush, waits for the
+	// uploader, and returns its error or cause.
+	finish := func(cause error) error {
+		timer := time.NewTimer(c.o.FinalFlush)
+		defer timer.Stop()
+		if len(c.events) > 0 {
+			p, err := c.seal()
+			if err != nil {
+				close(c.upc)
+				return err
+			}
+			select {
+			case c.upc <- p:
+			case err := <-c.errc:
+				close(c.upc)
+				return err
+			case <-timer.C:
+				upCancel()
+				close(c.upc)
+				return c.frozen(p)
+			}
+		}
+		close(c.upc)
+		select {
+		case <-upDone:
+		case <-timer.C:
+			upCancel()
+			<-upDone
+		}
+		select {
+		case err := <-c.errc:
+			return err
+		default:
+		}
+		return cause
+	}
+	// fail returns the uploader's error.
+	fail := func(err error) error {
+		close(c.upc)
+		return err
+	}
+
+	wch := c.watch(ctx)
+	defer c.stopWatch()
+	tick := time.NewTicker(min(c.o.SegmentInterval/4, time.Second))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return finish(nil)
+		case err := <-c.errc:
+			return fail(err)
+		case <-tick.C:
+			if len(c.events) == 0 || c.o.Now().Sub(c.started) < c.o.SegmentInterval {
+				continue
+			}
+			paused, err := c.handOff(ctx)
+			switch {
+			case errors.Is(err, errStopping):
+				return finish(nil)
+			case err != nil:
+				return fail(err)
+			case paused:
+				wch = c.watch(ctx)
+			}
+		case resp, ok := <-wch:
+			if !ok {
+				if ctx.Err() != nil {
+					return finish(nil)
+				}
+				return finish(&GapError{ClusterID: c.o.ClusterID, From: c.next, Reason: "the watch ended"})
+			}
+			if resp.CompactRevision != 0 {
+				return finish(&GapError{ClusterID: c.o.ClusterID, From: c.next, To: resp.CompactRevision - 1, Reason: fmt.Sprintf("the watch was compacted past (compacted at revision %d)", resp.CompactRevision), Err: resp.Err()})
+			}
+			if resp.Canceled {
+				if ctx.Err() != nil {
+					return finish(nil)
+				}
+				return finish(&GapError{ClusterID: c.o.ClusterID, From: c.next, To: resp.Header.Revision, Reason: "the watch was cancelled", Err: resp.Err()})
+			}
+			// A response holds whole revisions; a segment is cut at the
+			// first revision's end past SegmentSize, even inside one (a
+			// watch catching up sends up to 1,000 revisions at once).
+			evs := resp.Events
+			for len(evs) > 0 {
+				var err error
+				if evs, err = c.add(ctx, evs); err != nil {
+					return finish(err)
+				}
+				if c.size < c.o.SegmentSize && c.o.Now().Sub(c.started) < c.o.SegmentInterval {
+					break
+				}
+				paused, err := c.handOff(ctx)
+				if errors.Is(err, errStopping) {
+					return finish(nil)
+				}
+				if err != nil {
+					return fail(err)
+				}
+				if paused {
+					// The new watch delivers the rest of this response
+					// again, from the next revision.
+					wch = c.watch(ctx)
+					break
+				}
+			}
+		}
+	}
+}
+
+var errStopping = errors.New("stopping")
+
+// handOff seals the buffer and hands it to the uploader. When the uploader
+// is busy (the store is slower than the cluster) it stops the watch while
+// it waits, since clientv3 would buffer the events unboundedly, and
+// reports paused: the caller watches again from the next revision. When
+// ctx ends while it waits it still hands the segment over (errStopping:
+// the caller finishes) within FinalFlush.
+func (c *capture) handOff(ctx context.Context) (paused bool, err error) {
+	p, err := c.seal()
+	if err != nil {
+		return false, err
+	}
+	select {
+	case c.upc <- p: // the uploader was idle
+		return false, nil
+	default:
+	}
+	c.stopWatch()
+	c.pauses++
+	c.o.Log.Debug("journal: store behind; watch paused", "cluster", c.o.ClusterID, "nextRev", c.next)
+	select {
+	case c.upc <- p:
+		return true, nil
+	case err := <-c.errc:
+		return true, err
+	case <-ctx.Done():
+	}
+	timer := time.NewTimer(c.o.FinalFlush)
+	defer timer.Stop()
+	select {
+	case c.upc <- p:
+		return true, errStopping
+	case err := <-c.errc:
+		return true, err
+	case <-timer.C:
+		return true, c.frozen(p)
+	}
+}
+
+func (c *capture) frozen(p pending) error {
+	return &SegmentError{Key: c.o.Layout.JournalSegmentKey(c.o.ClusterID, p.h.FirstRev, p.h.LastRev), Reason: ReasonStore,
+		Detail: fmt.Sprintf("not handed to the store within %s of the journal stopping (store frozen)", c.o.FinalFlush)}
+}
+
+// watch watches the whole keyspace from the next revision, until
+// stopWatch or ctx ends.
+func (c *capture) watch(ctx context.Context) clientv3.WatchChan {
+	wctx, cancel := context.WithCancel(ctx)
+	c.stopWatch = cancel
+	return c.o.Client.Watch(wctx, "", clientv3.WithPrefix(), clientv3.WithRev(c.next), clientv3.WithProgressNotify())
+}
+
+// add buffers events of a watch response up to the end of the first
+// revision that takes the buffer past SegmentSize, and returns the rest.
+func (c *capture) add(ctx context.Context, evs []*clientv3.Event) ([]*clientv3.Event, error) {
+	now := c.o.Now()
+	ms := now.UnixMilli()
+	if len(c.events) == 0 {
+		c.started = now
+		c.received = map[int64]int64{evs[0].Kv.ModRevision: ms}
+		c.lastRecv = ms
+	}
+	for i, ev := range evs {
+		kv := ev.Kv
+		rev := kv.ModRevision
+		switch {
+		case rev == c.curRev && len(c.events) > 0 && c.events[len(c.events)-1].Rev == rev:
+			c.curSub++
+		case rev == c.next:
+			if len(c.events) > 0 && c.size >= c.o.SegmentSize {
+				return evs[i:], nil // cut here, at the previous revision's end
+			}
+			c.curRev, c.curSub = rev, 0
+			c.next = rev + 1
+			if ms-c.lastRecv >= ReceivedEvery.Milliseconds() {
+				c.received[rev] = ms
+				c.lastRecv = ms
+			}
+		default:
+			return nil, &GapError{ClusterID: c.o.ClusterID, From: c.next, To: rev - 1, Reason: fmt.Sprintf("the watch delivered revision %d after %d", rev, c.next-1)}
+		}
+		e := Event{Rev: rev, Sub: c.curSub, Key: kv.Key}
+		if ev.Type == mvccpb.DELETE {
+			e.Type = Delete
+		} else {
+			e.Type, e.Value, e.CreateRev, e.Version, e.Lease = Put, kv.Value, kv.CreateRevision, kv.Version, kv.Lease
+			if kv.Lease != 0 && !c.known[kv.Lease] {
+				c.lease(ctx, kv.Lease, rev)
+			}
+		}
+		c.events = append(c.events, e)
+		c.size += len(e.Key)*4/3 + len(e.Value)*4/3 + 96
+		c.lastMs = ms
+	}
+	return nil, nil
+}
+
+func (c *capture) lease(ctx context.Context, id, rev int64) {
+	if len(c.known) >= maxKnownLeases {
+		clear(c.known)
+	}
+	c.known[id] = true
+	l := Lease{ID: id, Rev: rev}
+	lctx, cancel := context.WithTimeout(ctx, leaseLookupTimeout)
+	defer cancel()
+	resp, err := c.o.Client.TimeToLive(lctx, clientv3.LeaseID(id))
+	switch {
+	case err != nil:
+		c.o.Log.Warn("journal: lease lookup failed; its TTL is recorded as 0", "cluster", c.o.ClusterID, "lease", fmt.Sprintf("%x", id), "err", err)
+	case resp.TTL > 0 || resp.GrantedTTL > 0:
+		l.TTL = resp.GrantedTTL
+	}
+	c.leases = append(c.leases, l)
+}
+
+// seal encodes the buffer into a segment and empties it.
+func (c *capture) seal() (pending, error) {
+	first, last := c.events[0].Rev, c.events[len(c.events)-1].Rev
+	c.received[last] = c.lastMs
+	h := Header{
+		ClusterID: c.o.ClusterID, BaseBackup: c.o.BaseBackup, BaseRev: c.o.BaseRev,
+		FirstRev: first, LastRev: last, Received: c.received, Leases: c.leases,
+	}
+	raw, err := EncodeSegment(h, c.events)
+	c.events, c.size, c.received, c.leases = nil, 0, nil, nil
+	if err != nil {
+		return pending{}, err
+	}
+	h.Format, h.Events = FormatVersion, 0
+	return pending{h: h, raw: raw}, nil
+}
+
+// upload writes one segment, retrying with backoff for FrozenAfter.
+func (c *capture) upload(ctx context.Context, p pending) error {
+	key := c.o.Layout.JournalSegmentKey(c.o.ClusterID, p.h.FirstRev, p.h.LastRev)
+	began := time.Now()
+	backoff := 200 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, c.o.UploadTimeout)
+		info, err := writeRaw(actx, c.o.Store, key, p.h, p.raw, c.o.Encoding)
+		cancel()
+		if err == nil || (attempt > 1 && IsReason(err, ReasonConflict)) {
+			if err != nil {
+				// An earlier attempt stored it and only its answer was lost.
+				c.o.Log.Warn("journal: segment found stored on a retry; taken as written", "key", key, "attempt", attempt)
+			}
+			c.o.Log.Debug("journal: segment written", "key", key, "bytes", info.Size, "attempts", attempt)
+			if c.o.OnSegment != nil {
+				c.o.OnSegment(info)
+			}
+			return nil
+		}
+		if IsReason(err, ReasonConflict) {
+			return err
+		}
+		elapsed := time.Since(began)
+		if ctx.Err() != nil || elapsed >= c.o.FrozenAfter {
+			return &SegmentError{Key: key, Reason: ReasonStore, Detail: fmt.Sprintf("not written after %d attempts over %s (store frozen or refusing)", attempt, elapsed.Round(time.Millisecond)), Err: errors.Unwrap(err)}
+		}
+		c.o.Log.Warn("journal: segment upload failed; retrying", "key", key, "attempt", attempt, "err", err)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+		}
+		backoff = min(backoff*2, 10*time.Second)
+	}
+}

@@ -1,0 +1,43 @@
+// Package journal is the continuous backup of a cluster's keyspace: every
+// event of every revision after a full backup, in revision order, in
+// immutable segments stored beside the backups
+// (catalog.Layout.JournalSegmentKey: <prefix>/_journal/<cluster>/<first>-<last>.seg)
+// through internal/objectio's encoding (zstd, age with recipients).
+//
+// It owns:
+//
+//   - the types (event.go): Event (one change of one key at one
+//     revision, Sub its index within the revision), Lease (ID and granted
+//     TTL), Header (cluster, base backup, revision range, receive times);
+//   - the segment format (segment.go): JSON lines, the Header first, the
+//     events, then a trailer with the event count and the sha256 of every
+//     byte before it; Encode, and the streaming Decoder that refuses, as a
+//     *SegmentError naming the segment's key and a Reason, another format,
+//     cluster or base backup, events out of (revision, sub) order or
+//     outside [FirstRev, LastRev], a revision without events, a count that
+//     does not match, a truncated or damaged segment;
+//   - the segments in the store (segstore.go): WriteSegment (create-only),
+//     OpenSegment/ReadSegment (age and zstd recognised from the bytes, the
+//     key's revisions checked against the header), ListSegments (the Chain
+//     from a base revision: continuity, the last revision reachable
+//     exactly, the first gap or overlap by name);
+//   - the capture (capture.go): Capture, a watch of the whole keyspace
+//     from the base (or where the stored segments end) into segments cut
+//     by interval or size at revisions' ends, leases looked up as they
+//     appear, uploads retried, a store slower than the cluster pausing the
+//     watch (bounded memory), and a GapError when the journal cannot
+//     continue exactly (a compacted or cancelled watch, a broken chain).
+//
+// Where a revision's time comes from: Header.Received maps revisions to
+// when the capture received them (unix ms): a segment's first and last
+// revision, and one revision at most every ReceivedEvery (100 ms) between,
+// each the receive time of the watch response holding it. A revision's
+// commit time is therefore known to within the watch's delivery delay
+// (milliseconds on a healthy cluster) plus, between recorded revisions,
+// 100 ms.
+//
+// It is plumbing: it imports internal/catalog, internal/objectio,
+// internal/seal, internal/store and etcd's client, never a feature. The
+// journal command and the replay (a restore stage writing the events
+// into a fetched bbolt file through internal/etcdinternals) build on it.
+package journal

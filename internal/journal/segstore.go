@@ -1,0 +1,245 @@
+package journal
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/objectio"
+	"github.com/armada/etcd-recovery/internal/seal"
+	"github.com/armada/etcd-recovery/internal/store"
+)
+
+// SegmentInfo is one stored segment: its key and the revisions its key
+// names, and, once written or read, what objectio measured (the stored
+// and raw sizes and sha256s).
+type SegmentInfo struct {
+	Key      string           `json:"key"`
+	FirstRev int64            `json:"firstRev"`
+	LastRev  int64            `json:"lastRev"`
+	Size     int64            `json:"size"` // stored bytes (from the listing or the write)
+	Modified time.Time        `json:"modified,omitzero"`
+	Written  objectio.Written `json:"written,omitzero"`
+}
+
+// EncodeSegment is the raw bytes of a segment (Encode into memory): a
+// segment is at most SegmentSize plus one revision, so it is held whole
+// once, and its upload retried from these bytes.
+func EncodeSegment(h Header, events []Event) ([]byte, error) {
+	var b bytes.Buffer
+	if err := Encode(&b, h, events); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// WriteSegment encodes a segment and creates its object,
+// layout.JournalSegmentKey(h.ClusterID, h.FirstRev, h.LastRev), through
+// objectio (compressed, with recipients encrypted) create-only: a key
+// already taken is a *SegmentError of ReasonConflict, nothing replaced.
+func WriteSegment(ctx context.Context, st store.Store, layout catalog.Layout, enc objectio.Encoding, h Header, events []Event) (SegmentInfo, error) {
+	raw, err := EncodeSegment(h, events)
+	if err != nil {
+		return SegmentInfo{}, err
+	}
+	return writeRaw(ctx, st, layout.JournalSegmentKey(h.ClusterID, h.FirstRev, h.LastRev), h, raw, enc)
+}
+
+func writeRaw(ctx context.Context, st store.Store, key string, h Header, raw []byte, enc objectio.Encoding) (SegmentInfo, error) {
+	w, err := objectio.Create(ctx, st, key, bytes.NewReader(raw), enc)
+	info := SegmentInfo{Key: key, FirstRev: h.FirstRev, LastRev: h.LastRev, Size: w.StoredSize, Written: w}
+	if err != nil {
+		if errors.Is(err, store.ErrExists) {
+			return info, &SegmentError{Key: key, Reason: ReasonConflict, Detail: "the key is taken (another journal writes this cluster?)", Err: err}
+		}
+		return info, &SegmentError{Key: key, Reason: ReasonStore, Detail: "writing", Err: err}
+	}
+	return info, nil
+}
+
+// SegmentReader streams one stored segment: its Decoder's checks, over
+// the object's bytes decrypted (age, when the object is encrypted) and
+// decompressed (zstd, when compressed), both recognised from the bytes.
+type SegmentReader struct {
+	*Decoder
+	body   io.ReadCloser
+	stored *objectio.HashCounter
+}
+
+// Close releases the object's stream.
+func (r *SegmentReader) Close() error { return r.body.Close() }
+
+// Next is the Decoder's Next, with an error of the store reported as
+// ReasonStore rather than damage.
+func (r *SegmentReader) Next() (Event, error) {
+	ev, err := r.Decoder.Next()
+	var se *SegmentError
+	if err != nil && err != io.EOF && errors.As(err, &se) && se.Err != nil {
+		switch {
+		case store.IsStoreError(se.Err), errors.Is(se.Err, context.Canceled), errors.Is(se.Err, context.DeadlineExceeded):
+			se.Reason = ReasonStore
+		}
+	}
+	return ev, err
+}
+
+// Stored is the stored bytes' size and sha256 read so far (all of them
+// once Next returned io.EOF).
+func (r *SegmentReader) Stored() (int64, string) { return r.stored.N(), r.stored.Sum() }
+
+var zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
+
+// OpenSegment opens the segment key for streaming. The revisions its key
+// names are checked against its header, and want's other fields when set;
+// ids decrypt an encrypted segment. A missing object is ReasonMissing, an
+// unreadable store ReasonStore; every refusal is a *SegmentError.
+func OpenSegment(ctx context.Context, st store.Store, layout catalog.Layout, key string, ids *seal.Identities, want Want) (*SegmentReader, error) {
+	ki := layout.Classify(key)
+	if ki.Kind != catalog.KeyJournal {
+		return nil, &SegmentError{Key: key, Reason: ReasonFormat, Detail: "not a journal segment's key"}
+	}
+	if want.ClusterID != "" && ki.ClusterID != want.ClusterID {
+		return nil, &SegmentError{Key: key, Reason: ReasonCluster, Detail: fmt.Sprintf("its key is under cluster %q, not %q", ki.ClusterID, want.ClusterID)}
+	}
+	want.FirstRev, want.LastRev = ki.FirstRev, ki.LastRev
+	body, err := st.Get(ctx, key)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, &SegmentError{Key: key, Reason: ReasonMissing, Err: err}
+		}
+		return nil, &SegmentError{Key: key, Reason: ReasonStore, Detail: "reading", Err: err}
+	}
+	r := &SegmentReader{body: body, stored: objectio.NewHashCounter()}
+	fail := func(reason Reason, detail string, err error) (*SegmentReader, error) {
+		body.Close()
+		if store.IsStoreError(err) {
+			reason = ReasonStore
+		}
+		return nil, &SegmentError{Key: key, Reason: reason, Detail: detail, Err: err}
+	}
+	br := bufio.NewReaderSize(io.TeeReader(body, r.stored), 64<<10)
+	var src io.Reader = br
+	sealed, err := seal.Sniff(br)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fail(ReasonDamaged, "reading", err)
+	}
+	if sealed {
+		if src, err = seal.Decrypt(br, ids, nil); err != nil {
+			return fail(ReasonDamaged, "decrypting", err)
+		}
+	}
+	pb := bufio.NewReaderSize(src, 64<<10)
+	src = pb
+	if magic, err := pb.Peek(4); err == nil && bytes.Equal(magic, zstdMagic) {
+		if src, err = objectio.NewDecoder(pb, catalog.CompressZstd); err != nil {
+			return fail(ReasonDamaged, "decompressing", err)
+		}
+	}
+	d, err := NewDecoder(src, key, want)
+	if err != nil {
+		var se *SegmentError
+		if errors.As(err, &se) && se.Err != nil && store.IsStoreError(se.Err) {
+			se.Reason = ReasonStore
+		}
+		body.Close()
+		return nil, err
+	}
+	r.Decoder = d
+	return r, nil
+}
+
+// ReadSegment reads a whole segment (OpenSegment, every event) and
+// returns its header and events once every check passed.
+func ReadSegment(ctx context.Context, st store.Store, layout catalog.Layout, key string, ids *seal.Identities, want Want) (Header, []Event, error) {
+	r, err := OpenSegment(ctx, st, layout, key, ids, want)
+	if err != nil {
+		return Header{}, nil, err
+	}
+	defer r.Close()
+	events := make([]Event, 0, min(r.Header().Events, 1<<16))
+	for {
+		ev, err := r.Next()
+		if err == io.EOF {
+			return r.Header(), events, nil
+		}
+		if err != nil {
+			return r.Header(), nil, err
+		}
+		events = append(events, ev)
+	}
+}
+
+// Chain is a cluster's segments continuing a base backup: from BaseRev+1,
+// each FirstRev the previous LastRev+1. Reach is the last revision
+// reachable exactly (BaseRev when no segment continues it), and Problem
+// the first break in the chain after it, by name (a gap or an overlap),
+// nil when the segments simply end there.
+type Chain struct {
+	ClusterID string        `json:"clusterID"`
+	BaseRev   int64         `json:"baseRev"`
+	Segments  []SegmentInfo `json:"segments"`
+	Reach     int64         `json:"reach"`
+	Problem   *SegmentError `json:"-"`
+	// All is every segment of the cluster in the store, in key (revision)
+	// order, those of other bases included.
+	All []SegmentInfo `json:"-"`
+}
+
+// ListSegments lists a cluster's segments and chains them from baseRev+1
+// by the revisions their keys name (no object is read: headers are
+// checked when a segment is read). A segment ending at or before the
+// chain's next revision belongs to an earlier base and is passed over;
+// one starting before it and reaching past it, other than at baseRev+1
+// (where an earlier base's segment may straddle a newer backup), is an
+// overlap; one starting after it a gap. A store that cannot be listed is
+// an error.
+func ListSegments(ctx context.Context, st store.Store, layout catalog.Layout, clusterID string, baseRev int64) (*Chain, error) {
+	objs, err := st.List(ctx, layout.JournalPrefix(clusterID))
+	if err != nil {
+		return nil, err
+	}
+	c := &Chain{ClusterID: clusterID, BaseRev: baseRev, Reach: baseRev}
+	for _, o := range objs {
+		ki := layout.Classify(o.Key)
+		if ki.Kind != catalog.KeyJournal || ki.ClusterID != clusterID {
+			continue
+		}
+		c.All = append(c.All, SegmentInfo{Key: o.Key, FirstRev: ki.FirstRev, LastRev: ki.LastRev, Size: o.Size, Modified: o.LastModified})
+	}
+	c.chain()
+	return c, nil
+}
+
+func (c *Chain) chain() {
+	next := c.BaseRev + 1
+	var prev string
+	// Keys sort by FirstRev, then LastRev.
+	for i := 0; i < len(c.All); i++ {
+		s := c.All[i]
+		switch {
+		case s.LastRev < next:
+			continue
+		case s.FirstRev < next:
+			if next == c.BaseRev+1 {
+				continue // an earlier base's segment across this base's revision
+			}
+			c.Problem = &SegmentError{Key: s.Key, Reason: ReasonOverlap, Detail: fmt.Sprintf("it holds revisions %d-%d, %s already holds through %d", s.FirstRev, s.LastRev, prev, next-1)}
+			return
+		case s.FirstRev > next:
+			c.Problem = &SegmentError{Key: s.Key, Reason: ReasonGap, Detail: fmt.Sprintf("revisions %d-%d are in no segment (missing)", next, s.FirstRev-1)}
+			return
+		}
+		// s.FirstRev == next: a second segment starting there overlaps.
+		if i+1 < len(c.All) && c.All[i+1].FirstRev == s.FirstRev {
+			c.Problem = &SegmentError{Key: c.All[i+1].Key, Reason: ReasonOverlap, Detail: fmt.Sprintf("it starts at revision %d, as %s does", s.FirstRev, s.Key)}
+			return
+		}
+		c.Segments = append(c.Segments, s)
+		c.Reach, next, prev = s.LastRev, s.LastRev+1, s.Key
+	}
+}
