@@ -14,7 +14,7 @@
 //     record (OwnerKey), orphan markers (OrphanMarkerKey), staged copies
 //     (StagedKey under <prefix>/_staged/, and the legacy
 //     <prefix>/restore/, still read) and the journal (JournalPrefix,
-//     JournalSegmentKey under <prefix>/_journal/; nothing writes it yet).
+//     JournalSegmentKey under <prefix>/_journal/, written by internal/journal).
 //     Layout.Classify says what any key is: backup, owner marker, orphan
 //     marker, staged copy, journal or unknown. The tool's folders start
 //     with '_', which no cluster id can. ValidatePrefix and

@@ -40,7 +40,7 @@ import (
 //	<prefix>/etcd-recovery-owner.json                          the prefix's ownership record (OwnerKey)
 //	<prefix>/<cluster-id>/orphan.json                          a cluster's orphan marker (OrphanMarkerKey)
 //	<prefix>/_staged/<cluster-id>/<backup>/snapshot.db         a plaintext copy staged for etcd-operator (StagedKey)
-//	<prefix>/_journal/<cluster-id>/<first>-<last>.seg          a journal segment (JournalSegmentKey; nothing writes it yet)
+//	<prefix>/_journal/<cluster-id>/<first>-<last>.seg          a journal segment (JournalSegmentKey; internal/journal writes it)
 //
 // The tool's own folders under the prefix start with '_', which no cluster
 // id can (ValidateClusterID). Older versions staged copies under
