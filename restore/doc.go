@@ -34,8 +34,11 @@
 // is Select and Fetch; package drill composes PlanTargets, Select or
 // SelectLocal, Fetch (FetchOptions.Prove), Prepare without the compaction
 // mark and WriteDataDirs with take-over, then checks the member it runs.
-// A journal's replay (point-in-time restore) is one more stage, between
-// Fetch and Prepare: it applies to the staged file.
+// Replay, the journal's replay (point-in-time restore, Options.ToRevision
+// and Options.Journal, a JournalSource), is one more stage, between Fetch
+// and Prepare: the events after the staged snapshot's revision, up to the
+// revision asked for, are applied straight into the staged file
+// (etcdinternals.ApplyEvents); Run composes it when ToRevision is set.
 //
 // CheckCluster is `restore verify` (VerifyRebuilt with what the backup
 // says the cluster must hold), and RestoreV2 puts the legacy v2 keys back.

@@ -132,6 +132,17 @@ type Options struct {
 	// not import backup). Needed when Old has endpoints and NoLive is not
 	// set; without it the restore fails at the survivor step.
 	Survivor SurvivorBackup
+
+	// ToRevision (--to-revision), when set, restores the cluster as of
+	// exactly that revision (point in time): the chosen backup (at or
+	// below it: name one with Backup) is staged and Journal's events
+	// after its revision, up to ToRevision, are replayed into it (the
+	// Replay stage) before Prepare bumps the revision and marks it
+	// compacted, as every restore does. It needs Journal. A dry run does
+	// not replay.
+	ToRevision int64
+	// Journal is the journal ToRevision replays (JournalSource).
+	Journal JournalSource
 }
 
 // Survivor is the pre-restore snapshot of a surviving member.
@@ -179,6 +190,8 @@ type Plan struct {
 	EtcdVersion string `json:"etcdVersion,omitempty"`
 	// Problems stop the restore; a dry run lists them all.
 	Problems []string `json:"problems,omitempty"`
+	// Replay is the journal replayed up to Options.ToRevision.
+	Replay *Replayed `json:"replay,omitempty"`
 }
 
 // Result is a finished (or failed) restore.
@@ -201,6 +214,7 @@ const (
 	StepList          = "list backups"
 	StepSelect        = "select backup"
 	StepVerifyBackup  = "verify backup"
+	StepReplay        = "replay journal"
 	StepMoveAside     = "move data dir aside"
 	StepWrite         = "write data dirs"
 	StepVerifyCluster = "verify cluster"
@@ -271,6 +285,12 @@ func (o Options) Validate() error {
 	}
 	if o.ProbeTimeout < 0 {
 		return usage.Errorf("--probe-timeout must be positive")
+	}
+	if o.ToRevision < 0 {
+		return usage.Errorf("--to-revision must be a revision (positive)")
+	}
+	if o.ToRevision > 0 && o.Journal == nil {
+		return usage.Wrap(errNoJournal)
 	}
 	if o.Parallel < 0 {
 		return usage.Errorf("--parallel-data-dirs must be 0 (all at once) or more")
@@ -355,7 +375,8 @@ func (nopProgress) Done()        {}
 
 // Run restores a cluster: see the package documentation. It composes the
 // stages (stages.go): PlanTargets, Select, Fetch, then (not in a dry run)
-// the data dirs moved aside, Prepare, WriteDataDirs and VerifyRebuilt. It
+// Replay when Options.ToRevision is set, the data dirs moved aside,
+// Prepare, WriteDataDirs and VerifyRebuilt. It
 // returns the plan, and how far it got, even when it fails after building
 // it.
 func Run(ctx context.Context, opts Options) (_ *Result, rerr error) {
@@ -381,6 +402,11 @@ func Run(ctx context.Context, opts Options) (_ *Result, rerr error) {
 	}
 	if r.opts.DryRun {
 		return r.res, r.dryRunProblems()
+	}
+	if r.opts.ToRevision > 0 {
+		if err := Replay(ctx, r.opts, r.plan, r.snapPath, ReplayOptions{ToRevision: r.opts.ToRevision, Journal: r.opts.Journal}); err != nil {
+			return r.res, err
+		}
 	}
 	if err := r.moveDataDirsAside(ctx); err != nil {
 		return r.res, err

@@ -3,6 +3,8 @@ package restore
 import (
 	"context"
 	"errors"
+	"fmt"
+	"iter"
 	"log/slog"
 	"os"
 	"strings"
@@ -11,6 +13,8 @@ import (
 
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
+	"github.com/armada/etcd-recovery/internal/etcdinternals"
+	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/probe"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
@@ -240,3 +244,155 @@ func IsLocalFailure(err error) bool {
 // Manifest is the candidate's manifest (nil for the survivor a dry run
 // plans).
 func (c Candidate) Manifest() *catalog.Manifest { return c.manifest }
+
+// JournalSource is where Replay reads a journal (the segment reader over
+// catalog.Layout.JournalPrefix reads one store's; a test, events it
+// watched).
+type JournalSource interface {
+	// Leases are the leases the journal saw up to toRev (Lease.Rev <=
+	// toRev, or granted before a key of revisions fromRev..toRev was put
+	// on them), each with its Revoked revision when it was revoked or
+	// expired. Replay asks for them before the events.
+	Leases(ctx context.Context, fromRev, toRev int64) ([]journal.Lease, error)
+	// Events yields every event of revisions fromRev to toRev, inclusive,
+	// in revision and sub order. A gap or a refused segment is an error
+	// yielded, never a silent end: Replay refuses a journal that ends
+	// before toRev, naming the last revision it reached.
+	Events(ctx context.Context, fromRev, toRev int64) (iter.Seq2[journal.Event, error], error)
+}
+
+// ReplayOptions configure the replay stage.
+type ReplayOptions struct {
+	// ToRevision is the revision to restore to (Options.ToRevision): the
+	// staged snapshot's revision or above.
+	ToRevision int64
+	// Journal holds the events after the snapshot (Options.Journal).
+	Journal JournalSource
+}
+
+// Replayed is what the replay stage applied (Plan.Replay).
+type Replayed struct {
+	// FromRevision is the snapshot's revision: the events start after it.
+	FromRevision int64 `json:"fromRevision"`
+	// ToRevision is the revision the data dirs hold.
+	ToRevision int64 `json:"toRevision"`
+	Events     int64 `json:"events"`
+	// LeasesPut and LeasesDeleted count the changes to the lease bucket.
+	LeasesPut     int `json:"leasesPut,omitempty"`
+	LeasesDeleted int `json:"leasesDeleted,omitempty"`
+}
+
+// Replay is the replay stage, between Fetch and Prepare, for a
+// point-in-time restore (Options.ToRevision): the journal's events after
+// the staged snapshot's revision, up to ro.ToRevision, are applied
+// straight into the staged file at path (etcdinternals.ApplyEvents,
+// exactly as etcd's MVCC writes them; no etcd runs), with the leases as
+// they were at that revision: one granted after it is left out, one
+// revoked after it kept. The plan's snapshot facts and MinRevision are
+// then those of the replayed database (Prepare bumps above ro.ToRevision,
+// and VerifyRebuilt expects its keys), and Plan.Replay says what was
+// applied. A journal that does not continue the snapshot exactly (an
+// event at or below its revision, a gap, a repeat) or that ends before
+// ro.ToRevision is refused: the error names the last revision reached.
+// On error the staged file holds part of the journal: the caller removes
+// it, as after a failed Fetch.
+func Replay(ctx context.Context, opts Options, plan *Plan, path string, ro ReplayOptions) error {
+	if err := opts.defaults(); err != nil {
+		return stepError(ctx, opts.ClusterID, StepValidate, err)
+	}
+	log := opts.Log.With("cluster", opts.ClusterID)
+	rep, err := replay(ctx, plan, path, ro)
+	if err != nil {
+		return stepError(ctx, opts.ClusterID, StepReplay, err)
+	}
+	facts, err := readSnapshotFacts(path)
+	if err != nil {
+		return stepError(ctx, opts.ClusterID, StepReplay, fmt.Errorf("read the replayed database: %w", err))
+	}
+	plan.Snapshot = &facts
+	plan.MinRevision = facts.Revision + int64(opts.BumpRevision)
+	plan.Replay = rep
+	plan.Checks = append(plan.Checks, Check{Name: "journal", Status: CheckPassed,
+		Detail: fmt.Sprintf("%d events of revisions %d to %d replayed: revision %d, %d live keys", rep.Events, rep.FromRevision+1,
+			rep.ToRevision, facts.StoreRevision(), facts.LiveKeys)})
+	log.Info("journal replayed", "from_revision", rep.FromRevision, "to_revision", rep.ToRevision, "events", rep.Events)
+	return nil
+}
+
+// replay is Replay without the step error and the plan's new facts.
+func replay(ctx context.Context, plan *Plan, path string, ro ReplayOptions) (*Replayed, error) {
+	if ro.Journal == nil {
+		return nil, errNoJournal
+	}
+	if ro.ToRevision <= 0 {
+		return nil, fmt.Errorf("revision %d to restore to: not a revision", ro.ToRevision)
+	}
+	if path == "" {
+		return nil, errors.New("no staged snapshot to replay the journal into")
+	}
+	if plan.Snapshot == nil {
+		return nil, errors.New("the staged snapshot was not read: Fetch comes first")
+	}
+	from := plan.Snapshot.StoreRevision()
+	if ro.ToRevision < from {
+		return nil, fmt.Errorf("the backup is at revision %d, above the revision to restore to, %d: restore an older backup (--backup)", from, ro.ToRevision)
+	}
+	rep := &Replayed{FromRevision: from, ToRevision: ro.ToRevision}
+	if ro.ToRevision == from {
+		return rep, nil
+	}
+	all, err := ro.Journal.Leases(ctx, from+1, ro.ToRevision)
+	if err != nil {
+		return nil, fmt.Errorf("read the journal's leases: %w", err)
+	}
+	leases := leasesAt(all, ro.ToRevision)
+	events, err := ro.Journal.Events(ctx, from+1, ro.ToRevision)
+	if err != nil {
+		return nil, fmt.Errorf("read the journal: %w", err)
+	}
+	upTo := func(yield func(journal.Event, error) bool) {
+		for ev, err := range events {
+			if err == nil && ev.Rev > ro.ToRevision {
+				return
+			}
+			if !yield(ev, err) || err != nil {
+				return
+			}
+			if ctx.Err() != nil {
+				yield(journal.Event{}, ctx.Err())
+				return
+			}
+		}
+	}
+	a, err := etcdinternals.ApplyEvents(path, upTo, leases)
+	if err != nil {
+		if a.LastRevision > 0 {
+			return nil, fmt.Errorf("%w (the journal reached revision %d)", err, a.LastRevision)
+		}
+		return nil, err
+	}
+	if a.LastRevision != ro.ToRevision {
+		reached := max(a.LastRevision, from)
+		return nil, fmt.Errorf("the journal reaches revision %d only, not %d: the last revision this backup can be restored to is %d", reached, ro.ToRevision, reached)
+	}
+	rep.Events, rep.LeasesPut, rep.LeasesDeleted = a.Events, a.LeasesPut, a.LeasesDeleted
+	return rep, nil
+}
+
+// leasesAt are the leases as they were at revision rev: those granted
+// after it left out, those revoked after it alive.
+func leasesAt(all []journal.Lease, rev int64) []journal.Lease {
+	var out []journal.Lease
+	for _, l := range all {
+		if l.Rev > rev {
+			continue
+		}
+		if l.Revoked > rev {
+			l.Revoked = 0
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+var errNoJournal = errors.New("a revision to restore to was given, but no journal to replay up to it")

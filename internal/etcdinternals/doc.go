@@ -21,6 +21,11 @@
 //	(KeyBucket, MetaBucket,      revision.go (17-byte revision keys, 't' tombstone,   compaction facts are read straight from    TestRevisionLayoutMatchesEtcd
 //	*CompactKey, RevBytesLen,    finishedCompactRev, scheduledCompactRev, all         the bbolt file, without etcd's backend     TestKeyAndLease
 //	KeyAndLease)                 unexported), mvccpb.KeyValue fields 1 and 6
+//	journal replay               mvcc/kvstore_txn.go put and delete (KeyValue under   a point-in-time restore applies the        TestApplyEventsMatchesEtcd
+//	(ApplyEvents, EventEntry,    {rev, sub}; a tombstone KeyValue{Key} marked 't'),   journal's events straight into the staged  TestApplyBucketNamesMatchEtcd
+//	LeaseEntry, LeaseBucket,     lease/lessor.go (bucket "lease", 8-byte big-endian   bbolt file, not through an etcd client     TestApplyEventsRefuses
+//	SnapshotRevision)            ID, leasepb.Lease{ID, TTL}), kvstore.go restore      (client replay: 65x slower, BenchmarkReplay)
+//	                             (revision = max(last key, compactions))
 //	madvise (DropResident)       bbolt's read-only shared mmap at DB.Info().Data;     a read-only walk of a 1 GiB DB would keep  TestDropResidentShrinksRSS
 //	                             Linux MADV_DONTNEED semantics                        1 GiB resident
 //	non-zeroing buffer pool      grpc/mem.BufferPool, experimental.WithBufferPool;    gRPC's default pool clears every buffer:   TestTieredPool
