@@ -1,0 +1,294 @@
+package journal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"time"
+
+	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/seal"
+	"github.com/armada/etcd-recovery/internal/store"
+)
+
+// Source is a cluster's journal as stored: the segments under
+// layout.JournalPrefix(clusterID), read through OpenSegment (decrypted
+// with ids, every check of the Decoder). It is restore's JournalSource
+// (Leases, Events) for a point-in-time restore, and maps times to
+// revisions (RevisionAt).
+type Source struct {
+	st        store.Store
+	layout    catalog.Layout
+	clusterID string
+	ids       *seal.Identities
+}
+
+// NewSource is the journal of clusterID in st.
+func NewSource(st store.Store, layout catalog.Layout, clusterID string, ids *seal.Identities) *Source {
+	return &Source{st: st, layout: layout, clusterID: clusterID, ids: ids}
+}
+
+// ErrNoJournal is a cluster without a stored segment.
+var ErrNoJournal = errors.New("no journal")
+
+// Cover is the chain of stored segments holding revision from and the
+// revisions after it: it starts at the segment holding from (a segment
+// may start before it: a snapshot's revision is at or above its
+// manifest's, so a replay may start inside the first segment) and
+// continues while each segment starts where the last ended. Of several
+// chains holding from, the one reaching furthest. Its Reach is the last
+// revision reachable exactly from from, and its Problem the break after
+// it, if any. No segment holding from is an error naming what the journal
+// holds.
+func (s *Source) Cover(ctx context.Context, from int64) (*Chain, error) {
+	all, err := ListSegments(ctx, s.st, s.layout, s.clusterID, 0)
+	if err != nil {
+		return nil, fmt.Errorf("listing the journal of cluster %s: %w", s.clusterID, err)
+	}
+	if len(all.All) == 0 {
+		return nil, fmt.Errorf("%w of cluster %s under %s", ErrNoJournal, s.clusterID, s.layout.JournalPrefix(s.clusterID))
+	}
+	var best *Chain
+	for _, seg := range all.All {
+		if seg.FirstRev > from || seg.LastRev < from {
+			continue
+		}
+		c := &Chain{ClusterID: s.clusterID, BaseRev: seg.FirstRev - 1, Reach: seg.FirstRev - 1, All: all.All}
+		c.chain()
+		if best == nil || c.Reach > best.Reach {
+			best = c
+		}
+	}
+	if best == nil {
+		lo, hi := all.All[0].FirstRev, all.All[0].LastRev
+		for _, seg := range all.All {
+			lo, hi = min(lo, seg.FirstRev), max(hi, seg.LastRev)
+		}
+		return nil, fmt.Errorf("the journal of cluster %s holds no segment with revision %d (its segments hold revisions %d to %d, not all continuous)",
+			s.clusterID, from, lo, hi)
+	}
+	return best, nil
+}
+
+// covering is the chain's segments holding revisions from to to, or an
+// error naming the last revision reachable when it stops before to.
+func (s *Source) covering(ctx context.Context, from, to int64) ([]SegmentInfo, error) {
+	c, err := s.Cover(ctx, from)
+	if err != nil {
+		return nil, err
+	}
+	if c.Reach < to {
+		return nil, &ReachError{ClusterID: s.clusterID, Reach: c.Reach, To: to, Problem: c.Problem}
+	}
+	var segs []SegmentInfo
+	for _, seg := range c.Segments {
+		if seg.LastRev < from {
+			continue
+		}
+		segs = append(segs, seg)
+		if seg.LastRev >= to {
+			break
+		}
+	}
+	return segs, nil
+}
+
+// ReachError is a journal that does not reach the revision asked for.
+type ReachError struct {
+	ClusterID string
+	Reach, To int64
+	// Problem is the break in the chain after Reach, nil when the
+	// segments simply end there.
+	Problem *SegmentError
+}
+
+func (e *ReachError) Error() string {
+	s := fmt.Sprintf("the journal of cluster %s reaches revision %d only, not %d", e.ClusterID, e.Reach, e.To)
+	if e.Problem != nil {
+		s += ": " + e.Problem.Error()
+	}
+	return s
+}
+
+func (e *ReachError) Unwrap() error {
+	if e.Problem == nil {
+		return nil
+	}
+	return e.Problem
+}
+
+// Segments are the segments a replay of revisions from to to reads, in
+// order (Cover), or a *ReachError when the journal stops before to.
+func (s *Source) Segments(ctx context.Context, from, to int64) ([]SegmentInfo, error) {
+	return s.covering(ctx, from, to)
+}
+
+func (s *Source) want() Want { return Want{ClusterID: s.clusterID} }
+
+// Leases are the leases recorded in the headers of the segments holding
+// revisions from to to, seen at or before to, once each (the first
+// record of an ID, its Revoked the last one set).
+func (s *Source) Leases(ctx context.Context, from, to int64) ([]Lease, error) {
+	segs, err := s.covering(ctx, from, to)
+	if err != nil {
+		return nil, err
+	}
+	byID := map[int64]int{}
+	var out []Lease
+	for _, seg := range segs {
+		r, err := OpenSegment(ctx, s.st, s.layout, seg.Key, s.ids, s.want())
+		if err != nil {
+			return nil, err
+		}
+		h := r.Header()
+		r.Close()
+		for _, l := range h.Leases {
+			if l.Rev > to {
+				continue
+			}
+			if i, ok := byID[l.ID]; ok {
+				if l.Revoked != 0 {
+					out[i].Revoked = l.Revoked
+				}
+				continue
+			}
+			byID[l.ID] = len(out)
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}
+
+// Events yields every event of revisions from to to, in revision and sub
+// order, decoding the segments holding them one after the other, each
+// verified as it streams (a refused segment is an error yielded, by
+// name). A journal that does not reach to is refused before anything is
+// yielded (*ReachError).
+func (s *Source) Events(ctx context.Context, from, to int64) (iter.Seq2[Event, error], error) {
+	segs, err := s.covering(ctx, from, to)
+	if err != nil {
+		return nil, err
+	}
+	return func(yield func(Event, error) bool) {
+		var base string
+		for _, seg := range segs {
+			want := s.want()
+			want.BaseBackup = base
+			r, err := OpenSegment(ctx, s.st, s.layout, seg.Key, s.ids, want)
+			if err != nil {
+				yield(Event{}, err)
+				return
+			}
+			base = r.Header().BaseBackup
+			for {
+				ev, err := r.Next()
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					r.Close()
+					yield(Event{}, err)
+					return
+				}
+				if ev.Rev < from {
+					continue
+				}
+				if ev.Rev > to {
+					r.Close()
+					return
+				}
+				if !yield(ev, nil) {
+					r.Close()
+					return
+				}
+			}
+			r.Close()
+		}
+	}, nil
+}
+
+// Headers yields the header of every stored segment of the cluster, in
+// key (revision) order, each with its key: what RevisionAt and journal
+// find read first.
+func (s *Source) Headers(ctx context.Context) ([]SegmentInfo, []Header, error) {
+	all, err := ListSegments(ctx, s.st, s.layout, s.clusterID, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing the journal of cluster %s: %w", s.clusterID, err)
+	}
+	if len(all.All) == 0 {
+		return nil, nil, fmt.Errorf("%w of cluster %s under %s", ErrNoJournal, s.clusterID, s.layout.JournalPrefix(s.clusterID))
+	}
+	hs := make([]Header, 0, len(all.All))
+	for _, seg := range all.All {
+		r, err := OpenSegment(ctx, s.st, s.layout, seg.Key, s.ids, s.want())
+		if err != nil {
+			return nil, nil, err
+		}
+		hs = append(hs, r.Header())
+		r.Close()
+	}
+	return all.All, hs, nil
+}
+
+// Open opens one of the cluster's segments (OpenSegment, its cluster
+// checked).
+func (s *Source) Open(ctx context.Context, key string) (*SegmentReader, error) {
+	return OpenSegment(ctx, s.st, s.layout, key, s.ids, s.want())
+}
+
+// RevisionAt maps a time to a revision through the headers' Received
+// times: the last recorded revision received at or before t. Between
+// recorded revisions (ReceivedEvery apart at most while revisions come),
+// a revision received up to ReceivedEvery before t may be left out; none
+// received after t is included. A time before the journal's first
+// received revision is an error.
+func (s *Source) RevisionAt(ctx context.Context, t time.Time) (int64, error) {
+	_, hs, err := s.Headers(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return RevisionAt(hs, t)
+}
+
+// RevisionAt is Source.RevisionAt over headers already read.
+func RevisionAt(hs []Header, t time.Time) (int64, error) {
+	ms := t.UnixMilli()
+	var best, first int64
+	var firstAt int64
+	for _, h := range hs {
+		for rev, at := range h.Received {
+			if first == 0 || at < firstAt || (at == firstAt && rev < first) {
+				first, firstAt = rev, at
+			}
+			if at <= ms && rev > best {
+				best = rev
+			}
+		}
+	}
+	if first == 0 {
+		return 0, errors.New("the journal's segments record no receive time")
+	}
+	if best == 0 {
+		return 0, fmt.Errorf("%s is before the journal's first revision %d (received %s)", t.UTC().Format(time.RFC3339Nano), first,
+			time.UnixMilli(firstAt).UTC().Format(time.RFC3339Nano))
+	}
+	return best, nil
+}
+
+// receivedAt is when revision rev was received, to within ReceivedEvery:
+// the time of the last recorded revision of h at or before rev (zero
+// when none is recorded).
+func receivedAt(h Header, rev int64) time.Time {
+	var best, at int64 = -1, 0
+	for r, ms := range h.Received {
+		if r <= rev && r > best {
+			best, at = r, ms
+		}
+	}
+	if best < 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(at).UTC()
+}

@@ -1,0 +1,131 @@
+package journal_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/journal"
+	"github.com/armada/etcd-recovery/internal/objectio"
+	"github.com/armada/etcd-recovery/internal/store/memstore"
+)
+
+func putAt(rev int64, key string) journal.Event {
+	return journal.Event{Rev: rev, Type: journal.Put, Key: []byte(key), Value: []byte("v"), CreateRev: rev, Version: 1}
+}
+
+func TestFindTable(t *testing.T) {
+	t.Parallel()
+	seg1 := journal.Segment{
+		Header: journal.Header{FirstRev: 11, LastRev: 13, Received: map[int64]int64{11: 1000, 13: 3000}},
+		Events: []journal.Event{putAt(11, "/ns/a/x"), putAt(12, "/ns/b/y"), {Rev: 13, Type: journal.Delete, Key: []byte("/ns/a/x")}, {Rev: 13, Sub: 1, Type: journal.Delete, Key: []byte("/ns/a/z")}},
+	}
+	// Another base's segment over the same revisions, then more.
+	seg2 := journal.Segment{
+		Header: journal.Header{FirstRev: 12, LastRev: 15, Received: map[int64]int64{12: 2000, 15: 9000}},
+		Events: []journal.Event{putAt(12, "/ns/b/y"), {Rev: 13, Type: journal.Delete, Key: []byte("/ns/a/x")}, {Rev: 13, Sub: 1, Type: journal.Delete, Key: []byte("/ns/a/z")}, putAt(14, "/ns/a"), putAt(15, "/ns/a/x")},
+	}
+	segs := []journal.Segment{seg1, seg2}
+	ms := func(n int64) time.Time { return time.UnixMilli(n).UTC() }
+	for _, tc := range []struct {
+		name string
+		q    journal.Query
+		want string // rev.sub type key @ms
+	}{
+		{"key", journal.Query{Key: []byte("/ns/a/x")}, "11.0 put /ns/a/x @1000, 13.0 delete /ns/a/x @3000, 15.0 put /ns/a/x @9000"},
+		{"prefix", journal.Query{Prefix: []byte("/ns/a/")}, "11.0 put /ns/a/x @1000, 13.0 delete /ns/a/x @3000, 13.1 delete /ns/a/z @3000, 15.0 put /ns/a/x @9000"},
+		{"prefix not key", journal.Query{Key: []byte("/ns/a")}, "14.0 put /ns/a @2000"},
+		{"since", journal.Query{Prefix: []byte("/ns/"), Since: ms(2950)}, "13.0 delete /ns/a/x @3000, 13.1 delete /ns/a/z @3000, 15.0 put /ns/a/x @9000"},
+		{"since, to within ReceivedEvery", journal.Query{Prefix: []byte("/ns/"), Since: ms(2050)}, "13.0 delete /ns/a/x @3000, 13.1 delete /ns/a/z @3000, 14.0 put /ns/a @2000, 15.0 put /ns/a/x @9000"},
+		{"since skips a segment", journal.Query{Prefix: []byte("/ns/"), Since: ms(5000)}, "15.0 put /ns/a/x @9000"},
+		{"none", journal.Query{Key: []byte("/other")}, ""},
+	} {
+		var got []string
+		for _, c := range journal.Find(tc.q, segs) {
+			got = append(got, fmt.Sprintf("%d.%d %s %s @%d", c.Rev, c.Sub, c.Type, c.Key, c.Time.UnixMilli()))
+		}
+		if g := strings.Join(got, ", "); g != tc.want {
+			t.Errorf("%s: got %q, want %q", tc.name, g, tc.want)
+		}
+	}
+}
+
+func TestRevisionAt(t *testing.T) {
+	t.Parallel()
+	hs := []journal.Header{
+		{FirstRev: 11, LastRev: 20, Received: map[int64]int64{11: 1000, 15: 1100, 20: 1500}},
+		{FirstRev: 21, LastRev: 30, Received: map[int64]int64{21: 4000, 30: 4000}},
+	}
+	for _, tc := range []struct {
+		at   int64
+		want int64
+	}{{1000, 11}, {1099, 11}, {1100, 15}, {3999, 20}, {4000, 30}, {99999, 30}} {
+		got, err := journal.RevisionAt(hs, time.UnixMilli(tc.at))
+		if err != nil || got != tc.want {
+			t.Errorf("at %d: %d %v, want %d", tc.at, got, err, tc.want)
+		}
+	}
+	if _, err := journal.RevisionAt(hs, time.UnixMilli(999)); err == nil || !strings.Contains(err.Error(), "before the journal's first revision 11") {
+		t.Errorf("before: %v", err)
+	}
+}
+
+func TestSourceEventsAndLeases(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	layout := catalog.Layout{Prefix: "p"}
+	st := memstore.New()
+	enc := objectio.Encoding{Compression: catalog.CompressZstd}
+	write := func(first, last int64, leases []journal.Lease) {
+		t.Helper()
+		h := journal.Header{Format: journal.FormatVersion, ClusterID: "c1", BaseBackup: "b1", BaseRev: 10, FirstRev: first, LastRev: last,
+			Received: map[int64]int64{first: first * 100, last: last * 100}, Leases: leases}
+		var evs []journal.Event
+		for r := first; r <= last; r++ {
+			evs = append(evs, putAt(r, fmt.Sprint("k", r)))
+		}
+		if _, err := journal.WriteSegment(ctx, st, layout, enc, h, evs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src := journal.NewSource(st, layout, "c1", nil)
+	if _, err := src.Events(ctx, 11, 12); !errors.Is(err, journal.ErrNoJournal) {
+		t.Fatalf("no journal: %v", err)
+	}
+	write(11, 13, []journal.Lease{{ID: 1, TTL: 60, Rev: 12}})
+	write(14, 16, []journal.Lease{{ID: 2, TTL: 30, Rev: 16}, {ID: 1, TTL: 60, Rev: 14, Revoked: 15}})
+	write(19, 20, nil) // after a gap
+	events, err := src.Events(ctx, 12, 15) // from inside the first segment
+	if err != nil {
+		t.Fatal(err)
+	}
+	var revs []int64
+	for ev, err := range events {
+		if err != nil {
+			t.Fatal(err)
+		}
+		revs = append(revs, ev.Rev)
+	}
+	if fmt.Sprint(revs) != "[12 13 14 15]" {
+		t.Fatalf("revisions %v", revs)
+	}
+	leases, err := src.Leases(ctx, 12, 15)
+	if err != nil || fmt.Sprint(leases) != "[{1 60 12 15}]" {
+		t.Fatalf("leases %v %v", leases, err)
+	}
+	_, err = src.Events(ctx, 12, 19)
+	var re *journal.ReachError
+	if !errors.As(err, &re) || re.Reach != 16 || !strings.Contains(err.Error(), "reaches revision 16 only, not 19") || !journal.IsReason(err, journal.ReasonGap) {
+		t.Fatalf("past the gap: %v", err)
+	}
+	if _, err := src.Events(ctx, 5, 12); err == nil || !strings.Contains(err.Error(), "no segment with revision 5") {
+		t.Fatalf("before the journal: %v", err)
+	}
+	if rev, err := src.RevisionAt(ctx, time.UnixMilli(1500)); err != nil || rev != 14 {
+		t.Fatalf("RevisionAt %d %v", rev, err)
+	}
+}
