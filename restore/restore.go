@@ -401,6 +401,11 @@ func Run(ctx context.Context, opts Options) (_ *Result, rerr error) {
 		return r.res, err
 	}
 	if r.opts.DryRun {
+		if r.opts.ToRevision > 0 {
+			if err := PlanReplay(ctx, r.opts, r.plan, ReplayOptions{ToRevision: r.opts.ToRevision, Journal: r.opts.Journal}); err != nil {
+				return r.res, err
+			}
+		}
 		return r.res, r.dryRunProblems()
 	}
 	if r.opts.ToRevision > 0 {
@@ -682,6 +687,8 @@ func selectBackup(ctx context.Context, opts Options, log *slog.Logger, plan *Pla
 	plan.Survivor = &Survivor{}
 	var planned *Candidate
 	switch {
+	case opts.ToRevision > 0:
+		plan.Survivor.Skipped = "--to-revision: a point-in-time restore starts from a backup at or below the revision"
 	case opts.NoLive:
 		plan.Survivor.Skipped = "--no-live"
 	case len(opts.Old.Endpoints) == 0:
@@ -714,6 +721,13 @@ func selectBackup(ctx context.Context, opts Options, log *slog.Logger, plan *Pla
 				return nil, 0, StepList, err
 			}
 		}
+		if opts.ToRevision > 0 {
+			var above []Candidate
+			if cands, ignored, above = atOrBelow(cands, ignored, opts.ToRevision); len(cands) == 0 && opts.Backup == "" {
+				plan.Ignored = ignored
+				return cands, -1, StepSelect, noBackupAtOrBelow(opts.ClusterID, opts.ToRevision, above)
+			}
+		}
 		plan.Ignored = ignored
 		if planned != nil {
 			cands = append([]Candidate{*planned}, cands...)
@@ -735,6 +749,9 @@ func selectBackup(ctx context.Context, opts Options, log *slog.Logger, plan *Pla
 // written.
 func choose(opts Options, log *slog.Logger, plan *Plan, cands []Candidate, idx int, checkID bool) (string, error) {
 	plan.Reason = chooseReason(cands, idx, opts.Backup != "", plan.Survivor)
+	if opts.ToRevision > 0 {
+		plan.Reason += fmt.Sprintf("; the newest at or below --to-revision %d, the journal replayed after it", opts.ToRevision)
+	}
 	cands[idx].Status = "chosen"
 	chosen := cands[idx]
 	plan.Chosen = &chosen
@@ -854,6 +871,13 @@ func verifyChosen(ctx context.Context, opts Options, log *slog.Logger, plan *Pla
 	if facts.StoreRevision() < chosen.Revision {
 		return snapPath, StepVerifyBackup, refuse(ctx, opts, cands, idx, &verifyError{fmt.Errorf(
 			"the database's revision %d is below the manifest's %d", facts.StoreRevision(), chosen.Revision)}, fc)
+	}
+	if opts.ToRevision > 0 && facts.StoreRevision() > opts.ToRevision {
+		// The manifest's revision is a lower bound: the snapshot may hold
+		// revisions past the one to restore to, which no replay undoes.
+		return snapPath, StepVerifyBackup, refuse(ctx, opts, cands, idx, &verifyError{fmt.Errorf(
+			"the database's revision %d is above --to-revision %d (the manifest's %d is a lower bound): an older backup is needed",
+			facts.StoreRevision(), opts.ToRevision, chosen.Revision)}, fc)
 	}
 	log.Info("backup verified", "backup", chosen.Name, "checks", len(plan.Checks), "duration", time.Since(fetchStart).Round(time.Millisecond))
 	return snapPath, "", nil

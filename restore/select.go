@@ -430,3 +430,32 @@ func refusedAll(clusterID string, fbs []Fallback, last error) error {
 	return fmt.Errorf("every candidate backup of cluster %s failed verification, each tried once, in this order: %s; the last: %w",
 		clusterID, strings.Join(names, ", "), be)
 }
+
+// atOrBelow keeps, for a point-in-time restore to rev, the candidates
+// whose revision is at or below it (the manifest's revision, a lower
+// bound of the snapshot's: one whose snapshot turns out above rev is
+// refused at Fetch, and the next tried); the others are set aside,
+// with the reason, and returned.
+func atOrBelow(cands []Candidate, ignored []Ignored, rev int64) ([]Candidate, []Ignored, []Candidate) {
+	var keep, above []Candidate
+	for _, c := range cands {
+		if c.Revision > rev {
+			above = append(above, c)
+			ignored = append(ignored, Ignored{Name: c.Name, Reason: fmt.Sprintf("revision %d is above --to-revision %d", c.Revision, rev)})
+			continue
+		}
+		keep = append(keep, c)
+	}
+	return keep, ignored, above
+}
+
+// noBackupAtOrBelow is a point-in-time restore to rev without a
+// committed backup at or below it.
+func noBackupAtOrBelow(clusterID string, rev int64, above []Candidate) error {
+	if len(above) == 0 {
+		return fmt.Errorf("no committed backup of cluster %s to replay the journal from up to revision %d", clusterID, rev)
+	}
+	oldest := above[len(above)-1]
+	return fmt.Errorf("no committed backup of cluster %s at or below revision %d: the oldest, %s, is at revision %d; "+
+		"a point-in-time restore cannot go back before the oldest full backup", clusterID, rev, oldest.Name, oldest.Revision)
+}

@@ -280,6 +280,64 @@ type Replayed struct {
 	// LeasesPut and LeasesDeleted count the changes to the lease bucket.
 	LeasesPut     int `json:"leasesPut,omitempty"`
 	LeasesDeleted int `json:"leasesDeleted,omitempty"`
+	// Segments are the journal's segments a dry run would read (with a
+	// JournalPlanner), in order.
+	Segments []string `json:"segments,omitempty"`
+}
+
+// JournalPlanner is a JournalSource that can say, without reading an
+// event, which segments a replay of revisions from to to would read, or
+// why it cannot (journal.Source: a chain that stops before to is a
+// *journal.ReachError naming the last revision reachable).
+type JournalPlanner interface {
+	Segments(ctx context.Context, fromRev, toRev int64) ([]journal.SegmentInfo, error)
+}
+
+// PlanReplay is the replay stage of a dry run: nothing is written. The
+// staged snapshot's revision (read by Fetch; the chosen backup's when
+// the dry run did not stage it) must be at or below ro.ToRevision, and a
+// journal that is a JournalPlanner must reach ro.ToRevision from it:
+// Plan.Replay then says what would be replayed (the revisions and the
+// segments), and a check "journal" the same.
+func PlanReplay(ctx context.Context, opts Options, plan *Plan, ro ReplayOptions) error {
+	if err := opts.defaults(); err != nil {
+		return stepError(ctx, opts.ClusterID, StepValidate, err)
+	}
+	if ro.Journal == nil {
+		return stepError(ctx, opts.ClusterID, StepReplay, errNoJournal)
+	}
+	var from int64
+	switch {
+	case plan.Snapshot != nil:
+		from = plan.Snapshot.StoreRevision()
+	case plan.Chosen != nil:
+		from = plan.Chosen.Revision
+	default:
+		return stepError(ctx, opts.ClusterID, StepReplay, errors.New("no backup chosen to replay the journal into"))
+	}
+	if ro.ToRevision < from {
+		return stepError(ctx, opts.ClusterID, StepReplay, fmt.Errorf("the backup is at revision %d, above the revision to restore to, %d: restore an older backup (--backup)", from, ro.ToRevision))
+	}
+	rep := &Replayed{FromRevision: from, ToRevision: ro.ToRevision}
+	detail := fmt.Sprintf("would replay revisions %d to %d", from+1, ro.ToRevision)
+	if ro.ToRevision == from {
+		detail = fmt.Sprintf("the backup is at revision %d already: nothing to replay", from)
+	} else if p, ok := ro.Journal.(JournalPlanner); ok {
+		segs, err := p.Segments(ctx, from+1, ro.ToRevision)
+		if err != nil {
+			plan.Checks = append(plan.Checks, Check{Name: "journal", Status: CheckFailed, Detail: err.Error()})
+			return stepError(ctx, opts.ClusterID, StepReplay, err)
+		}
+		for _, s := range segs {
+			rep.Segments = append(rep.Segments, s.Key)
+		}
+		if len(segs) > 0 {
+			detail += fmt.Sprintf(" from %d segments (%s to %s)", len(segs), segs[0].Key, segs[len(segs)-1].Key)
+		}
+	}
+	plan.Replay = rep
+	plan.Checks = append(plan.Checks, Check{Name: "journal", Status: CheckPlanned, Detail: detail})
+	return nil
 }
 
 // Replay is the replay stage, between Fetch and Prepare, for a

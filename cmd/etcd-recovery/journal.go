@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/objectio"
+	"github.com/armada/etcd-recovery/internal/output"
 )
 
 // journalOpts are journal's flags.
@@ -41,7 +44,140 @@ func journalCommand(g *globalOpts) *cli.Command {
 			&cli.StringFlag{Name: "segment-size", Value: "4MiB", Usage: "write a segment once it is this big (bytes, or KiB/MiB): a cluster writing faster than the interval gets shorter segments", Destination: &o.segmentSize},
 			identityFileFlag(&o.identityFile),
 		}, o.encryption.flags()),
-		Action: func(c *cli.Context) error { return runJournal(c, g, o) },
+		Action:      func(c *cli.Context) error { return runJournal(c, g, o) },
+		Subcommands: []*cli.Command{journalFindCommand(g)},
+	}
+}
+
+// journalFindOpts are journal find's flags.
+type journalFindOpts struct {
+	store                                               storeOpts
+	clusterID, key, prefix, since, identityFile, output string
+}
+
+func journalFindCommand(g *globalOpts) *cli.Command {
+	o := &journalFindOpts{}
+	return &cli.Command{
+		Name:      "find",
+		Usage:     "list the revisions and times at which a key, or the keys under a prefix, changed or were deleted, from the journal",
+		UsageText: "etcd-recovery journal find --cluster-id ID (--key K | --prefix P) [--since T] [-o json]",
+		Description: "Reads every stored segment of the cluster's journal (each verified) and lists the changes of the\n" +
+			"matching keys, newest last: the revision (and its index within a txn), put or delete, the key and when the\n" +
+			"journal received the revision (to within 100 ms). Restore to the revision just before a bad change with\n" +
+			"`restore --to-revision`. --since T (RFC 3339) leaves out changes received before T (to within 100 ms).",
+		Flags: concat(o.store.flags(), []cli.Flag{
+			clusterIDFlag(&o.clusterID),
+			&cli.StringFlag{Name: "key", Usage: "the key to look for", Destination: &o.key},
+			&cli.StringFlag{Name: "prefix", Usage: "look for every key under this prefix", Destination: &o.prefix},
+			&cli.StringFlag{Name: "since", Usage: "only changes received at or after this time (RFC 3339)", Destination: &o.since},
+			identityFileFlag(&o.identityFile),
+			outputFlag(&o.output),
+		}),
+		Action: func(c *cli.Context) error { return runJournalFind(c, g, o) },
+	}
+}
+
+// journalFindResult is journal find's -o json.
+type journalFindResult struct {
+	ClusterID string           `json:"clusterID"`
+	Key       *string          `json:"key,omitempty"`
+	Prefix    *string          `json:"prefix,omitempty"`
+	Since     *time.Time       `json:"since,omitempty"`
+	Segments  int              `json:"segments"`
+	Changes   []journal.Change `json:"changes"`
+}
+
+func runJournalFind(c *cli.Context, g *globalOpts, o *journalFindOpts) error {
+	e, err := newEnv(c, g, o.output)
+	if err != nil {
+		return err
+	}
+	if o.clusterID == "" {
+		return usagef("journal find: --cluster-id is required")
+	}
+	if err := catalog.ValidateClusterID(o.clusterID); err != nil {
+		return asUsage(err)
+	}
+	res := journalFindResult{ClusterID: o.clusterID, Changes: []journal.Change{}}
+	var q journal.Query
+	switch {
+	case c.IsSet("key") == c.IsSet("prefix"):
+		return usagef("journal find: give one of --key and --prefix")
+	case c.IsSet("key"):
+		if o.key == "" {
+			return usagef("journal find: --key is empty")
+		}
+		q.Key, res.Key = []byte(o.key), &o.key
+	default:
+		q.Prefix, res.Prefix = []byte(o.prefix), &o.prefix
+	}
+	if o.since != "" {
+		if q.Since, err = time.Parse(time.RFC3339Nano, o.since); err != nil {
+			return usagef("journal find: --since %q: want RFC 3339 (2006-01-02T15:04:05Z)", o.since)
+		}
+		res.Since = &q.Since
+	}
+	ids, err := e.identityOf(o.identityFile)
+	if err != nil {
+		return err
+	}
+	st, layout, err := e.openStore(&o.store, nil)
+	if err != nil {
+		return err
+	}
+	ctx := e.ctx()
+	src := journal.NewSource(st, layout, o.clusterID, ids)
+	segs, err := journal.ListSegments(ctx, st, layout, o.clusterID, 0)
+	if err != nil {
+		return fmt.Errorf("journal find: listing the journal of %s: %w", o.clusterID, err)
+	}
+	if len(segs.All) == 0 {
+		return fmt.Errorf("journal find: %w of cluster %s under %s", journal.ErrNoJournal, o.clusterID, layout.JournalPrefix(o.clusterID))
+	}
+	f := journal.NewFinder(q)
+	for _, seg := range segs.All {
+		if err := findIn(ctx, src, seg.Key, f); err != nil {
+			return fmt.Errorf("journal find: %w", err)
+		}
+	}
+	res.Segments = len(segs.All)
+	res.Changes = append(res.Changes, f.Changes()...)
+	t := output.Table{Header: []string{"REVISION", "SUB", "TIME", "TYPE", "KEY", "VERSION", "SIZE"}}
+	for _, ch := range res.Changes {
+		at := "-"
+		if !ch.Time.IsZero() {
+			at = ch.Time.Format("2006-01-02T15:04:05.000Z")
+		}
+		ver, size := "-", "-"
+		if ch.Type == journal.Put {
+			ver, size = strconv.FormatInt(ch.Version, 10), strconv.Itoa(ch.ValueSize)
+		}
+		t.Rows = append(t.Rows, []string{strconv.FormatInt(ch.Rev, 10), strconv.FormatInt(ch.Sub, 10), at, ch.Type, strconv.Quote(ch.Key)[1 : len(strconv.Quote(ch.Key))-1], ver, size})
+	}
+	t.Footer = fmt.Sprintf("%s in %s of cluster %s.\n", output.Count(len(res.Changes), "change"), output.Count(res.Segments, "segment"), o.clusterID)
+	return e.render(t, res)
+}
+
+// findIn feeds one segment to f (passed over when f.Skip says so).
+func findIn(ctx context.Context, src *journal.Source, key string, f *journal.Finder) error {
+	r, err := src.Open(ctx, key)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	if f.Skip(r.Header()) {
+		return nil
+	}
+	f.Segment(r.Header())
+	for {
+		ev, err := r.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		f.Event(ev)
 	}
 }
 

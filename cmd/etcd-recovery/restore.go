@@ -9,6 +9,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/kube"
@@ -33,6 +35,8 @@ type restoreOpts struct {
 	includeDeleted                                    bool
 	forcePathStyle                                    bool
 	bumpRevision                                      uint64
+	toRevision                                        int64
+	toTime                                            string
 	parallelDataDirs                                  int
 	probeTimeout, verifyTimeout, timeout, waitTimeout time.Duration
 }
@@ -60,6 +64,9 @@ func restoreCommand(g *globalOpts) *cli.Command {
 			"   the backup, --initial-cluster-state new and the token printed) and verifies them: all healthy, the\n" +
 			"   revision at least the snapshot's plus the bump, the live key count equal to the snapshot's.\n" +
 			"Then put the legacy v2 keys back with `restore v2`.\n\n" +
+			"Point in time (--to-revision R, or --to-time T: the last revision the journal received at or before T):\n" +
+			"no survivor snapshot; the newest backup at or below R is staged, the journal's segments after it (see\n" +
+			"`journal`, `journal find`) are applied into it up to R, then step 4. v2 keys are the backup's.\n\n" +
 			"With --via etcd-operator --cluster NAME, the EtcdCluster NAME (found through Kubernetes) is restored by\n" +
 			"etcd-operator's restore operator: steps 1-3 as above (the old members are the EtcdCluster's pods), then the\n" +
 			"verified snapshot is staged uncompressed at <prefix>/_staged/NAME/<backup>/snapshot.db and read back, an\n" +
@@ -96,6 +103,8 @@ func restoreCommand(g *globalOpts) *cli.Command {
 			&cli.DurationFlag{Name: "wait-timeout", Value: kube.DefaultOperatorRestoreTimeout, Usage: "with --via etcd-operator: how long to wait for the restored EtcdCluster's members to be ready", Destination: &o.waitTimeout},
 			&cli.StringFlag{Name: "aws-secret", Value: kube.COSSecretName, Usage: "with --via etcd-operator: the secret etcd-operator reads the S3 credentials from (spec.s3.awsSecret; keys credentials and config, AWS shared-file format, checked first)", Destination: &o.awsSecret},
 			&cli.BoolFlag{Name: "force-path-style", Value: true, Usage: "with --via etcd-operator: spec.s3.forcePathStyle", Destination: &o.forcePathStyle},
+			&cli.Int64Flag{Name: "to-revision", Usage: "point in time: restore the cluster as of exactly this revision, from the newest backup at or below it and the journal's segments after it", Destination: &o.toRevision},
+			&cli.StringFlag{Name: "to-time", Usage: "point in time (RFC 3339): restore to the last revision the journal received at or before this time (to within 100 ms)", Destination: &o.toTime},
 			identityFileFlag(&o.identityFile),
 			outputFlag(&o.output),
 		}, o.encryption.flags(), deprecatedFlagsOf("restore")),
@@ -123,7 +132,23 @@ func runRestore(c *cli.Context, g *globalOpts, o *restoreOpts) error {
 		return err
 	}
 	if c.IsSet("via") || c.IsSet("cluster") {
+		for _, f := range []string{"to-revision", "to-time"} {
+			if c.IsSet(f) {
+				return usagef("restore: --%s is not available with --via etcd-operator", f)
+			}
+		}
 		return runRestoreViaOperator(e, o, ids, rs)
+	}
+	var toTime time.Time
+	switch {
+	case c.IsSet("to-revision") && c.IsSet("to-time"):
+		return usagef("restore: --to-revision and --to-time: give one")
+	case c.IsSet("to-revision") && o.toRevision <= 0:
+		return usagef("restore: --to-revision must be a revision (positive)")
+	case o.toTime != "":
+		if toTime, err = time.Parse(time.RFC3339Nano, o.toTime); err != nil {
+			return usagef("restore: --to-time %q: want RFC 3339 (2006-01-02T15:04:05Z)", o.toTime)
+		}
 	}
 	for _, f := range []string{"wait-timeout", "aws-secret", "force-path-style"} {
 		if c.IsSet(f) {
@@ -167,6 +192,12 @@ func runRestore(c *cli.Context, g *globalOpts, o *restoreOpts) error {
 		Progress:          func(label string) restore.Progress { return output.NewProgress(label) },
 	}
 	opts.IncludeDeleted = o.includeDeleted
+	if o.toRevision > 0 || !toTime.IsZero() {
+		// The journal is read from the store opened below; --to-time's
+		// revision is known once it is (1 stands for it until then).
+		opts.ToRevision = max(o.toRevision, 1)
+		opts.Journal = journal.NewSource(nil, catalog.Layout{}, o.clusterID, ids)
+	}
 	if eps := o.verifyEndpoints.Value(); len(eps) > 0 {
 		opts.Verify = restore.VerifyOptions{Etcd: o.etcd.configFor(eps), Timeout: o.verifyTimeout, Log: log}
 		opts.OnDataDirs = func(p *restore.Plan) {
@@ -187,6 +218,18 @@ func runRestore(c *cli.Context, g *globalOpts, o *restoreOpts) error {
 	opts.Store, opts.Layout = store, layout
 
 	ctx := e.ctx()
+	if opts.Journal != nil {
+		src := journal.NewSource(store, layout, o.clusterID, ids)
+		opts.Journal = src
+		if !toTime.IsZero() {
+			rev, err := src.RevisionAt(ctx, toTime)
+			if err != nil {
+				return fmt.Errorf("restore: --to-time %s: %w", o.toTime, err)
+			}
+			log.Info("--to-time: the last revision the journal received at or before it", "time", o.toTime, "revision", rev)
+			opts.ToRevision = rev
+		}
+	}
 	var t *runTimeout
 	if opts.DryRun {
 		// A dry run changes nothing, so nothing is lost by stopping it:

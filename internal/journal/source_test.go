@@ -98,7 +98,7 @@ func TestSourceEventsAndLeases(t *testing.T) {
 	}
 	write(11, 13, []journal.Lease{{ID: 1, TTL: 60, Rev: 12}})
 	write(14, 16, []journal.Lease{{ID: 2, TTL: 30, Rev: 16}, {ID: 1, TTL: 60, Rev: 14, Revoked: 15}})
-	write(19, 20, nil) // after a gap
+	write(19, 20, nil)                     // after a gap
 	events, err := src.Events(ctx, 12, 15) // from inside the first segment
 	if err != nil {
 		t.Fatal(err)
