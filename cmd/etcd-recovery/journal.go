@@ -60,7 +60,7 @@ func journalFindCommand(g *globalOpts) *cli.Command {
 	return &cli.Command{
 		Name:      "find",
 		Usage:     "list the revisions and times at which a key, or the keys under a prefix, changed or were deleted, from the journal",
-		UsageText: "etcd-recovery journal find --cluster-id ID (--key K | --prefix P) [--since T] [-o json]",
+		UsageText: "etcd-recovery journal find --cluster-id ID (--key K | --key-prefix P) [--since T] [-o json]",
 		Description: "Reads every stored segment of the cluster's journal (each verified) and lists the changes of the\n" +
 			"matching keys, newest last: the revision (and its index within a txn), put or delete, the key and when the\n" +
 			"journal received the revision (to within 100 ms). Restore to the revision just before a bad change with\n" +
@@ -68,7 +68,7 @@ func journalFindCommand(g *globalOpts) *cli.Command {
 		Flags: concat(o.store.flags(), []cli.Flag{
 			clusterIDFlag(&o.clusterID),
 			&cli.StringFlag{Name: "key", Usage: "the key to look for", Destination: &o.key},
-			&cli.StringFlag{Name: "prefix", Usage: "look for every key under this prefix", Destination: &o.prefix},
+			&cli.StringFlag{Name: "key-prefix", Usage: "look for every key under this prefix (--prefix is the store's)", Destination: &o.prefix},
 			&cli.StringFlag{Name: "since", Usage: "only changes received at or after this time (RFC 3339)", Destination: &o.since},
 			identityFileFlag(&o.identityFile),
 			outputFlag(&o.output),
@@ -81,7 +81,7 @@ func journalFindCommand(g *globalOpts) *cli.Command {
 type journalFindResult struct {
 	ClusterID string           `json:"clusterID"`
 	Key       *string          `json:"key,omitempty"`
-	Prefix    *string          `json:"prefix,omitempty"`
+	KeyPrefix *string          `json:"keyPrefix,omitempty"`
 	Since     *time.Time       `json:"since,omitempty"`
 	Segments  int              `json:"segments"`
 	Changes   []journal.Change `json:"changes"`
@@ -101,15 +101,15 @@ func runJournalFind(c *cli.Context, g *globalOpts, o *journalFindOpts) error {
 	res := journalFindResult{ClusterID: o.clusterID, Changes: []journal.Change{}}
 	var q journal.Query
 	switch {
-	case c.IsSet("key") == c.IsSet("prefix"):
-		return usagef("journal find: give one of --key and --prefix")
+	case c.IsSet("key") == c.IsSet("key-prefix"):
+		return usagef("journal find: give one of --key and --key-prefix")
 	case c.IsSet("key"):
 		if o.key == "" {
 			return usagef("journal find: --key is empty")
 		}
 		q.Key, res.Key = []byte(o.key), &o.key
 	default:
-		q.Prefix, res.Prefix = []byte(o.prefix), &o.prefix
+		q.Prefix, res.KeyPrefix = []byte(o.prefix), &o.prefix
 	}
 	if o.since != "" {
 		if q.Since, err = time.Parse(time.RFC3339Nano, o.since); err != nil {
