@@ -342,7 +342,6 @@ func TestReplayRefuses(t *testing.T) {
 		{"an event at the snapshot's revision", atBase, last, "not after the snapshot's revision"},
 		{"a gap", &watchedJournal{leases: s.j.leases, events: s.j.events[3:]}, last, "gap"},
 		{"a journal that ends short", s.j, last + 5, fmt.Sprintf("reaches revision %d only", last)},
-		{"a revision below the backup", s.j, s.base - 1, "restore an older backup"},
 	} {
 		err := run(c.j, c.rev)
 		var re *restore.Error
@@ -350,7 +349,14 @@ func TestReplayRefuses(t *testing.T) {
 			t.Errorf("%s: %v, want a failure at %q saying %q", c.name, err, restore.StepReplay, c.want)
 		}
 	}
-	err := restore.Options{ClusterID: s.id, Targets: restore.Targets{InitialCluster: "a=http://127.0.0.1:1", DataDirRoot: "/tmp/x"}, ToRevision: 5}.Validate()
+	// A backup above the revision is not selected (the selection is by
+	// revision at or below it): named with --backup, it is refused there.
+	err := run(s.j, s.base-1)
+	var re *restore.Error
+	if !errors.As(err, &re) || re.Step() != restore.StepSelect || !strings.Contains(err.Error(), fmt.Sprintf("is above --to-revision %d", s.base-1)) {
+		t.Errorf("a revision below the backup: %v, want a failure at %q", err, restore.StepSelect)
+	}
+	err = restore.Options{ClusterID: s.id, Targets: restore.Targets{InitialCluster: "a=http://127.0.0.1:1", DataDirRoot: "/tmp/x"}, ToRevision: 5}.Validate()
 	if err == nil || !strings.Contains(err.Error(), "no journal") {
 		t.Errorf("a revision without a journal: %v", err)
 	}
