@@ -42,7 +42,7 @@ func TestSelectToRevision(t *testing.T) {
 	ctx := testfix.Context(t, time.Minute)
 	opts := func(rev int64, backup string) restore.Options {
 		return restore.Options{ClusterID: id, Store: r.Store, Layout: r.Layout, NoLive: true, Backup: backup, DryRun: true,
-			Targets: restore.Targets{InitialCluster: "r0=http://127.0.0.1:2380", DataDirRoot: t.TempDir()},
+			Targets:    restore.Targets{InitialCluster: "r0=http://127.0.0.1:2380", DataDirRoot: t.TempDir()},
 			ToRevision: rev, Journal: noEvents{}, Log: testfix.Logger(t)}
 	}
 	between := bs[1].Revision() + 1

@@ -21,6 +21,13 @@
 //     key's revisions checked against the header), ListSegments (the Chain
 //     from a base revision: continuity, the last revision reachable
 //     exactly, the first gap or overlap by name);
+//   - the stored journal as a reader (source.go): Source, restore's
+//     JournalSource (Events, Leases over the chain of segments holding a
+//     revision range, from inside a segment when a snapshot's revision
+//     is), a *ReachError naming the last revision reachable, RevisionAt
+//     (time to revision through the Received times);
+//   - journal find (find.go): Finder/Find, the changes of a key or a
+//     prefix over decoded segments, pure;
 //   - the capture (capture.go): Capture, a watch of the whole keyspace
 //     from the base (or where the stored segments end) into segments cut
 //     by interval or size at revisions' ends, leases looked up as they
