@@ -60,14 +60,14 @@ func journalFindCommand(g *globalOpts) *cli.Command {
 	return &cli.Command{
 		Name:      "find",
 		Usage:     "list the revisions and times at which a key, or the keys under a prefix, changed or were deleted, from the journal",
-		UsageText: "etcd-recovery journal find --cluster-id ID (--key K | --key-prefix P) [--since T] [-o json]",
+		UsageText: "etcd-recovery journal find --cluster-id ID (--exact-key K | --key-prefix P) [--since T] [-o json]",
 		Description: "Reads every stored segment of the cluster's journal (each verified) and lists the changes of the\n" +
 			"matching keys, newest last: the revision (and its index within a txn), put or delete, the key and when the\n" +
 			"journal received the revision (to within 100 ms). Restore to the revision just before a bad change with\n" +
 			"`restore --to-revision`. --since T (RFC 3339) leaves out changes received before T (to within 100 ms).",
 		Flags: concat(o.store.flags(), []cli.Flag{
 			clusterIDFlag(&o.clusterID),
-			&cli.StringFlag{Name: "key", Usage: "the key to look for", Destination: &o.key},
+			&cli.StringFlag{Name: "exact-key", Usage: "the key to look for (--key is etcd's TLS key)", Destination: &o.key},
 			&cli.StringFlag{Name: "key-prefix", Usage: "look for every key under this prefix (--prefix is the store's)", Destination: &o.prefix},
 			&cli.StringFlag{Name: "since", Usage: "only changes received at or after this time (RFC 3339)", Destination: &o.since},
 			identityFileFlag(&o.identityFile),
@@ -101,11 +101,11 @@ func runJournalFind(c *cli.Context, g *globalOpts, o *journalFindOpts) error {
 	res := journalFindResult{ClusterID: o.clusterID, Changes: []journal.Change{}}
 	var q journal.Query
 	switch {
-	case c.IsSet("key") == c.IsSet("key-prefix"):
-		return usagef("journal find: give one of --key and --key-prefix")
-	case c.IsSet("key"):
+	case c.IsSet("exact-key") == c.IsSet("key-prefix"):
+		return usagef("journal find: give one of --exact-key and --key-prefix")
+	case c.IsSet("exact-key"):
 		if o.key == "" {
-			return usagef("journal find: --key is empty")
+			return usagef("journal find: --exact-key is empty")
 		}
 		q.Key, res.Key = []byte(o.key), &o.key
 	default:

@@ -148,11 +148,11 @@ func TestPointInTimeRestoreCLI(t *testing.T) {
 	if n := len(found.Changes); n == 0 || found.Changes[n-1].Rev != d || int64(deletes) != del.Deleted {
 		t.Fatalf("journal find: want the last changes the %d deletes at %d, got %+v", del.Deleted, d, found.Changes)
 	}
-	code, table, _ := runCtx(t, ctx, concatArgs([]string{"journal", "find", "--cluster-id", id, "--key", "/ns/good/key000001"}, cos)...)
+	code, table, _ := runCtx(t, ctx, concatArgs([]string{"journal", "find", "--cluster-id", id, "--exact-key", "/ns/good/key000001"}, cos)...)
 	if code != 0 || strings.Count(table, "put") != 3 || !strings.Contains(table, "REVISION") {
-		t.Fatalf("journal find --key: exit %d\n%s", code, table)
+		t.Fatalf("journal find --exact-key: exit %d\n%s", code, table)
 	}
-	t.Logf("journal find --key:\n%s", table)
+	t.Logf("journal find --exact-key:\n%s", table)
 
 	peer := fmt.Sprintf("http://127.0.0.1:%d", testenv.FreePort(t))
 	client := fmt.Sprintf("http://127.0.0.1:%d", testenv.FreePort(t))
