@@ -1,6 +1,7 @@
 package fleet_test
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"filippo.io/age"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/fleet"
@@ -58,19 +61,7 @@ func TestInspectAllDecrypts(t *testing.T) {
 	t.Parallel()
 	const nsDec = "kubx-etcd-23"
 	ctx := testfix.Context(t, 5*time.Minute)
-	k := testenv.StartKubeAPIServer(t)
-	admin := k.Clientset(t, "")
-	kubetest.CreateNamespaces(t, admin, nsDec)
-	kubetest.InstallCRDs(t, k)
-	a := kubetest.NewApplier(t, k)
-	for _, o := range kubetest.DecodeManifests(t, filepath.Join(testenv.RepoRoot(t), "deploy", "10-rbac.yaml")) {
-		if err := a.Apply(ctx, o, nsDec, false); err != nil {
-			t.Fatal(err)
-		}
-	}
-	dyn := k.Dynamic(t, "")
-	m := testenv.SharedMinIO(t)
-	kubetest.CreateCOSSecret(t, admin, nsDec, m)
+	k, admin, dyn, a, m := namespaceWorld(t, ctx, nsDec)
 	bucket := m.NewBucket(t)
 	st, layout := testfix.Store(t, m, bucket), catalog.Layout{Prefix: testenv.Prefix(t)}
 	toolkit, toolkitRS, toolkitFile := ageIdentity(t)
@@ -188,4 +179,24 @@ func TestInspectAllDecrypts(t *testing.T) {
 	if tb := rep.Table(); strings.Contains(strings.Join(tb.Header, " "), "DECRYPTS") {
 		t.Errorf("DECRYPTS column without a check: %v", tb.Header)
 	}
+}
+
+// namespaceWorld is a kube-apiserver with the CRDs, namespace ns with
+// deploy/'s RBAC (and the applier that applied it) and the COS secret
+// of the shared MinIO: what an inspect --all test starts from.
+func namespaceWorld(t *testing.T, ctx context.Context, ns string) (*testenv.KubeAPIServer, kubernetes.Interface, dynamic.Interface, *kubetest.Applier, *testenv.MinIO) {
+	t.Helper()
+	k := testenv.StartKubeAPIServer(t)
+	admin := k.Clientset(t, "")
+	kubetest.CreateNamespaces(t, admin, ns)
+	kubetest.InstallCRDs(t, k)
+	a := kubetest.NewApplier(t, k)
+	for _, o := range kubetest.DecodeManifests(t, filepath.Join(testenv.RepoRoot(t), "deploy", "10-rbac.yaml")) {
+		if err := a.Apply(ctx, o, ns, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := testenv.SharedMinIO(t)
+	kubetest.CreateCOSSecret(t, admin, ns, m)
+	return k, admin, k.Dynamic(t, ""), a, m
 }

@@ -2,7 +2,6 @@ package fleet_test
 
 import (
 	"encoding/json"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -31,19 +30,7 @@ func TestInspectAllLocks(t *testing.T) {
 	t.Parallel()
 	const nsLock = "kubx-etcd-63"
 	ctx := testfix.Context(t, 5*time.Minute)
-	k := testenv.StartKubeAPIServer(t)
-	admin := k.Clientset(t, "")
-	kubetest.CreateNamespaces(t, admin, nsLock)
-	kubetest.InstallCRDs(t, k)
-	a := kubetest.NewApplier(t, k)
-	for _, o := range kubetest.DecodeManifests(t, filepath.Join(testenv.RepoRoot(t), "deploy", "10-rbac.yaml")) {
-		if err := a.Apply(ctx, o, nsLock, false); err != nil {
-			t.Fatal(err)
-		}
-	}
-	dyn := k.Dynamic(t, "")
-	m := testenv.SharedMinIO(t)
-	kubetest.CreateCOSSecret(t, admin, nsLock, m)
+	k, admin, dyn, a, m := namespaceWorld(t, ctx, nsLock)
 	lockedBucket, plainBucket := m.NewLockedBucket(t), m.NewBucket(t)
 	locked, plain := testfix.Store(t, m, lockedBucket), testfix.Store(t, m, plainBucket)
 	layout := catalog.Layout{Prefix: testenv.Prefix(t)}
