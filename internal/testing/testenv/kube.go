@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -66,8 +67,34 @@ type KubeAPIServer struct {
 // until /readyz answers ok. Everything is killed when tb's test ends.
 func StartKubeAPIServer(tb testing.TB) *KubeAPIServer {
 	tb.Helper()
+	return StartKubeAPIServerWith(tb, KubeOptions{})
+}
+
+// KubeOptions configures StartKubeAPIServerWith.
+type KubeOptions struct {
+	// EtcdServers, when set, are the etcd client URLs (plain http) the
+	// API server stores into, on an etcd the test started (a cluster whose
+	// changes a journal watches, or a member started on a restored data
+	// dir); KubeAPIServer.Etcd is then nil. Empty: a new single-member
+	// etcd 3.5 of its own.
+	EtcdServers []string
+	// ExtraArgs are appended to the API server's flags; a flag given here
+	// again overrides the default (e.g. --etcd-compaction-interval=2s,
+	// --watch-cache=true).
+	ExtraArgs []string
+}
+
+// StartKubeAPIServerWith starts a kube-apiserver as opts says and waits
+// until /readyz answers ok. It is killed when tb's test ends, or by Stop.
+func StartKubeAPIServerWith(tb testing.TB, opts KubeOptions) *KubeAPIServer {
+	tb.Helper()
 	bin := KubeAPIServerBin(tb)
-	etcd := StartEtcd(tb, EtcdOptions{Version: V35, Members: 1})
+	var etcd *EtcdCluster
+	servers := opts.EtcdServers
+	if len(servers) == 0 {
+		etcd = StartEtcd(tb, EtcdOptions{Version: V35, Members: 1})
+		servers = etcd.Endpoints()[:1]
+	}
 	dir := tb.TempDir()
 	k := &KubeAPIServer{
 		AdminToken: randHex(24),
@@ -109,7 +136,7 @@ func StartKubeAPIServer(tb testing.TB) *KubeAPIServer {
 	port := freePort(tb, "127.0.0.1")
 	k.URL = "https://127.0.0.1:" + strconv.Itoa(port)
 	args := []string{
-		"--etcd-servers=" + etcd.Endpoints()[0],
+		"--etcd-servers=" + strings.Join(servers, ","),
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(port),
@@ -132,6 +159,7 @@ func StartKubeAPIServer(tb testing.TB) *KubeAPIServer {
 		"--watch-cache=false",
 		"--v=1",
 	}
+	args = append(args, opts.ExtraArgs...)
 	p, err := startProc("kube-apiserver", bin, args, childEnv(), k.LogFile)
 	if err != nil {
 		tb.Fatalf("testenv: %v", err)
@@ -278,4 +306,15 @@ func (k *KubeAPIServer) Running() bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.proc != nil && !k.proc.exited()
+}
+
+// Stop sends SIGTERM and waits for the API server to exit (SIGKILL after
+// 20 s), so that it writes nothing more into its etcd.
+func (k *KubeAPIServer) Stop() {
+	k.mu.Lock()
+	p := k.proc
+	k.mu.Unlock()
+	if p != nil {
+		p.stop()
+	}
 }
