@@ -369,7 +369,8 @@ func (j *journalAll) runAll(ctx context.Context) error {
 func (j *journalAll) runCluster(ctx context.Context, t *journalTarget) {
 	log := j.o.Log.With("cluster", t.id)
 	defer log.Info("journal: stopped")
-	backoff := journalMinBackoff
+	backoff, gapBackoff := journalMinBackoff, journalMinBackoff
+	var lastGap time.Time
 	for ctx.Err() == nil {
 		old, err := j.once(ctx, t, log)
 		if ctx.Err() != nil {
@@ -382,7 +383,19 @@ func (j *journalAll) runCluster(ctx context.Context, t *journalTarget) {
 			backoff = journalMinBackoff
 			continue
 		case errors.As(err, &gap), errors.Is(err, ErrNoJournalBase):
+			// Gaps one after another (a backup that cannot be a base, a
+			// watch cancelled at once) are healed after a backoff too.
+			if now := time.Now(); now.Sub(lastGap) < j.o.MaxBackoff {
+				log.Warn("journal: another gap soon after the last; healing it after a backoff", "backoff", gapBackoff)
+				if !sleepCtx(ctx, gapBackoff) {
+					return
+				}
+				gapBackoff = min(gapBackoff*2, j.o.MaxBackoff)
+			} else {
+				gapBackoff = journalMinBackoff
+			}
 			j.heal(ctx, t, err, gap, old, log)
+			lastGap = time.Now()
 			backoff = journalMinBackoff
 			continue
 		}

@@ -219,3 +219,27 @@ func TestJournalGapTakesABackupAndContinues(t *testing.T) {
 		}
 	}
 }
+
+// journal's targets and flags are checked before anything is contacted:
+// usage errors (exit 4) naming the flags.
+func TestJournalUsageErrors(t *testing.T) {
+	t.Parallel()
+	cos := []string{"--cos-endpoint", "http://127.0.0.1:9", "--bucket", "b", "--prefix", "p", "--cos-credentials-dir", credsDir(t, "a", "s")}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"journal"}, "--cluster-id (or --all) is required"},
+		{[]string{"journal", "--all", "--cluster-id", "c1"}, "with --all the id is the EtcdCluster's name"},
+		{[]string{"journal", "--cluster-id", "c1", "--rediscover", "5s"}, "--rediscover and --no-events are for --all"},
+		{[]string{"journal", "--cluster-id", "c1", "--no-events"}, "--rediscover and --no-events are for --all"},
+		{[]string{"journal", "--all", "--rediscover", "0s"}, "rediscover"},
+		{[]string{"journal", "--cluster-id", "c1", "--segment-size", "0"}, "--segment-size"},
+		{[]string{"journal", "--cluster-id", "-bad"}, "cluster"},
+	} {
+		code, _, errOut := runCtx(t, context.Background(), concatArgs(c.args, cos)...)
+		if code != exitUsage || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d, want %d with %q:\n%s", c.args, code, exitUsage, c.want, errOut)
+		}
+	}
+}
