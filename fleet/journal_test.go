@@ -43,9 +43,8 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// waitReach waits until the cluster's journal holds rev in a chain
-// without a problem from some committed backup of it, and returns that
-// backup's revision.
+// waitReach waits until the cluster's journal holds rev, in a chain
+// without a problem from the base a restarting journal would choose.
 func waitReach(tb testing.TB, ctx context.Context, st store.Store, layout catalog.Layout, id string, rev int64, logs *lockedBuffer) {
 	tb.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
