@@ -163,6 +163,15 @@ func TestJournalAll(t *testing.T) {
 		waitReach(t, ctx, st, layout, c.Name, revs[c.Name], logs)
 	}
 
+	// How long a gap took to heal (its record, the backup, the journal
+	// again), from the job's own lines.
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, "cluster=j0") && (strings.Contains(line, "journal: gap") || strings.Contains(line, "journal: capturing") ||
+			strings.Contains(line, "full backup after the gap committed")) {
+			t.Log(line[:min(len(line), 160)])
+		}
+	}
+
 	// The gaps: j0's compaction, j2's missing base; none for j1.
 	stored := map[string][]fleet.JournalGap{}
 	for _, id := range []string{"j0", "j1", "j2"} {
