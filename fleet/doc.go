@@ -8,7 +8,10 @@
 // exporter's inspection) and ListOrphans (inspect --all's read-only orphan
 // listing), DrillAll and DrillOne (drill --all, drill --cluster-id), and
 // Orphans (catalog.Orphans fed with the namespace's EtcdCluster and
-// EtcdRestore listings: prune --orphans, backup --all --prune). Each
+// EtcdRestore listings: prune --orphans, backup --all --prune), and
+// JournalAll (the journal job: a journal.Capture per cluster, one or every
+// EtcdCluster re-listed, gaps recorded at catalog.Layout.JournalGapKey
+// and healed by a full backup at once; see docs/journal.md). Each
 // cluster's own work is its feature package's (backup.Run, inspect.Run,
 // drill.Run); Events go through kube. It imports backup, drill, inspect,
 // kube and internal/ plumbing; the CLI (cmd/etcd-recovery) and

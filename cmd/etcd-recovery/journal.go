@@ -10,40 +10,57 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/output"
 )
 
-// journalOpts are journal's flags.
+// journalOpts are journal's flags: one cluster (--cluster-id, the etcd
+// flags) or every EtcdCluster of the namespace (--all, the kube flags);
+// the gap backup's are backup's (probe timeout, object lock and the
+// retention policy its lock derives from).
 type journalOpts struct {
 	etcd                                           etcdOpts
 	store                                          storeOpts
+	kube                                           kubeOpts
 	encryption                                     encryptionOpts
+	policy                                         policyOpts
+	lock                                           lockOpts
 	clusterID, compress, segmentSize, identityFile string
-	segmentInterval                                time.Duration
+	all, noEvents                                  bool
+	segmentInterval, rediscover, probeTimeout      time.Duration
 }
 
 func journalCommand(g *globalOpts) *cli.Command {
 	o := &journalOpts{}
 	return &cli.Command{
 		Name:  "journal",
-		Usage: "continuous backup: journal every change of one cluster, from its newest full backup, into segments in COS (runs until SIGTERM)",
+		Usage: "continuous backup: journal every change of one cluster (or of every EtcdCluster: --all), from its newest full backup, into segments in COS (runs until SIGTERM)",
 		Description: "Watches the whole keyspace of the cluster (--cluster-id, the etcd flags) from the newest committed full\n" +
 			"backup's revision + 1, or, when that backup's journal is stored, from where its segments end (a restart\n" +
 			"resumes exactly). A segment goes out once it is --segment-interval old or --segment-size big, never empty,\n" +
 			"compressed and, with recipients, encrypted as backups are: <prefix>/_journal/<cluster>/<first>-<last>.seg.\n" +
-			"It exits 1 when it cannot continue exactly (a watch compacted past or cancelled, stored segments that do\n" +
-			"not continue each other: take a full backup, then start it again) or the store stays frozen; SIGTERM\n" +
-			"writes what it holds and exits 0. One journal per cluster: nothing here stops a second one yet.",
-		Flags: concat(o.etcd.flags(true), o.store.flags(), []cli.Flag{
+			"With --all: every EtcdCluster of the namespace (endpoints and client TLS found as backup --all finds them),\n" +
+			"listed again every --rediscover: a new one starts, a deleted one stops after writing what it holds.\n" +
+			"When a journal cannot continue exactly (a watch compacted past or cancelled, stored segments that do not\n" +
+			"continue each other, no full backup at all), the gap is recorded (<prefix>/_journal/<cluster>/gaps/<from>.json,\n" +
+			"an Event JournalGap with --all, an error log), a scheduled full backup is taken at once and the journal\n" +
+			"starts again from it. Other failures restart that cluster's journal after a backoff (1s doubling to 1m);\n" +
+			"one cluster never stops another. SIGTERM writes what each journal holds and exits 0. See docs/journal.md.",
+		Flags: concat(o.etcd.flags(true), o.store.flags(), o.kube.flags(), []cli.Flag{
 			clusterIDFlag(&o.clusterID),
+			allFlag(&o.all),
+			&cli.DurationFlag{Name: "rediscover", Value: fleet.DefaultRediscover, Usage: "with --all: list the EtcdClusters again this often (new ones start, deleted ones stop)", Destination: &o.rediscover},
+			&cli.BoolFlag{Name: "no-events", Usage: "with --all/--cluster: do not record Kubernetes Events", Destination: &o.noEvents},
 			&cli.StringFlag{Name: "compress", Value: "zstd", Usage: "zstd or none", Destination: &o.compress},
 			&cli.DurationFlag{Name: "segment-interval", Value: journal.DefaultSegmentInterval, Usage: "write a segment once its first change is this old (the RPO: at most this plus one upload)", Destination: &o.segmentInterval},
 			&cli.StringFlag{Name: "segment-size", Value: "4MiB", Usage: "write a segment once it is this big (bytes, or KiB/MiB): a cluster writing faster than the interval gets shorter segments", Destination: &o.segmentSize},
+			probeTimeoutFlag(&o.probeTimeout),
 			identityFileFlag(&o.identityFile),
-		}, o.encryption.flags()),
+		}, o.encryption.flags(), o.policy.flags(), o.lock.flags()),
 		Action:      func(c *cli.Context) error { return runJournal(c, g, o) },
 		Subcommands: []*cli.Command{journalFindCommand(g)},
 	}
@@ -181,84 +198,93 @@ func findIn(ctx context.Context, src *journal.Source, key string, f *journal.Fin
 	}
 }
 
+// runJournal is journal's Action: the flags into fleet.JournalAllOptions
+// (one cluster, or --all), then fleet.JournalAll until SIGTERM (exit 0).
 func runJournal(c *cli.Context, g *globalOpts, o *journalOpts) error {
 	e, err := newEnv(c, g, "")
 	if err != nil {
 		return err
 	}
-	if o.clusterID == "" {
-		return usagef("journal: --cluster-id is required")
-	}
-	if err := catalog.ValidateClusterID(o.clusterID); err != nil {
-		return asUsage(err)
-	}
-	if err := requirePositive("journal", positive{"segment-interval", o.segmentInterval}); err != nil {
-		return err
-	}
-	size, err := parseSegmentSize(o.segmentSize)
-	if err != nil {
-		return usagef("journal: --segment-size %q: %v", o.segmentSize, err)
-	}
-	var enc objectio.Encoding
-	if enc.Compression, err = catalog.ParseCompression(o.compress); err != nil {
-		return asUsage(err)
-	}
-	if enc.Recipients, err = o.encryption.recipients(c); err != nil {
-		return err
-	}
-	if o.encryption.requireEncryption && enc.Recipients.Len() == 0 {
-		return usagef("journal: --require-encryption: no recipient (--encrypt-to, --recipients-file)")
-	}
-	ids, err := e.identityOf(o.identityFile)
+	opts, err := journalOptions(c, e, o)
 	if err != nil {
 		return err
 	}
-	cfg, err := o.etcd.config()
-	if err != nil {
+	if err := fleet.JournalAll(e.ctx(), opts); err != nil {
 		return err
-	}
-	st, layout, err := e.openStore(&o.store, nil)
-	if err != nil {
-		return err
-	}
-	ctx := e.ctx()
-	entries, err := catalog.Inventory(ctx, st, layout, o.clusterID)
-	if err != nil {
-		return fmt.Errorf("journal: listing the backups of %s: %w", o.clusterID, err)
-	}
-	var bases []journal.Base
-	for _, en := range entries {
-		if !en.Committed {
-			continue
-		}
-		m, err := catalog.LoadManifest(ctx, st, layout, o.clusterID, en.Name)
-		if err != nil {
-			e.log.Warn("journal: backup passed over: manifest unreadable", "backup", en.Name, "err", err)
-			continue
-		}
-		bases = append(bases, journal.Base{Name: m.Name, Rev: m.Revision()})
-	}
-	base, chain, err := journal.ChooseBase(ctx, st, layout, o.clusterID, bases)
-	if err != nil {
-		return fmt.Errorf("journal: %w", err)
-	}
-	client, err := cfg.Client(ctx)
-	if err != nil {
-		return fmt.Errorf("journal: connecting to etcd: %w", err)
-	}
-	defer client.Close()
-	e.log.Info("journal: continuing backup", "cluster", o.clusterID, "backup", base.Name, "backupRev", base.Rev,
-		"fromRev", chain.Reach+1, "segments", len(chain.Segments))
-	err = journal.Capture(ctx, journal.CaptureOptions{
-		Client: client, ClusterID: o.clusterID, BaseBackup: base.Name, BaseRev: base.Rev,
-		Store: st, Layout: layout, Encoding: enc, Identities: ids,
-		SegmentInterval: o.segmentInterval, SegmentSize: size, Log: e.log,
-	})
-	if err != nil {
-		return fmt.Errorf("journal: %w", err)
 	}
 	// A clean stop on SIGTERM: exit 0, not "cancelled".
 	return nil
+}
+
+// journalOptions checks journal's flags and builds fleet.JournalAll's
+// options: the target, the store, the capture and the gap backup.
+func journalOptions(c *cli.Context, e *env, o *journalOpts) (fleet.JournalAllOptions, error) {
+	var opts fleet.JournalAllOptions
+	switch {
+	case o.all && o.clusterID != "":
+		return opts, usagef("journal: --cluster-id is for one cluster given by --endpoints; with --all the id is the EtcdCluster's name")
+	case !o.all && o.clusterID == "":
+		return opts, usagef("journal: --cluster-id (or --all) is required")
+	case !o.all && (c.IsSet("rediscover") || c.IsSet("no-events")):
+		return opts, usagef("journal: --rediscover and --no-events are for --all")
+	}
+	if !o.all {
+		if err := catalog.ValidateClusterID(o.clusterID); err != nil {
+			return opts, asUsage(err)
+		}
+	}
+	if err := requirePositive("journal", positive{"segment-interval", o.segmentInterval}, positive{"rediscover", o.rediscover},
+		positive{"probe-timeout", o.probeTimeout}); err != nil {
+		return opts, err
+	}
+	size, err := parseSegmentSize(o.segmentSize)
+	if err != nil {
+		return opts, usagef("journal: --segment-size %q: %v", o.segmentSize, err)
+	}
+	var enc objectio.Encoding
+	if enc.Compression, err = catalog.ParseCompression(o.compress); err != nil {
+		return opts, asUsage(err)
+	}
+	if enc.Recipients, err = o.encryption.recipients(c); err != nil {
+		return opts, err
+	}
+	if o.encryption.requireEncryption && enc.Recipients.Len() == 0 {
+		return opts, usagef("journal: --require-encryption: no recipient (--encrypt-to, --recipients-file)")
+	}
+	// The gap backup: scheduled (retention keeps it as the CronJob's),
+	// v2 when served, encrypted and locked as backups are.
+	bk := backup.Options{Kind: catalog.KindScheduled, V2: backup.V2Auto, Compression: enc.Compression, ProbeTimeout: o.probeTimeout,
+		Recipients: enc.Recipients, RequireEncryption: o.encryption.requireEncryption, Log: e.log}
+	if bk.Lock, err = o.lock.policy("journal"); err != nil {
+		return opts, err
+	}
+	if bk.Lock.Enabled() {
+		policy, err := o.policy.policy()
+		if err != nil {
+			return opts, err
+		}
+		bk.LockRetention = &policy
+	}
+	ids, err := e.identityOf(o.identityFile)
+	if err != nil {
+		return opts, err
+	}
+	opts = fleet.JournalAllOptions{
+		ClusterID: o.clusterID, Rediscover: o.rediscover, DialTimeout: o.etcd.dialTimeout, NoEvents: o.noEvents,
+		Capture: journal.CaptureOptions{Encoding: enc, Identities: ids, SegmentInterval: o.segmentInterval, SegmentSize: size},
+		Backup:  bk, Log: e.log,
+	}
+	if o.all {
+		if opts.Kube, err = e.kube(&o.kube); err != nil {
+			return opts, err
+		}
+	} else if opts.Etcd, err = o.etcd.config(); err != nil {
+		return opts, err
+	}
+	if opts.Store, opts.Layout, err = e.openStore(&o.store, opts.Kube); err != nil {
+		return opts, err
+	}
+	return opts, nil
 }
 
 // parseSegmentSize reads bytes, KiB or MiB ("4MiB", "512KiB", "1048576").

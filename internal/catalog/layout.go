@@ -41,6 +41,7 @@ import (
 //	<prefix>/<cluster-id>/orphan.json                          a cluster's orphan marker (OrphanMarkerKey)
 //	<prefix>/_staged/<cluster-id>/<backup>/snapshot.db         a plaintext copy staged for etcd-operator (StagedKey)
 //	<prefix>/_journal/<cluster-id>/<first>-<last>.seg          a journal segment (JournalSegmentKey; internal/journal writes it)
+//	<prefix>/_journal/<cluster-id>/gaps/<from>.json            a journal gap's record (JournalGapKey; fleet's journal writes it)
 //
 // The tool's own folders under the prefix start with '_', which no cluster
 // id can (ValidateClusterID). Older versions staged copies under
@@ -342,6 +343,22 @@ func (l Layout) JournalSegmentKey(clusterID string, first, last int64) string {
 	return l.JournalPrefix(clusterID) + fmt.Sprintf("%016d-%016d.seg", first, last)
 }
 
+// journalGapsDir is the folder of a cluster's gap records inside its
+// journal folder; journalGapRe a record's name (its first revision not
+// captured, zero-padded to 16 digits).
+const journalGapsDir = "gaps/"
+
+var journalGapRe = regexp.MustCompile(`^(\d{16})\.json$`)
+
+// JournalGapKey is the key of the record of a gap in a cluster's journal
+// whose first revision not captured is from:
+// <prefix>/_journal/<cluster>/gaps/<from %016d>.json. It is written
+// create-only, once per gap; segments never match it (ListSegments reads
+// KeyJournal keys only).
+func (l Layout) JournalGapKey(clusterID string, from int64) string {
+	return l.JournalPrefix(clusterID) + journalGapsDir + fmt.Sprintf("%016d.json", from)
+}
+
 func (l Layout) underRoot(dir, clusterID string) string {
 	if clusterID == "" {
 		return l.RootPrefix() + dir
@@ -360,6 +377,7 @@ const (
 	KeyOrphanMarker KeyKind = "orphan marker" // a cluster's orphan marker
 	KeyStaged       KeyKind = "staged copy"   // a plaintext copy staged for etcd-operator (either place)
 	KeyJournal      KeyKind = "journal"       // a journal segment
+	KeyJournalGap   KeyKind = "journal gap"   // a journal gap's record (JournalGapKey)
 )
 
 // KeyInfo is a key classified by the layout.
@@ -380,7 +398,8 @@ type KeyInfo struct {
 	// Legacy: a staged copy in the place older versions used
 	// (LegacyStagedPrefix).
 	Legacy bool
-	// FirstRev and LastRev are a journal segment's revisions.
+	// FirstRev and LastRev are a journal segment's revisions; FirstRev
+	// is also a journal gap record's first revision not captured.
 	FirstRev, LastRev int64
 }
 
@@ -389,8 +408,9 @@ type KeyInfo struct {
 // either place, except, in the legacy place, an object of a backup folder
 // directly under it (a backup of a cluster named "restore", written by a
 // version that accepted the id): that one is unknown, never deleted as a
-// staged copy. A journal key is a segment name under a valid cluster id;
-// anything else under the journal folder is unknown. Keys outside the
+// staged copy. A journal key is a segment name under a valid cluster id,
+// or a gap record's name in its gaps/ folder (KeyJournalGap); anything
+// else under the journal folder is unknown. Keys outside the
 // root prefix are unknown.
 func (l Layout) Classify(key string) KeyInfo {
 	unknown := KeyInfo{Kind: KeyUnknown}
@@ -412,6 +432,17 @@ func (l Layout) Classify(key string) KeyInfo {
 	}
 	if r, ok := strings.CutPrefix(rest, journalDir); ok {
 		id, seg, ok := strings.Cut(r, "/")
+		if g, isGap := strings.CutPrefix(seg, journalGapsDir); ok && isGap {
+			m := journalGapRe.FindStringSubmatch(g)
+			if m == nil || ValidateClusterID(id) != nil {
+				return unknown
+			}
+			from, err := strconv.ParseInt(m[1], 10, 64)
+			if err != nil {
+				return unknown
+			}
+			return KeyInfo{Kind: KeyJournalGap, ClusterID: id, FirstRev: from}
+		}
 		m := journalSegRe.FindStringSubmatch(seg)
 		if !ok || m == nil || ValidateClusterID(id) != nil {
 			return unknown

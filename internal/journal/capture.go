@@ -60,6 +60,8 @@ type CaptureOptions struct {
 	// OnSegment, when set, is called (from the uploader) with each segment
 	// once it is stored.
 	OnSegment func(SegmentInfo)
+	// Fence, when set, is called before each segment upload; an error stops the capture at once.
+	Fence func() error
 }
 
 func (o *CaptureOptions) defaults() error {
