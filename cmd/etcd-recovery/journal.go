@@ -11,9 +11,12 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/etcdconn"
 	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/internal/seal"
+	"github.com/armada/etcd-recovery/internal/store"
 )
 
 // journalOpts are journal's flags.
@@ -23,6 +26,7 @@ type journalOpts struct {
 	encryption                                     encryptionOpts
 	clusterID, compress, segmentSize, identityFile string
 	segmentInterval                                time.Duration
+	leader                                         leaderOpts
 }
 
 func journalCommand(g *globalOpts) *cli.Command {
@@ -36,14 +40,15 @@ func journalCommand(g *globalOpts) *cli.Command {
 			"compressed and, with recipients, encrypted as backups are: <prefix>/_journal/<cluster>/<first>-<last>.seg.\n" +
 			"It exits 1 when it cannot continue exactly (a watch compacted past or cancelled, stored segments that do\n" +
 			"not continue each other: take a full backup, then start it again) or the store stays frozen; SIGTERM\n" +
-			"writes what it holds and exits 0. One journal per cluster: nothing here stops a second one yet.",
+			"writes what it holds and exits 0. One writer per cluster: with --leader-elect (the Deployment's two replicas)\n" +
+			"it runs only while it holds the namespace's Lease, and a leader that loses it stops writing at once and exits 1.",
 		Flags: concat(o.etcd.flags(true), o.store.flags(), []cli.Flag{
 			clusterIDFlag(&o.clusterID),
 			&cli.StringFlag{Name: "compress", Value: "zstd", Usage: "zstd or none", Destination: &o.compress},
 			&cli.DurationFlag{Name: "segment-interval", Value: journal.DefaultSegmentInterval, Usage: "write a segment once its first change is this old (the RPO: at most this plus one upload)", Destination: &o.segmentInterval},
 			&cli.StringFlag{Name: "segment-size", Value: "4MiB", Usage: "write a segment once it is this big (bytes, or KiB/MiB): a cluster writing faster than the interval gets shorter segments", Destination: &o.segmentSize},
 			identityFileFlag(&o.identityFile),
-		}, o.encryption.flags()),
+		}, o.encryption.flags(), o.leader.flags()),
 		Action:      func(c *cli.Context) error { return runJournal(c, g, o) },
 		Subcommands: []*cli.Command{journalFindCommand(g)},
 	}
@@ -221,10 +226,24 @@ func runJournal(c *cli.Context, g *globalOpts, o *journalOpts) error {
 	if err != nil {
 		return err
 	}
-	ctx := e.ctx()
+	// With --leader-elect, all of it (the resume point included) only
+	// while this process holds the Lease.
+	err = withLeader(e, &o.leader, func(ctx context.Context, fence func() error) error {
+		return journalCapture(ctx, e, o, st, layout, enc, ids, size, cfg, fence)
+	})
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	// A clean stop on SIGTERM: exit 0, not "cancelled".
+	return nil
+}
+
+// journalCapture continues the newest backup's journal until ctx ends.
+func journalCapture(ctx context.Context, e *env, o *journalOpts, st store.Store, layout catalog.Layout, enc objectio.Encoding,
+	ids *seal.Identities, size int, cfg etcdconn.Config, fence func() error) error {
 	entries, err := catalog.Inventory(ctx, st, layout, o.clusterID)
 	if err != nil {
-		return fmt.Errorf("journal: listing the backups of %s: %w", o.clusterID, err)
+		return fmt.Errorf("listing the backups of %s: %w", o.clusterID, err)
 	}
 	var bases []journal.Base
 	for _, en := range entries {
@@ -240,25 +259,20 @@ func runJournal(c *cli.Context, g *globalOpts, o *journalOpts) error {
 	}
 	base, chain, err := journal.ChooseBase(ctx, st, layout, o.clusterID, bases)
 	if err != nil {
-		return fmt.Errorf("journal: %w", err)
+		return err
 	}
 	client, err := cfg.Client(ctx)
 	if err != nil {
-		return fmt.Errorf("journal: connecting to etcd: %w", err)
+		return fmt.Errorf("connecting to etcd: %w", err)
 	}
 	defer client.Close()
 	e.log.Info("journal: continuing backup", "cluster", o.clusterID, "backup", base.Name, "backupRev", base.Rev,
 		"fromRev", chain.Reach+1, "segments", len(chain.Segments))
-	err = journal.Capture(ctx, journal.CaptureOptions{
+	return journal.Capture(ctx, journal.CaptureOptions{
 		Client: client, ClusterID: o.clusterID, BaseBackup: base.Name, BaseRev: base.Rev,
 		Store: st, Layout: layout, Encoding: enc, Identities: ids,
-		SegmentInterval: o.segmentInterval, SegmentSize: size, Log: e.log,
+		SegmentInterval: o.segmentInterval, SegmentSize: size, Log: e.log, Fence: fence,
 	})
-	if err != nil {
-		return fmt.Errorf("journal: %w", err)
-	}
-	// A clean stop on SIGTERM: exit 0, not "cancelled".
-	return nil
 }
 
 // parseSegmentSize reads bytes, KiB or MiB ("4MiB", "512KiB", "1048576").

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"context"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/armada/etcd-recovery/kube"
+)
+
+// leaderOpts are journal's leader election flags: with --leader-elect the
+// journal runs only while it holds the Lease (kube.RunAsLeader) and its
+// capture is fenced on it.
+type leaderOpts struct {
+	elect     bool
+	leaseName string
+	kube      kubeOpts
+}
+
+// flags are --leader-elect, --leader-lease-name and the Lease's
+// Kubernetes API server and namespace (--kubeconfig, --namespace: in a
+// pod, its service account and namespace).
+func (o *leaderOpts) flags() []cli.Flag {
+	return append([]cli.Flag{
+		&cli.BoolFlag{Name: "leader-elect", Destination: &o.elect,
+			Usage: "one writer per cluster: run only while holding the Lease (--leader-lease-name) of the namespace; a follower takes over " +
+				"within 17 s of the leader's death (LeaseDuration 15s + RetryPeriod 2s), within 2 s of its clean stop; a leader that loses it stops writing at once and exits 1"},
+		&cli.StringFlag{Name: "leader-lease-name", Value: kube.DefaultLeaseName, Destination: &o.leaseName,
+			Usage: "with --leader-elect: the coordination.k8s.io Lease of the namespace the journal's replicas elect their leader on"},
+	}, o.kube.flags()...)
+}
+
+// withLeader runs run, with --leader-elect only while this process holds
+// the Lease, its fence passed on (nil without --leader-elect).
+func withLeader(e *env, o *leaderOpts, run func(ctx context.Context, fence func() error) error) error {
+	if !o.elect {
+		return run(e.ctx(), nil)
+	}
+	if o.leaseName == "" {
+		return usagef("journal: --leader-lease-name is empty")
+	}
+	k, err := e.kube(&o.kube)
+	if err != nil {
+		return err
+	}
+	return kube.RunAsLeader(e.ctx(), kube.LeaderOptions{Client: k, LeaseName: o.leaseName, Log: e.log}, run)
+}
