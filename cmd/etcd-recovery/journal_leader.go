@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"strings"
 
 	"github.com/urfave/cli/v2"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/armada/etcd-recovery/kube"
 )
@@ -26,7 +28,13 @@ func (o *leaderOpts) flags() []cli.Flag {
 			Usage: "one writer per cluster: run only while holding the Lease (--leader-lease-name) of the namespace; a follower takes over " +
 				"within 17 s of the leader's death (LeaseDuration 15s + RetryPeriod 2s), within 2 s of its clean stop; a leader that loses it stops writing at once and exits 1"},
 		&cli.StringFlag{Name: "leader-lease-name", Value: kube.DefaultLeaseName, Destination: &o.leaseName,
-			Usage: "with --leader-elect: the coordination.k8s.io Lease of the namespace the journal's replicas elect their leader on"},
+			Usage: "with --leader-elect: the coordination.k8s.io Lease of the namespace the journal's replicas elect their leader on",
+			Action: func(_ *cli.Context, v string) error {
+				if errs := validation.IsDNS1123Subdomain(v); len(errs) > 0 {
+					return usagef("journal: --leader-lease-name %q: not a Lease name: %s", v, strings.Join(errs, "; "))
+				}
+				return nil
+			}},
 	}, o.kube.flags()...)
 }
 
@@ -35,9 +43,6 @@ func (o *leaderOpts) flags() []cli.Flag {
 func withLeader(e *env, o *leaderOpts, run func(ctx context.Context, fence func() error) error) error {
 	if !o.elect {
 		return run(e.ctx(), nil)
-	}
-	if o.leaseName == "" {
-		return usagef("journal: --leader-lease-name is empty")
 	}
 	k, err := e.kube(&o.kube)
 	if err != nil {
