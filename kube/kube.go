@@ -7,6 +7,9 @@
 // (ClusterNames, RestoringClusters, RestoresOf), records Events on them,
 // and runs etcd-operator's restore (OperatorRestore, restore --via
 // etcd-operator, whose plaintext staged copy it deletes on every exit).
+// RunAsLeader (leader.go) elects one writer on a coordination.k8s.io Lease
+// of the namespace (client-go's leaderelection) and fences it: the
+// journal's replicas.
 // Options are checked first (Validate, internal/usage errors), all through
 // the dynamic client (no generated code). The work over many clusters
 // (backup --all, inspect --all, drill, orphans) is package fleet's, which
@@ -25,6 +28,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -85,6 +89,8 @@ type Client struct {
 	// smaller binary).
 	Core    corev1client.CoreV1Interface
 	Dynamic dynamic.Interface
+	// Coordination is the Leases' client (RunAsLeader).
+	Coordination coordinationv1client.CoordinationV1Interface
 }
 
 // New builds the clients and resolves the namespace.
@@ -128,7 +134,11 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: %w", err)
 	}
-	return &Client{Namespace: ns, Core: core, Dynamic: dyn}, nil
+	coord, err := coordinationv1client.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: %w", err)
+	}
+	return &Client{Namespace: ns, Core: core, Dynamic: dyn, Coordination: coord}, nil
 }
 
 // podNamespace is the namespace of the pod we run in, or "".

@@ -66,6 +66,7 @@ func testVerbs(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, admi
 	}
 	op := kubetest.StartRestoreOperator(t, kubetest.RestoreOperatorOptions{Namespace: verbsNS, Client: admin, Dynamic: dynAdmin, RunningDelay: time.Second})
 	var clusters []string
+	var firstEtcd *testenv.EtcdCluster
 	for i, ip := range []string{"127.0.5.30", "127.0.5.31"} {
 		name := fmt.Sprintf("etcd-v%d", i+1)
 		c := kubetest.AddEtcdCluster(t, admin, dynAdmin, verbsNS, name, testenv.EtcdOptions{IP: ip, Members: 1})
@@ -73,6 +74,9 @@ func testVerbs(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, admi
 		testenv.PutKeys(t, c.Etcd.Client(t), "/registry/k", 50, 128)
 		op.Register(c)
 		clusters = append(clusters, name)
+		if firstEtcd == nil {
+			firstEtcd = c.Etcd
+		}
 	}
 	tool := testfix.Tool(t)
 	run := func(sa, kc string, wantExit int, args ...string) string {
@@ -93,6 +97,11 @@ func testVerbs(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, admi
 		run(sa, kc, 0, append([]string{"backup", "--cluster", clusters[0], "--kind", "update", "--prune", "--dial-timeout", "2s"}, cosFlags...)...)
 		run(sa, kc, 0, append([]string{"inspect", "--all", "--dial-timeout", "2s"}, cosFlags...)...)
 		run(sa, kc, 0, append([]string{"inspect", "--cluster", clusters[0], "--dial-timeout", "2s"}, cosFlags...)...)
+		if sa == "etcd-recovery" {
+			// The journal Deployment's command: its Lease (the backup
+			// above is its base).
+			runJournalLeader(t, ctx, tool, kc, verbsNS, clusters[0], firstEtcd, m, cosFlags, admin)
+		}
 		if sa != "etcd-recovery-toolkit" {
 			continue
 		}

@@ -32,6 +32,7 @@ type journalOpts struct {
 	clusterID, compress, segmentSize, identityFile string
 	all, noEvents                                  bool
 	segmentInterval, rediscover, probeTimeout      time.Duration
+	leader                                         leaderOpts
 }
 
 func journalCommand(g *globalOpts) *cli.Command {
@@ -49,7 +50,9 @@ func journalCommand(g *globalOpts) *cli.Command {
 			"continue each other, no full backup at all), the gap is recorded (<prefix>/_journal/<cluster>/gaps/<from>.json,\n" +
 			"an Event JournalGap with --all, an error log), a scheduled full backup is taken at once and the journal\n" +
 			"starts again from it. Other failures restart that cluster's journal after a backoff (1s doubling to 1m);\n" +
-			"one cluster never stops another. SIGTERM writes what each journal holds and exits 0. See docs/journal.md.",
+			"one cluster never stops another. SIGTERM writes what each journal holds and exits 0. One writer per cluster:\n" +
+			"with --leader-elect (the Deployment's two replicas) it runs only while it holds the namespace's Lease, and a\n" +
+			"leader that loses it stops writing at once and exits 1. See docs/journal.md.",
 		Flags: concat(o.etcd.flags(true), o.store.flags(), o.kube.flags(), []cli.Flag{
 			clusterIDFlag(&o.clusterID),
 			allFlag(&o.all),
@@ -60,7 +63,7 @@ func journalCommand(g *globalOpts) *cli.Command {
 			&cli.StringFlag{Name: "segment-size", Value: "4MiB", Usage: "write a segment once it is this big (bytes, or KiB/MiB): a cluster writing faster than the interval gets shorter segments", Destination: &o.segmentSize},
 			probeTimeoutFlag(&o.probeTimeout),
 			identityFileFlag(&o.identityFile),
-		}, o.encryption.flags(), o.policy.flags(), o.lock.flags()),
+		}, o.encryption.flags(), o.policy.flags(), o.lock.flags(), o.leader.flags()),
 		Action:      func(c *cli.Context) error { return runJournal(c, g, o) },
 		Subcommands: []*cli.Command{journalFindCommand(g)},
 	}
@@ -209,7 +212,13 @@ func runJournal(c *cli.Context, g *globalOpts, o *journalOpts) error {
 	if err != nil {
 		return err
 	}
-	if err := fleet.JournalAll(e.ctx(), opts); err != nil {
+	// With --leader-elect, all of it (each cluster's resume point
+	// included) only while this process holds the Lease, fenced on it.
+	err = withLeader(e, &o.leader, &o.kube, func(ctx context.Context, fence func() error) error {
+		opts.Fence = fence
+		return fleet.JournalAll(ctx, opts)
+	})
+	if err != nil {
 		return err
 	}
 	// A clean stop on SIGTERM: exit 0, not "cancelled".

@@ -148,6 +148,9 @@ func (e *GapError) Unwrap() error { return e.Err }
 // the cluster gets segments cut by size, never an unbounded buffer. An
 // upload is retried with backoff for FrozenAfter; a create that finds its
 // key taken on the first attempt is another writer (ReasonConflict).
+// Fence, when set, is asked before every upload attempt and before the
+// final flush: a refusal stops Capture at once (nothing more written, the
+// upload in flight aborted) with a *SegmentError of ReasonFenced.
 func Capture(ctx context.Context, o CaptureOptions) error {
 	if err := o.defaults(); err != nil {
 		return err
@@ -225,6 +228,13 @@ func (c *capture) run(ctx context.Context) error {
 		timer := time.NewTimer(c.o.FinalFlush)
 		defer timer.Stop()
 		if len(c.events) > 0 {
+			// Fenced: no final flush; the in-flight upload is aborted.
+			if err := c.fenced(c.o.Layout.JournalSegmentKey(c.o.ClusterID, c.events[0].Rev, c.events[len(c.events)-1].Rev)); err != nil {
+				upCancel()
+				close(c.upc)
+				<-upDone
+				return err
+			}
 			p, err := c.seal()
 			if err != nil {
 				close(c.upc)
@@ -469,6 +479,9 @@ func (c *capture) upload(ctx context.Context, p pending) error {
 	began := time.Now()
 	backoff := 200 * time.Millisecond
 	for attempt := 1; ; attempt++ {
+		if err := c.fenced(key); err != nil {
+			return err
+		}
 		actx, cancel := context.WithTimeout(ctx, c.o.UploadTimeout)
 		info, err := writeRaw(actx, c.o.Store, key, p.h, p.raw, c.o.Encoding)
 		cancel()
@@ -497,4 +510,21 @@ func (c *capture) upload(ctx context.Context, p pending) error {
 		}
 		backoff = min(backoff*2, 10*time.Second)
 	}
+}
+
+// ReasonFenced is a segment not written because CaptureOptions.Fence
+// refused it: this journal may no longer own the cluster (its leadership
+// was lost or not renewed in time), so another writer may.
+const ReasonFenced Reason = "fenced"
+
+// fenced asks Fence before a write of key.
+func (c *capture) fenced(key string) error {
+	if c.o.Fence == nil {
+		return nil
+	}
+	if err := c.o.Fence(); err != nil {
+		return &SegmentError{Key: key, Reason: ReasonFenced,
+			Detail: fmt.Sprintf("not written: the journal of cluster %s stopped at once, another writer may own the cluster", c.o.ClusterID), Err: err}
+	}
+	return nil
 }
