@@ -27,6 +27,7 @@ const (
 	// journal received a revision, besides its first and last.
 	ReceivedEvery      = 100 * time.Millisecond
 	leaseLookupTimeout = 2 * time.Second
+	leaseRetryTimeout  = time.Second
 	maxKnownLeases     = 100_000
 )
 
@@ -136,9 +137,19 @@ func (e *GapError) Unwrap() error { return e.Err }
 // Event (Sub: its index within its revision; etcd's watch never splits a
 // revision across responses without WithFragment, so a response ends at
 // a revision's end and segments are cut only there). A lease first seen
-// on a put is looked up (TimeToLive, its granted TTL) best effort: a lease
-// gone by then is recorded with TTL 0, and a failed lookup is logged and
-// recorded the same way. Revokes are not recorded (their deletes are).
+// on a put is looked up (TimeToLive, its granted TTL; a failed lookup is
+// retried once, then recorded TTLUnknown, as is a lease gone by then).
+// The watch asks for each event's previous key-value (WithPrevKV): a
+// delete of a key that held lease L, with L found gone, starts a revoke,
+// recorded (Lease.Revoked) once the capture has passed the revision at
+// which it found L gone, at the last revision up to it that deleted a key
+// of L: the revoke or expiry, which deletes all its keys in one revision.
+// The record lands in that segment or a later one (Source.Leases reads
+// the segment after the revisions it replays for it). A lease revoked or
+// expired while it held no key leaves no revision and is not recorded.
+// The cost of WithPrevKV: etcd reads each event's previous revision of
+// the key (one index and bbolt lookup) and sends it, about doubling the
+// watch's bytes for overwrites; segments do not store it.
 //
 // Memory: one segment buffered while the previous one uploads; while that
 // upload lasts the watch is not read (etcd holds the events, and a watch
@@ -191,6 +202,11 @@ type capture struct {
 	lastRecv  int64 // unix ms of the last recorded receive
 	leases    []Lease
 	known     map[int64]bool
+	// revoking are leases found gone on a delete of one of their keys,
+	// until the capture passes the revision at which they were found
+	// gone (settleRevokes); revoked, those recorded (bounded as known).
+	revoking map[int64]*revoke
+	revoked  map[int64]bool
 	curRev    int64
 	curSub    int64
 	lastMs    int64 // when the buffer's last revision was received (unix ms)
@@ -378,7 +394,7 @@ func (c *capture) frozen(p pending) error {
 func (c *capture) watch(ctx context.Context) clientv3.WatchChan {
 	wctx, cancel := context.WithCancel(ctx)
 	c.stopWatch = cancel
-	return c.o.Client.Watch(wctx, "", clientv3.WithPrefix(), clientv3.WithRev(c.next), clientv3.WithProgressNotify())
+	return c.o.Client.Watch(wctx, "", clientv3.WithPrefix(), clientv3.WithRev(c.next), clientv3.WithProgressNotify(), clientv3.WithPrevKV())
 }
 
 // add buffers events of a watch response up to the end of the first
@@ -403,6 +419,7 @@ func (c *capture) add(ctx context.Context, evs []*clientv3.Event) ([]*clientv3.E
 			}
 			c.curRev, c.curSub = rev, 0
 			c.next = rev + 1
+			c.settleRevokes(rev - 1)
 			if ms-c.lastRecv >= ReceivedEvery.Milliseconds() {
 				c.received[rev] = ms
 				c.lastRecv = ms
@@ -413,6 +430,9 @@ func (c *capture) add(ctx context.Context, evs []*clientv3.Event) ([]*clientv3.E
 		e := Event{Rev: rev, Sub: c.curSub, Key: kv.Key}
 		if ev.Type == mvccpb.DELETE {
 			e.Type = Delete
+			if ev.PrevKv != nil && ev.PrevKv.Lease != 0 {
+				c.leaseKeyDeleted(ctx, ev.PrevKv.Lease, rev)
+			}
 		} else {
 			e.Type, e.Value, e.CreateRev, e.Version, e.Lease = Put, kv.Value, kv.CreateRevision, kv.Version, kv.Lease
 			if kv.Lease != 0 && !c.known[kv.Lease] {
@@ -432,21 +452,87 @@ func (c *capture) lease(ctx context.Context, id, rev int64) {
 	}
 	c.known[id] = true
 	l := Lease{ID: id, Rev: rev}
-	lctx, cancel := context.WithTimeout(ctx, leaseLookupTimeout)
-	defer cancel()
-	resp, err := c.o.Client.TimeToLive(lctx, clientv3.LeaseID(id))
+	resp, err := c.timeToLive(ctx, id)
 	switch {
 	case err != nil:
-		c.o.Log.Warn("journal: lease lookup failed; its TTL is recorded as 0", "cluster", c.o.ClusterID, "lease", fmt.Sprintf("%x", id), "err", err)
+		l.TTLUnknown = true
+		c.o.Log.Warn("journal: lease lookup failed twice; its TTL is recorded unknown (a replay gives it UnknownLeaseTTL)", "cluster", c.o.ClusterID, "lease", fmt.Sprintf("%x", id), "err", err)
 	case resp.TTL > 0 || resp.GrantedTTL > 0:
 		l.TTL = resp.GrantedTTL
+	default: // gone already: the deletes of its keys follow
+		l.TTLUnknown = true
 	}
 	c.leases = append(c.leases, l)
+}
+
+// timeToLive looks a lease up, retrying once with a shorter deadline.
+func (c *capture) timeToLive(ctx context.Context, id int64) (*clientv3.LeaseTimeToLiveResponse, error) {
+	lctx, cancel := context.WithTimeout(ctx, leaseLookupTimeout)
+	resp, err := c.o.Client.TimeToLive(lctx, clientv3.LeaseID(id))
+	cancel()
+	if err == nil || ctx.Err() != nil {
+		return resp, err
+	}
+	lctx, cancel = context.WithTimeout(ctx, leaseRetryTimeout)
+	defer cancel()
+	return c.o.Client.TimeToLive(lctx, clientv3.LeaseID(id))
+}
+
+// revoke is a lease found gone on a delete of one of its keys.
+type revoke struct {
+	seenGone int64 // the cluster's revision when it was found gone
+	last     int64 // the last revision seen deleting one of its keys
+}
+
+// leaseKeyDeleted notes the delete at rev of a key that held lease id:
+// while the lease lives (or its lookup fails) nothing is recorded; once
+// it is found gone, its revoke is pending until settleRevokes.
+func (c *capture) leaseKeyDeleted(ctx context.Context, id, rev int64) {
+	if r := c.revoking[id]; r != nil {
+		r.last = rev
+		return
+	}
+	if c.revoked[id] {
+		return
+	}
+	resp, err := c.timeToLive(ctx, id)
+	if err != nil {
+		c.o.Log.Warn("journal: lease lookup after a delete of its key failed; its revoke is not recorded here", "cluster", c.o.ClusterID, "lease", fmt.Sprintf("%x", id), "rev", rev, "err", err)
+		return
+	}
+	if resp.TTL != -1 {
+		return // it lives: an explicit delete
+	}
+	if c.revoking == nil {
+		c.revoking = map[int64]*revoke{}
+	}
+	seen := rev
+	if resp.ResponseHeader != nil {
+		seen = max(seen, resp.Revision)
+	}
+	c.revoking[id] = &revoke{seenGone: seen, last: rev}
+}
+
+// settleRevokes records the pending revokes found gone at or before done,
+// the last revision fully captured: no key of theirs can be deleted after.
+func (c *capture) settleRevokes(done int64) {
+	for id, r := range c.revoking {
+		if r.seenGone > done {
+			continue
+		}
+		c.leases = append(c.leases, Lease{ID: id, Rev: r.last, Revoked: r.last, TTLUnknown: true})
+		delete(c.revoking, id)
+		if c.revoked == nil || len(c.revoked) >= maxKnownLeases {
+			c.revoked = map[int64]bool{}
+		}
+		c.revoked[id] = true
+	}
 }
 
 // seal encodes the buffer into a segment and empties it.
 func (c *capture) seal() (pending, error) {
 	first, last := c.events[0].Rev, c.events[len(c.events)-1].Rev
+	c.settleRevokes(last)
 	c.received[last] = c.lastMs
 	h := Header{
 		ClusterID: c.o.ClusterID, BaseBackup: c.o.BaseBackup, BaseRev: c.o.BaseRev,
