@@ -195,18 +195,13 @@ type capture struct {
 	o    CaptureOptions
 	next int64 // the next revision expected
 
-	events   []Event
-	size     int
-	started  time.Time // when the buffer's first event arrived
-	received map[int64]int64
-	lastRecv int64 // unix ms of the last recorded receive
-	leases   []Lease
-	known    map[int64]bool
-	// revoking are leases found gone on a delete of one of their keys,
-	// until the capture passes the revision at which they were found
-	// gone (settleRevokes); revoked, those recorded (bounded as known).
-	revoking  map[int64]*revoke
-	revoked   map[int64]bool
+	events    []Event
+	size      int
+	started   time.Time // when the buffer's first event arrived
+	received  map[int64]int64
+	lastRecv  int64 // unix ms of the last recorded receive
+	leases    []Lease
+	known     map[int64]bool
 	curRev    int64
 	curSub    int64
 	lastMs    int64 // when the buffer's last revision was received (unix ms)
@@ -214,6 +209,12 @@ type capture struct {
 	stopWatch context.CancelFunc
 	upc       chan pending
 	errc      chan error
+
+	// revoking are leases found gone on a delete of one of their keys,
+	// until the capture passes the revision at which they were found
+	// gone (settleRevokes); revoked, those recorded (bounded as known).
+	revoking map[int64]*revoke
+	revoked  map[int64]bool
 }
 
 func (c *capture) run(ctx context.Context) error {
