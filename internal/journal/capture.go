@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -28,6 +29,7 @@ const (
 	ReceivedEvery      = 100 * time.Millisecond
 	leaseLookupTimeout = 2 * time.Second
 	leaseRetryTimeout  = time.Second
+	leasePollEvery     = 5 * time.Second
 	maxKnownLeases     = 100_000
 )
 
@@ -137,8 +139,11 @@ func (e *GapError) Unwrap() error { return e.Err }
 // Event (Sub: its index within its revision; etcd's watch never splits a
 // revision across responses without WithFragment, so a response ends at
 // a revision's end and segments are cut only there). A lease first seen
-// on a put is looked up (TimeToLive, its granted TTL; a failed lookup is
-// retried once, then recorded TTLUnknown, as is a lease gone by then).
+// on a put gets its granted TTL from what pollLeases learned (every lease
+// of the cluster listed every 5 s, or SegmentInterval when shorter,
+// whatever the watch's position), else it is looked up (TimeToLive; a
+// failed lookup is retried once, then recorded TTLUnknown, as is a lease
+// gone by then and never polled).
 // The watch asks for each event's previous key-value (WithPrevKV): a
 // delete of a key that held lease L, with L found gone, starts a revoke,
 // recorded (Lease.Revoked) once the capture has passed the revision at
@@ -182,6 +187,9 @@ func Capture(ctx context.Context, o CaptureOptions) error {
 		}
 	}
 	c := &capture{o: o, next: chain.Reach + 1, known: map[int64]bool{}}
+	pctx, stopPoll := context.WithCancel(ctx)
+	defer stopPoll()
+	go c.pollLeases(pctx)
 	c.o.Log.Info("journal: capturing", "cluster", o.ClusterID, "base", o.BaseBackup, "fromRev", c.next, "segments", len(chain.Segments))
 	return c.run(ctx)
 }
@@ -215,6 +223,13 @@ type capture struct {
 	// gone (settleRevokes); revoked, those recorded (bounded as known).
 	revoking map[int64]*revoke
 	revoked  map[int64]bool
+	// ttlPending index leases whose lookups failed (settleLeases).
+	ttlPending []int
+	// granted are the granted TTLs pollLeases learned, by lease ID: a
+	// lease that expired before the watch reached its put (a paused or
+	// lagging watch) still gets its TTL.
+	grantedMu sync.Mutex
+	granted   map[int64]int64
 }
 
 func (c *capture) run(ctx context.Context) error {
@@ -453,17 +468,99 @@ func (c *capture) lease(ctx context.Context, id, rev int64) {
 	}
 	c.known[id] = true
 	l := Lease{ID: id, Rev: rev}
+	c.grantedMu.Lock()
+	ttl, ok := c.granted[id]
+	c.grantedMu.Unlock()
+	if ok {
+		l.TTL = ttl
+		c.leases = append(c.leases, l)
+		return
+	}
 	resp, err := c.timeToLive(ctx, id)
 	switch {
 	case err != nil:
+		// Looked up again when the segment is sealed (settleLeases).
 		l.TTLUnknown = true
-		c.o.Log.Warn("journal: lease lookup failed twice; its TTL is recorded unknown (a replay gives it UnknownLeaseTTL)", "cluster", c.o.ClusterID, "lease", fmt.Sprintf("%x", id), "err", err)
+		c.ttlPending = append(c.ttlPending, len(c.leases))
+		c.o.Log.Warn("journal: lease lookup failed twice; again when its segment is sealed", "cluster", c.o.ClusterID, "lease", fmt.Sprintf("%x", id), "err", err)
 	case resp.TTL > 0 || resp.GrantedTTL > 0:
 		l.TTL = resp.GrantedTTL
 	default: // gone already: the deletes of its keys follow
 		l.TTLUnknown = true
+		c.o.Log.Info("journal: lease gone before its TTL was learned; recorded unknown (a replay gives it UnknownLeaseTTL)", "cluster", c.o.ClusterID, "lease", fmt.Sprintf("%x", id), "rev", rev)
 	}
 	c.leases = append(c.leases, l)
+}
+
+// settleLeases fills in, before a segment is sealed, the TTLs whose
+// lookups failed: from what pollLeases learned meanwhile, else one more
+// lookup; still unknown, the record says so (TTLUnknown).
+func (c *capture) settleLeases(ctx context.Context) {
+	for _, i := range c.ttlPending {
+		l := &c.leases[i]
+		c.grantedMu.Lock()
+		ttl, ok := c.granted[l.ID]
+		c.grantedMu.Unlock()
+		if !ok {
+			lctx, cancel := context.WithTimeout(ctx, leaseRetryTimeout)
+			resp, err := c.o.Client.TimeToLive(lctx, clientv3.LeaseID(l.ID))
+			cancel()
+			if err == nil && resp.GrantedTTL > 0 {
+				ttl, ok = resp.GrantedTTL, true
+			}
+		}
+		if ok {
+			l.TTL, l.TTLUnknown = ttl, false
+			continue
+		}
+		c.o.Log.Warn("journal: lease TTL still unknown at the segment's end; recorded unknown (a replay gives it UnknownLeaseTTL)", "cluster", c.o.ClusterID, "lease", fmt.Sprintf("%x", l.ID))
+	}
+	c.ttlPending = c.ttlPending[:0]
+}
+
+// pollLeases learns the granted TTL of every lease of the cluster, every
+// leasePollEvery (at most SegmentInterval), independently of the watch:
+// Leases, then TimeToLive of each new one. A lease living longer than
+// that is known even when it expires before the watch reaches its keys.
+// Failures are retried at the next poll; at most maxKnownLeases are kept.
+func (c *capture) pollLeases(ctx context.Context) {
+	every := min(leasePollEvery, c.o.SegmentInterval)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		lctx, cancel := context.WithTimeout(ctx, leaseLookupTimeout)
+		resp, err := c.o.Client.Leases(lctx)
+		cancel()
+		if err == nil {
+			for _, l := range resp.Leases {
+				c.grantedMu.Lock()
+				_, ok := c.granted[int64(l.ID)]
+				c.grantedMu.Unlock()
+				if ok {
+					continue
+				}
+				lctx, cancel := context.WithTimeout(ctx, leaseLookupTimeout)
+				ttl, err := c.o.Client.TimeToLive(lctx, l.ID)
+				cancel()
+				if err != nil || ttl.GrantedTTL <= 0 {
+					continue
+				}
+				c.grantedMu.Lock()
+				if c.granted == nil || len(c.granted) >= maxKnownLeases {
+					c.granted = map[int64]int64{}
+				}
+				c.granted[int64(l.ID)] = ttl.GrantedTTL
+				c.grantedMu.Unlock()
+			}
+		} else if ctx.Err() == nil {
+			c.o.Log.Debug("journal: listing leases failed; again at the next poll", "cluster", c.o.ClusterID, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // timeToLive looks a lease up, retrying once with a shorter deadline.
@@ -534,6 +631,7 @@ func (c *capture) settleRevokes(done int64) {
 func (c *capture) seal() (pending, error) {
 	first, last := c.events[0].Rev, c.events[len(c.events)-1].Rev
 	c.settleRevokes(last)
+	c.settleLeases(context.Background())
 	c.received[last] = c.lastMs
 	h := Header{
 		ClusterID: c.o.ClusterID, BaseBackup: c.o.BaseBackup, BaseRev: c.o.BaseRev,
