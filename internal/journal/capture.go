@@ -435,7 +435,7 @@ func (c *capture) add(ctx context.Context, evs []*clientv3.Event) ([]*clientv3.E
 			}
 			c.curRev, c.curSub = rev, 0
 			c.next = rev + 1
-			c.settleRevokes(rev - 1)
+			c.settleRevokes(rev-1, false)
 			if ms-c.lastRecv >= ReceivedEvery.Milliseconds() {
 				c.received[rev] = ms
 				c.lastRecv = ms
@@ -494,17 +494,21 @@ func (c *capture) lease(ctx context.Context, id, rev int64) {
 
 // settleLeases fills in, before a segment is sealed, the TTLs whose
 // lookups failed: from what pollLeases learned meanwhile, else one more
-// lookup; still unknown, the record says so (TTLUnknown).
+// lookup (none after one fails: the cluster is not answering, and the
+// seal waits leaseRetryTimeout at most); still unknown, the record says
+// so (TTLUnknown).
 func (c *capture) settleLeases(ctx context.Context) {
+	answering := true
 	for _, i := range c.ttlPending {
 		l := &c.leases[i]
 		c.grantedMu.Lock()
 		ttl, ok := c.granted[l.ID]
 		c.grantedMu.Unlock()
-		if !ok {
+		if !ok && answering {
 			lctx, cancel := context.WithTimeout(ctx, leaseRetryTimeout)
 			resp, err := c.o.Client.TimeToLive(lctx, clientv3.LeaseID(l.ID))
 			cancel()
+			answering = err == nil
 			if err == nil && resp.GrantedTTL > 0 {
 				ttl, ok = resp.GrantedTTL, true
 			}
@@ -593,29 +597,53 @@ func (c *capture) leaseKeyDeleted(ctx context.Context, id, rev int64) {
 	if c.revoked[id] {
 		return
 	}
+	if c.revoking == nil {
+		c.revoking = map[int64]*revoke{}
+	}
 	resp, err := c.timeToLive(ctx, id)
 	if err != nil {
-		c.o.Log.Warn("journal: lease lookup after a delete of its key failed; its revoke is not recorded here", "cluster", c.o.ClusterID, "lease", fmt.Sprintf("%x", id), "rev", rev, "err", err)
+		// Looked up again when the segment is sealed (settleRevokes).
+		c.o.Log.Warn("journal: lease lookup after a delete of its key failed; again when its segment is sealed", "cluster", c.o.ClusterID, "lease", fmt.Sprintf("%x", id), "rev", rev, "err", err)
+		c.revoking[id] = &revoke{seenGone: -1, last: rev}
 		return
 	}
 	if resp.TTL != -1 {
 		return // it lives: an explicit delete
 	}
-	if c.revoking == nil {
-		c.revoking = map[int64]*revoke{}
-	}
-	seen := rev
+	c.revoking[id] = &revoke{seenGone: goneAt(resp, rev), last: rev}
+}
+
+// goneAt is the revision at which a lookup found a lease gone.
+func goneAt(resp *clientv3.LeaseTimeToLiveResponse, rev int64) int64 {
 	if resp.ResponseHeader != nil {
-		seen = max(seen, resp.Revision)
+		return max(rev, resp.Revision)
 	}
-	c.revoking[id] = &revoke{seenGone: seen, last: rev}
+	return rev
 }
 
 // settleRevokes records the pending revokes found gone at or before done,
 // the last revision fully captured: no key of theirs can be deleted after.
-func (c *capture) settleRevokes(done int64) {
+// With recheck (a seal), the leases whose lookup failed are looked up
+// again (none after one fails; leaseRetryTimeout each): gone, they are
+// pending as the others; alive, their deletes were explicit.
+func (c *capture) settleRevokes(done int64, recheck bool) {
+	answering := true
 	for id, r := range c.revoking {
-		if r.seenGone > done {
+		if r.seenGone < 0 && recheck && answering {
+			lctx, cancel := context.WithTimeout(context.Background(), leaseRetryTimeout)
+			resp, err := c.o.Client.TimeToLive(lctx, clientv3.LeaseID(id))
+			cancel()
+			switch {
+			case err != nil:
+				answering = false
+			case resp.TTL != -1:
+				delete(c.revoking, id)
+				continue
+			default:
+				r.seenGone = goneAt(resp, r.last)
+			}
+		}
+		if r.seenGone < 0 || r.seenGone > done {
 			continue
 		}
 		c.leases = append(c.leases, Lease{ID: id, Rev: r.last, Revoked: r.last, TTLUnknown: true})
@@ -630,7 +658,7 @@ func (c *capture) settleRevokes(done int64) {
 // seal encodes the buffer into a segment and empties it.
 func (c *capture) seal() (pending, error) {
 	first, last := c.events[0].Rev, c.events[len(c.events)-1].Rev
-	c.settleRevokes(last)
+	c.settleRevokes(last, true)
 	c.settleLeases(context.Background())
 	c.received[last] = c.lastMs
 	h := Header{
