@@ -156,7 +156,8 @@ func SnapshotRevision(tx *bolt.Tx) (int64, error) {
 // ApplyEvents writes journaled events straight into a snapshot's bbolt
 // file, exactly as etcd's MVCC would have written them (EventEntry), and
 // the leases into the "lease" bucket (LeaseEntry): a lease with Revoked
-// set is deleted, any other put. The caller gives the leases as they are
+// set is deleted, any other put; one whose TTL is unknown (TTLUnknown or
+// 0) keeps the snapshot's entry, or is put with journal.UnknownLeaseTTL. The caller gives the leases as they are
 // at the last event's revision. The events must continue the snapshot
 // exactly (the first at its revision + 1, sub 0; then each revision's
 // subs in order, no revision skipped): anything else is refused before it
@@ -270,6 +271,17 @@ func ApplyEvents(path string, events iter.Seq2[journal.Event, error], leases []j
 					return err
 				}
 				continue
+			}
+			if l.TTLUnknown || l.TTL <= 0 {
+				// Its granted TTL is unknown: the snapshot's entry
+				// stays; else UnknownLeaseTTL, never 0.
+				if lb.Get(k) != nil {
+					continue
+				}
+				l.TTL = journal.UnknownLeaseTTL
+				if k, v, err = LeaseEntry(l); err != nil {
+					return err
+				}
 			}
 			if old := lb.Get(k); old != nil && bytes.Equal(old, v) {
 				continue

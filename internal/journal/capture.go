@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -27,6 +28,8 @@ const (
 	// journal received a revision, besides its first and last.
 	ReceivedEvery      = 100 * time.Millisecond
 	leaseLookupTimeout = 2 * time.Second
+	leaseRetryTimeout  = time.Second
+	leasePollEvery     = 5 * time.Second
 	maxKnownLeases     = 100_000
 )
 
@@ -138,9 +141,22 @@ func (e *GapError) Unwrap() error { return e.Err }
 // Event (Sub: its index within its revision; etcd's watch never splits a
 // revision across responses without WithFragment, so a response ends at
 // a revision's end and segments are cut only there). A lease first seen
-// on a put is looked up (TimeToLive, its granted TTL) best effort: a lease
-// gone by then is recorded with TTL 0, and a failed lookup is logged and
-// recorded the same way. Revokes are not recorded (their deletes are).
+// on a put gets its granted TTL from what pollLeases learned (every lease
+// of the cluster listed every 5 s, or SegmentInterval when shorter,
+// whatever the watch's position), else it is looked up (TimeToLive; a
+// failed lookup is retried once, then recorded TTLUnknown, as is a lease
+// gone by then and never polled).
+// The watch asks for each event's previous key-value (WithPrevKV): a
+// delete of a key that held lease L, with L found gone, starts a revoke,
+// recorded (Lease.Revoked) once the capture has passed the revision at
+// which it found L gone, at the last revision up to it that deleted a key
+// of L: the revoke or expiry, which deletes all its keys in one revision.
+// The record lands in that segment or a later one (Source.Leases reads
+// the segment after the revisions it replays for it). A lease revoked or
+// expired while it held no key leaves no revision and is not recorded.
+// The cost of WithPrevKV: etcd reads each event's previous revision of
+// the key (one index and bbolt lookup) and sends it, about doubling the
+// watch's bytes for overwrites; segments do not store it.
 //
 // Memory: one segment buffered while the previous one uploads; while that
 // upload lasts the watch is not read (etcd holds the events, and a watch
@@ -176,6 +192,9 @@ func Capture(ctx context.Context, o CaptureOptions) error {
 		}
 	}
 	c := &capture{o: o, next: chain.Reach + 1, known: map[int64]bool{}}
+	pctx, stopPoll := context.WithCancel(ctx)
+	defer stopPoll()
+	go c.pollLeases(pctx)
 	c.o.Log.Info("journal: capturing", "cluster", o.ClusterID, "base", o.BaseBackup, "fromRev", c.next, "segments", len(chain.Segments))
 	return c.run(ctx)
 }
@@ -203,6 +222,19 @@ type capture struct {
 	stopWatch context.CancelFunc
 	upc       chan pending
 	errc      chan error
+
+	// revoking are leases found gone on a delete of one of their keys,
+	// until the capture passes the revision at which they were found
+	// gone (settleRevokes); revoked, those recorded (bounded as known).
+	revoking map[int64]*revoke
+	revoked  map[int64]bool
+	// ttlPending index leases whose lookups failed (settleLeases).
+	ttlPending []int
+	// granted are the granted TTLs pollLeases learned, by lease ID: a
+	// lease that expired before the watch reached its put (a paused or
+	// lagging watch) still gets its TTL.
+	grantedMu sync.Mutex
+	granted   map[int64]int64
 }
 
 func (c *capture) run(ctx context.Context) error {
@@ -390,7 +422,7 @@ func (c *capture) frozen(p pending) error {
 func (c *capture) watch(ctx context.Context) clientv3.WatchChan {
 	wctx, cancel := context.WithCancel(ctx)
 	c.stopWatch = cancel
-	return c.o.Client.Watch(wctx, "", clientv3.WithPrefix(), clientv3.WithRev(c.next), clientv3.WithProgressNotify())
+	return c.o.Client.Watch(wctx, "", clientv3.WithPrefix(), clientv3.WithRev(c.next), clientv3.WithProgressNotify(), clientv3.WithPrevKV())
 }
 
 // add buffers events of a watch response up to the end of the first
@@ -415,6 +447,7 @@ func (c *capture) add(ctx context.Context, evs []*clientv3.Event) ([]*clientv3.E
 			}
 			c.curRev, c.curSub = rev, 0
 			c.next = rev + 1
+			c.settleRevokes(rev-1, false)
 			if ms-c.lastRecv >= ReceivedEvery.Milliseconds() {
 				c.received[rev] = ms
 				c.lastRecv = ms
@@ -425,6 +458,9 @@ func (c *capture) add(ctx context.Context, evs []*clientv3.Event) ([]*clientv3.E
 		e := Event{Rev: rev, Sub: c.curSub, Key: kv.Key}
 		if ev.Type == mvccpb.DELETE {
 			e.Type = Delete
+			if ev.PrevKv != nil && ev.PrevKv.Lease != 0 {
+				c.leaseKeyDeleted(ctx, ev.PrevKv.Lease, rev)
+			}
 		} else {
 			e.Type, e.Value, e.CreateRev, e.Version, e.Lease = Put, kv.Value, kv.CreateRevision, kv.Version, kv.Lease
 			if kv.Lease != 0 && !c.known[kv.Lease] {
@@ -444,21 +480,198 @@ func (c *capture) lease(ctx context.Context, id, rev int64) {
 	}
 	c.known[id] = true
 	l := Lease{ID: id, Rev: rev}
-	lctx, cancel := context.WithTimeout(ctx, leaseLookupTimeout)
-	defer cancel()
-	resp, err := c.o.Client.TimeToLive(lctx, clientv3.LeaseID(id))
+	c.grantedMu.Lock()
+	ttl, ok := c.granted[id]
+	c.grantedMu.Unlock()
+	if ok {
+		l.TTL = ttl
+		c.leases = append(c.leases, l)
+		return
+	}
+	resp, err := c.timeToLive(ctx, id)
 	switch {
 	case err != nil:
-		c.o.Log.Warn("journal: lease lookup failed; its TTL is recorded as 0", "cluster", c.o.ClusterID, "lease", fmt.Sprintf("%x", id), "err", err)
+		// Looked up again when the segment is sealed (settleLeases).
+		l.TTLUnknown = true
+		c.ttlPending = append(c.ttlPending, len(c.leases))
+		c.o.Log.Warn("journal: lease lookup failed twice; again when its segment is sealed", "cluster", c.o.ClusterID, "lease", fmt.Sprintf("%x", id), "err", err)
 	case resp.TTL > 0 || resp.GrantedTTL > 0:
 		l.TTL = resp.GrantedTTL
+	default: // gone already: the deletes of its keys follow
+		l.TTLUnknown = true
+		c.o.Log.Info("journal: lease gone before its TTL was learned; recorded unknown (a replay gives it UnknownLeaseTTL)", "cluster", c.o.ClusterID, "lease", fmt.Sprintf("%x", id), "rev", rev)
 	}
 	c.leases = append(c.leases, l)
+}
+
+// settleLeases fills in, before a segment is sealed, the TTLs whose
+// lookups failed: from what pollLeases learned meanwhile, else one more
+// lookup (none after one fails: the cluster is not answering, and the
+// seal waits leaseRetryTimeout at most); still unknown, the record says
+// so (TTLUnknown).
+func (c *capture) settleLeases(ctx context.Context) {
+	answering := true
+	for _, i := range c.ttlPending {
+		l := &c.leases[i]
+		c.grantedMu.Lock()
+		ttl, ok := c.granted[l.ID]
+		c.grantedMu.Unlock()
+		if !ok && answering {
+			lctx, cancel := context.WithTimeout(ctx, leaseRetryTimeout)
+			resp, err := c.o.Client.TimeToLive(lctx, clientv3.LeaseID(l.ID))
+			cancel()
+			answering = err == nil
+			if err == nil && resp.GrantedTTL > 0 {
+				ttl, ok = resp.GrantedTTL, true
+			}
+		}
+		if ok {
+			l.TTL, l.TTLUnknown = ttl, false
+			continue
+		}
+		c.o.Log.Warn("journal: lease TTL still unknown at the segment's end; recorded unknown (a replay gives it UnknownLeaseTTL)", "cluster", c.o.ClusterID, "lease", fmt.Sprintf("%x", l.ID))
+	}
+	c.ttlPending = c.ttlPending[:0]
+}
+
+// pollLeases learns the granted TTL of every lease of the cluster, every
+// leasePollEvery (at most SegmentInterval), independently of the watch:
+// Leases, then TimeToLive of each new one. A lease living longer than
+// that is known even when it expires before the watch reaches its keys.
+// Failures are retried at the next poll; at most maxKnownLeases are kept.
+func (c *capture) pollLeases(ctx context.Context) {
+	every := min(leasePollEvery, c.o.SegmentInterval)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		lctx, cancel := context.WithTimeout(ctx, leaseLookupTimeout)
+		resp, err := c.o.Client.Leases(lctx)
+		cancel()
+		if err == nil {
+			for _, l := range resp.Leases {
+				c.grantedMu.Lock()
+				_, ok := c.granted[int64(l.ID)]
+				c.grantedMu.Unlock()
+				if ok {
+					continue
+				}
+				lctx, cancel := context.WithTimeout(ctx, leaseLookupTimeout)
+				ttl, err := c.o.Client.TimeToLive(lctx, l.ID)
+				cancel()
+				if err != nil || ttl.GrantedTTL <= 0 {
+					continue
+				}
+				c.grantedMu.Lock()
+				if c.granted == nil || len(c.granted) >= maxKnownLeases {
+					c.granted = map[int64]int64{}
+				}
+				c.granted[int64(l.ID)] = ttl.GrantedTTL
+				c.grantedMu.Unlock()
+			}
+		} else if ctx.Err() == nil {
+			c.o.Log.Debug("journal: listing leases failed; again at the next poll", "cluster", c.o.ClusterID, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// timeToLive looks a lease up, retrying once with a shorter deadline.
+func (c *capture) timeToLive(ctx context.Context, id int64) (*clientv3.LeaseTimeToLiveResponse, error) {
+	lctx, cancel := context.WithTimeout(ctx, leaseLookupTimeout)
+	resp, err := c.o.Client.TimeToLive(lctx, clientv3.LeaseID(id))
+	cancel()
+	if err == nil || ctx.Err() != nil {
+		return resp, err
+	}
+	lctx, cancel = context.WithTimeout(ctx, leaseRetryTimeout)
+	defer cancel()
+	return c.o.Client.TimeToLive(lctx, clientv3.LeaseID(id))
+}
+
+// revoke is a lease found gone on a delete of one of its keys.
+type revoke struct {
+	seenGone int64 // the cluster's revision when it was found gone
+	last     int64 // the last revision seen deleting one of its keys
+}
+
+// leaseKeyDeleted notes the delete at rev of a key that held lease id:
+// while the lease lives (or its lookup fails) nothing is recorded; once
+// it is found gone, its revoke is pending until settleRevokes.
+func (c *capture) leaseKeyDeleted(ctx context.Context, id, rev int64) {
+	if r := c.revoking[id]; r != nil {
+		r.last = rev
+		return
+	}
+	if c.revoked[id] {
+		return
+	}
+	if c.revoking == nil {
+		c.revoking = map[int64]*revoke{}
+	}
+	resp, err := c.timeToLive(ctx, id)
+	if err != nil {
+		// Looked up again when the segment is sealed (settleRevokes).
+		c.o.Log.Warn("journal: lease lookup after a delete of its key failed; again when its segment is sealed", "cluster", c.o.ClusterID, "lease", fmt.Sprintf("%x", id), "rev", rev, "err", err)
+		c.revoking[id] = &revoke{seenGone: -1, last: rev}
+		return
+	}
+	if resp.TTL != -1 {
+		return // it lives: an explicit delete
+	}
+	c.revoking[id] = &revoke{seenGone: goneAt(resp, rev), last: rev}
+}
+
+// goneAt is the revision at which a lookup found a lease gone.
+func goneAt(resp *clientv3.LeaseTimeToLiveResponse, rev int64) int64 {
+	if resp.ResponseHeader != nil {
+		return max(rev, resp.Revision)
+	}
+	return rev
+}
+
+// settleRevokes records the pending revokes found gone at or before done,
+// the last revision fully captured: no key of theirs can be deleted after.
+// With recheck (a seal), the leases whose lookup failed are looked up
+// again (none after one fails; leaseRetryTimeout each): gone, they are
+// pending as the others; alive, their deletes were explicit.
+func (c *capture) settleRevokes(done int64, recheck bool) {
+	answering := true
+	for id, r := range c.revoking {
+		if r.seenGone < 0 && recheck && answering {
+			lctx, cancel := context.WithTimeout(context.Background(), leaseRetryTimeout)
+			resp, err := c.o.Client.TimeToLive(lctx, clientv3.LeaseID(id))
+			cancel()
+			switch {
+			case err != nil:
+				answering = false
+			case resp.TTL != -1:
+				delete(c.revoking, id)
+				continue
+			default:
+				r.seenGone = goneAt(resp, r.last)
+			}
+		}
+		if r.seenGone < 0 || r.seenGone > done {
+			continue
+		}
+		c.leases = append(c.leases, Lease{ID: id, Rev: r.last, Revoked: r.last, TTLUnknown: true})
+		delete(c.revoking, id)
+		if c.revoked == nil || len(c.revoked) >= maxKnownLeases {
+			c.revoked = map[int64]bool{}
+		}
+		c.revoked[id] = true
+	}
 }
 
 // seal encodes the buffer into a segment and empties it.
 func (c *capture) seal() (pending, error) {
 	first, last := c.events[0].Rev, c.events[len(c.events)-1].Rev
+	c.settleRevokes(last, true)
+	c.settleLeases(context.Background())
 	c.received[last] = c.lastMs
 	h := Header{
 		ClusterID: c.o.ClusterID, BaseBackup: c.o.BaseBackup, BaseRev: c.o.BaseRev,

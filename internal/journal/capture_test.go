@@ -217,6 +217,10 @@ func TestCapture(t *testing.T) {
 					t.Errorf("%s: header %+v", s.Key, h)
 				}
 				for _, l := range h.Leases {
+					if old, ok := leases[l.ID]; ok {
+						old.Revoked = max(old.Revoked, l.Revoked)
+						l = old
+					}
 					leases[l.ID] = l
 				}
 				got = append(got, events...)
@@ -233,6 +237,17 @@ func TestCapture(t *testing.T) {
 			}
 			if l := leases[lease1]; l.TTL != 60 || l.Rev == 0 {
 				t.Errorf("lease %x: %+v (all %+v)", lease1, l, leases)
+			}
+			// The revoke of round 1's lease is recorded at the revision
+			// deleting its keys /w1/l1 and /w1/l2.
+			var revokedAt int64
+			for _, e := range want {
+				if e.Type == journal.Delete && string(e.Key) == "/w1/l2" {
+					revokedAt = e.Rev
+				}
+			}
+			if l := leases[lease1]; revokedAt == 0 || l.Revoked != revokedAt {
+				t.Errorf("lease %x: revoked at %d, the journal says %+v", lease1, revokedAt, l)
 			}
 			t.Logf("%d events in %d segments, revisions %d-%d", len(got), len(chain.Segments), base+1, last)
 		})

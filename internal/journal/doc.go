@@ -31,7 +31,10 @@
 //   - the capture (capture.go): Capture, a watch of the whole keyspace
 //     from the base (or where the stored segments end) into segments cut
 //     by interval or size at revisions' ends, leases looked up as they
-//     appear, uploads retried, a store slower than the cluster pausing the
+//     appear (their TTLs also polled) and their revokes recorded at the
+//     revision deleting their keys (the watch's previous values; a TTL
+//     never learned is marked unknown, UnknownLeaseTTL on replay), uploads
+//     retried, a store slower than the cluster pausing the
 //     watch (bounded memory), and a GapError when the journal cannot
 //     continue exactly (a compacted or cancelled watch, a broken chain).
 //

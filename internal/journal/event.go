@@ -34,9 +34,27 @@ type Lease struct {
 	// Rev is the revision at (or after) which the journal first saw the
 	// lease; Revoked is the revision of its revoke or expiry (the deletes
 	// of its keys), 0 while it lives.
+	//
+	// A revoke record (the lease found gone when one of its keys was
+	// deleted) may come in a later segment than the lease's first record,
+	// with Rev = Revoked: Revoked is the last revision, up to the one at
+	// which the journal found the lease gone, that deleted one of its keys
+	// (a revoke or expiry deletes all its keys in one revision).
 	Rev     int64 `json:"rev"`
 	Revoked int64 `json:"revoked,omitempty"`
+	// TTLUnknown: the lookup of the granted TTL failed twice, or the lease
+	// was gone by then (TTL is 0). A replay keeps such a lease's entry
+	// when the snapshot has one, else writes it with UnknownLeaseTTL,
+	// never 0 (a 0-TTL lease would expire its keys at once).
+	TTLUnknown bool `json:"ttlUnknown,omitempty"`
 }
+
+// UnknownLeaseTTL (seconds) is the TTL a replay gives a live lease whose
+// granted TTL the journal could not learn (Lease.TTLUnknown): an hour,
+// longer than Kubernetes' leases (events 1 h, leader leases seconds), so a
+// restored leased key outlives the restore and its owner renews or
+// re-grants it; etcd restarts every lease's TTL on restore anyway.
+const UnknownLeaseTTL = 3600
 
 // Header opens every segment: whose it is and where it sits, so a
 // segment of another cluster, of another base backup, or out of order is

@@ -128,12 +128,26 @@ func (s *Source) Segments(ctx context.Context, from, to int64) ([]SegmentInfo, e
 func (s *Source) want() Want { return Want{ClusterID: s.clusterID} }
 
 // Leases are the leases recorded in the headers of the segments holding
-// revisions from to to, seen at or before to, once each (the first
-// record of an ID, its Revoked the last one set).
+// revisions from to to, and of the segment after them (a revoke is
+// recorded once the capture has passed the revision at which it found the
+// lease gone, in the segment holding its revision or a later one): the
+// records seen at or before to (Rev <= to), once each, the first record
+// of an ID with its Revoked the latest one at or before to. A revoke
+// record of a lease without an earlier record (one of the snapshot's)
+// is returned revoked, or not at all when revoked after to.
 func (s *Source) Leases(ctx context.Context, from, to int64) ([]Lease, error) {
 	segs, err := s.covering(ctx, from, to)
 	if err != nil {
 		return nil, err
+	}
+	if c, err := s.Cover(ctx, from); err == nil && len(segs) > 0 {
+		lastKey := segs[len(segs)-1].Key
+		for i, seg := range c.Segments {
+			if seg.Key == lastKey && i+1 < len(c.Segments) {
+				segs = append(segs, c.Segments[i+1])
+				break
+			}
+		}
 	}
 	byID := map[int64]int{}
 	var out []Lease
@@ -145,12 +159,15 @@ func (s *Source) Leases(ctx context.Context, from, to int64) ([]Lease, error) {
 		h := r.Header()
 		r.Close()
 		for _, l := range h.Leases {
-			if l.Rev > to {
+			if l.Rev > to || l.Revoked > to {
 				continue
 			}
 			if i, ok := byID[l.ID]; ok {
 				if l.Revoked != 0 {
-					out[i].Revoked = l.Revoked
+					out[i].Revoked = max(out[i].Revoked, l.Revoked)
+				}
+				if out[i].TTLUnknown && !l.TTLUnknown && l.TTL > 0 {
+					out[i].TTL, out[i].TTLUnknown = l.TTL, false
 				}
 				continue
 			}

@@ -114,7 +114,7 @@ func TestSourceEventsAndLeases(t *testing.T) {
 		t.Fatalf("revisions %v", revs)
 	}
 	leases, err := src.Leases(ctx, 12, 15)
-	if err != nil || fmt.Sprint(leases) != "[{1 60 12 15}]" {
+	if err != nil || fmt.Sprint(leases) != "[{1 60 12 15 false}]" {
 		t.Fatalf("leases %v %v", leases, err)
 	}
 	_, err = src.Events(ctx, 12, 19)
