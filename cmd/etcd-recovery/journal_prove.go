@@ -18,7 +18,7 @@ import (
 type journalProveOpts struct {
 	store                                            storeOpts
 	clusterID, backup, identityFile, tempDir, output string
-	allUnproven, noRecord                            bool
+	allUnproven, noRecord                            bool // noRecord: --dry-run
 	timeout                                          time.Duration
 }
 
@@ -41,7 +41,7 @@ func journalProveCommand(g *globalOpts) *cli.Command {
 			clusterIDFlag(&o.clusterID),
 			backupFlag(&o.backup),
 			&cli.BoolFlag{Name: "all-unproven", Usage: "prove every backup with an unproven journal before it, newest first", Destination: &o.allUnproven},
-			&cli.BoolFlag{Name: "no-record", Usage: "only print the verdict: record nothing", Destination: &o.noRecord},
+			dryRunFlag(&o.noRecord),
 			&cli.DurationFlag{Name: "timeout", Value: drill.DefaultProveTimeout, Usage: timeoutUsage, Destination: &o.timeout},
 			tempDirFlag(&o.tempDir),
 			identityFileFlag(&o.identityFile),
@@ -140,7 +140,7 @@ func runJournalProve(c *cli.Context, g *globalOpts, o *journalProveOpts) error {
 	var foot strings.Builder
 	fmt.Fprintf(&foot, "%s of cluster %s", output.Count(len(res.Proofs), "journal proof"), o.clusterID)
 	if o.noRecord {
-		foot.WriteString(" (not recorded: --no-record)")
+		foot.WriteString(" (not recorded: --dry-run)")
 	}
 	foot.WriteString(".\n")
 	for _, n := range res.NotProven {
