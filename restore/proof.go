@@ -47,7 +47,12 @@ func checkJournalProof(ctx context.Context, opts Options, plan *Plan) (string, e
 	}
 	proofs, err := catalog.ListJournalProofs(ctx, opts.Store, opts.Layout, opts.ClusterID)
 	if err != nil {
-		return StepList, err
+		if opts.AcceptUnprovenJournal && ctx.Err() == nil {
+			plan.Checks = append(plan.Checks, Check{Name: CheckJournalProof, Status: CheckSkipped,
+				Detail: fmt.Sprintf("the journal proofs could not be read (%v): accepted with --accept-unproven-journal", err)})
+			return "", nil
+		}
+		return StepList, fmt.Errorf("%w (a point-in-time restore checks them; --accept-unproven-journal replays without)", err)
 	}
 	var failed, passed *catalog.JournalProof
 	for _, p := range proofs {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -96,7 +97,10 @@ func runJournalProve(c *cli.Context, g *globalOpts, o *journalProveOpts) error {
 	if err != nil {
 		return err
 	}
-	ctx := e.ctx()
+	// --timeout is the run's overall deadline (every proof of
+	// --all-unproven included).
+	ctx, cancel := context.WithTimeout(e.ctx(), o.timeout)
+	defer cancel()
 	opts := drill.ProveOptions{ClusterID: o.clusterID, Store: st, Layout: layout, Target: o.backup, Identities: ids,
 		ScratchDir: o.tempDir, Timeout: o.timeout, NoRecord: o.noRecord, Log: e.log}
 	targets := []string{o.backup}
