@@ -386,3 +386,41 @@ func TestDrillToRevisionAndJournalProof(t *testing.T) {
 		t.Fatalf("second drill: exit %d %+v\n%s", code, d.Record, lastLinesOf(errOut, 20))
 	}
 }
+
+// Without a journal between two backups there is nothing to prove:
+// `journal prove` (and with --backup, --all-unproven) exits 0 saying so,
+// and records nothing; a usage error for --backup with --all-unproven.
+func TestJournalProveNoJournal(t *testing.T) {
+	t.Parallel()
+	ctx := testfix.Context(t, 2*time.Minute)
+	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
+	cli := c.Client(t)
+	m := testenv.SharedMinIO(t)
+	bucket, prefix := m.NewBucket(t), testenv.Prefix(t)
+	w := &proofWorld{etcd: c, id: "proof-none", cos: cosArgs(t, m, bucket, prefix), st: testfix.Store(t, m, bucket), layout: catalog.Layout{Prefix: prefix}}
+	var names []string
+	for i := range 2 {
+		testenv.PutKeys(t, cli, fmt.Sprintf("/n%d/", i), 10, 16)
+		code, out, errOut := runCtx(t, ctx, concatArgs([]string{"backup", "--cluster-id", w.id, "--v2", "off", "-o", "json"}, clusterArgs(c), w.cos)...)
+		var b struct{ Name string }
+		if code != 0 || json.Unmarshal([]byte(out), &b) != nil || b.Name == "" {
+			t.Fatalf("backup: exit %d\n%s\n%s", code, out, errOut)
+		}
+		names = append(names, b.Name)
+	}
+	for _, extra := range [][]string{nil, {"--all-unproven"}, {"--backup", names[1]}} {
+		code, res, errOut := w.prove(t, ctx, extra...)
+		if code != 0 || len(res.Proofs) != 0 {
+			t.Fatalf("journal prove %v without a journal: exit %d %+v\n%s", extra, code, res, errOut)
+		}
+		if len(extra) != 1 && (len(res.NotProven) != 1 || !res.NotProven[0].NoJournal || !strings.Contains(res.NotProven[0].Reason, "no journal")) {
+			t.Fatalf("journal prove %v: %+v", extra, res.NotProven)
+		}
+	}
+	if ps, err := catalog.ListJournalProofs(ctx, w.st, w.layout, w.id); err != nil || len(ps) != 0 {
+		t.Fatalf("proofs recorded without a journal: %+v %v", ps, err)
+	}
+	if code, _, _ := runCtx(t, ctx, concatArgs([]string{"journal", "prove", "--cluster-id", w.id, "--backup", names[1], "--all-unproven"}, w.cos)...); code != exitUsage {
+		t.Fatalf("--backup with --all-unproven: exit %d, want %d", code, exitUsage)
+	}
+}

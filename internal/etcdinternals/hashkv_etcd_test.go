@@ -77,7 +77,8 @@ func hashWorkload(tb testing.TB, ctx context.Context, cli *clientv3.Client, roun
 // snapshot taken after the compaction; after a second compaction at a
 // put, on a snapshot taken before it, hashed as if compacted there (what a
 // proof does with a backup the journal was replayed into), and on one
-// taken after it. A compact revision below the database's is refused.
+// taken after it; with every key deleted (etcd's keep set empty). A
+// compact revision below the database's is refused.
 func TestHashKVMatchesEtcd(t *testing.T) {
 	t.Parallel()
 	for _, v := range []testenv.Version{testenv.V35, testenv.V36} {
@@ -151,6 +152,19 @@ func TestHashKVMatchesEtcd(t *testing.T) {
 			if _, err := etcdinternals.HashKV(snapshotFile(t, ctx, cli, dir, "last.db"), r3, r2); err == nil {
 				t.Errorf("a database compacted at %d hashed for compact revision %d", c2, r2)
 			}
+			// Every key deleted: no key is alive at the revision (etcd's
+			// keep set is empty), so etcd hashes what its compaction left
+			// at or below the compact revision.
+			del, err := cli.Delete(ctx, "\x00", clientv3.WithFromKey())
+			if err != nil || del.Deleted == 0 {
+				t.Fatalf("delete everything: %v %v", del, err)
+			}
+			h = etcdHash(del.Header.Revision)
+			if h.CompactRevision != c2 {
+				t.Fatalf("etcd reports compact revision %d, compacted at %d", h.CompactRevision, c2)
+			}
+			check(snapshotFile(t, ctx, cli, dir, "empty.db"), h)
+
 			revs, err := etcdinternals.DatabaseRevisions(post)
 			if err != nil || revs.Revision != r3 || revs.Compact != r2 {
 				t.Errorf("DatabaseRevisions: %+v %v, want revision %d compact %d", revs, err, r3, r2)
