@@ -132,7 +132,8 @@ func runJournalProve(c *cli.Context, g *globalOpts, o *journalProveOpts) error {
 			return err
 		}
 	}
-	t := output.Table{Header: []string{"TARGET", "BASE", "REVISION", "COMPACT", "EVENTS", "HASH", "WANT", "VERDICT", "DETAIL"}}
+	t := output.Table{Header: []string{"TARGET", "BASE", "REVISION", "COMPACT", "EVENTS", "HASH", "WANT", "VERDICT", "DETAIL"},
+		Wide: []string{"BASE"}, Long: []string{"DETAIL"}}
 	failed := 0
 	for _, p := range res.Proofs {
 		if p.Failed() {
@@ -148,10 +149,10 @@ func runJournalProve(c *cli.Context, g *globalOpts, o *journalProveOpts) error {
 	}
 	foot.WriteString(".\n")
 	for _, n := range res.NotProven {
-		fmt.Fprintf(&foot, "%s\n", n.Reason)
+		t.Notes = append(t.Notes, n.Reason)
 	}
 	if len(targets) == 0 {
-		fmt.Fprintf(&foot, "No backup of cluster %s has an unproven journal before it: nothing to prove.\n", o.clusterID)
+		t.Notes = append(t.Notes, fmt.Sprintf("No backup of cluster %s has an unproven journal before it: nothing to prove.", o.clusterID))
 	}
 	t.Footer = foot.String()
 	if err := e.render(t, res); err != nil {

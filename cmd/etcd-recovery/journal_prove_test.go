@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -278,6 +279,18 @@ func TestJournalProveFails(t *testing.T) {
 	if err != nil || !rec.Failed() {
 		t.Fatalf("recorded proof: %+v, %v", rec, err)
 	}
+
+	// Proven again as a table, recording nothing (the record stays).
+	code, table, errOut := runCtx(t, ctx, concatArgs([]string{"journal", "prove", "--cluster-id", w.id, "--backup", p.Target, "--dry-run"}, w.cos)...)
+	if code == 0 || !strings.Contains(table, "TARGET") || !strings.Contains(table, fmt.Sprint(p.Got.Hash)) || !strings.Contains(table, "(not recorded: --dry-run)") {
+		t.Fatalf("journal prove --backup --dry-run: exit %d\n%s\n%s", code, table, errOut)
+	}
+	for _, line := range strings.Split(table, "\n") {
+		if utf8.RuneCountInString(line) > 120 {
+			t.Errorf("journal prove's table is wider than 120 columns: %q", line)
+		}
+	}
+	t.Logf("journal prove:\n%s", table)
 
 	// The exporter's scrape.
 	e, err := metrics.New(metrics.Options{Store: w.st, Layout: w.layout})
