@@ -329,6 +329,10 @@ func TestJournalProveFails(t *testing.T) {
 			t.Fatalf("restore --to-revision into a window whose proof failed (dry run %v): exit %d\n%s\n%s", dry, code, out, errOut)
 		}
 	}
+	if code, _, _ := runCtx(t, ctx, concatArgs([]string{"restore", "--cluster-id", w.id, "--initial-cluster", "r0=http://127.0.0.1:2380",
+		"--data-dir-root", t.TempDir(), "--accept-unproven-journal", "--dry-run"}, w.cos)...); code != exitUsage {
+		t.Errorf("--accept-unproven-journal without --to-revision: exit %d, want %d", code, exitUsage)
+	}
 	code, out, errOut := runCtx(t, ctx, w.restoreArgs(t, w.lastRev-1, "--accept-unproven-journal", "-o", "json")...)
 	var got restore.Result
 	if code != 0 || json.Unmarshal([]byte(out), &got) != nil || got.Replay == nil || got.Replay.ToRevision != w.lastRev-1 {

@@ -147,6 +147,8 @@ func runRestore(c *cli.Context, g *globalOpts, o *restoreOpts) error {
 		return usagef("restore: --to-revision and --to-time: give one")
 	case c.IsSet("to-revision") && o.toRevision <= 0:
 		return usagef("restore: --to-revision must be a revision (positive)")
+	case o.acceptUnprovenJournal && !c.IsSet("to-revision") && !c.IsSet("to-time"):
+		return usagef("restore: --accept-unproven-journal goes with --to-revision or --to-time")
 	case o.toTime != "":
 		if toTime, err = time.Parse(time.RFC3339Nano, o.toTime); err != nil {
 			return usagef("restore: --to-time %q: want RFC 3339 (2006-01-02T15:04:05Z)", o.toTime)
