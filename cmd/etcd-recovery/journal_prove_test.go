@@ -222,7 +222,8 @@ func TestJournalProvePasses(t *testing.T) {
 // both hashes, recorded; the exporter's real scrape reports
 // etcd_recovery_journal_proof_failed 1 for the cluster; restore
 // --to-revision into the window is refused naming the proof (a dry run
-// too), and accepted with --accept-unproven-journal.
+// too), and accepted with --accept-unproven-journal. A drill of the backup
+// still passes, and reports the failed proof beside its verdict.
 func TestJournalProveFails(t *testing.T) {
 	t.Parallel()
 	ctx := testfix.Context(t, 3*time.Minute)
@@ -278,6 +279,13 @@ func TestJournalProveFails(t *testing.T) {
 	rec, err := catalog.ReadJournalProof(ctx, w.st, w.layout, w.id, p.Target)
 	if err != nil || !rec.Failed() {
 		t.Fatalf("recorded proof: %+v, %v", rec, err)
+	}
+	// A drill of the backup passes (the backup restores) and reports the
+	// journal's failed proof beside its verdict.
+	dcode, d, derr := w.drill(t, ctx)
+	if dcode != 0 || d.Result != fleet.DrillPassed || d.Record == nil || !d.Record.Passed || d.Record.JournalProof != catalog.ProofFailed ||
+		!strings.Contains(fmt.Sprint(d.Record.Checks), fmt.Sprint(p.Want.Hash)) {
+		t.Fatalf("drill of the backup after a failed proof: exit %d %+v\n%s", dcode, d.Record, lastLinesOf(derr, 20))
 	}
 
 	// Proven again as a table, recording nothing (the record stays).
