@@ -10,6 +10,14 @@
 // checks; a drill the node, not the backup, stopped is inconclusive and
 // records nothing (Error.Inconclusive).
 //
+// ProveJournal (prove.go) proves the journal before a full backup: the
+// backup before it plus the journal, replayed offline with restore's
+// stages, must hash (etcdinternals.HashKV) as the backup does; the verdict
+// is recorded as a catalog.JournalProof. Every Run of a stored backup
+// proves the journal before it when none is recorded (journal.go), as an
+// info check that never judges the backup; Options.ToRevision drills a
+// point-in-time restore (the journal replayed up to it).
+//
 // It imports restore and plumbing. The CLI's drill and backup --drill,
 // kube's namespace backup and drill, and metrics use it; backup reaches it
 // only through backup.Options.Drill, a func the composer sets (backup does

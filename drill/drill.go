@@ -58,6 +58,20 @@ type Options struct {
 	ProbeTimeout    time.Duration
 	// NoRecord skips writing drill.json (the result is only returned).
 	NoRecord bool
+	// ToRevision (drill --to-revision) drills a point-in-time restore:
+	// the newest backup at or below it (or Backup) is restored with the
+	// journal's events after it replayed up to ToRevision (restore's
+	// Replay stage), and the restored member is checked and compared
+	// with the source's HashKV at ToRevision, when the source still has
+	// it. Its record (DrillRecord.ToRevision) is written only when it
+	// passed: a journal's failure must not mark the backup failed.
+	ToRevision int64
+	// Journal is the journal ToRevision replays; nil: the store's
+	// (journal.NewSource over Store and Layout).
+	Journal restore.JournalSource
+	// NoJournalProof: a drill of a stored backup does not prove the
+	// journal before it (ProveJournal, see proveJournal).
+	NoJournalProof bool
 	// IncludeDeleted (--include-deleted) also drills, on a versioned
 	// bucket, a backup only object versions hold (deleted or
 	// overwritten: restore.Options.IncludeDeleted): the newest backup is
@@ -210,6 +224,12 @@ func (o Options) Validate() error {
 		if err := o.Source.Validate(); err != nil {
 			return usage.Errorf("source: %w", err)
 		}
+	}
+	if o.ToRevision < 0 {
+		return usage.Errorf("--to-revision must be a revision (positive)")
+	}
+	if o.ToRevision > 0 && o.Plaintext != "" {
+		return usage.Errorf("--to-revision drills a stored backup and the journal, not a local plaintext snapshot")
 	}
 	if o.Plaintext != "" {
 		switch {
@@ -509,7 +529,9 @@ func (d *drill) chooseBackup(ctx context.Context) error {
 	if d.opts.Plaintext != "" {
 		d.opts.Backup = d.opts.Manifest.Name
 	}
-	if d.opts.Backup != "" {
+	if d.opts.Backup != "" || d.opts.ToRevision > 0 {
+		// With ToRevision, restore's select stage chooses the newest
+		// backup at or below it.
 		return nil
 	}
 	// The newest committed backup, whatever its earlier drills said:
@@ -553,7 +575,7 @@ func (d *drill) begin() {
 	opts := d.opts
 	d.log = opts.Log.With("cluster", opts.ClusterID, "drill", true)
 	d.rec = &catalog.DrillRecord{Format: catalog.DrillFormat, ClusterID: opts.ClusterID, Backup: opts.Backup,
-		StartedAt: opts.Now().UTC(), ToolVersion: version.Version, BumpRevision: restore.DefaultBumpRevision}
+		StartedAt: opts.Now().UTC(), ToolVersion: version.Version, BumpRevision: restore.DefaultBumpRevision, ToRevision: opts.ToRevision}
 }
 
 // makeScratch makes the private scratch dir: the staged snapshot and the
@@ -610,6 +632,7 @@ func (d *drill) restoreBackup(ctx context.Context) (verdict bool, err error) {
 		ProbeTimeout: opts.ProbeTimeout, Progress: opts.Progress, Log: opts.Log, Now: opts.Now,
 		Identities: opts.Identities, IncludeDeleted: opts.IncludeDeleted,
 	}
+	d.pointInTime(&ro)
 	restoreStart, err := d.restore(ctx, ro)
 	if err != nil {
 		step := stepOf(err)
@@ -706,6 +729,7 @@ func (d *drill) finish(ctx context.Context) (*catalog.DrillRecord, error) {
 	if cerr != nil {
 		return d.fail(StepCleanup, cerr)
 	}
+	d.proveJournal(ctx)
 	d.step(ctx, StepRecord)
 	if err := ctx.Err(); err != nil {
 		// A cancelled drill proves nothing either way: no record.
@@ -728,6 +752,8 @@ func (d *drill) finish(ctx context.Context) (*catalog.DrillRecord, error) {
 	}
 	if d.chosen.FromVersions {
 		d.log.Warn("drilled a backup that only object versions hold: nothing recorded", "backup", rec.Backup, "status", d.chosen.Recovered)
+	} else if d.opts.ToRevision > 0 && !rec.Passed {
+		d.log.Warn("point-in-time drill failed: not recorded (the backup's own drill judges it)", "backup", rec.Backup, "to_revision", d.opts.ToRevision)
 	} else if !d.opts.NoRecord {
 		if err := catalog.PutDrill(ctx, d.opts.Store, d.opts.Layout, rec); err != nil {
 			return d.fail(StepRecord, err)

@@ -80,6 +80,14 @@ func (d *drill) restore(ctx context.Context, ro restore.Options) (restoreStart t
 	defer os.Remove(staged) // gone already once taken over
 
 	d.addStep(StepVerify, d.verifyStart, nil)
+	if ro.ToRevision > 0 {
+		// A point-in-time drill: the journal replayed into the staged
+		// file; the facts checked and the revision hashed are then the
+		// replayed database's.
+		if err := restore.Replay(ctx, ro, plan, staged, restore.ReplayOptions{ToRevision: ro.ToRevision, Journal: ro.Journal}); err != nil {
+			return restoreStart, err
+		}
+	}
 	if plan.Snapshot != nil {
 		d.facts = *plan.Snapshot
 	}

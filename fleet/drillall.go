@@ -369,9 +369,10 @@ func (r *DrillAllReport) DrillErrorLines() []string {
 func DrillOne(ctx context.Context, opts DrillAllOptions, clusterID, name string) (*DrillAllReport, error) {
 	o := opts.Template
 	o.ClusterID, o.Backup = clusterID, name
-	if name == "" {
+	if name == "" && o.ToRevision == 0 {
 		// The newest committed backup, named (see DrillAll); with none,
-		// drill.Run says there is none.
+		// drill.Run says there is none. (A point-in-time drill's is the
+		// newest at or below its revision: drill.Run chooses it.)
 		if entries, err := catalog.Inventory(ctx, o.Store, o.Layout, clusterID); err == nil {
 			for _, e := range entries {
 				if e.Committed {

@@ -335,6 +335,7 @@ func (r *refresh) clusterStates(ctx context.Context) (next map[string]*ClusterSt
 		}
 	}
 	if storeOK {
+		proofStates(next, sr)
 		e.checkDecrypts(ctx, next, sr, r.futureCut, r.fail)
 		e.checkLocks(ctx, next, sr, r.futureCut, r.fail)
 	}
@@ -595,6 +596,10 @@ type storeRead struct {
 	// read (lockOK).
 	lock   store.LockInfo
 	lockOK bool
+	// proofs are the clusters' newest journal proofs; proofsUnread the
+	// clusters whose newest could not be read.
+	proofs       map[string]*JournalProofState
+	proofsUnread map[string]bool
 }
 
 // readStore lists the layout's root once and reads the committed backups'
@@ -636,6 +641,7 @@ func (e *Exporter) readStore(ctx context.Context, fail func(string, error)) *sto
 	}
 	sr := &storeRead{entries: make(map[string][]catalog.Entry, len(ids)), manifests: make(map[string][]*catalog.Manifest, len(ids)),
 		staged: stagedStates(layout, objs)}
+	sr.proofs, sr.proofsUnread = e.readProofs(ctx, objs, fail)
 	if sr.lock, err = catalog.BucketLock(ctx, st); err != nil {
 		fail(StepReadLocks, err)
 	} else {
@@ -746,7 +752,8 @@ func (e *Exporter) Describe(ch chan<- *prometheus.Desc) {
 		descBackupsIncomplete, descBackupsDamaged, descDrillLast, descDrillLastResult, descDrillLastPass, descVerdict,
 		descMembers, descMembersUp, descDBSize, descLeaderChanges, descRefreshDuration, descRefreshErrors, descRefreshLastSuccess,
 		descOrphanInfo, descOrphanDeleteAfter, descBackupsFutureDated, descBackupFutureDatedLatest, descStagedCopies, descStagedOldest,
-		descBackupUndecryptable, descBucketObjectLock, descBackupLockedUntil} {
+		descBackupUndecryptable, descBucketObjectLock, descBackupLockedUntil,
+		descJournalProofFailed, descJournalProofTimestamp} {
 		ch <- d
 	}
 }
@@ -769,6 +776,7 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, c := range snap.Clusters {
 		collectCluster(gauge, ch, c)
+		collectJournalProof(gauge, c)
 		if locked && c.Stored && c.LockBackup != "" {
 			gauge(descBackupLockedUntil, lockedUntil(c.LockedUntil), c.Cluster)
 		}

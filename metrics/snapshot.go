@@ -63,6 +63,8 @@ type ClusterState struct {
 	Leader    string              `json:"leader,omitempty"`
 	// LeaderChanges counts the leader changes seen between refreshes.
 	LeaderChanges uint64 `json:"leaderChanges"`
+	// JournalProof is the newest journal proof recorded (nil: none).
+	JournalProof *JournalProofState `json:"journalProof,omitempty"`
 }
 
 // OrphanState is one orphan of the namespace's prefix: a cluster id with

@@ -39,6 +39,11 @@
 // and Prepare: the events after the staged snapshot's revision, up to the
 // revision asked for, are applied straight into the staged file
 // (etcdinternals.ApplyEvents); Run composes it when ToRevision is set.
+// Select of a point-in-time restore also reads the journal proofs
+// (catalog.JournalProof, proof.go): a replay through a window whose proof
+// failed is refused with a *JournalProofError unless
+// Options.AcceptUnprovenJournal, and the plan's "journal proof" check says
+// whether the window is proven, failed (accepted) or unproven.
 //
 // CheckCluster is `restore verify` (VerifyRebuilt with what the backup
 // says the cluster must hold), and RestoreV2 puts the legacy v2 keys back.

@@ -143,6 +143,11 @@ type Options struct {
 	ToRevision int64
 	// Journal is the journal ToRevision replays (JournalSource).
 	Journal JournalSource
+	// AcceptUnprovenJournal (--accept-unproven-journal) replays the
+	// journal even through a window whose journal proof failed
+	// (catalog.JournalProof); without it such a ToRevision is refused at
+	// the select step (JournalProofError).
+	AcceptUnprovenJournal bool
 }
 
 // Survivor is the pre-restore snapshot of a surviving member.
@@ -740,6 +745,9 @@ func selectBackup(ctx context.Context, opts Options, log *slog.Logger, plan *Pla
 		}
 	}
 	step, err = choose(opts, log, plan, cands, idx, local == nil)
+	if err == nil && local == nil {
+		step, err = checkJournalProof(ctx, opts, plan)
+	}
 	return cands, idx, step, err
 }
 

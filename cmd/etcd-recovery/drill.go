@@ -17,6 +17,8 @@ type drillCmdOpts struct {
 	clusterID, backup, output, pushgateway string
 	etcdBinDir, tempDir, identityFile      string
 	all, noRecord, includeDeleted          bool
+	noJournalProof                         bool
+	toRevision                             int64
 	parallel                               int
 	probeTimeout, startTimeout             time.Duration
 }
@@ -50,6 +52,8 @@ func drillCommand(g *globalOpts) *cli.Command {
 			&cli.DurationFlag{Name: "start-timeout", Usage: "how long a drill waits for its etcd to serve (default 2m plus 1s per 16 MiB of database)", Destination: &o.startTimeout},
 			&cli.BoolFlag{Name: "no-record", Usage: "do not write drill.json (the result is only printed)", Destination: &o.noRecord},
 			includeDeletedFlag(&o.includeDeleted),
+			&cli.Int64Flag{Name: "to-revision", Usage: "point in time: restore the cluster as of exactly this revision, from the newest backup at or below it and the journal's segments after it", Destination: &o.toRevision},
+			&cli.BoolFlag{Name: "no-journal-proof", Usage: "do not prove the journal before the drilled backup (a drill of a stored backup does, when the cluster has a journal and no proof of it is recorded)", Destination: &o.noJournalProof},
 			etcdBinDirFlag(&o.etcdBinDir),
 			tempDirFlag(&o.tempDir),
 			identityFileFlag(&o.identityFile),
@@ -82,7 +86,11 @@ func runDrill(c *cli.Context, g *globalOpts, o *drillCmdOpts) error {
 		return err
 	}
 	tmpl := drill.Options{EtcdBinDir: o.etcdBinDir, ScratchDir: o.tempDir, Identities: ids,
-		StartTimeout: o.startTimeout, ProbeTimeout: o.probeTimeout, NoRecord: o.noRecord, IncludeDeleted: o.includeDeleted, Log: log}
+		StartTimeout: o.startTimeout, ProbeTimeout: o.probeTimeout, NoRecord: o.noRecord, IncludeDeleted: o.includeDeleted, Log: log,
+		ToRevision: o.toRevision, NoJournalProof: o.noJournalProof}
+	if c.IsSet("to-revision") && (all || o.toRevision <= 0) {
+		return usagef("drill: --to-revision R (a positive revision) goes with --cluster-id: a revision is one cluster's")
+	}
 	kubeForm := all && (c.IsSet("namespace") || c.IsSet("kubeconfig"))
 	// --endpoints has a default (etcdctl's 127.0.0.1:2379): only endpoints
 	// given (flag or ETCDCTL_ENDPOINTS) are a source to compare with.

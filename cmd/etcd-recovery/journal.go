@@ -65,7 +65,7 @@ func journalCommand(g *globalOpts) *cli.Command {
 			identityFileFlag(&o.identityFile),
 		}, o.encryption.flags(), o.policy.flags(), o.lock.flags(), o.leader.flags()),
 		Action:      func(c *cli.Context) error { return runJournal(c, g, o) },
-		Subcommands: []*cli.Command{journalFindCommand(g)},
+		Subcommands: []*cli.Command{journalFindCommand(g), journalProveCommand(g)},
 	}
 }
 

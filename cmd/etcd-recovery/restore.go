@@ -37,6 +37,7 @@ type restoreOpts struct {
 	bumpRevision                                      uint64
 	toRevision                                        int64
 	toTime                                            string
+	acceptUnprovenJournal                             bool
 	parallelDataDirs                                  int
 	probeTimeout, verifyTimeout, timeout, waitTimeout time.Duration
 }
@@ -105,6 +106,7 @@ func restoreCommand(g *globalOpts) *cli.Command {
 			&cli.BoolFlag{Name: "force-path-style", Value: true, Usage: "with --via etcd-operator: spec.s3.forcePathStyle", Destination: &o.forcePathStyle},
 			&cli.Int64Flag{Name: "to-revision", Usage: "point in time: restore the cluster as of exactly this revision, from the newest backup at or below it and the journal's segments after it", Destination: &o.toRevision},
 			&cli.StringFlag{Name: "to-time", Usage: "point in time (RFC 3339): restore to the last revision the journal received at or before this time (to within 100 ms)", Destination: &o.toTime},
+			&cli.BoolFlag{Name: "accept-unproven-journal", Usage: "point in time: replay the journal even through a window whose journal proof failed (journal prove; refused without it)", Destination: &o.acceptUnprovenJournal},
 			identityFileFlag(&o.identityFile),
 			outputFlag(&o.output),
 		}, o.encryption.flags(), deprecatedFlagsOf("restore")),
@@ -145,6 +147,8 @@ func runRestore(c *cli.Context, g *globalOpts, o *restoreOpts) error {
 		return usagef("restore: --to-revision and --to-time: give one")
 	case c.IsSet("to-revision") && o.toRevision <= 0:
 		return usagef("restore: --to-revision must be a revision (positive)")
+	case o.acceptUnprovenJournal && !c.IsSet("to-revision") && !c.IsSet("to-time"):
+		return usagef("restore: --accept-unproven-journal goes with --to-revision or --to-time")
 	case o.toTime != "":
 		if toTime, err = time.Parse(time.RFC3339Nano, o.toTime); err != nil {
 			return usagef("restore: --to-time %q: want RFC 3339 (2006-01-02T15:04:05Z)", o.toTime)
@@ -196,6 +200,7 @@ func runRestore(c *cli.Context, g *globalOpts, o *restoreOpts) error {
 		// The journal is read from the store opened below; --to-time's
 		// revision is known once it is (1 stands for it until then).
 		opts.ToRevision = max(o.toRevision, 1)
+		opts.AcceptUnprovenJournal = o.acceptUnprovenJournal
 		opts.Journal = journal.NewSource(nil, catalog.Layout{}, o.clusterID, ids)
 	}
 	if eps := o.verifyEndpoints.Value(); len(eps) > 0 {

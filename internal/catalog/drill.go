@@ -123,6 +123,17 @@ type DrillRecord struct {
 	Comparison DrillComparison `json:"comparison"`
 	Checks     []DrillCheck    `json:"checks"`
 	Steps      []DrillStep     `json:"steps"`
+
+	// ToRevision is the revision a point-in-time drill restored to
+	// (drill --to-revision): the backup plus the journal up to it;
+	// Revision is then the replayed database's. 0: the backup as it is.
+	ToRevision int64 `json:"toRevision,omitempty"`
+	// JournalProof is the verdict of the proof of the journal before the
+	// drilled backup (drill.ProveJournal: passed, failed, inconclusive,
+	// or "none" when there is no journal before it), made or read by the
+	// drill; it never changes the drill's verdict of the backup. Empty:
+	// not looked at.
+	JournalProof string `json:"journalProof,omitempty"`
 }
 
 // DrillComparison is the restored keyspace compared with the source's.

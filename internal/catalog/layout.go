@@ -42,6 +42,7 @@ import (
 //	<prefix>/_staged/<cluster-id>/<backup>/snapshot.db         a plaintext copy staged for etcd-operator (StagedKey)
 //	<prefix>/_journal/<cluster-id>/<first>-<last>.seg          a journal segment (JournalSegmentKey; internal/journal writes it)
 //	<prefix>/_journal/<cluster-id>/gaps/<from>.json            a journal gap's record (JournalGapKey; fleet's journal writes it)
+//	<prefix>/_journal/<cluster-id>/proofs/<backup>.json        a journal proof (JournalProofKey; drill.ProveJournal writes it)
 //
 // The tool's own folders under the prefix start with '_', which no cluster
 // id can (ValidateClusterID). Older versions staged copies under
@@ -432,6 +433,9 @@ func (l Layout) Classify(key string) KeyInfo {
 	}
 	if r, ok := strings.CutPrefix(rest, journalDir); ok {
 		id, seg, ok := strings.Cut(r, "/")
+		if pi, isProof := classifyJournalProof(id, seg); ok && isProof {
+			return pi
+		}
 		if g, isGap := strings.CutPrefix(seg, journalGapsDir); ok && isGap {
 			m := journalGapRe.FindStringSubmatch(g)
 			if m == nil || ValidateClusterID(id) != nil {

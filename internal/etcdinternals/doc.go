@@ -26,6 +26,10 @@
 //	LeaseEntry, LeaseBucket,     lease/lessor.go (bucket "lease", 8-byte big-endian   bbolt file, not through an etcd client     TestApplyEventsRefuses
 //	SnapshotRevision)            ID, leasepb.Lease{ID, TTL}), kvstore.go restore      (client replay: 65x slower, BenchmarkReplay)
 //	                             (revision = max(last key, compactions))
+//	offline HashKV (HashKV,      mvcc/hash.go kvHasher, kvstore.go hashByRev,        a journal proof hashes backup k plus the   TestHashKVMatchesEtcd
+//	DatabaseRevisions, KVHash)   key_index.go keep (3.5 and 3.6 storage/mvcc alike):  journal and backup k+1 offline, at the
+//	                             crc32c of "key" and entries in (compact, rev] plus   same compact revision, with no etcd
+//	                             each key's latest put at rev, no tombstone at compact
 //	madvise (DropResident)       bbolt's read-only shared mmap at DB.Info().Data;     a read-only walk of a 1 GiB DB would keep  TestDropResidentShrinksRSS
 //	                             Linux MADV_DONTNEED semantics                        1 GiB resident
 //	non-zeroing buffer pool      grpc/mem.BufferPool, experimental.WithBufferPool;    gRPC's default pool clears every buffer:   TestTieredPool

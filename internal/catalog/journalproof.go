@@ -1,0 +1,227 @@
+package catalog
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/armada/etcd-recovery/internal/store"
+)
+
+// A journal proof (issue 25, "proven continuously") is the record that
+// the journal between two full backups rebuilds the second: full backup
+// Base plus the journal's events up to Target's revision, built offline,
+// hashes (etcd's HashKV, at the same compact revision) as Target does.
+// drill.ProveJournal makes it; restore reads it to withdraw a window whose
+// proof failed; the exporter reports the newest.
+//
+//	<prefix>/_journal/<cluster-id>/proofs/<target backup>.json   a journal proof (JournalProofKey)
+
+// journalProofDir is the proofs' folder under a cluster's journal folder.
+const journalProofDir = "proofs/"
+
+// JournalProofFormat is the version of the proof record's format.
+const JournalProofFormat = 1
+
+// Verdicts of a journal proof. Only passed and failed are ever recorded:
+// an inconclusive proof (a store error, a deadline) records nothing.
+const (
+	ProofPassed       = "passed"
+	ProofFailed       = "failed"
+	ProofInconclusive = "inconclusive"
+)
+
+// KeyJournalProof is a journal proof record (Layout.JournalProofKey).
+const KeyJournalProof KeyKind = "journal proof"
+
+// JournalProofPrefix is the key prefix of a cluster's journal proofs,
+// ending in '/'.
+func (l Layout) JournalProofPrefix(clusterID string) string {
+	return l.JournalPrefix(clusterID) + journalProofDir
+}
+
+// JournalProofKey is the key of the proof of the journal before backup
+// target: <prefix>/_journal/<cluster>/proofs/<target>.json.
+func (l Layout) JournalProofKey(clusterID, target string) string {
+	return l.JournalProofPrefix(clusterID) + target + ".json"
+}
+
+// classifyJournalProof classifies seg, a key under a cluster's journal
+// folder without it: a proof when it is proofs/<backup name>.json.
+func classifyJournalProof(id, seg string) (KeyInfo, bool) {
+	name, ok := strings.CutPrefix(seg, journalProofDir)
+	if !ok {
+		return KeyInfo{}, false
+	}
+	name, ok = strings.CutSuffix(name, ".json")
+	if !ok || ValidateClusterID(id) != nil {
+		return KeyInfo{}, false
+	}
+	t, kind, err := ParseBackupName(name)
+	if err != nil {
+		return KeyInfo{}, false
+	}
+	return KeyInfo{Kind: KeyJournalProof, ClusterID: id, Name: name, Time: t, BackupKind: kind}, true
+}
+
+// ProofHash is one side of a proof: etcd's HashKV of a database.
+type ProofHash struct {
+	Hash uint32 `json:"hash"`
+	// Revision is the database's revision (the replayed one's: the last
+	// event applied).
+	Revision int64 `json:"revision"`
+}
+
+// JournalProof is the record of a proof of the journal between full
+// backups Base and Target of a cluster.
+type JournalProof struct {
+	Format    int    `json:"format"`
+	ClusterID string `json:"clusterID"`
+	// Base is the full backup the journal was replayed into (k), at
+	// BaseRevision; Target the next full backup (k+1), at TargetRevision.
+	Base           string `json:"base"`
+	BaseRevision   int64  `json:"baseRevision"`
+	Target         string `json:"target"`
+	TargetRevision int64  `json:"targetRevision"`
+	// Compact is the compact revision both were hashed for: the larger
+	// of the two databases' own.
+	Compact int64 `json:"compact"`
+	// Segments are the journal's segments replayed, Events their events.
+	Segments []string `json:"segments,omitempty"`
+	Events   int64    `json:"events"`
+	// Got is the hash of Base plus the journal; Want Target's.
+	Got  ProofHash `json:"got"`
+	Want ProofHash `json:"want"`
+	// Verdict is ProofPassed or ProofFailed; Detail says why it failed.
+	Verdict  string        `json:"verdict"`
+	Detail   string        `json:"detail,omitempty"`
+	Time     time.Time     `json:"time"`
+	Duration time.Duration `json:"durationNanos"`
+	// ToolVersion is the tool's version that proved it.
+	ToolVersion string `json:"toolVersion,omitempty"`
+}
+
+// Failed says whether the proof failed.
+func (p *JournalProof) Failed() bool { return p != nil && p.Verdict == ProofFailed }
+
+// Covers says whether a restore to revision rev from backup base replays
+// the journal this proof judged: base is its Base and rev is above the
+// base's revision and at or below the target's.
+func (p *JournalProof) Covers(base string, rev int64) bool {
+	return p != nil && p.Base == base && rev > p.BaseRevision && rev <= p.TargetRevision
+}
+
+func (p *JournalProof) validate() error {
+	if err := ValidateClusterID(p.ClusterID); err != nil {
+		return err
+	}
+	for _, n := range []string{p.Base, p.Target} {
+		if _, _, err := ParseBackupName(n); err != nil {
+			return err
+		}
+	}
+	if p.Verdict != ProofPassed && p.Verdict != ProofFailed {
+		return fmt.Errorf("journal proof of %s/%s: verdict %q is never recorded (only %s or %s)", p.ClusterID, p.Target, p.Verdict, ProofPassed, ProofFailed)
+	}
+	return nil
+}
+
+// ErrProofExists is PutJournalProof finding a proof of the target already.
+var ErrProofExists = errors.New("a journal proof of this backup is recorded already")
+
+// PutJournalProof writes p create-only at JournalProofKey(p.ClusterID,
+// p.Target) (with a store that can create only if absent; another store
+// is checked first). A proof already there is an error wrapping
+// ErrProofExists: a recorded verdict is never replaced.
+func PutJournalProof(ctx context.Context, st store.Store, layout Layout, p *JournalProof) error {
+	if p.Format == 0 {
+		p.Format = JournalProofFormat
+	}
+	if err := p.validate(); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(p, "", "  ")
+	if err != nil {
+		return err
+	}
+	key := layout.JournalProofKey(p.ClusterID, p.Target)
+	if c, ok := st.(store.Conditional); ok {
+		_, err = c.PutIfAbsent(ctx, key, bytes.NewReader(b))
+	} else {
+		if objs, lerr := st.List(ctx, key); lerr != nil {
+			err = lerr
+		} else if slices.ContainsFunc(objs, func(o store.ObjectInfo) bool { return o.Key == key }) {
+			err = store.ErrExists
+		} else {
+			_, err = st.Put(ctx, key, bytes.NewReader(b))
+		}
+	}
+	if errors.Is(err, store.ErrExists) {
+		return fmt.Errorf("journal proof of %s/%s at %s: %w", p.ClusterID, p.Target, key, ErrProofExists)
+	}
+	if err != nil {
+		return fmt.Errorf("journal proof of %s/%s at %s: %w", p.ClusterID, p.Target, key, err)
+	}
+	return nil
+}
+
+// maxProofBytes bounds a proof record read.
+const maxProofBytes = 1 << 20
+
+// ReadJournalProof reads the proof of the journal before backup target;
+// an error matching store.ErrNotFound when there is none.
+func ReadJournalProof(ctx context.Context, st store.Store, layout Layout, clusterID, target string) (*JournalProof, error) {
+	key := layout.JournalProofKey(clusterID, target)
+	rc, err := st.Get(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("journal proof of %s/%s: %w", clusterID, target, err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, maxProofBytes))
+	if err != nil {
+		return nil, fmt.Errorf("journal proof of %s/%s: %w", clusterID, target, err)
+	}
+	var p JournalProof
+	if err := json.Unmarshal(b, &p); err != nil {
+		return nil, fmt.Errorf("journal proof %s: %w", key, err)
+	}
+	if p.ClusterID != clusterID || p.Target != target {
+		return nil, fmt.Errorf("journal proof %s is of %s/%s", key, p.ClusterID, p.Target)
+	}
+	return &p, nil
+}
+
+// ListJournalProofs reads every proof recorded for a cluster, by target
+// revision (then time). A record that cannot be read is an error naming
+// it.
+func ListJournalProofs(ctx context.Context, st store.Store, layout Layout, clusterID string) ([]*JournalProof, error) {
+	objs, err := st.List(ctx, layout.JournalProofPrefix(clusterID))
+	if err != nil {
+		return nil, fmt.Errorf("list the journal proofs of cluster %s: %w", clusterID, err)
+	}
+	var out []*JournalProof
+	for _, o := range objs {
+		ki := layout.Classify(o.Key)
+		if ki.Kind != KeyJournalProof || ki.ClusterID != clusterID {
+			continue
+		}
+		p, err := ReadJournalProof(ctx, st, layout, clusterID, ki.Name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b *JournalProof) int {
+		if a.TargetRevision != b.TargetRevision {
+			return int(min(max(a.TargetRevision-b.TargetRevision, -1), 1))
+		}
+		return a.Time.Compare(b.Time)
+	})
+	return out, nil
+}

@@ -1,0 +1,88 @@
+package restore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/armada/etcd-recovery/internal/catalog"
+)
+
+// CheckJournalProof is the plan's check of the journal proof of a
+// point-in-time restore's window (see checkJournalProof).
+const CheckJournalProof = "journal proof"
+
+// JournalProofError is a point-in-time restore refused because the journal
+// it would replay was proven wrong: the full backup before the window plus
+// the journal did not hash as the backup after it (catalog.JournalProof,
+// recorded by drill.ProveJournal). Options.AcceptUnprovenJournal
+// (--accept-unproven-journal) restores anyway.
+type JournalProofError struct {
+	ClusterID  string
+	ToRevision int64
+	Key        string
+	Proof      *catalog.JournalProof
+}
+
+func (e *JournalProofError) Error() string {
+	p := e.Proof
+	return fmt.Sprintf("revision %d of cluster %s is in the window from backup %s (revision %d) to backup %s (revision %d) whose journal proof failed (%s: %s; hash %d, want %d): "+
+		"the window is not offered for point-in-time restore; restore backup %s or %s as they are, or pass --accept-unproven-journal to replay the journal anyway",
+		e.ToRevision, e.ClusterID, p.Base, p.BaseRevision, p.Target, p.TargetRevision, e.Key, p.Detail, p.Got.Hash, p.Want.Hash, p.Base, p.Target)
+}
+
+// checkJournalProof is the select stage's check, for a point-in-time
+// restore that replays the journal (opts.ToRevision above the chosen
+// backup's revision), of the journal proofs recorded for the cluster: a
+// failed proof whose window (its base's revision, its target's] the replay
+// from the chosen backup to ToRevision passes through refuses the restore
+// (a *JournalProofError naming the proof and the hashes) unless
+// opts.AcceptUnprovenJournal; a passed proof from the chosen backup that
+// reaches ToRevision says so; otherwise the window is unproven (the newest
+// one, after the last backup, always is), offered and marked so. A dry
+// run shows the same check.
+func checkJournalProof(ctx context.Context, opts Options, plan *Plan) (string, error) {
+	chosen := plan.Chosen
+	if opts.ToRevision <= 0 || chosen == nil || chosen.survivor || opts.ToRevision <= chosen.Revision {
+		return "", nil
+	}
+	proofs, err := catalog.ListJournalProofs(ctx, opts.Store, opts.Layout, opts.ClusterID)
+	if err != nil {
+		if opts.AcceptUnprovenJournal && ctx.Err() == nil {
+			plan.Checks = append(plan.Checks, Check{Name: CheckJournalProof, Status: CheckSkipped,
+				Detail: fmt.Sprintf("the journal proofs could not be read (%v): accepted with --accept-unproven-journal", err)})
+			return "", nil
+		}
+		return StepList, fmt.Errorf("%w (a point-in-time restore checks them; --accept-unproven-journal replays without)", err)
+	}
+	var failed, passed *catalog.JournalProof
+	for _, p := range proofs {
+		switch {
+		case p.Failed() && p.Target != chosen.Name && chosen.Revision < p.TargetRevision && opts.ToRevision > p.BaseRevision:
+			failed = p
+		case !p.Failed() && p.Covers(chosen.Name, opts.ToRevision):
+			passed = p
+		}
+	}
+	switch {
+	case failed != nil:
+		key := opts.Layout.JournalProofKey(opts.ClusterID, failed.Target)
+		perr := &JournalProofError{ClusterID: opts.ClusterID, ToRevision: opts.ToRevision, Key: key, Proof: failed}
+		if opts.AcceptUnprovenJournal {
+			plan.Checks = append(plan.Checks, Check{Name: CheckJournalProof, Status: CheckSkipped,
+				Detail: "accepted with --accept-unproven-journal: " + perr.Error()})
+			opts.Log.Warn("replaying a journal whose proof failed (--accept-unproven-journal)", "cluster", opts.ClusterID,
+				"proof", key, "got_hash", failed.Got.Hash, "want_hash", failed.Want.Hash)
+			return "", nil
+		}
+		plan.Checks = append(plan.Checks, Check{Name: CheckJournalProof, Status: CheckFailed, Detail: perr.Error()})
+		return StepSelect, perr
+	case passed != nil:
+		plan.Checks = append(plan.Checks, Check{Name: CheckJournalProof, Status: CheckPassed,
+			Detail: fmt.Sprintf("proven by %s: backup %s plus the journal hashes %d at revision %d, as backup %s",
+				opts.Layout.JournalProofKey(opts.ClusterID, passed.Target), passed.Base, passed.Got.Hash, passed.TargetRevision, passed.Target)})
+	default:
+		plan.Checks = append(plan.Checks, Check{Name: CheckJournalProof, Status: CheckSkipped,
+			Detail: fmt.Sprintf("unproven: no proof of the journal after backup %s up to revision %d yet (a window is proven once the next full backup is drilled or `journal prove` runs)", chosen.Name, opts.ToRevision)})
+	}
+	return "", nil
+}
