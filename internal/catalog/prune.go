@@ -427,7 +427,7 @@ type pruneInventory struct {
 	manifestOf map[string]*Manifest // cluster/name -> manifest of a committed backup
 	uploads    []store.Upload       // every upload listed, also outside the chosen clusters
 	wanted     func(clusterID string) bool
-	unknown    []string // keys listed outside the layout
+	unknown    []string                      // keys listed outside the layout
 	journal    map[string][]store.ObjectInfo // by cluster: its journal segments
 }
 
@@ -609,7 +609,7 @@ type prunePlan struct {
 	toDelete []*BackupAction
 	toAbort  []*UploadAction
 	segments []*SegmentAction // journal segments to delete
-	problems []string // damaged clusters, one line each
+	problems []string         // damaged clusters, one line each
 }
 
 // damagedErr is the error of a prune that deleted what it planned but

@@ -35,8 +35,8 @@ func putBackup(tb testing.TB, st store.Store, l catalog.Layout, id string, at ti
 	b, err := catalog.MarshalManifest(&catalog.Manifest{
 		Format: catalog.ManifestFormat, ClusterID: id, Name: name, Kind: catalog.KindScheduled,
 		StartedAt: at, FinishedAt: at.Add(time.Second), ServerVersion: "3.5.35",
-		Source:         catalog.Member{Name: "m0", ID: "8e9e05c52164694d", Endpoint: "https://10.0.0.1:2379"},
-		Snapshot:       catalog.SnapshotInfo{Object: catalog.SnapshotObjectRaw, Compression: catalog.CompressNone, RawSize: int64(len(snap)), StoredSize: int64(len(snap)),
+		Source: catalog.Member{Name: "m0", ID: "8e9e05c52164694d", Endpoint: "https://10.0.0.1:2379"},
+		Snapshot: catalog.SnapshotInfo{Object: catalog.SnapshotObjectRaw, Compression: catalog.CompressNone, RawSize: int64(len(snap)), StoredSize: int64(len(snap)),
 			RawSHA256: sum, StoredSHA256: sum},
 		RevisionBefore: rev, RevisionAfter: rev, ToolVersion: "test",
 	})
