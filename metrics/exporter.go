@@ -25,6 +25,7 @@ import (
 	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/fanout"
+	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/kube"
@@ -337,6 +338,7 @@ func (r *refresh) clusterStates(ctx context.Context) (next map[string]*ClusterSt
 	if storeOK {
 		e.checkDecrypts(ctx, next, sr, r.futureCut, r.fail)
 		e.checkLocks(ctx, next, sr, r.futureCut, r.fail)
+		e.checkJournals(ctx, next, sr)
 	}
 	return next, exists
 }
@@ -595,6 +597,8 @@ type storeRead struct {
 	// read (lockOK).
 	lock   store.LockInfo
 	lockOK bool
+	// journal is each cluster's newest journal segment (journal.go).
+	journal map[string]journal.SegmentInfo
 }
 
 // readStore lists the layout's root once and reads the committed backups'
@@ -635,7 +639,7 @@ func (e *Exporter) readStore(ctx context.Context, fail func(string, error)) *sto
 		return nil
 	}
 	sr := &storeRead{entries: make(map[string][]catalog.Entry, len(ids)), manifests: make(map[string][]*catalog.Manifest, len(ids)),
-		staged: stagedStates(layout, objs)}
+		staged: stagedStates(layout, objs), journal: newestSegments(layout, objs)}
 	if sr.lock, err = catalog.BucketLock(ctx, st); err != nil {
 		fail(StepReadLocks, err)
 	} else {
@@ -746,7 +750,7 @@ func (e *Exporter) Describe(ch chan<- *prometheus.Desc) {
 		descBackupsIncomplete, descBackupsDamaged, descDrillLast, descDrillLastResult, descDrillLastPass, descVerdict,
 		descMembers, descMembersUp, descDBSize, descLeaderChanges, descRefreshDuration, descRefreshErrors, descRefreshLastSuccess,
 		descOrphanInfo, descOrphanDeleteAfter, descBackupsFutureDated, descBackupFutureDatedLatest, descStagedCopies, descStagedOldest,
-		descBackupUndecryptable, descBucketObjectLock, descBackupLockedUntil} {
+		descBackupUndecryptable, descBucketObjectLock, descBackupLockedUntil, descJournalLastRevision, descJournalLastReceived} {
 		ch <- d
 	}
 }
@@ -822,6 +826,7 @@ func collectCluster(gauge func(*prometheus.Desc, float64, ...string), ch chan<- 
 		if !c.DrillLastPass.IsZero() {
 			gauge(descDrillLastPass, unixSeconds(c.DrillLastPass), c.Cluster)
 		}
+		collectJournal(gauge, c)
 	}
 	if c.Inspected {
 		cur := verdictLabel(c.Verdict)
