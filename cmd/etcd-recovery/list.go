@@ -20,6 +20,7 @@ type listOpts struct {
 	policy                          policyOpts
 	clusterID, output, identityFile string
 	timeout                         time.Duration
+	journalRetention                time.Duration
 	includeDeleted                  bool
 }
 
@@ -32,7 +33,7 @@ func listCommand(g *globalOpts) *cli.Command {
 			"with --identity-file, whether the identity opens each encrypted backup (DECRYPTS); " +
 			"then the restorable window (WINDOW: from the oldest backup's revision to the newest journaled one, the journal's lag and gaps)",
 		Flags: concat(o.store.flags(), []cli.Flag{clusterIDFlag(&o.clusterID), outputFlag(&o.output), timeoutFlag(&o.timeout),
-			identityFileFlag(&o.identityFile), includeDeletedFlag(&o.includeDeleted)}, o.policy.flags()),
+			identityFileFlag(&o.identityFile), includeDeletedFlag(&o.includeDeleted), journalRetentionFlag(&o.journalRetention)}, o.policy.flags()),
 		Action: func(c *cli.Context) error { return runList(c, g, o) },
 	}
 }
@@ -42,8 +43,11 @@ func runList(c *cli.Context, g *globalOpts, o *listOpts) error {
 	if err != nil {
 		return err
 	}
-	opts := catalog.ListOptions{ClusterID: o.clusterID, IncludeDeleted: o.includeDeleted}
+	opts := catalog.ListOptions{ClusterID: o.clusterID, IncludeDeleted: o.includeDeleted, JournalRetention: o.journalRetention}
 	if opts.Policy, err = o.policy.policy(); err != nil {
+		return err
+	}
+	if err := checkJournalRetention(o.journalRetention); err != nil {
 		return err
 	}
 	if opts.Identities, err = loadIdentity(c, o.identityFile); err != nil {
@@ -86,10 +90,10 @@ func runList(c *cli.Context, g *globalOpts, o *listOpts) error {
 	if err := e.renderAll(res.Tables(), res.Rows()); err != nil {
 		return err
 	}
-	if err := res.Failure(); err != nil {
+	if res.Err != nil {
 		// Shown in the table: the state of those backups, or their
-		// proof, or the restorable window, is unknown.
-		return err
+		// proof, is unknown.
+		return res.Err
 	}
 	if errors.Is(t.ctx.Err(), context.DeadlineExceeded) {
 		return t.atStep("render", t.ctx.Err())

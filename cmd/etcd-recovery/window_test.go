@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
-	"github.com/armada/etcd-recovery/inspect"
 )
 
 // On a real etcd 3.5 with the journal running: list shows the restorable

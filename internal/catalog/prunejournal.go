@@ -78,27 +78,11 @@ func planJournal(opts PruneOptions, inv *pruneInventory, id string, plan Plan, c
 	if len(objs) == 0 {
 		return plan
 	}
-	var bs []JournalBackup
-	for _, d := range plan.Decisions {
-		m := inv.manifestOf[id+"/"+d.Entry.Name]
-		if !d.Entry.Good() || m == nil || m.Revision() < 1 {
-			continue
-		}
-		bs = append(bs, JournalBackup{Name: d.Entry.Name, Rev: m.Revision(), Time: d.Entry.Time, Keep: d.Keep})
-	}
-	segs := make([]JournalSegment, 0, len(objs))
 	size := map[string]int64{}
 	for _, o := range objs {
-		ki := opts.Layout.Classify(o.Key)
-		segs = append(segs, JournalSegment{Key: o.Key, FirstRev: ki.FirstRev, LastRev: ki.LastRev, Received: o.LastModified})
 		size[o.Key] = o.Size
 	}
-	jp := ApplyJournalRetention(bs, segs, opts.Now, opts.JournalRetention)
-	for i, d := range plan.Decisions {
-		if why, ok := jp.KeepBases[d.Entry.Name]; ok && !d.Keep {
-			plan.Decisions[i].Keep, plan.Decisions[i].Rules, plan.Decisions[i].Reason = true, []string{RuleJournalBase}, why
-		}
-	}
+	plan, jp := withJournal(opts.Layout, plan, func(name string) *Manifest { return inv.manifestOf[id+"/"+name] }, objs, opts.Now, opts.JournalRetention)
 	for _, d := range jp.Segments {
 		a := SegmentAction{ClusterID: id, Key: d.Segment.Key, FirstRev: d.Segment.FirstRev, LastRev: d.Segment.LastRev, Stored: d.Segment.Received,
 			Bytes: size[d.Segment.Key], Keep: d.Keep, Base: d.Base, Reason: d.Reason, Action: ActionKeep}
@@ -108,6 +92,33 @@ func planJournal(opts PruneOptions, inv *pruneInventory, id string, plan Plan, c
 		c.Segments = append(c.Segments, a)
 	}
 	return plan
+}
+
+// withJournal applies journal retention to a cluster's backup plan (its
+// decisions by the backup rule, manifestOf each committed backup's
+// manifest) and its listed segments objs: the backups it needs as bases
+// are kept (RuleJournalBase). The plan's decisions are updated in place.
+func withJournal(layout Layout, plan Plan, manifestOf func(name string) *Manifest, objs []store.ObjectInfo, now time.Time, retention time.Duration) (Plan, JournalPlan) {
+	var bs []JournalBackup
+	for _, d := range plan.Decisions {
+		m := manifestOf(d.Entry.Name)
+		if !d.Entry.Good() || m == nil || m.Revision() < 1 {
+			continue
+		}
+		bs = append(bs, JournalBackup{Name: d.Entry.Name, Rev: m.Revision(), Time: d.Entry.Time, Keep: d.Keep})
+	}
+	segs := make([]JournalSegment, 0, len(objs))
+	for _, o := range objs {
+		ki := layout.Classify(o.Key)
+		segs = append(segs, JournalSegment{Key: o.Key, FirstRev: ki.FirstRev, LastRev: ki.LastRev, Received: o.LastModified})
+	}
+	jp := ApplyJournalRetention(bs, segs, now, retention)
+	for i, d := range plan.Decisions {
+		if why, ok := jp.KeepBases[d.Entry.Name]; ok && !d.Keep {
+			plan.Decisions[i].Keep, plan.Decisions[i].Rules, plan.Decisions[i].Reason = true, []string{RuleJournalBase}, why
+		}
+	}
+	return plan, jp
 }
 
 // deleteSegments deletes the planned segments (oldest first, in one

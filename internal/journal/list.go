@@ -16,13 +16,12 @@ import (
 type ListResult struct {
 	*catalog.ListResult
 	Window Window
-	// WindowErr: the journal could not be listed (no window shown), or
-	// the newest segment's header could not be read (the window's end
-	// time is then the segment's stored time). A note under the window;
-	// the command fails only for the listing.
-	WindowErr    error
-	windowFailed bool
-	now          time.Time
+	// WindowErr: the newest segment's header could not be read (the
+	// window's end time is then the segment's stored time): a note under
+	// the window, not a failure. (A journal that cannot be listed fails
+	// catalog.List, step ListStepJournal.)
+	WindowErr error
+	now       time.Time
 }
 
 // WindowRow is a row of list -o json: the backup's row and the
@@ -32,9 +31,10 @@ type WindowRow struct {
 	Window *Window `json:"window,omitempty"`
 }
 
-// List is `list`: catalog.List, then the restorable window of the
-// cluster (one listing of its journal, one read of its newest segment's
-// header, decrypted with opts.Identities when set).
+// List is `list`: catalog.List (which lists the journal too: journal
+// retention keeps the backups it starts from), then the restorable
+// window of the cluster from that listing and one read of its newest
+// segment's header, decrypted with opts.Identities when set.
 func List(ctx context.Context, opts catalog.ListOptions) (*ListResult, error) {
 	res, err := catalog.List(ctx, opts)
 	if err != nil {
@@ -51,37 +51,15 @@ func List(ctx context.Context, opts catalog.ListOptions) (*ListResult, error) {
 			bs = append(bs, WindowBackup{Name: r.Name, Rev: r.Revision, Time: r.Time})
 		}
 	}
-	w, herr, err := LoadWindow(ctx, opts.Store, opts.Layout, opts.ClusterID, bs, opts.Identities)
-	switch {
-	case err != nil:
-		out.WindowErr, out.windowFailed = err, true
-	default:
-		out.Window, out.WindowErr = w, herr
-	}
+	out.Window, out.WindowErr = WindowOf(ctx, opts.Store, opts.Layout, opts.ClusterID, bs, SegmentsOf(opts.Layout, opts.ClusterID, res.Journal), opts.Identities)
 	return out, nil
-}
-
-// Failure is the list's failure once rendered: catalog's (Err), else a
-// journal that could not be listed.
-func (r *ListResult) Failure() error {
-	if r.ListResult.Err != nil {
-		return r.ListResult.Err
-	}
-	if r.windowFailed {
-		return r.WindowErr
-	}
-	return nil
 }
 
 // Rows are the JSON rows: each backup's row with the window.
 func (r *ListResult) Rows() []WindowRow {
-	var w *Window
-	if !r.windowFailed {
-		w = &r.Window
-	}
 	out := make([]WindowRow, len(r.ListResult.Rows))
 	for i, row := range r.ListResult.Rows {
-		out[i] = WindowRow{ListRow: row, Window: w}
+		out[i] = WindowRow{ListRow: row, Window: &r.Window}
 	}
 	return out
 }
@@ -96,10 +74,6 @@ func (r *ListResult) Tables() []output.Table {
 func (r *ListResult) WindowTable() output.Table {
 	t := output.Table{Title: "WINDOW (the revisions a restore reaches exactly)\n",
 		Header: []string{"FROM REV", "FROM TIME", "TO REV", "TO TIME", "LAG", "GAPS", "JOURNAL"}}
-	if r.windowFailed {
-		t.Notes = append(t.Notes, fmt.Sprintf("the restorable window is unknown: %v", r.WindowErr))
-		return t
-	}
 	w := r.Window
 	t.Rows = append(t.Rows, WindowCells(w, r.now))
 	if w.Journal && len(w.Spans) > 1 {

@@ -144,6 +144,21 @@ func TestPruneJournalInBucket(t *testing.T) {
 	if got := journalKeys(t, st, l, id); !slices.Equal(got, all) {
 		t.Fatalf("a dry run deleted segments: %v", got)
 	}
+	// list's retention column decides as prune does, and its window
+	// holds all of it.
+	lres, err := journal.List(ctx, catalog.ListOptions{Store: st, Layout: l, ClusterID: id, Policy: policy, Now: pnow, JournalRetention: opts.JournalRetention})
+	if err != nil || lres.Err != nil || lres.WindowErr != nil {
+		t.Fatalf("list: %v %v %v", err, lres.Err, lres.WindowErr)
+	}
+	for _, r := range lres.Rows() {
+		want := map[string]bool{b1.Name: false, b2.Name: true, b3.Name: true}[r.Name]
+		if r.Retention.Keep != want || (r.Name == b2.Name && !slices.Equal(r.Retention.Rules, []string{catalog.RuleJournalBase})) {
+			t.Errorf("list: %s keep %v rules %v, want keep %v (%s a journal base)", r.Name, r.Retention.Keep, r.Retention.Rules, want, b2.Name)
+		}
+		if r.Window == nil || r.Window.FromRev != 100 || r.Window.ToRev != 320 || len(r.Window.Holes) != 0 {
+			t.Errorf("list: %s window %+v, want 100-320 without holes", r.Name, r.Window)
+		}
+	}
 
 	rep, err = catalog.Prune(ctx, opts)
 	if err != nil {

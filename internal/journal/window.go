@@ -200,10 +200,17 @@ func LoadWindow(ctx context.Context, st store.Store, layout catalog.Layout, clus
 	if err != nil {
 		return Window{}, nil, fmt.Errorf("window of cluster %s: listing the journal under %s: %w", clusterID, layout.JournalPrefix(clusterID), err)
 	}
+	w, headerErr = WindowOf(ctx, st, layout, clusterID, backups, all.All, ids)
+	return w, headerErr, nil
+}
+
+// WindowOf is LoadWindow over segments already listed (ListSegments'
+// All, or SegmentsOf a listing): one read, the newest segment's header.
+func WindowOf(ctx context.Context, st store.Store, layout catalog.Layout, clusterID string, backups []WindowBackup, segs []SegmentInfo, ids *seal.Identities) (w Window, headerErr error) {
 	var newest *Header
-	if n := len(all.All); n > 0 {
-		last := all.All[0]
-		for _, s := range all.All {
+	if n := len(segs); n > 0 {
+		last := segs[0]
+		for _, s := range segs {
 			if s.LastRev > last.LastRev {
 				last = s
 			}
@@ -217,5 +224,17 @@ func LoadWindow(ctx context.Context, st store.Store, layout catalog.Layout, clus
 			newest = &h
 		}
 	}
-	return ComputeWindow(clusterID, backups, all.All, newest), headerErr, nil
+	return ComputeWindow(clusterID, backups, segs, newest), headerErr
+}
+
+// SegmentsOf are the segments of clusterID in a listing, in key
+// (revision) order as listed.
+func SegmentsOf(layout catalog.Layout, clusterID string, objs []store.ObjectInfo) []SegmentInfo {
+	var out []SegmentInfo
+	for _, o := range objs {
+		if ki := layout.Classify(o.Key); ki.Kind == catalog.KeyJournal && ki.ClusterID == clusterID {
+			out = append(out, SegmentInfo{Key: o.Key, FirstRev: ki.FirstRev, LastRev: ki.LastRev, Size: o.Size, Modified: o.LastModified})
+		}
+	}
+	return out
 }
