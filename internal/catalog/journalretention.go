@@ -42,7 +42,9 @@ import (
 //     were within the retention (a journal that stopped still ends the
 //     window).
 //   - A chain without any backup to start from (no good backup's revision
-//     + 1 in it) restores nothing: its segments are deleted.
+//     + 1 in it) restores nothing; it is kept while a segment of it is
+//     within the retention (its backup may be damaged and under
+//     investigation: the events are their only copy), then deleted.
 //
 // A segment's time is when its last revision was received; prune uses
 // the object's stored time (LastModified), later than that by the
@@ -181,7 +183,16 @@ func decideChain(ch []JournalSegment, newestFirst []JournalBackup, newestChain b
 		}
 	}
 	if base == nil {
-		return deleteAll(fmt.Sprintf("no backup starts its chain (revisions %d-%d): nothing restores from it", ch[0].FirstRev, ch[len(ch)-1].LastRev))
+		what := fmt.Sprintf("no backup that checks out starts its chain (revisions %d-%d): nothing restores from it", ch[0].FirstRev, ch[len(ch)-1].LastRev)
+		if forced {
+			return deleteAll(what + ", and all of it is older than the journal retention " + fmtDuration(retention))
+		}
+		// Not deleted while within the retention: its backup may be
+		// damaged or being investigated, and the events are the only copy.
+		for i := range out {
+			out[i].Keep, out[i].Reason = true, what+"; kept within the journal retention "+fmtDuration(retention)+" for investigation"
+		}
+		return out
 	}
 	if !base.Keep {
 		if _, ok := keepBases[base.Name]; !ok {
