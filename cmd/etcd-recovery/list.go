@@ -31,7 +31,7 @@ func listCommand(g *globalOpts) *cli.Command {
 		Usage: "list a cluster's backups, newest first, with each one's state (committed, incomplete, damaged), " +
 			"its restore drill (passed, FAILED, never, unreadable; what it restored) and why retention keeps or deletes it; " +
 			"with --identity-file, whether the identity opens each encrypted backup (DECRYPTS); " +
-			"then the restorable window (WINDOW: from the oldest backup's revision to the newest journaled one, the journal's lag and gaps)",
+			"then the restorable window (a WINDOW line: from the oldest backup's revision to the newest journaled one, the journal's lag and gaps)",
 		Flags: concat(o.store.flags(), []cli.Flag{clusterIDFlag(&o.clusterID), outputFlag(&o.output), timeoutFlag(&o.timeout),
 			identityFileFlag(&o.identityFile), includeDeletedFlag(&o.includeDeleted), journalRetentionFlag(&o.journalRetention)}, o.policy.flags()),
 		Action: func(c *cli.Context) error { return runList(c, g, o) },

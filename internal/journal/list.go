@@ -64,50 +64,51 @@ func (r *ListResult) Rows() []WindowRow {
 	return out
 }
 
-// Tables are catalog's tables, then the WINDOW table.
+// Tables are catalog's tables, the restorable window in lines under the
+// backups' table (WindowNotes, as Lines: whole with -o wide): its rows
+// stay the backups'.
 func (r *ListResult) Tables() []output.Table {
-	return append(r.ListResult.Tables(), r.WindowTable())
+	ts := r.ListResult.Tables()
+	ts[0].Lines = append(ts[0].Lines, r.WindowNotes()...)
+	return ts
 }
 
-// WindowTable is the cluster's restorable window: one row (FROM REV,
-// FROM TIME, TO REV, TO TIME, LAG, GAPS, JOURNAL), its spans below.
-func (r *ListResult) WindowTable() output.Table {
-	t := output.Table{Title: "WINDOW (the revisions a restore reaches exactly)\n",
-		Header: []string{"FROM REV", "FROM TIME", "TO REV", "TO TIME", "LAG", "GAPS", "JOURNAL"}}
+// WindowNotes are the cluster's restorable window: a WINDOW line (from
+// and to revision and time, lag, gaps, journal), the spans when there are
+// several, and why a time is approximate.
+func (r *ListResult) WindowNotes() []string {
 	w := r.Window
-	t.Rows = append(t.Rows, WindowCells(w, r.now))
-	if w.Journal && len(w.Spans) > 1 {
+	out := []string{"WINDOW: " + WindowLine(w, r.now)}
+	if len(w.Spans) > 1 && w.Journal {
 		for _, s := range w.Spans {
-			t.Notes = append(t.Notes, fmt.Sprintf("restorable: revisions %d (%s, backup %s) to %d (%s)", s.FromRev, fmtWhen(s.FromTime), s.Base, s.ToRev, fmtWhen(s.ToTime)))
+			out = append(out, fmt.Sprintf("WINDOW span: revisions %d (%s, backup %s) to %d (%s)", s.FromRev, fmtWhen(s.FromTime), s.Base, s.ToRev, fmtWhen(s.ToTime)))
 		}
-	}
-	if !w.Journal && len(w.Spans) > 0 {
-		t.Notes = append(t.Notes, "no journal: only each backup's own revision is restorable")
 	}
 	if w.LastReceivedFrom == "stored" {
-		t.Notes = append(t.Notes, "TO TIME and LAG are the newest segment's stored time (its header was not read), later than its receive time by the upload")
+		out = append(out, "WINDOW: the newest time and the lag are the newest segment's stored time (its header was not read), later than its receive time by the upload")
 	}
 	if r.WindowErr != nil {
-		t.Notes = append(t.Notes, r.WindowErr.Error())
+		out = append(out, "WINDOW: "+r.WindowErr.Error())
 	}
-	return t
+	return out
 }
 
-// WindowCells are the WINDOW table's cells of w at now.
-func WindowCells(w Window, now time.Time) []string {
-	if len(w.Spans) == 0 {
-		journal := "no journal"
-		if w.Journal {
-			journal = fmt.Sprintf("%d segments, none continues a backup", w.Segments)
-		}
-		return []string{"-", "-", "-", "-", "-", "-", journal}
+// WindowLine is the window of w at now in one line: "from revision F
+// (time) to revision T (time), lag L, gaps G; journal: J".
+func WindowLine(w Window, now time.Time) string {
+	journal := "no journal: only each backup's own revision is restorable"
+	if w.Journal {
+		journal = fmt.Sprintf("journal: %d segments through revision %d", w.Segments, w.LastRev)
 	}
-	lag, journal := "-", "no journal"
+	if len(w.Spans) == 0 {
+		if w.Journal {
+			journal += ", none continues a backup that checks out"
+		}
+		return "none (no backup that checks out); " + journal
+	}
+	lag := "-"
 	if d, ok := w.Lag(now); ok {
 		lag = d.Round(time.Second).String()
-	}
-	if w.Journal {
-		journal = fmt.Sprintf("%d segments through revision %d", w.Segments, w.LastRev)
 	}
 	gaps := "none"
 	switch {
@@ -120,7 +121,7 @@ func WindowCells(w Window, now time.Time) []string {
 		}
 		gaps = strings.Join(hs, ", ")
 	}
-	return []string{fmt.Sprint(w.FromRev), fmtWhen(w.FromTime), fmt.Sprint(w.ToRev), fmtWhen(w.ToTime), lag, gaps, journal}
+	return fmt.Sprintf("from revision %d (%s) to revision %d (%s), lag %s, gaps %s; %s", w.FromRev, fmtWhen(w.FromTime), w.ToRev, fmtWhen(w.ToTime), lag, gaps, journal)
 }
 
 func fmtWhen(t time.Time) string {
