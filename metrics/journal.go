@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/fanout"
 	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
@@ -59,6 +60,13 @@ func (e *Exporter) checkJournals(ctx context.Context, next map[string]*ClusterSt
 	if e.opts.Identities != nil {
 		ids, _ = e.opts.Identities() // no identity: the stored time
 	}
+	type read struct {
+		id     string
+		st     *ClusterState
+		seg    journal.SegmentInfo
+		newest *journal.Header
+	}
+	var reads []*read
 	for id, st := range next {
 		seg, ok := sr.journal[id]
 		if !ok {
@@ -68,18 +76,26 @@ func (e *Exporter) checkJournals(ctx context.Context, next map[string]*ClusterSt
 		if st.JournalKey == seg.Key && !st.JournalReceived.IsZero() {
 			continue
 		}
-		var newest *journal.Header
+		reads = append(reads, &read{id: id, st: st, seg: seg})
+	}
+	// The headers, ReadParallel at a time, each bounded; one not read (or
+	// not started before the refresh's deadline) gives the stored time.
+	fanout.ForEach(ctx, len(reads), e.opts.ReadParallel, func(ctx context.Context, i int) {
+		r := reads[i]
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		if r, err := journal.OpenSegment(rctx, e.opts.Store, e.opts.Layout, seg.Key, ids, journal.Want{ClusterID: id}); err == nil {
-			h := r.Header()
-			r.Close()
-			newest = &h
-		} else {
-			e.opts.Log.Debug("journal: the newest segment's header could not be read; its stored time is used", "cluster", id, "key", seg.Key, "err", err)
+		defer cancel()
+		sr, err := journal.OpenSegment(rctx, e.opts.Store, e.opts.Layout, r.seg.Key, ids, journal.Want{ClusterID: r.id})
+		if err != nil {
+			e.opts.Log.Debug("journal: the newest segment's header could not be read; its stored time is used", "cluster", r.id, "key", r.seg.Key, "err", err)
+			return
 		}
-		cancel()
-		w := journal.ComputeWindow(id, nil, []journal.SegmentInfo{seg}, newest)
-		st.JournalKey, st.JournalLastRev, st.JournalReceived = seg.Key, w.LastRev, w.LastReceived
+		h := sr.Header()
+		sr.Close()
+		r.newest = &h
+	})
+	for _, r := range reads {
+		w := journal.ComputeWindow(r.id, nil, []journal.SegmentInfo{r.seg}, r.newest)
+		r.st.JournalKey, r.st.JournalLastRev, r.st.JournalReceived = r.seg.Key, w.LastRev, w.LastReceived
 	}
 }
 
