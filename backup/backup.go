@@ -63,6 +63,10 @@ type Options struct {
 	// Prune, when set, applies this retention policy to the cluster once
 	// the backup is committed (never after a failed backup).
 	Prune *catalog.Policy
+	// JournalRetention is the journal retention Prune applies
+	// (catalog.PruneOptions.JournalRetention); default
+	// catalog.DefaultJournalRetention.
+	JournalRetention time.Duration
 
 	// Drill, when set, is called once the backup is committed and before
 	// Prune runs, with the committed manifest: the CLI wires a restore
@@ -674,7 +678,7 @@ func (r *run) after(ctx context.Context) (*Result, error) {
 	}
 	// Only a committed backup is followed by deletions.
 	rep, err := catalog.Prune(ctx, catalog.PruneOptions{Store: opts.Store, Layout: opts.Layout, ClusterIDs: []string{opts.ClusterID},
-		Policy: *opts.Prune, Now: opts.Now(), Log: opts.Log, Lock: opts.Lock})
+		Policy: *opts.Prune, Now: opts.Now(), Log: opts.Log, Lock: opts.Lock, JournalRetention: opts.JournalRetention})
 	res.Pruned = rep
 	if err != nil {
 		perr := &Error{ClusterID: opts.ClusterID, At: StepPrune,

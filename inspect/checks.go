@@ -401,6 +401,11 @@ func checkBackupFreshness(b BackupStatus) (*BackupStatus, []Flag) {
 	} else {
 		b.Drill = nil // the store failed: the backup line says so
 	}
+	if b.Journal != nil {
+		j := *b.Journal
+		b.Journal = &j
+		fs = append(fs, judgeJournal(&j, loc)...)
+	}
 	return &b, fs
 }
 

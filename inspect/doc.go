@@ -17,7 +17,8 @@
 //   - The judgement (verdict.go): Verdict is pure, no network and no
 //     clock; it composes one function per check (checks.go: quorum, lag,
 //     leader and split brain, alarms, members down, DB quota, unlisted
-//     endpoints, backup freshness and restore drills), then the next-step
+//     endpoints, backup freshness and restore drills, and the journal
+//     lag of journal.go), then the next-step
 //     policy (nextstep.go) picks the one thing to do.
 //   - The runbook sections flags and next steps point to (runbooks.go).
 //   - The rendering (render.go): Tables (the members table, their errors,

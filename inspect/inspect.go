@@ -36,6 +36,10 @@ type Options struct {
 	// MaxDrillAge: the newest backup proven restorable by a drill is
 	// flagged when older. Default 26h.
 	MaxDrillAge time.Duration
+	// JournalLagBound: a journal (when the cluster has one) whose newest
+	// stored revision was received longer ago is flagged lagging.
+	// Default DefaultJournalLagBound (journal.go).
+	JournalLagBound time.Duration
 
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
@@ -75,6 +79,8 @@ func (o Options) ValidateTemplate() error {
 		return usage.Errorf("inspect: --max-backup-age %v: must be positive", o.MaxBackupAge)
 	case o.MaxDrillAge < 0:
 		return usage.Errorf("inspect: --max-drill-age %v: must be positive", o.MaxDrillAge)
+	case o.JournalLagBound < 0:
+		return usage.Errorf("inspect: --journal-lag-bound %v: must be positive", o.JournalLagBound)
 	case o.Thresholds.QuotaBytes < 0:
 		return usage.Errorf("inspect: --quota-backend-bytes %d: must be positive", o.Thresholds.QuotaBytes)
 	}
@@ -90,6 +96,9 @@ func (o *Options) defaults() {
 	}
 	if o.MaxDrillAge == 0 {
 		o.MaxDrillAge = DefaultMaxDrillAge
+	}
+	if o.JournalLagBound == 0 {
+		o.JournalLagBound = DefaultJournalLagBound
 	}
 	o.Thresholds = o.Thresholds.withDefaults()
 	if o.Now == nil {
@@ -386,6 +395,7 @@ newest:
 		break
 	}
 	bs.Drill = checkDrills(ctx, opts, entries, checked)
+	bs.Journal = checkJournal(ctx, opts)
 	return bs
 }
 

@@ -87,6 +87,9 @@ func (r *Report) Lines() []string {
 	if l := r.drillLine(); l != "" {
 		out = append(out, "DRILL: "+l)
 	}
+	if l := r.journalLine(); l != "" {
+		out = append(out, "JOURNAL LAG: "+l)
+	}
 	ns := "NEXT STEP: " + r.NextStep.Action
 	if len(r.NextStep.Runbooks) > 0 {
 		ns += " (see " + strings.Join(r.NextStep.Runbooks, ", then ") + ")"

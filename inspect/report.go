@@ -236,6 +236,9 @@ type BackupStatus struct {
 	// Drill is the restore-drill proof of the cluster's backups; nil when
 	// it was not checked.
 	Drill *DrillStatus `json:"drill,omitempty"`
+	// Journal is the cluster's journal lag (journal.go); nil when the
+	// cluster has no journal or it was not checked.
+	Journal *JournalStatus `json:"journal,omitempty"`
 }
 
 // DrillState is the restore-drill answer: is a recent backup proven to

@@ -27,6 +27,8 @@ import (
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/journal"
+	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
@@ -126,6 +128,20 @@ func TestExporterAlerts(t *testing.T) {
 	}
 
 	now := last.Add(11 * time.Hour)
+	// A journal of etcd-live whose newest stored revision was received
+	// 20 min before the exporter's clock (lagging), and one of the deleted
+	// cluster (no series, no page).
+	journalAt := now.Add(-20 * time.Minute)
+	for _, id := range []string{live.Name, "etcd-gone"} {
+		h := journal.Header{Format: journal.FormatVersion, ClusterID: id, BaseBackup: newest.Name, BaseRev: newest.Revision(),
+			FirstRev: newest.Revision() + 1, LastRev: newest.Revision() + 2,
+			Received: map[int64]int64{newest.Revision() + 1: journalAt.Add(-time.Second).UnixMilli(), newest.Revision() + 2: journalAt.UnixMilli()}}
+		evs := []journal.Event{{Rev: newest.Revision() + 1, Type: journal.Put, Key: []byte("/registry/j1"), Value: []byte("v"), CreateRev: newest.Revision() + 1, Version: 1},
+			{Rev: newest.Revision() + 2, Type: journal.Delete, Key: []byte("/registry/j1")}}
+		if _, err := journal.WriteSegment(ctx, st, layout, objectio.Encoding{Compression: catalog.CompressZstd}, h, evs); err != nil {
+			t.Fatal(err)
+		}
+	}
 	mountedIDs := parseIdentities(t, mounted)
 	opts := metrics.Options{Kube: sa, Store: st, Layout: layout, Interval: time.Hour, Deadline: 30 * time.Second,
 		ProbeTimeout: 5 * time.Second, DialTimeout: 5 * time.Second, Now: func() time.Time { return now },
@@ -153,6 +169,8 @@ func TestExporterAlerts(t *testing.T) {
 			{metrics.NameBackupsFutureDated, []string{"cluster", live.Name}, 1},
 			{metrics.NameBackupUndecryptable, []string{"cluster", live.Name}, 1},
 			{metrics.NameStagedCopies, []string{"cluster", live.Name}, 1},
+			{metrics.NameJournalLastRevision, []string{"cluster", live.Name}, float64(newest.Revision() + 2)},
+			{metrics.NameJournalLastReceived, []string{"cluster", live.Name}, float64(journalAt.UnixMilli()) / 1e3},
 		}
 		for _, w := range want {
 			if v, ok := value(mfs, w.name, w.labels...); !ok || v != w.v {
@@ -194,6 +212,7 @@ func TestExporterAlerts(t *testing.T) {
 			"EtcdBackupUndecryptable":      {live.Name},
 			"EtcdStagedCopyStale":          {live.Name},
 			"EtcdBackupOrphanNeverDeleted": {"etcd-gone"},
+			"EtcdJournalLagging":           {live.Name},
 		}
 		promtoolScrape(t, body, extra, now, firing, []string{"etcd-gone"})
 	})

@@ -25,6 +25,7 @@ import (
 	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/fanout"
+	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/kube"
@@ -338,6 +339,7 @@ func (r *refresh) clusterStates(ctx context.Context) (next map[string]*ClusterSt
 		proofStates(next, sr)
 		e.checkDecrypts(ctx, next, sr, r.futureCut, r.fail)
 		e.checkLocks(ctx, next, sr, r.futureCut, r.fail)
+		e.checkJournals(ctx, next, sr)
 	}
 	return next, exists
 }
@@ -600,6 +602,8 @@ type storeRead struct {
 	// clusters whose newest could not be read.
 	proofs       map[string]*JournalProofState
 	proofsUnread map[string]bool
+	// journal is each cluster's newest journal segment (journal.go).
+	journal map[string]journal.SegmentInfo
 }
 
 // readStore lists the layout's root once and reads the committed backups'
@@ -640,7 +644,7 @@ func (e *Exporter) readStore(ctx context.Context, fail func(string, error)) *sto
 		return nil
 	}
 	sr := &storeRead{entries: make(map[string][]catalog.Entry, len(ids)), manifests: make(map[string][]*catalog.Manifest, len(ids)),
-		staged: stagedStates(layout, objs)}
+		staged: stagedStates(layout, objs), journal: newestSegments(layout, objs)}
 	sr.proofs, sr.proofsUnread = e.readProofs(ctx, objs, fail)
 	if sr.lock, err = catalog.BucketLock(ctx, st); err != nil {
 		fail(StepReadLocks, err)
@@ -753,7 +757,7 @@ func (e *Exporter) Describe(ch chan<- *prometheus.Desc) {
 		descMembers, descMembersUp, descDBSize, descLeaderChanges, descRefreshDuration, descRefreshErrors, descRefreshLastSuccess,
 		descOrphanInfo, descOrphanDeleteAfter, descBackupsFutureDated, descBackupFutureDatedLatest, descStagedCopies, descStagedOldest,
 		descBackupUndecryptable, descBucketObjectLock, descBackupLockedUntil,
-		descJournalProofFailed, descJournalProofTimestamp} {
+		descJournalProofFailed, descJournalProofTimestamp, descJournalLastRevision, descJournalLastReceived} {
 		ch <- d
 	}
 }
@@ -830,6 +834,7 @@ func collectCluster(gauge func(*prometheus.Desc, float64, ...string), ch chan<- 
 		if !c.DrillLastPass.IsZero() {
 			gauge(descDrillLastPass, unixSeconds(c.DrillLastPass), c.Cluster)
 		}
+		collectJournal(gauge, c)
 	}
 	if c.Inspected {
 		cur := verdictLabel(c.Verdict)

@@ -53,6 +53,12 @@ type ClusterState struct {
 	LockBackup  string         `json:"lockBackup,omitempty"`
 	LockedUntil time.Time      `json:"lockedUntil,omitzero"`
 	LockMode    store.LockMode `json:"lockMode,omitempty"`
+	// JournalKey is the cluster's newest stored journal segment (empty:
+	// no journal), JournalLastRev its last revision and JournalReceived
+	// when the journal received it (journal.go).
+	JournalKey      string    `json:"journalKey,omitempty"`
+	JournalLastRev  int64     `json:"journalLastRev,omitempty"`
+	JournalReceived time.Time `json:"journalReceived,omitzero"`
 
 	// Inspection side (Inspected: an InspectAll row exists).
 	Inspected bool                `json:"inspected"`

@@ -33,6 +33,7 @@ type backupOpts struct {
 	all, noEvents, prune                  bool
 	parallel                              int
 	probeTimeout, timeout, orphanGrace    time.Duration
+	journalRetention                      time.Duration
 }
 
 // drillOpts are backup --drill's flags.
@@ -78,6 +79,7 @@ func backupCommand(g *globalOpts) *cli.Command {
 			tempDirFlag(&o.drill.tempDir),
 			outputFlag(&o.output),
 			pushgatewayFlag(&o.pushgateway),
+			journalRetentionFlag(&o.journalRetention),
 		}, o.encryption.flags(), o.policy.flags(), o.lock.flags()),
 		Action: func(c *cli.Context) error { return runBackup(c, g, o) },
 	}
@@ -160,6 +162,10 @@ func backupOptions(c *cli.Context, o *backupOpts, many bool, log *slog.Logger) (
 			return opts, nil, err
 		}
 		opts.Prune = &policy
+		if err := checkJournalRetention(o.journalRetention); err != nil {
+			return opts, nil, err
+		}
+		opts.JournalRetention = o.journalRetention
 	}
 	if opts.Lock, err = o.lock.policy("backup"); err != nil {
 		return opts, nil, err

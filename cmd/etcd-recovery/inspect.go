@@ -25,6 +25,7 @@ type inspectOpts struct {
 	quotaBytes                                           int64
 	maxLag                                               uint64
 	probeTimeout, orphanGrace, maxBackupAge, maxDrillAge time.Duration
+	journalLagBound                                      time.Duration
 }
 
 func inspectCommand(g *globalOpts) *cli.Command {
@@ -57,6 +58,8 @@ func inspectCommand(g *globalOpts) *cli.Command {
 			&cli.Uint64Flag{Name: "max-lag", Value: inspect.DefaultMaxLag, Usage: "flag a member this many raft entries behind", Destination: &o.maxLag},
 			&cli.DurationFlag{Name: "max-backup-age", Value: inspect.DefaultMaxBackupAge, Usage: "flag the newest backup when older (one missed 8-hourly run)", Destination: &o.maxBackupAge},
 			&cli.DurationFlag{Name: "max-drill-age", Value: inspect.DefaultMaxDrillAge, Usage: "flag the newest backup proven restorable by a drill when older (or none: never drilled)", Destination: &o.maxDrillAge},
+			&cli.DurationFlag{Name: "journal-lag-bound", Value: inspect.DefaultJournalLagBound, Usage: "flag the journal (of a cluster that has one) when its newest stored revision was received longer ago: " +
+				"10 × the journal's default 30 s segment interval", Destination: &o.journalLagBound},
 			outputFlag(&o.output),
 		}, deprecatedFlagsOf("inspect")),
 		Action: func(c *cli.Context) error { return runInspect(c, g, o) },
@@ -69,10 +72,11 @@ func runInspect(c *cli.Context, g *globalOpts, o *inspectOpts) error {
 		return err
 	}
 	opts := inspect.Options{
-		Timeout:      o.probeTimeout,
-		Thresholds:   inspect.Thresholds{MaxLag: o.maxLag, QuotaBytes: o.quotaBytes},
-		MaxBackupAge: o.maxBackupAge,
-		MaxDrillAge:  o.maxDrillAge,
+		Timeout:         o.probeTimeout,
+		Thresholds:      inspect.Thresholds{MaxLag: o.maxLag, QuotaBytes: o.quotaBytes},
+		MaxBackupAge:    o.maxBackupAge,
+		MaxDrillAge:     o.maxDrillAge,
+		JournalLagBound: o.journalLagBound,
 	}
 	// inspect.Options takes 0 for its defaults; on the command line, where
 	// every flag shows its default, 0 is a mistake.
@@ -80,7 +84,7 @@ func runInspect(c *cli.Context, g *globalOpts, o *inspectOpts) error {
 		name string
 		zero bool
 	}{{"probe-timeout", o.probeTimeout == 0}, {"quota-backend-bytes", o.quotaBytes == 0}, {"max-lag", o.maxLag == 0},
-		{"max-backup-age", o.maxBackupAge == 0}, {"max-drill-age", o.maxDrillAge == 0}} {
+		{"max-backup-age", o.maxBackupAge == 0}, {"max-drill-age", o.maxDrillAge == 0}, {"journal-lag-bound", o.journalLagBound == 0}} {
 		if f.zero {
 			return usagef("inspect: --%s 0: must be positive", f.name)
 		}

@@ -8,6 +8,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/seal"
 )
 
@@ -19,6 +20,7 @@ type listOpts struct {
 	policy                          policyOpts
 	clusterID, output, identityFile string
 	timeout                         time.Duration
+	journalRetention                time.Duration
 	includeDeleted                  bool
 }
 
@@ -28,9 +30,10 @@ func listCommand(g *globalOpts) *cli.Command {
 		Name: "list",
 		Usage: "list a cluster's backups, newest first, with each one's state (committed, incomplete, damaged), " +
 			"its restore drill (passed, FAILED, never, unreadable; what it restored) and why retention keeps or deletes it; " +
-			"with --identity-file, whether the identity opens each encrypted backup (DECRYPTS)",
+			"with --identity-file, whether the identity opens each encrypted backup (DECRYPTS); " +
+			"then the restorable window (a WINDOW line: from the oldest backup's revision to the newest journaled one, the journal's lag and gaps)",
 		Flags: concat(o.store.flags(), []cli.Flag{clusterIDFlag(&o.clusterID), outputFlag(&o.output), timeoutFlag(&o.timeout),
-			identityFileFlag(&o.identityFile), includeDeletedFlag(&o.includeDeleted)}, o.policy.flags()),
+			identityFileFlag(&o.identityFile), includeDeletedFlag(&o.includeDeleted), journalRetentionFlag(&o.journalRetention)}, o.policy.flags()),
 		Action: func(c *cli.Context) error { return runList(c, g, o) },
 	}
 }
@@ -40,8 +43,11 @@ func runList(c *cli.Context, g *globalOpts, o *listOpts) error {
 	if err != nil {
 		return err
 	}
-	opts := catalog.ListOptions{ClusterID: o.clusterID, IncludeDeleted: o.includeDeleted}
+	opts := catalog.ListOptions{ClusterID: o.clusterID, IncludeDeleted: o.includeDeleted, JournalRetention: o.journalRetention}
 	if opts.Policy, err = o.policy.policy(); err != nil {
+		return err
+	}
+	if err := checkJournalRetention(o.journalRetention); err != nil {
 		return err
 	}
 	if opts.Identities, err = loadIdentity(c, o.identityFile); err != nil {
@@ -64,7 +70,7 @@ func runList(c *cli.Context, g *globalOpts, o *listOpts) error {
 		return err
 	}
 	defer t.cancel()
-	res, err := catalog.List(t.ctx, opts)
+	res, err := journal.List(t.ctx, opts)
 	if err != nil {
 		return t.named(err)
 	}
@@ -81,7 +87,7 @@ func runList(c *cli.Context, g *globalOpts, o *listOpts) error {
 	if len(res.Unknown) > 0 {
 		e.log.Warn("keys not in the layout, left alone", "cluster", opts.ClusterID, "count", len(res.Unknown), "keys", res.Unknown)
 	}
-	if err := e.renderAll(res.Tables(), res.Rows); err != nil {
+	if err := e.renderAll(res.Tables(), res.Rows()); err != nil {
 		return err
 	}
 	if res.Err != nil {

@@ -23,6 +23,7 @@ type pruneOpts struct {
 	clusterID, output                           string
 	allClusterIDs, orphans, claimPrefix, dryRun bool
 	orphanGrace, timeout                        time.Duration
+	journalRetention                            time.Duration
 }
 
 func pruneCommand(g *globalOpts) *cli.Command {
@@ -52,6 +53,7 @@ func pruneCommand(g *globalOpts) *cli.Command {
 			dryRunFlag(&o.dryRun),
 			outputFlag(&o.output),
 			timeoutFlag(&o.timeout),
+			journalRetentionFlag(&o.journalRetention),
 		}, o.policy.flags(), o.lock.flags(), deprecatedFlagsOf("prune")),
 		Action: func(c *cli.Context) error { return runPrune(c, g, o) },
 	}
@@ -134,6 +136,10 @@ func runPrune(c *cli.Context, g *globalOpts, o *pruneOpts) error {
 	if opts.Lock, err = o.lock.policy("prune"); err != nil {
 		return err
 	}
+	if err := checkJournalRetention(o.journalRetention); err != nil {
+		return err
+	}
+	opts.JournalRetention = o.journalRetention
 	if id != "" || opts.All {
 		if err := opts.Validate(); err != nil {
 			return err

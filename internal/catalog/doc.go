@@ -37,6 +37,14 @@
 //     (ActionRetained) a backup whose lock has not ended. lockstate.go:
 //     NewestLock and BucketLock, what inspect --all and the exporter show
 //     of each cluster's newest backup's lock.
+//   - Journal retention (journalretention.go): ApplyJournalRetention,
+//     pure, which journal segments to keep (the window reaches back
+//     JournalRetention, default 7 days, from a base backup) and which
+//     backups the backup rule lets go stay as the journal's bases
+//     (RuleJournalBase); prunejournal.go applies it in Prune (segments
+//     listed before any delete, deleted after the backups) and List.
+//     Segments are known here by their keys only (Layout.Classify); this
+//     package never imports internal/journal.
 //   - Prune and Delete (prune.go): Prune runs listPrune (list and check
 //     everything), planPrune (ApplyPolicy per cluster, guardPlan, uploads)
 //     and executePrune (delete), in that order; Delete removes named

@@ -22,6 +22,7 @@ const (
 	ListStepDrills    = "read drill records"
 	ListStepDecrypts  = StepCheckDecrypts
 	ListStepVersions  = "list object versions"
+	ListStepJournal   = "list journal segments"
 )
 
 // ListOptions configure List.
@@ -42,6 +43,10 @@ type ListOptions struct {
 	// bucket, the backups only object versions hold (deleted or
 	// overwritten: VersionedBackups), at the versions they wrote.
 	IncludeDeleted bool
+	// JournalRetention is the journal retention the retention column
+	// applies with the backup rule, as prune does (prunejournal.go);
+	// default DefaultJournalRetention.
+	JournalRetention time.Duration
 }
 
 // Validate checks the cluster id and the policy (usage errors).
@@ -90,6 +95,10 @@ type ListResult struct {
 	// LockErr: the bucket has object lock, but the lock configuration or
 	// a manifest's retention could not be read (a note under the table).
 	LockErr error
+	// Journal are the cluster's journal segments as listed (under
+	// Layout.JournalPrefix), which the retention column decided with the
+	// backups (journal-base) and the restorable window is made from.
+	Journal []store.ObjectInfo
 
 	id string
 }
@@ -155,12 +164,28 @@ func List(ctx context.Context, opts ListOptions) (*ListResult, error) {
 	if err := ctx.Err(); err != nil {
 		return fail(ListStepDrills, fmt.Errorf("list cluster %s: read drill records: %w", id, err))
 	}
+	// The journal's segments: journal retention keeps the backups they
+	// start from (journal-base), as prune does.
+	jobjs, err := st.List(ctx, layout.JournalPrefix(id))
+	if err != nil {
+		return fail(ListStepJournal, fmt.Errorf("list cluster %s: %s under %s: %w", id, ListStepJournal, layout.JournalPrefix(id), err))
+	}
 	// Pure: the plan is only shown, nothing is deleted.
+	plan := ApplyPolicy(entries, opts.Now, opts.Policy)
+	if len(jobjs) > 0 {
+		byName := map[string]*Manifest{}
+		for i, e := range entries {
+			if manifests[i] != nil {
+				byName[e.Name] = manifests[i]
+			}
+		}
+		plan, _ = withJournal(layout, plan, func(name string) *Manifest { return byName[name] }, jobjs, opts.Now, opts.JournalRetention)
+	}
 	decisions := map[string]Decision{}
-	for _, d := range ApplyPolicy(entries, opts.Now, opts.Policy).Decisions {
+	for _, d := range plan.Decisions {
 		decisions[d.Entry.Name] = d
 	}
-	res := &ListResult{Rows: make(ListRows, 0, len(entries)), Unknown: unknown, id: id}
+	res := &ListResult{Rows: make(ListRows, 0, len(entries)), Unknown: unknown, Journal: jobjs, id: id}
 	for i, e := range entries {
 		res.Rows = append(res.Rows, listRow(Listed{Entry: e, Manifest: manifests[i], ManifestErr: merrs[i]}, decisions[e.Name]))
 	}

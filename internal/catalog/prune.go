@@ -93,6 +93,10 @@ type PruneOptions struct {
 	// backup. Not in a dry run. Whatever Lock says, a backup whose objects
 	// are still locked is never deleted (ActionRetained).
 	Lock LockPolicy
+	// JournalRetention is how far back the journal window reaches
+	// (journal retention, prunejournal.go); default
+	// DefaultJournalRetention.
+	JournalRetention time.Duration
 }
 
 // BackupAction is what happened (or, in a dry run, would happen) to one
@@ -150,6 +154,9 @@ type ClusterPrune struct {
 	ClusterID string         `json:"clusterID"`
 	Backups   []BackupAction `json:"backups"` // newest first
 	Uploads   []UploadAction `json:"uploads,omitempty"`
+	// Segments are the cluster's journal segments, in revision order
+	// (prunejournal.go).
+	Segments []SegmentAction `json:"segments,omitempty"`
 	// Damaged counts the committed backups that do not check out.
 	Damaged int `json:"damaged,omitempty"`
 	// Problem is set when the newest committed backup is not the newest
@@ -220,6 +227,13 @@ type PruneReport struct {
 	// (PruneOptions.Lock).
 	Relocked []string `json:"relocked,omitempty"`
 
+	// Journal segments (prunejournal.go): kept, to delete, deleted, not
+	// deleted.
+	SegmentsKept    int `json:"segmentsKept"`
+	SegmentsPlanned int `json:"segmentsPlanned"`
+	SegmentsDeleted int `json:"segmentsDeleted"`
+	SegmentsFailed  int `json:"segmentsFailed"`
+
 	// Staged are the plaintext copies staged for etcd-operator that were
 	// found (staged.go): deleted once older than StagedMaxAge.
 	Staged      []StagedCopy `json:"staged,omitempty"`
@@ -245,6 +259,7 @@ type PruneError struct {
 	NothingDeleted bool
 	Failed         int // backups not (fully) deleted
 	UploadsFailed  int // stale uploads not aborted
+	SegmentsFailed int // journal segments not deleted
 	// StagedFailed are the keys of the staged plaintext copies that could
 	// not be deleted; StagedErr is that failure (or the listing's).
 	StagedFailed []string
@@ -273,6 +288,9 @@ func (e *PruneError) Error() string {
 	}
 	if e.UploadsFailed > 0 {
 		parts = append(parts, fmt.Sprintf("%d stale upload(s) could not be aborted", e.UploadsFailed))
+	}
+	if e.SegmentsFailed > 0 {
+		parts = append(parts, fmt.Sprintf("%d journal segment(s) could not be deleted", e.SegmentsFailed))
 	}
 	switch {
 	case len(e.StagedFailed) > 0:
@@ -312,6 +330,9 @@ func (o *PruneOptions) defaults() error {
 	}
 	if o.CheckParallel <= 0 {
 		o.CheckParallel = DefaultCheckParallel
+	}
+	if o.JournalRetention <= 0 {
+		o.JournalRetention = DefaultJournalRetention
 	}
 	return nil
 }
@@ -406,7 +427,8 @@ type pruneInventory struct {
 	manifestOf map[string]*Manifest // cluster/name -> manifest of a committed backup
 	uploads    []store.Upload       // every upload listed, also outside the chosen clusters
 	wanted     func(clusterID string) bool
-	unknown    []string // keys listed outside the layout
+	unknown    []string                      // keys listed outside the layout
+	journal    map[string][]store.ObjectInfo // by cluster: its journal segments
 }
 
 // listPrune is Prune's steps 1 and 2: it lists the objects and multipart
@@ -445,8 +467,12 @@ func listPrune(ctx context.Context, opts PruneOptions, stats *StoreStats) (*prun
 		return nil, pe
 	}
 	regroupEntries(opts.Layout, ids, groups, flat, uploads, wanted)
+	journal, pe := listPruneJournal(ctx, opts, ids, objs, stats)
+	if pe != nil {
+		return nil, pe
+	}
 	return &pruneInventory{ids: ids, groups: groups, manifestOf: manifestOf, uploads: uploads, wanted: wanted,
-		unknown: unknownKeys(opts.Layout, objs)}, nil
+		unknown: unknownKeys(opts.Layout, objs), journal: journal}, nil
 }
 
 // listPruneKeys is listPrune's step 1: the objects, then the multipart
@@ -582,7 +608,8 @@ func regroupEntries(layout Layout, ids []string, groups map[string][]Entry, flat
 type prunePlan struct {
 	toDelete []*BackupAction
 	toAbort  []*UploadAction
-	problems []string // damaged clusters, one line each
+	segments []*SegmentAction // journal segments to delete
+	problems []string         // damaged clusters, one line each
 }
 
 // damagedErr is the error of a prune that deleted what it planned but
@@ -645,6 +672,7 @@ func planBackups(opts PruneOptions, inv *pruneInventory, byCluster clusterPrunes
 		if err := guardPlan(plan); err != nil {
 			return nil, nil, nothingDeleted(PruneStepPlan, fmt.Errorf("cluster %s: %w", id, err))
 		}
+		plan = planJournal(opts, inv, id, plan, c)
 		c.Problem = damageProblem(id, plan)
 		for _, d := range plan.Decisions {
 			a := newAction(d.Entry)
@@ -742,6 +770,13 @@ func collectPlan(opts PruneOptions, byCluster clusterPrunes, rep *PruneReport) *
 				plan.toAbort = append(plan.toAbort, &c.Uploads[i])
 			}
 		}
+		for i := range c.Segments {
+			if c.Segments[i].Keep {
+				rep.SegmentsKept++
+			} else {
+				plan.segments = append(plan.segments, &c.Segments[i])
+			}
+		}
 		if del > 0 || len(c.Uploads) > 0 || c.Damaged > 0 {
 			log.Debug("prune plan", "cluster", c.ClusterID, "backups", len(c.Backups), "keep", len(c.Backups)-del, "delete", del,
 				"damaged", c.Damaged, "uploads", len(c.Uploads), "dry_run", opts.DryRun)
@@ -752,7 +787,7 @@ func collectPlan(opts PruneOptions, byCluster clusterPrunes, rep *PruneReport) *
 			}
 		}
 	}
-	rep.Planned, rep.Stale = len(plan.toDelete), len(plan.toAbort)
+	rep.Planned, rep.Stale, rep.SegmentsPlanned = len(plan.toDelete), len(plan.toAbort), len(plan.segments)
 	return plan
 }
 
@@ -765,6 +800,7 @@ func executePrune(ctx context.Context, opts PruneOptions, plan *prunePlan, rep *
 	relockNewest(ctx, opts, rep)
 	t := time.Now()
 	deleteBackups(ctx, opts.Store, plan.toDelete, &rep.Stats, log)
+	deleteSegments(ctx, opts.Store, plan.segments, &rep.Stats, log)
 	rep.Stats.DeleteDuration = time.Since(t)
 
 	t = time.Now()
@@ -799,9 +835,11 @@ func executePrune(ctx context.Context, opts PruneOptions, plan *prunePlan, rep *
 			errs = append(errs, ua.Err)
 		}
 	}
+	errs = append(errs, segmentErrs(plan.segments, rep)...)
 	rep.Stats.Duration = time.Since(start)
 	log.Info("prune finished", "kept", rep.Kept, "deleted", rep.Deleted, "failed", rep.Failed, "damaged", rep.Damaged,
 		"uploads_aborted", rep.Aborted, "uploads_failed", rep.AbortFailed,
+		"segments_kept", rep.SegmentsKept, "segments_deleted", rep.SegmentsDeleted, "segments_failed", rep.SegmentsFailed,
 		"objects_listed", rep.Stats.ObjectsListed, "objects_deleted", rep.Stats.ObjectsDeleted,
 		"duration", rep.Stats.Duration.Round(time.Millisecond))
 	if len(errs) == 0 {
@@ -810,7 +848,7 @@ func executePrune(ctx context.Context, opts PruneOptions, plan *prunePlan, rep *
 	if len(plan.problems) > 0 {
 		errs = append(errs, errors.New(strings.Join(plan.problems, "; ")))
 	}
-	pe.Failed, pe.UploadsFailed, pe.Err, pe.first = rep.Failed, rep.AbortFailed, errors.Join(errs...), errs[0]
+	pe.Failed, pe.UploadsFailed, pe.SegmentsFailed, pe.Err, pe.first = rep.Failed, rep.AbortFailed, rep.SegmentsFailed, errors.Join(errs...), errs[0]
 	return rep, pe
 }
 

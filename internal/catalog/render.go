@@ -363,6 +363,9 @@ func (r *PruneReport) Table() output.Table {
 		ct := actionsTable(c.Backups, c.Uploads)
 		t.Header, t.Wide, t.Long, t.Key = ct.Header, ct.Wide, ct.Long, ct.Key
 		t.Rows = append(t.Rows, ct.Rows...)
+		for _, a := range c.Segments {
+			t.Rows = append(t.Rows, a.row())
+		}
 	}
 	if t.Header == nil {
 		t = actionsTable(nil, nil)
@@ -374,6 +377,13 @@ func (r *PruneReport) Table() output.Table {
 	var f strings.Builder
 	fmt.Fprintf(&f, "%d kept, %s %d (%d failed), %d damaged, %d of %d multipart uploads to abort; listed %d objects in %s\n",
 		r.Kept, verb, n, r.Failed, r.Damaged, r.Stale, r.Uploads, r.Stats.ObjectsListed, r.Stats.Duration.Round(time.Millisecond))
+	if n := r.SegmentsKept + r.SegmentsPlanned; n > 0 {
+		sverb, sn := "deleted", r.SegmentsDeleted
+		if r.DryRun {
+			sverb, sn = "would delete", r.SegmentsPlanned
+		}
+		fmt.Fprintf(&f, "journal: %d segment(s) kept, %s %d (%d failed)\n", r.SegmentsKept, sverb, sn, r.SegmentsFailed)
+	}
 	for _, cl := range r.Clusters {
 		if cl.Problem != "" {
 			fmt.Fprintf(&f, "WARNING: %s\n", cl.Problem)

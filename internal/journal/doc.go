@@ -28,6 +28,13 @@
 //     (time to revision through the Received times);
 //   - journal find (find.go): Finder/Find, the changes of a key or a
 //     prefix over decoded segments, pure;
+//   - the restorable window (window.go): ComputeWindow, pure, the spans
+//     of revisions a restore reaches exactly (each backup's revision and
+//     the chain of segments continuing it, as Cover reads them) and the
+//     holes between, with the newest journaled revision's receive time
+//     (Window.Lag: the journal lag, the RPO right now); LoadWindow and
+//     WindowOf read it from the store (one listing, one header); list.go
+//     is `list` with the window (List: catalog.List, then WindowOf);
 //   - the capture (capture.go): Capture, a watch of the whole keyspace
 //     from the base (or where the stored segments end) into segments cut
 //     by interval or size at revisions' ends, leases looked up as they

@@ -1,0 +1,173 @@
+package catalog
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/armada/etcd-recovery/internal/store"
+)
+
+// The journal's part of a prune: its segments are listed with everything
+// else before any delete (listPruneJournal), decided after the backup
+// rule by ApplyJournalRetention (planJournal: the bases it needs are kept
+// with RuleJournalBase), and deleted after the backups
+// (deleteSegments). A segment's time is its object's stored time
+// (LastModified), no header is read: later than its last revision's
+// receive time by the upload, so a segment is if anything kept longer.
+
+// PruneStepListJournal: listing the clusters' journal segments.
+const PruneStepListJournal = "list journal segments"
+
+// SegmentAction is what happened (or, in a dry run, would happen) to one
+// journal segment.
+type SegmentAction struct {
+	ClusterID string    `json:"clusterID"`
+	Key       string    `json:"key"`
+	FirstRev  int64     `json:"firstRev"`
+	LastRev   int64     `json:"lastRev"`
+	Stored    time.Time `json:"stored"`
+	Bytes     int64     `json:"bytes"`
+	Keep      bool      `json:"keep"`
+	// Base is the backup the window through the segment starts from.
+	Base   string `json:"base,omitempty"`
+	Reason string `json:"reason"`
+	// Action is keep, delete (dry run), deleted or FAILED.
+	Action string `json:"action"`
+	Error  string `json:"error,omitempty"`
+	Err    error  `json:"-"`
+}
+
+// listPruneJournal lists the journal segments of the chosen clusters:
+// from the root listing (objs) with All, else one listing of each
+// cluster's journal prefix. A listing that fails fails the prune before
+// anything is deleted.
+func listPruneJournal(ctx context.Context, opts PruneOptions, ids []string, objs []store.ObjectInfo, stats *StoreStats) (map[string][]store.ObjectInfo, *PruneError) {
+	out := map[string][]store.ObjectInfo{}
+	add := func(o store.ObjectInfo) {
+		if ki := opts.Layout.Classify(o.Key); ki.Kind == KeyJournal {
+			out[ki.ClusterID] = append(out[ki.ClusterID], o)
+		}
+	}
+	if opts.All {
+		for _, o := range objs {
+			add(o)
+		}
+		return out, nil
+	}
+	for _, id := range ids {
+		os, err := opts.Store.List(ctx, opts.Layout.JournalPrefix(id))
+		if err != nil {
+			return nil, nothingDeleted(PruneStepListJournal, fmt.Errorf("cluster %s: listing %s: %w", id, opts.Layout.JournalPrefix(id), err))
+		}
+		stats.ObjectsListed += len(os)
+		for _, o := range os {
+			add(o)
+		}
+	}
+	return out, nil
+}
+
+// planJournal applies journal retention to one cluster after the backup
+// rule: the backups it needs as bases are kept (RuleJournalBase), and
+// its segments decided into c.Segments.
+func planJournal(opts PruneOptions, inv *pruneInventory, id string, plan Plan, c *ClusterPrune) Plan {
+	objs := inv.journal[id]
+	if len(objs) == 0 {
+		return plan
+	}
+	size := map[string]int64{}
+	for _, o := range objs {
+		size[o.Key] = o.Size
+	}
+	plan, jp := withJournal(opts.Layout, plan, func(name string) *Manifest { return inv.manifestOf[id+"/"+name] }, objs, opts.Now, opts.JournalRetention)
+	for _, d := range jp.Segments {
+		a := SegmentAction{ClusterID: id, Key: d.Segment.Key, FirstRev: d.Segment.FirstRev, LastRev: d.Segment.LastRev, Stored: d.Segment.Received,
+			Bytes: size[d.Segment.Key], Keep: d.Keep, Base: d.Base, Reason: d.Reason, Action: ActionKeep}
+		if !d.Keep {
+			a.Action = ActionDelete
+		}
+		c.Segments = append(c.Segments, a)
+	}
+	return plan
+}
+
+// withJournal applies journal retention to a cluster's backup plan (its
+// decisions by the backup rule, manifestOf each committed backup's
+// manifest) and its listed segments objs: the backups it needs as bases
+// are kept (RuleJournalBase). The plan's decisions are updated in place.
+func withJournal(layout Layout, plan Plan, manifestOf func(name string) *Manifest, objs []store.ObjectInfo, now time.Time, retention time.Duration) (Plan, JournalPlan) {
+	var bs []JournalBackup
+	for _, d := range plan.Decisions {
+		m := manifestOf(d.Entry.Name)
+		if !d.Entry.Good() || m == nil || m.Revision() < 1 {
+			continue
+		}
+		bs = append(bs, JournalBackup{Name: d.Entry.Name, Rev: m.Revision(), Time: d.Entry.Time, Keep: d.Keep})
+	}
+	segs := make([]JournalSegment, 0, len(objs))
+	for _, o := range objs {
+		ki := layout.Classify(o.Key)
+		segs = append(segs, JournalSegment{Key: o.Key, FirstRev: ki.FirstRev, LastRev: ki.LastRev, Received: o.LastModified})
+	}
+	jp := ApplyJournalRetention(bs, segs, now, retention)
+	for i, d := range plan.Decisions {
+		if why, ok := jp.KeepBases[d.Entry.Name]; ok && !d.Keep {
+			plan.Decisions[i].Keep, plan.Decisions[i].Rules, plan.Decisions[i].Reason = true, []string{RuleJournalBase}, why
+		}
+	}
+	return plan, jp
+}
+
+// deleteSegments deletes the planned segments (oldest first, in one
+// request per 1,000) and records each outcome.
+func deleteSegments(ctx context.Context, st store.Store, acts []*SegmentAction, stats *StoreStats, log *slog.Logger) {
+	if len(acts) == 0 {
+		return
+	}
+	slices.SortStableFunc(acts, func(a, b *SegmentAction) int { return cmpRev(a.FirstRev, b.FirstRev) })
+	keys := make([]string, len(acts))
+	for i, a := range acts {
+		keys[i] = a.Key
+	}
+	failed := storeDelete(ctx, st, keys, stats)
+	for _, a := range acts {
+		if err, ok := failed[a.Key]; ok {
+			a.Action, a.Err = ActionFailed, fmt.Errorf("cluster %s: delete journal segment %s: %w", a.ClusterID, a.Key, err)
+			a.Error = a.Err.Error()
+			log.Warn("prune: could not delete a journal segment", "cluster", a.ClusterID, "key", a.Key, "err", err)
+			continue
+		}
+		a.Action = ActionDeleted
+		log.Info("deleted journal segment", "cluster", a.ClusterID, "key", a.Key, "reason", a.Reason)
+	}
+}
+
+// segmentErrs counts the segments' outcomes into rep and returns their
+// failures.
+func segmentErrs(acts []*SegmentAction, rep *PruneReport) []error {
+	var errs []error
+	for _, a := range acts {
+		if a.Action == ActionDeleted {
+			rep.SegmentsDeleted++
+		} else {
+			rep.SegmentsFailed++
+			errs = append(errs, a.Err)
+		}
+	}
+	return errs
+}
+
+func (a SegmentAction) row() []string {
+	reason := a.Reason
+	if a.Error != "" {
+		reason += "; " + a.Error
+	}
+	base := a.Base
+	if base == "" {
+		base = "-"
+	}
+	return []string{a.ClusterID, base, fmt.Sprintf("segment: %d-%d", a.FirstRev, a.LastRev), fmtTime(a.Stored), a.Action, reason}
+}
