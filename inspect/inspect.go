@@ -386,6 +386,7 @@ newest:
 		break
 	}
 	bs.Drill = checkDrills(ctx, opts, entries, checked)
+	checkJournal(ctx, opts, bs)
 	return bs
 }
 

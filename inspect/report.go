@@ -236,6 +236,12 @@ type BackupStatus struct {
 	// Drill is the restore-drill proof of the cluster's backups; nil when
 	// it was not checked.
 	Drill *DrillStatus `json:"drill,omitempty"`
+	// HasJournal: the cluster has a stored journal segment (checkJournal),
+	// its segments naming revisions up to JournalLastRevision; JournalError
+	// is why the journal could not be listed.
+	HasJournal          bool   `json:"hasJournal,omitempty"`
+	JournalLastRevision int64  `json:"journalLastRevision,omitempty"`
+	JournalError        string `json:"journalError,omitempty"`
 }
 
 // DrillState is the restore-drill answer: is a recent backup proven to
