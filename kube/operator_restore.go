@@ -416,7 +416,18 @@ func (r *operatorRestore) selectSnapshot(ctx context.Context, tmp, scratch strin
 	if o.ToRevision > 0 || o.ToLatest {
 		ropts.BumpRevision, ropts.MarkCompacted = restore.DefaultBumpRevision, true
 	}
-	if !o.NoLive {
+	if !o.NoLive && (o.ToRevision > 0 || o.ToLatest) {
+		// Point in time takes no survivor snapshot: the members are
+		// probed only to warn when one still answers, so members not
+		// found (every pod gone) are no reason to stop.
+		if cs, err := k.Clusters(ctx, o.Cluster); err != nil {
+			r.log.Warn("point in time: the old members were not found, so none is probed for a survivor", "err", err)
+		} else if cfg, err := k.EtcdConfig(ctx, cs[0], tmp, o.DialTimeout); err != nil {
+			r.log.Warn("point in time: the old members cannot be probed for a survivor", "err", err)
+		} else {
+			ropts.Old = cfg
+		}
+	} else if !o.NoLive {
 		cs, err := k.Clusters(ctx, o.Cluster)
 		if err != nil {
 			return r.fail(ctx, OpStepSelect, fmt.Errorf("finding the members for a survivor snapshot (--no-live skips it): %w", err))
