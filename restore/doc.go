@@ -39,6 +39,13 @@
 // and Prepare: the events after the staged snapshot's revision, up to the
 // revision asked for, are applied straight into the staged file
 // (etcdinternals.ApplyEvents); Run composes it when ToRevision is set.
+// Options.ToLatest (latest.go) resolves the revision first: the newest the
+// journal (a JournalReacher) reaches exactly from the backup the selection
+// would choose (Plan.Latest), with a warning when a member of the old
+// cluster still answers (its survivor snapshot loses nothing).
+// SelectSnapshot with a point in time (select_pitr.go) replays too, then
+// bumps the revision and writes etcd's sha256 trailer again: the staged
+// copy etcd-operator's snapshot restore accepts.
 //
 // CheckCluster is `restore verify` (VerifyRebuilt with what the backup
 // says the cluster must hold), and RestoreV2 puts the legacy v2 keys back.
