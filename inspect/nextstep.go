@@ -18,6 +18,9 @@ func nextStep(a Assessment, noSpace, corrupt bool, alarmMembers map[string][]str
 	}
 	switch a.Verdict {
 	case VerdictUnreachable:
+		if ns, ok := journalLossStep(a); ok {
+			return ns
+		}
 		return NextStep{Action: "no member answers: check the network path, the TLS settings (--cacert/--cert/--key) and that the etcd pods run",
 			Runbooks: []string{RunbookUnreachable}}
 	case VerdictQuorumLost:

@@ -74,6 +74,20 @@ type OperatorRestoreOptions struct {
 	RequireEncryption bool
 	Log               *slog.Logger
 	Progress          func(label string) restore.Progress
+
+	// Point in time (restore's --to-revision, --to-time, --to-latest):
+	// ToRevision or ToLatest, with Journal (restore.Options). The staged
+	// copy is then the backup with the journal replayed into it, its
+	// revision bumped by restore.DefaultBumpRevision and marked compacted
+	// (etcd-operator's restore applies no bump), with etcd's sha256
+	// trailer written again for etcdutl's check
+	// (restore.SelectSnapshot); the restored cluster is verified at that
+	// revision plus the bump.
+	ToRevision int64
+	ToLatest   bool
+	Journal    restore.JournalSource
+	// AcceptUnprovenJournal: restore.Options.AcceptUnprovenJournal.
+	AcceptUnprovenJournal bool
 }
 
 // Steps of OperatorRestore, named in its errors.
@@ -328,6 +342,9 @@ type operatorRestore struct {
 	snapPath   string
 	revision   int64
 	backupName string
+	// minRevision is the lowest revision the restored cluster may report:
+	// revision, plus the bump of a point-in-time snapshot.
+	minRevision int64
 }
 
 // fail is the error of a step: the cluster, the step and the cause (with
@@ -397,8 +414,23 @@ func (r *operatorRestore) selectSnapshot(ctx context.Context, tmp, scratch strin
 	ropts := restore.Options{ClusterID: o.Cluster, Store: o.Store, Layout: o.Layout, NoLive: o.NoLive,
 		ProbeTimeout: o.ProbeTimeout, Backup: o.Backup, DryRun: o.DryRun, Log: o.Log, Progress: o.Progress,
 		ScratchDir: o.TempDir, Identities: o.Identities, Recipients: o.Recipients, RequireEncryption: o.RequireEncryption,
-		Survivor: survivor.Backup{}}
-	if !o.NoLive {
+		Survivor: survivor.Backup{}, ToRevision: o.ToRevision, ToLatest: o.ToLatest, Journal: o.Journal,
+		AcceptUnprovenJournal: o.AcceptUnprovenJournal}
+	if o.ToRevision > 0 || o.ToLatest {
+		ropts.BumpRevision, ropts.MarkCompacted = restore.DefaultBumpRevision, true
+	}
+	if !o.NoLive && (o.ToRevision > 0 || o.ToLatest) {
+		// Point in time takes no survivor snapshot: the members are
+		// probed only to warn when one still answers, so members not
+		// found (every pod gone) are no reason to stop.
+		if cs, err := k.Clusters(ctx, o.Cluster); err != nil {
+			r.log.Warn("point in time: the old members were not found, so none is probed for a survivor", "err", err)
+		} else if cfg, err := k.EtcdConfig(ctx, cs[0], tmp, o.DialTimeout); err != nil {
+			r.log.Warn("point in time: the old members cannot be probed for a survivor", "err", err)
+		} else {
+			ropts.Old = cfg
+		}
+	} else if !o.NoLive {
 		cs, err := k.Clusters(ctx, o.Cluster)
 		if err != nil {
 			return r.fail(ctx, OpStepSelect, fmt.Errorf("finding the members for a survivor snapshot (--no-live skips it): %w", err))
@@ -423,6 +455,12 @@ func (r *operatorRestore) selectSnapshot(ctx context.Context, tmp, scratch strin
 	case plan.Chosen != nil:
 		r.revision = plan.Chosen.Revision
 	}
+	r.minRevision = r.revision
+	if plan.Replay != nil {
+		// Point in time: the replayed revision, bumped in the staged copy.
+		r.revision, r.minRevision = plan.Replay.ToRevision, plan.MinRevision
+	}
+	rep.Warnings = append(rep.Warnings, plan.Warnings...)
 	return nil
 }
 
@@ -542,7 +580,7 @@ func (r *operatorRestore) verify(ctx context.Context, size int64) error {
 	if err != nil {
 		return r.fail(ctx, OpStepVerify, err)
 	}
-	vo := restore.VerifyOptions{Etcd: cfg, Timeout: o.VerifyTimeout, MinRevision: r.revision, ExpectedKeys: -1,
+	vo := restore.VerifyOptions{Etcd: cfg, Timeout: o.VerifyTimeout, MinRevision: r.minRevision, ExpectedKeys: -1,
 		ExpectedMembers: int(size), ProbeTimeout: o.ProbeTimeout, Log: o.Log}
 	if r.plan.Snapshot != nil {
 		// Keys without a lease must all be back; leased ones may have

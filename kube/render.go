@@ -34,7 +34,12 @@ func (r *OperatorRestoreReport) Tables() []output.Table {
 		if sel := p.SelectionTables(); len(sel) > 0 {
 			flush(sel...)
 		}
-		if p.Snapshot != nil {
+		switch {
+		case p.Snapshot != nil && p.Replay != nil:
+			// Point in time: the staged copy was bumped.
+			text("Expected after the restore: revision >= %d (the journal's revision %d + bump %d, in the staged copy), %d live keys.\n",
+				p.MinRevision, p.Replay.ToRevision, p.BumpRevision, p.Snapshot.LiveKeys)
+		case p.Snapshot != nil:
 			text("Expected after the restore: revision >= %d (the snapshot's: etcd-operator does not bump it), %d live keys.\n",
 				p.Snapshot.Revision, p.Snapshot.LiveKeys)
 		}

@@ -44,6 +44,13 @@
 // failed is refused with a *JournalProofError unless
 // Options.AcceptUnprovenJournal, and the plan's "journal proof" check says
 // whether the window is proven, failed (accepted) or unproven.
+// Options.ToLatest (latest.go) resolves the revision first: the newest the
+// journal (a JournalReacher) reaches exactly from the backup the selection
+// would choose (Plan.Latest), with a warning when a member of the old
+// cluster still answers (its survivor snapshot loses nothing).
+// SelectSnapshot with a point in time (select_pitr.go) replays too, then
+// bumps the revision and writes etcd's sha256 trailer again: the staged
+// copy etcd-operator's snapshot restore accepts.
 //
 // CheckCluster is `restore verify` (VerifyRebuilt with what the backup
 // says the cluster must hold), and RestoreV2 puts the legacy v2 keys back.

@@ -105,6 +105,7 @@ func (r *Result) Tables() []output.Table {
 // restore report).
 func (p *Plan) SelectionTables() []output.Table {
 	var s sections
+	p.latestText(&s)
 	switch sv := p.Survivor; {
 	case sv == nil:
 	case sv.Planned:

@@ -148,6 +148,14 @@ type Options struct {
 	// (catalog.JournalProof); without it such a ToRevision is refused at
 	// the select step (JournalProofError).
 	AcceptUnprovenJournal bool
+	// ToLatest (--to-latest) restores to the newest revision Journal (a
+	// JournalReacher) reaches exactly from the backup the restore starts
+	// from (the best-ranked, or Backup): resolved first, it becomes
+	// ToRevision (Plan.Latest says which, when it was received and how
+	// old it is). Not with ToRevision. A member of Old that still answers
+	// is a warning (Plan.Warnings): its survivor snapshot, a plain
+	// restore, loses nothing.
+	ToLatest bool
 }
 
 // Survivor is the pre-restore snapshot of a surviving member.
@@ -197,6 +205,10 @@ type Plan struct {
 	Problems []string `json:"problems,omitempty"`
 	// Replay is the journal replayed up to Options.ToRevision.
 	Replay *Replayed `json:"replay,omitempty"`
+	// Latest is what Options.ToLatest resolved to.
+	Latest *Latest `json:"latest,omitempty"`
+	// Warnings are what the restore did that a reader must know.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Result is a finished (or failed) restore.
@@ -294,8 +306,8 @@ func (o Options) Validate() error {
 	if o.ToRevision < 0 {
 		return usage.Errorf("--to-revision must be a revision (positive)")
 	}
-	if o.ToRevision > 0 && o.Journal == nil {
-		return usage.Wrap(errNoJournal)
+	if err := o.validateLatest(); err != nil {
+		return err
 	}
 	if o.Parallel < 0 {
 		return usage.Errorf("--parallel-data-dirs must be 0 (all at once) or more")
@@ -464,6 +476,11 @@ func (r *restoreRun) setUp(ctx context.Context) error {
 		return r.fail(ctx, StepValidate, err)
 	}
 	r.log = r.opts.Log.With("cluster", r.opts.ClusterID)
+	if r.opts.ToLatest {
+		if err := resolveLatest(ctx, &r.opts, r.plan, r.log); err != nil {
+			return r.fail(ctx, StepLatest, err)
+		}
+	}
 	return nil
 }
 
@@ -692,6 +709,8 @@ func selectBackup(ctx context.Context, opts Options, log *slog.Logger, plan *Pla
 	plan.Survivor = &Survivor{}
 	var planned *Candidate
 	switch {
+	case opts.ToLatest:
+		plan.Survivor.Skipped = "--to-latest: the newest backup and the journal after it"
 	case opts.ToRevision > 0:
 		plan.Survivor.Skipped = "--to-revision: a point-in-time restore starts from a backup at or below the revision"
 	case opts.NoLive:
@@ -757,7 +776,10 @@ func selectBackup(ctx context.Context, opts Options, log *slog.Logger, plan *Pla
 // written.
 func choose(opts Options, log *slog.Logger, plan *Plan, cands []Candidate, idx int, checkID bool) (string, error) {
 	plan.Reason = chooseReason(cands, idx, opts.Backup != "", plan.Survivor)
-	if opts.ToRevision > 0 {
+	switch {
+	case opts.ToLatest:
+		plan.Reason += fmt.Sprintf("; the journal replayed after it to revision %d, the newest it reaches (--to-latest)", opts.ToRevision)
+	case opts.ToRevision > 0:
 		plan.Reason += fmt.Sprintf("; the newest at or below --to-revision %d, the journal replayed after it", opts.ToRevision)
 	}
 	cands[idx].Status = "chosen"

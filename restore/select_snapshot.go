@@ -17,6 +17,12 @@ import (
 // written and the path is empty. Targets, Token, the bump, data dirs and
 // Verify are not used. The caller removes the returned file; on error it is
 // already removed.
+//
+// With ToRevision or ToLatest (resolved first, as Run does), the journal
+// is replayed into the file, its revision bumped by BumpRevision (marked
+// compacted with MarkCompacted) and etcd's sha256 trailer written again
+// (selectPointInTime): the file is the point-in-time snapshot etcd's own
+// snapshot restore accepts.
 func SelectSnapshot(ctx context.Context, opts Options, dir string) (*Plan, string, error) {
 	plan := &Plan{ClusterID: opts.ClusterID, DryRun: opts.DryRun, Checks: []Check{}}
 	fail := func(step string, err error) (*Plan, string, error) {
@@ -25,19 +31,36 @@ func SelectSnapshot(ctx context.Context, opts Options, dir string) (*Plan, strin
 	if err := opts.validateSource(); err != nil {
 		return fail(StepValidate, err)
 	}
+	if err := opts.validateLatest(); err != nil {
+		return fail(StepValidate, err)
+	}
 	if err := opts.defaults(); err != nil {
 		return fail(StepValidate, err)
+	}
+	log := opts.Log.With("cluster", opts.ClusterID)
+	if opts.ToLatest {
+		if err := resolveLatest(ctx, &opts, plan, log); err != nil {
+			return fail(StepLatest, err)
+		}
 	}
 	if dir == "" {
 		dir = os.TempDir()
 	}
 	plan.BumpRevision, plan.MarkCompacted = opts.BumpRevision, opts.MarkCompacted
-	snapPath, step, err := selectAndVerify(ctx, opts, opts.Log.With("cluster", opts.ClusterID), plan, dir)
+	snapPath, step, err := selectAndVerify(ctx, opts, log, plan, dir)
 	if err != nil {
 		if snapPath != "" {
 			os.Remove(snapPath)
 		}
 		return fail(step, err)
+	}
+	if opts.ToRevision > 0 {
+		if err := selectPointInTime(ctx, opts, plan, snapPath, log); err != nil {
+			if snapPath != "" {
+				os.Remove(snapPath)
+			}
+			return plan, "", err
+		}
 	}
 	return plan, snapPath, nil
 }

@@ -38,6 +38,7 @@ type restoreOpts struct {
 	toRevision                                        int64
 	toTime                                            string
 	acceptUnprovenJournal                             bool
+	toLatest                                          bool
 	parallelDataDirs                                  int
 	probeTimeout, verifyTimeout, timeout, waitTimeout time.Duration
 }
@@ -67,7 +68,11 @@ func restoreCommand(g *globalOpts) *cli.Command {
 			"Then put the legacy v2 keys back with `restore v2`.\n\n" +
 			"Point in time (--to-revision R, or --to-time T: the last revision the journal received at or before T):\n" +
 			"no survivor snapshot; the newest backup at or below R is staged, the journal's segments after it (see\n" +
-			"`journal`, `journal find`) are applied into it up to R, then step 4. v2 keys are the backup's.\n\n" +
+			"`journal`, `journal find`) are applied into it up to R, then step 4. v2 keys are the backup's.\n" +
+			"--to-latest (every member lost): R is the newest revision the journal reaches exactly from the newest backup;\n" +
+			"a dry run says R, when the journal received it and how old it is. No journal is an error (restore without it).\n" +
+			"A member of --endpoints that still answers is a warning: its survivor snapshot (a plain restore) loses nothing.\n" +
+			"With --via etcd-operator, the staged copy is that replayed database, its revision bumped and marked compacted.\n\n" +
 			"With --via etcd-operator --cluster NAME, the EtcdCluster NAME (found through Kubernetes) is restored by\n" +
 			"etcd-operator's restore operator: steps 1-3 as above (the old members are the EtcdCluster's pods), then the\n" +
 			"verified snapshot is staged uncompressed at <prefix>/_staged/NAME/<backup>/snapshot.db and read back, an\n" +
@@ -107,6 +112,7 @@ func restoreCommand(g *globalOpts) *cli.Command {
 			&cli.Int64Flag{Name: "to-revision", Usage: "point in time: restore the cluster as of exactly this revision, from the newest backup at or below it and the journal's segments after it", Destination: &o.toRevision},
 			&cli.StringFlag{Name: "to-time", Usage: "point in time (RFC 3339): restore to the last revision the journal received at or before this time (to within 100 ms)", Destination: &o.toTime},
 			&cli.BoolFlag{Name: "accept-unproven-journal", Usage: "point in time: replay the journal even through a window whose journal proof failed (journal prove; refused without it)", Destination: &o.acceptUnprovenJournal},
+			&cli.BoolFlag{Name: "to-latest", Usage: "point in time: restore to the newest revision the journal reaches exactly from the newest backup (every member lost: a survivor snapshot, the default, loses nothing)", Destination: &o.toLatest},
 			identityFileFlag(&o.identityFile),
 			outputFlag(&o.output),
 		}, o.encryption.flags(), deprecatedFlagsOf("restore")),
@@ -133,26 +139,12 @@ func runRestore(c *cli.Context, g *globalOpts, o *restoreOpts) error {
 	if err != nil {
 		return err
 	}
-	if c.IsSet("via") || c.IsSet("cluster") {
-		for _, f := range []string{"to-revision", "to-time"} {
-			if c.IsSet(f) {
-				return usagef("restore: --%s is not available with --via etcd-operator", f)
-			}
-		}
-		return runRestoreViaOperator(e, o, ids, rs)
+	pitr, err := o.pointInTime(c)
+	if err != nil {
+		return err
 	}
-	var toTime time.Time
-	switch {
-	case c.IsSet("to-revision") && c.IsSet("to-time"):
-		return usagef("restore: --to-revision and --to-time: give one")
-	case c.IsSet("to-revision") && o.toRevision <= 0:
-		return usagef("restore: --to-revision must be a revision (positive)")
-	case o.acceptUnprovenJournal && !c.IsSet("to-revision") && !c.IsSet("to-time"):
-		return usagef("restore: --accept-unproven-journal goes with --to-revision or --to-time")
-	case o.toTime != "":
-		if toTime, err = time.Parse(time.RFC3339Nano, o.toTime); err != nil {
-			return usagef("restore: --to-time %q: want RFC 3339 (2006-01-02T15:04:05Z)", o.toTime)
-		}
+	if c.IsSet("via") || c.IsSet("cluster") {
+		return runRestoreViaOperator(e, o, ids, rs, pitr)
 	}
 	for _, f := range []string{"wait-timeout", "aws-secret", "force-path-style"} {
 		if c.IsSet(f) {
@@ -196,11 +188,10 @@ func runRestore(c *cli.Context, g *globalOpts, o *restoreOpts) error {
 		Progress:          func(label string) restore.Progress { return output.NewProgress(label) },
 	}
 	opts.IncludeDeleted = o.includeDeleted
-	if o.toRevision > 0 || !toTime.IsZero() {
-		// The journal is read from the store opened below; --to-time's
-		// revision is known once it is (1 stands for it until then).
-		opts.ToRevision = max(o.toRevision, 1)
-		opts.AcceptUnprovenJournal = o.acceptUnprovenJournal
+	opts.ToRevision, opts.ToLatest = pitr.revision, pitr.latest
+	opts.AcceptUnprovenJournal = o.acceptUnprovenJournal
+	if pitr.any() {
+		// The journal is read from the store opened below.
 		opts.Journal = journal.NewSource(nil, catalog.Layout{}, o.clusterID, ids)
 	}
 	if eps := o.verifyEndpoints.Value(); len(eps) > 0 {
@@ -226,13 +217,8 @@ func runRestore(c *cli.Context, g *globalOpts, o *restoreOpts) error {
 	if opts.Journal != nil {
 		src := journal.NewSource(store, layout, o.clusterID, ids)
 		opts.Journal = src
-		if !toTime.IsZero() {
-			rev, err := src.RevisionAt(ctx, toTime)
-			if err != nil {
-				return fmt.Errorf("restore: --to-time %s: %w", o.toTime, err)
-			}
-			log.Info("--to-time: the last revision the journal received at or before it", "time", o.toTime, "revision", rev)
-			opts.ToRevision = rev
+		if opts.ToRevision, err = pitr.resolveTime(ctx, src, log); err != nil {
+			return err
 		}
 	}
 	var t *runTimeout
@@ -408,7 +394,7 @@ func runRestoreVerify(c *cli.Context, g *globalOpts, o *restoreVerifyOpts) error
 
 // runRestoreViaOperator is restore --via etcd-operator: see
 // kube.OperatorRestore.
-func runRestoreViaOperator(e *env, o *restoreOpts, ids *seal.Identities, rs seal.Recipients) error {
+func runRestoreViaOperator(e *env, o *restoreOpts, ids *seal.Identities, rs seal.Recipients, pitr pitrFlags) error {
 	c, log := e.c, e.log
 	if o.via != "etcd-operator" {
 		return usagef("restore: --via %q: the only one is etcd-operator (with --cluster NAME)", o.via)
@@ -466,6 +452,14 @@ func runRestoreViaOperator(e *env, o *restoreOpts, ids *seal.Identities, rs seal
 	}
 	opts.Kube = k
 	ctx := e.ctx()
+	if pitr.any() {
+		// Point in time: the EtcdCluster's name is its cluster id in COS.
+		src := journal.NewSource(opts.Store, opts.Layout, name, ids)
+		opts.Journal, opts.ToLatest, opts.AcceptUnprovenJournal = src, pitr.latest, o.acceptUnprovenJournal
+		if opts.ToRevision, err = pitr.resolveTime(ctx, src, log); err != nil {
+			return err
+		}
+	}
 	if o.dryRun {
 		// As the manual dry run: it changes nothing, so it has an overall
 		// deadline.

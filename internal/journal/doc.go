@@ -26,6 +26,9 @@
 //     revision range, from inside a segment when a snapshot's revision
 //     is), a *ReachError naming the last revision reachable, RevisionAt
 //     (time to revision through the Received times);
+//   - how far it reaches (reach.go): Source.Reach, the last revision
+//     reachable exactly from a revision and when it was received (restore
+//     --to-latest), ErrNothingAfter for a journal ending before it;
 //   - journal find (find.go): Finder/Find, the changes of a key or a
 //     prefix over decoded segments, pure;
 //   - the restorable window (window.go): ComputeWindow, pure, the spans

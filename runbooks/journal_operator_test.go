@@ -1,0 +1,199 @@
+package runbooks
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/journal"
+	"github.com/armada/etcd-recovery/internal/objectio"
+	"github.com/armada/etcd-recovery/internal/testing/kubetest"
+	"github.com/armada/etcd-recovery/internal/testing/mdblocks"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testfix"
+	"github.com/armada/etcd-recovery/kube"
+)
+
+// journalOperatorRef is the carrier's restore from the journal.
+const journalOperatorRef = "quorum-loss.md#every-member-lost-through-etcd-operator"
+
+func init() {
+	scenarios = append(scenarios, struct {
+		name string
+		fn   scenarioFunc
+	}{"every-member-lost-operator", everyMemberLostOperator})
+}
+
+// everyMemberLostOperator: the carrier's setup (as operatorRestore: a
+// kubx-etcd-NN namespace of a real kube-apiserver, deploy/'s RBAC, an
+// EtcdCluster backed by a real 3-member etcd, cos-credentials in
+// etcd-operator's format), a COS backup, the journal (2 s segments) while
+// keys are written, overwritten and deleted after it, then every member
+// SIGKILLed. The runbook's restore --via etcd-operator --to-latest, as the
+// toolkit's service account: the dry run names the journal's last revision
+// and changes nothing; the restore stages the replayed database, which
+// etcd-operator's restore (kubetest's stand-in: etcdutl snapshot restore,
+// which checks etcd's sha256 trailer) starts on; the restored cluster
+// holds every key as of the journal's last revision, nothing else, at
+// that revision plus the bump.
+func everyMemberLostOperator(t *testing.T, rb mdblocks.Set) {
+	const ns = "kubx-etcd-08"
+	k := testenv.StartKubeAPIServer(t)
+	admin := k.Clientset(t, "")
+	dyn := k.Dynamic(t, "")
+	kubetest.InstallCRDs(t, k)
+	kubetest.CreateNamespaces(t, admin, ns)
+	a := kubetest.NewApplier(t, k)
+	a.ApplyFile(t, kubetest.DeployPath(t, "10-rbac.yaml"), ns)
+
+	fc := kubetest.AddEtcdCluster(t, admin, dyn, ns, "etcd-rb-jop", testenv.EtcdOptions{IP: "127.0.7.12", Members: 3})
+	kubetest.PerClusterAccess(t, a, ns, fc.Name)
+	f := mdblocks.NewFixture(t, fc.Etcd.PKI, fc.Etcd.Endpoints())
+	f.ID = fc.Name
+	f.Vars["id"] = fc.Name
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	secret := kubetest.AWSSecretData(f.MinIO.AccessKey, f.MinIO.SecretKey, f.MinIO.Region)
+	if _, err := admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: kube.COSSecretName}, Data: secret},
+		metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	creds := filepath.Join(t.TempDir(), "cos-credentials")
+	if err := os.Mkdir(creds, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range secret {
+		if err := os.WriteFile(filepath.Join(creds, name), v, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.Vars["cos-credentials-dir"] = creds
+
+	cli := fc.Etcd.Client(t)
+	keys := testenv.PutKeys(t, cli, "/registry/secrets/", 200, 200)
+	res, err := backup.Run(ctx, backup.Options{ClusterID: f.ID, Kind: catalog.KindScheduled, Compression: catalog.CompressZstd,
+		Etcd: testfix.EtcdConfig(fc.Etcd), Store: f.Store, Layout: f.Layout})
+	if err != nil {
+		t.Fatalf("scheduled backup of %s: %v", f.ID, err)
+	}
+	cctx, stopCapture := context.WithCancel(ctx)
+	defer stopCapture()
+	capDone := make(chan error, 1)
+	go func() {
+		capDone <- journal.Capture(cctx, journal.CaptureOptions{Client: fc.Etcd.Client(t), ClusterID: f.ID,
+			BaseBackup: res.Manifest.Name, BaseRev: res.Manifest.Revision(), Store: f.Store, Layout: f.Layout, SegmentInterval: lossInterval,
+			Encoding: objectio.Encoding{Compression: catalog.CompressZstd},
+			Log:      testfix.Logger(t)})
+	}()
+	// After the backup: new keys, overwrites and deletes, over more than
+	// one segment.
+	for i := range 3 {
+		maps.Copy(keys, testenv.PutKeys(t, cli, fmt.Sprintf("/registry/leases/w%d-", i), 30, 100))
+		k, v := fmt.Sprintf("/registry/secrets/key%06d", i+1), fmt.Sprintf("over-%d", i)
+		if _, err := cli.Put(ctx, k, v); err != nil {
+			t.Fatal(err)
+		}
+		keys[k] = v
+		d := fmt.Sprintf("/registry/secrets/key%06d", 100+i)
+		if _, err := cli.Delete(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+		delete(keys, d)
+		time.Sleep(lossInterval / 2)
+	}
+	last, err := cli.Get(ctx, "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lastRev := last.Header.Revision
+	for _, m := range fc.Etcd.Members {
+		m.Kill()
+	}
+	for deadline := time.Now().Add(lossBound + 3*time.Second); ; time.Sleep(200 * time.Millisecond) {
+		segs, err := journal.ListSegments(ctx, f.Store, f.Layout, f.ID, res.Manifest.Revision())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if segs.Reach >= lastRev {
+			break
+		}
+		if time.Now().After(deadline) {
+			select {
+			case err := <-capDone:
+				t.Fatalf("the journal of %s stopped: %v", f.ID, err)
+			default:
+			}
+			t.Fatalf("the journal reaches %d, not the last revision %d, %v after every member was lost", segs.Reach, lastRev, lossBound+3*time.Second)
+		}
+	}
+	stopCapture()
+	if err := <-capDone; err != nil {
+		t.Fatalf("the journal of %s: %v", f.ID, err)
+	}
+
+	op := kubetest.StartRestoreOperator(t, kubetest.RestoreOperatorOptions{Namespace: ns, Client: admin, Dynamic: dyn, RunningDelay: time.Second})
+	op.Register(fc)
+	s := newScenario(t, rb, f.Vars)
+	s.Vars["namespace"] = ns
+	s.ExtraEnv = []string{"KUBECONFIG=" + k.Kubeconfig(t, kubetest.SAToken(t, admin, ns, "etcd-recovery-toolkit"), ns)}
+	restores := func() []unstructured.Unstructured {
+		t.Helper()
+		l, err := dyn.Resource(kube.EtcdRestoreGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.Items
+	}
+	s.After = func(r mdblocks.Result) {
+		if strings.Contains(r.Block.Code, "--dry-run") {
+			if ers := restores(); len(ers) != 0 {
+				t.Fatalf("the dry run created %d EtcdRestore(s) in %s", len(ers), ns)
+			}
+		}
+	}
+	rs := s.Run(journalOperatorRef)
+	if len(rs) != 2 {
+		t.Fatalf("%s: want a dry run, then the restore; ran %d blocks", journalOperatorRef, len(rs))
+	}
+	latest := fmt.Sprintf("Latest (--to-latest): revision %d (received ", lastRev)
+	mdblocks.MustContain(t, rs[0], "dry run: nothing was changed", latest, "point-in-time snapshot")
+	mdblocks.MustContain(t, rs[1], latest, "point-in-time snapshot", "Restored and verified in",
+		fmt.Sprintf("Expected after the restore: revision >= %d (the journal's revision %d + bump 1000000000", lastRev+1_000_000_000, lastRev))
+
+	ers := restores()
+	if len(ers) != 1 {
+		t.Fatalf("%d EtcdRestores in %s after the restore, want the one the tool created", len(ers), ns)
+	}
+	rec := op.WaitUID(t, ers[0].GetUID(), time.Minute)
+	if rec.Err != nil {
+		t.Fatalf("the restore operator stand-in: %v", rec.Err)
+	}
+	if got := ers[0].GetAnnotations()[kube.AnnotationRevision]; got != fmt.Sprint(lastRev) {
+		t.Errorf("EtcdRestore annotation %s = %q, want the journal's revision %d", kube.AnnotationRevision, got, lastRev)
+	}
+	rcli := rec.Members[0].Client(t)
+	mdblocks.CheckKeys(t, rcli, keys)
+	resp, err := rcli.Get(ctx, "/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) != len(keys) {
+		t.Errorf("restored cluster has %d keys, want %d", len(resp.Kvs), len(keys))
+	}
+	if resp.Header.Revision < lastRev+1_000_000_000 {
+		t.Errorf("restored revision %d: not the journal's %d bumped by 1,000,000,000", resp.Header.Revision, lastRev)
+	}
+}
