@@ -1,18 +1,34 @@
 package deploy
 
 import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	crand "crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"os"
 	"slices"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
 	"github.com/armada/etcd-recovery/internal/testing/podrun"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testfix"
 	"github.com/armada/etcd-recovery/kube"
 )
 
@@ -135,4 +151,211 @@ func equalYAML(t *testing.T, a, b any) bool {
 		t.Fatal(err)
 	}
 	return string(x) == string(y)
+}
+
+// journalPodSpec translates deploy/60-journal.yaml's pod as a kubelet
+// would start it in namespace, for cl (podrun.Translate). The pod
+// template's affinity is dropped first, after checking it is the only
+// scheduling field and only spreads the replicas: it is the scheduler's,
+// never the kubelet's, and Translate refuses what it does not translate.
+func journalPodSpec(t *testing.T, podName string, cl podrun.Cluster) *podrun.Spec {
+	t.Helper()
+	w, err := podrun.LoadWorkload(kubetest.DeployPath(t, "60-journal.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := w.Template.Spec.Affinity; a != nil {
+		if a.NodeAffinity != nil || a.PodAffinity != nil || a.PodAntiAffinity == nil || len(a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) > 0 {
+			t.Fatalf("60-journal.yaml: affinity %+v: want only a preferred podAntiAffinity (spreading the replicas)", a)
+		}
+		w.Template.Spec.Affinity = nil
+	}
+	spec, err := podrun.Translate(w, "", podName, cl)
+	if err != nil {
+		t.Fatalf("60-journal.yaml: a kubelet could not start the pod: %v", err)
+	}
+	return spec
+}
+
+// selfSignedCA is a PEM certificate (ca.crt of the token volume; nothing
+// is ever served with it).
+func selfSignedCA(t *testing.T) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), crand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test-ca"}, NotBefore: time.Now().Add(-time.Hour),
+		NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(crand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
+// TestJournalPodStarts: what a kubelet needs to start the journal's pod
+// is there, and the binary accepts what the pod runs. The pod spec is
+// translated as a kubelet would (podrun.Translate, against the shipped
+// ConfigMap and the namespace's cos-credentials secret): the ConfigMap's
+// COS settings in its environment, the secret's files at
+// COS_CREDENTIALS_DIR, the pod's name and namespace from the downward
+// API, the client-TLS scratch an in-memory emptyDir, the service
+// account's token. Then the tool runs with exactly those args and that
+// environment (podrun.Spec.HostCommand) against an API server that is
+// not there: it must get past its flags (a usage error is exit 4 at
+// once), campaign for the Lease etcd-recovery-journal of its namespace
+// and log, in JSON, the refused connection by name; SIGTERM then stops it
+// cleanly (exit 0) while it still campaigns.
+func TestJournalPodStarts(t *testing.T) {
+	t.Parallel()
+	const podNS, podName = "kubx-etcd-05", "etcd-recovery-journal-6b7c9d5f4-x2k9q"
+	ctx := testfix.Context(t, time.Minute)
+	b, err := os.ReadFile(kubetest.DeployPath(t, "20-config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm, err := podrun.ParseConfigMap(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: kube.COSSecretName},
+		Data: kubetest.AWSSecretData("test-access-key", "test-secret-key", "us-standard")}
+	// A port nothing listens on: the API server that is not there.
+	apiPort := testenv.FreePort(t)
+	var tokenFor []string
+	cl := podrun.Cluster{
+		Namespace:  podNS,
+		ConfigMaps: map[string]*corev1.ConfigMap{cm.Name: cm},
+		Secrets:    map[string]*corev1.Secret{secret.Name: secret},
+		Token: func(sa string) (string, error) {
+			tokenFor = append(tokenFor, sa)
+			return "test-token-of-" + sa, nil
+		},
+		APIServerURL: fmt.Sprintf("https://127.0.0.1:%d", apiPort),
+		APIServerCA:  selfSignedCA(t),
+	}
+	spec := journalPodSpec(t, podName, cl)
+
+	// What the kubelet gave the container.
+	if !slices.Equal(tokenFor, []string{"etcd-recovery"}) {
+		t.Errorf("service-account tokens asked for %v, want the CronJob's etcd-recovery's only", tokenFor)
+	}
+	for key, want := range cm.Data {
+		if got, ok := spec.EnvValue(key); !ok || got != want {
+			t.Errorf("env %s = %q (set %v), want the ConfigMap's %q", key, got, ok, want)
+		}
+	}
+	if v, _ := spec.EnvValue(kube.EnvPodName); v != podName {
+		t.Errorf("%s = %q, want the pod's name %q", kube.EnvPodName, v, podName)
+	}
+	if v, _ := spec.EnvValue("POD_NAMESPACE"); v != podNS {
+		t.Errorf("POD_NAMESPACE = %q, want %q", v, podNS)
+	}
+	credDir, _ := spec.EnvValue("COS_CREDENTIALS_DIR")
+	if m := spec.Mount(credDir); credDir == "" || m == nil || m.Kind != podrun.MountSecret || !m.ReadOnly || len(m.Files) != len(secret.Data) {
+		t.Errorf("COS_CREDENTIALS_DIR %q: mount %+v, want the secret %s's %d files, read-only", credDir, m, secret.Name, len(secret.Data))
+	} else {
+		for name, data := range secret.Data {
+			if !bytes.Equal(m.Files[name], data) {
+				t.Errorf("%s/%s: not the secret's %s", credDir, name, name)
+			}
+		}
+	}
+	scratch, _ := spec.EnvValue("ETCD_RECOVERY_SECRETS_DIR")
+	if m := spec.Mount(scratch); scratch == "" || m == nil || m.Kind != podrun.MountEmptyDirMemory || m.SizeLimit == 0 {
+		t.Errorf("ETCD_RECOVERY_SECRETS_DIR %q: mount %+v, want an in-memory emptyDir with a size limit", scratch, m)
+	}
+	if m := spec.Mount(podrun.ServiceAccountDir); m == nil || string(m.Files["token"]) != "test-token-of-etcd-recovery" {
+		t.Errorf("the service-account token volume: %+v", m)
+	}
+	if spec.GracePeriod < journal.DefaultFinalFlush+kube.DefaultRenewDeadline {
+		t.Errorf("grace period %s", spec.GracePeriod)
+	}
+
+	// The binary with those args and that environment.
+	cmd, err := spec.HostCommand(ctx, testfix.Tool(t), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr lockedBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan int, 1)
+	go func() {
+		err := cmd.Wait()
+		code := cmd.ProcessState.ExitCode()
+		if err != nil && code == 0 {
+			code = -1
+		}
+		done <- code
+	}()
+	wantErr := fmt.Sprintf("127.0.0.1:%d", apiPort)
+	campaigned := func() (string, bool) {
+		for _, line := range strings.Split(stderr.String(), "\n") {
+			var rec map[string]any
+			if json.Unmarshal([]byte(line), &rec) != nil {
+				continue
+			}
+			// client-go's leaderelection, through the tool's JSON log:
+			// the Lease it failed to get, and why.
+			e, _ := rec["err"].(string)
+			if lock, _ := rec["lock"].(string); rec["level"] == "ERROR" && lock == podNS+"/"+kube.DefaultLeaseName {
+				return line, strings.Contains(e, wantErr) && strings.Contains(e, "connection refused")
+			}
+		}
+		return "", false
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if _, ok := campaigned(); ok {
+			break
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("the journal pod's command exited %d before campaigning for its Lease (4: its args are a usage error):\n%s", code, testfix.LastLines(stderr.String(), 20))
+		default:
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			<-done
+			line, _ := campaigned()
+			t.Fatalf("no JSON log of the refused Lease %s/%s at %s within 20 s (last: %s):\n%s", podNS, kube.DefaultLeaseName, wantErr, line,
+				testfix.LastLines(stderr.String(), 20))
+		}
+	}
+	if strings.Contains(stderr.String(), "test-secret-key") || strings.Contains(stderr.String(), "test-token-of-") {
+		t.Errorf("a credential in the log:\n%s", stderr.String())
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("SIGTERM while campaigning: exit %d, want 0:\n%s", code, testfix.LastLines(stderr.String(), 10))
+		}
+	case <-time.After(15 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("SIGTERM while campaigning: still running after 15 s:\n%s", testfix.LastLines(stderr.String(), 10))
+	}
+}
+
+// lockedBuffer is a process's stderr, read while it writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -66,7 +66,7 @@ func testVerbs(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, admi
 	}
 	op := kubetest.StartRestoreOperator(t, kubetest.RestoreOperatorOptions{Namespace: verbsNS, Client: admin, Dynamic: dynAdmin, RunningDelay: time.Second})
 	var clusters []string
-	var firstEtcd *testenv.EtcdCluster
+	var etcds []kubetest.Cluster
 	for i, ip := range []string{"127.0.5.30", "127.0.5.31"} {
 		name := fmt.Sprintf("etcd-v%d", i+1)
 		c := kubetest.AddEtcdCluster(t, admin, dynAdmin, verbsNS, name, testenv.EtcdOptions{IP: ip, Members: 1})
@@ -74,9 +74,7 @@ func testVerbs(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, admi
 		testenv.PutKeys(t, c.Etcd.Client(t), "/registry/k", 50, 128)
 		op.Register(c)
 		clusters = append(clusters, name)
-		if firstEtcd == nil {
-			firstEtcd = c.Etcd
-		}
+		etcds = append(etcds, c)
 	}
 	tool := testfix.Tool(t)
 	run := func(sa, kc string, wantExit int, args ...string) string {
@@ -98,9 +96,18 @@ func testVerbs(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, admi
 		run(sa, kc, 0, append([]string{"inspect", "--all", "--dial-timeout", "2s"}, cosFlags...)...)
 		run(sa, kc, 0, append([]string{"inspect", "--cluster", clusters[0], "--dial-timeout", "2s"}, cosFlags...)...)
 		if sa == "etcd-recovery" {
-			// The journal Deployment's command: its Lease (the backup
-			// above is its base).
-			runJournalLeader(t, ctx, tool, kc, verbsNS, clusters[0], firstEtcd, m, cosFlags, admin)
+			// The journal Deployment's pod (journal --all --leader-elect):
+			// its Lease, the clusters above journaled from the backups
+			// just taken, and a third one added now, without a backup: a
+			// gap, its Event and the full backup that heals it. (The
+			// toolkit's commands below see three clusters.)
+			name := "etcd-v3"
+			c := kubetest.AddEtcdCluster(t, admin, dynAdmin, verbsNS, name, testenv.EtcdOptions{IP: "127.0.5.32", Members: 1})
+			kubetest.PerClusterAccess(t, a, verbsNS, name)
+			testenv.PutKeys(t, c.Etcd.Client(t), "/registry/k", 20, 128)
+			clusters = append(clusters, name)
+			etcds = append(etcds, c)
+			runJournalDeployment(t, ctx, k, admin, m, bucket, prefix, etcds, name)
 		}
 		if sa != "etcd-recovery-toolkit" {
 			continue
