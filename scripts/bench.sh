@@ -14,4 +14,17 @@ if ((${#missing[@]})); then
 fi
 # BenchmarkDrill (drill/bench_test.go; BENCH_DRILL_MB, default 512):
 # drill s/GiB against restore alone, start/hash shares, tool and etcd peak RSS.
-go test -run '^$' -bench "${BENCH:-.}" -benchtime 1x -timeout 60m ${BENCH_PKGS:-./...}
+# The journal (internal/journal/journal_bench_test.go, pitr_bench_test.go;
+# restore/replay_bench_test.go), about 20 min in all:
+#   BenchmarkJournalRPO: event -> segment stored p50/p99, journal CPU and
+#     peak RSS, segments (PUTs) per cluster per day, at BENCH_JOURNAL_RATES
+#     (100,1000,5000 writes/s) x BENCH_JOURNAL_INTERVALS (1s,30s) for
+#     BENCH_JOURNAL_SECONDS (25), and BENCH_JOURNAL_CLUSTERS (50) x
+#     BENCH_JOURNAL_CLUSTER_RATE (50) writes/s in one journal process;
+#   BenchmarkPITRRestore: restore --to-revision against a plain restore of
+#     the same backup, BENCH_PITR_EVENTS (100000,1000000) journaled events;
+#   BenchmarkReplay: replay into bbolt against the same events through an
+#     etcd client, BENCH_REPLAY_EVENTS (100000).
+# BENCH_JOURNAL_QUICK=1 shortens the first two (10 s runs, 30 s interval at
+# 1,000 writes/s only, 10 clusters, 100,000 events only): about 5 min.
+go test -run '^$' -bench "${BENCH:-.}" -benchtime 1x -timeout "${BENCH_TIMEOUT:-90m}" ${BENCH_PKGS:-./...}
