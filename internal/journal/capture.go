@@ -134,10 +134,12 @@ func (e *GapError) Unwrap() error { return e.Err }
 // within FinalFlush, and returns nil) or a gap (*GapError, after writing
 // what it holds) or a store that stays frozen or refuses (*SegmentError).
 //
-// It watches the whole keyspace from BaseRev+1, or, when segments of the
-// base are stored, from the last one's LastRev+1: a restart resumes
-// exactly, and one that cannot (the stored segments break, or the last
-// belongs to another base) is a GapError. Every watch event becomes an
+// It watches the whole keyspace from BaseRev+1, or, when segments
+// continue the base (Continuation: from the one holding BaseRev+1, so the
+// base may lie inside a chain another base started), from the last one's
+// LastRev+1: a restart resumes exactly, and one that cannot (the stored
+// segments break, or the last is damaged or another cluster's) is a
+// GapError. Every watch event becomes an
 // Event (Sub: its index within its revision; etcd's watch never splits a
 // revision across responses without WithFragment, so a response ends at
 // a revision's end and segments are cut only there). A lease first seen
@@ -171,18 +173,24 @@ func Capture(ctx context.Context, o CaptureOptions) error {
 	if err := o.defaults(); err != nil {
 		return err
 	}
-	chain, err := ListSegments(ctx, o.Store, o.Layout, o.ClusterID, o.BaseRev)
+	listed, err := ListSegments(ctx, o.Store, o.Layout, o.ClusterID, o.BaseRev)
 	if err != nil {
 		return fmt.Errorf("journal of cluster %s: listing its segments: %w", o.ClusterID, err)
 	}
+	chain := Continuation(o.ClusterID, listed.All, o.BaseRev)
 	if chain.Problem != nil {
 		return &GapError{ClusterID: o.ClusterID, From: chain.Reach + 1, Reason: "the stored segments do not continue each other", Err: chain.Problem}
 	}
 	if n := len(chain.Segments); n > 0 {
 		last := chain.Segments[n-1]
-		_, _, err := ReadSegment(ctx, o.Store, o.Layout, last.Key, o.Identities, Want{ClusterID: o.ClusterID, BaseBackup: o.BaseBackup})
+		h, _, err := ReadSegment(ctx, o.Store, o.Layout, last.Key, o.Identities, Want{ClusterID: o.ClusterID})
 		switch {
 		case err == nil:
+			if h.BaseBackup != o.BaseBackup {
+				// Continuation: the base lies inside the chain (its first
+				// base pruned by retention); the new segments name it.
+				o.Log.Info("journal: continuing a chain started from another backup", "cluster", o.ClusterID, "chainBase", h.BaseBackup, "base", o.BaseBackup, "baseRev", o.BaseRev)
+			}
 		case o.Identities == nil && errors.Is(err, seal.ErrNoIdentity):
 			o.Log.Info("journal: the last segment is encrypted and no identity was given: resuming on its key's revisions alone", "key", last.Key)
 		case IsReason(err, ReasonStore):

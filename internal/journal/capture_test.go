@@ -1,6 +1,7 @@
 package journal_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -441,18 +442,23 @@ func TestCaptureResumeRefusesABrokenChain(t *testing.T) {
 	}
 	t.Log(err)
 
-	// The last segment continues another backup: not continued.
+	// The last segment, under this cluster's key, is another cluster's:
+	// not continued. (One naming another base backup is continued: the
+	// revisions are what count, journal.Continues.)
 	st = memstore.New()
 	h := testHeader()
-	h.BaseBackup = "other"
-	if _, err := journal.WriteSegment(ctx, st, layout, objectio.Encoding{Compression: catalog.CompressZstd}, h, testEvents()); err != nil {
+	h.ClusterID = "other"
+	raw, err := journal.EncodeSegment(h, testEvents())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Put(ctx, layout.JournalSegmentKey("c1", 11, 13), bytes.NewReader(raw)); err != nil {
 		t.Fatal(err)
 	}
 	o := captureOptions(cli, st, layout, objectio.Encoding{}, 10, t)
-	o.BaseBackup = "b1"
 	err = journal.Capture(ctx, o)
-	if !errors.As(err, &gap) || gap.From != 14 || !journal.IsReason(err, journal.ReasonBase) {
-		t.Fatalf("got %v, want a gap from 14: another base", err)
+	if !errors.As(err, &gap) || gap.From != 14 || !journal.IsReason(err, journal.ReasonCluster) {
+		t.Fatalf("got %v, want a gap from 14: another cluster's segment", err)
 	}
 	t.Log(err)
 }

@@ -180,8 +180,9 @@ func (s *Source) Leases(ctx context.Context, from, to int64) ([]Lease, error) {
 
 // Events yields every event of revisions from to to, in revision and sub
 // order, decoding the segments holding them one after the other, each
-// verified as it streams (a refused segment is an error yielded, by
-// name). A journal that does not reach to is refused before anything is
+// verified as it streams and as continuing the one before (Continues:
+// the bases they name may differ; a refused segment is an error yielded,
+// by name). A journal that does not reach to is refused before anything is
 // yielded (*ReachError).
 func (s *Source) Events(ctx context.Context, from, to int64) (iter.Seq2[Event, error], error) {
 	segs, err := s.covering(ctx, from, to)
@@ -189,16 +190,20 @@ func (s *Source) Events(ctx context.Context, from, to int64) (iter.Seq2[Event, e
 		return nil, err
 	}
 	return func(yield func(Event, error) bool) {
-		var base string
+		var prev *Header
 		for _, seg := range segs {
-			want := s.want()
-			want.BaseBackup = base
-			r, err := OpenSegment(ctx, s.st, s.layout, seg.Key, s.ids, want)
+			r, err := OpenSegment(ctx, s.st, s.layout, seg.Key, s.ids, s.want())
 			if err != nil {
 				yield(Event{}, err)
 				return
 			}
-			base = r.Header().BaseBackup
+			h := r.Header()
+			if err := Continues(seg.Key, prev, h); err != nil {
+				r.Close()
+				yield(Event{}, err)
+				return
+			}
+			prev = &h
 			for {
 				ev, err := r.Next()
 				if err == io.EOF {
