@@ -33,6 +33,9 @@ type journalOpts struct {
 	all, noEvents                                  bool
 	segmentInterval, rediscover, probeTimeout      time.Duration
 	leader                                         leaderOpts
+	// journalRetention: with an explicit --lock-mode, how long segments
+	// are locked (catalog.SegmentLockUntil).
+	journalRetention time.Duration
 }
 
 func journalCommand(g *globalOpts) *cli.Command {
@@ -63,6 +66,7 @@ func journalCommand(g *globalOpts) *cli.Command {
 			&cli.StringFlag{Name: "segment-size", Value: "4MiB", Usage: "write a segment once it is this big (bytes, or KiB/MiB): a cluster writing faster than the interval gets shorter segments", Destination: &o.segmentSize},
 			probeTimeoutFlag(&o.probeTimeout),
 			identityFileFlag(&o.identityFile),
+			journalRetentionFlag(&o.journalRetention),
 		}, o.encryption.flags(), o.policy.flags(), o.lock.flags(), o.leader.flags()),
 		Action:      func(c *cli.Context) error { return runJournal(c, g, o) },
 		Subcommands: []*cli.Command{journalFindCommand(g), journalProveCommand(g)},
@@ -267,6 +271,9 @@ func journalOptions(c *cli.Context, e *env, o *journalOpts) (fleet.JournalAllOpt
 	if bk.Lock, err = o.lock.policy("journal"); err != nil {
 		return opts, err
 	}
+	if err := checkJournalRetention(o.journalRetention); err != nil {
+		return opts, err
+	}
 	if bk.Lock.Enabled() {
 		policy, err := o.policy.policy()
 		if err != nil {
@@ -280,7 +287,10 @@ func journalOptions(c *cli.Context, e *env, o *journalOpts) (fleet.JournalAllOpt
 	}
 	opts = fleet.JournalAllOptions{
 		ClusterID: o.clusterID, Rediscover: o.rediscover, DialTimeout: o.etcd.dialTimeout, NoEvents: o.noEvents,
-		Capture: journal.CaptureOptions{Encoding: enc, Identities: ids, SegmentInterval: o.segmentInterval, SegmentSize: size},
+		Capture: journal.CaptureOptions{Encoding: enc, Identities: ids, SegmentInterval: o.segmentInterval, SegmentSize: size,
+			// Segments are locked as the gap backup is (an explicit
+			// --lock-mode), for the journal retention less the margin.
+			Lock: bk.Lock, JournalRetention: o.journalRetention},
 		Backup:  bk, Log: e.log,
 	}
 	if o.all {

@@ -233,6 +233,9 @@ type PruneReport struct {
 	SegmentsPlanned int `json:"segmentsPlanned"`
 	SegmentsDeleted int `json:"segmentsDeleted"`
 	SegmentsFailed  int `json:"segmentsFailed"`
+	// SegmentsRetained: segments journal retention lets go that object
+	// lock still holds (retainLockedSegments): not deleted, not a failure.
+	SegmentsRetained int `json:"segmentsRetained,omitempty"`
 
 	// Staged are the plaintext copies staged for etcd-operator that were
 	// found (staged.go): deleted once older than StagedMaxAge.
@@ -647,6 +650,9 @@ func planPrune(ctx context.Context, opts PruneOptions, inv *pruneInventory, rep 
 	if deleteKeys, pe = retainLocked(ctx, opts, byCluster, deleteKeys, deletedFolder); pe != nil {
 		return nil, pe
 	}
+	if pe = retainLockedSegments(ctx, opts, byCluster); pe != nil {
+		return nil, pe
+	}
 	// The uploads under the keys of the backups to delete: once the folder
 	// is gone, nothing would look for them again.
 	exact, err := ListUploadsAt(ctx, opts.Store, deleteKeys, opts.CheckParallel)
@@ -773,6 +779,8 @@ func collectPlan(opts PruneOptions, byCluster clusterPrunes, rep *PruneReport) *
 		for i := range c.Segments {
 			if c.Segments[i].Keep {
 				rep.SegmentsKept++
+			} else if c.Segments[i].Action == ActionRetained {
+				rep.SegmentsRetained++ // still locked: not deleted, not a failure
 			} else {
 				plan.segments = append(plan.segments, &c.Segments[i])
 			}

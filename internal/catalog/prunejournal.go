@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/armada/etcd-recovery/internal/store"
@@ -170,4 +171,80 @@ func (a SegmentAction) row() []string {
 		base = "-"
 	}
 	return []string{a.ClusterID, base, fmt.Sprintf("segment: %d-%d", a.FirstRev, a.LastRev), fmtTime(a.Stored), a.Action, reason}
+}
+
+// retainLockedSegments is the object-lock part of the journal's plan, as
+// retainLocked is the backups': on a bucket with object lock, a segment
+// journal retention lets go whose object is still locked at opts.Now
+// (the journal writes segments locked when given a lock mode:
+// SegmentLockUntil) is retained (ActionRetained, its reason saying until
+// when), not deleted and not a failure: a Delete would only hide it under
+// a delete marker. A prune after the lock ends deletes it. A bucket
+// without object lock changes nothing, as does a configuration the
+// credential cannot read, unless opts.Lock is on. A retention that
+// cannot be read fails the plan: nothing is deleted.
+func retainLockedSegments(ctx context.Context, opts PruneOptions, byCluster clusterPrunes) *PruneError {
+	var todo []*SegmentAction
+	for _, c := range byCluster {
+		for i := range c.Segments {
+			if !c.Segments[i].Keep {
+				todo = append(todo, &c.Segments[i])
+			}
+		}
+	}
+	if len(todo) == 0 {
+		return nil
+	}
+	info, err := LockConfigOf(ctx, opts.Store)
+	switch {
+	case err != nil && opts.Lock.Enabled():
+		return nothingDeleted(PruneStepPlan, fmt.Errorf("reading the bucket's object-lock configuration: %w", err))
+	case err != nil:
+		opts.Log.Warn("prune: could not read the bucket's object-lock configuration; deleting journal segments as without object lock", "err", err)
+		return nil
+	}
+	lk, ok := opts.Store.(store.Locker)
+	if !info.Enabled || !ok {
+		return nil
+	}
+	for _, a := range todo {
+		r, err := lk.Retention(ctx, a.Key, "")
+		if err != nil {
+			if store.IsNotFound(err) {
+				continue // gone meanwhile
+			}
+			return nothingDeleted(PruneStepPlan, fmt.Errorf("cluster %s: reading the retention of journal segment %s: %w", a.ClusterID, a.Key, err))
+		}
+		if !r.Locked(opts.Now) {
+			continue
+		}
+		a.Action = ActionRetained
+		a.Reason += fmt.Sprintf("; retained until %s (%s object lock): deleted by a prune after that",
+			r.Until.UTC().Format(time.RFC3339), strings.ToLower(string(r.Mode)))
+	}
+	return nil
+}
+
+// SegmentLockUntil is the retain-until time of a journal segment written
+// at written (its upload's start) with the journal locked (lp's mode
+// explicit): written + retention (--journal-retention) - lp.Margin, the
+// earliest time journal retention could delete it (a segment's time for
+// retention is its object's stored time, at or after written) less the
+// margin every backup lock takes (LockPlan): a lock never outlasts
+// retention, so a prune never meets a segment it must delete still
+// locked, except one a later base made unnecessary early (then it is
+// retained until its lock ends). Zero (not locked) when lp locks nothing
+// explicitly or the margin is not shorter than retention.
+func SegmentLockUntil(written time.Time, retention time.Duration, lp LockPolicy) time.Time {
+	if !lp.Mode.Explicit() {
+		return time.Time{}
+	}
+	lp = lp.WithDefaults()
+	if retention <= 0 {
+		retention = DefaultJournalRetention
+	}
+	if retention <= lp.Margin {
+		return time.Time{}
+	}
+	return written.Add(retention - lp.Margin).UTC()
 }

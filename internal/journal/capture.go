@@ -65,6 +65,16 @@ type CaptureOptions struct {
 	OnSegment func(SegmentInfo)
 	// Fence, when set, is called before each segment upload; an error stops the capture at once.
 	Fence func() error
+	// Lock, when its mode is explicit (governance or compliance: the
+	// journal's --lock-mode), writes every segment with an object-lock
+	// retention of that mode until catalog.SegmentLockUntil(the upload
+	// attempt's start, JournalRetention, Lock): the earliest time journal
+	// retention could delete it, less Lock's margin, so that a leaked
+	// write credential cannot delete the journal and the lock never
+	// outlasts retention. The bucket must have object lock (checked when
+	// Capture starts).
+	Lock             catalog.LockPolicy
+	JournalRetention time.Duration
 }
 
 func (o *CaptureOptions) defaults() error {
@@ -172,6 +182,17 @@ func (e *GapError) Unwrap() error { return e.Err }
 func Capture(ctx context.Context, o CaptureOptions) error {
 	if err := o.defaults(); err != nil {
 		return err
+	}
+	if o.Lock.Mode.Explicit() {
+		lctx, cancel := context.WithTimeout(ctx, o.UploadTimeout)
+		info, err := catalog.LockConfigOf(lctx, o.Store)
+		cancel()
+		switch {
+		case err != nil:
+			return fmt.Errorf("journal of cluster %s: lock mode %s: reading the bucket's object-lock configuration: %w", o.ClusterID, o.Lock.Mode, err)
+		case !info.Enabled:
+			return fmt.Errorf("journal of cluster %s: lock mode %s: %s has no object lock, segments cannot be locked", o.ClusterID, o.Lock.Mode, catalog.BucketName(o.Store))
+		}
 	}
 	listed, err := ListSegments(ctx, o.Store, o.Layout, o.ClusterID, o.BaseRev)
 	if err != nil {
@@ -704,7 +725,11 @@ func (c *capture) upload(ctx context.Context, p pending) error {
 			return err
 		}
 		actx, cancel := context.WithTimeout(ctx, c.o.UploadTimeout)
-		info, err := writeRaw(actx, c.o.Store, key, p.h, p.raw, c.o.Encoding)
+		var put objectio.PutOptions
+		if until := catalog.SegmentLockUntil(c.o.Now(), c.o.JournalRetention, c.o.Lock); !until.IsZero() {
+			put.Retention = &store.Retention{Mode: c.o.Lock.Mode.StoreMode(), Until: until}
+		}
+		info, err := writeRaw(actx, c.o.Store, key, p.h, p.raw, c.o.Encoding, put)
 		cancel()
 		if err == nil || (attempt > 1 && IsReason(err, ReasonConflict)) {
 			if err != nil {

@@ -47,11 +47,11 @@ func WriteSegment(ctx context.Context, st store.Store, layout catalog.Layout, en
 	if err != nil {
 		return SegmentInfo{}, err
 	}
-	return writeRaw(ctx, st, layout.JournalSegmentKey(h.ClusterID, h.FirstRev, h.LastRev), h, raw, enc)
+	return writeRaw(ctx, st, layout.JournalSegmentKey(h.ClusterID, h.FirstRev, h.LastRev), h, raw, enc, objectio.PutOptions{})
 }
 
-func writeRaw(ctx context.Context, st store.Store, key string, h Header, raw []byte, enc objectio.Encoding) (SegmentInfo, error) {
-	w, err := objectio.Create(ctx, st, key, bytes.NewReader(raw), enc)
+func writeRaw(ctx context.Context, st store.Store, key string, h Header, raw []byte, enc objectio.Encoding, put objectio.PutOptions) (SegmentInfo, error) {
+	w, err := objectio.CreateWith(ctx, st, key, bytes.NewReader(raw), enc, put)
 	info := SegmentInfo{Key: key, FirstRev: h.FirstRev, LastRev: h.LastRev, Size: w.StoredSize, Written: w}
 	if err != nil {
 		if errors.Is(err, store.ErrExists) {
