@@ -291,7 +291,7 @@ func journalOptions(c *cli.Context, e *env, o *journalOpts) (fleet.JournalAllOpt
 			// Segments are locked as the gap backup is (an explicit
 			// --lock-mode), for the journal retention less the margin.
 			Lock: bk.Lock, JournalRetention: o.journalRetention},
-		Backup:  bk, Log: e.log,
+		Backup: bk, Log: e.log,
 	}
 	if o.all {
 		if opts.Kube, err = e.kube(&o.kube); err != nil {

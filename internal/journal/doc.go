@@ -38,6 +38,12 @@
 //     (Window.Lag: the journal lag, the RPO right now); LoadWindow and
 //     WindowOf read it from the store (one listing, one header); list.go
 //     is `list` with the window (List: catalog.List, then WindowOf);
+//   - where a (re)starting journal continues (resume.go): ChooseBase,
+//     Continuation (the chain from the segment holding a backup's
+//     revision + 1: a kept backup inside a chain whose first base
+//     retention pruned continues it) and Continues, the one rule by which
+//     a segment continues the one before it (same cluster, the next
+//     revision; the bases headers name may differ), for every reader;
 //   - the capture (capture.go): Capture, a watch of the whole keyspace
 //     from the base (or where the stored segments end) into segments cut
 //     by interval or size at revisions' ends, leases looked up as they
