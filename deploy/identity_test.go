@@ -31,7 +31,14 @@ const (
 	identityKey    = "identity.txt"
 	toolkitFile    = "50-toolkit.yaml"
 	toolkitKind    = "Deployment/etcd-recovery-toolkit"
+	// The journal's proofs (70-prove.yaml) decrypt backups and segments:
+	// the only other pod with the identity, as the toolkit's account.
+	proveFile = "70-prove.yaml"
+	proveKind = "CronJob/etcd-recovery-prove"
 )
+
+// identityPods are the pod specs allowed to reach the identity.
+var identityPods = []string{toolkitFile + ": " + toolkitKind, proveFile + ": " + proveKind}
 
 // identityNS is the namespace of the RBAC test.
 const identityNS = "kubx-etcd-15"
@@ -100,21 +107,23 @@ func identityRefs(t *testing.T, spec *corev1.PodSpec) []string {
 // TestIdentityMountedOnlyInToolkit: no CronJob or Job pod in deploy/ (the
 // scheduled backups, the pre-update backup template) mounts the age
 // identity, reads it into its environment or names it: the backup jobs hold
-// recipients only. The toolkit's pod mounts it read-only, 0400 (the kubelet
-// adds the fsGroup's read bit: 0440, which the tool accepts), optional, and
-// points ETCD_RECOVERY_IDENTITY_FILE at the file in it.
+// recipients only. Exactly two pods do: the toolkit's and the journal
+// proofs' CronJob (70-prove.yaml, as the toolkit's account); each mounts it
+// read-only, 0400 (the kubelet adds the fsGroup's read bit: 0440, which the
+// tool accepts), optional, and points ETCD_RECOVERY_IDENTITY_FILE at the
+// file in it.
 func TestIdentityMountedOnlyInToolkit(t *testing.T) {
 	t.Parallel()
 	specs := deployPodSpecs(t)
-	var toolkit *corev1.PodSpec
+	holders := map[string]*corev1.PodSpec{}
 	var jobs int
 	for key, spec := range specs {
 		refs := identityRefs(t, spec)
 		switch {
-		case key == toolkitFile+": "+toolkitKind:
-			toolkit = spec
-			// The detector sees the toolkit's mount and variable: it would
-			// see them in a job's spec too.
+		case slices.Contains(identityPods, key):
+			holders[key] = spec
+			// The detector sees the pod's mount and variable: it would
+			// see them in a backup job's spec too.
 			if len(refs) != 2 {
 				t.Errorf("%s: identity references %v, want its volume and %s", key, refs, seal.EnvIdentityFile)
 			}
@@ -125,18 +134,34 @@ func TestIdentityMountedOnlyInToolkit(t *testing.T) {
 			}
 		default:
 			if len(refs) > 0 {
-				t.Errorf("%s reaches the age identity (%s): only %s %s may", key, strings.Join(refs, ", "), toolkitFile, toolkitKind)
+				t.Errorf("%s reaches the age identity (%s): only %v may", key, strings.Join(refs, ", "), identityPods)
 			}
 		}
 	}
 	if jobs < 2 {
 		t.Fatalf("found %d CronJob/Job pod specs under deploy/ (%v), want the CronJob and the update Job at least", jobs, slices.Sorted(mapsKeysPS(specs)))
 	}
-	if toolkit == nil {
-		t.Fatalf("no %s in deploy/%s (have %v)", toolkitKind, toolkitFile, slices.Sorted(mapsKeysPS(specs)))
+	for _, key := range identityPods {
+		spec := holders[key]
+		if spec == nil {
+			t.Errorf("no %s under deploy/ (have %v)", key, slices.Sorted(mapsKeysPS(specs)))
+			continue
+		}
+		checkIdentityMount(t, key, spec)
 	}
+	// Both run as the toolkit's account, the only one the identity's Role
+	// is bound to.
+	if tk, pr := holders[identityPods[0]], holders[identityPods[1]]; tk != nil && pr != nil && tk.ServiceAccountName != pr.ServiceAccountName {
+		t.Errorf("%s runs as %q, the toolkit as %q: the identity's holders share the toolkit's account", identityPods[1], pr.ServiceAccountName, tk.ServiceAccountName)
+	}
+}
 
-	// The toolkit: one read-only mount of the whole secret, 0400, optional.
+// checkIdentityMount: spec (the toolkit's, the proofs') mounts the whole
+// identity secret once, read-only, 0400, optional, with a fsGroup, and
+// points ETCD_RECOVERY_IDENTITY_FILE at the file in it.
+func checkIdentityMount(t *testing.T, key string, toolkit *corev1.PodSpec) {
+	t.Helper()
+	// One read-only mount of the whole secret, 0400, optional.
 	var vol *corev1.Volume
 	for i, v := range toolkit.Volumes {
 		if v.Secret != nil && v.Secret.SecretName == identitySecret {
@@ -144,19 +169,20 @@ func TestIdentityMountedOnlyInToolkit(t *testing.T) {
 		}
 	}
 	if vol == nil {
-		t.Fatalf("the toolkit does not mount the secret %s", identitySecret)
+		t.Errorf("%s does not mount the secret %s", key, identitySecret)
+		return
 	}
 	if m := vol.Secret.DefaultMode; m == nil || *m != 0o400 {
-		t.Errorf("identity volume defaultMode %v, want 0400 (0440 with the fsGroup; never readable by others)", vol.Secret.DefaultMode)
+		t.Errorf("%s: identity volume defaultMode %v, want 0400 (0440 with the fsGroup; never readable by others)", key, vol.Secret.DefaultMode)
 	}
 	if len(vol.Secret.Items) != 0 {
-		t.Errorf("identity volume items %+v: mount the secret's %s key as it is", vol.Secret.Items, identityKey)
+		t.Errorf("%s: identity volume items %+v: mount the secret's %s key as it is", key, vol.Secret.Items, identityKey)
 	}
 	if o := vol.Secret.Optional; o == nil || !*o {
-		t.Errorf("identity volume not optional: a namespace without encrypted backups would get no toolkit at all")
+		t.Errorf("%s: identity volume not optional: a namespace without encrypted backups would not get the pod at all", key)
 	}
 	if toolkit.SecurityContext == nil || toolkit.SecurityContext.FSGroup == nil {
-		t.Errorf("the toolkit has no fsGroup: a 0400 root-owned file is unreadable for a non-root user")
+		t.Errorf("%s has no fsGroup: a 0400 root-owned file is unreadable for a non-root user", key)
 	}
 	for _, c := range toolkit.Containers {
 		var mount *corev1.VolumeMount
@@ -172,14 +198,14 @@ func TestIdentityMountedOnlyInToolkit(t *testing.T) {
 			}
 		}
 		if mount == nil {
-			t.Errorf("toolkit container %s does not mount volume %s", c.Name, vol.Name)
+			t.Errorf("%s container %s does not mount volume %s", key, c.Name, vol.Name)
 			continue
 		}
 		if !mount.ReadOnly {
-			t.Errorf("toolkit container %s mounts %s writable", c.Name, mount.MountPath)
+			t.Errorf("%s container %s mounts %s writable", key, c.Name, mount.MountPath)
 		}
 		if want := path.Join(mount.MountPath, identityKey); file != want {
-			t.Errorf("toolkit container %s: %s=%q, want %q", c.Name, seal.EnvIdentityFile, file, want)
+			t.Errorf("%s container %s: %s=%q, want %q", key, c.Name, seal.EnvIdentityFile, file, want)
 		}
 	}
 }
@@ -210,6 +236,9 @@ func TestIdentitySecretRBAC(t *testing.T) {
 		switch {
 		case key == toolkitFile+": "+toolkitKind:
 			toolkitSA = spec.ServiceAccountName
+		case slices.Contains(identityPods, key):
+			// The proofs' CronJob: the toolkit's account (checked in
+			// TestIdentityMountedOnlyInToolkit).
 		case strings.Contains(key, ": CronJob/") || strings.Contains(key, ": Job/"):
 			if !slices.Contains(backupSAs, spec.ServiceAccountName) {
 				backupSAs = append(backupSAs, spec.ServiceAccountName)

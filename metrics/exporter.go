@@ -340,6 +340,7 @@ func (r *refresh) clusterStates(ctx context.Context) (next map[string]*ClusterSt
 		e.checkDecrypts(ctx, next, sr, r.futureCut, r.fail)
 		e.checkLocks(ctx, next, sr, r.futureCut, r.fail)
 		e.checkJournals(ctx, next, sr)
+		e.checkJournalGaps(ctx, next, sr)
 	}
 	return next, exists
 }
@@ -604,6 +605,8 @@ type storeRead struct {
 	proofsUnread map[string]bool
 	// journal is each cluster's newest journal segment (journal.go).
 	journal map[string]journal.SegmentInfo
+	// gaps are each cluster's journal gap records (journalgap.go).
+	gaps map[string]gapListing
 }
 
 // readStore lists the layout's root once and reads the committed backups'
@@ -644,7 +647,8 @@ func (e *Exporter) readStore(ctx context.Context, fail func(string, error)) *sto
 		return nil
 	}
 	sr := &storeRead{entries: make(map[string][]catalog.Entry, len(ids)), manifests: make(map[string][]*catalog.Manifest, len(ids)),
-		staged: stagedStates(layout, objs), journal: newestSegments(layout, objs)}
+		staged: stagedStates(layout, objs), journal: newestSegments(layout, objs),
+		gaps: journalGapKeys(layout, objs)}
 	sr.proofs, sr.proofsUnread = e.readProofs(ctx, objs, fail)
 	if sr.lock, err = catalog.BucketLock(ctx, st); err != nil {
 		fail(StepReadLocks, err)
@@ -757,7 +761,8 @@ func (e *Exporter) Describe(ch chan<- *prometheus.Desc) {
 		descMembers, descMembersUp, descDBSize, descLeaderChanges, descRefreshDuration, descRefreshErrors, descRefreshLastSuccess,
 		descOrphanInfo, descOrphanDeleteAfter, descBackupsFutureDated, descBackupFutureDatedLatest, descStagedCopies, descStagedOldest,
 		descBackupUndecryptable, descBucketObjectLock, descBackupLockedUntil,
-		descJournalProofFailed, descJournalProofTimestamp, descJournalLastRevision, descJournalLastReceived} {
+		descJournalProofFailed, descJournalProofTimestamp, descJournalLastRevision, descJournalLastReceived,
+		descJournalGaps, descJournalGapTimestamp} {
 		ch <- d
 	}
 }
@@ -835,6 +840,7 @@ func collectCluster(gauge func(*prometheus.Desc, float64, ...string), ch chan<- 
 			gauge(descDrillLastPass, unixSeconds(c.DrillLastPass), c.Cluster)
 		}
 		collectJournal(gauge, c)
+		collectJournalGaps(gauge, c)
 	}
 	if c.Inspected {
 		cur := verdictLabel(c.Verdict)

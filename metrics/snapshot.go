@@ -59,6 +59,12 @@ type ClusterState struct {
 	JournalKey      string    `json:"journalKey,omitempty"`
 	JournalLastRev  int64     `json:"journalLastRev,omitempty"`
 	JournalReceived time.Time `json:"journalReceived,omitzero"`
+	// JournalGaps is how many gap records the journal has; JournalGapKey
+	// the newest's key and JournalGapTime when that gap was found
+	// (journalgap.go).
+	JournalGaps    int       `json:"journalGaps,omitempty"`
+	JournalGapKey  string    `json:"journalGapKey,omitempty"`
+	JournalGapTime time.Time `json:"journalGapTime,omitzero"`
 
 	// Inspection side (Inspected: an InspectAll row exists).
 	Inspected bool                `json:"inspected"`

@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/armada/etcd-recovery/drill"
+	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/output"
 )
@@ -20,15 +21,18 @@ type journalProveOpts struct {
 	store                                            storeOpts
 	clusterID, backup, identityFile, tempDir, output string
 	allUnproven, noRecord                            bool // noRecord: --dry-run
+	all                                              bool
+	parallel                                         int
 	timeout                                          time.Duration
 }
 
 func journalProveCommand(g *globalOpts) *cli.Command {
 	o := &journalProveOpts{}
 	return &cli.Command{
-		Name:      "prove",
-		Usage:     "prove the journal before a full backup: the backup before it plus the journal, built offline, must hash as the backup does",
-		UsageText: "etcd-recovery journal prove --cluster-id ID [--backup NAME | --all-unproven] [-o json]",
+		Name:  "prove",
+		Usage: "prove the journal before a full backup: the backup before it plus the journal, built offline, must hash as the backup does",
+		UsageText: "etcd-recovery journal prove --cluster-id ID [--backup NAME | --all-unproven] [-o json]\n" +
+			"etcd-recovery journal prove --all [--parallel N] [-o json]",
 		Description: "For backup k+1 (--backup, else the newest backup with an unproven journal before it) and the committed\n" +
 			"backup k before it, downloads and verifies both, replays the journal's events after k's revision up to k+1's\n" +
 			"into k (as restore --to-revision does, in a scratch dir under --temp-dir, removed after), and compares etcd's\n" +
@@ -37,11 +41,19 @@ func journalProveCommand(g *globalOpts) *cli.Command {
 			"<prefix>/_journal/<cluster>/proofs/<k+1>.json: a failed proof withdraws the window from k to k+1 from\n" +
 			"restore --to-revision/--to-time (unless --accept-unproven-journal) and raises EtcdJournalProofFailed.\n" +
 			"No journal between the two backups: nothing to prove, nothing recorded, exit 0. A proof that cannot judge\n" +
-			"(a store error, a backup that cannot be fetched, --timeout) records nothing and exits 1; so does a failed one.",
+			"(a store error, a backup that cannot be fetched, --timeout) records nothing and exits 1; so does a failed one.\n" +
+			"With --all: every cluster id with a journal under --prefix (one listing of the store: clusters being restored,\n" +
+			"without an EtcdCluster, included), each with every unproven backup proven as --all-unproven does, --parallel\n" +
+			"clusters at a time (default 1: each proof holds two databases in --temp-dir, and each download is refused\n" +
+			"before it starts when it does not fit the scratch space left), one row per cluster; --timeout bounds each\n" +
+			"proof. One cluster's failure never stops the others; the exit is 1 when any proof failed or was\n" +
+			"inconclusive, naming the clusters. The CronJob etcd-recovery-prove (deploy/70-prove.yaml) runs it hourly.",
 		Flags: concat(o.store.flags(), []cli.Flag{
 			clusterIDFlag(&o.clusterID),
 			backupFlag(&o.backup),
 			&cli.BoolFlag{Name: "all-unproven", Usage: "prove every backup with an unproven journal before it, newest first", Destination: &o.allUnproven},
+			&cli.BoolFlag{Name: "all", Usage: "every cluster id with a journal under --prefix: each unproven backup proven, one row per cluster", Destination: &o.all},
+			&cli.IntFlag{Name: "parallel", Value: 1, Usage: "with --all: clusters proven at once (each proof needs room for two databases in --temp-dir)", Destination: &o.parallel},
 			dryRunFlag(&o.noRecord),
 			&cli.DurationFlag{Name: "timeout", Value: drill.DefaultProveTimeout, Usage: timeoutUsage, Destination: &o.timeout},
 			tempDirFlag(&o.tempDir),
@@ -72,9 +84,15 @@ func runJournalProve(c *cli.Context, g *globalOpts, o *journalProveOpts) error {
 	if err != nil {
 		return err
 	}
+	if o.all {
+		return runJournalProveAll(c, e, o)
+	}
+	if c.IsSet("parallel") {
+		return usagef("journal prove: --parallel is --all's")
+	}
 	switch {
 	case o.clusterID == "":
-		return usagef("journal prove: --cluster-id is required")
+		return usagef("journal prove: --cluster-id (or --all) is required")
 	case o.backup != "" && o.allUnproven:
 		return usagef("journal prove: give --backup or --all-unproven, not both")
 	}
@@ -162,4 +180,48 @@ func runJournalProve(c *cli.Context, g *globalOpts, o *journalProveOpts) error {
 		errs = append(errs, fmt.Errorf("journal prove: cluster %s: %d journal proof(s) failed: the window before each is withdrawn from point-in-time restore", o.clusterID, failed))
 	}
 	return errors.Join(errs...)
+}
+
+// runJournalProveAll is journal prove --all: fleet.ProveAll over every
+// cluster id with a journal under the prefix.
+func runJournalProveAll(c *cli.Context, e *env, o *journalProveOpts) error {
+	switch {
+	case o.clusterID != "":
+		return usagef("journal prove: --all and --cluster-id are exclusive")
+	case o.backup != "":
+		return usagef("journal prove: --backup names one cluster's backup: use it with --cluster-id")
+	case o.allUnproven:
+		return usagef("journal prove: --all proves every unproven backup already: drop --all-unproven")
+	case o.parallel < 1:
+		return usagef("journal prove: --parallel %d: want at least 1", o.parallel)
+	}
+	if err := requirePositive("journal prove", positive{"timeout", o.timeout}); err != nil {
+		return err
+	}
+	ids, err := e.identityOf(o.identityFile)
+	if err != nil {
+		return err
+	}
+	st, layout, err := e.openStore(&o.store, nil)
+	if err != nil {
+		return err
+	}
+	opts := fleet.ProveAllOptions{Parallel: o.parallel, Log: e.log, Template: drill.ProveOptions{Store: st, Layout: layout,
+		Identities: ids, ScratchDir: o.tempDir, Timeout: o.timeout, NoRecord: o.noRecord, Log: e.log}}
+	rep, err := fleet.ProveAll(e.ctx(), opts)
+	if rep != nil && (len(rep.Clusters) > 0 || err == nil) {
+		t := rep.Table()
+		if o.noRecord {
+			t.Footer = strings.TrimSuffix(t.Footer, ".\n") + " (not recorded: --dry-run).\n"
+		}
+		for _, cl := range rep.Clusters {
+			for _, n := range cl.Inconclusive {
+				t.Notes = append(t.Notes, n.Reason)
+			}
+		}
+		if rerr := e.render(t, rep); rerr != nil {
+			return rerr
+		}
+	}
+	return err
 }

@@ -21,6 +21,10 @@ type ListResult struct {
 	// the window, not a failure. (A journal that cannot be listed fails
 	// catalog.List, step ListStepJournal.)
 	WindowErr error
+	// Gaps are the journal's newest gap records (ReadGapRecords), shown
+	// next to the window's holes; GapsTotal how many there are.
+	Gaps      []GapRecord
+	GapsTotal int
 	now       time.Time
 }
 
@@ -29,6 +33,8 @@ type ListResult struct {
 type WindowRow struct {
 	catalog.ListRow
 	Window *Window `json:"window,omitempty"`
+	// Gaps are the journal's newest gap records (the same on every row).
+	Gaps []GapRecord `json:"journalGaps,omitempty"`
 }
 
 // List is `list`: catalog.List (which lists the journal too: journal
@@ -52,6 +58,7 @@ func List(ctx context.Context, opts catalog.ListOptions) (*ListResult, error) {
 		}
 	}
 	out.Window, out.WindowErr = WindowOf(ctx, opts.Store, opts.Layout, opts.ClusterID, bs, SegmentsOf(opts.Layout, opts.ClusterID, res.Journal), opts.Identities)
+	out.Gaps, out.GapsTotal = ReadGapRecords(ctx, opts.Store, opts.Layout, opts.ClusterID, res.Journal)
 	return out, nil
 }
 
@@ -59,7 +66,7 @@ func List(ctx context.Context, opts catalog.ListOptions) (*ListResult, error) {
 func (r *ListResult) Rows() []WindowRow {
 	out := make([]WindowRow, len(r.ListResult.Rows))
 	for i, row := range r.ListResult.Rows {
-		out[i] = WindowRow{ListRow: row, Window: &r.Window}
+		out[i] = WindowRow{ListRow: row, Window: &r.Window, Gaps: r.Gaps}
 	}
 	return out
 }
@@ -83,6 +90,12 @@ func (r *ListResult) WindowNotes() []string {
 		for _, s := range w.Spans {
 			out = append(out, fmt.Sprintf("WINDOW span: revisions %d (%s, backup %s) to %d (%s)", s.FromRev, fmtWhen(s.FromTime), s.Base, s.ToRev, fmtWhen(s.ToTime)))
 		}
+	}
+	if n := r.GapsTotal - len(r.Gaps); n > 0 {
+		out = append(out, fmt.Sprintf("WINDOW gap: %d older gap record(s) not shown", n))
+	}
+	for _, g := range r.Gaps {
+		out = append(out, gapLine(g))
 	}
 	if w.LastReceivedFrom == "stored" {
 		out = append(out, "WINDOW: the newest time and the lag are the newest segment's stored time (its header was not read), later than its receive time by the upload")
