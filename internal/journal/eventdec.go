@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"bytes"
 	"encoding/base64"
 	"math"
 )
@@ -171,10 +172,21 @@ func fastString(b []byte, i int) ([]byte, int, bool) {
 // fastBase64 reads a JSON string of standard base64 at b[i:], as
 // encoding/json decodes a []byte field, into a slice of sl.
 func fastBase64(b []byte, i int, sl *slab) ([]byte, int, bool) {
-	s, i, ok := fastString(b, i)
-	if !ok {
+	if i >= len(b) || b[i] != '"' {
 		return nil, i, false
 	}
+	// The string ends at the next quote: an escape, a control or
+	// non-ASCII byte before it is not base64 and fails the decode below,
+	// except '\r', which base64 skips and JSON refuses.
+	j := bytes.IndexByte(b[i+1:], '"')
+	if j < 0 {
+		return nil, i, false
+	}
+	s := b[i+1 : i+1+j]
+	if bytes.IndexByte(s, '\r') >= 0 {
+		return nil, i, false
+	}
+	i += j + 2
 	out := sl.alloc(base64.StdEncoding.DecodedLen(len(s)))
 	m, err := base64.StdEncoding.Decode(out, s)
 	if err != nil {

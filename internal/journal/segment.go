@@ -24,8 +24,10 @@ import (
 // the Event, Lease and Header types already carry their JSON names, a
 // segment is readable with zstd -d (and age -d) alone, and zstd takes
 // most of JSON's size back (keys and values are base64 inside, the field
-// names repeat). Decoding is the slower part of replay; one line per event
-// streams, so a segment is never held whole by the Decoder.
+// names repeat). One line per event streams, so a segment is never held
+// whole by the Decoder, and no line over maxLine is read. An event line as
+// the writer writes it is decoded without reflection (decodeEventFast);
+// any other line by encoding/json, so both decode the same.
 
 // Reason says why a segment was refused.
 type Reason string
