@@ -22,10 +22,27 @@ import (
 // marshalled leasepb.Lease{ID, TTL}. Callers must not modify it.
 var LeaseBucket = []byte("lease")
 
-// applyBatch is how many events one bbolt transaction applies: memory
-// stays bounded (bbolt keeps a transaction's dirty pages in memory)
-// however long the journal is.
-const applyBatch = 50_000
+// DefaultApplyBatchBytes is how many bytes of entries (the "key"
+// bucket's keys and values as written) one bbolt transaction applies
+// before it commits: bbolt keeps a transaction's dirty pages and the
+// entries it was given in memory until the commit, so memory stays
+// bounded by this budget, not by the length of the journal. Committing
+// more often costs little: the pages are appended (keys only ever go
+// after the last) and the file is a staging copy, never synced.
+const DefaultApplyBatchBytes = 16 << 20
+
+// ApplyOptions tune ApplyEventsWith.
+type ApplyOptions struct {
+	// BatchBytes is the byte budget of one transaction
+	// (DefaultApplyBatchBytes when 0): it commits once its entries reach
+	// it.
+	BatchBytes int
+	// Leases, when set, gives the leases after the last event was
+	// applied (instead of ApplyEvents' leases argument): a journal
+	// source can then collect them while it reads the events. An error
+	// fails the apply.
+	Leases func() ([]journal.Lease, error)
+}
 
 // Applied is what ApplyEvents wrote.
 type Applied struct {
@@ -39,6 +56,8 @@ type Applied struct {
 	Events int64
 	// LeasesPut and LeasesDeleted count the lease bucket's changes.
 	LeasesPut, LeasesDeleted int
+	// Commits is the number of transactions that wrote events.
+	Commits int
 }
 
 // RevisionKey is etcd's key of revision {main, sub} in the "key" bucket
@@ -162,15 +181,29 @@ func SnapshotRevision(tx *bolt.Tx) (int64, error) {
 // exactly (the first at its revision + 1, sub 0; then each revision's
 // subs in order, no revision skipped): anything else is refused before it
 // is written, as is an event at or below the snapshot's revision. Events
-// are applied in transactions of applyBatch; on error the file holds a
-// prefix of them and must be thrown away (a restore's staged copy).
+// are written as they come, in transactions committed every
+// DefaultApplyBatchBytes of entries (ApplyEventsWith: another budget),
+// so memory does not grow with the number of events; on error the file
+// holds a prefix of them and must be thrown away (a restore's staged
+// copy).
 //
 // The meta bucket (consistent index and term, compactions) is left as it
 // is: etcdutl's restore sets the consistent index and term of each
 // member's copy, and Prepare's bump and compaction mark go above the last
 // event. etcd's sha256 trailer (size % 512 == 32), if still there, is
 // dropped first: it no longer matches once the file is written.
-func ApplyEvents(path string, events iter.Seq2[journal.Event, error], leases []journal.Lease) (a Applied, err error) {
+func ApplyEvents(path string, events iter.Seq2[journal.Event, error], leases []journal.Lease) (Applied, error) {
+	return applyEvents(path, events, leases, ApplyOptions{})
+}
+
+// ApplyEventsWith is ApplyEvents with options: another transaction
+// budget, or the leases given by a function called once every event is
+// applied.
+func ApplyEventsWith(path string, events iter.Seq2[journal.Event, error], o ApplyOptions) (Applied, error) {
+	return applyEvents(path, events, nil, o)
+}
+
+func applyEvents(path string, events iter.Seq2[journal.Event, error], leases []journal.Lease, o ApplyOptions) (a Applied, err error) {
 	if st, err := os.Stat(path); err != nil {
 		return a, err
 	} else if st.Size()%512 == sha256.Size {
@@ -198,32 +231,39 @@ func ApplyEvents(path string, events iter.Seq2[journal.Event, error], leases []j
 		return a, err
 	}
 	check := eventCheck{rev: a.SnapshotRevision, sub: -1}
-	batch := make([]journal.Event, 0, 1024)
-	flush := func() error {
-		if len(batch) == 0 {
+	budget := o.BatchBytes
+	if budget <= 0 {
+		budget = DefaultApplyBatchBytes
+	}
+	// One write transaction open at a time, committed once its entries
+	// reach the budget: events are written as they come, never held.
+	var (
+		tx       *bolt.Tx
+		kb       *bolt.Bucket
+		txBytes  int
+		txFirst  [2]int64
+		txLast   [2]int64
+		txEvents int64
+	)
+	rollback := func() {
+		if tx != nil {
+			tx.Rollback()
+			tx = nil
+		}
+	}
+	defer rollback()
+	commit := func() error {
+		if tx == nil {
 			return nil
 		}
-		err := db.Update(func(tx *bolt.Tx) error {
-			kb := tx.Bucket(KeyBucket)
-			// Keys only ever go after the last: pages are filled, as
-			// etcd's backend fills them for sequential writes.
-			kb.FillPercent = 0.9
-			for _, ev := range batch {
-				k, v, err := EventEntry(ev)
-				if err != nil {
-					return err
-				}
-				if err := kb.Put(k, v); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+		err := tx.Commit()
+		tx = nil
 		if err != nil {
-			return fmt.Errorf("apply events %d/%d to %d/%d: %w", batch[0].Rev, batch[0].Sub, batch[len(batch)-1].Rev, batch[len(batch)-1].Sub, err)
+			return fmt.Errorf("apply events %d/%d to %d/%d: commit: %w", txFirst[0], txFirst[1], txLast[0], txLast[1], err)
 		}
-		a.Events += int64(len(batch))
-		batch = batch[:0]
+		a.Events += txEvents
+		a.Commits++
+		txBytes, txEvents = 0, 0
 		return nil
 	}
 	for ev, err := range events {
@@ -237,15 +277,41 @@ func ApplyEvents(path string, events iter.Seq2[journal.Event, error], leases []j
 			a.FirstRevision = ev.Rev
 		}
 		a.LastRevision = ev.Rev
-		batch = append(batch, ev)
-		if len(batch) >= applyBatch {
-			if err := flush(); err != nil {
+		k, v, err := EventEntry(ev)
+		if err != nil {
+			return a, err
+		}
+		if tx == nil {
+			if tx, err = db.Begin(true); err != nil {
+				return a, fmt.Errorf("apply events from %d/%d: %w", ev.Rev, ev.Sub, err)
+			}
+			if kb = tx.Bucket(KeyBucket); kb == nil {
+				return a, errors.New(`no "key" bucket: not an etcd v3 database`)
+			}
+			// Keys only ever go after the last: pages are filled, as
+			// etcd's backend fills them for sequential writes.
+			kb.FillPercent = 0.9
+			txFirst = [2]int64{ev.Rev, ev.Sub}
+		}
+		if err := kb.Put(k, v); err != nil {
+			return a, fmt.Errorf("apply event %d/%d: %w", ev.Rev, ev.Sub, err)
+		}
+		txLast = [2]int64{ev.Rev, ev.Sub}
+		txEvents++
+		txBytes += len(k) + len(v)
+		if txBytes >= budget {
+			if err := commit(); err != nil {
 				return a, err
 			}
 		}
 	}
-	if err := flush(); err != nil {
+	if err := commit(); err != nil {
 		return a, err
+	}
+	if o.Leases != nil {
+		if leases, err = o.Leases(); err != nil {
+			return a, err
+		}
 	}
 	if len(leases) == 0 {
 		return a, nil

@@ -24,8 +24,9 @@
 //	journal replay               mvcc/kvstore_txn.go put and delete (KeyValue under   a point-in-time restore applies the        TestApplyEventsMatchesEtcd
 //	(ApplyEvents, EventEntry,    {rev, sub}; a tombstone KeyValue{Key} marked 't'),   journal's events straight into the staged  TestApplyBucketNamesMatchEtcd
 //	LeaseEntry, LeaseBucket,     lease/lessor.go (bucket "lease", 8-byte big-endian   bbolt file, not through an etcd client     TestApplyEventsRefuses
-//	SnapshotRevision)            ID, leasepb.Lease{ID, TTL}), kvstore.go restore      (client replay: 65x slower, BenchmarkReplay)
-//	                             (revision = max(last key, compactions))
+//	SnapshotRevision,            ID, leasepb.Lease{ID, TTL}), kvstore.go restore      (client replay: 65x slower, BenchmarkReplay)
+//	ApplyEventsWith)             (revision = max(last key, compactions))              in transactions committed every 16 MiB of  TestApplyEventsBatchesByBytes
+//	                                                                                  entries: memory flat in the journal's size TestApplyEventsHeapBounded
 //	offline HashKV (HashKV,      mvcc/hash.go kvHasher, kvstore.go hashByRev,        a journal proof hashes backup k plus the   TestHashKVMatchesEtcd
 //	DatabaseRevisions, KVHash)   key_index.go keep (3.5 and 3.6 storage/mvcc alike):  journal and backup k+1 offline, at the
 //	                             crc32c of "key" and entries in (compact, rev] plus   same compact revision, with no etcd

@@ -24,8 +24,10 @@ import (
 // the Event, Lease and Header types already carry their JSON names, a
 // segment is readable with zstd -d (and age -d) alone, and zstd takes
 // most of JSON's size back (keys and values are base64 inside, the field
-// names repeat). Decoding is the slower part of replay; one line per event
-// streams, so a segment is never held whole by the Decoder.
+// names repeat). One line per event streams, so a segment is never held
+// whole by the Decoder, and no line over maxLine is read. An event line as
+// the writer writes it is decoded without reflection (decodeEventFast);
+// any other line by encoding/json, so both decode the same.
 
 // Reason says why a segment was refused.
 type Reason string
@@ -156,6 +158,7 @@ type Decoder struct {
 	done bool
 	err  error
 	buf  []byte
+	slab slab
 }
 
 // NewDecoder reads and checks the header of the segment key from r.
@@ -168,6 +171,8 @@ func NewDecoder(r io.Reader, key string, want Want) (*Decoder, error) {
 		}
 		return nil, d.fail(ReasonDamaged, "reading the header", err)
 	}
+	d.sum.Write(b)
+	b = b[:len(b)-1]
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&d.h); err != nil {
@@ -192,20 +197,26 @@ func (d *Decoder) Next() (Event, error) {
 	if d.done {
 		return Event{}, io.EOF
 	}
-	sumBefore := d.sum.Sum(nil)
-	b, err := d.line()
+	raw, err := d.line()
 	if err != nil {
 		if errors.Is(err, io.EOF) {
 			return Event{}, d.fail(ReasonTruncated, fmt.Sprintf("it ends after %d events, without its trailer", d.n), nil)
 		}
 		return Event{}, d.fail(ReasonDamaged, fmt.Sprintf("reading after %d events", d.n), err)
 	}
+	b := raw[:len(raw)-1]
 	var l line
-	if err := json.Unmarshal(b, &l); err != nil {
-		return Event{}, d.fail(ReasonDamaged, fmt.Sprintf("line %d", d.n+2), err)
+	if !decodeEventFast(b, &l.Event, &d.slab) {
+		// Anything but a plain event line (the trailer among them):
+		// encoding/json, as the writer's counterpart.
+		l = line{}
+		if err := json.Unmarshal(b, &l); err != nil {
+			return Event{}, d.fail(ReasonDamaged, fmt.Sprintf("line %d", d.n+2), err)
+		}
 	}
 	if l.End != nil {
-		if got := hex.EncodeToString(sumBefore); got != l.End.SHA256 {
+		// The sha256 of every byte before the trailer.
+		if got := hex.EncodeToString(d.sum.Sum(nil)); got != l.End.SHA256 {
 			return Event{}, d.fail(ReasonDamaged, fmt.Sprintf("its bytes hash to %s, its trailer records %s", got, l.End.SHA256), nil)
 		}
 		if l.End.Events != d.n {
@@ -221,6 +232,7 @@ func (d *Decoder) Next() (Event, error) {
 		d.done = true
 		return Event{}, io.EOF
 	}
+	d.sum.Write(raw)
 	if err := d.c.event(&l.Event); err != nil {
 		d.err = err
 		return Event{}, err
@@ -229,13 +241,21 @@ func (d *Decoder) Next() (Event, error) {
 	return l.Event, nil
 }
 
-// line returns the next line without its newline (valid until the next
-// call), hashing it with its newline; io.EOF at the end, and a line
-// without its newline is io.ErrUnexpectedEOF.
+// line returns the next line with its newline (valid until the next
+// call), not hashed yet: the caller hashes it, the trailer excepted;
+// io.EOF at the end, a line without its newline io.ErrUnexpectedEOF, and
+// one over maxLine an error.
 func (d *Decoder) line() ([]byte, error) {
 	d.buf = d.buf[:0]
 	for {
 		b, err := d.r.ReadSlice('\n')
+		if len(d.buf)+len(b) > maxLine {
+			return nil, fmt.Errorf("a line over %d MiB (no writer writes one)", maxLine>>20)
+		}
+		if len(d.buf) == 0 && err == nil {
+			// The whole line is in the reader's buffer: no copy.
+			return b, nil
+		}
 		d.buf = append(d.buf, b...)
 		if err == bufio.ErrBufferFull {
 			continue
@@ -246,8 +266,7 @@ func (d *Decoder) line() ([]byte, error) {
 			}
 			return nil, err
 		}
-		d.sum.Write(d.buf)
-		return d.buf[:len(d.buf)-1], nil
+		return d.buf, nil
 	}
 }
 

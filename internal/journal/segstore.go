@@ -68,11 +68,20 @@ func writeRaw(ctx context.Context, st store.Store, key string, h Header, raw []b
 type SegmentReader struct {
 	*Decoder
 	body   io.ReadCloser
+	zstd   io.Closer // the decompressor, nil when the segment is not compressed
 	stored *objectio.HashCounter
 }
 
-// Close releases the object's stream.
-func (r *SegmentReader) Close() error { return r.body.Close() }
+// Close releases the object's stream and the decompressor (its
+// goroutines and buffers: one left open per segment read would hold
+// memory in proportion to the segments a replay reads).
+func (r *SegmentReader) Close() error {
+	if r.zstd != nil {
+		r.zstd.Close()
+		r.zstd = nil
+	}
+	return r.body.Close()
+}
 
 // Next is the Decoder's Next, with an error of the store reported as
 // ReasonStore rather than damage.
@@ -116,7 +125,7 @@ func OpenSegment(ctx context.Context, st store.Store, layout catalog.Layout, key
 	}
 	r := &SegmentReader{body: body, stored: objectio.NewHashCounter()}
 	fail := func(reason Reason, detail string, err error) (*SegmentReader, error) {
-		body.Close()
+		r.Close()
 		if store.IsStoreError(err) {
 			reason = ReasonStore
 		}
@@ -136,9 +145,11 @@ func OpenSegment(ctx context.Context, st store.Store, layout catalog.Layout, key
 	pb := bufio.NewReaderSize(src, 64<<10)
 	src = pb
 	if magic, err := pb.Peek(4); err == nil && bytes.Equal(magic, zstdMagic) {
-		if src, err = objectio.NewDecoder(pb, catalog.CompressZstd); err != nil {
+		zr, err := objectio.NewDecoder(pb, catalog.CompressZstd)
+		if err != nil {
 			return fail(ReasonDamaged, "decompressing", err)
 		}
+		src, r.zstd = zr, zr
 	}
 	d, err := NewDecoder(src, key, want)
 	if err != nil {
@@ -146,7 +157,7 @@ func OpenSegment(ctx context.Context, st store.Store, layout catalog.Layout, key
 		if errors.As(err, &se) && se.Err != nil && store.IsStoreError(se.Err) {
 			se.Reason = ReasonStore
 		}
-		body.Close()
+		r.Close()
 		return nil, err
 	}
 	r.Decoder = d
