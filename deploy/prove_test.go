@@ -16,8 +16,10 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/drill"
 	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
@@ -65,8 +67,10 @@ func cronMinutes(tb testing.TB, schedule string) []int {
 // TestIdentityMountedOnlyInToolkit), with the toolkit's memory and CPU
 // limits, the COS ConfigMap and credentials, and TMPDIR on a disk
 // emptyDir (its limit: TestScratchLimitMatchesSizeLimit) that holds the
-// two databases of one proof of the largest quota; and kustomization.yaml
-// applies it.
+// two databases of one proof of the largest quota; proving only its own
+// namespace's EtcdClusters (--namespace $(POD_NAMESPACE), the downward
+// API's namespace, with the service account's token to list them); and
+// kustomization.yaml applies it.
 func TestProveCronJob(t *testing.T) {
 	t.Parallel()
 	var prove, backupCron batchv1.CronJob
@@ -128,9 +132,22 @@ func TestProveCronJob(t *testing.T) {
 			t.Errorf("limit %s %s, want the toolkit's %s", r, got.String(), want.String())
 		}
 	}
+	if i := slices.Index(c.Args, "--namespace"); i < 0 || i+1 >= len(c.Args) || c.Args[i+1] != "$(POD_NAMESPACE)" {
+		t.Errorf("args %q: want --namespace $(POD_NAMESPACE): the shared prefix holds every namespace's journals", c.Args)
+	}
+	if a := ps.AutomountServiceAccountToken; a == nil || !*a {
+		t.Errorf("automountServiceAccountToken %v: want true (the EtcdClusters are listed)", a)
+	}
+	nsFromAPI := false
 	env := map[string]string{}
 	for _, e := range c.Env {
 		env[e.Name] = e.Value
+		if e.Name == "POD_NAMESPACE" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace" {
+			nsFromAPI = true
+		}
+	}
+	if !nsFromAPI {
+		t.Errorf("env %v: want POD_NAMESPACE from the downward API (metadata.namespace)", env)
 	}
 	if env["COS_CREDENTIALS_DIR"] == "" || len(c.EnvFrom) != 1 || c.EnvFrom[0].ConfigMapRef == nil || c.EnvFrom[0].ConfigMapRef.Name != "etcd-recovery-config" {
 		t.Errorf("env %v, envFrom %+v: want COS_CREDENTIALS_DIR and the ConfigMap etcd-recovery-config", env, c.EnvFrom)
@@ -155,19 +172,43 @@ func TestProveCronJob(t *testing.T) {
 // would build it (podrun.Translate: the ConfigMap's COS settings pointed
 // at MinIO, the cos-credentials secret's files, the age identity's secret
 // mounted read-only) as a host process with exactly its args
-// (Spec.HostCommand), against real journals of two encrypted clusters on
-// one etcd 3.5: for each, a full backup, the journal (puts, overwrites,
-// deletes), a second full backup; one segment of the second cluster is
-// then re-encoded with a changed value (a valid chain, a wrong event).
-// `journal prove --all` must find both clusters by the store's listing,
-// record a passed proof for the first (decrypted with the mounted
-// identity) and a failed one for the second, and exit 1 naming the
-// second only; a second run has nothing left to prove and exits 0; no
-// credential reaches the output.
+// (Spec.HostCommand: the service account's token becomes a kubeconfig for
+// a real kube-apiserver with deploy/'s CRDs and RBAC), against real
+// journals of three encrypted clusters on one etcd 3.5: for each, a full
+// backup, the journal (puts, overwrites, deletes), a second full backup;
+// one segment of the second cluster is then re-encoded with a changed
+// value (a valid chain, a wrong event). The first two are EtcdClusters of
+// the pod's namespace; the third is not (another namespace's, on the
+// shared prefix). `journal prove --all --namespace` must find the first
+// two (the store's listing intersected with the API's), record a passed
+// proof for the first (decrypted with the mounted identity) and a failed
+// one for the second, and exit 1 naming the second only; a second run has
+// nothing left to prove and exits 0; the third is never proven by the pod
+// (no proof record), though it had a window to prove (the store form,
+// run after, proves it); no credential reaches the output.
 func TestProvePodProves(t *testing.T) {
 	t.Parallel()
-	ctx := testfix.Context(t, 3*time.Minute)
-	const good, bad, podNS = "prove-pod", "prove-bad", "kubx-etcd-07"
+	ctx := testfix.Context(t, 4*time.Minute)
+	const good, bad, other, podNS = "prove-pod", "prove-bad", "prove-other-ns", "kubx-etcd-07"
+
+	// The API: deploy/'s CRDs and RBAC, and the namespace's EtcdClusters
+	// (good and bad, not other). The proofs are offline: only the
+	// EtcdClusters' names are read, so the objects need no etcd behind them.
+	k := testenv.StartKubeAPIServer(t)
+	admin, dyn := k.Clientset(t, ""), k.Dynamic(t, "")
+	kubetest.InstallCRDs(t, k)
+	kubetest.CreateNamespaces(t, admin, podNS)
+	kubetest.NewApplier(t, k).ApplyFile(t, kubetest.DeployPath(t, "10-rbac.yaml"), podNS)
+	for _, name := range []string{good, bad} {
+		ec := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": kube.APIVersion, "kind": kube.KindEtcdCluster,
+			"metadata": map[string]any{"name": name, "namespace": podNS},
+			"spec":     map[string]any{"size": int64(1), "version": "3.5.35"},
+		}}
+		if _, err := dyn.Resource(kube.EtcdClusterGVR).Namespace(podNS).Create(ctx, ec, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	ageID, err := age.GenerateX25519Identity()
 	if err != nil {
@@ -210,11 +251,12 @@ func TestProvePodProves(t *testing.T) {
 		}
 		return r
 	}
-	base := map[string]*catalog.Manifest{good: full(good), bad: full(bad)}
+	all := []string{good, bad, other}
+	base := map[string]*catalog.Manifest{good: full(good), bad: full(bad), other: full(other)}
 	jctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 2)
+	done := make(chan error, len(all))
 	var jlog lockedBuffer
-	for _, id := range []string{good, bad} {
+	for _, id := range all {
 		go func() {
 			done <- fleet.JournalAll(jctx, fleet.JournalAllOptions{ClusterID: id, Etcd: testfix.EtcdConfig(c), Store: st, Layout: layout,
 				Capture: journal.CaptureOptions{SegmentInterval: 300 * time.Millisecond, Encoding: enc},
@@ -236,8 +278,8 @@ func TestProvePodProves(t *testing.T) {
 		last = r.Header.Revision
 		time.Sleep(200 * time.Millisecond)
 	}
-	target := map[string]*catalog.Manifest{good: full(good), bad: full(bad)}
-	for _, id := range []string{good, bad} {
+	target := map[string]*catalog.Manifest{good: full(good), bad: full(bad), other: full(other)}
+	for _, id := range all {
 		want := max(last, target[id].Revision())
 		for deadline := time.Now().Add(30 * time.Second); reach(id) < want; time.Sleep(200 * time.Millisecond) {
 			if time.Now().After(deadline) {
@@ -246,7 +288,7 @@ func TestProvePodProves(t *testing.T) {
 		}
 	}
 	stop()
-	for range 2 {
+	for range all {
 		if err := <-done; err != nil {
 			t.Fatalf("journal: %v", err)
 		}
@@ -309,11 +351,11 @@ func TestProvePodProves(t *testing.T) {
 	cos := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: kube.COSSecretName}, Data: kubetest.AWSSecretData(m.AccessKey, m.SecretKey, m.Region)}
 	idSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: identitySecret}, Data: map[string][]byte{identityKey: []byte(ageID.String() + "\n")}}
 	spec, err := podrun.Translate(w, "", "etcd-recovery-prove-29391233-x7k2p", podrun.Cluster{Namespace: podNS,
-		ConfigMaps: map[string]*corev1.ConfigMap{cm.Name: cm},
-		Secrets:    map[string]*corev1.Secret{cos.Name: cos, idSecret.Name: idSecret},
-		Token: func(sa string) (string, error) {
-			return "", fmt.Errorf("the proofs' pod asked for a token of %s: it needs no API", sa)
-		},
+		ConfigMaps:   map[string]*corev1.ConfigMap{cm.Name: cm},
+		Secrets:      map[string]*corev1.Secret{cos.Name: cos, idSecret.Name: idSecret},
+		Token:        func(sa string) (string, error) { return kubetest.SAToken(t, admin, podNS, sa), nil },
+		APIServerURL: k.URL,
+		APIServerCA:  k.CA,
 	})
 	if err != nil {
 		t.Fatalf("%s: a kubelet could not start the pod: %v", proveFile, err)
@@ -345,10 +387,13 @@ func TestProvePodProves(t *testing.T) {
 	if !strings.Contains(errOut, "journal proof failed for "+bad+" ") || strings.Contains(errOut, "for "+good) {
 		t.Errorf("the error does not name %s (and only it):\n%s", bad, testfix.LastLines(errOut, 10))
 	}
-	for _, want := range []string{good, bad, fleet.ProvePassed, "FAILED"} {
+	for _, want := range []string{good, bad, fleet.ProvePassed, "FAILED", "namespace " + podNS, "1 other cluster(s)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the table does not show %s:\n%s", want, out)
 		}
+	}
+	if strings.Contains(out, other) {
+		t.Errorf("the table shows %s, not an EtcdCluster of %s:\n%s", other, podNS, out)
 	}
 	for id, verdict := range map[string]string{good: catalog.ProofPassed, bad: catalog.ProofFailed} {
 		p, err := catalog.ReadJournalProof(ctx, st, layout, id, target[id].Name)
@@ -369,5 +414,20 @@ func TestProvePodProves(t *testing.T) {
 		if proofs, err := catalog.ListJournalProofs(ctx, st, layout, id); err != nil || len(proofs) != 1 {
 			t.Fatalf("proofs of %s after the second run: %d, %v; want the one", id, len(proofs), err)
 		}
+	}
+	// The other namespace's cluster: never proven by this namespace's pod,
+	// though its window was there to prove: the store form (no namespace)
+	// proves it, and only it is left.
+	if proofs, err := catalog.ListJournalProofs(ctx, st, layout, other); err != nil || len(proofs) != 0 {
+		t.Fatalf("proofs of %s, not an EtcdCluster of %s: %d, %v; want none", other, podNS, len(proofs), err)
+	}
+	rep, err := fleet.ProveAll(ctx, fleet.ProveAllOptions{Template: drill.ProveOptions{Store: st, Layout: layout, Identities: ids,
+		ScratchDir: t.TempDir(), Timeout: time.Minute}})
+	if err != nil {
+		t.Fatalf("journal prove --all, store form: %v", err)
+	}
+	p, err := catalog.ReadJournalProof(ctx, st, layout, other, target[other].Name)
+	if err != nil || p.Verdict != catalog.ProofPassed || len(rep.Clusters) != len(all) {
+		t.Fatalf("the store form: %+v; proof of %s: %+v, %v; want it proven (passed)", rep, other, p, err)
 	}
 }

@@ -16,19 +16,28 @@ import (
 	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/usage"
+	"github.com/armada/etcd-recovery/kube"
 )
 
 // ProveAllOptions configure `journal prove --all`: every cluster id with a
 // journal under the store's prefix (one listing: clusters without an
 // EtcdCluster, such as one being restored, included), each with every
 // backup that has an unproven journal before it proven (drill.ProveJournal),
-// newest first, Parallel clusters at a time.
+// newest first, Parallel clusters at a time. With Kube, only the cluster
+// ids that are EtcdClusters of its namespace are proven.
 type ProveAllOptions struct {
 	// Template is each proof's options; ClusterID and Target are set per
 	// proof. Its Timeout bounds each proof, not the run.
 	Template drill.ProveOptions
 	Parallel int
 	Log      *slog.Logger
+	// Kube, when set, proves only the cluster ids with a journal that are
+	// EtcdClusters of its namespace (journal prove --all --namespace: the
+	// CronJob of each kubx-etcd-NN namespace, whose shared prefix holds
+	// every namespace's journals). A cluster being restored (its
+	// EtcdCluster deleted until etcd-operator recreates it) is proven by
+	// a later run. Without Kube, every cluster id with a journal.
+	Kube *kube.Client
 }
 
 // Validate checks what the caller asked for, as usage errors (the CLI
@@ -80,7 +89,12 @@ type ProveNotJudged struct {
 
 // ProveAllReport is every cluster's proofs, in cluster order.
 type ProveAllReport struct {
-	Prefix   string        `json:"prefix,omitempty"`
+	Prefix string `json:"prefix,omitempty"`
+	// Namespace is the EtcdClusters' namespace (Kube), and Others the
+	// number of cluster ids with a journal under the prefix that are not
+	// EtcdClusters of it (not proven by this run).
+	Namespace string        `json:"namespace,omitempty"`
+	Others    int           `json:"otherClusters,omitempty"`
 	Parallel int           `json:"parallel"`
 	Clusters []ProveResult `json:"clusters"`
 	// Failed names the clusters with a failed proof; Inconclusive those
@@ -133,6 +147,25 @@ func JournalClusters(ctx context.Context, opts drill.ProveOptions) ([]string, er
 	return out, nil
 }
 
+// NamespaceClusters are the cluster ids with a journal (sorted) that are
+// EtcdClusters of the namespace (names), sorted, and how many ids with a
+// journal are not.
+func NamespaceClusters(journaled, names []string) (in []string, others int) {
+	ns := make(map[string]bool, len(names))
+	for _, n := range names {
+		ns[n] = true
+	}
+	in = []string{}
+	for _, id := range journaled {
+		if ns[id] {
+			in = append(in, id)
+		} else {
+			others++
+		}
+	}
+	return in, others
+}
+
 // ProveAll proves the journal before every unproven backup of every
 // cluster with a journal (see ProveAllOptions). One cluster's failure (a
 // failed proof, a store error) never stops the others. The error is a
@@ -160,6 +193,20 @@ func ProveAll(ctx context.Context, opts ProveAllOptions) (*ProveAllReport, error
 			return rep, ctx.Err()
 		}
 		return rep, &ProveAllError{Err: fmt.Errorf("step %q: list the journals under %q: %w", "list clusters", opts.Template.Layout.JournalPrefix(""), err)}
+	}
+	if k := opts.Kube; k != nil {
+		rep.Namespace = k.Namespace
+		kctx, cancel := context.WithTimeout(ctx, listTimeout(opts.Template.Timeout))
+		names, err := k.ClusterNames(kctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return rep, ctx.Err()
+			}
+			return rep, &ProveAllError{Err: fmt.Errorf("step %q: %w", "list EtcdClusters", err)}
+		}
+		ids, rep.Others = NamespaceClusters(ids, names)
+		log.Info("proving the EtcdClusters of the namespace only", "namespace", k.Namespace, "clusters", len(ids), "otherClusters", rep.Others)
 	}
 	log.Info("proving the journal before every unproven backup", "clusters", len(ids), "parallel", opts.Parallel)
 	rep.Clusters = make([]ProveResult, len(ids))
@@ -287,5 +334,9 @@ func (r *ProveAllReport) Table() output.Table {
 	}
 	t.Footer = fmt.Sprintf("%s with a journal under %s: %d failed, %d inconclusive.\n",
 		output.Count(len(r.Clusters), "cluster"), r.Prefix, len(r.Failed), len(r.Inconclusive))
+	if r.Namespace != "" {
+		t.Footer = fmt.Sprintf("%s (EtcdClusters of namespace %s) with a journal under %s: %d failed, %d inconclusive; %d other cluster(s) with a journal not proven here.\n",
+			output.Count(len(r.Clusters), "cluster"), r.Namespace, r.Prefix, len(r.Failed), len(r.Inconclusive), r.Others)
+	}
 	return t
 }

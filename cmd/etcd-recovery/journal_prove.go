@@ -14,11 +14,13 @@ import (
 	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/kube"
 )
 
 // journalProveOpts are journal prove's flags.
 type journalProveOpts struct {
 	store                                            storeOpts
+	kube                                             kubeOpts
 	clusterID, backup, identityFile, tempDir, output string
 	allUnproven, noRecord                            bool // noRecord: --dry-run
 	all                                              bool
@@ -32,7 +34,7 @@ func journalProveCommand(g *globalOpts) *cli.Command {
 		Name:  "prove",
 		Usage: "prove the journal before a full backup: the backup before it plus the journal, built offline, must hash as the backup does",
 		UsageText: "etcd-recovery journal prove --cluster-id ID [--backup NAME | --all-unproven] [-o json]\n" +
-			"etcd-recovery journal prove --all [--parallel N] [-o json]",
+			"etcd-recovery journal prove --all [--namespace NS] [--parallel N] [-o json]",
 		Description: "For backup k+1 (--backup, else the newest backup with an unproven journal before it) and the committed\n" +
 			"backup k before it, downloads and verifies both, replays the journal's events after k's revision up to k+1's\n" +
 			"into k (as restore --to-revision does, in a scratch dir under --temp-dir, removed after), and compares etcd's\n" +
@@ -47,8 +49,11 @@ func journalProveCommand(g *globalOpts) *cli.Command {
 			"clusters at a time (default 1: each proof holds two databases in --temp-dir, and each download is refused\n" +
 			"before it starts when it does not fit the scratch space left), one row per cluster; --timeout bounds each\n" +
 			"proof. One cluster's failure never stops the others; the exit is 1 when any proof failed or was\n" +
-			"inconclusive, naming the clusters. The CronJob etcd-recovery-prove (deploy/70-prove.yaml) runs it hourly.",
-		Flags: concat(o.store.flags(), []cli.Flag{
+			"inconclusive, naming the clusters. With --all and --namespace (or --kubeconfig): only the cluster ids that are\n" +
+			"EtcdClusters of the namespace (in a pod, POD_NAMESPACE sets it; one listing of the API, intersected with the\n" +
+			"store's); a cluster being restored, its EtcdCluster deleted until etcd-operator recreates it, is proven by a\n" +
+			"later run. The CronJob etcd-recovery-prove (deploy/70-prove.yaml) runs it hourly with --namespace, its own.",
+		Flags: concat(o.store.flags(), o.kube.flags(), []cli.Flag{
 			clusterIDFlag(&o.clusterID),
 			backupFlag(&o.backup),
 			&cli.BoolFlag{Name: "all-unproven", Usage: "prove every backup with an unproven journal before it, newest first", Destination: &o.allUnproven},
@@ -202,11 +207,20 @@ func runJournalProveAll(c *cli.Context, e *env, o *journalProveOpts) error {
 	if err != nil {
 		return err
 	}
-	st, layout, err := e.openStore(&o.store, nil)
+	// As drill --all: --namespace (or --kubeconfig) proves only the
+	// EtcdClusters of the namespace; without, every cluster id with a
+	// journal under the prefix.
+	var k *kube.Client
+	if c.IsSet("namespace") || c.IsSet("kubeconfig") {
+		if k, err = e.kube(&o.kube); err != nil {
+			return err
+		}
+	}
+	st, layout, err := e.openStore(&o.store, k)
 	if err != nil {
 		return err
 	}
-	opts := fleet.ProveAllOptions{Parallel: o.parallel, Log: e.log, Template: drill.ProveOptions{Store: st, Layout: layout,
+	opts := fleet.ProveAllOptions{Parallel: o.parallel, Log: e.log, Kube: k, Template: drill.ProveOptions{Store: st, Layout: layout,
 		Identities: ids, ScratchDir: o.tempDir, Timeout: o.timeout, NoRecord: o.noRecord, Log: e.log}}
 	rep, err := fleet.ProveAll(e.ctx(), opts)
 	if rep != nil && (len(rep.Clusters) > 0 || err == nil) {

@@ -174,13 +174,7 @@ func Translate(w *Workload, container, podName string, cl Cluster) (*Spec, error
 	rc := c.DeepCopy()
 	rc.Name, rc.Image, rc.ImagePullPolicy = "", "", "" // the image under test replaces the manifest's
 	rc.TerminationMessagePath, rc.TerminationMessagePolicy = "", ""
-	for _, list := range [][]string{c.Command, c.Args} {
-		for _, a := range list {
-			if strings.Contains(a, "$(") {
-				fail("container %s: $(VAR) expansion in command/args is not translated: %q", c.Name, a)
-			}
-		}
-	}
+	// $(VAR) in command/args is expanded below, once the env is known.
 	if len(c.Command) > 0 {
 		s.Entrypoint = append([]string(nil), c.Command...)
 	}
@@ -348,6 +342,15 @@ func Translate(w *Workload, container, podName string, cl Cluster) (*Spec, error
 	for _, e := range s.Env {
 		if strings.ContainsAny(e.Name, "=\n\x00") || strings.ContainsAny(e.Value, "\n\x00") {
 			fail("container %s: env %s: a name or value podman's --env-file cannot carry", c.Name, e.Name)
+		}
+	}
+	for _, list := range [][]string{s.Entrypoint, s.Args} {
+		for i, a := range list {
+			x, err := expandVars(a, s.Env)
+			if err != nil {
+				fail("container %s: command/args %q: %v", c.Name, a, err)
+			}
+			list[i] = x
 		}
 	}
 
@@ -570,4 +573,44 @@ func (s *Spec) applyIdentity(user, group *int64, nonRoot *bool, runAsNonRoot *bo
 	if nonRoot != nil {
 		*runAsNonRoot = *nonRoot
 	}
+}
+
+// expandVars expands $(VAR) in a command or argument as the kubelet does
+// (VAR from the container's env, the last definition winning; $$ is a
+// literal $), except that a reference to a variable the env does not
+// define is an error here (the kubelet leaves it as written: a mistake
+// the test should name).
+func expandVars(a string, env []EnvVar) (string, error) {
+	if !strings.Contains(a, "$") {
+		return a, nil
+	}
+	vals := map[string]string{}
+	for _, e := range env {
+		vals[e.Name] = e.Value
+	}
+	var b strings.Builder
+	for i := 0; i < len(a); i++ {
+		switch {
+		case a[i] != '$' || i+1 == len(a):
+			b.WriteByte(a[i])
+		case a[i+1] == '$':
+			b.WriteByte('$')
+			i++
+		case a[i+1] == '(':
+			end := strings.IndexByte(a[i+2:], ')')
+			if end < 0 {
+				return "", fmt.Errorf("$(VAR) expansion: unterminated $( in %q", a)
+			}
+			name := a[i+2 : i+2+end]
+			v, ok := vals[name]
+			if !ok {
+				return "", fmt.Errorf("$(VAR) expansion: %s is not in the container's env", name)
+			}
+			b.WriteString(v)
+			i += 2 + end
+		default:
+			b.WriteByte(a[i])
+		}
+	}
+	return b.String(), nil
 }
