@@ -123,8 +123,8 @@ func TestProveCronJob(t *testing.T) {
 	if args := strings.Join(c.Args, " "); !strings.HasPrefix(args, "--log-format json journal prove --all") {
 		t.Errorf("args %q: want --log-format json journal prove --all ...", args)
 	}
-	if i := slices.Index(c.Args, "--parallel"); i < 0 || i+1 >= len(c.Args) || c.Args[i+1] != "1" {
-		t.Errorf("args %q: want --parallel 1 (each proof holds two databases in /scratch)", c.Args)
+	if i := slices.Index(c.Args, "--prove-parallel"); i < 0 || i+1 >= len(c.Args) || c.Args[i+1] != "1" {
+		t.Errorf("args %q: want --prove-parallel 1 (each proof holds two databases in /scratch)", c.Args)
 	}
 	for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
 		got, want := c.Resources.Limits[r], tk.Containers[0].Resources.Limits[r]

@@ -49,7 +49,7 @@ func (o ProveAllOptions) Validate() error {
 	case o.Template.Target != "":
 		return usage.Errorf("journal prove: --backup names one cluster's backup: use it with --cluster-id")
 	case o.Parallel < 0:
-		return usage.Errorf("journal prove: --parallel %d: want at least 1", o.Parallel)
+		return usage.Errorf("journal prove: --prove-parallel %d: want at least 1", o.Parallel)
 	case o.Template.Store == nil:
 		return errors.New("journal prove --all: no object store")
 	}

@@ -34,7 +34,7 @@ func journalProveCommand(g *globalOpts) *cli.Command {
 		Name:  "prove",
 		Usage: "prove the journal before a full backup: the backup before it plus the journal, built offline, must hash as the backup does",
 		UsageText: "etcd-recovery journal prove --cluster-id ID [--backup NAME | --all-unproven] [-o json]\n" +
-			"etcd-recovery journal prove --all [--namespace NS] [--parallel N] [-o json]",
+			"etcd-recovery journal prove --all [--namespace NS] [--prove-parallel N] [-o json]",
 		Description: "For backup k+1 (--backup, else the newest backup with an unproven journal before it) and the committed\n" +
 			"backup k before it, downloads and verifies both, replays the journal's events after k's revision up to k+1's\n" +
 			"into k (as restore --to-revision does, in a scratch dir under --temp-dir, removed after), and compares etcd's\n" +
@@ -45,7 +45,7 @@ func journalProveCommand(g *globalOpts) *cli.Command {
 			"No journal between the two backups: nothing to prove, nothing recorded, exit 0. A proof that cannot judge\n" +
 			"(a store error, a backup that cannot be fetched, --timeout) records nothing and exits 1; so does a failed one.\n" +
 			"With --all: every cluster id with a journal under --prefix (one listing of the store: clusters being restored,\n" +
-			"without an EtcdCluster, included), each with every unproven backup proven as --all-unproven does, --parallel\n" +
+			"without an EtcdCluster, included), each with every unproven backup proven as --all-unproven does, --prove-parallel\n" +
 			"clusters at a time (default 1: each proof holds two databases in --temp-dir, and each download is refused\n" +
 			"before it starts when it does not fit the scratch space left), one row per cluster; --timeout bounds each\n" +
 			"proof. One cluster's failure never stops the others; the exit is 1 when any proof failed or was\n" +
@@ -57,8 +57,8 @@ func journalProveCommand(g *globalOpts) *cli.Command {
 			clusterIDFlag(&o.clusterID),
 			backupFlag(&o.backup),
 			&cli.BoolFlag{Name: "all-unproven", Usage: "prove every backup with an unproven journal before it, newest first", Destination: &o.allUnproven},
-			&cli.BoolFlag{Name: "all", Usage: "every cluster id with a journal under --prefix: each unproven backup proven, one row per cluster", Destination: &o.all},
-			&cli.IntFlag{Name: "parallel", Value: 1, Usage: "with --all: clusters proven at once (each proof needs room for two databases in --temp-dir)", Destination: &o.parallel},
+			allFlag(&o.all),
+			&cli.IntFlag{Name: "prove-parallel", Value: 1, Usage: "with --all: clusters proven at once (each proof needs room for two databases in --temp-dir)", Destination: &o.parallel},
 			dryRunFlag(&o.noRecord),
 			&cli.DurationFlag{Name: "timeout", Value: drill.DefaultProveTimeout, Usage: timeoutUsage, Destination: &o.timeout},
 			tempDirFlag(&o.tempDir),
@@ -92,8 +92,8 @@ func runJournalProve(c *cli.Context, g *globalOpts, o *journalProveOpts) error {
 	if o.all {
 		return runJournalProveAll(c, e, o)
 	}
-	if c.IsSet("parallel") {
-		return usagef("journal prove: --parallel is --all's")
+	if c.IsSet("prove-parallel") {
+		return usagef("journal prove: --prove-parallel is --all's")
 	}
 	switch {
 	case o.clusterID == "":
@@ -198,7 +198,7 @@ func runJournalProveAll(c *cli.Context, e *env, o *journalProveOpts) error {
 	case o.allUnproven:
 		return usagef("journal prove: --all proves every unproven backup already: drop --all-unproven")
 	case o.parallel < 1:
-		return usagef("journal prove: --parallel %d: want at least 1", o.parallel)
+		return usagef("journal prove: --prove-parallel %d: want at least 1", o.parallel)
 	}
 	if err := requirePositive("journal prove", positive{"timeout", o.timeout}); err != nil {
 		return err

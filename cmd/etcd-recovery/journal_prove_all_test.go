@@ -22,8 +22,8 @@ func TestJournalProveAllUsage(t *testing.T) {
 		{[]string{"--all", "--cluster-id", "c1"}, "--all and --cluster-id are exclusive"},
 		{[]string{"--all", "--backup", "scheduled-20261125T030300Z"}, "--backup names one cluster's backup"},
 		{[]string{"--all", "--all-unproven"}, "drop --all-unproven"},
-		{[]string{"--all", "--parallel", "0"}, "--parallel 0"},
-		{[]string{"--cluster-id", "c1", "--parallel", "2"}, "--parallel is --all's"},
+		{[]string{"--all", "--prove-parallel", "0"}, "--prove-parallel 0"},
+		{[]string{"--cluster-id", "c1", "--prove-parallel", "2"}, "--prove-parallel is --all's"},
 		{[]string{}, "--cluster-id (or --all) is required"},
 	} {
 		code, _, errOut := runCtx(t, ctx, append(append([]string{"journal", "prove"}, tc.args...), store...)...)
