@@ -75,6 +75,12 @@ type CaptureOptions struct {
 	// Capture starts).
 	Lock             catalog.LockPolicy
 	JournalRetention time.Duration
+	// WatchStallTimeout bounds a watch's answer to a liveness probe (and
+	// its creation) before it is taken as stalled and opened again
+	// (DefaultWatchStallTimeout); OnStall, when set, is called with each
+	// stall. See checkWatch.
+	WatchStallTimeout time.Duration
+	OnStall           func(WatchStall)
 }
 
 func (o *CaptureOptions) defaults() error {
@@ -264,6 +270,8 @@ type capture struct {
 	// lagging watch) still gets its TTL.
 	grantedMu sync.Mutex
 	granted   map[int64]int64
+	// wd is the current watch's liveness (watchdog.go).
+	wd watchdog
 }
 
 func (c *capture) run(ctx context.Context) error {
@@ -343,6 +351,9 @@ func (c *capture) run(ctx context.Context) error {
 		case err := <-c.errc:
 			return fail(err)
 		case <-tick.C:
+			if c.checkWatch() || wch == nil {
+				wch = c.rewatch(ctx)
+			}
 			if len(c.events) == 0 || c.o.Now().Sub(c.started) < c.o.SegmentInterval {
 				continue
 			}
@@ -356,6 +367,9 @@ func (c *capture) run(ctx context.Context) error {
 				wch = c.watch(ctx)
 			}
 		case resp, ok := <-wch:
+			if ok {
+				c.watchResponded(resp)
+			}
 			if !ok {
 				if ctx.Err() != nil {
 					return finish(nil)
@@ -447,11 +461,12 @@ func (c *capture) frozen(p pending) error {
 }
 
 // watch watches the whole keyspace from the next revision, until
-// stopWatch or ctx ends.
+// stopWatch or ctx ends, on a gRPC stream of its own (watchCtx); its
+// creation is notified (the first sign it is alive, checkWatch).
 func (c *capture) watch(ctx context.Context) clientv3.WatchChan {
-	wctx, cancel := context.WithCancel(ctx)
+	wctx, cancel := c.watchCtx(ctx)
 	c.stopWatch = cancel
-	return c.o.Client.Watch(wctx, "", clientv3.WithPrefix(), clientv3.WithRev(c.next), clientv3.WithProgressNotify(), clientv3.WithPrevKV())
+	return c.openWatch(wctx, c.next)
 }
 
 // add buffers events of a watch response up to the end of the first

@@ -52,7 +52,16 @@
 //     never learned is marked unknown, UnknownLeaseTTL on replay), uploads
 //     retried, a store slower than the cluster pausing the
 //     watch (bounded memory), and a GapError when the journal cannot
-//     continue exactly (a compacted or cancelled watch, a broken chain).
+//     continue exactly (a compacted or cancelled watch, a broken chain);
+//   - the watch's liveness (watchdog.go): a watch silent for
+//     min(SegmentInterval, WatchProbeEvery) is probed (the cluster's
+//     revision read linearizably, a progress notification requested on
+//     the watch's own stream); one that has not shown that revision within
+//     WatchStallTimeout, or a new one not created within it, is a
+//     WatchStall (a frozen, partitioned or unreachable member, or none
+//     answering): logged, reported (OnStall), and watched again from the
+//     awaited revision exactly on a new stream, with backoff while no
+//     member answers.
 //
 // Where a revision's time comes from: Header.Received maps revisions to
 // when the capture received them (unix ms): a segment's first and last

@@ -20,5 +20,13 @@
 // manifest PUT, the snapshot GET); log lines on stderr name the member being
 // streamed; files appearing under the data-dir root mark the data-dir write.
 //
+// The journal (`etcd-recovery journal`) is not in this harness: it is
+// long-running and never exits on a fault, so there is no exit code or
+// run bound to check. Its rows (a frozen, partitioned or killed member,
+// every member down, a frozen store) are in docs/fault-matrix.md's "The
+// journal", proven by internal/journal's TestCaptureMemberFaults and
+// TestCaptureFrozenStoreIsNamed and cmd/etcd-recovery's
+// TestPointInTimeRestoreExact.
+//
 // The package has only tests; it is run by `make test`.
 package faultmatrix

@@ -1,0 +1,253 @@
+package journal
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/metadata"
+)
+
+// Watch liveness (see capture.checkWatch).
+const (
+	// DefaultWatchStallTimeout is how long a watch has to answer a
+	// liveness probe (or to be created) before it is taken as stalled.
+	DefaultWatchStallTimeout = 5 * time.Second
+	// WatchProbeEvery is the longest a watch stays silent before it is
+	// probed (at most SegmentInterval).
+	WatchProbeEvery = 10 * time.Second
+	// maxRewatchBackoff caps the wait between watches when no member
+	// answers.
+	maxRewatchBackoff = 30 * time.Second
+)
+
+// WatchStall is a capture's watch found stalled: it did not answer a
+// liveness probe (or was not created) within the stall timeout. The
+// capture watches again from AwaitedRev, exactly.
+type WatchStall struct {
+	ClusterID string
+	// MemberID is the etcd member whose stream answered last (0: none
+	// answered on this watch).
+	MemberID uint64
+	// AwaitedRev is the next revision the capture expects.
+	AwaitedRev int64
+	// Silent is how long the watch had sent nothing.
+	Silent time.Duration
+	// Stalls counts the stalls of this capture so far, this one included;
+	// Consecutive those since a watch last answered.
+	Stalls, Consecutive int
+	// Reason says what did not answer.
+	Reason string
+}
+
+func (s WatchStall) String() string {
+	return fmt.Sprintf("journal of cluster %s: watch stalled at revision %d after %s silent: %s (stall %d)",
+		s.ClusterID, s.AwaitedRev, s.Silent.Round(time.Millisecond), s.Reason, s.Stalls)
+}
+
+// watchdog is the liveness state of the capture's current watch.
+type watchdog struct {
+	n       int // watches opened: each gets its own gRPC stream
+	wctx    context.Context
+	opened  time.Time
+	last    time.Time // the last response on this watch
+	created bool
+	member  uint64
+	// A probe in flight: started at probeAt (zero: none); want is the
+	// cluster's revision read (linearizably) when it started: 0 not
+	// known yet, -1 the read failed; seen the highest revision the watch
+	// has shown since (events or a progress notification).
+	probeAt     time.Time
+	want        *atomic.Int64
+	seen        int64
+	answered    bool // any response since probeAt
+	stalls      int
+	consecutive int
+	retryAt     time.Time // no watch until then (backoff): wch is nil
+}
+
+// watchStallTimeout and probeEvery are the capture's liveness bounds.
+func (c *capture) watchStallTimeout() time.Duration {
+	if c.o.WatchStallTimeout > 0 {
+		return c.o.WatchStallTimeout
+	}
+	return DefaultWatchStallTimeout
+}
+
+func (c *capture) probeEvery() time.Duration { return min(c.o.SegmentInterval, WatchProbeEvery) }
+
+// watchCtx is the context of a new watch: its own gRPC stream (clientv3
+// shares one stream among the watches whose contexts carry the same
+// metadata), so that a watch opened after a stall does not ride the
+// stalled stream, and the client's balancer picks a member again.
+func (c *capture) watchCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	c.wd.n++
+	wctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(ctx, "etcd-recovery-journal-watch", strconv.Itoa(c.wd.n)))
+	now := c.o.Now()
+	c.wd.wctx, c.wd.opened, c.wd.last, c.wd.created, c.wd.member, c.wd.retryAt = wctx, now, now, false, 0, time.Time{}
+	c.wd.probeAt, c.wd.seen, c.wd.answered, c.wd.want = time.Time{}, 0, false, nil
+	return wctx, cancel
+}
+
+// watchResponded notes a response of the current watch.
+func (c *capture) watchResponded(resp clientv3.WatchResponse) {
+	c.wd.last = c.o.Now()
+	c.wd.created = true
+	c.wd.consecutive = 0
+	if resp.Header.MemberId != 0 {
+		c.wd.member = resp.Header.MemberId
+	}
+	if !c.wd.probeAt.IsZero() {
+		c.wd.answered = true
+		if resp.IsProgressNotify() {
+			c.wd.seen = max(c.wd.seen, resp.Header.Revision)
+		}
+	}
+}
+
+// checkWatch is the watch's liveness check, run on every tick. A watch
+// silent for probeEvery is probed: the cluster's revision is read
+// (linearizably, through any member) while the watch's stream is asked
+// for a progress notification (clientv3 RequestProgress). The watch is
+// alive once it has shown that revision (events up to it, or a progress
+// notification at or past it; when the read failed, any response), and
+// stalled when it has not within the stall timeout: its member is
+// frozen, dead without the connection breaking, or partitioned (it
+// answers progress requests at its own, old revision). A new watch that
+// is not created within the stall timeout is stalled too (no member
+// answers). It reports whether the watch stalled; the stall is logged and
+// reported (OnStall), and the caller watches again (rewatch).
+func (c *capture) checkWatch() bool {
+	if c.wd.wctx == nil || !c.wd.retryAt.IsZero() {
+		return false
+	}
+	now := c.o.Now()
+	timeout := c.watchStallTimeout()
+	switch {
+	case !c.wd.created:
+		if now.Sub(c.wd.opened) < timeout {
+			return false
+		}
+		reason := fmt.Sprintf("no member created the watch within %s", timeout)
+		if c.wd.consecutive+1 > max(1, len(c.o.Client.Endpoints())) {
+			reason = fmt.Sprintf("no member answers (%d watches in a row not created)", c.wd.consecutive+1)
+		}
+		c.stalled(now, reason)
+		return true
+	case c.wd.probeAt.IsZero():
+		if now.Sub(c.wd.last) >= c.probeEvery() {
+			c.probe(now, timeout)
+		}
+		return false
+	}
+	want := c.wd.want.Load()
+	seen := max(c.wd.seen, c.next-1)
+	if (want > 0 && seen >= want) || (want < 0 && c.wd.answered) {
+		c.wd.probeAt = time.Time{} // alive
+		return false
+	}
+	if now.Sub(c.wd.probeAt) < timeout {
+		return false
+	}
+	var reason string
+	switch {
+	case want > 0 && c.wd.answered:
+		reason = fmt.Sprintf("its member answers at revision %d, the cluster is at %d (partitioned or behind)", seen, want)
+	case want > 0:
+		reason = fmt.Sprintf("no progress notification within %s while the cluster is at revision %d (member frozen or unreachable)", timeout, want)
+	default:
+		reason = fmt.Sprintf("no progress notification within %s, and the cluster's revision could not be read (no member answers)", timeout)
+	}
+	if c.wd.member != 0 {
+		reason = fmt.Sprintf("member %x: %s", c.wd.member, reason)
+	}
+	c.stalled(now, reason)
+	return true
+}
+
+// probe starts a liveness probe of the current watch.
+func (c *capture) probe(now time.Time, timeout time.Duration) {
+	// Each probe its own want: a late answer to an earlier probe (or
+	// watch) never counts for this one.
+	c.wd.probeAt, c.wd.seen, c.wd.answered, c.wd.want = now, 0, false, new(atomic.Int64)
+	wctx, want := c.wd.wctx, c.wd.want
+	cli := c.o.Client
+	go func() {
+		gctx, cancel := context.WithTimeout(wctx, timeout)
+		defer cancel()
+		r, err := cli.Get(gctx, "\x00etcd-recovery-journal-probe", clientv3.WithCountOnly())
+		if err != nil {
+			want.CompareAndSwap(0, -1)
+			return
+		}
+		want.CompareAndSwap(0, r.Header.Revision)
+	}()
+	go func() {
+		pctx, cancel := context.WithTimeout(wctx, timeout)
+		defer cancel()
+		_ = cli.RequestProgress(pctx) // answered on the watch, or not: checkWatch judges
+	}()
+}
+
+// stalled records a stall, ends the watch, and schedules the next one:
+// at once after a watch that answered, with backoff (the stall timeout
+// doubling, at most maxRewatchBackoff) while none does, keeping what is
+// buffered (the interval still writes it).
+func (c *capture) stalled(now time.Time, reason string) {
+	c.wd.stalls++
+	c.wd.consecutive++
+	s := WatchStall{
+		ClusterID: c.o.ClusterID, MemberID: c.wd.member, AwaitedRev: c.next,
+		Silent: now.Sub(c.wd.last), Stalls: c.wd.stalls, Consecutive: c.wd.consecutive, Reason: reason,
+	}
+	c.stopWatch()
+	c.wd.wctx = nil
+	var backoff time.Duration
+	// Each member may be tried once at once (the balancer may pick the
+	// stalled one again); past that no member answers: back off.
+	if tried := len(c.o.Client.Endpoints()); c.wd.consecutive > tried {
+		backoff = min(c.watchStallTimeout()<<min(c.wd.consecutive-tried-1, 8), maxRewatchBackoff)
+	}
+	c.wd.retryAt = now.Add(backoff)
+	c.o.Log.Warn("journal: watch stalled; watching again from the awaited revision", "cluster", c.o.ClusterID,
+		"member", fmt.Sprintf("%x", s.MemberID), "awaitedRev", s.AwaitedRev, "silent", s.Silent.Round(time.Millisecond),
+		"reason", reason, "stalls", s.Stalls, "consecutive", s.Consecutive, "retryIn", backoff, "buffered", len(c.events))
+	if c.o.OnStall != nil {
+		c.o.OnStall(s)
+	}
+}
+
+// openWatch opens the watch in a goroutine and forwards its responses,
+// one at a time (nothing buffered here): clientv3's Watch blocks until
+// its stream runs, which a frozen member can hold for long, and the
+// capture's loop must keep its ticks (interval flushes, the liveness
+// check that cancels wctx). The channel closes when the watch's does or
+// wctx ends.
+func (c *capture) openWatch(wctx context.Context, from int64) clientv3.WatchChan {
+	out := make(chan clientv3.WatchResponse)
+	cli := c.o.Client
+	go func() {
+		defer close(out)
+		wch := cli.Watch(wctx, "", clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithProgressNotify(), clientv3.WithPrevKV(), clientv3.WithCreatedNotify())
+		for resp := range wch {
+			select {
+			case out <- resp:
+			case <-wctx.Done():
+				return
+			}
+		}
+	}()
+	return out
+}
+
+// rewatch opens the watch again once the backoff after a stall is over;
+// nil until then (a nil channel never delivers).
+func (c *capture) rewatch(ctx context.Context) clientv3.WatchChan {
+	if c.o.Now().Before(c.wd.retryAt) {
+		return nil
+	}
+	return c.watch(ctx)
+}
