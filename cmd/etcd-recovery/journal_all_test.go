@@ -222,29 +222,8 @@ func TestJournalAllCLI(t *testing.T) {
 	if res.Replay == nil || res.Replay.ToRevision != r || res.Replay.Events == 0 || len(res.Members) != 1 {
 		t.Fatalf("restore result: %+v", res)
 	}
-	mem := testenv.StartEtcdMember(t, testenv.MemberSpec{Version: testenv.V35, Name: "r0", DataDir: res.Members[0].DataDir,
-		ClientURL: client, PeerURL: peer, InitialClusterToken: res.Token})
-	mem.WaitReady(t)
-	ncli, err := clientv3.New(clientv3.Config{Endpoints: []string{client}, DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ncli.Close()
-	got := pitrDump(t, ncli, 0)
-	var diffs []string
-	for k, v := range want {
-		if got[k] != v {
-			diffs = append(diffs, fmt.Sprintf("%s: got %q, want %q", k, got[k], v))
-		}
-	}
-	for k := range got {
-		if _, ok := want[k]; !ok {
-			diffs = append(diffs, k+": not in the source at R")
-		}
-	}
-	if len(diffs) > 0 {
-		t.Fatalf("%s restored to %d differs from the source at %d in %d keys: %s", id, r, r, len(diffs), strings.Join(diffs[:min(5, len(diffs))], "; "))
-	}
+	got := pitrDump(t, startRestored(t, res, client, peer), 0)
+	checkDump(t, fmt.Sprintf("%s restored to %d", id, r), want, got)
 	if len(want) < 30 {
 		t.Fatalf("the source at %d has %d keys only", r, len(want))
 	}
