@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,24 +20,6 @@ import (
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 	"github.com/armada/etcd-recovery/restore"
 )
-
-// syncBuffer is a process's stderr, read while it writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *syncBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // `journal --all` end to end, the binary as the Deployment runs it
 // (without --leader-elect: one process), against a real kube-apiserver
@@ -98,7 +79,7 @@ func TestJournalAllCLI(t *testing.T) {
 
 	cmd := exec.CommandContext(ctx, tool, concatArgs([]string{"--log-format", "json", "journal", "--all", "--segment-interval", "1s", "--dial-timeout", "2s"}, cos)...)
 	cmd.Env = append(testfix.ToolEnv(), env...)
-	errb := &syncBuffer{}
+	errb := &testfix.SyncBuffer{}
 	cmd.Stderr = errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
