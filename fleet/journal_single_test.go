@@ -34,7 +34,7 @@ func TestJournalOneClusterGapBackupRetried(t *testing.T) {
 	member := c.Members[0]
 	member.Stop()
 
-	logs := &lockedBuffer{}
+	logs := &testfix.SyncBuffer{}
 	jctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {

@@ -1,7 +1,6 @@
 package fleet_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -25,27 +24,9 @@ import (
 	"github.com/armada/etcd-recovery/kube"
 )
 
-// lockedBuffer is a log sink read while the journal writes to it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // waitReach waits until the cluster's journal holds rev, in a chain
 // without a problem from the base a restarting journal would choose.
-func waitReach(tb testing.TB, ctx context.Context, st store.Store, layout catalog.Layout, id string, rev int64, logs *lockedBuffer) {
+func waitReach(tb testing.TB, ctx context.Context, st store.Store, layout catalog.Layout, id string, rev int64, logs *testfix.SyncBuffer) {
 	tb.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		_, ch, err := fleet.JournalBase(ctx, st, layout, id, nil)
@@ -119,7 +100,7 @@ func TestJournalAll(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	logs := &lockedBuffer{}
+	logs := &testfix.SyncBuffer{}
 	var gapsMu sync.Mutex
 	gaps := map[string]fleet.JournalGap{}
 	jctx, stop := context.WithCancel(ctx)

@@ -1,13 +1,11 @@
 package kube_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -30,24 +28,6 @@ import (
 // journalPodName is the journal pod of the verbs test: the leader
 // election's identity is it plus a random suffix.
 const journalPodName = "etcd-recovery-journal-5f7d8c9b6-vrbs1"
-
-// syncBuffer is a process's stderr, read while it writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *syncBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // runJournalDeployment runs what deploy/60-journal.yaml's pod runs, as a
 // kubelet would start it (podrun.Translate: its args `--log-format json
@@ -115,7 +95,7 @@ func runJournalDeployment(t *testing.T, ctx context.Context, k *testenv.KubeAPIS
 	if err != nil {
 		t.Fatal(err)
 	}
-	errb := &syncBuffer{}
+	errb := &testfix.SyncBuffer{}
 	cmd.Stderr = errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -4,13 +4,10 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -51,36 +48,7 @@ func init() {
 // that revision plus the bump.
 func everyMemberLostOperator(t *testing.T, rb mdblocks.Set) {
 	const ns = "kubx-etcd-08"
-	k := testenv.StartKubeAPIServer(t)
-	admin := k.Clientset(t, "")
-	dyn := k.Dynamic(t, "")
-	kubetest.InstallCRDs(t, k)
-	kubetest.CreateNamespaces(t, admin, ns)
-	a := kubetest.NewApplier(t, k)
-	a.ApplyFile(t, kubetest.DeployPath(t, "10-rbac.yaml"), ns)
-
-	fc := kubetest.AddEtcdCluster(t, admin, dyn, ns, "etcd-rb-jop", testenv.EtcdOptions{IP: "127.0.7.12", Members: 3})
-	kubetest.PerClusterAccess(t, a, ns, fc.Name)
-	f := mdblocks.NewFixture(t, fc.Etcd.PKI, fc.Etcd.Endpoints())
-	f.ID = fc.Name
-	f.Vars["id"] = fc.Name
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	secret := kubetest.AWSSecretData(f.MinIO.AccessKey, f.MinIO.SecretKey, f.MinIO.Region)
-	if _, err := admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: kube.COSSecretName}, Data: secret},
-		metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	creds := filepath.Join(t.TempDir(), "cos-credentials")
-	if err := os.Mkdir(creds, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	for name, v := range secret {
-		if err := os.WriteFile(filepath.Join(creds, name), v, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	f.Vars["cos-credentials-dir"] = creds
+	k, admin, dyn, fc, f, ctx := operatorSetup(t, ns, "etcd-rb-jop", "127.0.7.12")
 
 	cli := fc.Etcd.Client(t)
 	keys := testenv.PutKeys(t, cli, "/registry/secrets/", 200, 200)

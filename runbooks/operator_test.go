@@ -13,6 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -27,6 +29,49 @@ import (
 
 // operatorRestoreRef is the carrier's restore path.
 const operatorRestoreRef = "quorum-loss.md#restore-through-etcd-operator"
+
+// operatorSetup is the carrier's setup the etcd-operator runbook tests
+// share: a real kube-apiserver with deploy/'s CRDs and RBAC in namespace
+// ns, an EtcdCluster name backed by a real 3-member etcd on ip with the
+// per-cluster grant of its client-TLS secret, the runbook fixture on it,
+// and cos-credentials in etcd-operator's format, also mounted as the
+// tool's COS_CREDENTIALS_DIR (the toolkit pod mounts that secret: its
+// files are the tool's credentials too). ctx ends with the test, at most
+// 5 minutes.
+func operatorSetup(t *testing.T, ns, name, ip string) (*testenv.KubeAPIServer, *kubernetes.Clientset, *dynamic.DynamicClient, kubetest.Cluster, *mdblocks.Fixture, context.Context) {
+	t.Helper()
+	k := testenv.StartKubeAPIServer(t)
+	admin := k.Clientset(t, "")
+	dyn := k.Dynamic(t, "")
+	kubetest.InstallCRDs(t, k)
+	kubetest.CreateNamespaces(t, admin, ns)
+	a := kubetest.NewApplier(t, k)
+	a.ApplyFile(t, kubetest.DeployPath(t, "10-rbac.yaml"), ns)
+
+	fc := kubetest.AddEtcdCluster(t, admin, dyn, ns, name, testenv.EtcdOptions{IP: "127.0.7.12", Members: 3})
+	kubetest.PerClusterAccess(t, a, ns, fc.Name)
+	f := mdblocks.NewFixture(t, fc.Etcd.PKI, fc.Etcd.Endpoints())
+	f.ID = fc.Name
+	f.Vars["id"] = fc.Name
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	secret := kubetest.AWSSecretData(f.MinIO.AccessKey, f.MinIO.SecretKey, f.MinIO.Region)
+	if _, err := admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: kube.COSSecretName}, Data: secret},
+		metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	creds := filepath.Join(t.TempDir(), "cos-credentials")
+	if err := os.Mkdir(creds, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range secret {
+		if err := os.WriteFile(filepath.Join(creds, name), v, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.Vars["cos-credentials-dir"] = creds
+	return k, admin, dyn, fc, f, ctx
+}
 
 // operatorRestore: the carrier's setup in a kubx-etcd-NN namespace of a
 // real kube-apiserver (deploy/'s CRDs and RBAC, the per-cluster grant of
@@ -43,38 +88,7 @@ const operatorRestoreRef = "quorum-loss.md#restore-through-etcd-operator"
 // restored cluster, and no other key is there.
 func operatorRestore(t *testing.T, rb mdblocks.Set) {
 	const ns = "kubx-etcd-07"
-	k := testenv.StartKubeAPIServer(t)
-	admin := k.Clientset(t, "")
-	dyn := k.Dynamic(t, "")
-	kubetest.InstallCRDs(t, k)
-	kubetest.CreateNamespaces(t, admin, ns)
-	a := kubetest.NewApplier(t, k)
-	a.ApplyFile(t, kubetest.DeployPath(t, "10-rbac.yaml"), ns)
-
-	fc := kubetest.AddEtcdCluster(t, admin, dyn, ns, "etcd-rb-op", testenv.EtcdOptions{IP: "127.0.7.10", Members: 3})
-	kubetest.PerClusterAccess(t, a, ns, fc.Name)
-	f := mdblocks.NewFixture(t, fc.Etcd.PKI, fc.Etcd.Endpoints())
-	f.ID = fc.Name
-	f.Vars["id"] = fc.Name
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	secret := kubetest.AWSSecretData(f.MinIO.AccessKey, f.MinIO.SecretKey, f.MinIO.Region)
-	if _, err := admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: kube.COSSecretName}, Data: secret},
-		metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// The toolkit pod mounts that secret: its files are the tool's
-	// credentials too.
-	creds := filepath.Join(t.TempDir(), "cos-credentials")
-	if err := os.Mkdir(creds, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	for name, v := range secret {
-		if err := os.WriteFile(filepath.Join(creds, name), v, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	f.Vars["cos-credentials-dir"] = creds
+	k, admin, dyn, fc, f, ctx := operatorSetup(t, ns, "etcd-rb-op", "127.0.7.10")
 
 	cli := fc.Etcd.Client(t)
 	keys := testenv.PutKeys(t, cli, "/registry/secrets/", 300, 200)

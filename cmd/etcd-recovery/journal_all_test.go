@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,24 +20,6 @@ import (
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 	"github.com/armada/etcd-recovery/restore"
 )
-
-// syncBuffer is a process's stderr, read while it writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *syncBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // `journal --all` end to end, the binary as the Deployment runs it
 // (without --leader-elect: one process), against a real kube-apiserver
@@ -98,7 +79,7 @@ func TestJournalAllCLI(t *testing.T) {
 
 	cmd := exec.CommandContext(ctx, tool, concatArgs([]string{"--log-format", "json", "journal", "--all", "--segment-interval", "1s", "--dial-timeout", "2s"}, cos)...)
 	cmd.Env = append(testfix.ToolEnv(), env...)
-	errb := &syncBuffer{}
+	errb := &testfix.SyncBuffer{}
 	cmd.Stderr = errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -222,29 +203,8 @@ func TestJournalAllCLI(t *testing.T) {
 	if res.Replay == nil || res.Replay.ToRevision != r || res.Replay.Events == 0 || len(res.Members) != 1 {
 		t.Fatalf("restore result: %+v", res)
 	}
-	mem := testenv.StartEtcdMember(t, testenv.MemberSpec{Version: testenv.V35, Name: "r0", DataDir: res.Members[0].DataDir,
-		ClientURL: client, PeerURL: peer, InitialClusterToken: res.Token})
-	mem.WaitReady(t)
-	ncli, err := clientv3.New(clientv3.Config{Endpoints: []string{client}, DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ncli.Close()
-	got := pitrDump(t, ncli, 0)
-	var diffs []string
-	for k, v := range want {
-		if got[k] != v {
-			diffs = append(diffs, fmt.Sprintf("%s: got %q, want %q", k, got[k], v))
-		}
-	}
-	for k := range got {
-		if _, ok := want[k]; !ok {
-			diffs = append(diffs, k+": not in the source at R")
-		}
-	}
-	if len(diffs) > 0 {
-		t.Fatalf("%s restored to %d differs from the source at %d in %d keys: %s", id, r, r, len(diffs), strings.Join(diffs[:min(5, len(diffs))], "; "))
-	}
+	got := pitrDump(t, startRestored(t, res, client, peer), 0)
+	checkDump(t, fmt.Sprintf("%s restored to %d", id, r), want, got)
 	if len(want) < 30 {
 		t.Fatalf("the source at %d has %d keys only", r, len(want))
 	}

@@ -13,49 +13,10 @@ import (
 
 	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
-	"github.com/armada/etcd-recovery/internal/journal"
-	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 	"github.com/armada/etcd-recovery/restore"
 )
-
-// journalRun is `etcd-recovery journal ARGS` running in-process until
-// stop: stop cancels it (SIGTERM's path) and returns its exit and stderr.
-func journalRun(t *testing.T, ctx context.Context, args ...string) (stop func() (int, string)) {
-	t.Helper()
-	jctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	var code int
-	var errOut string
-	go func() {
-		defer close(done)
-		code, _, errOut = runCtx(t, jctx, append([]string{"journal"}, args...)...)
-	}()
-	return func() (int, string) {
-		cancel()
-		<-done
-		return code, errOut
-	}
-}
-
-// waitJournal waits until the cluster's journal from base holds rev,
-// without a problem in its chain.
-func waitJournal(t *testing.T, ctx context.Context, st store.Store, layout catalog.Layout, id string, base, rev int64) *journal.Chain {
-	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		ch, err := journal.ListSegments(ctx, st, layout, id, base)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ch.Problem == nil && ch.Reach >= rev {
-			return ch
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the journal of %s from %d reaches %d (problem %v), want %d", id, base, ch.Reach, ch.Problem, rev)
-		}
-	}
-}
 
 // A gap, on real etcd 3.5 and MinIO, through the CLI: the journal runs,
 // stops, the cluster is written and compacted past where it stopped, and
@@ -74,9 +35,7 @@ func TestJournalGapTakesABackupAndContinues(t *testing.T) {
 	bucket, prefix := m.NewBucket(t), testenv.Prefix(t)
 	cos := cosArgs(t, m, bucket, prefix)
 	const id = "gap1"
-	if code, _, errOut := runCtx(t, ctx, concatArgs([]string{"backup", "--cluster-id", id, "--v2", "off"}, clusterArgs(c), cos)...); code != 0 {
-		t.Fatalf("backup: exit %d: %s", code, errOut)
-	}
+	backupCLI(t, ctx, c, cos, id)
 	st := testfix.Store(t, m, bucket)
 	layout := catalog.Layout{Prefix: prefix}
 	list := func() []catalog.Entry {

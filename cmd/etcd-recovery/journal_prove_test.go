@@ -41,30 +41,6 @@ type proofWorld struct {
 	overKey string
 }
 
-// journalReach is the last revision the stored segments of id hold.
-func journalReach(tb testing.TB, ctx context.Context, st store.Store, layout catalog.Layout, id string) int64 {
-	tb.Helper()
-	segs, err := journal.ListSegments(ctx, st, layout, id, 0)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var last int64
-	for _, s := range segs.All {
-		last = max(last, s.LastRev)
-	}
-	return last
-}
-
-// waitJournal waits until the journal of id reaches rev.
-func waitJournalReach(tb testing.TB, ctx context.Context, st store.Store, layout catalog.Layout, id string, rev int64) {
-	tb.Helper()
-	for deadline := time.Now().Add(30 * time.Second); journalReach(tb, ctx, st, layout, id) < rev; time.Sleep(200 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			tb.Fatalf("the journal of %s does not reach revision %d", id, rev)
-		}
-	}
-}
-
 // newProofWorld: a real etcd 3.5 and MinIO; a full backup, the journal
 // (1 s segments) through puts, overwrites, deletes, txns, leased keys and
 // a compaction, then a second full backup.
@@ -79,9 +55,7 @@ func newProofWorld(tb testing.TB, ctx context.Context, id string) *proofWorld {
 		layout: catalog.Layout{Prefix: prefix}, overKey: "/p/a/key000001"}
 	backup := func() {
 		tb.Helper()
-		if code, _, errOut := runCtx(tb, ctx, concatArgs([]string{"backup", "--cluster-id", id, "--v2", "off"}, clusterArgs(c), w.cos)...); code != 0 {
-			tb.Fatalf("backup: exit %d: %s", code, errOut)
-		}
+		backupCLI(tb, ctx, c, w.cos, id)
 	}
 	backup()
 	r, err := cli.Get(ctx, "/")

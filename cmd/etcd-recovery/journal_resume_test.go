@@ -1,10 +1,7 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,10 +11,8 @@ import (
 	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
-	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
-	"github.com/armada/etcd-recovery/restore"
 )
 
 // A journal survives its own retention, on real etcd 3.5 and MinIO
@@ -163,63 +158,7 @@ func TestJournalResumesAfterPrune(t *testing.T) {
 	for _, rev := range []int64{beforeStop, last} {
 		want := pitrDump(t, cli, rev)
 		got := restoreDump(t, ctx, cos, id, rev)
-		var diffs []string
-		for k, v := range want {
-			if got[k] != v {
-				diffs = append(diffs, fmt.Sprintf("%s: got %q, want %q", k, got[k], v))
-			}
-		}
-		for k := range got {
-			if _, ok := want[k]; !ok {
-				diffs = append(diffs, k+": not in the source")
-			}
-		}
-		if len(diffs) > 0 {
-			t.Fatalf("restore --to-revision %d differs from the source in %d keys: %s", rev, len(diffs), strings.Join(diffs[:min(5, len(diffs))], "; "))
-		}
+		checkDump(t, fmt.Sprintf("restore --to-revision %d", rev), want, got)
 		t.Logf("restore --to-revision %d: %d keys equal the source's", rev, len(want))
 	}
-}
-
-// inventory is the committed backups of id.
-func inventory(t *testing.T, ctx context.Context, id string, st store.Store, layout catalog.Layout) []catalog.Entry {
-	t.Helper()
-	es, err := catalog.Inventory(ctx, st, layout, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []catalog.Entry
-	for _, e := range es {
-		if e.Committed {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
-// restoreDump restores the cluster at rev into a new data dir
-// (restore --to-revision), starts a member on it and dumps it.
-func restoreDump(t *testing.T, ctx context.Context, cos []string, id string, rev int64) map[string]string {
-	t.Helper()
-	peer := fmt.Sprintf("http://127.0.0.1:%d", testenv.FreePort(t))
-	client := fmt.Sprintf("http://127.0.0.1:%d", testenv.FreePort(t))
-	root := filepath.Join(t.TempDir(), "data")
-	code, out, errOut := runCtx(t, ctx, concatArgs([]string{"restore", "--cluster-id", id, "--initial-cluster", "r0=" + peer, "--data-dir-root", root,
-		"--to-revision", fmt.Sprint(rev), "-o", "json"}, cos)...)
-	if code != 0 {
-		t.Fatalf("restore --to-revision %d: exit %d\n%s\n%s", rev, code, out, errOut)
-	}
-	var res restore.Result
-	if err := json.Unmarshal([]byte(out), &res); err != nil || res.Replay == nil || res.Replay.ToRevision != rev || len(res.Members) != 1 {
-		t.Fatalf("restore --to-revision %d: %v\n%s", rev, err, out)
-	}
-	mem := testenv.StartEtcdMember(t, testenv.MemberSpec{Version: testenv.V35, Name: "r0", DataDir: res.Members[0].DataDir,
-		ClientURL: client, PeerURL: peer, InitialClusterToken: res.Token})
-	mem.WaitReady(t)
-	ncli, err := clientv3.New(clientv3.Config{Endpoints: []string{client}, DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ncli.Close()
-	return pitrDump(t, ncli, 0)
 }

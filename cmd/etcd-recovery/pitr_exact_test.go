@@ -183,9 +183,7 @@ func exactRun(t *testing.T, m *testenv.MinIO, tool string, v testenv.Version, se
 	cos := cosArgs(t, m, bucket, prefix)
 	const id = "exact"
 	baseRev := exactRev(t, ctx, cli)
-	if code, _, errOut := runCtx(t, ctx, concatArgs([]string{"backup", "--cluster-id", id, "--v2", "off"}, clusterArgs(c), cos)...); code != 0 {
-		t.Fatalf("backup: exit %d: %s", code, errOut)
-	}
+	backupCLI(t, ctx, c, cos, id)
 	if r := exactRev(t, ctx, cli); r != baseRev {
 		t.Fatalf("the revision moved during the backup: %d to %d", baseRev, r)
 	}

@@ -240,9 +240,7 @@ func TestPointInTimeRestoreKubeNamespace(t *testing.T) {
 	cos := cosArgs(t, m, bucket, prefix)
 	backup := func() {
 		t.Helper()
-		if code, _, errOut := runCtx(t, ctx, concatArgs([]string{"backup", "--cluster-id", id, "--v2", "off"}, clusterArgs(c), cos)...); code != 0 {
-			t.Fatalf("backup: exit %d: %s", code, errOut)
-		}
+		backupCLI(t, ctx, c, cos, id)
 	}
 	etcdRev := func() int64 {
 		t.Helper()
@@ -254,15 +252,7 @@ func TestPointInTimeRestoreKubeNamespace(t *testing.T) {
 	}
 	backup()
 
-	jctx, stopJournal := context.WithCancel(ctx)
-	defer stopJournal()
-	done := make(chan int, 1)
-	var jerr string
-	go func() {
-		var code int
-		code, _, jerr = runCtx(t, jctx, concatArgs([]string{"journal", "--cluster-id", id, "--segment-interval", "1s"}, clusterArgs(c), cos)...)
-		done <- code
-	}()
+	stopJournal := journalRun(t, ctx, concatArgs([]string{"--cluster-id", id, "--segment-interval", "1s"}, clusterArgs(c), cos)...)
 	k := testenv.StartKubeAPIServerWith(t, testenv.KubeOptions{EtcdServers: c.Endpoints(),
 		ExtraArgs: []string{"--etcd-compaction-interval=2s"}})
 	cs := k.Clientset(t, "")
@@ -351,25 +341,9 @@ func TestPointInTimeRestoreKubeNamespace(t *testing.T) {
 	// Wait for the journal to hold it all, then stop everything: the
 	// cluster is lost.
 	st := testfix.Store(t, m, bucket)
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		segs, err := journal.ListSegments(ctx, st, catalog.Layout{Prefix: prefix}, id, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var reach int64
-		for _, s := range segs.All {
-			reach = max(reach, s.LastRev)
-		}
-		if reach >= last {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the journal reaches %d, the last write is at %d", reach, last)
-		}
-	}
+	waitJournalReach(t, ctx, st, catalog.Layout{Prefix: prefix}, id, last)
 	k.Stop()
-	stopJournal()
-	if code := <-done; code != 0 {
+	if code, jerr := stopJournal(); code != 0 {
 		t.Fatalf("journal: exit %d (the API server compacts every 2 s): %s", code, jerr)
 	}
 	c.Members[0].Stop()

@@ -72,14 +72,7 @@ func TestRestoreToLatestCLI(t *testing.T) {
 		t.Fatalf("restore --to-latest without a journal: exit %d\n%s\n%s", code, out, errOut)
 	}
 
-	jctx, stop := context.WithCancel(ctx)
-	done := make(chan int, 1)
-	var jerr string
-	go func() {
-		var code int
-		code, _, jerr = runCtx(t, jctx, concatArgs([]string{"journal", "--cluster-id", id, "--segment-interval", "1s"}, clusterArgs(c), cos)...)
-		done <- code
-	}()
+	stopJournal := journalRun(t, ctx, concatArgs([]string{"--cluster-id", id, "--segment-interval", "1s"}, clusterArgs(c), cos)...)
 	for i := range 3 {
 		testenv.PutKeys(t, cli, fmt.Sprintf("/ns/b%d/", i), 10, 16)
 		time.Sleep(500 * time.Millisecond)
@@ -102,8 +95,7 @@ func TestRestoreToLatestCLI(t *testing.T) {
 			t.Fatalf("the journal reaches %d, the last revision is %d", segs.Reach, last)
 		}
 	}
-	stop()
-	if code := <-done; code != 0 {
+	if code, jerr := stopJournal(); code != 0 {
 		t.Fatalf("journal: exit %d: %s", code, jerr)
 	}
 

@@ -56,18 +56,9 @@ func TestPointInTimeRestoreCLI(t *testing.T) {
 	bucket, prefix := m.NewBucket(t), testenv.Prefix(t)
 	cos := cosArgs(t, m, bucket, prefix)
 	const id = "pitr"
-	if code, _, errOut := runCtx(t, ctx, concatArgs([]string{"backup", "--cluster-id", id, "--v2", "off"}, clusterArgs(c), cos)...); code != 0 {
-		t.Fatalf("backup: exit %d: %s", code, errOut)
-	}
+	backupCLI(t, ctx, c, cos, id)
 
-	jctx, stop := context.WithCancel(ctx)
-	done := make(chan int, 1)
-	var jerr string
-	go func() {
-		var code int
-		code, _, jerr = runCtx(t, jctx, concatArgs([]string{"journal", "--cluster-id", id, "--segment-interval", "1s"}, clusterArgs(c), cos)...)
-		done <- code
-	}()
+	stopJournal := journalRun(t, ctx, concatArgs([]string{"--cluster-id", id, "--segment-interval", "1s"}, clusterArgs(c), cos)...)
 	// The workload, spread over more than one segment.
 	lease, err := cli.Grant(ctx, 600)
 	if err != nil {
@@ -105,24 +96,8 @@ func TestPointInTimeRestoreCLI(t *testing.T) {
 	}
 	st := testfix.Store(t, m, bucket)
 	layout := catalog.Layout{Prefix: prefix}
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		segs, err := journal.ListSegments(ctx, st, layout, id, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var last int64
-		for _, s := range segs.All {
-			last = max(last, s.LastRev)
-		}
-		if last >= d {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the journal reaches %d, the delete is at %d", last, d)
-		}
-	}
-	stop()
-	if code := <-done; code != 0 {
+	waitJournalReach(t, ctx, st, layout, id, d)
+	if code, jerr := stopJournal(); code != 0 {
 		t.Fatalf("journal: exit %d: %s", code, jerr)
 	}
 	afterAll := time.Now()
@@ -183,29 +158,9 @@ func TestPointInTimeRestoreCLI(t *testing.T) {
 	if res.Replay == nil || res.Replay.ToRevision != d-1 || res.Replay.Events == 0 || len(res.Members) != 1 {
 		t.Fatalf("restore result: %+v", res)
 	}
-	mem := testenv.StartEtcdMember(t, testenv.MemberSpec{Version: testenv.V35, Name: "r0", DataDir: res.Members[0].DataDir,
-		ClientURL: client, PeerURL: peer, InitialClusterToken: res.Token})
-	mem.WaitReady(t)
-	ncli, err := clientv3.New(clientv3.Config{Endpoints: []string{client}, DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ncli.Close()
+	ncli := startRestored(t, res, client, peer)
 	got := pitrDump(t, ncli, 0)
-	var diffs []string
-	for k, v := range want {
-		if got[k] != v {
-			diffs = append(diffs, fmt.Sprintf("%s: got %q, want %q", k, got[k], v))
-		}
-	}
-	for k := range got {
-		if _, ok := want[k]; !ok {
-			diffs = append(diffs, k+": not in the source")
-		}
-	}
-	if len(diffs) > 0 {
-		t.Fatalf("the restored dump differs from the source's at %d in %d keys: %s", d-1, len(diffs), strings.Join(diffs[:min(5, len(diffs))], "; "))
-	}
+	checkDump(t, fmt.Sprintf("the restored dump at %d", d-1), want, got)
 	ttl, err := ncli.TimeToLive(ctx, lease.ID)
 	if err != nil || ttl.TTL <= 0 || ttl.GrantedTTL != 600 {
 		t.Fatalf("the lease on the restored member: %+v %v", ttl, err)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -32,22 +31,13 @@ func TestListWindowAndInspectLagCLI(t *testing.T) {
 	const id = "window"
 
 	// Without a journal: the backups-only window.
-	if code, _, errOut := runCtx(t, ctx, concatArgs([]string{"backup", "--cluster-id", id, "--v2", "off"}, clusterArgs(c), cos)...); code != 0 {
-		t.Fatalf("backup: exit %d: %s", code, errOut)
-	}
+	backupCLI(t, ctx, c, cos, id)
 	code, out, errOut := runCtx(t, ctx, concatArgs([]string{"list", "--cluster-id", id}, cos)...)
 	if code != 0 || !strings.Contains(out, "WINDOW: from revision") || !strings.Contains(out, "gaps none; no journal") {
 		t.Fatalf("list without a journal: exit %d\n%s\n%s", code, out, errOut)
 	}
 
-	jctx, stop := context.WithCancel(ctx)
-	done := make(chan int, 1)
-	var jerr string
-	go func() {
-		var code int
-		code, _, jerr = runCtx(t, jctx, concatArgs([]string{"journal", "--cluster-id", id, "--segment-interval", "1s"}, clusterArgs(c), cos)...)
-		done <- code
-	}()
+	stopJournal := journalRun(t, ctx, concatArgs([]string{"--cluster-id", id, "--segment-interval", "1s"}, clusterArgs(c), cos)...)
 	for i := range 3 {
 		testenv.PutKeys(t, cli, fmt.Sprintf("/registry/w%d-", i), 5, 16)
 		time.Sleep(600 * time.Millisecond)
@@ -59,24 +49,8 @@ func TestListWindowAndInspectLagCLI(t *testing.T) {
 	top := r.Header.Revision
 	st := testfix.Store(t, m, bucket)
 	layout := catalog.Layout{Prefix: prefix}
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		segs, err := journal.ListSegments(ctx, st, layout, id, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var last int64
-		for _, s := range segs.All {
-			last = max(last, s.LastRev)
-		}
-		if last >= top {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the journal reaches %d, the cluster is at %d", last, top)
-		}
-	}
-	stop()
-	if code := <-done; code != 0 {
+	waitJournalReach(t, ctx, st, layout, id, top)
+	if code, jerr := stopJournal(); code != 0 {
 		t.Fatalf("journal: exit %d: %s", code, jerr)
 	}
 	listed, err := catalog.ListBackups(ctx, st, layout, id)

@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"time"
@@ -109,12 +110,12 @@ func ApplyJournalRetention(backups []JournalBackup, segs []JournalSegment, now t
 	segs = slices.Clone(segs)
 	slices.SortStableFunc(segs, func(a, b JournalSegment) int {
 		if a.FirstRev != b.FirstRev {
-			return cmpRev(a.FirstRev, b.FirstRev)
+			return cmp.Compare(a.FirstRev, b.FirstRev)
 		}
-		return cmpRev(a.LastRev, b.LastRev)
+		return cmp.Compare(a.LastRev, b.LastRev)
 	})
 	bs := slices.Clone(backups)
-	slices.SortStableFunc(bs, func(a, b JournalBackup) int { return cmpRev(b.Rev, a.Rev) }) // newest first
+	slices.SortStableFunc(bs, func(a, b JournalBackup) int { return cmp.Compare(b.Rev, a.Rev) }) // newest first
 
 	// Chains: runs of segments each starting right after the last.
 	var chains [][]JournalSegment
@@ -239,14 +240,4 @@ func decideChain(ch []JournalSegment, newestFirst []JournalBackup, newestChain b
 		}
 	}
 	return out
-}
-
-func cmpRev(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

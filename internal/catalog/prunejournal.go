@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -128,7 +129,7 @@ func deleteSegments(ctx context.Context, st store.Store, acts []*SegmentAction, 
 	if len(acts) == 0 {
 		return
 	}
-	slices.SortStableFunc(acts, func(a, b *SegmentAction) int { return cmpRev(a.FirstRev, b.FirstRev) })
+	slices.SortStableFunc(acts, func(a, b *SegmentAction) int { return cmp.Compare(a.FirstRev, b.FirstRev) })
 	keys := make([]string, len(acts))
 	for i, a := range acts {
 		keys[i] = a.Key

@@ -333,19 +333,6 @@ func (s slowStore) Put(ctx context.Context, key string, r io.Reader) (int64, err
 	return s.Store.Put(ctx, key, r)
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string { b.mu.Lock(); defer b.mu.Unlock(); return b.b.String() }
-
 // A store slower than the cluster gets segments cut by size while the
 // watch pauses, and the journal stays exact.
 func TestCaptureSlowStoreCutsBySize(t *testing.T) {
@@ -362,7 +349,7 @@ func TestCaptureSlowStoreCutsBySize(t *testing.T) {
 	st := slowStore{memstore.New(), 300 * time.Millisecond}
 	layout := catalog.Layout{Prefix: "p"}
 	o := captureOptions(cli, st, layout, objectio.Encoding{Compression: catalog.CompressZstd}, base, t)
-	var logs syncBuffer
+	var logs testfix.SyncBuffer
 	o.Log = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	o.SegmentInterval, o.SegmentSize = 2*time.Second, 8<<10
 	var mu sync.Mutex

@@ -343,7 +343,7 @@ func rpoManyClusters(b *testing.B, interval time.Duration, n, rate int, d time.D
 	}
 	cmd := exec.Command(bin, cfgPath)
 	cmd.Env = testfix.ToolEnv()
-	var errOut syncBuffer
+	var errOut testfix.SyncBuffer
 	cmd.Stderr = &errOut
 	pipe, err := cmd.StdoutPipe()
 	if err != nil {

@@ -27,18 +27,9 @@ func TestSourceLeasesRevokes(t *testing.T) {
 	ctx := context.Background()
 	layout := catalog.Layout{Prefix: "p"}
 	st := memstore.New()
-	enc := objectio.Encoding{Compression: catalog.CompressZstd}
 	write := func(first, last int64, leases []journal.Lease) {
 		t.Helper()
-		h := journal.Header{Format: journal.FormatVersion, ClusterID: "c1", BaseBackup: "b1", BaseRev: 10, FirstRev: first, LastRev: last,
-			Received: map[int64]int64{first: first * 100, last: last * 100}, Leases: leases}
-		var evs []journal.Event
-		for r := first; r <= last; r++ {
-			evs = append(evs, putAt(r, fmt.Sprint("k", r)))
-		}
-		if _, err := journal.WriteSegment(ctx, st, layout, enc, h, evs); err != nil {
-			t.Fatal(err)
-		}
+		writePuts(t, ctx, st, layout, first, last, leases)
 	}
 	write(11, 13, []journal.Lease{{ID: 1, TTL: 60, Rev: 12}, {ID: 3, Rev: 11, TTLUnknown: true}})
 	// Lease 1 revoked at 13, recorded once the capture passed 14; lease 7

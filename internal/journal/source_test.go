@@ -11,8 +11,25 @@ import (
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/objectio"
+	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/store/memstore"
 )
+
+// writePuts writes the segment of cluster c1 (base b1 at 10) holding a
+// put of key k<rev> at each revision first..last, received at rev*100 ms,
+// with leases in its header.
+func writePuts(tb testing.TB, ctx context.Context, st store.Store, layout catalog.Layout, first, last int64, leases []journal.Lease) {
+	tb.Helper()
+	h := journal.Header{Format: journal.FormatVersion, ClusterID: "c1", BaseBackup: "b1", BaseRev: 10, FirstRev: first, LastRev: last,
+		Received: map[int64]int64{first: first * 100, last: last * 100}, Leases: leases}
+	var evs []journal.Event
+	for r := first; r <= last; r++ {
+		evs = append(evs, putAt(r, fmt.Sprint("k", r)))
+	}
+	if _, err := journal.WriteSegment(ctx, st, layout, objectio.Encoding{Compression: catalog.CompressZstd}, h, evs); err != nil {
+		tb.Fatal(err)
+	}
+}
 
 func putAt(rev int64, key string) journal.Event {
 	return journal.Event{Rev: rev, Type: journal.Put, Key: []byte(key), Value: []byte("v"), CreateRev: rev, Version: 1}
@@ -79,18 +96,9 @@ func TestSourceEventsAndLeases(t *testing.T) {
 	ctx := context.Background()
 	layout := catalog.Layout{Prefix: "p"}
 	st := memstore.New()
-	enc := objectio.Encoding{Compression: catalog.CompressZstd}
 	write := func(first, last int64, leases []journal.Lease) {
 		t.Helper()
-		h := journal.Header{Format: journal.FormatVersion, ClusterID: "c1", BaseBackup: "b1", BaseRev: 10, FirstRev: first, LastRev: last,
-			Received: map[int64]int64{first: first * 100, last: last * 100}, Leases: leases}
-		var evs []journal.Event
-		for r := first; r <= last; r++ {
-			evs = append(evs, putAt(r, fmt.Sprint("k", r)))
-		}
-		if _, err := journal.WriteSegment(ctx, st, layout, enc, h, evs); err != nil {
-			t.Fatal(err)
-		}
+		writePuts(t, ctx, st, layout, first, last, leases)
 	}
 	src := journal.NewSource(st, layout, "c1", nil)
 	if _, err := src.Events(ctx, 11, 12); !errors.Is(err, journal.ErrNoJournal) {

@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -99,9 +100,9 @@ func ComputeWindow(clusterID string, backups []WindowBackup, segs []SegmentInfo,
 	segs = slices.Clone(segs)
 	slices.SortStableFunc(segs, func(a, b SegmentInfo) int {
 		if a.FirstRev != b.FirstRev {
-			return cmpInt(a.FirstRev, b.FirstRev)
+			return cmp.Compare(a.FirstRev, b.FirstRev)
 		}
-		return cmpInt(a.LastRev, b.LastRev)
+		return cmp.Compare(a.LastRev, b.LastRev)
 	})
 	var last *SegmentInfo
 	for i := range segs {
@@ -127,7 +128,7 @@ func ComputeWindow(clusterID string, backups []WindowBackup, segs []SegmentInfo,
 	bs := slices.Clone(backups)
 	bs = slices.DeleteFunc(bs, func(b WindowBackup) bool { return b.Rev < 1 })
 	slices.SortStableFunc(bs, func(a, b WindowBackup) int {
-		return cmpInt(a.Rev, b.Rev)
+		return cmp.Compare(a.Rev, b.Rev)
 	})
 	var spans []Span
 	for _, b := range bs {
@@ -175,16 +176,6 @@ func coverFrom(clusterID string, segs []SegmentInfo, from int64) *Chain {
 		}
 	}
 	return best
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // LoadWindow is the window of clusterID from the store: its segments
