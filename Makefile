@@ -94,13 +94,24 @@ vet:
 #
 # The race lane (RACE_PKGS, RACE_RUN) runs beside the main run, its output
 # in bin/test-race.log; a race, or any failure there, fails make test.
+#
+# The tests run with a private TMPDIR (scripts/test-tmpdir.sh), removed
+# when they end however they end: a test that leaves anything behind there
+# fails the run, since a leak repeated over many runs fills the machine's
+# disk (as one did: 393 copies of the 76 MB test binary). Before they
+# start, the filesystem of TMPDIR must have TEST_DISK_GIB free: a full disk
+# fails tests in ways that look like flakes.
+TEST_DISK_GIB ?= 12
 test: container-tools test-prereqs image
 	@mkdir -p bin
-	@$(GO) test $(RACE_FLAGS) -run '$(RACE_RUN)' $(RACE_PKGS) > bin/test-race.log 2>&1 & race=$$!; \
+	@scripts/test-tmpdir.sh check $(TEST_DISK_GIB)
+	@tmp=$$(scripts/test-tmpdir.sh make) && trap 'rm -rf "$$tmp"' EXIT && export TMPDIR="$$tmp" && \
+	{ $(GO) test $(RACE_FLAGS) -run '$(RACE_RUN)' $(RACE_PKGS) > bin/test-race.log 2>&1 & race=$$!; } && \
 	set -o pipefail; pkgs=$$( { $(GO) list $(SLOW_FIRST) && $(GO) list ./...; } | awk '!seen[$$0]++') && \
 		$(GO) test -json $(TEST_FLAGS) $$pkgs | $(GO) run ./internal/testing/cmd/testreport -json bin/test-report.json; rc=$$?; \
 	if wait $$race; then echo "race: ok, no data race in $(RACE_PKGS) (bin/test-race.log)"; \
 	else echo "race: FAILED (bin/test-race.log):"; grep -v '^ok ' bin/test-race.log | tail -n 300; rc=1; fi; \
+	scripts/test-tmpdir.sh left "$$tmp" || rc=1; \
 	exit $$rc
 
 # The steps before the tests, side by side (make -j4): a build of the test

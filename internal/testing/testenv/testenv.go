@@ -315,6 +315,12 @@ func Main(m *testing.M) {
 	os.Exit(code)
 }
 
+// AtMainExit registers f to run when Main returns from m.Run, after the
+// tests and before the process exits; failed says whether a test failed.
+// It reports false when the package's TestMain does not call Main, so a
+// caller that creates something outside t.TempDir can refuse to leak it.
+func AtMainExit(f func(failed bool)) bool { return addMainCleanup(f) }
+
 // addMainCleanup registers f to run when Main returns from m.Run. It reports
 // false when Main is not running the tests.
 func addMainCleanup(f func(failed bool)) bool {

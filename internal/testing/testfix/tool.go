@@ -21,7 +21,11 @@ var (
 	toolOut  []byte
 )
 
-// Tool builds bin/etcd-recovery once per test binary and returns its path.
+// Tool builds the etcd-recovery binary once per test binary and returns its
+// path. The binary (about 76 MB) lives in a temp dir that testenv.Main
+// removes when the tests end, so it needs the package's TestMain to call
+// testenv.Main: every run used to leave one behind, and a few hundred runs
+// filled the disk under the tests.
 func Tool(tb testing.TB) string {
 	tb.Helper()
 	root := testenv.RepoRoot(tb)
@@ -29,6 +33,11 @@ func Tool(tb testing.TB) string {
 		dir, err := os.MkdirTemp("", "etcd-recovery-tool-")
 		if err != nil {
 			toolErr = err
+			return
+		}
+		if !testenv.AtMainExit(func(bool) { os.RemoveAll(dir) }) {
+			os.RemoveAll(dir)
+			toolErr = errors.New("testfix.Tool needs the package's TestMain to call testenv.Main(m), which removes the binary")
 			return
 		}
 		toolPath = filepath.Join(dir, "etcd-recovery")
