@@ -31,12 +31,16 @@ make)
 	;;
 left)
 	dir=${2:?dir}
-	# go test and go run remove their own go-build dirs; anything else
-	# was left by a test.
-	mapfile -t left < <(find "$dir" -mindepth 1 -maxdepth 1 ! -name 'go-build*' -printf '%f\n' | sort)
+	# go test and go run remove their own go-build dirs, and the port lock
+	# is shared by the test binaries on purpose (testenv.FreePort); anything
+	# else was left by a test.
+	mapfile -t left < <(find "$dir" -mindepth 1 -maxdepth 1 ! -name 'go-build*' ! -name 'etcd-recovery-testenv-ports.lock' -printf '%f\n' | sort)
 	if ((${#left[@]} > 0)); then
 		echo "make test: FAILED: the tests left ${#left[@]} entries ($(du -sh "$dir" | cut -f1)) in their TMPDIR (a test must clean up what it creates outside t.TempDir):" >&2
-		printf '  %s\n' "${left[@]:0:20}" >&2
+		for e in "${left[@]:0:20}"; do
+			echo "  $e ($(du -sh "$dir/$e" | cut -f1), modified $(date -u -r "$dir/$e" +%H:%M:%S)):" >&2
+			find "$dir/$e" -maxdepth 2 -printf '    %M %u %s %p\n' 2>/dev/null | head -n 8 >&2
+		done
 		exit 1
 	fi
 	echo "tmpdir: ok, the tests left nothing behind"

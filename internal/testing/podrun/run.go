@@ -269,6 +269,7 @@ func (p *Pod) cleanup() {
 // prepare materialises the volumes and builds podman's argv (no secret
 // in it: env goes through a 0600 file, secrets through files).
 func (r *Runner) prepare(s *Spec, detach bool) (*Pod, []string, error) {
+	r.reapOrphans()
 	id := randHex(4)
 	name := sanitize(s.PodName) + "-" + id
 	dir := filepath.Join(r.WorkDir, name)
@@ -286,7 +287,7 @@ func (r *Runner) prepare(s *Spec, detach bool) (*Pod, []string, error) {
 		return fail(fmt.Errorf("cgroup parent: %w", err))
 	}
 	args := append(append([]string{}, r.Podman...), "run", "--name", name, "--hostname", sanitize(s.PodName),
-		"--cgroup-parent", "/"+p.cgroup)
+		"--cgroup-parent", "/"+p.cgroup, "--label", OwnerLabel+"="+self)
 	args = append(args, r.RunArgs...)
 	if detach {
 		args = append(args, "-d")

@@ -65,8 +65,10 @@ type Spec struct {
 	GracePeriod time.Duration
 	// ActiveDeadline bounds the run (the Job's activeDeadlineSeconds).
 	ActiveDeadline time.Duration
-	// Ports are the container's ports by name (the pod runs in its own
-	// network namespace, as a pod does; they are reached from inside).
+	// Ports are the container's ports by name. The tests run pods on the
+	// host's network (testenv.PodmanRunArgs: the test servers listen on
+	// loopback), so a port is the host's: one pod at a time listens on it,
+	// and a pod left by a killed run is reaped first (OwnerLabel).
 	Ports map[string]int32
 	// Probes are the container's HTTP probes, their port resolved: the
 	// test asks them from inside the pod, as the kubelet would.
