@@ -130,9 +130,9 @@ func TestJournalDeployment(t *testing.T) {
 	if refs := identityRefs(t, &spec); len(refs) > 0 {
 		t.Errorf("the journal reaches the age identity (%v): it holds recipients only", refs)
 	}
-	need := journal.DefaultFinalFlush + kube.DefaultRenewDeadline
+	need := journal.DefaultStopCatchUp + journal.DefaultFinalFlush + kube.DefaultRenewDeadline
 	if g := spec.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second < need {
-		t.Errorf("terminationGracePeriodSeconds %v: want at least the final flush and the release, %s", g, need)
+		t.Errorf("terminationGracePeriodSeconds %v: want at least the catch-up, the final flush and the release, %s", g, need)
 	}
 	if c.Resources.Limits.Memory().IsZero() || c.Resources.Requests.Memory().IsZero() {
 		t.Errorf("resources %+v: want memory requests and limits", c.Resources)
@@ -268,7 +268,7 @@ func TestJournalPodStarts(t *testing.T) {
 	if m := spec.Mount(podrun.ServiceAccountDir); m == nil || string(m.Files["token"]) != "test-token-of-etcd-recovery" {
 		t.Errorf("the service-account token volume: %+v", m)
 	}
-	if spec.GracePeriod < journal.DefaultFinalFlush+kube.DefaultRenewDeadline {
+	if spec.GracePeriod < journal.DefaultStopCatchUp+journal.DefaultFinalFlush+kube.DefaultRenewDeadline {
 		t.Errorf("grace period %s", spec.GracePeriod)
 	}
 

@@ -427,7 +427,9 @@ func (j *journalAll) once(ctx context.Context, t *journalTarget, log *slog.Logge
 	if err != nil {
 		return &base, &JournalError{ClusterID: t.id, Step: JournalStepConnect, Err: err}
 	}
-	client, err := cfg.Client(ctx)
+	// The client outlives ctx: after a stop, Capture still reads the
+	// cluster's revision and catches up (journal.CaptureOptions.StopCatchUp).
+	client, err := cfg.Client(context.WithoutCancel(ctx))
 	if err != nil {
 		return &base, &JournalError{ClusterID: t.id, Step: JournalStepConnect, Err: err}
 	}

@@ -27,6 +27,15 @@ mkdir -p "$CACHE"
 # The lock is per server, so that building one never waits on another.
 lock() { exec 8>"$1.lock"; flock 8; }
 
+# scratch: a temporary build directory, removed when the script exits,
+# however it exits (a failed build included: make test fails a run whose
+# tests leave anything in TMPDIR, and this script runs inside one).
+# It sets SCRATCH_DIR (not printed: a $(...) subshell would lose the
+# registration).
+SCRATCH=()
+trap 'rm -rf ${SCRATCH[@]+"${SCRATCH[@]}"}' EXIT
+scratch() { SCRATCH_DIR="$(mktemp -d)"; SCRATCH+=("$SCRATCH_DIR"); }
+
 # build_etcd VERSION: a tiny module whose mains call etcdmain.Main (server),
 # ctlv3 (etcdctl) and etcdutl, because `go install` of the server module
 # fails on its replace directives.
@@ -35,7 +44,7 @@ build_etcd() {
   lock "$dir"
   if [[ -x "$dir/etcd" && -x "$dir/etcdctl" && -x "$dir/etcdutl" ]]; then return; fi
   log "building etcd $ver into $dir"
-  local src; src="$(mktemp -d)"
+  scratch; local src="$SCRATCH_DIR"
   mkdir -p "$src/etcd" "$src/etcdctl" "$src/etcdutl"
   cat >"$src/go.mod" <<MOD
 module etcdrecovery.local/etcd-test-server
@@ -195,7 +204,7 @@ build_kube_apiserver() {
   lock "$dir"
   if [[ -x "$dir/kube-apiserver" ]]; then return; fi
   log "building kube-apiserver $KUBE_VERSION into $dir (about 5 min)"
-  local src; src="$(mktemp -d)"
+  scratch; local src="$SCRATCH_DIR"
   mkdir -p "$src/kube-apiserver"
   cat >"$src/kube-apiserver/main.go" <<'GO'
 package main
@@ -227,7 +236,7 @@ build_kubectl() {
   lock "$dir"
   if [[ -x "$dir/kubectl" ]]; then return; fi
   log "building kubectl $KUBE_VERSION into $dir (about 30 s after kube-apiserver, 2 min alone)"
-  local src; src="$(mktemp -d)"
+  scratch; local src="$SCRATCH_DIR"
   mkdir -p "$src/kubectl"
   cat >"$src/kubectl/main.go" <<'GO'
 package main

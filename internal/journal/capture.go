@@ -24,6 +24,7 @@ const (
 	DefaultUploadTimeout   = 2 * time.Minute
 	DefaultFrozenAfter     = 5 * time.Minute
 	DefaultFinalFlush      = 15 * time.Second
+	DefaultStopCatchUp     = 5 * time.Second
 	// ReceivedEvery is how often (at most) a segment records when the
 	// journal received a revision, besides its first and last.
 	ReceivedEvery      = 100 * time.Millisecond
@@ -58,6 +59,14 @@ type CaptureOptions struct {
 	UploadTimeout time.Duration
 	FrozenAfter   time.Duration
 	FinalFlush    time.Duration
+	// StopCatchUp bounds, once ctx ends (a graceful stop: SIGTERM, a
+	// rollout, a lost lease's successor taking over cleanly), the wait for
+	// the watch to deliver what the cluster had committed by then, so that
+	// the final segment holds every write acknowledged before the stop
+	// (DefaultStopCatchUp; negative: none). With FinalFlush and the Lease's
+	// release it fits the Deployment's grace period (deploy/60-journal.yaml).
+	// See catchUp.
+	StopCatchUp time.Duration
 	Now           func() time.Time
 	Log           *slog.Logger
 	// OnSegment, when set, is called (from the uploader) with each segment
@@ -110,6 +119,9 @@ func (o *CaptureOptions) defaults() error {
 	}
 	if o.FinalFlush == 0 {
 		o.FinalFlush = DefaultFinalFlush
+	}
+	if o.StopCatchUp == 0 {
+		o.StopCatchUp = DefaultStopCatchUp
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -340,19 +352,22 @@ func (c *capture) run(ctx context.Context) error {
 		return err
 	}
 
-	wch := c.watch(ctx)
+	// The watch outlives ctx (wctx): a graceful stop first catches up.
+	wctx, wcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer wcancel()
+	wch := c.watch(wctx)
 	defer c.stopWatch()
 	tick := time.NewTicker(min(c.o.SegmentInterval/4, time.Second))
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return finish(nil)
+			return finish(c.catchUp(wctx, wch))
 		case err := <-c.errc:
 			return fail(err)
 		case <-tick.C:
 			if c.checkWatch() || wch == nil {
-				wch = c.rewatch(ctx)
+				wch = c.rewatch(wctx)
 			}
 			if len(c.events) == 0 || c.o.Now().Sub(c.started) < c.o.SegmentInterval {
 				continue
@@ -364,7 +379,7 @@ func (c *capture) run(ctx context.Context) error {
 			case err != nil:
 				return fail(err)
 			case paused:
-				wch = c.watch(ctx)
+				wch = c.watch(wctx)
 			}
 		case resp, ok := <-wch:
 			if ok {
@@ -407,7 +422,7 @@ func (c *capture) run(ctx context.Context) error {
 				if paused {
 					// The new watch delivers the rest of this response
 					// again, from the next revision.
-					wch = c.watch(ctx)
+					wch = c.watch(wctx)
 					break
 				}
 			}
@@ -416,6 +431,92 @@ func (c *capture) run(ctx context.Context) error {
 }
 
 var errStopping = errors.New("stopping")
+
+// catchUp runs once ctx has ended, before the final flush: what the
+// cluster had committed by then is journaled too. The watch delivers
+// events a moment after etcd acknowledges them, so without it a write
+// acknowledged just before SIGTERM would be in no segment until the next
+// start (TestCaptureStopCatchesUp). It reads the cluster's revision, asks
+// the watch for a progress notification (an idle watch answers at once),
+// and consumes the watch until it has delivered that revision, within
+// StopCatchUp (wctx outlives ctx). A cluster that does not answer, a
+// watch that ends, or the bound reached: it logs how far it got and
+// returns nil; the next start continues from the stored segments, since
+// etcd still has the rest.
+func (c *capture) catchUp(wctx context.Context, wch clientv3.WatchChan) error {
+	if c.o.StopCatchUp < 0 || wch == nil {
+		return nil
+	}
+	if c.o.Fence != nil && c.o.Fence() != nil {
+		return nil // fenced: nothing more is written (finish refuses)
+	}
+	start := c.o.Now()
+	bctx, cancel := context.WithTimeout(wctx, c.o.StopCatchUp)
+	defer cancel()
+	r, err := c.o.Client.Get(bctx, "\x00etcd-recovery-journal-probe", clientv3.WithCountOnly())
+	if err != nil {
+		c.o.Log.Warn("journal: stopping without catching up: the cluster's revision could not be read", "cluster", c.o.ClusterID, "nextRev", c.next, "err", err)
+		return nil
+	}
+	target := r.Header.Revision
+	behind := func(why string) error {
+		c.o.Log.Warn("journal: stopping before catching up; the next start continues from the stored segments", "cluster", c.o.ClusterID,
+			"reason", why, "reachedRev", c.next-1, "clusterRev", target, "took", c.o.Now().Sub(start).Round(time.Millisecond))
+		return nil
+	}
+	caughtUp := func() error {
+		c.o.Log.Info("journal: caught up before stopping", "cluster", c.o.ClusterID, "clusterRev", target, "reachedRev", c.next-1,
+			"took", c.o.Now().Sub(start).Round(time.Millisecond))
+		return nil
+	}
+	if c.next > target {
+		return caughtUp()
+	}
+	if c.wd.wctx != nil {
+		// On the watch's own stream (its metadata), as the watchdog's probe.
+		go func(pctx context.Context) {
+			pctx, cancel := context.WithTimeout(pctx, c.o.StopCatchUp)
+			defer cancel()
+			_ = c.o.Client.RequestProgress(pctx)
+		}(c.wd.wctx)
+	}
+	for c.next <= target {
+		select {
+		case <-bctx.Done():
+			return behind(fmt.Sprintf("the watch did not deliver the cluster's revision within %s", c.o.StopCatchUp))
+		case resp, ok := <-wch:
+			switch {
+			case !ok:
+				return behind("the watch ended")
+			case resp.Canceled || resp.CompactRevision != 0:
+				return behind(fmt.Sprintf("the watch was cancelled (compacted at %d): %v", resp.CompactRevision, resp.Err()))
+			}
+			c.watchResponded(resp)
+			if resp.IsProgressNotify() && resp.Header.Revision >= target {
+				return caughtUp() // every event up to it delivered
+			}
+			for evs := resp.Events; len(evs) > 0; {
+				if evs, err = c.add(bctx, evs); err != nil {
+					return err
+				}
+				if len(evs) == 0 {
+					break
+				}
+				// The buffer is full: hand it over as in the loop.
+				paused, err := c.handOff(bctx)
+				switch {
+				case errors.Is(err, errStopping):
+					return behind("the store is behind (the last segment handed over within the final flush)")
+				case err != nil:
+					return err
+				case paused:
+					return behind("the store is behind")
+				}
+			}
+		}
+	}
+	return caughtUp()
+}
 
 // handOff seals the buffer and hands it to the uploader. When the uploader
 // is busy (the store is slower than the cluster) it stops the watch while

@@ -34,8 +34,8 @@ func TestProcessOwner(t *testing.T) {
 		gone  bool
 	}{
 		{self, false},
-		{strconv.Itoa(dead) + ":" + start, true}, // exited
-		{pid + ":1" + start, true},               // its pid reused by a newer process
+		{strconv.Itoa(dead) + ":" + start, true},                    // exited
+		{pid + ":1" + start, true},                                  // its pid reused by a newer process
 		{"", false}, {"x:1", false}, {"-1:5", false}, {"42", false}, // not ours to judge
 	} {
 		if got := ownerGone(tc.owner); got != tc.gone {
