@@ -67,8 +67,8 @@ type CaptureOptions struct {
 	// release it fits the Deployment's grace period (deploy/60-journal.yaml).
 	// See catchUp.
 	StopCatchUp time.Duration
-	Now           func() time.Time
-	Log           *slog.Logger
+	Now         func() time.Time
+	Log         *slog.Logger
 	// OnSegment, when set, is called (from the uploader) with each segment
 	// once it is stored.
 	OnSegment func(SegmentInfo)
