@@ -6,6 +6,11 @@
 // the 10 slowest packages and the 10 slowest tests, so that drift in the
 // test budget shows. The raw stream is kept with -json FILE.
 //
+// The very end repeats, for every failed test, its last messages from a
+// test file (the t.Fatal that ended it is among them): a CI log is often
+// read from its tail only, and a failed test's output can be thousands of
+// lines of server logs that push the cause out of it.
+//
 //	go test -json ./... | go run ./internal/testing/cmd/testreport -json bin/test-report.json
 //
 // It exits 1 when a package or test failed, a test was skipped, or a
@@ -19,6 +24,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -50,6 +56,64 @@ type report struct {
 	failed   []string
 	skipped  []string
 	pkgFails int
+	why      []cause
+}
+
+// cause is a failed test's last messages from a test file.
+type cause struct {
+	test  string // package and test
+	lines []string
+}
+
+// Why's bounds: the last whyPerTest messages of a test, each with up to
+// whyCont continuation lines of whyWidth characters, and whyTotal lines in
+// all (the rest are in the raw stream).
+const (
+	whyPerTest = 6
+	whyCont    = 3
+	whyWidth   = 300
+	whyTotal   = 45
+)
+
+// testMsg is the first line of a t.Log/t.Error/t.Fatal from a test file
+// (a helper that calls t.Helper() reports its caller's line).
+var testMsg = regexp.MustCompile(`^\s*[\w.-]+_test\.go:\d+: `)
+
+// causes picks out of a failed test's output its last whyPerTest
+// messages from a test file, each with its first continuation lines.
+func causes(out string) []string {
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	var msgs [][]string
+	for i := 0; i < len(lines); i++ {
+		if !testMsg.MatchString(lines[i]) {
+			continue
+		}
+		depth := len(lines[i]) - len(strings.TrimLeft(lines[i], " \t"))
+		m := []string{clip(strings.TrimSpace(lines[i]))}
+		for j := i + 1; j < len(lines) && len(m) <= whyCont; j++ {
+			l := lines[j]
+			if testMsg.MatchString(l) || len(l)-len(strings.TrimLeft(l, " \t")) <= depth || strings.HasPrefix(strings.TrimSpace(l), "--- ") {
+				break
+			}
+			m = append(m, "    "+clip(strings.TrimSpace(l)))
+		}
+		msgs = append(msgs, m)
+	}
+	if len(msgs) > whyPerTest {
+		msgs = msgs[len(msgs)-whyPerTest:]
+	}
+	var flat []string
+	for _, m := range msgs {
+		flat = append(flat, m...)
+	}
+	return flat
+}
+
+func clip(s string) string {
+	if len(s) > whyWidth {
+		return s[:whyWidth] + "…"
+	}
+	return s
 }
 
 func newReport(out io.Writer) *report {
@@ -129,6 +193,15 @@ func (r *report) add(e event) {
 		switch e.Action {
 		case "fail":
 			r.failed = append(r.failed, e.Package+" "+e.Test)
+			// A parent whose subtest failed adds nothing: the subtest's
+			// messages are the cause.
+			child := false
+			for _, c := range r.why {
+				child = child || strings.HasPrefix(c.test, e.Package+" "+e.Test+"/")
+			}
+			if b := r.output[k]; b != nil && !child {
+				r.why = append(r.why, cause{e.Package + " " + e.Test, causes(b.String())})
+			}
 			// Print the top-level test's output once (it includes its
 			// subtests'); a failed subtest alone prints its own.
 			if !strings.Contains(e.Test, "/") || r.output[e.Package+"\x00"+e.Test[:strings.IndexByte(e.Test, '/')]] == nil {
@@ -207,6 +280,7 @@ func (r *report) finish() bool {
 		fmt.Fprintf(r.out, "FAILED: %d packages, tests: %s\n", r.pkgFails, strings.Join(r.failed, ", "))
 		ok = false
 	}
+	r.printWhy()
 	if len(r.skipped) > 0 {
 		fmt.Fprintf(r.out, "SKIPPED (make test skips nothing: a skip is a failure): %s\n", strings.Join(r.skipped, ", "))
 		ok = false
@@ -216,6 +290,29 @@ func (r *report) finish() bool {
 		ok = false
 	}
 	return ok
+}
+
+// printWhy prints the failed tests' last messages, whyTotal lines at most.
+func (r *report) printWhy() {
+	if len(r.why) == 0 {
+		return
+	}
+	fmt.Fprintf(r.out, "Why they failed (each failed test's last messages; the whole output is above and in the -json file):\n")
+	n := 0
+	for i, c := range r.why {
+		if n+1+len(c.lines) > whyTotal && n > 0 {
+			fmt.Fprintf(r.out, "  … and %d more failed tests\n", len(r.why)-i)
+			return
+		}
+		fmt.Fprintf(r.out, "  %s:\n", c.test)
+		if len(c.lines) == 0 {
+			fmt.Fprintf(r.out, "    (no message from a test file: see its output above)\n")
+		}
+		for _, l := range c.lines {
+			fmt.Fprintf(r.out, "    %s\n", l)
+		}
+		n += 1 + len(c.lines)
+	}
 }
 
 func run(in io.Reader, out io.Writer, raw io.Writer) (bool, error) {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -37,8 +39,11 @@ func TestReportFailure(t *testing.T) {
 	if strings.Contains(s, "quiet when it passes") {
 		t.Errorf("a passing test's output was printed:\n%s", s)
 	}
-	if strings.Count(s, "the revision moved") != 1 {
-		t.Errorf("a failed subtest's output is printed once, not %d times:\n%s", strings.Count(s, "the revision moved"), s)
+	// Once in the output, once in the causes at the end.
+	body, why, _ := strings.Cut(s, "Why they failed")
+	if strings.Count(body, "the revision moved") != 1 || strings.Count(why, "the revision moved") != 1 {
+		t.Errorf("a failed subtest's output is printed once and its cause once at the end, not %d and %d times:\n%s",
+			strings.Count(body, "the revision moved"), strings.Count(why, "the revision moved"), s)
 	}
 	// The slowest tests come first.
 	if i, j := strings.Index(s, "m/b TestSlow"), strings.Index(s, "m/a TestOK"); i < 0 || j < 0 || i > j {
@@ -88,5 +93,48 @@ func TestReportBuildFailure(t *testing.T) {
 	var out strings.Builder
 	if ok, _ := run(strings.NewReader(in), &out, nil); ok || !strings.Contains(out.String(), "syntax error") {
 		t.Errorf("a build failure passed or its error was not printed:\n%s", out.String())
+	}
+}
+
+// TestReportWhyAtTheEnd: a failed test whose fatal message is followed by
+// hundreds of lines of server logs (a cleanup's dump) still shows its
+// cause in the last lines of the report, the part of a CI log that is
+// read; a parent whose subtest failed adds no second entry.
+func TestReportWhyAtTheEnd(t *testing.T) {
+	var in strings.Builder
+	ev := func(test, out string) {
+		b, _ := json.Marshal(event{Action: "output", Package: "m/k", Test: test, Output: out})
+		in.Write(b)
+		in.WriteString("\n")
+	}
+	in.WriteString(`{"Action":"run","Package":"m/k","Test":"TestLeader"}` + "\n")
+	in.WriteString(`{"Action":"run","Package":"m/k","Test":"TestLeader/Failover"}` + "\n")
+	ev("TestLeader/Failover", "    leader_test.go:297: leader SIGKILLed: held 14.4s later\n")
+	ev("TestLeader/Failover", "    leader_test.go:318: journal-b stopped by SIGTERM: exit 1, want 0:\n")
+	ev("TestLeader/Failover", "        journal: fenced: not the leader\n")
+	ev("TestLeader/Failover", "        journal: exiting\n")
+	ev("TestLeader/Failover", "    testenv.go:90: ---- last lines of etcd m0 log ----\n")
+	for i := range 300 {
+		ev("TestLeader/Failover", fmt.Sprintf("        {\"level\":\"info\",\"msg\":\"server log line %d\"}\n", i))
+	}
+	in.WriteString(`{"Action":"fail","Package":"m/k","Test":"TestLeader/Failover","Elapsed":20}` + "\n")
+	in.WriteString(`{"Action":"fail","Package":"m/k","Test":"TestLeader","Elapsed":10}` + "\n")
+	in.WriteString(`{"Action":"fail","Package":"m/k","Elapsed":30}` + "\n")
+	var out strings.Builder
+	if ok, _ := run(strings.NewReader(in.String()), &out, nil); ok {
+		t.Fatalf("a failed run passed:\n%s", out.String())
+	}
+	lines := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
+	tail := strings.Join(lines[max(0, len(lines)-15):], "\n")
+	for _, want := range []string{"m/k TestLeader/Failover:", "leader_test.go:318: journal-b stopped by SIGTERM: exit 1, want 0:", "journal: fenced: not the leader", "leader_test.go:297"} {
+		if !strings.Contains(tail, want) {
+			t.Errorf("the report's last 15 lines lack %q:\n%s", want, tail)
+		}
+	}
+	if _, why, _ := strings.Cut(out.String(), "Why they failed"); strings.Contains(why, "server log line") {
+		t.Errorf("the causes repeat the server log:\n%s", why)
+	}
+	if strings.Contains(tail, "m/k TestLeader:") {
+		t.Errorf("the failed parent has an entry of its own beside its failed subtest:\n%s", tail)
 	}
 }
