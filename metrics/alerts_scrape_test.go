@@ -188,12 +188,12 @@ func TestExporterAlerts(t *testing.T) {
 			{metrics.NameBackupUndecryptable, []string{"cluster", live.Name}, 1},
 			{metrics.NameStagedCopies, []string{"cluster", live.Name}, 1},
 			{metrics.NameJournalLastRevision, []string{"cluster", live.Name}, float64(newest.Revision() + 2)},
-			{metrics.NameJournalLastReceived, []string{"cluster", live.Name}, float64(journalAt.UnixMilli()) / 1e3},
+			{metrics.NameJournalLastReceived, []string{"cluster", live.Name}, msSeconds(journalAt)},
 			{metrics.NameJournalGaps, []string{"cluster", live.Name}, 2},
-			{metrics.NameJournalGapTimestamp, []string{"cluster", live.Name}, float64(gapAt.UnixMilli()) / 1e3},
+			{metrics.NameJournalGapTimestamp, []string{"cluster", live.Name}, msSeconds(gapAt)},
 		}
 		for _, w := range want {
-			if v, ok := value(mfs, w.name, w.labels...); !ok || v != w.v {
+			if v, ok := value(mfs, w.name, w.labels...); !ok || !sameSeconds(v, w.v) {
 				t.Errorf("%s%v = %v (present %v), want %v", w.name, w.labels, v, ok, w.v)
 			}
 		}
@@ -265,7 +265,7 @@ func TestExporterAlerts(t *testing.T) {
 			t.Fatal(err)
 		}
 		mfs, _ := scrape(t, e)
-		if v, ok := value(mfs, metrics.NameJournalGapTimestamp, "cluster", live.Name); !ok || v != float64(gapAt.UnixMilli())/1e3 {
+		if v, ok := value(mfs, metrics.NameJournalGapTimestamp, "cluster", live.Name); !ok || !sameSeconds(v, msSeconds(gapAt)) {
 			t.Errorf("%s after an unchanged key = %v (present %v), want the time read before %v", metrics.NameJournalGapTimestamp, v, ok, gapAt)
 		}
 		newer := gapAt.Add(30 * time.Minute)
@@ -274,7 +274,7 @@ func TestExporterAlerts(t *testing.T) {
 			t.Fatal(err)
 		}
 		mfs, _ = scrape(t, e)
-		if v, ok := value(mfs, metrics.NameJournalGapTimestamp, "cluster", live.Name); !ok || v != float64(newer.UnixMilli())/1e3 {
+		if v, ok := value(mfs, metrics.NameJournalGapTimestamp, "cluster", live.Name); !ok || !sameSeconds(v, msSeconds(newer)) {
 			t.Errorf("%s after a new record = %v (present %v), want %v", metrics.NameJournalGapTimestamp, v, ok, newer)
 		}
 		if v, ok := value(mfs, metrics.NameJournalGaps, "cluster", live.Name); !ok || v != 3 {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -57,6 +58,17 @@ func scrape(t testing.TB, e *metrics.Exporter) (map[string]*dto.MetricFamily, []
 	}
 	return mfs, body
 }
+
+// msSeconds is a time recorded with millisecond precision (a segment's
+// or a gap record's receive time) as the exporter exports it, in
+// seconds. Two float64 roads to the same millisecond (ms/1e3 and
+// ns/1e9) can differ in their last bit, which failed a test in 1 of
+// many runs depending on the clock: compare with sameSeconds.
+func msSeconds(t time.Time) float64 { return float64(t.UnixMilli()) / 1e3 }
+
+// sameSeconds: two exported times (or counts) equal to a microsecond,
+// far below any precision a time is recorded with.
+func sameSeconds(a, b float64) bool { return math.Abs(a-b) < 1e-6 }
 
 // value is the value of the series name{labels...} (pairs), ok false when
 // absent.

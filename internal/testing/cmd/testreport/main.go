@@ -183,6 +183,15 @@ func (r *report) add(e event) {
 				if b := r.output[k]; b != nil {
 					fmt.Fprintf(r.out, "--- output of package %s:\n%s", e.Package, indent(b.String()))
 				}
+				// Failed outside any test (a panic, a timeout, a TestMain):
+				// its output's first lines name it.
+				if !r.whyOf(e.Package) {
+					var lines []string
+					if b := r.output[k]; b != nil {
+						lines = firstLines(b.String(), whyPerTest)
+					}
+					r.why = append(r.why, cause{e.Package + " (outside any test)", lines})
+				}
 			}
 			r.dropPackage(e.Package)
 			return
@@ -290,6 +299,28 @@ func (r *report) finish() bool {
 		ok = false
 	}
 	return ok
+}
+
+// whyOf reports whether a failed test of pkg has its causes recorded.
+func (r *report) whyOf(pkg string) bool {
+	for _, c := range r.why {
+		if strings.HasPrefix(c.test, pkg+" ") {
+			return true
+		}
+	}
+	return false
+}
+
+// firstLines is out's first n lines that say something (not a bare
+// FAIL, the status line go test ends a failed package with).
+func firstLines(out string, n int) []string {
+	var ls []string
+	for _, l := range strings.Split(out, "\n") {
+		if t := strings.TrimSpace(l); t != "" && t != "FAIL" && !strings.HasPrefix(t, "FAIL\t") && len(ls) < n {
+			ls = append(ls, clip(t))
+		}
+	}
+	return ls
 }
 
 // printWhy prints the failed tests' last messages, whyTotal lines at most.

@@ -138,3 +138,24 @@ func TestReportWhyAtTheEnd(t *testing.T) {
 		t.Errorf("the failed parent has an entry of its own beside its failed subtest:\n%s", tail)
 	}
 }
+
+// TestReportWhyOutsideATest: a package that fails outside any test (a
+// timeout's panic) is named at the end with its first lines.
+func TestReportWhyOutsideATest(t *testing.T) {
+	in := `{"Action":"run","Package":"m/t","Test":"TestHangs"}
+{"Action":"output","Package":"m/t","Output":"panic: test timed out after 40m0s\n"}
+{"Action":"output","Package":"m/t","Output":"\trunning tests:\n\t\tTestHangs (40m0s)\n"}
+{"Action":"output","Package":"m/t","Output":"FAIL\tm/t\t2400.1s\n"}
+{"Action":"fail","Package":"m/t","Elapsed":2400.1}
+`
+	var out strings.Builder
+	if ok, _ := run(strings.NewReader(in), &out, nil); ok {
+		t.Fatalf("a timed-out package passed:\n%s", out.String())
+	}
+	_, why, _ := strings.Cut(out.String(), "Why they failed")
+	for _, want := range []string{"m/t (outside any test):", "panic: test timed out after 40m0s", "TestHangs (40m0s)"} {
+		if !strings.Contains(why, want) {
+			t.Errorf("the causes lack %q:\n%s", want, out.String())
+		}
+	}
+}
