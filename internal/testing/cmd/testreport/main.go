@@ -79,6 +79,11 @@ const (
 // (a helper that calls t.Helper() reports its caller's line).
 var testMsg = regexp.MustCompile(`^\s*[\w.-]+_test\.go:\d+: `)
 
+// tellingLine is a continuation line that says what went wrong (an error
+// of the tool, a failed check, a want), preferred to the first lines of a
+// long message (a command's whole output).
+var tellingLine = regexp.MustCompile(`(?i)(fail|error|refus|want|panic|mismatch|timed out|deadline|exit [1-9])`)
+
 // causes picks out of a failed test's output its last whyPerTest
 // messages from a test file, each with its first continuation lines.
 func causes(out string) []string {
@@ -89,15 +94,30 @@ func causes(out string) []string {
 			continue
 		}
 		depth := len(lines[i]) - len(strings.TrimLeft(lines[i], " \t"))
-		m := []string{clip(strings.TrimSpace(lines[i]))}
-		for j := i + 1; j < len(lines) && len(m) <= whyCont; j++ {
+		// The message's continuation lines (indented deeper): the last
+		// ones that say what went wrong, else the first ones.
+		var cont, telling []string
+		for j := i + 1; j < len(lines); j++ {
 			l := lines[j]
 			if testMsg.MatchString(l) || len(l)-len(strings.TrimLeft(l, " \t")) <= depth || strings.HasPrefix(strings.TrimSpace(l), "--- ") {
 				break
 			}
-			m = append(m, "    "+clip(strings.TrimSpace(l)))
+			if t := strings.TrimSpace(l); t != "" {
+				cont = append(cont, "    "+clip(t))
+				if tellingLine.MatchString(t) {
+					telling = append(telling, "    "+clip(t))
+				}
+			}
 		}
-		msgs = append(msgs, m)
+		switch {
+		case len(telling) > whyCont:
+			cont = telling[len(telling)-whyCont:] // the tool's own error comes last
+		case len(telling) > 0:
+			cont = telling
+		case len(cont) > whyCont:
+			cont = cont[:whyCont]
+		}
+		msgs = append(msgs, append([]string{clip(strings.TrimSpace(lines[i]))}, cont...))
 	}
 	if len(msgs) > whyPerTest {
 		msgs = msgs[len(msgs)-whyPerTest:]

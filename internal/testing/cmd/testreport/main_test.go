@@ -113,6 +113,11 @@ func TestReportWhyAtTheEnd(t *testing.T) {
 	ev("TestLeader/Failover", "    leader_test.go:318: journal-b stopped by SIGTERM: exit 1, want 0:\n")
 	ev("TestLeader/Failover", "        journal: fenced: not the leader\n")
 	ev("TestLeader/Failover", "        journal: exiting\n")
+	ev("TestLeader/Failover", "    leader_test.go:376: kubectl exec toolkit -- etcd-recovery restore: exit 1 in 1m31s\n")
+	ev("TestLeader/Failover", "        Restore of etcdcluster kubx-etcd-12/etcd-big via etcd-operator\n")
+	ev("TestLeader/Failover", "        Survivor: none (--no-live).\n")
+	ev("TestLeader/Failover", "        │ BACKUP │ REVISION │\n")
+	ev("TestLeader/Failover", "        etcd-recovery: restore failed at step \"verify the restored cluster\": live key count: count keys: context deadline exceeded\n")
 	ev("TestLeader/Failover", "    testenv.go:90: ---- last lines of etcd m0 log ----\n")
 	for i := range 300 {
 		ev("TestLeader/Failover", fmt.Sprintf("        {\"level\":\"info\",\"msg\":\"server log line %d\"}\n", i))
@@ -126,13 +131,18 @@ func TestReportWhyAtTheEnd(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
 	tail := strings.Join(lines[max(0, len(lines)-15):], "\n")
-	for _, want := range []string{"m/k TestLeader/Failover:", "leader_test.go:318: journal-b stopped by SIGTERM: exit 1, want 0:", "journal: fenced: not the leader", "leader_test.go:297"} {
+	for _, want := range []string{"m/k TestLeader/Failover:", "leader_test.go:318: journal-b stopped by SIGTERM: exit 1, want 0:", "journal: fenced: not the leader", "leader_test.go:297",
+		// Of a long message, the line that says what went wrong.
+		"leader_test.go:376: kubectl exec", `failed at step "verify the restored cluster"`} {
 		if !strings.Contains(tail, want) {
 			t.Errorf("the report's last 15 lines lack %q:\n%s", want, tail)
 		}
 	}
 	if _, why, _ := strings.Cut(out.String(), "Why they failed"); strings.Contains(why, "server log line") {
 		t.Errorf("the causes repeat the server log:\n%s", why)
+	}
+	if strings.Contains(tail, "Survivor: none") {
+		t.Errorf("the causes show a long message's first lines, not the one that says what went wrong:\n%s", tail)
 	}
 	if strings.Contains(tail, "m/k TestLeader:") {
 		t.Errorf("the failed parent has an entry of its own beside its failed subtest:\n%s", tail)
