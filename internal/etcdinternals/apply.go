@@ -180,7 +180,12 @@ func SnapshotRevision(tx *bolt.Tx) (int64, error) {
 // at the last event's revision. The events must continue the snapshot
 // exactly (the first at its revision + 1, sub 0; then each revision's
 // subs in order, no revision skipped): anything else is refused before it
-// is written, as is an event at or below the snapshot's revision. Events
+// is written, as is an event at or below the snapshot's revision. Every
+// change must also follow from its key's state before it (history.go: the
+// create revision and version etcd's MVCC gives a put, a delete only of a
+// key that exists), in the snapshot for a key's first change: a journal
+// of another history (spliced across a restore without a bump, another
+// cluster's, forged) is a *HistoryError, once every event is in. Events
 // are written as they come, in transactions committed every
 // DefaultApplyBatchBytes of entries (ApplyEventsWith: another budget),
 // so memory does not grow with the number of events; on error the file
@@ -231,6 +236,7 @@ func applyEvents(path string, events iter.Seq2[journal.Event, error], leases []j
 		return a, err
 	}
 	check := eventCheck{rev: a.SnapshotRevision, sub: -1}
+	hist := newHistoryCheck()
 	budget := o.BatchBytes
 	if budget <= 0 {
 		budget = DefaultApplyBatchBytes
@@ -273,6 +279,9 @@ func applyEvents(path string, events iter.Seq2[journal.Event, error], leases []j
 		if err := check.next(ev); err != nil {
 			return a, err
 		}
+		if err := hist.event(ev); err != nil {
+			return a, err
+		}
 		if a.FirstRevision == 0 {
 			a.FirstRevision = ev.Rev
 		}
@@ -306,6 +315,10 @@ func applyEvents(path string, events iter.Seq2[journal.Event, error], leases []j
 		}
 	}
 	if err := commit(); err != nil {
+		return a, err
+	}
+	// Every event is in: their keys' first changes against the snapshot.
+	if err := db.View(func(tx *bolt.Tx) error { return hist.snapshot(tx, a.SnapshotRevision) }); err != nil {
 		return a, err
 	}
 	if o.Leases != nil {

@@ -98,7 +98,7 @@ func TestApplyEventsHeapBounded(t *testing.T) {
 				v[j] = byte(i + j)
 			}
 			rev := base + 1 + int64(i)
-			if !yield(journal.Event{Rev: rev, Type: journal.Put, Key: fmt.Appendf(nil, "/big/%06d", i%5000), Value: v, CreateRev: rev, Version: 1}, nil) {
+			if !yield(journal.Event{Rev: rev, Type: journal.Put, Key: fmt.Appendf(nil, "/big/%06d", i%5000), Value: v, CreateRev: base + 1 + int64(i%5000), Version: int64(i/5000) + 1}, nil) {
 				return
 			}
 		}

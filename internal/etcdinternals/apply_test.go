@@ -3,6 +3,7 @@ package etcdinternals
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"iter"
 	"maps"
@@ -244,7 +245,7 @@ func TestApplyEventsRefuses(t *testing.T) {
 	snap, _, evs, leases := etcdBeforeAfter(t)
 	base := evs[0].Rev - 1
 	put := func(rev, sub int64) journal.Event {
-		return journal.Event{Rev: rev, Sub: sub, Type: journal.Put, Key: []byte("/k"), Value: []byte("v"), CreateRev: rev, Version: 1}
+		return journal.Event{Rev: rev, Sub: sub, Type: journal.Put, Key: fmt.Appendf(nil, "/k%d-%d", rev, sub), Value: []byte("v"), CreateRev: rev, Version: 1}
 	}
 	cases := []struct {
 		name string
@@ -280,5 +281,93 @@ func TestApplyEventsRefuses(t *testing.T) {
 		if got := bucketContents(t, path, KeyBucket); !maps.Equal(got, before) {
 			t.Errorf("%s: the key bucket was written to", c.name)
 		}
+	}
+}
+
+// Events of another history are refused by name, whatever their order
+// of revisions says: each change must follow from its key's state before
+// it, in the snapshot or after the journal's previous change. The worst
+// case is the real one: the same cluster's journal continued across a
+// restore from the snapshot without a revision bump, the second history
+// appended after the first (its revisions shifted past the first's).
+func TestApplyEventsRefusesAnotherHistory(t *testing.T) {
+	t.Parallel()
+	snap, _, evs, leases := etcdBeforeAfter(t)
+	base, last := evs[0].Rev-1, evs[len(evs)-1].Rev
+	clone := func() []journal.Event { return slices.Clone(evs) }
+	find := func(evs []journal.Event, key string, typ string) int {
+		for i, ev := range evs {
+			if string(ev.Key) == key && ev.Type == typ {
+				return i
+			}
+		}
+		t.Fatalf("no %s of %s in the workload", typ, key)
+		return -1
+	}
+	cases := []struct {
+		name string
+		evs  func() []journal.Event
+		key  string
+		want string
+	}{
+		{"an overwrite one version too far", func() []journal.Event {
+			e := clone()
+			e[find(e, "/a/01", journal.Put)].Version++
+			return e
+		}, "/a/01", "the snapshot holds version 1"},
+		{"an overwrite created elsewhere", func() []journal.Event {
+			e := clone()
+			e[find(e, "/a/05", journal.Put)].CreateRev = 1
+			return e
+		}, "/a/05", "the snapshot holds version 1 created at"},
+		{"a new key the snapshot holds", func() []journal.Event {
+			e := clone()
+			i := find(e, "/a/06", journal.Put)
+			e[i].Version, e[i].CreateRev = 1, e[i].Rev
+			return e
+		}, "/a/06", "a put of version 1 (a new key), the snapshot holds it"},
+		{"a delete of a key the snapshot lacks", func() []journal.Event {
+			e := clone()
+			e[find(e, "/a/11", journal.Delete)].Key = []byte("/never")
+			return e
+		}, "/never", "a delete of a key the snapshot does not hold"},
+		{"a second put of a new key as new again", func() []journal.Event {
+			e := clone()
+			i := slices.IndexFunc(e, func(ev journal.Event) bool { return string(ev.Key) == "/t/1" && ev.Version == 2 })
+			e[i].Version, e[i].CreateRev = 1, e[i].Rev
+			return e
+		}, "/t/1", "a put of version 1 created at"},
+		{"the history spliced after itself (a restore without a bump)", func() []journal.Event {
+			e := clone()
+			shift := last - base
+			for _, ev := range evs {
+				ev.Rev += shift
+				if ev.CreateRev > base {
+					ev.CreateRev += shift
+				}
+				e = append(e, ev)
+			}
+			return e
+		}, "", "the journal is not a history of this snapshot"},
+	}
+	for _, c := range cases {
+		path := filepath.Join(t.TempDir(), "db")
+		b, err := os.ReadFile(snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err = ApplyEvents(path, seqOf(c.evs()), leases)
+		var he *HistoryError
+		if !errors.As(err, &he) || !strings.Contains(err.Error(), c.want) || (c.key != "" && string(he.Key) != c.key) {
+			t.Errorf("%s: %v, want a HistoryError of key %q saying %q", c.name, err, c.key, c.want)
+		}
+	}
+	// The real history itself passes (TestApplyEventsMatchesEtcd checks
+	// what it writes).
+	if _, err := ApplyEvents(snap, seqOf(evs), leases); err != nil {
+		t.Fatalf("the real history: %v", err)
 	}
 }
