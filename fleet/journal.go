@@ -120,6 +120,13 @@ type JournalGap struct {
 	Error     string `json:"error,omitempty"`
 	// Time is when the journal found the gap.
 	Time time.Time `json:"time"`
+	// Lineage: the cluster's history is not the journal's (a
+	// journal.LineageError: it went back, a restore without a revision
+	// bump or a cluster recreated under the same name). The journal ends
+	// at From - 1; no full backup is taken for it (one below the old
+	// history's last revision cannot start a journal): the journal starts
+	// again from the first full backup past it.
+	Lineage bool `json:"lineage,omitempty"`
 	// OldBase is the full backup the broken journal continued (nil when
 	// there was none).
 	OldBase *journal.Base `json:"oldBase,omitempty"`
@@ -371,13 +378,28 @@ func (j *journalAll) runCluster(ctx context.Context, t *journalTarget) {
 	defer log.Info("journal: stopped")
 	backoff, gapBackoff := journalMinBackoff, journalMinBackoff
 	var lastGap time.Time
+	var lastLineage int64 = -1
 	for ctx.Err() == nil {
 		old, err := j.once(ctx, t, log)
 		if ctx.Err() != nil {
 			return
 		}
 		var gap *journal.GapError
+		var lin *journal.LineageError
 		switch {
+		case errors.As(err, &lin):
+			// Recorded once per break; checked again every MaxBackoff
+			// until a full backup past the old history's end exists.
+			if lin.Reach != lastLineage {
+				j.lineageBreak(ctx, t, lin, old, log)
+				lastLineage = lin.Reach
+			} else {
+				log.Warn("journal: still another history than the journal's; waiting for a full backup past its end", "reach", lin.Reach, "liveRev", lin.LiveRev, "recheck", j.o.MaxBackoff)
+			}
+			if !sleepCtx(ctx, j.o.MaxBackoff) {
+				return
+			}
+			continue
 		case err == nil:
 			// Capture ended without ctx ending (not expected): start again.
 			backoff = journalMinBackoff
@@ -491,6 +513,19 @@ func (j *journalAll) heal(ctx context.Context, t *journalTarget, cause error, ga
 	}
 }
 
+// lineageBreak handles a cluster whose history is not the journal's: the
+// record (a gap from the journal's end, Lineage set) and the Event, and
+// no full backup.
+func (j *journalAll) lineageBreak(ctx context.Context, t *journalTarget, lin *journal.LineageError, old *journal.Base, log *slog.Logger) {
+	g := JournalGap{ClusterID: t.id, Time: j.o.Now().UTC(), OldBase: old, Error: trimErr(lin.Error()),
+		From: lin.Reach + 1, Reason: "lineage: " + lin.Reason, Lineage: true}
+	g.Key = j.o.Layout.JournalGapKey(t.id, g.From)
+	j.recordGap(ctx, t, &g, log)
+	if j.o.OnGap != nil {
+		j.o.OnGap(g)
+	}
+}
+
 // noBaseFrom is where a cluster without a base backup's journal has its
 // gap: after its last stored segment, else from revision 1.
 func (j *journalAll) noBaseFrom(ctx context.Context, id string) int64 {
@@ -513,7 +548,12 @@ func (j *journalAll) recordGap(ctx context.Context, t *journalTarget, g *Journal
 	if g.To > 0 {
 		to = fmt.Sprint(g.To)
 	}
-	log.Error("journal: gap: revisions not captured; taking a full backup", "from", g.From, "to", to, "reason", g.Reason, "key", g.Key, "err", g.Error)
+	if g.Lineage {
+		log.Error("journal: the cluster's history is not the journal's: the journal ends here and is not continued; it starts again from a full backup past its end",
+			"journalEnds", g.From-1, "reason", g.Reason, "key", g.Key, "err", g.Error)
+	} else {
+		log.Error("journal: gap: revisions not captured; taking a full backup", "from", g.From, "to", to, "reason", g.Reason, "key", g.Key, "err", g.Error)
+	}
 	backoff := 500 * time.Millisecond
 	for attempt := 1; attempt <= journalGapAttempts && ctx.Err() == nil; attempt++ {
 		wctx, cancel := context.WithTimeout(ctx, journalGapTimeout)
@@ -537,6 +577,11 @@ func (j *journalAll) recordGap(ctx context.Context, t *journalTarget, g *Journal
 	if c := t.cluster(); c != nil && !j.o.NoEvents {
 		msg := fmt.Sprintf("journal gap: revisions %d to %s not captured (%s); a full backup is taken and the journal starts again from it; record %s",
 			g.From, to, g.Reason, g.Key)
+		if g.Lineage {
+			msg = fmt.Sprintf("journal lineage break: the cluster's history is not the journal's (%s), a restore without a revision bump or a cluster recreated under the same name; "+
+				"the journal ends at revision %d and is not continued (two histories are never spliced); it starts again from the first full backup past revision %d; record %s",
+				g.Reason, g.From-1, g.From-1, g.Key)
+		}
 		ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		if err := j.o.Kube.RecordEvent(ectx, *c, "Warning", ReasonJournalGap, msg); err != nil {

@@ -220,11 +220,13 @@ func Capture(ctx context.Context, o CaptureOptions) error {
 	if chain.Problem != nil {
 		return &GapError{ClusterID: o.ClusterID, From: chain.Reach + 1, Reason: "the stored segments do not continue each other", Err: chain.Problem}
 	}
+	var storedID string
 	if n := len(chain.Segments); n > 0 {
 		last := chain.Segments[n-1]
 		h, _, err := ReadSegment(ctx, o.Store, o.Layout, last.Key, o.Identities, Want{ClusterID: o.ClusterID})
 		switch {
 		case err == nil:
+			storedID = h.EtcdClusterID
 			if h.BaseBackup != o.BaseBackup {
 				// Continuation: the base lies inside the chain (its first
 				// base pruned by retention); the new segments name it.
@@ -239,6 +241,9 @@ func Capture(ctx context.Context, o CaptureOptions) error {
 		}
 	}
 	c := &capture{o: o, next: chain.Reach + 1, known: map[int64]bool{}}
+	if err := c.checkStart(ctx, chain.Reach, storedID); err != nil {
+		return err
+	}
 	pctx, stopPoll := context.WithCancel(ctx)
 	defer stopPoll()
 	go c.pollLeases(pctx)
@@ -284,6 +289,10 @@ type capture struct {
 	granted   map[int64]int64
 	// wd is the current watch's liveness (watchdog.go).
 	wd watchdog
+	// etcdID is the journaled cluster's etcd ID (lineage.go), recorded in
+	// every segment; lineage, a break found by a probe.
+	etcdID  string
+	lineage error
 }
 
 func (c *capture) run(ctx context.Context) error {
@@ -369,6 +378,9 @@ func (c *capture) run(ctx context.Context) error {
 			if c.checkWatch() || wch == nil {
 				wch = c.rewatch(wctx)
 			}
+			if c.lineage != nil {
+				return finish(c.lineage)
+			}
 			if len(c.events) == 0 || c.o.Now().Sub(c.started) < c.o.SegmentInterval {
 				continue
 			}
@@ -384,6 +396,9 @@ func (c *capture) run(ctx context.Context) error {
 		case resp, ok := <-wch:
 			if ok {
 				c.watchResponded(resp)
+				if err := c.checkResponse(resp); err != nil {
+					return finish(err)
+				}
 			}
 			if !ok {
 				if ctx.Err() != nil {
@@ -453,7 +468,7 @@ func (c *capture) catchUp(wctx context.Context, wch clientv3.WatchChan) error {
 	start := c.o.Now()
 	bctx, cancel := context.WithTimeout(wctx, c.o.StopCatchUp)
 	defer cancel()
-	r, err := c.o.Client.Get(bctx, "\x00etcd-recovery-journal-probe", clientv3.WithCountOnly())
+	r, err := c.o.Client.Get(bctx, probeKey, clientv3.WithCountOnly())
 	if err != nil {
 		c.o.Log.Warn("journal: stopping without catching up: the cluster's revision could not be read", "cluster", c.o.ClusterID, "nextRev", c.next, "err", err)
 		return nil
@@ -820,7 +835,7 @@ func (c *capture) seal() (pending, error) {
 	c.received[last] = c.lastMs
 	h := Header{
 		ClusterID: c.o.ClusterID, BaseBackup: c.o.BaseBackup, BaseRev: c.o.BaseRev,
-		FirstRev: first, LastRev: last, Received: c.received, Leases: c.leases,
+		FirstRev: first, LastRev: last, Received: c.received, Leases: c.leases, EtcdClusterID: c.etcdID,
 	}
 	raw, err := EncodeSegment(h, c.events)
 	c.events, c.size, c.received, c.leases = nil, 0, nil, nil

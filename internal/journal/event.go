@@ -71,4 +71,9 @@ type Header struct {
 	Received map[int64]int64 `json:"received,omitempty"`
 	Events   int             `json:"events"`
 	Leases   []Lease         `json:"leases,omitempty"`
+	// EtcdClusterID is etcd's cluster ID (hex) of the cluster the
+	// segment's events came from (lineage.go): a journal never continues
+	// a chain whose last segment names another. Empty in segments written
+	// before it was recorded.
+	EtcdClusterID string `json:"etcdClusterID,omitempty"`
 }

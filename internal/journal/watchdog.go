@@ -60,8 +60,12 @@ type watchdog struct {
 	// cluster's revision read (linearizably) when it started: 0 not
 	// known yet, -1 the read failed; seen the highest revision the watch
 	// has shown since (events or a progress notification).
-	probeAt     time.Time
-	want        *atomic.Int64
+	probeAt time.Time
+	want    *atomic.Int64
+	// probeID is the etcd cluster ID the probe read; probeReach the
+	// last revision the watch had delivered when the probe started.
+	probeID     *atomic.Uint64
+	probeReach  int64
 	seen        int64
 	answered    bool // any response since probeAt
 	stalls      int
@@ -144,6 +148,10 @@ func (c *capture) checkWatch() bool {
 		return false
 	}
 	want := c.wd.want.Load()
+	if err := c.checkProbe(c.wd.probeReach, want, c.wd.probeID.Load()); err != nil {
+		c.lineage = err
+		return false
+	}
 	seen := max(c.wd.seen, c.next-1)
 	if (want > 0 && seen >= want) || (want < 0 && c.wd.answered) {
 		c.wd.probeAt = time.Time{} // alive
@@ -173,16 +181,18 @@ func (c *capture) probe(now time.Time, timeout time.Duration) {
 	// Each probe its own want: a late answer to an earlier probe (or
 	// watch) never counts for this one.
 	c.wd.probeAt, c.wd.seen, c.wd.answered, c.wd.want = now, 0, false, new(atomic.Int64)
-	wctx, want := c.wd.wctx, c.wd.want
+	c.wd.probeID, c.wd.probeReach = new(atomic.Uint64), c.next-1
+	wctx, want, wantID := c.wd.wctx, c.wd.want, c.wd.probeID
 	cli := c.o.Client
 	go func() {
 		gctx, cancel := context.WithTimeout(wctx, timeout)
 		defer cancel()
-		r, err := cli.Get(gctx, "\x00etcd-recovery-journal-probe", clientv3.WithCountOnly())
+		r, err := cli.Get(gctx, probeKey, clientv3.WithCountOnly())
 		if err != nil {
 			want.CompareAndSwap(0, -1)
 			return
 		}
+		wantID.Store(r.Header.ClusterId)
 		want.CompareAndSwap(0, r.Header.Revision)
 	}()
 	go func() {
