@@ -293,6 +293,9 @@ type capture struct {
 	// every segment; lineage, a break found by a probe.
 	etcdID  string
 	lineage error
+	// closes counts the watches closed by the client in a row (no event
+	// delivered since): their backoff.
+	closes int
 }
 
 func (c *capture) run(ctx context.Context) error {
@@ -394,6 +397,26 @@ func (c *capture) run(ctx context.Context) error {
 				wch = c.watch(wctx)
 			}
 		case resp, ok := <-wch:
+			if ok && resp.Canceled && resp.Header.Revision == 0 && ctx.Err() == nil {
+				// Closed by the client, not by etcd (no header): a
+				// transport or size error clientv3 does not retry
+				// (ResourceExhausted among them). etcd still holds every
+				// revision: watched again from the next one after a
+				// backoff (a stall), never a gap.
+				now := c.o.Now()
+				c.closes++
+				c.stalled(now, fmt.Sprintf("the watch was closed by the client: %v", resp.Err()))
+				// Its created notification reset the stall count:
+				// the closes back off on their own.
+				if at := now.Add(min(200*time.Millisecond<<min(c.closes-1, 8), maxRewatchBackoff)); at.After(c.wd.retryAt) {
+					c.wd.retryAt = at
+				}
+				wch = nil
+				continue
+			}
+			if ok && len(resp.Events) > 0 {
+				c.closes = 0
+			}
 			if ok {
 				c.watchResponded(resp)
 				if err := c.checkResponse(resp); err != nil {

@@ -151,16 +151,16 @@ func TestCaptureLineage(t *testing.T) {
 	assertReach(t, ctx, st2, layout, base, reach2)
 }
 
-// startCaptureErr runs Capture until it ends by itself (within the
-// test's context) or stop is called.
+// startCaptureErr runs Capture until it ends by itself: stop waits for
+// that (20 s at most, then it cancels it and says so).
 func startCaptureErr(ctx context.Context, o journal.CaptureOptions) (stop func() error) {
 	done := make(chan error, 1)
 	cctx, cancel := context.WithCancel(ctx)
 	go func() { done <- journal.Capture(cctx, o) }()
 	return func() error {
+		defer cancel()
 		select {
 		case err := <-done:
-			cancel()
 			return err
 		case <-time.After(20 * time.Second):
 			cancel()

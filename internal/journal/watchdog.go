@@ -241,7 +241,12 @@ func (c *capture) openWatch(wctx context.Context, from int64) clientv3.WatchChan
 	cli := c.o.Client
 	go func() {
 		defer close(out)
-		wch := cli.Watch(wctx, "", clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithProgressNotify(), clientv3.WithPrevKV(), clientv3.WithCreatedNotify())
+		// WithFragment: etcd splits a response over its request limit
+		// into messages of about that size (clientv3 joins them), so a
+		// catch-up of large values never exceeds the client's receive
+		// limit (a ResourceExhausted that clientv3 reports as a cancelled
+		// watch; TestCaptureLargeCatchUp).
+		wch := cli.Watch(wctx, "", clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithProgressNotify(), clientv3.WithPrevKV(), clientv3.WithCreatedNotify(), clientv3.WithFragment())
 		for resp := range wch {
 			select {
 			case out <- resp:

@@ -1,0 +1,79 @@
+package journal_test
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/journal"
+	"github.com/armada/etcd-recovery/internal/objectio"
+	"github.com/armada/etcd-recovery/internal/store/memstore"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testfix"
+)
+
+// A catch-up larger than the client's receive limit (64 MiB, the
+// journal's etcd connection: etcdconn) is journaled exactly, never taken
+// for a cancelled watch: 56 overwrites of 1.2 MiB values, written while
+// no journal ran, make one watch response of about 130 MiB with their
+// previous values. Before the watch asked for fragments, etcd sent it as
+// one message and clientv3 reported the ResourceExhausted as a cancelled
+// watch: a gap, while etcd held every revision.
+func TestCaptureLargeCatchUp(t *testing.T) {
+	t.Parallel()
+	for _, v := range []testenv.Version{testenv.V35, testenv.V36} {
+		t.Run(v.String(), func(t *testing.T) {
+			t.Parallel()
+			ctx := testfix.Context(t, 2*time.Minute)
+			c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: v, Members: 1})
+			cli, err := testfix.EtcdConfig(c).Client(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cli.Close()
+			r, err := cli.Get(ctx, "nothing")
+			if err != nil {
+				t.Fatal(err)
+			}
+			base := r.Header.Revision
+			val := bytes.Repeat([]byte("x"), 1200<<10)
+			var last int64
+			for i := range 56 {
+				val[0] = byte(i)
+				p, err := cli.Put(ctx, fmt.Sprintf("/big/%d", i%4), string(val))
+				if err != nil {
+					t.Fatal(err)
+				}
+				last = p.Header.Revision
+			}
+			st := memstore.New()
+			layout := catalog.Layout{Prefix: testenv.Prefix(t)}
+			o := captureOptions(cli, st, layout, objectio.Encoding{Compression: catalog.CompressZstd}, base, t)
+			var stalls []journal.WatchStall
+			o.OnStall = func(s journal.WatchStall) { stalls = append(stalls, s) }
+			stop := startCapture(ctx, o)
+			deadline := time.Now().Add(60 * time.Second)
+			for {
+				chain, err := journal.ListSegments(ctx, st, layout, "c1", base)
+				if err != nil || chain.Problem != nil {
+					t.Fatalf("chain: %v %v", err, chain.Problem)
+				}
+				if chain.Reach >= last {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the journal reaches %d, want %d: %v", chain.Reach, last, stop())
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			if err := stop(); err != nil {
+				t.Fatalf("the capture: %v", err)
+			}
+			if len(stalls) > 0 {
+				t.Fatalf("the catch-up stalled: %v", stalls)
+			}
+		})
+	}
+}
