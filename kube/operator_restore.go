@@ -86,6 +86,17 @@ type OperatorRestoreOptions struct {
 	ToRevision int64
 	ToLatest   bool
 	Journal    restore.JournalSource
+	// NoBump stages the backup without a revision bump (restore
+	// --bump-revision 0). By default every staged copy, a plain backup's
+	// too, is bumped by restore.DefaultBumpRevision and marked compacted
+	// (etcd-operator's restore applies none): a restored cluster never
+	// reuses revisions its journal, watchers and caches already saw. The
+	// restored cluster is verified at the snapshot's revision plus the
+	// bump.
+	NoBump bool
+	// BumpRevision is that bump (restore --bump-revision; 0:
+	// restore.DefaultBumpRevision unless NoBump).
+	BumpRevision uint64
 	// AcceptUnprovenJournal: restore.Options.AcceptUnprovenJournal.
 	AcceptUnprovenJournal bool
 }
@@ -238,9 +249,10 @@ type ReplacedRestore struct {
 //     (a new uid) to be Running with status.members.ready as many as
 //     spec.size;
 //  5. discovers its members again and verifies it: every member healthy,
-//     spec.size members, the revision at least the snapshot's (the
-//     operator restores without a revision bump), the live key count the
-//     snapshot's.
+//     spec.size members, the revision at least the snapshot's plus the
+//     bump the staged copy got (etcd-operator's restore applies none, so
+//     the tool bumps the staged copy unless NoBump), the live key count
+//     the snapshot's.
 //
 // DryRun does step 1 (without taking the survivor snapshot or writing
 // anything) and reports the actions it would take; the EtcdRestore is
@@ -416,8 +428,11 @@ func (r *operatorRestore) selectSnapshot(ctx context.Context, tmp, scratch strin
 		ScratchDir: o.TempDir, Identities: o.Identities, Recipients: o.Recipients, RequireEncryption: o.RequireEncryption,
 		Survivor: survivor.Backup{}, ToRevision: o.ToRevision, ToLatest: o.ToLatest, Journal: o.Journal,
 		AcceptUnprovenJournal: o.AcceptUnprovenJournal}
-	if o.ToRevision > 0 || o.ToLatest {
+	if !o.NoBump {
 		ropts.BumpRevision, ropts.MarkCompacted = restore.DefaultBumpRevision, true
+		if o.BumpRevision > 0 {
+			ropts.BumpRevision = o.BumpRevision
+		}
 	}
 	if !o.NoLive && (o.ToRevision > 0 || o.ToLatest) {
 		// Point in time takes no survivor snapshot: the members are
@@ -456,6 +471,9 @@ func (r *operatorRestore) selectSnapshot(ctx context.Context, tmp, scratch strin
 		r.revision = plan.Chosen.Revision
 	}
 	r.minRevision = r.revision
+	if plan.BumpRevision > 0 && plan.MinRevision > r.minRevision {
+		r.minRevision = plan.MinRevision // bumped in the staged copy
+	}
 	if plan.Replay != nil {
 		// Point in time: the replayed revision, bumped in the staged copy.
 		r.revision, r.minRevision = plan.Replay.ToRevision, plan.MinRevision

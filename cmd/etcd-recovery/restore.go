@@ -401,7 +401,7 @@ func runRestoreViaOperator(e *env, o *restoreOpts, ids *seal.Identities, rs seal
 	}
 	name := o.cluster
 	for _, f := range []string{"cluster-id", "initial-cluster", "name", "initial-advertise-peer-urls", "initial-cluster-token",
-		"data-dir", "data-dir-root", "bump-revision", "mark-compacted", "parallel-data-dirs", "parallel", "force", "verify-endpoints", "endpoints"} {
+		"data-dir", "data-dir-root", "mark-compacted", "parallel-data-dirs", "parallel", "force", "verify-endpoints", "endpoints"} {
 		if !c.IsSet(f) {
 			continue
 		}
@@ -435,7 +435,7 @@ func runRestoreViaOperator(e *env, o *restoreOpts, ids *seal.Identities, rs seal
 		ProbeTimeout: o.probeTimeout, DialTimeout: o.etcd.dialTimeout,
 		Timeout: o.waitTimeout, VerifyTimeout: o.verifyTimeout,
 		TempDir: o.tempDir, DryRun: o.dryRun, Identities: ids, Log: log,
-		Recipients: rs, RequireEncryption: o.encryption.requireEncryption,
+		Recipients: rs, RequireEncryption: o.encryption.requireEncryption, BumpRevision: o.bumpRevision, NoBump: o.bumpRevision == 0,
 		Progress: func(label string) restore.Progress { return output.NewProgress(label) },
 	}
 	// Checked before any client is built: a mistake never waits on the
