@@ -385,6 +385,14 @@ func verifyCandidates(ctx context.Context, opts Options, log *slog.Logger, plan 
 			if step, err := choose(opts, log, plan, cands, idx, fc.local == nil); err != nil {
 				return "", step, err
 			}
+			// The journal proofs gate the next candidate as they gated
+			// the first: an older backup's replay may pass through a
+			// window whose proof failed.
+			if fc.local == nil {
+				if step, err := checkJournalProof(ctx, opts, plan); err != nil {
+					return "", step, err
+				}
+			}
 		}
 		snapPath, step, err := verifyChosen(ctx, opts, log, plan, cands, idx, dir, fc)
 		var ve *verifyError

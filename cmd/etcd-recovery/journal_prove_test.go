@@ -323,6 +323,27 @@ func TestJournalProveFails(t *testing.T) {
 	if c := checkOf(got, restore.CheckJournalProof); c == nil || c.Status != restore.CheckSkipped || !strings.Contains(c.Detail, "accepted") {
 		t.Fatalf("restore --accept-unproven-journal: journal proof check %+v", c)
 	}
+
+	// The failed proof gates the fallback too: backup k+1 damaged, a
+	// restore to its revision falls back to backup k, whose replay passes
+	// through the failed window: refused, never restored.
+	list, err := catalog.ListBackups(ctx, w.st, w.layout, w.id)
+	if err != nil || len(list) != 2 || list[0].Manifest == nil || list[0].Manifest.Name != p.Target {
+		t.Fatalf("backups: %+v %v, want backup k+1 (%s) newest", list, err, p.Target)
+	}
+	newest := list[0].Manifest
+	// Its bytes damaged, its size kept: still a committed backup, refused
+	// when its checksum is verified.
+	snapKey := w.layout.Key(newest.ClusterID, newest.Name, newest.Snapshot.Object)
+	b := testfix.ReadObject(t, w.st, snapKey)
+	b[len(b)/2] ^= 0xff
+	if _, err := w.st.Put(ctx, snapKey, bytes.NewReader(b)); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = runCtx(t, ctx, w.restoreArgs(t, newest.Revision(), "-o", "json")...)
+	if code == 0 || !strings.Contains(errOut, key) || !strings.Contains(errOut, "--accept-unproven-journal") {
+		t.Fatalf("restore --to-revision %d with backup k+1 damaged (falls back to k, through the failed window): exit %d\n%s\n%s", newest.Revision(), code, out, lastLinesOf(errOut, 20))
+	}
 }
 
 // drillJSON runs drill -o json and returns its one cluster's result.
