@@ -218,6 +218,15 @@ func (s *Source) Events(ctx context.Context, from, to int64) (iter.Seq2[Event, e
 					continue
 				}
 				if ev.Rev > to {
+					// The rest is read too: nothing of a segment is
+					// good before its trailer's sha256 checked out, the
+					// events already yielded included (a replay throws
+					// its scratch away on this error).
+					if err := drain(r); err != nil {
+						r.Close()
+						yield(Event{}, err)
+						return
+					}
 					r.Close()
 					return
 				}
@@ -313,4 +322,15 @@ func receivedAt(h Header, rev int64) time.Time {
 		return time.Time{}
 	}
 	return time.UnixMilli(at).UTC()
+}
+
+// drain reads a segment to its end, so that its trailer is checked.
+func drain(r *SegmentReader) error {
+	for {
+		if _, err := r.Next(); err == io.EOF {
+			return nil
+		} else if err != nil {
+			return err
+		}
+	}
 }

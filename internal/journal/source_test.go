@@ -1,9 +1,11 @@
 package journal_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -135,5 +137,58 @@ func TestSourceEventsAndLeases(t *testing.T) {
 	}
 	if rev, err := src.RevisionAt(ctx, time.UnixMilli(1500)); err != nil || rev != 14 {
 		t.Fatalf("RevisionAt %d %v", rev, err)
+	}
+}
+
+// A replay that ends inside a segment still reads it to its trailer:
+// nothing of a segment is good before its sha256 checked out. A segment
+// damaged after the last revision replayed (a value changed, the JSON
+// still decodes) fails the replay by name, instead of having its first
+// events applied unchecked.
+func TestSourceEventsChecksTheLastSegmentWhole(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	layout := catalog.Layout{Prefix: "p"}
+	st := memstore.New()
+	h := journal.Header{Format: journal.FormatVersion, ClusterID: "c1", BaseBackup: "b1", BaseRev: 10, FirstRev: 11, LastRev: 16,
+		Received: map[int64]int64{11: 1100, 16: 1600}}
+	var evs []journal.Event
+	for r := int64(11); r <= 16; r++ {
+		evs = append(evs, putAt(r, fmt.Sprint("k", r)))
+	}
+	info, err := journal.WriteSegment(ctx, st, layout, objectio.Encoding{Compression: catalog.CompressNone}, h, evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := st.Get(ctx, info.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(rc)
+	rc.Close()
+	// The value of revision 16's put: "v" becomes "w".
+	i := bytes.LastIndex(raw, []byte(`"value":"dg=="`))
+	if i < 0 || !bytes.Contains(raw[:i], []byte(`"rev":16`)) {
+		t.Fatalf("no value of revision 16 in %q", raw)
+	}
+	copy(raw[i:], `"value":"dw=="`)
+	if _, err := st.Put(ctx, info.Key, bytes.NewReader(raw)); err != nil {
+		t.Fatal(err)
+	}
+	events, err := journal.NewSource(st, layout, "c1", nil).Events(ctx, 12, 13)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var revs []int64
+	var last error
+	for ev, err := range events {
+		if err != nil {
+			last = err
+			break
+		}
+		revs = append(revs, ev.Rev)
+	}
+	if !journal.IsReason(last, journal.ReasonDamaged) || !strings.Contains(last.Error(), info.Key) {
+		t.Fatalf("revisions %v, then %v: want the damaged segment refused by name", revs, last)
 	}
 }
