@@ -244,6 +244,7 @@ func Capture(ctx context.Context, o CaptureOptions) error {
 	if err := c.checkStart(ctx, chain.Reach, storedID); err != nil {
 		return err
 	}
+	c.warnEtcdBugs(ctx)
 	pctx, stopPoll := context.WithCancel(ctx)
 	defer stopPoll()
 	go c.pollLeases(pctx)
