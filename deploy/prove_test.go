@@ -387,7 +387,7 @@ func TestProvePodProves(t *testing.T) {
 	if !strings.Contains(errOut, "journal proof failed for "+bad+" ") || strings.Contains(errOut, "for "+good) {
 		t.Errorf("the error does not name %s (and only it):\n%s", bad, testfix.LastLines(errOut, 10))
 	}
-	for _, want := range []string{good, bad, fleet.ProvePassed, "FAILED", "namespace " + podNS, "1 other cluster(s)"} {
+	for _, want := range []string{good, bad, fleet.ProvePassed, "FAILED", "namespace " + podNS, "0 EtcdCluster(s) of the namespace without a journal"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the table does not show %s:\n%s", want, out)
 		}

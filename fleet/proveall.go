@@ -90,13 +90,14 @@ type ProveNotJudged struct {
 // ProveAllReport is every cluster's proofs, in cluster order.
 type ProveAllReport struct {
 	Prefix string `json:"prefix,omitempty"`
-	// Namespace is the EtcdClusters' namespace (Kube), and Others the
-	// number of cluster ids with a journal under the prefix that are not
-	// EtcdClusters of it (not proven by this run).
+	// Namespace is the EtcdClusters' namespace (Kube), and NoJournal the
+	// number of its EtcdClusters without a journal segment (nothing to
+	// prove). With a namespace only its clusters' journals are listed,
+	// never the shared prefix (NamespaceJournals).
 	Namespace string        `json:"namespace,omitempty"`
-	Others    int           `json:"otherClusters,omitempty"`
-	Parallel int           `json:"parallel"`
-	Clusters []ProveResult `json:"clusters"`
+	NoJournal int           `json:"noJournal,omitempty"`
+	Parallel  int           `json:"parallel"`
+	Clusters  []ProveResult `json:"clusters"`
 	// Failed names the clusters with a failed proof; Inconclusive those
 	// with a proof that could not judge (or not run).
 	Failed       []string `json:"failed"`
@@ -147,24 +148,48 @@ func JournalClusters(ctx context.Context, opts drill.ProveOptions) ([]string, er
 	return out, nil
 }
 
-// NamespaceClusters are the cluster ids with a journal (sorted) that are
-// EtcdClusters of the namespace (names), sorted, and how many ids with a
-// journal are not.
-func NamespaceClusters(journaled, names []string) (in []string, others int) {
-	ns := make(map[string]bool, len(names))
-	for _, n := range names {
-		ns[n] = true
+// NamespaceJournals are the EtcdClusters of a namespace (names) with at
+// least one journal segment, sorted, and how many have none: one listing
+// of each cluster's own journal folder (at most listParallel at once),
+// never of the shared journal prefix, which holds every namespace's
+// journals (1,800 clusters' segments in one bucket: millions of keys, more
+// than a CronJob's deadline can list).
+func NamespaceJournals(ctx context.Context, opts drill.ProveOptions, names []string) (in []string, none int, err error) {
+	has := make([]bool, len(names))
+	errs := make([]error, len(names))
+	notStarted := fanout.ForEach(ctx, len(names), listParallel, func(ctx context.Context, i int) {
+		objs, err := opts.Store.List(ctx, opts.Layout.JournalPrefix(names[i]))
+		if err != nil {
+			errs[i] = fmt.Errorf("cluster %s: %w", names[i], err)
+			return
+		}
+		for _, o := range objs {
+			if ki := opts.Layout.Classify(o.Key); ki.Kind == catalog.KeyJournal && ki.ClusterID == names[i] {
+				has[i] = true
+				return
+			}
+		}
+	})
+	if len(notStarted) > 0 {
+		return nil, 0, ctx.Err()
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, 0, err
 	}
 	in = []string{}
-	for _, id := range journaled {
-		if ns[id] {
-			in = append(in, id)
+	for i, n := range names {
+		if has[i] {
+			in = append(in, n)
 		} else {
-			others++
+			none++
 		}
 	}
-	return in, others
+	slices.Sort(in)
+	return in, none, nil
 }
+
+// listParallel bounds NamespaceJournals' listings at once.
+const listParallel = 8
 
 // ProveAll proves the journal before every unproven backup of every
 // cluster with a journal (see ProveAllOptions). One cluster's failure (a
@@ -184,16 +209,8 @@ func ProveAll(ctx context.Context, opts ProveAllOptions) (*ProveAllReport, error
 	}
 	rep := &ProveAllReport{Prefix: opts.Template.Layout.RootPrefix(), Parallel: opts.Parallel,
 		Clusters: []ProveResult{}, Failed: []string{}, Inconclusive: []string{}}
-	// The listing has its own deadline: a frozen store is named, not waited on.
-	lctx, cancel := context.WithTimeout(ctx, listTimeout(opts.Template.Timeout))
-	ids, err := JournalClusters(lctx, opts.Template)
-	cancel()
-	if err != nil {
-		if ctx.Err() != nil {
-			return rep, ctx.Err()
-		}
-		return rep, &ProveAllError{Err: fmt.Errorf("step %q: list the journals under %q: %w", "list clusters", opts.Template.Layout.JournalPrefix(""), err)}
-	}
+	// The listings have their own deadline: a frozen store is named, not waited on.
+	var ids []string
 	if k := opts.Kube; k != nil {
 		rep.Namespace = k.Namespace
 		kctx, cancel := context.WithTimeout(ctx, listTimeout(opts.Template.Timeout))
@@ -205,8 +222,27 @@ func ProveAll(ctx context.Context, opts ProveAllOptions) (*ProveAllReport, error
 			}
 			return rep, &ProveAllError{Err: fmt.Errorf("step %q: %w", "list EtcdClusters", err)}
 		}
-		ids, rep.Others = NamespaceClusters(ids, names)
-		log.Info("proving the EtcdClusters of the namespace only", "namespace", k.Namespace, "clusters", len(ids), "otherClusters", rep.Others)
+		lctx, cancel := context.WithTimeout(ctx, listTimeout(opts.Template.Timeout))
+		ids, rep.NoJournal, err = NamespaceJournals(lctx, opts.Template, names)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return rep, ctx.Err()
+			}
+			return rep, &ProveAllError{Err: fmt.Errorf("step %q: list the journals of the namespace's EtcdClusters: %w", "list clusters", err)}
+		}
+		log.Info("proving the EtcdClusters of the namespace only", "namespace", k.Namespace, "clusters", len(ids), "withoutJournal", rep.NoJournal)
+	} else {
+		lctx, cancel := context.WithTimeout(ctx, listTimeout(opts.Template.Timeout))
+		var err error
+		ids, err = JournalClusters(lctx, opts.Template)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return rep, ctx.Err()
+			}
+			return rep, &ProveAllError{Err: fmt.Errorf("step %q: list the journals under %q: %w", "list clusters", opts.Template.Layout.JournalPrefix(""), err)}
+		}
 	}
 	log.Info("proving the journal before every unproven backup", "clusters", len(ids), "parallel", opts.Parallel)
 	rep.Clusters = make([]ProveResult, len(ids))
@@ -335,8 +371,8 @@ func (r *ProveAllReport) Table() output.Table {
 	t.Footer = fmt.Sprintf("%s with a journal under %s: %d failed, %d inconclusive.\n",
 		output.Count(len(r.Clusters), "cluster"), r.Prefix, len(r.Failed), len(r.Inconclusive))
 	if r.Namespace != "" {
-		t.Footer = fmt.Sprintf("%s (EtcdClusters of namespace %s) with a journal under %s: %d failed, %d inconclusive; %d other cluster(s) with a journal not proven here.\n",
-			output.Count(len(r.Clusters), "cluster"), r.Namespace, r.Prefix, len(r.Failed), len(r.Inconclusive), r.Others)
+		t.Footer = fmt.Sprintf("%s (EtcdClusters of namespace %s) with a journal under %s: %d failed, %d inconclusive; %d EtcdCluster(s) of the namespace without a journal.\n",
+			output.Count(len(r.Clusters), "cluster"), r.Namespace, r.Prefix, len(r.Failed), len(r.Inconclusive), r.NoJournal)
 	}
 	return t
 }

@@ -1,8 +1,10 @@
 package fleet_test
 
 import (
+	"context"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,36 +14,12 @@ import (
 	"github.com/armada/etcd-recovery/drill"
 	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 	"github.com/armada/etcd-recovery/kube"
 )
-
-// TestNamespaceClusters: the cluster ids with a journal that are
-// EtcdClusters of the namespace, in the journal listing's order, and the
-// count of the others; an EtcdCluster without a journal is not one.
-func TestNamespaceClusters(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		name             string
-		journaled, names []string
-		want             []string
-		others           int
-	}{
-		{"none journaled", nil, []string{"a"}, []string{}, 0},
-		{"no EtcdCluster", []string{"a", "b"}, nil, []string{}, 2},
-		{"intersection", []string{"a", "b", "c", "d"}, []string{"d", "b", "e"}, []string{"b", "d"}, 2},
-		{"all", []string{"a", "b"}, []string{"b", "a"}, []string{"a", "b"}, 0},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, others := fleet.NamespaceClusters(tc.journaled, tc.names)
-			if !slices.Equal(got, tc.want) || others != tc.others || got == nil {
-				t.Errorf("NamespaceClusters(%q, %q) = %q, %d; want %q, %d", tc.journaled, tc.names, got, others, tc.want, tc.others)
-			}
-		})
-	}
-}
 
 // TestProveAllNamespace: with Kube (a real kube-apiserver, the backup
 // Role's service account), ProveAll works on the cluster ids with a
@@ -92,22 +70,36 @@ func TestProveAllNamespace(t *testing.T) {
 		}
 		return out
 	}
-	rep, err := fleet.ProveAll(ctx, fleet.ProveAllOptions{Template: tmpl, Kube: sa})
+	listed := &listRecorder{Store: st}
+	tmplNS := tmpl
+	tmplNS.Store = listed
+	rep, err := fleet.ProveAll(ctx, fleet.ProveAllOptions{Template: tmplNS, Kube: sa})
 	if err != nil {
 		t.Fatalf("ProveAll with Kube: %v", err)
 	}
-	if got := ids(rep); !slices.Equal(got, []string{"mine-a", "mine-b"}) || rep.Others != 1 || rep.Namespace != ns {
-		t.Errorf("ProveAll with Kube: clusters %q, others %d, namespace %q; want [mine-a mine-b], 1, %s", got, rep.Others, rep.Namespace, ns)
+	if got := ids(rep); !slices.Equal(got, []string{"mine-a", "mine-b"}) || rep.NoJournal != 1 || rep.Namespace != ns {
+		t.Errorf("ProveAll with Kube: clusters %q, without a journal %d, namespace %q; want [mine-a mine-b], 1, %s", got, rep.NoJournal, rep.Namespace, ns)
 	}
-	if f := rep.Table().Footer; !strings.Contains(f, "namespace "+ns) || !strings.Contains(f, "1 other cluster(s)") {
-		t.Errorf("footer %q: want the namespace and the other clusters' count", f)
+	if f := rep.Table().Footer; !strings.Contains(f, "namespace "+ns) || !strings.Contains(f, "1 EtcdCluster(s) of the namespace without a journal") {
+		t.Errorf("footer %q: want the namespace and the count of its clusters without a journal", f)
+	}
+	// Only the namespace's own clusters' folders were listed, never the
+	// shared journal prefix (1,800 clusters' journals at fleet scale).
+	prefixes := listed.prefixes()
+	for _, p := range prefixes {
+		if p == layout.JournalPrefix("") || p == layout.RootPrefix() || strings.HasPrefix(p, layout.JournalPrefix("theirs")) {
+			t.Errorf("ProveAll with Kube listed %q: only the namespace's clusters' folders may be", p)
+		}
+	}
+	if !slices.Contains(prefixes, layout.JournalPrefix("mine-nojournal")) {
+		t.Errorf("ProveAll with Kube listed %q: want each EtcdCluster's journal folder", prefixes)
 	}
 	rep, err = fleet.ProveAll(ctx, fleet.ProveAllOptions{Template: tmpl})
 	if err != nil {
 		t.Fatalf("ProveAll without Kube: %v", err)
 	}
-	if got := ids(rep); !slices.Equal(got, []string{"mine-a", "mine-b", "theirs"}) || rep.Others != 0 || rep.Namespace != "" {
-		t.Errorf("ProveAll without Kube: clusters %q, others %d, namespace %q; want every id with a journal", got, rep.Others, rep.Namespace)
+	if got := ids(rep); !slices.Equal(got, []string{"mine-a", "mine-b", "theirs"}) || rep.NoJournal != 0 || rep.Namespace != "" {
+		t.Errorf("ProveAll without Kube: clusters %q, without a journal %d, namespace %q; want every id with a journal", got, rep.NoJournal, rep.Namespace)
 	}
 	// A listing the API refuses (a namespace the account has no Role in)
 	// fails the run, naming the step: never a fallback to every cluster.
@@ -119,4 +111,24 @@ func TestProveAllNamespace(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "list EtcdClusters") || !strings.Contains(err.Error(), otherNS) || len(rep.Clusters) != 0 {
 		t.Errorf("ProveAll in a namespace the account cannot list: %v, %d clusters; want an error naming the step and %s", err, len(rep.Clusters), otherNS)
 	}
+}
+
+// listRecorder is a store that records the prefixes it is asked to list.
+type listRecorder struct {
+	store.Store
+	mu     sync.Mutex
+	listed []string
+}
+
+func (l *listRecorder) List(ctx context.Context, prefix string) ([]store.ObjectInfo, error) {
+	l.mu.Lock()
+	l.listed = append(l.listed, prefix)
+	l.mu.Unlock()
+	return l.Store.List(ctx, prefix)
+}
+
+func (l *listRecorder) prefixes() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.listed)
 }
