@@ -268,6 +268,9 @@ type journalTarget struct {
 	id string
 	mu sync.Mutex
 	c  *kube.Cluster
+	// reconnect ends the running capture (gracefully: it writes what it
+	// holds) so that it starts again on the cluster's current endpoints.
+	reconnect context.CancelFunc
 }
 
 func (t *journalTarget) cluster() *kube.Cluster {
@@ -276,10 +279,32 @@ func (t *journalTarget) cluster() *kube.Cluster {
 	return t.c
 }
 
-func (t *journalTarget) set(c kube.Cluster) {
+// set records the cluster as discovered now; when its endpoints changed
+// (member pods replaced, their IPs new) it ends the running capture, whose
+// client knows only the old ones (clientv3 never learns new members by
+// itself), and reports true: the capture starts again at once on the new
+// endpoints, from where the stored segments end.
+func (t *journalTarget) set(c kube.Cluster) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	changed := t.c != nil && !sameEndpoints(t.c.Endpoints, c.Endpoints)
 	t.c = &c
+	if changed && t.reconnect != nil {
+		t.reconnect()
+		t.reconnect = nil
+	}
+	return changed
+}
+
+// capturing records the running capture's cancel (nil once it ended).
+func (t *journalTarget) capturing(cancel context.CancelFunc) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.reconnect = cancel
+}
+
+func sameEndpoints(a, b []string) bool {
+	return slices.Equal(slices.Sorted(slices.Values(a)), slices.Sorted(slices.Values(b)))
 }
 
 // runAll runs a capture per EtcdCluster, listing them every Rediscover.
@@ -318,7 +343,10 @@ func (j *journalAll) runAll(ctx context.Context) error {
 			}
 			seen[c.Name] = true
 			if r, ok := run[c.Name]; ok {
-				r.t.set(c)
+				if r.t.set(c) {
+					j.o.Log.Warn("journal: the etcdcluster's members changed: reconnecting to them", "cluster", c.Name, "namespace", k.Namespace,
+						"endpoints", strings.Join(c.Endpoints, ","), "source", c.EndpointSource)
+				}
 				continue
 			}
 			t := &journalTarget{id: c.Name}
@@ -461,7 +489,13 @@ func (j *journalAll) once(ctx context.Context, t *journalTarget, log *slog.Logge
 	co.Client, co.ClusterID, co.BaseBackup, co.BaseRev = client, t.id, base.Name, base.Rev
 	// Capture's lines name the cluster themselves.
 	co.Store, co.Layout, co.Log, co.Fence = o.Store, o.Layout, o.Log, o.Fence
-	if err := journal.Capture(ctx, co); err != nil {
+	// Ended early (set: the members changed), the capture stops as on a
+	// graceful stop and runCluster starts it again at once.
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	t.capturing(cancel)
+	defer t.capturing(nil)
+	if err := journal.Capture(cctx, co); err != nil {
 		return &base, &JournalError{ClusterID: t.id, Step: JournalStepCapture, Err: err}
 	}
 	return &base, nil
