@@ -240,7 +240,7 @@ func Capture(ctx context.Context, o CaptureOptions) error {
 			return &GapError{ClusterID: o.ClusterID, From: chain.Reach + 1, Reason: "the last stored segment cannot be continued", Err: err}
 		}
 	}
-	c := &capture{o: o, next: chain.Reach + 1, known: map[int64]bool{}}
+	c := &capture{o: o, next: chain.Reach + 1, known: map[int64]bool{}, written: map[string]bool{}}
 	if err := c.checkStart(ctx, chain.Reach, storedID); err != nil {
 		return err
 	}
@@ -297,6 +297,12 @@ type capture struct {
 	// closes counts the watches closed by the client in a row (no event
 	// delivered since): their backoff.
 	closes int
+	// written are the keys of the last segments this capture stored
+	// (writtenOrder, oldest first); overlapChecked when the store was last
+	// listed for another writer's (checkOverlap).
+	written        map[string]bool
+	writtenOrder   []writtenSeg
+	overlapChecked time.Time
 }
 
 func (c *capture) run(ctx context.Context) error {
@@ -308,7 +314,11 @@ func (c *capture) run(ctx context.Context) error {
 	go func() {
 		defer close(upDone)
 		for p := range c.upc {
-			if err := c.upload(upCtx, p); err != nil {
+			err := c.upload(upCtx, p)
+			if err == nil {
+				err = c.checkOverlap(upCtx, p)
+			}
+			if err != nil {
 				c.errc <- err
 				for range c.upc { // drop the rest: Capture is failing
 				}
