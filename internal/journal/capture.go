@@ -10,6 +10,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/objectio"
@@ -408,12 +410,12 @@ func (c *capture) run(ctx context.Context) error {
 				wch = c.watch(wctx)
 			}
 		case resp, ok := <-wch:
-			if ok && resp.Canceled && resp.Header.Revision == 0 && ctx.Err() == nil {
-				// Closed by the client, not by etcd (no header): a
-				// transport or size error clientv3 does not retry
-				// (ResourceExhausted among them). etcd still holds every
-				// revision: watched again from the next one after a
-				// backoff (a stall), never a gap.
+			if ok && ctx.Err() == nil && closedOverLimit(resp) {
+				// Closed by the client, not by etcd: a response over
+				// its receive limit (ResourceExhausted, which clientv3
+				// does not retry; fragments make it rare). etcd still
+				// holds every revision: watched again from the next one
+				// after a backoff (a stall), never a gap.
 				now := c.o.Now()
 				c.closes++
 				c.stalled(now, fmt.Sprintf("the watch was closed by the client: %v", resp.Err()))
@@ -938,4 +940,15 @@ func (c *capture) fenced(key string) error {
 			Detail: fmt.Sprintf("not written: the journal of cluster %s stopped at once, another writer may own the cluster", c.o.ClusterID), Err: err}
 	}
 	return nil
+}
+
+// closedOverLimit reports a watch closed by etcd's client because a
+// response exceeded its receive limit: canceled without a header or a
+// compaction, with gRPC's ResourceExhausted.
+func closedOverLimit(resp clientv3.WatchResponse) bool {
+	if !resp.Canceled || resp.CompactRevision != 0 || resp.Header.Revision != 0 {
+		return false
+	}
+	st, ok := status.FromError(resp.Err())
+	return ok && st.Code() == codes.ResourceExhausted
 }
