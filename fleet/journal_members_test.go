@@ -86,13 +86,19 @@ func TestJournalAllMembersReplaced(t *testing.T) {
 	for i, mem := range c.Etcd.Members[1:] {
 		memberPod(t, ctx, admin, jns, "rp", fmt.Sprintf("rp-new-%d", i), mem.ClientURL)
 	}
+	// m0 may have led: the first puts wait for an election (retried).
 	var last int64
 	for i := range 20 {
-		r, err := cli.Put(ctx, fmt.Sprintf("/registry/after/%d", i), "y")
-		if err != nil {
-			t.Fatal(err)
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			r, err := cli.Put(ctx, fmt.Sprintf("/registry/after/%d", i), "y")
+			if err == nil {
+				last = r.Header.Revision
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("put after m0 was killed: %v", err)
+			}
 		}
-		last = r.Header.Revision
 	}
 	waitReach(t, ctx, st, layout, "rp", last, logs)
 	if !strings.Contains(logs.String(), "members changed: reconnecting") {
