@@ -275,12 +275,70 @@ func (s *Source) Open(ctx context.Context, key string) (*SegmentReader, error) {
 // a revision received up to ReceivedEvery before t may be left out; none
 // received after t is included. A time before the journal's first
 // received revision is an error.
+//
+// It lists the segments once and reads headers by binary search on their
+// first receive time (segments in revision order were received in that
+// order), then the header found and the next: about log2(n) + 2 headers,
+// 17 for a week of 30 s segments (20,160), where reading every header took
+// one request each.
 func (s *Source) RevisionAt(ctx context.Context, t time.Time) (int64, error) {
-	_, hs, err := s.Headers(ctx)
+	all, err := ListSegments(ctx, s.st, s.layout, s.clusterID, 0)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("listing the journal of cluster %s: %w", s.clusterID, err)
+	}
+	segs := all.All
+	if len(segs) == 0 {
+		return 0, fmt.Errorf("%w of cluster %s under %s", ErrNoJournal, s.clusterID, s.layout.JournalPrefix(s.clusterID))
+	}
+	cache := map[int]Header{}
+	header := func(i int) (Header, error) {
+		if h, ok := cache[i]; ok {
+			return h, nil
+		}
+		r, err := s.Open(ctx, segs[i].Key)
+		if err != nil {
+			return Header{}, err
+		}
+		h := r.Header()
+		r.Close()
+		cache[i] = h
+		return h, nil
+	}
+	ms := t.UnixMilli()
+	found := -1
+	for lo, hi := 0, len(segs)-1; lo <= hi; {
+		mid := lo + (hi-lo)/2
+		h, err := header(mid)
+		if err != nil {
+			return 0, err
+		}
+		if first, ok := firstReceived(h); ok && first <= ms {
+			found, lo = mid, mid+1
+		} else {
+			hi = mid - 1
+		}
+	}
+	var hs []Header
+	for i := max(found, 0); i <= min(found+1, len(segs)-1); i++ {
+		h, err := header(i)
+		if err != nil {
+			return 0, err
+		}
+		hs = append(hs, h)
 	}
 	return RevisionAt(hs, t)
+}
+
+// firstReceived is the earliest receive time a header records.
+func firstReceived(h Header) (int64, bool) {
+	var first int64
+	ok := false
+	for _, at := range h.Received {
+		if !ok || at < first {
+			first, ok = at, true
+		}
+	}
+	return first, ok
 }
 
 // RevisionAt is Source.RevisionAt over headers already read.
