@@ -121,6 +121,11 @@ func (h *historyCheck) snapshot(tx *bolt.Tx, rev int64) error {
 		if int64(binary.BigEndian.Uint64(k[:8])) > rev {
 			break // the replayed events: after the snapshot
 		}
+		if len(v) == 0 {
+			// A revision bump's entry (etcdutl's --bump-revision and
+			// BumpRevision write an empty value): no key's change.
+			continue
+		}
 		uk, ok := kvKey(v)
 		if !ok {
 			return fmt.Errorf("key bucket entry at revision %d: not a key-value", int64(binary.BigEndian.Uint64(k[:8])))
