@@ -472,7 +472,8 @@ func (j *journalAll) once(ctx context.Context, t *journalTarget, log *slog.Logge
 	if err != nil {
 		return nil, &JournalError{ClusterID: t.id, Step: JournalStepBase, Err: err}
 	}
-	cfg, release, err := j.connect(ctx, t)
+	used := t.cluster()
+	cfg, release, err := j.connect(ctx, used)
 	defer release()
 	if err != nil {
 		return &base, &JournalError{ClusterID: t.id, Step: JournalStepConnect, Err: err}
@@ -495,6 +496,9 @@ func (j *journalAll) once(ctx context.Context, t *journalTarget, log *slog.Logge
 	defer cancel()
 	t.capturing(cancel)
 	defer t.capturing(nil)
+	if cur := t.cluster(); used != nil && cur != nil && !sameEndpoints(used.Endpoints, cur.Endpoints) {
+		cancel() // the members changed while it connected: again at once
+	}
 	if err := journal.Capture(cctx, co); err != nil {
 		return &base, &JournalError{ClusterID: t.id, Step: JournalStepCapture, Err: err}
 	}
@@ -503,8 +507,7 @@ func (j *journalAll) once(ctx context.Context, t *journalTarget, log *slog.Logge
 
 // connect is the cluster's etcd connection: Etcd for one cluster, its
 // EtcdCluster's (as last discovered) with Kube. release is never nil.
-func (j *journalAll) connect(ctx context.Context, t *journalTarget) (etcdconn.Config, func(), error) {
-	c := t.cluster()
+func (j *journalAll) connect(ctx context.Context, c *kube.Cluster) (etcdconn.Config, func(), error) {
 	if c == nil {
 		return j.o.Etcd, func() {}, nil
 	}

@@ -243,7 +243,7 @@ func Capture(ctx context.Context, o CaptureOptions) error {
 		}
 	}
 	c := &capture{o: o, next: chain.Reach + 1, known: map[int64]bool{}, written: map[string]bool{}}
-	if err := c.checkStart(ctx, chain.Reach, storedID); err != nil {
+	if err := c.checkStart(ctx, chain.Reach, len(chain.Segments), storedID); err != nil {
 		return err
 	}
 	c.warnEtcdBugs(ctx)
@@ -395,6 +395,9 @@ func (c *capture) run(ctx context.Context) error {
 				wch = c.rewatch(wctx)
 			}
 			if c.lineage != nil {
+				// Nothing received after the probe's start is kept: it
+				// may be the new history's, or another cluster's.
+				c.trimAfter(c.wd.probeReach)
 				return finish(c.lineage)
 			}
 			if len(c.events) == 0 || c.o.Now().Sub(c.started) < c.o.SegmentInterval {
@@ -951,4 +954,33 @@ func closedOverLimit(resp clientv3.WatchResponse) bool {
 	}
 	st, ok := status.FromError(resp.Err())
 	return ok && st.Code() == codes.ResourceExhausted
+}
+
+// trimAfter drops the buffered events after revision rev (a lineage
+// break found by a probe that started when the watch had delivered rev:
+// what came after may be the new history's).
+func (c *capture) trimAfter(rev int64) {
+	n := len(c.events)
+	for n > 0 && c.events[n-1].Rev > rev {
+		n--
+	}
+	if n == len(c.events) {
+		return
+	}
+	c.o.Log.Warn("journal: events received after the cluster was found to have gone back are not stored", "cluster", c.o.ClusterID,
+		"from", rev+1, "dropped", len(c.events)-n)
+	c.events = c.events[:n]
+	for r := range c.received {
+		if r > rev {
+			delete(c.received, r)
+		}
+	}
+	leases := c.leases[:0]
+	for _, l := range c.leases {
+		if l.Rev <= rev {
+			leases = append(leases, l)
+		}
+	}
+	c.leases = leases
+	c.ttlPending = c.ttlPending[:0]
 }

@@ -87,10 +87,17 @@ const lineageTimeout = 10 * time.Second
 // segment names storedID ("" unknown: a segment written before segments
 // recorded it, or none). A cluster that does not answer is not judged
 // here (the watch and its probes judge it later).
-func (c *capture) checkStart(ctx context.Context, reach int64, storedID string) error {
-	sealed, err := c.sealed(ctx, reach)
-	if err != nil {
-		return err
+func (c *capture) checkStart(ctx context.Context, reach int64, segments int, storedID string) error {
+	// A gap record seals stored segments; a journal starting afresh from
+	// a backup (no segment after it yet) continues nothing, even when a
+	// gap was recorded right after the backup's revision (the heal
+	// backup of an idle cluster is at the gap's start).
+	sealed := false
+	if segments > 0 {
+		var err error
+		if sealed, err = c.sealed(ctx, reach); err != nil {
+			return err
+		}
 	}
 	gctx, cancel := context.WithTimeout(ctx, lineageTimeout)
 	r, err := c.o.Client.Get(gctx, probeKey, clientv3.WithCountOnly())
@@ -142,6 +149,12 @@ func (c *capture) sealed(ctx context.Context, reach int64) (bool, error) {
 // cluster than the one journaled is a lineage break (nothing of it is
 // taken).
 func (c *capture) checkResponse(resp clientv3.WatchResponse) error {
+	if rev := resp.Header.Revision; rev > 0 && rev < c.next-1 && c.wd.wctx != nil && c.wd.probeAt.IsZero() {
+		// The member answering is behind what the watch delivered: a
+		// member catching up, or a cluster that went back. The probe's
+		// linearizable read decides, now rather than after a silence.
+		c.probe(c.o.Now(), c.watchStallTimeout())
+	}
 	id := EtcdID(resp.Header.ClusterId)
 	switch {
 	case id == "":

@@ -194,3 +194,38 @@ func assertReach(t *testing.T, ctx context.Context, st *memstore.Store, layout c
 		t.Fatalf("the journal: reach %d (%v %v, %d segments stored, %d chained), want it to end at %d with nothing of the new history", chain.Reach, err, chain.Problem, len(chain.All), len(chain.Segments), want)
 	}
 }
+
+// The heal after an ordinary gap on an idle cluster: the gap was recorded
+// at R+1 and the full backup that heals it is at R (nothing written since).
+// A journal starting afresh from that backup continues no stored segment,
+// so the record does not seal it: it journals, no lineage break.
+func TestCaptureAfterAGapOnAnIdleCluster(t *testing.T) {
+	t.Parallel()
+	ctx := testfix.Context(t, 60*time.Second)
+	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
+	cli := c.Client(t)
+	r, err := cli.Get(ctx, "nothing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := r.Header.Revision
+	st := memstore.New()
+	layout := catalog.Layout{Prefix: testenv.Prefix(t)}
+	if _, err := st.Put(ctx, layout.JournalGapKey("c1", base+1), bytes.NewReader([]byte("{}"))); err != nil {
+		t.Fatal(err)
+	}
+	o := captureOptions(cli, st, layout, objectio.Encoding{Compression: catalog.CompressZstd}, base, t)
+	stop := startCapture(ctx, o)
+	var last int64
+	for i := range 3 {
+		p, err := cli.Put(ctx, fmt.Sprint("/k", i), "v")
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = p.Header.Revision
+	}
+	waitReach(t, ctx, st, layout, base, last)
+	if err := stop(); err != nil {
+		t.Fatalf("the capture from the heal backup: %v", err)
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/armada/etcd-recovery/internal/catalog"
 )
 
 // OverlapCheckEvery is how often (at most) a capture lists its cluster's
@@ -14,7 +16,7 @@ const OverlapCheckEvery = 30 * time.Second
 // overlapKeep is how many of its own latest segments a capture compares
 // the store's with: a second writer's segment over revisions older than
 // those is not looked for (journal retention and the proofs see it).
-const overlapKeep = 256
+const overlapKeep = 64
 
 // checkOverlap runs after each segment this capture stored, at most every
 // OverlapCheckEvery (and always on its first segment): a segment it did not
@@ -40,18 +42,26 @@ func (c *capture) checkOverlap(ctx context.Context, p pending) error {
 		return nil
 	}
 	c.overlapChecked = now
-	// Bounded tighter than an upload: it holds the uploader up.
+	from := c.writtenOrder[0].first
+	// Bounded tighter than an upload: it holds the uploader up. Only the
+	// keys that share the decimal prefix of the revisions compared are
+	// listed (keys are <first %016d>-<last %016d>.seg): a few hundred
+	// keys, not the cluster's whole journal (20,000 a week).
 	lctx, cancel := context.WithTimeout(ctx, min(c.o.UploadTimeout, 10*time.Second))
 	defer cancel()
-	chain, err := ListSegments(lctx, c.o.Store, c.o.Layout, c.o.ClusterID, 0)
+	objs, err := c.o.Store.List(lctx, c.o.Layout.JournalPrefix(c.o.ClusterID)+revPrefix(from, p.h.LastRev))
 	if err != nil {
-		// A store that cannot be listed now is checked at the next segment.
-		c.o.Log.Warn("journal: listing the segments for another writer's failed; checked again at the next segment", "cluster", c.o.ClusterID, "err", err)
-		c.overlapChecked = time.Time{}
+		// Checked again after OverlapCheckEvery: a slow store is not
+		// listed at every segment.
+		c.o.Log.Warn("journal: listing the segments for another writer's failed; checked again later", "cluster", c.o.ClusterID, "err", err)
 		return nil
 	}
-	from := c.writtenOrder[0].first
-	for _, s := range chain.All {
+	for _, o := range objs {
+		ki := c.o.Layout.Classify(o.Key)
+		if ki.Kind != catalog.KeyJournal || ki.ClusterID != c.o.ClusterID {
+			continue
+		}
+		s := SegmentInfo{Key: o.Key, FirstRev: ki.FirstRev, LastRev: ki.LastRev}
 		if c.written[s.Key] || s.LastRev < from || s.FirstRev > p.h.LastRev {
 			continue
 		}
@@ -64,4 +74,16 @@ func (c *capture) checkOverlap(ctx context.Context, p pending) error {
 type writtenSeg struct {
 	key   string
 	first int64
+}
+
+// revPrefix is the longest common prefix of revisions a and b as segment
+// keys write them (16 digits, zero-padded): every key whose first
+// revision lies between them starts with it.
+func revPrefix(a, b int64) string {
+	x, y := fmt.Sprintf("%016d", a), fmt.Sprintf("%016d", b)
+	n := 0
+	for n < len(x) && x[n] == y[n] {
+		n++
+	}
+	return x[:n]
 }
