@@ -2,6 +2,7 @@ package fleet_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
+	"github.com/armada/etcd-recovery/restore"
 )
 
 // A cluster whose data is replaced by a new history under the same name
@@ -54,16 +56,6 @@ func TestJournalLineageBreak(t *testing.T) {
 		stop()
 		<-done
 	}()
-	var last int64
-	for i := range 20 {
-		r, err := cli.Put(ctx, fmt.Sprintf("/registry/old/%d", i%4), fmt.Sprint(i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		last = r.Header.Revision
-	}
-	waitReach(t, ctx, st, layout, id, last, logs)
-	gaps = append(gaps, <-gapc) // no base at first: its backup
 	backups := func() int {
 		t.Helper()
 		entries, err := catalog.Inventory(ctx, st, layout, id)
@@ -72,6 +64,21 @@ func TestJournalLineageBreak(t *testing.T) {
 		}
 		return len(entries)
 	}
+	gaps = append(gaps, <-gapc) // no base at first: its backup
+	for deadline := time.Now().Add(30 * time.Second); backups() == 0; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no first backup; log:\n%s", testfix.LastLines(logs.String(), 20))
+		}
+	}
+	var last int64
+	for i := range 60 {
+		r, err := cli.Put(ctx, fmt.Sprintf("/registry/old/%d", i%4), fmt.Sprint(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = r.Header.Revision
+	}
+	waitReach(t, ctx, st, layout, id, last, logs)
 	if n := backups(); n != 1 {
 		t.Fatalf("%d backups before the break, want the first one", n)
 	}
@@ -109,6 +116,43 @@ func TestJournalLineageBreak(t *testing.T) {
 		t.Fatalf("the journal reaches %d (%v), want it to end at %d", ch.Reach, err, last)
 	}
 
+	// A backup of the new history below the old end (as the CronJob
+	// takes them): a point-in-time restore from it would replay the old
+	// history's segments onto it. Refused at selection, naming the break.
+	entries, err := catalog.ListBackups(ctx, st, layout, id)
+	if err != nil || len(entries) != 1 || entries[0].Manifest == nil {
+		t.Fatalf("backups: %+v %v", entries, err)
+	}
+	for rev := int64(0); rev <= entries[0].Manifest.Revision(); {
+		r, err := cli.Put(ctx, "/registry/new/early", "n")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev = r.Header.Revision
+	}
+	nb, err := backup.Run(ctx, backup.Options{ClusterID: id, Etcd: testfix.EtcdConfig(c), Store: st, Layout: layout, V2: backup.V2Off, Kind: catalog.KindManual})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nb.Manifest.Revision() >= last {
+		t.Fatalf("the new history's backup is at revision %d, want it below the old end %d (the test's premise)", nb.Manifest.Revision(), last)
+	}
+	ropts := restore.Options{ClusterID: id, Store: st, Layout: layout, NoLive: true, DryRun: true, ToRevision: last,
+		Journal: journal.NewSource(st, layout, id, nil)}
+	_, _, err = restore.SelectSnapshot(ctx, ropts, t.TempDir())
+	var le *restore.LineageError
+	if !errors.As(err, &le) || le.Backup != nb.Manifest.Name || le.End != last {
+		t.Fatalf("a point-in-time restore from the new history's backup %s over the old journal: %v, want a LineageError", nb.Manifest.Name, err)
+	}
+	// From the old history's backup, within the old history: allowed.
+	ropts.Backup = entries[0].Manifest.Name
+	if _, _, err := restore.SelectSnapshot(ctx, ropts, t.TempDir()); err != nil {
+		t.Fatalf("a point-in-time restore of the old history: %v", err)
+	}
+	if n := backups(); n != 2 {
+		t.Fatalf("%d backups, want the first and the new history's", n)
+	}
+
 	// The new history passes the journal's end: healed as a gap.
 	var now int64
 	for i := int64(0); i <= last; i++ {
@@ -119,8 +163,8 @@ func TestJournalLineageBreak(t *testing.T) {
 		now = r.Header.Revision
 	}
 	waitReach(t, ctx, st, layout, id, now, logs)
-	if n := backups(); n != 2 {
-		t.Fatalf("%d backups once past the end, want the one that heals it", n)
+	if n := backups(); n != 3 {
+		t.Fatalf("%d backups once past the end, want the one that heals it too", n)
 	}
 	if recorded, _ = fleet.JournalGaps(ctx, st, layout, id); len(recorded) != 2 {
 		t.Fatalf("gap records: %+v, want no third (the heal's gap is the break's)", recorded)

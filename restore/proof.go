@@ -45,6 +45,9 @@ func checkJournalProof(ctx context.Context, opts Options, plan *Plan) (string, e
 	if opts.ToRevision <= 0 || chosen == nil || chosen.survivor || opts.ToRevision <= chosen.Revision {
 		return "", nil
 	}
+	if step, err := checkLineage(ctx, opts, plan); err != nil {
+		return step, err
+	}
 	proofs, err := catalog.ListJournalProofs(ctx, opts.Store, opts.Layout, opts.ClusterID)
 	if err != nil {
 		if opts.AcceptUnprovenJournal && ctx.Err() == nil {

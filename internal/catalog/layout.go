@@ -357,7 +357,13 @@ var journalGapRe = regexp.MustCompile(`^(\d{16})\.json$`)
 // create-only, once per gap; segments never match it (ListSegments reads
 // KeyJournal keys only).
 func (l Layout) JournalGapKey(clusterID string, from int64) string {
-	return l.JournalPrefix(clusterID) + journalGapsDir + fmt.Sprintf("%016d.json", from)
+	return l.JournalGapsPrefix(clusterID) + fmt.Sprintf("%016d.json", from)
+}
+
+// JournalGapsPrefix is the folder of a cluster's gap records:
+// <prefix>/_journal/<cluster>/gaps/.
+func (l Layout) JournalGapsPrefix(clusterID string) string {
+	return l.JournalPrefix(clusterID) + journalGapsDir
 }
 
 func (l Layout) underRoot(dir, clusterID string) string {

@@ -1,0 +1,124 @@
+package restore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/armada/etcd-recovery/internal/catalog"
+)
+
+// CheckLineage is the plan's check that a point-in-time restore's backup
+// and journal are of one history (see checkLineage).
+const CheckLineage = "journal lineage"
+
+// lineageBreak is a journal gap record of a lineage break, as the journal
+// job writes it (fleet.JournalGap: its from, lineage, time and reason
+// fields): the cluster's history was found not to be the journal's (a
+// restore without a revision bump, a recreated cluster); the journal's
+// old history ends at From - 1.
+type lineageBreak struct {
+	From    int64     `json:"from"`
+	Lineage bool      `json:"lineage"`
+	Time    time.Time `json:"time"`
+	Reason  string    `json:"reason"`
+	key     string
+}
+
+// LineageError is a point-in-time restore refused because its backup is of
+// the history that began when the cluster went back, while the journal at
+// the revisions the replay needs holds the old history: replaying it would
+// splice two histories into a state that never existed.
+type LineageError struct {
+	ClusterID string
+	Backup    string
+	Revision  int64
+	Break     string // the gap record's key
+	End       int64  // the old history's last journaled revision
+	Found     time.Time
+}
+
+func (e *LineageError) Error() string {
+	return fmt.Sprintf("cluster %s: backup %s (revision %d) was taken after its history restarted (the lineage break recorded at %s, found %s: the journal's old history ends at revision %d), "+
+		"and the journal holds only the old history's revisions after %d: a replay would splice two histories; restore backup %s as it is (without --to-*), or to a revision of the old history from a backup taken before the break",
+		e.ClusterID, e.Backup, e.Revision, e.Break, e.Found.UTC().Format(time.RFC3339), e.End, e.Revision, e.Backup)
+}
+
+// splices reports the lineage break by which a replay from backup b up to
+// toRev would splice histories: b was taken after the break was found and
+// is below the old history's end, so the segments after it are the old
+// history's (the journal stores nothing of the new history below the old
+// end). A backup taken between the restore and the break's detection (a
+// probe's time) is not told apart here; the replay's key-by-key check
+// (etcdinternals.HistoryError) is the guard there.
+func splices(breaks []lineageBreak, b Candidate, toRev int64) *lineageBreak {
+	if toRev <= b.Revision {
+		return nil
+	}
+	for i := range breaks {
+		l := &breaks[i]
+		if l.Lineage && b.Time.After(l.Time) && b.Revision < l.From-1 {
+			return l
+		}
+	}
+	return nil
+}
+
+// lineageBreaks reads the cluster's gap records that are lineage breaks.
+func lineageBreaks(ctx context.Context, opts Options) ([]lineageBreak, error) {
+	objs, err := opts.Store.List(ctx, opts.Layout.JournalGapsPrefix(opts.ClusterID))
+	if err != nil {
+		return nil, fmt.Errorf("list the journal's gap records: %w", err)
+	}
+	var out []lineageBreak
+	for _, o := range objs {
+		if ki := opts.Layout.Classify(o.Key); ki.Kind != catalog.KeyJournalGap || ki.ClusterID != opts.ClusterID {
+			continue
+		}
+		body, err := opts.Store.Get(ctx, o.Key)
+		if err != nil {
+			return nil, fmt.Errorf("read the gap record %s: %w", o.Key, err)
+		}
+		b, err := io.ReadAll(io.LimitReader(body, 1<<20))
+		body.Close()
+		if err != nil {
+			return nil, fmt.Errorf("read the gap record %s: %w", o.Key, err)
+		}
+		var l lineageBreak
+		if err := json.Unmarshal(b, &l); err != nil {
+			return nil, fmt.Errorf("the gap record %s: %w", o.Key, err)
+		}
+		if l.Lineage {
+			l.key = o.Key
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}
+
+// checkLineage is the select stage's check, with checkJournalProof, of a
+// point-in-time restore's chosen backup against the lineage breaks (gates
+// every candidate, fallbacks included): a splice (see splices) is a
+// *LineageError, never replayed.
+func checkLineage(ctx context.Context, opts Options, plan *Plan) (string, error) {
+	chosen := plan.Chosen
+	if opts.ToRevision <= 0 || chosen == nil || chosen.survivor || opts.ToRevision <= chosen.Revision {
+		return "", nil
+	}
+	breaks, err := lineageBreaks(ctx, opts)
+	if err != nil {
+		return StepList, err
+	}
+	if l := splices(breaks, *chosen, opts.ToRevision); l != nil {
+		lerr := &LineageError{ClusterID: opts.ClusterID, Backup: chosen.Name, Revision: chosen.Revision, Break: l.key, End: l.From - 1, Found: l.Time}
+		plan.Checks = append(plan.Checks, Check{Name: CheckLineage, Status: CheckFailed, Detail: lerr.Error()})
+		return StepSelect, lerr
+	}
+	if len(breaks) > 0 {
+		plan.Checks = append(plan.Checks, Check{Name: CheckLineage, Status: CheckPassed,
+			Detail: fmt.Sprintf("backup %s and the journal after it are of one history (%d lineage break(s) recorded, none between them)", chosen.Name, len(breaks))})
+	}
+	return "", nil
+}
