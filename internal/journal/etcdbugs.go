@@ -59,7 +59,7 @@ func (c *capture) warnEtcdBugs(ctx context.Context) {
 			continue
 		}
 		if CompactionBug(st.Version) {
-			c.o.Log.Error(fmt.Sprintf("journal: etcd %s has a known watch bug: a compaction at exactly the revision a watch resumes from can drop a delete (etcd #18089, #19179); "+
+			c.o.Log.Error(fmt.Sprintf("journal: etcd %s has a known watch bug: a compaction at exactly the revision a watch resumes from can drop a delete (an etcd bug fixed in 3.4.34 and 3.5.16); "+
 				"upgrade the members to 3.4.34, 3.5.16 or later. Restores check every replayed change against the state before it and refuse an inexact journal, "+
 				"but a dropped delete of a key never written again is not seen", st.Version),
 				"cluster", c.o.ClusterID, "endpoint", ep, "etcdVersion", st.Version)
