@@ -4,14 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/fleet"
@@ -84,7 +81,7 @@ func TestJournalAllMembersReplaced(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, mem := range c.Etcd.Members[1:] {
-		memberPod(t, ctx, admin, jns, "rp", fmt.Sprintf("rp-new-%d", i), mem.ClientURL)
+		kubetest.MemberPod(t, ctx, admin, jns, "rp", fmt.Sprintf("rp-new-%d", i), mem.ClientURL)
 	}
 	// m0 may have led: the first puts wait for an election (retried).
 	var last int64
@@ -106,32 +103,5 @@ func TestJournalAllMembersReplaced(t *testing.T) {
 	}
 	if gaps, err := fleet.JournalGaps(ctx, st, layout, "rp"); err != nil || len(gaps) != 1 {
 		t.Errorf("gap records %+v %v: want only the first one (no base backup at first), none for the replaced pods", gaps, err)
-	}
-}
-
-// memberPod creates a running pod of the EtcdCluster whose "client" port
-// and IP are those of clientURL, as AddEtcdCluster's.
-func memberPod(tb testing.TB, ctx context.Context, cs kubernetes.Interface, ns, cluster, name, clientURL string) {
-	tb.Helper()
-	u, err := url.Parse(clientURL)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var port int32
-	if _, err := fmt.Sscan(u.Port(), &port); err != nil {
-		tb.Fatal(err)
-	}
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{kube.LabelApp: "etcd", kube.LabelCluster: cluster}},
-		Spec: corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "etcd", Image: "quay.io/coreos/etcd:v3.5.35",
-			Ports: []corev1.ContainerPort{{Name: "client", ContainerPort: port}, {Name: "peer", ContainerPort: 2380}}}}},
-	}
-	created, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	created.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: u.Hostname(), PodIPs: []corev1.PodIP{{IP: u.Hostname()}}}
-	if _, err := cs.CoreV1().Pods(ns).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-		tb.Fatal(err)
 	}
 }

@@ -351,15 +351,8 @@ func TestApplyEventsRefusesAnotherHistory(t *testing.T) {
 		}, "", "the journal is not a history of this snapshot"},
 	}
 	for _, c := range cases {
-		path := filepath.Join(t.TempDir(), "db")
-		b, err := os.ReadFile(snap)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		_, err = ApplyEvents(path, seqOf(c.evs()), leases)
+		path := copied(t, snap, filepath.Join(t.TempDir(), "db"))
+		_, err := ApplyEvents(path, seqOf(c.evs()), leases)
 		var he *HistoryError
 		if !errors.As(err, &he) || !strings.Contains(err.Error(), c.want) || (c.key != "" && string(he.Key) != c.key) {
 			t.Errorf("%s: %v, want a HistoryError of key %q saying %q", c.name, err, c.key, c.want)

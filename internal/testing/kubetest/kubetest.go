@@ -15,11 +15,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
-	"strings"
 	"testing"
 	"time"
 
@@ -314,24 +314,7 @@ func AddEtcdCluster(tb testing.TB, cs kubernetes.Interface, dyn dynamic.Interfac
 		tb.Fatal(err)
 	}
 	for i, ep := range c.Endpoints() {
-		port := strings.TrimPrefix(ep, "https://"+opts.IP+":")
-		var p int32
-		if _, err := fmt.Sscan(port, &p); err != nil {
-			tb.Fatalf("kubetest: endpoint %s: %v", ep, err)
-		}
-		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%04d", name, i), Labels: map[string]string{kube.LabelApp: "etcd", kube.LabelCluster: name}},
-			Spec: corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "etcd", Image: "quay.io/coreos/etcd:v3.5.35",
-				Ports: []corev1.ContainerPort{{Name: "client", ContainerPort: p}, {Name: "peer", ContainerPort: 2380}}}}},
-		}
-		created, err := cs.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{})
-		if err != nil {
-			tb.Fatal(err)
-		}
-		created.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: opts.IP, PodIPs: []corev1.PodIP{{IP: opts.IP}}}
-		if _, err := cs.CoreV1().Pods(namespace).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-			tb.Fatalf("pod status with IP %s: %v", opts.IP, err)
-		}
+		MemberPod(tb, ctx, cs, namespace, name, fmt.Sprintf("%s-%04d", name, i), ep)
 	}
 	return Cluster{Name: name, Etcd: c, UID: got.GetUID()}
 }
@@ -377,4 +360,33 @@ func EtcdRestoreObj(cluster string) *unstructured.Unstructured {
 		"spec": map[string]any{"etcdCluster": map[string]any{"name": cluster}, "backupStorageType": "S3",
 			"s3": map[string]any{"path": "bucket/" + cluster + "/snapshot.db", "awsSecret": "cos-credentials", "endpoint": "https://s3.example", "forcePathStyle": true}},
 	}}
+}
+
+// MemberPod creates a running pod of the EtcdCluster cluster named name
+// whose IP and "client" container port are those of the member's
+// clientURL: no kubelet runs, the status is written through the status
+// subresource (AddEtcdCluster's pods; a test replaces pods with it).
+func MemberPod(tb testing.TB, ctx context.Context, cs kubernetes.Interface, namespace, cluster, name, clientURL string) {
+	tb.Helper()
+	u, err := url.Parse(clientURL)
+	if err != nil {
+		tb.Fatalf("kubetest: endpoint %s: %v", clientURL, err)
+	}
+	var port int32
+	if _, err := fmt.Sscan(u.Port(), &port); err != nil {
+		tb.Fatalf("kubetest: endpoint %s: %v", clientURL, err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{kube.LabelApp: "etcd", kube.LabelCluster: cluster}},
+		Spec: corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "etcd", Image: "quay.io/coreos/etcd:v3.5.35",
+			Ports: []corev1.ContainerPort{{Name: "client", ContainerPort: port}, {Name: "peer", ContainerPort: 2380}}}}},
+	}
+	created, err := cs.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	created.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: u.Hostname(), PodIPs: []corev1.PodIP{{IP: u.Hostname()}}}
+	if _, err := cs.CoreV1().Pods(namespace).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		tb.Fatalf("pod status with IP %s: %v", u.Hostname(), err)
+	}
 }
