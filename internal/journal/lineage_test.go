@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/objectio"
@@ -30,17 +32,9 @@ import (
 func TestCaptureLineage(t *testing.T) {
 	t.Parallel()
 	ctx := testfix.Context(t, 90*time.Second)
-	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
-	cli := c.Client(t)
-	testenv.PutKeys(t, cli, "/before/", 10, 16)
-	r, err := cli.Get(ctx, "nothing")
-	if err != nil {
-		t.Fatal(err)
-	}
-	base, oldID := r.Header.Revision, journal.EtcdID(r.Header.ClusterId)
-	st := memstore.New()
-	layout := catalog.Layout{Prefix: testenv.Prefix(t)}
-	o := captureOptions(cli, st, layout, objectio.Encoding{Compression: catalog.CompressZstd}, base, t)
+	rig := newCaptureRig(t, ctx)
+	c, cli, base, st, layout, o := rig.etcd, rig.cli, rig.base, rig.st, rig.layout, rig.o
+	oldID := rig.etcdID
 	o.WatchStallTimeout = 2 * time.Second
 	stop := startCapture(ctx, o)
 	var last int64
@@ -76,7 +70,7 @@ func TestCaptureLineage(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r, err = cli.Get(ctx, "nothing")
+	r, err := cli.Get(ctx, "nothing")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,19 +196,11 @@ func assertReach(t *testing.T, ctx context.Context, st *memstore.Store, layout c
 func TestCaptureAfterAGapOnAnIdleCluster(t *testing.T) {
 	t.Parallel()
 	ctx := testfix.Context(t, 60*time.Second)
-	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
-	cli := c.Client(t)
-	r, err := cli.Get(ctx, "nothing")
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := r.Header.Revision
-	st := memstore.New()
-	layout := catalog.Layout{Prefix: testenv.Prefix(t)}
+	rig := newCaptureRig(t, ctx)
+	cli, base, st, layout, o := rig.cli, rig.base, rig.st, rig.layout, rig.o
 	if _, err := st.Put(ctx, layout.JournalGapKey("c1", base+1), bytes.NewReader([]byte("{}"))); err != nil {
 		t.Fatal(err)
 	}
-	o := captureOptions(cli, st, layout, objectio.Encoding{Compression: catalog.CompressZstd}, base, t)
 	stop := startCapture(ctx, o)
 	var last int64
 	for i := range 3 {
@@ -228,4 +214,31 @@ func TestCaptureAfterAGapOnAnIdleCluster(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatalf("the capture from the heal backup: %v", err)
 	}
+}
+
+// captureRig is a capture's world on a real single-member etcd 3.5 (the
+// base: its revision now) and an in-memory store.
+type captureRig struct {
+	etcd   *testenv.EtcdCluster
+	cli    *clientv3.Client
+	base   int64
+	etcdID string
+	st     *memstore.Store
+	layout catalog.Layout
+	o      journal.CaptureOptions
+}
+
+func newCaptureRig(tb testing.TB, ctx context.Context) *captureRig {
+	tb.Helper()
+	c := testenv.StartEtcd(tb, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
+	cli := c.Client(tb)
+	r, err := cli.Get(ctx, "nothing")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	rig := &captureRig{etcd: c, cli: cli, base: r.Header.Revision, etcdID: journal.EtcdID(r.Header.ClusterId), st: memstore.New(),
+		layout: catalog.Layout{Prefix: testenv.Prefix(tb)}}
+	rig.o = journal.CaptureOptions{Client: cli, ClusterID: "c1", BaseBackup: "base-1", BaseRev: rig.base, Store: rig.st, Layout: rig.layout,
+		Encoding: objectio.Encoding{Compression: catalog.CompressZstd}, SegmentInterval: time.Second, Log: testfix.Logger(tb)}
+	return rig
 }

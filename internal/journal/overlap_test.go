@@ -8,11 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
-	"github.com/armada/etcd-recovery/internal/objectio"
-	"github.com/armada/etcd-recovery/internal/store/memstore"
-	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
 
@@ -25,16 +21,8 @@ import (
 func TestCaptureFindsASecondWriter(t *testing.T) {
 	t.Parallel()
 	ctx := testfix.Context(t, 60*time.Second)
-	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
-	cli := c.Client(t)
-	r, err := cli.Get(ctx, "nothing")
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := r.Header.Revision
-	st := memstore.New()
-	layout := catalog.Layout{Prefix: testenv.Prefix(t)}
-	o := captureOptions(cli, st, layout, objectio.Encoding{Compression: catalog.CompressZstd}, base, t)
+	rig := newCaptureRig(t, ctx)
+	cli, o := rig.cli, rig.o
 	wctx, wcancel := context.WithCancel(ctx)
 	defer wcancel()
 	go func() {
