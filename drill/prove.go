@@ -267,7 +267,16 @@ func ProveJournal(ctx context.Context, opts ProveOptions) (*catalog.JournalProof
 	}
 	ro := proofRestoreOptions(opts, scratch, "base", pair.Base.Name)
 	if err := restore.Replay(ctx, ro, plan, basePath, restore.ReplayOptions{ToRevision: want.Revision, Journal: src}); err != nil {
-		return fail(ProveStepReplay, err)
+		if !journal.IsReason(err, journal.ReasonForged) {
+			return fail(ProveStepReplay, err)
+		}
+		// A segment that is not the one its chain names is a verdict, not
+		// an inconclusive proof: the journal was written over.
+		p := &catalog.JournalProof{Format: catalog.JournalProofFormat, ClusterID: opts.ClusterID,
+			Base: pair.Base.Name, BaseRevision: baseRev, Target: pair.Target.Name, TargetRevision: want.Revision,
+			Segments: segs, Proven: src.Read(), Verdict: catalog.ProofFailed, Detail: "the journal's chain is broken: " + err.Error(),
+			Want: catalog.ProofHash{Revision: want.Revision}, Time: opts.Now().UTC(), Duration: time.Since(start), ToolVersion: version.Version}
+		return recordProof(ctx, opts, log, p)
 	}
 	got, err := etcdinternals.DatabaseRevisions(basePath)
 	if err != nil {
@@ -293,6 +302,14 @@ func ProveJournal(ctx context.Context, opts ProveOptions) (*catalog.JournalProof
 	if plan.Replay != nil {
 		p.Events = plan.Replay.Events
 	}
+	p.Proven = src.Read()
+	for _, r := range src.Replaced() {
+		p.Replaced = append(p.Replaced, r.Key)
+	}
+	if len(p.Replaced) > 0 {
+		log.Error("journal segments were written over after the journal wrote them: their own (earliest) versions were proven, the newer ones passed over",
+			"segments", p.Replaced)
+	}
 	switch {
 	case got.Revision != want.Revision:
 		p.Verdict = catalog.ProofFailed
@@ -302,14 +319,19 @@ func ProveJournal(ctx context.Context, opts ProveOptions) (*catalog.JournalProof
 		p.Detail = fmt.Sprintf("HashKV at revision %d (compact revision %d): backup %s plus %d journal events hashes %d, backup %s hashes %d",
 			want.Revision, compact, p.Base, p.Events, gotHash.Hash, p.Target, wantHash.Hash)
 	}
+	return recordProof(ctx, opts, log, p)
+}
+
+// recordProof records p (unless opts.NoRecord) and logs its verdict.
+func recordProof(ctx context.Context, opts ProveOptions, log *slog.Logger, p *catalog.JournalProof) (*catalog.JournalProof, error) {
 	if !opts.NoRecord {
 		if err := catalog.PutJournalProof(ctx, opts.Store, opts.Layout, p); err != nil {
-			return fail(ProveStepRecord, err)
+			return nil, &ProveError{ClusterID: opts.ClusterID, Target: opts.Target, At: ProveStepRecord, Err: err}
 		}
 	}
-	log.Info("journal proven", "base", p.Base, "target", p.Target, "revision", p.TargetRevision, "compact", compact,
-		"events", p.Events, "verdict", p.Verdict, "got_hash", gotHash.Hash, "want_hash", wantHash.Hash, "detail", p.Detail,
-		"duration", p.Duration.Round(time.Millisecond))
+	log.Info("journal proven", "base", p.Base, "target", p.Target, "revision", p.TargetRevision, "compact", p.Compact,
+		"events", p.Events, "verdict", p.Verdict, "got_hash", p.Got.Hash, "want_hash", p.Want.Hash, "detail", p.Detail,
+		"segments_replaced", len(p.Replaced), "duration", p.Duration.Round(time.Millisecond))
 	return p, nil
 }
 

@@ -58,6 +58,14 @@ func checkJournalProof(ctx context.Context, opts Options, plan *Plan) (string, e
 		return StepList, fmt.Errorf("%w (a point-in-time restore checks them; --accept-unproven-journal replays without)", err)
 	}
 	var failed, passed *catalog.JournalProof
+	if pin, ok := opts.Journal.(JournalPinner); ok {
+		// Every segment a passed proof replayed is read as proven.
+		for _, p := range proofs {
+			if !p.Failed() {
+				pin.Pin(p.Proven)
+			}
+		}
+	}
 	for _, p := range proofs {
 		switch {
 		case p.Failed() && p.Target != chosen.Name && chosen.Revision < p.TargetRevision && opts.ToRevision > p.BaseRevision:

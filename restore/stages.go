@@ -374,7 +374,38 @@ func Replay(ctx context.Context, opts Options, plan *Plan, path string, ro Repla
 		Detail: fmt.Sprintf("%d events of revisions %d to %d replayed: revision %d, %d live keys", rep.Events, rep.FromRevision+1,
 			rep.ToRevision, facts.StoreRevision(), facts.LiveKeys)})
 	log.Info("journal replayed", "from_revision", rep.FromRevision, "to_revision", rep.ToRevision, "events", rep.Events)
+	if rs, ok := ro.Journal.(JournalReplacedLister); ok {
+		for _, seg := range rs.Replaced() {
+			w := fmt.Sprintf("journal segment %s: its own (earliest) version %s was replayed; ", seg.Key, seg.VersionID)
+			if seg.Replaced > 0 {
+				w += fmt.Sprintf("%d newer version(s) written over it were passed over", seg.Replaced)
+			}
+			if seg.Hidden {
+				if seg.Replaced > 0 {
+					w += ", and "
+				}
+				w += "a delete marker hides it"
+			}
+			plan.Warnings = append(plan.Warnings, w+": something wrote over the journal")
+			log.Warn("journal segment written over: replayed its own version", "segment", seg.Key, "version", seg.VersionID,
+				"newer_versions", seg.Replaced, "delete_marker", seg.Hidden)
+		}
+	}
 	return nil
+}
+
+// JournalReplacedLister is a JournalSource that says which segments it
+// read were written over (journal.Source.Replaced): a newer version passed
+// over, or a delete marker read behind.
+type JournalReplacedLister interface {
+	Replaced() []journal.SegmentInfo
+}
+
+// JournalPinner is a JournalSource that can be told the segments a
+// passed proof replayed (journal.Source.Pin): a replay then reads those
+// versions and refuses a segment hashing otherwise.
+type JournalPinner interface {
+	Pin([]catalog.ProvenSegment)
 }
 
 // replay is Replay without the step error and the plan's new facts.

@@ -19,7 +19,6 @@ import (
 	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
-	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
@@ -46,11 +45,21 @@ type proofWorld struct {
 // a compaction, then a second full backup.
 func newProofWorld(tb testing.TB, ctx context.Context, id string) *proofWorld {
 	tb.Helper()
+	return newProofWorldIn(tb, ctx, id, "")
+}
+
+// newProofWorldIn is newProofWorld in bucket (""; a new plain one), the
+// journal run with journalArgs too.
+func newProofWorldIn(tb testing.TB, ctx context.Context, id, bucket string, journalArgs ...string) *proofWorld {
+	tb.Helper()
 	c := testenv.StartEtcd(tb, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
 	cli := c.Client(tb)
 	testenv.PutKeys(tb, cli, "/p/a/", 30, 32)
 	m := testenv.SharedMinIO(tb)
-	bucket, prefix := m.NewBucket(tb), testenv.Prefix(tb)
+	if bucket == "" {
+		bucket = m.NewBucket(tb)
+	}
+	prefix := testenv.Prefix(tb)
 	w := &proofWorld{etcd: c, id: id, cos: cosArgs(tb, m, bucket, prefix), st: testfix.Store(tb, m, bucket),
 		layout: catalog.Layout{Prefix: prefix}, overKey: "/p/a/key000001"}
 	backup := func() {
@@ -69,7 +78,7 @@ func newProofWorld(tb testing.TB, ctx context.Context, id string) *proofWorld {
 	var jerr string
 	go func() {
 		var code int
-		code, _, jerr = runCtx(tb, jctx, concatArgs([]string{"journal", "--cluster-id", id, "--segment-interval", "1s"}, clusterArgs(c), w.cos)...)
+		code, _, jerr = runCtx(tb, jctx, concatArgs([]string{"journal", "--cluster-id", id, "--segment-interval", "1s"}, journalArgs, clusterArgs(c), w.cos)...)
 		done <- code
 	}()
 	lease, err := cli.Grant(ctx, 600)
@@ -203,40 +212,12 @@ func TestJournalProveFails(t *testing.T) {
 	ctx := testfix.Context(t, 3*time.Minute)
 	w := newProofWorld(t, ctx, "proof-bad")
 
-	segs, err := journal.ListSegments(ctx, w.st, w.layout, w.id, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The last overwrite, after the compaction (one compacted away in
-	// backup k+1 could not be told).
-	tampered := ""
-	for i := len(segs.All) - 1; i >= 0; i-- {
-		s := segs.All[i]
-		h, evs, err := journal.ReadSegment(ctx, w.st, w.layout, s.Key, nil, journal.Want{ClusterID: w.id})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := len(evs) - 1; i >= 0; i-- {
-			if ev := evs[i]; ev.Type == journal.Put && string(ev.Key) == w.overKey && ev.Rev > w.compact && ev.Rev <= w.lastRev {
-				evs[i].Value = []byte("not what etcd holds")
-				tampered = s.Key
-				break
-			}
-		}
-		if tampered == "" {
-			continue
-		}
-		if err := w.st.Delete(ctx, []string{s.Key}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := journal.WriteSegment(ctx, w.st, w.layout, objectio.Encoding{Compression: catalog.CompressZstd}, h, evs); err != nil {
-			t.Fatal(err)
-		}
-		break
-	}
-	if tampered == "" {
-		t.Fatalf("no segment holds a put of %s", w.overKey)
-	}
+	// backup k+1 could not be told), forged consistently: every segment
+	// after it written again naming the forged one, so that the chain
+	// holds and only the hash can tell.
+	tampered := w.forge(t, ctx, true)
+	t.Logf("forged %s and rewrote every segment after it", tampered)
 	if chain, err := journal.ListSegments(ctx, w.st, w.layout, w.id, w.baseRev); err != nil || chain.Problem != nil || chain.Reach < w.lastRev {
 		t.Fatalf("the tampered journal's chain: %+v %v", chain, err)
 	}
@@ -344,6 +325,83 @@ func TestJournalProveFails(t *testing.T) {
 	if code == 0 || !strings.Contains(errOut, key) || !strings.Contains(errOut, "--accept-unproven-journal") {
 		t.Fatalf("restore --to-revision %d with backup k+1 damaged (falls back to k, through the failed window): exit %d\n%s\n%s", newest.Revision(), code, out, lastLinesOf(errOut, 20))
 	}
+}
+
+// forge replaces the last segment between the backups holding a put of
+// overKey after the compaction with one whose value is changed (same
+// revisions, versions and create revisions: only a hash can tell), the
+// way a credential that may write can: a plain PUT (on a versioned bucket:
+// a newer version over the journal's). With rechain, every later segment
+// is written again naming the forged one as its Prev (a forger who
+// rewrites the whole tail). It returns the forged segment's key.
+func (w *proofWorld) forge(tb testing.TB, ctx context.Context, rechain bool) string {
+	tb.Helper()
+	return w.forgeWhere(tb, ctx, func(ev journal.Event) bool {
+		return ev.Type == journal.Put && string(ev.Key) == w.overKey && ev.Rev > w.compact && ev.Rev <= w.lastRev
+	}, rechain)
+}
+
+// forgeWhere is forge of the last segment holding an event match picks
+// (its last such event's value changed).
+func (w *proofWorld) forgeWhere(tb testing.TB, ctx context.Context, match func(journal.Event) bool, rechain bool) string {
+	tb.Helper()
+	segs, err := journal.ListSegments(ctx, w.st, w.layout, w.id, 0)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	put := func(h journal.Header, evs []journal.Event) string {
+		tb.Helper()
+		raw, err := journal.EncodeSegment(h, evs)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		key := w.layout.JournalSegmentKey(h.ClusterID, h.FirstRev, h.LastRev)
+		// Uncompressed: a reader recognises zstd from its bytes.
+		if _, err := w.st.Put(ctx, key, bytes.NewReader(raw)); err != nil {
+			tb.Fatal(err)
+		}
+		d, err := journal.NewDecoder(bytes.NewReader(raw), key, journal.Want{})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for {
+			if _, err := d.Next(); err == io.EOF {
+				return d.Sum()
+			} else if err != nil {
+				tb.Fatal(err)
+			}
+		}
+	}
+	tampered, sum := "", ""
+	for i := len(segs.All) - 1; i >= 0 && tampered == ""; i-- {
+		s := segs.All[i]
+		h, evs, err := journal.ReadSegment(ctx, w.st, w.layout, s.Key, nil, journal.Want{ClusterID: w.id})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for j := len(evs) - 1; j >= 0; j-- {
+			if match(evs[j]) {
+				evs[j].Value = []byte("not what etcd holds")
+				tampered, sum = s.Key, put(h, evs)
+				break
+			}
+		}
+		if tampered == "" || !rechain {
+			continue
+		}
+		for _, later := range segs.All[i+1:] {
+			h, evs, err := journal.ReadSegment(ctx, w.st, w.layout, later.Key, nil, journal.Want{ClusterID: w.id})
+			if err != nil {
+				tb.Fatal(err)
+			}
+			h.Prev = sum
+			sum = put(h, evs)
+		}
+	}
+	if tampered == "" {
+		tb.Fatal("no segment holds the event to forge")
+	}
+	return tampered
 }
 
 // drillJSON runs drill -o json and returns its one cluster's result.

@@ -94,6 +94,16 @@ type JournalProof struct {
 	Compact int64 `json:"compact"`
 	// Segments are the journal's segments replayed, Events their events.
 	Segments []string `json:"segments,omitempty"`
+	// Proven name each segment replayed exactly: its raw sha256 (the one
+	// its trailer records and the next segment's header names) and, on a
+	// versioned bucket, the version read. A later replay of the window
+	// reads those versions and refuses a segment that hashes otherwise
+	// (journal.Source.Pin): what was proven is what is restored.
+	Proven []ProvenSegment `json:"proven,omitempty"`
+	// Replaced are the proven segments whose key holds a newer version or
+	// a delete marker over the version proven (the journal's own, which
+	// was read): something wrote over the journal, and says so here.
+	Replaced []string `json:"replaced,omitempty"`
 	Events   int64    `json:"events"`
 	// Got is the hash of Base plus the journal; Want Target's.
 	Got  ProofHash `json:"got"`
@@ -105,6 +115,13 @@ type JournalProof struct {
 	Duration time.Duration `json:"durationNanos"`
 	// ToolVersion is the tool's version that proved it.
 	ToolVersion string `json:"toolVersion,omitempty"`
+}
+
+// ProvenSegment is one segment a proof replayed, named exactly.
+type ProvenSegment struct {
+	Key       string `json:"key"`
+	SHA256    string `json:"sha256"`
+	VersionID string `json:"versionID,omitempty"`
 }
 
 // Failed says whether the proof failed.
@@ -151,7 +168,13 @@ func PutJournalProof(ctx context.Context, st store.Store, layout Layout, p *Jour
 		return err
 	}
 	key := layout.JournalProofKey(p.ClusterID, p.Target)
-	if c, ok := st.(store.Conditional); ok {
+	ret, err := proofRetention(ctx, st, p)
+	if err != nil {
+		return fmt.Errorf("journal proof of %s/%s at %s: reading the retention of the segments it covers: %w", p.ClusterID, p.Target, key, err)
+	}
+	if lk, ok := st.(store.Locker); ok && ret != nil {
+		_, err = lk.PutWith(ctx, key, bytes.NewReader(b), store.PutOptions{IfAbsent: true, Retention: ret})
+	} else if c, ok := st.(store.Conditional); ok {
 		_, err = c.PutIfAbsent(ctx, key, bytes.NewReader(b))
 	} else {
 		if objs, lerr := st.List(ctx, key); lerr != nil {
@@ -171,14 +194,78 @@ func PutJournalProof(ctx context.Context, st store.Store, layout Layout, p *Jour
 	return nil
 }
 
+// proofRetention is the lock a proof record is written with: that of the
+// newest segment it proved (its recorded version), when that is locked, so
+// the record is locked like the segments it covers and as long; nil when
+// the bucket has no object lock or the segment is not locked.
+func proofRetention(ctx context.Context, st store.Store, p *JournalProof) (*store.Retention, error) {
+	if len(p.Proven) == 0 {
+		return nil, nil
+	}
+	lk, ok := st.(store.Locker)
+	if !ok {
+		return nil, nil
+	}
+	info, err := lk.LockConfig(ctx)
+	if err != nil || !info.Enabled {
+		return nil, err
+	}
+	last := p.Proven[len(p.Proven)-1]
+	r, err := lk.Retention(ctx, last.Key, last.VersionID)
+	if err != nil || !r.Locked(time.Now()) {
+		return nil, err
+	}
+	return &r, nil
+}
+
 // maxProofBytes bounds a proof record read.
 const maxProofBytes = 1 << 20
 
 // ReadJournalProof reads the proof of the journal before backup target;
 // an error matching store.ErrNotFound when there is none.
+//
+// On a versioned bucket it reads the record's earliest version, behind a
+// delete marker too: a proof is written once, create-only, so a newer
+// version is an overwrite (a failed verdict turned passed, or segments
+// renamed) and a delete marker a failed proof hidden; neither is the
+// proof's.
 func ReadJournalProof(ctx context.Context, st store.Store, layout Layout, clusterID, target string) (*JournalProof, error) {
 	key := layout.JournalProofKey(clusterID, target)
-	rc, err := st.Get(ctx, key)
+	version := ""
+	v, on, err := Versioned(ctx, st)
+	if err != nil {
+		return nil, fmt.Errorf("journal proof of %s/%s: %w", clusterID, target, err)
+	}
+	if on {
+		vers, err := v.ListVersions(ctx, key)
+		if err != nil {
+			return nil, fmt.Errorf("journal proof of %s/%s: %w", clusterID, target, err)
+		}
+		version = earliestVersions(vers)[key]
+	}
+	return readJournalProof(ctx, st, v, key, version, clusterID, target)
+}
+
+// earliestVersions maps each key of a version listing (newest first per
+// key) to its earliest object version, delete markers passed over.
+func earliestVersions(vers []store.Version) map[string]string {
+	out := map[string]string{}
+	for _, ver := range vers {
+		if !ver.DeleteMarker {
+			out[ver.Key] = ver.VersionID
+		}
+	}
+	return out
+}
+
+func readJournalProof(ctx context.Context, st store.Store, v store.Versioner, key, version, clusterID, target string) (*JournalProof, error) {
+	var rc io.ReadCloser
+	var err error
+	if version != "" && v != nil {
+		rc, err = v.GetVersion(ctx, key, version)
+	} else {
+		rc, err = st.Get(ctx, key)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("journal proof of %s/%s: %w", clusterID, target, err)
 	}
@@ -200,18 +287,43 @@ func ReadJournalProof(ctx context.Context, st store.Store, layout Layout, cluste
 // ListJournalProofs reads every proof recorded for a cluster, by target
 // revision (then time). A record that cannot be read is an error naming
 // it.
+//
+// On a versioned bucket each record is read at its earliest version,
+// those behind delete markers included (ReadJournalProof).
 func ListJournalProofs(ctx context.Context, st store.Store, layout Layout, clusterID string) ([]*JournalProof, error) {
-	objs, err := st.List(ctx, layout.JournalProofPrefix(clusterID))
+	prefix := layout.JournalProofPrefix(clusterID)
+	v, on, err := Versioned(ctx, st)
 	if err != nil {
 		return nil, fmt.Errorf("list the journal proofs of cluster %s: %w", clusterID, err)
 	}
+	var keys []string
+	versions := map[string]string{}
+	if on {
+		vers, err := v.ListVersions(ctx, prefix)
+		if err != nil {
+			return nil, fmt.Errorf("list the journal proofs of cluster %s: %w", clusterID, err)
+		}
+		versions = earliestVersions(vers)
+		for k := range versions {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+	} else {
+		objs, err := st.List(ctx, prefix)
+		if err != nil {
+			return nil, fmt.Errorf("list the journal proofs of cluster %s: %w", clusterID, err)
+		}
+		for _, o := range objs {
+			keys = append(keys, o.Key)
+		}
+	}
 	var out []*JournalProof
-	for _, o := range objs {
-		ki := layout.Classify(o.Key)
+	for _, k := range keys {
+		ki := layout.Classify(k)
 		if ki.Kind != KeyJournalProof || ki.ClusterID != clusterID {
 			continue
 		}
-		p, err := ReadJournalProof(ctx, st, layout, clusterID, ki.Name)
+		p, err := readJournalProof(ctx, st, v, k, versions[k], clusterID, ki.Name)
 		if err != nil {
 			return nil, err
 		}

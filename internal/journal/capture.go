@@ -222,13 +222,13 @@ func Capture(ctx context.Context, o CaptureOptions) error {
 	if chain.Problem != nil {
 		return &GapError{ClusterID: o.ClusterID, From: chain.Reach + 1, Reason: "the stored segments do not continue each other", Err: chain.Problem}
 	}
-	var storedID string
+	var storedID, prevSum string
 	if n := len(chain.Segments); n > 0 {
 		last := chain.Segments[n-1]
-		h, _, err := ReadSegment(ctx, o.Store, o.Layout, last.Key, o.Identities, Want{ClusterID: o.ClusterID})
+		h, sum, err := readWhole(ctx, o.Store, o.Layout, last.Key, o.Identities, Want{ClusterID: o.ClusterID})
 		switch {
 		case err == nil:
-			storedID = h.EtcdClusterID
+			storedID, prevSum = h.EtcdClusterID, sum
 			if h.BaseBackup != o.BaseBackup {
 				// Continuation: the base lies inside the chain (its first
 				// base pruned by retention); the new segments name it.
@@ -242,7 +242,7 @@ func Capture(ctx context.Context, o CaptureOptions) error {
 			return &GapError{ClusterID: o.ClusterID, From: chain.Reach + 1, Reason: "the last stored segment cannot be continued", Err: err}
 		}
 	}
-	c := &capture{o: o, next: chain.Reach + 1, known: map[int64]bool{}, written: map[string]bool{}}
+	c := &capture{o: o, next: chain.Reach + 1, known: map[int64]bool{}, written: map[string]bool{}, prevSum: prevSum}
 	if err := c.checkStart(ctx, chain.Reach, len(chain.Segments), storedID); err != nil {
 		return err
 	}
@@ -305,6 +305,9 @@ type capture struct {
 	written        map[string]bool
 	writtenOrder   []writtenSeg
 	overlapChecked time.Time
+	// prevSum is the last sealed segment's trailer sha256: the next
+	// segment's Header.Prev (chain.go).
+	prevSum string
 }
 
 func (c *capture) run(ctx context.Context) error {
@@ -874,13 +877,14 @@ func (c *capture) seal() (pending, error) {
 	c.received[last] = c.lastMs
 	h := Header{
 		ClusterID: c.o.ClusterID, BaseBackup: c.o.BaseBackup, BaseRev: c.o.BaseRev,
-		FirstRev: first, LastRev: last, Received: c.received, Leases: c.leases, EtcdClusterID: c.etcdID,
+		FirstRev: first, LastRev: last, Received: c.received, Leases: c.leases, EtcdClusterID: c.etcdID, Prev: c.prevSum,
 	}
-	raw, err := EncodeSegment(h, c.events)
+	raw, sum, err := encodeSegment(h, c.events)
 	c.events, c.size, c.received, c.leases = nil, 0, nil, nil
 	if err != nil {
 		return pending{}, err
 	}
+	c.prevSum = sum
 	h.Format, h.Events = FormatVersion, 0
 	return pending{h: h, raw: raw}, nil
 }

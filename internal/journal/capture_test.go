@@ -226,6 +226,26 @@ func TestCapture(t *testing.T) {
 				}
 				got = append(got, events...)
 			}
+			// The chain is tamper-evident: every segment names the one
+			// before it by its trailer's sha256, across the restart too.
+			prevSum := ""
+			for i, s := range chain.Segments {
+				r, err := journal.OpenSegment(ctx, st, layout, s.Key, key.IDs, journal.Want{ClusterID: "c1"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for err == nil {
+					_, err = r.Next()
+				}
+				r.Close()
+				if err != io.EOF || len(r.Sum()) != 64 {
+					t.Fatalf("%s: %v, sum %q", s.Key, err, r.Sum())
+				}
+				if h := r.Header(); (i == 0 && h.Prev != "") || (i > 0 && h.Prev != prevSum) {
+					t.Errorf("segment %d %s names %q as the one before it, which is %q", i, s.Key, h.Prev, prevSum)
+				}
+				prevSum = r.Sum()
+			}
 			want := ref.upTo(last)
 			if !jsonEqual(got, want) {
 				n := min(len(got), len(want))

@@ -76,4 +76,12 @@ type Header struct {
 	// a chain whose last segment names another. Empty in segments written
 	// before it was recorded.
 	EtcdClusterID string `json:"etcdClusterID,omitempty"`
+	// Prev is the sha256 (hex) the segment before it in its chain records
+	// in its trailer (of every raw byte before that trailer: its header
+	// and events): the chain is tamper-evident (chain.go). A reader that
+	// read the segment before refuses this one when they differ
+	// (ReasonForged). Empty in a chain's first segment, after a capture
+	// that could not read the segment before (encrypted, no identity), and
+	// in segments written before it was recorded.
+	Prev string `json:"prev,omitempty"`
 }

@@ -40,7 +40,7 @@ func (s *Source) Reach(ctx context.Context, from int64) (Reach, error) {
 		if errors.Is(err, ErrNoJournal) {
 			return Reach{}, err
 		}
-		all, lerr := ListSegments(ctx, s.st, s.layout, s.clusterID, 0)
+		all, lerr := s.listing(ctx)
 		if lerr == nil {
 			var last int64
 			for _, seg := range all.All {
@@ -56,7 +56,7 @@ func (s *Source) Reach(ctx context.Context, from int64) (Reach, error) {
 		return Reach{}, fmt.Errorf("the journal of cluster %s holds no segment continuing revision %d", s.clusterID, from)
 	}
 	last := c.Segments[len(c.Segments)-1]
-	r, err := s.Open(ctx, last.Key)
+	r, err := s.open(ctx, last)
 	if err != nil {
 		return Reach{}, err
 	}

@@ -47,6 +47,7 @@ const (
 	ReasonMissing   Reason = "missing"     // the object is not in the store
 	ReasonStore     Reason = "store"       // the store could not be read or written
 	ReasonConflict  Reason = "conflict"    // another writer created the segment's key
+	ReasonForged    Reason = "forged"      // not the segment its chain or a proof names: replaced (chain.go)
 )
 
 // SegmentError is a segment refused, by name: its key, the reason and what
@@ -103,44 +104,52 @@ type line struct {
 // *SegmentError naming key "" ) what the Decoder would refuse: events out
 // of order, outside [FirstRev, LastRev], a revision without events.
 func Encode(w io.Writer, h Header, events []Event) error {
+	_, err := encode(w, h, events)
+	return err
+}
+
+// encode is Encode, returning the trailer's sha256 (hex): what the next
+// segment of the chain names as its Prev.
+func encode(w io.Writer, h Header, events []Event) (string, error) {
 	h.Format = FormatVersion
 	h.Events = len(events)
 	c := newChecker("", h)
 	if err := c.header(Want{}); err != nil {
-		return err
+		return "", err
 	}
 	for i := range events {
 		if err := c.event(&events[i]); err != nil {
-			return err
+			return "", err
 		}
 	}
 	if err := c.finish(len(events)); err != nil {
-		return err
+		return "", err
 	}
 	sum := sha256.New()
 	bw := bufio.NewWriterSize(io.MultiWriter(w, sum), 64<<10)
 	enc := json.NewEncoder(bw)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(h); err != nil {
-		return err
+		return "", err
 	}
 	for i := range events {
 		if err := enc.Encode(&events[i]); err != nil {
-			return err
+			return "", err
 		}
 	}
 	if err := bw.Flush(); err != nil {
-		return err
+		return "", err
 	}
+	digest := hex.EncodeToString(sum.Sum(nil))
 	t := struct {
 		End trailer `json:"end"`
-	}{trailer{Events: len(events), SHA256: hex.EncodeToString(sum.Sum(nil))}}
+	}{trailer{Events: len(events), SHA256: digest}}
 	b, err := json.Marshal(t)
 	if err != nil {
-		return err
+		return "", err
 	}
 	_, err = w.Write(append(b, '\n'))
-	return err
+	return digest, err
 }
 
 // Decoder reads a segment as it streams, checking it as it goes: Next
@@ -159,6 +168,7 @@ type Decoder struct {
 	err  error
 	buf  []byte
 	slab slab
+	end  string // the trailer's sha256, once checked
 }
 
 // NewDecoder reads and checks the header of the segment key from r.
@@ -187,6 +197,11 @@ func NewDecoder(r io.Reader, key string, want Want) (*Decoder, error) {
 
 // Header is the segment's header (checked against the Want).
 func (d *Decoder) Header() Header { return d.h }
+
+// Sum is the sha256 (hex) of the segment's raw bytes before its trailer,
+// as its trailer records it and Next checked: empty until Next returned
+// io.EOF. The next segment of its chain names it as its Header.Prev.
+func (d *Decoder) Sum() string { return d.end }
 
 // Next returns the next event; io.EOF after the last one once the segment
 // checked out, or a *SegmentError.
@@ -229,7 +244,7 @@ func (d *Decoder) Next() (Event, error) {
 		if _, err := d.line(); !errors.Is(err, io.EOF) {
 			return Event{}, d.fail(ReasonDamaged, "bytes after its trailer", err)
 		}
-		d.done = true
+		d.done, d.end = true, l.End.SHA256
 		return Event{}, io.EOF
 	}
 	d.sum.Write(raw)

@@ -25,17 +25,31 @@ type SegmentInfo struct {
 	Size     int64            `json:"size"` // stored bytes (from the listing or the write)
 	Modified time.Time        `json:"modified,omitzero"`
 	Written  objectio.Written `json:"written,omitzero"`
+	// VersionID is the version a reader reads, on a versioned bucket
+	// (chain.go: the key's earliest object version); Replaced how many
+	// newer object versions were written over it, and Hidden whether a
+	// delete marker is its key's current version.
+	VersionID string `json:"versionID,omitempty"`
+	Replaced  int    `json:"replaced,omitempty"`
+	Hidden    bool   `json:"hidden,omitempty"`
 }
 
 // EncodeSegment is the raw bytes of a segment (Encode into memory): a
 // segment is at most SegmentSize plus one revision, so it is held whole
 // once, and its upload retried from these bytes.
 func EncodeSegment(h Header, events []Event) ([]byte, error) {
+	raw, _, err := encodeSegment(h, events)
+	return raw, err
+}
+
+// encodeSegment is EncodeSegment with the trailer's sha256 (Decoder.Sum).
+func encodeSegment(h Header, events []Event) ([]byte, string, error) {
 	var b bytes.Buffer
-	if err := Encode(&b, h, events); err != nil {
-		return nil, err
+	sum, err := encode(&b, h, events)
+	if err != nil {
+		return nil, "", err
 	}
-	return b.Bytes(), nil
+	return b.Bytes(), sum, nil
 }
 
 // WriteSegment encodes a segment and creates its object,
@@ -70,6 +84,8 @@ type SegmentReader struct {
 	body   io.ReadCloser
 	zstd   io.Closer // the decompressor, nil when the segment is not compressed
 	stored *objectio.HashCounter
+	// version is the version read ("" : the current object).
+	version string
 }
 
 // Close releases the object's stream and the decompressor (its
@@ -108,6 +124,12 @@ var zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
 // ids decrypt an encrypted segment. A missing object is ReasonMissing, an
 // unreadable store ReasonStore; every refusal is a *SegmentError.
 func OpenSegment(ctx context.Context, st store.Store, layout catalog.Layout, key string, ids *seal.Identities, want Want) (*SegmentReader, error) {
+	return openSegmentVersion(ctx, st, layout, key, "", ids, want)
+}
+
+// openSegmentVersion is OpenSegment of one version of key (version "":
+// the current object), through store.Versioner.
+func openSegmentVersion(ctx context.Context, st store.Store, layout catalog.Layout, key, version string, ids *seal.Identities, want Want) (*SegmentReader, error) {
 	ki := layout.Classify(key)
 	if ki.Kind != catalog.KeyJournal {
 		return nil, &SegmentError{Key: key, Reason: ReasonFormat, Detail: "not a journal segment's key"}
@@ -116,14 +138,21 @@ func OpenSegment(ctx context.Context, st store.Store, layout catalog.Layout, key
 		return nil, &SegmentError{Key: key, Reason: ReasonCluster, Detail: fmt.Sprintf("its key is under cluster %q, not %q", ki.ClusterID, want.ClusterID)}
 	}
 	want.FirstRev, want.LastRev = ki.FirstRev, ki.LastRev
-	body, err := st.Get(ctx, key)
+	var body io.ReadCloser
+	var err error
+	if v, ok := st.(store.Versioner); ok && version != "" {
+		body, err = v.GetVersion(ctx, key, version)
+	} else {
+		version = ""
+		body, err = st.Get(ctx, key)
+	}
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, &SegmentError{Key: key, Reason: ReasonMissing, Err: err}
 		}
 		return nil, &SegmentError{Key: key, Reason: ReasonStore, Detail: "reading", Err: err}
 	}
-	r := &SegmentReader{body: body, stored: objectio.NewHashCounter()}
+	r := &SegmentReader{body: body, stored: objectio.NewHashCounter(), version: version}
 	fail := func(reason Reason, detail string, err error) (*SegmentReader, error) {
 		r.Close()
 		if store.IsStoreError(err) {
@@ -183,6 +212,20 @@ func ReadSegment(ctx context.Context, st store.Store, layout catalog.Layout, key
 		}
 		events = append(events, ev)
 	}
+}
+
+// readWhole reads a whole segment (every check) for its header and its
+// trailer's sha256 (Decoder.Sum), without keeping its events.
+func readWhole(ctx context.Context, st store.Store, layout catalog.Layout, key string, ids *seal.Identities, want Want) (Header, string, error) {
+	r, err := OpenSegment(ctx, st, layout, key, ids, want)
+	if err != nil {
+		return Header{}, "", err
+	}
+	defer r.Close()
+	if err := drain(r); err != nil {
+		return r.Header(), "", err
+	}
+	return r.Header(), r.Sum(), nil
 }
 
 // Chain is a cluster's segments continuing a base backup: from BaseRev+1,

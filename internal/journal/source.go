@@ -23,6 +23,7 @@ type Source struct {
 	layout    catalog.Layout
 	clusterID string
 	ids       *seal.Identities
+	sourceState
 }
 
 // NewSource is the journal of clusterID in st.
@@ -43,9 +44,9 @@ var ErrNoJournal = errors.New("no journal")
 // it, if any. No segment holding from is an error naming what the journal
 // holds.
 func (s *Source) Cover(ctx context.Context, from int64) (*Chain, error) {
-	all, err := ListSegments(ctx, s.st, s.layout, s.clusterID, 0)
+	all, err := s.listing(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("listing the journal of cluster %s: %w", s.clusterID, err)
+		return nil, err
 	}
 	if len(all.All) == 0 {
 		return nil, fmt.Errorf("%w of cluster %s under %s", ErrNoJournal, s.clusterID, s.layout.JournalPrefix(s.clusterID))
@@ -152,7 +153,7 @@ func (s *Source) Leases(ctx context.Context, from, to int64) ([]Lease, error) {
 	byID := map[int64]int{}
 	var out []Lease
 	for _, seg := range segs {
-		r, err := OpenSegment(ctx, s.st, s.layout, seg.Key, s.ids, s.want())
+		r, err := s.open(ctx, seg)
 		if err != nil {
 			return nil, err
 		}
@@ -191,14 +192,20 @@ func (s *Source) Events(ctx context.Context, from, to int64) (iter.Seq2[Event, e
 	}
 	return func(yield func(Event, error) bool) {
 		var prev *Header
+		var prevKey, prevSum string
 		for _, seg := range segs {
-			r, err := OpenSegment(ctx, s.st, s.layout, seg.Key, s.ids, s.want())
+			r, err := s.open(ctx, seg)
 			if err != nil {
 				yield(Event{}, err)
 				return
 			}
 			h := r.Header()
 			if err := Continues(seg.Key, prev, h); err != nil {
+				r.Close()
+				yield(Event{}, err)
+				return
+			}
+			if err := checkPrev(seg.Key, prevKey, prevSum, h); err != nil {
 				r.Close()
 				yield(Event{}, err)
 				return
@@ -222,12 +229,14 @@ func (s *Source) Events(ctx context.Context, from, to int64) (iter.Seq2[Event, e
 					// good before its trailer's sha256 checked out, the
 					// events already yielded included (a replay throws
 					// its scratch away on this error).
-					if err := drain(r); err != nil {
-						r.Close()
-						yield(Event{}, err)
-						return
+					err := drain(r)
+					if err == nil {
+						err = s.done(seg, r)
 					}
 					r.Close()
+					if err != nil {
+						yield(Event{}, err)
+					}
 					return
 				}
 				if !yield(ev, nil) {
@@ -235,7 +244,13 @@ func (s *Source) Events(ctx context.Context, from, to int64) (iter.Seq2[Event, e
 					return
 				}
 			}
+			err = s.done(seg, r)
+			prevKey, prevSum = seg.Key, r.Sum()
 			r.Close()
+			if err != nil {
+				yield(Event{}, err)
+				return
+			}
 		}
 	}, nil
 }
@@ -244,16 +259,16 @@ func (s *Source) Events(ctx context.Context, from, to int64) (iter.Seq2[Event, e
 // key (revision) order, each with its key: what RevisionAt and journal
 // find read first.
 func (s *Source) Headers(ctx context.Context) ([]SegmentInfo, []Header, error) {
-	all, err := ListSegments(ctx, s.st, s.layout, s.clusterID, 0)
+	all, err := s.listing(ctx)
 	if err != nil {
-		return nil, nil, fmt.Errorf("listing the journal of cluster %s: %w", s.clusterID, err)
+		return nil, nil, err
 	}
 	if len(all.All) == 0 {
 		return nil, nil, fmt.Errorf("%w of cluster %s under %s", ErrNoJournal, s.clusterID, s.layout.JournalPrefix(s.clusterID))
 	}
 	hs := make([]Header, 0, len(all.All))
 	for _, seg := range all.All {
-		r, err := OpenSegment(ctx, s.st, s.layout, seg.Key, s.ids, s.want())
+		r, err := s.open(ctx, seg)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -282,9 +297,9 @@ func (s *Source) Open(ctx context.Context, key string) (*SegmentReader, error) {
 // 17 for a week of 30 s segments (20,160), where reading every header took
 // one request each.
 func (s *Source) RevisionAt(ctx context.Context, t time.Time) (int64, error) {
-	all, err := ListSegments(ctx, s.st, s.layout, s.clusterID, 0)
+	all, err := s.listing(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("listing the journal of cluster %s: %w", s.clusterID, err)
+		return 0, err
 	}
 	segs := all.All
 	if len(segs) == 0 {
@@ -295,7 +310,7 @@ func (s *Source) RevisionAt(ctx context.Context, t time.Time) (int64, error) {
 		if h, ok := cache[i]; ok {
 			return h, nil
 		}
-		r, err := s.Open(ctx, segs[i].Key)
+		r, err := s.open(ctx, segs[i])
 		if err != nil {
 			return Header{}, err
 		}

@@ -1,0 +1,196 @@
+package journal
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/store"
+)
+
+// The chain is tamper-evident, and a reader reads the journal's own
+// versions.
+//
+// Object lock protects versions, not keys: a credential that may write can
+// PUT a newer version over a locked segment, or hide it under a delete
+// marker, and a reader that takes the newest version replays the forgery.
+// age gives no sender authentication (the recipients are public), so a
+// forged segment decrypts and checks out on its own. Three things stop it:
+//
+//  1. Each segment names its predecessor: Header.Prev is the sha256 that
+//     the segment before it in its chain records in its trailer (of its
+//     raw header and events). Source.Events refuses, by name
+//     (ReasonForged), a segment whose predecessor it read hashes to
+//     something else: replacing any segment but the newest breaks the
+//     chain at the next one, on every bucket.
+//  2. On a versioned bucket the reader takes each segment's earliest
+//     version, not its newest: the journal writes a segment once,
+//     create-only, so every later version is an overwrite, by definition
+//     not the journal's (the rule backups follow, catalog.VersionedBackups).
+//     A segment behind a delete marker is read behind it. Source.Replaced
+//     lists what was passed over, for the caller to say so.
+//  3. A proof names every segment it replayed by sha256 and version
+//     (catalog.ProvenSegment); Source.Pin makes a replay read those
+//     versions and refuse a segment that hashes otherwise. A proven
+//     window is restored as proven, the newest segment of it included.
+//
+// What is left: on a bucket without versioning, the newest segments after
+// the last proof can be replaced together, consistently (the chain binds
+// each to the one before, not to a key outside the bucket). Such a bucket
+// gives no protection to anything in it, backups included; docs/journal.md
+// says so.
+
+// versionedListing lists the cluster's segments with their versions: on a
+// versioned bucket every key with an object version, the earliest one
+// chosen (VersionID), how many newer ones it has (Replaced) and whether a
+// delete marker hides it (Hidden); on another, ListSegments' listing.
+func (s *Source) listing(ctx context.Context) (*Chain, error) {
+	v, on, err := s.versioning(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing the journal of cluster %s: %w", s.clusterID, err)
+	}
+	if !on {
+		c, err := ListSegments(ctx, s.st, s.layout, s.clusterID, 0)
+		if err != nil {
+			return nil, fmt.Errorf("listing the journal of cluster %s: %w", s.clusterID, err)
+		}
+		return c, nil
+	}
+	vers, err := v.ListVersions(ctx, s.layout.JournalPrefix(s.clusterID))
+	if err != nil {
+		return nil, fmt.Errorf("listing the journal of cluster %s: %w", s.clusterID, err)
+	}
+	byKey := map[string]*SegmentInfo{}
+	var keys []string
+	for _, ver := range vers {
+		ki := s.layout.Classify(ver.Key)
+		if ki.Kind != catalog.KeyJournal || ki.ClusterID != s.clusterID {
+			continue
+		}
+		seg := byKey[ver.Key]
+		if seg == nil {
+			seg = &SegmentInfo{Key: ver.Key, FirstRev: ki.FirstRev, LastRev: ki.LastRev, Replaced: -1}
+			byKey[ver.Key] = seg
+			keys = append(keys, ver.Key)
+		}
+		if ver.IsLatest && ver.DeleteMarker {
+			seg.Hidden = true
+		}
+		if ver.DeleteMarker {
+			continue
+		}
+		// Newest first: the last object version seen is the earliest.
+		seg.Replaced++
+		seg.VersionID, seg.Size, seg.Modified = ver.VersionID, ver.Size, ver.LastModified
+	}
+	sort.Strings(keys)
+	c := &Chain{ClusterID: s.clusterID}
+	for _, k := range keys {
+		if seg := byKey[k]; seg.Replaced >= 0 {
+			c.All = append(c.All, *seg)
+		}
+	}
+	c.chain()
+	return c, nil
+}
+
+// versioning is whether the store keeps versions (asked once).
+func (s *Source) versioning(ctx context.Context) (store.Versioner, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.verAsked {
+		return s.ver, s.verOn, nil
+	}
+	v, on, err := catalog.Versioned(ctx, s.st)
+	if err != nil {
+		return nil, false, err
+	}
+	s.ver, s.verOn, s.verAsked = v, on, true
+	return v, on, nil
+}
+
+// Pin names segments exactly, as a proof recorded them: a replay reads
+// each pinned key's version and refuses it, by name (ReasonForged), when
+// its trailer's sha256 is not the one pinned.
+func (s *Source) Pin(segs []catalog.ProvenSegment) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pins == nil {
+		s.pins = map[string]catalog.ProvenSegment{}
+	}
+	for _, p := range segs {
+		s.pins[p.Key] = p
+	}
+}
+
+// Read are the segments Events read whole, named exactly (key, trailer
+// sha256, version), in the order read: what a proof records.
+func (s *Source) Read() []catalog.ProvenSegment {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]catalog.ProvenSegment(nil), s.read...)
+}
+
+// Replaced are the segments a replay read whose journal version is not
+// the key's current one: overwritten by a newer version (passed over) or
+// hidden by a delete marker (read behind it). Empty on a bucket without
+// versioning, and when nothing was tampered with.
+func (s *Source) Replaced() []SegmentInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]SegmentInfo(nil), s.replaced...)
+}
+
+// open opens a listed segment at the version to read: the pinned one,
+// else the listing's (the earliest), else the current object.
+func (s *Source) open(ctx context.Context, seg SegmentInfo) (*SegmentReader, error) {
+	s.mu.Lock()
+	version := seg.VersionID
+	pin, pinned := s.pins[seg.Key]
+	if pinned && pin.VersionID != "" && s.verOn {
+		version = pin.VersionID
+	}
+	s.mu.Unlock()
+	return openSegmentVersion(ctx, s.st, s.layout, seg.Key, version, s.ids, s.want())
+}
+
+// done records a segment read whole (its trailer checked) and checks it
+// against its pin.
+func (s *Source) done(seg SegmentInfo, r *SegmentReader) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sum := r.Sum()
+	if pin, ok := s.pins[seg.Key]; ok && pin.SHA256 != sum {
+		return &SegmentError{Key: seg.Key, Reason: ReasonForged,
+			Detail: fmt.Sprintf("a journal proof recorded it as sha256 %s (version %q), the stored segment (version %q) hashes to %s: replaced after it was proven", pin.SHA256, pin.VersionID, r.version, sum)}
+	}
+	s.read = append(s.read, catalog.ProvenSegment{Key: seg.Key, SHA256: sum, VersionID: r.version})
+	if seg.Replaced > 0 || seg.Hidden {
+		s.replaced = append(s.replaced, seg)
+	}
+	return nil
+}
+
+// checkPrev refuses a segment whose header names a predecessor other than
+// the segment read before it (prevSum, its trailer's sha256; "" when
+// unknown).
+func checkPrev(key, prevKey, prevSum string, h Header) error {
+	if prevSum == "" || h.Prev == "" || h.Prev == prevSum {
+		return nil
+	}
+	return &SegmentError{Key: key, Reason: ReasonForged,
+		Detail: fmt.Sprintf("it names the segment before it by sha256 %s, but %s hashes to %s: one of the two was replaced", h.Prev, prevKey, prevSum)}
+}
+
+// sourceState is Source's mutable part (chain.go).
+type sourceState struct {
+	mu       sync.Mutex
+	verAsked bool
+	ver      store.Versioner
+	verOn    bool
+	pins     map[string]catalog.ProvenSegment
+	read     []catalog.ProvenSegment
+	replaced []SegmentInfo
+}
