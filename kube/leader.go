@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -308,4 +309,34 @@ func (l *fencedLock) valid(deadline time.Duration) error {
 		return fmt.Errorf("%w: last renewed %s ago, the renew deadline is %s", ErrNotLeader, time.Since(l.renewed).Round(time.Millisecond), deadline)
 	}
 	return nil
+}
+
+// LeaseHolder is who holds the namespace's Lease name at now: its
+// holderIdentity while its renew time is within its lease duration (plus
+// RetryPeriod, client-go's slack) of now. held is false for a missing
+// Lease, one released (no holder) or one expired. A journal that is not
+// elected checks it before it writes (a second writer beside the
+// Deployment's leader overlaps its segments).
+func (c *Client) LeaseHolder(ctx context.Context, name string, now time.Time) (holder string, renewed time.Time, held bool, err error) {
+	l, err := c.Coordination.Leases(c.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", time.Time{}, false, nil
+	}
+	if err != nil {
+		return "", time.Time{}, false, fmt.Errorf("kubernetes: get lease %s/%s: %w", c.Namespace, name, err)
+	}
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+		return "", time.Time{}, false, nil
+	}
+	holder = *l.Spec.HolderIdentity
+	if l.Spec.RenewTime != nil {
+		renewed = l.Spec.RenewTime.Time
+	} else if l.Spec.AcquireTime != nil {
+		renewed = l.Spec.AcquireTime.Time
+	}
+	d := DefaultLeaseDuration
+	if l.Spec.LeaseDurationSeconds != nil && *l.Spec.LeaseDurationSeconds > 0 {
+		d = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+	}
+	return holder, renewed, !renewed.IsZero() && now.Before(renewed.Add(d+DefaultRetryPeriod)), nil
 }

@@ -216,6 +216,9 @@ func runJournal(c *cli.Context, g *globalOpts, o *journalOpts) error {
 	if err != nil {
 		return err
 	}
+	if err := checkNoLeader(e, &o.leader, &o.kube, opts.Kube); err != nil {
+		return err
+	}
 	// With --leader-elect, all of it (each cluster's resume point
 	// included) only while this process holds the Lease, fenced on it.
 	err = withLeader(e, &o.leader, &o.kube, func(ctx context.Context, fence func() error) error {

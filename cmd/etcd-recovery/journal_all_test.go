@@ -12,12 +12,15 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
+	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/restore"
 )
 
@@ -75,6 +78,30 @@ func TestJournalAllCLI(t *testing.T) {
 			t.Fatalf("%s: the base backup: %v", c.Name, err)
 		}
 		bases[c.Name] = b.Rev
+	}
+
+	// A journal without --leader-elect beside the Deployment's leader (its
+	// Lease held and fresh) refuses to write, naming the holder; one whose
+	// holder's renewals stopped (expired) starts: the journal --all below.
+	holder, dur := "etcd-recovery-journal-7d9f-abcde", int32(15)
+	kl := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: kube.DefaultLeaseName},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &dur, RenewTime: &metav1.MicroTime{Time: time.Now()}}}
+	if kl, err := admin.CoordinationV1().Leases(ns).Create(ctx, kl, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	} else {
+		for _, args := range [][]string{
+			concatArgs([]string{"journal", "--cluster-id", clusters[0].Name}, clusterArgs(clusters[0].Etcd), cos),
+			concatArgs([]string{"journal", "--all"}, cos),
+		} {
+			out, errOut, code := testfix.RunTool(t, ctx, tool, env, args...)
+			if code != 1 || !strings.Contains(errOut, holder) || !strings.Contains(errOut, "--ignore-leader-lease") || !strings.Contains(errOut, ns+"/"+kube.DefaultLeaseName) {
+				t.Fatalf("%s beside a held Lease: exit %d, want 1 naming the holder\n%s\n%s", strings.Join(args[:3], " "), code, out, testfix.LastLines(errOut, 10))
+			}
+		}
+		kl.Spec.RenewTime = &metav1.MicroTime{Time: time.Now().Add(-time.Minute)}
+		if _, err := admin.CoordinationV1().Leases(ns).Update(ctx, kl, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	cmd := exec.CommandContext(ctx, tool, concatArgs([]string{"--log-format", "json", "journal", "--all", "--segment-interval", "1s", "--dial-timeout", "2s"}, cos)...)

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v2"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -16,6 +18,9 @@ import (
 type leaderOpts struct {
 	elect     bool
 	leaseName string
+	// ignoreLease: run without --leader-elect even while the Lease is
+	// held (checkNoLeader).
+	ignoreLease bool
 }
 
 // flags are --leader-elect and --leader-lease-name; the Lease's API
@@ -34,7 +39,46 @@ func (o *leaderOpts) flags() []cli.Flag {
 				}
 				return nil
 			}},
+		&cli.BoolFlag{Name: "ignore-leader-lease", Destination: &o.ignoreLease,
+			Usage: "without --leader-elect: write even while the journal Deployment's leader holds the Lease (--leader-lease-name); two writers of one cluster overlap their segments, and the running one then records a gap"},
 	}
+}
+
+// checkNoLeader refuses a journal without --leader-elect while another
+// process holds the namespace's Lease (the journal Deployment's leader,
+// which writes every cluster of the namespace): a second writer of a
+// cluster overlaps its segments. Unless --ignore-leader-lease. Where the
+// Lease cannot be read (no Kubernetes configuration, no right to get it,
+// no answer within 10 s) it says so in a warning and goes on: it cannot
+// know.
+func checkNoLeader(e *env, o *leaderOpts, ko *kubeOpts, k *kube.Client) error {
+	if o.elect || o.ignoreLease {
+		return nil
+	}
+	if k == nil {
+		var err error
+		if k, err = kube.New(kube.Config{Kubeconfig: ko.kubeconfig, Namespace: ko.namespace}); err != nil {
+			e.log.Warn("journal: cannot check whether the journal Deployment's leader runs (no Kubernetes API): make sure it does not write this cluster", "lease", o.leaseName, "err", err)
+			return nil
+		}
+	}
+	ctx, cancel := context.WithTimeout(e.ctx(), 10*time.Second)
+	defer cancel()
+	holder, renewed, held, err := k.LeaseHolder(ctx, o.leaseName, time.Now())
+	switch {
+	case err != nil:
+		if e.ctx().Err() != nil {
+			return e.ctx().Err()
+		}
+		e.log.Warn("journal: cannot check whether the journal Deployment's leader runs: make sure it does not write this cluster", "lease", k.Namespace+"/"+o.leaseName, "err", err)
+		return nil
+	case held:
+		return fmt.Errorf("journal: Lease %s/%s is held by %s (renewed %s ago): the journal Deployment's leader writes the clusters of this namespace, "+
+			"and a second writer overlaps its segments (the running journal then records a gap and takes a full backup). "+
+			"Scale the Deployment to 0 first (kubectl -n %s scale deploy/etcd-recovery-journal --replicas 0), or pass --ignore-leader-lease",
+			k.Namespace, o.leaseName, holder, time.Since(renewed).Round(time.Second), k.Namespace)
+	}
+	return nil
 }
 
 // withLeader runs run, with --leader-elect only while this process holds
