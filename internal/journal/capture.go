@@ -10,8 +10,6 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/objectio"
@@ -308,6 +306,10 @@ type capture struct {
 	// prevSum is the last sealed segment's trailer sha256: the next
 	// segment's Header.Prev (chain.go).
 	prevSum string
+	// partial is the buffer's last revision while the watch may still
+	// deliver more of it (a fragment others continue, rawwatch.go): the
+	// buffer is not sealed until it is whole. 0: none.
+	partial int64
 }
 
 func (c *capture) run(ctx context.Context) error {
@@ -336,6 +338,9 @@ func (c *capture) run(ctx context.Context) error {
 	finish := func(cause error) error {
 		timer := time.NewTimer(c.o.FinalFlush)
 		defer timer.Stop()
+		// A revision delivered in part is not stored: the next start
+		// watches it whole.
+		c.dropPartial()
 		if len(c.events) > 0 {
 			// Fenced: no final flush; the in-flight upload is aborted.
 			if err := c.fenced(c.o.Layout.JournalSegmentKey(c.o.ClusterID, c.events[0].Rev, c.events[len(c.events)-1].Rev)); err != nil {
@@ -403,7 +408,7 @@ func (c *capture) run(ctx context.Context) error {
 				c.trimAfter(c.wd.probeReach)
 				return finish(c.lineage)
 			}
-			if len(c.events) == 0 || c.o.Now().Sub(c.started) < c.o.SegmentInterval {
+			if len(c.events) == 0 || c.partial != 0 || c.o.Now().Sub(c.started) < c.o.SegmentInterval {
 				continue
 			}
 			paused, err := c.handOff(ctx)
@@ -416,15 +421,15 @@ func (c *capture) run(ctx context.Context) error {
 				wch = c.watch(wctx)
 			}
 		case resp, ok := <-wch:
-			if ok && ctx.Err() == nil && closedOverLimit(resp) {
-				// Closed by the client, not by etcd: a response over
-				// its receive limit (ResourceExhausted, which clientv3
-				// does not retry; fragments make it rare). etcd still
-				// holds every revision: watched again from the next one
-				// after a backoff (a stall), never a gap.
+			if ok && ctx.Err() == nil && resp.CloseErr != nil {
+				// Closed on the client's side, not by etcd: the stream
+				// broke (a member gone, a message over the receive
+				// limit). etcd still holds every revision: watched again
+				// from the next one after a backoff (a stall), never a
+				// gap.
 				now := c.o.Now()
 				c.closes++
-				c.stalled(now, fmt.Sprintf("the watch was closed by the client: %v", resp.Err()))
+				c.stalled(now, fmt.Sprintf("the watch's stream broke: %v", resp.err()))
 				// Its created notification reset the stall count:
 				// the closes back off on their own.
 				if at := now.Add(min(200*time.Millisecond<<min(c.closes-1, 8), maxRewatchBackoff)); at.After(c.wd.retryAt) {
@@ -437,8 +442,8 @@ func (c *capture) run(ctx context.Context) error {
 				c.closes = 0
 			}
 			if ok {
-				c.watchResponded(resp)
-				if err := c.checkResponse(resp); err != nil {
+				c.watchResponded(resp.WatchResponse)
+				if err := c.checkResponse(resp.WatchResponse); err != nil {
 					return finish(err)
 				}
 			}
@@ -449,24 +454,29 @@ func (c *capture) run(ctx context.Context) error {
 				return finish(&GapError{ClusterID: c.o.ClusterID, From: c.next, Reason: "the watch ended"})
 			}
 			if resp.CompactRevision != 0 {
-				return finish(&GapError{ClusterID: c.o.ClusterID, From: c.next, To: resp.CompactRevision - 1, Reason: fmt.Sprintf("the watch was compacted past (compacted at revision %d)", resp.CompactRevision), Err: resp.Err()})
+				return finish(&GapError{ClusterID: c.o.ClusterID, From: c.next, To: resp.CompactRevision - 1, Reason: fmt.Sprintf("the watch was compacted past (compacted at revision %d)", resp.CompactRevision), Err: resp.err()})
 			}
 			if resp.Canceled {
 				if ctx.Err() != nil {
 					return finish(nil)
 				}
-				return finish(&GapError{ClusterID: c.o.ClusterID, From: c.next, To: resp.Header.Revision, Reason: "the watch was cancelled", Err: resp.Err()})
+				return finish(&GapError{ClusterID: c.o.ClusterID, From: c.next, To: resp.Header.Revision, Reason: "the watch was cancelled", Err: resp.err()})
 			}
-			// A response holds whole revisions; a segment is cut at the
-			// first revision's end past SegmentSize, even inside one (a
-			// watch catching up sends up to 1,000 revisions at once).
+			// A response holds whole revisions, a fragment perhaps not
+			// (Partial: its last revision may go on in the next one); a
+			// segment is cut at the first revision's end past
+			// SegmentSize, even inside a response (a watch catching up
+			// sends up to 1,000 revisions at once), never inside a
+			// revision.
 			evs := resp.Events
+			c.notePartial(resp)
 			for len(evs) > 0 {
 				var err error
 				if evs, err = c.add(ctx, evs); err != nil {
 					return finish(err)
 				}
-				if c.size < c.o.SegmentSize && c.o.Now().Sub(c.started) < c.o.SegmentInterval {
+				whole := len(evs) > 0 || c.partial == 0 // cut before a new revision, or a response's end
+				if !whole || (c.size < c.o.SegmentSize && c.o.Now().Sub(c.started) < c.o.SegmentInterval) {
 					break
 				}
 				paused, err := c.handOff(ctx)
@@ -500,8 +510,8 @@ var errStopping = errors.New("stopping")
 // watch that ends, or the bound reached: it logs how far it got and
 // returns nil; the next start continues from the stored segments, since
 // etcd still has the rest.
-func (c *capture) catchUp(wctx context.Context, wch clientv3.WatchChan) error {
-	if c.o.StopCatchUp < 0 || wch == nil {
+func (c *capture) catchUp(wctx context.Context, wch watchChan) error {
+	if c.o.StopCatchUp < 0 {
 		return nil
 	}
 	if c.o.Fence != nil && c.o.Fence() != nil {
@@ -526,18 +536,19 @@ func (c *capture) catchUp(wctx context.Context, wch clientv3.WatchChan) error {
 			"took", c.o.Now().Sub(start).Round(time.Millisecond))
 		return nil
 	}
-	if c.next > target {
+	if c.next > target && c.partial == 0 {
 		return caughtUp()
 	}
-	if c.wd.wctx != nil {
-		// On the watch's own stream (its metadata), as the watchdog's probe.
-		go func(pctx context.Context) {
-			pctx, cancel := context.WithTimeout(pctx, c.o.StopCatchUp)
-			defer cancel()
-			_ = c.o.Client.RequestProgress(pctx)
-		}(c.wd.wctx)
+	if wch == nil {
+		// Between watches (its stream broke, a backoff): one more, for
+		// the catch-up, within the same bound.
+		wch = c.watch(wctx)
 	}
-	for c.next <= target {
+	if c.wd.wctx != nil && c.wd.raw != nil {
+		// On the watch's own stream, as the watchdog's probe.
+		_ = c.wd.raw.requestProgress()
+	}
+	for c.next <= target || c.partial != 0 {
 		select {
 		case <-bctx.Done():
 			return behind(fmt.Sprintf("the watch did not deliver the cluster's revision within %s", c.o.StopCatchUp))
@@ -546,12 +557,13 @@ func (c *capture) catchUp(wctx context.Context, wch clientv3.WatchChan) error {
 			case !ok:
 				return behind("the watch ended")
 			case resp.Canceled || resp.CompactRevision != 0:
-				return behind(fmt.Sprintf("the watch was cancelled (compacted at %d): %v", resp.CompactRevision, resp.Err()))
+				return behind(fmt.Sprintf("the watch was cancelled (compacted at %d): %v", resp.CompactRevision, resp.err()))
 			}
-			c.watchResponded(resp)
-			if resp.IsProgressNotify() && resp.Header.Revision >= target {
+			c.watchResponded(resp.WatchResponse)
+			if resp.IsProgressNotify() && resp.Header.Revision >= target && c.partial == 0 {
 				return caughtUp() // every event up to it delivered
 			}
+			c.notePartial(resp)
 			for evs := resp.Events; len(evs) > 0; {
 				if evs, err = c.add(bctx, evs); err != nil {
 					return err
@@ -621,10 +633,43 @@ func (c *capture) frozen(p pending) error {
 // watch watches the whole keyspace from the next revision, until
 // stopWatch or ctx ends, on a gRPC stream of its own (watchCtx); its
 // creation is notified (the first sign it is alive, checkWatch).
-func (c *capture) watch(ctx context.Context) clientv3.WatchChan {
+func (c *capture) watch(ctx context.Context) watchChan {
+	c.dropPartial()
 	wctx, cancel := c.watchCtx(ctx)
 	c.stopWatch = cancel
-	return c.openWatch(wctx, c.next)
+	wch, rw := openRawWatch(wctx, c.o.Client, c.next)
+	c.wd.raw = rw
+	return wch
+}
+
+// notePartial notes whether the buffer's last revision may go on in the
+// watch's next message (a fragment that others continue).
+func (c *capture) notePartial(resp watchResp) {
+	if n := len(resp.Events); n > 0 {
+		c.partial = 0
+		if resp.Partial {
+			c.partial = resp.Events[n-1].Kv.ModRevision
+		}
+	}
+}
+
+// dropPartial drops the buffered events of a revision that a fragment
+// left incomplete when its watch ended before the rest came: the next
+// watch delivers the whole revision again, from it.
+func (c *capture) dropPartial() {
+	rev := c.partial
+	if rev == 0 {
+		return
+	}
+	c.partial = 0
+	for _, l := range c.leases {
+		if l.Rev >= rev {
+			delete(c.known, l.ID) // recorded again with the revision
+		}
+	}
+	n := c.dropAfter(rev - 1)
+	c.next = rev
+	c.o.Log.Debug("journal: a revision the watch delivered in part is watched again", "cluster", c.o.ClusterID, "rev", rev, "dropped", n)
 }
 
 // add buffers events of a watch response up to the end of the first
@@ -949,31 +994,35 @@ func (c *capture) fenced(key string) error {
 	return nil
 }
 
-// closedOverLimit reports a watch closed by etcd's client because a
-// response exceeded its receive limit: canceled without a header or a
-// compaction, with gRPC's ResourceExhausted.
-func closedOverLimit(resp clientv3.WatchResponse) bool {
-	if !resp.Canceled || resp.CompactRevision != 0 || resp.Header.Revision != 0 {
-		return false
-	}
-	st, ok := status.FromError(resp.Err())
-	return ok && st.Code() == codes.ResourceExhausted
-}
 
 // trimAfter drops the buffered events after revision rev (a lineage
 // break found by a probe that started when the watch had delivered rev:
 // what came after may be the new history's).
 func (c *capture) trimAfter(rev int64) {
+	if n := c.dropAfter(rev); n > 0 {
+		c.o.Log.Warn("journal: events received after the cluster was found to have gone back are not stored", "cluster", c.o.ClusterID,
+			"from", rev+1, "dropped", n)
+	}
+}
+
+// dropAfter drops the buffered events after revision rev, with their
+// receive times and lease records, and returns how many it dropped.
+func (c *capture) dropAfter(rev int64) int {
 	n := len(c.events)
 	for n > 0 && c.events[n-1].Rev > rev {
 		n--
 	}
-	if n == len(c.events) {
-		return
+	dropped := len(c.events) - n
+	if dropped == 0 {
+		return 0
 	}
-	c.o.Log.Warn("journal: events received after the cluster was found to have gone back are not stored", "cluster", c.o.ClusterID,
-		"from", rev+1, "dropped", len(c.events)-n)
+	for _, e := range c.events[n:] {
+		c.size -= len(e.Key)*4/3 + len(e.Value)*4/3 + 96
+	}
 	c.events = c.events[:n]
+	if n > 0 {
+		c.curRev, c.curSub = c.events[n-1].Rev, c.events[n-1].Sub
+	}
 	for r := range c.received {
 		if r > rev {
 			delete(c.received, r)
@@ -987,4 +1036,5 @@ func (c *capture) trimAfter(rev int64) {
 	}
 	c.leases = leases
 	c.ttlPending = c.ttlPending[:0]
+	return dropped
 }

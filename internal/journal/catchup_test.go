@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/objectio"
@@ -48,9 +50,34 @@ func TestCaptureLargeCatchUp(t *testing.T) {
 				}
 				last = p.Header.Revision
 			}
+			// Revisions larger than a fragment (etcd's request limit,
+			// 1.5 MiB) with their previous values: txns overwriting two
+			// 700 KiB values, and a range delete of the four 1.2 MiB
+			// keys. Fragments end inside them; the capture never cuts
+			// a segment there.
+			half := bytes.Repeat([]byte("y"), 700<<10)
+			multi := map[int64]int{}
+			for i := range 3 {
+				half[0] = byte(i)
+				tr, err := cli.Txn(ctx).Then(clientv3.OpPut("/half/a", string(half)), clientv3.OpPut("/half/b", string(half))).Commit()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if i > 0 {
+					multi[tr.Header.Revision] = 2
+				}
+			}
+			d, err := cli.Delete(ctx, "/big/", clientv3.WithPrefix())
+			if err != nil || d.Deleted != 4 {
+				t.Fatalf("range delete: %v %v", d, err)
+			}
+			multi[d.Header.Revision], last = 4, d.Header.Revision
 			st := memstore.New()
 			layout := catalog.Layout{Prefix: testenv.Prefix(t)}
 			o := captureOptions(cli, st, layout, objectio.Encoding{Compression: catalog.CompressZstd}, base, t)
+			// Small segments: a cut is due after every fragment, inside
+			// the large revisions too.
+			o.SegmentSize = 256 << 10
 			var stalls []journal.WatchStall
 			o.OnStall = func(s journal.WatchStall) { stalls = append(stalls, s) }
 			stop := startCapture(ctx, o)
@@ -70,6 +97,27 @@ func TestCaptureLargeCatchUp(t *testing.T) {
 			}
 			if err := stop(); err != nil {
 				t.Fatalf("the capture: %v", err)
+			}
+			chain, err := journal.ListSegments(ctx, st, layout, "c1", base)
+			if err != nil || chain.Problem != nil || chain.Reach != last {
+				t.Fatalf("chain: %+v %v", chain, err)
+			}
+			got := map[int64]int{}
+			for _, seg := range chain.Segments {
+				_, evs, err := journal.ReadSegment(ctx, st, layout, seg.Key, nil, journal.Want{ClusterID: "c1"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, ev := range evs {
+					if _, ok := multi[ev.Rev]; ok {
+						got[ev.Rev]++
+					}
+				}
+			}
+			for rev, n := range multi {
+				if got[rev] != n {
+					t.Errorf("revision %d: %d events in the journal, want %d (a revision larger than a fragment)", rev, got[rev], n)
+				}
 			}
 			if len(stalls) > 0 {
 				t.Fatalf("the catch-up stalled: %v", stalls)

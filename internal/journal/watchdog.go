@@ -52,6 +52,7 @@ func (s WatchStall) String() string {
 type watchdog struct {
 	n       int // watches opened: each gets its own gRPC stream
 	wctx    context.Context
+	raw     *rawWatch // the watch's stream (progress requests)
 	opened  time.Time
 	last    time.Time // the last response on this watch
 	created bool
@@ -182,7 +183,7 @@ func (c *capture) probe(now time.Time, timeout time.Duration) {
 	// watch) never counts for this one.
 	c.wd.probeAt, c.wd.seen, c.wd.answered, c.wd.want = now, 0, false, new(atomic.Int64)
 	c.wd.probeID, c.wd.probeReach = new(atomic.Uint64), c.next-1
-	wctx, want, wantID := c.wd.wctx, c.wd.want, c.wd.probeID
+	wctx, want, wantID, rw := c.wd.wctx, c.wd.want, c.wd.probeID, c.wd.raw
 	cli := c.o.Client
 	go func() {
 		gctx, cancel := context.WithTimeout(wctx, timeout)
@@ -195,11 +196,9 @@ func (c *capture) probe(now time.Time, timeout time.Duration) {
 		wantID.Store(r.Header.ClusterId)
 		want.CompareAndSwap(0, r.Header.Revision)
 	}()
-	go func() {
-		pctx, cancel := context.WithTimeout(wctx, timeout)
-		defer cancel()
-		_ = cli.RequestProgress(pctx) // answered on the watch, or not: checkWatch judges
-	}()
+	if rw != nil {
+		_ = rw.requestProgress() // answered on the watch, or not: checkWatch judges
+	}
 }
 
 // stalled records a stall, ends the watch, and schedules the next one:
@@ -230,37 +229,9 @@ func (c *capture) stalled(now time.Time, reason string) {
 	}
 }
 
-// openWatch opens the watch in a goroutine and forwards its responses,
-// one at a time (nothing buffered here): clientv3's Watch blocks until
-// its stream runs, which a frozen member can hold for long, and the
-// capture's loop must keep its ticks (interval flushes, the liveness
-// check that cancels wctx). The channel closes when the watch's does or
-// wctx ends.
-func (c *capture) openWatch(wctx context.Context, from int64) clientv3.WatchChan {
-	out := make(chan clientv3.WatchResponse)
-	cli := c.o.Client
-	go func() {
-		defer close(out)
-		// WithFragment: etcd splits a response over its request limit
-		// into messages of about that size (clientv3 joins them), so a
-		// catch-up of large values never exceeds the client's receive
-		// limit (a ResourceExhausted that clientv3 reports as a cancelled
-		// watch; TestCaptureLargeCatchUp).
-		wch := cli.Watch(wctx, "", clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithProgressNotify(), clientv3.WithPrevKV(), clientv3.WithCreatedNotify(), clientv3.WithFragment())
-		for resp := range wch {
-			select {
-			case out <- resp:
-			case <-wctx.Done():
-				return
-			}
-		}
-	}()
-	return out
-}
-
 // rewatch opens the watch again once the backoff after a stall is over;
 // nil until then (a nil channel never delivers).
-func (c *capture) rewatch(ctx context.Context) clientv3.WatchChan {
+func (c *capture) rewatch(ctx context.Context) watchChan {
 	if c.o.Now().Before(c.wd.retryAt) {
 		return nil
 	}
