@@ -374,6 +374,12 @@ func Replay(ctx context.Context, opts Options, plan *Plan, path string, ro Repla
 		Detail: fmt.Sprintf("%d events of revisions %d to %d replayed: revision %d, %d live keys", rep.Events, rep.FromRevision+1,
 			rep.ToRevision, facts.StoreRevision(), facts.LiveKeys)})
 	log.Info("journal replayed", "from_revision", rep.FromRevision, "to_revision", rep.ToRevision, "events", rep.Events)
+	if vu, ok := ro.Journal.(interface{ VersionsUnread() error }); ok && vu.VersionsUnread() != nil {
+		w := fmt.Sprintf("the bucket's object versions could not be read (%v): the journal's segments were read at their current versions, "+
+			"so a segment written over since would not be seen by its version (its sha256 is still checked against the next segment and the proofs)", vu.VersionsUnread())
+		plan.Warnings = append(plan.Warnings, w)
+		log.Warn("journal read without object versions", "err", vu.VersionsUnread())
+	}
 	if rs, ok := ro.Journal.(JournalReplacedLister); ok {
 		for _, seg := range rs.Replaced() {
 			w := fmt.Sprintf("journal segment %s: its own (earliest) version %s was replayed; ", seg.Key, seg.VersionID)

@@ -91,6 +91,32 @@ func TestJournalForgedVersionOnALockedBucket(t *testing.T) {
 	if !strings.Contains(warn, forged) || !strings.Contains(warn, "newer version") || !strings.Contains(warn, hidden) || !strings.Contains(warn, "delete marker") {
 		t.Fatalf("restore's warnings name neither the overwritten nor the hidden segment:\n%s", warn)
 	}
+	// A proof record forged at a new key, "passed", naming the forged
+	// version and its sha256: it cannot make the replay read the forgery
+	// (the earliest version is read whatever a proof says), only refuse.
+	vers, err := w.st.(store.Versioner).ListVersions(ctx, forged)
+	if err != nil || len(vers) < 2 {
+		t.Fatalf("versions of %s: %+v %v", forged, vers, err)
+	}
+	fr, err := journal.OpenSegment(ctx, w.st, w.layout, forged, nil, journal.Want{ClusterID: w.id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for err == nil {
+		_, err = fr.Next()
+	}
+	fr.Close()
+	fake := &catalog.JournalProof{ClusterID: w.id, Base: rec.Base, BaseRevision: rec.BaseRevision,
+		Target: catalog.BackupName(time.Now().Add(time.Hour), catalog.KindScheduled), TargetRevision: w.lastRev + 1000,
+		Verdict: catalog.ProofPassed, Time: time.Now(), Proven: []catalog.ProvenSegment{{Key: forged, SHA256: fr.Sum(), VersionID: vers[0].VersionID}}}
+	if err := catalog.PutJournalProof(ctx, w.st, w.layout, fake); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = runCtx(t, ctx, w.restoreArgs(t, w.lastRev-1)...)
+	if code == 0 || !strings.Contains(errOut, forged) || !strings.Contains(errOut, string(journal.ReasonForged)) {
+		t.Fatalf("restore --to-revision with a forged proof naming the forged version: exit %d, want a refusal naming %s\n%s\n%s", code, forged, out, lastLinesOf(errOut, 20))
+	}
+
 	// The window proven again, now: the replay of the journal's own
 	// versions still hashes as backup k+1.
 	code, again, errOut := w.prove(t, ctx, "--backup", target, "--dry-run")
@@ -124,6 +150,18 @@ func TestJournalForgedSegmentRefused(t *testing.T) {
 	code, out, errOut := runCtx(t, ctx, w.restoreArgs(t, w.lastRev-1)...)
 	if code == 0 || !strings.Contains(errOut, forged) || !strings.Contains(errOut, string(journal.ReasonForged)) || !strings.Contains(errOut, "proof") {
 		t.Fatalf("restore --to-revision through a proven segment replaced: exit %d\n%s\n%s", code, out, lastLinesOf(errOut, 20))
+	}
+
+	// A restore that ends just before it still reads its lease records
+	// (a revoke is recorded in the segment after the revision): the
+	// segment is read whole and checked as the replayed ones.
+	ki := w.layout.Classify(forged)
+	if ki.FirstRev-1 <= w.baseRev {
+		t.Fatalf("the forged segment %s starts right after the base backup (%d): no restore ends before it", forged, w.baseRev)
+	}
+	code, out, errOut = runCtx(t, ctx, w.restoreArgs(t, ki.FirstRev-1)...)
+	if code == 0 || !strings.Contains(errOut, forged) || !strings.Contains(errOut, string(journal.ReasonForged)) {
+		t.Fatalf("restore --to-revision %d, the segment after it replaced: exit %d\n%s\n%s", ki.FirstRev-1, code, out, lastLinesOf(errOut, 20))
 	}
 
 	// An earlier segment: a put of the first loop's keys.

@@ -232,18 +232,39 @@ const maxProofBytes = 1 << 20
 func ReadJournalProof(ctx context.Context, st store.Store, layout Layout, clusterID, target string) (*JournalProof, error) {
 	key := layout.JournalProofKey(clusterID, target)
 	version := ""
-	v, on, err := Versioned(ctx, st)
+	v, on, err := proofVersions(ctx, st)
 	if err != nil {
 		return nil, fmt.Errorf("journal proof of %s/%s: %w", clusterID, target, err)
 	}
 	if on {
 		vers, err := v.ListVersions(ctx, key)
-		if err != nil {
+		switch {
+		case err != nil && optionalVersions(ctx, err):
+			// No right to list versions: the current record.
+		case err != nil:
 			return nil, fmt.Errorf("journal proof of %s/%s: %w", clusterID, target, err)
+		default:
+			version = earliestVersions(vers)[key]
 		}
-		version = earliestVersions(vers)[key]
 	}
 	return readJournalProof(ctx, st, v, key, version, clusterID, target)
+}
+
+// proofVersions is Versioned, a permanent failure (no right to read the
+// bucket's versioning: an optional permission, as for backups) read as
+// "no versions".
+func proofVersions(ctx context.Context, st store.Store) (store.Versioner, bool, error) {
+	v, on, err := Versioned(ctx, st)
+	if err != nil && optionalVersions(ctx, err) {
+		return v, false, nil
+	}
+	return v, on, err
+}
+
+// optionalVersions says whether a failure to read versions is the
+// credential's (permanent, the context alive): reading goes on without.
+func optionalVersions(ctx context.Context, err error) bool {
+	return !store.IsTransient(err) && ctx.Err() == nil
 }
 
 // earliestVersions maps each key of a version listing (newest first per
@@ -292,17 +313,21 @@ func readJournalProof(ctx context.Context, st store.Store, v store.Versioner, ke
 // those behind delete markers included (ReadJournalProof).
 func ListJournalProofs(ctx context.Context, st store.Store, layout Layout, clusterID string) ([]*JournalProof, error) {
 	prefix := layout.JournalProofPrefix(clusterID)
-	v, on, err := Versioned(ctx, st)
+	v, on, err := proofVersions(ctx, st)
 	if err != nil {
 		return nil, fmt.Errorf("list the journal proofs of cluster %s: %w", clusterID, err)
 	}
 	var keys []string
 	versions := map[string]string{}
+	var vers []store.Version
 	if on {
-		vers, err := v.ListVersions(ctx, prefix)
-		if err != nil {
+		if vers, err = v.ListVersions(ctx, prefix); err != nil && optionalVersions(ctx, err) {
+			on = false
+		} else if err != nil {
 			return nil, fmt.Errorf("list the journal proofs of cluster %s: %w", clusterID, err)
 		}
+	}
+	if on {
 		versions = earliestVersions(vers)
 		for k := range versions {
 			keys = append(keys, k)

@@ -223,7 +223,10 @@ func Capture(ctx context.Context, o CaptureOptions) error {
 	var storedID, prevSum string
 	if n := len(chain.Segments); n > 0 {
 		last := chain.Segments[n-1]
-		h, sum, err := readWhole(ctx, o.Store, o.Layout, last.Key, o.Identities, Want{ClusterID: o.ClusterID})
+		h, sum, replaced, err := readWhole(ctx, o.Store, o.Layout, last.Key, o.Identities, Want{ClusterID: o.ClusterID})
+		if replaced > 0 {
+			o.Log.Error("journal: the last stored segment was written over after the journal wrote it; continuing from the journal's own (earliest) version", "cluster", o.ClusterID, "key", last.Key, "newerVersions", replaced)
+		}
 		switch {
 		case err == nil:
 			storedID, prevSum = h.EtcdClusterID, sum

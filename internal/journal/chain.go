@@ -3,6 +3,7 @@ package journal
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 
@@ -32,9 +33,12 @@ import (
 //     A segment behind a delete marker is read behind it. Source.Replaced
 //     lists what was passed over, for the caller to say so.
 //  3. A proof names every segment it replayed by sha256 and version
-//     (catalog.ProvenSegment); Source.Pin makes a replay read those
-//     versions and refuse a segment that hashes otherwise. A proven
-//     window is restored as proven, the newest segment of it included.
+//     (catalog.ProvenSegment); Source.Pin makes a replay refuse a segment
+//     that hashes otherwise. A pin never chooses what is read (the
+//     earliest version still is): a proof record is an object too, and a
+//     forged one naming a forged version can only make a replay refuse,
+//     never replay the forgery. A proven window is restored as proven,
+//     the newest segment of it included.
 //
 // What is left: on a bucket without versioning, the newest segments after
 // the last proof can be replaced together, consistently (the chain binds
@@ -59,6 +63,14 @@ func (s *Source) listing(ctx context.Context) (*Chain, error) {
 		return c, nil
 	}
 	vers, err := v.ListVersions(ctx, s.layout.JournalPrefix(s.clusterID))
+	if err != nil && !store.IsTransient(err) && ctx.Err() == nil {
+		// No right to list versions (an optional permission, as for
+		// backups): the current objects, said in the restore's warnings.
+		s.mu.Lock()
+		s.verOn, s.verErr = false, err
+		s.mu.Unlock()
+		return s.listing(ctx)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("listing the journal of cluster %s: %w", s.clusterID, err)
 	}
@@ -104,24 +116,40 @@ func (s *Source) versioning(ctx context.Context) (store.Versioner, bool, error) 
 		return s.ver, s.verOn, nil
 	}
 	v, on, err := catalog.Versioned(ctx, s.st)
-	if err != nil {
+	if err != nil && (store.IsTransient(err) || ctx.Err() != nil) {
 		return nil, false, err
+	}
+	if err != nil {
+		// No right to read the bucket's versioning: read as without.
+		on, s.verErr = false, err
 	}
 	s.ver, s.verOn, s.verAsked = v, on, true
 	return v, on, nil
 }
 
-// Pin names segments exactly, as a proof recorded them: a replay reads
-// each pinned key's version and refuses it, by name (ReasonForged), when
-// its trailer's sha256 is not the one pinned.
+// VersionsUnread is why the bucket's versions could not be read (no right
+// to: the segments were read at their current versions), nil when they
+// were or the bucket keeps none.
+func (s *Source) VersionsUnread() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.verErr
+}
+
+// Pin names segments exactly, as a proof recorded them: a replay refuses
+// a pinned segment, by name (ReasonForged), when its trailer's sha256 is
+// not every sha256 pinned for it. The version read is still the listing's
+// (the earliest on a versioned bucket), whatever a pin says.
 func (s *Source) Pin(segs []catalog.ProvenSegment) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.pins == nil {
-		s.pins = map[string]catalog.ProvenSegment{}
+		s.pins = map[string][]catalog.ProvenSegment{}
 	}
 	for _, p := range segs {
-		s.pins[p.Key] = p
+		if !slices.Contains(s.pins[p.Key], p) {
+			s.pins[p.Key] = append(s.pins[p.Key], p)
+		}
 	}
 }
 
@@ -143,32 +171,36 @@ func (s *Source) Replaced() []SegmentInfo {
 	return append([]SegmentInfo(nil), s.replaced...)
 }
 
-// open opens a listed segment at the version to read: the pinned one,
-// else the listing's (the earliest), else the current object.
+// open opens a listed segment at the listing's version (the earliest on a
+// versioned bucket), else the current object.
 func (s *Source) open(ctx context.Context, seg SegmentInfo) (*SegmentReader, error) {
-	s.mu.Lock()
-	version := seg.VersionID
-	pin, pinned := s.pins[seg.Key]
-	if pinned && pin.VersionID != "" && s.verOn {
-		version = pin.VersionID
-	}
-	s.mu.Unlock()
-	return openSegmentVersion(ctx, s.st, s.layout, seg.Key, version, s.ids, s.want())
+	return openSegmentVersion(ctx, s.st, s.layout, seg.Key, seg.VersionID, s.ids, s.want())
 }
 
 // done records a segment read whole (its trailer checked) and checks it
 // against its pin.
 func (s *Source) done(seg SegmentInfo, r *SegmentReader) error {
+	return s.checkRead(seg, r, true)
+}
+
+// checkRead checks a segment read whole against its pins, and with record
+// notes it as done does.
+func (s *Source) checkRead(seg SegmentInfo, r *SegmentReader, record bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sum := r.Sum()
-	if pin, ok := s.pins[seg.Key]; ok && pin.SHA256 != sum {
-		return &SegmentError{Key: seg.Key, Reason: ReasonForged,
-			Detail: fmt.Sprintf("a journal proof recorded it as sha256 %s (version %q), the stored segment (version %q) hashes to %s: replaced after it was proven", pin.SHA256, pin.VersionID, r.version, sum)}
+	for _, pin := range s.pins[seg.Key] {
+		if pin.SHA256 != sum {
+			return &SegmentError{Key: seg.Key, Reason: ReasonForged,
+				Detail: fmt.Sprintf("a journal proof recorded it as sha256 %s (version %q), the stored segment (version %q) hashes to %s: replaced after it was proven, or the proof record is not the journal's", pin.SHA256, pin.VersionID, r.version, sum)}
+		}
 	}
-	s.read = append(s.read, catalog.ProvenSegment{Key: seg.Key, SHA256: sum, VersionID: r.version})
-	if seg.Replaced > 0 || seg.Hidden {
-		s.replaced = append(s.replaced, seg)
+	if record && !slices.ContainsFunc(s.read, func(p catalog.ProvenSegment) bool { return p.Key == seg.Key }) {
+		s.read = append(s.read, catalog.ProvenSegment{Key: seg.Key, SHA256: sum, VersionID: r.version})
+		if seg.Replaced > 0 || seg.Hidden {
+			seg.VersionID = r.version
+			s.replaced = append(s.replaced, seg)
+		}
 	}
 	return nil
 }
@@ -190,7 +222,28 @@ type sourceState struct {
 	verAsked bool
 	ver      store.Versioner
 	verOn    bool
-	pins     map[string]catalog.ProvenSegment
+	verErr   error
+	pins     map[string][]catalog.ProvenSegment
 	read     []catalog.ProvenSegment
 	replaced []SegmentInfo
+}
+
+// verifyWhole reads seg whole (its trailer checked), checks its pins and,
+// with prevSum, that it names the segment before it (prevKey); it returns
+// its header and its trailer's sha256. For segments read for their
+// headers only (the lease records of the segment after a replay's).
+func (s *Source) verifyWhole(ctx context.Context, seg SegmentInfo, prevKey, prevSum string) (Header, string, error) {
+	r, err := s.open(ctx, seg)
+	if err != nil {
+		return Header{}, "", err
+	}
+	defer r.Close()
+	h := r.Header()
+	if err := checkPrev(seg.Key, prevKey, prevSum, h); err != nil {
+		return h, "", err
+	}
+	if err := drain(r); err != nil {
+		return h, "", err
+	}
+	return h, r.Sum(), s.checkRead(seg, r, false)
 }

@@ -215,9 +215,30 @@ func ReadSegment(ctx context.Context, st store.Store, layout catalog.Layout, key
 }
 
 // readWhole reads a whole segment (every check) for its header and its
-// trailer's sha256 (Decoder.Sum), without keeping its events.
-func readWhole(ctx context.Context, st store.Store, layout catalog.Layout, key string, ids *seal.Identities, want Want) (Header, string, error) {
-	r, err := OpenSegment(ctx, st, layout, key, ids, want)
+// trailer's sha256 (Decoder.Sum), without keeping its events: on a
+// versioned bucket its earliest version, the journal's (chain.go), and
+// replaced says how many versions were written over it.
+func readWhole(ctx context.Context, st store.Store, layout catalog.Layout, key string, ids *seal.Identities, want Want) (h Header, sum string, replaced int, err error) {
+	version := ""
+	if v, on, verr := catalog.Versioned(ctx, st); verr == nil && on {
+		vers, lerr := v.ListVersions(ctx, key)
+		if lerr != nil && (store.IsTransient(lerr) || ctx.Err() != nil) {
+			return Header{}, "", 0, &SegmentError{Key: key, Reason: ReasonStore, Detail: "listing its versions", Err: lerr}
+		}
+		for _, ver := range vers {
+			if ver.Key == key && !ver.DeleteMarker {
+				version = ver.VersionID // newest first: the last is the earliest
+				replaced++
+			}
+		}
+		replaced = max(replaced-1, 0)
+	}
+	h, sum, err = readVersion(ctx, st, layout, key, version, ids, want)
+	return h, sum, replaced, err
+}
+
+func readVersion(ctx context.Context, st store.Store, layout catalog.Layout, key, version string, ids *seal.Identities, want Want) (Header, string, error) {
+	r, err := openSegmentVersion(ctx, st, layout, key, version, ids, want)
 	if err != nil {
 		return Header{}, "", err
 	}

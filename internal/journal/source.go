@@ -58,6 +58,7 @@ func (s *Source) Cover(ctx context.Context, from int64) (*Chain, error) {
 		}
 		c := &Chain{ClusterID: s.clusterID, BaseRev: seg.FirstRev - 1, Reach: seg.FirstRev - 1, All: all.All}
 		c.chain()
+		c.capAtConflict(from)
 		if best == nil || c.Reach > best.Reach {
 			best = c
 		}
@@ -71,6 +72,45 @@ func (s *Source) Cover(ctx context.Context, from int64) (*Chain, error) {
 			s.clusterID, from, lo, hi)
 	}
 	return best, nil
+}
+
+// capAtConflict ends the chain before the first revision from from on
+// that another stored segment holds too (a segment the chain passed over,
+// or another holding from): two chains of segments hold those revisions,
+// from two writers or a forged key that straddles the journal's own
+// segments, and a replay cannot tell which is the cluster's history. The
+// chain keeps what only it holds; its Problem names both segments.
+func (c *Chain) capAtConflict(from int64) {
+	in := map[string]bool{}
+	for _, seg := range c.Segments {
+		in[seg.Key] = true
+	}
+	for _, seg := range c.All {
+		if in[seg.Key] || seg.LastRev < from || seg.FirstRev > c.Reach {
+			continue
+		}
+		keep := c.Segments[:0:0]
+		var holder string
+		for _, mine := range c.Segments {
+			if mine.FirstRev >= seg.FirstRev {
+				break
+			}
+			keep = append(keep, mine)
+			if mine.LastRev >= seg.FirstRev {
+				holder = mine.Key
+			}
+		}
+		if holder == "" && len(c.Segments) > 0 {
+			holder = c.Segments[0].Key
+		}
+		c.Segments, c.Reach = keep, c.BaseRev
+		if n := len(keep); n > 0 {
+			c.Reach = min(keep[n-1].LastRev, seg.FirstRev-1)
+		}
+		c.Problem = &SegmentError{Key: seg.Key, Reason: ReasonOverlap,
+			Detail: fmt.Sprintf("it holds revisions %d-%d, which %s holds too: two writers, or a segment that is not the journal's", seg.FirstRev, seg.LastRev, holder)}
+		return
+	}
 }
 
 // covering is the chain's segments holding revisions from to to, or an
@@ -141,24 +181,44 @@ func (s *Source) Leases(ctx context.Context, from, to int64) ([]Lease, error) {
 	if err != nil {
 		return nil, err
 	}
+	var next *SegmentInfo
 	if c, err := s.Cover(ctx, from); err == nil && len(segs) > 0 {
 		lastKey := segs[len(segs)-1].Key
 		for i, seg := range c.Segments {
 			if seg.Key == lastKey && i+1 < len(c.Segments) {
-				segs = append(segs, c.Segments[i+1])
+				next = &c.Segments[i+1]
 				break
 			}
 		}
 	}
 	byID := map[int64]int{}
 	var out []Lease
+	headers := make([]Header, 0, len(segs)+1)
 	for _, seg := range segs {
 		r, err := s.open(ctx, seg)
 		if err != nil {
 			return nil, err
 		}
-		h := r.Header()
+		headers = append(headers, r.Header())
 		r.Close()
+	}
+	if next != nil {
+		// The segment after the window is not replayed, only its lease
+		// records are read: it is read whole and checked as the replay
+		// checks its segments (its trailer, its pins, and the one before
+		// it named by sha256, read whole too).
+		last := segs[len(segs)-1]
+		_, sum, err := s.verifyWhole(ctx, last, "", "")
+		if err != nil {
+			return nil, err
+		}
+		h, _, err := s.verifyWhole(ctx, *next, last.Key, sum)
+		if err != nil {
+			return nil, err
+		}
+		headers = append(headers, h)
+	}
+	for _, h := range headers {
 		for _, l := range h.Leases {
 			if l.Rev > to || l.Revoked > to {
 				continue

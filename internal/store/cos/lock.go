@@ -201,18 +201,18 @@ func (s *Store) ListVersions(ctx context.Context, prefix string) ([]store.Versio
 	const op = "list versions"
 	ctx, wd, stop := s.watch(ctx, op, prefix)
 	defer stop()
-	out := []store.Version{}
+	var objs, markers []store.Version
 	err := s.s3.ListObjectVersionsPagesWithContext(ctx, &s3.ListObjectVersionsInput{
 		Bucket:  aws.String(s.cfg.Bucket),
 		Prefix:  aws.String(prefix),
 		MaxKeys: aws.Int64(1000),
 	}, func(page *s3.ListObjectVersionsOutput, _ bool) bool {
 		for _, v := range page.Versions {
-			out = append(out, store.Version{Key: aws.StringValue(v.Key), VersionID: aws.StringValue(v.VersionId), Size: aws.Int64Value(v.Size),
+			objs = append(objs, store.Version{Key: aws.StringValue(v.Key), VersionID: aws.StringValue(v.VersionId), Size: aws.Int64Value(v.Size),
 				LastModified: aws.TimeValue(v.LastModified), IsLatest: aws.BoolValue(v.IsLatest)})
 		}
 		for _, m := range page.DeleteMarkers {
-			out = append(out, store.Version{Key: aws.StringValue(m.Key), VersionID: aws.StringValue(m.VersionId),
+			markers = append(markers, store.Version{Key: aws.StringValue(m.Key), VersionID: aws.StringValue(m.VersionId),
 				LastModified: aws.TimeValue(m.LastModified), IsLatest: aws.BoolValue(m.IsLatest), DeleteMarker: true})
 		}
 		return true
@@ -220,17 +220,55 @@ func (s *Store) ListVersions(ctx context.Context, prefix string) ([]store.Versio
 	if err = judgedStalled(wd, err); err != nil {
 		return nil, s.fail(wd, op, prefix, err)
 	}
-	sort.SliceStable(out, func(i, j int) bool {
-		a, b := out[i], out[j]
-		if a.Key != b.Key {
-			return a.Key < b.Key
+	return mergeVersions(objs, markers), nil
+}
+
+// mergeVersions orders a listing's object versions and delete markers by
+// key, the latest first, then newest first. The object versions of a key
+// keep the order the service listed them in (newest first, by when each
+// version was created): their LastModified is not that order (a multipart
+// upload's is when it was started, which whoever uploads chooses), and
+// which version is a key's earliest is what readers of the journal and
+// of overwritten backups rely on. Delete markers are merged in by time.
+func mergeVersions(objs, markers []store.Version) []store.Version {
+	byKey := func(vs []store.Version) map[string][]store.Version {
+		m := map[string][]store.Version{}
+		for _, v := range vs {
+			m[v.Key] = append(m[v.Key], v)
 		}
-		if a.IsLatest != b.IsLatest {
-			return a.IsLatest
+		return m
+	}
+	om, mm := byKey(objs), byKey(markers)
+	keys := make([]string, 0, len(om)+len(mm))
+	for k := range om {
+		keys = append(keys, k)
+	}
+	for k := range mm {
+		if _, ok := om[k]; !ok {
+			keys = append(keys, k)
 		}
-		return a.LastModified.After(b.LastModified)
-	})
-	return out, nil
+	}
+	sort.Strings(keys)
+	out := make([]store.Version, 0, len(objs)+len(markers))
+	for _, k := range keys {
+		o, m := om[k], mm[k]
+		sort.SliceStable(m, func(i, j int) bool { return m[i].LastModified.After(m[j].LastModified) })
+		var merged []store.Version
+		for len(o) > 0 || len(m) > 0 {
+			switch {
+			case len(m) == 0:
+				merged, o = append(merged, o[0]), o[1:]
+			case len(o) == 0:
+				merged, m = append(merged, m[0]), m[1:]
+			case m[0].IsLatest || (!o[0].IsLatest && m[0].LastModified.After(o[0].LastModified)):
+				merged, m = append(merged, m[0]), m[1:]
+			default:
+				merged, o = append(merged, o[0]), o[1:]
+			}
+		}
+		out = append(out, merged...)
+	}
+	return out
 }
 
 // GetVersion implements store.Versioner (GetObject with a versionId; a
