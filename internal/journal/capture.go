@@ -997,7 +997,6 @@ func (c *capture) fenced(key string) error {
 	return nil
 }
 
-
 // trimAfter drops the buffered events after revision rev (a lineage
 // break found by a probe that started when the watch had delivered rev:
 // what came after may be the new history's).
