@@ -30,9 +30,11 @@ type journalOpts struct {
 	policy                                         policyOpts
 	lock                                           lockOpts
 	clusterID, compress, segmentSize, identityFile string
-	all, noEvents                                  bool
-	segmentInterval, rediscover, probeTimeout      time.Duration
-	leader                                         leaderOpts
+	// memoryBudget: the captures' shared memory budget (journal.Budget).
+	memoryBudget                              string
+	all, noEvents                             bool
+	segmentInterval, rediscover, probeTimeout time.Duration
+	leader                                    leaderOpts
 	// journalRetention: with an explicit --lock-mode, how long segments
 	// are locked (catalog.SegmentLockUntil).
 	journalRetention time.Duration
@@ -63,6 +65,8 @@ func journalCommand(g *globalOpts) *cli.Command {
 			&cli.BoolFlag{Name: "no-events", Usage: "with --all/--cluster: do not record Kubernetes Events", Destination: &o.noEvents},
 			&cli.StringFlag{Name: "compress", Value: "zstd", Usage: "zstd or none", Destination: &o.compress},
 			&cli.DurationFlag{Name: "segment-interval", Value: journal.DefaultSegmentInterval, Usage: "write a segment once its first change is this old (the RPO: at most this plus one upload)", Destination: &o.segmentInterval},
+			&cli.StringFlag{Name: "memory-budget", Value: fmt.Sprintf("%dMiB", journal.DefaultMemoryBudget>>20), Destination: &o.memoryBudget,
+				Usage: "the events every cluster's journal holds at once, in this process (bytes, or KiB/MiB): when all catch up at once (a restart, a leader change) they take turns; the process's peak memory is about twice this plus 60 MiB at 100 clusters (docs/journal.md, Bounds)"},
 			&cli.StringFlag{Name: "segment-size", Value: "4MiB", Usage: "write a segment once it is this big (bytes, or KiB/MiB): a cluster writing faster than the interval gets shorter segments", Destination: &o.segmentSize},
 			probeTimeoutFlag(&o.probeTimeout),
 			identityFileFlag(&o.identityFile),
@@ -257,6 +261,10 @@ func journalOptions(c *cli.Context, e *env, o *journalOpts) (fleet.JournalAllOpt
 	if err != nil {
 		return opts, usagef("journal: --segment-size %q: %v", o.segmentSize, err)
 	}
+	budget, err := parseSegmentSize(o.memoryBudget)
+	if err != nil {
+		return opts, usagef("journal: --memory-budget %q: %v", o.memoryBudget, err)
+	}
 	var enc objectio.Encoding
 	if enc.Compression, err = catalog.ParseCompression(o.compress); err != nil {
 		return opts, asUsage(err)
@@ -293,7 +301,9 @@ func journalOptions(c *cli.Context, e *env, o *journalOpts) (fleet.JournalAllOpt
 		Capture: journal.CaptureOptions{Encoding: enc, Identities: ids, SegmentInterval: o.segmentInterval, SegmentSize: size,
 			// Segments are locked as the gap backup is (an explicit
 			// --lock-mode), for the journal retention less the margin.
-			Lock: bk.Lock, JournalRetention: o.journalRetention},
+			Lock: bk.Lock, JournalRetention: o.journalRetention,
+			// One budget for every cluster of the process.
+			Budget: journal.NewBudget(int64(budget))},
 		Backup: bk, Log: e.log,
 	}
 	if o.all {

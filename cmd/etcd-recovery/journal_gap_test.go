@@ -194,6 +194,7 @@ func TestJournalUsageErrors(t *testing.T) {
 		{[]string{"journal", "--cluster-id", "c1", "--no-events"}, "--rediscover and --no-events are for --all"},
 		{[]string{"journal", "--all", "--rediscover", "0s"}, "rediscover"},
 		{[]string{"journal", "--cluster-id", "c1", "--segment-size", "0"}, "--segment-size"},
+		{[]string{"journal", "--cluster-id", "c1", "--memory-budget", "lots"}, "--memory-budget"},
 		{[]string{"journal", "--cluster-id", "-bad"}, "cluster"},
 	} {
 		code, _, errOut := runCtx(t, context.Background(), concatArgs(c.args, cos)...)

@@ -53,6 +53,9 @@ type CaptureOptions struct {
 	// revision's end.
 	SegmentInterval time.Duration
 	SegmentSize     int
+	// Budget, shared by the captures of one process, bounds the bytes
+	// they hold (budget.go); nil: no bound.
+	Budget *Budget
 	// UploadTimeout bounds one upload attempt; FrozenAfter bounds the
 	// retries of one segment before Capture gives up naming the store
 	// frozen; FinalFlush bounds the last segment's write once ctx ended.
@@ -258,6 +261,9 @@ func Capture(ctx context.Context, o CaptureOptions) error {
 type pending struct {
 	h   Header
 	raw []byte
+	// held is what the segment holds of the Budget, given back once it
+	// is stored (or given up).
+	held int64
 }
 
 type capture struct {
@@ -265,7 +271,7 @@ type capture struct {
 	next int64 // the next revision expected
 
 	events    []Event
-	size      int
+	size      int64
 	started   time.Time // when the buffer's first event arrived
 	received  map[int64]int64
 	lastRecv  int64 // unix ms of the last recorded receive
@@ -313,9 +319,14 @@ type capture struct {
 	// deliver more of it (a fragment others continue, rawwatch.go): the
 	// buffer is not sealed until it is whole. 0: none.
 	partial int64
+	// credit is Budget taken for events not buffered yet (budget.go);
+	// budgetWaits counts the waits for it.
+	credit      int64
+	budgetWaits int
 }
 
 func (c *capture) run(ctx context.Context) error {
+	defer c.release()
 	upCtx, upCancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer upCancel()
 	c.upc = make(chan pending)
@@ -324,13 +335,15 @@ func (c *capture) run(ctx context.Context) error {
 	go func() {
 		defer close(upDone)
 		for p := range c.upc {
-			err := c.upload(upCtx, p)
+			err := c.uploadInSlot(upCtx, p)
+			c.o.Budget.give(p.held)
 			if err == nil {
 				err = c.checkOverlap(upCtx, p)
 			}
 			if err != nil {
 				c.errc <- err
-				for range c.upc { // drop the rest: Capture is failing
+				for p := range c.upc { // drop the rest: Capture is failing
+					c.o.Budget.give(p.held)
 				}
 				return
 			}
@@ -360,6 +373,7 @@ func (c *capture) run(ctx context.Context) error {
 			select {
 			case c.upc <- p:
 			case err := <-c.errc:
+				c.o.Budget.give(p.held)
 				close(c.upc)
 				return err
 			case <-timer.C:
@@ -411,7 +425,7 @@ func (c *capture) run(ctx context.Context) error {
 				c.trimAfter(c.wd.probeReach)
 				return finish(c.lineage)
 			}
-			if len(c.events) == 0 || c.partial != 0 || c.o.Now().Sub(c.started) < c.o.SegmentInterval {
+			if len(c.events) == 0 || c.partial != 0 || (c.o.Now().Sub(c.started) < c.o.SegmentInterval && !c.o.Budget.pressed()) {
 				continue
 			}
 			paused, err := c.handOff(ctx)
@@ -472,14 +486,48 @@ func (c *capture) run(ctx context.Context) error {
 			// sends up to 1,000 revisions at once), never inside a
 			// revision.
 			evs := resp.Events
-			c.notePartial(resp)
+			cont := c.resolvePartial(evs)
 			for len(evs) > 0 {
+				seal, wait := c.reserve(evs, cont)
+				if wait > 0 {
+					// No memory left in the process's budget: this
+					// message is dropped (not buffered: the next watch
+					// delivers it again) and the watch stopped while
+					// waiting, so that nothing is held meanwhile.
+					c.stopWatch()
+					c.wd.wctx = nil
+					if err := c.waitBudget(ctx, wait); err != nil {
+						return finish(nil) // stopping while waiting for memory: the final flush
+					}
+					wch = c.watch(wctx)
+					break
+				}
+				if seal {
+					paused, err := c.handOff(ctx)
+					if errors.Is(err, errStopping) {
+						return finish(nil)
+					}
+					if err != nil {
+						return fail(err)
+					}
+					if paused {
+						wch = c.watch(wctx) // this response again, from the next revision
+						break
+					}
+					continue
+				}
 				var err error
 				if evs, err = c.add(ctx, evs); err != nil {
 					return finish(err)
 				}
+				cont = false
+				if len(evs) == 0 {
+					c.notePartial(resp)
+				} else {
+					c.partial = 0 // cut before a new revision: the buffer is whole
+				}
 				whole := len(evs) > 0 || c.partial == 0 // cut before a new revision, or a response's end
-				if !whole || (c.size < c.o.SegmentSize && c.o.Now().Sub(c.started) < c.o.SegmentInterval) {
+				if !whole || (c.size < int64(c.o.SegmentSize) && c.o.Now().Sub(c.started) < c.o.SegmentInterval) {
 					break
 				}
 				paused, err := c.handOff(ctx)
@@ -566,12 +614,20 @@ func (c *capture) catchUp(wctx context.Context, wch watchChan) error {
 			if resp.IsProgressNotify() && resp.Header.Revision >= target && c.partial == 0 {
 				return caughtUp() // every event up to it delivered
 			}
-			c.notePartial(resp)
+			cont := c.resolvePartial(resp.Events)
 			for evs := resp.Events; len(evs) > 0; {
-				if evs, err = c.add(bctx, evs); err != nil {
-					return err
+				seal, wait := c.reserve(evs, cont)
+				if wait > 0 {
+					return behind("no memory left in the journal's budget")
+				}
+				if !seal {
+					if evs, err = c.add(bctx, evs); err != nil {
+						return err
+					}
+					cont = false
 				}
 				if len(evs) == 0 {
+					c.notePartial(resp)
 					break
 				}
 				// The buffer is full: hand it over as in the loop.
@@ -613,6 +669,7 @@ func (c *capture) handOff(ctx context.Context) (paused bool, err error) {
 	case c.upc <- p:
 		return true, nil
 	case err := <-c.errc:
+		c.o.Budget.give(p.held)
 		return true, err
 	case <-ctx.Done():
 	}
@@ -622,6 +679,7 @@ func (c *capture) handOff(ctx context.Context) (paused bool, err error) {
 	case c.upc <- p:
 		return true, errStopping
 	case err := <-c.errc:
+		c.o.Budget.give(p.held)
 		return true, err
 	case <-timer.C:
 		return true, c.frozen(p)
@@ -629,6 +687,7 @@ func (c *capture) handOff(ctx context.Context) (paused bool, err error) {
 }
 
 func (c *capture) frozen(p pending) error {
+	c.o.Budget.give(p.held)
 	return &SegmentError{Key: c.o.Layout.JournalSegmentKey(c.o.ClusterID, p.h.FirstRev, p.h.LastRev), Reason: ReasonStore,
 		Detail: fmt.Sprintf("not handed to the store within %s of the journal stopping (store frozen)", c.o.FinalFlush)}
 }
@@ -645,8 +704,25 @@ func (c *capture) watch(ctx context.Context) watchChan {
 	return wch
 }
 
+// resolvePartial looks at a message's first event: when the buffer's last
+// revision was left open by a fragment (partial) and this message does
+// not continue it, the buffer is whole after all. It reports whether the
+// message continues the buffer's revision (its events must be taken
+// whatever the budget says: the buffer cannot be sealed before them).
+func (c *capture) resolvePartial(evs []*clientv3.Event) (cont bool) {
+	if c.partial == 0 || len(evs) == 0 {
+		return false
+	}
+	if evs[0].Kv.ModRevision == c.partial {
+		return true
+	}
+	c.partial = 0
+	return false
+}
+
 // notePartial notes whether the buffer's last revision may go on in the
-// watch's next message (a fragment that others continue).
+// watch's next message (a fragment that others continue), once the
+// message's events are all buffered.
 func (c *capture) notePartial(resp watchResp) {
 	if n := len(resp.Events); n > 0 {
 		c.partial = 0
@@ -692,7 +768,7 @@ func (c *capture) add(ctx context.Context, evs []*clientv3.Event) ([]*clientv3.E
 		case rev == c.curRev && len(c.events) > 0 && c.events[len(c.events)-1].Rev == rev:
 			c.curSub++
 		case rev == c.next:
-			if len(c.events) > 0 && c.size >= c.o.SegmentSize {
+			if len(c.events) > 0 && c.size >= int64(c.o.SegmentSize) {
 				return evs[i:], nil // cut here, at the previous revision's end
 			}
 			c.curRev, c.curSub = rev, 0
@@ -718,7 +794,9 @@ func (c *capture) add(ctx context.Context, evs []*clientv3.Event) ([]*clientv3.E
 			}
 		}
 		c.events = append(c.events, e)
-		c.size += len(e.Key)*4/3 + len(e.Value)*4/3 + 96
+		cost := eventCost(e.Key, e.Value)
+		c.size += cost
+		c.credit -= cost
 		c.lastMs = ms
 	}
 	return nil, nil
@@ -928,13 +1006,25 @@ func (c *capture) seal() (pending, error) {
 		FirstRev: first, LastRev: last, Received: c.received, Leases: c.leases, EtcdClusterID: c.etcdID, Prev: c.prevSum,
 	}
 	raw, sum, err := encodeSegment(h, c.events)
+	held := c.size
 	c.events, c.size, c.received, c.leases = nil, 0, nil, nil
 	if err != nil {
+		c.o.Budget.give(held)
 		return pending{}, err
 	}
 	c.prevSum = sum
 	h.Format, h.Events = FormatVersion, 0
-	return pending{h: h, raw: raw}, nil
+	return pending{h: h, raw: raw, held: held}, nil
+}
+
+// uploadInSlot is upload in one of the Budget's upload slots.
+func (c *capture) uploadInSlot(ctx context.Context, p pending) error {
+	done, err := c.o.Budget.upload(ctx)
+	if err != nil {
+		return &SegmentError{Key: c.o.Layout.JournalSegmentKey(c.o.ClusterID, p.h.FirstRev, p.h.LastRev), Reason: ReasonStore, Detail: "waiting for an upload slot", Err: err}
+	}
+	defer done()
+	return c.upload(ctx, p)
 }
 
 // upload writes one segment, retrying with backoff for FrozenAfter.
@@ -1018,9 +1108,12 @@ func (c *capture) dropAfter(rev int64) int {
 	if dropped == 0 {
 		return 0
 	}
+	var freed int64
 	for _, e := range c.events[n:] {
-		c.size -= len(e.Key)*4/3 + len(e.Value)*4/3 + 96
+		freed += eventCost(e.Key, e.Value)
 	}
+	c.size -= freed
+	c.o.Budget.give(freed)
 	c.events = c.events[:n]
 	if n > 0 {
 		c.curRev, c.curSub = c.events[n-1].Rev, c.events[n-1].Sub

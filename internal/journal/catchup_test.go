@@ -125,3 +125,77 @@ func TestCaptureLargeCatchUp(t *testing.T) {
 		})
 	}
 }
+
+// Captures sharing a small memory budget (real etcd 3.5, one process, four
+// clusters' journals over one member) catching up 1 MiB values at once:
+// each journal is exact, the budget's peak stays within its limit plus one
+// message a capture (a capture holding nothing may take one past it), and
+// every byte comes back once they stop (a budget that leaked would stall
+// the journal for good).
+func TestCaptureBudgetSharedCatchUp(t *testing.T) {
+	t.Parallel()
+	ctx := testfix.Context(t, 2*time.Minute)
+	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
+	cli, err := testfix.EtcdConfig(c).Client(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	r, err := cli.Get(ctx, "nothing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := r.Header.Revision
+	val := bytes.Repeat([]byte("z"), 1<<20)
+	var last int64
+	for i := range 12 {
+		val[0] = byte(i)
+		p, err := cli.Put(ctx, fmt.Sprintf("/big/%d", i%3), string(val))
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = p.Header.Revision
+	}
+	const limit = 4 << 20
+	budget := journal.NewBudget(limit)
+	st := memstore.New()
+	layout := catalog.Layout{Prefix: testenv.Prefix(t)}
+	ids := []string{"b1", "b2", "b3", "b4"}
+	var stops []func() error
+	for _, id := range ids {
+		o := captureOptions(cli, st, layout, objectio.Encoding{Compression: catalog.CompressZstd}, base, t)
+		o.ClusterID, o.Budget, o.SegmentInterval = id, budget, time.Second
+		stops = append(stops, startCapture(ctx, o))
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for _, id := range ids {
+		for {
+			chain, err := journal.ListSegments(ctx, st, layout, id, base)
+			if err != nil || chain.Problem != nil {
+				t.Fatalf("%s: %v %v", id, err, chain.Problem)
+			}
+			if chain.Reach >= last {
+				break
+			}
+			if time.Now().After(deadline) {
+				used, peak := budget.Used()
+				t.Fatalf("%s reaches %d, want %d (budget used %d, peak %d)", id, chain.Reach, last, used, peak)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	for _, stop := range stops {
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	used, peak := budget.Used()
+	// A message: a 1 MiB value and its previous one, counted as base64.
+	if bound := int64(limit + len(ids)*3<<20); peak > bound || peak < limit/2 {
+		t.Errorf("budget peak %d, want at most the limit %d plus a message a capture (%d)", peak, limit, bound)
+	}
+	if used != 0 {
+		t.Errorf("%d bytes of the budget not given back after every capture stopped", used)
+	}
+	t.Logf("budget %d MiB: peak %.1f MiB", limit>>20, float64(peak)/(1<<20))
+}

@@ -44,8 +44,14 @@ func EncodeSegment(h Header, events []Event) ([]byte, error) {
 
 // encodeSegment is EncodeSegment with the trailer's sha256 (Decoder.Sum).
 func encodeSegment(h Header, events []Event) ([]byte, string, error) {
-	var b bytes.Buffer
-	sum, err := encode(&b, h, events)
+	// Sized once: a buffer grown by doubling holds up to twice the
+	// segment while it grows (the journal's largest allocation).
+	size := 64 << 10
+	for i := range events {
+		size += int(eventCost(events[i].Key, events[i].Value))
+	}
+	b := bytes.NewBuffer(make([]byte, 0, size))
+	sum, err := encode(b, h, events)
 	if err != nil {
 		return nil, "", err
 	}

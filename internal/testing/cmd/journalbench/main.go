@@ -24,13 +24,15 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"runtime/pprof"
 	"sync"
 	"syscall"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/etcdconn"
 	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/store/cos"
@@ -42,7 +44,10 @@ type Config struct {
 	AccessKey, SecretKey             string
 	Prefix                           string
 	SegmentInterval                  time.Duration
-	Clusters                         []Cluster
+	// Budget is the captures' shared memory budget in bytes
+	// (journal.Budget; 0: none), as journal's --memory-budget.
+	Budget   int64
+	Clusters []Cluster
 }
 
 // Cluster is one captured cluster.
@@ -69,7 +74,33 @@ func main() {
 	}
 }
 
+// memoryLimit is the Go soft memory limit, as the etcd-recovery command
+// sets it (cmd/etcd-recovery/main.go) unless GOMEMLIMIT is set.
+const memoryLimit = 48 << 20
+
 func run() error {
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(memoryLimit)
+	}
+	if path := os.Getenv("JOURNALBENCH_HEAP"); path != "" {
+		// The heap profile at the in-use peak (for a benchmark's
+		// investigation).
+		go func() {
+			var peak uint64
+			for {
+				var ms runtime.MemStats
+				runtime.ReadMemStats(&ms)
+				if ms.HeapInuse > peak+peak/10 {
+					peak = ms.HeapInuse
+					if f, err := os.Create(path); err == nil {
+						pprof.Lookup("heap").WriteTo(f, 0)
+						f.Close()
+					}
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}()
+	}
 	if len(os.Args) != 2 {
 		return fmt.Errorf("usage: journalbench CONFIG.json")
 	}
@@ -95,8 +126,19 @@ func run() error {
 		wg    sync.WaitGroup
 		errs  = make(chan error, len(cfg.Clusters))
 	)
+	budget := journal.NewBudget(cfg.Budget)
+	if os.Getenv("JOURNALBENCH_DEBUG") != "" && budget != nil {
+		go func() {
+			for range time.Tick(time.Second) {
+				u, p := budget.Used()
+				fmt.Fprintf(os.Stderr, "budget used %d MiB peak %d MiB waiting %d\n", u>>20, p>>20, budget.Waiting())
+			}
+		}()
+	}
 	for _, c := range cfg.Clusters {
-		cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints, DialTimeout: 5 * time.Second})
+		// The journal command's connection (etcdconn: 1 MiB flow-control
+		// windows, the 64 MiB receive limit).
+		cli, err := etcdconn.Config{Endpoints: c.Endpoints, DialTimeout: 5 * time.Second}.Client(context.Background())
 		if err != nil {
 			return fmt.Errorf("cluster %s: connecting: %w", c.ID, err)
 		}
@@ -105,7 +147,7 @@ func run() error {
 			err := journal.Capture(ctx, journal.CaptureOptions{
 				Client: cli, ClusterID: c.ID, BaseBackup: c.BaseBackup, BaseRev: c.BaseRev,
 				Store: st, Layout: catalog.Layout{Prefix: cfg.Prefix}, Encoding: objectio.Encoding{Compression: catalog.CompressZstd},
-				SegmentInterval: cfg.SegmentInterval, Log: log,
+				SegmentInterval: cfg.SegmentInterval, Log: log, Budget: budget,
 				OnSegment: func(s journal.SegmentInfo) {
 					now := time.Now().UnixNano()
 					outMu.Lock()
