@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"sort"
 	"time"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
@@ -121,4 +122,60 @@ func checkLineage(ctx context.Context, opts Options, plan *Plan) (string, error)
 			Detail: fmt.Sprintf("backup %s and the journal after it are of one history (%d lineage break(s) recorded, none between them)", chosen.Name, len(breaks))})
 	}
 	return "", nil
+}
+
+// CheckHistory is the plan's check, for a restore of the newest state,
+// of which recorded history the chosen backup belongs to (byLineage).
+const CheckHistory = "history"
+
+// byLineage orders the candidates of a restore of the newest state by the
+// history they belong to, the newest first, then as sortCandidates does:
+// a backup taken after a recorded lineage break (the journal found the
+// cluster gone back: a restore without a revision bump, a cluster
+// recreated under the same name) is of the new history, and ranks above
+// every backup of the old one, whose revisions are higher. Without a
+// break recorded nothing changes. The plan says which history it chose
+// from (CheckHistory).
+func byLineage(ctx context.Context, opts Options, plan *Plan, cands []Candidate) ([]Candidate, error) {
+	if opts.Store == nil {
+		return cands, nil
+	}
+	breaks, err := lineageBreaks(ctx, opts)
+	if err != nil || len(breaks) == 0 {
+		return cands, err
+	}
+	sort.Slice(breaks, func(i, j int) bool { return breaks[i].Time.Before(breaks[j].Time) })
+	history := func(c Candidate) int {
+		if c.Planned || c.survivor {
+			return len(breaks) // the live cluster's own snapshot
+		}
+		n := 0
+		for _, b := range breaks {
+			if c.Time.After(b.Time) {
+				n++
+			}
+		}
+		return n
+	}
+	sort.SliceStable(cands, func(i, j int) bool { return history(cands[i]) > history(cands[j]) })
+	newest := breaks[len(breaks)-1]
+	if len(cands) > 0 && cands[0].Name != "" {
+		detail := fmt.Sprintf("backup %s is of the newest history, begun when the journal found the cluster gone back (%s, found %s); %d backup(s) of older histories rank below it whatever their revisions",
+			cands[0].Name, newest.key, newest.Time.UTC().Format(time.RFC3339), countBelow(cands, history))
+		if history(cands[0]) < len(breaks) {
+			detail = fmt.Sprintf("no backup of the newest history (begun at %s, found %s) yet: backup %s is of an older one", newest.key, newest.Time.UTC().Format(time.RFC3339), cands[0].Name)
+		}
+		plan.Checks = append(plan.Checks, Check{Name: CheckHistory, Status: CheckPassed, Detail: detail})
+	}
+	return cands, nil
+}
+
+func countBelow(cands []Candidate, history func(Candidate) int) int {
+	n := 0
+	for _, c := range cands {
+		if history(c) < history(cands[0]) {
+			n++
+		}
+	}
+	return n
 }

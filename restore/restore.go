@@ -757,6 +757,14 @@ func selectBackup(ctx context.Context, opts Options, log *slog.Logger, plan *Pla
 			cands = append([]Candidate{*planned}, cands...)
 			sortCandidates(cands)
 		}
+		if opts.ToRevision == 0 {
+			// The newest history first: after a restore without a
+			// revision bump (or a cluster recreated under the same name)
+			// its backups are below the old history's revisions.
+			if cands, err = byLineage(ctx, opts, plan, cands); err != nil {
+				return cands, -1, StepList, err
+			}
+		}
 		cands, idx, err = selectCandidate(opts.ClusterID, opts.Layout.ClusterPrefix(opts.ClusterID), listed, cands, ignored, opts.Backup, plan.Survivor)
 		plan.Candidates = cands
 		if err != nil {
