@@ -36,19 +36,84 @@ var (
 		"Time (unix seconds) the journal received its newest stored revision (the segment's header; its stored time when the header cannot be read): time() minus this is the journal lag, the RPO of a restore right now. Only for clusters with a journal.", cl, nil)
 )
 
-// newestSegments is the newest segment (highest last revision) of each
-// cluster in a listing of the root.
+// newestSegments is, for each cluster in a listing of the root, the last
+// segment of its journal's real end: from the newest segment (highest
+// last revision) back along the segments continuing each other, the chain
+// stops before the first revision another stored segment holds too (two
+// writers' overlapping segments: a replay cannot pass there, so neither
+// can the lag). Without an overlap it is the newest segment.
 func newestSegments(layout catalog.Layout, objs []store.ObjectInfo) map[string]journal.SegmentInfo {
-	out := map[string]journal.SegmentInfo{}
+	byCluster := map[string][]journal.SegmentInfo{}
 	for _, o := range objs {
 		ki := layout.Classify(o.Key)
 		if ki.Kind != catalog.KeyJournal {
 			continue
 		}
-		if cur, ok := out[ki.ClusterID]; !ok || ki.LastRev > cur.LastRev {
-			out[ki.ClusterID] = journal.SegmentInfo{Key: o.Key, FirstRev: ki.FirstRev, LastRev: ki.LastRev, Size: o.Size, Modified: o.LastModified}
+		byCluster[ki.ClusterID] = append(byCluster[ki.ClusterID], journal.SegmentInfo{Key: o.Key, FirstRev: ki.FirstRev, LastRev: ki.LastRev, Size: o.Size, Modified: o.LastModified})
+	}
+	out := map[string]journal.SegmentInfo{}
+	for id, segs := range byCluster {
+		out[id] = realEnd(segs)
+	}
+	return out
+}
+
+// realEnd is the last segment of the chain that ends at the newest of segs,
+// cut before an overlap (see newestSegments).
+func realEnd(segs []journal.SegmentInfo) journal.SegmentInfo {
+	newest := segs[0]
+	for _, s := range segs {
+		if s.LastRev > newest.LastRev || (s.LastRev == newest.LastRev && s.FirstRev < newest.FirstRev) {
+			newest = s
 		}
 	}
+	// The chain back from the newest: each segment ending where the next
+	// begins.
+	chain := []journal.SegmentInfo{newest}
+	in := map[string]bool{newest.Key: true}
+	for {
+		first := chain[0].FirstRev
+		found := false
+		for _, s := range segs {
+			if !in[s.Key] && s.LastRev == first-1 {
+				chain, in[s.Key], found = append([]journal.SegmentInfo{s}, chain...), true, true
+				break
+			}
+		}
+		if !found {
+			break
+		}
+	}
+	// The first revision of the chain another segment holds too.
+	conflict := int64(-1)
+	for _, s := range segs {
+		if in[s.Key] || s.LastRev < chain[0].FirstRev || s.FirstRev > newest.LastRev {
+			continue
+		}
+		if start := max(s.FirstRev, chain[0].FirstRev); conflict < 0 || start < conflict {
+			conflict = start
+		}
+	}
+	if conflict < 0 {
+		return newest
+	}
+	// The segment holding the revision before it (the chain's, or the
+	// earliest other), cut there.
+	end := conflict - 1
+	var holder *journal.SegmentInfo
+	for i := range segs {
+		s := &segs[i]
+		if s.FirstRev <= end && end <= s.LastRev && (holder == nil || in[s.Key] && !in[holder.Key] || s.FirstRev < holder.FirstRev) {
+			holder = s
+		}
+	}
+	if holder == nil {
+		out := chain[0]
+		out.LastRev = out.FirstRev - 1
+		return out
+	}
+	out := *holder
+	out.LastRev = end
 	return out
 }
 
@@ -73,7 +138,7 @@ func (e *Exporter) checkJournals(ctx context.Context, next map[string]*ClusterSt
 			st.JournalKey, st.JournalLastRev, st.JournalReceived = "", 0, time.Time{}
 			continue
 		}
-		if st.JournalKey == seg.Key && !st.JournalReceived.IsZero() {
+		if st.JournalKey == seg.Key && st.JournalLastRev == seg.LastRev && !st.JournalReceived.IsZero() {
 			continue
 		}
 		reads = append(reads, &read{id: id, st: st, seg: seg})
@@ -91,6 +156,9 @@ func (e *Exporter) checkJournals(ctx context.Context, next map[string]*ClusterSt
 		}
 		h := sr.Header()
 		sr.Close()
+		if h.LastRev > r.seg.LastRev {
+			h.LastRev = r.seg.LastRev // the real end, inside the segment (realEnd)
+		}
 		r.newest = &h
 	})
 	for _, r := range reads {

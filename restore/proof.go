@@ -87,10 +87,17 @@ func checkJournalProof(ctx context.Context, opts Options, plan *Plan) (string, e
 		}
 		plan.Checks = append(plan.Checks, Check{Name: CheckJournalProof, Status: CheckFailed, Detail: perr.Error()})
 		return StepSelect, perr
+	case passed != nil && opts.ToRevision < passed.Compact:
+		// The proof hashed the state at its compact revision and every
+		// change after it: a revision below was compacted away in the
+		// backup it was proven against, and is not covered.
+		plan.Checks = append(plan.Checks, Check{Name: CheckJournalProof, Status: CheckSkipped,
+			Detail: fmt.Sprintf("unproven: %s covers revisions %d to %d only (backup %s was compacted at %d, its hash holds nothing of the history below); revision %d is below them",
+				opts.Layout.JournalProofKey(opts.ClusterID, passed.Target), passed.Compact, passed.TargetRevision, passed.Target, passed.Compact, opts.ToRevision)})
 	case passed != nil:
 		plan.Checks = append(plan.Checks, Check{Name: CheckJournalProof, Status: CheckPassed,
-			Detail: fmt.Sprintf("proven by %s: backup %s plus the journal hashes %d at revision %d, as backup %s",
-				opts.Layout.JournalProofKey(opts.ClusterID, passed.Target), passed.Base, passed.Got.Hash, passed.TargetRevision, passed.Target)})
+			Detail: fmt.Sprintf("proven by %s: backup %s plus the journal hashes %d at revision %d, as backup %s; it covers revisions %d (its compact revision) to %d",
+				opts.Layout.JournalProofKey(opts.ClusterID, passed.Target), passed.Base, passed.Got.Hash, passed.TargetRevision, passed.Target, max(passed.Compact, passed.BaseRevision), passed.TargetRevision)})
 	default:
 		plan.Checks = append(plan.Checks, Check{Name: CheckJournalProof, Status: CheckSkipped,
 			Detail: fmt.Sprintf("unproven: no proof of the journal after backup %s up to revision %d yet (a window is proven once the next full backup is drilled or `journal prove` runs)", chosen.Name, opts.ToRevision)})

@@ -195,6 +195,20 @@ func TestJournalProvePasses(t *testing.T) {
 	if c := dryRun(); c == nil || c.Status != restore.CheckPassed || !strings.Contains(c.Detail, "proofs/"+p.Target) {
 		t.Fatalf("restore --dry-run: journal proof check %+v", c)
 	}
+	// Below the compaction backup k+1 was hashed at: not covered by the
+	// proof, never shown as passed.
+	if w.compact-1 <= w.baseRev {
+		t.Fatalf("the compaction (%d) is right after the base backup (%d): no revision between", w.compact, w.baseRev)
+	}
+	code, out, errOut := runCtx(t, ctx, w.restoreArgs(t, w.compact-1, "--dry-run", "-o", "json")...)
+	var below restore.Result
+	if code != 0 || json.Unmarshal([]byte(out), &below) != nil {
+		t.Fatalf("restore --dry-run below the compaction: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if c := checkOf(below, restore.CheckJournalProof); c == nil || c.Status != restore.CheckSkipped || !strings.Contains(c.Detail, "unproven") ||
+		!strings.Contains(c.Detail, fmt.Sprint(w.compact)) {
+		t.Fatalf("restore --dry-run to %d, below the proof's compact revision %d: journal proof check %+v", w.compact-1, w.compact, c)
+	}
 }
 
 // A journal proof that fails: the same world, then one segment between
