@@ -27,7 +27,7 @@ func (d *drill) pointInTime(ro *restore.Options) {
 	ro.ToRevision = d.opts.ToRevision
 	ro.Journal = d.opts.Journal
 	if ro.Journal == nil {
-		ro.Journal = journal.NewSource(d.opts.Store, d.opts.Layout, d.opts.ClusterID, d.opts.Identities)
+		ro.Journal = journal.NewSource(d.opts.Store, d.opts.Layout, d.opts.ClusterID, d.opts.Identities).ListOnce()
 	}
 }
 

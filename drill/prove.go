@@ -250,7 +250,7 @@ func ProveJournal(ctx context.Context, opts ProveOptions) (*catalog.JournalProof
 	if err != nil {
 		return fail(ProveStepBase, err)
 	}
-	src := journal.NewSource(opts.Store, opts.Layout, opts.ClusterID, opts.Identities)
+	src := journal.NewSource(opts.Store, opts.Layout, opts.ClusterID, opts.Identities).ListOnce()
 	baseRev := plan.Snapshot.StoreRevision()
 	var segs []string
 	if want.Revision > baseRev {

@@ -215,7 +215,7 @@ func runRestore(c *cli.Context, g *globalOpts, o *restoreOpts) error {
 
 	ctx := e.ctx()
 	if opts.Journal != nil {
-		src := journal.NewSource(store, layout, o.clusterID, ids)
+		src := journal.NewSource(store, layout, o.clusterID, ids).ListOnce()
 		opts.Journal = src
 		if opts.ToRevision, err = pitr.resolveTime(ctx, src, log); err != nil {
 			return err
@@ -454,7 +454,7 @@ func runRestoreViaOperator(e *env, o *restoreOpts, ids *seal.Identities, rs seal
 	ctx := e.ctx()
 	if pitr.any() {
 		// Point in time: the EtcdCluster's name is its cluster id in COS.
-		src := journal.NewSource(opts.Store, opts.Layout, name, ids)
+		src := journal.NewSource(opts.Store, opts.Layout, name, ids).ListOnce()
 		opts.Journal, opts.ToLatest, opts.AcceptUnprovenJournal = src, pitr.latest, o.acceptUnprovenJournal
 		if opts.ToRevision, err = pitr.resolveTime(ctx, src, log); err != nil {
 			return err

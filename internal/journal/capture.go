@@ -502,34 +502,23 @@ func (c *capture) run(ctx context.Context) error {
 					wch = c.watch(wctx)
 					break
 				}
-				if seal {
-					paused, err := c.handOff(ctx)
-					if errors.Is(err, errStopping) {
-						return finish(nil)
+				if !seal {
+					var err error
+					if evs, err = c.add(ctx, evs); err != nil {
+						return finish(err)
 					}
-					if err != nil {
-						return fail(err)
+					cont = false
+					if len(evs) == 0 {
+						c.notePartial(resp)
+					} else {
+						c.partial = 0 // cut before a new revision: the buffer is whole
 					}
-					if paused {
-						wch = c.watch(wctx) // this response again, from the next revision
+					whole := len(evs) > 0 || c.partial == 0 // cut before a new revision, or a response's end
+					if !whole || (c.size < int64(c.o.SegmentSize) && c.o.Now().Sub(c.started) < c.o.SegmentInterval) {
 						break
 					}
-					continue
 				}
-				var err error
-				if evs, err = c.add(ctx, evs); err != nil {
-					return finish(err)
-				}
-				cont = false
-				if len(evs) == 0 {
-					c.notePartial(resp)
-				} else {
-					c.partial = 0 // cut before a new revision: the buffer is whole
-				}
-				whole := len(evs) > 0 || c.partial == 0 // cut before a new revision, or a response's end
-				if !whole || (c.size < int64(c.o.SegmentSize) && c.o.Now().Sub(c.started) < c.o.SegmentInterval) {
-					break
-				}
+				// Full, due, or no budget left for the rest: hand it over.
 				paused, err := c.handOff(ctx)
 				if errors.Is(err, errStopping) {
 					return finish(nil)

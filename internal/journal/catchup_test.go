@@ -2,6 +2,7 @@ package journal_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -29,27 +30,7 @@ func TestCaptureLargeCatchUp(t *testing.T) {
 		t.Run(v.String(), func(t *testing.T) {
 			t.Parallel()
 			ctx := testfix.Context(t, 2*time.Minute)
-			c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: v, Members: 1})
-			cli, err := testfix.EtcdConfig(c).Client(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cli.Close()
-			r, err := cli.Get(ctx, "nothing")
-			if err != nil {
-				t.Fatal(err)
-			}
-			base := r.Header.Revision
-			val := bytes.Repeat([]byte("x"), 1200<<10)
-			var last int64
-			for i := range 56 {
-				val[0] = byte(i)
-				p, err := cli.Put(ctx, fmt.Sprintf("/big/%d", i%4), string(val))
-				if err != nil {
-					t.Fatal(err)
-				}
-				last = p.Header.Revision
-			}
+			cli, base, last := bigHistory(t, ctx, v, 56, 4, 1200<<10)
 			// Revisions larger than a fragment (etcd's request limit,
 			// 1.5 MiB) with their previous values: txns overwriting two
 			// 700 KiB values, and a range delete of the four 1.2 MiB
@@ -135,27 +116,7 @@ func TestCaptureLargeCatchUp(t *testing.T) {
 func TestCaptureBudgetSharedCatchUp(t *testing.T) {
 	t.Parallel()
 	ctx := testfix.Context(t, 2*time.Minute)
-	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
-	cli, err := testfix.EtcdConfig(c).Client(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	r, err := cli.Get(ctx, "nothing")
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := r.Header.Revision
-	val := bytes.Repeat([]byte("z"), 1<<20)
-	var last int64
-	for i := range 12 {
-		val[0] = byte(i)
-		p, err := cli.Put(ctx, fmt.Sprintf("/big/%d", i%3), string(val))
-		if err != nil {
-			t.Fatal(err)
-		}
-		last = p.Header.Revision
-	}
+	cli, base, last := bigHistory(t, ctx, testenv.V35, 12, 3, 1<<20)
 	const limit = 4 << 20
 	budget := journal.NewBudget(limit)
 	st := memstore.New()
@@ -198,4 +159,33 @@ func TestCaptureBudgetSharedCatchUp(t *testing.T) {
 		t.Errorf("%d bytes of the budget not given back after every capture stopped", used)
 	}
 	t.Logf("budget %d MiB: peak %.1f MiB", limit>>20, float64(peak)/(1<<20))
+}
+
+// bigHistory starts a 1-member etcd of version v and writes n overwrites
+// of size-byte values over keys keys, after its revision base; it returns
+// the journal's client (the command's connection: etcdconn), base and the
+// last revision written.
+func bigHistory(tb testing.TB, ctx context.Context, v testenv.Version, n, keys, size int) (*clientv3.Client, int64, int64) {
+	tb.Helper()
+	c := testenv.StartEtcd(tb, testenv.EtcdOptions{Version: v, Members: 1})
+	cli, err := testfix.EtcdConfig(c).Client(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { cli.Close() })
+	r, err := cli.Get(ctx, "nothing")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	val := bytes.Repeat([]byte("x"), size)
+	last := r.Header.Revision
+	for i := range n {
+		val[0] = byte(i)
+		p, err := cli.Put(ctx, fmt.Sprintf("/big/%d", i%keys), string(val))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		last = p.Header.Revision
+	}
+	return cli, r.Header.Revision, last
 }
