@@ -24,7 +24,13 @@ fi
 #   BenchmarkPITRRestore: restore --to-revision against a plain restore of
 #     the same backup, BENCH_PITR_EVENTS (100000,1000000) journaled events;
 #   BenchmarkReplay: replay into bbolt against the same events through an
-#     etcd client, BENCH_REPLAY_EVENTS (100000).
+#     etcd client, BENCH_REPLAY_EVENTS (100000);
+#   BenchmarkJournalCatchUp100: one journal process of BENCH_CATCHUP_CLUSTERS
+#     (100) clusters catching up BENCH_CATCHUP_MB (16) MiB each at once, peak
+#     RSS with --memory-budget against none, idle and one cluster (~3 min).
+# BenchmarkProveListing1800 (fleet/): the proof CronJob's listings of its
+# namespace's 100 clusters in a bucket of 1,800 clusters' journals against one
+# listing of the shared prefix (~2 min, most of it writing the keys).
 # BENCH_JOURNAL_QUICK=1 shortens the first two (10 s runs, 30 s interval at
 # 1,000 writes/s only, 10 clusters, 100,000 events only): about 5 min.
 go test -run '^$' -bench "${BENCH:-.}" -benchtime 1x -timeout "${BENCH_TIMEOUT:-90m}" ${BENCH_PKGS:-./...}
