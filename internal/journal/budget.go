@@ -185,7 +185,7 @@ func (c *capture) waitBudget(ctx context.Context, need int64) error {
 		b.mu.Unlock()
 	}()
 	for {
-		took, wake := b.take(need, false, c.credit == 0)
+		took, wake := b.take(need, false, true) // it holds nothing: its credit was given back
 		if took {
 			c.credit += need
 			return nil

@@ -73,3 +73,47 @@ func TestBudgetRules(t *testing.T) {
 		done()
 	}
 }
+
+// A capture that stops its watch gives back the credit it took for the
+// message it drops, and then waits as one holding nothing: captures idle
+// with credit never hold the whole budget while others wait for it (a
+// namespace's journal stalled for good).
+func TestBudgetWaitHoldsNothing(t *testing.T) {
+	t.Parallel()
+	b := NewBudget(100)
+	a := &capture{o: CaptureOptions{Budget: b}}
+	c := &capture{o: CaptureOptions{Budget: b}}
+	// Both took credit for messages they then dropped (a pause, a stall).
+	for _, x := range []*capture{a, c} {
+		if ok, _ := b.take(48, false, true); !ok {
+			t.Fatal("credit refused")
+		}
+		x.credit = 48
+	}
+	a.dropCredit()
+	c.dropCredit()
+	if used, _ := b.Used(); used != 0 {
+		t.Fatalf("%d bytes held after both dropped their credit", used)
+	}
+	// Others hold 95: a waiting capture still gets one message past it.
+	if ok, _ := b.take(95, false, false); !ok {
+		t.Fatal("95 of 100 refused")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := a.waitBudget(ctx, 10); err != nil || a.credit != 10 {
+		t.Fatalf("a capture holding nothing waited with 5 bytes left: %v (credit %d)", err, a.credit)
+	}
+	// Nothing left: it waits until a give.
+	done := make(chan error, 1)
+	go func() { done <- c.waitBudget(ctx, 10) }()
+	select {
+	case err := <-done:
+		t.Fatalf("took budget with none left: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	b.give(95)
+	if err := <-done; err != nil || c.credit != 10 {
+		t.Fatalf("not woken by a give: %v (credit %d)", err, c.credit)
+	}
+}

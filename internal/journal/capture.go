@@ -264,6 +264,9 @@ type pending struct {
 	// held is what the segment holds of the Budget, given back once it
 	// is stored (or given up).
 	held int64
+	// final: the last segment before the capture ends, stored without an
+	// upload slot (within FinalFlush, not behind every other cluster's).
+	final bool
 }
 
 type capture struct {
@@ -370,6 +373,7 @@ func (c *capture) run(ctx context.Context) error {
 				close(c.upc)
 				return err
 			}
+			p.final = true
 			select {
 			case c.upc <- p:
 			case err := <-c.errc:
@@ -468,16 +472,16 @@ func (c *capture) run(ctx context.Context) error {
 				if ctx.Err() != nil {
 					return finish(nil)
 				}
-				return finish(&GapError{ClusterID: c.o.ClusterID, From: c.next, Reason: "the watch ended"})
+				return finish(&GapError{ClusterID: c.o.ClusterID, From: c.from(), Reason: "the watch ended"})
 			}
 			if resp.CompactRevision != 0 {
-				return finish(&GapError{ClusterID: c.o.ClusterID, From: c.next, To: resp.CompactRevision - 1, Reason: fmt.Sprintf("the watch was compacted past (compacted at revision %d)", resp.CompactRevision), Err: resp.err()})
+				return finish(&GapError{ClusterID: c.o.ClusterID, From: c.from(), To: resp.CompactRevision - 1, Reason: fmt.Sprintf("the watch was compacted past (compacted at revision %d)", resp.CompactRevision), Err: resp.err()})
 			}
 			if resp.Canceled {
 				if ctx.Err() != nil {
 					return finish(nil)
 				}
-				return finish(&GapError{ClusterID: c.o.ClusterID, From: c.next, To: resp.Header.Revision, Reason: "the watch was cancelled", Err: resp.err()})
+				return finish(&GapError{ClusterID: c.o.ClusterID, From: c.from(), To: resp.Header.Revision, Reason: "the watch was cancelled", Err: resp.err()})
 			}
 			// A response holds whole revisions, a fragment perhaps not
 			// (Partial: its last revision may go on in the next one); a
@@ -496,6 +500,7 @@ func (c *capture) run(ctx context.Context) error {
 					// waiting, so that nothing is held meanwhile.
 					c.stopWatch()
 					c.wd.wctx = nil
+					c.dropCredit()
 					if err := c.waitBudget(ctx, wait); err != nil {
 						return finish(nil) // stopping while waiting for memory: the final flush
 					}
@@ -600,6 +605,9 @@ func (c *capture) catchUp(wctx context.Context, wch watchChan) error {
 				return behind(fmt.Sprintf("the watch was cancelled (compacted at %d): %v", resp.CompactRevision, resp.err()))
 			}
 			c.watchResponded(resp.WatchResponse)
+			if err := c.checkResponse(resp.WatchResponse); err != nil {
+				return err // another history: nothing of it is buffered
+			}
 			if resp.IsProgressNotify() && resp.Header.Revision >= target && c.partial == 0 {
 				return caughtUp() // every event up to it delivered
 			}
@@ -619,6 +627,7 @@ func (c *capture) catchUp(wctx context.Context, wch watchChan) error {
 					c.notePartial(resp)
 					break
 				}
+				c.partial = 0 // cut before a new revision: the buffer is whole
 				// The buffer is full: hand it over as in the loop.
 				paused, err := c.handOff(bctx)
 				switch {
@@ -652,6 +661,7 @@ func (c *capture) handOff(ctx context.Context) (paused bool, err error) {
 	default:
 	}
 	c.stopWatch()
+	c.dropCredit() // the rest of the message is delivered again by the next watch
 	c.pauses++
 	c.o.Log.Debug("journal: store behind; watch paused", "cluster", c.o.ClusterID, "nextRev", c.next)
 	select {
@@ -691,6 +701,23 @@ func (c *capture) watch(ctx context.Context) watchChan {
 	wch, rw := openRawWatch(wctx, c.o.Client, c.next)
 	c.wd.raw = rw
 	return wch
+}
+
+// from is the first revision not journaled whole yet: the next one, or
+// the revision a fragment left open (dropped if the watch ends now).
+func (c *capture) from() int64 {
+	if c.partial != 0 {
+		return c.partial
+	}
+	return c.next
+}
+
+// dropCredit gives back the budget taken for a message that will not be
+// buffered (the watch stopped: the next one delivers it again), so that an
+// idle or waiting capture holds none.
+func (c *capture) dropCredit() {
+	c.o.Budget.give(c.credit)
+	c.credit = 0
 }
 
 // resolvePartial looks at a message's first event: when the buffer's last
@@ -768,7 +795,7 @@ func (c *capture) add(ctx context.Context, evs []*clientv3.Event) ([]*clientv3.E
 				c.lastRecv = ms
 			}
 		default:
-			return nil, &GapError{ClusterID: c.o.ClusterID, From: c.next, To: rev - 1, Reason: fmt.Sprintf("the watch delivered revision %d after %d", rev, c.next-1)}
+			return nil, &GapError{ClusterID: c.o.ClusterID, From: c.from(), To: rev - 1, Reason: fmt.Sprintf("the watch delivered revision %d after %d", rev, c.next-1)}
 		}
 		e := Event{Rev: rev, Sub: c.curSub, Key: kv.Key}
 		if ev.Type == mvccpb.DELETE {
@@ -1008,6 +1035,9 @@ func (c *capture) seal() (pending, error) {
 
 // uploadInSlot is upload in one of the Budget's upload slots.
 func (c *capture) uploadInSlot(ctx context.Context, p pending) error {
+	if p.final {
+		return c.upload(ctx, p)
+	}
 	done, err := c.o.Budget.upload(ctx)
 	if err != nil {
 		return &SegmentError{Key: c.o.Layout.JournalSegmentKey(c.o.ClusterID, p.h.FirstRev, p.h.LastRev), Reason: ReasonStore, Detail: "waiting for an upload slot", Err: err}
@@ -1112,13 +1142,19 @@ func (c *capture) dropAfter(rev int64) int {
 			delete(c.received, r)
 		}
 	}
-	leases := c.leases[:0]
-	for _, l := range c.leases {
+	pending := map[int]bool{}
+	for _, i := range c.ttlPending {
+		pending[i] = true
+	}
+	leases, ttl := c.leases[:0], c.ttlPending[:0]
+	for i, l := range c.leases {
 		if l.Rev <= rev {
+			if pending[i] {
+				ttl = append(ttl, len(leases)) // still looked up again at the seal
+			}
 			leases = append(leases, l)
 		}
 	}
-	c.leases = leases
-	c.ttlPending = c.ttlPending[:0]
+	c.leases, c.ttlPending = leases, ttl
 	return dropped
 }

@@ -163,7 +163,7 @@ func (c *capture) checkResponse(resp clientv3.WatchResponse) error {
 		c.etcdID = id
 		return nil
 	case id != c.etcdID:
-		return c.otherCluster(c.next-1, resp.Header.Revision, id, fmt.Sprintf("a watch response from etcd cluster %s at revision %d, the journal's is %s", id, resp.Header.Revision, c.etcdID))
+		return c.otherCluster(c.from()-1, resp.Header.Revision, id, fmt.Sprintf("a watch response from etcd cluster %s at revision %d, the journal's is %s", id, resp.Header.Revision, c.etcdID))
 	}
 	return nil
 }

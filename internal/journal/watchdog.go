@@ -182,7 +182,7 @@ func (c *capture) probe(now time.Time, timeout time.Duration) {
 	// Each probe its own want: a late answer to an earlier probe (or
 	// watch) never counts for this one.
 	c.wd.probeAt, c.wd.seen, c.wd.answered, c.wd.want = now, 0, false, new(atomic.Int64)
-	c.wd.probeID, c.wd.probeReach = new(atomic.Uint64), c.next-1
+	c.wd.probeID, c.wd.probeReach = new(atomic.Uint64), c.from()-1
 	wctx, want, wantID, rw := c.wd.wctx, c.wd.want, c.wd.probeID, c.wd.raw
 	cli := c.o.Client
 	go func() {
@@ -213,6 +213,7 @@ func (c *capture) stalled(now time.Time, reason string) {
 		Silent: now.Sub(c.wd.last), Stalls: c.wd.stalls, Consecutive: c.wd.consecutive, Reason: reason,
 	}
 	c.stopWatch()
+	c.dropCredit()
 	c.wd.wctx = nil
 	var backoff time.Duration
 	// Each member may be tried once at once (the balancer may pick the
