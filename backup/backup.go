@@ -45,7 +45,7 @@ type Options struct {
 	ClusterID   string
 	Kind        catalog.Kind
 	V2          V2Mode
-	Compression catalog.Compression
+	Compression objectio.Compression
 	Etcd        etcdconn.Config
 	Store       store.Store
 	Layout      catalog.Layout
@@ -219,7 +219,7 @@ func (o Options) ValidateTemplate() error {
 		}
 	}
 	if o.Compression != "" {
-		if _, err := catalog.ParseCompression(string(o.Compression)); err != nil {
+		if _, err := objectio.ParseCompression(string(o.Compression)); err != nil {
 			return usage.Wrap(err)
 		}
 	}
@@ -245,7 +245,7 @@ func (o *Options) defaults() error {
 		o.V2 = V2Auto
 	}
 	if o.Compression == "" {
-		o.Compression = catalog.CompressZstd
+		o.Compression = objectio.CompressZstd
 	}
 	if o.Store == nil {
 		return errors.New("no object store")

@@ -19,7 +19,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/armada/etcd-recovery/backup"
-	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
@@ -238,7 +238,7 @@ func compareCompressors(tb testing.TB, file string) (tool, lib compressorRun) {
 	}
 	var cw countWriter
 	t0 := time.Now()
-	enc, err := backup.NewEncoder(&cw, catalog.CompressZstd)
+	enc, err := backup.NewEncoder(&cw, objectio.CompressZstd)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/probe"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/store/cos"
@@ -286,7 +287,7 @@ func TestBackupMinIOStoppedMidUpload(t *testing.T) {
 		}
 	})
 	opts := r.options(t, "minio-dies")
-	opts.Compression = catalog.CompressNone // parts fill quickly
+	opts.Compression = objectio.CompressNone // parts fill quickly
 	killedCh := make(chan struct{})
 	var once sync.Once
 	opts.Progress = func(n int64) {
@@ -396,7 +397,7 @@ func TestBackupCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	opts := r.options(t, "cancelled")
-	opts.Compression = catalog.CompressNone
+	opts.Compression = objectio.CompressNone
 	opts.Progress = func(n int64) {
 		if n > 12<<20 {
 			cancel()

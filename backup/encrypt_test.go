@@ -113,7 +113,7 @@ func found(objs map[string][]byte, needles []string) []string {
 }
 
 // open decrypts (with id) and decompresses a stored object.
-func open(tb testing.TB, stored []byte, c catalog.Compression, id age.Identity) []byte {
+func open(tb testing.TB, stored []byte, c objectio.Compression, id age.Identity) []byte {
 	tb.Helper()
 	pr, err := age.Decrypt(bytes.NewReader(stored), id)
 	if err != nil {
@@ -150,12 +150,12 @@ func TestBackupEncrypted(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name     string
-		compress catalog.Compression
+		compress objectio.Compression
 		encrypt  bool
 	}{
-		{"plain-none", catalog.CompressNone, false},
-		{"sealed-none", catalog.CompressNone, true},
-		{"sealed-zstd", catalog.CompressZstd, true},
+		{"plain-none", objectio.CompressNone, false},
+		{"sealed-none", objectio.CompressNone, true},
+		{"sealed-zstd", objectio.CompressZstd, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -369,7 +369,7 @@ func TestBackupEncryptedStoreFaults(t *testing.T) {
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 3, TLS: true})
 	testenv.PutKeys(t, c.Client(t), "/big/", 600, 8<<10) // ~5 MiB
 	_, rs := newIdentities(t, 2)
-	sealedSnap := catalog.SnapshotObject(catalog.CompressZstd, true)
+	sealedSnap := catalog.SnapshotObject(objectio.CompressZstd, true)
 	for _, tc := range []struct {
 		name     string
 		fault    faults.Fault

@@ -3,14 +3,13 @@ package backup
 import (
 	"io"
 
-	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/seal"
 )
 
 // NewEncoder is the backup's compressor (objectio's, without recipients),
 // for the benchmark's comparison with the reference zstd implementation.
-func NewEncoder(w io.Writer, c catalog.Compression) (io.WriteCloser, error) {
+func NewEncoder(w io.Writer, c objectio.Compression) (io.WriteCloser, error) {
 	return objectio.NewWriter(w, c, seal.Recipients{})
 }
 

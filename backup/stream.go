@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdinternals"
 	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/seal"
@@ -83,7 +82,7 @@ func (e *sourceError) Unwrap() error { return e.err }
 // reaches dst, and the stored hash and size are the ciphertext's. plain,
 // when non-nil, gets a copy of the raw stream (the drill's plaintext copy
 // of an encrypted backup); its failure does not fail the backup.
-func compressStream(chunks <-chan chunk, raw *objectio.SnapshotHasher, dst *io.PipeWriter, c catalog.Compression, rs seal.Recipients, plain *plainCopy) (streamResult, error) {
+func compressStream(chunks <-chan chunk, raw *objectio.SnapshotHasher, dst *io.PipeWriter, c objectio.Compression, rs seal.Recipients, plain *plainCopy) (streamResult, error) {
 	var res streamResult
 	fail := func(err error) (streamResult, error) {
 		if errors.Is(err, io.ErrClosedPipe) {

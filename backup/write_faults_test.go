@@ -15,6 +15,7 @@ import (
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/probe"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/store/cos"
@@ -190,7 +191,7 @@ func TestBackupStoreFrozen(t *testing.T) {
 			})
 			id := "frozen-" + when
 			opts := r.options(t, id)
-			opts.Compression = catalog.CompressNone
+			opts.Compression = objectio.CompressNone
 			opts.V2 = backup.V2Off
 			var sources atomic.Int32
 			var froze sync.Once
@@ -270,7 +271,7 @@ func TestBackupStoreFaults(t *testing.T) {
 		fs.Inject(faults.Fault{Op: faults.OpPut, KeySuffix: catalog.SnapshotObjectRaw, Kind: faults.Stall,
 			After: 2 << 20, Delay: time.Second, Times: 1})
 		opts := r.options(t, "stall-part")
-		opts.Store, opts.Compression = fs, catalog.CompressNone
+		opts.Store, opts.Compression = fs, objectio.CompressNone
 		_, err := backup.Run(context.Background(), opts)
 		if !errors.Is(err, store.ErrStalled) || !strings.Contains(err.Error(), `"upload snapshot"`) {
 			t.Fatalf("want a stalled upload, got %v", err)

@@ -222,7 +222,7 @@ func TestProvePodProves(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	enc := objectio.Encoding{Compression: catalog.CompressZstd, Recipients: rcpt}
+	enc := objectio.Encoding{Compression: objectio.CompressZstd, Recipients: rcpt}
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
 	cli := c.Client(t)
 	testenv.PutKeys(t, cli, "/registry/a/", 40, 64)

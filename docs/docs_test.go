@@ -17,6 +17,7 @@ import (
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
 	"github.com/armada/etcd-recovery/internal/testing/mdblocks"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
@@ -391,7 +392,7 @@ func restoreScenario(t *testing.T, docs mdblocks.Set, conn *mdblocks.Block) {
 	v2 := testenv.PutV2Keys(t, c, 10)
 	f := mdblocks.NewFixture(t, c.PKI, c.Endpoints())
 	if _, err := backup.Run(context.Background(), backup.Options{ClusterID: f.ID, Kind: catalog.KindScheduled, V2: backup.V2Auto,
-		Compression: catalog.CompressZstd, Etcd: testfix.EtcdConfig(c), Store: f.Store, Layout: f.Layout}); err != nil {
+		Compression: objectio.CompressZstd, Etcd: testfix.EtcdConfig(c), Store: f.Store, Layout: f.Layout}); err != nil {
 		t.Fatalf("scheduled backup of %s: %v", f.ID, err)
 	}
 	for k, v := range testenv.PutKeys(t, cli, "/registry/late/", 20, 100) {

@@ -21,6 +21,7 @@ import (
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/drill"
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
@@ -275,7 +276,7 @@ func TestDrillEtcdCannotStart(t *testing.T) {
 	r := newStoreRig(t)
 	const id = "drill-nostart"
 	res, err := backup.Run(context.Background(), backup.Options{ClusterID: id, Kind: catalog.KindScheduled, Etcd: testfix.EtcdConfig(c),
-		Store: r.Store, Layout: r.Layout, Compression: catalog.CompressNone, ProbeTimeout: 3 * time.Second, Log: testfix.Logger(t)})
+		Store: r.Store, Layout: r.Layout, Compression: objectio.CompressNone, ProbeTimeout: 3 * time.Second, Log: testfix.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/etcdconn"
 	"github.com/armada/etcd-recovery/internal/fanout"
 	"github.com/armada/etcd-recovery/internal/journal"
+	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/kube"
 )
@@ -106,32 +107,10 @@ type JournalAllOptions struct {
 	Now   func() time.Time
 }
 
-// JournalGap is the record of a gap in a cluster's journal, written
-// create-only at catalog.Layout.JournalGapKey(ClusterID, From) before
-// the full backup that heals it: revisions From to To (0: unknown, up to
-// that backup) are in no segment. A restore to a revision in it is
-// refused (the chain breaks there); the next full backup's revision is
-// where the journal starts again.
+// JournalGap is a gap the journal job handled: its record
+// (catalog.JournalGap) and whether this handling wrote it.
 type JournalGap struct {
-	ClusterID string `json:"clusterID"`
-	From      int64  `json:"from"`
-	To        int64  `json:"to,omitempty"`
-	Reason    string `json:"reason"`
-	Error     string `json:"error,omitempty"`
-	// Time is when the journal found the gap.
-	Time time.Time `json:"time"`
-	// Lineage: the cluster's history is not the journal's (a
-	// journal.LineageError: it went back, a restore without a revision
-	// bump or a cluster recreated under the same name). The journal ends
-	// at From - 1; no full backup is taken for it (one below the old
-	// history's last revision cannot start a journal): the journal starts
-	// again from the first full backup past it.
-	Lineage bool `json:"lineage,omitempty"`
-	// OldBase is the full backup the broken journal continued (nil when
-	// there was none).
-	OldBase *journal.Base `json:"oldBase,omitempty"`
-	// Key is where the record is (not in the record itself).
-	Key string `json:"-"`
+	catalog.JournalGap
 	// Recorded: the record was written by this gap's handling (false when
 	// one was there already, or the write failed: RecordError).
 	Recorded    bool   `json:"-"`
@@ -240,7 +219,7 @@ func (o *JournalAllOptions) defaults() error {
 		o.Backup.Kind = catalog.KindScheduled
 	}
 	if o.Capture.Encoding.Compression == "" {
-		o.Capture.Encoding.Compression = catalog.CompressZstd
+		o.Capture.Encoding.Compression = objectio.CompressZstd
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
@@ -519,7 +498,7 @@ func (j *journalAll) connect(ctx context.Context, c *kube.Cluster) (etcdconn.Con
 // heal handles a gap (or no base): the record, the Event, then a full
 // backup, retried with backoff until it is committed or ctx ends.
 func (j *journalAll) heal(ctx context.Context, t *journalTarget, cause error, gap *journal.GapError, old *journal.Base, log *slog.Logger) {
-	g := JournalGap{ClusterID: t.id, Time: j.o.Now().UTC(), OldBase: old, Error: trimErr(cause.Error())}
+	g := JournalGap{JournalGap: catalog.JournalGap{ClusterID: t.id, Time: j.o.Now().UTC(), OldBase: old, Error: trimErr(cause.Error())}}
 	if gap != nil {
 		g.From, g.To, g.Reason = gap.From, gap.To, gap.Reason
 	} else {
@@ -554,8 +533,8 @@ func (j *journalAll) heal(ctx context.Context, t *journalTarget, cause error, ga
 // record (a gap from the journal's end, Lineage set) and the Event, and
 // no full backup.
 func (j *journalAll) lineageBreak(ctx context.Context, t *journalTarget, lin *journal.LineageError, old *journal.Base, log *slog.Logger) {
-	g := JournalGap{ClusterID: t.id, Time: j.o.Now().UTC(), OldBase: old, Error: trimErr(lin.Error()),
-		From: lin.Reach + 1, Reason: "lineage: " + lin.Reason, Lineage: true}
+	g := JournalGap{JournalGap: catalog.JournalGap{ClusterID: t.id, Time: j.o.Now().UTC(), OldBase: old, Error: trimErr(lin.Error()),
+		From: lin.Reach + 1, Reason: "lineage: " + lin.Reason, Lineage: true}}
 	g.Key = j.o.Layout.JournalGapKey(t.id, g.From)
 	j.recordGap(ctx, t, &g, log)
 	if j.o.OnGap != nil {
@@ -594,7 +573,7 @@ func (j *journalAll) recordGap(ctx context.Context, t *journalTarget, g *Journal
 	backoff := 500 * time.Millisecond
 	for attempt := 1; attempt <= journalGapAttempts && ctx.Err() == nil; attempt++ {
 		wctx, cancel := context.WithTimeout(ctx, journalGapTimeout)
-		err := writeGap(wctx, j.o.Store, *g)
+		err := catalog.WriteJournalGap(wctx, j.o.Store, g.JournalGap)
 		cancel()
 		if err == nil {
 			g.Recorded = true

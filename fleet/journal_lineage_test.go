@@ -104,7 +104,7 @@ func TestJournalLineageBreak(t *testing.T) {
 			t.Fatalf("the break is not checked again; log:\n%s", testfix.LastLines(logs.String(), 30))
 		}
 	}
-	recorded, err := fleet.JournalGaps(ctx, st, layout, id)
+	recorded, err := catalog.ReadJournalGaps(ctx, st, layout, id)
 	if err != nil || len(recorded) != 2 || !recorded[1].Lineage {
 		t.Fatalf("gap records: %+v %v, want the first backup's and the break's", recorded, err)
 	}
@@ -166,7 +166,7 @@ func TestJournalLineageBreak(t *testing.T) {
 	if n := backups(); n != 3 {
 		t.Fatalf("%d backups once past the end, want the one that heals it too", n)
 	}
-	if recorded, _ = fleet.JournalGaps(ctx, st, layout, id); len(recorded) != 2 {
+	if recorded, _ = catalog.ReadJournalGaps(ctx, st, layout, id); len(recorded) != 2 {
 		t.Fatalf("gap records: %+v, want no third (the heal's gap is the break's)", recorded)
 	}
 }

@@ -101,7 +101,7 @@ func TestJournalAllMembersReplaced(t *testing.T) {
 	if !strings.Contains(logs.String(), "members changed: reconnecting") {
 		t.Errorf("no reconnect logged:\n%s", testfix.LastLines(logs.String(), 20))
 	}
-	if gaps, err := fleet.JournalGaps(ctx, st, layout, "rp"); err != nil || len(gaps) != 1 {
+	if gaps, err := catalog.ReadJournalGaps(ctx, st, layout, "rp"); err != nil || len(gaps) != 1 {
 		t.Errorf("gap records %+v %v: want only the first one (no base backup at first), none for the replaced pods", gaps, err)
 	}
 }

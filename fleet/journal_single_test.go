@@ -58,7 +58,7 @@ func TestJournalOneClusterGapBackupRetried(t *testing.T) {
 			t.Fatalf("no failed backup retried; log:\n%s", testfix.LastLines(logs.String(), 20))
 		}
 	}
-	gaps, err := fleet.JournalGaps(ctx, st, layout, id)
+	gaps, err := catalog.ReadJournalGaps(ctx, st, layout, id)
 	if err != nil || len(gaps) != 1 || gaps[0].From != 1 || gaps[0].Reason != fleet.ErrNoJournalBase.Error() || gaps[0].OldBase != nil {
 		t.Fatalf("gap records while the backup fails: %+v %v", gaps, err)
 	}
@@ -74,7 +74,7 @@ func TestJournalOneClusterGapBackupRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitReach(t, ctx, st, layout, id, r.Header.Revision, logs)
-	gaps, err = fleet.JournalGaps(ctx, st, layout, id)
+	gaps, err = catalog.ReadJournalGaps(ctx, st, layout, id)
 	if err != nil || len(gaps) != 1 {
 		t.Fatalf("gap records after the backup: %+v %v", gaps, err)
 	}

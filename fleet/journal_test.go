@@ -154,9 +154,9 @@ func TestJournalAll(t *testing.T) {
 	}
 
 	// The gaps: j0's compaction, j2's missing base; none for j1.
-	stored := map[string][]fleet.JournalGap{}
+	stored := map[string][]catalog.JournalGap{}
 	for _, id := range []string{"j0", "j1", "j2"} {
-		g, err := fleet.JournalGaps(ctx, st, layout, id)
+		g, err := catalog.ReadJournalGaps(ctx, st, layout, id)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/store/cos"
@@ -312,7 +313,7 @@ func writeBackup(t *testing.T, st store.Store, layout catalog.Layout, id string,
 		StartedAt: at.UTC(), FinishedAt: at.UTC().Add(time.Second),
 		Source:         catalog.Member{Name: "m0", ID: "1", Endpoint: "https://127.0.0.1:2379"},
 		RevisionBefore: rev, RevisionAfter: rev,
-		Snapshot: catalog.SnapshotInfo{Object: catalog.SnapshotObjectRaw, Compression: catalog.CompressNone,
+		Snapshot: catalog.SnapshotInfo{Object: catalog.SnapshotObjectRaw, Compression: objectio.CompressNone,
 			RawSize: int64(len(snap)), RawSHA256: testfix.SHA256(snap), StoredSize: int64(len(snap)), StoredSHA256: testfix.SHA256(snap)},
 		ToolVersion: "test",
 	})

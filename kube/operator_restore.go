@@ -883,11 +883,11 @@ func stageVerified(ctx context.Context, st store.Store, file, key string) (strin
 		return "", 0, err
 	}
 	defer f.Close()
-	w, err := objectio.Write(ctx, st, key, f, objectio.Encoding{Compression: catalog.CompressNone})
+	w, err := objectio.Write(ctx, st, key, f, objectio.Encoding{Compression: objectio.CompressNone})
 	if err != nil {
 		return "", 0, fmt.Errorf("uploading %s: %w", key, err)
 	}
-	if err := objectio.ReadBack(ctx, st, key, w.Expect(catalog.CompressNone)); err != nil {
+	if err := objectio.ReadBack(ctx, st, key, w.Expect(objectio.CompressNone)); err != nil {
 		var oe *objectio.Error
 		if !errors.As(err, &oe) {
 			return "", 0, fmt.Errorf("reading back %s: %w", key, err)

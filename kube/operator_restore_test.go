@@ -22,6 +22,7 @@ import (
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
@@ -65,7 +66,7 @@ func testOperatorRestore(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.App
 	if err != nil {
 		t.Fatal(err)
 	}
-	if br.Manifest.Snapshot.Compression == catalog.CompressNone {
+	if br.Manifest.Snapshot.Compression == objectio.CompressNone {
 		t.Fatal("want a compressed backup: the operator can't read those, staging is what makes it work")
 	}
 	maps.Copy(want, testenv.PutKeys(t, cli, "/registry/configmaps/", 150, 64))

@@ -139,7 +139,7 @@ func TestExporterAlerts(t *testing.T) {
 			Received: map[int64]int64{newest.Revision() + 1: journalAt.Add(-time.Second).UnixMilli(), newest.Revision() + 2: journalAt.UnixMilli()}}
 		evs := []journal.Event{{Rev: newest.Revision() + 1, Type: journal.Put, Key: []byte("/registry/j1"), Value: []byte("v"), CreateRev: newest.Revision() + 1, Version: 1},
 			{Rev: newest.Revision() + 2, Type: journal.Delete, Key: []byte("/registry/j1")}}
-		if _, err := journal.WriteSegment(ctx, st, layout, objectio.Encoding{Compression: catalog.CompressZstd}, h, evs); err != nil {
+		if _, err := journal.WriteSegment(ctx, st, layout, objectio.Encoding{Compression: objectio.CompressZstd}, h, evs); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -149,7 +149,7 @@ func TestExporterAlerts(t *testing.T) {
 	gapAt := now.Add(-2 * time.Hour)
 	putGap := func(id string, from int64, at time.Time) {
 		t.Helper()
-		b, err := json.Marshal(fleet.JournalGap{ClusterID: id, From: from, Reason: "watch compacted past", Time: at})
+		b, err := json.Marshal(catalog.JournalGap{ClusterID: id, From: from, Reason: "watch compacted past", Time: at})
 		if err != nil {
 			t.Fatal(err)
 		}

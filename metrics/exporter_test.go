@@ -21,6 +21,7 @@ import (
 	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/store/cos"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
@@ -552,7 +553,7 @@ func TestExporterFrozenStore(t *testing.T) {
 	layout := catalog.Layout{Prefix: testenv.Prefix(t)}
 	st := testfix.Store(t, m, bucket, func(c *cos.Config) { c.StallTimeout = time.Minute })
 	src := &catalog.Manifest{Format: catalog.ManifestFormat, RevisionBefore: 100,
-		Snapshot: catalog.SnapshotInfo{Object: catalog.SnapshotObjectZstd, Compression: catalog.CompressZstd, StoredSize: 1000, RawSHA256: strings.Repeat("ab", 32)}}
+		Snapshot: catalog.SnapshotInfo{Object: catalog.SnapshotObjectZstd, Compression: objectio.CompressZstd, StoredSize: 1000, RawSHA256: strings.Repeat("ab", 32)}}
 	at := time.Now().Add(-time.Hour).UTC()
 	cm := copyBackup(t, st, layout, src, "c1", at, catalog.KindScheduled)
 	backupAt, _, err := catalog.ParseBackupName(cm.Name)

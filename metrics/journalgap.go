@@ -2,14 +2,11 @@ package metrics
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/fanout"
 	"github.com/armada/etcd-recovery/internal/store"
@@ -17,7 +14,7 @@ import (
 
 // Journal gaps (issue 25, "no silent gaps"): the gap records of each
 // cluster's journal (<prefix>/_journal/<cluster>/gaps/<from>.json, written
-// create-only by the journal, fleet.JournalGap), counted from the same
+// create-only by the journal, catalog.JournalGap), counted from the same
 // listing of the root as the backups (no listing of their own); the
 // newest record (the highest first revision not captured) is read only
 // when it is not the one read at the last refresh. A record that cannot
@@ -64,17 +61,8 @@ func journalGapKeys(layout catalog.Layout, objs []store.ObjectInfo) map[string]g
 
 // readGapTime reads a gap record's time.
 func readGapTime(ctx context.Context, st store.Store, key string) (time.Time, error) {
-	body, err := st.Get(ctx, key)
+	g, err := catalog.ReadJournalGap(ctx, st, key)
 	if err != nil {
-		return time.Time{}, err
-	}
-	defer body.Close()
-	b, err := io.ReadAll(io.LimitReader(body, 1<<20))
-	if err != nil {
-		return time.Time{}, err
-	}
-	var g fleet.JournalGap
-	if err := json.Unmarshal(b, &g); err != nil {
 		return time.Time{}, err
 	}
 	if g.Time.IsZero() {

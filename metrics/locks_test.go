@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
@@ -21,7 +22,7 @@ func lockManifest(cluster string, at time.Time) *catalog.Manifest {
 		Format: catalog.ManifestFormat, ClusterID: cluster, Name: catalog.NewBackupName(at, catalog.KindScheduled), Kind: catalog.KindScheduled,
 		StartedAt: at, FinishedAt: at.Add(20 * time.Second), ServerVersion: "3.5.35",
 		Source:         catalog.Member{Name: "m0", ID: "8e9e05c52164694d", Endpoint: "https://10.0.0.1:2379"},
-		Snapshot:       catalog.SnapshotInfo{Object: catalog.SnapshotObjectZstd, Compression: catalog.CompressZstd, RawSize: 4096, RawSHA256: strings.Repeat("ab", 32), StoredSize: 64, StoredSHA256: strings.Repeat("cd", 32)},
+		Snapshot:       catalog.SnapshotInfo{Object: catalog.SnapshotObjectZstd, Compression: objectio.CompressZstd, RawSize: 4096, RawSHA256: strings.Repeat("ab", 32), StoredSize: 64, StoredSHA256: strings.Repeat("cd", 32)},
 		RevisionBefore: 100, RevisionAfter: 100, ToolVersion: "test",
 	}
 }

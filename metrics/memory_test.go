@@ -16,6 +16,7 @@ import (
 
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/fanout"
+	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
@@ -64,7 +65,7 @@ func newRig100(tb testing.TB) *memRig {
 	st := testfix.Store(tb, m, m.NewBucket(tb))
 	layout := catalog.Layout{Prefix: testenv.Prefix(tb)}
 	src := &catalog.Manifest{Format: catalog.ManifestFormat, RevisionBefore: 1000,
-		Snapshot: catalog.SnapshotInfo{Object: catalog.SnapshotObjectZstd, Compression: catalog.CompressZstd, StoredSize: 4096, RawSHA256: strings.Repeat("ab", 32)}}
+		Snapshot: catalog.SnapshotInfo{Object: catalog.SnapshotObjectZstd, Compression: objectio.CompressZstd, StoredSize: 4096, RawSHA256: strings.Repeat("ab", 32)}}
 	fanout.ForEach(context.Background(), len(names), 8, func(ctx context.Context, i int) {
 		bm := copyBackup(tb, st, layout, src, names[i], time.Now().Add(-time.Duration(i)*time.Minute), catalog.KindScheduled)
 		r := &catalog.DrillRecord{ClusterID: names[i], Backup: bm.Name, Passed: i%7 != 0, StartedAt: time.Now().Add(-time.Minute).UTC(),

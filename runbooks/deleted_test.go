@@ -11,6 +11,7 @@ import (
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/testing/mdblocks"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
@@ -44,7 +45,7 @@ func everyBackupDeleted(t *testing.T, rb mdblocks.Set) {
 	defer cancel()
 	take := func() *catalog.Manifest {
 		res, err := backup.Run(ctx, backup.Options{ClusterID: f.ID, Kind: catalog.KindScheduled, V2: backup.V2Off,
-			Compression: catalog.CompressZstd, Etcd: testfix.EtcdConfig(c), Store: f.Store, Layout: f.Layout})
+			Compression: objectio.CompressZstd, Etcd: testfix.EtcdConfig(c), Store: f.Store, Layout: f.Layout})
 		if err != nil {
 			t.Fatalf("backup of %s: %v", f.ID, err)
 		}

@@ -67,7 +67,7 @@ func everyMemberLost(t *testing.T, rb mdblocks.Set) {
 	f := mdblocks.NewFixture(t, c.PKI, c.Endpoints())
 	ctx := testfix.Context(t, 4*time.Minute)
 	res, err := backup.Run(ctx, backup.Options{ClusterID: f.ID, Kind: catalog.KindScheduled, V2: backup.V2Off,
-		Compression: catalog.CompressZstd, Etcd: testfix.EtcdConfig(c), Store: f.Store, Layout: f.Layout})
+		Compression: objectio.CompressZstd, Etcd: testfix.EtcdConfig(c), Store: f.Store, Layout: f.Layout})
 	if err != nil {
 		t.Fatalf("scheduled backup of %s: %v", f.ID, err)
 	}
@@ -79,7 +79,7 @@ func everyMemberLost(t *testing.T, rb mdblocks.Set) {
 	go func() {
 		capDone <- journal.Capture(cctx, journal.CaptureOptions{Client: c.Client(t), ClusterID: f.ID,
 			BaseBackup: res.Manifest.Name, BaseRev: res.Manifest.Revision(), Store: f.Store, Layout: f.Layout,
-			Encoding: objectio.Encoding{Compression: catalog.CompressZstd}, SegmentInterval: lossInterval})
+			Encoding: objectio.Encoding{Compression: objectio.CompressZstd}, SegmentInterval: lossInterval})
 	}()
 
 	// The writer: one put after the other, each acknowledgement recorded.

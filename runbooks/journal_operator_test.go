@@ -52,7 +52,7 @@ func everyMemberLostOperator(t *testing.T, rb mdblocks.Set) {
 
 	cli := fc.Etcd.Client(t)
 	keys := testenv.PutKeys(t, cli, "/registry/secrets/", 200, 200)
-	res, err := backup.Run(ctx, backup.Options{ClusterID: f.ID, Kind: catalog.KindScheduled, Compression: catalog.CompressZstd,
+	res, err := backup.Run(ctx, backup.Options{ClusterID: f.ID, Kind: catalog.KindScheduled, Compression: objectio.CompressZstd,
 		Etcd: testfix.EtcdConfig(fc.Etcd), Store: f.Store, Layout: f.Layout})
 	if err != nil {
 		t.Fatalf("scheduled backup of %s: %v", f.ID, err)
@@ -63,7 +63,7 @@ func everyMemberLostOperator(t *testing.T, rb mdblocks.Set) {
 	go func() {
 		capDone <- journal.Capture(cctx, journal.CaptureOptions{Client: fc.Etcd.Client(t), ClusterID: f.ID,
 			BaseBackup: res.Manifest.Name, BaseRev: res.Manifest.Revision(), Store: f.Store, Layout: f.Layout, SegmentInterval: lossInterval,
-			Encoding: objectio.Encoding{Compression: catalog.CompressZstd},
+			Encoding: objectio.Encoding{Compression: objectio.CompressZstd},
 			Log:      testfix.Logger(t)})
 	}()
 	// After the backup: new keys, overwrites and deletes, over more than

@@ -20,6 +20,7 @@ import (
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
 	"github.com/armada/etcd-recovery/internal/testing/mdblocks"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
@@ -92,7 +93,7 @@ func operatorRestore(t *testing.T, rb mdblocks.Set) {
 
 	cli := fc.Etcd.Client(t)
 	keys := testenv.PutKeys(t, cli, "/registry/secrets/", 300, 200)
-	if _, err := backup.Run(ctx, backup.Options{ClusterID: f.ID, Kind: catalog.KindScheduled, Compression: catalog.CompressZstd,
+	if _, err := backup.Run(ctx, backup.Options{ClusterID: f.ID, Kind: catalog.KindScheduled, Compression: objectio.CompressZstd,
 		Etcd: testfix.EtcdConfig(fc.Etcd), Store: f.Store, Layout: f.Layout}); err != nil {
 		t.Fatalf("scheduled backup of %s: %v", f.ID, err)
 	}

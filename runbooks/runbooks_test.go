@@ -17,6 +17,7 @@ import (
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/testing/mdblocks"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
@@ -182,7 +183,7 @@ func quorumLoss(t *testing.T, rb mdblocks.Set) {
 	v2 := testenv.PutV2Keys(t, c, 20)
 	f := mdblocks.NewFixture(t, c.PKI, c.Endpoints())
 	if _, err := backup.Run(context.Background(), backup.Options{ClusterID: f.ID, Kind: catalog.KindScheduled, V2: backup.V2Auto,
-		Compression: catalog.CompressZstd, Etcd: testfix.EtcdConfig(c), Store: f.Store, Layout: f.Layout}); err != nil {
+		Compression: objectio.CompressZstd, Etcd: testfix.EtcdConfig(c), Store: f.Store, Layout: f.Layout}); err != nil {
 		t.Fatalf("scheduled backup of %s: %v", f.ID, err)
 	}
 	for k, v := range testenv.PutKeys(t, cli, "/registry/late/", 20, 100) {
@@ -282,7 +283,7 @@ func quorumLossEncrypted(t *testing.T, rb mdblocks.Set) {
 		t.Fatal(err)
 	}
 	res, err := backup.Run(context.Background(), backup.Options{ClusterID: f.ID, Kind: catalog.KindScheduled, V2: backup.V2Off,
-		Compression: catalog.CompressZstd, Etcd: testfix.EtcdConfig(c), Store: f.Store, Layout: f.Layout, Recipients: rs})
+		Compression: objectio.CompressZstd, Etcd: testfix.EtcdConfig(c), Store: f.Store, Layout: f.Layout, Recipients: rs})
 	if err != nil {
 		t.Fatalf("encrypted backup of %s: %v", f.ID, err)
 	}
@@ -438,7 +439,7 @@ func missedBackup(t *testing.T, rb mdblocks.Set) {
 			if stale {
 				old := time.Now().Add(-12 * time.Hour)
 				if _, err := backup.Run(context.Background(), backup.Options{ClusterID: f.ID, Kind: catalog.KindScheduled,
-					V2: backup.V2Off, Compression: catalog.CompressZstd, Etcd: testfix.EtcdConfig(c), Store: f.Store, Layout: f.Layout,
+					V2: backup.V2Off, Compression: objectio.CompressZstd, Etcd: testfix.EtcdConfig(c), Store: f.Store, Layout: f.Layout,
 					Now: func() time.Time { return old }}); err != nil {
 					t.Fatalf("stale backup of %s: %v", f.ID, err)
 				}
@@ -485,7 +486,7 @@ func failedDrill(t *testing.T, rb mdblocks.Set) {
 	f := mdblocks.NewFixture(t, c.PKI, c.Endpoints())
 	ctx := context.Background()
 	res, err := backup.Run(ctx, backup.Options{ClusterID: f.ID, Kind: catalog.KindScheduled, V2: backup.V2Off,
-		Compression: catalog.CompressZstd, Etcd: testfix.EtcdConfig(other), Store: f.Store, Layout: f.Layout})
+		Compression: objectio.CompressZstd, Etcd: testfix.EtcdConfig(other), Store: f.Store, Layout: f.Layout})
 	if err != nil {
 		t.Fatalf("scheduled backup of %s: %v", f.ID, err)
 	}

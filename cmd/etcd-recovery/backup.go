@@ -14,6 +14,7 @@ import (
 	drillrun "github.com/armada/etcd-recovery/drill"
 	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/restore"
 )
@@ -153,7 +154,7 @@ func backupOptions(c *cli.Context, o *backupOpts, many bool, log *slog.Logger) (
 	if opts.V2, err = backup.ParseV2Mode(o.v2); err != nil {
 		return opts, nil, asUsage(err)
 	}
-	if opts.Compression, err = catalog.ParseCompression(o.compress); err != nil {
+	if opts.Compression, err = objectio.ParseCompression(o.compress); err != nil {
 		return opts, nil, asUsage(err)
 	}
 	if o.prune {

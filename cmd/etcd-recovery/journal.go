@@ -266,7 +266,7 @@ func journalOptions(c *cli.Context, e *env, o *journalOpts) (fleet.JournalAllOpt
 		return opts, usagef("journal: --memory-budget %q: %v", o.memoryBudget, err)
 	}
 	var enc objectio.Encoding
-	if enc.Compression, err = catalog.ParseCompression(o.compress); err != nil {
+	if enc.Compression, err = objectio.ParseCompression(o.compress); err != nil {
 		return opts, asUsage(err)
 	}
 	if enc.Recipients, err = o.encryption.recipients(c); err != nil {

@@ -11,7 +11,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
@@ -79,14 +78,14 @@ func TestJournalGapTakesABackupAndContinues(t *testing.T) {
 
 	// Again: the gap, the backup, the journal from it.
 	stop = journalRun(t, ctx, jargs...)
-	var gaps []fleet.JournalGap
+	var gaps []catalog.JournalGap
 	var newBase *catalog.Manifest
 	for deadline := time.Now().Add(30 * time.Second); newBase == nil; time.Sleep(200 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			code, errOut := stop()
 			t.Fatalf("no gap record and new backup after 30s (gaps %+v); journal exit %d:\n%s", gaps, code, testfix.LastLines(errOut, 20))
 		}
-		if gaps, err = fleet.JournalGaps(ctx, st, layout, id); err != nil {
+		if gaps, err = catalog.ReadJournalGaps(ctx, st, layout, id); err != nil {
 			t.Fatal(err)
 		}
 		for _, e := range list() {

@@ -8,7 +8,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
@@ -132,7 +131,7 @@ func TestJournalResumesAfterPrune(t *testing.T) {
 	if !strings.Contains(jerr, "continuing a chain started from another backup") {
 		t.Errorf("the restart does not say it continues A's chain from B:\n%s", testfix.LastLines(jerr, 20))
 	}
-	if gaps, err := fleet.JournalGaps(ctx, st, layout, id); err != nil || len(gaps) != 0 {
+	if gaps, err := catalog.ReadJournalGaps(ctx, st, layout, id); err != nil || len(gaps) != 0 {
 		t.Fatalf("gap records after the restart: %+v %v", gaps, err)
 	}
 	if es := inventory(t, ctx, id, st, layout); len(es) != 1 {

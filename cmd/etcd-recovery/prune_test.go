@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
@@ -67,7 +68,7 @@ func (r *pruneRig) put(t *testing.T, cluster string, at time.Time, kind catalog.
 		m, err := catalog.MarshalManifest(&catalog.Manifest{
 			Format: catalog.ManifestFormat, ClusterID: cluster, Name: name, Kind: kind, StartedAt: at, FinishedAt: at.Add(time.Second),
 			Source:         catalog.Member{Name: "m0", ID: "1", Endpoint: "https://10.0.0.1:2379"},
-			Snapshot:       catalog.SnapshotInfo{Object: catalog.SnapshotObjectZstd, Compression: catalog.CompressZstd, RawSize: 4096, RawSHA256: strings.Repeat("a", 64), StoredSize: 1},
+			Snapshot:       catalog.SnapshotInfo{Object: catalog.SnapshotObjectZstd, Compression: objectio.CompressZstd, RawSize: 4096, RawSHA256: strings.Repeat("a", 64), StoredSize: 1},
 			RevisionBefore: 7, RevisionAfter: 7, ToolVersion: "test",
 		})
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"filippo.io/age"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
@@ -56,7 +57,7 @@ func putSealed(tb testing.TB, st store.Store, layout catalog.Layout, id, name st
 	}
 	m := &catalog.Manifest{Format: catalog.ManifestFormat, ClusterID: id, Name: name, Kind: catalog.KindScheduled,
 		Encryption: seal.NewInfo(rs),
-		Snapshot:   catalog.SnapshotInfo{Object: catalog.SnapshotObject(catalog.CompressZstd, true), StoredSize: int64(buf.Len())}}
+		Snapshot:   catalog.SnapshotInfo{Object: catalog.SnapshotObject(objectio.CompressZstd, true), StoredSize: int64(buf.Len())}}
 	if _, err := st.Put(context.Background(), layout.Key(id, name, m.Snapshot.Object), &buf); err != nil {
 		tb.Fatal(err)
 	}
@@ -134,7 +135,7 @@ func TestCheckDecrypts(t *testing.T) {
 
 	// A plaintext backup: nothing to open, nothing read.
 	plain := &catalog.Manifest{Format: catalog.ManifestFormat, ClusterID: "c1", Name: bk,
-		Snapshot: catalog.SnapshotInfo{Object: catalog.SnapshotObject(catalog.CompressZstd, false)}}
+		Snapshot: catalog.SnapshotInfo{Object: catalog.SnapshotObject(objectio.CompressZstd, false)}}
 	before := len(fs.Calls())
 	if err := catalog.CheckDecrypts(ctx, fs, layout, plain, nil); err != nil || len(fs.Calls()) != before {
 		t.Errorf("CheckDecrypts of a plaintext backup: %v, %d store calls; want nil and none", err, len(fs.Calls())-before)
@@ -211,7 +212,7 @@ func TestListDecrypts(t *testing.T) {
 	}
 	plain := &catalog.Manifest{Format: catalog.ManifestFormat, ClusterID: id, Name: catalog.BackupName(t0.Add(4*time.Hour), catalog.KindScheduled),
 		Kind: catalog.KindScheduled, StartedAt: t0.Add(4 * time.Hour), FinishedAt: t0.Add(4 * time.Hour),
-		Snapshot: catalog.SnapshotInfo{Object: catalog.SnapshotObject(catalog.CompressZstd, false), RawSHA256: strings.Repeat("ab", 32), StoredSize: 3}}
+		Snapshot: catalog.SnapshotInfo{Object: catalog.SnapshotObject(objectio.CompressZstd, false), RawSHA256: strings.Repeat("ab", 32), StoredSize: 3}}
 	for obj, body := range map[string][]byte{plain.Snapshot.Object: []byte("zst"), catalog.ManifestObject: must(catalog.MarshalManifest(plain))} {
 		if _, err := cosStore.Put(ctx, layout.Key(id, plain.Name, obj), bytes.NewReader(body)); err != nil {
 			t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/armada/etcd-recovery/internal/fanout"
+	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/store"
 )
 
@@ -259,16 +260,13 @@ func PutDrill(ctx context.Context, st store.Store, layout Layout, r *DrillRecord
 // none. A record that does not parse, or names another backup, is an error.
 func LoadDrill(ctx context.Context, st store.Store, layout Layout, clusterID, name string) (*DrillRecord, error) {
 	key := layout.Key(clusterID, name, DrillObject)
-	rc, err := st.Get(ctx, key)
-	if err != nil {
-		if isNotFound(err) && ctx.Err() == nil {
-			return nil, nil
-		}
-		return nil, err
-	}
-	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, 4<<20))
-	if err != nil {
+	b, err := objectio.ReadRecordBytes(ctx, st, key, objectio.RecordOptions{})
+	switch {
+	case isNotFound(err) && ctx.Err() == nil:
+		return nil, nil
+	case errors.Is(err, objectio.ErrDamagedRecord):
+		return nil, &DrillRecordError{Key: key, Err: err}
+	case err != nil:
 		return nil, err
 	}
 	r, err := UnmarshalDrill(b)

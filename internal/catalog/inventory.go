@@ -2,14 +2,15 @@ package catalog
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"io"
 	"path"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/armada/etcd-recovery/internal/fanout"
+	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/store"
 )
 
@@ -121,14 +122,9 @@ func LoadManifest(ctx context.Context, st store.Store, layout Layout, clusterID,
 // unknown).
 func loadManifest(ctx context.Context, st store.Store, layout Layout, clusterID, name string) (m *Manifest, damaged bool, err error) {
 	key := layout.Key(clusterID, name, ManifestObject)
-	rc, err := st.Get(ctx, key)
+	b, err := objectio.ReadRecordBytes(ctx, st, key, objectio.RecordOptions{})
 	if err != nil {
-		return nil, isNotFound(err) && ctx.Err() == nil, err
-	}
-	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, 1<<20))
-	if err != nil {
-		return nil, false, err
+		return nil, errors.Is(err, objectio.ErrDamagedRecord) || isNotFound(err) && ctx.Err() == nil, err
 	}
 	m, err = UnmarshalManifest(b)
 	if err != nil {

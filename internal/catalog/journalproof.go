@@ -1,16 +1,14 @@
 package catalog
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/store"
 )
 
@@ -163,28 +161,12 @@ func PutJournalProof(ctx context.Context, st store.Store, layout Layout, p *Jour
 	if err := p.validate(); err != nil {
 		return err
 	}
-	b, err := json.MarshalIndent(p, "", "  ")
-	if err != nil {
-		return err
-	}
 	key := layout.JournalProofKey(p.ClusterID, p.Target)
 	ret, err := proofRetention(ctx, st, p)
 	if err != nil {
 		return fmt.Errorf("journal proof of %s/%s at %s: reading the retention of the segments it covers: %w", p.ClusterID, p.Target, key, err)
 	}
-	if lk, ok := st.(store.Locker); ok && ret != nil {
-		_, err = lk.PutWith(ctx, key, bytes.NewReader(b), store.PutOptions{IfAbsent: true, Retention: ret})
-	} else if c, ok := st.(store.Conditional); ok {
-		_, err = c.PutIfAbsent(ctx, key, bytes.NewReader(b))
-	} else {
-		if objs, lerr := st.List(ctx, key); lerr != nil {
-			err = lerr
-		} else if slices.ContainsFunc(objs, func(o store.ObjectInfo) bool { return o.Key == key }) {
-			err = store.ErrExists
-		} else {
-			_, err = st.Put(ctx, key, bytes.NewReader(b))
-		}
-	}
+	err = objectio.CreateRecord(ctx, st, key, p, ret)
 	if errors.Is(err, store.ErrExists) {
 		return fmt.Errorf("journal proof of %s/%s at %s: %w", p.ClusterID, p.Target, key, ErrProofExists)
 	}
@@ -280,24 +262,20 @@ func earliestVersions(vers []store.Version) map[string]string {
 }
 
 func readJournalProof(ctx context.Context, st store.Store, v store.Versioner, key, version, clusterID, target string) (*JournalProof, error) {
-	var rc io.ReadCloser
+	o := objectio.RecordOptions{Max: maxProofBytes, Version: version}
+	var b []byte
 	var err error
 	if version != "" && v != nil {
-		rc, err = v.GetVersion(ctx, key, version)
+		b, err = objectio.ReadRecordVersion(ctx, v, key, o)
 	} else {
-		rc, err = st.Get(ctx, key)
+		b, err = objectio.ReadRecordBytes(ctx, st, key, objectio.RecordOptions{Max: maxProofBytes})
 	}
-	if err != nil {
-		return nil, fmt.Errorf("journal proof of %s/%s: %w", clusterID, target, err)
-	}
-	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, maxProofBytes))
 	if err != nil {
 		return nil, fmt.Errorf("journal proof of %s/%s: %w", clusterID, target, err)
 	}
 	var p JournalProof
-	if err := json.Unmarshal(b, &p); err != nil {
-		return nil, fmt.Errorf("journal proof %s: %w", key, err)
+	if err := objectio.DecodeRecord(key, b, &p); err != nil {
+		return nil, fmt.Errorf("journal proof of %s/%s: %w", clusterID, target, err)
 	}
 	if p.ClusterID != clusterID || p.Target != target {
 		return nil, fmt.Errorf("journal proof %s is of %s/%s", key, p.ClusterID, p.Target)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
 )
@@ -96,9 +97,9 @@ const (
 
 // SnapshotObject is the snapshot's object name for a compression, with
 // seal.Suffix when the backup is encrypted.
-func SnapshotObject(c Compression, encrypted bool) string {
+func SnapshotObject(c objectio.Compression, encrypted bool) string {
 	name := SnapshotObjectZstd
-	if c == CompressNone {
+	if c == objectio.CompressNone {
 		name = SnapshotObjectRaw
 	}
 	return sealed(name, encrypted)
@@ -106,9 +107,9 @@ func SnapshotObject(c Compression, encrypted bool) string {
 
 // V2Object is the v2 export's object name for a compression, with
 // seal.Suffix when the backup is encrypted.
-func V2Object(c Compression, encrypted bool) string {
+func V2Object(c objectio.Compression, encrypted bool) string {
 	name := V2ObjectZstd
-	if c == CompressNone {
+	if c == objectio.CompressNone {
 		name = V2ObjectRaw
 	}
 	return sealed(name, encrypted)
@@ -126,7 +127,7 @@ func sealed(name string, encrypted bool) string {
 func DataObjects() []string {
 	var out []string
 	for _, enc := range []bool{false, true} {
-		for _, c := range []Compression{CompressZstd, CompressNone} {
+		for _, c := range []objectio.Compression{objectio.CompressZstd, objectio.CompressNone} {
 			out = append(out, SnapshotObject(c, enc), V2Object(c, enc))
 		}
 	}

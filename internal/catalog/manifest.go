@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/seal"
 )
 
@@ -57,8 +58,8 @@ type Member struct {
 
 // SnapshotInfo describes the v3 snapshot object.
 type SnapshotInfo struct {
-	Object      string      `json:"object"` // object name inside the backup folder
-	Compression Compression `json:"compression"`
+	Object      string               `json:"object"` // object name inside the backup folder
+	Compression objectio.Compression `json:"compression"`
 	// RawSize and RawSHA256 are of the bbolt database itself; etcd's trailing
 	// sha256 equals RawSHA256 and was checked while streaming.
 	RawSize   int64  `json:"rawSize"`
@@ -71,31 +72,14 @@ type SnapshotInfo struct {
 
 // V2Info describes the v2 keyspace export object.
 type V2Info struct {
-	Object       string      `json:"object"`
-	Compression  Compression `json:"compression"`
-	Keys         int         `json:"keys"` // leaf keys
-	Dirs         int         `json:"dirs"`
-	EtcdIndex    uint64      `json:"etcdIndex"`
-	SHA256       string      `json:"sha256"` // of the uncompressed JSON export
-	StoredSize   int64       `json:"storedSize"`
-	StoredSHA256 string      `json:"storedSHA256"`
-}
-
-// Compression of a stored object.
-type Compression string
-
-const (
-	CompressZstd Compression = "zstd"
-	CompressNone Compression = "none"
-)
-
-// ParseCompression validates --compress.
-func ParseCompression(s string) (Compression, error) {
-	switch Compression(s) {
-	case CompressZstd, CompressNone:
-		return Compression(s), nil
-	}
-	return "", fmt.Errorf("unknown compression %q (want zstd or none)", s)
+	Object       string               `json:"object"`
+	Compression  objectio.Compression `json:"compression"`
+	Keys         int                  `json:"keys"` // leaf keys
+	Dirs         int                  `json:"dirs"`
+	EtcdIndex    uint64               `json:"etcdIndex"`
+	SHA256       string               `json:"sha256"` // of the uncompressed JSON export
+	StoredSize   int64                `json:"storedSize"`
+	StoredSHA256 string               `json:"storedSHA256"`
 }
 
 // Revision is the revision the backup restores to (the revision before the

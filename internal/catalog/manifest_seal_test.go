@@ -6,6 +6,7 @@ import (
 
 	"filippo.io/age"
 
+	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/seal"
 )
 
@@ -31,9 +32,9 @@ func TestManifestEncryptionConsistency(t *testing.T) {
 		m    *Manifest
 		want string
 	}{
-		{"plain", base(SnapshotObject(CompressZstd, false), nil), ""},
-		{"sealed", base(SnapshotObject(CompressZstd, true), seal.NewInfo(rs)), ""},
-		{"sealed-none", base(SnapshotObject(CompressNone, true), seal.NewInfo(rs)), ""},
+		{"plain", base(SnapshotObject(objectio.CompressZstd, false), nil), ""},
+		{"sealed", base(SnapshotObject(objectio.CompressZstd, true), seal.NewInfo(rs)), ""},
+		{"sealed-none", base(SnapshotObject(objectio.CompressNone, true), seal.NewInfo(rs)), ""},
 		{"sealed-object-no-info", base("snapshot.db.zst.age", nil), "no encryption"},
 		{"info-plain-object", base("snapshot.db.zst", seal.NewInfo(rs)), "does not end in .age"},
 		{"bad-recipient", base("snapshot.db.zst.age", &seal.Info{Format: seal.Format, Recipients: []string{"age1nope"}}), "age1nope"},
@@ -55,10 +56,10 @@ func TestManifestEncryptionConsistency(t *testing.T) {
 			}
 		})
 	}
-	if got := SnapshotObject(CompressZstd, true); got != "snapshot.db.zst.age" {
+	if got := SnapshotObject(objectio.CompressZstd, true); got != "snapshot.db.zst.age" {
 		t.Errorf("sealed snapshot object %q", got)
 	}
-	if got := V2Object(CompressZstd, true); got != "v2.json.zst.age" {
+	if got := V2Object(objectio.CompressZstd, true); got != "v2.json.zst.age" {
 		t.Errorf("sealed v2 object %q", got)
 	}
 	if n := len(DataObjects()); n != 8 {

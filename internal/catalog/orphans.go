@@ -6,12 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/store"
 )
 
@@ -84,25 +84,17 @@ type OrphanMarker struct {
 }
 
 func getJSON(ctx context.Context, st store.Store, key string, v any) (found bool, err error) {
-	rc, err := st.Get(ctx, key)
-	if err != nil {
-		if isNotFound(err) && ctx.Err() == nil {
-			return false, nil
-		}
-		return false, fmt.Errorf("read %s: %w", key, err)
+	err = objectio.ReadRecord(ctx, st, key, v, objectio.RecordOptions{})
+	switch {
+	case err == nil:
+		return true, nil
+	case isNotFound(err) && ctx.Err() == nil:
+		return false, nil
+	case errors.Is(err, objectio.ErrDamagedRecord):
+		return true, err
 	}
-	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, 1<<20))
-	if err != nil {
-		return false, fmt.Errorf("read %s: %w", key, err)
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return true, fmt.Errorf("read %s: not a valid record: %w", key, errDamagedRecord)
-	}
-	return true, nil
+	return false, err
 }
-
-var errDamagedRecord = errors.New("damaged record")
 
 // ReadOwner reads the ownership record of the layout's prefix: nil when
 // there is none.
@@ -162,7 +154,7 @@ func Ownership(ctx context.Context, st store.Store, layout Layout, namespace str
 	}
 	rec, err = ReadOwner(ctx, st, layout)
 	switch {
-	case errors.Is(err, errDamagedRecord):
+	case errors.Is(err, objectio.ErrDamagedRecord):
 		return false, fmt.Sprintf("the ownership record %s is damaged: %v", OwnerKey(layout), err), nil, nil
 	case err != nil:
 		return false, "", nil, err
@@ -454,7 +446,7 @@ func listOrphans(ctx context.Context, opts OrphanOptions, rep *OrphanReport, log
 		}
 		m, err := ReadOrphanMarker(ctx, opts.Store, opts.Layout, id)
 		switch {
-		case errors.Is(err, errDamagedRecord):
+		case errors.Is(err, objectio.ErrDamagedRecord):
 			log.Warn("orphans: damaged marker, treated as absent", "cluster", id, "err", err)
 		case err != nil:
 			return fail(OrphanStepMarkers, fmt.Errorf("cluster %s: %w", id, err))

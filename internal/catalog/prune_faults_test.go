@@ -16,6 +16,7 @@ import (
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
@@ -36,8 +37,8 @@ func putGood(tb testing.TB, st store.Store, l catalog.Layout, f folder) {
 		Format: catalog.ManifestFormat, ClusterID: f.cluster, Name: n, Kind: f.kind,
 		StartedAt: f.at, FinishedAt: f.at.Add(20 * time.Second), ServerVersion: "3.5.35",
 		Source:         catalog.Member{Name: "m0", ID: "8e9e05c52164694d", Endpoint: "https://10.0.0.1:2379"},
-		Snapshot:       catalog.SnapshotInfo{Object: catalog.SnapshotObjectZstd, Compression: catalog.CompressZstd, RawSize: 4096, RawSHA256: strings.Repeat("ab", 32), StoredSize: int64(len(snap)), StoredSHA256: testfix.SHA256(snap)},
-		V2:             &catalog.V2Info{Object: catalog.V2ObjectZstd, Compression: catalog.CompressZstd, Keys: 1, SHA256: strings.Repeat("ef", 32), StoredSize: int64(len(v2)), StoredSHA256: testfix.SHA256(v2)},
+		Snapshot:       catalog.SnapshotInfo{Object: catalog.SnapshotObjectZstd, Compression: objectio.CompressZstd, RawSize: 4096, RawSHA256: strings.Repeat("ab", 32), StoredSize: int64(len(snap)), StoredSHA256: testfix.SHA256(snap)},
+		V2:             &catalog.V2Info{Object: catalog.V2ObjectZstd, Compression: objectio.CompressZstd, Keys: 1, SHA256: strings.Repeat("ef", 32), StoredSize: int64(len(v2)), StoredSHA256: testfix.SHA256(v2)},
 		RevisionBefore: 100, RevisionAfter: 100, ToolVersion: "test",
 	}
 	mb, err := catalog.MarshalManifest(m)

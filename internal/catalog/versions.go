@@ -3,13 +3,13 @@ package catalog
 import (
 	"context"
 	"fmt"
-	"io"
 	"path"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/armada/etcd-recovery/internal/fanout"
+	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/store"
 )
 
@@ -271,12 +271,7 @@ func objectsOK(m *Manifest, byName map[string][]store.Version) bool {
 }
 
 func readVersion(ctx context.Context, v store.Versioner, key, versionID string) ([]byte, error) {
-	rc, err := v.GetVersion(ctx, key, versionID)
-	if err != nil {
-		return nil, err
-	}
-	defer rc.Close()
-	return io.ReadAll(io.LimitReader(rc, 1<<20))
+	return objectio.ReadRecordVersion(ctx, v, key, objectio.RecordOptions{Version: versionID})
 }
 
 // withRecoveredRows adds to rows (list's, newest first) the backups of vbs

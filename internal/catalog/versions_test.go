@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/store/memstore"
@@ -23,7 +24,7 @@ func putVersioned(t *testing.T, st store.Store, layout catalog.Layout, id string
 	name := catalog.NewBackupName(at, catalog.KindScheduled)
 	m := &catalog.Manifest{Format: catalog.ManifestFormat, ClusterID: id, Name: name, Kind: catalog.KindScheduled,
 		StartedAt: at, FinishedAt: at, RevisionBefore: 7,
-		Snapshot: catalog.SnapshotInfo{Object: "snapshot.db", Compression: catalog.CompressNone, RawSize: int64(len(snap)),
+		Snapshot: catalog.SnapshotInfo{Object: "snapshot.db", Compression: objectio.CompressNone, RawSize: int64(len(snap)),
 			RawSHA256: strings.Repeat("ab", 32), StoredSize: int64(len(snap)), StoredSHA256: strings.Repeat("cd", 32)}}
 	if _, err := st.Put(ctx, layout.Key(id, name, "snapshot.db"), strings.NewReader(snap)); err != nil {
 		t.Fatal(err)

@@ -14,7 +14,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/server/v3/lease/leasepb"
 
-	"github.com/armada/etcd-recovery/internal/journal"
+	"github.com/armada/etcd-recovery/internal/kvevent"
 )
 
 // LeaseBucket is etcd's "lease" bucket (server/v3 mvcc/buckets): a
@@ -41,7 +41,7 @@ type ApplyOptions struct {
 	// applied (instead of ApplyEvents' leases argument): a journal
 	// source can then collect them while it reads the events. An error
 	// fails the apply.
-	Leases func() ([]journal.Lease, error)
+	Leases func() ([]kvevent.Lease, error)
 }
 
 // Applied is what ApplyEvents wrote.
@@ -89,27 +89,27 @@ func LeaseKey(id int64) []byte {
 // CreateRevision, ModRevision, Version, Lease} under revision {Rev, Sub};
 // a delete's tombstone, KeyValue{Key} alone, under the same revision
 // marked 't'.
-func EventEntry(ev journal.Event) (key, value []byte, err error) {
+func EventEntry(ev kvevent.Event) (key, value []byte, err error) {
 	var kv mvccpb.KeyValue
 	switch ev.Type {
-	case journal.Put:
+	case kvevent.Put:
 		kv = mvccpb.KeyValue{Key: ev.Key, Value: ev.Value, CreateRevision: ev.CreateRev,
 			ModRevision: ev.Rev, Version: ev.Version, Lease: ev.Lease}
-	case journal.Delete:
+	case kvevent.Delete:
 		kv = mvccpb.KeyValue{Key: ev.Key}
 	default:
-		return nil, nil, fmt.Errorf("event at revision %d/%d: type %q, neither %q nor %q", ev.Rev, ev.Sub, ev.Type, journal.Put, journal.Delete)
+		return nil, nil, fmt.Errorf("event at revision %d/%d: type %q, neither %q nor %q", ev.Rev, ev.Sub, ev.Type, kvevent.Put, kvevent.Delete)
 	}
 	value, err = kv.Marshal()
 	if err != nil {
 		return nil, nil, err
 	}
-	return RevisionKey(ev.Rev, ev.Sub, ev.Type == journal.Delete), value, nil
+	return RevisionKey(ev.Rev, ev.Sub, ev.Type == kvevent.Delete), value, nil
 }
 
 // LeaseEntry is the "lease" bucket entry etcd's lessor writes for a
 // granted lease (lease/lessor.go persistTo): leasepb.Lease{ID, TTL}.
-func LeaseEntry(l journal.Lease) (key, value []byte, err error) {
+func LeaseEntry(l kvevent.Lease) (key, value []byte, err error) {
 	value, err = (&leasepb.Lease{ID: l.ID, TTL: l.TTL}).Marshal()
 	return LeaseKey(l.ID), value, err
 }
@@ -122,7 +122,7 @@ type eventCheck struct {
 	rev, sub int64 // the last event's, or (snapshot revision, -1)
 }
 
-func (c *eventCheck) next(ev journal.Event) error {
+func (c *eventCheck) next(ev kvevent.Event) error {
 	switch {
 	case ev.Rev <= 0 || ev.Sub < 0:
 		return fmt.Errorf("event at revision %d/%d: not a revision", ev.Rev, ev.Sub)
@@ -139,7 +139,7 @@ func (c *eventCheck) next(ev journal.Event) error {
 	if len(ev.Key) == 0 {
 		return fmt.Errorf("event at revision %d/%d: empty key", ev.Rev, ev.Sub)
 	}
-	if ev.Type == journal.Put && (ev.CreateRev <= 0 || ev.CreateRev > ev.Rev || ev.Version <= 0) {
+	if ev.Type == kvevent.Put && (ev.CreateRev <= 0 || ev.CreateRev > ev.Rev || ev.Version <= 0) {
 		return fmt.Errorf("put at revision %d/%d of %q: create revision %d, version %d", ev.Rev, ev.Sub, ev.Key, ev.CreateRev, ev.Version)
 	}
 	c.rev, c.sub = ev.Rev, ev.Sub
@@ -176,7 +176,7 @@ func SnapshotRevision(tx *bolt.Tx) (int64, error) {
 // file, exactly as etcd's MVCC would have written them (EventEntry), and
 // the leases into the "lease" bucket (LeaseEntry): a lease with Revoked
 // set is deleted, any other put; one whose TTL is unknown (TTLUnknown or
-// 0) keeps the snapshot's entry, or is put with journal.UnknownLeaseTTL. The caller gives the leases as they are
+// 0) keeps the snapshot's entry, or is put with kvevent.UnknownLeaseTTL. The caller gives the leases as they are
 // at the last event's revision. The events must continue the snapshot
 // exactly (the first at its revision + 1, sub 0; then each revision's
 // subs in order, no revision skipped): anything else is refused before it
@@ -197,18 +197,18 @@ func SnapshotRevision(tx *bolt.Tx) (int64, error) {
 // member's copy, and Prepare's bump and compaction mark go above the last
 // event. etcd's sha256 trailer (size % 512 == 32), if still there, is
 // dropped first: it no longer matches once the file is written.
-func ApplyEvents(path string, events iter.Seq2[journal.Event, error], leases []journal.Lease) (Applied, error) {
+func ApplyEvents(path string, events iter.Seq2[kvevent.Event, error], leases []kvevent.Lease) (Applied, error) {
 	return applyEvents(path, events, leases, ApplyOptions{})
 }
 
 // ApplyEventsWith is ApplyEvents with options: another transaction
 // budget, or the leases given by a function called once every event is
 // applied.
-func ApplyEventsWith(path string, events iter.Seq2[journal.Event, error], o ApplyOptions) (Applied, error) {
+func ApplyEventsWith(path string, events iter.Seq2[kvevent.Event, error], o ApplyOptions) (Applied, error) {
 	return applyEvents(path, events, nil, o)
 }
 
-func applyEvents(path string, events iter.Seq2[journal.Event, error], leases []journal.Lease, o ApplyOptions) (a Applied, err error) {
+func applyEvents(path string, events iter.Seq2[kvevent.Event, error], leases []kvevent.Lease, o ApplyOptions) (a Applied, err error) {
 	if st, err := os.Stat(path); err != nil {
 		return a, err
 	} else if st.Size()%512 == sha256.Size {
@@ -357,7 +357,7 @@ func applyEvents(path string, events iter.Seq2[journal.Event, error], leases []j
 				if lb.Get(k) != nil {
 					continue
 				}
-				l.TTL = journal.UnknownLeaseTTL
+				l.TTL = kvevent.UnknownLeaseTTL
 				if k, v, err = LeaseEntry(l); err != nil {
 					return err
 				}

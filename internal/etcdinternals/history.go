@@ -7,7 +7,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
-	"github.com/armada/etcd-recovery/internal/journal"
+	"github.com/armada/etcd-recovery/internal/kvevent"
 )
 
 // HistoryError is a replay refused because the events are not a history
@@ -59,23 +59,23 @@ type historyCheck struct {
 
 func newHistoryCheck() *historyCheck { return &historyCheck{keys: map[string]*keyState{}} }
 
-func (h *historyCheck) fail(ev journal.Event, format string, args ...any) error {
+func (h *historyCheck) fail(ev kvevent.Event, format string, args ...any) error {
 	return &HistoryError{Key: ev.Key, Rev: ev.Rev, Sub: ev.Sub, Detail: fmt.Sprintf(format, args...)}
 }
 
 // event checks ev against the key's state and moves it on.
-func (h *historyCheck) event(ev journal.Event) error {
-	if ev.Type == journal.Put && ev.Version == 1 && ev.CreateRev != ev.Rev {
+func (h *historyCheck) event(ev kvevent.Event) error {
+	if ev.Type == kvevent.Put && ev.Version == 1 && ev.CreateRev != ev.Rev {
 		return h.fail(ev, "a put of version 1 created at revision %d, not at its own", ev.CreateRev)
 	}
-	if ev.Type == journal.Put && ev.Version > 1 && ev.CreateRev > ev.Rev {
+	if ev.Type == kvevent.Put && ev.Version > 1 && ev.CreateRev > ev.Rev {
 		return h.fail(ev, "a put of version %d created at revision %d, after it", ev.Version, ev.CreateRev)
 	}
 	s := h.keys[string(ev.Key)]
 	if s == nil {
 		s = &keyState{firstRev: ev.Rev, firstSub: ev.Sub}
 		switch {
-		case ev.Type == journal.Delete:
+		case ev.Type == kvevent.Delete:
 			s.preExists = true
 		case ev.Version > 1:
 			s.preExists, s.preCreate, s.preVersion = true, ev.CreateRev, ev.Version-1
@@ -83,16 +83,16 @@ func (h *historyCheck) event(ev journal.Event) error {
 		h.keys[string(ev.Key)] = s
 	} else {
 		switch {
-		case ev.Type == journal.Delete && !s.exists:
+		case ev.Type == kvevent.Delete && !s.exists:
 			return h.fail(ev, "a delete of a key the journal deleted before and never put again")
-		case ev.Type == journal.Put && s.exists && (ev.CreateRev != s.create || ev.Version != s.version+1):
+		case ev.Type == kvevent.Put && s.exists && (ev.CreateRev != s.create || ev.Version != s.version+1):
 			return h.fail(ev, "a put of version %d created at %d after the journal's version %d created at %d (want version %d created at %d)",
 				ev.Version, ev.CreateRev, s.version, s.create, s.version+1, s.create)
-		case ev.Type == journal.Put && !s.exists && ev.Version != 1:
+		case ev.Type == kvevent.Put && !s.exists && ev.Version != 1:
 			return h.fail(ev, "a put of version %d of a key the journal deleted before (want version 1)", ev.Version)
 		}
 	}
-	if ev.Type == journal.Delete {
+	if ev.Type == kvevent.Delete {
 		s.exists, s.create, s.version = false, 0, 0
 	} else {
 		s.exists, s.create, s.version = true, ev.CreateRev, ev.Version
@@ -146,7 +146,7 @@ func (h *historyCheck) snapshot(tx *bolt.Tx, rev int64) error {
 		s.snapExists, s.snapCreate, s.snapVersion = true, kv.CreateRevision, kv.Version
 	}
 	for key, s := range h.keys {
-		ev := journal.Event{Key: []byte(key), Rev: s.firstRev, Sub: s.firstSub}
+		ev := kvevent.Event{Key: []byte(key), Rev: s.firstRev, Sub: s.firstSub}
 		exists := s.snapSeen && s.snapExists
 		switch {
 		case s.preExists && !exists:

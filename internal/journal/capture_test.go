@@ -140,7 +140,7 @@ func TestCapture(t *testing.T) {
 			st := testfix.Store(t, m, m.NewBucket(t))
 			layout := catalog.Layout{Prefix: testenv.Prefix(t)}
 			key := testfix.NewAgeKey(t)
-			enc := objectio.Encoding{Compression: catalog.CompressZstd, Recipients: testfix.RecipientsOf(t, key)}
+			enc := objectio.Encoding{Compression: objectio.CompressZstd, Recipients: testfix.RecipientsOf(t, key)}
 			o := captureOptions(cli, st, layout, enc, base, t)
 			o.Identities = key.IDs
 			var segMu sync.Mutex
@@ -294,7 +294,7 @@ func TestCaptureCompactedIsAGap(t *testing.T) {
 	if _, err := cli.Compact(ctx, base+6); err != nil {
 		t.Fatal(err)
 	}
-	o := captureOptions(cli, memstore.New(), catalog.Layout{Prefix: "p"}, objectio.Encoding{Compression: catalog.CompressZstd}, base, t)
+	o := captureOptions(cli, memstore.New(), catalog.Layout{Prefix: "p"}, objectio.Encoding{Compression: objectio.CompressZstd}, base, t)
 	err = journal.Capture(ctx, o)
 	var gap *journal.GapError
 	if !errors.As(err, &gap) || gap.From != base+1 || gap.To != base+5 {
@@ -321,7 +321,7 @@ func TestCaptureFrozenStoreIsNamed(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := r.Header.Revision
-	o := captureOptions(cli, frozenStore{memstore.New()}, catalog.Layout{Prefix: "p"}, objectio.Encoding{Compression: catalog.CompressZstd}, base, t)
+	o := captureOptions(cli, frozenStore{memstore.New()}, catalog.Layout{Prefix: "p"}, objectio.Encoding{Compression: objectio.CompressZstd}, base, t)
 	o.SegmentInterval, o.UploadTimeout, o.FrozenAfter = 200*time.Millisecond, 300*time.Millisecond, time.Second
 	done := make(chan error, 1)
 	go func() { done <- journal.Capture(ctx, o) }()
@@ -368,7 +368,7 @@ func TestCaptureSlowStoreCutsBySize(t *testing.T) {
 	ref := watchFrom(t, ctx, cli, base+1)
 	st := slowStore{memstore.New(), 300 * time.Millisecond}
 	layout := catalog.Layout{Prefix: "p"}
-	o := captureOptions(cli, st, layout, objectio.Encoding{Compression: catalog.CompressZstd}, base, t)
+	o := captureOptions(cli, st, layout, objectio.Encoding{Compression: objectio.CompressZstd}, base, t)
 	var logs testfix.SyncBuffer
 	o.Log = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	o.SegmentInterval, o.SegmentSize = 2*time.Second, 8<<10

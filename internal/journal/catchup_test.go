@@ -55,7 +55,7 @@ func TestCaptureLargeCatchUp(t *testing.T) {
 			multi[d.Header.Revision], last = 4, d.Header.Revision
 			st := memstore.New()
 			layout := catalog.Layout{Prefix: testenv.Prefix(t)}
-			o := captureOptions(cli, st, layout, objectio.Encoding{Compression: catalog.CompressZstd}, base, t)
+			o := captureOptions(cli, st, layout, objectio.Encoding{Compression: objectio.CompressZstd}, base, t)
 			// Small segments: a cut is due after every fragment, inside
 			// the large revisions too.
 			o.SegmentSize = 256 << 10
@@ -124,7 +124,7 @@ func TestCaptureBudgetSharedCatchUp(t *testing.T) {
 	ids := []string{"b1", "b2", "b3", "b4"}
 	var stops []func() error
 	for _, id := range ids {
-		o := captureOptions(cli, st, layout, objectio.Encoding{Compression: catalog.CompressZstd}, base, t)
+		o := captureOptions(cli, st, layout, objectio.Encoding{Compression: objectio.CompressZstd}, base, t)
 		o.ClusterID, o.Budget, o.SegmentInterval = id, budget, time.Second
 		stops = append(stops, startCapture(ctx, o))
 	}

@@ -113,7 +113,7 @@ func TestCaptureResumesFromTheJournalsVersion(t *testing.T) {
 	base := r.Header.Revision
 	st := memstore.NewVersioned()
 	layout := catalog.Layout{Prefix: testenv.Prefix(t)}
-	o := captureOptions(cli, st, layout, objectio.Encoding{Compression: catalog.CompressZstd}, base, t)
+	o := captureOptions(cli, st, layout, objectio.Encoding{Compression: objectio.CompressZstd}, base, t)
 	var logs testfix.SyncBuffer
 	o.Log = slog.New(slog.NewTextHandler(&logs, nil))
 	stop := startCapture(ctx, o)

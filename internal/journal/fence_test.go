@@ -25,7 +25,7 @@ func TestCaptureFenceStopsAtOnce(t *testing.T) {
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
 	cli := c.Client(t)
 	layout := catalog.Layout{Prefix: "p"}
-	enc := objectio.Encoding{Compression: catalog.CompressZstd}
+	enc := objectio.Encoding{Compression: objectio.CompressZstd}
 	baseRev := func(t *testing.T, ctx context.Context) int64 {
 		t.Helper()
 		r, err := cli.Get(ctx, "x")

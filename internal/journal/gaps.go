@@ -2,9 +2,7 @@ package journal
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"slices"
 	"time"
 
@@ -62,24 +60,9 @@ func ReadGapRecords(ctx context.Context, st store.Store, layout catalog.Layout, 
 func readGap(ctx context.Context, st store.Store, g *GapRecord) error {
 	ctx, cancel := context.WithTimeout(ctx, gapReadTimeout)
 	defer cancel()
-	body, err := st.Get(ctx, g.Key)
+	rec, err := catalog.ReadJournalGap(ctx, st, g.Key)
 	if err != nil {
 		return err
-	}
-	defer body.Close()
-	b, err := io.ReadAll(io.LimitReader(body, 1<<20))
-	if err != nil {
-		return err
-	}
-	var rec struct {
-		From   int64     `json:"from"`
-		To     int64     `json:"to"`
-		Reason string    `json:"reason"`
-		Error  string    `json:"error"`
-		Time   time.Time `json:"time"`
-	}
-	if err := json.Unmarshal(b, &rec); err != nil {
-		return fmt.Errorf("gap record %s: %w", g.Key, err)
 	}
 	g.To, g.Reason, g.Error = rec.To, rec.Reason, rec.Error
 	if !rec.Time.IsZero() {

@@ -111,7 +111,7 @@ func TestCaptureLeaseRevokes(t *testing.T) {
 			// The journal starts behind all of it.
 			st := memstore.New()
 			layout := catalog.Layout{Prefix: "p"}
-			o := captureOptions(cli, st, layout, objectio.Encoding{Compression: catalog.CompressZstd}, base, t)
+			o := captureOptions(cli, st, layout, objectio.Encoding{Compression: objectio.CompressZstd}, base, t)
 			stop := startCapture(ctx, o)
 			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 				ch, err := journal.ListSegments(ctx, st, layout, "c1", base)

@@ -239,6 +239,6 @@ func newCaptureRig(tb testing.TB, ctx context.Context) *captureRig {
 	rig := &captureRig{etcd: c, cli: cli, base: r.Header.Revision, etcdID: journal.EtcdID(r.Header.ClusterId), st: memstore.New(),
 		layout: catalog.Layout{Prefix: testenv.Prefix(tb)}}
 	rig.o = journal.CaptureOptions{Client: cli, ClusterID: "c1", BaseBackup: "base-1", BaseRev: rig.base, Store: rig.st, Layout: rig.layout,
-		Encoding: objectio.Encoding{Compression: catalog.CompressZstd}, SegmentInterval: time.Second, Log: testfix.Logger(tb)}
+		Encoding: objectio.Encoding{Compression: objectio.CompressZstd}, SegmentInterval: time.Second, Log: testfix.Logger(tb)}
 	return rig
 }

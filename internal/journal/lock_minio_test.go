@@ -78,7 +78,7 @@ func TestCaptureLocksSegments(t *testing.T) {
 	}
 	base := r.Header.Revision
 	const retention, margin = 7 * time.Second, time.Second
-	o := captureOptions(cli, st, l, objectio.Encoding{Compression: catalog.CompressZstd}, base, t)
+	o := captureOptions(cli, st, l, objectio.Encoding{Compression: objectio.CompressZstd}, base, t)
 	o.ClusterID, o.SegmentInterval = id, 300*time.Millisecond
 	o.Lock = catalog.LockPolicy{Mode: catalog.LockGovernanceMode, Margin: margin}
 	o.JournalRetention = retention

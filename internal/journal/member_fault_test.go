@@ -67,7 +67,7 @@ func memberFault(t *testing.T, m *testenv.MinIO, v testenv.Version, fault string
 
 	st := testfix.Store(t, m, m.NewBucket(t))
 	layout := catalog.Layout{Prefix: testenv.Prefix(t)}
-	o := captureOptions(cli, st, layout, objectio.Encoding{Compression: catalog.CompressZstd}, base, t)
+	o := captureOptions(cli, st, layout, objectio.Encoding{Compression: objectio.CompressZstd}, base, t)
 	o.WatchStallTimeout = 2 * time.Second
 	stalls := make(chan journal.WatchStall, 100)
 	o.OnStall = func(s journal.WatchStall) { stalls <- s }

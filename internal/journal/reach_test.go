@@ -31,7 +31,7 @@ func TestSourceReach(t *testing.T) {
 		for r := first; r <= last; r++ {
 			evs = append(evs, putAt(r, fmt.Sprint("k", r)))
 		}
-		if _, err := journal.WriteSegment(ctx, st, layout, objectio.Encoding{Compression: catalog.CompressZstd}, h, evs); err != nil {
+		if _, err := journal.WriteSegment(ctx, st, layout, objectio.Encoding{Compression: objectio.CompressZstd}, h, evs); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -13,10 +13,7 @@ import (
 // (catalog.Manifest.Revision: the snapshot holds at least that revision,
 // so the journal from Rev+1 leaves nothing out; a replay skips the
 // revisions the snapshot already holds).
-type Base struct {
-	Name string `json:"name"`
-	Rev  int64  `json:"rev"`
-}
+type Base = catalog.JournalBase
 
 // ChooseBase is the base a (re)starting journal continues, from the
 // cluster's committed backups (any order) and its stored segments:

@@ -111,7 +111,7 @@ func TestSourceEventsAcrossBases(t *testing.T) {
 		for r := first; r <= last; r++ {
 			evs = append(evs, journal.Event{Rev: r, Type: journal.Put, Key: []byte("k"), Value: []byte{byte(r)}, CreateRev: first, Version: r - first + 1})
 		}
-		if _, err := journal.WriteSegment(ctx, st, layout, objectio.Encoding{Compression: catalog.CompressZstd}, h, evs); err != nil {
+		if _, err := journal.WriteSegment(ctx, st, layout, objectio.Encoding{Compression: objectio.CompressZstd}, h, evs); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -36,7 +36,7 @@ func putBackup(tb testing.TB, st store.Store, l catalog.Layout, id string, at ti
 		Format: catalog.ManifestFormat, ClusterID: id, Name: name, Kind: catalog.KindScheduled,
 		StartedAt: at, FinishedAt: at.Add(time.Second), ServerVersion: "3.5.35",
 		Source: catalog.Member{Name: "m0", ID: "8e9e05c52164694d", Endpoint: "https://10.0.0.1:2379"},
-		Snapshot: catalog.SnapshotInfo{Object: catalog.SnapshotObjectRaw, Compression: catalog.CompressNone, RawSize: int64(len(snap)), StoredSize: int64(len(snap)),
+		Snapshot: catalog.SnapshotInfo{Object: catalog.SnapshotObjectRaw, Compression: objectio.CompressNone, RawSize: int64(len(snap)), StoredSize: int64(len(snap)),
 			RawSHA256: sum, StoredSHA256: sum},
 		RevisionBefore: rev, RevisionAfter: rev, ToolVersion: "test",
 	})
@@ -61,7 +61,7 @@ func putSegment(tb testing.TB, st store.Store, l catalog.Layout, id string, base
 	for r := first; r <= last; r++ {
 		evs = append(evs, putAt(r, fmt.Sprint("/registry/k", r)))
 	}
-	info, err := journal.WriteSegment(ctx, st, l, objectio.Encoding{Compression: catalog.CompressZstd}, h, evs)
+	info, err := journal.WriteSegment(ctx, st, l, objectio.Encoding{Compression: objectio.CompressZstd}, h, evs)
 	if err != nil {
 		tb.Fatal(err)
 	}

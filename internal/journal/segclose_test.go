@@ -18,7 +18,7 @@ func TestSegmentReaderClosesDecompressor(t *testing.T) {
 	ctx := t.Context()
 	st, layout := memstore.New(), catalog.Layout{Prefix: "p"}
 	h := Header{ClusterID: "c1", BaseBackup: "b", BaseRev: 1, FirstRev: 2, LastRev: 2}
-	info, err := WriteSegment(ctx, st, layout, objectio.Encoding{Compression: catalog.CompressZstd}, h,
+	info, err := WriteSegment(ctx, st, layout, objectio.Encoding{Compression: objectio.CompressZstd}, h,
 		[]Event{{Rev: 2, Type: Put, Key: []byte("k"), Value: []byte("v"), CreateRev: 2, Version: 1}})
 	if err != nil {
 		t.Fatal(err)

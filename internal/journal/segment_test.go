@@ -167,7 +167,7 @@ func TestSegmentStore(t *testing.T) {
 	layout := catalog.Layout{Prefix: "p"}
 	st := memstore.New()
 	key := testfix.NewAgeKey(t)
-	enc := objectio.Encoding{Compression: catalog.CompressZstd, Recipients: testfix.RecipientsOf(t, key)}
+	enc := objectio.Encoding{Compression: objectio.CompressZstd, Recipients: testfix.RecipientsOf(t, key)}
 	h := testHeader()
 	info, err := journal.WriteSegment(ctx, st, layout, enc, h, testEvents())
 	if err != nil {
@@ -190,7 +190,7 @@ func TestSegmentStore(t *testing.T) {
 	// Plain (uncompressed, unencrypted) reads too.
 	h2 := h
 	h2.FirstRev, h2.LastRev = 14, 14
-	plain, err := journal.WriteSegment(ctx, st, layout, objectio.Encoding{Compression: catalog.CompressNone}, h2, []journal.Event{{Rev: 14, Type: journal.Delete, Key: []byte("b")}})
+	plain, err := journal.WriteSegment(ctx, st, layout, objectio.Encoding{Compression: objectio.CompressNone}, h2, []journal.Event{{Rev: 14, Type: journal.Delete, Key: []byte("b")}})
 	if err != nil {
 		t.Fatal(err)
 	}

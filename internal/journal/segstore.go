@@ -180,7 +180,7 @@ func openSegmentVersion(ctx context.Context, st store.Store, layout catalog.Layo
 	pb := bufio.NewReaderSize(src, 64<<10)
 	src = pb
 	if magic, err := pb.Peek(4); err == nil && bytes.Equal(magic, zstdMagic) {
-		zr, err := objectio.NewDecoder(pb, catalog.CompressZstd)
+		zr, err := objectio.NewDecoder(pb, objectio.CompressZstd)
 		if err != nil {
 			return fail(ReasonDamaged, "decompressing", err)
 		}

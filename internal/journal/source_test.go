@@ -31,7 +31,7 @@ func writePuts(tb testing.TB, ctx context.Context, st store.Store, layout catalo
 	for r := first; r <= last; r++ {
 		evs = append(evs, putAt(r, fmt.Sprint("k", r)))
 	}
-	if _, err := journal.WriteSegment(ctx, st, layout, objectio.Encoding{Compression: catalog.CompressZstd}, h, evs); err != nil {
+	if _, err := journal.WriteSegment(ctx, st, layout, objectio.Encoding{Compression: objectio.CompressZstd}, h, evs); err != nil {
 		tb.Fatal(err)
 	}
 }
@@ -159,7 +159,7 @@ func TestSourceEventsChecksTheLastSegmentWhole(t *testing.T) {
 	for r := int64(11); r <= 16; r++ {
 		evs = append(evs, putAt(r, fmt.Sprint("k", r)))
 	}
-	info, err := journal.WriteSegment(ctx, st, layout, objectio.Encoding{Compression: catalog.CompressNone}, h, evs)
+	info, err := journal.WriteSegment(ctx, st, layout, objectio.Encoding{Compression: objectio.CompressNone}, h, evs)
 	if err != nil {
 		t.Fatal(err)
 	}

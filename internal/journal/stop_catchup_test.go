@@ -79,7 +79,7 @@ func TestCaptureStopCatchesUp(t *testing.T) {
 				base := r.Header.Revision
 				layout := catalog.Layout{Prefix: fmt.Sprintf("round%d", round)}
 				var logs testfix.SyncBuffer
-				o := captureOptions(cli, st, layout, objectio.Encoding{Compression: catalog.CompressZstd}, base, t)
+				o := captureOptions(cli, st, layout, objectio.Encoding{Compression: objectio.CompressZstd}, base, t)
 				o.SegmentInterval, o.Log = time.Minute, slog.New(slog.NewTextHandler(&logs, nil))
 				stop := startCapture(ctx, o)
 				last := burst(t, ctx, cli, fmt.Sprintf("/burst/%d/", round), 512, 16<<10)
@@ -104,7 +104,7 @@ func TestCaptureStopCatchesUp(t *testing.T) {
 				t.Fatal(err)
 			}
 			var logs testfix.SyncBuffer
-			o := captureOptions(cli, st, catalog.Layout{Prefix: "dead"}, objectio.Encoding{Compression: catalog.CompressZstd}, r.Header.Revision, t)
+			o := captureOptions(cli, st, catalog.Layout{Prefix: "dead"}, objectio.Encoding{Compression: objectio.CompressZstd}, r.Header.Revision, t)
 			o.SegmentInterval, o.StopCatchUp, o.FinalFlush, o.Log = time.Minute, 2*time.Second, 5*time.Second, slog.New(slog.NewTextHandler(&logs, nil))
 			stop := startCapture(ctx, o)
 			burst(t, ctx, cli, "/dead/", 64, 1<<10)

@@ -4,7 +4,7 @@
 //
 // The write path, [NewWriter] and [Write]/[Create]:
 //
-//	raw bytes → zstd (catalog.Compression) → age (internal/seal, with recipients) → sha256 → store
+//	raw bytes → zstd (Compression) → age (internal/seal, with recipients) → sha256 → store
 //
 // and the verifying read path, [Open]:
 //

@@ -6,23 +6,22 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
-	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/seal"
 )
 
 // Encoding is how an object is stored: compressed, then, with recipients,
 // age-encrypted.
 type Encoding struct {
-	Compression catalog.Compression
+	Compression Compression
 	Recipients  seal.Recipients
 }
 
 // encoder returns a compressing writer around w (or w itself for none).
-func encoder(w io.Writer, c catalog.Compression) (io.WriteCloser, error) {
+func encoder(w io.Writer, c Compression) (io.WriteCloser, error) {
 	switch c {
-	case catalog.CompressNone:
+	case CompressNone:
 		return nopWriteCloser{w}, nil
-	case catalog.CompressZstd:
+	case CompressZstd:
 		// Fastest level and a 1 MiB window keep CPU and memory low: the
 		// snapshot stream, not compression, should set the pace. (Lower
 		// encoder memory makes zstd shift its history buffer on every
@@ -45,7 +44,7 @@ func encoder(w io.Writer, c catalog.Compression) (io.WriteCloser, error) {
 // NewWriter returns the writer a data object is written through:
 // compression, then, with recipients, age encryption, into w. Its Close
 // flushes both (it does not close w).
-func NewWriter(w io.Writer, c catalog.Compression, rs seal.Recipients) (io.WriteCloser, error) {
+func NewWriter(w io.Writer, c Compression, rs seal.Recipients) (io.WriteCloser, error) {
 	if rs.Len() == 0 {
 		return encoder(w, c)
 	}
@@ -79,11 +78,11 @@ func (c *chainWriter) Close() error {
 // NewDecoder returns a decompressing reader around r (no decryption, no
 // checks: Open is the verifying read path). zstd decodes blocks ahead on a
 // goroutine of its own; Close stops it.
-func NewDecoder(r io.Reader, c catalog.Compression) (io.ReadCloser, error) {
+func NewDecoder(r io.Reader, c Compression) (io.ReadCloser, error) {
 	switch c {
-	case catalog.CompressNone:
+	case CompressNone:
 		return io.NopCloser(r), nil
-	case catalog.CompressZstd:
+	case CompressZstd:
 		d, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(2), zstd.WithDecoderLowmem(true))
 		if err != nil {
 			return nil, err

@@ -15,7 +15,6 @@ import (
 
 	"filippo.io/age"
 
-	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
@@ -69,15 +68,15 @@ func sum(b []byte) string {
 
 type encCase struct {
 	name string
-	c    catalog.Compression
+	c    objectio.Compression
 	enc  bool
 }
 
 var encCases = []encCase{
-	{"plain", catalog.CompressNone, false},
-	{"zstd", catalog.CompressZstd, false},
-	{"age", catalog.CompressNone, true},
-	{"zstd+age", catalog.CompressZstd, true},
+	{"plain", objectio.CompressNone, false},
+	{"zstd", objectio.CompressZstd, false},
+	{"age", objectio.CompressNone, true},
+	{"zstd+age", objectio.CompressZstd, true},
 }
 
 // put writes raw as an object encoded per ec and returns what Open expects.
@@ -340,7 +339,7 @@ func TestDamagedObjects(t *testing.T) {
 func TestNotFound(t *testing.T) {
 	t.Parallel()
 	st := memstore.New()
-	_, err := objectio.Open(context.Background(), st, "missing/key", objectio.Expect{Compression: catalog.CompressZstd})
+	_, err := objectio.Open(context.Background(), st, "missing/key", objectio.Expect{Compression: objectio.CompressZstd})
 	oe := wantKind(t, err, objectio.KindMissing, "missing/key")
 	if !store.IsNotFound(err) || !oe.Damaged() || oe.Mismatch() {
 		t.Fatalf("%v: IsNotFound %v, Damaged %v, Mismatch %v", err, store.IsNotFound(err), oe.Damaged(), oe.Mismatch())
@@ -470,11 +469,11 @@ func TestReadBackAndCreate(t *testing.T) {
 	if _, err := objectio.Put(ctx, st, "m", bytes.NewReader(body)); !errors.Is(err, store.ErrExists) {
 		t.Fatalf("Put over an existing object: %v", err)
 	}
-	if _, err := objectio.Create(ctx, st, "m", bytes.NewReader(body), objectio.Encoding{Compression: catalog.CompressZstd}); !errors.Is(err, store.ErrExists) {
+	if _, err := objectio.Create(ctx, st, "m", bytes.NewReader(body), objectio.Encoding{Compression: objectio.CompressZstd}); !errors.Is(err, store.ErrExists) {
 		t.Fatalf("Create over an existing object: %v", err)
 	}
 	// Write replaces; the old expectation no longer reads back.
-	w, err := objectio.Write(ctx, st, "m", strings.NewReader("replaced"), objectio.Encoding{Compression: catalog.CompressNone})
+	w, err := objectio.Write(ctx, st, "m", strings.NewReader("replaced"), objectio.Encoding{Compression: objectio.CompressNone})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -483,7 +482,7 @@ func TestReadBackAndCreate(t *testing.T) {
 	if !errors.As(err, &oe) || !oe.Mismatch() || oe.Got.StoredSHA256 != w.StoredSHA256 {
 		t.Fatalf("read back of a replaced object: %v", err)
 	}
-	if err := objectio.ReadBack(ctx, st, "m", w.Expect(catalog.CompressNone)); err != nil {
+	if err := objectio.ReadBack(ctx, st, "m", w.Expect(objectio.CompressNone)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := objectio.Write(ctx, st, "x", strings.NewReader("x"), objectio.Encoding{Compression: "lz4"}); err == nil {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
 )
@@ -23,7 +22,7 @@ type Expect struct {
 	StoredSHA256 string
 	RawSize      int64 // of the decoded bytes (Snapshot: the database); UnknownSize to skip
 	RawSHA256    string
-	Compression  catalog.Compression
+	Compression  Compression
 	// Snapshot: the decoded bytes are an etcd snapshot stream, the
 	// database followed by etcd's sha256 of it. RawSize and RawSHA256 are
 	// the database's, and the trailer is checked against it.
@@ -441,5 +440,5 @@ func ReadBack(ctx context.Context, st store.Store, key string, want Expect) erro
 func ExpectPlain(b []byte) Expect {
 	h := NewHashCounter()
 	h.Write(b)
-	return Expect{StoredSize: h.N(), StoredSHA256: h.Sum(), RawSize: h.N(), RawSHA256: h.Sum(), Compression: catalog.CompressNone}
+	return Expect{StoredSize: h.N(), StoredSHA256: h.Sum(), RawSize: h.N(), RawSHA256: h.Sum(), Compression: CompressNone}
 }

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/store/memstore"
@@ -19,7 +18,7 @@ import (
 func TestOpenVersion(t *testing.T) {
 	ctx := context.Background()
 	st := memstore.NewVersioned()
-	enc := objectio.Encoding{Compression: catalog.CompressZstd}
+	enc := objectio.Encoding{Compression: objectio.CompressZstd}
 	w, err := objectio.Write(ctx, st, "k", strings.NewReader(strings.Repeat("the backup's bytes ", 1000)), enc)
 	if err != nil {
 		t.Fatal(err)
@@ -35,7 +34,7 @@ func TestOpenVersion(t *testing.T) {
 	if err := st.Delete(ctx, []string{"k"}); err != nil {
 		t.Fatal(err)
 	}
-	exp := w.Expect(catalog.CompressZstd)
+	exp := w.Expect(objectio.CompressZstd)
 	if _, err := objectio.Open(ctx, st, "k", exp); !store.IsNotFound(err) {
 		t.Fatalf("current version (a delete marker): %v", err)
 	}

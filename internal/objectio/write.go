@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 
-	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/store"
 )
 
@@ -20,7 +19,7 @@ type Written struct {
 
 // Expect is what reading the object back must find: its stored and raw
 // sizes and sha256s (for a plaintext, uncompressed object the same).
-func (w Written) Expect(c catalog.Compression) Expect {
+func (w Written) Expect(c Compression) Expect {
 	return Expect{StoredSize: w.StoredSize, StoredSHA256: w.StoredSHA256, RawSize: w.RawSize, RawSHA256: w.RawSHA256, Compression: c}
 }
 
@@ -86,7 +85,7 @@ func write(ctx context.Context, put func(context.Context, string, io.Reader) (in
 	result := func() Written {
 		return Written{RawSize: raw.N(), RawSHA256: raw.Sum(), StoredSize: stored.N(), StoredSHA256: stored.Sum()}
 	}
-	if enc.Compression == catalog.CompressNone && enc.Recipients.Len() == 0 {
+	if enc.Compression == CompressNone && enc.Recipients.Len() == 0 {
 		// Stored as it is: no pipe, no goroutine.
 		_, err := put(ctx, key, io.TeeReader(src, stored))
 		return result(), err

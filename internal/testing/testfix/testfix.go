@@ -83,7 +83,7 @@ func SHA256(b []byte) string {
 }
 
 // Decompress decodes a stored object.
-func Decompress(tb testing.TB, b []byte, c catalog.Compression) []byte {
+func Decompress(tb testing.TB, b []byte, c objectio.Compression) []byte {
 	tb.Helper()
 	rc, err := objectio.NewDecoder(bytes.NewReader(b), c)
 	if err != nil {

@@ -146,7 +146,7 @@ func run() error {
 		wg.Go(func() {
 			err := journal.Capture(ctx, journal.CaptureOptions{
 				Client: cli, ClusterID: c.ID, BaseBackup: c.BaseBackup, BaseRev: c.BaseRev,
-				Store: st, Layout: catalog.Layout{Prefix: cfg.Prefix}, Encoding: objectio.Encoding{Compression: catalog.CompressZstd},
+				Store: st, Layout: catalog.Layout{Prefix: cfg.Prefix}, Encoding: objectio.Encoding{Compression: objectio.CompressZstd},
 				SegmentInterval: cfg.SegmentInterval, Log: log, Budget: budget,
 				OnSegment: func(s journal.SegmentInfo) {
 					now := time.Now().UnixNano()
