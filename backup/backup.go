@@ -8,7 +8,7 @@
 // recipients in Manifest.Encryption). With Options.Drill the committed
 // backup is drilled, on the plaintext it streamed when it is encrypted;
 // with Options.Prune the retention policy is then applied to the cluster
-// (catalog.Prune). The object layout, the manifest, listing, retention,
+// (prune.Prune). The object layout, the manifest, listing, retention,
 // prune and delete live in internal/catalog.
 package backup
 
@@ -34,6 +34,8 @@ import (
 	"github.com/armada/etcd-recovery/internal/etcdinternals"
 	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/probe"
+	"github.com/armada/etcd-recovery/internal/prune"
+	"github.com/armada/etcd-recovery/internal/retention"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/usage"
@@ -62,10 +64,10 @@ type Options struct {
 
 	// Prune, when set, applies this retention policy to the cluster once
 	// the backup is committed (never after a failed backup).
-	Prune *catalog.Policy
+	Prune *retention.Policy
 	// JournalRetention is the journal retention Prune applies
-	// (catalog.PruneOptions.JournalRetention); default
-	// catalog.DefaultJournalRetention.
+	// (prune.PruneOptions.JournalRetention); default
+	// retention.DefaultJournalRetention.
 	JournalRetention time.Duration
 
 	// Drill, when set, is called once the backup is committed and before
@@ -115,15 +117,15 @@ type Options struct {
 
 	// Lock locks every object of the backup with object lock (LockPolicy;
 	// the zero value: off): governance or compliance with the retain-until
-	// time catalog.LockPlan derives from the retention policy (Prune, or
-	// catalog.DefaultPolicy), or bucket-default. A bucket without object
+	// time retention.LockPlan derives from the retention policy (Prune, or
+	// retention.DefaultPolicy), or bucket-default. A bucket without object
 	// lock is refused (a usage error) before anything is written. After
 	// the run, committed or not, the cluster's newest committed backup is
-	// re-locked to at least catalog.RelockUntil (explicit modes).
-	Lock catalog.LockPolicy
+	// re-locked to at least retention.RelockUntil (explicit modes).
+	Lock retention.LockPolicy
 	// LockRetention is the retention policy the lock is derived from when
-	// Prune is nil (default catalog.DefaultPolicy).
-	LockRetention *catalog.Policy
+	// Prune is nil (default retention.DefaultPolicy).
+	LockRetention *retention.Policy
 
 	// putOpts are the write options of every object of the run (the
 	// retention), set once the lock is checked.
@@ -141,7 +143,7 @@ type Result struct {
 	Prefix   string // the backup's folder
 	Duration time.Duration
 	// Pruned is the prune that followed the backup (Options.Prune).
-	Pruned *catalog.PruneReport
+	Pruned *prune.PruneReport
 	// Drill is the record of the drill that followed the backup
 	// (Options.Drill): nil when none ran or it could not run. DrillErr is
 	// the drill's error (nil when it passed).
@@ -288,14 +290,14 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 }
 
 // policy is the retention policy the lock is derived from.
-func (o Options) policy() catalog.Policy {
+func (o Options) policy() retention.Policy {
 	if o.Prune != nil {
 		return *o.Prune
 	}
 	if o.LockRetention != nil {
 		return *o.LockRetention
 	}
-	return catalog.DefaultPolicy()
+	return retention.DefaultPolicy()
 }
 
 // checkLock checks the bucket's object lock and decides the run's
@@ -326,7 +328,7 @@ func (r *run) checkLock(ctx context.Context) *stepError {
 	if err != nil {
 		return failAt(StepLock, fmt.Errorf("listing the cluster's backups for the lock period: %w", err))
 	}
-	term := catalog.LockPlan(opts.Kind, r.start, catalog.AnchorCandidate(entries, r.start), opts.policy(), lp)
+	term := retention.LockPlan(opts.Kind, r.start, retention.AnchorCandidate(entries, r.start), opts.policy(), lp)
 	if !term.Locked() {
 		r.log.Info("backup not locked: retention may delete it at once", "reason", term.Reason)
 		return nil
@@ -338,7 +340,7 @@ func (r *run) checkLock(ctx context.Context) *stepError {
 }
 
 // relock extends the lock of the cluster's newest committed backup to at
-// least catalog.RelockUntil at the run's start (explicit lock modes only:
+// least retention.RelockUntil at the run's start (explicit lock modes only:
 // bucket-default has no permission to set a retention). Best effort: a
 // failure is logged.
 func (r *run) relock(ctx context.Context) {
@@ -346,7 +348,7 @@ func (r *run) relock(ctx context.Context) {
 	if !lp.Mode.Explicit() || ctx.Err() != nil {
 		return
 	}
-	until := catalog.RelockUntil(r.start, r.opts.policy(), lp)
+	until := retention.RelockUntil(r.start, r.opts.policy(), lp)
 	entries, err := catalog.Inventory(ctx, r.opts.Store, r.opts.Layout, r.opts.ClusterID)
 	var n int
 	if err == nil {
@@ -354,7 +356,7 @@ func (r *run) relock(ctx context.Context) {
 		if !ok {
 			return
 		}
-		n, err = catalog.Relock(ctx, r.opts.Store, newest, lp.Mode.StoreMode(), until)
+		n, err = prune.Relock(ctx, r.opts.Store, newest, lp.Mode.StoreMode(), until)
 		if n > 0 {
 			r.log.Info("re-locked the newest backup", "backup", newest.Name, "until", until, "objects", n)
 		}
@@ -677,7 +679,7 @@ func (r *run) after(ctx context.Context) (*Result, error) {
 		return res, drillErr
 	}
 	// Only a committed backup is followed by deletions.
-	rep, err := catalog.Prune(ctx, catalog.PruneOptions{Store: opts.Store, Layout: opts.Layout, ClusterIDs: []string{opts.ClusterID},
+	rep, err := prune.Prune(ctx, prune.PruneOptions{Store: opts.Store, Layout: opts.Layout, ClusterIDs: []string{opts.ClusterID},
 		Policy: *opts.Prune, Now: opts.Now(), Log: opts.Log, Lock: opts.Lock, JournalRetention: opts.JournalRetention})
 	res.Pruned = rep
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/retention"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 )
 
@@ -26,7 +27,7 @@ func TestRunDrillHook(t *testing.T) {
 	testenv.PutKeys(t, c.Client(t), "/registry/pods/", 50, 64)
 	r := newRig(t, c, nil)
 	ctx := context.Background()
-	policy := catalog.DefaultPolicy()
+	policy := retention.DefaultPolicy()
 	policy.Recent, policy.Anchors = 1, 0
 
 	record := func(m *catalog.Manifest, passed bool) *catalog.DrillRecord {

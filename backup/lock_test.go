@@ -10,6 +10,8 @@ import (
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/prune"
+	"github.com/armada/etcd-recovery/internal/retention"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/store/memstore"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
@@ -63,7 +65,7 @@ func TestBackupLockMemstore(t *testing.T) {
 	ctx := context.Background()
 	base := backup.Options{ClusterID: "c1", Kind: catalog.KindScheduled, Etcd: testfix.EtcdConfig(c),
 		Layout: catalog.Layout{Prefix: "p/"}, ProbeTimeout: 2 * time.Second, Log: testLogger(t),
-		Lock: catalog.LockPolicy{Mode: catalog.LockGovernanceMode}}
+		Lock: retention.LockPolicy{Mode: catalog.LockGovernanceMode}}
 
 	plain := memstore.New()
 	opts := base
@@ -136,10 +138,10 @@ func TestBackupLockMinIO(t *testing.T) {
 	m := testenv.SharedMinIO(t)
 	st := testfix.Store(t, m, m.NewLockedBucket(t))
 	ctx := context.Background()
-	policy := catalog.Policy{Recent: 1, IncompleteAfter: time.Hour, FutureTolerance: 5 * time.Minute}
+	policy := retention.Policy{Recent: 1, IncompleteAfter: time.Hour, FutureTolerance: 5 * time.Minute}
 	opts := backup.Options{ClusterID: "c1", Kind: catalog.KindScheduled, Etcd: testfix.EtcdConfig(c),
 		Store: st, Layout: catalog.Layout{Prefix: testenv.Prefix(t)}, ProbeTimeout: 2 * time.Second, Log: testLogger(t),
-		Lock: catalog.LockPolicy{Mode: catalog.LockGovernanceMode}, LockRetention: &policy}
+		Lock: retention.LockPolicy{Mode: catalog.LockGovernanceMode}, LockRetention: &policy}
 	first, err := backup.Run(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -157,8 +159,8 @@ func TestBackupLockMinIO(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	popts := catalog.PruneOptions{Store: st, Layout: opts.Layout, ClusterIDs: []string{"c1"}, Policy: policy, Log: testLogger(t)}
-	rep, err := catalog.Prune(ctx, popts)
+	popts := prune.PruneOptions{Store: st, Layout: opts.Layout, ClusterIDs: []string{"c1"}, Policy: policy, Log: testLogger(t)}
+	rep, err := prune.Prune(ctx, popts)
 	if err != nil {
 		t.Fatalf("prune on a locked bucket: %v", err)
 	}
@@ -166,14 +168,14 @@ func TestBackupLockMinIO(t *testing.T) {
 		t.Fatalf("prune: retained %d deleted %d kept %d, want 1 0 1", rep.Retained, rep.Deleted, rep.Kept)
 	}
 	a := rep.Clusters[0].Backups[1]
-	if a.Name != first.Manifest.Name || a.Action != catalog.ActionRetained || a.LockedUntil == nil ||
+	if a.Name != first.Manifest.Name || a.Action != prune.ActionRetained || a.LockedUntil == nil ||
 		a.LockedUntil.Sub(first.Manifest.Lock.Until).Abs() > time.Second || !strings.Contains(a.Reason, "retained until") {
 		t.Fatalf("older backup: %+v", a)
 	}
 	_ = second
 
 	// Short locks: 6s periods less 1s, expired after a wait.
-	opts.Lock = catalog.LockPolicy{Mode: catalog.LockGovernanceMode, Period: 6 * time.Second, Margin: time.Second}
+	opts.Lock = retention.LockPolicy{Mode: catalog.LockGovernanceMode, Period: 6 * time.Second, Margin: time.Second}
 	opts.ClusterID = "c2"
 	popts.ClusterIDs = []string{"c2"}
 	a1, err := backup.Run(ctx, opts)
@@ -187,13 +189,13 @@ func TestBackupLockMinIO(t *testing.T) {
 	if !popts.Now.Before(a1.Manifest.Lock.Until) {
 		t.Skipf("the backups took longer than the 5s lock; nothing to check")
 	}
-	rep, err = catalog.Prune(ctx, popts)
+	rep, err = prune.Prune(ctx, popts)
 	if err != nil || rep.Retained != 1 || rep.Deleted != 0 {
 		t.Fatalf("prune while locked: %v; retained %d deleted %d", err, rep.Retained, rep.Deleted)
 	}
 	time.Sleep(time.Until(a1.Manifest.Lock.Until) + 1500*time.Millisecond)
 	popts.Now = time.Now()
-	rep, err = catalog.Prune(ctx, popts)
+	rep, err = prune.Prune(ctx, popts)
 	if err != nil || rep.Retained != 0 || rep.Deleted != 1 {
 		t.Fatalf("prune after the lock expired: %v; retained %d deleted %d", err, rep.Retained, rep.Deleted)
 	}

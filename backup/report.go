@@ -8,6 +8,7 @@ import (
 
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/internal/prune"
 )
 
 // Results of the drill of a new backup (DrillOutcome.Result).
@@ -58,7 +59,7 @@ func (d *DrillOutcome) Text() string {
 type Report struct {
 	Manifest *catalog.Manifest
 	Duration time.Duration
-	Pruned   *catalog.PruneReport
+	Pruned   *prune.PruneReport
 	// Drilled says --drill was asked for; Drill is its outcome.
 	Drilled   bool
 	Drill     *DrillOutcome
@@ -84,13 +85,13 @@ func (r *Report) MarshalJSON() ([]byte, error) {
 	case r.Drilled:
 		return json.Marshal(struct {
 			*catalog.Manifest
-			Pruned *catalog.PruneReport `json:"pruned,omitempty"`
-			Drill  *DrillOutcome        `json:"drill"`
+			Pruned *prune.PruneReport `json:"pruned,omitempty"`
+			Drill  *DrillOutcome      `json:"drill"`
 		}{r.Manifest, r.Pruned, r.Drill})
 	case r.Pruned != nil:
 		return json.Marshal(struct {
 			*catalog.Manifest
-			Pruned *catalog.PruneReport `json:"pruned"`
+			Pruned *prune.PruneReport `json:"pruned"`
 		}{r.Manifest, r.Pruned})
 	}
 	return json.Marshal(r.Manifest)

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/retention"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
 	"github.com/armada/etcd-recovery/internal/testing/podrun"
 )
@@ -26,7 +26,7 @@ func TestJournalRetentionFromConfigMap(t *testing.T) {
 	if !ok {
 		t.Fatal("deploy/20-config.yaml has no ETCD_RECOVERY_JOURNAL_RETENTION")
 	}
-	if d, err := time.ParseDuration(v); err != nil || d != catalog.DefaultJournalRetention {
-		t.Fatalf("ETCD_RECOVERY_JOURNAL_RETENTION=%q: %v, %v; want %v", v, d, err, catalog.DefaultJournalRetention)
+	if d, err := time.ParseDuration(v); err != nil || d != retention.DefaultJournalRetention {
+		t.Fatalf("ETCD_RECOVERY_JOURNAL_RETENTION=%q: %v, %v; want %v", v, d, err, retention.DefaultJournalRetention)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
+	"github.com/armada/etcd-recovery/internal/prune"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/usage"
@@ -551,7 +552,7 @@ func (d *drill) chooseBackup(ctx context.Context) error {
 	if d.opts.IncludeDeleted || d.opts.Backup == "" {
 		// The newest backup object versions hold, if newer (restore
 		// reads it from its versions: IncludeDeleted).
-		vbs, err := catalog.VersionedBackups(ctx, d.opts.Store, d.opts.Layout, d.opts.ClusterID)
+		vbs, err := prune.VersionedBackups(ctx, d.opts.Store, d.opts.Layout, d.opts.ClusterID)
 		if err != nil {
 			return d.errAt(StepSelect, err)
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/etcdconn"
 	"github.com/armada/etcd-recovery/internal/fanout"
 	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/internal/prune"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/kube"
 )
@@ -215,9 +216,9 @@ type ClusterResult struct {
 	// drill was asked for.
 	Drill *backup.DrillOutcome `json:"drill,omitempty"`
 
-	Manifest *catalog.Manifest    `json:"manifest,omitempty"`
-	Prune    *catalog.PruneReport `json:"prune,omitempty"`
-	Err      error                `json:"-"`
+	Manifest *catalog.Manifest  `json:"manifest,omitempty"`
+	Prune    *prune.PruneReport `json:"prune,omitempty"`
+	Err      error              `json:"-"`
 }
 
 // BackupAllReport is the outcome of BackupAll, one result per cluster in
@@ -235,10 +236,10 @@ type BackupAllReport struct {
 	DrillFailed   []string `json:"drillFailed,omitempty"`
 	// Orphans is the orphan pass (backup --all --prune); OrphanError says
 	// why it failed (nothing of it deleted when a listing failed).
-	Orphans     *catalog.OrphanReport `json:"orphans,omitempty"`
-	OrphanError string                `json:"orphanError,omitempty"`
-	Duration    time.Duration         `json:"-"`
-	Seconds     float64               `json:"durationSeconds"`
+	Orphans     *prune.OrphanReport `json:"orphans,omitempty"`
+	OrphanError string              `json:"orphanError,omitempty"`
+	Duration    time.Duration       `json:"-"`
+	Seconds     float64             `json:"durationSeconds"`
 }
 
 // Table is the summary printed at the end.
@@ -466,7 +467,7 @@ func (r *backupAll) orphanPass(ctx context.Context) error {
 		return nil
 	}
 	// After the backups, from fresh listings: the store first, then the
-	// EtcdClusters and EtcdRestores (see catalog.Orphans).
+	// EtcdClusters and EtcdRestores (see prune.Orphans).
 	orphans := *opts.Orphans
 	if orphans.Now == nil {
 		orphans.Now = opts.Now

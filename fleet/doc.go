@@ -7,7 +7,7 @@
 // and the orphan pass), InspectAll (inspect --all / --cluster, also the
 // exporter's inspection) and ListOrphans (inspect --all's read-only orphan
 // listing), DrillAll and DrillOne (drill --all, drill --cluster-id), and
-// Orphans (catalog.Orphans fed with the namespace's EtcdCluster and
+// Orphans (prune.Orphans fed with the namespace's EtcdCluster and
 // EtcdRestore listings: prune --orphans, backup --all --prune), and
 // JournalAll (the journal job: a journal.Capture per cluster, one or every
 // EtcdCluster re-listed, gaps recorded at catalog.Layout.JournalGapKey

@@ -13,6 +13,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/fanout"
 	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/internal/prune"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/kube"
@@ -43,7 +44,7 @@ type InspectAllOptions struct {
 	// EtcdCluster) the way the orphan pass would treat them, read-only.
 	Orphans bool
 	// OrphanGrace is the orphan pass's grace (default
-	// catalog.DefaultOrphanGrace): when the orphans' backups go.
+	// prune.DefaultOrphanGrace): when the orphans' backups go.
 	OrphanGrace time.Duration
 	// OrphanTimeout bounds the orphan listing (default 3 × the probe
 	// timeout, at least MinOrphanCheckTimeout); it runs beside the
@@ -96,8 +97,8 @@ type InspectRow struct {
 	// opens the newest encrypted backup (DecryptBackup): {state: opens,
 	// "no identity opens it", damaged or unknown; error}. Absent when the
 	// cluster has no encrypted backup or nothing was checked.
-	Decrypt       *catalog.DecryptResult `json:"decrypt,omitempty"`
-	DecryptBackup string                 `json:"decryptBackup,omitempty"`
+	Decrypt       *prune.DecryptResult `json:"decrypt,omitempty"`
+	DecryptBackup string               `json:"decryptBackup,omitempty"`
 	// Lock is whether the newest backup (BackupName) is under object-lock
 	// retention, and until when (catalog.BackupLock: its manifest's
 	// retention). Only when the bucket has object lock
@@ -155,7 +156,7 @@ type InspectLock struct {
 // each such cluster), UNKNOWN when its retention could not be read. When
 // the age headers were checked
 // (InspectAllOptions.Identities), DECRYPTS says whether an identity opens
-// each cluster's newest encrypted backup (catalog.DecryptCell), and a note
+// each cluster's newest encrypted backup (prune.DecryptCell), and a note
 // below the table names each one that does not open, with the cause.
 func (r *InspectAllReport) Table() output.Table {
 	t := output.Table{Header: []string{"CLUSTER", "VERDICT", "UP", "LEADER", "DB SIZE", "BACKUP AGE", "DRILLED", "NEXT STEP"},
@@ -191,9 +192,9 @@ func (r *InspectAllReport) Table() output.Table {
 			}
 		}
 		if decrypts {
-			row = slices.Insert(row, slices.Index(t.Header, "DECRYPTS"), catalog.DecryptCell(c.Decrypt))
-			if d := c.Decrypt; d != nil && d.State != catalog.DecryptOpens {
-				t.Notes = append(t.Notes, fmt.Sprintf("cluster %s: newest encrypted backup %s: %s: %s", c.Cluster, dash(c.DecryptBackup), catalog.DecryptCell(d), d.Error))
+			row = slices.Insert(row, slices.Index(t.Header, "DECRYPTS"), prune.DecryptCell(c.Decrypt))
+			if d := c.Decrypt; d != nil && d.State != prune.DecryptOpens {
+				t.Notes = append(t.Notes, fmt.Sprintf("cluster %s: newest encrypted backup %s: %s: %s", c.Cluster, dash(c.DecryptBackup), prune.DecryptCell(d), d.Error))
 			}
 		}
 		t.Rows = append(t.Rows, row)
@@ -370,16 +371,16 @@ func inspectOne(ctx context.Context, k *kube.Client, c kube.Cluster, opts Inspec
 // backup (catalog.NewestEncrypted) with ids: a listing, its manifests,
 // then a few KiB of the snapshot object. Nil when the cluster has no
 // encrypted backup.
-func newestDecrypts(ctx context.Context, st store.Store, layout catalog.Layout, id string, ids *seal.Identities) (string, *catalog.DecryptResult) {
+func newestDecrypts(ctx context.Context, st store.Store, layout catalog.Layout, id string, ids *seal.Identities) (string, *prune.DecryptResult) {
 	m, err := catalog.NewestEncrypted(ctx, st, layout, id)
 	if err != nil {
-		return "", &catalog.DecryptResult{State: catalog.DecryptUnknown,
+		return "", &prune.DecryptResult{State: prune.DecryptUnknown,
 			Error: fmt.Sprintf("cluster %s: %s: find the newest encrypted backup: %v", id, catalog.StepCheckDecrypts, err)}
 	}
 	if m == nil {
 		return "", nil
 	}
-	d, _ := catalog.DecryptResultOf(catalog.CheckDecrypts(ctx, st, layout, m, ids))
+	d, _ := prune.DecryptResultOf(catalog.CheckDecrypts(ctx, st, layout, m, ids))
 	return m.Name, d
 }
 

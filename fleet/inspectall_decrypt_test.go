@@ -18,6 +18,7 @@ import (
 	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/internal/prune"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
@@ -115,15 +116,15 @@ func TestInspectAllDecrypts(t *testing.T) {
 	}
 
 	rep := inspectAll(toolkit)
-	if d := row(rep, "etcd-opens").Decrypt; d == nil || d.State != catalog.DecryptOpens {
+	if d := row(rep, "etcd-opens").Decrypt; d == nil || d.State != prune.DecryptOpens {
 		t.Errorf("etcd-opens (encrypted to the toolkit's identity): %+v; want opens", d)
 	}
 	if d := row(rep, "etcd-plaintext").Decrypt; d != nil {
 		t.Errorf("etcd-plaintext: %+v; want none", d)
 	}
 	stranger := row(rep, "etcd-stranger")
-	if d := stranger.Decrypt; d == nil || d.State != catalog.DecryptNoIdentity || !strings.Contains(d.Error, strangerRS.String()) {
-		t.Fatalf("etcd-stranger (encrypted to another key): %+v; want %q naming %s", d, catalog.DecryptNoIdentity, strangerRS)
+	if d := stranger.Decrypt; d == nil || d.State != prune.DecryptNoIdentity || !strings.Contains(d.Error, strangerRS.String()) {
+		t.Fatalf("etcd-stranger (encrypted to another key): %+v; want %q naming %s", d, prune.DecryptNoIdentity, strangerRS)
 	}
 	var sb strings.Builder
 	if err := output.Render(&sb, output.FormatTable, rep.Table(), rep); err != nil {
@@ -146,7 +147,7 @@ func TestInspectAllDecrypts(t *testing.T) {
 	// The secret is not mounted: nothing opens.
 	rep = inspectAll(&seal.Identities{})
 	for _, name := range []string{"etcd-opens", "etcd-stranger"} {
-		if d := row(rep, name).Decrypt; d == nil || d.State != catalog.DecryptNoIdentity || !strings.Contains(d.Error, "no identity mounted") {
+		if d := row(rep, name).Decrypt; d == nil || d.State != prune.DecryptNoIdentity || !strings.Contains(d.Error, "no identity mounted") {
 			t.Errorf("%s with no identity mounted: %+v", name, d)
 		}
 	}
@@ -162,11 +163,11 @@ func TestInspectAllDecrypts(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &cliRep); err != nil {
 		t.Fatalf("inspect --all -o json: %v\n%s", err, out)
 	}
-	if d := row(&cliRep, "etcd-opens").Decrypt; d == nil || d.State != catalog.DecryptOpens {
+	if d := row(&cliRep, "etcd-opens").Decrypt; d == nil || d.State != prune.DecryptOpens {
 		t.Errorf("CLI: etcd-opens: %+v; want opens", d)
 	}
-	if d := row(&cliRep, "etcd-stranger").Decrypt; d == nil || d.State != catalog.DecryptNoIdentity {
-		t.Errorf("CLI: etcd-stranger: %+v; want %q", d, catalog.DecryptNoIdentity)
+	if d := row(&cliRep, "etcd-stranger").Decrypt; d == nil || d.State != prune.DecryptNoIdentity {
+		t.Errorf("CLI: etcd-stranger: %+v; want %q", d, prune.DecryptNoIdentity)
 	}
 
 	// Not asked: no check, no column.

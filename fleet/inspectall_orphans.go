@@ -10,6 +10,7 @@ import (
 	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/internal/prune"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/kube"
 )
@@ -25,7 +26,7 @@ const MinOrphanCheckTimeout = 30 * time.Second
 // --prune) sees it, computed without writing or deleting anything.
 type InspectOrphan struct {
 	ClusterID string `json:"clusterID"`
-	// State is catalog.Orphan's: waiting, delete (due: deleted by the next
+	// State is prune.Orphan's: waiting, delete (due: deleted by the next
 	// orphan pass), restoring, report only (prefix not owned), marker only.
 	State   string `json:"state"`
 	Backups int    `json:"backups"`
@@ -66,7 +67,7 @@ type ListOrphansOptions struct {
 	Kube   *kube.Client
 	Store  store.Store
 	Layout catalog.Layout
-	// Grace is the orphan pass's grace (default catalog.DefaultOrphanGrace).
+	// Grace is the orphan pass's grace (default prune.DefaultOrphanGrace).
 	Grace time.Duration
 	// Timeout bounds the computation (default MinOrphanCheckTimeout).
 	Timeout time.Duration
@@ -87,7 +88,7 @@ func ListOrphans(ctx context.Context, opts ListOrphansOptions) ([]InspectOrphan,
 		Template: inspect.Options{Store: opts.Store, Layout: opts.Layout, Now: opts.Now}})
 }
 
-// inspectOrphans runs the orphan pass in dry-run mode (catalog.Orphans with
+// inspectOrphans runs the orphan pass in dry-run mode (prune.Orphans with
 // DryRun lists and reads only: no marker is written or removed, nothing is
 // deleted) within its own deadline, and summarizes it.
 func inspectOrphans(ctx context.Context, k *kube.Client, opts InspectAllOptions) ([]InspectOrphan, OrphanCheck) {
@@ -95,7 +96,7 @@ func inspectOrphans(ctx context.Context, k *kube.Client, opts InspectAllOptions)
 	store, layout := opts.Template.Store, opts.Template.Layout
 	grace := opts.OrphanGrace
 	if grace <= 0 {
-		grace = catalog.DefaultOrphanGrace
+		grace = prune.DefaultOrphanGrace
 	}
 	timeout := opts.OrphanTimeout
 	if timeout <= 0 {
@@ -109,7 +110,7 @@ func inspectOrphans(ctx context.Context, k *kube.Client, opts InspectAllOptions)
 		now = opts.Template.Now()
 	}
 	now = now.UTC()
-	rep, err := catalog.Orphans(octx, catalog.OrphanOptions{
+	rep, err := prune.Orphans(octx, prune.OrphanOptions{
 		Store: store, Layout: layout, Namespace: k.Namespace,
 		Clusters: k.ClusterNames, Restores: k.RestoringClusters,
 		Grace: grace, Now: now, DryRun: true,
@@ -117,7 +118,7 @@ func inspectOrphans(ctx context.Context, k *kube.Client, opts InspectAllOptions)
 	chk.ElapsedMS = time.Since(start).Milliseconds()
 	if err != nil {
 		// Not "prune failed": inspect deletes nothing. The step and the cause.
-		var oe *catalog.OrphanError
+		var oe *prune.OrphanError
 		if errors.As(err, &oe) {
 			err = fmt.Errorf("at step %q: %w", oe.Step(), oe.Err)
 		}
@@ -130,7 +131,7 @@ func inspectOrphans(ctx context.Context, k *kube.Client, opts InspectAllOptions)
 	chk.Owned, chk.NotOwned = rep.Owned, rep.NotOwned
 	out := []InspectOrphan{}
 	for _, o := range rep.Orphans {
-		if o.State == catalog.OrphanReturned {
+		if o.State == prune.OrphanReturned {
 			continue // its EtcdCluster is back: a row of the main table
 		}
 		// Dry run: an orphan without a marker gets FirstSeen = now.
@@ -147,20 +148,20 @@ func inspectOrphans(ctx context.Context, k *kube.Client, opts InspectAllOptions)
 }
 
 // deletionText says when an orphan's backups are deleted, or why not.
-func deletionText(o InspectOrphan, rep *catalog.OrphanReport, now time.Time) string {
+func deletionText(o InspectOrphan, rep *prune.OrphanReport, now time.Time) string {
 	switch o.State {
-	case catalog.OrphanRestoring:
+	case prune.OrphanRestoring:
 		return "kept: an etcd-operator restore is in flight (EtcdRestore " + strings.Join(o.Restores, ", ") + ")"
-	case catalog.OrphanNotOwned:
+	case prune.OrphanNotOwned:
 		return "never deleted: the namespace does not own the prefix (report only)"
-	case catalog.OrphanMarkerOut:
+	case prune.OrphanMarkerOut:
 		if rep.Owned {
 			return "no backups left: the marker is removed by the next orphan pass"
 		}
 		return "no backups left: the marker is kept (the namespace does not own the prefix)"
-	case catalog.OrphanDelete:
+	case prune.OrphanDelete:
 		return "deleted by the next orphan pass (grace over since " + fmtUTC(o.DeleteAfter) + ")"
-	case catalog.OrphanWaiting:
+	case prune.OrphanWaiting:
 		if !o.Recorded {
 			if now.Before(o.DeleteAfter) {
 				return "deleted after " + fmtUTC(o.DeleteAfter) + " (the next orphan pass records it)"

@@ -19,6 +19,7 @@ import (
 	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/internal/prune"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
@@ -102,7 +103,7 @@ func TestInspectAllOrphans(t *testing.T) {
 	// etcd-gone: backups of a deleted cluster, recorded by an orphan pass
 	// half an hour after its newest backup.
 	t0 := time.Now().UTC().Add(-2 * time.Hour).Truncate(time.Second)
-	grace := catalog.DefaultOrphanGrace
+	grace := prune.DefaultOrphanGrace
 	e.backups(t, "etcd-gone", catalog.KindScheduled, t0.Add(-16*time.Hour), t0.Add(-8*time.Hour), t0)
 	seen := t0.Add(30 * time.Minute)
 	if _, err := e.run(t, seen, sa); err != nil {
@@ -159,12 +160,12 @@ func TestInspectAllOrphans(t *testing.T) {
 			t.Fatalf("orphans: %+v, want etcd-gone and etcd-new", rep.Orphans)
 		}
 		gone, nw := rep.Orphans[0], rep.Orphans[1]
-		if gone.ClusterID != "etcd-gone" || gone.State != catalog.OrphanWaiting || !gone.Recorded || !gone.FirstSeen.Equal(seen) ||
+		if gone.ClusterID != "etcd-gone" || gone.State != prune.OrphanWaiting || !gone.Recorded || !gone.FirstSeen.Equal(seen) ||
 			!gone.NewestBackup.Equal(t0) || !gone.DeleteAfter.Equal(t0.Add(grace)) || gone.Backups != 3 ||
 			gone.Deletion != "deleted after "+goneAfter {
 			t.Errorf("etcd-gone: %+v", gone)
 		}
-		if nw.ClusterID != "etcd-new" || nw.State != catalog.OrphanWaiting || nw.Recorded || !nw.FirstSeen.IsZero() ||
+		if nw.ClusterID != "etcd-new" || nw.State != prune.OrphanWaiting || nw.Recorded || !nw.FirstSeen.IsZero() ||
 			!nw.DeleteAfter.Equal(tNew.Add(grace)) || nw.Backups != 2 || !strings.Contains(nw.Deletion, "deleted after "+newAfter) {
 			t.Errorf("etcd-new: %+v", nw)
 		}
@@ -221,7 +222,7 @@ func TestInspectAllOrphans(t *testing.T) {
 		c := rep.OrphanCheck
 		if rep.ExitCode != inspect.ExitHealthy || len(rep.Clusters) != 1 || rep.Clusters[0].Verdict != inspect.VerdictHealthy ||
 			!c.Checked || len(rep.Orphans) != 0 ||
-			!strings.Contains(c.Error, "no answer within 1s") || !strings.Contains(c.Error, catalog.OrphanStepList) {
+			!strings.Contains(c.Error, "no answer within 1s") || !strings.Contains(c.Error, prune.OrphanStepList) {
 			t.Fatalf("exit %d, rows %+v, orphans %+v, check %+v", rep.ExitCode, rep.Clusters, rep.Orphans, c)
 		}
 		notes := rep.Table().Notes

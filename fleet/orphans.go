@@ -6,25 +6,26 @@ import (
 	"time"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/prune"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/kube"
 )
 
-// OrphanOptions are how orphans are handled in a run: see catalog.Orphans.
+// OrphanOptions are how orphans are handled in a run: see prune.Orphans.
 type OrphanOptions struct {
-	// Grace: default catalog.DefaultOrphanGrace.
+	// Grace: default prune.DefaultOrphanGrace.
 	Grace  time.Duration
 	DryRun bool
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
 }
 
-// Orphans runs catalog.Orphans for the namespace: the cluster ids under the
+// Orphans runs prune.Orphans for the namespace: the cluster ids under the
 // prefix without an EtcdCluster here, recorded, and deleted after the
 // grace only when the namespace owns the prefix, every listing succeeded
 // and no EtcdRestore references them.
-func Orphans(ctx context.Context, k *kube.Client, store store.Store, layout catalog.Layout, opts OrphanOptions, log *slog.Logger) (*catalog.OrphanReport, error) {
-	o := catalog.OrphanOptions{
+func Orphans(ctx context.Context, k *kube.Client, store store.Store, layout catalog.Layout, opts OrphanOptions, log *slog.Logger) (*prune.OrphanReport, error) {
+	o := prune.OrphanOptions{
 		Store: store, Layout: layout, Namespace: k.Namespace,
 		Clusters: k.ClusterNames, Restores: k.RestoringClusters,
 		Grace: opts.Grace, DryRun: opts.DryRun, Log: log,
@@ -32,5 +33,5 @@ func Orphans(ctx context.Context, k *kube.Client, store store.Store, layout cata
 	if opts.Now != nil {
 		o.Now = opts.Now()
 	}
-	return catalog.Orphans(ctx, o)
+	return prune.Orphans(ctx, o)
 }

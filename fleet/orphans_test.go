@@ -15,6 +15,7 @@ import (
 
 	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/prune"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
@@ -86,13 +87,13 @@ func (e *orphanEnv) deleteEtcdCluster(t *testing.T, name string) {
 
 func (e *orphanEnv) claim(t *testing.T) {
 	t.Helper()
-	if _, created, err := catalog.ClaimPrefix(testfix.Context(t, time.Minute), e.store, e.layout, e.ns, time.Now()); err != nil || !created {
+	if _, created, err := prune.ClaimPrefix(testfix.Context(t, time.Minute), e.store, e.layout, e.ns, time.Now()); err != nil || !created {
 		t.Fatalf("claim: created %v, %v", created, err)
 	}
 }
 
 // run is one orphan pass at now, as a fresh process would (new client).
-func (e *orphanEnv) run(t *testing.T, now time.Time, c *kube.Client) (*catalog.OrphanReport, error) {
+func (e *orphanEnv) run(t *testing.T, now time.Time, c *kube.Client) (*prune.OrphanReport, error) {
 	t.Helper()
 	if c == nil {
 		var err error
@@ -113,16 +114,16 @@ func (e *orphanEnv) folders(t *testing.T, id string) int {
 	return len(es)
 }
 
-func (e *orphanEnv) marker(t *testing.T, id string) *catalog.OrphanMarker {
+func (e *orphanEnv) marker(t *testing.T, id string) *prune.OrphanMarker {
 	t.Helper()
-	m, err := catalog.ReadOrphanMarker(testfix.Context(t, time.Minute), e.store, e.layout, id)
+	m, err := prune.ReadOrphanMarker(testfix.Context(t, time.Minute), e.store, e.layout, id)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return m
 }
 
-func orphanOf(t *testing.T, rep *catalog.OrphanReport, id string) catalog.Orphan {
+func orphanOf(t *testing.T, rep *prune.OrphanReport, id string) prune.Orphan {
 	t.Helper()
 	for _, o := range rep.Orphans {
 		if o.ClusterID == id {
@@ -130,7 +131,7 @@ func orphanOf(t *testing.T, rep *catalog.OrphanReport, id string) catalog.Orphan
 		}
 	}
 	t.Fatalf("no orphan %s in the report: %+v", id, rep.Orphans)
-	return catalog.Orphan{}
+	return prune.Orphan{}
 }
 
 // TestOrphans: backups that follow their cluster's life, against a real
@@ -139,7 +140,7 @@ func TestOrphans(t *testing.T) {
 	k := testenv.StartKubeAPIServer(t)
 	kubetest.InstallCRDs(t, k)
 	t0 := time.Now().UTC().Add(-time.Hour).Truncate(time.Second)
-	grace := catalog.DefaultOrphanGrace
+	grace := prune.DefaultOrphanGrace
 
 	t.Run("GraceThenDeleted", func(t *testing.T) {
 		t.Parallel()
@@ -155,7 +156,7 @@ func TestOrphans(t *testing.T) {
 			t.Fatal(err)
 		}
 		o := orphanOf(t, rep, "etcd-gone")
-		if o.State != catalog.OrphanWaiting || !o.DeleteAfter.Equal(t0.Add(grace)) || len(rep.Orphans) != 1 {
+		if o.State != prune.OrphanWaiting || !o.DeleteAfter.Equal(t0.Add(grace)) || len(rep.Orphans) != 1 {
 			t.Fatalf("first pass: %+v", rep.Orphans)
 		}
 		mk := e.marker(t, "etcd-gone")
@@ -168,7 +169,7 @@ func TestOrphans(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if o := orphanOf(t, rep, "etcd-gone"); o.State != catalog.OrphanWaiting || !o.FirstSeen.Equal(t0.Add(time.Hour)) {
+		if o := orphanOf(t, rep, "etcd-gone"); o.State != prune.OrphanWaiting || !o.FirstSeen.Equal(t0.Add(time.Hour)) {
 			t.Fatalf("before the grace: %+v", o)
 		}
 		if n := e.folders(t, "etcd-gone"); n != 5 {
@@ -180,7 +181,7 @@ func TestOrphans(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if o := orphanOf(t, rep, "etcd-gone"); o.State != catalog.OrphanDeleted || len(o.Deleted) != 5 {
+		if o := orphanOf(t, rep, "etcd-gone"); o.State != prune.OrphanDeleted || len(o.Deleted) != 5 {
 			t.Fatalf("after the grace: %+v", o)
 		}
 		if n := e.folders(t, "etcd-gone"); n != 0 {
@@ -206,7 +207,7 @@ func TestOrphans(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if o := orphanOf(t, rep, "etcd-old"); o.State != catalog.OrphanWaiting || e.folders(t, "etcd-old") != 2 {
+		if o := orphanOf(t, rep, "etcd-old"); o.State != prune.OrphanWaiting || e.folders(t, "etcd-old") != 2 {
 			t.Fatalf("first sighting, long past the grace: %+v, want waiting (one listing alone never deletes)", o)
 		}
 		if _, err := e.run(t, t0.Add(8*time.Hour), nil); err != nil {
@@ -245,9 +246,9 @@ func TestOrphans(t *testing.T) {
 		}
 		for name, c := range map[string]*kube.Client{"forbidden": noRights, "unreachable": unreachable} {
 			rep, err := e.run(t, t0.Add(grace+time.Hour), c)
-			var pe *catalog.OrphanError
-			if !errors.As(err, &pe) || !pe.NothingDeleted || pe.Step() != catalog.OrphanStepClusters || rep != nil {
-				t.Fatalf("%s: %v (report %v), want a failure at step %q, nothing deleted", name, err, rep, catalog.OrphanStepClusters)
+			var pe *prune.OrphanError
+			if !errors.As(err, &pe) || !pe.NothingDeleted || pe.Step() != prune.OrphanStepClusters || rep != nil {
+				t.Fatalf("%s: %v (report %v), want a failure at step %q, nothing deleted", name, err, rep, prune.OrphanStepClusters)
 			}
 			if n := e.folders(t, "etcd-gone"); n != 2 {
 				t.Fatalf("%s: %d folders left, want 2", name, n)
@@ -273,7 +274,7 @@ func TestOrphans(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if o := orphanOf(t, rep, "etcd-back"); o.State != catalog.OrphanReturned {
+		if o := orphanOf(t, rep, "etcd-back"); o.State != prune.OrphanReturned {
 			t.Fatalf("recreated: %+v", o)
 		}
 		if e.marker(t, "etcd-back") != nil {
@@ -303,7 +304,7 @@ func TestOrphans(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if o := orphanOf(t, rep, "etcd-restoring"); o.State != catalog.OrphanRestoring || !slices.Contains(o.Restores, "etcd-restoring") {
+		if o := orphanOf(t, rep, "etcd-restoring"); o.State != prune.OrphanRestoring || !slices.Contains(o.Restores, "etcd-restoring") {
 			t.Fatalf("restore in flight: %+v", o)
 		}
 		if n := e.folders(t, "etcd-restoring"); n != 2 {
@@ -323,7 +324,7 @@ func TestOrphans(t *testing.T) {
 					t.Fatalf("%s: %v", what, err)
 				}
 				o := orphanOf(t, rep, "etcd-gone")
-				if rep.Owned || o.State != catalog.OrphanNotOwned || !strings.Contains(o.Reason, want) || !strings.Contains(rep.NotOwned, want) {
+				if rep.Owned || o.State != prune.OrphanNotOwned || !strings.Contains(o.Reason, want) || !strings.Contains(rep.NotOwned, want) {
 					t.Fatalf("%s: owned %v, %+v; want report only, saying %q", what, rep.Owned, o, want)
 				}
 			}
@@ -333,18 +334,18 @@ func TestOrphans(t *testing.T) {
 		}
 		check("unclaimed", "not claimed")
 		// Claimed by another namespace.
-		if _, _, err := catalog.ClaimPrefix(testfix.Context(t, time.Minute), e.store, e.layout, "kubx-etcd-99", time.Now()); err != nil {
+		if _, _, err := prune.ClaimPrefix(testfix.Context(t, time.Minute), e.store, e.layout, "kubx-etcd-99", time.Now()); err != nil {
 			t.Fatal(err)
 		}
 		check("owned by another namespace", "names namespace kubx-etcd-99")
-		if _, _, err := catalog.ClaimPrefix(testfix.Context(t, time.Minute), e.store, e.layout, e.ns, time.Now()); !errors.Is(err, catalog.ErrOwnedByOther) {
+		if _, _, err := prune.ClaimPrefix(testfix.Context(t, time.Minute), e.store, e.layout, e.ns, time.Now()); !errors.Is(err, prune.ErrOwnedByOther) {
 			t.Fatalf("a second claim: %v, want ErrOwnedByOther", err)
 		}
 		// The bucket root: shared, never owned (the record cannot even be
 		// written there).
 		root := &orphanEnv{k: e.k, ns: e.ns, dyn: e.dyn, client: e.client, store: testfix.Store(t, e.m, e.m.NewBucket(t)), layout: catalog.Layout{}}
 		root.backups(t, "etcd-gone", catalog.KindScheduled, t0.Add(-8*time.Hour), t0)
-		if _, _, err := catalog.ClaimPrefix(testfix.Context(t, time.Minute), root.store, root.layout, e.ns, time.Now()); !errors.Is(err, catalog.ErrSharedPrefix) {
+		if _, _, err := prune.ClaimPrefix(testfix.Context(t, time.Minute), root.store, root.layout, e.ns, time.Now()); !errors.Is(err, prune.ErrSharedPrefix) {
 			t.Fatalf("claim of the bucket root: %v", err)
 		}
 		for _, at := range []time.Time{t0, t0.Add(grace + time.Hour)} {
@@ -352,7 +353,7 @@ func TestOrphans(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if o := orphanOf(t, rep, "etcd-gone"); o.State != catalog.OrphanNotOwned || !strings.Contains(o.Reason, "prefix is empty") {
+			if o := orphanOf(t, rep, "etcd-gone"); o.State != prune.OrphanNotOwned || !strings.Contains(o.Reason, "prefix is empty") {
 				t.Fatalf("bucket root: %+v", o)
 			}
 		}
@@ -440,7 +441,7 @@ func TestOrphans(t *testing.T) {
 		out := run(0, withKube, "--dry-run", "--ignore-etcdcluster", "-o", "json")
 		var res struct {
 			EtcdCluster string
-			Delete      catalog.DeleteAllReport
+			Delete      prune.DeleteAllReport
 		}
 		if err := json.Unmarshal([]byte(out[:strings.LastIndex(out, "}")+1]), &res); err != nil {
 			t.Fatalf("json: %v\n%s", err, out)

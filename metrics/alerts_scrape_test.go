@@ -30,6 +30,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/objectio"
+	"github.com/armada/etcd-recovery/internal/prune"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
@@ -408,7 +409,7 @@ func TestExporterAlerts(t *testing.T) {
 	t.Run("OrphanClaimed", func(t *testing.T) {
 		// Once the namespace owns the prefix, the orphan waits for its
 		// deletion: newest backup + the grace.
-		if _, _, err := catalog.ClaimPrefix(ctx, st, layout, alertsNS, time.Now()); err != nil {
+		if _, _, err := prune.ClaimPrefix(ctx, st, layout, alertsNS, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 		if err := exp.Refresh(ctx); err != nil {
@@ -418,9 +419,9 @@ func TestExporterAlerts(t *testing.T) {
 		if v, ok := value(mfs, metrics.NameOrphanInfo, "cluster", "etcd-gone", "state", "waiting"); !ok || v != 1 {
 			t.Fatalf("etcd-gone under an owned prefix: orphan_info{state=waiting} %v %v\n%s", v, ok, orphanSeries(mfs))
 		}
-		want := last.Add(-time.Hour).Add(catalog.DefaultOrphanGrace)
+		want := last.Add(-time.Hour).Add(prune.DefaultOrphanGrace)
 		if v, ok := value(mfs, metrics.NameOrphanDeleteAfter, "cluster", "etcd-gone"); !ok || v != float64(want.UnixNano())/1e9 {
-			t.Fatalf("%s = %v (present %v), want %v (newest backup + %v)", metrics.NameOrphanDeleteAfter, v, ok, want, catalog.DefaultOrphanGrace)
+			t.Fatalf("%s = %v (present %v), want %v (newest backup + %v)", metrics.NameOrphanDeleteAfter, v, ok, want, prune.DefaultOrphanGrace)
 		}
 	})
 

@@ -26,6 +26,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/fanout"
 	"github.com/armada/etcd-recovery/internal/journal"
+	"github.com/armada/etcd-recovery/internal/prune"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/kube"
@@ -70,7 +71,7 @@ type Options struct {
 	// ReadParallel bounds the manifest and drill record reads at once
 	// (catalog.DefaultCheckParallel), and the decryption checks.
 	ReadParallel int
-	// OrphanGrace is the orphan pass's grace (catalog.DefaultOrphanGrace):
+	// OrphanGrace is the orphan pass's grace (prune.DefaultOrphanGrace):
 	// when an orphan's backups go (with Kube and Store only).
 	OrphanGrace time.Duration
 	// Identities loads the mounted age identities, once per refresh (so a
@@ -95,8 +96,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("metrics: jitter %v: want 0 <= jitter < 1", o.Jitter)
 	case o.Parallel < 0:
 		return fmt.Errorf("metrics: parallel %d: want at least 1", o.Parallel)
-	case o.OrphanGrace != 0 && o.OrphanGrace < catalog.MinOrphanGrace:
-		return fmt.Errorf("metrics: orphan grace %v: want at least %v", o.OrphanGrace, catalog.MinOrphanGrace)
+	case o.OrphanGrace != 0 && o.OrphanGrace < prune.MinOrphanGrace:
+		return fmt.Errorf("metrics: orphan grace %v: want at least %v", o.OrphanGrace, prune.MinOrphanGrace)
 	}
 	return nil
 }
@@ -390,7 +391,7 @@ func (r *refresh) snapshot(next map[string]*ClusterState, exists map[string]bool
 	if r.orphansOK {
 		for _, o := range r.orphans {
 			ost := OrphanState{Cluster: o.ClusterID, State: orphanLabel(o.State)}
-			if o.State == catalog.OrphanWaiting || o.State == catalog.OrphanDelete {
+			if o.State == prune.OrphanWaiting || o.State == prune.OrphanDelete {
 				ost.DeleteAfter = o.DeleteAfter
 			}
 			snap.Orphans = append(snap.Orphans, ost)

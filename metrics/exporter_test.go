@@ -22,6 +22,7 @@ import (
 	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/objectio"
+	"github.com/armada/etcd-recovery/internal/prune"
 	"github.com/armada/etcd-recovery/internal/store/cos"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
@@ -159,7 +160,7 @@ func TestExporter(t *testing.T) {
 		for _, cluster := range []string{good.Name, degraded.Name, never.Name, "etcd-orphan"} {
 			// list reads COS credentials from the environment or a
 			// directory: give it MinIO's through a directory.
-			var rows catalog.ListRows
+			var rows prune.ListRows
 			out := runTool(append([]string{"list", "--cluster-id", cluster, "-o", "json", "--cos-credentials-dir", credsDir(t, m)}, cosArgs...)...)
 			if err := json.Unmarshal(out, &rows); err != nil {
 				t.Fatalf("list %s: %v\n%s", cluster, err, out)
@@ -180,7 +181,7 @@ func TestExporter(t *testing.T) {
 				t.Errorf("%s: cluster_info %v %v, want 1", cluster, v, ok)
 			}
 			var incomplete, damaged int
-			newest := map[catalog.Kind]catalog.ListRow{}
+			newest := map[catalog.Kind]prune.ListRow{}
 			var drillLast, drillPass time.Time
 			drillPassed := false
 			for _, r := range rows {

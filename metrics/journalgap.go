@@ -12,7 +12,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/store"
 )
 
-// Journal gaps (issue 25, "no silent gaps"): the gap records of each
+// Journal gaps (a gap is never silent: each is recorded and alerted on): the gap records of each
 // cluster's journal (<prefix>/_journal/<cluster>/gaps/<from>.json, written
 // create-only by the journal, catalog.JournalGap), counted from the same
 // listing of the root as the backups (no listing of their own); the

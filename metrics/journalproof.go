@@ -11,7 +11,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/store"
 )
 
-// Journal proofs (issue 25, "proven continuously"): the newest proof
+// Journal proofs (a journal is proven continuously, not only when a restore needs it): the newest proof
 // record of each cluster (<prefix>/_journal/<cluster>/proofs/, written by
 // drill.ProveJournal: `journal prove` and every drill of a stored backup).
 const (

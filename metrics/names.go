@@ -62,7 +62,7 @@ const (
 var Steps = []string{StepListClusters, StepInspect, StepListStore, StepReadManifests, StepReadDrills, StepOrphans, StepCheckDecrypt, StepReadLocks}
 
 // Orphan state label values of etcd_recovery_orphan_info: catalog's orphan
-// states (catalog.OrphanWaiting, ...) as label values.
+// states (prune.OrphanWaiting, ...) as label values.
 var OrphanStates = []string{"waiting", "delete", "restoring", "report_only", "marker_only"}
 
 // Verdict label values of etcd_recovery_inspect_verdict.

@@ -8,6 +8,7 @@ import (
 	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/retention"
 	"github.com/armada/etcd-recovery/internal/store"
 )
 
@@ -35,7 +36,7 @@ type ClusterState struct {
 	DrillLastPassed bool      `json:"drillLastPassed"`
 	DrillLastPass   time.Time `json:"drillLastPass,omitzero"`
 	// FutureDated counts the backups dated later than the refresh time plus
-	// retention's clock-skew tolerance (catalog.Policy.FutureTolerance);
+	// retention's clock-skew tolerance (retention.Policy.FutureTolerance);
 	// FutureLatest is the furthest one's time. They never count as the
 	// newest backup (Backups) or for the decryption check.
 	FutureDated  int       `json:"futureDated"`
@@ -144,8 +145,8 @@ func (s *Snapshot) Orphan(name string) *OrphanState {
 }
 
 // futureTolerance is retention's clock-skew tolerance: a backup dated
-// later than now plus this is "from the future" (catalog.RuleFuture).
-var futureTolerance = catalog.DefaultPolicy().FutureTolerance
+// later than now plus this is "from the future" (retention.RuleFuture).
+var futureTolerance = retention.DefaultPolicy().FutureTolerance
 
 // storeState summarises a cluster's backup folders (newest first, each
 // checked with catalog.CheckEntries and its drill record loaded with

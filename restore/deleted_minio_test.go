@@ -14,6 +14,8 @@ import (
 
 	"github.com/armada/etcd-recovery/drill"
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/prune"
+	"github.com/armada/etcd-recovery/internal/retention"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 	"github.com/armada/etcd-recovery/restore"
@@ -82,7 +84,7 @@ func TestRestoreAfterEveryBackupDeletedAndOverwritten(t *testing.T) {
 		r.PutObject(t, r.Layout.Key(id, b.Name, catalog.ManifestObject), []byte("ransom note: pay up"))
 	}
 
-	lr, err := catalog.List(ctx, catalog.ListOptions{Store: r.Store, Layout: r.Layout, ClusterID: id, Policy: catalog.DefaultPolicy()})
+	lr, err := prune.List(ctx, prune.ListOptions{Store: r.Store, Layout: r.Layout, ClusterID: id, Policy: retention.DefaultPolicy()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +93,7 @@ func TestRestoreAfterEveryBackupDeletedAndOverwritten(t *testing.T) {
 			t.Errorf("list shows a live committed backup: %+v", row)
 		}
 	}
-	lr, err = catalog.List(ctx, catalog.ListOptions{Store: r.Store, Layout: r.Layout, ClusterID: id, Policy: catalog.DefaultPolicy(), IncludeDeleted: true})
+	lr, err = prune.List(ctx, prune.ListOptions{Store: r.Store, Layout: r.Layout, ClusterID: id, Policy: retention.DefaultPolicy(), IncludeDeleted: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +101,7 @@ func TestRestoreAfterEveryBackupDeletedAndOverwritten(t *testing.T) {
 		t.Fatalf("list --include-deleted: %+v", lr.Rows)
 	}
 	for _, row := range lr.Rows {
-		if row.Status != catalog.VersionDeleted || !row.Deleted || !row.Overwritten || row.Lock == nil || row.Lock.Mode != "governance" {
+		if row.Status != prune.VersionDeleted || !row.Deleted || !row.Overwritten || row.Lock == nil || row.Lock.Mode != "governance" {
 			t.Errorf("list --include-deleted row %s: status %s deleted %v overwritten %v lock %+v", row.Name, row.Status, row.Deleted, row.Overwritten, row.Lock)
 		}
 	}
@@ -156,7 +158,7 @@ func fullDump(tb testing.TB, cli *clientv3.Client) map[string]string {
 	return out
 }
 
-func tableLines(lr *catalog.ListResult) []string {
+func tableLines(lr *prune.ListResult) []string {
 	t := lr.Tables()[0]
 	lines := []string{strings.Join(t.Header, " | ")}
 	for _, row := range t.Rows {

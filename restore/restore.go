@@ -50,7 +50,7 @@ type Options struct {
 	Backup string
 	// IncludeDeleted (--include-deleted) also considers, on a versioned
 	// bucket, the backups only object versions still hold: deleted (a
-	// delete marker over them) or overwritten (catalog.VersionedBackups).
+	// delete marker over them) or overwritten (prune.VersionedBackups).
 	// Without it they are considered only when no live backup checks out
 	// (or --backup names one that is not live). A candidate read from
 	// versions says so (Candidate.FromVersions, a warning in the log).

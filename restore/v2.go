@@ -18,6 +18,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
 	"github.com/armada/etcd-recovery/internal/objectio"
+	"github.com/armada/etcd-recovery/internal/prune"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/usage"
@@ -40,7 +41,7 @@ type V2Options struct {
 	Identities *seal.Identities
 	// IncludeDeleted (--include-deleted) also considers the backups only
 	// object versions hold (deleted or overwritten, on a versioned
-	// bucket: catalog.VersionedBackups), as restore does; they are
+	// bucket: prune.VersionedBackups), as restore does; they are
 	// considered anyway when no live backup has a v2 export, or when
 	// Backup names one that is not live.
 	IncludeDeleted bool
@@ -183,7 +184,7 @@ func (r *v2Run) chooseBackup(ctx context.Context) (*catalog.Manifest, error) {
 	if opts.Backup != "" {
 		var err error
 		if m, err = catalog.LoadManifest(ctx, opts.Store, opts.Layout, opts.ClusterID, opts.Backup); err != nil {
-			vb := r.versioned(ctx, func(b catalog.VersionedBackup) bool { return b.Name == opts.Backup })
+			vb := r.versioned(ctx, func(b prune.VersionedBackup) bool { return b.Name == opts.Backup })
 			if vb == nil {
 				return nil, r.fail(StepSelect, fmt.Errorf("--backup %s: %w", opts.Backup, err))
 			}
@@ -202,7 +203,7 @@ func (r *v2Run) chooseBackup(ctx context.Context) (*catalog.Manifest, error) {
 		if live == nil || opts.IncludeDeleted {
 			// The backups only versions hold: the newest with an export,
 			// when it is newer than the newest live one with one.
-			vb := r.versioned(ctx, func(b catalog.VersionedBackup) bool {
+			vb := r.versioned(ctx, func(b prune.VersionedBackup) bool {
 				return b.Manifest.V2 != nil && (live == nil || b.Manifest.Revision() > live.Revision())
 			})
 			if vb != nil {
@@ -225,8 +226,8 @@ func (r *v2Run) chooseBackup(ctx context.Context) (*catalog.Manifest, error) {
 // versioned is the newest backup only object versions hold (deleted or
 // overwritten) that ok accepts, nil when none (or the bucket keeps no
 // versions; a failure to list them is logged).
-func (r *v2Run) versioned(ctx context.Context, ok func(catalog.VersionedBackup) bool) *catalog.VersionedBackup {
-	vbs, err := catalog.VersionedBackups(ctx, r.opts.Store, r.opts.Layout, r.opts.ClusterID)
+func (r *v2Run) versioned(ctx context.Context, ok func(prune.VersionedBackup) bool) *prune.VersionedBackup {
+	vbs, err := prune.VersionedBackups(ctx, r.opts.Store, r.opts.Layout, r.opts.ClusterID)
 	if err != nil {
 		r.log.Warn("object versions could not be listed", "cluster", r.opts.ClusterID, "err", err)
 		return nil
@@ -241,7 +242,7 @@ func (r *v2Run) versioned(ctx context.Context, ok func(catalog.VersionedBackup) 
 
 // fromVersions takes vb, a backup only versions hold: its export is read
 // at the version the backup wrote, and the report and a warning say so.
-func (r *v2Run) fromVersions(vb *catalog.VersionedBackup) *catalog.Manifest {
+func (r *v2Run) fromVersions(vb *prune.VersionedBackup) *catalog.Manifest {
 	m := vb.Manifest
 	if m.V2 != nil {
 		r.version = vb.Versions[m.V2.Object]

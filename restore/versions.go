@@ -6,12 +6,13 @@ import (
 	"sort"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/prune"
 )
 
 // Backups only object versions hold (issue 26): on a versioned bucket a
 // deleted backup is a delete marker over versions that still exist, an
 // overwritten one a newer version over them. The select stage adds them
-// to the candidates (catalog.VersionedBackups picks each one's versions)
+// to the candidates (prune.VersionedBackups picks each one's versions)
 // with opts.IncludeDeleted, or by itself when no live backup checks out
 // (or --backup names one that is not live); the fetch stage reads the
 // snapshot at its version (objectio.Expect.VersionID).
@@ -26,7 +27,7 @@ func wantVersions(opts Options, cands []Candidate) bool {
 // backup's live folder) and ranks them all. Without opts.IncludeDeleted a
 // failure to read the versions is logged and the live listing is kept.
 func withVersions(ctx context.Context, opts Options, log *slog.Logger, listed []catalog.Listed) ([]catalog.Listed, []Candidate, []Ignored, error) {
-	vbs, err := catalog.VersionedBackups(ctx, opts.Store, opts.Layout, opts.ClusterID)
+	vbs, err := prune.VersionedBackups(ctx, opts.Store, opts.Layout, opts.ClusterID)
 	if err != nil {
 		if opts.IncludeDeleted {
 			return nil, nil, nil, err
@@ -35,7 +36,7 @@ func withVersions(ctx context.Context, opts Options, log *slog.Logger, listed []
 		cands, ignored := rankCandidates(listed)
 		return listed, cands, ignored, nil
 	}
-	recovered := map[string]catalog.VersionedBackup{}
+	recovered := map[string]prune.VersionedBackup{}
 	for _, b := range vbs {
 		if b.Recovered() {
 			recovered[b.Name] = b

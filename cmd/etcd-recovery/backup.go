@@ -16,6 +16,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/internal/prune"
 	"github.com/armada/etcd-recovery/restore"
 )
 
@@ -180,8 +181,8 @@ func backupOptions(c *cli.Context, o *backupOpts, many bool, log *slog.Logger) (
 		}
 		opts.LockRetention = &policy
 	}
-	if o.orphanGrace < catalog.MinOrphanGrace {
-		return opts, nil, usagef("backup: --orphan-grace %s: want at least %s", o.orphanGrace, catalog.MinOrphanGrace)
+	if o.orphanGrace < prune.MinOrphanGrace {
+		return opts, nil, usagef("backup: --orphan-grace %s: want at least %s", o.orphanGrace, prune.MinOrphanGrace)
 	}
 	drill, err := o.drill.plan(c, many)
 	if err != nil {

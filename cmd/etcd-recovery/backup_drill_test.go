@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/prune"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
@@ -15,7 +16,7 @@ import (
 // backupDrillJSON is backup --drill -o json.
 type backupDrillJSON struct {
 	catalog.Manifest
-	Pruned *catalog.PruneReport `json:"pruned"`
+	Pruned *prune.PruneReport `json:"pruned"`
 	Drill  *struct {
 		Result     string               `json:"result"`
 		Comparison string               `json:"comparison"`

@@ -13,6 +13,7 @@ import (
 	"filippo.io/age"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/prune"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
@@ -114,8 +115,8 @@ func TestCLIBackupEncryptedDrill(t *testing.T) {
 
 	// list: -o wide shows the recipients, shortened; JSON the full keys.
 	code, out, errOut = runCtx(t, ctx, concatArgs([]string{"list", "--cluster-id", "sealed", "-o", "wide"}, cos)...)
-	if code != 0 || !strings.Contains(out, "ENCRYPTED TO") || !strings.Contains(out, r1[:catalog.RecipientShortLen]) ||
-		!strings.Contains(out, r2[:catalog.RecipientShortLen]) {
+	if code != 0 || !strings.Contains(out, "ENCRYPTED TO") || !strings.Contains(out, r1[:prune.RecipientShortLen]) ||
+		!strings.Contains(out, r2[:prune.RecipientShortLen]) {
 		t.Fatalf("list -o wide: exit %d, want ENCRYPTED TO with both recipients\n%s%s", code, out, errOut)
 	}
 	code, out, _ = runCtx(t, ctx, concatArgs([]string{"list", "--cluster-id", "sealed", "-o", "json"}, cos)...)

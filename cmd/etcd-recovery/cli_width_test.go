@@ -13,6 +13,7 @@ import (
 	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/internal/prune"
 	"github.com/armada/etcd-recovery/restore"
 )
 
@@ -95,13 +96,13 @@ func TestTableWidths(t *testing.T) {
 	v2 := 1234
 
 	// list
-	rows := catalog.ListRows{
+	rows := prune.ListRows{
 		{Name: longBackup, Kind: catalog.KindScheduled, Time: now, Status: "committed", Revision: 123456789, RawSize: 8 << 30,
 			StoredSize: 3 << 30, TotalSize: 3<<30 + 12345, V2Keys: &v2, Source: longMember,
-			Retention: catalog.ListRetention{Keep: true, Rules: []string{"newest", "recent"}, Reason: "newest backup that checks out; 1 of the 3 newest scheduled backups (recent)"}},
+			Retention: prune.ListRetention{Keep: true, Rules: []string{"newest", "recent"}, Reason: "newest backup that checks out; 1 of the 3 newest scheduled backups (recent)"}},
 		{Name: longBackup2, Kind: catalog.KindPreRestore, Time: now, Status: "damaged: snapshot.db.zst size mismatch: manifest 3221225472, stored 1024",
 			Damaged: "snapshot.db.zst size mismatch: manifest 3221225472, stored 1024", Error: longError,
-			Retention: catalog.ListRetention{Reason: "damaged and older than the newest good backup " + longBackup}},
+			Retention: prune.ListRetention{Reason: "damaged and older than the newest good backup " + longBackup}},
 	}
 	checkWidth(t, "list", func(f output.Format) string {
 		return renderTo(func(w *bytes.Buffer) error { return output.Render(w, f, rows.Table(), rows) })
@@ -125,8 +126,8 @@ func TestTableWidths(t *testing.T) {
 	}, nil, longCluster, longBackup, "no progress for 60s")
 
 	// prune and delete
-	pr := &catalog.PruneReport{Now: now, DryRun: true, Clusters: []catalog.ClusterPrune{{ClusterID: longCluster,
-		Backups: []catalog.BackupAction{
+	pr := &prune.PruneReport{Now: now, DryRun: true, Clusters: []prune.ClusterPrune{{ClusterID: longCluster,
+		Backups: []prune.BackupAction{
 			{ClusterID: longCluster, Name: longBackup, Kind: catalog.KindScheduled, Time: now, Committed: true, Keep: true, Action: "keep",
 				Reason: "newest backup that checks out; 1 of the 3 newest scheduled backups (recent)"},
 			{ClusterID: longCluster, Name: longBackup2, Kind: catalog.KindPreRestore, Time: now, Committed: false, Action: "delete",

@@ -10,7 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/prune"
 	"github.com/armada/etcd-recovery/kube"
 )
 
@@ -62,9 +62,9 @@ func runDelete(c *cli.Context, g *globalOpts, o *deleteOpts) error {
 	if err != nil {
 		return err
 	}
-	opts := catalog.DeleteOptions{ClusterID: o.clusterID, Names: o.backups.Value(), Force: o.allowNewest, Log: e.log}
+	opts := prune.DeleteOptions{ClusterID: o.clusterID, Names: o.backups.Value(), Force: o.allowNewest, Log: e.log}
 	if o.allBackups {
-		all := catalog.DeleteAllOptions{ClusterID: opts.ClusterID, DryRun: o.dryRun, Log: e.log}
+		all := prune.DeleteAllOptions{ClusterID: opts.ClusterID, DryRun: o.dryRun, Log: e.log}
 		if err := all.Validate(); err != nil {
 			return err
 		}
@@ -91,9 +91,9 @@ func runDelete(c *cli.Context, g *globalOpts, o *deleteOpts) error {
 		return err
 	}
 	defer t.cancel()
-	rep, err := catalog.Delete(t.ctx, opts)
+	rep, err := prune.Delete(t.ctx, opts)
 	err = t.atStep("delete", err)
-	if errors.Is(err, catalog.ErrNewestBackup) || errors.Is(err, catalog.ErrNewestProven) {
+	if errors.Is(err, prune.ErrNewestBackup) || errors.Is(err, prune.ErrNewestProven) {
 		err = fmt.Errorf("%w: pass --allow-newest", err)
 	}
 	if rep != nil {
@@ -113,12 +113,12 @@ type deleteAllResult struct {
 	// EtcdRestores is what the check of the restores in flight found:
 	// "none", "not checked: ..." (with --ignore-etcdcluster); a restore
 	// referencing the cluster refuses the deletion.
-	EtcdRestores string                   `json:"etcdRestores,omitempty"`
-	Namespace    string                   `json:"namespace,omitempty"`
-	Delete       *catalog.DeleteAllReport `json:"delete"`
+	EtcdRestores string                 `json:"etcdRestores,omitempty"`
+	Namespace    string                 `json:"namespace,omitempty"`
+	Delete       *prune.DeleteAllReport `json:"delete"`
 }
 
-func runDeleteAll(e *env, o *deleteOpts, opts catalog.DeleteAllOptions) error {
+func runDeleteAll(e *env, o *deleteOpts, opts prune.DeleteAllOptions) error {
 	id := opts.ClusterID
 	if len(o.backups.Value()) > 0 {
 		return usagef("delete: --backup and --all-backups are exclusive")
@@ -164,7 +164,7 @@ func runDeleteAll(e *env, o *deleteOpts, opts catalog.DeleteAllOptions) error {
 			log.Warn("delete --all-backups: could not check the EtcdCluster; going on (--ignore-etcdcluster)", "cluster", id, "err", err)
 		case slices.Contains(names, id) && !ignore:
 			return fmt.Errorf("delete --all-backups: refusing to delete the backups of cluster %s, nothing was deleted: %w (%s/%s); delete it first, or pass --ignore-etcdcluster",
-				id, catalog.ErrClusterExists, k.Namespace, id)
+				id, prune.ErrClusterExists, k.Namespace, id)
 		case slices.Contains(names, id):
 			res.EtcdCluster = "exists (--ignore-etcdcluster)"
 			log.Warn("delete --all-backups: the EtcdCluster exists; deleting its backups anyway (--ignore-etcdcluster)", "cluster", id, "namespace", k.Namespace)
@@ -190,7 +190,7 @@ func runDeleteAll(e *env, o *deleteOpts, opts catalog.DeleteAllOptions) error {
 		}
 	}
 	opts.Store, opts.Layout = store, layout
-	rep, err := catalog.DeleteAll(ctx, opts)
+	rep, err := prune.DeleteAll(ctx, opts)
 	err = t.atStep("delete", err)
 	if rep != nil {
 		res.Delete = rep

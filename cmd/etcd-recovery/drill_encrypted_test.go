@@ -20,6 +20,7 @@ import (
 
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/internal/prune"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
@@ -97,9 +98,9 @@ func identityFile(t *testing.T) (string, string) {
 
 // listJSON is what this test reads of list -o json.
 type listJSON []struct {
-	Name    string                 `json:"name"`
-	Drill   *catalog.DrillResult   `json:"drill"`
-	Decrypt *catalog.DecryptResult `json:"decrypt"`
+	Name    string               `json:"name"`
+	Drill   *catalog.DrillResult `json:"drill"`
+	Decrypt *prune.DecryptResult `json:"decrypt"`
 }
 
 // TestCLIDrillEncryptedStored: an encrypted backup on real MinIO of a real
@@ -176,7 +177,7 @@ func TestCLIDrillEncryptedStored(t *testing.T) {
 	// list --identity-file: the header, by a ranged read.
 	reqs.take()
 	table, wide, rows = list("--identity-file", right)
-	if d := rows[0].Decrypt; d == nil || d.State != catalog.DecryptOpens || !strings.Contains(wide, "DECRYPTS") || !strings.Contains(wide, " opens ") ||
+	if d := rows[0].Decrypt; d == nil || d.State != prune.DecryptOpens || !strings.Contains(wide, "DECRYPTS") || !strings.Contains(wide, " opens ") ||
 		!strings.Contains(table, " committed ") {
 		t.Errorf("list --identity-file <the recipient's>: decrypt %+v\n%s\n%s", rows[0].Decrypt, table, wide)
 	}
@@ -190,9 +191,9 @@ func TestCLIDrillEncryptedStored(t *testing.T) {
 		}
 	}
 	table, wide, rows = list("--identity-file", wrong)
-	if d := rows[0].Decrypt; d == nil || d.State != catalog.DecryptNoIdentity || !strings.Contains(d.Error, pubRight) ||
+	if d := rows[0].Decrypt; d == nil || d.State != prune.DecryptNoIdentity || !strings.Contains(d.Error, pubRight) ||
 		!strings.Contains(table, " UNDECRYPTABLE ") || !strings.Contains(table, pubRight) || !strings.Contains(wide, "NO IDENTITY OPENS IT") {
-		t.Errorf("list --identity-file <another>: decrypt %+v; want %q naming %s\n%s\n%s", rows[0].Decrypt, catalog.DecryptNoIdentity, pubRight, table, wide)
+		t.Errorf("list --identity-file <another>: decrypt %+v; want %q naming %s\n%s\n%s", rows[0].Decrypt, prune.DecryptNoIdentity, pubRight, table, wide)
 	}
 
 	// The toolkit pod with its identity secret absent: the variable names
@@ -202,7 +203,7 @@ func TestCLIDrillEncryptedStored(t *testing.T) {
 	js, err := cmd.Output()
 	var unmounted listJSON
 	if err != nil || json.Unmarshal(js, &unmounted) != nil || len(unmounted) != 1 || unmounted[0].Decrypt == nil ||
-		unmounted[0].Decrypt.State != catalog.DecryptNoIdentity || !strings.Contains(unmounted[0].Decrypt.Error, "no identity mounted") {
+		unmounted[0].Decrypt.State != prune.DecryptNoIdentity || !strings.Contains(unmounted[0].Decrypt.Error, "no identity mounted") {
 		t.Errorf("list in a toolkit with no identity mounted: %v\n%s", err, js)
 	}
 

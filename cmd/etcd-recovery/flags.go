@@ -16,6 +16,7 @@ import (
 	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
+	"github.com/armada/etcd-recovery/internal/retention"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/restore"
@@ -457,21 +458,21 @@ func (o *lockOpts) flags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "lock-mode", EnvVars: []string{"ETCD_RECOVERY_LOCK_MODE"}, Destination: &o.mode,
 			Usage: "object lock of the backups: off (default), governance or compliance (each object with a retention derived from the retention policy; needs s3:PutObjectRetention), or bucket-default (the bucket's default retention); a bucket without object lock is refused"},
-		&cli.DurationFlag{Name: "lock-period", EnvVars: []string{"ETCD_RECOVERY_LOCK_PERIOD"}, Value: catalog.DefaultLockPeriod, Destination: &o.period,
+		&cli.DurationFlag{Name: "lock-period", EnvVars: []string{"ETCD_RECOVERY_LOCK_PERIOD"}, Value: retention.DefaultLockPeriod, Destination: &o.period,
 			Usage: "with --lock-mode: the time between two scheduled backups (the CronJob's period); a scheduled backup is locked for --keep-recent of them, less --lock-margin"},
-		&cli.DurationFlag{Name: "lock-margin", EnvVars: []string{"ETCD_RECOVERY_LOCK_MARGIN"}, Value: catalog.DefaultLockMargin, Destination: &o.margin,
+		&cli.DurationFlag{Name: "lock-margin", EnvVars: []string{"ETCD_RECOVERY_LOCK_MARGIN"}, Value: retention.DefaultLockMargin, Destination: &o.margin,
 			Usage: "with --lock-mode: taken off every lock's end (clock skew, a scheduled run's late start), so that no backup retention deletes is still locked"},
 	}
 }
 
-// policy is the flags' catalog.LockPolicy (usage errors: exit 4).
-func (o *lockOpts) policy(command string) (catalog.LockPolicy, error) {
+// policy is the flags' retention.LockPolicy (usage errors: exit 4).
+func (o *lockOpts) policy(command string) (retention.LockPolicy, error) {
 	mode, err := catalog.ParseLockMode(o.mode)
 	if err != nil {
-		return catalog.LockPolicy{}, usagef("%s: --lock-mode: %v", command, err)
+		return retention.LockPolicy{}, usagef("%s: --lock-mode: %v", command, err)
 	}
 	if o.period <= 0 || o.margin < 0 || o.margin >= o.period {
-		return catalog.LockPolicy{}, usagef("%s: --lock-period %s and --lock-margin %s: want a positive period longer than the margin", command, o.period, o.margin)
+		return retention.LockPolicy{}, usagef("%s: --lock-period %s and --lock-margin %s: want a positive period longer than the margin", command, o.period, o.margin)
 	}
-	return catalog.LockPolicy{Mode: mode, Period: o.period, Margin: o.margin}, nil
+	return retention.LockPolicy{Mode: mode, Period: o.period, Margin: o.margin}, nil
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/inspect"
-	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/prune"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/kube"
 )
@@ -102,8 +102,8 @@ func runInspect(c *cli.Context, g *globalOpts, o *inspectOpts) error {
 		return usagef("inspect: --parallel %d: want at least 1", o.parallel)
 	case c.IsSet("orphan-grace") && !all:
 		return usagef("inspect: --orphan-grace is for --all (the orphans of the namespace)")
-	case o.orphanGrace < catalog.MinOrphanGrace:
-		return usagef("inspect: --orphan-grace %s: want at least %s", o.orphanGrace, catalog.MinOrphanGrace)
+	case o.orphanGrace < prune.MinOrphanGrace:
+		return usagef("inspect: --orphan-grace %s: want at least %s", o.orphanGrace, prune.MinOrphanGrace)
 	}
 	if all || cluster != "" {
 		return runInspectKube(e, o, opts)

@@ -36,7 +36,7 @@ type journalOpts struct {
 	segmentInterval, rediscover, probeTimeout time.Duration
 	leader                                    leaderOpts
 	// journalRetention: with an explicit --lock-mode, how long segments
-	// are locked (catalog.SegmentLockUntil).
+	// are locked (retention.SegmentLockUntil).
 	journalRetention time.Duration
 }
 

@@ -3,16 +3,15 @@ package main
 import (
 	"time"
 
+	"github.com/armada/etcd-recovery/internal/retention"
 	"github.com/urfave/cli/v2"
-
-	"github.com/armada/etcd-recovery/internal/catalog"
 )
 
 // journalRetentionFlag is prune's and backup --prune's
 // --journal-retention: how far back the journal window reaches; the
 // ConfigMap's ETCD_RECOVERY_JOURNAL_RETENTION sets it in the CronJob.
 func journalRetentionFlag(dest *time.Duration) cli.Flag {
-	return &cli.DurationFlag{Name: "journal-retention", EnvVars: []string{"ETCD_RECOVERY_JOURNAL_RETENTION"}, Value: catalog.DefaultJournalRetention, Destination: dest,
+	return &cli.DurationFlag{Name: "journal-retention", EnvVars: []string{"ETCD_RECOVERY_JOURNAL_RETENTION"}, Value: retention.DefaultJournalRetention, Destination: dest,
 		Usage: "keep the journal (its segments, and the backups they start from) this far back: the point-in-time restore window"}
 }
 

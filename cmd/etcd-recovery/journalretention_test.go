@@ -6,15 +6,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/armada/etcd-recovery/internal/retention"
 	"github.com/urfave/cli/v2"
-
-	"github.com/armada/etcd-recovery/internal/catalog"
 )
 
 // --journal-retention is on prune, backup and list, reads
 // ETCD_RECOVERY_JOURNAL_RETENTION (the ConfigMap's key, checked by
 // deploy's TestJournalRetentionFromConfigMap), defaults to
-// catalog.DefaultJournalRetention, and refuses a value that is not
+// retention.DefaultJournalRetention, and refuses a value that is not
 // positive (exit 4) before contacting anything.
 func TestJournalRetentionFlag(t *testing.T) {
 	t.Parallel()
@@ -31,7 +30,7 @@ func TestJournalRetentionFlag(t *testing.T) {
 					continue
 				}
 				found = true
-				if df.Value != catalog.DefaultJournalRetention || !slices.Equal(df.EnvVars, []string{"ETCD_RECOVERY_JOURNAL_RETENTION"}) {
+				if df.Value != retention.DefaultJournalRetention || !slices.Equal(df.EnvVars, []string{"ETCD_RECOVERY_JOURNAL_RETENTION"}) {
 					t.Errorf("%s --journal-retention: default %v, env %v", name, df.Value, df.EnvVars)
 				}
 			}

@@ -7,8 +7,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
+	"github.com/armada/etcd-recovery/internal/prune"
 	"github.com/armada/etcd-recovery/internal/seal"
 )
 
@@ -43,7 +43,7 @@ func runList(c *cli.Context, g *globalOpts, o *listOpts) error {
 	if err != nil {
 		return err
 	}
-	opts := catalog.ListOptions{ClusterID: o.clusterID, IncludeDeleted: o.includeDeleted, JournalRetention: o.journalRetention}
+	opts := prune.ListOptions{ClusterID: o.clusterID, IncludeDeleted: o.includeDeleted, JournalRetention: o.journalRetention}
 	if opts.Policy, err = o.policy.policy(); err != nil {
 		return err
 	}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/internal/prune"
+	"github.com/armada/etcd-recovery/internal/retention"
 )
 
 // list with drill results still fits 120 columns; the drill's comparison
@@ -22,20 +24,20 @@ func TestListDrillWidths(t *testing.T) {
 	passedAt, failedAt := now.Add(-3*time.Hour), now.Add(-26*time.Hour)
 	v2 := 1234
 	failed := "hashkv: the restored keyspace's HashKV 0x1a2b3c4d at revision 123456789 differs from the source member " + longMember + "'s 0x5e6f7a8b"
-	rows := catalog.ListRows{
+	rows := prune.ListRows{
 		{Name: longBackup, Kind: catalog.KindScheduled, Time: now, Status: "committed", Revision: 123456789, RawSize: 8 << 30,
 			StoredSize: 3 << 30, TotalSize: 3<<30 + 12345, V2Keys: &v2, Source: longMember,
 			Drill:     &catalog.DrillResult{Passed: true, At: &passedAt, Mode: catalog.CompareSelf},
-			Retention: catalog.ListRetention{Keep: true, Rules: []string{"newest", "recent", "drilled"}, Reason: "newest; recent 1/3; drilled (passed 2026-11-22T03:20:00Z)"}},
+			Retention: prune.ListRetention{Keep: true, Rules: []string{"newest", "recent", "drilled"}, Reason: "newest; recent 1/3; drilled (passed 2026-11-22T03:20:00Z)"}},
 		{Name: longBackup2, Kind: catalog.KindScheduled, Time: now, Status: "committed", Revision: 123456700, RawSize: 8 << 30,
 			StoredSize: 3 << 30, TotalSize: 3<<30 + 12345, V2Keys: &v2, Source: longMember,
 			Drill:     &catalog.DrillResult{At: &failedAt, Failed: failed, Mode: catalog.CompareSource},
-			Retention: catalog.ListRetention{Keep: true, Rules: []string{"recent"}, Reason: "recent 2/3"}},
+			Retention: prune.ListRetention{Keep: true, Rules: []string{"recent"}, Reason: "recent 2/3"}},
 		{Name: "20261120T031500.123Z-scheduled-0a1b2c3e", Kind: catalog.KindScheduled, Time: now, Status: "committed", Revision: 123450000,
 			Drill:     &catalog.DrillResult{Error: "drill record: unexpected end of JSON input"},
-			Retention: catalog.ListRetention{Reason: "scheduled: not among the 3 newest scheduled, not an anchor"}},
+			Retention: prune.ListRetention{Reason: "scheduled: not among the 3 newest scheduled, not an anchor"}},
 		{Name: "20261119T031500.123Z-scheduled-0a1b2c3f", Kind: catalog.KindScheduled, Time: now, Status: "committed", Revision: 123440000,
-			Retention: catalog.ListRetention{Reason: "scheduled: not among the 3 newest scheduled, not an anchor"}},
+			Retention: prune.ListRetention{Reason: "scheduled: not among the 3 newest scheduled, not an anchor"}},
 	}
 	checkWidth(t, "list with drills", func(f output.Format) string {
 		return renderTo(func(w *bytes.Buffer) error { return output.Render(w, f, rows.Table(), rows) })
@@ -117,7 +119,7 @@ func TestListAndPruneShowDrills(t *testing.T) {
 		byName[row.Name] = i
 	}
 	if row := rows[byName[proven]]; row.Drill == nil || !row.Drill.Passed || row.Drill.Mode != catalog.CompareSource ||
-		!row.Retention.Keep || !slices.Contains(row.Retention.Rules, catalog.RuleDrilled) || !strings.Contains(row.Retention.Reason, "drilled (passed ") {
+		!row.Retention.Keep || !slices.Contains(row.Retention.Rules, retention.RuleDrilled) || !strings.Contains(row.Retention.Reason, "drilled (passed ") {
 		t.Errorf("list: the proven backup %s: %+v", proven, row)
 	}
 	if d := rows[byName[names[1]]].Drill; d == nil || d.Passed || d.Failed != "hashkv: restored 0x1 != source 0x2" || d.At == nil {
@@ -172,7 +174,7 @@ func TestListAndPruneShowDrills(t *testing.T) {
 	for _, b := range pj.Clusters[0].Backups {
 		if b.Name == proven {
 			found = true
-			if !b.Keep || !slices.Contains(b.Rules, catalog.RuleDrilled) || b.Drill == nil || !b.Drill.Passed {
+			if !b.Keep || !slices.Contains(b.Rules, retention.RuleDrilled) || b.Drill == nil || !b.Drill.Passed {
 				t.Errorf("prune --dry-run: the proven backup: %+v", b)
 			}
 		}

@@ -12,6 +12,8 @@ import (
 	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/internal/prune"
+	"github.com/armada/etcd-recovery/internal/retention"
 )
 
 // pruneOpts are prune's flags.
@@ -69,7 +71,7 @@ type policyOpts struct {
 }
 
 func (o *policyOpts) flags() []cli.Flag {
-	d := catalog.DefaultPolicy()
+	d := retention.DefaultPolicy()
 	days := make([]string, len(d.AnchorDays))
 	for i, n := range d.AnchorDays {
 		days[i] = strconv.Itoa(n)
@@ -79,13 +81,13 @@ func (o *policyOpts) flags() []cli.Flag {
 		&cli.IntFlag{Name: "keep-anchors", Value: d.Anchors, Usage: "keep the earliest backup of this many most recent anchor dates", Destination: &o.anchors},
 		&cli.StringFlag{Name: "anchor-days", Value: strings.Join(days, ","), Usage: "days of the month that are anchor dates (comma-separated, UTC)", Destination: &o.anchorDays},
 		&cli.BoolFlag{Name: "keep-today-updates", Value: d.KeepTodayUpdates, Usage: "keep every update backup taken today (UTC)", Destination: &o.keepTodayUpdates},
-		&cli.DurationFlag{Name: "incomplete-after", Value: d.IncompleteAfter, Usage: "delete folders without a manifest last written longer ago than this (at least " + catalog.MinIncompleteAfter.String() + ": a backup may be in flight)", Destination: &o.incompleteAfter},
+		&cli.DurationFlag{Name: "incomplete-after", Value: d.IncompleteAfter, Usage: "delete folders without a manifest last written longer ago than this (at least " + retention.MinIncompleteAfter.String() + ": a backup may be in flight)", Destination: &o.incompleteAfter},
 	}
 }
 
 // policy builds and validates the policy from the flags.
-func (o *policyOpts) policy() (catalog.Policy, error) {
-	p := catalog.DefaultPolicy()
+func (o *policyOpts) policy() (retention.Policy, error) {
+	p := retention.DefaultPolicy()
 	p.Recent = o.recent
 	p.Anchors = o.anchors
 	p.KeepTodayUpdates = o.keepTodayUpdates
@@ -112,7 +114,7 @@ func runPrune(c *cli.Context, g *globalOpts, o *pruneOpts) error {
 	if err != nil {
 		return err
 	}
-	opts := catalog.PruneOptions{All: o.allClusterIDs, DryRun: o.dryRun, Log: e.log}
+	opts := prune.PruneOptions{All: o.allClusterIDs, DryRun: o.dryRun, Log: e.log}
 	id := o.clusterID
 	lifecycle := o.orphans || o.claimPrefix
 	// The prune's options are catalog's to check; --orphans and
@@ -123,7 +125,7 @@ func runPrune(c *cli.Context, g *globalOpts, o *pruneOpts) error {
 	case c.IsSet("orphan-grace") && !o.orphans:
 		return usagef("prune: --orphan-grace is for --orphans")
 	case o.orphans:
-		if err := (catalog.OrphanOptions{Grace: o.orphanGrace}).Validate(); err != nil {
+		if err := (prune.OrphanOptions{Grace: o.orphanGrace}).Validate(); err != nil {
 			return fmt.Errorf("prune: %w", err)
 		}
 	}
@@ -158,7 +160,7 @@ func runPrune(c *cli.Context, g *globalOpts, o *pruneOpts) error {
 		return err
 	}
 	defer t.cancel()
-	rep, err := catalog.Prune(t.ctx, opts)
+	rep, err := prune.Prune(t.ctx, opts)
 	if rep != nil {
 		if rerr := e.render(rep.Table(), rep); rerr != nil && err == nil {
 			err = rerr
@@ -173,26 +175,26 @@ func orphansFlag(dest *bool) cli.Flag {
 }
 
 func orphanGraceFlag(dest *time.Duration) cli.Flag {
-	return &cli.DurationFlag{Name: "orphan-grace", Value: catalog.DefaultOrphanGrace, Destination: dest,
-		Usage: "an orphan's backups are deleted this long after its newest backup (at least " + catalog.MinOrphanGrace.String() + ")"}
+	return &cli.DurationFlag{Name: "orphan-grace", Value: prune.DefaultOrphanGrace, Destination: dest,
+		Usage: "an orphan's backups are deleted this long after its newest backup (at least " + prune.MinOrphanGrace.String() + ")"}
 }
 
 // pruneLifecycleResult is prune --orphans / --claim-prefix's JSON.
 type pruneLifecycleResult struct {
-	Claim   *claimResult          `json:"claim,omitempty"`
-	Orphans *catalog.OrphanReport `json:"orphans,omitempty"`
-	Prune   *catalog.PruneReport  `json:"prune,omitempty"`
+	Claim   *claimResult        `json:"claim,omitempty"`
+	Orphans *prune.OrphanReport `json:"orphans,omitempty"`
+	Prune   *prune.PruneReport  `json:"prune,omitempty"`
 }
 
 type claimResult struct {
-	Key     string               `json:"key"`
-	Created bool                 `json:"created"`
-	Owner   *catalog.OwnerRecord `json:"owner,omitempty"`
+	Key     string             `json:"key"`
+	Created bool               `json:"created"`
+	Owner   *prune.OwnerRecord `json:"owner,omitempty"`
 }
 
 // runPruneLifecycle is prune with --orphans or --claim-prefix: the claim,
 // the orphan pass, then (with --cluster-id/--all-cluster-ids) the prune.
-func runPruneLifecycle(e *env, o *pruneOpts, opts catalog.PruneOptions, prune bool) error {
+func runPruneLifecycle(e *env, o *pruneOpts, opts prune.PruneOptions, backups bool) error {
 	k, err := e.kube(&o.kube)
 	if err != nil {
 		return err
@@ -202,7 +204,7 @@ func runPruneLifecycle(e *env, o *pruneOpts, opts catalog.PruneOptions, prune bo
 		return err
 	}
 	if o.claimPrefix && layout.RootPrefix() == "" {
-		return asUsage(fmt.Errorf("prune --claim-prefix: %w", catalog.ErrSharedPrefix))
+		return asUsage(fmt.Errorf("prune --claim-prefix: %w", prune.ErrSharedPrefix))
 	}
 	t, err := e.withTimeout(o.timeout, nil)
 	if err != nil {
@@ -211,7 +213,7 @@ func runPruneLifecycle(e *env, o *pruneOpts, opts catalog.PruneOptions, prune bo
 	defer t.cancel()
 	var res pruneLifecycleResult
 	if o.claimPrefix {
-		rec, created, err := catalog.ClaimPrefix(t.ctx, store, layout, k.Namespace, time.Now())
+		rec, created, err := prune.ClaimPrefix(t.ctx, store, layout, k.Namespace, time.Now())
 		if err != nil {
 			return t.atStep("claim prefix", err)
 		}
@@ -226,9 +228,9 @@ func runPruneLifecycle(e *env, o *pruneOpts, opts catalog.PruneOptions, prune bo
 			errs = append(errs, t.named(err))
 		}
 	}
-	if prune {
+	if backups {
 		opts.Store, opts.Layout = store, layout
-		rep, err := catalog.Prune(t.ctx, opts)
+		rep, err := prune.Prune(t.ctx, opts)
 		res.Prune = rep
 		if err != nil {
 			errs = append(errs, t.named(err))

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/prune"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
@@ -80,7 +81,7 @@ func TestPruneCommandStagedCopyLeftFails(t *testing.T) {
 		if code != exitFailure || !strings.Contains(errOut, key) || !strings.Contains(errOut, "could not be deleted") {
 			t.Fatalf("%v: exit %d, want %d naming %s\nstderr:\n%s", args, code, exitFailure, key, lastLinesOf(errOut, 10))
 		}
-		var rep catalog.PruneReport
+		var rep prune.PruneReport
 		if err := json.Unmarshal([]byte(out), &rep); err != nil {
 			t.Fatalf("%v -o json: %v\n%s", args, err, out)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/prune"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/metrics"
 )
@@ -75,8 +76,8 @@ func runServe(c *cli.Context, g *globalOpts, o *serveOpts) error {
 	if _, _, err := net.SplitHostPort(o.listen); err != nil {
 		return usagef("serve: --listen %q: want host:port or :port", o.listen)
 	}
-	if o.orphanGrace < catalog.MinOrphanGrace {
-		return usagef("serve: --orphan-grace %s: want at least %s", o.orphanGrace, catalog.MinOrphanGrace)
+	if o.orphanGrace < prune.MinOrphanGrace {
+		return usagef("serve: --orphan-grace %s: want at least %s", o.orphanGrace, prune.MinOrphanGrace)
 	}
 	// A bad identity file is a usage error at start (exit 4); then it is
 	// read again on every refresh, so a rotated Secret needs no restart.

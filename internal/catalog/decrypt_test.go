@@ -13,6 +13,8 @@ import (
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/internal/prune"
+	"github.com/armada/etcd-recovery/internal/retention"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/testing/faults"
@@ -220,9 +222,9 @@ func TestListDecrypts(t *testing.T) {
 	}
 
 	fs := faults.Wrap(cosStore)
-	opts := catalog.ListOptions{Store: fs, Layout: layout, ClusterID: id, Identities: mine, Now: t0.Add(5 * time.Hour), Policy: catalog.DefaultPolicy()}
+	opts := prune.ListOptions{Store: fs, Layout: layout, ClusterID: id, Identities: mine, Now: t0.Add(5 * time.Hour), Policy: retention.DefaultPolicy()}
 	start := time.Now()
-	res, err := catalog.List(ctx, opts)
+	res, err := prune.List(ctx, opts)
 	if err != nil {
 		t.Fatalf("List: %v", err)
 	}
@@ -230,8 +232,8 @@ func TestListDecrypts(t *testing.T) {
 		t.Fatalf("List: %v", res.Err)
 	}
 	t.Logf("list of 5 backups with header checks: %v", time.Since(start).Round(time.Millisecond))
-	want := map[string]string{opens1.Name: catalog.DecryptOpens, opens2.Name: catalog.DecryptOpens,
-		stranger.Name: catalog.DecryptNoIdentity, garbled.Name: catalog.DecryptDamaged, plain.Name: ""}
+	want := map[string]string{opens1.Name: prune.DecryptOpens, opens2.Name: prune.DecryptOpens,
+		stranger.Name: prune.DecryptNoIdentity, garbled.Name: prune.DecryptDamaged, plain.Name: ""}
 	for _, r := range res.Rows {
 		got := ""
 		if r.Decrypt != nil {
@@ -260,7 +262,7 @@ func TestListDecrypts(t *testing.T) {
 
 	// The store fails one header read: that row is unknown, List says why.
 	fs.Inject(faults.Fault{Op: faults.OpGetRange, KeyContains: stranger.Name, Kind: faults.ServerError})
-	res, err = catalog.List(ctx, opts)
+	res, err = prune.List(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +270,7 @@ func TestListDecrypts(t *testing.T) {
 		t.Errorf("List with a failing header read: err %v; want the step named, not ErrNoIdentity", res.Err)
 	}
 	for _, r := range res.Rows {
-		if r.Name == stranger.Name && (r.Decrypt == nil || r.Decrypt.State != catalog.DecryptUnknown) {
+		if r.Name == stranger.Name && (r.Decrypt == nil || r.Decrypt.State != prune.DecryptUnknown) {
 			t.Errorf("the row whose read failed: %+v, want unknown", r.Decrypt)
 		}
 	}

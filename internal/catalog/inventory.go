@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -54,13 +55,13 @@ func (e Entry) Keys() []string {
 // complete listing of the store. It fails rather than return a partial
 // listing, so retention never plans from half the picture.
 func Inventory(ctx context.Context, st store.Store, layout Layout, clusterID string) ([]Entry, error) {
-	entries, _, err := clusterInventory(ctx, st, layout, clusterID)
+	entries, _, err := ClusterInventory(ctx, st, layout, clusterID)
 	return entries, err
 }
 
-// clusterInventory is Inventory that also returns the keys under the
+// ClusterInventory is Inventory that also returns the keys under the
 // cluster's prefix that are not in the layout (Layout.Classify: unknown).
-func clusterInventory(ctx context.Context, st store.Store, layout Layout, clusterID string) ([]Entry, []string, error) {
+func ClusterInventory(ctx context.Context, st store.Store, layout Layout, clusterID string) ([]Entry, []string, error) {
 	if err := ValidateClusterID(clusterID); err != nil {
 		return nil, nil, err
 	}
@@ -68,7 +69,7 @@ func clusterInventory(ctx context.Context, st store.Store, layout Layout, cluste
 	if err != nil {
 		return nil, nil, err
 	}
-	return GroupEntries(layout, objs)[clusterID], unknownKeys(layout, objs), nil
+	return GroupEntries(layout, objs)[clusterID], UnknownKeys(layout, objs), nil
 }
 
 // GroupEntries groups a listing into backup folders per cluster, each list
@@ -320,7 +321,7 @@ func ListUploadsAt(ctx context.Context, st store.Store, keys []string, parallel 
 		if exact {
 			ups, err = kl.ListUploadsForKey(ctx, k)
 		} else {
-			ups, err = listUploads(ctx, st, k)
+			ups, err = ListUploads(ctx, st, k)
 		}
 		for _, u := range ups {
 			if u.Key == k {
@@ -340,4 +341,44 @@ func ListUploadsAt(ctx context.Context, st store.Store, keys []string, parallel 
 		out = append(out, results[i]...)
 	}
 	return out, nil
+}
+
+// CompareEntries orders entries oldest first: by time, then name, then the
+// rest of the entry, so that sorting is deterministic even for duplicates.
+func CompareEntries(a, b Entry) int {
+	if c := cmp.Or(
+		a.Time.Compare(b.Time),
+		strings.Compare(a.Name, b.Name),
+		strings.Compare(a.ClusterID, b.ClusterID),
+		strings.Compare(string(a.Kind), string(b.Kind)),
+		compareBool(a.Committed, b.Committed),
+		strings.Compare(a.Damaged, b.Damaged),
+		cmp.Compare(len(a.Objects), len(b.Objects)),
+		cmp.Compare(len(a.Uploads), len(b.Uploads)),
+	); c != 0 {
+		return c
+	}
+	for i := range a.Objects {
+		x, y := a.Objects[i], b.Objects[i]
+		if c := cmp.Or(strings.Compare(x.Key, y.Key), cmp.Compare(x.Size, y.Size), x.LastModified.Compare(y.LastModified)); c != 0 {
+			return c
+		}
+	}
+	for i := range a.Uploads {
+		x, y := a.Uploads[i], b.Uploads[i]
+		if c := cmp.Or(strings.Compare(x.Key, y.Key), strings.Compare(x.UploadID, y.UploadID), x.Initiated.Compare(y.Initiated)); c != 0 {
+			return c
+		}
+	}
+	return 0
+}
+
+func compareBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case !a:
+		return -1
+	}
+	return 1
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/store"
 )
 
-// A journal proof (issue 25, "proven continuously") is the record that
+// A journal proof (the journal is proven continuously, so a restore never finds out too late) is the record that
 // the journal between two full backups rebuilds the second: full backup
 // Base plus the journal's events up to Target's revision, built offline,
 // hashes (etcd's HashKV, at the same compact revision) as Target does.

@@ -497,10 +497,10 @@ func isBackupObject(rest string) bool {
 	return err == nil
 }
 
-// unknownKeys are the keys of objs that Classify does not know, in listing
+// UnknownKeys are the keys of objs that Classify does not know, in listing
 // order: reported by list, prune, delete and the orphan pass, never
 // touched.
-func unknownKeys(l Layout, objs []store.ObjectInfo) []string {
+func UnknownKeys(l Layout, objs []store.ObjectInfo) []string {
 	var out []string
 	for _, o := range objs {
 		if l.Classify(o.Key).Kind == KeyUnknown {
@@ -510,17 +510,17 @@ func unknownKeys(l Layout, objs []store.ObjectInfo) []string {
 	return out
 }
 
-// unknownShown is how many unknown keys a table names; -o json has them all.
-const unknownShown = 5
+// UnknownShown is how many unknown keys a table names; -o json has them all.
+const UnknownShown = 5
 
 // UnknownNote is the line a table shows for keys under the prefix that are
 // not the tool's (Classify: unknown): how many, and the first few.
 func UnknownNote(keys []string) string {
 	shown := keys
 	more := ""
-	if len(keys) > unknownShown {
-		shown = keys[:unknownShown]
-		more = fmt.Sprintf(" (and %d more; -o json lists them all)", len(keys)-unknownShown)
+	if len(keys) > UnknownShown {
+		shown = keys[:UnknownShown]
+		more = fmt.Sprintf(" (and %d more; -o json lists them all)", len(keys)-UnknownShown)
 	}
 	return fmt.Sprintf("WARNING: %d key(s) under the prefix are not in the tool's layout, left alone: %s%s", len(keys), strings.Join(shown, ", "), more)
 }

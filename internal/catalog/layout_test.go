@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/prune"
+	"github.com/armada/etcd-recovery/internal/retention"
 	"github.com/armada/etcd-recovery/internal/store/memstore"
 )
 
@@ -204,7 +206,7 @@ func TestUnknownKeysReported(t *testing.T) {
 	t.Run("PruneCluster", func(t *testing.T) {
 		t.Parallel()
 		st := setup(t)
-		rep, err := catalog.Prune(ctx, catalog.PruneOptions{Store: st, Layout: l, ClusterIDs: []string{"c1"}, Policy: catalog.DefaultPolicy(), Now: now})
+		rep, err := prune.Prune(ctx, prune.PruneOptions{Store: st, Layout: l, ClusterIDs: []string{"c1"}, Policy: retention.DefaultPolicy(), Now: now})
 		if err != nil {
 			t.Fatalf("prune: %v", err)
 		}
@@ -221,7 +223,7 @@ func TestUnknownKeysReported(t *testing.T) {
 	t.Run("PruneAll", func(t *testing.T) {
 		t.Parallel()
 		st := setup(t)
-		rep, err := catalog.Prune(ctx, catalog.PruneOptions{Store: st, Layout: l, All: true, Policy: catalog.DefaultPolicy(), Now: now})
+		rep, err := prune.Prune(ctx, prune.PruneOptions{Store: st, Layout: l, All: true, Policy: retention.DefaultPolicy(), Now: now})
 		if err != nil {
 			t.Fatalf("prune: %v", err)
 		}
@@ -237,7 +239,7 @@ func TestUnknownKeysReported(t *testing.T) {
 		if err := st.Delete(ctx, []string{strayC1, strayRoot}); err != nil {
 			t.Fatal(err)
 		}
-		rep, err := catalog.Prune(ctx, catalog.PruneOptions{Store: st, Layout: l, All: true, Policy: catalog.DefaultPolicy(), Now: now})
+		rep, err := prune.Prune(ctx, prune.PruneOptions{Store: st, Layout: l, All: true, Policy: retention.DefaultPolicy(), Now: now})
 		if err != nil || rep.Unknown != nil || strings.Contains(rep.Table().Footer, "layout") {
 			t.Fatalf("prune: %v, unknown %v, footer %q; want nothing unknown", err, rep.Unknown, rep.Table().Footer)
 		}
@@ -249,7 +251,7 @@ func TestUnknownKeysReported(t *testing.T) {
 	t.Run("List", func(t *testing.T) {
 		t.Parallel()
 		st := setup(t)
-		res, err := catalog.List(ctx, catalog.ListOptions{Store: st, Layout: l, ClusterID: "c1", Policy: catalog.DefaultPolicy(), Now: now})
+		res, err := prune.List(ctx, prune.ListOptions{Store: st, Layout: l, ClusterID: "c1", Policy: retention.DefaultPolicy(), Now: now})
 		if err != nil || res.Err != nil {
 			t.Fatalf("list: %v, %v", err, res)
 		}
@@ -265,7 +267,7 @@ func TestUnknownKeysReported(t *testing.T) {
 	t.Run("Delete", func(t *testing.T) {
 		t.Parallel()
 		st := setup(t)
-		rep, err := catalog.Delete(ctx, catalog.DeleteOptions{Store: st, Layout: l, ClusterID: "c1", Names: []string{name}})
+		rep, err := prune.Delete(ctx, prune.DeleteOptions{Store: st, Layout: l, ClusterID: "c1", Names: []string{name}})
 		if err != nil {
 			t.Fatalf("delete: %v", err)
 		}
@@ -279,7 +281,7 @@ func TestUnknownKeysReported(t *testing.T) {
 	t.Run("DeleteAll", func(t *testing.T) {
 		t.Parallel()
 		st := setup(t)
-		rep, err := catalog.DeleteAll(ctx, catalog.DeleteAllOptions{Store: st, Layout: l, ClusterID: "c1"})
+		rep, err := prune.DeleteAll(ctx, prune.DeleteAllOptions{Store: st, Layout: l, ClusterID: "c1"})
 		if err != nil {
 			t.Fatalf("delete --all-backups: %v", err)
 		}
@@ -297,7 +299,7 @@ func TestUnknownKeysReported(t *testing.T) {
 	t.Run("Orphans", func(t *testing.T) {
 		t.Parallel()
 		st := setup(t)
-		rep, err := catalog.Orphans(ctx, catalog.OrphanOptions{Store: st, Layout: l, Namespace: "ns",
+		rep, err := prune.Orphans(ctx, prune.OrphanOptions{Store: st, Layout: l, Namespace: "ns",
 			Clusters: func(context.Context) ([]string, error) { return nil, nil },
 			Restores: func(context.Context) (map[string][]string, error) { return nil, nil },
 			Now:      now, DryRun: true})

@@ -64,7 +64,7 @@ func NewestLock(ctx context.Context, st store.Store, layout Layout, clusterID st
 		return LockState{BucketLocked: true}, err
 	}
 	now := time.Now()
-	cut := now.Add(DefaultPolicy().FutureTolerance)
+	cut := now.Add(DefaultFutureTolerance)
 	for _, e := range entries { // newest first
 		if e.Committed && !e.Time.After(cut) {
 			return BackupLock(ctx, st, layout, info, clusterID, e.Name, now)
@@ -94,3 +94,8 @@ func BackupLock(ctx context.Context, st store.Store, layout Layout, bucket store
 	}
 	return ls, nil
 }
+
+// DefaultFutureTolerance is the clock skew tolerated in a backup's time:
+// a backup timed later than now plus this is from a wrong clock, not the
+// newest (retention's default policy uses it too).
+const DefaultFutureTolerance = 5 * time.Minute

@@ -65,10 +65,4 @@ func TestManifestEncryptionConsistency(t *testing.T) {
 	if n := len(DataObjects()); n != 8 {
 		t.Errorf("%d data object names, want 8 (2 kinds x 2 compressions x plain/sealed)", n)
 	}
-	if got := RecipientsCell(rs.Strings()); !strings.HasPrefix(got, "age1") || len([]rune(got)) != RecipientShortLen+1 {
-		t.Errorf("RecipientsCell %q", got)
-	}
-	if RecipientsCell(nil) != "-" {
-		t.Error("RecipientsCell of a plaintext backup")
-	}
 }

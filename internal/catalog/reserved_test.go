@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/prune"
+	"github.com/armada/etcd-recovery/internal/retention"
 	"github.com/armada/etcd-recovery/internal/usage"
 )
 
@@ -34,7 +36,7 @@ func TestReservedClusterIDs(t *testing.T) {
 		if _, ok := l.ParseKey("p/" + id + "/20261122T112102.831Z-scheduled-0a1b2c3d/manifest.json"); ok {
 			t.Errorf("ParseKey reads a key under %q as a backup", id)
 		}
-		err := catalog.PruneOptions{ClusterIDs: []string{id}, Policy: catalog.DefaultPolicy()}.Validate()
+		err := prune.PruneOptions{ClusterIDs: []string{id}, Policy: retention.DefaultPolicy()}.Validate()
 		if !usage.Is(err) {
 			t.Errorf("prune --cluster-id %s: %v, want a usage error", id, err)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/objectio"
+	"github.com/armada/etcd-recovery/internal/retention"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
 )
@@ -79,13 +80,13 @@ type CaptureOptions struct {
 	Fence func() error
 	// Lock, when its mode is explicit (governance or compliance: the
 	// journal's --lock-mode), writes every segment with an object-lock
-	// retention of that mode until catalog.SegmentLockUntil(the upload
+	// retention of that mode until retention.SegmentLockUntil(the upload
 	// attempt's start, JournalRetention, Lock): the earliest time journal
 	// retention could delete it, less Lock's margin, so that a leaked
 	// write credential cannot delete the journal and the lock never
 	// outlasts retention. The bucket must have object lock (checked when
 	// Capture starts).
-	Lock             catalog.LockPolicy
+	Lock             retention.LockPolicy
 	JournalRetention time.Duration
 	// WatchStallTimeout bounds a watch's answer to a liveness probe (and
 	// its creation) before it is taken as stalled and opened again
@@ -1057,7 +1058,7 @@ func (c *capture) upload(ctx context.Context, p pending) error {
 		}
 		actx, cancel := context.WithTimeout(ctx, c.o.UploadTimeout)
 		var put objectio.PutOptions
-		if until := catalog.SegmentLockUntil(c.o.Now(), c.o.JournalRetention, c.o.Lock); !until.IsZero() {
+		if until := retention.SegmentLockUntil(c.o.Now(), c.o.JournalRetention, c.o.Lock); !until.IsZero() {
 			put.Retention = &store.Retention{Mode: c.o.Lock.Mode.StoreMode(), Until: until}
 		}
 		info, err := writeRaw(actx, c.o.Store, key, p.h, p.raw, c.o.Encoding, put)

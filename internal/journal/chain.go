@@ -29,7 +29,7 @@ import (
 //  2. On a versioned bucket the reader takes each segment's earliest
 //     version, not its newest: the journal writes a segment once,
 //     create-only, so every later version is an overwrite, by definition
-//     not the journal's (the rule backups follow, catalog.VersionedBackups).
+//     not the journal's (the rule backups follow, prune.VersionedBackups).
 //     A segment behind a delete marker is read behind it. Source.Replaced
 //     lists what was passed over, for the caller to say so.
 //  3. A proof names every segment it replayed by sha256 and version

@@ -37,7 +37,7 @@
 //     holes between, with the newest journaled revision's receive time
 //     (Window.Lag: the journal lag, the RPO right now); LoadWindow and
 //     WindowOf read it from the store (one listing, one header); list.go
-//     is `list` with the window (List: catalog.List, then WindowOf);
+//     is `list` with the window (List: prune.List, then WindowOf);
 //   - where a (re)starting journal continues (resume.go): ChooseBase,
 //     Continuation (the chain from the segment holding a backup's
 //     revision + 1: a kept backup inside a chain whose first base

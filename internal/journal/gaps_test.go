@@ -12,6 +12,8 @@ import (
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/internal/prune"
+	"github.com/armada/etcd-recovery/internal/retention"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
@@ -46,7 +48,7 @@ func TestListShowsGapRecords(t *testing.T) {
 		}
 	}
 
-	res, err := journal.List(ctx, catalog.ListOptions{Store: st, Layout: l, ClusterID: id, Policy: catalog.DefaultPolicy(), Now: now})
+	res, err := journal.List(ctx, prune.ListOptions{Store: st, Layout: l, ClusterID: id, Policy: retention.DefaultPolicy(), Now: now})
 	if err != nil || res.Err != nil {
 		t.Fatalf("list: %v %v", err, res.Err)
 	}

@@ -6,20 +6,20 @@ import (
 	"strings"
 	"time"
 
-	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/internal/prune"
 )
 
-// ListResult is `list` with the journal: catalog.List's backups, and the
+// ListResult is `list` with the journal: prune.List's backups, and the
 // cluster's restorable window (LoadWindow) from its committed backups
 // that check out and its stored segments.
 type ListResult struct {
-	*catalog.ListResult
+	*prune.ListResult
 	Window Window
 	// WindowErr: the newest segment's header could not be read (the
 	// window's end time is then the segment's stored time): a note under
 	// the window, not a failure. (A journal that cannot be listed fails
-	// catalog.List, step ListStepJournal.)
+	// prune.List, step ListStepJournal.)
 	WindowErr error
 	// Gaps are the journal's newest gap records (ReadGapRecords), shown
 	// next to the window's holes; GapsTotal how many there are.
@@ -31,18 +31,18 @@ type ListResult struct {
 // WindowRow is a row of list -o json: the backup's row and the
 // cluster's window (the same on every row, as the orphan marker).
 type WindowRow struct {
-	catalog.ListRow
+	prune.ListRow
 	Window *Window `json:"window,omitempty"`
 	// Gaps are the journal's newest gap records (the same on every row).
 	Gaps []GapRecord `json:"journalGaps,omitempty"`
 }
 
-// List is `list`: catalog.List (which lists the journal too: journal
+// List is `list`: prune.List (which lists the journal too: journal
 // retention keeps the backups it starts from), then the restorable
 // window of the cluster from that listing and one read of its newest
 // segment's header, decrypted with opts.Identities when set.
-func List(ctx context.Context, opts catalog.ListOptions) (*ListResult, error) {
-	res, err := catalog.List(ctx, opts)
+func List(ctx context.Context, opts prune.ListOptions) (*ListResult, error) {
+	res, err := prune.List(ctx, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,8 @@ import (
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/objectio"
+	"github.com/armada/etcd-recovery/internal/prune"
+	"github.com/armada/etcd-recovery/internal/retention"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/store/memstore"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
@@ -23,21 +25,21 @@ import (
 func TestSegmentLockUntil(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	gov := catalog.LockPolicy{Mode: catalog.LockGovernanceMode}
+	gov := retention.LockPolicy{Mode: catalog.LockGovernanceMode}
 	for _, c := range []struct {
 		name      string
 		retention time.Duration
-		lp        catalog.LockPolicy
+		lp        retention.LockPolicy
 		want      time.Time
 	}{
-		{"default margin", 7 * 24 * time.Hour, gov, at.Add(7*24*time.Hour - catalog.DefaultLockMargin)},
-		{"own margin", 48 * time.Hour, catalog.LockPolicy{Mode: catalog.LockComplianceMode, Margin: 2 * time.Hour}, at.Add(46 * time.Hour)},
-		{"default retention", 0, gov, at.Add(catalog.DefaultJournalRetention - catalog.DefaultLockMargin)},
+		{"default margin", 7 * 24 * time.Hour, gov, at.Add(7*24*time.Hour - retention.DefaultLockMargin)},
+		{"own margin", 48 * time.Hour, retention.LockPolicy{Mode: catalog.LockComplianceMode, Margin: 2 * time.Hour}, at.Add(46 * time.Hour)},
+		{"default retention", 0, gov, at.Add(retention.DefaultJournalRetention - retention.DefaultLockMargin)},
 		{"margin eats the retention", time.Hour, gov, time.Time{}},
-		{"bucket default: not per segment", 48 * time.Hour, catalog.LockPolicy{Mode: catalog.LockBucketDefault}, time.Time{}},
-		{"off", 48 * time.Hour, catalog.LockPolicy{}, time.Time{}},
+		{"bucket default: not per segment", 48 * time.Hour, retention.LockPolicy{Mode: catalog.LockBucketDefault}, time.Time{}},
+		{"off", 48 * time.Hour, retention.LockPolicy{}, time.Time{}},
 	} {
-		if got := catalog.SegmentLockUntil(at, c.retention, c.lp); !got.Equal(c.want) {
+		if got := retention.SegmentLockUntil(at, c.retention, c.lp); !got.Equal(c.want) {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)
 		}
 	}
@@ -50,7 +52,7 @@ func TestCaptureLockNeedsALockedBucket(t *testing.T) {
 	ctx := testfix.Context(t, 30*time.Second)
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
 	o := captureOptions(c.Client(t), memstore.New(), catalog.Layout{Prefix: "p"}, objectio.Encoding{}, 1, t)
-	o.Lock = catalog.LockPolicy{Mode: catalog.LockGovernanceMode}
+	o.Lock = retention.LockPolicy{Mode: catalog.LockGovernanceMode}
 	err := journal.Capture(ctx, o)
 	if err == nil || !strings.Contains(err.Error(), "no object lock") || !strings.Contains(err.Error(), "c1") {
 		t.Fatalf("got %v, want a refusal naming the bucket without object lock", err)
@@ -77,11 +79,11 @@ func TestCaptureLocksSegments(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := r.Header.Revision
-	const retention, margin = 7 * time.Second, time.Second
+	const keep, margin = 7 * time.Second, time.Second
 	o := captureOptions(cli, st, l, objectio.Encoding{Compression: objectio.CompressZstd}, base, t)
 	o.ClusterID, o.SegmentInterval = id, 300*time.Millisecond
-	o.Lock = catalog.LockPolicy{Mode: catalog.LockGovernanceMode, Margin: margin}
-	o.JournalRetention = retention
+	o.Lock = retention.LockPolicy{Mode: catalog.LockGovernanceMode, Margin: margin}
+	o.JournalRetention = keep
 	began := time.Now()
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -121,7 +123,7 @@ func TestCaptureLocksSegments(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		lo, hi := began.Add(retention-margin-time.Second), ended.Add(retention-margin+time.Second)
+		lo, hi := began.Add(keep-margin-time.Second), ended.Add(keep-margin+time.Second)
 		if ret.Mode != store.LockGovernance || ret.Until.Before(lo) || ret.Until.After(hi) {
 			t.Fatalf("segment %s: retention %+v, want governance until between %s and %s", s.Key, ret, lo, hi)
 		}
@@ -143,23 +145,23 @@ func TestCaptureLocksSegments(t *testing.T) {
 	now := time.Now().UTC()
 	putBackup(t, st, l, id, now.Add(-2*time.Hour), base)
 	putBackup(t, st, l, id, now.Add(-time.Hour), first.LastRev)
-	policy := catalog.DefaultPolicy()
+	policy := retention.DefaultPolicy()
 	policy.Recent, policy.Anchors, policy.AnchorDays = 1, 0, nil
-	prune := func() *catalog.PruneReport {
+	runPrune := func() *prune.PruneReport {
 		t.Helper()
-		rep, err := catalog.Prune(ctx, catalog.PruneOptions{Store: st, Layout: l, ClusterIDs: []string{id}, Policy: policy, Now: time.Now(), JournalRetention: time.Millisecond})
+		rep, err := prune.Prune(ctx, prune.PruneOptions{Store: st, Layout: l, ClusterIDs: []string{id}, Policy: policy, Now: time.Now(), JournalRetention: time.Millisecond})
 		if err != nil {
 			t.Fatalf("prune: %v", err)
 		}
 		return rep
 	}
-	rep := prune()
-	var acts []catalog.SegmentAction
+	rep := runPrune()
+	var acts []prune.SegmentAction
 	for _, c := range rep.Clusters {
 		acts = append(acts, c.Segments...)
 	}
-	i := slices.IndexFunc(acts, func(a catalog.SegmentAction) bool { return a.Key == first.Key })
-	if i < 0 || acts[i].Action != catalog.ActionRetained || !strings.Contains(acts[i].Reason, "retained until") ||
+	i := slices.IndexFunc(acts, func(a prune.SegmentAction) bool { return a.Key == first.Key })
+	if i < 0 || acts[i].Action != prune.ActionRetained || !strings.Contains(acts[i].Reason, "retained until") ||
 		rep.SegmentsRetained != 1 || rep.SegmentsDeleted != 0 || rep.SegmentsFailed != 0 {
 		t.Fatalf("prune while the first segment is locked: %+v (retained %d, deleted %d, failed %d)", acts, rep.SegmentsRetained, rep.SegmentsDeleted, rep.SegmentsFailed)
 	}
@@ -173,7 +175,7 @@ func TestCaptureLocksSegments(t *testing.T) {
 	if d := time.Until(ret.Until) + 1500*time.Millisecond; d > 0 {
 		time.Sleep(d)
 	}
-	rep = prune()
+	rep = runPrune()
 	if rep.SegmentsDeleted != 1 || rep.SegmentsRetained != 0 || slices.Contains(journalKeys(t, st, l, id), first.Key) {
 		t.Fatalf("prune after the lock: deleted %d, retained %d; keys %v", rep.SegmentsDeleted, rep.SegmentsRetained, journalKeys(t, st, l, id))
 	}

@@ -14,6 +14,8 @@ import (
 	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/internal/prune"
+	"github.com/armada/etcd-recovery/internal/retention"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
@@ -114,9 +116,9 @@ func TestPruneJournalInBucket(t *testing.T) {
 	}
 	cutoff := oldDone.Add(time.Second)
 	pnow := time.Now()
-	policy := catalog.DefaultPolicy()
+	policy := retention.DefaultPolicy()
 	policy.Recent, policy.Anchors, policy.AnchorDays = 1, 0, nil
-	opts := catalog.PruneOptions{Store: st, Layout: l, ClusterIDs: []string{id}, Policy: policy, Now: pnow, JournalRetention: pnow.Sub(cutoff)}
+	opts := prune.PruneOptions{Store: st, Layout: l, ClusterIDs: []string{id}, Policy: policy, Now: pnow, JournalRetention: pnow.Sub(cutoff)}
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -125,7 +127,7 @@ func TestPruneJournalInBucket(t *testing.T) {
 
 	dry := opts
 	dry.DryRun = true
-	rep, err := catalog.Prune(ctx, dry)
+	rep, err := prune.Prune(ctx, dry)
 	if err != nil {
 		t.Fatalf("dry run: %v", err)
 	}
@@ -146,13 +148,13 @@ func TestPruneJournalInBucket(t *testing.T) {
 	}
 	// list's retention column decides as prune does, and its window
 	// holds all of it.
-	lres, err := journal.List(ctx, catalog.ListOptions{Store: st, Layout: l, ClusterID: id, Policy: policy, Now: pnow, JournalRetention: opts.JournalRetention})
+	lres, err := journal.List(ctx, prune.ListOptions{Store: st, Layout: l, ClusterID: id, Policy: policy, Now: pnow, JournalRetention: opts.JournalRetention})
 	if err != nil || lres.Err != nil || lres.WindowErr != nil {
 		t.Fatalf("list: %v %v %v", err, lres.Err, lres.WindowErr)
 	}
 	for _, r := range lres.Rows() {
 		want := map[string]bool{b1.Name: false, b2.Name: true, b3.Name: true}[r.Name]
-		if r.Retention.Keep != want || (r.Name == b2.Name && !slices.Equal(r.Retention.Rules, []string{catalog.RuleJournalBase})) {
+		if r.Retention.Keep != want || (r.Name == b2.Name && !slices.Equal(r.Retention.Rules, []string{retention.RuleJournalBase})) {
 			t.Errorf("list: %s keep %v rules %v, want keep %v (%s a journal base)", r.Name, r.Retention.Keep, r.Retention.Rules, want, b2.Name)
 		}
 		if r.Window == nil || r.Window.FromRev != 100 || r.Window.ToRev != 320 || len(r.Window.Holes) != 0 {
@@ -160,7 +162,7 @@ func TestPruneJournalInBucket(t *testing.T) {
 		}
 	}
 
-	rep, err = catalog.Prune(ctx, opts)
+	rep, err = prune.Prune(ctx, opts)
 	if err != nil {
 		t.Fatalf("prune: %v", err)
 	}
@@ -170,14 +172,14 @@ func TestPruneJournalInBucket(t *testing.T) {
 	if rep.SegmentsDeleted != 2 || rep.SegmentsFailed != 0 {
 		t.Errorf("segments deleted %d failed %d, want 2 and 0", rep.SegmentsDeleted, rep.SegmentsFailed)
 	}
-	acts := map[string]catalog.BackupAction{}
+	acts := map[string]prune.BackupAction{}
 	for _, a := range rep.Clusters[0].Backups {
 		acts[a.Name] = a
 	}
-	if a := acts[b2.Name]; !a.Keep || !slices.Equal(a.Rules, []string{catalog.RuleJournalBase}) {
-		t.Errorf("base %s: keep %v rules %v (%s), want kept as %s", b2.Name, a.Keep, a.Rules, a.Reason, catalog.RuleJournalBase)
+	if a := acts[b2.Name]; !a.Keep || !slices.Equal(a.Rules, []string{retention.RuleJournalBase}) {
+		t.Errorf("base %s: keep %v rules %v (%s), want kept as %s", b2.Name, a.Keep, a.Rules, a.Reason, retention.RuleJournalBase)
 	}
-	if a := acts[b1.Name]; a.Keep || a.Action != catalog.ActionDeleted {
+	if a := acts[b1.Name]; a.Keep || a.Action != prune.ActionDeleted {
 		t.Errorf("%s: %s (%s), want deleted", b1.Name, a.Action, a.Reason)
 	}
 	if a := acts[b3.Name]; !a.Keep {

@@ -1,7 +1,6 @@
 package journal
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -88,7 +87,7 @@ func writeRaw(ctx context.Context, st store.Store, key string, h Header, raw []b
 type SegmentReader struct {
 	*Decoder
 	body   io.ReadCloser
-	zstd   io.Closer // the decompressor, nil when the segment is not compressed
+	zstd   io.Closer // the decoder (its decompressor, when the segment is compressed)
 	stored *objectio.HashCounter
 	// version is the version read ("" : the current object).
 	version string
@@ -122,8 +121,6 @@ func (r *SegmentReader) Next() (Event, error) {
 // Stored is the stored bytes' size and sha256 read so far (all of them
 // once Next returned io.EOF).
 func (r *SegmentReader) Stored() (int64, string) { return r.stored.N(), r.stored.Sum() }
-
-var zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
 
 // OpenSegment opens the segment key for streaming. The revisions its key
 // names are checked against its header, and want's other fields when set;
@@ -166,26 +163,15 @@ func openSegmentVersion(ctx context.Context, st store.Store, layout catalog.Layo
 		}
 		return nil, &SegmentError{Key: key, Reason: reason, Detail: detail, Err: err}
 	}
-	br := bufio.NewReaderSize(io.TeeReader(body, r.stored), 64<<10)
-	var src io.Reader = br
-	sealed, err := seal.Sniff(br)
-	if err != nil && !errors.Is(err, io.EOF) {
+	src, err := objectio.DecodeSniffed(io.TeeReader(body, r.stored), ids)
+	if err != nil {
+		var de *objectio.DecodeError
+		if errors.As(err, &de) {
+			return fail(ReasonDamaged, de.Step, de.Err)
+		}
 		return fail(ReasonDamaged, "reading", err)
 	}
-	if sealed {
-		if src, err = seal.Decrypt(br, ids, nil); err != nil {
-			return fail(ReasonDamaged, "decrypting", err)
-		}
-	}
-	pb := bufio.NewReaderSize(src, 64<<10)
-	src = pb
-	if magic, err := pb.Peek(4); err == nil && bytes.Equal(magic, zstdMagic) {
-		zr, err := objectio.NewDecoder(pb, objectio.CompressZstd)
-		if err != nil {
-			return fail(ReasonDamaged, "decompressing", err)
-		}
-		src, r.zstd = zr, zr
-	}
+	r.zstd = src
 	d, err := NewDecoder(src, key, want)
 	if err != nil {
 		var se *SegmentError

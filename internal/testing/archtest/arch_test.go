@@ -44,6 +44,24 @@ var apart = map[string][]string{
 	"fleet":   {"metrics"},
 }
 
+// inner is the order of the shared packages under internal/ (through
+// any chain of imports): the vocabulary at the bottom (kvevent: etcd's
+// changes; store: the object store seam), then the object format
+// (objectio), the catalog's read model (catalog), its pure policies
+// (retention), and its deletions and listing (prune); the journal's
+// format, capture and window (with list's view of it) sit above them. The table of etcd's
+// internals (etcdinternals) depends on no feature's format: it applies
+// kvevent records, never the journal's.
+var inner = map[string][]string{
+	"internal/kvevent":       {"internal/store", "internal/objectio", "internal/catalog", "internal/retention", "internal/prune", "internal/journal", "internal/etcdinternals"},
+	"internal/store":         {"internal/objectio", "internal/catalog", "internal/retention", "internal/prune", "internal/journal"},
+	"internal/objectio":      {"internal/catalog", "internal/retention", "internal/prune", "internal/journal"},
+	"internal/etcdinternals": {"internal/objectio", "internal/catalog", "internal/retention", "internal/prune", "internal/journal"},
+	"internal/catalog":       {"internal/retention", "internal/prune", "internal/journal"},
+	"internal/retention":     {"internal/prune", "internal/journal"},
+	"internal/prune":         {"internal/journal"},
+}
+
 // fixtures is the test harness: it starts real servers or builds fixtures
 // from the features, and is imported by tests only (checked below).
 var fixtures = []string{"internal/testing"}
@@ -162,6 +180,11 @@ func violations(pkgs []pkg) []string {
 			}
 		}
 		if rel, ok := strings.CutPrefix(p.ImportPath, module+"/"); ok {
+			for _, not := range inner[rel] {
+				if slices.Contains(p.Deps, module+"/"+not) {
+					out = append(out, "shared package "+p.ImportPath+" imports "+module+"/"+not+" (the order of internal/ runs the other way)")
+				}
+			}
 			for _, not := range apart[rel] {
 				if slices.Contains(p.Deps, module+"/"+not) {
 					via := "through another package"
@@ -284,6 +307,35 @@ func TestViolationsDetected(t *testing.T) {
 		"package " + m("internal/catalog/x") + " imports store backend " + m("internal/store/memstore") + " (only the backend and internal/store/all name it; open stores with store.Open)",
 		"kube imports " + m("inspect"),
 		"package " + m("kube") + " imports " + m("fleet") + " (through another package): it must not depend on it",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("violations:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// The inner order: the object format below the catalog, etcd's internals
+// below the journal, the read model below its policies and deletions.
+func TestInnerOrderDetected(t *testing.T) {
+	t.Parallel()
+	m := func(s string) string { return module + "/" + s }
+	pkgs := []pkg{
+		{ImportPath: m("internal/objectio"), Imports: []string{m("internal/catalog")}, Deps: []string{m("internal/catalog"), m("internal/store")}},
+		{ImportPath: m("internal/etcdinternals"), Imports: []string{m("internal/journal")}, Deps: []string{m("internal/journal"), m("internal/kvevent")}},
+		{ImportPath: m("internal/catalog"), Imports: []string{m("internal/objectio")}, Deps: []string{m("internal/objectio"), m("internal/retention")}},
+		{ImportPath: m("internal/retention"), Imports: []string{m("internal/catalog")}, Deps: []string{m("internal/catalog"), m("internal/prune")}},
+		{ImportPath: m("internal/prune"), Imports: []string{m("internal/journal")}, Deps: []string{m("internal/journal"), m("internal/catalog")}},
+		// Allowed.
+		{ImportPath: m("internal/prune"), Imports: []string{m("internal/retention")}, Deps: []string{m("internal/retention"), m("internal/catalog"), m("internal/objectio")}},
+		{ImportPath: m("internal/journal"), Imports: []string{m("internal/prune"), m("internal/kvevent")}, Deps: []string{m("internal/catalog"), m("internal/kvevent"), m("internal/retention"), m("internal/prune")}},
+		{ImportPath: m("internal/etcdinternals"), Imports: []string{m("internal/kvevent")}, Deps: []string{m("internal/kvevent")}},
+	}
+	got := violations(pkgs)
+	want := []string{
+		"shared package " + m("internal/objectio") + " imports " + m("internal/catalog") + " (the order of internal/ runs the other way)",
+		"shared package " + m("internal/etcdinternals") + " imports " + m("internal/journal") + " (the order of internal/ runs the other way)",
+		"shared package " + m("internal/catalog") + " imports " + m("internal/retention") + " (the order of internal/ runs the other way)",
+		"shared package " + m("internal/retention") + " imports " + m("internal/prune") + " (the order of internal/ runs the other way)",
+		"shared package " + m("internal/prune") + " imports " + m("internal/journal") + " (the order of internal/ runs the other way)",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("violations:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
