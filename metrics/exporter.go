@@ -667,7 +667,7 @@ func (e *Exporter) readStore(ctx context.Context, fail func(string, error)) *sto
 
 // stagedStates counts the staged copies (catalog's Layout.Classify: any
 // object under <prefix>/_staged/<cluster>/ or the legacy
-// <prefix>/_staged/<cluster>/ or the legacy restore/, plaintext the tool put there) of each
+// <prefix>/restore/<cluster>/, plaintext the tool put there) of each
 // cluster id in a listing of the root, with the oldest one's last
 // modification.
 func stagedStates(layout catalog.Layout, objs []store.ObjectInfo) []StagedState {

@@ -61,7 +61,7 @@ const (
 // Steps are every refresh step, in order.
 var Steps = []string{StepListClusters, StepInspect, StepListStore, StepReadManifests, StepReadDrills, StepOrphans, StepCheckDecrypt, StepReadLocks}
 
-// Orphan state label values of etcd_recovery_orphan_info: catalog's orphan
+// Orphan state label values of etcd_recovery_orphan_info: the orphan pass's
 // states (prune.OrphanWaiting, ...) as label values.
 var OrphanStates = []string{"waiting", "delete", "restoring", "report_only", "marker_only"}
 

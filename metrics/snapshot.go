@@ -84,7 +84,7 @@ type ClusterState struct {
 // backups in the store and no EtcdCluster, as the orphan pass sees it.
 type OrphanState struct {
 	Cluster string `json:"cluster"`
-	// State is the label value of catalog's orphan state (OrphanStates).
+	// State is the label value of the orphan pass's state (prune.Orphan.State; OrphanStates lists them).
 	State string `json:"state"`
 	// DeleteAfter: when the orphan pass deletes its backups (zero: never,
 	// or not while it is in this state).
@@ -217,7 +217,7 @@ func newestGood(entries []catalog.Entry, manifests []*catalog.Manifest, futureCu
 	return -1
 }
 
-// orphanLabel is a catalog orphan state as a label value.
+// orphanLabel is an orphan state (prune.Orphan.State) as a label value.
 func orphanLabel(state string) string { return strings.ReplaceAll(state, " ", "_") }
 
 // inspectState copies an inspect --all row; prevLeader is the leader the

@@ -27,7 +27,10 @@
 // It also holds the hashers both directions share ([SnapshotHasher],
 // [HashCounter]).
 //
-// objectio is plumbing: it imports internal/catalog (the Compression
-// values), internal/seal and internal/store only. backup writes through it;
+// It owns its encodings (Compression), and the one read and create-only
+// write of a small stored record (ReadRecord, CreateRecord), which every
+// record of the catalog goes through.
+//
+// objectio is plumbing: it imports internal/seal and internal/store only. backup writes through it;
 // restore, kube (the staged copy) and the test harness read through it.
 package objectio
