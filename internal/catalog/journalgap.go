@@ -54,7 +54,7 @@ func WriteJournalGap(ctx context.Context, st store.Store, g JournalGap) error {
 func ReadJournalGap(ctx context.Context, st store.Store, key string) (*JournalGap, error) {
 	var g JournalGap
 	if err := objectio.ReadRecord(ctx, st, key, &g, objectio.RecordOptions{}); err != nil {
-		return nil, fmt.Errorf("the gap record: %w", err)
+		return nil, fmt.Errorf("gap record %s: %w", key, err)
 	}
 	g.Key = key
 	return &g, nil
