@@ -358,7 +358,7 @@ func (s *Store) PutIfAbsent(ctx context.Context, key string, r io.Reader) (int64
 // CreateMultipartUpload), returning the version id the bucket gave.
 func (s *Store) PutWith(ctx context.Context, key string, r io.Reader, opts store.PutOptions) (store.PutResult, error) {
 	if opts.Retention != nil {
-		if err := checkRetention(*opts.Retention); err != nil {
+		if err := opts.Retention.Check(); err != nil {
 			return store.PutResult{}, &Error{Backend: backend, Op: "put", Key: key, Err: err}
 		}
 	}
