@@ -97,7 +97,7 @@ func runServe(c *cli.Context, g *globalOpts, o *serveOpts) error {
 	if o.identityFile != "" {
 		opts.Identities = func() (*seal.Identities, error) { return loadIdentity(c, o.identityFile) }
 	}
-	if o.store.bucket != "" {
+	if o.store.configured() {
 		if opts.Store, opts.Layout, err = e.openStore(&o.store, k); err != nil {
 			return err
 		}
@@ -112,7 +112,7 @@ func runServe(c *cli.Context, g *globalOpts, o *serveOpts) error {
 	}
 	srv := &http.Server{Handler: exp.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
 		WriteTimeout: 60 * time.Second, IdleTimeout: 2 * time.Minute}
-	log.Info("serving metrics", "listen", ln.Addr().String(), "namespace", k.Namespace, "bucket", o.store.bucket,
+	log.Info("serving metrics", "listen", ln.Addr().String(), "namespace", k.Namespace, "store", o.store.where(c, opts.Layout),
 		"interval", opts.Interval, "refresh_timeout", opts.Deadline)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

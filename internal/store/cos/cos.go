@@ -112,10 +112,10 @@ const (
 // New builds a Store. It does not contact the endpoint; Check does.
 func New(cfg Config) (*Store, error) {
 	if cfg.Endpoint == "" {
-		return nil, errors.New("cos: no endpoint (--cos-endpoint or COS_ENDPOINT)")
+		return nil, errors.New("cos: no endpoint (--cos-endpoint or COS_ENDPOINT; in a store URL, endpoint=)")
 	}
 	if cfg.Bucket == "" {
-		return nil, errors.New("cos: no bucket (--bucket or COS_BUCKET)")
+		return nil, errors.New("cos: no bucket (--bucket or COS_BUCKET; in a store URL, its host)")
 	}
 	if !strings.HasPrefix(cfg.Endpoint, "https://") && !strings.HasPrefix(cfg.Endpoint, "http://") {
 		cfg.Endpoint = "https://" + cfg.Endpoint
