@@ -5,11 +5,17 @@
 // through internal/catalog, so the backup exists only once it is complete.
 // With Options.Recipients the snapshot and the v2 export are age-encrypted
 // after compression, in the same stream (internal/seal; `.age` keys, the
-// recipients in Manifest.Encryption). With Options.Drill the committed
-// backup is drilled, on the plaintext it streamed when it is encrypted;
-// with Options.Prune the retention policy is then applied to the cluster
-// (prune.Prune). The object layout, the manifest, listing, retention,
-// prune and delete live in internal/catalog.
+// recipients in Manifest.Encryption). With Options.Prune the retention
+// policy is then applied to the cluster (catalog.Prune). The object
+// layout, the manifest, listing, retention, prune and delete live in
+// internal/catalog.
+//
+// Run is the whole of it. What follows a backup in the same job (its
+// restore drill) is the composer's (backup/drilled): Take stops at the
+// committed backup, keeping, with Options.KeepPlaintext, the plaintext an
+// encrypted backup streamed (Taken.Plaintext), and Taken.Prune applies the
+// retention policy after whatever the composer ran. This package never
+// calls a drill.
 package backup
 
 import (
@@ -66,31 +72,21 @@ type Options struct {
 	// the backup is committed (never after a failed backup).
 	Prune *retention.Policy
 	// JournalRetention is the journal retention Prune applies
-	// (prune.PruneOptions.JournalRetention); default
-	// retention.DefaultJournalRetention.
+	// (catalog.PruneOptions.JournalRetention); default
+	// catalog.DefaultJournalRetention.
 	JournalRetention time.Duration
 
-	// Drill, when set, is called once the backup is committed and before
-	// Prune runs, with the committed manifest: the CLI wires a restore
-	// drill of the new backup into it (drill.Run; this package does
-	// not import drill), so the drill follows the backup while the
-	// source can still answer for the snapshot's revision, and the
-	// retention rule `drilled` sees its record. It returns the drill's
-	// record (nil when the drill could not run) and its error. A failed
-	// drill never undoes the backup (it is committed); Run then returns
-	// the Result, with the record, and an *Error at StepDrill. Prune
-	// still runs after a failed drill (unless the run was cancelled).
-	//
-	// plaintext is "" for an unencrypted backup (the drill reads it from
-	// the store). For an encrypted one it is the path of a plaintext copy
-	// of the snapshot this run streamed (database and etcd's trailer, as
-	// etcdutl expects it), already checked against the manifest's raw
-	// sha256, in a private 0600 file under ScratchDir: the drill needs no
-	// identity, and may take the file over (drill.Run renames it into
-	// its data dir rather than copying it). Whatever is left of it is
-	// removed as soon as Drill returns, and on every other return path of
-	// Run.
-	Drill func(ctx context.Context, m *catalog.Manifest, plaintext string) (*catalog.DrillRecord, error)
+	// KeepPlaintext keeps, for an encrypted backup, a plaintext copy of
+	// the snapshot this run streams (database and etcd's trailer, as
+	// etcdutl expects it), for a restore drill that follows the backup
+	// (backup/drilled) and needs no identity: Taken.Plaintext checks it
+	// against the manifest's raw sha256 and returns its path, a private
+	// 0600 file under ScratchDir, which the drill may take over (drill.Run
+	// renames it into its data dir rather than copying it). Whatever is
+	// left of it is removed by Taken.Release, and on every failed return
+	// of Take. Without encryption nothing is kept (the drill reads the
+	// store).
+	KeepPlaintext bool
 
 	// Recipients, when not empty, encrypt the backup's data objects (age,
 	// after compression, in the same stream; keys end in seal.Suffix).
@@ -101,30 +97,30 @@ type Options struct {
 	// a misconfigured job fails instead of writing plaintext.
 	RequireEncryption bool
 	// ScratchDir is the parent of the private directory holding the
-	// plaintext copy that Drill gets for an encrypted backup (default
-	// os.TempDir(), i.e. $TMPDIR). Nothing is written there without Drill
-	// or without encryption.
+	// plaintext copy of an encrypted backup (KeepPlaintext; default
+	// os.TempDir(), i.e. $TMPDIR). Nothing is written there without
+	// KeepPlaintext or without encryption.
 	ScratchDir string
 	// CheckScratch, when set, is asked before the snapshot streams
 	// whether the scratch space holds the plaintext copy and the drill of
 	// an encrypted backup of a database of dbSize bytes (the source
 	// member's status dbSize); the CLI wires restore.CheckDrillScratch
 	// into it (it honours ETCD_RECOVERY_SCRATCH_LIMIT). When it refuses,
-	// no plaintext is written, the backup is still taken, and the drill
-	// does not run: Run returns an *Error at StepDrill naming the
-	// database size and the limit.
+	// no plaintext is written, the backup is still taken, and
+	// Taken.Plaintext returns the refusal, naming the database size and
+	// the limit (the drill then does not run).
 	CheckScratch func(dbSize int64) error
 
 	// Lock locks every object of the backup with object lock (LockPolicy;
 	// the zero value: off): governance or compliance with the retain-until
-	// time retention.LockPlan derives from the retention policy (Prune, or
-	// retention.DefaultPolicy), or bucket-default. A bucket without object
+	// time catalog.LockPlan derives from the retention policy (Prune, or
+	// catalog.DefaultPolicy), or bucket-default. A bucket without object
 	// lock is refused (a usage error) before anything is written. After
 	// the run, committed or not, the cluster's newest committed backup is
-	// re-locked to at least retention.RelockUntil (explicit modes).
+	// re-locked to at least catalog.RelockUntil (explicit modes).
 	Lock retention.LockPolicy
 	// LockRetention is the retention policy the lock is derived from when
-	// Prune is nil (default retention.DefaultPolicy).
+	// Prune is nil (default catalog.DefaultPolicy).
 	LockRetention *retention.Policy
 
 	// putOpts are the write options of every object of the run (the
@@ -144,11 +140,6 @@ type Result struct {
 	Duration time.Duration
 	// Pruned is the prune that followed the backup (Options.Prune).
 	Pruned *prune.PruneReport
-	// Drill is the record of the drill that followed the backup
-	// (Options.Drill): nil when none ran or it could not run. DrillErr is
-	// the drill's error (nil when it passed).
-	Drill    *catalog.DrillRecord
-	DrillErr error
 }
 
 // Step names, used in errors so an SRE sees where a backup failed.
@@ -163,7 +154,10 @@ const (
 	StepManifest = "write manifest"
 	StepLock     = "check object lock"
 	StepPrune    = "prune"
-	StepDrill    = "drill"
+	// StepDrill is the restore drill a composer runs after the commit
+	// (backup/drilled): its failure is reported as a committed backup's,
+	// as a prune's is.
+	StepDrill = "drill"
 )
 
 // Error is a failed backup: the cluster, the step and the cause.
@@ -265,20 +259,40 @@ func (o *Options) defaults() error {
 }
 
 // Run takes one backup: it picks a member, streams its snapshot into the
-// store, exports the v2 keys, and writes the manifest last. On failure it
-// leaves nothing that looks like a backup: the multipart upload is aborted,
-// objects already written are removed, and no manifest exists. With
-// Options.Recipients the snapshot and the v2 export are encrypted (age)
-// in the same stream, after compression; the manifest stays plaintext.
+// store, exports the v2 keys, and writes the manifest last; with
+// Options.Prune it then applies the retention policy (Take, then
+// Taken.Prune). On failure it leaves nothing that looks like a backup: the
+// multipart upload is aborted, objects already written are removed, and
+// no manifest exists. With Options.Recipients the snapshot and the v2
+// export are encrypted (age) in the same stream, after compression; the
+// manifest stays plaintext.
 func Run(ctx context.Context, opts Options) (*Result, error) {
+	t, err := Take(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer t.Release()
+	return t.Prune(ctx)
+}
+
+// Taken is a committed backup whose run is not over: what follows the
+// commit (a drill, the prune) is still to come. Release it when done.
+type Taken struct {
+	r   *run
+	res *Result
+}
+
+// Take is Run up to the committed backup (the newest backup re-locked):
+// nothing is pruned and, with Options.KeepPlaintext, the plaintext copy
+// of an encrypted backup is kept for Taken.Plaintext. Its error is Run's;
+// on error nothing is kept.
+func Take(ctx context.Context, opts Options) (*Taken, error) {
 	if err := opts.defaults(); err != nil {
 		return nil, &Error{ClusterID: opts.ClusterID, At: StepValidate, Err: err}
 	}
 	r := &run{opts: opts, log: opts.Log.With("cluster", opts.ClusterID), start: opts.Now().UTC()}
-	// The plaintext copy for the drill (encrypted backups only) goes on
-	// every return path, whatever happened.
-	defer r.removePlain()
 	if err := r.take(ctx); err != nil {
+		r.removePlain()
 		r.cleanup(ctx)
 		if err.step != StepLock {
 			r.relock(ctx)
@@ -286,7 +300,48 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		return nil, &Error{ClusterID: opts.ClusterID, At: err.step, Err: ctxerr.Wrap(ctx, err.err)}
 	}
 	r.relock(ctx)
-	return r.after(ctx)
+	m := r.m
+	return &Taken{r: r, res: &Result{Manifest: m, Prefix: opts.Layout.BackupPrefix(opts.ClusterID, r.name), Duration: m.FinishedAt.Sub(r.start)}}, nil
+}
+
+// Result is the committed backup (Pruned once Prune ran).
+func (t *Taken) Result() *Result { return t.res }
+
+// Plaintext is the path of the plaintext copy of an encrypted backup's
+// snapshot (Options.KeepPlaintext), checked against the manifest first;
+// "" for an unencrypted backup, which a drill reads from the store. Its
+// error says why there is no copy (none was asked for, no room in the
+// scratch space, a write failed, it differs from the manifest).
+func (t *Taken) Plaintext() (string, error) {
+	if !t.r.m.Encrypted() {
+		return "", nil
+	}
+	path, err := t.r.plain.verify(t.r.m)
+	if err != nil {
+		return "", fmt.Errorf("the plaintext copy for the drill (encrypted backup, no identity needed): %w", err)
+	}
+	return path, nil
+}
+
+// Release removes what is left of the plaintext copy (idempotent).
+func (t *Taken) Release() { t.r.removePlain() }
+
+// Prune applies the retention policy to the cluster (Options.Prune; a
+// no-op without it): only a committed backup is followed by deletions.
+// Its failure is an *Error at StepPrune saying the backup was committed.
+func (t *Taken) Prune(ctx context.Context) (*Result, error) {
+	opts, res := t.r.opts, t.res
+	if opts.Prune == nil {
+		return res, nil
+	}
+	rep, err := prune.Prune(ctx, prune.PruneOptions{Store: opts.Store, Layout: opts.Layout, ClusterIDs: []string{opts.ClusterID},
+		Policy: *opts.Prune, Now: opts.Now(), Log: opts.Log, Lock: opts.Lock, JournalRetention: opts.JournalRetention})
+	res.Pruned = rep
+	if err != nil {
+		return res, &Error{ClusterID: opts.ClusterID, At: StepPrune,
+			Err: fmt.Errorf("the backup itself was committed (%s); pruning older backups failed: %w", t.r.name, err)}
+	}
+	return res, nil
 }
 
 // policy is the retention policy the lock is derived from.
@@ -340,7 +395,7 @@ func (r *run) checkLock(ctx context.Context) *stepError {
 }
 
 // relock extends the lock of the cluster's newest committed backup to at
-// least retention.RelockUntil at the run's start (explicit lock modes only:
+// least catalog.RelockUntil at the run's start (explicit lock modes only:
 // bucket-default has no permission to set a retention). Best effort: a
 // failure is logged.
 func (r *run) relock(ctx context.Context) {
@@ -375,7 +430,7 @@ type run struct {
 	m     *catalog.Manifest
 	// written are the objects stored so far, removed when the run fails.
 	written []string
-	// plain is the drill's plaintext copy (Drill of an encrypted backup).
+	// plain is the plaintext copy of an encrypted backup (KeepPlaintext).
 	plain *plainCopy
 }
 
@@ -491,7 +546,7 @@ func (r *run) snapshot(ctx context.Context, cands []probe.Member, quorum bool) (
 	opts, m := r.opts, r.m
 	obj := catalog.SnapshotObject(opts.Compression, m.Encrypted())
 	key := opts.Layout.Key(opts.ClusterID, r.name, obj)
-	if m.Encrypted() && opts.Drill != nil {
+	if m.Encrypted() && opts.KeepPlaintext {
 		// The drill after an encrypted backup runs on the plaintext this
 		// stream carries, so the backup job never needs an identity.
 		// Room for it (and for the drill) is checked before anything
@@ -644,68 +699,6 @@ func (r *run) commit(ctx context.Context) *stepError {
 	r.log.Info("backup committed", "backup", r.name, "manifest", mkey, "encrypted", m.Encrypted(),
 		"duration", m.FinishedAt.Sub(r.start).Round(time.Millisecond))
 	return nil
-}
-
-// after runs what follows a committed backup: its drill, then the prune.
-func (r *run) after(ctx context.Context) (*Result, error) {
-	opts, m, log := r.opts, r.m, r.log
-	res := &Result{Manifest: m, Prefix: opts.Layout.BackupPrefix(opts.ClusterID, r.name), Duration: m.FinishedAt.Sub(r.start)}
-	var drillErr error
-	if opts.Drill != nil {
-		// After the commit, before the prune: the drill's record is what
-		// the retention rule `drilled` reads.
-		res.Drill, res.DrillErr = r.drill(ctx)
-		if res.DrillErr != nil {
-			// No record: the drill could not run (no etcd of the
-			// version, no room, the store failed), which proves nothing
-			// either way; with one, the backup failed a check.
-			what := "failed"
-			if res.Drill == nil {
-				what = "could not run"
-			}
-			drillErr = &Error{ClusterID: opts.ClusterID, At: StepDrill,
-				Err: fmt.Errorf("the backup itself was committed (%s); its restore drill %s: %w", r.name, what, res.DrillErr)}
-			log.Error("restore drill of the new backup "+what, "backup", r.name, "err", res.DrillErr)
-		} else if res.Drill != nil {
-			log.Info("restore drill passed", "backup", r.name, "comparison", res.Drill.Comparison.Mode,
-				"duration", res.Drill.FinishedAt.Sub(res.Drill.StartedAt).Round(time.Millisecond))
-		}
-		if ctx.Err() != nil {
-			// Cancelled: nothing is deleted after a drill cut short.
-			return res, drillErr
-		}
-	}
-	if opts.Prune == nil {
-		return res, drillErr
-	}
-	// Only a committed backup is followed by deletions.
-	rep, err := prune.Prune(ctx, prune.PruneOptions{Store: opts.Store, Layout: opts.Layout, ClusterIDs: []string{opts.ClusterID},
-		Policy: *opts.Prune, Now: opts.Now(), Log: opts.Log, Lock: opts.Lock, JournalRetention: opts.JournalRetention})
-	res.Pruned = rep
-	if err != nil {
-		perr := &Error{ClusterID: opts.ClusterID, At: StepPrune,
-			Err: fmt.Errorf("the backup itself was committed (%s); pruning older backups failed: %w", r.name, err)}
-		if drillErr != nil {
-			return res, errors.Join(drillErr, perr)
-		}
-		return res, perr
-	}
-	return res, drillErr
-}
-
-// drill calls Options.Drill on the committed backup: on the plaintext copy
-// the stream left (checked against the manifest first) when the backup is
-// encrypted, removed as soon as the drill returns.
-func (r *run) drill(ctx context.Context) (*catalog.DrillRecord, error) {
-	if !r.m.Encrypted() {
-		return r.opts.Drill(ctx, r.m, "")
-	}
-	defer r.removePlain()
-	path, err := r.plain.verify(r.m)
-	if err != nil {
-		return nil, fmt.Errorf("the plaintext copy for the drill (encrypted backup, no identity needed): %w", err)
-	}
-	return r.opts.Drill(ctx, r.m, path)
 }
 
 func (r *run) removePlain() {

@@ -8,19 +8,20 @@ import (
 	"time"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/backup/drilled"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/retention"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 )
 
-// Options.Drill: called once the backup is committed (its manifest listed)
-// and before the prune; its record and error are in the Result; a failed
-// drill (or one that could not run) leaves the backup committed, is an
-// *Error at StepDrill saying so, and the prune still runs after it; a
-// drill cut short by cancellation is followed by no prune. The hook here
-// stands in for drill.Run (backup does not import drill); the real
-// drill is wired and tested in cmd/etcd-recovery (TestCLIBackupDrill) and
-// kube/ (TestBackupAllDrill).
+// drilled.Run: the drill is called once the backup is committed (its
+// manifest listed) and before the prune; its record and error are in the
+// Result; a failed drill (or one that could not run) leaves the backup
+// committed, is an *Error at StepDrill saying so, and the prune still
+// runs after it; a drill cut short by cancellation is followed by no
+// prune. The hook here stands in for drill.Run; the real drill is wired
+// and tested in cmd/etcd-recovery (TestCLIBackupDrill) and fleet
+// (TestBackupAllDrill).
 func TestRunDrillHook(t *testing.T) {
 	t.Parallel()
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
@@ -63,7 +64,7 @@ func TestRunDrillHook(t *testing.T) {
 			opts := r.options(t, id)
 			opts.Prune = &policy
 			calls := 0
-			opts.Drill = func(ctx context.Context, m *catalog.Manifest, _ string) (*catalog.DrillRecord, error) {
+			hook := func(ctx context.Context, m *catalog.Manifest, _ string) (*catalog.DrillRecord, error) {
 				calls++
 				// Committed, and nothing pruned yet.
 				l := r.listed(t, id)
@@ -91,7 +92,7 @@ func TestRunDrillHook(t *testing.T) {
 				}
 				return rec, nil
 			}
-			res, err := backup.Run(rctx, opts)
+			res, err := drilled.Run(rctx, opts, hook)
 			if res == nil {
 				t.Fatalf("no result for a committed backup: %v", err)
 			}

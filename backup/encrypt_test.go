@@ -19,6 +19,7 @@ import (
 	"filippo.io/age"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/backup/drilled"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/seal"
@@ -293,8 +294,9 @@ func TestBackupEncryptedDrillPlaintext(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			calls := 0
+			var hook drilled.Drill
 			if tc.drill {
-				opts.Drill = func(ctx context.Context, m *catalog.Manifest, plaintext string) (*catalog.DrillRecord, error) {
+				hook = func(ctx context.Context, m *catalog.Manifest, plaintext string) (*catalog.DrillRecord, error) {
 					calls++
 					if !tc.encrypt {
 						if plaintext != "" {
@@ -313,8 +315,19 @@ func TestBackupEncryptedDrillPlaintext(t *testing.T) {
 					return &catalog.DrillRecord{Backup: m.Name, Passed: true}, nil
 				}
 			}
-			res, err := backup.Run(ctx, opts)
-			if res == nil {
+			// backup --drill's composition, or the backup alone.
+			var (
+				committed bool
+				err       error
+			)
+			if tc.drill {
+				res, rerr := drilled.Run(ctx, opts, hook)
+				committed, err = res != nil, rerr
+			} else {
+				res, rerr := backup.Run(ctx, opts)
+				committed, err = res != nil, rerr
+			}
+			if !committed {
 				t.Fatalf("no committed backup: %v", err)
 			}
 			if tc.drill && calls != 1 {
@@ -389,11 +402,11 @@ func TestBackupEncryptedStoreFaults(t *testing.T) {
 			id := "encfault-" + tc.name
 			opts := r.options(t, id)
 			opts.Store, opts.Recipients, opts.ScratchDir = fs, rs, t.TempDir()
-			opts.Drill = func(context.Context, *catalog.Manifest, string) (*catalog.DrillRecord, error) {
+			hook := func(context.Context, *catalog.Manifest, string) (*catalog.DrillRecord, error) {
 				t.Error("a drill ran after a failed backup")
 				return nil, nil
 			}
-			res, err := backup.Run(context.Background(), opts)
+			res, err := drilled.Run(context.Background(), opts, hook)
 			var be *backup.Error
 			if res != nil || !errors.As(err, &be) || be.Step() != tc.wantStep || (tc.wantErr != nil && !errors.Is(err, tc.wantErr)) {
 				t.Fatalf("Run: %v (result %v); want a failure at step %q", err, res != nil, tc.wantStep)

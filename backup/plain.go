@@ -15,12 +15,13 @@ import (
 const plainSnapshotName = "snapshot.db"
 
 // plainCopy is the plaintext of an encrypted backup's snapshot, kept for
-// the drill that follows the backup (Options.Drill), so that the backup job
-// never needs an identity: the raw stream is tee'd, before compression,
-// into a 0600 file of a 0700 seal.Scratch dir, checked against the
-// manifest's raw sha256 once the backup is committed, and removed after
-// the drill and on every other return path of Run. A failure to write it
-// is kept (err) and makes the drill not run; it never fails the backup.
+// the drill that follows the backup (Options.KeepPlaintext), so that the
+// backup job never needs an identity: the raw stream is tee'd, before
+// compression, into a 0600 file of a 0700 seal.Scratch dir, checked
+// against the manifest's raw sha256 once the backup is committed
+// (Taken.Plaintext), and removed by Taken.Release and on every failed
+// return of Take. A failure to write it is kept (err) and makes the drill
+// not run; it never fails the backup.
 //
 // Every method is safe on a nil *plainCopy (no copy wanted).
 type plainCopy struct {

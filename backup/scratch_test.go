@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/backup/drilled"
 	"github.com/armada/etcd-recovery/drill"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
@@ -33,7 +34,7 @@ import (
 // ETCD_RECOVERY_SCRATCH_LIMIT at 0.9x the database, the check before the
 // stream refuses the drill (naming the database size and the limit): no
 // plaintext is written, the backup still commits, and Run returns an
-// *Error at StepDrill saying so. About 15 s.
+// *Error at StepDrill saying so (drilled.Run). About 15 s.
 func TestEncryptedDrillScratchPeak(t *testing.T) {
 	// t.Setenv (TMPDIR, the limit): not parallel.
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
@@ -44,13 +45,13 @@ func TestEncryptedDrillScratchPeak(t *testing.T) {
 	scratch := t.TempDir()
 	t.Setenv("TMPDIR", scratch)
 
-	run := func(t *testing.T, id string) (*backup.Result, error, int64) {
+	run := func(t *testing.T, id string) (*drilled.Result, error, int64) {
 		t.Helper()
 		opts := r.options(t, id)
 		opts.Recipients, opts.ScratchDir = rs, scratch
 		opts.CheckScratch = func(db int64) error { return restore.CheckDrillScratch(scratch, db) }
 		var wrote atomic.Bool
-		opts.Drill = func(ctx context.Context, m *catalog.Manifest, plaintext string) (*catalog.DrillRecord, error) {
+		hook := func(ctx context.Context, m *catalog.Manifest, plaintext string) (*catalog.DrillRecord, error) {
 			wrote.Store(plaintext != "")
 			return drill.Run(ctx, drill.Options{ClusterID: id, Store: r.store, Layout: r.layout, Backup: m.Name,
 				Source: testfix.EtcdConfig(c), EtcdBinDir: bin, ScratchDir: scratch, Plaintext: plaintext, Manifest: m,
@@ -79,7 +80,7 @@ func TestEncryptedDrillScratchPeak(t *testing.T) {
 		}()
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		res, err := backup.Run(ctx, opts)
+		res, err := drilled.Run(ctx, opts, hook)
 		close(stop)
 		wg.Wait()
 		t.Logf("peak scratch: %.1f MiB beside etcd's WAL, the WAL %.1f MiB at most", mib(peak.Load()), mib(peakWAL.Load()))

@@ -18,8 +18,12 @@
 // info check that never judges the backup; Options.ToRevision drills a
 // point-in-time restore (the journal replayed up to it).
 //
-// It imports restore and plumbing. The CLI's drill and backup --drill,
-// kube's namespace backup and drill, and metrics use it; backup reaches it
-// only through backup.Options.Drill, a func the composer sets (backup does
-// not import drill).
+// report.go is how a drill is reported wherever it ran: Outcome
+// (NewOutcome, from Run's record and error), a cluster's row (Result) and
+// a run's table (Report; RunNewest drills one cluster's newest backup).
+// ForBackup are the options of the drill of a backup just committed.
+//
+// It imports restore and plumbing. The CLI's drill, backup/drilled (a
+// backup and then its drill: backup --drill, one cluster or a fleet's),
+// fleet and metrics use it; backup and drill do not import each other.
 package drill

@@ -13,13 +13,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/backup/drilled"
 	"github.com/armada/etcd-recovery/drill"
 	"github.com/armada/etcd-recovery/internal/catalog"
-	"github.com/armada/etcd-recovery/internal/etcdconn"
 	"github.com/armada/etcd-recovery/internal/fanout"
 	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/internal/prune"
-	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/kube"
 )
 
@@ -45,7 +44,7 @@ type BackupAllOptions struct {
 	Log      *slog.Logger
 	// Drill, when set, drills the new backup of the clusters this run
 	// chooses (drill.Run), right after each one's backup and before
-	// its prune.
+	// its prune (backup/drilled).
 	Drill *DrillShare
 	// Now is the clock (tests: the drill share's slot); default time.Now.
 	Now func() time.Time
@@ -106,63 +105,22 @@ func DrillChosen(clusterID string, t time.Time, share int) bool {
 	return r == 0
 }
 
-// Drill results of one cluster (DrillOutcome.Result, DrillResult.Result):
-// backup's outcomes of a drill, and the fleet's own (not chosen, no
-// backup).
+// Drill results of one cluster (drill.Outcome.Result, drill.Result.Result):
+// drill's outcomes, and the fleet's own (not chosen).
 const (
-	DrillPassed = backup.DrillPassed
-	DrillFailed = backup.DrillFailed // the backup failed a check: it is not proven
-	DrillNotRun = backup.DrillNotRun // the drill could not run (no etcd of its version, the store failed)
-	// DrillInconclusive: see backup.DrillInconclusive.
-	DrillInconclusive = backup.DrillInconclusive
+	DrillPassed = drill.Passed
+	DrillFailed = drill.Failed // the backup failed a check: it is not proven
+	DrillNotRun = drill.NotRun // the drill could not run (no etcd of its version, the store failed)
+	// DrillInconclusive: see drill.Inconclusive.
+	DrillInconclusive = drill.Inconclusive
 	DrillSkipped      = "not chosen" // not in this run's share
-	DrillNoBackup     = "no backup"  // the backup failed, nothing to drill
+	// DrillNoBackup: the backup failed (backup --drill) or there is none
+	// (drill --all): nothing to drill.
+	DrillNoBackup = drill.NoBackup
 )
 
-// NewDrillOutcome describes a drill's result: its record and error as
-// drill.Run returned them.
-func NewDrillOutcome(rec *catalog.DrillRecord, err error, d time.Duration) *backup.DrillOutcome {
-	var de *drill.Error
-	if rec == nil && errors.As(err, &de) {
-		rec = de.Record
-	}
-	o := &backup.DrillOutcome{Result: DrillPassed, Record: rec, Duration: d, Seconds: d.Seconds()}
-	if rec != nil {
-		o.Comparison = rec.Comparison.Mode
-	}
-	switch {
-	case err == nil && rec != nil && rec.Passed:
-	case err == nil:
-		// A drill that returned no error must have passed; anything else
-		// is not proof.
-		o.Result = DrillFailed
-		o.Error = "the drill returned no error but no passing record"
-	case de != nil && de.Inconclusive != "":
-		o.Result, o.Error = DrillInconclusive, err.Error()
-	case rec != nil:
-		o.Result, o.Error = DrillFailed, err.Error()
-		if rec.Failed != "" && !strings.Contains(o.Error, rec.Failed) {
-			o.Error += " (failed check: " + rec.Failed + ")"
-		}
-	default:
-		o.Result, o.Error = DrillNotRun, err.Error()
-	}
-	return o
-}
-
-// BackupDrillOutcome is the outcome of the drill of a finished backup.Run
-// that was asked to drill its backup (backup --drill): for
-// backup.NewReport.
-func BackupDrillOutcome(res *backup.Result) *backup.DrillOutcome {
-	var took time.Duration
-	if d := res.Drill; d != nil {
-		took = d.FinishedAt.Sub(d.StartedAt)
-	}
-	return NewDrillOutcome(res.Drill, res.DrillErr, took)
-}
-
 // drillEvent is the drill's Event: its type, reason and message.
-func drillEvent(d *backup.DrillOutcome, backupName string) (string, string, string) {
+func drillEvent(d *drill.Outcome, backupName string) (string, string, string) {
 	switch d.Result {
 	case DrillPassed:
 		msg := fmt.Sprintf("restore drill of backup %s passed in %s", backupName, d.Duration.Round(time.Second))
@@ -214,7 +172,7 @@ type ClusterResult struct {
 
 	// Drill is the drill of the new backup (backup --drill): nil when no
 	// drill was asked for.
-	Drill *backup.DrillOutcome `json:"drill,omitempty"`
+	Drill *drill.Outcome `json:"drill,omitempty"`
 
 	Manifest *catalog.Manifest  `json:"manifest,omitempty"`
 	Prune    *prune.PruneReport `json:"prune,omitempty"`
@@ -467,7 +425,7 @@ func (r *backupAll) orphanPass(ctx context.Context) error {
 		return nil
 	}
 	// After the backups, from fresh listings: the store first, then the
-	// EtcdClusters and EtcdRestores (see prune.Orphans).
+	// EtcdClusters and EtcdRestores (see catalog.Orphans).
 	orphans := *opts.Orphans
 	if orphans.Now == nil {
 		orphans.Now = opts.Now
@@ -498,7 +456,7 @@ func backupOne(ctx context.Context, k *kube.Client, c kube.Cluster, opts BackupA
 	res = ClusterResult{Cluster: c.Name, Result: ResultFailed, Endpoints: c.Endpoints}
 	clog := log.With("cluster", c.Name)
 	if opts.Drill != nil && !withDrill {
-		res.Drill = &backup.DrillOutcome{Result: DrillSkipped}
+		res.Drill = &drill.Outcome{Result: DrillSkipped}
 	}
 	defer func() {
 		res.Duration = time.Since(start)
@@ -527,7 +485,7 @@ func backupOne(ctx context.Context, k *kube.Client, c kube.Cluster, opts BackupA
 		res.Err, res.Error = err, err.Error()
 		clog.Error("backup failed", "err", err)
 		if withDrill && res.Drill == nil {
-			res.Drill = &backup.DrillOutcome{Result: DrillNoBackup}
+			res.Drill = &drill.Outcome{Result: DrillNoBackup}
 		}
 		return res
 	}
@@ -544,18 +502,24 @@ func backupOne(ctx context.Context, k *kube.Client, c kube.Cluster, opts BackupA
 	bo.Etcd = ecfg
 	bo.Log = clog
 	bo.Progress = nil
-	bo.Drill = nil
+	var r *backup.Result
 	if withDrill {
-		bo.Drill = func(ctx context.Context, m *catalog.Manifest, plaintext string) (*catalog.DrillRecord, error) {
+		var dr *drilled.Result
+		dr, err = drilled.Run(ctx, bo, func(ctx context.Context, m *catalog.Manifest, plaintext string) (*catalog.DrillRecord, error) {
 			// The backup's buffers are freed: its slot goes to the next
 			// backup while this drill runs (bounded by the drill slot).
 			backupSlot.Release()
 			clog.Info("restore drill of the new backup", "backup", m.Name)
 			// The drill's log lines carry the cluster themselves.
-			return drill.Run(ctx, NewBackupDrillOptions(m, plaintext, opts.Template.Store, opts.Template.Layout, ecfg, *opts.Drill, log))
+			return drill.Run(ctx, drill.ForBackup(m, plaintext, opts.Template.Store, opts.Template.Layout, ecfg,
+				opts.Drill.EtcdBinDir, opts.Drill.ScratchDir, log))
+		})
+		if dr != nil {
+			r, res.Drill = dr.Result, dr.Outcome()
 		}
+	} else {
+		r, err = backup.Run(ctx, bo)
 	}
-	r, err := backup.Run(ctx, bo)
 	if r != nil {
 		m := r.Manifest
 		res.Manifest = m
@@ -567,14 +531,6 @@ func backupOne(ctx context.Context, k *kube.Client, c kube.Cluster, opts BackupA
 		res.Prune = r.Pruned
 		if r.Pruned != nil {
 			res.Pruned = r.Pruned.Deleted
-		}
-		if withDrill {
-			d := r.Drill
-			var took time.Duration
-			if d != nil {
-				took = d.FinishedAt.Sub(d.StartedAt)
-			}
-			res.Drill = NewDrillOutcome(d, r.DrillErr, took)
 		}
 	}
 	if err != nil && r != nil && onlyDrill(err) {
@@ -604,29 +560,6 @@ func onlyDrill(err error) bool {
 		return false
 	}
 	return true
-}
-
-// NewBackupDrillOptions are the options of the drill of a backup just
-// committed (backup --drill), against its source: the same endpoints and
-// client TLS the backup used. plaintext is the local plaintext copy the
-// backup streamed when it is encrypted (backup.Options.Drill): the drill
-// then downloads nothing and needs no identity.
-func NewBackupDrillOptions(m *catalog.Manifest, plaintext string, st store.Store, layout catalog.Layout, src etcdconn.Config,
-	share DrillShare, log *slog.Logger) drill.Options {
-	o := drill.Options{
-		ClusterID:  m.ClusterID,
-		Store:      st,
-		Layout:     layout,
-		Backup:     m.Name,
-		Source:     src,
-		EtcdBinDir: share.EtcdBinDir,
-		ScratchDir: share.ScratchDir,
-		Log:        log,
-	}
-	if plaintext != "" {
-		o.Plaintext, o.Manifest = plaintext, m
-	}
-	return o
 }
 
 func successMessage(r ClusterResult) string {

@@ -6,14 +6,17 @@
 // and the fleet reports: BackupAll (backup --all, with its drill share
 // and the orphan pass), InspectAll (inspect --all / --cluster, also the
 // exporter's inspection) and ListOrphans (inspect --all's read-only orphan
-// listing), DrillAll and DrillOne (drill --all, drill --cluster-id), and
-// Orphans (prune.Orphans fed with the namespace's EtcdCluster and
+// listing), DrillAll (drill --all; its report is drill.Report, as one
+// cluster's drill is), and
+// Orphans (catalog.Orphans fed with the namespace's EtcdCluster and
 // EtcdRestore listings: prune --orphans, backup --all --prune), and
 // JournalAll (the journal job: a journal.Capture per cluster, one or every
 // EtcdCluster re-listed, gaps recorded at catalog.Layout.JournalGapKey
 // and healed by a full backup at once; see docs/journal.md). Each
 // cluster's own work is its feature package's (backup.Run, inspect.Run,
-// drill.Run); Events go through kube. It imports backup, drill, inspect,
-// kube and internal/ plumbing; the CLI (cmd/etcd-recovery) and
-// the exporter (metrics) import it, and kube never does.
+// drill.Run; a backup and its drill composed by backup/drilled); Events
+// go through kube. It imports backup, drill, inspect, kube and internal/
+// plumbing; the CLI's fleet commands (cmd/etcd-recovery, not its
+// single-cluster backup and drill) and the exporter (metrics) import it,
+// and kube never does.
 package fleet

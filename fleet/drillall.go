@@ -5,14 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
-	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/drill"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/fanout"
-	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/kube"
 )
@@ -41,70 +38,9 @@ type DrillAllOptions struct {
 	Log         *slog.Logger
 }
 
-// DrillResult is one cluster's drill.
-type DrillResult struct {
-	Cluster string `json:"cluster"`
-	Backup  string `json:"backup,omitempty"`
-	Result  string `json:"result"` // DrillPassed, DrillFailed, DrillNotRun, DrillNoBackup
-	// Reason says why a cluster was not drilled (DrillNoBackup).
-	Reason     string        `json:"reason,omitempty"`
-	Comparison string        `json:"comparison,omitempty"`
-	Failed     string        `json:"failed,omitempty"`
-	Step       string        `json:"step,omitempty"`
-	Error      string        `json:"error,omitempty"`
-	Duration   time.Duration `json:"-"`
-	Seconds    float64       `json:"durationSeconds"`
-	// Record is drill.json's content (also with --no-record).
-	Record *catalog.DrillRecord `json:"record,omitempty"`
-	// EventError says why the drill's Event could not be recorded.
-	EventError string `json:"eventError,omitempty"`
-}
-
-// DrillAllReport is every cluster's drill, in cluster order.
-type DrillAllReport struct {
-	Namespace string        `json:"namespace,omitempty"`
-	Prefix    string        `json:"prefix,omitempty"`
-	Parallel  int           `json:"parallel"`
-	Clusters  []DrillResult `json:"clusters"`
-	// Failed names the clusters whose drill failed or could not run.
-	Failed []string `json:"failed"`
-	// NoBackup names the clusters not drilled for want of a committed
-	// backup.
-	NoBackup []string `json:"noBackup"`
-}
-
-// Table is the drill results, one row per cluster: cluster, backup,
-// result, comparison, failing check, duration; -o wide adds the step; the
-// error (or why the cluster was not drilled) goes below the table.
-func (r *DrillAllReport) Table() output.Table {
-	t := output.Table{
-		Header: []string{"CLUSTER", "BACKUP", "RESULT", "COMPARISON", "FAILED CHECK", "DURATION", "STEP", "ERROR"},
-		Wide:   []string{"STEP"},
-		Long:   []string{"ERROR"},
-	}
-	for _, c := range r.Clusters {
-		res, dur := c.Result, c.Duration.Round(time.Millisecond).String()
-		switch res {
-		case DrillFailed:
-			res = "FAILED"
-		case DrillNoBackup:
-			dur = "-"
-		}
-		msg := c.Error
-		if msg == "" {
-			msg = c.Reason
-		}
-		if c.EventError != "" {
-			msg = strings.TrimPrefix(msg+"; event not recorded: "+c.EventError, "; ")
-		}
-		// The failing check's name ("verify backup", "source hash"); its
-		// values are in the error below the table.
-		check, _, _ := strings.Cut(c.Failed, ": ")
-		t.Rows = append(t.Rows, []string{c.Cluster, dash(c.Backup), res, dash(c.Comparison), dash(check),
-			dur, dash(c.Step), dash(msg)})
-	}
-	return t
-}
+// DrillAllReport is every cluster's drill, in cluster order (a
+// drill.Report: one cluster's drill reads the same).
+type DrillAllReport = drill.Report
 
 // DrillAllError is a drill --all that failed: the clusters whose drill
 // failed or could not run, or the listing.
@@ -161,7 +97,7 @@ func newDrillAll(opts DrillAllOptions) *drillAll {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	rep := &DrillAllReport{Parallel: opts.Parallel, Failed: []string{}, NoBackup: []string{}, Clusters: []DrillResult{}}
+	rep := &DrillAllReport{Parallel: opts.Parallel, Failed: []string{}, NoBackup: []string{}, Clusters: []drill.Result{}}
 	return &drillAll{opts: opts, log: log, rep: rep}
 }
 
@@ -195,7 +131,7 @@ func (r *drillAll) listTargets(ctx context.Context) error {
 // DrillNoBackup and returns the indexes of the others, to drill.
 func (r *drillAll) skipNoBackup() (todo []int) {
 	r.log.Info("drilling the newest backup of every cluster", "clusters", len(r.targets), "parallel", r.opts.Parallel)
-	r.rep.Clusters = make([]DrillResult, len(r.targets))
+	r.rep.Clusters = make([]drill.Result, len(r.targets))
 	for i, t := range r.targets {
 		if f := r.folders[t.ID]; f.committed == 0 {
 			reason := fmt.Sprintf("not drilled: no committed backup under %s", r.opts.Template.Layout.ClusterPrefix(t.ID))
@@ -203,7 +139,7 @@ func (r *drillAll) skipNoBackup() (todo []int) {
 				reason += fmt.Sprintf(" (%d incomplete backup folder(s) without a manifest)", f.incomplete)
 			}
 			r.log.Warn("no committed backup to drill", "cluster", t.ID, "incomplete", f.incomplete)
-			r.rep.Clusters[i] = DrillResult{Cluster: t.ID, Result: DrillNoBackup, Reason: reason}
+			r.rep.Clusters[i] = drill.Result{Cluster: t.ID, Result: DrillNoBackup, Reason: reason}
 			continue
 		}
 		todo = append(todo, i)
@@ -220,13 +156,13 @@ func (r *drillAll) drillEach(ctx context.Context, todo []int) {
 	})
 	for _, j := range notStarted {
 		i := todo[j]
-		r.rep.Clusters[i] = DrillResult{Cluster: r.targets[i].ID, Result: DrillNotRun, Error: ctx.Err().Error()}
+		r.rep.Clusters[i] = drill.Result{Cluster: r.targets[i].ID, Result: DrillNotRun, Error: ctx.Err().Error()}
 	}
 }
 
 // drillTarget drills one target's newest committed backup, compared with
 // its EtcdCluster when it has one, and records the drill's Event.
-func (r *drillAll) drillTarget(ctx context.Context, t Target) DrillResult {
+func (r *drillAll) drillTarget(ctx context.Context, t Target) drill.Result {
 	opts, log := r.opts, r.log
 	o := opts.Template
 	// The newest committed backup by name (time), named: left
@@ -249,7 +185,7 @@ func (r *drillAll) drillTarget(ctx context.Context, t Target) DrillResult {
 		}
 	}
 	rec, err := drill.Run(ctx, o)
-	res := drillResult(t.ID, rec, err, time.Since(start))
+	res := drill.NewResult(t.ID, rec, err, time.Since(start))
 	if t.Cluster != nil && !opts.NoEvents && ctx.Err() == nil {
 		// A cancelled drill proves nothing either way: no Event.
 		r.recordEvent(ctx, t, &res)
@@ -259,8 +195,8 @@ func (r *drillAll) drillTarget(ctx context.Context, t Target) DrillResult {
 
 // recordEvent records a drill's Event on its EtcdCluster; a failure is
 // noted in res.EventError.
-func (r *drillAll) recordEvent(ctx context.Context, t Target, res *DrillResult) {
-	out := &backup.DrillOutcome{Result: res.Result, Comparison: res.Comparison, Error: res.Error, Duration: res.Duration, Record: res.Record}
+func (r *drillAll) recordEvent(ctx context.Context, t Target, res *drill.Result) {
+	out := &drill.Outcome{Result: res.Result, Comparison: res.Comparison, Error: res.Error, Duration: res.Duration, Record: res.Record}
 	name := res.Backup
 	if name == "" {
 		name = "(newest)"
@@ -298,25 +234,6 @@ func (r *drillAll) tally(ctx context.Context) (*DrillAllReport, error) {
 	return rep, nil
 }
 
-// drillResult is one drill's outcome (NewDrillOutcome: a drill that
-// returned no error without a passing record is not proof) with its step
-// and backup.
-func drillResult(id string, rec *catalog.DrillRecord, err error, d time.Duration) DrillResult {
-	o := NewDrillOutcome(rec, err, d)
-	r := DrillResult{Cluster: id, Result: o.Result, Comparison: o.Comparison, Error: o.Error, Duration: d, Seconds: d.Seconds(), Record: o.Record}
-	var de *drill.Error
-	if errors.As(err, &de) {
-		r.Step, r.Backup = de.Step(), de.Backup
-		if r.Backup == "(newest)" {
-			r.Backup = ""
-		}
-	}
-	if o.Record != nil {
-		r.Backup, r.Failed = o.Record.Backup, o.Record.Failed
-	}
-	return r
-}
-
 // folderCount is how many backup folders of a cluster are committed and
 // how many are not (no manifest).
 // newest is the newest committed backup's name.
@@ -348,50 +265,4 @@ func clusterFolders(ctx context.Context, store store.Store, layout catalog.Layou
 		out[id] = f
 	}
 	return out, nil
-}
-
-// DrillErrorLines are the failed drills, one line each, for below the table:
-// cluster, backup and failing check (or why it could not run).
-func (r *DrillAllReport) DrillErrorLines() []string {
-	var out []string
-	for _, c := range r.Clusters {
-		if c.Result == DrillPassed {
-			continue
-		}
-		out = append(out, strings.TrimSpace(c.Error))
-	}
-	return out
-}
-
-// DrillOne drills one cluster's backup (name; empty: the newest), with
-// opts.Template (its Source: the cluster's members, when given), and
-// reports it as DrillAll does. The error is the drill's (*drill.Error).
-func DrillOne(ctx context.Context, opts DrillAllOptions, clusterID, name string) (*DrillAllReport, error) {
-	o := opts.Template
-	o.ClusterID, o.Backup = clusterID, name
-	if name == "" && o.ToRevision == 0 {
-		// The newest committed backup, named (see DrillAll); with none,
-		// drill.Run says there is none. (A point-in-time drill's is the
-		// newest at or below its revision: drill.Run chooses it.)
-		if entries, err := catalog.Inventory(ctx, o.Store, o.Layout, clusterID); err == nil {
-			for _, e := range entries {
-				if e.Committed {
-					o.Backup = e.Name
-					break
-				}
-			}
-		}
-	}
-	if o.Log == nil {
-		o.Log = opts.Log
-	}
-	start := time.Now()
-	rec, err := drill.Run(ctx, o)
-	r := drillResult(clusterID, rec, err, time.Since(start))
-	rep := &DrillAllReport{Prefix: o.Layout.RootPrefix(), Parallel: 1, Clusters: []DrillResult{r}, Failed: []string{}}
-	rep.NoBackup = []string{}
-	if r.Result != DrillPassed {
-		rep.Failed = append(rep.Failed, clusterID)
-	}
-	return rep, err
 }

@@ -615,7 +615,7 @@ func (j *journalAll) backup(ctx context.Context, t *journalTarget) (string, int6
 	}
 	defer slot.Release()
 	tmpl := j.o.Backup
-	tmpl.Store, tmpl.Layout, tmpl.Prune, tmpl.Drill, tmpl.Progress = j.o.Store, j.o.Layout, nil, nil, nil
+	tmpl.Store, tmpl.Layout, tmpl.Prune, tmpl.Progress = j.o.Store, j.o.Layout, nil, nil
 	if c := t.cluster(); c != nil {
 		// backupOne's and backup.Run's lines name the cluster themselves.
 		res := backupOne(ctx, j.o.Kube, *c, BackupAllOptions{Template: tmpl, DialTimeout: j.o.DialTimeout, NoEvents: j.o.NoEvents}, false, slot, j.o.Log)

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/push"
 
+	"github.com/armada/etcd-recovery/drill"
 	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
@@ -99,13 +100,13 @@ func BackupAllOutcomes(rep *fleet.BackupAllReport, kind catalog.Kind, finished t
 
 // DrillAllOutcomes are the outcomes of a drill run (a cluster without a
 // backup is not one: nothing was drilled).
-func DrillAllOutcomes(rep *fleet.DrillAllReport, finished time.Time) []DrillOutcome {
+func DrillAllOutcomes(rep *drill.Report, finished time.Time) []DrillOutcome {
 	if rep == nil {
 		return nil
 	}
 	var out []DrillOutcome
 	for _, c := range rep.Clusters {
-		if c.Result == fleet.DrillNoBackup {
+		if c.Result == drill.NoBackup {
 			continue
 		}
 		out = append(out, DrillOutcome{Cluster: c.Cluster, Finished: finished, Record: c.Record})

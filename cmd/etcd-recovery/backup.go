@@ -11,8 +11,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/armada/etcd-recovery/backup"
-	drillrun "github.com/armada/etcd-recovery/drill"
-	"github.com/armada/etcd-recovery/fleet"
+	"github.com/armada/etcd-recovery/backup/drilled"
+	"github.com/armada/etcd-recovery/drill"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/output"
@@ -43,6 +43,14 @@ type drillOpts struct {
 	drill               bool
 	share, parallel     int
 	etcdBinDir, tempDir string
+}
+
+// drillPlan is backup --drill's plan (drillOpts.plan): the share of the
+// clusters drilled per run and the drills at once (--all/--cluster), where
+// the etcd servers are and the scratch space.
+type drillPlan struct {
+	share, parallel        int
+	etcdBinDir, scratchDir string
 }
 
 func backupCommand(g *globalOpts) *cli.Command {
@@ -98,7 +106,7 @@ func runBackup(c *cli.Context, g *globalOpts, o *backupOpts) error {
 	if err := checkBackupTargets(o, many); err != nil {
 		return err
 	}
-	opts, drill, err := backupOptions(c, o, many, e.log)
+	opts, plan, err := backupOptions(c, o, many, e.log)
 	if err != nil {
 		return err
 	}
@@ -113,9 +121,9 @@ func runBackup(c *cli.Context, g *globalOpts, o *backupOpts) error {
 	}
 	defer t.cancel()
 	if many {
-		return t.overall(runBackupAll(t.ctx, e, o, opts, drill))
+		return t.overall(runBackupAll(t.ctx, e, o, opts, plan))
 	}
-	return runBackupOne(t, e, o, opts, drill)
+	return runBackupOne(t, e, o, opts, plan)
 }
 
 // checkBackupTargets is backup's first step: one cluster (--cluster-id)
@@ -146,7 +154,7 @@ func checkBackupTargets(o *backupOpts, many bool) error {
 // backupOptions is backup's second step: the flags into backup.Options
 // (kind, v2, compression, prune policy, encryption, the drill's scratch),
 // checked by ValidateTemplate, and the drill's share of the run.
-func backupOptions(c *cli.Context, o *backupOpts, many bool, log *slog.Logger) (backup.Options, *fleet.DrillShare, error) {
+func backupOptions(c *cli.Context, o *backupOpts, many bool, log *slog.Logger) (backup.Options, *drillPlan, error) {
 	opts := backup.Options{ClusterID: o.clusterID, ProbeTimeout: o.probeTimeout, Log: log}
 	var err error
 	if opts.Kind, err = catalog.ParseKind(o.kind); err != nil || opts.Kind == catalog.KindPreRestore {
@@ -184,7 +192,7 @@ func backupOptions(c *cli.Context, o *backupOpts, many bool, log *slog.Logger) (
 	if o.orphanGrace < prune.MinOrphanGrace {
 		return opts, nil, usagef("backup: --orphan-grace %s: want at least %s", o.orphanGrace, prune.MinOrphanGrace)
 	}
-	drill, err := o.drill.plan(c, many)
+	plan, err := o.drill.plan(c, many)
 	if err != nil {
 		return opts, nil, err
 	}
@@ -192,25 +200,25 @@ func backupOptions(c *cli.Context, o *backupOpts, many bool, log *slog.Logger) (
 		return opts, nil, err
 	}
 	opts.RequireEncryption = o.encryption.requireEncryption
-	if drill != nil {
+	if plan != nil {
 		// An encrypted backup's drill runs on the plaintext the backup
 		// streamed, kept under --temp-dir (else $TMPDIR) for the drill.
-		opts.ScratchDir = drill.ScratchDir
+		opts.ScratchDir = plan.scratchDir
 		// Checked before each snapshot streams (ETCD_RECOVERY_SCRATCH_LIMIT).
-		scratchDir := drill.ScratchDir
+		scratchDir := plan.scratchDir
 		opts.CheckScratch = func(dbSize int64) error { return restore.CheckDrillScratch(scratchDir, dbSize) }
 	}
 	if err := opts.ValidateTemplate(); err != nil {
 		return opts, nil, fmt.Errorf("backup: %w", err)
 	}
-	return opts, drill, nil
+	return opts, plan, nil
 }
 
 // runBackupOne is backup's last step for one cluster given by
-// --endpoints: the store, the drill after it, the backup under the
-// overall deadline, the push and the report (printed for a committed
-// backup even when the prune after it failed).
-func runBackupOne(t *runTimeout, e *env, o *backupOpts, opts backup.Options, drill *fleet.DrillShare) error {
+// --endpoints: the store, the backup under the overall deadline (and with
+// --drill the drill after it: backup/drilled), the push and the report
+// (printed for a committed backup even when the prune after it failed).
+func runBackupOne(t *runTimeout, e *env, o *backupOpts, opts backup.Options, plan *drillPlan) error {
 	log := e.log
 	var err error
 	if opts.Etcd, err = o.etcd.config(); err != nil {
@@ -221,32 +229,39 @@ func runBackupOne(t *runTimeout, e *env, o *backupOpts, opts backup.Options, dri
 		return err
 	}
 	opts.Store, opts.Layout = store, layout
-	if drill != nil {
+	prog := output.NewProgress(fmt.Sprintf("backup %s", opts.ClusterID))
+	opts.Progress = prog.Update
+	var (
+		res    *backup.Result
+		dr     *drilled.Result
+		report interface{ Tables() []output.Table }
+	)
+	if plan != nil {
 		// The drill's source is the cluster backed up: the same endpoints
 		// and client TLS, so that it can ask the member for HashKV at the
 		// snapshot's revision.
 		src := opts.Etcd
-		opts.Drill = func(ctx context.Context, m *catalog.Manifest, plaintext string) (*catalog.DrillRecord, error) {
+		dr, err = drilled.Run(t.ctx, opts, func(ctx context.Context, m *catalog.Manifest, plaintext string) (*catalog.DrillRecord, error) {
 			log.Info("restore drill of the new backup", "cluster", m.ClusterID, "backup", m.Name, "local_plaintext", plaintext != "")
-			return drillrun.Run(ctx, fleet.NewBackupDrillOptions(m, plaintext, store, layout, src, *drill, log))
+			return drill.Run(ctx, drill.ForBackup(m, plaintext, store, layout, src, plan.etcdBinDir, plan.scratchDir, log))
+		})
+		if dr != nil {
+			res, report = dr.Result, drilled.NewReport(dr)
+		}
+	} else {
+		res, err = backup.Run(t.ctx, opts)
+		if res != nil {
+			report = backup.NewReport(res)
 		}
 	}
-	prog := output.NewProgress(fmt.Sprintf("backup %s", opts.ClusterID))
-	opts.Progress = prog.Update
-	res, err := backup.Run(t.ctx, opts)
 	err = t.overall(err)
 	prog.Done()
-	pushBackupRun(e, o.pushgateway, o.kube.namespace, opts, res) // --pushgateway (serve.go); a failed push is only logged
+	pushBackupRun(e, o.pushgateway, o.kube.namespace, opts, res, dr) // --pushgateway (serve.go); a failed push is only logged
 	if res == nil {
 		return err
 	}
 	// A committed backup is printed even when the prune after it failed.
-	var outcome *backup.DrillOutcome
-	if drill != nil {
-		outcome = fleet.BackupDrillOutcome(res)
-	}
-	rep := backup.NewReport(res, outcome)
-	if rerr := e.renderAll(rep.Tables(), rep); rerr != nil {
+	if rerr := e.renderAll(report.Tables(), report); rerr != nil {
 		return rerr
 	}
 	return err
@@ -254,7 +269,7 @@ func runBackupOne(t *runTimeout, e *env, o *backupOpts, opts backup.Options, dri
 
 // plan reads --drill and its flags (nil without --drill). Bad values are
 // usage errors (exit 4), found before anything is contacted.
-func (o *drillOpts) plan(c *cli.Context, all bool) (*fleet.DrillShare, error) {
+func (o *drillOpts) plan(c *cli.Context, all bool) (*drillPlan, error) {
 	if !o.drill {
 		for _, f := range []string{"drill-share", "drill-parallel", "etcd-bin-dir"} {
 			if c.IsSet(f) && (f != "etcd-bin-dir" || !envSet("ETCD_RECOVERY_ETCD_BIN_DIR")) {
@@ -263,16 +278,16 @@ func (o *drillOpts) plan(c *cli.Context, all bool) (*fleet.DrillShare, error) {
 		}
 		return nil, nil
 	}
-	p := &fleet.DrillShare{Share: o.share, Parallel: o.parallel, EtcdBinDir: o.etcdBinDir, ScratchDir: o.tempDir}
+	p := &drillPlan{share: o.share, parallel: o.parallel, etcdBinDir: o.etcdBinDir, scratchDir: o.tempDir}
 	switch {
-	case p.Share < 1:
-		return nil, usagef("backup: --drill-share %d: want at least 1 (1 drills every cluster)", p.Share)
-	case p.Parallel < 1:
-		return nil, usagef("backup: --drill-parallel %d: want at least 1", p.Parallel)
+	case p.share < 1:
+		return nil, usagef("backup: --drill-share %d: want at least 1 (1 drills every cluster)", p.share)
+	case p.parallel < 1:
+		return nil, usagef("backup: --drill-parallel %d: want at least 1", p.parallel)
 	case !all && (c.IsSet("drill-share") || c.IsSet("drill-parallel")):
 		return nil, usagef("backup: --drill-share and --drill-parallel are for --all/--cluster; one cluster's backup is always drilled with --drill")
 	}
-	for _, d := range []struct{ flag, dir string }{{"etcd-bin-dir", p.EtcdBinDir}, {"temp-dir", p.ScratchDir}} {
+	for _, d := range []struct{ flag, dir string }{{"etcd-bin-dir", p.etcdBinDir}, {"temp-dir", p.scratchDir}} {
 		if d.dir == "" {
 			continue
 		}
@@ -287,40 +302,3 @@ func (o *drillOpts) plan(c *cli.Context, all bool) (*fleet.DrillShare, error) {
 }
 
 func envSet(name string) bool { _, ok := os.LookupEnv(name); return ok }
-
-// runBackupAll backs up EtcdClusters found through the Kubernetes API.
-func runBackupAll(ctx context.Context, e *env, o *backupOpts, tmpl backup.Options, drill *fleet.DrillShare) error {
-	k, err := e.kube(&o.kube)
-	if err != nil {
-		return err
-	}
-	store, layout, err := e.openStore(&o.store, k)
-	if err != nil {
-		return err
-	}
-	tmpl.Store, tmpl.Layout = store, layout
-	// backup --all --prune also handles the namespace's orphans (report
-	// only unless the namespace owns the prefix: see prune --orphans).
-	var orphans *fleet.OrphanOptions
-	if tmpl.Prune != nil && o.all {
-		orphans = &fleet.OrphanOptions{Grace: o.orphanGrace}
-	}
-	rep, err := fleet.BackupAll(ctx, fleet.BackupAllOptions{
-		Kube:        k,
-		Names:       o.clusters.Value(),
-		Parallel:    o.parallel,
-		Template:    tmpl,
-		DialTimeout: o.etcd.dialTimeout,
-		NoEvents:    o.noEvents,
-		Log:         tmpl.Log,
-		Drill:       drill,
-		Orphans:     orphans,
-	})
-	pushBackupAll(e, o.pushgateway, o.kube.namespace, tmpl.Kind, rep) // --pushgateway (serve.go); a failed push is only logged
-	if rep != nil && rep.Clusters != nil {
-		if rerr := e.renderAll(rep.Tables(), rep); rerr != nil {
-			return rerr
-		}
-	}
-	return err
-}

@@ -6,7 +6,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/armada/etcd-recovery/drill"
-	"github.com/armada/etcd-recovery/fleet"
 )
 
 // drillCmdOpts are drill's flags.
@@ -100,39 +99,19 @@ func runDrill(c *cli.Context, g *globalOpts, o *drillCmdOpts) error {
 		}
 		tmpl.Source = o.etcd.configFor(o.etcd.endpoints.Value())
 	}
+	if all {
+		return runDrillAll(e, o, tmpl, parallel, kubeForm)
+	}
 	// The options as the drill of --cluster-id sees them.
 	one := tmpl
 	one.ClusterID, one.Backup = id, o.backup
-	opts := fleet.DrillAllOptions{Template: tmpl, Parallel: parallel, DialTimeout: o.etcd.dialTimeout, Log: log}
-	if all {
-		// The --all form, checked as given (a --cluster-id or --backup
-		// with it is a mistake the package names).
-		given := opts
-		given.Template = one
-		if err := given.Validate(); err != nil {
-			return err
-		}
-	} else if err := one.Validate(); err != nil {
+	if err := one.Validate(); err != nil {
 		return usagef("drill: %w", err)
 	}
-	if kubeForm {
-		k, err := e.kube(&o.kube)
-		if err != nil {
-			return err
-		}
-		if opts.Template.Store, opts.Template.Layout, err = e.openStore(&o.store, k); err != nil {
-			return err
-		}
-		opts.Kube = k
-	} else if opts.Template.Store, opts.Template.Layout, err = e.openStore(&o.store, nil); err != nil {
+	if one.Store, one.Layout, err = e.openStore(&o.store, nil); err != nil {
 		return err
 	}
-	var rep *fleet.DrillAllReport
-	if all {
-		rep, err = fleet.DrillAll(e.ctx(), opts)
-	} else {
-		rep, err = fleet.DrillOne(e.ctx(), opts, id, o.backup)
-	}
+	rep, err := drill.RunNewest(e.ctx(), one)
 	pushDrills(e, o.pushgateway, o.kube.namespace, rep) // --pushgateway (serve.go); a failed push is only logged
 	if rep != nil && (len(rep.Clusters) > 0 || err == nil) {
 		if rerr := e.render(rep.Table(), rep); rerr != nil {

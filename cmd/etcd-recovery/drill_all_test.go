@@ -143,7 +143,7 @@ func TestCLIDrillAll(t *testing.T) {
 		strings.Join(rep.Failed, ",") != broken || strings.Join(rep.NoBackup, ",") != none {
 		t.Fatalf("report: parallel %d prefix %q failed %v noBackup %v, %d clusters\n%s", rep.Parallel, rep.Prefix, rep.Failed, rep.NoBackup, len(rep.Clusters), out)
 	}
-	byID := map[string]fleet.DrillResult{}
+	byID := map[string]drill.Result{}
 	for i, c := range rep.Clusters {
 		if want := []string{good35, good36, broken, none}[i]; c.Cluster != want {
 			t.Errorf("cluster %d is %s, want %s (sorted)", i, c.Cluster, want)
@@ -255,7 +255,7 @@ func TestCLIDrillAll(t *testing.T) {
 
 // maxOverlap is the largest number of drill records whose [StartedAt,
 // FinishedAt] intervals overlap.
-func maxOverlap(cs []fleet.DrillResult) int {
+func maxOverlap(cs []drill.Result) int {
 	type ev struct {
 		at time.Time
 		d  int

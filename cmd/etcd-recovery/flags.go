@@ -125,17 +125,28 @@ func requirePositive(command string, flags ...positive) error {
 	return nil
 }
 
-// storeOpts configure the object store (env.openStore). Secrets have no
-// flags: they come from the environment or a mounted directory, never
-// argv.
+// storeOpts configure the object store (env.openStore). Where the store
+// is comes either from --store (a store URL: the backend by its scheme,
+// store.ParseURL) or from the COS flags (--bucket, --prefix,
+// --cos-endpoint, --cos-region, --cos-ca-file), which are written as the
+// same URL: one path opens every store. Secrets have no flags: they come
+// from the environment or a mounted directory, never argv (and never the
+// URL).
 type storeOpts struct {
+	url                                                               string
 	endpoint, region, bucket, prefix, credsDir, caFile, minThroughput string
 	maxRetries                                                        int
 	stallTimeout                                                      time.Duration
 }
 
+// envStore is --store's environment variable.
+const envStore = "ETCD_RECOVERY_STORE"
+
 func (o *storeOpts) flags() []cli.Flag {
 	return []cli.Flag{
+		&cli.StringFlag{Name: "store", EnvVars: []string{envStore}, Destination: &o.url,
+			Usage: "the object store as a URL, SCHEME://BUCKET[/PREFIX][?endpoint=URL&region=R&ca-file=PATH] (cos:// or s3://): " +
+				"instead of --bucket, --prefix, --cos-endpoint, --cos-region and --cos-ca-file; never with credentials in it"},
 		&cli.StringFlag{Name: "cos-endpoint", EnvVars: []string{"COS_ENDPOINT"}, Usage: "COS (S3) endpoint URL", Destination: &o.endpoint},
 		&cli.StringFlag{Name: "cos-region", EnvVars: []string{"COS_REGION"}, Value: "us-standard", Usage: "COS region / location constraint", Destination: &o.region},
 		&cli.StringFlag{Name: "bucket", EnvVars: []string{"COS_BUCKET"}, Usage: "bucket holding the backups", Destination: &o.bucket},
@@ -150,22 +161,96 @@ func (o *storeOpts) flags() []cli.Flag {
 	}
 }
 
-// location is "bucket/prefix" as inspect shows it.
-func (o *storeOpts) location(layout catalog.Layout) string {
-	return strings.TrimRight(o.bucket+"/"+strings.Trim(layout.Prefix, "/"), "/")
+// locationFlags are the flags --store replaces: each one is a part of the
+// store URL (storeOpts.location).
+var locationFlags = []struct{ flag, env string }{
+	{"bucket", "COS_BUCKET"}, {"prefix", "COS_PREFIX"}, {"cos-endpoint", "COS_ENDPOINT"}, {"cos-region", "COS_REGION"}, {"cos-ca-file", "COS_CA_FILE"},
 }
 
-// validateCOSEndpoint accepts http(s)://host[:port] (an optional trailing
+// cosKind is the backend the COS flags configure: the scheme of the URL
+// they are written as.
+const cosKind = "cos"
+
+// configured reports whether a store is given (--store, or --bucket):
+// inspect and serve run without one.
+func (o *storeOpts) configured() bool { return o.url != "" || o.bucket != "" }
+
+// location is the store's location, checked (usage errors: exit 4): the
+// URL of --store, or the COS flags written as a URL, parsed by
+// store.ParseURL either way. --store with any flag it replaces is a usage
+// error naming both: which one was meant cannot be told.
+func (o *storeOpts) location(c *cli.Context) (string, store.Config, error) {
+	raw, flag := o.url, "--store"
+	if raw != "" {
+		for _, f := range locationFlags {
+			// An empty variable is no value (a manifest's COS_PREFIX: "").
+			if c.IsSet(f.flag) && c.String(f.flag) != "" {
+				return "", store.Config{}, usagef("--store (%s) and --%s (%s): --store names the bucket, prefix, endpoint, region and CA file; "+
+					"give the store one way or the other", envStore, f.flag, f.env)
+			}
+		}
+	} else {
+		if strings.ContainsAny(o.bucket, "/:?#@%") {
+			// It would move into the URL's prefix, port or query: refused
+			// rather than read back as another location.
+			return "", store.Config{}, usagef("--bucket %q: not a bucket name (no \"/\", \":\", \"?\", \"#\", \"@\" or \"%%\")", o.bucket)
+		}
+		raw, flag = store.Config{Kind: cosKind, Bucket: o.bucket, Prefix: o.prefix, Endpoint: o.endpoint, Region: o.region, CAFile: o.caFile}.URL(), ""
+	}
+	cfg, err := store.ParseURL(raw)
+	switch {
+	case err != nil && flag != "":
+		return "", store.Config{}, usagef("%s: %v", flag, err)
+	case err != nil:
+		// The flags' own values: name them, not a URL the user never
+		// wrote.
+		return "", store.Config{}, usagef("--bucket %q, --prefix %q: %v", o.bucket, o.prefix, err)
+	}
+	// A prefix that writes keys the store cannot list back, or an endpoint
+	// that is not a URL, is a usage error naming the flag and the value.
+	prefixFlag, endpointFlag := "--prefix", "--cos-endpoint"
+	if flag != "" {
+		prefixFlag, endpointFlag = "--store's prefix", "--store's endpoint="
+	}
+	if _, err := catalog.ValidatePrefix(cfg.Prefix); err != nil {
+		return "", store.Config{}, usagef("%s: %v", prefixFlag, err)
+	}
+	if err := validateEndpoint(endpointFlag, cfg.Endpoint); err != nil {
+		return "", store.Config{}, asUsage(err)
+	}
+	return raw, cfg, nil
+}
+
+// given is the store's bucket and endpoint as given, before openStore
+// checks the rest (restore --via etcd-operator tells the operator both):
+// --store's (its errors returned), else the flags' as they are.
+func (o *storeOpts) given(c *cli.Context) (store.Config, error) {
+	if o.url == "" {
+		return store.Config{Bucket: o.bucket, Endpoint: o.endpoint}, nil
+	}
+	_, cfg, err := o.location(c)
+	return cfg, err
+}
+
+// where is "bucket/prefix" as inspect shows it, once openStore has
+// opened the store (its location checked).
+func (o *storeOpts) where(c *cli.Context, layout catalog.Layout) string {
+	_, cfg, _ := o.location(c)
+	return strings.TrimRight(cfg.Bucket+"/"+strings.Trim(layout.Prefix, "/"), "/")
+}
+
+// validateEndpoint accepts http(s)://host[:port] (an optional trailing
 // slash) or a bare host[:port], which the store reaches over https.
 // Anything else (another scheme, a path, user info, spaces) is refused with
-// the value named. The empty endpoint is left to the store's own check,
-// which names the flag and the variable.
-func validateCOSEndpoint(ep string) error {
+// the value named, after flag (--cos-endpoint, or --store's endpoint=).
+// The empty endpoint is left to the store's own check, which names the
+// flag and the variable.
+func validateEndpoint(flag, ep string) error {
 	if ep == "" {
 		return nil
 	}
 	bad := func(why string) error {
-		return fmt.Errorf("--cos-endpoint %q: %s: want https://host[:port] (http:// only for local test servers)", etcdconn.RedactUserInfo(ep), why)
+		return fmt.Errorf("%s %q: %s: want https://host[:port] (http:// only for local test servers)", flag, etcdconn.RedactUserInfo(ep), why)
 	}
 	raw := ep
 	if scheme, _, ok := strings.Cut(ep, "://"); ok {
@@ -187,7 +272,7 @@ func validateCOSEndpoint(ep string) error {
 	case u.User != nil:
 		return bad("user info is not allowed (credentials come from --cos-credentials-dir or the environment)")
 	case u.Path != "" && u.Path != "/":
-		return bad("a path is not allowed (the bucket is --bucket, the key prefix --prefix)")
+		return bad("a path is not allowed (the bucket and the key prefix are the store's: --bucket and --prefix, or --store)")
 	case u.RawQuery != "" || u.Fragment != "" || strings.ContainsAny(ep, "?#"):
 		return bad("a query or fragment is not allowed")
 	}

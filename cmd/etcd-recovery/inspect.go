@@ -111,8 +111,9 @@ func runInspect(c *cli.Context, g *globalOpts, o *inspectOpts) error {
 	if opts.Etcd, err = o.etcd.config(); err != nil {
 		return err
 	}
-	// The object store is optional: backup freshness is checked with --bucket.
-	if o.store.bucket != "" {
+	// The object store is optional: backup freshness is checked with
+	// --bucket (or --store).
+	if o.store.configured() {
 		opts.ClusterID = o.clusterID
 		if opts.ClusterID == "" {
 			return usagef("inspect: --bucket needs --cluster-id to check the cluster's backups")
@@ -124,7 +125,7 @@ func runInspect(c *cli.Context, g *globalOpts, o *inspectOpts) error {
 		if opts.Store, opts.Layout, err = e.openStore(&o.store, nil); err != nil {
 			return err
 		}
-		opts.Location = o.store.location(opts.Layout)
+		opts.Location = o.store.where(e.c, opts.Layout)
 	}
 	rep, err := inspect.Run(e.ctx(), opts)
 	if err != nil {
@@ -157,12 +158,13 @@ func runInspectKube(e *env, o *inspectOpts, tmpl inspect.Options) error {
 	if err != nil {
 		return err
 	}
-	// The object store is optional, as for one cluster: with --bucket.
-	if o.store.bucket != "" {
+	// The object store is optional, as for one cluster: with --bucket (or
+	// --store).
+	if o.store.configured() {
 		if tmpl.Store, tmpl.Layout, err = e.openStore(&o.store, k); err != nil {
 			return err
 		}
-		tmpl.Location = o.store.location(tmpl.Layout)
+		tmpl.Location = o.store.where(e.c, tmpl.Layout)
 	}
 	opts := fleet.InspectAllOptions{Kube: k, Parallel: o.parallel, Template: tmpl, DialTimeout: o.etcd.dialTimeout,
 		Orphans: cluster == "", OrphanGrace: o.orphanGrace}

@@ -16,6 +16,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/armada/etcd-recovery/drill"
 	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
@@ -419,7 +420,7 @@ func (w *proofWorld) forgeWhere(tb testing.TB, ctx context.Context, match func(j
 }
 
 // drillJSON runs drill -o json and returns its one cluster's result.
-func (w *proofWorld) drill(tb testing.TB, ctx context.Context, extra ...string) (int, fleet.DrillResult, string) {
+func (w *proofWorld) drill(tb testing.TB, ctx context.Context, extra ...string) (int, drill.Result, string) {
 	tb.Helper()
 	code, out, errOut := runCtx(tb, ctx, concatArgs([]string{"drill", "--cluster-id", w.id, "--etcd-bin-dir", testenv.DrillBinDir(tb, testenv.V35),
 		"--temp-dir", tb.TempDir(), "-o", "json"}, extra, clusterArgs(w.etcd), w.cos)...)

@@ -428,9 +428,13 @@ func runRestoreViaOperator(e *env, o *restoreOpts, ids *seal.Identities, rs seal
 		positive{"verify-timeout", o.verifyTimeout}, positive{"probe-timeout", o.probeTimeout}); err != nil {
 		return err
 	}
+	loc, err := o.store.given(e.c)
+	if err != nil {
+		return err
+	}
 	opts := kube.OperatorRestoreOptions{
 		Cluster: name, Backup: o.backup,
-		Bucket: o.store.bucket, Endpoint: o.store.endpoint, AWSSecret: o.awsSecret,
+		Bucket: loc.Bucket, Endpoint: loc.Endpoint, AWSSecret: o.awsSecret,
 		ForcePathStyle: o.forcePathStyle, NoLive: o.noLive,
 		ProbeTimeout: o.probeTimeout, DialTimeout: o.etcd.dialTimeout,
 		Timeout: o.waitTimeout, VerifyTimeout: o.verifyTimeout,

@@ -12,6 +12,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/backup/drilled"
+	"github.com/armada/etcd-recovery/drill"
 	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/prune"
@@ -98,7 +100,7 @@ func runServe(c *cli.Context, g *globalOpts, o *serveOpts) error {
 	if o.identityFile != "" {
 		opts.Identities = func() (*seal.Identities, error) { return loadIdentity(c, o.identityFile) }
 	}
-	if o.store.bucket != "" {
+	if o.store.configured() {
 		if opts.Store, opts.Layout, err = e.openStore(&o.store, k); err != nil {
 			return err
 		}
@@ -113,7 +115,7 @@ func runServe(c *cli.Context, g *globalOpts, o *serveOpts) error {
 	}
 	srv := &http.Server{Handler: exp.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
 		WriteTimeout: 60 * time.Second, IdleTimeout: 2 * time.Minute}
-	log.Info("serving metrics", "listen", ln.Addr().String(), "namespace", k.Namespace, "bucket", o.store.bucket,
+	log.Info("serving metrics", "listen", ln.Addr().String(), "namespace", k.Namespace, "store", o.store.where(c, opts.Layout),
 		"interval", opts.Interval, "refresh_timeout", opts.Deadline)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -151,16 +153,17 @@ func pushgatewayFlag(dest *string) cli.Flag {
 }
 
 // pushBackupRun pushes a single-cluster backup's outcome (res nil: it
-// failed) when --pushgateway (url) is set.
-func pushBackupRun(e *env, url, namespace string, opts backup.Options, res *backup.Result) {
+// failed) and that of its drill (dr, with --drill) when --pushgateway
+// (url) is set.
+func pushBackupRun(e *env, url, namespace string, opts backup.Options, res *backup.Result, dr *drilled.Result) {
 	if url == "" {
 		return
 	}
 	o := metrics.BackupOutcome{Cluster: opts.ClusterID, Kind: opts.Kind, Finished: time.Now()}
 	if res != nil {
 		o.Manifest = res.Manifest
-		if res.Drill != nil || res.DrillErr != nil {
-			o.Drill = &metrics.DrillOutcome{Cluster: opts.ClusterID, Finished: o.Finished, Record: res.Drill}
+		if dr != nil && (dr.Drill != nil || dr.DrillErr != nil) {
+			o.Drill = &metrics.DrillOutcome{Cluster: opts.ClusterID, Finished: o.Finished, Record: dr.Drill}
 		}
 	}
 	pushOutcome(e, url, namespace, "backup", func(ctx context.Context, po metrics.PushOptions) error {
@@ -179,7 +182,7 @@ func pushBackupAll(e *env, url, namespace string, kind catalog.Kind, rep *fleet.
 }
 
 // pushDrills pushes a drill run's outcomes.
-func pushDrills(e *env, url, namespace string, rep *fleet.DrillAllReport) {
+func pushDrills(e *env, url, namespace string, rep *drill.Report) {
 	if url == "" || rep == nil {
 		return
 	}

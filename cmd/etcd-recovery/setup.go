@@ -23,7 +23,7 @@ import (
 // Action starts with newEnv, which builds the logger and the output
 // format, then asks the env for what it needs, in the order its checks
 // require (the options are validated before anything is contacted):
-// the object store and its layout (openStore, through store.Open), the
+// the object store and its layout (openStore, through store.OpenURL), the
 // Kubernetes client (kube) and the --timeout context (withTimeout). Stray
 // arguments are refused before any Action (noStrayArgs), and a failed
 // step is named by stepOf.
@@ -74,37 +74,25 @@ func (e *env) kube(o *kubeOpts) (*kube.Client, error) {
 	return k, nil
 }
 
-// storeKind is the backend the CLI's store flags configure.
-const storeKind = "cos"
-
-// openStore validates the store flags and opens the object store
-// (store.Open) and its layout. With k, the namespace's credentials secret
+// openStore opens the object store (store.OpenURL) of --store, or of the
+// COS flags written as the same URL (storeOpts.location), and its layout.
+// The flags are checked first. With k, the namespace's credentials secret
 // (read through the API) is the fallback when none are mounted or in the
 // environment; an error reading it is returned as it is, every other
 // error is a usage error (exit 4).
 func (e *env) openStore(o *storeOpts, k *kube.Client) (store.Store, catalog.Layout, error) {
-	// Input is validated before anything happens: a prefix that writes
-	// keys the store cannot list back, or an endpoint that is not a URL,
-	// is a usage error naming the flag and the value.
-	prefix, err := catalog.ValidatePrefix(o.prefix)
+	raw, loc, err := o.location(e.c)
 	if err != nil {
-		return nil, catalog.Layout{}, usagef("--prefix: %v", err)
+		return nil, catalog.Layout{}, err
 	}
-	if err := validateCOSEndpoint(o.endpoint); err != nil {
-		return nil, catalog.Layout{}, asUsage(err)
-	}
+	prefix, _ := catalog.ValidatePrefix(loc.Prefix) // checked by location
 	if o.maxRetries < 0 {
 		return nil, catalog.Layout{}, usagef("--cos-max-retries %d: want 0 or more", o.maxRetries)
 	}
 	if o.stallTimeout <= 0 {
 		return nil, catalog.Layout{}, usagef("--cos-stall-timeout %v: must be positive", o.stallTimeout)
 	}
-	cfg := store.Config{
-		Kind:           storeKind,
-		Endpoint:       o.endpoint,
-		Region:         o.region,
-		Bucket:         o.bucket,
-		CAFile:         o.caFile,
+	settings := store.Config{
 		CredentialsDir: o.credsDir,
 		Getenv:         os.Getenv,
 		MaxRetries:     o.maxRetries,
@@ -113,7 +101,7 @@ func (e *env) openStore(o *storeOpts, k *kube.Client) (store.Store, catalog.Layo
 	}
 	var secretErr error
 	if k != nil {
-		cfg.FallbackCredentials = func(ctx context.Context) (*store.SecretFiles, error) {
+		settings.FallbackCredentials = func(ctx context.Context) (*store.SecretFiles, error) {
 			sec, err := k.COSCredentials(ctx, "")
 			if err != nil {
 				secretErr = err
@@ -122,7 +110,7 @@ func (e *env) openStore(o *storeOpts, k *kube.Client) (store.Store, catalog.Layo
 			return &store.SecretFiles{Source: sec.Source(), Files: sec.Data}, nil
 		}
 	}
-	st, err := store.Open(e.ctx(), cfg)
+	st, err := store.OpenURL(e.ctx(), raw, settings)
 	switch {
 	case err != nil && secretErr != nil:
 		return nil, catalog.Layout{}, err

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 )
@@ -26,6 +27,21 @@ const (
 type Retention struct {
 	Mode  LockMode
 	Until time.Time
+}
+
+// Check refuses a retention a backend cannot set: a mode other than
+// governance or compliance, or no retain-until time. Its error is
+// permanent: the same request would fail again. Every backend with Locker
+// checks with it, so that they refuse the same retentions in the same
+// words.
+func (r Retention) Check() error {
+	if r.Mode != LockGovernance && r.Mode != LockCompliance {
+		return Permanent(fmt.Errorf("invalid retention mode %q (want %s or %s)", r.Mode, LockGovernance, LockCompliance))
+	}
+	if r.Until.IsZero() {
+		return Permanent(errors.New("a retention needs a retain-until time"))
+	}
+	return nil
 }
 
 // Locked reports whether the retention still holds at now.

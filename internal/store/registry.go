@@ -10,11 +10,12 @@ import (
 )
 
 // Opening a store by kind (the registry). A backend registers a Factory
-// under its kind from an init function of its own (register.go in its
-// package); a program links the backends it wants with a blank import
-// (internal/store/all links the production ones) and opens a store with
-// Open. Nothing but the backend and that import names a backend: callers
-// see Config and Store.
+// under its kind, which is also its URL scheme (url.go), from an init
+// function of its own (register.go in its package); a program links the
+// backends it wants with a blank import (internal/store/all links the
+// production ones) and opens a store with OpenURL (or Open, from a
+// Config). Nothing but the backend and that import names a backend:
+// callers see a URL, Config and Store.
 
 // Defaults of the neutral Config, shared by every backend that has the
 // setting (and shown by the CLI's flags).
@@ -36,11 +37,14 @@ const (
 // them from CredentialsDir (a mounted secret) or the environment (Getenv),
 // and only when neither holds any, from FallbackCredentials.
 type Config struct {
-	Kind     string // the backend: "cos", "mem", ... (Kinds lists those linked in)
+	Kind     string // the backend: "cos", "s3", "mem", ... (Kinds lists those linked in); a URL's scheme
 	Endpoint string // the service's URL (https://host[:port]; http:// only for local test servers)
 	Region   string // region or location constraint ("": the backend's default)
-	Bucket   string // the bucket (or container) holding the backups
+	Bucket   string // the bucket (or container) holding the backups; a URL's host
 	CAFile   string // an extra CA bundle for the endpoint; the system roots are trusted too
+	// Prefix is the key prefix inside the bucket (a URL's path). Backends
+	// ignore it: the caller lays its keys out under it (catalog.Layout).
+	Prefix string
 
 	// CredentialsDir is a mounted credentials secret ("": none).
 	CredentialsDir string

@@ -112,10 +112,10 @@ const (
 // New builds a Store. It does not contact the endpoint; Check does.
 func New(cfg Config) (*Store, error) {
 	if cfg.Endpoint == "" {
-		return nil, errors.New("cos: no endpoint (--cos-endpoint or COS_ENDPOINT)")
+		return nil, errors.New("cos: no endpoint (--cos-endpoint or COS_ENDPOINT; in a store URL, endpoint=)")
 	}
 	if cfg.Bucket == "" {
-		return nil, errors.New("cos: no bucket (--bucket or COS_BUCKET)")
+		return nil, errors.New("cos: no bucket (--bucket or COS_BUCKET; in a store URL, its host)")
 	}
 	if !strings.HasPrefix(cfg.Endpoint, "https://") && !strings.HasPrefix(cfg.Endpoint, "http://") {
 		cfg.Endpoint = "https://" + cfg.Endpoint
@@ -358,7 +358,7 @@ func (s *Store) PutIfAbsent(ctx context.Context, key string, r io.Reader) (int64
 // CreateMultipartUpload), returning the version id the bucket gave.
 func (s *Store) PutWith(ctx context.Context, key string, r io.Reader, opts store.PutOptions) (store.PutResult, error) {
 	if opts.Retention != nil {
-		if err := checkRetention(*opts.Retention); err != nil {
+		if err := opts.Retention.Check(); err != nil {
 			return store.PutResult{}, &Error{Backend: backend, Op: "put", Key: key, Err: err}
 		}
 	}

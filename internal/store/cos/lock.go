@@ -5,7 +5,6 @@ import (
 	"crypto/md5"
 	"encoding/base64"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"sort"
@@ -52,16 +51,6 @@ func setContentMD5(r *request.Request) {
 	r.HTTPRequest.Header.Set("Content-Md5", base64.StdEncoding.EncodeToString(h.Sum(nil)))
 }
 
-func checkRetention(r store.Retention) error {
-	if r.Mode != store.LockGovernance && r.Mode != store.LockCompliance {
-		return store.Permanent(fmt.Errorf("invalid retention mode %q (want %s or %s)", r.Mode, store.LockGovernance, store.LockCompliance))
-	}
-	if r.Until.IsZero() {
-		return store.Permanent(errors.New("a retention needs a retain-until time"))
-	}
-	return nil
-}
-
 // LockConfig implements store.Locker (GetObjectLockConfiguration; a bucket
 // without one is LockInfo{}).
 func (s *Store) LockConfig(ctx context.Context) (store.LockInfo, error) {
@@ -99,7 +88,7 @@ func optVersion(id string) *string {
 // SetRetention implements store.Locker (PutObjectRetention).
 func (s *Store) SetRetention(ctx context.Context, key, versionID string, r store.Retention) error {
 	const op = "put retention"
-	if err := checkRetention(r); err != nil {
+	if err := r.Check(); err != nil {
 		return &Error{Backend: backend, Op: op, Key: key, Err: err}
 	}
 	wctx, wd, stop := s.watch(ctx, op, key)

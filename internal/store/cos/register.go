@@ -10,10 +10,19 @@ import (
 	"github.com/armada/etcd-recovery/internal/store"
 )
 
-// Kind is the kind this backend registers under (store.Open).
+// Kind is the kind this backend registers under (store.Open), and the
+// scheme of its store URLs (cos://bucket/prefix?endpoint=...).
 const Kind = "cos"
 
-func init() { store.Register(Kind, open) }
+// KindS3 is the same backend under the scheme S3 users write
+// (s3://bucket/prefix?endpoint=...): COS speaks the S3 API, and so does
+// every store this backend is tested against (MinIO).
+const KindS3 = "s3"
+
+func init() {
+	store.Register(Kind, open)
+	store.Register(KindS3, open)
+}
 
 // open is the store.Factory of COS: the credentials first (the mounted
 // directory, else the environment, else cfg.FallbackCredentials), then

@@ -63,3 +63,48 @@ func TestOpenCOS(t *testing.T) {
 		t.Errorf("Open with a bad minimum throughput: %v", err)
 	}
 }
+
+// A store URL opens a real MinIO bucket, under both schemes of this
+// backend: the location from the URL, the credentials from the
+// environment (never the URL). What one writes under the URL's prefix the
+// other reads.
+func TestOpenURLMinIO(t *testing.T) {
+	t.Parallel()
+	m := sharedMinIO(t)
+	bucket := m.NewBucket(t)
+	ctx := testCtx(t)
+	env := map[string]string{cos.EnvAccessKeyID: m.AccessKey, cos.EnvSecretAccessKey: m.SecretKey}
+	settings := store.Config{Getenv: func(k string) string { return env[k] }, MinThroughput: "off"}
+	loc := store.Config{Kind: cos.Kind, Bucket: bucket, Prefix: "etcd/prod", Endpoint: m.Endpoint, Region: m.Region, CAFile: m.CAFile}
+	raw := loc.URL()
+	if !strings.HasPrefix(raw, "cos://"+bucket+"/etcd/prod?") {
+		t.Fatalf("URL %q", raw)
+	}
+	w, err := store.OpenURL(ctx, raw, settings)
+	if err != nil {
+		t.Fatalf("OpenURL(%q): %v", raw, err)
+	}
+	if _, ok := w.(*cos.Store); !ok {
+		t.Fatalf("OpenURL(%q): %T, want a *cos.Store", raw, w)
+	}
+	if err := w.(store.Checker).Check(ctx); err != nil {
+		t.Fatalf("Check through the URL: %v", err)
+	}
+	if _, err := w.Put(ctx, loc.Prefix+"/hello", strings.NewReader("hello")); err != nil {
+		t.Fatal(err)
+	}
+	loc.Kind = cos.KindS3
+	r, err := store.OpenURL(ctx, loc.URL(), settings)
+	if err != nil {
+		t.Fatalf("OpenURL(%q): %v", loc.URL(), err)
+	}
+	objs, err := r.List(ctx, loc.Prefix+"/")
+	if err != nil || len(objs) != 1 || objs[0].Key != "etcd/prod/hello" {
+		t.Fatalf("List through the s3:// URL: %v, %v; want etcd/prod/hello", objs, err)
+	}
+	// The credentials never come from the URL: none in the environment
+	// is the backend's error, whatever the URL says.
+	if _, err := store.OpenURL(ctx, raw, store.Config{}); err == nil {
+		t.Error("OpenURL without credentials succeeded")
+	}
+}

@@ -180,7 +180,7 @@ func (s *Store) PutWith(ctx context.Context, key string, r io.Reader, opts store
 		if !lock.Enabled {
 			return store.PutResult{}, fail("put", key, store.Permanent(errors.New("a retention was asked for, but the bucket has no object lock")))
 		}
-		if err := checkRetention(*opts.Retention); err != nil {
+		if err := opts.Retention.Check(); err != nil {
 			return store.PutResult{}, fail("put", key, err)
 		}
 	}
@@ -228,16 +228,6 @@ func (s *Store) PutWith(ctx context.Context, key string, r io.Reader, opts store
 		res.VersionID = o.id
 	}
 	return res, nil
-}
-
-func checkRetention(r store.Retention) error {
-	if r.Mode != store.LockGovernance && r.Mode != store.LockCompliance {
-		return store.Permanent(fmt.Errorf("invalid retention mode %q", r.Mode))
-	}
-	if r.Until.IsZero() {
-		return store.Permanent(errors.New("a retention needs a retain-until time"))
-	}
-	return nil
 }
 
 // begin registers an upload for a Put in progress.

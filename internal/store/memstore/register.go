@@ -7,7 +7,8 @@ import (
 	"github.com/armada/etcd-recovery/internal/store"
 )
 
-// Kind is the kind this backend registers under (store.Open). Only
+// Kind is the kind this backend registers under (store.Open), and the
+// scheme of its store URLs (mem://bucket/prefix). Only
 // programs that import memstore have it: tests (the binary links the
 // production backends only, internal/store/all).
 const Kind = "mem"

@@ -42,7 +42,7 @@ func (s *Store) SetRetention(ctx context.Context, key, versionID string, r store
 	if err := ctx.Err(); err != nil {
 		return fail(op, key, err)
 	}
-	if err := checkRetention(r); err != nil {
+	if err := r.Check(); err != nil {
 		return fail(op, key, err)
 	}
 	s.mu.Lock()

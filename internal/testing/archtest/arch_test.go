@@ -16,6 +16,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"go/parser"
+	"go/token"
 	"io"
 	"os/exec"
 	"path/filepath"
@@ -34,14 +36,17 @@ var features = []string{"backup", "restore", "drill", "inspect", "kube", "fleet"
 // package, directly or through another package (docs/architecture.md's
 // table): restore's survivor snapshot is backup's, given by the composer
 // (restore/survivor), so that restore does not depend on backup; a drill
-// composes restore's stages; kube is the Kubernetes client under fleet.
+// composes restore's stages; a backup and its drill are composed by
+// backup/drilled (backup --drill), never inside each other; kube is the
+// Kubernetes client under fleet.
 var apart = map[string][]string{
-	"backup":  {"restore", "drill", "inspect", "kube", "fleet", "metrics"},
-	"restore": {"backup", "drill", "kube", "fleet", "metrics"},
-	"drill":   {"backup", "kube", "fleet", "metrics"},
-	"inspect": {"backup", "restore", "drill", "kube", "fleet", "metrics"},
-	"kube":    {"drill", "fleet", "metrics"},
-	"fleet":   {"metrics"},
+	"backup":         {"restore", "drill", "inspect", "kube", "fleet", "metrics"},
+	"backup/drilled": {"kube", "fleet", "metrics"},
+	"restore":        {"backup", "drill", "kube", "fleet", "metrics"},
+	"drill":          {"backup", "kube", "fleet", "metrics"},
+	"inspect":        {"backup", "restore", "drill", "kube", "fleet", "metrics"},
+	"kube":           {"drill", "fleet", "metrics"},
+	"fleet":          {"metrics"},
 }
 
 // inner is the order of the shared packages under internal/ (through
@@ -287,7 +292,10 @@ func TestViolationsDetected(t *testing.T) {
 		{ImportPath: m("cmd/etcd-recovery"), Imports: []string{m("internal/store/cos"), m("internal/store")}, Deps: []string{m("internal/store/cos"), m("internal/store")}},
 		{ImportPath: m("internal/catalog/x"), Imports: []string{m("internal/store/memstore")}, Deps: []string{m("internal/store/memstore")}},
 		{ImportPath: m("kube"), Imports: []string{m("inspect"), m("restore")}, Deps: []string{m("inspect"), m("restore"), m("backup"), m("fleet")}},
+		{ImportPath: m("backup"), Imports: []string{m("internal/catalog")}, Deps: []string{m("internal/catalog"), m("drill")}},
+		{ImportPath: m("backup/drilled"), Imports: []string{m("fleet")}, Deps: []string{m("fleet"), m("backup"), m("drill")}},
 		// Allowed.
+		{ImportPath: m("backup/drilled"), Imports: []string{m("backup"), m("drill")}, Deps: []string{m("backup"), m("drill"), m("restore")}},
 		{ImportPath: m("fleet"), Imports: []string{m("backup"), m("kube")}, Deps: []string{m("backup"), m("kube"), m("internal/catalog")}},
 		{ImportPath: m("internal/testing/testfix"), Imports: []string{m("backup"), "testing"}, Deps: []string{m("backup"), "testing"}},
 		{ImportPath: m("cmd/etcd-recovery"), Imports: []string{m("kube")}, Deps: []string{m("kube"), m("internal/usage")}},
@@ -307,6 +315,8 @@ func TestViolationsDetected(t *testing.T) {
 		"package " + m("internal/catalog/x") + " imports store backend " + m("internal/store/memstore") + " (only the backend and internal/store/all name it; open stores with store.Open)",
 		"kube imports " + m("inspect"),
 		"package " + m("kube") + " imports " + m("fleet") + " (through another package): it must not depend on it",
+		"package " + m("backup") + " imports " + m("drill") + " (through another package): it must not depend on it",
+		"package " + m("backup/drilled") + " imports " + m("fleet") + " (directly): it must not depend on it",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("violations:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -339,6 +349,30 @@ func TestInnerOrderDetected(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("violations:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// The single-cluster commands are the CLI's own composition: their files
+// import no fleet (one cluster's backup, its drill and a drill of one
+// cluster compose backup, backup/drilled and drill). The --all forms live
+// in files of their own (backup_all.go, drill_all.go). go list sees the
+// package, not its files: the files' imports are read here.
+var singleClusterFiles = []string{"backup.go", "drill.go"}
+
+func TestSingleClusterCommandsApartFromFleet(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join("..", "..", "..", "cmd", "etcd-recovery")
+	for _, name := range singleClusterFiles {
+		f, err := parser.ParseFile(token.NewFileSet(), filepath.Join(dir, name), nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range f.Imports {
+			path := strings.Trim(imp.Path.Value, `"`)
+			if under(path, []string{"fleet"}) {
+				t.Errorf("cmd/etcd-recovery/%s imports %s: a single-cluster command composes backup, backup/drilled and drill itself", name, path)
+			}
+		}
 	}
 }
 
