@@ -1,7 +1,6 @@
 package restore
 
 import (
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -365,12 +364,8 @@ func takeOverMember(rc restoreConfig, m Member) (created []string, err error) {
 	// etcd's sha256 trailer, still there on the public path, goes as
 	// etcdutl's copy drops it (a database is whole pages; the trailer
 	// leaves 32 bytes over a multiple of 512).
-	if st, err := os.Stat(rc.snapshotPath); err != nil {
+	if err := etcdinternals.DropTrailer(rc.snapshotPath); err != nil {
 		return nil, err
-	} else if st.Size()%512 == sha256.Size {
-		if err := os.Truncate(rc.snapshotPath, st.Size()-sha256.Size); err != nil {
-			return nil, fmt.Errorf("drop etcd's trailer from %s: %w", rc.snapshotPath, err)
-		}
 	}
 	names, err := bucketNames(rc.snapshotPath)
 	if err != nil {

@@ -60,7 +60,7 @@ func selectPointInTime(ctx context.Context, opts Options, plan *Plan, path strin
 // snapshot restore checks: the sha256 of every byte before it. It returns
 // the trailer in hex.
 func bumpAndSeal(path string, bump uint64, mark bool) (string, error) {
-	if err := dropTrailer(path); err != nil {
+	if err := etcdinternals.DropTrailer(path); err != nil {
 		return "", err
 	}
 	if bump > 0 {
@@ -90,19 +90,4 @@ func bumpAndSeal(path string, bump uint64, mark bool) (string, error) {
 		return "", err
 	}
 	return hex.EncodeToString(sum), f.Close()
-}
-
-// dropTrailer removes etcd's sha256 trailer (size % 512 == 32) from the
-// database at path, if it is there.
-func dropTrailer(path string) error {
-	st, err := os.Stat(path)
-	if err != nil {
-		return err
-	}
-	if st.Size()%512 == sha256.Size {
-		if err := os.Truncate(path, st.Size()-sha256.Size); err != nil {
-			return fmt.Errorf("drop etcd's trailer from %s: %w", path, err)
-		}
-	}
-	return nil
 }
