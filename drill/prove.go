@@ -265,8 +265,7 @@ func ProveJournal(ctx context.Context, opts ProveOptions) (*catalog.JournalProof
 			segs = append(segs, s.Key)
 		}
 	}
-	ro := proofRestoreOptions(opts, scratch, "base", pair.Base.Name)
-	if err := restore.Replay(ctx, ro, plan, basePath, restore.ReplayOptions{ToRevision: want.Revision, Journal: src}); err != nil {
+	if err := restore.Replay(ctx, plan, basePath, restore.Target{Revision: want.Revision, Journal: src}, log); err != nil {
 		if !journal.IsReason(err, journal.ReasonForged) {
 			return fail(ProveStepReplay, err)
 		}
@@ -378,15 +377,18 @@ func fetchForProof(ctx context.Context, opts ProveOptions, scratch, dir, name st
 		return "", nil, err
 	}
 	ro := proofRestoreOptions(opts, scratch, dir, name)
-	plan := &restore.Plan{ClusterID: opts.ClusterID, Checks: []restore.Check{}}
-	if err := restore.PlanTargets(ro, plan); err != nil {
-		return "", nil, err
-	}
-	sel, err := restore.Select(ctx, ro, plan)
+	cfg, plan, err := restore.Resolve(ctx, ro)
 	if err != nil {
 		return "", nil, err
 	}
-	path, err := restore.Fetch(ctx, ro, plan, sel, restore.FetchOptions{Dir: ro.ScratchDir, Prove: true})
+	if err := cfg.PlanTargets(plan); err != nil {
+		return "", nil, err
+	}
+	sel, err := cfg.Select(ctx, plan)
+	if err != nil {
+		return "", nil, err
+	}
+	path, err := cfg.Fetch(ctx, plan, sel, restore.FetchOptions{Dir: ro.ScratchDir, Prove: true})
 	if err != nil {
 		return "", nil, err
 	}

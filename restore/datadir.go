@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -255,31 +254,6 @@ type restoreConfig struct {
 	// copying it (takeOverMember): set for a drill, whose one member's
 	// data dir is the only use of a staged file the run owns.
 	takeOver bool
-}
-
-// stageSnapshot readies the verified snapshot for every member's restore.
-// Normally etcdinternals.PrepareSnapshot gives it a freelist and the
-// revision bump once, so that no member's restore walks the database. On
-// the public path (opts.PublicRestorePath, or ETCD_RECOVERY_NO_INTERNALS)
-// the file is left as it is and etcdutl's restore applies
-// --bump-revision --mark-compacted in each member's copy. etcdutl 3.5
-// applies a bump only together with --mark-compacted
-// (etcdutl/v3/snapshot/v3_snapshot.go), so a bump without the mark (a
-// drill's) is then applied with etcdinternals.BumpRevision, through
-// bbolt's public API only.
-func stageSnapshot(rc *restoreConfig, opts Options, markCompacted bool, log *slog.Logger) error {
-	if !opts.PublicRestorePath && etcdinternals.Enabled() {
-		return etcdinternals.PrepareSnapshot(rc.snapshotPath, opts.BumpRevision, markCompacted, log)
-	}
-	log.Info("restoring through etcdutl's public restore path", "bump_revision", opts.BumpRevision, "mark_compacted", markCompacted)
-	if opts.BumpRevision > 0 && !markCompacted {
-		if _, err := etcdinternals.BumpRevision(rc.snapshotPath, opts.BumpRevision, false); err != nil {
-			return fmt.Errorf("bump the revision of %s: %w", rc.snapshotPath, err)
-		}
-		return nil
-	}
-	rc.bump, rc.markCompacted = opts.BumpRevision, markCompacted
-	return nil
 }
 
 // restoreMember writes one member's data dir with etcdutl's restore code.

@@ -3,11 +3,13 @@ package restore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
+	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/usage"
@@ -91,22 +93,14 @@ type Options struct {
 	RequireEncryption bool
 
 	// Verify, when its Etcd has endpoints, waits for the rebuilt cluster
-	// (started by someone else once OnDataDirs is called) and verifies it.
+	// once the data dirs are written (someone else starts its members:
+	// the log says when) and verifies it (Result.CheckRebuilt).
 	Verify VerifyOptions
 
-	// OnDataDirs is called once every data dir is written, before Verify
-	// waits: the members can be started.
-	OnDataDirs func(*Plan)
 	// Progress returns a progress line for a stream (nil: none).
 	Progress func(label string) Progress
 	Log      *slog.Logger
 	Now      func() time.Time
-
-	// OnMemberWritten, when set, is called after each member's data dir
-	// is written, inside the write step (before the next one starts when
-	// Parallel is 1): to report or act on each member as it is ready. Nil:
-	// the FailpointEnv failpoint, when set.
-	OnMemberWritten func(ctx context.Context, m Member)
 
 	// Survivor takes the survivor snapshot (survivor.Backup: restore does
 	// not import backup). Needed when Old has endpoints and NoLive is not
@@ -115,14 +109,24 @@ type Options struct {
 
 	// ToRevision (--to-revision), when set, restores the cluster as of
 	// exactly that revision (point in time): the chosen backup (at or
-	// below it: name one with Backup) is staged and Journal's events
+	// below it: name one with Backup) is staged and the journal's events
 	// after its revision, up to ToRevision, are replayed into it (the
 	// Replay stage) before Prepare bumps the revision and marks it
-	// compacted, as every restore does. It needs Journal. A dry run does
-	// not replay.
+	// compacted, as every restore does. It needs Journal (or
+	// JournalInStore). A dry run does not replay.
 	ToRevision int64
-	// Journal is the journal ToRevision replays (JournalSource).
+	// ToTime (--to-time) restores the cluster as of the last revision
+	// the journal received at or before it (a JournalClock says which):
+	// resolved before the stages run, it is then a ToRevision. Not with
+	// ToRevision or ToLatest.
+	ToTime time.Time
+	// Journal is the journal a point in time replays (JournalSource).
 	Journal JournalSource
+	// JournalInStore, instead of Journal, reads the journal Store holds
+	// for the cluster (journal.Source over Layout.JournalPrefix, listed
+	// once): what the CLI gives, since the store is set up after the
+	// options are checked.
+	JournalInStore bool
 	// AcceptUnprovenJournal (--accept-unproven-journal) replays the
 	// journal even through a window whose journal proof failed
 	// (catalog.JournalProof); without it such a ToRevision is refused at
@@ -155,10 +159,7 @@ func (o Options) Validate() error {
 	if o.ProbeTimeout < 0 {
 		return usage.Errorf("--probe-timeout must be positive")
 	}
-	if o.ToRevision < 0 {
-		return usage.Errorf("--to-revision must be a revision (positive)")
-	}
-	if err := o.validateLatest(); err != nil {
+	if err := o.validatePointInTime(); err != nil {
 		return err
 	}
 	if o.Parallel < 0 {
@@ -218,21 +219,191 @@ func (o Options) validateSource() error {
 	return nil
 }
 
-func (o *Options) defaults() error {
-	if o.Store == nil {
-		return errors.New("no object store")
+// validatePointInTime checks the point-in-time options: one of ToRevision,
+// ToTime and ToLatest, and a journal for it.
+func (o Options) validatePointInTime() error {
+	if o.ToRevision < 0 {
+		return usage.Errorf("--to-revision must be a revision (positive)")
 	}
-	if o.ProbeTimeout <= 0 {
-		o.ProbeTimeout = 5 * time.Second
+	given := 0
+	for _, set := range []bool{o.ToRevision > 0, !o.ToTime.IsZero(), o.ToLatest} {
+		if set {
+			given++
+		}
 	}
-	if o.Now == nil {
-		o.Now = time.Now
+	if given > 1 {
+		return usage.Errorf("--to-latest and --to-revision (or --to-time): give one")
 	}
-	if o.Log == nil {
-		o.Log = slog.New(slog.DiscardHandler)
-	}
-	if o.Progress == nil {
-		o.Progress = func(string) Progress { return nopProgress{} }
+	if given == 1 && o.Journal == nil && !o.JournalInStore {
+		return usage.Wrap(errNoJournal)
 	}
 	return nil
+}
+
+// Target is the point in time a restore rebuilds, resolved before the
+// stages run (Resolve: --to-time and --to-latest become a revision). The
+// zero Target is none: the chosen backup as it is.
+type Target struct {
+	// Revision is the revision to restore to; 0: no point in time.
+	Revision int64
+	// Journal holds the events after the chosen backup up to Revision.
+	Journal JournalSource
+	// AcceptUnproven replays through a window whose journal proof failed
+	// (Options.AcceptUnprovenJournal).
+	AcceptUnproven bool
+	// latest: Revision is what Options.ToLatest resolved to.
+	latest bool
+}
+
+// source is where a restore reads the backups and how: the cluster, the
+// store, the identities that decrypt, and the run's log, progress lines
+// and clock.
+type source struct {
+	clusterID string
+	store     store.Store
+	layout    catalog.Layout
+	ids       *seal.Identities
+	// log is Options.Log, without the cluster (the caller's attributes).
+	log      *slog.Logger
+	progress func(label string) Progress
+	now      func() time.Time
+}
+
+// survivorConfig is how the survivor snapshot is taken: of a member of
+// old, by take, encrypted to recipients.
+type survivorConfig struct {
+	old               etcdconn.Config
+	noLive            bool
+	probeTimeout      time.Duration
+	take              SurvivorBackup
+	recipients        seal.Recipients
+	requireEncryption bool
+}
+
+// Config is a restore's Options checked once and completed (Resolve): the
+// defaults filled in and the point in time resolved. The stages are its
+// methods, each reading only its part: Run, SelectSnapshot and package
+// drill start from one.
+type Config struct {
+	src source
+	// log is src.log with the cluster.
+	log      *slog.Logger
+	dryRun   bool
+	survivor survivorConfig
+	// backup (Options.Backup) and includeDeleted choose the candidates.
+	backup         string
+	includeDeleted bool
+	to             Target
+	targets        Targets
+	token          string
+	force          bool
+	scratchDir     string
+	bump           uint64
+	markCompacted  bool
+	publicPath     bool
+	parallel       int
+	verify         VerifyOptions
+}
+
+// ClusterID is the cluster restored.
+func (c *Config) ClusterID() string { return c.src.clusterID }
+
+// Target is the point in time resolved (zero: none).
+func (c *Config) Target() Target { return c.to }
+
+// Resolve checks opts once (Validate; its errors are usage errors), fills
+// in the defaults and resolves the point in time: ToTime to the revision
+// the journal received last at or before it, ToLatest to the newest
+// revision the journal reaches from the backup the selection would start
+// from (Plan.Latest). It returns the Config the stages read and the plan
+// they fill in. Its errors are an *Error at StepValidate or StepLatest.
+func Resolve(ctx context.Context, opts Options) (*Config, *Plan, error) {
+	return resolve(ctx, opts, opts.Validate)
+}
+
+// resolve is Resolve with the check the caller needs (SelectSnapshot's
+// restore writes no data dirs: no targets to check).
+func resolve(ctx context.Context, opts Options, validate func() error) (*Config, *Plan, error) {
+	plan := &Plan{ClusterID: opts.ClusterID, DryRun: opts.DryRun, Checks: []Check{}}
+	fail := func(step string, err error) (*Config, *Plan, error) {
+		return nil, plan, stepError(ctx, opts.ClusterID, step, err)
+	}
+	if err := validate(); err != nil {
+		return fail(StepValidate, err)
+	}
+	if opts.Store == nil {
+		return fail(StepValidate, errors.New("no object store"))
+	}
+	if opts.ProbeTimeout <= 0 {
+		opts.ProbeTimeout = 5 * time.Second
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Progress == nil {
+		opts.Progress = func(string) Progress { return nopProgress{} }
+	}
+	c := &Config{
+		src: source{clusterID: opts.ClusterID, store: opts.Store, layout: opts.Layout, ids: opts.Identities,
+			log: opts.Log, progress: opts.Progress, now: opts.Now},
+		log:    opts.Log.With("cluster", opts.ClusterID),
+		dryRun: opts.DryRun,
+		survivor: survivorConfig{old: opts.Old, noLive: opts.NoLive, probeTimeout: opts.ProbeTimeout, take: opts.Survivor,
+			recipients: opts.Recipients, requireEncryption: opts.RequireEncryption},
+		backup: opts.Backup, includeDeleted: opts.IncludeDeleted,
+		targets: opts.Targets, token: opts.Token, force: opts.Force, scratchDir: opts.ScratchDir,
+		bump: opts.BumpRevision, markCompacted: opts.MarkCompacted, publicPath: opts.PublicRestorePath,
+		parallel: opts.Parallel, verify: opts.Verify,
+	}
+	if opts.ToRevision <= 0 && opts.ToTime.IsZero() && !opts.ToLatest {
+		return c, plan, nil
+	}
+	c.to = Target{Revision: opts.ToRevision, Journal: opts.Journal, AcceptUnproven: opts.AcceptUnprovenJournal}
+	if c.to.Journal == nil {
+		c.to.Journal = journal.NewSource(opts.Store, opts.Layout, opts.ClusterID, opts.Identities).ListOnce()
+	}
+	switch {
+	case !opts.ToTime.IsZero():
+		rev, err := revisionAt(ctx, c.to.Journal, opts.ToTime, c.log)
+		if err != nil {
+			return fail(StepToTime, err)
+		}
+		c.to.Revision = rev
+	case opts.ToLatest:
+		rev, err := resolveLatest(ctx, c.src, c.backup, c.survivor, c.to.Journal, plan, c.log)
+		if err != nil {
+			return fail(StepLatest, err)
+		}
+		c.to.Revision, c.to.latest = rev, true
+	}
+	return c, plan, nil
+}
+
+// StepToTime is the step that resolves --to-time (Options.ToTime), named
+// in its errors.
+const StepToTime = "find the revision at --to-time"
+
+// JournalClock is a JournalSource that says which revision it received
+// last at or before a time (journal.Source.RevisionAt): what
+// Options.ToTime restores to.
+type JournalClock interface {
+	RevisionAt(ctx context.Context, t time.Time) (int64, error)
+}
+
+// revisionAt is the revision Options.ToTime restores to.
+func revisionAt(ctx context.Context, j JournalSource, t time.Time, log *slog.Logger) (int64, error) {
+	text := t.Format(time.RFC3339Nano)
+	jc, ok := j.(JournalClock)
+	if !ok {
+		return 0, fmt.Errorf("--to-time %s: the journal cannot say which revision it received when", text)
+	}
+	rev, err := jc.RevisionAt(ctx, t)
+	if err != nil {
+		return 0, fmt.Errorf("--to-time %s: %w", text, err)
+	}
+	log.Info("--to-time: the last revision the journal received at or before it", "time", text, "revision", rev)
+	return rev, nil
 }

@@ -73,6 +73,8 @@ type Result struct {
 	Verify *VerifyReport `json:"verify,omitempty"`
 	// TotalToVerified is from the start to a verified cluster.
 	TotalToVerified time.Duration `json:"totalToVerified,omitempty"`
+	// start is when the restore started (Run).
+	start time.Time
 }
 
 // Step names, used in errors.

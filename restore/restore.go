@@ -3,9 +3,9 @@ package restore
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/armada/etcd-recovery/internal/ctxerr"
@@ -27,18 +27,22 @@ func (nopProgress) Update(int64) {}
 
 func (nopProgress) Done() {}
 
-// Run restores a cluster: see the package documentation. It composes the
-// stages (stages.go): PlanTargets, Select, Fetch, then (not in a dry run)
-// Replay when Options.ToRevision is set, the data dirs moved aside,
-// Prepare, WriteDataDirs and VerifyRebuilt. It
-// returns the plan, and how far it got, even when it fails after building
-// it.
+// Run restores a cluster: see the package documentation. It resolves the
+// options once (Resolve: checked, completed, the point in time made a
+// revision) and composes the stages: PlanTargets, Select, Fetch, Replay
+// (a point in time; a dry run only plans it), then, not in a dry run, the
+// data dirs moved aside, Prepare, WriteDataDirs and, with Options.Verify,
+// the rebuilt cluster checked (Result.CheckRebuilt). It returns the plan,
+// and how far it got, even when it fails after building it.
 func Run(ctx context.Context, opts Options) (_ *Result, rerr error) {
-	r := newRestoreRun(opts)
-	if err := r.setUp(ctx); err != nil {
+	start := time.Now()
+	cfg, plan, err := Resolve(ctx, opts)
+	r := &restoreRun{cfg: cfg, res: &Result{Plan: *plan, start: start}}
+	r.plan = &r.res.Plan
+	if err != nil {
 		return r.res, err
 	}
-	if err := PlanTargets(r.opts, r.plan); err != nil {
+	if err := cfg.PlanTargets(r.plan); err != nil {
 		return r.res, err
 	}
 	tmpDir, tmpCreated := r.scratchDir()
@@ -51,21 +55,11 @@ func Run(ctx context.Context, opts Options) (_ *Result, rerr error) {
 			removeEmptyDirs(tmpCreated)
 		}
 	}()
-	if err := r.selectAndFetch(ctx, tmpDir); err != nil {
+	if err := r.stage(ctx, tmpDir); err != nil {
 		return r.res, err
 	}
-	if r.opts.DryRun {
-		if r.opts.ToRevision > 0 {
-			if err := PlanReplay(ctx, r.opts, r.plan, ReplayOptions{ToRevision: r.opts.ToRevision, Journal: r.opts.Journal}); err != nil {
-				return r.res, err
-			}
-		}
+	if cfg.dryRun {
 		return r.res, r.dryRunProblems()
-	}
-	if r.opts.ToRevision > 0 {
-		if err := Replay(ctx, r.opts, r.plan, r.snapPath, ReplayOptions{ToRevision: r.opts.ToRevision, Journal: r.opts.Journal}); err != nil {
-			return r.res, err
-		}
 	}
 	if err := r.moveDataDirsAside(ctx); err != nil {
 		return r.res, err
@@ -74,79 +68,62 @@ func Run(ctx context.Context, opts Options) (_ *Result, rerr error) {
 		return r.res, err
 	}
 	r.written()
-	return r.res, r.verify(ctx)
+	if len(cfg.verify.Etcd.Endpoints) == 0 {
+		return r.res, nil
+	}
+	vo := cfg.verify
+	if vo.Log == nil {
+		vo.Log = cfg.src.log
+	}
+	return r.res, r.res.CheckRebuilt(ctx, vo)
 }
 
-// restoreRun is the state of one Run: its options, its result (the plan
+// restoreRun is the state of one Run: its config, its result (the plan
 // in it) and what it has staged and moved so far.
 type restoreRun struct {
-	start time.Time
-	opts  Options
-	log   *slog.Logger
-	res   *Result
-	plan  *Plan
+	cfg  *Config
+	res  *Result
+	plan *Plan
 	// snapPath is the staged snapshot Fetch wrote.
 	snapPath string
 	// moved are the members whose non-empty data dir was moved aside.
 	moved []*Member
 }
 
-// newRestoreRun starts a run: its result holds the plan from the start.
-func newRestoreRun(opts Options) *restoreRun {
-	r := &restoreRun{start: time.Now(), opts: opts,
-		res: &Result{Plan: Plan{ClusterID: opts.ClusterID, DryRun: opts.DryRun, Checks: []Check{}}}}
-	r.plan = &r.res.Plan
-	return r
-}
-
 // fail is the run's failure at step.
 func (r *restoreRun) fail(ctx context.Context, step string, err error) error {
-	return stepError(ctx, r.opts.ClusterID, step, err)
-}
-
-// setUp is the validate step: the options checked, then defaulted.
-func (r *restoreRun) setUp(ctx context.Context) error {
-	if err := r.opts.Validate(); err != nil {
-		return r.fail(ctx, StepValidate, err)
-	}
-	if err := r.opts.defaults(); err != nil {
-		return r.fail(ctx, StepValidate, err)
-	}
-	r.log = r.opts.Log.With("cluster", r.opts.ClusterID)
-	if r.opts.ToLatest {
-		if err := resolveLatest(ctx, &r.opts, r.plan, r.log); err != nil {
-			return r.fail(ctx, StepLatest, err)
-		}
-	}
-	return nil
+	return stepError(ctx, r.cfg.src.clusterID, step, err)
 }
 
 // scratchDir is where the snapshot is staged (beside the first data dir
 // unless ScratchDir says), with the parent dirs a run would create there.
 func (r *restoreRun) scratchDir() (dir string, created []string) {
 	dir = filepath.Dir(r.plan.Members[0].DataDir)
-	if r.opts.ScratchDir != "" {
-		dir = r.opts.ScratchDir
+	if r.cfg.scratchDir != "" {
+		dir = r.cfg.scratchDir
 	}
 	created, _, _ = missingDirs(dir)
 	return dir, created
 }
 
-// selectAndFetch is the Select and Fetch stages: a backup (or the survivor
-// snapshot) chosen, verified and staged in dir.
-func (r *restoreRun) selectAndFetch(ctx context.Context, dir string) error {
-	sel, err := Select(ctx, r.opts, r.plan)
+// stage is the Select, Fetch and Replay stages: a backup (or the survivor
+// snapshot) chosen, verified and staged in dir, and the journal replayed
+// into it up to the point in time.
+func (r *restoreRun) stage(ctx context.Context, dir string) error {
+	sel, err := r.cfg.Select(ctx, r.plan)
 	if err != nil {
 		return err
 	}
-	r.snapPath, err = Fetch(ctx, r.opts, r.plan, sel, FetchOptions{Dir: dir})
-	return err
+	if r.snapPath, err = r.cfg.Fetch(ctx, r.plan, sel, FetchOptions{Dir: dir}); err != nil {
+		return err
+	}
+	return Replay(ctx, r.plan, r.snapPath, r.cfg.to, r.cfg.log)
 }
 
 // dryRunProblems ends a dry run: an error when the plan found problems.
 func (r *restoreRun) dryRunProblems() error {
 	if len(r.plan.Problems) > 0 {
-		return &Error{ClusterID: r.opts.ClusterID, At: StepDataDirs, Err: &ProblemsError{r.plan.Problems}}
+		return &Error{ClusterID: r.cfg.src.clusterID, At: StepDataDirs, Err: &ProblemsError{r.plan.Problems}}
 	}
 	return nil
 }
@@ -165,12 +142,12 @@ func (r *restoreRun) moveDataDirsAside(ctx context.Context) error {
 			r.moveDataDirsBack()
 			return r.fail(ctx, StepMoveAside, err)
 		}
-		m.MovedTo = movedName(m.DataDir, r.opts.Now())
+		m.MovedTo = movedName(m.DataDir, r.cfg.src.now())
 		if err := moveAside(m.DataDir, m.MovedTo); err != nil {
 			r.moveDataDirsBack()
 			return r.fail(ctx, StepMoveAside, fmt.Errorf("member %s: %w", m.Name, err))
 		}
-		r.log.Warn("moved a non-empty data dir aside", "member", m.Name, "from", m.DataDir, "to", m.MovedTo)
+		r.cfg.log.Warn("moved a non-empty data dir aside", "member", m.Name, "from", m.DataDir, "to", m.MovedTo)
 		m.State = DirAbsent
 		r.moved = append(r.moved, m)
 	}
@@ -181,7 +158,7 @@ func (r *restoreRun) moveDataDirsAside(ctx context.Context) error {
 func (r *restoreRun) moveDataDirsBack() {
 	for _, m := range r.moved {
 		if err := os.Rename(m.MovedTo, m.DataDir); err != nil {
-			r.log.Error("could not move a data dir back after the restore failed", "member", m.Name, "from", m.MovedTo, "to", m.DataDir, "err", err)
+			r.cfg.log.Error("could not move a data dir back after the restore failed", "member", m.Name, "from", m.MovedTo, "to", m.DataDir, "err", err)
 			continue
 		}
 		m.State, m.MovedTo = DirNonEmpty, ""
@@ -196,16 +173,12 @@ func (r *restoreRun) prepareAndWrite(ctx context.Context) error {
 		r.moveDataDirsBack()
 		return r.fail(ctx, StepWrite, err)
 	}
-	prep, err := Prepare(ctx, r.opts, r.plan, r.snapPath, r.opts.MarkCompacted)
+	prep, err := r.cfg.Prepare(ctx, r.plan, r.snapPath, r.cfg.markCompacted)
 	if err != nil {
 		r.moveDataDirsBack()
 		return err
 	}
-	after := r.opts.OnMemberWritten
-	if after == nil {
-		after = envAfterMemberWritten()
-	}
-	if err := WriteDataDirs(ctx, r.plan, prep, WriteOptions{Parallel: r.opts.Parallel, OnMemberWritten: after, Log: r.log}); err != nil {
+	if err := WriteDataDirs(ctx, r.plan, prep, WriteOptions{Parallel: r.cfg.parallel, Log: r.cfg.log}); err != nil {
 		for _, m := range r.moved {
 			m.State = DirAbsent
 		}
@@ -215,51 +188,49 @@ func (r *restoreRun) prepareAndWrite(ctx context.Context) error {
 	return nil
 }
 
-// written records the data dirs written: the staged snapshot removed, the
-// duration logged, OnDataDirs told.
+// written records the data dirs written: the staged snapshot removed and
+// the duration logged, with what to start when the rebuilt cluster is
+// then waited for (Options.Verify).
 func (r *restoreRun) written() {
 	os.Remove(r.snapPath)
-	r.res.Duration = time.Since(r.start)
-	r.log.Info("data dirs written", "members", len(r.plan.Members), "duration", r.res.Duration.Round(time.Millisecond))
-	if r.opts.OnDataDirs != nil {
-		r.opts.OnDataDirs(r.plan)
+	r.res.Duration = time.Since(r.res.start)
+	r.cfg.log.Info("data dirs written", "members", len(r.plan.Members), "duration", r.res.Duration.Round(time.Millisecond))
+	if vo := r.cfg.verify; len(vo.Etcd.Endpoints) > 0 {
+		r.cfg.log.Info("data dirs written: start the new members now; waiting for them", "cluster", r.plan.ClusterID,
+			"etcd_version", r.plan.EtcdVersion, "initial_cluster_token", r.plan.Token, "endpoints", strings.Join(vo.Etcd.Endpoints, ","),
+			"timeout", vo.Timeout)
 	}
 }
 
-// verify is the VerifyRebuilt stage, when Options.Verify names endpoints:
-// the rebuilt cluster checked against what the snapshot holds.
-func (r *restoreRun) verify(ctx context.Context) error {
-	if len(r.opts.Verify.Etcd.Endpoints) == 0 {
-		return nil
-	}
-	rep, err := VerifyRebuilt(ctx, r.verifyOptions())
-	r.res.Verify = rep
-	if err != nil {
-		return r.fail(ctx, StepVerifyCluster, err)
-	}
-	r.res.TotalToVerified = time.Since(r.start)
-	r.log.Info("rebuilt cluster verified", "total", r.res.TotalToVerified.Round(time.Millisecond))
-	return nil
-}
-
-// verifyOptions are Options.Verify completed with what the plan and the
-// snapshot say the rebuilt cluster must hold.
-func (r *restoreRun) verifyOptions() VerifyOptions {
-	vo := r.opts.Verify
-	vo.MinRevision = r.plan.MinRevision
+// CheckRebuilt is the VerifyRebuilt stage of a restore: the rebuilt
+// cluster at vo.Etcd, once its members are started, waited for and
+// checked against what the plan and the snapshot say it must hold
+// (vo's MinRevision, expected keys and members filled in from them). It
+// records the report in r.Verify and, when it passes, r.TotalToVerified.
+// Run calls it with Options.Verify; a caller that starts the members
+// itself calls it after Run.
+func (r *Result) CheckRebuilt(ctx context.Context, vo VerifyOptions) error {
+	vo.MinRevision = r.MinRevision
 	vo.ExpectedKeys = -1
-	if r.plan.Snapshot != nil {
-		r.plan.Snapshot.Expect(&vo)
+	if r.Snapshot != nil {
+		r.Snapshot.Expect(&vo)
 	}
 	if vo.ExpectedMembers == 0 {
-		if _, pc, err := r.opts.Targets.resolve(); err == nil {
+		// Every member of --initial-cluster, restored in this run or not.
+		if pc, err := parseInitialCluster(r.InitialCluster); err == nil {
 			vo.ExpectedMembers = len(pc.names)
 		}
 	}
-	if vo.Log == nil {
-		vo.Log = r.opts.Log
+	rep, err := VerifyRebuilt(ctx, vo)
+	r.Verify = rep
+	if err != nil {
+		return stepError(ctx, r.ClusterID, StepVerifyCluster, err)
 	}
-	return vo
+	r.TotalToVerified = time.Since(r.start)
+	if vo.Log != nil {
+		vo.Log.Info("rebuilt cluster verified", "cluster", r.ClusterID, "total", r.TotalToVerified.Round(time.Millisecond))
+	}
+	return nil
 }
 
 // stepError is a stage's failure: the cluster, the step and the cause,

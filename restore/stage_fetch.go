@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -15,7 +14,7 @@ import (
 // FetchOptions configure the fetch stage.
 type FetchOptions struct {
 	// Dir holds the staged snapshot file of a real run (a dry run stages
-	// it in a private dir under opts.ScratchDir, removed before Fetch
+	// it in a private dir under Options.ScratchDir, removed before Fetch
 	// returns).
 	Dir string
 	// Prove is set by a run that proves the chosen backup (a drill): a
@@ -32,29 +31,96 @@ type FetchOptions struct {
 // and decompressed into a staged file in fo.Dir while every hash and size
 // is checked against its manifest (or a local snapshot is verified in
 // place), and the staged database is read (Plan.Snapshot) and its
-// revision checked against the manifest's. A backup refused for its bytes
+// revision checked against the manifest's (and, for a point in time,
+// against the revision to restore to). A backup refused for its bytes
 // makes Run, which chose it itself, try the next candidate
-// (Plan.Fallbacks); one named with opts.Backup is refused with a
+// (Plan.Fallbacks); one named with Options.Backup is refused with a
 // BackupError naming the next good one. It returns the staged file's path
 // ("" in a dry run, and for the survivor a dry run plans); the caller
 // removes it. On error it is already removed.
 //
-// A journal's replay, when there is one, is the stage after this one: it
-// applies to the staged file, before Prepare.
-func Fetch(ctx context.Context, opts Options, plan *Plan, sel *Selection, fo FetchOptions) (string, error) {
-	if err := opts.defaults(); err != nil {
-		return "", stepError(ctx, opts.ClusterID, StepValidate, err)
-	}
-	log := opts.Log.With("cluster", opts.ClusterID)
+// A journal's replay, when there is one, is the stage after this one
+// (Replay): it applies to the staged file, before Prepare.
+func (c *Config) Fetch(ctx context.Context, plan *Plan, sel *Selection, fo FetchOptions) (string, error) {
 	fc := fetchConfig{prove: fo.Prove, spaceChecked: fo.SpaceChecked, local: sel.local}
-	path, step, err := verifyCandidates(ctx, opts, log, plan, sel.Candidates, sel.Index, fo.Dir, fc)
+	path, step, err := c.verifyCandidates(ctx, plan, sel.Candidates, sel.Index, fo.Dir, fc)
 	if err != nil {
 		if path != "" {
 			os.Remove(path)
 		}
-		return "", stepError(ctx, opts.ClusterID, step, err)
+		return "", stepError(ctx, c.src.clusterID, step, err)
 	}
 	return path, nil
+}
+
+// fallsBack reports whether a candidate refused at verification makes
+// restore try the next one: only when it chose the backup itself. A backup
+// named with --backup is refused and the run stops (the SRE chose it);
+// a drill (FetchOptions.Prove, and it sets Backup too) proves one backup;
+// a local plaintext snapshot is the only candidate.
+func fallsBack(backup string, fc fetchConfig) bool {
+	return backup == "" && !fc.prove && fc.local == nil
+}
+
+// verifyCandidates is the fetch stage: it verifies the chosen cands[idx]
+// (verifyChosen) and, when it is
+// refused for a property of its bytes (a verifyError: a checksum, a
+// truncated or undecodable stream, an object gone, a database below the
+// manifest's revision, an age payload that does not authenticate) and
+// fallsBack, the next candidate in rank order, and so on: every candidate
+// is tried at most once, each refusal is logged (the backup, why, the one
+// tried next) and kept in plan.Fallbacks. A store failure, a cancelled or
+// expired context (the dry run's --timeout), a local disk error or a
+// missing identity stop the run as they are (a local failure reading the
+// staged file back too, isLocalFailure): they say nothing about the
+// backup. When every candidate is refused, the error is the last one's
+// BackupError, naming the others.
+func (c *Config) verifyCandidates(ctx context.Context, plan *Plan, cands []Candidate, idx int, dir string, fc fetchConfig) (string, string, error) {
+	log := c.log
+	for first := true; ; first = false {
+		if !first {
+			// The next candidate is chosen as the select stage chose
+			// the first.
+			if step, err := c.choose(plan, cands, idx, fc.local == nil); err != nil {
+				return "", step, err
+			}
+			// The journal proofs gate the next candidate as they gated
+			// the first: an older backup's replay may pass through a
+			// window whose proof failed.
+			if fc.local == nil {
+				if step, err := checkJournalProof(ctx, c.src, c.to, plan); err != nil {
+					return "", step, err
+				}
+			}
+		}
+		snapPath, step, err := c.verifyChosen(ctx, plan, cands, idx, dir, fc)
+		var ve *verifyError
+		if err == nil || !fallsBack(c.backup, fc) || !errors.As(err, &ve) || ctx.Err() != nil || IsLocalFailure(err) {
+			return snapPath, step, err
+		}
+		if snapPath != "" {
+			os.Remove(snapPath)
+		}
+		refused := &cands[idx]
+		refused.Status, refused.Detail = StatusFailedVerification, err.Error()
+		if plan.Chosen != nil {
+			plan.Chosen.Status, plan.Chosen.Detail = refused.Status, refused.Detail
+		}
+		fb := Fallback{Backup: refused.Name, Revision: refused.Revision, Reason: err.Error(), Checks: plan.Checks}
+		next := idx + 1
+		if next >= len(cands) {
+			plan.Fallbacks = append(plan.Fallbacks, fb)
+			log.Warn("backup failed verification, and no other candidate is left", "backup", refused.Name, "err", err)
+			return "", step, refusedAll(c.src.clusterID, plan.Fallbacks, err)
+		}
+		fb.Next = cands[next].Name
+		plan.Fallbacks = append(plan.Fallbacks, fb)
+		log.Warn("backup failed verification: trying the next candidate", "backup", refused.Name, "err", err,
+			"next", fb.Next, "next_revision", cands[next].Revision)
+		// What choose and verifyChosen filled in was the refused backup's.
+		plan.Checks, plan.Snapshot, plan.Chosen, plan.Reason, plan.EtcdVersion, plan.MinRevision = []Check{}, nil, nil, "", "", 0
+		idx = next
+	}
 }
 
 // fetchConfig is how the fetch stage treats the chosen candidate
@@ -72,7 +138,8 @@ type fetchConfig struct {
 // verifyChosen verifies the chosen cands[idx] by streaming it, as the
 // fetch stage says; verifyCandidates (select.go) calls it for each
 // candidate it tries.
-func verifyChosen(ctx context.Context, opts Options, log *slog.Logger, plan *Plan, cands []Candidate, idx int, dir string, fc fetchConfig) (snapPath, step string, err error) {
+func (c *Config) verifyChosen(ctx context.Context, plan *Plan, cands []Candidate, idx int, dir string, fc fetchConfig) (snapPath, step string, err error) {
+	log := c.log
 	chosen := cands[idx]
 	// Verify before anything is written.
 	if chosen.Planned {
@@ -84,17 +151,17 @@ func verifyChosen(ctx context.Context, opts Options, log *slog.Logger, plan *Pla
 	// Room first: nothing is downloaded unless every file system it is
 	// written to has space for it.
 	if !fc.spaceChecked {
-		if err := checkRestoreSpace(opts, plan, chosen, dir); err != nil {
+		if err := checkRestoreSpace(c.dryRun, c.scratchDir, plan, chosen, dir); err != nil {
 			return "", StepSpace, err
 		}
 	}
 	var dst *os.File
 	switch {
-	case opts.DryRun:
+	case c.dryRun:
 		// The same checks as the real run, the database's revision
 		// included, so the database is read from a file: in a private
 		// scratch dir, not next to the data dirs, removed on return.
-		scratchRoot := ScratchRoot(opts.ScratchDir)
+		scratchRoot := ScratchRoot(c.scratchDir)
 		scratch, err := seal.MkdirTemp(scratchRoot, ".etcd-recovery-dry-run-") // plaintext: named and registered (seal)
 		if err != nil {
 			return "", StepVerifyBackup, fmt.Errorf("dry run: scratch dir for the snapshot: %w", err)
@@ -114,26 +181,26 @@ func verifyChosen(ctx context.Context, opts Options, log *slog.Logger, plan *Pla
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return snapPath, StepVerifyBackup, err
 		}
-		if dst, err = seal.CreateTemp(dir, ".etcd-recovery-"+opts.ClusterID+"-", ".snapshot.db"); err != nil { // plaintext: named and registered (seal)
+		if dst, err = seal.CreateTemp(dir, ".etcd-recovery-"+c.src.clusterID+"-", ".snapshot.db"); err != nil { // plaintext: named and registered (seal)
 			return snapPath, StepVerifyBackup, fmt.Errorf("temp file for the snapshot in %s: %w", dir, err)
 		}
 		snapPath = dst.Name()
 		defer dst.Close()
 	}
 	fetchStart := time.Now()
-	prog := opts.Progress(fmt.Sprintf("download %s", chosen.Name))
+	prog := c.src.progress(fmt.Sprintf("download %s", chosen.Name))
 	var fr *fetchResult
 	if fc.local != nil {
 		fr, err = verifyLocal(ctx, *fc.local, dst) // dst nil: verified in place
 	} else {
-		fr, err = fetchSnapshot(ctx, opts.Store, opts.Layout, chosen.manifest, chosen.snapshotVersion(), opts.Identities, dst, prog.Update)
+		fr, err = fetchSnapshot(ctx, c.src.store, c.src.layout, chosen.manifest, chosen.snapshotVersion(), c.src.ids, dst, prog.Update)
 	}
 	prog.Done()
 	if fr != nil {
 		plan.Checks = append(plan.Checks, fr.Checks...)
 	}
 	if err != nil {
-		return snapPath, StepVerifyBackup, refuse(ctx, opts, cands, idx, err, fc)
+		return snapPath, StepVerifyBackup, c.refuse(ctx, cands, idx, err, fc)
 	}
 	cands[idx].Status, plan.Chosen.Status = "chosen, verified", "chosen, verified"
 	stagedPath := snapPath
@@ -146,22 +213,22 @@ func verifyChosen(ctx context.Context, opts Options, log *slog.Logger, plan *Pla
 	log.Debug("snapshot streamed and checked", "backup", chosen.Name, "duration", time.Since(fetchStart).Round(time.Millisecond))
 	facts, err := readSnapshotFacts(stagedPath)
 	if err != nil {
-		return snapPath, StepVerifyBackup, refuse(ctx, opts, cands, idx, &verifyError{err}, fc)
+		return snapPath, StepVerifyBackup, c.refuse(ctx, cands, idx, &verifyError{err}, fc)
 	}
 	plan.Snapshot = &facts
-	plan.MinRevision = facts.Revision + int64(opts.BumpRevision)
+	plan.MinRevision = facts.Revision + int64(c.bump)
 	plan.Checks = append(plan.Checks, Check{Name: "database", Status: CheckPassed,
 		Detail: fmt.Sprintf("revision %d, %d live keys, %d key revisions", facts.Revision, facts.LiveKeys, facts.Revisions)})
 	if facts.StoreRevision() < chosen.Revision {
-		return snapPath, StepVerifyBackup, refuse(ctx, opts, cands, idx, &verifyError{fmt.Errorf(
+		return snapPath, StepVerifyBackup, c.refuse(ctx, cands, idx, &verifyError{fmt.Errorf(
 			"the database's revision %d is below the manifest's %d", facts.StoreRevision(), chosen.Revision)}, fc)
 	}
-	if opts.ToRevision > 0 && facts.StoreRevision() > opts.ToRevision {
+	if c.to.Revision > 0 && facts.StoreRevision() > c.to.Revision {
 		// The manifest's revision is a lower bound: the snapshot may hold
 		// revisions past the one to restore to, which no replay undoes.
-		return snapPath, StepVerifyBackup, refuse(ctx, opts, cands, idx, &verifyError{fmt.Errorf(
+		return snapPath, StepVerifyBackup, c.refuse(ctx, cands, idx, &verifyError{fmt.Errorf(
 			"the database's revision %d is above --to-revision %d (the manifest's %d is a lower bound): an older backup is needed",
-			facts.StoreRevision(), opts.ToRevision, chosen.Revision)}, fc)
+			facts.StoreRevision(), c.to.Revision, chosen.Revision)}, fc)
 	}
 	log.Info("backup verified", "backup", chosen.Name, "checks", len(plan.Checks), "duration", time.Since(fetchStart).Round(time.Millisecond))
 	return snapPath, "", nil
@@ -172,24 +239,24 @@ func verifyChosen(ctx context.Context, opts Options, log *slog.Logger, plan *Pla
 // written). Store and disk errors are returned as they are, and so is the
 // refusal of a backup being proven (fc.prove: a drill proves one backup,
 // it does not look for another).
-func refuse(ctx context.Context, opts Options, cands []Candidate, idx int, err error, fc fetchConfig) error {
+func (c *Config) refuse(ctx context.Context, cands []Candidate, idx int, err error, fc fetchConfig) error {
 	var ve *verifyError
 	if !errors.As(err, &ve) || ctx.Err() != nil || fc.prove {
 		return err
 	}
 	cands[idx].Status, cands[idx].Detail = "failed verification", err.Error()
-	if fallsBack(opts, fc) {
+	if fallsBack(c.backup, fc) {
 		// verifyCandidates tries the next candidate itself.
 		return err
 	}
 	be := &BackupError{Backup: cands[idx].Name, Err: err}
 	for i := idx + 1; i < len(cands); i++ {
-		c := &cands[i]
-		if c.Planned {
+		cand := &cands[i]
+		if cand.Planned {
 			continue
 		}
-		prog := opts.Progress(fmt.Sprintf("verify %s", c.Name))
-		_, verr := fetchSnapshot(ctx, opts.Store, opts.Layout, c.manifest, c.snapshotVersion(), opts.Identities, nil, prog.Update)
+		prog := c.src.progress(fmt.Sprintf("verify %s", cand.Name))
+		_, verr := fetchSnapshot(ctx, c.src.store, c.src.layout, cand.manifest, cand.snapshotVersion(), c.src.ids, nil, prog.Update)
 		prog.Done()
 		if ctx.Err() != nil {
 			return err
@@ -197,17 +264,17 @@ func refuse(ctx context.Context, opts Options, cands []Candidate, idx int, err e
 		var cve *verifyError
 		if verr != nil && !errors.As(verr, &cve) {
 			// The store, not the backup: the ones after it are unknown.
-			c.Status, c.Detail = "not checked", verr.Error()
+			cand.Status, cand.Detail = "not checked", verr.Error()
 			be.NextErr = verr
 			break
 		}
 		if verr != nil {
-			c.Status, c.Detail = "failed verification", verr.Error()
-			opts.Log.Warn("backup failed verification", "cluster", opts.ClusterID, "backup", c.Name, "err", verr)
+			cand.Status, cand.Detail = "failed verification", verr.Error()
+			c.src.log.Warn("backup failed verification", "cluster", c.src.clusterID, "backup", cand.Name, "err", verr)
 			continue
 		}
-		c.Status = "verified"
-		be.Next, be.NextRevision = c.Name, c.Revision
+		cand.Status = "verified"
+		be.Next, be.NextRevision = cand.Name, cand.Revision
 		break
 	}
 	return be
@@ -218,7 +285,7 @@ func refuse(ctx context.Context, opts Options, cands []Candidate, idx int, err e
 // their file systems have room for every member's database and WAL. A
 // dry run reports the data dirs' shortfall as a problem (it writes none)
 // and fails only when its own staged copy would not fit.
-func checkRestoreSpace(opts Options, plan *Plan, chosen Candidate, dir string) error {
+func checkRestoreSpace(dryRun bool, scratchDir string, plan *Plan, chosen Candidate, dir string) error {
 	raw := chosen.RawSize
 	if raw <= 0 {
 		return nil
@@ -226,11 +293,11 @@ func checkRestoreSpace(opts Options, plan *Plan, chosen Candidate, dir string) e
 	stage := SpaceNeed{Bytes: StagedBytes(raw), Hint: HintScratch,
 		What: fmt.Sprintf("the staged snapshot of backup %s, uncompressed", chosen.Name)}
 	switch {
-	case opts.DryRun:
-		stage.Path = ScratchRoot(opts.ScratchDir)
+	case dryRun:
+		stage.Path = ScratchRoot(scratchDir)
 	default:
 		stage.Path = dir
-		if opts.ScratchDir == "" && len(plan.Members) > 0 {
+		if scratchDir == "" && len(plan.Members) > 0 {
 			stage.Hint = "or stage the snapshot elsewhere with --temp-dir"
 		}
 	}
@@ -242,7 +309,7 @@ func checkRestoreSpace(opts Options, plan *Plan, chosen Candidate, dir string) e
 		dirs = append(dirs, SpaceNeed{Path: m.DataDir, Bytes: memberBytes(raw), Hint: HintDataDirs,
 			What: fmt.Sprintf("member %s's data dir, database and 64 MiB WAL", m.Name)})
 	}
-	if opts.DryRun {
+	if dryRun {
 		if err := CheckSpace([]SpaceNeed{stage}); err != nil {
 			return err
 		}

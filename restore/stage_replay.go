@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"log/slog"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdinternals"
@@ -25,15 +26,6 @@ type JournalSource interface {
 	// yielded, never a silent end: Replay refuses a journal that ends
 	// before toRev, naming the last revision it reached.
 	Events(ctx context.Context, fromRev, toRev int64) (iter.Seq2[journal.Event, error], error)
-}
-
-// ReplayOptions configure the replay stage.
-type ReplayOptions struct {
-	// ToRevision is the revision to restore to (Options.ToRevision): the
-	// staged snapshot's revision or above.
-	ToRevision int64
-	// Journal holds the events after the snapshot (Options.Journal).
-	Journal JournalSource
 }
 
 // Replayed is what the replay stage applied (Plan.Replay).
@@ -59,18 +51,48 @@ type JournalPlanner interface {
 	Segments(ctx context.Context, fromRev, toRev int64) ([]journal.SegmentInfo, error)
 }
 
-// PlanReplay is the replay stage of a dry run: nothing is written. The
-// staged snapshot's revision (read by Fetch; the chosen backup's when
-// the dry run did not stage it) must be at or below ro.ToRevision, and a
-// journal that is a JournalPlanner must reach ro.ToRevision from it:
-// Plan.Replay then says what would be replayed (the revisions and the
-// segments), and a check "journal" the same.
-func PlanReplay(ctx context.Context, opts Options, plan *Plan, ro ReplayOptions) error {
-	if err := opts.defaults(); err != nil {
-		return stepError(ctx, opts.ClusterID, StepValidate, err)
+// Replay is the replay stage, between Fetch and Prepare, of a
+// point-in-time restore (to.Revision set; without it there is nothing to
+// do): the journal's events after the staged snapshot's revision, up to
+// to.Revision, are applied straight into the staged file at path
+// (etcdinternals.ApplyEvents, exactly as etcd's MVCC writes them; no etcd
+// runs), with the leases as they were at that revision: one granted after
+// it is left out, one revoked after it kept. The plan's snapshot facts
+// and MinRevision are then those of the replayed database (Prepare bumps
+// above to.Revision, and VerifyRebuilt expects its keys), and Plan.Replay
+// says what was applied. A journal that does not continue the snapshot
+// exactly (an event at or below its revision, a gap, a repeat) or that
+// ends before to.Revision is refused: the error names the last revision
+// reached. On error the staged file holds part of the journal: the caller
+// removes it, as after a failed Fetch.
+//
+// In a dry run (plan.DryRun) nothing is written: the staged snapshot's
+// revision (read by Fetch; the chosen backup's when the dry run did not
+// stage it) must be at or below to.Revision, and a journal that is a
+// JournalPlanner must reach to.Revision from it: Plan.Replay then says
+// what would be replayed (the revisions and the segments), and a check
+// "journal" the same.
+//
+// It is the one replay: Run, SelectSnapshot and package drill (a
+// point-in-time drill, and the journal proof, which replays to the next
+// backup's revision) all call it.
+func Replay(ctx context.Context, plan *Plan, path string, to Target, log *slog.Logger) error {
+	if to.Revision <= 0 {
+		return nil
 	}
+	if plan.DryRun {
+		return planReplay(ctx, plan, to)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return applyReplay(ctx, plan, path, to, log)
+}
+
+// planReplay is Replay in a dry run.
+func planReplay(ctx context.Context, plan *Plan, ro Target) error {
 	if ro.Journal == nil {
-		return stepError(ctx, opts.ClusterID, StepReplay, errNoJournal)
+		return stepError(ctx, plan.ClusterID, StepReplay, errNoJournal)
 	}
 	var from int64
 	switch {
@@ -79,20 +101,20 @@ func PlanReplay(ctx context.Context, opts Options, plan *Plan, ro ReplayOptions)
 	case plan.Chosen != nil:
 		from = plan.Chosen.Revision
 	default:
-		return stepError(ctx, opts.ClusterID, StepReplay, errors.New("no backup chosen to replay the journal into"))
+		return stepError(ctx, plan.ClusterID, StepReplay, errors.New("no backup chosen to replay the journal into"))
 	}
-	if ro.ToRevision < from {
-		return stepError(ctx, opts.ClusterID, StepReplay, fmt.Errorf("the backup is at revision %d, above the revision to restore to, %d: restore an older backup (--backup)", from, ro.ToRevision))
+	if ro.Revision < from {
+		return stepError(ctx, plan.ClusterID, StepReplay, fmt.Errorf("the backup is at revision %d, above the revision to restore to, %d: restore an older backup (--backup)", from, ro.Revision))
 	}
-	rep := &Replayed{FromRevision: from, ToRevision: ro.ToRevision}
-	detail := fmt.Sprintf("would replay revisions %d to %d", from+1, ro.ToRevision)
-	if ro.ToRevision == from {
+	rep := &Replayed{FromRevision: from, ToRevision: ro.Revision}
+	detail := fmt.Sprintf("would replay revisions %d to %d", from+1, ro.Revision)
+	if ro.Revision == from {
 		detail = fmt.Sprintf("the backup is at revision %d already: nothing to replay", from)
 	} else if p, ok := ro.Journal.(JournalPlanner); ok {
-		segs, err := p.Segments(ctx, from+1, ro.ToRevision)
+		segs, err := p.Segments(ctx, from+1, ro.Revision)
 		if err != nil {
 			plan.Checks = append(plan.Checks, Check{Name: "journal", Status: CheckFailed, Detail: err.Error()})
-			return stepError(ctx, opts.ClusterID, StepReplay, err)
+			return stepError(ctx, plan.ClusterID, StepReplay, err)
 		}
 		for _, s := range segs {
 			rep.Segments = append(rep.Segments, s.Key)
@@ -106,35 +128,18 @@ func PlanReplay(ctx context.Context, opts Options, plan *Plan, ro ReplayOptions)
 	return nil
 }
 
-// Replay is the replay stage, between Fetch and Prepare, for a
-// point-in-time restore (Options.ToRevision): the journal's events after
-// the staged snapshot's revision, up to ro.ToRevision, are applied
-// straight into the staged file at path (etcdinternals.ApplyEvents,
-// exactly as etcd's MVCC writes them; no etcd runs), with the leases as
-// they were at that revision: one granted after it is left out, one
-// revoked after it kept. The plan's snapshot facts and MinRevision are
-// then those of the replayed database (Prepare bumps above ro.ToRevision,
-// and VerifyRebuilt expects its keys), and Plan.Replay says what was
-// applied. A journal that does not continue the snapshot exactly (an
-// event at or below its revision, a gap, a repeat) or that ends before
-// ro.ToRevision is refused: the error names the last revision reached.
-// On error the staged file holds part of the journal: the caller removes
-// it, as after a failed Fetch.
-func Replay(ctx context.Context, opts Options, plan *Plan, path string, ro ReplayOptions) error {
-	if err := opts.defaults(); err != nil {
-		return stepError(ctx, opts.ClusterID, StepValidate, err)
-	}
-	log := opts.Log.With("cluster", opts.ClusterID)
+// applyReplay is Replay of a real run.
+func applyReplay(ctx context.Context, plan *Plan, path string, ro Target, log *slog.Logger) error {
 	rep, err := replay(ctx, plan, path, ro)
 	if err != nil {
-		return stepError(ctx, opts.ClusterID, StepReplay, err)
+		return stepError(ctx, plan.ClusterID, StepReplay, err)
 	}
 	facts, err := readSnapshotFacts(path)
 	if err != nil {
-		return stepError(ctx, opts.ClusterID, StepReplay, fmt.Errorf("read the replayed database: %w", err))
+		return stepError(ctx, plan.ClusterID, StepReplay, fmt.Errorf("read the replayed database: %w", err))
 	}
 	plan.Snapshot = &facts
-	plan.MinRevision = facts.Revision + int64(opts.BumpRevision)
+	plan.MinRevision = facts.Revision + int64(plan.BumpRevision)
 	plan.Replay = rep
 	plan.Checks = append(plan.Checks, Check{Name: "journal", Status: CheckPassed,
 		Detail: fmt.Sprintf("%d events of revisions %d to %d replayed: revision %d, %d live keys", rep.Events, rep.FromRevision+1,
@@ -181,12 +186,12 @@ type JournalPinner interface {
 }
 
 // replay is Replay without the step error and the plan's new facts.
-func replay(ctx context.Context, plan *Plan, path string, ro ReplayOptions) (*Replayed, error) {
+func replay(ctx context.Context, plan *Plan, path string, ro Target) (*Replayed, error) {
 	if ro.Journal == nil {
 		return nil, errNoJournal
 	}
-	if ro.ToRevision <= 0 {
-		return nil, fmt.Errorf("revision %d to restore to: not a revision", ro.ToRevision)
+	if ro.Revision <= 0 {
+		return nil, fmt.Errorf("revision %d to restore to: not a revision", ro.Revision)
 	}
 	if path == "" {
 		return nil, errors.New("no staged snapshot to replay the journal into")
@@ -195,25 +200,25 @@ func replay(ctx context.Context, plan *Plan, path string, ro ReplayOptions) (*Re
 		return nil, errors.New("the staged snapshot was not read: Fetch comes first")
 	}
 	from := plan.Snapshot.StoreRevision()
-	if ro.ToRevision < from {
-		return nil, fmt.Errorf("the backup is at revision %d, above the revision to restore to, %d: restore an older backup (--backup)", from, ro.ToRevision)
+	if ro.Revision < from {
+		return nil, fmt.Errorf("the backup is at revision %d, above the revision to restore to, %d: restore an older backup (--backup)", from, ro.Revision)
 	}
-	rep := &Replayed{FromRevision: from, ToRevision: ro.ToRevision}
-	if ro.ToRevision == from {
+	rep := &Replayed{FromRevision: from, ToRevision: ro.Revision}
+	if ro.Revision == from {
 		return rep, nil
 	}
-	all, err := ro.Journal.Leases(ctx, from+1, ro.ToRevision)
+	all, err := ro.Journal.Leases(ctx, from+1, ro.Revision)
 	if err != nil {
 		return nil, fmt.Errorf("read the journal's leases: %w", err)
 	}
-	leases := leasesAt(all, ro.ToRevision)
-	events, err := ro.Journal.Events(ctx, from+1, ro.ToRevision)
+	leases := leasesAt(all, ro.Revision)
+	events, err := ro.Journal.Events(ctx, from+1, ro.Revision)
 	if err != nil {
 		return nil, fmt.Errorf("read the journal: %w", err)
 	}
 	upTo := func(yield func(journal.Event, error) bool) {
 		for ev, err := range events {
-			if err == nil && ev.Rev > ro.ToRevision {
+			if err == nil && ev.Rev > ro.Revision {
 				return
 			}
 			if !yield(ev, err) || err != nil {
@@ -232,9 +237,9 @@ func replay(ctx context.Context, plan *Plan, path string, ro ReplayOptions) (*Re
 		}
 		return nil, err
 	}
-	if a.LastRevision != ro.ToRevision {
+	if a.LastRevision != ro.Revision {
 		reached := max(a.LastRevision, from)
-		return nil, fmt.Errorf("the journal reaches revision %d only, not %d: the last revision this backup can be restored to is %d", reached, ro.ToRevision, reached)
+		return nil, fmt.Errorf("the journal reaches revision %d only, not %d: the last revision this backup can be restored to is %d", reached, ro.Revision, reached)
 	}
 	rep.Events, rep.LeasesPut, rep.LeasesDeleted = a.Events, a.LeasesPut, a.LeasesDeleted
 	return rep, nil

@@ -9,34 +9,31 @@ import (
 	"github.com/armada/etcd-recovery/internal/usage"
 )
 
-// PlanTargets is the first stage: it resolves opts.Targets into the
+// PlanTargets is the first stage: it resolves Options.Targets into the
 // plan's members and data dirs, sets the token (generated when
-// opts.Token is empty) and the bump, and checks every data dir (it, or
+// Options.Token is empty) and the bump, and checks every data dir (it, or
 // its nearest existing ancestor, writable; a non-empty one refused, or
 // with Force marked to be moved aside). A dry run lists the problems in
 // plan.Problems; a real run fails at StepDataDirs on the first.
-func PlanTargets(opts Options, plan *Plan) error {
-	if err := opts.defaults(); err != nil {
-		return &Error{ClusterID: opts.ClusterID, At: StepValidate, Err: err}
-	}
-	if step, err := planTargets(opts, plan); err != nil {
-		return &Error{ClusterID: opts.ClusterID, At: step, Err: err}
+func (c *Config) PlanTargets(plan *Plan) error {
+	if step, err := c.planTargets(plan); err != nil {
+		return &Error{ClusterID: c.src.clusterID, At: step, Err: err}
 	}
 	return nil
 }
 
 // planTargets is PlanTargets without the step error: members, token and
 // bump in the plan, and every data dir checked.
-func planTargets(opts Options, plan *Plan) (string, error) {
-	members, _, err := opts.Targets.resolve()
+func (c *Config) planTargets(plan *Plan) (string, error) {
+	members, _, err := c.targets.resolve()
 	if err != nil {
 		return StepValidate, usage.Wrap(err)
 	}
-	plan.Members, plan.InitialCluster = members, opts.InitialCluster
-	plan.BumpRevision, plan.MarkCompacted = opts.BumpRevision, opts.MarkCompacted
-	plan.Token = opts.Token
+	plan.Members, plan.InitialCluster = members, c.targets.InitialCluster
+	plan.BumpRevision, plan.MarkCompacted = c.bump, c.markCompacted
+	plan.Token = c.token
 	if plan.Token == "" {
-		plan.Token, plan.TokenGenerated = newToken(opts.ClusterID, opts.Now()), true
+		plan.Token, plan.TokenGenerated = newToken(c.src.clusterID, c.src.now()), true
 	}
 
 	// Local checks first: nothing happens if a data dir is in the way.
@@ -44,7 +41,7 @@ func planTargets(opts Options, plan *Plan) (string, error) {
 		m := &plan.Members[i]
 		st, err := inspectDir(m.DataDir)
 		if err != nil {
-			if !opts.DryRun {
+			if !c.dryRun {
 				return StepDataDirs, fmt.Errorf("member %s: %w", m.Name, err)
 			}
 			m.Problem = err.Error()
@@ -60,14 +57,14 @@ func planTargets(opts Options, plan *Plan) (string, error) {
 		if st != DirNonEmpty {
 			continue
 		}
-		if !opts.Force {
+		if !c.force {
 			plan.Problems = append(plan.Problems, fmt.Sprintf("data dir %s of member %s is not empty: refusing to overwrite it, as etcdutl does "+
 				"(--force moves it aside to %s.moved-<UTC time>; nothing is deleted)", m.DataDir, m.Name, m.DataDir))
 			continue
 		}
-		m.MovedTo = movedName(m.DataDir, opts.Now())
+		m.MovedTo = movedName(m.DataDir, c.src.now())
 	}
-	if len(plan.Problems) > 0 && !opts.DryRun {
+	if len(plan.Problems) > 0 && !c.dryRun {
 		return StepDataDirs, &ProblemsError{plan.Problems}
 	}
 	return "", nil

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/armada/etcd-recovery/internal/ctxerr"
+	"github.com/armada/etcd-recovery/internal/etcdinternals"
 	"github.com/armada/etcd-recovery/internal/fanout"
 )
 
@@ -18,22 +19,44 @@ import (
 type Prepared struct{ rc restoreConfig }
 
 // Prepare is the prepare stage: the staged, verified snapshot at path is
-// given a freelist and the revision bump once
+// given a freelist and the plan's revision bump once
 // (etcdinternals.PrepareSnapshot), so that no member's restore walks the
 // database; with markCompacted the bumped revision is marked compacted
-// (opts.MarkCompacted; a drill marks it later, through the API). On the
-// public path (opts.PublicRestorePath, ETCD_RECOVERY_NO_INTERNALS) the
+// (Options.MarkCompacted; a drill marks it later, through the API). On the
+// public path (Options.PublicRestorePath, ETCD_RECOVERY_NO_INTERNALS) the
 // file is left to etcdutl's restore, which applies both in each member's
 // copy.
-func Prepare(ctx context.Context, opts Options, plan *Plan, path string, markCompacted bool) (*Prepared, error) {
-	if err := opts.defaults(); err != nil {
-		return nil, stepError(ctx, opts.ClusterID, StepValidate, err)
-	}
+func (c *Config) Prepare(ctx context.Context, plan *Plan, path string, markCompacted bool) (*Prepared, error) {
 	rc := restoreConfig{snapshotPath: path, initialCluster: plan.InitialCluster, token: plan.Token}
-	if err := stageSnapshot(&rc, opts, markCompacted, opts.Log.With("cluster", opts.ClusterID)); err != nil {
-		return nil, stepError(ctx, opts.ClusterID, StepWrite, err)
+	if err := stageSnapshot(&rc, plan.BumpRevision, c.publicPath, markCompacted, c.log); err != nil {
+		return nil, stepError(ctx, plan.ClusterID, StepWrite, err)
 	}
 	return &Prepared{rc: rc}, nil
+}
+
+// stageSnapshot readies the verified snapshot for every member's restore.
+// Normally etcdinternals.PrepareSnapshot gives it a freelist and the
+// revision bump once, so that no member's restore walks the database. On
+// the public path (Options.PublicRestorePath, or ETCD_RECOVERY_NO_INTERNALS)
+// the file is left as it is and etcdutl's restore applies
+// --bump-revision --mark-compacted in each member's copy. etcdutl 3.5
+// applies a bump only together with --mark-compacted
+// (etcdutl/v3/snapshot/v3_snapshot.go), so a bump without the mark (a
+// drill's) is then applied with etcdinternals.BumpRevision, through
+// bbolt's public API only.
+func stageSnapshot(rc *restoreConfig, bump uint64, publicPath, markCompacted bool, log *slog.Logger) error {
+	if !publicPath && etcdinternals.Enabled() {
+		return etcdinternals.PrepareSnapshot(rc.snapshotPath, bump, markCompacted, log)
+	}
+	log.Info("restoring through etcdutl's public restore path", "bump_revision", bump, "mark_compacted", markCompacted)
+	if bump > 0 && !markCompacted {
+		if _, err := etcdinternals.BumpRevision(rc.snapshotPath, bump, false); err != nil {
+			return fmt.Errorf("bump the revision of %s: %w", rc.snapshotPath, err)
+		}
+		return nil
+	}
+	rc.bump, rc.markCompacted = bump, markCompacted
+	return nil
 }
 
 // WriteOptions configure the write stage.
@@ -44,9 +67,7 @@ type WriteOptions struct {
 	// copying it, when the plan has one member (a drill, which owns the
 	// staged file): the database is in scratch once, not twice.
 	TakeOver bool
-	// OnMemberWritten, when set, is called after each data dir is written.
-	OnMemberWritten func(ctx context.Context, m Member)
-	Log             *slog.Logger
+	Log      *slog.Logger
 }
 
 // WriteDataDirs is the write stage: every member's data dir in the plan
@@ -62,7 +83,7 @@ func WriteDataDirs(ctx context.Context, plan *Plan, p *Prepared, wo WriteOptions
 	}
 	rc := p.rc
 	rc.takeOver = wo.TakeOver && len(plan.Members) == 1
-	if err := writeDataDirs(ctx, plan, wo.Parallel, rc, log, wo.OnMemberWritten); err != nil {
+	if err := writeDataDirs(ctx, plan, wo.Parallel, rc, log); err != nil {
 		return stepError(ctx, plan.ClusterID, StepWrite, err)
 	}
 	return nil
@@ -72,7 +93,8 @@ func WriteDataDirs(ctx context.Context, plan *Plan, p *Prepared, wo WriteOptions
 // are written, or none: when one fails, or the run is cancelled while they
 // are written, every data dir this run wrote is removed (with the parent
 // dirs it created) and the error returned.
-func writeDataDirs(ctx context.Context, plan *Plan, parallel int, rc restoreConfig, log *slog.Logger, after func(context.Context, Member)) error {
+func writeDataDirs(ctx context.Context, plan *Plan, parallel int, rc restoreConfig, log *slog.Logger) error {
+	after := afterMemberWritten(ctx)
 	errs := make([]error, len(plan.Members))
 	created := make([][]string, len(plan.Members))
 	// parallel <= 0: all at once. A member not started (the run ended
@@ -148,4 +170,24 @@ func removeRestored(m Member) error {
 		return nil
 	}
 	return os.RemoveAll(m.DataDir)
+}
+
+// memberWrittenKey is the context key of a test's failpoint after each
+// member's data dir is written, inside the write step (before the next
+// one starts with --parallel-data-dirs 1): set only by the package's
+// tests (export_test.go), to act exactly during the write.
+type memberWrittenKey struct{}
+
+// envMemberWritten is the FailpointEnv failpoint of the real binary, read
+// once: nil unless a test set the variable for the process.
+var envMemberWritten = envAfterMemberWritten()
+
+// afterMemberWritten is the failpoint after each member's data dir is
+// written: a test's (memberWrittenKey), else the FailpointEnv one, else
+// none.
+func afterMemberWritten(ctx context.Context) func(context.Context, Member) {
+	if f, ok := ctx.Value(memberWrittenKey{}).(func(context.Context, Member)); ok {
+		return f
+	}
+	return envMemberWritten
 }

@@ -58,13 +58,13 @@ var errNoSurvivorBackup = errors.New("a survivor snapshot was asked for (endpoin
 
 // probeSurvivor finds, without changing anything, the member a survivor
 // snapshot would be taken of; it returns it as a planned candidate.
-func probeSurvivor(ctx context.Context, opts Options, s *Survivor) (*Candidate, error) {
-	if opts.Survivor == nil {
+func probeSurvivor(ctx context.Context, src source, sv survivorConfig, s *Survivor) (*Candidate, error) {
+	if sv.take == nil {
 		return nil, errNoSurvivorBackup
 	}
-	members, _ := probe.List(ctx, opts.Old, opts.ProbeTimeout)
-	members = probe.Members(ctx, opts.Old, members, opts.ProbeTimeout)
-	cands := opts.Survivor.Candidates(members, probe.Quorum(members))
+	members, _ := probe.List(ctx, sv.old, sv.probeTimeout)
+	members = probe.Members(ctx, sv.old, members, sv.probeTimeout)
+	cands := sv.take.Candidates(members, probe.Quorum(members))
 	if len(cands) == 0 {
 		s.Skipped = "no member of the old cluster answered"
 		return nil, nil
@@ -75,30 +75,30 @@ func probeSurvivor(ctx context.Context, opts Options, s *Survivor) (*Candidate, 
 		s.Revision = m.Status.Header.Revision
 	}
 	return &Candidate{Name: "(survivor snapshot, dry run)", Kind: catalog.KindPreRestore,
-		Time: opts.Now().UTC(), Revision: s.Revision, Source: m.Name, ServerVersion: m.Status.Version, Status: CheckPlanned, Planned: true}, nil
+		Time: src.now().UTC(), Revision: s.Revision, Source: m.Name, ServerVersion: m.Status.Version, Status: CheckPlanned, Planned: true}, nil
 }
 
 // takeSurvivor commits a pre-restore snapshot of a surviving member
 // (Options.Survivor). No member answering is not an error (the cluster is
 // gone: restore from the store); any other failure is, since a survivor's
 // newer data would be lost.
-func takeSurvivor(ctx context.Context, opts Options, log *slog.Logger, s *Survivor) error {
-	if opts.Survivor == nil {
+func takeSurvivor(ctx context.Context, src source, sv survivorConfig, log *slog.Logger, s *Survivor) error {
+	if sv.take == nil {
 		return errNoSurvivorBackup
 	}
-	rs, from, err := survivorRecipients(ctx, opts)
+	rs, from, err := survivorRecipients(ctx, src, sv)
 	if err != nil {
 		return err
 	}
 	if rs.Len() > 0 {
 		log.Info("the survivor snapshot is encrypted", "recipients", rs.String(), "from", from)
 	}
-	prog := opts.Progress("pre-restore snapshot")
-	m, err := opts.Survivor.Take(ctx, SurvivorRequest{
-		ClusterID: opts.ClusterID, Old: opts.Old,
-		Store: opts.Store, Layout: opts.Layout, ProbeTimeout: opts.ProbeTimeout,
-		Progress: prog.Update, Log: opts.Log, Now: opts.Now,
-		Recipients: rs, RequireEncryption: opts.RequireEncryption,
+	prog := src.progress("pre-restore snapshot")
+	m, err := sv.take.Take(ctx, SurvivorRequest{
+		ClusterID: src.clusterID, Old: sv.old,
+		Store: src.store, Layout: src.layout, ProbeTimeout: sv.probeTimeout,
+		Progress: prog.Update, Log: src.log, Now: src.now,
+		Recipients: rs, RequireEncryption: sv.requireEncryption,
 		OnSource: func(m probe.Member) { s.Member, s.Endpoint = m.Name, m.ClientURL },
 	})
 	prog.Done()
@@ -123,10 +123,10 @@ func takeSurvivor(ctx context.Context, opts Options, log *slog.Logger, s *Surviv
 // newest committed encrypted backup. With recipients, Identities must hold
 // one of theirs (restore reads the survivor back); without any,
 // RequireEncryption refuses. Both are checked before anything is written.
-func survivorRecipients(ctx context.Context, opts Options) (seal.Recipients, string, error) {
-	rs, from := opts.Recipients, "--encrypt-to / --recipients-file"
+func survivorRecipients(ctx context.Context, src source, sv survivorConfig) (seal.Recipients, string, error) {
+	rs, from := sv.recipients, "--encrypt-to / --recipients-file"
 	if rs.Len() == 0 {
-		listed, err := catalog.ListBackups(ctx, opts.Store, opts.Layout, opts.ClusterID)
+		listed, err := catalog.ListBackups(ctx, src.store, src.layout, src.clusterID)
 		if err != nil {
 			return rs, "", fmt.Errorf("listing the backups for the recipients of the survivor snapshot: %w", err)
 		}
@@ -141,13 +141,13 @@ func survivorRecipients(ctx context.Context, opts Options) (seal.Recipients, str
 			break
 		}
 	}
-	if err := seal.CheckRequired(rs, opts.RequireEncryption); err != nil {
+	if err := seal.CheckRequired(rs, sv.requireEncryption); err != nil {
 		return rs, "", fmt.Errorf("the survivor snapshot would be written in plaintext: %w (give --encrypt-to or --recipients-file)", err)
 	}
 	if rs.Len() == 0 {
 		return rs, "", nil
 	}
-	for _, have := range opts.Identities.Recipients() {
+	for _, have := range src.ids.Recipients() {
 		if slices.Contains(rs.Strings(), have) {
 			return rs, from, nil
 		}

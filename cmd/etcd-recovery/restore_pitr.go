@@ -14,15 +14,15 @@ import (
 // pitrFlags are restore's point-in-time flags, checked: --to-revision,
 // --to-time or --to-latest, at most one.
 type pitrFlags struct {
-	// revision is --to-revision, or 1 standing for --to-time's until the
-	// journal is read (resolveTime).
+	// revision is --to-revision; at is --to-time, resolved to a revision
+	// once the journal is read.
 	revision int64
 	at       time.Time
 	atText   string
 	latest   bool
 }
 
-func (p pitrFlags) any() bool { return p.revision > 0 || p.latest }
+func (p pitrFlags) any() bool { return p.revision > 0 || !p.at.IsZero() || p.latest }
 
 // pointInTime checks the point-in-time flags (usage errors name them).
 func (o *restoreOpts) pointInTime(c *cli.Context) (pitrFlags, error) {
@@ -46,7 +46,7 @@ func (o *restoreOpts) pointInTime(c *cli.Context) (pitrFlags, error) {
 		if err != nil {
 			return pitrFlags{}, usagef("restore: --to-time %q: want RFC 3339 (2006-01-02T15:04:05Z)", o.toTime)
 		}
-		p.at, p.revision = t, 1
+		p.at = t
 	}
 	return p, nil
 }
