@@ -196,7 +196,7 @@ func (r *restoreRun) written() {
 	r.res.Duration = time.Since(r.res.start)
 	r.cfg.log.Info("data dirs written", "members", len(r.plan.Members), "duration", r.res.Duration.Round(time.Millisecond))
 	if vo := r.cfg.verify; len(vo.Etcd.Endpoints) > 0 {
-		r.cfg.log.Info("data dirs written: start the new members now; waiting for them", "cluster", r.plan.ClusterID,
+		r.cfg.log.Info("data dirs written: start the new members now; waiting for them",
 			"etcd_version", r.plan.EtcdVersion, "initial_cluster_token", r.plan.Token, "endpoints", strings.Join(vo.Etcd.Endpoints, ","),
 			"timeout", vo.Timeout)
 	}
