@@ -407,3 +407,10 @@ func revisionAt(ctx context.Context, j JournalSource, t time.Time, log *slog.Log
 	log.Info("--to-time: the last revision the journal received at or before it", "time", text, "revision", rev)
 	return rev, nil
 }
+
+// The store's journal answers every question a restore asks of one.
+var (
+	_ JournalClock   = (*journal.Source)(nil)
+	_ JournalReacher = (*journal.Source)(nil)
+	_ JournalPlanner = (*journal.Source)(nil)
+)
