@@ -440,10 +440,8 @@ func runRestoreViaOperator(e *env, o *restoreOpts, ids *seal.Identities, rs seal
 	if pitr.any() {
 		// Point in time: the EtcdCluster's name is its cluster id in COS.
 		src := journal.NewSource(opts.Store, opts.Layout, name, ids).ListOnce()
-		opts.Journal, opts.ToLatest, opts.AcceptUnprovenJournal = src, pitr.latest, o.acceptUnprovenJournal
-		if opts.ToRevision, err = pitr.resolveTime(ctx, src, log); err != nil {
-			return err
-		}
+		opts.Journal, opts.AcceptUnprovenJournal = src, o.acceptUnprovenJournal
+		opts.ToRevision, opts.ToTime, opts.ToLatest = pitr.revision, pitr.at, pitr.latest
 	}
 	if o.dryRun {
 		// As the manual dry run: it changes nothing, so it has an overall

@@ -1,14 +1,9 @@
 package main
 
 import (
-	"context"
-	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/urfave/cli/v2"
-
-	"github.com/armada/etcd-recovery/internal/journal"
 )
 
 // pitrFlags are restore's point-in-time flags, checked: --to-revision,
@@ -49,19 +44,4 @@ func (o *restoreOpts) pointInTime(c *cli.Context) (pitrFlags, error) {
 		p.at = t
 	}
 	return p, nil
-}
-
-// resolveTime is the revision to restore to: --to-time's, read from the
-// journal's receive times, else --to-revision's (0 with --to-latest, which
-// restore resolves itself).
-func (p pitrFlags) resolveTime(ctx context.Context, src *journal.Source, log *slog.Logger) (int64, error) {
-	if p.at.IsZero() {
-		return p.revision, nil
-	}
-	rev, err := src.RevisionAt(ctx, p.at)
-	if err != nil {
-		return 0, fmt.Errorf("restore: --to-time %s: %w", p.atText, err)
-	}
-	log.Info("--to-time: the last revision the journal received at or before it", "time", p.atText, "revision", rev)
-	return rev, nil
 }
