@@ -316,7 +316,8 @@ func (c *Config) Target() Target { return c.to }
 // the journal received last at or before it, ToLatest to the newest
 // revision the journal reaches from the backup the selection would start
 // from (Plan.Latest). It returns the Config the stages read and the plan
-// they fill in. Its errors are an *Error at StepValidate or StepLatest.
+// they fill in. Its errors are an *Error at StepValidate, StepToTime or
+// StepLatest.
 func Resolve(ctx context.Context, opts Options) (*Config, *Plan, error) {
 	return resolve(ctx, opts, opts.Validate)
 }
