@@ -6,7 +6,7 @@
 // With Options.Recipients the snapshot and the v2 export are age-encrypted
 // after compression, in the same stream (internal/seal; `.age` keys, the
 // recipients in Manifest.Encryption). With Options.Prune the retention
-// policy is then applied to the cluster (catalog.Prune). The object
+// policy is then applied to the cluster (prune.Prune). The object
 // layout, the manifest, listing, retention, prune and delete live in
 // internal/catalog.
 //
@@ -72,8 +72,8 @@ type Options struct {
 	// the backup is committed (never after a failed backup).
 	Prune *retention.Policy
 	// JournalRetention is the journal retention Prune applies
-	// (catalog.PruneOptions.JournalRetention); default
-	// catalog.DefaultJournalRetention.
+	// (prune.PruneOptions.JournalRetention); default
+	// retention.DefaultJournalRetention.
 	JournalRetention time.Duration
 
 	// KeepPlaintext keeps, for an encrypted backup, a plaintext copy of
@@ -113,14 +113,14 @@ type Options struct {
 
 	// Lock locks every object of the backup with object lock (LockPolicy;
 	// the zero value: off): governance or compliance with the retain-until
-	// time catalog.LockPlan derives from the retention policy (Prune, or
-	// catalog.DefaultPolicy), or bucket-default. A bucket without object
+	// time retention.LockPlan derives from the retention policy (Prune, or
+	// retention.DefaultPolicy), or bucket-default. A bucket without object
 	// lock is refused (a usage error) before anything is written. After
 	// the run, committed or not, the cluster's newest committed backup is
-	// re-locked to at least catalog.RelockUntil (explicit modes).
+	// re-locked to at least retention.RelockUntil (explicit modes).
 	Lock retention.LockPolicy
 	// LockRetention is the retention policy the lock is derived from when
-	// Prune is nil (default catalog.DefaultPolicy).
+	// Prune is nil (default retention.DefaultPolicy).
 	LockRetention *retention.Policy
 
 	// putOpts are the write options of every object of the run (the
@@ -395,7 +395,7 @@ func (r *run) checkLock(ctx context.Context) *stepError {
 }
 
 // relock extends the lock of the cluster's newest committed backup to at
-// least catalog.RelockUntil at the run's start (explicit lock modes only:
+// least retention.RelockUntil at the run's start (explicit lock modes only:
 // bucket-default has no permission to set a retention). Best effort: a
 // failure is logged.
 func (r *run) relock(ctx context.Context) {

@@ -1,8 +1,9 @@
 // Package drill proves that a backup restores: Run downloads and verifies
 // a backup exactly as restore does (or verifies a local plaintext copy
 // the backup job streamed), restores it into a private scratch directory
-// with restore's own stages (restore.PlanTargets, Select or SelectLocal,
-// Fetch, Prepare and WriteDataDirs), starts a real single-member etcd of
+// with restore's own stages (restore.Resolve, then its Config's
+// PlanTargets, Select or SelectLocal, Fetch, restore.Replay, Prepare and
+// restore.WriteDataDirs), starts a real single-member etcd of
 // the backup's minor version on it, checks that it serves and holds what
 // the snapshot holds, compares it with the source where it can, records
 // the result next to the backup (catalog.DrillRecord, drill.json) and

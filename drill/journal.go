@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
-	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/restore"
 )
@@ -25,14 +24,12 @@ func (d *drill) pointInTime(ro *restore.Options) {
 		return
 	}
 	ro.ToRevision = d.opts.ToRevision
-	ro.Journal = d.opts.Journal
-	if ro.Journal == nil {
-		ro.Journal = journal.NewSource(d.opts.Store, d.opts.Layout, d.opts.ClusterID, d.opts.Identities).ListOnce()
-	}
+	// Without a journal of its own, the drill replays the store's.
+	ro.Journal, ro.JournalInStore = d.opts.Journal, d.opts.Journal == nil
 }
 
-// proveJournal is the drill's journal proof (issue 25, "proven
-// continuously"): a drill of a stored backup (not a local plaintext copy,
+// proveJournal is the drill's journal proof (the journal is proven
+// continuously, not only when a restore needs it): a drill of a stored backup (not a local plaintext copy,
 // not one read from object versions, not a point-in-time drill, not with
 // NoJournalProof) proves the journal before the drilled backup with
 // ProveJournal when the cluster has a journal and no proof of that backup

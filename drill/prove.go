@@ -188,8 +188,9 @@ func noJournal(err error) bool {
 	return !store.IsStoreError(err) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
 
-// ProveJournal proves the journal before a full backup (issue 25,
-// "proven continuously"): for backup k+1 (opts.Target, or the newest with
+// ProveJournal proves the journal before a full backup (continuously, so
+// a broken journal is found while the backups around it still exist, not
+// first when a restore needs it): for backup k+1 (opts.Target, or the newest with
 // an unproven journal before it) and the committed backup k before it,
 // k+1 is fetched and verified, then k, the journal's events after k's
 // revision up to k+1's database revision are replayed into k (restore's
@@ -265,8 +266,7 @@ func ProveJournal(ctx context.Context, opts ProveOptions) (*catalog.JournalProof
 			segs = append(segs, s.Key)
 		}
 	}
-	ro := proofRestoreOptions(opts, scratch, "base", pair.Base.Name)
-	if err := restore.Replay(ctx, ro, plan, basePath, restore.ReplayOptions{ToRevision: want.Revision, Journal: src}); err != nil {
+	if err := restore.Replay(ctx, plan, basePath, restore.Target{Revision: want.Revision, Journal: src}, log); err != nil {
 		if !journal.IsReason(err, journal.ReasonForged) {
 			return fail(ProveStepReplay, err)
 		}
@@ -378,15 +378,18 @@ func fetchForProof(ctx context.Context, opts ProveOptions, scratch, dir, name st
 		return "", nil, err
 	}
 	ro := proofRestoreOptions(opts, scratch, dir, name)
-	plan := &restore.Plan{ClusterID: opts.ClusterID, Checks: []restore.Check{}}
-	if err := restore.PlanTargets(ro, plan); err != nil {
-		return "", nil, err
-	}
-	sel, err := restore.Select(ctx, ro, plan)
+	cfg, plan, err := restore.Resolve(ctx, ro)
 	if err != nil {
 		return "", nil, err
 	}
-	path, err := restore.Fetch(ctx, ro, plan, sel, restore.FetchOptions{Dir: ro.ScratchDir, Prove: true})
+	if err := cfg.PlanTargets(plan); err != nil {
+		return "", nil, err
+	}
+	sel, err := cfg.Select(ctx, plan)
+	if err != nil {
+		return "", nil, err
+	}
+	path, err := cfg.Fetch(ctx, plan, sel, restore.FetchOptions{Dir: ro.ScratchDir, Prove: true})
 	if err != nil {
 		return "", nil, err
 	}

@@ -33,7 +33,7 @@ func (e *stepError) Unwrap() error { return e.err }
 // *Error, or a *stepError of the drill's own steps. The verify checks are
 // recorded on every return path.
 func (d *drill) restore(ctx context.Context, ro restore.Options) (restoreStart time.Time, err error) {
-	plan := &restore.Plan{ClusterID: ro.ClusterID, Checks: []restore.Check{}}
+	cfg, plan, err := restore.Resolve(ctx, ro)
 	defer func() {
 		for _, c := range plan.Checks {
 			st := catalog.DrillCheckPassed
@@ -46,47 +46,45 @@ func (d *drill) restore(ctx context.Context, ro restore.Options) (restoreStart t
 			d.rec.Checks = append(d.rec.Checks, catalog.DrillCheck{Name: CheckVerify + ": " + c.Name, Status: st, Detail: c.Detail})
 		}
 	}()
-	if err := ro.Validate(); err != nil {
-		return restoreStart, restoreError(ctx, ro, restore.StepValidate, err)
+	if err != nil {
+		return restoreStart, err
 	}
-	if err := restore.PlanTargets(ro, plan); err != nil {
+	if err := cfg.PlanTargets(plan); err != nil {
 		return restoreStart, err
 	}
 	d.token = plan.Token
 	var sel *restore.Selection
 	if d.opts.Plaintext != "" {
-		sel, err = restore.SelectLocal(ctx, ro, plan, d.opts.Plaintext, d.opts.Manifest)
+		sel, err = cfg.SelectLocal(ctx, plan, d.opts.Plaintext, d.opts.Manifest)
 	} else {
-		sel, err = restore.Select(ctx, ro, plan)
+		sel, err = cfg.Select(ctx, plan)
 	}
 	if err != nil {
 		return restoreStart, err
 	}
 	c := sel.Chosen()
 	if err := d.findEtcd(ctx, c); err != nil {
-		return restoreStart, restoreError(ctx, ro, restore.StepSelect, err)
+		return restoreStart, restoreError(ctx, cfg, restore.StepSelect, err)
 	}
 	d.step(ctx, StepVerify)
 	d.verifyStart = time.Now()
 	if c.RawSize > 0 {
 		if err := restore.CheckSpace(spaceNeeds(d.opts.Plaintext != "", d.dataDir, c, ro.ScratchDir)); err != nil {
-			return restoreStart, restoreError(ctx, ro, restore.StepSpace, err)
+			return restoreStart, restoreError(ctx, cfg, restore.StepSpace, err)
 		}
 	}
-	staged, err := restore.Fetch(ctx, ro, plan, sel, restore.FetchOptions{Dir: ro.ScratchDir, Prove: true, SpaceChecked: true})
+	staged, err := cfg.Fetch(ctx, plan, sel, restore.FetchOptions{Dir: ro.ScratchDir, Prove: true, SpaceChecked: true})
 	if err != nil {
 		return restoreStart, err
 	}
 	defer os.Remove(staged) // gone already once taken over
 
 	d.addStep(StepVerify, d.verifyStart, nil)
-	if ro.ToRevision > 0 {
-		// A point-in-time drill: the journal replayed into the staged
-		// file; the facts checked and the revision hashed are then the
-		// replayed database's.
-		if err := restore.Replay(ctx, ro, plan, staged, restore.ReplayOptions{ToRevision: ro.ToRevision, Journal: ro.Journal}); err != nil {
-			return restoreStart, err
-		}
+	// A point-in-time drill: the journal replayed into the staged file;
+	// the facts checked and the revision hashed are then the replayed
+	// database's.
+	if err := restore.Replay(ctx, plan, staged, cfg.Target(), ro.Log.With("cluster", ro.ClusterID)); err != nil {
+		return restoreStart, err
 	}
 	if plan.Snapshot != nil {
 		d.facts = *plan.Snapshot
@@ -97,14 +95,14 @@ func (d *drill) restore(ctx context.Context, ro restore.Options) (restoreStart t
 	d.hashSource(ctx)
 	d.addStep(StepHashSource, t, nil)
 	if err := ctx.Err(); err != nil {
-		return restoreStart, restoreError(ctx, ro, restore.StepVerifyBackup, &stepError{StepCompare, err})
+		return restoreStart, restoreError(ctx, cfg, restore.StepVerifyBackup, &stepError{StepCompare, err})
 	}
 	d.step(ctx, StepRestore)
 	restoreStart = time.Now()
 	if err := ctx.Err(); err != nil {
-		return restoreStart, restoreError(ctx, ro, restore.StepVerifyBackup, err)
+		return restoreStart, restoreError(ctx, cfg, restore.StepVerifyBackup, err)
 	}
-	prep, err := restore.Prepare(ctx, ro, plan, staged, false)
+	prep, err := cfg.Prepare(ctx, plan, staged, false)
 	if err != nil {
 		return restoreStart, err
 	}
@@ -113,8 +111,8 @@ func (d *drill) restore(ctx context.Context, ro restore.Options) (restoreStart t
 
 // restoreError is a failure between restore's stages as restore.Run
 // reports one: the cluster, the restore step and the cause.
-func restoreError(ctx context.Context, ro restore.Options, step string, err error) error {
-	return &restore.Error{ClusterID: ro.ClusterID, At: step, Err: ctxerr.Wrap(ctx, err)}
+func restoreError(ctx context.Context, cfg *restore.Config, step string, err error) error {
+	return &restore.Error{ClusterID: cfg.ClusterID(), At: step, Err: ctxerr.Wrap(ctx, err)}
 }
 
 // findEtcd records the chosen backup and finds the etcd of its minor

@@ -425,7 +425,7 @@ func (r *backupAll) orphanPass(ctx context.Context) error {
 		return nil
 	}
 	// After the backups, from fresh listings: the store first, then the
-	// EtcdClusters and EtcdRestores (see catalog.Orphans).
+	// EtcdClusters and EtcdRestores (see prune.Orphans).
 	orphans := *opts.Orphans
 	if orphans.Now == nil {
 		orphans.Now = opts.Now

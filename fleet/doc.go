@@ -8,7 +8,7 @@
 // exporter's inspection) and ListOrphans (inspect --all's read-only orphan
 // listing), DrillAll (drill --all; its report is drill.Report, as one
 // cluster's drill is), and
-// Orphans (catalog.Orphans fed with the namespace's EtcdCluster and
+// Orphans (prune.Orphans fed with the namespace's EtcdCluster and
 // EtcdRestore listings: prune --orphans, backup --all --prune), and
 // JournalAll (the journal job: a journal.Capture per cluster, one or every
 // EtcdCluster re-listed, gaps recorded at catalog.Layout.JournalGapKey

@@ -76,7 +76,8 @@ type OperatorRestoreOptions struct {
 	Progress          func(label string) restore.Progress
 
 	// Point in time (restore's --to-revision, --to-time, --to-latest):
-	// ToRevision or ToLatest, with Journal (restore.Options). The staged
+	// ToRevision, ToTime or ToLatest, with Journal (restore.Options),
+	// resolved by restore before it selects the backup. The staged
 	// copy is then the backup with the journal replayed into it, its
 	// revision bumped by restore.DefaultBumpRevision and marked compacted
 	// (etcd-operator's restore applies no bump), with etcd's sha256
@@ -84,6 +85,7 @@ type OperatorRestoreOptions struct {
 	// (restore.SelectSnapshot); the restored cluster is verified at that
 	// revision plus the bump.
 	ToRevision int64
+	ToTime     time.Time
 	ToLatest   bool
 	Journal    restore.JournalSource
 	// NoBump stages the backup without a revision bump (restore
@@ -426,7 +428,7 @@ func (r *operatorRestore) selectSnapshot(ctx context.Context, tmp, scratch strin
 	ropts := restore.Options{ClusterID: o.Cluster, Store: o.Store, Layout: o.Layout, NoLive: o.NoLive,
 		ProbeTimeout: o.ProbeTimeout, Backup: o.Backup, DryRun: o.DryRun, Log: o.Log, Progress: o.Progress,
 		ScratchDir: o.TempDir, Identities: o.Identities, Recipients: o.Recipients, RequireEncryption: o.RequireEncryption,
-		Survivor: survivor.Backup{}, ToRevision: o.ToRevision, ToLatest: o.ToLatest, Journal: o.Journal,
+		Survivor: survivor.Backup{}, ToRevision: o.ToRevision, ToTime: o.ToTime, ToLatest: o.ToLatest, Journal: o.Journal,
 		AcceptUnprovenJournal: o.AcceptUnprovenJournal}
 	if !o.NoBump {
 		ropts.BumpRevision, ropts.MarkCompacted = restore.DefaultBumpRevision, true
@@ -434,7 +436,7 @@ func (r *operatorRestore) selectSnapshot(ctx context.Context, tmp, scratch strin
 			ropts.BumpRevision = o.BumpRevision
 		}
 	}
-	if !o.NoLive && (o.ToRevision > 0 || o.ToLatest) {
+	if !o.NoLive && (o.ToRevision > 0 || !o.ToTime.IsZero() || o.ToLatest) {
 		// Point in time takes no survivor snapshot: the members are
 		// probed only to warn when one still answers, so members not
 		// found (every pod gone) are no reason to stop.

@@ -1,12 +1,10 @@
 package restore
 
 import (
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -258,31 +256,6 @@ type restoreConfig struct {
 	takeOver bool
 }
 
-// stageSnapshot readies the verified snapshot for every member's restore.
-// Normally etcdinternals.PrepareSnapshot gives it a freelist and the
-// revision bump once, so that no member's restore walks the database. On
-// the public path (opts.PublicRestorePath, or ETCD_RECOVERY_NO_INTERNALS)
-// the file is left as it is and etcdutl's restore applies
-// --bump-revision --mark-compacted in each member's copy. etcdutl 3.5
-// applies a bump only together with --mark-compacted
-// (etcdutl/v3/snapshot/v3_snapshot.go), so a bump without the mark (a
-// drill's) is then applied with etcdinternals.BumpRevision, through
-// bbolt's public API only.
-func stageSnapshot(rc *restoreConfig, opts Options, markCompacted bool, log *slog.Logger) error {
-	if !opts.PublicRestorePath && etcdinternals.Enabled() {
-		return etcdinternals.PrepareSnapshot(rc.snapshotPath, opts.BumpRevision, markCompacted, log)
-	}
-	log.Info("restoring through etcdutl's public restore path", "bump_revision", opts.BumpRevision, "mark_compacted", markCompacted)
-	if opts.BumpRevision > 0 && !markCompacted {
-		if _, err := etcdinternals.BumpRevision(rc.snapshotPath, opts.BumpRevision, false); err != nil {
-			return fmt.Errorf("bump the revision of %s: %w", rc.snapshotPath, err)
-		}
-		return nil
-	}
-	rc.bump, rc.markCompacted = opts.BumpRevision, markCompacted
-	return nil
-}
-
 // restoreMember writes one member's data dir with etcdutl's restore code.
 // It returns the parent dirs it created (deepest first), for a rollback to
 // remove. On failure it removes what it wrote: the dir was absent or empty
@@ -365,12 +338,8 @@ func takeOverMember(rc restoreConfig, m Member) (created []string, err error) {
 	// etcd's sha256 trailer, still there on the public path, goes as
 	// etcdutl's copy drops it (a database is whole pages; the trailer
 	// leaves 32 bytes over a multiple of 512).
-	if st, err := os.Stat(rc.snapshotPath); err != nil {
+	if err := etcdinternals.DropTrailer(rc.snapshotPath); err != nil {
 		return nil, err
-	} else if st.Size()%512 == sha256.Size {
-		if err := os.Truncate(rc.snapshotPath, st.Size()-sha256.Size); err != nil {
-			return nil, fmt.Errorf("drop etcd's trailer from %s: %w", rc.snapshotPath, err)
-		}
 	}
 	names, err := bucketNames(rc.snapshotPath)
 	if err != nil {

@@ -191,17 +191,6 @@ func snapshotChecks(key string, m *catalog.Manifest, got objectio.Result, encryp
 	return res, nil
 }
 
-// isStoreError reports whether err came from the object store (a read that
-// failed mid-stream) rather than from the bytes themselves: any backend's
-// error, by the store contract (a *store.Error).
-func isStoreError(err error) bool { return store.IsStoreError(err) }
-
-// isMissingObject reports whether a read failed because the object does
-// not exist (store.ErrNotFound, which any backend's Get of a missing key
-// wraps), as opposed to a store that could not be read (outage, stall,
-// denied access, a missing bucket): a missing object is a damaged backup.
-func isMissingObject(err error) bool { return store.IsNotFound(err) }
-
 // checkDatabase checks etcd's trailing sha256 against the database bytes
 // before it, then the database's sha256 against the manifest, appending
 // each passed check to res; on a failure it returns the check's name and

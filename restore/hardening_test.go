@@ -268,11 +268,11 @@ func TestRestoreCancelDuringDataDirWrite(t *testing.T) {
 	opts := r.runOpts(t, "cancel-write", ic, root)
 	opts.Parallel, opts.Force = 1, true
 	var written atomic.Int32
-	opts.OnMemberWritten = func(_ context.Context, m restore.Member) {
+	ctx = restore.WithMemberWritten(ctx, func(_ context.Context, m restore.Member) {
 		if written.Add(1) == 1 {
 			cancel()
 		}
-	}
+	})
 	res, err := restore.Run(ctx, opts)
 	var re *restore.Error
 	if !errors.Is(err, context.Canceled) || !errors.As(err, &re) || re.Step() != restore.StepWrite {
@@ -445,7 +445,7 @@ func TestRestoreAllOrNoneWhenAMemberFails(t *testing.T) {
 	var mu sync.Mutex
 	written := map[string]bool{}
 	var last string
-	opts.OnMemberWritten = func(_ context.Context, m restore.Member) {
+	afterWritten := func(_ context.Context, m restore.Member) {
 		mu.Lock()
 		defer mu.Unlock()
 		if written[m.Name] = true; len(written) != 2 {
@@ -460,7 +460,7 @@ func TestRestoreAllOrNoneWhenAMemberFails(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	res, err := restore.Run(testfix.Context(t, 2*time.Minute), opts)
+	res, err := restore.Run(restore.WithMemberWritten(testfix.Context(t, 2*time.Minute), afterWritten), opts)
 	var re *restore.Error
 	if !errors.As(err, &re) || re.Step() != restore.StepWrite || last == "" || !strings.Contains(err.Error(), "member "+last) {
 		t.Fatalf("restore with r2's write failing: %v", err)

@@ -162,3 +162,14 @@ func treeState(tb testing.TB, root string) []string {
 	}
 	return out
 }
+
+// selectBackup is the select stage of opts, resolved first as Run
+// resolves them; plan is the plan it fills in.
+func selectBackup(ctx context.Context, opts restore.Options, plan *restore.Plan) (*restore.Selection, error) {
+	cfg, p, err := restore.Resolve(ctx, opts)
+	*plan = *p
+	if err != nil {
+		return nil, err
+	}
+	return cfg.Select(ctx, plan)
+}

@@ -11,7 +11,6 @@ import (
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/probe"
-	"github.com/armada/etcd-recovery/internal/usage"
 )
 
 // JournalReacher is a JournalSource that says how far it reaches exactly
@@ -54,36 +53,36 @@ var ErrNoJournalForLatest = errors.New("the cluster has no journal")
 // resolveLatest is the ToLatest step of Run and SelectSnapshot: the
 // backup the selection would start from (the best-ranked candidate, or
 // Backup), the revision the journal reaches exactly from its revision + 1,
-// set as opts.ToRevision, and the warning when a member of the old
+// returned as the revision to restore to, and the warning when a member of the old
 // cluster still answers (survivor-first has RPO 0; the PITR flag is the
 // caller's choice, so it is a warning, not a refusal).
-func resolveLatest(ctx context.Context, opts *Options, plan *Plan, log *slog.Logger) error {
-	jr, ok := opts.Journal.(JournalReacher)
+func resolveLatest(ctx context.Context, src source, backup string, sv survivorConfig, j JournalSource, plan *Plan, log *slog.Logger) (int64, error) {
+	jr, ok := j.(JournalReacher)
 	if !ok {
-		return errors.New("--to-latest: the journal cannot say how far it reaches")
+		return 0, errors.New("--to-latest: the journal cannot say how far it reaches")
 	}
-	listed, err := catalog.ListBackups(ctx, opts.Store, opts.Layout, opts.ClusterID)
+	listed, err := catalog.ListBackups(ctx, src.store, src.layout, src.clusterID)
 	if err != nil {
-		return fmt.Errorf("--to-latest: listing the backups: %w", err)
+		return 0, fmt.Errorf("--to-latest: listing the backups: %w", err)
 	}
 	cands, ignored := rankCandidates(listed)
-	cands, idx, err := selectCandidate(opts.ClusterID, opts.Layout.ClusterPrefix(opts.ClusterID), listed, cands, ignored, opts.Backup, nil)
+	cands, idx, err := selectCandidate(src.clusterID, src.layout.ClusterPrefix(src.clusterID), listed, cands, ignored, backup, nil)
 	if err != nil {
-		return fmt.Errorf("--to-latest: %w", err)
+		return 0, fmt.Errorf("--to-latest: %w", err)
 	}
 	base := cands[idx]
 	r, err := jr.Reach(ctx, base.Revision+1)
 	switch {
 	case errors.Is(err, journal.ErrNoJournal):
-		return fmt.Errorf("--to-latest: %w (%v): nothing to restore past backup %s (revision %d); restore it without --to-latest "+
+		return 0, fmt.Errorf("--to-latest: %w (%v): nothing to restore past backup %s (revision %d); restore it without --to-latest "+
 			"(a plain restore from the newest backup)", ErrNoJournalForLatest, err, base.Name, base.Revision)
 	case errors.Is(err, journal.ErrNothingAfter):
-		return fmt.Errorf("--to-latest: the journal holds no revision after backup %s (revision %d): %w; it is the newest state stored: "+
+		return 0, fmt.Errorf("--to-latest: the journal holds no revision after backup %s (revision %d): %w; it is the newest state stored: "+
 			"restore it without --to-latest", base.Name, base.Revision, err)
 	case err != nil:
-		return fmt.Errorf("--to-latest: from backup %s (revision %d): %w", base.Name, base.Revision, err)
+		return 0, fmt.Errorf("--to-latest: from backup %s (revision %d): %w", base.Name, base.Revision, err)
 	}
-	now := opts.Now()
+	now := src.now()
 	l := &Latest{Backup: base.Name, BackupRevision: base.Revision, Revision: r.Revision, Received: r.Received,
 		Segment: r.Segment}
 	if !r.Received.IsZero() {
@@ -94,15 +93,14 @@ func resolveLatest(ctx context.Context, opts *Options, plan *Plan, log *slog.Log
 		l.Problem = r.Problem.Error()
 	}
 	plan.Latest = l
-	opts.ToRevision = r.Revision
 	args := []any{"backup", base.Name, "backup_revision", base.Revision, "revision", r.Revision,
 		"received", r.Received.Format(time.RFC3339Nano), "age", l.AgeText, "segment", r.Segment}
 	if l.Problem != "" {
 		args = append(args, "break_after", l.Problem)
 	}
 	log.Info("--to-latest: the newest revision the journal reaches exactly from the newest backup", args...)
-	if len(opts.Old.Endpoints) > 0 && !opts.NoLive {
-		if m := liveMember(ctx, *opts); m != "" {
+	if len(sv.old.Endpoints) > 0 && !sv.noLive {
+		if m := liveMember(ctx, sv); m != "" {
 			l.LiveMember = m
 			w := fmt.Sprintf("member %s of the old cluster still answers: its survivor snapshot (a plain restore, without --to-latest) "+
 				"loses nothing; --to-latest restores revision %d, the journal's newest", m, r.Revision)
@@ -110,14 +108,14 @@ func resolveLatest(ctx context.Context, opts *Options, plan *Plan, log *slog.Log
 			log.Warn(w)
 		}
 	}
-	return nil
+	return r.Revision, nil
 }
 
 // liveMember names the members of the old cluster that answer (name and
 // client URL), empty when none does. Every probe has ProbeTimeout.
-func liveMember(ctx context.Context, opts Options) string {
-	members, _ := probe.List(ctx, opts.Old, opts.ProbeTimeout)
-	members = probe.Members(ctx, opts.Old, members, opts.ProbeTimeout)
+func liveMember(ctx context.Context, sv survivorConfig) string {
+	members, _ := probe.List(ctx, sv.old, sv.probeTimeout)
+	members = probe.Members(ctx, sv.old, members, sv.probeTimeout)
 	var alive []string
 	for _, m := range members {
 		if m.Alive() {
@@ -125,18 +123,6 @@ func liveMember(ctx context.Context, opts Options) string {
 		}
 	}
 	return strings.Join(alive, ", ")
-}
-
-// validateLatest checks the point-in-time options: ToLatest or
-// ToRevision, not both, and a journal for either.
-func (o Options) validateLatest() error {
-	if o.ToLatest && o.ToRevision > 0 {
-		return usage.Errorf("--to-latest and --to-revision (or --to-time): give one")
-	}
-	if (o.ToRevision > 0 || o.ToLatest) && o.Journal == nil {
-		return usage.Wrap(errNoJournal)
-	}
-	return nil
 }
 
 // StepLatest is the step that resolves --to-latest (Options.ToLatest),

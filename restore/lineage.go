@@ -68,17 +68,17 @@ func splices(breaks []lineageBreak, b Candidate, toRev int64) *lineageBreak {
 }
 
 // lineageBreaks reads the cluster's gap records that are lineage breaks.
-func lineageBreaks(ctx context.Context, opts Options) ([]lineageBreak, error) {
-	objs, err := opts.Store.List(ctx, opts.Layout.JournalGapsPrefix(opts.ClusterID))
+func lineageBreaks(ctx context.Context, src source) ([]lineageBreak, error) {
+	objs, err := src.store.List(ctx, src.layout.JournalGapsPrefix(src.clusterID))
 	if err != nil {
 		return nil, fmt.Errorf("list the journal's gap records: %w", err)
 	}
 	var out []lineageBreak
 	for _, o := range objs {
-		if ki := opts.Layout.Classify(o.Key); ki.Kind != catalog.KeyJournalGap || ki.ClusterID != opts.ClusterID {
+		if ki := src.layout.Classify(o.Key); ki.Kind != catalog.KeyJournalGap || ki.ClusterID != src.clusterID {
 			continue
 		}
-		body, err := opts.Store.Get(ctx, o.Key)
+		body, err := src.store.Get(ctx, o.Key)
 		if err != nil {
 			return nil, fmt.Errorf("read the gap record %s: %w", o.Key, err)
 		}
@@ -103,17 +103,17 @@ func lineageBreaks(ctx context.Context, opts Options) ([]lineageBreak, error) {
 // point-in-time restore's chosen backup against the lineage breaks (gates
 // every candidate, fallbacks included): a splice (see splices) is a
 // *LineageError, never replayed.
-func checkLineage(ctx context.Context, opts Options, plan *Plan) (string, error) {
+func checkLineage(ctx context.Context, src source, to Target, plan *Plan) (string, error) {
 	chosen := plan.Chosen
-	if opts.ToRevision <= 0 || chosen == nil || chosen.survivor || opts.ToRevision <= chosen.Revision {
+	if to.Revision <= 0 || chosen == nil || chosen.survivor || to.Revision <= chosen.Revision {
 		return "", nil
 	}
-	breaks, err := lineageBreaks(ctx, opts)
+	breaks, err := lineageBreaks(ctx, src)
 	if err != nil {
 		return StepList, err
 	}
-	if l := splices(breaks, *chosen, opts.ToRevision); l != nil {
-		lerr := &LineageError{ClusterID: opts.ClusterID, Backup: chosen.Name, Revision: chosen.Revision, Break: l.key, End: l.From - 1, Found: l.Time}
+	if l := splices(breaks, *chosen, to.Revision); l != nil {
+		lerr := &LineageError{ClusterID: src.clusterID, Backup: chosen.Name, Revision: chosen.Revision, Break: l.key, End: l.From - 1, Found: l.Time}
 		plan.Checks = append(plan.Checks, Check{Name: CheckLineage, Status: CheckFailed, Detail: lerr.Error()})
 		return StepSelect, lerr
 	}
@@ -136,11 +136,11 @@ const CheckHistory = "history"
 // every backup of the old one, whose revisions are higher. Without a
 // break recorded nothing changes. The plan says which history it chose
 // from (CheckHistory).
-func byLineage(ctx context.Context, opts Options, plan *Plan, cands []Candidate) ([]Candidate, error) {
-	if opts.Store == nil {
+func byLineage(ctx context.Context, src source, plan *Plan, cands []Candidate) ([]Candidate, error) {
+	if src.store == nil {
 		return cands, nil
 	}
-	breaks, err := lineageBreaks(ctx, opts)
+	breaks, err := lineageBreaks(ctx, src)
 	if err != nil || len(breaks) == 0 {
 		return cands, err
 	}

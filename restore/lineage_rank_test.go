@@ -49,7 +49,7 @@ func TestRestoreRanksTheNewHistoryFirst(t *testing.T) {
 	opts := restore.Options{ClusterID: id, Store: r.Store, Layout: r.Layout, NoLive: true, DryRun: true,
 		Targets: restore.Targets{InitialCluster: "r0=http://127.0.0.1:2380", DataDirRoot: t.TempDir()}, Log: testfix.Logger(t)}
 	var plan restore.Plan
-	sel, err := restore.Select(ctx, opts, &plan)
+	sel, err := selectBackup(ctx, opts, &plan)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestRestoreRanksTheNewHistoryFirst(t *testing.T) {
 	// Point in time: by revision, within the old history.
 	opts.ToRevision, opts.Journal = oldNewest.Revision(), noEvents{}
 	plan = restore.Plan{}
-	if sel, err = restore.Select(ctx, opts, &plan); err != nil || sel.Chosen().Name != oldNewest.Name {
+	if sel, err = selectBackup(ctx, opts, &plan); err != nil || sel.Chosen().Name != oldNewest.Name {
 		t.Fatalf("a point-in-time restore to the old history's revision %d: %v", oldNewest.Revision(), err)
 	}
 }

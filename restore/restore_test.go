@@ -539,15 +539,16 @@ func TestRestoreAfterCompactedDelete(t *testing.T) {
 	}
 	c.Members[0].Kill()
 	ic, ms := newCluster(t, 1, false)
-	var nc *testenv.EtcdCluster
 	res, err := restore.Run(ctx, restore.Options{Survivor: survivor.Backup{},
 		ClusterID: "compacted", Store: r.Store, Layout: r.Layout, NoLive: true,
 		Targets:      restore.Targets{InitialCluster: ic, DataDirRoot: t.TempDir()},
 		BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true, Log: testfix.Logger(t),
-		Verify:     restore.VerifyOptions{Etcd: etcdConfigFor(nil, ms), Timeout: time.Minute},
-		OnDataDirs: func(p *restore.Plan) { nc = startRestored(t, testenv.V35, p, ms, nil, false) },
 	})
 	if err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	nc := startRestored(t, testenv.V35, &res.Plan, ms, nil, false)
+	if err := res.CheckRebuilt(ctx, restore.VerifyOptions{Etcd: etcdConfigFor(nil, ms), Timeout: time.Minute}); err != nil {
 		t.Fatalf("restore: %v", err)
 	}
 	if res.Snapshot.LiveKeys != 1 || res.Snapshot.CompactRevision != del.Header.Revision || res.Snapshot.StoreRevision() != m.Revision() {

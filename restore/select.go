@@ -1,11 +1,7 @@
 package restore
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"log/slog"
-	"os"
 	"sort"
 	"strings"
 	"time"
@@ -353,75 +349,6 @@ type Fallback struct {
 	Checks []Check `json:"checks,omitempty"`
 	// Next is the candidate tried next; empty when none was left.
 	Next string `json:"next,omitempty"`
-}
-
-// fallsBack reports whether a candidate refused at verification makes
-// restore try the next one: only when it chose the backup itself. A backup
-// named with --backup is refused and the run stops (the SRE chose it);
-// a drill (FetchOptions.Prove, and it sets Backup too) proves one backup;
-// a local plaintext snapshot is the only candidate.
-func fallsBack(opts Options, fc fetchConfig) bool {
-	return opts.Backup == "" && !fc.prove && fc.local == nil
-}
-
-// verifyCandidates is the fetch stage: it verifies the chosen cands[idx]
-// (verifyChosen) and, when it is
-// refused for a property of its bytes (a verifyError: a checksum, a
-// truncated or undecodable stream, an object gone, a database below the
-// manifest's revision, an age payload that does not authenticate) and
-// fallsBack, the next candidate in rank order, and so on: every candidate
-// is tried at most once, each refusal is logged (the backup, why, the one
-// tried next) and kept in plan.Fallbacks. A store failure, a cancelled or
-// expired context (the dry run's --timeout), a local disk error or a
-// missing identity stop the run as they are (a local failure reading the
-// staged file back too, isLocalFailure): they say nothing about the
-// backup. When every candidate is refused, the error is the last one's
-// BackupError, naming the others.
-func verifyCandidates(ctx context.Context, opts Options, log *slog.Logger, plan *Plan, cands []Candidate, idx int, dir string, fc fetchConfig) (string, string, error) {
-	for first := true; ; first = false {
-		if !first {
-			// The next candidate is chosen as the select stage chose
-			// the first.
-			if step, err := choose(opts, log, plan, cands, idx, fc.local == nil); err != nil {
-				return "", step, err
-			}
-			// The journal proofs gate the next candidate as they gated
-			// the first: an older backup's replay may pass through a
-			// window whose proof failed.
-			if fc.local == nil {
-				if step, err := checkJournalProof(ctx, opts, plan); err != nil {
-					return "", step, err
-				}
-			}
-		}
-		snapPath, step, err := verifyChosen(ctx, opts, log, plan, cands, idx, dir, fc)
-		var ve *verifyError
-		if err == nil || !fallsBack(opts, fc) || !errors.As(err, &ve) || ctx.Err() != nil || IsLocalFailure(err) {
-			return snapPath, step, err
-		}
-		if snapPath != "" {
-			os.Remove(snapPath)
-		}
-		refused := &cands[idx]
-		refused.Status, refused.Detail = StatusFailedVerification, err.Error()
-		if plan.Chosen != nil {
-			plan.Chosen.Status, plan.Chosen.Detail = refused.Status, refused.Detail
-		}
-		fb := Fallback{Backup: refused.Name, Revision: refused.Revision, Reason: err.Error(), Checks: plan.Checks}
-		next := idx + 1
-		if next >= len(cands) {
-			plan.Fallbacks = append(plan.Fallbacks, fb)
-			log.Warn("backup failed verification, and no other candidate is left", "backup", refused.Name, "err", err)
-			return "", step, refusedAll(opts.ClusterID, plan.Fallbacks, err)
-		}
-		fb.Next = cands[next].Name
-		plan.Fallbacks = append(plan.Fallbacks, fb)
-		log.Warn("backup failed verification: trying the next candidate", "backup", refused.Name, "err", err,
-			"next", fb.Next, "next_revision", cands[next].Revision)
-		// What choose and verifyChosen filled in was the refused backup's.
-		plan.Checks, plan.Snapshot, plan.Chosen, plan.Reason, plan.EtcdVersion, plan.MinRevision = []Check{}, nil, nil, "", "", 0
-		idx = next
-	}
 }
 
 // refusedAll is the error when every candidate was refused: the last

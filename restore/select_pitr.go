@@ -18,40 +18,33 @@ import (
 // compacted, and etcd's sha256 trailer written again.
 const CheckStagedSnapshot = "point-in-time snapshot"
 
-// selectPointInTime is the point-in-time half of SelectSnapshot: the
-// journal replayed into the verified snapshot at path up to ToRevision
-// (Replay; PlanReplay in a dry run), then, since etcd-operator's restore
-// applies no bump, the revision bumped by BumpRevision and, with
-// MarkCompacted, marked compacted, as Prepare does for a plain restore
-// (etcdinternals.BumpRevision, bbolt's public API), and etcd's sha256
-// trailer appended: etcdutl's snapshot restore, which etcd-operator runs,
-// refuses a snapshot without it ("snapshot missing hash") or with one that
-// does not match. Plan.MinRevision is then the replayed revision plus the
-// bump.
-func selectPointInTime(ctx context.Context, opts Options, plan *Plan, path string, log *slog.Logger) error {
-	ro := ReplayOptions{ToRevision: opts.ToRevision, Journal: opts.Journal}
-	if opts.DryRun {
-		if err := PlanReplay(ctx, opts, plan, ro); err != nil {
-			return err
-		}
+// sealPointInTime is the point-in-time half of SelectSnapshot, once the
+// journal is replayed into the verified snapshot at path (Replay): since
+// etcd-operator's restore applies no bump, the revision is bumped by the
+// plan's BumpRevision and, with MarkCompacted, marked compacted, as
+// Prepare does for a plain restore (etcdinternals.BumpRevision, bbolt's
+// public API), and etcd's sha256 trailer appended: etcdutl's snapshot
+// restore, which etcd-operator runs, refuses a snapshot without it
+// ("snapshot missing hash") or with one that does not match.
+// Plan.MinRevision is then the replayed revision plus the bump. A dry run
+// only says so.
+func sealPointInTime(ctx context.Context, plan *Plan, path string, log *slog.Logger) error {
+	bump, mark := plan.BumpRevision, plan.MarkCompacted
+	if plan.DryRun {
 		plan.Checks = append(plan.Checks, Check{Name: CheckStagedSnapshot, Status: CheckPlanned,
-			Detail: fmt.Sprintf("would bump the revision by %d (marked compacted: %t) and write etcd's sha256 trailer", opts.BumpRevision, opts.MarkCompacted)})
+			Detail: fmt.Sprintf("would bump the revision by %d (marked compacted: %t) and write etcd's sha256 trailer", bump, mark)})
 		return nil
 	}
-	if err := Replay(ctx, opts, plan, path, ro); err != nil {
-		return err
-	}
-	sum, err := bumpAndSeal(path, opts.BumpRevision, opts.MarkCompacted)
+	sum, err := bumpAndSeal(path, bump, mark)
 	if err != nil {
 		plan.Checks = append(plan.Checks, Check{Name: CheckStagedSnapshot, Status: CheckFailed, Detail: err.Error()})
-		return stepError(ctx, opts.ClusterID, StepWrite, err)
+		return stepError(ctx, plan.ClusterID, StepWrite, err)
 	}
-	plan.BumpRevision, plan.MarkCompacted = opts.BumpRevision, opts.MarkCompacted
 	plan.Checks = append(plan.Checks, Check{Name: CheckStagedSnapshot, Status: CheckPassed,
 		Detail: fmt.Sprintf("revision %d bumped by %d (marked compacted: %t); etcd's sha256 trailer %s", plan.Replay.ToRevision,
-			opts.BumpRevision, opts.MarkCompacted, sum)})
-	log.Info("point-in-time snapshot ready for etcd's snapshot restore", "revision", plan.Replay.ToRevision, "bump_revision", opts.BumpRevision,
-		"mark_compacted", opts.MarkCompacted, "sha256", sum)
+			bump, mark, sum)})
+	log.Info("point-in-time snapshot ready for etcd's snapshot restore", "revision", plan.Replay.ToRevision, "bump_revision", bump,
+		"mark_compacted", mark, "sha256", sum)
 	return nil
 }
 
@@ -60,7 +53,7 @@ func selectPointInTime(ctx context.Context, opts Options, plan *Plan, path strin
 // snapshot restore checks: the sha256 of every byte before it. It returns
 // the trailer in hex.
 func bumpAndSeal(path string, bump uint64, mark bool) (string, error) {
-	if err := dropTrailer(path); err != nil {
+	if err := etcdinternals.DropTrailer(path); err != nil {
 		return "", err
 	}
 	if bump > 0 {
@@ -90,19 +83,4 @@ func bumpAndSeal(path string, bump uint64, mark bool) (string, error) {
 		return "", err
 	}
 	return hex.EncodeToString(sum), f.Close()
-}
-
-// dropTrailer removes etcd's sha256 trailer (size % 512 == 32) from the
-// database at path, if it is there.
-func dropTrailer(path string) error {
-	st, err := os.Stat(path)
-	if err != nil {
-		return err
-	}
-	if st.Size()%512 == sha256.Size {
-		if err := os.Truncate(path, st.Size()-sha256.Size); err != nil {
-			return fmt.Errorf("drop etcd's trailer from %s: %w", path, err)
-		}
-	}
-	return nil
 }

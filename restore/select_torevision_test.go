@@ -50,7 +50,7 @@ func TestSelectToRevision(t *testing.T) {
 		t.Fatalf("backups at %d, %d: no revision between", bs[1].Revision(), bs[2].Revision())
 	}
 	var plan restore.Plan
-	sel, err := restore.Select(ctx, opts(between, ""), &plan)
+	sel, err := selectBackup(ctx, opts(between, ""), &plan)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,11 +65,11 @@ func TestSelectToRevision(t *testing.T) {
 		t.Fatalf("ignored %+v, survivor %+v", plan.Ignored, plan.Survivor)
 	}
 
-	_, err = restore.Select(ctx, opts(bs[0].Revision()-1, ""), &restore.Plan{})
+	_, err = selectBackup(ctx, opts(bs[0].Revision()-1, ""), &restore.Plan{})
 	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("no committed backup of cluster %s at or below revision %d: the oldest, %s", id, bs[0].Revision()-1, bs[0].Name)) {
 		t.Fatalf("below every backup: %v", err)
 	}
-	_, err = restore.Select(ctx, opts(between, bs[2].Name), &restore.Plan{})
+	_, err = selectBackup(ctx, opts(between, bs[2].Name), &restore.Plan{})
 	if err == nil || !strings.Contains(err.Error(), "above --to-revision") {
 		t.Fatalf("--backup above: %v", err)
 	}

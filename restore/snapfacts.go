@@ -119,13 +119,7 @@ func readSnapshotFacts(path string) (SnapshotFacts, error) {
 	defer db.Close()
 	s1, s2 := maphash.MakeSeed(), maphash.MakeSeed()
 	err = db.View(func(tx *bolt.Tx) error {
-		if meta := tx.Bucket(etcdinternals.MetaBucket); meta != nil {
-			for _, k := range [][]byte{etcdinternals.FinishedCompactKey, etcdinternals.ScheduledCompactKey} {
-				if v := meta.Get(k); len(v) >= 8 {
-					f.CompactRevision = max(f.CompactRevision, int64(binary.BigEndian.Uint64(v[:8])))
-				}
-			}
-		}
+		f.CompactRevision = etcdinternals.CompactRevision(tx)
 		b := tx.Bucket(etcdinternals.KeyBucket)
 		if b == nil {
 			return errors.New(`no "key" bucket: not an etcd v3 database`)

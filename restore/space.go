@@ -155,12 +155,6 @@ func CheckSpace(needs []SpaceNeed) error {
 	return checkSpace(ScratchRoot(""), needs)
 }
 
-// CheckSpaceIn is CheckSpace with scratchRoot as the root the scratch
-// limit covers (--temp-dir, when given).
-func CheckSpaceIn(scratchRoot string, needs []SpaceNeed) error {
-	return checkSpace(ScratchRoot(scratchRoot), needs)
-}
-
 func checkSpace(scratchRoot string, needs []SpaceNeed) error {
 	limit, used, limited, err := ScratchLimit(scratchRoot)
 	if err != nil {

@@ -9,27 +9,29 @@ import (
 	"github.com/armada/etcd-recovery/internal/prune"
 )
 
-// Backups only object versions hold (issue 26): on a versioned bucket a
+// Backups only object versions hold (a backup deleted or overwritten by a
+// credential that can write the bucket stays restorable while its
+// versions remain): on a versioned bucket a
 // deleted backup is a delete marker over versions that still exist, an
 // overwritten one a newer version over them. The select stage adds them
 // to the candidates (prune.VersionedBackups picks each one's versions)
-// with opts.IncludeDeleted, or by itself when no live backup checks out
+// with Options.IncludeDeleted, or by itself when no live backup checks out
 // (or --backup names one that is not live); the fetch stage reads the
 // snapshot at its version (objectio.Expect.VersionID).
 
 // wantVersions reports whether the select stage looks at object versions.
-func wantVersions(opts Options, cands []Candidate) bool {
-	return opts.IncludeDeleted || len(cands) == 0 || (opts.Backup != "" && findCandidate(cands, opts.Backup) < 0)
+func wantVersions(backup string, includeDeleted bool, cands []Candidate) bool {
+	return includeDeleted || len(cands) == 0 || (backup != "" && findCandidate(cands, backup) < 0)
 }
 
 // withVersions adds the cluster's deleted and overwritten backups, at the
 // versions they wrote, to the live listing (replacing an overwritten
-// backup's live folder) and ranks them all. Without opts.IncludeDeleted a
+// backup's live folder) and ranks them all. Without includeDeleted a
 // failure to read the versions is logged and the live listing is kept.
-func withVersions(ctx context.Context, opts Options, log *slog.Logger, listed []catalog.Listed) ([]catalog.Listed, []Candidate, []Ignored, error) {
-	vbs, err := prune.VersionedBackups(ctx, opts.Store, opts.Layout, opts.ClusterID)
+func withVersions(ctx context.Context, src source, includeDeleted bool, log *slog.Logger, listed []catalog.Listed) ([]catalog.Listed, []Candidate, []Ignored, error) {
+	vbs, err := prune.VersionedBackups(ctx, src.store, src.layout, src.clusterID)
 	if err != nil {
-		if opts.IncludeDeleted {
+		if includeDeleted {
 			return nil, nil, nil, err
 		}
 		log.Warn("no live backup checks out, and the bucket's object versions could not be read", "err", err)
@@ -66,7 +68,7 @@ func withVersions(ctx context.Context, opts Options, log *slog.Logger, listed []
 		return merged[i].Name > merged[j].Name
 	})
 	why := "--include-deleted"
-	if !opts.IncludeDeleted {
+	if !includeDeleted {
 		why = "no live backup checks out"
 	}
 	log.Warn("considering backups that only object versions hold: deleted or overwritten", "why", why, "backups", names)

@@ -52,19 +52,18 @@ func TestRestoreEtcdVersions(t *testing.T) {
 			}
 
 			ic, ms := newCluster(t, 3, true)
-			var nc *testenv.EtcdCluster
 			res, err := restore.Run(ctx, restore.Options{Survivor: survivor.Backup{},
 				ClusterID: m.ClusterID, Store: r.Store, Layout: r.Layout,
 				Old: testfix.EtcdConfig(c), ProbeTimeout: time.Second,
 				Targets:      restore.Targets{InitialCluster: ic, DataDirRoot: t.TempDir()},
 				BumpRevision: restore.DefaultBumpRevision, MarkCompacted: true,
-				Verify: restore.VerifyOptions{Etcd: etcdConfigFor(c.PKI, ms), Timeout: time.Minute},
-				OnDataDirs: func(p *restore.Plan) {
-					nc = startRestored(t, v, p, ms, c.PKI, false)
-				},
 				Log: testfix.Logger(t),
 			})
 			if err != nil {
+				t.Fatalf("restore: %v", err)
+			}
+			nc := startRestored(t, v, &res.Plan, ms, c.PKI, false)
+			if err := res.CheckRebuilt(ctx, restore.VerifyOptions{Etcd: etcdConfigFor(c.PKI, ms), Timeout: time.Minute}); err != nil {
 				t.Fatalf("restore: %v", err)
 			}
 			if res.Chosen.Name != m.Name || res.Survivor.Backup != "" || res.Survivor.Skipped == "" {

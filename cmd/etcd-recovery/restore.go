@@ -9,7 +9,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/internal/seal"
@@ -188,19 +187,12 @@ func runRestore(c *cli.Context, g *globalOpts, o *restoreOpts) error {
 		Progress:          func(label string) restore.Progress { return output.NewProgress(label) },
 	}
 	opts.IncludeDeleted = o.includeDeleted
-	opts.ToRevision, opts.ToLatest = pitr.revision, pitr.latest
+	opts.ToRevision, opts.ToTime, opts.ToLatest = pitr.revision, pitr.at, pitr.latest
 	opts.AcceptUnprovenJournal = o.acceptUnprovenJournal
-	if pitr.any() {
-		// The journal is read from the store opened below.
-		opts.Journal = journal.NewSource(nil, catalog.Layout{}, o.clusterID, ids)
-	}
+	// The journal is the one in the store opened below.
+	opts.JournalInStore = pitr.any()
 	if eps := o.verifyEndpoints.Value(); len(eps) > 0 {
 		opts.Verify = restore.VerifyOptions{Etcd: o.etcd.configFor(eps), Timeout: o.verifyTimeout, Log: log}
-		opts.OnDataDirs = func(p *restore.Plan) {
-			log.Info("data dirs written: start the new members now; waiting for them", "cluster", p.ClusterID,
-				"etcd_version", p.EtcdVersion, "initial_cluster_token", p.Token, "endpoints", strings.Join(eps, ","),
-				"timeout", opts.Verify.Timeout)
-		}
 	}
 	// Options first, before the store is set up: a usage error names the
 	// flag, and nothing is contacted.
@@ -214,13 +206,6 @@ func runRestore(c *cli.Context, g *globalOpts, o *restoreOpts) error {
 	opts.Store, opts.Layout = store, layout
 
 	ctx := e.ctx()
-	if opts.Journal != nil {
-		src := journal.NewSource(store, layout, o.clusterID, ids).ListOnce()
-		opts.Journal = src
-		if opts.ToRevision, err = pitr.resolveTime(ctx, src, log); err != nil {
-			return err
-		}
-	}
 	var t *runTimeout
 	if opts.DryRun {
 		// A dry run changes nothing, so nothing is lost by stopping it:
@@ -459,10 +444,8 @@ func runRestoreViaOperator(e *env, o *restoreOpts, ids *seal.Identities, rs seal
 	if pitr.any() {
 		// Point in time: the EtcdCluster's name is its cluster id in COS.
 		src := journal.NewSource(opts.Store, opts.Layout, name, ids).ListOnce()
-		opts.Journal, opts.ToLatest, opts.AcceptUnprovenJournal = src, pitr.latest, o.acceptUnprovenJournal
-		if opts.ToRevision, err = pitr.resolveTime(ctx, src, log); err != nil {
-			return err
-		}
+		opts.Journal, opts.AcceptUnprovenJournal = src, o.acceptUnprovenJournal
+		opts.ToRevision, opts.ToTime, opts.ToLatest = pitr.revision, pitr.at, pitr.latest
 	}
 	if o.dryRun {
 		// As the manual dry run: it changes nothing, so it has an overall

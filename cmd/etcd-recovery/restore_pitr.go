@@ -1,28 +1,23 @@
 package main
 
 import (
-	"context"
-	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/urfave/cli/v2"
-
-	"github.com/armada/etcd-recovery/internal/journal"
 )
 
 // pitrFlags are restore's point-in-time flags, checked: --to-revision,
 // --to-time or --to-latest, at most one.
 type pitrFlags struct {
-	// revision is --to-revision, or 1 standing for --to-time's until the
-	// journal is read (resolveTime).
+	// revision is --to-revision; at is --to-time, resolved to a revision
+	// once the journal is read.
 	revision int64
 	at       time.Time
 	atText   string
 	latest   bool
 }
 
-func (p pitrFlags) any() bool { return p.revision > 0 || p.latest }
+func (p pitrFlags) any() bool { return p.revision > 0 || !p.at.IsZero() || p.latest }
 
 // pointInTime checks the point-in-time flags (usage errors name them).
 func (o *restoreOpts) pointInTime(c *cli.Context) (pitrFlags, error) {
@@ -46,22 +41,7 @@ func (o *restoreOpts) pointInTime(c *cli.Context) (pitrFlags, error) {
 		if err != nil {
 			return pitrFlags{}, usagef("restore: --to-time %q: want RFC 3339 (2006-01-02T15:04:05Z)", o.toTime)
 		}
-		p.at, p.revision = t, 1
+		p.at = t
 	}
 	return p, nil
-}
-
-// resolveTime is the revision to restore to: --to-time's, read from the
-// journal's receive times, else --to-revision's (0 with --to-latest, which
-// restore resolves itself).
-func (p pitrFlags) resolveTime(ctx context.Context, src *journal.Source, log *slog.Logger) (int64, error) {
-	if p.at.IsZero() {
-		return p.revision, nil
-	}
-	rev, err := src.RevisionAt(ctx, p.at)
-	if err != nil {
-		return 0, fmt.Errorf("restore: --to-time %s: %w", p.atText, err)
-	}
-	log.Info("--to-time: the last revision the journal received at or before it", "time", p.atText, "revision", rev)
-	return rev, nil
 }

@@ -2,12 +2,10 @@ package etcdinternals
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"iter"
-	"os"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -162,14 +160,7 @@ func SnapshotRevision(tx *bolt.Tx) (int64, error) {
 		}
 		rev = int64(binary.BigEndian.Uint64(last[:8]))
 	}
-	if mb := tx.Bucket(MetaBucket); mb != nil {
-		for _, k := range [][]byte{FinishedCompactKey, ScheduledCompactKey} {
-			if v := mb.Get(k); len(v) >= 8 {
-				rev = max(rev, int64(binary.BigEndian.Uint64(v[:8])))
-			}
-		}
-	}
-	return rev, nil
+	return max(rev, CompactRevision(tx)), nil
 }
 
 // ApplyEvents writes journaled events straight into a snapshot's bbolt
@@ -209,12 +200,8 @@ func ApplyEventsWith(path string, events iter.Seq2[kvevent.Event, error], o Appl
 }
 
 func applyEvents(path string, events iter.Seq2[kvevent.Event, error], leases []kvevent.Lease, o ApplyOptions) (a Applied, err error) {
-	if st, err := os.Stat(path); err != nil {
+	if err := DropTrailer(path); err != nil {
 		return a, err
-	} else if st.Size()%512 == sha256.Size {
-		if err := os.Truncate(path, st.Size()-sha256.Size); err != nil {
-			return a, fmt.Errorf("drop etcd's trailer from %s: %w", path, err)
-		}
 	}
 	opts := restoreBoltOptions
 	opts.Timeout = 10 * time.Second

@@ -43,7 +43,7 @@ func DatabaseRevisions(path string) (Revisions, error) {
 	}
 	defer db.Close()
 	err = db.View(func(tx *bolt.Tx) error {
-		r.Compact = compactOf(tx)
+		r.Compact = CompactRevision(tx)
 		b := tx.Bucket(KeyBucket)
 		if b == nil {
 			return errors.New(`no "key" bucket: not an etcd v3 database`)
@@ -60,7 +60,10 @@ func DatabaseRevisions(path string) (Revisions, error) {
 	return r, nil
 }
 
-func compactOf(tx *bolt.Tx) int64 {
+// CompactRevision is the compaction a database records in its meta
+// bucket: the larger of finishedCompactRev and scheduledCompactRev (etcd
+// finishes a scheduled one as it starts), 0 when there is none.
+func CompactRevision(tx *bolt.Tx) int64 {
 	var c int64
 	if meta := tx.Bucket(MetaBucket); meta != nil {
 		for _, k := range [][]byte{FinishedCompactKey, ScheduledCompactKey} {
@@ -108,7 +111,7 @@ func HashKV(path string, rev, compact int64) (KVHash, error) {
 	}
 	defer db.Close()
 	err = db.View(func(tx *bolt.Tx) error {
-		if own := compactOf(tx); own > max(compact, 0) {
+		if own := CompactRevision(tx); own > max(compact, 0) {
 			return fmt.Errorf("the database is compacted at %d, above the compact revision %d asked for", own, compact)
 		}
 		b := tx.Bucket(KeyBucket)

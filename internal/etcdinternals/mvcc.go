@@ -1,6 +1,12 @@
 package etcdinternals
 
-import "google.golang.org/protobuf/encoding/protowire"
+import (
+	"crypto/sha256"
+	"fmt"
+	"os"
+
+	"google.golang.org/protobuf/encoding/protowire"
+)
 
 // etcd's mvcc layout, copied because etcd does not export it (server/v3
 // mvcc/kvstore.go, revision.go; mvcc/buckets/bucket.go exports the
@@ -69,4 +75,22 @@ func KeyAndLease(v []byte) (key []byte, lease int64, err error) {
 		msg = msg[l:]
 	}
 	return key, lease, nil
+}
+
+// DropTrailer removes etcd's sha256 trailer from the database at path, if
+// it is there: a database is whole pages, so the trailer is what leaves
+// 32 bytes over a multiple of 512, as etcdutl recognises it. Whatever
+// writes into a staged snapshot drops it first, since it no longer matches
+// once the file changes.
+func DropTrailer(path string) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if st.Size()%512 == sha256.Size {
+		if err := os.Truncate(path, st.Size()-sha256.Size); err != nil {
+			return fmt.Errorf("drop etcd's trailer from %s: %w", path, err)
+		}
+	}
+	return nil
 }
