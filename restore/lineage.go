@@ -2,9 +2,7 @@ package restore
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"sort"
 	"time"
 
@@ -15,18 +13,11 @@ import (
 // and journal are of one history (see checkLineage).
 const CheckLineage = "journal lineage"
 
-// lineageBreak is a journal gap record of a lineage break, as the journal
-// job writes it (fleet.JournalGap: its from, lineage, time and reason
-// fields): the cluster's history was found not to be the journal's (a
-// restore without a revision bump, a recreated cluster); the journal's
-// old history ends at From - 1.
-type lineageBreak struct {
-	From    int64     `json:"from"`
-	Lineage bool      `json:"lineage"`
-	Time    time.Time `json:"time"`
-	Reason  string    `json:"reason"`
-	key     string
-}
+// lineageBreak is a journal gap record of a lineage break
+// (catalog.JournalGap with Lineage set): the cluster's history was found
+// not to be the journal's (a restore without a revision bump, a recreated
+// cluster); the journal's old history ends at From - 1.
+type lineageBreak = catalog.JournalGap
 
 // LineageError is a point-in-time restore refused because its backup is of
 // the history that began when the cluster went back, while the journal at
@@ -69,31 +60,14 @@ func splices(breaks []lineageBreak, b Candidate, toRev int64) *lineageBreak {
 
 // lineageBreaks reads the cluster's gap records that are lineage breaks.
 func lineageBreaks(ctx context.Context, src source) ([]lineageBreak, error) {
-	objs, err := src.store.List(ctx, src.layout.JournalGapsPrefix(src.clusterID))
+	gaps, err := catalog.ReadJournalGaps(ctx, src.store, src.layout, src.clusterID)
 	if err != nil {
-		return nil, fmt.Errorf("list the journal's gap records: %w", err)
+		return nil, err
 	}
 	var out []lineageBreak
-	for _, o := range objs {
-		if ki := src.layout.Classify(o.Key); ki.Kind != catalog.KeyJournalGap || ki.ClusterID != src.clusterID {
-			continue
-		}
-		body, err := src.store.Get(ctx, o.Key)
-		if err != nil {
-			return nil, fmt.Errorf("read the gap record %s: %w", o.Key, err)
-		}
-		b, err := io.ReadAll(io.LimitReader(body, 1<<20))
-		body.Close()
-		if err != nil {
-			return nil, fmt.Errorf("read the gap record %s: %w", o.Key, err)
-		}
-		var l lineageBreak
-		if err := json.Unmarshal(b, &l); err != nil {
-			return nil, fmt.Errorf("the gap record %s: %w", o.Key, err)
-		}
-		if l.Lineage {
-			l.key = o.Key
-			out = append(out, l)
+	for _, g := range gaps {
+		if g.Lineage {
+			out = append(out, g)
 		}
 	}
 	return out, nil
@@ -113,7 +87,7 @@ func checkLineage(ctx context.Context, src source, to Target, plan *Plan) (strin
 		return StepList, err
 	}
 	if l := splices(breaks, *chosen, to.Revision); l != nil {
-		lerr := &LineageError{ClusterID: src.clusterID, Backup: chosen.Name, Revision: chosen.Revision, Break: l.key, End: l.From - 1, Found: l.Time}
+		lerr := &LineageError{ClusterID: src.clusterID, Backup: chosen.Name, Revision: chosen.Revision, Break: l.Key, End: l.From - 1, Found: l.Time}
 		plan.Checks = append(plan.Checks, Check{Name: CheckLineage, Status: CheckFailed, Detail: lerr.Error()})
 		return StepSelect, lerr
 	}
@@ -161,9 +135,9 @@ func byLineage(ctx context.Context, src source, plan *Plan, cands []Candidate) (
 	newest := breaks[len(breaks)-1]
 	if len(cands) > 0 && cands[0].Name != "" {
 		detail := fmt.Sprintf("backup %s is of the newest history, begun when the journal found the cluster gone back (%s, found %s); %d backup(s) of older histories rank below it whatever their revisions",
-			cands[0].Name, newest.key, newest.Time.UTC().Format(time.RFC3339), countBelow(cands, history))
+			cands[0].Name, newest.Key, newest.Time.UTC().Format(time.RFC3339), countBelow(cands, history))
 		if history(cands[0]) < len(breaks) {
-			detail = fmt.Sprintf("no backup of the newest history (begun at %s, found %s) yet: backup %s is of an older one", newest.key, newest.Time.UTC().Format(time.RFC3339), cands[0].Name)
+			detail = fmt.Sprintf("no backup of the newest history (begun at %s, found %s) yet: backup %s is of an older one", newest.Key, newest.Time.UTC().Format(time.RFC3339), cands[0].Name)
 		}
 		plan.Checks = append(plan.Checks, Check{Name: CheckHistory, Status: CheckPassed, Detail: detail})
 	}
