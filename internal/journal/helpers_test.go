@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"iter"
+	"strings"
 	"testing"
 	"time"
 
@@ -213,4 +214,18 @@ func memJournal(tb testing.TB, ctx context.Context) (st *memstore.Store, write f
 		tb.Helper()
 		writePuts(tb, ctx, st, memLayout, first, last, leases)
 	}
+}
+
+// stubSegments is an in-memory store holding an object "x" at c1's
+// segment key (in memLayout) of each range: a chain by name only, as
+// ChooseBase reads it.
+func stubSegments(tb testing.TB, ctx context.Context, ranges [][2]int64) *memstore.Store {
+	tb.Helper()
+	st := memstore.New()
+	for _, r := range ranges {
+		if _, err := st.Put(ctx, memLayout.JournalSegmentKey("c1", r[0], r[1]), strings.NewReader("x")); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return st
 }

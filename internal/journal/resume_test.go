@@ -3,7 +3,6 @@ package journal_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 
 	"github.com/armada/etcd-recovery/internal/journal"
@@ -40,12 +39,7 @@ func TestChooseBaseAfterPrune(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			st := memstore.New()
-			for _, r := range c.ranges {
-				if _, err := st.Put(ctx, layout.JournalSegmentKey("c1", r[0], r[1]), strings.NewReader("x")); err != nil {
-					t.Fatal(err)
-				}
-			}
+			st := stubSegments(t, ctx, c.ranges)
 			b, ch, err := journal.ChooseBase(ctx, st, layout, "c1", c.bases)
 			if c.gapFrom != 0 {
 				var gap *journal.GapError

@@ -302,10 +302,7 @@ func TestChooseBase(t *testing.T) {
 		{"broken", [][2]int64{{11, 20}, {31, 40}}, []journal.Base{b10, b25}, "", 0, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			st := memstore.New()
-			for _, r := range c.ranges {
-				st.Put(ctx, layout.JournalSegmentKey("c1", r[0], r[1]), strings.NewReader("x"))
-			}
+			st := stubSegments(t, ctx, c.ranges)
 			b, ch, err := journal.ChooseBase(ctx, st, layout, "c1", c.bases)
 			var gap *journal.GapError
 			if c.gap {
