@@ -346,14 +346,7 @@ func TestCaptureSlowStoreCutsBySize(t *testing.T) {
 	if chain, err = journal.ListSegments(ctx, st, layout, "c1", base); err != nil || chain.Problem != nil || chain.Reach != last {
 		t.Fatalf("chain %+v, %v", chain, err)
 	}
-	var got []journal.Event
-	for _, s := range chain.Segments {
-		_, events, err := journal.ReadSegment(ctx, st, layout, s.Key, nil, journal.Want{ClusterID: "c1"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, events...)
-	}
+	got := chainEvents(t, ctx, st, layout, chain, journal.Want{ClusterID: "c1"})
 	if want := ref.upTo(last); !jsonEqual(got, want) {
 		t.Fatalf("the journal has %d events, the watch %d (or they differ)", len(got), len(want))
 	}

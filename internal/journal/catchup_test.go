@@ -81,15 +81,9 @@ func TestCaptureLargeCatchUp(t *testing.T) {
 			t.Fatalf("chain: %+v %v", chain, err)
 		}
 		got := map[int64]int{}
-		for _, seg := range chain.Segments {
-			_, evs, err := journal.ReadSegment(ctx, st, layout, seg.Key, nil, journal.Want{ClusterID: "c1"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, ev := range evs {
-				if _, ok := multi[ev.Rev]; ok {
-					got[ev.Rev]++
-				}
+		for _, ev := range chainEvents(t, ctx, st, layout, chain, journal.Want{ClusterID: "c1"}) {
+			if _, ok := multi[ev.Rev]; ok {
+				got[ev.Rev]++
 			}
 		}
 		for rev, n := range multi {

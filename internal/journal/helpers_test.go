@@ -229,3 +229,17 @@ func stubSegments(tb testing.TB, ctx context.Context, ranges [][2]int64) *memsto
 	}
 	return st
 }
+
+// chainEvents reads every event of chain's segments, each read as want.
+func chainEvents(tb testing.TB, ctx context.Context, st store.Store, layout catalog.Layout, chain *journal.Chain, want journal.Want) []journal.Event {
+	tb.Helper()
+	var got []journal.Event
+	for _, s := range chain.Segments {
+		_, events, err := journal.ReadSegment(ctx, st, layout, s.Key, nil, want)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		got = append(got, events...)
+	}
+	return got
+}

@@ -174,14 +174,7 @@ func memberFault(t *testing.T, v testenv.Version, fault string) {
 	if err != nil || chain.Problem != nil || chain.Reach != last || len(chain.All) != len(chain.Segments) {
 		t.Fatalf("chain: reach %d of %d, %d of %d segments chained, problem %v, err %v", chain.Reach, last, len(chain.Segments), len(chain.All), chain.Problem, err)
 	}
-	var got []journal.Event
-	for _, s := range chain.Segments {
-		_, events, err := journal.ReadSegment(ctx, st, layout, s.Key, nil, journal.Want{ClusterID: "c1", BaseBackup: "base-1"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, events...)
-	}
+	got := chainEvents(t, ctx, st, layout, chain, journal.Want{ClusterID: "c1", BaseBackup: "base-1"})
 	// etcd's history, read afterwards from a member that stayed up.
 	ref := watchFrom(t, ctx, scli, base+1)
 	deadline := time.Now().Add(10 * time.Second)
