@@ -1,7 +1,6 @@
 package fleet_test
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -62,7 +61,7 @@ func TestInspectAllDecrypts(t *testing.T) {
 	t.Parallel()
 	const nsDec = "kubx-etcd-23"
 	ctx := testfix.Context(t, 5*time.Minute)
-	k, admin, dyn, a, m := namespaceWorld(t, ctx, nsDec)
+	k, admin, dyn, a, m := namespaceWorld(t, nsDec)
 	bucket := m.NewBucket(t)
 	st, layout := testfix.Store(t, m, bucket), catalog.Layout{Prefix: testenv.Prefix(t)}
 	toolkit, toolkitRS, toolkitFile := ageIdentity(t)
@@ -185,19 +184,10 @@ func TestInspectAllDecrypts(t *testing.T) {
 // namespaceWorld is a kube-apiserver with the CRDs, namespace ns with
 // deploy/'s RBAC (and the applier that applied it) and the COS secret
 // of the shared MinIO: what an inspect --all test starts from.
-func namespaceWorld(t *testing.T, ctx context.Context, ns string) (*testenv.KubeAPIServer, kubernetes.Interface, dynamic.Interface, *kubetest.Applier, *testenv.MinIO) {
+func namespaceWorld(t *testing.T, ns string) (*testenv.KubeAPIServer, kubernetes.Interface, dynamic.Interface, *kubetest.Applier, *testenv.MinIO) {
 	t.Helper()
-	k := testenv.StartKubeAPIServer(t)
-	admin := k.Clientset(t, "")
-	kubetest.CreateNamespaces(t, admin, ns)
-	kubetest.InstallCRDs(t, k)
-	a := kubetest.NewApplier(t, k)
-	for _, o := range kubetest.DecodeManifests(t, filepath.Join(testenv.RepoRoot(t), "deploy", "10-rbac.yaml")) {
-		if err := a.Apply(ctx, o, ns, false); err != nil {
-			t.Fatal(err)
-		}
-	}
+	w := kubetest.StartRBACWorld(t, ns)
 	m := testenv.SharedMinIO(t)
-	kubetest.CreateCOSSecret(t, admin, ns, m)
-	return k, admin, k.Dynamic(t, ""), a, m
+	kubetest.CreateCOSSecret(t, w.Admin, ns, m)
+	return w.K, w.Admin, w.Dyn, w.A, m
 }

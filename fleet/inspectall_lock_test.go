@@ -30,7 +30,7 @@ func TestInspectAllLocks(t *testing.T) {
 	t.Parallel()
 	const nsLock = "kubx-etcd-63"
 	ctx := testfix.Context(t, 5*time.Minute)
-	k, admin, dyn, a, m := namespaceWorld(t, ctx, nsLock)
+	k, admin, dyn, a, m := namespaceWorld(t, nsLock)
 	lockedBucket, plainBucket := m.NewLockedBucket(t), m.NewBucket(t)
 	locked, plain := testfix.Store(t, m, lockedBucket), testfix.Store(t, m, plainBucket)
 	layout := catalog.Layout{Prefix: testenv.Prefix(t)}

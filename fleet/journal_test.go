@@ -57,13 +57,8 @@ func TestJournalAll(t *testing.T) {
 	t.Parallel()
 	const jns = "kubx-etcd-07"
 	ctx := testfix.Context(t, 3*time.Minute)
-	k := testenv.StartKubeAPIServer(t)
-	admin := k.Clientset(t, "")
-	dyn := k.Dynamic(t, "")
-	kubetest.CreateNamespaces(t, admin, jns)
-	kubetest.InstallCRDs(t, k)
-	a := kubetest.NewApplier(t, k)
-	a.ApplyFile(t, kubetest.DeployPath(t, "10-rbac.yaml"), jns)
+	w := kubetest.StartRBACWorld(t, jns)
+	k, admin, dyn, a := w.K, w.Admin, w.Dyn, w.A
 	var cl []kubetest.Cluster
 	for i := range 3 {
 		name := fmt.Sprintf("j%d", i)
