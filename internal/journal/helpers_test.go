@@ -209,6 +209,7 @@ func eventRevs(tb testing.TB, seq iter.Seq2[journal.Event, error]) []int64 {
 // stores c1's segment of puts at revisions first..last with leases
 // (writePuts).
 func memJournal(tb testing.TB, ctx context.Context) (st *memstore.Store, write func(first, last int64, leases []journal.Lease)) {
+	tb.Helper()
 	st = memstore.New()
 	return st, func(first, last int64, leases []journal.Lease) {
 		tb.Helper()
