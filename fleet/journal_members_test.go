@@ -43,9 +43,8 @@ func TestJournalAllMembersReplaced(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	m := testenv.SharedMinIO(t)
-	st := testfix.Store(t, m, m.NewBucket(t))
-	layout := catalog.Layout{Prefix: testenv.Prefix(t)}
+	rig := testfix.NewStoreRig(t)
+	st, layout := rig.Store, rig.Layout
 	sa, err := kube.New(kube.Config{Rest: k.RestConfig(kubetest.SAToken(t, admin, jns, "etcd-recovery")), Namespace: jns})
 	if err != nil {
 		t.Fatal(err)

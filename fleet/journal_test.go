@@ -67,9 +67,8 @@ func TestJournalAll(t *testing.T) {
 		testenv.PutKeys(t, c.Etcd.Client(t), "/registry/k", 20, 64)
 		cl = append(cl, c)
 	}
-	m := testenv.SharedMinIO(t)
-	st := testfix.Store(t, m, m.NewBucket(t))
-	layout := catalog.Layout{Prefix: testenv.Prefix(t)}
+	rig := testfix.NewStoreRig(t)
+	st, layout := rig.Store, rig.Layout
 	token := kubetest.SAToken(t, admin, jns, "etcd-recovery")
 	sa, err := kube.New(kube.Config{Rest: k.RestConfig(token), Namespace: jns})
 	if err != nil {
