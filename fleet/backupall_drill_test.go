@@ -107,15 +107,8 @@ func TestDrillChosen(t *testing.T) {
 // for the slot are drilled.
 func TestBackupAllDrill(t *testing.T) {
 	t.Parallel()
-	k := testenv.StartKubeAPIServer(t)
-	admin, dyn := k.Clientset(t, ""), k.Dynamic(t, "")
-	kubetest.InstallCRDs(t, k)
-	kubetest.CreateNamespaces(t, admin, drillNS)
-	a := kubetest.NewApplier(t, k)
-	a.ApplyFile(t, filepath.Join(testenv.RepoRoot(t), "deploy", "10-rbac.yaml"), drillNS)
-	m := testenv.SharedMinIO(t)
+	k, admin, dyn, a, m := namespaceWorld(t, drillNS)
 	bucket, prefix := m.NewBucket(t), testenv.Prefix(t)
-	kubetest.CreateCOSSecret(t, admin, drillNS, m)
 	ctx := testfix.Context(t, 5*time.Minute)
 
 	versions := map[string]testenv.Version{"etcd-d1": testenv.V35, "etcd-d2": testenv.V35, "etcd-d3": testenv.V36}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -43,15 +42,8 @@ const drillAllNS = "kubx-etcd-14"
 // recorded with the service account's own rights.
 func TestDrillAllKube(t *testing.T) {
 	t.Parallel()
-	k := testenv.StartKubeAPIServer(t)
-	admin, dyn := k.Clientset(t, ""), k.Dynamic(t, "")
-	kubetest.InstallCRDs(t, k)
-	kubetest.CreateNamespaces(t, admin, drillAllNS)
-	a := kubetest.NewApplier(t, k)
-	a.ApplyFile(t, filepath.Join(testenv.RepoRoot(t), "deploy", "10-rbac.yaml"), drillAllNS)
-	m := testenv.SharedMinIO(t)
+	k, admin, dyn, a, m := namespaceWorld(t, drillAllNS)
 	bucket, prefix := m.NewBucket(t), testenv.Prefix(t)
-	kubetest.CreateCOSSecret(t, admin, drillAllNS, m)
 	ctx := testfix.Context(t, 4*time.Minute)
 	st, layout := testfix.Store(t, m, bucket), catalog.Layout{Prefix: prefix}
 

@@ -39,16 +39,9 @@ const (
 // deployment's RBAC: backup --all of 20 EtcdClusters backed by real etcd
 // members, one of them down, and the namespace's DR posture.
 func TestFleet(t *testing.T) {
-	k := testenv.StartKubeAPIServer(t)
-	admin := k.Clientset(t, "")
-	kubetest.CreateNamespaces(t, admin, ns, otherNS, inspectNS)
-	kubetest.InstallCRDs(t, k)
-	a := kubetest.NewApplier(t, k)
-	for _, ns := range []string{ns, otherNS, inspectNS} {
-		a.ApplyFile(t, kubetest.DeployPath(t, "10-rbac.yaml"), ns)
-	}
-	t.Run("BackupAll", func(t *testing.T) { testBackupAll(t, k, a, admin) })
-	t.Run("InspectAll", func(t *testing.T) { testInspectAll(t, k, a, admin) })
+	w := kubetest.StartRBACWorld(t, ns, otherNS, inspectNS)
+	t.Run("BackupAll", func(t *testing.T) { testBackupAll(t, w.K, w.A, w.Admin) })
+	t.Run("InspectAll", func(t *testing.T) { testInspectAll(t, w.K, w.A, w.Admin) })
 }
 
 func testBackupAll(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, admin kubernetes.Interface) {

@@ -1,7 +1,6 @@
 package fleet_test
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -62,7 +61,7 @@ func TestInspectAllDecrypts(t *testing.T) {
 	t.Parallel()
 	const nsDec = "kubx-etcd-23"
 	ctx := testfix.Context(t, 5*time.Minute)
-	k, admin, dyn, a, m := namespaceWorld(t, ctx, nsDec)
+	k, admin, dyn, a, m := namespaceWorld(t, nsDec)
 	bucket := m.NewBucket(t)
 	st, layout := testfix.Store(t, m, bucket), catalog.Layout{Prefix: testenv.Prefix(t)}
 	toolkit, toolkitRS, toolkitFile := ageIdentity(t)
@@ -105,24 +104,15 @@ func TestInspectAllDecrypts(t *testing.T) {
 		}
 		return rep
 	}
-	row := func(rep *fleet.InspectAllReport, name string) fleet.InspectRow {
-		for _, r := range rep.Clusters {
-			if r.Cluster == name {
-				return r
-			}
-		}
-		t.Fatalf("no row %s", name)
-		return fleet.InspectRow{}
-	}
 
 	rep := inspectAll(toolkit)
-	if d := row(rep, "etcd-opens").Decrypt; d == nil || d.State != prune.DecryptOpens {
+	if d := inspectRow(t, rep, "etcd-opens").Decrypt; d == nil || d.State != prune.DecryptOpens {
 		t.Errorf("etcd-opens (encrypted to the toolkit's identity): %+v; want opens", d)
 	}
-	if d := row(rep, "etcd-plaintext").Decrypt; d != nil {
+	if d := inspectRow(t, rep, "etcd-plaintext").Decrypt; d != nil {
 		t.Errorf("etcd-plaintext: %+v; want none", d)
 	}
-	stranger := row(rep, "etcd-stranger")
+	stranger := inspectRow(t, rep, "etcd-stranger")
 	if d := stranger.Decrypt; d == nil || d.State != prune.DecryptNoIdentity || !strings.Contains(d.Error, strangerRS.String()) {
 		t.Fatalf("etcd-stranger (encrypted to another key): %+v; want %q naming %s", d, prune.DecryptNoIdentity, strangerRS)
 	}
@@ -147,7 +137,7 @@ func TestInspectAllDecrypts(t *testing.T) {
 	// The secret is not mounted: nothing opens.
 	rep = inspectAll(&seal.Identities{})
 	for _, name := range []string{"etcd-opens", "etcd-stranger"} {
-		if d := row(rep, name).Decrypt; d == nil || d.State != prune.DecryptNoIdentity || !strings.Contains(d.Error, "no identity mounted") {
+		if d := inspectRow(t, rep, name).Decrypt; d == nil || d.State != prune.DecryptNoIdentity || !strings.Contains(d.Error, "no identity mounted") {
 			t.Errorf("%s with no identity mounted: %+v", name, d)
 		}
 	}
@@ -163,10 +153,10 @@ func TestInspectAllDecrypts(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &cliRep); err != nil {
 		t.Fatalf("inspect --all -o json: %v\n%s", err, out)
 	}
-	if d := row(&cliRep, "etcd-opens").Decrypt; d == nil || d.State != prune.DecryptOpens {
+	if d := inspectRow(t, &cliRep, "etcd-opens").Decrypt; d == nil || d.State != prune.DecryptOpens {
 		t.Errorf("CLI: etcd-opens: %+v; want opens", d)
 	}
-	if d := row(&cliRep, "etcd-stranger").Decrypt; d == nil || d.State != prune.DecryptNoIdentity {
+	if d := inspectRow(t, &cliRep, "etcd-stranger").Decrypt; d == nil || d.State != prune.DecryptNoIdentity {
 		t.Errorf("CLI: etcd-stranger: %+v; want %q", d, prune.DecryptNoIdentity)
 	}
 
@@ -182,22 +172,25 @@ func TestInspectAllDecrypts(t *testing.T) {
 	}
 }
 
+// inspectRow is rep's row of cluster name; it fails t when there is none.
+func inspectRow(t *testing.T, rep *fleet.InspectAllReport, name string) fleet.InspectRow {
+	t.Helper()
+	for _, r := range rep.Clusters {
+		if r.Cluster == name {
+			return r
+		}
+	}
+	t.Fatalf("no row %s", name)
+	return fleet.InspectRow{}
+}
+
 // namespaceWorld is a kube-apiserver with the CRDs, namespace ns with
 // deploy/'s RBAC (and the applier that applied it) and the COS secret
 // of the shared MinIO: what an inspect --all test starts from.
-func namespaceWorld(t *testing.T, ctx context.Context, ns string) (*testenv.KubeAPIServer, kubernetes.Interface, dynamic.Interface, *kubetest.Applier, *testenv.MinIO) {
+func namespaceWorld(t *testing.T, ns string) (*testenv.KubeAPIServer, kubernetes.Interface, dynamic.Interface, *kubetest.Applier, *testenv.MinIO) {
 	t.Helper()
-	k := testenv.StartKubeAPIServer(t)
-	admin := k.Clientset(t, "")
-	kubetest.CreateNamespaces(t, admin, ns)
-	kubetest.InstallCRDs(t, k)
-	a := kubetest.NewApplier(t, k)
-	for _, o := range kubetest.DecodeManifests(t, filepath.Join(testenv.RepoRoot(t), "deploy", "10-rbac.yaml")) {
-		if err := a.Apply(ctx, o, ns, false); err != nil {
-			t.Fatal(err)
-		}
-	}
+	w := kubetest.StartRBACWorld(t, ns)
 	m := testenv.SharedMinIO(t)
-	kubetest.CreateCOSSecret(t, admin, ns, m)
-	return k, admin, k.Dynamic(t, ""), a, m
+	kubetest.CreateCOSSecret(t, w.Admin, ns, m)
+	return w.K, w.Admin, w.Dyn, w.A, m
 }

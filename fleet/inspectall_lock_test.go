@@ -30,7 +30,7 @@ func TestInspectAllLocks(t *testing.T) {
 	t.Parallel()
 	const nsLock = "kubx-etcd-63"
 	ctx := testfix.Context(t, 5*time.Minute)
-	k, admin, dyn, a, m := namespaceWorld(t, ctx, nsLock)
+	k, admin, dyn, a, m := namespaceWorld(t, nsLock)
 	lockedBucket, plainBucket := m.NewLockedBucket(t), m.NewBucket(t)
 	locked, plain := testfix.Store(t, m, lockedBucket), testfix.Store(t, m, plainBucket)
 	layout := catalog.Layout{Prefix: testenv.Prefix(t)}
@@ -71,15 +71,6 @@ func TestInspectAllLocks(t *testing.T) {
 		}
 		return rep
 	}
-	row := func(rep *fleet.InspectAllReport, name string) fleet.InspectRow {
-		for _, r := range rep.Clusters {
-			if r.Cluster == name {
-				return r
-			}
-		}
-		t.Fatalf("no row %s", name)
-		return fleet.InspectRow{}
-	}
 	render := func(rep *fleet.InspectAllReport, f output.Format) string {
 		t.Helper()
 		var sb strings.Builder
@@ -93,10 +84,10 @@ func TestInspectAllLocks(t *testing.T) {
 	if !rep.ObjectLock || rep.LockError != "" {
 		t.Fatalf("objectLock %v, lockError %q; want true and none", rep.ObjectLock, rep.LockError)
 	}
-	if l := row(rep, "etcd-locked").Lock; l == nil || !l.Locked || l.Mode != store.LockGovernance || !l.Until.Equal(until) {
+	if l := inspectRow(t, rep, "etcd-locked").Lock; l == nil || !l.Locked || l.Mode != store.LockGovernance || !l.Until.Equal(until) {
 		t.Errorf("etcd-locked: lock %+v; want GOVERNANCE until %v", l, until)
 	}
-	unlocked := row(rep, "etcd-unlocked")
+	unlocked := inspectRow(t, rep, "etcd-unlocked")
 	if l := unlocked.Lock; l == nil || l.Locked || l.Error != "" {
 		t.Errorf("etcd-unlocked: lock %+v; want not locked", l)
 	}

@@ -33,9 +33,8 @@ func TestJournalLineageBreak(t *testing.T) {
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
 	cli := c.Client(t)
 	testenv.PutKeys(t, cli, "/registry/k", 20, 64)
-	m := testenv.SharedMinIO(t)
-	st := testfix.Store(t, m, m.NewBucket(t))
-	layout := catalog.Layout{Prefix: testenv.Prefix(t)}
+	rig := testfix.NewStoreRig(t)
+	st, layout := rig.Store, rig.Layout
 	const id = "lin"
 
 	logs := &testfix.SyncBuffer{}

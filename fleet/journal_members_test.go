@@ -31,12 +31,8 @@ func TestJournalAllMembersReplaced(t *testing.T) {
 	t.Parallel()
 	const jns = "kubx-etcd-08"
 	ctx := testfix.Context(t, 2*time.Minute)
-	k := testenv.StartKubeAPIServer(t)
-	admin, dyn := k.Clientset(t, ""), k.Dynamic(t, "")
-	kubetest.CreateNamespaces(t, admin, jns)
-	kubetest.InstallCRDs(t, k)
-	a := kubetest.NewApplier(t, k)
-	a.ApplyFile(t, kubetest.DeployPath(t, "10-rbac.yaml"), jns)
+	w := kubetest.StartRBACWorld(t, jns)
+	k, admin, dyn, a := w.K, w.Admin, w.Dyn, w.A
 	c := kubetest.AddEtcdCluster(t, admin, dyn, jns, "rp", testenv.EtcdOptions{IP: "127.0.8.10", Members: 3})
 	kubetest.PerClusterAccess(t, a, jns, "rp")
 	cli := c.Etcd.Client(t)
@@ -47,9 +43,8 @@ func TestJournalAllMembersReplaced(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	m := testenv.SharedMinIO(t)
-	st := testfix.Store(t, m, m.NewBucket(t))
-	layout := catalog.Layout{Prefix: testenv.Prefix(t)}
+	rig := testfix.NewStoreRig(t)
+	st, layout := rig.Store, rig.Layout
 	sa, err := kube.New(kube.Config{Rest: k.RestConfig(kubetest.SAToken(t, admin, jns, "etcd-recovery")), Namespace: jns})
 	if err != nil {
 		t.Fatal(err)

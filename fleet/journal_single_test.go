@@ -27,9 +27,8 @@ func TestJournalOneClusterGapBackupRetried(t *testing.T) {
 	ctx := testfix.Context(t, 90*time.Second)
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
 	testenv.PutKeys(t, c.Client(t), "/registry/k", 20, 64)
-	m := testenv.SharedMinIO(t)
-	st := testfix.Store(t, m, m.NewBucket(t))
-	layout := catalog.Layout{Prefix: testenv.Prefix(t)}
+	rig := testfix.NewStoreRig(t)
+	st, layout := rig.Store, rig.Layout
 	const id = "one"
 	member := c.Members[0]
 	member.Stop()

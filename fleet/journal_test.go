@@ -57,13 +57,8 @@ func TestJournalAll(t *testing.T) {
 	t.Parallel()
 	const jns = "kubx-etcd-07"
 	ctx := testfix.Context(t, 3*time.Minute)
-	k := testenv.StartKubeAPIServer(t)
-	admin := k.Clientset(t, "")
-	dyn := k.Dynamic(t, "")
-	kubetest.CreateNamespaces(t, admin, jns)
-	kubetest.InstallCRDs(t, k)
-	a := kubetest.NewApplier(t, k)
-	a.ApplyFile(t, kubetest.DeployPath(t, "10-rbac.yaml"), jns)
+	w := kubetest.StartRBACWorld(t, jns)
+	k, admin, dyn, a := w.K, w.Admin, w.Dyn, w.A
 	var cl []kubetest.Cluster
 	for i := range 3 {
 		name := fmt.Sprintf("j%d", i)
@@ -72,9 +67,8 @@ func TestJournalAll(t *testing.T) {
 		testenv.PutKeys(t, c.Etcd.Client(t), "/registry/k", 20, 64)
 		cl = append(cl, c)
 	}
-	m := testenv.SharedMinIO(t)
-	st := testfix.Store(t, m, m.NewBucket(t))
-	layout := catalog.Layout{Prefix: testenv.Prefix(t)}
+	rig := testfix.NewStoreRig(t)
+	st, layout := rig.Store, rig.Layout
 	token := kubetest.SAToken(t, admin, jns, "etcd-recovery")
 	sa, err := kube.New(kube.Config{Rest: k.RestConfig(token), Namespace: jns})
 	if err != nil {

@@ -13,7 +13,6 @@ import (
 
 	"github.com/armada/etcd-recovery/drill"
 	"github.com/armada/etcd-recovery/fleet"
-	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
@@ -48,9 +47,8 @@ func TestProveAllNamespace(t *testing.T) {
 			}
 		}
 	}
-	m := testenv.SharedMinIO(t)
-	st := testfix.Store(t, m, m.NewBucket(t))
-	layout := catalog.Layout{Prefix: testenv.Prefix(t)}
+	rig := testfix.NewStoreRig(t)
+	st, layout := rig.Store, rig.Layout
 	// A journal segment's key for each (no backup: nothing to prove, each
 	// listed cluster passes with no proof).
 	for _, id := range []string{"mine-a", "mine-b", "theirs"} {

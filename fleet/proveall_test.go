@@ -49,9 +49,8 @@ func TestProveAllOneClusterFailsOthersProven(t *testing.T) {
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
 	cli := c.Client(t)
 	testenv.PutKeys(t, cli, "/registry/a/", 20, 32)
-	m := testenv.SharedMinIO(t)
-	st := testfix.Store(t, m, m.NewBucket(t))
-	layout := catalog.Layout{Prefix: testenv.Prefix(t)}
+	rig := testfix.NewStoreRig(t)
+	st, layout := rig.Store, rig.Layout
 	ids := []string{"pa", "pb", "pc"}
 	full := func(id string) {
 		t.Helper()

@@ -159,14 +159,7 @@ func TestJournalGapTakesABackupAndContinues(t *testing.T) {
 		res.Chosen == nil || res.Chosen.Name != newBase.Name || len(res.Members) != 1 {
 		t.Fatalf("restore result (want from %s): %v\n%s", newBase.Name, err, out)
 	}
-	mem := testenv.StartEtcdMember(t, testenv.MemberSpec{Version: testenv.V35, Name: "r0", DataDir: res.Members[0].DataDir,
-		ClientURL: client, PeerURL: peer, InitialClusterToken: res.Token})
-	mem.WaitReady(t)
-	ncli, err := clientv3.New(clientv3.Config{Endpoints: []string{client}, DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ncli.Close()
+	ncli := startRestored(t, res, client, peer)
 	got := pitrDump(t, ncli, 0)
 	if len(got) != len(want) {
 		t.Fatalf("restored %d keys, the source had %d at %d", len(got), len(want), mid.Header.Revision)

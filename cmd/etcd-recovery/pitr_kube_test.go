@@ -413,14 +413,7 @@ func TestPointInTimeRestoreKubeNamespace(t *testing.T) {
 		t.Fatalf("restore result (want the second backup, at %d..%d, plus the journal to %d): %+v %+v", b2From, b2To, r, res, res.Replay)
 	}
 	t.Logf("restore: backup at %d, %d events replayed to %d", res.Replay.FromRevision, res.Replay.Events, r)
-	mem := testenv.StartEtcdMember(t, testenv.MemberSpec{Version: testenv.V35, Name: "r0", DataDir: res.Members[0].DataDir,
-		ClientURL: client, PeerURL: peer, InitialClusterToken: res.Token})
-	mem.WaitReady(t)
-	ncli, err := clientv3.New(clientv3.Config{Endpoints: []string{client}, DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ncli.Close()
+	ncli := startRestored(t, res, client, peer)
 	bumped := r + int64(restore.DefaultBumpRevision)
 	gotKeys, rev := kubeKeys(t, ctx, ncli, keep, doomed)
 	if rev != bumped {

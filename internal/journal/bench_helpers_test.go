@@ -3,10 +3,14 @@ package journal_test
 import (
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testfix"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -185,3 +191,49 @@ func percentile(d []time.Duration, p float64) time.Duration {
 func secs(d time.Duration) string { return fmt.Sprintf("%.2f s", d.Seconds()) }
 
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+
+// startBenchEtcd starts a 1-member etcd 3.5 holding the default
+// namespace; it returns it, a client and the revision of that write.
+func startBenchEtcd(b *testing.B, ctx context.Context) (*testenv.EtcdCluster, *clientv3.Client, int64) {
+	b.Helper()
+	c, cli := startEtcd(b, testenv.V35)
+	r, err := cli.Put(ctx, "/registry/namespaces/default", "{}")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c, cli, r.Header.Revision
+}
+
+// journalBenchConfig is journalbench's configuration: clusters captured
+// into rig's bucket, segments cut every interval, sharing budget bytes
+// (0: none).
+func journalBenchConfig(rig *testfix.StoreRig, interval time.Duration, clusters []map[string]any, budget int64) []byte {
+	cfg, _ := json.Marshal(map[string]any{
+		"Endpoint": rig.MinIO.Endpoint, "Region": rig.MinIO.Region, "Bucket": rig.Bucket, "CAFile": rig.MinIO.CAFile,
+		"AccessKey": rig.MinIO.AccessKey, "SecretKey": rig.MinIO.SecretKey, "Prefix": rig.Layout.Prefix,
+		"SegmentInterval": interval, "Clusters": clusters, "Budget": budget,
+	})
+	return cfg
+}
+
+// startJournalBench starts journalbench (bin) on cfg: its stdout is
+// stdout, its stderr kept in errOut; the caller kills it.
+func startJournalBench(b *testing.B, bin string, cfg []byte) (cmd *exec.Cmd, stdout io.ReadCloser, errOut *testfix.SyncBuffer) {
+	b.Helper()
+	cfgPath := filepath.Join(b.TempDir(), "config.json")
+	if err := os.WriteFile(cfgPath, cfg, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	cmd = exec.Command(bin, cfgPath)
+	cmd.Env = testfix.ToolEnv()
+	errOut = new(testfix.SyncBuffer)
+	cmd.Stderr = errOut
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	return cmd, stdout, errOut
+}

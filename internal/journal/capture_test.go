@@ -15,7 +15,6 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/store"
@@ -104,188 +103,141 @@ func workload(t *testing.T, ctx context.Context, cli *clientv3.Client, round int
 	return int64(g.ID)
 }
 
-func captureOptions(cli *clientv3.Client, st store.Store, layout catalog.Layout, enc objectio.Encoding, base int64, t *testing.T) journal.CaptureOptions {
-	return journal.CaptureOptions{
-		Client: cli, ClusterID: "c1", BaseBackup: "base-1", BaseRev: base,
-		Store: st, Layout: layout, Encoding: enc,
-		SegmentInterval: time.Second, Log: testfix.Logger(t),
-	}
-}
-
-// startCapture runs Capture until stop is called, which returns its error.
-func startCapture(ctx context.Context, o journal.CaptureOptions) (stop func() error) {
-	cctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- journal.Capture(cctx, o) }()
-	return func() error { cancel(); return <-done }
-}
-
 func TestCapture(t *testing.T) {
 	t.Parallel()
-	m := testenv.SharedMinIO(t)
-	for _, v := range []testenv.Version{testenv.V35, testenv.V36} {
-		t.Run(v.String(), func(t *testing.T) {
-			t.Parallel()
-			ctx := testfix.Context(t, 60*time.Second)
-			c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: v, Members: 1})
-			cli := c.Client(t)
-			testenv.PutKeys(t, cli, "/before/", 10, 16)
-			r, err := cli.Get(ctx, "nothing")
+	eachVersion(t, func(t *testing.T, v testenv.Version) {
+		ctx := testfix.Context(t, 60*time.Second)
+		_, cli := startEtcd(t, v)
+		testenv.PutKeys(t, cli, "/before/", 10, 16)
+		base := headRev(t, ctx, cli)
+		ref := watchFrom(t, ctx, cli, base+1)
+
+		rig := testfix.NewStoreRig(t)
+		st, layout := rig.Store, rig.Layout
+		key := testfix.NewAgeKey(t)
+		enc := objectio.Encoding{Compression: objectio.CompressZstd, Recipients: testfix.RecipientsOf(t, key)}
+		o := captureOptions(t, cli, st, layout, enc, base)
+		o.Identities = key.IDs
+		var segMu sync.Mutex
+		var written []journal.SegmentInfo
+		o.OnSegment = func(s journal.SegmentInfo) { segMu.Lock(); written = append(written, s); segMu.Unlock() }
+
+		stop := startCapture(ctx, o)
+		lease1 := workload(t, ctx, cli, 1)
+		time.Sleep(1500 * time.Millisecond) // a segment by interval
+		workload(t, ctx, cli, 2)
+		// Stop mid-workload (a writer keeps writing), then resume.
+		wctx, wcancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; wctx.Err() == nil; i++ {
+				cli.Put(wctx, fmt.Sprintf("/busy/%d", i%50), fmt.Sprint(i))
+			}
+		}()
+		time.Sleep(300 * time.Millisecond)
+		if err := stop(); err != nil {
+			t.Fatalf("stop: %v", err)
+		}
+		time.Sleep(300 * time.Millisecond) // writes nobody captures now
+		stop = startCapture(ctx, o)
+		time.Sleep(300 * time.Millisecond)
+		wcancel()
+		wg.Wait()
+		workload(t, ctx, cli, 3)
+		last := headRev(t, ctx, cli)
+
+		// Every revision lands in a segment within an interval and an upload.
+		chain := waitChain(t, ctx, st, layout, "c1", base, last, 10*time.Second)
+		if err := stop(); err != nil {
+			t.Fatalf("stop: %v", err)
+		}
+		if chain.Reach != last {
+			t.Fatalf("the segments reach revision %d, the cluster is at %d", chain.Reach, last)
+		}
+		if len(chain.Segments) < 3 || len(chain.All) != len(chain.Segments) {
+			t.Fatalf("%d segments chained of %d", len(chain.Segments), len(chain.All))
+		}
+		segMu.Lock()
+		if len(written) != len(chain.All) {
+			t.Errorf("OnSegment saw %d segments, %d stored", len(written), len(chain.All))
+		}
+		segMu.Unlock()
+
+		var got []journal.Event
+		leases := map[int64]journal.Lease{}
+		for _, s := range chain.Segments {
+			h, events, err := journal.ReadSegment(ctx, st, layout, s.Key, key.IDs, journal.Want{ClusterID: "c1", BaseBackup: "base-1"})
 			if err != nil {
 				t.Fatal(err)
 			}
-			base := r.Header.Revision
-			ref := watchFrom(t, ctx, cli, base+1)
-
-			st := testfix.Store(t, m, m.NewBucket(t))
-			layout := catalog.Layout{Prefix: testenv.Prefix(t)}
-			key := testfix.NewAgeKey(t)
-			enc := objectio.Encoding{Compression: objectio.CompressZstd, Recipients: testfix.RecipientsOf(t, key)}
-			o := captureOptions(cli, st, layout, enc, base, t)
-			o.Identities = key.IDs
-			var segMu sync.Mutex
-			var written []journal.SegmentInfo
-			o.OnSegment = func(s journal.SegmentInfo) { segMu.Lock(); written = append(written, s); segMu.Unlock() }
-
-			stop := startCapture(ctx, o)
-			lease1 := workload(t, ctx, cli, 1)
-			time.Sleep(1500 * time.Millisecond) // a segment by interval
-			workload(t, ctx, cli, 2)
-			// Stop mid-workload (a writer keeps writing), then resume.
-			wctx, wcancel := context.WithCancel(ctx)
-			var wg sync.WaitGroup
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := 0; wctx.Err() == nil; i++ {
-					cli.Put(wctx, fmt.Sprintf("/busy/%d", i%50), fmt.Sprint(i))
-				}
-			}()
-			time.Sleep(300 * time.Millisecond)
-			if err := stop(); err != nil {
-				t.Fatalf("stop: %v", err)
+			if h.BaseRev != base || h.Received[h.FirstRev] == 0 || h.Received[h.LastRev] == 0 {
+				t.Errorf("%s: header %+v", s.Key, h)
 			}
-			time.Sleep(300 * time.Millisecond) // writes nobody captures now
-			stop = startCapture(ctx, o)
-			time.Sleep(300 * time.Millisecond)
-			wcancel()
-			wg.Wait()
-			workload(t, ctx, cli, 3)
-			r, err = cli.Get(ctx, "nothing")
+			for _, l := range h.Leases {
+				if old, ok := leases[l.ID]; ok {
+					old.Revoked = max(old.Revoked, l.Revoked)
+					l = old
+				}
+				leases[l.ID] = l
+			}
+			got = append(got, events...)
+		}
+		// The chain is tamper-evident: every segment names the one
+		// before it by its trailer's sha256, across the restart too.
+		prevSum := ""
+		for i, s := range chain.Segments {
+			r, err := journal.OpenSegment(ctx, st, layout, s.Key, key.IDs, journal.Want{ClusterID: "c1"})
 			if err != nil {
 				t.Fatal(err)
 			}
-			last := r.Header.Revision
-
-			// Every revision lands in a segment within an interval and an upload.
-			deadline := time.Now().Add(10 * time.Second)
-			var chain *journal.Chain
-			for {
-				if chain, err = journal.ListSegments(ctx, st, layout, "c1", base); err != nil {
-					t.Fatal(err)
-				}
-				if chain.Problem != nil {
-					t.Fatalf("chain: %v", chain.Problem)
-				}
-				if chain.Reach >= last || time.Now().After(deadline) {
-					break
-				}
-				time.Sleep(100 * time.Millisecond)
+			for err == nil {
+				_, err = r.Next()
 			}
-			if err := stop(); err != nil {
-				t.Fatalf("stop: %v", err)
+			r.Close()
+			if err != io.EOF || len(r.Sum()) != 64 {
+				t.Fatalf("%s: %v, sum %q", s.Key, err, r.Sum())
 			}
-			if chain.Reach != last {
-				t.Fatalf("the segments reach revision %d, the cluster is at %d", chain.Reach, last)
+			if h := r.Header(); (i == 0 && h.Prev != "") || (i > 0 && h.Prev != prevSum) {
+				t.Errorf("segment %d %s names %q as the one before it, which is %q", i, s.Key, h.Prev, prevSum)
 			}
-			if len(chain.Segments) < 3 || len(chain.All) != len(chain.Segments) {
-				t.Fatalf("%d segments chained of %d", len(chain.Segments), len(chain.All))
-			}
-			segMu.Lock()
-			if len(written) != len(chain.All) {
-				t.Errorf("OnSegment saw %d segments, %d stored", len(written), len(chain.All))
-			}
-			segMu.Unlock()
-
-			var got []journal.Event
-			leases := map[int64]journal.Lease{}
-			for _, s := range chain.Segments {
-				h, events, err := journal.ReadSegment(ctx, st, layout, s.Key, key.IDs, journal.Want{ClusterID: "c1", BaseBackup: "base-1"})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if h.BaseRev != base || h.Received[h.FirstRev] == 0 || h.Received[h.LastRev] == 0 {
-					t.Errorf("%s: header %+v", s.Key, h)
-				}
-				for _, l := range h.Leases {
-					if old, ok := leases[l.ID]; ok {
-						old.Revoked = max(old.Revoked, l.Revoked)
-						l = old
-					}
-					leases[l.ID] = l
-				}
-				got = append(got, events...)
-			}
-			// The chain is tamper-evident: every segment names the one
-			// before it by its trailer's sha256, across the restart too.
-			prevSum := ""
-			for i, s := range chain.Segments {
-				r, err := journal.OpenSegment(ctx, st, layout, s.Key, key.IDs, journal.Want{ClusterID: "c1"})
-				if err != nil {
-					t.Fatal(err)
-				}
-				for err == nil {
-					_, err = r.Next()
-				}
-				r.Close()
-				if err != io.EOF || len(r.Sum()) != 64 {
-					t.Fatalf("%s: %v, sum %q", s.Key, err, r.Sum())
-				}
-				if h := r.Header(); (i == 0 && h.Prev != "") || (i > 0 && h.Prev != prevSum) {
-					t.Errorf("segment %d %s names %q as the one before it, which is %q", i, s.Key, h.Prev, prevSum)
-				}
-				prevSum = r.Sum()
-			}
-			want := ref.upTo(last)
-			if !jsonEqual(got, want) {
-				n := min(len(got), len(want))
-				for i := range n {
-					if !jsonEqual(got[i], want[i]) {
-						t.Fatalf("event %d: journal %+v, watch %+v (%d and %d events)", i, got[i], want[i], len(got), len(want))
-					}
-				}
-				t.Fatalf("the journal has %d events, the watch %d", len(got), len(want))
-			}
-			if l := leases[lease1]; l.TTL != 60 || l.Rev == 0 {
-				t.Errorf("lease %x: %+v (all %+v)", lease1, l, leases)
-			}
-			// The revoke of round 1's lease is recorded at the revision
-			// deleting its keys /w1/l1 and /w1/l2.
-			var revokedAt int64
-			for _, e := range want {
-				if e.Type == journal.Delete && string(e.Key) == "/w1/l2" {
-					revokedAt = e.Rev
+			prevSum = r.Sum()
+		}
+		want := ref.upTo(last)
+		if !jsonEqual(got, want) {
+			n := min(len(got), len(want))
+			for i := range n {
+				if !jsonEqual(got[i], want[i]) {
+					t.Fatalf("event %d: journal %+v, watch %+v (%d and %d events)", i, got[i], want[i], len(got), len(want))
 				}
 			}
-			if l := leases[lease1]; revokedAt == 0 || l.Revoked != revokedAt {
-				t.Errorf("lease %x: revoked at %d, the journal says %+v", lease1, revokedAt, l)
+			t.Fatalf("the journal has %d events, the watch %d", len(got), len(want))
+		}
+		if l := leases[lease1]; l.TTL != 60 || l.Rev == 0 {
+			t.Errorf("lease %x: %+v (all %+v)", lease1, l, leases)
+		}
+		// The revoke of round 1's lease is recorded at the revision
+		// deleting its keys /w1/l1 and /w1/l2.
+		var revokedAt int64
+		for _, e := range want {
+			if e.Type == journal.Delete && string(e.Key) == "/w1/l2" {
+				revokedAt = e.Rev
 			}
-			t.Logf("%d events in %d segments, revisions %d-%d", len(got), len(chain.Segments), base+1, last)
-		})
-	}
+		}
+		if l := leases[lease1]; revokedAt == 0 || l.Revoked != revokedAt {
+			t.Errorf("lease %x: revoked at %d, the journal says %+v", lease1, revokedAt, l)
+		}
+		t.Logf("%d events in %d segments, revisions %d-%d", len(got), len(chain.Segments), base+1, last)
+	})
 }
 
 func TestCaptureCompactedIsAGap(t *testing.T) {
 	t.Parallel()
 	ctx := testfix.Context(t, 30*time.Second)
-	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V36, Members: 1})
-	cli := c.Client(t)
+	_, cli := startEtcd(t, testenv.V36)
 	testenv.PutKeys(t, cli, "/a/", 5, 8)
-	r, err := cli.Get(ctx, "x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := r.Header.Revision
+	base := headRev(t, ctx, cli)
 	for i := range 10 {
 		if _, err := cli.Put(ctx, fmt.Sprint("/b/", i), "v"); err != nil {
 			t.Fatal(err)
@@ -294,8 +246,7 @@ func TestCaptureCompactedIsAGap(t *testing.T) {
 	if _, err := cli.Compact(ctx, base+6); err != nil {
 		t.Fatal(err)
 	}
-	o := captureOptions(cli, memstore.New(), catalog.Layout{Prefix: "p"}, objectio.Encoding{Compression: objectio.CompressZstd}, base, t)
-	err = journal.Capture(ctx, o)
+	err := journal.Capture(ctx, captureOptions(t, cli, memstore.New(), memLayout, zstdEnc, base))
 	var gap *journal.GapError
 	if !errors.As(err, &gap) || gap.From != base+1 || gap.To != base+5 {
 		t.Fatalf("got %v, want a gap of revisions %d-%d", err, base+1, base+5)
@@ -314,18 +265,14 @@ func (f frozenStore) Put(ctx context.Context, key string, r io.Reader) (int64, e
 func TestCaptureFrozenStoreIsNamed(t *testing.T) {
 	t.Parallel()
 	ctx := testfix.Context(t, 30*time.Second)
-	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
-	cli := c.Client(t)
-	r, err := cli.Get(ctx, "x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := r.Header.Revision
-	o := captureOptions(cli, frozenStore{memstore.New()}, catalog.Layout{Prefix: "p"}, objectio.Encoding{Compression: objectio.CompressZstd}, base, t)
+	_, cli := startEtcd(t, testenv.V35)
+	base := headRev(t, ctx, cli)
+	o := captureOptions(t, cli, frozenStore{memstore.New()}, memLayout, zstdEnc, base)
 	o.SegmentInterval, o.UploadTimeout, o.FrozenAfter = 200*time.Millisecond, 300*time.Millisecond, time.Second
 	done := make(chan error, 1)
 	go func() { done <- journal.Capture(ctx, o) }()
 	testenv.PutKeys(t, cli, "/a/", 5, 8)
+	var err error
 	select {
 	case err = <-done:
 	case <-time.After(10 * time.Second):
@@ -358,17 +305,12 @@ func (s slowStore) Put(ctx context.Context, key string, r io.Reader) (int64, err
 func TestCaptureSlowStoreCutsBySize(t *testing.T) {
 	t.Parallel()
 	ctx := testfix.Context(t, 60*time.Second)
-	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V36, Members: 1})
-	cli := c.Client(t)
-	r, err := cli.Get(ctx, "x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := r.Header.Revision
+	_, cli := startEtcd(t, testenv.V36)
+	base := headRev(t, ctx, cli)
 	ref := watchFrom(t, ctx, cli, base+1)
 	st := slowStore{memstore.New(), 300 * time.Millisecond}
-	layout := catalog.Layout{Prefix: "p"}
-	o := captureOptions(cli, st, layout, objectio.Encoding{Compression: objectio.CompressZstd}, base, t)
+	layout := memLayout
+	o := captureOptions(t, cli, st, layout, zstdEnc, base)
 	var logs testfix.SyncBuffer
 	o.Log = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	o.SegmentInterval, o.SegmentSize = 2*time.Second, 8<<10
@@ -385,7 +327,10 @@ func TestCaptureSlowStoreCutsBySize(t *testing.T) {
 		}
 		last = r.Header.Revision
 	}
-	var chain *journal.Chain
+	var (
+		chain *journal.Chain
+		err   error
+	)
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		if chain, err = journal.ListSegments(ctx, st, layout, "c1", base); err != nil {
 			t.Fatal(err)
@@ -401,14 +346,7 @@ func TestCaptureSlowStoreCutsBySize(t *testing.T) {
 	if chain, err = journal.ListSegments(ctx, st, layout, "c1", base); err != nil || chain.Problem != nil || chain.Reach != last {
 		t.Fatalf("chain %+v, %v", chain, err)
 	}
-	var got []journal.Event
-	for _, s := range chain.Segments {
-		_, events, err := journal.ReadSegment(ctx, st, layout, s.Key, nil, journal.Want{ClusterID: "c1"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, events...)
-	}
+	got := chainEvents(t, ctx, st, layout, chain, journal.Want{ClusterID: "c1"})
 	if want := ref.upTo(last); !jsonEqual(got, want) {
 		t.Fatalf("the journal has %d events, the watch %d (or they differ)", len(got), len(want))
 	}
@@ -432,17 +370,16 @@ func TestCaptureSlowStoreCutsBySize(t *testing.T) {
 func TestCaptureResumeRefusesABrokenChain(t *testing.T) {
 	t.Parallel()
 	ctx := testfix.Context(t, 30*time.Second)
-	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
-	cli := c.Client(t)
+	_, cli := startEtcd(t, testenv.V35)
 	st := memstore.New()
-	layout := catalog.Layout{Prefix: "p"}
+	layout := memLayout
 	if _, err := st.Put(ctx, layout.JournalSegmentKey("c1", 11, 20), strings.NewReader("x")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := st.Put(ctx, layout.JournalSegmentKey("c1", 25, 30), strings.NewReader("x")); err != nil {
 		t.Fatal(err)
 	}
-	err := journal.Capture(ctx, captureOptions(cli, st, layout, objectio.Encoding{}, 10, t))
+	err := journal.Capture(ctx, captureOptions(t, cli, st, layout, objectio.Encoding{}, 10))
 	var gap *journal.GapError
 	if !errors.As(err, &gap) || gap.From != 21 || !journal.IsReason(err, journal.ReasonGap) {
 		t.Fatalf("got %v, want a gap from 21", err)
@@ -462,7 +399,7 @@ func TestCaptureResumeRefusesABrokenChain(t *testing.T) {
 	if _, err := st.Put(ctx, layout.JournalSegmentKey("c1", 11, 13), bytes.NewReader(raw)); err != nil {
 		t.Fatal(err)
 	}
-	o := captureOptions(cli, st, layout, objectio.Encoding{}, 10, t)
+	o := captureOptions(t, cli, st, layout, objectio.Encoding{}, 10)
 	err = journal.Capture(ctx, o)
 	if !errors.As(err, &gap) || gap.From != 14 || !journal.IsReason(err, journal.ReasonCluster) {
 		t.Fatalf("got %v, want a gap from 14: another cluster's segment", err)

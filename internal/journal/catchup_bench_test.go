@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -63,13 +61,8 @@ func BenchmarkJournalCatchUp100(b *testing.B) {
 	rnd := rand.New(rand.NewPCG(1, 2))
 	raw := make([]byte, base64.StdEncoding.DecodedLen(len(val)))
 	for i := range srvs {
-		c := testenv.StartEtcd(b, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
-		cli := c.Client(b)
-		r, err := cli.Put(ctx, "/registry/namespaces/default", "{}")
-		if err != nil {
-			b.Fatal(err)
-		}
-		srvs[i] = srv{c: c, cli: cli, base: r.Header.Revision}
+		c, cli, base := startBenchEtcd(b, ctx)
+		srvs[i] = srv{c: c, cli: cli, base: base}
 	}
 	write := func() {
 		b.Helper()
@@ -94,27 +87,8 @@ func BenchmarkJournalCatchUp100(b *testing.B) {
 			s := srvs[i%etcds]
 			cfgClusters = append(cfgClusters, map[string]any{"ID": fmt.Sprintf("%s-%03d", label, i), "Endpoints": s.c.Endpoints(), "BaseBackup": "bench-base", "BaseRev": from(s)})
 		}
-		cfg, _ := json.Marshal(map[string]any{
-			"Endpoint": rig.MinIO.Endpoint, "Region": rig.MinIO.Region, "Bucket": rig.Bucket, "CAFile": rig.MinIO.CAFile,
-			"AccessKey": rig.MinIO.AccessKey, "SecretKey": rig.MinIO.SecretKey, "Prefix": rig.Layout.Prefix,
-			"SegmentInterval": 2 * time.Second, "Clusters": cfgClusters, "Budget": budget,
-		})
-		cfgPath := filepath.Join(b.TempDir(), "config.json")
-		if err := os.WriteFile(cfgPath, cfg, 0o600); err != nil {
-			b.Fatal(err)
-		}
-		cmd := exec.Command(bin, cfgPath)
-		cmd.Env = testfix.ToolEnv()
-		var errOut testfix.SyncBuffer
-		cmd.Stderr = &errOut
-		pipe, err := cmd.StdoutPipe()
-		if err != nil {
-			b.Fatal(err)
-		}
 		start := time.Now()
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
+		cmd, pipe, errOut := startJournalBench(b, bin, journalBenchConfig(rig, 2*time.Second, cfgClusters, budget))
 		defer cmd.Process.Kill()
 		watch := testfix.WatchRSS(cmd.Process.Pid)
 		var (

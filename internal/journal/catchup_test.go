@@ -11,7 +11,6 @@ import (
 
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
-	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/store/memstore"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
@@ -26,85 +25,76 @@ import (
 // watch: a gap, while etcd held every revision.
 func TestCaptureLargeCatchUp(t *testing.T) {
 	t.Parallel()
-	for _, v := range []testenv.Version{testenv.V35, testenv.V36} {
-		t.Run(v.String(), func(t *testing.T) {
-			t.Parallel()
-			ctx := testfix.Context(t, 2*time.Minute)
-			cli, base, last := bigHistory(t, ctx, v, 56, 4, 1200<<10)
-			// Revisions larger than a fragment (etcd's request limit,
-			// 1.5 MiB) with their previous values: txns overwriting two
-			// 700 KiB values, and a range delete of the four 1.2 MiB
-			// keys. Fragments end inside them; the capture never cuts
-			// a segment there.
-			half := bytes.Repeat([]byte("y"), 700<<10)
-			multi := map[int64]int{}
-			for i := range 3 {
-				half[0] = byte(i)
-				tr, err := cli.Txn(ctx).Then(clientv3.OpPut("/half/a", string(half)), clientv3.OpPut("/half/b", string(half))).Commit()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if i > 0 {
-					multi[tr.Header.Revision] = 2
-				}
+	eachVersion(t, func(t *testing.T, v testenv.Version) {
+		ctx := testfix.Context(t, 2*time.Minute)
+		cli, base, last := bigHistory(t, ctx, v, 56, 4, 1200<<10)
+		// Revisions larger than a fragment (etcd's request limit,
+		// 1.5 MiB) with their previous values: txns overwriting two
+		// 700 KiB values, and a range delete of the four 1.2 MiB
+		// keys. Fragments end inside them; the capture never cuts
+		// a segment there.
+		half := bytes.Repeat([]byte("y"), 700<<10)
+		multi := map[int64]int{}
+		for i := range 3 {
+			half[0] = byte(i)
+			tr, err := cli.Txn(ctx).Then(clientv3.OpPut("/half/a", string(half)), clientv3.OpPut("/half/b", string(half))).Commit()
+			if err != nil {
+				t.Fatal(err)
 			}
-			d, err := cli.Delete(ctx, "/big/", clientv3.WithPrefix())
-			if err != nil || d.Deleted != 4 {
-				t.Fatalf("range delete: %v %v", d, err)
+			if i > 0 {
+				multi[tr.Header.Revision] = 2
 			}
-			multi[d.Header.Revision], last = 4, d.Header.Revision
-			st := memstore.New()
-			layout := catalog.Layout{Prefix: testenv.Prefix(t)}
-			o := captureOptions(cli, st, layout, objectio.Encoding{Compression: objectio.CompressZstd}, base, t)
-			// Small segments: a cut is due after every fragment, inside
-			// the large revisions too.
-			o.SegmentSize = 256 << 10
-			var stalls []journal.WatchStall
-			o.OnStall = func(s journal.WatchStall) { stalls = append(stalls, s) }
-			stop := startCapture(ctx, o)
-			deadline := time.Now().Add(60 * time.Second)
-			for {
-				chain, err := journal.ListSegments(ctx, st, layout, "c1", base)
-				if err != nil || chain.Problem != nil {
-					t.Fatalf("chain: %v %v", err, chain.Problem)
-				}
-				if chain.Reach >= last {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the journal reaches %d, want %d: %v", chain.Reach, last, stop())
-				}
-				time.Sleep(200 * time.Millisecond)
-			}
-			if err := stop(); err != nil {
-				t.Fatalf("the capture: %v", err)
-			}
+		}
+		d, err := cli.Delete(ctx, "/big/", clientv3.WithPrefix())
+		if err != nil || d.Deleted != 4 {
+			t.Fatalf("range delete: %v %v", d, err)
+		}
+		multi[d.Header.Revision], last = 4, d.Header.Revision
+		st := memstore.New()
+		layout := catalog.Layout{Prefix: testenv.Prefix(t)}
+		o := captureOptions(t, cli, st, layout, zstdEnc, base)
+		// Small segments: a cut is due after every fragment, inside
+		// the large revisions too.
+		o.SegmentSize = 256 << 10
+		var stalls []journal.WatchStall
+		o.OnStall = func(s journal.WatchStall) { stalls = append(stalls, s) }
+		stop := startCapture(ctx, o)
+		deadline := time.Now().Add(60 * time.Second)
+		for {
 			chain, err := journal.ListSegments(ctx, st, layout, "c1", base)
-			if err != nil || chain.Problem != nil || chain.Reach != last {
-				t.Fatalf("chain: %+v %v", chain, err)
+			if err != nil || chain.Problem != nil {
+				t.Fatalf("chain: %v %v", err, chain.Problem)
 			}
-			got := map[int64]int{}
-			for _, seg := range chain.Segments {
-				_, evs, err := journal.ReadSegment(ctx, st, layout, seg.Key, nil, journal.Want{ClusterID: "c1"})
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, ev := range evs {
-					if _, ok := multi[ev.Rev]; ok {
-						got[ev.Rev]++
-					}
-				}
+			if chain.Reach >= last {
+				break
 			}
-			for rev, n := range multi {
-				if got[rev] != n {
-					t.Errorf("revision %d: %d events in the journal, want %d (a revision larger than a fragment)", rev, got[rev], n)
-				}
+			if time.Now().After(deadline) {
+				t.Fatalf("the journal reaches %d, want %d: %v", chain.Reach, last, stop())
 			}
-			if len(stalls) > 0 {
-				t.Fatalf("the catch-up stalled: %v", stalls)
+			time.Sleep(200 * time.Millisecond)
+		}
+		if err := stop(); err != nil {
+			t.Fatalf("the capture: %v", err)
+		}
+		chain, err := journal.ListSegments(ctx, st, layout, "c1", base)
+		if err != nil || chain.Problem != nil || chain.Reach != last {
+			t.Fatalf("chain: %+v %v", chain, err)
+		}
+		got := map[int64]int{}
+		for _, ev := range chainEvents(t, ctx, st, layout, chain, journal.Want{ClusterID: "c1"}) {
+			if _, ok := multi[ev.Rev]; ok {
+				got[ev.Rev]++
 			}
-		})
-	}
+		}
+		for rev, n := range multi {
+			if got[rev] != n {
+				t.Errorf("revision %d: %d events in the journal, want %d (a revision larger than a fragment)", rev, got[rev], n)
+			}
+		}
+		if len(stalls) > 0 {
+			t.Fatalf("the catch-up stalled: %v", stalls)
+		}
+	})
 }
 
 // Captures sharing a small memory budget (real etcd 3.5, one process, four
@@ -124,7 +114,7 @@ func TestCaptureBudgetSharedCatchUp(t *testing.T) {
 	ids := []string{"b1", "b2", "b3", "b4"}
 	var stops []func() error
 	for _, id := range ids {
-		o := captureOptions(cli, st, layout, objectio.Encoding{Compression: objectio.CompressZstd}, base, t)
+		o := captureOptions(t, cli, st, layout, zstdEnc, base)
 		o.ClusterID, o.Budget, o.SegmentInterval = id, budget, time.Second
 		stops = append(stops, startCapture(ctx, o))
 	}

@@ -9,11 +9,8 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
-	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/store/memstore"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
@@ -31,7 +28,7 @@ func TestSourceRefusesAStraddlingSegment(t *testing.T) {
 	t.Parallel()
 	ctx := testfix.Context(t, 30*time.Second)
 	st := memstore.NewVersioned()
-	layout := catalog.Layout{Prefix: "p"}
+	layout := memLayout
 	writePuts(t, ctx, st, layout, 101, 200, nil)
 	writePuts(t, ctx, st, layout, 201, 300, nil)
 	writePuts(t, ctx, st, layout, 301, 400, nil)
@@ -73,7 +70,7 @@ func TestSourceWithoutVersionRights(t *testing.T) {
 	t.Parallel()
 	ctx := testfix.Context(t, 30*time.Second)
 	inner := memstore.NewVersioned()
-	layout := catalog.Layout{Prefix: "p"}
+	layout := memLayout
 	writePuts(t, ctx, inner, layout, 11, 20, nil)
 	writePuts(t, ctx, inner, layout, 21, 30, nil)
 	src := journal.NewSource(deniedVersions{inner}, layout, "c1", nil)
@@ -104,16 +101,11 @@ func TestSourceWithoutVersionRights(t *testing.T) {
 func TestCaptureResumesFromTheJournalsVersion(t *testing.T) {
 	t.Parallel()
 	ctx := testfix.Context(t, 60*time.Second)
-	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
-	cli := c.Client(t)
-	r, err := cli.Get(ctx, "nothing")
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := r.Header.Revision
+	_, cli := startEtcd(t, testenv.V35)
+	base := headRev(t, ctx, cli)
 	st := memstore.NewVersioned()
 	layout := catalog.Layout{Prefix: testenv.Prefix(t)}
-	o := captureOptions(cli, st, layout, objectio.Encoding{Compression: objectio.CompressZstd}, base, t)
+	o := captureOptions(t, cli, st, layout, zstdEnc, base)
 	var logs testfix.SyncBuffer
 	o.Log = slog.New(slog.NewTextHandler(&logs, nil))
 	stop := startCapture(ctx, o)
@@ -159,29 +151,5 @@ func TestCaptureResumesFromTheJournalsVersion(t *testing.T) {
 	}
 	if rs := src.Replaced(); len(rs) != 1 || rs[0].Key != first.Key || rs[0].Replaced != 1 {
 		t.Fatalf("replaced: %+v, want %s", rs, first.Key)
-	}
-}
-
-// waitReach waits until the stored segments reach the cluster's revision
-// and returns the last one.
-func waitLastSegment(tb testing.TB, ctx context.Context, st store.Store, layout catalog.Layout, base int64, cli *clientv3.Client) journal.SegmentInfo {
-	tb.Helper()
-	r, err := cli.Get(ctx, "nothing")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		chain, err := journal.ListSegments(ctx, st, layout, "c1", base)
-		if err != nil || chain.Problem != nil {
-			tb.Fatalf("chain: %v %v", err, chain.Problem)
-		}
-		if chain.Reach >= r.Header.Revision {
-			return chain.Segments[len(chain.Segments)-1]
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("the journal reaches %d, the cluster is at %d", chain.Reach, r.Header.Revision)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -7,9 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
-	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/store/memstore"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
@@ -22,18 +20,9 @@ var errNotLeader = errors.New("not the leader any more")
 // fenced writes no final segment.
 func TestCaptureFenceStopsAtOnce(t *testing.T) {
 	t.Parallel()
-	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
-	cli := c.Client(t)
-	layout := catalog.Layout{Prefix: "p"}
-	enc := objectio.Encoding{Compression: objectio.CompressZstd}
-	baseRev := func(t *testing.T, ctx context.Context) int64 {
-		t.Helper()
-		r, err := cli.Get(ctx, "x")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r.Header.Revision
-	}
+	_, cli := startEtcd(t, testenv.V35)
+	layout := memLayout
+	enc := zstdEnc
 	wantFenced := func(t *testing.T, err error) {
 		t.Helper()
 		var se *journal.SegmentError
@@ -45,11 +34,11 @@ func TestCaptureFenceStopsAtOnce(t *testing.T) {
 
 	t.Run("before an upload", func(t *testing.T) {
 		ctx := testfix.Context(t, 30*time.Second)
-		base := baseRev(t, ctx)
+		base := headRev(t, ctx, cli)
 		st := memstore.New()
 		var refuse atomic.Bool
 		var asked atomic.Int64
-		o := captureOptions(cli, st, layout, enc, base, t)
+		o := captureOptions(t, cli, st, layout, enc, base)
 		o.ClusterID = "fence1"
 		o.SegmentInterval = 300 * time.Millisecond
 		o.Fence = func() error {
@@ -62,19 +51,8 @@ func TestCaptureFenceStopsAtOnce(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { done <- journal.Capture(ctx, o) }()
 		testenv.PutKeys(t, cli, "/fence1/a/", 5, 8)
-		first := baseRev(t, ctx)
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			ch, err := journal.ListSegments(ctx, st, layout, o.ClusterID, base)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if ch.Reach == first {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the journal reaches %d, want %d", ch.Reach, first)
-			}
-		}
+		first := headRev(t, ctx, cli)
+		waitChain(t, ctx, st, layout, o.ClusterID, base, first, 10*time.Second)
 		refuse.Store(true)
 		testenv.PutKeys(t, cli, "/fence1/b/", 5, 8)
 		select {
@@ -94,10 +72,10 @@ func TestCaptureFenceStopsAtOnce(t *testing.T) {
 
 	t.Run("no final flush", func(t *testing.T) {
 		ctx := testfix.Context(t, 30*time.Second)
-		base := baseRev(t, ctx)
+		base := headRev(t, ctx, cli)
 		st := memstore.New()
 		var refuse atomic.Bool
-		o := captureOptions(cli, st, layout, enc, base, t)
+		o := captureOptions(t, cli, st, layout, enc, base)
 		o.ClusterID = "fence2"
 		o.SegmentInterval = time.Hour // only the final flush would write
 		o.Fence = func() error {
@@ -113,7 +91,7 @@ func TestCaptureFenceStopsAtOnce(t *testing.T) {
 		// The capture holds the events once its watch delivered them: a
 		// stop with an open fence would write them (the control below).
 		testenv.PutKeys(t, cli, "/fence2/", 5, 8)
-		last := baseRev(t, ctx)
+		last := headRev(t, ctx, cli)
 		time.Sleep(2 * time.Second)
 		refuse.Store(true)
 		cancel()

@@ -9,12 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/internal/prune"
 	"github.com/armada/etcd-recovery/internal/retention"
-	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
 
@@ -28,9 +26,8 @@ func TestListShowsGapRecords(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	mi := testenv.SharedMinIO(t)
-	st := testfix.Store(t, mi, mi.NewBucket(t))
-	l := catalog.Layout{Prefix: testenv.Prefix(t)}
+	rig := testfix.NewStoreRig(t)
+	st, l := rig.Store, rig.Layout
 	const id = "jgaps"
 	now := time.Now().UTC()
 	b1 := putBackup(t, st, l, id, now.Add(-3*time.Hour), 100)

@@ -321,37 +321,13 @@ func rpoManyClusters(b *testing.B, interval time.Duration, n, rate int, d time.D
 	var cfgClusters []map[string]any
 	t0 := time.Now()
 	for i := range n {
-		c := testenv.StartEtcd(b, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
-		cli := c.Client(b)
-		put, err := cli.Put(ctx, "/registry/namespaces/default", "{}")
-		if err != nil {
-			b.Fatal(err)
-		}
+		c, cli, base := startBenchEtcd(b, ctx)
 		id := fmt.Sprintf("many-%03d", i)
 		cls = append(cls, cl{id: id, c: c, cli: cli})
-		cfgClusters = append(cfgClusters, map[string]any{"ID": id, "Endpoints": c.Endpoints(), "BaseBackup": "bench-base", "BaseRev": put.Header.Revision})
+		cfgClusters = append(cfgClusters, map[string]any{"ID": id, "Endpoints": c.Endpoints(), "BaseBackup": "bench-base", "BaseRev": base})
 	}
 	fmt.Fprintf(os.Stderr, "started %d etcd 3.5 members in %s\n", n, time.Since(t0).Round(time.Millisecond))
-	cfg, _ := json.Marshal(map[string]any{
-		"Endpoint": rig.MinIO.Endpoint, "Region": rig.MinIO.Region, "Bucket": rig.Bucket, "CAFile": rig.MinIO.CAFile,
-		"AccessKey": rig.MinIO.AccessKey, "SecretKey": rig.MinIO.SecretKey, "Prefix": rig.Layout.Prefix,
-		"SegmentInterval": interval, "Clusters": cfgClusters,
-	})
-	cfgPath := filepath.Join(b.TempDir(), "config.json")
-	if err := os.WriteFile(cfgPath, cfg, 0o600); err != nil {
-		b.Fatal(err)
-	}
-	cmd := exec.Command(bin, cfgPath)
-	cmd.Env = testfix.ToolEnv()
-	var errOut testfix.SyncBuffer
-	cmd.Stderr = &errOut
-	pipe, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
+	cmd, pipe, errOut := startJournalBench(b, bin, journalBenchConfig(rig, interval, cfgClusters, 0))
 	defer cmd.Process.Kill()
 	watch := testfix.WatchRSS(cmd.Process.Pid)
 	defer watch.Stop()

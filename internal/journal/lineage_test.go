@@ -9,11 +9,8 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
-	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/store/memstore"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
@@ -126,8 +123,7 @@ func TestCaptureLineage(t *testing.T) {
 		t.Fatal(err)
 	}
 	reach2 := r.Header.Revision
-	other := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
-	ocli := other.Client(t)
+	_, ocli := startEtcd(t, testenv.V35)
 	o2.Client = ocli
 	err = journal.Capture(ctx, o2)
 	if !errors.As(err, &lin) || lin.StoredID == lin.LiveID {
@@ -143,42 +139,6 @@ func TestCaptureLineage(t *testing.T) {
 		t.Fatalf("another etcd cluster past the journal's end: %v, want a GapError from %d", err, reach2+1)
 	}
 	assertReach(t, ctx, st2, layout, base, reach2)
-}
-
-// startCaptureErr runs Capture until it ends by itself: stop waits for
-// that (20 s at most, then it cancels it and says so).
-func startCaptureErr(ctx context.Context, o journal.CaptureOptions) (stop func() error) {
-	done := make(chan error, 1)
-	cctx, cancel := context.WithCancel(ctx)
-	go func() { done <- journal.Capture(cctx, o) }()
-	return func() error {
-		defer cancel()
-		select {
-		case err := <-done:
-			return err
-		case <-time.After(20 * time.Second):
-			cancel()
-			return fmt.Errorf("still running 20 s later: %v", <-done)
-		}
-	}
-}
-
-func waitReach(t *testing.T, ctx context.Context, st *memstore.Store, layout catalog.Layout, base, want int64) *journal.Chain {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		chain, err := journal.ListSegments(ctx, st, layout, "c1", base)
-		if err != nil || chain.Problem != nil {
-			t.Fatalf("chain: %v %v", err, chain.Problem)
-		}
-		if chain.Reach >= want {
-			return chain
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the journal reaches %d, want %d", chain.Reach, want)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 func assertReach(t *testing.T, ctx context.Context, st *memstore.Store, layout catalog.Layout, base, want int64) {
@@ -214,31 +174,4 @@ func TestCaptureAfterAGapOnAnIdleCluster(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatalf("the capture from the heal backup: %v", err)
 	}
-}
-
-// captureRig is a capture's world on a real single-member etcd 3.5 (the
-// base: its revision now) and an in-memory store.
-type captureRig struct {
-	etcd   *testenv.EtcdCluster
-	cli    *clientv3.Client
-	base   int64
-	etcdID string
-	st     *memstore.Store
-	layout catalog.Layout
-	o      journal.CaptureOptions
-}
-
-func newCaptureRig(tb testing.TB, ctx context.Context) *captureRig {
-	tb.Helper()
-	c := testenv.StartEtcd(tb, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
-	cli := c.Client(tb)
-	r, err := cli.Get(ctx, "nothing")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	rig := &captureRig{etcd: c, cli: cli, base: r.Header.Revision, etcdID: journal.EtcdID(r.Header.ClusterId), st: memstore.New(),
-		layout: catalog.Layout{Prefix: testenv.Prefix(tb)}}
-	rig.o = journal.CaptureOptions{Client: cli, ClusterID: "c1", BaseBackup: "base-1", BaseRev: rig.base, Store: rig.st, Layout: rig.layout,
-		Encoding: objectio.Encoding{Compression: objectio.CompressZstd}, SegmentInterval: time.Second, Log: testfix.Logger(tb)}
-	return rig
 }

@@ -50,8 +50,8 @@ func TestSegmentLockUntil(t *testing.T) {
 func TestCaptureLockNeedsALockedBucket(t *testing.T) {
 	t.Parallel()
 	ctx := testfix.Context(t, 30*time.Second)
-	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
-	o := captureOptions(c.Client(t), memstore.New(), catalog.Layout{Prefix: "p"}, objectio.Encoding{}, 1, t)
+	_, cli := startEtcd(t, testenv.V35)
+	o := captureOptions(t, cli, memstore.New(), memLayout, objectio.Encoding{}, 1)
 	o.Lock = retention.LockPolicy{Mode: catalog.LockGovernanceMode}
 	err := journal.Capture(ctx, o)
 	if err == nil || !strings.Contains(err.Error(), "no object lock") || !strings.Contains(err.Error(), "c1") {
@@ -68,8 +68,7 @@ func TestCaptureLockNeedsALockedBucket(t *testing.T) {
 func TestCaptureLocksSegments(t *testing.T) {
 	t.Parallel()
 	ctx := testfix.Context(t, 2*time.Minute)
-	ec := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
-	cli := ec.Client(t)
+	_, cli := startEtcd(t, testenv.V35)
 	mi := testenv.SharedMinIO(t)
 	st := testfix.Store(t, mi, mi.NewLockedBucket(t))
 	l := catalog.Layout{Prefix: testenv.Prefix(t)}
@@ -80,7 +79,7 @@ func TestCaptureLocksSegments(t *testing.T) {
 	}
 	base := r.Header.Revision
 	const keep, margin = 7 * time.Second, time.Second
-	o := captureOptions(cli, st, l, objectio.Encoding{Compression: objectio.CompressZstd}, base, t)
+	o := captureOptions(t, cli, st, l, zstdEnc, base)
 	o.ClusterID, o.SegmentInterval = id, 300*time.Millisecond
 	o.Lock = retention.LockPolicy{Mode: catalog.LockGovernanceMode, Margin: margin}
 	o.JournalRetention = keep

@@ -15,10 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
-	"github.com/armada/etcd-recovery/internal/objectio"
-	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
@@ -43,31 +40,26 @@ const (
 // no gap or overlap and its events equal etcd's history.
 func TestCaptureMemberFaults(t *testing.T) {
 	t.Parallel()
-	m := testenv.SharedMinIO(t)
 	for _, v := range []testenv.Version{testenv.V35, testenv.V36} {
 		for _, fault := range []string{"frozen", "killed"} {
 			t.Run(v.String()+"/"+fault, func(t *testing.T) {
 				t.Parallel()
-				memberFault(t, m, v, fault)
+				memberFault(t, v, fault)
 			})
 		}
 	}
 }
 
-func memberFault(t *testing.T, m *testenv.MinIO, v testenv.Version, fault string) {
+func memberFault(t *testing.T, v testenv.Version, fault string) {
 	ctx := testfix.Context(t, 90*time.Second)
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: v, Members: 3})
 	cli := c.Client(t) // every endpoint, as the journal command's client
 	testenv.PutKeys(t, cli, "/before/", 10, 16)
-	r, err := cli.Get(ctx, "nothing")
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := r.Header.Revision
+	base := headRev(t, ctx, cli)
 
-	st := testfix.Store(t, m, m.NewBucket(t))
-	layout := catalog.Layout{Prefix: testenv.Prefix(t)}
-	o := captureOptions(cli, st, layout, objectio.Encoding{Compression: objectio.CompressZstd}, base, t)
+	rig := testfix.NewStoreRig(t)
+	st, layout := rig.Store, rig.Layout
+	o := captureOptions(t, cli, st, layout, zstdEnc, base)
 	o.WatchStallTimeout = 2 * time.Second
 	stalls := make(chan journal.WatchStall, 100)
 	o.OnStall = func(s journal.WatchStall) { stalls <- s }
@@ -78,7 +70,7 @@ func memberFault(t *testing.T, m *testenv.MinIO, v testenv.Version, fault string
 	if _, err := cli.Put(ctx, "/first", "x"); err != nil {
 		t.Fatal(err)
 	}
-	reachWithin(t, ctx, st, layout, base, base+1, 10*time.Second)
+	waitChain(t, ctx, st, layout, "c1", base, base+1, 10*time.Second)
 	victim := watchedMember(t, ctx, c)
 	var others []string
 	var survivor *testenv.EtcdMember
@@ -141,7 +133,7 @@ func memberFault(t *testing.T, m *testenv.MinIO, v testenv.Version, fault string
 	for range 2 {
 		rev := writtenAfter(t, &written, 5*time.Second)
 		began := time.Now()
-		reachWithin(t, ctx, st, layout, base, rev, faultRPOBound)
+		waitChain(t, ctx, st, layout, "c1", base, rev, faultRPOBound)
 		t.Logf("revision %d (written %s after the fault) stored %s later", rev, began.Sub(faultAt).Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
 	}
 
@@ -160,17 +152,14 @@ func memberFault(t *testing.T, m *testenv.MinIO, v testenv.Version, fault string
 	scli := survivor.Client(t)
 	var last int64
 	for {
-		r, err = scli.Get(ctx, "nothing")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.Header.Revision == last {
+		rev := headRev(t, ctx, scli)
+		if rev == last {
 			break
 		}
-		last = r.Header.Revision
+		last = rev
 		time.Sleep(500 * time.Millisecond)
 	}
-	chain := reachWithin(t, ctx, st, layout, base, last, faultRPOBound)
+	chain := waitChain(t, ctx, st, layout, "c1", base, last, faultRPOBound)
 	if err := stop(); err != nil {
 		t.Fatalf("capture: %v", err)
 	}
@@ -185,14 +174,7 @@ func memberFault(t *testing.T, m *testenv.MinIO, v testenv.Version, fault string
 	if err != nil || chain.Problem != nil || chain.Reach != last || len(chain.All) != len(chain.Segments) {
 		t.Fatalf("chain: reach %d of %d, %d of %d segments chained, problem %v, err %v", chain.Reach, last, len(chain.Segments), len(chain.All), chain.Problem, err)
 	}
-	var got []journal.Event
-	for _, s := range chain.Segments {
-		_, events, err := journal.ReadSegment(ctx, st, layout, s.Key, nil, journal.Want{ClusterID: "c1", BaseBackup: "base-1"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, events...)
-	}
+	got := chainEvents(t, ctx, st, layout, chain, journal.Want{ClusterID: "c1", BaseBackup: "base-1"})
 	// etcd's history, read afterwards from a member that stayed up.
 	ref := watchFrom(t, ctx, scli, base+1)
 	deadline := time.Now().Add(10 * time.Second)
@@ -209,28 +191,6 @@ func memberFault(t *testing.T, m *testenv.MinIO, v testenv.Version, fault string
 		t.Fatalf("the journal has %d events, etcd's history %d", len(got), len(want))
 	}
 	t.Logf("%d events in %d segments, revisions %d-%d, %d stalls", len(got), len(chain.Segments), base+1, last, n)
-}
-
-// reachWithin waits until the stored chain from base reaches rev, within bound.
-func reachWithin(t *testing.T, ctx context.Context, st store.Store, layout catalog.Layout, base, rev int64, bound time.Duration) *journal.Chain {
-	t.Helper()
-	deadline := time.Now().Add(bound)
-	for {
-		chain, err := journal.ListSegments(ctx, st, layout, "c1", base)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if chain.Problem != nil {
-			t.Fatalf("chain: %v", chain.Problem)
-		}
-		if chain.Reach >= rev {
-			return chain
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the segments reach revision %d, not %d, within %s", chain.Reach, rev, bound)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // writtenAfter returns the writer's newest revision once it has moved

@@ -18,7 +18,6 @@ import (
 
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
-	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
@@ -245,7 +244,7 @@ func journalReal(ctx context.Context, b *testing.B, cli *clientv3.Client, rig *t
 	done := make(chan error, 1)
 	go func() {
 		done <- journal.Capture(cctx, journal.CaptureOptions{Client: cli, ClusterID: man.ClusterID, BaseBackup: man.Name, BaseRev: man.Revision(),
-			Store: rig.Store, Layout: rig.Layout, Encoding: objectio.Encoding{Compression: objectio.CompressZstd},
+			Store: rig.Store, Layout: rig.Layout, Encoding: zstdEnc,
 			// Segments are cut by size (4 MiB) while the writers run; a
 			// short interval only stores the tail without waiting 30 s.
 			SegmentInterval: 2 * time.Second})
@@ -291,7 +290,7 @@ func journalSynthetic(ctx context.Context, b *testing.B, rig *testfix.StoreRig, 
 		wg.Go(func() {
 			for s := range segs {
 				wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-				_, err := journal.WriteSegment(wctx, rig.Store, rig.Layout, objectio.Encoding{Compression: objectio.CompressZstd}, s.h, s.evs)
+				_, err := journal.WriteSegment(wctx, rig.Store, rig.Layout, zstdEnc, s.h, s.evs)
 				cancel()
 				if err != nil {
 					select {

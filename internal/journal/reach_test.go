@@ -3,13 +3,10 @@ package journal_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 
-	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
-	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/store/memstore"
 )
 
@@ -21,19 +18,11 @@ import (
 func TestSourceReach(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	layout := catalog.Layout{Prefix: "p"}
+	layout := memLayout
 	st := memstore.New()
 	write := func(first, last int64) {
 		t.Helper()
-		h := journal.Header{Format: journal.FormatVersion, ClusterID: "c1", BaseBackup: "b1", BaseRev: 10, FirstRev: first, LastRev: last,
-			Received: map[int64]int64{first: first * 100, last: last*100 + 7}}
-		var evs []journal.Event
-		for r := first; r <= last; r++ {
-			evs = append(evs, putAt(r, fmt.Sprint("k", r)))
-		}
-		if _, err := journal.WriteSegment(ctx, st, layout, objectio.Encoding{Compression: objectio.CompressZstd}, h, evs); err != nil {
-			t.Fatal(err)
-		}
+		writeSegment(t, ctx, st, layout, putsHeader(first, last, 7, nil), putsEvents(first, last))
 	}
 	src := journal.NewSource(st, layout, "c1", nil)
 	if _, err := src.Reach(ctx, 11); !errors.Is(err, journal.ErrNoJournal) {

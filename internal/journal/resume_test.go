@@ -3,12 +3,9 @@ package journal_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 
-	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
-	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/store/memstore"
 )
 
@@ -19,7 +16,7 @@ import (
 func TestChooseBaseAfterPrune(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	layout := catalog.Layout{Prefix: "p"}
+	layout := memLayout
 	b10, b25, b40, b60 := journal.Base{Name: "b10", Rev: 10}, journal.Base{Name: "b25", Rev: 25}, journal.Base{Name: "b40", Rev: 40}, journal.Base{Name: "b60", Rev: 60}
 	for _, c := range []struct {
 		name    string
@@ -42,12 +39,7 @@ func TestChooseBaseAfterPrune(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			st := memstore.New()
-			for _, r := range c.ranges {
-				if _, err := st.Put(ctx, layout.JournalSegmentKey("c1", r[0], r[1]), strings.NewReader("x")); err != nil {
-					t.Fatal(err)
-				}
-			}
+			st := stubSegments(t, ctx, c.ranges)
 			b, ch, err := journal.ChooseBase(ctx, st, layout, "c1", c.bases)
 			if c.gapFrom != 0 {
 				var gap *journal.GapError
@@ -102,7 +94,7 @@ func TestContinues(t *testing.T) {
 func TestSourceEventsAcrossBases(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	layout := catalog.Layout{Prefix: "p"}
+	layout := memLayout
 	st := memstore.New()
 	write := func(base string, baseRev, first, last int64) {
 		t.Helper()
@@ -111,9 +103,7 @@ func TestSourceEventsAcrossBases(t *testing.T) {
 		for r := first; r <= last; r++ {
 			evs = append(evs, journal.Event{Rev: r, Type: journal.Put, Key: []byte("k"), Value: []byte{byte(r)}, CreateRev: first, Version: r - first + 1})
 		}
-		if _, err := journal.WriteSegment(ctx, st, layout, objectio.Encoding{Compression: objectio.CompressZstd}, h, evs); err != nil {
-			t.Fatal(err)
-		}
+		writeSegment(t, ctx, st, layout, h, evs)
 	}
 	write("a", 10, 21, 30) // a's journal, its first segments pruned
 	write("b", 25, 31, 40) // restarted from b, inside it
@@ -122,13 +112,7 @@ func TestSourceEventsAcrossBases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var revs []int64
-	for ev, err := range seq {
-		if err != nil {
-			t.Fatal(err)
-		}
-		revs = append(revs, ev.Rev)
-	}
+	revs := eventRevs(t, seq)
 	if len(revs) != 15 || revs[0] != 26 || revs[14] != 40 {
 		t.Fatalf("events at %v, want 26 to 40", revs)
 	}

@@ -17,7 +17,6 @@ import (
 	"github.com/armada/etcd-recovery/internal/prune"
 	"github.com/armada/etcd-recovery/internal/retention"
 	"github.com/armada/etcd-recovery/internal/store"
-	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
 
@@ -63,11 +62,7 @@ func putSegment(tb testing.TB, st store.Store, l catalog.Layout, id string, base
 	for r := first; r <= last; r++ {
 		evs = append(evs, putAt(r, fmt.Sprint("/registry/k", r)))
 	}
-	info, err := journal.WriteSegment(ctx, st, l, objectio.Encoding{Compression: objectio.CompressZstd}, h, evs)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return info.Key
+	return writeSegment(tb, ctx, st, l, h, evs).Key
 }
 
 func journalKeys(tb testing.TB, st store.Store, l catalog.Layout, id string) []string {
@@ -93,9 +88,8 @@ func journalKeys(tb testing.TB, st store.Store, l catalog.Layout, id string) []s
 // receive time.
 func TestPruneJournalInBucket(t *testing.T) {
 	t.Parallel()
-	mi := testenv.SharedMinIO(t)
-	st := testfix.Store(t, mi, mi.NewBucket(t))
-	l := catalog.Layout{Prefix: testenv.Prefix(t)}
+	rig := testfix.NewStoreRig(t)
+	st, l := rig.Store, rig.Layout
 	const id = "jr"
 	now := time.Now().UTC()
 	b1 := putBackup(t, st, l, id, now.Add(-72*time.Hour), 100)

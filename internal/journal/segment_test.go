@@ -11,7 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/store/memstore"
@@ -164,7 +163,7 @@ func TestDecodeRefuses(t *testing.T) {
 func TestSegmentStore(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	layout := catalog.Layout{Prefix: "p"}
+	layout := memLayout
 	st := memstore.New()
 	key := testfix.NewAgeKey(t)
 	enc := objectio.Encoding{Compression: objectio.CompressZstd, Recipients: testfix.RecipientsOf(t, key)}
@@ -235,7 +234,7 @@ func TestSegmentStore(t *testing.T) {
 func TestListSegmentsChain(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	layout := catalog.Layout{Prefix: "p"}
+	layout := memLayout
 	put := func(st *memstore.Store, ranges ...[2]int64) {
 		for _, r := range ranges {
 			if _, err := st.Put(ctx, layout.JournalSegmentKey("c1", r[0], r[1]), strings.NewReader("x")); err != nil {
@@ -286,7 +285,7 @@ func TestListSegmentsChain(t *testing.T) {
 func TestChooseBase(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	layout := catalog.Layout{Prefix: "p"}
+	layout := memLayout
 	b10, b25, b60 := journal.Base{Name: "b10", Rev: 10}, journal.Base{Name: "b25", Rev: 25}, journal.Base{Name: "b60", Rev: 60}
 	for _, c := range []struct {
 		name   string
@@ -303,10 +302,7 @@ func TestChooseBase(t *testing.T) {
 		{"broken", [][2]int64{{11, 20}, {31, 40}}, []journal.Base{b10, b25}, "", 0, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			st := memstore.New()
-			for _, r := range c.ranges {
-				st.Put(ctx, layout.JournalSegmentKey("c1", r[0], r[1]), strings.NewReader("x"))
-			}
+			st := stubSegments(t, ctx, c.ranges)
 			b, ch, err := journal.ChooseBase(ctx, st, layout, "c1", c.bases)
 			var gap *journal.GapError
 			if c.gap {

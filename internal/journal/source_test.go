@@ -13,32 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/store/memstore"
 )
-
-// writePuts writes the segment of cluster c1 (base b1 at 10) holding a
-// put of key k<rev> at each revision first..last, received at rev*100 ms,
-// with leases in its header.
-func writePuts(tb testing.TB, ctx context.Context, st store.Store, layout catalog.Layout, first, last int64, leases []journal.Lease) {
-	tb.Helper()
-	h := journal.Header{Format: journal.FormatVersion, ClusterID: "c1", BaseBackup: "b1", BaseRev: 10, FirstRev: first, LastRev: last,
-		Received: map[int64]int64{first: first * 100, last: last * 100}, Leases: leases}
-	var evs []journal.Event
-	for r := first; r <= last; r++ {
-		evs = append(evs, putAt(r, fmt.Sprint("k", r)))
-	}
-	if _, err := journal.WriteSegment(ctx, st, layout, objectio.Encoding{Compression: objectio.CompressZstd}, h, evs); err != nil {
-		tb.Fatal(err)
-	}
-}
-
-func putAt(rev int64, key string) journal.Event {
-	return journal.Event{Rev: rev, Type: journal.Put, Key: []byte(key), Value: []byte("v"), CreateRev: rev, Version: 1}
-}
 
 func TestFindTable(t *testing.T) {
 	t.Parallel()
@@ -99,13 +78,8 @@ func TestRevisionAt(t *testing.T) {
 func TestSourceEventsAndLeases(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	layout := catalog.Layout{Prefix: "p"}
-	st := memstore.New()
-	write := func(first, last int64, leases []journal.Lease) {
-		t.Helper()
-		writePuts(t, ctx, st, layout, first, last, leases)
-	}
-	src := journal.NewSource(st, layout, "c1", nil)
+	st, write := memJournal(t, ctx)
+	src := journal.NewSource(st, memLayout, "c1", nil)
 	if _, err := src.Events(ctx, 11, 12); !errors.Is(err, journal.ErrNoJournal) {
 		t.Fatalf("no journal: %v", err)
 	}
@@ -116,13 +90,7 @@ func TestSourceEventsAndLeases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var revs []int64
-	for ev, err := range events {
-		if err != nil {
-			t.Fatal(err)
-		}
-		revs = append(revs, ev.Rev)
-	}
+	revs := eventRevs(t, events)
 	if fmt.Sprint(revs) != "[12 13 14 15]" {
 		t.Fatalf("revisions %v", revs)
 	}
@@ -151,15 +119,9 @@ func TestSourceEventsAndLeases(t *testing.T) {
 func TestSourceEventsChecksTheLastSegmentWhole(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	layout := catalog.Layout{Prefix: "p"}
+	layout := memLayout
 	st := memstore.New()
-	h := journal.Header{Format: journal.FormatVersion, ClusterID: "c1", BaseBackup: "b1", BaseRev: 10, FirstRev: 11, LastRev: 16,
-		Received: map[int64]int64{11: 1100, 16: 1600}}
-	var evs []journal.Event
-	for r := int64(11); r <= 16; r++ {
-		evs = append(evs, putAt(r, fmt.Sprint("k", r)))
-	}
-	info, err := journal.WriteSegment(ctx, st, layout, objectio.Encoding{Compression: objectio.CompressNone}, h, evs)
+	info, err := journal.WriteSegment(ctx, st, layout, objectio.Encoding{Compression: objectio.CompressNone}, putsHeader(11, 16, 0, nil), putsEvents(11, 16))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +179,7 @@ func (g *getCounter) Get(ctx context.Context, key string) (io.ReadCloser, error)
 func TestRevisionAtReadsFewHeaders(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	layout := catalog.Layout{Prefix: "p"}
+	layout := memLayout
 	mem := memstore.New()
 	const n = 1000
 	for i := range int64(n) {

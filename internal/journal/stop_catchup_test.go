@@ -14,7 +14,6 @@ import (
 
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
-	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/store/memstore"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
@@ -64,64 +63,52 @@ func burst(t *testing.T, ctx context.Context, cli *clientv3.Client, prefix strin
 // catch-up bound and the final flush.
 func TestCaptureStopCatchesUp(t *testing.T) {
 	t.Parallel()
-	for _, v := range []testenv.Version{testenv.V35, testenv.V36} {
-		t.Run(v.String(), func(t *testing.T) {
-			t.Parallel()
-			ctx := testfix.Context(t, 3*time.Minute)
-			c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: v, Members: 1})
-			cli := c.Client(t)
-			st := memstore.New()
-			for round := range 8 {
-				r, err := cli.Get(ctx, "nothing")
-				if err != nil {
-					t.Fatal(err)
-				}
-				base := r.Header.Revision
-				layout := catalog.Layout{Prefix: fmt.Sprintf("round%d", round)}
-				var logs testfix.SyncBuffer
-				o := captureOptions(cli, st, layout, objectio.Encoding{Compression: objectio.CompressZstd}, base, t)
-				o.SegmentInterval, o.Log = time.Minute, slog.New(slog.NewTextHandler(&logs, nil))
-				stop := startCapture(ctx, o)
-				last := burst(t, ctx, cli, fmt.Sprintf("/burst/%d/", round), 512, 16<<10)
-				if err := stop(); err != nil {
-					t.Fatalf("round %d: stop: %v", round, err)
-				}
-				chain, err := journal.ListSegments(ctx, st, layout, "c1", base)
-				if err != nil || chain.Problem != nil {
-					t.Fatalf("round %d: %+v %v", round, chain, err)
-				}
-				if chain.Reach != last {
-					t.Fatalf("round %d: the journal reaches revision %d after the stop; the last write acknowledged before it is %d\n%s", round, chain.Reach, last, logs.String())
-				}
-				if !bytes.Contains([]byte(logs.String()), []byte("caught up before stopping")) {
-					t.Errorf("round %d: no catch-up logged:\n%s", round, logs.String())
-				}
-			}
-
-			// No member answers: the stop is bounded.
-			r, err := cli.Get(ctx, "nothing")
-			if err != nil {
-				t.Fatal(err)
-			}
+	eachVersion(t, func(t *testing.T, v testenv.Version) {
+		ctx := testfix.Context(t, 3*time.Minute)
+		c, cli := startEtcd(t, v)
+		st := memstore.New()
+		for round := range 8 {
+			base := headRev(t, ctx, cli)
+			layout := catalog.Layout{Prefix: fmt.Sprintf("round%d", round)}
 			var logs testfix.SyncBuffer
-			o := captureOptions(cli, st, catalog.Layout{Prefix: "dead"}, objectio.Encoding{Compression: objectio.CompressZstd}, r.Header.Revision, t)
-			o.SegmentInterval, o.StopCatchUp, o.FinalFlush, o.Log = time.Minute, 2*time.Second, 5*time.Second, slog.New(slog.NewTextHandler(&logs, nil))
+			o := captureOptions(t, cli, st, layout, zstdEnc, base)
+			o.SegmentInterval, o.Log = time.Minute, slog.New(slog.NewTextHandler(&logs, nil))
 			stop := startCapture(ctx, o)
-			burst(t, ctx, cli, "/dead/", 64, 1<<10)
-			for _, m := range c.Members {
-				m.Kill()
+			last := burst(t, ctx, cli, fmt.Sprintf("/burst/%d/", round), 512, 16<<10)
+			if err := stop(); err != nil {
+				t.Fatalf("round %d: stop: %v", round, err)
 			}
-			start := time.Now()
-			err = stop()
-			took := time.Since(start)
-			t.Logf("stop with no member answering: %v in %v", err, took.Round(time.Millisecond))
-			if took > o.StopCatchUp+o.FinalFlush+5*time.Second {
-				t.Errorf("the stop took %v with no member answering; the bound is StopCatchUp %v + FinalFlush %v", took, o.StopCatchUp, o.FinalFlush)
+			chain, err := journal.ListSegments(ctx, st, layout, "c1", base)
+			if err != nil || chain.Problem != nil {
+				t.Fatalf("round %d: %+v %v", round, chain, err)
 			}
-			if !strings.Contains(logs.String(), "stopping without catching up") && !strings.Contains(logs.String(), "stopping before catching up") &&
-				!strings.Contains(logs.String(), "caught up before stopping") {
-				t.Errorf("the stop logged nothing of the catch-up:\n%s", logs.String())
+			if chain.Reach != last {
+				t.Fatalf("round %d: the journal reaches revision %d after the stop; the last write acknowledged before it is %d\n%s", round, chain.Reach, last, logs.String())
 			}
-		})
-	}
+			if !bytes.Contains([]byte(logs.String()), []byte("caught up before stopping")) {
+				t.Errorf("round %d: no catch-up logged:\n%s", round, logs.String())
+			}
+		}
+
+		// No member answers: the stop is bounded.
+		var logs testfix.SyncBuffer
+		o := captureOptions(t, cli, st, catalog.Layout{Prefix: "dead"}, zstdEnc, headRev(t, ctx, cli))
+		o.SegmentInterval, o.StopCatchUp, o.FinalFlush, o.Log = time.Minute, 2*time.Second, 5*time.Second, slog.New(slog.NewTextHandler(&logs, nil))
+		stop := startCapture(ctx, o)
+		burst(t, ctx, cli, "/dead/", 64, 1<<10)
+		for _, m := range c.Members {
+			m.Kill()
+		}
+		start := time.Now()
+		err := stop()
+		took := time.Since(start)
+		t.Logf("stop with no member answering: %v in %v", err, took.Round(time.Millisecond))
+		if took > o.StopCatchUp+o.FinalFlush+5*time.Second {
+			t.Errorf("the stop took %v with no member answering; the bound is StopCatchUp %v + FinalFlush %v", took, o.StopCatchUp, o.FinalFlush)
+		}
+		if !strings.Contains(logs.String(), "stopping without catching up") && !strings.Contains(logs.String(), "stopping before catching up") &&
+			!strings.Contains(logs.String(), "caught up before stopping") {
+			t.Errorf("the stop logged nothing of the catch-up:\n%s", logs.String())
+		}
+	})
 }

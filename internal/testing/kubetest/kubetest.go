@@ -390,3 +390,28 @@ func MemberPod(tb testing.TB, ctx context.Context, cs kubernetes.Interface, name
 		tb.Fatalf("pod status with IP %s: %v", u.Hostname(), err)
 	}
 }
+
+// RBACWorld is a real kube-apiserver with the CRDs installed, namespaces
+// created and deploy/10-rbac.yaml applied in each: the start of the tests
+// of the tool's service account.
+type RBACWorld struct {
+	K     *testenv.KubeAPIServer
+	Admin *kubernetes.Clientset
+	Dyn   *dynamic.DynamicClient
+	A     *Applier
+}
+
+// StartRBACWorld starts a kube-apiserver, installs the CRDs, creates
+// namespaces and applies deploy/10-rbac.yaml in each of them.
+func StartRBACWorld(tb testing.TB, namespaces ...string) *RBACWorld {
+	tb.Helper()
+	k := testenv.StartKubeAPIServer(tb)
+	w := &RBACWorld{K: k, Admin: k.Clientset(tb, ""), Dyn: k.Dynamic(tb, "")}
+	InstallCRDs(tb, k)
+	CreateNamespaces(tb, w.Admin, namespaces...)
+	w.A = NewApplier(tb, k)
+	for _, ns := range namespaces {
+		w.A.ApplyFile(tb, DeployPath(tb, "10-rbac.yaml"), ns)
+	}
+	return w
+}
