@@ -218,9 +218,7 @@ func newEtcdMember(tb testing.TB, spec MemberSpec, bin string) *EtcdMember {
 		m.closed = true
 		p := m.proc
 		m.mu.Unlock()
-		if p != nil {
-			p.kill()
-		}
+		p.kill()
 		if tb.Failed() {
 			logTail(tb, fmt.Sprintf("etcd %s member %s", m.Version, m.Name), m.LogFile)
 		}
@@ -388,46 +386,22 @@ func (m *EtcdMember) Start(tb testing.TB) {
 }
 
 // Kill sends SIGKILL (after SIGCONT if frozen) and waits for the process.
-func (m *EtcdMember) Kill() {
-	if p := m.current(); p != nil {
-		p.kill()
-	}
-}
+func (m *EtcdMember) Kill() { m.current().kill() }
 
 // Stop sends SIGTERM and waits for the process to exit (SIGKILL after 20s).
-func (m *EtcdMember) Stop() {
-	if p := m.current(); p != nil {
-		p.stop()
-	}
-}
+func (m *EtcdMember) Stop() { m.current().stop() }
 
 // Freeze suspends the process with SIGSTOP.
-func (m *EtcdMember) Freeze() {
-	if p := m.current(); p != nil {
-		p.freeze()
-	}
-}
+func (m *EtcdMember) Freeze() { m.current().freeze() }
 
 // Thaw resumes a frozen process with SIGCONT.
-func (m *EtcdMember) Thaw() {
-	if p := m.current(); p != nil {
-		p.thaw()
-	}
-}
+func (m *EtcdMember) Thaw() { m.current().thaw() }
 
 // Running reports whether the process is alive (frozen counts as alive).
-func (m *EtcdMember) Running() bool {
-	p := m.current()
-	return p != nil && !p.exited()
-}
+func (m *EtcdMember) Running() bool { return m.current().running() }
 
 // PID returns the process id of the current (or last) process, 0 if none.
-func (m *EtcdMember) PID() int {
-	if p := m.current(); p != nil {
-		return p.pid()
-	}
-	return 0
-}
+func (m *EtcdMember) PID() int { return m.current().pid() }
 
 // Client returns a client connected to this member only, closed when tb's
 // test ends.

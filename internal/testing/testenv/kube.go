@@ -305,7 +305,7 @@ current-context: testenv
 func (k *KubeAPIServer) Running() bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return k.proc != nil && !k.proc.exited()
+	return k.proc.running()
 }
 
 // Stop sends SIGTERM and waits for the API server to exit (SIGKILL after
@@ -314,7 +314,5 @@ func (k *KubeAPIServer) Stop() {
 	k.mu.Lock()
 	p := k.proc
 	k.mu.Unlock()
-	if p != nil {
-		p.stop()
-	}
+	p.stop()
 }

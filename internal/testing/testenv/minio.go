@@ -95,9 +95,7 @@ func startMinIO(tb testing.TB, m *MinIO) {
 		m.closed = true
 		p := m.proc
 		m.mu.Unlock()
-		if p != nil {
-			p.kill()
-		}
+		p.kill()
 		if tb.Failed() {
 			logTail(tb, "minio "+m.Endpoint, m.LogFile)
 		}
@@ -251,48 +249,32 @@ func (m *MinIO) Start(tb testing.TB) {
 // Kill sends SIGKILL (after SIGCONT if frozen) and waits for the process.
 func (m *MinIO) Kill() {
 	m.mustNotBeShared("Kill")
-	if p := m.current(); p != nil {
-		p.kill()
-	}
+	m.current().kill()
 }
 
 // Stop sends SIGTERM and waits for the process to exit (SIGKILL after 20s).
 func (m *MinIO) Stop() {
 	m.mustNotBeShared("Stop")
-	if p := m.current(); p != nil {
-		p.stop()
-	}
+	m.current().stop()
 }
 
 // Freeze suspends the server with SIGSTOP.
 func (m *MinIO) Freeze() {
 	m.mustNotBeShared("Freeze")
-	if p := m.current(); p != nil {
-		p.freeze()
-	}
+	m.current().freeze()
 }
 
 // Thaw resumes a frozen server with SIGCONT.
 func (m *MinIO) Thaw() {
 	m.mustNotBeShared("Thaw")
-	if p := m.current(); p != nil {
-		p.thaw()
-	}
+	m.current().thaw()
 }
 
 // Running reports whether the server process is alive (frozen counts).
-func (m *MinIO) Running() bool {
-	p := m.current()
-	return p != nil && !p.exited()
-}
+func (m *MinIO) Running() bool { return m.current().running() }
 
 // PID returns the process id of the current (or last) process, 0 if none.
-func (m *MinIO) PID() int {
-	if p := m.current(); p != nil {
-		return p.pid()
-	}
-	return 0
-}
+func (m *MinIO) PID() int { return m.current().pid() }
 
 // Port returns the S3 API port.
 func (m *MinIO) Port() int { return m.port }
@@ -325,21 +307,27 @@ func (m *MinIO) S3(tb testing.TB) *s3.S3 {
 func (m *MinIO) NewBucket(tb testing.TB) string {
 	tb.Helper()
 	name := "testenv-" + strings.ToLower(randAlnum(16))
-	// A freshly started MinIO occasionally leaves the first CreateBucket
-	// unanswered; bound each attempt instead of waiting out the client's
-	// 60 s timeout.
-	cli := m.S3(tb)
+	m.createBucket(tb, m.S3(tb), "bucket", &s3.CreateBucketInput{Bucket: aws.String(name)})
+	return name
+}
+
+// createBucket creates the bucket of in with cli (what names it in a
+// failure). A freshly started MinIO occasionally leaves the first
+// CreateBucket unanswered; each attempt is bounded instead of waiting out
+// the client's 60 s timeout.
+func (m *MinIO) createBucket(tb testing.TB, cli *s3.S3, what string, in *s3.CreateBucketInput) {
+	tb.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := cli.CreateBucketWithContext(ctx, &s3.CreateBucketInput{Bucket: aws.String(name)})
+		_, err := cli.CreateBucketWithContext(ctx, in)
 		cancel()
 		var aerr awserr.Error
 		if err == nil || (errors.As(err, &aerr) && aerr.Code() == s3.ErrCodeBucketAlreadyOwnedByYou) {
-			return name
+			return
 		}
 		if time.Now().After(deadline) {
-			tb.Fatalf("testenv: creating bucket %s on %s (%d attempts): %v", name, m.Endpoint, attempt, err)
+			tb.Fatalf("testenv: creating %s %s on %s (%d attempts): %v", what, aws.StringValue(in.Bucket), m.Endpoint, attempt, err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

@@ -92,7 +92,18 @@ func startProc(name, bin string, args, env []string, logPath string) (*proc, err
 	return p, nil
 }
 
-func (p *proc) pid() int { return p.cmd.Process.Pid }
+// A nil *proc is a server with no process started yet: pid is 0, it is
+// not running, and freeze, thaw, kill and stop do nothing to it.
+
+func (p *proc) pid() int {
+	if p == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
+// running reports whether the process is alive (frozen counts as alive).
+func (p *proc) running() bool { return p != nil && !p.exited() }
 
 func (p *proc) exited() bool {
 	select {
@@ -121,6 +132,9 @@ func (p *proc) signal(sig syscall.Signal) {
 // request was seen to get its answer (or the first of several) from the
 // "frozen" MinIO.
 func (p *proc) freeze() {
+	if p == nil {
+		return
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.signal(syscall.SIGSTOP)
@@ -167,6 +181,9 @@ func allStopped(pid int) bool {
 }
 
 func (p *proc) thaw() {
+	if p == nil {
+		return
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.signal(syscall.SIGCONT)
@@ -175,6 +192,9 @@ func (p *proc) thaw() {
 
 // kill thaws the process if frozen, SIGKILLs its group and waits for it.
 func (p *proc) kill() {
+	if p == nil {
+		return
+	}
 	p.thaw()
 	p.signal(syscall.SIGKILL)
 	<-p.done
@@ -183,6 +203,9 @@ func (p *proc) kill() {
 // stop thaws the process if frozen, SIGTERMs it and waits up to stopTimeout,
 // then SIGKILLs it.
 func (p *proc) stop() {
+	if p == nil {
+		return
+	}
 	p.thaw()
 	p.signal(syscall.SIGTERM)
 	select {
