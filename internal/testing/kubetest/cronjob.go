@@ -2,7 +2,6 @@ package kubetest
 
 import (
 	"context"
-	"os"
 	"testing"
 
 	"filippo.io/age"
@@ -61,20 +60,9 @@ func NewEncryptedWorld(tb testing.TB, ctx context.Context, ns string) *Encrypted
 	if _, err := w.Admin.CoreV1().Secrets(ns).Create(ctx, w.Secret, metav1.CreateOptions{}); err != nil {
 		tb.Fatal(err)
 	}
-	b, err := os.ReadFile(DeployPath(tb, "20-config.yaml"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if w.ConfigMap, err = podrun.ParseConfigMap(b); err != nil {
-		tb.Fatal(err)
-	}
-	for key, v := range map[string]string{"COS_ENDPOINT": w.MinIO.Endpoint, "COS_REGION": w.MinIO.Region, "COS_BUCKET": w.Bucket,
-		"COS_PREFIX": w.Prefix, seal.EnvEncryptTo: w.Recipient, seal.EnvRequireEncryption: "true"} {
-		if _, ok := w.ConfigMap.Data[key]; !ok {
-			tb.Fatalf("deploy/20-config.yaml has no %s any more: update kubetest.NewEncryptedWorld (and docs/encryption.md)", key)
-		}
-		w.ConfigMap.Data[key] = v
-	}
+	set := COSConfig(w.MinIO, w.Bucket, w.Prefix)
+	set[seal.EnvEncryptTo], set[seal.EnvRequireEncryption] = w.Recipient, "true"
+	w.ConfigMap = ShippedConfigMapWith(tb, "kubetest.NewEncryptedWorld (and docs/encryption.md)", set)
 	if _, err := w.Admin.CoreV1().ConfigMaps(ns).Create(ctx, w.ConfigMap, metav1.CreateOptions{}); err != nil {
 		tb.Fatal(err)
 	}
@@ -84,12 +72,5 @@ func NewEncryptedWorld(tb testing.TB, ctx context.Context, ns string) *Encrypted
 // PodCluster is the world as podrun.Translate needs it: the namespace,
 // its ConfigMap and secret, service-account tokens and the API server.
 func (w *EncryptedWorld) PodCluster(tb testing.TB) podrun.Cluster {
-	return podrun.Cluster{
-		Namespace:    w.Namespace,
-		ConfigMaps:   map[string]*corev1.ConfigMap{w.ConfigMap.Name: w.ConfigMap},
-		Secrets:      map[string]*corev1.Secret{w.Secret.Name: w.Secret},
-		Token:        func(sa string) (string, error) { return SAToken(tb, w.Admin, w.Namespace, sa), nil },
-		APIServerURL: w.K.URL,
-		APIServerCA:  w.K.CA,
-	}
+	return PodCluster(tb, w.K, w.Admin, w.Namespace, w.ConfigMap, w.Secret)
 }
