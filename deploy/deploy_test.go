@@ -19,7 +19,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/armada/etcd-recovery/backup"
@@ -29,7 +28,6 @@ import (
 	"github.com/armada/etcd-recovery/internal/testing/podrun"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
-	"github.com/armada/etcd-recovery/kube"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -61,12 +59,8 @@ const headroom = 0.75
 func TestShippedPods(t *testing.T) {
 	start := time.Now()
 	image := testenv.Image(t)
-	k := testenv.StartKubeAPIServer(t)
-	admin, dyn := k.Clientset(t, ""), k.Dynamic(t, "")
-	kubetest.InstallCRDs(t, k)
-	kubetest.CreateNamespaces(t, admin, podsNS)
-	a := kubetest.NewApplier(t, k)
-	a.ApplyFile(t, kubetest.DeployPath(t, "10-rbac.yaml"), podsNS)
+	w := kubetest.NewWorld(t, podsNS)
+	k, admin, dyn, a := w.K, w.Admin, w.Dyn, w.Applier
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 
@@ -75,10 +69,7 @@ func TestShippedPods(t *testing.T) {
 	// this test's endpoint, bucket and prefix put into it.
 	m := testenv.SharedMinIO(t)
 	bucket, prefix := m.NewBucket(t), testenv.Prefix(t)
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: kube.COSSecretName}, Data: kubetest.AWSSecretData(m.AccessKey, m.SecretKey, m.Region)}
-	if _, err := admin.CoreV1().Secrets(podsNS).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	secret := kubetest.CreateCOSSecret(t, admin, podsNS, m)
 	cm := kubetest.ShippedConfigMapWith(t, "this test", kubetest.COSConfig(m, bucket, prefix))
 	if _, err := admin.CoreV1().ConfigMaps(podsNS).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -194,11 +194,8 @@ func TestProvePodProves(t *testing.T) {
 	// The API: deploy/'s CRDs and RBAC, and the namespace's EtcdClusters
 	// (good and bad, not other). The proofs are offline: only the
 	// EtcdClusters' names are read, so the objects need no etcd behind them.
-	k := testenv.StartKubeAPIServer(t)
-	admin, dyn := k.Clientset(t, ""), k.Dynamic(t, "")
-	kubetest.InstallCRDs(t, k)
-	kubetest.CreateNamespaces(t, admin, podNS)
-	kubetest.NewApplier(t, k).ApplyFile(t, kubetest.DeployPath(t, "10-rbac.yaml"), podNS)
+	world := kubetest.NewWorld(t, podNS)
+	k, admin, dyn := world.K, world.Admin, world.Dyn
 	for _, name := range []string{good, bad} {
 		ec := &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": kube.APIVersion, "kind": kube.KindEtcdCluster,
@@ -332,7 +329,7 @@ func TestProvePodProves(t *testing.T) {
 	// The pod, as the kubelet builds it.
 	w := kubetest.Workload(t, proveFile)
 	cm := kubetest.ShippedConfigMapWith(t, "this test", kubetest.COSConfig(m, bucket, prefix))
-	cos := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: kube.COSSecretName}, Data: kubetest.AWSSecretData(m.AccessKey, m.SecretKey, m.Region)}
+	cos := kubetest.COSSecret(m)
 	idSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: identitySecret}, Data: map[string][]byte{identityKey: []byte(ageID.String() + "\n")}}
 	spec, err := podrun.Translate(w, "", "etcd-recovery-prove-29391233-x7k2p", kubetest.PodCluster(t, k, admin, podNS, cm, cos, idSecret))
 	if err != nil {

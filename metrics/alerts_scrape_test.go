@@ -57,13 +57,8 @@ const alertsNS = "kubx-etcd-22"
 func TestExporterAlerts(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t, 5*time.Minute)
-	k := testenv.StartKubeAPIServer(t)
-	admin := k.Clientset(t, "")
-	kubetest.CreateNamespaces(t, admin, alertsNS)
-	kubetest.InstallCRDs(t, k)
-	a := kubetest.NewApplier(t, k)
-	a.ApplyFile(t, kubetest.DeployPath(t, "10-rbac.yaml"), alertsNS)
-	dyn := k.Dynamic(t, "")
+	w := kubetest.NewWorld(t, alertsNS)
+	k, admin, dyn, a := w.K, w.Admin, w.Dyn, w.Applier
 	m := testenv.SharedMinIO(t)
 	bucket := m.NewBucket(t)
 	layout := catalog.Layout{Prefix: testenv.Prefix(t)}
@@ -80,11 +75,8 @@ func TestExporterAlerts(t *testing.T) {
 	if _, err := dyn.Resource(kube.EtcdClusterGVR).Namespace(alertsNS).Create(ctx, gone, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	token := kubetest.SAToken(t, admin, alertsNS, "etcd-recovery-toolkit")
-	sa, err := kube.New(kube.Config{Rest: k.RestConfig(token), Namespace: alertsNS})
-	if err != nil {
-		t.Fatal(err)
-	}
+	token := w.Token(t, "etcd-recovery-toolkit")
+	sa := w.Kube(t, token)
 
 	// Two age keys: backups are encrypted to "locked", the toolkit mounts
 	// "mounted" only.

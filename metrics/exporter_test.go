@@ -40,13 +40,8 @@ const exporterNS = "kubx-etcd-20"
 // for the same state.
 func TestExporter(t *testing.T) {
 	ctx := ctxT(t, 10*time.Minute)
-	k := testenv.StartKubeAPIServer(t)
-	admin := k.Clientset(t, "")
-	kubetest.CreateNamespaces(t, admin, exporterNS)
-	kubetest.InstallCRDs(t, k)
-	a := kubetest.NewApplier(t, k)
-	a.ApplyFile(t, kubetest.DeployPath(t, "10-rbac.yaml"), exporterNS)
-	dyn := k.Dynamic(t, "")
+	w := kubetest.NewWorld(t, exporterNS)
+	k, admin, dyn, a := w.K, w.Admin, w.Dyn, w.Applier
 	m := testenv.SharedMinIO(t)
 	bucket := m.NewBucket(t)
 	prefix := testenv.Prefix(t)
@@ -58,11 +53,8 @@ func TestExporter(t *testing.T) {
 		kubetest.PerClusterAccess(t, a, exporterNS, c.Name)
 		testenv.PutKeys(t, c.Etcd.Client(t), "/registry/k", 200, 256)
 	}
-	token := kubetest.SAToken(t, admin, exporterNS, "etcd-recovery-toolkit")
-	sa, err := kube.New(kube.Config{Rest: k.RestConfig(token), Namespace: exporterNS})
-	if err != nil {
-		t.Fatal(err)
-	}
+	token := w.Token(t, "etcd-recovery-toolkit")
+	sa := w.Kube(t, token)
 	st := testfix.Store(t, m, bucket)
 	layout := catalog.Layout{Prefix: prefix}
 

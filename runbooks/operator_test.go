@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
@@ -41,13 +40,8 @@ const operatorRestoreRef = "quorum-loss.md#restore-through-etcd-operator"
 // 5 minutes.
 func operatorSetup(t *testing.T, ns, name, ip string) (*testenv.KubeAPIServer, *kubernetes.Clientset, *dynamic.DynamicClient, kubetest.Cluster, *mdblocks.Fixture, context.Context) {
 	t.Helper()
-	k := testenv.StartKubeAPIServer(t)
-	admin := k.Clientset(t, "")
-	dyn := k.Dynamic(t, "")
-	kubetest.InstallCRDs(t, k)
-	kubetest.CreateNamespaces(t, admin, ns)
-	a := kubetest.NewApplier(t, k)
-	a.ApplyFile(t, kubetest.DeployPath(t, "10-rbac.yaml"), ns)
+	w := kubetest.NewWorld(t, ns)
+	k, admin, dyn, a := w.K, w.Admin, w.Dyn, w.Applier
 
 	fc := kubetest.AddEtcdCluster(t, admin, dyn, ns, name, testenv.EtcdOptions{IP: "127.0.7.12", Members: 3})
 	kubetest.PerClusterAccess(t, a, ns, fc.Name)
@@ -56,11 +50,7 @@ func operatorSetup(t *testing.T, ns, name, ip string) (*testenv.KubeAPIServer, *
 	f.Vars["id"] = fc.Name
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
-	secret := kubetest.AWSSecretData(f.MinIO.AccessKey, f.MinIO.SecretKey, f.MinIO.Region)
-	if _, err := admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: kube.COSSecretName}, Data: secret},
-		metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	secret := kubetest.CreateCOSSecret(t, admin, ns, f.MinIO).Data
 	creds := filepath.Join(t.TempDir(), "cos-credentials")
 	if err := os.Mkdir(creds, 0o700); err != nil {
 		t.Fatal(err)

@@ -7,13 +7,10 @@ import (
 	"filippo.io/age"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/testing/podrun"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
-	"github.com/armada/etcd-recovery/kube"
 )
 
 // EncryptedWorld is one namespace set up for deploy/'s pods with
@@ -24,11 +21,7 @@ import (
 // recipient (ETCD_RECOVERY_ENCRYPT_TO) and ETCD_RECOVERY_REQUIRE_ENCRYPTION
 // true. The identity is the test's only: no pod holds it.
 type EncryptedWorld struct {
-	K         *testenv.KubeAPIServer
-	Admin     kubernetes.Interface
-	Dyn       dynamic.Interface
-	Applier   *Applier
-	Namespace string
+	*World
 	MinIO     *testenv.MinIO
 	Bucket    string
 	Prefix    string
@@ -41,12 +34,7 @@ type EncryptedWorld struct {
 // NewEncryptedWorld sets up the namespace ns (see EncryptedWorld).
 func NewEncryptedWorld(tb testing.TB, ctx context.Context, ns string) *EncryptedWorld {
 	tb.Helper()
-	w := &EncryptedWorld{K: testenv.StartKubeAPIServer(tb), Namespace: ns}
-	w.Admin, w.Dyn = w.K.Clientset(tb, ""), w.K.Dynamic(tb, "")
-	InstallCRDs(tb, w.K)
-	CreateNamespaces(tb, w.Admin, ns)
-	w.Applier = NewApplier(tb, w.K)
-	w.Applier.ApplyFile(tb, DeployPath(tb, "10-rbac.yaml"), ns)
+	w := &EncryptedWorld{World: NewWorld(tb, ns)}
 
 	id, err := age.GenerateX25519Identity()
 	if err != nil {
@@ -55,11 +43,7 @@ func NewEncryptedWorld(tb testing.TB, ctx context.Context, ns string) *Encrypted
 	w.Identity, w.Recipient = id, id.Recipient().String()
 	w.MinIO = testenv.SharedMinIO(tb)
 	w.Bucket, w.Prefix = w.MinIO.NewBucket(tb), testenv.Prefix(tb)
-	w.Secret = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: kube.COSSecretName},
-		Data: AWSSecretData(w.MinIO.AccessKey, w.MinIO.SecretKey, w.MinIO.Region)}
-	if _, err := w.Admin.CoreV1().Secrets(ns).Create(ctx, w.Secret, metav1.CreateOptions{}); err != nil {
-		tb.Fatal(err)
-	}
+	w.Secret = CreateCOSSecret(tb, w.Admin, ns, w.MinIO)
 	set := COSConfig(w.MinIO, w.Bucket, w.Prefix)
 	set[seal.EnvEncryptTo], set[seal.EnvRequireEncryption] = w.Recipient, "true"
 	w.ConfigMap = ShippedConfigMapWith(tb, "kubetest.NewEncryptedWorld (and docs/encryption.md)", set)
