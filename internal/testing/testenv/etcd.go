@@ -60,9 +60,7 @@ type EtcdMember struct {
 	spec MemberSpec
 	bin  string
 
-	mu     sync.Mutex
-	proc   *proc
-	closed bool
+	procSlot
 }
 
 // EtcdCluster is a set of etcd members started together by StartEtcd.
@@ -214,11 +212,7 @@ func newEtcdMember(tb testing.TB, spec MemberSpec, bin string) *EtcdMember {
 		bin:       bin,
 	}
 	tb.Cleanup(func() {
-		m.mu.Lock()
-		m.closed = true
-		p := m.proc
-		m.mu.Unlock()
-		p.kill()
+		m.close()
 		if tb.Failed() {
 			logTail(tb, fmt.Sprintf("etcd %s member %s", m.Version, m.Name), m.LogFile)
 		}
@@ -270,26 +264,9 @@ func (m *EtcdMember) args(state string) []string {
 
 // launch starts the process without waiting for it.
 func (m *EtcdMember) launch(state string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		return fmt.Errorf("etcd member %s: its test has ended", m.Name)
-	}
-	if m.proc != nil && !m.proc.exited() {
-		return fmt.Errorf("etcd member %s is already running (pid %d)", m.Name, m.proc.pid())
-	}
-	p, err := startProc("etcd "+m.Name, m.bin, m.args(state), childEnv(), m.LogFile)
-	if err != nil {
-		return err
-	}
-	m.proc = p
-	return nil
-}
-
-func (m *EtcdMember) current() *proc {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.proc
+	return m.procSlot.launch("etcd member "+m.Name, func() (*proc, error) {
+		return startProc("etcd "+m.Name, m.bin, m.args(state), childEnv(), m.LogFile)
+	})
 }
 
 // errIfExited returns an error when the member's process is gone.

@@ -47,9 +47,7 @@ type MinIO struct {
 	CAFile string
 	caPool *x509.CertPool
 
-	mu     sync.Mutex
-	proc   *proc
-	closed bool
+	procSlot
 }
 
 // StartMinIO starts a dedicated MinIO server for tb's test and waits until it
@@ -91,11 +89,7 @@ func StartMinIOTLS(tb testing.TB) *MinIO {
 func startMinIO(tb testing.TB, m *MinIO) {
 	tb.Helper()
 	tb.Cleanup(func() {
-		m.mu.Lock()
-		m.closed = true
-		p := m.proc
-		m.mu.Unlock()
-		p.kill()
+		m.close()
 		if tb.Failed() {
 			logTail(tb, "minio "+m.Endpoint, m.LogFile)
 		}
@@ -140,15 +134,6 @@ func newMinIO(bin, dir string, port, consolePort int) *MinIO {
 }
 
 func (m *MinIO) start() error {
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
-		return fmt.Errorf("minio %s: its test has ended", m.Endpoint)
-	}
-	if m.proc != nil && !m.proc.exited() {
-		m.mu.Unlock()
-		return fmt.Errorf("minio %s is already running (pid %d)", m.Endpoint, m.proc.pid())
-	}
 	args := []string{
 		"server", m.DataDir,
 		"--address", "127.0.0.1:" + strconv.Itoa(m.port),
@@ -163,13 +148,9 @@ func (m *MinIO) start() error {
 		"MINIO_UPDATE=off",
 		"MINIO_CI_CD=on", // data under /tmp may be on the root drive
 	)
-	p, err := startProc("minio", m.bin, args, env, m.LogFile)
-	if err != nil {
-		m.mu.Unlock()
+	if err := m.launch("minio "+m.Endpoint, func() (*proc, error) { return startProc("minio", m.bin, args, env, m.LogFile) }); err != nil {
 		return err
 	}
-	m.proc = p
-	m.mu.Unlock()
 	return m.waitReady(startTimeout)
 }
 
@@ -224,11 +205,6 @@ func (m *MinIO) servesS3() error {
 	return err
 }
 
-func (m *MinIO) current() *proc {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.proc
-}
 
 func (m *MinIO) mustNotBeShared(op string) {
 	if m.shared {
@@ -378,13 +354,7 @@ func startSharedMinIO() (*MinIO, error) {
 	m := newMinIO(bin, dir, port, consolePort)
 	m.shared = true
 	cleanup := func(failed bool) {
-		m.mu.Lock()
-		m.closed = true
-		p := m.proc
-		m.mu.Unlock()
-		if p != nil {
-			p.kill() // its data is deleted just below
-		}
+		m.close() // its data is deleted just below
 		if failed {
 			fmt.Fprintf(os.Stderr, "---- last %d lines of shared minio log (%s) ----\n%s\n---- end of shared minio log ----\n",
 				logTailLines, m.LogFile, tailFile(m.LogFile, logTailLines))

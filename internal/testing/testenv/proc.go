@@ -27,6 +27,48 @@ type proc struct {
 	frozen bool
 }
 
+// procSlot is a server's current (or last) process: a restart replaces
+// it. Once the server's test has ended (closed) it is not started again.
+type procSlot struct {
+	mu     sync.Mutex
+	proc   *proc
+	closed bool
+}
+
+func (s *procSlot) current() *proc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.proc
+}
+
+// launch makes start's process the current one, unless the server's test
+// has ended or its process still runs (name names the server then).
+func (s *procSlot) launch(name string, start func() (*proc, error)) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("%s: its test has ended", name)
+	}
+	if s.proc.running() {
+		return fmt.Errorf("%s is already running (pid %d)", name, s.proc.pid())
+	}
+	p, err := start()
+	if err != nil {
+		return err
+	}
+	s.proc = p
+	return nil
+}
+
+// close marks the server's test ended and kills its process.
+func (s *procSlot) close() {
+	s.mu.Lock()
+	s.closed = true
+	p := s.proc
+	s.mu.Unlock()
+	p.kill()
+}
+
 // Server processes are started from one goroutine locked to its OS thread for
 // the life of the test binary: Pdeathsig fires when the *thread* that forked
 // the child exits, and an ordinary goroutine's thread could in principle go
