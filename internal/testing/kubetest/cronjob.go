@@ -14,9 +14,9 @@ import (
 )
 
 // EncryptedWorld is one namespace set up for deploy/'s pods with
-// encryption turned on the way docs/encryption.md says: a real
+// encryption turned on the way docs/encryption.md says: a World (a real
 // kube-apiserver with the CRDs and deploy/10-rbac.yaml applied in
-// Namespace, the COS secret and deploy/20-config.yaml's ConfigMap pointing
+// Namespace), the COS secret and deploy/20-config.yaml's ConfigMap pointing
 // at a new bucket and prefix on the shared MinIO, with a new age
 // recipient (ETCD_RECOVERY_ENCRYPT_TO) and ETCD_RECOVERY_REQUIRE_ENCRYPTION
 // true. The identity is the test's only: no pod holds it.
