@@ -19,9 +19,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/catalog"
@@ -30,7 +28,6 @@ import (
 	"github.com/armada/etcd-recovery/internal/testing/podrun"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
-	"github.com/armada/etcd-recovery/kube"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -62,12 +59,8 @@ const headroom = 0.75
 func TestShippedPods(t *testing.T) {
 	start := time.Now()
 	image := testenv.Image(t)
-	k := testenv.StartKubeAPIServer(t)
-	admin, dyn := k.Clientset(t, ""), k.Dynamic(t, "")
-	kubetest.InstallCRDs(t, k)
-	kubetest.CreateNamespaces(t, admin, podsNS)
-	a := kubetest.NewApplier(t, k)
-	a.ApplyFile(t, kubetest.DeployPath(t, "10-rbac.yaml"), podsNS)
+	w := kubetest.NewWorld(t, podsNS)
+	k, admin, dyn, a := w.K, w.Admin, w.Dyn, w.Applier
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 
@@ -76,24 +69,8 @@ func TestShippedPods(t *testing.T) {
 	// this test's endpoint, bucket and prefix put into it.
 	m := testenv.SharedMinIO(t)
 	bucket, prefix := m.NewBucket(t), testenv.Prefix(t)
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: kube.COSSecretName}, Data: kubetest.AWSSecretData(m.AccessKey, m.SecretKey, m.Region)}
-	if _, err := admin.CoreV1().Secrets(podsNS).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	cmBytes, err := os.ReadFile(kubetest.DeployPath(t, "20-config.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cm, err := podrun.ParseConfigMap(cmBytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for key, v := range map[string]string{"COS_ENDPOINT": m.Endpoint, "COS_REGION": m.Region, "COS_BUCKET": bucket, "COS_PREFIX": prefix} {
-		if _, ok := cm.Data[key]; !ok {
-			t.Fatalf("deploy/20-config.yaml has no %s any more: update this test", key)
-		}
-		cm.Data[key] = v
-	}
+	secret := kubetest.CreateCOSSecret(t, admin, podsNS, m)
+	cm := kubetest.ShippedConfigMapWith(t, "this test", kubetest.COSConfig(m, bucket, prefix))
 	if _, err := admin.CoreV1().ConfigMaps(podsNS).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -125,14 +102,7 @@ func TestShippedPods(t *testing.T) {
 
 	workDir := t.TempDir()
 	runner := &podrun.Runner{Podman: testenv.PodmanGlobalArgs, RunArgs: testenv.PodmanRunArgs, Image: image, WorkDir: workDir}
-	cluster := podrun.Cluster{
-		Namespace:    podsNS,
-		ConfigMaps:   map[string]*corev1.ConfigMap{cm.Name: cm},
-		Secrets:      map[string]*corev1.Secret{secret.Name: secret},
-		Token:        tokenSource(t, admin),
-		APIServerURL: k.URL,
-		APIServerCA:  k.CA,
-	}
+	cluster := kubetest.PodCluster(t, k, admin, podsNS, cm, secret)
 	report := map[string]string{}
 	t.Cleanup(func() {
 		names := mapsKeys(report)
@@ -144,10 +114,7 @@ func TestShippedPods(t *testing.T) {
 	})
 
 	t.Run("CronJob", func(t *testing.T) {
-		w, err := podrun.LoadWorkload(kubetest.DeployPath(t, "30-cronjob.yaml"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		w := kubetest.Workload(t, "30-cronjob.yaml")
 		spec, err := podrun.Translate(w, "", "etcd-recovery-backup-29000000-abcde", cluster)
 		if err != nil {
 			t.Fatal(err)
@@ -259,10 +226,7 @@ func TestShippedPods(t *testing.T) {
 	})
 
 	t.Run("Toolkit", func(t *testing.T) {
-		w, err := podrun.LoadWorkload(kubetest.DeployPath(t, "50-toolkit.yaml"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		w := kubetest.Workload(t, "50-toolkit.yaml")
 		spec, err := podrun.Translate(w, "", "etcd-recovery-toolkit-7d9f8-qwert", cluster)
 		if err != nil {
 			t.Fatal(err)
@@ -417,11 +381,6 @@ func TestShippedPods(t *testing.T) {
 		}
 		checkPod(t, "Toolkit", spec, podrun.Result{}, u)
 	})
-}
-
-// tokenSource is the kubelet's TokenRequest for a pod's service account.
-func tokenSource(t *testing.T, cs kubernetes.Interface) func(string) (string, error) {
-	return func(sa string) (string, error) { return kubetest.SAToken(t, cs, podsNS, sa), nil }
 }
 
 // loadBig fills a cluster with 1 MiB values until its database is at

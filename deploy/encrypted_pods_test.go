@@ -48,10 +48,7 @@ func TestCronJobEncrypted(t *testing.T) {
 		testenv.PutKeys(t, c.Etcd.Client(t), "/registry/secrets/"+marker+"/", 200, 256)
 	}
 
-	w, err := podrun.LoadWorkload(kubetest.DeployPath(t, "30-cronjob.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := kubetest.Workload(t, "30-cronjob.yaml")
 	spec, err := podrun.Translate(w, "", "etcd-recovery-backup-29000001-encry", ew.PodCluster(t))
 	if err != nil {
 		t.Fatal(err)

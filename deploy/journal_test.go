@@ -11,7 +11,6 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
-	"os"
 	"slices"
 	"strings"
 	"syscall"
@@ -64,14 +63,7 @@ func TestPodSecurityBaseline(t *testing.T) {
 // period that fits the final flush and the Lease's release.
 func TestJournalDeployment(t *testing.T) {
 	t.Parallel()
-	w, err := podrun.LoadWorkload(kubetest.DeployPath(t, "60-journal.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cron, err := podrun.LoadWorkload(kubetest.DeployPath(t, "30-cronjob.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, cron := kubetest.Workload(t, "60-journal.yaml"), kubetest.Workload(t, "30-cronjob.yaml")
 	var dep appsv1.Deployment
 	decodeOne(t, "60-journal.yaml", "Deployment", &dep)
 	if w.Kind != "Deployment" || dep.Spec.Replicas == nil || *dep.Spec.Replicas != 2 {
@@ -153,23 +145,11 @@ func equalYAML(t *testing.T, a, b any) bool {
 }
 
 // journalPodSpec translates deploy/60-journal.yaml's pod as a kubelet
-// would start it in namespace, for cl (podrun.Translate). The pod
-// template's affinity is dropped first, after checking it is the only
-// scheduling field and only spreads the replicas: it is the scheduler's,
-// never the kubelet's, and Translate refuses what it does not translate.
+// would start it in namespace, for cl (podrun.Translate of
+// kubetest.JournalWorkload).
 func journalPodSpec(t *testing.T, podName string, cl podrun.Cluster) *podrun.Spec {
 	t.Helper()
-	w, err := podrun.LoadWorkload(kubetest.DeployPath(t, "60-journal.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if a := w.Template.Spec.Affinity; a != nil {
-		if a.NodeAffinity != nil || a.PodAffinity != nil || a.PodAntiAffinity == nil || len(a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) > 0 {
-			t.Fatalf("60-journal.yaml: affinity %+v: want only a preferred podAntiAffinity (spreading the replicas)", a)
-		}
-		w.Template.Spec.Affinity = nil
-	}
-	spec, err := podrun.Translate(w, "", podName, cl)
+	spec, err := podrun.Translate(kubetest.JournalWorkload(t), "", podName, cl)
 	if err != nil {
 		t.Fatalf("60-journal.yaml: a kubelet could not start the pod: %v", err)
 	}
@@ -210,14 +190,7 @@ func TestJournalPodStarts(t *testing.T) {
 	t.Parallel()
 	const podNS, podName = "kubx-etcd-05", "etcd-recovery-journal-6b7c9d5f4-x2k9q"
 	ctx := testfix.Context(t, time.Minute)
-	b, err := os.ReadFile(kubetest.DeployPath(t, "20-config.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cm, err := podrun.ParseConfigMap(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cm := kubetest.ShippedConfigMap(t)
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: kube.COSSecretName},
 		Data: kubetest.AWSSecretData("test-access-key", "test-secret-key", "us-standard")}
 	// A port nothing listens on: the API server that is not there.

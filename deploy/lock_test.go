@@ -1,12 +1,10 @@
 package deploy
 
 import (
-	"os"
 	"testing"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
-	"github.com/armada/etcd-recovery/internal/testing/podrun"
 )
 
 // The lock mode reaches the CronJob and the update Job from the ConfigMap
@@ -14,14 +12,7 @@ import (
 // (off: behaviour as without object lock), a value the tool parses, and
 // no pod overrides it.
 func TestLockModeFromConfigMap(t *testing.T) {
-	b, err := os.ReadFile(kubetest.DeployPath(t, "20-config.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cm, err := podrun.ParseConfigMap(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cm := kubetest.ShippedConfigMap(t)
 	v, ok := cm.Data["ETCD_RECOVERY_LOCK_MODE"]
 	if !ok {
 		t.Fatal("deploy/20-config.yaml has no ETCD_RECOVERY_LOCK_MODE")
@@ -30,10 +21,7 @@ func TestLockModeFromConfigMap(t *testing.T) {
 		t.Fatalf("ETCD_RECOVERY_LOCK_MODE=%q: %q, %v; want shipped off", v, mode, err)
 	}
 	for _, f := range [][]string{{"30-cronjob.yaml"}, {"templates", "update-job.yaml"}, {"70-prove.yaml"}} {
-		w, err := podrun.LoadWorkload(kubetest.DeployPath(t, f...))
-		if err != nil {
-			t.Fatal(err)
-		}
+		w := kubetest.Workload(t, f...)
 		for _, c := range w.Template.Spec.Containers {
 			var fromCM bool
 			for _, ef := range c.EnvFrom {

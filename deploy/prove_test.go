@@ -194,11 +194,8 @@ func TestProvePodProves(t *testing.T) {
 	// The API: deploy/'s CRDs and RBAC, and the namespace's EtcdClusters
 	// (good and bad, not other). The proofs are offline: only the
 	// EtcdClusters' names are read, so the objects need no etcd behind them.
-	k := testenv.StartKubeAPIServer(t)
-	admin, dyn := k.Clientset(t, ""), k.Dynamic(t, "")
-	kubetest.InstallCRDs(t, k)
-	kubetest.CreateNamespaces(t, admin, podNS)
-	kubetest.NewApplier(t, k).ApplyFile(t, kubetest.DeployPath(t, "10-rbac.yaml"), podNS)
+	world := kubetest.NewWorld(t, podNS)
+	k, admin, dyn := world.K, world.Admin, world.Dyn
 	for _, name := range []string{good, bad} {
 		ec := &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": kube.APIVersion, "kind": kube.KindEtcdCluster,
@@ -330,33 +327,11 @@ func TestProvePodProves(t *testing.T) {
 	}
 
 	// The pod, as the kubelet builds it.
-	w, err := podrun.LoadWorkload(kubetest.DeployPath(t, proveFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmBytes, err := os.ReadFile(kubetest.DeployPath(t, "20-config.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cm, err := podrun.ParseConfigMap(cmBytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for key, v := range map[string]string{"COS_ENDPOINT": m.Endpoint, "COS_REGION": m.Region, "COS_BUCKET": bucket, "COS_PREFIX": prefix} {
-		if _, ok := cm.Data[key]; !ok {
-			t.Fatalf("deploy/20-config.yaml has no %s any more: update this test", key)
-		}
-		cm.Data[key] = v
-	}
-	cos := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: kube.COSSecretName}, Data: kubetest.AWSSecretData(m.AccessKey, m.SecretKey, m.Region)}
+	w := kubetest.Workload(t, proveFile)
+	cm := kubetest.ShippedConfigMapWith(t, "this test", kubetest.COSConfig(m, bucket, prefix))
+	cos := kubetest.COSSecret(m)
 	idSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: identitySecret}, Data: map[string][]byte{identityKey: []byte(ageID.String() + "\n")}}
-	spec, err := podrun.Translate(w, "", "etcd-recovery-prove-29391233-x7k2p", podrun.Cluster{Namespace: podNS,
-		ConfigMaps:   map[string]*corev1.ConfigMap{cm.Name: cm},
-		Secrets:      map[string]*corev1.Secret{cos.Name: cos, idSecret.Name: idSecret},
-		Token:        func(sa string) (string, error) { return kubetest.SAToken(t, admin, podNS, sa), nil },
-		APIServerURL: k.URL,
-		APIServerCA:  k.CA,
-	})
+	spec, err := podrun.Translate(w, "", "etcd-recovery-prove-29391233-x7k2p", kubetest.PodCluster(t, k, admin, podNS, cm, cos, idSecret))
 	if err != nil {
 		t.Fatalf("%s: a kubelet could not start the pod: %v", proveFile, err)
 	}

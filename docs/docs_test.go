@@ -15,9 +15,7 @@ import (
 	"filippo.io/age"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/catalog"
-	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
 	"github.com/armada/etcd-recovery/internal/testing/mdblocks"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
@@ -386,20 +384,7 @@ func clusterScenario(t *testing.T, docs mdblocks.Set, conn *mdblocks.Block) {
 // pass, and every key is there.
 func restoreScenario(t *testing.T, docs mdblocks.Set, conn *mdblocks.Block) {
 	const sc = "restore"
-	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, TLS: true, EnableV2: true})
-	cli := c.Client(t)
-	keys := testenv.PutKeys(t, cli, "/registry/secrets/", 200, 200)
-	v2 := testenv.PutV2Keys(t, c, 10)
-	f := mdblocks.NewFixture(t, c.PKI, c.Endpoints())
-	if _, err := backup.Run(context.Background(), backup.Options{ClusterID: f.ID, Kind: catalog.KindScheduled, V2: backup.V2Auto,
-		Compression: objectio.CompressZstd, Etcd: testfix.EtcdConfig(c), Store: f.Store, Layout: f.Layout}); err != nil {
-		t.Fatalf("scheduled backup of %s: %v", f.ID, err)
-	}
-	for k, v := range testenv.PutKeys(t, cli, "/registry/late/", 20, 100) {
-		keys[k] = v // only in the survivor's data
-	}
-	c.Members[1].Kill()
-	c.Members[2].Kill()
+	c, f, keys, v2 := mdblocks.QuorumLost(t, "/registry/secrets/", 200, 200, 10)
 
 	s := mdblocks.NewScenario(t, docs, conn, f.Vars)
 	members, ic, eps := mdblocks.NewMembers(t, 3)

@@ -49,13 +49,8 @@ func TestInspectDrill(t *testing.T) {
 	t.Parallel()
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1, TLS: true})
 	testenv.PutKeys(t, c.Client(t), "/registry/pods/", 20, 100)
-	m := testenv.SharedMinIO(t)
-	bucket := m.NewBucket(t)
-	st := testfix.Store(t, m, bucket)
-	layout := catalog.Layout{Prefix: testenv.Prefix(t)}
 	const id = "drill-check"
-	o := options(c, 2*time.Second)
-	o.Store, o.Layout, o.ClusterID, o.Location = st, layout, id, bucket
+	o, st, layout := storeOptions(t, c, id)
 	healthy := func(t *testing.T, rep *inspect.Report) {
 		t.Helper()
 		if rep.Verdict != inspect.VerdictHealthy || rep.ExitCode() != 0 {

@@ -27,6 +27,17 @@ func options(c *testenv.EtcdCluster, timeout time.Duration) inspect.Options {
 	return inspect.Options{Etcd: testfix.EtcdConfig(c), Timeout: timeout}
 }
 
+// storeOptions are options(c, 2 s) for cluster id with a new bucket and
+// prefix of the shared MinIO as the backup store.
+func storeOptions(t *testing.T, c *testenv.EtcdCluster, id string) (inspect.Options, store.Store, catalog.Layout) {
+	t.Helper()
+	m := testenv.SharedMinIO(t)
+	bucket := m.NewBucket(t)
+	o := options(c, 2*time.Second)
+	o.Store, o.Layout, o.ClusterID, o.Location = testfix.Store(t, m, bucket), catalog.Layout{Prefix: testenv.Prefix(t)}, id, bucket
+	return o, o.Store, o.Layout
+}
+
 // run inspects and logs the table, so a failing test shows what inspect saw.
 func run(t *testing.T, o inspect.Options) (*inspect.Report, time.Duration) {
 	t.Helper()
@@ -348,13 +359,8 @@ func closedPort(t *testing.T) int {
 func TestInspectBackupFreshness(t *testing.T) {
 	t.Parallel()
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1, TLS: true})
-	m := testenv.SharedMinIO(t)
-	bucket := m.NewBucket(t)
-	st := testfix.Store(t, m, bucket)
-	layout := catalog.Layout{Prefix: testenv.Prefix(t)}
 	const id = "fresh-check"
-	o := options(c, 2*time.Second)
-	o.Store, o.Layout, o.ClusterID, o.Location = st, layout, id, bucket
+	o, st, layout := storeOptions(t, c, id)
 
 	t.Run("missing", func(t *testing.T) {
 		// An incomplete folder (no manifest) is not a backup.
@@ -427,7 +433,7 @@ func TestInspectBackupFreshness(t *testing.T) {
 	})
 	t.Run("store down", func(t *testing.T) {
 		o2 := o
-		o2.Store = testfix.Store(t, m, bucket, func(cfg *cos.Config) {
+		o2.Store = testfix.Store(t, testenv.SharedMinIO(t), o.Location, func(cfg *cos.Config) {
 			cfg.Endpoint = "http://127.0.0.1:" + strconv.Itoa(closedPort(t))
 		})
 		rep, _ := run(t, o2)

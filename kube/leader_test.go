@@ -22,7 +22,6 @@ import (
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
-	"github.com/armada/etcd-recovery/internal/testing/podrun"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 	"github.com/armada/etcd-recovery/kube"
@@ -134,10 +133,7 @@ func testFailover(t *testing.T, k *testenv.KubeAPIServer, admin kubernetes.Inter
 	base := man.Revision()
 
 	// The Deployment's arguments, for one cluster.
-	w, err := podrun.LoadWorkload(kubetest.DeployPath(t, "60-journal.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := kubetest.Workload(t, "60-journal.yaml")
 	deployArgs := w.Template.Spec.Containers[0].Args
 	if w.Kind != "Deployment" || !slices.Contains(deployArgs, "--leader-elect") || !slices.Contains(deployArgs, "journal") || !slices.Contains(deployArgs, "--all") {
 		t.Fatalf("deploy/60-journal.yaml: %s with args %q, want a Deployment running journal --all --leader-elect", w.Kind, deployArgs)

@@ -3,7 +3,6 @@ package kube_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"syscall"
@@ -46,44 +45,13 @@ const journalPodName = "etcd-recovery-journal-5f7d8c9b6-vrbs1"
 func runJournalDeployment(t *testing.T, ctx context.Context, k *testenv.KubeAPIServer, admin kubernetes.Interface, m *testenv.MinIO,
 	bucket, prefix string, clusters []kubetest.Cluster, gapCluster string) {
 	t.Helper()
-	w, err := podrun.LoadWorkload(kubetest.DeployPath(t, "60-journal.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if a := w.Template.Spec.Affinity; a != nil {
-		// The scheduler's, never the kubelet's (Translate refuses what it
-		// does not translate): only the replicas' spreading is dropped.
-		if a.NodeAffinity != nil || a.PodAffinity != nil || a.PodAntiAffinity == nil || len(a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) > 0 {
-			t.Fatalf("60-journal.yaml: affinity %+v: want only a preferred podAntiAffinity", a)
-		}
-		w.Template.Spec.Affinity = nil
-	}
-	b, err := os.ReadFile(kubetest.DeployPath(t, "20-config.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cm, err := podrun.ParseConfigMap(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for key, v := range map[string]string{"COS_ENDPOINT": m.Endpoint, "COS_REGION": m.Region, "COS_BUCKET": bucket, "COS_PREFIX": prefix} {
-		if _, ok := cm.Data[key]; !ok {
-			t.Fatalf("deploy/20-config.yaml has no %s any more: update runJournalDeployment", key)
-		}
-		cm.Data[key] = v
-	}
+	w := kubetest.JournalWorkload(t)
+	cm := kubetest.ShippedConfigMapWith(t, "runJournalDeployment", kubetest.COSConfig(m, bucket, prefix))
 	secret, err := admin.CoreV1().Secrets(verbsNS).Get(ctx, kube.COSSecretName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec, err := podrun.Translate(w, "", journalPodName, podrun.Cluster{
-		Namespace:    verbsNS,
-		ConfigMaps:   map[string]*corev1.ConfigMap{cm.Name: cm},
-		Secrets:      map[string]*corev1.Secret{secret.Name: secret},
-		Token:        func(sa string) (string, error) { return kubetest.SAToken(t, admin, verbsNS, sa), nil },
-		APIServerURL: k.URL,
-		APIServerCA:  k.CA,
-	})
+	spec, err := podrun.Translate(w, "", journalPodName, kubetest.PodCluster(t, k, admin, verbsNS, cm, secret))
 	if err != nil {
 		t.Fatalf("60-journal.yaml: a kubelet could not start the pod: %v", err)
 	}

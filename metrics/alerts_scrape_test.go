@@ -57,13 +57,8 @@ const alertsNS = "kubx-etcd-22"
 func TestExporterAlerts(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t, 5*time.Minute)
-	k := testenv.StartKubeAPIServer(t)
-	admin := k.Clientset(t, "")
-	kubetest.CreateNamespaces(t, admin, alertsNS)
-	kubetest.InstallCRDs(t, k)
-	a := kubetest.NewApplier(t, k)
-	a.ApplyFile(t, kubetest.DeployPath(t, "10-rbac.yaml"), alertsNS)
-	dyn := k.Dynamic(t, "")
+	w := kubetest.NewWorld(t, alertsNS)
+	k, admin, dyn, a := w.K, w.Admin, w.Dyn, w.Applier
 	m := testenv.SharedMinIO(t)
 	bucket := m.NewBucket(t)
 	layout := catalog.Layout{Prefix: testenv.Prefix(t)}
@@ -80,11 +75,8 @@ func TestExporterAlerts(t *testing.T) {
 	if _, err := dyn.Resource(kube.EtcdClusterGVR).Namespace(alertsNS).Create(ctx, gone, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	token := kubetest.SAToken(t, admin, alertsNS, "etcd-recovery-toolkit")
-	sa, err := kube.New(kube.Config{Rest: k.RestConfig(token), Namespace: alertsNS})
-	if err != nil {
-		t.Fatal(err)
-	}
+	token := w.Token(t, "etcd-recovery-toolkit")
+	sa := w.Kube(t, token)
 
 	// Two age keys: backups are encrypted to "locked", the toolkit mounts
 	// "mounted" only.
@@ -165,10 +157,7 @@ func TestExporterAlerts(t *testing.T) {
 	opts := metrics.Options{Kube: sa, Store: st, Layout: layout, Interval: time.Hour, Deadline: 30 * time.Second,
 		ProbeTimeout: 5 * time.Second, DialTimeout: 5 * time.Second, Now: func() time.Time { return now },
 		Identities: func() (*seal.Identities, error) { return mountedIDs, nil }}
-	exp, err := metrics.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	exp := newExporter(t, opts)
 	start := time.Now()
 	if err := exp.Refresh(ctx); err != nil {
 		t.Fatalf("refresh: %v", err)
@@ -254,13 +243,7 @@ func TestExporterAlerts(t *testing.T) {
 		// read and counted.
 		o := opts
 		o.Kube = nil
-		e, err := metrics.New(o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := e.Refresh(ctx); err != nil {
-			t.Fatal(err)
-		}
+		e := refreshed(t, ctx, o)
 		putGap(live.Name, 5, gapAt.Add(time.Minute))
 		if err := e.Refresh(ctx); err != nil {
 			t.Fatal(err)
@@ -289,13 +272,7 @@ func TestExporterAlerts(t *testing.T) {
 		both := parseIdentities(t, mounted, locked)
 		o := opts
 		o.Kube, o.Identities = nil, func() (*seal.Identities, error) { return both, nil }
-		e, err := metrics.New(o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := e.Refresh(ctx); err != nil {
-			t.Fatal(err)
-		}
+		e := refreshed(t, ctx, o)
 		mfs, _ := scrape(t, e)
 		if v, ok := value(mfs, metrics.NameBackupUndecryptable, "cluster", live.Name); !ok || v != 0 {
 			t.Fatalf("%s with the recipient's identity mounted = %v (present %v), want 0", metrics.NameBackupUndecryptable, v, ok)
@@ -310,10 +287,7 @@ func TestExporterAlerts(t *testing.T) {
 		fs.fail.Store(true)
 		o := opts
 		o.Kube, o.Store = nil, fs
-		e, err := metrics.New(o)
-		if err != nil {
-			t.Fatal(err)
-		}
+		e := newExporter(t, o)
 		if err := e.Refresh(ctx); err == nil || !strings.Contains(err.Error(), metrics.StepCheckDecrypt) {
 			t.Fatalf("refresh with unreadable snapshot objects: %v, want step %s failed", err, metrics.StepCheckDecrypt)
 		}
@@ -326,13 +300,7 @@ func TestExporterAlerts(t *testing.T) {
 		}
 		fs.fail.Store(false)
 		o.Identities = func() (*seal.Identities, error) { return parseIdentities(t, locked), nil }
-		e, err = metrics.New(o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := e.Refresh(ctx); err != nil {
-			t.Fatal(err)
-		}
+		e = refreshed(t, ctx, o)
 		fs.fail.Store(true)
 		if err := e.Refresh(ctx); err == nil {
 			t.Fatal("refresh with unreadable snapshot objects succeeded")
@@ -431,13 +399,7 @@ func TestExporterAlerts(t *testing.T) {
 		copyBackup(t, st, catalog.Layout{}, plain, "etcd-other-namespace", last, catalog.KindScheduled)
 		o := opts
 		o.Layout = catalog.Layout{}
-		e, err := metrics.New(o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := e.Refresh(ctx); err != nil {
-			t.Fatal(err)
-		}
+		e := refreshed(t, ctx, o)
 		mfs, _ := scrape(t, e)
 		if mf := mfs[metrics.NameOrphanInfo]; mf != nil && len(mf.Metric) > 0 {
 			t.Fatalf("orphans reported on the shared bucket root:\n%s", orphanSeries(mfs))

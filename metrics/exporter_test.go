@@ -40,13 +40,8 @@ const exporterNS = "kubx-etcd-20"
 // for the same state.
 func TestExporter(t *testing.T) {
 	ctx := ctxT(t, 10*time.Minute)
-	k := testenv.StartKubeAPIServer(t)
-	admin := k.Clientset(t, "")
-	kubetest.CreateNamespaces(t, admin, exporterNS)
-	kubetest.InstallCRDs(t, k)
-	a := kubetest.NewApplier(t, k)
-	a.ApplyFile(t, kubetest.DeployPath(t, "10-rbac.yaml"), exporterNS)
-	dyn := k.Dynamic(t, "")
+	w := kubetest.NewWorld(t, exporterNS)
+	k, admin, dyn, a := w.K, w.Admin, w.Dyn, w.Applier
 	m := testenv.SharedMinIO(t)
 	bucket := m.NewBucket(t)
 	prefix := testenv.Prefix(t)
@@ -58,11 +53,8 @@ func TestExporter(t *testing.T) {
 		kubetest.PerClusterAccess(t, a, exporterNS, c.Name)
 		testenv.PutKeys(t, c.Etcd.Client(t), "/registry/k", 200, 256)
 	}
-	token := kubetest.SAToken(t, admin, exporterNS, "etcd-recovery-toolkit")
-	sa, err := kube.New(kube.Config{Rest: k.RestConfig(token), Namespace: exporterNS})
-	if err != nil {
-		t.Fatal(err)
-	}
+	token := w.Token(t, "etcd-recovery-toolkit")
+	sa := w.Kube(t, token)
 	st := testfix.Store(t, m, bucket)
 	layout := catalog.Layout{Prefix: prefix}
 
@@ -127,11 +119,8 @@ func TestExporter(t *testing.T) {
 	var clockMu sync.Mutex
 	clock := time.Now()
 	now := func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return clock }
-	exp, err := metrics.New(metrics.Options{Kube: sa, Store: st, Layout: layout, Interval: time.Hour, Deadline: 30 * time.Second,
+	exp := newExporter(t, metrics.Options{Kube: sa, Store: st, Layout: layout, Interval: time.Hour, Deadline: 30 * time.Second,
 		ProbeTimeout: 5 * time.Second, DialTimeout: 5 * time.Second, Now: now})
-	if err != nil {
-		t.Fatal(err)
-	}
 	start := time.Now()
 	if err := exp.Refresh(ctx); err != nil {
 		t.Fatalf("refresh: %v", err)
@@ -369,13 +358,10 @@ func TestExporter(t *testing.T) {
 		}
 		// Probes of 3 s (a loaded machine answers within it), a deadline
 		// of 15 s (inspect's own bound, 3 × the probe, fits in it).
-		e, err := metrics.New(metrics.Options{Kube: sa, Store: st, Layout: layout, Interval: time.Hour, Deadline: 15 * time.Second,
+		e := newExporter(t, metrics.Options{Kube: sa, Store: st, Layout: layout, Interval: time.Hour, Deadline: 15 * time.Second,
 			ProbeTimeout: 3 * time.Second, DialTimeout: 3 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
 		start := time.Now()
-		err = e.Refresh(ctx)
+		err := e.Refresh(ctx)
 		took := time.Since(start)
 		if took > 15*time.Second+2*time.Second {
 			t.Fatalf("refresh took %v with a frozen member, deadline 15s", took)
@@ -386,11 +372,8 @@ func TestExporter(t *testing.T) {
 		}
 		// A deadline shorter than the probe of the frozen member: the
 		// inspect step fails at the deadline, counted.
-		e2, err := metrics.New(metrics.Options{Kube: sa, Interval: time.Hour, Deadline: 700 * time.Millisecond,
+		e2 := newExporter(t, metrics.Options{Kube: sa, Interval: time.Hour, Deadline: 700 * time.Millisecond,
 			ProbeTimeout: 3 * time.Second, DialTimeout: 3 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
 		start = time.Now()
 		err = e2.Refresh(ctx)
 		took = time.Since(start)
@@ -561,13 +544,7 @@ func TestExporterFrozenStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := metrics.New(metrics.Options{Store: st, Layout: layout, Interval: time.Hour, Deadline: 3 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Refresh(ctx); err != nil {
-		t.Fatal(err)
-	}
+	e := refreshed(t, ctx, metrics.Options{Store: st, Layout: layout, Interval: time.Hour, Deadline: 3 * time.Second})
 	want := float64(backupAt.UnixNano()) / 1e9
 	if mfs, _ := scrape(t, e); series(mfs, metrics.NameBackupLastSuccess, "c1") != 1 {
 		t.Fatalf("c1's backup not exported before the store froze")

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/store"
@@ -82,37 +84,37 @@ func TestExporterLocks(t *testing.T) {
 			}
 		}
 	}
-	refresh := func(t *testing.T, st store.Store) []byte {
+	// refresh: the world on st (lock: a bucket with object lock), one
+	// refresh, its scrape checked by promtool and parsed; the bucket's
+	// object lock is exported as 1 with lock, else 0.
+	refresh := func(t *testing.T, st store.Store, lock bool) ([]byte, map[string]*dto.MetricFamily) {
 		t.Helper()
-		exp, err := metrics.New(metrics.Options{Store: st, Layout: layout, Interval: time.Hour, Deadline: 30 * time.Second,
+		world(t, st, lock)
+		exp := refreshed(t, ctx, metrics.Options{Store: st, Layout: layout, Interval: time.Hour, Deadline: 30 * time.Second,
 			Now: func() time.Time { return now }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := exp.Refresh(ctx); err != nil {
-			t.Fatalf("refresh: %v", err)
-		}
 		_, body := scrape(t, exp)
 		cmd := exec.CommandContext(ctx, testenv.Promtool(t), "check", "metrics")
 		cmd.Stdin = bytes.NewReader(body)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("promtool check metrics: %v\n%s\nscrape:\n%s", err, out, body)
 		}
-		return body
-	}
-
-	t.Run("LockedBucket", func(t *testing.T) {
-		t.Parallel()
-		st := testfix.Store(t, m, m.NewLockedBucket(t))
-		world(t, st, true)
-		body := refresh(t, st)
 		mfs, err := parseText(body)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if v, ok := value(mfs, metrics.NameBucketObjectLock); !ok || v != 1 {
-			t.Errorf("%s = %v (present %v), want 1", metrics.NameBucketObjectLock, v, ok)
+		want := 0.0
+		if lock {
+			want = 1
 		}
+		if v, ok := value(mfs, metrics.NameBucketObjectLock); !ok || v != want {
+			t.Errorf("%s = %v (present %v), want %v", metrics.NameBucketObjectLock, v, ok, want)
+		}
+		return body, mfs
+	}
+
+	t.Run("LockedBucket", func(t *testing.T) {
+		t.Parallel()
+		body, mfs := refresh(t, testfix.Store(t, m, m.NewLockedBucket(t)), true)
 		for cluster, want := range map[string]float64{"etcd-locked": float64(until.Unix()), "etcd-unlocked": 0, "etcd-overwritten": 0} {
 			if v, ok := value(mfs, metrics.NameBackupLockedUntil, "cluster", cluster); !ok || v != want {
 				t.Errorf("%s{cluster=%q} = %v (present %v), want %v", metrics.NameBackupLockedUntil, cluster, v, ok, want)
@@ -126,16 +128,7 @@ func TestExporterLocks(t *testing.T) {
 
 	t.Run("UnlockedBucket", func(t *testing.T) {
 		t.Parallel()
-		st := testfix.Store(t, m, m.NewBucket(t))
-		world(t, st, false)
-		body := refresh(t, st)
-		mfs, err := parseText(body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if v, ok := value(mfs, metrics.NameBucketObjectLock); !ok || v != 0 {
-			t.Errorf("%s = %v (present %v), want 0", metrics.NameBucketObjectLock, v, ok)
-		}
+		body, mfs := refresh(t, testfix.Store(t, m, m.NewBucket(t)), false)
 		if mf := mfs[metrics.NameBackupLockedUntil]; mf != nil {
 			t.Errorf("%s on a bucket without object lock: %v", metrics.NameBackupLockedUntil, mf)
 		}

@@ -97,12 +97,8 @@ func (r *memRig) exporter(tb testing.TB, st store.Store) *metrics.Exporter {
 	tb.Helper()
 	// Probe deadlines as the toolkit's (5 s, not the 2 s tried first: a
 	// loaded CI machine took 1.95 s to answer an Alarm call).
-	e, err := metrics.New(metrics.Options{Kube: r.kc, Store: st, Layout: r.layout, Interval: time.Millisecond, Deadline: 2 * time.Minute,
+	return newExporter(tb, metrics.Options{Kube: r.kc, Store: st, Layout: r.layout, Interval: time.Millisecond, Deadline: 2 * time.Minute,
 		ProbeTimeout: 5 * time.Second, DialTimeout: 5 * time.Second})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return e
 }
 
 // waitQuiet waits until the setup's throwaway clients are freed; a leak

@@ -36,6 +36,26 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 	return ctx
 }
 
+// newExporter is metrics.New(o); an error fails the test.
+func newExporter(t testing.TB, o metrics.Options) *metrics.Exporter {
+	t.Helper()
+	e, err := metrics.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// refreshed is newExporter(o) after one Refresh, which must succeed.
+func refreshed(t testing.TB, ctx context.Context, o metrics.Options) *metrics.Exporter {
+	t.Helper()
+	e := newExporter(t, o)
+	if err := e.Refresh(ctx); err != nil {
+		t.Fatalf("refresh: %v", err)
+	}
+	return e
+}
+
 // scrape GETs /metrics of the exporter's handler over a real loopback
 // HTTP server and parses it with Prometheus' own text parser.
 func scrape(t testing.TB, e *metrics.Exporter) (map[string]*dto.MetricFamily, []byte) {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/catalog"
-	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/testing/mdblocks"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
@@ -44,12 +43,7 @@ func everyBackupDeleted(t *testing.T, rb mdblocks.Set) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	take := func() *catalog.Manifest {
-		res, err := backup.Run(ctx, backup.Options{ClusterID: f.ID, Kind: catalog.KindScheduled, V2: backup.V2Off,
-			Compression: objectio.CompressZstd, Etcd: testfix.EtcdConfig(c), Store: f.Store, Layout: f.Layout})
-		if err != nil {
-			t.Fatalf("backup of %s: %v", f.ID, err)
-		}
-		return res.Manifest
+		return f.Backup(t, ctx, c, backup.Options{V2: backup.V2Off})
 	}
 	first := take()
 	for k, v := range testenv.PutKeys(t, cli, "/registry/secrets/", 50, 100) {
@@ -80,12 +74,7 @@ func everyBackupDeleted(t *testing.T, rb mdblocks.Set) {
 	}
 
 	s := newScenario(t, rb, f.Vars)
-	members, ic, eps := mdblocks.NewMembers(t, 3)
-	s.Members = members
-	s.Vars["new-initial-cluster"] = ic
-	s.Vars["new-endpoints"] = strings.Join(eps, ",")
-	s.Vars["new-token"] = f.ID + "-recovered"
-	s.Vars["data-dir-root"] = s.Dir + "/recovered"
+	eps := newMembers(t, s, 3, f.ID+"-recovered", "recovered")
 	rs := s.Run("backup.md#every-backup-deleted-or-overwritten")
 	listed := mdblocks.One(t, rs, "etcd-recovery list --cluster-id <id> --include-deleted", 0)
 	mdblocks.MustContain(t, listed, newest.Name, first.Name, "DELETED")

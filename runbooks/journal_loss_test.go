@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/inspect"
-	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/testing/mdblocks"
@@ -66,11 +64,7 @@ func everyMemberLost(t *testing.T, rb mdblocks.Set) {
 	keys := testenv.PutKeys(t, cli, "/registry/configmaps/", 200, 200)
 	f := mdblocks.NewFixture(t, c.PKI, c.Endpoints())
 	ctx := testfix.Context(t, 4*time.Minute)
-	res, err := backup.Run(ctx, backup.Options{ClusterID: f.ID, Kind: catalog.KindScheduled, V2: backup.V2Off,
-		Compression: objectio.CompressZstd, Etcd: testfix.EtcdConfig(c), Store: f.Store, Layout: f.Layout})
-	if err != nil {
-		t.Fatalf("scheduled backup of %s: %v", f.ID, err)
-	}
+	base := f.Backup(t, ctx, c, backup.Options{V2: backup.V2Off})
 
 	// The journal, as the journal command runs it.
 	cctx, stopCapture := context.WithCancel(ctx)
@@ -78,7 +72,7 @@ func everyMemberLost(t *testing.T, rb mdblocks.Set) {
 	capDone := make(chan error, 1)
 	go func() {
 		capDone <- journal.Capture(cctx, journal.CaptureOptions{Client: c.Client(t), ClusterID: f.ID,
-			BaseBackup: res.Manifest.Name, BaseRev: res.Manifest.Revision(), Store: f.Store, Layout: f.Layout,
+			BaseBackup: base.Name, BaseRev: base.Revision(), Store: f.Store, Layout: f.Layout,
 			Encoding: objectio.Encoding{Compression: objectio.CompressZstd}, SegmentInterval: lossInterval})
 	}()
 
@@ -163,13 +157,8 @@ func everyMemberLost(t *testing.T, rb mdblocks.Set) {
 	t.Logf("journal: the last acknowledged put at revision %d; the segments end at %d %v after the loss (before the journal stopped), at %d after",
 		lastAcked, lastStored, flushed.Round(time.Millisecond), lastJournaled)
 
-	members, ic, eps := mdblocks.NewMembers(t, 3)
 	s := newScenario(t, rb, f.Vars)
-	s.Members = members
-	s.Vars["new-initial-cluster"] = ic
-	s.Vars["new-endpoints"] = strings.Join(eps, ",")
-	s.Vars["new-token"] = f.ID + "-from-journal"
-	s.Vars["data-dir-root"] = filepath.Join(s.Dir, "restored")
+	eps := newMembers(t, s, 3, f.ID+"-from-journal", "restored")
 	verifyLine := regexp.MustCompile(`--min-revision (\d+) --expect-keys (\d+) --expect-members`)
 	s.After = func(r mdblocks.Result) {
 		if m := verifyLine.FindStringSubmatch(r.Output); m != nil {
@@ -184,7 +173,7 @@ func everyMemberLost(t *testing.T, rb mdblocks.Set) {
 		t.Errorf("inspect's NEXT STEP does not point to %s: %s", inspect.RunbookJournalRestore, ns)
 	}
 	restored := mdblocks.One(t, rs, "--to-latest", 0)
-	mdblocks.MustContain(t, restored, fmt.Sprintf("Latest (--to-latest): revision %d (received ", lastJournaled), res.Manifest.Name)
+	mdblocks.MustContain(t, restored, fmt.Sprintf("Latest (--to-latest): revision %d (received ", lastJournaled), base.Name)
 	mdblocks.MustContain(t, mdblocks.One(t, rs, "restore verify", 0), "live keys, as in the snapshot")
 	mdblocks.MustContain(t, mdblocks.One(t, rs, "etcd-recovery inspect", -1), "HEALTHY")
 

@@ -8,13 +8,9 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/armada/etcd-recovery/backup"
-	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
@@ -52,17 +48,13 @@ func everyMemberLostOperator(t *testing.T, rb mdblocks.Set) {
 
 	cli := fc.Etcd.Client(t)
 	keys := testenv.PutKeys(t, cli, "/registry/secrets/", 200, 200)
-	res, err := backup.Run(ctx, backup.Options{ClusterID: f.ID, Kind: catalog.KindScheduled, Compression: objectio.CompressZstd,
-		Etcd: testfix.EtcdConfig(fc.Etcd), Store: f.Store, Layout: f.Layout})
-	if err != nil {
-		t.Fatalf("scheduled backup of %s: %v", f.ID, err)
-	}
+	base := f.Backup(t, ctx, fc.Etcd, backup.Options{})
 	cctx, stopCapture := context.WithCancel(ctx)
 	defer stopCapture()
 	capDone := make(chan error, 1)
 	go func() {
 		capDone <- journal.Capture(cctx, journal.CaptureOptions{Client: fc.Etcd.Client(t), ClusterID: f.ID,
-			BaseBackup: res.Manifest.Name, BaseRev: res.Manifest.Revision(), Store: f.Store, Layout: f.Layout, SegmentInterval: lossInterval,
+			BaseBackup: base.Name, BaseRev: base.Revision(), Store: f.Store, Layout: f.Layout, SegmentInterval: lossInterval,
 			Encoding: objectio.Encoding{Compression: objectio.CompressZstd},
 			Log:      testfix.Logger(t)})
 	}()
@@ -91,7 +83,7 @@ func everyMemberLostOperator(t *testing.T, rb mdblocks.Set) {
 		m.Kill()
 	}
 	for deadline := time.Now().Add(lossBound + 3*time.Second); ; time.Sleep(200 * time.Millisecond) {
-		segs, err := journal.ListSegments(ctx, f.Store, f.Layout, f.ID, res.Manifest.Revision())
+		segs, err := journal.ListSegments(ctx, f.Store, f.Layout, f.ID, base.Revision())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -114,20 +106,10 @@ func everyMemberLostOperator(t *testing.T, rb mdblocks.Set) {
 
 	op := kubetest.StartRestoreOperator(t, kubetest.RestoreOperatorOptions{Namespace: ns, Client: admin, Dynamic: dyn, RunningDelay: time.Second})
 	op.Register(fc)
-	s := newScenario(t, rb, f.Vars)
-	s.Vars["namespace"] = ns
-	s.ExtraEnv = []string{"KUBECONFIG=" + k.Kubeconfig(t, kubetest.SAToken(t, admin, ns, "etcd-recovery-toolkit"), ns)}
-	restores := func() []unstructured.Unstructured {
-		t.Helper()
-		l, err := dyn.Resource(kube.EtcdRestoreGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l.Items
-	}
+	s := toolkitScenario(t, rb, k, admin, ns, f)
 	s.After = func(r mdblocks.Result) {
 		if strings.Contains(r.Block.Code, "--dry-run") {
-			if ers := restores(); len(ers) != 0 {
+			if ers := etcdRestores(t, ctx, dyn, ns); len(ers) != 0 {
 				t.Fatalf("the dry run created %d EtcdRestore(s) in %s", len(ers), ns)
 			}
 		}
@@ -141,14 +123,8 @@ func everyMemberLostOperator(t *testing.T, rb mdblocks.Set) {
 	mdblocks.MustContain(t, rs[1], latest, "point-in-time snapshot", "Restored and verified in",
 		fmt.Sprintf("Expected after the restore: revision >= %d (the journal's revision %d + bump 1000000000", lastRev+1_000_000_000, lastRev))
 
-	ers := restores()
-	if len(ers) != 1 {
-		t.Fatalf("%d EtcdRestores in %s after the restore, want the one the tool created", len(ers), ns)
-	}
-	rec := op.WaitUID(t, ers[0].GetUID(), time.Minute)
-	if rec.Err != nil {
-		t.Fatalf("the restore operator stand-in: %v", rec.Err)
-	}
+	ers := etcdRestores(t, ctx, dyn, ns)
+	rec := operatorRestored(t, op, ers, ns)
 	if got := ers[0].GetAnnotations()[kube.AnnotationRevision]; got != fmt.Sprint(lastRev) {
 		t.Errorf("EtcdRestore annotation %s = %q, want the journal's revision %d", kube.AnnotationRevision, got, lastRev)
 	}

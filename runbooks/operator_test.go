@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
@@ -20,7 +19,6 @@ import (
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/catalog"
-	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
 	"github.com/armada/etcd-recovery/internal/testing/mdblocks"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
@@ -41,26 +39,17 @@ const operatorRestoreRef = "quorum-loss.md#restore-through-etcd-operator"
 // 5 minutes.
 func operatorSetup(t *testing.T, ns, name, ip string) (*testenv.KubeAPIServer, *kubernetes.Clientset, *dynamic.DynamicClient, kubetest.Cluster, *mdblocks.Fixture, context.Context) {
 	t.Helper()
-	k := testenv.StartKubeAPIServer(t)
-	admin := k.Clientset(t, "")
-	dyn := k.Dynamic(t, "")
-	kubetest.InstallCRDs(t, k)
-	kubetest.CreateNamespaces(t, admin, ns)
-	a := kubetest.NewApplier(t, k)
-	a.ApplyFile(t, kubetest.DeployPath(t, "10-rbac.yaml"), ns)
+	w := kubetest.NewWorld(t, ns)
+	k, admin, dyn, a := w.K, w.Admin, w.Dyn, w.Applier
 
-	fc := kubetest.AddEtcdCluster(t, admin, dyn, ns, name, testenv.EtcdOptions{IP: "127.0.7.12", Members: 3})
+	fc := kubetest.AddEtcdCluster(t, admin, dyn, ns, name, testenv.EtcdOptions{IP: ip, Members: 3})
 	kubetest.PerClusterAccess(t, a, ns, fc.Name)
 	f := mdblocks.NewFixture(t, fc.Etcd.PKI, fc.Etcd.Endpoints())
 	f.ID = fc.Name
 	f.Vars["id"] = fc.Name
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
-	secret := kubetest.AWSSecretData(f.MinIO.AccessKey, f.MinIO.SecretKey, f.MinIO.Region)
-	if _, err := admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: kube.COSSecretName}, Data: secret},
-		metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	secret := kubetest.CreateCOSSecret(t, admin, ns, f.MinIO).Data
 	creds := filepath.Join(t.TempDir(), "cos-credentials")
 	if err := os.Mkdir(creds, 0o700); err != nil {
 		t.Fatal(err)
@@ -72,6 +61,40 @@ func operatorSetup(t *testing.T, ns, name, ip string) (*testenv.KubeAPIServer, *
 	}
 	f.Vars["cos-credentials-dir"] = creds
 	return k, admin, dyn, fc, f, ctx
+}
+
+// toolkitScenario is the runbook scenario on f, run as the toolkit's
+// service account of namespace ns (KUBECONFIG), <namespace> set.
+func toolkitScenario(t *testing.T, rb mdblocks.Set, k *testenv.KubeAPIServer, admin kubernetes.Interface, ns string, f *mdblocks.Fixture) *mdblocks.Scenario {
+	t.Helper()
+	s := newScenario(t, rb, f.Vars)
+	s.Vars["namespace"] = ns
+	s.ExtraEnv = []string{"KUBECONFIG=" + k.Kubeconfig(t, kubetest.SAToken(t, admin, ns, "etcd-recovery-toolkit"), ns)}
+	return s
+}
+
+// etcdRestores lists the EtcdRestores of namespace ns.
+func etcdRestores(t *testing.T, ctx context.Context, dyn dynamic.Interface, ns string) []unstructured.Unstructured {
+	t.Helper()
+	l, err := dyn.Resource(kube.EtcdRestoreGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l.Items
+}
+
+// operatorRestored is the stand-in's record of the one EtcdRestore of ers
+// (namespace ns's after the restore: the tool's), once it is done.
+func operatorRestored(t *testing.T, op *kubetest.RestoreOperator, ers []unstructured.Unstructured, ns string) kubetest.RestoreRecord {
+	t.Helper()
+	if len(ers) != 1 {
+		t.Fatalf("%d EtcdRestores in %s after the restore, want the one the tool created", len(ers), ns)
+	}
+	rec := op.WaitUID(t, ers[0].GetUID(), time.Minute)
+	if rec.Err != nil {
+		t.Fatalf("the restore operator stand-in: %v", rec.Err)
+	}
+	return rec
 }
 
 // operatorRestore: the carrier's setup in a kubx-etcd-NN namespace of a
@@ -93,19 +116,14 @@ func operatorRestore(t *testing.T, rb mdblocks.Set) {
 
 	cli := fc.Etcd.Client(t)
 	keys := testenv.PutKeys(t, cli, "/registry/secrets/", 300, 200)
-	if _, err := backup.Run(ctx, backup.Options{ClusterID: f.ID, Kind: catalog.KindScheduled, Compression: objectio.CompressZstd,
-		Etcd: testfix.EtcdConfig(fc.Etcd), Store: f.Store, Layout: f.Layout}); err != nil {
-		t.Fatalf("scheduled backup of %s: %v", f.ID, err)
-	}
+	f.Backup(t, ctx, fc.Etcd, backup.Options{})
 	maps.Copy(keys, testenv.PutKeys(t, cli, "/registry/leases/", 50, 100)) // only in the survivor's data
 	fc.Etcd.Members[1].Kill()
 	fc.Etcd.Members[2].Kill()
 	op := kubetest.StartRestoreOperator(t, kubetest.RestoreOperatorOptions{Namespace: ns, Client: admin, Dynamic: dyn, RunningDelay: 2 * time.Second})
 	op.Register(fc)
 
-	s := newScenario(t, rb, f.Vars)
-	s.Vars["namespace"] = ns
-	s.ExtraEnv = []string{"KUBECONFIG=" + k.Kubeconfig(t, kubetest.SAToken(t, admin, ns, "etcd-recovery-toolkit"), ns)}
+	s := toolkitScenario(t, rb, k, admin, ns, f)
 	state := func() string {
 		t.Helper()
 		ec, err := dyn.Resource(kube.EtcdClusterGVR).Namespace(ns).Get(ctx, fc.Name, metav1.GetOptions{})
@@ -122,19 +140,11 @@ func operatorRestore(t *testing.T, rb mdblocks.Set) {
 		}
 		return st + "; objects " + strings.Join(testfix.Keys(t, f.Store, f.Layout.RootPrefix()), " ")
 	}
-	restores := func() []unstructured.Unstructured {
-		t.Helper()
-		l, err := dyn.Resource(kube.EtcdRestoreGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l.Items
-	}
 	before := state()
 	var returned time.Time
 	s.After = func(r mdblocks.Result) {
 		if strings.Contains(r.Block.Code, "--dry-run") {
-			if ers := restores(); len(ers) != 0 {
+			if ers := etcdRestores(t, ctx, dyn, ns); len(ers) != 0 {
 				t.Fatalf("the dry run created %d EtcdRestore(s) in %s", len(ers), ns)
 			}
 			if after := state(); after != before {
@@ -152,14 +162,8 @@ func operatorRestore(t *testing.T, rb mdblocks.Set) {
 	restored := rs[1]
 	mdblocks.MustContain(t, restored, "Restored cluster at https://127.0.0.1:", "Restored and verified in")
 
-	ers := restores()
-	if len(ers) != 1 {
-		t.Fatalf("%d EtcdRestores in %s after the restore, want the one the tool created", len(ers), ns)
-	}
-	rec := op.WaitUID(t, ers[0].GetUID(), time.Minute)
-	if rec.Err != nil {
-		t.Fatalf("the restore operator stand-in: %v", rec.Err)
-	}
+	ers := etcdRestores(t, ctx, dyn, ns)
+	rec := operatorRestored(t, op, ers, ns)
 	if rec.OldUID != fc.UID || rec.NewUID == "" || rec.NewUID == fc.UID {
 		t.Fatalf("the operator replaced etcdcluster uid %s by %s, want the original %s replaced", rec.OldUID, rec.NewUID, fc.UID)
 	}

@@ -1,6 +1,7 @@
 package runbooks
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -26,6 +27,20 @@ func connection(tb testing.TB, rb mdblocks.Set) *mdblocks.Block {
 func newScenario(t *testing.T, rb mdblocks.Set, vars map[string]string) *mdblocks.Scenario {
 	t.Helper()
 	return mdblocks.NewScenario(t, rb, connection(t, rb), vars)
+}
+
+// newMembers makes n new members for s (mdblocks.NewMembers), named by
+// its vars <new-initial-cluster> and <new-endpoints>, with <new-token>
+// token and <data-dir-root> dir under s.Dir. It returns their endpoints.
+func newMembers(t *testing.T, s *mdblocks.Scenario, n int, token, dir string) []string {
+	t.Helper()
+	members, ic, eps := mdblocks.NewMembers(t, n)
+	s.Members = members
+	s.Vars["new-initial-cluster"] = ic
+	s.Vars["new-endpoints"] = strings.Join(eps, ",")
+	s.Vars["new-token"] = token
+	s.Vars["data-dir-root"] = filepath.Join(s.Dir, dir)
+	return eps
 }
 
 // nextStep is the NEXT STEP line of an inspect output.

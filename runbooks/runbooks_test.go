@@ -17,11 +17,9 @@ import (
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/catalog"
-	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/testing/mdblocks"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
-	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -177,21 +175,8 @@ func memberFailure(t *testing.T, rb mdblocks.Set) {
 // dirs, members started, verify, restore v2, inspect) and the manual
 // fallback with curl, zstd and stock etcdutl each bring every key back.
 func quorumLoss(t *testing.T, rb mdblocks.Set) {
-	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, TLS: true, EnableV2: true})
-	cli := c.Client(t)
-	keys := testenv.PutKeys(t, cli, "/registry/configmaps/", 300, 300)
-	v2 := testenv.PutV2Keys(t, c, 20)
-	f := mdblocks.NewFixture(t, c.PKI, c.Endpoints())
-	if _, err := backup.Run(context.Background(), backup.Options{ClusterID: f.ID, Kind: catalog.KindScheduled, V2: backup.V2Auto,
-		Compression: objectio.CompressZstd, Etcd: testfix.EtcdConfig(c), Store: f.Store, Layout: f.Layout}); err != nil {
-		t.Fatalf("scheduled backup of %s: %v", f.ID, err)
-	}
-	for k, v := range testenv.PutKeys(t, cli, "/registry/late/", 20, 100) {
-		keys[k] = v // only in the survivor's data
-	}
+	c, f, keys, v2 := mdblocks.QuorumLost(t, "/registry/configmaps/", 300, 300, 20)
 	survivor := c.Members[0]
-	c.Members[1].Kill()
-	c.Members[2].Kill()
 
 	s := newScenario(t, rb, f.Vars)
 	s.Vars["survivor-endpoint"] = survivor.ClientURL
@@ -221,13 +206,8 @@ func quorumLoss(t *testing.T, rb mdblocks.Set) {
 	survivor.Kill() // "stop the old members that still run"
 
 	t.Run("by-hand", func(t *testing.T) {
-		members, ic, eps := mdblocks.NewMembers(t, 3)
-		s.Members = members
+		eps := newMembers(t, s, 3, f.ID+"-restored", "restored")
 		s.Vars["old-endpoints"] = strings.Join(c.Endpoints(), ",")
-		s.Vars["new-initial-cluster"] = ic
-		s.Vars["new-endpoints"] = strings.Join(eps, ",")
-		s.Vars["new-token"] = f.ID + "-restored"
-		s.Vars["data-dir-root"] = filepath.Join(s.Dir, "restored")
 		s.Vars["backup"] = manual
 		s.T = t
 		rs := s.Run("quorum-loss.md#restore-by-hand")
@@ -240,12 +220,7 @@ func quorumLoss(t *testing.T, rb mdblocks.Set) {
 		mdblocks.CheckV2Keys(t, nc, v2)
 	})
 	t.Run("stock-etcdutl", func(t *testing.T) {
-		members, ic, eps := mdblocks.NewMembers(t, 3)
-		s.Members = members
-		s.Vars["new-initial-cluster"] = ic
-		s.Vars["new-endpoints"] = strings.Join(eps, ",")
-		s.Vars["new-token"] = f.ID + "-manual"
-		s.Vars["data-dir-root"] = filepath.Join(s.Dir, "manual")
+		eps := newMembers(t, s, 3, f.ID+"-manual", "manual")
 		// A plaintext backup: the identity is never read.
 		s.Vars["identity-file"] = filepath.Join(s.Dir, "no-such-identity.txt")
 		s.Tools["age"] = testenv.Age(t)
@@ -282,23 +257,14 @@ func quorumLossEncrypted(t *testing.T, rb mdblocks.Set) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := backup.Run(context.Background(), backup.Options{ClusterID: f.ID, Kind: catalog.KindScheduled, V2: backup.V2Off,
-		Compression: objectio.CompressZstd, Etcd: testfix.EtcdConfig(c), Store: f.Store, Layout: f.Layout, Recipients: rs})
-	if err != nil {
-		t.Fatalf("encrypted backup of %s: %v", f.ID, err)
-	}
-	if !res.Manifest.Encrypted() || res.Manifest.Snapshot.Object != "snapshot.db.zst"+seal.Suffix {
-		t.Fatalf("backup not encrypted: %+v", res.Manifest.Snapshot)
+	man := f.Backup(t, context.Background(), c, backup.Options{V2: backup.V2Off, Recipients: rs})
+	if !man.Encrypted() || man.Snapshot.Object != "snapshot.db.zst"+seal.Suffix {
+		t.Fatalf("backup not encrypted: %+v", man.Snapshot)
 	}
 	c.Members[0].Kill()
 
 	s := newScenario(t, rb, f.Vars)
-	members, ic, eps := mdblocks.NewMembers(t, 1)
-	s.Members = members
-	s.Vars["new-initial-cluster"] = ic
-	s.Vars["new-endpoints"] = strings.Join(eps, ",")
-	s.Vars["new-token"] = f.ID + "-manual"
-	s.Vars["data-dir-root"] = filepath.Join(s.Dir, "manual")
+	eps := newMembers(t, s, 1, f.ID+"-manual", "manual")
 	idFile := filepath.Join(t.TempDir(), "identity.txt")
 	if err := os.WriteFile(idFile, []byte("# public key: "+mine.Recipient().String()+"\n"+mine.String()+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -306,7 +272,7 @@ func quorumLossEncrypted(t *testing.T, rb mdblocks.Set) {
 	s.Vars["identity-file"] = idFile
 	s.Tools["age"] = testenv.Age(t)
 	out := s.Run("quorum-loss.md#manual-fallback-with-stock-etcd-tools")
-	mdblocks.MustContain(t, mdblocks.One(t, out, "curl", 0), "newest backup: "+strings.TrimSuffix(f.Layout.BackupPrefix(f.ID, res.Manifest.Name), "/"))
+	mdblocks.MustContain(t, mdblocks.One(t, out, "curl", 0), "newest backup: "+strings.TrimSuffix(f.Layout.BackupPrefix(f.ID, man.Name), "/"))
 	if left, _ := filepath.Glob(filepath.Join(s.Dir, "*"+seal.Suffix)); len(left) != 0 {
 		t.Errorf("the fallback left the ciphertext beside the database: %v", left)
 	}
@@ -438,11 +404,7 @@ func missedBackup(t *testing.T, rb mdblocks.Set) {
 			var failed string
 			if stale {
 				old := time.Now().Add(-12 * time.Hour)
-				if _, err := backup.Run(context.Background(), backup.Options{ClusterID: f.ID, Kind: catalog.KindScheduled,
-					V2: backup.V2Off, Compression: objectio.CompressZstd, Etcd: testfix.EtcdConfig(c), Store: f.Store, Layout: f.Layout,
-					Now: func() time.Time { return old }}); err != nil {
-					t.Fatalf("stale backup of %s: %v", f.ID, err)
-				}
+				f.Backup(t, context.Background(), c, backup.Options{V2: backup.V2Off, Now: func() time.Time { return old }})
 				failed = catalog.NewBackupName(time.Now().Add(-4*time.Hour), catalog.KindScheduled)
 				if _, err := f.Store.Put(context.Background(), f.Layout.Key(f.ID, failed, catalog.StartedObject), strings.NewReader("{}")); err != nil {
 					t.Fatal(err)
@@ -485,18 +447,14 @@ func failedDrill(t *testing.T, rb mdblocks.Set) {
 	testenv.PutKeys(t, other.Client(t), "/registry/configmaps/", 10, 100)
 	f := mdblocks.NewFixture(t, c.PKI, c.Endpoints())
 	ctx := context.Background()
-	res, err := backup.Run(ctx, backup.Options{ClusterID: f.ID, Kind: catalog.KindScheduled, V2: backup.V2Off,
-		Compression: objectio.CompressZstd, Etcd: testfix.EtcdConfig(other), Store: f.Store, Layout: f.Layout})
-	if err != nil {
-		t.Fatalf("scheduled backup of %s: %v", f.ID, err)
-	}
-	bad := res.Manifest.Name
+	badMan := f.Backup(t, ctx, other, backup.Options{V2: backup.V2Off})
+	bad := badMan.Name
 	// The CronJob's drill of it failed (its record, as drill.Run
 	// writes it).
 	const check = "compare with source: HashKV at the snapshot's revision differs from the source's"
 	rec := &catalog.DrillRecord{ClusterID: f.ID, Backup: bad, Passed: false, Failed: check,
 		StartedAt: time.Now().Add(-20 * time.Second).UTC(), FinishedAt: time.Now().UTC(), ToolVersion: "test",
-		Revision: res.Manifest.Revision(), Comparison: catalog.DrillComparison{Mode: catalog.CompareSource}}
+		Revision: badMan.Revision(), Comparison: catalog.DrillComparison{Mode: catalog.CompareSource}}
 	if err := catalog.PutDrill(ctx, f.Store, f.Layout, rec); err != nil {
 		t.Fatal(err)
 	}

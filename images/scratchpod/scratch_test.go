@@ -73,10 +73,7 @@ func TestCronJobScratch(t *testing.T) {
 	}
 	t.Logf("database: %.1f MiB (status dbSize)", float64(db)/(1<<20))
 
-	w, err := podrun.LoadWorkload(kubetest.DeployPath(t, "30-cronjob.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := kubetest.Workload(t, "30-cronjob.yaml")
 	runner := &podrun.Runner{Podman: testenv.PodmanGlobalArgs, RunArgs: testenv.PodmanRunArgs, Image: image, WorkDir: t.TempDir()}
 	run := func(t *testing.T, pod string, kind podrun.MountKind, size int64) (*podrun.Spec, podrun.Result, podrun.Usage) {
 		t.Helper()

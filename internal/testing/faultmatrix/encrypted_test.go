@@ -64,17 +64,7 @@ func TestFaultMatrixEncrypted(t *testing.T) {
 			t.Errorf("plaintext scratch left in TMPDIR after the encrypted rows: %v", left)
 		}
 	})
-	var rows []row
-	rows = append(rows, storeRows()...)
-	rows = append(rows, memberRows()...)
-	rows = append(rows, fullDiskRows()...)
-	rows = append(rows, signalRows()...)
 	// Parallel subtests run after this function returns, before its
 	// Cleanup: the scratch check above sees every row finished.
-	for _, r := range rows {
-		t.Run(r.name, func(t *testing.T) {
-			t.Parallel()
-			r.run(t, w)
-		})
-	}
+	runRows(t, w, storeRows(), memberRows(), fullDiskRows(), signalRows())
 }

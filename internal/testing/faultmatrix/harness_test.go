@@ -346,6 +346,19 @@ func (w *world) sharedView(t testing.TB, prefix string, proxy *testenv.FaultProx
 	return storeView{m: w.minio, bucket: w.bucket, prefix: prefix, creds: w.creds, proxy: proxy}
 }
 
+// storeProxy is a new fault proxy in front of the shared MinIO.
+func (w *world) storeProxy(t testing.TB) *testenv.FaultProxy {
+	t.Helper()
+	return testenv.StartFaultProxy(t, strings.TrimPrefix(w.minio.Endpoint, "http://"))
+}
+
+// proxiedView is a new prefix of the shared bucket, reached through a new
+// fault proxy.
+func (w *world) proxiedView(t testing.TB) storeView {
+	t.Helper()
+	return w.sharedView(t, testenv.Prefix(t), w.storeProxy(t))
+}
+
 func listKeys(t testing.TB, cli *s3.S3, bucket, prefix string) map[string]int64 {
 	t.Helper()
 	out := map[string]int64{}

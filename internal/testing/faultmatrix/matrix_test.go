@@ -52,22 +52,19 @@ var (
 
 func TestFaultMatrix(t *testing.T) {
 	w := newWorld(t, nil)
-	var rows []row
-	rows = append(rows, storeRows()...)
-	rows = append(rows, leakRows()...)
-	rows = append(rows, memberRows()...)
-	rows = append(rows, concurrencyRows()...)
-	rows = append(rows, damageRows()...)
-	rows = append(rows, certRows()...)
-	rows = append(rows, silentListenerRows()...)
-	rows = append(rows, fullDiskRows()...)
-	rows = append(rows, signalRows()...)
-	rows = append(rows, trickleRows()...)
-	for _, r := range rows {
-		t.Run(r.name, func(t *testing.T) {
-			t.Parallel()
-			r.run(t, w)
-		})
+	runRows(t, w, storeRows(), leakRows(), memberRows(), concurrencyRows(), damageRows(), certRows(), silentListenerRows(),
+		fullDiskRows(), signalRows(), trickleRows())
+}
+
+// runRows runs every row of the sets on w, each a parallel subtest.
+func runRows(t *testing.T, w *world, sets ...[]row) {
+	for _, rows := range sets {
+		for _, r := range rows {
+			t.Run(r.name, func(t *testing.T) {
+				t.Parallel()
+				r.run(t, w)
+			})
+		}
 	}
 }
 
@@ -253,7 +250,7 @@ func memberRows() []row {
 	mid := func(t *testing.T, w *world, freeze bool) {
 		pki := testenv.NewMatrixPKI(t, testenv.MatrixPKIOptions{})
 		c := startLoaded(t, pki.PKI, 3)
-		v := w.sharedView(t, testenv.Prefix(t), testenv.StartFaultProxy(t, strings.TrimPrefix(w.minio.Endpoint, "http://")))
+		v := w.proxiedView(t)
 		// The uploader reads a whole 5 MiB part before CreateMultipartUpload;
 		// holding that request stops the stream with most of it still in etcd.
 		h := v.proxy.Hold(regexp.MustCompile(`\?uploads`))
@@ -387,7 +384,7 @@ func concurrencyRows() []row {
 		{"concurrent/two-backups", func(t *testing.T, w *world) { concurrent(t, w, 2) }},
 		{"concurrent/three-backups", func(t *testing.T, w *world) { concurrent(t, w, 3) }},
 		{"concurrent/prune-during-backup", func(t *testing.T, w *world) {
-			v := w.sharedView(t, testenv.Prefix(t), testenv.StartFaultProxy(t, strings.TrimPrefix(w.minio.Endpoint, "http://")))
+			v := w.proxiedView(t)
 			h := v.proxy.Hold(v.reqRe("PUT", `/v2\.json\.zst`)) // the snapshot is stored, the manifest is not
 			c := w.start(t, append(w.backupArgs(), v.viaProxy()...)...)
 			waitHit(t, h, c, "the v2 PUT")
@@ -401,7 +398,7 @@ func concurrencyRows() []row {
 			}
 		}},
 		{"concurrent/snapshot-deleted-under-running-backup", func(t *testing.T, w *world) {
-			v := w.sharedView(t, testenv.Prefix(t), testenv.StartFaultProxy(t, strings.TrimPrefix(w.minio.Endpoint, "http://")))
+			v := w.proxiedView(t)
 			h := v.proxy.Hold(v.reqRe("PUT", `/v2\.json\.zst`))
 			c := w.start(t, append(w.backupArgs(), v.viaProxy()...)...)
 			waitHit(t, h, c, "the v2 PUT")

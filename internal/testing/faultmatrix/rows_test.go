@@ -380,6 +380,19 @@ func signalRows() []row {
 				t.Errorf("a cancelled backup left objects %v (committed %v)", keys, got)
 			}
 		}
+		// duringPut: a backup through a proxy, signalled while the PUT of
+		// path is held (hit names it); the held request is dropped and
+		// never reaches the store.
+		duringPut := func(t *testing.T, w *world, path, hit, what string) {
+			v := w.proxiedView(t)
+			h := v.proxy.Hold(v.reqRe("PUT", path))
+			c := w.start(t, append(w.backupArgs(), v.viaProxy()...)...)
+			waitHit(t, h, c, hit)
+			afterSignal(t, c, what)
+			h.Drop()
+			waitStoreBack(t, w.minio, v.proxy)
+			nothingLeft(t, w, v)
+		}
 		rows = append(rows,
 			row{"signal/" + sname + "/backup-member-probe", func(t *testing.T, w *world) {
 				bh := testenv.StartBlackhole(t)
@@ -395,7 +408,7 @@ func signalRows() []row {
 				nothingLeft(t, w, v)
 			}},
 			row{"signal/" + sname + "/backup-stream", func(t *testing.T, w *world) {
-				v := w.sharedView(t, testenv.Prefix(t), testenv.StartFaultProxy(t, strings.TrimPrefix(w.minio.Endpoint, "http://")))
+				v := w.proxiedView(t)
 				h := v.proxy.Hold(regexp.MustCompile(`partNumber=`))
 				c := w.start(t, append(w.backupArgs(), v.viaProxy()...)...)
 				waitHit(t, h, c, "an UploadPart")
@@ -413,27 +426,13 @@ func signalRows() []row {
 				nothingLeft(t, w, v)
 			}},
 			row{"signal/" + sname + "/backup-v2-export", func(t *testing.T, w *world) {
-				v := w.sharedView(t, testenv.Prefix(t), testenv.StartFaultProxy(t, strings.TrimPrefix(w.minio.Endpoint, "http://")))
-				h := v.proxy.Hold(v.reqRe("PUT", `/v2\.json\.zst`))
-				c := w.start(t, append(w.backupArgs(), v.viaProxy()...)...)
-				waitHit(t, h, c, "the v2 PUT")
-				afterSignal(t, c, "during the v2 export")
-				h.Drop()
-				waitStoreBack(t, w.minio, v.proxy)
-				nothingLeft(t, w, v)
+				duringPut(t, w, `/v2\.json\.zst`, "the v2 PUT", "during the v2 export")
 			}},
 			row{"signal/" + sname + "/backup-manifest-write", func(t *testing.T, w *world) {
-				v := w.sharedView(t, testenv.Prefix(t), testenv.StartFaultProxy(t, strings.TrimPrefix(w.minio.Endpoint, "http://")))
-				h := v.proxy.Hold(v.reqRe("PUT", `/manifest\.json`))
-				c := w.start(t, append(w.backupArgs(), v.viaProxy()...)...)
-				waitHit(t, h, c, "the manifest PUT")
-				afterSignal(t, c, "during the manifest write")
-				h.Drop() // the held manifest never reaches the store
-				waitStoreBack(t, w.minio, v.proxy)
-				nothingLeft(t, w, v)
+				duringPut(t, w, `/manifest\.json`, "the manifest PUT", "during the manifest write")
 			}},
 			row{"signal/" + sname + "/restore-fetch-verify", func(t *testing.T, w *world) {
-				v := w.sharedView(t, w.fixPrefix, testenv.StartFaultProxy(t, strings.TrimPrefix(w.minio.Endpoint, "http://")))
+				v := w.sharedView(t, w.fixPrefix, w.storeProxy(t))
 				h := v.proxy.Hold(v.reqRe("GET", `/snapshot\.db\.zst`))
 				root := t.TempDir()
 				c := w.start(t, append([]string{"restore", "--cluster-id", clusterID, "--no-live", "--backup", w.fixNames[1],

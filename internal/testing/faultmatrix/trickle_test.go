@@ -28,7 +28,7 @@ func trickleRows() []row {
 		// The snapshot upload trickles: stalled by throughput, the upload
 		// aborted, nothing committed, no other member tried.
 		{"store/trickles-during-upload", func(t *testing.T, w *world) {
-			v := w.sharedView(t, testenv.Prefix(t), testenv.StartFaultProxy(t, strings.TrimPrefix(w.minio.Endpoint, "http://")))
+			v := w.proxiedView(t)
 			h := v.proxy.Hold(regexp.MustCompile(`partNumber=1&`))
 			args := append(w.backupArgs(append(w.stallArgs(t, "backup"), "--cos-min-throughput", minRate)...), v.viaProxy()...)
 			c := w.start(t, args...)
@@ -55,7 +55,7 @@ func trickleRows() []row {
 		// A restore dry run's download trickles: stalled by throughput at
 		// "verify backup", never called corrupt.
 		{"store/trickles-during-download", func(t *testing.T, w *world) {
-			v := w.sharedView(t, testenv.Prefix(t), testenv.StartFaultProxy(t, strings.TrimPrefix(w.minio.Endpoint, "http://")))
+			v := w.proxiedView(t)
 			name := w.copyBackup(t, v.prefix, 1, time.Now().Add(-time.Hour), catalog.KindScheduled)
 			h := v.proxy.Hold(regexp.MustCompile(`GET /[^ ]*/snapshot\.db`))
 			args := append([]string{"restore", "--cluster-id", clusterID, "--no-live", "--backup", name, "--dry-run",
@@ -83,7 +83,7 @@ func trickleRows() []row {
 		// upload (the stall timeout is far off): exit 1 naming the
 		// deadline and the step, nothing left.
 		{"backup/timeout-mid-upload", func(t *testing.T, w *world) {
-			v := w.sharedView(t, testenv.Prefix(t), testenv.StartFaultProxy(t, strings.TrimPrefix(w.minio.Endpoint, "http://")))
+			v := w.proxiedView(t)
 			h := v.proxy.Hold(regexp.MustCompile(`partNumber=1&`))
 			const timeout = 5 * time.Second
 			args := append(w.backupArgs("--timeout", timeout.String(), "--cos-stall-timeout", "5m"), v.viaProxy()...)

@@ -319,17 +319,22 @@ func AddEtcdCluster(tb testing.TB, cs kubernetes.Interface, dyn dynamic.Interfac
 	return Cluster{Name: name, Etcd: c, UID: got.GetUID()}
 }
 
-// CreateCOSSecret creates the namespace's cos-credentials secret for m in
-// the carrier's format (etcd-operator's credentials/config keys, AWS
+// COSSecret is a namespace's cos-credentials secret for m in the
+// carrier's format (etcd-operator's credentials/config keys, AWS
 // shared-file format: AWSSecretData), as armada-secure creates it.
-func CreateCOSSecret(tb testing.TB, cs kubernetes.Interface, namespace string, m *testenv.MinIO) {
+func COSSecret(m *testenv.MinIO) *corev1.Secret {
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: kube.COSSecretName}, Data: AWSSecretData(m.AccessKey, m.SecretKey, m.Region)}
+}
+
+// CreateCOSSecret creates the namespace's cos-credentials secret for m
+// (COSSecret) and returns it.
+func CreateCOSSecret(tb testing.TB, cs kubernetes.Interface, namespace string, m *testenv.MinIO) *corev1.Secret {
 	tb.Helper()
-	if _, err := cs.CoreV1().Secrets(namespace).Create(context.Background(), &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: kube.COSSecretName},
-		Data:       AWSSecretData(m.AccessKey, m.SecretKey, m.Region),
-	}, metav1.CreateOptions{}); err != nil {
+	s := COSSecret(m)
+	if _, err := cs.CoreV1().Secrets(namespace).Create(context.Background(), s, metav1.CreateOptions{}); err != nil {
 		tb.Fatalf("kubetest: secret %s/%s: %v", namespace, kube.COSSecretName, err)
 	}
+	return s
 }
 
 // AddEtcdClusters adds n EtcdClusters etcd-c00, etcd-c01, … to namespace

@@ -14,7 +14,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
@@ -92,6 +94,47 @@ func NewFixture(t *testing.T, pki *testenv.PKI, endpoints []string) *Fixture {
 		"cos-credentials-dir": creds,
 	}
 	return f
+}
+
+// Backup takes a backup of c into the fixture's store (its id, bucket and
+// prefix), with o's other options: a scheduled one, zstd-compressed,
+// unless o says otherwise. An error fails the test.
+func (f *Fixture) Backup(tb testing.TB, ctx context.Context, c *testenv.EtcdCluster, o backup.Options) *catalog.Manifest {
+	tb.Helper()
+	o.ClusterID, o.Etcd, o.Store, o.Layout = f.ID, testfix.EtcdConfig(c), f.Store, f.Layout
+	if o.Kind == "" {
+		o.Kind = catalog.KindScheduled
+	}
+	if o.Compression == "" {
+		o.Compression = objectio.CompressZstd
+	}
+	res, err := backup.Run(ctx, o)
+	if err != nil {
+		tb.Fatalf("%s backup of %s: %v", o.Kind, f.ID, err)
+	}
+	return res.Manifest
+}
+
+// QuorumLost is the world of the quorum-loss runbook and the docs'
+// restore: a 3-member mutual-TLS etcd 3.5 cluster with n keys of size
+// bytes under prefix and nV2 legacy v2 keys, its Fixture with a scheduled
+// backup (v2 included, zstd), 20 newer keys under /registry/late/ (in
+// keys: only the survivor, member 0, holds them), then members 1 and 2
+// killed.
+func QuorumLost(t *testing.T, prefix string, n, size, nV2 int) (c *testenv.EtcdCluster, f *Fixture, keys, v2 map[string]string) {
+	t.Helper()
+	c = testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, TLS: true, EnableV2: true})
+	cli := c.Client(t)
+	keys = testenv.PutKeys(t, cli, prefix, n, size)
+	v2 = testenv.PutV2Keys(t, c, nV2)
+	f = NewFixture(t, c.PKI, c.Endpoints())
+	f.Backup(t, context.Background(), c, backup.Options{V2: backup.V2Auto})
+	for k, v := range testenv.PutKeys(t, cli, "/registry/late/", 20, 100) {
+		keys[k] = v // only in the survivor's data
+	}
+	c.Members[1].Kill()
+	c.Members[2].Kill()
+	return c, f, keys, v2
 }
 
 // SetClientTLS writes a client-TLS dir as the operator secret is mounted.

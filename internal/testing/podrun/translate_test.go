@@ -88,6 +88,23 @@ func TestTranslateShippedPods(t *testing.T) {
 	}
 }
 
+// refuses: base (a manifest) with from replaced by to fails to parse or
+// translate, with an error naming want.
+func refuses(t *testing.T, base, from, to, want string) {
+	t.Helper()
+	mod := strings.Replace(base, from, to, 1)
+	if mod == base {
+		t.Fatalf("the manifest has no %q any more: update the test", from)
+	}
+	w, err := ParseWorkload([]byte(mod))
+	if err == nil {
+		_, err = Translate(w, "", "p", testCluster(t))
+	}
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("got %v, want an error naming %q", err, want)
+	}
+}
+
 // TestTranslateRefusesWhatItDoesNotKnow: a field nobody translates fails
 // the translation, naming it.
 func TestTranslateRefusesWhatItDoesNotKnow(t *testing.T) {
@@ -104,19 +121,7 @@ func TestTranslateRefusesWhatItDoesNotKnow(t *testing.T) {
 		{"missing configmap", "name: etcd-recovery-config", "name: nope", "configMap nope not found"},
 		{"memory emptyDir without size", "emptyDir: {medium: Memory, sizeLimit: 16Mi}", "emptyDir: {medium: Memory}", "without sizeLimit"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			mod := strings.Replace(base, tc.old, tc.new, 1)
-			if mod == base {
-				t.Fatalf("the manifest has no %q any more: update the test", tc.old)
-			}
-			w, err := ParseWorkload([]byte(mod))
-			if err == nil {
-				_, err = Translate(w, "", "p", testCluster(t))
-			}
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("got %v, want an error naming %q", err, tc.want)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { refuses(t, base, tc.old, tc.new, tc.want) })
 	}
 }
 
@@ -130,18 +135,6 @@ func TestTranslateProbes(t *testing.T) {
 		{"https probe", "httpGet: {path: /healthz, port: metrics}", "httpGet: {path: /healthz, port: metrics, scheme: HTTPS}", "only plain httpGet"},
 		{"host port", "containerPort: 9090, protocol: TCP}", "containerPort: 9090, protocol: TCP, hostPort: 9090}", "only TCP container ports"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			mod := strings.Replace(base, tc.old, tc.new, 1)
-			if mod == base {
-				t.Fatalf("the manifest has no %q any more: update the test", tc.old)
-			}
-			w, err := ParseWorkload([]byte(mod))
-			if err == nil {
-				_, err = Translate(w, "", "p", testCluster(t))
-			}
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("got %v, want an error naming %q", err, tc.want)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { refuses(t, base, tc.old, tc.new, tc.want) })
 	}
 }

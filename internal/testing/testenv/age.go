@@ -1,9 +1,6 @@
 package testenv
 
-import (
-	"path/filepath"
-	"testing"
-)
+import "testing"
 
 // Age returns the path of the age tool (`age -d -i IDENTITY`) that
 // `scripts/test-servers.sh age` unpacked from Debian's age package:
@@ -14,6 +11,5 @@ import (
 // `make test-servers` (never skips).
 func Age(tb testing.TB) string {
 	tb.Helper()
-	dir := filepath.Join(ServersDir(tb), "age-debian-"+ServerVersion(tb, "AGE_DEBIAN_VERSION"))
-	return requireExecutable(tb, "age", filepath.Join(dir, "age"))
+	return debianTool(tb, "age", "AGE_DEBIAN_VERSION")
 }

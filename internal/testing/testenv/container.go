@@ -69,9 +69,14 @@ func PodmanCmd(args ...string) *exec.Cmd {
 // ImageConfig is what `podman image inspect` reports about an image: its
 // identity and the config a container starts from.
 type ImageConfig struct {
-	ID         string
-	Digest     string
-	Size       int64
+	ID     string
+	Digest string
+	Size   int64
+	ContainerConfig
+}
+
+// ContainerConfig is the config a container of an image starts from.
+type ContainerConfig struct {
 	User       string
 	Entrypoint []string
 	Cmd        []string
@@ -91,22 +96,13 @@ func InspectImage(tb testing.TB, ref string) ImageConfig {
 		ID     string `json:"Id"`
 		Digest string
 		Size   int64
-		Config struct {
-			User       string
-			Entrypoint []string
-			Cmd        []string
-			Env        []string
-			WorkingDir string
-			Labels     map[string]string
-		}
+		Config ContainerConfig
 	}
 	if err := json.Unmarshal(out, &imgs); err != nil || len(imgs) != 1 {
 		tb.Fatalf("testenv: podman image inspect %s: %d images, %v", ref, len(imgs), err)
 	}
 	i := imgs[0]
-	return ImageConfig{ID: i.ID, Digest: i.Digest, Size: i.Size, User: i.Config.User,
-		Entrypoint: i.Config.Entrypoint, Cmd: i.Config.Cmd, Env: i.Config.Env,
-		WorkingDir: i.Config.WorkingDir, Labels: i.Config.Labels}
+	return ImageConfig{ID: i.ID, Digest: i.Digest, Size: i.Size, ContainerConfig: i.Config}
 }
 
 // UID and GID are the numeric user and group the image runs as (its

@@ -60,9 +60,7 @@ type EtcdMember struct {
 	spec MemberSpec
 	bin  string
 
-	mu     sync.Mutex
-	proc   *proc
-	closed bool
+	procSlot
 }
 
 // EtcdCluster is a set of etcd members started together by StartEtcd.
@@ -214,13 +212,7 @@ func newEtcdMember(tb testing.TB, spec MemberSpec, bin string) *EtcdMember {
 		bin:       bin,
 	}
 	tb.Cleanup(func() {
-		m.mu.Lock()
-		m.closed = true
-		p := m.proc
-		m.mu.Unlock()
-		if p != nil {
-			p.kill()
-		}
+		m.close()
 		if tb.Failed() {
 			logTail(tb, fmt.Sprintf("etcd %s member %s", m.Version, m.Name), m.LogFile)
 		}
@@ -272,26 +264,9 @@ func (m *EtcdMember) args(state string) []string {
 
 // launch starts the process without waiting for it.
 func (m *EtcdMember) launch(state string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		return fmt.Errorf("etcd member %s: its test has ended", m.Name)
-	}
-	if m.proc != nil && !m.proc.exited() {
-		return fmt.Errorf("etcd member %s is already running (pid %d)", m.Name, m.proc.pid())
-	}
-	p, err := startProc("etcd "+m.Name, m.bin, m.args(state), childEnv(), m.LogFile)
-	if err != nil {
-		return err
-	}
-	m.proc = p
-	return nil
-}
-
-func (m *EtcdMember) current() *proc {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.proc
+	return m.procSlot.launch("etcd member "+m.Name, func() (*proc, error) {
+		return startProc("etcd "+m.Name, m.bin, m.args(state), childEnv(), m.LogFile)
+	})
 }
 
 // errIfExited returns an error when the member's process is gone.
@@ -388,46 +363,22 @@ func (m *EtcdMember) Start(tb testing.TB) {
 }
 
 // Kill sends SIGKILL (after SIGCONT if frozen) and waits for the process.
-func (m *EtcdMember) Kill() {
-	if p := m.current(); p != nil {
-		p.kill()
-	}
-}
+func (m *EtcdMember) Kill() { m.current().kill() }
 
 // Stop sends SIGTERM and waits for the process to exit (SIGKILL after 20s).
-func (m *EtcdMember) Stop() {
-	if p := m.current(); p != nil {
-		p.stop()
-	}
-}
+func (m *EtcdMember) Stop() { m.current().stop() }
 
 // Freeze suspends the process with SIGSTOP.
-func (m *EtcdMember) Freeze() {
-	if p := m.current(); p != nil {
-		p.freeze()
-	}
-}
+func (m *EtcdMember) Freeze() { m.current().freeze() }
 
 // Thaw resumes a frozen process with SIGCONT.
-func (m *EtcdMember) Thaw() {
-	if p := m.current(); p != nil {
-		p.thaw()
-	}
-}
+func (m *EtcdMember) Thaw() { m.current().thaw() }
 
 // Running reports whether the process is alive (frozen counts as alive).
-func (m *EtcdMember) Running() bool {
-	p := m.current()
-	return p != nil && !p.exited()
-}
+func (m *EtcdMember) Running() bool { return m.current().running() }
 
 // PID returns the process id of the current (or last) process, 0 if none.
-func (m *EtcdMember) PID() int {
-	if p := m.current(); p != nil {
-		return p.pid()
-	}
-	return 0
-}
+func (m *EtcdMember) PID() int { return m.current().pid() }
 
 // Client returns a client connected to this member only, closed when tb's
 // test ends.

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -59,8 +58,7 @@ type KubeAPIServer struct {
 	AuditLog string
 	Etcd     *EtcdCluster
 
-	mu   sync.Mutex
-	proc *proc
+	procSlot
 }
 
 // StartKubeAPIServer starts a kube-apiserver with its own etcd and waits
@@ -160,16 +158,11 @@ func StartKubeAPIServerWith(tb testing.TB, opts KubeOptions) *KubeAPIServer {
 		"--v=1",
 	}
 	args = append(args, opts.ExtraArgs...)
-	p, err := startProc("kube-apiserver", bin, args, childEnv(), k.LogFile)
-	if err != nil {
+	if err := k.launch("kube-apiserver "+k.URL, func() (*proc, error) { return startProc("kube-apiserver", bin, args, childEnv(), k.LogFile) }); err != nil {
 		tb.Fatalf("testenv: %v", err)
 	}
-	k.proc = p
 	tb.Cleanup(func() {
-		k.mu.Lock()
-		p := k.proc
-		k.mu.Unlock()
-		p.kill()
+		k.close()
 		if tb.Failed() {
 			logTail(tb, "kube-apiserver "+k.URL, k.LogFile)
 		}
@@ -302,19 +295,8 @@ current-context: testenv
 }
 
 // Running reports whether the kube-apiserver process is alive.
-func (k *KubeAPIServer) Running() bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.proc != nil && !k.proc.exited()
-}
+func (k *KubeAPIServer) Running() bool { return k.current().running() }
 
 // Stop sends SIGTERM and waits for the API server to exit (SIGKILL after
 // 20 s), so that it writes nothing more into its etcd.
-func (k *KubeAPIServer) Stop() {
-	k.mu.Lock()
-	p := k.proc
-	k.mu.Unlock()
-	if p != nil {
-		p.stop()
-	}
-}
+func (k *KubeAPIServer) Stop() { k.current().stop() }

@@ -47,9 +47,7 @@ type MinIO struct {
 	CAFile string
 	caPool *x509.CertPool
 
-	mu     sync.Mutex
-	proc   *proc
-	closed bool
+	procSlot
 }
 
 // StartMinIO starts a dedicated MinIO server for tb's test and waits until it
@@ -91,13 +89,7 @@ func StartMinIOTLS(tb testing.TB) *MinIO {
 func startMinIO(tb testing.TB, m *MinIO) {
 	tb.Helper()
 	tb.Cleanup(func() {
-		m.mu.Lock()
-		m.closed = true
-		p := m.proc
-		m.mu.Unlock()
-		if p != nil {
-			p.kill()
-		}
+		m.close()
 		if tb.Failed() {
 			logTail(tb, "minio "+m.Endpoint, m.LogFile)
 		}
@@ -142,15 +134,6 @@ func newMinIO(bin, dir string, port, consolePort int) *MinIO {
 }
 
 func (m *MinIO) start() error {
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
-		return fmt.Errorf("minio %s: its test has ended", m.Endpoint)
-	}
-	if m.proc != nil && !m.proc.exited() {
-		m.mu.Unlock()
-		return fmt.Errorf("minio %s is already running (pid %d)", m.Endpoint, m.proc.pid())
-	}
 	args := []string{
 		"server", m.DataDir,
 		"--address", "127.0.0.1:" + strconv.Itoa(m.port),
@@ -165,13 +148,9 @@ func (m *MinIO) start() error {
 		"MINIO_UPDATE=off",
 		"MINIO_CI_CD=on", // data under /tmp may be on the root drive
 	)
-	p, err := startProc("minio", m.bin, args, env, m.LogFile)
-	if err != nil {
-		m.mu.Unlock()
+	if err := m.launch("minio "+m.Endpoint, func() (*proc, error) { return startProc("minio", m.bin, args, env, m.LogFile) }); err != nil {
 		return err
 	}
-	m.proc = p
-	m.mu.Unlock()
 	return m.waitReady(startTimeout)
 }
 
@@ -226,11 +205,6 @@ func (m *MinIO) servesS3() error {
 	return err
 }
 
-func (m *MinIO) current() *proc {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.proc
-}
 
 func (m *MinIO) mustNotBeShared(op string) {
 	if m.shared {
@@ -251,48 +225,32 @@ func (m *MinIO) Start(tb testing.TB) {
 // Kill sends SIGKILL (after SIGCONT if frozen) and waits for the process.
 func (m *MinIO) Kill() {
 	m.mustNotBeShared("Kill")
-	if p := m.current(); p != nil {
-		p.kill()
-	}
+	m.current().kill()
 }
 
 // Stop sends SIGTERM and waits for the process to exit (SIGKILL after 20s).
 func (m *MinIO) Stop() {
 	m.mustNotBeShared("Stop")
-	if p := m.current(); p != nil {
-		p.stop()
-	}
+	m.current().stop()
 }
 
 // Freeze suspends the server with SIGSTOP.
 func (m *MinIO) Freeze() {
 	m.mustNotBeShared("Freeze")
-	if p := m.current(); p != nil {
-		p.freeze()
-	}
+	m.current().freeze()
 }
 
 // Thaw resumes a frozen server with SIGCONT.
 func (m *MinIO) Thaw() {
 	m.mustNotBeShared("Thaw")
-	if p := m.current(); p != nil {
-		p.thaw()
-	}
+	m.current().thaw()
 }
 
 // Running reports whether the server process is alive (frozen counts).
-func (m *MinIO) Running() bool {
-	p := m.current()
-	return p != nil && !p.exited()
-}
+func (m *MinIO) Running() bool { return m.current().running() }
 
 // PID returns the process id of the current (or last) process, 0 if none.
-func (m *MinIO) PID() int {
-	if p := m.current(); p != nil {
-		return p.pid()
-	}
-	return 0
-}
+func (m *MinIO) PID() int { return m.current().pid() }
 
 // Port returns the S3 API port.
 func (m *MinIO) Port() int { return m.port }
@@ -325,21 +283,27 @@ func (m *MinIO) S3(tb testing.TB) *s3.S3 {
 func (m *MinIO) NewBucket(tb testing.TB) string {
 	tb.Helper()
 	name := "testenv-" + strings.ToLower(randAlnum(16))
-	// A freshly started MinIO occasionally leaves the first CreateBucket
-	// unanswered; bound each attempt instead of waiting out the client's
-	// 60 s timeout.
-	cli := m.S3(tb)
+	m.createBucket(tb, m.S3(tb), "bucket", &s3.CreateBucketInput{Bucket: aws.String(name)})
+	return name
+}
+
+// createBucket creates the bucket of in with cli (what names it in a
+// failure). A freshly started MinIO occasionally leaves the first
+// CreateBucket unanswered; each attempt is bounded instead of waiting out
+// the client's 60 s timeout.
+func (m *MinIO) createBucket(tb testing.TB, cli *s3.S3, what string, in *s3.CreateBucketInput) {
+	tb.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := cli.CreateBucketWithContext(ctx, &s3.CreateBucketInput{Bucket: aws.String(name)})
+		_, err := cli.CreateBucketWithContext(ctx, in)
 		cancel()
 		var aerr awserr.Error
 		if err == nil || (errors.As(err, &aerr) && aerr.Code() == s3.ErrCodeBucketAlreadyOwnedByYou) {
-			return name
+			return
 		}
 		if time.Now().After(deadline) {
-			tb.Fatalf("testenv: creating bucket %s on %s (%d attempts): %v", name, m.Endpoint, attempt, err)
+			tb.Fatalf("testenv: creating %s %s on %s (%d attempts): %v", what, aws.StringValue(in.Bucket), m.Endpoint, attempt, err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -390,13 +354,7 @@ func startSharedMinIO() (*MinIO, error) {
 	m := newMinIO(bin, dir, port, consolePort)
 	m.shared = true
 	cleanup := func(failed bool) {
-		m.mu.Lock()
-		m.closed = true
-		p := m.proc
-		m.mu.Unlock()
-		if p != nil {
-			p.kill() // its data is deleted just below
-		}
+		m.close() // its data is deleted just below
 		if failed {
 			fmt.Fprintf(os.Stderr, "---- last %d lines of shared minio log (%s) ----\n%s\n---- end of shared minio log ----\n",
 				logTailLines, m.LogFile, tailFile(m.LogFile, logTailLines))

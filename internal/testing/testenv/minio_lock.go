@@ -2,7 +2,6 @@ package testenv
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"encoding/xml"
 	"errors"
@@ -15,7 +14,6 @@ import (
 	"time"
 
 	"github.com/IBM/ibm-cos-sdk-go/aws"
-	"github.com/IBM/ibm-cos-sdk-go/aws/awserr"
 	"github.com/IBM/ibm-cos-sdk-go/aws/credentials"
 	v4 "github.com/IBM/ibm-cos-sdk-go/aws/signer/v4"
 	"github.com/IBM/ibm-cos-sdk-go/service/s3"
@@ -34,20 +32,7 @@ func (m *MinIO) NewLockedBucket(tb testing.TB) string {
 	tb.Helper()
 	name := "testenv-lock-" + strings.ToLower(randAlnum(12))
 	cli := m.S3(tb)
-	deadline := time.Now().Add(60 * time.Second)
-	for attempt := 1; ; attempt++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := cli.CreateBucketWithContext(ctx, &s3.CreateBucketInput{Bucket: aws.String(name), ObjectLockEnabledForBucket: aws.Bool(true)})
-		cancel()
-		var aerr awserr.Error
-		if err == nil || (errors.As(err, &aerr) && aerr.Code() == s3.ErrCodeBucketAlreadyOwnedByYou) {
-			break
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("testenv: creating locked bucket %s on %s (%d attempts): %v", name, m.Endpoint, attempt, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	m.createBucket(tb, cli, "locked bucket", &s3.CreateBucketInput{Bucket: aws.String(name), ObjectLockEnabledForBucket: aws.Bool(true)})
 	v, err := cli.GetBucketVersioning(&s3.GetBucketVersioningInput{Bucket: aws.String(name)})
 	if err != nil || aws.StringValue(v.Status) != s3.BucketVersioningStatusEnabled {
 		tb.Fatalf("testenv: locked bucket %s: versioning %v, %v; want Enabled", name, v, err)

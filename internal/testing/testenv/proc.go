@@ -27,6 +27,48 @@ type proc struct {
 	frozen bool
 }
 
+// procSlot is a server's current (or last) process: a restart replaces
+// it. Once the server's test has ended (closed) it is not started again.
+type procSlot struct {
+	mu     sync.Mutex
+	proc   *proc
+	closed bool
+}
+
+func (s *procSlot) current() *proc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.proc
+}
+
+// launch makes start's process the current one, unless the server's test
+// has ended or its process still runs (name names the server then).
+func (s *procSlot) launch(name string, start func() (*proc, error)) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("%s: its test has ended", name)
+	}
+	if s.proc.running() {
+		return fmt.Errorf("%s is already running (pid %d)", name, s.proc.pid())
+	}
+	p, err := start()
+	if err != nil {
+		return err
+	}
+	s.proc = p
+	return nil
+}
+
+// close marks the server's test ended and kills its process.
+func (s *procSlot) close() {
+	s.mu.Lock()
+	s.closed = true
+	p := s.proc
+	s.mu.Unlock()
+	p.kill()
+}
+
 // Server processes are started from one goroutine locked to its OS thread for
 // the life of the test binary: Pdeathsig fires when the *thread* that forked
 // the child exits, and an ordinary goroutine's thread could in principle go
@@ -92,7 +134,18 @@ func startProc(name, bin string, args, env []string, logPath string) (*proc, err
 	return p, nil
 }
 
-func (p *proc) pid() int { return p.cmd.Process.Pid }
+// A nil *proc is a server with no process started yet: pid is 0, it is
+// not running, and freeze, thaw, kill and stop do nothing to it.
+
+func (p *proc) pid() int {
+	if p == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
+// running reports whether the process is alive (frozen counts as alive).
+func (p *proc) running() bool { return p != nil && !p.exited() }
 
 func (p *proc) exited() bool {
 	select {
@@ -121,6 +174,9 @@ func (p *proc) signal(sig syscall.Signal) {
 // request was seen to get its answer (or the first of several) from the
 // "frozen" MinIO.
 func (p *proc) freeze() {
+	if p == nil {
+		return
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.signal(syscall.SIGSTOP)
@@ -167,6 +223,9 @@ func allStopped(pid int) bool {
 }
 
 func (p *proc) thaw() {
+	if p == nil {
+		return
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.signal(syscall.SIGCONT)
@@ -175,6 +234,9 @@ func (p *proc) thaw() {
 
 // kill thaws the process if frozen, SIGKILLs its group and waits for it.
 func (p *proc) kill() {
+	if p == nil {
+		return
+	}
 	p.thaw()
 	p.signal(syscall.SIGKILL)
 	<-p.done
@@ -183,6 +245,9 @@ func (p *proc) kill() {
 // stop thaws the process if frozen, SIGTERMs it and waits up to stopTimeout,
 // then SIGKILLs it.
 func (p *proc) stop() {
+	if p == nil {
+		return
+	}
 	p.thaw()
 	p.signal(syscall.SIGTERM)
 	select {

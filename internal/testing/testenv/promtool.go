@@ -1,9 +1,6 @@
 package testenv
 
-import (
-	"path/filepath"
-	"testing"
-)
+import "testing"
 
 // Promtool returns the path of Prometheus' promtool that
 // `scripts/test-servers.sh promtool` (`make test-servers`) unpacked from
@@ -14,6 +11,5 @@ import (
 // test-servers` (never skips).
 func Promtool(tb testing.TB) string {
 	tb.Helper()
-	dir := filepath.Join(ServersDir(tb), "promtool-debian-"+ServerVersion(tb, "PROMTOOL_DEBIAN_VERSION"))
-	return requireExecutable(tb, "promtool", filepath.Join(dir, "promtool"))
+	return debianTool(tb, "promtool", "PROMTOOL_DEBIAN_VERSION")
 }

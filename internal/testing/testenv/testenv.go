@@ -182,6 +182,15 @@ func requireExecutable(tb testing.TB, what, path string) string {
 	return path
 }
 
+// debianTool is the executable name that scripts/test-servers.sh unpacked
+// from a Debian package: <test-server cache>/name-debian-$versionVar/name,
+// the version of scripts/test-servers.env. The test fails without it.
+func debianTool(tb testing.TB, name, versionVar string) string {
+	tb.Helper()
+	dir := filepath.Join(ServersDir(tb), name+"-debian-"+ServerVersion(tb, versionVar))
+	return requireExecutable(tb, name, filepath.Join(dir, name))
+}
+
 func checkExecutable(path string) error {
 	st, err := os.Stat(path)
 	if err != nil {

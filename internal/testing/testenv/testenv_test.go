@@ -65,88 +65,85 @@ func TestPrefix(t *testing.T) {
 // TestEtcdTLSCluster starts a 3-member mutual-TLS cluster on every version.
 func TestEtcdTLSCluster(t *testing.T) {
 	t.Parallel()
-	for _, v := range testenv.AllVersions {
-		t.Run(string(v), func(t *testing.T) {
-			t.Parallel()
-			c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: v, TLS: true, EnableV2: v.HasV2()})
-			for _, ep := range c.Endpoints() {
-				if !strings.HasPrefix(ep, "https://127.0.0.1:") {
-					t.Fatalf("endpoint %q", ep)
+	eachVersion(t, func(t *testing.T, v testenv.Version) {
+		c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: v, TLS: true, EnableV2: v.HasV2()})
+		for _, ep := range c.Endpoints() {
+			if !strings.HasPrefix(ep, "https://127.0.0.1:") {
+				t.Fatalf("endpoint %q", ep)
+			}
+		}
+		cli := c.Client(t)
+
+		want := testenv.PutKeys(t, cli, "/test/keys/", 300, 64)
+		resp, err := cli.Get(ctx(t), "/test/keys/", clientv3.WithPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Kvs) != len(want) {
+			t.Fatalf("got %d keys, want %d", len(resp.Kvs), len(want))
+		}
+		seen := map[string]bool{}
+		for _, kv := range resp.Kvs {
+			if want[string(kv.Key)] != string(kv.Value) {
+				t.Fatalf("key %s = %q, want %q", kv.Key, kv.Value, want[string(kv.Key)])
+			}
+			if seen[string(kv.Value)] {
+				t.Fatalf("value %q repeated", kv.Value)
+			}
+			seen[string(kv.Value)] = true
+		}
+
+		ml, err := cli.MemberList(ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ml.Members) != 3 {
+			t.Fatalf("MemberList: %d members, want 3", len(ml.Members))
+		}
+		st, err := cli.Status(ctx(t), c.Endpoints()[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(st.Version, string(v)+".") {
+			t.Fatalf("server version %s, want %s.x", st.Version, v)
+		}
+
+		if v.HasV2() {
+			v2 := testenv.PutV2Keys(t, c, 40)
+			if len(v2) != 40 {
+				t.Fatalf("PutV2Keys returned %d keys", len(v2))
+			}
+			var withTTL string
+			for k := range v2 {
+				if strings.HasSuffix(k, "/k00000") {
+					withTTL = k
 				}
 			}
-			cli := c.Client(t)
-
-			want := testenv.PutKeys(t, cli, "/test/keys/", 300, 64)
-			resp, err := cli.Get(ctx(t), "/test/keys/", clientv3.WithPrefix())
+			n := testenv.GetV2Key(t, c, withTTL)
+			if n.Value != v2[withTTL] || n.TTL <= 0 || n.TTL > testenv.V2KeyTTL {
+				t.Fatalf("v2 %s = %+v, want value %q with a TTL", withTTL, n, v2[withTTL])
+			}
+			// And through plain net/http, on another member.
+			hc := &http.Client{Transport: &http.Transport{TLSClientConfig: c.TLS()}}
+			defer hc.CloseIdleConnections()
+			var other string
+			for k := range v2 {
+				if k != withTTL {
+					other = k
+					break
+				}
+			}
+			r, err := hc.Get(c.Members[2].ClientURL + "/v2/keys" + other)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(resp.Kvs) != len(want) {
-				t.Fatalf("got %d keys, want %d", len(resp.Kvs), len(want))
+			body, _ := io.ReadAll(r.Body)
+			r.Body.Close()
+			if r.StatusCode != http.StatusOK || !bytes.Contains(body, []byte(`"value":"`+v2[other]+`"`)) {
+				t.Fatalf("GET v2 %s: %s %s", other, r.Status, body)
 			}
-			seen := map[string]bool{}
-			for _, kv := range resp.Kvs {
-				if want[string(kv.Key)] != string(kv.Value) {
-					t.Fatalf("key %s = %q, want %q", kv.Key, kv.Value, want[string(kv.Key)])
-				}
-				if seen[string(kv.Value)] {
-					t.Fatalf("value %q repeated", kv.Value)
-				}
-				seen[string(kv.Value)] = true
-			}
-
-			ml, err := cli.MemberList(ctx(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(ml.Members) != 3 {
-				t.Fatalf("MemberList: %d members, want 3", len(ml.Members))
-			}
-			st, err := cli.Status(ctx(t), c.Endpoints()[0])
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !strings.HasPrefix(st.Version, string(v)+".") {
-				t.Fatalf("server version %s, want %s.x", st.Version, v)
-			}
-
-			if v.HasV2() {
-				v2 := testenv.PutV2Keys(t, c, 40)
-				if len(v2) != 40 {
-					t.Fatalf("PutV2Keys returned %d keys", len(v2))
-				}
-				var withTTL string
-				for k := range v2 {
-					if strings.HasSuffix(k, "/k00000") {
-						withTTL = k
-					}
-				}
-				n := testenv.GetV2Key(t, c, withTTL)
-				if n.Value != v2[withTTL] || n.TTL <= 0 || n.TTL > testenv.V2KeyTTL {
-					t.Fatalf("v2 %s = %+v, want value %q with a TTL", withTTL, n, v2[withTTL])
-				}
-				// And through plain net/http, on another member.
-				hc := &http.Client{Transport: &http.Transport{TLSClientConfig: c.TLS()}}
-				defer hc.CloseIdleConnections()
-				var other string
-				for k := range v2 {
-					if k != withTTL {
-						other = k
-						break
-					}
-				}
-				r, err := hc.Get(c.Members[2].ClientURL + "/v2/keys" + other)
-				if err != nil {
-					t.Fatal(err)
-				}
-				body, _ := io.ReadAll(r.Body)
-				r.Body.Close()
-				if r.StatusCode != http.StatusOK || !bytes.Contains(body, []byte(`"value":"`+v2[other]+`"`)) {
-					t.Fatalf("GET v2 %s: %s %s", other, r.Status, body)
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 func TestVersionHasV2(t *testing.T) {
@@ -160,12 +157,7 @@ func TestVersionHasV2(t *testing.T) {
 // a client certificate and clients that do not trust its CA.
 func TestEtcdMutualTLSEnforced(t *testing.T) {
 	t.Parallel()
-	for _, v := range testenv.AllVersions {
-		t.Run(string(v), func(t *testing.T) {
-			t.Parallel()
-			testMutualTLSEnforced(t, v)
-		})
-	}
+	eachVersion(t, testMutualTLSEnforced)
 }
 
 func testMutualTLSEnforced(t *testing.T, v testenv.Version) {
@@ -216,51 +208,59 @@ func testMutualTLSEnforced(t *testing.T, v testenv.Version) {
 // and checks it catches up; then freezes one and thaws it.
 func TestEtcdKillRestart(t *testing.T) {
 	t.Parallel()
+	eachVersion(t, func(t *testing.T, v testenv.Version) {
+		c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: v})
+		cli := c.Client(t)
+		m := c.Leader(t)
+		pid := m.PID()
+		m.Kill()
+		if m.Running() {
+			t.Fatal("killed member still running")
+		}
+		if l := c.Leader(t); l == m {
+			t.Fatal("killed member is still the leader")
+		}
+		want := testenv.PutKeys(t, cli, "/down/", 50, 16)
+		m.Start(t)
+		if m.PID() == pid || !m.Running() {
+			t.Fatalf("restart: pid %d -> %d, running %v", pid, m.PID(), m.Running())
+		}
+		c.WaitHealthy(t)
+		resp, err := m.Client(t).Get(ctx(t), "/down/", clientv3.WithPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Kvs) != len(want) {
+			t.Fatalf("restarted member has %d keys, want %d", len(resp.Kvs), len(want))
+		}
+
+		// Freeze a follower: writes go on with the other two.
+		leader := c.Leader(t)
+		f := c.Members[(indexOf(c, leader)+1)%3]
+		f.Freeze()
+		// Through the leader: a client balancing over all endpoints may
+		// send the request to the frozen member and hang until its deadline.
+		testenv.PutKeys(t, leader.Client(t), "/frozen/", 10, 16)
+		f.Thaw()
+		c.WaitHealthy(t)
+
+		s := c.Members[0]
+		s.Stop()
+		if s.Running() {
+			t.Fatal("stopped member still running")
+		}
+		s.Start(t)
+		c.WaitHealthy(t)
+	})
+}
+
+// eachVersion runs f as a parallel subtest for every etcd version.
+func eachVersion(t *testing.T, f func(t *testing.T, v testenv.Version)) {
+	t.Helper()
 	for _, v := range testenv.AllVersions {
 		t.Run(string(v), func(t *testing.T) {
 			t.Parallel()
-			c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: v})
-			cli := c.Client(t)
-			m := c.Leader(t)
-			pid := m.PID()
-			m.Kill()
-			if m.Running() {
-				t.Fatal("killed member still running")
-			}
-			if l := c.Leader(t); l == m {
-				t.Fatal("killed member is still the leader")
-			}
-			want := testenv.PutKeys(t, cli, "/down/", 50, 16)
-			m.Start(t)
-			if m.PID() == pid || !m.Running() {
-				t.Fatalf("restart: pid %d -> %d, running %v", pid, m.PID(), m.Running())
-			}
-			c.WaitHealthy(t)
-			resp, err := m.Client(t).Get(ctx(t), "/down/", clientv3.WithPrefix())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(resp.Kvs) != len(want) {
-				t.Fatalf("restarted member has %d keys, want %d", len(resp.Kvs), len(want))
-			}
-
-			// Freeze a follower: writes go on with the other two.
-			leader := c.Leader(t)
-			f := c.Members[(indexOf(c, leader)+1)%3]
-			f.Freeze()
-			// Through the leader: a client balancing over all endpoints may
-			// send the request to the frozen member and hang until its deadline.
-			testenv.PutKeys(t, leader.Client(t), "/frozen/", 10, 16)
-			f.Thaw()
-			c.WaitHealthy(t)
-
-			s := c.Members[0]
-			s.Stop()
-			if s.Running() {
-				t.Fatal("stopped member still running")
-			}
-			s.Start(t)
-			c.WaitHealthy(t)
+			f(t, v)
 		})
 	}
 }
