@@ -16,7 +16,7 @@ SLOW_FIRST := ./deploy/ ./kube/ ./fleet/ ./runbooks/ ./restore/ ./drill/ ./inter
 # The race detector (go test -race), beside the main run. RACE_PKGS are the
 # packages whose code runs goroutines of its own, by their tests:
 # internal/fanout (bounded parallelism), internal/store/... (the COS
-# watchdog's timers, parallel parts, batched deletes), internal/catalog
+# watchdog's timers, parallel parts, batched deletes), internal/catalog and internal/prune
 # (prune and drill records fan out), inspect (members probed at once;
 # internal/probe has no tests: its code runs in inspect's and backup's),
 # backup (the snapshot stream: receive, compress, upload), restore (the
@@ -34,7 +34,7 @@ SLOW_FIRST := ./deploy/ ./kube/ ./fleet/ ./runbooks/ ./restore/ ./drill/ ./inter
 # packages, the harness's Kubernetes client included) took 11 min 51 s
 # with an empty build cache at load 12-16: race-build starts it beside
 # the server builds.
-RACE_PKGS := ./internal/fanout/ ./internal/store/... ./internal/catalog/ ./inspect/ ./backup/ ./restore/ ./drill/ ./kube/ ./fleet/ ./metrics/
+RACE_PKGS := ./internal/fanout/ ./internal/store/... ./internal/catalog/ ./internal/prune/ ./inspect/ ./backup/ ./restore/ ./drill/ ./kube/ ./fleet/ ./metrics/
 RACE_RUN := ^(TestForEach.*|TestLimiter.*|TestConformance.*|TestUploads|TestRetries|TestPutGetMultipart|TestStallGetBody|TestStallSilentEndpoint|TestMinThroughput.*|TestPutCancelledAborts|TestPutSurvivesFrozenServer|TestDelete.*|TestPrune.*|TestBackupPrune|TestDrillRecords|TestInspectTwoClusters|TestInspectFrozenMember|TestBackupEncrypted|TestBackupCancelled|TestBackupConcurrentRunsDistinct|TestBackupStoreFaults|TestRestoreEncryptedTampered|TestRestoreCancelled|TestDrillEncrypted|TestRestoreDryRunChangesNothing|TestBackupAllDrill|TestPushBackupsAndDrills|TestExporterFrozenStore)$$
 RACE_FLAGS ?= -race -count=1 -p 2 -parallel 4 -timeout 30m
 
