@@ -291,8 +291,16 @@ func Take(ctx context.Context, opts Options) (*Taken, error) {
 		return nil, &Error{ClusterID: opts.ClusterID, At: StepValidate, Err: err}
 	}
 	r := &run{opts: opts, log: opts.Log.With("cluster", opts.ClusterID), start: opts.Now().UTC()}
+	// The plaintext copy of an encrypted backup is removed on every way
+	// out but a committed backup (a panic included): only a Taken holds
+	// it, until Release.
+	committed := false
+	defer func() {
+		if !committed {
+			r.removePlain()
+		}
+	}()
 	if err := r.take(ctx); err != nil {
-		r.removePlain()
 		r.cleanup(ctx)
 		if err.step != StepLock {
 			r.relock(ctx)
@@ -301,6 +309,7 @@ func Take(ctx context.Context, opts Options) (*Taken, error) {
 	}
 	r.relock(ctx)
 	m := r.m
+	committed = true
 	return &Taken{r: r, res: &Result{Manifest: m, Prefix: opts.Layout.BackupPrefix(opts.ClusterID, r.name), Duration: m.FinishedAt.Sub(r.start)}}, nil
 }
 

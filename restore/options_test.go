@@ -3,11 +3,13 @@ package restore_test
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/armada/etcd-recovery/internal/etcdconn"
+	"github.com/armada/etcd-recovery/internal/store/memstore"
 	"github.com/armada/etcd-recovery/internal/usage"
 	"github.com/armada/etcd-recovery/restore"
 	"github.com/armada/etcd-recovery/restore/survivor"
@@ -59,5 +61,28 @@ func TestOptionsValidate(t *testing.T) {
 	// A missing store is the caller's bug, not a usage error.
 	if _, err := restore.Run(context.Background(), ok); err == nil || usage.Is(err) {
 		t.Errorf("Run without a store: %v, want a non-usage error", err)
+	}
+}
+
+// Prepare refuses a plan PlanTargets did not fill: the members and the
+// revision bump are its, and a snapshot prepared without them would
+// reuse revisions.
+func TestPrepareNeedsPlannedTargets(t *testing.T) {
+	t.Parallel()
+	two := restore.Targets{InitialCluster: "a=http://127.0.0.1:1,b=http://127.0.0.1:2", DataDirRoot: t.TempDir()}
+	opts := restore.Options{Survivor: survivor.Backup{}, ClusterID: "c1", Targets: two, BumpRevision: 1, MarkCompacted: true, Store: memstore.New()}
+	cfg, plan, err := restore.Resolve(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var re *restore.Error
+	if _, err := cfg.Prepare(context.Background(), plan, filepath.Join(t.TempDir(), "snap.db"), true); !errors.As(err, &re) || re.Step() != restore.StepWrite || !strings.Contains(err.Error(), "PlanTargets did not run") {
+		t.Fatalf("Prepare without PlanTargets: %v", err)
+	}
+	if err := cfg.PlanTargets(plan); err != nil {
+		t.Fatal(err)
+	}
+	if plan.BumpRevision != 1 || plan.InitialCluster == "" {
+		t.Fatalf("planned: bump %d, initial cluster %q", plan.BumpRevision, plan.InitialCluster)
 	}
 }

@@ -178,7 +178,7 @@ func (r *restoreRun) prepareAndWrite(ctx context.Context) error {
 		r.moveDataDirsBack()
 		return err
 	}
-	if err := WriteDataDirs(ctx, r.plan, prep, WriteOptions{Parallel: r.cfg.parallel, Log: r.cfg.log}); err != nil {
+	if err := WriteDataDirs(withEnvFailpoint(ctx), r.plan, prep, WriteOptions{Parallel: r.cfg.parallel, Log: r.cfg.log}); err != nil {
 		for _, m := range r.moved {
 			m.State = DirAbsent
 		}

@@ -27,6 +27,11 @@ type Prepared struct{ rc restoreConfig }
 // file is left to etcdutl's restore, which applies both in each member's
 // copy.
 func (c *Config) Prepare(ctx context.Context, plan *Plan, path string, markCompacted bool) (*Prepared, error) {
+	if plan.InitialCluster == "" {
+		// The members and the revision bump are PlanTargets': without it
+		// the bump would silently be 0 and revisions reused.
+		return nil, stepError(ctx, plan.ClusterID, StepWrite, errors.New("the plan has no members (PlanTargets did not run): refusing to prepare a snapshot without its revision bump"))
+	}
 	rc := restoreConfig{snapshotPath: path, initialCluster: plan.InitialCluster, token: plan.Token}
 	if err := stageSnapshot(&rc, plan.BumpRevision, c.publicPath, markCompacted, c.log); err != nil {
 		return nil, stepError(ctx, plan.ClusterID, StepWrite, err)
@@ -178,16 +183,23 @@ func removeRestored(m Member) error {
 // tests (export_test.go), to act exactly during the write.
 type memberWrittenKey struct{}
 
-// envMemberWritten is the FailpointEnv failpoint of the real binary, read
-// once: nil unless a test set the variable for the process.
-var envMemberWritten = envAfterMemberWritten()
-
 // afterMemberWritten is the failpoint after each member's data dir is
-// written: a test's (memberWrittenKey), else the FailpointEnv one, else
-// none.
+// written, or nil: a test's (memberWrittenKey), or restore.Run's
+// FailpointEnv one (withEnvFailpoint). A drill's write never has one.
 func afterMemberWritten(ctx context.Context) func(context.Context, Member) {
-	if f, ok := ctx.Value(memberWrittenKey{}).(func(context.Context, Member)); ok {
-		return f
+	f, _ := ctx.Value(memberWrittenKey{}).(func(context.Context, Member))
+	return f
+}
+
+// withEnvFailpoint is ctx with the real binary's FailpointEnv failpoint
+// (read when the restore runs, as before the stages moved), unless a
+// test set its own: restore.Run's write only, never a drill's.
+func withEnvFailpoint(ctx context.Context) context.Context {
+	if _, ok := ctx.Value(memberWrittenKey{}).(func(context.Context, Member)); ok {
+		return ctx
 	}
-	return envMemberWritten
+	if f := envAfterMemberWritten(); f != nil {
+		return context.WithValue(ctx, memberWrittenKey{}, f)
+	}
+	return ctx
 }

@@ -123,7 +123,7 @@ func LoadManifest(ctx context.Context, st store.Store, layout Layout, clusterID,
 // unknown).
 func loadManifest(ctx context.Context, st store.Store, layout Layout, clusterID, name string) (m *Manifest, damaged bool, err error) {
 	key := layout.Key(clusterID, name, ManifestObject)
-	b, err := objectio.ReadRecordBytes(ctx, st, key, objectio.RecordOptions{})
+	b, err := objectio.ReadRecordBytes(ctx, st, key, objectio.RecordOptions{Max: MaxManifestBytes})
 	if err != nil {
 		return nil, errors.Is(err, objectio.ErrDamagedRecord) || isNotFound(err) && ctx.Err() == nil, err
 	}

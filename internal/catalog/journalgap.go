@@ -53,7 +53,7 @@ func WriteJournalGap(ctx context.Context, st store.Store, g JournalGap) error {
 // ReadJournalGap reads the gap record at key.
 func ReadJournalGap(ctx context.Context, st store.Store, key string) (*JournalGap, error) {
 	var g JournalGap
-	if err := objectio.ReadRecord(ctx, st, key, &g, objectio.RecordOptions{}); err != nil {
+	if err := objectio.ReadRecord(ctx, st, key, &g, objectio.RecordOptions{Max: maxSmallRecordBytes}); err != nil {
 		return nil, fmt.Errorf("gap record %s: %w", key, err)
 	}
 	g.Key = key

@@ -145,3 +145,11 @@ func UnmarshalManifest(b []byte) (*Manifest, error) {
 	}
 	return &m, nil
 }
+
+// MaxManifestBytes bounds a manifest (and the ownership and orphan
+// records): a few KiB as written; anything larger is not one of the
+// tool's and reads as damaged.
+const MaxManifestBytes = 1 << 20
+
+// maxSmallRecordBytes bounds a journal gap record, as a manifest.
+const maxSmallRecordBytes = MaxManifestBytes

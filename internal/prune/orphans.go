@@ -86,7 +86,7 @@ type OrphanMarker struct {
 }
 
 func getJSON(ctx context.Context, st store.Store, key string, v any) (found bool, err error) {
-	err = objectio.ReadRecord(ctx, st, key, v, objectio.RecordOptions{})
+	err = objectio.ReadRecord(ctx, st, key, v, objectio.RecordOptions{Max: catalog.MaxManifestBytes})
 	switch {
 	case err == nil:
 		return true, nil

@@ -216,7 +216,7 @@ func pickManifest(ctx context.Context, v store.Versioner, key, clusterID, name s
 	vs := byName[catalog.ManifestObject]
 	for i := len(vs) - 1; i >= 0; i-- {
 		mv := vs[i]
-		if mv.DeleteMarker || mv.Size > 1<<20 {
+		if mv.DeleteMarker || mv.Size > catalog.MaxManifestBytes {
 			continue
 		}
 		b, err := readVersion(ctx, v, key, mv.VersionID)
@@ -250,7 +250,7 @@ func objectsOK(m *catalog.Manifest, byName map[string][]store.Version) bool {
 }
 
 func readVersion(ctx context.Context, v store.Versioner, key, versionID string) ([]byte, error) {
-	return objectio.ReadRecordVersion(ctx, v, key, objectio.RecordOptions{Version: versionID})
+	return objectio.ReadRecordVersion(ctx, v, key, objectio.RecordOptions{Version: versionID, Max: catalog.MaxManifestBytes})
 }
 
 // withRecoveredRows adds to rows (list's, newest first) the backups of vbs

@@ -58,14 +58,18 @@ func ParseURL(raw string) (Config, error) {
 	if strings.TrimSpace(raw) == "" {
 		return Config{}, errors.New("store URL: empty: want <scheme>://<bucket>[/<prefix>][?endpoint=...&region=...]")
 	}
+	// An '@' before the query is user info (a credential), however
+	// net/url would read it: refused before parsing, so that no parse
+	// error (which quotes the input) can repeat part of it. No bucket or
+	// prefix can hold an '@'.
+	if head, _, _ := strings.Cut(raw, "?"); strings.Contains(head, "@") {
+		return Config{}, fmt.Errorf("store URL %q: user info: %w", schemeOnly(raw), ErrCredentialsInURL)
+	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		// url.Error repeats the input: name the problem without it.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return Config{}, fmt.Errorf("store URL %q: not a URL: %v", RedactURL(raw), err)
+		// url.Error, and the error it wraps, quote the input: say only
+		// that it does not parse.
+		return Config{}, fmt.Errorf("store URL %q: not a URL (want <scheme>://<bucket>[/<prefix>][?endpoint=...&region=...])", schemeOnly(raw))
 	}
 	shown := RedactURL(raw)
 	if u.User != nil {
@@ -73,7 +77,7 @@ func ParseURL(raw string) (Config, error) {
 	}
 	q, err := url.ParseQuery(u.RawQuery)
 	if err != nil {
-		return Config{}, fmt.Errorf("store URL %q: bad query: %v", shown, errors.Unwrap(err))
+		return Config{}, fmt.Errorf("store URL %q: bad query (want name=value pairs joined by &, percent-encoded)", schemeOnly(raw))
 	}
 	for _, k := range slices.Sorted(maps.Keys(q)) {
 		if secretParam(k) {
@@ -100,6 +104,9 @@ func ParseURL(raw string) (Config, error) {
 		}
 		switch k {
 		case ParamEndpoint:
+			if eu, err := url.Parse(vs[0]); err != nil || eu.User != nil || strings.Contains(vs[0], "@") {
+				return Config{}, fmt.Errorf("store URL %q: parameter %q: user info or not a URL: %w", shown, k, ErrCredentialsInURL)
+			}
 			cfg.Endpoint = vs[0]
 		case ParamRegion:
 			cfg.Region = vs[0]
@@ -186,13 +193,46 @@ func RedactURL(raw string) string {
 		if err != nil {
 			u.RawQuery = redacted
 		} else {
-			for k := range q {
-				if secretParam(k) {
+			for k, vs := range q {
+				switch k {
+				case ParamRegion, ParamCAFile:
+				case ParamEndpoint:
+					for i, v := range vs {
+						vs[i] = redactUserInfo(v)
+					}
+				default:
+					// Unknown parameters are refused; their values
+					// are not shown ("sig", "sk" name no word of
+					// secretWords and may still be one).
 					q[k] = []string{redacted}
 				}
 			}
 			u.RawQuery = q.Encode()
 		}
+	}
+	return u.String()
+}
+
+// schemeOnly is raw's scheme and "://…": for an error about a URL whose
+// text may hold a credential anywhere.
+func schemeOnly(raw string) string {
+	if scheme, _, ok := strings.Cut(raw, "://"); ok && scheme != "" && !strings.ContainsAny(scheme, "@?/:#") {
+		return scheme + "://…"
+	}
+	return "…"
+}
+
+// redactUserInfo is an endpoint URL with its user info replaced.
+func redactUserInfo(v string) string {
+	u, err := url.Parse(v)
+	if err != nil {
+		if strings.Contains(v, "@") {
+			return redacted
+		}
+		return v
+	}
+	if u.User != nil {
+		u.User = url.User(redacted)
 	}
 	return u.String()
 }

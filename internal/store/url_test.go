@@ -94,8 +94,24 @@ func TestParseURLErrors(t *testing.T) {
 		{"mem://b/p?X-Amz-Signature=" + secret + "&X-Amz-Credential=x", `parameter "X-Amz-Credential": credentials`, true},
 		{"mem://b/p?session_token=" + secret, `parameter "session_token": credentials`, true},
 		{"mem://b/p?password=" + secret, `parameter "password": credentials`, true},
-		// Not a URL at all: its text is cut before the credential.
-		{"mem://user:" + secret + "@b/%zz", "not a URL", false},
+		// An '@' before the query is user info however it parses: a
+		// secret with a '/' (half of them) or digits after the ':' does
+		// not slip out through a parse error or the port check.
+		{"mem://user:" + secret + "@b/%zz", "user info", true},
+		{"mem://AKIA:wJalr/" + secret + "@b/p", "user info", true},
+		{"mem://AKIA:1234/" + secret + "@b/p", "user info", true},
+		{"mem://AKIA:wJal@r/" + secret + "@b/p", "user info", true},
+		// Values of unknown parameters are not shown, whatever their name.
+		{"mem://b/p?sig=" + secret, `unknown parameter "sig"`, false},
+		{"mem://b/p?sk=" + secret, `unknown parameter "sk"`, false},
+		{"mem://b:1/p?region=r&sk=" + secret, "it has no port", false},
+		// An endpoint with user info is a credential too, and a later
+		// error does not show it.
+		{"mem://b/p?endpoint=https://AK:" + secret + "@h", `parameter "endpoint"`, true},
+		{"mem://b:1/p?endpoint=https://h&x=" + secret, "it has no port", false},
+		// A query that does not parse: the reason, not the input.
+		{"mem://b/p?x=%zz" + secret, "bad query (want name=value", false},
+		{"mem://b/p?a=1;b=" + secret, "bad query (want name=value", false},
 	} {
 		_, err := store.ParseURL(tc.raw)
 		if err == nil {
