@@ -205,7 +205,6 @@ func (m *MinIO) servesS3() error {
 	return err
 }
 
-
 func (m *MinIO) mustNotBeShared(op string) {
 	if m.shared {
 		panic("testenv: " + op + " on the SharedMinIO server, which tests must not disturb; use StartMinIO")
