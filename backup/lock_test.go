@@ -64,7 +64,7 @@ func TestBackupLockMemstore(t *testing.T) {
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1, TLS: true})
 	ctx := context.Background()
 	base := backup.Options{ClusterID: "c1", Kind: catalog.KindScheduled, Etcd: testfix.EtcdConfig(c),
-		Layout: catalog.Layout{Prefix: "p/"}, ProbeTimeout: 2 * time.Second, Log: testLogger(t),
+		Layout: catalog.Layout{Prefix: "p/"}, ProbeTimeout: 2 * time.Second, Log: testfix.DebugLogger(t),
 		Lock: retention.LockPolicy{Mode: catalog.LockGovernanceMode}}
 
 	plain := memstore.New()
@@ -140,7 +140,7 @@ func TestBackupLockMinIO(t *testing.T) {
 	ctx := context.Background()
 	policy := retention.Policy{Recent: 1, IncompleteAfter: time.Hour, FutureTolerance: 5 * time.Minute}
 	opts := backup.Options{ClusterID: "c1", Kind: catalog.KindScheduled, Etcd: testfix.EtcdConfig(c),
-		Store: st, Layout: catalog.Layout{Prefix: testenv.Prefix(t)}, ProbeTimeout: 2 * time.Second, Log: testLogger(t),
+		Store: st, Layout: catalog.Layout{Prefix: testenv.Prefix(t)}, ProbeTimeout: 2 * time.Second, Log: testfix.DebugLogger(t),
 		Lock: retention.LockPolicy{Mode: catalog.LockGovernanceMode}, LockRetention: &policy}
 	first, err := backup.Run(ctx, opts)
 	if err != nil {
@@ -159,7 +159,7 @@ func TestBackupLockMinIO(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	popts := prune.PruneOptions{Store: st, Layout: opts.Layout, ClusterIDs: []string{"c1"}, Policy: policy, Log: testLogger(t)}
+	popts := prune.PruneOptions{Store: st, Layout: opts.Layout, ClusterIDs: []string{"c1"}, Policy: policy, Log: testfix.DebugLogger(t)}
 	rep, err := prune.Prune(ctx, popts)
 	if err != nil {
 		t.Fatalf("prune on a locked bucket: %v", err)

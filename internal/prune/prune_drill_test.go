@@ -60,7 +60,7 @@ func TestPruneDrillReadFailsDeletesNothing(t *testing.T) {
 			return nil
 		}}
 		rep, err := prune.Prune(context.Background(), prune.PruneOptions{Store: fs, Layout: l, All: true, DryRun: dry,
-			Policy: retention.DefaultPolicy(), Now: pruneNow, Log: testLogger(t)})
+			Policy: retention.DefaultPolicy(), Now: pruneNow, Log: testfix.DebugLogger(t)})
 		var pe *prune.PruneError
 		if !errors.As(err, &pe) || pe.Step() != prune.PruneStepDrills || !pe.NothingDeleted || rep != nil {
 			t.Fatalf("dry run %v: want a %q error that deleted nothing, got %v (report %v)", dry, prune.PruneStepDrills, err, rep != nil)
@@ -98,7 +98,7 @@ func TestPruneKeepsNewestDrilled(t *testing.T) {
 	putDrill(t, st, l, drillRecord(id, name(2), false, at("2100-01-14 12:00"))) // failed
 	putObject(t, st, l.Key(id, name(3), catalog.DrillObject), []byte(`{"format": 1, "passed": tr`))
 
-	opts := prune.PruneOptions{Store: st, Layout: l, ClusterIDs: []string{id}, Policy: retention.DefaultPolicy(), Now: pruneNow, DryRun: true, Log: testLogger(t)}
+	opts := prune.PruneOptions{Store: st, Layout: l, ClusterIDs: []string{id}, Policy: retention.DefaultPolicy(), Now: pruneNow, DryRun: true, Log: testfix.DebugLogger(t)}
 	for _, dry := range []bool{true, false} {
 		opts.DryRun = dry
 		rep, err := prune.Prune(context.Background(), opts)
