@@ -15,7 +15,6 @@ import (
 	"github.com/armada/etcd-recovery/internal/prune"
 	"github.com/armada/etcd-recovery/internal/retention"
 	"github.com/armada/etcd-recovery/internal/store"
-	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
 
@@ -86,9 +85,8 @@ func TestPruneDrillReadFailsDeletesNothing(t *testing.T) {
 // its folder. On the old code the proven backup was deleted.
 func TestPruneKeepsNewestDrilled(t *testing.T) {
 	t.Parallel()
-	mi := testenv.SharedMinIO(t)
-	st := testfix.Store(t, mi, mi.NewBucket(t))
-	l := catalog.Layout{Prefix: testenv.Prefix(t)}
+	sr := testfix.NewStoreRig(t)
+	st, l := sr.Store, sr.Layout
 	const id = "drl"
 	runs := scheduledRuns(id, at("2100-01-13 19:00"), pruneNow) // 8 runs, 13th 19:03 .. 16th 03:03
 	putAll(t, st, l, runs)
@@ -156,9 +154,8 @@ func TestPruneKeepsNewestDrilled(t *testing.T) {
 // deleted without Force.
 func TestDeleteRefusesNewestProven(t *testing.T) {
 	t.Parallel()
-	mi := testenv.SharedMinIO(t)
-	st := testfix.Store(t, mi, mi.NewBucket(t))
-	l := catalog.Layout{Prefix: testenv.Prefix(t)}
+	sr := testfix.NewStoreRig(t)
+	st, l := sr.Store, sr.Layout
 	const id = "delp"
 	runs := scheduledRuns(id, at("2100-01-15 03:00"), at("2100-01-15 20:00"))
 	putAll(t, st, l, runs)

@@ -75,9 +75,8 @@ func deleteObject(tb testing.TB, st store.Store, key string) {
 // backup. ListBackups (what list shows) reports the same damage.
 func TestPruneDamagedBackups(t *testing.T) {
 	t.Parallel()
-	mi := testenv.SharedMinIO(t)
-	st := testfix.Store(t, mi, mi.NewBucket(t))
-	l := catalog.Layout{Prefix: testenv.Prefix(t)}
+	sr := testfix.NewStoreRig(t)
+	st, l := sr.Store, sr.Layout
 	const id = "dmg"
 	runs := scheduledRuns(id, at("2100-01-13 19:00"), pruneNow) // 8 runs, newest 2100-01-16 03:03
 	for _, f := range runs {
@@ -325,10 +324,8 @@ func TestPruneFindsUploadsHiddenByRestart(t *testing.T) {
 // --incomplete-after is in flight: not deleted, however old its objects.
 func TestPruneKeepsFolderWithYoungUpload(t *testing.T) {
 	t.Parallel()
-	mi := testenv.SharedMinIO(t)
-	bucket := mi.NewBucket(t)
-	st := testfix.Store(t, mi, bucket)
-	l := catalog.Layout{Prefix: testenv.Prefix(t)}
+	sr := testfix.NewStoreRig(t)
+	mi, bucket, st, l := sr.MinIO, sr.Bucket, sr.Store, sr.Layout
 	const id = "young"
 	now := time.Now().UTC()
 	putGood(t, st, l, folder{cluster: id, at: now.Add(-time.Hour), kind: catalog.KindScheduled})

@@ -197,10 +197,8 @@ func actionsByName(rep *prune.PruneReport) map[string]prune.BackupAction {
 // are not backups, and multipart uploads.
 func TestPruneInBucket(t *testing.T) {
 	t.Parallel()
-	mi := testenv.SharedMinIO(t)
-	bucket := mi.NewBucket(t)
-	st := testfix.Store(t, mi, bucket)
-	l := catalog.Layout{Prefix: testenv.Prefix(t)}
+	sr := testfix.NewStoreRig(t)
+	mi, bucket, st, l := sr.MinIO, sr.Bucket, sr.Store, sr.Layout
 	ctx := context.Background()
 
 	// Cluster "carrier-a": scheduled runs from 2099-12-07 to now (2100-01-16 09:30).
@@ -489,10 +487,8 @@ func (f *faultyStore) AbortUpload(ctx context.Context, u store.Upload) error {
 // are deleted by the default policy) and a stale upload.
 func smallFixture(t *testing.T) (*testenv.MinIO, string, store.Store, catalog.Layout) {
 	t.Helper()
-	mi := testenv.SharedMinIO(t)
-	bucket := mi.NewBucket(t)
-	st := testfix.Store(t, mi, bucket)
-	l := catalog.Layout{Prefix: testenv.Prefix(t)}
+	sr := testfix.NewStoreRig(t)
+	mi, bucket, st, l := sr.MinIO, sr.Bucket, sr.Store, sr.Layout
 	var fs []folder
 	for _, id := range []string{"small-a", "small-b"} {
 		fs = append(fs, scheduledRuns(id, at("2100-01-13 19:00"), pruneNow)...)
@@ -646,9 +642,8 @@ func TestPruneDeleteFailsMidway(t *testing.T) {
 // unknown names and the newest committed backup.
 func TestDeleteNamed(t *testing.T) {
 	t.Parallel()
-	mi := testenv.SharedMinIO(t)
-	st := testfix.Store(t, mi, mi.NewBucket(t))
-	l := catalog.Layout{Prefix: testenv.Prefix(t)}
+	sr := testfix.NewStoreRig(t)
+	st, l := sr.Store, sr.Layout
 	fs := []folder{
 		{cluster: "named", at: at("2100-01-10 10:00"), kind: catalog.KindManual},
 		{cluster: "named", at: at("2100-01-11 10:00"), kind: catalog.KindPreRestore},
