@@ -113,22 +113,14 @@ func TestCLIBackupDrill(t *testing.T) {
 // contacted.
 func TestBackupDrillUsage(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
+	assertUsageErrors(t, []string{"backup", "--kubeconfig", "/nonexistent/kubeconfig"}, []usageCase{
 		{[]string{"--all", "--drill", "--drill-share", "0"}, "--drill-share 0"},
 		{[]string{"--all", "--drill", "--drill-parallel", "0"}, "--drill-parallel 0"},
 		{[]string{"--all", "--drill-share", "3"}, "--drill-share is for --drill"},
 		{[]string{"--cluster-id", "a", "--drill", "--drill-share", "3"}, "are for --all/--cluster"},
 		{[]string{"--cluster-id", "a", "--drill", "--etcd-bin-dir", "/nonexistent/bin"}, "--etcd-bin-dir /nonexistent/bin"},
 		{[]string{"--cluster-id", "a", "--drill", "--temp-dir", "/nonexistent/scratch"}, "--temp-dir /nonexistent/scratch"},
-	} {
-		code, _, stderr := runCtx(t, context.Background(), append([]string{"backup", "--kubeconfig", "/nonexistent/kubeconfig"}, tc.args...)...)
-		if code != exitUsage || !strings.Contains(stderr, tc.want) {
-			t.Errorf("backup %v: exit %d, stderr %q; want %d and %q", tc.args, code, stderr, exitUsage, tc.want)
-		}
-	}
+	})
 }
 
 func lastLinesOf(s string, n int) string {

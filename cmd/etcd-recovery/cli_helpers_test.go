@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
@@ -58,4 +59,22 @@ func concatArgs(groups ...[]string) []string {
 		out = append(out, g...)
 	}
 	return out
+}
+
+// usageCase is a command line's arguments and what its usage error says.
+type usageCase struct {
+	args []string
+	want string
+}
+
+// assertUsageErrors runs the command line cmd followed by each case's
+// arguments and expects a usage error (exit 4) whose stderr says want.
+func assertUsageErrors(tb testing.TB, cmd []string, cases []usageCase) {
+	tb.Helper()
+	for _, tc := range cases {
+		code, _, stderr := runCtx(tb, context.Background(), append(append([]string{}, cmd...), tc.args...)...)
+		if code != exitUsage || !strings.Contains(stderr, tc.want) {
+			tb.Errorf("%s %v: exit %d, stderr %q; want %d and %q", cmd[0], tc.args, code, stderr, exitUsage, tc.want)
+		}
+	}
 }
