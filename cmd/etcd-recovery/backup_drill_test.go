@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -36,12 +35,9 @@ func TestCLIBackupDrill(t *testing.T) {
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, TLS: true})
 	testenv.PutKeys(t, c.Client(t), "/registry/pods/", 400, 256)
 	testenv.PutKeys(t, c.Client(t), "/registry/secrets/", 50, 128)
-	m := testenv.SharedMinIO(t)
-	bucket, prefix := m.NewBucket(t), testenv.Prefix(t)
-	cos := cosArgs(t, m, bucket, prefix)
-	st, layout := testfix.Store(t, m, bucket), catalog.Layout{Prefix: prefix}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+	cr := newCLIRig(t)
+	cos, st, layout := cr.cos, cr.Store, cr.Layout
+	ctx := testfix.Context(t, 5*time.Minute)
 
 	t.Run("Passes", func(t *testing.T) {
 		start := time.Now()

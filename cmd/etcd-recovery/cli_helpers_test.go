@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -77,4 +78,17 @@ func assertUsageErrors(tb testing.TB, cmd []string, cases []usageCase) {
 			tb.Errorf("%s %v: exit %d, stderr %q; want %d and %q", cmd[0], tc.args, code, stderr, exitUsage, tc.want)
 		}
 	}
+}
+
+// cliRig is one test's bucket and prefix on the shared MinIO
+// (testfix.StoreRig) and the --cos flags that point the tool at them.
+type cliRig struct {
+	*testfix.StoreRig
+	cos []string
+}
+
+func newCLIRig(tb testing.TB) *cliRig {
+	tb.Helper()
+	r := testfix.NewStoreRig(tb)
+	return &cliRig{StoreRig: r, cos: cosArgs(tb, r.MinIO, r.Bucket, r.Layout.Prefix)}
 }
