@@ -19,20 +19,6 @@ import (
 	"github.com/armada/etcd-recovery/internal/usage"
 )
 
-// backupKeys are the keys of the backup's folder.
-func backupKeys(tb testing.TB, st store.Store, prefix string) []string {
-	tb.Helper()
-	objs, err := st.List(context.Background(), prefix)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var keys []string
-	for _, o := range objs {
-		keys = append(keys, o.Key)
-	}
-	return keys
-}
-
 // checkLocked checks that every object of the backup has the manifest's
 // retention.
 func checkLocked(tb testing.TB, st store.Store, res *backup.Result, mode store.LockMode) {
@@ -41,7 +27,7 @@ func checkLocked(tb testing.TB, st store.Store, res *backup.Result, mode store.L
 	if m.Lock == nil || m.Lock.Until.IsZero() {
 		tb.Fatalf("manifest lock %+v, want one", m.Lock)
 	}
-	keys := backupKeys(tb, st, res.Prefix)
+	keys := testfix.Keys(tb, st, res.Prefix)
 	if !slices.ContainsFunc(keys, func(k string) bool { return strings.HasSuffix(k, catalog.ManifestObject) }) || len(keys) < 3 {
 		tb.Fatalf("backup objects %v: want the marker, the snapshot, the manifest", keys)
 	}
@@ -75,7 +61,7 @@ func TestBackupLockMemstore(t *testing.T) {
 	if !errors.As(err, &be) || be.Step() != backup.StepLock || !usage.Is(err) || !strings.Contains(err.Error(), "has no object lock") {
 		t.Fatalf("lock on an unlocked bucket: %v, want a usage error at %q", err, backup.StepLock)
 	}
-	if keys := backupKeys(t, plain, ""); len(keys) != 0 {
+	if keys := testfix.Keys(t, plain, ""); len(keys) != 0 {
 		t.Fatalf("objects written: %v", keys)
 	}
 
@@ -101,7 +87,7 @@ func TestBackupLockMemstore(t *testing.T) {
 		t.Fatal("backup of a dead endpoint succeeded")
 	}
 	want := now.Add(23 * time.Hour)
-	for _, k := range backupKeys(t, st, res.Prefix) {
+	for _, k := range testfix.Keys(t, st, res.Prefix) {
 		r, err := st.Retention(ctx, k, "")
 		if err != nil || !r.Until.Equal(want) {
 			t.Fatalf("%s after a failed run: retention %+v, %v; want until %s", k, r, err, want)
