@@ -267,12 +267,10 @@ func TestBackupStoreFaults(t *testing.T) {
 	t.Run("stall-mid-part", func(t *testing.T) {
 		t.Parallel()
 		r := newRig(t, c, nil)
-		fs := faults.Wrap(r.Store)
-		fs.Inject(faults.Fault{Op: faults.OpPut, KeySuffix: catalog.SnapshotObjectRaw, Kind: faults.Stall,
-			After: 2 << 20, Delay: time.Second, Times: 1})
 		opts := r.Options(t, "stall-part")
-		opts.Store, opts.Compression = fs, objectio.CompressNone
-		_, err := backup.Run(context.Background(), opts)
+		opts.Compression = objectio.CompressNone
+		fs, err := r.runFaulty(opts, faults.Fault{Op: faults.OpPut, KeySuffix: catalog.SnapshotObjectRaw, Kind: faults.Stall,
+			After: 2 << 20, Delay: time.Second, Times: 1})
 		if !errors.Is(err, store.ErrStalled) || !strings.Contains(err.Error(), `"upload snapshot"`) {
 			t.Fatalf("want a stalled upload, got %v", err)
 		}
@@ -287,15 +285,9 @@ func TestBackupStoreFaults(t *testing.T) {
 	t.Run("object-vanishes", func(t *testing.T) {
 		t.Parallel()
 		r := newRig(t, c, nil)
-		fs := faults.Wrap(r.Store)
-		fs.Inject(faults.Fault{Op: faults.OpPut, KeySuffix: catalog.SnapshotObjectZstd, Kind: faults.Vanish})
 		opts := r.Options(t, "vanish")
-		opts.Store = fs
-		_, err := backup.Run(context.Background(), opts)
-		var be *backup.Error
-		if !errors.As(err, &be) || be.Step() != backup.StepObjects || !strings.Contains(err.Error(), "object vanished during backup") {
-			t.Fatalf("want an object-vanished error, got %v", err)
-		}
+		fs, err := r.runFaulty(opts, faults.Fault{Op: faults.OpPut, KeySuffix: catalog.SnapshotObjectZstd, Kind: faults.Vanish})
+		assertStepError(t, err, backup.StepObjects, "object vanished during backup")
 		if n := fs.CountCalls(faults.OpPut, catalog.ManifestObject); n != 0 {
 			t.Errorf("a manifest was written for a vanished snapshot")
 		}
@@ -308,21 +300,15 @@ func TestBackupStoreFaults(t *testing.T) {
 	t.Run("object-vanishes-during-commit", func(t *testing.T) {
 		t.Parallel()
 		r := newRig(t, c, nil)
-		fs := faults.Wrap(r.Store)
-		fs.Inject(faults.Fault{Op: faults.OpPut, KeySuffix: catalog.ManifestObject, Kind: faults.Hook,
+		opts := r.Options(t, "vanish-commit")
+		_, err := r.runFaulty(opts, faults.Fault{Op: faults.OpPut, KeySuffix: catalog.ManifestObject, Kind: faults.Hook,
 			Func: func(ctx context.Context, key string) {
 				snap := strings.TrimSuffix(key, catalog.ManifestObject) + catalog.SnapshotObjectZstd
 				if err := r.Store.Delete(ctx, []string{snap}); err != nil {
 					t.Error(err)
 				}
 			}})
-		opts := r.Options(t, "vanish-commit")
-		opts.Store = fs
-		_, err := backup.Run(context.Background(), opts)
-		var be *backup.Error
-		if !errors.As(err, &be) || be.Step() != backup.StepObjects || !strings.Contains(err.Error(), "object vanished during backup") {
-			t.Fatalf("want an object-vanished error, got %v", err)
-		}
+		assertStepError(t, err, backup.StepObjects, "object vanished during backup")
 		r.assertNothingStored(t, "vanish-commit")
 	})
 
@@ -331,15 +317,9 @@ func TestBackupStoreFaults(t *testing.T) {
 	t.Run("5xx-on-manifest", func(t *testing.T) {
 		t.Parallel()
 		r := newRig(t, c, nil)
-		fs := faults.Wrap(r.Store)
-		fs.Inject(faults.Fault{Op: faults.OpPut, KeySuffix: catalog.ManifestObject, Kind: faults.ServerError})
 		opts := r.Options(t, "manifest-5xx")
-		opts.Store = fs
-		_, err := backup.Run(context.Background(), opts)
-		var be *backup.Error
-		if !errors.As(err, &be) || be.Step() != backup.StepManifest || !strings.Contains(err.Error(), "HTTP 503") {
-			t.Fatalf("want a manifest step error, got %v", err)
-		}
+		_, err := r.runFaulty(opts, faults.Fault{Op: faults.OpPut, KeySuffix: catalog.ManifestObject, Kind: faults.ServerError})
+		assertStepError(t, err, backup.StepManifest, "HTTP 503")
 		r.assertNothingStored(t, "manifest-5xx")
 	})
 
@@ -348,20 +328,14 @@ func TestBackupStoreFaults(t *testing.T) {
 	t.Run("manifest-replaced", func(t *testing.T) {
 		t.Parallel()
 		r := newRig(t, c, nil)
-		fs := faults.Wrap(r.Store)
-		fs.Inject(faults.Fault{Op: faults.OpPut, KeySuffix: catalog.ManifestObject, Kind: faults.Hook,
+		opts := r.Options(t, "replaced")
+		_, err := r.runFaulty(opts, faults.Fault{Op: faults.OpPut, KeySuffix: catalog.ManifestObject, Kind: faults.Hook,
 			Func: func(ctx context.Context, key string) {
 				if _, err := r.Store.Put(ctx, key, strings.NewReader(`{"format":1}`)); err != nil {
 					t.Error(err)
 				}
 			}})
-		opts := r.Options(t, "replaced")
-		opts.Store = fs
-		_, err := backup.Run(context.Background(), opts)
-		var be *backup.Error
-		if !errors.As(err, &be) || be.Step() != backup.StepManifest || !strings.Contains(err.Error(), "another writer replaced it") {
-			t.Fatalf("want a manifest read-back error, got %v", err)
-		}
+		assertStepError(t, err, backup.StepManifest, "another writer replaced it")
 	})
 
 	// etcd's trailing sha256 not matching the stream (one byte of the
@@ -395,11 +369,8 @@ func TestBackupStoreFaults(t *testing.T) {
 	t.Run("reset-then-404", func(t *testing.T) {
 		t.Parallel()
 		r := newRig(t, c, nil)
-		fs := faults.Wrap(r.Store)
-		fs.Inject(faults.Fault{Op: faults.OpPut, KeySuffix: catalog.SnapshotObjectZstd, Kind: faults.Reset, After: 1 << 20, Times: 1})
 		opts := r.Options(t, "reset")
-		opts.Store = fs
-		_, err := backup.Run(context.Background(), opts)
+		fs, err := r.runFaulty(opts, faults.Fault{Op: faults.OpPut, KeySuffix: catalog.SnapshotObjectZstd, Kind: faults.Reset, After: 1 << 20, Times: 1})
 		if err == nil || !strings.Contains(err.Error(), "connection reset") {
 			t.Fatalf("want a reset error, got %v", err)
 		}
@@ -407,11 +378,9 @@ func TestBackupStoreFaults(t *testing.T) {
 
 		fs.Clear()
 		fs.Inject(faults.Fault{Op: faults.OpGet, KeySuffix: catalog.ManifestObject, Kind: faults.NotFound})
+		opts.Store = fs
 		_, err = backup.Run(context.Background(), opts)
-		var be *backup.Error
-		if !errors.As(err, &be) || be.Step() != backup.StepManifest || !strings.Contains(err.Error(), "NoSuchKey") {
-			t.Fatalf("want a manifest read-back error, got %v", err)
-		}
+		assertStepError(t, err, backup.StepManifest, "NoSuchKey")
 		r.assertNothingStored(t, "reset")
 	})
 }
