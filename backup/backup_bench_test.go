@@ -35,23 +35,12 @@ import (
 // Targets: tool <= 0.6x baseline, tool <= 1.3x raw, tool peak RSS <= 96 MiB
 // and flat across sizes. Sizes: BENCH_SIZES_MB (default "160,640").
 func BenchmarkBackupVsBaseline(b *testing.B) {
-	sizes := []int{160, 640}
-	if s := os.Getenv("BENCH_SIZES_MB"); s != "" {
-		sizes = nil
-		for _, f := range strings.Split(s, ",") {
-			var n int
-			fmt.Sscan(f, &n)
-			sizes = append(sizes, n)
-		}
-	}
+	sizes := testfix.BenchSizesMB("BENCH_SIZES_MB", 160, 640)
 	// The machines are noisy (the same run's CPU seconds vary by a fifth
 	// between rounds), so each round measures raw, baseline and tool back
 	// to back, and the per-round ratios' median is printed next to the
 	// ratio of the bests.
-	rounds := 3
-	if s := os.Getenv("BENCH_ROUNDS"); s != "" {
-		fmt.Sscan(s, &rounds)
-	}
+	rounds := testfix.BenchInt("BENCH_ROUNDS", 3)
 	tool := testfix.Tool(b)
 	etcdctl := testenv.EtcdctlBin(b, testenv.V35)
 	c := testenv.StartEtcd(b, testenv.EtcdOptions{Version: testenv.V35, Members: 1, TLS: true, QuotaBackendBytes: 4 << 30})
@@ -62,13 +51,8 @@ func BenchmarkBackupVsBaseline(b *testing.B) {
 	ep := c.Endpoints()[0]
 	pki := c.PKI
 	dir := b.TempDir()
-	curlCfg := filepath.Join(dir, "curl.cfg")
-	if err := os.WriteFile(curlCfg, []byte(fmt.Sprintf("user = \"%s:%s\"\n", mi.AccessKey, mi.SecretKey)), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	env := append(os.Environ(),
-		"COS_ACCESS_KEY_ID="+mi.AccessKey, "COS_SECRET_ACCESS_KEY="+mi.SecretKey,
-		"COS_ENDPOINT="+mi.Endpoint, "COS_REGION="+mi.Region, "COS_BUCKET="+bucket, "COS_CA_FILE="+mi.CAFile,
+	curlCfg := testfix.CurlConfig(b, dir, mi)
+	env := append(testfix.COSEnv(mi, bucket),
 		"ETCDCTL_ENDPOINTS="+ep, "ETCDCTL_CACERT="+pki.CAFile, "ETCDCTL_CERT="+pki.ClientCertFile, "ETCDCTL_KEY="+pki.ClientKeyFile,
 		"ETCDCTL_API=3")
 	if g := os.Getenv("BENCH_GODEBUG"); g != "" {

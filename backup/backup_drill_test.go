@@ -55,19 +55,19 @@ func TestRunDrillHook(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			id := "hook-" + strings.ReplaceAll(tc.name, " ", "-")
 			for range 2 {
-				if _, err := backup.Run(ctx, r.options(t, id)); err != nil {
+				if _, err := backup.Run(ctx, r.Options(t, id)); err != nil {
 					t.Fatal(err)
 				}
 			}
 			rctx, cancel := context.WithCancel(ctx)
 			defer cancel()
-			opts := r.options(t, id)
+			opts := r.Options(t, id)
 			opts.Prune = &policy
 			calls := 0
 			hook := func(ctx context.Context, m *catalog.Manifest, _ string) (*catalog.DrillRecord, error) {
 				calls++
 				// Committed, and nothing pruned yet.
-				l := r.listed(t, id)
+				l := r.Listed(t, id)
 				if len(l) != 3 || l[len(l)-1].Name != m.Name && l[0].Name != m.Name {
 					t.Errorf("at the drill, %d backups listed; want the 2 seeded and %s", len(l), m.Name)
 				}
@@ -84,7 +84,7 @@ func TestRunDrillHook(t *testing.T) {
 					return nil, errors.New(`drill of cluster ` + id + ` failed at step "find etcd": no executable etcd-3.5`)
 				}
 				rec := record(m, tc.passed)
-				if err := catalog.PutDrill(ctx, r.store, r.layout, rec); err != nil {
+				if err := catalog.PutDrill(ctx, r.Store, r.Layout, rec); err != nil {
 					t.Fatal(err)
 				}
 				if !tc.passed {
@@ -110,7 +110,7 @@ func TestRunDrillHook(t *testing.T) {
 			if (res.Drill != nil) != (!tc.noRecord) || (res.DrillErr != nil) != (tc.wantErr != "") {
 				t.Errorf("result: drill %+v, drill error %v", res.Drill, res.DrillErr)
 			}
-			l := r.listed(t, id)
+			l := r.Listed(t, id)
 			if tc.wantPrune {
 				if res.Pruned == nil || res.Pruned.Deleted != 2 || len(l) != 1 || l[0].Name != res.Manifest.Name {
 					t.Errorf("prune after the drill: %+v; left %d backups, want only %s", res.Pruned, len(l), res.Manifest.Name)

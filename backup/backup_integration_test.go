@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -26,55 +25,19 @@ import (
 func TestMain(m *testing.M) { testenv.Main(m) }
 
 // rig is one test's cluster, bucket and prefix.
-type rig struct {
-	cluster *testenv.EtcdCluster
-	minio   *testenv.MinIO
-	store   *cos.Store
-	layout  catalog.Layout
-}
+type rig struct{ *testfix.BackupRig }
 
 func newRig(tb testing.TB, c *testenv.EtcdCluster, m *testenv.MinIO, opts ...testfix.StoreOption) *rig {
 	tb.Helper()
-	if m == nil {
-		m = testenv.SharedMinIO(tb)
-	}
-	return &rig{cluster: c, minio: m, store: testfix.Store(tb, m, m.NewBucket(tb), opts...), layout: catalog.Layout{Prefix: testenv.Prefix(tb)}}
-}
-
-func (r *rig) options(tb testing.TB, id string) backup.Options {
-	return backup.Options{
-		ClusterID: id, Kind: catalog.KindScheduled, Etcd: testfix.EtcdConfig(r.cluster),
-		Store: r.store, Layout: r.layout, ProbeTimeout: 2 * time.Second, Log: testLogger(tb),
-	}
-}
-
-func testLogger(tb testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tbWriter{tb}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-type tbWriter struct{ tb testing.TB }
-
-func (w tbWriter) Write(p []byte) (int, error) {
-	w.tb.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
-
-// committed returns the committed backups of id, failing on a listing error.
-func (r *rig) listed(tb testing.TB, id string) []catalog.Listed {
-	tb.Helper()
-	l, err := catalog.ListBackups(context.Background(), r.store, r.layout, id)
-	if err != nil {
-		tb.Fatalf("list: %v", err)
-	}
-	return l
+	return &rig{testfix.NewBackupRig(tb, c, m, opts...)}
 }
 
 func (r *rig) assertNothingStored(tb testing.TB, id string) {
 	tb.Helper()
-	if keys := testfix.Keys(tb, r.store, r.layout.ClusterPrefix(id)); len(keys) != 0 {
+	if keys := testfix.Keys(tb, r.Store, r.Layout.ClusterPrefix(id)); len(keys) != 0 {
 		tb.Fatalf("a failed backup left objects behind: %v", keys)
 	}
-	ups, err := r.store.ListUploads(context.Background(), r.layout.ClusterPrefix(id))
+	ups, err := r.Store.ListUploads(context.Background(), r.Layout.ClusterPrefix(id))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -104,7 +67,7 @@ func TestBackupTLSClusters(t *testing.T) {
 				t.Fatal(err)
 			}
 			revWritten := gr.Header.Revision
-			res, err := backup.Run(context.Background(), r.options(t, "tls-"+strings.ReplaceAll(string(v), ".", "")))
+			res, err := backup.Run(context.Background(), r.Options(t, "tls-"+strings.ReplaceAll(string(v), ".", "")))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -124,7 +87,7 @@ func TestBackupTLSClusters(t *testing.T) {
 			if m.Kind != catalog.KindScheduled || m.Format != catalog.ManifestFormat || m.ToolVersion == "" || m.FinishedAt.Before(m.StartedAt) {
 				t.Errorf("manifest header: %+v", m)
 			}
-			st := testfix.CheckSnapshot(t, r.store, r.layout, m)
+			st := testfix.CheckSnapshot(t, r.Store, r.Layout, m)
 			if st.Revision < m.RevisionBefore || st.Revision > m.RevisionAfter {
 				t.Errorf("snapshot revision %d outside [%d, %d]", st.Revision, m.RevisionBefore, m.RevisionAfter)
 			}
@@ -132,7 +95,7 @@ func TestBackupTLSClusters(t *testing.T) {
 				t.Errorf("snapshot holds %d keys, %d were written", st.TotalKey, len(written))
 			}
 			if v.HasV2() {
-				exp := testfix.ReadV2Export(t, r.store, r.layout, m)
+				exp := testfix.ReadV2Export(t, r.Store, r.Layout, m)
 				got := map[string]string{}
 				for _, n := range exp.Nodes {
 					if !n.Dir {
@@ -159,7 +122,7 @@ func TestBackupTLSClusters(t *testing.T) {
 					t.Errorf("etcd %s has no v2 API: want a clean skip, got v2=%+v skipped=%q", v, m.V2, m.V2Skipped)
 				}
 			}
-			l := r.listed(t, m.ClusterID)
+			l := r.Listed(t, m.ClusterID)
 			if len(l) != 1 || !l[0].Committed || l[0].Manifest == nil || l[0].Manifest.Snapshot.RawSHA256 != m.Snapshot.RawSHA256 {
 				t.Fatalf("list after backup: %+v", l)
 			}
@@ -172,7 +135,7 @@ func TestBackupV2OnWithoutV2(t *testing.T) {
 	t.Parallel()
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V36, Members: 1, TLS: true})
 	r := newRig(t, c, nil)
-	opts := r.options(t, "v2-required")
+	opts := r.Options(t, "v2-required")
 	opts.V2 = backup.V2On
 	_, err := backup.Run(context.Background(), opts)
 	var be *backup.Error
@@ -204,7 +167,7 @@ func TestBackupOneSurvivor(t *testing.T) {
 	c.Members[0].Kill()
 	c.Members[2].Kill()
 	r := newRig(t, c, nil)
-	res, err := backup.Run(context.Background(), r.options(t, "survivor"))
+	res, err := backup.Run(context.Background(), r.Options(t, "survivor"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +175,7 @@ func TestBackupOneSurvivor(t *testing.T) {
 	if m.Source.Name != c.Members[1].Name {
 		t.Errorf("source %s, want the survivor %s", m.Source.Name, c.Members[1].Name)
 	}
-	st := testfix.CheckSnapshot(t, r.store, r.layout, m)
+	st := testfix.CheckSnapshot(t, r.Store, r.Layout, m)
 	if st.TotalKey < len(written) {
 		t.Errorf("survivor snapshot holds %d keys, want >= %d", st.TotalKey, len(written))
 	}
@@ -228,7 +191,7 @@ func TestBackupMemberKilledMidStream(t *testing.T) {
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, TLS: true})
 	testenv.PutKeys(t, c.Client(t), "/big/", 3000, 8<<10) // ~24 MiB
 	r := newRig(t, c, nil)
-	opts := r.options(t, "midstream")
+	opts := r.Options(t, "midstream")
 	var (
 		mu      sync.Mutex
 		first   string
@@ -258,8 +221,8 @@ func TestBackupMemberKilledMidStream(t *testing.T) {
 	if !killed.Load() || len(sources) != 2 || res.Manifest.Source.Name == first {
 		t.Fatalf("want a retry on another member after killing %s; sources %v, used %s", first, sources, res.Manifest.Source.Name)
 	}
-	testfix.CheckSnapshot(t, r.store, r.layout, res.Manifest)
-	ups, err := r.store.ListUploads(context.Background(), r.layout.RootPrefix())
+	testfix.CheckSnapshot(t, r.Store, r.Layout, res.Manifest)
+	ups, err := r.Store.ListUploads(context.Background(), r.Layout.RootPrefix())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +249,7 @@ func TestBackupMinIOStoppedMidUpload(t *testing.T) {
 			return failureTap{rt, func() { failOnce.Do(func() { close(failedCh) }) }}
 		}
 	})
-	opts := r.options(t, "minio-dies")
+	opts := r.Options(t, "minio-dies")
 	opts.Compression = objectio.CompressNone // parts fill quickly
 	killedCh := make(chan struct{})
 	var once sync.Once
@@ -347,7 +310,7 @@ func TestBackupBadConfig(t *testing.T) {
 	layout := catalog.Layout{Prefix: testenv.Prefix(t)}
 	base := func(st store.Store) backup.Options {
 		return backup.Options{ClusterID: "badcfg", Kind: catalog.KindScheduled, Etcd: testfix.EtcdConfig(c),
-			Store: st, Layout: layout, ProbeTimeout: 2 * time.Second, Log: testLogger(t)}
+			Store: st, Layout: layout, ProbeTimeout: 2 * time.Second, Log: testfix.DebugLogger(t)}
 	}
 	const wrongSecret = "not-the-secret-0123456789abcdef"
 	cases := []struct {
@@ -396,7 +359,7 @@ func TestBackupCancelled(t *testing.T) {
 	r := newRig(t, c, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	opts := r.options(t, "cancelled")
+	opts := r.Options(t, "cancelled")
 	opts.Compression = objectio.CompressNone
 	opts.Progress = func(n int64) {
 		if n > 12<<20 {

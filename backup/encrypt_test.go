@@ -79,13 +79,13 @@ func putSecrets(tb testing.TB, c *testenv.EtcdCluster, n int) []string {
 func (r *rig) storedObjects(tb testing.TB, m *catalog.Manifest) map[string][]byte {
 	tb.Helper()
 	ctx := context.Background()
-	objs, err := r.store.List(ctx, r.layout.BackupPrefix(m.ClusterID, m.Name))
+	objs, err := r.Store.List(ctx, r.Layout.BackupPrefix(m.ClusterID, m.Name))
 	if err != nil {
 		tb.Fatal(err)
 	}
 	out := map[string][]byte{}
 	for _, o := range objs {
-		rc, err := r.store.Get(ctx, o.Key)
+		rc, err := r.Store.Get(ctx, o.Key)
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -161,7 +161,7 @@ func TestBackupEncrypted(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			r := newRig(t, c, nil)
-			opts := r.options(t, "enc-"+tc.name)
+			opts := r.Options(t, "enc-"+tc.name)
 			opts.Compression, opts.V2 = tc.compress, backup.V2On
 			if tc.encrypt {
 				opts.Recipients = two
@@ -194,7 +194,7 @@ func TestBackupEncrypted(t *testing.T) {
 				name, sum string
 				size      int64
 			}{{m.Snapshot.Object, m.Snapshot.StoredSHA256, m.Snapshot.StoredSize}, {m.V2.Object, m.V2.StoredSHA256, m.V2.StoredSize}} {
-				b, ok := objs[r.layout.Key(m.ClusterID, m.Name, obj.name)]
+				b, ok := objs[r.Layout.Key(m.ClusterID, m.Name, obj.name)]
 				if !ok {
 					t.Fatalf("%s not stored", obj.name)
 				}
@@ -206,10 +206,10 @@ func TestBackupEncrypted(t *testing.T) {
 				}
 			}
 			// The manifest stays readable without any secret.
-			if _, err := catalog.LoadManifest(context.Background(), r.store, r.layout, m.ClusterID, m.Name); err != nil {
+			if _, err := catalog.LoadManifest(context.Background(), r.Store, r.Layout, m.ClusterID, m.Name); err != nil {
 				t.Fatalf("manifest of an encrypted backup: %v", err)
 			}
-			snap := objs[r.layout.Key(m.ClusterID, m.Name, m.Snapshot.Object)]
+			snap := objs[r.Layout.Key(m.ClusterID, m.Name, m.Snapshot.Object)]
 			for i, id := range ids[:2] {
 				raw := open(t, snap, tc.compress, id)
 				if int64(len(raw)) != m.Snapshot.RawSize+32 {
@@ -286,7 +286,7 @@ func TestBackupEncryptedDrillPlaintext(t *testing.T) {
 			t.Parallel()
 			r := newRig(t, c, nil)
 			scratch := t.TempDir()
-			opts := r.options(t, "plain-"+tc.name)
+			opts := r.Options(t, "plain-"+tc.name)
 			opts.ScratchDir = scratch
 			if tc.encrypt {
 				opts.Recipients = rs
@@ -397,10 +397,10 @@ func TestBackupEncryptedStoreFaults(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			r := newRig(t, c, nil)
-			fs := faults.Wrap(r.store)
+			fs := faults.Wrap(r.Store)
 			fs.Inject(tc.fault)
 			id := "encfault-" + tc.name
-			opts := r.options(t, id)
+			opts := r.Options(t, id)
 			opts.Store, opts.Recipients, opts.ScratchDir = fs, rs, t.TempDir()
 			hook := func(context.Context, *catalog.Manifest, string) (*catalog.DrillRecord, error) {
 				t.Error("a drill ran after a failed backup")

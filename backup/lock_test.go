@@ -19,20 +19,6 @@ import (
 	"github.com/armada/etcd-recovery/internal/usage"
 )
 
-// backupKeys are the keys of the backup's folder.
-func backupKeys(tb testing.TB, st store.Store, prefix string) []string {
-	tb.Helper()
-	objs, err := st.List(context.Background(), prefix)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var keys []string
-	for _, o := range objs {
-		keys = append(keys, o.Key)
-	}
-	return keys
-}
-
 // checkLocked checks that every object of the backup has the manifest's
 // retention.
 func checkLocked(tb testing.TB, st store.Store, res *backup.Result, mode store.LockMode) {
@@ -41,7 +27,7 @@ func checkLocked(tb testing.TB, st store.Store, res *backup.Result, mode store.L
 	if m.Lock == nil || m.Lock.Until.IsZero() {
 		tb.Fatalf("manifest lock %+v, want one", m.Lock)
 	}
-	keys := backupKeys(tb, st, res.Prefix)
+	keys := testfix.Keys(tb, st, res.Prefix)
 	if !slices.ContainsFunc(keys, func(k string) bool { return strings.HasSuffix(k, catalog.ManifestObject) }) || len(keys) < 3 {
 		tb.Fatalf("backup objects %v: want the marker, the snapshot, the manifest", keys)
 	}
@@ -64,7 +50,7 @@ func TestBackupLockMemstore(t *testing.T) {
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1, TLS: true})
 	ctx := context.Background()
 	base := backup.Options{ClusterID: "c1", Kind: catalog.KindScheduled, Etcd: testfix.EtcdConfig(c),
-		Layout: catalog.Layout{Prefix: "p/"}, ProbeTimeout: 2 * time.Second, Log: testLogger(t),
+		Layout: catalog.Layout{Prefix: "p/"}, ProbeTimeout: 2 * time.Second, Log: testfix.DebugLogger(t),
 		Lock: retention.LockPolicy{Mode: catalog.LockGovernanceMode}}
 
 	plain := memstore.New()
@@ -75,7 +61,7 @@ func TestBackupLockMemstore(t *testing.T) {
 	if !errors.As(err, &be) || be.Step() != backup.StepLock || !usage.Is(err) || !strings.Contains(err.Error(), "has no object lock") {
 		t.Fatalf("lock on an unlocked bucket: %v, want a usage error at %q", err, backup.StepLock)
 	}
-	if keys := backupKeys(t, plain, ""); len(keys) != 0 {
+	if keys := testfix.Keys(t, plain, ""); len(keys) != 0 {
 		t.Fatalf("objects written: %v", keys)
 	}
 
@@ -101,7 +87,7 @@ func TestBackupLockMemstore(t *testing.T) {
 		t.Fatal("backup of a dead endpoint succeeded")
 	}
 	want := now.Add(23 * time.Hour)
-	for _, k := range backupKeys(t, st, res.Prefix) {
+	for _, k := range testfix.Keys(t, st, res.Prefix) {
 		r, err := st.Retention(ctx, k, "")
 		if err != nil || !r.Until.Equal(want) {
 			t.Fatalf("%s after a failed run: retention %+v, %v; want until %s", k, r, err, want)
@@ -140,7 +126,7 @@ func TestBackupLockMinIO(t *testing.T) {
 	ctx := context.Background()
 	policy := retention.Policy{Recent: 1, IncompleteAfter: time.Hour, FutureTolerance: 5 * time.Minute}
 	opts := backup.Options{ClusterID: "c1", Kind: catalog.KindScheduled, Etcd: testfix.EtcdConfig(c),
-		Store: st, Layout: catalog.Layout{Prefix: testenv.Prefix(t)}, ProbeTimeout: 2 * time.Second, Log: testLogger(t),
+		Store: st, Layout: catalog.Layout{Prefix: testenv.Prefix(t)}, ProbeTimeout: 2 * time.Second, Log: testfix.DebugLogger(t),
 		Lock: retention.LockPolicy{Mode: catalog.LockGovernanceMode}, LockRetention: &policy}
 	first, err := backup.Run(ctx, opts)
 	if err != nil {
@@ -159,7 +145,7 @@ func TestBackupLockMinIO(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	popts := prune.PruneOptions{Store: st, Layout: opts.Layout, ClusterIDs: []string{"c1"}, Policy: policy, Log: testLogger(t)}
+	popts := prune.PruneOptions{Store: st, Layout: opts.Layout, ClusterIDs: []string{"c1"}, Policy: policy, Log: testfix.DebugLogger(t)}
 	rep, err := prune.Prune(ctx, popts)
 	if err != nil {
 		t.Fatalf("prune on a locked bucket: %v", err)

@@ -47,15 +47,15 @@ func TestEncryptedDrillScratchPeak(t *testing.T) {
 
 	run := func(t *testing.T, id string) (*drilled.Result, error, int64) {
 		t.Helper()
-		opts := r.options(t, id)
+		opts := r.Options(t, id)
 		opts.Recipients, opts.ScratchDir = rs, scratch
 		opts.CheckScratch = func(db int64) error { return restore.CheckDrillScratch(scratch, db) }
 		var wrote atomic.Bool
 		hook := func(ctx context.Context, m *catalog.Manifest, plaintext string) (*catalog.DrillRecord, error) {
 			wrote.Store(plaintext != "")
-			return drill.Run(ctx, drill.Options{ClusterID: id, Store: r.store, Layout: r.layout, Backup: m.Name,
+			return drill.Run(ctx, drill.Options{ClusterID: id, Store: r.Store, Layout: r.Layout, Backup: m.Name,
 				Source: testfix.EtcdConfig(c), EtcdBinDir: bin, ScratchDir: scratch, Plaintext: plaintext, Manifest: m,
-				StartTimeout: time.Minute, ProbeTimeout: 10 * time.Second, Log: testLogger(t)})
+				StartTimeout: time.Minute, ProbeTimeout: 10 * time.Second, Log: testfix.DebugLogger(t)})
 		}
 		var peak, peakWAL atomic.Int64
 		stop := make(chan struct{})

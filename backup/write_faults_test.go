@@ -70,9 +70,9 @@ func TestBackupConcurrentRunsDistinct(t *testing.T) {
 			"BACKUP_HELPER=1",
 			"BACKUP_HELPER_ENDPOINTS="+strings.Join(cfg.Endpoints, ","),
 			"BACKUP_HELPER_CACERT="+cfg.CACert, "BACKUP_HELPER_CERT="+cfg.Cert, "BACKUP_HELPER_KEY="+cfg.Key,
-			"BACKUP_HELPER_S3="+r.minio.Endpoint, "BACKUP_HELPER_BUCKET="+r.store.Bucket(),
-			"BACKUP_HELPER_AK="+r.minio.AccessKey, "BACKUP_HELPER_SK="+r.minio.SecretKey,
-			"BACKUP_HELPER_PREFIX="+r.layout.Prefix, "BACKUP_HELPER_ID="+id,
+			"BACKUP_HELPER_S3="+r.MinIO.Endpoint, "BACKUP_HELPER_BUCKET="+r.Store.Bucket(),
+			"BACKUP_HELPER_AK="+r.MinIO.AccessKey, "BACKUP_HELPER_SK="+r.MinIO.SecretKey,
+			"BACKUP_HELPER_PREFIX="+r.Layout.Prefix, "BACKUP_HELPER_ID="+id,
 			"BACKUP_HELPER_AT="+strconv.FormatInt(at.UnixMilli(), 10),
 		)
 		cmds = append(cmds, cmd)
@@ -89,7 +89,7 @@ func TestBackupConcurrentRunsDistinct(t *testing.T) {
 	)
 	for range goroutines {
 		wg.Go(func() {
-			opts := r.options(t, id)
+			opts := r.Options(t, id)
 			opts.Now = func() time.Time { return at }
 			res, err := backup.Run(context.Background(), opts)
 			if err != nil {
@@ -125,7 +125,7 @@ func TestBackupConcurrentRunsDistinct(t *testing.T) {
 			t.Fatalf("name %s: %v %v", n, ti, err)
 		}
 	}
-	listed := r.listed(t, id)
+	listed := r.Listed(t, id)
 	if len(listed) != len(names) {
 		t.Fatalf("list shows %d backups, %d committed", len(listed), len(names))
 	}
@@ -133,7 +133,7 @@ func TestBackupConcurrentRunsDistinct(t *testing.T) {
 		if !l.Committed || l.Manifest == nil || !seen[l.Manifest.Name] {
 			t.Fatalf("listed backup %+v", l)
 		}
-		testfix.CheckSnapshot(t, r.store, r.layout, l.Manifest)
+		testfix.CheckSnapshot(t, r.Store, r.Layout, l.Manifest)
 	}
 }
 
@@ -190,7 +190,7 @@ func TestBackupStoreFrozen(t *testing.T) {
 				}
 			})
 			id := "frozen-" + when
-			opts := r.options(t, id)
+			opts := r.Options(t, id)
 			opts.Compression = objectio.CompressNone
 			opts.V2 = backup.V2Off
 			var sources atomic.Int32
@@ -211,7 +211,7 @@ func TestBackupStoreFrozen(t *testing.T) {
 			}
 			var snapKey atomic.Value
 			if when == "after" {
-				fs := faults.Wrap(r.store)
+				fs := faults.Wrap(r.Store)
 				fs.Inject(faults.Fault{Op: faults.OpPut, KeySuffix: catalog.SnapshotObjectRaw, Kind: faults.Hook,
 					Func: func(_ context.Context, key string) { snapKey.Store(key); freeze() }})
 				opts.Store = fs
@@ -250,7 +250,7 @@ func TestBackupStoreFrozen(t *testing.T) {
 				t.Fatal("the stall was not reported through OnStall")
 			}
 			if when != "after" {
-				assertKeyClean(t, r.store, k)
+				assertKeyClean(t, r.Store, k)
 			}
 			r.assertNothingStored(t, id)
 		})
@@ -267,12 +267,10 @@ func TestBackupStoreFaults(t *testing.T) {
 	t.Run("stall-mid-part", func(t *testing.T) {
 		t.Parallel()
 		r := newRig(t, c, nil)
-		fs := faults.Wrap(r.store)
-		fs.Inject(faults.Fault{Op: faults.OpPut, KeySuffix: catalog.SnapshotObjectRaw, Kind: faults.Stall,
+		opts := r.Options(t, "stall-part")
+		opts.Compression = objectio.CompressNone
+		fs, err := r.runFaulty(opts, faults.Fault{Op: faults.OpPut, KeySuffix: catalog.SnapshotObjectRaw, Kind: faults.Stall,
 			After: 2 << 20, Delay: time.Second, Times: 1})
-		opts := r.options(t, "stall-part")
-		opts.Store, opts.Compression = fs, objectio.CompressNone
-		_, err := backup.Run(context.Background(), opts)
 		if !errors.Is(err, store.ErrStalled) || !strings.Contains(err.Error(), `"upload snapshot"`) {
 			t.Fatalf("want a stalled upload, got %v", err)
 		}
@@ -287,15 +285,9 @@ func TestBackupStoreFaults(t *testing.T) {
 	t.Run("object-vanishes", func(t *testing.T) {
 		t.Parallel()
 		r := newRig(t, c, nil)
-		fs := faults.Wrap(r.store)
-		fs.Inject(faults.Fault{Op: faults.OpPut, KeySuffix: catalog.SnapshotObjectZstd, Kind: faults.Vanish})
-		opts := r.options(t, "vanish")
-		opts.Store = fs
-		_, err := backup.Run(context.Background(), opts)
-		var be *backup.Error
-		if !errors.As(err, &be) || be.Step() != backup.StepObjects || !strings.Contains(err.Error(), "object vanished during backup") {
-			t.Fatalf("want an object-vanished error, got %v", err)
-		}
+		opts := r.Options(t, "vanish")
+		fs, err := r.runFaulty(opts, faults.Fault{Op: faults.OpPut, KeySuffix: catalog.SnapshotObjectZstd, Kind: faults.Vanish})
+		assertStepError(t, err, backup.StepObjects, "object vanished during backup")
 		if n := fs.CountCalls(faults.OpPut, catalog.ManifestObject); n != 0 {
 			t.Errorf("a manifest was written for a vanished snapshot")
 		}
@@ -308,21 +300,15 @@ func TestBackupStoreFaults(t *testing.T) {
 	t.Run("object-vanishes-during-commit", func(t *testing.T) {
 		t.Parallel()
 		r := newRig(t, c, nil)
-		fs := faults.Wrap(r.store)
-		fs.Inject(faults.Fault{Op: faults.OpPut, KeySuffix: catalog.ManifestObject, Kind: faults.Hook,
+		opts := r.Options(t, "vanish-commit")
+		_, err := r.runFaulty(opts, faults.Fault{Op: faults.OpPut, KeySuffix: catalog.ManifestObject, Kind: faults.Hook,
 			Func: func(ctx context.Context, key string) {
 				snap := strings.TrimSuffix(key, catalog.ManifestObject) + catalog.SnapshotObjectZstd
-				if err := r.store.Delete(ctx, []string{snap}); err != nil {
+				if err := r.Store.Delete(ctx, []string{snap}); err != nil {
 					t.Error(err)
 				}
 			}})
-		opts := r.options(t, "vanish-commit")
-		opts.Store = fs
-		_, err := backup.Run(context.Background(), opts)
-		var be *backup.Error
-		if !errors.As(err, &be) || be.Step() != backup.StepObjects || !strings.Contains(err.Error(), "object vanished during backup") {
-			t.Fatalf("want an object-vanished error, got %v", err)
-		}
+		assertStepError(t, err, backup.StepObjects, "object vanished during backup")
 		r.assertNothingStored(t, "vanish-commit")
 	})
 
@@ -331,15 +317,9 @@ func TestBackupStoreFaults(t *testing.T) {
 	t.Run("5xx-on-manifest", func(t *testing.T) {
 		t.Parallel()
 		r := newRig(t, c, nil)
-		fs := faults.Wrap(r.store)
-		fs.Inject(faults.Fault{Op: faults.OpPut, KeySuffix: catalog.ManifestObject, Kind: faults.ServerError})
-		opts := r.options(t, "manifest-5xx")
-		opts.Store = fs
-		_, err := backup.Run(context.Background(), opts)
-		var be *backup.Error
-		if !errors.As(err, &be) || be.Step() != backup.StepManifest || !strings.Contains(err.Error(), "HTTP 503") {
-			t.Fatalf("want a manifest step error, got %v", err)
-		}
+		opts := r.Options(t, "manifest-5xx")
+		_, err := r.runFaulty(opts, faults.Fault{Op: faults.OpPut, KeySuffix: catalog.ManifestObject, Kind: faults.ServerError})
+		assertStepError(t, err, backup.StepManifest, "HTTP 503")
 		r.assertNothingStored(t, "manifest-5xx")
 	})
 
@@ -348,20 +328,14 @@ func TestBackupStoreFaults(t *testing.T) {
 	t.Run("manifest-replaced", func(t *testing.T) {
 		t.Parallel()
 		r := newRig(t, c, nil)
-		fs := faults.Wrap(r.store)
-		fs.Inject(faults.Fault{Op: faults.OpPut, KeySuffix: catalog.ManifestObject, Kind: faults.Hook,
+		opts := r.Options(t, "replaced")
+		_, err := r.runFaulty(opts, faults.Fault{Op: faults.OpPut, KeySuffix: catalog.ManifestObject, Kind: faults.Hook,
 			Func: func(ctx context.Context, key string) {
-				if _, err := r.store.Put(ctx, key, strings.NewReader(`{"format":1}`)); err != nil {
+				if _, err := r.Store.Put(ctx, key, strings.NewReader(`{"format":1}`)); err != nil {
 					t.Error(err)
 				}
 			}})
-		opts := r.options(t, "replaced")
-		opts.Store = fs
-		_, err := backup.Run(context.Background(), opts)
-		var be *backup.Error
-		if !errors.As(err, &be) || be.Step() != backup.StepManifest || !strings.Contains(err.Error(), "another writer replaced it") {
-			t.Fatalf("want a manifest read-back error, got %v", err)
-		}
+		assertStepError(t, err, backup.StepManifest, "another writer replaced it")
 	})
 
 	// etcd's trailing sha256 not matching the stream (one byte of the
@@ -370,7 +344,7 @@ func TestBackupStoreFaults(t *testing.T) {
 	t.Run("trailer-mismatch", func(t *testing.T) {
 		t.Parallel()
 		r := newRig(t, c, nil)
-		opts := r.options(t, "trailer")
+		opts := r.Options(t, "trailer")
 		var damaged atomic.Int32
 		backup.SetChunkHook(&opts, func(b []byte) {
 			// Flip a byte in the middle of every chunk: the stream no
@@ -395,11 +369,8 @@ func TestBackupStoreFaults(t *testing.T) {
 	t.Run("reset-then-404", func(t *testing.T) {
 		t.Parallel()
 		r := newRig(t, c, nil)
-		fs := faults.Wrap(r.store)
-		fs.Inject(faults.Fault{Op: faults.OpPut, KeySuffix: catalog.SnapshotObjectZstd, Kind: faults.Reset, After: 1 << 20, Times: 1})
-		opts := r.options(t, "reset")
-		opts.Store = fs
-		_, err := backup.Run(context.Background(), opts)
+		opts := r.Options(t, "reset")
+		fs, err := r.runFaulty(opts, faults.Fault{Op: faults.OpPut, KeySuffix: catalog.SnapshotObjectZstd, Kind: faults.Reset, After: 1 << 20, Times: 1})
 		if err == nil || !strings.Contains(err.Error(), "connection reset") {
 			t.Fatalf("want a reset error, got %v", err)
 		}
@@ -407,11 +378,9 @@ func TestBackupStoreFaults(t *testing.T) {
 
 		fs.Clear()
 		fs.Inject(faults.Fault{Op: faults.OpGet, KeySuffix: catalog.ManifestObject, Kind: faults.NotFound})
+		opts.Store = fs
 		_, err = backup.Run(context.Background(), opts)
-		var be *backup.Error
-		if !errors.As(err, &be) || be.Step() != backup.StepManifest || !strings.Contains(err.Error(), "NoSuchKey") {
-			t.Fatalf("want a manifest read-back error, got %v", err)
-		}
+		assertStepError(t, err, backup.StepManifest, "NoSuchKey")
 		r.assertNothingStored(t, "reset")
 	})
 }

@@ -2,7 +2,6 @@ package drill_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -13,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/drill"
 	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
@@ -28,10 +26,7 @@ import (
 // (source and restored), and the peak RSS of the tool and of the drill's
 // etcd.
 func BenchmarkDrill(b *testing.B) {
-	sizeMB := 512
-	if s := os.Getenv("BENCH_DRILL_MB"); s != "" {
-		fmt.Sscan(s, &sizeMB)
-	}
+	sizeMB := testfix.BenchInt("BENCH_DRILL_MB", 512)
 	tool := testfix.Tool(b)
 	src := testenv.StartEtcd(b, testenv.EtcdOptions{Version: testenv.V35, Members: 1, TLS: true, QuotaBackendBytes: 8 << 30})
 	mi := testenv.StartMinIO(b)
@@ -39,20 +34,11 @@ func BenchmarkDrill(b *testing.B) {
 	store := testfix.Store(b, mi, bucket)
 	layout := catalog.Layout{Prefix: "bench"}
 	const id = "drill"
-	testfix.FillLarge(b, src.Client(b), int64(sizeMB)<<20)
-	res, err := backup.Run(context.Background(), backup.Options{ClusterID: id, Kind: catalog.KindScheduled,
-		Etcd: testfix.EtcdConfig(src), Store: store, Layout: layout})
-	if err != nil {
-		b.Fatal(err)
-	}
-	man := res.Manifest
+	man := testfix.LargeBackup(b, src, store, layout, id, sizeMB)
 	gib := float64(man.Snapshot.RawSize) / (1 << 30)
 
 	dir := b.TempDir()
-	credDir := filepath.Join(dir, "creds")
-	os.Mkdir(credDir, 0o700)
-	os.WriteFile(filepath.Join(credDir, "access_key_id"), []byte(mi.AccessKey), 0o600)
-	os.WriteFile(filepath.Join(credDir, "secret_access_key"), []byte(mi.SecretKey), 0o600)
+	credDir := testfix.CredentialsDir(b, dir, mi)
 	binDir := filepath.Join(dir, "bin")
 	os.Mkdir(binDir, 0o700)
 	if err := os.Symlink(testenv.EtcdBin(b, testenv.V35), filepath.Join(binDir, "etcd-3.5")); err != nil {
@@ -98,7 +84,7 @@ func BenchmarkDrill(b *testing.B) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}()
-	err = cmd.Wait()
+	err := cmd.Wait()
 	drillT := time.Since(t0)
 	<-found
 	toolRSS, _, _ := toolW.Stop()

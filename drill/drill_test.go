@@ -271,9 +271,7 @@ func TestDrillForgedBackupFailsComparison(t *testing.T) {
 // parse): the drill fails at "start etcd" with etcd's own cause, recorded.
 func TestDrillEtcdCannotStart(t *testing.T) {
 	t.Parallel()
-	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V36, Members: 1, TLS: true})
-	fillDrillData(t, c.Client(t), 100)
-	r := newStoreRig(t)
+	c, r := drillSource(t, testenv.V36, 100)
 	const id = "drill-nostart"
 	res, err := backup.Run(context.Background(), backup.Options{ClusterID: id, Kind: catalog.KindScheduled, Etcd: testfix.EtcdConfig(c),
 		Store: r.Store, Layout: r.Layout, Compression: objectio.CompressNone, ProbeTimeout: 3 * time.Second, Log: testfix.Logger(t)})
@@ -369,9 +367,7 @@ func TestDrillUnsupportedVersion(t *testing.T) {
 // process, no bound port, no file and no record behind.
 func TestDrillCancelLeavesNothing(t *testing.T) {
 	t.Parallel()
-	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1, TLS: true})
-	fillDrillData(t, c.Client(t), 100)
-	r := newStoreRig(t)
+	c, r := drillSource(t, testenv.V35, 100)
 	const id = "drill-cancel"
 	m := r.TakeBackup(t, c, id, catalog.KindScheduled)
 	binDir := testenv.DrillBinDir(t, testenv.V35)
@@ -425,9 +421,7 @@ func TestDrillCancelLeavesNothing(t *testing.T) {
 // port or file behind.
 func TestDrillFrozenEtcdIsInconclusive(t *testing.T) {
 	t.Parallel()
-	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1, TLS: true})
-	fillDrillData(t, c.Client(t), 100)
-	r := newStoreRig(t)
+	c, r := drillSource(t, testenv.V35, 100)
 	const id = "drill-frozen"
 	m := r.TakeBackup(t, c, id, catalog.KindScheduled)
 	o := drillOpts(t, r, id, testenv.DrillBinDir(t, testenv.V35))

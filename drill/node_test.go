@@ -246,10 +246,8 @@ func TestDrillVerdictOverAllChecks(t *testing.T) {
 // recorded, nothing left behind.
 func TestDrillNodeFaultsAreInconclusive(t *testing.T) {
 	t.Parallel()
-	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1, TLS: true})
-	fillDrillData(t, c.Client(t), 200)
+	c, r := drillSource(t, testenv.V35, 200)
 	testenv.PutKeys(t, c.Client(t), "/registry/configmaps/", 64, 64<<10)
-	r := newStoreRig(t)
 	const id = "drill-node-faults"
 	m := r.TakeBackup(t, c, id, catalog.KindScheduled)
 	for _, tc := range []struct{ name, want, step string }{

@@ -69,14 +69,7 @@ func TestRestoreAfterEveryBackupDeletedAndOverwritten(t *testing.T) {
 
 	// The destructive credential: every object deleted (markers), then
 	// every manifest overwritten with garbage.
-	objs, err := r.Store.List(ctx, r.Layout.ClusterPrefix(id))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var keys []string
-	for _, o := range objs {
-		keys = append(keys, o.Key)
-	}
+	keys := testfix.Keys(t, r.Store, r.Layout.ClusterPrefix(id))
 	if err := r.Store.Delete(ctx, keys); err != nil {
 		t.Fatalf("delete on a locked bucket: %v", err)
 	}
@@ -183,14 +176,7 @@ func TestRestoreV2FromDeletedBackup(t *testing.T) {
 		t.Fatal("the backup has no v2 export")
 	}
 	ctx := testfix.Context(t, 2*time.Minute)
-	objs, err := r.Store.List(ctx, r.Layout.ClusterPrefix(id))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var keys []string
-	for _, o := range objs {
-		keys = append(keys, o.Key)
-	}
+	keys := testfix.Keys(t, r.Store, r.Layout.ClusterPrefix(id))
 	if err := r.Store.Delete(ctx, keys); err != nil {
 		t.Fatal(err)
 	}

@@ -32,19 +32,8 @@ import (
 // anonymous RSS minus the plain run's stays the same from the small size
 // to the large one (printed as "enc-plain anon", target: within 8 MiB).
 func BenchmarkEncryptionOverhead(b *testing.B) {
-	sizes := []int{256, 1024}
-	if s := os.Getenv("BENCH_ENC_SIZES_MB"); s != "" {
-		sizes = nil
-		for _, f := range strings.Split(s, ",") {
-			var n int
-			fmt.Sscan(f, &n)
-			sizes = append(sizes, n)
-		}
-	}
-	rounds := 3
-	if s := os.Getenv("BENCH_ROUNDS"); s != "" {
-		fmt.Sscan(s, &rounds)
-	}
+	sizes := testfix.BenchSizesMB("BENCH_ENC_SIZES_MB", 256, 1024)
+	rounds := testfix.BenchInt("BENCH_ROUNDS", 3)
 	tool := testfix.Tool(b)
 	src := testenv.StartEtcd(b, testenv.EtcdOptions{Version: testenv.V35, Members: 1, TLS: true, QuotaBackendBytes: 8 << 30})
 	pki := src.PKI
@@ -59,9 +48,7 @@ func BenchmarkEncryptionOverhead(b *testing.B) {
 	if err := os.WriteFile(idFile, []byte(id.String()+"\n"), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	env := append(os.Environ(),
-		"COS_ACCESS_KEY_ID="+mi.AccessKey, "COS_SECRET_ACCESS_KEY="+mi.SecretKey,
-		"COS_ENDPOINT="+mi.Endpoint, "COS_REGION="+mi.Region, "COS_BUCKET="+bucket, "COS_CA_FILE="+mi.CAFile, "COS_PREFIX=bench")
+	env := append(testfix.COSEnv(mi, bucket), "COS_PREFIX=bench")
 	// Nothing of the encryption environment leaks into the plain runs.
 	clean := env[:0:0]
 	for _, e := range env {

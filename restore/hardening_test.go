@@ -247,10 +247,7 @@ func TestRestoreMemberNamesAreNotPaths(t *testing.T) {
 // the others still to come (--parallel 1).
 func TestRestoreCancelDuringDataDirWrite(t *testing.T) {
 	t.Parallel()
-	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
-	testenv.PutKeys(t, c.Client(t), "/x/", 200, 64)
-	r := newStoreRig(t)
-	r.TakeBackup(t, c, "cancel-write", catalog.KindScheduled)
+	_, r, _, _ := backedUp(t, "cancel-write", 200, 64)
 	ic, _ := newCluster(t, 3, false)
 	parent := t.TempDir()
 	root := filepath.Join(parent, "data")
@@ -303,11 +300,8 @@ func TestRestoreCancelDuringDataDirWrite(t *testing.T) {
 // when one can be made) is a problem for both, found before anything.
 func TestRestoreDryRunAsStrictAsRealRun(t *testing.T) {
 	t.Parallel()
-	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
-	testenv.PutKeys(t, c.Client(t), "/x/", 100, 16)
-	r := newStoreRig(t)
 	const id = "strict"
-	good := r.TakeBackup(t, c, id, catalog.KindScheduled)
+	c, r, good, _ := backedUp(t, id, 100, 16)
 	testenv.PutKeys(t, c.Client(t), "/y/", 10, 16)
 	inflated := r.TakeBackup(t, c, id, catalog.KindScheduled)
 	ctx := testfix.Context(t, 2*time.Minute)
@@ -432,10 +426,7 @@ func TestRestoreChoosesHighestRevisionNotNewest(t *testing.T) {
 // and the file, not the run's, is left alone.
 func TestRestoreAllOrNoneWhenAMemberFails(t *testing.T) {
 	t.Parallel()
-	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
-	testenv.PutKeys(t, c.Client(t), "/x/", 100, 16)
-	r := newStoreRig(t)
-	r.TakeBackup(t, c, "all-or-none", catalog.KindScheduled)
+	_, r, _, _ := backedUp(t, "all-or-none", 100, 16)
 	ic, _ := newCluster(t, 3, false)
 	root := t.TempDir()
 	opts := r.runOpts(t, "all-or-none", ic, "")
@@ -480,10 +471,7 @@ func TestRestoreAllOrNoneWhenAMemberFails(t *testing.T) {
 // error says so and how to go on without it.
 func TestRestoreSurvivorSnapshotNotCommitted(t *testing.T) {
 	t.Parallel()
-	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
-	testenv.PutKeys(t, c.Client(t), "/x/", 100, 16)
-	r := newStoreRig(t)
-	r.TakeBackup(t, c, "survivor-fails", catalog.KindScheduled)
+	c, r, _, _ := backedUp(t, "survivor-fails", 100, 16)
 	before := r.BucketListing(t)
 	fs := faults.Wrap(r.Store)
 	fs.Inject(faults.Fault{Op: faults.OpPut, Kind: faults.ServerError})
@@ -512,10 +500,7 @@ func TestRestoreSurvivorSnapshotNotCommitted(t *testing.T) {
 // cluster, verified.
 func TestRestoreOneMemberPerRun(t *testing.T) {
 	t.Parallel()
-	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
-	want := testenv.PutKeys(t, c.Client(t), "/x/", 200, 16)
-	r := newStoreRig(t)
-	m := r.TakeBackup(t, c, "per-host", catalog.KindScheduled)
+	c, r, m, want := backedUp(t, "per-host", 200, 16)
 	c.Members[0].Kill()
 	ic, ms := newCluster(t, 3, false)
 	ctx := testfix.Context(t, 3*time.Minute)

@@ -15,6 +15,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
@@ -172,4 +173,16 @@ func selectBackup(ctx context.Context, opts restore.Options, plan *restore.Plan)
 		return nil, err
 	}
 	return cfg.Select(ctx, plan)
+}
+
+// backedUp starts a one-member etcd 3.5 holding n keys under /x/ with
+// values of size bytes, and takes a scheduled backup of it as id into a new
+// storeRig. It returns the cluster, the rig, the backup's manifest and the
+// keys written.
+func backedUp(tb testing.TB, id string, n, size int) (*testenv.EtcdCluster, *storeRig, *catalog.Manifest, map[string]string) {
+	tb.Helper()
+	c := testenv.StartEtcd(tb, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
+	want := testenv.PutKeys(tb, c.Client(tb), "/x/", n, size)
+	r := newStoreRig(tb)
+	return c, r, r.TakeBackup(tb, c, id, catalog.KindScheduled), want
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/etcdinternals"
 	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
 
 // BenchmarkReplay measures the replay of a point-in-time restore against
@@ -30,10 +31,7 @@ import (
 // It reports both times and the ratio client/file; the goal is at
 // least 10x.
 func BenchmarkReplay(b *testing.B) {
-	n := 100_000
-	if s := os.Getenv("BENCH_REPLAY_EVENTS"); s != "" {
-		fmt.Sscan(s, &n)
-	}
+	n := testfix.BenchInt("BENCH_REPLAY_EVENTS", 100_000)
 	c := testenv.StartEtcd(b, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
 	cli := c.Client(b)
 	ctx := context.Background()

@@ -3,7 +3,6 @@ package restore_test
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
@@ -36,10 +34,7 @@ import (
 // (default 1) runs both that many times, alternating which goes first, and
 // keeps the best; BENCH_RESTORE_PARALLEL passes --parallel to the tool.
 func BenchmarkRestoreRTO(b *testing.B) {
-	sizeMB := 512
-	if s := os.Getenv("BENCH_RESTORE_MB"); s != "" {
-		fmt.Sscan(s, &sizeMB)
-	}
+	sizeMB := testfix.BenchInt("BENCH_RESTORE_MB", 512)
 	tool := testfix.Tool(b)
 	etcdutl := testenv.EtcdutlBin(b, testenv.V35)
 	etcdctl := testenv.EtcdctlBin(b, testenv.V35)
@@ -52,26 +47,14 @@ func BenchmarkRestoreRTO(b *testing.B) {
 	const id = "rto"
 
 	t0 := time.Now()
-	testfix.FillLarge(b, src.Client(b), int64(sizeMB)<<20)
-	res, err := backup.Run(context.Background(), backup.Options{ClusterID: id, Kind: catalog.KindScheduled,
-		Etcd: testfix.EtcdConfig(src), Store: store, Layout: layout})
-	if err != nil {
-		b.Fatal(err)
-	}
-	man := res.Manifest
+	man := testfix.LargeBackup(b, src, store, layout, id, sizeMB)
 	src.Members[0].Kill()
 	os.RemoveAll(src.Members[0].DataDir)
 	fmt.Fprintf(os.Stderr, "filled %d MiB (snapshot db %d MiB, stored %d MiB) in %s\n", sizeMB, man.Snapshot.RawSize>>20, man.Snapshot.StoredSize>>20, time.Since(t0).Round(time.Second))
 
 	dir := b.TempDir()
-	curlCfg := filepath.Join(dir, "curl.cfg")
-	if err := os.WriteFile(curlCfg, fmt.Appendf(nil, "user = \"%s:%s\"\n", mi.AccessKey, mi.SecretKey), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	credDir := filepath.Join(dir, "creds")
-	os.Mkdir(credDir, 0o700)
-	os.WriteFile(filepath.Join(credDir, "access_key_id"), []byte(mi.AccessKey), 0o600)
-	os.WriteFile(filepath.Join(credDir, "secret_access_key"), []byte(mi.SecretKey), 0o600)
+	curlCfg := testfix.CurlConfig(b, dir, mi)
+	credDir := testfix.CredentialsDir(b, dir, mi)
 	objURL := mi.Endpoint + "/" + bucket + "/" + layout.Key(id, man.Name, man.Snapshot.Object)
 	ctlEnv := append(os.Environ(), "ETCDCTL_API=3", "ETCDCTL_CACERT="+pki.CAFile, "ETCDCTL_CERT="+pki.ClientCertFile, "ETCDCTL_KEY="+pki.ClientKeyFile)
 	// Warm the page cache for both runs alike.
@@ -221,10 +204,7 @@ func BenchmarkRestoreRTO(b *testing.B) {
 		os.RemoveAll(root)
 		return toolT
 	}
-	rounds := 3
-	if s := os.Getenv("BENCH_ROUNDS"); s != "" {
-		fmt.Sscan(s, &rounds)
-	}
+	rounds := testfix.BenchInt("BENCH_ROUNDS", 3)
 	var perRound []float64
 	for round := range rounds {
 		// Alternate the order, keep the best of each.

@@ -322,11 +322,8 @@ func TestRestoreRefusesCorruptBackups(t *testing.T) {
 // A non-empty data dir is refused before anything happens (not even the
 // survivor snapshot); --force moves it aside and keeps it.
 func TestRestoreDataDirInTheWay(t *testing.T) {
-	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
-	want := testenv.PutKeys(t, c.Client(t), "/x/", 100, 16)
-	r := newStoreRig(t)
 	const id = "dirs"
-	r.TakeBackup(t, c, id, catalog.KindScheduled)
+	c, r, _, want := backedUp(t, id, 100, 16)
 	ic, ms := newCluster(t, 1, false)
 	root := t.TempDir()
 	dir := filepath.Join(root, "r0.etcd")
@@ -379,11 +376,8 @@ func TestRestoreDataDirInTheWay(t *testing.T) {
 // A dry run changes nothing: not the bucket (no survivor snapshot), not the
 // data dirs (even one --force would move); it says what it would do.
 func TestRestoreDryRunChangesNothing(t *testing.T) {
-	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
-	testenv.PutKeys(t, c.Client(t), "/x/", 100, 16)
-	r := newStoreRig(t)
 	const id = "dry"
-	m := r.TakeBackup(t, c, id, catalog.KindScheduled)
+	c, r, m, _ := backedUp(t, id, 100, 16)
 	testenv.PutKeys(t, c.Client(t), "/y/", 10, 16)
 	ic, _ := newCluster(t, 3, false)
 	root := t.TempDir()
@@ -479,10 +473,7 @@ func (cancelOnProgress) Done() {}
 // Cancelled mid-download: the error says so, and nothing is left behind,
 // not even the temp file.
 func TestRestoreCancelled(t *testing.T) {
-	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
-	testenv.PutKeys(t, c.Client(t), "/x/", 2000, 512)
-	r := newStoreRig(t)
-	r.TakeBackup(t, c, "cancel", catalog.KindScheduled)
+	_, r, _, _ := backedUp(t, "cancel", 2000, 512)
 	ic, _ := newCluster(t, 3, false)
 	root := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())

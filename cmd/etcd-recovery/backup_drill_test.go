@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -36,12 +35,9 @@ func TestCLIBackupDrill(t *testing.T) {
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, TLS: true})
 	testenv.PutKeys(t, c.Client(t), "/registry/pods/", 400, 256)
 	testenv.PutKeys(t, c.Client(t), "/registry/secrets/", 50, 128)
-	m := testenv.SharedMinIO(t)
-	bucket, prefix := m.NewBucket(t), testenv.Prefix(t)
-	cos := cosArgs(t, m, bucket, prefix)
-	st, layout := testfix.Store(t, m, bucket), catalog.Layout{Prefix: prefix}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+	cr := newCLIRig(t)
+	cos, st, layout := cr.cos, cr.Store, cr.Layout
+	ctx := testfix.Context(t, 5*time.Minute)
 
 	t.Run("Passes", func(t *testing.T) {
 		start := time.Now()
@@ -113,22 +109,14 @@ func TestCLIBackupDrill(t *testing.T) {
 // contacted.
 func TestBackupDrillUsage(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
+	assertUsageErrors(t, []string{"backup", "--kubeconfig", "/nonexistent/kubeconfig"}, []usageCase{
 		{[]string{"--all", "--drill", "--drill-share", "0"}, "--drill-share 0"},
 		{[]string{"--all", "--drill", "--drill-parallel", "0"}, "--drill-parallel 0"},
 		{[]string{"--all", "--drill-share", "3"}, "--drill-share is for --drill"},
 		{[]string{"--cluster-id", "a", "--drill", "--drill-share", "3"}, "are for --all/--cluster"},
 		{[]string{"--cluster-id", "a", "--drill", "--etcd-bin-dir", "/nonexistent/bin"}, "--etcd-bin-dir /nonexistent/bin"},
 		{[]string{"--cluster-id", "a", "--drill", "--temp-dir", "/nonexistent/scratch"}, "--temp-dir /nonexistent/scratch"},
-	} {
-		code, _, stderr := runCtx(t, context.Background(), append([]string{"backup", "--kubeconfig", "/nonexistent/kubeconfig"}, tc.args...)...)
-		if code != exitUsage || !strings.Contains(stderr, tc.want) {
-			t.Errorf("backup %v: exit %d, stderr %q; want %d and %q", tc.args, code, stderr, exitUsage, tc.want)
-		}
-	}
+	})
 }
 
 func lastLinesOf(s string, n int) string {

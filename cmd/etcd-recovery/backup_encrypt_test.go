@@ -83,12 +83,9 @@ func TestCLIBackupEncryptedDrill(t *testing.T) {
 	}
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, TLS: true})
 	testenv.PutKeys(t, c.Client(t), "/registry/secrets/", 300, 256)
-	m := testenv.SharedMinIO(t)
-	bucket, prefix := m.NewBucket(t), testenv.Prefix(t)
-	cos := cosArgs(t, m, bucket, prefix)
-	st, layout := testfix.Store(t, m, bucket), catalog.Layout{Prefix: prefix}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+	cr := newCLIRig(t)
+	cos, st, layout := cr.cos, cr.Store, cr.Layout
+	ctx := testfix.Context(t, 5*time.Minute)
 	r1, r2 := ageRecipient(t), ageRecipient(t)
 
 	tmp := t.TempDir()

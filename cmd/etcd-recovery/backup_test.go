@@ -24,10 +24,9 @@ func TestCLIBackupAndList(t *testing.T) {
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, TLS: true, EnableV2: true})
 	testenv.PutKeys(t, c.Client(t), "/registry/", 300, 128)
 	testenv.PutV2Keys(t, c, 12)
-	m := testenv.SharedMinIO(t)
-	bucket, prefix := m.NewBucket(t), testenv.Prefix(t)
+	cr := newCLIRig(t)
+	m, cos := cr.MinIO, cr.cos
 	ctx := context.Background()
-	cos := cosArgs(t, m, bucket, prefix)
 
 	code, out, errOut := runCtx(t, ctx, concatArgs([]string{"--log-level", "debug", "backup", "--cluster-id", "cli1", "--kind", "scheduled", "-o", "json"}, clusterArgs(c), cos)...)
 	if code != 0 {

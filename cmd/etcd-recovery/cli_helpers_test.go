@@ -5,9 +5,11 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -58,4 +60,35 @@ func concatArgs(groups ...[]string) []string {
 		out = append(out, g...)
 	}
 	return out
+}
+
+// usageCase is a command line's arguments and what its usage error says.
+type usageCase struct {
+	args []string
+	want string
+}
+
+// assertUsageErrors runs the command line cmd followed by each case's
+// arguments and expects a usage error (exit 4) whose stderr says want.
+func assertUsageErrors(tb testing.TB, cmd []string, cases []usageCase) {
+	tb.Helper()
+	for _, tc := range cases {
+		code, _, stderr := runCtx(tb, context.Background(), append(append([]string{}, cmd...), tc.args...)...)
+		if code != exitUsage || !strings.Contains(stderr, tc.want) {
+			tb.Errorf("%s %v: exit %d, stderr %q; want %d and %q", cmd[0], tc.args, code, stderr, exitUsage, tc.want)
+		}
+	}
+}
+
+// cliRig is one test's bucket and prefix on the shared MinIO
+// (testfix.StoreRig) and the --cos flags that point the tool at them.
+type cliRig struct {
+	*testfix.StoreRig
+	cos []string
+}
+
+func newCLIRig(tb testing.TB) *cliRig {
+	tb.Helper()
+	r := testfix.NewStoreRig(tb)
+	return &cliRig{StoreRig: r, cos: cosArgs(tb, r.MinIO, r.Bucket, r.Layout.Prefix)}
 }

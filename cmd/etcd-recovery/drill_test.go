@@ -25,9 +25,7 @@ func TestCLIDrill(t *testing.T) {
 	testenv.PutKeys(t, a.Client(t), "/registry/pods/", 200, 32)
 	testenv.PutKeys(t, b.Client(t), "/registry/secrets/", 200, 32)
 	testenv.PutKeys(t, b.Client(t), "/registry/secrets/", 200, 32) // b's revision above a's
-	m := testenv.SharedMinIO(t)
-	bucket, prefix := m.NewBucket(t), testenv.Prefix(t)
-	cos := cosArgs(t, m, bucket, prefix)
+	cos := newCLIRig(t).cos
 	binDir := t.TempDir()
 	if err := os.Symlink(testenv.EtcdBin(t, testenv.V35), filepath.Join(binDir, "etcd-3.5")); err != nil {
 		t.Fatal(err)

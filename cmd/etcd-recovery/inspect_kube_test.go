@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"strings"
 	"testing"
 )
 
@@ -10,10 +8,7 @@ import (
 // before any connection. The runs against Kubernetes are in kube/.
 func TestInspectKubeUsage(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
+	assertUsageErrors(t, []string{"inspect"}, []usageCase{
 		{[]string{"--all", "--cluster", "a"}, "--all and --cluster are exclusive"},
 		{[]string{"--all", "--cluster-id", "a"}, "--cluster-id is for one cluster"},
 		{[]string{"--cluster", "a", "--cluster-id", "a"}, "--cluster-id is for one cluster"},
@@ -22,10 +17,5 @@ func TestInspectKubeUsage(t *testing.T) {
 		{[]string{"--all", "-o", "yaml"}, "yaml"},
 		{[]string{"--all", "--kubeconfig", "/nonexistent/kubeconfig"}, "kubernetes"},
 		{[]string{"--cluster", "a", "--kubeconfig", "/nonexistent/kubeconfig"}, "kubernetes"},
-	} {
-		code, _, stderr := runCtx(t, context.Background(), append([]string{"inspect"}, tc.args...)...)
-		if code != exitUsage || !strings.Contains(stderr, tc.want) {
-			t.Errorf("inspect %v: exit %d, stderr %q; want %d and %q", tc.args, code, stderr, exitUsage, tc.want)
-		}
-	}
+	})
 }

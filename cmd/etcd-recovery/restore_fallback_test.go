@@ -40,11 +40,8 @@ import (
 func TestRestoreCLIChoosesAmongGoodBackups(t *testing.T) {
 	t.Parallel()
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
-	m := testenv.SharedMinIO(t)
-	bucket, prefix := m.NewBucket(t), testenv.Prefix(t)
-	cos := cosArgs(t, m, bucket, prefix)
-	st := testfix.Store(t, m, bucket)
-	lay := catalog.Layout{Prefix: prefix}
+	cr := newCLIRig(t)
+	cos, st, lay := cr.cos, cr.Store, cr.Layout
 	ctx := context.Background()
 	const id = "fallback-cli"
 

@@ -23,8 +23,7 @@ import (
 // before anything is contacted.
 func TestRestoreCLIUsage(t *testing.T) {
 	t.Parallel()
-	m := testenv.SharedMinIO(t)
-	cos := cosArgs(t, m, m.NewBucket(t), testenv.Prefix(t))
+	cos := newCLIRig(t).cos
 	ctx := context.Background()
 	const two = "a=http://127.0.0.1:1,b=http://127.0.0.1:2"
 	base := []string{"restore", "--cluster-id", "c1", "--initial-cluster", two}
@@ -86,9 +85,8 @@ func TestRestoreCLIFlow(t *testing.T) {
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1, TLS: true, EnableV2: true})
 	want := testenv.PutKeys(t, c.Client(t), "/registry/secrets/", 300, 32)
 	v2 := testenv.PutV2Keys(t, c, 6)
-	m := testenv.SharedMinIO(t)
-	bucket, prefix := m.NewBucket(t), testenv.Prefix(t)
-	cos := cosArgs(t, m, bucket, prefix)
+	cr := newCLIRig(t)
+	m, bucket, prefix, cos := cr.MinIO, cr.Bucket, cr.Layout.Prefix, cr.cos
 	store := testfix.Store(t, m, bucket)
 	ctx := context.Background()
 	tlsArgs := []string{"--cacert", c.PKI.CAFile, "--cert", c.PKI.ClientCertFile, "--key", c.PKI.ClientKeyFile}
@@ -199,8 +197,7 @@ func TestRestoreCLIFlow(t *testing.T) {
 // the data dir root, or anywhere under its parent.
 func TestRestoreCLIMemberNameNotAPath(t *testing.T) {
 	t.Parallel()
-	m := testenv.SharedMinIO(t)
-	cos := cosArgs(t, m, m.NewBucket(t), testenv.Prefix(t))
+	cos := newCLIRig(t).cos
 	parent := t.TempDir()
 	code, out, errOut := runCtx(t, context.Background(), concatArgs([]string{"restore", "--cluster-id", "c1", "--no-live",
 		"--initial-cluster", "../x=https://127.0.0.1:2380", "--data-dir-root", filepath.Join(parent, "r")}, cos)...)
@@ -221,9 +218,7 @@ func TestRestoreCLISIGTERMDuringDataDirWrite(t *testing.T) {
 	tool := testfix.Tool(t)
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
 	testenv.PutKeys(t, c.Client(t), "/x/", 300, 64)
-	m := testenv.SharedMinIO(t)
-	bucket, prefix := m.NewBucket(t), testenv.Prefix(t)
-	cos := cosArgs(t, m, bucket, prefix)
+	cos := newCLIRig(t).cos
 	ctx := context.Background()
 	if code, _, errOut := runCtx(t, ctx, concatArgs([]string{"backup", "--cluster-id", "sigterm-w"}, clusterArgs(c), cos)...); code != 0 {
 		t.Fatalf("backup: exit %d\n%s", code, errOut)

@@ -32,8 +32,7 @@ func TestCLIPlaintextScratchRemovedOnHardExit(t *testing.T) {
 	t.Parallel()
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
 	testenv.PutKeys(t, c.Client(t), "/registry/secrets/", 300, 256)
-	m := testenv.SharedMinIO(t)
-	cos := cosArgs(t, m, m.NewBucket(t), testenv.Prefix(t))
+	cos := newCLIRig(t).cos
 	idFile, recipient := scratchIdentity(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

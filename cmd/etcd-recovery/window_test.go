@@ -25,9 +25,8 @@ func TestListWindowAndInspectLagCLI(t *testing.T) {
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
 	cli := c.Client(t)
 	testenv.PutKeys(t, cli, "/registry/a/", 20, 16)
-	m := testenv.SharedMinIO(t)
-	bucket, prefix := m.NewBucket(t), testenv.Prefix(t)
-	cos := cosArgs(t, m, bucket, prefix)
+	cr := newCLIRig(t)
+	m, bucket, prefix, cos := cr.MinIO, cr.Bucket, cr.Layout.Prefix, cr.cos
 	const id = "window"
 
 	// Without a journal: the backups-only window.

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"filippo.io/age"
-
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/output"
@@ -18,22 +16,14 @@ import (
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/testing/faults"
-	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
 
 // ageKey is a new age identity, as an identity file and its recipient.
 func ageKey(tb testing.TB) (*seal.Identities, string) {
 	tb.Helper()
-	id, err := age.GenerateX25519Identity()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	ids, err := seal.ParseIdentities(strings.NewReader(id.String()+"\n"), "test identity")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return ids, id.Recipient().String()
+	k := testfix.NewAgeKey(tb)
+	return k.IDs, k.Pub
 }
 
 // putSealed stores an encrypted snapshot object of size bytes (a real age
@@ -77,11 +67,9 @@ type plainStore struct{ store.Store }
 // backup is nil.
 func TestCheckDecrypts(t *testing.T) {
 	t.Parallel()
-	m := testenv.SharedMinIO(t)
-	cosStore := testfix.Store(t, m, m.NewBucket(t))
-	layout := catalog.Layout{Prefix: testenv.Prefix(t)}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	rig := testfix.NewStoreRig(t)
+	cosStore, layout := rig.Store, rig.Layout
+	ctx := testfix.Context(t, time.Minute)
 
 	mine, pubMine := ageKey(t)
 	other, pubOther := ageKey(t)
@@ -148,9 +136,8 @@ func TestCheckDecrypts(t *testing.T) {
 // further chunks, and still opens.
 func TestCheckDecryptsLongHeader(t *testing.T) {
 	t.Parallel()
-	m := testenv.SharedMinIO(t)
-	cosStore := testfix.Store(t, m, m.NewBucket(t))
-	layout := catalog.Layout{Prefix: testenv.Prefix(t)}
+	rig := testfix.NewStoreRig(t)
+	cosStore, layout := rig.Store, rig.Layout
 	var pubs []string
 	for range 60 { // about 100 bytes of header each: 6 KiB
 		_, p := ageKey(t)
@@ -195,11 +182,9 @@ func commitSealed(tb testing.TB, st store.Store, layout catalog.Layout, id strin
 // error name the step, never "no identity opens it".
 func TestListDecrypts(t *testing.T) {
 	t.Parallel()
-	m := testenv.SharedMinIO(t)
-	cosStore := testfix.Store(t, m, m.NewBucket(t))
-	layout := catalog.Layout{Prefix: testenv.Prefix(t)}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	rig := testfix.NewStoreRig(t)
+	cosStore, layout := rig.Store, rig.Layout
+	ctx := testfix.Context(t, time.Minute)
 	mine, pubMine := ageKey(t)
 	_, pubStranger := ageKey(t)
 	t0 := time.Date(2026, 11, 25, 3, 0, 0, 0, time.UTC)

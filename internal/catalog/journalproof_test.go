@@ -7,7 +7,6 @@ import (
 
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/store"
-	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
 
@@ -43,8 +42,8 @@ func TestClassifyJournalProof(t *testing.T) {
 func TestPutJournalProof(t *testing.T) {
 	t.Parallel()
 	ctx := testfix.Context(t, time.Minute)
-	m := testenv.SharedMinIO(t)
-	st, l := testfix.Store(t, m, m.NewBucket(t)), catalog.Layout{Prefix: testenv.Prefix(t)}
+	rig := testfix.NewStoreRig(t)
+	st, l := rig.Store, rig.Layout
 	mk := func(target string, rev int64, verdict string) *catalog.JournalProof {
 		return &catalog.JournalProof{ClusterID: "c1", Base: "20261122T031500.123Z-scheduled-0a1b2c3d", BaseRevision: 10,
 			Target: target, TargetRevision: rev, Verdict: verdict, Got: catalog.ProofHash{Hash: 1, Revision: rev},

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
-	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
 
@@ -18,9 +17,8 @@ import (
 // store failure is returned, naming the backup.
 func TestDrillRecords(t *testing.T) {
 	t.Parallel()
-	mi := testenv.SharedMinIO(t)
-	st := testfix.Store(t, mi, mi.NewBucket(t))
-	l := catalog.Layout{Prefix: testenv.Prefix(t)}
+	sr := testfix.NewStoreRig(t)
+	st, l := sr.Store, sr.Layout
 	ctx := context.Background()
 	const id = "drec"
 	runs := scheduledRuns(id, at("2100-01-15 03:00"), at("2100-01-15 20:00")) // 3 runs

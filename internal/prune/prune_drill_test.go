@@ -15,7 +15,6 @@ import (
 	"github.com/armada/etcd-recovery/internal/prune"
 	"github.com/armada/etcd-recovery/internal/retention"
 	"github.com/armada/etcd-recovery/internal/store"
-	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
 
@@ -60,7 +59,7 @@ func TestPruneDrillReadFailsDeletesNothing(t *testing.T) {
 			return nil
 		}}
 		rep, err := prune.Prune(context.Background(), prune.PruneOptions{Store: fs, Layout: l, All: true, DryRun: dry,
-			Policy: retention.DefaultPolicy(), Now: pruneNow, Log: testLogger(t)})
+			Policy: retention.DefaultPolicy(), Now: pruneNow, Log: testfix.DebugLogger(t)})
 		var pe *prune.PruneError
 		if !errors.As(err, &pe) || pe.Step() != prune.PruneStepDrills || !pe.NothingDeleted || rep != nil {
 			t.Fatalf("dry run %v: want a %q error that deleted nothing, got %v (report %v)", dry, prune.PruneStepDrills, err, rep != nil)
@@ -86,9 +85,8 @@ func TestPruneDrillReadFailsDeletesNothing(t *testing.T) {
 // its folder. On the old code the proven backup was deleted.
 func TestPruneKeepsNewestDrilled(t *testing.T) {
 	t.Parallel()
-	mi := testenv.SharedMinIO(t)
-	st := testfix.Store(t, mi, mi.NewBucket(t))
-	l := catalog.Layout{Prefix: testenv.Prefix(t)}
+	sr := testfix.NewStoreRig(t)
+	st, l := sr.Store, sr.Layout
 	const id = "drl"
 	runs := scheduledRuns(id, at("2100-01-13 19:00"), pruneNow) // 8 runs, 13th 19:03 .. 16th 03:03
 	putAll(t, st, l, runs)
@@ -98,7 +96,7 @@ func TestPruneKeepsNewestDrilled(t *testing.T) {
 	putDrill(t, st, l, drillRecord(id, name(2), false, at("2100-01-14 12:00"))) // failed
 	putObject(t, st, l.Key(id, name(3), catalog.DrillObject), []byte(`{"format": 1, "passed": tr`))
 
-	opts := prune.PruneOptions{Store: st, Layout: l, ClusterIDs: []string{id}, Policy: retention.DefaultPolicy(), Now: pruneNow, DryRun: true, Log: testLogger(t)}
+	opts := prune.PruneOptions{Store: st, Layout: l, ClusterIDs: []string{id}, Policy: retention.DefaultPolicy(), Now: pruneNow, DryRun: true, Log: testfix.DebugLogger(t)}
 	for _, dry := range []bool{true, false} {
 		opts.DryRun = dry
 		rep, err := prune.Prune(context.Background(), opts)
@@ -156,9 +154,8 @@ func TestPruneKeepsNewestDrilled(t *testing.T) {
 // deleted without Force.
 func TestDeleteRefusesNewestProven(t *testing.T) {
 	t.Parallel()
-	mi := testenv.SharedMinIO(t)
-	st := testfix.Store(t, mi, mi.NewBucket(t))
-	l := catalog.Layout{Prefix: testenv.Prefix(t)}
+	sr := testfix.NewStoreRig(t)
+	st, l := sr.Store, sr.Layout
 	const id = "delp"
 	runs := scheduledRuns(id, at("2100-01-15 03:00"), at("2100-01-15 20:00"))
 	putAll(t, st, l, runs)

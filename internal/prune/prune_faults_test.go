@@ -75,9 +75,8 @@ func deleteObject(tb testing.TB, st store.Store, key string) {
 // backup. ListBackups (what list shows) reports the same damage.
 func TestPruneDamagedBackups(t *testing.T) {
 	t.Parallel()
-	mi := testenv.SharedMinIO(t)
-	st := testfix.Store(t, mi, mi.NewBucket(t))
-	l := catalog.Layout{Prefix: testenv.Prefix(t)}
+	sr := testfix.NewStoreRig(t)
+	st, l := sr.Store, sr.Layout
 	const id = "dmg"
 	runs := scheduledRuns(id, at("2100-01-13 19:00"), pruneNow) // 8 runs, newest 2100-01-16 03:03
 	for _, f := range runs {
@@ -115,7 +114,7 @@ func TestPruneDamagedBackups(t *testing.T) {
 	}
 
 	before := stateOf(t, st)
-	opts := prune.PruneOptions{Store: st, Layout: l, ClusterIDs: []string{id}, Policy: retention.DefaultPolicy(), Now: pruneNow, DryRun: true, Log: testLogger(t)}
+	opts := prune.PruneOptions{Store: st, Layout: l, ClusterIDs: []string{id}, Policy: retention.DefaultPolicy(), Now: pruneNow, DryRun: true, Log: testfix.DebugLogger(t)}
 	for _, dry := range []bool{true, false} {
 		opts.DryRun = dry
 		rep, err := prune.Prune(context.Background(), opts)
@@ -177,7 +176,7 @@ func TestPruneDamagedBackups(t *testing.T) {
 	for i := n - 5; i < n; i++ {
 		names = append(names, runs[i].name())
 	}
-	if _, err := prune.Delete(context.Background(), prune.DeleteOptions{Store: st, Layout: l, ClusterID: id, Names: names, Log: testLogger(t)}); err != nil {
+	if _, err := prune.Delete(context.Background(), prune.DeleteOptions{Store: st, Layout: l, ClusterID: id, Names: names, Log: testfix.DebugLogger(t)}); err != nil {
 		t.Fatalf("delete of damaged backups newer than the newest good one (no --force needed): %v", err)
 	}
 	opts.DryRun = false
@@ -208,7 +207,7 @@ func TestPruneManifestReadFailsDeletesNothing(t *testing.T) {
 			return nil
 		}}
 		rep, err := prune.Prune(context.Background(), prune.PruneOptions{Store: fs, Layout: l, All: true,
-			Policy: retention.DefaultPolicy(), Now: pruneNow, Log: testLogger(t)})
+			Policy: retention.DefaultPolicy(), Now: pruneNow, Log: testfix.DebugLogger(t)})
 		var pe *prune.PruneError
 		if !errors.As(err, &pe) || pe.Step() != prune.PruneStepCheck || !pe.NothingDeleted || rep != nil {
 			t.Fatalf("%v: want a %q error that deleted nothing, got %v", cause, prune.PruneStepCheck, err)
@@ -297,7 +296,7 @@ func TestPruneFindsUploadsHiddenByRestart(t *testing.T) {
 
 	// 25 hours from now every upload is stale, and the failed folder old.
 	rep, err := prune.Prune(context.Background(), prune.PruneOptions{Store: st, Layout: l, ClusterIDs: []string{id},
-		Policy: retention.DefaultPolicy(), Now: now.Add(25 * time.Hour), Log: testLogger(t)})
+		Policy: retention.DefaultPolicy(), Now: now.Add(25 * time.Hour), Log: testfix.DebugLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,10 +324,8 @@ func TestPruneFindsUploadsHiddenByRestart(t *testing.T) {
 // --incomplete-after is in flight: not deleted, however old its objects.
 func TestPruneKeepsFolderWithYoungUpload(t *testing.T) {
 	t.Parallel()
-	mi := testenv.SharedMinIO(t)
-	bucket := mi.NewBucket(t)
-	st := testfix.Store(t, mi, bucket)
-	l := catalog.Layout{Prefix: testenv.Prefix(t)}
+	sr := testfix.NewStoreRig(t)
+	mi, bucket, st, l := sr.MinIO, sr.Bucket, sr.Store, sr.Layout
 	const id = "young"
 	now := time.Now().UTC()
 	putGood(t, st, l, folder{cluster: id, at: now.Add(-time.Hour), kind: catalog.KindScheduled})
@@ -340,7 +337,7 @@ func TestPruneKeepsFolderWithYoungUpload(t *testing.T) {
 	p := retention.DefaultPolicy()
 	p.IncompleteAfter = time.Hour
 	rep, err := prune.Prune(context.Background(), prune.PruneOptions{Store: st, Layout: l, ClusterIDs: []string{id}, Policy: p,
-		Now: now.Add(30 * time.Minute), Log: testLogger(t)})
+		Now: now.Add(30 * time.Minute), Log: testfix.DebugLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,7 +349,7 @@ func TestPruneKeepsFolderWithYoungUpload(t *testing.T) {
 	}
 	// An --incomplete-after below the floor is refused before anything.
 	p.IncompleteAfter = time.Second
-	_, err = prune.Prune(context.Background(), prune.PruneOptions{Store: st, Layout: l, ClusterIDs: []string{id}, Policy: p, Log: testLogger(t)})
+	_, err = prune.Prune(context.Background(), prune.PruneOptions{Store: st, Layout: l, ClusterIDs: []string{id}, Policy: p, Log: testfix.DebugLogger(t)})
 	var pe *prune.PruneError
 	if !errors.As(err, &pe) || pe.Step() != prune.PruneStepValidate || !strings.Contains(err.Error(), "at least 1h") {
 		t.Errorf("IncompleteAfter 1s: %v", err)
@@ -372,9 +369,9 @@ func TestPruneDuringBackup(t *testing.T) {
 	// Old backups, so that each prune has work to do, and an old
 	// incomplete folder it deletes.
 	for i := range 6 {
-		putGood(t, r.store, r.layout, folder{cluster: id, at: now.Add(-time.Duration(10+8*i) * time.Hour), kind: catalog.KindScheduled})
+		putGood(t, r.Store, r.Layout, folder{cluster: id, at: now.Add(-time.Duration(10+8*i) * time.Hour), kind: catalog.KindScheduled})
 	}
-	putObject(t, r.store, r.layout.Key(id, catalog.BackupName(now.Add(-50*time.Hour), catalog.KindScheduled), catalog.SnapshotObjectZstd), []byte("old"))
+	putObject(t, r.Store, r.Layout.Key(id, catalog.BackupName(now.Add(-50*time.Hour), catalog.KindScheduled), catalog.SnapshotObjectZstd), []byte("old"))
 	p := retention.DefaultPolicy()
 	p.IncompleteAfter = retention.MinIncompleteAfter
 
@@ -385,7 +382,7 @@ func TestPruneDuringBackup(t *testing.T) {
 	var pruneErr error
 	wg.Go(func() {
 		for ctx.Err() == nil {
-			_, err := prune.Prune(ctx, prune.PruneOptions{Store: r.store, Layout: r.layout, ClusterIDs: []string{id}, Policy: p, Log: testLogger(t)})
+			_, err := prune.Prune(ctx, prune.PruneOptions{Store: r.Store, Layout: r.Layout, ClusterIDs: []string{id}, Policy: p, Log: testfix.DebugLogger(t)})
 			if err != nil && ctx.Err() == nil {
 				pruneErr = err
 				return
@@ -393,7 +390,7 @@ func TestPruneDuringBackup(t *testing.T) {
 			prunes++
 		}
 	})
-	o := r.options(t, id)
+	o := r.Options(t, id)
 	o.V2 = backup.V2Off
 	res, err := backup.Run(context.Background(), o)
 	cancel()
@@ -405,8 +402,8 @@ func TestPruneDuringBackup(t *testing.T) {
 		t.Fatalf("prune during the backup: %v", pruneErr)
 	}
 	t.Logf("%d prunes ran during the backup", prunes)
-	testfix.CheckSnapshot(t, r.store, r.layout, res.Manifest)
-	listed := r.listed(t, id)
+	testfix.CheckSnapshot(t, r.Store, r.Layout, res.Manifest)
+	listed := r.Listed(t, id)
 	if len(listed) == 0 || listed[0].Name != res.Manifest.Name || !listed[0].Good() {
 		t.Fatalf("after the backup: newest %+v", listed[0].Entry)
 	}

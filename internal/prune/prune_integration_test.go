@@ -197,10 +197,8 @@ func actionsByName(rep *prune.PruneReport) map[string]prune.BackupAction {
 // are not backups, and multipart uploads.
 func TestPruneInBucket(t *testing.T) {
 	t.Parallel()
-	mi := testenv.SharedMinIO(t)
-	bucket := mi.NewBucket(t)
-	st := testfix.Store(t, mi, bucket)
-	l := catalog.Layout{Prefix: testenv.Prefix(t)}
+	sr := testfix.NewStoreRig(t)
+	mi, bucket, st, l := sr.MinIO, sr.Bucket, sr.Store, sr.Layout
 	ctx := context.Background()
 
 	// Cluster "carrier-a": scheduled runs from 2099-12-07 to now (2100-01-16 09:30).
@@ -263,7 +261,7 @@ func TestPruneInBucket(t *testing.T) {
 	wantDeleted := len(all) - len(keep)
 
 	before := stateOf(t, st)
-	opts := prune.PruneOptions{Store: st, Layout: l, All: true, Policy: retention.DefaultPolicy(), Now: pruneNow, DryRun: true, Log: testLogger(t)}
+	opts := prune.PruneOptions{Store: st, Layout: l, All: true, Policy: retention.DefaultPolicy(), Now: pruneNow, DryRun: true, Log: testfix.DebugLogger(t)}
 
 	// A dry run plans everything and deletes nothing.
 	dry, err := prune.Prune(ctx, opts)
@@ -357,7 +355,7 @@ func TestPruneInBucket(t *testing.T) {
 	youngKey := l.Key("carrier-b", catalog.BackupName(time.Now(), catalog.KindScheduled), catalog.SnapshotObjectZstd)
 	youngID := createUpload(t, mi, bucket, youngKey)
 	beforeYoung := stateOf(t, st)
-	rep, err = prune.Prune(ctx, prune.PruneOptions{Store: st, Layout: l, ClusterIDs: []string{"carrier-b"}, Policy: retention.DefaultPolicy(), Log: testLogger(t)})
+	rep, err = prune.Prune(ctx, prune.PruneOptions{Store: st, Layout: l, ClusterIDs: []string{"carrier-b"}, Policy: retention.DefaultPolicy(), Log: testfix.DebugLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,7 +368,7 @@ func TestPruneInBucket(t *testing.T) {
 	}
 	// 25 hours later it is stale.
 	rep, err = prune.Prune(ctx, prune.PruneOptions{Store: st, Layout: l, ClusterIDs: []string{"carrier-b"}, Policy: retention.DefaultPolicy(),
-		Now: time.Now().Add(25 * time.Hour), Log: testLogger(t)})
+		Now: time.Now().Add(25 * time.Hour), Log: testfix.DebugLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -489,10 +487,8 @@ func (f *faultyStore) AbortUpload(ctx context.Context, u store.Upload) error {
 // are deleted by the default policy) and a stale upload.
 func smallFixture(t *testing.T) (*testenv.MinIO, string, store.Store, catalog.Layout) {
 	t.Helper()
-	mi := testenv.SharedMinIO(t)
-	bucket := mi.NewBucket(t)
-	st := testfix.Store(t, mi, bucket)
-	l := catalog.Layout{Prefix: testenv.Prefix(t)}
+	sr := testfix.NewStoreRig(t)
+	mi, bucket, st, l := sr.MinIO, sr.Bucket, sr.Store, sr.Layout
 	var fs []folder
 	for _, id := range []string{"small-a", "small-b"} {
 		fs = append(fs, scheduledRuns(id, at("2100-01-13 19:00"), pruneNow)...)
@@ -522,7 +518,7 @@ func TestPruneListingFailsDeletesNothing(t *testing.T) {
 			_, _, st, l := smallFixture(t)
 			before := stateOf(t, st)
 			fs := tc.store(st)
-			opts := prune.PruneOptions{Store: fs, Layout: l, Policy: retention.DefaultPolicy(), Now: pruneNow, Log: testLogger(t)}
+			opts := prune.PruneOptions{Store: fs, Layout: l, Policy: retention.DefaultPolicy(), Now: pruneNow, Log: testfix.DebugLogger(t)}
 			tc.opts(&opts)
 			rep, err := prune.Prune(context.Background(), opts)
 			var pe *prune.PruneError
@@ -565,7 +561,7 @@ func TestPruneDeleteFailsMidway(t *testing.T) {
 			return nil
 		}}
 		rep, err := prune.Prune(context.Background(), prune.PruneOptions{Store: fs, Layout: l, All: true,
-			Policy: retention.DefaultPolicy(), Now: pruneNow, Log: testLogger(t)})
+			Policy: retention.DefaultPolicy(), Now: pruneNow, Log: testfix.DebugLogger(t)})
 		var pe *prune.PruneError
 		var de *store.DeleteError
 		if !errors.As(err, &pe) || pe.Failed != 2 || pe.NothingDeleted || !errors.As(err, &de) {
@@ -616,7 +612,7 @@ func TestPruneDeleteFailsMidway(t *testing.T) {
 		}
 		// A prune without the fault finishes the job.
 		rep, err = prune.Prune(context.Background(), prune.PruneOptions{Store: st, Layout: l, All: true,
-			Policy: retention.DefaultPolicy(), Now: pruneNow, Log: testLogger(t)})
+			Policy: retention.DefaultPolicy(), Now: pruneNow, Log: testfix.DebugLogger(t)})
 		if err != nil || rep.Deleted != 2 || rep.Kept != 8 {
 			t.Fatalf("second prune: %v %+v", err, rep)
 		}
@@ -627,7 +623,7 @@ func TestPruneDeleteFailsMidway(t *testing.T) {
 		before := stateOf(t, st)
 		fs := &faultyStore{Store: st, deleteErr: errors.New("cos: delete: connection reset by peer")}
 		rep, err := prune.Prune(context.Background(), prune.PruneOptions{Store: fs, Layout: l, All: true,
-			Policy: retention.DefaultPolicy(), Now: pruneNow, Log: testLogger(t)})
+			Policy: retention.DefaultPolicy(), Now: pruneNow, Log: testfix.DebugLogger(t)})
 		if err == nil || rep == nil || rep.Failed != 8 || rep.Deleted != 0 {
 			t.Fatalf("want 8 failures, got %v %+v", err, rep)
 		}
@@ -646,9 +642,8 @@ func TestPruneDeleteFailsMidway(t *testing.T) {
 // unknown names and the newest committed backup.
 func TestDeleteNamed(t *testing.T) {
 	t.Parallel()
-	mi := testenv.SharedMinIO(t)
-	st := testfix.Store(t, mi, mi.NewBucket(t))
-	l := catalog.Layout{Prefix: testenv.Prefix(t)}
+	sr := testfix.NewStoreRig(t)
+	st, l := sr.Store, sr.Layout
 	fs := []folder{
 		{cluster: "named", at: at("2100-01-10 10:00"), kind: catalog.KindManual},
 		{cluster: "named", at: at("2100-01-11 10:00"), kind: catalog.KindPreRestore},
@@ -660,7 +655,7 @@ func TestDeleteNamed(t *testing.T) {
 	ctx := context.Background()
 	before := stateOf(t, st)
 	opts := func(force bool, names ...string) prune.DeleteOptions {
-		return prune.DeleteOptions{Store: st, Layout: l, ClusterID: "named", Names: names, Force: force, Log: testLogger(t)}
+		return prune.DeleteOptions{Store: st, Layout: l, ClusterID: "named", Names: names, Force: force, Log: testfix.DebugLogger(t)}
 	}
 	if _, err := prune.Delete(ctx, opts(false, fs[0].name(), "21000101T000000.000Z-manual")); !errors.Is(err, prune.ErrBackupNotFound) {
 		t.Errorf("unknown name: %v", err)
@@ -718,7 +713,7 @@ func TestBackupPrune(t *testing.T) {
 			folder{cluster: id, at: at("2100-01-13 05:00"), kind: catalog.KindScheduled, incomplete: true})
 	}
 	options := func(id string) backup.Options {
-		o := r.options(t, id)
+		o := r.Options(t, id)
 		o.Now = func() time.Time { return pruneNow }
 		o.Prune = &policy
 		o.V2 = backup.V2Off
@@ -727,7 +722,7 @@ func TestBackupPrune(t *testing.T) {
 
 	t.Run("committed", func(t *testing.T) {
 		fs := old("pruned")
-		putAll(t, r.store, r.layout, fs)
+		putAll(t, r.Store, r.Layout, fs)
 		res, err := backup.Run(context.Background(), options("pruned"))
 		if err != nil {
 			t.Fatal(err)
@@ -741,20 +736,20 @@ func TestBackupPrune(t *testing.T) {
 			t.Errorf("pruned: deleted %d kept %d failed %d", res.Pruned.Deleted, res.Pruned.Kept, res.Pruned.Failed)
 		}
 		var got []string
-		for _, e := range r.listed(t, "pruned") {
+		for _, e := range r.Listed(t, "pruned") {
 			got = append(got, e.Name)
 		}
 		want := []string{newName, "21000114T190300.000Z-scheduled", "21000114T110300.000Z-scheduled", "21000109T100000.000Z-manual"}
 		if !slices.Equal(got, want) {
 			t.Errorf("after backup --prune: %v, want %v", got, want)
 		}
-		testfix.CheckSnapshot(t, r.store, r.layout, res.Manifest)
+		testfix.CheckSnapshot(t, r.Store, r.Layout, res.Manifest)
 	})
 
 	t.Run("failed backup deletes nothing", func(t *testing.T) {
-		putAll(t, r.store, r.layout, old("fails"))
-		before := testfix.Keys(t, r.store, r.layout.ClusterPrefix("fails"))
-		fs := &faultyStore{Store: r.store, failPut: func(k string) error {
+		putAll(t, r.Store, r.Layout, old("fails"))
+		before := testfix.Keys(t, r.Store, r.Layout.ClusterPrefix("fails"))
+		fs := &faultyStore{Store: r.Store, failPut: func(k string) error {
 			if strings.HasSuffix(k, "/"+catalog.ManifestObject) {
 				return fmt.Errorf("cos: put %s: %w", k, errInjected)
 			}
@@ -769,7 +764,7 @@ func TestBackupPrune(t *testing.T) {
 		}
 		// Only the failed backup's own snapshot was removed (its folder
 		// is <time>-<kind> plus a unique suffix).
-		newPrefix := strings.TrimSuffix(r.layout.BackupPrefix("fails", catalog.BackupName(pruneNow, catalog.KindScheduled)), "/") + "-"
+		newPrefix := strings.TrimSuffix(r.Layout.BackupPrefix("fails", catalog.BackupName(pruneNow, catalog.KindScheduled)), "/") + "-"
 		for _, call := range fs.deletes {
 			for _, k := range call {
 				if !strings.HasPrefix(k, newPrefix) {
@@ -777,14 +772,14 @@ func TestBackupPrune(t *testing.T) {
 				}
 			}
 		}
-		if after := testfix.Keys(t, r.store, r.layout.ClusterPrefix("fails")); !slices.Equal(after, before) {
+		if after := testfix.Keys(t, r.Store, r.Layout.ClusterPrefix("fails")); !slices.Equal(after, before) {
 			t.Errorf("a failed backup changed the cluster's backups: %s", diffKeys(after, before))
 		}
 	})
 
 	t.Run("prune fails after commit", func(t *testing.T) {
-		putAll(t, r.store, r.layout, old("prune-fails"))
-		fs := &faultyStore{Store: r.store, deleteErr: fmt.Errorf("cos: delete: %w", errInjected)}
+		putAll(t, r.Store, r.Layout, old("prune-fails"))
+		fs := &faultyStore{Store: r.Store, deleteErr: fmt.Errorf("cos: delete: %w", errInjected)}
 		o := options("prune-fails")
 		o.Store = fs
 		res, err := backup.Run(context.Background(), o)
@@ -798,7 +793,7 @@ func TestBackupPrune(t *testing.T) {
 		if res == nil || res.Manifest == nil || res.Pruned == nil || res.Pruned.Failed != 8 {
 			t.Fatalf("result with a failed prune: %+v", res)
 		}
-		l := r.listed(t, "prune-fails")
+		l := r.Listed(t, "prune-fails")
 		if len(l) != 12 || l[0].Name != res.Manifest.Name || l[0].Manifest == nil {
 			t.Errorf("after a failed prune: %d backups, newest %s", len(l), l[0].Name)
 		}

@@ -20,9 +20,8 @@ import (
 // young one, reporting both; a dry run deletes nothing.
 func TestPruneStagedCopies(t *testing.T) {
 	t.Parallel()
-	m := testenv.SharedMinIO(t)
-	st := testfix.Store(t, m, m.NewBucket(t))
-	layout := catalog.Layout{Prefix: testenv.Prefix(t)}
+	sr := testfix.NewStoreRig(t)
+	st, layout := sr.Store, sr.Layout
 	ctx := context.Background()
 	const id = "staged"
 	key := layout.StagedKey(id, "20261122T112102.831Z-scheduled-0a1b2c3d")
@@ -101,9 +100,8 @@ func TestPruneStagedCopyNotDeletedFails(t *testing.T) {
 // of staged copies: prune deletes none of its objects, however old.
 func TestPruneAllLeavesReservedFolderAlone(t *testing.T) {
 	t.Parallel()
-	m := testenv.SharedMinIO(t)
-	st := testfix.Store(t, m, m.NewBucket(t))
-	layout := catalog.Layout{Prefix: testenv.Prefix(t)}
+	sr := testfix.NewStoreRig(t)
+	st, layout := sr.Store, sr.Layout
 	ctx := context.Background()
 	name := "20261122T112102.831Z-scheduled-0a1b2c3d"
 	// layout.Key would now be refused by ValidateClusterID's callers; the

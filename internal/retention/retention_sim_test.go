@@ -26,28 +26,7 @@ import (
 // Every run uses a seeded source and logs its seed; rerun one with
 // RETENTION_SIM_SEED=<seed> (RETENTION_SIM_DAYS changes the length).
 func TestRetentionSimulation(t *testing.T) {
-	days := 400
-	if s := os.Getenv("RETENTION_SIM_DAYS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n <= 0 {
-			t.Fatalf("RETENTION_SIM_DAYS=%q: want a positive number of days", s)
-		}
-		days = n
-	}
-	seeds := []uint64{1, 2, 3, 20261122, uint64(time.Now().UnixNano())}
-	if s := os.Getenv("RETENTION_SIM_SEED"); s != "" {
-		seed, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("RETENTION_SIM_SEED=%q: %v", s, err)
-		}
-		seeds = []uint64{seed}
-	}
-	for _, seed := range seeds {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			t.Logf("seed %d, %d days (rerun with RETENTION_SIM_SEED=%d)", seed, days, seed)
-			simulateRetention(t, seed, days, false)
-		})
-	}
+	simulateSeeds(t, false)
 }
 
 // TestRetentionSimulationDrills is the same 400 days with a restore drill
@@ -59,6 +38,14 @@ func TestRetentionSimulation(t *testing.T) {
 // TestRetentionSimulation checks still holds, with one more backup
 // allowed for the drilled rule. Rerun a seed with RETENTION_SIM_SEED.
 func TestRetentionSimulationDrills(t *testing.T) {
+	simulateSeeds(t, true)
+}
+
+// simulateSeeds runs simulateRetention for each seed over the days the
+// environment asks for (RETENTION_SIM_DAYS, default 400; RETENTION_SIM_SEED,
+// default a few fixed seeds and one from the clock), with or without drills.
+func simulateSeeds(t *testing.T, drills bool) {
+	t.Helper()
 	days := 400
 	if s := os.Getenv("RETENTION_SIM_DAYS"); s != "" {
 		n, err := strconv.Atoi(s)
@@ -75,10 +62,14 @@ func TestRetentionSimulationDrills(t *testing.T) {
 		}
 		seeds = []uint64{seed}
 	}
+	with := ""
+	if drills {
+		with = " with daily drills"
+	}
 	for _, seed := range seeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			t.Logf("seed %d, %d days with daily drills (rerun with RETENTION_SIM_SEED=%d)", seed, days, seed)
-			simulateRetention(t, seed, days, true)
+			t.Logf("seed %d, %d days%s (rerun with RETENTION_SIM_SEED=%d)", seed, days, with, seed)
+			simulateRetention(t, seed, days, drills)
 		})
 	}
 }

@@ -212,6 +212,28 @@ func assertNoObject(tb testing.TB, r *rig, key string) {
 // assertNoUploads checks that no multipart upload is left under the rig's
 // prefix, both through Store.ListUploads and, independently of it, with the
 // SDK (MinIO only lists the uploads of an exact key, or of the whole bucket).
+// assertAbortedPut checks a Put of key that returned n and err: it failed
+// with "cos: put <key>: ..." carrying cause, not transient, its multipart
+// upload aborted, and neither the object nor an upload is left.
+func assertAbortedPut(tb testing.TB, r *rig, key string, n int64, err error, cause string) {
+	tb.Helper()
+	if err == nil {
+		tb.Fatalf("Put succeeded (%d bytes), want it to fail with %q", n, cause)
+	}
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "cos: put "+key+": ") || !strings.Contains(msg, cause) {
+		tb.Fatalf("error %q: want it to start with %q and carry %q", msg, "cos: put "+key+": ", cause)
+	}
+	if strings.Contains(msg, "could not be aborted") {
+		tb.Fatalf("the upload was not aborted: %v", err)
+	}
+	if store.IsTransient(err) {
+		tb.Errorf("IsTransient(%v) = true for a failed Put", err)
+	}
+	assertNoObject(tb, r, key)
+	assertNoUploads(tb, r, key)
+}
+
 func assertNoUploads(tb testing.TB, r *rig, key string) {
 	tb.Helper()
 	ups, err := r.store.ListUploads(testCtx(tb), r.prefix)
@@ -470,24 +492,13 @@ func TestPutReaderErrorAborts(t *testing.T) {
 			boom := errors.New("snapshot stream broke")
 			body := &failingReader{r: randBody(2, 20*mib), after: tc.after, err: boom}
 			n, err := r.store.Put(testCtx(t), key, body)
-			if err == nil {
-				t.Fatalf("Put of a failing reader succeeded (%d bytes)", n)
-			}
+			assertAbortedPut(t, r, key, n, err, boom.Error())
 			if n != 0 {
 				t.Errorf("failed Put returned %d bytes", n)
 			}
-			msg := err.Error()
-			if !strings.HasPrefix(msg, "cos: put "+key+": ") || !strings.Contains(msg, boom.Error()) {
-				t.Fatalf("error %q: want it to start with %q and carry the reader's error", msg, "cos: put "+key+": ")
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("error %q", err)
 			}
-			if strings.Contains(msg, "could not be aborted") || strings.Contains(msg, "\n") {
-				t.Fatalf("error %q", msg)
-			}
-			if store.IsTransient(err) {
-				t.Errorf("IsTransient(%v) = true for a reader error", err)
-			}
-			assertNoObject(t, r, key)
-			assertNoUploads(t, r, key)
 		})
 	}
 }
@@ -502,24 +513,10 @@ func TestPutCancelledAborts(t *testing.T) {
 	// cancel in the middle of the second part.
 	body := &cancelReader{r: randBody(3, 40*mib), at: 12 * mib, cancel: cancel}
 	n, err := r.store.Put(ctx, key, body)
-	if err == nil {
-		t.Fatalf("Put with a context cancelled mid-stream succeeded (%d bytes)", n)
-	}
 	if ctx.Err() == nil {
 		t.Fatal("the context was not cancelled: the test is broken")
 	}
-	msg := err.Error()
-	if !strings.HasPrefix(msg, "cos: put "+key+": ") || !strings.Contains(msg, "cancel") {
-		t.Fatalf("error %q: want \"cos: put %s: ...\" mentioning the cancellation", msg, key)
-	}
-	if strings.Contains(msg, "could not be aborted") {
-		t.Fatalf("the upload was not aborted: %v", err)
-	}
-	if store.IsTransient(err) {
-		t.Errorf("IsTransient(%v) = true for a cancelled Put", err)
-	}
-	assertNoObject(t, r, key)
-	assertNoUploads(t, r, key)
+	assertAbortedPut(t, r, key, n, err, "cancel")
 }
 
 // ---------------------------------------------------------------------------

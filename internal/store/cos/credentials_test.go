@@ -66,6 +66,31 @@ func secretDir(tb testing.TB, files map[string]string) string {
 	return dir
 }
 
+// loadCredentials loads credentials from dir and the environment env (name,
+// value pairs), never showing a secret. With wantErr it expects the load to
+// fail with an error naming each of wantErr and returns false; without, it
+// expects the load to succeed.
+func loadCredentials(tb testing.TB, dir string, env, wantErr []string) (cos.Credentials, bool) {
+	tb.Helper()
+	c, err := cos.LoadCredentials(dir, envMap(env...))
+	noSecrets(tb, c, err)
+	if len(wantErr) > 0 {
+		if err == nil {
+			tb.Fatalf("LoadCredentials succeeded: %v", c)
+		}
+		for _, w := range wantErr {
+			if !strings.Contains(err.Error(), w) {
+				tb.Errorf("error %q does not mention %q", err, w)
+			}
+		}
+		return c, false
+	}
+	if err != nil {
+		tb.Fatalf("LoadCredentials: %v", err)
+	}
+	return c, true
+}
+
 func TestLoadCredentialsEnv(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -109,21 +134,9 @@ func TestLoadCredentialsEnv(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			c, err := cos.LoadCredentials("", envMap(tc.env...))
-			noSecrets(t, c, err)
-			if len(tc.wantErr) > 0 {
-				if err == nil {
-					t.Fatalf("LoadCredentials succeeded: %v", c)
-				}
-				for _, w := range tc.wantErr {
-					if !strings.Contains(err.Error(), w) {
-						t.Errorf("error %q does not mention %q", err, w)
-					}
-				}
+			c, ok := loadCredentials(t, "", tc.env, tc.wantErr)
+			if !ok {
 				return
-			}
-			if err != nil {
-				t.Fatalf("LoadCredentials: %v", err)
 			}
 			if c.Source != "environment" {
 				t.Errorf("Source = %q", c.Source)
@@ -257,21 +270,9 @@ func TestLoadCredentialsDir(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			dir := secretDir(t, tc.files)
-			c, err := cos.LoadCredentials(dir, envMap(tc.env...))
-			noSecrets(t, c, err)
-			if len(tc.wantErr) > 0 {
-				if err == nil {
-					t.Fatalf("LoadCredentials succeeded: %v", c)
-				}
-				for _, w := range tc.wantErr {
-					if !strings.Contains(err.Error(), w) {
-						t.Errorf("error %q does not mention %q", err, w)
-					}
-				}
+			c, ok := loadCredentials(t, dir, tc.env, tc.wantErr)
+			if !ok {
 				return
-			}
-			if err != nil {
-				t.Fatalf("LoadCredentials: %v", err)
 			}
 			if c.Kind() != tc.kind {
 				t.Fatalf("Kind = %q, want %q", c.Kind(), tc.kind)
