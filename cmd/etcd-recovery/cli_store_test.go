@@ -132,9 +132,10 @@ func TestStoreFlagErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"--store", "gcs://b"}, `--store: store URL "gcs://b": unknown scheme "gcs" (known: cos, s3)`},
-		{[]string{"--store", "cos://ak:" + secret + "@b"}, "--store: store URL \"cos://REDACTED@b\": user info: credentials never go in a store URL"},
+		{[]string{"--store", "cos://ak:" + secret + "@b"}, "--store: store URL \"cos://…\": user info: credentials never go in a store URL"},
 		{[]string{"--store", "cos://b?secret_access_key=" + secret}, `parameter "secret_access_key": credentials never go in a store URL`},
 		{[]string{"--store", "cos://b?lock-mode=compliance"}, `unknown parameter "lock-mode"`},
+		{[]string{"--store", "cos://b?endpoint=https://ak:" + secret + "@h"}, "user info"},
 		{[]string{"--store", "cos://b/a//b"}, "--store's prefix: "},
 		{[]string{"--store", "cos://b?endpoint=ftp://h"}, `--store's endpoint= "ftp://h": unknown scheme "ftp"`},
 		{[]string{"--bucket", "b", "--cos-endpoint", "ftp://h"}, `--cos-endpoint "ftp://h": unknown scheme "ftp"`},
