@@ -44,8 +44,13 @@ type Options struct {
 	// database's size twice; checked before anything is downloaded.
 	ScratchDir string
 	// StartTimeout bounds the wait for the drill's etcd to serve (default
-	// 2m plus a second per 16 MiB of database: etcd reads every value at
-	// start-up, 28 s for 1.2 GiB in a 1-CPU pod); ProbeTimeout each request to it or to the source (default 10s).
+	// 2m plus a second per 4 MiB of database, 256 s per GiB: etcd reads
+	// every value at start-up, from a disk the pod shares. Measured for
+	// 1.2 GiB in the 1-CPU, 512 MiB CronJob pod: 21 s on an idle node,
+	// 87 s on a node busy with other I/O, and more than 3 minutes on a
+	// slower one, where the old 1 s per 16 MiB made the drill
+	// inconclusive); ProbeTimeout each request to it or to the source
+	// (default 10s).
 	StartTimeout time.Duration
 	// EtcdMemoryLimit is the Go soft memory limit (GOMEMLIMIT, bytes) of
 	// the drill's etcd, which runs with GOGC=50 too: etcd 3.5 copies every
@@ -441,7 +446,7 @@ func (d *drill) startTimeout() time.Duration {
 	if d.opts.StartTimeout > 0 {
 		return d.opts.StartTimeout
 	}
-	return 2*time.Minute + time.Duration(d.rec.DBSize/(16<<20))*time.Second
+	return 2*time.Minute + time.Duration(d.rec.DBSize/(4<<20))*time.Second
 }
 
 // isTimeout reports whether a check's detail is a deadline the drill's own
