@@ -139,7 +139,7 @@ func exactSeed(t *testing.T) uint64 {
 //
 // Every lease keeps an anchor key until it is revoked or expires: a lease
 // revoked while holding no key leaves no revision, so no journal can place
-// it (docs/restore.md, Exactness).
+// it (docs/restore-internals.md#exactness).
 func TestPointInTimeRestoreExact(t *testing.T) {
 	t.Parallel()
 	seed := exactSeed(t)

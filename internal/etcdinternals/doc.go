@@ -39,8 +39,8 @@
 //	(SnapshotCallOptions,        mem.BufferSlice; etcdserverpb.SnapshotResponse       chunk; chunks are hashed and compressed    TestSnapshotOverPoisonedPool
 //	RecvSnapshotChunk)           field 3 is the blob (rpc.proto)                      from the buffer gRPC received them into
 //
-// The numbers are docs/restore.md's ("Memory and time") and
-// docs/backup.md's ("What a backup does").
+// The numbers are those of docs/restore-internals.md#memory-and-time and
+// docs/backup.md#what-a-backup-does.
 //
 // # Fallback
 //
