@@ -441,12 +441,25 @@ func (d *drill) nodeCause(detail string) string {
 	return ""
 }
 
+// The default start timeout (Options.StartTimeout): StartTimeoutBase plus
+// a second per StartTimeoutBytesPerSecond of database.
+const (
+	StartTimeoutBase           = 2 * time.Minute
+	StartTimeoutBytesPerSecond = 4 << 20
+)
+
+// DefaultStartTimeout is how long a drill waits for its etcd to serve a
+// database of dbSize bytes when Options.StartTimeout is 0.
+func DefaultStartTimeout(dbSize int64) time.Duration {
+	return StartTimeoutBase + time.Duration(dbSize/StartTimeoutBytesPerSecond)*time.Second
+}
+
 // startTimeout is how long the drill waits for its etcd to serve.
 func (d *drill) startTimeout() time.Duration {
 	if d.opts.StartTimeout > 0 {
 		return d.opts.StartTimeout
 	}
-	return 2*time.Minute + time.Duration(d.rec.DBSize/(4<<20))*time.Second
+	return DefaultStartTimeout(d.rec.DBSize)
 }
 
 // isTimeout reports whether a check's detail is a deadline the drill's own
