@@ -211,6 +211,22 @@ func TestWorkHistoryPatterns(t *testing.T) {
 	}
 }
 
+// TestWorkHistoryAcrossLines: a phrase split by a line break is caught,
+// once.
+func TestWorkHistoryAcrossLines(t *testing.T) {
+	s := "sess" + "ion"
+	for text, want := range map[string]int{
+		"four runs of this\n" + s + "'s code": 1,
+		"see " + s + " 8 and\nmore":           1,
+		"a TLS\n" + s + " ticket":             0,
+		"the iss" + "ue\n12 rows":             1,
+	} {
+		if got := len(workHistory(text)); got != want {
+			t.Errorf("%q: %d matches %v, want %d", text, got, workHistory(text), want)
+		}
+	}
+}
+
 func matchesAny(text string) bool {
 	for _, re := range projectOnly {
 		if re.MatchString(text) {
@@ -246,14 +262,45 @@ func TestNoWorkHistory(t *testing.T) {
 			t.Fatal(err)
 		}
 		rel, _ := filepath.Rel(root, f)
-		for i, line := range strings.Split(string(b), "\n") {
-			for _, re := range projectOnly {
-				if m := re.FindString(line); m != "" {
-					t.Errorf("%s:%d: %q: say what the project does, not how its development was organised", rel, i+1, strings.TrimSpace(m))
+		for _, m := range workHistory(string(b)) {
+			t.Errorf("%s:%d: %q: say what the project does, not how its development was organised", rel, m.line, m.text)
+		}
+	}
+}
+
+type historyMatch struct {
+	line int
+	text string
+}
+
+// workHistory finds projectOnly's phrases in text, on one line or across
+// a line break ("of this" at a line's end, "session's" at the next one's
+// start).
+func workHistory(text string) []historyMatch {
+	var out []historyMatch
+	lines := strings.Split(text, "\n")
+	for i, line := range lines {
+		for _, re := range projectOnly {
+			if m := re.FindString(line); m != "" {
+				out = append(out, historyMatch{i + 1, strings.TrimSpace(m)})
+			}
+		}
+		if i+1 == len(lines) {
+			continue
+		}
+		// Joined with the next line: only a match across the join counts
+		// (one inside either line is found on its own).
+		a, b := strings.TrimSpace(line), strings.TrimSpace(lines[i+1])
+		pair := a + " " + b
+		for _, re := range projectOnly {
+			for _, loc := range re.FindAllStringIndex(pair, -1) {
+				if loc[0] < len(a) && loc[1] > len(a)+1 {
+					out = append(out, historyMatch{i + 1, pair[loc[0]:loc[1]]})
 				}
 			}
 		}
 	}
+	return out
 }
 
 // TestDocs runs every section of docs/ that has commands, in the scenario
