@@ -311,6 +311,7 @@ func (j *journalAll) runAll(ctx context.Context) error {
 		for _, n := range names {
 			<-run[n].done
 			delete(run, n)
+			j.o.Capture.Metrics.Forget(n)
 		}
 	}
 	resync := func(clusters []kube.Cluster) {

@@ -99,6 +99,7 @@ func (c *capture) watchCtx(ctx context.Context) (context.Context, context.Cancel
 
 // watchResponded notes a response of the current watch.
 func (c *capture) watchResponded(resp clientv3.WatchResponse) {
+	c.o.Metrics.clusterRevision(c.o.ClusterID, resp.Header.Revision)
 	c.wd.last = c.o.Now()
 	c.wd.created = true
 	c.wd.consecutive = 0
