@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/armada/etcd-recovery/internal/testing/dashtest"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
 )
 
 const (
@@ -71,7 +73,43 @@ func TestDashboardLint(t *testing.T) {
 	if _, err := dashtest.Decode(append(raw[:len(raw)/2:len(raw)/2], '}')); err == nil {
 		t.Errorf("a truncated dashboard decodes")
 	}
+	// Every series a query names is one the exporter or the journal
+	// exports: a quoted name in the source of metrics/ or of the
+	// journal's metrics (a histogram's by its _bucket, _sum, _count).
+	exported := map[string]bool{}
+	for _, glob := range []string{"metrics/*.go", "internal/journal/metrics.go"} {
+		files, _ := filepath.Glob(filepath.Join(testenv.RepoRoot(t), glob))
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range quotedNameRE.FindAllStringSubmatch(string(b), -1) {
+				exported[m[1]] = true
+			}
+		}
+	}
+	if len(exported) < 30 {
+		t.Fatalf("only %d series names found in metrics/ and internal/journal/metrics.go", len(exported))
+	}
+	for _, q := range d.Queries() {
+		for _, name := range seriesNameRE.FindAllString(q.Expr, -1) {
+			base := histogramSuffixRE.ReplaceAllString(name, "")
+			if !exported[name] && !exported[base] {
+				t.Errorf("panel %d %q: series %s is exported by neither the exporter nor the journal", q.Panel.ID, q.Panel.Title, name)
+			}
+		}
+	}
 }
+
+var (
+	quotedNameRE      = regexp.MustCompile(`"(etcd_recovery_[a-z0-9_]+)"`)
+	seriesNameRE      = regexp.MustCompile(`\betcd_recovery_[a-z0-9_]+`)
+	histogramSuffixRE = regexp.MustCompile(`_(bucket|sum|count)$`)
+)
 
 type promInput struct {
 	Series string `json:"series"`
