@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -104,8 +105,12 @@ func TestExporterAlerts(t *testing.T) {
 	// Older backups drilled 30 h ago, of both clusters; etcd-gone's newest
 	// an hour before etcd-live's; a backup of etcd-live dated two days
 	// ahead (a node's clock); a staged copy a killed restore left.
+	var oldestAt time.Time
 	for _, id := range []string{live.Name, "etcd-gone"} {
 		old := copyBackup(t, st, layout, plain, id, last.Add(-31*time.Hour), catalog.KindScheduled)
+		if id == live.Name {
+			oldestAt, _, _ = catalog.ParseBackupName(old.Name)
+		}
 		r := &catalog.DrillRecord{ClusterID: id, Backup: old.Name, Passed: true, StartedAt: last.Add(-30*time.Hour - time.Minute).UTC(),
 			FinishedAt: last.Add(-30 * time.Hour).UTC(), ToolVersion: "test", Comparison: catalog.DrillComparison{Mode: catalog.CompareSource}}
 		if err := catalog.PutDrill(ctx, st, layout, r); err != nil {
@@ -186,6 +191,26 @@ func TestExporterAlerts(t *testing.T) {
 			if v, ok := value(mfs, w.name, w.labels...); !ok || !sameSeconds(v, w.v) {
 				t.Errorf("%s%v = %v (present %v), want %v", w.name, w.labels, v, ok, w.v)
 			}
+		}
+		// The newest backup of each kind's run, from its manifest (real
+		// backups through fleet.BackupAll), and the restorable window's
+		// start: the oldest backup that checks out (the copy dated 31 h
+		// before the newest), not the future-dated one.
+		for _, b := range []*catalog.Manifest{plain, newest} {
+			d := b.FinishedAt.Sub(b.StartedAt)
+			if d <= 0 || b.Snapshot.RawSize <= 0 {
+				t.Fatalf("backup %s: startedAt %v finishedAt %v rawSize %d", b.Name, b.StartedAt, b.FinishedAt, b.Snapshot.RawSize)
+			}
+			if v, ok := value(mfs, metrics.NameBackupDuration, "cluster", live.Name, "kind", string(b.Kind)); !ok || math.Abs(v-d.Seconds()) > 1e-6 {
+				t.Errorf("%s{%s} = %v (present %v), want %v (manifest %s)", metrics.NameBackupDuration, b.Kind, v, ok, d.Seconds(), b.Name)
+			}
+			want := float64(b.Snapshot.RawSize) / d.Seconds()
+			if v, ok := value(mfs, metrics.NameBackupThroughput, "cluster", live.Name, "kind", string(b.Kind)); !ok || math.Abs(v-want) > want*1e-9 {
+				t.Errorf("%s{%s} = %v (present %v), want %v", metrics.NameBackupThroughput, b.Kind, v, ok, want)
+			}
+		}
+		if v, ok := value(mfs, metrics.NameRestorableFrom, "cluster", live.Name); !ok || v != float64(oldestAt.UnixNano())/1e9 {
+			t.Errorf("%s = %v (present %v), want the oldest backup's time %v", metrics.NameRestorableFrom, v, ok, oldestAt)
 		}
 		futureAt, _, _ := catalog.ParseBackupName(future.Name)
 		if v, ok := value(mfs, metrics.NameBackupFutureDatedLatest, "cluster", live.Name); !ok || v != float64(futureAt.UnixNano())/1e9 {
