@@ -581,6 +581,7 @@ func (c *capture) catchUp(wctx context.Context, wch watchChan) error {
 		return nil
 	}
 	target := r.Header.Revision
+	c.o.Metrics.clusterRevision(c.o.ClusterID, target)
 	behind := func(why string) error {
 		c.o.Log.Warn("journal: stopping before catching up; the next start continues from the stored segments", "cluster", c.o.ClusterID,
 			"reason", why, "reachedRev", c.next-1, "clusterRev", target, "took", c.o.Now().Sub(start).Round(time.Millisecond))
