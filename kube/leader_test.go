@@ -70,11 +70,11 @@ func TestLeaderElection(t *testing.T) {
 type journalProc struct {
 	name   string
 	listen string
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	errb bytes.Buffer
-	done chan struct{}
-	code int
+	cmd    *exec.Cmd
+	mu     sync.Mutex
+	errb   bytes.Buffer
+	done   chan struct{}
+	code   int
 }
 
 func (p *journalProc) Write(b []byte) (int, error) {
