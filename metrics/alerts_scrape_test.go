@@ -253,6 +253,17 @@ func TestExporterAlerts(t *testing.T) {
 		promtoolScrape(t, body, extra, now, firing, []string{"etcd-gone"})
 	})
 
+	t.Run("DashboardQueries", func(t *testing.T) {
+		dashboardOnScrape(t, body, now, map[string]string{
+			"Clusters not healthy/A":                "etcd-live is healthy",
+			"Clusters without a journal/A":          "etcd-live has a journal",
+			"Clusters without a journal (count)/A":  "etcd-live has a journal",
+			"Clusters without any backup/A":         "etcd-live has backups",
+			"Drill coverage (passed within 26 h)/A": "etcd-live's last passed drill is 30 h old",
+			"Failed drills and proofs/A":            "etcd-live's drill passed",
+		}, 20)
+	})
+
 	t.Run("PromtoolCheckMetrics", func(t *testing.T) {
 		cmd := exec.CommandContext(ctx, testenv.Promtool(t), "check", "metrics")
 		cmd.Stdin = bytes.NewReader(body)
@@ -537,6 +548,43 @@ const (
 // the alerts firing are exactly those firing lists name for it.
 func promtoolScrape(t *testing.T, body []byte, extra []promSeries, now time.Time, firing map[string][]string, only []string) {
 	t.Helper()
+	in := scrapeInput(t, body, extra, now)
+	testYAML := promtoolExprTests(t, in, firing, only)
+	objs := kubetest.DecodeManifests(t, kubetest.DeployPath(t, "40-alerts.yaml"))
+	if len(objs) != 1 {
+		t.Fatalf("deploy/40-alerts.yaml: %d objects, want one PrometheusRule", len(objs))
+	}
+	rules, err := yaml.Marshal(objs[0].Object["spec"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runPromtoolTest(t, rules, testYAML); err != nil {
+		t.Fatalf("promtool test rules on the exporter's scrape (%d series): %v\n%s\ninput:\n%s", len(in), err, out, testYAML)
+	}
+}
+
+// runPromtoolTest runs `promtool test rules` on a test file whose
+// rule_files is alerts.rules.yaml, with rules as that file.
+func runPromtoolTest(t *testing.T, rules, testYAML []byte) (string, error) {
+	t.Helper()
+	dir := t.TempDir()
+	for name, b := range map[string][]byte{"alerts.rules.yaml": rules, "scrape_test.yml": testYAML} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, testenv.Promtool(t), "test", "rules", "scrape_test.yml")
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// scrapeInput is the scrape's etcd_recovery_ series and extra as
+// promtool input series (see promtoolScrape).
+func scrapeInput(t *testing.T, body []byte, extra []promSeries, now time.Time) []promSeries {
+	t.Helper()
 	shift := float64(now.Unix()) - scrapeEval.Seconds()
 	var in []promSeries
 	mfs, err := parseText(body)
@@ -568,7 +616,13 @@ func promtoolScrape(t *testing.T, body []byte, extra []promSeries, now time.Time
 		in[i].Values = strconv.FormatFloat(v, 'f', -1, 64) + "x" + strconv.Itoa(scrapeWindow)
 	}
 	sort.Slice(in, func(i, j int) bool { return in[i].Series < in[j].Series })
+	return in
+}
 
+// promtoolExprTests is the promtool test file of promtoolScrape: the
+// alerts firing at scrapeEval, by alert name and by cluster.
+func promtoolExprTests(t *testing.T, in []promSeries, firing map[string][]string, only []string) []byte {
+	t.Helper()
 	type sample struct {
 		Labels string  `json:"labels"`
 		Value  float64 `json:"value"`
@@ -611,28 +665,7 @@ func promtoolScrape(t *testing.T, body []byte, extra []promSeries, now time.Time
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs := kubetest.DecodeManifests(t, kubetest.DeployPath(t, "40-alerts.yaml"))
-	if len(objs) != 1 {
-		t.Fatalf("deploy/40-alerts.yaml: %d objects, want one PrometheusRule", len(objs))
-	}
-	rules, err := yaml.Marshal(objs[0].Object["spec"])
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	for name, b := range map[string][]byte{"alerts.rules.yaml": rules, "scrape_test.yml": testYAML} {
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, testenv.Promtool(t), "test", "rules", "scrape_test.yml")
-	cmd.Dir = dir
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("promtool test rules on the exporter's scrape (%d series): %v\n%s\ninput:\n%s", len(in), err, out, testYAML)
-	}
+	return testYAML
 }
 
 func parseText(body []byte) (map[string]*dto.MetricFamily, error) {
