@@ -83,7 +83,8 @@ type JournalAllOptions struct {
 	// Capture is every cluster's capture: Encoding, Identities,
 	// SegmentInterval, SegmentSize, UploadTimeout, FrozenAfter,
 	// FinalFlush, OnSegment (called with each cluster's segments: check
-	// SegmentInfo.Key). Client, ClusterID, BaseBackup, BaseRev, Store,
+	// SegmentInfo.Key), Metrics (a cluster's series are forgotten when
+	// its EtcdCluster is gone). Client, ClusterID, BaseBackup, BaseRev, Store,
 	// Layout, Log and Fence are set per cluster.
 	Capture journal.CaptureOptions
 	// Backup is the full backup taken after a gap: Kind (default
@@ -311,6 +312,7 @@ func (j *journalAll) runAll(ctx context.Context) error {
 		for _, n := range names {
 			<-run[n].done
 			delete(run, n)
+			j.o.Capture.Metrics.Forget(n)
 		}
 	}
 	resync := func(clusters []kube.Cluster) {

@@ -5,7 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -62,14 +65,16 @@ func TestLeaderElection(t *testing.T) {
 	t.Run("Fence", func(t *testing.T) { t.Parallel(); testFence(t, k, admin) })
 }
 
-// journalProc is one journal process of the real binary.
+// journalProc is one journal process of the real binary; listen is the
+// address of its /metrics and probes.
 type journalProc struct {
-	name string
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	errb bytes.Buffer
-	done chan struct{}
-	code int
+	name   string
+	listen string
+	cmd    *exec.Cmd
+	mu     sync.Mutex
+	errb   bytes.Buffer
+	done   chan struct{}
+	code   int
 }
 
 func (p *journalProc) Write(b []byte) (int, error) {
@@ -82,6 +87,36 @@ func (p *journalProc) stderr() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.errb.String()
+}
+
+// probesAndLeader checks that the process's /livez and /healthz answer
+// 200 and that its etcd_recovery_journal_leader, labelled with one of
+// its identities (its name and a suffix), is leader, within 10 s (the
+// gauge follows the election).
+func (p *journalProc) probesAndLeader(t *testing.T, leader int) {
+	t.Helper()
+	c := http.Client{Timeout: 5 * time.Second}
+	get := func(path string) (int, string) {
+		resp, err := c.Get("http://" + p.listen + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	want := regexp.MustCompile(fmt.Sprintf(`(?m)^%s\{identity="%s_[0-9a-f]+"\} %d$`, journal.NameJournalLeader, regexp.QuoteMeta(p.name), leader))
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		lc, lb := get("/livez")
+		hc, hb := get("/healthz")
+		mc, mb := get("/metrics")
+		if lc == http.StatusOK && hc == http.StatusOK && mc == http.StatusOK && want.MatchString(mb) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s (%s): /livez %d %s, /healthz %d %s, /metrics %d without %s:\n%s", p.name, p.listen, lc, lb, hc, hb, mc, want, mb)
+		}
+	}
 }
 
 // holder is the Lease's holder identity ("" when there is none).
@@ -138,20 +173,26 @@ func testFailover(t *testing.T, k *testenv.KubeAPIServer, admin kubernetes.Inter
 	if w.Kind != "Deployment" || !slices.Contains(deployArgs, "--leader-elect") || !slices.Contains(deployArgs, "journal") || !slices.Contains(deployArgs, "--all") {
 		t.Fatalf("deploy/60-journal.yaml: %s with args %q, want a Deployment running journal --all --leader-elect", w.Kind, deployArgs)
 	}
+	// Each process serves its /metrics and probes on a loopback port of
+	// its own (the Deployment's --listen, if any, is per pod).
 	var args []string
-	for _, a := range deployArgs {
-		if a == "--all" {
+	for i := 0; i < len(deployArgs); i++ {
+		switch a := deployArgs[i]; {
+		case a == "--all":
 			args = append(args, "--cluster-id", id)
-			continue
+		case a == "--listen":
+			i++
+		case strings.HasPrefix(a, "--listen="):
+		default:
+			args = append(args, a)
 		}
-		args = append(args, a)
 	}
 	args = append(append(args, common...), "--segment-interval", "1s")
 
 	start := func(name string) *journalProc {
 		t.Helper()
-		p := &journalProc{name: name, done: make(chan struct{})}
-		p.cmd = exec.CommandContext(ctx, tool, args...)
+		p := &journalProc{name: name, done: make(chan struct{}), listen: fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))}
+		p.cmd = exec.CommandContext(ctx, tool, append(slices.Clone(args), "--listen", p.listen)...)
 		p.cmd.Env = append(testfix.ToolEnv(), append(env, "POD_NAME="+name)...)
 		p.cmd.Stderr = p
 		if err := p.cmd.Start(); err != nil {
@@ -280,6 +321,10 @@ func testFailover(t *testing.T, k *testenv.KubeAPIServer, admin kubernetes.Inter
 	if strings.Contains(p2.stderr(), "journal: capturing") {
 		t.Fatalf("the follower captures while the leader holds the Lease:\n%s", p2.stderr())
 	}
+	// Both ready (the follower waits to take over); the leader gauge is
+	// 1 on the leader only, with its identity.
+	p1.probesAndLeader(t, 1)
+	p2.probesAndLeader(t, 0)
 
 	// SIGKILL the leader: no release, the follower waits the Lease out.
 	killed := time.Now()
@@ -292,6 +337,7 @@ func testFailover(t *testing.T, k *testenv.KubeAPIServer, admin kubernetes.Inter
 	first := waitReach(atKill, 15*time.Second)
 	t.Logf("leader SIGKILLed: journal-b holds the Lease %s later (bound %s), its first segment %s after the kill",
 		took.Sub(killed).Round(time.Millisecond), takeoverBound, first.Sub(killed).Round(time.Millisecond))
+	p2.probesAndLeader(t, 1)
 
 	// Restart the killed one (a new identity), then SIGTERM the leader:
 	// it writes what it holds, releases, and journal-a takes over at once.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -104,8 +105,12 @@ func TestExporterAlerts(t *testing.T) {
 	// Older backups drilled 30 h ago, of both clusters; etcd-gone's newest
 	// an hour before etcd-live's; a backup of etcd-live dated two days
 	// ahead (a node's clock); a staged copy a killed restore left.
+	var oldestAt time.Time
 	for _, id := range []string{live.Name, "etcd-gone"} {
 		old := copyBackup(t, st, layout, plain, id, last.Add(-31*time.Hour), catalog.KindScheduled)
+		if id == live.Name {
+			oldestAt, _, _ = catalog.ParseBackupName(old.Name)
+		}
 		r := &catalog.DrillRecord{ClusterID: id, Backup: old.Name, Passed: true, StartedAt: last.Add(-30*time.Hour - time.Minute).UTC(),
 			FinishedAt: last.Add(-30 * time.Hour).UTC(), ToolVersion: "test", Comparison: catalog.DrillComparison{Mode: catalog.CompareSource}}
 		if err := catalog.PutDrill(ctx, st, layout, r); err != nil {
@@ -187,6 +192,26 @@ func TestExporterAlerts(t *testing.T) {
 				t.Errorf("%s%v = %v (present %v), want %v", w.name, w.labels, v, ok, w.v)
 			}
 		}
+		// The newest backup of each kind's run, from its manifest (real
+		// backups through fleet.BackupAll), and the restorable window's
+		// start: the oldest backup that checks out (the copy dated 31 h
+		// before the newest), not the future-dated one.
+		for _, b := range []*catalog.Manifest{plain, newest} {
+			d := b.FinishedAt.Sub(b.StartedAt)
+			if d <= 0 || b.Snapshot.RawSize <= 0 {
+				t.Fatalf("backup %s: startedAt %v finishedAt %v rawSize %d", b.Name, b.StartedAt, b.FinishedAt, b.Snapshot.RawSize)
+			}
+			if v, ok := value(mfs, metrics.NameBackupDuration, "cluster", live.Name, "kind", string(b.Kind)); !ok || math.Abs(v-d.Seconds()) > 1e-6 {
+				t.Errorf("%s{%s} = %v (present %v), want %v (manifest %s)", metrics.NameBackupDuration, b.Kind, v, ok, d.Seconds(), b.Name)
+			}
+			want := float64(b.Snapshot.RawSize) / d.Seconds()
+			if v, ok := value(mfs, metrics.NameBackupThroughput, "cluster", live.Name, "kind", string(b.Kind)); !ok || math.Abs(v-want) > want*1e-9 {
+				t.Errorf("%s{%s} = %v (present %v), want %v", metrics.NameBackupThroughput, b.Kind, v, ok, want)
+			}
+		}
+		if v, ok := value(mfs, metrics.NameRestorableFrom, "cluster", live.Name); !ok || v != float64(oldestAt.UnixNano())/1e9 {
+			t.Errorf("%s = %v (present %v), want the oldest backup's time %v", metrics.NameRestorableFrom, v, ok, oldestAt)
+		}
 		futureAt, _, _ := catalog.ParseBackupName(future.Name)
 		if v, ok := value(mfs, metrics.NameBackupFutureDatedLatest, "cluster", live.Name); !ok || v != float64(futureAt.UnixNano())/1e9 {
 			t.Errorf("%s = %v (present %v), want the future-dated backup's time %v", metrics.NameBackupFutureDatedLatest, v, ok, futureAt)
@@ -226,6 +251,17 @@ func TestExporterAlerts(t *testing.T) {
 			"EtcdJournalGap":               {live.Name},
 		}
 		promtoolScrape(t, body, extra, now, firing, []string{"etcd-gone"})
+	})
+
+	t.Run("DashboardQueries", func(t *testing.T) {
+		dashboardOnScrape(t, body, now, map[string]string{
+			"Clusters not healthy/A":                "etcd-live is healthy",
+			"Clusters without a journal/A":          "etcd-live has a journal",
+			"Clusters without a journal (count)/A":  "etcd-live has a journal",
+			"Clusters without any backup/A":         "etcd-live has backups",
+			"Drill coverage (passed within 26 h)/A": "etcd-live's last passed drill is 30 h old",
+			"Failed drills and proofs/A":            "etcd-live's drill passed",
+		}, 20)
 	})
 
 	t.Run("PromtoolCheckMetrics", func(t *testing.T) {
@@ -512,6 +548,43 @@ const (
 // the alerts firing are exactly those firing lists name for it.
 func promtoolScrape(t *testing.T, body []byte, extra []promSeries, now time.Time, firing map[string][]string, only []string) {
 	t.Helper()
+	in := scrapeInput(t, body, extra, now)
+	testYAML := promtoolExprTests(t, in, firing, only)
+	objs := kubetest.DecodeManifests(t, kubetest.DeployPath(t, "40-alerts.yaml"))
+	if len(objs) != 1 {
+		t.Fatalf("deploy/40-alerts.yaml: %d objects, want one PrometheusRule", len(objs))
+	}
+	rules, err := yaml.Marshal(objs[0].Object["spec"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runPromtoolTest(t, rules, testYAML); err != nil {
+		t.Fatalf("promtool test rules on the exporter's scrape (%d series): %v\n%s\ninput:\n%s", len(in), err, out, testYAML)
+	}
+}
+
+// runPromtoolTest runs `promtool test rules` on a test file whose
+// rule_files is alerts.rules.yaml, with rules as that file.
+func runPromtoolTest(t *testing.T, rules, testYAML []byte) (string, error) {
+	t.Helper()
+	dir := t.TempDir()
+	for name, b := range map[string][]byte{"alerts.rules.yaml": rules, "scrape_test.yml": testYAML} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, testenv.Promtool(t), "test", "rules", "scrape_test.yml")
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// scrapeInput is the scrape's etcd_recovery_ series and extra as
+// promtool input series (see promtoolScrape).
+func scrapeInput(t *testing.T, body []byte, extra []promSeries, now time.Time) []promSeries {
+	t.Helper()
 	shift := float64(now.Unix()) - scrapeEval.Seconds()
 	var in []promSeries
 	mfs, err := parseText(body)
@@ -543,7 +616,13 @@ func promtoolScrape(t *testing.T, body []byte, extra []promSeries, now time.Time
 		in[i].Values = strconv.FormatFloat(v, 'f', -1, 64) + "x" + strconv.Itoa(scrapeWindow)
 	}
 	sort.Slice(in, func(i, j int) bool { return in[i].Series < in[j].Series })
+	return in
+}
 
+// promtoolExprTests is the promtool test file of promtoolScrape: the
+// alerts firing at scrapeEval, by alert name and by cluster.
+func promtoolExprTests(t *testing.T, in []promSeries, firing map[string][]string, only []string) []byte {
+	t.Helper()
 	type sample struct {
 		Labels string  `json:"labels"`
 		Value  float64 `json:"value"`
@@ -586,28 +665,7 @@ func promtoolScrape(t *testing.T, body []byte, extra []promSeries, now time.Time
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs := kubetest.DecodeManifests(t, kubetest.DeployPath(t, "40-alerts.yaml"))
-	if len(objs) != 1 {
-		t.Fatalf("deploy/40-alerts.yaml: %d objects, want one PrometheusRule", len(objs))
-	}
-	rules, err := yaml.Marshal(objs[0].Object["spec"])
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	for name, b := range map[string][]byte{"alerts.rules.yaml": rules, "scrape_test.yml": testYAML} {
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, testenv.Promtool(t), "test", "rules", "scrape_test.yml")
-	cmd.Dir = dir
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("promtool test rules on the exporter's scrape (%d series): %v\n%s\ninput:\n%s", len(in), err, out, testYAML)
-	}
+	return testYAML
 }
 
 func parseText(body []byte) (map[string]*dto.MetricFamily, error) {

@@ -762,6 +762,7 @@ func (e *Exporter) Describe(ch chan<- *prometheus.Desc) {
 		descMembers, descMembersUp, descDBSize, descLeaderChanges, descRefreshDuration, descRefreshErrors, descRefreshLastSuccess,
 		descOrphanInfo, descOrphanDeleteAfter, descBackupsFutureDated, descBackupFutureDatedLatest, descStagedCopies, descStagedOldest,
 		descBackupUndecryptable, descBucketObjectLock, descBackupLockedUntil,
+		descBackupDuration, descBackupThroughput, descRestorableFrom,
 		descJournalProofFailed, descJournalProofTimestamp, descJournalLastRevision, descJournalLastReceived,
 		descJournalGaps, descJournalGapTimestamp} {
 		ch <- d
@@ -823,6 +824,13 @@ func collectCluster(gauge func(*prometheus.Desc, float64, ...string), ch chan<- 
 			gauge(descBackupLastSuccess, unixSeconds(b.Time), c.Cluster, string(k))
 			gauge(descBackupLastRevision, float64(b.Revision), c.Cluster, string(k))
 			gauge(descBackupStoredBytes, float64(b.Stored), c.Cluster, string(k))
+			if b.Duration > 0 {
+				gauge(descBackupDuration, b.Duration.Seconds(), c.Cluster, string(k))
+				gauge(descBackupThroughput, b.throughput(), c.Cluster, string(k))
+			}
+		}
+		if !c.Oldest.IsZero() {
+			gauge(descRestorableFrom, unixSeconds(c.Oldest), c.Cluster)
 		}
 		gauge(descBackupsIncomplete, float64(c.Incomplete), c.Cluster)
 		gauge(descBackupsDamaged, float64(c.Damaged), c.Cluster)

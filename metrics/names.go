@@ -44,6 +44,11 @@ const (
 	// backup is locked.
 	NameBucketObjectLock  = "etcd_recovery_bucket_object_lock"
 	NameBackupLockedUntil = "etcd_recovery_backup_locked_until_timestamp_seconds"
+	// The newest backup's run (its manifest's start and end, and its
+	// database size), and where the restorable window starts.
+	NameBackupDuration   = "etcd_recovery_backup_duration_seconds"
+	NameBackupThroughput = "etcd_recovery_backup_throughput_bytes_per_second"
+	NameRestorableFrom   = "etcd_recovery_restorable_window_start_timestamp_seconds"
 )
 
 // Refresh steps, the step label of etcd_recovery_refresh_errors_total.
@@ -80,6 +85,12 @@ var (
 		"etcd revision of the newest committed backup of that kind.", clk, nil)
 	descBackupStoredBytes = prometheus.NewDesc(NameBackupStoredBytes,
 		"Stored (compressed) size in bytes of the snapshot object of the newest committed backup of that kind.", clk, nil)
+	descBackupDuration = prometheus.NewDesc(NameBackupDuration,
+		"Duration in seconds of the newest committed backup of that kind that checks out, from its manifest's startedAt to its finishedAt (the snapshot's stream, its upload and checks); absent when the manifest records no duration.", clk, nil)
+	descBackupThroughput = prometheus.NewDesc(NameBackupThroughput,
+		"Database bytes (the manifest's rawSize) the newest committed backup of that kind streamed a second over its duration; absent with the duration.", clk, nil)
+	descRestorableFrom = prometheus.NewDesc(NameRestorableFrom,
+		"Time (unix seconds, from its name) of the oldest committed backup of any kind that checks out and is not dated in the future: the start of the restorable window (the journal extends its end, not its start); absent when there is none.", cl, nil)
 	descBackupsIncomplete = prometheus.NewDesc(NameBackupsIncomplete,
 		"Backup folders without a manifest (in flight, or left by a failed run until prune removes them).", cl, nil)
 	descBackupsDamaged = prometheus.NewDesc(NameBackupsDamaged,

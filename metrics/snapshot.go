@@ -17,6 +17,20 @@ type BackupState struct {
 	Time     time.Time `json:"time"`
 	Revision int64     `json:"revision"`
 	Stored   int64     `json:"storedBytes"`
+	// Raw is the snapshot's database size (the manifest's rawSize);
+	// Duration the backup's run, from its manifest's startedAt to its
+	// finishedAt (0: not recorded).
+	Raw      int64         `json:"rawBytes"`
+	Duration time.Duration `json:"duration"`
+}
+
+// throughput is the bytes of the database the backup streamed a second
+// (0: no duration recorded).
+func (b BackupState) throughput() float64 {
+	if b.Duration <= 0 {
+		return 0
+	}
+	return float64(b.Raw) / b.Duration.Seconds()
 }
 
 // ClusterState is what one refresh knows of a cluster: the store's side
@@ -30,6 +44,10 @@ type ClusterState struct {
 	Backups    map[catalog.Kind]BackupState `json:"backups,omitempty"`
 	Incomplete int                          `json:"incomplete"`
 	Damaged    int                          `json:"damaged"`
+	// Oldest is the time of the oldest committed backup of any kind that
+	// checks out and is not future-dated: where the restorable window
+	// starts (zero: none).
+	Oldest time.Time `json:"oldest,omitzero"`
 	// DrillLast is the newest drill of any backup (zero: never drilled);
 	// DrillLastPassed its result; DrillLastPass the newest passed one.
 	DrillLast       time.Time `json:"drillLast,omitzero"`
@@ -156,6 +174,7 @@ func storeState(st *ClusterState, entries []catalog.Entry, manifests []*catalog.
 	st.Stored = true
 	st.Backups = nil
 	st.Incomplete, st.Damaged = 0, 0
+	st.Oldest = time.Time{}
 	st.FutureDated, st.FutureLatest = 0, time.Time{}
 	st.DrillLast, st.DrillLastPassed, st.DrillLastPass = time.Time{}, false, time.Time{}
 	for i, e := range entries {
@@ -174,12 +193,17 @@ func storeState(st *ClusterState, entries []catalog.Entry, manifests []*catalog.
 		case future:
 			// Never the newest: its time cannot be placed.
 		case manifests[i] != nil:
+			st.Oldest = e.Time // entries are newest first
 			if _, ok := st.Backups[e.Kind]; !ok {
 				if st.Backups == nil {
 					st.Backups = map[catalog.Kind]BackupState{}
 				}
 				m := manifests[i]
-				st.Backups[e.Kind] = BackupState{Time: e.Time, Revision: m.Revision(), Stored: m.Snapshot.StoredSize}
+				b := BackupState{Time: e.Time, Revision: m.Revision(), Stored: m.Snapshot.StoredSize, Raw: m.Snapshot.RawSize}
+				if !m.StartedAt.IsZero() && m.FinishedAt.After(m.StartedAt) {
+					b.Duration = m.FinishedAt.Sub(m.StartedAt)
+				}
+				st.Backups[e.Kind] = b
 			}
 		}
 		// A drill record proves or disproves only when it was read.

@@ -21,6 +21,9 @@ var flagExceptions = map[string]string{
 	// backup's run holds a namespace's backups and drills: its usage text
 	// names its own default.
 	"timeout": "backup: 3h30m, inside the CronJob's 4 h activeDeadlineSeconds",
+	// serve is the exporter, always served; journal serves its metrics
+	// and probes only when asked (the Deployment's :9091).
+	"listen": "journal: none unless given",
 }
 
 type flagUse struct {

@@ -16,6 +16,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/kube"
 )
 
 // journalOpts are journal's flags: one cluster (--cluster-id, the etcd
@@ -38,6 +39,11 @@ type journalOpts struct {
 	// journalRetention: with an explicit --lock-mode, how long segments
 	// are locked (retention.SegmentLockUntil).
 	journalRetention time.Duration
+	// listen: the address of /metrics, /livez and /healthz ("": none);
+	// unreadyAfter, how long a segment may stay unstored before
+	// /healthz fails.
+	listen       string
+	unreadyAfter time.Duration
 }
 
 func journalCommand(g *globalOpts) *cli.Command {
@@ -71,6 +77,9 @@ func journalCommand(g *globalOpts) *cli.Command {
 			probeTimeoutFlag(&o.probeTimeout),
 			identityFileFlag(&o.identityFile),
 			journalRetentionFlag(&o.journalRetention),
+			&cli.StringFlag{Name: "listen", Usage: listenUsage, Destination: &o.listen},
+			&cli.DurationFlag{Name: "unready-after", Value: journal.DefaultUnreadyAfter, Destination: &o.unreadyAfter,
+				Usage: "with --listen: /healthz fails once a cluster's segment has stayed unstored this long (uploads failing, the store frozen); a follower waiting for the Lease is ready"},
 		}, o.encryption.flags(), o.policy.flags(), o.lock.flags(), o.leader.flags()),
 		Action:      func(c *cli.Context) error { return runJournal(c, g, o) },
 		Subcommands: []*cli.Command{journalFindCommand(g), journalProveCommand(g)},
@@ -223,10 +232,22 @@ func runJournal(c *cli.Context, g *globalOpts, o *journalOpts) error {
 	if err := checkNoLeader(e, &o.leader, &o.kube, opts.Kube); err != nil {
 		return err
 	}
+	identity := kube.LeaderIdentity()
+	if o.listen != "" {
+		m := journal.NewMetrics(journal.MetricsOptions{Budget: opts.Capture.Budget, Identity: identity, Elected: o.leader.elect, UnreadyAfter: o.unreadyAfter})
+		opts.Capture.Metrics = m
+		stop, err := serveHTTP(e, "journal", o.listen, m.Handler())
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	// With --leader-elect, all of it (each cluster's resume point
 	// included) only while this process holds the Lease, fenced on it.
-	err = withLeader(e, &o.leader, &o.kube, func(ctx context.Context, fence func() error) error {
+	err = withLeader(e, &o.leader, &o.kube, identity, func(ctx context.Context, fence func() error) error {
 		opts.Fence = fence
+		opts.Capture.Metrics.SetLeading(true)
+		defer opts.Capture.Metrics.SetLeading(false)
 		return fleet.JournalAll(ctx, opts)
 	})
 	if err != nil {
@@ -254,7 +275,10 @@ func journalOptions(c *cli.Context, e *env, o *journalOpts) (fleet.JournalAllOpt
 		}
 	}
 	if err := requirePositive("journal", positive{"segment-interval", o.segmentInterval}, positive{"rediscover", o.rediscover},
-		positive{"probe-timeout", o.probeTimeout}); err != nil {
+		positive{"probe-timeout", o.probeTimeout}, positive{"unready-after", o.unreadyAfter}); err != nil {
+		return opts, err
+	}
+	if err := checkListen("journal", o.listen); err != nil {
 		return opts, err
 	}
 	size, err := parseSegmentSize(o.segmentSize)

@@ -83,7 +83,7 @@ func checkNoLeader(e *env, o *leaderOpts, ko *kubeOpts, k *kube.Client) error {
 
 // withLeader runs run, with --leader-elect only while this process holds
 // the Lease, its fence passed on (nil without --leader-elect).
-func withLeader(e *env, o *leaderOpts, ko *kubeOpts, run func(ctx context.Context, fence func() error) error) error {
+func withLeader(e *env, o *leaderOpts, ko *kubeOpts, identity string, run func(ctx context.Context, fence func() error) error) error {
 	if !o.elect {
 		return run(e.ctx(), nil)
 	}
@@ -91,5 +91,5 @@ func withLeader(e *env, o *leaderOpts, ko *kubeOpts, run func(ctx context.Contex
 	if err != nil {
 		return err
 	}
-	return kube.RunAsLeader(e.ctx(), kube.LeaderOptions{Client: k, LeaseName: o.leaseName, Log: e.log}, run)
+	return kube.RunAsLeader(e.ctx(), kube.LeaderOptions{Client: k, LeaseName: o.leaseName, Identity: identity, Log: e.log}, run)
 }

@@ -49,7 +49,7 @@ func serveCommand(g *globalOpts) *cli.Command {
 			"On each refresh, the age header of each cluster's newest encrypted backup is opened with --identity-file\n" +
 			"(read again each refresh; one ranged read of the snapshot object): etcd_recovery_backup_undecryptable.",
 		Flags: concat(o.store.flags(), o.kube.flags(), []cli.Flag{
-			&cli.StringFlag{Name: "listen", Value: ":9090", EnvVars: []string{"ETCD_RECOVERY_LISTEN"}, Usage: "address of /metrics, /healthz and /livez", Destination: &o.listen},
+			&cli.StringFlag{Name: "listen", Value: ":9090", EnvVars: []string{"ETCD_RECOVERY_LISTEN"}, Usage: listenUsage, Destination: &o.listen},
 			&cli.DurationFlag{Name: "interval", Value: metrics.DefaultInterval, Usage: "time between refreshes (± 10% jitter)", Destination: &o.interval},
 			&cli.DurationFlag{Name: "refresh-timeout", Value: metrics.DefaultDeadline, Usage: "deadline of one refresh (store listing and inspections)", Destination: &o.refreshTimeout},
 			parallelFlag(&o.parallel),

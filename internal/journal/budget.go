@@ -176,6 +176,8 @@ func (c *capture) reserve(evs []*clientv3.Event, cont bool) (seal bool, wait int
 func (c *capture) waitBudget(ctx context.Context, need int64) error {
 	b := c.o.Budget
 	c.budgetWaits++
+	c.o.Metrics.beat(c.o.ClusterID, true)
+	defer c.o.Metrics.beat(c.o.ClusterID, false)
 	b.mu.Lock()
 	b.waiting++
 	b.mu.Unlock()

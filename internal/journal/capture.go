@@ -78,6 +78,9 @@ type CaptureOptions struct {
 	OnSegment func(SegmentInfo)
 	// Fence, when set, is called before each segment upload; an error stops the capture at once.
 	Fence func() error
+	// Metrics, when set, records what the capture does (journal
+	// --listen: its lag, uploads and segments, and its loop's liveness).
+	Metrics *Metrics
 	// Lock, when its mode is explicit (governance or compliance: the
 	// journal's --lock-mode), writes every segment with an object-lock
 	// retention of that mode until retention.SegmentLockUntil(the upload
@@ -252,6 +255,8 @@ func Capture(ctx context.Context, o CaptureOptions) error {
 		return err
 	}
 	c.warnEtcdBugs(ctx)
+	o.Metrics.captureRunning(o.ClusterID, true, chain.Reach)
+	defer o.Metrics.captureRunning(o.ClusterID, false, 0)
 	pctx, stopPoll := context.WithCancel(ctx)
 	defer stopPoll()
 	go c.pollLeases(pctx)
@@ -265,6 +270,8 @@ type pending struct {
 	// held is what the segment holds of the Budget, given back once it
 	// is stored (or given up).
 	held int64
+	// events is how many events it holds (for the metrics).
+	events int
 	// final: the last segment before the capture ends, stored without an
 	// upload slot (within FinalFlush, not behind every other cluster's).
 	final bool
@@ -415,6 +422,7 @@ func (c *capture) run(ctx context.Context) error {
 	tick := time.NewTicker(min(c.o.SegmentInterval/4, time.Second))
 	defer tick.Stop()
 	for {
+		c.o.Metrics.beat(c.o.ClusterID, false)
 		select {
 		case <-ctx.Done():
 			return finish(c.catchUp(wctx, wch))
@@ -513,6 +521,7 @@ func (c *capture) run(ctx context.Context) error {
 					if evs, err = c.add(ctx, evs); err != nil {
 						return finish(err)
 					}
+					c.o.Metrics.reachedRev(c.o.ClusterID, c.next-1)
 					cont = false
 					if len(evs) == 0 {
 						c.notePartial(resp)
@@ -572,6 +581,7 @@ func (c *capture) catchUp(wctx context.Context, wch watchChan) error {
 		return nil
 	}
 	target := r.Header.Revision
+	c.o.Metrics.clusterRevision(c.o.ClusterID, target)
 	behind := func(why string) error {
 		c.o.Log.Warn("journal: stopping before catching up; the next start continues from the stored segments", "cluster", c.o.ClusterID,
 			"reason", why, "reachedRev", c.next-1, "clusterRev", target, "took", c.o.Now().Sub(start).Round(time.Millisecond))
@@ -622,6 +632,7 @@ func (c *capture) catchUp(wctx context.Context, wch watchChan) error {
 					if evs, err = c.add(bctx, evs); err != nil {
 						return err
 					}
+					c.o.Metrics.reachedRev(c.o.ClusterID, c.next-1)
 					cont = false
 				}
 				if len(evs) == 0 {
@@ -1023,7 +1034,7 @@ func (c *capture) seal() (pending, error) {
 		FirstRev: first, LastRev: last, Received: c.received, Leases: c.leases, EtcdClusterID: c.etcdID, Prev: c.prevSum,
 	}
 	raw, sum, err := encodeSegment(h, c.events)
-	held := c.size
+	held, events := c.size, len(c.events)
 	c.events, c.size, c.received, c.leases = nil, 0, nil, nil
 	if err != nil {
 		c.o.Budget.give(held)
@@ -1031,7 +1042,7 @@ func (c *capture) seal() (pending, error) {
 	}
 	c.prevSum = sum
 	h.Format, h.Events = FormatVersion, 0
-	return pending{h: h, raw: raw, held: held}, nil
+	return pending{h: h, raw: raw, held: held, events: events}, nil
 }
 
 // uploadInSlot is upload in one of the Budget's upload slots.
@@ -1039,7 +1050,9 @@ func (c *capture) uploadInSlot(ctx context.Context, p pending) error {
 	if p.final {
 		return c.upload(ctx, p)
 	}
+	c.o.Metrics.beat(c.o.ClusterID, true) // waiting for a slot: bounded by the other uploads
 	done, err := c.o.Budget.upload(ctx)
+	c.o.Metrics.beat(c.o.ClusterID, false)
 	if err != nil {
 		return &SegmentError{Key: c.o.Layout.JournalSegmentKey(c.o.ClusterID, p.h.FirstRev, p.h.LastRev), Reason: ReasonStore, Detail: "waiting for an upload slot", Err: err}
 	}
@@ -1052,8 +1065,10 @@ func (c *capture) upload(ctx context.Context, p pending) error {
 	key := c.o.Layout.JournalSegmentKey(c.o.ClusterID, p.h.FirstRev, p.h.LastRev)
 	began := time.Now()
 	backoff := 200 * time.Millisecond
+	c.o.Metrics.uploadStarted(c.o.ClusterID)
 	for attempt := 1; ; attempt++ {
 		if err := c.fenced(key); err != nil {
+			c.o.Metrics.uploadEnded(c.o.ClusterID, nil, 0)
 			return err
 		}
 		actx, cancel := context.WithTimeout(ctx, c.o.UploadTimeout)
@@ -1069,16 +1084,20 @@ func (c *capture) upload(ctx context.Context, p pending) error {
 				c.o.Log.Warn("journal: segment found stored on a retry; taken as written", "key", key, "attempt", attempt)
 			}
 			c.o.Log.Debug("journal: segment written", "key", key, "bytes", info.Size, "attempts", attempt)
+			c.o.Metrics.uploadEnded(c.o.ClusterID, &info, p.events)
 			if c.o.OnSegment != nil {
 				c.o.OnSegment(info)
 			}
 			return nil
 		}
+		c.o.Metrics.uploadFailed(c.o.ClusterID)
 		if IsReason(err, ReasonConflict) {
+			c.o.Metrics.uploadEnded(c.o.ClusterID, nil, 0)
 			return err
 		}
 		elapsed := time.Since(began)
 		if ctx.Err() != nil || elapsed >= c.o.FrozenAfter {
+			c.o.Metrics.uploadEnded(c.o.ClusterID, nil, 0)
 			return &SegmentError{Key: key, Reason: ReasonStore, Detail: fmt.Sprintf("not written after %d attempts over %s (store frozen or refusing)", attempt, elapsed.Round(time.Millisecond)), Err: errors.Unwrap(err)}
 		}
 		c.o.Log.Warn("journal: segment upload failed; retrying", "key", key, "attempt", attempt, "err", err)

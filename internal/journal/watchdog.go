@@ -99,6 +99,7 @@ func (c *capture) watchCtx(ctx context.Context) (context.Context, context.Cancel
 
 // watchResponded notes a response of the current watch.
 func (c *capture) watchResponded(resp clientv3.WatchResponse) {
+	c.o.Metrics.clusterRevision(c.o.ClusterID, resp.Header.Revision)
 	c.wd.last = c.o.Now()
 	c.wd.created = true
 	c.wd.consecutive = 0
@@ -184,7 +185,7 @@ func (c *capture) probe(now time.Time, timeout time.Duration) {
 	c.wd.probeAt, c.wd.seen, c.wd.answered, c.wd.want = now, 0, false, new(atomic.Int64)
 	c.wd.probeID, c.wd.probeReach = new(atomic.Uint64), c.from()-1
 	wctx, want, wantID, rw := c.wd.wctx, c.wd.want, c.wd.probeID, c.wd.raw
-	cli := c.o.Client
+	cli, m, id := c.o.Client, c.o.Metrics, c.o.ClusterID
 	go func() {
 		gctx, cancel := context.WithTimeout(wctx, timeout)
 		defer cancel()
@@ -193,6 +194,9 @@ func (c *capture) probe(now time.Time, timeout time.Duration) {
 			want.CompareAndSwap(0, -1)
 			return
 		}
+		// The cluster's revision, read linearizably: the lag shows even
+		// while the watch is silent or stalled.
+		m.clusterRevision(id, r.Header.Revision)
 		wantID.Store(r.Header.ClusterId)
 		want.CompareAndSwap(0, r.Header.Revision)
 	}()
