@@ -203,8 +203,9 @@ func TestShippedPods(t *testing.T) {
 	})
 
 	t.Run("UpdateJob", func(t *testing.T) {
-		// As the update automation does: the template's cluster replaced.
-		b, err := os.ReadFile(kubetest.DeployPath(t, "templates", "update-job.yaml"))
+		// As the chart renders it for the cluster (deploy/chart_test.go
+		// TestChartPerCluster: the plain file with etcd-example replaced).
+		b, err := os.ReadFile(kubetest.DeployPath(t, "per-cluster", "update-job.yaml"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -144,8 +144,8 @@ func TestServiceMonitorScrapesTheExporter(t *testing.T) {
 }
 
 // TestServiceMonitorApply: the ServiceMonitor applies to a real
-// kube-apiserver with the operator's CRD (deploy/testdata/
-// servicemonitor-crd.yml), reads back unchanged, and the CRD's schema is
+// kube-apiserver with the operator's CRD (deploy/testdata/crds/
+// servicemonitor.yaml), reads back unchanged, and the CRD's schema is
 // enforced (a scheme other than http/https is refused).
 func TestServiceMonitorApply(t *testing.T) {
 	t.Parallel()

@@ -42,7 +42,7 @@ func testCluster(t *testing.T) Cluster {
 // TestTranslateShippedPods translates the three pod specs of deploy/ and
 // checks what a kubelet would do with them.
 func TestTranslateShippedPods(t *testing.T) {
-	for _, f := range []string{"30-cronjob.yaml", "templates/update-job.yaml", "50-toolkit.yaml"} {
+	for _, f := range []string{"30-cronjob.yaml", "per-cluster/update-job.yaml", "50-toolkit.yaml"} {
 		t.Run(f, func(t *testing.T) {
 			w, err := ParseWorkload(deployFile(t, f))
 			if err != nil {
