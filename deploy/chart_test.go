@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"slices"
 	"strconv"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
 
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
@@ -32,10 +32,10 @@ type fleetRender struct {
 	perNS map[string][]*unstructured.Unstructured
 }
 
-func renderFleet(t *testing.T, namespaces []string) fleetRender {
+func renderFleet(t *testing.T, values map[string]any, namespaces []string) fleetRender {
 	t.Helper()
 	r := fleetRender{perNS: map[string][]*unstructured.Unstructured{}}
-	for _, o := range kubetest.RenderChart(t, kubetest.FleetValues(namespaces...)) {
+	for _, o := range kubetest.RenderChart(t, values) {
 		switch ns := o.GetNamespace(); {
 		case ns == monitoringNS:
 			r.once = append(r.once, o)
@@ -96,9 +96,9 @@ func plainObjects(t *testing.T) []string {
 // its own COS prefix "<namespace>/", the image by digest; the backup
 // CronJobs' start minutes all distinct, the proofs' too, and no proof
 // starting in any backup's minute; the rest of each schedule as shipped.
-func checkFleet(t *testing.T, namespaces []string) fleetRender {
+func checkFleet(t *testing.T, values map[string]any, namespaces []string) fleetRender {
 	t.Helper()
-	r := renderFleet(t, namespaces)
+	r := renderFleet(t, values, namespaces)
 	var onceKinds []string
 	for _, o := range r.once {
 		onceKinds = append(onceKinds, o.GetKind()+"/"+o.GetName())
@@ -207,9 +207,27 @@ func TestChartFleet(t *testing.T) {
 	all := kubetest.KubxNamespaces(18)
 	kubetest.CreateNamespaces(t, k.Clientset(t, ""), append([]string{monitoringNS}, all...)...)
 	a := kubetest.NewApplier(t, k)
-	for _, namespaces := range [][]string{{"kubx-etcd-01", "kubx-etcd-02"}, all} {
-		t.Run(fmt.Sprintf("%d namespaces", len(namespaces)), func(t *testing.T) {
-			r := checkFleet(t, namespaces)
+	// The carrier's values file (make render's default): these 18.
+	b, err := os.ReadFile(kubetest.DeployPath(t, "testdata", "fleet-values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fleet map[string]any
+	if err := yaml.Unmarshal(b, &fleet); err != nil {
+		t.Fatalf("deploy/testdata/fleet-values.yaml: %v", err)
+	}
+	for _, c := range []struct {
+		name       string
+		values     map[string]any
+		namespaces []string
+	}{
+		{"2 namespaces", kubetest.FleetValues("kubx-etcd-01", "kubx-etcd-02"), []string{"kubx-etcd-01", "kubx-etcd-02"}},
+		{"18 namespaces", kubetest.FleetValues(all...), all},
+		{"testdata/fleet-values.yaml", fleet, all},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			namespaces := c.namespaces
+			r := checkFleet(t, c.values, namespaces)
 			applyDryRun(t, a, r.once)
 			for _, ns := range namespaces {
 				applyDryRun(t, a, r.perNS[ns])
