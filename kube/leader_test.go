@@ -138,13 +138,19 @@ func testFailover(t *testing.T, k *testenv.KubeAPIServer, admin kubernetes.Inter
 	if w.Kind != "Deployment" || !slices.Contains(deployArgs, "--leader-elect") || !slices.Contains(deployArgs, "journal") || !slices.Contains(deployArgs, "--all") {
 		t.Fatalf("deploy/60-journal.yaml: %s with args %q, want a Deployment running journal --all --leader-elect", w.Kind, deployArgs)
 	}
+	// --listen (the pod's :9091): each process on a port of its own
+	// (port 0), three share this host.
 	var args []string
-	for _, a := range deployArgs {
-		if a == "--all" {
+	for i := 0; i < len(deployArgs); i++ {
+		switch a := deployArgs[i]; a {
+		case "--all":
 			args = append(args, "--cluster-id", id)
-			continue
+		case "--listen":
+			args = append(args, a, "127.0.0.1:0")
+			i++
+		default:
+			args = append(args, a)
 		}
-		args = append(args, a)
 	}
 	args = append(append(args, common...), "--segment-interval", "1s")
 
