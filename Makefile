@@ -78,7 +78,10 @@ cross:
 # clone keyed by version (scripts/servers-dir.sh prints it; etcd 3.4 is
 # Debian's package unpacked there, never installed).
 test-servers:
-	scripts/test-servers.sh etcd34 etcd35 etcd36 minio kube-apiserver kubectl promtool age
+	@# helm (about 5 CPU-minutes, 9 min at a load of 8-15) beside the others.
+	@scripts/test-servers.sh helm & helm=$$!; \
+	scripts/test-servers.sh etcd34 etcd35 etcd36 minio kube-apiserver kubectl promtool age; rc=$$?; \
+	wait $$helm || rc=1; exit $$rc
 
 vet:
 	$(GO) vet ./...
@@ -162,16 +165,24 @@ container-tools:
 clean:
 	rm -rf bin demo-data
 
-# Pins the image `make image` built (bin/image/digest) by digest in deploy/'s
-# kustomizations: `kubectl apply -k deploy/` then runs exactly that image.
-# Push the image (its OCI archive) under icr.io/armada/etcd-recovery first.
+# Pins the image `make image` built (bin/image/digest) by digest in the
+# chart's values (deploy/values.yaml image.digest): every pod the chart
+# renders then runs exactly that image. Push the image (its OCI archive)
+# under icr.io/armada/etcd-recovery first.
 MANIFESTS_DIGEST ?= bin/image/digest
 MANIFESTS_DIR ?= deploy
 .PHONY: manifests
 manifests:
 	@d=$$(cat $(MANIFESTS_DIGEST) 2>/dev/null); \
 	if ! [[ $$d =~ ^sha256:[0-9a-f]{64}$$ ]]; then echo "manifests: no image digest in $(MANIFESTS_DIGEST) (run make image first)" >&2; exit 1; fi; \
-	for k in $(MANIFESTS_DIR)/kustomization.yaml $(MANIFESTS_DIR)/templates/kustomization.yaml; do \
-		sed -i -E "/^- name: icr\.io\/armada\/etcd-recovery$$/,/^  digest:/ s|^(  digest: ).*|\1$$d|" $$k || exit 1; \
-	done; \
+	sed -i -E "/^image:$$/,/^  digest:/ s|^(  digest: ).*|\1$$d|" $(MANIFESTS_DIR)/values.yaml || exit 1; \
 	echo "manifests: $(MANIFESTS_DIR)/ runs icr.io/armada/etcd-recovery@$$d"
+
+# Renders the chart (deploy/) for a fleet values file, as Argo CD, Flux or
+# `helm upgrade --install` would, with the helm of the test-server cache
+# (scripts/test-servers.sh helm): make render VALUES=fleet.yaml > fleet-rendered.yaml
+VALUES ?= deploy/testdata/fleet-values.yaml
+.PHONY: render
+render:
+	@scripts/test-servers.sh helm
+	@"$$(scripts/servers-dir.sh)/helm-$$(. scripts/test-servers.env && echo $$HELM_VERSION)/helm" template etcd-recovery deploy/ -f $(VALUES)

@@ -338,7 +338,7 @@ func markdownAnchors(tb testing.TB, path string) []string {
 }
 
 // TestAlertRulesApply: the PrometheusRule applies to a real
-// kube-apiserver with deploy/00-crds.yaml's CRDs, and reads back
+// kube-apiserver with the test fixture of its CRD (deploy/testdata/crds/), and reads back
 // unchanged (the CRD's structural schema prunes none of its fields).
 func TestAlertRulesApply(t *testing.T) {
 	t.Parallel()
@@ -354,7 +354,7 @@ func TestAlertRulesApply(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s not served after installing deploy/00-crds.yaml: %v", gvr, err)
+			t.Fatalf("%s not served after installing deploy/testdata/crds/: %v", gvr, err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

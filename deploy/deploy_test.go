@@ -203,8 +203,9 @@ func TestShippedPods(t *testing.T) {
 	})
 
 	t.Run("UpdateJob", func(t *testing.T) {
-		// As the update automation does: the template's cluster replaced.
-		b, err := os.ReadFile(kubetest.DeployPath(t, "templates", "update-job.yaml"))
+		// As the chart renders it for the cluster (deploy/chart_test.go
+		// TestChartPerCluster: the plain file with etcd-example replaced).
+		b, err := os.ReadFile(kubetest.DeployPath(t, "per-cluster", "update-job.yaml"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -273,13 +274,24 @@ func TestShippedPods(t *testing.T) {
 			}
 		})
 		t.Run("Exporter", func(t *testing.T) {
-			// The pod runs `serve`. Its probes are asked as the kubelet
+			// The exporter's own pod (52-exporter.yaml) runs `serve`
+			// beside the toolkit. Its probes are asked as the kubelet
 			// asks them, over HTTP from outside the container (the pod
 			// shares the host's network here), and /metrics lists every
-			// cluster.
-			if len(spec.Probes) == 0 {
-				t.Fatal("the toolkit has no probes")
+			// cluster; SIGTERM stops it at once.
+			ew := kubetest.Workload(t, "52-exporter.yaml")
+			espec, err := podrun.Translate(ew, "", "etcd-recovery-exporter-5c8b7-asdfg", cluster)
+			if err != nil {
+				t.Fatal(err)
 			}
+			if len(espec.Probes) == 0 {
+				t.Fatal("the exporter has no probes")
+			}
+			epod, err := runner.Start(ctx, espec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer epod.Close()
 			hc := &http.Client{Timeout: 5 * time.Second}
 			get := func(url string) (int, []byte, error) {
 				resp, err := hc.Get(url)
@@ -290,7 +302,7 @@ func TestShippedPods(t *testing.T) {
 				body, err := io.ReadAll(resp.Body)
 				return resp.StatusCode, body, err
 			}
-			for _, p := range spec.Probes {
+			for _, p := range espec.Probes {
 				deadline := time.Now().Add(2 * time.Minute)
 				for {
 					code, body, err := get(p.URL())
@@ -298,14 +310,14 @@ func TestShippedPods(t *testing.T) {
 						break
 					}
 					if time.Now().After(deadline) {
-						logs, _ := pod.Logs(ctx)
+						logs, _ := epod.Logs(ctx)
 						t.Fatalf("%s probe %s: not answering 200 after 2 min: %d %s %v\nthe pod's log:\n%s",
 							p.Kind, p.URL(), code, body, err, lastLines(string(logs), 40))
 					}
 					time.Sleep(time.Second) // polling the probe, as the kubelet does
 				}
 			}
-			code, body, err := get(fmt.Sprintf("http://127.0.0.1:%d/metrics", spec.Ports["metrics"]))
+			code, body, err := get(fmt.Sprintf("http://127.0.0.1:%d/metrics", espec.Ports["metrics"]))
 			if err != nil || code != http.StatusOK {
 				t.Fatalf("/metrics: %d %v", code, err)
 			}
@@ -314,6 +326,15 @@ func TestShippedPods(t *testing.T) {
 					t.Errorf("/metrics has no etcd_recovery_cluster_info for %s", c)
 				}
 			}
+			ecode, etook, eu, err := epod.Stop(ctx)
+			logPod(t, "Exporter", espec, podrun.Result{ExitCode: ecode, Duration: etook}, eu)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ecode != 0 || etook > 10*time.Second {
+				t.Errorf("exporter stop: exit %d after %v; want 0 at once (serve's graceful stop)", ecode, etook)
+			}
+			checkPod(t, "Exporter", espec, podrun.Result{}, eu)
 		})
 		t.Run("List", func(t *testing.T) {
 			res := exec(t, 0, "etcd-recovery", "list", "--cluster-id", bigCluster, "-o", "json")

@@ -1,7 +1,11 @@
 // Package deploy holds the Kubernetes manifests of etcd-recovery (the YAML
-// files of this directory) and their tests: deploy_test.go runs the three
-// shipped pod specs (the backup CronJob's job template, the pre-update
-// Job template and the toolkit Deployment) in the image `make image`
-// builds, as a kubelet would run them (internal/testing/podrun), against a real
-// kube-apiserver, real etcd clusters and MinIO, with their limits.
+// files of this directory), the Helm chart that installs them for the
+// fleet (Chart.yaml, values.yaml, templates/: it reads those files), and
+// their tests: chart_test.go renders the chart for 2 and 18 namespaces and
+// applies every object with server-side dry-run to a real kube-apiserver;
+// deploy_test.go runs the shipped pod specs (the backup CronJob's job
+// template, the pre-update Job, the toolkit and the exporter Deployments)
+// in the image `make image` builds, as a kubelet would run them
+// (internal/testing/podrun), against a real kube-apiserver, real etcd
+// clusters and MinIO, with their limits.
 package deploy

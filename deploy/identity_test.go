@@ -31,14 +31,18 @@ const (
 	identityKey    = "identity.txt"
 	toolkitFile    = "50-toolkit.yaml"
 	toolkitKind    = "Deployment/etcd-recovery-toolkit"
-	// The journal's proofs (70-prove.yaml) decrypt backups and segments:
-	// the only other pod with the identity, as the toolkit's account.
-	proveFile = "70-prove.yaml"
-	proveKind = "CronJob/etcd-recovery-prove"
+	// The journal's proofs (70-prove.yaml) decrypt backups and segments,
+	// and the exporter (52-exporter.yaml) opens the newest encrypted
+	// backup's header: the only other pods with the identity, as the
+	// toolkit's account.
+	proveFile    = "70-prove.yaml"
+	proveKind    = "CronJob/etcd-recovery-prove"
+	exporterFile = "52-exporter.yaml"
+	exporterKind = "Deployment/etcd-recovery-exporter"
 )
 
 // identityPods are the pod specs allowed to reach the identity.
-var identityPods = []string{toolkitFile + ": " + toolkitKind, proveFile + ": " + proveKind}
+var identityPods = []string{toolkitFile + ": " + toolkitKind, proveFile + ": " + proveKind, exporterFile + ": " + exporterKind}
 
 // identityNS is the namespace of the RBAC test.
 const identityNS = "kubx-etcd-15"
@@ -107,8 +111,8 @@ func identityRefs(t *testing.T, spec *corev1.PodSpec) []string {
 // TestIdentityMountedOnlyInToolkit: no CronJob or Job pod in deploy/ (the
 // scheduled backups, the pre-update backup template) mounts the age
 // identity, reads it into its environment or names it: the backup jobs hold
-// recipients only. Exactly two pods do: the toolkit's and the journal
-// proofs' CronJob (70-prove.yaml, as the toolkit's account); each mounts it
+// recipients only. Exactly three pods do: the toolkit's, the exporter's
+// and the journal proofs' CronJob (as the toolkit's account); each mounts it
 // read-only, 0400 (the kubelet adds the fsGroup's read bit: 0440, which the
 // tool accepts), optional, and points ETCD_RECOVERY_IDENTITY_FILE at the
 // file in it.
@@ -149,10 +153,12 @@ func TestIdentityMountedOnlyInToolkit(t *testing.T) {
 		}
 		checkIdentityMount(t, key, spec)
 	}
-	// Both run as the toolkit's account, the only one the identity's Role
+	// All run as the toolkit's account, the only one the identity's Role
 	// is bound to.
-	if tk, pr := holders[identityPods[0]], holders[identityPods[1]]; tk != nil && pr != nil && tk.ServiceAccountName != pr.ServiceAccountName {
-		t.Errorf("%s runs as %q, the toolkit as %q: the identity's holders share the toolkit's account", identityPods[1], pr.ServiceAccountName, tk.ServiceAccountName)
+	for _, key := range identityPods[1:] {
+		if tk, pr := holders[identityPods[0]], holders[key]; tk != nil && pr != nil && tk.ServiceAccountName != pr.ServiceAccountName {
+			t.Errorf("%s runs as %q, the toolkit as %q: the identity's holders share the toolkit's account", key, pr.ServiceAccountName, tk.ServiceAccountName)
+		}
 	}
 }
 
@@ -237,8 +243,8 @@ func TestIdentitySecretRBAC(t *testing.T) {
 		case key == toolkitFile+": "+toolkitKind:
 			toolkitSA = spec.ServiceAccountName
 		case slices.Contains(identityPods, key):
-			// The proofs' CronJob: the toolkit's account (checked in
-			// TestIdentityMountedOnlyInToolkit).
+			// The proofs' CronJob and the exporter: the toolkit's
+			// account (checked in TestIdentityMountedOnlyInToolkit).
 		case strings.Contains(key, ": CronJob/") || strings.Contains(key, ": Job/"):
 			if !slices.Contains(backupSAs, spec.ServiceAccountName) {
 				backupSAs = append(backupSAs, spec.ServiceAccountName)

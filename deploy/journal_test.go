@@ -19,7 +19,9 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
 	"github.com/armada/etcd-recovery/internal/journal"
@@ -245,7 +247,13 @@ func TestJournalPodStarts(t *testing.T) {
 		t.Errorf("grace period %s", spec.GracePeriod)
 	}
 
-	// The binary with those args and that environment.
+	// The binary with those args and that environment; its --listen (the
+	// pod's own :9091) on a free port of this shared host.
+	if i := slices.Index(spec.Args, "--listen"); i < 0 || i+1 >= len(spec.Args) {
+		t.Errorf("args %q: no --listen (the probes' and /metrics' port)", spec.Args)
+	} else {
+		spec.Args[i+1] = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	}
 	cmd, err := spec.HostCommand(ctx, testfix.Tool(t), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -317,3 +325,70 @@ func TestJournalPodStarts(t *testing.T) {
 // lockedBuffer is a process's stderr, read while it writes (deploy's
 // tests name testfix.SyncBuffer so).
 type lockedBuffer = testfix.SyncBuffer
+
+// TestJournalAvailability: the journal Deployment is a first-class
+// citizen. Its container serves /metrics, /healthz and /livez on port
+// 9091 named metrics (journal --listen :9091), readiness asks /healthz
+// and liveness /livez there; its two replicas never share a node
+// (required anti-affinity on the hostname, selecting its own pods); a
+// PodDisruptionBudget lets at most one of them go at a time; a Service
+// selects them on that port, and a ServiceMonitor selects the Service.
+func TestJournalAvailability(t *testing.T) {
+	t.Parallel()
+	var dep appsv1.Deployment
+	decodeFirst(t, "60-journal.yaml", "Deployment", &dep)
+	spec := dep.Spec.Template.Spec
+	c := spec.Containers[0]
+	if i := slices.Index(c.Args, "--listen"); i < 0 || i+1 >= len(c.Args) || c.Args[i+1] != ":9091" {
+		t.Errorf("args %q: want --listen :9091", c.Args)
+	}
+	if len(c.Ports) != 1 || c.Ports[0].Name != "metrics" || c.Ports[0].ContainerPort != 9091 {
+		t.Errorf("ports %+v: want one, metrics 9091", c.Ports)
+	}
+	for what, p := range map[string]struct {
+		probe *corev1.Probe
+		path  string
+	}{"readiness": {c.ReadinessProbe, "/healthz"}, "liveness": {c.LivenessProbe, "/livez"}} {
+		if p.probe == nil || p.probe.HTTPGet == nil || p.probe.HTTPGet.Path != p.path || p.probe.HTTPGet.Port.String() != "metrics" {
+			t.Errorf("%s probe %+v: want httpGet %s on port metrics", what, p.probe, p.path)
+		}
+	}
+	podLabels := labels.Set(dep.Spec.Template.Labels)
+	a := spec.Affinity
+	if a == nil || a.PodAntiAffinity == nil || len(a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) != 1 {
+		t.Fatalf("affinity %+v: want one required podAntiAffinity term", a)
+	}
+	term := a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution[0]
+	sel, err := metav1.LabelSelectorAsSelector(term.LabelSelector)
+	if err != nil || term.TopologyKey != "kubernetes.io/hostname" || !sel.Matches(podLabels) {
+		t.Errorf("anti-affinity %+v: want the hostname, selecting the journal's own pods (%v)", term, err)
+	}
+
+	var pdb policyv1.PodDisruptionBudget
+	decodeOne(t, "61-journal-pdb.yaml", "PodDisruptionBudget", &pdb)
+	psel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+	if err != nil || psel.Empty() || !psel.Matches(podLabels) || pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.String() != "1" || pdb.Spec.MinAvailable != nil {
+		t.Errorf("PodDisruptionBudget %+v: want maxUnavailable 1 selecting the journal's pods (%v)", pdb.Spec, err)
+	}
+
+	var svc corev1.Service
+	decodeOne(t, "56-journal-metrics-service.yaml", "Service", &svc)
+	if !labels.SelectorFromSet(svc.Spec.Selector).Matches(podLabels) || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].TargetPort.String() != "metrics" {
+		t.Errorf("Service %s: selector %v ports %+v: want the journal's pods, target port metrics", svc.Name, svc.Spec.Selector, svc.Spec.Ports)
+	}
+	if strings.Contains(svc.Name, "etcd-recovery") {
+		t.Errorf("Service %s: its scrape job would match the exporter alerts' job=~\".*etcd-recovery.*\"", svc.Name)
+	}
+	var sm serviceMonitor
+	decodeOne(t, "monitoring/journal-servicemonitor.yaml", "ServiceMonitor", &sm)
+	smsel, err := metav1.LabelSelectorAsSelector(&sm.Spec.Selector)
+	if err != nil || smsel.Empty() || !smsel.Matches(labels.Set(svc.Labels)) || len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Port != "metrics" {
+		t.Errorf("journal ServiceMonitor %+v: want it to select Service %s (labels %v) on port metrics (%v)", sm.Spec, svc.Name, svc.Labels, err)
+	}
+	// The exporter's ServiceMonitor does not scrape the journals.
+	var esm serviceMonitor
+	decodeOne(t, serviceMonitorFile, "ServiceMonitor", &esm)
+	if esel, _ := metav1.LabelSelectorAsSelector(&esm.Spec.Selector); esel.Matches(labels.Set(svc.Labels)) {
+		t.Errorf("the exporter's ServiceMonitor also selects %s", svc.Name)
+	}
+}

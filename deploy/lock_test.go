@@ -20,7 +20,7 @@ func TestLockModeFromConfigMap(t *testing.T) {
 	if mode, err := catalog.ParseLockMode(v); err != nil || mode != catalog.LockOff {
 		t.Fatalf("ETCD_RECOVERY_LOCK_MODE=%q: %q, %v; want shipped off", v, mode, err)
 	}
-	for _, f := range [][]string{{"30-cronjob.yaml"}, {"templates", "update-job.yaml"}, {"70-prove.yaml"}} {
+	for _, f := range [][]string{{"30-cronjob.yaml"}, {"per-cluster", "update-job.yaml"}, {"70-prove.yaml"}} {
 		w := kubetest.Workload(t, f...)
 		for _, c := range w.Template.Spec.Containers {
 			var fromCM bool

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -70,7 +69,7 @@ func cronMinutes(tb testing.TB, schedule string) []int {
 // two databases of one proof of the largest quota; proving only its own
 // namespace's EtcdClusters (--namespace $(POD_NAMESPACE), the downward
 // API's namespace, with the service account's token to list them); and
-// kustomization.yaml applies it.
+// the chart renders it in each namespace.
 func TestProveCronJob(t *testing.T) {
 	t.Parallel()
 	var prove, backupCron batchv1.CronJob
@@ -159,12 +158,8 @@ func TestProveCronJob(t *testing.T) {
 	if need := int64(2*maxQuotaBytes) + restore.DrillScratchBytes(maxQuotaBytes); vol.EmptyDir.SizeLimit.Value() < need {
 		t.Errorf("scratch sizeLimit %s: a proof of an 8 GiB database holds two of them (%d bytes)", vol.EmptyDir.SizeLimit, need)
 	}
-	kust, err := os.ReadFile(kubetest.DeployPath(t, "kustomization.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Contains(strings.Split(string(kust), "\n"), "- "+proveFile) {
-		t.Errorf("kustomization.yaml does not apply %s", proveFile)
+	if !slices.Contains(kubetest.AppliedFiles(t), kubetest.DeployPath(t, proveFile)) {
+		t.Errorf("the chart does not render %s in each namespace (not a deploy/NN-*.yaml)", proveFile)
 	}
 }
 

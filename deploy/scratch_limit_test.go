@@ -98,3 +98,52 @@ func scratchVolume(spec *corev1.PodSpec, c corev1.Container, dir string) *corev1
 	}
 	return nil
 }
+
+// TestEphemeralStorageCoversEmptyDirs: every pod under deploy/ requests
+// ephemeral storage (the scheduler then places it where that much node
+// disk is free), at least the sum of its disk emptyDirs' sizeLimits (what
+// it may fill before the kubelet evicts it: 10 GiB for a drill, 18 GiB for
+// a proof, 28 GiB in the toolkit), and its limit is above the request by
+// at least the logs' margin (64 MiB), so the emptyDir's own sizeLimit, the
+// one the tool checks first (ETCD_RECOVERY_SCRATCH_LIMIT), is met before
+// the pod's limit. Every disk emptyDir has a sizeLimit.
+func TestEphemeralStorageCoversEmptyDirs(t *testing.T) {
+	t.Parallel()
+	specs := deployPodSpecs(t)
+	if len(specs) < 5 {
+		t.Fatalf("only %d pod specs under deploy/", len(specs))
+	}
+	for _, key := range slices.Sorted(mapsKeysPS(specs)) {
+		spec := specs[key]
+		var disk int64
+		for _, v := range spec.Volumes {
+			if v.EmptyDir == nil || v.EmptyDir.Medium == corev1.StorageMediumMemory {
+				continue
+			}
+			if v.EmptyDir.SizeLimit == nil {
+				t.Errorf("%s: disk emptyDir %s has no sizeLimit", key, v.Name)
+				continue
+			}
+			disk += v.EmptyDir.SizeLimit.Value()
+		}
+		var req, lim int64
+		for _, c := range slices.Concat(spec.InitContainers, spec.Containers) {
+			if q, ok := c.Resources.Requests[corev1.ResourceEphemeralStorage]; ok {
+				req += q.Value()
+			} else {
+				t.Errorf("%s container %s: no ephemeral-storage request", key, c.Name)
+			}
+			if q, ok := c.Resources.Limits[corev1.ResourceEphemeralStorage]; ok {
+				lim += q.Value()
+			} else {
+				t.Errorf("%s container %s: no ephemeral-storage limit", key, c.Name)
+			}
+		}
+		if req < disk {
+			t.Errorf("%s: ephemeral-storage requests %d bytes, below its disk emptyDirs' sizeLimits (%d bytes)", key, req, disk)
+		}
+		if lim < req+64<<20 {
+			t.Errorf("%s: ephemeral-storage limit %d bytes: want at least the request (%d) plus 64 MiB of logs", key, lim, req)
+		}
+	}
+}

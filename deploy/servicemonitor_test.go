@@ -57,7 +57,7 @@ func decodeOne(tb testing.TB, file, kind string, out any) {
 
 // TestServiceMonitorScrapesTheExporter: deploy/monitoring/servicemonitor.yaml
 // selects the Service of 55-metrics-service.yaml by its labels, names its
-// port, which leads to the toolkit container's port that serve --listen
+// port, which leads to the exporter container's port that serve --listen
 // binds; the scrape job it makes (the Service's name) is one the exporter
 // alerts' job matchers select; the scrape timeout fits in the interval.
 func TestServiceMonitorScrapesTheExporter(t *testing.T) {
@@ -67,7 +67,7 @@ func TestServiceMonitorScrapesTheExporter(t *testing.T) {
 	var svc corev1.Service
 	decodeOne(t, "55-metrics-service.yaml", "Service", &svc)
 	var dep appsv1.Deployment
-	decodeOne(t, "50-toolkit.yaml", "Deployment", &dep)
+	decodeOne(t, "52-exporter.yaml", "Deployment", &dep)
 
 	sel, err := metav1.LabelSelectorAsSelector(&sm.Spec.Selector)
 	if err != nil || sel.Empty() {
@@ -80,7 +80,7 @@ func TestServiceMonitorScrapesTheExporter(t *testing.T) {
 		t.Errorf("ServiceMonitor namespaceSelector set: it must scrape its own namespace's exporter only")
 	}
 	if !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(dep.Spec.Template.Labels)) {
-		t.Errorf("Service %s selector %v does not select the toolkit pods (labels %v)", svc.Name, svc.Spec.Selector, dep.Spec.Template.Labels)
+		t.Errorf("Service %s selector %v does not select the exporter pods (labels %v)", svc.Name, svc.Spec.Selector, dep.Spec.Template.Labels)
 	}
 	c := dep.Spec.Template.Spec.Containers[0]
 	listen := ""
@@ -144,8 +144,8 @@ func TestServiceMonitorScrapesTheExporter(t *testing.T) {
 }
 
 // TestServiceMonitorApply: the ServiceMonitor applies to a real
-// kube-apiserver with the operator's CRD (deploy/testdata/
-// servicemonitor-crd.yml), reads back unchanged, and the CRD's schema is
+// kube-apiserver with the operator's CRD (deploy/testdata/crds/
+// servicemonitor.yaml), reads back unchanged, and the CRD's schema is
 // enforced (a scheme other than http/https is refused).
 func TestServiceMonitorApply(t *testing.T) {
 	t.Parallel()

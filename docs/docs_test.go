@@ -14,6 +14,7 @@ import (
 
 	"filippo.io/age"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
@@ -85,7 +86,7 @@ var sections = map[string][]string{
 var placeholders = []string{
 	"id", "endpoints", "tls-dir", "member-tls-dir", "cos-endpoint", "cos-region", "bucket", "prefix", "cos-credentials-dir",
 	"old-endpoints", "new-initial-cluster", "new-token", "data-dir-root", "new-endpoints", "backup",
-	"recipient", "identity-file", "namespace", "metrics-port",
+	"recipient", "identity-file", "namespace", "metrics-port", "values", "update",
 }
 
 // TestDocsStructure: every shell block of README.md and docs/ is a ```sh
@@ -501,8 +502,10 @@ func encryptionScenario(t *testing.T, docs mdblocks.Set, conn *mdblocks.Block) {
 	mdblocks.MustContain(t, mdblocks.One(t, rs, "--require-encryption", 0), "recipient")
 }
 
-// kubernetesScenario: a kube-apiserver; deploy/ applied with kubectl as
-// the documents say, the per-cluster grant and the pre-update Job; an
+// kubernetesScenario: a kube-apiserver with the operators' CRDs (the
+// chart brings none); deploy/'s chart installed with helm as the documents
+// say, for a values file listing the namespace, the per-cluster grant and
+// the pre-update Job rendered and applied; an
 // EtcdCluster backed by real etcd, the namespace's cos-credentials secret;
 // then the CronJob's commands as its service account, the namespace's
 // drills, and the exporter as the toolkit's.
@@ -511,20 +514,38 @@ func kubernetesScenario(t *testing.T, docs mdblocks.Set, conn *mdblocks.Block) {
 	k := testenv.StartKubeAPIServer(t)
 	admin := k.Clientset(t, "")
 	dyn := k.Dynamic(t, "")
-	kubetest.CreateNamespaces(t, admin, ns)
+	kubetest.InstallCRDs(t, k)
+	kubetest.CreateNamespaces(t, admin, ns, "monitoring")
 
-	// kubectl as an SRE has it: admin, no COS or etcd settings.
-	s := mdblocks.NewScenario(t, docs, nil, map[string]string{"namespace": ns, "id": name})
+	// kubectl and helm as an SRE has them: admin, no COS or etcd settings;
+	// helm's own state in the scenario's directory.
+	values := filepath.Join(t.TempDir(), "fleet.yaml")
+	if err := os.WriteFile(values, []byte("namespaces:\n- name: "+ns+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := mdblocks.NewScenario(t, docs, nil, map[string]string{"namespace": ns, "id": name, "values": values, "update": "u1"})
 	s.Tools["kubectl"] = kubetest.KubectlBin(t)
-	s.ExtraEnv = []string{"KUBECONFIG=" + k.Kubeconfig(t, "", ns)}
+	s.Tools["helm"] = kubetest.HelmBin(t)
+	helmHome := t.TempDir()
+	s.ExtraEnv = []string{"KUBECONFIG=" + k.Kubeconfig(t, "", ns), "HELM_CACHE_HOME=" + helmHome, "HELM_CONFIG_HOME=" + helmHome, "HELM_DATA_HOME=" + helmHome}
 	linkRepo(t, s, "deploy")
 	runSection(t, s, sc, "kubernetes.md#install")
 	ctx := context.Background()
-	if _, err := admin.BatchV1().CronJobs(ns).Get(ctx, "etcd-recovery-backup", metav1.GetOptions{}); err != nil {
-		t.Errorf("after kubectl apply -k deploy/: %v", err)
+	if cj, err := admin.BatchV1().CronJobs(ns).Get(ctx, "etcd-recovery-backup", metav1.GetOptions{}); err != nil {
+		t.Errorf("after helm upgrade --install: %v", err)
+	} else if cm, err := admin.CoreV1().ConfigMaps(ns).Get(ctx, "etcd-recovery-config", metav1.GetOptions{}); err != nil || cm.Data["COS_PREFIX"] != ns+"/" {
+		t.Errorf("after helm upgrade --install: the ConfigMap %v (%v), want COS_PREFIX %s/", cm, err, ns)
+	} else {
+		t.Logf("installed: CronJob %s schedule %q", cj.Name, cj.Spec.Schedule)
 	}
-	if _, err := admin.BatchV1().Jobs(ns).Get(ctx, "etcd-recovery-update-"+name, metav1.GetOptions{}); err != nil {
-		t.Errorf("after the update Job's template: %v", err)
+	if _, err := k.Dynamic(t, "").Resource(schema.GroupVersionResource{Group: "monitoring.coreos.com", Version: "v1", Resource: "prometheusrules"}).Namespace("monitoring").Get(ctx, "etcd-recovery-alerts", metav1.GetOptions{}); err != nil {
+		t.Errorf("after helm upgrade --install: the PrometheusRule in monitoring: %v", err)
+	}
+	if _, err := admin.BatchV1().Jobs(ns).Get(ctx, "etcd-recovery-update-"+name+"-u1", metav1.GetOptions{}); err != nil {
+		t.Errorf("after the update Job's render: %v", err)
+	}
+	if _, err := admin.RbacV1().Roles(ns).Get(ctx, "etcd-recovery-"+name, metav1.GetOptions{}); err != nil {
+		t.Errorf("after the client-TLS grant's render: %v", err)
 	}
 
 	fc := kubetest.AddEtcdCluster(t, admin, dyn, ns, name, testenv.EtcdOptions{IP: "127.0.9.10", Members: 1})

@@ -555,7 +555,7 @@ func TestManifestsRunImage(t *testing.T) {
 			pathEnv = v
 		}
 	}
-	for _, f := range []string{"30-cronjob.yaml", "templates/update-job.yaml", "50-toolkit.yaml"} {
+	for _, f := range []string{"30-cronjob.yaml", "per-cluster/update-job.yaml", "50-toolkit.yaml", "52-exporter.yaml"} {
 		pods := 0
 		for _, obj := range kubetest.DecodeManifests(t, kubetest.DeployPath(t, f)) {
 			var spec map[string]any

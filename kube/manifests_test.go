@@ -6,11 +6,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
 
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
@@ -30,78 +30,83 @@ func imageParts(ref string) (name, tag, digest string) {
 	return name, tag, digest
 }
 
-// TestManifestImagesPinned: no pod spec under deploy/ runs a mutable image
-// reference. A pod spec names either an image by digest, or the bare
-// toolkit name that the kustomization covering its file pins by digest;
-// never :latest or another tag, and no imagePullPolicy that would keep an
-// unpinned image on a node. What `kubectl kustomize` renders for deploy/
-// and deploy/templates/ is by digest only.
-func TestManifestImagesPinned(t *testing.T) {
-	t.Parallel()
-	checkImagesPinned(t, kubetest.DeployPath(t))
+// shippedDigest is deploy/values.yaml's image.digest.
+func shippedDigest(t *testing.T, deploy string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(deploy, "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Image struct{ Repository, Digest string }
+	}
+	if err := yaml.Unmarshal(b, &v); err != nil {
+		t.Fatalf("deploy/values.yaml: %v", err)
+	}
+	if v.Image.Repository != toolImage || !digestRE.MatchString(v.Image.Digest) {
+		t.Fatalf("deploy/values.yaml: image %s@%s, want %s@sha256:<64 hex>", v.Image.Repository, v.Image.Digest, toolImage)
+	}
+	return v.Image.Digest
 }
 
-func checkImagesPinned(t *testing.T, deploy string) {
+// everyRender is what the chart renders: the fleet for two namespaces,
+// and the per-cluster pieces (the grant, the pre-update Job).
+func everyRender(t *testing.T, deploy string) map[string][]*unstructured.Unstructured {
 	t.Helper()
-	// The kustomization directories and the image names they pin.
-	pinned := map[string]map[string]string{} // dir -> name -> digest
-	for _, dir := range []string{deploy, filepath.Join(deploy, "templates")} {
-		if _, err := os.Stat(filepath.Join(dir, "kustomization.yaml")); err != nil {
-			continue
+	vals := kubetest.FleetValues("kubx-etcd-01", "kubx-etcd-02")
+	out := map[string][]*unstructured.Unstructured{}
+	for how, set := range map[string][]string{
+		"fleet":          nil,
+		"grant":          {"cluster.namespace=kubx-etcd-02", "cluster.name=etcd-abc"},
+		"pre-update Job": {"cluster.namespace=kubx-etcd-02", "cluster.name=etcd-abc", "cluster.update=u1"},
+	} {
+		objs, err := kubetest.RenderChartAt(t, deploy, vals, set...)
+		if err != nil {
+			t.Fatalf("%s: %v", how, err)
 		}
-		pinned[dir] = map[string]string{}
-		for _, im := range kubetest.ReadKustomization(t, dir).Images {
-			if im.NewTag != "" || !digestRE.MatchString(im.Digest) {
-				t.Errorf("%s/kustomization.yaml: image %s: newTag %q digest %q, want a sha256 digest and no tag", dir, im.Name, im.NewTag, im.Digest)
-				continue
-			}
-			pinned[dir][im.Name] = im.Digest
-		}
+		out[how] = objs
 	}
-	files, _ := filepath.Glob(filepath.Join(deploy, "*.yaml"))
-	more, _ := filepath.Glob(filepath.Join(deploy, "*", "*.yaml"))
+	return out
+}
+
+// TestManifestImagesPinned: no pod spec under deploy/ runs a mutable image
+// reference. The plain manifests name the bare toolkit image (no tag, no
+// digest, no imagePullPolicy that would keep an unpinned image on a
+// node), and every container the chart renders, the fleet's and the
+// per-cluster Job's, runs exactly image.repository@image.digest of
+// deploy/values.yaml.
+func TestManifestImagesPinned(t *testing.T) {
+	t.Parallel()
+	deploy := kubetest.DeployPath(t)
 	n := 0
-	for _, f := range append(files, more...) {
-		if filepath.Base(f) == "kustomization.yaml" {
-			continue
-		}
+	for _, f := range kubetest.DeployFiles(t) {
 		for key, spec := range kubetest.PodSpecs(kubetest.DecodeManifests(t, f)) {
 			for _, c := range containers(spec) {
 				n++
 				ref, _ := c["image"].(string)
-				policy, _ := c["imagePullPolicy"].(string)
-				name, tag, digest := imageParts(ref)
 				what := filepath.Base(f) + ": " + key + " container " + c["name"].(string) + ": image " + ref
-				switch {
-				case digest != "":
-					if !digestRE.MatchString(digest) {
-						t.Errorf("%s: not a sha256 digest", what)
-					}
-				case tag != "":
-					t.Errorf("%s: a tag (%q) is mutable; name the image without a tag and pin it by digest in the kustomization", what, tag)
-				case pinned[filepath.Dir(f)][name] == "":
-					t.Errorf("%s: no digest, and %s/kustomization.yaml does not pin %s", what, filepath.Dir(f), name)
+				if ref != toolImage {
+					t.Errorf("%s: want the bare %s, which the chart pins by digest (a tag is mutable)", what, toolImage)
 				}
-				if digest == "" && policy != "" && policy != "Always" {
-					t.Errorf("%s: imagePullPolicy %s without a digest keeps a stale image on a node", what, policy)
+				if p, _ := c["imagePullPolicy"].(string); p != "" {
+					t.Errorf("%s: imagePullPolicy %s: leave it to the digest's default", what, p)
 				}
 			}
 		}
 	}
-	if n < 3 {
+	if n < 5 {
 		t.Fatalf("only %d containers in deploy/'s pod specs", n)
 	}
-	// What kustomize renders: by digest only.
-	for dir := range pinned {
-		specs := kubetest.PodSpecs(kubetest.Kustomize(t, dir))
-		if len(specs) == 0 {
-			t.Errorf("kubectl kustomize %s: no pod specs", dir)
+	want := toolImage + "@" + shippedDigest(t, deploy)
+	for how, objs := range everyRender(t, deploy) {
+		specs := kubetest.PodSpecs(objs)
+		if len(specs) == 0 && how != "grant" {
+			t.Errorf("chart (%s): no pod specs", how)
 		}
 		for key, spec := range specs {
 			for _, c := range containers(spec) {
-				ref, _ := c["image"].(string)
-				if name, tag, digest := imageParts(ref); tag != "" || !digestRE.MatchString(digest) || name != toolImage {
-					t.Errorf("kubectl kustomize %s: %s: image %q, want %s@sha256:...", dir, key, ref, toolImage)
+				if c["image"] != want {
+					t.Errorf("chart (%s): %s: image %v, want %s", how, key, c["image"], want)
 				}
 			}
 		}
@@ -123,7 +128,7 @@ func containers(spec map[string]any) []map[string]any {
 
 // TestManifestsPinDigest: `make manifests` writes the digest `make image`
 // recorded (bin/image/digest when it was built, else a made-up one) into
-// both kustomizations, and kustomize then renders every pod spec with
+// the chart's values, and the chart then renders every pod spec with
 // exactly that image. It runs on a copy of deploy/.
 func TestManifestsPinDigest(t *testing.T) {
 	t.Parallel()
@@ -147,15 +152,18 @@ func TestManifestsPinDigest(t *testing.T) {
 		t.Fatalf("make manifests: %v\n%s", err, out)
 	}
 	t.Logf("%s", strings.TrimSpace(string(out)))
-	for _, dir := range []string{deploy, filepath.Join(deploy, "templates")} {
-		specs := kubetest.PodSpecs(kubetest.Kustomize(t, dir))
-		if len(specs) == 0 {
-			t.Fatalf("kubectl kustomize %s: no pod specs", dir)
+	if got := shippedDigest(t, deploy); got != digest {
+		t.Fatalf("make manifests: values.yaml digest %s, want %s", got, digest)
+	}
+	for how, objs := range everyRender(t, deploy) {
+		specs := kubetest.PodSpecs(objs)
+		if len(specs) == 0 && how != "grant" {
+			t.Fatalf("chart (%s): no pod specs", how)
 		}
 		for key, spec := range specs {
 			for _, c := range containers(spec) {
 				if c["image"] != toolImage+"@"+digest {
-					t.Errorf("%s: %s: image %v, want %s@%s", dir, key, c["image"], toolImage, digest)
+					t.Errorf("chart (%s): %s: image %v, want %s@%s", how, key, c["image"], toolImage, digest)
 				}
 			}
 		}
@@ -167,52 +175,27 @@ func TestManifestsPinDigest(t *testing.T) {
 	}
 }
 
-// TestManifestsApplyNoTemplate: what docs/kubernetes.md says to run applies no
-// template: neither `kubectl apply -f deploy/` nor `kubectl apply -k
-// deploy/` creates a Job (the pre-update backup is a template, one per
-// cluster and update) or anything naming the template cluster
-// etcd-example; and both apply the same files.
+// TestManifestsApplyNoTemplate: the fleet's install applies no per-cluster
+// piece: it creates no Job (the pre-update backup is one per cluster and
+// update) and nothing naming the placeholder cluster etcd-example, and the
+// per-cluster renders name the cluster asked for, never the placeholder.
 func TestManifestsApplyNoTemplate(t *testing.T) {
 	t.Parallel()
-	checkNoTemplateApplied(t, kubetest.DeployPath(t))
-}
-
-func checkNoTemplateApplied(t *testing.T, deploy string) {
-	t.Helper()
-	files, _ := filepath.Glob(filepath.Join(deploy, "*.yaml"))
-	files = slices.DeleteFunc(files, func(f string) bool { return filepath.Base(f) == "kustomization.yaml" })
-	var applied []*unstructured.Unstructured
-	for _, f := range files {
-		applied = append(applied, kubetest.DecodeManifests(t, f)...)
-	}
-	check := func(how string, objs []*unstructured.Unstructured) {
-		t.Helper()
-		if len(objs) < 10 {
-			t.Errorf("%s: only %d objects", how, len(objs))
+	for how, objs := range everyRender(t, kubetest.DeployPath(t)) {
+		if len(objs) == 0 {
+			t.Errorf("chart (%s): nothing rendered", how)
 		}
 		for _, o := range objs {
 			b, _ := json.Marshal(o.Object)
-			if o.GetKind() == "Job" {
-				t.Errorf("%s creates Job %s: a template applied for real", how, o.GetName())
+			if how == "fleet" && o.GetKind() == "Job" {
+				t.Errorf("the fleet's install creates Job %s: a per-cluster piece applied for every namespace", o.GetName())
 			}
 			if strings.Contains(string(b), "etcd-example") {
-				t.Errorf("%s creates %s %s naming etcd-example, the templates' placeholder", how, o.GetKind(), o.GetName())
+				t.Errorf("chart (%s): %s %s names etcd-example, the plain files' placeholder", how, o.GetKind(), o.GetName())
+			}
+			if how != "fleet" && !strings.Contains(o.GetName(), "etcd-abc") {
+				t.Errorf("chart (%s): %s %s does not name the cluster etcd-abc", how, o.GetKind(), o.GetName())
 			}
 		}
-	}
-	check("kubectl apply -f deploy/", applied)
-	if _, err := os.Stat(filepath.Join(deploy, "kustomization.yaml")); err != nil {
-		t.Errorf("no deploy/kustomization.yaml: %v", err)
-		return
-	}
-	check("kubectl apply -k deploy/", kubetest.Kustomize(t, deploy))
-	var res []string
-	for _, r := range kubetest.ReadKustomization(t, deploy).Resources {
-		res = append(res, filepath.Join(deploy, r))
-	}
-	slices.Sort(res)
-	slices.Sort(files)
-	if !slices.Equal(res, files) {
-		t.Errorf("deploy/kustomization.yaml's resources %v are not the files kubectl apply -f deploy/ applies %v", res, files)
 	}
 }

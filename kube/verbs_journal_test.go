@@ -59,6 +59,11 @@ func runJournalDeployment(t *testing.T, ctx context.Context, k *testenv.KubeAPIS
 		t.Fatalf("60-journal.yaml runs %q, want journal --all --leader-elect", spec.Args)
 	}
 	spec.Args = append(spec.Args, "--segment-interval", "1s")
+	// Its --listen (the pod's own :9091) on a port of its own: this host
+	// is shared.
+	if i := slices.Index(spec.Args, "--listen"); i >= 0 && i+1 < len(spec.Args) {
+		spec.Args[i+1] = "127.0.0.1:0"
+	}
 	cmd, err := spec.HostCommand(ctx, testfix.Tool(t), t.TempDir())
 	if err != nil {
 		t.Fatal(err)

@@ -8,7 +8,7 @@
 # interrupted run, a full disk) is never taken for a built one; concurrent
 # runs are serialised by a lock per server. Prints nothing but progress on stderr.
 #
-#   scripts/test-servers.sh [etcd34|etcd35|etcd36|minio|kube-apiserver|kubectl|promtool|age|all]...
+#   scripts/test-servers.sh [etcd34|etcd35|etcd36|minio|kube-apiserver|kubectl|promtool|age|helm|all]...
 #
 # Cache root: $TEST_SERVERS_DIR, default
 # ${XDG_CACHE_HOME:-$HOME/.cache}/etcd-recovery/test-servers (also what
@@ -294,6 +294,19 @@ fetch_age() {
   log "age: $("$dir/age" --version 2>&1 | head -1)"
 }
 
+# helm: renders the chart (deploy/) in the tests and `make render`. Its own
+# module graph (go install pkg@version), never the project's: as a library
+# helm v3.22 would raise client-go past the module's pinned v0.36.
+build_helm() {
+  local dir="$CACHE/helm-$HELM_VERSION"
+  lock "$dir"
+  if [[ -x "$dir/helm" ]]; then return; fi
+  log "building helm $HELM_VERSION into $dir (about 4 min on 2 busy cores)"
+  rm -rf "$dir.tmp"; mkdir -p "$dir.tmp"
+  GOBIN="$dir.tmp" CGO_ENABLED=0 go install -trimpath "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  rm -rf "$dir"; mv "$dir.tmp" "$dir"
+}
+
 targets=("$@")
 [[ ${#targets[@]} -eq 0 ]] && targets=(all)
 for t in "${targets[@]}"; do
@@ -306,7 +319,8 @@ for t in "${targets[@]}"; do
     kubectl) build_kubectl ;;
     promtool) fetch_promtool ;;
     age) fetch_age ;;
-    all) fetch_etcd34; build_etcd "$ETCD35_VERSION"; build_etcd "$ETCD36_VERSION"; build_minio; build_kube_apiserver; build_kubectl; fetch_promtool; fetch_age ;;
+    helm) build_helm ;;
+    all) fetch_etcd34; build_etcd "$ETCD35_VERSION"; build_etcd "$ETCD36_VERSION"; build_minio; build_kube_apiserver; build_kubectl; fetch_promtool; fetch_age; build_helm ;;
     *) log "unknown target $t"; exit 2 ;;
   esac
 done

@@ -18,7 +18,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"testing"
 	"time"
@@ -80,36 +79,30 @@ func DecodeManifestBytes(b []byte) ([]*unstructured.Unstructured, error) {
 	return out, nil
 }
 
-// AppliedFiles are the manifests `kubectl apply -f deploy/` applies: the
-// YAML files directly in deploy/ (kubectl does not recurse without -R),
-// sorted, but not deploy/kustomization.yaml, which is kustomize's input and
-// not an object. docs/kubernetes.md's `kubectl apply -k deploy/` applies the
-// kustomization's resources (KustomizationResources), the same files; a
-// test in kube/ checks that they are.
+// AppliedFiles are the plain manifests of deploy/ that the chart renders
+// into each namespace (and 40-alerts.yaml, once): deploy/NN-*.yaml,
+// sorted. Not the chart's own files (Chart.yaml, values.yaml) nor its
+// templates/.
 func AppliedFiles(tb testing.TB) []string {
 	tb.Helper()
-	files, _ := filepath.Glob(DeployPath(tb, "*.yaml"))
-	sort.Strings(files)
-	return slices.DeleteFunc(files, isKustomization)
-}
-
-// DeployFiles is every manifest under deploy/, templates included
-// (kustomization files are not manifests).
-func DeployFiles(tb testing.TB) []string {
-	tb.Helper()
-	files := AppliedFiles(tb)
-	more, _ := filepath.Glob(DeployPath(tb, "*", "*.yaml"))
-	files = append(files, slices.DeleteFunc(more, isKustomization)...)
+	files, _ := filepath.Glob(DeployPath(tb, "[0-9][0-9]-*.yaml"))
 	sort.Strings(files)
 	return files
 }
 
-func isKustomization(path string) bool {
-	switch filepath.Base(path) {
-	case "kustomization.yaml", "kustomization.yml", "Kustomization":
-		return true
+// DeployFiles is every plain manifest under deploy/ that the chart reads:
+// AppliedFiles, the per-cluster pieces (deploy/per-cluster/) and the
+// ServiceMonitors (deploy/monitoring/). Not templates/ (Go templates, not
+// YAML) nor testdata/.
+func DeployFiles(tb testing.TB) []string {
+	tb.Helper()
+	files := AppliedFiles(tb)
+	for _, dir := range []string{"per-cluster", "monitoring"} {
+		more, _ := filepath.Glob(DeployPath(tb, dir, "*.yaml"))
+		files = append(files, more...)
 	}
-	return false
+	sort.Strings(files)
+	return files
 }
 
 // Applier applies objects with server-side apply through the dynamic client.
@@ -164,8 +157,10 @@ func (a *Applier) ApplyFile(tb testing.TB, path, namespace string) {
 	}
 }
 
-// InstallCRDs creates the CRDs of deploy/00-crds.yaml (and the test
-// fixture of the Prometheus Operator's ServiceMonitor) for real and waits
+// InstallCRDs creates the third-party CRDs the manifests need, from the
+// test fixtures in deploy/testdata/crds/ (etcd-operator's EtcdCluster,
+// EtcdBackup and EtcdRestore, the Prometheus Operator's PrometheusRule and
+// ServiceMonitor), for real, and waits
 // until each is served and in discovery: a CRD answers a list before the
 // discovery controller publishes it, and an Applier's RESTMapper reads
 // discovery once.
@@ -179,9 +174,12 @@ func InstallCRDs(tb testing.TB, k *testenv.KubeAPIServer) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	// Where the Prometheus Operator runs, its own ServiceMonitor CRD is
-	// installed; here a fixture stands in (deploy/monitoring/servicemonitor.yaml).
-	crds := append(DecodeManifests(tb, DeployPath(tb, "00-crds.yaml")), DecodeManifests(tb, DeployPath(tb, "testdata", "servicemonitor-crd.yml"))...)
+	// They belong to etcd-operator and the Prometheus Operator, which install
+	// them on a carrier's cluster; the chart never applies them.
+	var crds []*unstructured.Unstructured
+	for _, f := range CRDFixtures(tb) {
+		crds = append(crds, DecodeManifests(tb, f)...)
+	}
 	for _, o := range crds {
 		if _, err := dyn.Resource(crdGVR).Apply(ctx, o.GetName(), o, metav1.ApplyOptions{FieldManager: "etcd-recovery-test", Force: true}); err != nil {
 			tb.Fatalf("CRD %s: %v", o.GetName(), err)
@@ -217,6 +215,19 @@ func InstallCRDs(tb testing.TB, k *testenv.KubeAPIServer) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
+}
+
+// CRDFixtures are the files of deploy/testdata/crds/: the third-party CRDs
+// (etcd-operator's, the Prometheus Operator's) that the tests install into
+// their kube-apiserver before applying what the chart renders.
+func CRDFixtures(tb testing.TB) []string {
+	tb.Helper()
+	files, _ := filepath.Glob(DeployPath(tb, "testdata", "crds", "*.yaml"))
+	if len(files) == 0 {
+		tb.Fatal("kubetest: no CRD fixture in deploy/testdata/crds/")
+	}
+	sort.Strings(files)
+	return files
 }
 
 // CreateNamespaces creates namespaces (existing ones are fine).

@@ -24,15 +24,18 @@ func Workload(tb testing.TB, elem ...string) *podrun.Workload {
 
 // JournalWorkload is deploy/60-journal.yaml's Deployment as a kubelet
 // gets its pod: the template's affinity is dropped, after checking it is
-// the only scheduling field and only spreads the replicas. It is the
+// the only scheduling field and only keeps the replicas on different
+// nodes (a required anti-affinity on the hostname). It is the
 // scheduler's, never the kubelet's, and podrun.Translate refuses what it
 // does not translate.
 func JournalWorkload(tb testing.TB) *podrun.Workload {
 	tb.Helper()
 	w := Workload(tb, "60-journal.yaml")
 	if a := w.Template.Spec.Affinity; a != nil {
-		if a.NodeAffinity != nil || a.PodAffinity != nil || a.PodAntiAffinity == nil || len(a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) > 0 {
-			tb.Fatalf("60-journal.yaml: affinity %+v: want only a preferred podAntiAffinity (spreading the replicas)", a)
+		if a.NodeAffinity != nil || a.PodAffinity != nil || a.PodAntiAffinity == nil || len(a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution) > 0 ||
+			len(a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) != 1 ||
+			a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution[0].TopologyKey != "kubernetes.io/hostname" {
+			tb.Fatalf("60-journal.yaml: affinity %+v: want only a required podAntiAffinity on the hostname (the replicas on different nodes)", a)
 		}
 		w.Template.Spec.Affinity = nil
 	}

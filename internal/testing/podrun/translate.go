@@ -58,8 +58,15 @@ type Spec struct {
 	CPULimitMilli      int64 // 0 = none
 	CPURequestMilli    int64
 	MemoryRequest      int64
-	WorkingDir         string
-	Mounts             []Mount
+	// EphemeralStorageLimit and EphemeralStorageRequest (bytes; 0 = none):
+	// the kubelet's eviction bound for the pod's node disk (its disk
+	// emptyDirs, logs, writable layer). Recorded, not enforced here: the
+	// disk emptyDirs' sizeLimits are (Mount.SizeLimit), and the root is
+	// read-only.
+	EphemeralStorageLimit   int64
+	EphemeralStorageRequest int64
+	WorkingDir              string
+	Mounts                  []Mount
 	// GracePeriod is terminationGracePeriodSeconds (default 30 s): how
 	// long a stop waits after SIGTERM before SIGKILL.
 	GracePeriod time.Duration
@@ -191,6 +198,8 @@ func Translate(w *Workload, container, podName string, cl Cluster) (*Spec, error
 			s.MemoryLimit = q.Value()
 		case corev1.ResourceCPU:
 			s.CPULimitMilli = q.MilliValue()
+		case corev1.ResourceEphemeralStorage:
+			s.EphemeralStorageLimit = q.Value()
 		default:
 			fail("container %s: resources.limits.%s is not translated", c.Name, name)
 		}
@@ -201,12 +210,15 @@ func Translate(w *Workload, container, podName string, cl Cluster) (*Spec, error
 			s.MemoryRequest = q.Value()
 		case corev1.ResourceCPU:
 			s.CPURequestMilli = q.MilliValue()
+		case corev1.ResourceEphemeralStorage:
+			s.EphemeralStorageRequest = q.Value()
 		default:
 			fail("container %s: resources.requests.%s is not translated", c.Name, name)
 		}
 	}
 	rc.Resources.Limits, rc.Resources.Requests = nil, nil
-	if s.MemoryLimit > 0 && s.MemoryRequest > s.MemoryLimit || s.CPULimitMilli > 0 && s.CPURequestMilli > s.CPULimitMilli {
+	if s.MemoryLimit > 0 && s.MemoryRequest > s.MemoryLimit || s.CPULimitMilli > 0 && s.CPURequestMilli > s.CPULimitMilli ||
+		s.EphemeralStorageLimit > 0 && s.EphemeralStorageRequest > s.EphemeralStorageLimit {
 		fail("container %s: a request above its limit (the API server would refuse the pod)", c.Name)
 	}
 

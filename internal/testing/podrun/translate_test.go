@@ -39,10 +39,10 @@ func testCluster(t *testing.T) Cluster {
 	}
 }
 
-// TestTranslateShippedPods translates the three pod specs of deploy/ and
+// TestTranslateShippedPods translates the four pod specs of deploy/ and
 // checks what a kubelet would do with them.
 func TestTranslateShippedPods(t *testing.T) {
-	for _, f := range []string{"30-cronjob.yaml", "templates/update-job.yaml", "50-toolkit.yaml"} {
+	for _, f := range []string{"30-cronjob.yaml", "per-cluster/update-job.yaml", "50-toolkit.yaml", "52-exporter.yaml"} {
 		t.Run(f, func(t *testing.T) {
 			w, err := ParseWorkload(deployFile(t, f))
 			if err != nil {
@@ -77,11 +77,11 @@ func TestTranslateShippedPods(t *testing.T) {
 			if tmp == nil || tmp.Kind != MountEmptyDirMemory || tmp.SizeLimit != 16<<20 {
 				t.Fatalf("/tmp mount %+v", tmp)
 			}
-			if f == "50-toolkit.yaml" {
+			if f == "52-exporter.yaml" {
 				// The exporter: its port by name, and both probes on it.
 				want := []Probe{{"liveness", "/livez", 9090}, {"readiness", "/healthz", 9090}}
 				if s.Ports["metrics"] != 9090 || !slices.Equal(s.Probes, want) {
-					t.Fatalf("toolkit ports %v probes %+v, want metrics:9090 and %+v", s.Ports, s.Probes, want)
+					t.Fatalf("exporter ports %v probes %+v, want metrics:9090 and %+v", s.Ports, s.Probes, want)
 				}
 			}
 		})
@@ -128,7 +128,7 @@ func TestTranslateRefusesWhatItDoesNotKnow(t *testing.T) {
 // TestTranslateProbes: probes the tests cannot ask as the kubelet would
 // are refused, naming them.
 func TestTranslateProbes(t *testing.T) {
-	base := string(deployFile(t, "50-toolkit.yaml"))
+	base := string(deployFile(t, "52-exporter.yaml"))
 	for _, tc := range []struct{ name, old, new, want string }{
 		{"exec probe", "httpGet: {path: /healthz, port: metrics}", "exec: {command: [\"true\"]}", "only plain httpGet"},
 		{"unknown port name", "httpGet: {path: /livez, port: metrics}", "httpGet: {path: /livez, port: nope}", `no port named "nope"`},

@@ -1,0 +1,350 @@
+package deploy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+
+	"github.com/armada/etcd-recovery/internal/testing/kubetest"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
+)
+
+const (
+	// monitoringNS is deploy/values.yaml's monitoring.namespace.
+	monitoringNS  = "monitoring"
+	dashboardFile = "dashboards/etcd-recovery-fleet.json"
+)
+
+// fleetRender is the chart rendered for namespaces, split into what is
+// installed once (in the monitoring namespace) and each namespace's
+// objects.
+type fleetRender struct {
+	once  []*unstructured.Unstructured
+	perNS map[string][]*unstructured.Unstructured
+}
+
+func renderFleet(t *testing.T, values map[string]any, namespaces []string) fleetRender {
+	t.Helper()
+	r := fleetRender{perNS: map[string][]*unstructured.Unstructured{}}
+	for _, o := range kubetest.RenderChart(t, values) {
+		switch ns := o.GetNamespace(); {
+		case ns == monitoringNS:
+			r.once = append(r.once, o)
+		case slices.Contains(namespaces, ns):
+			r.perNS[ns] = append(r.perNS[ns], o)
+		default:
+			t.Errorf("%s %s rendered in namespace %q, neither %s nor one of %v", o.GetKind(), o.GetName(), ns, monitoringNS, namespaces)
+		}
+	}
+	return r
+}
+
+func find(objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			return o
+		}
+	}
+	return nil
+}
+
+// scheduleMinute is the minute field of a CronJob's schedule, and the rest.
+func scheduleMinute(t *testing.T, o *unstructured.Unstructured) (int, string) {
+	t.Helper()
+	s, _, _ := unstructured.NestedString(o.Object, "spec", "schedule")
+	min, rest, _ := strings.Cut(s, " ")
+	m, err := strconv.Atoi(min)
+	if err != nil {
+		t.Fatalf("CronJob %s/%s: schedule %q: minute not a number", o.GetNamespace(), o.GetName(), s)
+	}
+	return m, rest
+}
+
+// plainObjects are the (kind, name) the chart renders into each namespace:
+// every object of the plain manifests (deploy/NN-*.yaml and the
+// ServiceMonitors of deploy/monitoring/) but the alerts and the
+// per-cluster pieces, and the NetworkPolicy that only the chart holds.
+func plainObjects(t *testing.T) []string {
+	t.Helper()
+	var want []string
+	for _, f := range kubetest.DeployFiles(t) {
+		if f == kubetest.DeployPath(t, alertsFile) || strings.HasPrefix(f, kubetest.DeployPath(t, "per-cluster")+"/") {
+			continue
+		}
+		for _, o := range kubetest.DecodeManifests(t, f) {
+			want = append(want, o.GetKind()+"/"+o.GetName())
+		}
+	}
+	want = append(want, "NetworkPolicy/etcd-recovery")
+	slices.Sort(want)
+	return want
+}
+
+// checkFleet: what one values file renders for namespaces. Once, in the
+// monitoring namespace: the PrometheusRule of 40-alerts.yaml (its rules
+// unchanged) and the dashboard ConfigMap (grafana_dashboard: "1", the JSON
+// file as it is). In each namespace: exactly the plain manifests' objects,
+// its own COS prefix "<namespace>/", the image by digest; the backup
+// CronJobs' start minutes all distinct, the proofs' too, and no proof
+// starting in any backup's minute; the rest of each schedule as shipped.
+func checkFleet(t *testing.T, values map[string]any, namespaces []string) fleetRender {
+	t.Helper()
+	r := renderFleet(t, values, namespaces)
+	var onceKinds []string
+	for _, o := range r.once {
+		onceKinds = append(onceKinds, o.GetKind()+"/"+o.GetName())
+	}
+	slices.Sort(onceKinds)
+	if want := []string{"ConfigMap/etcd-recovery-dashboard", "PrometheusRule/etcd-recovery-alerts"}; !slices.Equal(onceKinds, want) {
+		t.Errorf("installed once in %s: %v, want %v", monitoringNS, onceKinds, want)
+	}
+	if rule := find(r.once, "PrometheusRule", "etcd-recovery-alerts"); rule != nil {
+		shipped := kubetest.DecodeManifests(t, kubetest.DeployPath(t, alertsFile))[0]
+		want, _ := json.Marshal(shipped.Object["spec"])
+		got, _ := json.Marshal(rule.Object["spec"])
+		if !bytes.Equal(want, got) {
+			t.Errorf("the rendered PrometheusRule's spec differs from deploy/%s", alertsFile)
+		}
+	}
+	if cm := find(r.once, "ConfigMap", "etcd-recovery-dashboard"); cm != nil {
+		if cm.GetLabels()["grafana_dashboard"] != "1" {
+			t.Errorf("dashboard ConfigMap labels %v: want grafana_dashboard: \"1\"", cm.GetLabels())
+		}
+		file, err := os.ReadFile(kubetest.DeployPath(t, dashboardFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _, _ := unstructured.NestedString(cm.Object, "data", "etcd-recovery-fleet.json")
+		if got != string(file) {
+			t.Errorf("dashboard ConfigMap data is not deploy/%s as it is", dashboardFile)
+		}
+		if !json.Valid([]byte(got)) {
+			t.Errorf("deploy/%s is not valid JSON", dashboardFile)
+		}
+	}
+
+	want := plainObjects(t)
+	shippedBackup := kubetest.DecodeManifests(t, kubetest.DeployPath(t, "30-cronjob.yaml"))[0]
+	shippedProve := kubetest.DecodeManifests(t, kubetest.DeployPath(t, "70-prove.yaml"))[0]
+	_, backupRest := scheduleMinute(t, shippedBackup)
+	_, proveRest := scheduleMinute(t, shippedProve)
+	prefixes := map[string]string{}
+	backupMinutes, proveMinutes := map[int]string{}, map[int]string{}
+	for _, ns := range namespaces {
+		objs := r.perNS[ns]
+		var got []string
+		for _, o := range objs {
+			got = append(got, o.GetKind()+"/"+o.GetName())
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: rendered %v, want the plain manifests' %v", ns, got, want)
+			continue
+		}
+		cm := find(objs, "ConfigMap", "etcd-recovery-config")
+		prefix, _, _ := unstructured.NestedString(cm.Object, "data", "COS_PREFIX")
+		if prefix != ns+"/" {
+			t.Errorf("%s: COS_PREFIX %q, want %q", ns, prefix, ns+"/")
+		}
+		if other, dup := prefixes[prefix]; dup {
+			t.Errorf("%s and %s share COS_PREFIX %q", other, ns, prefix)
+		}
+		prefixes[prefix] = ns
+		b, p := find(objs, "CronJob", "etcd-recovery-backup"), find(objs, "CronJob", "etcd-recovery-prove")
+		bm, brest := scheduleMinute(t, b)
+		pm, prest := scheduleMinute(t, p)
+		if brest != backupRest || prest != proveRest {
+			t.Errorf("%s: schedules %q and %q: only the minute may change (shipped ... %s, ... %s)", ns, b.Object["spec"].(map[string]any)["schedule"], p.Object["spec"].(map[string]any)["schedule"], backupRest, proveRest)
+		}
+		if other, dup := backupMinutes[bm]; dup {
+			t.Errorf("%s and %s start their backups in the same minute %d", other, ns, bm)
+		}
+		backupMinutes[bm] = ns
+		if other, dup := proveMinutes[pm]; dup {
+			t.Errorf("%s and %s start their proofs in the same minute %d", other, ns, pm)
+		}
+		proveMinutes[pm] = ns
+	}
+	for m, ns := range proveMinutes {
+		if other, ok := backupMinutes[m]; ok {
+			t.Errorf("%s's proof starts in minute %d, with %s's backup", ns, m, other)
+		}
+	}
+	return r
+}
+
+// applyDryRun server-side applies every object with dry-run (the server
+// validates, defaults and admits it, and persists nothing).
+func applyDryRun(t *testing.T, a *kubetest.Applier, objs []*unstructured.Unstructured) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, o := range objs {
+		if err := a.Apply(ctx, o, o.GetNamespace(), true); err != nil {
+			t.Errorf("server-side dry-run apply in %s: %v", o.GetNamespace(), err)
+		}
+	}
+}
+
+// TestChartFleet: one values file listing two namespaces, then the
+// carrier's 18 kubx-etcd-01..18, renders as checkFleet says, and every
+// rendered object (and the per-cluster pieces) is accepted by a real
+// kube-apiserver with server-side dry-run, with the third-party CRDs
+// installed first from deploy/testdata/crds/ (the chart brings none).
+func TestChartFleet(t *testing.T) {
+	t.Parallel()
+	k := testenv.StartKubeAPIServer(t)
+	kubetest.InstallCRDs(t, k)
+	all := kubetest.KubxNamespaces(18)
+	kubetest.CreateNamespaces(t, k.Clientset(t, ""), append([]string{monitoringNS}, all...)...)
+	a := kubetest.NewApplier(t, k)
+	// The carrier's values file (make render's default): these 18.
+	b, err := os.ReadFile(kubetest.DeployPath(t, "testdata", "fleet-values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fleet map[string]any
+	if err := yaml.Unmarshal(b, &fleet); err != nil {
+		t.Fatalf("deploy/testdata/fleet-values.yaml: %v", err)
+	}
+	for _, c := range []struct {
+		name       string
+		values     map[string]any
+		namespaces []string
+		dryRun     bool
+	}{
+		{"2 namespaces", kubetest.FleetValues("kubx-etcd-01", "kubx-etcd-02"), []string{"kubx-etcd-01", "kubx-etcd-02"}, true},
+		{"18 namespaces", kubetest.FleetValues(all...), all, true},
+		// The same 18 with the file's bucket: rendered and checked, the
+		// dry run of those objects is the case above.
+		{"testdata/fleet-values.yaml", fleet, all, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			namespaces := c.namespaces
+			r := checkFleet(t, c.values, namespaces)
+			if !c.dryRun {
+				return
+			}
+			applyDryRun(t, a, r.once)
+			for _, ns := range namespaces {
+				applyDryRun(t, a, r.perNS[ns])
+			}
+		})
+	}
+	vals := kubetest.FleetValues(all...)
+	for _, set := range [][]string{
+		{"cluster.namespace=kubx-etcd-18", "cluster.name=etcd-abc"},
+		{"cluster.namespace=kubx-etcd-18", "cluster.name=etcd-abc", "cluster.update=u1"},
+	} {
+		applyDryRun(t, a, kubetest.RenderChart(t, vals, set...))
+	}
+}
+
+// TestChartRefuses: values that would put namespaces' backups together or
+// run an unpinned image fail the render, naming what is wrong: an empty
+// prefix (values.schema.json), two namespaces sharing one, two namespaces'
+// backups in one minute, a tag instead of a digest, a ConfigMap key the
+// manifests do not ship, COS_PREFIX as a fleet-wide key, and a per-cluster
+// render for a namespace the fleet does not list.
+func TestChartRefuses(t *testing.T) {
+	t.Parallel()
+	ns := func(entries ...map[string]any) map[string]any {
+		var l []any
+		for _, e := range entries {
+			l = append(l, e)
+		}
+		return map[string]any{"namespaces": l}
+	}
+	with := func(v map[string]any, key string, val any) map[string]any { v[key] = val; return v }
+	for _, c := range []struct {
+		name   string
+		values map[string]any
+		set    []string
+		want   string
+	}{
+		{"empty prefix", ns(map[string]any{"name": "kubx-etcd-01", "prefix": ""}), nil, "prefix"},
+		{"shared prefix", ns(map[string]any{"name": "kubx-etcd-01", "prefix": "fleet/"}, map[string]any{"name": "kubx-etcd-02", "prefix": "fleet"}), nil, "share the COS prefix"},
+		{"same minute", ns(map[string]any{"name": "kubx-etcd-01", "scheduleOffset": 4}, map[string]any{"name": "kubx-etcd-02", "scheduleOffset": 4}), nil, "same minute"},
+		{"offset past the hour", ns(map[string]any{"name": "kubx-etcd-01", "scheduleOffset": 27}), nil, "scheduleOffset"},
+		{"tag", with(kubetest.FleetValues("kubx-etcd-01"), "image", map[string]any{"repository": "icr.io/armada/etcd-recovery", "digest": "latest"}), nil, "digest"},
+		{"unknown config key", with(kubetest.FleetValues("kubx-etcd-01"), "config", map[string]any{"COS_BUCKT": "b"}), nil, "COS_BUCKT is not a key of etcd-recovery-config"},
+		{"fleet-wide prefix", with(kubetest.FleetValues("kubx-etcd-01"), "config", map[string]any{"COS_PREFIX": "x/"}), nil, "COS_PREFIX"},
+		{"cluster in an unknown namespace", kubetest.FleetValues("kubx-etcd-01"), []string{"cluster.namespace=kubx-etcd-09", "cluster.name=etcd-abc"}, "kubx-etcd-09 is not one of namespaces"},
+		{"cluster without namespace", kubetest.FleetValues("kubx-etcd-01"), []string{"cluster.name=etcd-abc"}, "cluster.namespace is required"},
+	} {
+		objs, err := kubetest.RenderChartErr(t, c.values, c.set...)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: rendered %d objects, error %v; want an error naming %q", c.name, len(objs), err, c.want)
+		}
+	}
+}
+
+// TestChartPerCluster: the per-cluster render of cluster etcd-abc is the
+// plain template with every etcd-example set to etcd-abc (what the tests'
+// kubetest.PerClusterAccess applies), in the namespace asked for; the
+// pre-update Job is named for the cluster and the update, and backs up
+// that cluster.
+func TestChartPerCluster(t *testing.T) {
+	t.Parallel()
+	vals := kubetest.FleetValues("kubx-etcd-01", "kubx-etcd-02")
+	strip := func(o *unstructured.Unstructured) map[string]any {
+		c := o.DeepCopy()
+		labels := c.GetLabels()
+		for k := range labels {
+			if strings.HasPrefix(k, "helm.sh/") || k == "app.kubernetes.io/managed-by" || k == "app.kubernetes.io/instance" {
+				delete(labels, k)
+			}
+		}
+		c.SetLabels(labels)
+		c.SetNamespace("")
+		return c.Object
+	}
+	for file, set := range map[string][]string{
+		"per-cluster/client-tls-access.yaml": {"cluster.namespace=kubx-etcd-02", "cluster.name=etcd-abc"},
+		"per-cluster/update-job.yaml":        {"cluster.namespace=kubx-etcd-02", "cluster.name=etcd-abc", "cluster.update=u1"},
+	} {
+		plain, err := os.ReadFile(kubetest.DeployPath(t, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := kubetest.DecodeManifestBytes(bytes.ReplaceAll(plain, []byte("etcd-example"), []byte("etcd-abc")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := kubetest.RenderChart(t, vals, set...)
+		if len(got) != len(want) {
+			t.Fatalf("%s: rendered %d objects, want %d", file, len(got), len(want))
+		}
+		for i, o := range got {
+			if o.GetNamespace() != "kubx-etcd-02" {
+				t.Errorf("%s: %s %s in namespace %q, want kubx-etcd-02", file, o.GetKind(), o.GetName(), o.GetNamespace())
+			}
+			w := want[i].Object
+			if o.GetKind() == "Job" {
+				if o.GetName() != "etcd-recovery-update-etcd-abc-u1" {
+					t.Errorf("%s: Job %s, want etcd-recovery-update-etcd-abc-u1", file, o.GetName())
+				}
+				w = want[i].DeepCopy().Object
+				unstructured.SetNestedField(w, o.GetName(), "metadata", "name")
+				cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+				wcs, _, _ := unstructured.NestedSlice(w, "spec", "template", "spec", "containers")
+				wcs[0].(map[string]any)["image"] = cs[0].(map[string]any)["image"]
+				_ = unstructured.SetNestedSlice(w, wcs, "spec", "template", "spec", "containers")
+			}
+			g, _ := json.Marshal(strip(o))
+			ww, _ := json.Marshal(w)
+			if !bytes.Equal(g, ww) {
+				t.Errorf("%s: rendered %s %s\n%s\nwant the plain file for etcd-abc\n%s", file, o.GetKind(), o.GetName(), g, ww)
+			}
+		}
+	}
+}
