@@ -18,11 +18,8 @@ import (
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 )
 
-const (
-	// monitoringNS is deploy/values.yaml's monitoring.namespace.
-	monitoringNS  = "monitoring"
-	dashboardFile = "dashboards/etcd-recovery-fleet.json"
-)
+// monitoringNS is deploy/values.yaml's monitoring.namespace.
+const monitoringNS = "monitoring"
 
 // fleetRender is the chart rendered for namespaces, split into what is
 // installed once (in the monitoring namespace) and each namespace's
