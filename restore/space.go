@@ -72,22 +72,6 @@ func ParseScratchLimit(s string) (int64, error) {
 	return n, nil
 }
 
-// ScratchLimit is the limit of the scratch space rooted at root (the
-// scratch root, ScratchRoot of --temp-dir): the bytes EnvScratchLimit
-// allows, the bytes already used under root, and whether a limit is set.
-// An unreadable value is an error (a misconfigured pod is refused rather
-// than evicted).
-func ScratchLimit(root string) (limit, used int64, set bool, err error) {
-	v, ok := os.LookupEnv(EnvScratchLimit)
-	if !ok || strings.TrimSpace(v) == "" {
-		return 0, 0, false, nil
-	}
-	if limit, err = ParseScratchLimit(v); err != nil {
-		return 0, 0, false, err
-	}
-	return limit, diskUsage(root), true, nil
-}
-
 // diskUsage is what the files under root take on disk (allocated blocks,
 // as the kubelet's du counts them for an emptyDir's sizeLimit).
 // Unreadable entries are not counted.
@@ -129,17 +113,23 @@ type SpaceError struct {
 	Need int64
 	Free int64
 	Hint string
-	// Limit and Used are set when the scratch limit (EnvScratchLimit),
-	// not the file system, was short: Free is Limit - Used.
+	// Limit and Used are set when a volume's limit (EnvScratchLimit,
+	// EnvVolumeLimits: Env), not the file system, was short: Free is
+	// Limit - Used.
 	Limit int64
 	Used  int64
+	Env   string
 }
 
 func (e *SpaceError) Error() string {
 	if e.Limit > 0 {
-		return fmt.Sprintf("not enough room in the scratch space %s for %s; need %s, found %s free: its limit %s=%s less %s already used under it "+
+		env, place := e.Env, "the volume"
+		if env == "" || env == EnvScratchLimit {
+			env, place = EnvScratchLimit, "the scratch space"
+		}
+		return fmt.Sprintf("not enough room in %s %s for %s; need %s, found %s free: its limit %s=%s less %s already used under it "+
 			"(checked before anything is downloaded or streamed): %s",
-			e.Path, e.What, humanBytes(e.Need), humanBytes(e.Free), EnvScratchLimit, humanBytes(e.Limit), output.Bytes(e.Used), e.Hint)
+			place, e.Path, e.What, humanBytes(e.Need), humanBytes(e.Free), env, humanBytes(e.Limit), output.Bytes(e.Used), e.Hint)
 	}
 	return fmt.Sprintf("not enough free space in %s for %s; need %s, found %s free (checked before downloading): %s",
 		e.Path, e.What, humanBytes(e.Need), humanBytes(e.Free), e.Hint)
@@ -156,40 +146,87 @@ func CheckSpace(needs []SpaceNeed) error {
 }
 
 func checkSpace(scratchRoot string, needs []SpaceNeed) error {
-	limit, used, limited, err := ScratchLimit(scratchRoot)
+	limits, err := volumeLimits(scratchRoot)
 	if err != nil {
 		return err
 	}
 	var errs []error
-	if limited {
-		root, _ := filepath.Abs(scratchRoot)
+	for _, l := range limits {
 		var in []SpaceNeed
 		for _, n := range needs {
-			if p, err := filepath.Abs(n.Path); err == nil && n.Bytes > 0 && (p == root || within(root, p)) {
+			if p, err := filepath.Abs(n.Path); err == nil && n.Bytes > 0 && (p == l.root || within(l.root, p)) {
 				in = append(in, n)
 			}
 		}
-		if len(in) > 0 {
-			var need int64
-			var what, hints []string
-			for _, n := range in {
-				need += n.Bytes
-				what = append(what, fmt.Sprintf("%s: %s", n.What, output.Bytes(n.Bytes)))
-				if !slices.Contains(hints, n.Hint) {
-					hints = append(hints, n.Hint)
-				}
+		if len(in) == 0 {
+			continue
+		}
+		var need int64
+		var what, hints []string
+		for _, n := range in {
+			need += n.Bytes
+			what = append(what, fmt.Sprintf("%s: %s", n.What, output.Bytes(n.Bytes)))
+			if !slices.Contains(hints, n.Hint) {
+				hints = append(hints, n.Hint)
 			}
-			if free := max(limit-used, 0); need > free {
-				hints = append(hints, fmt.Sprintf("raise the scratch volume's sizeLimit and %s together", EnvScratchLimit))
-				errs = append(errs, &SpaceError{Path: root, What: strings.Join(what, " + "), Need: need, Free: free,
-					Hint: strings.Join(hints, "; "), Limit: limit, Used: used})
-			}
+		}
+		used := diskUsage(l.root)
+		if free := max(l.limit-used, 0); need > free {
+			hints = append(hints, fmt.Sprintf("raise the volume's sizeLimit and %s together", l.env))
+			errs = append(errs, &SpaceError{Path: l.root, What: strings.Join(what, " + "), Need: need, Free: free,
+				Hint: strings.Join(hints, "; "), Limit: l.limit, Used: used, Env: l.env})
 		}
 	}
 	if err := checkFS(needs); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// EnvVolumeLimits names size limits of other volumes than the scratch
+// space, which statfs does not see either: comma-separated
+// directory=quantity pairs, e.g. "/restore=18Gi" (the toolkit pod's
+// emptyDir for the data dirs of a manual restore). Needs under a listed
+// directory add up against its limit, less what is already used under it,
+// as needs under the scratch root do against EnvScratchLimit.
+const EnvVolumeLimits = "ETCD_RECOVERY_VOLUME_LIMITS"
+
+// limitedRoot is a directory whose volume has a size limit.
+type limitedRoot struct {
+	root  string
+	limit int64
+	env   string // the variable that set it (with the directory, for EnvVolumeLimits)
+}
+
+// volumeLimits is every limited directory: the scratch root with
+// EnvScratchLimit, and each of EnvVolumeLimits. A value that cannot be
+// read is an error (a misconfigured pod is refused rather than evicted).
+func volumeLimits(scratchRoot string) ([]limitedRoot, error) {
+	var out []limitedRoot
+	if v, ok := os.LookupEnv(EnvScratchLimit); ok && strings.TrimSpace(v) != "" {
+		limit, err := ParseScratchLimit(v)
+		if err != nil {
+			return nil, err
+		}
+		root, _ := filepath.Abs(scratchRoot)
+		out = append(out, limitedRoot{root: root, limit: limit, env: EnvScratchLimit})
+	}
+	v := strings.TrimSpace(os.Getenv(EnvVolumeLimits))
+	if v == "" {
+		return out, nil
+	}
+	for _, pair := range strings.Split(v, ",") {
+		dir, q, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		if !ok || !filepath.IsAbs(strings.TrimSpace(dir)) {
+			return nil, fmt.Errorf("%s=%q: entry %q: want /absolute/dir=quantity (e.g. /restore=18Gi), comma-separated", EnvVolumeLimits, v, pair)
+		}
+		limit, err := ParseScratchLimit(q)
+		if err != nil {
+			return nil, fmt.Errorf("%s=%q: entry %q: %w", EnvVolumeLimits, v, pair, err)
+		}
+		out = append(out, limitedRoot{root: filepath.Clean(strings.TrimSpace(dir)), limit: limit, env: EnvVolumeLimits + " (" + filepath.Clean(strings.TrimSpace(dir)) + ")"})
+	}
+	return out, nil
 }
 
 func checkFS(needs []SpaceNeed) error {
