@@ -289,7 +289,7 @@ func clusterIDFlag(dest *string) cli.Flag {
 }
 
 func outputFlag(dest *string) cli.Flag {
-	return &cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "table", Usage: "table (fits 120 columns; explanations below it), wide (every column) or json (all the data)", Destination: dest}
+	return &cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "table", Usage: "table (fits 120 columns; explanations below it), wide (every column), json (all the data) or yaml (the same data as json)", Destination: dest}
 }
 
 func concat(groups ...[]cli.Flag) []cli.Flag {

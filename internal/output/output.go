@@ -1,5 +1,5 @@
 // Package output renders command results: a tablewriter table built from
-// rows, or JSON of the same data. Progress goes to stderr, and only when
+// rows, or JSON (or YAML) of the same data. Progress goes to stderr, and only when
 // stderr is a terminal.
 //
 // The convention every command follows: a result (a report) is a type of
@@ -38,6 +38,7 @@ import (
 	"github.com/olekukonko/tablewriter"
 	tablewriter_tw "github.com/olekukonko/tablewriter/tw"
 	"golang.org/x/term"
+	"sigs.k8s.io/yaml"
 )
 
 // Format is -o.
@@ -47,6 +48,10 @@ const (
 	FormatTable Format = "table"
 	FormatWide  Format = "wide"
 	FormatJSON  Format = "json"
+	// FormatYAML is the same data as FormatJSON, as YAML: the JSON
+	// document converted (sigs.k8s.io/yaml), so the field names and
+	// values are exactly JSON's.
+	FormatYAML Format = "yaml"
 )
 
 // Width is what a default table fits in, as kubectl's do: -o wide shows
@@ -56,11 +61,15 @@ const Width = 120
 // ParseFormat validates -o.
 func ParseFormat(s string) (Format, error) {
 	switch Format(s) {
-	case FormatTable, FormatWide, FormatJSON:
+	case FormatTable, FormatWide, FormatJSON, FormatYAML:
 		return Format(s), nil
 	}
-	return "", fmt.Errorf("unknown output format %q (want table, wide or json)", s)
+	return "", fmt.Errorf("unknown output format %q (want table, wide, json or yaml)", s)
 }
+
+// Data says whether f renders the data itself (json, yaml) rather than
+// tables.
+func (f Format) Data() bool { return f == FormatJSON || f == FormatYAML }
 
 // Table is a header and rows of cells, with the text around them.
 type Table struct {
@@ -96,10 +105,22 @@ type Table struct {
 // with FormatWide), or data as indented JSON. Callers build both from the
 // same values.
 func Render(w io.Writer, f Format, t Table, data any) error {
-	if f == FormatJSON {
+	switch f {
+	case FormatJSON:
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(data)
+	case FormatYAML:
+		j, err := json.Marshal(data)
+		if err != nil {
+			return err
+		}
+		y, err := yaml.JSONToYAML(j)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(y)
+		return err
 	}
 	if _, err := io.WriteString(w, t.Title); err != nil {
 		return err
@@ -137,7 +158,7 @@ func Render(w io.Writer, f Format, t Table, data any) error {
 // RenderAll writes the sections in order (each as Render does), or data
 // once as indented JSON: for a report of several tables and text.
 func RenderAll(w io.Writer, f Format, ts []Table, data any) error {
-	if f == FormatJSON {
+	if f.Data() {
 		return Render(w, f, Table{}, data)
 	}
 	for _, t := range ts {
