@@ -1,0 +1,61 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// journal find takes the key as its argument, etcdctl's way, and points
+// an etcdctl habit (--key, which is etcd's TLS key flag) to it; its
+// mistakes are usage errors decided before the store is contacted (port 9
+// on loopback is never dialled).
+func TestJournalFindKeyArgumentErrors(t *testing.T) {
+	t.Parallel()
+	cos := []string{"--cos-endpoint", "http://127.0.0.1:9", "--bucket", "b", "--prefix", "p", "--cos-credentials-dir", credsDir(t, "a", "s")}
+	find := concatArgs([]string{"journal", "find", "--cluster-id", "c1"}, cos)
+	assertUsageErrors(t, find, []usageCase{
+		{[]string{"--key", "/registry/pods/ns/x"}, "--key is etcd's TLS client key flag, not the key to look for: give the key as the argument"},
+		{[]string{"--key=/registry/pods/ns/x"}, "journal find --cluster-id ID /registry/pods/NS/NAME"},
+		{[]string{"/registry/pods/ns/x", "--key", "/registry/pods/ns/y"}, "or --exact-key K"},
+		{nil, "give the key as the argument (etcdctl's way"},
+		{[]string{"/a", "/b"}, `one key, not 2 (["/a" "/b"])`},
+		{[]string{"/a", "--exact-key", "/a"}, "or one of --exact-key and --key-prefix"},
+		{[]string{"--exact-key", "/a", "--key-prefix", "/a"}, "or one of --exact-key and --key-prefix"},
+		{[]string{"--key-prefix", "/a", "--match-prefix"}, "--match-prefix makes the KEY argument a prefix"},
+		{[]string{""}, "the key is empty"},
+		{[]string{"/a", "--since"}, "flag needs an argument: --since"},
+		{[]string{"/a", "--no-such"}, "flag provided but not defined: -no-such"},
+		{[]string{"/a", "--since", "yesterday"}, `journal find: --since "yesterday": want RFC 3339 (2006-01-02T15:04:05Z) or a duration before now (2h, 15m, 1h30m)`},
+		{[]string{"--since", "-2h", "/a"}, `--since "-2h": a duration is how long before now, so not negative`},
+	})
+	restore := concatArgs([]string{"restore", "--cluster-id", "c1", "--no-live", "--initial-cluster", "m0=https://127.0.0.1:9", "--data-dir-root", t.TempDir()}, cos)
+	assertUsageErrors(t, restore, []usageCase{
+		{[]string{"--to-time", "2h ago"}, `restore: --to-time "2h ago": want RFC 3339 (2006-01-02T15:04:05Z) or a duration before now`},
+	})
+}
+
+// A time flag is RFC 3339 or a duration before now.
+func TestParseTimeFlag(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 3, 4, 12, 0, 0, 0, time.UTC)
+	for in, want := range map[string]time.Time{
+		"2h":                          now.Add(-2 * time.Hour),
+		"15m":                         now.Add(-15 * time.Minute),
+		"1h30m":                       now.Add(-90 * time.Minute),
+		"0s":                          now,
+		" 90s ":                       now.Add(-90 * time.Second),
+		"2026-01-02T15:04:05Z":        time.Date(2026, 1, 2, 15, 4, 5, 0, time.UTC),
+		"2026-01-02T15:04:05.5+01:00": time.Date(2026, 1, 2, 14, 4, 5, 5e8, time.UTC),
+	} {
+		got, err := parseTimeFlag("c", "since", in, now)
+		if err != nil || !got.Equal(want) {
+			t.Errorf("%q: %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "2", "2d", "-1m", "2026-01-02", "now"} {
+		if _, err := parseTimeFlag("c", "since", in, now); err == nil || !strings.Contains(err.Error(), "--since") {
+			t.Errorf("%q: want an error naming --since, got %v", in, err)
+		}
+	}
+}
