@@ -6,11 +6,12 @@ import (
 	"time"
 )
 
-// journal find takes the key as its argument, etcdctl's way, and points
+// Usage errors of the papercut fixes, decided before the store is
+// contacted. journal find takes the key as its argument, etcdctl's way, and points
 // an etcdctl habit (--key, which is etcd's TLS key flag) to it; its
 // mistakes are usage errors decided before the store is contacted (port 9
 // on loopback is never dialled).
-func TestJournalFindKeyArgumentErrors(t *testing.T) {
+func TestPapercutUsageErrors(t *testing.T) {
 	t.Parallel()
 	cos := []string{"--cos-endpoint", "http://127.0.0.1:9", "--bucket", "b", "--prefix", "p", "--cos-credentials-dir", credsDir(t, "a", "s")}
 	find := concatArgs([]string{"journal", "find", "--cluster-id", "c1"}, cos)
@@ -32,6 +33,9 @@ func TestJournalFindKeyArgumentErrors(t *testing.T) {
 	restore := concatArgs([]string{"restore", "--cluster-id", "c1", "--no-live", "--initial-cluster", "m0=https://127.0.0.1:9", "--data-dir-root", t.TempDir()}, cos)
 	assertUsageErrors(t, restore, []usageCase{
 		{[]string{"--to-time", "2h ago"}, `restore: --to-time "2h ago": want RFC 3339 (2006-01-02T15:04:05Z) or a duration before now`},
+		// A bad --initial-cluster names the entry and the form.
+		{[]string{"--initial-cluster", "m0=https://127.0.0.1:2380,m1=127.0.0.2:2380"},
+			`--initial-cluster: entry 2 "m1=127.0.0.2:2380": peer URL "127.0.0.2:2380" has no scheme (https:// or http://); want name=https://host:2380[,name=https://host:2380...]`},
 	})
 }
 
