@@ -46,7 +46,7 @@ func drillCommand(g *globalOpts) *cli.Command {
 			clusterIDFlag(&o.clusterID),
 			backupFlag(&o.backup),
 			allFlag(&o.all),
-			parallelFlag(&o.parallel),
+			parallelFlag(&o.parallel, defaultDrillParallel),
 			probeTimeoutFlag(&o.probeTimeout),
 			&cli.DurationFlag{Name: "start-timeout", Usage: "how long a drill waits for its etcd to serve (default 2m plus 1s per 4 MiB of database)", Destination: &o.startTimeout},
 			&cli.BoolFlag{Name: "no-record", Usage: "do not write drill.json (the result is only printed)", Destination: &o.noRecord},
@@ -73,12 +73,10 @@ func runDrill(c *cli.Context, g *globalOpts, o *drillCmdOpts) error {
 	if !all && id == "" {
 		return usagef("drill: --cluster-id (or --all) is required")
 	}
-	parallel := 1
-	if c.IsSet("parallel") {
-		// The flag's 0 is a mistake; the package's 0 is its default.
-		if parallel = o.parallel; parallel == 0 {
-			return usagef("drill: --parallel 0: want at least 1")
-		}
+	// The flag's 0 is a mistake; the package's 0 is its default.
+	parallel := o.parallel
+	if parallel <= 0 {
+		return usagef("drill: --parallel %d: want at least 1", parallel)
 	}
 	ids, err := e.identityOf(o.identityFile)
 	if err != nil {

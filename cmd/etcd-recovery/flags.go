@@ -13,7 +13,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
 	"github.com/armada/etcd-recovery/internal/retention"
@@ -351,12 +350,18 @@ func verifyTimeoutFlag(dest *time.Duration) cli.Flag {
 		Usage: "how long to wait for the restored members to be healthy before they are verified"}
 }
 
-// parallelFlag is how many EtcdClusters backup and inspect handle at once.
-func parallelFlag(dest *int) cli.Flag {
-	return &cli.IntFlag{Name: "parallel", Value: fleet.DefaultParallel, Destination: dest,
-		Usage: "with --all/--cluster: EtcdClusters handled at once (4: each backup holds about 30 MiB of stream buffers, " +
-			"so 4 fit the CronJob's memory limit with room; inspect uses the same bound)"}
+// parallelFlag is how many EtcdClusters a command handles at once: def
+// is its default (backup, inspect and serve: fleet.DefaultParallel; drill:
+// defaultDrillParallel), which the help prints after the one usage text.
+func parallelFlag(dest *int, def int) cli.Flag {
+	return &cli.IntFlag{Name: "parallel", Value: def, Destination: dest,
+		Usage: "with --all/--cluster: EtcdClusters handled at once (backup, inspect: each backup holds about 30 MiB of stream " +
+			"buffers, so the default fits the CronJob's memory limit with room; drill: each drill runs an etcd and needs " +
+			"twice the database's size in --temp-dir)"}
 }
+
+// defaultDrillParallel is drill's --parallel.
+const defaultDrillParallel = 1
 
 func tempDirFlag(dest *string) cli.Flag {
 	return &cli.StringFlag{Name: "temp-dir", TakesFile: true, Destination: dest,
