@@ -13,7 +13,6 @@ import (
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/backup/drilled"
 	"github.com/armada/etcd-recovery/drill"
-	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/output"
@@ -74,7 +73,7 @@ func backupCommand(g *globalOpts) *cli.Command {
 			clusterIDFlag(&o.clusterID),
 			allFlag(&o.all),
 			&cli.StringSliceFlag{Name: "cluster", Usage: clusterFlagUsage, Destination: &o.clusters},
-			parallelFlag(&o.parallel, fleet.DefaultParallel),
+			parallelFlag(&o.parallel, defaultParallel),
 			&cli.BoolFlag{Name: "no-events", Usage: "with --all/--cluster: do not record Kubernetes Events", Destination: &o.noEvents},
 			&cli.StringFlag{Name: "kind", Value: "manual", Usage: "scheduled, update or manual", Destination: &o.kind},
 			&cli.StringFlag{Name: "v2", Value: "auto", Usage: "export the v2 keyspace: auto (when served), on (required) or off", Destination: &o.v2},

@@ -4,13 +4,16 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/armada/etcd-recovery/internal/store/cos"
+	"github.com/armada/etcd-recovery/restore"
 )
 
 // Usage errors of the papercut fixes, decided before the store is
-// contacted. journal find takes the key as its argument, etcdctl's way, and points
-// an etcdctl habit (--key, which is etcd's TLS key flag) to it; its
-// mistakes are usage errors decided before the store is contacted (port 9
-// on loopback is never dialled).
+// contacted (port 9 on loopback is never dialled): journal find takes the
+// key as its argument, etcdctl's way, and points an etcdctl habit (--key,
+// which is etcd's TLS key flag) to it; time flags take RFC 3339 or a
+// duration; a bad --initial-cluster names its entry.
 func TestPapercutUsageErrors(t *testing.T) {
 	t.Parallel()
 	cos := []string{"--cos-endpoint", "http://127.0.0.1:9", "--bucket", "b", "--prefix", "p", "--cos-credentials-dir", credsDir(t, "a", "s")}
@@ -61,5 +64,30 @@ func TestParseTimeFlag(t *testing.T) {
 		if _, err := parseTimeFlag("c", "since", in, now); err == nil || !strings.Contains(err.Error(), "--since") {
 			t.Errorf("%q: want an error naming --since, got %v", in, err)
 		}
+	}
+}
+
+// The size flags and settings read sizes one way (internal/bytesize):
+// journal's --segment-size and --memory-budget, --cos-min-throughput's
+// size and the scratch limit agree on each form, KiB 1024-based and KB
+// 1000-based.
+func TestSizesOneParser(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]int64{"64KiB": 64 << 10, "64Ki": 64 << 10, "64KB": 64_000, "64k": 64_000, "4MiB": 4 << 20, "4MB": 4_000_000, "65536": 65536} {
+		seg, err := parseSegmentSize(in)
+		if err != nil || int64(seg) != want {
+			t.Errorf("--segment-size %s: %d, %v; want %d", in, seg, err, want)
+		}
+		tp, err := cos.ParseThroughput(in + "/60s")
+		if err != nil || tp.Bytes != want {
+			t.Errorf("--cos-min-throughput %s/60s: %d, %v; want %d", in, tp.Bytes, err, want)
+		}
+		lim, err := restore.ParseScratchLimit(in)
+		if err != nil || lim != want {
+			t.Errorf("%s=%s: %d, %v; want %d", restore.EnvScratchLimit, in, lim, err, want)
+		}
+	}
+	if _, err := parseSegmentSize("2GiB"); err == nil || !strings.Contains(err.Error(), "at most 1GiB") {
+		t.Errorf("--segment-size 2GiB: %v", err)
 	}
 }

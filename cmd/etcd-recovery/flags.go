@@ -13,6 +13,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
 	"github.com/armada/etcd-recovery/internal/retention"
@@ -351,7 +352,7 @@ func verifyTimeoutFlag(dest *time.Duration) cli.Flag {
 }
 
 // parallelFlag is how many EtcdClusters a command handles at once: def
-// is its default (backup, inspect and serve: fleet.DefaultParallel; drill:
+// is its default (backup, inspect and serve: defaultParallel; drill:
 // defaultDrillParallel), which the help prints after the one usage text.
 func parallelFlag(dest *int, def int) cli.Flag {
 	return &cli.IntFlag{Name: "parallel", Value: def, Destination: dest,
@@ -360,8 +361,12 @@ func parallelFlag(dest *int, def int) cli.Flag {
 			"twice the database's size in --temp-dir)"}
 }
 
-// defaultDrillParallel is drill's --parallel.
-const defaultDrillParallel = 1
+// defaultParallel is --parallel of backup, inspect and serve;
+// defaultDrillParallel is drill's.
+const (
+	defaultParallel      = fleet.DefaultParallel
+	defaultDrillParallel = 1
+)
 
 func tempDirFlag(dest *string) cli.Flag {
 	return &cli.StringFlag{Name: "temp-dir", TakesFile: true, Destination: dest,
