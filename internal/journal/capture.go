@@ -1047,11 +1047,13 @@ func (c *capture) uploadInSlot(ctx context.Context, p pending) error {
 	return c.upload(ctx, p)
 }
 
-// upload writes one segment, retrying with backoff for FrozenAfter.
+// upload writes one segment, retrying with a jittered backoff (Backoff)
+// for FrozenAfter.
 func (c *capture) upload(ctx context.Context, p pending) error {
 	key := c.o.Layout.JournalSegmentKey(c.o.ClusterID, p.h.FirstRev, p.h.LastRev)
 	began := time.Now()
-	backoff := 200 * time.Millisecond
+	// Jittered: every cluster's journal retries at its own moments.
+	backoff := NewBackoff(200*time.Millisecond, 10*time.Second)
 	for attempt := 1; ; attempt++ {
 		if err := c.fenced(key); err != nil {
 			return err
@@ -1081,12 +1083,12 @@ func (c *capture) upload(ctx context.Context, p pending) error {
 		if ctx.Err() != nil || elapsed >= c.o.FrozenAfter {
 			return &SegmentError{Key: key, Reason: ReasonStore, Detail: fmt.Sprintf("not written after %d attempts over %s (store frozen or refusing)", attempt, elapsed.Round(time.Millisecond)), Err: errors.Unwrap(err)}
 		}
-		c.o.Log.Warn("journal: segment upload failed; retrying", "key", key, "attempt", attempt, "err", err)
+		wait := backoff.Next()
+		c.o.Log.Warn("journal: segment upload failed; retrying", "key", key, "attempt", attempt, "retryIn", wait, "err", err)
 		select {
-		case <-time.After(backoff):
+		case <-time.After(wait):
 		case <-ctx.Done():
 		}
-		backoff = min(backoff*2, 10*time.Second)
 	}
 }
 
