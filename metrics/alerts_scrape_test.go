@@ -21,6 +21,7 @@ import (
 	"filippo.io/age"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
@@ -352,7 +353,7 @@ func TestExporterAlerts(t *testing.T) {
 					last = err.Error()
 					continue
 				}
-				var p expfmt.TextParser
+				p := expfmt.NewTextParser(model.LegacyValidation)
 				mfs, err := p.TextToMetricFamilies(resp.Body)
 				resp.Body.Close()
 				if err != nil {
@@ -611,6 +612,6 @@ func promtoolScrape(t *testing.T, body []byte, extra []promSeries, now time.Time
 }
 
 func parseText(body []byte) (map[string]*dto.MetricFamily, error) {
-	var p expfmt.TextParser
+	p := expfmt.NewTextParser(model.LegacyValidation)
 	return p.TextToMetricFamilies(bytes.NewReader(body))
 }
