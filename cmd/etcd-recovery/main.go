@@ -162,6 +162,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			drillCommand(g),
 			serveCommand(g),
 			journalCommand(g),
+			versionCommand(g),
 		},
 		// Errors are printed once, by run.
 		ExitErrHandler: func(*cli.Context, error) {},
