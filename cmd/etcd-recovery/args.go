@@ -88,5 +88,6 @@ func undefinedFlag(err error) string {
 	if !ok {
 		return ""
 	}
+	name, _, _ = strings.Cut(name, " ")
 	return name
 }

@@ -1,11 +1,16 @@
 package main
 
 import (
+	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"filippo.io/age"
 	"github.com/armada/etcd-recovery/internal/store/cos"
+	"github.com/armada/etcd-recovery/internal/testing/testfix"
 	"github.com/armada/etcd-recovery/restore"
 )
 
@@ -89,5 +94,103 @@ func TestSizesOneParser(t *testing.T) {
 	}
 	if _, err := parseSegmentSize("2GiB"); err == nil || !strings.Contains(err.Error(), "at most 1GiB") {
 		t.Errorf("--segment-size 2GiB: %v", err)
+	}
+}
+
+// Completion: `completion bash|zsh|fish` prints a script for the binary,
+// and `--generate-bash-completion`, which the bash and zsh scripts call,
+// lists what may come next (commands, subcommands, a command's flags;
+// run on the built binary).
+// A mistyped command or flag is answered with the closest name, and
+// only when one is close.
+func TestCompletionAndSuggestions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for shell, want := range map[string][]string{
+		"bash": {"complete -o bashdefault -o default -o nospace -F _etcd_recovery_complete etcd-recovery", "--generate-bash-completion"},
+		"zsh":  {"#compdef etcd-recovery", "compdef _etcd_recovery_complete etcd-recovery", "--generate-bash-completion"},
+		"fish": {"complete -c etcd-recovery", "-l cluster-id", "__fish_seen_subcommand_from journal", "-a 'find'"},
+	} {
+		code, out, errOut := runCtx(t, ctx, "completion", shell)
+		for _, w := range want {
+			if code != 0 || !strings.Contains(out, w) {
+				t.Errorf("completion %s: exit %d, no %q in:\n%s%s", shell, code, w, out, errOut)
+			}
+		}
+	}
+	assertUsageErrors(t, []string{"completion"}, []usageCase{{nil, "completion: name one shell: bash, zsh, fish"}, {[]string{"tcsh"}, `unknown shell "tcsh"`}})
+	for _, tc := range []struct {
+		args      []string
+		want, not []string
+	}{
+		{[]string{"--generate-bash-completion"}, []string{"backup\n", "journal\n", "version\n", "completion\n"}, []string{"--cluster-id"}},
+		{[]string{"journal", "--generate-bash-completion"}, []string{"find\n", "prove\n"}, []string{"backup\n"}},
+		{[]string{"backup", "--clu", "--generate-bash-completion"}, []string{"--cluster-id\n", "--cluster\n"}, []string{"--to-revision\n"}},
+		{[]string{"journal", "find", "--log", "--generate-bash-completion"}, []string{"--log-format\n", "--log-level\n"}, []string{"--cluster-id\n"}},
+	} {
+		// The real binary: urfave/cli reads the words typed from os.Args.
+		out, _, code := testfix.RunTool(t, ctx, testfix.Tool(t), nil, tc.args...)
+		for _, w := range tc.want {
+			if code != 0 || !strings.Contains(out, w) {
+				t.Errorf("%v: exit %d, no %q in:\n%s", tc.args, code, w, out)
+			}
+		}
+		for _, n := range tc.not {
+			if strings.Contains(out, n) {
+				t.Errorf("%v: %q listed:\n%s", tc.args, n, out)
+			}
+		}
+	}
+	assertUsageErrors(t, []string{}, []usageCase{
+		{[]string{"bakcup"}, `unknown command "bakcup" (did you mean "backup"?)`},
+		{[]string{"jurnal"}, `unknown command "jurnal" (did you mean "journal"?)`},
+		{[]string{"list", "--clster-id", "c1"}, "flag provided but not defined: -clster-id (did you mean --cluster-id?)"},
+		{[]string{"--log-formt", "json", "list"}, "-log-formt (did you mean --log-format?)"},
+		{[]string{"journal", "prove", "--dryrun"}, "(did you mean --dry-run?)"},
+	})
+	for _, args := range [][]string{{"foo"}, {"list", "--zzz"}} {
+		if _, _, errOut := runCtx(t, ctx, args...); strings.Contains(errOut, "did you mean") {
+			t.Errorf("%v: a suggestion for a name like none: %s", args, errOut)
+		}
+	}
+}
+
+// The global flags work after the command as before it (a Job's args
+// written `backup --log-format json` logged text and failed before): the
+// value is used (a bad one is refused naming the flag), the innermost one
+// wins, and a command logs in the format given after it.
+func TestGlobalFlagsAfterCommand(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cos := []string{"--cos-endpoint", "http://127.0.0.1:9", "--bucket", "b", "--prefix", "p", "--cos-credentials-dir", credsDir(t, "a", "s"), "--cos-max-retries", "0"}
+	assertUsageErrors(t, []string{}, []usageCase{
+		{concatArgs([]string{"list", "--cluster-id", "c1", "--log-format", "xml"}, cos), `--log-format "xml": want text or json`},
+		{concatArgs([]string{"journal", "find", "--cluster-id", "c1", "--log-level", "loud"}, cos, []string{"/k"}), "--log-level"},
+		{concatArgs([]string{"journal", "find", "--cluster-id", "c1"}, cos, []string{"/k", "--log-format", "xml"}), `--log-format "xml"`},
+		{concatArgs([]string{"--log-format", "json", "list", "--cluster-id", "c1", "--log-format", "xml"}, cos), `--log-format "xml"`},
+	})
+	if code, _, errOut := runCtx(t, ctx, concatArgs([]string{"--log-format", "xml", "version", "--log-format", "text"})...); code != 0 {
+		t.Errorf("--log-format xml before the command, text after it: exit %d (the innermost should win)\n%s", code, errOut)
+	}
+	// A group-readable identity file is accepted with a warning, logged
+	// before the store is contacted: in JSON when --log-format json
+	// follows the command, before or after the key.
+	id, err := age.GenerateX25519Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	idFile := filepath.Join(t.TempDir(), "identity")
+	if err := os.WriteFile(idFile, []byte(id.String()+"\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		concatArgs([]string{"journal", "find", "--log-format", "json", "--cluster-id", "c1", "--identity-file", idFile}, cos, []string{"/k"}),
+		concatArgs([]string{"journal", "find", "--cluster-id", "c1", "--identity-file", idFile}, cos, []string{"/k", "--log-format", "json"}),
+		concatArgs([]string{"journal", "--log-format", "json", "find", "--cluster-id", "c1", "--identity-file", idFile}, cos, []string{"/k"}),
+	} {
+		_, _, errOut := runCtx(t, ctx, args...)
+		if !strings.Contains(errOut, `{"time":`) || !strings.Contains(errOut, `"msg":"identity file accepted with a remark"`) {
+			t.Errorf("%v: no JSON log line on stderr:\n%s", args, errOut)
+		}
 	}
 }

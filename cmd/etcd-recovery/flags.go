@@ -32,11 +32,52 @@ type globalOpts struct {
 	logLevel, logFormat, cpuProfile string
 }
 
+const (
+	logLevelUsage  = "debug, info, warn or error (before or after the command)"
+	logFormatUsage = "text (key=value) or json (before or after the command)"
+	globalCategory = "GLOBAL (before or after the command)"
+)
+
 func (g *globalOpts) flags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"ETCD_RECOVERY_LOG_LEVEL"}, Usage: "debug, info, warn or error", Destination: &g.logLevel},
-		&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"ETCD_RECOVERY_LOG_FORMAT"}, Usage: "text (key=value) or json", Destination: &g.logFormat},
+		&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"ETCD_RECOVERY_LOG_LEVEL"}, Usage: logLevelUsage, Destination: &g.logLevel},
+		&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"ETCD_RECOVERY_LOG_FORMAT"}, Usage: logFormatUsage, Destination: &g.logFormat},
 		&cli.StringFlag{Name: "cpu-profile", Hidden: true, Usage: "write a CPU profile to this file (benchmarks)", TakesFile: true, Destination: &g.cpuProfile},
+	}
+}
+
+// commandFlags are the global flags as every command takes them after
+// its name (`backup --log-format json`, as a Job's args are easily
+// written): without a Destination (the app's flag keeps its value and
+// environment variable), applied by applyGlobals when given.
+func (g *globalOpts) commandFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "log-level", Value: "info", Usage: logLevelUsage, Category: globalCategory},
+		&cli.StringFlag{Name: "log-format", Value: "text", Usage: logFormatUsage, Category: globalCategory},
+	}
+}
+
+// applyGlobals sets the global options from the global flags given after
+// a command (the innermost wins: `etcd-recovery --log-level info backup
+// --log-level debug` logs at debug).
+func applyGlobals(g *globalOpts, action cli.ActionFunc) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		lineage := c.Lineage()
+		for i := len(lineage) - 1; i >= 0; i-- {
+			lc := lineage[i]
+			if lc.Command == nil {
+				continue
+			}
+			for _, n := range lc.LocalFlagNames() {
+				switch n {
+				case "log-level":
+					g.logLevel = lc.String(n)
+				case "log-format":
+					g.logFormat = lc.String(n)
+				}
+			}
+		}
+		return action(c)
 	}
 }
 
