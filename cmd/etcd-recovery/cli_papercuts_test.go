@@ -194,3 +194,57 @@ func TestGlobalFlagsAfterCommand(t *testing.T) {
 		}
 	}
 }
+
+// One name for "don't record" (--no-record; journal prove's --dry-run is
+// its deprecated spelling) and one meaning of --all (every EtcdCluster
+// of the namespace): drill's and journal prove's bucket-wide form is
+// --all-cluster-ids, and their old --all without a namespace still works
+// as it, with a deprecation note.
+func TestNoRecordAndAllOneMeaning(t *testing.T) {
+	t.Parallel()
+	if os.Getenv("POD_NAMESPACE") != "" {
+		t.Skip("POD_NAMESPACE is set: --all has its namespace")
+	}
+	ctx := context.Background()
+	store := []string{"--cos-endpoint", "http://127.0.0.1:1", "--bucket", "b", "--cos-credentials-dir", credsDir(t, "a", "s"), "--cos-max-retries", "0"}
+	for _, tc := range []struct {
+		args       []string
+		code       int
+		want, note string
+	}{
+		{[]string{"drill", "--all", "--namespace", "ns", "--all-cluster-ids"}, exitUsage, "drill: --all (every EtcdCluster of the namespace) and --all-cluster-ids", ""},
+		{[]string{"drill", "--all-cluster-ids", "--cluster-id", "c1"}, exitUsage, "exclusive", ""},
+		{[]string{"drill", "--all", "--cluster-id", "c1"}, exitUsage, "exclusive", "drill: --all without --namespace or --kubeconfig is deprecated, use --all-cluster-ids"},
+		{[]string{"journal", "prove", "--all", "--cluster-id", "c1"}, exitUsage, "exclusive", "journal prove: --all without --namespace or --kubeconfig is deprecated, use --all-cluster-ids"},
+		{[]string{"journal", "prove", "--cluster-id", "c1", "--dry-run", "--no-record"}, exitUsage, "pass only --no-record", ""},
+		{[]string{"journal", "prove", "--cluster-id", "c1", "--dry-run"}, exitFailure, "", "journal prove: --dry-run is deprecated, use --no-record"},
+	} {
+		code, _, errOut := runCtx(t, ctx, concatArgs(tc.args, store)...)
+		if code != tc.code || !strings.Contains(errOut, tc.want) || !strings.Contains(errOut, tc.note) {
+			t.Errorf("%v: exit %d, stderr %q; want %d with %q and %q", tc.args, code, errOut, tc.code, tc.want, tc.note)
+		}
+		if tc.note == "" && strings.Contains(errOut, "deprecated") {
+			t.Errorf("%v: a deprecation note for the current spelling: %s", tc.args, errOut)
+		}
+	}
+	// Every command that takes --all means the namespace's EtcdClusters
+	// by it (one usage text), and every "don't record" is --no-record.
+	byName := walkFlags(t)
+	for _, u := range byName["all"] {
+		if u.usage != allFlagUsage {
+			t.Errorf("%s --all: %q", u.cmd, u.usage)
+		}
+	}
+	var noRecord []string
+	for _, u := range byName["no-record"] {
+		noRecord = append(noRecord, u.cmd)
+	}
+	if strings.Join(noRecord, ",") != "drill,journal prove" {
+		t.Errorf("--no-record on %v, want drill and journal prove", noRecord)
+	}
+	for _, u := range byName["dry-run"] {
+		if u.cmd == "journal prove" || u.cmd == "drill" {
+			t.Errorf("%s has a visible --dry-run", u.cmd)
+		}
+	}
+}

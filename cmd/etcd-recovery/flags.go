@@ -438,6 +438,38 @@ func allFlag(dest *bool) cli.Flag {
 	return &cli.BoolFlag{Name: "all", Usage: allFlagUsage, Destination: dest}
 }
 
+// allClusterIDsUsage is --all-cluster-ids: every cluster id in the store,
+// no Kubernetes (--all is always the namespace's EtcdClusters).
+const allClusterIDsUsage = "every cluster id under --prefix, instead of --cluster-id: found by listing the store, no Kubernetes " +
+	"(with a prefix shared by several namespaces, all of them; --all is every EtcdCluster of the namespace)"
+
+func allClusterIDsFlag(dest *bool) cli.Flag {
+	return &cli.BoolFlag{Name: "all-cluster-ids", Usage: allClusterIDsUsage, Destination: dest}
+}
+
+// noRecordFlag is "don't record" on every command that records a result
+// (drill: drill.json; journal prove: its proof): one name.
+func noRecordFlag(dest *bool) cli.Flag {
+	return &cli.BoolFlag{Name: "no-record", Destination: dest,
+		Usage: "run, and print the result, but do not record it (drill: drill.json next to the backup; journal prove: the proof under _journal/<cluster>/proofs/)"}
+}
+
+// allWithoutNamespace is the old meaning of drill --all and journal
+// prove --all given without --namespace or --kubeconfig (every cluster id
+// under --prefix), kept working as --all-cluster-ids with a deprecation
+// note: --all means every EtcdCluster of the namespace on every command.
+func allWithoutNamespace(c *cli.Context, command string, all, allClusterIDs *bool) error {
+	if *all && *allClusterIDs {
+		return usagef("%s: --all (every EtcdCluster of the namespace) and --all-cluster-ids (every cluster id under --prefix): give one", command)
+	}
+	if *all && !c.IsSet("namespace") && !c.IsSet("kubeconfig") {
+		fmt.Fprintf(c.App.ErrWriter, "etcd-recovery: %s: --all without --namespace or --kubeconfig is deprecated, use --all-cluster-ids "+
+			"(same meaning here: every cluster id under --prefix; --all means every EtcdCluster of the namespace)\n", command)
+		*all, *allClusterIDs = false, true
+	}
+	return nil
+}
+
 func bumpRevisionFlag(dest *uint64) cli.Flag {
 	return &cli.Uint64Flag{Name: "bump-revision", Value: restore.DefaultBumpRevision, Destination: dest,
 		Usage: "the revision bump (etcdutl's --bump-revision): restore adds it, restore verify expects it " +
@@ -457,6 +489,7 @@ var deprecatedFlags = []deprecated{
 	{"restore", "parallel", "parallel-data-dirs", "int"},
 	{"delete", "force", "allow-newest", "bool"},
 	{"prune", "all", "all-cluster-ids", "bool"},
+	{"journal prove", "dry-run", "no-record", "bool"},
 }
 
 // flag is the hidden old flag (a new one per app: flags hold state).
