@@ -10,16 +10,16 @@ import (
 
 // drillCmdOpts are drill's flags.
 type drillCmdOpts struct {
-	etcd                                   etcdOpts
-	store                                  storeOpts
-	kube                                   kubeOpts
-	clusterID, backup, output, pushgateway string
-	etcdBinDir, tempDir, identityFile      string
+	etcd                                         etcdOpts
+	store                                        storeOpts
+	kube                                         kubeOpts
+	clusterID, backup, output, pushgateway       string
+	etcdBinDir, tempDir, identityFile            string
 	all, allClusterIDs, noRecord, includeDeleted bool
-	noJournalProof                         bool
-	toRevision                             int64
-	parallel                               int
-	probeTimeout, startTimeout             time.Duration
+	noJournalProof                               bool
+	toRevision                                   int64
+	parallel                                     int
+	probeTimeout, startTimeout                   time.Duration
 }
 
 func drillCommand(g *globalOpts) *cli.Command {
