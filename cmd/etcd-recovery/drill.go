@@ -6,6 +6,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/armada/etcd-recovery/drill"
+	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/restore"
 )
 
 // drillCmdOpts are drill's flags.
@@ -104,8 +106,10 @@ func runDrill(c *cli.Context, g *globalOpts, o *drillCmdOpts) error {
 	if all {
 		return runDrillAll(e, o, tmpl, parallel, kubeForm)
 	}
-	// The options as the drill of --cluster-id sees them.
+	// The options as the drill of --cluster-id sees them: one drill, so
+	// its download shows progress (on a terminal only).
 	one := tmpl
+	one.Progress = func(label string) restore.Progress { return output.NewProgress("drill " + id + ": " + label) }
 	one.ClusterID, one.Backup = id, o.backup
 	if err := one.Validate(); err != nil {
 		return usagef("drill: %w", err)

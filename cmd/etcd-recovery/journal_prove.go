@@ -15,6 +15,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/kube"
+	"github.com/armada/etcd-recovery/restore"
 )
 
 // journalProveOpts are journal prove's flags.
@@ -129,7 +130,10 @@ func runJournalProve(c *cli.Context, g *globalOpts, o *journalProveOpts) error {
 	ctx, cancel := context.WithTimeout(e.ctx(), o.timeout)
 	defer cancel()
 	opts := drill.ProveOptions{ClusterID: o.clusterID, Store: st, Layout: layout, Target: o.backup, Identities: ids,
-		ScratchDir: o.tempDir, Timeout: o.timeout, NoRecord: o.noRecord, Log: e.log}
+		ScratchDir: o.tempDir, Timeout: o.timeout, NoRecord: o.noRecord, Log: e.log,
+		// One cluster's proofs, one at a time: each download shows its
+		// progress (on a terminal only).
+		Progress: func(label string) restore.Progress { return output.NewProgress("prove " + o.clusterID + ": " + label) }}
 	targets := []string{o.backup}
 	if o.allUnproven {
 		pairs, err := drill.UnprovenTargets(ctx, st, layout, o.clusterID, ids)
