@@ -230,7 +230,7 @@ func runBackupOne(t *runTimeout, e *env, o *backupOpts, opts backup.Options, pla
 	}
 	opts.Store, opts.Layout = store, layout
 	prog := output.NewProgress(fmt.Sprintf("backup %s", opts.ClusterID))
-	opts.Progress = prog.Update
+	opts.Progress, opts.ProgressTotal = prog.Update, prog.SetTotal
 	var (
 		res    *backup.Result
 		dr     *drilled.Result
