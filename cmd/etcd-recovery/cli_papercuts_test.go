@@ -141,12 +141,13 @@ func TestCompletionAndSuggestions(t *testing.T) {
 			}
 		}
 	}
-	assertUsageErrors(t, []string{}, []usageCase{
+	usageErrors(t, []usageCase{
 		{[]string{"bakcup"}, `unknown command "bakcup" (did you mean "backup"?)`},
 		{[]string{"jurnal"}, `unknown command "jurnal" (did you mean "journal"?)`},
 		{[]string{"list", "--clster-id", "c1"}, "flag provided but not defined: -clster-id (did you mean --cluster-id?)"},
 		{[]string{"--log-formt", "json", "list"}, "-log-formt (did you mean --log-format?)"},
-		{[]string{"journal", "prove", "--dryrun"}, "(did you mean --dry-run?)"},
+		{[]string{"journal", "prove", "--no-recrd"}, "(did you mean --no-record?)"},
+		{[]string{"restore", "--dryrun"}, "(did you mean --dry-run?)"},
 	})
 	for _, args := range [][]string{{"foo"}, {"list", "--zzz"}} {
 		if _, _, errOut := runCtx(t, ctx, args...); strings.Contains(errOut, "did you mean") {
@@ -163,7 +164,7 @@ func TestGlobalFlagsAfterCommand(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	cos := []string{"--cos-endpoint", "http://127.0.0.1:9", "--bucket", "b", "--prefix", "p", "--cos-credentials-dir", credsDir(t, "a", "s"), "--cos-max-retries", "0"}
-	assertUsageErrors(t, []string{}, []usageCase{
+	usageErrors(t, []usageCase{
 		{concatArgs([]string{"list", "--cluster-id", "c1", "--log-format", "xml"}, cos), `--log-format "xml": want text or json`},
 		{concatArgs([]string{"journal", "find", "--cluster-id", "c1", "--log-level", "loud"}, cos, []string{"/k"}), "--log-level"},
 		{concatArgs([]string{"journal", "find", "--cluster-id", "c1"}, cos, []string{"/k", "--log-format", "xml"}), `--log-format "xml"`},
@@ -245,6 +246,18 @@ func TestNoRecordAndAllOneMeaning(t *testing.T) {
 	for _, u := range byName["dry-run"] {
 		if u.cmd == "journal prove" || u.cmd == "drill" {
 			t.Errorf("%s has a visible --dry-run", u.cmd)
+		}
+	}
+}
+
+// usageErrors runs each case's command line alone and expects a usage
+// error (exit 4) whose stderr says want.
+func usageErrors(tb testing.TB, cases []usageCase) {
+	tb.Helper()
+	for _, tc := range cases {
+		code, _, stderr := runCtx(tb, context.Background(), tc.args...)
+		if code != exitUsage || !strings.Contains(stderr, tc.want) {
+			tb.Errorf("%v: exit %d, stderr %q; want %d and %q", tc.args, code, stderr, exitUsage, tc.want)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -89,7 +90,10 @@ func completionCommand() *cli.Command {
 			case "zsh":
 				script = zshCompletion
 			case "fish":
-				s, err := c.App.ToFishCompletion()
+				// From a new app, not yet run: urfave/cli adds its help
+				// command (a shared value) to a running app's commands,
+				// and its fish generator recurses through it.
+				s, err := newApp(io.Discard, io.Discard).ToFishCompletion()
 				if err != nil {
 					return fmt.Errorf("completion fish: %w", err)
 				}
