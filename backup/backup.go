@@ -21,6 +21,7 @@ package backup
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -64,6 +65,11 @@ type Options struct {
 	Now func() time.Time
 	// Progress is called with the raw bytes streamed so far.
 	Progress func(int64)
+	// ProgressTotal, when set, is called before a member's snapshot
+	// streams with the size it will have: the member's status dbSize
+	// (the snapshot is the database file), for a percentage and a time
+	// left.
+	ProgressTotal func(int64)
 	// OnSource is called when a snapshot stream from a member starts.
 	OnSource func(probe.Member)
 	Log      *slog.Logger
@@ -731,6 +737,10 @@ func snapshotMember(ctx context.Context, opts Options, cand probe.Member, key st
 		return res, 0, 0, StepSnapshot, fmt.Errorf("status before snapshot: %w", err)
 	}
 	revBefore = st.Header.Revision
+	if opts.ProgressTotal != nil && st.DbSize > 0 {
+		// The stream is the database file and etcd's sha256 of it.
+		opts.ProgressTotal(st.DbSize + sha256.Size)
+	}
 
 	// The stream is cancelled with the upload: if the store fails, etcd
 	// stops sending.

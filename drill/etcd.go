@@ -20,6 +20,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/armada/etcd-recovery/internal/etcdconn"
+	"github.com/armada/etcd-recovery/internal/version"
 )
 
 // EtcdBinDirEnv names the directory of the etcd servers drills run.
@@ -380,4 +381,28 @@ func (p *etcdProc) stop() error {
 	case <-time.After(30 * time.Second):
 		return fmt.Errorf("etcd (pid %d) did not exit after SIGKILL", p.cmd.Process.Pid)
 	}
+}
+
+// serverVersionTimeout bounds each `etcd-<minor> --version` of
+// VersionReport.
+const serverVersionTimeout = 5 * time.Second
+
+// VersionReport is `etcd-recovery version`: the binary's versions
+// (version.Build) and, for each minor version a drill runs, the etcd
+// server it would run (in binDir, else $PATH) and the version that server
+// reports (`--version`, each bounded by 5 s), or why there is none.
+func VersionReport(ctx context.Context, binDir string) *version.Report {
+	r := version.Build()
+	for _, minor := range Versions {
+		s := version.Server{Name: "etcd-" + minor}
+		vctx, cancel := context.WithTimeout(ctx, serverVersionTimeout)
+		path, v, err := findEtcd(vctx, binDir, minor)
+		cancel()
+		s.Path, s.Version = path, v
+		if err != nil {
+			s.Error = err.Error()
+		}
+		r.Servers = append(r.Servers, s)
+	}
+	return r
 }

@@ -40,6 +40,9 @@ type ProveOptions struct {
 	NoRecord bool
 	Log      *slog.Logger
 	Now      func() time.Time
+	// Progress shows each download of the proof (restore.Options'
+	// Progress: with its total, from the manifest); nil: none.
+	Progress func(label string) restore.Progress
 }
 
 // DefaultProveTimeout bounds a proof: two downloads, a replay and two
@@ -368,7 +371,7 @@ func choosePair(ctx context.Context, opts ProveOptions) (ProofPair, error) {
 func proofRestoreOptions(opts ProveOptions, scratch, dir, name string) restore.Options {
 	return restore.Options{ClusterID: opts.ClusterID, Store: opts.Store, Layout: opts.Layout, NoLive: true, Backup: name,
 		Targets:    restore.Targets{InitialCluster: "proof=http://127.0.0.1:2380", DataDir: filepath.Join(scratch, dir, "data")},
-		ScratchDir: filepath.Join(scratch, dir), Identities: opts.Identities, Log: opts.Log, Now: opts.Now}
+		ScratchDir: filepath.Join(scratch, dir), Identities: opts.Identities, Log: opts.Log, Now: opts.Now, Progress: opts.Progress}
 }
 
 // fetchForProof stages backup name, verified against its manifest, in

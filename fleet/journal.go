@@ -99,7 +99,8 @@ type JournalAllOptions struct {
 	// called before each segment upload, an error stops that capture.
 	Fence func() error
 	// MaxBackoff caps a cluster's restart backoff (default 1m; it starts
-	// at 1s and doubles).
+	// at 1s and doubles, each delay jittered between half of that and
+	// all of it: journal.Backoff).
 	MaxBackoff time.Duration
 	// OnGap, when set, is called with each gap once it is handled (its
 	// record written or not).
@@ -385,7 +386,9 @@ func (j *journalAll) runAll(ctx context.Context) error {
 func (j *journalAll) runCluster(ctx context.Context, t *journalTarget) {
 	log := j.o.Log.With("cluster", t.id)
 	defer log.Info("journal: stopped")
-	backoff, gapBackoff := journalMinBackoff, journalMinBackoff
+	// Jittered (journal.Backoff): the clusters of a process that fail
+	// together (a store outage) restart at their own moments.
+	backoff, gapBackoff := journal.NewBackoff(journalMinBackoff, j.o.MaxBackoff), journal.NewBackoff(journalMinBackoff, j.o.MaxBackoff)
 	var lastGap time.Time
 	var lastLineage int64 = -1
 	for ctx.Err() == nil {
@@ -411,23 +414,23 @@ func (j *journalAll) runCluster(ctx context.Context, t *journalTarget) {
 			continue
 		case err == nil:
 			// Capture ended without ctx ending (not expected): start again.
-			backoff = journalMinBackoff
+			backoff.Reset()
 			continue
 		case errors.As(err, &gap), errors.Is(err, ErrNoJournalBase):
 			// Gaps one after another (a backup that cannot be a base, a
 			// watch cancelled at once) are healed after a backoff too.
 			if now := time.Now(); now.Sub(lastGap) < j.o.MaxBackoff {
-				log.Warn("journal: another gap soon after the last; healing it after a backoff", "backoff", gapBackoff)
-				if !sleepCtx(ctx, gapBackoff) {
+				wait := gapBackoff.Next()
+				log.Warn("journal: another gap soon after the last; healing it after a backoff", "backoff", wait)
+				if !sleepCtx(ctx, wait) {
 					return
 				}
-				gapBackoff = min(gapBackoff*2, j.o.MaxBackoff)
 			} else {
-				gapBackoff = journalMinBackoff
+				gapBackoff.Reset()
 			}
 			j.heal(ctx, t, err, gap, old, log)
 			lastGap = time.Now()
-			backoff = journalMinBackoff
+			backoff.Reset()
 			continue
 		}
 		step := JournalStepCapture
@@ -435,11 +438,11 @@ func (j *journalAll) runCluster(ctx context.Context, t *journalTarget) {
 		if errors.As(err, &je) {
 			step = je.Step
 		}
-		log.Error("journal failed; restarting after a backoff", "step", step, "backoff", backoff, "err", err)
-		if !sleepCtx(ctx, backoff) {
+		wait := backoff.Next()
+		log.Error("journal failed; restarting after a backoff", "step", step, "backoff", wait, "err", err)
+		if !sleepCtx(ctx, wait) {
 			return
 		}
-		backoff = min(backoff*2, j.o.MaxBackoff)
 	}
 }
 
@@ -512,7 +515,7 @@ func (j *journalAll) heal(ctx context.Context, t *journalTarget, cause error, ga
 	if j.o.OnGap != nil {
 		j.o.OnGap(g)
 	}
-	backoff := journalMinBackoff
+	backoff := journal.NewBackoff(journalMinBackoff, j.o.MaxBackoff)
 	for attempt := 1; ctx.Err() == nil; attempt++ {
 		name, rev, err := j.backup(ctx, t)
 		if err == nil {
@@ -522,12 +525,12 @@ func (j *journalAll) heal(ctx context.Context, t *journalTarget, cause error, ga
 		if ctx.Err() != nil {
 			return
 		}
+		wait := backoff.Next()
 		log.Error("journal: full backup after a gap failed; retrying after a backoff (the gap stays recorded)",
-			"step", JournalStepBackup, "attempt", attempt, "backoff", backoff, "err", err)
-		if !sleepCtx(ctx, backoff) {
+			"step", JournalStepBackup, "attempt", attempt, "backoff", wait, "err", err)
+		if !sleepCtx(ctx, wait) {
 			return
 		}
-		backoff = min(backoff*2, j.o.MaxBackoff)
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"filippo.io/age"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
@@ -388,7 +389,7 @@ func TestExporterAlerts(t *testing.T) {
 					last = err.Error()
 					continue
 				}
-				var p expfmt.TextParser
+				p := expfmt.NewTextParser(model.LegacyValidation)
 				mfs, err := p.TextToMetricFamilies(resp.Body)
 				resp.Body.Close()
 				if err != nil {
@@ -669,6 +670,6 @@ func promtoolExprTests(t *testing.T, in []promSeries, firing map[string][]string
 }
 
 func parseText(body []byte) (map[string]*dto.MetricFamily, error) {
-	var p expfmt.TextParser
+	p := expfmt.NewTextParser(model.LegacyValidation)
 	return p.TextToMetricFamilies(bytes.NewReader(body))
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/armada/etcd-recovery/backup"
@@ -424,7 +425,7 @@ func TestExporter(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var p expfmt.TextParser
+		p := expfmt.NewTextParser(model.LegacyValidation)
 		mfs, err := p.TextToMetricFamilies(resp.Body)
 		resp.Body.Close()
 		if err != nil {

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.uber.org/zap"
 
+	"github.com/armada/etcd-recovery/internal/etcdconn"
 	"github.com/armada/etcd-recovery/internal/etcdinternals"
 )
 
@@ -70,13 +73,69 @@ type parsedCluster struct {
 	urls  map[string][]string
 }
 
+// initialClusterForm is what --initial-cluster takes, for its errors.
+const initialClusterForm = "want name=https://host:2380[,name=https://host:2380...], as etcd's --initial-cluster"
+
+// checkInitialClusterEntries checks each comma-separated entry of
+// --initial-cluster, so that a mistake is named by its entry and what is
+// wrong with it, not by the URL parser's raw error: name=URL, the URL
+// http(s)://host:port with nothing after the port.
+func checkInitialClusterEntries(s string) error {
+	for i, raw := range strings.Split(s, ",") {
+		entry := etcdconn.RedactUserInfo(strings.TrimSpace(raw))
+		bad := func(why string) error {
+			return fmt.Errorf("--initial-cluster: entry %d %q: %s; %s", i+1, entry, why, initialClusterForm)
+		}
+		name, peer, ok := strings.Cut(strings.TrimSpace(raw), "=")
+		switch {
+		case entry == "":
+			return bad("empty (a stray comma?)")
+		case !ok:
+			return bad("no \"=\" between the member's name and its peer URL")
+		case strings.TrimSpace(name) == "":
+			return bad("no member name before \"=\"")
+		case peer == "":
+			return bad("no peer URL after \"=\"")
+		}
+		shown := etcdconn.RedactUserInfo(peer)
+		scheme, rest, ok := strings.Cut(peer, "://")
+		if !ok {
+			return bad(fmt.Sprintf("peer URL %q has no scheme (https:// or http://)", shown))
+		}
+		if scheme != "http" && scheme != "https" {
+			return bad(fmt.Sprintf("peer URL %q: scheme %q (want https or http)", shown, scheme))
+		}
+		u, err := url.Parse(peer)
+		if err != nil || strings.ContainsAny(peer, " \t") {
+			return bad(fmt.Sprintf("peer URL %q is not a URL", shown))
+		}
+		switch {
+		case u.User != nil:
+			return bad("the peer URL holds user info")
+		case u.Hostname() == "":
+			return bad(fmt.Sprintf("peer URL %q has no host", shown))
+		case u.Port() == "":
+			return bad(fmt.Sprintf("peer URL %q has no port (etcd's peer port is 2380)", shown))
+		case strings.TrimPrefix(rest, u.Host) != "":
+			return bad(fmt.Sprintf("peer URL %q has something after the port (a path, even \"/\", a query or another URL?)", shown))
+		}
+		if n, err := strconv.Atoi(u.Port()); err != nil || n < 1 || n > 65535 {
+			return bad(fmt.Sprintf("peer URL %q: port %q is not a port (1-65535)", shown, u.Port()))
+		}
+	}
+	return nil
+}
+
 func parseInitialCluster(s string) (*parsedCluster, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, errors.New("--initial-cluster is required (name=peerURL,...)")
 	}
+	if err := checkInitialClusterEntries(s); err != nil {
+		return nil, err
+	}
 	um, err := types.NewURLsMap(s)
 	if err != nil {
-		return nil, fmt.Errorf("--initial-cluster %q: %w", s, err)
+		return nil, fmt.Errorf("--initial-cluster %q: %w (%s)", s, err, initialClusterForm)
 	}
 	pc := &parsedCluster{urls: map[string][]string{}}
 	for _, part := range strings.Split(s, ",") {

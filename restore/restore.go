@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/ctxerr"
 )
 
@@ -19,6 +20,15 @@ const DefaultBumpRevision = 1_000_000_000
 type Progress interface {
 	Update(n int64)
 	Done()
+}
+
+// withTotal tells p the size of m's snapshot object when it can show it (SetTotal:
+// internal/output.Progress shows the percentage and the time left).
+func withTotal(p Progress, m *catalog.Manifest) Progress {
+	if t, ok := p.(interface{ SetTotal(int64) }); ok && m != nil && m.Snapshot.StoredSize > 0 {
+		t.SetTotal(m.Snapshot.StoredSize)
+	}
+	return p
 }
 
 type nopProgress struct{}

@@ -7,11 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/api/resource"
-
+	"github.com/armada/etcd-recovery/internal/bytesize"
 	"github.com/armada/etcd-recovery/internal/output"
 )
 
@@ -55,19 +53,14 @@ func DrillScratchBytes(raw int64) int64 { return raw/512 + drillEtcdBytes }
 const EnvScratchLimit = "ETCD_RECOVERY_SCRATCH_LIMIT"
 
 // ParseScratchLimit reads a scratch limit: a Kubernetes quantity (10Gi,
-// 500M) or a number of bytes.
+// 500M), a size (10GiB) or a number of bytes (internal/bytesize).
 func ParseScratchLimit(s string) (int64, error) {
-	s = strings.TrimSpace(s)
-	if n, err := strconv.ParseInt(s, 10, 64); err == nil && n > 0 {
-		return n, nil
+	n, err := bytesize.Parse(s)
+	if err != nil {
+		return 0, fmt.Errorf("%s=%q: %w", EnvScratchLimit, s, err)
 	}
-	q, err := resource.ParseQuantity(s)
-	if err != nil || q.Sign() <= 0 {
+	if n <= 0 {
 		return 0, fmt.Errorf("%s=%q: want a positive Kubernetes quantity (10Gi) or bytes", EnvScratchLimit, s)
-	}
-	n, ok := q.AsInt64()
-	if !ok {
-		return 0, fmt.Errorf("%s=%q: out of range", EnvScratchLimit, s)
 	}
 	return n, nil
 }

@@ -188,7 +188,7 @@ func (c *Config) verifyChosen(ctx context.Context, plan *Plan, cands []Candidate
 		defer dst.Close()
 	}
 	fetchStart := time.Now()
-	prog := c.src.progress(fmt.Sprintf("download %s", chosen.Name))
+	prog := withTotal(c.src.progress(fmt.Sprintf("download %s", chosen.Name)), chosen.manifest)
 	var fr *fetchResult
 	if fc.local != nil {
 		fr, err = verifyLocal(ctx, *fc.local, dst) // dst nil: verified in place
@@ -255,7 +255,7 @@ func (c *Config) refuse(ctx context.Context, cands []Candidate, idx int, err err
 		if cand.Planned {
 			continue
 		}
-		prog := c.src.progress(fmt.Sprintf("verify %s", cand.Name))
+		prog := withTotal(c.src.progress(fmt.Sprintf("verify %s", cand.Name)), cand.manifest)
 		_, verr := fetchSnapshot(ctx, c.src.store, c.src.layout, cand.manifest, cand.snapshotVersion(), c.src.ids, nil, prog.Update)
 		prog.Done()
 		if ctx.Err() != nil {

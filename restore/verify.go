@@ -487,7 +487,7 @@ func CheckCluster(ctx context.Context, opts ClusterCheckOptions) (*ClusterCheck,
 		}
 		defer os.Remove(f.Name())
 		defer f.Close()
-		prog := opts.Progress("download " + m.Name)
+		prog := withTotal(opts.Progress("download "+m.Name), m)
 		_, err = fetchSnapshot(ctx, opts.Store, opts.Layout, m, "", opts.Identities, f, prog.Update)
 		prog.Done()
 		if err != nil {

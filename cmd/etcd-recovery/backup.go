@@ -73,7 +73,7 @@ func backupCommand(g *globalOpts) *cli.Command {
 			clusterIDFlag(&o.clusterID),
 			allFlag(&o.all),
 			&cli.StringSliceFlag{Name: "cluster", Usage: clusterFlagUsage, Destination: &o.clusters},
-			parallelFlag(&o.parallel),
+			parallelFlag(&o.parallel, defaultParallel),
 			&cli.BoolFlag{Name: "no-events", Usage: "with --all/--cluster: do not record Kubernetes Events", Destination: &o.noEvents},
 			&cli.StringFlag{Name: "kind", Value: "manual", Usage: "scheduled, update or manual", Destination: &o.kind},
 			&cli.StringFlag{Name: "v2", Value: "auto", Usage: "export the v2 keyspace: auto (when served), on (required) or off", Destination: &o.v2},
@@ -230,7 +230,7 @@ func runBackupOne(t *runTimeout, e *env, o *backupOpts, opts backup.Options, pla
 	}
 	opts.Store, opts.Layout = store, layout
 	prog := output.NewProgress(fmt.Sprintf("backup %s", opts.ClusterID))
-	opts.Progress = prog.Update
+	opts.Progress, opts.ProgressTotal = prog.Update, prog.SetTotal
 	var (
 		res    *backup.Result
 		dr     *drilled.Result

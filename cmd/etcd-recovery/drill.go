@@ -6,20 +6,22 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/armada/etcd-recovery/drill"
+	"github.com/armada/etcd-recovery/internal/output"
+	"github.com/armada/etcd-recovery/restore"
 )
 
 // drillCmdOpts are drill's flags.
 type drillCmdOpts struct {
-	etcd                                   etcdOpts
-	store                                  storeOpts
-	kube                                   kubeOpts
-	clusterID, backup, output, pushgateway string
-	etcdBinDir, tempDir, identityFile      string
-	all, noRecord, includeDeleted          bool
-	noJournalProof                         bool
-	toRevision                             int64
-	parallel                               int
-	probeTimeout, startTimeout             time.Duration
+	etcd                                         etcdOpts
+	store                                        storeOpts
+	kube                                         kubeOpts
+	clusterID, backup, output, pushgateway       string
+	etcdBinDir, tempDir, identityFile            string
+	all, allClusterIDs, noRecord, includeDeleted bool
+	noJournalProof                               bool
+	toRevision                                   int64
+	parallel                                     int
+	probeTimeout, startTimeout                   time.Duration
 }
 
 func drillCommand(g *globalOpts) *cli.Command {
@@ -34,8 +36,8 @@ func drillCommand(g *globalOpts) *cli.Command {
 			"snapshot's revision. With the source's --endpoints (and TLS flags), the source member's HashKV at that\n" +
 			"revision must be equal; without them, or when the source compacted it away, the drill says it checked\n" +
 			"self-consistency only. The result is recorded as drill.json next to the backup (unless --no-record).\n" +
-			"With --all: the newest committed backup of every cluster id under --prefix; with --all and --namespace (or\n" +
-			"in a pod): of every EtcdCluster of the namespace, compared with its members (endpoints and TLS from the\n" +
+			"With --all-cluster-ids: the newest committed backup of every cluster id under --prefix; with --all (--namespace,\n" +
+			"or in a pod its own): of every EtcdCluster of the namespace, compared with its members (endpoints and TLS from the\n" +
 			"API), each result also recorded as an Event (DrillPassed, DrillFailed, DrillNotRun) on the EtcdCluster.\n" +
 			"A cluster with no committed backup is listed as not drilled (\"no backup\", with the reason), not failed.\n" +
 			"--parallel defaults to 1 here: each drill runs an etcd and needs twice the database's size in --temp-dir.\n" +
@@ -46,10 +48,11 @@ func drillCommand(g *globalOpts) *cli.Command {
 			clusterIDFlag(&o.clusterID),
 			backupFlag(&o.backup),
 			allFlag(&o.all),
-			parallelFlag(&o.parallel),
+			allClusterIDsFlag(&o.allClusterIDs),
+			parallelFlag(&o.parallel, defaultDrillParallel),
 			probeTimeoutFlag(&o.probeTimeout),
 			&cli.DurationFlag{Name: "start-timeout", Usage: "how long a drill waits for its etcd to serve (default 2m plus 1s per 4 MiB of database)", Destination: &o.startTimeout},
-			&cli.BoolFlag{Name: "no-record", Usage: "do not write drill.json (the result is only printed)", Destination: &o.noRecord},
+			noRecordFlag(&o.noRecord),
 			includeDeletedFlag(&o.includeDeleted),
 			&cli.Int64Flag{Name: "to-revision", Usage: "point in time: restore the cluster as of exactly this revision, from the newest backup at or below it and the journal's segments after it", Destination: &o.toRevision},
 			&cli.BoolFlag{Name: "no-journal-proof", Usage: "do not prove the journal before the drilled backup (a drill of a stored backup does, when the cluster has a journal and no proof of it is recorded)", Destination: &o.noJournalProof},
@@ -69,16 +72,17 @@ func runDrill(c *cli.Context, g *globalOpts, o *drillCmdOpts) error {
 		return err
 	}
 	log := e.log
-	id, all := o.clusterID, o.all
-	if !all && id == "" {
-		return usagef("drill: --cluster-id (or --all) is required")
+	if err := allWithoutNamespace(c, "drill", &o.all, &o.allClusterIDs); err != nil {
+		return err
 	}
-	parallel := 1
-	if c.IsSet("parallel") {
-		// The flag's 0 is a mistake; the package's 0 is its default.
-		if parallel = o.parallel; parallel == 0 {
-			return usagef("drill: --parallel 0: want at least 1")
-		}
+	id, all := o.clusterID, o.all || o.allClusterIDs
+	if !all && id == "" {
+		return usagef("drill: --cluster-id (or --all, --all-cluster-ids) is required")
+	}
+	// The flag's 0 is a mistake; the package's 0 is its default.
+	parallel := o.parallel
+	if parallel <= 0 {
+		return usagef("drill: --parallel %d: want at least 1", parallel)
 	}
 	ids, err := e.identityOf(o.identityFile)
 	if err != nil {
@@ -90,7 +94,7 @@ func runDrill(c *cli.Context, g *globalOpts, o *drillCmdOpts) error {
 	if c.IsSet("to-revision") && (all || o.toRevision <= 0) {
 		return usagef("drill: --to-revision R (a positive revision) goes with --cluster-id: a revision is one cluster's")
 	}
-	kubeForm := all && (c.IsSet("namespace") || c.IsSet("kubeconfig"))
+	kubeForm := o.all
 	// --endpoints has a default (etcdctl's 127.0.0.1:2379): only endpoints
 	// given (flag or ETCDCTL_ENDPOINTS) are a source to compare with.
 	if !kubeForm && c.IsSet("endpoints") {
@@ -102,8 +106,10 @@ func runDrill(c *cli.Context, g *globalOpts, o *drillCmdOpts) error {
 	if all {
 		return runDrillAll(e, o, tmpl, parallel, kubeForm)
 	}
-	// The options as the drill of --cluster-id sees them.
+	// The options as the drill of --cluster-id sees them: one drill, so
+	// its download shows progress (on a terminal only).
 	one := tmpl
+	one.Progress = func(label string) restore.Progress { return output.NewProgress("drill " + id + ": " + label) }
 	one.ClusterID, one.Backup = id, o.backup
 	if err := one.Validate(); err != nil {
 		return usagef("drill: %w", err)

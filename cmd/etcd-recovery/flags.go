@@ -32,11 +32,52 @@ type globalOpts struct {
 	logLevel, logFormat, cpuProfile string
 }
 
+const (
+	logLevelUsage  = "debug, info, warn or error (before or after the command)"
+	logFormatUsage = "text (key=value) or json (before or after the command)"
+	globalCategory = "GLOBAL (before or after the command)"
+)
+
 func (g *globalOpts) flags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"ETCD_RECOVERY_LOG_LEVEL"}, Usage: "debug, info, warn or error", Destination: &g.logLevel},
-		&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"ETCD_RECOVERY_LOG_FORMAT"}, Usage: "text (key=value) or json", Destination: &g.logFormat},
+		&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"ETCD_RECOVERY_LOG_LEVEL"}, Usage: logLevelUsage, Destination: &g.logLevel},
+		&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"ETCD_RECOVERY_LOG_FORMAT"}, Usage: logFormatUsage, Destination: &g.logFormat},
 		&cli.StringFlag{Name: "cpu-profile", Hidden: true, Usage: "write a CPU profile to this file (benchmarks)", TakesFile: true, Destination: &g.cpuProfile},
+	}
+}
+
+// commandFlags are the global flags as every command takes them after
+// its name (`backup --log-format json`, as a Job's args are easily
+// written): without a Destination (the app's flag keeps its value and
+// environment variable), applied by applyGlobals when given.
+func (g *globalOpts) commandFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "log-level", Value: "info", Usage: logLevelUsage, Category: globalCategory},
+		&cli.StringFlag{Name: "log-format", Value: "text", Usage: logFormatUsage, Category: globalCategory},
+	}
+}
+
+// applyGlobals sets the global options from the global flags given after
+// a command (the innermost wins: `etcd-recovery --log-level info backup
+// --log-level debug` logs at debug).
+func applyGlobals(g *globalOpts, action cli.ActionFunc) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		lineage := c.Lineage()
+		for i := len(lineage) - 1; i >= 0; i-- {
+			lc := lineage[i]
+			if lc.Command == nil {
+				continue
+			}
+			for _, n := range lc.LocalFlagNames() {
+				switch n {
+				case "log-level":
+					g.logLevel = lc.String(n)
+				case "log-format":
+					g.logFormat = lc.String(n)
+				}
+			}
+		}
+		return action(c)
 	}
 }
 
@@ -289,7 +330,7 @@ func clusterIDFlag(dest *string) cli.Flag {
 }
 
 func outputFlag(dest *string) cli.Flag {
-	return &cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "table", Usage: "table (fits 120 columns; explanations below it), wide (every column) or json (all the data)", Destination: dest}
+	return &cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "table", Usage: "table (fits 120 columns; explanations below it), wide (every column), json (all the data) or yaml (the same data as json)", Destination: dest}
 }
 
 func concat(groups ...[]cli.Flag) []cli.Flag {
@@ -351,12 +392,22 @@ func verifyTimeoutFlag(dest *time.Duration) cli.Flag {
 		Usage: "how long to wait for the restored members to be healthy before they are verified"}
 }
 
-// parallelFlag is how many EtcdClusters backup and inspect handle at once.
-func parallelFlag(dest *int) cli.Flag {
-	return &cli.IntFlag{Name: "parallel", Value: fleet.DefaultParallel, Destination: dest,
-		Usage: "with --all/--cluster: EtcdClusters handled at once (4: each backup holds about 30 MiB of stream buffers, " +
-			"so 4 fit the CronJob's memory limit with room; inspect uses the same bound)"}
+// parallelFlag is how many EtcdClusters a command handles at once: def
+// is its default (backup, inspect and serve: defaultParallel; drill:
+// defaultDrillParallel), which the help prints after the one usage text.
+func parallelFlag(dest *int, def int) cli.Flag {
+	return &cli.IntFlag{Name: "parallel", Value: def, Destination: dest,
+		Usage: "with --all/--cluster: EtcdClusters handled at once (backup, inspect: each backup holds about 30 MiB of stream " +
+			"buffers, so the default fits the CronJob's memory limit with room; drill: each drill runs an etcd and needs " +
+			"twice the database's size in --temp-dir)"}
 }
+
+// defaultParallel is --parallel of backup, inspect and serve;
+// defaultDrillParallel is drill's.
+const (
+	defaultParallel      = fleet.DefaultParallel
+	defaultDrillParallel = 1
+)
 
 func tempDirFlag(dest *string) cli.Flag {
 	return &cli.StringFlag{Name: "temp-dir", TakesFile: true, Destination: dest,
@@ -387,6 +438,38 @@ func allFlag(dest *bool) cli.Flag {
 	return &cli.BoolFlag{Name: "all", Usage: allFlagUsage, Destination: dest}
 }
 
+// allClusterIDsUsage is --all-cluster-ids: every cluster id in the store,
+// no Kubernetes (--all is always the namespace's EtcdClusters).
+const allClusterIDsUsage = "every cluster id under --prefix, instead of --cluster-id: found by listing the store, no Kubernetes " +
+	"(with a prefix shared by several namespaces, all of them; --all is every EtcdCluster of the namespace)"
+
+func allClusterIDsFlag(dest *bool) cli.Flag {
+	return &cli.BoolFlag{Name: "all-cluster-ids", Usage: allClusterIDsUsage, Destination: dest}
+}
+
+// noRecordFlag is "don't record" on every command that records a result
+// (drill: drill.json; journal prove: its proof): one name.
+func noRecordFlag(dest *bool) cli.Flag {
+	return &cli.BoolFlag{Name: "no-record", Destination: dest,
+		Usage: "run, and print the result, but do not record it (drill: drill.json next to the backup; journal prove: the proof under _journal/<cluster>/proofs/)"}
+}
+
+// allWithoutNamespace is the old meaning of drill --all and journal
+// prove --all given without --namespace or --kubeconfig (every cluster id
+// under --prefix), kept working as --all-cluster-ids with a deprecation
+// note: --all means every EtcdCluster of the namespace on every command.
+func allWithoutNamespace(c *cli.Context, command string, all, allClusterIDs *bool) error {
+	if *all && *allClusterIDs {
+		return usagef("%s: --all (every EtcdCluster of the namespace) and --all-cluster-ids (every cluster id under --prefix): give one", command)
+	}
+	if *all && !c.IsSet("namespace") && !c.IsSet("kubeconfig") {
+		fmt.Fprintf(c.App.ErrWriter, "etcd-recovery: %s: --all without --namespace or --kubeconfig is deprecated, use --all-cluster-ids "+
+			"(same meaning here: every cluster id under --prefix; --all means every EtcdCluster of the namespace)\n", command)
+		*all, *allClusterIDs = false, true
+	}
+	return nil
+}
+
 func bumpRevisionFlag(dest *uint64) cli.Flag {
 	return &cli.Uint64Flag{Name: "bump-revision", Value: restore.DefaultBumpRevision, Destination: dest,
 		Usage: "the revision bump (etcdutl's --bump-revision): restore adds it, restore verify expects it " +
@@ -406,6 +489,7 @@ var deprecatedFlags = []deprecated{
 	{"restore", "parallel", "parallel-data-dirs", "int"},
 	{"delete", "force", "allow-newest", "bool"},
 	{"prune", "all", "all-cluster-ids", "bool"},
+	{"journal prove", "dry-run", "no-record", "bool"},
 }
 
 // flag is the hidden old flag (a new one per app: flags hold state).

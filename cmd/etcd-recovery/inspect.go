@@ -50,7 +50,7 @@ func inspectCommand(g *globalOpts) *cli.Command {
 			clusterIDFlag(&o.clusterID),
 			allFlag(&o.all),
 			clusterFlag(&o.cluster),
-			parallelFlag(&o.parallel),
+			parallelFlag(&o.parallel, defaultParallel),
 			probeTimeoutFlag(&o.probeTimeout),
 			orphanGraceFlag(&o.orphanGrace),
 			identityFileFlag(&o.identityFile),

@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/fleet"
+	"github.com/armada/etcd-recovery/internal/bytesize"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/objectio"
@@ -72,8 +72,8 @@ func journalCommand(g *globalOpts) *cli.Command {
 			&cli.StringFlag{Name: "compress", Value: "zstd", Usage: "zstd or none", Destination: &o.compress},
 			&cli.DurationFlag{Name: "segment-interval", Value: journal.DefaultSegmentInterval, Usage: "write a segment once its first change is this old (the RPO: at most this plus one upload)", Destination: &o.segmentInterval},
 			&cli.StringFlag{Name: "memory-budget", Value: fmt.Sprintf("%dMiB", journal.DefaultMemoryBudget>>20), Destination: &o.memoryBudget,
-				Usage: "the events every cluster's journal holds at once, in this process (bytes, or KiB/MiB): when all catch up at once (a restart, a leader change) they take turns; measured at 100 clusters catching up at once: peak RSS 352 MiB with the default, 1,150 MiB without (docs/journal.md, Bounds)"},
-			&cli.StringFlag{Name: "segment-size", Value: "4MiB", Usage: "write a segment once it is this big (bytes, or KiB/MiB): a cluster writing faster than the interval gets shorter segments", Destination: &o.segmentSize},
+				Usage: "the events every cluster's journal holds at once, in this process (bytes, or KiB/MiB: 1024-based; KB/MB: 1000-based): when all catch up at once (a restart, a leader change) they take turns; measured at 100 clusters catching up at once: peak RSS 352 MiB with the default, 1,150 MiB without (docs/journal.md, Bounds)"},
+			&cli.StringFlag{Name: "segment-size", Value: "4MiB", Usage: "write a segment once it is this big (bytes, or KiB/MiB: 1024-based; KB/MB: 1000-based): a cluster writing faster than the interval gets shorter segments", Destination: &o.segmentSize},
 			probeTimeoutFlag(&o.probeTimeout),
 			identityFileFlag(&o.identityFile),
 			journalRetentionFlag(&o.journalRetention),
@@ -90,6 +90,7 @@ func journalCommand(g *globalOpts) *cli.Command {
 type journalFindOpts struct {
 	store                                               storeOpts
 	clusterID, key, prefix, since, identityFile, output string
+	matchPrefix                                         bool
 }
 
 func journalFindCommand(g *globalOpts) *cli.Command {
@@ -97,21 +98,41 @@ func journalFindCommand(g *globalOpts) *cli.Command {
 	return &cli.Command{
 		Name:      "find",
 		Usage:     "list the revisions and times at which a key, or the keys under a prefix, changed or were deleted, from the journal",
-		UsageText: "etcd-recovery journal find --cluster-id ID (--exact-key K | --key-prefix P) [--since T] [-o json]",
+		ArgsUsage: "KEY",
+		UsageText: "etcd-recovery journal find --cluster-id ID [--since T] [-o json] KEY [--match-prefix]\n" +
+			"etcd-recovery journal find --cluster-id ID (--exact-key K | --key-prefix P) [--since T] [-o json]",
 		Description: "Reads every stored segment of the cluster's journal (each verified) and lists the changes of the\n" +
 			"matching keys, newest last: the revision (and its index within a txn), put or delete, the key and when the\n" +
-			"journal received the revision (to within 100 ms). Restore to the revision just before a bad change with\n" +
-			"`restore --to-revision`. --since T (RFC 3339) leaves out changes received before T (to within 100 ms).",
+			"journal received the revision (to within 100 ms). The key is the argument, as etcdctl's (flags may follow\n" +
+			"it); --match-prefix makes it a prefix, as etcdctl's --prefix (--prefix is the store's, --key etcd's TLS key).\n" +
+			"Restore to the revision just before a bad change with `restore --to-revision`. --since T (RFC 3339, or a\n" +
+			"duration before now: 2h) leaves out changes received before T (to within 100 ms).",
 		Flags: concat(o.store.flags(), []cli.Flag{
 			clusterIDFlag(&o.clusterID),
-			&cli.StringFlag{Name: "exact-key", Usage: "the key to look for (--key is etcd's TLS key)", Destination: &o.key},
-			&cli.StringFlag{Name: "key-prefix", Usage: "look for every key under this prefix (--prefix is the store's)", Destination: &o.prefix},
-			&cli.StringFlag{Name: "since", Usage: "only changes received at or after this time (RFC 3339)", Destination: &o.since},
+			&cli.StringFlag{Name: "exact-key", Usage: "the key to look for, instead of the KEY argument (--key is etcd's TLS key)", Destination: &o.key},
+			&cli.StringFlag{Name: "key-prefix", Usage: "look for every key under this prefix, instead of KEY --match-prefix (--prefix is the store's)", Destination: &o.prefix},
+			&cli.BoolFlag{Name: "match-prefix", Usage: "the KEY argument is a prefix: every key under it (etcdctl's --prefix; --prefix is the store's)", Destination: &o.matchPrefix},
+			sinceFlag(&o.since),
 			identityFileFlag(&o.identityFile),
 			outputFlag(&o.output),
 		}),
+		// --key is etcd's TLS key flag, which journal find (it reads the
+		// store only) does not have: an etcdctl habit, pointed to the
+		// key argument.
+		OnUsageError: func(c *cli.Context, err error, sub bool) error {
+			if undefinedFlag(err) == "key" {
+				return usagef("journal find: --key is etcd's TLS client key flag, not the key to look for: " +
+					"give the key as the argument, as etcdctl's (journal find --cluster-id ID /registry/pods/NS/NAME; " +
+					"--match-prefix for every key under it), or --exact-key K")
+			}
+			return onUsageError(c, err, sub)
+		},
 		Action: func(c *cli.Context) error { return runJournalFind(c, g, o) },
 	}
+}
+
+func sinceFlag(dest *string) cli.Flag {
+	return &cli.StringFlag{Name: "since", Usage: "only changes received at or after this time: " + timeFlagForms, Destination: dest}
 }
 
 // journalFindResult is journal find's -o json.
@@ -137,9 +158,33 @@ func runJournalFind(c *cli.Context, g *globalOpts, o *journalFindOpts) error {
 	}
 	res := journalFindResult{ClusterID: o.clusterID, Changes: []journal.Change{}}
 	var q journal.Query
+	args := positional(c)
+	if len(args) > 1 {
+		return usagef("journal find: one key, not %d (%q)", len(args), args)
+	}
+	hasArg := len(args) == 1
+	var arg string
+	if hasArg {
+		arg = args[0]
+	}
+	given := 0
+	for _, set := range []bool{hasArg, c.IsSet("exact-key"), c.IsSet("key-prefix")} {
+		if set {
+			given++
+		}
+	}
 	switch {
-	case c.IsSet("exact-key") == c.IsSet("key-prefix"):
-		return usagef("journal find: give one of --exact-key and --key-prefix")
+	case given != 1:
+		return usagef("journal find: give the key as the argument (etcdctl's way: journal find --cluster-id ID KEY [--match-prefix]), " +
+			"or one of --exact-key and --key-prefix")
+	case o.matchPrefix && !hasArg:
+		return usagef("journal find: --match-prefix makes the KEY argument a prefix (--key-prefix P takes its own)")
+	case hasArg && arg == "" && !o.matchPrefix:
+		return usagef("journal find: the key is empty (every key: \"\" --match-prefix)")
+	case hasArg && o.matchPrefix:
+		q.Prefix, res.KeyPrefix = []byte(arg), &arg
+	case hasArg:
+		q.Key, res.Key = []byte(arg), &arg
 	case c.IsSet("exact-key"):
 		if o.key == "" {
 			return usagef("journal find: --exact-key is empty")
@@ -149,8 +194,8 @@ func runJournalFind(c *cli.Context, g *globalOpts, o *journalFindOpts) error {
 		q.Prefix, res.KeyPrefix = []byte(o.prefix), &o.prefix
 	}
 	if o.since != "" {
-		if q.Since, err = time.Parse(time.RFC3339Nano, o.since); err != nil {
-			return usagef("journal find: --since %q: want RFC 3339 (2006-01-02T15:04:05Z)", o.since)
+		if q.Since, err = parseTimeFlag("journal find", "since", o.since, time.Now()); err != nil {
+			return err
 		}
 		res.Since = &q.Since
 	}
@@ -343,20 +388,15 @@ func journalOptions(c *cli.Context, e *env, o *journalOpts) (fleet.JournalAllOpt
 	return opts, nil
 }
 
-// parseSegmentSize reads bytes, KiB or MiB ("4MiB", "512KiB", "1048576").
+// parseSegmentSize reads a size (internal/bytesize: "4MiB", "512KiB",
+// "1048576"), more than 0 and at most 1 GiB.
 func parseSegmentSize(s string) (int, error) {
-	mult := 1
-	for suffix, m := range map[string]int{"KiB": 1 << 10, "MiB": 1 << 20} {
-		if v, ok := strings.CutSuffix(s, suffix); ok {
-			s, mult = v, m
-		}
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(s))
+	n, err := bytesize.Parse(s)
 	switch {
 	case err != nil:
-		return 0, fmt.Errorf("want bytes, KiB or MiB")
-	case n <= 0 || n > (1<<30)/mult:
+		return 0, err
+	case n <= 0 || n > 1<<30:
 		return 0, fmt.Errorf("want more than 0 and at most 1GiB")
 	}
-	return n * mult, nil
+	return int(n), nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/kube"
+	"github.com/armada/etcd-recovery/restore"
 )
 
 // journalProveOpts are journal prove's flags.
@@ -22,7 +23,7 @@ type journalProveOpts struct {
 	store                                            storeOpts
 	kube                                             kubeOpts
 	clusterID, backup, identityFile, tempDir, output string
-	allUnproven, noRecord                            bool // noRecord: --dry-run
+	allUnproven, noRecord, allClusterIDs             bool
 	all                                              bool
 	parallel                                         int
 	timeout                                          time.Duration
@@ -34,7 +35,7 @@ func journalProveCommand(g *globalOpts) *cli.Command {
 		Name:  "prove",
 		Usage: "prove the journal before a full backup: the backup before it plus the journal, built offline, must hash as the backup does",
 		UsageText: "etcd-recovery journal prove --cluster-id ID [--backup NAME | --all-unproven] [-o json]\n" +
-			"etcd-recovery journal prove --all [--namespace NS] [--prove-parallel N] [-o json]",
+			"etcd-recovery journal prove (--all [--namespace NS] | --all-cluster-ids) [--prove-parallel N] [--no-record] [-o json]",
 		Description: "For backup k+1 (--backup, else the newest backup with an unproven journal before it) and the committed\n" +
 			"backup k before it, downloads and verifies both, replays the journal's events after k's revision up to k+1's\n" +
 			"into k (as restore --to-revision does, in a scratch dir under --temp-dir, removed after), and compares etcd's\n" +
@@ -44,12 +45,12 @@ func journalProveCommand(g *globalOpts) *cli.Command {
 			"restore --to-revision/--to-time (unless --accept-unproven-journal) and raises EtcdJournalProofFailed.\n" +
 			"No journal between the two backups: nothing to prove, nothing recorded, exit 0. A proof that cannot judge\n" +
 			"(a store error, a backup that cannot be fetched, --timeout) records nothing and exits 1; so does a failed one.\n" +
-			"With --all: every cluster id with a journal under --prefix (one listing of the store: clusters being restored,\n" +
+			"With --all-cluster-ids: every cluster id with a journal under --prefix (one listing of the store: clusters being restored,\n" +
 			"without an EtcdCluster, included), each with every unproven backup proven as --all-unproven does, --prove-parallel\n" +
 			"clusters at a time (default 1: each proof holds two databases in --temp-dir, and each download is refused\n" +
 			"before it starts when it does not fit the scratch space left), one row per cluster; --timeout bounds each\n" +
 			"proof. One cluster's failure never stops the others; the exit is 1 when any proof failed or was\n" +
-			"inconclusive, naming the clusters. With --all and --namespace (or --kubeconfig): only the cluster ids that are\n" +
+			"inconclusive, naming the clusters. With --all (--namespace, or --kubeconfig's): only the cluster ids that are\n" +
 			"EtcdClusters of the namespace (in a pod, POD_NAMESPACE sets it; one listing of the API, intersected with the\n" +
 			"store's); a cluster being restored, its EtcdCluster deleted until etcd-operator recreates it, is proven by a\n" +
 			"later run. The CronJob etcd-recovery-prove (deploy/70-prove.yaml) runs it hourly with --namespace, its own.",
@@ -58,13 +59,14 @@ func journalProveCommand(g *globalOpts) *cli.Command {
 			backupFlag(&o.backup),
 			&cli.BoolFlag{Name: "all-unproven", Usage: "prove every backup with an unproven journal before it, newest first", Destination: &o.allUnproven},
 			allFlag(&o.all),
+			allClusterIDsFlag(&o.allClusterIDs),
 			&cli.IntFlag{Name: "prove-parallel", Value: 1, Usage: "with --all: clusters proven at once (each proof needs room for two databases in --temp-dir)", Destination: &o.parallel},
-			dryRunFlag(&o.noRecord),
+			noRecordFlag(&o.noRecord),
 			&cli.DurationFlag{Name: "timeout", Value: drill.DefaultProveTimeout, Usage: timeoutUsage, Destination: &o.timeout},
 			tempDirFlag(&o.tempDir),
 			identityFileFlag(&o.identityFile),
 			outputFlag(&o.output),
-		}),
+		}, deprecatedFlagsOf("journal prove")),
 		Action: func(c *cli.Context) error { return runJournalProve(c, g, o) },
 	}
 }
@@ -89,15 +91,18 @@ func runJournalProve(c *cli.Context, g *globalOpts, o *journalProveOpts) error {
 	if err != nil {
 		return err
 	}
-	if o.all {
+	if err := allWithoutNamespace(c, "journal prove", &o.all, &o.allClusterIDs); err != nil {
+		return err
+	}
+	if o.all || o.allClusterIDs {
 		return runJournalProveAll(c, e, o)
 	}
 	if c.IsSet("prove-parallel") {
-		return usagef("journal prove: --prove-parallel is --all's")
+		return usagef("journal prove: --prove-parallel is --all's and --all-cluster-ids'")
 	}
 	switch {
 	case o.clusterID == "":
-		return usagef("journal prove: --cluster-id (or --all) is required")
+		return usagef("journal prove: --cluster-id (or --all, --all-cluster-ids) is required")
 	case o.backup != "" && o.allUnproven:
 		return usagef("journal prove: give --backup or --all-unproven, not both")
 	}
@@ -125,7 +130,10 @@ func runJournalProve(c *cli.Context, g *globalOpts, o *journalProveOpts) error {
 	ctx, cancel := context.WithTimeout(e.ctx(), o.timeout)
 	defer cancel()
 	opts := drill.ProveOptions{ClusterID: o.clusterID, Store: st, Layout: layout, Target: o.backup, Identities: ids,
-		ScratchDir: o.tempDir, Timeout: o.timeout, NoRecord: o.noRecord, Log: e.log}
+		ScratchDir: o.tempDir, Timeout: o.timeout, NoRecord: o.noRecord, Log: e.log,
+		// One cluster's proofs, one at a time: each download shows its
+		// progress (on a terminal only).
+		Progress: func(label string) restore.Progress { return output.NewProgress("prove " + o.clusterID + ": " + label) }}
 	targets := []string{o.backup}
 	if o.allUnproven {
 		pairs, err := drill.UnprovenTargets(ctx, st, layout, o.clusterID, ids)
@@ -168,7 +176,7 @@ func runJournalProve(c *cli.Context, g *globalOpts, o *journalProveOpts) error {
 	var foot strings.Builder
 	fmt.Fprintf(&foot, "%s of cluster %s", output.Count(len(res.Proofs), "journal proof"), o.clusterID)
 	if o.noRecord {
-		foot.WriteString(" (not recorded: --dry-run)")
+		foot.WriteString(" (not recorded: --no-record)")
 	}
 	foot.WriteString(".\n")
 	for _, n := range res.NotProven {
@@ -207,11 +215,10 @@ func runJournalProveAll(c *cli.Context, e *env, o *journalProveOpts) error {
 	if err != nil {
 		return err
 	}
-	// As drill --all: --namespace (or --kubeconfig) proves only the
-	// EtcdClusters of the namespace; without, every cluster id with a
-	// journal under the prefix.
+	// As drill: --all proves only the EtcdClusters of the namespace;
+	// --all-cluster-ids every cluster id with a journal under the prefix.
 	var k *kube.Client
-	if c.IsSet("namespace") || c.IsSet("kubeconfig") {
+	if o.all {
 		if k, err = e.kube(&o.kube); err != nil {
 			return err
 		}
@@ -226,7 +233,7 @@ func runJournalProveAll(c *cli.Context, e *env, o *journalProveOpts) error {
 	if rep != nil && (len(rep.Clusters) > 0 || err == nil) {
 		t := rep.Table()
 		if o.noRecord {
-			t.Footer = strings.TrimSuffix(t.Footer, ".\n") + " (not recorded: --dry-run).\n"
+			t.Footer = strings.TrimSuffix(t.Footer, ".\n") + " (not recorded: --no-record).\n"
 		}
 		for _, cl := range rep.Clusters {
 			for _, n := range cl.Inconclusive {

@@ -24,7 +24,9 @@ func TestJournalProveAllUsage(t *testing.T) {
 		{[]string{"--all", "--all-unproven"}, "drop --all-unproven"},
 		{[]string{"--all", "--prove-parallel", "0"}, "--prove-parallel 0"},
 		{[]string{"--cluster-id", "c1", "--prove-parallel", "2"}, "--prove-parallel is --all's"},
-		{[]string{}, "--cluster-id (or --all) is required"},
+		{[]string{}, "--cluster-id (or --all, --all-cluster-ids) is required"},
+		{[]string{"--all-cluster-ids", "--cluster-id", "c1"}, "--all and --cluster-id are exclusive"},
+		{[]string{"--all", "--namespace", "ns", "--all-cluster-ids"}, "--all (every EtcdCluster of the namespace) and --all-cluster-ids (every cluster id under --prefix): give one"},
 	} {
 		code, _, errOut := runCtx(t, ctx, append(append([]string{"journal", "prove"}, tc.args...), store...)...)
 		if code != 4 || !strings.Contains(errOut, tc.want) {

@@ -108,7 +108,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	app := newApp(stdout, stderr)
 	err := app.RunContext(ctx, args)
 	if name, ok := app.Metadata[unknownCommandKey].(string); ok && err == nil {
-		err = usagef("unknown command %q (commands: %s; see --help)", name, strings.Join(commandNames(app.Commands), ", "))
+		err = usagef("unknown command %q%s (commands: %s; see --help)", name, commandSuggestion(name, app.Commands),
+			strings.Join(commandNames(app.Commands), ", "))
 	}
 	switch {
 	case err == nil:
@@ -162,11 +163,16 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			drillCommand(g),
 			serveCommand(g),
 			journalCommand(g),
+			versionCommand(g),
+			completionCommand(),
 		},
+		// `--generate-bash-completion` lists the commands or flags that
+		// may come next: the completion scripts call it.
+		EnableBashCompletion: true,
 		// Errors are printed once, by run.
 		ExitErrHandler: func(*cli.Context, error) {},
-		OnUsageError:   onUsageError,
 	}
+	app.OnUsageError = suggestingUsageError(func() []cli.Flag { return app.Flags }, onUsageError)
 	// An unknown command (`etcd-recovery foo`, `etcd-recovery help foo`)
 	// is recorded here and made a usage error by run: urfave/cli's own
 	// answer is exit 3, which is inspect's UNREACHABLE.
@@ -179,11 +185,16 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			if c.OnUsageError == nil {
 				c.OnUsageError = onUsageError
 			}
+			cmd := c
+			c.OnUsageError = suggestingUsageError(func() []cli.Flag { return cmd.Flags }, c.OnUsageError)
+			// The global flags are accepted after the command too.
+			c.Flags = append(c.Flags, g.commandFlags()...)
 			if c.Action != nil {
-				c.Action = noStrayArgs(name, c, applyDeprecated(name, c.Action))
+				c.Action = noStrayArgs(name, c, applyGlobals(g, applyDeprecated(name, c.Action)))
 				if usesScratch(name, c) {
 					c.Action = withLeftoversRemoved(g, c, c.Action)
 				}
+				c.Action = applyGlobals(g, c.Action)
 			}
 			walk(name, c.Subcommands)
 		}

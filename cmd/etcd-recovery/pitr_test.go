@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"sigs.k8s.io/yaml"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
@@ -128,6 +130,36 @@ func TestPointInTimeRestoreCLI(t *testing.T) {
 		t.Fatalf("journal find --exact-key: exit %d\n%s", code, table)
 	}
 	t.Logf("journal find --exact-key:\n%s", table)
+	// The key as the argument, etcdctl's way, flags before or after it:
+	// the same data as --key-prefix and --exact-key (-o yaml is -o json's
+	// data); --since as a duration before now (everything was received in
+	// the last hour, nothing in the future).
+	sameFind := func(want journalFindResult, args ...string) {
+		t.Helper()
+		code, out, errOut := runCtx(t, ctx, concatArgs([]string{"journal", "find", "--cluster-id", id}, cos, args)...)
+		var got journalFindResult
+		if err := yaml.UnmarshalStrict([]byte(out), &got); code != 0 || err != nil {
+			t.Fatalf("journal find %v: exit %d, %v\n%s\n%s", args, code, err, out, errOut)
+		}
+		got.Since, want.Since = nil, nil
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("journal find %v:\n%+v\nwant (--key-prefix/--exact-key)\n%+v", args, got, want)
+		}
+	}
+	sameFind(found, "-o", "yaml", "/ns/bad/", "--match-prefix", "--since", "1h")
+	sameFind(found, "--match-prefix", "-o", "yaml", "/ns/bad/")
+	var exact journalFindResult
+	if code, out, errOut := runCtx(t, ctx, concatArgs([]string{"journal", "find", "--cluster-id", id, "--exact-key", "/ns/good/key000001", "-o", "json"}, cos)...); code != 0 || json.Unmarshal([]byte(out), &exact) != nil {
+		t.Fatalf("journal find --exact-key -o json: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if len(exact.Changes) != 3 {
+		t.Fatalf("journal find --exact-key: want 3 changes, got %+v", exact.Changes)
+	}
+	sameFind(exact, "/ns/good/key000001", "-o=yaml")
+	code, out, errOut = runCtx(t, ctx, concatArgs([]string{"journal", "find", "--cluster-id", id, "--since", "0s", "-o", "json", "/ns/bad/", "--match-prefix"}, cos)...)
+	if code != 0 || !strings.Contains(out, `"changes": []`) {
+		t.Errorf("journal find --since 0s (now): want no change, exit %d\n%s\n%s", code, out, errOut)
+	}
 
 	peer := fmt.Sprintf("http://127.0.0.1:%d", testenv.FreePort(t))
 	client := fmt.Sprintf("http://127.0.0.1:%d", testenv.FreePort(t))

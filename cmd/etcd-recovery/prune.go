@@ -46,8 +46,7 @@ func pruneCommand(g *globalOpts) *cli.Command {
 			"every listing succeeded and no EtcdRestore references them. Otherwise orphans are only reported.",
 		Flags: concat(o.store.flags(), o.kube.flags(), []cli.Flag{
 			clusterIDFlag(&o.clusterID),
-			&cli.BoolFlag{Name: "all-cluster-ids", Destination: &o.allClusterIDs, Usage: "prune every cluster id with backups under --prefix (instead of --cluster-id); " +
-				"with a prefix shared by several namespaces, that is all of them"},
+			allClusterIDsFlag(&o.allClusterIDs),
 			orphansFlag(&o.orphans),
 			orphanGraceFlag(&o.orphanGrace),
 			&cli.BoolFlag{Name: "claim-prefix", Destination: &o.claimPrefix, Usage: "record (once, with a conditional create) that the namespace owns --prefix: " +

@@ -109,7 +109,7 @@ func restoreCommand(g *globalOpts) *cli.Command {
 			&cli.StringFlag{Name: "aws-secret", Value: kube.COSSecretName, Usage: "with --via etcd-operator: the secret etcd-operator reads the S3 credentials from (spec.s3.awsSecret; keys credentials and config, AWS shared-file format, checked first)", Destination: &o.awsSecret},
 			&cli.BoolFlag{Name: "force-path-style", Value: true, Usage: "with --via etcd-operator: spec.s3.forcePathStyle", Destination: &o.forcePathStyle},
 			&cli.Int64Flag{Name: "to-revision", Usage: "point in time: restore the cluster as of exactly this revision, from the newest backup at or below it and the journal's segments after it", Destination: &o.toRevision},
-			&cli.StringFlag{Name: "to-time", Usage: "point in time (RFC 3339): restore to the last revision the journal received at or before this time (to within 100 ms)", Destination: &o.toTime},
+			&cli.StringFlag{Name: "to-time", Usage: "point in time (" + timeFlagForms + "): restore to the last revision the journal received at or before this time (to within 100 ms)", Destination: &o.toTime},
 			&cli.BoolFlag{Name: "accept-unproven-journal", Usage: "point in time: replay the journal even through a window whose journal proof failed (journal prove; refused without it)", Destination: &o.acceptUnprovenJournal},
 			&cli.BoolFlag{Name: "to-latest", Usage: "point in time: restore to the newest revision the journal reaches exactly from the newest backup (every member lost: a survivor snapshot, the default, loses nothing)", Destination: &o.toLatest},
 			identityFileFlag(&o.identityFile),

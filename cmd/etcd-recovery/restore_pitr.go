@@ -37,9 +37,9 @@ func (o *restoreOpts) pointInTime(c *cli.Context) (pitrFlags, error) {
 	case c.IsSet("to-revision") && o.toRevision <= 0:
 		return pitrFlags{}, usagef("restore: --to-revision must be a revision (positive)")
 	case o.toTime != "":
-		t, err := time.Parse(time.RFC3339Nano, o.toTime)
+		t, err := parseTimeFlag("restore", "to-time", o.toTime, time.Now())
 		if err != nil {
-			return pitrFlags{}, usagef("restore: --to-time %q: want RFC 3339 (2006-01-02T15:04:05Z)", o.toTime)
+			return pitrFlags{}, err
 		}
 		p.at = t
 	}

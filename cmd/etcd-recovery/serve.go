@@ -52,7 +52,7 @@ func serveCommand(g *globalOpts) *cli.Command {
 			&cli.StringFlag{Name: "listen", Value: ":9090", EnvVars: []string{"ETCD_RECOVERY_LISTEN"}, Usage: listenUsage, Destination: &o.listen},
 			&cli.DurationFlag{Name: "interval", Value: metrics.DefaultInterval, Usage: "time between refreshes (± 10% jitter)", Destination: &o.interval},
 			&cli.DurationFlag{Name: "refresh-timeout", Value: metrics.DefaultDeadline, Usage: "deadline of one refresh (store listing and inspections)", Destination: &o.refreshTimeout},
-			parallelFlag(&o.parallel),
+			parallelFlag(&o.parallel, defaultParallel),
 			probeTimeoutFlag(&o.probeTimeout),
 			o.etcd.dialTimeoutFlag(),
 			orphanGraceFlag(&o.orphanGrace),

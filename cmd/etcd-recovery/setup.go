@@ -215,14 +215,21 @@ func (t *runTimeout) atStepOf(def string, err error) error {
 	return t.atStep(def, err)
 }
 
-// noStrayArgs refuses positional arguments: no command takes any (every
-// input is a flag), and an ignored `list c1` or `inspect extra` would run
+// noStrayArgs refuses positional arguments where a command declares none
+// (ArgsUsage; journal find's KEY is the one that does: its arguments and
+// the flags after them are read by takeArgs), and an ignored `list c1` or `inspect extra` would run
 // on something other than what the SRE meant. A flag after a positional
 // argument is not parsed by the flag package, so it is named too. It
 // wraps every command's Action (newApp): the one place stray arguments
 // are refused.
 func noStrayArgs(name string, cmd *cli.Command, action cli.ActionFunc) cli.ActionFunc {
 	return func(c *cli.Context) error {
+		if cmd.ArgsUsage != "" {
+			if err := takeArgs(c, cmd); err != nil {
+				return err
+			}
+			return action(c)
+		}
 		if c.Args().Present() {
 			arg := c.Args().First()
 			hint := "every input is a flag"

@@ -1060,11 +1060,13 @@ func (c *capture) uploadInSlot(ctx context.Context, p pending) error {
 	return c.upload(ctx, p)
 }
 
-// upload writes one segment, retrying with backoff for FrozenAfter.
+// upload writes one segment, retrying with a jittered backoff (Backoff)
+// for FrozenAfter.
 func (c *capture) upload(ctx context.Context, p pending) error {
 	key := c.o.Layout.JournalSegmentKey(c.o.ClusterID, p.h.FirstRev, p.h.LastRev)
 	began := time.Now()
-	backoff := 200 * time.Millisecond
+	// Jittered: every cluster's journal retries at its own moments.
+	backoff := NewBackoff(200*time.Millisecond, 10*time.Second)
 	c.o.Metrics.uploadStarted(c.o.ClusterID)
 	for attempt := 1; ; attempt++ {
 		if err := c.fenced(key); err != nil {
@@ -1100,12 +1102,12 @@ func (c *capture) upload(ctx context.Context, p pending) error {
 			c.o.Metrics.uploadEnded(c.o.ClusterID, nil, 0)
 			return &SegmentError{Key: key, Reason: ReasonStore, Detail: fmt.Sprintf("not written after %d attempts over %s (store frozen or refusing)", attempt, elapsed.Round(time.Millisecond)), Err: errors.Unwrap(err)}
 		}
-		c.o.Log.Warn("journal: segment upload failed; retrying", "key", key, "attempt", attempt, "err", err)
+		wait := backoff.Next()
+		c.o.Log.Warn("journal: segment upload failed; retrying", "key", key, "attempt", attempt, "retryIn", wait, "err", err)
 		select {
-		case <-time.After(backoff):
+		case <-time.After(wait):
 		case <-ctx.Done():
 		}
-		backoff = min(backoff*2, 10*time.Second)
 	}
 }
 

@@ -1,5 +1,5 @@
 // Package output renders command results: a tablewriter table built from
-// rows, or JSON of the same data. Progress goes to stderr, and only when
+// rows, or JSON (or YAML) of the same data. Progress goes to stderr, and only when
 // stderr is a terminal.
 //
 // The convention every command follows: a result (a report) is a type of
@@ -38,6 +38,7 @@ import (
 	"github.com/olekukonko/tablewriter"
 	tablewriter_tw "github.com/olekukonko/tablewriter/tw"
 	"golang.org/x/term"
+	"sigs.k8s.io/yaml"
 )
 
 // Format is -o.
@@ -47,6 +48,10 @@ const (
 	FormatTable Format = "table"
 	FormatWide  Format = "wide"
 	FormatJSON  Format = "json"
+	// FormatYAML is the same data as FormatJSON, as YAML: the JSON
+	// document converted (sigs.k8s.io/yaml), so the field names and
+	// values are exactly JSON's.
+	FormatYAML Format = "yaml"
 )
 
 // Width is what a default table fits in, as kubectl's do: -o wide shows
@@ -56,11 +61,15 @@ const Width = 120
 // ParseFormat validates -o.
 func ParseFormat(s string) (Format, error) {
 	switch Format(s) {
-	case FormatTable, FormatWide, FormatJSON:
+	case FormatTable, FormatWide, FormatJSON, FormatYAML:
 		return Format(s), nil
 	}
-	return "", fmt.Errorf("unknown output format %q (want table, wide or json)", s)
+	return "", fmt.Errorf("unknown output format %q (want table, wide, json or yaml)", s)
 }
+
+// Data says whether f renders the data itself (json, yaml) rather than
+// tables.
+func (f Format) Data() bool { return f == FormatJSON || f == FormatYAML }
 
 // Table is a header and rows of cells, with the text around them.
 type Table struct {
@@ -96,10 +105,22 @@ type Table struct {
 // with FormatWide), or data as indented JSON. Callers build both from the
 // same values.
 func Render(w io.Writer, f Format, t Table, data any) error {
-	if f == FormatJSON {
+	switch f {
+	case FormatJSON:
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(data)
+	case FormatYAML:
+		j, err := json.Marshal(data)
+		if err != nil {
+			return err
+		}
+		y, err := yaml.JSONToYAML(j)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(y)
+		return err
 	}
 	if _, err := io.WriteString(w, t.Title); err != nil {
 		return err
@@ -137,7 +158,7 @@ func Render(w io.Writer, f Format, t Table, data any) error {
 // RenderAll writes the sections in order (each as Render does), or data
 // once as indented JSON: for a report of several tables and text.
 func RenderAll(w io.Writer, f Format, ts []Table, data any) error {
-	if f == FormatJSON {
+	if f.Data() {
 		return Render(w, f, Table{}, data)
 	}
 	for _, t := range ts {
@@ -287,7 +308,11 @@ func Age(d time.Duration) string {
 }
 
 // Progress prints a running byte count to stderr when it is a terminal,
-// at most a few times a second. Off a terminal it does nothing.
+// at most a few times a second. Off a terminal it does nothing. With a
+// total (SetTotal: the manifest's size of a download), the line shows it,
+// the percentage done and the time left at the rate so far:
+//
+//	download b1: 1.2 GiB / 4.0 GiB (30%), 45.0 MiB/s, ETA 1m04s
 type Progress struct {
 	label string
 	w     io.Writer
@@ -295,11 +320,29 @@ type Progress struct {
 	last  time.Time
 	on    bool
 	start time.Time
+	total int64
+	now   func() time.Time
 }
 
 // NewProgress returns a progress line labelled label.
 func NewProgress(label string) *Progress {
-	return &Progress{label: label, w: os.Stderr, on: term.IsTerminal(int(os.Stderr.Fd())), start: time.Now()}
+	return NewProgressTo(os.Stderr, label, term.IsTerminal(int(os.Stderr.Fd())))
+}
+
+// NewProgressTo is NewProgress on w, shown only when on (tests force it).
+func NewProgressTo(w io.Writer, label string, on bool) *Progress {
+	return &Progress{label: label, w: w, on: on, start: time.Now(), now: time.Now}
+}
+
+// SetTotal sets the bytes the stream will have moved when done (0:
+// unknown: the line shows the count and the rate only).
+func (p *Progress) SetTotal(n int64) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	p.total = n
+	p.mu.Unlock()
 }
 
 // Update reports n bytes done.
@@ -309,11 +352,39 @@ func (p *Progress) Update(n int64) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if now := time.Now(); now.Sub(p.last) >= 200*time.Millisecond {
+	if now := p.now(); now.Sub(p.last) >= 200*time.Millisecond {
 		p.last = now
-		rate := float64(n) / max(now.Sub(p.start).Seconds(), 0.001)
-		fmt.Fprintf(p.w, "\r%s: %s (%s/s)   ", p.label, Bytes(n), Bytes(int64(rate)))
+		fmt.Fprintf(p.w, "\r%s   ", p.line(n, now))
 	}
+}
+
+// line is the progress line for n bytes done at now.
+func (p *Progress) line(n int64, now time.Time) string {
+	elapsed := max(now.Sub(p.start).Seconds(), 0.001)
+	rate := float64(n) / elapsed
+	if p.total <= 0 {
+		return fmt.Sprintf("%s: %s (%s/s)", p.label, Bytes(n), Bytes(int64(rate)))
+	}
+	pct := min(100*float64(n)/float64(p.total), 100)
+	eta := "-"
+	if rate > 0 && n < p.total {
+		eta = ETA(time.Duration(float64(p.total-n) / rate * float64(time.Second)))
+	} else if n >= p.total {
+		eta = "0s"
+	}
+	return fmt.Sprintf("%s: %s / %s (%.0f%%), %s/s, ETA %s", p.label, Bytes(n), Bytes(p.total), pct, Bytes(int64(rate)), eta)
+}
+
+// ETA renders a time left to the second: 45s, 1m04s, 2h03m.
+func ETA(d time.Duration) string {
+	d = d.Round(time.Second)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	}
+	return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
 }
 
 // Done ends the progress line.

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/armada/etcd-recovery/internal/bytesize"
 )
 
 // Throughput is a minimum rate: Bytes in every Window of a call's waiting
@@ -44,8 +46,8 @@ func formatWindow(d time.Duration) string {
 }
 
 // ParseThroughput reads "<size>/<window>": a size in bytes with an
-// optional unit (B, KiB, MiB, GiB; KB, MB, GB are taken as the binary
-// units too), and a Go duration of at least 1s ("64KiB/60s", "1MiB/2m").
+// optional unit (internal/bytesize: KiB, MiB, GiB are 1024-based, KB,
+// MB, GB 1000-based), and a Go duration of at least 1s ("64KiB/60s", "1MiB/2m").
 // "off" and "0" disable the rule (NoMinThroughput).
 func ParseThroughput(s string) (Throughput, error) {
 	v := strings.TrimSpace(s)
@@ -59,7 +61,7 @@ func ParseThroughput(s string) (Throughput, error) {
 	if !ok {
 		return bad("no window")
 	}
-	n, err := parseBytes(strings.TrimSpace(size))
+	n, err := bytesize.Parse(size)
 	if err != nil {
 		return bad(err.Error())
 	}
@@ -79,30 +81,12 @@ func ParseThroughput(s string) (Throughput, error) {
 var byteUnits = []struct {
 	suffix string
 	mult   int64
-}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"GB", 1 << 30}, {"MB", 1 << 20}, {"KB", 1 << 10}, {"B", 1}}
-
-func parseBytes(s string) (int64, error) {
-	mult := int64(1)
-	for _, u := range byteUnits {
-		if strings.HasSuffix(s, u.suffix) {
-			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
-			break
-		}
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("size %q is not a whole number of B, KiB, MiB or GiB", s)
-	}
-	if n > (1<<62)/mult {
-		return 0, fmt.Errorf("size %q is too large", s)
-	}
-	return n * mult, nil
-}
+}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}}
 
 // formatBytes writes n in the largest binary unit that keeps it whole,
 // else with one decimal: "64KiB", "1.5MiB", "300B".
 func formatBytes(n int64) string {
-	for _, u := range byteUnits[:3] {
+	for _, u := range byteUnits {
 		if n >= u.mult {
 			if n%u.mult == 0 {
 				return strconv.FormatInt(n/u.mult, 10) + u.suffix

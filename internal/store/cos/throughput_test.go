@@ -122,16 +122,21 @@ func TestParseThroughput(t *testing.T) {
 		"64KiB/60s": {Bytes: 64 << 10, Window: time.Minute},
 		"1MiB/2m":   {Bytes: 1 << 20, Window: 2 * time.Minute},
 		"100/1s":    {Bytes: 100, Window: time.Second},
-		" 2 MB/ 5s": {Bytes: 2 << 20, Window: 5 * time.Second},
-		"off":       cos.NoMinThroughput,
-		"0":         cos.NoMinThroughput,
+		// KB and MB are 1000-based, KiB and MiB 1024-based
+		// (internal/bytesize, the one size parser).
+		" 2 MB/ 5s":  {Bytes: 2_000_000, Window: 5 * time.Second},
+		"64KB/60s":   {Bytes: 64_000, Window: time.Minute},
+		"64Ki/60s":   {Bytes: 64 << 10, Window: time.Minute},
+		"1.5MiB/60s": {Bytes: 3 << 19, Window: time.Minute},
+		"off":        cos.NoMinThroughput,
+		"0":          cos.NoMinThroughput,
 	} {
 		got, err := cos.ParseThroughput(in)
 		if err != nil || got != want {
 			t.Errorf("ParseThroughput(%q) = %+v, %v; want %+v", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"", "64KiB", "64KiB/", "/60s", "-1KiB/60s", "0KiB/60s", "64KiB/500ms", "64XB/60s", "1.5MiB/60s"} {
+	for _, in := range []string{"", "64KiB", "64KiB/", "/60s", "-1KiB/60s", "0KiB/60s", "64KiB/500ms", "64XB/60s", "0.5/60s"} {
 		if got, err := cos.ParseThroughput(in); err == nil {
 			t.Errorf("ParseThroughput(%q) = %+v, want an error", in, got)
 		}
