@@ -11,6 +11,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
@@ -41,7 +42,7 @@ func journalScrape(tb testing.TB, base string) (map[string]*dto.MetricFamily, st
 	if code != http.StatusOK {
 		tb.Fatalf("GET /metrics: %d\n%s", code, body)
 	}
-	var p expfmt.TextParser
+	p := expfmt.NewTextParser(model.LegacyValidation)
 	mfs, err := p.TextToMetricFamilies(strings.NewReader(body))
 	if err != nil {
 		tb.Fatalf("parse /metrics: %v\n%s", err, body)
