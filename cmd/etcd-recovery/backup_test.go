@@ -93,7 +93,7 @@ func TestCLIErrors(t *testing.T) {
 		{[]string{"backup", "--cluster-id", "x", "--v2", "maybe"}, "--v2"},
 		{[]string{"backup", "--cluster-id", "x", "--cert", "/c.pem"}, "--cert and --key"},
 		{[]string{"list"}, "--cluster-id is required"},
-		{[]string{"list", "--cluster-id", "x", "-o", "yaml"}, "output format"},
+		{[]string{"list", "--cluster-id", "x", "-o", "xml"}, "output format"},
 		{[]string{"backup", "--no-such-flag"}, "no-such-flag"},
 	}
 	for _, u := range usage {
