@@ -333,7 +333,8 @@ func TestChartRefuses(t *testing.T) {
 // plain template with every etcd-example set to etcd-abc (what the tests'
 // kubetest.PerClusterAccess applies), in the namespace asked for; the
 // pre-update Job is named for the cluster and the update, and backs up
-// that cluster.
+// that cluster; neither carries the release's instance or managed-by
+// label (Argo CD tracking the release would prune them).
 func TestChartPerCluster(t *testing.T) {
 	t.Parallel()
 	vals := kubetest.FleetValues("kubx-etcd-01", "kubx-etcd-02")
@@ -366,6 +367,14 @@ func TestChartPerCluster(t *testing.T) {
 			t.Fatalf("%s: rendered %d objects, want %d", file, len(got), len(want))
 		}
 		for i, o := range got {
+			// Applied by the automation, not the release: no label by
+			// which Argo CD (instance) or Helm (managed-by) would take
+			// them for the release's and prune them.
+			for _, k := range []string{"app.kubernetes.io/instance", "app.kubernetes.io/managed-by"} {
+				if v, ok := o.GetLabels()[k]; ok {
+					t.Errorf("%s: %s %s carries %s=%s: the release does not hold it", file, o.GetKind(), o.GetName(), k, v)
+				}
+			}
 			if o.GetNamespace() != "kubx-etcd-02" {
 				t.Errorf("%s: %s %s in namespace %q, want kubx-etcd-02", file, o.GetKind(), o.GetName(), o.GetNamespace())
 			}
