@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"regexp"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 )
@@ -292,7 +294,11 @@ func TestChartFleet(t *testing.T) {
 
 // TestChartRefuses: values that would put namespaces' backups together or
 // run an unpinned image fail the render, naming what is wrong: an empty
-// prefix (values.schema.json), two namespaces sharing one, two namespaces'
+// prefix (values.schema.json), a namespace listed twice (uniqueItems lets
+// two different entries through; the second would replace the first's
+// objects), two namespaces sharing a prefix or one prefix inside another,
+// a prefix the tool refuses (catalog.ValidatePrefix: every pod would fail
+// at start), two namespaces'
 // backups in one minute, a tag instead of a digest, a ConfigMap key the
 // manifests do not ship, COS_PREFIX as a fleet-wide key, and a per-cluster
 // render for a namespace the fleet does not list.
@@ -314,6 +320,10 @@ func TestChartRefuses(t *testing.T) {
 	}{
 		{"empty prefix", ns(map[string]any{"name": "kubx-etcd-01", "prefix": ""}), nil, "prefix"},
 		{"shared prefix", ns(map[string]any{"name": "kubx-etcd-01", "prefix": "fleet/"}, map[string]any{"name": "kubx-etcd-02", "prefix": "fleet"}), nil, "share the COS prefix"},
+		{"namespace listed twice", ns(map[string]any{"name": "kubx-etcd-01"}, map[string]any{"name": "kubx-etcd-01", "prefix": "other/"}), nil, "kubx-etcd-01 is listed twice"},
+		{"nested prefixes", ns(map[string]any{"name": "kubx-etcd-01", "prefix": "fleet/"}, map[string]any{"name": "kubx-etcd-02", "prefix": "fleet/kubx-etcd-02/"}), nil, "are nested"},
+		{"nested prefixes, inner first", ns(map[string]any{"name": "kubx-etcd-01", "prefix": "fleet/a"}, map[string]any{"name": "kubx-etcd-02", "prefix": "/fleet/"}), nil, "are nested"},
+		{"prefix the tool refuses", ns(map[string]any{"name": "kubx-etcd-01", "prefix": "a b//c"}), nil, "prefix"},
 		{"same minute", ns(map[string]any{"name": "kubx-etcd-01", "scheduleOffset": 4}, map[string]any{"name": "kubx-etcd-02", "scheduleOffset": 4}), nil, "same minute"},
 		{"offset past the hour", ns(map[string]any{"name": "kubx-etcd-01", "scheduleOffset": 27}), nil, "scheduleOffset"},
 		{"tag", with(kubetest.FleetValues("kubx-etcd-01"), "image", map[string]any{"repository": "icr.io/armada/etcd-recovery", "digest": "latest"}), nil, "digest"},
@@ -325,6 +335,26 @@ func TestChartRefuses(t *testing.T) {
 		objs, err := kubetest.RenderChartErr(t, c.values, c.set...)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: rendered %d objects, error %v; want an error naming %q", c.name, len(objs), err, c.want)
+		}
+	}
+}
+
+// TestChartPrefixAsTheToolChecks: values.schema.json takes a namespace's
+// prefix exactly when catalog.ValidatePrefix (what every pod checks at
+// start) does, for prefixes either could get wrong.
+func TestChartPrefixAsTheToolChecks(t *testing.T) {
+	t.Parallel()
+	for _, p := range []string{
+		"kubx-etcd-01/", "fleet/kubx-etcd-01", "/a/b/", "a.b_c-d/e", "...", "a/.../b", ".hidden/x",
+		"a b//c", "a//b", "a b", "..", "a/../b", "./a", "a/./", "/", "//", "a:b", "a/b\\c", strings.Repeat("a", 513),
+	} {
+		_, want := catalog.ValidatePrefix(p)
+		if strings.Trim(p, "/") == "" && want == nil {
+			want = errors.New("no prefix: the bucket root")
+		}
+		_, err := kubetest.RenderChartErr(t, map[string]any{"namespaces": []any{map[string]any{"name": "kubx-etcd-01", "prefix": p}}})
+		if (err == nil) != (want == nil) {
+			t.Errorf("prefix %q: the chart renders with error %v; the tool says %v", p, err, want)
 		}
 	}
 }
