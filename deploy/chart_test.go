@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
@@ -426,5 +428,101 @@ func TestChartPerCluster(t *testing.T) {
 				t.Errorf("%s: rendered %s %s\n%s\nwant the plain file for etcd-abc\n%s", file, o.GetKind(), o.GetName(), g, ww)
 			}
 		}
+	}
+}
+
+// egressAllows: whether np lets its pods open TCP port to the ipBlock
+// cidr (cidr "") or, with ns set, to pods of namespace ns.
+func egressAllows(np *networkingv1.NetworkPolicy, port int32, cidr, ns string) bool {
+	for _, r := range np.Spec.Egress {
+		portOK := false
+		for _, p := range r.Ports {
+			if p.Port != nil && p.Port.IntValue() == int(port) && (p.Protocol == nil || *p.Protocol == corev1.ProtocolTCP) {
+				portOK = true
+			}
+		}
+		if !portOK {
+			continue
+		}
+		for _, to := range r.To {
+			if cidr != "" && to.IPBlock != nil && to.IPBlock.CIDR == cidr {
+				return true
+			}
+			if ns != "" && to.NamespaceSelector != nil && to.NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] == ns {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TestChartNetworkPolicyPorts: each namespace's NetworkPolicy lets its pods
+// reach every port the tool is configured to use there, over IPv4 and
+// IPv6 by default: COS at its COS_ENDPOINT's port (explicit, https 443,
+// http 80; per namespace or fleet-wide) and IAM's 443, the API server at
+// networkPolicy.apiServerPorts (the endpoint port, not the Service's), the
+// Pushgateway at ETCD_RECOVERY_PUSHGATEWAY's port in the monitoring
+// namespace, and nothing to the monitoring namespace when no Pushgateway
+// is set (a namespace's "" overriding the fleet's, in its ConfigMap too).
+func TestChartNetworkPolicyPorts(t *testing.T) {
+	t.Parallel()
+	values := map[string]any{
+		"namespaces": []any{
+			map[string]any{"name": "kubx-etcd-01", "config": map[string]any{"COS_ENDPOINT": "http://minio.local:9000"}},
+			map[string]any{"name": "kubx-etcd-02", "config": map[string]any{"COS_ENDPOINT": "s3.example"}},
+			map[string]any{"name": "kubx-etcd-03", "config": map[string]any{"COS_ENDPOINT": "http://minio.local", "ETCD_RECOVERY_PUSHGATEWAY": ""}},
+		},
+		"config":        map[string]any{"ETCD_RECOVERY_PUSHGATEWAY": "http://pushgateway.monitoring.svc:9092"},
+		"networkPolicy": map[string]any{"apiServerPorts": []any{2040}},
+	}
+	want := map[string]struct {
+		cos int32
+		pgw int32 // 0: none
+	}{"kubx-etcd-01": {9000, 9092}, "kubx-etcd-02": {443, 9092}, "kubx-etcd-03": {80, 0}}
+	seen := 0
+	for _, o := range kubetest.RenderChart(t, values) {
+		if o.GetKind() == "ConfigMap" && o.GetName() == "etcd-recovery-config" && o.GetNamespace() == "kubx-etcd-03" {
+			// A namespace's "" overrides the fleet's value (as the
+			// NetworkPolicy reads it).
+			if v, _, _ := unstructured.NestedString(o.Object, "data", "ETCD_RECOVERY_PUSHGATEWAY"); v != "" {
+				t.Errorf("kubx-etcd-03: ETCD_RECOVERY_PUSHGATEWAY %q, want the namespace's \"\"", v)
+			}
+		}
+		if o.GetKind() != "NetworkPolicy" {
+			continue
+		}
+		seen++
+		var np networkingv1.NetworkPolicy
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(o.Object, &np, true); err != nil {
+			t.Fatalf("NetworkPolicy in %s: %v", o.GetNamespace(), err)
+		}
+		w, ok := want[np.Namespace]
+		if !ok {
+			t.Errorf("a NetworkPolicy in %s", np.Namespace)
+			continue
+		}
+		for _, cidr := range []string{"0.0.0.0/0", "::/0"} {
+			for what, port := range map[string]int32{"COS": w.cos, "IAM": 443, "the API server": 2040} {
+				if !egressAllows(&np, port, cidr, "") {
+					t.Errorf("%s: NetworkPolicy does not let the pods reach %s at %s port %d", np.Namespace, what, cidr, port)
+				}
+			}
+		}
+		if egressAllows(&np, 6443, "0.0.0.0/0", "") {
+			t.Errorf("%s: NetworkPolicy opens 6443, not among apiServerPorts [2040]", np.Namespace)
+		}
+		if w.pgw != 0 && !egressAllows(&np, w.pgw, "", monitoringNS) {
+			t.Errorf("%s: NetworkPolicy does not let the pods reach the Pushgateway at port %d in %s", np.Namespace, w.pgw, monitoringNS)
+		}
+		if w.pgw == 0 {
+			for _, p := range []int32{9091, 9092} {
+				if egressAllows(&np, p, "", monitoringNS) {
+					t.Errorf("%s: no Pushgateway configured, yet egress to %s port %d", np.Namespace, monitoringNS, p)
+				}
+			}
+		}
+	}
+	if seen != len(want) {
+		t.Errorf("%d NetworkPolicies rendered, want %d", seen, len(want))
 	}
 }
