@@ -140,6 +140,49 @@ func TestAlertRulesPromtool(t *testing.T) {
 	t.Logf("promtool test rules:\n%s", out)
 }
 
+// TestAlertAbsentPerNamespace: the absent() rules as the chart renders
+// them for kubx-etcd-01..03 (one per namespace, templates/fleet.yaml) pass
+// `promtool check rules`, and `promtool test rules`
+// deploy/testdata/alerts_absent_test.yml: when kubx-etcd-02's exporter
+// vanishes, and later its journal's leader, while the other two keep
+// reporting, EtcdRecoveryExporterAbsent and EtcdJournalAbsent fire naming
+// kubx-etcd-02 (the fleet-wide absent() of 40-alerts.yaml stays quiet
+// then), and resolve when it is back.
+func TestAlertAbsentPerNamespace(t *testing.T) {
+	t.Parallel()
+	var rule []byte
+	for _, o := range kubetest.RenderChart(t, kubetest.FleetValues("kubx-etcd-01", "kubx-etcd-02", "kubx-etcd-03")) {
+		if o.GetKind() == "PrometheusRule" {
+			b, err := yaml.Marshal(o.Object["spec"])
+			if err != nil {
+				t.Fatal(err)
+			}
+			rule = b
+		}
+	}
+	if rule == nil {
+		t.Fatal("the chart rendered no PrometheusRule")
+	}
+	const testsFile = "testdata/alerts_absent_test.yml"
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, alertRulesFile), rule, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests, err := os.ReadFile(kubetest.DeployPath(t, testsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, filepath.Base(testsFile)), tests, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := promtool(t, dir, "check", "rules", alertRulesFile); err != nil {
+		t.Fatalf("promtool check rules (the rendered PrometheusRule): %v\n%s", err, out)
+	}
+	if out, err := promtool(t, dir, "test", "rules", filepath.Base(testsFile)); err != nil {
+		t.Fatalf("promtool test rules deploy/%s on the rendered rules: %v\n%s", testsFile, err, out)
+	}
+}
+
 type alertTestFile struct {
 	RuleFiles []string `json:"rule_files"`
 	Tests     []struct {

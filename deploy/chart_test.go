@@ -4,16 +4,22 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 )
@@ -88,7 +94,7 @@ func plainObjects(t *testing.T) []string {
 
 // checkFleet: what one values file renders for namespaces. Once, in the
 // monitoring namespace: the PrometheusRule of 40-alerts.yaml (its rules
-// unchanged) and the dashboard ConfigMap (grafana_dashboard: "1", the JSON
+// unchanged but the absent() ones, once per namespace) and the dashboard ConfigMap (grafana_dashboard: "1", the JSON
 // file as it is). In each namespace: exactly the plain manifests' objects,
 // its own COS prefix "<namespace>/", the image by digest; the backup
 // CronJobs' start minutes all distinct, the proofs' too, and no proof
@@ -106,10 +112,10 @@ func checkFleet(t *testing.T, values map[string]any, namespaces []string) fleetR
 	}
 	if rule := find(r.once, "PrometheusRule", "etcd-recovery-alerts"); rule != nil {
 		shipped := kubetest.DecodeManifests(t, kubetest.DeployPath(t, alertsFile))[0]
-		want, _ := json.Marshal(shipped.Object["spec"])
+		want, _ := json.Marshal(perNamespaceAbsent(t, shipped.Object["spec"].(map[string]any), namespaces))
 		got, _ := json.Marshal(rule.Object["spec"])
 		if !bytes.Equal(want, got) {
-			t.Errorf("the rendered PrometheusRule's spec differs from deploy/%s", alertsFile)
+			t.Errorf("the rendered PrometheusRule's spec is not deploy/%s with its absent() rules once per namespace:\n%s\nwant\n%s", alertsFile, got, want)
 		}
 	}
 	if cm := find(r.once, "ConfigMap", "etcd-recovery-dashboard"); cm != nil {
@@ -177,6 +183,48 @@ func checkFleet(t *testing.T, values map[string]any, namespaces []string) fleetR
 		}
 	}
 	return r
+}
+
+// absentSelectorRE is the start of an absent() rule's expression: the
+// selector the chart gives a namespace matcher.
+var absentSelectorRE = regexp.MustCompile(`^absent\(([a-zA-Z_:][a-zA-Z0-9_:]*)`)
+
+// perNamespaceAbsent is spec (40-alerts.yaml's) as the chart renders it
+// for namespaces: every absent() rule replaced, in place, by one per
+// namespace, its selector matching namespace="<ns>", the label namespace:
+// <ns>, and $labels.namespace in its annotations the quoted name; every
+// other rule as it is.
+func perNamespaceAbsent(t *testing.T, spec map[string]any, namespaces []string) map[string]any {
+	t.Helper()
+	spec = runtime.DeepCopyJSON(spec)
+	absents := 0
+	for _, g := range spec["groups"].([]any) {
+		g := g.(map[string]any)
+		var rules []any
+		for _, r := range g["rules"].([]any) {
+			r := r.(map[string]any)
+			expr := strings.TrimSpace(r["expr"].(string))
+			if !strings.HasPrefix(expr, "absent(") {
+				rules = append(rules, r)
+				continue
+			}
+			absents++
+			for _, ns := range namespaces {
+				c := runtime.DeepCopyJSON(r)
+				c["expr"] = absentSelectorRE.ReplaceAllString(expr, `absent($1{namespace="`+ns+`"}`)
+				c["labels"].(map[string]any)["namespace"] = ns
+				for k, v := range c["annotations"].(map[string]any) {
+					c["annotations"].(map[string]any)[k] = strings.ReplaceAll(v.(string), "$labels.namespace", strconv.Quote(ns))
+				}
+				rules = append(rules, c)
+			}
+		}
+		g["rules"] = rules
+	}
+	if absents < 2 {
+		t.Errorf("deploy/%s: %d absent() rules, want the exporter's and the journal's", alertsFile, absents)
+	}
+	return spec
 }
 
 // applyDryRun server-side applies every object with dry-run (the server
@@ -248,7 +296,11 @@ func TestChartFleet(t *testing.T) {
 
 // TestChartRefuses: values that would put namespaces' backups together or
 // run an unpinned image fail the render, naming what is wrong: an empty
-// prefix (values.schema.json), two namespaces sharing one, two namespaces'
+// prefix (values.schema.json), a namespace listed twice (uniqueItems lets
+// two different entries through; the second would replace the first's
+// objects), two namespaces sharing a prefix or one prefix inside another,
+// a prefix the tool refuses (catalog.ValidatePrefix: every pod would fail
+// at start), two namespaces'
 // backups in one minute, a tag instead of a digest, a ConfigMap key the
 // manifests do not ship, COS_PREFIX as a fleet-wide key, and a per-cluster
 // render for a namespace the fleet does not list.
@@ -270,6 +322,10 @@ func TestChartRefuses(t *testing.T) {
 	}{
 		{"empty prefix", ns(map[string]any{"name": "kubx-etcd-01", "prefix": ""}), nil, "prefix"},
 		{"shared prefix", ns(map[string]any{"name": "kubx-etcd-01", "prefix": "fleet/"}, map[string]any{"name": "kubx-etcd-02", "prefix": "fleet"}), nil, "share the COS prefix"},
+		{"namespace listed twice", ns(map[string]any{"name": "kubx-etcd-01"}, map[string]any{"name": "kubx-etcd-01", "prefix": "other/"}), nil, "kubx-etcd-01 is listed twice"},
+		{"nested prefixes", ns(map[string]any{"name": "kubx-etcd-01", "prefix": "fleet/"}, map[string]any{"name": "kubx-etcd-02", "prefix": "fleet/kubx-etcd-02/"}), nil, "are nested"},
+		{"nested prefixes, inner first", ns(map[string]any{"name": "kubx-etcd-01", "prefix": "fleet/a"}, map[string]any{"name": "kubx-etcd-02", "prefix": "/fleet/"}), nil, "are nested"},
+		{"prefix the tool refuses", ns(map[string]any{"name": "kubx-etcd-01", "prefix": "a b//c"}), nil, "prefix"},
 		{"same minute", ns(map[string]any{"name": "kubx-etcd-01", "scheduleOffset": 4}, map[string]any{"name": "kubx-etcd-02", "scheduleOffset": 4}), nil, "same minute"},
 		{"offset past the hour", ns(map[string]any{"name": "kubx-etcd-01", "scheduleOffset": 27}), nil, "scheduleOffset"},
 		{"tag", with(kubetest.FleetValues("kubx-etcd-01"), "image", map[string]any{"repository": "icr.io/armada/etcd-recovery", "digest": "latest"}), nil, "digest"},
@@ -285,11 +341,32 @@ func TestChartRefuses(t *testing.T) {
 	}
 }
 
+// TestChartPrefixAsTheToolChecks: values.schema.json takes a namespace's
+// prefix exactly when catalog.ValidatePrefix (what every pod checks at
+// start) does, for prefixes either could get wrong.
+func TestChartPrefixAsTheToolChecks(t *testing.T) {
+	t.Parallel()
+	for _, p := range []string{
+		"kubx-etcd-01/", "fleet/kubx-etcd-01", "/a/b/", "a.b_c-d/e", "...", "a/.../b", ".hidden/x",
+		"a b//c", "a//b", "a b", "..", "a/../b", "./a", "a/./", "/", "//", "a:b", "a/b\\c", strings.Repeat("a", 513),
+	} {
+		_, want := catalog.ValidatePrefix(p)
+		if strings.Trim(p, "/") == "" && want == nil {
+			want = errors.New("no prefix: the bucket root")
+		}
+		_, err := kubetest.RenderChartErr(t, map[string]any{"namespaces": []any{map[string]any{"name": "kubx-etcd-01", "prefix": p}}})
+		if (err == nil) != (want == nil) {
+			t.Errorf("prefix %q: the chart renders with error %v; the tool says %v", p, err, want)
+		}
+	}
+}
+
 // TestChartPerCluster: the per-cluster render of cluster etcd-abc is the
 // plain template with every etcd-example set to etcd-abc (what the tests'
 // kubetest.PerClusterAccess applies), in the namespace asked for; the
 // pre-update Job is named for the cluster and the update, and backs up
-// that cluster.
+// that cluster; neither carries the release's instance or managed-by
+// label (Argo CD tracking the release would prune them).
 func TestChartPerCluster(t *testing.T) {
 	t.Parallel()
 	vals := kubetest.FleetValues("kubx-etcd-01", "kubx-etcd-02")
@@ -322,6 +399,14 @@ func TestChartPerCluster(t *testing.T) {
 			t.Fatalf("%s: rendered %d objects, want %d", file, len(got), len(want))
 		}
 		for i, o := range got {
+			// Applied by the automation, not the release: no label by
+			// which Argo CD (instance) or Helm (managed-by) would take
+			// them for the release's and prune them.
+			for _, k := range []string{"app.kubernetes.io/instance", "app.kubernetes.io/managed-by"} {
+				if v, ok := o.GetLabels()[k]; ok {
+					t.Errorf("%s: %s %s carries %s=%s: the release does not hold it", file, o.GetKind(), o.GetName(), k, v)
+				}
+			}
 			if o.GetNamespace() != "kubx-etcd-02" {
 				t.Errorf("%s: %s %s in namespace %q, want kubx-etcd-02", file, o.GetKind(), o.GetName(), o.GetNamespace())
 			}
@@ -343,5 +428,101 @@ func TestChartPerCluster(t *testing.T) {
 				t.Errorf("%s: rendered %s %s\n%s\nwant the plain file for etcd-abc\n%s", file, o.GetKind(), o.GetName(), g, ww)
 			}
 		}
+	}
+}
+
+// egressAllows: whether np lets its pods open TCP port to the ipBlock
+// cidr (cidr "") or, with ns set, to pods of namespace ns.
+func egressAllows(np *networkingv1.NetworkPolicy, port int32, cidr, ns string) bool {
+	for _, r := range np.Spec.Egress {
+		portOK := false
+		for _, p := range r.Ports {
+			if p.Port != nil && p.Port.IntValue() == int(port) && (p.Protocol == nil || *p.Protocol == corev1.ProtocolTCP) {
+				portOK = true
+			}
+		}
+		if !portOK {
+			continue
+		}
+		for _, to := range r.To {
+			if cidr != "" && to.IPBlock != nil && to.IPBlock.CIDR == cidr {
+				return true
+			}
+			if ns != "" && to.NamespaceSelector != nil && to.NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] == ns {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TestChartNetworkPolicyPorts: each namespace's NetworkPolicy lets its pods
+// reach every port the tool is configured to use there, over IPv4 and
+// IPv6 by default: COS at its COS_ENDPOINT's port (explicit, https 443,
+// http 80; per namespace or fleet-wide) and IAM's 443, the API server at
+// networkPolicy.apiServerPorts (the endpoint port, not the Service's), the
+// Pushgateway at ETCD_RECOVERY_PUSHGATEWAY's port in the monitoring
+// namespace, and nothing to the monitoring namespace when no Pushgateway
+// is set (a namespace's "" overriding the fleet's, in its ConfigMap too).
+func TestChartNetworkPolicyPorts(t *testing.T) {
+	t.Parallel()
+	values := map[string]any{
+		"namespaces": []any{
+			map[string]any{"name": "kubx-etcd-01", "config": map[string]any{"COS_ENDPOINT": "http://minio.local:9000"}},
+			map[string]any{"name": "kubx-etcd-02", "config": map[string]any{"COS_ENDPOINT": "s3.example"}},
+			map[string]any{"name": "kubx-etcd-03", "config": map[string]any{"COS_ENDPOINT": "http://minio.local", "ETCD_RECOVERY_PUSHGATEWAY": ""}},
+		},
+		"config":        map[string]any{"ETCD_RECOVERY_PUSHGATEWAY": "http://pushgateway.monitoring.svc:9092"},
+		"networkPolicy": map[string]any{"apiServerPorts": []any{2040}},
+	}
+	want := map[string]struct {
+		cos int32
+		pgw int32 // 0: none
+	}{"kubx-etcd-01": {9000, 9092}, "kubx-etcd-02": {443, 9092}, "kubx-etcd-03": {80, 0}}
+	seen := 0
+	for _, o := range kubetest.RenderChart(t, values) {
+		if o.GetKind() == "ConfigMap" && o.GetName() == "etcd-recovery-config" && o.GetNamespace() == "kubx-etcd-03" {
+			// A namespace's "" overrides the fleet's value (as the
+			// NetworkPolicy reads it).
+			if v, _, _ := unstructured.NestedString(o.Object, "data", "ETCD_RECOVERY_PUSHGATEWAY"); v != "" {
+				t.Errorf("kubx-etcd-03: ETCD_RECOVERY_PUSHGATEWAY %q, want the namespace's \"\"", v)
+			}
+		}
+		if o.GetKind() != "NetworkPolicy" {
+			continue
+		}
+		seen++
+		var np networkingv1.NetworkPolicy
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(o.Object, &np, true); err != nil {
+			t.Fatalf("NetworkPolicy in %s: %v", o.GetNamespace(), err)
+		}
+		w, ok := want[np.Namespace]
+		if !ok {
+			t.Errorf("a NetworkPolicy in %s", np.Namespace)
+			continue
+		}
+		for _, cidr := range []string{"0.0.0.0/0", "::/0"} {
+			for what, port := range map[string]int32{"COS": w.cos, "IAM": 443, "the API server": 2040} {
+				if !egressAllows(&np, port, cidr, "") {
+					t.Errorf("%s: NetworkPolicy does not let the pods reach %s at %s port %d", np.Namespace, what, cidr, port)
+				}
+			}
+		}
+		if egressAllows(&np, 6443, "0.0.0.0/0", "") {
+			t.Errorf("%s: NetworkPolicy opens 6443, not among apiServerPorts [2040]", np.Namespace)
+		}
+		if w.pgw != 0 && !egressAllows(&np, w.pgw, "", monitoringNS) {
+			t.Errorf("%s: NetworkPolicy does not let the pods reach the Pushgateway at port %d in %s", np.Namespace, w.pgw, monitoringNS)
+		}
+		if w.pgw == 0 {
+			for _, p := range []int32{9091, 9092} {
+				if egressAllows(&np, p, "", monitoringNS) {
+					t.Errorf("%s: no Pushgateway configured, yet egress to %s port %d", np.Namespace, monitoringNS, p)
+				}
+			}
+		}
+	}
+	if seen != len(want) {
+		t.Errorf("%d NetworkPolicies rendered, want %d", seen, len(want))
 	}
 }

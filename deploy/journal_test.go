@@ -330,7 +330,9 @@ type lockedBuffer = testfix.SyncBuffer
 // citizen. Its container serves /metrics, /healthz and /livez on port
 // 9091 named metrics (journal --listen :9091), readiness asks /healthz
 // and liveness /livez there; its two replicas never share a node
-// (required anti-affinity on the hostname, selecting its own pods); a
+// (required anti-affinity on the hostname, selecting its own pods) and a
+// rollout replaces one at a time without a surge pod (which that
+// anti-affinity would leave Pending on two nodes); a
 // PodDisruptionBudget lets at most one of them go at a time; a Service
 // selects them on that port, and a ServiceMonitor selects the Service.
 func TestJournalAvailability(t *testing.T) {
@@ -352,6 +354,12 @@ func TestJournalAvailability(t *testing.T) {
 		if p.probe == nil || p.probe.HTTPGet == nil || p.probe.HTTPGet.Path != p.path || p.probe.HTTPGet.Port.String() != "metrics" {
 			t.Errorf("%s probe %+v: want httpGet %s on port metrics", what, p.probe, p.path)
 		}
+	}
+	// A rollout never surges: the required anti-affinity leaves a surge
+	// pod no node when there are as many schedulable nodes as replicas.
+	if ru := dep.Spec.Strategy.RollingUpdate; dep.Spec.Strategy.Type != appsv1.RollingUpdateDeploymentStrategyType || ru == nil ||
+		ru.MaxSurge == nil || ru.MaxSurge.String() != "0" || ru.MaxUnavailable == nil || ru.MaxUnavailable.String() != "1" {
+		t.Errorf("strategy %+v: want RollingUpdate maxSurge 0, maxUnavailable 1 (a surge pod cannot schedule beside the required anti-affinity)", dep.Spec.Strategy)
 	}
 	podLabels := labels.Set(dep.Spec.Template.Labels)
 	a := spec.Affinity
