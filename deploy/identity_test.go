@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"filippo.io/age"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -153,12 +154,15 @@ func TestIdentityMountedOnlyInToolkit(t *testing.T) {
 		}
 		checkIdentityMount(t, key, spec)
 	}
-	// All run as the toolkit's account, the only one the identity's Role
-	// is bound to.
-	for _, key := range identityPods[1:] {
-		if tk, pr := holders[identityPods[0]], holders[key]; tk != nil && pr != nil && tk.ServiceAccountName != pr.ServiceAccountName {
-			t.Errorf("%s runs as %q, the toolkit as %q: the identity's holders share the toolkit's account", key, pr.ServiceAccountName, tk.ServiceAccountName)
-		}
+	// The proofs run as the toolkit's account, the only one the identity's
+	// Role is bound to; the exporter as its own, which reads the mounted
+	// file only (TestIdentitySecretRBAC: it may not get the secret).
+	tk, pr, ex := holders[identityPods[0]], holders[identityPods[1]], holders[identityPods[2]]
+	if tk != nil && pr != nil && tk.ServiceAccountName != pr.ServiceAccountName {
+		t.Errorf("%s runs as %q, the toolkit as %q: the proofs share the toolkit's account", identityPods[1], pr.ServiceAccountName, tk.ServiceAccountName)
+	}
+	if tk != nil && ex != nil && (ex.ServiceAccountName == tk.ServiceAccountName || ex.ServiceAccountName == "") {
+		t.Errorf("%s runs as %q: the exporter, reachable from the network, has an account of its own without restore rights", identityPods[2], ex.ServiceAccountName)
 	}
 }
 
@@ -237,11 +241,13 @@ func TestIdentitySecretRBAC(t *testing.T) {
 	t.Parallel()
 	// The service accounts the workloads run as, from their pod specs.
 	var backupSAs []string
-	toolkitSA := ""
+	toolkitSA, exporterSA := "", ""
 	for key, spec := range deployPodSpecs(t) {
 		switch {
 		case key == toolkitFile+": "+toolkitKind:
 			toolkitSA = spec.ServiceAccountName
+		case key == exporterFile+": "+exporterKind:
+			exporterSA = spec.ServiceAccountName
 		case slices.Contains(identityPods, key):
 			// The proofs' CronJob and the exporter: the toolkit's
 			// account (checked in TestIdentityMountedOnlyInToolkit).
@@ -368,6 +374,51 @@ func TestIdentitySecretRBAC(t *testing.T) {
 	forbidden("toolkit's account "+toolkitSA, "list secrets", err)
 	_, err = tk.CoreV1().Secrets(identityNS).Get(ctx, "unrelated", metav1.GetOptions{})
 	forbidden("toolkit's account "+toolkitSA, "get a secret not granted", err)
+	// The exporter's account reads what a refresh reads and nothing it
+	// could write, restore or lead with, nor the identity through the API
+	// (its pod reads the mounted file), asked with its own token.
+	if exporterSA == "" || exporterSA == toolkitSA {
+		t.Fatalf("the exporter's account %q: want its own", exporterSA)
+	}
+	ex := k.Clientset(t, kubetest.SAToken(t, admin, identityNS, exporterSA))
+	_, err = ex.CoreV1().Secrets(identityNS).Get(ctx, identitySecret, metav1.GetOptions{})
+	forbidden("exporter's account "+exporterSA, "get "+identitySecret, err)
+	_, err = ex.CoreV1().Secrets(identityNS).List(ctx, metav1.ListOptions{})
+	forbidden("exporter's account "+exporterSA, "list secrets", err)
+	if _, err := ex.CoreV1().Secrets(identityNS).Get(ctx, kube.COSSecretName, metav1.GetOptions{}); err != nil {
+		t.Errorf("exporter's account %s: get %s: %v", exporterSA, kube.COSSecretName, err)
+	}
+	can := func(group, resource, verb, name string) bool {
+		t.Helper()
+		r, err := ex.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: identityNS, Group: group, Resource: resource, Verb: verb, Name: name}}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("exporter's account: access review %s %s: %v", verb, resource, err)
+		}
+		return r.Status.Allowed
+	}
+	const etcdGroup = "etcd.database.coreos.com"
+	for _, c := range []struct {
+		group, resource, verb, name string
+		want                        bool
+	}{
+		{etcdGroup, "etcdclusters", "list", "", true},
+		{etcdGroup, "etcdclusters", "get", "etcd-x", true},
+		{"", "pods", "list", "", true},
+		{etcdGroup, "etcdrestores", "list", "", true},
+		{etcdGroup, "etcdrestores", "create", "", false},
+		{etcdGroup, "etcdrestores", "delete", "etcd-x", false},
+		{etcdGroup, "etcdclusters", "delete", "etcd-x", false},
+		{"", "events", "create", "", false},
+		{"coordination.k8s.io", "leases", "update", "etcd-recovery-journal", false},
+		{"coordination.k8s.io", "leases", "create", "", false},
+		{"", "pods", "delete", "x", false},
+		{"", "pods", "create", "", false},
+	} {
+		if got := can(c.group, c.resource, c.verb, c.name); got != c.want {
+			t.Errorf("exporter's account %s: %s %s.%s %s allowed %v, want %v", exporterSA, c.verb, c.resource, c.group, c.name, got, c.want)
+		}
+	}
 	// Another namespace's identity is out of reach of both.
 	kubetest.CreateNamespaces(t, admin, identityNS+"-other")
 	if _, err := admin.CoreV1().Secrets(identityNS+"-other").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: identitySecret}, Data: map[string][]byte{identityKey: []byte(secretText)}}, metav1.CreateOptions{}); err != nil {

@@ -77,7 +77,7 @@ func TestExporterAlerts(t *testing.T) {
 	if _, err := dyn.Resource(kube.EtcdClusterGVR).Namespace(alertsNS).Create(ctx, gone, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	token := w.Token(t, "etcd-recovery-toolkit")
+	token := w.Token(t, "etcd-recovery-exporter")
 	sa := w.Kube(t, token)
 
 	// Two age keys: backups are encrypted to "locked", the toolkit mounts

@@ -54,7 +54,7 @@ func TestExporter(t *testing.T) {
 		kubetest.PerClusterAccess(t, a, exporterNS, c.Name)
 		testenv.PutKeys(t, c.Etcd.Client(t), "/registry/k", 200, 256)
 	}
-	token := w.Token(t, "etcd-recovery-toolkit")
+	token := w.Token(t, "etcd-recovery-exporter")
 	sa := w.Kube(t, token)
 	st := testfix.Store(t, m, bucket)
 	layout := catalog.Layout{Prefix: prefix}
