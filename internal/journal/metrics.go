@@ -87,13 +87,13 @@ type Metrics struct {
 }
 
 type clusterMetrics struct {
-	running      bool
-	reached      int64 // the last revision the capture holds
-	clusterRev   int64 // the cluster's newest revision its watch reported
-	behindSince  time.Time
-	lastSegment  time.Time
-	beat         time.Time // the capture's loop last turned
-	waiting      bool      // waiting for budget: a bounded wait, alive
+	running     bool
+	reached     int64 // the last revision the capture holds
+	clusterRev  int64 // the cluster's newest revision its watch reported
+	behindSince time.Time
+	lastSegment time.Time
+	beat        time.Time // the capture's loop last turned
+	waiting     bool      // waiting for budget: a bounded wait, alive
 	// unstored is when the oldest segment not stored yet was first
 	// tried (zero: none). Only a stored segment clears it: an upload
 	// given up and the capture's restart keep it, since the revisions
