@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -58,6 +59,23 @@ func TestDashboardLint(t *testing.T) {
 		}},
 		{"outside the grid", "not inside the 24 columns", func(d *dashtest.Dashboard) { d.Panels[1].GridPos.X = 25 - d.Panels[1].GridPos.W }},
 		{"overlap", "overlaps panel", func(d *dashtest.Dashboard) { d.Panels[2].GridPos = d.Panels[1].GridPos }},
+		{"no thresholds", "no thresholds", func(d *dashtest.Dashboard) { d.Panels[1].FieldConfig.Defaults.Thresholds = nil }},
+		{"thresholds without red", "without a red step", func(d *dashtest.Dashboard) {
+			th := *d.Panels[1].FieldConfig.Defaults.Thresholds
+			th.Steps = slices.Clone(th.Steps)
+			for i := range th.Steps {
+				th.Steps[i].Color = "green"
+			}
+			d.Panels[1].FieldConfig.Defaults.Thresholds = &th
+		}},
+		{"thresholds not ascending", "not above step", func(d *dashtest.Dashboard) {
+			th := *d.Panels[1].FieldConfig.Defaults.Thresholds
+			th.Steps = append(slices.Clone(th.Steps), th.Steps[len(th.Steps)-1])
+			d.Panels[1].FieldConfig.Defaults.Thresholds = &th
+		}},
+		{"green zero fallback", "a green 0 with every exporter gone", func(d *dashtest.Dashboard) {
+			d.Panels[1].Targets[0].Expr += " or vector(0)"
+		}},
 	}
 	for _, p := range planted {
 		c, err := dashtest.Decode(raw)
@@ -248,5 +266,97 @@ func TestDashboardQueries(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDashboardZeroNotEmpty: on a fleet where every drill and proof
+// failed, the coverage gauges show 0, not No data; a namespace whose
+// exporter target is gone while its journal's is scraped shows 0 in
+// "Exporters up", "Journal leaders" and "Journal captures" rather than
+// vanishing, and is in the namespace variable; a stat's 0 fallback
+// ("Damaged backups") needs an exporter of the namespace up: 0 with
+// one, nothing (No data) with none, never a green 0. Run by `promtool
+// test rules` (promql_expr_test) on each panel's own query.
+func TestDashboardZeroNotEmpty(t *testing.T) {
+	t.Parallel()
+	d, _ := dashtest.Load(t, kubetest.DeployPath(t, dashboardFile))
+	byTitle := map[string]string{}
+	for _, q := range d.Queries() {
+		byTitle[q.Panel.Title+"/"+q.RefID] = q.Expr
+	}
+	vq, err := d.VariableQueries()
+	if err != nil || len(vq) != 1 {
+		t.Fatalf("deploy/%s: variable queries %v: %v", dashboardFile, vq, err)
+	}
+	const (
+		exp = `job="etcd-recovery-metrics",instance="10.0.0.1:9090"`
+		jnl = `job="etcd-journal-metrics",instance="10.0.0.2:9091"`
+	)
+	series := []promInput{
+		// kubx-etcd-01: exporter up, two clusters, every drill and proof
+		// failed or 30 h old; its journal leads.
+		{`up{` + exp + `,namespace="kubx-etcd-01"}`, "1x30"},
+		{`etcd_recovery_cluster_info{` + exp + `,namespace="kubx-etcd-01",cluster="etcd-a"}`, "1x30"},
+		{`etcd_recovery_cluster_info{` + exp + `,namespace="kubx-etcd-01",cluster="etcd-b"}`, "1x30"},
+		{`etcd_recovery_drill_last_pass_timestamp_seconds{` + exp + `,namespace="kubx-etcd-01",cluster="etcd-a"}`, "0x30"},
+		{`etcd_recovery_drill_last_result{` + exp + `,namespace="kubx-etcd-01",cluster="etcd-a"}`, "0x30"},
+		{`etcd_recovery_drill_last_result{` + exp + `,namespace="kubx-etcd-01",cluster="etcd-b"}`, "0x30"},
+		{`etcd_recovery_journal_last_received_timestamp_seconds{` + exp + `,namespace="kubx-etcd-01",cluster="etcd-a"}`, "0+3600x30"},
+		{`etcd_recovery_journal_last_received_timestamp_seconds{` + exp + `,namespace="kubx-etcd-01",cluster="etcd-b"}`, "0+3600x30"},
+		{`etcd_recovery_journal_proof_timestamp_seconds{` + exp + `,namespace="kubx-etcd-01",cluster="etcd-a"}`, "0+3600x30"},
+		{`etcd_recovery_journal_proof_failed{` + exp + `,namespace="kubx-etcd-01",cluster="etcd-a"}`, "1x30"},
+		{`up{` + jnl + `,namespace="kubx-etcd-01"}`, "1x30"},
+		{`etcd_recovery_journal_leader{` + jnl + `,namespace="kubx-etcd-01",identity="j-a_1"}`, "1x30"},
+		{`etcd_recovery_journal_captures{` + jnl + `,namespace="kubx-etcd-01"}`, "2x30"},
+		// kubx-etcd-02: the exporter's target gone (no up series), the
+		// journal's scraped and following only.
+		{`up{` + jnl + `,namespace="kubx-etcd-02"}`, "1x30"},
+		{`etcd_recovery_journal_leader{` + jnl + `,namespace="kubx-etcd-02",identity="j-b_1"}`, "0x30"},
+		{`etcd_recovery_journal_captures{` + jnl + `,namespace="kubx-etcd-02"}`, "0x30"},
+	}
+	type sample struct {
+		Labels string  `json:"labels"`
+		Value  float64 `json:"value"`
+	}
+	type exprTest struct {
+		Expr       string   `json:"expr"`
+		EvalTime   string   `json:"eval_time"`
+		ExpSamples []sample `json:"exp_samples"`
+	}
+	query := func(key string) string {
+		t.Helper()
+		e, ok := byTitle[key]
+		if !ok {
+			t.Fatalf("deploy/%s: no panel query %q", dashboardFile, key)
+		}
+		return e
+	}
+	ns01, both := "kubx-etcd-01", "kubx-etcd-0[1-3]"
+	cases := []exprTest{
+		{dashtest.Substitute(query("Drill coverage (passed within 26 h)/A"), ns01), "30h", []sample{{"{}", 0}}},
+		{dashtest.Substitute(query("Proof coverage (passed within 26 h)/A"), ns01), "30h", []sample{{"{}", 0}}},
+		{dashtest.Substitute(query("Exporters up/A"), both), "30h", []sample{{`{namespace="kubx-etcd-01"}`, 1}, {`{namespace="kubx-etcd-02"}`, 0}}},
+		{dashtest.Substitute(query("Journal leaders/A"), both), "30h", []sample{{`{namespace="kubx-etcd-01"}`, 1}, {`{namespace="kubx-etcd-02"}`, 0}}},
+		{dashtest.Substitute(query("Journal captures/A"), both), "30h", []sample{{`{namespace="kubx-etcd-01"}`, 2}, {`{namespace="kubx-etcd-02"}`, 0}}},
+		{dashtest.Substitute(query("Damaged backups/A"), ns01), "30h", []sample{{"{}", 0}}},
+		{dashtest.Substitute(query("Damaged backups/A"), "kubx-etcd-02"), "30h", nil},
+		{vq[0].Expr, "30h", []sample{{`{namespace="kubx-etcd-01"}`, 2}, {`{namespace="kubx-etcd-02"}`, 1}}},
+	}
+	test, err := yaml.Marshal(map[string]any{
+		"rule_files": []string{}, "evaluation_interval": "1h",
+		"tests": []any{map[string]any{
+			"name": "zeros, not empty", "interval": "1h",
+			"input_series": series, "promql_expr_test": cases,
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "zero_test.yml"), test, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := promtool(t, dir, "test", "rules", "zero_test.yml"); err != nil {
+		t.Fatalf("promtool test rules: %v\n%s\n%s", err, out, test)
 	}
 }

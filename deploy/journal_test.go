@@ -328,11 +328,13 @@ type lockedBuffer = testfix.SyncBuffer
 
 // TestJournalAvailability: the journal Deployment is a first-class
 // citizen. Its container serves /metrics, /healthz and /livez on port
-// 9091 named metrics (journal --listen :9091), readiness asks /healthz
-// and liveness /livez there; its two replicas never share a node
-// (required anti-affinity on the hostname, selecting its own pods) and a
-// rollout replaces one at a time without a surge pod (which that
-// anti-affinity would leave Pending on two nodes); a
+// 9091 named metrics (journal --listen :9091), readiness asks /metrics
+// (the process serves; never /healthz, the store's health, which during
+// a COS outage would block drains through the PDB and drop the pods from
+// the metrics Service) and liveness /livez there; its two replicas never
+// share a node (required anti-affinity on the hostname, selecting its own
+// pods) and a rollout replaces one at a time without a surge pod (which
+// that anti-affinity would leave Pending on two nodes); a
 // PodDisruptionBudget lets at most one of them go at a time; a Service
 // selects them on that port, and a ServiceMonitor selects the Service.
 func TestJournalAvailability(t *testing.T) {
@@ -350,7 +352,7 @@ func TestJournalAvailability(t *testing.T) {
 	for what, p := range map[string]struct {
 		probe *corev1.Probe
 		path  string
-	}{"readiness": {c.ReadinessProbe, "/healthz"}, "liveness": {c.LivenessProbe, "/livez"}} {
+	}{"readiness": {c.ReadinessProbe, "/metrics"}, "liveness": {c.LivenessProbe, "/livez"}} {
 		if p.probe == nil || p.probe.HTTPGet == nil || p.probe.HTTPGet.Path != p.path || p.probe.HTTPGet.Port.String() != "metrics" {
 			t.Errorf("%s probe %+v: want httpGet %s on port metrics", what, p.probe, p.path)
 		}

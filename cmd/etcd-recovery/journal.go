@@ -79,7 +79,7 @@ func journalCommand(g *globalOpts) *cli.Command {
 			journalRetentionFlag(&o.journalRetention),
 			&cli.StringFlag{Name: "listen", Usage: listenUsage, Destination: &o.listen},
 			&cli.DurationFlag{Name: "unready-after", Value: journal.DefaultUnreadyAfter, Destination: &o.unreadyAfter,
-				Usage: "with --listen: /healthz fails once a cluster's segment has stayed unstored this long (uploads failing, the store frozen); a follower waiting for the Lease is ready"},
+				Usage: "with --listen: /healthz fails once a cluster's segment has stayed unstored this long (uploads failing, the store frozen), until a segment is stored; a follower waiting for the Lease is ready"},
 		}, o.encryption.flags(), o.policy.flags(), o.lock.flags(), o.leader.flags()),
 		Action:      func(c *cli.Context) error { return runJournal(c, g, o) },
 		Subcommands: []*cli.Command{journalFindCommand(g), journalProveCommand(g)},

@@ -87,8 +87,10 @@ next:
 // --leader-elect) with its identity, and the memory budget is exported;
 // both probes answer 200. Then the store freezes (SIGSTOP) while writes
 // go on: /healthz fails within --unready-after (3 s) plus a segment
-// interval, naming the cluster, while /livez stays 200; once the store
-// thaws, /healthz is 200 again.
+// interval, naming the cluster, while /livez and /metrics (the
+// Deployment's readiness probe) stay 200 and /metrics carries the
+// unstored segment's time; once the store thaws, /healthz is 200 again
+// and that series is gone.
 func TestJournalListen(t *testing.T) {
 	t.Parallel()
 	ctx := testfix.Context(t, 2*time.Minute)
@@ -189,12 +191,26 @@ func TestJournalListen(t *testing.T) {
 			t.Fatalf("GET /healthz %v after the store froze: %d %s, want 503 naming j1 (--unready-after 3s)", time.Since(frozen), code, b)
 		}
 	}
+	// /healthz is the store's health, not readiness: /metrics (the
+	// Deployment's readiness probe) still answers, and says the same in
+	// the unstored-since series, the capture running.
+	mfs, body = journalScrape(t, base)
+	if v, ok := metricValue(mfs, journal.NameJournalUnstoredSince, "cluster", "j1"); !ok || v < float64(frozen.Add(-5*time.Second).Unix()) || v > float64(time.Now().Unix()) {
+		t.Errorf("store frozen, /healthz 503: %s{cluster=j1} = %v (present %v), want the time the unstored segment was first tried, after %v (5 s of slack):\n%s", journal.NameJournalUnstoredSince, v, ok, frozen, body)
+	}
+	if v, ok := metricValue(mfs, journal.NameJournalCaptureRunning, "cluster", "j1"); !ok || v != 1 {
+		t.Errorf("store frozen: %s{cluster=j1} = %v (present %v), want 1", journal.NameJournalCaptureRunning, v, ok)
+	}
 	m.Thaw()
 	thawed := time.Now()
 	for ; ; time.Sleep(200 * time.Millisecond) {
 		code, b := journalGet(t, base+"/healthz")
 		if code == http.StatusOK {
 			t.Logf("/healthz 200 again %v after the store thawed", time.Since(thawed).Round(time.Millisecond))
+			mfs, body = journalScrape(t, base)
+			if v, ok := metricValue(mfs, journal.NameJournalUnstoredSince, "cluster", "j1"); ok {
+				t.Errorf("a segment stored, /healthz 200: %s{cluster=j1} = %v, want absent:\n%s", journal.NameJournalUnstoredSince, v, body)
+			}
 			break
 		}
 		if time.Since(thawed) > 45*time.Second {

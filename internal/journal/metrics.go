@@ -30,6 +30,8 @@ const (
 	NameJournalSegmentEvents   = "etcd_recovery_journal_segment_events"
 	NameJournalBudgetUsedBytes = "etcd_recovery_journal_memory_budget_used_bytes"
 	NameJournalBudgetBytes     = "etcd_recovery_journal_memory_budget_bytes"
+	NameJournalCaptureRunning  = "etcd_recovery_journal_capture_running"
+	NameJournalUnstoredSince   = "etcd_recovery_journal_unstored_since_timestamp_seconds"
 )
 
 // Defaults of the probes: DefaultUnreadyAfter is how long a segment may
@@ -55,6 +57,10 @@ var (
 		"Revisions the captures of this process still have to catch up, summed over clusters (etcd_recovery_journal_watch_lag_revisions).", nil, nil)
 	descLastSegment = prometheus.NewDesc(NameJournalLastSegment,
 		"Time (unix seconds) this process last stored a segment of the cluster.", []string{"cluster"}, nil)
+	descRunning = prometheus.NewDesc(NameJournalCaptureRunning,
+		"1 while the cluster's capture runs in this process, 0 once it stopped (its watch-lag series are then withdrawn: a stopped capture has no lag to report).", []string{"cluster"}, nil)
+	descUnstoredSince = prometheus.NewDesc(NameJournalUnstoredSince,
+		"Time (unix seconds) the oldest segment of the cluster not stored yet was first tried; absent while every segment is stored. Kept across a capture's restarts (an upload given up after FrozenAfter) until a segment is stored.", []string{"cluster"}, nil)
 	descBudgetUsed = prometheus.NewDesc(NameJournalBudgetUsedBytes,
 		"Bytes of the memory budget (--memory-budget) the captures hold now.", nil, nil)
 	descBudget = prometheus.NewDesc(NameJournalBudgetBytes,
@@ -81,15 +87,21 @@ type Metrics struct {
 }
 
 type clusterMetrics struct {
-	running      bool
-	reached      int64 // the last revision the capture holds
-	clusterRev   int64 // the cluster's newest revision its watch reported
-	behindSince  time.Time
-	lastSegment  time.Time
-	beat         time.Time // the capture's loop last turned
-	waiting      bool      // waiting for budget: a bounded wait, alive
-	uploadingSet bool
-	uploading    time.Time // the oldest segment not stored yet was first tried
+	running     bool
+	reached     int64 // the last revision the capture holds
+	clusterRev  int64 // the cluster's newest revision its watch reported
+	behindSince time.Time
+	lastSegment time.Time
+	beat        time.Time // the capture's loop last turned
+	waiting     bool      // waiting for budget: a bounded wait, alive
+	// unstored is when the oldest segment not stored yet was first
+	// tried (zero: none). Only a stored segment clears it: an upload
+	// given up and the capture's restart keep it, since the revisions
+	// that segment held are still in no segment.
+	unstored time.Time
+	// uploading is when the upload in progress began (the duration
+	// histogram's start).
+	uploading time.Time
 }
 
 // MetricsOptions configure NewMetrics.
@@ -136,7 +148,7 @@ func NewMetrics(o MetricsOptions) *Metrics {
 
 // Describe implements prometheus.Collector (the gauges read at scrape).
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descLeader, descCaptures, descLagRevisions, descLagSeconds, descBacklog, descLastSegment, descBudgetUsed, descBudget} {
+	for _, d := range []*prometheus.Desc{descLeader, descCaptures, descLagRevisions, descLagSeconds, descBacklog, descLastSegment, descRunning, descUnstoredSince, descBudgetUsed, descBudget} {
 		ch <- d
 	}
 }
@@ -149,13 +161,17 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descLeader, prometheus.GaugeValue, b2f(m.leading), m.identity)
 	var running, backlog int64
 	for id, c := range m.clusters {
+		ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, b2f(c.running), id)
 		if c.running {
 			running++
+			lag, secs := c.lag(now)
+			backlog += lag
+			ch <- prometheus.MustNewConstMetric(descLagRevisions, prometheus.GaugeValue, float64(lag), id)
+			ch <- prometheus.MustNewConstMetric(descLagSeconds, prometheus.GaugeValue, secs, id)
 		}
-		lag, secs := c.lag(now)
-		backlog += lag
-		ch <- prometheus.MustNewConstMetric(descLagRevisions, prometheus.GaugeValue, float64(lag), id)
-		ch <- prometheus.MustNewConstMetric(descLagSeconds, prometheus.GaugeValue, secs, id)
+		if !c.unstored.IsZero() {
+			ch <- prometheus.MustNewConstMetric(descUnstoredSince, prometheus.GaugeValue, float64(c.unstored.UnixMilli())/1e3, id)
+		}
 		if !c.lastSegment.IsZero() {
 			ch <- prometheus.MustNewConstMetric(descLastSegment, prometheus.GaugeValue, float64(c.lastSegment.UnixMilli())/1e3, id)
 		}
@@ -232,7 +248,7 @@ func (m *Metrics) update(id string, f func(c *clusterMetrics, now time.Time)) {
 // captureRunning: a capture of the cluster starts (true) or ended.
 func (m *Metrics) captureRunning(id string, running bool, reached int64) {
 	m.update(id, func(c *clusterMetrics, now time.Time) {
-		c.running, c.beat, c.waiting, c.uploadingSet = running, now, false, false
+		c.running, c.beat, c.waiting = running, now, false
 		if running {
 			c.reached = reached
 			c.noteLag(now)
@@ -273,9 +289,9 @@ func (c *clusterMetrics) noteLag(now time.Time) {
 // uploadStarted: a segment's first upload attempt begins.
 func (m *Metrics) uploadStarted(id string) {
 	m.update(id, func(c *clusterMetrics, now time.Time) {
-		c.beat = now
-		if !c.uploadingSet {
-			c.uploading, c.uploadingSet = now, true
+		c.beat, c.uploading = now, now
+		if c.unstored.IsZero() {
+			c.unstored = now
 		}
 	})
 }
@@ -297,9 +313,9 @@ func (m *Metrics) uploadEnded(id string, info *SegmentInfo, events int) {
 	var took time.Duration
 	m.update(id, func(c *clusterMetrics, now time.Time) {
 		took = now.Sub(c.uploading)
-		c.uploadingSet, c.beat = false, now
+		c.beat = now
 		if info != nil {
-			c.lastSegment = now
+			c.lastSegment, c.unstored = now, time.Time{}
 		}
 	})
 	if info != nil {
@@ -330,7 +346,13 @@ func (m *Metrics) Live() error {
 
 // Ready is /healthz: nil for a follower waiting for the Lease, and for a
 // leader while no cluster's segment has stayed unstored (its uploads
-// failing or hanging) for longer than UnreadyAfter.
+// failing or hanging) for longer than UnreadyAfter. An upload given up
+// after FrozenAfter, and the capture's end and restart, do not make it
+// ready again: only a segment stored does (or the cluster forgotten).
+// It is the store's health, for SREs and alerts; the Deployment's
+// readiness probe does not ask it (a COS outage must neither block node
+// drains through the PodDisruptionBudget nor drop the pod from its
+// metrics Service).
 func (m *Metrics) Ready() error {
 	now := m.now()
 	m.mu.Lock()
@@ -343,8 +365,8 @@ func (m *Metrics) Ready() error {
 	}
 	var failing []string
 	for id, c := range m.clusters {
-		if c.running && c.uploadingSet && now.Sub(c.uploading) > m.unreadyAfter {
-			failing = append(failing, fmt.Sprintf("%s (for %s)", id, now.Sub(c.uploading).Round(time.Second)))
+		if !c.unstored.IsZero() && now.Sub(c.unstored) > m.unreadyAfter {
+			failing = append(failing, fmt.Sprintf("%s (for %s)", id, now.Sub(c.unstored).Round(time.Second)))
 		}
 	}
 	if len(failing) > 0 {

@@ -89,12 +89,24 @@ func TestMetricsRules(t *testing.T) {
 		t.Errorf("the capture ended: %v, want live", err)
 	}
 
-	// Series: the leader with its identity; a forgotten cluster has none.
-	if n := testutil.CollectAndCount(m, NameJournalLagRevisions); n != 1 {
-		t.Errorf("%d lag series, want 1", n)
+	// Series: a stopped capture has no lag series (a dead capture must
+	// not show lag 0) and is marked not running; the leader with its
+	// identity; a forgotten cluster has none.
+	if n := testutil.CollectAndCount(m, NameJournalLagRevisions, NameJournalLagSeconds); n != 0 {
+		t.Errorf("%d lag series of a stopped capture, want 0", n)
+	}
+	if got := gathered(t, m, NameJournalCaptureRunning, "c1"); got != 0 {
+		t.Errorf("%s{cluster=c1} = %v once stopped, want 0", NameJournalCaptureRunning, got)
+	}
+	m.captureRunning("c1", true, 150)
+	if n := testutil.CollectAndCount(m, NameJournalLagRevisions, NameJournalLagSeconds); n != 2 {
+		t.Errorf("%d lag series of a running capture, want 2", n)
+	}
+	if got := gathered(t, m, NameJournalCaptureRunning, "c1"); got != 1 {
+		t.Errorf("%s{cluster=c1} = %v while running, want 1", NameJournalCaptureRunning, got)
 	}
 	m.Forget("c1")
-	if n := testutil.CollectAndCount(m, NameJournalLagRevisions, NameJournalLastSegment); n != 0 {
+	if n := testutil.CollectAndCount(m, NameJournalLagRevisions, NameJournalLastSegment, NameJournalCaptureRunning, NameJournalUnstoredSince); n != 0 {
 		t.Errorf("%d series of a forgotten cluster", n)
 	}
 	if got := gathered(t, m, NameJournalLeader, "pod-a_1"); got != 1 {
@@ -121,4 +133,51 @@ func gathered(t *testing.T, m *Metrics, name, label string) float64 {
 		}
 	}
 	return -1
+}
+
+// TestMetricsReadyStoreDownPastFrozenAfter: the store stays down longer
+// than FrozenAfter, three times over, on the test's clock, with the calls
+// the capture makes (capture.go: upload, its give-up, the capture's end
+// and restart): /healthz stays unready from UnreadyAfter after the first
+// attempt on, through every give-up and restart, and the unstored-since
+// gauge keeps the first attempt's time; the first segment stored makes it
+// ready and withdraws the gauge.
+func TestMetricsReadyStoreDownPastFrozenAfter(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(2_000_000, 0)
+	m := NewMetrics(MetricsOptions{Identity: "a", Elected: true, Now: func() time.Time { return now }})
+	m.SetLeading(true)
+	first := now
+	m.captureRunning("c1", true, 100)
+	for cycle := range 3 {
+		m.uploadStarted("c1")
+		now = now.Add(DefaultUnreadyAfter + time.Second)
+		if err := m.Ready(); err == nil || !strings.Contains(err.Error(), "c1") {
+			t.Errorf("cycle %d, %s into the upload: Ready %v, want an error naming c1", cycle, DefaultUnreadyAfter+time.Second, err)
+		}
+		now = now.Add(DefaultFrozenAfter - DefaultUnreadyAfter) // the upload gives up
+		m.uploadFailed("c1")
+		m.uploadEnded("c1", nil, 0)
+		m.captureRunning("c1", false, 0)
+		if err := m.Ready(); err == nil || !strings.Contains(err.Error(), "c1") {
+			t.Errorf("cycle %d, the upload given up (store still down): Ready %v, want an error naming c1", cycle, err)
+		}
+		now = now.Add(time.Minute) // the restart's backoff
+		m.captureRunning("c1", true, 100)
+		if err := m.Ready(); err == nil || !strings.Contains(err.Error(), "c1") {
+			t.Errorf("cycle %d, the capture restarted, nothing stored: Ready %v, want an error naming c1", cycle, err)
+		}
+		if got := gathered(t, m, NameJournalUnstoredSince, "c1"); got != float64(first.Unix()) {
+			t.Errorf("cycle %d: %s = %v, want the first attempt's %d", cycle, NameJournalUnstoredSince, got, first.Unix())
+		}
+	}
+	m.uploadStarted("c1")
+	now = now.Add(time.Second)
+	m.uploadEnded("c1", &SegmentInfo{Size: 1}, 1)
+	if err := m.Ready(); err != nil {
+		t.Errorf("a segment stored: Ready %v, want nil", err)
+	}
+	if got := gathered(t, m, NameJournalUnstoredSince, "c1"); got != -1 {
+		t.Errorf("a segment stored: %s = %v, want absent", NameJournalUnstoredSince, got)
+	}
 }

@@ -31,14 +31,37 @@ type Dashboard struct {
 // Panel is a panel, or a row (Type "row", whose Panels are its collapsed
 // panels).
 type Panel struct {
-	ID         int         `json:"id"`
-	Type       string      `json:"type"`
-	Title      string      `json:"title"`
-	Datasource *Datasource `json:"datasource"`
-	GridPos    GridPos     `json:"gridPos"`
-	Targets    []Target    `json:"targets"`
-	Panels     []Panel     `json:"panels"`
+	ID          int         `json:"id"`
+	Type        string      `json:"type"`
+	Title       string      `json:"title"`
+	Datasource  *Datasource `json:"datasource"`
+	GridPos     GridPos     `json:"gridPos"`
+	Targets     []Target    `json:"targets"`
+	Panels      []Panel     `json:"panels"`
+	FieldConfig struct {
+		Defaults struct {
+			Thresholds *Thresholds `json:"thresholds"`
+		} `json:"defaults"`
+	} `json:"fieldConfig"`
 }
+
+// Thresholds are a panel's colour steps: the first (value null) applies
+// below the second's value, and so on.
+type Thresholds struct {
+	Mode  string `json:"mode"`
+	Steps []struct {
+		Color string   `json:"color"`
+		Value *float64 `json:"value"`
+	} `json:"steps"`
+}
+
+// ThresholdPanelTypes are the panel types whose colour says good or bad:
+// each must set thresholds with a red step (bad) and a green one (good).
+var ThresholdPanelTypes = []string{"stat", "gauge", "bargauge", "timeseries"}
+
+// thresholdColors are the colours a step may have: green good, orange
+// or yellow a warning, red bad.
+var thresholdColors = []string{"green", "yellow", "orange", "red"}
 
 // Datasource is a panel's or a target's data source reference.
 type Datasource struct {
@@ -266,6 +289,9 @@ func Lint(d *Dashboard) []error {
 		if p.Datasource == nil || p.Datasource.UID != DatasourceRef {
 			errf("%s: datasource %+v, want uid %s", where, p.Datasource, DatasourceRef)
 		}
+		if slices.Contains(ThresholdPanelTypes, p.Type) {
+			lintThresholds(where, p.FieldConfig.Defaults.Thresholds, errf)
+		}
 		if len(p.Targets) == 0 {
 			errf("%s: no target", where)
 		}
@@ -278,6 +304,9 @@ func Lint(d *Dashboard) []error {
 			if strings.TrimSpace(t.Expr) == "" {
 				errf("%s: target %s has an empty expr", where, t.RefID)
 			}
+			if strings.HasSuffix(strings.TrimSpace(t.Expr), orZero) {
+				errf("%s: target %s falls back to %q: a green 0 with every exporter gone; use%s", where, t.RefID, strings.TrimSpace(orZero), OrExporterZero)
+			}
 			if t.Datasource != nil && t.Datasource.UID != DatasourceRef {
 				errf("%s: target %s: datasource %+v, want uid %s", where, t.RefID, t.Datasource, DatasourceRef)
 			}
@@ -285,6 +314,39 @@ func Lint(d *Dashboard) []error {
 		}
 	}
 	return errs
+}
+
+// lintThresholds: absolute (or percentage) thresholds of at least two
+// steps, the first with value null and the others ascending, each of
+// green, yellow, orange or red, with a red step and a green one: Grafana's
+// default (green, red from 80) on a count or an age is never meant.
+func lintThresholds(where string, th *Thresholds, errf func(string, ...any)) {
+	if th == nil || len(th.Steps) < 2 {
+		errf("%s: no thresholds (at least 2 steps, bad = red, good = green)", where)
+		return
+	}
+	if th.Mode != "absolute" && th.Mode != "percentage" {
+		errf("%s: thresholds mode %q, want absolute or percentage", where, th.Mode)
+	}
+	var red, green bool
+	for i, st := range th.Steps {
+		switch {
+		case i == 0 && st.Value != nil:
+			errf("%s: threshold step 0 has value %v, want null (the base)", where, *st.Value)
+		case i > 0 && st.Value == nil:
+			errf("%s: threshold step %d has no value", where, i)
+		case i > 1 && th.Steps[i-1].Value != nil && *st.Value <= *th.Steps[i-1].Value:
+			errf("%s: threshold step %d (%v) not above step %d", where, i, *st.Value, i-1)
+		}
+		if !slices.Contains(thresholdColors, st.Color) {
+			errf("%s: threshold step %d colour %q, want one of %v", where, i, st.Color, thresholdColors)
+		}
+		red = red || st.Color == "red"
+		green = green || st.Color == "green"
+	}
+	if !red || !green {
+		errf("%s: thresholds without a red step (bad) and a green one (good)", where)
+	}
 }
 
 // Substitutions replace Grafana's variables in a query with what
@@ -300,16 +362,23 @@ func Substitute(expr, namespaceRE string) string {
 	return r.Replace(expr)
 }
 
-// orZero is the fallback a stat panel appends so that it shows 0 rather
-// than "No data"; the query before it must return something in the test
-// series on its own.
-const orZero = " or vector(0)"
+// The fallbacks a stat panel appends so that it shows 0 rather than "No
+// data"; the query before it must return something in the test series
+// on its own. OrExporterZero is 0 only while an exporter of the selected
+// namespaces is up: with none, No data, never a green 0.
+const (
+	orZero         = " or vector(0)"
+	OrExporterZero = ` or (count(up{job=~".*etcd-recovery.*",namespace=~"$namespace"} == 1) * 0)`
+)
 
 // Checked is the query a test evaluates: Substitute's result without a
-// trailing "or vector(0)".
+// trailing fallback (orZero, OrExporterZero).
 func Checked(expr, namespaceRE string) string {
-	e := strings.TrimSpace(Substitute(expr, namespaceRE))
-	return strings.TrimSpace(strings.TrimSuffix(e, orZero))
+	e := strings.TrimSpace(expr)
+	for _, f := range []string{orZero, OrExporterZero} {
+		e = strings.TrimSpace(strings.TrimSuffix(e, f))
+	}
+	return strings.TrimSpace(Substitute(e, namespaceRE))
 }
 
 // AbsentRules is a Prometheus rule file with one alerting rule per query,
