@@ -125,21 +125,46 @@ func TestServiceMonitorScrapesTheExporter(t *testing.T) {
 	if sm.Spec.JobLabel != "" {
 		job = svc.Labels[sm.Spec.JobLabel]
 	}
+	// The journal's job: its Service's name (its ServiceMonitor has no
+	// jobLabel either). Every selector picks exactly one of the two jobs,
+	// the journal's in the journal process's group, the exporter's
+	// elsewhere: an exporter alert that also counted the journal's
+	// targets (or the reverse) would hide one behind the other.
+	var jsvc corev1.Service
+	decodeOne(t, "56-journal-metrics-service.yaml", "Service", &jsvc)
+	var jsm serviceMonitor
+	decodeOne(t, "monitoring/journal-servicemonitor.yaml", "ServiceMonitor", &jsm)
+	journalJob := jsvc.Name
+	if jsm.Spec.JobLabel != "" {
+		journalJob = jsvc.Labels[jsm.Spec.JobLabel]
+	}
 	_, groups := alertRules(t)
 	re := regexp.MustCompile(`job=~?"([^"]*)"`)
-	n := 0
+	n, nj := 0, 0
 	for _, g := range groups {
+		want, other := job, journalJob
+		if strings.Contains(g.Name, "journal-process") {
+			want, other = journalJob, job
+		}
 		for _, r := range g.Rules {
 			for _, m := range re.FindAllStringSubmatch(r.Expr, -1) {
-				n++
-				if !regexp.MustCompile("^(?:" + m[1] + ")$").MatchString(job) {
-					t.Errorf("alert %s selects job %q; the ServiceMonitor's job is %q", r.Alert, m[1], job)
+				sel := regexp.MustCompile("^(?:" + m[1] + ")$")
+				if want == journalJob {
+					nj++
+				} else {
+					n++
+				}
+				if !sel.MatchString(want) || sel.MatchString(other) {
+					t.Errorf("alert %s (group %s) selects job %q: want the job %q only, not %q", r.Alert, g.Name, m[1], want, other)
 				}
 			}
 		}
 	}
 	if n == 0 {
 		t.Errorf("no alert selects the exporter's job: EtcdRecoveryExporterDown went missing?")
+	}
+	if nj == 0 {
+		t.Errorf("no alert selects the journal's job %q: EtcdJournalLeadersNotOne went missing?", journalJob)
 	}
 }
 
