@@ -446,9 +446,9 @@ func TestExporterAlerts(t *testing.T) {
 	})
 
 	t.Run("ListingFailsKeepsClusters", func(t *testing.T) {
-		// The toolkit may no longer list EtcdClusters: the refresh keeps
+		// The exporter may no longer list EtcdClusters: the refresh keeps
 		// the clusters it knew (etcd-live stays, etcd-gone stays an orphan).
-		if err := admin.RbacV1().RoleBindings(alertsNS).Delete(ctx, "etcd-recovery-backup", metav1.DeleteOptions{}); err != nil {
+		if err := admin.RbacV1().RoleBindings(alertsNS).Delete(ctx, "etcd-recovery-exporter", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		var err error
