@@ -71,7 +71,11 @@ func findEtcd(ctx context.Context, binDir, serverVersion string) (string, string
 	}
 	vctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(vctx, path, "--version").Output()
+	cmd := exec.CommandContext(vctx, path, "--version")
+	// The deadline kills the process it started; a wrapper script's child
+	// that still holds stdout must not hold the caller past it.
+	cmd.WaitDelay = time.Second
+	out, err := cmd.Output()
 	if err != nil {
 		return "", "", fmt.Errorf("%s --version: %w", path, err)
 	}

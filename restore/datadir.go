@@ -76,13 +76,29 @@ type parsedCluster struct {
 // initialClusterForm is what --initial-cluster takes, for its errors.
 const initialClusterForm = "want name=https://host:2380[,name=https://host:2380...], as etcd's --initial-cluster"
 
+// redactPeer hides whatever stands between "://" and the last "@" of an
+// --initial-cluster entry or peer URL: a peer URL holds no user info, so
+// anything there is a credential, even one with "/", "?" or "#" in it
+// (which etcdconn.RedactUserInfo, reading a well-formed URL, would take
+// for the path).
+func redactPeer(v string) string {
+	scheme, rest, ok := strings.Cut(v, "://")
+	if !ok {
+		return etcdconn.RedactUserInfo(v)
+	}
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		return scheme + "://REDACTED" + rest[at:]
+	}
+	return v
+}
+
 // checkInitialClusterEntries checks each comma-separated entry of
 // --initial-cluster, so that a mistake is named by its entry and what is
 // wrong with it, not by the URL parser's raw error: name=URL, the URL
 // http(s)://host:port with nothing after the port.
 func checkInitialClusterEntries(s string) error {
 	for i, raw := range strings.Split(s, ",") {
-		entry := etcdconn.RedactUserInfo(strings.TrimSpace(raw))
+		entry := redactPeer(strings.TrimSpace(raw))
 		bad := func(why string) error {
 			return fmt.Errorf("--initial-cluster: entry %d %q: %s; %s", i+1, entry, why, initialClusterForm)
 		}
@@ -97,7 +113,7 @@ func checkInitialClusterEntries(s string) error {
 		case peer == "":
 			return bad("no peer URL after \"=\"")
 		}
-		shown := etcdconn.RedactUserInfo(peer)
+		shown := redactPeer(peer)
 		scheme, rest, ok := strings.Cut(peer, "://")
 		if !ok {
 			return bad(fmt.Sprintf("peer URL %q has no scheme (https:// or http://)", shown))

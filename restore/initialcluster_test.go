@@ -28,6 +28,12 @@ func TestInitialClusterErrorsNameTheEntry(t *testing.T) {
 		{"m0=https://10.0.0.1:99999", `port "99999" is not a port`},
 		{"m0=https://10.0.0.1:2380:2380", `is not a URL`},
 		{"m0=https://u:s3cret@10.0.0.1:2380", `entry 1 "m0=https://REDACTED@10.0.0.1:2380": the peer URL holds user info`},
+		// A password with "/", "?" or "#": the URL does not parse, and
+		// the password is still never shown.
+		{"m0=https://admin:s3cret/x@10.0.0.1:2380", `entry 1 "m0=https://REDACTED@10.0.0.1:2380"`},
+		{"m0=https://admin:s3cret?x@10.0.0.1:2380", `entry 1 "m0=https://REDACTED@10.0.0.1:2380"`},
+		{"m0=https://admin:s3cret#x@10.0.0.1:2380", `entry 1 "m0=https://REDACTED@10.0.0.1:2380"`},
+		{"m0=https://10.0.0.1:2380,m1=https://a:b@s3cret/@10.0.0.2", `entry 2 "m1=https://REDACTED@10.0.0.2"`},
 	}
 	for _, tc := range cases {
 		_, err := restore.ValidateTargets(restore.Targets{InitialCluster: tc.ic, DataDirRoot: "/tmp/r"})

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -30,9 +31,15 @@ func positional(c *cli.Context) []string {
 // takeArgs sets the flags given after the positional arguments and
 // records the arguments alone for positional. An unknown flag goes to the
 // command's OnUsageError as the flag package's own error would.
-func takeArgs(c *cli.Context, cmd *cli.Command) error {
+func takeArgs(c *cli.Context, cmd *cli.Command) (err error) {
 	args := c.Args().Slice()
 	var rest []string
+	if dashedFirst(c, args) {
+		// "find -- --log-level": the flag package took the "--" that
+		// stood before every argument; what followed it is positional.
+		c.Context = context.WithValue(c.Context, positionalKey{}, args)
+		return nil
+	}
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		if a == "--" {
@@ -44,6 +51,15 @@ func takeArgs(c *cli.Context, cmd *cli.Command) error {
 			continue
 		}
 		name, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if name == "help" || name == "h" {
+			// As before the argument: the command's help, nothing run.
+			tmpl := cmd.CustomHelpTemplate
+			if tmpl == "" {
+				tmpl = cli.CommandHelpTemplate
+			}
+			cli.HelpPrinter(c.App.Writer, tmpl, cmd)
+			return errHelpShown
+		}
 		f := commandFlag(cmd, name)
 		if f == nil {
 			err := fmt.Errorf("flag provided but not defined: -%s", name)
@@ -69,6 +85,29 @@ func takeArgs(c *cli.Context, cmd *cli.Command) error {
 	}
 	c.Context = context.WithValue(c.Context, positionalKey{}, rest)
 	return nil
+}
+
+// rawArgsKey is the app's Metadata key of the command line as run gave it.
+const rawArgsKey = "etcd-recovery/raw-args"
+
+// errHelpShown: takeArgs printed the command's help (--help after an
+// argument); the action does not run and the command exits 0.
+var errHelpShown = errors.New("help shown")
+
+// dashedFirst reports whether the command line has a "--" that the flag
+// package consumed before args: a "--" whose following words are exactly
+// args (a "--" after an argument stays in args and takeArgs sees it).
+func dashedFirst(c *cli.Context, args []string) bool {
+	raw, _ := c.App.Metadata[rawArgsKey].([]string)
+	if len(args) == 0 || slices.Contains(args, "--") {
+		return false
+	}
+	for i := len(raw) - 1; i >= 0; i-- {
+		if raw[i] == "--" {
+			return slices.Equal(raw[i+1:], args)
+		}
+	}
+	return false
 }
 
 // commandFlag is cmd's flag of that name or alias (nil if none).

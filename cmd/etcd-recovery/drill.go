@@ -51,7 +51,7 @@ func drillCommand(g *globalOpts) *cli.Command {
 			allClusterIDsFlag(&o.allClusterIDs),
 			parallelFlag(&o.parallel, defaultDrillParallel),
 			probeTimeoutFlag(&o.probeTimeout),
-			&cli.DurationFlag{Name: "start-timeout", Usage: "how long a drill waits for its etcd to serve (default 2m plus 1s per 4 MiB of database)", Destination: &o.startTimeout},
+			&cli.DurationFlag{Name: "start-timeout", Usage: "how long a drill waits for its etcd to serve", DefaultText: "2m plus 1s per 4 MiB of database", Destination: &o.startTimeout},
 			noRecordFlag(&o.noRecord),
 			includeDeletedFlag(&o.includeDeleted),
 			&cli.Int64Flag{Name: "to-revision", Usage: "point in time: restore the cluster as of exactly this revision, from the newest backup at or below it and the journal's segments after it", Destination: &o.toRevision},

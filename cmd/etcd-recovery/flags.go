@@ -441,7 +441,7 @@ func allFlag(dest *bool) cli.Flag {
 // allClusterIDsUsage is --all-cluster-ids: every cluster id in the store,
 // no Kubernetes (--all is always the namespace's EtcdClusters).
 const allClusterIDsUsage = "every cluster id under --prefix, instead of --cluster-id: found by listing the store, no Kubernetes " +
-	"(with a prefix shared by several namespaces, all of them; --all is every EtcdCluster of the namespace)"
+	"(with a prefix shared by several namespaces, all of them; where a command has --all, that is every EtcdCluster of the namespace)"
 
 func allClusterIDsFlag(dest *bool) cli.Flag {
 	return &cli.BoolFlag{Name: "all-cluster-ids", Usage: allClusterIDsUsage, Destination: dest}
@@ -523,6 +523,12 @@ func applyDeprecated(name string, action cli.ActionFunc) cli.ActionFunc {
 			}
 			if c.IsSet(d.new) {
 				return usagef("%s: --%s and --%s: --%s is the old spelling of --%s; pass only --%s", name, d.old, d.new, d.old, d.new, d.new)
+			}
+			if d.old == "all" && (os.Getenv("POD_NAMESPACE") != "" || c.IsSet("namespace")) {
+				// Elsewhere --all is the namespace's EtcdClusters: in a
+				// namespace, the old bucket-wide spelling is not guessed.
+				return usagef("%s: --all is the old spelling of --%s (every cluster id under --prefix, whatever namespace it belongs to), "+
+					"not the namespace's EtcdClusters: pass --%s if that is what you mean", name, d.new, d.new)
 			}
 			if err := c.Set(d.new, fmt.Sprint(c.Value(d.old))); err != nil {
 				return usagef("%s: --%s: %v", name, d.old, err)

@@ -106,6 +106,7 @@ func signalName(s os.Signal) string {
 // run is main without the process: tests call it directly.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	app := newApp(stdout, stderr)
+	app.Metadata[rawArgsKey] = args
 	err := app.RunContext(ctx, args)
 	if name, ok := app.Metadata[unknownCommandKey].(string); ok && err == nil {
 		err = usagef("unknown command %q%s (commands: %s; see --help)", name, commandSuggestion(name, app.Commands),

@@ -225,7 +225,9 @@ func (t *runTimeout) atStepOf(def string, err error) error {
 func noStrayArgs(name string, cmd *cli.Command, action cli.ActionFunc) cli.ActionFunc {
 	return func(c *cli.Context) error {
 		if cmd.ArgsUsage != "" {
-			if err := takeArgs(c, cmd); err != nil {
+			if err := takeArgs(c, cmd); errors.Is(err, errHelpShown) {
+				return nil
+			} else if err != nil {
 				return err
 			}
 			return action(c)

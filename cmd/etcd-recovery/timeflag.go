@@ -22,6 +22,11 @@ func parseTimeFlag(command, flag, v string, now time.Time) (time.Time, error) {
 		return time.Time{}, usagef("%s: --%s %q: want %s", command, flag, v, timeFlagForms)
 	case d < 0:
 		return time.Time{}, usagef("%s: --%s %q: a duration is how long before now, so not negative (want %s)", command, flag, v, timeFlagForms)
+	case d == 0:
+		// "Now" is a moment that has not been journaled yet: --since 0
+		// would find nothing and read as "never changed", --to-time 0 is
+		// --to-latest without its checks.
+		return time.Time{}, usagef("%s: --%s %q: a duration of zero is now, which no journal holds yet (for the newest state, restore --to-latest); want %s", command, flag, v, timeFlagForms)
 	}
 	return now.Add(-d), nil
 }

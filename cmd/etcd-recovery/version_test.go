@@ -74,7 +74,9 @@ func TestVersionCommand(t *testing.T) {
 	if err := os.Symlink(testenv.EtcdBin(t, testenv.V35), filepath.Join(bad, "etcd-3.6")); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(bad, "etcd-3.5"), []byte("#!/bin/sh\nexec sleep 60\n"), 0o755); err != nil {
+	// A wrapper script whose child (not exec'd) holds stdout open after
+	// the deadline killed the shell: the wait for its output is bounded too.
+	if err := os.WriteFile(filepath.Join(bad, "etcd-3.5"), []byte("#!/bin/sh\nsleep 60\necho etcd Version: 3.5.35\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	began := time.Now()

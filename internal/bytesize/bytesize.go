@@ -46,6 +46,10 @@ func Parse(s string) (int64, error) {
 	if num == "" {
 		return 0, fmt.Errorf("size %q: empty: want %s", s, Forms)
 	}
+	if strings.HasSuffix(q, "m") || strings.HasSuffix(q, "u") || strings.HasSuffix(q, "n") {
+		// Kubernetes' milli, micro and nano: "1000m" would be one byte.
+		return 0, fmt.Errorf("size %q: bytes have no milli, micro or nano (did you mean Mi or M?): want %s", s, Forms)
+	}
 	qty, err := resource.ParseQuantity(q)
 	if err != nil {
 		return 0, fmt.Errorf("size %q: not a size: want %s", s, Forms)

@@ -54,6 +54,10 @@ func TestParse(t *testing.T) {
 		"1.0001KiB": "not a whole number of bytes",
 		"16EiB":     "too large",
 		"9e30":      "too large",
+		"1000m":     "bytes have no milli",
+		"4m":        "did you mean Mi or M?",
+		"5u":        "bytes have no milli",
+		"7n":        "bytes have no milli",
 	} {
 		got, err := Parse(in)
 		if err == nil || !strings.Contains(err.Error(), why) || !strings.Contains(err.Error(), `"`+in+`"`) {
