@@ -14,7 +14,7 @@ func TestInspectKubeUsage(t *testing.T) {
 		{[]string{"--cluster", "a", "--cluster-id", "a"}, "--cluster-id is for one cluster"},
 		{[]string{"--all", "--parallel", "0"}, "--parallel 0"},
 		{[]string{"--all", "--probe-timeout", "0s"}, "--probe-timeout"},
-		{[]string{"--all", "-o", "yaml"}, "yaml"},
+		{[]string{"--all", "-o", "xml"}, "xml"},
 		{[]string{"--all", "--kubeconfig", "/nonexistent/kubeconfig"}, "kubernetes"},
 		{[]string{"--cluster", "a", "--kubeconfig", "/nonexistent/kubeconfig"}, "kubernetes"},
 	})

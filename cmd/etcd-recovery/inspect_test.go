@@ -161,7 +161,7 @@ func TestInspectCLIUsage(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"-o", "yaml"}, "unknown output format"},
+		{[]string{"-o", "xml"}, "unknown output format"},
 		{[]string{"--probe-timeout", "0s"}, "--probe-timeout"},
 		{[]string{"--probe-timeout", "-1s"}, "--probe-timeout"},
 		{[]string{"--max-backup-age", "0s"}, "--max-backup-age"},

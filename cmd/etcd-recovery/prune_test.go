@@ -310,7 +310,7 @@ func TestPruneCommandErrors(t *testing.T) {
 		{"prune", "--all-cluster-ids", "--anchor-days", "32"},
 		{"prune", "--all-cluster-ids", "--incomplete-after", "0s"},
 		{"prune", "--all-cluster-ids", "--keep-recent", "-1"},
-		{"prune", "--all-cluster-ids", "-o", "yaml"},
+		{"prune", "--all-cluster-ids", "-o", "xml"},
 		{"delete", "--cluster-id", "err-a"},
 		{"delete", "--cluster-id", "err-a", "--backup", "yesterday"},
 	}

@@ -46,7 +46,7 @@ func TestRestoreCLIUsage(t *testing.T) {
 		{append(base, "--backup", "latest"), "not a backup name"},
 		{append(base, "--dry-run", "--verify-endpoints", "http://127.0.0.1:3"), "dry run"},
 		{append(base, "--endpoints", "127.0.0.1:5", "--cert", "/c.pem"), "--cert and --key"},
-		{append(base, "-o", "yaml"), "output format"},
+		{append(base, "-o", "xml"), "output format"},
 		{append(base, "stray"), "unexpected argument"},
 		{append(base, "--no-such-flag"), "no-such-flag"},
 		{[]string{"restore", "v2"}, "--cluster-id is required"},

@@ -290,9 +290,18 @@ func TestCaptureFrozenStoreIsNamed(t *testing.T) {
 type slowStore struct {
 	store.Store
 	delay time.Duration
+	// gate, when set, holds every Put until it is closed: the store is
+	// behind for as long as the test says, whatever the machine's speed.
+	gate chan struct{}
 }
 
 func (s slowStore) Put(ctx context.Context, key string, r io.Reader) (int64, error) {
+	if s.gate != nil {
+		select {
+		case <-s.gate:
+		case <-ctx.Done():
+		}
+	}
 	select {
 	case <-time.After(s.delay):
 	case <-ctx.Done():
@@ -308,7 +317,13 @@ func TestCaptureSlowStoreCutsBySize(t *testing.T) {
 	_, cli := startEtcd(t, testenv.V36)
 	base := headRev(t, ctx, cli)
 	ref := watchFrom(t, ctx, cli, base+1)
-	st := slowStore{memstore.New(), 300 * time.Millisecond}
+	// The store takes nothing until every put is in (then 300 ms a
+	// segment): the first sealed segment waits in the uploader, so the
+	// next one finds it busy and the watch pauses however fast or slow
+	// the machine writes (on a loaded machine the puts once came slower
+	// than a 300 ms store, and the watch never paused).
+	gate := make(chan struct{})
+	st := slowStore{Store: memstore.New(), delay: 300 * time.Millisecond, gate: gate}
 	layout := memLayout
 	o := captureOptions(t, cli, st, layout, zstdEnc, base)
 	var logs testfix.SyncBuffer
@@ -327,6 +342,7 @@ func TestCaptureSlowStoreCutsBySize(t *testing.T) {
 		}
 		last = r.Header.Revision
 	}
+	close(gate)
 	var (
 		chain *journal.Chain
 		err   error
