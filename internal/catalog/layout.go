@@ -44,6 +44,7 @@ import (
 //	<prefix>/_journal/<cluster-id>/<first>-<last>.seg          a journal segment (JournalSegmentKey; internal/journal writes it)
 //	<prefix>/_journal/<cluster-id>/gaps/<from>.json            a journal gap's record (JournalGapKey; fleet's journal writes it)
 //	<prefix>/_journal/<cluster-id>/proofs/<backup>.json        a journal proof (JournalProofKey; drill.ProveJournal writes it)
+//	<prefix>/_escrow/<cluster-id>/<address>.json.age           a cluster's escrow (EscrowKey; escrow.go)
 //
 // The tool's own folders under the prefix start with '_', which no cluster
 // id can (ValidateClusterID). Older versions staged copies under
@@ -386,6 +387,7 @@ const (
 	KeyStaged       KeyKind = "staged copy"   // a plaintext copy staged for etcd-operator (either place)
 	KeyJournal      KeyKind = "journal"       // a journal segment
 	KeyJournalGap   KeyKind = "journal gap"   // a journal gap's record (JournalGapKey)
+	KeyEscrow       KeyKind = "escrow"        // a cluster's escrow (EscrowKey); Name is its address
 )
 
 // KeyInfo is a key classified by the layout.
@@ -437,6 +439,9 @@ func (l Layout) Classify(key string) KeyInfo {
 			return unknown
 		}
 		return stagedInfo(r, true)
+	}
+	if r, ok := strings.CutPrefix(rest, escrowDir); ok {
+		return classifyEscrow(r)
 	}
 	if r, ok := strings.CutPrefix(rest, journalDir); ok {
 		id, seg, ok := strings.Cut(r, "/")

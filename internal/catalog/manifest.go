@@ -46,6 +46,11 @@ type Manifest struct {
 	// Readers that predate it ignore it.
 	Lock *ManifestLock `json:"lock,omitempty"`
 
+	// Escrow is what a restore needs besides the data (escrow.go): the
+	// escrow this backup names, or why there is none. Nil for a backup
+	// written before escrow existed; readers that predate it ignore it.
+	Escrow *EscrowRef `json:"escrow,omitempty"`
+
 	ToolVersion string `json:"toolVersion"`
 }
 
@@ -141,6 +146,9 @@ func UnmarshalManifest(b []byte) (*Manifest, error) {
 		return nil, fmt.Errorf("manifest: missing required fields")
 	}
 	if err := m.checkEncryption(); err != nil {
+		return nil, fmt.Errorf("manifest: %w", err)
+	}
+	if err := m.Escrow.Validate(); err != nil {
 		return nil, fmt.Errorf("manifest: %w", err)
 	}
 	return &m, nil
