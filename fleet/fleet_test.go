@@ -39,9 +39,10 @@ const (
 // deployment's RBAC: backup --all of 20 EtcdClusters backed by real etcd
 // members, one of them down, and the namespace's DR posture.
 func TestFleet(t *testing.T) {
-	w := kubetest.StartRBACWorld(t, ns, otherNS, inspectNS)
+	w := kubetest.StartRBACWorld(t, ns, otherNS, inspectNS, escrowNS)
 	t.Run("BackupAll", func(t *testing.T) { testBackupAll(t, w.K, w.A, w.Admin) })
 	t.Run("InspectAll", func(t *testing.T) { testInspectAll(t, w.K, w.A, w.Admin) })
+	t.Run("Escrow", func(t *testing.T) { testEscrow(t, w) })
 }
 
 func testBackupAll(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, admin kubernetes.Interface) {
@@ -150,8 +151,10 @@ func testBackupAll(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, 
 			t.Fatalf("BackupAll named: %+v %v", rep2, err)
 		}
 		tab := rep2.Table()
-		if strings.Join(tab.Header, " ") != "CLUSTER RESULT BACKUP REVISION STORED DURATION PRUNED ERROR" || len(tab.Rows) != 2 ||
-			tab.Rows[0][0] != "etcd-c00" || tab.Rows[0][1] != fleet.ResultOK || tab.Rows[0][6] != "-" {
+		// ESCROW: none, the backups being plaintext (the escrow test,
+		// below, has the other states).
+		if strings.Join(tab.Header, " ") != "CLUSTER RESULT BACKUP REVISION STORED DURATION PRUNED ESCROW ERROR" || len(tab.Rows) != 2 ||
+			tab.Rows[0][0] != "etcd-c00" || tab.Rows[0][1] != fleet.ResultOK || tab.Rows[0][6] != "-" || tab.Rows[0][7] != string(catalog.EscrowNone) {
 			t.Fatalf("summary table: %v %v", tab.Header, tab.Rows)
 		}
 	})
