@@ -367,6 +367,9 @@ func (r *PruneReport) Table() output.Table {
 		for _, a := range c.Segments {
 			t.Rows = append(t.Rows, a.row())
 		}
+		for _, a := range c.Escrows {
+			t.Rows = append(t.Rows, a.row())
+		}
 	}
 	if t.Header == nil {
 		t = actionsTable(nil, nil)
@@ -384,6 +387,9 @@ func (r *PruneReport) Table() output.Table {
 			sverb, sn = "would delete", r.SegmentsPlanned
 		}
 		fmt.Fprintf(&f, "journal: %d segment(s) kept, %s %d (%d failed)\n", r.SegmentsKept, sverb, sn, r.SegmentsFailed)
+	}
+	if line := escrowSummary(r.allEscrows(), r.DryRun); line != "" {
+		fmt.Fprintf(&f, "%s\n", line)
 	}
 	for _, cl := range r.Clusters {
 		if cl.Problem != "" {
@@ -407,6 +413,12 @@ func (r *PruneReport) Table() output.Table {
 // cluster's prefix that are not in the layout below it.
 func (r *DeleteReport) Table() output.Table {
 	t := actionsTable(r.Backups, nil)
+	for _, a := range r.Escrows {
+		t.Rows = append(t.Rows, a.row())
+	}
+	if line := escrowSummary(r.Escrows, false); line != "" {
+		t.Notes = append(t.Notes, line)
+	}
 	if len(r.Unknown) > 0 {
 		t.Notes = append(t.Notes, catalog.UnknownNote(r.Unknown))
 	}
@@ -417,6 +429,9 @@ func (r *DeleteReport) Table() output.Table {
 // summary below.
 func (r *DeleteAllReport) Table() output.Table {
 	t := actionsTable(r.Backups, r.Uploads)
+	for _, a := range r.Escrows {
+		t.Rows = append(t.Rows, a.row())
+	}
 	verb := "deleted"
 	if r.DryRun {
 		verb = "would delete"
@@ -429,8 +444,8 @@ func (r *DeleteAllReport) Table() output.Table {
 		t.Notes = append(t.Notes, catalog.UnknownNote(r.Unknown))
 	}
 	// The summary is the last note (the CLI prefixes it).
-	t.Notes = append(t.Notes, fmt.Sprintf("%s %d backup(s) and %d multipart upload(s) of cluster %s%s",
-		verb, len(r.Backups), len(r.Uploads), r.ClusterID, marker))
+	t.Notes = append(t.Notes, fmt.Sprintf("%s %d backup(s), %d multipart upload(s) and %d escrow(s) of cluster %s%s",
+		verb, len(r.Backups), len(r.Uploads), countEscrows(r.Escrows).planned, r.ClusterID, marker))
 	return t
 }
 
