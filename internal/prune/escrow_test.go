@@ -262,3 +262,73 @@ func TestOrphanEscrowsGoWithTheBackups(t *testing.T) {
 		t.Errorf("escrows after the orphan pass: %v; want only the live cluster's (leftover %s gone)", got, leftover)
 	}
 }
+
+// list shows each backup's escrow: ESCROW is its state (present,
+// mismatch, missing, none, "-" for a backup from before escrow), CERTS
+// EXPIRE (-o wide) the nearest certificate expiry, and the reason names
+// a problem and a certificate expiring within 30 days; -o json has the
+// EscrowRef.
+func TestListShowsEscrow(t *testing.T) {
+	t.Parallel()
+	sr := testfix.NewStoreRig(t)
+	st, l := sr.Store, sr.Layout
+	ctx := context.Background()
+	now := time.Now().UTC()
+	soon, late := now.Add(10*24*time.Hour), now.Add(60*24*time.Hour)
+	names := map[string]string{
+		"-":        testfix.PutEscrowBackup(t, st, l, "esc-l", now.Add(-5*time.Hour), nil),
+		"none":     testfix.PutEscrowBackup(t, st, l, "esc-l", now.Add(-4*time.Hour), &catalog.EscrowRef{State: catalog.EscrowNone, Problems: []string{"no recipient to seal it to"}}),
+		"missing":  testfix.PutEscrowBackup(t, st, l, "esc-l", now.Add(-3*time.Hour), &catalog.EscrowRef{State: catalog.EscrowMissing, Problems: []string{"secret etcd-x-peer-tls not found"}}),
+		"mismatch": testfix.PutEscrowBackup(t, st, l, "esc-l", now.Add(-2*time.Hour), testfix.StoredEscrow(catalog.EscrowMismatch, testfix.EscrowAddress("m"), testfix.EscrowCert("etcd-x-server-tls", late))),
+		"present": testfix.PutEscrowBackup(t, st, l, "esc-l", now.Add(-1*time.Hour), testfix.StoredEscrow(catalog.EscrowPresent, testfix.EscrowAddress("p"),
+			testfix.EscrowCert("etcd-x-server-tls", late), testfix.EscrowCert("etcd-x-client-tls", soon))),
+	}
+	res, err := prune.List(ctx, prune.ListOptions{Store: st, Layout: l, ClusterID: "esc-l", Policy: retention.DefaultPolicy()})
+	if err != nil {
+		t.Fatalf("list: %v", err)
+	}
+	if len(res.Unknown) != 0 {
+		t.Errorf("unknown keys: %v", res.Unknown)
+	}
+	tbl := res.Rows.Table()
+	col := slices.Index(tbl.Header, "ESCROW")
+	exp := slices.Index(tbl.Header, "CERTS EXPIRE")
+	if col < 0 || exp < 0 || !slices.Contains(tbl.Wide, "CERTS EXPIRE") || slices.Contains(tbl.Wide, "ESCROW") {
+		t.Fatalf("header %v, wide %v: want ESCROW in the default table and CERTS EXPIRE in -o wide", tbl.Header, tbl.Wide)
+	}
+	byName := map[string][]string{}
+	for _, r := range tbl.Rows {
+		byName[r[0]] = r
+	}
+	for state, name := range names {
+		if got := byName[name][col]; got != state {
+			t.Errorf("backup %s: ESCROW %q, want %q", name, got, state)
+		}
+	}
+	present := byName[names["present"]]
+	if want := soon.Format("2006-01-02") + " (9d)"; present[exp] != want && present[exp] != soon.Format("2006-01-02")+" (10d)" {
+		t.Errorf("CERTS EXPIRE of the present escrow: %q, want the client cert's %s with its days left", present[exp], want)
+	}
+	if got := byName[names["mismatch"]][exp]; got != late.Format("2006-01-02") {
+		t.Errorf("CERTS EXPIRE 60 days out: %q, want the bare date", got)
+	}
+	reason := present[len(present)-1]
+	if !strings.Contains(reason, "escrowed certificate etcd-x-client-tls") || !strings.Contains(reason, "expires") {
+		t.Errorf("reason of a backup whose escrowed cert expires in 10 days: %q", reason)
+	}
+	if r := byName[names["missing"]]; !strings.Contains(r[len(r)-1], "escrow missing: secret etcd-x-peer-tls not found") {
+		t.Errorf("reason of a missing escrow: %q", r[len(r)-1])
+	}
+	if r := byName[names["mismatch"]]; strings.Contains(r[len(r)-1], "escrowed certificate") {
+		t.Errorf("a certificate 60 days out is warned about: %q", r[len(r)-1])
+	}
+	// -o json: the EscrowRef itself.
+	for _, r := range res.Rows {
+		if r.Name == names["present"] && (r.Escrow == nil || r.Escrow.Address != testfix.EscrowAddress("p") || len(r.Escrow.Certs) != 2) {
+			t.Errorf("JSON row of the present backup: escrow %+v", r.Escrow)
+		}
+		if r.Name == names["-"] && r.Escrow != nil {
+			t.Errorf("a backup from before escrow has escrow %+v", r.Escrow)
+		}
+	}
+}

@@ -67,6 +67,12 @@ type ListRow struct {
 	// on a bucket without, or for a version without a retention. The
 	// table's LOCKED UNTIL (only on a bucket with object lock) shows it.
 	Lock *RowLock `json:"lock,omitempty"`
+	// Escrow is the escrow the backup's manifest names (its state,
+	// address, certificates and their expiry, problems); absent for a
+	// backup written before escrow existed. The table's ESCROW shows its
+	// state ("-" when absent) and CERTS EXPIRE the nearest certificate
+	// expiry.
+	Escrow *catalog.EscrowRef `json:"escrow,omitempty"`
 
 	lockColumn bool // the bucket has object lock: LOCKED UNTIL is shown
 }
@@ -108,8 +114,8 @@ type ListRows []ListRow
 func (rows ListRows) Table() output.Table {
 	now := time.Now()
 	t := output.Table{Header: []string{"BACKUP", "KIND", "TIME (UTC)", "STATUS", "REVISION", "RAW", "STORED", "TOTAL", "V2 KEYS", "SOURCE",
-		"DRILL", "DRILL MODE", "ENCRYPTED TO", "KEEP", "REASON"},
-		Wide: []string{"KIND", "TIME (UTC)", "RAW", "TOTAL", "SOURCE", "DRILL MODE", "ENCRYPTED TO"}, Long: []string{"REASON"}}
+		"DRILL", "DRILL MODE", "ENCRYPTED TO", "ESCROW", "CERTS EXPIRE", "KEEP", "REASON"},
+		Wide: []string{"KIND", "TIME (UTC)", "RAW", "TOTAL", "SOURCE", "DRILL MODE", "ENCRYPTED TO", "CERTS EXPIRE"}, Long: []string{"REASON"}}
 	decrypts := false
 	for _, r := range rows {
 		decrypts = decrypts || r.Decrypt != nil
@@ -170,8 +176,12 @@ func (rows ListRows) Table() output.Table {
 		if r.Deleted || r.Overwritten {
 			status = strings.ToUpper(status)
 		}
+		if n := EscrowNote(r.Escrow, now); n != "" {
+			reason += "; " + n
+		}
 		row := []string{r.Name, string(r.Kind), r.Time.Format("2006-01-02 15:04:05"), status, rev, raw,
-			stored, output.Bytes(r.TotalSize), v2, dashIfEmpty(r.Source), drillCell(r.Drill, now), mode, RecipientsCell(r.recipients()), keep, reason}
+			stored, output.Bytes(r.TotalSize), v2, dashIfEmpty(r.Source), drillCell(r.Drill, now), mode, RecipientsCell(r.recipients()),
+			EscrowCell(r.Escrow), ExpiryCell(r.Escrow.NearestExpiry(), now), keep, reason}
 		if decrypts {
 			if r.Decrypt != nil && r.Decrypt.Error != "" {
 				row[len(row)-1] += "; " + r.Decrypt.Error
@@ -190,6 +200,74 @@ func (rows ListRows) Table() output.Table {
 		t.Notes = append(t.Notes, OrphanNote(rows[0].Orphan, now))
 	}
 	return t
+}
+
+// CertExpiryWarning is how soon an escrowed certificate's expiry is
+// warned about: list's reason, inspect's check and the exporter's alert
+// (EtcdRecoveryCertificateExpiringSoon) use the same 30 days.
+const CertExpiryWarning = 30 * 24 * time.Hour
+
+// EscrowCell is a backup's escrow state for a table: present, mismatch,
+// missing, none, or "-" for a backup written before escrow existed.
+func EscrowCell(r *catalog.EscrowRef) string {
+	if r == nil {
+		return "-"
+	}
+	return string(r.State)
+}
+
+// ExpiryCell is a certificate expiry for a table: the date (UTC), with
+// EXPIRED or the days left when within CertExpiryWarning; "-" when
+// there is none.
+func ExpiryCell(t, now time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := t.UTC().Format("2006-01-02")
+	switch left := t.Sub(now); {
+	case left <= 0:
+		return d + " (EXPIRED)"
+	case left <= CertExpiryWarning:
+		return fmt.Sprintf("%s (%dd)", d, int(left.Hours()/24))
+	}
+	return d
+}
+
+// EscrowNote is what a table's reason says of a backup's escrow: its
+// problems (missing, mismatch, none), and an escrowed certificate that
+// expires within CertExpiryWarning; "" when there is nothing to say.
+func EscrowNote(r *catalog.EscrowRef, now time.Time) string {
+	if r == nil {
+		return ""
+	}
+	var parts []string
+	if r.State != catalog.EscrowPresent {
+		p := "escrow " + string(r.State)
+		if len(r.Problems) > 0 {
+			p += ": " + strings.Join(r.Problems, "; ")
+		}
+		parts = append(parts, p)
+	}
+	if c, ok := nearestCert(r); ok && c.NotAfter.Sub(now) <= CertExpiryWarning {
+		verb := "expires"
+		if !c.NotAfter.After(now) {
+			verb = "EXPIRED"
+		}
+		parts = append(parts, fmt.Sprintf("escrowed certificate %s (%s) %s %s", c.Secret, c.Subject, verb, c.NotAfter.UTC().Format(time.RFC3339)))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// nearestCert is the escrowed certificate that expires first.
+func nearestCert(r *catalog.EscrowRef) (catalog.EscrowCert, bool) {
+	var best catalog.EscrowCert
+	ok := false
+	for _, c := range r.Certs {
+		if !ok || c.NotAfter.Before(best.NotAfter) {
+			best, ok = c, true
+		}
+	}
+	return best, ok
 }
 
 // recipients are the row's recipients, from its manifest when the row
