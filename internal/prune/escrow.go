@@ -99,19 +99,41 @@ func namedEscrows(entries []catalog.Entry, manifestOf func(name string) *catalog
 
 // decideEscrows turns retention.DecideEscrows into actions (keep or
 // delete), in the order of objs.
-func decideEscrows(l catalog.Layout, id string, objs []store.ObjectInfo, named map[string][]string, unreadable []string, now time.Time, grace time.Duration) []EscrowAction {
+func decideEscrows(l catalog.Layout, id string, objs []store.ObjectInfo, named map[string][]string, unreadable, inFlight []string, now time.Time, grace time.Duration) []EscrowAction {
 	eos := make([]retention.EscrowObject, len(objs))
 	for i, o := range objs {
 		eos[i] = retention.EscrowObject{Address: l.Classify(o.Key).Name, LastModified: o.LastModified}
 	}
 	var out []EscrowAction
-	for i, d := range retention.DecideEscrows(eos, named, unreadable, now, grace) {
+	for i, d := range retention.DecideEscrows(eos, named, unreadable, inFlight, now, grace) {
 		a := EscrowAction{ClusterID: id, Address: d.Address, Key: objs[i].Key, Bytes: objs[i].Size, LastModified: objs[i].LastModified,
 			Keep: d.Keep, Rule: d.Rule, Reason: d.Reason, Action: ActionKeep}
 		if !d.Keep {
 			a.Action = ActionDelete
 		}
 		out = append(out, a)
+	}
+	return out
+}
+
+// inFlightOf are the names of the folders without a manifest among
+// entries last written within grace of now: backups that may be in
+// flight.
+func inFlightOf(entries []catalog.Entry, now time.Time, grace time.Duration) []string {
+	var out []string
+	for _, e := range entries {
+		if e.Committed {
+			continue
+		}
+		var last time.Time
+		for _, o := range e.Objects {
+			if o.LastModified.After(last) {
+				last = o.LastModified
+			}
+		}
+		if now.Sub(last) <= grace {
+			out = append(out, e.Name)
+		}
 	}
 	return out
 }
@@ -303,7 +325,15 @@ func pruneEscrows(ctx context.Context, opts PruneOptions, inv *pruneInventory, r
 		named, unreadable := namedEscrows(inv.groups[c.ClusterID],
 			func(name string) *catalog.Manifest { return inv.manifestOf[c.ClusterID+"/"+name] },
 			func(name string) bool { return gone[name] })
-		c.Escrows = decideEscrows(opts.Layout, c.ClusterID, inv.escrows[c.ClusterID], named, unreadable, opts.Now, opts.Policy.EscrowGrace())
+		// A backup in flight (a folder without a manifest retention keeps
+		// as young) may name an escrow it wrote or reuses.
+		var inFlight []string
+		for _, a := range c.Backups {
+			if !a.Committed && slices.Contains(a.Rules, retention.RuleIncompleteYoung) {
+				inFlight = append(inFlight, a.Name)
+			}
+		}
+		c.Escrows = decideEscrows(opts.Layout, c.ClusterID, inv.escrows[c.ClusterID], named, unreadable, inFlight, opts.Now, opts.Policy.EscrowGrace())
 		errs = append(errs, runEscrows(ctx, opts.Store, c.Escrows, opts.Now, opts.DryRun, &rep.Stats, opts.Log)...)
 	}
 	// Clusters with escrows but no backup at all (--all): named by none.
@@ -316,7 +346,7 @@ func pruneEscrows(ctx context.Context, opts PruneOptions, inv *pruneInventory, r
 	slices.Sort(ids)
 	for _, id := range ids {
 		c := ClusterPrune{ClusterID: id, Backups: []BackupAction{}}
-		c.Escrows = decideEscrows(opts.Layout, id, inv.escrows[id], nil, nil, opts.Now, opts.Policy.EscrowGrace())
+		c.Escrows = decideEscrows(opts.Layout, id, inv.escrows[id], nil, nil, nil, opts.Now, opts.Policy.EscrowGrace())
 		errs = append(errs, runEscrows(ctx, opts.Store, c.Escrows, opts.Now, opts.DryRun, &rep.Stats, opts.Log)...)
 		rep.Clusters = append(rep.Clusters, c)
 	}

@@ -580,7 +580,7 @@ func (p *orphanPlan) decideNoBackups(opts OrphanOptions, inv *orphanInventory, o
 		p.removeMarkers = append(p.removeMarkers, id)
 	}
 	if objs := inv.escrows[id]; len(objs) > 0 {
-		o.Escrows = decideEscrows(opts.Layout, id, objs, nil, nil, opts.Now, opts.Grace)
+		o.Escrows = decideEscrows(opts.Layout, id, objs, nil, nil, nil, opts.Now, opts.Grace)
 		if n := countEscrows(o.Escrows); n.kept > 0 {
 			o.Reason += fmt.Sprintf(" (%d escrow(s) younger than the grace %s stay)", n.kept, retention.FormatDuration(opts.Grace))
 		}

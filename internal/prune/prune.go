@@ -1188,8 +1188,8 @@ func deleteNamedEscrows(ctx context.Context, opts DeleteOptions, rep *DeleteRepo
 		byName[e.Name] = manifests[i]
 	}
 	named, unreadable := namedEscrows(entries, func(n string) *catalog.Manifest { return byName[n] }, func(n string) bool { return gone[n] })
-	now := time.Now()
-	rep.Escrows = decideEscrows(opts.Layout, opts.ClusterID, escrows, named, unreadable, now, retention.DefaultPolicy().EscrowGrace())
+	now, grace := time.Now(), retention.DefaultPolicy().EscrowGrace()
+	rep.Escrows = decideEscrows(opts.Layout, opts.ClusterID, escrows, named, unreadable, inFlightOf(entries, now, grace), now, grace)
 	return runEscrows(ctx, opts.Store, rep.Escrows, now, false, &rep.Stats, log)
 }
 

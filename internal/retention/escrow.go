@@ -16,13 +16,17 @@ import (
 //
 // A backup writes its escrow before its manifest, so an escrow no manifest
 // names yet may be a backup's in flight: it is kept while younger than the
-// escrow grace (Policy.EscrowGrace, the grace an incomplete folder gets).
+// escrow grace (Policy.EscrowGrace, the grace an incomplete folder gets),
+// and while a backup of the cluster is in flight (a folder without a
+// manifest that retention keeps as young), since that backup may reuse an
+// older escrow of the same address.
 
 // Reasons an escrow is kept (EscrowDecision.Rule).
 const (
 	EscrowRuleNamed      = "named"       // a remaining backup names it
 	EscrowRuleYoung      = "young"       // named by none, but written within the grace: a backup in flight may name it
 	EscrowRuleUnreadable = "unreadable"  // a remaining backup's manifest could not be read: what it names is unknown
+	EscrowRuleInFlight   = "in-flight"   // named by none, but a backup of the cluster is in flight: it may name it (a new escrow, or one it reuses)
 	EscrowRuleNoTime     = "no-time"     // the listing gave no write time: its age is unknown
 	EscrowRuleUnnamed    = "unnamed"     // deleted: named by no remaining backup, older than the grace
 	EscrowRuleClusterEnd = "cluster-end" // deleted: every backup of the cluster is deleted (delete --all-backups, the orphan lifecycle)
@@ -52,9 +56,10 @@ type EscrowDecision struct {
 // address to the names of the remaining committed backups that name it
 // (newest first); unreadable names the remaining committed backups whose
 // manifest could not be read (then nothing is deleted: which escrow they
-// name is unknown). An escrow named by none is deleted once older than
-// grace. The decisions are in the order of objs.
-func DecideEscrows(objs []EscrowObject, named map[string][]string, unreadable []string, now time.Time, grace time.Duration) []EscrowDecision {
+// name is unknown); inFlight names the cluster's backups in flight (then
+// nothing is deleted either). An escrow named by none is deleted once
+// older than grace. The decisions are in the order of objs.
+func DecideEscrows(objs []EscrowObject, named map[string][]string, unreadable, inFlight []string, now time.Time, grace time.Duration) []EscrowDecision {
 	out := make([]EscrowDecision, 0, len(objs))
 	for _, o := range objs {
 		d := EscrowDecision{Address: o.Address, Keep: true}
@@ -67,6 +72,9 @@ func DecideEscrows(objs []EscrowObject, named map[string][]string, unreadable []
 			d.Rule = EscrowRuleUnreadable
 			d.Reason = fmt.Sprintf("named by no backup read, but the manifest of %s could not be read: which escrow it names is unknown",
 				strings.Join(firstN(unreadable, 3), ", "))
+		case len(inFlight) > 0:
+			d.Rule = EscrowRuleInFlight
+			d.Reason = fmt.Sprintf("named by no backup, but backup %s is in flight and may name it", strings.Join(firstN(inFlight, 3), ", "))
 		case o.LastModified.IsZero():
 			d.Rule, d.Reason = EscrowRuleNoTime, "named by no backup, but its write time is unknown: never deleted automatically"
 		case age <= grace:
