@@ -263,11 +263,11 @@ func TestOrphanEscrowsGoWithTheBackups(t *testing.T) {
 	}
 }
 
-// list shows each backup's escrow: ESCROW is its state (present,
-// mismatch, missing, none, "-" for a backup from before escrow), CERTS
-// EXPIRE (-o wide) the nearest certificate expiry, and the reason names
-// a problem and a certificate expiring within 30 days; -o json has the
-// EscrowRef.
+// list shows each backup's escrow: ESCROW (-o wide) is its state
+// (present, mismatch, missing, none, "-" for a backup from before escrow),
+// CERTS EXPIRE (-o wide) the nearest certificate expiry, and the reason
+// (the default table too) names a problem and a certificate expiring
+// within 30 days; -o json has the EscrowRef.
 func TestListShowsEscrow(t *testing.T) {
 	t.Parallel()
 	sr := testfix.NewStoreRig(t)
@@ -293,8 +293,8 @@ func TestListShowsEscrow(t *testing.T) {
 	tbl := res.Rows.Table()
 	col := slices.Index(tbl.Header, "ESCROW")
 	exp := slices.Index(tbl.Header, "CERTS EXPIRE")
-	if col < 0 || exp < 0 || !slices.Contains(tbl.Wide, "CERTS EXPIRE") || slices.Contains(tbl.Wide, "ESCROW") {
-		t.Fatalf("header %v, wide %v: want ESCROW in the default table and CERTS EXPIRE in -o wide", tbl.Header, tbl.Wide)
+	if col < 0 || exp < 0 || !slices.Contains(tbl.Wide, "CERTS EXPIRE") || !slices.Contains(tbl.Wide, "ESCROW") {
+		t.Fatalf("header %v, wide %v: want ESCROW and CERTS EXPIRE in -o wide (the default table's reason names what is wrong)", tbl.Header, tbl.Wide)
 	}
 	byName := map[string][]string{}
 	for _, r := range tbl.Rows {

@@ -69,9 +69,11 @@ type ListRow struct {
 	Lock *RowLock `json:"lock,omitempty"`
 	// Escrow is the escrow the backup's manifest names (its state,
 	// address, certificates and their expiry, problems); absent for a
-	// backup written before escrow existed. The table's ESCROW shows its
-	// state ("-" when absent) and CERTS EXPIRE the nearest certificate
-	// expiry.
+	// backup written before escrow existed. The table's ESCROW (-o wide:
+	// the default table keeps within 120 columns) shows its state ("-"
+	// when absent) and CERTS EXPIRE the nearest certificate expiry; the
+	// reason names a state other than present, its problems, and a
+	// certificate expiring within CertExpiryWarning (EscrowNote).
 	Escrow *catalog.EscrowRef `json:"escrow,omitempty"`
 
 	lockColumn bool // the bucket has object lock: LOCKED UNTIL is shown
@@ -115,7 +117,7 @@ func (rows ListRows) Table() output.Table {
 	now := time.Now()
 	t := output.Table{Header: []string{"BACKUP", "KIND", "TIME (UTC)", "STATUS", "REVISION", "RAW", "STORED", "TOTAL", "V2 KEYS", "SOURCE",
 		"DRILL", "DRILL MODE", "ENCRYPTED TO", "ESCROW", "CERTS EXPIRE", "KEEP", "REASON"},
-		Wide: []string{"KIND", "TIME (UTC)", "RAW", "TOTAL", "SOURCE", "DRILL MODE", "ENCRYPTED TO", "CERTS EXPIRE"}, Long: []string{"REASON"}}
+		Wide: []string{"KIND", "TIME (UTC)", "RAW", "TOTAL", "SOURCE", "DRILL MODE", "ENCRYPTED TO", "ESCROW", "CERTS EXPIRE"}, Long: []string{"REASON"}}
 	decrypts := false
 	for _, r := range rows {
 		decrypts = decrypts || r.Decrypt != nil
