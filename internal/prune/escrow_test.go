@@ -11,6 +11,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/prune"
 	"github.com/armada/etcd-recovery/internal/retention"
 	"github.com/armada/etcd-recovery/internal/store"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
 
@@ -330,5 +331,44 @@ func TestListShowsEscrow(t *testing.T) {
 		if r.Name == names["-"] && r.Escrow != nil {
 			t.Errorf("a backup from before escrow has escrow %+v", r.Escrow)
 		}
+	}
+}
+
+// On a bucket with object lock, an escrow no backup names whose lock still
+// holds is retained (with its lock's end), not hidden behind a delete
+// marker, and that is no failure; once the lock has ended a prune deletes it.
+func TestPruneRetainsLockedEscrow(t *testing.T) {
+	t.Parallel()
+	m := testenv.SharedMinIO(t)
+	st := testfix.Store(t, m, m.NewLockedBucket(t))
+	l := catalog.Layout{Prefix: testenv.Prefix(t)}
+	ctx := context.Background()
+	now := time.Now().UTC()
+	testfix.PutEscrowBackup(t, st, l, "esc-lock", now.Add(-time.Hour), testfix.StoredEscrow(catalog.EscrowPresent, testfix.EscrowAddress("named")))
+	locked := testfix.PutEscrowObject(t, st, l, "esc-lock", testfix.EscrowAddress("locked"))
+	until := now.Add(4 * time.Hour).Truncate(time.Second)
+	if err := st.SetRetention(ctx, locked, "", store.Retention{Mode: store.LockGovernance, Until: until}); err != nil {
+		t.Fatal(err)
+	}
+	later := now.Add(2 * time.Hour) // past the 1 h grace, within the lock
+	rep, err := prune.Prune(ctx, prune.PruneOptions{Store: st, Layout: l, ClusterIDs: []string{"esc-lock"}, Policy: escrowPolicy(), Now: later})
+	if err != nil {
+		t.Fatalf("prune: %v", err)
+	}
+	a := escrowActions(rep, "esc-lock")[testfix.EscrowAddress("locked")]
+	if a.Action != prune.ActionRetained || a.LockedUntil == nil || !a.LockedUntil.Equal(until) || !strings.Contains(a.Reason, "retained until") ||
+		rep.EscrowsRetained != 1 || rep.EscrowsFailed != 0 {
+		t.Errorf("locked escrow: %+v (retained %d, failed %d); want retained until %v", a, rep.EscrowsRetained, rep.EscrowsFailed, until)
+	}
+	if got := escrowsIn(t, st, l, "esc-lock"); !slices.Contains(got, locked) {
+		t.Fatalf("the locked escrow is gone from the listing: %v", got)
+	}
+	// After its lock: deleted.
+	rep, err = prune.Prune(ctx, prune.PruneOptions{Store: st, Layout: l, ClusterIDs: []string{"esc-lock"}, Policy: escrowPolicy(), Now: until.Add(time.Minute)})
+	if err != nil {
+		t.Fatalf("prune after the lock: %v", err)
+	}
+	if a := escrowActions(rep, "esc-lock")[testfix.EscrowAddress("locked")]; a.Action != prune.ActionDeleted {
+		t.Errorf("escrow after its lock ended: %+v; want deleted", a)
 	}
 }
