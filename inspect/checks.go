@@ -406,6 +406,11 @@ func checkBackupFreshness(b BackupStatus) (*BackupStatus, []Flag) {
 		b.Journal = &j
 		fs = append(fs, judgeJournal(&j, loc)...)
 	}
+	if b.Escrow != nil && b.Error == "" {
+		var efs []Flag
+		b.Escrow, efs = escrowFlags(*b.Escrow, loc)
+		fs = append(fs, efs...)
+	}
 	return &b, fs
 }
 

@@ -392,6 +392,7 @@ newest:
 		m := ms[0]
 		bs.Newest = &BackupInfo{Name: e.Name, Kind: string(e.Kind), Time: e.Time, Revision: m.Revision(), Source: m.Source.Name}
 		bs.Age = opts.Now().Sub(e.Time)
+		bs.Escrow = escrowStatus(e.Name, m.Escrow, opts.Now())
 		break
 	}
 	bs.Drill = checkDrills(ctx, opts, entries, checked)

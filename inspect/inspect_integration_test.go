@@ -409,8 +409,11 @@ func TestInspectBackupFreshness(t *testing.T) {
 		if b == nil || b.State != inspect.BackupOK || b.Newest == nil || b.Newest.Name != res.Manifest.Name || b.Newest.Revision != res.Manifest.RevisionBefore {
 			t.Fatalf("backup %+v, want %s", b, res.Manifest.Name)
 		}
-		// Fresh, never drilled: the only warning is the drill's (TestInspectDrill).
-		if b.Age > time.Minute || len(rep.Flags) != 1 || !hasFlag(rep, inspect.FlagDrillMissing, "never drilled") ||
+		// Fresh, never drilled: the warnings are the drill's
+		// (TestInspectDrill) and the escrow's: a backup without a recipient
+		// has no escrow (the escrow subtest below).
+		if b.Age > time.Minute || len(rep.Flags) != 2 || !hasFlag(rep, inspect.FlagDrillMissing, "never drilled") ||
+			!hasFlag(rep, inspect.FlagEscrowUnusable, "has no usable escrow") ||
 			rep.NextStep.Runbooks[0] != inspect.RunbookDrill || rep.Verdict != inspect.VerdictHealthy {
 			t.Errorf("age %v flags %+v next %+v", b.Age, rep.Flags, rep.NextStep)
 		}
@@ -444,6 +447,53 @@ func TestInspectBackupFreshness(t *testing.T) {
 		}
 		if rep.Verdict != inspect.VerdictHealthy || rep.ExitCode() != 0 {
 			t.Errorf("a store failure changed the verdict: %s", rep.Verdict)
+		}
+	})
+	t.Run("escrow", func(t *testing.T) {
+		// The newest backup's escrow, from its manifest: usable with a
+		// certificate 60 days out is quiet; one expiring in 10 days, or
+		// expired, warns; a missing escrow warns; each names the runbook.
+		now := time.Now()
+		for i, tc := range []struct {
+			name     string
+			ref      *catalog.EscrowRef
+			flag     inspect.FlagKind
+			severity inspect.Severity
+			says     string
+			line     string
+		}{
+			{"usable, 60 days", testfix.StoredEscrow(catalog.EscrowPresent, testfix.EscrowAddress("60"), testfix.EscrowCert("etcd-x-server-tls", now.Add(60*24*time.Hour))),
+				"", "", "", "PRESENT"},
+			{"expires in 10 days", testfix.StoredEscrow(catalog.EscrowPresent, testfix.EscrowAddress("10"), testfix.EscrowCert("etcd-x-server-tls", now.Add(60*24*time.Hour)),
+				testfix.EscrowCert("etcd-x-client-tls", now.Add(10*24*time.Hour))),
+				inspect.FlagCertExpiring, inspect.SeverityWarning, "escrowed certificate etcd-x-client-tls (CN=etcd-x-client-tls) of cluster fresh-check", "etcd-x-client-tls, in 9d"},
+			{"expired", testfix.StoredEscrow(catalog.EscrowPresent, testfix.EscrowAddress("0"), testfix.EscrowCert("etcd-x-peer-tls", now.Add(-time.Hour))),
+				inspect.FlagCertExpiring, inspect.SeverityCritical, "etcd-x-peer-tls (CN=etcd-x-peer-tls) of cluster fresh-check in", "EXPIRED"},
+			{"missing", &catalog.EscrowRef{State: catalog.EscrowMissing, Problems: []string{"secret etcd-x-peer-tls not found"}},
+				inspect.FlagEscrowUnusable, inspect.SeverityWarning, "no usable escrow (escrow missing: secret etcd-x-peer-tls not found)", "MISSING"},
+		} {
+			name := testfix.PutEscrowBackup(t, st, layout, id, now.Add(time.Duration(i+1)*time.Second), tc.ref)
+			rep, _ := run(t, o)
+			e := rep.Backup.Escrow
+			if e == nil || e.Backup != name || e.State != tc.ref.State || e.Usable != tc.ref.Usable() {
+				t.Fatalf("%s: escrow %+v, want %s's, state %s", tc.name, e, name, tc.ref.State)
+			}
+			var got []inspect.Flag
+			for _, f := range rep.Flags {
+				if f.Kind == inspect.FlagEscrowUnusable || f.Kind == inspect.FlagCertExpiring {
+					got = append(got, f)
+				}
+			}
+			switch {
+			case tc.flag == "" && len(got) != 0:
+				t.Errorf("%s: escrow flags %+v, want none", tc.name, got)
+			case tc.flag != "" && (len(got) != 1 || got[0].Kind != tc.flag || got[0].Severity != tc.severity ||
+				!strings.Contains(got[0].Message, tc.says) || got[0].Runbook != inspect.RunbookNamespaceGone):
+				t.Errorf("%s: escrow flags %+v, want one %s %s saying %q, runbook %s", tc.name, got, tc.severity, tc.flag, tc.says, inspect.RunbookNamespaceGone)
+			}
+			if l := lineOf(t, rep, "ESCROW: "); !strings.Contains(l, tc.line) || !strings.Contains(l, name) {
+				t.Errorf("%s: %s", tc.name, l)
+			}
 		}
 	})
 }

@@ -90,6 +90,9 @@ func (r *Report) Lines() []string {
 	if l := r.journalLine(); l != "" {
 		out = append(out, "JOURNAL LAG: "+l)
 	}
+	if l := r.escrowLine(); l != "" {
+		out = append(out, "ESCROW: "+l)
+	}
 	ns := "NEXT STEP: " + r.NextStep.Action
 	if len(r.NextStep.Runbooks) > 0 {
 		ns += " (see " + strings.Join(r.NextStep.Runbooks, ", then ") + ")"

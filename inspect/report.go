@@ -239,6 +239,9 @@ type BackupStatus struct {
 	// Journal is the cluster's journal lag (journal.go); nil when the
 	// cluster has no journal or it was not checked.
 	Journal *JournalStatus `json:"journal,omitempty"`
+	// Escrow is the newest committed backup's escrow (escrow.go); nil
+	// when there is no such backup or the store failed.
+	Escrow *EscrowStatus `json:"escrow,omitempty"`
 }
 
 // DrillState is the restore-drill answer: is a recent backup proven to

@@ -548,8 +548,15 @@ const (
 // the alerts firing are exactly those firing lists name for it.
 func promtoolScrape(t *testing.T, body []byte, extra []promSeries, now time.Time, firing map[string][]string, only []string) {
 	t.Helper()
-	in := scrapeInput(t, body, extra, now)
-	testYAML := promtoolExprTests(t, in, firing, only)
+	promtoolScrapeAt(t, body, extra, now, scrapeEval, firing, only)
+}
+
+// promtoolScrapeAt is promtoolScrape evaluated at eval (the series last
+// an hour beyond it): an alert with a long `for` needs a later eval.
+func promtoolScrapeAt(t *testing.T, body []byte, extra []promSeries, now time.Time, eval time.Duration, firing map[string][]string, only []string) {
+	t.Helper()
+	in := scrapeInputAt(t, body, extra, now, eval)
+	testYAML := promtoolExprTests(t, in, eval, firing, only)
 	objs := kubetest.DecodeManifests(t, kubetest.DeployPath(t, "40-alerts.yaml"))
 	if len(objs) != 1 {
 		t.Fatalf("deploy/40-alerts.yaml: %d objects, want one PrometheusRule", len(objs))
@@ -585,7 +592,15 @@ func runPromtoolTest(t *testing.T, rules, testYAML []byte) (string, error) {
 // promtool input series (see promtoolScrape).
 func scrapeInput(t *testing.T, body []byte, extra []promSeries, now time.Time) []promSeries {
 	t.Helper()
-	shift := float64(now.Unix()) - scrapeEval.Seconds()
+	return scrapeInputAt(t, body, extra, now, scrapeEval)
+}
+
+// scrapeInputAt is scrapeInput for an evaluation at eval: promtool's time()
+// is now there, and the series last an hour beyond it.
+func scrapeInputAt(t *testing.T, body []byte, extra []promSeries, now time.Time, eval time.Duration) []promSeries {
+	t.Helper()
+	shift := float64(now.Unix()) - eval.Seconds()
+	window := scrapeWindow + int((eval - scrapeEval).Minutes())
 	var in []promSeries
 	mfs, err := parseText(body)
 	if err != nil {
@@ -613,7 +628,7 @@ func scrapeInput(t *testing.T, body []byte, extra []promSeries, now time.Time) [
 		if name, _, _ := strings.Cut(in[i].Series, "{"); strings.HasSuffix(name, "_timestamp_seconds") {
 			v -= shift
 		}
-		in[i].Values = strconv.FormatFloat(v, 'f', -1, 64) + "x" + strconv.Itoa(scrapeWindow)
+		in[i].Values = strconv.FormatFloat(v, 'f', -1, 64) + "x" + strconv.Itoa(window)
 	}
 	sort.Slice(in, func(i, j int) bool { return in[i].Series < in[j].Series })
 	return in
@@ -621,7 +636,7 @@ func scrapeInput(t *testing.T, body []byte, extra []promSeries, now time.Time) [
 
 // promtoolExprTests is the promtool test file of promtoolScrape: the
 // alerts firing at scrapeEval, by alert name and by cluster.
-func promtoolExprTests(t *testing.T, in []promSeries, firing map[string][]string, only []string) []byte {
+func promtoolExprTests(t *testing.T, in []promSeries, eval time.Duration, firing map[string][]string, only []string) []byte {
 	t.Helper()
 	type sample struct {
 		Labels string  `json:"labels"`
@@ -639,14 +654,14 @@ func promtoolExprTests(t *testing.T, in []promSeries, firing map[string][]string
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		et := exprTest{Expr: fmt.Sprintf(`count by (alertname, cluster) (ALERTS{alertstate="firing",alertname=%q})`, n), EvalTime: scrapeEval.String(), ExpSamples: []sample{}}
+		et := exprTest{Expr: fmt.Sprintf(`count by (alertname, cluster) (ALERTS{alertstate="firing",alertname=%q})`, n), EvalTime: eval.String(), ExpSamples: []sample{}}
 		for _, c := range firing[n] {
 			et.ExpSamples = append(et.ExpSamples, sample{Labels: fmt.Sprintf(`{alertname=%q,cluster=%q}`, n, c), Value: 1})
 		}
 		tests = append(tests, et)
 	}
 	for _, c := range only {
-		et := exprTest{Expr: fmt.Sprintf(`count by (alertname, cluster) (ALERTS{alertstate="firing",cluster=%q})`, c), EvalTime: scrapeEval.String(), ExpSamples: []sample{}}
+		et := exprTest{Expr: fmt.Sprintf(`count by (alertname, cluster) (ALERTS{alertstate="firing",cluster=%q})`, c), EvalTime: eval.String(), ExpSamples: []sample{}}
 		for _, n := range names {
 			for _, fc := range firing[n] {
 				if fc == c {

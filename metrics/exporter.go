@@ -764,7 +764,7 @@ func (e *Exporter) Describe(ch chan<- *prometheus.Desc) {
 		descBackupUndecryptable, descBucketObjectLock, descBackupLockedUntil,
 		descBackupDuration, descBackupThroughput, descRestorableFrom,
 		descJournalProofFailed, descJournalProofTimestamp, descJournalLastRevision, descJournalLastReceived,
-		descJournalGaps, descJournalGapTimestamp} {
+		descJournalGaps, descJournalGapTimestamp, descEscrowState, descEscrowUsable, descCertificateNotAfter} {
 		ch <- d
 	}
 }
@@ -850,6 +850,7 @@ func collectCluster(gauge func(*prometheus.Desc, float64, ...string), ch chan<- 
 		}
 		collectJournal(gauge, c)
 		collectJournalGaps(gauge, c)
+		collectEscrow(gauge, c)
 	}
 	if c.Inspected {
 		cur := verdictLabel(c.Verdict)

@@ -84,6 +84,9 @@ type ClusterState struct {
 	JournalGaps    int       `json:"journalGaps,omitempty"`
 	JournalGapKey  string    `json:"journalGapKey,omitempty"`
 	JournalGapTime time.Time `json:"journalGapTime,omitzero"`
+	// Escrow is the escrow of the newest committed backup that checks
+	// out and is not future-dated (escrow.go); nil when there is none.
+	Escrow *EscrowState `json:"escrow,omitempty"`
 
 	// Inspection side (Inspected: an InspectAll row exists).
 	Inspected bool                `json:"inspected"`
@@ -177,6 +180,10 @@ func storeState(st *ClusterState, entries []catalog.Entry, manifests []*catalog.
 	st.Oldest = time.Time{}
 	st.FutureDated, st.FutureLatest = 0, time.Time{}
 	st.DrillLast, st.DrillLastPassed, st.DrillLastPass = time.Time{}, false, time.Time{}
+	st.Escrow = nil
+	if i := newestGood(entries, manifests, futureCut); i >= 0 {
+		st.Escrow = escrowState(entries[i].Name, manifests[i])
+	}
 	for i, e := range entries {
 		future := e.Time.After(futureCut)
 		if future {

@@ -11,6 +11,11 @@
 //     (delete), in that order; Delete removes named backups the same way.
 //   - Orphans (orphans.go): the ownership record of a prefix, orphan
 //     markers, Orphans (prune --orphans) and DeleteAll (delete --all).
+//   - Escrows (escrow.go): an escrow (<prefix>/_escrow/<cluster>/) goes
+//     with the last backup that names it, decided after the backups are
+//     deleted (retention.DecideEscrows) by Prune, Delete, DeleteAll and
+//     the orphan pass; kept while younger than the escrow grace or while
+//     a backup is in flight, retained while locked.
 //   - Versions (versions.go): on a versioned bucket, the backups only
 //     object versions hold, deleted or overwritten (VersionedBackups, at
 //     the earliest manifest version that checks out: list

@@ -356,6 +356,7 @@ func listRow(l catalog.Listed, d retention.Decision) ListRow {
 		r.Revision, r.RawSize, r.Source, r.Manifest = m.RevisionBefore, m.Snapshot.RawSize, m.Source.Name, m
 		r.StoredSize = m.Snapshot.StoredSize
 		r.Recipients = m.Recipients()
+		r.Escrow = m.Escrow
 		if m.V2 != nil {
 			r.V2Keys = &m.V2.Keys
 		}

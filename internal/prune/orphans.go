@@ -242,8 +242,10 @@ type Orphan struct {
 	Restores []string       `json:"restores,omitempty"`
 	Deleted  []BackupAction `json:"deleted,omitempty"`
 	Uploads  []UploadAction `json:"uploads,omitempty"`
-	Error    string         `json:"error,omitempty"`
-	Err      error          `json:"-"`
+	// Escrows are its escrows (escrow.go): they go with its backups.
+	Escrows []EscrowAction `json:"escrows,omitempty"`
+	Error   string         `json:"error,omitempty"`
+	Err     error          `json:"-"`
 }
 
 // OrphanReport is the outcome of Orphans.
@@ -378,7 +380,8 @@ type orphanInventory struct {
 	live     map[string]bool     // ids with an EtcdCluster
 	restores map[string][]string // id -> EtcdRestores referencing it
 	owned    bool
-	why      string // why the prefix is not owned
+	why      string                        // why the prefix is not owned
+	escrows  map[string][]store.ObjectInfo // by cluster: its escrows
 }
 
 // listOrphans is the orphan steps 1 and 2: the store listing, then
@@ -438,6 +441,14 @@ func listOrphans(ctx context.Context, opts OrphanOptions, rep *OrphanReport, log
 			ids = append(ids, id)
 		}
 	}
+	// A cluster id with escrows only (its backups are gone) and no
+	// EtcdCluster: its escrows go too.
+	escrows := escrowsOf(opts.Layout, objs)
+	for id := range escrows {
+		if _, ok := groups[id]; !ok && !marked[id] && !live[id] {
+			ids = append(ids, id)
+		}
+	}
 	slices.Sort(ids)
 
 	// 2. The markers of the orphans (and of the ids that are back).
@@ -457,7 +468,8 @@ func listOrphans(ctx context.Context, opts OrphanOptions, rep *OrphanReport, log
 		}
 	}
 
-	return &orphanInventory{ids: ids, groups: groups, marked: marked, markers: markers, live: live, restores: restores, owned: owned, why: why}, nil
+	return &orphanInventory{ids: ids, groups: groups, marked: marked, markers: markers, live: live, restores: restores, owned: owned, why: why,
+		escrows: escrows}, nil
 }
 
 // orphanWrite is an orphan marker to write.
@@ -472,6 +484,9 @@ type orphanPlan struct {
 	toDelete      []*Orphan
 	removeMarkers []string
 	writes        []orphanWrite
+	// escrowsOnly are the orphans without backups whose escrows go
+	// (their Escrows planned).
+	escrowsOnly []*Orphan
 }
 
 // planOrphans is the orphan steps 3 and 4: it decides every cluster id
@@ -489,13 +504,16 @@ func planOrphans(ctx context.Context, opts OrphanOptions, inv *orphanInventory, 
 		plan.decideGone(opts, inv, id, rep)
 	}
 	for i := range rep.Orphans {
-		if rep.Orphans[i].State == OrphanDelete {
-			plan.toDelete = append(plan.toDelete, &rep.Orphans[i])
+		switch o := &rep.Orphans[i]; {
+		case o.State == OrphanDelete:
+			plan.toDelete = append(plan.toDelete, o)
+		case o.State == OrphanMarkerOut && len(escrowsToDelete(o.Escrows)) > 0:
+			plan.escrowsOnly = append(plan.escrowsOnly, o)
 		}
 	}
 
 	// 4. The uploads into the folders to delete, before any delete.
-	if pe := plan.listOrphanUploads(ctx, opts, inv.groups); pe != nil {
+	if pe := plan.listOrphanUploads(ctx, opts, inv); pe != nil {
 		return nil, pe
 	}
 	return plan, nil
@@ -533,13 +551,7 @@ func (p *orphanPlan) decideGone(opts OrphanOptions, inv *orphanInventory, id str
 		o.FirstSeen = m.FirstSeen
 	}
 	if len(es) == 0 {
-		o.State, o.Reason = OrphanMarkerOut, "an orphan marker without backups"
-		if inv.owned {
-			o.Reason += ": removed"
-			p.removeMarkers = append(p.removeMarkers, id)
-		} else {
-			o.Reason += ": kept (" + inv.why + ")"
-		}
+		p.decideNoBackups(opts, inv, &o)
 		rep.Orphans = append(rep.Orphans, o)
 		return
 	}
@@ -547,6 +559,32 @@ func (p *orphanPlan) decideGone(opts OrphanOptions, inv *orphanInventory, id str
 	o.DeleteAfter = o.NewestBackup.Add(opts.Grace)
 	p.decideBackups(opts, inv, &o, m)
 	rep.Orphans = append(rep.Orphans, o)
+}
+
+// decideNoBackups decides a cluster id without an EtcdCluster and without
+// backups: its marker is removed and its escrows, which no backup names,
+// go once older than the orphan grace (when the prefix is owned).
+func (p *orphanPlan) decideNoBackups(opts OrphanOptions, inv *orphanInventory, o *Orphan) {
+	id := o.ClusterID
+	what := "an orphan marker without backups"
+	if !inv.marked[id] {
+		what = "escrows without backups"
+	}
+	o.State, o.Reason = OrphanMarkerOut, what
+	if !inv.owned {
+		o.Reason += ": kept (" + inv.why + ")"
+		return
+	}
+	o.Reason += ": removed"
+	if inv.marked[id] {
+		p.removeMarkers = append(p.removeMarkers, id)
+	}
+	if objs := inv.escrows[id]; len(objs) > 0 {
+		o.Escrows = decideEscrows(opts.Layout, id, objs, nil, nil, nil, opts.Now, opts.Grace)
+		if n := countEscrows(o.Escrows); n.kept > 0 {
+			o.Reason += fmt.Sprintf(" (%d escrow(s) younger than the grace %s stay)", n.kept, retention.FormatDuration(opts.Grace))
+		}
+	}
 }
 
 // decideBackups sets the state of an orphan with backups: restoring, not
@@ -589,7 +627,8 @@ func (p *orphanPlan) decideBackups(opts OrphanOptions, inv *orphanInventory, o *
 // listOrphanUploads is the orphan step 4: it lists the uploads into the
 // folders of the orphans to delete and plans the deletion of their
 // backups and the abort of those uploads.
-func (p *orphanPlan) listOrphanUploads(ctx context.Context, opts OrphanOptions, groups map[string][]catalog.Entry) *OrphanError {
+func (p *orphanPlan) listOrphanUploads(ctx context.Context, opts OrphanOptions, inv *orphanInventory) *OrphanError {
+	groups := inv.groups
 	uploads := map[string][]store.Upload{}
 	for _, o := range p.toDelete {
 		u, err := clusterUploads(ctx, opts.Store, opts.Layout, o.ClusterID, groups[o.ClusterID])
@@ -609,6 +648,7 @@ func (p *orphanPlan) listOrphanUploads(ctx context.Context, opts OrphanOptions, 
 			o.Uploads = append(o.Uploads, UploadAction{ClusterID: o.ClusterID, Name: pk.Name, Key: u.Key, UploadID: u.UploadID,
 				Initiated: u.Initiated, Action: ActionAbort, Reason: "multipart upload into an orphan's backup folder: abandoned"})
 		}
+		o.Escrows = clusterEndEscrows(opts.Layout, o.ClusterID, inv.escrows[o.ClusterID], "orphan: its escrows go with its backups")
 	}
 	return nil
 }
@@ -636,8 +676,16 @@ func executeOrphans(ctx context.Context, opts OrphanOptions, plan *orphanPlan, r
 		log.Info("orphan marker removed", "cluster", id)
 	}
 	t := time.Now()
+	for _, o := range plan.escrowsOnly {
+		if es := runEscrows(ctx, opts.Store, o.Escrows, opts.Now, false, &rep.Stats, log); len(es) > 0 {
+			err := fmt.Errorf("cluster %s: %w", o.ClusterID, errEscrows(es))
+			o.State, o.Err, o.Error = OrphanFailed, err, err.Error()
+			rep.Failed++
+			errs = append(errs, err)
+		}
+	}
 	for _, o := range toDelete {
-		if err := deleteCluster(ctx, opts.Store, opts.Layout, o.ClusterID, o.Deleted, o.Uploads, &rep.Stats, log); err != nil {
+		if err := deleteCluster(ctx, opts.Store, opts.Layout, o.ClusterID, o.Deleted, o.Uploads, o.Escrows, &rep.Stats, log); err != nil {
 			o.State, o.Err, o.Error = OrphanFailed, err, err.Error()
 			rep.Failed++
 			errs = append(errs, err)
@@ -683,7 +731,8 @@ func clusterUploads(ctx context.Context, st store.Store, layout catalog.Layout, 
 // deleteCluster deletes every folder of a cluster (manifests first, as
 // prune does), aborts the uploads into them, then removes its orphan
 // marker. acts and ups are updated in place.
-func deleteCluster(ctx context.Context, st store.Store, layout catalog.Layout, id string, acts []BackupAction, ups []UploadAction, stats *StoreStats, log *slog.Logger) error {
+func deleteCluster(ctx context.Context, st store.Store, layout catalog.Layout, id string, acts []BackupAction, ups []UploadAction, escrows []EscrowAction,
+	stats *StoreStats, log *slog.Logger) error {
 	var ptrs []*BackupAction
 	for i := range acts {
 		if acts[i].Action != ActionRetained {
@@ -713,14 +762,21 @@ func deleteCluster(ctx context.Context, st store.Store, layout catalog.Layout, i
 		u.Action = ActionAborted
 		stats.UploadsAborted++
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("cluster %s: %d of %d backups, %d uploads: deletion incomplete (a later run retries): %w",
-			id, countFailed(acts), len(acts), len(ups), errors.Join(errs...))
+	// The escrows go with the last backup: only once every one is gone.
+	if len(errs) > 0 || retained > 0 {
+		keepEscrows(escrows, fmt.Sprintf("kept: %d backup(s) of the cluster remain (retained by object lock or not deleted); the escrows go with the last",
+			countFailed(acts)+retained))
+	} else {
+		errs = append(errs, runEscrows(ctx, st, escrows, time.Now(), false, stats, log)...)
 	}
-	if retained > 0 {
-		// Locked backups stay until their retention ends: the marker
-		// too, so a later run deletes them then.
-		log.Info("backups retained by object lock; the orphan marker stays", "cluster", id, "retained", retained)
+	if len(errs) > 0 {
+		return fmt.Errorf("cluster %s: %d of %d backups, %d uploads, %d escrows: deletion incomplete (a later run retries): %w",
+			id, countFailed(acts), len(acts), len(ups), len(escrows), errors.Join(errs...))
+	}
+	if n := countEscrows(escrows); retained > 0 || n.retained > 0 {
+		// Locked backups (or escrows) stay until their retention ends:
+		// the marker too, so a later run deletes them then.
+		log.Info("backups or escrows retained by object lock; the orphan marker stays", "cluster", id, "retained", retained, "escrows_retained", n.retained)
 		return nil
 	}
 	// Last: the marker (a marker without backups is removed by a later run).
@@ -762,6 +818,9 @@ type DeleteAllReport struct {
 	Uploads   []UploadAction `json:"uploads,omitempty"`
 	// Marker says the cluster had an orphan marker (removed with it).
 	Marker bool `json:"orphanMarker,omitempty"`
+	// Escrows are the cluster's escrows (escrow.go): they all go with its
+	// backups (the runbook's Destroy), unless a backup is retained.
+	Escrows []EscrowAction `json:"escrows,omitempty"`
 	// Unknown are the keys under the cluster's prefix that are not in the
 	// layout (Layout.Classify): never touched, reported.
 	Unknown []string   `json:"unknown,omitempty"`
@@ -804,6 +863,11 @@ func DeleteAll(ctx context.Context, opts DeleteAllOptions) (*DeleteAllReport, er
 	if err != nil {
 		return nil, fmt.Errorf("delete: list the multipart uploads of cluster %s, nothing was deleted: %w", id, err)
 	}
+	escrows, err := listEscrows(ctx, opts.Store, opts.Layout, id)
+	if err != nil {
+		return nil, fmt.Errorf("delete: %w; nothing was deleted", err)
+	}
+	rep.Escrows = clusterEndEscrows(opts.Layout, id, escrows, "every backup of the cluster is deleted: its escrows go with them")
 	rep.Stats.ListDuration = time.Since(start)
 	for _, e := range entries {
 		a := newAction(e)
@@ -825,11 +889,15 @@ func DeleteAll(ctx context.Context, opts DeleteAllOptions) (*DeleteAllReport, er
 			ptrs[i] = &rep.Backups[i]
 		}
 		holdLocked(ctx, opts.Store, ptrs, time.Now(), log)
+		if slices.ContainsFunc(rep.Backups, func(a BackupAction) bool { return a.Action == ActionRetained }) {
+			keepEscrows(rep.Escrows, "kept: a backup of the cluster is retained by object lock; the escrows go with the last")
+		}
+		runEscrows(ctx, opts.Store, rep.Escrows, time.Now(), true, &rep.Stats, log)
 		rep.Stats.Duration = time.Since(start)
 		return rep, nil
 	}
 	t := time.Now()
-	err = deleteCluster(ctx, opts.Store, opts.Layout, id, rep.Backups, rep.Uploads, &rep.Stats, log)
+	err = deleteCluster(ctx, opts.Store, opts.Layout, id, rep.Backups, rep.Uploads, rep.Escrows, &rep.Stats, log)
 	rep.Stats.DeleteDuration = time.Since(t)
 	rep.Stats.Duration = time.Since(start)
 	if err != nil {

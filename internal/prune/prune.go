@@ -67,6 +67,8 @@ const (
 	// PruneStepStaged: the prune ran, but staged plaintext copies older
 	// than StagedMaxAge could not be deleted (or listed).
 	PruneStepStaged = "delete staged plaintext copies"
+	// PruneStepListEscrows: listing the clusters' escrows (escrow.go).
+	PruneStepListEscrows = "list escrows"
 )
 
 // PruneOptions configure Prune.
@@ -159,6 +161,9 @@ type ClusterPrune struct {
 	// Segments are the cluster's journal segments, in revision order
 	// (prunejournal.go).
 	Segments []SegmentAction `json:"segments,omitempty"`
+	// Escrows are the cluster's escrows (escrow.go): kept while a
+	// remaining backup names them.
+	Escrows []EscrowAction `json:"escrows,omitempty"`
 	// Damaged counts the committed backups that do not check out.
 	Damaged int `json:"damaged,omitempty"`
 	// Problem is set when the newest committed backup is not the newest
@@ -239,6 +244,14 @@ type PruneReport struct {
 	// lock still holds (retainLockedSegments): not deleted, not a failure.
 	SegmentsRetained int `json:"segmentsRetained,omitempty"`
 
+	// Escrows (escrow.go): kept, to delete (deleted or failed included),
+	// deleted, retained by object lock, not deleted.
+	EscrowsKept     int `json:"escrowsKept"`
+	EscrowsPlanned  int `json:"escrowsPlanned"`
+	EscrowsDeleted  int `json:"escrowsDeleted"`
+	EscrowsRetained int `json:"escrowsRetained,omitempty"`
+	EscrowsFailed   int `json:"escrowsFailed"`
+
 	// Staged are the plaintext copies staged for etcd-operator that were
 	// found (staged.go): deleted once older than StagedMaxAge.
 	Staged      []catalog.StagedCopy `json:"staged,omitempty"`
@@ -265,6 +278,7 @@ type PruneError struct {
 	Failed         int // backups not (fully) deleted
 	UploadsFailed  int // stale uploads not aborted
 	SegmentsFailed int // journal segments not deleted
+	EscrowsFailed  int // escrows not deleted
 	// StagedFailed are the keys of the staged plaintext copies that could
 	// not be deleted; StagedErr is that failure (or the listing's).
 	StagedFailed []string
@@ -296,6 +310,9 @@ func (e *PruneError) Error() string {
 	}
 	if e.SegmentsFailed > 0 {
 		parts = append(parts, fmt.Sprintf("%d journal segment(s) could not be deleted", e.SegmentsFailed))
+	}
+	if e.EscrowsFailed > 0 {
+		parts = append(parts, fmt.Sprintf("%d escrow(s) could not be deleted", e.EscrowsFailed))
 	}
 	switch {
 	case len(e.StagedFailed) > 0:
@@ -385,11 +402,12 @@ func Prune(ctx context.Context, opts PruneOptions) (*PruneReport, error) {
 		}
 	}
 	if opts.DryRun {
+		pruneEscrows(ctx, opts, inv, rep) // only reads: nothing fails
 		rep.Stats.Duration = time.Since(start)
 		log.Info("prune dry run: nothing deleted", "kept", rep.Kept, "would_delete", rep.Planned, "would_abort_uploads", rep.Stale, "damaged", rep.Damaged)
 		return rep, withStaged(plan.damagedErr(), rep, serr)
 	}
-	rep, err := executePrune(ctx, opts, plan, rep, start)
+	rep, err := executePrune(ctx, opts, inv, plan, rep, start)
 	return rep, withStaged(err, rep, serr)
 }
 
@@ -434,6 +452,7 @@ type pruneInventory struct {
 	wanted     func(clusterID string) bool
 	unknown    []string                      // keys listed outside the layout
 	journal    map[string][]store.ObjectInfo // by cluster: its journal segments
+	escrows    map[string][]store.ObjectInfo // by cluster: its escrows
 }
 
 // listPrune is Prune's steps 1 and 2: it lists the objects and multipart
@@ -476,8 +495,12 @@ func listPrune(ctx context.Context, opts PruneOptions, stats *StoreStats) (*prun
 	if pe != nil {
 		return nil, pe
 	}
+	escrows, pe := listPruneEscrows(ctx, opts, ids, objs, stats)
+	if pe != nil {
+		return nil, pe
+	}
 	return &pruneInventory{ids: ids, groups: groups, manifestOf: manifestOf, uploads: uploads, wanted: wanted,
-		unknown: catalog.UnknownKeys(opts.Layout, objs), journal: journal}, nil
+		unknown: catalog.UnknownKeys(opts.Layout, objs), journal: journal, escrows: escrows}, nil
 }
 
 // listPruneKeys is listPrune's step 1: the objects, then the multipart
@@ -805,12 +828,15 @@ func collectPlan(opts PruneOptions, byCluster clusterPrunes, rep *PruneReport) *
 // (manifests first, then the rest: deleteBackups), then aborts the planned
 // uploads, and completes rep with the outcome. A failure of one backup or
 // upload does not stop the others.
-func executePrune(ctx context.Context, opts PruneOptions, plan *prunePlan, rep *PruneReport, start time.Time) (*PruneReport, error) {
+func executePrune(ctx context.Context, opts PruneOptions, inv *pruneInventory, plan *prunePlan, rep *PruneReport, start time.Time) (*PruneReport, error) {
 	log := opts.Log
 	relockNewest(ctx, opts, rep)
 	t := time.Now()
 	deleteBackups(ctx, opts.Store, plan.toDelete, &rep.Stats, log)
 	deleteSegments(ctx, opts.Store, plan.segments, &rep.Stats, log)
+	// Last, from the backups that remain: an escrow goes with the last
+	// backup that names it.
+	escrowErrs := pruneEscrows(ctx, opts, inv, rep)
 	rep.Stats.DeleteDuration = time.Since(t)
 
 	t = time.Now()
@@ -846,10 +872,12 @@ func executePrune(ctx context.Context, opts PruneOptions, plan *prunePlan, rep *
 		}
 	}
 	errs = append(errs, segmentErrs(plan.segments, rep)...)
+	errs = append(errs, escrowErrs...)
 	rep.Stats.Duration = time.Since(start)
 	log.Info("prune finished", "kept", rep.Kept, "deleted", rep.Deleted, "failed", rep.Failed, "damaged", rep.Damaged,
 		"uploads_aborted", rep.Aborted, "uploads_failed", rep.AbortFailed,
 		"segments_kept", rep.SegmentsKept, "segments_deleted", rep.SegmentsDeleted, "segments_failed", rep.SegmentsFailed,
+		"escrows_kept", rep.EscrowsKept, "escrows_deleted", rep.EscrowsDeleted, "escrows_retained", rep.EscrowsRetained, "escrows_failed", rep.EscrowsFailed,
 		"objects_listed", rep.Stats.ObjectsListed, "objects_deleted", rep.Stats.ObjectsDeleted,
 		"duration", rep.Stats.Duration.Round(time.Millisecond))
 	if len(errs) == 0 {
@@ -858,7 +886,7 @@ func executePrune(ctx context.Context, opts PruneOptions, plan *prunePlan, rep *
 	if len(plan.problems) > 0 {
 		errs = append(errs, errors.New(strings.Join(plan.problems, "; ")))
 	}
-	pe.Failed, pe.UploadsFailed, pe.SegmentsFailed, pe.Err, pe.first = rep.Failed, rep.AbortFailed, rep.SegmentsFailed, errors.Join(errs...), errs[0]
+	pe.Failed, pe.UploadsFailed, pe.SegmentsFailed, pe.EscrowsFailed, pe.Err, pe.first = rep.Failed, rep.AbortFailed, rep.SegmentsFailed, rep.EscrowsFailed, errors.Join(errs...), errs[0]
 	return rep, pe
 }
 
@@ -1083,8 +1111,11 @@ type DeleteReport struct {
 	Backups   []BackupAction `json:"backups"`
 	// Unknown are the keys under the cluster's prefix that are not in the
 	// layout (Layout.Classify): never touched, reported.
-	Unknown []string   `json:"unknown,omitempty"`
-	Stats   StoreStats `json:"stats"`
+	Unknown []string `json:"unknown,omitempty"`
+	// Escrows are the cluster's escrows (escrow.go), decided after the
+	// backups were deleted from those that remain.
+	Escrows []EscrowAction `json:"escrows,omitempty"`
+	Stats   StoreStats     `json:"stats"`
 }
 
 // Delete removes the named backups of one cluster, whatever their kind: the
@@ -1112,7 +1143,7 @@ func Delete(ctx context.Context, opts DeleteOptions) (*DeleteReport, error) {
 		}
 	}
 	start := time.Now()
-	entries, unknown, err := listDelete(ctx, opts)
+	entries, manifests, escrows, unknown, err := listDelete(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -1134,28 +1165,57 @@ func Delete(ctx context.Context, opts DeleteOptions) (*DeleteReport, error) {
 	acts := deleteActions(rep, entries, names, newest, newestProven)
 	t := time.Now()
 	deleteBackups(ctx, opts.Store, holdLocked(ctx, opts.Store, acts, time.Now(), log), &rep.Stats, log)
+	escrowErrs := deleteNamedEscrows(ctx, opts, rep, entries, manifests, escrows, log)
 	rep.Stats.DeleteDuration = time.Since(t)
 	rep.Stats.Duration = time.Since(start)
-	return rep, deleteOutcome(acts, log)
+	return rep, errors.Join(deleteOutcome(acts, log), errEscrows(escrowErrs))
+}
+
+// deleteNamedEscrows is Delete's escrow step: the cluster's escrows that
+// no remaining backup names go, once older than the default policy's
+// escrow grace.
+func deleteNamedEscrows(ctx context.Context, opts DeleteOptions, rep *DeleteReport, entries []catalog.Entry, manifests []*catalog.Manifest,
+	escrows []store.ObjectInfo, log *slog.Logger) []error {
+	if len(escrows) == 0 {
+		return nil
+	}
+	gone := map[string]bool{}
+	for _, a := range rep.Backups {
+		gone[a.Name] = a.ManifestDeleted
+	}
+	byName := map[string]*catalog.Manifest{}
+	for i, e := range entries {
+		byName[e.Name] = manifests[i]
+	}
+	named, unreadable := namedEscrows(entries, func(n string) *catalog.Manifest { return byName[n] }, func(n string) bool { return gone[n] })
+	now, grace := time.Now(), retention.DefaultPolicy().EscrowGrace()
+	rep.Escrows = decideEscrows(opts.Layout, opts.ClusterID, escrows, named, unreadable, inFlightOf(entries, now, grace), now, grace)
+	return runEscrows(ctx, opts.Store, rep.Escrows, now, false, &rep.Stats, log)
 }
 
 // listDelete is Delete's first step: it lists the cluster, checks its
 // backups and reads their drill records (the proven restore point's must
 // be readable), deleting nothing on a failure.
-func listDelete(ctx context.Context, opts DeleteOptions) ([]catalog.Entry, []string, error) {
+func listDelete(ctx context.Context, opts DeleteOptions) ([]catalog.Entry, []*catalog.Manifest, []store.ObjectInfo, []string, error) {
 	entries, unknown, err := catalog.ClusterInventory(ctx, opts.Store, opts.Layout, opts.ClusterID)
 	if err != nil {
-		return nil, nil, fmt.Errorf("delete: list cluster %s, nothing was deleted: %w", opts.ClusterID, err)
+		return nil, nil, nil, nil, fmt.Errorf("delete: list cluster %s, nothing was deleted: %w", opts.ClusterID, err)
 	}
-	if _, _, err := catalog.CheckEntries(ctx, opts.Store, opts.Layout, entries, catalog.DefaultCheckParallel); err != nil {
-		return nil, nil, fmt.Errorf("delete: check the backups of cluster %s, nothing was deleted: %w", opts.ClusterID, err)
+	manifests, _, err := catalog.CheckEntries(ctx, opts.Store, opts.Layout, entries, catalog.DefaultCheckParallel)
+	if err != nil {
+		return nil, nil, nil, nil, fmt.Errorf("delete: check the backups of cluster %s, nothing was deleted: %w", opts.ClusterID, err)
 	}
 	// The newest backup whose drill passed is the proven restore point:
 	// deleting it needs Force too, so its record must be readable.
 	if err := catalog.LoadDrills(ctx, opts.Store, opts.Layout, entries, catalog.DefaultCheckParallel); err != nil {
-		return nil, nil, fmt.Errorf("delete: read the drill records of cluster %s, nothing was deleted: %w", opts.ClusterID, err)
+		return nil, nil, nil, nil, fmt.Errorf("delete: read the drill records of cluster %s, nothing was deleted: %w", opts.ClusterID, err)
 	}
-	return entries, unknown, nil
+	// Its escrows: each goes with the last backup that names it.
+	escrows, err := listEscrows(ctx, opts.Store, opts.Layout, opts.ClusterID)
+	if err != nil {
+		return nil, nil, nil, nil, fmt.Errorf("delete: %w; nothing was deleted", err)
+	}
+	return entries, manifests, escrows, unknown, nil
 }
 
 // newestGoodAndProven are the names of the newest backup that checks out,

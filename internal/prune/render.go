@@ -67,6 +67,14 @@ type ListRow struct {
 	// on a bucket without, or for a version without a retention. The
 	// table's LOCKED UNTIL (only on a bucket with object lock) shows it.
 	Lock *RowLock `json:"lock,omitempty"`
+	// Escrow is the escrow the backup's manifest names (its state,
+	// address, certificates and their expiry, problems); absent for a
+	// backup written before escrow existed. The table's ESCROW (-o wide:
+	// the default table keeps within 120 columns) shows its state ("-"
+	// when absent) and CERTS EXPIRE the nearest certificate expiry; the
+	// reason names a state other than present, its problems, and a
+	// certificate expiring within CertExpiryWarning (EscrowNote).
+	Escrow *catalog.EscrowRef `json:"escrow,omitempty"`
 
 	lockColumn bool // the bucket has object lock: LOCKED UNTIL is shown
 }
@@ -108,8 +116,8 @@ type ListRows []ListRow
 func (rows ListRows) Table() output.Table {
 	now := time.Now()
 	t := output.Table{Header: []string{"BACKUP", "KIND", "TIME (UTC)", "STATUS", "REVISION", "RAW", "STORED", "TOTAL", "V2 KEYS", "SOURCE",
-		"DRILL", "DRILL MODE", "ENCRYPTED TO", "KEEP", "REASON"},
-		Wide: []string{"KIND", "TIME (UTC)", "RAW", "TOTAL", "SOURCE", "DRILL MODE", "ENCRYPTED TO"}, Long: []string{"REASON"}}
+		"DRILL", "DRILL MODE", "ENCRYPTED TO", "ESCROW", "CERTS EXPIRE", "KEEP", "REASON"},
+		Wide: []string{"KIND", "TIME (UTC)", "RAW", "TOTAL", "SOURCE", "DRILL MODE", "ENCRYPTED TO", "ESCROW", "CERTS EXPIRE"}, Long: []string{"REASON"}}
 	decrypts := false
 	for _, r := range rows {
 		decrypts = decrypts || r.Decrypt != nil
@@ -170,8 +178,12 @@ func (rows ListRows) Table() output.Table {
 		if r.Deleted || r.Overwritten {
 			status = strings.ToUpper(status)
 		}
+		if n := EscrowNote(r.Escrow, now); n != "" {
+			reason += "; " + n
+		}
 		row := []string{r.Name, string(r.Kind), r.Time.Format("2006-01-02 15:04:05"), status, rev, raw,
-			stored, output.Bytes(r.TotalSize), v2, dashIfEmpty(r.Source), drillCell(r.Drill, now), mode, RecipientsCell(r.recipients()), keep, reason}
+			stored, output.Bytes(r.TotalSize), v2, dashIfEmpty(r.Source), drillCell(r.Drill, now), mode, RecipientsCell(r.recipients()),
+			EscrowCell(r.Escrow), ExpiryCell(r.Escrow.NearestExpiry(), now), keep, reason}
 		if decrypts {
 			if r.Decrypt != nil && r.Decrypt.Error != "" {
 				row[len(row)-1] += "; " + r.Decrypt.Error
@@ -190,6 +202,74 @@ func (rows ListRows) Table() output.Table {
 		t.Notes = append(t.Notes, OrphanNote(rows[0].Orphan, now))
 	}
 	return t
+}
+
+// CertExpiryWarning is how soon an escrowed certificate's expiry is
+// warned about: list's reason, inspect's check and the exporter's alert
+// (EtcdRecoveryCertificateExpiringSoon) use the same 30 days.
+const CertExpiryWarning = 30 * 24 * time.Hour
+
+// EscrowCell is a backup's escrow state for a table: present, mismatch,
+// missing, none, or "-" for a backup written before escrow existed.
+func EscrowCell(r *catalog.EscrowRef) string {
+	if r == nil {
+		return "-"
+	}
+	return string(r.State)
+}
+
+// ExpiryCell is a certificate expiry for a table: the date (UTC), with
+// EXPIRED or the days left when within CertExpiryWarning; "-" when
+// there is none.
+func ExpiryCell(t, now time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := t.UTC().Format("2006-01-02")
+	switch left := t.Sub(now); {
+	case left <= 0:
+		return d + " (EXPIRED)"
+	case left <= CertExpiryWarning:
+		return fmt.Sprintf("%s (%dd)", d, int(left.Hours()/24))
+	}
+	return d
+}
+
+// EscrowNote is what a table's reason says of a backup's escrow: its
+// problems (missing, mismatch, none), and an escrowed certificate that
+// expires within CertExpiryWarning; "" when there is nothing to say.
+func EscrowNote(r *catalog.EscrowRef, now time.Time) string {
+	if r == nil {
+		return ""
+	}
+	var parts []string
+	if r.State != catalog.EscrowPresent {
+		p := "escrow " + string(r.State)
+		if len(r.Problems) > 0 {
+			p += ": " + strings.Join(r.Problems, "; ")
+		}
+		parts = append(parts, p)
+	}
+	if c, ok := nearestCert(r); ok && c.NotAfter.Sub(now) <= CertExpiryWarning {
+		verb := "expires"
+		if !c.NotAfter.After(now) {
+			verb = "EXPIRED"
+		}
+		parts = append(parts, fmt.Sprintf("escrowed certificate %s (%s) %s %s", c.Secret, c.Subject, verb, c.NotAfter.UTC().Format(time.RFC3339)))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// nearestCert is the escrowed certificate that expires first.
+func nearestCert(r *catalog.EscrowRef) (catalog.EscrowCert, bool) {
+	var best catalog.EscrowCert
+	ok := false
+	for _, c := range r.Certs {
+		if !ok || c.NotAfter.Before(best.NotAfter) {
+			best, ok = c, true
+		}
+	}
+	return best, ok
 }
 
 // recipients are the row's recipients, from its manifest when the row
@@ -367,6 +447,9 @@ func (r *PruneReport) Table() output.Table {
 		for _, a := range c.Segments {
 			t.Rows = append(t.Rows, a.row())
 		}
+		for _, a := range c.Escrows {
+			t.Rows = append(t.Rows, a.row())
+		}
 	}
 	if t.Header == nil {
 		t = actionsTable(nil, nil)
@@ -384,6 +467,9 @@ func (r *PruneReport) Table() output.Table {
 			sverb, sn = "would delete", r.SegmentsPlanned
 		}
 		fmt.Fprintf(&f, "journal: %d segment(s) kept, %s %d (%d failed)\n", r.SegmentsKept, sverb, sn, r.SegmentsFailed)
+	}
+	if line := escrowSummary(r.allEscrows(), r.DryRun); line != "" {
+		fmt.Fprintf(&f, "%s\n", line)
 	}
 	for _, cl := range r.Clusters {
 		if cl.Problem != "" {
@@ -407,6 +493,12 @@ func (r *PruneReport) Table() output.Table {
 // cluster's prefix that are not in the layout below it.
 func (r *DeleteReport) Table() output.Table {
 	t := actionsTable(r.Backups, nil)
+	for _, a := range r.Escrows {
+		t.Rows = append(t.Rows, a.row())
+	}
+	if line := escrowSummary(r.Escrows, false); line != "" {
+		t.Notes = append(t.Notes, line)
+	}
 	if len(r.Unknown) > 0 {
 		t.Notes = append(t.Notes, catalog.UnknownNote(r.Unknown))
 	}
@@ -417,6 +509,9 @@ func (r *DeleteReport) Table() output.Table {
 // summary below.
 func (r *DeleteAllReport) Table() output.Table {
 	t := actionsTable(r.Backups, r.Uploads)
+	for _, a := range r.Escrows {
+		t.Rows = append(t.Rows, a.row())
+	}
 	verb := "deleted"
 	if r.DryRun {
 		verb = "would delete"
@@ -429,8 +524,8 @@ func (r *DeleteAllReport) Table() output.Table {
 		t.Notes = append(t.Notes, catalog.UnknownNote(r.Unknown))
 	}
 	// The summary is the last note (the CLI prefixes it).
-	t.Notes = append(t.Notes, fmt.Sprintf("%s %d backup(s) and %d multipart upload(s) of cluster %s%s",
-		verb, len(r.Backups), len(r.Uploads), r.ClusterID, marker))
+	t.Notes = append(t.Notes, fmt.Sprintf("%s %d backup(s), %d multipart upload(s) and %d escrow(s) of cluster %s%s",
+		verb, len(r.Backups), len(r.Uploads), countEscrows(r.Escrows).planned, r.ClusterID, marker))
 	return t
 }
 
