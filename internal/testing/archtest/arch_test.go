@@ -56,15 +56,17 @@ var apart = map[string][]string{
 // (retention), and its deletions and listing (prune); the journal's
 // format, capture and window (with list's view of it) sit above them. The table of etcd's
 // internals (etcdinternals) depends on no feature's format: it applies
-// kvevent records, never the journal's.
+// kvevent records, never the journal's. The escrow (escrow) sits on the
+// catalog and the object format, beside retention.
 var inner = map[string][]string{
-	"internal/kvevent":       {"internal/store", "internal/objectio", "internal/catalog", "internal/retention", "internal/prune", "internal/journal", "internal/etcdinternals"},
-	"internal/store":         {"internal/objectio", "internal/catalog", "internal/retention", "internal/prune", "internal/journal"},
-	"internal/objectio":      {"internal/catalog", "internal/retention", "internal/prune", "internal/journal"},
-	"internal/etcdinternals": {"internal/objectio", "internal/catalog", "internal/retention", "internal/prune", "internal/journal"},
-	"internal/catalog":       {"internal/retention", "internal/prune", "internal/journal"},
+	"internal/kvevent":       {"internal/store", "internal/objectio", "internal/catalog", "internal/retention", "internal/prune", "internal/journal", "internal/etcdinternals", "internal/escrow"},
+	"internal/store":         {"internal/objectio", "internal/catalog", "internal/retention", "internal/prune", "internal/journal", "internal/escrow"},
+	"internal/objectio":      {"internal/catalog", "internal/retention", "internal/prune", "internal/journal", "internal/escrow"},
+	"internal/etcdinternals": {"internal/objectio", "internal/catalog", "internal/retention", "internal/prune", "internal/journal", "internal/escrow"},
+	"internal/catalog":       {"internal/retention", "internal/prune", "internal/journal", "internal/escrow"},
 	"internal/retention":     {"internal/prune", "internal/journal"},
 	"internal/prune":         {"internal/journal"},
+	"internal/escrow":        {"internal/retention", "internal/prune", "internal/journal"},
 }
 
 // fixtures is the test harness: it starts real servers or builds fixtures

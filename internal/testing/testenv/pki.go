@@ -226,6 +226,25 @@ func (p *PKI) issueClient(expired bool, certFile, keyFile string) error {
 	}, certFile, keyFile)
 }
 
+// IssueServer writes another server/peer certificate from this CA, for the
+// same names as ServerCertFile (a rotated certificate: same CA, new key).
+func (p *PKI) IssueServer(tb testing.TB, certFile, keyFile string) {
+	tb.Helper()
+	now := time.Now()
+	if err := p.issue(&x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: "etcd-recovery-test-server", Organization: []string{"etcd-recovery tests"}},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(365 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		DNSNames:     []string{"localhost"},
+		IPAddresses:  p.ServerIPs,
+	}, certFile, keyFile); err != nil {
+		tb.Fatalf("testenv: issuing a server certificate: %v", err)
+	}
+}
+
 // issue signs tmpl with the CA and writes the certificate and a new key.
 func (p *PKI) issue(tmpl *x509.Certificate, certFile, keyFile string) error {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
