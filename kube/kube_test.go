@@ -37,7 +37,7 @@ const (
 func TestKube(t *testing.T) {
 	k := testenv.StartKubeAPIServer(t)
 	admin := k.Clientset(t, "")
-	kubetest.CreateNamespaces(t, admin, ns, otherNS, restoreNS, verbsNS, rebuildNS)
+	kubetest.CreateNamespaces(t, admin, ns, otherNS, restoreNS, verbsNS, escrowNS, rebuildNS)
 	kubetest.InstallCRDs(t, k)
 	a := kubetest.NewApplier(t, k)
 
@@ -65,13 +65,14 @@ func TestKube(t *testing.T) {
 	})
 
 	// Real RBAC for the rest.
-	for _, ns := range []string{ns, otherNS, restoreNS, verbsNS, rebuildNS} {
+	for _, ns := range []string{ns, otherNS, restoreNS, verbsNS, escrowNS, rebuildNS} {
 		a.ApplyFile(t, kubetest.DeployPath(t, "10-rbac.yaml"), ns)
 	}
 	a.ApplyFile(t, kubetest.DeployPath(t, "break-glass", "rebuild-access.yaml"), rebuildNS)
 	t.Run("Discovery", func(t *testing.T) { testDiscovery(t, k, a, admin) })
 	t.Run("OperatorRestore", func(t *testing.T) { testOperatorRestore(t, k, a, admin) })
 	t.Run("Verbs", func(t *testing.T) { testVerbs(t, k, a, admin) })
+	t.Run("CaptureEscrow", func(t *testing.T) { testCaptureEscrow(t, k, a, admin) })
 	t.Run("Rebuild", func(t *testing.T) { testRebuild(t, k, admin) })
 }
 
@@ -185,8 +186,20 @@ func testDiscovery(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, 
 		forbidden("list secrets", err)
 		_, err = cs.CoreV1().Secrets(otherNS).Get(ctx, kube.COSSecretName, metav1.GetOptions{})
 		forbidden("get cos-credentials in another namespace", err)
-		_, err = cs.CoreV1().Secrets(ns).Get(ctx, "etcd-c01-server-tls", metav1.GetOptions{})
-		forbidden("get a server-tls secret", err)
+		// The escrow: the backup jobs' account reads the cluster's
+		// server- and peer-TLS secrets; the toolkit's and the exporter's
+		// never do.
+		for _, s := range []string{"etcd-c01-server-tls", "etcd-c01-peer-tls"} {
+			if _, err := cs.CoreV1().Secrets(ns).Get(ctx, s, metav1.GetOptions{}); err != nil {
+				t.Errorf("backup account: get %s (escrow): %v", s, err)
+			}
+			for _, other := range []string{"etcd-recovery-toolkit", "etcd-recovery-exporter"} {
+				_, err = k.Clientset(t, kubetest.SAToken(t, admin, ns, other)).CoreV1().Secrets(ns).Get(ctx, s, metav1.GetOptions{})
+				forbidden(other+": get "+s, err)
+			}
+		}
+		_, err = cs.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
+		forbidden("list services (the escrow gets them by name)", err)
 		err = dyn.Resource(kube.EtcdClusterGVR).Namespace(ns).Delete(ctx, "etcd-c01", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
 		forbidden("delete an etcdcluster with the backup Role", err)
 		_, err = dyn.Resource(kube.EtcdRestoreGVR).Namespace(ns).Create(ctx, kubetest.EtcdRestoreObj("etcd-c01"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})

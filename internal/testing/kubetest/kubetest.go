@@ -30,12 +30,14 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/restmapper"
 
+	"github.com/armada/etcd-recovery/internal/escrow"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/kube"
 )
@@ -279,9 +281,14 @@ type Cluster struct {
 }
 
 // AddEtcdCluster starts a real etcd (opts; TLS is forced on and IP must be
-// set) and describes it to Kubernetes the way etcd-operator does: the
-// EtcdCluster, the operator (client TLS) secret, and one member pod per
-// member. Endpoints objects can't point at 127.0.0.0/8 (the API server
+// set) and describes it to Kubernetes the way etcd-operator and the
+// carrier's runbook do: the EtcdCluster, its three TLS secrets (the
+// operator's client TLS <name>-client-tls, the members' <name>-server-tls
+// and <name>-peer-tls, with etcd-operator's keys, from the cluster's PKI:
+// the server and peer certificate is the one the members serve), its
+// three Services (<name> headless, <name>-client ClusterIP,
+// <name>-client-service-np NodePort, the nodePort allocated by the API
+// server), and one member pod per member. Endpoints objects can't point at 127.0.0.0/8 (the API server
 // rejects loopback addresses there), so discovery uses the member pods'
 // status IPs; no kubelet runs, the pod's status is written through the
 // status subresource, and its "client" container port is the member's
@@ -301,17 +308,24 @@ func AddEtcdCluster(tb testing.TB, cs kubernetes.Interface, dyn dynamic.Interfac
 	ctx := context.Background()
 	c := testenv.StartEtcd(tb, opts)
 	secret := name + "-client-tls"
-	data := map[string][]byte{}
-	for key, f := range map[string]string{kube.ClientCertKey: c.PKI.ClientCertFile, kube.ClientKeyKey: c.PKI.ClientKeyFile, kube.ClientCAKey: c.PKI.CAFile} {
-		b, err := os.ReadFile(f)
-		if err != nil {
+	for sname, files := range map[string]map[string]string{
+		secret:               {kube.ClientCertKey: c.PKI.ClientCertFile, kube.ClientKeyKey: c.PKI.ClientKeyFile, kube.ClientCAKey: c.PKI.CAFile},
+		name + "-server-tls": {escrow.ServerCertKey: c.PKI.ServerCertFile, escrow.ServerKeyKey: c.PKI.ServerKeyFile, escrow.ServerCAKey: c.PKI.CAFile},
+		name + "-peer-tls":   {escrow.PeerCertKey: c.PKI.ServerCertFile, escrow.PeerKeyKey: c.PKI.ServerKeyFile, escrow.PeerCAKey: c.PKI.CAFile},
+	} {
+		data := map[string][]byte{}
+		for key, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			data[key] = b
+		}
+		if _, err := cs.CoreV1().Secrets(namespace).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: sname}, Type: corev1.SecretTypeOpaque, Data: data}, metav1.CreateOptions{}); err != nil {
 			tb.Fatal(err)
 		}
-		data[key] = b
 	}
-	if _, err := cs.CoreV1().Secrets(namespace).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: secret}, Data: data}, metav1.CreateOptions{}); err != nil {
-		tb.Fatal(err)
-	}
+	ClusterServices(tb, cs, namespace, name)
 	ec := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": kube.APIVersion, "kind": kube.KindEtcdCluster,
 		"metadata": map[string]any{"name": name, "namespace": namespace},
@@ -328,6 +342,30 @@ func AddEtcdCluster(tb testing.TB, cs kubernetes.Interface, dyn dynamic.Interfac
 		MemberPod(tb, ctx, cs, namespace, name, fmt.Sprintf("%s-%04d", name, i), ep)
 	}
 	return Cluster{Name: name, Etcd: c, UID: got.GetUID()}
+}
+
+// ClusterServices creates the three Services etcd-operator and the
+// carrier create for cluster name: <name> (headless, client and peer
+// ports), <name>-client (ClusterIP, client port) and
+// <name>-client-service-np (NodePort: the API server allocates the
+// nodePort), each selecting the cluster's member pods.
+func ClusterServices(tb testing.TB, cs kubernetes.Interface, namespace, name string) {
+	tb.Helper()
+	sel := map[string]string{kube.LabelApp: "etcd", kube.LabelCluster: name}
+	client := corev1.ServicePort{Name: "client", Port: kube.ClientPort, TargetPort: intstr.FromInt32(kube.ClientPort), Protocol: corev1.ProtocolTCP}
+	peer := corev1.ServicePort{Name: "peer", Port: 2380, TargetPort: intstr.FromInt32(2380), Protocol: corev1.ProtocolTCP}
+	for _, svc := range []*corev1.Service{
+		{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: sel}, Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Selector: sel,
+			Ports: []corev1.ServicePort{client, peer}, PublishNotReadyAddresses: true}},
+		{ObjectMeta: metav1.ObjectMeta{Name: name + "-client", Labels: sel}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Selector: sel,
+			Ports: []corev1.ServicePort{client}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: name + "-client-service-np", Labels: sel}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: sel,
+			Ports: []corev1.ServicePort{client}}},
+	} {
+		if _, err := cs.CoreV1().Services(namespace).Create(context.Background(), svc, metav1.CreateOptions{}); err != nil {
+			tb.Fatalf("kubetest: service %s/%s: %v", namespace, svc.Name, err)
+		}
+	}
 }
 
 // COSSecret is a namespace's cos-credentials secret for m in the

@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/armada/etcd-recovery/internal/escrow"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/kube"
 )
@@ -421,18 +422,6 @@ func (op *RestoreOperator) run(ctx context.Context, er *unstructured.Unstructure
 	return nil
 }
 
-// Keys of etcd-operator's member TLS secrets (pkg/util/etcdutil): the
-// server secret (spec.TLS.static.member.serverSecret) and the peer secret
-// (.peerSecret), mounted into each member.
-const (
-	ServerCertKey = "server.crt"
-	ServerKeyKey  = "server.key"
-	ServerCAKey   = "server-ca.crt"
-	PeerCertKey   = "peer.crt"
-	PeerKeyKey    = "peer.key"
-	PeerCAKey     = "peer-ca.crt"
-)
-
 // secretPKI writes the reference EtcdCluster's TLS secrets (server, peer,
 // operator: spec.TLS.static) to files in dir and loads them as the
 // members' PKI.
@@ -450,8 +439,8 @@ func (op *RestoreOperator) secretPKI(ctx context.Context, ref *unstructured.Unst
 	}
 	files := map[string]string{}
 	for _, s := range []struct{ secret, key string }{
-		{server, ServerCertKey}, {server, ServerKeyKey}, {server, ServerCAKey},
-		{peer, PeerCertKey}, {peer, PeerKeyKey}, {peer, PeerCAKey},
+		{server, escrow.ServerCertKey}, {server, escrow.ServerKeyKey}, {server, escrow.ServerCAKey},
+		{peer, escrow.PeerCertKey}, {peer, escrow.PeerKeyKey}, {peer, escrow.PeerCAKey},
 		{operator, kube.ClientCertKey}, {operator, kube.ClientKeyKey},
 	} {
 		se, err := op.opts.Client.CoreV1().Secrets(op.opts.Namespace).Get(ctx, s.secret, metav1.GetOptions{})
@@ -468,8 +457,8 @@ func (op *RestoreOperator) secretPKI(ctx context.Context, ref *unstructured.Unst
 		}
 		files[s.key] = f
 	}
-	return testenv.LoadPKI(testenv.PKIFiles{CA: files[ServerCAKey], ServerCert: files[ServerCertKey], ServerKey: files[ServerKeyKey],
-		PeerCA: files[PeerCAKey], PeerCert: files[PeerCertKey], PeerKey: files[PeerKeyKey],
+	return testenv.LoadPKI(testenv.PKIFiles{CA: files[escrow.ServerCAKey], ServerCert: files[escrow.ServerCertKey], ServerKey: files[escrow.ServerKeyKey],
+		PeerCA: files[escrow.PeerCAKey], PeerCert: files[escrow.PeerCertKey], PeerKey: files[escrow.PeerKeyKey],
 		ClientCert: files[kube.ClientCertKey], ClientKey: files[kube.ClientKeyKey]})
 }
 
