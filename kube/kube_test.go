@@ -37,7 +37,7 @@ const (
 func TestKube(t *testing.T) {
 	k := testenv.StartKubeAPIServer(t)
 	admin := k.Clientset(t, "")
-	kubetest.CreateNamespaces(t, admin, ns, otherNS, restoreNS, verbsNS, escrowNS, rebuildNS)
+	kubetest.CreateNamespaces(t, admin, ns, otherNS, restoreNS, verbsNS, escrowNS, rebuildNS, goneNS)
 	kubetest.InstallCRDs(t, k)
 	a := kubetest.NewApplier(t, k)
 
@@ -74,6 +74,7 @@ func TestKube(t *testing.T) {
 	t.Run("Verbs", func(t *testing.T) { testVerbs(t, k, a, admin) })
 	t.Run("CaptureEscrow", func(t *testing.T) { testCaptureEscrow(t, k, a, admin) })
 	t.Run("Rebuild", func(t *testing.T) { testRebuild(t, k, admin) })
+	t.Run("RebuildFromStore", func(t *testing.T) { testRebuildFromStore(t, k, a, admin) })
 }
 
 func testDiscovery(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, admin kubernetes.Interface) {

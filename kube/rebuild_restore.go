@@ -124,19 +124,27 @@ func RebuildRestore(ctx context.Context, o RebuildRestoreOptions) (*RebuildResto
 
 	// 1. The backup.
 	t0 := time.Now()
+	var backupErr error
 	rep.Backup = ro.Backup
 	if rep.Backup == "" {
 		sel := restore.Options{ClusterID: ro.Cluster, Store: ro.Store, Layout: ro.Layout, NoLive: true, DryRun: true,
 			Log: ro.Log, Identities: ro.Identities, ToRevision: ro.ToRevision, ToTime: ro.ToTime, ToLatest: ro.ToLatest,
 			Journal: ro.Journal, AcceptUnprovenJournal: ro.AcceptUnprovenJournal}
 		plan, _, err := restore.SelectSnapshot(ctx, sel, "")
-		if err != nil {
+		var idErr *restore.IdentityError
+		switch {
+		case errors.As(err, &idErr) && idErr.Backup != "":
+			// The identity cannot decrypt the chosen backup: its escrow
+			// is opened first, so that the error names it too (a
+			// break-glass identity may open the escrow and not the data).
+			rep.Backup, backupErr = idErr.Backup, err
+		case err != nil:
 			return rep, fail(RRStepChoose, err)
-		}
-		if plan == nil || plan.Chosen == nil {
+		case plan == nil || plan.Chosen == nil:
 			return rep, fail(RRStepChoose, errors.New("no backup to restore"))
+		default:
+			rep.Backup = plan.Chosen.Name
 		}
-		rep.Backup = plan.Chosen.Name
 	}
 	timed(RRStepChoose, t0)
 	log.Info("backup to restore", "backup", rep.Backup)
@@ -169,7 +177,13 @@ func RebuildRestore(ctx context.Context, o RebuildRestoreOptions) (*RebuildResto
 	rep.EscrowKey = ro.Layout.EscrowKey(ro.Cluster, m.Escrow.Address)
 	list, err := escrow.Open(ctx, ro.Store, ro.Layout, ro.Cluster, m.Escrow, ro.Identities)
 	if err != nil {
+		if backupErr != nil {
+			err = fmt.Errorf("%w (nor can it decrypt the backup: %v)", err, backupErr)
+		}
 		return rep, fail(RRStepEscrow, err)
+	}
+	if backupErr != nil {
+		return rep, fail(RRStepChoose, fmt.Errorf("the escrow opens, but the backup does not: %w", backupErr))
 	}
 	timed(RRStepEscrow, t0)
 	log.Info("escrow opened", "key", rep.EscrowKey, "objects", strings.Join(list.ObjectNames(), ","))
