@@ -129,6 +129,27 @@ type Options struct {
 	// Prune is nil (default retention.DefaultPolicy).
 	LockRetention *retention.Policy
 
+	// Escrow, when set, captures the cluster's escrow (what a restore
+	// needs besides the data: kube.Client.CaptureEscrow) after the data
+	// objects are stored and before the manifest: the versions are
+	// filled in, the server certificate each member serves is compared
+	// with the escrowed one (a TLS handshake per member, bounded by
+	// ProbeTimeout), and it is stored sealed to EscrowRecipients (else
+	// Recipients), create-only, with the backup's lock, and named by the
+	// manifest (Manifest.Escrow). It never fails the backup: a failure
+	// is the escrow's state (missing, mismatch) with its problems.
+	// Without any recipient nothing is stored (state none). Nil: see
+	// NoEscrow.
+	Escrow EscrowCapture
+	// NoEscrow, when Escrow is nil, is why there is no capture: the
+	// manifest records the escrow missing with it as the problem (none,
+	// without a recipient). Both empty: no escrow step (Manifest.Escrow
+	// nil).
+	NoEscrow string
+	// EscrowRecipients, when not empty, seal the escrow instead of
+	// Recipients (the break-glass recipients, --escrow-recipient).
+	EscrowRecipients seal.Recipients
+
 	// putOpts are the write options of every object of the run (the
 	// retention), set once the lock is checked.
 	putOpts objectio.PutOptions
@@ -447,6 +468,9 @@ type run struct {
 	written []string
 	// plain is the plaintext copy of an encrypted backup (KeepPlaintext).
 	plain *plainCopy
+	// probed are the members as probed (the escrow's versions and served
+	// certificates).
+	probed []probe.Member
 }
 
 // stepError is a failure at one of Run's steps.
@@ -514,6 +538,7 @@ func (r *run) take(ctx context.Context) *stepError {
 	if err := r.exportV2(ctx, hc, src); err != nil {
 		return err
 	}
+	r.escrow(ctx, r.probed)
 	return r.commit(ctx)
 }
 
@@ -526,6 +551,7 @@ func (r *run) members(ctx context.Context) ([]probe.Member, bool, *stepError) {
 		r.log.Warn("no endpoint returned the member list; probing the endpoints as given", "err", listErr)
 	}
 	members = probe.Members(ctx, opts.Etcd, members, opts.ProbeTimeout)
+	r.probed = members
 	quorum := probe.Quorum(members)
 	cands := SnapshotCandidates(members, quorum)
 	if len(cands) == 0 {

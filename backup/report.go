@@ -3,6 +3,7 @@ package backup
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
@@ -55,6 +56,9 @@ func (r *Report) Tables() []output.Table {
 		// Only a locked backup says it: the table of others is unchanged.
 		t.Footer += fmt.Sprintf("locked: %s until %s (object lock)\n", l.Mode, l.Until.UTC().Format(time.RFC3339))
 	}
+	if line := EscrowLine(m.Escrow); line != "" {
+		t.Footer += line + "\n"
+	}
 	out := []output.Table{t}
 	if r.Pruned != nil {
 		pt := r.Pruned.Table()
@@ -62,4 +66,26 @@ func (r *Report) Tables() []output.Table {
 		out = append(out, pt)
 	}
 	return out
+}
+
+// EscrowLine is a backup's escrow in one line: "escrow: present|mismatch
+// (why)|missing (why)|none (why)", with the nearest certificate expiry;
+// "" for a backup without an escrow step.
+func EscrowLine(e *catalog.EscrowRef) string {
+	if e == nil {
+		return ""
+	}
+	line := "escrow: " + string(e.State)
+	switch {
+	case e.State == catalog.EscrowPresent:
+		line += fmt.Sprintf(" (%s, %s)", e.Address[:12], output.Count(len(e.Objects), "object"))
+	case e.State == catalog.EscrowNone && len(e.Problems) > 0:
+		line += " (no recipient)"
+	case len(e.Problems) > 0:
+		line += " (" + strings.Join(e.Problems, "; ") + ")"
+	}
+	if t := e.NearestExpiry(); !t.IsZero() {
+		line += fmt.Sprintf("; nearest certificate expiry %s", t.UTC().Format(time.RFC3339))
+	}
+	return line
 }

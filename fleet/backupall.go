@@ -500,6 +500,7 @@ func backupOne(ctx context.Context, k *kube.Client, c kube.Cluster, opts BackupA
 	bo := opts.Template
 	bo.ClusterID = c.Name
 	bo.Etcd = ecfg
+	bo.Escrow = func(ctx context.Context) (*catalog.EscrowList, []string, error) { return k.CaptureEscrow(ctx, c) }
 	bo.Log = clog
 	bo.Progress = nil
 	var r *backup.Result

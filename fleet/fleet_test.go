@@ -39,9 +39,10 @@ const (
 // deployment's RBAC: backup --all of 20 EtcdClusters backed by real etcd
 // members, one of them down, and the namespace's DR posture.
 func TestFleet(t *testing.T) {
-	w := kubetest.StartRBACWorld(t, ns, otherNS, inspectNS)
+	w := kubetest.StartRBACWorld(t, ns, otherNS, inspectNS, escrowNS)
 	t.Run("BackupAll", func(t *testing.T) { testBackupAll(t, w.K, w.A, w.Admin) })
 	t.Run("InspectAll", func(t *testing.T) { testInspectAll(t, w.K, w.A, w.Admin) })
+	t.Run("Escrow", func(t *testing.T) { testEscrow(t, w) })
 }
 
 func testBackupAll(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, admin kubernetes.Interface) {

@@ -32,7 +32,7 @@ func testCaptureEscrow(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Appli
 	ctx := testfix.Context(t, 2*time.Minute)
 	dynAdmin := k.Dynamic(t, "")
 	const name = "etcd-e1"
-	kubetest.AddEtcdCluster(t, admin, dynAdmin, escrowNS, name, testenv.EtcdOptions{IP: "127.0.5.60", Members: 1})
+	kubetest.AddEtcdCluster(t, admin, dynAdmin, escrowNS, name, testenv.EtcdOptions{IP: "127.0.36.10", Members: 1})
 	kubetest.PerClusterAccess(t, a, escrowNS, name)
 	// kubectl apply's annotation on the EtcdCluster: never escrowed.
 	if _, err := dynAdmin.Resource(kube.EtcdClusterGVR).Namespace(escrowNS).Patch(ctx, name, types.MergePatchType,

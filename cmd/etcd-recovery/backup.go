@@ -36,6 +36,7 @@ type backupOpts struct {
 	parallel                              int
 	probeTimeout, timeout, orphanGrace    time.Duration
 	journalRetention                      time.Duration
+	escrowRecipients                      cli.StringSlice
 }
 
 // drillOpts are backup --drill's flags.
@@ -90,6 +91,8 @@ func backupCommand(g *globalOpts) *cli.Command {
 			outputFlag(&o.output),
 			pushgatewayFlag(&o.pushgateway),
 			journalRetentionFlag(&o.journalRetention),
+			&cli.StringSliceFlag{Name: "escrow-recipient", EnvVars: []string{backup.EnvEscrowRecipient}, Destination: &o.escrowRecipients,
+				Usage: "seal the escrow (the EtcdCluster, its TLS secrets and Services, kept with the backups) to this age recipient (age1…) or recipients file instead of the backup's recipients (break-glass; repeatable or comma-separated); without it and without --encrypt-to there is no escrow"},
 		}, o.encryption.flags(), o.policy.flags(), o.lock.flags()),
 		Action: func(c *cli.Context) error { return runBackup(c, g, o) },
 	}
@@ -200,6 +203,9 @@ func backupOptions(c *cli.Context, o *backupOpts, many bool, log *slog.Logger) (
 		return opts, nil, err
 	}
 	opts.RequireEncryption = o.encryption.requireEncryption
+	if opts.EscrowRecipients, err = backup.ParseEscrowRecipients(o.escrowRecipients.Value()); err != nil {
+		return opts, nil, usagef("backup: --escrow-recipient: %v", err)
+	}
 	if plan != nil {
 		// An encrypted backup's drill runs on the plaintext the backup
 		// streamed, kept under --temp-dir (else $TMPDIR) for the drill.
@@ -229,6 +235,9 @@ func runBackupOne(t *runTimeout, e *env, o *backupOpts, opts backup.Options, pla
 		return err
 	}
 	opts.Store, opts.Layout = store, layout
+	// A cluster given by --endpoints has no EtcdCluster to read: its
+	// backups record the escrow missing (or none, without a recipient).
+	opts.NoEscrow = backup.NoKubeClient
 	prog := output.NewProgress(fmt.Sprintf("backup %s", opts.ClusterID))
 	opts.Progress, opts.ProgressTotal = prog.Update, prog.SetTotal
 	var (
