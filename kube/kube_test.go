@@ -65,7 +65,7 @@ func TestKube(t *testing.T) {
 	})
 
 	// Real RBAC for the rest.
-	for _, ns := range []string{ns, otherNS, restoreNS, verbsNS, escrowNS, rebuildNS} {
+	for _, ns := range []string{ns, otherNS, restoreNS, verbsNS, escrowNS, rebuildNS, goneNS} {
 		a.ApplyFile(t, kubetest.DeployPath(t, "10-rbac.yaml"), ns)
 	}
 	a.ApplyFile(t, kubetest.DeployPath(t, "break-glass", "rebuild-access.yaml"), rebuildNS)

@@ -24,7 +24,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
-	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
@@ -268,17 +267,11 @@ func testRebuildFromStore(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Ap
 	}
 	t.Logf("customer master on the NodePort %s: %d objects in %v", np.Addr(), len(want), time.Since(start).Round(time.Millisecond))
 
-	// The backup, encrypted, with its escrow.
+	// The backup, encrypted, with its escrow: backup --all, as the
+	// CronJob runs it.
 	idFile, recipient := ageIdentityFile(t)
-	rs, err := seal.ParseRecipients([]string{recipient})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := kube.New(kube.Config{Rest: k.RestConfig(""), Namespace: goneNS})
-	if err != nil {
-		t.Fatal(err)
-	}
-	man := escrowedBackup(t, ctx, cl, fc, st, layout, rs)
+	kubetest.PerClusterAccess(t, a, goneNS, name)
+	man := escrowedBackup(t, ctx, k, admin, m, st, bucket, layout, name, recipient)
 	if !man.Escrow.Usable() {
 		t.Fatalf("the backup's escrow is not usable: %+v", man.Escrow)
 	}
@@ -414,11 +407,24 @@ func testRebuildFromStore(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Ap
 	}
 }
 
-// escrowedBackup takes an encrypted backup of the cluster whose manifest
-// names its escrow (captured through the API, sealed to rs).
-func escrowedBackup(t *testing.T, ctx context.Context, cl *kube.Client, fc kubetest.Cluster, st store.Store, layout catalog.Layout, rs seal.Recipients) *catalog.Manifest {
+// escrowedBackup runs backup --all as the backup jobs' account (the
+// CronJob's), encrypted to recipient: each backup escrows its cluster.
+// It returns the newest backup of cluster.
+func escrowedBackup(t *testing.T, ctx context.Context, k *testenv.KubeAPIServer, admin kubernetes.Interface, m *testenv.MinIO,
+	st store.Store, bucket string, layout catalog.Layout, cluster, recipient string) *catalog.Manifest {
 	t.Helper()
-	return escrowedBackupShim(t, ctx, cl, fc, st, layout, rs)
+	kc := k.Kubeconfig(t, kubetest.SAToken(t, admin, goneNS, "etcd-recovery"), goneNS)
+	stdout, stderr, code := testfix.RunTool(t, ctx, testfix.Tool(t), []string{"KUBECONFIG=" + kc}, "backup", "--all", "--kind", "scheduled",
+		"--cos-endpoint", m.Endpoint, "--cos-region", m.Region, "--bucket", bucket, "--prefix", layout.Prefix,
+		"--dial-timeout", "2s", "--probe-timeout", "2s", "--encrypt-to", recipient)
+	if code != 0 {
+		t.Fatalf("backup --all: exit %d\n%s\n%s", code, testfix.LastLines(stdout, 20), testfix.LastLines(stderr, 20))
+	}
+	list, err := catalog.ListBackups(ctx, st, layout, cluster)
+	if err != nil || len(list) == 0 || list[0].Manifest == nil {
+		t.Fatalf("%s: backups %+v, %v", cluster, list, err)
+	}
+	return list[0].Manifest
 }
 
 // noPlaintextKeys fails when any stored object holds a PEM private-key
