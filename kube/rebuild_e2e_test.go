@@ -19,8 +19,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
@@ -151,64 +149,6 @@ func fillCustomer(t *testing.T, ctx context.Context, cs kubernetes.Interface, n 
 	}
 }
 
-// wipeNamespace deletes everything of the namespace that the
-// management cluster's loss takes: every secret (cos-credentials too),
-// Service, pod, EtcdCluster, EtcdRestore, ConfigMap, service account,
-// Role and RoleBinding. The Namespace object stays (no namespace
-// controller runs to finish its deletion); it is as empty as a new one.
-func wipeNamespace(t *testing.T, ctx context.Context, admin kubernetes.Interface, dyn dynamic.Interface, ns string) {
-	t.Helper()
-	for _, gvr := range []schema.GroupVersionResource{kube.EtcdClusterGVR, kube.EtcdRestoreGVR,
-		{Version: "v1", Resource: "secrets"}, {Version: "v1", Resource: "services"}, {Version: "v1", Resource: "pods"},
-		{Version: "v1", Resource: "configmaps"}, {Version: "v1", Resource: "serviceaccounts"},
-		{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "roles"}, {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"}} {
-		l, err := dyn.Resource(gvr).Namespace(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			t.Fatalf("listing %s: %v", gvr.Resource, err)
-		}
-		zero := int64(0)
-		for _, o := range l.Items {
-			if err := dyn.Resource(gvr).Namespace(ns).Delete(ctx, o.GetName(), metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
-				t.Fatalf("deleting %s %s: %v", gvr.Resource, o.GetName(), err)
-			}
-		}
-	}
-	if n := namespaceObjects(t, ctx, admin, dyn, ns); len(n) != 0 {
-		t.Fatalf("after the wipe: %v", n)
-	}
-}
-
-// namespaceObjects are the secrets (but cos-credentials), Services and
-// EtcdClusters of the namespace: what a rebuild creates.
-func namespaceObjects(t *testing.T, ctx context.Context, admin kubernetes.Interface, dyn dynamic.Interface, ns string) []string {
-	t.Helper()
-	var out []string
-	ss, err := admin.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range ss.Items {
-		if s.Name != kube.COSSecretName {
-			out = append(out, "Secret/"+s.Name)
-		}
-	}
-	svcs, err := admin.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range svcs.Items {
-		out = append(out, "Service/"+s.Name)
-	}
-	ecs, err := dyn.Resource(kube.EtcdClusterGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range ecs.Items {
-		out = append(out, "EtcdCluster/"+e.GetName())
-	}
-	return out
-}
-
 // ageIdentityFile writes a new age identity to a file and returns its
 // path and recipient.
 func ageIdentityFile(t *testing.T) (string, string) {
@@ -280,7 +220,7 @@ func testRebuildFromStore(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Ap
 	cust.k.Stop()
 
 	// The namespace is gone: every object, every member and its data.
-	wipeNamespace(t, ctx, admin, dynAdmin, goneNS)
+	kubetest.WipeNamespace(t, ctx, admin, dynAdmin, goneNS)
 	for _, mb := range fc.Etcd.Members {
 		mb.Kill()
 		if err := os.RemoveAll(mb.DataDir); err != nil {
@@ -305,7 +245,7 @@ func testRebuildFromStore(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Ap
 	}
 	nothingCreated := func(what string) {
 		t.Helper()
-		if got := namespaceObjects(t, ctx, admin, dynAdmin, goneNS); len(got) != 0 {
+		if got := kubetest.NamespaceObjects(t, ctx, admin, dynAdmin, goneNS, name); len(got) != 0 {
 			t.Fatalf("%s created %v", what, got)
 		}
 	}
@@ -352,7 +292,7 @@ func testRebuildFromStore(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Ap
 	if code == 0 || !strings.Contains(errOut, "Secret "+name+"-peer-tls (") || !strings.Contains(errOut, "--replace") {
 		t.Fatalf("differing secret: exit %d\n%s", code, testfix.LastLines(errOut, 20))
 	}
-	if got := namespaceObjects(t, ctx, admin, dynAdmin, goneNS); !slices.Equal(got, []string{"Secret/" + name + "-peer-tls"}) {
+	if got := kubetest.NamespaceObjects(t, ctx, admin, dynAdmin, goneNS, name); !slices.Equal(got, []string{"Secret/" + name + "-peer-tls"}) {
 		t.Fatalf("a refused rebuild created %v", got)
 	}
 	if err := admin.CoreV1().Secrets(goneNS).Delete(ctx, name+"-peer-tls", metav1.DeleteOptions{}); err != nil {
