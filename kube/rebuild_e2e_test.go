@@ -8,9 +8,11 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,6 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
@@ -217,6 +220,32 @@ func testRebuildFromStore(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Ap
 	}
 	escrowKey := layout.EscrowKey(name, man.Escrow.Address)
 	noPlaintextKeys(t, ctx, st, layout.RootPrefix())
+
+	// The journal, from the backup; a good change, the time T, a bad
+	// change. A restore --to-time T has the good one and not the bad one.
+	stopJournal := startJournal(t, ctx, m, bucket, prefix, name, fc, recipient)
+	if _, err := ccs.CoreV1().ConfigMaps(customerNS).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "good-change"},
+		Data: map[string]string{"after": "the backup"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wantAtT := customerState(t, ctx, ccs)
+	time.Sleep(500 * time.Millisecond)
+	atT := time.Now()
+	time.Sleep(500 * time.Millisecond)
+	if err := ccs.CoreV1().ConfigMaps(customerNS).Delete(ctx, "cm-000", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sec, err := ccs.CoreV1().Secrets(customerNS).Get(ctx, "s-001", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec.Data["token"] = []byte("bad")
+	if _, err := ccs.CoreV1().Secrets(customerNS).Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rev := currentRevision(t, ctx, fc)
+	waitJournal(t, ctx, st, layout, name, rev)
+	stopJournal()
 	cust.k.Stop()
 
 	// The namespace is gone: every object, every member and its data.
@@ -344,6 +373,106 @@ func testRebuildFromStore(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Ap
 	}
 	if len(got) != len(want) {
 		t.Errorf("%d objects after the rebuild, want %d", len(got), len(want))
+	}
+	if t.Failed() {
+		return
+	}
+
+	// Gone again; rebuilt to the time T before the bad change.
+	cust.k.Stop()
+	kubetest.WipeNamespace(t, ctx, admin, dynAdmin, goneNS)
+	for _, mb := range recs[0].Members {
+		mb.Kill()
+	}
+	kubetest.CreateCOSSecret(t, admin, goneNS, m)
+	a.ApplyFile(t, kubetest.DeployPath(t, "10-rbac.yaml"), goneNS)
+	a.ApplyFile(t, kubetest.DeployPath(t, "break-glass", "rebuild-access.yaml"), goneNS)
+	kc = k.Kubeconfig(t, kubetest.SAToken(t, admin, goneNS, "etcd-recovery-toolkit"), goneNS)
+	start = time.Now()
+	out, errOut, code = run(idFile, "--to-time", atT.UTC().Format(time.RFC3339Nano), "-o", "json")
+	var pitr kube.RebuildRestoreReport
+	if code != 0 || json.Unmarshal([]byte(out), &pitr) != nil || pitr.Restore == nil || pitr.Restore.Verify == nil {
+		t.Fatalf("rebuild --to-time: exit %d\n%s\n%s", code, out, testfix.LastLines(errOut, 40))
+	}
+	t.Logf("rebuild and restore --to-time in %v (backup %s)", time.Since(start).Round(time.Millisecond), pitr.Backup)
+	cust.start(t)
+	got = customerState(t, ctx, cust.k.Clientset(t, ""))
+	if _, ok := got["ConfigMap/cm-000"]; !ok {
+		t.Error("--to-time: the bad change (cm-000 deleted) is there")
+	}
+	for key, w := range wantAtT {
+		if g, ok := got[key]; !ok || g != w {
+			t.Errorf("--to-time: %s: %+v (there: %v), want %+v", key, g, ok, w)
+		}
+	}
+	if len(got) != len(wantAtT) {
+		t.Errorf("--to-time: %d objects, want %d", len(got), len(wantAtT))
+	}
+}
+
+// startJournal runs the journal of the cluster (the tool, 1 s segments,
+// encrypted to recipient) until the returned stop is called.
+func startJournal(t *testing.T, ctx context.Context, m *testenv.MinIO, bucket, prefix, name string, fc kubetest.Cluster, recipient string) func() {
+	t.Helper()
+	jctx, cancel := context.WithCancel(ctx)
+	args := []string{"journal", "--cluster-id", name, "--segment-interval", "1s", "--encrypt-to", recipient,
+		"--cos-endpoint", m.Endpoint, "--cos-region", m.Region, "--bucket", bucket, "--prefix", prefix,
+		"--cacert", fc.Etcd.PKI.CAFile, "--cert", fc.Etcd.PKI.ClientCertFile, "--key", fc.Etcd.PKI.ClientKeyFile}
+	for _, ep := range fc.Etcd.Endpoints() {
+		args = append(args, "--endpoints", ep)
+	}
+	cmd := exec.CommandContext(jctx, testfix.Tool(t), args...)
+	cmd.Env = append(testfix.ToolEnv(), "COS_ACCESS_KEY_ID="+m.AccessKey, "COS_SECRET_ACCESS_KEY="+m.SecretKey)
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 20 * time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	stop := func() {
+		cancel()
+		<-done
+	}
+	t.Cleanup(stop)
+	return func() {
+		stop()
+		if code := cmd.ProcessState.ExitCode(); code != 0 {
+			t.Logf("journal: exit %d: %s", code, testfix.LastLines(errb.String(), 10))
+		}
+	}
+}
+
+// currentRevision is the cluster's revision now.
+func currentRevision(t *testing.T, ctx context.Context, fc kubetest.Cluster) int64 {
+	t.Helper()
+	resp, err := fc.Etcd.Client(t).Get(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Header.Revision
+}
+
+// waitJournal waits until the journal of id holds rev.
+func waitJournal(t *testing.T, ctx context.Context, st store.Store, layout catalog.Layout, id string, rev int64) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		segs, err := journal.ListSegments(ctx, st, layout, id, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var last int64
+		for _, s := range segs.All {
+			last = max(last, s.LastRev)
+		}
+		if last >= rev {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the journal of %s reaches %d, not %d", id, last, rev)
+		}
 	}
 }
 
