@@ -52,12 +52,6 @@ func (e *RebuildRestoreError) Error() string {
 
 func (e *RebuildRestoreError) Unwrap() error { return e.Err }
 
-// RebuildStepTime is how long one step took.
-type RebuildStepTime struct {
-	Step     string        `json:"step"`
-	Duration time.Duration `json:"duration"`
-}
-
 // RebuildRestoreReport is what RebuildRestore did.
 type RebuildRestoreReport struct {
 	Namespace string `json:"namespace"`
@@ -74,7 +68,7 @@ type RebuildRestoreReport struct {
 	Restore    *OperatorRestoreReport `json:"restore,omitempty"`
 	// Steps are the durations of: choose the backup, read the escrow,
 	// rebuild objects, then the whole restore via etcd-operator.
-	Steps    []RebuildStepTime `json:"steps"`
+	Steps    []StepTime `json:"steps"`
 	Duration time.Duration     `json:"duration"`
 }
 
@@ -112,12 +106,12 @@ func RebuildRestore(ctx context.Context, o RebuildRestoreOptions) (*RebuildResto
 	ro.defaults()
 	ro.NoLive = true
 	start := time.Now()
-	rep := &RebuildRestoreReport{Namespace: k.Namespace, Cluster: ro.Cluster, DryRun: ro.DryRun, Steps: []RebuildStepTime{}}
+	rep := &RebuildRestoreReport{Namespace: k.Namespace, Cluster: ro.Cluster, DryRun: ro.DryRun, Steps: []StepTime{}}
 	fail := func(step string, err error) error {
 		return &RebuildRestoreError{Namespace: k.Namespace, Cluster: ro.Cluster, At: step, Err: ctxErr(ctx, err)}
 	}
 	timed := func(step string, t0 time.Time) {
-		rep.Steps = append(rep.Steps, RebuildStepTime{Step: step, Duration: time.Since(t0)})
+		rep.Steps = append(rep.Steps, StepTime{Step: step, Duration: time.Since(t0)})
 	}
 	log := ro.Log.With("namespace", k.Namespace, "etcdcluster", ro.Cluster)
 	pitr := ro.ToRevision > 0 || !ro.ToTime.IsZero() || ro.ToLatest
