@@ -124,7 +124,7 @@ func RebuildRestore(ctx context.Context, o RebuildRestoreOptions) (*RebuildResto
 		sel := restore.Options{ClusterID: ro.Cluster, Store: ro.Store, Layout: ro.Layout, NoLive: true, DryRun: true,
 			Log: ro.Log, Identities: ro.Identities, ToRevision: ro.ToRevision, ToTime: ro.ToTime, ToLatest: ro.ToLatest,
 			Journal: ro.Journal, AcceptUnprovenJournal: ro.AcceptUnprovenJournal}
-		plan, _, err := restore.SelectSnapshot(ctx, sel, "")
+		plan, err := chooseBackup(ctx, sel)
 		var idErr *restore.IdentityError
 		switch {
 		case errors.As(err, &idErr) && idErr.Backup != "":
@@ -212,6 +212,24 @@ func RebuildRestore(ctx context.Context, o RebuildRestoreOptions) (*RebuildResto
 		rep.Backup = rep.Restore.Backup
 	}
 	return rep, nil
+}
+
+// chooseBackup is restore's selection (the point in time resolved, the
+// committed backups ranked, an encrypted one checked against the
+// identities from its manifest) without the download that verifies the
+// chosen backup: OperatorRestore verifies it, and reading a 1 GiB backup
+// twice costs 10 s. The placeholder target satisfies the options' check
+// of a manual restore: nothing is written.
+func chooseBackup(ctx context.Context, sel restore.Options) (*restore.Plan, error) {
+	sel.InitialCluster = "rebuild=http://127.0.0.1:2380"
+	cfg, plan, err := restore.Resolve(ctx, sel)
+	if err != nil {
+		return plan, err
+	}
+	if _, err := cfg.Select(ctx, plan); err != nil {
+		return plan, err
+	}
+	return plan, nil
 }
 
 // Tables are the rebuild's objects, then the restore's report, then the
