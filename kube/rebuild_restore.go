@@ -68,8 +68,8 @@ type RebuildRestoreReport struct {
 	Restore    *OperatorRestoreReport `json:"restore,omitempty"`
 	// Steps are the durations of: choose the backup, read the escrow,
 	// rebuild objects, then the whole restore via etcd-operator.
-	Steps    []StepTime `json:"steps"`
-	Duration time.Duration     `json:"duration"`
+	Steps    []StepTime    `json:"steps"`
+	Duration time.Duration `json:"duration"`
 }
 
 // RebuildRestore rebuilds a cluster's namespace objects from the escrow
