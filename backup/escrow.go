@@ -95,6 +95,8 @@ func (r *run) escrow(ctx context.Context, members []probe.Member) {
 		missing(opts.NoEscrow)
 		return
 	}
+	// The capture is a few GETs of the API (the EtcdCluster, three
+	// secrets, three Services): bounded as a few probes.
 	cctx, cancel := context.WithTimeout(ctx, 4*opts.ProbeTimeout)
 	defer cancel()
 	list, problems, err := opts.Escrow(cctx)
@@ -127,7 +129,6 @@ func (r *run) escrow(ctx context.Context, members []probe.Member) {
 	}
 	w, err := escrow.Write(ctx, opts.Store, opts.Layout, opts.ClusterID, list, rs, opts.putOpts.Retention)
 	if err != nil {
-		ref.Certs = certs
 		missing(fmt.Sprintf("storing it: %v", err))
 		return
 	}

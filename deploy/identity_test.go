@@ -315,7 +315,10 @@ func TestIdentitySecretRBAC(t *testing.T) {
 	k := testenv.StartKubeAPIServer(t)
 	admin := k.Clientset(t, "")
 	kubetest.CreateNamespaces(t, admin, identityNS)
-	kubetest.NewApplier(t, k).ApplyFile(t, kubetest.DeployPath(t, "10-rbac.yaml"), identityNS)
+	applier := kubetest.NewApplier(t, k)
+	applier.ApplyFile(t, kubetest.DeployPath(t, "10-rbac.yaml"), identityNS)
+	// A cluster's grants, and its server and peer keys (the escrow).
+	kubetest.PerClusterAccess(t, applier, identityNS, "etcd-x")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	id, err := age.GenerateX25519Identity()
@@ -324,9 +327,11 @@ func TestIdentitySecretRBAC(t *testing.T) {
 	}
 	secretText := "# test key, created by TestIdentitySecretRBAC\n" + id.String() + "\n"
 	for name, data := range map[string]map[string][]byte{
-		identitySecret:     {identityKey: []byte(secretText)},
-		kube.COSSecretName: {"credentials": []byte("[default]\n")},
-		"unrelated":        {"x": []byte("y")},
+		identitySecret:      {identityKey: []byte(secretText)},
+		kube.COSSecretName:  {"credentials": []byte("[default]\n")},
+		"unrelated":         {"x": []byte("y")},
+		"etcd-x-server-tls": {"server.key": []byte("server key")},
+		"etcd-x-peer-tls":   {"peer.key": []byte("peer key")},
 	} {
 		if _, err := admin.CoreV1().Secrets(identityNS).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: data}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -353,10 +358,29 @@ func TestIdentitySecretRBAC(t *testing.T) {
 		}
 		forbidden(who, "watch "+identitySecret, err)
 		// It still reads what a backup needs: the control that the token
-		// works and the denials are RBAC's, not a broken client.
-		if _, err := cs.CoreV1().Secrets(identityNS).Get(ctx, kube.COSSecretName, metav1.GetOptions{}); err != nil {
-			t.Errorf("%s: get %s: %v", who, kube.COSSecretName, err)
+		// works and the denials are RBAC's, not a broken client. The
+		// escrow: the cluster's server and peer secrets, its Services by
+		// name (never listed).
+		for _, s := range []string{kube.COSSecretName, "etcd-x-server-tls", "etcd-x-peer-tls"} {
+			if _, err := cs.CoreV1().Secrets(identityNS).Get(ctx, s, metav1.GetOptions{}); err != nil {
+				t.Errorf("%s: get %s: %v", who, s, err)
+			}
 		}
+		if _, err := cs.CoreV1().Services(identityNS).Get(ctx, "etcd-x-client-service-np", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("%s: get a Service (the escrow): %v, want not found (allowed)", who, err)
+		}
+		_, err = cs.CoreV1().Services(identityNS).List(ctx, metav1.ListOptions{})
+		forbidden(who, "list services", err)
+	}
+	// The server and peer keys: the backup jobs' account alone.
+	for _, sa := range []string{toolkitSA, exporterSA} {
+		cs := k.Clientset(t, kubetest.SAToken(t, admin, identityNS, sa))
+		for _, s := range []string{"etcd-x-server-tls", "etcd-x-peer-tls"} {
+			_, err := cs.CoreV1().Secrets(identityNS).Get(ctx, s, metav1.GetOptions{})
+			forbidden(sa, "get "+s+" (the escrow is the backup jobs')", err)
+		}
+		_, err := cs.CoreV1().Services(identityNS).Get(ctx, "etcd-x-client-service-np", metav1.GetOptions{})
+		forbidden(sa, "get a Service", err)
 	}
 	tk := k.Clientset(t, kubetest.SAToken(t, admin, identityNS, toolkitSA))
 	got, err := tk.CoreV1().Secrets(identityNS).Get(ctx, identitySecret, metav1.GetOptions{})

@@ -169,6 +169,9 @@ type ClusterResult struct {
 	Error     string        `json:"error,omitempty"`
 	// EventError says why the Event could not be recorded.
 	EventError string `json:"eventError,omitempty"`
+	// Escrow is the new backup's escrow state (present, mismatch,
+	// missing, none; the manifest's escrow has the rest).
+	Escrow catalog.EscrowState `json:"escrow,omitempty"`
 
 	// Drill is the drill of the new backup (backup --drill): nil when no
 	// drill was asked for.
@@ -203,11 +206,11 @@ type BackupAllReport struct {
 // Table is the summary printed at the end.
 func (r *BackupAllReport) Table() output.Table {
 	// STORED is the snapshot object's size as stored, as in backup and list.
-	t := output.Table{Header: []string{"CLUSTER", "RESULT", "BACKUP", "REVISION", "STORED", "DURATION", "PRUNED", "ERROR"},
+	t := output.Table{Header: []string{"CLUSTER", "RESULT", "BACKUP", "REVISION", "STORED", "DURATION", "PRUNED", "ESCROW", "ERROR"},
 		Wide: []string{"REVISION", "DURATION"}, Long: []string{"ERROR"}}
 	drill := r.DrillShare > 0
 	if drill {
-		t.Header = []string{"CLUSTER", "RESULT", "BACKUP", "REVISION", "STORED", "DURATION", "PRUNED", "DRILL", "ERROR"}
+		t.Header = []string{"CLUSTER", "RESULT", "BACKUP", "REVISION", "STORED", "DURATION", "PRUNED", "ESCROW", "DRILL", "ERROR"}
 	}
 	for _, c := range r.Clusters {
 		rev, size, pruned := "-", "-", "-"
@@ -218,7 +221,11 @@ func (r *BackupAllReport) Table() output.Table {
 			}
 		}
 		errText := c.Error
-		row := []string{c.Cluster, c.Result, dash(c.Backup), rev, size, c.Duration.Round(time.Millisecond).String(), pruned}
+		if e := c.Manifest; e != nil && e.Escrow != nil && (e.Escrow.State == catalog.EscrowMismatch || e.Escrow.State == catalog.EscrowMissing) {
+			// The backup is committed; its escrow is not usable: why.
+			errText = strings.TrimPrefix(errText+"; "+backup.EscrowLine(e.Escrow), "; ")
+		}
+		row := []string{c.Cluster, c.Result, dash(c.Backup), rev, size, c.Duration.Round(time.Millisecond).String(), pruned, dash(string(c.Escrow))}
 		if drill {
 			row = append(row, c.Drill.Text())
 			if c.Drill != nil && c.Drill.Error != "" && !strings.Contains(errText, c.Drill.Error) {
@@ -529,6 +536,7 @@ func backupOne(ctx context.Context, k *kube.Client, c kube.Cluster, opts BackupA
 		res.RawSize = m.Snapshot.RawSize
 		res.Size = m.Snapshot.StoredSize
 		res.Source = m.Source.Name
+		res.Escrow = catalog.StateOf(m)
 		res.Prune = r.Pruned
 		if r.Pruned != nil {
 			res.Pruned = r.Pruned.Deleted

@@ -257,7 +257,7 @@ func TestBackupAllDrill(t *testing.T) {
 			}
 		}
 		tab := rep.Table()
-		if strings.Join(tab.Header, " ") != "CLUSTER RESULT BACKUP REVISION STORED DURATION PRUNED DRILL ERROR" {
+		if strings.Join(tab.Header, " ") != "CLUSTER RESULT BACKUP REVISION STORED DURATION PRUNED ESCROW DRILL ERROR" {
 			t.Fatalf("table header %v", tab.Header)
 		}
 		for _, row := range tab.Rows {
@@ -265,8 +265,8 @@ func TestBackupAllDrill(t *testing.T) {
 			if fleet.DrillChosen(row[0], at, 3) {
 				want = "passed (source)"
 			}
-			if row[7] != want {
-				t.Errorf("table row %v: DRILL %q, want %q", row, row[7], want)
+			if row[8] != want {
+				t.Errorf("table row %v: DRILL %q, want %q", row, row[8], want)
 			}
 		}
 		if len(rep.Clusters) != len(names) {

@@ -16,6 +16,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/escrow"
 	"github.com/armada/etcd-recovery/internal/store"
@@ -53,7 +54,7 @@ func testEscrow(t *testing.T, w *kubetest.RBACWorld) {
 	tool := testfix.Tool(t)
 	kc := w.K.Kubeconfig(t, kubetest.SAToken(t, w.Admin, escrowNS, "etcd-recovery"), escrowNS)
 	st := testfix.Store(t, m, bucket)
-	backupAll := func(pfx string, args ...string) {
+	backupAll := func(pfx string, args ...string) string {
 		t.Helper()
 		args = append([]string{"backup", "--kind", "scheduled", "--cos-endpoint", m.Endpoint, "--cos-region", m.Region, "--bucket", bucket,
 			"--prefix", pfx, "--dial-timeout", "2s", "--probe-timeout", "2s", "--no-events"}, args...)
@@ -66,6 +67,7 @@ func testEscrow(t *testing.T, w *kubetest.RBACWorld) {
 			t.Fatalf("etcd-recovery %s: exit %d\n%s\n%s", strings.Join(args, " "), code, testfix.LastLines(stdout, 20), testfix.LastLines(stderr, 20))
 		}
 		t.Logf("%s: %v", strings.Join(args[len(args)-3:], " "), time.Since(start).Round(time.Millisecond))
+		return stdout
 	}
 	layout := catalog.Layout{Prefix: prefix}
 	newest := func(l catalog.Layout, cluster string) *catalog.Manifest {
@@ -161,7 +163,18 @@ func testEscrow(t *testing.T, w *kubetest.RBACWorld) {
 	if err := w.Admin.CoreV1().Secrets(escrowNS).Delete(ctx, c1.Name+"-peer-tls", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	backupAll(prefix, "--encrypt-to", key.Pub) // exit 0: data first
+	out := backupAll(prefix, "-o", "json", "--encrypt-to", key.Pub) // exit 0: data first
+	var rep fleet.BackupAllReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("json: %v\n%s", err, out)
+	}
+	if len(rep.Clusters) != 2 || rep.Clusters[0].Escrow != catalog.EscrowMismatch || rep.Clusters[1].Escrow != catalog.EscrowMissing ||
+		rep.Clusters[0].Result != fleet.ResultOK || rep.Clusters[1].Result != fleet.ResultOK {
+		t.Fatalf("report: %+v", rep.Clusters)
+	}
+	if row := rep.Table().Rows[1]; row[7] != "missing" || !strings.Contains(row[8], "escrow: missing (secret "+clusters[1].Name+"-peer-tls not found") {
+		t.Fatalf("report row %q", row)
+	}
 	e0 := newest(layout, c0.Name).Escrow
 	if e0.State != catalog.EscrowMismatch || e0.Address == first[c0.Name].Escrow.Address || len(e0.Problems) != 1 ||
 		!strings.Contains(e0.Problems[0], "not the escrowed server certificate of secret "+c0.Name+"-server-tls") {

@@ -630,6 +630,7 @@ func (j *journalAll) backup(ctx context.Context, t *journalTarget) (string, int6
 		return res.Backup, res.Revision, nil
 	}
 	tmpl.ClusterID, tmpl.Etcd, tmpl.Log = t.id, j.o.Etcd, j.o.Log
+	tmpl.NoEscrow = backup.NoKubeClient // one cluster by --endpoints: no EtcdCluster to escrow
 	r, err := backup.Run(ctx, tmpl)
 	if err != nil {
 		return "", 0, &JournalError{ClusterID: t.id, Step: JournalStepBackup, Err: err}

@@ -91,8 +91,7 @@ func backupCommand(g *globalOpts) *cli.Command {
 			outputFlag(&o.output),
 			pushgatewayFlag(&o.pushgateway),
 			journalRetentionFlag(&o.journalRetention),
-			&cli.StringSliceFlag{Name: "escrow-recipient", EnvVars: []string{backup.EnvEscrowRecipient}, Destination: &o.escrowRecipients,
-				Usage: "seal the escrow (the EtcdCluster, its TLS secrets and Services, kept with the backups) to this age recipient (age1…) or recipients file instead of the backup's recipients (break-glass; repeatable or comma-separated); without it and without --encrypt-to there is no escrow"},
+			escrowRecipientFlag(&o.escrowRecipients),
 		}, o.encryption.flags(), o.policy.flags(), o.lock.flags()),
 		Action: func(c *cli.Context) error { return runBackup(c, g, o) },
 	}

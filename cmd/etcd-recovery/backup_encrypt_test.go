@@ -12,6 +12,7 @@ import (
 
 	"filippo.io/age"
 
+	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/prune"
 	"github.com/armada/etcd-recovery/internal/seal"
@@ -101,6 +102,10 @@ func TestCLIBackupEncryptedDrill(t *testing.T) {
 	}
 	if !res.Encrypted() || len(res.Recipients()) != 2 || !strings.HasSuffix(res.Snapshot.Object, seal.Suffix) {
 		t.Fatalf("backup not encrypted to both recipients: %+v, object %s", res.Encryption, res.Snapshot.Object)
+	}
+	// A cluster given by --endpoints has no EtcdCluster to escrow.
+	if e := res.Escrow; e == nil || e.State != catalog.EscrowMissing || len(e.Problems) != 1 || e.Problems[0] != backup.NoKubeClient {
+		t.Fatalf("escrow of a backup by --endpoints: %+v", e)
 	}
 	if d := res.Drill; d == nil || d.Result != "passed" || d.Comparison != catalog.CompareSource || d.Record == nil || !d.Record.Passed {
 		t.Fatalf("drill of the encrypted backup: %+v\n%s", res.Drill, lastLinesOf(errOut, 20))

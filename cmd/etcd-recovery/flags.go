@@ -13,6 +13,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
@@ -561,6 +562,13 @@ func (o *encryptionOpts) flags() []cli.Flag {
 		&cli.BoolFlag{Name: "require-encryption", EnvVars: []string{seal.EnvRequireEncryption}, Destination: &o.requireEncryption,
 			Usage: "refuse (exit 4) to write a backup without any recipient: a misconfigured job fails instead of writing plaintext"},
 	}
+}
+
+// escrowRecipientFlag is --escrow-recipient (backup, and the journal's
+// gap backups): the break-glass recipients of the escrow.
+func escrowRecipientFlag(dest *cli.StringSlice) cli.Flag {
+	return &cli.StringSliceFlag{Name: "escrow-recipient", EnvVars: []string{backup.EnvEscrowRecipient}, Destination: dest,
+		Usage: "seal the escrow (the EtcdCluster, its TLS secrets and Services, kept with the backups) to this age recipient (age1…) or recipients file instead of the backup's recipients (break-glass; repeatable or comma-separated); without it and without --encrypt-to there is no escrow"}
 }
 
 // recipients loads --encrypt-to and --recipients-file. A bad value or

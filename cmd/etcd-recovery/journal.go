@@ -28,6 +28,7 @@ type journalOpts struct {
 	store                                          storeOpts
 	kube                                           kubeOpts
 	encryption                                     encryptionOpts
+	escrowRecipients                               cli.StringSlice
 	policy                                         policyOpts
 	lock                                           lockOpts
 	clusterID, compress, segmentSize, identityFile string
@@ -80,7 +81,7 @@ func journalCommand(g *globalOpts) *cli.Command {
 			&cli.StringFlag{Name: "listen", Usage: listenUsage, Destination: &o.listen},
 			&cli.DurationFlag{Name: "unready-after", Value: journal.DefaultUnreadyAfter, Destination: &o.unreadyAfter,
 				Usage: "with --listen: /healthz fails once a cluster's segment has stayed unstored this long (uploads failing, the store frozen), until a segment is stored; a follower waiting for the Lease is ready"},
-		}, o.encryption.flags(), o.policy.flags(), o.lock.flags(), o.leader.flags()),
+		}, o.encryption.flags(), []cli.Flag{escrowRecipientFlag(&o.escrowRecipients)}, o.policy.flags(), o.lock.flags(), o.leader.flags()),
 		Action:      func(c *cli.Context) error { return runJournal(c, g, o) },
 		Subcommands: []*cli.Command{journalFindCommand(g), journalProveCommand(g)},
 	}
@@ -348,6 +349,9 @@ func journalOptions(c *cli.Context, e *env, o *journalOpts) (fleet.JournalAllOpt
 	// v2 when served, encrypted and locked as backups are.
 	bk := backup.Options{Kind: catalog.KindScheduled, V2: backup.V2Auto, Compression: enc.Compression, ProbeTimeout: o.probeTimeout,
 		Recipients: enc.Recipients, RequireEncryption: o.encryption.requireEncryption, Log: e.log}
+	if bk.EscrowRecipients, err = backup.ParseEscrowRecipients(o.escrowRecipients.Value()); err != nil {
+		return opts, usagef("journal: --escrow-recipient: %v", err)
+	}
 	if bk.Lock, err = o.lock.policy("journal"); err != nil {
 		return opts, err
 	}

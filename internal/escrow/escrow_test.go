@@ -35,39 +35,11 @@ func readFile(tb testing.TB, path string) []byte {
 	return b
 }
 
-// secret is a Secret item as the API serves it (data base64).
-func secret(name string, data map[string][]byte) map[string]any {
-	d := map[string]any{}
-	for k, v := range data {
-		d[k] = base64.StdEncoding.EncodeToString(v)
-	}
-	return map[string]any{"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-		"metadata": map[string]any{"name": name, "namespace": "kubx-etcd-01"}, "data": d}
-}
-
 // newList is a cluster's escrow as kube.CaptureEscrow makes it, its
-// secrets from p (server and peer: p's server certificate; client: p's
-// client certificate; every CA p's).
+// secrets from p (testfix.EscrowList).
 func newList(tb testing.TB, p *testenv.PKI) *catalog.EscrowList {
 	tb.Helper()
-	ca := readFile(tb, p.CAFile)
-	srv, srvKey := readFile(tb, p.ServerCertFile), readFile(tb, p.ServerKeyFile)
-	n := escrow.DefaultSecretNames(cluster)
-	l := &catalog.EscrowList{APIVersion: "v1", Kind: "List", Metadata: map[string]any{}, Items: []map[string]any{
-		{"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
-			"metadata": map[string]any{"name": cluster, "namespace": "kubx-etcd-01"},
-			"spec": map[string]any{"size": 3, "version": "3.5.35", "TLS": map[string]any{"static": map[string]any{
-				"operatorSecret": n.Client, "member": map[string]any{"peerSecret": n.Peer, "serverSecret": n.Server}}}}},
-		secret(n.Client, map[string][]byte{escrow.ClientCertKey: readFile(tb, p.ClientCertFile), escrow.ClientKeyKey: readFile(tb, p.ClientKeyFile), escrow.ClientCAKey: ca}),
-		secret(n.Peer, map[string][]byte{escrow.PeerCertKey: srv, escrow.PeerKeyKey: srvKey, escrow.PeerCAKey: ca}),
-		secret(n.Server, map[string][]byte{escrow.ServerCertKey: srv, escrow.ServerKeyKey: srvKey, escrow.ServerCAKey: ca}),
-		{"apiVersion": "v1", "kind": "Service", "metadata": map[string]any{"name": cluster + "-client-service-np"},
-			"spec": map[string]any{"type": "NodePort", "ports": []any{map[string]any{"port": 2379, "nodePort": 30458}}}},
-	}}
-	if err := escrow.SetVersions(l, catalog.EscrowVersions{EtcdClusterAPI: "etcd.database.coreos.com/v1beta2", Storage: "3.5.0"}); err != nil {
-		tb.Fatal(err)
-	}
-	return l
+	return testfix.EscrowList(tb, p, "kubx-etcd-01", cluster)
 }
 
 // rig is a bucket of the shared MinIO behind a counting faults wrapper.
