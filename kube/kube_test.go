@@ -37,7 +37,7 @@ const (
 func TestKube(t *testing.T) {
 	k := testenv.StartKubeAPIServer(t)
 	admin := k.Clientset(t, "")
-	kubetest.CreateNamespaces(t, admin, ns, otherNS, restoreNS, verbsNS, escrowNS)
+	kubetest.CreateNamespaces(t, admin, ns, otherNS, restoreNS, verbsNS, escrowNS, rebuildNS, goneNS)
 	kubetest.InstallCRDs(t, k)
 	a := kubetest.NewApplier(t, k)
 
@@ -65,13 +65,16 @@ func TestKube(t *testing.T) {
 	})
 
 	// Real RBAC for the rest.
-	for _, ns := range []string{ns, otherNS, restoreNS, verbsNS, escrowNS} {
+	for _, ns := range []string{ns, otherNS, restoreNS, verbsNS, escrowNS, rebuildNS, goneNS} {
 		a.ApplyFile(t, kubetest.DeployPath(t, "10-rbac.yaml"), ns)
 	}
+	a.ApplyFile(t, kubetest.DeployPath(t, "break-glass", "rebuild-access.yaml"), rebuildNS)
 	t.Run("Discovery", func(t *testing.T) { testDiscovery(t, k, a, admin) })
 	t.Run("OperatorRestore", func(t *testing.T) { testOperatorRestore(t, k, a, admin) })
 	t.Run("Verbs", func(t *testing.T) { testVerbs(t, k, a, admin) })
 	t.Run("CaptureEscrow", func(t *testing.T) { testCaptureEscrow(t, k, a, admin) })
+	t.Run("Rebuild", func(t *testing.T) { testRebuild(t, k, admin) })
+	t.Run("RebuildFromStore", func(t *testing.T) { testRebuildFromStore(t, k, a, admin) })
 }
 
 func testDiscovery(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, admin kubernetes.Interface) {

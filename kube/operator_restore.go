@@ -210,6 +210,20 @@ type OperatorRestoreReport struct {
 	Endpoints []string              `json:"endpoints,omitempty"`
 	Verify    *restore.VerifyReport `json:"verify,omitempty"`
 	Duration  time.Duration         `json:"duration,omitempty"`
+	// Steps are the durations of the steps done (OpStep*), in order.
+	Steps []StepTime `json:"steps,omitempty"`
+}
+
+// StepTime is how long one step took.
+type StepTime struct {
+	Step     string        `json:"step"`
+	Duration time.Duration `json:"duration"`
+}
+
+// timed records the duration of step since t0 and returns now.
+func (r *OperatorRestoreReport) timed(step string, t0 time.Time) time.Time {
+	r.Steps = append(r.Steps, StepTime{Step: step, Duration: time.Since(t0)})
+	return time.Now()
 }
 
 // ReplacedRestore is an EtcdRestore an earlier restore left, deleted (in
@@ -298,9 +312,11 @@ func OperatorRestore(ctx context.Context, o OperatorRestoreOptions) (_ *Operator
 		}
 		defer os.RemoveAll(scratch)
 	}
+	t0 := time.Now()
 	if err := r.selectSnapshot(ctx, tmp, scratch); err != nil {
 		return rep, err
 	}
+	t0 = rep.timed(OpStepSelect, t0)
 
 	// 2. Stage.
 	r.planStage()
@@ -311,6 +327,7 @@ func OperatorRestore(ctx context.Context, o OperatorRestoreOptions) (_ *Operator
 		if err := r.stage(ctx); err != nil {
 			return rep, err
 		}
+		t0 = rep.timed(OpStepStage, t0)
 	}
 
 	// 3. The EtcdRestore; etcd-operator replaces the EtcdCluster.
@@ -324,6 +341,7 @@ func OperatorRestore(ctx context.Context, o OperatorRestoreOptions) (_ *Operator
 	r.log.Info("etcdrestore created: etcd-operator now replaces the etcdcluster", "s3_path", rep.S3Path, "timeout", o.Timeout)
 
 	// 4. Wait for the restored EtcdCluster.
+	t0 = time.Now()
 	size, err := o.waitRestored(ctx, rep)
 	if err != nil {
 		return rep, r.fail(ctx, OpStepWait, err)
@@ -331,9 +349,11 @@ func OperatorRestore(ctx context.Context, o OperatorRestoreOptions) (_ *Operator
 	r.log.Info("restored etcdcluster ready", "uid", rep.NewUID, "waited", rep.Waited.Round(time.Millisecond))
 
 	// 5. Verify it, discovered again.
+	t0 = rep.timed(OpStepWait, t0)
 	if err := r.verify(ctx, size); err != nil {
 		return rep, err
 	}
+	rep.timed(OpStepVerify, t0)
 	r.log.Info("restored cluster verified", "total", rep.Duration.Round(time.Millisecond))
 	return rep, nil
 }

@@ -82,6 +82,7 @@ var scenarios = []struct {
 	{"missed-backup", missedBackup},
 	{"failed-drill", failedDrill},
 	{"every-backup-deleted", everyBackupDeleted},
+	{"namespace-gone", namespaceGoneRunbook},
 }
 
 // TestRunbooks executes every runbook in the failure it is written for, in

@@ -12,6 +12,10 @@ if ((${#missing[@]})); then
   echo "bench: installing ${missing[*]}" >&2
   apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
 fi
+# BenchmarkRebuildFromStore (kube/; BENCH_REBUILD_MB, default 1024): an empty
+# namespace to a verified cluster through restore --via etcd-operator
+# --rebuild, split into steps; the escrow's size and PUTs over 3 backups
+# (~3 min).
 # BenchmarkDrill (drill/bench_test.go; BENCH_DRILL_MB, default 512):
 # drill s/GiB against restore alone, start/hash shares, tool and etcd peak RSS.
 # The journal (internal/journal/journal_bench_test.go, pitr_bench_test.go;

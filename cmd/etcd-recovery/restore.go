@@ -29,6 +29,8 @@ type restoreOpts struct {
 	clusterID, backup, initialCluster, name, token    string
 	dataDir, dataDirRoot, tempDir, via, cluster       string
 	awsSecret, identityFile, output                   string
+	escrowFrom                                        string
+	rebuild, replace                                  bool
 	peerURLs, verifyEndpoints                         cli.StringSlice
 	noLive, markCompacted, force, dryRun              bool
 	includeDeleted                                    bool
@@ -81,7 +83,13 @@ func restoreCommand(g *globalOpts) *cli.Command {
 			"First, the secret etcd-operator will read (--aws-secret) must have keys credentials and config in AWS\n" +
 			"shared-file format (a warning when the tool may not read it). An EtcdRestore NAME left by an earlier restore\n" +
 			"is deleted (and logged with its annotations) if the tool created it and etcd-operator is done with it;\n" +
-			"any other is refused.",
+			"any other is refused.\n\n" +
+			"With --rebuild (the namespace, or the management cluster, is gone): the backup is chosen as above (from the\n" +
+			"store: no survivor snapshot), the escrow its manifest names is read and decrypted with --identity-file\n" +
+			"(a wrong identity or a tampered escrow fails here, before anything is created), the missing secrets,\n" +
+			"Services (same nodePorts and cluster IPs) and the EtcdCluster (paused) are created, then restored as above.\n" +
+			"An existing object that differs refuses the rebuild unless --replace; --dry-run lists each object.\n" +
+			"A backup whose escrow is not usable is refused, naming its state; --escrow-from BACKUP uses another's.",
 		Flags: concat(o.etcd.flags(false), o.store.flags(), o.kube.flags(), []cli.Flag{
 			clusterIDFlag(&o.clusterID),
 			backupFlag(&o.backup),
@@ -113,6 +121,9 @@ func restoreCommand(g *globalOpts) *cli.Command {
 			&cli.BoolFlag{Name: "accept-unproven-journal", Usage: "point in time: replay the journal even through a window whose journal proof failed (journal prove; refused without it)", Destination: &o.acceptUnprovenJournal},
 			&cli.BoolFlag{Name: "to-latest", Usage: "point in time: restore to the newest revision the journal reaches exactly from the newest backup (every member lost: a survivor snapshot, the default, loses nothing)", Destination: &o.toLatest},
 			identityFileFlag(&o.identityFile),
+			&cli.BoolFlag{Name: "rebuild", Usage: "with --via etcd-operator: first recreate the cluster's missing secrets, Services and EtcdCluster (paused) from the escrow the backup names, decrypted with --identity-file (the namespace is gone)", Destination: &o.rebuild},
+			&cli.BoolFlag{Name: "replace", Usage: "with --rebuild: replace existing objects that differ from the escrow (else they refuse the rebuild, named with the fields that differ)", Destination: &o.replace},
+			&cli.StringFlag{Name: "escrow-from", Usage: "with --rebuild: rebuild from this backup's escrow when the restored backup's is not usable (missing, mismatch, none)", Destination: &o.escrowFrom},
 			outputFlag(&o.output),
 		}, o.encryption.flags(), deprecatedFlagsOf("restore")),
 		Action: func(c *cli.Context) error { return runRestore(c, g, o) },
@@ -145,7 +156,7 @@ func runRestore(c *cli.Context, g *globalOpts, o *restoreOpts) error {
 	if c.IsSet("via") || c.IsSet("cluster") {
 		return runRestoreViaOperator(e, o, ids, rs, pitr)
 	}
-	for _, f := range []string{"wait-timeout", "aws-secret", "force-path-style"} {
+	for _, f := range []string{"wait-timeout", "aws-secret", "force-path-style", "rebuild", "replace", "escrow-from"} {
 		if c.IsSet(f) {
 			return usagef("restore: --%s goes with --via etcd-operator", f)
 		}
@@ -432,6 +443,16 @@ func runRestoreViaOperator(e *env, o *restoreOpts, ids *seal.Identities, rs seal
 	if err := opts.Validate(); err != nil {
 		return err
 	}
+	if !o.rebuild {
+		for _, f := range []string{"replace", "escrow-from"} {
+			if c.IsSet(f) {
+				return usagef("restore --via etcd-operator: --%s goes with --rebuild", f)
+			}
+		}
+	}
+	if o.rebuild && c.IsSet("no-live") {
+		return usagef("restore --via etcd-operator --rebuild: --no-live is implied (a rebuilt namespace has no members: the data comes from the store)")
+	}
 	k, err := e.kube(&o.kube)
 	if err != nil {
 		return err
@@ -456,6 +477,15 @@ func runRestoreViaOperator(e *env, o *restoreOpts, ids *seal.Identities, rs seal
 		}
 		defer t.cancel()
 		ctx = t.ctx
+	}
+	if o.rebuild {
+		rep, err := kube.RebuildRestore(ctx, kube.RebuildRestoreOptions{Restore: opts, Replace: o.replace, EscrowFrom: o.escrowFrom})
+		if rep != nil {
+			if rerr := e.renderAll(rep.Tables(), rep); rerr != nil && err == nil {
+				err = rerr
+			}
+		}
+		return err
 	}
 	rep, err := kube.OperatorRestore(ctx, opts)
 	if rep != nil {

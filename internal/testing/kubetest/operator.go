@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/armada/etcd-recovery/internal/escrow"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/kube"
 )
@@ -290,15 +291,23 @@ func (op *RestoreOperator) run(ctx context.Context, er *unstructured.Unstructure
 	op.mu.Lock()
 	old, registered := op.clusters[name]
 	op.mu.Unlock()
-	if !registered {
-		return fmt.Errorf("kubetest: EtcdCluster %s was not registered with the stand-in (Register)", name)
-	}
 
 	dir, err := os.MkdirTemp("", "restore-operator-")
 	if err != nil {
 		return err
 	}
 	op.tb.Cleanup(func() { os.RemoveAll(dir) })
+	pki := (*testenv.PKI)(nil)
+	if registered {
+		pki = old.Etcd.PKI
+	} else {
+		// Not started by this test (the namespace was rebuilt): the
+		// members serve the PKI of the namespace's TLS secrets, as
+		// etcd-operator mounts them.
+		if pki, err = op.secretPKI(ctx, ref, filepath.Join(dir, "tls")); err != nil {
+			return err
+		}
+	}
 	snap := filepath.Join(dir, "backup.db")
 	if rec.SHA256, rec.Size, err = op.fetch(ctx, secret, endpoint, pathStyle, bucket, key, dir, snap); err != nil {
 		return err
@@ -312,8 +321,10 @@ func (op *RestoreOperator) run(ctx context.Context, er *unstructured.Unstructure
 		metav1.ListOptions{LabelSelector: kube.LabelCluster + "=" + name}); err != nil {
 		return fmt.Errorf("deleting the member pods: %w", err)
 	}
-	for _, m := range old.Etcd.Members {
-		m.Kill()
+	if registered {
+		for _, m := range old.Etcd.Members {
+			m.Kill()
+		}
 	}
 
 	size, _, _ := unstructured.NestedInt64(ref.Object, "spec", "size")
@@ -341,17 +352,21 @@ func (op *RestoreOperator) run(ctx context.Context, er *unstructured.Unstructure
 	}
 	for _, m := range members {
 		rec.Members = append(rec.Members, testenv.StartEtcdMember(op.tb, testenv.MemberSpec{Version: testenv.V35, Name: m.name, DataDir: m.dataDir,
-			ClientURL: m.client, PeerURL: m.peer, InitialCluster: strings.Join(ic, ","), InitialClusterToken: token, PKI: old.Etcd.PKI}))
+			ClientURL: m.client, PeerURL: m.peer, InitialCluster: strings.Join(ic, ","), InitialClusterToken: token, PKI: pki}))
 	}
 	for _, m := range rec.Members {
 		m.WaitReady(op.tb)
 	}
 
-	// The restored EtcdCluster, its pods, its status.
+	// The restored EtcdCluster, its pods, its status. etcd-operator's
+	// prepareSeed creates it paused and then unpauses it: it runs
+	// unpaused whatever the reference was (a rebuilt one is paused).
+	spec, _, _ := unstructured.NestedMap(ref.Object, "spec")
+	delete(spec, "paused")
 	ec := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": kube.APIVersion, "kind": kube.KindEtcdCluster,
 		"metadata": map[string]any{"name": name, "namespace": ns, "labels": toAny(ref.GetLabels())},
-		"spec":     ref.Object["spec"],
+		"spec":     spec,
 	}}
 	created, err := dyn.Resource(kube.EtcdClusterGVR).Namespace(ns).Create(ctx, ec, metav1.CreateOptions{})
 	if err != nil {
@@ -401,10 +416,50 @@ func (op *RestoreOperator) run(ctx context.Context, er *unstructured.Unstructure
 		return fmt.Errorf("restored EtcdCluster status: %w", err)
 	}
 	rec.RunningAt = time.Now()
-	op.Register(Cluster{Name: name, Etcd: &testenv.EtcdCluster{Members: rec.Members, PKI: old.Etcd.PKI}, UID: rec.NewUID})
+	op.Register(Cluster{Name: name, Etcd: &testenv.EtcdCluster{Members: rec.Members, PKI: pki}, UID: rec.NewUID})
 	op.tb.Logf("restore operator stand-in: EtcdCluster %s/%s restored from s3://%s (%d bytes, sha256 %s), %d members, Running after %v",
 		ns, name, rec.S3Path, rec.Size, rec.SHA256, len(rec.Members), rec.RunningAt.Sub(rec.CreatingAt).Round(time.Millisecond))
 	return nil
+}
+
+// secretPKI writes the reference EtcdCluster's TLS secrets (server, peer,
+// operator: spec.TLS.static) to files in dir and loads them as the
+// members' PKI.
+func (op *RestoreOperator) secretPKI(ctx context.Context, ref *unstructured.Unstructured, dir string) (*testenv.PKI, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	static, _, _ := unstructured.NestedMap(ref.Object, "spec", "TLS", "static")
+	member, _ := static["member"].(map[string]any)
+	server, _ := member["serverSecret"].(string)
+	peer, _ := member["peerSecret"].(string)
+	operator, _ := static["operatorSecret"].(string)
+	if server == "" || peer == "" || operator == "" {
+		return nil, fmt.Errorf("EtcdCluster %s: spec.TLS.static names no server, peer or operator secret", ref.GetName())
+	}
+	files := map[string]string{}
+	for _, s := range []struct{ secret, key string }{
+		{server, escrow.ServerCertKey}, {server, escrow.ServerKeyKey}, {server, escrow.ServerCAKey},
+		{peer, escrow.PeerCertKey}, {peer, escrow.PeerKeyKey}, {peer, escrow.PeerCAKey},
+		{operator, kube.ClientCertKey}, {operator, kube.ClientKeyKey},
+	} {
+		se, err := op.opts.Client.CoreV1().Secrets(op.opts.Namespace).Get(ctx, s.secret, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("member TLS secret: %w", err)
+		}
+		b := se.Data[s.key]
+		if len(b) == 0 {
+			return nil, fmt.Errorf("member TLS secret %s has no key %s (keys %v)", s.secret, s.key, keys(se.Data))
+		}
+		f := filepath.Join(dir, s.key)
+		if err := os.WriteFile(f, b, 0o600); err != nil {
+			return nil, err
+		}
+		files[s.key] = f
+	}
+	return testenv.LoadPKI(testenv.PKIFiles{CA: files[escrow.ServerCAKey], ServerCert: files[escrow.ServerCertKey], ServerKey: files[escrow.ServerKeyKey],
+		PeerCA: files[escrow.PeerCAKey], PeerCert: files[escrow.PeerCertKey], PeerKey: files[escrow.PeerKeyKey],
+		ClientCert: files[kube.ClientCertKey], ClientKey: files[kube.ClientKeyKey]})
 }
 
 // fetch downloads bucket/key with the awsSecret's credentials, as

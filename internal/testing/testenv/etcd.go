@@ -242,14 +242,15 @@ func (m *EtcdMember) args(state string) []string {
 		a = append(a, "--initial-cluster-token="+s.InitialClusterToken)
 	}
 	if s.PKI != nil {
+		peerCert, peerKey, peerCA := s.PKI.peerFiles()
 		a = append(a,
 			"--cert-file="+s.PKI.ServerCertFile,
 			"--key-file="+s.PKI.ServerKeyFile,
 			"--trusted-ca-file="+s.PKI.CAFile,
 			"--client-cert-auth=true",
-			"--peer-cert-file="+s.PKI.ServerCertFile,
-			"--peer-key-file="+s.PKI.ServerKeyFile,
-			"--peer-trusted-ca-file="+s.PKI.CAFile,
+			"--peer-cert-file="+peerCert,
+			"--peer-key-file="+peerKey,
+			"--peer-trusted-ca-file="+peerCA,
 			"--peer-client-cert-auth=true",
 		)
 	}

@@ -30,6 +30,10 @@ type PKI struct {
 	ServerKeyFile  string
 	ClientCertFile string // EKU ClientAuth, CN ClientCommonName
 	ClientKeyFile  string
+	// PeerCertFile, PeerKeyFile and PeerCAFile, when set, are the peer
+	// listener's (LoadPKI of a namespace's -peer-tls secret); else the
+	// server's certificate and CAFile serve peers too.
+	PeerCertFile, PeerKeyFile, PeerCAFile string
 
 	CA        *x509.Certificate
 	ServerIPs []net.IP // IP SANs of the server certificate
@@ -135,6 +139,66 @@ func newPKI(dir string, opts pkiOptions) (*PKI, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// PKIFiles are the PEM files of a PKI made elsewhere (an EtcdCluster's
+// TLS secrets, written to files): LoadPKI.
+type PKIFiles struct {
+	CA, ServerCert, ServerKey string // required
+	PeerCA, PeerCert, PeerKey string // optional: the peer listener's
+	ClientCert, ClientKey     string // required: ClientTLS presents it
+}
+
+// LoadPKI is a PKI of existing files (no CA key: it issues nothing). Its
+// ServerIPs are the server certificate's IP SANs. It returns an error
+// rather than failing a test: the restore operator stand-in calls it
+// from its own goroutine.
+func LoadPKI(f PKIFiles) (*PKI, error) {
+	caPEM, err := os.ReadFile(f.CA)
+	if err != nil {
+		return nil, err
+	}
+	blk, _ := pem.Decode(caPEM)
+	if blk == nil {
+		return nil, fmt.Errorf("%s: no PEM certificate", f.CA)
+	}
+	ca, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", f.CA, err)
+	}
+	srvPEM, err := os.ReadFile(f.ServerCert)
+	if err != nil {
+		return nil, err
+	}
+	sblk, _ := pem.Decode(srvPEM)
+	if sblk == nil {
+		return nil, fmt.Errorf("%s: no PEM certificate", f.ServerCert)
+	}
+	srv, err := x509.ParseCertificate(sblk.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", f.ServerCert, err)
+	}
+	p := &PKI{Dir: filepath.Dir(f.CA), CAFile: f.CA, ServerCertFile: f.ServerCert, ServerKeyFile: f.ServerKey,
+		ClientCertFile: f.ClientCert, ClientKeyFile: f.ClientKey,
+		PeerCertFile: f.PeerCert, PeerKeyFile: f.PeerKey, PeerCAFile: f.PeerCA,
+		CA: ca, ServerIPs: srv.IPAddresses, caPool: x509.NewCertPool()}
+	p.caPool.AddCert(ca)
+	if p.clientCert, err = tls.LoadX509KeyPair(f.ClientCert, f.ClientKey); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// peerFiles are the peer listener's certificate, key and CA.
+func (p *PKI) peerFiles() (cert, key, ca string) {
+	cert, key, ca = p.ServerCertFile, p.ServerKeyFile, p.CAFile
+	if p.PeerCertFile != "" && p.PeerKeyFile != "" {
+		cert, key = p.PeerCertFile, p.PeerKeyFile
+	}
+	if p.PeerCAFile != "" {
+		ca = p.PeerCAFile
+	}
+	return cert, key, ca
 }
 
 // IssueClient writes another client certificate (CN ClientCommonName) from

@@ -1,0 +1,340 @@
+package kube
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/output"
+)
+
+// Rebuild: a cluster's namespace objects recreated from its escrow
+// (catalog.EscrowList), for restore --via etcd-operator --rebuild.
+//
+// The secrets first, then the Services (the same nodePorts, the same
+// clusterIP where the escrow has one; the headless Service with clusterIP
+// None), then the EtcdCluster, created with spec.paused true: etcd-operator
+// starts nothing for a paused cluster, and its restore operator creates
+// the restored cluster from this reference (unpaused). So an empty
+// cluster is never started, and never reachable through the old nodePort
+// with the certificates the customer's masters trust.
+//
+// An object that exists is never replaced unless Replace is set: one
+// equal to the escrowed one is "exists (same)"; one that differs is named
+// with the fields that differ and refuses the whole rebuild, before
+// anything is created. The namespace itself is not created.
+
+// Rebuild actions, per object (RebuildObject.Action).
+const (
+	RebuildCreate   = "create"        // missing: created (in a dry run: would be)
+	RebuildSame     = "exists (same)" // exists, equal to the escrowed one: left alone
+	RebuildRefused  = "exists (differs, refused)"
+	RebuildReplaced = "exists (differs, replaced)" // with Replace (in a dry run: would be)
+)
+
+// StepRebuild names the rebuild in errors.
+const StepRebuild = "rebuild objects"
+
+// RebuildOptions configure Rebuild.
+type RebuildOptions struct {
+	Kube *Client
+	// List is the escrow's plaintext (escrow.Open).
+	List *catalog.EscrowList
+	// Replace updates the objects that exist and differ (else they refuse
+	// the rebuild).
+	Replace bool
+	// DryRun reads and compares only; nothing is created or changed.
+	DryRun bool
+	Log    *slog.Logger
+}
+
+// RebuildObject is one escrowed object and what Rebuild did with it.
+type RebuildObject struct {
+	Kind   string `json:"kind"`
+	Name   string `json:"name"`
+	Action string `json:"action"`
+	// Differs are the fields of the existing object that differ from the
+	// escrowed one (exists, differs).
+	Differs []string `json:"differs,omitempty"`
+	// Done: created or replaced (false in a dry run, and for objects left
+	// alone).
+	Done bool `json:"done,omitempty"`
+}
+
+// RebuildReport is what Rebuild did (or, in a dry run, would do).
+type RebuildReport struct {
+	Namespace string          `json:"namespace"`
+	Cluster   string          `json:"cluster"`
+	DryRun    bool            `json:"dryRun"`
+	Replace   bool            `json:"replace"`
+	Objects   []RebuildObject `json:"objects"`
+	Duration  time.Duration   `json:"duration,omitempty"`
+}
+
+// RebuildError is a refused or failed rebuild: the cluster, the step and
+// the cause.
+type RebuildError struct {
+	Namespace, Cluster string
+	Err                error
+}
+
+func (e *RebuildError) Error() string {
+	return fmt.Sprintf("rebuild of etcdcluster %s/%s failed at step %q: %v", e.Namespace, e.Cluster, StepRebuild, e.Err)
+}
+
+func (e *RebuildError) Unwrap() error { return e.Err }
+
+// ErrRebuildDiffers is wrapped by the error of a rebuild refused because
+// an existing object differs from the escrowed one (without Replace).
+var ErrRebuildDiffers = errors.New("existing objects differ from the escrow (--replace replaces them)")
+
+var (
+	secretGVR  = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+	serviceGVR = schema.GroupVersionResource{Version: "v1", Resource: "services"}
+)
+
+// rebuildOrder is the order objects are created in: secrets, Services,
+// the EtcdCluster last (it names the secrets).
+var rebuildOrder = map[string]int{"Secret": 0, "Service": 1, KindEtcdCluster: 2}
+
+type rebuildItem struct {
+	obj  *unstructured.Unstructured
+	gvr  schema.GroupVersionResource
+	live *unstructured.Unstructured
+	row  *RebuildObject
+}
+
+// Rebuild recreates, in the client's namespace, the escrowed objects that
+// are missing (see the comment above).
+func Rebuild(ctx context.Context, o RebuildOptions) (*RebuildReport, error) {
+	if o.Kube == nil || o.List == nil {
+		return nil, errors.New("rebuild: need the kubernetes client and the escrow")
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	start := time.Now()
+	k := o.Kube
+	if err := o.List.Validate(); err != nil {
+		return nil, &RebuildError{Namespace: k.Namespace, Err: err}
+	}
+	items, cluster, err := rebuildItems(o.List, k.Namespace)
+	rep := &RebuildReport{Namespace: k.Namespace, Cluster: cluster, DryRun: o.DryRun, Replace: o.Replace, Objects: []RebuildObject{}}
+	fail := func(err error) error { return &RebuildError{Namespace: k.Namespace, Cluster: cluster, Err: err} }
+	if err != nil {
+		return rep, fail(err)
+	}
+	log := o.Log.With("namespace", k.Namespace, "etcdcluster", cluster)
+
+	// 1. Read and compare every object first: a refusal creates nothing.
+	var refused []string
+	for _, it := range items {
+		ri := k.Dynamic.Resource(it.gvr).Namespace(k.Namespace)
+		live, err := ri.Get(ctx, it.obj.GetName(), metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			it.row.Action = RebuildCreate
+		case err != nil:
+			return rep, fail(ctxErr(ctx, fmt.Errorf("reading %s %s: %w", it.obj.GetKind(), it.obj.GetName(), err)))
+		default:
+			it.live = live
+			it.row.Differs = differs(it.obj, live)
+			switch {
+			case len(it.row.Differs) == 0:
+				it.row.Action = RebuildSame
+			case o.Replace:
+				it.row.Action = RebuildReplaced
+			default:
+				it.row.Action = RebuildRefused
+				refused = append(refused, fmt.Sprintf("%s %s (%s)", it.obj.GetKind(), it.obj.GetName(), strings.Join(it.row.Differs, ", ")))
+			}
+		}
+		rep.Objects = append(rep.Objects, *it.row)
+	}
+	if len(refused) > 0 {
+		return rep, fail(fmt.Errorf("%w: %s", ErrRebuildDiffers, strings.Join(refused, "; ")))
+	}
+	if o.DryRun {
+		rep.Duration = time.Since(start)
+		return rep, nil
+	}
+
+	// 2. Create (or replace) in order.
+	for i, it := range items {
+		ri := k.Dynamic.Resource(it.gvr).Namespace(k.Namespace)
+		what := it.obj.GetKind() + " " + it.obj.GetName()
+		switch it.row.Action {
+		case RebuildCreate:
+			if _, err := ri.Create(ctx, it.obj, metav1.CreateOptions{}); err != nil {
+				return rep, fail(ctxErr(ctx, fmt.Errorf("creating %s: %w", what, err)))
+			}
+			log.Info("created from the escrow", "object", what)
+		case RebuildReplaced:
+			it.obj.SetResourceVersion(it.live.GetResourceVersion())
+			if _, err := ri.Update(ctx, it.obj, metav1.UpdateOptions{}); err != nil {
+				return rep, fail(ctxErr(ctx, fmt.Errorf("replacing %s (%s): %w", what, strings.Join(it.row.Differs, ", "), err)))
+			}
+			log.Warn("replaced from the escrow", "object", what, "differed", strings.Join(it.row.Differs, ", "))
+		default:
+			continue
+		}
+		rep.Objects[i].Done = true
+	}
+	rep.Duration = time.Since(start)
+	return rep, nil
+}
+
+// rebuildItems are the escrow's objects to create, in order, as they are
+// created (the namespace's; the EtcdCluster paused).
+func rebuildItems(l *catalog.EscrowList, ns string) ([]*rebuildItem, string, error) {
+	var items []*rebuildItem
+	cluster := ""
+	for _, raw := range l.Items {
+		b, err := json.Marshal(raw)
+		if err != nil {
+			return nil, "", err
+		}
+		obj := &unstructured.Unstructured{}
+		if err := obj.UnmarshalJSON(b); err != nil {
+			return nil, "", fmt.Errorf("escrowed object: %w", err)
+		}
+		var gvr schema.GroupVersionResource
+		switch obj.GetKind() {
+		case "Secret":
+			gvr = secretGVR
+		case "Service":
+			gvr = serviceGVR
+		case KindEtcdCluster:
+			if obj.GetAPIVersion() != APIVersion {
+				return nil, "", fmt.Errorf("escrowed EtcdCluster %s has apiVersion %s, want %s", obj.GetName(), obj.GetAPIVersion(), APIVersion)
+			}
+			gvr = EtcdClusterGVR
+			cluster = obj.GetName()
+			if err := unstructured.SetNestedField(obj.Object, true, "spec", "paused"); err != nil {
+				return nil, "", fmt.Errorf("escrowed EtcdCluster %s: %w", obj.GetName(), err)
+			}
+		default:
+			return nil, "", fmt.Errorf("escrowed %s %s: not a kind the rebuild creates (Secret, Service, EtcdCluster)", obj.GetKind(), obj.GetName())
+		}
+		if obj.GetAPIVersion() != "v1" && gvr != EtcdClusterGVR {
+			return nil, "", fmt.Errorf("escrowed %s %s has apiVersion %s, want v1", obj.GetKind(), obj.GetName(), obj.GetAPIVersion())
+		}
+		obj.SetNamespace(ns)
+		items = append(items, &rebuildItem{obj: obj, gvr: gvr, row: &RebuildObject{Kind: obj.GetKind(), Name: obj.GetName()}})
+	}
+	sort.SliceStable(items, func(i, j int) bool {
+		return rebuildOrder[items[i].obj.GetKind()] < rebuildOrder[items[j].obj.GetKind()]
+	})
+	return items, cluster, nil
+}
+
+// differs names the fields of live that differ from the escrowed object:
+// every field the escrow holds outside metadata (spec, data, type, …) and
+// its labels must be in live with the same value (live may have more: the
+// API server's defaults). An EtcdCluster's spec.paused is not compared
+// (the rebuild sets it; etcd-operator clears it).
+func differs(escrowed, live *unstructured.Unstructured) []string {
+	want, got := normalize(escrowed.Object), normalize(live.Object)
+	if escrowed.GetKind() == KindEtcdCluster {
+		for _, m := range []map[string]any{want, got} {
+			if spec, ok := m["spec"].(map[string]any); ok {
+				delete(spec, "paused")
+			}
+		}
+	}
+	var out []string
+	for _, key := range sortedKeys(want) {
+		switch key {
+		case "apiVersion", "kind", "status":
+			continue
+		case "metadata":
+			wl, _ := want["metadata"].(map[string]any)
+			gl, _ := got["metadata"].(map[string]any)
+			subset("metadata.labels", wl["labels"], gl["labels"], &out)
+			continue
+		}
+		subset(key, want[key], got[key], &out)
+	}
+	return out
+}
+
+// subset appends to out the paths under which want is not in got.
+func subset(path string, want, got any, out *[]string) {
+	if want == nil {
+		return
+	}
+	wm, ok := want.(map[string]any)
+	if !ok {
+		if !reflect.DeepEqual(want, got) {
+			*out = append(*out, path)
+		}
+		return
+	}
+	gm, ok := got.(map[string]any)
+	if !ok {
+		*out = append(*out, path)
+		return
+	}
+	for _, k := range sortedKeys(wm) {
+		subset(path+"."+k, wm[k], gm[k], out)
+	}
+}
+
+// normalize is v through JSON with numbers kept as written, so that an
+// escrowed 30001 and a served 30001 compare equal whatever their Go types.
+func normalize(v map[string]any) map[string]any {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return map[string]any{}
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var out map[string]any
+	if err := dec.Decode(&out); err != nil {
+		return map[string]any{}
+	}
+	return out
+}
+
+func sortedKeys(m map[string]any) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+// Table is the rebuild's objects, one row each.
+func (r *RebuildReport) Table() output.Table {
+	t := output.Table{Header: []string{"KIND", "NAME", "ACTION", "DIFFERS"}, Long: []string{"DIFFERS"}, Key: "NAME"}
+	switch {
+	case r.DryRun:
+		t.Title = fmt.Sprintf("Rebuild of etcdcluster %s/%s from its escrow (dry run: nothing was created)\n", r.Namespace, r.Cluster)
+	default:
+		t.Title = fmt.Sprintf("Rebuild of etcdcluster %s/%s from its escrow\n", r.Namespace, r.Cluster)
+	}
+	for _, ob := range r.Objects {
+		action := ob.Action
+		if r.DryRun && (action == RebuildCreate || action == RebuildReplaced) {
+			action = "would " + action
+		}
+		t.Rows = append(t.Rows, []string{ob.Kind, ob.Name, action, strings.Join(ob.Differs, ", ")})
+	}
+	t.Notes = append(t.Notes, "The EtcdCluster is created paused (spec.paused true): etcd-operator's restore operator creates the restored cluster from it.")
+	return t
+}
