@@ -37,6 +37,7 @@ import (
 
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/ctxerr"
+	"github.com/armada/etcd-recovery/internal/escrow"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
 	"github.com/armada/etcd-recovery/internal/etcdinternals"
 	"github.com/armada/etcd-recovery/internal/objectio"
@@ -451,6 +452,9 @@ func (r *run) relock(ctx context.Context) {
 		if n > 0 {
 			r.log.Info("re-locked the newest backup", "backup", newest.Name, "until", until, "objects", n)
 		}
+		if err == nil {
+			err = r.relockEscrow(ctx, newest.Name, store.Retention{Mode: lp.Mode.StoreMode(), Until: until})
+		}
 	}
 	if err != nil {
 		r.log.Warn("could not re-lock the cluster's newest backup", "until", until, "err", err)
@@ -477,6 +481,23 @@ type run struct {
 type stepError struct {
 	step string
 	err  error
+}
+
+// relockEscrow extends the lock of the escrow the newest backup names to
+// the backup's new lock: an escrow lives as long as any backup that names
+// it (it is deleted with the last one).
+func (r *run) relockEscrow(ctx context.Context, name string, ret store.Retention) error {
+	m := r.m
+	if m == nil || m.Name != name {
+		var err error
+		if m, err = catalog.LoadManifest(ctx, r.opts.Store, r.opts.Layout, r.opts.ClusterID, name); err != nil {
+			return err
+		}
+	}
+	if !m.Escrow.Stored() {
+		return nil
+	}
+	return escrow.Extend(ctx, r.opts.Store, r.opts.Layout.EscrowKey(r.opts.ClusterID, m.Escrow.Address), &ret)
 }
 
 func failAt(step string, err error) *stepError { return &stepError{step, err} }

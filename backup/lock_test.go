@@ -12,6 +12,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/prune"
 	"github.com/armada/etcd-recovery/internal/retention"
+	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/store/memstore"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
@@ -70,6 +71,11 @@ func TestBackupLockMemstore(t *testing.T) {
 	st.Now = func() time.Time { return now }
 	opts = base
 	opts.Store, opts.Now = st, func() time.Time { return now }
+	// With an escrow: it is locked as the backup that names it.
+	key := testfix.NewAgeKey(t)
+	list := testfix.EscrowList(t, c.PKI, "kubx-etcd-01", "c1")
+	opts.Recipients = testfix.RecipientsOf(t, key)
+	opts.Escrow = func(context.Context) (*catalog.EscrowList, []string, error) { return list, nil, nil }
 	res, err := backup.Run(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -77,6 +83,13 @@ func TestBackupLockMemstore(t *testing.T) {
 	checkLocked(t, st, res, store.LockGovernance)
 	if want := now.Add(23 * time.Hour); !res.Manifest.Lock.Until.Equal(want) || res.Manifest.Lock.Mode != catalog.LockGovernanceMode {
 		t.Fatalf("manifest lock %+v, want governance until %s", res.Manifest.Lock, want)
+	}
+	if !res.Manifest.Escrow.Stored() {
+		t.Fatalf("escrow %+v, want one stored", res.Manifest.Escrow)
+	}
+	escrowKey := opts.Layout.EscrowKey("c1", res.Manifest.Escrow.Address)
+	if r, err := st.Retention(ctx, escrowKey, ""); err != nil || r.Mode != store.LockGovernance || !r.Until.Equal(res.Manifest.Lock.Until) {
+		t.Fatalf("escrow %s: retention %+v, %v; want the backup's %s", escrowKey, r, err, res.Manifest.Lock.Until)
 	}
 
 	// A day and a half later, the CronJob's run fails: the newest backup is
@@ -87,7 +100,8 @@ func TestBackupLockMemstore(t *testing.T) {
 		t.Fatal("backup of a dead endpoint succeeded")
 	}
 	want := now.Add(23 * time.Hour)
-	for _, k := range testfix.Keys(t, st, res.Prefix) {
+	// The escrow the newest backup names is re-locked with it.
+	for _, k := range append(testfix.Keys(t, st, res.Prefix), escrowKey) {
 		r, err := st.Retention(ctx, k, "")
 		if err != nil || !r.Until.Equal(want) {
 			t.Fatalf("%s after a failed run: retention %+v, %v; want until %s", k, r, err, want)
@@ -97,6 +111,7 @@ func TestBackupLockMemstore(t *testing.T) {
 	// bucket-default: a bucket without a default retention is refused; one
 	// with it records the default in the manifest, no explicit retention.
 	opts.Etcd = testfix.EtcdConfig(c)
+	opts.Escrow, opts.Recipients = nil, seal.Recipients{}
 	opts.Lock.Mode = catalog.LockBucketDefault
 	if _, err := backup.Run(ctx, opts); !usage.Is(err) || !strings.Contains(err.Error(), "no default retention") {
 		t.Fatalf("bucket-default without a default retention: %v", err)

@@ -21,4 +21,5 @@ const (
 var Runbooks = []string{
 	RunbookReplaceMember, RunbookRestore, RunbookSurvivorSnapshot,
 	RunbookUnreachable, RunbookNoSpace, RunbookMissedBackup, RunbookDrill,
+	RunbookNamespaceGone,
 }

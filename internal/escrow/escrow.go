@@ -139,6 +139,13 @@ func storedSum(ctx context.Context, st store.Store, key string) (int64, string, 
 	return h.N(), h.Sum(), nil
 }
 
+// Extend is extend for a caller that re-locks a backup: the escrow it
+// names stays locked at least as long as the backup (backup's re-lock of
+// the newest backup).
+func Extend(ctx context.Context, st store.Store, key string, ret *store.Retention) error {
+	return extend(ctx, st, key, ret)
+}
+
 // extend sets the retention of an existing escrow to ret when its own is
 // shorter (a reused escrow is locked at least as long as the newest
 // backup that names it). A store without Locker, or no ret: nothing.
