@@ -229,6 +229,10 @@ func testRebuildFromStore(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Ap
 		t.Fatal(err)
 	}
 	wantAtT := customerState(t, ctx, ccs)
+	// T is after the journal received the good change: the journal maps
+	// a time to the revisions it had received by then (a busy machine
+	// starts its watch late, and T would fall before its first event).
+	waitJournal(t, ctx, st, layout, name, currentRevision(t, ctx, fc))
 	time.Sleep(500 * time.Millisecond)
 	atT := time.Now()
 	time.Sleep(500 * time.Millisecond)
