@@ -218,7 +218,9 @@ func (t Table) narrow() (Table, []string) {
 }
 
 // Wrap breaks s into lines of at most width runes, at spaces where it
-// can; continuation lines start with indent.
+// can; continuation lines start with indent. A word is cut only when it
+// is longer than a whole line: an age key, a key or a backup name is
+// never broken where it would fit on the next line (an SRE copies them).
 func Wrap(s string, width int, indent string) []string {
 	var lines []string
 	for _, para := range strings.Split(s, "\n") {
@@ -231,7 +233,7 @@ func Wrap(s string, width int, indent string) []string {
 				break
 			}
 			cut := room
-			for i := room; i > room/2; i-- {
+			for i := room; i > 0; i-- {
 				if r[i] == ' ' {
 					cut = i
 					break
