@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/output"
@@ -27,11 +28,18 @@ import (
 //
 // The secrets first, then the Services (the same nodePorts, the same
 // clusterIP where the escrow has one; the headless Service with clusterIP
-// None), then the EtcdCluster, created with spec.paused true: etcd-operator
-// starts nothing for a paused cluster, and its restore operator creates
-// the restored cluster from this reference (unpaused). So an empty
-// cluster is never started, and never reachable through the old nodePort
-// with the certificates the customer's masters trust.
+// None), then the EtcdCluster, created with spec.paused true AND
+// status.phase Running, as etcd-operator's own restore operator creates
+// its clusters (restore-operator/sync.go): etcd-operator's cluster
+// controller seeds a new member for an EtcdCluster whose phase is empty
+// (cluster.go setup() -> create() -> prepareSeedMember()) before it ever
+// looks at spec.paused, so paused alone would start an empty cluster.
+// With the real etcd-operator CRD (no status subresource) the status is
+// stored with the create; with a status subresource the API server drops
+// it on create, and it is set right after with UpdateStatus. Its restore
+// operator creates the restored cluster from this reference (unpaused).
+// So an empty cluster is never started, and never reachable through the
+// old nodePort with the certificates the customer's masters trust.
 //
 // An object that exists is never replaced unless Replace is set: one
 // equal to the escrowed one is "exists (same)"; one that differs is named
@@ -45,6 +53,9 @@ const (
 	RebuildRefused  = "exists (differs, refused)"
 	RebuildReplaced = "exists (differs, replaced)" // with Replace (in a dry run: would be)
 )
+
+// PhaseRunning is the EtcdCluster phase the rebuild creates it in.
+const PhaseRunning = "Running"
 
 // StepRebuild names the rebuild in errors.
 const StepRebuild = "rebuild objects"
@@ -179,11 +190,18 @@ func Rebuild(ctx context.Context, o RebuildOptions) (*RebuildReport, error) {
 		what := it.obj.GetKind() + " " + it.obj.GetName()
 		switch it.row.Action {
 		case RebuildCreate:
-			if _, err := ri.Create(ctx, it.obj, metav1.CreateOptions{}); err != nil {
+			created, err := ri.Create(ctx, it.obj, metav1.CreateOptions{})
+			if err != nil {
 				return rep, fail(ctxErr(ctx, fmt.Errorf("creating %s: %w", what, err)))
+			}
+			if it.gvr == EtcdClusterGVR {
+				if err := setPhaseRunning(ctx, ri, created); err != nil {
+					return rep, fail(ctxErr(ctx, fmt.Errorf("%s: %w", what, err)))
+				}
 			}
 			log.Info("created from the escrow", "object", what)
 		case RebuildReplaced:
+			unstructured.RemoveNestedField(it.obj.Object, "status") // a replace never sets a status
 			it.obj.SetResourceVersion(it.live.GetResourceVersion())
 			if _, err := ri.Update(ctx, it.obj, metav1.UpdateOptions{}); err != nil {
 				return rep, fail(ctxErr(ctx, fmt.Errorf("replacing %s (%s): %w", what, strings.Join(it.row.Differs, ", "), err)))
@@ -227,6 +245,9 @@ func rebuildItems(l *catalog.EscrowList, ns string) ([]*rebuildItem, string, err
 			if err := unstructured.SetNestedField(obj.Object, true, "spec", "paused"); err != nil {
 				return nil, "", fmt.Errorf("escrowed EtcdCluster %s: %w", obj.GetName(), err)
 			}
+			// Phase Running: etcd-operator seeds no member for it (see
+			// the comment at the top).
+			obj.Object["status"] = map[string]any{"phase": PhaseRunning}
 		default:
 			return nil, "", fmt.Errorf("escrowed %s %s: not a kind the rebuild creates (Secret, Service, EtcdCluster)", obj.GetKind(), obj.GetName())
 		}
@@ -240,6 +261,24 @@ func rebuildItems(l *catalog.EscrowList, ns string) ([]*rebuildItem, string, err
 		return rebuildOrder[items[i].obj.GetKind()] < rebuildOrder[items[j].obj.GetKind()]
 	})
 	return items, cluster, nil
+}
+
+// setPhaseRunning makes sure the created EtcdCluster's status.phase is
+// Running: stored with the create when the CRD has no status subresource
+// (etcd-operator's own CRD), else dropped by the API server and set here
+// through the status subresource.
+func setPhaseRunning(ctx context.Context, ri dynamic.ResourceInterface, created *unstructured.Unstructured) error {
+	if phase, _, _ := unstructured.NestedString(created.Object, "status", "phase"); phase == PhaseRunning {
+		return nil
+	}
+	if err := unstructured.SetNestedField(created.Object, PhaseRunning, "status", "phase"); err != nil {
+		return err
+	}
+	if _, err := ri.UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("setting status.phase %s (else etcd-operator seeds an empty member for it; the EtcdCluster is paused, "+
+			"so set it before anything unpauses it: kubectl patch etcdcluster --subresource=status): %w", PhaseRunning, err)
+	}
+	return nil
 }
 
 // differs names the fields of live that differ from the escrowed object:
@@ -335,6 +374,6 @@ func (r *RebuildReport) Table() output.Table {
 		}
 		t.Rows = append(t.Rows, []string{ob.Kind, ob.Name, action, strings.Join(ob.Differs, ", ")})
 	}
-	t.Notes = append(t.Notes, "The EtcdCluster is created paused (spec.paused true): etcd-operator's restore operator creates the restored cluster from it.")
+	t.Notes = append(t.Notes, "The EtcdCluster is created paused (spec.paused true) with status.phase Running, so etcd-operator starts no member for it: its restore operator creates the restored cluster from it.")
 	return t
 }

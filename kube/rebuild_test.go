@@ -3,6 +3,7 @@ package kube_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -147,6 +148,14 @@ func testRebuild(t *testing.T, k *testenv.KubeAPIServer, admin kubernetes.Interf
 	if paused, _, _ := unstructured.NestedBool(ec.Object, "spec", "paused"); !paused {
 		t.Error("the rebuilt EtcdCluster is not paused")
 	}
+	// Before any EtcdRestore exists, etcd-operator's cluster controller
+	// must see it as a running cluster, else it seeds an empty member.
+	if _, err := k.Dynamic(t, "").Resource(kube.EtcdRestoreGVR).Namespace(rebuildNS).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("an EtcdRestore exists after Rebuild: %v", err)
+	}
+	if seeds, why := etcdOperatorSetup(ec); seeds {
+		t.Errorf("etcd-operator would start an empty cluster for the rebuilt EtcdCluster: %s", why)
+	}
 	if size, _, _ := unstructured.NestedInt64(ec.Object, "spec", "size"); size != 3 {
 		t.Errorf("spec.size %d, want 3", size)
 	}
@@ -206,6 +215,22 @@ func testRebuild(t *testing.T, k *testenv.KubeAPIServer, admin kubernetes.Interf
 	}
 	if s, err := admin.CoreV1().Secrets(rebuildNS).Get(ctx, name+"-peer-tls", metav1.GetOptions{}); err != nil || string(s.Data["peer.crt"]) != "peer" {
 		t.Errorf("replaced secret: %v %v", s, err)
+	}
+}
+
+// etcdOperatorSetup models etcd-operator's cluster controller on a new
+// EtcdCluster (coreos/etcd-operator pkg/cluster/cluster.go, setup()): an
+// empty phase creates the cluster (prepareSeedMember starts a seed
+// member, before spec.paused is ever read); phase Running does not.
+func etcdOperatorSetup(ec *unstructured.Unstructured) (seeds bool, why string) {
+	phase, _, _ := unstructured.NestedString(ec.Object, "status", "phase")
+	switch phase {
+	case "":
+		return true, "status.phase is empty: setup() calls create(), which starts a seed member whatever spec.paused says"
+	case "Running":
+		return false, ""
+	default:
+		return true, fmt.Sprintf("status.phase %q: setup() fails or recreates", phase)
 	}
 }
 
