@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/escrow"
 	"github.com/armada/etcd-recovery/internal/output"
 )
 
@@ -63,6 +64,9 @@ const StepRebuild = "rebuild objects"
 // RebuildOptions configure Rebuild.
 type RebuildOptions struct {
 	Kube *Client
+	// Cluster is the EtcdCluster to rebuild (--cluster): the escrow's
+	// must be that one (see rebuildItems).
+	Cluster string
 	// List is the escrow's plaintext (escrow.Open).
 	List *catalog.EscrowList
 	// Replace updates the objects that exist and differ (else they refuse
@@ -132,8 +136,8 @@ type rebuildItem struct {
 // Rebuild recreates, in the client's namespace, the escrowed objects that
 // are missing (see the comment above).
 func Rebuild(ctx context.Context, o RebuildOptions) (*RebuildReport, error) {
-	if o.Kube == nil || o.List == nil {
-		return nil, errors.New("rebuild: need the kubernetes client and the escrow")
+	if o.Kube == nil || o.List == nil || o.Cluster == "" {
+		return nil, errors.New("rebuild: need the kubernetes client, the cluster and the escrow")
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
@@ -143,7 +147,8 @@ func Rebuild(ctx context.Context, o RebuildOptions) (*RebuildReport, error) {
 	if err := o.List.Validate(); err != nil {
 		return nil, &RebuildError{Namespace: k.Namespace, Err: err}
 	}
-	items, cluster, err := rebuildItems(o.List, k.Namespace)
+	items, err := rebuildItems(o.List, k.Namespace, o.Cluster)
+	cluster := o.Cluster
 	rep := &RebuildReport{Namespace: k.Namespace, Cluster: cluster, DryRun: o.DryRun, Replace: o.Replace, Objects: []RebuildObject{}}
 	fail := func(err error) error { return &RebuildError{Namespace: k.Namespace, Cluster: cluster, Err: err} }
 	if err != nil {
@@ -217,18 +222,37 @@ func Rebuild(ctx context.Context, o RebuildOptions) (*RebuildReport, error) {
 }
 
 // rebuildItems are the escrow's objects to create, in order, as they are
-// created (the namespace's; the EtcdCluster paused).
-func rebuildItems(l *catalog.EscrowList, ns string) ([]*rebuildItem, string, error) {
+// created (the namespace's; the EtcdCluster paused, phase Running). An
+// escrow that is not this cluster's is refused before anything is read or
+// created: an item captured in another namespace (the certificates' SANs
+// name the old namespace's Service names), an EtcdCluster not named
+// cluster, a Secret not one the EtcdCluster names (spec.TLS.static:
+// operatorSecret, member.peerSecret, member.serverSecret), a Service not
+// one of <cluster>, <cluster>-client, <cluster>-client-service-np, or an
+// object twice. So a forged or misfiled escrow can neither create nor
+// (--replace) overwrite any other object of the namespace, such as
+// cos-credentials.
+func rebuildItems(l *catalog.EscrowList, ns, cluster string) ([]*rebuildItem, error) {
 	var items []*rebuildItem
-	cluster := ""
+	var ec map[string]any
+	seen := map[string]bool{}
 	for _, raw := range l.Items {
 		b, err := json.Marshal(raw)
 		if err != nil {
-			return nil, "", err
+			return nil, err
 		}
 		obj := &unstructured.Unstructured{}
 		if err := obj.UnmarshalJSON(b); err != nil {
-			return nil, "", fmt.Errorf("escrowed object: %w", err)
+			return nil, fmt.Errorf("escrowed object: %w", err)
+		}
+		what := obj.GetKind() + " " + obj.GetName()
+		if seen[what] {
+			return nil, fmt.Errorf("the escrow holds %s twice: refused", what)
+		}
+		seen[what] = true
+		if got := obj.GetNamespace(); got != "" && got != ns {
+			return nil, fmt.Errorf("the escrow's %s was captured in namespace %s, not %s: refused (its certificates name the old namespace; "+
+				"rebuild it in %s)", what, got, ns, got)
 		}
 		var gvr schema.GroupVersionResource
 		switch obj.GetKind() {
@@ -238,29 +262,51 @@ func rebuildItems(l *catalog.EscrowList, ns string) ([]*rebuildItem, string, err
 			gvr = serviceGVR
 		case KindEtcdCluster:
 			if obj.GetAPIVersion() != APIVersion {
-				return nil, "", fmt.Errorf("escrowed EtcdCluster %s has apiVersion %s, want %s", obj.GetName(), obj.GetAPIVersion(), APIVersion)
+				return nil, fmt.Errorf("escrowed EtcdCluster %s has apiVersion %s, want %s", obj.GetName(), obj.GetAPIVersion(), APIVersion)
+			}
+			if obj.GetName() != cluster {
+				return nil, fmt.Errorf("the escrow is of EtcdCluster %s, not %s: refused", obj.GetName(), cluster)
 			}
 			gvr = EtcdClusterGVR
-			cluster = obj.GetName()
+			ec = raw
 			if err := unstructured.SetNestedField(obj.Object, true, "spec", "paused"); err != nil {
-				return nil, "", fmt.Errorf("escrowed EtcdCluster %s: %w", obj.GetName(), err)
+				return nil, fmt.Errorf("escrowed EtcdCluster %s: %w", obj.GetName(), err)
 			}
 			// Phase Running: etcd-operator seeds no member for it (see
 			// the comment at the top).
 			obj.Object["status"] = map[string]any{"phase": PhaseRunning}
 		default:
-			return nil, "", fmt.Errorf("escrowed %s %s: not a kind the rebuild creates (Secret, Service, EtcdCluster)", obj.GetKind(), obj.GetName())
+			return nil, fmt.Errorf("escrowed %s: not a kind the rebuild creates (Secret, Service, EtcdCluster)", what)
 		}
 		if obj.GetAPIVersion() != "v1" && gvr != EtcdClusterGVR {
-			return nil, "", fmt.Errorf("escrowed %s %s has apiVersion %s, want v1", obj.GetKind(), obj.GetName(), obj.GetAPIVersion())
+			return nil, fmt.Errorf("escrowed %s has apiVersion %s, want v1", what, obj.GetAPIVersion())
 		}
 		obj.SetNamespace(ns)
 		items = append(items, &rebuildItem{obj: obj, gvr: gvr, row: &RebuildObject{Kind: obj.GetKind(), Name: obj.GetName()}})
 	}
+	if ec == nil {
+		return nil, errors.New("the escrow holds no EtcdCluster")
+	}
+	names := escrow.SecretNamesOf(ec)
+	secrets := []string{names.Client, names.Peer, names.Server}
+	var services []string
+	for _, s := range EscrowServices(cluster) {
+		services = append(services, s.Name)
+	}
+	for _, it := range items {
+		switch name := it.obj.GetName(); {
+		case it.gvr == secretGVR && !slices.Contains(secrets, name):
+			return nil, fmt.Errorf("the escrow holds Secret %s, which EtcdCluster %s does not name (its TLS secrets: %s): refused",
+				name, cluster, strings.Join(secrets, ", "))
+		case it.gvr == serviceGVR && !slices.Contains(services, name):
+			return nil, fmt.Errorf("the escrow holds Service %s, not one of EtcdCluster %s's (%s): refused",
+				name, cluster, strings.Join(services, ", "))
+		}
+	}
 	sort.SliceStable(items, func(i, j int) bool {
 		return rebuildOrder[items[i].obj.GetKind()] < rebuildOrder[items[j].obj.GetKind()]
 	})
-	return items, cluster, nil
+	return items, nil
 }
 
 // setPhaseRunning makes sure the created EtcdCluster's status.phase is

@@ -184,7 +184,7 @@ func RebuildRestore(ctx context.Context, o RebuildRestoreOptions) (*RebuildResto
 
 	// 3. The namespace's objects.
 	t0 = time.Now()
-	rep.Rebuild, err = Rebuild(ctx, RebuildOptions{Kube: k, List: list, Replace: o.Replace, DryRun: ro.DryRun, Log: ro.Log})
+	rep.Rebuild, err = Rebuild(ctx, RebuildOptions{Kube: k, Cluster: ro.Cluster, List: list, Replace: o.Replace, DryRun: ro.DryRun, Log: ro.Log})
 	timed(StepRebuild, t0)
 	if err != nil {
 		return rep, err

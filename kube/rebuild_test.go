@@ -97,7 +97,7 @@ func testRebuild(t *testing.T, k *testenv.KubeAPIServer, admin kubernetes.Interf
 		"Service/" + name, "Service/" + name + "-client", "Service/" + name + "-client-service-np", "EtcdCluster/" + name}
 
 	// Dry run: every object "create", nothing created.
-	rep, err := kube.Rebuild(ctx, kube.RebuildOptions{Kube: kc, List: l, DryRun: true})
+	rep, err := kube.Rebuild(ctx, kube.RebuildOptions{Kube: kc, Cluster: name, List: l, DryRun: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func testRebuild(t *testing.T, k *testenv.KubeAPIServer, admin kubernetes.Interf
 	}
 
 	// The rebuild.
-	rep, err = kube.Rebuild(ctx, kube.RebuildOptions{Kube: kc, List: l})
+	rep, err = kube.Rebuild(ctx, kube.RebuildOptions{Kube: kc, Cluster: name, List: l})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func testRebuild(t *testing.T, k *testenv.KubeAPIServer, admin kubernetes.Interf
 	}
 
 	// Again: nothing to do.
-	rep, err = kube.Rebuild(ctx, kube.RebuildOptions{Kube: kc, List: l})
+	rep, err = kube.Rebuild(ctx, kube.RebuildOptions{Kube: kc, Cluster: name, List: l})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func testRebuild(t *testing.T, k *testenv.KubeAPIServer, admin kubernetes.Interf
 	if err := admin.CoreV1().Services(rebuildNS).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	rep, err = kube.Rebuild(ctx, kube.RebuildOptions{Kube: kc, List: l})
+	rep, err = kube.Rebuild(ctx, kube.RebuildOptions{Kube: kc, Cluster: name, List: l})
 	var rerr *kube.RebuildError
 	if !errors.As(err, &rerr) || !errors.Is(err, kube.ErrRebuildDiffers) || !strings.Contains(err.Error(), "Secret "+name+"-peer-tls (data.peer.crt)") ||
 		!strings.Contains(err.Error(), rebuildNS+"/"+name) {
@@ -199,14 +199,14 @@ func testRebuild(t *testing.T, k *testenv.KubeAPIServer, admin kubernetes.Interf
 
 	// Replace needs update, which the break-glass Role does not grant:
 	// refused by the API server, and the refusal names the object.
-	_, err = kube.Rebuild(ctx, kube.RebuildOptions{Kube: kc, List: l, Replace: true})
+	_, err = kube.Rebuild(ctx, kube.RebuildOptions{Kube: kc, Cluster: name, List: l, Replace: true})
 	if err == nil || !strings.Contains(err.Error(), "replacing Secret "+name+"-peer-tls") || !strings.Contains(err.Error(), "forbidden") {
 		t.Fatalf("replace without update granted: %v", err)
 	}
 	// Granted by hand for that one secret (docs/kubernetes.md), the
 	// secret is replaced and the Service created.
 	grantUpdate(t, admin, rebuildNS, name+"-peer-tls")
-	rep, err = kube.Rebuild(ctx, kube.RebuildOptions{Kube: kc, List: l, Replace: true})
+	rep, err = kube.Rebuild(ctx, kube.RebuildOptions{Kube: kc, Cluster: name, List: l, Replace: true})
 	if err != nil {
 		t.Fatal(err)
 	}
