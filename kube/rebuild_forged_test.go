@@ -2,13 +2,17 @@ package kube_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/testing/kubetest"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 	"github.com/armada/etcd-recovery/kube"
 )
@@ -85,5 +89,44 @@ func TestRebuildRefusesForeignEscrow(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestRebuildAccessByName: the break-glass grant, rendered for one
+// cluster, limits every get to that cluster's objects by name (an empty
+// resourceNames would grant every secret of the namespace), and nothing
+// of it but create (which RBAC cannot limit by name) is namespace-wide.
+func TestRebuildAccessByName(t *testing.T) {
+	t.Parallel()
+	const name = "etcd-abc"
+	roles := 0
+	for _, o := range kubetest.RebuildAccessObjects(t, name) {
+		if o.GetKind() != "Role" {
+			continue
+		}
+		roles++
+		var r rbacv1.Role
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Name != "etcd-recovery-rebuild-"+name {
+			t.Errorf("Role %s, want it named for the cluster", r.Name)
+		}
+		for _, pr := range r.Rules {
+			if len(pr.ResourceNames) == 0 && !slices.Equal(pr.Verbs, []string{"create"}) {
+				t.Errorf("rule %v on %v has no resourceNames: namespace-wide", pr.Verbs, pr.Resources)
+			}
+			for _, n := range pr.ResourceNames {
+				if !strings.HasPrefix(n, name) {
+					t.Errorf("rule %v on %v names %s, not one of %s's objects", pr.Verbs, pr.Resources, n, name)
+				}
+			}
+			if slices.Contains(pr.Verbs, "get") && len(pr.ResourceNames) != 3 {
+				t.Errorf("get on %v names %v, want the cluster's three", pr.Resources, pr.ResourceNames)
+			}
+		}
+	}
+	if roles != 1 {
+		t.Fatalf("%d Roles in %s, want 1", roles, kubetest.RebuildAccessPath)
 	}
 }

@@ -96,6 +96,22 @@ func testRebuild(t *testing.T, k *testenv.KubeAPIServer, admin kubernetes.Interf
 	all := []string{"Secret/" + name + "-client-tls", "Secret/" + name + "-peer-tls", "Secret/" + name + "-server-tls",
 		"Service/" + name, "Service/" + name + "-client", "Service/" + name + "-client-service-np", "EtcdCluster/" + name}
 
+	// The break-glass grant is this cluster's: the toolkit may read its
+	// server-tls secret, never another cluster's (nor the age identity
+	// through this grant) while the grant is applied.
+	for secret, want := range map[string]bool{name + "-server-tls": true, "etcd-other-server-tls": false, "etcd-other-peer-tls": false} {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:               "system:serviceaccount:" + rebuildNS + ":etcd-recovery-toolkit",
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: rebuildNS, Verb: "get", Resource: "secrets", Name: secret}}}
+		got, err := admin.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.Allowed != want {
+			t.Errorf("the toolkit may get secret %s: %v, want %v (break-glass grant of %s)", secret, got.Status.Allowed, want, name)
+		}
+	}
+
 	// Dry run: every object "create", nothing created.
 	rep, err := kube.Rebuild(ctx, kube.RebuildOptions{Kube: kc, Cluster: name, List: l, DryRun: true})
 	if err != nil {

@@ -120,7 +120,7 @@ func namespaceGoneRunbook(t *testing.T, rb mdblocks.Set) {
 	s.ExtraEnv = adminEnv
 	out = s.Run(namespaceGone + "#check-and-revoke")
 	mdblocks.MustContain(t, out[0], "Running", "nodePort "+itoa(nodePort))
-	if _, err := admin.RbacV1().Roles(ns).Get(ctx, "etcd-recovery-rebuild", metav1.GetOptions{}); err == nil {
+	if _, err := admin.RbacV1().Roles(ns).Get(ctx, "etcd-recovery-rebuild-"+fc.Name, metav1.GetOptions{}); err == nil {
 		t.Error("the break-glass Role is still there after the revoke")
 	}
 
