@@ -156,6 +156,13 @@ func Rebuild(ctx context.Context, o RebuildOptions) (*RebuildReport, error) {
 	}
 	log := o.Log.With("namespace", k.Namespace, "etcdcluster", cluster)
 
+	// 0. No restore of the cluster in flight: etcd-operator's restore
+	// operator may be deleting and recreating the EtcdCluster (a rerun
+	// after a failure mid-restore). The same check as OperatorRestore's.
+	if err := restoreInFlight(ctx, k, cluster); err != nil {
+		return rep, fail(err)
+	}
+
 	// 1. Read and compare every object first: a refusal creates nothing.
 	var refused []string
 	for _, it := range items {
@@ -307,6 +314,29 @@ func rebuildItems(l *catalog.EscrowList, ns, cluster string) ([]*rebuildItem, er
 		return rebuildOrder[items[i].obj.GetKind()] < rebuildOrder[items[j].obj.GetKind()]
 	})
 	return items, nil
+}
+
+// restoreInFlight refuses when an EtcdRestore of cluster is in the way
+// (OperatorRestore's check: leftoverFinished), before anything is created.
+func restoreInFlight(ctx context.Context, k *Client, cluster string) error {
+	er, err := k.Dynamic.Resource(EtcdRestoreGVR).Namespace(k.Namespace).Get(ctx, cluster, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return ctxErr(ctx, fmt.Errorf("reading etcdrestore %s: %w", cluster, err))
+	}
+	ec, err := k.Dynamic.Resource(EtcdClusterGVR).Namespace(k.Namespace).Get(ctx, cluster, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		ec = nil
+	case err != nil:
+		return ctxErr(ctx, fmt.Errorf("reading etcdcluster %s: %w", cluster, err))
+	}
+	if why, ok := leftoverFinished(er, ec, time.Now()); !ok {
+		return fmt.Errorf("a restore may be in flight: %w", leftoverError(er, why))
+	}
+	return nil
 }
 
 // setPhaseRunning makes sure the created EtcdCluster's status.phase is

@@ -112,6 +112,27 @@ func testRebuild(t *testing.T, k *testenv.KubeAPIServer, admin kubernetes.Interf
 		}
 	}
 
+	// An EtcdRestore of the cluster in flight (not the tool's, no status):
+	// refused before anything is created, naming it.
+	er := &unstructured.Unstructured{Object: map[string]any{"apiVersion": kube.APIVersion, "kind": "EtcdRestore",
+		"metadata": map[string]any{"name": name}, "spec": map[string]any{"etcdCluster": map[string]any{"name": name}, "backupStorageType": "S3"}}}
+	erc := k.Dynamic(t, "").Resource(kube.EtcdRestoreGVR).Namespace(rebuildNS)
+	if _, err := erc.Create(ctx, er, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, dry := range []bool{true, false} {
+		_, err := kube.Rebuild(ctx, kube.RebuildOptions{Kube: kc, Cluster: name, List: l, DryRun: dry})
+		if err == nil || !strings.Contains(err.Error(), "an EtcdRestore "+name+" already exists") || !strings.Contains(err.Error(), "in flight") {
+			t.Fatalf("an EtcdRestore in flight (dry run %v): %v, want a refusal naming it", dry, err)
+		}
+	}
+	if _, err := admin.CoreV1().Secrets(rebuildNS).Get(ctx, name+"-client-tls", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("a rebuild refused for an EtcdRestore in flight created a secret: %v", err)
+	}
+	if err := erc.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
 	// Dry run: every object "create", nothing created.
 	rep, err := kube.Rebuild(ctx, kube.RebuildOptions{Kube: kc, Cluster: name, List: l, DryRun: true})
 	if err != nil {
