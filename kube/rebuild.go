@@ -58,6 +58,9 @@ const (
 // PhaseRunning is the EtcdCluster phase the rebuild creates it in.
 const PhaseRunning = "Running"
 
+// DefaultRebuildCallTimeout bounds each API call of a rebuild.
+const DefaultRebuildCallTimeout = 30 * time.Second
+
 // StepRebuild names the rebuild in errors.
 const StepRebuild = "rebuild objects"
 
@@ -74,6 +77,10 @@ type RebuildOptions struct {
 	Replace bool
 	// DryRun reads and compares only; nothing is created or changed.
 	DryRun bool
+	// CallTimeout bounds each call to the API server (default
+	// DefaultRebuildCallTimeout): a server that stops answering fails the
+	// rebuild, naming the call, instead of hanging it.
+	CallTimeout time.Duration
 	Log    *slog.Logger
 }
 
@@ -142,8 +149,20 @@ func Rebuild(ctx context.Context, o RebuildOptions) (*RebuildReport, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
+	if o.CallTimeout <= 0 {
+		o.CallTimeout = DefaultRebuildCallTimeout
+	}
 	start := time.Now()
 	k := o.Kube
+	parent := ctx
+	// call bounds one API call; timedOut says why one ended.
+	call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(parent, o.CallTimeout) }
+	timedOut := func(cctx context.Context, err error) error {
+		if parent.Err() == nil && errors.Is(cctx.Err(), context.DeadlineExceeded) {
+			return fmt.Errorf("%w (no answer from the API server within %v)", err, o.CallTimeout)
+		}
+		return ctxErr(parent, err)
+	}
 	if err := o.List.Validate(); err != nil {
 		return nil, &RebuildError{Namespace: k.Namespace, Err: err}
 	}
@@ -159,20 +178,25 @@ func Rebuild(ctx context.Context, o RebuildOptions) (*RebuildReport, error) {
 	// 0. No restore of the cluster in flight: etcd-operator's restore
 	// operator may be deleting and recreating the EtcdCluster (a rerun
 	// after a failure mid-restore). The same check as OperatorRestore's.
-	if err := restoreInFlight(ctx, k, cluster); err != nil {
-		return rep, fail(err)
+	cctx, cancel := call()
+	err = restoreInFlight(cctx, k, cluster)
+	cancel()
+	if err != nil {
+		return rep, fail(timedOut(cctx, err))
 	}
 
 	// 1. Read and compare every object first: a refusal creates nothing.
 	var refused []string
 	for _, it := range items {
 		ri := k.Dynamic.Resource(it.gvr).Namespace(k.Namespace)
-		live, err := ri.Get(ctx, it.obj.GetName(), metav1.GetOptions{})
+		cctx, cancel := call()
+		live, err := ri.Get(cctx, it.obj.GetName(), metav1.GetOptions{})
+		cancel()
 		switch {
 		case apierrors.IsNotFound(err):
 			it.row.Action = RebuildCreate
 		case err != nil:
-			return rep, fail(ctxErr(ctx, fmt.Errorf("reading %s %s: %w", it.obj.GetKind(), it.obj.GetName(), err)))
+			return rep, fail(timedOut(cctx, fmt.Errorf("reading %s %s: %w", it.obj.GetKind(), it.obj.GetName(), err)))
 		default:
 			it.live = live
 			it.row.Differs = differs(it.obj, live)
@@ -202,21 +226,29 @@ func Rebuild(ctx context.Context, o RebuildOptions) (*RebuildReport, error) {
 		what := it.obj.GetKind() + " " + it.obj.GetName()
 		switch it.row.Action {
 		case RebuildCreate:
-			created, err := ri.Create(ctx, it.obj, metav1.CreateOptions{})
+			cctx, cancel := call()
+			created, err := ri.Create(cctx, it.obj, metav1.CreateOptions{})
+			cancel()
 			if err != nil {
-				return rep, fail(ctxErr(ctx, fmt.Errorf("creating %s: %w", what, err)))
+				return rep, fail(timedOut(cctx, fmt.Errorf("creating %s: %w", what, err)))
 			}
 			if it.gvr == EtcdClusterGVR {
-				if err := setPhaseRunning(ctx, ri, created); err != nil {
-					return rep, fail(ctxErr(ctx, fmt.Errorf("%s: %w", what, err)))
+				cctx, cancel := call()
+				err := setPhaseRunning(cctx, ri, created)
+				cancel()
+				if err != nil {
+					return rep, fail(timedOut(cctx, fmt.Errorf("%s: %w", what, err)))
 				}
 			}
 			log.Info("created from the escrow", "object", what)
 		case RebuildReplaced:
 			unstructured.RemoveNestedField(it.obj.Object, "status") // a replace never sets a status
 			it.obj.SetResourceVersion(it.live.GetResourceVersion())
-			if _, err := ri.Update(ctx, it.obj, metav1.UpdateOptions{}); err != nil {
-				return rep, fail(ctxErr(ctx, fmt.Errorf("replacing %s (%s): %w", what, strings.Join(it.row.Differs, ", "), err)))
+			cctx, cancel := call()
+			_, err := ri.Update(cctx, it.obj, metav1.UpdateOptions{})
+			cancel()
+			if err != nil {
+				return rep, fail(timedOut(cctx, fmt.Errorf("replacing %s (%s): %w", what, strings.Join(it.row.Differs, ", "), err)))
 			}
 			log.Warn("replaced from the escrow", "object", what, "differed", strings.Join(it.row.Differs, ", "))
 		default:

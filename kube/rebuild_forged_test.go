@@ -2,6 +2,8 @@ package kube_test
 
 import (
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -128,5 +130,35 @@ func TestRebuildAccessByName(t *testing.T) {
 	}
 	if roles != 1 {
 		t.Fatalf("%d Roles in %s, want 1", roles, kubetest.RebuildAccessPath)
+	}
+}
+
+// TestRebuildCallTimeout: an API server that accepts the connection and
+// never answers fails the rebuild after CallTimeout, naming the call and
+// the timeout, instead of hanging it (the context here allows a minute).
+func TestRebuildCallTimeout(t *testing.T) {
+	t.Parallel()
+	ctx := testfix.Context(t, time.Minute)
+	hang := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-hang:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(func() { close(hang); srv.Close() })
+	const name = "etcd-hang"
+	kc, err := kube.New(kube.Config{Rest: &rest.Config{Host: srv.URL}, Namespace: "kubx-etcd-09"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = kube.Rebuild(ctx, kube.RebuildOptions{Kube: kc, Cluster: name, List: escrowFixture(t, name, 31898, ""), DryRun: true, CallTimeout: 300 * time.Millisecond})
+	took := time.Since(start)
+	if err == nil || !strings.Contains(err.Error(), "no answer from the API server within 300ms") || !strings.Contains(err.Error(), "etcdrestore "+name) {
+		t.Fatalf("a hung API server: %v, want a timeout naming the call", err)
+	}
+	if took > 5*time.Second {
+		t.Fatalf("the rebuild returned after %v, want about the call timeout", took)
 	}
 }
