@@ -81,7 +81,7 @@ type RebuildOptions struct {
 	// DefaultRebuildCallTimeout): a server that stops answering fails the
 	// rebuild, naming the call, instead of hanging it.
 	CallTimeout time.Duration
-	Log    *slog.Logger
+	Log         *slog.Logger
 }
 
 // RebuildObject is one escrowed object and what Rebuild did with it.
