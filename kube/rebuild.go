@@ -95,6 +95,9 @@ type RebuildObject struct {
 	// Done: created or replaced (false in a dry run, and for objects left
 	// alone).
 	Done bool `json:"done,omitempty"`
+	// Rejected is why the API server refused its server-side dry run
+	// (a nodePort or clusterIP already allocated, …): nothing is created.
+	Rejected string `json:"rejected,omitempty"`
 }
 
 // RebuildReport is what Rebuild did (or, in a dry run, would do).
@@ -123,6 +126,11 @@ func (e *RebuildError) Unwrap() error { return e.Err }
 // ErrRebuildDiffers is wrapped by the error of a rebuild refused because
 // an existing object differs from the escrowed one (without Replace).
 var ErrRebuildDiffers = errors.New("existing objects differ from the escrow (--replace replaces them)")
+
+// ErrRebuildRejected is wrapped by the error of a rebuild the API server
+// would refuse (its server-side dry run of a create or replace failed):
+// nothing is created.
+var ErrRebuildRejected = errors.New("the API server refuses to create (dry run; nothing was created)")
 
 var (
 	secretGVR  = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
@@ -214,6 +222,46 @@ func Rebuild(ctx context.Context, o RebuildOptions) (*RebuildReport, error) {
 	}
 	if len(refused) > 0 {
 		return rep, fail(fmt.Errorf("%w: %s", ErrRebuildDiffers, strings.Join(refused, "; ")))
+	}
+
+	// 1b. The API server's own checks, with a server-side dry run of
+	// every create and replace (a nodePort or clusterIP already
+	// allocated, a clusterIP outside the service CIDR, a field the API
+	// server rejects, a verb not granted): a refusal creates nothing,
+	// and a dry run names it too.
+	var rejected []string
+	for i, it := range items {
+		ri := k.Dynamic.Resource(it.gvr).Namespace(k.Namespace)
+		what := it.obj.GetKind() + " " + it.obj.GetName()
+		cctx, cancel := call()
+		var err error
+		switch it.row.Action {
+		case RebuildCreate:
+			_, err = ri.Create(cctx, it.obj, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			if err != nil {
+				err = fmt.Errorf("creating %s: %w", what, err)
+			}
+		case RebuildReplaced:
+			up := it.obj.DeepCopy()
+			unstructured.RemoveNestedField(up.Object, "status")
+			up.SetResourceVersion(it.live.GetResourceVersion())
+			_, err = ri.Update(cctx, up, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+			if err != nil {
+				err = fmt.Errorf("replacing %s (%s): %w", what, strings.Join(it.row.Differs, ", "), err)
+			}
+		}
+		cancel()
+		if err != nil {
+			if parent.Err() != nil {
+				return rep, fail(ctxErr(parent, err))
+			}
+			err = timedOut(cctx, err)
+			rep.Objects[i].Rejected = err.Error()
+			rejected = append(rejected, err.Error())
+		}
+	}
+	if len(rejected) > 0 {
+		return rep, fail(fmt.Errorf("%w: %s", ErrRebuildRejected, strings.Join(rejected, "; ")))
 	}
 	if o.DryRun {
 		rep.Duration = time.Since(start)
@@ -480,7 +528,11 @@ func (r *RebuildReport) Table() output.Table {
 		if r.DryRun && (action == RebuildCreate || action == RebuildReplaced) {
 			action = "would " + action
 		}
-		t.Rows = append(t.Rows, []string{ob.Kind, ob.Name, action, strings.Join(ob.Differs, ", ")})
+		d := strings.Join(ob.Differs, ", ")
+		if ob.Rejected != "" {
+			d = strings.TrimPrefix(d+"; ", "; ") + "refused by the API server: " + ob.Rejected
+		}
+		t.Rows = append(t.Rows, []string{ob.Kind, ob.Name, action, d})
 	}
 	t.Notes = append(t.Notes, "The EtcdCluster is created paused (spec.paused true) with status.phase Running, so etcd-operator starts no member for it: its restore operator creates the restored cluster from it.")
 	return t

@@ -253,6 +253,38 @@ func testRebuild(t *testing.T, k *testenv.KubeAPIServer, admin kubernetes.Interf
 	if s, err := admin.CoreV1().Secrets(rebuildNS).Get(ctx, name+"-peer-tls", metav1.GetOptions{}); err != nil || string(s.Data["peer.crt"]) != "peer" {
 		t.Errorf("replaced secret: %v %v", s, err)
 	}
+
+	// A nodePort held by a Service of another namespace: the dry run
+	// names the clash (the API server's own dry run), and the real run
+	// refuses before creating anything.
+	const name2 = "etcd-rb2"
+	kubetest.RebuildAccess(t, kubetest.NewApplier(t, k), rebuildNS, name2)
+	if _, err := admin.CoreV1().Services(otherNS).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "holds-31802"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: map[string]string{"app": "x"},
+			Ports: []corev1.ServicePort{{Port: 80, NodePort: 31802}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	l2 := escrowFixture(t, name2, 31802, "")
+	for _, dry := range []bool{true, false} {
+		rep, err := kube.Rebuild(ctx, kube.RebuildOptions{Kube: kc, Cluster: name2, List: l2, DryRun: dry})
+		if !errors.Is(err, kube.ErrRebuildRejected) || !strings.Contains(err.Error(), "creating Service "+name2+"-client-service-np") ||
+			!strings.Contains(err.Error(), "31802") {
+			t.Fatalf("a held nodePort (dry run %v): %v, want it named before anything is created", dry, err)
+		}
+		for _, o := range rep.Objects {
+			if o.Done || (o.Name == name2+"-client-service-np") != (o.Rejected != "") {
+				t.Errorf("held nodePort (dry run %v): %+v", dry, o)
+			}
+		}
+		for _, s := range []string{name2 + "-client-tls", name2 + "-peer-tls", name2 + "-server-tls"} {
+			if _, err := admin.CoreV1().Secrets(rebuildNS).Get(ctx, s, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				t.Fatalf("a rebuild refused for a held nodePort created secret %s: %v", s, err)
+			}
+		}
+		if _, err := admin.CoreV1().Services(rebuildNS).Get(ctx, name2, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Fatalf("a rebuild refused for a held nodePort created the headless Service: %v", err)
+		}
+	}
 }
 
 // etcdOperatorSetup models etcd-operator's cluster controller on a new
