@@ -68,7 +68,7 @@ func TestKube(t *testing.T) {
 	for _, ns := range []string{ns, otherNS, restoreNS, verbsNS, escrowNS, rebuildNS, goneNS} {
 		a.ApplyFile(t, kubetest.DeployPath(t, "10-rbac.yaml"), ns)
 	}
-	a.ApplyFile(t, kubetest.DeployPath(t, "break-glass", "rebuild-access.yaml"), rebuildNS)
+	kubetest.RebuildAccess(t, a, rebuildNS, "etcd-rb1")
 	t.Run("Discovery", func(t *testing.T) { testDiscovery(t, k, a, admin) })
 	t.Run("OperatorRestore", func(t *testing.T) { testOperatorRestore(t, k, a, admin) })
 	t.Run("Verbs", func(t *testing.T) { testVerbs(t, k, a, admin) })

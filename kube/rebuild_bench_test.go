@@ -28,7 +28,7 @@ func BenchmarkRebuildFromStore(b *testing.B) {
 	sizeMB := testfix.BenchInt("BENCH_REBUILD_MB", 1024)
 	const ns, name = "kubx-etcd-16", "etcd-bench"
 	w := kubetest.NewWorld(b, ns)
-	w.Applier.ApplyFile(b, kubetest.DeployPath(b, "break-glass", "rebuild-access.yaml"), ns)
+	kubetest.RebuildAccess(b, w.Applier, ns, name)
 	m := testenv.SharedMinIO(b)
 	bucket := m.NewBucket(b)
 	st := testfix.Store(b, m, bucket)
@@ -96,7 +96,7 @@ func BenchmarkRebuildFromStore(b *testing.B) {
 	}
 	kubetest.CreateCOSSecret(b, w.Admin, ns, m)
 	w.Applier.ApplyFile(b, kubetest.DeployPath(b, "10-rbac.yaml"), ns)
-	w.Applier.ApplyFile(b, kubetest.DeployPath(b, "break-glass", "rebuild-access.yaml"), ns)
+	kubetest.RebuildAccess(b, w.Applier, ns, name)
 	op := kubetest.StartRestoreOperator(b, kubetest.RestoreOperatorOptions{Namespace: ns, Client: w.Admin, Dynamic: w.Dyn, RunningDelay: time.Millisecond})
 	toolkit := w.Kube(b, w.Token(b, "etcd-recovery-toolkit"))
 	dir := b.TempDir()

@@ -19,8 +19,10 @@ import (
 	"filippo.io/age"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
@@ -267,7 +269,7 @@ func testRebuildFromStore(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Ap
 	// An SRE recreates it with cos-credentials and the toolkit's RBAC.
 	kubetest.CreateCOSSecret(t, admin, goneNS, m)
 	a.ApplyFile(t, kubetest.DeployPath(t, "10-rbac.yaml"), goneNS)
-	a.ApplyFile(t, kubetest.DeployPath(t, "break-glass", "rebuild-access.yaml"), goneNS)
+	kubetest.RebuildAccess(t, a, goneNS, name)
 	kc := k.Kubeconfig(t, kubetest.SAToken(t, admin, goneNS, "etcd-recovery-toolkit"), goneNS)
 	tool := testfix.Tool(t)
 	run := func(id string, args ...string) (string, string, int) {
@@ -359,7 +361,7 @@ func testRebuildFromStore(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Ap
 	if paused, _, _ := unstructured.NestedBool(ec.Object, "spec", "paused"); paused {
 		t.Error("the restored EtcdCluster is paused")
 	}
-	rebuildAudit(t, k, goneNS)
+	rebuildAudit(t, k, goneNS, name)
 
 	// The customer master, started again with its original files and URL.
 	before := np.Conns()
@@ -390,7 +392,7 @@ func testRebuildFromStore(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Ap
 	}
 	kubetest.CreateCOSSecret(t, admin, goneNS, m)
 	a.ApplyFile(t, kubetest.DeployPath(t, "10-rbac.yaml"), goneNS)
-	a.ApplyFile(t, kubetest.DeployPath(t, "break-glass", "rebuild-access.yaml"), goneNS)
+	kubetest.RebuildAccess(t, a, goneNS, name)
 	kc = k.Kubeconfig(t, kubetest.SAToken(t, admin, goneNS, "etcd-recovery-toolkit"), goneNS)
 	start = time.Now()
 	out, errOut, code = run(idFile, "--to-time", atT.UTC().Format(time.RFC3339Nano), "-o", "json")
@@ -537,32 +539,65 @@ func putObject(t *testing.T, ctx context.Context, st store.Store, key string, b 
 }
 
 // rebuildAudit checks, in the API server's audit log, that the toolkit's
-// account called only what deploy/10-rbac.yaml and the break-glass Role
-// grant it on secrets, Services and EtcdClusters (get, create; the
-// EtcdCluster's get and list through the backup Role), and was never
-// refused.
-func rebuildAudit(t *testing.T, k *testenv.KubeAPIServer, ns string) {
+// account called on secrets, Services, EtcdClusters and EtcdRestores only
+// what deploy/10-rbac.yaml's Roles bound to it and the break-glass grant
+// rendered for cluster grant (the rules read from the YAML: verbs,
+// resources, subresources and resourceNames), was never refused, and used
+// every rule of the break-glass Role.
+func rebuildAudit(t *testing.T, k *testenv.KubeAPIServer, ns, cluster string) {
 	t.Helper()
 	user := "system:serviceaccount:" + ns + ":etcd-recovery-toolkit"
 	calls := auditCalls(t, k, func(c apiCall) bool { return c.user == user && c.namespace == ns }, func(cs []apiCall) bool {
 		return slices.ContainsFunc(cs, func(c apiCall) bool { return c.verb == "create" && c.resource == "etcdrestores" })
 	})
-	allowed := map[string][]string{"secrets": {"get", "create"}, "services": {"get", "create"}, "etcdclusters": {"get", "list", "create"}}
-	seen := map[string]bool{}
+	type rule struct {
+		rbacv1.PolicyRule
+		breakGlass bool
+	}
+	var rules []rule
+	add := func(objs []*unstructured.Unstructured, breakGlass bool, roles ...string) {
+		for _, o := range objs {
+			if o.GetKind() != "Role" || (roles != nil && !slices.Contains(roles, o.GetName())) {
+				continue
+			}
+			var r rbacv1.Role
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &r); err != nil {
+				t.Fatal(err)
+			}
+			for _, pr := range r.Rules {
+				rules = append(rules, rule{pr, breakGlass})
+			}
+		}
+	}
+	add(kubetest.DecodeManifests(t, kubetest.DeployPath(t, "10-rbac.yaml")), false, "etcd-recovery-backup", "etcd-recovery-restore", "etcd-recovery-identity")
+	add(kubetest.RebuildAccessObjects(t, cluster), true)
+	used := make([]bool, len(rules))
+	watched := map[string]bool{"secrets": true, "services": true, "etcdclusters": true, "etcdrestores": true}
 	for _, c := range calls {
 		if c.code == 403 {
 			t.Errorf("the rebuild was refused %s", c)
 		}
-		if verbs, ok := allowed[c.resource]; ok {
-			if !slices.Contains(verbs, c.verb) {
-				t.Errorf("the rebuild called %s, not granted for it", c)
+		if !watched[c.resource] {
+			continue
+		}
+		res := c.resource
+		if c.subresource != "" {
+			res += "/" + c.subresource
+		}
+		granted := false
+		for i, r := range rules {
+			if slices.Contains(r.APIGroups, c.group) && slices.Contains(r.Resources, res) && slices.Contains(r.Verbs, c.verb) &&
+				(len(r.ResourceNames) == 0 || slices.Contains(r.ResourceNames, c.name)) {
+				granted, used[i] = true, true
 			}
-			seen[c.resource+" "+c.verb] = true
+		}
+		if !granted {
+			t.Errorf("the rebuild called %s, which the YAML does not grant the toolkit", c)
 		}
 	}
-	for _, w := range []string{"secrets get", "secrets create", "services get", "services create", "etcdclusters create"} {
-		if !seen[w] {
-			t.Errorf("the break-glass Role grants %s, but the rebuild never called it", w)
+	for i, r := range rules {
+		if r.breakGlass && !used[i] {
+			t.Errorf("the break-glass Role grants %v %v %v (names %v), but the rebuild never called it", r.Verbs, r.APIGroups, r.Resources, r.ResourceNames)
 		}
 	}
 }

@@ -182,9 +182,18 @@ func RebuildRestore(ctx context.Context, o RebuildRestoreOptions) (*RebuildResto
 	timed(RRStepEscrow, t0)
 	log.Info("escrow opened", "key", rep.EscrowKey, "objects", strings.Join(list.ObjectNames(), ","))
 
-	// 3. The namespace's objects.
+	// 3. The namespace's objects, after OperatorRestore's own check of
+	// the awsSecret (a dry run too; an EtcdRestore in flight is refused
+	// by Rebuild): a restore that would fail does not rebuild first.
+	warning, err := k.CheckAWSSecret(ctx, ro.AWSSecret)
+	if err != nil {
+		return rep, &OperatorRestoreError{Namespace: k.Namespace, Cluster: ro.Cluster, At: OpStepAWSSecret, Err: ctxErr(ctx, err)}
+	}
+	if warning != "" {
+		log.Warn(warning, "step", OpStepAWSSecret)
+	}
 	t0 = time.Now()
-	rep.Rebuild, err = Rebuild(ctx, RebuildOptions{Kube: k, List: list, Replace: o.Replace, DryRun: ro.DryRun, Log: ro.Log})
+	rep.Rebuild, err = Rebuild(ctx, RebuildOptions{Kube: k, Cluster: ro.Cluster, List: list, Replace: o.Replace, DryRun: ro.DryRun, Log: ro.Log})
 	timed(StepRebuild, t0)
 	if err != nil {
 		return rep, err

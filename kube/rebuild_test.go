@@ -3,6 +3,7 @@ package kube_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -95,8 +96,45 @@ func testRebuild(t *testing.T, k *testenv.KubeAPIServer, admin kubernetes.Interf
 	all := []string{"Secret/" + name + "-client-tls", "Secret/" + name + "-peer-tls", "Secret/" + name + "-server-tls",
 		"Service/" + name, "Service/" + name + "-client", "Service/" + name + "-client-service-np", "EtcdCluster/" + name}
 
+	// The break-glass grant is this cluster's: the toolkit may read its
+	// server-tls secret, never another cluster's (nor the age identity
+	// through this grant) while the grant is applied.
+	for secret, want := range map[string]bool{name + "-server-tls": true, "etcd-other-server-tls": false, "etcd-other-peer-tls": false} {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:               "system:serviceaccount:" + rebuildNS + ":etcd-recovery-toolkit",
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: rebuildNS, Verb: "get", Resource: "secrets", Name: secret}}}
+		got, err := admin.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.Allowed != want {
+			t.Errorf("the toolkit may get secret %s: %v, want %v (break-glass grant of %s)", secret, got.Status.Allowed, want, name)
+		}
+	}
+
+	// An EtcdRestore of the cluster in flight (not the tool's, no status):
+	// refused before anything is created, naming it.
+	er := &unstructured.Unstructured{Object: map[string]any{"apiVersion": kube.APIVersion, "kind": "EtcdRestore",
+		"metadata": map[string]any{"name": name}, "spec": map[string]any{"etcdCluster": map[string]any{"name": name}, "backupStorageType": "S3"}}}
+	erc := k.Dynamic(t, "").Resource(kube.EtcdRestoreGVR).Namespace(rebuildNS)
+	if _, err := erc.Create(ctx, er, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, dry := range []bool{true, false} {
+		_, err := kube.Rebuild(ctx, kube.RebuildOptions{Kube: kc, Cluster: name, List: l, DryRun: dry})
+		if err == nil || !strings.Contains(err.Error(), "an EtcdRestore "+name+" already exists") || !strings.Contains(err.Error(), "in flight") {
+			t.Fatalf("an EtcdRestore in flight (dry run %v): %v, want a refusal naming it", dry, err)
+		}
+	}
+	if _, err := admin.CoreV1().Secrets(rebuildNS).Get(ctx, name+"-client-tls", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("a rebuild refused for an EtcdRestore in flight created a secret: %v", err)
+	}
+	if err := erc.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
 	// Dry run: every object "create", nothing created.
-	rep, err := kube.Rebuild(ctx, kube.RebuildOptions{Kube: kc, List: l, DryRun: true})
+	rep, err := kube.Rebuild(ctx, kube.RebuildOptions{Kube: kc, Cluster: name, List: l, DryRun: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +156,7 @@ func testRebuild(t *testing.T, k *testenv.KubeAPIServer, admin kubernetes.Interf
 	}
 
 	// The rebuild.
-	rep, err = kube.Rebuild(ctx, kube.RebuildOptions{Kube: kc, List: l})
+	rep, err = kube.Rebuild(ctx, kube.RebuildOptions{Kube: kc, Cluster: name, List: l})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,12 +185,20 @@ func testRebuild(t *testing.T, k *testenv.KubeAPIServer, admin kubernetes.Interf
 	if paused, _, _ := unstructured.NestedBool(ec.Object, "spec", "paused"); !paused {
 		t.Error("the rebuilt EtcdCluster is not paused")
 	}
+	// Before any EtcdRestore exists, etcd-operator's cluster controller
+	// must see it as a running cluster, else it seeds an empty member.
+	if _, err := k.Dynamic(t, "").Resource(kube.EtcdRestoreGVR).Namespace(rebuildNS).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("an EtcdRestore exists after Rebuild: %v", err)
+	}
+	if seeds, why := etcdOperatorSetup(ec); seeds {
+		t.Errorf("etcd-operator would start an empty cluster for the rebuilt EtcdCluster: %s", why)
+	}
 	if size, _, _ := unstructured.NestedInt64(ec.Object, "spec", "size"); size != 3 {
 		t.Errorf("spec.size %d, want 3", size)
 	}
 
 	// Again: nothing to do.
-	rep, err = kube.Rebuild(ctx, kube.RebuildOptions{Kube: kc, List: l})
+	rep, err = kube.Rebuild(ctx, kube.RebuildOptions{Kube: kc, Cluster: name, List: l})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +221,7 @@ func testRebuild(t *testing.T, k *testenv.KubeAPIServer, admin kubernetes.Interf
 	if err := admin.CoreV1().Services(rebuildNS).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	rep, err = kube.Rebuild(ctx, kube.RebuildOptions{Kube: kc, List: l})
+	rep, err = kube.Rebuild(ctx, kube.RebuildOptions{Kube: kc, Cluster: name, List: l})
 	var rerr *kube.RebuildError
 	if !errors.As(err, &rerr) || !errors.Is(err, kube.ErrRebuildDiffers) || !strings.Contains(err.Error(), "Secret "+name+"-peer-tls (data.peer.crt)") ||
 		!strings.Contains(err.Error(), rebuildNS+"/"+name) {
@@ -190,14 +236,14 @@ func testRebuild(t *testing.T, k *testenv.KubeAPIServer, admin kubernetes.Interf
 
 	// Replace needs update, which the break-glass Role does not grant:
 	// refused by the API server, and the refusal names the object.
-	_, err = kube.Rebuild(ctx, kube.RebuildOptions{Kube: kc, List: l, Replace: true})
+	_, err = kube.Rebuild(ctx, kube.RebuildOptions{Kube: kc, Cluster: name, List: l, Replace: true})
 	if err == nil || !strings.Contains(err.Error(), "replacing Secret "+name+"-peer-tls") || !strings.Contains(err.Error(), "forbidden") {
 		t.Fatalf("replace without update granted: %v", err)
 	}
 	// Granted by hand for that one secret (docs/kubernetes.md), the
 	// secret is replaced and the Service created.
 	grantUpdate(t, admin, rebuildNS, name+"-peer-tls")
-	rep, err = kube.Rebuild(ctx, kube.RebuildOptions{Kube: kc, List: l, Replace: true})
+	rep, err = kube.Rebuild(ctx, kube.RebuildOptions{Kube: kc, Cluster: name, List: l, Replace: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,6 +252,54 @@ func testRebuild(t *testing.T, k *testenv.KubeAPIServer, admin kubernetes.Interf
 	}
 	if s, err := admin.CoreV1().Secrets(rebuildNS).Get(ctx, name+"-peer-tls", metav1.GetOptions{}); err != nil || string(s.Data["peer.crt"]) != "peer" {
 		t.Errorf("replaced secret: %v %v", s, err)
+	}
+
+	// A nodePort held by a Service of another namespace: the dry run
+	// names the clash (the API server's own dry run), and the real run
+	// refuses before creating anything.
+	const name2 = "etcd-rb2"
+	kubetest.RebuildAccess(t, kubetest.NewApplier(t, k), rebuildNS, name2)
+	if _, err := admin.CoreV1().Services(otherNS).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "holds-31802"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: map[string]string{"app": "x"},
+			Ports: []corev1.ServicePort{{Port: 80, NodePort: 31802}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	l2 := escrowFixture(t, name2, 31802, "")
+	for _, dry := range []bool{true, false} {
+		rep, err := kube.Rebuild(ctx, kube.RebuildOptions{Kube: kc, Cluster: name2, List: l2, DryRun: dry})
+		if !errors.Is(err, kube.ErrRebuildRejected) || !strings.Contains(err.Error(), "creating Service "+name2+"-client-service-np") ||
+			!strings.Contains(err.Error(), "31802") {
+			t.Fatalf("a held nodePort (dry run %v): %v, want it named before anything is created", dry, err)
+		}
+		for _, o := range rep.Objects {
+			if o.Done || (o.Name == name2+"-client-service-np") != (o.Rejected != "") {
+				t.Errorf("held nodePort (dry run %v): %+v", dry, o)
+			}
+		}
+		for _, s := range []string{name2 + "-client-tls", name2 + "-peer-tls", name2 + "-server-tls"} {
+			if _, err := admin.CoreV1().Secrets(rebuildNS).Get(ctx, s, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				t.Fatalf("a rebuild refused for a held nodePort created secret %s: %v", s, err)
+			}
+		}
+		if _, err := admin.CoreV1().Services(rebuildNS).Get(ctx, name2, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Fatalf("a rebuild refused for a held nodePort created the headless Service: %v", err)
+		}
+	}
+}
+
+// etcdOperatorSetup models etcd-operator's cluster controller on a new
+// EtcdCluster (coreos/etcd-operator pkg/cluster/cluster.go, setup()): an
+// empty phase creates the cluster (prepareSeedMember starts a seed
+// member, before spec.paused is ever read); phase Running does not.
+func etcdOperatorSetup(ec *unstructured.Unstructured) (seeds bool, why string) {
+	phase, _, _ := unstructured.NestedString(ec.Object, "status", "phase")
+	switch phase {
+	case "":
+		return true, "status.phase is empty: setup() calls create(), which starts a seed member whatever spec.paused says"
+	case "Running":
+		return false, ""
+	default:
+		return true, fmt.Sprintf("status.phase %q: setup() fails or recreates", phase)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"filippo.io/age"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/catalog"
@@ -60,6 +61,12 @@ func namespaceGoneRunbook(t *testing.T, rb mdblocks.Set) {
 	}
 	cs, err := kc.Clusters(ctx, fc.Name)
 	if err != nil {
+		t.Fatal(err)
+	}
+	// The escrowed spec says paused false: the fallback's edit must still
+	// leave exactly one paused, true.
+	if _, err := dyn.Resource(kube.EtcdClusterGVR).Namespace(ns).Patch(ctx, fc.Name, types.MergePatchType,
+		[]byte(`{"spec":{"paused":false}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	man := f.Backup(t, ctx, fc.Etcd, backup.Options{V2: backup.V2Off, Recipients: rs,
@@ -120,7 +127,7 @@ func namespaceGoneRunbook(t *testing.T, rb mdblocks.Set) {
 	s.ExtraEnv = adminEnv
 	out = s.Run(namespaceGone + "#check-and-revoke")
 	mdblocks.MustContain(t, out[0], "Running", "nodePort "+itoa(nodePort))
-	if _, err := admin.RbacV1().Roles(ns).Get(ctx, "etcd-recovery-rebuild", metav1.GetOptions{}); err == nil {
+	if _, err := admin.RbacV1().Roles(ns).Get(ctx, "etcd-recovery-rebuild-"+fc.Name, metav1.GetOptions{}); err == nil {
 		t.Error("the break-glass Role is still there after the revoke")
 	}
 
@@ -131,7 +138,7 @@ func namespaceGoneRunbook(t *testing.T, rb mdblocks.Set) {
 	}
 	kubetest.CreateCOSSecret(t, admin, ns, f.MinIO)
 	kubetest.NewApplier(t, k).ApplyFile(t, kubetest.DeployPath(t, "10-rbac.yaml"), ns)
-	pausedFirst := false
+	pausedFirst, phaseFirst := false, ""
 	s.After = func(r mdblocks.Result) {
 		if strings.Contains(r.Block.Code, "kubectl -n") && strings.Contains(r.Block.Code, "create -f") {
 			ec, err := dyn.Resource(kube.EtcdClusterGVR).Namespace(ns).Get(ctx, fc.Name, metav1.GetOptions{})
@@ -139,11 +146,12 @@ func namespaceGoneRunbook(t *testing.T, rb mdblocks.Set) {
 				t.Fatal(err)
 			}
 			pausedFirst, _, _ = unstructured.NestedBool(ec.Object, "spec", "paused")
+			phaseFirst, _, _ = unstructured.NestedString(ec.Object, "status", "phase")
 		}
 	}
 	out = s.Run(namespaceGone + "#manual-fallback")
-	if !pausedFirst {
-		t.Error("the fallback's kubectl create made an EtcdCluster that is not paused")
+	if !pausedFirst || phaseFirst != "Running" {
+		t.Errorf("the fallback's kubectl create made an EtcdCluster paused %v, phase %q; want paused, Running (else etcd-operator seeds an empty member)", pausedFirst, phaseFirst)
 	}
 	mdblocks.MustContain(t, mdblocks.One(t, out, "age -d", 0), "newest backup: "+strings.TrimSuffix(f.Layout.BackupPrefix(f.ID, man.Name), "/"), man.Escrow.Address)
 	if left, _ := filepath.Glob(filepath.Join(s.Dir, "escrow*")); len(left) != 0 {

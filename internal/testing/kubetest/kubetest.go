@@ -273,6 +273,36 @@ func PerClusterAccess(tb testing.TB, a *Applier, namespace, cluster string) {
 	}
 }
 
+// RebuildAccessPath is the break-glass grant of a rebuild, a template
+// for one cluster (its "etcd-example" set to the cluster's name).
+const RebuildAccessPath = "break-glass/rebuild-access.yaml"
+
+// RebuildAccessObjects are the break-glass grant rendered for cluster, as
+// the runbook renders it (every "etcd-example" replaced).
+func RebuildAccessObjects(tb testing.TB, cluster string) []*unstructured.Unstructured {
+	tb.Helper()
+	b, err := os.ReadFile(DeployPath(tb, RebuildAccessPath))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	objs, err := DecodeManifestBytes(bytes.ReplaceAll(b, []byte("etcd-example"), []byte(cluster)))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return objs
+}
+
+// RebuildAccess applies the break-glass grant of a rebuild of cluster in
+// namespace (RebuildAccessObjects).
+func RebuildAccess(tb testing.TB, a *Applier, namespace, cluster string) {
+	tb.Helper()
+	for _, o := range RebuildAccessObjects(tb, cluster) {
+		if err := a.Apply(context.Background(), o, namespace, false); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
 // Cluster is an EtcdCluster in the API backed by a real etcd.
 type Cluster struct {
 	Name string
