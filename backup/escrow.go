@@ -64,8 +64,8 @@ func (o Options) escrowWanted() bool { return o.Escrow != nil || o.NoEscrow != "
 // escrow captures, checks and stores the cluster's escrow and records it
 // in the manifest (m.Escrow). It never fails the run: a failure is the
 // escrow's state (missing, mismatch) with its problems, logged as a
-// warning. An escrow object this run created is added to what a failed
-// run removes.
+// warning. A failed run never removes an escrow (not even one it
+// created: another backup may name it); prune removes the unnamed ones.
 func (r *run) escrow(ctx context.Context, members []probe.Member) {
 	opts := r.opts
 	if !opts.escrowWanted() {
@@ -132,9 +132,9 @@ func (r *run) escrow(ctx context.Context, members []probe.Member) {
 		missing(fmt.Sprintf("storing it: %v", err))
 		return
 	}
-	if w.Created {
-		r.written = append(r.written, w.Key)
-	}
+	// Never removed by a failed run's cleanup, even when this run created
+	// it: a concurrent backup may have reused the address and committed.
+	// An escrow no backup names goes with prune's grace.
 	stored := w.Ref
 	stored.Certs, stored.Problems, stored.BreakGlass = certs, problems, breakGlass
 	stored.State = catalog.EscrowPresent

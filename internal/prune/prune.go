@@ -1190,7 +1190,8 @@ func deleteNamedEscrows(ctx context.Context, opts DeleteOptions, rep *DeleteRepo
 	named, unreadable := namedEscrows(entries, func(n string) *catalog.Manifest { return byName[n] }, func(n string) bool { return gone[n] })
 	now, grace := time.Now(), retention.DefaultPolicy().EscrowGrace()
 	rep.Escrows = decideEscrows(opts.Layout, opts.ClusterID, escrows, named, unreadable, inFlightOf(entries, now, grace), now, grace)
-	return runEscrows(ctx, opts.Store, rep.Escrows, now, false, &rep.Stats, log)
+	return runEscrows(ctx, opts.Store, rep.Escrows, now, false, &rep.Stats, log,
+		recheckEscrows(ctx, opts.Store, opts.Layout, opts.ClusterID, listedCommitted(entries), now, grace))
 }
 
 // listDelete is Delete's first step: it lists the cluster, checks its
