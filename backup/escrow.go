@@ -173,13 +173,20 @@ func (r *run) served(ctx context.Context, members []probe.Member) (map[string][]
 		return nil, []string{fmt.Sprintf("the etcd client TLS: %v", err)}
 	}
 	if cfg == nil {
-		return nil, nil // no TLS: nothing served to compare
+		return nil, nil // no TLS: nothing served to compare (Check says so)
 	}
-	var eps []string
+	var eps, skipped []string
 	for _, m := range members {
-		if m.Status != nil && m.ClientURL != "" {
+		switch {
+		case m.Status != nil && m.ClientURL != "":
 			eps = append(eps, m.ClientURL)
+		case m.ClientURL != "":
+			skipped = append(skipped, m.ClientURL)
 		}
+	}
+	if len(skipped) > 0 {
+		// Not compared: the escrow's state rests on the members compared.
+		r.log.Warn("escrow: server certificate not compared for the members whose probe failed", "step", StepEscrow, "members", strings.Join(skipped, ","))
 	}
 	sctx, cancel := context.WithTimeout(ctx, r.opts.ProbeTimeout)
 	defer cancel()

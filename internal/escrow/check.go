@@ -224,7 +224,10 @@ func parseCerts(b []byte) []*x509.Certificate {
 // (the server certificate Served when every member serves it) and the
 // problems found, each naming the secret (and the member) concerned. An
 // expired certificate is not a problem here: its NotAfter is recorded,
-// and the alerts judge it.
+// and the alerts judge it. With no member's chain in served, the server
+// certificate is not compared, and that is a problem: an escrow is
+// present only if at least one member was compared and every compared
+// member serves the escrowed certificate.
 func Check(list *catalog.EscrowList, served map[string][]*x509.Certificate, now time.Time) ([]catalog.EscrowCert, []string) {
 	certs := Certs(list)
 	var problems []string
@@ -242,6 +245,11 @@ func Check(list *catalog.EscrowList, served map[string][]*x509.Certificate, now 
 			eps = append(eps, ep)
 		}
 		slices.Sort(eps)
+		if len(eps) == 0 {
+			// Present means compared: with no handshake (no client TLS,
+			// every member's failed) nothing says the members serve it.
+			problems = append(problems, fmt.Sprintf("server certificate not compared: no member's served certificate was read, so nothing shows the members serve the escrowed one of secret %s", names.Server))
+		}
 		matched := 0
 		for _, ep := range eps {
 			chain := served[ep]
