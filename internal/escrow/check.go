@@ -34,6 +34,11 @@ const (
 	PeerCAKey     = "peer-ca.crt"
 )
 
+// ServedKeyPrefix starts the Key of a certificate a member serves that is
+// not the escrowed one ("served by <member endpoint>"), recorded by Check
+// with Served true under the server secret.
+const ServedKeyPrefix = "served by "
+
 // SecretNames are the names of a cluster's three TLS secrets.
 type SecretNames struct {
 	Client, Peer, Server string
@@ -259,6 +264,12 @@ func Check(list *catalog.EscrowList, served map[string][]*x509.Certificate, now 
 			case !chain[0].Equal(serverCert):
 				problems = append(problems, fmt.Sprintf("member %s serves certificate sha256 %s (%s, not after %s), not the escrowed server certificate of secret %s (%s, sha256 %s): the secret was rotated and the members not restarted, or the secret is not the one they serve",
 					ep, Fingerprint(chain[0]), chain[0].Subject, chain[0].NotAfter.UTC().Format(time.RFC3339), names.Server, ServerCertKey, Fingerprint(serverCert)))
+				// What the member serves expires too: recorded under the
+				// server secret, so the expiry alert (earliest NotAfter per
+				// secret) watches it and not only the escrowed one.
+				sc := certOf(names.Server, ServedKeyPrefix+ep, chain[0])
+				sc.Served = true
+				certs = append(certs, sc)
 			default:
 				matched++
 			}

@@ -358,9 +358,14 @@ func TestCheck(t *testing.T) {
 				}
 			}
 			var servedN int
+			servedBy := map[string]catalog.EscrowCert{}
 			for _, ce := range certs {
 				if ce.NotAfter.IsZero() || len(ce.SHA256) != 64 || ce.Secret == "" || ce.Key == "" {
 					t.Fatalf("cert without its facts: %+v", ce)
+				}
+				if ep, ok := strings.CutPrefix(ce.Key, "served by "); ok {
+					servedBy[ep] = ce
+					continue
 				}
 				if ce.Served {
 					servedN++
@@ -371,6 +376,21 @@ func TestCheck(t *testing.T) {
 			}
 			if (servedN == 1) != c.served1 {
 				t.Fatalf("%d certificates served; want served %v", servedN, c.served1)
+			}
+			// A member serving another certificate than the escrowed one:
+			// its certificate's expiry is recorded too (the expiry alert
+			// watches what the members serve), under the server secret.
+			for ep, chain := range c.served {
+				got, ok := servedBy[ep]
+				if len(chain) == 0 || chain[0].Equal(serving) && !strings.Contains(c.name, "rotated") {
+					if ok {
+						t.Fatalf("member %s serves the escrowed certificate, yet recorded as %+v", ep, got)
+					}
+					continue
+				}
+				if !ok || !got.Served || got.Secret != names.Server || !got.NotAfter.Equal(chain[0].NotAfter.UTC()) || got.SHA256 != escrow.Fingerprint(chain[0]) {
+					t.Fatalf("member %s serves another certificate, recorded as %+v (present %v)", ep, got, ok)
+				}
 			}
 		})
 	}
