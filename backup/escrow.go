@@ -135,6 +135,7 @@ func (r *run) escrow(ctx context.Context, members []probe.Member) {
 	// Never removed by a failed run's cleanup, even when this run created
 	// it: a concurrent backup may have reused the address and committed.
 	// An escrow no backup names goes with prune's grace.
+	problems = append(problems, w.Problems...) // a damaged reused escrow
 	stored := w.Ref
 	stored.Certs, stored.Problems, stored.BreakGlass = certs, problems, breakGlass
 	stored.State = catalog.EscrowPresent

@@ -451,3 +451,42 @@ func TestServed(t *testing.T) {
 		t.Fatalf("wrong CA: problems %q", problems)
 	}
 }
+
+// A damaged escrow (its size changed) is not reused silently: the next
+// store at its address is a mismatch naming the key, as the sealed size
+// of the same plaintext to the same recipients is known.
+func TestStoreDamagedReuse(t *testing.T) {
+	t.Parallel()
+	ctx := testfix.Context(t, time.Minute)
+	r := newRig(t, false)
+	k := testfix.NewAgeKey(t)
+	list := newList(t, testenv.NewPKI(t))
+	w1, err := escrow.Write(ctx, r.fs, r.layout, cluster, list, testfix.RecipientsOf(t, k), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same bytes reused: present.
+	w2, err := escrow.Write(ctx, r.fs, r.layout, cluster, newListCopy(t, list), testfix.RecipientsOf(t, k), nil)
+	if err != nil || w2.Created || w2.Ref.State != catalog.EscrowPresent || len(w2.Ref.Problems) != 0 {
+		t.Fatalf("intact reuse: %+v %v", w2.Ref, err)
+	}
+	// Damage it: truncated by 100 bytes.
+	stored := testfix.ReadObject(t, r.fs, w1.Key)
+	if err := r.fs.Delete(ctx, []string{w1.Key}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.fs.Put(ctx, w1.Key, bytes.NewReader(stored[:len(stored)-100])); err != nil {
+		t.Fatal(err)
+	}
+	w3, err := escrow.Write(ctx, r.fs, r.layout, cluster, newListCopy(t, list), testfix.RecipientsOf(t, k), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w3.Created || w3.Ref.State != catalog.EscrowMismatch || len(w3.Ref.Problems) != 1 || !strings.Contains(w3.Ref.Problems[0], w1.Key) ||
+		!strings.Contains(w3.Ref.Problems[0], "damaged") {
+		t.Fatalf("damaged reuse: %+v; want mismatch naming %s", w3.Ref, w1.Key)
+	}
+	if err := w3.Ref.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
