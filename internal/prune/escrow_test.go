@@ -429,3 +429,33 @@ func TestPruneEscrowRecheck(t *testing.T) {
 		})
 	}
 }
+
+// prune --lock-mode re-locks the newest backup and, with it, the escrow
+// it names: on a locked bucket, without a backup run, the escrow's
+// retention reaches at least the newest backup's.
+func TestPruneRelockExtendsEscrow(t *testing.T) {
+	t.Parallel()
+	m := testenv.SharedMinIO(t)
+	st := testfix.Store(t, m, m.NewLockedBucket(t))
+	l := catalog.Layout{Prefix: testenv.Prefix(t)}
+	ctx := context.Background()
+	now := time.Now().UTC()
+	addr := testfix.EscrowAddress("relock")
+	name := testfix.PutEscrowBackup(t, st, l, "esc-relock", now.Add(-time.Hour), testfix.StoredEscrow(catalog.EscrowPresent, addr))
+	rep, err := prune.Prune(ctx, prune.PruneOptions{Store: st, Layout: l, ClusterIDs: []string{"esc-relock"}, Policy: escrowPolicy(), Now: now,
+		Lock: retention.LockPolicy{Mode: catalog.LockGovernanceMode}})
+	if err != nil {
+		t.Fatalf("prune: %v", err)
+	}
+	if len(rep.Relocked) != 1 {
+		t.Fatalf("relocked %v", rep.Relocked)
+	}
+	backupRet, err := st.Retention(ctx, l.Key("esc-relock", name, catalog.ManifestObject), "")
+	if err != nil || backupRet.Until.IsZero() {
+		t.Fatalf("the newest backup's manifest: retention %+v, %v", backupRet, err)
+	}
+	escrowRet, err := st.Retention(ctx, l.EscrowKey("esc-relock", addr), "")
+	if err != nil || escrowRet.Until.Before(backupRet.Until) {
+		t.Fatalf("escrow retention %+v (%v), want until >= the newest backup's %s", escrowRet, err, backupRet.Until)
+	}
+}
