@@ -64,8 +64,8 @@ func (o Options) escrowWanted() bool { return o.Escrow != nil || o.NoEscrow != "
 // escrow captures, checks and stores the cluster's escrow and records it
 // in the manifest (m.Escrow). It never fails the run: a failure is the
 // escrow's state (missing, mismatch) with its problems, logged as a
-// warning. An escrow object this run created is added to what a failed
-// run removes.
+// warning. A failed run never removes an escrow (not even one it
+// created: another backup may name it); prune removes the unnamed ones.
 func (r *run) escrow(ctx context.Context, members []probe.Member) {
 	opts := r.opts
 	if !opts.escrowWanted() {
@@ -132,9 +132,10 @@ func (r *run) escrow(ctx context.Context, members []probe.Member) {
 		missing(fmt.Sprintf("storing it: %v", err))
 		return
 	}
-	if w.Created {
-		r.written = append(r.written, w.Key)
-	}
+	// Never removed by a failed run's cleanup, even when this run created
+	// it: a concurrent backup may have reused the address and committed.
+	// An escrow no backup names goes with prune's grace.
+	problems = append(problems, w.Problems...) // a damaged reused escrow
 	stored := w.Ref
 	stored.Certs, stored.Problems, stored.BreakGlass = certs, problems, breakGlass
 	stored.State = catalog.EscrowPresent
@@ -173,13 +174,20 @@ func (r *run) served(ctx context.Context, members []probe.Member) (map[string][]
 		return nil, []string{fmt.Sprintf("the etcd client TLS: %v", err)}
 	}
 	if cfg == nil {
-		return nil, nil // no TLS: nothing served to compare
+		return nil, nil // no TLS: nothing served to compare (Check says so)
 	}
-	var eps []string
+	var eps, skipped []string
 	for _, m := range members {
-		if m.Status != nil && m.ClientURL != "" {
+		switch {
+		case m.Status != nil && m.ClientURL != "":
 			eps = append(eps, m.ClientURL)
+		case m.ClientURL != "":
+			skipped = append(skipped, m.ClientURL)
 		}
+	}
+	if len(skipped) > 0 {
+		// Not compared: the escrow's state rests on the members compared.
+		r.log.Warn("escrow: server certificate not compared for the members whose probe failed", "step", StepEscrow, "members", strings.Join(skipped, ","))
 	}
 	sctx, cancel := context.WithTimeout(ctx, r.opts.ProbeTimeout)
 	defer cancel()

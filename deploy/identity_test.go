@@ -371,6 +371,9 @@ func TestIdentitySecretRBAC(t *testing.T) {
 		}
 		_, err = cs.CoreV1().Services(identityNS).List(ctx, metav1.ListOptions{})
 		forbidden(who, "list services", err)
+		// Only its granted clusters' Services: by name, per cluster.
+		_, err = cs.CoreV1().Services(identityNS).Get(ctx, "etcd-y-client-service-np", metav1.GetOptions{})
+		forbidden(who, "get another cluster's Service", err)
 	}
 	// The server and peer keys: the backup jobs' account alone.
 	for _, sa := range []string{toolkitSA, exporterSA} {

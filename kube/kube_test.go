@@ -201,6 +201,17 @@ func testDiscovery(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, 
 		}
 		_, err = cs.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
 		forbidden("list services (the escrow gets them by name)", err)
+		// Its Services by name, per cluster (the per-cluster Role):
+		// another cluster's, or any other Service, stay forbidden.
+		for _, s := range []string{"etcd-c01", "etcd-c01-client", "etcd-c01-client-service-np"} {
+			if _, err := cs.CoreV1().Services(ns).Get(ctx, s, metav1.GetOptions{}); apierrors.IsForbidden(err) {
+				t.Errorf("backup account: get Service %s (escrow): %v", s, err)
+			}
+		}
+		for _, s := range []string{"etcd-nope-client-service-np", "kubernetes-dashboard"} {
+			_, err = cs.CoreV1().Services(ns).Get(ctx, s, metav1.GetOptions{})
+			forbidden("get Service "+s+" (not a granted cluster's)", err)
+		}
 		err = dyn.Resource(kube.EtcdClusterGVR).Namespace(ns).Delete(ctx, "etcd-c01", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
 		forbidden("delete an etcdcluster with the backup Role", err)
 		_, err = dyn.Resource(kube.EtcdRestoreGVR).Namespace(ns).Create(ctx, kubetest.EtcdRestoreObj("etcd-c01"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})

@@ -3,6 +3,7 @@ package metrics_test
 import (
 	"bytes"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,6 +51,12 @@ func TestExporterEscrow(t *testing.T) {
 			&catalog.EscrowRef{State: catalog.EscrowMissing, Problems: []string{"secret esc-missing-peer-tls not found"}}, "missing", 0},
 		{"esc-mismatch", nil, testfix.StoredEscrow(catalog.EscrowMismatch, testfix.EscrowAddress("mismatch"), testfix.EscrowCert("esc-mismatch-server-tls", in(90*day))),
 			"mismatch", 0},
+		// The server secret rotated to a 1-year certificate, the members
+		// not restarted: they still serve one expiring in 5 days, which
+		// the backup's check records (Served, "served by <member>").
+		{"esc-rotated", nil, testfix.StoredEscrow(catalog.EscrowMismatch, testfix.EscrowAddress("rotated"), testfix.EscrowCert("esc-rotated-server-tls", in(365*day)),
+			catalog.EscrowCert{Secret: "esc-rotated-server-tls", Key: "served by https://10.0.0.1:2379", Subject: "CN=etcd", Issuer: "CN=ca", NotAfter: in(5 * day),
+				SHA256: strings.Repeat("ab", 32), Served: true}), "mismatch", 0},
 		{"esc-none", nil, &catalog.EscrowRef{State: catalog.EscrowNone, Problems: []string{"no recipient"}}, "none", 0},
 		{"esc-old", nil, nil, metrics.EscrowStateUnrecorded, 0},
 	}
@@ -86,6 +93,7 @@ func TestExporterEscrow(t *testing.T) {
 		}{
 			{"esc-soon", "esc-soon-client-tls", in(10 * day)}, {"esc-soon", "esc-soon-server-tls", in(60 * day)},
 			{"esc-imminent", "esc-imminent-peer-tls", in(3 * day)}, {"esc-late", "esc-late-server-tls", in(60 * day)},
+			{"esc-rotated", "esc-rotated-server-tls", in(5 * day)},
 		} {
 			if v, ok := value(mfs, metrics.NameCertificateNotAfter, "cluster", c.cluster, "secret", c.secret); !ok || v != float64(c.at.Unix()) {
 				t.Errorf("%s{cluster=%q,secret=%q} = %v (present %v), want %v", metrics.NameCertificateNotAfter, c.cluster, c.secret, v, ok, c.at.Unix())
@@ -109,9 +117,9 @@ func TestExporterEscrow(t *testing.T) {
 			all = append(all, w.cluster)
 		}
 		promtoolScrapeAt(t, body, nil, now, 10*time.Hour, map[string][]string{
-			"EtcdRecoveryEscrowUnusable":            {"esc-mismatch", "esc-missing", "esc-none", "esc-old"},
+			"EtcdRecoveryEscrowUnusable":            {"esc-mismatch", "esc-missing", "esc-none", "esc-old", "esc-rotated"},
 			"EtcdRecoveryCertificateExpiringSoon":   {"esc-soon"},
-			"EtcdRecoveryCertificateExpiryImminent": {"esc-imminent"},
+			"EtcdRecoveryCertificateExpiryImminent": {"esc-imminent", "esc-rotated"},
 		}, all)
 	})
 

@@ -141,14 +141,26 @@ func TestManifestEscrowValidate(t *testing.T) {
 	if got := m.Escrow.NearestExpiry(); !got.Equal(time.Date(2026, 12, 20, 0, 0, 0, 0, time.UTC)) {
 		t.Errorf("nearest expiry %v", got)
 	}
+	// An invalid escrow reference never makes the data backup unreadable
+	// (data first): the manifest loads, its escrow reads as missing (not
+	// usable, not stored) with a problem saying why.
 	for name, e := range map[string]*catalog.EscrowRef{
 		"unknown state":        {State: "lost"},
+		"future state":         {State: "expired", Address: addr, StoredSHA256: "s", RawSHA256: "r", Recipients: []string{"a"}},
 		"present, no address":  {State: catalog.EscrowPresent, StoredSHA256: "s", RawSHA256: "r", Recipients: []string{"a"}},
 		"present, no sha":      {State: catalog.EscrowPresent, Address: addr, Recipients: []string{"a"}},
 		"missing with address": {State: catalog.EscrowMissing, Address: addr},
 	} {
-		if _, err := catalog.UnmarshalManifest(base(e)); err == nil {
-			t.Errorf("%s: accepted", name)
+		m, err := catalog.UnmarshalManifest(base(e))
+		if err != nil {
+			t.Errorf("%s: the manifest is unreadable: %v", name, err)
+			continue
+		}
+		if m.Escrow.Usable() || m.Escrow.Stored() || m.Escrow.State != catalog.EscrowMissing || m.Escrow.Validate() != nil {
+			t.Errorf("%s: reads as %+v, want state missing, not usable", name, m.Escrow)
+		}
+		if len(m.Escrow.Problems) == 0 || !strings.Contains(m.Escrow.Problems[0], "escrow reference is not valid") {
+			t.Errorf("%s: problems %q do not say why", name, m.Escrow.Problems)
 		}
 	}
 	for _, e := range []*catalog.EscrowRef{{State: catalog.EscrowNone, Problems: []string{"no recipient"}}, {State: catalog.EscrowMissing}} {

@@ -149,7 +149,11 @@ func UnmarshalManifest(b []byte) (*Manifest, error) {
 		return nil, fmt.Errorf("manifest: %w", err)
 	}
 	if err := m.Escrow.Validate(); err != nil {
-		return nil, fmt.Errorf("manifest: %w", err)
+		// Data first: an escrow reference this build cannot use (a future
+		// state, a malformed ref) makes the escrow not usable, never the
+		// data backup unreadable.
+		m.Escrow = &EscrowRef{State: EscrowMissing, BreakGlass: m.Escrow.BreakGlass, Certs: m.Escrow.Certs,
+			Problems: append([]string{fmt.Sprintf("the manifest's escrow reference is not valid (%v): the escrow is not usable by this build", err)}, m.Escrow.Problems...)}
 	}
 	return &m, nil
 }

@@ -34,6 +34,11 @@ const (
 	PeerCAKey     = "peer-ca.crt"
 )
 
+// ServedKeyPrefix starts the Key of a certificate a member serves that is
+// not the escrowed one ("served by <member endpoint>"), recorded by Check
+// with Served true under the server secret.
+const ServedKeyPrefix = "served by "
+
 // SecretNames are the names of a cluster's three TLS secrets.
 type SecretNames struct {
 	Client, Peer, Server string
@@ -224,7 +229,10 @@ func parseCerts(b []byte) []*x509.Certificate {
 // (the server certificate Served when every member serves it) and the
 // problems found, each naming the secret (and the member) concerned. An
 // expired certificate is not a problem here: its NotAfter is recorded,
-// and the alerts judge it.
+// and the alerts judge it. With no member's chain in served, the server
+// certificate is not compared, and that is a problem: an escrow is
+// present only if at least one member was compared and every compared
+// member serves the escrowed certificate.
 func Check(list *catalog.EscrowList, served map[string][]*x509.Certificate, now time.Time) ([]catalog.EscrowCert, []string) {
 	certs := Certs(list)
 	var problems []string
@@ -242,6 +250,11 @@ func Check(list *catalog.EscrowList, served map[string][]*x509.Certificate, now 
 			eps = append(eps, ep)
 		}
 		slices.Sort(eps)
+		if len(eps) == 0 {
+			// Present means compared: with no handshake (no client TLS,
+			// every member's failed) nothing says the members serve it.
+			problems = append(problems, fmt.Sprintf("server certificate not compared: no member's served certificate was read, so nothing shows the members serve the escrowed one of secret %s", names.Server))
+		}
 		matched := 0
 		for _, ep := range eps {
 			chain := served[ep]
@@ -251,6 +264,12 @@ func Check(list *catalog.EscrowList, served map[string][]*x509.Certificate, now 
 			case !chain[0].Equal(serverCert):
 				problems = append(problems, fmt.Sprintf("member %s serves certificate sha256 %s (%s, not after %s), not the escrowed server certificate of secret %s (%s, sha256 %s): the secret was rotated and the members not restarted, or the secret is not the one they serve",
 					ep, Fingerprint(chain[0]), chain[0].Subject, chain[0].NotAfter.UTC().Format(time.RFC3339), names.Server, ServerCertKey, Fingerprint(serverCert)))
+				// What the member serves expires too: recorded under the
+				// server secret, so the expiry alert (earliest NotAfter per
+				// secret) watches it and not only the escrowed one.
+				sc := certOf(names.Server, ServedKeyPrefix+ep, chain[0])
+				sc.Served = true
+				certs = append(certs, sc)
 			default:
 				matched++
 			}

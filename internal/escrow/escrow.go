@@ -48,6 +48,9 @@ type Written struct {
 	Created bool
 	// Key is the object's key.
 	Key string
+	// Problems of a reused object (its stored size is not the one its
+	// content sealed makes: damaged); then Ref's state is mismatch.
+	Problems []string
 }
 
 // Store seals list to rs and stores it at its address, create-only, with
@@ -92,6 +95,7 @@ func Write(ctx context.Context, st store.Store, l catalog.Layout, cluster string
 	switch {
 	case err == nil:
 		ref.StoredSize, ref.StoredSHA256 = size, sum
+		out.checkReused(plain, rs)
 		return out, extend(ctx, st, key, ret)
 	case !store.IsNotFound(err):
 		return out, fmt.Errorf("escrow %s: reading the existing object: %w", key, err)
@@ -106,6 +110,7 @@ func Write(ctx context.Context, st store.Store, l catalog.Layout, cluster string
 			return out, fmt.Errorf("escrow %s: written by another run meanwhile, and reading it failed: %w", key, err)
 		}
 		ref.StoredSize, ref.StoredSHA256 = size, sum
+		out.checkReused(plain, rs)
 		return out, extend(ctx, st, key, ret)
 	}
 	if err != nil {
@@ -118,6 +123,43 @@ func Write(ctx context.Context, st store.Store, l catalog.Layout, cluster string
 	out.Created = true
 	return out, nil
 }
+
+// checkReused compares a reused escrow's stored size with the size
+// sealing plain to rs writes (age's output size is a function of the
+// plaintext's length and the recipients): a difference is a damaged
+// object, recorded as a problem (state mismatch) naming the key, so it
+// is not reused silently.
+func (w *Written) checkReused(plain []byte, rs seal.Recipients) {
+	want, err := sealedSize(plain, rs)
+	if err != nil {
+		w.Problems = append(w.Problems, fmt.Sprintf("escrow %s: its expected sealed size could not be computed: %v", w.Key, err))
+	} else if want != w.Ref.StoredSize {
+		w.Problems = append(w.Problems, fmt.Sprintf("escrow %s is damaged: %d bytes stored, sealing its content makes %d: delete it so the next backup stores it anew", w.Key, w.Ref.StoredSize, want))
+	}
+	if len(w.Problems) > 0 {
+		w.Ref.State, w.Ref.Problems = catalog.EscrowMismatch, append(w.Ref.Problems, w.Problems...)
+	}
+}
+
+// sealedSize is the size of plain sealed to rs as Write stores it.
+func sealedSize(plain []byte, rs seal.Recipients) (int64, error) {
+	var n countWriter
+	wc, err := objectio.NewWriter(&n, objectio.CompressNone, rs)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := wc.Write(plain); err != nil {
+		return 0, err
+	}
+	if err := wc.Close(); err != nil {
+		return 0, err
+	}
+	return int64(n), nil
+}
+
+type countWriter int64
+
+func (c *countWriter) Write(p []byte) (int, error) { *c += countWriter(len(p)); return len(p), nil }
 
 // storedSum reads an object whole (bounded) and returns its size and
 // sha256: an existing escrow's stored bytes, for the manifest that names

@@ -323,7 +323,7 @@ func TestCheck(t *testing.T) {
 		served1  bool     // the server certificate is marked Served
 	}{
 		{name: "served is escrowed", served: map[string][]*x509.Certificate{m1: {serving}, m2: {serving}}, served1: true},
-		{name: "nothing served read", served: nil},
+		{name: "nothing served read", served: nil, problems: []string{"server certificate not compared: no member's served certificate was read"}},
 		{name: "rotated server secret", edit: func(l *catalog.EscrowList) {
 			setSecretKey(l, names.Server, escrow.ServerCertKey, readFile(t, rotCert))
 			setSecretKey(l, names.Server, escrow.ServerKeyKey, readFile(t, rotKey))
@@ -358,9 +358,14 @@ func TestCheck(t *testing.T) {
 				}
 			}
 			var servedN int
+			servedBy := map[string]catalog.EscrowCert{}
 			for _, ce := range certs {
 				if ce.NotAfter.IsZero() || len(ce.SHA256) != 64 || ce.Secret == "" || ce.Key == "" {
 					t.Fatalf("cert without its facts: %+v", ce)
+				}
+				if ep, ok := strings.CutPrefix(ce.Key, "served by "); ok {
+					servedBy[ep] = ce
+					continue
 				}
 				if ce.Served {
 					servedN++
@@ -371,6 +376,21 @@ func TestCheck(t *testing.T) {
 			}
 			if (servedN == 1) != c.served1 {
 				t.Fatalf("%d certificates served; want served %v", servedN, c.served1)
+			}
+			// A member serving another certificate than the escrowed one:
+			// its certificate's expiry is recorded too (the expiry alert
+			// watches what the members serve), under the server secret.
+			for ep, chain := range c.served {
+				got, ok := servedBy[ep]
+				if len(chain) == 0 || chain[0].Equal(serving) && !strings.Contains(c.name, "rotated") {
+					if ok {
+						t.Fatalf("member %s serves the escrowed certificate, yet recorded as %+v", ep, got)
+					}
+					continue
+				}
+				if !ok || !got.Served || got.Secret != names.Server || !got.NotAfter.Equal(chain[0].NotAfter.UTC()) || got.SHA256 != escrow.Fingerprint(chain[0]) {
+					t.Fatalf("member %s serves another certificate, recorded as %+v (present %v)", ep, got, ok)
+				}
 			}
 		})
 	}
@@ -429,5 +449,44 @@ func TestServed(t *testing.T) {
 	_, problems = escrow.Served(ctx, c.Endpoints(), testenv.NewPKI(t).ClientTLS())
 	if len(problems) != 1 || !strings.Contains(problems[0], "member "+ep) {
 		t.Fatalf("wrong CA: problems %q", problems)
+	}
+}
+
+// A damaged escrow (its size changed) is not reused silently: the next
+// store at its address is a mismatch naming the key, as the sealed size
+// of the same plaintext to the same recipients is known.
+func TestStoreDamagedReuse(t *testing.T) {
+	t.Parallel()
+	ctx := testfix.Context(t, time.Minute)
+	r := newRig(t, false)
+	k := testfix.NewAgeKey(t)
+	list := newList(t, testenv.NewPKI(t))
+	w1, err := escrow.Write(ctx, r.fs, r.layout, cluster, list, testfix.RecipientsOf(t, k), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same bytes reused: present.
+	w2, err := escrow.Write(ctx, r.fs, r.layout, cluster, newListCopy(t, list), testfix.RecipientsOf(t, k), nil)
+	if err != nil || w2.Created || w2.Ref.State != catalog.EscrowPresent || len(w2.Ref.Problems) != 0 {
+		t.Fatalf("intact reuse: %+v %v", w2.Ref, err)
+	}
+	// Damage it: truncated by 100 bytes.
+	stored := testfix.ReadObject(t, r.fs, w1.Key)
+	if err := r.fs.Delete(ctx, []string{w1.Key}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.fs.Put(ctx, w1.Key, bytes.NewReader(stored[:len(stored)-100])); err != nil {
+		t.Fatal(err)
+	}
+	w3, err := escrow.Write(ctx, r.fs, r.layout, cluster, newListCopy(t, list), testfix.RecipientsOf(t, k), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w3.Created || w3.Ref.State != catalog.EscrowMismatch || len(w3.Ref.Problems) != 1 || !strings.Contains(w3.Ref.Problems[0], w1.Key) ||
+		!strings.Contains(w3.Ref.Problems[0], "damaged") {
+		t.Fatalf("damaged reuse: %+v; want mismatch naming %s", w3.Ref, w1.Key)
+	}
+	if err := w3.Ref.Validate(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -231,9 +231,14 @@ func deleteEscrows(ctx context.Context, st store.Store, acts []*EscrowAction, st
 
 // runEscrows holds the locked ones among the planned deletions of acts
 // and, unless dryRun, deletes the others. It returns the failures.
-func runEscrows(ctx context.Context, st store.Store, acts []EscrowAction, now time.Time, dryRun bool, stats *StoreStats, log *slog.Logger) []error {
+// recheck, when not nil, runs just before the deletes (not in a dry
+// run) and returns those of todo that may still go (recheckEscrows).
+func runEscrows(ctx context.Context, st store.Store, acts []EscrowAction, now time.Time, dryRun bool, stats *StoreStats, log *slog.Logger, recheck func([]*EscrowAction) []*EscrowAction) []error {
 	todo := holdLockedEscrows(ctx, st, escrowsToDelete(acts), now, log)
 	if !dryRun {
+		if recheck != nil && len(todo) > 0 {
+			todo = recheck(todo)
+		}
 		deleteEscrows(ctx, st, todo, stats, log)
 	}
 	var errs []error
@@ -243,6 +248,65 @@ func runEscrows(ctx context.Context, st store.Store, acts []EscrowAction, now ti
 		}
 	}
 	return errs
+}
+
+// listedCommitted are the names of entries, each with whether it was
+// committed when listed: what recheckEscrows need not read again.
+func listedCommitted(entries []catalog.Entry) map[string]bool {
+	out := make(map[string]bool, len(entries))
+	for _, e := range entries {
+		out[e.Name] = e.Committed
+	}
+	return out
+}
+
+// recheckEscrows re-reads cluster id just before its escrows are deleted:
+// a backup may have committed, or started, after the listing the
+// decisions came from (a backup reusing an older escrow's address writes
+// nothing to it). It lists the cluster again and reads the manifest of
+// every backup committed since (listed: listedCommitted of the first
+// listing); a folder that was not listed is in flight. An escrow such a
+// backup names, or any while one is in flight or unreadable, is kept;
+// a failed listing fails every deletion (nothing deleted).
+func recheckEscrows(ctx context.Context, st store.Store, l catalog.Layout, id string, listed map[string]bool, now time.Time, grace time.Duration) func([]*EscrowAction) []*EscrowAction {
+	return func(todo []*EscrowAction) []*EscrowAction {
+		entries, _, err := catalog.ClusterInventory(ctx, st, l, id)
+		if err != nil {
+			for _, a := range todo {
+				a.fail(fmt.Errorf("cluster %s: escrow %s: re-reading the cluster's backups just before deleting it failed, so it was not deleted: %w", id, a.Key, err))
+			}
+			return nil
+		}
+		named := map[string][]string{}
+		var unreadable, inFlight []string
+		for _, e := range entries {
+			committed, ok := listed[e.Name]
+			switch {
+			case ok && (committed || !e.Committed):
+				continue // decided from the first listing
+			case !e.Committed:
+				inFlight = append(inFlight, e.Name)
+				continue
+			}
+			m, err := catalog.LoadManifest(ctx, st, l, id, e.Name)
+			switch {
+			case err != nil:
+				unreadable = append(unreadable, id+"/"+e.Name)
+			case m.Escrow.Stored():
+				named[m.Escrow.Address] = append(named[m.Escrow.Address], e.Name)
+			}
+		}
+		var rest []*EscrowAction
+		for _, a := range todo {
+			d := retention.DecideEscrows([]retention.EscrowObject{{Address: a.Address, LastModified: a.LastModified}}, named, unreadable, inFlight, now, grace)[0]
+			if d.Keep {
+				a.Keep, a.Action, a.Rule, a.Reason = true, ActionKeep, d.Rule, d.Reason+" (re-read just before deleting)"
+				continue
+			}
+			rest = append(rest, a)
+		}
+		return rest
+	}
 }
 
 // escrowCounts are the numbers of acts kept, to delete (or deleted),
@@ -334,7 +398,8 @@ func pruneEscrows(ctx context.Context, opts PruneOptions, inv *pruneInventory, r
 			}
 		}
 		c.Escrows = decideEscrows(opts.Layout, c.ClusterID, inv.escrows[c.ClusterID], named, unreadable, inFlight, opts.Now, opts.Policy.EscrowGrace())
-		errs = append(errs, runEscrows(ctx, opts.Store, c.Escrows, opts.Now, opts.DryRun, &rep.Stats, opts.Log)...)
+		recheck := recheckEscrows(ctx, opts.Store, opts.Layout, c.ClusterID, listedCommitted(inv.groups[c.ClusterID]), opts.Now, opts.Policy.EscrowGrace())
+		errs = append(errs, runEscrows(ctx, opts.Store, c.Escrows, opts.Now, opts.DryRun, &rep.Stats, opts.Log, recheck)...)
 	}
 	// Clusters with escrows but no backup at all (--all): named by none.
 	var ids []string
@@ -347,7 +412,8 @@ func pruneEscrows(ctx context.Context, opts PruneOptions, inv *pruneInventory, r
 	for _, id := range ids {
 		c := ClusterPrune{ClusterID: id, Backups: []BackupAction{}}
 		c.Escrows = decideEscrows(opts.Layout, id, inv.escrows[id], nil, nil, nil, opts.Now, opts.Policy.EscrowGrace())
-		errs = append(errs, runEscrows(ctx, opts.Store, c.Escrows, opts.Now, opts.DryRun, &rep.Stats, opts.Log)...)
+		recheck := recheckEscrows(ctx, opts.Store, opts.Layout, id, nil, opts.Now, opts.Policy.EscrowGrace())
+		errs = append(errs, runEscrows(ctx, opts.Store, c.Escrows, opts.Now, opts.DryRun, &rep.Stats, opts.Log, recheck)...)
 		rep.Clusters = append(rep.Clusters, c)
 	}
 	slices.SortFunc(rep.Clusters, func(a, b ClusterPrune) int { return strings.Compare(a.ClusterID, b.ClusterID) })

@@ -11,6 +11,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/prune"
 	"github.com/armada/etcd-recovery/internal/retention"
 	"github.com/armada/etcd-recovery/internal/store"
+	"github.com/armada/etcd-recovery/internal/testing/faults"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
@@ -370,5 +371,91 @@ func TestPruneRetainsLockedEscrow(t *testing.T) {
 	}
 	if a := escrowActions(rep, "esc-lock")[testfix.EscrowAddress("locked")]; a.Action != prune.ActionDeleted {
 		t.Errorf("escrow after its lock ended: %+v; want deleted", a)
+	}
+}
+
+// Prune re-reads the cluster just before deleting escrows: a backup that
+// commits after prune's listing and names an escrow no listed backup
+// names (a backup reusing an older escrow's address), or a folder in
+// flight that appears after the listing, keeps that escrow.
+func TestPruneEscrowRecheck(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		put    func(tb testing.TB, st store.Store, l catalog.Layout, a string)
+		rule   string
+		saying string
+	}{
+		{name: "committed reuse", rule: retention.EscrowRuleNamed, saying: "named by 1 backup", put: func(tb testing.TB, st store.Store, l catalog.Layout, a string) {
+			testfix.PutEscrowBackup(tb, st, l, "esc-r", time.Now().UTC(), testfix.StoredEscrow(catalog.EscrowPresent, a))
+		}},
+		{name: "in flight", rule: retention.EscrowRuleInFlight, saying: "in flight", put: func(tb testing.TB, st store.Store, l catalog.Layout, a string) {
+			name := catalog.BackupName(time.Now().UTC(), catalog.KindScheduled)
+			if _, err := st.Put(context.Background(), l.Key("esc-r", name, catalog.StartedObject), strings.NewReader("{}")); err != nil {
+				tb.Error(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			sr := testfix.NewStoreRig(t)
+			l := sr.Layout
+			st := faults.Wrap(sr.Store)
+			ctx := context.Background()
+			now := time.Now().UTC()
+			a, b := testfix.EscrowAddress("A"), testfix.EscrowAddress("B")
+			old := testfix.PutEscrowBackup(t, st, l, "esc-r", now.Add(-3*time.Hour), testfix.StoredEscrow(catalog.EscrowPresent, a))
+			testfix.PutEscrowBackup(t, st, l, "esc-r", now.Add(-1*time.Hour), testfix.StoredEscrow(catalog.EscrowPresent, b))
+			// The backup naming A goes; while prune deletes it (after its
+			// listing), another backup appears.
+			st.Inject(faults.Fault{Op: faults.OpDelete, KeyContains: old, Kind: faults.Hook, Times: 1,
+				Func: func(context.Context, string) { tc.put(t, sr.Store, l, a) }})
+			later := now.Add(retention.MinIncompleteAfter + 30*time.Minute)
+			rep, err := prune.Prune(ctx, prune.PruneOptions{Store: st, Layout: l, ClusterIDs: []string{"esc-r"}, Policy: escrowPolicy(), Now: later})
+			if err != nil {
+				t.Fatalf("prune: %v", err)
+			}
+			if acts := actionsByName(rep); acts["esc-r/"+old].Action != prune.ActionDeleted {
+				t.Fatalf("the backup naming A was not deleted: %+v", acts)
+			}
+			got := escrowActions(rep, "esc-r")[a]
+			if got.Action != prune.ActionKeep || got.Rule != tc.rule || !strings.Contains(got.Reason, tc.saying) || !strings.Contains(got.Reason, "re-read") {
+				t.Errorf("escrow A: %+v; want kept (%s, re-read before deleting)", got, tc.rule)
+			}
+			keys := escrowsIn(t, sr.Store, l, "esc-r")
+			if !slices.Contains(keys, l.EscrowKey("esc-r", a)) {
+				t.Fatalf("escrow A was deleted although a backup appeared meanwhile: %v", keys)
+			}
+		})
+	}
+}
+
+// prune --lock-mode re-locks the newest backup and, with it, the escrow
+// it names: on a locked bucket, without a backup run, the escrow's
+// retention reaches at least the newest backup's.
+func TestPruneRelockExtendsEscrow(t *testing.T) {
+	t.Parallel()
+	m := testenv.SharedMinIO(t)
+	st := testfix.Store(t, m, m.NewLockedBucket(t))
+	l := catalog.Layout{Prefix: testenv.Prefix(t)}
+	ctx := context.Background()
+	now := time.Now().UTC()
+	addr := testfix.EscrowAddress("relock")
+	name := testfix.PutEscrowBackup(t, st, l, "esc-relock", now.Add(-time.Hour), testfix.StoredEscrow(catalog.EscrowPresent, addr))
+	rep, err := prune.Prune(ctx, prune.PruneOptions{Store: st, Layout: l, ClusterIDs: []string{"esc-relock"}, Policy: escrowPolicy(), Now: now,
+		Lock: retention.LockPolicy{Mode: catalog.LockGovernanceMode}})
+	if err != nil {
+		t.Fatalf("prune: %v", err)
+	}
+	if len(rep.Relocked) != 1 {
+		t.Fatalf("relocked %v", rep.Relocked)
+	}
+	backupRet, err := st.Retention(ctx, l.Key("esc-relock", name, catalog.ManifestObject), "")
+	if err != nil || backupRet.Until.IsZero() {
+		t.Fatalf("the newest backup's manifest: retention %+v, %v", backupRet, err)
+	}
+	escrowRet, err := st.Retention(ctx, l.EscrowKey("esc-relock", addr), "")
+	if err != nil || escrowRet.Until.Before(backupRet.Until) {
+		t.Fatalf("escrow retention %+v (%v), want until >= the newest backup's %s", escrowRet, err, backupRet.Until)
 	}
 }

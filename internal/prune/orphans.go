@@ -677,7 +677,7 @@ func executeOrphans(ctx context.Context, opts OrphanOptions, plan *orphanPlan, r
 	}
 	t := time.Now()
 	for _, o := range plan.escrowsOnly {
-		if es := runEscrows(ctx, opts.Store, o.Escrows, opts.Now, false, &rep.Stats, log); len(es) > 0 {
+		if es := runEscrows(ctx, opts.Store, o.Escrows, opts.Now, false, &rep.Stats, log, nil); len(es) > 0 {
 			err := fmt.Errorf("cluster %s: %w", o.ClusterID, errEscrows(es))
 			o.State, o.Err, o.Error = OrphanFailed, err, err.Error()
 			rep.Failed++
@@ -767,7 +767,7 @@ func deleteCluster(ctx context.Context, st store.Store, layout catalog.Layout, i
 		keepEscrows(escrows, fmt.Sprintf("kept: %d backup(s) of the cluster remain (retained by object lock or not deleted); the escrows go with the last",
 			countFailed(acts)+retained))
 	} else {
-		errs = append(errs, runEscrows(ctx, st, escrows, time.Now(), false, stats, log)...)
+		errs = append(errs, runEscrows(ctx, st, escrows, time.Now(), false, stats, log, nil)...)
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("cluster %s: %d of %d backups, %d uploads, %d escrows: deletion incomplete (a later run retries): %w",
@@ -892,7 +892,7 @@ func DeleteAll(ctx context.Context, opts DeleteAllOptions) (*DeleteAllReport, er
 		if slices.ContainsFunc(rep.Backups, func(a BackupAction) bool { return a.Action == ActionRetained }) {
 			keepEscrows(rep.Escrows, "kept: a backup of the cluster is retained by object lock; the escrows go with the last")
 		}
-		runEscrows(ctx, opts.Store, rep.Escrows, time.Now(), true, &rep.Stats, log)
+		runEscrows(ctx, opts.Store, rep.Escrows, time.Now(), true, &rep.Stats, log, nil)
 		rep.Stats.Duration = time.Since(start)
 		return rep, nil
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/escrow"
 	"github.com/armada/etcd-recovery/internal/retention"
 	"github.com/armada/etcd-recovery/internal/store"
 )
@@ -1190,7 +1191,8 @@ func deleteNamedEscrows(ctx context.Context, opts DeleteOptions, rep *DeleteRepo
 	named, unreadable := namedEscrows(entries, func(n string) *catalog.Manifest { return byName[n] }, func(n string) bool { return gone[n] })
 	now, grace := time.Now(), retention.DefaultPolicy().EscrowGrace()
 	rep.Escrows = decideEscrows(opts.Layout, opts.ClusterID, escrows, named, unreadable, inFlightOf(entries, now, grace), now, grace)
-	return runEscrows(ctx, opts.Store, rep.Escrows, now, false, &rep.Stats, log)
+	return runEscrows(ctx, opts.Store, rep.Escrows, now, false, &rep.Stats, log,
+		recheckEscrows(ctx, opts.Store, opts.Layout, opts.ClusterID, listedCommitted(entries), now, grace))
 }
 
 // listDelete is Delete's first step: it lists the cluster, checks its
@@ -1381,6 +1383,19 @@ func retainLocked(ctx context.Context, opts PruneOptions, byCluster clusterPrune
 	return keep, nil
 }
 
+// relockEscrow extends the lock of the escrow backup name names (if it
+// names a stored one) to at least ret.
+func relockEscrow(ctx context.Context, opts PruneOptions, cluster, name string, ret store.Retention) error {
+	m, err := catalog.LoadManifest(ctx, opts.Store, opts.Layout, cluster, name)
+	if err != nil {
+		return err
+	}
+	if !m.Escrow.Stored() {
+		return nil
+	}
+	return escrow.Extend(ctx, opts.Store, opts.Layout.EscrowKey(cluster, m.Escrow.Address), &ret)
+}
+
 // relockNewest re-locks each pruned cluster's newest committed backup
 // that checks out to at least RelockUntil(opts.Now) (opts.Lock with an
 // explicit mode). Best effort: a failure is logged, not a prune failure.
@@ -1403,6 +1418,11 @@ func relockNewest(ctx context.Context, opts PruneOptions, rep *PruneReport) {
 		if err != nil {
 			opts.Log.Warn("prune: could not re-lock the newest backup", "cluster", c.ClusterID, "backup", newest.Name, "until", until, "err", err)
 			continue
+		}
+		// The escrow it names stays locked at least as long (as backup's
+		// re-lock does).
+		if err := relockEscrow(ctx, opts, c.ClusterID, newest.Name, store.Retention{Mode: lp.Mode.StoreMode(), Until: until}); err != nil {
+			opts.Log.Warn("prune: could not extend the lock of the newest backup's escrow", "cluster", c.ClusterID, "backup", newest.Name, "until", until, "err", err)
 		}
 		if n > 0 {
 			rep.Relocked = append(rep.Relocked, c.ClusterID+"/"+newest.Name)
