@@ -3,17 +3,14 @@ package fleet_test
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/klauspost/compress/zstd"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/armada/etcd-recovery/fleet"
@@ -123,7 +120,7 @@ func testEscrow(t *testing.T, w *kubetest.RBACWorld) {
 		// The manual fallback's plaintext holds the keys: the bucket
 		// search below can fail.
 		plain, _ := catalog.MarshalEscrow(list)
-		if !holdsPrivateKey(plain) {
+		if !testfix.HoldsPrivateKey(plain) {
 			t.Fatalf("%s: the escrow's plaintext holds no private key: the search of the bucket would prove nothing", c.Name)
 		}
 	}
@@ -212,36 +209,14 @@ func testEscrow(t *testing.T, w *kubetest.RBACWorld) {
 
 	// No object of the bucket holds a private key in plaintext: the
 	// manifests, the zstd objects decompressed, age objects sealed.
-	objs, err := st.List(ctx, "")
-	if err != nil {
-		t.Fatal(err)
+	searched, sealed, found := testfix.PlaintextPrivateKeys(t, ctx, st, "")
+	for _, k := range found {
+		t.Errorf("%s holds a private key in plaintext", k)
 	}
-	sealed := 0
-	for _, o := range objs {
-		b := testfix.ReadObject(t, st, o.Key)
-		if bytes.HasPrefix(b, []byte("age-encryption.org/v1\n")) {
-			sealed++
-			continue
-		}
-		if strings.HasSuffix(o.Key, ".zst") {
-			d, err := zstd.NewReader(nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, err = d.DecodeAll(b, nil)
-			d.Close()
-			if err != nil {
-				t.Fatalf("%s: %v", o.Key, err)
-			}
-		}
-		if holdsPrivateKey(b) {
-			t.Errorf("%s holds a private key in plaintext", o.Key)
-		}
+	if sealed < 5 || searched < 10 {
+		t.Fatalf("searched %d objects, %d sealed: not the bucket of the runs above", searched, sealed)
 	}
-	if sealed < 5 || len(objs) < 10 {
-		t.Fatalf("searched %d objects, %d sealed: not the bucket of the runs above", len(objs), sealed)
-	}
-	t.Logf("searched %d objects (%d sealed) for private keys", len(objs), sealed)
+	t.Logf("searched %d objects (%d sealed) for private keys", searched, sealed)
 }
 
 // checkEscrowedAsAPI: the escrow holds the cluster's three secrets with
@@ -310,28 +285,4 @@ func equalInfos(a, b map[string]store.ObjectInfo) bool {
 		}
 	}
 	return true
-}
-
-// privateKeyHeader ends every PEM private key header.
-var privateKeyHeader = []byte("PRIVATE KEY-----")
-
-// base64Run is a run of base64 long enough to hold a PEM header.
-var base64Run = regexp.MustCompile(`[A-Za-z0-9+/]{24,}={0,2}`)
-
-// holdsPrivateKey: b holds a PEM private key header, as it is or
-// base64-encoded (a Secret's data in JSON).
-func holdsPrivateKey(b []byte) bool {
-	if bytes.Contains(b, privateKeyHeader) {
-		return true
-	}
-	for _, run := range base64Run.FindAll(b, -1) {
-		for cut := 0; cut < 4 && cut < len(run); cut++ { // any alignment
-			s := strings.TrimRight(string(run[cut:]), "=")
-			s = s[:len(s)/4*4]
-			if d, err := base64.StdEncoding.DecodeString(s); err == nil && bytes.Contains(d, privateKeyHeader) {
-				return true
-			}
-		}
-	}
-	return false
 }

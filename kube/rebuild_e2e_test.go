@@ -502,18 +502,17 @@ func escrowedBackup(t *testing.T, ctx context.Context, k *testenv.KubeAPIServer,
 	return list[0].Manifest
 }
 
-// noPlaintextKeys fails when any stored object holds a PEM private-key
-// header: the escrow's keys are sealed.
+// noPlaintextKeys fails when any stored object holds a PEM private key
+// in plaintext (testfix.PlaintextPrivateKeys): the escrow's keys are
+// sealed.
 func noPlaintextKeys(t *testing.T, ctx context.Context, st store.Store, prefix string) {
 	t.Helper()
-	keys := testfix.Keys(t, st, prefix)
-	for _, key := range keys {
-		if b := getObject(t, ctx, st, key); bytes.Contains(b, []byte("PRIVATE KEY-----")) {
-			t.Errorf("stored object %s holds a PEM private key in plaintext", key)
-		}
+	searched, sealed, found := testfix.PlaintextPrivateKeys(t, ctx, st, prefix)
+	for _, key := range found {
+		t.Errorf("stored object %s holds a PEM private key in plaintext", key)
 	}
-	if len(keys) < 2 {
-		t.Fatalf("only %d objects stored: %v", len(keys), keys)
+	if searched < 2 || sealed < 1 {
+		t.Fatalf("only %d objects stored, %d sealed", searched, sealed)
 	}
 }
 
