@@ -160,7 +160,7 @@ func (c *capture) reserve(evs []*clientv3.Event, cont bool) (seal bool, wait int
 		return false, 0
 	}
 	// The rest of a revision a fragment began is always taken.
-	if took, _ := b.take(need, cont, len(c.events) == 0 && c.credit == 0); took {
+	if took, _ := b.take(need, cont, c.holdsNothing()); took {
 		c.credit += need
 		return false, 0
 	}
@@ -187,7 +187,9 @@ func (c *capture) waitBudget(ctx context.Context, need int64) error {
 		b.mu.Unlock()
 	}()
 	for {
-		took, wake := b.take(need, false, true) // it holds nothing: its credit was given back
+		// Its credit was given back; its sealed segments may still be
+		// uploading, and until they are stored it waits like the others.
+		took, wake := b.take(need, false, c.holdsNothing())
 		if took {
 			c.credit += need
 			return nil
@@ -198,6 +200,14 @@ func (c *capture) waitBudget(ctx context.Context, need int64) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// holdsNothing says whether the capture holds no budget at all: nothing
+// buffered, no credit, and no sealed segment still uploading. Only such a
+// capture may take a message past the limit (Budget), so the budget's
+// overshoot stays one message a capture.
+func (c *capture) holdsNothing() bool {
+	return len(c.events) == 0 && c.credit == 0 && c.sealedHeld.Load() == 0
 }
 
 // release gives back what a capture holds: its buffer and credit (on its

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -281,6 +282,11 @@ type capture struct {
 	o    CaptureOptions
 	next int64 // the next revision expected
 
+	// sealedHeld is what the capture's sealed segments not yet stored
+	// (or given up) hold of the Budget: a capture with any is not one
+	// "holding nothing", which alone may take a message past the limit.
+	sealedHeld atomic.Int64
+
 	events    []Event
 	size      int64
 	started   time.Time // when the buffer's first event arrived
@@ -347,14 +353,14 @@ func (c *capture) run(ctx context.Context) error {
 		defer close(upDone)
 		for p := range c.upc {
 			err := c.uploadInSlot(upCtx, p)
-			c.o.Budget.give(p.held)
+			c.givePending(p)
 			if err == nil {
 				err = c.checkOverlap(upCtx, p)
 			}
 			if err != nil {
 				c.errc <- err
 				for p := range c.upc { // drop the rest: Capture is failing
-					c.o.Budget.give(p.held)
+					c.givePending(p)
 				}
 				return
 			}
@@ -385,7 +391,7 @@ func (c *capture) run(ctx context.Context) error {
 			select {
 			case c.upc <- p:
 			case err := <-c.errc:
-				c.o.Budget.give(p.held)
+				c.givePending(p)
 				close(c.upc)
 				return err
 			case <-timer.C:
@@ -680,7 +686,7 @@ func (c *capture) handOff(ctx context.Context) (paused bool, err error) {
 	case c.upc <- p:
 		return true, nil
 	case err := <-c.errc:
-		c.o.Budget.give(p.held)
+		c.givePending(p)
 		return true, err
 	case <-ctx.Done():
 	}
@@ -690,15 +696,22 @@ func (c *capture) handOff(ctx context.Context) (paused bool, err error) {
 	case c.upc <- p:
 		return true, errStopping
 	case err := <-c.errc:
-		c.o.Budget.give(p.held)
+		c.givePending(p)
 		return true, err
 	case <-timer.C:
 		return true, c.frozen(p)
 	}
 }
 
-func (c *capture) frozen(p pending) error {
+// givePending gives back what a sealed segment held of the Budget, once
+// it is stored or given up.
+func (c *capture) givePending(p pending) {
 	c.o.Budget.give(p.held)
+	c.sealedHeld.Add(-p.held)
+}
+
+func (c *capture) frozen(p pending) error {
+	c.givePending(p)
 	return &SegmentError{Key: c.o.Layout.JournalSegmentKey(c.o.ClusterID, p.h.FirstRev, p.h.LastRev), Reason: ReasonStore,
 		Detail: fmt.Sprintf("not handed to the store within %s of the journal stopping (store frozen)", c.o.FinalFlush)}
 }
@@ -1042,6 +1055,7 @@ func (c *capture) seal() (pending, error) {
 	}
 	c.prevSum = sum
 	h.Format, h.Events = FormatVersion, 0
+	c.sealedHeld.Add(held)
 	return pending{h: h, raw: raw, held: held, events: events}, nil
 }
 
