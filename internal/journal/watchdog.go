@@ -155,8 +155,13 @@ func (c *capture) checkWatch() bool {
 		return false
 	}
 	seen := max(c.wd.seen, c.next-1)
-	if (want > 0 && seen >= want) || (want < 0 && c.wd.answered) {
-		c.wd.probeAt = time.Time{} // alive
+	// Alive: it showed the cluster's revision, or (the read failed) it
+	// answered; or it delivered revisions past where it stood when the
+	// probe began: a long catch-up of large values is slow, not stalled
+	// (a partitioned member answers at its old revision, a frozen one
+	// not at all; neither delivers new revisions).
+	if (want > 0 && seen >= want) || (want < 0 && c.wd.answered) || c.next-1 > c.wd.probeReach {
+		c.wd.probeAt = time.Time{}
 		return false
 	}
 	if now.Sub(c.wd.probeAt) < timeout {
