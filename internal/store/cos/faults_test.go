@@ -330,3 +330,45 @@ func TestRedact(t *testing.T) {
 		}
 	}
 }
+
+// A 503 with "Retry-After: 60" (MinIO initializing after a restart; COS
+// slowing a client down) is retried after at most MaxBackoff, not after
+// the minute it asks for: the SDK adds Retry-After uncapped, and one such
+// answer inside an abort window of a minute left a failed backup's
+// multipart upload behind with the store already back
+// (TestBackupMinIOStoppedMidUpload, on a loaded machine).
+func TestRetryAfterCappedAtMaxBackoff(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			w.Header().Set("Retry-After", "60")
+			w.Header().Set("Content-Type", "application/xml")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>XMinioServerNotInitialized</Code><Message>Server not initialized yet, please try again.</Message></Error>`)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	s, err := cos.New(cos.Config{
+		Endpoint: srv.URL, Region: testenv.MinIORegion, Bucket: "b",
+		Creds:      cos.Credentials{AccessKeyID: "id", SecretAccessKey: "secret-value-123"},
+		MaxRetries: 3, MinBackoff: 100 * time.Millisecond, MaxBackoff: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(testCtx(t), 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := s.AbortUpload(ctx, store.Upload{Key: "p/x", UploadID: "u1"}); err != nil {
+		t.Fatalf("abort after one 503 with Retry-After: %v (after %v)", err, time.Since(start))
+	}
+	if n := calls.Load(); n != 2 {
+		t.Errorf("the server saw %d requests, want 2 (one 503, one retry)", n)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("the retry came after %v; MaxBackoff is 1s", d)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/IBM/ibm-cos-sdk-go/aws/awserr"
 	"github.com/IBM/ibm-cos-sdk-go/aws/client"
@@ -35,6 +36,22 @@ func (r retryer) ShouldRetry(req *request.Request) bool {
 		return true
 	}
 	return r.DefaultRetryer.ShouldRetry(req)
+}
+
+// RetryRules is the SDK's delay, capped at MaxRetryDelay (Config's
+// MaxBackoff). The SDK adds a 503's or 429's Retry-After to its backoff
+// uncapped, and MinIO answers "Retry-After: 60" while it initializes after
+// a restart (COS may answer a SlowDown the same way): one such answer put
+// a minute's sleep inside an abort window of a minute, and the multipart
+// upload of a failed backup was left behind with the store already back.
+// Waiting at most MaxBackoff and asking again is as polite, and keeps every
+// call inside its caller's deadline.
+func (r retryer) RetryRules(req *request.Request) time.Duration {
+	d := r.DefaultRetryer.RetryRules(req)
+	if limit := max(r.MaxRetryDelay, r.MaxThrottleDelay); limit > 0 && d > limit {
+		return limit
+	}
+	return d
 }
 
 // isReset reports whether err is a connection reset, a broken pipe or a
