@@ -45,6 +45,7 @@ import (
 //	<prefix>/_journal/<cluster-id>/gaps/<from>.json            a journal gap's record (JournalGapKey; fleet's journal writes it)
 //	<prefix>/_journal/<cluster-id>/proofs/<backup>.json        a journal proof (JournalProofKey; drill.ProveJournal writes it)
 //	<prefix>/_escrow/<cluster-id>/<address>.json.age           a cluster's escrow (EscrowKey; escrow.go)
+//	<prefix>/_restores/<run>/...                               a namespace-wide restore's records (fleetrestore.go)
 //
 // The tool's own folders under the prefix start with '_', which no cluster
 // id can (ValidateClusterID). Older versions staged copies under
@@ -388,6 +389,7 @@ const (
 	KeyJournal      KeyKind = "journal"       // a journal segment
 	KeyJournalGap   KeyKind = "journal gap"   // a journal gap's record (JournalGapKey)
 	KeyEscrow       KeyKind = "escrow"        // a cluster's escrow (EscrowKey); Name is its address
+	KeyFleetRestore KeyKind = "restore run"   // a record of a namespace-wide restore (fleetrestore.go); Name is the run
 )
 
 // KeyInfo is a key classified by the layout.
@@ -442,6 +444,13 @@ func (l Layout) Classify(key string) KeyInfo {
 	}
 	if r, ok := strings.CutPrefix(rest, escrowDir); ok {
 		return classifyEscrow(r)
+	}
+	if strings.HasPrefix(rest, restoresDir) {
+		k, ok := l.ParseFleetRestoreKey(key)
+		if !ok {
+			return unknown
+		}
+		return KeyInfo{Kind: KeyFleetRestore, ClusterID: k.Cluster, Name: k.Run, Time: k.Started}
 	}
 	if r, ok := strings.CutPrefix(rest, journalDir); ok {
 		id, seg, ok := strings.Cut(r, "/")
