@@ -132,9 +132,12 @@ type RestoreAllOptions struct {
 	// in time, Journal, DryRun, OnStep and Annotations are set per cluster.
 	Template kube.OperatorRestoreOptions
 	// Model gives the plan's expected time; ModelInputs are its inputs,
-	// printed with the plan.
+	// printed with the plan. Default: a RestoreModel of the store's
+	// throughput, measured on the largest backup to restore, FixedCost
+	// (default DefaultRestoreFixedCost) and Parallel.
 	Model       RestoreExpecter
 	ModelInputs map[string]string
+	FixedCost   time.Duration
 	// OnStep is called when a cluster's step changes, and about once a
 	// second while it moves bytes (from the cluster's goroutine).
 	OnStep func(RestoreAllStep)
@@ -258,6 +261,14 @@ func RestoreAll(ctx context.Context, opts RestoreAllOptions) (*RestoreAllReport,
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
+	if len(opts.Namespaces) == 0 {
+		return nil, errors.New("restore-all: no namespace")
+	}
+	for _, n := range opts.Namespaces {
+		if n.Kube == nil || n.Store == nil {
+			return nil, errors.New("restore-all: a namespace without a kubernetes client or a store")
+		}
+	}
 	r := newRestoreAll(opts)
 	if err := r.discover(ctx); err != nil {
 		return r.rep, err
@@ -313,6 +324,7 @@ type raCluster struct {
 	judged        string
 	action        string
 	newest        string // the newest committed backup
+	snapshotKey   string // its snapshot object
 	row           RestoreAllRow
 
 	mu    sync.Mutex

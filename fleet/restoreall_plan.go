@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -13,6 +14,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/ctxerr"
 	"github.com/armada/etcd-recovery/internal/fanout"
+	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/internal/probe"
 	"github.com/armada/etcd-recovery/internal/usage"
 	"github.com/armada/etcd-recovery/kube"
@@ -22,11 +24,10 @@ import (
 const discoverParallel = 16
 
 // Validate checks what was asked, before anything is contacted, as usage
-// errors naming restore-all's flags.
+// errors naming restore-all's flags (not the wiring: RestoreAll checks
+// that each namespace has a client and a store).
 func (o RestoreAllOptions) Validate() error {
 	switch {
-	case len(o.Namespaces) == 0:
-		return usage.Errorf("restore-all: no namespace (--namespace)")
 	case o.Parallel < 0:
 		return usage.Errorf("restore-all: --parallel %d: want at least 1", o.Parallel)
 	case o.ClusterTimeout < 0:
@@ -46,13 +47,12 @@ func (o RestoreAllOptions) Validate() error {
 	}
 	seen := map[string]bool{}
 	for _, n := range o.Namespaces {
-		if n.Kube == nil || n.Store == nil {
-			return fmt.Errorf("restore-all: namespace without a kubernetes client or a store")
-		}
-		if seen[n.Kube.Namespace] {
+		if n.Kube != nil && seen[n.Kube.Namespace] {
 			return usage.Errorf("restore-all: namespace %s given twice", n.Kube.Namespace)
 		}
-		seen[n.Kube.Namespace] = true
+		if n.Kube != nil {
+			seen[n.Kube.Namespace] = true
+		}
 	}
 	for _, n := range o.Names {
 		if err := catalog.ValidateClusterID(n); err != nil {
@@ -275,9 +275,12 @@ func (r *restoreAll) plan() {
 			c.row.Outcome = OutcomePlanned
 		}
 	}
-	if o.Model != nil {
-		r.rep.Expected = o.Model.Expect(bytes)
+	model := o.Model
+	if model == nil {
+		m := r.measureModel()
+		model = m
 	}
+	r.rep.Expected = model.Expect(bytes)
 	for _, c := range append(append([]*raCluster{}, r.todo...), r.left...) {
 		c.row.ClientURL = clientURL(c)
 	}
@@ -312,7 +315,49 @@ func (r *restoreAll) readBackups() {
 			return
 		}
 		c.row.Backup, c.row.Revision, c.row.Bytes = m.Name, m.Revision(), m.Snapshot.StoredSize
+		c.snapshotKey = c.ns.Layout.Key(c.id, m.Name, m.Snapshot.Object)
 	})
+}
+
+// measureLimit and measureTimeout bound the plan's measurement of the
+// store's throughput.
+const (
+	measureLimit   = 16 << 20
+	measureTimeout = 15 * time.Second
+)
+
+// measureModel is the plan's model (RestoreModel): the store's
+// throughput measured on the largest backup to restore (up to
+// measureLimit of it), DefaultRestoreFixedCost (or FixedCost) and
+// Parallel. Its inputs go in the report (and the plan record).
+func (r *restoreAll) measureModel() RestoreModel {
+	m := RestoreModel{Fixed: r.opts.FixedCost, Parallel: r.opts.Parallel}
+	if m.Fixed <= 0 {
+		m.Fixed = DefaultRestoreFixedCost
+	}
+	var largest *raCluster
+	for _, c := range r.todo {
+		if c.snapshotKey != "" && (largest == nil || c.row.Bytes > largest.row.Bytes) {
+			largest = c
+		}
+	}
+	note := "no backup to measure"
+	if largest != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), measureTimeout)
+		rate, err := MeasureStoreThroughput(ctx, largest.ns.Store, largest.snapshotKey, measureLimit)
+		cancel()
+		if err != nil {
+			note = err.Error()
+			r.log.Warn("restore-all: the store's throughput could not be measured: the plan's time counts the fixed cost only", "err", err)
+		} else {
+			m.Stream = rate
+			note = fmt.Sprintf("%s of %s", output.Bytes(min(int64(measureLimit), largest.row.Bytes)), largest.snapshotKey)
+		}
+	}
+	in := m.Inputs()
+	in["measuredOn"] = note
+	r.rep.Model = in
+	return m
 }
 
 // order sorts the clusters to restore: those named in first (in that
