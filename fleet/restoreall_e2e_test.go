@@ -333,6 +333,48 @@ func TestRestoreAll(t *testing.T) {
 			t.Errorf("overlapping run: %v, want refused", err)
 		}
 	})
+
+	t.Run("Selection", func(t *testing.T) {
+		// --cluster and --selector narrow the selection (dry runs: the
+		// plan only, no record).
+		ec, err := w.Dyn.Resource(kube.EtcdClusterGVR).Namespace(restoreAllNS).Get(ctx, noBackup.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ec.SetLabels(map[string]string{"tier": "gold"})
+		if _, err := w.Dyn.Resource(kube.EtcdClusterGVR).Namespace(restoreAllNS).Update(ctx, ec, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		keysBefore := testfix.Keys(t, st, layout.RestoresPrefix())
+		for _, tc := range []struct {
+			names    []string
+			selector string
+			want     string
+		}{
+			{[]string{healthy.Name, minority.Name}, "", "etcd-ra1=planned etcd-ra0=healthy"},
+			{nil, "tier=gold", "etcd-ra3=planned"},
+			{nil, "tier!=gold", "etcd-ra1=planned etcd-ra0=healthy etcd-ra2=healthy"},
+			{[]string{"etcd-nope"}, "", "etcd-nope=failed"},
+		} {
+			o := opts
+			o.DryRun, o.Names, o.Selector, o.OnStep = true, tc.names, tc.selector, nil
+			rep, err := fleet.RestoreAll(ctx, o)
+			if err != nil && !strings.Contains(tc.want, "failed") {
+				t.Errorf("%v %q: %v", tc.names, tc.selector, err)
+				continue
+			}
+			var got []string
+			for _, r := range rep.Clusters {
+				got = append(got, r.Cluster+"="+r.Outcome)
+			}
+			if strings.Join(got, " ") != tc.want {
+				t.Errorf("--cluster %v --selector %q: %v, want %s", tc.names, tc.selector, got, tc.want)
+			}
+		}
+		if keysAfter := testfix.Keys(t, st, layout.RestoresPrefix()); !slices.Equal(keysAfter, keysBefore) {
+			t.Errorf("dry runs wrote records: %v -> %v", keysBefore, keysAfter)
+		}
+	})
 }
 
 // grantNodePortServices lets the toolkit's account get each cluster's
