@@ -332,6 +332,12 @@ func TestRestoreAll(t *testing.T) {
 		if !errors.As(err, &ip) || ip.Host != "other-pod" || ip.Run != old || !strings.Contains(err.Error(), "other-pod") {
 			t.Errorf("overlapping run: %v, want refused", err)
 		}
+		// A dry run changes nothing: it is not refused.
+		dry := opts
+		dry.DryRun, dry.OnStep = true, nil
+		if _, err := fleet.RestoreAll(ctx, dry); err != nil {
+			t.Errorf("a dry run while an attempt is in progress: %v", err)
+		}
 	})
 
 	t.Run("Selection", func(t *testing.T) {
