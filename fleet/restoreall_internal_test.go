@@ -307,3 +307,32 @@ func TestRestoreAllAttemptBound(t *testing.T) {
 		}
 	}
 }
+
+// Each cluster's restore options: the template's, with the cluster, its
+// namespace's store, the run's annotation, its own journal for a point in
+// time, the store (not its present state) for a healthy cluster restored
+// on request, and etcd-operator's wait within the cluster's deadline.
+func TestRestoreAllClusterOptions(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 11, 29, 9, 30, 0, 0, time.UTC)
+	r := newRestoreAll(RestoreAllOptions{ToTime: at, ClusterTimeout: 5 * time.Minute,
+		Template: kube.OperatorRestoreOptions{Bucket: "b", Endpoint: "e", Timeout: 10 * time.Minute, Backup: "ignored"}})
+	ns := &raNamespace{RestoreAllNamespace: RestoreAllNamespace{Kube: &kube.Client{Namespace: "kubx-etcd-07"}, Layout: catalog.Layout{Prefix: "kubx-etcd-07/"}},
+		name: "kubx-etcd-07", run: "20261129T100000.000Z-0a0b0c0d"}
+	lost := &raCluster{ns: ns, id: "etcd-lost"}
+	healthy := &raCluster{ns: ns, id: "etcd-fine", judged: OutcomeHealthy}
+	o := r.clusterOptions(lost)
+	if o.Cluster != "etcd-lost" || o.Kube != ns.Kube || o.Layout != ns.Layout || o.Backup != "" || o.DryRun ||
+		o.Annotations[AnnotationRun] != ns.run || o.Bucket != "b" || o.OnStep == nil || o.Progress == nil {
+		t.Errorf("options %+v", o)
+	}
+	if !o.ToTime.Equal(at) || o.Journal == nil || o.NoLive {
+		t.Errorf("point in time: to %v, journal %v, no-live %t", o.ToTime, o.Journal, o.NoLive)
+	}
+	if o.Timeout != 5*time.Minute {
+		t.Errorf("etcd-operator's wait %v, want the cluster's deadline 5m", o.Timeout)
+	}
+	if o := r.clusterOptions(healthy); !o.NoLive {
+		t.Error("a healthy cluster restored on request takes a survivor snapshot of its present state")
+	}
+}
