@@ -251,7 +251,7 @@ func TestRestoreAllReportRows(t *testing.T) {
 	}{
 		{0, "OUTCOME", OutcomeRestored}, {0, "NODEPORT", "30123"}, {0, "ELAPSED", "1m1s"}, {0, "BYTES", "2.0 MiB"}, {0, "REVISION", "1000000042"},
 		{0, "CLIENT URL", "https://etcd-a-client.kubx-etcd-01.svc:2379"}, {0, "ERROR", "-"},
-		{1, "OUTCOME", "done-earlier (run 20261129T100000.000Z-0a0b0c0d)"}, {1, "NODEPORT", "-"},
+		{1, "OUTCOME", OutcomeDoneEarlier}, {1, "RUN", "20261129T100000.000Z-0a0b0c0d"}, {1, "NODEPORT", "-"},
 		{2, "ERROR", fmt.Sprintf("at step %q: etcd-operator did not ...; next: runbooks/quorum-loss.md#restore-through-etcd-operator", kube.OpStepWait)},
 		{3, "HEALTH", "3/3 members healthy"}, {3, "BACKUP", "-"},
 	} {
