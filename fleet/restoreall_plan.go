@@ -306,9 +306,22 @@ func (r *restoreAll) plan() {
 		model = m
 	}
 	r.rep.Expected = model.Expect(bytes)
-	for _, c := range append(append([]*raCluster{}, r.todo...), r.left...) {
+	all := append(append([]*raCluster{}, r.todo...), r.left...)
+	for _, c := range all {
 		c.row.ClientURL = clientURL(c)
 	}
+	// Every cluster's NodePort (a restored one's is read again after
+	// its restore): the plan shows which kube-apiservers will need a
+	// restart.
+	fanout.ForEach(context.Background(), len(all), discoverParallel, func(ctx context.Context, i int) {
+		c := all[i]
+		if c.cluster == nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		c.row.NodePort, c.row.NodePortError = nodePort(ctx, c.ns.Kube, c.id)
+	})
 }
 
 // decideAction is what to do with a cluster: the action a resumed run
