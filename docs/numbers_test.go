@@ -145,6 +145,12 @@ func numberChecks() []numberCheck {
 		{what: "fleet.DefaultRestoreParallel", file: "docs/restore.md",
 			phrase: `about a quarter of a CPU .* and (\d+) MiB beside a (\d+) MiB base, within (\d+) % of the memory limit; the smaller of the two bounds, at least 1 and at most (\d+)\. The toolkit pod \((\d+) CPUs, (\d+) MiB\) gets (\d+); with no limits, (\d+) per CPU`,
 			verify: restoreParallelFormula},
+		{what: "fleet.DefaultRestoreFixedCost", file: "docs/restore.md", phrase: "fixed cost \\(`--fixed-cost`, (\\d+) s\\)",
+			want: []string{seconds(fleet.DefaultRestoreFixedCost)}},
+		{what: "fleet.DefaultRestoreFixedCost", file: "runbooks/namespace-restore.md", phrase: "\\(`--fixed-cost`, (\\d+) s:",
+			want: []string{seconds(fleet.DefaultRestoreFixedCost)}},
+		{what: "fleet.DefaultClusterTimeout", file: "runbooks/namespace-restore.md", phrase: "\\(`--cluster-timeout`, (\\d+) min\\)",
+			want: []string{minutes(fleet.DefaultClusterTimeout)}},
 		// The exporter.
 		{what: "metrics.DefaultInterval", file: "docs/metrics.md", phrase: "Every `--interval` \\((\\d+) min, ±(\\d+) % jitter\\)",
 			want: []string{minutes(metrics.DefaultInterval), strconv.FormatFloat(metrics.DefaultJitter*100, 'f', -1, 64)}},
