@@ -145,6 +145,16 @@ func numberChecks() []numberCheck {
 		{what: "fleet.DefaultRestoreParallel", file: "docs/restore.md",
 			phrase: `about a quarter of a CPU .* and (\d+) MiB beside a (\d+) MiB base, within (\d+) % of the memory limit; the smaller of the two bounds, at least 1 and at most (\d+)\. The toolkit pod \((\d+) CPUs, (\d+) MiB\) gets (\d+); with no limits, (\d+) per CPU`,
 			verify: restoreParallelFormula},
+		{what: "fleet.DefaultRestoreParallel", file: "runbooks/namespace-restore.md", phrase: `\((\d+) for its (\d+) CPUs and (\d+) MiB:`,
+			verify: func(g []string) error {
+				n, _ := strconv.Atoi(g[0])
+				cpus, _ := strconv.ParseInt(g[1], 10, 64)
+				mib, _ := strconv.ParseInt(g[2], 10, 64)
+				if got := fleet.DefaultRestoreParallel(cpus*1000, mib<<20); got != n {
+					return fmt.Errorf("the runbook says %d for %d CPUs and %d MiB; fleet.DefaultRestoreParallel gives %d", n, cpus, mib, got)
+				}
+				return nil
+			}},
 		{what: "fleet.DefaultRestoreFixedCost", file: "docs/restore.md", phrase: "fixed cost \\(`--fixed-cost`, (\\d+) s\\)",
 			want: []string{seconds(fleet.DefaultRestoreFixedCost)}},
 		{what: "fleet.DefaultRestoreFixedCost", file: "runbooks/namespace-restore.md", phrase: "\\(`--fixed-cost`, (\\d+) s:",
