@@ -105,6 +105,32 @@ func startTimeoutFormula(g []string) error {
 	return nil
 }
 
+// restoreParallelFormula checks the documented restore-all default
+// parallelism against fleet.DefaultRestoreParallel: the per-restore and
+// base memory, the share of the limit, the bound, the toolkit pod's
+// answer, and the restores a CPU (a quarter of a CPU each).
+func restoreParallelFormula(g []string) error {
+	n := make([]int64, len(g))
+	for i, s := range g {
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return fmt.Errorf("cannot read %q in %q", s, g)
+		}
+		n[i] = v
+	}
+	per, base, share, most, cpus, mem, toolkit, perCPU := n[0]<<20, n[1]<<20, n[2], n[3], n[4], n[5]<<20, n[6], n[7]
+	if per != fleet.RestoreMemBytesPerCluster || base != fleet.RestoreBaseMemBytes || share != fleet.RestoreMemShare ||
+		most != fleet.MaxRestoreParallel || perCPU != 1000/fleet.RestoreCPUMilliPerCluster {
+		return fmt.Errorf("the document says %d MiB a restore, %d MiB base, %d %%, at most %d, %d per CPU; the code %d MiB, %d MiB, %d %%, %d, %d",
+			per>>20, base>>20, share, most, perCPU, fleet.RestoreMemBytesPerCluster>>20, fleet.RestoreBaseMemBytes>>20, fleet.RestoreMemShare,
+			fleet.MaxRestoreParallel, 1000/fleet.RestoreCPUMilliPerCluster)
+	}
+	if got := fleet.DefaultRestoreParallel(cpus*1000, mem); int64(got) != toolkit {
+		return fmt.Errorf("the document says the toolkit pod (%d CPUs, %d MiB) gets %d; fleet.DefaultRestoreParallel gives %d", cpus, mem>>20, toolkit, got)
+	}
+	return nil
+}
+
 // numberChecks are the numbers an SRE acts on that a document states and
 // the code defines.
 func numberChecks() []numberCheck {
@@ -114,6 +140,27 @@ func numberChecks() []numberCheck {
 	lagRatio := int(inspect.DefaultJournalLagBound / journal.DefaultSegmentInterval)
 	words := map[int]string{10: "ten"}
 	return []numberCheck{
+		// restore-all's default parallelism (the formula is in
+		// fleet.DefaultRestoreParallel; the document's numbers give it).
+		{what: "fleet.DefaultRestoreParallel", file: "docs/restore.md",
+			phrase: `about a quarter of a CPU .* and (\d+) MiB beside a (\d+) MiB base, within (\d+) % of the memory limit; the smaller of the two bounds, at least 1 and at most (\d+)\. The toolkit pod \((\d+) CPUs, (\d+) MiB\) gets (\d+); with no limits, (\d+) per CPU`,
+			verify: restoreParallelFormula},
+		{what: "fleet.DefaultRestoreParallel", file: "runbooks/namespace-restore.md", phrase: `\((\d+) for its (\d+) CPUs and (\d+) MiB:`,
+			verify: func(g []string) error {
+				n, _ := strconv.Atoi(g[0])
+				cpus, _ := strconv.ParseInt(g[1], 10, 64)
+				mib, _ := strconv.ParseInt(g[2], 10, 64)
+				if got := fleet.DefaultRestoreParallel(cpus*1000, mib<<20); got != n {
+					return fmt.Errorf("the runbook says %d for %d CPUs and %d MiB; fleet.DefaultRestoreParallel gives %d", n, cpus, mib, got)
+				}
+				return nil
+			}},
+		{what: "fleet.DefaultRestoreFixedCost", file: "docs/restore.md", phrase: "fixed cost \\(`--fixed-cost`, (\\d+) s\\)",
+			want: []string{seconds(fleet.DefaultRestoreFixedCost)}},
+		{what: "fleet.DefaultRestoreFixedCost", file: "runbooks/namespace-restore.md", phrase: "\\(`--fixed-cost`, (\\d+) s:",
+			want: []string{seconds(fleet.DefaultRestoreFixedCost)}},
+		{what: "fleet.DefaultClusterTimeout", file: "runbooks/namespace-restore.md", phrase: "\\(`--cluster-timeout`, (\\d+) min\\)",
+			want: []string{minutes(fleet.DefaultClusterTimeout)}},
 		// The exporter.
 		{what: "metrics.DefaultInterval", file: "docs/metrics.md", phrase: "Every `--interval` \\((\\d+) min, ±(\\d+) % jitter\\)",
 			want: []string{minutes(metrics.DefaultInterval), strconv.FormatFloat(metrics.DefaultJitter*100, 'f', -1, 64)}},

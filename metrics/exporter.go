@@ -116,6 +116,10 @@ type Exporter struct {
 	errs        map[string]uint64 // by step
 	lastSuccess time.Time
 	lastStart   time.Time
+
+	// restoreRuns caches the restore run records read (restorerun.go);
+	// only the refresh, one at a time, uses it.
+	restoreRuns restoreRunCache
 }
 
 // New builds an exporter; it refreshes only when asked (Refresh, Run).
@@ -171,7 +175,8 @@ func (e *Exporter) Errors() map[string]uint64 {
 // of the committed backups: small JSON objects, no snapshot is read), the
 // inspection (fleet.InspectAll, the code of inspect --all) and the orphans
 // (fleet.ListOrphans, the orphan pass in dry-run mode) run concurrently;
-// then the age header of each cluster's newest encrypted backup is opened
+// the newest namespace-wide restore run's records (restorerun.go) come
+// from the same listing; then the age header of each cluster's newest encrypted backup is opened
 // with the mounted identities (catalog.CheckDecrypts, one ranged read),
 // and, when the bucket has object lock, the retention of each cluster's
 // newest backup's manifest is read (catalog.BackupLock).
@@ -406,6 +411,10 @@ func (r *refresh) snapshot(next map[string]*ClusterState, exists map[string]bool
 	} else {
 		snap.Staged = prev.Staged
 	}
+	snap.RestoreRun = prev.RestoreRun
+	if r.sr != nil && r.sr.restoreRunOK {
+		snap.RestoreRun = r.sr.restoreRun
+	}
 	snap.ObjectLock = prev.ObjectLock
 	if r.sr != nil && r.sr.lockOK {
 		enabled := r.sr.lock.Enabled
@@ -608,6 +617,10 @@ type storeRead struct {
 	journal map[string]journal.SegmentInfo
 	// gaps are each cluster's journal gap records (journalgap.go).
 	gaps map[string]gapListing
+	// restoreRun is the newest namespace-wide restore run (nil: none),
+	// when its records could be read (restoreRunOK; restorerun.go).
+	restoreRun   *RestoreRunState
+	restoreRunOK bool
 }
 
 // readStore lists the layout's root once and reads the committed backups'
@@ -651,6 +664,11 @@ func (e *Exporter) readStore(ctx context.Context, fail func(string, error)) *sto
 		staged: stagedStates(layout, objs), journal: newestSegments(layout, objs),
 		gaps: journalGapKeys(layout, objs)}
 	sr.proofs, sr.proofsUnread = e.readProofs(ctx, objs, fail)
+	if sr.restoreRun, err = e.readRestoreRun(ctx, objs); err != nil {
+		fail(StepReadRestores, err)
+	} else {
+		sr.restoreRunOK = true
+	}
 	if sr.lock, err = catalog.BucketLock(ctx, st); err != nil {
 		fail(StepReadLocks, err)
 	} else {
@@ -764,7 +782,9 @@ func (e *Exporter) Describe(ch chan<- *prometheus.Desc) {
 		descBackupUndecryptable, descBucketObjectLock, descBackupLockedUntil,
 		descBackupDuration, descBackupThroughput, descRestorableFrom,
 		descJournalProofFailed, descJournalProofTimestamp, descJournalLastRevision, descJournalLastReceived,
-		descJournalGaps, descJournalGapTimestamp, descEscrowState, descEscrowUsable, descCertificateNotAfter} {
+		descJournalGaps, descJournalGapTimestamp, descEscrowState, descEscrowUsable, descCertificateNotAfter,
+		descRestoreRunInfo, descRestoreRunInProgress, descRestoreRunKilled, descRestoreRunClusters, descRestoreRunStarted,
+		descRestoreRunDeadline, descRestoreRunEnded, descRestoreRunExpected} {
 		ch <- d
 	}
 }
@@ -802,6 +822,7 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 		gauge(descStagedCopies, float64(s.Copies), s.Cluster)
 		gauge(descStagedOldest, unixSeconds(s.Oldest), s.Cluster)
 	}
+	collectRestoreRun(gauge, snap.RestoreRun, e.opts.Now())
 	if !snap.At.IsZero() {
 		gauge(descRefreshDuration, snap.Duration.Seconds())
 	}

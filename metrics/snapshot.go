@@ -133,6 +133,9 @@ type Snapshot struct {
 	// ObjectLock: whether the bucket has object lock (nil: not known, no
 	// store or its lock configuration never read).
 	ObjectLock *bool `json:"objectLock,omitempty"`
+	// RestoreRun is the newest namespace-wide restore run under the
+	// prefix's _restores/ (nil: none, or never read).
+	RestoreRun *RestoreRunState `json:"restoreRun,omitempty"`
 	// At is when the refresh finished; Duration how long it took.
 	At       time.Time     `json:"at"`
 	Duration time.Duration `json:"duration"`

@@ -83,6 +83,7 @@ var scenarios = []struct {
 	{"failed-drill", failedDrill},
 	{"every-backup-deleted", everyBackupDeleted},
 	{"namespace-gone", namespaceGoneRunbook},
+	{"namespace-restore", namespaceRestoreRunbook},
 }
 
 // TestRunbooks executes every runbook in the failure it is written for, in

@@ -2,7 +2,9 @@
 // hierarchy or cgroup v2): where it is, its limit, and how many of its
 // processes the kernel's OOM killer has killed. The drill tells an etcd
 // killed by the OOM killer (the node's fault) from one that exited on its
-// own (the backup's) with it. Everything here only reads /proc and
+// own (the backup's) with it. SelfLimits (limits.go) also reads this
+// process's CPU limit beside its memory limit (a pod's container limits),
+// from which restore-all sizes its parallelism. Everything here only reads /proc and
 // /sys/fs/cgroup; where they are absent (not Linux, no cgroup) the answers
 // are "unknown".
 package memcg
