@@ -55,6 +55,10 @@ type FleetWorldOptions struct {
 	// Keys and ValueSize of testenv.PutKeys (default 40 keys of 512
 	// bytes; cluster i gets Keys+i).
 	Keys, ValueSize int
+	// FillBytes, when set, fills each cluster that has no customer master
+	// with about that many bytes of large random values
+	// (testfix.FillLarge) instead of PutKeys (the benchmark's sizes).
+	FillBytes int64
 	// RunningDelay of each namespace's restore operator stand-in (default
 	// 500ms).
 	RunningDelay time.Duration
@@ -176,7 +180,10 @@ func StartFleetWorld(tb testing.TB, o FleetWorldOptions) *FleetWorld {
 				np := StartNodePort(tb, w.Admin, ns, name+"-client-service-np", nodeIP)
 				fc.Customer = StartCustomerMaster(tb, ctx, w.Admin, ns, name, np)
 				fc.Customer.Fill(tb, ctx, 20)
+				fc.Customer.Want = fc.Customer.Objects(tb, ctx)
 				fc.Customer.Stop()
+			} else if o.FillBytes > 0 {
+				testfix.FillLarge(tb, fc.Etcd.Client(tb), o.FillBytes)
 			} else {
 				testenv.PutKeys(tb, fc.Etcd.Client(tb), "/registry/k", o.Keys+i, o.ValueSize)
 			}
@@ -584,6 +591,8 @@ type CustomerMaster struct {
 	opts testenv.KubeOptions
 	K    *testenv.KubeAPIServer
 	Node *NodePort
+	// Want is what it served after Fill (Objects), before it stopped.
+	Want map[string]string
 }
 
 // CustomerNamespace is the customer's namespace inside a customer master.
