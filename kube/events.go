@@ -20,6 +20,11 @@ const (
 	ReasonDrillNotRun = "DrillNotRun"
 	// ReasonDrillInconclusive: the node, not the backup, stopped the drill.
 	ReasonDrillInconclusive = "DrillInconclusive"
+	// Reasons of restore-all: a cluster's restore began (Normal), ended
+	// verified (Normal) or failed (Warning).
+	ReasonRestoreStarted   = "RestoreStarted"
+	ReasonRestoreSucceeded = "RestoreSucceeded"
+	ReasonRestoreFailed    = "RestoreFailed"
 	// EventComponent is the event source, as `kubectl describe` shows it.
 	EventComponent = "etcd-recovery"
 )

@@ -101,6 +101,22 @@ type OperatorRestoreOptions struct {
 	BumpRevision uint64
 	// AcceptUnprovenJournal: restore.Options.AcceptUnprovenJournal.
 	AcceptUnprovenJournal bool
+
+	// OnStep, when set, is called as each step (OpStep*) begins, from
+	// the restore's goroutine: restore-all's live table and its log line
+	// per step.
+	OnStep func(step string)
+	// Annotations are put on the EtcdRestore besides the tool's own
+	// (restore-all's run, so that a rerun finds the EtcdRestore of a
+	// killed attempt).
+	Annotations map[string]string
+}
+
+// step reports that step begins (OnStep).
+func (o *OperatorRestoreOptions) step(step string) {
+	if o.OnStep != nil {
+		o.OnStep(step)
+	}
 }
 
 // Steps of OperatorRestore, named in its errors.
@@ -290,10 +306,12 @@ func OperatorRestore(ctx context.Context, o OperatorRestoreOptions) (_ *Operator
 
 	// The EtcdCluster: it must exist (it is the operator's template), and
 	// no EtcdRestore of the same name may be pending.
+	o.step(OpStepCluster)
 	if err := r.readCluster(ctx); err != nil {
 		return rep, err
 	}
 	// 0. The secret etcd-operator will read the snapshot with.
+	o.step(OpStepAWSSecret)
 	if err := r.checkAWSSecret(ctx); err != nil {
 		return rep, err
 	}
@@ -313,6 +331,7 @@ func OperatorRestore(ctx context.Context, o OperatorRestoreOptions) (_ *Operator
 		defer os.RemoveAll(scratch)
 	}
 	t0 := time.Now()
+	o.step(OpStepSelect)
 	if err := r.selectSnapshot(ctx, tmp, scratch); err != nil {
 		return rep, err
 	}
@@ -324,6 +343,7 @@ func OperatorRestore(ctx context.Context, o OperatorRestoreOptions) (_ *Operator
 		// From here on the staged copy is removed on every return: after
 		// the verification, or on failure or cancellation.
 		defer func() { o.removeStaged(ctx, rep, r.log, rerr) }()
+		o.step(OpStepStage)
 		if err := r.stage(ctx); err != nil {
 			return rep, err
 		}
@@ -331,6 +351,7 @@ func OperatorRestore(ctx context.Context, o OperatorRestoreOptions) (_ *Operator
 	}
 
 	// 3. The EtcdRestore; etcd-operator replaces the EtcdCluster.
+	o.step(OpStepRequest)
 	if err := r.createRestore(ctx); err != nil {
 		return rep, err
 	}
@@ -342,6 +363,7 @@ func OperatorRestore(ctx context.Context, o OperatorRestoreOptions) (_ *Operator
 
 	// 4. Wait for the restored EtcdCluster.
 	t0 = time.Now()
+	o.step(OpStepWait)
 	size, err := o.waitRestored(ctx, rep)
 	if err != nil {
 		return rep, r.fail(ctx, OpStepWait, err)
@@ -350,6 +372,7 @@ func OperatorRestore(ctx context.Context, o OperatorRestoreOptions) (_ *Operator
 
 	// 5. Verify it, discovered again.
 	t0 = rep.timed(OpStepWait, t0)
+	o.step(OpStepVerify)
 	if err := r.verify(ctx, size); err != nil {
 		return rep, err
 	}
@@ -572,6 +595,11 @@ func (r *operatorRestore) etcdRestore() *unstructured.Unstructured {
 func (r *operatorRestore) createRestore(ctx context.Context) error {
 	o, k, rep := r.o, r.k, r.rep
 	er := r.etcdRestore()
+	for k, v := range o.Annotations {
+		if _, ours := er.GetAnnotations()[k]; !ours {
+			_ = unstructured.SetNestedField(er.Object, v, "metadata", "annotations", k)
+		}
+	}
 	rep.Actions = append(rep.Actions,
 		OperatorAction{Verb: "create", What: "EtcdRestore " + k.Namespace + "/" + o.Cluster, Object: er.Object},
 		OperatorAction{Verb: "replace", What: fmt.Sprintf("EtcdCluster %s/%s (uid %s): etcd-operator's restore operator deletes it and creates "+

@@ -118,6 +118,7 @@ func RebuildRestore(ctx context.Context, o RebuildRestoreOptions) (*RebuildResto
 
 	// 1. The backup.
 	t0 := time.Now()
+	ro.step(RRStepChoose)
 	var backupErr error
 	rep.Backup = ro.Backup
 	if rep.Backup == "" {
@@ -145,6 +146,7 @@ func RebuildRestore(ctx context.Context, o RebuildRestoreOptions) (*RebuildResto
 
 	// 2. Its escrow (or EscrowFrom's), opened before anything is created.
 	t0 = time.Now()
+	ro.step(RRStepEscrow)
 	rep.EscrowFrom = rep.Backup
 	if o.EscrowFrom != "" {
 		rep.EscrowFrom = o.EscrowFrom
@@ -193,6 +195,7 @@ func RebuildRestore(ctx context.Context, o RebuildRestoreOptions) (*RebuildResto
 		log.Warn(warning, "step", OpStepAWSSecret)
 	}
 	t0 = time.Now()
+	ro.step(StepRebuild)
 	rep.Rebuild, err = Rebuild(ctx, RebuildOptions{Kube: k, Cluster: ro.Cluster, List: list, Replace: o.Replace, DryRun: ro.DryRun, Log: ro.Log})
 	timed(StepRebuild, t0)
 	if err != nil {

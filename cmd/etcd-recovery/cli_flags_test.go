@@ -27,7 +27,7 @@ var flagExceptions = map[string]string{
 	// and probes only when asked (the Deployment's :9091).
 	"listen": "journal: none unless given",
 	// Each drill runs an etcd and needs twice the database in --temp-dir.
-	"parallel": "drill: 1, backup, inspect and serve: 4",
+	"parallel": "drill: 1, backup, inspect and serve: 4, restore-all: 0 (from the pod's CPU and memory limits)",
 }
 
 type flagUse struct {

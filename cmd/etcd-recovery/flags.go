@@ -427,7 +427,7 @@ func backupFlag(dest *string) cli.Flag {
 	return &cli.StringFlag{Name: "backup", Usage: backupFlagUsage, Destination: dest}
 }
 
-const clusterFlagUsage = "an EtcdCluster of the namespace, by name (found through Kubernetes; also its cluster id in COS; backup: repeatable)"
+const clusterFlagUsage = "an EtcdCluster of the namespace, by name (found through Kubernetes; also its cluster id in COS; backup, restore-all: repeatable)"
 
 func clusterFlag(dest *string) cli.Flag {
 	return &cli.StringFlag{Name: "cluster", Usage: clusterFlagUsage, Destination: dest}

@@ -161,6 +161,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			deleteCommand(g),
 			inspectCommand(g),
 			restoreCommand(g),
+			restoreAllCommand(g),
 			drillCommand(g),
 			serveCommand(g),
 			journalCommand(g),

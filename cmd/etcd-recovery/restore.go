@@ -105,7 +105,7 @@ func restoreCommand(g *globalOpts) *cli.Command {
 			bumpRevisionFlag(&o.bumpRevision),
 			&cli.BoolFlag{Name: "mark-compacted", Value: true, Usage: "mark the bumped revision compacted, so watchers re-list (etcdutl's --mark-compacted)", Destination: &o.markCompacted},
 			&cli.IntFlag{Name: "parallel-data-dirs", Usage: "data dirs written at a time (0: all at once; each maps the database while it is written)", Destination: &o.parallelDataDirs},
-			&cli.BoolFlag{Name: "force", Usage: "move non-empty data dirs aside (<dir>.moved-<UTC time>) instead of refusing; nothing is deleted", Destination: &o.force},
+			forceFlag(&o.force),
 			dryRunFlag(&o.dryRun),
 			tempDirFlag(&o.tempDir),
 			&cli.StringSliceFlag{Name: "verify-endpoints", Usage: "client URLs of the new members: wait for them and verify the rebuilt cluster", Destination: &o.verifyEndpoints},
@@ -113,16 +113,16 @@ func restoreCommand(g *globalOpts) *cli.Command {
 			&cli.StringFlag{Name: "via", Usage: "etcd-operator: restore the EtcdCluster --cluster through an EtcdRestore", Destination: &o.via},
 			clusterFlag(&o.cluster),
 			timeoutFlag(&o.timeout),
-			&cli.DurationFlag{Name: "wait-timeout", Value: kube.DefaultOperatorRestoreTimeout, Usage: "with --via etcd-operator: how long to wait for the restored EtcdCluster's members to be ready", Destination: &o.waitTimeout},
-			&cli.StringFlag{Name: "aws-secret", Value: kube.COSSecretName, Usage: "with --via etcd-operator: the secret etcd-operator reads the S3 credentials from (spec.s3.awsSecret; keys credentials and config, AWS shared-file format, checked first)", Destination: &o.awsSecret},
-			&cli.BoolFlag{Name: "force-path-style", Value: true, Usage: "with --via etcd-operator: spec.s3.forcePathStyle", Destination: &o.forcePathStyle},
+			waitTimeoutFlag(&o.waitTimeout),
+			awsSecretFlag(&o.awsSecret),
+			forcePathStyleFlag(&o.forcePathStyle),
 			&cli.Int64Flag{Name: "to-revision", Usage: "point in time: restore the cluster as of exactly this revision, from the newest backup at or below it and the journal's segments after it", Destination: &o.toRevision},
-			&cli.StringFlag{Name: "to-time", Usage: "point in time (" + timeFlagForms + "): restore to the last revision the journal received at or before this time (to within 100 ms)", Destination: &o.toTime},
+			toTimeFlag(&o.toTime),
 			&cli.BoolFlag{Name: "accept-unproven-journal", Usage: "point in time: replay the journal even through a window whose journal proof failed (journal prove; refused without it)", Destination: &o.acceptUnprovenJournal},
 			&cli.BoolFlag{Name: "to-latest", Usage: "point in time: restore to the newest revision the journal reaches exactly from the newest backup (every member lost: a survivor snapshot, the default, loses nothing)", Destination: &o.toLatest},
 			identityFileFlag(&o.identityFile),
-			&cli.BoolFlag{Name: "rebuild", Usage: "with --via etcd-operator: first recreate the cluster's missing secrets, Services and EtcdCluster (paused) from the escrow the backup names, decrypted with --identity-file (the namespace is gone)", Destination: &o.rebuild},
-			&cli.BoolFlag{Name: "replace", Usage: "with --rebuild: replace existing objects that differ from the escrow (else they refuse the rebuild, named with the fields that differ)", Destination: &o.replace},
+			rebuildFlag(&o.rebuild),
+			replaceFlag(&o.replace),
 			&cli.StringFlag{Name: "escrow-from", Usage: "with --rebuild: rebuild from this backup's escrow when the restored backup's is not usable (missing, mismatch, none)", Destination: &o.escrowFrom},
 			outputFlag(&o.output),
 		}, o.encryption.flags(), deprecatedFlagsOf("restore")),
@@ -518,4 +518,45 @@ func includeDeletedFlag(dst *bool) cli.Flag {
 	return &cli.BoolFlag{Name: "include-deleted", Destination: dst,
 		Usage: "also the backups a versioned bucket holds only as object versions (deleted: behind a delete marker; overwritten), " +
 			"at the versions they wrote (list: STATUS DELETED/OVERWRITTEN; restore and drill use them without it when no live backup checks out, and say so)"}
+}
+
+// The flags restore and restore-all share (one name, one meaning: the
+// usage text says what each command does with it).
+
+func forceFlag(dest *bool) cli.Flag {
+	return &cli.BoolFlag{Name: "force", Destination: dest,
+		Usage: "restore: move non-empty data dirs aside (<dir>.moved-<UTC time>) instead of refusing; nothing is deleted. " +
+			"restore-all: restore healthy and degraded clusters too (from the store's newest backup)"}
+}
+
+func waitTimeoutFlag(dest *time.Duration) cli.Flag {
+	return &cli.DurationFlag{Name: "wait-timeout", Value: kube.DefaultOperatorRestoreTimeout, Destination: dest,
+		Usage: "with --via etcd-operator (restore-all: each cluster's): how long to wait for the restored EtcdCluster's members to be ready"}
+}
+
+func awsSecretFlag(dest *string) cli.Flag {
+	return &cli.StringFlag{Name: "aws-secret", Value: kube.COSSecretName, Destination: dest,
+		Usage: "with --via etcd-operator, and restore-all: the secret etcd-operator reads the S3 credentials from (spec.s3.awsSecret; keys credentials and config, AWS shared-file format, checked first)"}
+}
+
+func forcePathStyleFlag(dest *bool) cli.Flag {
+	return &cli.BoolFlag{Name: "force-path-style", Value: true, Destination: dest,
+		Usage: "with --via etcd-operator, and restore-all: spec.s3.forcePathStyle"}
+}
+
+func toTimeFlag(dest *string) cli.Flag {
+	return &cli.StringFlag{Name: "to-time", Destination: dest,
+		Usage: "point in time (" + timeFlagForms + "): restore to the last revision the journal received at or before this time (to within 100 ms; " +
+			"restore-all: every selected cluster, healthy ones too, each to its own revision)"}
+}
+
+func rebuildFlag(dest *bool) cli.Flag {
+	return &cli.BoolFlag{Name: "rebuild", Destination: dest,
+		Usage: "with --via etcd-operator: first recreate the cluster's missing secrets, Services and EtcdCluster (paused) from the escrow the backup names, " +
+			"decrypted with --identity-file (the namespace is gone); restore-all: so every cluster id with backups under the prefix and no EtcdCluster"}
+}
+
+func replaceFlag(dest *bool) cli.Flag {
+	return &cli.BoolFlag{Name: "replace", Destination: dest,
+		Usage: "with --rebuild: replace existing objects that differ from the escrow (else they refuse the rebuild, named with the fields that differ)"}
 }

@@ -1,0 +1,276 @@
+package fleet_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/fleet"
+	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/testing/kubetest"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testfix"
+	"github.com/armada/etcd-recovery/kube"
+)
+
+// restoreAllNS holds the clusters of the restore-all test.
+const restoreAllNS = "kubx-etcd-71"
+
+// TestRestoreAll runs restore-all against a real kube-apiserver with the
+// deployment's RBAC (the toolkit's service account), MinIO, real etcd
+// clusters with TLS and the stand-in of etcd-operator's restore operator:
+// of three EtcdClusters, one is healthy (left alone, untouched), one lost
+// two of its three members (restored from its survivor's snapshot) and one
+// lost its only member (restored from its backup). Then a rerun resumes
+// a run whose records say one cluster is done: that cluster is skipped
+// and not touched although it lost quorum again, the other is restored.
+func TestRestoreAll(t *testing.T) {
+	t.Parallel()
+	w := kubetest.StartRBACWorld(t, restoreAllNS)
+	ctx := testfix.Context(t, 5*time.Minute)
+	m := testenv.SharedMinIO(t)
+	bucket := m.NewBucket(t)
+	prefix := testenv.Prefix(t)
+	kubetest.CreateCOSSecret(t, w.Admin, restoreAllNS, m)
+	st := testfix.Store(t, m, bucket)
+	layout := catalog.Layout{Prefix: prefix}
+
+	healthy := kubetest.AddEtcdCluster(t, w.Admin, w.Dyn, restoreAllNS, "etcd-ra0", testenv.EtcdOptions{IP: "127.0.19.10", Members: 1})
+	minority := kubetest.AddEtcdCluster(t, w.Admin, w.Dyn, restoreAllNS, "etcd-ra1", testenv.EtcdOptions{IP: "127.0.19.11", Members: 3})
+	allLost := kubetest.AddEtcdCluster(t, w.Admin, w.Dyn, restoreAllNS, "etcd-ra2", testenv.EtcdOptions{IP: "127.0.19.12", Members: 1})
+	clusters := []kubetest.Cluster{healthy, minority, allLost}
+	for i, fc := range clusters {
+		kubetest.PerClusterAccess(t, w.A, restoreAllNS, fc.Name)
+		testenv.PutKeys(t, fc.Etcd.Client(t), "/registry/k", 40+10*i, 256)
+		if _, err := backup.Run(ctx, backup.Options{ClusterID: fc.Name, Kind: catalog.KindScheduled, Etcd: testfix.EtcdConfig(fc.Etcd), Store: st, Layout: layout}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Quorum lost: two of etcd-ra1's three members, etcd-ra2's only one.
+	minority.Etcd.Members[1].Kill()
+	minority.Etcd.Members[2].Kill()
+	allLost.Etcd.Members[0].Kill()
+
+	op := kubetest.StartRestoreOperator(t, kubetest.RestoreOperatorOptions{Namespace: restoreAllNS, Client: w.Admin, Dynamic: w.Dyn, RunningDelay: 500 * time.Millisecond})
+	for _, fc := range clusters {
+		op.Register(fc)
+	}
+	// The NodePort of each cluster's <id>-client-service-np: the
+	// toolkit's account may get those Services (not in deploy/'s Roles).
+	grantNodePortServices(t, w, restoreAllNS, clusters)
+	sa, err := kube.New(kube.Config{Rest: w.K.RestConfig(kubetest.SAToken(t, w.Admin, restoreAllNS, "etcd-recovery-toolkit")), Namespace: restoreAllNS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := fleet.RestoreAllOptions{
+		Namespaces: []fleet.RestoreAllNamespace{{Kube: sa, Store: st, Layout: layout}},
+		Parallel:   2, HealthTimeout: 2 * time.Second, ClusterTimeout: 2 * time.Minute,
+		Template: kube.OperatorRestoreOptions{Bucket: bucket, Endpoint: m.Endpoint, ForcePathStyle: true, ProbeTimeout: 2 * time.Second,
+			DialTimeout: 2 * time.Second, PollInterval: 200 * time.Millisecond, TempDir: t.TempDir()},
+	}
+	var (
+		stepsMu sync.Mutex
+		steps   []fleet.RestoreAllStep
+	)
+	opts.OnStep = func(s fleet.RestoreAllStep) {
+		stepsMu.Lock()
+		defer stepsMu.Unlock()
+		steps = append(steps, s)
+	}
+
+	start := time.Now()
+	rep, err := fleet.RestoreAll(ctx, opts)
+	if err != nil {
+		t.Fatalf("restore-all: %v\nreport %+v", err, rep)
+	}
+	t.Logf("restore-all of 2 quorum-lost clusters (1 healthy) at --parallel 2: %v", time.Since(start).Round(time.Millisecond))
+	byName := map[string]fleet.RestoreAllRow{}
+	for _, row := range rep.Clusters {
+		byName[row.Cluster] = row
+	}
+	if len(rep.Clusters) != 3 || len(rep.Failed) != 0 || len(rep.Runs) != 1 || rep.Runs[0].Resumed {
+		t.Fatalf("report: %+v", rep)
+	}
+	run := rep.Runs[0].Run
+	if r := byName[healthy.Name]; r.Outcome != fleet.OutcomeHealthy || r.Action != "" || r.Health != "1/1 members healthy" {
+		t.Errorf("healthy cluster: %+v", r)
+	}
+	for _, fc := range []kubetest.Cluster{minority, allLost} {
+		r := byName[fc.Name]
+		if r.Outcome != fleet.OutcomeRestored || r.Action != fleet.ActionRestore || !strings.HasSuffix(r.Health, ": quorum lost") ||
+			r.Backup == "" || r.Revision == 0 || r.Run != run || r.NodePort == 0 ||
+			r.ClientURL != "https://"+fc.Name+"-client."+restoreAllNS+".svc:2379" {
+			t.Errorf("%s: %+v", fc.Name, r)
+		}
+		var done catalog.FleetRestoreDone
+		if err := catalog.ReadFleetRestoreRecord(ctx, st, layout.FleetRestoreDoneKey(run, fc.Name), &done); err != nil || done.Backup != r.Backup {
+			t.Errorf("%s: done record %+v: %v", fc.Name, done, err)
+		}
+		rec := op.Wait(t, fc.Name, time.Second)
+		if rec.Err != nil || rec.OldUID != fc.UID {
+			t.Errorf("%s: the operator's restore: %+v", fc.Name, rec)
+		}
+	}
+	if byName[minority.Name].Health != "0/3 members healthy (1 answer): quorum lost" {
+		t.Errorf("minority: health %q", byName[minority.Name].Health)
+	}
+	// The healthy cluster is untouched: same uid, no EtcdRestore.
+	if ec, err := w.Dyn.Resource(kube.EtcdClusterGVR).Namespace(restoreAllNS).Get(ctx, healthy.Name, metav1.GetOptions{}); err != nil || ec.GetUID() != healthy.UID {
+		t.Errorf("the healthy cluster was replaced: %v", err)
+	}
+	if _, err := w.Dyn.Resource(kube.EtcdRestoreGVR).Namespace(restoreAllNS).Get(ctx, healthy.Name, metav1.GetOptions{}); err == nil {
+		t.Error("an EtcdRestore of the healthy cluster was created")
+	}
+	// The run's records: the plan (the two clusters), a start and an end.
+	var plan catalog.FleetRestorePlan
+	if err := catalog.ReadFleetRestoreRecord(ctx, st, layout.FleetRestorePlanKey(run), &plan); err != nil || len(plan.Clusters) != 2 ||
+		plan.Fingerprint != catalog.FleetRestoreFingerprint(catalog.FleetRestoreRequest{}) {
+		t.Errorf("plan %+v: %v", plan, err)
+	}
+	var end catalog.FleetRestoreAttempt
+	if err := catalog.ReadFleetRestoreRecord(ctx, st, layout.FleetRestoreAttemptKey(run, rep.Runs[0].Attempt, true), &end); err != nil ||
+		end.Verified != 2 || len(end.Failed) != 0 || end.Ended.IsZero() {
+		t.Errorf("end record %+v: %v", end, err)
+	}
+	// Steps were reported for each restored cluster, through verification.
+	for _, fc := range []kubetest.Cluster{minority, allLost} {
+		var seen []string
+		for _, s := range steps {
+			if s.Cluster == fc.Name {
+				seen = append(seen, s.Step)
+			}
+		}
+		if !slices.Contains(seen, kube.OpStepWait) || !slices.Contains(seen, kube.OpStepVerify) || seen[len(seen)-1] != fleet.StepDone {
+			t.Errorf("%s: steps %v", fc.Name, seen)
+		}
+	}
+	// Events: started and succeeded on each restored cluster (the second
+	// on the restored EtcdCluster), none on the healthy one.
+	for _, fc := range clusters {
+		list, err := w.Admin.CoreV1().Events(restoreAllNS).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + fc.Name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var reasons []string
+		for _, ev := range list.Items {
+			reasons = append(reasons, ev.Reason)
+		}
+		slices.Sort(reasons)
+		want := []string{kube.ReasonRestoreStarted, kube.ReasonRestoreSucceeded}
+		if fc.Name == healthy.Name {
+			want = nil
+		}
+		if !slices.Equal(reasons, want) {
+			t.Errorf("%s: events %v, want %v", fc.Name, reasons, want)
+		}
+	}
+
+	t.Run("ResumeSkipsDone", func(t *testing.T) {
+		// Both restored clusters lose quorum again. A run of the same
+		// request left records (as a killed attempt leaves them) saying
+		// etcd-ra1 is done: the rerun resumes it, skips etcd-ra1 without
+		// touching it, and restores etcd-ra2.
+		for _, fc := range []kubetest.Cluster{minority, allLost} {
+			for _, mem := range op.Wait(t, fc.Name, time.Second).Members {
+				mem.Kill()
+			}
+		}
+		now := time.Now().UTC()
+		old := catalog.NewFleetRestoreRunID(now)
+		req := catalog.FleetRestoreRequest{}
+		writeRecord := func(key string, v any) {
+			t.Helper()
+			if err := catalog.WriteFleetRestoreRecord(ctx, st, key, v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		writeRecord(layout.FleetRestorePlanKey(old), &catalog.FleetRestorePlan{Version: catalog.FleetRestorePlanVersion, Run: old, Namespace: restoreAllNS,
+			Created: now, Request: req, Fingerprint: catalog.FleetRestoreFingerprint(req),
+			Clusters: []catalog.FleetRestorePlanned{{Cluster: minority.Name, Action: fleet.ActionRestore}, {Cluster: allLost.Name, Action: fleet.ActionRestore}}})
+		started := now.Add(-time.Minute)
+		// Killed: a start record past its deadline, no end record.
+		writeRecord(layout.FleetRestoreAttemptKey(old, started, false), &catalog.FleetRestoreAttempt{Run: old, Started: started, Deadline: now.Add(-time.Second), Host: "killed", Parallel: 2})
+		writeRecord(layout.FleetRestoreDoneKey(old, minority.Name), &catalog.FleetRestoreDone{Run: old, Cluster: minority.Name, Action: fleet.ActionRestore,
+			Backup: "b-earlier", Revision: 7, Verified: now})
+		ecBefore, err := w.Dyn.Resource(kube.EtcdClusterGVR).Namespace(restoreAllNS).Get(ctx, minority.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		erBefore, err := w.Dyn.Resource(kube.EtcdRestoreGVR).Namespace(restoreAllNS).Get(ctx, minority.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		rep, err := fleet.RestoreAll(ctx, opts)
+		if err != nil {
+			t.Fatalf("rerun: %v\n%+v", err, rep)
+		}
+		if len(rep.Runs) != 1 || rep.Runs[0].Run != old || !rep.Runs[0].Resumed {
+			t.Fatalf("runs %+v, want run %s resumed", rep.Runs, old)
+		}
+		rows := map[string]fleet.RestoreAllRow{}
+		for _, r := range rep.Clusters {
+			rows[r.Cluster] = r
+		}
+		if r := rows[minority.Name]; r.Outcome != fleet.OutcomeDoneEarlier || r.Run != old || r.Backup != "b-earlier" {
+			t.Errorf("done cluster: %+v", r)
+		}
+		if r := rows[allLost.Name]; r.Outcome != fleet.OutcomeRestored || r.Run != old {
+			t.Errorf("not-done cluster: %+v", r)
+		}
+		if r := rows[healthy.Name]; r.Outcome != fleet.OutcomeHealthy {
+			t.Errorf("healthy cluster: %+v", r)
+		}
+		ecAfter, err := w.Dyn.Resource(kube.EtcdClusterGVR).Namespace(restoreAllNS).Get(ctx, minority.Name, metav1.GetOptions{})
+		if err != nil || ecAfter.GetUID() != ecBefore.GetUID() || ecAfter.GetResourceVersion() != ecBefore.GetResourceVersion() {
+			t.Errorf("the done cluster's EtcdCluster changed: %v", err)
+		}
+		erAfter, err := w.Dyn.Resource(kube.EtcdRestoreGVR).Namespace(restoreAllNS).Get(ctx, minority.Name, metav1.GetOptions{})
+		if err != nil || erAfter.GetUID() != erBefore.GetUID() {
+			t.Errorf("the done cluster's EtcdRestore changed: %v", err)
+		}
+		if err := catalog.ReadFleetRestoreRecord(ctx, st, layout.FleetRestoreDoneKey(old, allLost.Name), &catalog.FleetRestoreDone{}); err != nil {
+			t.Errorf("no done record for the restored cluster in the resumed run: %v", err)
+		}
+		// A second process on the same request while this attempt is
+		// in progress is refused, naming the host and the deadline.
+		started2 := time.Now().UTC()
+		writeRecord(layout.FleetRestoreAttemptKey(old, started2, false), &catalog.FleetRestoreAttempt{Run: old, Started: started2,
+			Deadline: started2.Add(time.Hour), Host: "other-pod", Parallel: 2})
+		_, err = fleet.RestoreAll(ctx, opts)
+		var ip *fleet.InProgressError
+		if !errors.As(err, &ip) || ip.Host != "other-pod" || ip.Run != old || !strings.Contains(err.Error(), "other-pod") {
+			t.Errorf("overlapping run: %v, want refused", err)
+		}
+	})
+}
+
+// grantNodePortServices lets the toolkit's account get each cluster's
+// <id>-client-service-np Service.
+func grantNodePortServices(t *testing.T, w *kubetest.RBACWorld, ns string, clusters []kubetest.Cluster) {
+	t.Helper()
+	var names []string
+	for _, c := range clusters {
+		names = append(names, c.Name+"-client-service-np")
+	}
+	ctx := context.Background()
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "restore-all-nodeports"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"services"}, ResourceNames: names, Verbs: []string{"get"}}}}
+	if _, err := w.Admin.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "restore-all-nodeports"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: role.Name},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "etcd-recovery-toolkit", Namespace: ns}}}
+	if _, err := w.Admin.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,295 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/fanout"
+	"github.com/armada/etcd-recovery/internal/store"
+)
+
+// AnnotationRun is put on the EtcdRestore restore-all creates: its run, so
+// that a rerun of that run finishes a restore a killed attempt left.
+const AnnotationRun = "etcd-recovery.armada.ibm.com/restore-run"
+
+// recordTimeout bounds each record's write, which runs with a context
+// of its own after a cancel (the end record says it was cancelled).
+const recordTimeout = 30 * time.Second
+
+// request is what was asked, canonical: names sorted and unique, the
+// selector in its canonical form, the time in UTC.
+func (o RestoreAllOptions) request() catalog.FleetRestoreRequest {
+	names := slices.Clone(o.Names)
+	slices.Sort(names)
+	req := catalog.FleetRestoreRequest{Names: slices.Compact(names), Rebuild: o.Rebuild, Force: o.Force}
+	if sel, err := labels.Parse(o.Selector); err == nil && o.Selector != "" {
+		req.Selector = sel.String()
+	}
+	if !o.ToTime.IsZero() {
+		req.ToTime = o.ToTime.UTC()
+	}
+	return req
+}
+
+// runState is what the keys under a prefix's _restores/ say about one run.
+type runState struct {
+	run  string
+	plan bool
+	// starts are its attempts' starts, oldest first; ends the ones with
+	// an end record.
+	starts []time.Time
+	ends   map[time.Time]bool
+	done   []string
+}
+
+// latest is the newest attempt's start, and whether it has an end record.
+func (s *runState) latest() (time.Time, bool, bool) {
+	if len(s.starts) == 0 {
+		return time.Time{}, false, false
+	}
+	t := s.starts[len(s.starts)-1]
+	return t, s.ends[t], true
+}
+
+// runStates groups the keys under l.RestoresPrefix() by run, newest run
+// first (run ids sort by time).
+func runStates(l catalog.Layout, keys []string) []*runState {
+	byRun := map[string]*runState{}
+	for _, key := range keys {
+		k, ok := l.ParseFleetRestoreKey(key)
+		if !ok {
+			continue
+		}
+		s := byRun[k.Run]
+		if s == nil {
+			s = &runState{run: k.Run, ends: map[time.Time]bool{}}
+			byRun[k.Run] = s
+		}
+		switch k.Record {
+		case "plan":
+			s.plan = true
+		case "start":
+			s.starts = append(s.starts, k.Started)
+		case "end":
+			s.ends[k.Started] = true
+		case "done":
+			s.done = append(s.done, k.Cluster)
+		}
+	}
+	out := make([]*runState, 0, len(byRun))
+	for _, s := range byRun {
+		slices.SortFunc(s.starts, func(a, b time.Time) int { return a.Compare(b) })
+		slices.Sort(s.done)
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, b *runState) int { return strings.Compare(b.run, a.run) })
+	return out
+}
+
+// complete says whether a run is finished: every planned cluster has a
+// done record, or its newest attempt ended with nothing failed, cancelled
+// or not started (a planned cluster found healthy again was left alone).
+func complete(plan *catalog.FleetRestorePlan, s *runState, lastEnd *catalog.FleetRestoreAttempt) bool {
+	all := true
+	for _, c := range plan.Clusters {
+		all = all && slices.Contains(s.done, c.Cluster)
+	}
+	if all {
+		return true
+	}
+	return lastEnd != nil && len(lastEnd.Failed) == 0 && lastEnd.NotStarted == 0 && !lastEnd.Cancelled
+}
+
+// InProgressError refuses a run whose attempt is still in progress
+// (another restore-all of the same request is running, or was killed
+// less than its deadline ago).
+type InProgressError struct {
+	Namespace, Run, Host string
+	Started, Deadline    time.Time
+}
+
+func (e *InProgressError) Error() string {
+	return fmt.Sprintf("namespace %s: run %s of the same request is in progress: its attempt started %s on host %q and counts as running "+
+		"until %s (no end record yet); wait for it, or, if that process is gone, rerun after its deadline (--new-run starts another run "+
+		"that would restore the same clusters at the same time)", e.Namespace, e.Run, e.Started.UTC().Format(time.RFC3339), e.Host,
+		e.Deadline.UTC().Format(time.RFC3339))
+}
+
+// openRuns finds each namespace's run: the newest unfinished run of the
+// same request (resumed, its done records read), unless NewRun; else a
+// new run id. A run of the same request with an attempt in progress is
+// refused.
+func (r *restoreAll) openRuns(ctx context.Context) error {
+	req := r.opts.request()
+	fp := catalog.FleetRestoreFingerprint(req)
+	for _, ns := range r.nss {
+		if err := r.openRun(ctx, ns, fp); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *restoreAll) openRun(ctx context.Context, ns *raNamespace, fp string) error {
+	l, st := ns.Layout, ns.Store
+	objs, err := st.List(ctx, l.RestoresPrefix())
+	if err != nil {
+		return &RestoreAllError{Err: fmt.Errorf("namespace %s: listing the restore runs under %s: %w", ns.name, l.RestoresPrefix(), ctxErr(ctx, err))}
+	}
+	keys := make([]string, len(objs))
+	for i, o := range objs {
+		keys[i] = o.Key
+	}
+	now := r.opts.now()
+	for _, s := range runStates(l, keys) {
+		if !s.plan {
+			continue
+		}
+		var plan catalog.FleetRestorePlan
+		if err := catalog.ReadFleetRestoreRecord(ctx, st, l.FleetRestorePlanKey(s.run), &plan); err != nil {
+			return &RestoreAllError{Err: fmt.Errorf("namespace %s: %w", ns.name, ctxErr(ctx, err))}
+		}
+		if plan.Fingerprint != fp {
+			continue
+		}
+		started, ended, any := s.latest()
+		var lastEnd *catalog.FleetRestoreAttempt
+		if any {
+			var a catalog.FleetRestoreAttempt
+			if err := catalog.ReadFleetRestoreRecord(ctx, st, l.FleetRestoreAttemptKey(s.run, started, ended), &a); err != nil {
+				return &RestoreAllError{Err: fmt.Errorf("namespace %s: %w", ns.name, ctxErr(ctx, err))}
+			}
+			if !ended && a.InProgress(now) {
+				return &RestoreAllError{Err: &InProgressError{Namespace: ns.name, Run: s.run, Host: a.Host, Started: a.Started, Deadline: a.Deadline}}
+			}
+			if ended {
+				lastEnd = &a
+			}
+		}
+		if ns.run != "" || r.opts.NewRun || complete(&plan, s, lastEnd) {
+			continue
+		}
+		ns.run, ns.resumed, ns.plan = s.run, true, &plan
+		if ns.done, err = readDone(ctx, st, l, s); err != nil {
+			return &RestoreAllError{Err: fmt.Errorf("namespace %s: %w", ns.name, ctxErr(ctx, err))}
+		}
+		r.log.Info("restore-all: resuming an unfinished run of the same request", "namespace", ns.name, "run", s.run,
+			"done", len(ns.done), "planned", len(plan.Clusters))
+	}
+	if ns.run == "" {
+		ns.run = catalog.NewFleetRestoreRunID(now)
+	}
+	return nil
+}
+
+// readDone reads a run's done records.
+func readDone(ctx context.Context, st store.Store, l catalog.Layout, s *runState) (map[string]catalog.FleetRestoreDone, error) {
+	recs := make([]catalog.FleetRestoreDone, len(s.done))
+	errs := make([]error, len(s.done))
+	fanout.ForEach(ctx, len(s.done), discoverParallel, func(ctx context.Context, i int) {
+		errs[i] = catalog.ReadFleetRestoreRecord(ctx, st, l.FleetRestoreDoneKey(s.run, s.done[i]), &recs[i])
+	})
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	out := map[string]catalog.FleetRestoreDone{}
+	for i, c := range s.done {
+		out[c] = recs[i]
+	}
+	return out, nil
+}
+
+// planned says whether the namespace's resumed run planned cluster id.
+func (ns *raNamespace) planned(id string) bool {
+	return ns.plan != nil && slices.ContainsFunc(ns.plan.Clusters, func(p catalog.FleetRestorePlanned) bool { return p.Cluster == id })
+}
+
+// writePlans writes each new run's plan (create-only) and each
+// namespace's attempt start record; a dry run writes nothing.
+func (r *restoreAll) writePlans(ctx context.Context) error {
+	now := r.opts.now().UTC()
+	n := 0
+	for _, c := range r.todo {
+		if c.action != "" {
+			n++
+		}
+	}
+	// The attempt's deadline: every round of Parallel clusters at most
+	// ClusterTimeout, and a margin for the records.
+	rounds := (n + r.opts.Parallel - 1) / r.opts.Parallel
+	deadline := now.Add(time.Duration(max(rounds, 1))*r.opts.ClusterTimeout + 5*time.Minute)
+	req := r.opts.request()
+	for _, ns := range r.nss {
+		run := RestoreAllRun{Namespace: ns.name, Prefix: ns.Layout.RootPrefix(), Run: ns.run, Resumed: ns.resumed}
+		if r.opts.DryRun {
+			r.rep.Runs = append(r.rep.Runs, run)
+			continue
+		}
+		st, l := ns.Store, ns.Layout
+		if !ns.resumed {
+			plan := &catalog.FleetRestorePlan{Version: catalog.FleetRestorePlanVersion, Run: ns.run, Namespace: ns.name, Created: now,
+				Request: req, Fingerprint: catalog.FleetRestoreFingerprint(req), Clusters: []catalog.FleetRestorePlanned{},
+				Expected: r.rep.Expected, Model: r.rep.Model}
+			for _, c := range r.todo {
+				if c.ns == ns && c.action != "" {
+					plan.Clusters = append(plan.Clusters, catalog.FleetRestorePlanned{Cluster: c.id, Action: c.action, Backup: c.row.Backup,
+						Revision: c.row.Revision, Bytes: c.row.Bytes})
+				}
+			}
+			if err := catalog.WriteFleetRestoreRecord(ctx, st, l.FleetRestorePlanKey(ns.run), plan); err != nil {
+				return &RestoreAllError{Err: fmt.Errorf("namespace %s: writing the plan of run %s: %w", ns.name, ns.run, ctxErr(ctx, err))}
+			}
+			ns.plan = plan
+		}
+		a := &catalog.FleetRestoreAttempt{Run: ns.run, Started: now, Deadline: deadline, Host: r.opts.Host, Parallel: r.opts.Parallel}
+		if err := catalog.WriteFleetRestoreRecord(ctx, st, l.FleetRestoreAttemptKey(ns.run, now, false), a); err != nil {
+			return &RestoreAllError{Err: fmt.Errorf("namespace %s: writing the attempt's start record of run %s: %w", ns.name, ns.run, ctxErr(ctx, err))}
+		}
+		ns.attempt = a
+		run.Attempt = now
+		r.rep.Runs = append(r.rep.Runs, run)
+	}
+	return nil
+}
+
+// writeEnds writes each namespace's attempt end record with its tallies,
+// with a context of its own (a cancelled attempt says so).
+func (r *restoreAll) writeEnds(ctx context.Context) {
+	for _, ns := range r.nss {
+		if ns.attempt == nil {
+			continue
+		}
+		a := *ns.attempt
+		a.Ended = r.opts.now().UTC()
+		a.Cancelled = ctx.Err() != nil
+		for _, c := range append(append([]*raCluster{}, r.todo...), r.left...) {
+			if c.ns != ns {
+				continue
+			}
+			switch c.row.Outcome {
+			case OutcomeRestored, OutcomeRebuilt:
+				a.Verified++
+			case OutcomeDoneEarlier:
+				a.Skipped++
+			case OutcomeFailed:
+				a.Failed = append(a.Failed, fmt.Sprintf("%s: %s: %s", c.id, c.row.FailedStep, c.row.Cause))
+			case OutcomeNotStarted:
+				a.NotStarted++
+			}
+		}
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+		err := catalog.WriteFleetRestoreRecord(wctx, ns.Store, ns.Layout.FleetRestoreAttemptKey(ns.run, a.Started, true), &a)
+		cancel()
+		if err != nil {
+			r.log.Error("restore-all: could not write the attempt's end record (a rerun waits for its deadline)", "namespace", ns.name,
+				"run", ns.run, "deadline", a.Deadline, "err", err)
+		}
+	}
+}

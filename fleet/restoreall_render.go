@@ -1,0 +1,104 @@
+package fleet
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/armada/etcd-recovery/internal/output"
+)
+
+// Tables are the report's: the runs and the plan's model, then one row
+// per cluster (the same rows as -o json's clusters).
+func (r *RestoreAllReport) Tables() []output.Table {
+	head := output.Table{}
+	var lines []string
+	for _, run := range r.Runs {
+		verb := "new run"
+		if run.Resumed {
+			verb = "resuming run"
+		}
+		lines = append(lines, fmt.Sprintf("%s: %s %s (records under %s_restores/%s/)", run.Namespace, verb, run.Run, run.Prefix, run.Run))
+	}
+	if r.DryRun {
+		lines = append(lines, fmt.Sprintf("Dry run: nothing is changed and no record written. Expected: %s at --parallel %d (order %s).",
+			expected(r.Expected), r.Parallel, r.Order))
+		keys := make([]string, 0, len(r.Model))
+		for k := range r.Model {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			lines = append(lines, fmt.Sprintf("  model %s: %s", k, r.Model[k]))
+		}
+	}
+	head.Lines = append(lines, "")
+	t := r.Table()
+	return []output.Table{head, t}
+}
+
+// Table is one row per cluster.
+func (r *RestoreAllReport) Table() output.Table {
+	t := output.Table{
+		Header: []string{"NAMESPACE", "CLUSTER", "OUTCOME", "BACKUP", "REVISION", "BYTES", "ELAPSED", "HEALTH", "CLIENT URL", "NODEPORT", "ERROR"},
+		Wide:   []string{"REVISION", "HEALTH", "CLIENT URL"},
+		Long:   []string{"ERROR"},
+		Key:    "CLUSTER",
+	}
+	var restarts []string
+	for _, c := range r.Clusters {
+		t.Rows = append(t.Rows, c.cells())
+		if c.Outcome == OutcomeRestored || c.Outcome == OutcomeRebuilt {
+			np := ""
+			if c.NodePort != 0 {
+				np = fmt.Sprintf(" (NodePort %d)", c.NodePort)
+			}
+			restarts = append(restarts, c.Namespace+"/"+c.Cluster+np)
+		}
+	}
+	if len(restarts) > 0 {
+		t.Notes = append(t.Notes, "Restart the kube-apiserver of each restored cluster: "+strings.Join(restarts, ", ")+".")
+	}
+	if len(r.Failed) > 0 {
+		t.Notes = append(t.Notes, fmt.Sprintf("%d cluster(s) failed: %s. A rerun of the same command resumes this run: the clusters done are skipped.",
+			len(r.Failed), strings.Join(r.Failed, ", ")))
+	}
+	return t
+}
+
+// cells are the row's table cells.
+func (c RestoreAllRow) cells() []string {
+	rev, bytes, elapsed, np := "-", "-", "-", "-"
+	if c.Revision > 0 {
+		rev = fmt.Sprint(c.Revision)
+	}
+	if c.Bytes > 0 {
+		bytes = output.Bytes(c.Bytes)
+	}
+	if c.Elapsed > 0 {
+		elapsed = c.Elapsed.Round(time.Second).String()
+	}
+	if c.NodePort != 0 {
+		np = fmt.Sprint(c.NodePort)
+	}
+	outcome := c.Outcome
+	if c.Outcome == OutcomeDoneEarlier && c.Run != "" {
+		outcome += " (run " + c.Run + ")"
+	}
+	errText := "-"
+	switch {
+	case c.FailedStep != "":
+		errText = fmt.Sprintf("at step %q: %s; next: %s", c.FailedStep, c.Cause, c.NextStep)
+	case c.Cause != "":
+		errText = c.Cause
+	}
+	return []string{c.Namespace, c.Cluster, outcome, dash(c.Backup), rev, bytes, elapsed, dash(c.Health), dash(c.ClientURL), np, errText}
+}
+
+func expected(d time.Duration) string {
+	if d <= 0 {
+		return "unknown (no model)"
+	}
+	return output.ETA(d)
+}
