@@ -323,9 +323,12 @@ type raCluster struct {
 	healthy, size int
 	judged        string
 	action        string
-	newest        string // the newest committed backup
-	snapshotKey   string // its snapshot object
-	row           RestoreAllRow
+	// adoptOnly: a resumed run planned it and it is healthy now: only an
+	// EtcdRestore a killed attempt left is finished, nothing new begun.
+	adoptOnly   bool
+	newest      string // the newest committed backup
+	snapshotKey string // its snapshot object
+	row         RestoreAllRow
 
 	mu    sync.Mutex
 	step  string

@@ -1,8 +1,11 @@
 package fleet_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -85,6 +88,55 @@ func TestRestoreAll(t *testing.T) {
 		defer stepsMu.Unlock()
 		steps = append(steps, s)
 	}
+
+	t.Run("DryRunCLI", func(t *testing.T) {
+		// The command: the plan as -o json, nothing changed, no record.
+		token := kubetest.SAToken(t, w.Admin, restoreAllNS, "etcd-recovery-toolkit")
+		keysBefore := testfix.Keys(t, st, layout.RootPrefix())
+		cmd := exec.CommandContext(ctx, testfix.Tool(t), "restore-all", "--dry-run", "-o", "json", "--kubeconfig", w.K.Kubeconfig(t, token, restoreAllNS),
+			"--namespace", restoreAllNS, "--cos-endpoint", m.Endpoint, "--cos-region", m.Region, "--bucket", bucket, "--prefix", prefix,
+			"--probe-timeout", "2s", "--dial-timeout", "2s", "--parallel", "2")
+		cmd.Env = testfix.ToolEnv() // COS credentials come from the secret, through the API
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("restore-all --dry-run: %v\n%s\n%s", err, stdout.String(), testfix.LastLines(stderr.String(), 10))
+		}
+		var plan fleet.RestoreAllReport
+		if err := json.Unmarshal(stdout.Bytes(), &plan); err != nil {
+			t.Fatalf("json: %v\n%s", err, stdout.String())
+		}
+		var outcomes []string
+		for _, r := range plan.Clusters {
+			outcomes = append(outcomes, r.Cluster+"="+r.Outcome)
+			if r.Outcome == fleet.OutcomePlanned && (r.Backup == "" || r.Bytes == 0) {
+				t.Errorf("planned %s without its backup and bytes: %+v", r.Cluster, r)
+			}
+		}
+		// Smallest first: etcd-ra1's backup has fewer keys than etcd-ra2's.
+		if got := strings.Join(outcomes, " "); !plan.DryRun || got != "etcd-ra1=planned etcd-ra2=planned etcd-ra0=healthy" {
+			t.Errorf("dry run: %s (dry run %t)", got, plan.DryRun)
+		}
+		if plan.Expected <= 0 || plan.Model["storeStream"] == "" || plan.Model["storeStream"] == "unknown" || plan.Model["parallel"] != "2" {
+			t.Errorf("dry run's model: expected %v, inputs %v", plan.Expected, plan.Model)
+		}
+		if keysAfter := testfix.Keys(t, st, layout.RootPrefix()); !slices.Equal(keysAfter, keysBefore) {
+			t.Errorf("the dry run changed the bucket: %v -> %v", keysBefore, keysAfter)
+		}
+		if ers, err := w.Dyn.Resource(kube.EtcdRestoreGVR).Namespace(restoreAllNS).List(ctx, metav1.ListOptions{}); err != nil || len(ers.Items) != 0 {
+			t.Errorf("the dry run created EtcdRestores: %v", err)
+		}
+		t.Logf("dry run: expected %v; model %v", plan.Expected, plan.Model)
+		// The table: the same rows, and the model's inputs.
+		cmd = exec.CommandContext(ctx, cmd.Args[0], slices.DeleteFunc(slices.Clone(cmd.Args[1:]), func(a string) bool { return a == "-o" || a == "json" })...)
+		cmd.Env = testfix.ToolEnv()
+		out, err := cmd.Output()
+		if err != nil || !strings.Contains(string(out), "Dry run: nothing is changed") || !strings.Contains(string(out), "model storeStream:") ||
+			strings.Count(string(out), fleet.OutcomePlanned) != 2 || !strings.Contains(string(out), "NODEPORT") {
+			t.Errorf("dry run table: %v\n%s", err, out)
+		}
+		t.Logf("dry run table:\n%s", out)
+	})
 
 	start := time.Now()
 	rep, err := fleet.RestoreAll(ctx, opts)
@@ -173,11 +225,14 @@ func TestRestoreAll(t *testing.T) {
 		}
 	}
 
-	t.Run("ResumeSkipsDone", func(t *testing.T) {
+	t.Run("Resume", func(t *testing.T) {
 		// Both restored clusters lose quorum again. A run of the same
-		// request left records (as a killed attempt leaves them) saying
-		// etcd-ra1 is done: the rerun resumes it, skips etcd-ra1 without
-		// touching it, and restores etcd-ra2.
+		// request was killed: its records say etcd-ra1 is done, and it had
+		// created etcd-ra2's EtcdRestore, which etcd-operator then carried
+		// out. The rerun resumes that run: it skips etcd-ra1 without
+		// touching it (though it lost quorum), and finishes etcd-ra2's
+		// restore (waits for it, verifies it) rather than failing it or
+		// restoring it again.
 		for _, fc := range []kubetest.Cluster{minority, allLost} {
 			for _, mem := range op.Wait(t, fc.Name, time.Second).Members {
 				mem.Kill()
@@ -185,6 +240,14 @@ func TestRestoreAll(t *testing.T) {
 		}
 		now := time.Now().UTC()
 		old := catalog.NewFleetRestoreRunID(now)
+		killedRestore(t, ctx, op, w, kube.OperatorRestoreOptions{Kube: sa, Cluster: allLost.Name, Store: st, Layout: layout, Bucket: bucket,
+			Endpoint: m.Endpoint, ForcePathStyle: true, NoLive: true, ProbeTimeout: 2 * time.Second, DialTimeout: 2 * time.Second,
+			PollInterval: 200 * time.Millisecond, TempDir: t.TempDir(), Annotations: map[string]string{fleet.AnnotationRun: old}})
+		erKilled, err := w.Dyn.Resource(kube.EtcdRestoreGVR).Namespace(restoreAllNS).Get(ctx, allLost.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		restoresBefore := len(op.Records())
 		req := catalog.FleetRestoreRequest{}
 		writeRecord := func(key string, v any) {
 			t.Helper()
@@ -223,8 +286,16 @@ func TestRestoreAll(t *testing.T) {
 		if r := rows[minority.Name]; r.Outcome != fleet.OutcomeDoneEarlier || r.Run != old || r.Backup != "b-earlier" {
 			t.Errorf("done cluster: %+v", r)
 		}
-		if r := rows[allLost.Name]; r.Outcome != fleet.OutcomeRestored || r.Run != old {
-			t.Errorf("not-done cluster: %+v", r)
+		if r := rows[allLost.Name]; r.Outcome != fleet.OutcomeRestored || r.Run != old || r.Revision < 1_000_000_000 {
+			t.Errorf("the killed attempt's cluster: %+v", r)
+		}
+		// Finished, not restored again: the same EtcdRestore, no new
+		// restore by the operator.
+		if er, err := w.Dyn.Resource(kube.EtcdRestoreGVR).Namespace(restoreAllNS).Get(ctx, allLost.Name, metav1.GetOptions{}); err != nil || er.GetUID() != erKilled.GetUID() {
+			t.Errorf("the killed attempt's EtcdRestore was replaced: %v", err)
+		}
+		if n := len(op.Records()); n != restoresBefore {
+			t.Errorf("the operator restored %d more times, want none", n-restoresBefore)
 		}
 		if r := rows[healthy.Name]; r.Outcome != fleet.OutcomeHealthy {
 			t.Errorf("healthy cluster: %+v", r)
@@ -272,5 +343,51 @@ func grantNodePortServices(t *testing.T, w *kubetest.RBACWorld, ns string, clust
 		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "etcd-recovery-toolkit", Namespace: ns}}}
 	if _, err := w.Admin.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// killedRestore plays a restore-all attempt killed while etcd-operator
+// carried out the EtcdRestore it created: kube.OperatorRestore with o
+// (its run's annotation) is cancelled as soon as the operator has acted on
+// the new EtcdRestore, before the tool verified anything.
+func killedRestore(t *testing.T, ctx context.Context, op *kubetest.RestoreOperator, w *kubetest.RBACWorld, o kube.OperatorRestoreOptions) {
+	t.Helper()
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	finished := func() int {
+		n := 0
+		for _, r := range op.Records() {
+			if r.NewUID != "" || r.Err != nil {
+				n++
+			}
+		}
+		return n
+	}
+	before := finished()
+	go func() {
+		_, err := kube.OperatorRestore(rctx, o)
+		done <- err
+	}()
+	deadline := time.Now().Add(2 * time.Minute)
+	for finished() == before {
+		if time.Now().After(deadline) {
+			t.Fatal("the operator did not act on the killed attempt's EtcdRestore")
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the restore returned before the operator acted: %v", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the killed restore: %v, want cancelled", err)
+	}
+	ec, err := w.Dyn.Resource(kube.EtcdClusterGVR).Namespace(o.Kube.Namespace).Get(ctx, o.Cluster, metav1.GetOptions{})
+	if err != nil {
+		t.Logf("after the kill: etcdcluster %s: %v (etcd-operator recreates it)", o.Cluster, err)
+	} else {
+		t.Logf("after the kill: etcdcluster %s uid %s", o.Cluster, ec.GetUID())
 	}
 }

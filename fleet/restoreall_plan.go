@@ -36,6 +36,12 @@ func (o RestoreAllOptions) Validate() error {
 		return usage.Errorf("restore-all: --probe-timeout %v: must be positive", o.HealthTimeout)
 	case o.Replace && !o.Rebuild:
 		return usage.Errorf("restore-all: --replace goes with --rebuild")
+	case o.Template.Bucket == "":
+		return usage.Errorf("restore-all: --bucket is required (etcd-operator is told <bucket>/<key>)")
+	case o.Template.Endpoint == "":
+		return usage.Errorf("restore-all: --cos-endpoint is required (etcd-operator is told it)")
+	case o.Template.Backup != "" || o.Template.Cluster != "":
+		return usage.Errorf("restore-all: the template names no cluster and no backup (each cluster's is its own)")
 	}
 	switch o.Order {
 	case "", OrderSmallest, OrderLargest, OrderName:
@@ -242,6 +248,19 @@ func judgeHealth(size, healthy, answered int) (outcome, text string) {
 func (r *restoreAll) plan() {
 	o := r.opts
 	for _, ns := range r.nss {
+		if ns.plan != nil && ns.resumed {
+			// A cluster the resumed run planned and that has no
+			// EtcdCluster now: a killed attempt's restore may be in
+			// flight (etcd-operator deleted it and has not recreated it
+			// yet), or its rebuild is to be done again.
+			for _, p := range ns.plan.Clusters {
+				if !slices.ContainsFunc(ns.clusters, func(c *raCluster) bool { return c.id == p.Cluster }) {
+					c := &raCluster{ns: ns, id: p.Cluster, newest: ns.folders[p.Cluster].newest}
+					c.row.Health = "no EtcdCluster"
+					ns.clusters = append(ns.clusters, c)
+				}
+			}
+		}
 		for _, c := range ns.clusters {
 			c.row.Namespace, c.row.Cluster = ns.name, c.id
 			if c.row.Outcome == OutcomeFailed {
@@ -254,7 +273,7 @@ func (r *restoreAll) plan() {
 				r.left = append(r.left, c)
 				continue
 			}
-			c.action = decideAction(c.cluster != nil, c.judged, o.Force, !o.ToTime.IsZero(), ns.planned(c.id))
+			c.action, c.adoptOnly = decideAction(c.cluster != nil, c.judged, o.Force, !o.ToTime.IsZero(), ns.plannedAction(c.id))
 			if c.action == "" {
 				c.row.Outcome = c.judged
 				r.left = append(r.left, c)
@@ -286,18 +305,24 @@ func (r *restoreAll) plan() {
 	}
 }
 
-// decideAction is what to do with a cluster: ActionRebuild when it has no
+// decideAction is what to do with a cluster: the action a resumed run
+// planned for it (planned), only finishing what a killed attempt began
+// (adoptOnly) when the cluster is healthy or degraded now and neither
+// force nor a point in time asks for more; ActionRebuild when it has no
 // EtcdCluster; ActionRestore when it lost quorum (judged ""), or with
-// force or a point in time, or when a resumed run planned it (a killed
-// attempt may have begun its restore); "" to leave it alone.
-func decideAction(hasEtcdCluster bool, judged string, force, pointInTime, planned bool) string {
+// force or a point in time; "" to leave it alone.
+func decideAction(hasEtcdCluster bool, judged string, force, pointInTime bool, planned string) (action string, adoptOnly bool) {
 	switch {
+	case planned != "" && hasEtcdCluster && judged != "" && !force && !pointInTime:
+		return planned, true
+	case planned != "":
+		return planned, false
 	case !hasEtcdCluster:
-		return ActionRebuild
-	case judged == "" || force || pointInTime || planned:
-		return ActionRestore
+		return ActionRebuild, false
+	case judged == "" || force || pointInTime:
+		return ActionRestore, false
 	}
-	return ""
+	return "", false
 }
 
 // readBackups reads the manifest of each cluster's newest committed backup

@@ -206,9 +206,18 @@ func readDone(ctx context.Context, st store.Store, l catalog.Layout, s *runState
 	return out, nil
 }
 
-// planned says whether the namespace's resumed run planned cluster id.
-func (ns *raNamespace) planned(id string) bool {
-	return ns.plan != nil && slices.ContainsFunc(ns.plan.Clusters, func(p catalog.FleetRestorePlanned) bool { return p.Cluster == id })
+// plannedAction is the action the namespace's resumed run planned for
+// cluster id ("" when none).
+func (ns *raNamespace) plannedAction(id string) string {
+	if ns.plan == nil || !ns.resumed {
+		return ""
+	}
+	for _, p := range ns.plan.Clusters {
+		if p.Cluster == id {
+			return p.Action
+		}
+	}
+	return ""
 }
 
 // writePlans writes each new run's plan (create-only) and each

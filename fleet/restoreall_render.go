@@ -83,8 +83,11 @@ func (c RestoreAllRow) cells() []string {
 		np = fmt.Sprint(c.NodePort)
 	}
 	outcome := c.Outcome
-	if c.Outcome == OutcomeDoneEarlier && c.Run != "" {
+	switch {
+	case c.Outcome == OutcomeDoneEarlier && c.Run != "":
 		outcome += " (run " + c.Run + ")"
+	case c.Outcome == OutcomePlanned && c.Action != "":
+		outcome += ": " + c.Action
 	}
 	errText := "-"
 	switch {

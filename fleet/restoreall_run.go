@@ -38,32 +38,42 @@ func (r *restoreAll) restoreOne(ctx context.Context, c *raCluster) {
 	var (
 		backup string
 		verify *restore.VerifyReport
-		err    error
 	)
-	switch c.action {
-	case ActionRebuild:
-		var rep *kube.RebuildRestoreReport
-		rep, err = kube.RebuildRestore(ctx, kube.RebuildRestoreOptions{Restore: o, Replace: r.opts.Replace})
-		if rep != nil {
-			backup = rep.Backup
-			if rep.Restore != nil {
-				verify = rep.Restore.Verify
+	// First what a killed attempt of this run left: its EtcdRestore
+	// (of a restore, or of a rebuild's restore) is waited for and
+	// verified.
+	rep, adopted, err := kube.AdoptOperatorRestore(ctx, o)
+	if adopted && err != nil && ctx.Err() == nil && !c.adoptOnly {
+		// The earlier attempt's restore did not verify: a restore of its
+		// own (which deletes that EtcdRestore once etcd-operator is done
+		// with it, and refuses while it is in flight).
+		r.log.Warn("restore-all: the earlier attempt's restore did not verify: restoring again", "namespace", ns.name, "cluster", c.id, "err", err)
+		adopted, err = false, nil
+	}
+	if rep != nil {
+		backup, verify = rep.Backup, rep.Verify
+	}
+	switch {
+	case adopted || err != nil:
+	case c.adoptOnly:
+		// Planned by the run, healthy now, and nothing of the killed
+		// attempt to finish: left alone.
+		c.row.Outcome, c.row.Action = c.judged, ""
+		c.row.Cause = fmt.Sprintf("run %s planned it, but it is %s now (%s) and no restore of it was begun: left alone", ns.run, c.judged, c.row.Health)
+		c.row.Elapsed = time.Since(c.begun)
+		r.finished(c)
+		return
+	case c.action == ActionRebuild:
+		var rrep *kube.RebuildRestoreReport
+		rrep, err = kube.RebuildRestore(ctx, kube.RebuildRestoreOptions{Restore: o, Replace: r.opts.Replace})
+		if rrep != nil {
+			backup = rrep.Backup
+			if rrep.Restore != nil {
+				verify = rrep.Restore.Verify
 			}
 		}
 	default:
-		var rep *kube.OperatorRestoreReport
-		var adopted bool
-		rep, adopted, err = kube.AdoptOperatorRestore(ctx, o)
-		if adopted && err != nil && ctx.Err() == nil {
-			// The earlier attempt's restore did not verify: a restore of
-			// its own (which deletes that EtcdRestore once etcd-operator
-			// is done with it, and refuses while it is in flight).
-			r.log.Warn("restore-all: the earlier attempt's restore did not verify: restoring again", "namespace", ns.name, "cluster", c.id, "err", err)
-			adopted = false
-		}
-		if !adopted && (err == nil || ctx.Err() == nil) {
-			rep, err = kube.OperatorRestore(ctx, o)
-		}
+		rep, err = kube.OperatorRestore(ctx, o)
 		if rep != nil {
 			backup, verify = rep.Backup, rep.Verify
 		}

@@ -143,9 +143,6 @@ func runRestoreAll(c *cli.Context, g *globalOpts, o *restoreAllOpts) error {
 	if err := opts.Validate(); err != nil {
 		return err
 	}
-	if err := opts.Template.Validate(); err != nil {
-		return err
-	}
 	for _, ns := range namespaces {
 		k, err := e.kube(&kubeOpts{kubeconfig: o.kube.kubeconfig, namespace: ns})
 		if err != nil {

@@ -1,0 +1,289 @@
+package fleet
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/usage"
+	"github.com/armada/etcd-recovery/kube"
+)
+
+func TestRestoreAllJudgeHealth(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		size, healthy, answered int
+		outcome, text           string
+	}{
+		{3, 3, 3, OutcomeHealthy, "3/3 members healthy"},
+		{3, 2, 2, OutcomeDegraded, "2/3 members healthy: quorum holds"},
+		{3, 1, 1, "", "1/3 members healthy: quorum lost"},
+		{3, 0, 1, "", "0/3 members healthy (1 answer): quorum lost"},
+		{1, 1, 1, OutcomeHealthy, "1/1 members healthy"},
+		{1, 0, 0, "", "0/1 members healthy: quorum lost"},
+		{5, 3, 3, OutcomeDegraded, "3/5 members healthy: quorum holds"},
+		{5, 2, 5, "", "2/5 members healthy (5 answer): quorum lost"},
+		{4, 2, 2, "", "2/4 members healthy: quorum lost"},
+		{0, 0, 0, "", "0/0 members healthy: quorum lost"},
+	} {
+		outcome, text := judgeHealth(tc.size, tc.healthy, tc.answered)
+		if outcome != tc.outcome || text != tc.text {
+			t.Errorf("judgeHealth(%d, %d, %d) = %q, %q; want %q, %q", tc.size, tc.healthy, tc.answered, outcome, text, tc.outcome, tc.text)
+		}
+	}
+}
+
+func TestRestoreAllDecideAction(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name        string
+		hasEC       bool
+		judged      string
+		force, pitr bool
+		planned     string
+		action      string
+		adoptOnly   bool
+	}{
+		{"quorum lost", true, "", false, false, "", ActionRestore, false},
+		{"healthy", true, OutcomeHealthy, false, false, "", "", false},
+		{"degraded", true, OutcomeDegraded, false, false, "", "", false},
+		{"healthy, forced", true, OutcomeHealthy, true, false, "", ActionRestore, false},
+		{"degraded, point in time", true, OutcomeDegraded, false, true, "", ActionRestore, false},
+		{"no EtcdCluster", false, "", false, false, "", ActionRebuild, false},
+		{"planned, quorum lost", true, "", false, false, ActionRestore, ActionRestore, false},
+		{"planned, healthy now: only what was begun", true, OutcomeHealthy, false, false, ActionRestore, ActionRestore, true},
+		{"planned, healthy now, forced", true, OutcomeHealthy, true, false, ActionRestore, ActionRestore, false},
+		{"planned restore, EtcdCluster gone (in flight)", false, "", false, false, ActionRestore, ActionRestore, false},
+		{"planned rebuild, EtcdCluster rebuilt, no members", true, "", false, false, ActionRebuild, ActionRebuild, false},
+	} {
+		action, adoptOnly := decideAction(tc.hasEC, tc.judged, tc.force, tc.pitr, tc.planned)
+		if action != tc.action || adoptOnly != tc.adoptOnly {
+			t.Errorf("%s: %q, adopt only %t; want %q, %t", tc.name, action, adoptOnly, tc.action, tc.adoptOnly)
+		}
+	}
+}
+
+func TestRestoreAllOrder(t *testing.T) {
+	t.Parallel()
+	a, b := &raNamespace{name: "kubx-etcd-01"}, &raNamespace{name: "kubx-etcd-02"}
+	mk := func() []*raCluster {
+		cs := []*raCluster{
+			{ns: a, id: "etcd-big", action: ActionRestore},
+			{ns: a, id: "etcd-small", action: ActionRestore},
+			{ns: b, id: "etcd-small", action: ActionRestore},
+			{ns: a, id: "etcd-mid", action: ActionRebuild},
+			{ns: a, id: "etcd-failed"}, // failed before its turn: last
+			{ns: b, id: "etcd-zero", action: ActionRestore},
+		}
+		for _, c := range cs {
+			c.row.Bytes = map[string]int64{"etcd-big": 300, "etcd-small": 10, "etcd-mid": 100, "etcd-zero": 0}[c.id]
+		}
+		return cs
+	}
+	names := func(cs []*raCluster) string {
+		var out []string
+		for _, c := range cs {
+			out = append(out, c.ns.name[len(c.ns.name)-2:]+"/"+c.id)
+		}
+		return strings.Join(out, " ")
+	}
+	for _, tc := range []struct {
+		order string
+		first []string
+		want  string
+	}{
+		{OrderSmallest, nil, "02/etcd-zero 01/etcd-small 02/etcd-small 01/etcd-mid 01/etcd-big 01/etcd-failed"},
+		{"", nil, "02/etcd-zero 01/etcd-small 02/etcd-small 01/etcd-mid 01/etcd-big 01/etcd-failed"},
+		{OrderLargest, nil, "01/etcd-big 01/etcd-mid 01/etcd-small 02/etcd-small 02/etcd-zero 01/etcd-failed"},
+		{OrderName, nil, "01/etcd-big 01/etcd-mid 01/etcd-small 02/etcd-small 02/etcd-zero 01/etcd-failed"},
+		// --first goes before the order, in its own order; a bare name is
+		// every namespace's, a qualified one only its namespace's.
+		{OrderSmallest, []string{"etcd-big", "kubx-etcd-02/etcd-small"}, "01/etcd-big 02/etcd-small 02/etcd-zero 01/etcd-small 01/etcd-mid 01/etcd-failed"},
+		{OrderLargest, []string{"etcd-small"}, "01/etcd-small 02/etcd-small 01/etcd-big 01/etcd-mid 02/etcd-zero 01/etcd-failed"},
+		{OrderName, []string{"etcd-nope"}, "01/etcd-big 01/etcd-mid 01/etcd-small 02/etcd-small 02/etcd-zero 01/etcd-failed"},
+	} {
+		cs := mk()
+		order(cs, tc.order, tc.first)
+		if got := names(cs); got != tc.want {
+			t.Errorf("order %q first %v:\n got  %s\n want %s", tc.order, tc.first, got, tc.want)
+		}
+	}
+}
+
+func TestRestoreAllRunStates(t *testing.T) {
+	t.Parallel()
+	l := catalog.Layout{Prefix: "kubx-etcd-01/"}
+	t0 := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	r1, r2 := catalog.NewFleetRestoreRunID(t0), catalog.NewFleetRestoreRunID(t0.Add(time.Hour))
+	keys := []string{
+		l.FleetRestorePlanKey(r1),
+		l.FleetRestoreAttemptKey(r1, t0, false),
+		l.FleetRestoreAttemptKey(r1, t0, true),
+		l.FleetRestoreDoneKey(r1, "etcd-a"),
+		l.FleetRestorePlanKey(r2),
+		l.FleetRestoreAttemptKey(r2, t0.Add(time.Hour), false),
+		l.FleetRestoreAttemptKey(r2, t0.Add(time.Hour), true),
+		l.FleetRestoreAttemptKey(r2, t0.Add(2*time.Hour), false), // killed: no end
+		l.FleetRestoreDoneKey(r2, "etcd-b"),
+		l.FleetRestoreDoneKey(r2, "etcd-a"),
+		l.RestoresPrefix() + "not-a-run/plan.json",
+		l.FleetRestorePrefix(r2) + "attempts/garbage.json",
+	}
+	states := runStates(l, keys)
+	if len(states) != 2 || states[0].run != r2 || states[1].run != r1 {
+		t.Fatalf("runs %+v, want %s then %s (newest first)", states, r2, r1)
+	}
+	s := states[0]
+	if started, ended, ok := s.latest(); !ok || ended || !started.Equal(t0.Add(2*time.Hour)) {
+		t.Errorf("latest attempt of %s: %v ended %t ok %t", r2, started, ended, ok)
+	}
+	if strings.Join(s.done, ",") != "etcd-a,etcd-b" || !s.plan {
+		t.Errorf("run %s: done %v plan %t", r2, s.done, s.plan)
+	}
+	if started, ended, ok := states[1].latest(); !ok || !ended || !started.Equal(t0) {
+		t.Errorf("latest attempt of %s: %v ended %t", r1, started, ended)
+	}
+
+	plan := &catalog.FleetRestorePlan{Clusters: []catalog.FleetRestorePlanned{{Cluster: "etcd-a"}, {Cluster: "etcd-b"}, {Cluster: "etcd-c"}}}
+	for _, tc := range []struct {
+		name string
+		done []string
+		end  *catalog.FleetRestoreAttempt
+		want bool
+	}{
+		{"every planned cluster done", []string{"etcd-a", "etcd-b", "etcd-c"}, nil, true},
+		{"some done, killed", []string{"etcd-a"}, nil, false},
+		{"some done, last attempt failed one", []string{"etcd-a", "etcd-b"}, &catalog.FleetRestoreAttempt{Failed: []string{"etcd-c: x: y"}}, false},
+		{"some done, last attempt cancelled", []string{"etcd-a"}, &catalog.FleetRestoreAttempt{Cancelled: true}, false},
+		{"some done, last attempt left some not started", []string{"etcd-a"}, &catalog.FleetRestoreAttempt{NotStarted: 1}, false},
+		{"last attempt clean (one found healthy again)", []string{"etcd-a", "etcd-b"}, &catalog.FleetRestoreAttempt{Verified: 2}, true},
+	} {
+		if got := complete(plan, &runState{done: tc.done}, tc.end); got != tc.want {
+			t.Errorf("%s: complete %t, want %t", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestRestoreAllRequestCanonical(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 11, 29, 11, 0, 0, 0, time.FixedZone("CET", 3600))
+	a := RestoreAllOptions{Names: []string{"etcd-b", "etcd-a", "etcd-b"}, Selector: "tier=gold,env in (prod)", ToTime: at}
+	b := RestoreAllOptions{Names: []string{"etcd-a", "etcd-b"}, Selector: "env in (prod),tier=gold", ToTime: at.UTC()}
+	ra, rb := a.request(), b.request()
+	if catalog.FleetRestoreFingerprint(ra) != catalog.FleetRestoreFingerprint(rb) {
+		t.Fatalf("the same request, spelled differently, has two fingerprints:\n%+v\n%+v", ra, rb)
+	}
+	if strings.Join(ra.Names, ",") != "etcd-a,etcd-b" || ra.ToTime.Location() != time.UTC {
+		t.Errorf("request %+v", ra)
+	}
+	for _, other := range []RestoreAllOptions{
+		{Names: []string{"etcd-a"}, Selector: a.Selector, ToTime: at},
+		{Names: a.Names, Selector: a.Selector, ToTime: at, Force: true},
+		{Names: a.Names, Selector: a.Selector, ToTime: at.Add(time.Second)},
+		{Names: a.Names, Selector: a.Selector, ToTime: at, Rebuild: true},
+	} {
+		if catalog.FleetRestoreFingerprint(other.request()) == catalog.FleetRestoreFingerprint(ra) {
+			t.Errorf("another request %+v has the same fingerprint", other.request())
+		}
+	}
+}
+
+func TestRestoreAllValidate(t *testing.T) {
+	t.Parallel()
+	tmpl := kube.OperatorRestoreOptions{Bucket: "b", Endpoint: "https://s3.example"}
+	for _, tc := range []struct {
+		o    RestoreAllOptions
+		want string
+	}{
+		{RestoreAllOptions{}, "--bucket is required"},
+		{RestoreAllOptions{Template: kube.OperatorRestoreOptions{Bucket: "b"}}, "--cos-endpoint is required"},
+		{RestoreAllOptions{Template: kube.OperatorRestoreOptions{Bucket: "b", Endpoint: "e", Cluster: "etcd-a"}}, "no cluster and no backup"},
+		{RestoreAllOptions{Parallel: -1}, "--parallel -1"},
+		{RestoreAllOptions{Order: "random"}, `--order "random"`},
+		{RestoreAllOptions{Selector: "a=(b"}, "--selector"},
+		{RestoreAllOptions{Names: []string{"Bad/Name"}}, "--cluster"},
+		{RestoreAllOptions{First: []string{"ns/Bad Name"}}, "--first"},
+		{RestoreAllOptions{Replace: true}, "--replace goes with --rebuild"},
+		{RestoreAllOptions{ClusterTimeout: -time.Second}, "--cluster-timeout"},
+	} {
+		if tc.o.Template.Bucket == "" && !strings.Contains(tc.want, "required") {
+			tc.o.Template = tmpl
+		}
+		err := tc.o.Validate()
+		if err == nil || !usage.Is(err) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want a usage error with %q", tc.o, err, tc.want)
+		}
+	}
+	if err := (RestoreAllOptions{Names: []string{"etcd-a"}, First: []string{"kubx-etcd-01/etcd-a"}, Selector: "a=b", Order: OrderName, Template: tmpl}).Validate(); err != nil {
+		t.Errorf("valid options: %v", err)
+	}
+}
+
+func TestRestoreAllReportRows(t *testing.T) {
+	t.Parallel()
+	rep := &RestoreAllReport{Parallel: 2, Order: OrderSmallest, Failed: []string{"kubx-etcd-01/etcd-c"}, Clusters: []RestoreAllRow{
+		{Namespace: "kubx-etcd-01", Cluster: "etcd-a", Outcome: OutcomeRestored, Action: ActionRestore, Backup: "b1", Revision: 1000000042,
+			Bytes: 2 << 20, Elapsed: 61 * time.Second, ClientURL: "https://etcd-a-client.kubx-etcd-01.svc:2379", NodePort: 30123},
+		{Namespace: "kubx-etcd-01", Cluster: "etcd-b", Outcome: OutcomeDoneEarlier, Run: "20261129T100000.000Z-0a0b0c0d", Backup: "b0"},
+		{Namespace: "kubx-etcd-01", Cluster: "etcd-c", Outcome: OutcomeFailed, FailedStep: kube.OpStepWait, Cause: "etcd-operator did not ...",
+			NextStep: NextStep(kube.OpStepWait)},
+		{Namespace: "kubx-etcd-01", Cluster: "etcd-d", Outcome: OutcomeHealthy, Health: "3/3 members healthy"},
+	}}
+	tab := rep.Table()
+	if len(tab.Rows) != len(rep.Clusters) || len(tab.Header) != len(tab.Rows[0]) {
+		t.Fatalf("table %v: %d rows for %d clusters", tab.Header, len(tab.Rows), len(rep.Clusters))
+	}
+	col := func(row int, name string) string {
+		for i, h := range tab.Header {
+			if h == name {
+				return tab.Rows[row][i]
+			}
+		}
+		t.Fatalf("no column %s in %v", name, tab.Header)
+		return ""
+	}
+	for _, tc := range []struct {
+		row       int
+		col, want string
+	}{
+		{0, "OUTCOME", OutcomeRestored}, {0, "NODEPORT", "30123"}, {0, "ELAPSED", "1m1s"}, {0, "BYTES", "2.0 MiB"}, {0, "REVISION", "1000000042"},
+		{0, "CLIENT URL", "https://etcd-a-client.kubx-etcd-01.svc:2379"}, {0, "ERROR", "-"},
+		{1, "OUTCOME", "done-earlier (run 20261129T100000.000Z-0a0b0c0d)"}, {1, "NODEPORT", "-"},
+		{2, "ERROR", fmt.Sprintf("at step %q: etcd-operator did not ...; next: runbooks/quorum-loss.md#restore-through-etcd-operator", kube.OpStepWait)},
+		{3, "HEALTH", "3/3 members healthy"}, {3, "BACKUP", "-"},
+	} {
+		if got := col(tc.row, tc.col); got != tc.want {
+			t.Errorf("row %d %s = %q, want %q", tc.row, tc.col, got, tc.want)
+		}
+	}
+	notes := strings.Join(tab.Notes, "\n")
+	if !strings.Contains(notes, "kubx-etcd-01/etcd-a (NodePort 30123)") || !strings.Contains(notes, "1 cluster(s) failed: kubx-etcd-01/etcd-c") {
+		t.Errorf("notes: %s", notes)
+	}
+	// Each step's next step is a runbook section.
+	for _, step := range []string{StepProbe, kube.OpStepSelect, kube.OpStepWait, kube.RRStepEscrow, kube.StepRebuild, StepRecord} {
+		if n := NextStep(step); !strings.HasPrefix(n, "runbooks/") || !strings.Contains(n, ".md#") {
+			t.Errorf("next step of %q: %q", step, n)
+		}
+	}
+}
+
+func TestRestoreAllFailedStep(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{&kube.OperatorRestoreError{At: kube.OpStepVerify, Err: errors.New("x")}, kube.OpStepVerify},
+		{fmt.Errorf("wrapped: %w", &kube.RebuildRestoreError{At: kube.RRStepEscrow, Err: errors.New("x")}), kube.RRStepEscrow},
+		{&kube.RebuildError{Err: errors.New("x")}, kube.StepRebuild},
+		{errors.New("other"), "restore"},
+	} {
+		if got := failedStep(tc.err); got != tc.want {
+			t.Errorf("failedStep(%v) = %q, want %q", tc.err, got, tc.want)
+		}
+	}
+}
