@@ -129,6 +129,23 @@ func doneRecords(t *testing.T, ctx context.Context, w *kubetest.FleetWorld, n *k
 	return out
 }
 
+// eventReasons are the reasons of the namespace's Events on each
+// EtcdCluster, by its name.
+func eventReasons(t *testing.T, ctx context.Context, w *kubetest.FleetWorld, ns string) map[string][]string {
+	t.Helper()
+	evs, err := w.Admin.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reasons := map[string][]string{}
+	for _, e := range evs.Items {
+		if e.InvolvedObject.Kind == kube.KindEtcdCluster {
+			reasons[e.InvolvedObject.Name] = append(reasons[e.InvolvedObject.Name], e.Reason)
+		}
+	}
+	return reasons
+}
+
 // nodePort is the nodePort of the cluster's <name>-client-service-np.
 func nodePort(t *testing.T, ctx context.Context, w *kubetest.FleetWorld, ns, name string) int32 {
 	t.Helper()
@@ -213,6 +230,13 @@ func testRestoreAllNamespace(t *testing.T, ctx context.Context, w *kubetest.Flee
 		chk := w.CheckRestored(t, ctx, c)
 		t.Logf("%s: %d member(s), HashKV %d at %d equals the backup's %s (revision %d, bumped)", c.Name, len(c.Etcd.Members), chk.Hash, chk.Revision, c.Backup.Name, chk.Base)
 	}
+	// An Event on each EtcdCluster at its start and its end.
+	reasons := eventReasons(t, ctx, w, a.Name)
+	for _, c := range a.Clusters {
+		if r := reasons[c.Name]; !slices.Contains(r, kube.ReasonRestoreStarted) || !slices.Contains(r, kube.ReasonRestoreSucceeded) {
+			t.Errorf("%s: Events %v, want %s and %s", c.Name, r, kube.ReasonRestoreStarted, kube.ReasonRestoreSucceeded)
+		}
+	}
 	if len(done) != len(a.Clusters) {
 		t.Errorf("%d done records, want %d: %v", len(done), len(a.Clusters), slices.Collect(maps.Keys(done)))
 	}
@@ -283,6 +307,12 @@ func testRestoreAllIsolated(t *testing.T, ctx context.Context, w *kubetest.Fleet
 		}
 		if uid := w.EtcdClusterUID(t, ctx, a.Name, c.Name); uid != c.UID || a.Restores(c.Name) != restoresBefore[c.Name] {
 			t.Errorf("%s: touched: uid %s (was %s), %d EtcdRestores (were %d)", c.Name, uid, c.UID, a.Restores(c.Name), restoresBefore[c.Name])
+		}
+	}
+	reasons := eventReasons(t, ctx, w, a.Name)
+	for _, c := range []*kubetest.FleetCluster{damaged, frozen} {
+		if !slices.Contains(reasons[c.Name], kube.ReasonRestoreFailed) {
+			t.Errorf("%s: Events %v, want %s", c.Name, reasons[c.Name], kube.ReasonRestoreFailed)
 		}
 	}
 	if r := got[frozen.Name]; !strings.Contains(r.Cause, "stalled") {
