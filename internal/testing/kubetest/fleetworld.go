@@ -434,37 +434,52 @@ func (w *FleetWorld) CheckRestored(tb testing.TB, ctx context.Context, c *FleetC
 
 func (w *FleetWorld) checkMembers(tb testing.TB, ctx context.Context, c *FleetCluster, members []*testenv.EtcdMember) FleetCheck {
 	tb.Helper()
+	chk, want := w.HashAgainst(tb, ctx, c, members, c.Backup)
+	if want != chk.Hash {
+		tb.Errorf("%s/%s: restored HashKV %d at %d, the backup %s (revision %d, bumped by %d) hashes %d", c.Namespace, c.Name,
+			chk.Hash, chk.Revision, c.Backup.Name, chk.Base, chk.Revision-chk.Base, want)
+	}
+	return chk
+}
+
+// HashAgainst is CheckRestored's comparison of the members with a backup
+// m, returned rather than judged: the members' HashKV at their compact
+// revision (equal on every member, or the test fails), and the hash of
+// m's snapshot bumped alike. Tests use it to show that a restore from
+// another backup does not pass.
+func (w *FleetWorld) HashAgainst(tb testing.TB, ctx context.Context, c *FleetCluster, members []*testenv.EtcdMember, m *catalog.Manifest) (FleetCheck, uint32) {
+	tb.Helper()
 	var chk FleetCheck
-	for i, m := range members {
-		cli := m.Client(tb)
+	for i, mb := range members {
+		cli := mb.Client(tb)
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		cur, err := cli.HashKV(cctx, m.ClientURL, 0)
+		cur, err := cli.HashKV(cctx, mb.ClientURL, 0)
 		if err == nil && i == 0 {
 			chk.Revision = cur.CompactRevision
 		}
 		var at *clientv3.HashKVResponse
 		if err == nil {
-			at, err = cli.HashKV(cctx, m.ClientURL, chk.Revision)
+			at, err = cli.HashKV(cctx, mb.ClientURL, chk.Revision)
 		}
 		cancel()
 		if err != nil {
-			tb.Fatalf("%s/%s: member %s: HashKV: %v", c.Namespace, c.Name, m.Name, err)
+			tb.Fatalf("%s/%s: member %s: HashKV: %v", c.Namespace, c.Name, mb.Name, err)
 		}
 		if i == 0 {
 			chk.Hash = at.Hash
 		} else if at.Hash != chk.Hash || at.CompactRevision != chk.Revision {
-			tb.Errorf("%s/%s: member %s hashes %d at %d (compacted at %d), member %s %d", c.Namespace, c.Name, m.Name, at.Hash,
+			tb.Errorf("%s/%s: member %s hashes %d at %d (compacted at %d), member %s %d", c.Namespace, c.Name, mb.Name, at.Hash,
 				chk.Revision, at.CompactRevision, members[0].Name, chk.Hash)
 		}
 	}
-	path := w.FetchSnapshot(tb, ctx, c.Namespace, c.Backup)
+	path := w.FetchSnapshot(tb, ctx, c.Namespace, m)
 	revs, err := etcdinternals.DatabaseRevisions(path)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	chk.Base = revs.Revision
 	if chk.Revision <= chk.Base {
-		tb.Fatalf("%s/%s: the restored cluster is compacted at %d, not above the backup's revision %d (no bump)", c.Namespace, c.Name, chk.Revision, chk.Base)
+		tb.Fatalf("%s/%s: the restored cluster is compacted at %d, not above the backup %s's revision %d (no bump)", c.Namespace, c.Name, chk.Revision, m.Name, chk.Base)
 	}
 	if _, err := etcdinternals.BumpRevision(path, uint64(chk.Revision-chk.Base), true); err != nil {
 		tb.Fatal(err)
@@ -473,11 +488,7 @@ func (w *FleetWorld) checkMembers(tb testing.TB, ctx context.Context, c *FleetCl
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if want.Hash != chk.Hash {
-		tb.Errorf("%s/%s: restored HashKV %d at %d, the backup %s (revision %d, bumped by %d) hashes %d", c.Namespace, c.Name,
-			chk.Hash, chk.Revision, c.Backup.Name, chk.Base, chk.Revision-chk.Base, want.Hash)
-	}
-	return chk
+	return chk, want.Hash
 }
 
 // FetchSnapshot reads a backup's snapshot from the store into a temp file
