@@ -12,7 +12,11 @@
 // EtcdRestore listings: prune --orphans, backup --all --prune), and
 // JournalAll (the journal job: a journal.Capture per cluster, one or every
 // EtcdCluster re-listed, gaps recorded at catalog.Layout.JournalGapKey
-// and healed by a full backup at once; see docs/journal.md). Each
+// and healed by a full backup at once; see docs/journal.md), and
+// RestoreAll (restore-all: every quorum-lost EtcdCluster of one or more
+// namespaces restored through etcd-operator under one parallelism limit,
+// planned with RestoreModel, recorded and resumable through catalog's
+// FleetRestore records; RestoreAllWatch shows it as it runs). Each
 // cluster's own work is its feature package's (backup.Run, inspect.Run,
 // drill.Run; a backup and its drill composed by backup/drilled); Events
 // go through kube. It imports backup, drill, inspect, kube and internal/

@@ -111,8 +111,10 @@ type RestoreAllOptions struct {
 	// DryRun plans only: it changes nothing and writes no records.
 	DryRun bool
 	// NewRun starts a new run even when an unfinished one with the same
-	// request exists.
-	NewRun bool
+	// request exists. TakeOver resumes a run whose attempt counts as in
+	// progress (a start record, no end, before its deadline): the caller
+	// knows that process is gone.
+	NewRun, TakeOver bool
 	// Parallel clusters are restored at a time, across every namespace
 	// (0: 1).
 	Parallel int
@@ -278,6 +280,7 @@ func RestoreAll(ctx context.Context, opts RestoreAllOptions) (*RestoreAllReport,
 	}
 	r.plan()
 	if err := r.writePlans(ctx); err != nil {
+		r.writeEnds(ctx) // the namespaces whose attempt began: none runs
 		return r.rep, err
 	}
 	if !r.opts.DryRun {
@@ -375,7 +378,7 @@ func (r *restoreAll) restoreEach(ctx context.Context) {
 	lim := fanout.NewLimiter(r.opts.Parallel)
 	var wg sync.WaitGroup
 	for _, c := range r.todo {
-		c.setStep(StepQueued, 0)
+		r.step(c, StepQueued)
 	}
 	for i, c := range r.todo {
 		s, err := lim.Acquire(ctx)

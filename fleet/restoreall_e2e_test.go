@@ -50,6 +50,11 @@ func TestRestoreAll(t *testing.T) {
 	minority := kubetest.AddEtcdCluster(t, w.Admin, w.Dyn, restoreAllNS, "etcd-ra1", testenv.EtcdOptions{IP: "127.0.19.11", Members: 3})
 	allLost := kubetest.AddEtcdCluster(t, w.Admin, w.Dyn, restoreAllNS, "etcd-ra2", testenv.EtcdOptions{IP: "127.0.19.12", Members: 1})
 	clusters := []kubetest.Cluster{healthy, minority, allLost}
+	// etcd-ra3 lost its only member and has no backup: its restore fails
+	// (at the selection), and the others are restored all the same.
+	noBackup := kubetest.AddEtcdCluster(t, w.Admin, w.Dyn, restoreAllNS, "etcd-ra3", testenv.EtcdOptions{IP: "127.0.19.13", Members: 1})
+	kubetest.PerClusterAccess(t, w.A, restoreAllNS, noBackup.Name)
+	noBackup.Etcd.Members[0].Kill()
 	for i, fc := range clusters {
 		kubetest.PerClusterAccess(t, w.A, restoreAllNS, fc.Name)
 		testenv.PutKeys(t, fc.Etcd.Client(t), "/registry/k", 40+10*i, 256)
@@ -109,12 +114,13 @@ func TestRestoreAll(t *testing.T) {
 		var outcomes []string
 		for _, r := range plan.Clusters {
 			outcomes = append(outcomes, r.Cluster+"="+r.Outcome)
-			if r.Outcome == fleet.OutcomePlanned && (r.Backup == "" || r.Bytes == 0) {
+			if r.Outcome == fleet.OutcomePlanned && r.Cluster != noBackup.Name && (r.Backup == "" || r.Bytes == 0) {
 				t.Errorf("planned %s without its backup and bytes: %+v", r.Cluster, r)
 			}
 		}
-		// Smallest first: etcd-ra1's backup has fewer keys than etcd-ra2's.
-		if got := strings.Join(outcomes, " "); !plan.DryRun || got != "etcd-ra1=planned etcd-ra2=planned etcd-ra0=healthy" {
+		// Smallest first: etcd-ra3 has nothing to fetch, etcd-ra1's backup
+		// has fewer keys than etcd-ra2's.
+		if got := strings.Join(outcomes, " "); !plan.DryRun || got != "etcd-ra3=planned etcd-ra1=planned etcd-ra2=planned etcd-ra0=healthy" {
 			t.Errorf("dry run: %s (dry run %t)", got, plan.DryRun)
 		}
 		if plan.Expected <= 0 || plan.Model["storeStream"] == "" || plan.Model["storeStream"] == "unknown" || plan.Model["parallel"] != "2" {
@@ -132,7 +138,7 @@ func TestRestoreAll(t *testing.T) {
 		cmd.Env = testfix.ToolEnv()
 		out, err := cmd.Output()
 		if err != nil || !strings.Contains(string(out), "Dry run: nothing is changed") || !strings.Contains(string(out), "model storeStream:") ||
-			strings.Count(string(out), fleet.OutcomePlanned) != 2 || !strings.Contains(string(out), "NODEPORT") {
+			strings.Count(string(out), fleet.OutcomePlanned) != 3 || !strings.Contains(string(out), "NODEPORT") {
 			t.Errorf("dry run table: %v\n%s", err, out)
 		}
 		t.Logf("dry run table:\n%s", out)
@@ -140,15 +146,16 @@ func TestRestoreAll(t *testing.T) {
 
 	start := time.Now()
 	rep, err := fleet.RestoreAll(ctx, opts)
-	if err != nil {
-		t.Fatalf("restore-all: %v\nreport %+v", err, rep)
+	var rae *fleet.RestoreAllError
+	if !errors.As(err, &rae) || strings.Join(rae.Failed, ",") != restoreAllNS+"/"+noBackup.Name {
+		t.Fatalf("restore-all: %v, want etcd-ra3 failed\nreport %+v", err, rep)
 	}
 	t.Logf("restore-all of 2 quorum-lost clusters (1 healthy) at --parallel 2: %v", time.Since(start).Round(time.Millisecond))
 	byName := map[string]fleet.RestoreAllRow{}
 	for _, row := range rep.Clusters {
 		byName[row.Cluster] = row
 	}
-	if len(rep.Clusters) != 3 || len(rep.Failed) != 0 || len(rep.Runs) != 1 || rep.Runs[0].Resumed {
+	if len(rep.Clusters) != 4 || len(rep.Failed) != 1 || len(rep.Runs) != 1 || rep.Runs[0].Resumed {
 		t.Fatalf("report: %+v", rep)
 	}
 	run := rep.Runs[0].Run
@@ -171,6 +178,10 @@ func TestRestoreAll(t *testing.T) {
 			t.Errorf("%s: the operator's restore: %+v", fc.Name, rec)
 		}
 	}
+	if r := byName[noBackup.Name]; r.Outcome != fleet.OutcomeFailed || r.FailedStep != kube.OpStepSelect || !strings.Contains(r.Cause, noBackup.Name) ||
+		r.NextStep != "runbooks/quorum-loss.md#restore-from-snapshot" || r.Run != run {
+		t.Errorf("the cluster without a backup: %+v", r)
+	}
 	if byName[minority.Name].Health != "0/3 members healthy (1 answer): quorum lost" {
 		t.Errorf("minority: health %q", byName[minority.Name].Health)
 	}
@@ -183,13 +194,13 @@ func TestRestoreAll(t *testing.T) {
 	}
 	// The run's records: the plan (the two clusters), a start and an end.
 	var plan catalog.FleetRestorePlan
-	if err := catalog.ReadFleetRestoreRecord(ctx, st, layout.FleetRestorePlanKey(run), &plan); err != nil || len(plan.Clusters) != 2 ||
+	if err := catalog.ReadFleetRestoreRecord(ctx, st, layout.FleetRestorePlanKey(run), &plan); err != nil || len(plan.Clusters) != 3 ||
 		plan.Fingerprint != catalog.FleetRestoreFingerprint(catalog.FleetRestoreRequest{}) {
 		t.Errorf("plan %+v: %v", plan, err)
 	}
 	var end catalog.FleetRestoreAttempt
 	if err := catalog.ReadFleetRestoreRecord(ctx, st, layout.FleetRestoreAttemptKey(run, rep.Runs[0].Attempt, true), &end); err != nil ||
-		end.Verified != 2 || len(end.Failed) != 0 || end.Ended.IsZero() {
+		end.Verified != 2 || len(end.Failed) != 1 || !strings.HasPrefix(end.Failed[0], noBackup.Name+": "+kube.OpStepSelect+": ") || end.Ended.IsZero() {
 		t.Errorf("end record %+v: %v", end, err)
 	}
 	// Steps were reported for each restored cluster, through verification.
@@ -273,8 +284,8 @@ func TestRestoreAll(t *testing.T) {
 		}
 
 		rep, err := fleet.RestoreAll(ctx, opts)
-		if err != nil {
-			t.Fatalf("rerun: %v\n%+v", err, rep)
+		if !errors.As(err, &rae) || len(rae.Failed) != 1 {
+			t.Fatalf("rerun: %v, want etcd-ra3 failed again\n%+v", err, rep)
 		}
 		if len(rep.Runs) != 1 || rep.Runs[0].Run != old || !rep.Runs[0].Resumed {
 			t.Fatalf("runs %+v, want run %s resumed", rep.Runs, old)
@@ -320,6 +331,48 @@ func TestRestoreAll(t *testing.T) {
 		var ip *fleet.InProgressError
 		if !errors.As(err, &ip) || ip.Host != "other-pod" || ip.Run != old || !strings.Contains(err.Error(), "other-pod") {
 			t.Errorf("overlapping run: %v, want refused", err)
+		}
+	})
+
+	t.Run("Selection", func(t *testing.T) {
+		// --cluster and --selector narrow the selection (dry runs: the
+		// plan only, no record).
+		ec, err := w.Dyn.Resource(kube.EtcdClusterGVR).Namespace(restoreAllNS).Get(ctx, noBackup.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ec.SetLabels(map[string]string{"tier": "gold"})
+		if _, err := w.Dyn.Resource(kube.EtcdClusterGVR).Namespace(restoreAllNS).Update(ctx, ec, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		keysBefore := testfix.Keys(t, st, layout.RestoresPrefix())
+		for _, tc := range []struct {
+			names    []string
+			selector string
+			want     string
+		}{
+			{[]string{healthy.Name, minority.Name}, "", "etcd-ra1=planned etcd-ra0=healthy"},
+			{nil, "tier=gold", "etcd-ra3=planned"},
+			{nil, "tier!=gold", "etcd-ra1=planned etcd-ra0=healthy etcd-ra2=healthy"},
+			{[]string{"etcd-nope"}, "", "etcd-nope=failed"},
+		} {
+			o := opts
+			o.DryRun, o.Names, o.Selector, o.OnStep = true, tc.names, tc.selector, nil
+			rep, err := fleet.RestoreAll(ctx, o)
+			if err != nil && !strings.Contains(tc.want, "failed") {
+				t.Errorf("%v %q: %v", tc.names, tc.selector, err)
+				continue
+			}
+			var got []string
+			for _, r := range rep.Clusters {
+				got = append(got, r.Cluster+"="+r.Outcome)
+			}
+			if strings.Join(got, " ") != tc.want {
+				t.Errorf("--cluster %v --selector %q: %v, want %s", tc.names, tc.selector, got, tc.want)
+			}
+		}
+		if keysAfter := testfix.Keys(t, st, layout.RestoresPrefix()); !slices.Equal(keysAfter, keysBefore) {
+			t.Errorf("dry runs wrote records: %v -> %v", keysBefore, keysAfter)
 		}
 	})
 }

@@ -287,3 +287,23 @@ func TestRestoreAllFailedStep(t *testing.T) {
 		}
 	}
 }
+
+func TestRestoreAllAttemptBound(t *testing.T) {
+	t.Parallel()
+	const ct = 30 * time.Minute
+	for _, tc := range []struct {
+		n, parallel int
+		expected    time.Duration
+		want        time.Duration
+	}{
+		{0, 8, 0, ct + 5*time.Minute},                              // nothing to do: one round
+		{100, 8, 0, 13*ct + 5*time.Minute},                         // no model: every round at its deadline
+		{100, 8, 20 * time.Minute, 70*time.Minute + 5*time.Minute}, // twice the expected time plus one deadline
+		{3, 8, 10 * time.Hour, ct + 5*time.Minute},                 // never past every round's deadline
+		{5, 0, 0, 5*ct + 5*time.Minute},                            // parallel 0 is 1
+	} {
+		if got := attemptBound(tc.n, tc.parallel, ct, tc.expected); got != tc.want {
+			t.Errorf("attemptBound(%d, %d, %v, %v) = %v, want %v", tc.n, tc.parallel, ct, tc.expected, got, tc.want)
+		}
+	}
+}

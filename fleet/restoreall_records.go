@@ -117,8 +117,8 @@ type InProgressError struct {
 
 func (e *InProgressError) Error() string {
 	return fmt.Sprintf("namespace %s: run %s of the same request is in progress: its attempt started %s on host %q and counts as running "+
-		"until %s (no end record yet); wait for it, or, if that process is gone, rerun after its deadline (--new-run starts another run "+
-		"that would restore the same clusters at the same time)", e.Namespace, e.Run, e.Started.UTC().Format(time.RFC3339), e.Host,
+		"until %s (no end record yet); wait for it, or, once that process is gone (its pod deleted, its node lost), rerun with --take-over "+
+		"to resume the run now (--new-run starts another run, which does not skip the clusters this one finished)", e.Namespace, e.Run, e.Started.UTC().Format(time.RFC3339), e.Host,
 		e.Deadline.UTC().Format(time.RFC3339))
 }
 
@@ -166,7 +166,7 @@ func (r *restoreAll) openRun(ctx context.Context, ns *raNamespace, fp string) er
 			if err := catalog.ReadFleetRestoreRecord(ctx, st, l.FleetRestoreAttemptKey(s.run, started, ended), &a); err != nil {
 				return &RestoreAllError{Err: fmt.Errorf("namespace %s: %w", ns.name, ctxErr(ctx, err))}
 			}
-			if !ended && a.InProgress(now) {
+			if !ended && a.InProgress(now) && !r.opts.TakeOver {
 				return &RestoreAllError{Err: &InProgressError{Namespace: ns.name, Run: s.run, Host: a.Host, Started: a.Started, Deadline: a.Deadline}}
 			}
 			if ended {
@@ -230,10 +230,7 @@ func (r *restoreAll) writePlans(ctx context.Context) error {
 			n++
 		}
 	}
-	// The attempt's deadline: every round of Parallel clusters at most
-	// ClusterTimeout, and a margin for the records.
-	rounds := (n + r.opts.Parallel - 1) / r.opts.Parallel
-	deadline := now.Add(time.Duration(max(rounds, 1))*r.opts.ClusterTimeout + 5*time.Minute)
+	deadline := now.Add(attemptBound(n, r.opts.Parallel, r.opts.ClusterTimeout, r.rep.Expected))
 	req := r.opts.request()
 	for _, ns := range r.nss {
 		run := RestoreAllRun{Namespace: ns.name, Prefix: ns.Layout.RootPrefix(), Run: ns.run, Resumed: ns.resumed}
@@ -268,6 +265,21 @@ func (r *restoreAll) writePlans(ctx context.Context) error {
 	return nil
 }
 
+// attemptBound is how long an attempt of n clusters counts as running
+// without an end record (its deadline, after which a rerun resumes the
+// run): twice the plan's expected time plus one cluster's deadline, at
+// most every round of parallel clusters taking clusterTimeout; and 5
+// minutes for the records. A process killed hard (no end record) holds
+// the run that long; --take-over resumes it before.
+func attemptBound(n, parallel int, clusterTimeout, expected time.Duration) time.Duration {
+	rounds := max((n+max(parallel, 1)-1)/max(parallel, 1), 1)
+	bound := time.Duration(rounds) * clusterTimeout
+	if expected > 0 {
+		bound = min(bound, 2*expected+clusterTimeout)
+	}
+	return bound + 5*time.Minute
+}
+
 // writeEnds writes each namespace's attempt end record with its tallies,
 // with a context of its own (a cancelled attempt says so).
 func (r *restoreAll) writeEnds(ctx context.Context) {
@@ -291,6 +303,10 @@ func (r *restoreAll) writeEnds(ctx context.Context) {
 				a.Failed = append(a.Failed, fmt.Sprintf("%s: %s: %s", c.id, c.row.FailedStep, c.row.Cause))
 			case OutcomeNotStarted:
 				a.NotStarted++
+			case "":
+				if c.action != "" {
+					a.NotStarted++ // the attempt stopped before its turn
+				}
 			}
 		}
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)

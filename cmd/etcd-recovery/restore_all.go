@@ -28,7 +28,7 @@ type restoreAllOpts struct {
 	prefixTemplate, selector, order, toTime  string
 	awsSecret, identityFile, tempDir, output string
 	force, rebuild, replace, dryRun, newRun  bool
-	forcePathStyle, noEvents                 bool
+	forcePathStyle, noEvents, takeOver       bool
 	parallel                                 int
 	bumpRevision                             uint64
 	probeTimeout, dialTimeout, verifyTimeout time.Duration
@@ -58,7 +58,7 @@ func restoreAllCommand(g *globalOpts) *cli.Command {
 			"others. The run is recorded under <prefix>/_restores/<run>/: the plan, each attempt's start and end, and a done\n" +
 			"record per cluster once verified. Running the same command again resumes the newest unfinished run: clusters done\n" +
 			"are skipped and not touched, a restore a killed attempt left in flight is finished and verified; a run whose\n" +
-			"attempt is in progress is refused (--new-run starts another). --dry-run prints the plan (each cluster's backup,\n" +
+			"attempt is in progress is refused (--take-over when that process is gone; --new-run starts another). --dry-run prints the plan (each cluster's backup,\n" +
 			"bytes, and the expected time from the store's measured throughput) and changes nothing.\n" +
 			"On a terminal a live table shows each cluster's step; otherwise one log line per step. The report lists each\n" +
 			"cluster's client URL and the NodePort of <id>-client-service-np: restart the kube-apiserver that uses it.\n" +
@@ -75,6 +75,7 @@ func restoreAllCommand(g *globalOpts) *cli.Command {
 			identityFileFlag(&o.identityFile),
 			dryRunFlag(&o.dryRun),
 			&cli.BoolFlag{Name: "new-run", Usage: "restore-all: start a new run even when an unfinished one of the same request exists (it is not resumed)", Destination: &o.newRun},
+			&cli.BoolFlag{Name: "take-over", Usage: "restore-all: resume the run even though its attempt counts as in progress (start record, no end, before its deadline): that process is gone (its pod deleted, its node lost)", Destination: &o.takeOver},
 			parallelFlag(&o.parallel, 0),
 			&cli.StringFlag{Name: "order", Value: fleet.OrderSmallest, Usage: "restore-all: smallest (fewest bytes first: most customers back soonest), largest or name", Destination: &o.order},
 			&cli.StringSliceFlag{Name: "first", Usage: "restore-all: clusters restored before the --order (NAME or NAMESPACE/NAME, comma-separated, in this order)", Destination: &o.first},
@@ -113,7 +114,7 @@ func runRestoreAll(c *cli.Context, g *globalOpts, o *restoreAllOpts) error {
 	}
 	opts := fleet.RestoreAllOptions{
 		Names: splitList(o.clusters.Value()), Selector: o.selector, Force: o.force, Rebuild: o.rebuild, Replace: o.replace,
-		DryRun: o.dryRun, NewRun: o.newRun, Parallel: o.parallel, Order: o.order, First: splitList(o.first.Value()),
+		DryRun: o.dryRun, NewRun: o.newRun, TakeOver: o.takeOver, Parallel: o.parallel, Order: o.order, First: splitList(o.first.Value()),
 		ClusterTimeout: o.clusterTimeout, HealthTimeout: o.probeTimeout, NoEvents: o.noEvents, FixedCost: o.fixedCost,
 	}
 	if o.toTime != "" {
@@ -152,7 +153,11 @@ func runRestoreAll(c *cli.Context, g *globalOpts, o *restoreAllOpts) error {
 		if err != nil {
 			return err
 		}
-		if len(namespaces) > 1 || o.store.prefix == "" {
+		if len(namespaces) > 1 || layout.Prefix == "" {
+			if layout.Prefix != "" {
+				e.log.Info("restore-all: several namespaces: each one's prefix is --prefix-template's, not --prefix (COS_PREFIX)",
+					"namespace", k.Namespace, "ignored_prefix", layout.Prefix, "template", o.prefixTemplate)
+			}
 			p := strings.ReplaceAll(o.prefixTemplate, namespaceToken, k.Namespace)
 			if layout.Prefix, err = catalog.ValidatePrefix(p); err != nil {
 				return usagef("restore-all: --prefix-template %q for namespace %s: %v", o.prefixTemplate, k.Namespace, err)
@@ -189,9 +194,6 @@ func (o *restoreAllOpts) namespaceList(c *cli.Context) ([]string, error) {
 	}
 	if c.IsSet("namespace") && o.kube.namespace != "" && os.Getenv("POD_NAMESPACE") != o.kube.namespace {
 		return nil, usagef("restore-all: --namespace and --namespaces: give one (--namespaces NS,... for several)")
-	}
-	if c.IsSet("prefix") && o.store.prefix != "" && len(list) > 1 {
-		return nil, usagef("restore-all: --prefix names one namespace's prefix: with --namespaces, --prefix-template (default %q) gives each one's", namespaceToken+"/")
 	}
 	slices.Sort(list)
 	if d := slices.Compact(slices.Clone(list)); len(d) != len(list) {
