@@ -5,7 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -84,6 +89,11 @@ func BenchmarkRestoreAll(b *testing.B) {
 	type result struct {
 		wall, cpu time.Duration
 		rss       int64
+		// busy is the share of the machine's cores busy during the run
+		// (every process: MinIO, etcd, the stand-in, other tests).
+		busy float64
+		// each is every cluster's own elapsed time, as the report has it.
+		each []time.Duration
 	}
 	run := func(p int, names ...string) result {
 		b.Helper()
@@ -96,7 +106,9 @@ func BenchmarkRestoreAll(b *testing.B) {
 		cmd.Env = append(testfix.ToolEnv(), w.StoreEnv()...)
 		var stdout, stderr testfix.SyncBuffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		busy0, all0 := machineCPU(b)
 		d, rss, err := testfix.RunMeasured(cmd)
+		busy1, all1 := machineCPU(b)
 		if err != nil {
 			b.Fatalf("restore-all --parallel %d: %v\n%s", p, err, testfix.LastLines(stderr.String(), 30))
 		}
@@ -109,16 +121,20 @@ func BenchmarkRestoreAll(b *testing.B) {
 			want = len(names)
 		}
 		restored := 0
+		var each []time.Duration
 		for _, r := range rep.Clusters {
 			if r.Outcome == fleet.OutcomeRestored {
 				restored++
+				each = append(each, r.Elapsed)
 			}
 		}
+		slices.Sort(each)
 		if restored != want || len(rep.Failed) != 0 {
 			b.Fatalf("restore-all --parallel %d: %d restored, want %d; failed %v", p, restored, want, rep.Failed)
 		}
 		fn.Adopt(b)
-		return result{wall: d, rss: rss, cpu: cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()}
+		return result{wall: d, rss: rss, cpu: cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime(), each: each,
+			busy: float64(busy1-busy0) / float64(max(all1-all0, 1))}
 	}
 
 	// One cluster alone: the fixed cost.
@@ -143,10 +159,38 @@ func BenchmarkRestoreAll(b *testing.B) {
 			fmt.Printf("--parallel %d: %v (floor %v: %.2fx; the model expects %v), peak RSS %.0f MiB, CPU %v (%.0f%% of one core)\n",
 				p, last.wall.Round(time.Millisecond), floor.Round(time.Millisecond), last.wall.Seconds()/floor.Seconds(),
 				model.Round(time.Millisecond), float64(last.rss)/(1<<20), last.cpu.Round(time.Millisecond), 100*last.cpu.Seconds()/last.wall.Seconds())
+			fmt.Printf("  each cluster's own time: %v (fastest) %v (median) %v (slowest); the machine's %d cores %.0f%% busy\n", last.each[0].Round(time.Millisecond),
+				last.each[len(last.each)/2].Round(time.Millisecond), last.each[len(last.each)-1].Round(time.Millisecond), runtime.NumCPU(), 100*last.busy)
 			b.ReportMetric(last.wall.Seconds(), "s/run")
 			b.ReportMetric(last.wall.Seconds()/floor.Seconds(), "x-floor")
 			b.ReportMetric(float64(last.rss)/(1<<20), "peak-RSS-MiB")
 			b.ReportMetric(last.cpu.Seconds(), "cpu-s")
 		})
 	}
+}
+
+// machineCPU is the machine's busy and total CPU time so far, in clock
+// ticks, from /proc/stat's first line (busy: all but idle and iowait).
+func machineCPU(tb testing.TB) (busy, total int64) {
+	tb.Helper()
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 6 || f[0] != "cpu" {
+		tb.Fatalf("/proc/stat: %q", line)
+	}
+	for i, v := range f[1:] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			tb.Fatalf("/proc/stat: %q", line)
+		}
+		total += n
+		if i != 3 && i != 4 { // idle, iowait
+			busy += n
+		}
+	}
+	return busy, total
 }
