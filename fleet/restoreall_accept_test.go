@@ -460,6 +460,11 @@ func testRestoreAllSIGTERM(t *testing.T, ctx context.Context, w *kubetest.FleetW
 }
 
 func testRestoreAllRebuild(t *testing.T, ctx context.Context, w *kubetest.FleetWorld, b *kubetest.FleetNamespace) {
+	// The NodePorts the customers' kube-apiservers were given.
+	ports := map[string]int32{}
+	for _, c := range b.Clusters {
+		ports[c.Name] = nodePort(t, ctx, w, b.Name, c.Name)
+	}
 	// The namespace is gone: every object, every member and its data.
 	kubetest.WipeNamespace(t, ctx, w.Admin, w.Dyn, b.Name)
 	for _, c := range b.Clusters {
@@ -496,6 +501,11 @@ func testRestoreAllRebuild(t *testing.T, ctx context.Context, w *kubetest.FleetW
 		}
 		if uid := w.EtcdClusterUID(t, ctx, b.Name, c.Name); uid == "" || uid == c.UID {
 			t.Errorf("%s: EtcdCluster uid %q after the rebuild (was %s)", c.Name, uid, c.UID)
+		}
+		// The rebuilt NodePort Service keeps its port, and the report
+		// names it.
+		if np := nodePort(t, ctx, w, b.Name, c.Name); np != ports[c.Name] || r.NodePort != np {
+			t.Errorf("%s: NodePort %d after the rebuild (report %d, %s), was %d", c.Name, np, r.NodePort, r.NodePortError, ports[c.Name])
 		}
 		w.CheckRestored(t, ctx, c)
 	}
