@@ -347,6 +347,8 @@ func TestDocFlagDefaults(t *testing.T) {
 		{[]string{"journal"}, "rediscover", d(fleet.DefaultRediscover), "", ""},
 		{[]string{"restore"}, "wait-timeout", d(kube.DefaultOperatorRestoreTimeout), "", ""},
 		{[]string{"inspect"}, "journal-lag-bound", d(inspect.DefaultJournalLagBound), "", ""},
+		{[]string{"restore-all"}, "cluster-timeout", d(fleet.DefaultClusterTimeout), "docs/flags.md", `\[--cluster-timeout (\w+)\]`},
+		{[]string{"restore-all"}, "fixed-cost", d(fleet.DefaultRestoreFixedCost), "docs/flags.md", `\[--fixed-cost (\w+)\]`},
 	}
 	helps := map[string]string{}
 	for _, c := range checks {

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/armada/etcd-recovery/backup"
@@ -71,9 +70,6 @@ func TestRestoreAll(t *testing.T) {
 	for _, fc := range clusters {
 		op.Register(fc)
 	}
-	// The NodePort of each cluster's <id>-client-service-np: the
-	// toolkit's account may get those Services (not in deploy/'s Roles).
-	grantNodePortServices(t, w, restoreAllNS, clusters)
 	sa, err := kube.New(kube.Config{Rest: w.K.RestConfig(kubetest.SAToken(t, w.Admin, restoreAllNS, "etcd-recovery-toolkit")), Namespace: restoreAllNS})
 	if err != nil {
 		t.Fatal(err)
@@ -114,6 +110,9 @@ func TestRestoreAll(t *testing.T) {
 		var outcomes []string
 		for _, r := range plan.Clusters {
 			outcomes = append(outcomes, r.Cluster+"="+r.Outcome)
+			if r.NodePort == 0 {
+				t.Errorf("%s: no NodePort in the plan (deploy/per-cluster grants the toolkit its Service): %s", r.Cluster, r.NodePortError)
+			}
 			if r.Outcome == fleet.OutcomePlanned && r.Cluster != noBackup.Name && (r.Backup == "" || r.Bytes == 0) {
 				t.Errorf("planned %s without its backup and bytes: %+v", r.Cluster, r)
 			}
@@ -332,6 +331,12 @@ func TestRestoreAll(t *testing.T) {
 		if !errors.As(err, &ip) || ip.Host != "other-pod" || ip.Run != old || !strings.Contains(err.Error(), "other-pod") {
 			t.Errorf("overlapping run: %v, want refused", err)
 		}
+		// A dry run changes nothing: it is not refused.
+		dry := opts
+		dry.DryRun, dry.OnStep = true, nil
+		if _, err := fleet.RestoreAll(ctx, dry); err != nil {
+			t.Errorf("a dry run while an attempt is in progress: %v", err)
+		}
 	})
 
 	t.Run("Selection", func(t *testing.T) {
@@ -375,28 +380,6 @@ func TestRestoreAll(t *testing.T) {
 			t.Errorf("dry runs wrote records: %v -> %v", keysBefore, keysAfter)
 		}
 	})
-}
-
-// grantNodePortServices lets the toolkit's account get each cluster's
-// <id>-client-service-np Service.
-func grantNodePortServices(t *testing.T, w *kubetest.RBACWorld, ns string, clusters []kubetest.Cluster) {
-	t.Helper()
-	var names []string
-	for _, c := range clusters {
-		names = append(names, c.Name+"-client-service-np")
-	}
-	ctx := context.Background()
-	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "restore-all-nodeports"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"services"}, ResourceNames: names, Verbs: []string{"get"}}}}
-	if _, err := w.Admin.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "restore-all-nodeports"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: role.Name},
-		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "etcd-recovery-toolkit", Namespace: ns}}}
-	if _, err := w.Admin.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // killedRestore plays a restore-all attempt killed while etcd-operator

@@ -16,22 +16,26 @@ func TestRestoreAllJudgeHealth(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		size, healthy, answered int
+		quorum                  bool
 		outcome, text           string
 	}{
-		{3, 3, 3, OutcomeHealthy, "3/3 members healthy"},
-		{3, 2, 2, OutcomeDegraded, "2/3 members healthy: quorum holds"},
-		{3, 1, 1, "", "1/3 members healthy: quorum lost"},
-		{3, 0, 1, "", "0/3 members healthy (1 answer): quorum lost"},
-		{1, 1, 1, OutcomeHealthy, "1/1 members healthy"},
-		{1, 0, 0, "", "0/1 members healthy: quorum lost"},
-		{5, 3, 3, OutcomeDegraded, "3/5 members healthy: quorum holds"},
-		{5, 2, 5, "", "2/5 members healthy (5 answer): quorum lost"},
-		{4, 2, 2, "", "2/4 members healthy: quorum lost"},
-		{0, 0, 0, "", "0/0 members healthy: quorum lost"},
+		{3, 3, 3, true, OutcomeHealthy, "3/3 members healthy"},
+		{3, 2, 2, true, OutcomeDegraded, "2/3 members healthy: quorum holds"},
+		{3, 1, 1, false, "", "1/3 members healthy: quorum lost"},
+		{3, 0, 1, false, "", "0/3 members healthy (1 answer): quorum lost"},
+		{1, 1, 1, true, OutcomeHealthy, "1/1 members healthy"},
+		{1, 0, 0, false, "", "0/1 members healthy: quorum lost"},
+		{5, 3, 3, true, OutcomeDegraded, "3/5 members healthy: quorum holds"},
+		{5, 2, 5, false, "", "2/5 members healthy (5 answer): quorum lost"},
+		{0, 0, 0, false, "", "0/0 members healthy: quorum lost"},
+		// The toolkit reaches one member of three, and it serves a
+		// linearizable read: the cluster has quorum (the others are out
+		// of the toolkit's reach, not down). Never restored.
+		{3, 1, 1, true, OutcomeDegraded, "1/3 members healthy: quorum holds"},
 	} {
-		outcome, text := judgeHealth(tc.size, tc.healthy, tc.answered)
+		outcome, text := judgeHealth(tc.size, tc.healthy, tc.answered, tc.quorum)
 		if outcome != tc.outcome || text != tc.text {
-			t.Errorf("judgeHealth(%d, %d, %d) = %q, %q; want %q, %q", tc.size, tc.healthy, tc.answered, outcome, text, tc.outcome, tc.text)
+			t.Errorf("judgeHealth(%d, %d, %d, %t) = %q, %q; want %q, %q", tc.size, tc.healthy, tc.answered, tc.quorum, outcome, text, tc.outcome, tc.text)
 		}
 	}
 }
@@ -251,7 +255,7 @@ func TestRestoreAllReportRows(t *testing.T) {
 	}{
 		{0, "OUTCOME", OutcomeRestored}, {0, "NODEPORT", "30123"}, {0, "ELAPSED", "1m1s"}, {0, "BYTES", "2.0 MiB"}, {0, "REVISION", "1000000042"},
 		{0, "CLIENT URL", "https://etcd-a-client.kubx-etcd-01.svc:2379"}, {0, "ERROR", "-"},
-		{1, "OUTCOME", "done-earlier (run 20261129T100000.000Z-0a0b0c0d)"}, {1, "NODEPORT", "-"},
+		{1, "OUTCOME", OutcomeDoneEarlier}, {1, "RUN", "20261129T100000.000Z-0a0b0c0d"}, {1, "NODEPORT", "-"},
 		{2, "ERROR", fmt.Sprintf("at step %q: etcd-operator did not ...; next: runbooks/quorum-loss.md#restore-through-etcd-operator", kube.OpStepWait)},
 		{3, "HEALTH", "3/3 members healthy"}, {3, "BACKUP", "-"},
 	} {
@@ -305,5 +309,34 @@ func TestRestoreAllAttemptBound(t *testing.T) {
 		if got := attemptBound(tc.n, tc.parallel, ct, tc.expected); got != tc.want {
 			t.Errorf("attemptBound(%d, %d, %v, %v) = %v, want %v", tc.n, tc.parallel, ct, tc.expected, got, tc.want)
 		}
+	}
+}
+
+// Each cluster's restore options: the template's, with the cluster, its
+// namespace's store, the run's annotation, its own journal for a point in
+// time, the store (not its present state) for a healthy cluster restored
+// on request, and etcd-operator's wait within the cluster's deadline.
+func TestRestoreAllClusterOptions(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 11, 29, 9, 30, 0, 0, time.UTC)
+	r := newRestoreAll(RestoreAllOptions{ToTime: at, ClusterTimeout: 5 * time.Minute,
+		Template: kube.OperatorRestoreOptions{Bucket: "b", Endpoint: "e", Timeout: 10 * time.Minute, Backup: "ignored"}})
+	ns := &raNamespace{RestoreAllNamespace: RestoreAllNamespace{Kube: &kube.Client{Namespace: "kubx-etcd-07"}, Layout: catalog.Layout{Prefix: "kubx-etcd-07/"}},
+		name: "kubx-etcd-07", run: "20261129T100000.000Z-0a0b0c0d"}
+	lost := &raCluster{ns: ns, id: "etcd-lost"}
+	healthy := &raCluster{ns: ns, id: "etcd-fine", judged: OutcomeHealthy}
+	o := r.clusterOptions(lost)
+	if o.Cluster != "etcd-lost" || o.Kube != ns.Kube || o.Layout != ns.Layout || o.Backup != "" || o.DryRun ||
+		o.Annotations[AnnotationRun] != ns.run || o.Bucket != "b" || o.OnStep == nil || o.Progress == nil {
+		t.Errorf("options %+v", o)
+	}
+	if !o.ToTime.Equal(at) || o.Journal == nil || o.NoLive {
+		t.Errorf("point in time: to %v, journal %v, no-live %t", o.ToTime, o.Journal, o.NoLive)
+	}
+	if o.Timeout != 5*time.Minute {
+		t.Errorf("etcd-operator's wait %v, want the cluster's deadline 5m", o.Timeout)
+	}
+	if o := r.clusterOptions(healthy); !o.NoLive {
+		t.Error("a healthy cluster restored on request takes a survivor snapshot of its present state")
 	}
 }

@@ -212,7 +212,8 @@ func (r *restoreAll) judge(ctx context.Context, c *raCluster) {
 		members[i].ClientURL = cfg.URL(ep)
 	}
 	answered := 0
-	for _, m := range probe.Members(ctx, cfg, members, r.opts.HealthTimeout) {
+	probed := probe.Members(ctx, cfg, members, r.opts.HealthTimeout)
+	for _, m := range probed {
 		if m.Healthy() {
 			c.healthy++
 		}
@@ -220,24 +221,29 @@ func (r *restoreAll) judge(ctx context.Context, c *raCluster) {
 			answered++
 		}
 	}
-	c.judged, c.row.Health = judgeHealth(c.size, c.healthy, answered)
+	c.judged, c.row.Health = judgeHealth(c.size, c.healthy, answered, probe.Quorum(probed))
 	r.log.Info("restore-all: health", "namespace", c.ns.name, "cluster", c.id, "health", c.row.Health)
 }
 
 // judgeHealth judges a cluster of size members of which healthy answered
-// healthy: OutcomeHealthy (all), OutcomeDegraded (a majority: quorum
-// holds, etcd-operator heals it) or "" (quorum lost: to restore), with
-// the text the report shows (members that answer without being healthy:
-// a survivor without quorum).
-func judgeHealth(size, healthy, answered int) (outcome, text string) {
+// healthy and answered answered at all; quorum is whether a voting member
+// served a linearizable read (probe.Quorum: the cluster committed a
+// ReadIndex with a quorum just now, whatever the toolkit can reach).
+// Quorum lost ("", to restore) is no such read: then fewer than a
+// majority of the members are healthy. With quorum: OutcomeHealthy (every
+// member healthy) or OutcomeDegraded (etcd-operator heals it), never
+// restored unless asked, even when the toolkit reaches fewer than a
+// majority. The text is what the report shows (members that answer
+// without being healthy: a survivor without quorum).
+func judgeHealth(size, healthy, answered int, quorum bool) (outcome, text string) {
 	text = fmt.Sprintf("%d/%d members healthy", healthy, size)
 	if answered > healthy {
 		text += fmt.Sprintf(" (%d answer)", answered)
 	}
 	switch {
-	case size > 0 && healthy >= size:
+	case quorum && size > 0 && healthy >= size:
 		return OutcomeHealthy, text
-	case healthy >= size/2+1:
+	case quorum:
 		return OutcomeDegraded, text + ": quorum holds"
 	}
 	return "", text + ": quorum lost"
@@ -300,9 +306,22 @@ func (r *restoreAll) plan() {
 		model = m
 	}
 	r.rep.Expected = model.Expect(bytes)
-	for _, c := range append(append([]*raCluster{}, r.todo...), r.left...) {
+	all := append(append([]*raCluster{}, r.todo...), r.left...)
+	for _, c := range all {
 		c.row.ClientURL = clientURL(c)
 	}
+	// Every cluster's NodePort (a restored one's is read again after
+	// its restore): the plan shows which kube-apiservers will need a
+	// restart.
+	fanout.ForEach(context.Background(), len(all), discoverParallel, func(ctx context.Context, i int) {
+		c := all[i]
+		if c.cluster == nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		c.row.NodePort, c.row.NodePortError = nodePort(ctx, c.ns.Kube, c.id)
+	})
 }
 
 // decideAction is what to do with a cluster: the action a resumed run

@@ -167,7 +167,12 @@ func (r *restoreAll) openRun(ctx context.Context, ns *raNamespace, fp string) er
 				return &RestoreAllError{Err: fmt.Errorf("namespace %s: %w", ns.name, ctxErr(ctx, err))}
 			}
 			if !ended && a.InProgress(now) && !r.opts.TakeOver {
-				return &RestoreAllError{Err: &InProgressError{Namespace: ns.name, Run: s.run, Host: a.Host, Started: a.Started, Deadline: a.Deadline}}
+				ip := &InProgressError{Namespace: ns.name, Run: s.run, Host: a.Host, Started: a.Started, Deadline: a.Deadline}
+				if !r.opts.DryRun {
+					return &RestoreAllError{Err: ip}
+				}
+				// A dry run changes nothing: it plans, and says so.
+				r.log.Warn("restore-all: dry run: "+ip.Error(), "namespace", ns.name, "run", s.run)
 			}
 			if ended {
 				lastEnd = &a

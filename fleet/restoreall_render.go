@@ -40,9 +40,12 @@ func (r *RestoreAllReport) Tables() []output.Table {
 
 // Table is one row per cluster.
 func (r *RestoreAllReport) Table() output.Table {
+	// By default what an SRE acts on (fits 120 columns with 32-character
+	// cluster names); -o wide adds the backup, revision, health, client
+	// URL and run; the error and the next step go below the table.
 	t := output.Table{
-		Header: []string{"NAMESPACE", "CLUSTER", "OUTCOME", "BACKUP", "REVISION", "BYTES", "ELAPSED", "HEALTH", "CLIENT URL", "NODEPORT", "ERROR"},
-		Wide:   []string{"REVISION", "HEALTH", "CLIENT URL"},
+		Header: []string{"NAMESPACE", "CLUSTER", "OUTCOME", "BYTES", "ELAPSED", "NODEPORT", "BACKUP", "REVISION", "HEALTH", "CLIENT URL", "RUN", "ERROR"},
+		Wide:   []string{"BACKUP", "REVISION", "HEALTH", "CLIENT URL", "RUN"},
 		Long:   []string{"ERROR"},
 		Key:    "CLUSTER",
 	}
@@ -83,10 +86,7 @@ func (c RestoreAllRow) cells() []string {
 		np = fmt.Sprint(c.NodePort)
 	}
 	outcome := c.Outcome
-	switch {
-	case c.Outcome == OutcomeDoneEarlier && c.Run != "":
-		outcome += " (run " + c.Run + ")"
-	case c.Outcome == OutcomePlanned && c.Action != "":
+	if c.Outcome == OutcomePlanned && c.Action != "" {
 		outcome += ": " + c.Action
 	}
 	errText := "-"
@@ -96,7 +96,7 @@ func (c RestoreAllRow) cells() []string {
 	case c.Cause != "":
 		errText = c.Cause
 	}
-	return []string{c.Namespace, c.Cluster, outcome, dash(c.Backup), rev, bytes, elapsed, dash(c.Health), dash(c.ClientURL), np, errText}
+	return []string{c.Namespace, c.Cluster, outcome, bytes, elapsed, np, dash(c.Backup), rev, dash(c.Health), dash(c.ClientURL), dash(c.Run), errText}
 }
 
 func expected(d time.Duration) string {

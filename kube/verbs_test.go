@@ -112,6 +112,9 @@ func testVerbs(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, admi
 		if sa != "etcd-recovery-toolkit" {
 			continue
 		}
+		// restore-all's plan: every cluster probed, each one's NodePort
+		// read by name (the per-cluster grant), nothing changed.
+		run(sa, kc, 0, append([]string{"restore-all", "--dry-run", "--dial-timeout", "2s", "--probe-timeout", "2s"}, cosFlags...)...)
 		// The toolkit's restore, twice: the second finds the first one's
 		// EtcdRestore (etcd-operator acts on one once) and deletes it itself
 		// (delete etcdrestores: the image has no kubectl).

@@ -14,6 +14,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/internal/prune"
+	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/restore"
 )
 
@@ -94,6 +95,20 @@ func TestTableWidths(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 11, 22, 3, 15, 0, 0, time.UTC)
 	v2 := 1234
+
+	// restore-all's report: a restored, a done-earlier and a failed
+	// cluster (its error and next step below the table).
+	ra := &fleet.RestoreAllReport{Parallel: 8, Order: fleet.OrderSmallest, Failed: []string{"kubx-etcd-17/" + longCluster}, Clusters: []fleet.RestoreAllRow{
+		{Namespace: "kubx-etcd-17", Cluster: longCluster, Outcome: fleet.OutcomeRestored, Action: fleet.ActionRestore, Backup: longBackup2, Revision: 1_000_123_456,
+			Bytes: 3 << 30, Elapsed: 754 * time.Second, Health: "1/3 members healthy (1 answer): quorum lost", NodePort: 31234,
+			ClientURL: "https://" + longCluster + "-client.kubx-etcd-17.svc:2379", Run: "20261122T031500.123Z-0a1b2c3d"},
+		{Namespace: "kubx-etcd-17", Cluster: longCluster + "x", Outcome: fleet.OutcomeDoneEarlier, Backup: longBackup, Run: "20261122T031500.123Z-0a1b2c3d"},
+		{Namespace: "kubx-etcd-17", Cluster: longCluster, Outcome: fleet.OutcomeFailed, FailedStep: kube.OpStepWait, Cause: longError,
+			NextStep: fleet.NextStep(kube.OpStepWait)},
+	}}
+	checkWidth(t, "restore-all", func(f output.Format) string {
+		return renderTo(func(w *bytes.Buffer) error { return output.RenderAll(w, f, ra.Tables(), ra) })
+	}, []string{longBackup2, "https://" + longCluster + "-client.kubx-etcd-17.svc:2379"}, longCluster, "31234", "no progress for 60s", "runbooks/quorum-loss.md#restore-through-etcd-operator")
 
 	// list
 	rows := prune.ListRows{
