@@ -230,9 +230,13 @@ func selectCandidate(clusterID, prefix string, listed []catalog.Listed, cands []
 	if survivor != nil {
 		skipped = survivor.Skipped
 	}
+	// Damaged backups, and those whose manifest could not be read (a
+	// frozen store prefix: the store's stall detection says so), are
+	// named: "no committed backup" would send the SRE looking for backups
+	// that are there.
 	var set []string
 	for _, ig := range ignored {
-		if strings.HasPrefix(ig.Reason, "damaged: ") {
+		if strings.HasPrefix(ig.Reason, "damaged: ") || strings.HasPrefix(ig.Reason, "unknown: ") {
 			set = append(set, ig.Name+" ("+ig.Reason+")")
 		}
 	}

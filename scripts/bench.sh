@@ -32,6 +32,11 @@ fi
 #   BenchmarkJournalCatchUp100: one journal process of BENCH_CATCHUP_CLUSTERS
 #     (100) clusters catching up BENCH_CATCHUP_MB (16) MiB each at once, peak
 #     RSS with --memory-budget against none, idle and one cluster (~3 min).
+# BenchmarkRestoreAll (fleet/; BENCH_RESTOREALL_CLUSTERS, default 8,
+# BENCH_RESTOREALL_MB, default 32): restore-all of a namespace of quorum-lost
+# clusters at --parallel 1, 2, 4, 8: wall time, the tool's peak RSS and CPU,
+# the ratio to the floor (stored bytes over MinIO's measured throughput plus
+# one cluster's fixed cost per wave) (~3 min).
 # BenchmarkProveListing1800 (fleet/): the proof CronJob's listings of its
 # namespace's 100 clusters in a bucket of 1,800 clusters' journals against one
 # listing of the shared prefix (~2 min, most of it writing the keys).

@@ -67,6 +67,14 @@ type RestoreOperatorOptions struct {
 	// HTTPClient fetches the snapshot (default: a plain client; the
 	// operator trusts the system roots).
 	HTTPClient *http.Client
+	// Concurrent acts on each new EtcdRestore in its own goroutine, as
+	// etcd-operator's restores overlap: its restore operator's one worker
+	// only makes the API calls (the seed EtcdCluster), and each seed
+	// member fetches the snapshot and starts on its own. Without it the
+	// stand-in does one whole restore (fetch, etcdutl, members, Running)
+	// after the other, which would make a namespace-wide restore's
+	// parallelism the stand-in's, not the tool's.
+	Concurrent bool
 }
 
 // RestoreRecord is what the stand-in did with one EtcdRestore.
@@ -99,6 +107,7 @@ type RestoreOperator struct {
 	clusters map[string]Cluster
 	done     map[types.UID]*RestoreRecord
 	changed  chan struct{}
+	running  sync.WaitGroup // the restores in flight (Concurrent)
 }
 
 // StartRestoreOperator starts the stand-in: until the test ends, it polls
@@ -146,7 +155,7 @@ func StartRestoreOperator(tb testing.TB, opts RestoreOperatorOptions) *RestoreOp
 	op := &RestoreOperator{opts: opts, tb: tb, clusters: map[string]Cluster{}, done: map[types.UID]*RestoreRecord{}, changed: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan struct{})
-	tb.Cleanup(func() { cancel(); <-stopped })
+	tb.Cleanup(func() { cancel(); <-stopped; op.running.Wait() })
 	go func() {
 		defer close(stopped)
 		for {
@@ -242,11 +251,18 @@ func (op *RestoreOperator) poll(ctx context.Context) {
 		if seen {
 			continue
 		}
-		rec := op.restore(ctx, er)
-		op.mu.Lock()
-		*op.done[er.GetUID()] = rec
-		op.mu.Unlock()
-		op.notify()
+		act := func() {
+			rec := op.restore(ctx, er)
+			op.mu.Lock()
+			*op.done[er.GetUID()] = rec
+			op.mu.Unlock()
+			op.notify()
+		}
+		if op.opts.Concurrent {
+			op.running.Go(act)
+			continue
+		}
+		act()
 	}
 }
 
