@@ -325,7 +325,10 @@ type raCluster struct {
 	// (OutcomeHealthy, OutcomeDegraded, "" when quorum is lost).
 	healthy, size int
 	judged        string
-	action        string
+	// revision is the newest revision a member's linearizable read saw
+	// when probed (0: none answered one).
+	revision int64
+	action   string
 	// adoptOnly: a resumed run planned it and it is healthy now: only an
 	// EtcdRestore a killed attempt left is finished, nothing new begun.
 	adoptOnly   bool

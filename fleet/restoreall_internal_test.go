@@ -268,7 +268,7 @@ func TestRestoreAllReportRows(t *testing.T) {
 		t.Errorf("notes: %s", notes)
 	}
 	// Each step's next step is a runbook section.
-	for _, step := range []string{StepProbe, kube.OpStepSelect, kube.OpStepWait, kube.RRStepEscrow, kube.StepRebuild, StepRecord} {
+	for _, step := range []string{StepProbe, kube.OpStepSelect, kube.OpStepWait, kube.RRStepEscrow, kube.StepRebuild, StepRecord, StepJournalReach} {
 		if n := NextStep(step); !strings.HasPrefix(n, "runbooks/") || !strings.Contains(n, ".md#") {
 			t.Errorf("next step of %q: %q", step, n)
 		}

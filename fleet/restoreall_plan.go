@@ -217,6 +217,7 @@ func (r *restoreAll) judge(ctx context.Context, c *raCluster) {
 		if m.Healthy() {
 			c.healthy++
 		}
+		c.revision = max(c.revision, m.Revision)
 		if m.Answered() {
 			answered++
 		}
@@ -290,6 +291,7 @@ func (r *restoreAll) plan() {
 		}
 	}
 	r.readBackups()
+	r.checkPointInTime()
 	order(r.todo, o.Order, o.First)
 	var bytes []int64
 	for _, c := range r.todo {
@@ -487,6 +489,8 @@ func NextStep(step string) string {
 		return "runbooks/namespace-gone.md#rebuild-and-restore"
 	case kube.OpStepSelect:
 		return "runbooks/quorum-loss.md#restore-from-snapshot"
+	case StepJournalReach:
+		return "runbooks/quorum-loss.md#every-member-lost-restore-from-the-journal"
 	}
 	return "runbooks/quorum-loss.md#restore-through-etcd-operator"
 }
