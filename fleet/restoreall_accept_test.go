@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -46,7 +47,11 @@ import (
 //     time and is stopped by SIGTERM after the first is done: exit 130;
 //     the rerun finishes the rest and changes nothing that was done;
 //   - Rebuild: the second namespace is deleted with its members; restore
-//     --rebuild brings every cluster back from the store alone, verified.
+//     --rebuild brings every cluster back from the store alone, verified;
+//   - Namespaces: every cluster of both namespaces is backed up and loses
+//     quorum again; one run of both at --parallel 2 restores all ten,
+//     each verified by HashKV, never more than two at once across both
+//     namespaces, and each namespace's run recorded under its own prefix.
 func TestRestoreAllAtScale(t *testing.T) {
 	t.Parallel()
 	ctx := testfix.Context(t, 10*time.Minute)
@@ -65,6 +70,7 @@ func TestRestoreAllAtScale(t *testing.T) {
 	t.Run("SIGTERM", func(t *testing.T) { testRestoreAllSIGTERM(t, ctx, w, b) })
 	b.Adopt(t)
 	t.Run("Rebuild", func(t *testing.T) { testRestoreAllRebuild(t, ctx, w, b) })
+	t.Run("Namespaces", func(t *testing.T) { testRestoreAllNamespaces(t, ctx, w, a, b) })
 }
 
 // restoreAllOptions are RestoreAll's options for namespaces of w as the
@@ -509,5 +515,130 @@ func testRestoreAllRebuild(t *testing.T, ctx context.Context, w *kubetest.FleetW
 		}
 		w.CheckRestored(t, ctx, c)
 	}
+	b.Adopt(t)
+}
+
+func testRestoreAllNamespaces(t *testing.T, ctx context.Context, w *kubetest.FleetWorld, a, b *kubetest.FleetNamespace) {
+	// Isolated's two failed clusters start again (their members kept
+	// their data), a backup of each cluster as it is now (Isolated
+	// damaged one's, the others were restored since), then every one
+	// loses quorum.
+	for _, c := range w.Clusters() {
+		if len(c.Killed) == 0 {
+			continue
+		}
+		for _, m := range c.Killed {
+			m.Start(t)
+		}
+		c.Etcd.WaitHealthy(t)
+		c.Killed = nil
+	}
+	w.BackupAll(t, ctx)
+	for _, n := range []*kubetest.FleetNamespace{a, b} {
+		n.LoseQuorum(t)
+	}
+	o := restoreAllOptions(t, w, nil, a, b)
+	// A new run: Isolated's, of the same request, ended with failures
+	// and would be resumed (its done clusters skipped).
+	o.Parallel, o.NewRun = 2, true
+	// A cluster's restore runs from its first step after StepQueued to its
+	// StepDone (each sent from its goroutine, in order, while it holds
+	// its place under the limit): how many run at once, across both
+	// namespaces.
+	var (
+		mu              sync.Mutex
+		running         = map[string]bool{}
+		peak, transfers int
+		peakAt          []string
+	)
+	o.OnStep = func(s fleet.RestoreAllStep) {
+		mu.Lock()
+		defer mu.Unlock()
+		key := s.Namespace + "/" + s.Cluster
+		switch s.Step {
+		case fleet.StepQueued:
+			return
+		case fleet.StepDone:
+			delete(running, key)
+			return
+		}
+		if !running[key] {
+			running[key] = true
+			transfers++
+		}
+		if len(running) > peak {
+			peak, peakAt = len(running), slices.Sorted(maps.Keys(running))
+		}
+	}
+	start := time.Now()
+	rep, err := fleet.RestoreAll(ctx, o)
+	t.Logf("restore-all of %s and %s (parallel 2): %v", a.Name, b.Name, time.Since(start).Round(time.Millisecond))
+	mu.Lock()
+	t.Logf("at most %d restores at once (%v)", peak, peakAt)
+	if peak != 2 {
+		t.Errorf("at most %d restores at once (%v), want 2: --parallel 2 is one limit across both namespaces", peak, peakAt)
+	}
+	if n := len(a.Clusters) + len(b.Clusters); transfers != n {
+		t.Errorf("%d clusters were seen restoring, want %d", transfers, n)
+	}
+	mu.Unlock()
+	if err != nil {
+		t.Fatalf("restore-all of %s and %s: %v", a.Name, b.Name, err)
+	}
+	if len(rep.Runs) != 2 || len(rep.Failed) != 0 || len(rep.Clusters) != len(a.Clusters)+len(b.Clusters) {
+		t.Fatalf("runs %+v, failed %v, %d rows", rep.Runs, rep.Failed, len(rep.Clusters))
+	}
+	runs := map[string]fleet.RestoreAllRun{}
+	for _, r := range rep.Runs {
+		runs[r.Namespace] = r
+	}
+	byNS := map[string]map[string]fleet.RestoreAllRow{}
+	for _, r := range rep.Clusters {
+		if byNS[r.Namespace] == nil {
+			byNS[r.Namespace] = map[string]fleet.RestoreAllRow{}
+		}
+		byNS[r.Namespace][r.Cluster] = r
+	}
+	for _, n := range []*kubetest.FleetNamespace{a, b} {
+		run, ok := runs[n.Name]
+		if !ok || run.Prefix != n.Name+"/" || run.Resumed {
+			t.Errorf("%s: run %+v, want a new run under %s/", n.Name, run, n.Name)
+			continue
+		}
+		// Its own records, under its own prefix: the plan names its
+		// clusters only, a done record for each, the other namespace's
+		// run absent.
+		var plan catalog.FleetRestorePlan
+		if err := catalog.ReadFleetRestoreRecord(ctx, w.Store, n.Layout.FleetRestorePlanKey(run.Run), &plan); err != nil {
+			t.Errorf("%s: plan of run %s: %v", n.Name, run.Run, err)
+		} else if plan.Namespace != n.Name || len(plan.Clusters) != len(n.Clusters) {
+			t.Errorf("%s: plan of run %s: namespace %s, %d clusters, want %d", n.Name, run.Run, plan.Namespace, len(plan.Clusters), len(n.Clusters))
+		}
+		done := doneRecords(t, ctx, w, n, run.Run)
+		for _, c := range n.Clusters {
+			r := byNS[n.Name][c.Name]
+			if r.Outcome != fleet.OutcomeRestored || r.Run != run.Run {
+				t.Errorf("%s/%s: %+v, want restored in run %s", n.Name, c.Name, r, run.Run)
+			}
+			if d, ok := done[c.Name]; !ok || d.Revision != r.Revision {
+				t.Errorf("%s/%s: done record %+v (there: %t) under %s", n.Name, c.Name, d, ok, n.Layout.RestoresPrefix())
+			}
+			w.CheckRestored(t, ctx, c)
+		}
+		if len(done) != len(n.Clusters) {
+			t.Errorf("%s: %d done records of run %s, want %d", n.Name, len(done), run.Run, len(n.Clusters))
+		}
+		for _, other := range rep.Runs {
+			if other.Namespace == n.Name {
+				continue
+			}
+			for _, key := range restoreRecords(t, ctx, w, n) {
+				if k, ok := n.Layout.ParseFleetRestoreKey(key); ok && k.Run == other.Run {
+					t.Errorf("%s holds a record of %s's run: %s", n.Layout.RestoresPrefix(), other.Namespace, key)
+				}
+			}
+		}
+	}
+	a.Adopt(t)
 	b.Adopt(t)
 }
