@@ -112,7 +112,8 @@ type RestoreAllOptions struct {
 	DryRun bool
 	// NewRun starts a new run even when an unfinished one with the same
 	// request exists. TakeOver resumes a run whose attempt counts as in
-	// progress (a start record, no end, before its deadline): the caller
+	// progress (a start record, no end, a beat within
+	// catalog.FleetRestoreHeartbeatGrace, before its deadline): the caller
 	// knows that process is gone.
 	NewRun, TakeOver bool
 	// Parallel clusters are restored at a time, across every namespace
@@ -148,6 +149,9 @@ type RestoreAllOptions struct {
 	Log  *slog.Logger
 	// now is the clock (tests).
 	now func() time.Time
+	// heartbeatEvery is how often the attempt writes a beat record
+	// (default catalog.FleetRestoreHeartbeatEvery; tests).
+	heartbeatEvery time.Duration
 }
 
 // RestoreAllStep is where one cluster's restore is.
@@ -284,7 +288,9 @@ func RestoreAll(ctx context.Context, opts RestoreAllOptions) (*RestoreAllReport,
 		return r.rep, err
 	}
 	if !r.opts.DryRun {
+		stop := r.heartbeat(ctx)
 		r.restoreEach(ctx)
+		stop()
 		r.writeEnds(ctx)
 	}
 	return r.tally(ctx)
