@@ -178,6 +178,10 @@ type RestoreAllReport struct {
 	// from Model; its inputs are in Model.
 	Expected time.Duration     `json:"expected"`
 	Model    map[string]string `json:"model,omitempty"`
+	// ToTime is the point in time, absolute (a relative --to-time
+	// resolved): a rerun must give it as is to resume the run
+	// (ToTimeFlag).
+	ToTime time.Time `json:"toTime,omitzero"`
 	// Clusters are every selected cluster, in the order of the restores
 	// (the ones left alone after them).
 	Clusters []RestoreAllRow `json:"clusters"`
@@ -375,6 +379,9 @@ func newRestoreAll(opts RestoreAllOptions) *restoreAll {
 	start := opts.now()
 	rep := &RestoreAllReport{DryRun: opts.DryRun, Parallel: opts.Parallel, Order: opts.Order, Runs: []RestoreAllRun{},
 		Clusters: []RestoreAllRow{}, Failed: []string{}, Started: start.UTC(), Model: opts.ModelInputs}
+	if !opts.ToTime.IsZero() {
+		rep.ToTime = opts.ToTime.UTC()
+	}
 	return &restoreAll{opts: opts, log: log, rep: rep, start: start}
 }
 
