@@ -420,7 +420,8 @@ type operatorRestore struct {
 // restoreExists says, when the EtcdRestore's create returned an error (a
 // cancel may end the call after the API server stored it), whether the
 // EtcdRestore of this restore exists: one named o.Cluster whose
-// AnnotationStagedSHA256 is this staged copy's. It reads with a context
+// AnnotationStagedSHA256 is this staged copy's and AnnotationClusterUID
+// this EtcdCluster's. It reads with a context
 // of its own, bounded by StagedRemoveTimeout.
 func (r *operatorRestore) restoreExists(ctx context.Context) bool {
 	if r.created || r.rep.StagedSHA256 == "" || r.o.DryRun {
@@ -429,7 +430,11 @@ func (r *operatorRestore) restoreExists(ctx context.Context) bool {
 	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), StagedRemoveTimeout)
 	defer cancel()
 	er, err := r.k.Dynamic.Resource(EtcdRestoreGVR).Namespace(r.k.Namespace).Get(gctx, r.o.Cluster, metav1.GetOptions{})
-	return err == nil && er.GetAnnotations()[AnnotationStagedSHA256] == r.rep.StagedSHA256
+	if err != nil {
+		return false
+	}
+	ann := er.GetAnnotations()
+	return ann[AnnotationStagedSHA256] == r.rep.StagedSHA256 && ann[AnnotationClusterUID] == string(r.rep.OldUID)
 }
 
 // fail is the error of a step: the cluster, the step and the cause (with

@@ -288,7 +288,6 @@ func testOperatorRestore(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.App
 		}
 	})
 
-	var op *kubetest.RestoreOperator // the Restore subtest's stand-in, acting until the test ends
 	t.Run("Restore", func(t *testing.T) {
 		// Quorum lost: two of three members die. The third still answers,
 		// so a survivor snapshot is taken (it has the writes after the
@@ -298,9 +297,8 @@ func testOperatorRestore(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.App
 		wantKeys := len(want)
 		const runningDelay = 3 * time.Second
 		// As the real etcd-operator: the reference EtcdCluster is deleted
-		// before the seed member fetches the snapshot (what
-		// CancelledAfterEtcdRestoreKeepsStaged relies on).
-		op = kubetest.StartRestoreOperator(t, kubetest.RestoreOperatorOptions{Namespace: restoreNS, Client: admin, Dynamic: dynAdmin, RunningDelay: runningDelay,
+		// before the seed member fetches the snapshot.
+		op := kubetest.StartRestoreOperator(t, kubetest.RestoreOperatorOptions{Namespace: restoreNS, Client: admin, Dynamic: dynAdmin, RunningDelay: runningDelay,
 			FetchAfterDelete: true, FetchDelay: time.Second})
 		op.Register(fc)
 
@@ -426,9 +424,14 @@ func testOperatorRestore(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.App
 		// EtcdCluster and fetches the snapshot a second later. The staged
 		// copy must still be there for it; the rerun's adoption waits for
 		// the restored cluster, verifies it and only then deletes the copy.
-		if op == nil {
-			t.Skip("needs the Restore subtest's restore operator")
+		// The Restore subtest's EtcdRestore is done with; a new stand-in
+		// would act on it again.
+		if err := dynAdmin.Resource(kube.EtcdRestoreGVR).Namespace(restoreNS).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
 		}
+		op := kubetest.StartRestoreOperator(t, kubetest.RestoreOperatorOptions{Namespace: restoreNS, Client: admin, Dynamic: dynAdmin,
+			FetchAfterDelete: true, FetchDelay: time.Second})
+		op.Register(fc) // the PKI of the cluster (its restored members serve it too)
 		const runKey = "etcd-recovery.armada.ibm.com/test-run"
 		opts := kube.OperatorRestoreOptions{
 			Kube: sa, Cluster: name, Store: st, Layout: layout, Bucket: bucket, Endpoint: m.Endpoint, ForcePathStyle: true, NoLive: true,
