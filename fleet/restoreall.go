@@ -112,7 +112,8 @@ type RestoreAllOptions struct {
 	DryRun bool
 	// NewRun starts a new run even when an unfinished one with the same
 	// request exists. TakeOver resumes a run whose attempt counts as in
-	// progress (a start record, no end, before its deadline): the caller
+	// progress (a start record, no end, a beat within
+	// catalog.FleetRestoreHeartbeatGrace, before its deadline): the caller
 	// knows that process is gone.
 	NewRun, TakeOver bool
 	// Parallel clusters are restored at a time, across every namespace
@@ -148,6 +149,9 @@ type RestoreAllOptions struct {
 	Log  *slog.Logger
 	// now is the clock (tests).
 	now func() time.Time
+	// heartbeatEvery is how often the attempt writes a beat record
+	// (default catalog.FleetRestoreHeartbeatEvery; tests).
+	heartbeatEvery time.Duration
 }
 
 // RestoreAllStep is where one cluster's restore is.
@@ -174,6 +178,10 @@ type RestoreAllReport struct {
 	// from Model; its inputs are in Model.
 	Expected time.Duration     `json:"expected"`
 	Model    map[string]string `json:"model,omitempty"`
+	// ToTime is the point in time, absolute (a relative --to-time
+	// resolved): a rerun must give it as is to resume the run
+	// (ToTimeFlag).
+	ToTime time.Time `json:"toTime,omitzero"`
 	// Clusters are every selected cluster, in the order of the restores
 	// (the ones left alone after them).
 	Clusters []RestoreAllRow `json:"clusters"`
@@ -284,7 +292,9 @@ func RestoreAll(ctx context.Context, opts RestoreAllOptions) (*RestoreAllReport,
 		return r.rep, err
 	}
 	if !r.opts.DryRun {
+		stop := r.heartbeat(ctx)
 		r.restoreEach(ctx)
+		stop()
 		r.writeEnds(ctx)
 	}
 	return r.tally(ctx)
@@ -372,6 +382,9 @@ func newRestoreAll(opts RestoreAllOptions) *restoreAll {
 	start := opts.now()
 	rep := &RestoreAllReport{DryRun: opts.DryRun, Parallel: opts.Parallel, Order: opts.Order, Runs: []RestoreAllRun{},
 		Clusters: []RestoreAllRow{}, Failed: []string{}, Started: start.UTC(), Model: opts.ModelInputs}
+	if !opts.ToTime.IsZero() {
+		rep.ToTime = opts.ToTime.UTC()
+	}
 	return &restoreAll{opts: opts, log: log, rep: rep, start: start}
 }
 

@@ -257,6 +257,11 @@ func TestRestoreAll(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Cancelled after its EtcdRestore was created: the staged copy is
+		// kept for etcd-operator unless the attempt saw the restored
+		// cluster ready first; the rerun's adoption removes a kept one
+		// (checked below).
+		t.Logf("staged copies after the killed attempt: %v", testfix.Keys(t, st, layout.StagedPrefix(allLost.Name)))
 		restoresBefore := len(op.Records())
 		req := catalog.FleetRestoreRequest{}
 		writeRecord := func(key string, v any) {
@@ -268,9 +273,15 @@ func TestRestoreAll(t *testing.T) {
 		writeRecord(layout.FleetRestorePlanKey(old), &catalog.FleetRestorePlan{Version: catalog.FleetRestorePlanVersion, Run: old, Namespace: restoreAllNS,
 			Created: now, Request: req, Fingerprint: catalog.FleetRestoreFingerprint(req),
 			Clusters: []catalog.FleetRestorePlanned{{Cluster: minority.Name, Action: fleet.ActionRestore}, {Cluster: allLost.Name, Action: fleet.ActionRestore}}})
-		started := now.Add(-time.Minute)
-		// Killed: a start record past its deadline, no end record.
-		writeRecord(layout.FleetRestoreAttemptKey(old, started, false), &catalog.FleetRestoreAttempt{Run: old, Started: started, Deadline: now.Add(-time.Second), Host: "killed", Parallel: 2})
+		started := now.Add(-10 * time.Minute)
+		// Killed (SIGKILL): a start record, no end record, its deadline
+		// hours ahead, but its newest beat older than the grace: the
+		// rerun resumes it without --take-over.
+		killedAttempt := catalog.FleetRestoreAttempt{Run: old, Started: started, Deadline: now.Add(3 * time.Hour), Host: "killed", Parallel: 2}
+		writeRecord(layout.FleetRestoreAttemptKey(old, started, false), &killedAttempt)
+		for _, at := range []time.Time{started.Add(time.Minute), now.Add(-catalog.FleetRestoreHeartbeatGrace - time.Second)} {
+			writeRecord(layout.FleetRestoreBeatKey(old, started, at), &catalog.FleetRestoreBeat{Run: old, Started: started, Beat: at, Host: "killed"})
+		}
 		writeRecord(layout.FleetRestoreDoneKey(old, minority.Name), &catalog.FleetRestoreDone{Run: old, Cluster: minority.Name, Action: fleet.ActionRestore,
 			Backup: "b-earlier", Revision: 7, Verified: now})
 		ecBefore, err := w.Dyn.Resource(kube.EtcdClusterGVR).Namespace(restoreAllNS).Get(ctx, minority.Name, metav1.GetOptions{})
@@ -321,14 +332,22 @@ func TestRestoreAll(t *testing.T) {
 		if err := catalog.ReadFleetRestoreRecord(ctx, st, layout.FleetRestoreDoneKey(old, allLost.Name), &catalog.FleetRestoreDone{}); err != nil {
 			t.Errorf("no done record for the restored cluster in the resumed run: %v", err)
 		}
-		// A second process on the same request while this attempt is
-		// in progress is refused, naming the host and the deadline.
+		if keys := testfix.Keys(t, st, layout.StagedPrefix(allLost.Name)); len(keys) != 0 {
+			t.Errorf("the adopted restore is verified but its staged copy is still there: %v", keys)
+		}
+		// A second process on the same request while another attempt is
+		// in progress (it started after the rerun above and beat since) is
+		// refused, naming the host and its last beat; once its beats are
+		// older than the grace, it is not (the rerun above).
 		started2 := time.Now().UTC()
 		writeRecord(layout.FleetRestoreAttemptKey(old, started2, false), &catalog.FleetRestoreAttempt{Run: old, Started: started2,
 			Deadline: started2.Add(time.Hour), Host: "other-pod", Parallel: 2})
+		beat2 := started2.Add(time.Second).Truncate(time.Second)
+		writeRecord(layout.FleetRestoreBeatKey(old, started2, beat2), &catalog.FleetRestoreBeat{Run: old, Started: started2, Beat: beat2, Host: "other-pod"})
 		_, err = fleet.RestoreAll(ctx, opts)
 		var ip *fleet.InProgressError
-		if !errors.As(err, &ip) || ip.Host != "other-pod" || ip.Run != old || !strings.Contains(err.Error(), "other-pod") {
+		if !errors.As(err, &ip) || ip.Host != "other-pod" || ip.Run != old || !ip.LastBeat.Equal(beat2) || !strings.Contains(err.Error(), "other-pod") ||
+			!strings.Contains(err.Error(), "--take-over") {
 			t.Errorf("overlapping run: %v, want refused", err)
 		}
 		// A dry run changes nothing: it is not refused.

@@ -46,7 +46,9 @@ type runState struct {
 	// an end record.
 	starts []time.Time
 	ends   map[time.Time]bool
-	done   []string
+	// beats are the attempts' newest beat records' times, by start.
+	beats map[time.Time]time.Time
+	done  []string
 }
 
 // latest is the newest attempt's start, and whether it has an end record.
@@ -69,7 +71,7 @@ func runStates(l catalog.Layout, keys []string) []*runState {
 		}
 		s := byRun[k.Run]
 		if s == nil {
-			s = &runState{run: k.Run, ends: map[time.Time]bool{}}
+			s = &runState{run: k.Run, ends: map[time.Time]bool{}, beats: map[time.Time]time.Time{}}
 			byRun[k.Run] = s
 		}
 		switch k.Record {
@@ -79,6 +81,10 @@ func runStates(l catalog.Layout, keys []string) []*runState {
 			s.starts = append(s.starts, k.Started)
 		case "end":
 			s.ends[k.Started] = true
+		case "beat":
+			if k.Beat.After(s.beats[k.Started]) {
+				s.beats[k.Started] = k.Beat
+			}
 		case "done":
 			s.done = append(s.done, k.Cluster)
 		}
@@ -109,17 +115,29 @@ func complete(plan *catalog.FleetRestorePlan, s *runState, lastEnd *catalog.Flee
 
 // InProgressError refuses a run whose attempt is still in progress
 // (another restore-all of the same request is running, or was killed
-// less than its deadline ago).
+// less than catalog.FleetRestoreHeartbeatGrace ago: its newest beat, or
+// its start, is younger than that, and its deadline has not passed).
 type InProgressError struct {
 	Namespace, Run, Host string
-	Started, Deadline    time.Time
+	// LastBeat is the newest beat record's time (zero: none yet).
+	Started, LastBeat, Deadline time.Time
 }
 
 func (e *InProgressError) Error() string {
-	return fmt.Sprintf("namespace %s: run %s of the same request is in progress: its attempt started %s on host %q and counts as running "+
-		"until %s (no end record yet); wait for it, or, once that process is gone (its pod deleted, its node lost), rerun with --take-over "+
-		"to resume the run now (--new-run starts another run, which does not skip the clusters this one finished)", e.Namespace, e.Run, e.Started.UTC().Format(time.RFC3339), e.Host,
-		e.Deadline.UTC().Format(time.RFC3339))
+	last, what := e.Started, "its start (no beat yet)"
+	if e.LastBeat.After(last) {
+		last, what = e.LastBeat, "its last beat"
+	}
+	until := last.Add(catalog.FleetRestoreHeartbeatGrace)
+	if e.Deadline.Before(until) {
+		until = e.Deadline
+	}
+	return fmt.Sprintf("namespace %s: run %s of the same request is in progress: its attempt started %s on host %q and beat at %s, %s; "+
+		"it counts as running until %s unless it beats again (no end record yet; a running attempt beats every %v, one with no beat for %v "+
+		"counts as killed, as does one past its deadline %s); wait for it, or, once that process is gone (its pod deleted, its node lost), "+
+		"rerun with --take-over to resume the run now (--new-run starts another run, which does not skip the clusters this one finished)",
+		e.Namespace, e.Run, e.Started.UTC().Format(time.RFC3339), e.Host, last.UTC().Format(time.RFC3339), what,
+		until.UTC().Format(time.RFC3339), catalog.FleetRestoreHeartbeatEvery, catalog.FleetRestoreHeartbeatGrace, e.Deadline.UTC().Format(time.RFC3339))
 }
 
 // openRuns finds each namespace's run: the newest unfinished run of the
@@ -166,8 +184,8 @@ func (r *restoreAll) openRun(ctx context.Context, ns *raNamespace, fp string) er
 			if err := catalog.ReadFleetRestoreRecord(ctx, st, l.FleetRestoreAttemptKey(s.run, started, ended), &a); err != nil {
 				return &RestoreAllError{Err: fmt.Errorf("namespace %s: %w", ns.name, ctxErr(ctx, err))}
 			}
-			if !ended && a.InProgress(now) && !r.opts.TakeOver {
-				ip := &InProgressError{Namespace: ns.name, Run: s.run, Host: a.Host, Started: a.Started, Deadline: a.Deadline}
+			if !ended && a.InProgress(now, s.beats[started]) && !r.opts.TakeOver {
+				ip := &InProgressError{Namespace: ns.name, Run: s.run, Host: a.Host, Started: a.Started, LastBeat: s.beats[started], Deadline: a.Deadline}
 				if !r.opts.DryRun {
 					return &RestoreAllError{Err: ip}
 				}
@@ -274,8 +292,9 @@ func (r *restoreAll) writePlans(ctx context.Context) error {
 // without an end record (its deadline, after which a rerun resumes the
 // run): twice the plan's expected time plus one cluster's deadline, at
 // most every round of parallel clusters taking clusterTimeout; and 5
-// minutes for the records. A process killed hard (no end record) holds
-// the run that long; --take-over resumes it before.
+// minutes for the records. A process killed hard (no end record) stops
+// beating, and holds the run only catalog.FleetRestoreHeartbeatGrace after
+// its last beat; --take-over resumes it before.
 func attemptBound(n, parallel int, clusterTimeout, expected time.Duration) time.Duration {
 	rounds := max((n+max(parallel, 1)-1)/max(parallel, 1), 1)
 	bound := time.Duration(rounds) * clusterTimeout
@@ -283,6 +302,49 @@ func attemptBound(n, parallel int, clusterTimeout, expected time.Duration) time.
 		bound = min(bound, 2*expected+clusterTimeout)
 	}
 	return bound + 5*time.Minute
+}
+
+// heartbeat writes a beat record (catalog.FleetRestoreBeatKey) of each
+// namespace's attempt every heartbeatEvery until stop is called, so that
+// a rerun (and the exporter) tells an attempt killed hard from one still
+// running within catalog.FleetRestoreHeartbeatGrace, not at its deadline.
+// It runs with a context of its own: a cancelled attempt still beats
+// while it winds down, until its end record. A beat that cannot be
+// written is logged; the next one may be.
+func (r *restoreAll) heartbeat(ctx context.Context) (stop func()) {
+	every := r.opts.heartbeatEvery
+	if every <= 0 {
+		every = catalog.FleetRestoreHeartbeatEvery
+	}
+	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-bctx.Done():
+				return
+			case <-t.C:
+			}
+			now := r.opts.now().UTC()
+			for _, ns := range r.nss {
+				if ns.attempt == nil {
+					continue
+				}
+				b := &catalog.FleetRestoreBeat{Run: ns.run, Started: ns.attempt.Started, Beat: now, Host: ns.attempt.Host}
+				wctx, wcancel := context.WithTimeout(bctx, recordTimeout)
+				err := catalog.WriteFleetRestoreRecord(wctx, ns.Store, ns.Layout.FleetRestoreBeatKey(ns.run, ns.attempt.Started, now), b)
+				wcancel()
+				if err != nil && !errors.Is(err, store.ErrExists) && bctx.Err() == nil {
+					r.log.Warn("restore-all: could not write the attempt's beat record (after "+catalog.FleetRestoreHeartbeatGrace.String()+
+						" without one a rerun takes the run over)", "namespace", ns.name, "run", ns.run, "err", err)
+				}
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // writeEnds writes each namespace's attempt end record with its tallies,

@@ -9,6 +9,13 @@ import (
 	"github.com/armada/etcd-recovery/internal/output"
 )
 
+// ToTimeFlag is the --to-time argument that resumes a run of point in
+// time t: t absolute, in UTC, RFC 3339 with its fraction (the run's
+// request records t exactly).
+func ToTimeFlag(t time.Time) string {
+	return "--to-time " + t.UTC().Format(time.RFC3339Nano)
+}
+
 // Tables are the report's: the runs and the plan's model, then one row
 // per cluster (the same rows as -o json's clusters).
 func (r *RestoreAllReport) Tables() []output.Table {
@@ -20,6 +27,10 @@ func (r *RestoreAllReport) Tables() []output.Table {
 			verb = "resuming run"
 		}
 		lines = append(lines, fmt.Sprintf("%s: %s %s (records under %s_restores/%s/)", run.Namespace, verb, run.Run, run.Prefix, run.Run))
+	}
+	if !r.ToTime.IsZero() {
+		lines = append(lines, fmt.Sprintf("Point in time: %s (to resume this run, rerun with %s: a relative --to-time moves with the clock and starts another run).",
+			r.ToTime.UTC().Format(time.RFC3339Nano), ToTimeFlag(r.ToTime)))
 	}
 	if r.DryRun {
 		lines = append(lines, fmt.Sprintf("Dry run: nothing is changed and no record written. Expected: %s at --parallel %d (order %s).",
@@ -64,8 +75,12 @@ func (r *RestoreAllReport) Table() output.Table {
 		t.Notes = append(t.Notes, "Restart the kube-apiserver of each restored cluster: "+strings.Join(restarts, ", ")+".")
 	}
 	if len(r.Failed) > 0 {
-		t.Notes = append(t.Notes, fmt.Sprintf("%d cluster(s) failed: %s. A rerun of the same command resumes this run: the clusters done are skipped.",
-			len(r.Failed), strings.Join(r.Failed, ", ")))
+		rerun := "A rerun of the same command"
+		if !r.ToTime.IsZero() {
+			rerun = "A rerun of the same command with " + ToTimeFlag(r.ToTime)
+		}
+		t.Notes = append(t.Notes, fmt.Sprintf("%d cluster(s) failed: %s. %s resumes this run: the clusters done are skipped.",
+			len(r.Failed), strings.Join(r.Failed, ", "), rerun))
 	}
 	return t
 }

@@ -28,8 +28,10 @@ import (
 //     spec.size members, the revision at least the staged copy's
 //     (AnnotationRevision) plus the bump it got; the key count is not
 //     checked (it is the snapshot's, which this process did not read);
-//  3. deletes the staged copy the earlier process left, as
-//     OperatorRestore does.
+//  3. deletes the staged copy the earlier process left (it kept it for
+//     etcd-operator when it was cancelled after creating the EtcdRestore),
+//     once the restored cluster is verified; a cancel or failed wait here
+//     keeps it as OperatorRestore does (removeStaged).
 //
 // adopted is false, and nothing is done, when there is no such
 // EtcdRestore (none, another's, another run's, or one etcd-operator
@@ -73,7 +75,7 @@ func AdoptOperatorRestore(ctx context.Context, o OperatorRestoreOptions) (_ *Ope
 	rep.S3Path, _, _ = unstructured.NestedString(er.Object, "spec", "s3", "path")
 	log.Info("an earlier attempt created the EtcdRestore: waiting for it and verifying the restored cluster", "etcdrestore", er.GetName(),
 		"created", er.GetCreationTimestamp().UTC().Format(time.RFC3339), "backup", rep.Backup, "old_uid", rep.OldUID)
-	defer func() { o.removeStaged(ctx, rep, log, rerr) }()
+	defer func() { o.removeStaged(ctx, rep, log, rerr, true) }()
 
 	o.step(OpStepWait)
 	size, err := o.waitRestored(ctx, rep)

@@ -66,7 +66,9 @@ type OperatorRestoreOptions struct {
 	// Identities (--identity-file) decrypt an encrypted backup; the
 	// staged copy is plaintext (etcd-operator cannot decrypt) and is
 	// deleted as soon as the restored cluster is verified, or the restore
-	// failed or was cancelled.
+	// failed or was cancelled before the EtcdRestore was created (after
+	// that, a cancel or a failed wait keeps it for etcd-operator; a rerun's
+	// adoption or prune deletes it: removeStaged).
 	Identities *seal.Identities
 	// Recipients and RequireEncryption encrypt the survivor snapshot
 	// (restore.Options).
@@ -210,6 +212,11 @@ type OperatorRestoreReport struct {
 	// copies older than an hour; list shows them).
 	StagedRemoved     bool   `json:"stagedRemoved,omitempty"`
 	StagedRemoveError string `json:"stagedRemoveError,omitempty"`
+	// StagedKept: why the staged copy was kept (the restore was cancelled
+	// or its wait failed after the EtcdRestore was created, so
+	// etcd-operator may still fetch it); a rerun's adoption or prune
+	// removes it.
+	StagedKept string `json:"stagedKept,omitempty"`
 	// Actions, in order.
 	Actions []OperatorAction `json:"actions"`
 	// Replaced is the EtcdRestore of an earlier, finished restore of the
@@ -341,8 +348,11 @@ func OperatorRestore(ctx context.Context, o OperatorRestoreOptions) (_ *Operator
 	r.planStage()
 	if !o.DryRun {
 		// From here on the staged copy is removed on every return: after
-		// the verification, or on failure or cancellation.
-		defer func() { o.removeStaged(ctx, rep, r.log, rerr) }()
+		// the verification, or on failure or cancellation before the
+		// EtcdRestore exists. Once it exists, a cancel or a failed wait
+		// keeps it (removeStaged): etcd-operator's seed member may still
+		// have to fetch it.
+		defer func() { o.removeStaged(ctx, rep, r.log, rerr, r.created || r.restoreExists(ctx)) }()
 		o.step(OpStepStage)
 		if err := r.stage(ctx); err != nil {
 			return rep, err
@@ -355,6 +365,7 @@ func OperatorRestore(ctx context.Context, o OperatorRestoreOptions) (_ *Operator
 	if err := r.createRestore(ctx); err != nil {
 		return rep, err
 	}
+	r.created = !o.DryRun
 	if o.DryRun {
 		rep.Duration = time.Since(start)
 		return rep, nil
@@ -402,6 +413,28 @@ type operatorRestore struct {
 	// minRevision is the lowest revision the restored cluster may report:
 	// revision, plus the bump of a point-in-time snapshot.
 	minRevision int64
+	// created: the EtcdRestore was created (not in a dry run).
+	created bool
+}
+
+// restoreExists says, when the EtcdRestore's create returned an error (a
+// cancel may end the call after the API server stored it), whether the
+// EtcdRestore of this restore exists: one named o.Cluster whose
+// AnnotationStagedSHA256 is this staged copy's and AnnotationClusterUID
+// this EtcdCluster's. It reads with a context
+// of its own, bounded by StagedRemoveTimeout.
+func (r *operatorRestore) restoreExists(ctx context.Context) bool {
+	if r.created || r.rep.StagedSHA256 == "" || r.o.DryRun {
+		return r.created
+	}
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), StagedRemoveTimeout)
+	defer cancel()
+	er, err := r.k.Dynamic.Resource(EtcdRestoreGVR).Namespace(r.k.Namespace).Get(gctx, r.o.Cluster, metav1.GetOptions{})
+	if err != nil {
+		return false
+	}
+	ann := er.GetAnnotations()
+	return ann[AnnotationStagedSHA256] == r.rep.StagedSHA256 && ann[AnnotationClusterUID] == string(r.rep.OldUID)
 }
 
 // fail is the error of a step: the cluster, the step and the cause (with
@@ -855,7 +888,7 @@ func (o *OperatorRestoreOptions) checkRestored(ctx context.Context, oldUID types
 		ok, found, _ := unstructured.NestedBool(er.Object, "status", "succeeded")
 		reason, _, _ := unstructured.NestedString(er.Object, "status", "reason")
 		if found && !ok && reason != "" {
-			return 0, "", false, "etcdrestore failed: " + reason, fmt.Errorf("etcd-operator reports the EtcdRestore failed: %s", reason)
+			return 0, "", false, "etcdrestore failed: " + reason, fmt.Errorf("%w: %s", errEtcdRestoreFailed, reason)
 		}
 	} else if apierrors.IsForbidden(gerr) || apierrors.IsUnauthorized(gerr) {
 		return 0, "", false, "", gerr
@@ -894,21 +927,56 @@ func (o *OperatorRestoreOptions) checkRestored(ctx context.Context, oldUID types
 // with a fresh context when the restore was cancelled.
 const StagedRemoveTimeout = 30 * time.Second
 
+// errEtcdRestoreFailed: etcd-operator reported the EtcdRestore failed (it
+// is done with it, and with the staged copy).
+var errEtcdRestoreFailed = errors.New("etcd-operator reports the EtcdRestore failed")
+
 // removeStaged deletes the staged plaintext copy (rep.StagedKey) and
-// records it in rep: as soon as the restored cluster is verified, and when
-// the restore failed or was cancelled. It runs with a context of its own
-// (not cancelled with ctx), bounded by StagedRemoveTimeout.
-func (o *OperatorRestoreOptions) removeStaged(ctx context.Context, rep *OperatorRestoreReport, log *slog.Logger, rerr error) {
+// records it in rep: as soon as the restored cluster is verified (or its
+// verification failed: etcd-operator brought it up, so it is done with the
+// copy), and when the restore failed or was cancelled before the
+// EtcdRestore existed (created false) or etcd-operator reported the
+// EtcdRestore failed.
+//
+// It keeps the copy when the EtcdRestore exists and the restore was
+// cancelled or its wait failed before the restored cluster was seen ready
+// (rep.NewUID empty): etcd-operator deletes the reference EtcdCluster
+// first and its seed member fetches the snapshot afterwards, so deleting
+// it then could leave a seed member with no data. The kept copy is
+// reported (rep.StagedKept, a warning, the log): a rerun's adoption
+// (AdoptOperatorRestore) deletes it once the restored cluster is verified,
+// and prune deletes it once older than catalog.StagedMaxAge.
+//
+// It runs with a context of its own (not cancelled with ctx), bounded by
+// StagedRemoveTimeout.
+func (o *OperatorRestoreOptions) removeStaged(ctx context.Context, rep *OperatorRestoreReport, log *slog.Logger, rerr error, created bool) {
 	if rep.StagedKey == "" {
 		return
 	}
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), StagedRemoveTimeout)
-	defer cancel()
 	why := "the restored cluster is verified"
 	if rerr != nil {
 		why = "the restore failed"
 		if ctx.Err() != nil {
 			why = "the restore was cancelled"
+		}
+	}
+	if rerr != nil && created && rep.NewUID == "" && !errors.Is(rerr, errEtcdRestoreFailed) {
+		rep.StagedKept = fmt.Sprintf("%s after the EtcdRestore was created: etcd-operator's seed member may still fetch the staged copy "+
+			"(it does so after deleting the reference EtcdCluster); a rerun's adoption of that EtcdRestore deletes it once the restored cluster "+
+			"is verified, else prune deletes it once older than %v", why, catalog.StagedMaxAge)
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("the staged plaintext snapshot %s is kept: %s", rep.StagedKey, rep.StagedKept))
+		log.Warn("staged plaintext snapshot kept: etcd-operator may still fetch it; the rerun's adoption or prune removes it",
+			"key", rep.StagedKey, "why", why, "prune_after", catalog.StagedMaxAge)
+		return
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), StagedRemoveTimeout)
+	defer cancel()
+	if rerr != nil && created {
+		switch {
+		case errors.Is(rerr, errEtcdRestoreFailed):
+			why += " (etcd-operator reported the EtcdRestore failed)"
+		case rep.NewUID != "":
+			why += " (after etcd-operator brought the restored cluster up)"
 		}
 	}
 	if err := o.Store.Delete(dctx, []string{rep.StagedKey}); err != nil {

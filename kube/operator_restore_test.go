@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net"
 	"os/exec"
@@ -241,9 +242,15 @@ func testOperatorRestore(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.App
 		if d := time.Since(start); d > time.Minute {
 			t.Errorf("took %v", d)
 		}
-		// No plaintext left behind: the staged copy went with the failure.
-		if keys := testfix.Keys(t, st, layout.StagedPrefix(name)); len(keys) > 0 {
-			t.Fatalf("the failed restore left its staged plaintext snapshot: %v", keys)
+		// The wait failed after the EtcdRestore was created: the staged
+		// copy is kept (etcd-operator may still fetch it), said so in the
+		// log; prune removes it after an hour (here the test does).
+		keys := testfix.Keys(t, st, layout.StagedPrefix(name))
+		if len(keys) != 1 || !strings.Contains(stderr, "staged plaintext snapshot kept") || !strings.Contains(stderr, keys[0]) {
+			t.Fatalf("the failed wait: staged %v, want the copy kept and logged\n%s", keys, testfix.LastLines(stderr, 8))
+		}
+		if err := st.Delete(ctx, keys); err != nil {
+			t.Fatal(err)
 		}
 		// A second run refuses while that EtcdRestore exists.
 		code, _, stderr = runTool("--no-live", "--wait-timeout", "3s")
@@ -256,32 +263,28 @@ func testOperatorRestore(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.App
 		}
 	})
 
-	t.Run("CancelledRemovesStaged", func(t *testing.T) {
-		// Cancelled while waiting for etcd-operator (none runs): the
-		// staged copy is deleted with a fresh context, and reported.
+	t.Run("CancelledBeforeEtcdRestoreRemovesStaged", func(t *testing.T) {
+		// Cancelled once the copy is staged, as the EtcdRestore is about
+		// to be created: nothing will fetch it, so it is deleted with a
+		// fresh context, and reported; no EtcdRestore is left.
 		rctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		go func() {
-			for rctx.Err() == nil {
-				if _, err := dynAdmin.Resource(kube.EtcdRestoreGVR).Namespace(restoreNS).Get(rctx, name, metav1.GetOptions{}); err == nil {
-					cancel()
-					return
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
-		}()
 		rep, err := kube.OperatorRestore(rctx, kube.OperatorRestoreOptions{
 			Kube: sa, Cluster: name, Store: st, Layout: layout, Bucket: bucket, Endpoint: m.Endpoint, ForcePathStyle: true, NoLive: true,
 			ProbeTimeout: 2 * time.Second, DialTimeout: 2 * time.Second, Timeout: 3 * time.Minute, PollInterval: 200 * time.Millisecond,
-			TempDir: t.TempDir()})
-		if !errors.Is(err, context.Canceled) || rep == nil || rep.StagedKey == "" || !rep.StagedRemoved {
+			TempDir: t.TempDir(), OnStep: func(step string) {
+				if step == kube.OpStepRequest {
+					cancel()
+				}
+			}})
+		if !errors.Is(err, context.Canceled) || rep == nil || rep.StagedKey == "" || !rep.StagedRemoved || rep.StagedKept != "" {
 			t.Fatalf("cancelled restore: %v, report %+v", err, rep)
 		}
 		if keys := testfix.Keys(t, st, layout.StagedPrefix(name)); len(keys) > 0 {
 			t.Fatalf("the cancelled restore left its staged plaintext snapshot: %v", keys)
 		}
-		if err := dynAdmin.Resource(kube.EtcdRestoreGVR).Namespace(restoreNS).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
+		if ers, err := dynAdmin.Resource(kube.EtcdRestoreGVR).Namespace(restoreNS).List(ctx, metav1.ListOptions{}); err != nil || len(ers.Items) != 0 {
+			t.Fatalf("etcdrestores after the cancel before creating one: %d, %v", len(ers.Items), err)
 		}
 	})
 
@@ -293,7 +296,10 @@ func testOperatorRestore(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.App
 		fc.Etcd.Members[2].Kill()
 		wantKeys := len(want)
 		const runningDelay = 3 * time.Second
-		op := kubetest.StartRestoreOperator(t, kubetest.RestoreOperatorOptions{Namespace: restoreNS, Client: admin, Dynamic: dynAdmin, RunningDelay: runningDelay})
+		// As the real etcd-operator: the reference EtcdCluster is deleted
+		// before the seed member fetches the snapshot.
+		op := kubetest.StartRestoreOperator(t, kubetest.RestoreOperatorOptions{Namespace: restoreNS, Client: admin, Dynamic: dynAdmin, RunningDelay: runningDelay,
+			FetchAfterDelete: true, FetchDelay: time.Second})
 		op.Register(fc)
 
 		type result struct {
@@ -410,6 +416,74 @@ func testOperatorRestore(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.App
 			}
 		}
 		t.Logf("restored cluster: %d keys, values equal to what was written; the tool returned %v after Running", len(got), returned.Sub(rec.RunningAt).Round(time.Millisecond))
+	})
+
+	t.Run("CancelledAfterEtcdRestoreKeepsStaged", func(t *testing.T) {
+		// Cancelled (SIGTERM) right after the EtcdRestore is created: the
+		// stand-in, as the real etcd-operator, deletes the reference
+		// EtcdCluster and fetches the snapshot a second later. The staged
+		// copy must still be there for it; the rerun's adoption waits for
+		// the restored cluster, verifies it and only then deletes the copy.
+		// The Restore subtest's EtcdRestore is done with; a new stand-in
+		// would act on it again.
+		if err := dynAdmin.Resource(kube.EtcdRestoreGVR).Namespace(restoreNS).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		op := kubetest.StartRestoreOperator(t, kubetest.RestoreOperatorOptions{Namespace: restoreNS, Client: admin, Dynamic: dynAdmin,
+			FetchAfterDelete: true, FetchDelay: time.Second})
+		op.Register(fc) // the PKI of the cluster (its restored members serve it too)
+		const runKey = "etcd-recovery.armada.ibm.com/test-run"
+		opts := kube.OperatorRestoreOptions{
+			Kube: sa, Cluster: name, Store: st, Layout: layout, Bucket: bucket, Endpoint: m.Endpoint, ForcePathStyle: true, NoLive: true,
+			ProbeTimeout: 2 * time.Second, DialTimeout: 2 * time.Second, Timeout: 3 * time.Minute, PollInterval: 200 * time.Millisecond,
+			TempDir: t.TempDir(), Annotations: map[string]string{runKey: "keep-staged"}}
+		rctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			for rctx.Err() == nil {
+				if er, err := dynAdmin.Resource(kube.EtcdRestoreGVR).Namespace(restoreNS).Get(rctx, name, metav1.GetOptions{}); err == nil &&
+					er.GetAnnotations()[runKey] == "keep-staged" {
+					cancel()
+					return
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}()
+		var logs bytes.Buffer
+		opts.Log = slog.New(slog.NewTextHandler(&logs, nil))
+		rep, err := kube.OperatorRestore(rctx, opts)
+		if !errors.Is(err, context.Canceled) || rep == nil || rep.StagedKey == "" || rep.StagedRemoved || rep.StagedKept == "" {
+			t.Fatalf("cancelled restore: %v, report %+v", err, rep)
+		}
+		if keys := testfix.Keys(t, st, layout.StagedPrefix(name)); !slices.Equal(keys, []string{rep.StagedKey}) {
+			t.Fatalf("after the cancel: staged %v, want %s kept for etcd-operator", keys, rep.StagedKey)
+		}
+		if !strings.Contains(logs.String(), "staged plaintext snapshot kept") || !strings.Contains(logs.String(), rep.StagedKey) {
+			t.Fatalf("the log does not say the copy was kept and where:\n%s", logs.String())
+		}
+		t.Logf("kept: %s", rep.StagedKept)
+
+		// The rerun adopts the EtcdRestore.
+		opts.Log = nil
+		start := time.Now()
+		arep, adopted, err := kube.AdoptOperatorRestore(ctx, opts)
+		if err != nil || !adopted {
+			t.Fatalf("adoption: adopted %t, %v (report %+v)", adopted, err, arep)
+		}
+		if arep.Verify == nil || !arep.Verify.Verified || arep.NewUID == "" || !arep.StagedRemoved || arep.StagedKey != rep.StagedKey {
+			t.Fatalf("adoption report: %+v", arep)
+		}
+		if keys := testfix.Keys(t, st, layout.StagedPrefix(name)); len(keys) > 0 {
+			t.Fatalf("after the adoption the staged plaintext snapshot is still there: %v", keys)
+		}
+		er, err := dynAdmin.Resource(kube.EtcdRestoreGVR).Namespace(restoreNS).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec := op.WaitUID(t, er.GetUID(), time.Minute); rec.Err != nil || rec.SHA256 != rep.StagedSHA256 {
+			t.Fatalf("the restore operator: %v (fetched sha256 %s, staged %s)", rec.Err, rec.SHA256, rep.StagedSHA256)
+		}
+		t.Logf("adopted and verified in %v; staged copy deleted after that", time.Since(start).Round(time.Millisecond))
 	})
 }
 

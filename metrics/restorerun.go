@@ -16,7 +16,8 @@ import (
 // from the same listing of the root as the backups (no listing of its
 // own). Its records are create-only, so each is read once: the plan when
 // the newest run changes, an attempt's start and end records when they
-// appear; the done records are counted from the listing, never read.
+// appear; the done records are counted and the beat records' times taken
+// from the listing (the time is in the key), never read.
 const (
 	NameRestoreRunInfo       = "etcd_recovery_restore_run_info"
 	NameRestoreRunInProgress = "etcd_recovery_restore_run_in_progress"
@@ -36,9 +37,9 @@ var (
 	descRestoreRunInfo = prometheus.NewDesc(NameRestoreRunInfo,
 		"1 for the newest namespace-wide restore run (restore-all) recorded under the prefix's _restores/, labelled with its id; absent when there is none.", []string{"run"}, nil)
 	descRestoreRunInProgress = prometheus.NewDesc(NameRestoreRunInProgress,
-		"1 while the newest restore run's latest attempt is in progress (its start record has no end record and its deadline has not passed), 0 otherwise; absent when there is no run.", nil, nil)
+		"1 while the newest restore run's latest attempt is in progress (its start record has no end record, its newest beat record, or its start, is less than 3m old, and its deadline has not passed), 0 otherwise; absent when there is no run.", nil, nil)
 	descRestoreRunKilled = prometheus.NewDesc(NameRestoreRunKilled,
-		"1 when the newest restore run's latest attempt has no end record past its deadline (the process was killed or lost) and clusters of the plan are not done: rerun the same restore-all to resume it; 0 otherwise; absent when there is no run.", nil, nil)
+		"1 when the newest restore run's latest attempt has no end record and is not in progress (no beat record for 3m, or past its deadline: the process was killed or lost) and clusters of the plan are not done: rerun the same restore-all to resume it; 0 otherwise; absent when there is no run.", nil, nil)
 	descRestoreRunClusters = prometheus.NewDesc(NameRestoreRunClusters,
 		"Clusters of the newest restore run, by state: planned (in its plan), done (restored and verified: a done record, by any attempt), failed (named failed by the latest attempt's end record; 0 while it runs).", []string{"state"}, nil)
 	descRestoreRunStarted = prometheus.NewDesc(NameRestoreRunStarted,
@@ -64,18 +65,22 @@ type RestoreRunState struct {
 	Deadline time.Time `json:"deadline,omitzero"`
 	Ended    time.Time `json:"ended,omitzero"`
 	Failed   int       `json:"failed"`
+	// LastBeat is the latest attempt's newest beat record's time (zero:
+	// none), from the listing.
+	LastBeat time.Time `json:"lastBeat,omitzero"`
 }
 
-// InProgress: the latest attempt runs at now (no end record, before its
-// deadline).
+// InProgress: the latest attempt runs at now (no end record, a beat or
+// its start within catalog.FleetRestoreHeartbeatGrace, before its
+// deadline: catalog.FleetRestoreAlive).
 func (r *RestoreRunState) InProgress(now time.Time) bool {
-	return !r.Started.IsZero() && r.Ended.IsZero() && now.Before(r.Deadline)
+	return !r.Started.IsZero() && r.Ended.IsZero() && catalog.FleetRestoreAlive(r.Started, r.LastBeat, r.Deadline, now)
 }
 
-// Killed: the latest attempt has no end record past its deadline, and the
-// plan is not done.
+// Killed: the latest attempt has no end record and is not in progress (its
+// beats stopped, or its deadline passed), and the plan is not done.
 func (r *RestoreRunState) Killed(now time.Time) bool {
-	return !r.Started.IsZero() && r.Ended.IsZero() && !now.Before(r.Deadline) && r.Done < r.Planned
+	return !r.Started.IsZero() && r.Ended.IsZero() && !catalog.FleetRestoreAlive(r.Started, r.LastBeat, r.Deadline, now) && r.Done < r.Planned
 }
 
 // restoreRunListing is the newest run in a listing of the root: its plan's
@@ -86,6 +91,7 @@ type restoreRunListing struct {
 	started   time.Time
 	startKey  string
 	endKey    string
+	lastBeat  time.Time
 	doneCount int
 }
 
@@ -103,6 +109,7 @@ func newestRestoreRun(layout catalog.Layout, objs []store.ObjectInfo) (restoreRu
 	}
 	l := restoreRunListing{run: newest}
 	ends := map[time.Time]string{}
+	beats := map[time.Time]time.Time{}
 	for _, o := range objs {
 		k, ok := layout.ParseFleetRestoreKey(o.Key)
 		if !ok || k.Run != newest {
@@ -119,10 +126,14 @@ func newestRestoreRun(layout catalog.Layout, objs []store.ObjectInfo) (restoreRu
 			}
 		case "end":
 			ends[k.Started] = o.Key
+		case "beat":
+			if k.Beat.After(beats[k.Started]) {
+				beats[k.Started] = k.Beat
+			}
 		}
 	}
 	if l.startKey != "" {
-		l.endKey = ends[l.started]
+		l.endKey, l.lastBeat = ends[l.started], beats[l.started]
 	}
 	return l, true
 }
@@ -180,7 +191,7 @@ func (e *Exporter) readRestoreRun(ctx context.Context, objs []store.ObjectInfo) 
 	if err != nil {
 		return nil, err
 	}
-	s.Started, s.Deadline = start.Started, start.Deadline
+	s.Started, s.Deadline, s.LastBeat = start.Started, start.Deadline, l.lastBeat
 	if s.Started.IsZero() {
 		s.Started = l.started
 	}

@@ -35,11 +35,16 @@ var restoreAlerts = []string{"EtcdRecoveryRestoreRunSlow", "EtcdRecoveryRestoreR
 //     and the older run's records are never read; promtool fires
 //     EtcdRecoveryRestoreRunSlow and not Killed; the dashboard's restore
 //     queries answer;
+//   - its beats stop (the newest 3 min old, its deadline 27 min ahead):
+//     not in progress, killed, at once rather than at the deadline; a
+//     new beat: in progress again; beat records are never read (their
+//     time is in the key);
 //   - its end record written (one cluster failed, one more done): no
 //     longer in progress, failed 1, ended; no alert; the plan and the
 //     start record are not read again;
-//   - a newer run whose attempt passed its deadline without an end, its
-//     plan not done: killed, and EtcdRecoveryRestoreRunKilled fires;
+//   - a newer run whose attempt never beat since its start 6 min ago, its
+//     deadline 2 h ahead, its plan not done: killed, and
+//     EtcdRecoveryRestoreRunKilled fires;
 //   - a yet newer run whose plan cannot be read: read_restores is
 //     counted and the previous refresh's run stays exported.
 func TestExporterRestoreRun(t *testing.T) {
@@ -100,6 +105,13 @@ func TestExporterRestoreRun(t *testing.T) {
 	attempt(cur, now.Add(-50*time.Minute), now.Add(-35*time.Minute))
 	second := attempt(cur, now.Add(-30*time.Minute), now.Add(30*time.Minute))
 	done(cur, "etcd-a", "etcd-b")
+	beat := func(a catalog.FleetRestoreAttempt, at time.Time) {
+		t.Helper()
+		write(layout.FleetRestoreBeatKey(a.Run, a.Started, at), catalog.FleetRestoreBeat{Run: a.Run, Started: a.Started, Beat: at, Host: a.Host})
+	}
+	for _, ago := range []time.Duration{3 * time.Minute, 2 * time.Minute, time.Minute, 40 * time.Second} {
+		beat(second, now.Add(-ago))
+	}
 
 	exp := refreshed(t, ctx, metrics.Options{Store: st, Layout: layout, Interval: time.Hour, Deadline: 30 * time.Second,
 		Now: func() time.Time { return clock }})
@@ -122,23 +134,51 @@ func TestExporterRestoreRun(t *testing.T) {
 	promtoolRestoreAlerts(t, body, clock, "EtcdRecoveryRestoreRunSlow")
 	dashboardOnScrape(t, body, clock, nil, 5)
 
-	// The attempt ends: etcd-c failed, etcd-d done.
 	reads := func(key string) int { return st.CountCalls(faults.OpGet, key) + st.CountCalls(faults.OpGetRange, key) }
 	planReads, startReads := reads(layout.FleetRestorePlanKey(cur)), reads(layout.FleetRestoreAttemptKey(cur, second.Started, false))
 	if planReads != 1 || startReads != 1 {
 		t.Errorf("first refresh: the plan read %d times, the running attempt's start %d times; want once each", planReads, startReads)
 	}
+
+	// Its beats stop: 3 min after the newest one (40 s before now) it is
+	// not in progress any more but killed, 27 min before its deadline.
+	clock = now.Add(-40*time.Second + 3*time.Minute - time.Second)
+	if err := exp.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mfs, _ = scrape(t, exp)
+	checkRun(t, mfs, "beat 2m59s ago", cur, map[string]float64{metrics.NameRestoreRunInProgress: 1, metrics.NameRestoreRunKilled: 0}, nil)
+	clock = now.Add(-40*time.Second + 3*time.Minute)
+	if err := exp.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mfs, _ = scrape(t, exp)
+	checkRun(t, mfs, "beats stopped", cur, map[string]float64{metrics.NameRestoreRunInProgress: 0, metrics.NameRestoreRunKilled: 1}, nil)
+	// It beats again (it was only slow to write): in progress.
+	beat(second, now.Add(2*time.Minute))
+	if err := exp.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mfs, _ = scrape(t, exp)
+	checkRun(t, mfs, "beating again", cur, map[string]float64{metrics.NameRestoreRunInProgress: 1, metrics.NameRestoreRunKilled: 0}, nil)
+	for _, c := range st.Calls() {
+		if strings.Contains(c.Key, ".beat-") && (c.Op == faults.OpGet || c.Op == faults.OpGetRange) {
+			t.Errorf("the beat record %s was read (%s): its time is in the key", c.Key, c.Op)
+		}
+	}
+
+	// The attempt ends: etcd-c failed, etcd-d done.
 	done(cur, "etcd-d")
-	second.Ended, second.Verified, second.Skipped, second.Failed = now.Add(time.Minute), 1, 2, []string{"etcd-c: verify: hash mismatch"}
+	second.Ended, second.Verified, second.Skipped, second.Failed = now.Add(4*time.Minute), 1, 2, []string{"etcd-c: verify: hash mismatch"}
 	write(layout.FleetRestoreAttemptKey(cur, second.Started, true), second)
-	clock = now.Add(2 * time.Minute)
+	clock = now.Add(5 * time.Minute)
 	if err := exp.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
 	mfs, body = scrape(t, exp)
 	checkRun(t, mfs, "ended", cur, map[string]float64{
 		metrics.NameRestoreRunInProgress: 0, metrics.NameRestoreRunKilled: 0,
-		metrics.NameRestoreRunEnded: float64(now.Add(time.Minute).Unix()),
+		metrics.NameRestoreRunEnded: float64(now.Add(4 * time.Minute).Unix()),
 	}, map[string]float64{"planned": 5, "done": 3, "failed": 1})
 	if p, s := reads(layout.FleetRestorePlanKey(cur)), reads(layout.FleetRestoreAttemptKey(cur, second.Started, false)); p != planReads || s != startReads {
 		t.Errorf("second refresh read the plan %d and the start record %d more times: create-only records are read once", p-planReads, s-startReads)
@@ -157,16 +197,18 @@ func TestExporterRestoreRun(t *testing.T) {
 	// it was created 3 h ago, cur 50 min ago, so cur stays the newest.
 	checkRun(t, mfs, "an older killed run", cur, map[string]float64{metrics.NameRestoreRunKilled: 0}, map[string]float64{"done": 3})
 	newest := run(now.Add(time.Minute), 20*time.Minute, "etcd-a", "etcd-b", "etcd-c")
-	attempt(newest, now.Add(time.Minute), now.Add(90*time.Second))
+	// Started 6 min before the clock, never beat: killed, though its
+	// deadline is 2 h ahead.
+	attempt(newest, now.Add(time.Minute), now.Add(2*time.Hour))
 	done(newest, "etcd-a")
-	clock = now.Add(3 * time.Minute)
+	clock = now.Add(7 * time.Minute)
 	if err := exp.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
 	mfs, body = scrape(t, exp)
 	checkRun(t, mfs, "killed", newest, map[string]float64{
 		metrics.NameRestoreRunInProgress: 0, metrics.NameRestoreRunKilled: 1, metrics.NameRestoreRunExpected: 1200,
-		metrics.NameRestoreRunDeadline: float64(now.Add(90 * time.Second).Unix()),
+		metrics.NameRestoreRunDeadline: float64(now.Add(2 * time.Hour).Unix()),
 	}, map[string]float64{"planned": 3, "done": 1, "failed": 0}, metrics.NameRestoreRunEnded)
 	promtoolRestoreAlerts(t, body, clock, "EtcdRecoveryRestoreRunKilled")
 

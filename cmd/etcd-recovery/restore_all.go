@@ -75,7 +75,7 @@ func restoreAllCommand(g *globalOpts) *cli.Command {
 			identityFileFlag(&o.identityFile),
 			dryRunFlag(&o.dryRun),
 			&cli.BoolFlag{Name: "new-run", Usage: "restore-all: start a new run even when an unfinished one of the same request exists (it is not resumed)", Destination: &o.newRun},
-			&cli.BoolFlag{Name: "take-over", Usage: "restore-all: resume the run even though its attempt counts as in progress (start record, no end, before its deadline): that process is gone (its pod deleted, its node lost)", Destination: &o.takeOver},
+			&cli.BoolFlag{Name: "take-over", Usage: "restore-all: resume the run even though its attempt counts as in progress (start record, no end, a beat less than 3m old, before its deadline): that process is gone (its pod deleted, its node lost)", Destination: &o.takeOver},
 			parallelFlag(&o.parallel, 0),
 			&cli.StringFlag{Name: "order", Value: fleet.OrderSmallest, Usage: "restore-all: smallest (fewest bytes first: most customers back soonest), largest or name", Destination: &o.order},
 			&cli.StringSliceFlag{Name: "first", Usage: "restore-all: clusters restored before the --order (NAME or NAMESPACE/NAME, comma-separated, in this order)", Destination: &o.first},
@@ -121,6 +121,15 @@ func runRestoreAll(c *cli.Context, g *globalOpts, o *restoreAllOpts) error {
 		if opts.ToTime, err = parseTimeFlag("restore-all", "to-time", o.toTime, time.Now()); err != nil {
 			return err
 		}
+		if _, rfcErr := time.Parse(time.RFC3339Nano, o.toTime); rfcErr != nil {
+			// A duration before now: whole seconds, so that the absolute
+			// time printed (what a rerun must give to resume this run;
+			// the run's request records it) is exactly the one used.
+			opts.ToTime = opts.ToTime.Truncate(time.Second)
+		}
+		opts.ToTime = opts.ToTime.UTC()
+		e.log.Info("restore-all: point in time", "to_time", opts.ToTime.Format(time.RFC3339Nano), "given", o.toTime,
+			"resume_with", fleet.ToTimeFlag(opts.ToTime))
 	}
 	if opts.Parallel == 0 {
 		opts.Parallel = fleet.DefaultRestoreParallel(fleet.PodLimits())

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,12 +25,23 @@ import (
 //	<prefix>/_restores/<run>/plan.json                  the run's plan (FleetRestorePlan), written first, create-only
 //	<prefix>/_restores/<run>/attempts/<time>.start.json an attempt began (FleetRestoreAttempt), create-only
 //	<prefix>/_restores/<run>/attempts/<time>.end.json   that attempt ended (FleetRestoreAttempt, with Ended), create-only
+//	<prefix>/_restores/<run>/attempts/<time>.beat-<unix seconds>.json
+//	                                                    that attempt was alive then (FleetRestoreBeat), create-only, one a minute
 //	<prefix>/_restores/<run>/done/<cluster>.json        a cluster restored AND verified (FleetRestoreDone), create-only
 //
 // Every record is create-only and none is ever rewritten: a done record is
 // written only after the restored cluster was verified, so a cluster is
 // never reported done half-way. <run> is a FleetRestoreRunID; <time> is
 // the attempt's start in the backup names' fixed-width form.
+//
+// While an attempt runs it writes a beat record every
+// FleetRestoreHeartbeatEvery; the beat's time is in its key, so a listing
+// tells how long ago an attempt last beat without reading anything. An
+// attempt with no end record counts as in progress only while its newest
+// beat (or its start) is younger than FleetRestoreHeartbeatGrace and its
+// deadline has not passed (FleetRestoreAlive): a process killed hard
+// (SIGKILL, its node lost) stops beating, and a rerun resumes its run a
+// few minutes later.
 
 const (
 	restoresDir       = "_restores/"
@@ -38,6 +50,7 @@ const (
 	fleetDoneDir      = "done/"
 	fleetStartSuffix  = ".start.json"
 	fleetEndSuffix    = ".end.json"
+	fleetBeatInfix    = ".beat-"
 	fleetRecordSuffix = ".json"
 )
 
@@ -121,9 +134,41 @@ type FleetRestoreAttempt struct {
 }
 
 // InProgress reports whether the attempt (its start record, with no end
-// record found) still counts as running at now.
-func (a FleetRestoreAttempt) InProgress(now time.Time) bool {
-	return a.Ended.IsZero() && now.Before(a.Deadline)
+// record found) still counts as running at now, lastBeat being its newest
+// beat record's time (zero: none): FleetRestoreAlive.
+func (a FleetRestoreAttempt) InProgress(now, lastBeat time.Time) bool {
+	return a.Ended.IsZero() && FleetRestoreAlive(a.Started, lastBeat, a.Deadline, now)
+}
+
+// FleetRestoreHeartbeatEvery is how often a running attempt writes a beat
+// record; FleetRestoreHeartbeatGrace how long after its newest beat (or
+// its start) an attempt with no end record still counts as running: three
+// missed beats.
+const (
+	FleetRestoreHeartbeatEvery = time.Minute
+	FleetRestoreHeartbeatGrace = 3 * time.Minute
+)
+
+// FleetRestoreAlive says whether an attempt with no end record, started at
+// started, whose newest beat is lastBeat (zero: none yet) and whose
+// deadline is deadline, counts as running at now: its newest beat (or its
+// start) is younger than FleetRestoreHeartbeatGrace, and its deadline has
+// not passed. Otherwise it was killed (or lost), and its run may be
+// resumed.
+func FleetRestoreAlive(started, lastBeat, deadline, now time.Time) bool {
+	last := started
+	if lastBeat.After(last) {
+		last = lastBeat
+	}
+	return now.Before(deadline) && now.Sub(last) < FleetRestoreHeartbeatGrace
+}
+
+// FleetRestoreBeat is a beat record: an attempt was alive at Beat.
+type FleetRestoreBeat struct {
+	Run     string    `json:"run"`
+	Started time.Time `json:"started"`
+	Beat    time.Time `json:"beat"`
+	Host    string    `json:"host,omitempty"`
 }
 
 // FleetRestoreDone is a cluster restored and verified by a run.
@@ -183,19 +228,28 @@ func (l Layout) FleetRestoreAttemptKey(run string, started time.Time, end bool) 
 	return l.FleetRestorePrefix(run) + fleetAttemptsDir + started.UTC().Format(TimeLayout) + suffix
 }
 
+// FleetRestoreBeatKey is a beat record of the attempt started at started,
+// written at at (whole seconds in the key).
+func (l Layout) FleetRestoreBeatKey(run string, started, at time.Time) string {
+	return l.FleetRestorePrefix(run) + fleetAttemptsDir + started.UTC().Format(TimeLayout) + fleetBeatInfix +
+		strconv.FormatInt(at.Unix(), 10) + fleetRecordSuffix
+}
+
 // FleetRestoreDoneKey is a cluster's done record in a run.
 func (l Layout) FleetRestoreDoneKey(run, cluster string) string {
 	return l.FleetRestorePrefix(run) + fleetDoneDir + cluster + fleetRecordSuffix
 }
 
 // FleetRestoreKey is what a key under RestoresPrefix is: its run, and
-// which record (plan, start, end or done; Cluster for done, Started for an
-// attempt). ok is false for anything else.
+// which record (plan, start, end, beat or done; Cluster for done, Started
+// for an attempt's records, Beat for a beat). ok is false for anything
+// else.
 type FleetRestoreKey struct {
 	Run     string
-	Record  string // "plan", "start", "end", "done"
+	Record  string // "plan", "start", "end", "beat", "done"
 	Cluster string
 	Started time.Time
+	Beat    time.Time
 }
 
 // ParseFleetRestoreKey parses a key under l.RestoresPrefix().
@@ -222,6 +276,19 @@ func (l Layout) ParseFleetRestoreKey(key string) (FleetRestoreKey, bool) {
 		return k, true
 	case strings.HasPrefix(obj, fleetAttemptsDir):
 		name := strings.TrimPrefix(obj, fleetAttemptsDir)
+		if ts, beat, ok := strings.Cut(name, fleetBeatInfix); ok {
+			secs, ok := strings.CutSuffix(beat, fleetRecordSuffix)
+			t, err := time.Parse(TimeLayout, ts)
+			if !ok || err != nil || secs == "" || strings.TrimLeft(secs, "0123456789") != "" {
+				return FleetRestoreKey{}, false
+			}
+			n, err := strconv.ParseInt(secs, 10, 64)
+			if err != nil {
+				return FleetRestoreKey{}, false
+			}
+			k.Record, k.Started, k.Beat = "beat", t, time.Unix(n, 0).UTC()
+			return k, true
+		}
 		for rec, suffix := range map[string]string{"start": fleetStartSuffix, "end": fleetEndSuffix} {
 			if ts, ok := strings.CutSuffix(name, suffix); ok {
 				t, err := time.Parse(TimeLayout, ts)

@@ -25,6 +25,7 @@ func TestFleetRestoreKeys(t *testing.T) {
 		{l.FleetRestoreDoneKey(run, "c1a2b3"), "done", "c1a2b3", time.Time{}},
 		{l.FleetRestoreAttemptKey(run, now, false), "start", "", now},
 		{l.FleetRestoreAttemptKey(run, now, true), "end", "", now},
+		{l.FleetRestoreBeatKey(run, now, now.Add(61*time.Second)), "beat", "", now},
 	}
 	for _, c := range cases {
 		k, ok := l.ParseFleetRestoreKey(c.key)
@@ -40,6 +41,11 @@ func TestFleetRestoreKeys(t *testing.T) {
 		l.RestoresPrefix() + "notarun/plan.json",
 		l.RestoresPrefix() + run + "/done/_bad.json",
 		l.RestoresPrefix() + run + "/attempts/yesterday.start.json",
+		l.RestoresPrefix() + run + "/attempts/yesterday.beat-1764385506.json",
+		l.RestoresPrefix() + run + "/attempts/" + now.Format(TimeLayout) + ".beat-.json",
+		l.RestoresPrefix() + run + "/attempts/" + now.Format(TimeLayout) + ".beat-12x.json",
+		l.RestoresPrefix() + run + "/attempts/" + now.Format(TimeLayout) + ".beat--5.json",
+		l.RestoresPrefix() + run + "/attempts/" + now.Format(TimeLayout) + ".beat-1764385506",
 	} {
 		if _, ok := l.ParseFleetRestoreKey(bad); ok {
 			t.Errorf("%s parsed", bad)
@@ -48,12 +54,38 @@ func TestFleetRestoreKeys(t *testing.T) {
 			t.Errorf("%s classified %v, want unknown", bad, ki.Kind)
 		}
 	}
+	// The beat's time, whole seconds, is in the key: no read needed.
+	if k, _ := l.ParseFleetRestoreKey(l.FleetRestoreBeatKey(run, now, now.Add(61*time.Second))); !k.Beat.Equal(now.Add(61 * time.Second).Truncate(time.Second)) {
+		t.Errorf("beat time %v, want %v", k.Beat, now.Add(61*time.Second).Truncate(time.Second))
+	}
+
+	// In progress: no end record, the newest beat (or the start) younger
+	// than the grace, and before the deadline.
 	a := FleetRestoreAttempt{Started: now, Deadline: now.Add(time.Hour)}
-	if !a.InProgress(now.Add(time.Minute)) || a.InProgress(now.Add(2*time.Hour)) {
-		t.Error("InProgress: an attempt is in progress until its deadline")
+	g := FleetRestoreHeartbeatGrace
+	for _, c := range []struct {
+		name     string
+		at, beat time.Duration // since the start; beat < 0: none
+		want     bool
+	}{
+		{"just started, no beat yet", time.Minute, -1, true},
+		{"no beat within the grace of the start", g, -1, false},
+		{"beating", 30 * time.Minute, 29 * time.Minute, true},
+		{"beat just under the grace ago", 30 * time.Minute, 30*time.Minute - g + time.Second, true},
+		{"beats stopped a grace ago", 30 * time.Minute, 30*time.Minute - g, false},
+		{"beats stopped long ago", 50 * time.Minute, 10 * time.Minute, false},
+		{"beating, but past the deadline", time.Hour, time.Hour - time.Second, false},
+	} {
+		beat := time.Time{}
+		if c.beat >= 0 {
+			beat = now.Add(c.beat)
+		}
+		if got := a.InProgress(now.Add(c.at), beat); got != c.want {
+			t.Errorf("%s: InProgress %t, want %t", c.name, got, c.want)
+		}
 	}
 	a.Ended = now.Add(time.Minute)
-	if a.InProgress(now.Add(2 * time.Minute)) {
+	if a.InProgress(now.Add(2*time.Minute), now.Add(2*time.Minute)) {
 		t.Error("InProgress: an ended attempt is not in progress")
 	}
 }

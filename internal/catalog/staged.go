@@ -17,9 +17,11 @@ import (
 // neither) at <prefix>/_staged/<cluster>/<backup>/snapshot.db (StagedKey,
 // layout.go), outside the backup folders; older versions staged it under
 // <prefix>/restore/ (LegacyStagedPrefix), still listed and pruned there.
-// The restore deletes it once the restored cluster is verified, or when it fails or is cancelled; a copy left behind (the
-// process was killed) is deleted by prune once older than StagedMaxAge,
-// and list shows any that exist.
+// The restore deletes it once the restored cluster is verified, or when it fails or is cancelled before its
+// EtcdRestore exists; after that, a cancel or a failed wait keeps it (etcd-operator's seed member fetches it
+// after deleting the reference EtcdCluster), and a rerun's adoption deletes it once the restored cluster is
+// verified. A copy left behind (the process was killed, or never rerun) is deleted by prune once older than
+// StagedMaxAge, and list shows any that exist.
 
 // StagedMaxAge is the age after which prune deletes a staged copy: a
 // restore via etcd-operator is over by then (its wait defaults to 10m).

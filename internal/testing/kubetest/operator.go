@@ -75,6 +75,14 @@ type RestoreOperatorOptions struct {
 	// after the other, which would make a namespace-wide restore's
 	// parallelism the stand-in's, not the tool's.
 	Concurrent bool
+	// FetchAfterDelete deletes the reference EtcdCluster (and its pods and
+	// members) before fetching the snapshot, after FetchDelay, as the real
+	// etcd-operator does (its restore operator deletes the reference and
+	// the new seed member fetches the snapshot later): a tool that deletes
+	// the staged copy once the EtcdRestore exists fails the restore.
+	// Without it the stand-in fetches first, which hides that.
+	FetchAfterDelete bool
+	FetchDelay       time.Duration
 }
 
 // RestoreRecord is what the stand-in did with one EtcdRestore.
@@ -127,7 +135,8 @@ type RestoreOperator struct {
 //  4. fetches the object from the endpoint with those credentials and
 //     region (virtual-hosted style unless forcePathStyle);
 //  5. deletes the reference EtcdCluster and its member pods, and kills the
-//     old members registered with Register;
+//     old members registered with Register (with FetchAfterDelete, step 4
+//     comes after this one, as with the real etcd-operator);
 //  6. restores spec.size data dirs from the snapshot with etcdutl (which
 //     checks the snapshot's integrity hash) and starts new real members
 //     with the reference cluster's PKI on 127.0.0.1;
@@ -325,8 +334,14 @@ func (op *RestoreOperator) run(ctx context.Context, er *unstructured.Unstructure
 		}
 	}
 	snap := filepath.Join(dir, "backup.db")
-	if rec.SHA256, rec.Size, err = op.fetch(ctx, secret, endpoint, pathStyle, bucket, key, dir, snap); err != nil {
+	fetch := func() error {
+		rec.SHA256, rec.Size, err = op.fetch(ctx, secret, endpoint, pathStyle, bucket, key, dir, snap)
 		return err
+	}
+	if !op.opts.FetchAfterDelete {
+		if err := fetch(); err != nil {
+			return err
+		}
 	}
 
 	// Replace the cluster: the reference goes, with its pods and members.
@@ -340,6 +355,17 @@ func (op *RestoreOperator) run(ctx context.Context, er *unstructured.Unstructure
 	if registered {
 		for _, m := range old.Etcd.Members {
 			m.Kill()
+		}
+	}
+	if op.opts.FetchAfterDelete {
+		// The seed member fetches the snapshot, now.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(op.opts.FetchDelay):
+		}
+		if err := fetch(); err != nil {
+			return err
 		}
 	}
 
