@@ -129,15 +129,17 @@ func (e *InProgressError) Error() string {
 		last, what = e.LastBeat, "its last beat"
 	}
 	until := last.Add(catalog.FleetRestoreHeartbeatGrace)
-	if e.Deadline.Before(until) {
-		until = e.Deadline
+	deadline := "unknown"
+	if !e.Deadline.IsZero() {
+		deadline = e.Deadline.UTC().Format(time.RFC3339)
 	}
-	return fmt.Sprintf("namespace %s: run %s of the same request is in progress: its attempt started %s on host %q and beat at %s, %s; "+
+	return fmt.Sprintf("namespace %s: a restore-all is in progress there (run %s, of this request or another: two at once would restore the same clusters): "+
+		"its attempt started %s on host %q and beat at %s, %s, its deadline %s; "+
 		"it counts as running until %s unless it beats again (no end record yet; a running attempt beats every %v, one with no beat for %v "+
-		"counts as killed, as does one past its deadline %s); wait for it, or, once that process is gone (its pod deleted, its node lost), "+
-		"rerun with --take-over to resume the run now (--new-run starts another run, which does not skip the clusters this one finished)",
-		e.Namespace, e.Run, e.Started.UTC().Format(time.RFC3339), e.Host, last.UTC().Format(time.RFC3339), what,
-		until.UTC().Format(time.RFC3339), catalog.FleetRestoreHeartbeatEvery, catalog.FleetRestoreHeartbeatGrace, e.Deadline.UTC().Format(time.RFC3339))
+		"counts as killed); wait for it, or, once that process is gone (its pod deleted, its node lost), "+
+		"rerun with --take-over to go on now (--new-run starts another run, which does not skip the clusters this one finished)",
+		e.Namespace, e.Run, e.Started.UTC().Format(time.RFC3339), e.Host, last.UTC().Format(time.RFC3339), what, deadline,
+		until.UTC().Format(time.RFC3339), catalog.FleetRestoreHeartbeatEvery, catalog.FleetRestoreHeartbeatGrace)
 }
 
 // openRuns finds each namespace's run: the newest unfinished run of the
@@ -166,35 +168,47 @@ func (r *restoreAll) openRun(ctx context.Context, ns *raNamespace, fp string) er
 		keys[i] = o.Key
 	}
 	now := r.opts.now()
-	for _, s := range runStates(l, keys) {
+	states := runStates(l, keys)
+	// Any attempt in progress in the namespace, of any request, holds it:
+	// a run of another request (another --cluster, --selector or
+	// --to-time) beside it would restore the same clusters at once. Told
+	// from the keys alone (start, end and beat times are in them).
+	if !r.opts.TakeOver {
+		if ip := r.inProgress(ctx, ns, states, time.Time{}, ""); ip != nil {
+			if !r.opts.DryRun {
+				return &RestoreAllError{Err: ip}
+			}
+			// A dry run changes nothing: it plans, and says so.
+			r.log.Warn("restore-all: dry run: "+ip.Error(), "namespace", ns.name, "run", ip.Run)
+		}
+	}
+	for _, s := range states {
 		if !s.plan {
 			continue
 		}
 		var plan catalog.FleetRestorePlan
 		if err := catalog.ReadFleetRestoreRecord(ctx, st, l.FleetRestorePlanKey(s.run), &plan); err != nil {
-			return &RestoreAllError{Err: fmt.Errorf("namespace %s: %w", ns.name, ctxErr(ctx, err))}
+			if ctx.Err() != nil {
+				return &RestoreAllError{Err: fmt.Errorf("namespace %s: %w", ns.name, ctxErr(ctx, err))}
+			}
+			// One unreadable (damaged, forged, oversized) plan of some
+			// run must not block every restore of the namespace: that run
+			// is not resumed, and the log names its key.
+			r.log.Warn("restore-all: a restore run's plan cannot be read; that run is not resumed", "namespace", ns.name,
+				"run", s.run, "key", l.FleetRestorePlanKey(s.run), "err", err)
+			continue
 		}
-		if plan.Fingerprint != fp {
+		if plan.Fingerprint != fp || plan.Run != s.run {
 			continue
 		}
 		started, ended, any := s.latest()
 		var lastEnd *catalog.FleetRestoreAttempt
-		if any {
+		if any && ended {
 			var a catalog.FleetRestoreAttempt
-			if err := catalog.ReadFleetRestoreRecord(ctx, st, l.FleetRestoreAttemptKey(s.run, started, ended), &a); err != nil {
+			if err := catalog.ReadFleetRestoreRecord(ctx, st, l.FleetRestoreAttemptKey(s.run, started, true), &a); err != nil {
 				return &RestoreAllError{Err: fmt.Errorf("namespace %s: %w", ns.name, ctxErr(ctx, err))}
 			}
-			if !ended && a.InProgress(now, s.beats[started]) && !r.opts.TakeOver {
-				ip := &InProgressError{Namespace: ns.name, Run: s.run, Host: a.Host, Started: a.Started, LastBeat: s.beats[started], Deadline: a.Deadline}
-				if !r.opts.DryRun {
-					return &RestoreAllError{Err: ip}
-				}
-				// A dry run changes nothing: it plans, and says so.
-				r.log.Warn("restore-all: dry run: "+ip.Error(), "namespace", ns.name, "run", s.run)
-			}
-			if ended {
-				lastEnd = &a
-			}
+			lastEnd = &a
 		}
 		if ns.run != "" || r.opts.NewRun || complete(&plan, s, lastEnd) {
 			continue
@@ -208,6 +222,64 @@ func (r *restoreAll) openRun(ctx context.Context, ns *raNamespace, fp string) er
 	}
 	if ns.run == "" {
 		ns.run = catalog.NewFleetRestoreRunID(now)
+	}
+	return nil
+}
+
+// inProgress is the first attempt in progress among states (no end record,
+// its newest beat or its start younger than
+// catalog.FleetRestoreHeartbeatGrace), other than the attempt (run, self)
+// and, when before is set, only one that started before it (or at the
+// same time, of a smaller run id): nil when there is none. Its start
+// record is read for the host and deadline the refusal names; an
+// unreadable one still refuses, naming the key.
+func (r *restoreAll) inProgress(ctx context.Context, ns *raNamespace, states []*runState, self time.Time, run string) *InProgressError {
+	now := r.opts.now()
+	self = self.Truncate(time.Millisecond) // as in its key (catalog.TimeLayout)
+	for _, s := range states {
+		for _, started := range s.starts {
+			if s.ends[started] || (s.run == run && started.Equal(self)) {
+				continue
+			}
+			if !catalog.FleetRestoreAlive(started, s.beats[started], time.Time{}, now) {
+				continue
+			}
+			if !self.IsZero() && (started.After(self) || (started.Equal(self) && s.run > run)) {
+				continue // started after this one: it yields to us
+			}
+			ip := &InProgressError{Namespace: ns.name, Run: s.run, Started: started, LastBeat: s.beats[started]}
+			var a catalog.FleetRestoreAttempt
+			if err := catalog.ReadFleetRestoreRecord(ctx, ns.Store, ns.Layout.FleetRestoreAttemptKey(s.run, started, false), &a); err == nil {
+				ip.Host, ip.Deadline = a.Host, a.Deadline
+			} else {
+				ip.Host = "unknown (" + err.Error() + ")"
+			}
+			return ip
+		}
+	}
+	return nil
+}
+
+// yieldToEarlier closes the race of two restore-alls started at once in a
+// namespace (both found nothing in progress before writing): once its
+// start record is written, each lists the runs again, and the one that
+// started later yields to an attempt in progress that started earlier.
+// The store's listings are consistent after a write (COS, S3 and MinIO
+// read after write), so exactly one of them proceeds.
+func (r *restoreAll) yieldToEarlier(ctx context.Context, ns *raNamespace) error {
+	if r.opts.TakeOver || r.opts.DryRun || ns.attempt == nil {
+		return nil
+	}
+	objs, err := ns.Store.List(ctx, ns.Layout.RestoresPrefix())
+	if err != nil {
+		return &RestoreAllError{Err: fmt.Errorf("namespace %s: listing the restore runs again after starting run %s: %w", ns.name, ns.run, ctxErr(ctx, err))}
+	}
+	keys := make([]string, len(objs))
+	for i, o := range objs {
+		keys[i] = o.Key
+	}
+	if ip := r.inProgress(ctx, ns, runStates(ns.Layout, keys), ns.attempt.Started, ns.run); ip != nil {
+		return &RestoreAllError{Err: ip}
 	}
 	return nil
 }
@@ -284,6 +356,9 @@ func (r *restoreAll) writePlans(ctx context.Context) error {
 		ns.attempt = a
 		run.Attempt = now
 		r.rep.Runs = append(r.rep.Runs, run)
+		if err := r.yieldToEarlier(ctx, ns); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -37,9 +37,9 @@ var (
 	descRestoreRunInfo = prometheus.NewDesc(NameRestoreRunInfo,
 		"1 for the newest namespace-wide restore run (restore-all) recorded under the prefix's _restores/, labelled with its id; absent when there is none.", []string{"run"}, nil)
 	descRestoreRunInProgress = prometheus.NewDesc(NameRestoreRunInProgress,
-		"1 while the newest restore run's latest attempt is in progress (its start record has no end record, its newest beat record, or its start, is less than 3m old, and its deadline has not passed), 0 otherwise; absent when there is no run.", nil, nil)
+		"1 while the newest restore run's latest attempt is in progress (its start record has no end record, its newest beat record, or its start, is less than 3m old; its deadline does not end a live attempt), 0 otherwise; absent when there is no run.", nil, nil)
 	descRestoreRunKilled = prometheus.NewDesc(NameRestoreRunKilled,
-		"1 when the newest restore run's latest attempt has no end record and is not in progress (no beat record for 3m, or past its deadline: the process was killed or lost) and clusters of the plan are not done: rerun the same restore-all to resume it; 0 otherwise; absent when there is no run.", nil, nil)
+		"1 when the newest restore run's latest attempt has no end record and is not in progress (no beat record for 3m: the process was killed or lost) and clusters of the plan are not done: rerun the same restore-all to resume it; 0 otherwise; absent when there is no run.", nil, nil)
 	descRestoreRunClusters = prometheus.NewDesc(NameRestoreRunClusters,
 		"Clusters of the newest restore run, by state: planned (in its plan), done (restored and verified: a done record, by any attempt), failed (named failed by the latest attempt's end record; 0 while it runs).", []string{"state"}, nil)
 	descRestoreRunStarted = prometheus.NewDesc(NameRestoreRunStarted,
@@ -71,14 +71,14 @@ type RestoreRunState struct {
 }
 
 // InProgress: the latest attempt runs at now (no end record, a beat or
-// its start within catalog.FleetRestoreHeartbeatGrace, before its
-// deadline: catalog.FleetRestoreAlive).
+// its start within catalog.FleetRestoreHeartbeatGrace:
+// catalog.FleetRestoreAlive; a live attempt past its deadline still runs).
 func (r *RestoreRunState) InProgress(now time.Time) bool {
 	return !r.Started.IsZero() && r.Ended.IsZero() && catalog.FleetRestoreAlive(r.Started, r.LastBeat, r.Deadline, now)
 }
 
 // Killed: the latest attempt has no end record and is not in progress (its
-// beats stopped, or its deadline passed), and the plan is not done.
+// beats stopped), and the plan is not done.
 func (r *RestoreRunState) Killed(now time.Time) bool {
 	return !r.Started.IsZero() && r.Ended.IsZero() && !catalog.FleetRestoreAlive(r.Started, r.LastBeat, r.Deadline, now) && r.Done < r.Planned
 }

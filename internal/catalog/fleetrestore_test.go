@@ -60,7 +60,8 @@ func TestFleetRestoreKeys(t *testing.T) {
 	}
 
 	// In progress: no end record, the newest beat (or the start) younger
-	// than the grace, and before the deadline.
+	// than the grace. Past the deadline a live attempt still holds its run
+	// (a rerun beside it would restore the same clusters twice).
 	a := FleetRestoreAttempt{Started: now, Deadline: now.Add(time.Hour)}
 	g := FleetRestoreHeartbeatGrace
 	for _, c := range []struct {
@@ -74,7 +75,8 @@ func TestFleetRestoreKeys(t *testing.T) {
 		{"beat just under the grace ago", 30 * time.Minute, 30*time.Minute - g + time.Second, true},
 		{"beats stopped a grace ago", 30 * time.Minute, 30*time.Minute - g, false},
 		{"beats stopped long ago", 50 * time.Minute, 10 * time.Minute, false},
-		{"beating, but past the deadline", time.Hour, time.Hour - time.Second, false},
+		{"beating, past the deadline: still running", 2 * time.Hour, 2*time.Hour - time.Second, true},
+		{"past the deadline, beats stopped", 2 * time.Hour, time.Hour, false},
 	} {
 		beat := time.Time{}
 		if c.beat >= 0 {
