@@ -155,6 +155,9 @@ func (r *restoreAll) discoverNamespace(ctx context.Context, ns *raNamespace) err
 		}
 	}
 	ns.folders = folders
+	if err := nothingSelected(ns); err != nil {
+		return err
+	}
 	fanout.ForEach(ctx, len(ns.clusters), discoverParallel, func(ctx context.Context, i int) {
 		c := ns.clusters[i]
 		if c.cluster != nil && c.row.Outcome == "" {
