@@ -226,6 +226,10 @@ type RestoreAllRow struct {
 	Run string `json:"run,omitempty"`
 	// EventError says why an Event could not be recorded.
 	EventError string `json:"eventError,omitempty"`
+	// Verification is kube.VerifiedRevisionOnly when the restore (a killed
+	// attempt's, adopted after its staged copy was gone) was verified by
+	// its members and revision only, not its key count.
+	Verification string `json:"verification,omitempty"`
 }
 
 // RestoreAllError is a restore-all in which clusters failed, or that
