@@ -118,6 +118,10 @@ type RestoreAllOptions struct {
 	// Parallel clusters are restored at a time, across every namespace
 	// (0: 1).
 	Parallel int
+	// ScratchCap: Parallel is a default (not asked for), lowered to what
+	// the scratch limit (restore.EnvScratchLimit) holds of the largest
+	// staged snapshot to restore (ScratchParallel).
+	ScratchCap bool
 	// Order is OrderSmallest (default), OrderLargest or OrderName; First
 	// are clusters restored before the order ("name" or "namespace/name").
 	Order string
@@ -335,6 +339,7 @@ type raCluster struct {
 	adoptOnly   bool
 	newest      string // the newest committed backup
 	snapshotKey string // its snapshot object
+	rawBytes    int64  // its database's size, as staged
 	row         RestoreAllRow
 
 	mu    sync.Mutex

@@ -293,6 +293,7 @@ func (r *restoreAll) plan() {
 		}
 	}
 	r.readBackups()
+	r.capParallel()
 	order(r.todo, o.Order, o.First)
 	var bytes []int64
 	for _, c := range r.todo {
@@ -361,7 +362,7 @@ func (r *restoreAll) readBackups() {
 			r.log.Warn("restore-all: the newest backup's manifest cannot be read for the plan", "namespace", c.ns.name, "cluster", c.id, "backup", c.newest, "err", err)
 			return
 		}
-		c.row.Backup, c.row.Revision, c.row.Bytes = m.Name, m.Revision(), m.Snapshot.StoredSize
+		c.row.Backup, c.row.Revision, c.row.Bytes, c.rawBytes = m.Name, m.Revision(), m.Snapshot.StoredSize, m.Snapshot.RawSize
 		c.snapshotKey = c.ns.Layout.Key(c.id, m.Name, m.Snapshot.Object)
 	})
 }

@@ -131,7 +131,7 @@ func runRestoreAll(c *cli.Context, g *globalOpts, o *restoreAllOpts) error {
 		}
 	}
 	if opts.Parallel == 0 {
-		opts.Parallel = fleet.DefaultRestoreParallel(fleet.PodLimits())
+		opts.Parallel, opts.ScratchCap = fleet.DefaultRestoreParallel(fleet.PodLimits()), true
 	}
 	ids, err := e.identityOf(o.identityFile)
 	if err != nil {
