@@ -351,6 +351,10 @@ func decideAction(hasEtcdCluster bool, judged string, force, pointInTime bool, p
 // readBackups reads the manifest of each cluster's newest committed backup
 // to do: the backup the plan shows, its revision and its bytes.
 func (r *restoreAll) readBackups() {
+	if !r.opts.ToTime.IsZero() {
+		r.readPointInTime() // restoreall_pitr.go
+		return
+	}
 	ctx := context.Background()
 	fanout.ForEach(ctx, len(r.todo), discoverParallel, func(_ context.Context, i int) {
 		c := r.todo[i]
