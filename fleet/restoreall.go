@@ -119,6 +119,10 @@ type RestoreAllOptions struct {
 	// Parallel clusters are restored at a time, across every namespace
 	// (0: 1).
 	Parallel int
+	// ScratchCap: Parallel is a default (not asked for), lowered to what
+	// the scratch limit (restore.EnvScratchLimit) holds of the largest
+	// staged snapshot to restore (ScratchParallel).
+	ScratchCap bool
 	// Order is OrderSmallest (default), OrderLargest or OrderName; First
 	// are clusters restored before the order ("name" or "namespace/name").
 	Order string
@@ -234,6 +238,10 @@ type RestoreAllRow struct {
 	Run string `json:"run,omitempty"`
 	// EventError says why an Event could not be recorded.
 	EventError string `json:"eventError,omitempty"`
+	// Verification is kube.VerifiedRevisionOnly when the restore (a killed
+	// attempt's, adopted after its staged copy was gone) was verified by
+	// its members and revision only, not its key count.
+	Verification string `json:"verification,omitempty"`
 }
 
 // RestoreAllError is a restore-all in which clusters failed, or that
@@ -344,6 +352,7 @@ type raCluster struct {
 	adoptOnly   bool
 	newest      string // the newest committed backup
 	snapshotKey string // its snapshot object
+	rawBytes    int64  // its database's size, as staged
 	row         RestoreAllRow
 
 	mu    sync.Mutex

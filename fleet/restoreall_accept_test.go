@@ -355,7 +355,7 @@ func testRestoreAllIsolated(t *testing.T, ctx context.Context, w *kubetest.Fleet
 func restoreAllCLI(t *testing.T, w *kubetest.FleetWorld, n *kubetest.FleetNamespace, args ...string) []string {
 	t.Helper()
 	return append(append([]string{"restore-all", "--namespace", n.Name, "--kubeconfig", w.ToolkitKubeconfig(t, n.Name),
-		"--identity-file", w.IdentityFile, "--dial-timeout", "2s", "--probe-timeout", "2s", "--wait-timeout", "2m", "-o", "json"},
+		"--identity-file", w.IdentityFile, "--dial-timeout", "2s", "--probe-timeout", "2s", "--wait-timeout", "2m", "-o", "json", "--prefix", n.Layout.RootPrefix()},
 		w.StoreArgs()...), args...)
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"runtime"
 	"sort"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/memcg"
 	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/internal/store"
+	"github.com/armada/etcd-recovery/restore"
 )
 
 // What one cluster's restore costs the toolkit, the basis of
@@ -221,3 +223,44 @@ func MeasureStoreThroughput(ctx context.Context, st store.Store, key string, lim
 }
 
 var errEmptyObject = errors.New("the object is empty: nothing to time")
+
+// ScratchParallel is parallel lowered to what a scratch space of limit
+// bytes holds of staged snapshots of largestStaged bytes each (at least
+// one); parallel as it is when either is unknown (0). Restores running at
+// once reserve their scratch space (restore's space check), so more would
+// only wait; this keeps the plan's parallelism, and its expected time,
+// honest.
+func ScratchParallel(parallel int, limit, largestStaged int64) int {
+	if limit <= 0 || largestStaged <= 0 {
+		return parallel
+	}
+	return int(max(1, min(int64(parallel), limit/largestStaged)))
+}
+
+// capParallel lowers a default Parallel (ScratchCap) to ScratchParallel of
+// the scratch limit (restore.EnvScratchLimit, when set and readable) and
+// the largest database to stage.
+func (r *restoreAll) capParallel() {
+	if !r.opts.ScratchCap {
+		return
+	}
+	v := strings.TrimSpace(os.Getenv(restore.EnvScratchLimit))
+	if v == "" {
+		return
+	}
+	limit, err := restore.ParseScratchLimit(v)
+	if err != nil {
+		return // each restore's space check refuses it, naming it
+	}
+	var largest int64
+	for _, c := range r.todo {
+		if c.action != "" && c.rawBytes > 0 {
+			largest = max(largest, restore.StagedBytes(c.rawBytes+32))
+		}
+	}
+	if n := ScratchParallel(r.opts.Parallel, limit, largest); n < r.opts.Parallel {
+		r.log.Info("restore-all: the default parallelism lowered to what the scratch space holds of the largest database to stage",
+			"parallel", n, "default", r.opts.Parallel, "scratch_limit", limit, "largest_staged", largest)
+		r.opts.Parallel, r.rep.Parallel = n, n
+	}
+}

@@ -222,3 +222,27 @@ func TestMeasureStoreThroughput(t *testing.T) {
 		t.Error("limit 0 measured something")
 	}
 }
+
+// TestScratchParallel: the default parallelism is lowered to what the
+// scratch limit holds of the largest staged database (the toolkit pod:
+// 10Gi and 1.5 GiB databases hold 6, not 8), never below one, and left as
+// it is when either is unknown.
+func TestScratchParallel(t *testing.T) {
+	const gi = int64(1) << 30
+	for _, c := range []struct {
+		parallel       int
+		limit, largest int64
+		want           int
+	}{
+		{8, 10 * gi, 3 * gi / 2, 6},
+		{8, 10 * gi, gi, 8},
+		{8, 10 * gi, 20 * gi, 1},
+		{8, 0, gi, 8},
+		{8, 10 * gi, 0, 8},
+		{2, 10 * gi, gi, 2},
+	} {
+		if got := fleet.ScratchParallel(c.parallel, c.limit, c.largest); got != c.want {
+			t.Errorf("ScratchParallel(%d, %d, %d) = %d, want %d", c.parallel, c.limit, c.largest, got, c.want)
+		}
+	}
+}

@@ -155,6 +155,9 @@ func (r *restoreAll) discoverNamespace(ctx context.Context, ns *raNamespace) err
 		}
 	}
 	ns.folders = folders
+	if err := nothingSelected(ns); err != nil {
+		return err
+	}
 	fanout.ForEach(ctx, len(ns.clusters), discoverParallel, func(ctx context.Context, i int) {
 		c := ns.clusters[i]
 		if c.cluster != nil && c.row.Outcome == "" {
@@ -291,7 +294,7 @@ func (r *restoreAll) plan() {
 		}
 	}
 	r.readBackups()
-	r.checkPointInTime()
+	r.capParallel()
 	order(r.todo, o.Order, o.First)
 	var bytes []int64
 	for _, c := range r.todo {
@@ -349,6 +352,15 @@ func decideAction(hasEtcdCluster bool, judged string, force, pointInTime bool, p
 // readBackups reads the manifest of each cluster's newest committed backup
 // to do: the backup the plan shows, its revision and its bytes.
 func (r *restoreAll) readBackups() {
+	if !r.opts.ToTime.IsZero() {
+		// First the journal's reach at T (restoreall_pitr.go: a journal
+		// that stopped before T while the cluster changed after is refused
+		// with its window), then restore's own selection of the base
+		// backup and the revision at T (restoreall_pitr_plan.go).
+		r.checkPointInTime()
+		r.readPointInTime()
+		return
+	}
 	ctx := context.Background()
 	fanout.ForEach(ctx, len(r.todo), discoverParallel, func(_ context.Context, i int) {
 		c := r.todo[i]
@@ -360,7 +372,7 @@ func (r *restoreAll) readBackups() {
 			r.log.Warn("restore-all: the newest backup's manifest cannot be read for the plan", "namespace", c.ns.name, "cluster", c.id, "backup", c.newest, "err", err)
 			return
 		}
-		c.row.Backup, c.row.Revision, c.row.Bytes = m.Name, m.Revision(), m.Snapshot.StoredSize
+		c.row.Backup, c.row.Revision, c.row.Bytes, c.rawBytes = m.Name, m.Revision(), m.Snapshot.StoredSize, m.Snapshot.RawSize
 		c.snapshotKey = c.ns.Layout.Key(c.id, m.Name, m.Snapshot.Object)
 	})
 }

@@ -104,6 +104,9 @@ func (c RestoreAllRow) cells() []string {
 	if c.Outcome == OutcomePlanned && c.Action != "" {
 		outcome += ": " + c.Action
 	}
+	if c.Verification != "" {
+		outcome += " (" + c.Verification + ")"
+	}
 	errText := "-"
 	switch {
 	case c.FailedStep != "":

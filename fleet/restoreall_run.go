@@ -52,6 +52,9 @@ func (r *restoreAll) restoreOne(ctx context.Context, c *raCluster) {
 	}
 	if rep != nil {
 		backup, verify = rep.Backup, rep.Verify
+		if adopted {
+			c.row.Verification = rep.Verification
+		}
 	}
 	switch {
 	case adopted || err != nil:
@@ -153,7 +156,7 @@ func (r *restoreAll) clusterOptions(c *raCluster) kube.OperatorRestoreOptions {
 // an overlapping attempt, is as good).
 func (r *restoreAll) writeDone(ctx context.Context, c *raCluster) error {
 	d := catalog.FleetRestoreDone{Run: c.ns.run, Cluster: c.id, Action: c.action, Backup: c.row.Backup, Revision: c.row.Revision,
-		Verified: r.opts.now().UTC(), Duration: c.row.Elapsed, ClientURL: c.row.ClientURL}
+		Verified: r.opts.now().UTC(), Duration: c.row.Elapsed, ClientURL: c.row.ClientURL, Verification: c.row.Verification}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
 	err := catalog.WriteFleetRestoreRecord(wctx, c.ns.Store, c.ns.Layout.FleetRestoreDoneKey(c.ns.run, c.id), &d)

@@ -3,7 +3,6 @@ package kube
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -26,8 +25,11 @@ import (
 //     once when etcd-operator finished meanwhile);
 //  2. verifies it as OperatorRestore's step 5: every member healthy,
 //     spec.size members, the revision at least the staged copy's
-//     (AnnotationRevision) plus the bump it got; the key count is not
-//     checked (it is the snapshot's, which this process did not read);
+//     (AnnotationRevision, required) plus the bump it got, and, when the
+//     staged copy is still in the store, its key count: the copy's sha256
+//     must be AnnotationStagedSHA256.
+//     With the copy gone only the members and the revision are checked:
+//     Verification says VerifiedRevisionOnly;
 //  3. deletes the staged copy the earlier process left (it kept it for
 //     etcd-operator when it was cancelled after creating the EtcdRestore),
 //     once the restored cluster is verified; a cancel or failed wait here
@@ -85,7 +87,14 @@ func AdoptOperatorRestore(ctx context.Context, o OperatorRestoreOptions) (_ *Ope
 	rep.Steps = append(rep.Steps, StepTime{Step: OpStepWait, Duration: time.Since(start)})
 	t0 := time.Now()
 	o.step(OpStepVerify)
-	minRev, _ := strconv.ParseInt(ann[AnnotationRevision], 10, 64)
+	minRev, err := adoptedRevision(ann, er.GetName())
+	if err != nil {
+		return rep, true, fail(OpStepVerify, err)
+	}
+	facts, err := o.adoptedFacts(ctx, rep)
+	if err != nil {
+		return rep, true, fail(OpStepVerify, err)
+	}
 	if !o.NoBump {
 		bump := uint64(restore.DefaultBumpRevision)
 		if o.BumpRevision > 0 {
@@ -103,8 +112,17 @@ func AdoptOperatorRestore(ctx context.Context, o OperatorRestoreOptions) (_ *Ope
 	if err != nil {
 		return rep, true, fail(OpStepVerify, err)
 	}
-	rep.Verify, err = restore.VerifyRebuilt(ctx, restore.VerifyOptions{Etcd: cfg, Timeout: o.VerifyTimeout, MinRevision: minRev,
-		ExpectedKeys: -1, ExpectedMembers: int(size), ProbeTimeout: o.ProbeTimeout, Log: o.Log})
+	vo := restore.VerifyOptions{Etcd: cfg, Timeout: o.VerifyTimeout, MinRevision: minRev,
+		ExpectedKeys: -1, ExpectedMembers: int(size), ProbeTimeout: o.ProbeTimeout, Log: o.Log}
+	if facts != nil {
+		// As a fresh restore: the snapshot's keys, the leased ones apart.
+		facts.Expect(&vo)
+	} else {
+		rep.Verification = VerifiedRevisionOnly
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("the staged snapshot %s is gone: the adopted restore is verified by its members and revision only, not its key count", rep.StagedKey))
+		log.Warn("the staged snapshot is gone: verifying the adopted restore by its revision only", "key", rep.StagedKey)
+	}
+	rep.Verify, err = restore.VerifyRebuilt(ctx, vo)
 	rep.Duration = time.Since(start)
 	if err != nil {
 		return rep, true, fail(OpStepVerify, err)

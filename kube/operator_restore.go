@@ -232,7 +232,11 @@ type OperatorRestoreReport struct {
 	Waited    time.Duration         `json:"waited,omitempty"`
 	Endpoints []string              `json:"endpoints,omitempty"`
 	Verify    *restore.VerifyReport `json:"verify,omitempty"`
-	Duration  time.Duration         `json:"duration,omitempty"`
+	// Verification is VerifiedRevisionOnly when the key count could not be
+	// checked (an adopted restore whose staged copy was gone); empty: as
+	// fully as a fresh restore.
+	Verification string        `json:"verification,omitempty"`
+	Duration     time.Duration `json:"duration,omitempty"`
 	// Steps are the durations of the steps done (OpStep*), in order.
 	Steps []StepTime `json:"steps,omitempty"`
 }

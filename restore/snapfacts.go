@@ -199,3 +199,8 @@ func readSnapshotFacts(path string) (SnapshotFacts, error) {
 	})
 	return f, err
 }
+
+// ReadSnapshotFacts reads the facts of a snapshot file (readSnapshotFacts)
+// for a caller that verifies a restore it did not make itself (an adopted
+// one: the staged copy a killed process left).
+func ReadSnapshotFacts(path string) (SnapshotFacts, error) { return readSnapshotFacts(path) }

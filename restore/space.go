@@ -112,6 +112,10 @@ type SpaceError struct {
 	Limit int64
 	Used  int64
 	Env   string
+	// Reserved is what other restores of this process reserved under the
+	// limit and may not have written yet (ReserveSpace): Free is Limit -
+	// Used - Reserved.
+	Reserved int64
 }
 
 func (e *SpaceError) Error() string {
@@ -120,9 +124,13 @@ func (e *SpaceError) Error() string {
 		if env == "" || env == EnvScratchLimit {
 			env, place = EnvScratchLimit, "the scratch space"
 		}
-		return fmt.Sprintf("not enough room in %s %s for %s; need %s, found %s free: its limit %s=%s less %s already used under it "+
+		reserved := ""
+		if e.Reserved > 0 {
+			reserved = fmt.Sprintf(" and %s reserved by the restores running beside it", output.Bytes(e.Reserved))
+		}
+		return fmt.Sprintf("not enough room in %s %s for %s; need %s, found %s free: its limit %s=%s less %s already used under it%s "+
 			"(checked before anything is downloaded or streamed): %s",
-			place, e.Path, e.What, humanBytes(e.Need), humanBytes(e.Free), env, humanBytes(e.Limit), output.Bytes(e.Used), e.Hint)
+			place, e.Path, e.What, humanBytes(e.Need), humanBytes(e.Free), env, humanBytes(e.Limit), output.Bytes(e.Used), reserved, e.Hint)
 	}
 	return fmt.Sprintf("not enough free space in %s for %s; need %s, found %s free (checked before downloading): %s",
 		e.Path, e.What, humanBytes(e.Need), humanBytes(e.Free), e.Hint)
@@ -143,6 +151,13 @@ func checkSpace(scratchRoot string, needs []SpaceNeed) error {
 	if err != nil {
 		return err
 	}
+	return checkLimits(limits, needs, nil)
+}
+
+// checkLimits is checkSpace with the limits read, less reserved (per
+// limited root: what other restores of this process reserved there and
+// may not have written yet).
+func checkLimits(limits []limitedRoot, needs []SpaceNeed, reserved map[string]int64) error {
 	var errs []error
 	for _, l := range limits {
 		var in []SpaceNeed
@@ -164,10 +179,10 @@ func checkSpace(scratchRoot string, needs []SpaceNeed) error {
 			}
 		}
 		used := diskUsage(l.root)
-		if free := max(l.limit-used, 0); need > free {
+		if free := max(l.limit-used-reserved[l.root], 0); need > free {
 			hints = append(hints, fmt.Sprintf("raise the volume's sizeLimit and %s together", l.env))
 			errs = append(errs, &SpaceError{Path: l.root, What: strings.Join(what, " + "), Need: need, Free: free,
-				Hint: strings.Join(hints, "; "), Limit: l.limit, Used: used, Env: l.env})
+				Hint: strings.Join(hints, "; "), Limit: l.limit, Used: used, Reserved: reserved[l.root], Env: l.env})
 		}
 	}
 	if err := checkFS(needs); err != nil {

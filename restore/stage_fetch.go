@@ -151,7 +151,7 @@ func (c *Config) verifyChosen(ctx context.Context, plan *Plan, cands []Candidate
 	// Room first: nothing is downloaded unless every file system it is
 	// written to has space for it.
 	if !fc.spaceChecked {
-		if err := checkRestoreSpace(c.dryRun, c.scratchDir, plan, chosen, dir); err != nil {
+		if err := checkRestoreSpace(ctx, c.dryRun, c.scratchDir, plan, chosen, dir); err != nil {
 			return "", StepSpace, err
 		}
 	}
@@ -285,7 +285,7 @@ func (c *Config) refuse(ctx context.Context, cands []Candidate, idx int, err err
 // their file systems have room for every member's database and WAL. A
 // dry run reports the data dirs' shortfall as a problem (it writes none)
 // and fails only when its own staged copy would not fit.
-func checkRestoreSpace(dryRun bool, scratchDir string, plan *Plan, chosen Candidate, dir string) error {
+func checkRestoreSpace(ctx context.Context, dryRun bool, scratchDir string, plan *Plan, chosen Candidate, dir string) error {
 	raw := chosen.RawSize
 	if raw <= 0 {
 		return nil
@@ -318,5 +318,8 @@ func checkRestoreSpace(dryRun bool, scratchDir string, plan *Plan, chosen Candid
 		}
 		return nil
 	}
-	return CheckSpace(append(dirs, stage))
+	// Reserved while dir (the staging dir) exists: restores running at
+	// once in this process count each other's staged copies.
+	_, err := reserveSpace(ctx, ScratchRoot(""), dir, append(dirs, stage))
+	return err
 }

@@ -65,7 +65,8 @@ func restoreAllCommand(g *globalOpts) *cli.Command {
 			"Exit 0 when every cluster is restored, healthy or done; 1 when any failed; 130 when cancelled.",
 		Flags: concat(o.kube.flags(), o.store.flags(), []cli.Flag{
 			&cli.StringSliceFlag{Name: "namespaces", Usage: "several namespaces (comma-separated, or repeated), restored under one --parallel limit; instead of --namespace", Destination: &o.namespaces},
-			&cli.StringFlag{Name: "prefix-template", Value: namespaceToken + "/", Usage: "restore-all: each namespace's store prefix, " + namespaceToken + " replaced by its name (the chart's default); --prefix instead with one namespace", Destination: &o.prefixTemplate},
+			&cli.StringFlag{Name: "prefix-template", Value: namespaceToken + "/", Usage: "restore-all --namespaces: each namespace's store prefix, " + namespaceToken + " (required) replaced by its name (the chart's default prefix <name>/); " +
+				"one namespace's is --prefix (COS_PREFIX) as given, empty: the bucket's root", Destination: &o.prefixTemplate},
 			&cli.StringSliceFlag{Name: "cluster", Usage: clusterFlagUsage, Destination: &o.clusters},
 			&cli.StringFlag{Name: "selector", Usage: "restore-all: only the EtcdClusters with these labels (a label selector, as kubectl -l)", Destination: &o.selector},
 			forceFlag(&o.force),
@@ -112,6 +113,13 @@ func runRestoreAll(c *cli.Context, g *globalOpts, o *restoreAllOpts) error {
 	if err != nil {
 		return err
 	}
+	if len(namespaces) > 1 && !strings.Contains(o.prefixTemplate, namespaceToken) {
+		// One prefix for every namespace: each one's --rebuild would
+		// rebuild the others' cluster ids in it.
+		return usagef("restore-all: --namespaces with --prefix-template %q: it must contain %s (each namespace its own prefix; "+
+			"the chart's default prefix <name>/ is %s/); restore a namespace whose prefix follows no pattern alone, with --namespace and --prefix",
+			o.prefixTemplate, namespaceToken, namespaceToken)
+	}
 	opts := fleet.RestoreAllOptions{
 		Names: splitList(o.clusters.Value()), Selector: o.selector, Force: o.force, Rebuild: o.rebuild, Replace: o.replace,
 		DryRun: o.dryRun, NewRun: o.newRun, TakeOver: o.takeOver, Parallel: o.parallel, Order: o.order, First: splitList(o.first.Value()),
@@ -132,7 +140,7 @@ func runRestoreAll(c *cli.Context, g *globalOpts, o *restoreAllOpts) error {
 			"resume_with", fleet.ToTimeFlag(opts.ToTime))
 	}
 	if opts.Parallel == 0 {
-		opts.Parallel = fleet.DefaultRestoreParallel(fleet.PodLimits())
+		opts.Parallel, opts.ScratchCap = fleet.DefaultRestoreParallel(fleet.PodLimits()), true
 	}
 	ids, err := e.identityOf(o.identityFile)
 	if err != nil {
@@ -162,7 +170,10 @@ func runRestoreAll(c *cli.Context, g *globalOpts, o *restoreAllOpts) error {
 		if err != nil {
 			return err
 		}
-		if len(namespaces) > 1 || layout.Prefix == "" {
+		// One namespace: its prefix is --prefix (COS_PREFIX) as given, the
+		// bucket's root when empty, never replaced. Several: each one's
+		// from --prefix-template.
+		if len(namespaces) > 1 {
 			if layout.Prefix != "" {
 				e.log.Info("restore-all: several namespaces: each one's prefix is --prefix-template's, not --prefix (COS_PREFIX)",
 					"namespace", k.Namespace, "ignored_prefix", layout.Prefix, "template", o.prefixTemplate)

@@ -14,6 +14,11 @@ func TestRestoreAllUsageErrors(t *testing.T) {
 		{args("--force", "--to-time", "1h"), "restore-all: --force and --to-time"},
 		{args("--to-time", "yesterday"), `restore-all: --to-time "yesterday"`},
 		{args("--namespaces", "kubx-etcd-01,kubx-etcd-02,kubx-etcd-01"), "a namespace given twice"},
+		// Several namespaces under one prefix would rebuild each other's
+		// cluster ids: the template must name the namespace.
+		{args("--namespaces", "kubx-etcd-01,kubx-etcd-02", "--prefix-template", "backups/"),
+			`restore-all: --namespaces with --prefix-template "backups/": it must contain {namespace}`},
+		{args("--namespaces", "kubx-etcd-01,kubx-etcd-02", "--prefix-template", ""), `--prefix-template "": it must contain {namespace}`},
 		{args("--cluster", "bad/name"), "restore-all: --cluster"},
 		{args("--selector", "a=(b"), "restore-all: --selector"},
 		{args("--parallel", "-2"), "restore-all: --parallel -2"},

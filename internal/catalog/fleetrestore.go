@@ -183,9 +183,12 @@ type FleetRestoreDone struct {
 	Backup   string    `json:"backup"`
 	Revision int64     `json:"revision"`
 	Verified time.Time `json:"verified"`
-	// HashKV is the restored cluster's hash at Revision, as verified.
-	HashKV   uint32        `json:"hashKV,omitempty"`
-	Duration time.Duration `json:"duration"`
+	// Verification is "verified: revision only" when the restore (a
+	// killed attempt's, adopted after its staged copy was gone) was
+	// verified by its members and revision, not its key count; empty:
+	// fully.
+	Verification string        `json:"verification,omitempty"`
+	Duration     time.Duration `json:"duration"`
 	// ClientURL is what the customer's kube-apiserver reaches the cluster
 	// at (it must be restarted once its etcd is back).
 	ClientURL string `json:"clientURL,omitempty"`
