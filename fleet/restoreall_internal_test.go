@@ -14,28 +14,43 @@ import (
 
 func TestRestoreAllJudgeHealth(t *testing.T) {
 	t.Parallel()
+	down := func(pods, ready int) kube.MemberPods { return kube.MemberPods{Pods: pods, Ready: ready} }
 	for _, tc := range []struct {
 		size, healthy, answered int
 		quorum                  bool
+		pods                    kube.MemberPods
+		podsErr                 error
 		outcome, text           string
 	}{
-		{3, 3, 3, true, OutcomeHealthy, "3/3 members healthy"},
-		{3, 2, 2, true, OutcomeDegraded, "2/3 members healthy: quorum holds"},
-		{3, 1, 1, false, "", "1/3 members healthy: quorum lost"},
-		{3, 0, 1, false, "", "0/3 members healthy (1 answer): quorum lost"},
-		{1, 1, 1, true, OutcomeHealthy, "1/1 members healthy"},
-		{1, 0, 0, false, "", "0/1 members healthy: quorum lost"},
-		{5, 3, 3, true, OutcomeDegraded, "3/5 members healthy: quorum holds"},
-		{5, 2, 5, false, "", "2/5 members healthy (5 answer): quorum lost"},
-		{0, 0, 0, false, "", "0/0 members healthy: quorum lost"},
+		{3, 3, 3, true, down(3, 3), nil, OutcomeHealthy, "3/3 members healthy"},
+		{3, 2, 2, true, down(3, 3), nil, OutcomeDegraded, "2/3 members healthy: quorum holds"},
+		{3, 1, 1, false, down(3, 3), nil, "", "1/3 members healthy: quorum lost"},
+		{3, 0, 1, false, down(3, 3), nil, "", "0/3 members healthy (1 answer): quorum lost"},
+		{1, 1, 1, true, down(1, 1), nil, OutcomeHealthy, "1/1 members healthy"},
+		{5, 3, 3, true, down(5, 5), nil, OutcomeDegraded, "3/5 members healthy: quorum holds"},
+		{5, 2, 5, false, down(5, 5), nil, "", "2/5 members healthy (5 answer): quorum lost"},
 		// The toolkit reaches one member of three, and it serves a
 		// linearizable read: the cluster has quorum (the others are out
 		// of the toolkit's reach, not down). Never restored.
-		{3, 1, 1, true, OutcomeDegraded, "1/3 members healthy: quorum holds"},
+		{3, 1, 1, true, down(3, 3), nil, OutcomeDegraded, "1/3 members healthy: quorum holds"},
+		// No member answers: Kubernetes is the evidence. Pods gone or
+		// not Ready: down, restored.
+		{1, 0, 0, false, down(1, 0), nil, "", "0/1 members healthy, 0/1 member pods Running and Ready: quorum lost"},
+		{1, 0, 0, false, down(0, 0), nil, "", "0/1 members healthy, 0/0 member pods Running and Ready: quorum lost"},
+		{3, 0, 0, false, down(3, 1), nil, "", "0/3 members healthy, 1/3 member pods Running and Ready: quorum lost"},
+		{0, 0, 0, false, down(0, 0), nil, "", "0/0 members healthy, 0/0 member pods Running and Ready: quorum lost"},
+		// A majority of the pods Running and Ready and no member
+		// answering: the toolkit cannot reach it; never judged lost.
+		{1, 0, 0, false, down(1, 1), nil, judgedUnreachable, "0/1 members healthy, 1/1 member pods Running and Ready: unreachable"},
+		{3, 0, 0, false, down(3, 2), nil, judgedUnreachable, "0/3 members healthy, 2/3 member pods Running and Ready: unreachable"},
+		{3, 0, 0, false, down(3, 3), nil, judgedUnreachable, "0/3 members healthy, 3/3 member pods Running and Ready: unreachable"},
+		// The pods cannot be read: no evidence either way.
+		{3, 0, 0, false, kube.MemberPods{}, errors.New("forbidden"), judgedUnreachable, "0/3 members healthy: unreachable (member pods unreadable)"},
 	} {
-		outcome, text := judgeHealth(tc.size, tc.healthy, tc.answered, tc.quorum)
+		outcome, text := judgeHealth(tc.size, tc.healthy, tc.answered, tc.quorum, tc.pods, tc.podsErr)
 		if outcome != tc.outcome || text != tc.text {
-			t.Errorf("judgeHealth(%d, %d, %d, %t) = %q, %q; want %q, %q", tc.size, tc.healthy, tc.answered, tc.quorum, outcome, text, tc.outcome, tc.text)
+			t.Errorf("judgeHealth(%d, %d, %d, %t, %+v, %v) = %q, %q; want %q, %q", tc.size, tc.healthy, tc.answered, tc.quorum, tc.pods, tc.podsErr,
+				outcome, text, tc.outcome, tc.text)
 		}
 	}
 }
