@@ -330,6 +330,8 @@ type restoreAll struct {
 	nss   []*raNamespace
 	// todo are the clusters to restore, in order; left the others.
 	todo, left []*raCluster
+	// restore is restoreOne (tests replace it).
+	restore func(context.Context, *raCluster)
 }
 
 // raNamespace is one namespace: its run and its clusters.
@@ -405,7 +407,9 @@ func newRestoreAll(opts RestoreAllOptions) *restoreAll {
 	start := opts.now()
 	rep := &RestoreAllReport{DryRun: opts.DryRun, Parallel: opts.Parallel, Order: opts.Order, Runs: []RestoreAllRun{},
 		Clusters: []RestoreAllRow{}, Failed: []string{}, Started: start.UTC(), Model: opts.ModelInputs}
-	return &restoreAll{opts: opts, log: log, rep: rep, start: start}
+	r := &restoreAll{opts: opts, log: log, rep: rep, start: start}
+	r.restore = r.restoreOne
+	return r
 }
 
 // restoreEach restores the clusters to do, Parallel at a time across every
@@ -431,7 +435,7 @@ func (r *restoreAll) restoreEach(ctx context.Context) {
 		wg.Go(func() {
 			defer s.Release()
 			defer r.recoverCluster(c)
-			r.restoreOne(ctx, c)
+			r.restore(ctx, c)
 		})
 	}
 	wg.Wait()
