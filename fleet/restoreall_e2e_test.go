@@ -423,6 +423,41 @@ func TestRestoreAll(t *testing.T) {
 		}
 	})
 
+	t.Run("BadNamespace", func(t *testing.T) {
+		// Two namespaces, one of which the toolkit's account cannot read
+		// (no RBAC there: its EtcdClusters cannot be listed): that one is
+		// a namespace error in the report and the error, and the other is
+		// planned all the same (a dry run: nothing changes).
+		other, err := kube.New(kube.Config{Rest: w.K.RestConfig(kubetest.SAToken(t, w.Admin, restoreAllNS, "etcd-recovery-toolkit")), Namespace: "kubx-etcd-79"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := opts
+		o.DryRun, o.OnStep = true, nil
+		o.Namespaces = []fleet.RestoreAllNamespace{{Kube: other, Store: st, Layout: catalog.Layout{Prefix: prefix + "-79"}}, opts.Namespaces[0]}
+		rep, err := fleet.RestoreAll(ctx, o)
+		var rae *fleet.RestoreAllError
+		if !errors.As(err, &rae) || !strings.Contains(err.Error(), "kubx-etcd-79") {
+			t.Fatalf("restore-all with an unreadable namespace: %v, want a RestoreAllError naming it", err)
+		}
+		if rep == nil || len(rep.NamespaceErrors) != 1 || rep.NamespaceErrors[0].Namespace != "kubx-etcd-79" || rep.NamespaceErrors[0].Step != fleet.StepNamespace ||
+			!strings.Contains(rep.NamespaceErrors[0].Error, "etcdclusters") {
+			t.Fatalf("namespace errors: %+v", rep)
+		}
+		planned := 0
+		for _, r := range rep.Clusters {
+			if r.Namespace != restoreAllNS {
+				t.Errorf("a row of the unreadable namespace: %+v", r)
+			}
+			if r.Outcome == fleet.OutcomePlanned {
+				planned++
+			}
+		}
+		if planned == 0 || len(rep.Runs) != 1 || rep.Runs[0].Namespace != restoreAllNS {
+			t.Errorf("the readable namespace was not planned: runs %+v, rows %+v", rep.Runs, rep.Clusters)
+		}
+	})
+
 	t.Run("Unreachable", func(t *testing.T) {
 		// No member answers, and only Kubernetes can tell down from
 		// unreachable. etcd-ru0's member is gone but its pod says Ready
