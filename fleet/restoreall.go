@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -62,6 +64,15 @@ const (
 	StepAdopt  = "finish the earlier attempt's restore"
 	StepQueued = "queued"
 	StepDone   = "done"
+	// StepDoneCheck: a cluster a resumed run's done record names is
+	// checked (the same EtcdCluster, quorum now) before it is skipped.
+	StepDoneCheck = "check the earlier restore"
+	// StepRecheck: a queued cluster's health is judged again just before
+	// its restore.
+	StepRecheck = "probe members again"
+	// StepNamespace: a namespace as a whole (its listing, its store, its
+	// run) failed.
+	StepNamespace = "read the namespace"
 )
 
 // DefaultClusterTimeout bounds one cluster's restore (--cluster-timeout):
@@ -190,9 +201,25 @@ type RestoreAllReport struct {
 	// (the ones left alone after them).
 	Clusters []RestoreAllRow `json:"clusters"`
 	// Failed are the failed clusters, "namespace/name".
-	Failed   []string      `json:"failed"`
+	Failed []string `json:"failed"`
+	// NamespaceErrors are the namespaces that failed as a whole (their
+	// clusters could not be listed, their store read, their run opened):
+	// the other namespaces went on.
+	NamespaceErrors []RestoreAllNamespaceError `json:"namespaceErrors,omitempty"`
+	// Warnings are what an SRE must read before anything else (a
+	// namespace none of whose members the toolkit reaches while
+	// Kubernetes says they are Ready: the toolkit's own network).
+	Warnings []string      `json:"warnings,omitempty"`
 	Started  time.Time     `json:"started"`
 	Duration time.Duration `json:"duration"`
+}
+
+// RestoreAllNamespaceError is a namespace that failed as a whole: at
+// which step (StepNamespace, StepPlan, StepRecord) and why.
+type RestoreAllNamespaceError struct {
+	Namespace string `json:"namespace"`
+	Step      string `json:"step"`
+	Error     string `json:"error"`
 }
 
 // RestoreAllRun is a namespace's run.
@@ -288,13 +315,17 @@ func RestoreAll(ctx context.Context, opts RestoreAllOptions) (*RestoreAllReport,
 		}
 	}
 	r := newRestoreAll(opts)
+	// A namespace that fails as a whole (dropNamespace) is reported, and
+	// the others go on; when none is left, the run stops there.
 	if err := r.discover(ctx); err != nil {
 		return r.rep, err
 	}
 	if err := r.openRuns(ctx); err != nil {
 		return r.rep, err
 	}
-	r.plan()
+	if err := r.plan(ctx); err != nil {
+		return r.rep, err
+	}
 	if err := r.writePlans(ctx); err != nil {
 		r.writeEnds(ctx) // the namespaces whose attempt began: none runs
 		return r.rep, err
@@ -317,6 +348,8 @@ type restoreAll struct {
 	nss   []*raNamespace
 	// todo are the clusters to restore, in order; left the others.
 	todo, left []*raCluster
+	// restore is restoreOne (tests replace it).
+	restore func(context.Context, *raCluster)
 }
 
 // raNamespace is one namespace: its run and its clusters.
@@ -332,6 +365,9 @@ type raNamespace struct {
 	plan    *catalog.FleetRestorePlan
 	done    map[string]catalog.FleetRestoreDone
 	attempt *catalog.FleetRestoreAttempt
+	// failed: the namespace failed as a whole (in the report's
+	// NamespaceErrors); its clusters are not in todo or left.
+	failed error
 }
 
 // raCluster is one selected cluster.
@@ -341,8 +377,10 @@ type raCluster struct {
 	cluster *kube.Cluster // nil: no EtcdCluster (rebuild)
 	// healthy of size members; judged is the health's outcome
 	// (OutcomeHealthy, OutcomeDegraded, "" when quorum is lost).
-	healthy, size int
-	judged        string
+	healthy, size, answered int
+	judged                  string
+	// unreachable: no member answered while its pods are Ready.
+	unreachable bool
 	// revision is the newest revision a member's linearizable read saw
 	// when probed (0: none answered one).
 	revision int64
@@ -394,7 +432,9 @@ func newRestoreAll(opts RestoreAllOptions) *restoreAll {
 	if !opts.ToTime.IsZero() {
 		rep.ToTime = opts.ToTime.UTC()
 	}
-	return &restoreAll{opts: opts, log: log, rep: rep, start: start}
+	r := &restoreAll{opts: opts, log: log, rep: rep, start: start}
+	r.restore = r.restoreOne
+	return r
 }
 
 // restoreEach restores the clusters to do, Parallel at a time across every
@@ -409,6 +449,9 @@ func (r *restoreAll) restoreEach(ctx context.Context) {
 		s, err := lim.Acquire(ctx)
 		if err != nil {
 			for _, c := range r.todo[i:] {
+				if c.row.Outcome != "" {
+					continue // failed before its turn: its failure stands
+				}
 				c.row.Outcome, c.row.Cause = OutcomeNotStarted, "cancelled before its turn: "+err.Error()
 				r.finished(c)
 			}
@@ -416,10 +459,78 @@ func (r *restoreAll) restoreEach(ctx context.Context) {
 		}
 		wg.Go(func() {
 			defer s.Release()
-			r.restoreOne(ctx, c)
+			defer r.recoverCluster(c)
+			r.restore(ctx, c)
 		})
 	}
 	wg.Wait()
+}
+
+// recoverCluster turns a panic in c's restore into c's failure (the
+// value and the stack in the log): the other clusters and the run go on.
+func (r *restoreAll) recoverCluster(c *raCluster) {
+	p := recover()
+	if p == nil {
+		return
+	}
+	r.log.Error("restore-all: panic in a cluster's restore", "namespace", c.ns.name, "cluster", c.id, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+	c.mu.Lock()
+	step := c.step
+	c.mu.Unlock()
+	if step == "" || step == StepQueued || step == StepDone {
+		step = "restore"
+	}
+	c.fail(step, fmt.Errorf("cluster %s/%s: the toolkit panicked at step %q: %v (a bug: the stack is in the log)", c.ns.name, c.id, step, p))
+	if !c.begun.IsZero() {
+		c.row.Elapsed = time.Since(c.begun)
+	}
+	r.finished(c)
+}
+
+// dropNamespace records that ns failed as a whole at step: it goes in the
+// report's NamespaceErrors, its clusters leave the run, the others go on.
+func (r *restoreAll) dropNamespace(ns *raNamespace, step string, err error) {
+	if ns.failed != nil {
+		return
+	}
+	ns.failed = err
+	r.rep.NamespaceErrors = append(r.rep.NamespaceErrors, RestoreAllNamespaceError{Namespace: ns.name, Step: step, Error: oneLine(err)})
+	r.log.Error("restore-all: namespace failed; the others go on", "namespace", ns.name, "step", step, "err", err)
+	inNS := func(c *raCluster) bool { return c.ns == ns }
+	r.todo = slices.DeleteFunc(r.todo, inNS)
+	r.left = slices.DeleteFunc(r.left, inNS)
+}
+
+// live are the namespaces that have not failed.
+func (r *restoreAll) live() []*raNamespace {
+	var out []*raNamespace
+	for _, ns := range r.nss {
+		if ns.failed == nil {
+			out = append(out, ns)
+		}
+	}
+	return out
+}
+
+// allFailed is the run's error when every namespace failed as a whole
+// (nil while one is left): the one namespace's error as it is, else all
+// of them.
+func (r *restoreAll) allFailed(ctx context.Context) error {
+	if len(r.live()) > 0 {
+		return ctx.Err()
+	}
+	var errs []error
+	for _, ns := range r.nss {
+		errs = append(errs, ns.failed)
+	}
+	if len(errs) == 1 {
+		var rae *RestoreAllError
+		if errors.As(errs[0], &rae) {
+			return rae
+		}
+		return &RestoreAllError{Err: errs[0]}
+	}
+	return &RestoreAllError{Err: errors.Join(errs...)}
 }
 
 // tally builds the report's rows (the restores in order, then the clusters
@@ -436,8 +547,13 @@ func (r *restoreAll) tally(ctx context.Context) (*RestoreAllReport, error) {
 	if err := ctx.Err(); err != nil {
 		return rep, err
 	}
-	if len(rep.Failed) > 0 {
+	if len(rep.Failed) > 0 || len(r.rep.NamespaceErrors) > 0 {
 		var errs []error
+		for _, ns := range r.nss {
+			if ns.failed != nil {
+				errs = append(errs, ns.failed)
+			}
+		}
 		for _, c := range rep.Clusters {
 			if c.Outcome == OutcomeFailed {
 				errs = append(errs, errors.New(c.Cause))

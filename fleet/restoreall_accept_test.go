@@ -419,8 +419,12 @@ func testRestoreAllSIGTERM(t *testing.T, ctx context.Context, w *kubetest.FleetW
 		check    kubetest.FleetCheck
 	}
 	before := map[string]state{}
+	inFlight := map[string]bool{}
 	for _, c := range b.Clusters {
 		if _, ok := done[c.Name]; !ok {
+			// Not done: in flight at the signal when an EtcdRestore of it
+			// was already made.
+			inFlight[c.Name] = b.Restores(c.Name) > 0
 			continue
 		}
 		rec, _ := b.Restored(c.Name)
@@ -456,6 +460,11 @@ func testRestoreAllSIGTERM(t *testing.T, ctx context.Context, w *kubetest.FleetW
 		if r.Outcome != fleet.OutcomeRestored {
 			t.Errorf("%s: %+v, want restored by the rerun", c.Name, r)
 			continue
+		}
+		// Restored exactly once in all: the one in flight at the signal
+		// by its EtcdRestore, which the rerun adopted, not by a second.
+		if n := b.Restores(c.Name); n != 1 {
+			t.Errorf("%s: %d EtcdRestores acted on in all (in flight at the SIGTERM: %t), want 1", c.Name, n, inFlight[c.Name])
 		}
 		w.CheckRestored(t, ctx, c)
 	}

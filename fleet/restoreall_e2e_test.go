@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os/exec"
 	"slices"
 	"strings"
@@ -13,9 +14,11 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/fleet"
+	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
@@ -53,7 +56,7 @@ func TestRestoreAll(t *testing.T) {
 	// (at the selection), and the others are restored all the same.
 	noBackup := kubetest.AddEtcdCluster(t, w.Admin, w.Dyn, restoreAllNS, "etcd-ra3", testenv.EtcdOptions{IP: "127.0.19.13", Members: 1})
 	kubetest.PerClusterAccess(t, w.A, restoreAllNS, noBackup.Name)
-	noBackup.Etcd.Members[0].Kill()
+	kubetest.MemberDown(t, ctx, w.Admin, restoreAllNS, noBackup.Name, noBackup.Etcd.Members[0])
 	for i, fc := range clusters {
 		kubetest.PerClusterAccess(t, w.A, restoreAllNS, fc.Name)
 		testenv.PutKeys(t, fc.Etcd.Client(t), "/registry/k", 40+10*i, 256)
@@ -61,10 +64,11 @@ func TestRestoreAll(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Quorum lost: two of etcd-ra1's three members, etcd-ra2's only one.
-	minority.Etcd.Members[1].Kill()
-	minority.Etcd.Members[2].Kill()
-	allLost.Etcd.Members[0].Kill()
+	// Quorum lost: two of etcd-ra1's three members, etcd-ra2's only one;
+	// their pods are not Ready (the kubelet's probe fails).
+	kubetest.MemberDown(t, ctx, w.Admin, restoreAllNS, minority.Name, minority.Etcd.Members[1])
+	kubetest.MemberDown(t, ctx, w.Admin, restoreAllNS, minority.Name, minority.Etcd.Members[2])
+	kubetest.MemberDown(t, ctx, w.Admin, restoreAllNS, allLost.Name, allLost.Etcd.Members[0])
 
 	op := kubetest.StartRestoreOperator(t, kubetest.RestoreOperatorOptions{Namespace: restoreAllNS, Client: w.Admin, Dynamic: w.Dyn, RunningDelay: 500 * time.Millisecond})
 	for _, fc := range clusters {
@@ -237,15 +241,20 @@ func TestRestoreAll(t *testing.T) {
 
 	t.Run("Resume", func(t *testing.T) {
 		// Both restored clusters lose quorum again. A run of the same
-		// request was killed: its records say etcd-ra1 is done, and it had
-		// created etcd-ra2's EtcdRestore, which etcd-operator then carried
-		// out. The rerun resumes that run: it skips etcd-ra1 without
-		// touching it (though it lost quorum), and finishes etcd-ra2's
-		// restore (waits for it, verifies it) rather than failing it or
-		// restoring it again.
+		// request was killed: its records say etcd-ra1 is done (the
+		// EtcdCluster it restored: its uid), that etcd-ra0 is done too
+		// (a record of another EtcdCluster: a stale or forged one), and
+		// it had created etcd-ra2's EtcdRestore, which etcd-operator then
+		// carried out. The rerun resumes that run: it does not skip
+		// etcd-ra1, down again since, nor etcd-ra0, which is not the
+		// EtcdCluster recorded: each a failed row naming why, untouched,
+		// next a new run for it; it finishes etcd-ra2's restore (waits
+		// for it, verifies it) rather than failing it or restoring it
+		// again, and records it with its uid: a third attempt skips it
+		// as done-earlier.
 		for _, fc := range []kubetest.Cluster{minority, allLost} {
 			for _, mem := range op.Wait(t, fc.Name, time.Second).Members {
-				mem.Kill()
+				kubetest.MemberDown(t, ctx, w.Admin, restoreAllNS, fc.Name, mem)
 			}
 		}
 		now := time.Now().UTC()
@@ -262,6 +271,7 @@ func TestRestoreAll(t *testing.T) {
 		// cluster ready first; the rerun's adoption removes a kept one
 		// (checked below).
 		t.Logf("staged copies after the killed attempt: %v", testfix.Keys(t, st, layout.StagedPrefix(allLost.Name)))
+		ecKilledUID := kubeUID(t, ctx, w, allLost.Name)
 		restoresBefore := len(op.Records())
 		req := catalog.FleetRestoreRequest{}
 		writeRecord := func(key string, v any) {
@@ -282,20 +292,22 @@ func TestRestoreAll(t *testing.T) {
 		for _, at := range []time.Time{started.Add(time.Minute), now.Add(-catalog.FleetRestoreHeartbeatGrace - time.Second)} {
 			writeRecord(layout.FleetRestoreBeatKey(old, started, at), &catalog.FleetRestoreBeat{Run: old, Started: started, Beat: at, Host: "killed"})
 		}
-		writeRecord(layout.FleetRestoreDoneKey(old, minority.Name), &catalog.FleetRestoreDone{Run: old, Cluster: minority.Name, Action: fleet.ActionRestore,
-			Backup: "b-earlier", Revision: 7, Verified: now})
 		ecBefore, err := w.Dyn.Resource(kube.EtcdClusterGVR).Namespace(restoreAllNS).Get(ctx, minority.Name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
+		writeRecord(layout.FleetRestoreDoneKey(old, minority.Name), &catalog.FleetRestoreDone{Run: old, Cluster: minority.Name, Action: fleet.ActionRestore,
+			Backup: "b-earlier", Revision: 7, Verified: now, UID: string(ecBefore.GetUID())})
+		writeRecord(layout.FleetRestoreDoneKey(old, healthy.Name), &catalog.FleetRestoreDone{Run: old, Cluster: healthy.Name, Action: fleet.ActionRestore,
+			Backup: "b-forged", Revision: 7, Verified: now, UID: "not-its-uid"})
 		erBefore, err := w.Dyn.Resource(kube.EtcdRestoreGVR).Namespace(restoreAllNS).Get(ctx, minority.Name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 
 		rep, err := fleet.RestoreAll(ctx, opts)
-		if !errors.As(err, &rae) || len(rae.Failed) != 1 {
-			t.Fatalf("rerun: %v, want etcd-ra3 failed again\n%+v", err, rep)
+		if !errors.As(err, &rae) || strings.Join(slices.Sorted(slices.Values(rae.Failed)), ",") != restoreAllNS+"/"+healthy.Name+","+restoreAllNS+"/"+minority.Name+","+restoreAllNS+"/"+noBackup.Name {
+			t.Fatalf("rerun: %v, want etcd-ra3 failed again, etcd-ra1 and etcd-ra0 failed at the done check\n%+v", err, rep)
 		}
 		if len(rep.Runs) != 1 || rep.Runs[0].Run != old || !rep.Runs[0].Resumed {
 			t.Fatalf("runs %+v, want run %s resumed", rep.Runs, old)
@@ -304,8 +316,14 @@ func TestRestoreAll(t *testing.T) {
 		for _, r := range rep.Clusters {
 			rows[r.Cluster] = r
 		}
-		if r := rows[minority.Name]; r.Outcome != fleet.OutcomeDoneEarlier || r.Run != old || r.Backup != "b-earlier" {
-			t.Errorf("done cluster: %+v", r)
+		if r := rows[minority.Name]; r.Outcome != fleet.OutcomeFailed || r.FailedStep != fleet.StepDoneCheck || r.Run != old ||
+			!strings.Contains(r.Cause, "restored by run "+old) || !strings.Contains(r.Cause, "quorum lost again since") ||
+			!strings.Contains(r.NextStep, "--new-run --cluster "+minority.Name) {
+			t.Errorf("the done cluster down again: %+v", r)
+		}
+		if r := rows[healthy.Name]; r.Outcome != fleet.OutcomeFailed || r.FailedStep != fleet.StepDoneCheck ||
+			!strings.Contains(r.Cause, "not the EtcdCluster run "+old+" restored") || !strings.Contains(r.NextStep, "--new-run --cluster "+healthy.Name) {
+			t.Errorf("the cluster with another EtcdCluster's done record: %+v", r)
 		}
 		if r := rows[allLost.Name]; r.Outcome != fleet.OutcomeRestored || r.Run != old || r.Revision < 1_000_000_000 {
 			t.Errorf("the killed attempt's cluster: %+v", r)
@@ -318,9 +336,6 @@ func TestRestoreAll(t *testing.T) {
 		if n := len(op.Records()); n != restoresBefore {
 			t.Errorf("the operator restored %d more times, want none", n-restoresBefore)
 		}
-		if r := rows[healthy.Name]; r.Outcome != fleet.OutcomeHealthy {
-			t.Errorf("healthy cluster: %+v", r)
-		}
 		ecAfter, err := w.Dyn.Resource(kube.EtcdClusterGVR).Namespace(restoreAllNS).Get(ctx, minority.Name, metav1.GetOptions{})
 		if err != nil || ecAfter.GetUID() != ecBefore.GetUID() || ecAfter.GetResourceVersion() != ecBefore.GetResourceVersion() {
 			t.Errorf("the done cluster's EtcdCluster changed: %v", err)
@@ -329,8 +344,35 @@ func TestRestoreAll(t *testing.T) {
 		if err != nil || erAfter.GetUID() != erBefore.GetUID() {
 			t.Errorf("the done cluster's EtcdRestore changed: %v", err)
 		}
-		if err := catalog.ReadFleetRestoreRecord(ctx, st, layout.FleetRestoreDoneKey(old, allLost.Name), &catalog.FleetRestoreDone{}); err != nil {
-			t.Errorf("no done record for the restored cluster in the resumed run: %v", err)
+		var doneLost catalog.FleetRestoreDone
+		lostUID := kubeUID(t, ctx, w, allLost.Name)
+		if err := catalog.ReadFleetRestoreRecord(ctx, st, layout.FleetRestoreDoneKey(old, allLost.Name), &doneLost); err != nil ||
+			doneLost.UID == "" || types.UID(doneLost.UID) != lostUID {
+			t.Errorf("the restored cluster's done record in the resumed run: %+v (the EtcdCluster's uid %s, the killed attempt's %s): %v", doneLost, lostUID, ecKilledUID, err)
+		}
+		// A third attempt: run old is complete (a done record for each
+		// cluster it planned), so it resumes the first run, unfinished
+		// (etcd-ra3 failed): its done record of etcd-ra2 speaks for the
+		// EtcdCluster that run restored, which the killed attempt's
+		// restore has since replaced: a stale record, a failed row;
+		// etcd-ra1, that run's EtcdCluster, lost quorum again: a failed
+		// row. Nothing is restored.
+		rep, _ = fleet.RestoreAll(ctx, opts)
+		for _, r := range rep.Clusters {
+			rows[r.Cluster] = r
+		}
+		if len(rep.Runs) != 1 || rep.Runs[0].Run != run || !rep.Runs[0].Resumed {
+			t.Errorf("third attempt: runs %+v, want %s resumed", rep.Runs, run)
+		}
+		if r := rows[allLost.Name]; r.Outcome != fleet.OutcomeFailed || r.FailedStep != fleet.StepDoneCheck ||
+			!strings.Contains(r.Cause, "not the EtcdCluster run "+run+" restored") || !strings.Contains(r.Cause, string(lostUID)) {
+			t.Errorf("third attempt, %s (a stale done record): %+v", allLost.Name, r)
+		}
+		if r := rows[minority.Name]; r.Outcome != fleet.OutcomeFailed || !strings.Contains(r.Cause, "quorum lost again since") {
+			t.Errorf("third attempt, %s: %+v", minority.Name, r)
+		}
+		if n := len(op.Records()); n != restoresBefore {
+			t.Errorf("the operator restored %d more times, want none", n-restoresBefore)
 		}
 		if keys := testfix.Keys(t, st, layout.StagedPrefix(allLost.Name)); len(keys) != 0 {
 			t.Errorf("the adopted restore is verified but its staged copy is still there: %v", keys)
@@ -353,7 +395,7 @@ func TestRestoreAll(t *testing.T) {
 		// A dry run changes nothing: it is not refused.
 		dry := opts
 		dry.DryRun, dry.OnStep = true, nil
-		if _, err := fleet.RestoreAll(ctx, dry); err != nil {
+		if _, err := fleet.RestoreAll(ctx, dry); errors.As(err, &ip) {
 			t.Errorf("a dry run while an attempt is in progress: %v", err)
 		}
 	})
@@ -399,6 +441,165 @@ func TestRestoreAll(t *testing.T) {
 			t.Errorf("dry runs wrote records: %v -> %v", keysBefore, keysAfter)
 		}
 	})
+
+	t.Run("BadNamespace", func(t *testing.T) {
+		// Two namespaces, one of which the toolkit's account cannot read
+		// (no RBAC there: its EtcdClusters cannot be listed): that one is
+		// a namespace error in the report and the error, and the other is
+		// planned all the same (a dry run: nothing changes).
+		other, err := kube.New(kube.Config{Rest: w.K.RestConfig(kubetest.SAToken(t, w.Admin, restoreAllNS, "etcd-recovery-toolkit")), Namespace: "kubx-etcd-79"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := opts
+		o.DryRun, o.OnStep = true, nil
+		o.Namespaces = []fleet.RestoreAllNamespace{{Kube: other, Store: st, Layout: catalog.Layout{Prefix: prefix + "-79"}}, opts.Namespaces[0]}
+		rep, err := fleet.RestoreAll(ctx, o)
+		var rae *fleet.RestoreAllError
+		if !errors.As(err, &rae) || !strings.Contains(err.Error(), "kubx-etcd-79") {
+			t.Fatalf("restore-all with an unreadable namespace: %v, want a RestoreAllError naming it", err)
+		}
+		if rep == nil || len(rep.NamespaceErrors) != 1 || rep.NamespaceErrors[0].Namespace != "kubx-etcd-79" || rep.NamespaceErrors[0].Step != fleet.StepNamespace ||
+			!strings.Contains(rep.NamespaceErrors[0].Error, "etcdclusters") {
+			t.Fatalf("namespace errors: %+v", rep)
+		}
+		planned := 0
+		for _, r := range rep.Clusters {
+			if r.Namespace != restoreAllNS {
+				t.Errorf("a row of the unreadable namespace: %+v", r)
+			}
+			if r.Outcome == fleet.OutcomePlanned {
+				planned++
+			}
+		}
+		if planned == 0 || len(rep.Runs) != 1 || rep.Runs[0].Namespace != restoreAllNS {
+			t.Errorf("the readable namespace was not planned: runs %+v, rows %+v", rep.Runs, rep.Clusters)
+		}
+	})
+
+	t.Run("Unreachable", func(t *testing.T) {
+		// No member answers, and only Kubernetes can tell down from
+		// unreachable. etcd-ru0's member is gone but its pod says Ready
+		// (the pod's IP and port: nothing listens there); etcd-ru1's
+		// member is frozen (SIGSTOP) with its pod Ready: both are what a
+		// broken network on the toolkit's node looks like, and neither
+		// is restored (a failed row, next the unreachable runbook, no
+		// EtcdRestore). etcd-ru2's member is down and its pod not Ready:
+		// restored. etcd-ru3 was down at discovery (pod not Ready), and
+		// its member comes back while etcd-ru2 is restored (--parallel
+		// 1, etcd-ru2 first): when its turn comes its health is judged
+		// again and it is left alone, recovered while queued.
+		var ru []kubetest.Cluster
+		for i := range 4 {
+			fc := kubetest.AddEtcdCluster(t, w.Admin, w.Dyn, restoreAllNS, fmt.Sprintf("etcd-ru%d", i), testenv.EtcdOptions{IP: fmt.Sprintf("127.0.19.%d", 14+i), Members: 1})
+			kubetest.PerClusterAccess(t, w.A, restoreAllNS, fc.Name)
+			testenv.PutKeys(t, fc.Etcd.Client(t), "/registry/k", 20, 256)
+			if _, err := backup.Run(ctx, backup.Options{ClusterID: fc.Name, Kind: catalog.KindScheduled, Etcd: testfix.EtcdConfig(fc.Etcd), Store: st, Layout: layout}); err != nil {
+				t.Fatal(err)
+			}
+			op.Register(fc)
+			ru = append(ru, fc)
+		}
+		gone, frozen, down, back := ru[0], ru[1], ru[2], ru[3]
+		gone.Etcd.Members[0].Kill() // its pod stays Ready
+		frozen.Etcd.Members[0].Freeze()
+		t.Cleanup(frozen.Etcd.Members[0].Thaw)
+		kubetest.MemberDown(t, ctx, w.Admin, restoreAllNS, down.Name, down.Etcd.Members[0])
+		kubetest.MemberDown(t, ctx, w.Admin, restoreAllNS, back.Name, back.Etcd.Members[0])
+		restoresOf := func() map[string]int {
+			n := map[string]int{}
+			for _, rec := range op.Records() {
+				n[rec.Cluster]++
+			}
+			return n
+		}
+		before := restoresOf()
+
+		o := opts
+		o.Names, o.Parallel, o.First = []string{gone.Name, frozen.Name, down.Name, back.Name}, 1, []string{down.Name}
+		atWait, revived := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		o.OnStep = func(s fleet.RestoreAllStep) {
+			if s.Cluster == down.Name && s.Step == kube.OpStepWait {
+				once.Do(func() {
+					close(atWait)
+					<-revived
+				})
+			}
+		}
+		type result struct {
+			rep *fleet.RestoreAllReport
+			err error
+		}
+		res := make(chan result, 1)
+		go func() {
+			rep, err := fleet.RestoreAll(ctx, o)
+			res <- result{rep, err}
+		}()
+		var got result
+		select {
+		case <-atWait:
+			// etcd-ru3's member is back, and its pod Ready, while
+			// etcd-ru2 is restored.
+			back.Etcd.Members[0].Start(t)
+			kubetest.SetMemberReady(t, ctx, w.Admin, restoreAllNS, back.Name, back.Etcd.Members[0].ClientURL, true)
+			close(revived)
+			got = <-res
+		case got = <-res:
+			t.Errorf("the run ended before etcd-ru2's restore waited for etcd-operator: %v", got.err)
+		}
+		rows := map[string]fleet.RestoreAllRow{}
+		for _, r := range got.rep.Clusters {
+			rows[r.Cluster] = r
+		}
+		var rae *fleet.RestoreAllError
+		if !errors.As(got.err, &rae) || strings.Join(slices.Sorted(slices.Values(rae.Failed)), ",") != restoreAllNS+"/"+gone.Name+","+restoreAllNS+"/"+frozen.Name {
+			t.Errorf("restore-all: %v, want etcd-ru0 and etcd-ru1 failed\n%+v", got.err, rows)
+		}
+		for _, fc := range []kubetest.Cluster{gone, frozen} {
+			r := rows[fc.Name]
+			if r.Outcome != fleet.OutcomeFailed || r.FailedStep != fleet.StepProbe || r.NextStep != inspect.RunbookUnreachable ||
+				!strings.Contains(r.Cause, "1/1 member pods Running and Ready") || !strings.Contains(r.Cause, "cannot reach") ||
+				!strings.Contains(r.Cause, fc.Name) || !strings.HasSuffix(r.Health, ": unreachable") {
+				t.Errorf("%s (pod Ready, no member answers): %+v", fc.Name, r)
+			}
+			if _, err := w.Dyn.Resource(kube.EtcdRestoreGVR).Namespace(restoreAllNS).Get(ctx, fc.Name, metav1.GetOptions{}); err == nil {
+				t.Errorf("%s: an EtcdRestore was created for a cluster the toolkit cannot reach", fc.Name)
+			}
+			if uid := kubeUID(t, ctx, w, fc.Name); uid != fc.UID {
+				t.Errorf("%s: EtcdCluster replaced", fc.Name)
+			}
+		}
+		if len(got.rep.Warnings) != 1 || !strings.Contains(got.rep.Warnings[0], "toolkit's own network") {
+			t.Errorf("warnings %q, want one naming the toolkit's network (no member of any cluster answered)", got.rep.Warnings)
+		}
+		if r := rows[down.Name]; r.Outcome != fleet.OutcomeRestored || !strings.Contains(r.Health, "0/1 member pods Running and Ready: quorum lost") {
+			t.Errorf("%s (pod not Ready): %+v", down.Name, r)
+		}
+		if r := rows[back.Name]; r.Outcome != fleet.OutcomeHealthy || r.Action != "" || !strings.Contains(r.Cause, "recovered while queued") {
+			t.Errorf("%s (back while queued): %+v", back.Name, r)
+		}
+		if uid := kubeUID(t, ctx, w, back.Name); uid != back.UID {
+			t.Errorf("%s: EtcdCluster replaced although it recovered", back.Name)
+		}
+		after := restoresOf()
+		for _, fc := range ru {
+			if want := map[bool]int{true: 1}[fc.Name == down.Name]; after[fc.Name]-before[fc.Name] != want {
+				t.Errorf("the operator restored %s %d times, want %d", fc.Name, after[fc.Name]-before[fc.Name], want)
+			}
+		}
+	})
+}
+
+// kubeUID is the uid of the EtcdCluster name of the test's namespace ("":
+// none).
+func kubeUID(t *testing.T, ctx context.Context, w *kubetest.RBACWorld, name string) types.UID {
+	t.Helper()
+	ec, err := w.Dyn.Resource(kube.EtcdClusterGVR).Namespace(restoreAllNS).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return ""
+	}
+	return ec.GetUID()
 }
 
 // killedRestore plays a restore-all attempt killed while etcd-operator

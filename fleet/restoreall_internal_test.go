@@ -1,11 +1,14 @@
 package fleet
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/usage"
@@ -14,28 +17,43 @@ import (
 
 func TestRestoreAllJudgeHealth(t *testing.T) {
 	t.Parallel()
+	down := func(pods, ready int) kube.MemberPods { return kube.MemberPods{Pods: pods, Ready: ready} }
 	for _, tc := range []struct {
 		size, healthy, answered int
 		quorum                  bool
+		pods                    kube.MemberPods
+		podsErr                 error
 		outcome, text           string
 	}{
-		{3, 3, 3, true, OutcomeHealthy, "3/3 members healthy"},
-		{3, 2, 2, true, OutcomeDegraded, "2/3 members healthy: quorum holds"},
-		{3, 1, 1, false, "", "1/3 members healthy: quorum lost"},
-		{3, 0, 1, false, "", "0/3 members healthy (1 answer): quorum lost"},
-		{1, 1, 1, true, OutcomeHealthy, "1/1 members healthy"},
-		{1, 0, 0, false, "", "0/1 members healthy: quorum lost"},
-		{5, 3, 3, true, OutcomeDegraded, "3/5 members healthy: quorum holds"},
-		{5, 2, 5, false, "", "2/5 members healthy (5 answer): quorum lost"},
-		{0, 0, 0, false, "", "0/0 members healthy: quorum lost"},
+		{3, 3, 3, true, down(3, 3), nil, OutcomeHealthy, "3/3 members healthy"},
+		{3, 2, 2, true, down(3, 3), nil, OutcomeDegraded, "2/3 members healthy: quorum holds"},
+		{3, 1, 1, false, down(3, 3), nil, "", "1/3 members healthy: quorum lost"},
+		{3, 0, 1, false, down(3, 3), nil, "", "0/3 members healthy (1 answer): quorum lost"},
+		{1, 1, 1, true, down(1, 1), nil, OutcomeHealthy, "1/1 members healthy"},
+		{5, 3, 3, true, down(5, 5), nil, OutcomeDegraded, "3/5 members healthy: quorum holds"},
+		{5, 2, 5, false, down(5, 5), nil, "", "2/5 members healthy (5 answer): quorum lost"},
 		// The toolkit reaches one member of three, and it serves a
 		// linearizable read: the cluster has quorum (the others are out
 		// of the toolkit's reach, not down). Never restored.
-		{3, 1, 1, true, OutcomeDegraded, "1/3 members healthy: quorum holds"},
+		{3, 1, 1, true, down(3, 3), nil, OutcomeDegraded, "1/3 members healthy: quorum holds"},
+		// No member answers: Kubernetes is the evidence. Pods gone or
+		// not Ready: down, restored.
+		{1, 0, 0, false, down(1, 0), nil, "", "0/1 members healthy, 0/1 member pods Running and Ready: quorum lost"},
+		{1, 0, 0, false, down(0, 0), nil, "", "0/1 members healthy, 0/0 member pods Running and Ready: quorum lost"},
+		{3, 0, 0, false, down(3, 1), nil, "", "0/3 members healthy, 1/3 member pods Running and Ready: quorum lost"},
+		{0, 0, 0, false, down(0, 0), nil, "", "0/0 members healthy, 0/0 member pods Running and Ready: quorum lost"},
+		// A majority of the pods Running and Ready and no member
+		// answering: the toolkit cannot reach it; never judged lost.
+		{1, 0, 0, false, down(1, 1), nil, judgedUnreachable, "0/1 members healthy, 1/1 member pods Running and Ready: unreachable"},
+		{3, 0, 0, false, down(3, 2), nil, judgedUnreachable, "0/3 members healthy, 2/3 member pods Running and Ready: unreachable"},
+		{3, 0, 0, false, down(3, 3), nil, judgedUnreachable, "0/3 members healthy, 3/3 member pods Running and Ready: unreachable"},
+		// The pods cannot be read: no evidence either way.
+		{3, 0, 0, false, kube.MemberPods{}, errors.New("forbidden"), judgedUnreachable, "0/3 members healthy: unreachable (member pods unreadable)"},
 	} {
-		outcome, text := judgeHealth(tc.size, tc.healthy, tc.answered, tc.quorum)
+		outcome, text := judgeHealth(tc.size, tc.healthy, tc.answered, tc.quorum, tc.pods, tc.podsErr)
 		if outcome != tc.outcome || text != tc.text {
-			t.Errorf("judgeHealth(%d, %d, %d, %t) = %q, %q; want %q, %q", tc.size, tc.healthy, tc.answered, tc.quorum, outcome, text, tc.outcome, tc.text)
+			t.Errorf("judgeHealth(%d, %d, %d, %t, %+v, %v) = %q, %q; want %q, %q", tc.size, tc.healthy, tc.answered, tc.quorum, tc.pods, tc.podsErr,
+				outcome, text, tc.outcome, tc.text)
 		}
 	}
 }
@@ -264,8 +282,20 @@ func TestRestoreAllReportRows(t *testing.T) {
 		}
 	}
 	notes := strings.Join(tab.Notes, "\n")
-	if !strings.Contains(notes, "kubx-etcd-01/etcd-a (NodePort 30123)") || !strings.Contains(notes, "1 cluster(s) failed: kubx-etcd-01/etcd-c") {
+	// The kube-apiservers to restart: the restored and the done-earlier
+	// ones, as the runbook's jq lists them.
+	if !strings.Contains(notes, "kubx-etcd-01/etcd-a (NodePort 30123), kubx-etcd-01/etcd-b") || !strings.Contains(notes, "1 cluster(s) failed: kubx-etcd-01/etcd-c") {
 		t.Errorf("notes: %s", notes)
+	}
+	// Warnings and namespaces that failed as a whole head the report.
+	rep.Warnings = []string{"namespace kubx-etcd-02: no member of any of its 3 cluster(s) answered"}
+	rep.NamespaceErrors = []RestoreAllNamespaceError{{Namespace: "kubx-etcd-03", Step: StepNamespace, Error: "listing etcdclusters: forbidden"}}
+	var head []string
+	for _, tb := range rep.Tables() {
+		head = append(head, tb.Lines...)
+	}
+	if h := strings.Join(head, "\n"); !strings.Contains(h, "WARNING: namespace kubx-etcd-02") || !strings.Contains(h, "NAMESPACE FAILED: kubx-etcd-03") {
+		t.Errorf("head: %s", h)
 	}
 	// Each step's next step is a runbook section.
 	for _, step := range []string{StepProbe, kube.OpStepSelect, kube.OpStepWait, kube.RRStepEscrow, kube.StepRebuild, StepRecord, StepJournalReach} {
@@ -338,5 +368,122 @@ func TestRestoreAllClusterOptions(t *testing.T) {
 	}
 	if o := r.clusterOptions(healthy); !o.NoLive {
 		t.Error("a healthy cluster restored on request takes a survivor snapshot of its present state")
+	}
+}
+
+// TestRestoreAllEachIsolates: a panic in one cluster's restore is that
+// cluster's failed row (the others are restored, the run goes on); on a
+// cancel, a cluster that had failed before its turn keeps its failure and
+// only the clusters truly not started are not-started.
+func TestRestoreAllEachIsolates(t *testing.T) {
+	t.Parallel()
+	ns := &raNamespace{name: "kubx-etcd-01"}
+	mk := func(ids ...string) []*raCluster {
+		var out []*raCluster
+		for _, id := range ids {
+			c := &raCluster{ns: ns, id: id, action: ActionRestore}
+			c.row.Namespace, c.row.Cluster = ns.name, id
+			out = append(out, c)
+		}
+		return out
+	}
+
+	t.Run("Panic", func(t *testing.T) {
+		t.Parallel()
+		r := newRestoreAll(RestoreAllOptions{Parallel: 2})
+		r.todo = mk("etcd-a", "etcd-boom", "etcd-c")
+		r.restore = func(_ context.Context, c *raCluster) {
+			r.step(c, kube.OpStepStage)
+			if c.id == "etcd-boom" {
+				var m map[string]int
+				m["x"]++ // a nil map: the kind of bug a panic is
+			}
+			c.row.Outcome = OutcomeRestored
+			r.finished(c)
+		}
+		r.restoreEach(context.Background())
+		rep, err := r.tally(context.Background())
+		var rae *RestoreAllError
+		if !errors.As(err, &rae) || strings.Join(rae.Failed, ",") != "kubx-etcd-01/etcd-boom" {
+			t.Fatalf("tally: %v, want etcd-boom failed", err)
+		}
+		for _, row := range rep.Clusters {
+			switch {
+			case row.Cluster == "etcd-boom":
+				if row.Outcome != OutcomeFailed || row.FailedStep != kube.OpStepStage || !strings.Contains(row.Cause, "panicked") ||
+					!strings.Contains(row.Cause, "nil map") || !strings.Contains(row.Cause, "etcd-boom") {
+					t.Errorf("the panicking cluster: %+v", row)
+				}
+			case row.Outcome != OutcomeRestored:
+				t.Errorf("%s: %+v, want restored all the same", row.Cluster, row)
+			}
+		}
+	})
+
+	t.Run("Cancel", func(t *testing.T) {
+		t.Parallel()
+		r := newRestoreAll(RestoreAllOptions{Parallel: 1})
+		r.todo = mk("etcd-a", "etcd-b", "etcd-c")
+		// etcd-c failed at discovery (it sorts last: nothing to do).
+		r.todo[2].action = ""
+		r.todo[2].fail(StepProbe, errors.New("no member answered"))
+		ctx, cancel := context.WithCancel(context.Background())
+		r.restore = func(ctx context.Context, c *raCluster) {
+			cancel() // SIGTERM during the first restore
+			<-ctx.Done()
+			c.fail(kube.OpStepWait, ctx.Err())
+			r.finished(c)
+		}
+		r.restoreEach(ctx)
+		rep, _ := r.tally(ctx)
+		want := map[string]string{"etcd-a": OutcomeFailed, "etcd-b": OutcomeNotStarted, "etcd-c": OutcomeFailed}
+		for _, row := range rep.Clusters {
+			if row.Outcome != want[row.Cluster] {
+				t.Errorf("%s: %s (%s), want %s", row.Cluster, row.Outcome, row.Cause, want[row.Cluster])
+			}
+		}
+		if c := r.todo[2].row; c.FailedStep != StepProbe || c.Cause != "no member answered" {
+			t.Errorf("the cluster that failed before its turn lost its failure: %+v", c)
+		}
+	})
+}
+
+// TestRestoreAllDoneStill: a done record skips its cluster only while the
+// EtcdCluster is the one it restored (its uid) and has quorum now.
+func TestRestoreAllDoneStill(t *testing.T) {
+	t.Parallel()
+	ns := &raNamespace{name: "kubx-etcd-01"}
+	d := catalog.FleetRestoreDone{Run: "20261129T100000.000Z-0a0b0c0d", Cluster: "etcd-a", UID: "uid-1", Verified: time.Date(2026, 11, 29, 10, 5, 0, 0, time.UTC)}
+	cl := func(uid, judged string) *raCluster {
+		c := &raCluster{ns: ns, id: "etcd-a", cluster: &kube.Cluster{Name: "etcd-a", UID: types.UID(uid)}, judged: judged}
+		c.row.Health = "0/1 members healthy, 0/1 member pods Running and Ready: quorum lost"
+		return c
+	}
+	for _, tc := range []struct {
+		name string
+		d    catalog.FleetRestoreDone
+		c    *raCluster
+		want string // "" skipped as done-earlier
+	}{
+		{"same, healthy", d, cl("uid-1", OutcomeHealthy), ""},
+		{"same, degraded", d, cl("uid-1", OutcomeDegraded), ""},
+		{"same, quorum lost again", d, cl("uid-1", ""), "restored by run 20261129T100000.000Z-0a0b0c0d at 2026-11-29T10:05:00Z, quorum lost again since"},
+		{"another EtcdCluster", d, cl("uid-2", OutcomeHealthy), "not the EtcdCluster run 20261129T100000.000Z-0a0b0c0d restored"},
+		{"a record without uid (forged or older)", catalog.FleetRestoreDone{Run: d.Run}, cl("uid-1", OutcomeHealthy), "not the EtcdCluster"},
+		{"no EtcdCluster", d, &raCluster{ns: ns, id: "etcd-a"}, "has no EtcdCluster now"},
+	} {
+		err := doneStill(tc.d, tc.c)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v, want skipped", tc.name, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "kubx-etcd-01/etcd-a")):
+			t.Errorf("%s: %v, want an error with %q", tc.name, err, tc.want)
+		}
+	}
+	// The recheck's decision: restored only when quorum is still lost.
+	for judged, want := range map[string]bool{"": true, OutcomeHealthy: false, OutcomeDegraded: false, judgedUnreachable: false} {
+		if got := restoreNow(judged); got != want {
+			t.Errorf("restoreNow(%q) = %t, want %t", judged, got, want)
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/ctxerr"
 	"github.com/armada/etcd-recovery/internal/fanout"
@@ -90,24 +91,65 @@ func (r *restoreAll) discover(ctx context.Context) error {
 		ns := &raNamespace{RestoreAllNamespace: n, name: n.Kube.Namespace}
 		r.nss = append(r.nss, ns)
 		if err := r.discoverNamespace(ctx, ns); err != nil {
-			return &RestoreAllError{Err: fmt.Errorf("namespace %s: %w", ns.name, err)}
+			if ctx.Err() != nil {
+				return ctxErr(ctx, err)
+			}
+			r.dropNamespace(ns, StepNamespace, fmt.Errorf("namespace %s: %w", ns.name, err))
+			continue
 		}
+		r.warnUnreachable(ns)
+	}
+	if err := r.allFailed(ctx); err != nil {
+		return err
 	}
 	// A cluster named and found in no namespace: a failure of its own
-	// (in the first namespace).
+	// (in the first namespace that could be read).
+	live := r.live()
 	for _, n := range r.opts.Names {
 		found := false
-		for _, ns := range r.nss {
+		for _, ns := range live {
 			found = found || slices.ContainsFunc(ns.clusters, func(c *raCluster) bool { return c.id == n })
 		}
 		if !found {
-			ns := r.nss[0]
+			ns := live[0]
 			c := &raCluster{ns: ns, id: n}
-			c.fail(kube.OpStepCluster, fmt.Errorf("no EtcdCluster %s in namespace(s) %s%s", n, r.namespaceNames(), rebuildHint(r.opts.Rebuild, ns.folders[n])))
+			unread := ""
+			if len(live) < len(r.nss) {
+				unread = " (and namespace(s) that could not be read)"
+			}
+			c.fail(kube.OpStepCluster, fmt.Errorf("no EtcdCluster %s in namespace(s) %s%s%s", n, r.namespaceNames(), unread, rebuildHint(r.opts.Rebuild, ns.folders[n])))
 			ns.clusters = append(ns.clusters, c)
 		}
 	}
 	return nil
+}
+
+// warnUnreachable says so, loudly, when no member of any of the
+// namespace's clusters answered while Kubernetes says their pods are
+// Ready: the toolkit's own network (its node, a NetworkPolicy, DNS) is
+// the likely cause, not ns's clusters.
+func (r *restoreAll) warnUnreachable(ns *raNamespace) {
+	probed, unreachable := 0, 0
+	for _, c := range ns.clusters {
+		if c.cluster == nil || (c.row.Outcome == OutcomeFailed && !c.unreachable) {
+			continue
+		}
+		probed++
+		if c.answered > 0 {
+			return
+		}
+		if c.unreachable {
+			unreachable++
+		}
+	}
+	if unreachable == 0 {
+		return
+	}
+	msg := fmt.Sprintf("namespace %s: no member of any of its %d cluster(s) answered, yet %d of them have a majority of member pods Running and Ready: "+
+		"the toolkit's own network (its node, a NetworkPolicy, DNS) is the likely cause; those clusters were not restored: see %s",
+		ns.name, probed, unreachable, inspect.RunbookUnreachable)
+	r.rep.Warnings = append(r.rep.Warnings, msg)
+	r.log.Error("restore-all: "+msg, "namespace", ns.name)
 }
 
 // namespaceNames are the namespaces, comma-separated.
@@ -164,7 +206,7 @@ func (r *restoreAll) discoverNamespace(ctx context.Context, ns *raNamespace) err
 			r.judge(ctx, c)
 		}
 	})
-	return ctxErr(ctx, nil)
+	return ctx.Err()
 }
 
 // rebuildHint says why a named cluster without an EtcdCluster is not
@@ -195,51 +237,133 @@ func selectedNames(ctx context.Context, k *kube.Client, selector string) (map[st
 	return out, nil
 }
 
+// probeBound bounds one cluster's judgement (its secret, the probe of
+// every member, its member pods) beyond the probe's own timeouts, and
+// manifestTimeout each manifest read of the plan: one frozen cluster
+// delays only itself.
+const (
+	probeSlack      = 10 * time.Second
+	manifestTimeout = 30 * time.Second
+)
+
+// health is what a judgement of a cluster found.
+type health struct {
+	healthy, answered, size int
+	quorum                  bool
+	// revision is the newest revision a member's linearizable read saw
+	// (0: none answered one).
+	revision int64
+	// pods: Kubernetes' view of the member pods (read only when no
+	// member answered); podsErr why it could not be read.
+	pods    kube.MemberPods
+	podsErr error
+	// judged is OutcomeHealthy, OutcomeDegraded, "" (quorum lost: to
+	// restore) or judgedUnreachable; text is what the report shows.
+	judged, text string
+}
+
+// judgedUnreachable: no member answered while Kubernetes says a majority
+// of the member pods are Running and Ready (or could not be asked): the
+// toolkit cannot reach a cluster that may well be serving. Never restored
+// unless Force.
+const judgedUnreachable = "unreachable"
+
 // judge probes every member of c with a short deadline and judges its
-// health (judgeHealth). A cluster whose members cannot be reached at all
-// (no client TLS secret) fails at StepProbe.
+// health (judgeHealth); with no member answering, the member pods are the
+// evidence (judgeHealth). A cluster whose members cannot be reached at
+// all (no client TLS secret) or that is unreachable fails at StepProbe,
+// unless Force.
 func (r *restoreAll) judge(ctx context.Context, c *raCluster) {
-	k := c.ns.Kube
-	c.size = int(c.cluster.Size)
-	if c.size == 0 {
-		c.size = len(c.cluster.Endpoints)
-	}
-	cfg, release, err := k.Connect(ctx, *c.cluster, r.opts.Template.DialTimeout)
-	defer release()
+	h, err := r.probeHealth(ctx, c.ns.Kube, *c.cluster)
 	if err != nil {
-		c.fail(StepProbe, err)
+		c.fail(StepProbe, fmt.Errorf("cluster %s/%s: %w", c.ns.name, c.id, err))
 		return
 	}
-	members := make([]probe.Member, len(c.cluster.Endpoints))
-	for i, ep := range c.cluster.Endpoints {
+	r.apply(c, h)
+}
+
+// apply records a judgement on c: an unreachable cluster fails (unless
+// Force: then it is restored as asked).
+func (r *restoreAll) apply(c *raCluster, h health) {
+	c.size, c.healthy, c.answered = h.size, h.healthy, h.answered
+	c.revision = max(c.revision, h.revision)
+	c.judged, c.row.Health = h.judged, h.text
+	if h.judged == judgedUnreachable {
+		if r.opts.Force {
+			c.judged = OutcomeDegraded // restored from the store, not its present state
+			return
+		}
+		c.failUnreachable(h)
+	}
+}
+
+// failUnreachable records c as unreachable: failed at StepProbe, next the
+// unreachable runbook.
+func (c *raCluster) failUnreachable(h health) {
+	cause := fmt.Sprintf("cluster %s/%s: no member answered the probe, yet %s: the toolkit cannot reach it "+
+		"(its node's network, a NetworkPolicy, DNS); not restored (--force restores it all the same)", c.ns.name, c.id, h.pods)
+	if h.podsErr != nil {
+		cause = fmt.Sprintf("cluster %s/%s: no member answered the probe, and its member pods could not be read (%v): "+
+			"down and unreachable cannot be told apart; not restored (--force restores it all the same)", c.ns.name, c.id, h.podsErr)
+	}
+	c.row.Outcome, c.row.FailedStep, c.row.Cause = OutcomeFailed, StepProbe, cause
+	c.row.NextStep = inspect.RunbookUnreachable
+	c.unreachable = true
+}
+
+// probeHealth probes the members of kc, bounded by the health timeout,
+// and, when none answers, reads its member pods.
+func (r *restoreAll) probeHealth(ctx context.Context, k *kube.Client, kc kube.Cluster) (health, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.opts.Template.DialTimeout+2*r.opts.HealthTimeout+probeSlack)
+	defer cancel()
+	h := health{size: int(kc.Size)}
+	if h.size == 0 {
+		h.size = len(kc.Endpoints)
+	}
+	cfg, release, err := k.Connect(ctx, kc, r.opts.Template.DialTimeout)
+	defer release()
+	if err != nil {
+		return h, ctxErr(ctx, err)
+	}
+	members := make([]probe.Member, len(kc.Endpoints))
+	for i, ep := range kc.Endpoints {
 		members[i].ClientURL = cfg.URL(ep)
 	}
-	answered := 0
 	probed := probe.Members(ctx, cfg, members, r.opts.HealthTimeout)
 	for _, m := range probed {
 		if m.Healthy() {
-			c.healthy++
+			h.healthy++
 		}
-		c.revision = max(c.revision, m.Revision)
+		h.revision = max(h.revision, m.Revision)
 		if m.Answered() {
-			answered++
+			h.answered++
 		}
 	}
-	c.judged, c.row.Health = judgeHealth(c.size, c.healthy, answered, probe.Quorum(probed))
-	r.log.Info("restore-all: health", "namespace", c.ns.name, "cluster", c.id, "health", c.row.Health)
+	h.quorum = probe.Quorum(probed)
+	if h.answered == 0 && !h.quorum {
+		h.pods, h.podsErr = k.MemberPodsOf(ctx, kc.Name)
+	}
+	h.judged, h.text = judgeHealth(h.size, h.healthy, h.answered, h.quorum, h.pods, h.podsErr)
+	r.log.Info("restore-all: health", "namespace", k.Namespace, "cluster", kc.Name, "health", h.text)
+	return h, nil
 }
 
 // judgeHealth judges a cluster of size members of which healthy answered
 // healthy and answered answered at all; quorum is whether a voting member
 // served a linearizable read (probe.Quorum: the cluster committed a
 // ReadIndex with a quorum just now, whatever the toolkit can reach).
-// Quorum lost ("", to restore) is no such read: then fewer than a
-// majority of the members are healthy. With quorum: OutcomeHealthy (every
-// member healthy) or OutcomeDegraded (etcd-operator heals it), never
-// restored unless asked, even when the toolkit reaches fewer than a
-// majority. The text is what the report shows (members that answer
-// without being healthy: a survivor without quorum).
-func judgeHealth(size, healthy, answered int, quorum bool) (outcome, text string) {
+// Quorum lost ("", to restore) is no such read and evidence that the
+// members are down: a member that answered without quorum, or, when none
+// answered, Kubernetes saying fewer than a majority of the member pods are
+// Running and Ready (pods). No member answering while a majority of the
+// pods are Ready (or the pods unreadable: podsErr) is judgedUnreachable:
+// the toolkit's network, not the cluster, may be what failed. With
+// quorum: OutcomeHealthy (every member healthy) or OutcomeDegraded
+// (etcd-operator heals it), never restored unless asked, even when the
+// toolkit reaches fewer than a majority. The text is what the report
+// shows (members that answer without being healthy: a survivor without
+// quorum).
+func judgeHealth(size, healthy, answered int, quorum bool, pods kube.MemberPods, podsErr error) (outcome, text string) {
 	text = fmt.Sprintf("%d/%d members healthy", healthy, size)
 	if answered > healthy {
 		text += fmt.Sprintf(" (%d answer)", answered)
@@ -249,15 +373,22 @@ func judgeHealth(size, healthy, answered int, quorum bool) (outcome, text string
 		return OutcomeHealthy, text
 	case quorum:
 		return OutcomeDegraded, text + ": quorum holds"
+	case answered == 0 && podsErr != nil:
+		return judgedUnreachable, text + ": unreachable (member pods unreadable)"
+	case answered == 0 && pods.Ready >= size/2+1:
+		return judgedUnreachable, text + ", " + pods.String() + ": unreachable"
+	case answered == 0:
+		return "", text + ", " + pods.String() + ": quorum lost"
 	}
 	return "", text + ": quorum lost"
 }
 
 // plan decides each cluster's action (decideAction), reads the backups
-// of those to restore, orders them, and computes the expected time.
-func (r *restoreAll) plan() {
+// of those to restore, orders them, and computes the expected time;
+// ctx's end (SIGTERM) stops it.
+func (r *restoreAll) plan(ctx context.Context) error {
 	o := r.opts
-	for _, ns := range r.nss {
+	for _, ns := range r.live() {
 		if ns.plan != nil && ns.resumed {
 			// A cluster the resumed run planned and that has no
 			// EtcdCluster now: a killed attempt's restore may be in
@@ -278,8 +409,18 @@ func (r *restoreAll) plan() {
 				continue
 			}
 			if d, ok := ns.done[c.id]; ok {
-				c.row.Outcome, c.row.Run, c.row.Action = OutcomeDoneEarlier, d.Run, d.Action
+				c.row.Run, c.row.Action = d.Run, d.Action
 				c.row.Backup, c.row.Revision, c.row.Elapsed = d.Backup, d.Revision, d.Duration
+				if err := doneStill(d, c); err != nil {
+					// Down again, or another EtcdCluster: the done
+					// record does not speak for it now.
+					c.row.Outcome, c.row.FailedStep, c.row.Cause = OutcomeFailed, StepDoneCheck, oneLine(err)
+					c.row.NextStep = fmt.Sprintf("a new run for it: etcd-recovery restore-all -n %s --new-run --cluster %s", ns.name, c.id)
+					c.row.Elapsed = 0
+					r.todo = append(r.todo, c)
+					continue
+				}
+				c.row.Outcome = OutcomeDoneEarlier
 				r.left = append(r.left, c)
 				continue
 			}
@@ -293,7 +434,10 @@ func (r *restoreAll) plan() {
 			r.todo = append(r.todo, c)
 		}
 	}
-	r.readBackups()
+	r.readBackups(ctx)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	r.capParallel()
 	order(r.todo, o.Order, o.First)
 	var bytes []int64
@@ -307,7 +451,7 @@ func (r *restoreAll) plan() {
 	}
 	model := o.Model
 	if model == nil {
-		m := r.measureModel()
+		m := r.measureModel(ctx)
 		model = m
 	}
 	r.rep.Expected = model.Expect(bytes)
@@ -318,7 +462,7 @@ func (r *restoreAll) plan() {
 	// Every cluster's NodePort (a restored one's is read again after
 	// its restore): the plan shows which kube-apiservers will need a
 	// restart.
-	fanout.ForEach(context.Background(), len(all), discoverParallel, func(ctx context.Context, i int) {
+	fanout.ForEach(ctx, len(all), discoverParallel, func(ctx context.Context, i int) {
 		c := all[i]
 		if c.cluster == nil {
 			return
@@ -327,6 +471,26 @@ func (r *restoreAll) plan() {
 		defer cancel()
 		c.row.NodePort, c.row.NodePortError = nodePort(ctx, c.ns.Kube, c.id)
 	})
+	return ctx.Err()
+}
+
+// doneStill checks that a done record still speaks for c: the
+// EtcdCluster is the one the recorded restore left (its uid) and it has
+// quorum now. Otherwise the error says which is not so.
+func doneStill(d catalog.FleetRestoreDone, c *raCluster) error {
+	at := d.Verified.UTC().Format(time.RFC3339)
+	switch {
+	case c.cluster == nil:
+		return fmt.Errorf("cluster %s/%s: restored by run %s at %s, but it has no EtcdCluster now", c.ns.name, c.id, d.Run, at)
+	case d.UID == "" || d.UID != string(c.cluster.UID):
+		return fmt.Errorf("cluster %s/%s: not the EtcdCluster run %s restored at %s (that one's uid %q, this one's %q): its done record does not speak for it",
+			c.ns.name, c.id, d.Run, at, d.UID, c.cluster.UID)
+	case c.row.Outcome == OutcomeFailed:
+		return fmt.Errorf("cluster %s/%s: restored by run %s at %s, and now: %s", c.ns.name, c.id, d.Run, at, c.row.Cause)
+	case c.judged != OutcomeHealthy && c.judged != OutcomeDegraded:
+		return fmt.Errorf("cluster %s/%s: restored by run %s at %s, quorum lost again since (%s)", c.ns.name, c.id, d.Run, at, c.row.Health)
+	}
+	return nil
 }
 
 // decideAction is what to do with a cluster: the action a resumed run
@@ -351,7 +515,7 @@ func decideAction(hasEtcdCluster bool, judged string, force, pointInTime bool, p
 
 // readBackups reads the manifest of each cluster's newest committed backup
 // to do: the backup the plan shows, its revision and its bytes.
-func (r *restoreAll) readBackups() {
+func (r *restoreAll) readBackups(ctx context.Context) {
 	if !r.opts.ToTime.IsZero() {
 		// First the journal's reach at T (restoreall_pitr.go: a journal
 		// that stopped before T while the cluster changed after is refused
@@ -361,12 +525,15 @@ func (r *restoreAll) readBackups() {
 		r.readPointInTime()
 		return
 	}
-	ctx := context.Background()
-	fanout.ForEach(ctx, len(r.todo), discoverParallel, func(_ context.Context, i int) {
+	fanout.ForEach(ctx, len(r.todo), discoverParallel, func(ctx context.Context, i int) {
 		c := r.todo[i]
 		if c.action == "" || c.newest == "" {
 			return
 		}
+		// Each read has its own deadline: a frozen prefix delays only its
+		// cluster's plan (its restore then says more).
+		ctx, cancel := context.WithTimeout(ctx, manifestTimeout)
+		defer cancel()
 		m, err := catalog.LoadManifest(ctx, c.ns.Store, c.ns.Layout, c.id, c.newest)
 		if err != nil {
 			r.log.Warn("restore-all: the newest backup's manifest cannot be read for the plan", "namespace", c.ns.name, "cluster", c.id, "backup", c.newest, "err", err)
@@ -388,7 +555,7 @@ const (
 // throughput measured on the largest backup to restore (up to
 // measureLimit of it), DefaultRestoreFixedCost (or FixedCost) and
 // Parallel. Its inputs go in the report (and the plan record).
-func (r *restoreAll) measureModel() RestoreModel {
+func (r *restoreAll) measureModel(ctx context.Context) RestoreModel {
 	m := RestoreModel{Fixed: r.opts.FixedCost, Parallel: r.opts.Parallel}
 	if m.Fixed <= 0 {
 		m.Fixed = DefaultRestoreFixedCost
@@ -401,7 +568,7 @@ func (r *restoreAll) measureModel() RestoreModel {
 	}
 	note := "no backup to measure"
 	if largest != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), measureTimeout)
+		ctx, cancel := context.WithTimeout(ctx, measureTimeout)
 		rate, err := MeasureStoreThroughput(ctx, largest.ns.Store, largest.snapshotKey, measureLimit)
 		cancel()
 		if err != nil {

@@ -149,12 +149,25 @@ func (e *InProgressError) Error() string {
 func (r *restoreAll) openRuns(ctx context.Context) error {
 	req := r.opts.request()
 	fp := catalog.FleetRestoreFingerprint(req)
-	for _, ns := range r.nss {
+	for _, ns := range r.live() {
 		if err := r.openRun(ctx, ns, fp); err != nil {
-			return err
+			if ctx.Err() != nil {
+				return ctxErr(ctx, err)
+			}
+			r.dropNamespace(ns, StepNamespace, unwrapRA(err))
 		}
 	}
-	return nil
+	return r.allFailed(ctx)
+}
+
+// unwrapRA is the error inside a RestoreAllError (a namespace's error
+// joins the run's, which says restore-all once).
+func unwrapRA(err error) error {
+	var rae *RestoreAllError
+	if errors.As(err, &rae) && len(rae.Failed) == 0 {
+		return rae.Err
+	}
+	return err
 }
 
 func (r *restoreAll) openRun(ctx context.Context, ns *raNamespace, fp string) error {
@@ -327,7 +340,7 @@ func (r *restoreAll) writePlans(ctx context.Context) error {
 	}
 	deadline := now.Add(attemptBound(n, r.opts.Parallel, r.opts.ClusterTimeout, r.rep.Expected))
 	req := r.opts.request()
-	for _, ns := range r.nss {
+	for _, ns := range r.live() {
 		run := RestoreAllRun{Namespace: ns.name, Prefix: ns.Layout.RootPrefix(), Run: ns.run, Resumed: ns.resumed}
 		if r.opts.DryRun {
 			r.rep.Runs = append(r.rep.Runs, run)
@@ -345,13 +358,21 @@ func (r *restoreAll) writePlans(ctx context.Context) error {
 				}
 			}
 			if err := catalog.WriteFleetRestoreRecord(ctx, st, l.FleetRestorePlanKey(ns.run), plan); err != nil {
-				return &RestoreAllError{Err: fmt.Errorf("namespace %s: writing the plan of run %s: %w", ns.name, ns.run, ctxErr(ctx, err))}
+				if ctx.Err() != nil {
+					return ctxErr(ctx, err)
+				}
+				r.dropNamespace(ns, StepRecord, fmt.Errorf("namespace %s: writing the plan of run %s: %w", ns.name, ns.run, err))
+				continue
 			}
 			ns.plan = plan
 		}
 		a := &catalog.FleetRestoreAttempt{Run: ns.run, Started: now, Deadline: deadline, Host: r.opts.Host, Parallel: r.opts.Parallel}
 		if err := catalog.WriteFleetRestoreRecord(ctx, st, l.FleetRestoreAttemptKey(ns.run, now, false), a); err != nil {
-			return &RestoreAllError{Err: fmt.Errorf("namespace %s: writing the attempt's start record of run %s: %w", ns.name, ns.run, ctxErr(ctx, err))}
+			if ctx.Err() != nil {
+				return ctxErr(ctx, err)
+			}
+			r.dropNamespace(ns, StepRecord, fmt.Errorf("namespace %s: writing the attempt's start record of run %s: %w", ns.name, ns.run, err))
+			continue
 		}
 		ns.attempt = a
 		run.Attempt = now
@@ -360,7 +381,7 @@ func (r *restoreAll) writePlans(ctx context.Context) error {
 			return err
 		}
 	}
-	return nil
+	return r.allFailed(ctx)
 }
 
 // attemptBound is how long an attempt of n clusters counts as running

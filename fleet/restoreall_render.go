@@ -21,6 +21,12 @@ func ToTimeFlag(t time.Time) string {
 func (r *RestoreAllReport) Tables() []output.Table {
 	head := output.Table{}
 	var lines []string
+	for _, w := range r.Warnings {
+		lines = append(lines, "WARNING: "+w)
+	}
+	for _, e := range r.NamespaceErrors {
+		lines = append(lines, fmt.Sprintf("NAMESPACE FAILED: %s at step %q: %s (its clusters were not touched; the other namespaces went on)", e.Namespace, e.Step, e.Error))
+	}
 	for _, run := range r.Runs {
 		verb := "new run"
 		if run.Resumed {
@@ -63,7 +69,9 @@ func (r *RestoreAllReport) Table() output.Table {
 	var restarts []string
 	for _, c := range r.Clusters {
 		t.Rows = append(t.Rows, c.cells())
-		if c.Outcome == OutcomeRestored || c.Outcome == OutcomeRebuilt {
+		// As the runbook's jq lists them: done-earlier ones too (an
+		// earlier attempt restored them; their restart may not be done).
+		if c.Outcome == OutcomeRestored || c.Outcome == OutcomeRebuilt || c.Outcome == OutcomeDoneEarlier {
 			np := ""
 			if c.NodePort != 0 {
 				np = fmt.Sprintf(" (NodePort %d)", c.NodePort)
@@ -72,7 +80,7 @@ func (r *RestoreAllReport) Table() output.Table {
 		}
 	}
 	if len(restarts) > 0 {
-		t.Notes = append(t.Notes, "Restart the kube-apiserver of each restored cluster: "+strings.Join(restarts, ", ")+".")
+		t.Notes = append(t.Notes, "Restart the kube-apiserver of each restored cluster (done-earlier ones too, if not done yet): "+strings.Join(restarts, ", ")+".")
 	}
 	if len(r.Failed) > 0 {
 		rerun := "A rerun of the same command"

@@ -30,10 +30,6 @@ func (r *restoreAll) restoreOne(ctx context.Context, c *raCluster) {
 	ctx, cancel := context.WithTimeout(ctx, r.opts.ClusterTimeout)
 	defer cancel()
 	ns := c.ns
-	if c.cluster != nil {
-		r.event(ctx, c, *c.cluster, corev1.EventTypeNormal, kube.ReasonRestoreStarted,
-			fmt.Sprintf("restore-all run %s: restoring through etcd-operator (%s)", ns.run, c.row.Health))
-	}
 	o := r.clusterOptions(c)
 	var (
 		backup string
@@ -56,6 +52,17 @@ func (r *restoreAll) restoreOne(ctx context.Context, c *raCluster) {
 			c.row.Verification = rep.Verification
 		}
 	}
+	if !adopted && err == nil && !c.adoptOnly && r.recheckWanted(c) && !r.recheck(ctx, c) {
+		// Recovered while queued, or unreachable now: not restored.
+		c.row.Elapsed = time.Since(c.begun)
+		r.finished(c)
+		return
+	}
+	if c.cluster != nil && !c.adoptOnly {
+		r.event(ctx, c, *c.cluster, corev1.EventTypeNormal, kube.ReasonRestoreStarted,
+			fmt.Sprintf("restore-all run %s: restoring through etcd-operator (%s)", ns.run, c.row.Health))
+	}
+	var newUID string
 	switch {
 	case adopted || err != nil:
 	case c.adoptOnly:
@@ -73,6 +80,7 @@ func (r *restoreAll) restoreOne(ctx context.Context, c *raCluster) {
 			backup = rrep.Backup
 			if rrep.Restore != nil {
 				verify = rrep.Restore.Verify
+				newUID = string(rrep.Restore.NewUID)
 			}
 		}
 	default:
@@ -80,6 +88,9 @@ func (r *restoreAll) restoreOne(ctx context.Context, c *raCluster) {
 		if rep != nil {
 			backup, verify = rep.Backup, rep.Verify
 		}
+	}
+	if rep != nil && newUID == "" {
+		newUID = string(rep.NewUID)
 	}
 	if backup != "" {
 		c.row.Backup = backup
@@ -95,7 +106,7 @@ func (r *restoreAll) restoreOne(ctx context.Context, c *raCluster) {
 		c.fail(kube.OpStepVerify, errors.New("the restore returned without a verified cluster"))
 	default:
 		r.step(c, StepRecord)
-		if werr := r.writeDone(ctx, c); werr != nil {
+		if werr := r.writeDone(ctx, c, r.restoredUID(ctx, c, newUID)); werr != nil {
 			c.fail(StepRecord, fmt.Errorf("the cluster is restored and verified, but its done record could not be written (a rerun verifies it again): %w", werr))
 		} else {
 			c.row.Outcome = OutcomeRestored
@@ -123,6 +134,70 @@ func (r *restoreAll) restoreOne(ctx context.Context, c *raCluster) {
 	}
 	r.finished(c)
 }
+
+// restoredUID is the uid of the EtcdCluster the restore left, as the API
+// server has it now (etcd-operator recreated it), else as the restore
+// reported it.
+func (r *restoreAll) restoredUID(ctx context.Context, c *raCluster, reported string) string {
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if cs, err := c.ns.Kube.Clusters(gctx, c.id); err == nil && len(cs) == 1 {
+		return string(cs[0].UID)
+	}
+	return reported
+}
+
+// recheckWanted says whether c's health is judged again before its
+// restore: a cluster restored because it lost quorum at discovery (not
+// because --force or --to-time asked), with an EtcdCluster.
+func (r *restoreAll) recheckWanted(c *raCluster) bool {
+	return c.action == ActionRestore && c.cluster != nil && c.judged == "" && !r.opts.Force && r.opts.ToTime.IsZero()
+}
+
+// recheck judges c's health again just before its restore (its turn may
+// come long after discovery): true to restore it. A cluster that has
+// quorum again is left alone (healthy or degraded, recovered while
+// queued); one no member of which answers while its pods are Ready fails
+// as unreachable. When the EtcdCluster or its members cannot be read
+// now, the discovery's judgement stands.
+func (r *restoreAll) recheck(ctx context.Context, c *raCluster) bool {
+	r.step(c, StepRecheck)
+	k := c.ns.Kube
+	kc := *c.cluster
+	gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	cs, err := k.Clusters(gctx, c.id)
+	cancel()
+	if err == nil && len(cs) == 1 {
+		kc = cs[0]
+	}
+	h, err := r.probeHealth(ctx, k, kc)
+	if err != nil {
+		r.log.Warn("restore-all: the health could not be judged again before the restore: the discovery's judgement stands",
+			"namespace", c.ns.name, "cluster", c.id, "err", err)
+		return true
+	}
+	if restoreNow(h.judged) {
+		c.row.Health = h.text
+		return true
+	}
+	was := c.row.Health
+	c.answered = h.answered
+	if h.judged == judgedUnreachable {
+		c.row.Health = h.text
+		c.failUnreachable(h)
+		c.row.Cause += fmt.Sprintf(" (at discovery: %s)", was)
+		return false
+	}
+	c.judged, c.row.Health = h.judged, h.text
+	c.row.Outcome, c.row.Action = h.judged, ""
+	c.row.Cause = fmt.Sprintf("recovered while queued: %s at discovery, %s when its turn came: left alone (--force restores it)", was, h.text)
+	return false
+}
+
+// restoreNow is the recheck's decision on a queued cluster judged lost at
+// discovery and judged again now: restored only when it still lost
+// quorum ("").
+func restoreNow(judged string) bool { return judged == "" }
 
 // clusterOptions are the template's restore options for c.
 func (r *restoreAll) clusterOptions(c *raCluster) kube.OperatorRestoreOptions {
@@ -154,9 +229,9 @@ func (r *restoreAll) clusterOptions(c *raCluster) kube.OperatorRestoreOptions {
 
 // writeDone writes c's done record (create-only; one already there, from
 // an overlapping attempt, is as good).
-func (r *restoreAll) writeDone(ctx context.Context, c *raCluster) error {
+func (r *restoreAll) writeDone(ctx context.Context, c *raCluster, uid string) error {
 	d := catalog.FleetRestoreDone{Run: c.ns.run, Cluster: c.id, Action: c.action, Backup: c.row.Backup, Revision: c.row.Revision,
-		Verified: r.opts.now().UTC(), Duration: c.row.Elapsed, ClientURL: c.row.ClientURL, Verification: c.row.Verification}
+		Verified: r.opts.now().UTC(), Duration: c.row.Elapsed, ClientURL: c.row.ClientURL, Verification: c.row.Verification, UID: uid}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
 	err := catalog.WriteFleetRestoreRecord(wctx, c.ns.Store, c.ns.Layout.FleetRestoreDoneKey(c.ns.run, c.id), &d)

@@ -63,8 +63,10 @@ func namespaceRestoreRunbook(t *testing.T, rb mdblocks.Set) {
 		}
 	}
 	grantClientNodePorts(t, admin, ns, all)
-	lostA.Etcd.Members[0].Kill()
-	lostB.Etcd.Members[0].Kill()
+	// Down, and their pods not Ready (the kubelet's view): restore-all
+	// restores only clusters Kubernetes says are down.
+	kubetest.MemberDown(t, ctx, admin, ns, lostA.Name, lostA.Etcd.Members[0])
+	kubetest.MemberDown(t, ctx, admin, ns, lostB.Name, lostB.Etcd.Members[0])
 	op := kubetest.StartRestoreOperator(t, kubetest.RestoreOperatorOptions{Namespace: ns, Client: admin, Dynamic: dyn, RunningDelay: 500 * time.Millisecond})
 	for _, fc := range all {
 		op.Register(fc)

@@ -192,6 +192,10 @@ type FleetRestoreDone struct {
 	// ClientURL is what the customer's kube-apiserver reaches the cluster
 	// at (it must be restarted once its etcd is back).
 	ClientURL string `json:"clientURL,omitempty"`
+	// UID is the uid of the EtcdCluster the restore left (etcd-operator
+	// recreates it): a rerun skips the cluster only while it is that one
+	// and has quorum.
+	UID string `json:"uid,omitempty"`
 }
 
 var fleetRunRe = regexp.MustCompile(`^[0-9]{8}T[0-9]{6}\.[0-9]{3}Z-[0-9a-f]{8}$`)

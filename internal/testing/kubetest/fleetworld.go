@@ -108,6 +108,8 @@ type FleetCluster struct {
 	Customer *CustomerMaster
 	// Killed are the members LoseQuorum killed.
 	Killed []*testenv.EtcdMember
+	// admin writes the member pods' status (LoseQuorum).
+	admin kubernetes.Interface
 }
 
 // ClientURL is what the customer's kube-apiserver reaches the cluster at.
@@ -173,7 +175,7 @@ func StartFleetWorld(tb testing.TB, o FleetWorldOptions) *FleetWorld {
 				// as a worker node's is on the carrier's.
 				eo.PKI = testenv.NewPKI(tb, net.ParseIP(ip), net.ParseIP(nodeIP))
 			}
-			fc := &FleetCluster{Cluster: AddEtcdCluster(tb, w.Admin, w.Dyn, ns, name, eo), Namespace: ns}
+			fc := &FleetCluster{Cluster: AddEtcdCluster(tb, w.Admin, w.Dyn, ns, name, eo), Namespace: ns, admin: w.Admin}
 			PerClusterAccess(tb, w.A, ns, name)
 			fn.Operator.Register(fc.Cluster)
 			if customer {
@@ -316,14 +318,15 @@ func (n *FleetNamespace) LoseQuorum(tb testing.TB) {
 
 // LoseQuorum kills a majority of the cluster's members (see
 // FleetNamespace.LoseQuorum), the members the stand-in restored last
-// when it was restored.
+// when it was restored, and marks their pods not Ready as the kubelet
+// would (MemberDown).
 func (c *FleetCluster) LoseQuorum(tb testing.TB) {
 	tb.Helper()
 	members := c.Etcd.Members
 	kill := len(members)/2 + 1
 	c.Killed = nil
 	for _, m := range members[:kill] {
-		m.Kill()
+		MemberDown(tb, context.Background(), c.admin, c.Namespace, c.Name, m)
 		c.Killed = append(c.Killed, m)
 	}
 }

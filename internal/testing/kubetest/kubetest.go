@@ -469,10 +469,62 @@ func MemberPod(tb testing.TB, ctx context.Context, cs kubernetes.Interface, name
 	if err != nil {
 		tb.Fatal(err)
 	}
-	created.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: u.Hostname(), PodIPs: []corev1.PodIP{{IP: u.Hostname()}}}
+	created.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: u.Hostname(), PodIPs: []corev1.PodIP{{IP: u.Hostname()}},
+		Conditions: ReadyConditions(true)}
 	if _, err := cs.CoreV1().Pods(namespace).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
 		tb.Fatalf("pod status with IP %s: %v", u.Hostname(), err)
 	}
+}
+
+// ReadyConditions are a member pod's Ready and ContainersReady
+// conditions, as the kubelet writes them.
+func ReadyConditions(ready bool) []corev1.PodCondition {
+	st := corev1.ConditionFalse
+	if ready {
+		st = corev1.ConditionTrue
+	}
+	now := metav1.Now()
+	return []corev1.PodCondition{{Type: corev1.PodReady, Status: st, LastTransitionTime: now},
+		{Type: corev1.ContainersReady, Status: st, LastTransitionTime: now}}
+}
+
+// SetMemberReady marks the member pod of cluster whose IP and client
+// port are those of clientURL Ready or not, through the status
+// subresource, as the kubelet does when the member's readiness probe
+// fails or passes again.
+func SetMemberReady(tb testing.TB, ctx context.Context, cs kubernetes.Interface, namespace, cluster, clientURL string, ready bool) {
+	tb.Helper()
+	u, err := url.Parse(clientURL)
+	if err != nil {
+		tb.Fatalf("kubetest: endpoint %s: %v", clientURL, err)
+	}
+	pods, err := cs.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelCluster + "=" + cluster})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		for _, ct := range p.Spec.Containers {
+			for _, cp := range ct.Ports {
+				if cp.Name == "client" && p.Status.PodIP == u.Hostname() && fmt.Sprint(cp.ContainerPort) == u.Port() {
+					p.Status.Conditions = ReadyConditions(ready)
+					if _, err := cs.CoreV1().Pods(namespace).UpdateStatus(ctx, &p, metav1.UpdateOptions{}); err != nil {
+						tb.Fatalf("kubetest: pod %s/%s ready=%t: %v", namespace, p.Name, ready, err)
+					}
+					return
+				}
+			}
+		}
+	}
+	tb.Fatalf("kubetest: no member pod of %s/%s at %s", namespace, cluster, clientURL)
+}
+
+// MemberDown kills a member and marks its pod not Ready, as the kubelet
+// would once the member's readiness probe fails: the cluster's members
+// are down as far as Kubernetes can tell.
+func MemberDown(tb testing.TB, ctx context.Context, cs kubernetes.Interface, namespace, cluster string, m *testenv.EtcdMember) {
+	tb.Helper()
+	m.Kill()
+	SetMemberReady(tb, ctx, cs, namespace, cluster, m.ClientURL, false)
 }
 
 // RBACWorld is a real kube-apiserver with the CRDs installed, namespaces

@@ -430,7 +430,7 @@ func (op *RestoreOperator) run(ctx context.Context, er *unstructured.Unstructure
 		if err != nil {
 			return fmt.Errorf("creating member pod %s: %w", m.name, err)
 		}
-		p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1", PodIPs: []corev1.PodIP{{IP: "127.0.0.1"}}}
+		p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1", PodIPs: []corev1.PodIP{{IP: "127.0.0.1"}}, Conditions: ReadyConditions(true)}
 		if _, err := cs.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
 			return fmt.Errorf("member pod %s status: %w", m.name, err)
 		}
