@@ -398,6 +398,16 @@ func TestRestoreAll(t *testing.T) {
 		if _, err := fleet.RestoreAll(ctx, dry); errors.As(err, &ip) {
 			t.Errorf("a dry run while an attempt is in progress: %v", err)
 		}
+		// A run of another request (one cluster) is refused as well: two
+		// at once would restore the same clusters.
+		one := opts
+		one.Names = []string{minority.Name}
+		if _, err := fleet.RestoreAll(ctx, one); !errors.As(err, &ip) || ip.Host != "other-pod" {
+			t.Errorf("a run of another request while an attempt is in progress: %v, want refused", err)
+		}
+		// That attempt ends: the next subtests' runs are not refused.
+		ended := catalog.FleetRestoreAttempt{Run: old, Started: started2, Deadline: started2.Add(time.Hour), Host: "other-pod", Parallel: 2, Ended: time.Now().UTC()}
+		writeRecord(layout.FleetRestoreAttemptKey(old, started2, true), &ended)
 	})
 
 	t.Run("Selection", func(t *testing.T) {
