@@ -16,7 +16,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
@@ -36,26 +35,15 @@ import (
 func TestAdoptVerifiesAsFresh(t *testing.T) {
 	t.Parallel()
 	const ns = "kubx-etcd-74"
-	w := kubetest.StartRBACWorld(t, ns)
+	s := newSmallWorld(t, ns)
+	w, m, bucket, st, sa := s.w, s.m, s.bucket, s.st, s.sa
 	ctx := testfix.Context(t, 4*time.Minute)
-	m := testenv.SharedMinIO(t)
-	bucket := m.NewBucket(t)
 	kubetest.CreateCOSSecret(t, w.Admin, ns, m)
-	st := testfix.Store(t, m, bucket)
 	layout := catalog.Layout{Prefix: testenv.Prefix(t)}
-	fc := kubetest.AddEtcdCluster(t, w.Admin, w.Dyn, ns, "etcd-ad0", testenv.EtcdOptions{IP: "127.0.19.40", Members: 1})
-	kubetest.PerClusterAccess(t, w.A, ns, fc.Name)
-	testenv.PutKeys(t, fc.Etcd.Client(t), "/registry/k", 30, 128)
-	if _, err := backup.Run(ctx, backup.Options{ClusterID: fc.Name, Kind: catalog.KindScheduled, Etcd: testfix.EtcdConfig(fc.Etcd), Store: st, Layout: layout}); err != nil {
-		t.Fatal(err)
-	}
+	fc := s.backedUp(t, ctx, "etcd-ad0", "127.0.19.40", 30, layout)
 	fc.Etcd.Members[0].Kill()
 	op := kubetest.StartRestoreOperator(t, kubetest.RestoreOperatorOptions{Namespace: ns, Client: w.Admin, Dynamic: w.Dyn, RunningDelay: 200 * time.Millisecond})
 	op.Register(fc)
-	sa, err := kube.New(kube.Config{Rest: w.K.RestConfig(kubetest.SAToken(t, w.Admin, ns, "etcd-recovery-toolkit")), Namespace: ns})
-	if err != nil {
-		t.Fatal(err)
-	}
 	o := kube.OperatorRestoreOptions{Kube: sa, Cluster: fc.Name, Store: st, Layout: layout, Bucket: bucket, Endpoint: m.Endpoint, ForcePathStyle: true,
 		ProbeTimeout: 2 * time.Second, DialTimeout: 2 * time.Second, VerifyTimeout: 4 * time.Second, Timeout: time.Minute,
 		PollInterval: 200 * time.Millisecond, TempDir: t.TempDir(), Annotations: map[string]string{fleet.AnnotationRun: "run-adopt"}}

@@ -5,11 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
-	"github.com/armada/etcd-recovery/internal/testing/kubetest"
-	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 	"github.com/armada/etcd-recovery/kube"
 )
@@ -22,22 +19,11 @@ import (
 func TestRestoreAllPlanToTimeNoJournal(t *testing.T) {
 	t.Parallel()
 	const ns = "kubx-etcd-75"
-	w := kubetest.StartRBACWorld(t, ns)
+	s := newSmallWorld(t, ns)
+	m, bucket, st, sa := s.m, s.bucket, s.st, s.sa
 	ctx := testfix.Context(t, 3*time.Minute)
-	m := testenv.SharedMinIO(t)
-	bucket := m.NewBucket(t)
-	st := testfix.Store(t, m, bucket)
 	layout := catalog.Layout{Prefix: ns + "/"}
-	fc := kubetest.AddEtcdCluster(t, w.Admin, w.Dyn, ns, "etcd-pt0", testenv.EtcdOptions{IP: "127.0.19.50", Members: 1})
-	kubetest.PerClusterAccess(t, w.A, ns, fc.Name)
-	testenv.PutKeys(t, fc.Etcd.Client(t), "/registry/k", 20, 128)
-	if _, err := backup.Run(ctx, backup.Options{ClusterID: fc.Name, Kind: catalog.KindScheduled, Etcd: testfix.EtcdConfig(fc.Etcd), Store: st, Layout: layout}); err != nil {
-		t.Fatal(err)
-	}
-	sa, err := kube.New(kube.Config{Rest: w.K.RestConfig(kubetest.SAToken(t, w.Admin, ns, "etcd-recovery-toolkit")), Namespace: ns})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s.backedUp(t, ctx, "etcd-pt0", "127.0.19.50", 20, layout)
 	rep, _ := fleet.RestoreAll(ctx, fleet.RestoreAllOptions{
 		Namespaces: []fleet.RestoreAllNamespace{{Kube: sa, Store: st, Layout: layout}},
 		ToTime:     time.Now().Add(-time.Second), DryRun: true, Parallel: 1, HealthTimeout: 2 * time.Second, ClusterTimeout: time.Minute,

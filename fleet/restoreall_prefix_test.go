@@ -8,8 +8,6 @@ import (
 
 	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
-	"github.com/armada/etcd-recovery/internal/testing/kubetest"
-	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 	"github.com/armada/etcd-recovery/kube"
 )
@@ -23,15 +21,9 @@ import (
 func TestRestoreAllNothingSelected(t *testing.T) {
 	t.Parallel()
 	const ns = "kubx-etcd-73"
-	w := kubetest.StartRBACWorld(t, ns)
+	s := newSmallWorld(t, ns)
+	m, bucket, st, sa := s.m, s.bucket, s.st, s.sa
 	ctx := testfix.Context(t, 2*time.Minute)
-	m := testenv.SharedMinIO(t)
-	bucket := m.NewBucket(t)
-	st := testfix.Store(t, m, bucket)
-	sa, err := kube.New(kube.Config{Rest: w.K.RestConfig(kubetest.SAToken(t, w.Admin, ns, "etcd-recovery-toolkit")), Namespace: ns})
-	if err != nil {
-		t.Fatal(err)
-	}
 	run := func(layout catalog.Layout) (*fleet.RestoreAllReport, error) {
 		return fleet.RestoreAll(ctx, fleet.RestoreAllOptions{
 			Namespaces: []fleet.RestoreAllNamespace{{Kube: sa, Store: st, Layout: layout}},
