@@ -122,10 +122,10 @@ type RestoreAllOptions struct {
 	// DryRun plans only: it changes nothing and writes no records.
 	DryRun bool
 	// NewRun starts a new run even when an unfinished one with the same
-	// request exists. TakeOver resumes a run whose attempt counts as in
-	// progress (a start record, no end, a beat within
-	// catalog.FleetRestoreHeartbeatGrace, before its deadline): the caller
-	// knows that process is gone.
+	// request exists. TakeOver goes on although an attempt in the
+	// namespace counts as in progress (a start record, no end, a beat
+	// within catalog.FleetRestoreHeartbeatGrace, even past its deadline):
+	// the caller knows that process is gone.
 	NewRun, TakeOver bool
 	// Parallel clusters are restored at a time, across every namespace
 	// (0: 1).

@@ -76,7 +76,7 @@ func restoreAllCommand(g *globalOpts) *cli.Command {
 			identityFileFlag(&o.identityFile),
 			dryRunFlag(&o.dryRun),
 			&cli.BoolFlag{Name: "new-run", Usage: "restore-all: start a new run even when an unfinished one of the same request exists (it is not resumed)", Destination: &o.newRun},
-			&cli.BoolFlag{Name: "take-over", Usage: "restore-all: resume the run even though its attempt counts as in progress (start record, no end, a beat less than 3m old, before its deadline): that process is gone (its pod deleted, its node lost)", Destination: &o.takeOver},
+			&cli.BoolFlag{Name: "take-over", Usage: "restore-all: resume the run even though its attempt counts as in progress (start record, no end, a beat less than 3m old, even past its deadline): that process is gone (its pod deleted, its node lost)", Destination: &o.takeOver},
 			parallelFlag(&o.parallel, 0),
 			&cli.StringFlag{Name: "order", Value: fleet.OrderSmallest, Usage: "restore-all: smallest (fewest bytes first: most customers back soonest), largest or name", Destination: &o.order},
 			&cli.StringSliceFlag{Name: "first", Usage: "restore-all: clusters restored before the --order (NAME or NAMESPACE/NAME, comma-separated, in this order)", Destination: &o.first},
