@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -21,8 +22,11 @@ import (
 )
 
 // KubeStartTimeout bounds a kube-apiserver start (it installs its
-// bootstrap RBAC policy and every built-in API before /readyz is ok).
-const KubeStartTimeout = 90 * time.Second
+// bootstrap RBAC policy and every built-in API before /readyz is ok). On
+// a 2-core machine running the whole suite, with several API servers
+// starting at once, 90 s was seen to run out (a namespace restore's world
+// starts two).
+const KubeStartTimeout = 150 * time.Second
 
 // KubeAdminUser is the user of KubeAPIServer.AdminToken (group system:masters).
 const KubeAdminUser = "testenv-admin"
@@ -212,15 +216,24 @@ func (k *KubeAPIServer) readyz() error {
 	}
 	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	defer hc.CloseIdleConnections()
-	req, _ := http.NewRequest(http.MethodGet, k.URL+"/readyz", nil)
+	req, _ := http.NewRequest(http.MethodGet, k.URL+"/readyz?verbose", nil)
 	req.Header.Set("Authorization", "Bearer "+k.AdminToken)
 	resp, err := hc.Do(req)
 	if err != nil {
 		return err
 	}
-	resp.Body.Close()
+	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("/readyz: %s", resp.Status)
+		// The checks that fail ("[-]etcd failed: ..."), so a start that
+		// times out says which one held it.
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<10))
+		var failed []string
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "[-]") {
+				failed = append(failed, l)
+			}
+		}
+		return fmt.Errorf("/readyz: %s %s", resp.Status, strings.Join(failed, "; "))
 	}
 	return nil
 }
