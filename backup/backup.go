@@ -563,6 +563,17 @@ func (r *run) take(ctx context.Context) *stepError {
 	return r.commit(ctx)
 }
 
+// anyAnsweredWithoutStatus: some member served a read while its Status
+// call failed.
+func anyAnsweredWithoutStatus(members []probe.Member) bool {
+	for _, m := range members {
+		if m.Answered() && !m.Alive() && !m.Learner() {
+			return true
+		}
+	}
+	return false
+}
+
 // members lists and probes the members and orders the snapshot
 // candidates.
 func (r *run) members(ctx context.Context) ([]probe.Member, bool, *stepError) {
@@ -575,10 +586,24 @@ func (r *run) members(ctx context.Context) ([]probe.Member, bool, *stepError) {
 	r.probed = members
 	quorum := probe.Quorum(members)
 	cands := SnapshotCandidates(members, quorum)
+	if len(cands) == 0 && anyAnsweredWithoutStatus(members) {
+		// A member that serves reads but whose Status call failed (a
+		// slow moment on a loaded member) is alive: probe once more
+		// rather than fail a backup a second read would have saved.
+		r.log.Warn("a member served reads but not its Status call; probing again")
+		members = probe.Members(ctx, opts.Etcd, members, opts.ProbeTimeout)
+		r.probed = members
+		quorum = probe.Quorum(members)
+		cands = SnapshotCandidates(members, quorum)
+	}
 	if len(cands) == 0 {
 		var errs []error
 		for _, m := range members {
-			errs = append(errs, fmt.Errorf("%s: %w", etcdconn.Host(m.ClientURL), m.Err()))
+			cause := m.Err()
+			if cause == nil {
+				cause = fmt.Errorf("served reads, but its Status call failed: %v", m.StatusErr)
+			}
+			errs = append(errs, fmt.Errorf("%s: %w", etcdconn.Host(m.ClientURL), cause))
 		}
 		return nil, false, failAt(StepMembers, fmt.Errorf("no member answered: %w", errors.Join(errs...)))
 	}

@@ -179,7 +179,9 @@ func TestBackupStoreFrozen(t *testing.T) {
 			t.Parallel()
 			m := testenv.StartMinIO(t)
 			t.Cleanup(m.Thaw)
-			const stall = 2 * time.Second
+			// 5 s, not less: on a loaded 2-core CI machine a MinIO HEAD
+			// took over 2 s, a false stall before anything was frozen.
+			const stall = 5 * time.Second
 			var stalledKey atomic.Value
 			r := newRig(t, c, m, func(cfg *cos.Config) {
 				cfg.StallTimeout = stall
