@@ -181,6 +181,42 @@ type storeOpts struct {
 	stallTimeout                                                      time.Duration
 }
 
+// secondStoreOpts configure the second site (docs/second-site.md): an
+// independent bucket, as a store URL (--second-store, store.ParseURL), and
+// its own credential, which no primary component holds: a mounted secret
+// (--second-credentials-dir) or the SECOND_-prefixed variables
+// (SECOND_COS_ACCESS_KEY_ID and SECOND_COS_SECRET_ACCESS_KEY, or
+// SECOND_COS_API_KEY). The primary's COS_* variables and secret are never
+// used for it, nor its variables for the primary.
+type secondStoreOpts struct {
+	url, credsDir string
+}
+
+// Environment variables of the second site.
+const (
+	envSecondStore    = "ETCD_RECOVERY_SECOND_STORE"
+	envSecondCredsDir = "SECOND_COS_CREDENTIALS_DIR"
+	// secondEnvPrefix prefixes the backend's credential variables for the
+	// second site: COS_ACCESS_KEY_ID is read as SECOND_COS_ACCESS_KEY_ID.
+	secondEnvPrefix = "SECOND_"
+)
+
+func (o *secondStoreOpts) flags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "second-store", EnvVars: []string{envSecondStore}, Destination: &o.url,
+			Usage: "the second site as a store URL, SCHEME://BUCKET[/PREFIX][?endpoint=URL&region=R&ca-file=PATH]: an independent bucket in another region; never with credentials in it"},
+		&cli.StringFlag{Name: "second-credentials-dir", EnvVars: []string{envSecondCredsDir}, TakesFile: true, Destination: &o.credsDir,
+			Usage: "the second site's mounted credentials secret (else SECOND_COS_ACCESS_KEY_ID/SECOND_COS_SECRET_ACCESS_KEY or SECOND_COS_API_KEY)"},
+	}
+}
+
+// configured reports whether a second site is given.
+func (o *secondStoreOpts) configured() bool { return o.url != "" }
+
+// secondGetenv reads the second site's credential variables: key with
+// secondEnvPrefix.
+func secondGetenv(key string) string { return os.Getenv(secondEnvPrefix + key) }
+
 // envStore is --store's environment variable.
 const envStore = "ETCD_RECOVERY_STORE"
 

@@ -46,6 +46,7 @@ import (
 //	<prefix>/_journal/<cluster-id>/proofs/<backup>.json        a journal proof (JournalProofKey; drill.ProveJournal writes it)
 //	<prefix>/_escrow/<cluster-id>/<address>.json.age           a cluster's escrow (EscrowKey; escrow.go)
 //	<prefix>/_restores/<run>/...                               a namespace-wide restore's records (fleetrestore.go)
+//	<prefix>/_replica/status.json                              a second site's copier status (ReplicaStatusKey; replica.go)
 //
 // The tool's own folders under the prefix start with '_', which no cluster
 // id can (ValidateClusterID). Older versions staged copies under
@@ -444,6 +445,12 @@ func (l Layout) Classify(key string) KeyInfo {
 	}
 	if r, ok := strings.CutPrefix(rest, escrowDir); ok {
 		return classifyEscrow(r)
+	}
+	if strings.HasPrefix(rest, replicaDir) {
+		if rest == replicaDir+replicaStatusObject {
+			return KeyInfo{Kind: KeyReplica}
+		}
+		return unknown
 	}
 	if strings.HasPrefix(rest, restoresDir) {
 		k, ok := l.ParseFleetRestoreKey(key)
