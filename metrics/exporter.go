@@ -78,6 +78,14 @@ type Options struct {
 	// rotated Secret is seen without a restart); nil, or a nil result, is
 	// no identity: then every encrypted backup is undecryptable.
 	Identities func() (*seal.Identities, error)
+	// SecondSite: the store is a second site (serve --second-site): the
+	// copier's status record is expected there, and a missing one is
+	// exported as such (replica.go). Without it the record is read when
+	// present.
+	SecondSite bool
+	// ReplicaInterval is the time between reads of a second site's status
+	// record besides each refresh (default DefaultReplicaInterval).
+	ReplicaInterval time.Duration
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
 	Log *slog.Logger
@@ -94,6 +102,10 @@ func (o Options) Validate() error {
 		return fmt.Errorf("metrics: deadline %v: must be positive", o.Deadline)
 	case o.Jitter < 0 || o.Jitter >= 1:
 		return fmt.Errorf("metrics: jitter %v: want 0 <= jitter < 1", o.Jitter)
+	case o.ReplicaInterval < 0:
+		return fmt.Errorf("metrics: replica interval %v: must be positive", o.ReplicaInterval)
+	case o.SecondSite && o.Store == nil:
+		return errors.New("metrics: a second site without a store")
 	case o.Parallel < 0:
 		return fmt.Errorf("metrics: parallel %d: want at least 1", o.Parallel)
 	case o.OrphanGrace != 0 && o.OrphanGrace < prune.MinOrphanGrace:
@@ -120,6 +132,12 @@ type Exporter struct {
 	// restoreRuns caches the restore run records read (restorerun.go);
 	// only the refresh, one at a time, uses it.
 	restoreRuns restoreRunCache
+
+	// replica is a second site's copier status (replica.go; under mu),
+	// replicaReads its reads by result; replicaMu orders the reads.
+	replicaMu    sync.Mutex
+	replica      *ReplicaState
+	replicaReads map[string]uint64
 }
 
 // New builds an exporter; it refreshes only when asked (Refresh, Run).
@@ -142,6 +160,9 @@ func New(opts Options) (*Exporter, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.ReplicaInterval == 0 {
+		opts.ReplicaInterval = DefaultReplicaInterval
+	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
@@ -149,7 +170,7 @@ func New(opts Options) (*Exporter, error) {
 	for _, s := range Steps {
 		errs[s] = 0
 	}
-	return &Exporter{opts: opts, snap: &Snapshot{}, errs: errs}, nil
+	return &Exporter{opts: opts, snap: &Snapshot{}, errs: errs, replicaReads: map[string]uint64{}}, nil
 }
 
 // Snapshot is the last refresh's snapshot (empty before the first).
@@ -249,6 +270,11 @@ func (r *refresh) gather(ctx context.Context) {
 	if e.opts.Store != nil {
 		wg.Go(func() {
 			r.sr = e.readStore(ctx, r.fail)
+		})
+		wg.Go(func() {
+			if err := e.readReplica(ctx); err != nil {
+				r.fail(StepReadReplica, err)
+			}
 		})
 	}
 	if e.opts.Kube != nil {
@@ -718,6 +744,11 @@ func stagedStates(layout catalog.Layout, objs []store.ObjectInfo) []StagedState 
 // ends. A failed refresh is logged and counted; the next one runs on
 // schedule.
 func (e *Exporter) Run(ctx context.Context) {
+	if e.opts.Store != nil {
+		done := make(chan struct{})
+		defer func() { <-done }()
+		go func() { defer close(done); e.runReplica(ctx) }()
+	}
 	for {
 		if err := e.Refresh(ctx); err != nil && ctx.Err() == nil {
 			e.opts.Log.Warn("refresh failed", "error", err.Error())
@@ -784,7 +815,10 @@ func (e *Exporter) Describe(ch chan<- *prometheus.Desc) {
 		descJournalProofFailed, descJournalProofTimestamp, descJournalLastRevision, descJournalLastReceived,
 		descJournalGaps, descJournalGapTimestamp, descEscrowState, descEscrowUsable, descCertificateNotAfter,
 		descRestoreRunInfo, descRestoreRunInProgress, descRestoreRunKilled, descRestoreRunClusters, descRestoreRunStarted,
-		descRestoreRunDeadline, descRestoreRunEnded, descRestoreRunExpected} {
+		descRestoreRunDeadline, descRestoreRunEnded, descRestoreRunExpected,
+		descSecondSiteStatusValid, descSecondSiteStatusUpdated, descSecondSiteSynced, descSecondSiteJournalSynced,
+		descSecondSitePendingObjects, descSecondSitePendingBytes, descSecondSiteVerifyFailures,
+		descSecondSiteCopiedObjects, descSecondSiteCopiedBytes, descSecondSiteStatusReads} {
 		ch <- d
 	}
 }
@@ -792,10 +826,14 @@ func (e *Exporter) Describe(ch chan<- *prometheus.Desc) {
 // Collect sends the last snapshot as const metrics.
 func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 	e.mu.RLock()
-	snap, lastSuccess := e.snap, e.lastSuccess
+	snap, lastSuccess, replica := e.snap, e.lastSuccess, e.replica
 	errs := make(map[string]uint64, len(e.errs))
 	for k, v := range e.errs {
 		errs[k] = v
+	}
+	reads := make(map[string]uint64, len(e.replicaReads))
+	for k, v := range e.replicaReads {
+		reads[k] = v
 	}
 	e.mu.RUnlock()
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
@@ -823,6 +861,8 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 		gauge(descStagedOldest, unixSeconds(s.Oldest), s.Cluster)
 	}
 	collectRestoreRun(gauge, snap.RestoreRun, e.opts.Now())
+	collectReplica(gauge, replica)
+	collectReplicaCounters(ch, replica, reads)
 	if !snap.At.IsZero() {
 		gauge(descRefreshDuration, snap.Duration.Seconds())
 	}

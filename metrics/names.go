@@ -62,10 +62,11 @@ const (
 	StepCheckDecrypt  = "check_decrypt"  // the identity file or an encrypted backup's header could not be read
 	StepReadLocks     = "read_locks"     // the bucket's object-lock configuration or a newest backup's retention could not be read
 	StepReadRestores  = "read_restores"  // a record of the newest namespace-wide restore run could not be read (restorerun.go)
+	StepReadReplica   = "read_replica"   // a second site's copier status record could not be read (a store failure; replica.go)
 )
 
 // Steps are every refresh step, in order.
-var Steps = []string{StepListClusters, StepInspect, StepListStore, StepReadManifests, StepReadDrills, StepOrphans, StepCheckDecrypt, StepReadLocks, StepReadRestores}
+var Steps = []string{StepListClusters, StepInspect, StepListStore, StepReadManifests, StepReadDrills, StepOrphans, StepCheckDecrypt, StepReadLocks, StepReadRestores, StepReadReplica}
 
 // Orphan state label values of etcd_recovery_orphan_info: the orphan pass's
 // states (prune.OrphanWaiting, ...) as label values.
@@ -115,7 +116,7 @@ var (
 	descRefreshDuration = prometheus.NewDesc(NameRefreshDuration,
 		"Duration of the last refresh in seconds.", nil, nil)
 	descRefreshErrors = prometheus.NewDesc(NameRefreshErrors,
-		"Refresh steps that failed, by step (list_clusters, inspect, list_store, read_manifests, read_drills, orphans, check_decrypt, read_locks, read_restores).", []string{"step"}, nil)
+		"Refresh steps that failed, by step (list_clusters, inspect, list_store, read_manifests, read_drills, orphans, check_decrypt, read_locks, read_restores, read_replica).", []string{"step"}, nil)
 	descRefreshLastSuccess = prometheus.NewDesc(NameRefreshLastSuccess,
 		"Time (unix seconds) the last refresh with no failed step finished; absent until one did.", nil, nil)
 

@@ -18,6 +18,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/prune"
 	"github.com/armada/etcd-recovery/internal/seal"
+	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/metrics"
 )
 
@@ -30,6 +31,7 @@ type serveOpts struct {
 	parallel                               int
 	interval, refreshTimeout, probeTimeout time.Duration
 	orphanGrace                            time.Duration
+	storeOnly, secondSite                  bool
 }
 
 // serveCommand is the exporter the toolkit Deployment runs.
@@ -47,7 +49,11 @@ func serveCommand(g *globalOpts) *cli.Command {
 			"Only the namespace's EtcdClusters are clusters (etcd_recovery_cluster_info); a cluster id with backups and no\n" +
 			"EtcdCluster is an orphan (etcd_recovery_orphan_info, with the orphan pass's state for --orphan-grace).\n" +
 			"On each refresh, the age header of each cluster's newest encrypted backup is opened with --identity-file\n" +
-			"(read again each refresh; one ranged read of the snapshot object): etcd_recovery_backup_undecryptable.",
+			"(read again each refresh; one ranged read of the snapshot object): etcd_recovery_backup_undecryptable.\n\n" +
+			"--store-only: no Kubernetes API at all (no kubeconfig, no in-cluster config): the clusters are the cluster ids\n" +
+			"of the bucket's listing, and the metrics are what the bucket alone tells (backups, drills, the journal window).\n" +
+			"A second site's copier status (<prefix>/_replica/status.json) is read every 30 s and exported\n" +
+			"(etcd_recovery_second_site_*); --second-site says the bucket is one, so a missing record is exported as such.",
 		Flags: concat(o.store.flags(), o.kube.flags(), []cli.Flag{
 			&cli.StringFlag{Name: "listen", Value: ":9090", EnvVars: []string{"ETCD_RECOVERY_LISTEN"}, Usage: listenUsage, Destination: &o.listen},
 			&cli.DurationFlag{Name: "interval", Value: metrics.DefaultInterval, Usage: "time between refreshes (± 10% jitter)", Destination: &o.interval},
@@ -57,6 +63,10 @@ func serveCommand(g *globalOpts) *cli.Command {
 			o.etcd.dialTimeoutFlag(),
 			orphanGraceFlag(&o.orphanGrace),
 			identityFileFlag(&o.identityFile),
+			&cli.BoolFlag{Name: "store-only", Destination: &o.storeOnly,
+				Usage: "no Kubernetes API (no kubeconfig, no in-cluster config, no inspection): the clusters are the bucket's cluster ids; for the DR region, against the second site"},
+			&cli.BoolFlag{Name: "second-site", Destination: &o.secondSite,
+				Usage: "the store is a second site: the copier's status record _replica/status.json is expected there (missing or damaged: exported so, and the lag alert fires)"},
 		}),
 		Action: func(c *cli.Context) error { return runServe(c, g, o) },
 	}
@@ -90,13 +100,29 @@ func runServe(c *cli.Context, g *globalOpts, o *serveOpts) error {
 	if ids != nil && ids.Warning != "" {
 		log.Warn("identity file accepted with a remark", "identity_file", o.identityFile, "warning", ids.Warning)
 	}
-	k, err := e.kube(&o.kube)
-	if err != nil {
-		return err
+	var k *kube.Client
+	namespace := o.kube.namespace
+	if o.storeOnly {
+		// No client is built: nothing reads a kubeconfig or the pod's
+		// service account.
+		if c.IsSet("kubeconfig") {
+			return usagef("serve --store-only reads no Kubernetes API: --kubeconfig is not used")
+		}
+		if !o.store.configured() {
+			return usagef("serve --store-only: the store (--store, or --bucket) is required: it is all there is to export")
+		}
+	} else {
+		if k, err = e.kube(&o.kube); err != nil {
+			return err
+		}
+		namespace = k.Namespace
+	}
+	if o.secondSite && !o.store.configured() {
+		return usagef("serve --second-site: the store (--store, or --bucket) is required: it is the second site")
 	}
 	opts := metrics.Options{Kube: k, Interval: o.interval, Jitter: metrics.DefaultJitter,
 		Deadline: o.refreshTimeout, Parallel: o.parallel, ProbeTimeout: o.probeTimeout,
-		DialTimeout: o.etcd.dialTimeout, OrphanGrace: o.orphanGrace, Log: log}
+		DialTimeout: o.etcd.dialTimeout, OrphanGrace: o.orphanGrace, SecondSite: o.secondSite, Log: log}
 	if o.identityFile != "" {
 		opts.Identities = func() (*seal.Identities, error) { return loadIdentity(c, o.identityFile) }
 	}
@@ -115,8 +141,8 @@ func runServe(c *cli.Context, g *globalOpts, o *serveOpts) error {
 	}
 	srv := &http.Server{Handler: exp.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
 		WriteTimeout: 60 * time.Second, IdleTimeout: 2 * time.Minute}
-	log.Info("serving metrics", "listen", ln.Addr().String(), "namespace", k.Namespace, "store", o.store.where(c, opts.Layout),
-		"interval", opts.Interval, "refresh_timeout", opts.Deadline)
+	log.Info("serving metrics", "listen", ln.Addr().String(), "namespace", namespace, "store", o.store.where(c, opts.Layout),
+		"store_only", o.storeOnly, "second_site", o.secondSite, "interval", opts.Interval, "refresh_timeout", opts.Deadline)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	refreshed := make(chan struct{})
