@@ -260,6 +260,11 @@ func TestSecondSiteExporter(t *testing.T) {
 			}
 		}
 		secondSiteAlerts(t, body, w.now, map[string][]string{alertSecondSiteFailed: {""}})
+		// The dashboard's queries on the DR exporter's scrape: the second
+		// site's row returns data.
+		dashboardOnScrape(t, body, w.now, map[string]string{
+			"Clusters without any backup/A": "etcd-a and etcd-b have backups on the second site",
+		}, 20)
 	})
 
 	t.Run("Damaged", func(t *testing.T) {
