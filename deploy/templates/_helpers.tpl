@@ -74,3 +74,16 @@ minute); the sum stays within the hour.
 {{- end -}}
 {{- $_ := set .obj.spec "schedule" (join " " (prepend (rest $f) (toString $m))) -}}
 {{- end -}}
+
+{{/*
+er.secondStore: the second site's store URL .store (SCHEME://BUCKET[/PATH][?QUERY])
+with the namespace's prefix .prefix appended to its path: each
+namespace's copies are under its own prefix on the second site, as on
+the primary.
+*/}}
+{{- define "er.secondStore" -}}
+{{- $parts := splitn "?" 2 .store -}}
+{{- $url := printf "%s/%s" (trimSuffix "/" $parts._0) .prefix -}}
+{{- if $parts._1 }}{{ $url = printf "%s?%s" $url $parts._1 }}{{ end -}}
+{{- $url -}}
+{{- end -}}
