@@ -281,7 +281,8 @@ func (c *Comparison) Table() output.Table {
 				row[4] = "unavailable"
 			}
 			if sw.Site == Second && cs.GapRevisions != nil {
-				row[5] = fmt.Sprintf("%d revisions, %s", *cs.GapRevisions, output.Age(time.Duration(*cs.GapSeconds*float64(time.Second))))
+				n := *cs.GapRevisions
+				row[5] = fmt.Sprintf("%d %s, %s", n, output.Plural(int(n), "revision", "revisions"), output.Age(time.Duration(*cs.GapSeconds*float64(time.Second))))
 			}
 			t.Rows = append(t.Rows, row)
 		}
