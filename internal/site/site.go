@@ -1,6 +1,7 @@
 // Package site chooses the site a reader reads: the primary bucket, or the
 // second site (an independent bucket the copier fills with the primary's
-// key layout under its own prefix, docs/second-site.md), by a mode:
+// key layout under its own prefix; docs/restore.md#reading-the-second-site),
+// by a mode:
 //
 //   - primary: the primary, as every command read it before a second site
 //     existed;
