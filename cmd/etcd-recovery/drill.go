@@ -14,6 +14,7 @@ import (
 type drillCmdOpts struct {
 	etcd                                         etcdOpts
 	store                                        storeOpts
+	site                                         siteOpts
 	kube                                         kubeOpts
 	clusterID, backup, output, pushgateway       string
 	etcdBinDir, tempDir, identityFile            string
@@ -44,7 +45,7 @@ func drillCommand(g *globalOpts) *cli.Command {
 			"An encrypted backup (age) needs --identity-file: drill it where the identity is (the toolkit pod, or a drill Job\n" +
 			"of its own); the drill that follows a scheduled backup drills the plaintext the backup streamed instead.\n" +
 			"The exit is 1 when any drill fails, naming the cluster, the backup and the failing check.",
-		Flags: concat(o.etcd.flags(true), o.store.flags(), o.kube.flags(), []cli.Flag{
+		Flags: concat(o.etcd.flags(true), o.store.flags(), o.site.flags(), o.kube.flags(), []cli.Flag{
 			clusterIDFlag(&o.clusterID),
 			backupFlag(&o.backup),
 			allFlag(&o.all),
@@ -114,9 +115,11 @@ func runDrill(c *cli.Context, g *globalOpts, o *drillCmdOpts) error {
 	if err := one.Validate(); err != nil {
 		return usagef("drill: %w", err)
 	}
-	if one.Store, one.Layout, err = e.openStore(&o.store, nil); err != nil {
+	ch, err := e.openSite(&o.site, &o.store, nil)
+	if err != nil {
 		return err
 	}
+	one.Store, one.Layout, one.NoRecord = ch.Store, ch.Layout, one.NoRecord || drillNoRecord(e, ch)
 	rep, err := drill.RunNewest(e.ctx(), one)
 	pushDrills(e, o.pushgateway, o.kube.namespace, rep) // --pushgateway (serve.go); a failed push is only logged
 	if rep != nil && (len(rep.Clusters) > 0 || err == nil) {

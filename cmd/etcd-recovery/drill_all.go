@@ -3,6 +3,7 @@ package main
 import (
 	"github.com/armada/etcd-recovery/drill"
 	"github.com/armada/etcd-recovery/fleet"
+	"github.com/armada/etcd-recovery/internal/site"
 )
 
 // drill --all: every cluster id under the prefix, or every EtcdCluster of
@@ -20,18 +21,21 @@ func runDrillAll(e *env, o *drillCmdOpts, tmpl drill.Options, parallel int, kube
 		return err
 	}
 	var err error
+	var ch site.Chosen
 	if kubeForm {
 		k, err := e.kube(&o.kube)
 		if err != nil {
 			return err
 		}
-		if opts.Template.Store, opts.Template.Layout, err = e.openStore(&o.store, k); err != nil {
+		if ch, err = e.openSite(&o.site, &o.store, k); err != nil {
 			return err
 		}
 		opts.Kube = k
-	} else if opts.Template.Store, opts.Template.Layout, err = e.openStore(&o.store, nil); err != nil {
+	} else if ch, err = e.openSite(&o.site, &o.store, nil); err != nil {
 		return err
 	}
+	opts.Template.Store, opts.Template.Layout = ch.Store, ch.Layout
+	opts.Template.NoRecord = opts.Template.NoRecord || drillNoRecord(e, ch)
 	rep, err := fleet.DrillAll(e.ctx(), opts)
 	pushDrills(e, o.pushgateway, o.kube.namespace, rep) // --pushgateway (serve.go); a failed push is only logged
 	if rep != nil && (len(rep.Clusters) > 0 || err == nil) {

@@ -18,6 +18,7 @@ import (
 type inspectOpts struct {
 	etcd                                                 etcdOpts
 	store                                                storeOpts
+	site                                                 siteOpts
 	kube                                                 kubeOpts
 	clusterID, cluster, identityFile, output             string
 	all                                                  bool
@@ -46,7 +47,7 @@ func inspectCommand(g *globalOpts) *cli.Command {
 			"--all --prune, with --orphan-grace) deletes its backups, or why it won't; read-only (-o json: \"orphans\").\n\n" +
 			"Exit codes: 0 HEALTHY, 1 DEGRADED, 2 QUORUM LOST, 3 UNREACHABLE (with --all: the worst cluster's),\n" +
 			"4 usage or configuration error.",
-		Flags: concat(o.etcd.flags(true), o.store.flags(), o.kube.flags(), []cli.Flag{
+		Flags: concat(o.etcd.flags(true), o.store.flags(), o.site.flags(), o.kube.flags(), []cli.Flag{
 			clusterIDFlag(&o.clusterID),
 			allFlag(&o.all),
 			clusterFlag(&o.cluster),
@@ -113,7 +114,7 @@ func runInspect(c *cli.Context, g *globalOpts, o *inspectOpts) error {
 	}
 	// The object store is optional: backup freshness is checked with
 	// --bucket (or --store).
-	if o.store.configured() {
+	if o.site.storeGiven(&o.store) {
 		opts.ClusterID = o.clusterID
 		if opts.ClusterID == "" {
 			return usagef("inspect: --bucket needs --cluster-id to check the cluster's backups")
@@ -122,10 +123,11 @@ func runInspect(c *cli.Context, g *globalOpts, o *inspectOpts) error {
 		if err := opts.Validate(); err != nil {
 			return err
 		}
-		if opts.Store, opts.Layout, err = e.openStore(&o.store, nil); err != nil {
+		ch, err := e.openSite(&o.site, &o.store, nil)
+		if err != nil {
 			return err
 		}
-		opts.Location = o.store.where(e.c, opts.Layout)
+		opts.Store, opts.Layout, opts.Location = ch.Store, ch.Layout, o.site.where(e.c, ch, &o.store)
 	}
 	rep, err := inspect.Run(e.ctx(), opts)
 	if err != nil {
@@ -160,11 +162,12 @@ func runInspectKube(e *env, o *inspectOpts, tmpl inspect.Options) error {
 	}
 	// The object store is optional, as for one cluster: with --bucket (or
 	// --store).
-	if o.store.configured() {
-		if tmpl.Store, tmpl.Layout, err = e.openStore(&o.store, k); err != nil {
+	if o.site.storeGiven(&o.store) {
+		ch, err := e.openSite(&o.site, &o.store, k)
+		if err != nil {
 			return err
 		}
-		tmpl.Location = o.store.where(e.c, tmpl.Layout)
+		tmpl.Store, tmpl.Layout, tmpl.Location = ch.Store, ch.Layout, o.site.where(e.c, ch, &o.store)
 	}
 	opts := fleet.InspectAllOptions{Kube: k, Parallel: o.parallel, Template: tmpl, DialTimeout: o.etcd.dialTimeout,
 		Orphans: cluster == "", OrphanGrace: o.orphanGrace}

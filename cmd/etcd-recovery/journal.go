@@ -90,6 +90,7 @@ func journalCommand(g *globalOpts) *cli.Command {
 // journalFindOpts are journal find's flags.
 type journalFindOpts struct {
 	store                                               storeOpts
+	site                                                siteOpts
 	clusterID, key, prefix, since, identityFile, output string
 	matchPrefix                                         bool
 }
@@ -108,7 +109,7 @@ func journalFindCommand(g *globalOpts) *cli.Command {
 			"it); --match-prefix makes it a prefix, as etcdctl's --prefix (--prefix is the store's, --key etcd's TLS key).\n" +
 			"Restore to the revision just before a bad change with `restore --to-revision`. --since T (RFC 3339, or a\n" +
 			"duration before now: 2h) leaves out changes received before T (to within 100 ms).",
-		Flags: concat(o.store.flags(), []cli.Flag{
+		Flags: concat(o.store.flags(), o.site.flags(), []cli.Flag{
 			clusterIDFlag(&o.clusterID),
 			&cli.StringFlag{Name: "exact-key", Usage: "the key to look for, instead of the KEY argument (--key is etcd's TLS key)", Destination: &o.key},
 			&cli.StringFlag{Name: "key-prefix", Usage: "look for every key under this prefix, instead of KEY --match-prefix (--prefix is the store's)", Destination: &o.prefix},
@@ -204,10 +205,11 @@ func runJournalFind(c *cli.Context, g *globalOpts, o *journalFindOpts) error {
 	if err != nil {
 		return err
 	}
-	st, layout, err := e.openStore(&o.store, nil)
+	chosen, err := e.openSite(&o.site, &o.store, nil)
 	if err != nil {
 		return err
 	}
+	st, layout := chosen.Store, chosen.Layout
 	ctx := e.ctx()
 	src := journal.NewSource(st, layout, o.clusterID, ids)
 	segs, err := journal.ListSegments(ctx, st, layout, o.clusterID, 0)

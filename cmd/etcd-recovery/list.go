@@ -17,6 +17,7 @@ const defaultProbeTimeout = 3 * time.Second
 // listOpts are list's flags.
 type listOpts struct {
 	store                           storeOpts
+	site                            siteOpts
 	policy                          policyOpts
 	clusterID, output, identityFile string
 	timeout                         time.Duration
@@ -32,7 +33,7 @@ func listCommand(g *globalOpts) *cli.Command {
 			"its restore drill (passed, FAILED, never, unreadable; what it restored) and why retention keeps or deletes it; " +
 			"with --identity-file, whether the identity opens each encrypted backup (DECRYPTS); " +
 			"then the restorable window (a WINDOW line: from the oldest backup's revision to the newest journaled one, the journal's lag and gaps)",
-		Flags: concat(o.store.flags(), []cli.Flag{clusterIDFlag(&o.clusterID), outputFlag(&o.output), timeoutFlag(&o.timeout),
+		Flags: concat(o.store.flags(), o.site.flags(), []cli.Flag{clusterIDFlag(&o.clusterID), outputFlag(&o.output), timeoutFlag(&o.timeout),
 			identityFileFlag(&o.identityFile), includeDeletedFlag(&o.includeDeleted), journalRetentionFlag(&o.journalRetention)}, o.policy.flags()),
 		Action: func(c *cli.Context) error { return runList(c, g, o) },
 	}
@@ -62,9 +63,11 @@ func runList(c *cli.Context, g *globalOpts, o *listOpts) error {
 	if err := opts.Validate(); err != nil {
 		return err
 	}
-	if opts.Store, opts.Layout, err = e.openStore(&o.store, nil); err != nil {
+	ch, err := e.openSite(&o.site, &o.store, nil)
+	if err != nil {
 		return err
 	}
+	opts.Store, opts.Layout = ch.Store, ch.Layout
 	t, err := e.withTimeout(o.timeout, nil)
 	if err != nil {
 		return err

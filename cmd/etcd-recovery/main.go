@@ -157,6 +157,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		Commands: []*cli.Command{
 			backupCommand(g),
 			listCommand(g),
+			sitesCommand(g),
 			pruneCommand(g),
 			deleteCommand(g),
 			inspectCommand(g),

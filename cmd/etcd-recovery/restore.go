@@ -12,6 +12,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/internal/seal"
+	"github.com/armada/etcd-recovery/internal/site"
 	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/restore"
 	"github.com/armada/etcd-recovery/restore/survivor"
@@ -24,6 +25,7 @@ const defaultVerifyTimeout = 5 * time.Minute
 type restoreOpts struct {
 	etcd                                              etcdOpts
 	store                                             storeOpts
+	site                                              siteOpts
 	kube                                              kubeOpts
 	encryption                                        encryptionOpts
 	clusterID, backup, initialCluster, name, token    string
@@ -90,7 +92,7 @@ func restoreCommand(g *globalOpts) *cli.Command {
 			"Services (same nodePorts and cluster IPs) and the EtcdCluster (paused) are created, then restored as above.\n" +
 			"An existing object that differs refuses the rebuild unless --replace; --dry-run lists each object.\n" +
 			"A backup whose escrow is not usable is refused, naming its state; --escrow-from BACKUP uses another's.",
-		Flags: concat(o.etcd.flags(false), o.store.flags(), o.kube.flags(), []cli.Flag{
+		Flags: concat(o.etcd.flags(false), o.store.flags(), o.site.flags(), o.kube.flags(), []cli.Flag{
 			clusterIDFlag(&o.clusterID),
 			backupFlag(&o.backup),
 			&cli.BoolFlag{Name: "no-live", Usage: "do not snapshot a surviving member first", Destination: &o.noLive},
@@ -210,11 +212,11 @@ func runRestore(c *cli.Context, g *globalOpts, o *restoreOpts) error {
 	if err := opts.Validate(); err != nil {
 		return usagef("restore: %w", err)
 	}
-	store, layout, err := e.openStore(&o.store, nil)
+	ch, err := e.openSite(&o.site, &o.store, nil)
 	if err != nil {
 		return err
 	}
-	opts.Store, opts.Layout = store, layout
+	opts.Store, opts.Layout = ch.Store, ch.Layout
 
 	ctx := e.ctx()
 	var t *runTimeout
@@ -243,6 +245,7 @@ func runRestore(c *cli.Context, g *globalOpts, o *restoreOpts) error {
 type restoreV2Opts struct {
 	etcd                                    etcdOpts
 	store                                   storeOpts
+	site                                    siteOpts
 	clusterID, backup, identityFile, output string
 	includeDeleted                          bool
 }
@@ -255,7 +258,7 @@ func restoreV2Command(g *globalOpts) *cli.Command {
 		Description: "Reads the v2 export of --backup (default: the backup restore would choose) and writes, through the\n" +
 			"v2 HTTP API of --endpoints (the new cluster, started with --enable-v2), only what differs: running it\n" +
 			"twice reports everything unchanged the second time. Keys whose TTL ran out since the backup are skipped.",
-		Flags: concat(o.etcd.flags(true), o.store.flags(), []cli.Flag{
+		Flags: concat(o.etcd.flags(true), o.store.flags(), o.site.flags(), []cli.Flag{
 			clusterIDFlag(&o.clusterID),
 			backupFlag(&o.backup),
 			identityFileFlag(&o.identityFile),
@@ -280,11 +283,11 @@ func runRestoreV2(c *cli.Context, g *globalOpts, o *restoreV2Opts) error {
 	if err := opts.Validate(); err != nil {
 		return usagef("restore v2: %w", err)
 	}
-	store, layout, err := e.openStore(&o.store, nil)
+	ch, err := e.openSite(&o.site, &o.store, nil)
 	if err != nil {
 		return err
 	}
-	opts.Store, opts.Layout = store, layout
+	opts.Store, opts.Layout = ch.Store, ch.Layout
 	rep, err := restore.RestoreV2(e.ctx(), opts)
 	if rep != nil && rep.Endpoint != "" {
 		if rerr := e.render(rep.Table(), rep); rerr != nil && err == nil {
@@ -457,10 +460,19 @@ func runRestoreViaOperator(e *env, o *restoreOpts, ids *seal.Identities, rs seal
 	if err != nil {
 		return err
 	}
-	if opts.Store, opts.Layout, err = e.openStore(&o.store, k); err != nil {
+	ch, err := e.openSite(&o.site, &o.store, k)
+	if err != nil {
 		return err
 	}
-	opts.Kube = k
+	opts.Store, opts.Layout, opts.Kube = ch.Store, ch.Layout, k
+	if ch.Site == site.Second {
+		// etcd-operator reads the staged copy where it is: the second
+		// site (with --aws-secret's credential, which must be that site's).
+		if loc, err = o.site.siteLocation(c, ch, &o.store); err != nil {
+			return err
+		}
+		opts.Bucket, opts.Endpoint = loc.Bucket, loc.Endpoint
+	}
 	ctx := e.ctx()
 	if pitr.any() {
 		// Point in time: the EtcdCluster's name is its cluster id in COS.

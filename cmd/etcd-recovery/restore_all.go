@@ -13,6 +13,8 @@ import (
 
 	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/site"
+	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/kube"
 )
 
@@ -22,6 +24,7 @@ import (
 // restoreAllOpts are restore-all's flags.
 type restoreAllOpts struct {
 	store                                    storeOpts
+	site                                     siteOpts
 	kube                                     kubeOpts
 	encryption                               encryptionOpts
 	namespaces, clusters, first              cli.StringSlice
@@ -63,7 +66,7 @@ func restoreAllCommand(g *globalOpts) *cli.Command {
 			"On a terminal a live table shows each cluster's step; otherwise one log line per step. The report lists each\n" +
 			"cluster's client URL and the NodePort of <id>-client-service-np: restart the kube-apiserver that uses it.\n" +
 			"Exit 0 when every cluster is restored, healthy or done; 1 when any failed; 130 when cancelled.",
-		Flags: concat(o.kube.flags(), o.store.flags(), []cli.Flag{
+		Flags: concat(o.kube.flags(), o.store.flags(), o.site.flags(), []cli.Flag{
 			&cli.StringSliceFlag{Name: "namespaces", Usage: "several namespaces (comma-separated, or repeated), restored under one --parallel limit; instead of --namespace", Destination: &o.namespaces},
 			&cli.StringFlag{Name: "prefix-template", Value: namespaceToken + "/", Usage: "restore-all --namespaces: each namespace's store prefix, " + namespaceToken + " (required) replaced by its name (the chart's default prefix <name>/); " +
 				"one namespace's is --prefix (COS_PREFIX) as given, empty: the bucket's root", Destination: &o.prefixTemplate},
@@ -161,13 +164,33 @@ func runRestoreAll(c *cli.Context, g *globalOpts, o *restoreAllOpts) error {
 	if err := opts.Validate(); err != nil {
 		return err
 	}
-	for _, ns := range namespaces {
+	if _, err := o.site.check("restore-all"); err != nil {
+		return err
+	}
+	// One site for the run: chosen on the first namespace (one check),
+	// then opened as it is for the others.
+	var ch site.Chosen
+	for i, ns := range namespaces {
 		k, err := e.kube(&kubeOpts{kubeconfig: o.kube.kubeconfig, namespace: ns})
 		if err != nil {
 			return err
 		}
-		st, layout, err := e.openStore(&o.store, k)
-		if err != nil {
+		var st store.Store
+		var layout catalog.Layout
+		if i == 0 {
+			if ch, err = e.openSite(&o.site, &o.store, k); err != nil {
+				return err
+			}
+			st, layout = ch.Store, ch.Layout
+			if ch.Site == site.Second {
+				// etcd-operator reads the staged copies where they are;
+				// the run's records go there too (never to the primary).
+				if loc, err = o.site.siteLocation(c, ch, &o.store); err != nil {
+					return err
+				}
+				opts.Template.Bucket, opts.Template.Endpoint = loc.Bucket, loc.Endpoint
+			}
+		} else if st, layout, err = e.reopen(ch, &o.site, &o.store, k); err != nil {
 			return err
 		}
 		// One namespace: its prefix is --prefix (COS_PREFIX) as given, the

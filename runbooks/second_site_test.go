@@ -1,0 +1,164 @@
+package runbooks
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/journal"
+	"github.com/armada/etcd-recovery/internal/objectio"
+	"github.com/armada/etcd-recovery/internal/testing/mdblocks"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testfix"
+)
+
+func init() {
+	scenarios = append(scenarios, struct {
+		name string
+		fn   scenarioFunc
+	}{"second-site", primaryGone})
+}
+
+const secondSite = "second-site.md"
+
+// primaryGone: a 1-member TLS etcd 3.5 whose full backup and journal (1 s
+// segments, a workload with a lease) sit on the second site (a MinIO
+// bucket, as the copier leaves it: the primary's layout), and whose
+// primary is gone (its endpoint a closed port); then every member lost.
+// The runbook's section runs: sites (the primary unreachable, the
+// second's window), restore --to-latest from the second site (plan, data
+// dirs), the member started, restore verify, inspect HEALTHY, and the
+// return's sites. The restored keyspace is exactly the source's at the
+// journal's last revision (every key's value, create and mod revision,
+// version and lease).
+func primaryGone(t *testing.T, rb mdblocks.Set) {
+	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, TLS: true, Members: 1})
+	cli := c.Client(t)
+	testenv.PutKeys(t, cli, "/registry/configmaps/", 50, 64)
+	f := mdblocks.NewFixture(t, c.PKI, c.Endpoints())
+	ctx := testfix.Context(t, 3*time.Minute)
+	base := f.Backup(t, ctx, c, backup.Options{V2: backup.V2Off})
+	cctx, stopCapture := context.WithCancel(ctx)
+	defer stopCapture()
+	capDone := make(chan error, 1)
+	go func() {
+		capDone <- journal.Capture(cctx, journal.CaptureOptions{Client: c.Client(t), ClusterID: f.ID,
+			BaseBackup: base.Name, BaseRev: base.Revision(), Store: f.Store, Layout: f.Layout,
+			Encoding: objectio.Encoding{Compression: objectio.CompressZstd}, SegmentInterval: time.Second})
+	}()
+	lease, err := cli.Grant(ctx, 600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		testenv.PutKeys(t, cli, fmt.Sprintf("/registry/pods/w%d-", i), 10, 64)
+		if _, err := cli.Put(ctx, fmt.Sprintf("/registry/leases/l%d", i), "held", clientv3.WithLease(lease.ID)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cli.Put(ctx, "/registry/configmaps/key000001", fmt.Sprint("over-", i)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(400 * time.Millisecond)
+	}
+	r, err := cli.Get(ctx, "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	top := r.Header.Revision
+	want := dumpAt(t, ctx, cli, top)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		segs, err := journal.ListSegments(ctx, f.Store, f.Layout, f.ID, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(segs.All); n > 0 && segs.All[n-1].LastRev >= top {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the journal of %s does not reach %d", f.ID, top)
+		}
+	}
+	stopCapture()
+	if err := <-capDone; err != nil {
+		t.Fatalf("the journal: %v", err)
+	}
+	for _, m := range c.Members {
+		m.Kill()
+		if err := os.RemoveAll(m.DataDir); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The second site is the fixture's bucket; the primary is gone.
+	m := f.MinIO
+	second := filepath.Join(t.TempDir(), "second-credentials")
+	if err := os.Mkdir(second, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range map[string]string{"access_key_id": m.AccessKey, "secret_access_key": m.SecretKey} {
+		if err := os.WriteFile(filepath.Join(second, name), []byte(v+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.Vars["second-store"] = fmt.Sprintf("s3://%s/%s?endpoint=%s&region=%s", f.Bucket, f.Layout.Prefix, url.QueryEscape(m.Endpoint), m.Region)
+	f.Vars["second-credentials-dir"] = second
+	f.Vars["cos-endpoint"] = fmt.Sprintf("http://127.0.0.1:%d", testenv.FreePort(t))
+	f.Vars["bucket"] = "primary-gone"
+	f.Vars["members"] = "1"
+
+	s := newScenario(t, rb, f.Vars)
+	// The shell has run the section's export block (each block runs in
+	// a shell of its own).
+	s.ExtraEnv = append(s.ExtraEnv, "ETCD_RECOVERY_SECOND_STORE="+f.Vars["second-store"], "SECOND_COS_CREDENTIALS_DIR="+second)
+	eps := newMembers(t, s, 1, f.ID+"-from-second", "restored")
+	verifyLine := regexp.MustCompile(`--min-revision (\d+) --expect-keys (\d+) --expect-members`)
+	s.After = func(r mdblocks.Result) {
+		if m := verifyLine.FindStringSubmatch(r.Output); m != nil {
+			s.Vars["min-revision"], s.Vars["expect-keys"] = m[1], m[2]
+		}
+	}
+	rs := s.Run(secondSite + "#the-primary-region-or-bucket-is-gone")
+	sites := mdblocks.One(t, rs, "etcd-recovery sites", 0)
+	mdblocks.MustContain(t, sites, "unreachable", "second", base.Name, "primary-gone")
+	mdblocks.MustContain(t, mdblocks.One(t, rs, "--dry-run", 0), fmt.Sprintf("Latest (--to-latest): revision %d (received ", top), base.Name)
+	mdblocks.MustContain(t, mdblocks.One(t, rs, "restore verify", 0), "live keys, as in the snapshot")
+	mdblocks.MustContain(t, mdblocks.One(t, rs, "etcd-recovery inspect", 0), "HEALTHY")
+	mdblocks.MustContain(t, mdblocks.One(t, rs, "etcd-recovery sites", -1), "unreachable", base.Name)
+
+	ncli := mdblocks.ClusterAt(c.PKI, eps).Client(t)
+	got := dumpAt(t, ctx, ncli, 0)
+	if len(got) != len(want) {
+		t.Errorf("restored %d keys, the source had %d at revision %d", len(got), len(want), top)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: restored %q, the source at %d %q", k, got[k], top, v)
+		}
+	}
+	if ttl, err := ncli.TimeToLive(ctx, lease.ID); err != nil || ttl.TTL <= 0 {
+		t.Errorf("the lease on the restored cluster: %+v %v", ttl, err)
+	}
+}
+
+// dumpAt is every key with value, create and mod revision, version and
+// lease at rev (0: the newest).
+func dumpAt(t *testing.T, ctx context.Context, cli *clientv3.Client, rev int64) map[string]string {
+	t.Helper()
+	resp, err := cli.Get(ctx, "", clientv3.WithPrefix(), clientv3.WithRev(rev))
+	if err != nil {
+		t.Fatalf("dump at %d: %v", rev, err)
+	}
+	out := map[string]string{}
+	for _, kv := range resp.Kvs {
+		out[string(kv.Key)] = fmt.Sprintf("value=%q create=%d mod=%d version=%d lease=%x", kv.Value, kv.CreateRevision, kv.ModRevision, kv.Version, kv.Lease)
+	}
+	return out
+}
