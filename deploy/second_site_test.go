@@ -24,7 +24,7 @@ import (
 
 // The second site's pieces of the chart (deploy/second-site/).
 const (
-	secondSiteSecret = "etcd-recovery-second-site"
+	secondSiteSecret = "etcd-recovery-second-credentials"
 	copierKind       = "Deployment/etcd-recovery-replicate"
 	copierSA         = "etcd-recovery-replicate"
 	drExporterKind   = "Deployment/etcd-recovery-dr-exporter"
@@ -107,7 +107,7 @@ func envOf(c corev1.Container, name string) (string, bool) {
 func TestChartSecondSite(t *testing.T) {
 	t.Parallel()
 	all := kubetest.KubxNamespaces(18)
-	want := append(plainObjects(t), "ServiceAccount/"+copierSA, copierKind)
+	want := append(plainObjects(t), "ConfigMap/etcd-recovery-second-site", "ServiceAccount/"+copierSA, copierKind)
 	slices.Sort(want)
 
 	t.Run("Copier", func(t *testing.T) {
@@ -144,8 +144,15 @@ func TestChartSecondSite(t *testing.T) {
 				t.Errorf("%s: the copier reaches the age identity (%v): it copies sealed bytes, never opens them", ns, refs)
 			}
 			c := cp.Containers[0]
-			if u, _ := envOf(c, "ETCD_RECOVERY_SECOND_STORE"); u != "s3://etcd-backups-dr/"+ns+"?endpoint=https://s3.eu-de.example:9443&region=eu-de" {
-				t.Errorf("%s: the copier's ETCD_RECOVERY_SECOND_STORE %q: want the second site under the namespace's prefix %s/", ns, u, ns)
+			cm := find(objs, "ConfigMap", "etcd-recovery-second-site")
+			u, _, _ := unstructured.NestedString(cm.Object, "data", "ETCD_RECOVERY_SECOND_STORE")
+			if u != "s3://etcd-backups-dr/"+ns+"?endpoint=https://s3.eu-de.example:9443&region=eu-de" {
+				t.Errorf("%s: ETCD_RECOVERY_SECOND_STORE %q: want the second site under the namespace's prefix %s/", ns, u, ns)
+			}
+			if !slices.ContainsFunc(c.EnvFrom, func(e corev1.EnvFromSource) bool {
+				return e.ConfigMapRef != nil && e.ConfigMapRef.Name == "etcd-recovery-second-site"
+			}) {
+				t.Errorf("%s: the copier does not read the ConfigMap etcd-recovery-second-site", ns)
 			}
 			if d, _ := envOf(c, "SECOND_COS_CREDENTIALS_DIR"); d == "" || !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == d && m.ReadOnly }) {
 				t.Errorf("%s: SECOND_COS_CREDENTIALS_DIR %q is not a read-only mount of the copier", ns, d)
@@ -160,7 +167,7 @@ func TestChartSecondSite(t *testing.T) {
 		}
 		for _, ns := range []string{"kubx-etcd-01"} {
 			for _, o := range renderFleet(t, kubetest.FleetValues(ns), []string{ns}).perNS[ns] {
-				if b, _ := json.Marshal(o.Object); strings.Contains(string(b), secondSiteSecret) || strings.Contains(string(b), "replicate") {
+				if b, _ := json.Marshal(o.Object); strings.Contains(string(b), secondSiteSecret) || strings.Contains(string(b), "second-site") || strings.Contains(string(b), "replicate") {
 					t.Errorf("secondSite off: %s %s names the second site", o.GetKind(), o.GetName())
 				}
 			}
