@@ -35,7 +35,7 @@ const (
 // secondSiteValues are values for namespaces with the copier on.
 func secondSiteValues(namespaces ...string) map[string]any {
 	v := kubetest.FleetValues(namespaces...)
-	v["secondSite"] = map[string]any{"enabled": true, "store": secondSiteStore}
+	v["secondSite"] = map[string]any{"enabled": true, "store": secondSiteStore, "lockMode": "compliance"}
 	return v
 }
 
@@ -149,6 +149,9 @@ func TestChartSecondSite(t *testing.T) {
 			if u != "s3://etcd-backups-dr/"+ns+"?endpoint=https://s3.eu-de.example:9443&region=eu-de" {
 				t.Errorf("%s: ETCD_RECOVERY_SECOND_STORE %q: want the second site under the namespace's prefix %s/", ns, u, ns)
 			}
+			if m, _, _ := unstructured.NestedString(cm.Object, "data", "ETCD_RECOVERY_SECOND_LOCK_MODE"); m != "compliance" {
+				t.Errorf("%s: ETCD_RECOVERY_SECOND_LOCK_MODE %q, want secondSite.lockMode's compliance", ns, m)
+			}
 			if !slices.ContainsFunc(c.EnvFrom, func(e corev1.EnvFromSource) bool {
 				return e.ConfigMapRef != nil && e.ConfigMapRef.Name == "etcd-recovery-second-site"
 			}) {
@@ -248,9 +251,13 @@ func TestChartSecondSite(t *testing.T) {
 			{"DR without a store", "", "secondSite.store is required", true},
 			{"credentials in the URL", "s3://key:secret@bucket", "store", false},
 			{"not a store URL", "https://bucket", "store", false},
+			{"unknown lock mode", "s3://bucket", "lockMode", false},
 		} {
 			v := secondSiteValues("kubx-etcd-01")
 			v["secondSite"].(map[string]any)["store"] = c.store
+			if c.want == "lockMode" {
+				v["secondSite"].(map[string]any)["lockMode"] = "governence"
+			}
 			if c.dr {
 				v["dr"] = map[string]any{"enabled": true}
 			}
