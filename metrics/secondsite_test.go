@@ -195,13 +195,11 @@ func TestSecondSiteExporter(t *testing.T) {
 		defer func() { stopRun(); run.Wait() }()
 
 		// Running: the exported time advances with the copier's.
+		// (0 until the first refresh read the record: no series yet.)
 		updated := func() (float64, []byte) {
 			t.Helper()
 			mfs, body := scrape(t, e)
-			v, ok := value(mfs, metrics.NameSecondSiteStatusUpdated)
-			if !ok {
-				t.Fatalf("no %s", metrics.NameSecondSiteStatusUpdated)
-			}
+			v, _ := value(mfs, metrics.NameSecondSiteStatusUpdated)
 			return v, body
 		}
 		waitFor(t, 10*time.Second, "a first record read", func() bool { v, _ := updated(); return v > 0 })
@@ -209,7 +207,7 @@ func TestSecondSiteExporter(t *testing.T) {
 		waitFor(t, 10*time.Second, "the exported status time to advance", func() bool { v, _ := updated(); return v > first })
 		v, body := updated()
 		at := time.Now()
-		if lag := at.Sub(time.Unix(0, int64(v*1e9))); lag > 2*time.Second {
+		if lag := at.Sub(time.Unix(0, int64(v*1e9))); lag > 5*time.Second {
 			t.Errorf("running: the exported status is %v old, want within the copier's and the exporter's periods", lag)
 		}
 		mfs, _ := scrape(t, e)
