@@ -120,6 +120,33 @@ func (e *env) openStore(o *storeOpts, k *kube.Client) (store.Store, catalog.Layo
 	return st, catalog.Layout{Prefix: prefix}, nil
 }
 
+// openSecondStore opens the second site (--second-store) with its own
+// credential (--second-credentials-dir, or the SECOND_-prefixed
+// variables: secondGetenv), never the primary's, and with no Kubernetes
+// fallback: the primary's secret is never read for it. Its errors are
+// usage errors (exit 4).
+func (e *env) openSecondStore(o *secondStoreOpts) (store.Store, catalog.Layout, error) {
+	if !o.configured() {
+		return nil, catalog.Layout{}, usagef("%s: --second-store (%s) is required", e.c.Command.FullName(), envSecondStore)
+	}
+	cfg, err := store.ParseURL(o.url)
+	if err != nil {
+		return nil, catalog.Layout{}, usagef("--second-store: %v", err)
+	}
+	prefix, err := catalog.ValidatePrefix(cfg.Prefix)
+	if err != nil {
+		return nil, catalog.Layout{}, usagef("--second-store's prefix: %v", err)
+	}
+	if err := validateEndpoint("--second-store's endpoint=", cfg.Endpoint); err != nil {
+		return nil, catalog.Layout{}, asUsage(err)
+	}
+	st, err := store.OpenURL(e.ctx(), o.url, store.Config{CredentialsDir: o.credsDir, Getenv: secondGetenv, MaxRetries: 5})
+	if err != nil {
+		return nil, catalog.Layout{}, asUsage(err)
+	}
+	return st, catalog.Layout{Prefix: prefix}, nil
+}
+
 // runTimeout is the run bounded by --timeout: its context, and the words
 // for an error the deadline (not a signal) caused.
 type runTimeout struct {
