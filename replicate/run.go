@@ -125,7 +125,7 @@ func (c *copier) scanLoop(ctx context.Context) {
 		}
 		failed := len(p.Errors) > 0
 		c.noteRound(p.Errors)
-		if err := c.writeStatus(ctx); err != nil {
+		if err := c.writeStatus(ctx); err != nil && !failed {
 			c.log.Warn("replicate: status record", "err", err)
 		}
 		if !sleep(ctx, min(b.next(failed), c.o.ScanInterval)) {
@@ -178,7 +178,9 @@ func (c *copier) statusLoop(ctx context.Context) {
 			c.log.Warn(fmt.Sprintf("replicate: second site behind by %d objects, oldest pending since %s", n, oldest.UTC().Format(time.RFC3339)),
 				"pending", n, "oldest", oldest, "err", lastErr)
 		}
-		if err := c.writeStatus(ctx); err != nil && ctx.Err() == nil {
+		// While a site fails, the line above says so: a failed status
+		// write is not logged again each time.
+		if err := c.writeStatus(ctx); err != nil && ctx.Err() == nil && lastErr == nil {
 			c.log.Warn("replicate: status record", "err", err)
 		}
 	}
