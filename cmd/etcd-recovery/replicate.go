@@ -46,7 +46,7 @@ func replicateCommand(g *globalOpts) *cli.Command {
 				Usage: "scan the whole prefix (backups, escrow, records, new clusters) this often"},
 			&cli.DurationFlag{Name: "status-every", EnvVars: []string{"ETCD_RECOVERY_REPLICATE_STATUS_EVERY"}, Value: replicate.DefaultStatusEvery, Destination: &o.statusEvery,
 				Usage: "write the status record on the second site this often (and after each full scan)"},
-			&cli.IntFlag{Name: "parallel", EnvVars: []string{"ETCD_RECOVERY_REPLICATE_PARALLEL"}, Value: replicate.DefaultParallel, Destination: &o.parallel,
+			&cli.IntFlag{Name: "copy-parallel", EnvVars: []string{"ETCD_RECOVERY_REPLICATE_PARALLEL"}, Value: replicate.DefaultParallel, Destination: &o.parallel,
 				Usage: "objects copied at once by the journal polls (and as many by the full scan)"},
 			&cli.BoolFlag{Name: "once", Destination: &o.once, Usage: "one full pass, then exit (1 when anything is not copied)"},
 			&cli.StringFlag{Name: "copier", EnvVars: []string{"POD_NAME"}, Destination: &o.copier,
@@ -81,7 +81,7 @@ func runReplicate(c *cli.Context, g *globalOpts, o *replicateOpts) error {
 		return err
 	}
 	if o.parallel < 1 {
-		return usagef("replicate: --parallel %d: want 1 or more", o.parallel)
+		return usagef("replicate: --copy-parallel %d: want 1 or more", o.parallel)
 	}
 	if c.IsSet("output") && !o.once {
 		return usagef("replicate: -o is --once's (the loop reports by its log and status record)")
