@@ -49,7 +49,8 @@ func (c *copier) fullPass(ctx context.Context) Pass {
 		c.mu.Unlock()
 	}
 	c.log.Info("replicate: full pass", "copied", p.Copied, "bytes", p.CopiedBytes, "already", p.Already,
-		"failures", len(p.Failures), "errors", len(p.Errors), "took", p.Finished.Sub(p.Started).Round(time.Millisecond))
+		"failures", len(p.Failures), "errors", len(p.Errors), "read_back_bytes", p.VerifyBytes,
+		"read_back", time.Duration(p.VerifySeconds*float64(time.Second)).Round(time.Millisecond), "took", p.Finished.Sub(p.Started).Round(time.Millisecond))
 	return p
 }
 
