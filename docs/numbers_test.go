@@ -22,6 +22,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/metrics"
+	"github.com/armada/etcd-recovery/replicate"
 	"github.com/armada/etcd-recovery/restore"
 )
 
@@ -396,6 +397,10 @@ func TestDocFlagDefaults(t *testing.T) {
 		{[]string{"inspect"}, "journal-lag-bound", d(inspect.DefaultJournalLagBound), "", ""},
 		{[]string{"restore-all"}, "cluster-timeout", d(fleet.DefaultClusterTimeout), "docs/flags.md", `\[--cluster-timeout (\w+)\]`},
 		{[]string{"restore-all"}, "fixed-cost", d(fleet.DefaultRestoreFixedCost), "docs/flags.md", `\[--fixed-cost (\w+)\]`},
+		{[]string{"replicate"}, "journal-interval", d(replicate.DefaultJournalInterval), "docs/second-site.md", "`--journal-interval` \\(default (\\w+)\\)"},
+		{[]string{"replicate"}, "scan-interval", d(replicate.DefaultScanInterval), "docs/second-site.md", "`--scan-interval` \\(default (\\w+)\\)"},
+		{[]string{"replicate"}, "status-every", d(replicate.DefaultStatusEvery), "docs/second-site.md", "`--status-every` \\(default (\\w+)\\)"},
+		{[]string{"replicate"}, "copy-parallel", strconv.Itoa(replicate.DefaultParallel), "docs/flags.md", `\[--copy-parallel (\d+)\] \[--second-lock-mode`},
 	}
 	helps := map[string]string{}
 	for _, c := range checks {

@@ -166,6 +166,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			drillCommand(g),
 			serveCommand(g),
 			journalCommand(g),
+			replicateCommand(g),
 			versionCommand(g),
 			completionCommand(),
 		},

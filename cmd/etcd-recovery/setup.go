@@ -120,11 +120,15 @@ func (e *env) openStore(o *storeOpts, k *kube.Client) (store.Store, catalog.Layo
 	return st, catalog.Layout{Prefix: prefix}, nil
 }
 
-// openSecondStore opens the second site (--second-store, store.OpenURL)
-// with its own credential: --second-credentials-dir, else the SECOND_
-// variables (secondGetenv); never the primary's, and no Kubernetes
-// fallback. Its errors are usage errors (exit 4).
+// openSecondStore opens the second site (--second-store) with its own
+// credential (--second-credentials-dir, or the SECOND_-prefixed
+// variables: secondGetenv), never the primary's, and with no Kubernetes
+// fallback: the primary's secret is never read for it. Its errors are
+// usage errors (exit 4).
 func (e *env) openSecondStore(o *secondStoreOpts) (store.Store, catalog.Layout, error) {
+	if !o.configured() {
+		return nil, catalog.Layout{}, usagef("%s: --second-store (%s) is required", e.c.Command.FullName(), envSecondStore)
+	}
 	cfg, err := store.ParseURL(o.url)
 	if err != nil {
 		return nil, catalog.Layout{}, usagef("--second-store: %v", err)
@@ -136,7 +140,7 @@ func (e *env) openSecondStore(o *secondStoreOpts) (store.Store, catalog.Layout, 
 	if err := validateEndpoint("--second-store's endpoint=", cfg.Endpoint); err != nil {
 		return nil, catalog.Layout{}, asUsage(err)
 	}
-	st, err := store.OpenURL(e.ctx(), o.url, store.Config{CredentialsDir: o.credsDir, Getenv: secondGetenv, MaxRetries: -1})
+	st, err := store.OpenURL(e.ctx(), o.url, store.Config{CredentialsDir: o.credsDir, Getenv: secondGetenv, MaxRetries: 5})
 	if err != nil {
 		return nil, catalog.Layout{}, asUsage(err)
 	}

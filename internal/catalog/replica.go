@@ -108,21 +108,37 @@ type ReplicaCluster struct {
 	NewestBackup string `json:"newestBackup,omitempty"`
 	// Pending objects of this cluster not yet on the second site.
 	Pending int `json:"pending,omitempty"`
+	// JournalLastSegment is the key (on the primary) of the newest
+	// segment copied and verified: every segment before it in key order
+	// was too when the record was written. A copier that restarts lists
+	// the journal only after it.
+	JournalLastSegment string `json:"journalLastSegment,omitempty"`
 }
 
 // WriteReplicaStatus replaces the status record (a plain Put: the one
 // object the copier rewrites).
 func WriteReplicaStatus(ctx context.Context, st store.Store, l Layout, s ReplicaStatus) error {
-	s.Version = ReplicaStatusVersion
-	b, err := json.MarshalIndent(s, "", "  ")
+	b, err := EncodeReplicaStatus(s)
 	if err != nil {
-		return fmt.Errorf("replica status: %w", err)
+		return err
 	}
 	key := l.ReplicaStatusKey()
-	if _, err := st.Put(ctx, key, bytes.NewReader(append(b, '\n'))); err != nil {
+	if _, err := st.Put(ctx, key, bytes.NewReader(b)); err != nil {
 		return fmt.Errorf("replica status %s: %w", key, err)
 	}
 	return nil
+}
+
+// EncodeReplicaStatus is the status record's bytes (its format version
+// set), as WriteReplicaStatus stores them: for a writer that holds the
+// second site through a narrower interface than store.Store.
+func EncodeReplicaStatus(s ReplicaStatus) ([]byte, error) {
+	s.Version = ReplicaStatusVersion
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("replica status: %w", err)
+	}
+	return append(b, '\n'), nil
 }
 
 // ReadReplicaStatus reads the status record: store.ErrNotFound (wrapped)

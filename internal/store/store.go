@@ -58,7 +58,8 @@
 // Optional abilities are separate interfaces, found by a type assertion:
 // Conditional (create only if absent), Multipart (list and abort unfinished
 // multipart uploads), KeyUploadLister (Multipart's exact-key listing),
-// Ranger (read part of an object), Checker (reachability, up front),
+// Ranger (read part of an object), AfterLister (list only the keys after a
+// key), Checker (reachability, up front),
 // Locker (object lock: the bucket's lock configuration, writes with a
 // retention, a version's retention) and Versioner (a versioned bucket's
 // versions and delete markers: list, read and remove exact versions). A
@@ -93,6 +94,7 @@ import (
 	"io"
 	"io/fs"
 	"net"
+	"sort"
 	"strconv"
 	"syscall"
 	"time"
@@ -208,6 +210,32 @@ func RangeOfGet(ctx context.Context, st Store, key string, offset, length int64)
 		io.Reader
 		io.Closer
 	}{io.LimitReader(body, length), body}, nil
+}
+
+// AfterLister is implemented by stores that can list only the keys after
+// a given one (S3: ListObjectsV2's StartAfter), so that a poll of a folder
+// whose keys grow in order (a journal's segments) reads only what is new.
+// ListAfterOf is the same for a store without it.
+type AfterLister interface {
+	// ListAfter is List of the objects under prefix whose key sorts after
+	// startAfter ("": every one), in ascending key order (op "list", the
+	// prefix named).
+	ListAfter(ctx context.Context, prefix, startAfter string) ([]ObjectInfo, error)
+}
+
+// ListAfterOf lists the objects under prefix whose key sorts after
+// startAfter: the store's AfterLister when it has one, else its List with
+// the earlier keys dropped.
+func ListAfterOf(ctx context.Context, st Store, prefix, startAfter string) ([]ObjectInfo, error) {
+	if al, ok := st.(AfterLister); ok {
+		return al.ListAfter(ctx, prefix, startAfter)
+	}
+	objs, err := st.List(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	i := sort.Search(len(objs), func(i int) bool { return objs[i].Key > startAfter })
+	return objs[i:], nil
 }
 
 // Checker is implemented by stores that can verify, before any work starts,

@@ -100,6 +100,7 @@ var (
 	_ store.KeyUploadLister = (*Store)(nil)
 	_ store.Checker         = (*Store)(nil)
 	_ store.Ranger          = (*Store)(nil)
+	_ store.AfterLister     = (*Store)(nil)
 	_ store.Locker          = (*Store)(nil)
 	_ store.Versioner       = (*Store)(nil)
 )
@@ -584,14 +585,23 @@ func (b *getBody) Close() error {
 // List returns every object under prefix, in key order, or an error: never
 // a partial listing.
 func (s *Store) List(ctx context.Context, prefix string) ([]store.ObjectInfo, error) {
+	return s.ListAfter(ctx, prefix, "")
+}
+
+// ListAfter implements store.AfterLister: ListObjectsV2 with StartAfter.
+func (s *Store) ListAfter(ctx context.Context, prefix, startAfter string) ([]store.ObjectInfo, error) {
 	ctx, wd, stop := s.watch(ctx, "list", prefix)
 	defer stop()
 	var out []store.ObjectInfo
-	err := s.s3.ListObjectsV2PagesWithContext(ctx, &s3.ListObjectsV2Input{
+	in := &s3.ListObjectsV2Input{
 		Bucket:  aws.String(s.cfg.Bucket),
 		Prefix:  aws.String(prefix),
 		MaxKeys: aws.Int64(1000),
-	}, func(page *s3.ListObjectsV2Output, _ bool) bool {
+	}
+	if startAfter != "" {
+		in.StartAfter = aws.String(startAfter)
+	}
+	err := s.s3.ListObjectsV2PagesWithContext(ctx, in, func(page *s3.ListObjectsV2Output, _ bool) bool {
 		for _, o := range page.Contents {
 			out = append(out, store.ObjectInfo{
 				Key:          aws.StringValue(o.Key),

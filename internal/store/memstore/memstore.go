@@ -77,6 +77,7 @@ var (
 	_ store.KeyUploadLister = (*Store)(nil)
 	_ store.Checker         = (*Store)(nil)
 	_ store.Ranger          = (*Store)(nil)
+	_ store.AfterLister     = (*Store)(nil)
 	_ store.Locker          = (*Store)(nil)
 	_ store.Versioner       = (*Store)(nil)
 )
@@ -306,13 +307,18 @@ func (b *body) Close() error { return nil }
 
 // List implements store.Store.
 func (s *Store) List(ctx context.Context, prefix string) ([]store.ObjectInfo, error) {
+	return s.ListAfter(ctx, prefix, "")
+}
+
+// ListAfter implements store.AfterLister.
+func (s *Store) ListAfter(ctx context.Context, prefix, startAfter string) ([]store.ObjectInfo, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fail("list", prefix, err)
 	}
 	s.mu.Lock()
 	out := []store.ObjectInfo{}
 	for k := range s.objects {
-		if o := s.live(k); o != nil && strings.HasPrefix(k, prefix) {
+		if o := s.live(k); o != nil && strings.HasPrefix(k, prefix) && k > startAfter {
 			out = append(out, store.ObjectInfo{Key: k, Size: int64(len(o.data)), LastModified: o.mod})
 		}
 	}

@@ -15,7 +15,8 @@
 //     store.ErrExists.
 //
 // A call stops at once when its context ends. The wrapper always has
-// Conditional (the inner store's, or Put when it has none), Multipart (an
+// AfterLister (the inner store's, or its List filtered), Conditional
+// (the inner store's, or Put when it has none), Multipart (an
 // inner store without it has no uploads), Ranger (a Get cut to the range
 // when the inner store has none), Checker (nil when the inner store has
 // none), and Locker and Versioner (lock.go: PutWith repeated as Put is,
@@ -50,6 +51,7 @@ var (
 	_ store.Multipart   = (*Store)(nil)
 	_ store.Checker     = (*Store)(nil)
 	_ store.Ranger      = (*Store)(nil)
+	_ store.AfterLister = (*Store)(nil)
 )
 
 // Wrap returns inner with retries.
@@ -157,6 +159,17 @@ func (s *Store) List(ctx context.Context, prefix string) ([]store.ObjectInfo, er
 	var out []store.ObjectInfo
 	err := s.do(ctx, func() (err error) {
 		out, err = s.inner.List(ctx, prefix)
+		return err
+	})
+	return out, err
+}
+
+// ListAfter implements store.AfterLister: the inner store's, or its List
+// with the earlier keys dropped (store.ListAfterOf); repeated as List is.
+func (s *Store) ListAfter(ctx context.Context, prefix, startAfter string) ([]store.ObjectInfo, error) {
+	var out []store.ObjectInfo
+	err := s.do(ctx, func() (err error) {
+		out, err = store.ListAfterOf(ctx, s.inner, prefix, startAfter)
 		return err
 	})
 	return out, err

@@ -30,7 +30,7 @@ import (
 const module = "github.com/armada/etcd-recovery"
 
 // features are the product packages (and everything under them).
-var features = []string{"backup", "restore", "drill", "inspect", "kube", "fleet", "metrics", "cmd"}
+var features = []string{"backup", "restore", "drill", "inspect", "kube", "fleet", "metrics", "replicate", "cmd"}
 
 // apart are the feature packages that must not depend on another feature
 // package, directly or through another package (docs/architecture.md's
@@ -47,6 +47,7 @@ var apart = map[string][]string{
 	"inspect":        {"backup", "restore", "drill", "kube", "fleet", "metrics"},
 	"kube":           {"drill", "fleet", "metrics"},
 	"fleet":          {"metrics"},
+	"replicate":      {"backup", "restore", "drill", "inspect", "kube", "fleet", "metrics"},
 }
 
 // inner is the order of the shared packages under internal/ (through

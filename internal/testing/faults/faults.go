@@ -46,7 +46,8 @@
 // Calls records every call for assertions (e.g. how many snapshot Puts a
 // backup made: a store fault must not be retried on another member).
 //
-// Capabilities: a Store always has Conditional (PutIfAbsent is the inner
+// Capabilities: a Store always has AfterLister (the inner store's, or its
+// List filtered; an OpList fault matches it), Conditional (PutIfAbsent is the inner
 // store's, or its Put when the inner store has none), Multipart (an inner
 // store without it has no uploads: none are listed, aborting is a no-op),
 // KeyUploadLister only through Multipart's ListUploads, Ranger (the inner
@@ -191,6 +192,7 @@ var (
 	_ store.Multipart   = (*Store)(nil)
 	_ store.Checker     = (*Store)(nil)
 	_ store.Ranger      = (*Store)(nil)
+	_ store.AfterLister = (*Store)(nil)
 )
 
 // Wrap returns a Store around inner with no faults. Injected errors name
@@ -528,6 +530,18 @@ func (s *Store) List(ctx context.Context, prefix string) ([]store.ObjectInfo, er
 	var out []store.ObjectInfo
 	err := s.simple(ctx, OpList, prefix, func() (err error) {
 		out, err = s.inner.List(ctx, prefix)
+		return err
+	})
+	return out, err
+}
+
+// ListAfter implements store.AfterLister: the inner store's, or its List
+// with the earlier keys dropped (store.ListAfterOf). It takes OpList
+// faults, matched on the prefix.
+func (s *Store) ListAfter(ctx context.Context, prefix, startAfter string) ([]store.ObjectInfo, error) {
+	var out []store.ObjectInfo
+	err := s.simple(ctx, OpList, prefix, func() (err error) {
+		out, err = store.ListAfterOf(ctx, s.inner, prefix, startAfter)
 		return err
 	})
 	return out, err

@@ -96,6 +96,7 @@ func Run(t *testing.T, newStore func(t testing.TB) store.Store, opts ...Option) 
 		{"List", s.list, false},
 		{"ListEmptyPrefix", s.listEmptyPrefix, false},
 		{"ListNothing", s.listNothing, false},
+		{"ListAfter", s.listAfter, false},
 		{"Delete", s.delete, false},
 		{"Overwrite", s.overwrite, false},
 		{"PutIfAbsent", s.putIfAbsent, false},
@@ -292,6 +293,53 @@ func (s *suite) listNothing(t *testing.T, st store.Store, p string) {
 	objs, err := st.List(ctxT(t), p+"nothing/")
 	if err != nil || len(objs) != 0 {
 		t.Errorf("List of an empty prefix: %v, %v; want no objects and no error", objs, err)
+	}
+}
+
+// listAfter: the keys under a prefix after a key, in key order, through
+// the store's AfterLister when it has one (store.ListAfterOf otherwise).
+func (s *suite) listAfter(t *testing.T, st store.Store, p string) {
+	keys := []string{p + "seg/0003", p + "seg/0001", p + "seg/0002", p + "seg/gaps/0002", p + "seg0", p + "other"}
+	for i, k := range keys {
+		put(t, st, k, data(int64(i+1), byte(i)))
+	}
+	listAfter := func(prefix, after string) []string {
+		t.Helper()
+		objs, err := store.ListAfterOf(ctxT(t), st, prefix, after)
+		if err != nil {
+			t.Fatalf("ListAfter %q after %q: %v", prefix, after, err)
+		}
+		if al, ok := st.(store.AfterLister); ok {
+			direct, err := al.ListAfter(ctxT(t), prefix, after)
+			if err != nil || !slices.Equal(keysOf(direct), keysOf(objs)) {
+				t.Fatalf("AfterLister.ListAfter %q after %q = %q, %v; ListAfterOf %q", prefix, after, keysOf(direct), err, keysOf(objs))
+			}
+		}
+		for _, o := range objs {
+			if o.Size == 0 || o.LastModified.IsZero() {
+				t.Errorf("ListAfter %q: %s without size or time", prefix, o.Key)
+			}
+		}
+		return keysOf(objs)
+	}
+	seg := p + "seg/"
+	for _, c := range []struct {
+		after string
+		want  []string
+	}{
+		{"", []string{seg + "0001", seg + "0002", seg + "0003", seg + "gaps/0002"}},
+		{seg + "0001", []string{seg + "0002", seg + "0003", seg + "gaps/0002"}},
+		{seg + "00015", []string{seg + "0002", seg + "0003", seg + "gaps/0002"}}, // a key that does not exist
+		{seg + "0003", []string{seg + "gaps/0002"}},
+		{seg + "gaps/0002", []string{}},
+		{p + "a", []string{seg + "0001", seg + "0002", seg + "0003", seg + "gaps/0002"}}, // before the prefix
+	} {
+		if got := listAfter(seg, c.after); !slices.Equal(got, c.want) && !(len(got) == 0 && len(c.want) == 0) {
+			t.Errorf("ListAfter %q after %q = %q, want %q", seg, c.after, got, c.want)
+		}
+	}
+	if got := listAfter(p+"nothing/", ""); len(got) != 0 {
+		t.Errorf("ListAfter of an empty prefix = %q", got)
 	}
 }
 

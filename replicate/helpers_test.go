@@ -1,0 +1,190 @@
+package replicate_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/journal"
+	"github.com/armada/etcd-recovery/internal/objectio"
+	"github.com/armada/etcd-recovery/internal/store"
+	"github.com/armada/etcd-recovery/internal/store/cos"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testfix"
+	"github.com/armada/etcd-recovery/replicate"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// rig is two regions: the primary, a bucket on the shared MinIO, and the
+// second site, a bucket on a MinIO server of the test's own (which the
+// test may stop), each with its own prefix.
+type rig struct {
+	pm, sm  *testenv.MinIO
+	primary store.Store
+	second  store.Store
+	pl, sl  catalog.Layout
+}
+
+func newRig(tb testing.TB) *rig {
+	tb.Helper()
+	pm := testenv.SharedMinIO(tb)
+	sm := testenv.StartMinIO(tb)
+	return &rig{pm: pm, sm: sm,
+		primary: testfix.Store(tb, pm, pm.NewBucket(tb)),
+		second:  testfix.Store(tb, sm, sm.NewBucket(tb), func(c *cos.Config) { c.StallTimeout = 5 * time.Second }),
+		pl:      catalog.Layout{Prefix: testenv.Prefix(tb)}, sl: catalog.Layout{Prefix: "dr/" + testenv.Prefix(tb)}}
+}
+
+func (r *rig) opts(tb testing.TB) replicate.Options {
+	return replicate.Options{Primary: r.primary, PrimaryLayout: r.pl, Second: r.second, SecondLayout: r.sl,
+		Parallel: 4, Copier: tb.Name(), Log: testfix.Logger(tb)}
+}
+
+// dst is the second site's key of a primary key.
+func (r *rig) dst(key string) string {
+	return r.sl.RootPrefix() + strings.TrimPrefix(key, r.pl.RootPrefix())
+}
+
+// sums is every object under the layout's prefix and its sha256.
+func sums(tb testing.TB, st store.Store, l catalog.Layout) map[string]string {
+	tb.Helper()
+	objs, err := st.List(context.Background(), l.RootPrefix())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, o := range objs {
+		out[o.Key] = testfix.SHA256(testfix.ReadObject(tb, st, o.Key))
+	}
+	return out
+}
+
+// copyable is what of the primary must be on the second site: the
+// objects of committed backup folders, the escrows their manifests name,
+// journal segments, gap and proof records, the owner record.
+func (r *rig) copyable(tb testing.TB) map[string]string {
+	tb.Helper()
+	all := sums(tb, r.primary, r.pl)
+	committed := map[string]bool{}
+	for k := range all {
+		if ki := r.pl.Classify(k); ki.Kind == catalog.KeyBackup && ki.Object == catalog.ManifestObject {
+			committed[r.pl.BackupPrefix(ki.ClusterID, ki.Name)] = true
+		}
+	}
+	out := map[string]string{}
+	for k, sum := range all {
+		ki := r.pl.Classify(k)
+		switch ki.Kind {
+		case catalog.KeyBackup:
+			if !committed[r.pl.BackupPrefix(ki.ClusterID, ki.Name)] {
+				continue
+			}
+		case catalog.KeyJournal, catalog.KeyJournalGap, catalog.KeyJournalProof, catalog.KeyOwnerMarker, catalog.KeyEscrow:
+		default:
+			continue
+		}
+		out[r.dst(k)] = sum
+	}
+	return out
+}
+
+// checkSame fails tb unless the second site holds exactly the primary's
+// copyable objects (and the status record), each with the primary's
+// sha256; it returns how many.
+func (r *rig) checkSame(tb testing.TB) int {
+	tb.Helper()
+	want := r.copyable(tb)
+	got := sums(tb, r.second, r.sl)
+	delete(got, r.sl.ReplicaStatusKey())
+	if d := diff(want, got); d != "" {
+		tb.Fatalf("the second site differs from the primary: %s", d)
+	}
+	return len(want)
+}
+
+// diff names the keys two sets of sums disagree on ("" when none).
+func diff(want, got map[string]string) string {
+	var out []string
+	for k, s := range want {
+		switch g, ok := got[k]; {
+		case !ok:
+			out = append(out, "missing "+k)
+		case g != s:
+			out = append(out, fmt.Sprintf("%s: sha256 %s, want %s", k, g, s))
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			out = append(out, "extra "+k)
+		}
+	}
+	slices.Sort(out)
+	if len(out) > 6 {
+		out = append(out[:6], fmt.Sprintf("and %d more", len(out)-6))
+	}
+	return strings.Join(out, "; ")
+}
+
+// fakeBackup commits a backup folder of cluster id at t0 with a snapshot
+// of random bytes that its manifest names correctly (no etcd: the copier
+// reads bytes and hashes, not databases), and returns its manifest.
+func fakeBackup(tb testing.TB, st store.Store, l catalog.Layout, id string, t0 time.Time) *catalog.Manifest {
+	tb.Helper()
+	ctx := context.Background()
+	name := catalog.NewBackupName(t0, catalog.KindScheduled)
+	data := make([]byte, 4096)
+	rand.Read(data)
+	m := &catalog.Manifest{Format: catalog.ManifestFormat, ClusterID: id, Name: name, Kind: catalog.KindScheduled,
+		StartedAt: t0, FinishedAt: t0.Add(time.Second), ServerVersion: "3.5.0", RevisionBefore: 10, RevisionAfter: 10,
+		Snapshot: catalog.SnapshotInfo{Object: catalog.SnapshotObjectZstd, Compression: objectio.CompressZstd,
+			RawSize: 4096, RawSHA256: strings.Repeat("ab", 32), StoredSize: int64(len(data)), StoredSHA256: testfix.SHA256(data)}, ToolVersion: "test"}
+	put(tb, st, l.Key(id, name, catalog.StartedObject), []byte(t0.Format(time.RFC3339)))
+	put(tb, st, l.Key(id, name, m.Snapshot.Object), data)
+	b, err := catalog.MarshalManifest(m)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := st.Put(ctx, l.Key(id, name, catalog.ManifestObject), bytes.NewReader(b)); err != nil {
+		tb.Fatal(err)
+	}
+	return m
+}
+
+func put(tb testing.TB, st store.Store, key string, b []byte) {
+	tb.Helper()
+	if _, err := st.Put(context.Background(), key, bytes.NewReader(b)); err != nil {
+		tb.Fatalf("put %s: %v", key, err)
+	}
+}
+
+// segment writes cluster id's journal segment of a put at each revision
+// first..last (base backup base at revision 10).
+func segment(tb testing.TB, st store.Store, l catalog.Layout, id, base string, first, last int64) journal.SegmentInfo {
+	tb.Helper()
+	var evs []journal.Event
+	for r := first; r <= last; r++ {
+		evs = append(evs, journal.Event{Rev: r, Type: journal.Put, Key: []byte(fmt.Sprint("k", r)), Value: []byte("v"), CreateRev: r, Version: 1})
+	}
+	h := journal.Header{Format: journal.FormatVersion, ClusterID: id, BaseBackup: base, BaseRev: min(first-1, 10), FirstRev: first, LastRev: last,
+		Received: map[int64]int64{first: first * 100, last: last * 100}}
+	info, err := journal.WriteSegment(context.Background(), st, l, objectio.Encoding{Compression: objectio.CompressZstd}, h, evs)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return info
+}
+
+// record writes a small JSON record at key, create-only.
+func record(tb testing.TB, st store.Store, key string) {
+	tb.Helper()
+	if err := objectio.CreateRecord(context.Background(), st, key, map[string]any{"key": key, "time": time.Now()}, nil); err != nil {
+		tb.Fatal(err)
+	}
+}
