@@ -3,6 +3,9 @@ package metrics_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -22,11 +25,14 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/journal"
+	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 	"github.com/armada/etcd-recovery/metrics"
+	"github.com/armada/etcd-recovery/replicate"
 )
 
 // The second site's alerts, by their rule names.
@@ -130,11 +136,8 @@ func secondSiteAlerts(t *testing.T, body []byte, now time.Time, want map[string]
 
 // TestSecondSiteExporter: a store-only exporter (no Kubernetes client) of
 // a second site in a real MinIO bucket, its real scrape, and the second
-// site's alerts on it through promtool. While the copier writes its
-// status record (every 100 ms here, read every 50 ms), the exported time
-// advances and nothing pages; once it stops, the time stops, and 10 min
-// later EtcdRecoverySecondSiteLagging fires for the namespace (once, not
-// per cluster). A record naming failed copies fires
+// site's alerts on it through promtool (the copier running and stopping:
+// TestSecondSiteCopierStops). A record naming failed copies fires
 // EtcdRecoverySecondSiteCopyFailed. A missing record (the exporter told
 // the bucket is a second site) and a damaged one export 0 and page; a
 // primary bucket (no record, not told) exports no second-site series; a
@@ -167,71 +170,6 @@ func TestSecondSiteExporter(t *testing.T) {
 			t.Errorf("missing record: %s{result=missing} = %v (present %v), want 1", metrics.NameSecondSiteStatusReadTotal, v, ok)
 		}
 		secondSiteAlerts(t, body, w.now, map[string][]string{alertSecondSiteLagging: {""}})
-	})
-
-	t.Run("RunningThenStopped", func(t *testing.T) {
-		// The copier: a record every 100 ms, at the real clock.
-		copierCtx, stopCopier := context.WithCancel(ctx)
-		var copier sync.WaitGroup
-		copier.Go(func() {
-			tick := time.NewTicker(100 * time.Millisecond)
-			defer tick.Stop()
-			for {
-				w.write(t, w.status(time.Now().UTC(), 0))
-				select {
-				case <-copierCtx.Done():
-					return
-				case <-tick.C:
-				}
-			}
-		})
-		defer func() { stopCopier(); copier.Wait() }()
-		o := w.options(true)
-		o.ReplicaInterval = 50 * time.Millisecond
-		e := newExporter(t, o)
-		runCtx, stopRun := context.WithCancel(ctx)
-		var run sync.WaitGroup
-		run.Go(func() { e.Run(runCtx) })
-		defer func() { stopRun(); run.Wait() }()
-
-		// Running: the exported time advances with the copier's.
-		// (0 until the first refresh read the record: no series yet.)
-		updated := func() (float64, []byte) {
-			t.Helper()
-			mfs, body := scrape(t, e)
-			v, _ := value(mfs, metrics.NameSecondSiteStatusUpdated)
-			return v, body
-		}
-		waitFor(t, 10*time.Second, "a first record read", func() bool { v, _ := updated(); return v > 0 })
-		first, _ := updated()
-		waitFor(t, 10*time.Second, "the exported status time to advance", func() bool { v, _ := updated(); return v > first })
-		v, body := updated()
-		at := time.Now()
-		if lag := at.Sub(time.Unix(0, int64(v*1e9))); lag > 5*time.Second {
-			t.Errorf("running: the exported status is %v old, want within the copier's and the exporter's periods", lag)
-		}
-		mfs, _ := scrape(t, e)
-		if v, ok := value(mfs, metrics.NameSecondSiteJournalSynced, "cluster", "etcd-b"); !ok || v <= 0 {
-			t.Errorf("running: %s{etcd-b} = %v (present %v)", metrics.NameSecondSiteJournalSynced, v, ok)
-		}
-		secondSiteAlerts(t, body, at, map[string][]string{})
-
-		// Stopped: the exported time stops where the copier's last
-		// record left it; 10 min later (the same record, read again and
-		// again) the namespace pages, once.
-		stopCopier()
-		copier.Wait()
-		time.Sleep(300 * time.Millisecond) // several reads of the last record (every 50 ms)
-		last, _ := updated()
-		time.Sleep(300 * time.Millisecond)
-		again, body := updated()
-		if again != last {
-			t.Fatalf("stopped: the exported status time moved from %v to %v with no copier", last, again)
-		}
-		secondSiteAlerts(t, body, time.Now().Add(10*time.Minute), map[string][]string{alertSecondSiteLagging: {""}})
-		if n := e.Errors()[metrics.StepReadReplica]; n != 0 {
-			t.Errorf("%d failed reads of the status record", n)
-		}
 	})
 
 	t.Run("Failures", func(t *testing.T) {
@@ -447,4 +385,133 @@ func metricLabels(mf *dto.MetricFamily) []string {
 		out = append(out, strings.Join(ls, ","))
 	}
 	return out
+}
+
+// putVerifiableBackup writes a committed backup of cluster at t whose
+// manifest names its snapshot object's real size and sha256 (as backup
+// writes it; the copier verifies each copy against it).
+func putVerifiableBackup(t testing.TB, st store.Store, l catalog.Layout, cluster string, at time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	data := []byte("snapshot of " + cluster)
+	sum := sha256.Sum256(data)
+	name := catalog.BackupName(at, catalog.KindScheduled)
+	m := &catalog.Manifest{
+		Format: catalog.ManifestFormat, ClusterID: cluster, Name: name, Kind: catalog.KindScheduled,
+		StartedAt: at, FinishedAt: at.Add(20 * time.Second), ServerVersion: "3.5.35",
+		Source: catalog.Member{Name: "m0", ID: "8e9e05c52164694d", Endpoint: "https://10.0.0.1:2379"},
+		Snapshot: catalog.SnapshotInfo{Object: catalog.SnapshotObjectZstd, Compression: objectio.CompressZstd, RawSize: 4096,
+			RawSHA256: strings.Repeat("ab", 32), StoredSize: int64(len(data)), StoredSHA256: hex.EncodeToString(sum[:])},
+		RevisionBefore: 100, RevisionAfter: 100, ToolVersion: "test",
+	}
+	b, err := catalog.MarshalManifest(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []struct {
+		key  string
+		body []byte
+	}{{l.Key(cluster, name, catalog.StartedObject), []byte("started")}, {l.Key(cluster, name, catalog.SnapshotObjectZstd), data}, {l.Key(cluster, name, catalog.ManifestObject), b}} {
+		if _, err := st.Put(ctx, o.key, bytes.NewReader(o.body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestSecondSiteCopierStops: two MinIO servers play the two regions. The
+// real copier (replicate.Run; journal polls every 100 ms, a full pass
+// every 500 ms, its status every 200 ms) copies two clusters' backups and
+// a journal segment from the primary to the second site, and a store-only
+// exporter of the second site alone (no Kubernetes client; the record
+// read every 50 ms) exports its progress. While it runs, the exported
+// status time advances, each cluster's journal is synced, nothing failed
+// verification, and promtool on the real scrape fires neither second-site
+// alert. Once the copier stops, the exported time stops where its last
+// record left it, and promtool on that scrape 10 min later fires
+// EtcdRecoverySecondSiteLagging for the namespace, once (its clusters'
+// journals are as old and do not page each).
+func TestSecondSiteCopierStops(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t, 2*time.Minute)
+	pm, sm := testenv.SharedMinIO(t), testenv.StartMinIO(t)
+	primary, pl := testfix.Store(t, pm, pm.NewBucket(t)), catalog.Layout{Prefix: testenv.Prefix(t)}
+	second, sl := testfix.Store(t, sm, sm.NewBucket(t)), catalog.Layout{Prefix: "dr/" + testenv.Prefix(t)}
+	now := time.Now().UTC()
+	for _, id := range []string{"etcd-a", "etcd-b"} {
+		putVerifiableBackup(t, primary, pl, id, now.Add(-time.Hour))
+	}
+	h := journal.Header{Format: journal.FormatVersion, ClusterID: "etcd-a", BaseBackup: catalog.BackupName(now.Add(-time.Hour), catalog.KindScheduled), BaseRev: 100,
+		FirstRev: 101, LastRev: 101, Received: map[int64]int64{101: now.Add(-time.Minute).UnixMilli()}}
+	evs := []journal.Event{{Rev: 101, Type: journal.Put, Key: []byte("/registry/j1"), Value: []byte("v"), CreateRev: 101, Version: 1}}
+	if _, err := journal.WriteSegment(ctx, primary, pl, objectio.Encoding{Compression: objectio.CompressZstd}, h, evs); err != nil {
+		t.Fatal(err)
+	}
+
+	copierCtx, stopCopier := context.WithCancel(ctx)
+	copied := make(chan error, 1)
+	go func() {
+		copied <- replicate.Run(copierCtx, replicate.Options{Primary: primary, PrimaryLayout: pl, Second: second, SecondLayout: sl,
+			JournalInterval: 100 * time.Millisecond, ScanInterval: 500 * time.Millisecond, StatusEvery: 200 * time.Millisecond,
+			Copier: t.Name(), Log: testfix.Logger(t)})
+	}()
+	stopped := false
+	defer func() {
+		if !stopped {
+			stopCopier()
+			<-copied
+		}
+	}()
+	e := newExporter(t, metrics.Options{Store: second, Layout: sl, SecondSite: true, Interval: time.Hour, Deadline: 30 * time.Second,
+		ReplicaInterval: 50 * time.Millisecond})
+	runCtx, stopRun := context.WithCancel(ctx)
+	var run sync.WaitGroup
+	run.Go(func() { e.Run(runCtx) })
+	defer func() { stopRun(); run.Wait() }()
+
+	// (0 until a record was read: no series yet.)
+	updated := func() (float64, map[string]*dto.MetricFamily, []byte) {
+		t.Helper()
+		mfs, body := scrape(t, e)
+		v, _ := value(mfs, metrics.NameSecondSiteStatusUpdated)
+		return v, mfs, body
+	}
+	synced := func(mfs map[string]*dto.MetricFamily) bool {
+		for _, id := range []string{"etcd-a", "etcd-b"} {
+			if v, ok := value(mfs, metrics.NameSecondSiteJournalSynced, "cluster", id); !ok || v <= 0 {
+				return false
+			}
+		}
+		return true
+	}
+	start := time.Now()
+	waitFor(t, 30*time.Second, "the copier's record with both clusters synced", func() bool { v, mfs, _ := updated(); return v > 0 && synced(mfs) })
+	first, _, _ := updated()
+	waitFor(t, 10*time.Second, "the exported status time to advance", func() bool { v, _, _ := updated(); return v > first })
+	t.Logf("the copier's first record with both clusters synced, read by the exporter, %v after start", time.Since(start).Round(time.Millisecond))
+	v, mfs, body := updated()
+	at := time.Now()
+	if lag := at.Sub(time.Unix(0, int64(v*1e9))); lag > 5*time.Second {
+		t.Errorf("running: the exported status is %v old, want within the copier's and the exporter's periods", lag)
+	}
+	if f, ok := value(mfs, metrics.NameSecondSiteVerifyFailures); !ok || f != 0 {
+		t.Errorf("running: %s = %v (present %v), want 0", metrics.NameSecondSiteVerifyFailures, f, ok)
+	}
+	secondSiteAlerts(t, body, at, map[string][]string{})
+
+	stopCopier()
+	if err := <-copied; !errors.Is(err, context.Canceled) {
+		t.Fatalf("replicate.Run after its context ended: %v", err)
+	}
+	stopped = true
+	time.Sleep(300 * time.Millisecond) // several reads of the last record (every 50 ms)
+	last, _, _ := updated()
+	time.Sleep(300 * time.Millisecond)
+	again, _, body := updated()
+	if again != last {
+		t.Fatalf("stopped: the exported status time moved from %v to %v with no copier", last, again)
+	}
+	secondSiteAlerts(t, body, time.Now().Add(10*time.Minute), map[string][]string{alertSecondSiteLagging: {""}})
+	if n := e.Errors()[metrics.StepReadReplica]; n != 0 {
+		t.Errorf("%d failed reads of the status record", n)
+	}
 }
