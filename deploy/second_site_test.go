@@ -160,6 +160,9 @@ func TestChartSecondSite(t *testing.T) {
 			if d, _ := envOf(c, "SECOND_COS_CREDENTIALS_DIR"); d == "" || !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == d && m.ReadOnly }) {
 				t.Errorf("%s: SECOND_COS_CREDENTIALS_DIR %q is not a read-only mount of the copier", ns, d)
 			}
+			if img := chartImage(t); c.Image != img {
+				t.Errorf("%s: the copier runs %s, want the chart's %s", ns, c.Image, img)
+			}
 			if !slices.Contains(c.Args, "replicate") {
 				t.Errorf("%s: the copier's args %v do not run replicate", ns, c.Args)
 			}
@@ -346,4 +349,20 @@ func TestChartSecondSite(t *testing.T) {
 			}
 		}
 	})
+}
+
+// chartImage is deploy/values.yaml's image.repository@image.digest.
+func chartImage(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(kubetest.DeployPath(t, "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Image struct{ Repository, Digest string }
+	}
+	if err := yaml.Unmarshal(b, &v); err != nil || v.Image.Digest == "" {
+		t.Fatalf("deploy/values.yaml: image %+v: %v", v.Image, err)
+	}
+	return v.Image.Repository + "@" + v.Image.Digest
 }

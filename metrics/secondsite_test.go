@@ -364,6 +364,16 @@ func TestServeStoreOnly(t *testing.T) {
 	}
 	secondSiteAlerts(t, body, at, map[string][]string{})
 	secondSiteAlerts(t, body, at.Add(10*time.Minute), map[string][]string{alertSecondSiteLagging: {""}})
+	// Usage errors (exit 4): a kubeconfig it would not read, no store.
+	for _, args := range [][]string{
+		{"serve", "--store-only", "--kubeconfig", kubeconfig, "--bucket", w.bucket, "--listen", "127.0.0.1:0"},
+		{"serve", "--store-only", "--listen", "127.0.0.1:0"},
+		{"serve", "--second-site", "--listen", "127.0.0.1:0", "--kubeconfig", kubeconfig},
+	} {
+		if _, errOut, code := testfix.RunTool(t, ctx, testfix.Tool(t), nil, args...); code != 4 {
+			t.Errorf("etcd-recovery %v: exit %d, want 4 (usage)\n%s", args, code, errOut)
+		}
+	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
