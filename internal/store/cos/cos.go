@@ -915,11 +915,7 @@ func hint(err error) string {
 	case code == "AccessDenied" || status == http.StatusForbidden:
 		return "access denied: check the COS credentials and the bucket's policy"
 	}
-	var uerr x509.UnknownAuthorityError
-	if errors.As(err, &uerr) {
-		return "the COS endpoint's certificate is not trusted: pass its CA with --cos-ca-file"
-	}
-	return ""
+	return misconfiguration(err)
 }
 
 // sdkTransient classifies an SDK (or transport) error for the store
@@ -930,6 +926,9 @@ func hint(err error) string {
 // sdkError.Transient, which store.IsTransient consults.
 func sdkTransient(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, store.ErrExists) {
+		return false
+	}
+	if isMisconfigured(err) {
 		return false
 	}
 	if errors.Is(err, store.ErrStalled) || isReset(err) {

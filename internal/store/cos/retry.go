@@ -1,8 +1,11 @@
 package cos
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"io"
+	"net"
 	"strings"
 	"syscall"
 	"time"
@@ -32,6 +35,9 @@ func (r retryer) ShouldRetry(req *request.Request) bool {
 	if ctx := req.Context(); ctx != nil && ctx.Err() != nil {
 		return false
 	}
+	if isMisconfigured(req.Error) {
+		return false
+	}
 	if req.Retryable == nil && isReset(req.Error) {
 		return true
 	}
@@ -52,6 +58,49 @@ func (r retryer) RetryRules(req *request.Request) time.Duration {
 		return limit
 	}
 	return d
+}
+
+// isMisconfigured reports an error no retry can cure, because the
+// endpoint itself is wrong: its host name does not exist (an
+// authoritative "no such host", not a DNS server that fails to answer) or
+// its certificate does not verify (an unknown CA, another host's name, an
+// expired or invalid certificate). The SDK retries both as request errors;
+// retried, a typo in --cos-endpoint cost every call its full retry budget
+// and read as an outage (and --site auto would have read the second site
+// instead of saying what to fix). Such an error is permanent
+// (sdkTransient), and hint names the cause.
+func isMisconfigured(err error) bool {
+	return misconfiguration(err) != ""
+}
+
+// misconfiguration says what is wrong with the endpoint ("" when err is
+// not a misconfiguration: see isMisconfigured).
+func misconfiguration(err error) string {
+	for depth := 0; err != nil && depth < 16; depth++ {
+		var dns *net.DNSError
+		if errors.As(err, &dns) && dns.IsNotFound {
+			return "the COS endpoint's host name does not resolve (" + dns.Name + "): check --cos-endpoint"
+		}
+		var (
+			unknown  x509.UnknownAuthorityError
+			hostname x509.HostnameError
+			invalid  x509.CertificateInvalidError
+			verify   *tls.CertificateVerificationError
+		)
+		switch {
+		case errors.As(err, &unknown):
+			return "the COS endpoint's certificate is not trusted: pass its CA with --cos-ca-file"
+		case errors.As(err, &hostname), errors.As(err, &invalid), errors.As(err, &verify):
+			return "the COS endpoint's certificate does not verify: check --cos-endpoint and --cos-ca-file"
+		}
+		var aerr awserr.Error
+		if errors.As(err, &aerr) && aerr.OrigErr() != nil && aerr.OrigErr() != err {
+			err = aerr.OrigErr()
+			continue
+		}
+		err = errors.Unwrap(err)
+	}
+	return ""
 }
 
 // isReset reports whether err is a connection reset, a broken pipe or a
