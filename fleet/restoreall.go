@@ -184,7 +184,10 @@ type RestoreAllStep struct {
 
 // RestoreAllReport is what RestoreAll did (or, in a dry run, would do).
 type RestoreAllReport struct {
-	DryRun   bool   `json:"dryRun"`
+	DryRun bool `json:"dryRun"`
+	// Site is the store read when it is not the primary (the command's
+	// site choice: "second site", with why).
+	Site     string `json:"site,omitempty"`
 	Parallel int    `json:"parallel"`
 	Order    string `json:"order"`
 	// Runs are each namespace's run (new or resumed).

@@ -21,6 +21,9 @@ func ToTimeFlag(t time.Time) string {
 func (r *RestoreAllReport) Tables() []output.Table {
 	head := output.Table{}
 	var lines []string
+	if r.Site != "" {
+		lines = append(lines, "Read from the "+r.Site)
+	}
 	for _, w := range r.Warnings {
 		lines = append(lines, "WARNING: "+w)
 	}

@@ -20,6 +20,11 @@ type Options struct {
 	ClusterID string
 	Store     store.Store
 	Layout    catalog.Layout
+	// Site names the store when it is not the primary ("second site",
+	// with why it was read: internal/site's Chosen.Describe); it is in
+	// the report (Plan.Site), so no reader of the report can take a
+	// restore from the second site's copies for one from the primary.
+	Site string
 
 	// Old is the old cluster (--endpoints). When any member answers, a
 	// pre-restore snapshot of it is committed to the store first. No
@@ -325,7 +330,7 @@ func Resolve(ctx context.Context, opts Options) (*Config, *Plan, error) {
 // resolve is Resolve with the check the caller needs (SelectSnapshot's
 // restore writes no data dirs: no targets to check).
 func resolve(ctx context.Context, opts Options, validate func() error) (*Config, *Plan, error) {
-	plan := &Plan{ClusterID: opts.ClusterID, DryRun: opts.DryRun, Checks: []Check{}}
+	plan := &Plan{ClusterID: opts.ClusterID, DryRun: opts.DryRun, Checks: []Check{}, Site: opts.Site}
 	fail := func(step string, err error) (*Config, *Plan, error) {
 		return nil, plan, stepError(ctx, opts.ClusterID, step, err)
 	}

@@ -26,8 +26,10 @@ type Survivor struct {
 
 // Plan is what a restore does (or, in a dry run, would do).
 type Plan struct {
-	ClusterID  string      `json:"clusterID"`
-	DryRun     bool        `json:"dryRun"`
+	ClusterID string `json:"clusterID"`
+	DryRun    bool   `json:"dryRun"`
+	// Site is the store read when it is not the primary (Options.Site).
+	Site       string      `json:"site,omitempty"`
 	Survivor   *Survivor   `json:"survivor"`
 	Candidates []Candidate `json:"candidates"`
 	Ignored    []Ignored   `json:"ignored,omitempty"`

@@ -54,6 +54,9 @@ func (r *Result) Tables() []output.Table {
 	} else {
 		s.printf("Restore of cluster %s\n\n", p.ClusterID)
 	}
+	if p.Site != "" {
+		s.printf("Read from the %s\n\n", p.Site)
+	}
 	s.add(p.SelectionTables())
 	if len(p.Members) > 0 {
 		s.printf("\nData dirs:\n")

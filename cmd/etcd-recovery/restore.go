@@ -216,7 +216,7 @@ func runRestore(c *cli.Context, g *globalOpts, o *restoreOpts) error {
 	if err != nil {
 		return err
 	}
-	opts.Store, opts.Layout = ch.Store, ch.Layout
+	opts.Store, opts.Layout, opts.Site = ch.Store, ch.Layout, ch.Describe()
 
 	ctx := e.ctx()
 	var t *runTimeout

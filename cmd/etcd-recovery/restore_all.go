@@ -220,6 +220,9 @@ func runRestoreAll(c *cli.Context, g *globalOpts, o *restoreAllOpts) error {
 	}
 	rep, err := fleet.RestoreAll(e.ctx(), opts)
 	watch.Stop()
+	if rep != nil {
+		rep.Site = ch.Describe()
+	}
 	if rep != nil && (len(rep.Clusters) > 0 || err == nil) {
 		if rerr := e.renderAll(rep.Tables(), rep); rerr != nil && err == nil {
 			err = rerr

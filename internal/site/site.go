@@ -89,6 +89,19 @@ type Chosen struct {
 // was unreachable.
 func (c Chosen) FellBack() bool { return c.PrimaryErr != nil }
 
+// Describe names the site read, for a report: "" for the primary,
+// "second site", or "second site (the primary is unreachable: <cause>)"
+// when auto fell back.
+func (c Chosen) Describe() string {
+	switch {
+	case c.Site != Second:
+		return ""
+	case c.PrimaryErr != nil:
+		return "second site (the primary is unreachable: " + c.PrimaryErr.Error() + ")"
+	}
+	return "second site"
+}
+
 // Note is the line a command prints when it fell back: "reading the
 // second site: the primary is unreachable: <cause>" ("" when it did not).
 func (c Chosen) Note() string {
