@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"regexp"
 	"slices"
 	"strconv"
@@ -120,15 +121,14 @@ func rpoRun(b *testing.B, interval time.Duration, clusters, rate int, length, rt
 		at  time.Time
 	}
 	var writes []write
-	val := make([]byte, 1024)
-	for i := range val {
-		val[i] = 'a' + byte(i%26)
-	}
+	// Kubernetes-like pod objects (about 1.3 KiB, random uids and ids):
+	// segments of the size real ones are.
+	vals := podEvents(rand.New(rand.NewPCG(1, 2)), 1, 2000)
 	start := time.Now()
 	tick := time.NewTicker(time.Second / time.Duration(rate))
 	for i := 0; time.Since(start) < length; i++ {
 		<-tick.C
-		r, err := cli.Put(ctx, fmt.Sprintf("/registry/pods/default/p-%d", i%500), string(val[:900+i%124]))
+		r, err := cli.Put(ctx, fmt.Sprintf("/registry/pods/default/p-%d", i%500), string(vals[i%len(vals)].Value))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -223,7 +223,19 @@ func rpoRun(b *testing.B, interval time.Duration, clusters, rate int, length, rt
 	fmt.Printf("  second/primary: p50 %.2fx p99 %.2fx; the second site's p99 is %.0f%% of its 60 s target\n",
 		quantile(toSecond, 0.5).Seconds()/quantile(toPrimary, 0.5).Seconds(), quantile(toSecond, 0.99).Seconds()/quantile(toPrimary, 0.99).Seconds(),
 		100*quantile(toSecond, 0.99).Seconds()/60)
-	fmt.Printf("  the link carried %s to the second site and %s back\n", mib(link.Moved(testenv.ToServer)), mib(link.Moved(testenv.ToClient)))
+	var stored, nseg int64
+	for _, id := range ids {
+		objs, err := primary.List(ctx, pl.JournalPrefix(id))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, o := range objs {
+			stored += o.Size
+			nseg++
+		}
+	}
+	fmt.Printf("  segments: %s stored on the primary (%.0f KiB a segment); the link carried %s to the second site and %s back (the read-back)\n",
+		mib(stored), float64(stored)/float64(max(nseg, 1))/1024, mib(link.Moved(testenv.ToServer)), mib(link.Moved(testenv.ToClient)))
 	if interval != journal.DefaultSegmentInterval {
 		// Scaled: a write waits for its segment (up to the interval, half
 		// on average), then for the copier's next poll and the copy, which
