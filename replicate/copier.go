@@ -26,14 +26,27 @@ type copier struct {
 
 	mu       sync.Mutex
 	clusters map[string]*cluster
-	// verified: primary keys (records, backup folders by their prefix)
-	// verified on the second site, with the primary object's time then.
-	verified map[string]time.Time
+	// verified: primary keys (records, escrows, backup folders by their
+	// prefix) verified on the second site, with the primary object's time
+	// then and the full pass that last met them. A full pass whose scan
+	// listed the primary forgets the entries it did not meet (pruned
+	// backups, records gone from the primary, escrows no new backup
+	// named): the map follows the primary's listing, not the copier's
+	// age, and forgetting an entry still there costs only a re-check (a
+	// create-only copy finds the object and compares it).
+	verified map[string]verifiedEntry
+	gen      uint64 // the current full pass, for verifiedEntry.seen
 	failures map[string]catalog.ReplicaFailure
 	copiedN  int64
 	copiedB  int64
 	syncedAt time.Time
 	lastErr  error // the last site failure, nil once a round succeeds
+}
+
+// verifiedEntry is one verified key.
+type verifiedEntry struct {
+	mod  time.Time // the primary object's time when verified
+	seen uint64    // the full pass that last met the key
 }
 
 // cluster is one cluster's progress.
@@ -62,7 +75,7 @@ func newCopier(ctx context.Context, o Options) (*copier, error) {
 	c := &copier{
 		o: o, second: secondSite(o.Second, o.SecondLayout), log: o.Log,
 		source:   catalog.BucketName(o.Primary) + "/" + o.PrimaryLayout.RootPrefix(),
-		clusters: map[string]*cluster{}, verified: map[string]time.Time{}, failures: map[string]catalog.ReplicaFailure{},
+		clusters: map[string]*cluster{}, verified: map[string]verifiedEntry{}, failures: map[string]catalog.ReplicaFailure{},
 	}
 	rctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
@@ -148,14 +161,47 @@ func (c *copier) dst(src string) string {
 func (c *copier) isVerified(key string, mod time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	t, ok := c.verified[key]
-	return ok && t.Equal(mod)
+	e, ok := c.metLocked(key)
+	return ok && e.mod.Equal(mod)
+}
+
+// metLocked is key's entry, marked as met by the current pass (c.mu held).
+func (c *copier) metLocked(key string) (verifiedEntry, bool) {
+	e, ok := c.verified[key]
+	if ok && e.seen != c.gen {
+		e.seen = c.gen
+		c.verified[key] = e
+	}
+	return e, ok
 }
 
 func (c *copier) markVerified(key string, mod time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.verified[key] = mod
+	c.verified[key] = verifiedEntry{mod: mod, seen: c.gen}
+}
+
+// beginPass starts a full pass's generation and returns it.
+func (c *copier) beginPass() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gen++
+	return c.gen
+}
+
+// forgetUnmet forgets the verified entries no step since pass gen began
+// met, and returns how many.
+func (c *copier) forgetUnmet(gen uint64) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for k, e := range c.verified {
+		if e.seen < gen {
+			delete(c.verified, k)
+			n++
+		}
+	}
+	return n
 }
 
 // settle records a copy's outcome: counts, a verification failure (kept

@@ -137,14 +137,20 @@ func diff(want, got map[string]string) string {
 // reads bytes and hashes, not databases), and returns its manifest.
 func fakeBackup(tb testing.TB, st store.Store, l catalog.Layout, id string, t0 time.Time) *catalog.Manifest {
 	tb.Helper()
+	return fakeBackupSized(tb, st, l, id, t0, 4096)
+}
+
+// fakeBackupSized is fakeBackup with a snapshot of size random bytes.
+func fakeBackupSized(tb testing.TB, st store.Store, l catalog.Layout, id string, t0 time.Time, size int) *catalog.Manifest {
+	tb.Helper()
 	ctx := context.Background()
 	name := catalog.NewBackupName(t0, catalog.KindScheduled)
-	data := make([]byte, 4096)
+	data := make([]byte, size)
 	rand.Read(data)
 	m := &catalog.Manifest{Format: catalog.ManifestFormat, ClusterID: id, Name: name, Kind: catalog.KindScheduled,
 		StartedAt: t0, FinishedAt: t0.Add(time.Second), ServerVersion: "3.5.0", RevisionBefore: 10, RevisionAfter: 10,
 		Snapshot: catalog.SnapshotInfo{Object: catalog.SnapshotObjectZstd, Compression: objectio.CompressZstd,
-			RawSize: 4096, RawSHA256: strings.Repeat("ab", 32), StoredSize: int64(len(data)), StoredSHA256: testfix.SHA256(data)}, ToolVersion: "test"}
+			RawSize: int64(size), RawSHA256: strings.Repeat("ab", 32), StoredSize: int64(len(data)), StoredSHA256: testfix.SHA256(data)}, ToolVersion: "test"}
 	put(tb, st, l.Key(id, name, catalog.StartedObject), []byte(t0.Format(time.RFC3339)))
 	put(tb, st, l.Key(id, name, m.Snapshot.Object), data)
 	b, err := catalog.MarshalManifest(m)

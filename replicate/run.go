@@ -37,11 +37,20 @@ func Once(ctx context.Context, o Options) (Pass, error) {
 func (c *copier) fullPass(ctx context.Context) Pass {
 	start := c.o.Now().UTC()
 	t := newTally(start)
-	scanErr := c.scan(ctx, t)
+	gen := c.beginPass()
+	listed, scanErr := c.scan(ctx, t)
 	clusters := c.clusterList()
 	fanout.ForEach(ctx, len(clusters), c.o.Parallel, func(ctx context.Context, i int) {
 		c.pollJournal(ctx, clusters[i], t, true)
 	})
+	if listed && ctx.Err() == nil {
+		// The scan met every folder on the primary and the polls every
+		// cluster's records: what was not met is gone from the primary
+		// (or an escrow no new backup named).
+		if n := c.forgetUnmet(gen); n > 0 {
+			c.log.Debug("replicate: forgot verified keys no longer on the primary", "keys", n)
+		}
+	}
 	p := t.done(c, c.o.Now().UTC())
 	if ctx.Err() == nil && scanErr == nil && p.Err() == nil {
 		c.mu.Lock()

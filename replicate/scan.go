@@ -46,12 +46,13 @@ func (c *copier) listOutsideJournal(ctx context.Context) ([]store.ObjectInfo, er
 }
 
 // scan copies every committed backup folder (with its escrow and drill
-// record) and the owner record, and learns the clusters to poll.
-func (c *copier) scan(ctx context.Context, t *tally) error {
+// record) and the owner record, and learns the clusters to poll. listed
+// says whether it listed the primary (every folder there was met).
+func (c *copier) scan(ctx context.Context, t *tally) (listed bool, err error) {
 	objs, err := c.listOutsideJournal(ctx)
 	if err != nil {
 		t.error(fmt.Errorf("listing the primary: %w", err))
-		return err
+		return false, err
 	}
 	owner := catalog.OwnerKey(c.o.PrimaryLayout)
 	var ownerErr error
@@ -76,7 +77,7 @@ func (c *copier) scan(ctx context.Context, t *tally) error {
 		for _, e := range entries {
 			if e.Committed {
 				jobs = append(jobs, job{e, entries})
-				if _, done := c.verified[folderKey(c.o.PrimaryLayout, e)]; !done {
+				if _, done := c.metLocked(folderKey(c.o.PrimaryLayout, e)); !done {
 					cl.backupPending += len(e.Objects)
 					if cl.backupOldest.IsZero() || e.Time.Before(cl.backupOldest) {
 						cl.backupOldest = e.Time
@@ -100,7 +101,7 @@ func (c *copier) scan(ctx context.Context, t *tally) error {
 			if !e.Committed {
 				continue
 			}
-			if _, done := c.verified[folderKey(c.o.PrimaryLayout, e)]; done {
+			if _, done := c.metLocked(folderKey(c.o.PrimaryLayout, e)); done {
 				if cl.newestBackup == "" || e.Name > cl.newestBackup {
 					cl.newestBackup = e.Name
 				}
@@ -114,9 +115,9 @@ func (c *copier) scan(ctx context.Context, t *tally) error {
 	}
 	c.mu.Unlock()
 	if err := ctx.Err(); err != nil {
-		return err
+		return true, err
 	}
-	return errors.Join(append(errs, ownerErr)...)
+	return true, errors.Join(append(errs, ownerErr)...)
 }
 
 // folderKey is the verified-map key of a backup folder.
@@ -139,7 +140,7 @@ func (c *copier) copyFolder(ctx context.Context, e catalog.Entry, entries []cata
 		}
 	}
 	c.mu.Lock()
-	_, done := c.verified[fk]
+	_, done := c.metLocked(fk)
 	c.mu.Unlock()
 	if !done {
 		if err := c.copyBackup(ctx, e, entries, mkey, t); err != nil {

@@ -40,6 +40,24 @@ fi
 # BenchmarkProveListing1800 (fleet/): the proof CronJob's listings of its
 # namespace's 100 clusters in a bucket of 1,800 clusters' journals against one
 # listing of the shared prefix (~2 min, most of it writing the keys).
+# The second site (replicate/*_bench_test.go; docs/benchmarks.md#the-second-site),
+# about 12 min in all:
+#   BenchmarkReplicateRPO: write -> segment on the primary and on the second
+#     site (a second MinIO behind testenv.LinkProxy: BENCH_REPLICATE_RTT, 50ms,
+#     BENCH_REPLICATE_MBIT, 100), p50/p99/max and the copier's share, with
+#     BENCH_REPLICATE_CLUSTERS (8) real captures at BENCH_REPLICATE_INTERVAL
+#     (30s) of BENCH_REPLICATE_RATE (100) writes/s for BENCH_REPLICATE_SECONDS
+#     (100) (~4 min);
+#   BenchmarkReplicateCost: the copier's requests and bytes on both stores
+#     (a counting transport), per cluster per day with the arithmetic, over
+#     BENCH_REPLICATE_COST_CLUSTERS (10) clusters, time compressed
+#     BENCH_REPLICATE_SCALE (30) times, BENCH_REPLICATE_BACKUP_MB (16) MiB
+#     backups, extrapolated to BENCH_REPLICATE_REAL_BACKUP_MB (291) (~1 min);
+#   BenchmarkReplicateCopier: the copier's CPU and peak RSS following
+#     BENCH_REPLICATE_COPIER_CLUSTERS (100) clusters' journals at 30 s a segment
+#     for BENCH_REPLICATE_COPIER_SECONDS (120), and its full passes over
+#     BENCH_REPLICATE_SCAN_CLUSTERS (1800) x BENCH_REPLICATE_SCAN_BACKUPS (8)
+#     backup folders on both sites (~7 min).
 # BENCH_JOURNAL_QUICK=1 shortens the first two (10 s runs, 30 s interval at
 # 1,000 writes/s only, 10 clusters, 100,000 events only): about 5 min.
 go test -run '^$' -bench "${BENCH:-.}" -benchtime 1x -timeout "${BENCH_TIMEOUT:-90m}" ${BENCH_PKGS:-./...}
