@@ -399,6 +399,8 @@ func TestDocFlagDefaults(t *testing.T) {
 		{[]string{"restore-all"}, "fixed-cost", d(fleet.DefaultRestoreFixedCost), "docs/flags.md", `\[--fixed-cost (\w+)\]`},
 		{[]string{"replicate"}, "journal-interval", d(replicate.DefaultJournalInterval), "docs/second-site.md", "`--journal-interval` \\(default (\\w+)\\)"},
 		{[]string{"replicate"}, "scan-interval", d(replicate.DefaultScanInterval), "docs/second-site.md", "`--scan-interval` \\(default (\\w+)\\)"},
+		{[]string{"replicate"}, "audit-interval", d(replicate.DefaultAuditInterval), "docs/second-site.md", "`--audit-interval` \\(default (\\w+)\\)"},
+		{[]string{"replicate"}, "audit-interval", d(replicate.DefaultAuditInterval), "docs/flags.md", `\[--audit-interval (\w+)\] \[--status-every`},
 		{[]string{"replicate"}, "status-every", d(replicate.DefaultStatusEvery), "docs/second-site.md", "`--status-every` \\(default (\\w+)\\)"},
 		{[]string{"replicate"}, "copy-parallel", strconv.Itoa(replicate.DefaultParallel), "docs/flags.md", `\[--copy-parallel (\d+)\] \[--second-lock-mode`},
 	}

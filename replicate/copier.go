@@ -37,10 +37,17 @@ type copier struct {
 	verified map[string]verifiedEntry
 	gen      uint64 // the current full pass, for verifiedEntry.seen
 	failures map[string]catalog.ReplicaFailure
-	copiedN  int64
-	copiedB  int64
-	syncedAt time.Time
-	lastErr  error // the last site failure, nil once a round succeeds
+	// unconfirmed: failures read from the status record at the start,
+	// not found again yet; recheck: their primary keys, compared by the
+	// journal audit even when present on the second site. Both are
+	// emptied by the first full pass without a site error: a failure
+	// not found again then is dropped.
+	unconfirmed map[string]bool
+	recheck     map[string]bool
+	copiedN     int64
+	copiedB     int64
+	syncedAt    time.Time
+	lastErr     error // the last site failure, nil once a round succeeds
 }
 
 // verifiedEntry is one verified key.
@@ -55,19 +62,30 @@ type cluster struct {
 	pollMu sync.Mutex // one journal poll at a time
 
 	// Under copier.mu:
-	lastSeg        string // the newest segment (primary key) copied and verified
-	lastRev        int64
+	lastSeg    string    // the newest segment (primary key) copied and verified
+	lastSegMod time.Time // its time on the primary when listed
+	lastRev    int64
+	// auditedAt is when the whole journal folder was last compared
+	// between the two sites (zero: not since the start).
+	auditedAt      time.Time
 	syncedAt       time.Time
 	newestBackup   string
 	journalPending int
+	journalBytes   int64
 	journalOldest  time.Time
 	backupPending  int
+	backupBytes    int64
 	backupOldest   time.Time
 }
 
-// newCopier validates o, checks the second site's lock, and resumes from
-// the status record there (the journal watermarks and failures a previous
-// copier recorded).
+// newCopier validates o, checks the second site's lock, and reads the
+// status record there. The record is a hint, never trusted as input
+// (anyone holding the second site's credential may write it): one of
+// another source is ignored; of this one, only its cluster ids (each
+// journal is audited at its first poll, and the watermarks come from
+// comparing the two sites' listings) and its failures, as keys to check
+// again (kept until the first full pass without a site error, then
+// dropped unless found again).
 func newCopier(ctx context.Context, o Options) (*copier, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
@@ -76,6 +94,7 @@ func newCopier(ctx context.Context, o Options) (*copier, error) {
 		o: o, second: secondSite(o.Second, o.SecondLayout), log: o.Log,
 		source:   catalog.BucketName(o.Primary) + "/" + o.PrimaryLayout.RootPrefix(),
 		clusters: map[string]*cluster{}, verified: map[string]verifiedEntry{}, failures: map[string]catalog.ReplicaFailure{},
+		unconfirmed: map[string]bool{}, recheck: map[string]bool{},
 	}
 	rctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
@@ -84,18 +103,22 @@ func newCopier(ctx context.Context, o Options) (*copier, error) {
 	}
 	prev, err := catalog.ReadReplicaStatus(rctx, o.Second, o.SecondLayout)
 	switch {
+	case err == nil && prev.Source != c.source:
+		c.log.Warn("replicate: the status record on the second site is of another source: ignored; every journal is compared between the two sites",
+			"second", c.second.name, "record_source", prev.Source, "source", c.source, "record_copier", prev.Copier)
 	case err == nil:
 		for _, f := range prev.Failures {
 			c.failures[f.Key] = f
+			c.unconfirmed[f.Key] = true
+			c.recheck[c.src(f.Key)] = true
 		}
-		for id, pc := range prev.Clusters {
-			if catalog.ValidateClusterID(id) != nil || !strings.HasPrefix(pc.JournalLastSegment, o.PrimaryLayout.JournalPrefix(id)) {
-				continue
+		for id := range prev.Clusters {
+			if catalog.ValidateClusterID(id) == nil {
+				c.cluster(id)
 			}
-			cl := c.cluster(id)
-			cl.lastSeg, cl.lastRev, cl.newestBackup = pc.JournalLastSegment, pc.JournalLastRevision, pc.NewestBackup
 		}
-		c.log.Info("replicate: resuming from the status record", "second", c.second.name, "updated", prev.Updated, "clusters", len(prev.Clusters), "failures", len(prev.Failures))
+		c.log.Info("replicate: the status record's clusters are audited, its failures checked again", "second", c.second.name,
+			"updated", prev.Updated, "clusters", len(prev.Clusters), "failures", len(prev.Failures))
 	case store.IsNotFound(err):
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
@@ -154,6 +177,28 @@ func (c *copier) clusterList() []*cluster {
 // dst is the second site's key of the primary's key src.
 func (c *copier) dst(src string) string {
 	return c.o.SecondLayout.RootPrefix() + strings.TrimPrefix(src, c.o.PrimaryLayout.RootPrefix())
+}
+
+// src is the primary's key of a key that may be the second site's (a
+// failure's key is either).
+func (c *copier) src(key string) string {
+	if rest, ok := strings.CutPrefix(key, c.o.SecondLayout.RootPrefix()); ok {
+		return c.o.PrimaryLayout.RootPrefix() + rest
+	}
+	return key
+}
+
+// dropUnconfirmed drops the failures read from the status record that
+// the pass just completed (without a site error) did not find again.
+func (c *copier) dropUnconfirmed() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k := range c.unconfirmed {
+		delete(c.failures, k)
+		c.log.Info("replicate: a failure of the status record was not found again: dropped", "key", k)
+	}
+	clear(c.unconfirmed)
+	clear(c.recheck)
 }
 
 // isVerified says whether key was verified with the primary's object of
@@ -218,6 +263,8 @@ func (c *copier) settle(t *tally, id string, k objectKind, key string, r copyRes
 		}
 		delete(c.failures, c.dst(key))
 		delete(c.failures, key)
+		delete(c.unconfirmed, c.dst(key))
+		delete(c.unconfirmed, key)
 		c.mu.Unlock()
 		if r.outcome == superseded {
 			c.log.Warn("replicate: a record replaced on the primary since its copy: the second site keeps the first", "cluster", id, "key", key)
@@ -227,7 +274,9 @@ func (c *copier) settle(t *tally, id string, k objectKind, key string, r copyRes
 		f := catalog.ReplicaFailure{Key: ve.Key, Reason: ve.Reason, At: c.o.Now().UTC()}
 		c.mu.Lock()
 		_, known := c.failures[f.Key]
+		known = known && !c.unconfirmed[f.Key]
 		c.failures[f.Key] = f
+		delete(c.unconfirmed, f.Key)
 		c.mu.Unlock()
 		t.failure(id, f)
 		if !known {
@@ -276,6 +325,7 @@ func (c *copier) status() catalog.ReplicaStatus {
 	for id, cl := range c.clusters {
 		pending := cl.journalPending + cl.backupPending
 		s.Pending += pending
+		s.PendingBytes += cl.journalBytes + cl.backupBytes
 		s.Clusters[id] = catalog.ReplicaCluster{
 			JournalSyncedAt: cl.syncedAt, JournalLastRevision: cl.lastRev, JournalLastSegment: cl.lastSeg,
 			NewestBackup: cl.newestBackup, Pending: pending,

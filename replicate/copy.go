@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/armada/etcd-recovery/internal/store"
@@ -134,8 +135,13 @@ func (c *copier) copyObject(ctx context.Context, src, dst string, w *want, ret *
 		return copyResult{}, &siteError{siteSecond, err}
 	}
 	// The read back: what the second site now holds is what was read.
-	// io.Copy may stop short of EOF on some stores: drain first.
-	if _, err := io.Copy(io.Discard, hr); err != nil && hr.mismatch == "" {
+	// A store's PUT may stop reading short of EOF (at a size it was
+	// told): drain first, and a mismatch with the manifest found only
+	// then fails the copy (the second site's object, create-only, stays
+	// as written, and no manifest is copied after it).
+	if _, err := io.Copy(io.Discard, hr); hr.mismatch != "" {
+		return copyResult{bytes: n}, &VerifyError{Key: src, Reason: fmt.Sprintf("%s; found after the second site's PUT had stored %d bytes at %s (kept, create-only): the backup's manifest is not copied", strings.TrimSuffix(hr.mismatch, ": not copied"), n, dst)}
+	} else if err != nil {
 		return copyResult{}, &siteError{sitePrimary, err}
 	}
 	start := time.Now()

@@ -36,10 +36,15 @@
 // deleted on the primary is ever deleted there.
 //
 // Once is one full pass; Run is the loop: a journal poll per cluster every
-// JournalInterval (listing only after the last segment copied,
-// store.ListAfterOf), a full scan every ScanInterval (backups, records,
-// and the clusters to poll), the status record every StatusEvery and
-// after each full scan. A failing second site is retried with a capped
+// JournalInterval (listing from just before the last segment copied,
+// store.ListAfterOf, which also shows whether it is still on the
+// primary), a journal audit per cluster at its first poll, every
+// AuditInterval and whenever that segment is gone (the whole journal
+// folder listed on both sites, what the second site misses copied), a
+// full scan every ScanInterval (backups, records, and the clusters to
+// poll), the status record every StatusEvery and after each full scan.
+// The status record found at the start is not trusted: the watermarks
+// come from the audits, its failures are checked again. A failing second site is retried with a capped
 // backoff; what it misses stays pending on the primary and is copied,
 // exactly, when it answers again.
 package replicate

@@ -20,6 +20,9 @@ const (
 	DefaultScanInterval = 2 * time.Minute
 	// DefaultStatusEvery is how often the status record is written.
 	DefaultStatusEvery = 30 * time.Second
+	// DefaultAuditInterval is how often each cluster's whole journal
+	// folder is compared between the two sites (besides at the start).
+	DefaultAuditInterval = 30 * time.Minute
 	// DefaultParallel is how many objects are copied at once (by the
 	// journal polls, and as many by the full scan).
 	DefaultParallel = 4
@@ -55,6 +58,12 @@ type Options struct {
 	// JournalInterval, ScanInterval and StatusEvery pace Run (defaults
 	// DefaultJournalInterval, DefaultScanInterval, DefaultStatusEvery).
 	JournalInterval, ScanInterval, StatusEvery time.Duration
+	// AuditInterval is how often a cluster's journal poll lists its whole
+	// journal folder on both sites and copies every segment and record
+	// missing on the second site (DefaultAuditInterval); the first poll
+	// after the start does so too, and so does a poll that finds the
+	// last segment copied gone from the primary.
+	AuditInterval time.Duration
 	// Parallel is how many copies run at once (DefaultParallel).
 	Parallel int
 	// Copier names the process in the status record (its pod or host).
@@ -72,7 +81,7 @@ func (o *Options) Validate() error {
 		return usage.Errorf("replicate: no primary store")
 	case o.Second == nil:
 		return usage.Errorf("replicate: no second store")
-	case o.JournalInterval < 0 || o.ScanInterval < 0 || o.StatusEvery < 0 || o.Parallel < 0 || o.JournalRetention < 0:
+	case o.JournalInterval < 0 || o.ScanInterval < 0 || o.StatusEvery < 0 || o.AuditInterval < 0 || o.Parallel < 0 || o.JournalRetention < 0:
 		return usage.Errorf("replicate: negative interval, parallelism or retention")
 	}
 	if _, ok := o.Second.(store.Conditional); !ok {
@@ -97,6 +106,9 @@ func (o *Options) Validate() error {
 	}
 	if o.StatusEvery == 0 {
 		o.StatusEvery = DefaultStatusEvery
+	}
+	if o.AuditInterval == 0 {
+		o.AuditInterval = DefaultAuditInterval
 	}
 	if o.Parallel == 0 {
 		o.Parallel = DefaultParallel

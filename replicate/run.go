@@ -33,12 +33,16 @@ func Once(ctx context.Context, o Options) (Pass, error) {
 }
 
 // fullPass is a scan, then a poll of every cluster's journal (waiting for
-// one in progress). SyncedAt becomes the pass's start when nothing failed.
+// one in progress; the first after the start is an audit). SyncedAt
+// becomes the pass's start when no copy failed for a site's failure: a
+// verification failure is kept and alerted on by itself (the status
+// record's failures), it does not hold the lag back. The first such pass
+// also drops the status record's failures it did not find again.
 func (c *copier) fullPass(ctx context.Context) Pass {
 	start := c.o.Now().UTC()
 	t := newTally(start)
 	gen := c.beginPass()
-	listed, scanErr := c.scan(ctx, t)
+	listed, _ := c.scan(ctx, t) // its site errors are in t
 	clusters := c.clusterList()
 	fanout.ForEach(ctx, len(clusters), c.o.Parallel, func(ctx context.Context, i int) {
 		c.pollJournal(ctx, clusters[i], t, true)
@@ -52,10 +56,11 @@ func (c *copier) fullPass(ctx context.Context) Pass {
 		}
 	}
 	p := t.done(c, c.o.Now().UTC())
-	if ctx.Err() == nil && scanErr == nil && p.Err() == nil {
+	if ctx.Err() == nil && len(p.Errors) == 0 {
 		c.mu.Lock()
 		c.syncedAt = start
 		c.mu.Unlock()
+		c.dropUnconfirmed()
 	}
 	c.log.Info("replicate: full pass", "copied", p.Copied, "bytes", p.CopiedBytes, "already", p.Already,
 		"failures", len(p.Failures), "errors", len(p.Errors), "read_back_bytes", p.VerifyBytes,

@@ -73,12 +73,13 @@ func (c *copier) scan(ctx context.Context, t *tally) (listed bool, err error) {
 	c.mu.Lock()
 	for id, entries := range groups {
 		cl := c.cluster(id)
-		cl.backupPending, cl.backupOldest = 0, time.Time{}
+		cl.backupPending, cl.backupBytes, cl.backupOldest = 0, 0, time.Time{}
 		for _, e := range entries {
 			if e.Committed {
 				jobs = append(jobs, job{e, entries})
 				if _, done := c.metLocked(folderKey(c.o.PrimaryLayout, e)); !done {
 					cl.backupPending += len(e.Objects)
+					cl.backupBytes += objectBytes(e)
 					if cl.backupOldest.IsZero() || e.Time.Before(cl.backupOldest) {
 						cl.backupOldest = e.Time
 					}
@@ -93,12 +94,18 @@ func (c *copier) scan(ctx context.Context, t *tally) (listed bool, err error) {
 	fanout.ForEach(ctx, len(jobs), c.o.Parallel, func(ctx context.Context, i int) {
 		errs[i] = c.copyFolder(ctx, jobs[i].e, jobs[i].entries, t)
 	})
+	gone := map[string]bool{}
+	for i, err := range errs {
+		if errors.Is(err, errFolderGone) {
+			gone[folderKey(c.o.PrimaryLayout, jobs[i].e)], errs[i] = true, nil
+		}
+	}
 	c.mu.Lock()
 	for id, entries := range groups {
 		cl := c.cluster(id)
-		cl.backupPending, cl.backupOldest = 0, time.Time{}
+		cl.backupPending, cl.backupBytes, cl.backupOldest = 0, 0, time.Time{}
 		for _, e := range entries { // newest first
-			if !e.Committed {
+			if !e.Committed || gone[folderKey(c.o.PrimaryLayout, e)] {
 				continue
 			}
 			if _, done := c.metLocked(folderKey(c.o.PrimaryLayout, e)); done {
@@ -108,6 +115,7 @@ func (c *copier) scan(ctx context.Context, t *tally) (listed bool, err error) {
 				continue
 			}
 			cl.backupPending += len(e.Objects)
+			cl.backupBytes += objectBytes(e)
 			if cl.backupOldest.IsZero() || e.Time.Before(cl.backupOldest) {
 				cl.backupOldest = e.Time
 			}
@@ -119,6 +127,20 @@ func (c *copier) scan(ctx context.Context, t *tally) (listed bool, err error) {
 	}
 	return true, errors.Join(append(errs, ownerErr)...)
 }
+
+// objectBytes is the stored size of a folder's objects.
+func objectBytes(e catalog.Entry) int64 {
+	var n int64
+	for _, o := range e.Objects {
+		n += o.Size
+	}
+	return n
+}
+
+// errFolderGone is a folder whose manifest was deleted on the primary
+// since the listing: nothing is copied, and it is neither verified nor
+// pending.
+var errFolderGone = errors.New("the backup's manifest was deleted on the primary since the listing")
 
 // folderKey is the verified-map key of a backup folder.
 func folderKey(l catalog.Layout, e catalog.Entry) string { return l.BackupPrefix(e.ClusterID, e.Name) }
@@ -167,7 +189,8 @@ func (c *copier) copyBackup(ctx context.Context, e catalog.Entry, entries []cata
 	cancel()
 	switch {
 	case store.IsNotFound(err) && ctx.Err() == nil:
-		return nil // deleted since the listing: nothing to copy
+		c.log.Info("replicate: a backup deleted on the primary since the listing: not copied", "cluster", id, "backup", e.Name)
+		return errFolderGone
 	case errors.Is(err, objectio.ErrDamagedRecord):
 		return c.settle(t, id, kindManifest, mkey, copyResult{}, &VerifyError{Key: mkey, Reason: "the primary's manifest is damaged: " + err.Error() + "; the backup is not copied"})
 	case err != nil:
@@ -197,6 +220,23 @@ func (c *copier) copyBackup(ctx context.Context, e catalog.Entry, entries []cata
 			return c.settle(t, id, kindBackupObject, key, copyResult{}, &VerifyError{Key: key, Reason: "named by its manifest, missing on the primary: the backup is damaged and not copied"})
 		}
 	}
+	// The escrow the manifest names, before the manifest (and compared
+	// when the folder was copied before: a small object): missing on the
+	// primary, it is a failure, and the backup is copied without it.
+	if ref := m.Escrow; ref != nil && ref.Address != "" {
+		key := l.EscrowKey(id, ref.Address)
+		if !c.isVerified(key, time.Time{}) {
+			r, err := c.copyObject(ctx, key, c.dst(key), &want{ref.StoredSize, ref.StoredSHA256}, ret, false)
+			if store.IsNotFound(err) && ctx.Err() == nil {
+				c.settle(t, id, kindRecord, key, r, &VerifyError{Key: key, Reason: fmt.Sprintf(
+					"cluster %s: the escrow the manifest of backup %s names is not on the primary: the backup is copied without it", id, e.Name)})
+			} else if err := c.settle(t, id, kindRecord, key, r, err); err != nil {
+				return err
+			} else {
+				c.markVerified(key, time.Time{})
+			}
+		}
+	}
 	// The manifest already on the second site: the folder was copied
 	// whole before (a restart); compare the manifest only.
 	r, err := c.copyIfManifestThere(ctx, mkey, manifestWant)
@@ -214,19 +254,6 @@ func (c *copier) copyBackup(ctx context.Context, e catalog.Entry, entries []cata
 		r, err := c.copyObject(ctx, o.Key, c.dst(o.Key), w, ret, false)
 		if err := c.settle(t, id, kindBackupObject, o.Key, r, err); err != nil {
 			return err
-		}
-	}
-	if ref := m.Escrow; ref != nil && ref.Address != "" {
-		key := l.EscrowKey(id, ref.Address)
-		if !c.isVerified(key, time.Time{}) {
-			r, err := c.copyObject(ctx, key, c.dst(key), &want{ref.StoredSize, ref.StoredSHA256}, ret, false)
-			if store.IsNotFound(err) && ctx.Err() == nil {
-				c.log.Warn("replicate: the escrow a manifest names is not on the primary; the backup is copied without it", "cluster", id, "backup", e.Name, "escrow", key)
-			} else if err := c.settle(t, id, kindRecord, key, r, err); err != nil {
-				return err
-			} else {
-				c.markVerified(key, time.Time{})
-			}
 		}
 	}
 	r, err = c.copyObject(ctx, mkey, c.dst(mkey), manifestWant, ret, false)

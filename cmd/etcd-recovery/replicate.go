@@ -20,6 +20,7 @@ type replicateOpts struct {
 	lock                                       lockOpts
 	journalRetention                           time.Duration
 	journalInterval, scanInterval, statusEvery time.Duration
+	auditInterval                              time.Duration
 	parallel                                   int
 	once                                       bool
 	copier, output                             string
@@ -31,8 +32,9 @@ func replicateCommand(g *globalOpts) *cli.Command {
 		Name:      "replicate",
 		Usage:     "copy every complete backup, journal segment, record and escrow to the second site, create-only, verified by sha256",
 		UsageText: "etcd-recovery replicate --second-store URL [--once] [primary store flags] [-o json]\netcd-recovery replicate status --second-store URL [-o json]",
-		Description: "Runs until SIGTERM (exit 130): each cluster's journal is polled every --journal-interval (listing only after\n" +
-			"the last segment copied), the whole prefix scanned every --scan-interval, and the status record\n" +
+		Description: "Runs until SIGTERM (exit 130): each cluster's journal is polled every --journal-interval (listing from\n" +
+			"the last segment copied; each whole journal folder compared on both sites at the start and every --audit-interval),\n" +
+			"the whole prefix scanned every --scan-interval, and the status record\n" +
 			"<prefix>/_replica/status.json written on the second site every --status-every. Every copy is create-only\n" +
 			"(never overwriting), hashed while it streams, checked against the manifest for a backup's objects, and read\n" +
 			"back; nothing is ever deleted on the second site. With --once: one full pass, its report, exit 1 when\n" +
@@ -44,6 +46,8 @@ func replicateCommand(g *globalOpts) *cli.Command {
 				Usage: "poll each cluster's journal this often (the second site's RPO is about --segment-interval + this + a copy)"},
 			&cli.DurationFlag{Name: "scan-interval", EnvVars: []string{"ETCD_RECOVERY_REPLICATE_SCAN_INTERVAL"}, Value: replicate.DefaultScanInterval, Destination: &o.scanInterval,
 				Usage: "scan the whole prefix (backups, escrow, records, new clusters) this often"},
+			&cli.DurationFlag{Name: "audit-interval", EnvVars: []string{"ETCD_RECOVERY_REPLICATE_AUDIT_INTERVAL"}, Value: replicate.DefaultAuditInterval, Destination: &o.auditInterval,
+				Usage: "compare each cluster's whole journal folder on both sites this often (and at the start), copying what the second site misses"},
 			&cli.DurationFlag{Name: "status-every", EnvVars: []string{"ETCD_RECOVERY_REPLICATE_STATUS_EVERY"}, Value: replicate.DefaultStatusEvery, Destination: &o.statusEvery,
 				Usage: "write the status record on the second site this often (and after each full scan)"},
 			&cli.IntFlag{Name: "copy-parallel", EnvVars: []string{"ETCD_RECOVERY_REPLICATE_PARALLEL"}, Value: replicate.DefaultParallel, Destination: &o.parallel,
@@ -77,7 +81,7 @@ func runReplicate(c *cli.Context, g *globalOpts, o *replicateOpts) error {
 		return err
 	}
 	if err := requirePositive("replicate", positive{"journal-interval", o.journalInterval}, positive{"scan-interval", o.scanInterval},
-		positive{"status-every", o.statusEvery}, positive{"second-journal-retention", o.journalRetention}); err != nil {
+		positive{"status-every", o.statusEvery}, positive{"audit-interval", o.auditInterval}, positive{"second-journal-retention", o.journalRetention}); err != nil {
 		return err
 	}
 	if o.parallel < 1 {
@@ -106,7 +110,7 @@ func runReplicate(c *cli.Context, g *globalOpts, o *replicateOpts) error {
 	}
 	opts := replicate.Options{Primary: primary, PrimaryLayout: pl, Second: second, SecondLayout: sl,
 		Lock: lp, JournalRetention: o.journalRetention,
-		JournalInterval: o.journalInterval, ScanInterval: o.scanInterval, StatusEvery: o.statusEvery,
+		JournalInterval: o.journalInterval, ScanInterval: o.scanInterval, StatusEvery: o.statusEvery, AuditInterval: o.auditInterval,
 		Parallel: o.parallel, Copier: o.copier, Log: e.log}
 	if !o.once {
 		return replicate.Run(e.ctx(), opts)

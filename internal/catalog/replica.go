@@ -66,8 +66,9 @@ type ReplicaStatus struct {
 	// Updated is when the record was written.
 	Updated time.Time `json:"updated"`
 	// SyncedAt: every object complete on the primary when the copier
-	// listed the whole prefix at SyncedAt is on the second site (zero: no
-	// full pass has completed yet).
+	// listed the whole prefix at SyncedAt is on the second site, or named
+	// in Failures (zero: no full pass has completed yet). A verification
+	// failure does not hold it back: Failures alert on their own.
 	SyncedAt time.Time `json:"syncedAt"`
 	// Pending is the number (and stored bytes) of objects seen on the
 	// primary and not yet on the second site at Updated.
@@ -110,8 +111,10 @@ type ReplicaCluster struct {
 	Pending int `json:"pending,omitempty"`
 	// JournalLastSegment is the key (on the primary) of the newest
 	// segment copied and verified: every segment before it in key order
-	// was too when the record was written. A copier that restarts lists
-	// the journal only after it.
+	// was too when the record was written. It is a report, not an input:
+	// a copier that restarts compares the two sites' journal folders
+	// instead (anyone holding the second site's credential can write
+	// this record).
 	JournalLastSegment string `json:"journalLastSegment,omitempty"`
 }
 
