@@ -2,6 +2,7 @@ package runbooks
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -13,11 +14,13 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/armada/etcd-recovery/backup"
+	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/testing/mdblocks"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
+	"github.com/armada/etcd-recovery/replicate"
 )
 
 func init() {
@@ -30,9 +33,10 @@ func init() {
 const secondSite = "second-site.md"
 
 // primaryGone: a 1-member TLS etcd 3.5 whose full backup and journal (1 s
-// segments, a workload with a lease) sit on the second site (a MinIO
-// bucket, as the copier leaves it: the primary's layout), and whose
-// primary is gone (its endpoint a closed port); then every member lost.
+// segments, a workload with a lease) go to the primary (the fixture's
+// bucket), and the copier (replicate.Run, journal polls every 300 ms)
+// copies them to the second site (another bucket, its own prefix); then
+// the primary is gone (its endpoint a closed port) and every member lost.
 // The runbook's section runs: sites (the primary unreachable, the
 // second's window), restore --to-latest from the second site (plan, data
 // dirs), the member started, restore verify, inspect HEALTHY, and the
@@ -46,6 +50,16 @@ func primaryGone(t *testing.T, rb mdblocks.Set) {
 	f := mdblocks.NewFixture(t, c.PKI, c.Endpoints())
 	ctx := testfix.Context(t, 3*time.Minute)
 	base := f.Backup(t, ctx, c, backup.Options{V2: backup.V2Off})
+	m := f.MinIO
+	sb := m.NewBucket(t)
+	sst, sl := testfix.Store(t, m, sb), catalog.Layout{Prefix: "dr/" + f.Layout.Prefix}
+	rctx, stopCopier := context.WithCancel(ctx)
+	defer stopCopier()
+	copierDone := make(chan error, 1)
+	go func() {
+		copierDone <- replicate.Run(rctx, replicate.Options{Primary: f.Store, PrimaryLayout: f.Layout, Second: sst, SecondLayout: sl,
+			JournalInterval: 300 * time.Millisecond, ScanInterval: time.Second, StatusEvery: time.Second, Copier: "etcd-recovery-replicate"})
+	}()
 	cctx, stopCapture := context.WithCancel(ctx)
 	defer stopCapture()
 	capDone := make(chan error, 1)
@@ -74,21 +88,27 @@ func primaryGone(t *testing.T, rb mdblocks.Set) {
 	}
 	top := r.Header.Revision
 	want := dumpAt(t, ctx, cli, top)
+	// The copier brings the backup and the journal to the second site.
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		segs, err := journal.ListSegments(ctx, f.Store, f.Layout, f.ID, 0)
+		segs, err := journal.ListSegments(ctx, sst, sl, f.ID, base.Revision())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n := len(segs.All); n > 0 && segs.All[n-1].LastRev >= top {
+		st, serr := replicate.ReadStatus(ctx, sst, sl, time.Now())
+		if segs.Reach >= top && serr == nil && st.Clusters[f.ID].NewestBackup == base.Name {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the journal of %s does not reach %d", f.ID, top)
+			t.Fatalf("the second site's journal of %s reaches %d, not %d (status %+v, %v)", f.ID, segs.Reach, top, st, serr)
 		}
 	}
 	stopCapture()
 	if err := <-capDone; err != nil {
 		t.Fatalf("the journal: %v", err)
+	}
+	stopCopier()
+	if err := <-copierDone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the copier: %v", err)
 	}
 	for _, m := range c.Members {
 		m.Kill()
@@ -97,8 +117,7 @@ func primaryGone(t *testing.T, rb mdblocks.Set) {
 		}
 	}
 
-	// The second site is the fixture's bucket; the primary is gone.
-	m := f.MinIO
+	// The primary is gone.
 	second := filepath.Join(t.TempDir(), "second-credentials")
 	if err := os.Mkdir(second, 0o700); err != nil {
 		t.Fatal(err)
@@ -108,7 +127,7 @@ func primaryGone(t *testing.T, rb mdblocks.Set) {
 			t.Fatal(err)
 		}
 	}
-	f.Vars["second-store"] = fmt.Sprintf("s3://%s/%s?endpoint=%s&region=%s", f.Bucket, f.Layout.Prefix, url.QueryEscape(m.Endpoint), m.Region)
+	f.Vars["second-store"] = fmt.Sprintf("s3://%s/%s?endpoint=%s&region=%s", sb, sl.Prefix, url.QueryEscape(m.Endpoint), m.Region)
 	f.Vars["second-credentials-dir"] = second
 	f.Vars["cos-endpoint"] = fmt.Sprintf("http://127.0.0.1:%d", testenv.FreePort(t))
 	f.Vars["bucket"] = "primary-gone"

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/site"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
+	"github.com/armada/etcd-recovery/replicate"
 	"github.com/armada/etcd-recovery/restore"
 )
 
@@ -40,8 +42,9 @@ func newestBackup(tb testing.TB, ctx context.Context, m *testenv.MinIO, bucket, 
 const fellBack = "reading the second site: the primary is unreachable"
 
 // The second site alone, on real etcd 3.5 and MinIO: a backup and the
-// journal written straight into a second bucket (the copier's layout is
-// the primary's), the primary an empty bucket. list --site second shows
+// journal written to the primary bucket, copied to a second bucket by the
+// copier (replicate.Run: journal polls every 300 ms), then every object of
+// the primary deleted by its own credential. list --site second shows
 // the second's backup; restore --site second --to-revision R gives
 // exactly the source's keyspace at R (every key's value, create and mod
 // revision, version and lease) and a plain restore's dry run chooses the
@@ -54,13 +57,22 @@ func TestSecondSiteRestoreCLI(t *testing.T) {
 	testenv.PutKeys(t, cli, "/registry/a/", 10, 16)
 	m := testenv.SharedMinIO(t)
 	primaryBucket, secondBucket := m.NewBucket(t), m.NewBucket(t)
-	primary := cosArgs(t, m, primaryBucket, testenv.Prefix(t))
-	sp := testenv.Prefix(t)
-	intoSecond := cosArgs(t, m, secondBucket, sp)
+	pp := testenv.Prefix(t)
+	primary := cosArgs(t, m, primaryBucket, pp)
+	sp := "dr/" + pp
 	second := secondArgs(t, m, secondBucket, sp)
+	pst, sst := testfix.Store(t, m, primaryBucket), testfix.Store(t, m, secondBucket)
+	pl, sl := catalog.Layout{Prefix: pp}, catalog.Layout{Prefix: sp}
 	const id = "dr"
-	backupCLI(t, ctx, c, intoSecond, id)
-	stopJournal := journalRun(t, ctx, concatArgs([]string{"--cluster-id", id, "--segment-interval", "1s"}, clusterArgs(c), intoSecond)...)
+	backupCLI(t, ctx, c, primary, id)
+	stopJournal := journalRun(t, ctx, concatArgs([]string{"--cluster-id", id, "--segment-interval", "1s"}, clusterArgs(c), primary)...)
+	rctx, stopCopier := context.WithCancel(ctx)
+	defer stopCopier()
+	copierDone := make(chan error, 1)
+	go func() {
+		copierDone <- replicate.Run(rctx, replicate.Options{Primary: pst, PrimaryLayout: pl, Second: sst, SecondLayout: sl,
+			JournalInterval: 300 * time.Millisecond, ScanInterval: time.Second, StatusEvery: time.Second, Log: testfix.Logger(t)})
+	}()
 	lease, err := cli.Grant(ctx, 600)
 	if err != nil {
 		t.Fatal(err)
@@ -85,11 +97,40 @@ func TestSecondSiteRestoreCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	top := at + 1
-	waitJournalReach(t, ctx, testfix.Store(t, m, secondBucket), catalog.Layout{Prefix: sp}, id, top)
+	waitJournalReach(t, ctx, sst, sl, id, top)
 	if code, jerr := stopJournal(); code != 0 {
 		t.Fatalf("journal: exit %d: %s", code, jerr)
 	}
-	name := newestBackup(t, ctx, m, secondBucket, sp, id)
+	name := newestBackup(t, ctx, m, primaryBucket, pl.Prefix, id)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		st, err := replicate.ReadStatus(ctx, sst, sl, time.Now())
+		if err == nil && st.Clusters[id].NewestBackup == name && st.Clusters[id].JournalLastRevision >= top {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the copier has not copied %s and the journal to %d: %+v %v", name, top, st, err)
+		}
+	}
+	stopCopier()
+	if err := <-copierDone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the copier: %v", err)
+	}
+	// The primary is emptied by its own credential: what follows reads
+	// the second site alone.
+	objs, err := pst.List(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, o := range objs {
+		keys = append(keys, o.Key)
+	}
+	if err := pst.Delete(ctx, keys); err != nil {
+		t.Fatal(err)
+	}
+	if n := newestBackup(t, ctx, m, secondBucket, sp, id); n != name {
+		t.Fatalf("the second site's newest backup %s, the primary's was %s", n, name)
+	}
 
 	code, out, errOut := runCtx(t, ctx, concatArgs([]string{"list", "--cluster-id", id, "--site", "second"}, primary, second)...)
 	if code != 0 || !strings.Contains(out, name) || strings.Contains(errOut, fellBack) {

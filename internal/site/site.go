@@ -175,9 +175,13 @@ func open(ctx context.Context, name Name, o Opener, primaryErr error) (Chosen, e
 // one-key listing on a 403), else a listing of the layout's owner record
 // (one key at most). A check that gets no answer within timeout is
 // "no answer within <timeout>", wrapping context.DeadlineExceeded (so
-// Unreachable); a cancelled ctx is ctx's error.
+// Unreachable); a cancelled ctx is ctx's error. A connection that cannot
+// be made (refused: nothing listens) is not retried
+// (store.FailFastOnConnect): it is judged unreachable at once, where the
+// store's retries would fill the whole deadline; a 5xx or a throttle is
+// retried within it, and a frozen server costs the deadline.
 func Check(ctx context.Context, st store.Store, layout catalog.Layout, timeout time.Duration) error {
-	cctx, cancel := context.WithTimeout(ctx, timeout)
+	cctx, cancel := context.WithTimeout(store.FailFastOnConnect(ctx), timeout)
 	defer cancel()
 	var err error
 	if c, ok := st.(store.Checker); ok {

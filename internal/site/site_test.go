@@ -13,7 +13,9 @@ import (
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/site"
 	"github.com/armada/etcd-recovery/internal/store"
+	"github.com/armada/etcd-recovery/internal/store/cos"
 	"github.com/armada/etcd-recovery/internal/store/memstore"
+	"github.com/armada/etcd-recovery/internal/store/retry"
 	"github.com/armada/etcd-recovery/internal/usage"
 )
 
@@ -97,5 +99,61 @@ func TestChoose(t *testing.T) {
 				t.Fatalf("layout %q, want %q", ch.Layout.Prefix, want)
 			}
 		})
+	}
+}
+
+// closedPort is a loopback address nothing listens on (connection
+// refused).
+func closedPort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// A refused connection is judged at once: Check makes one attempt where
+// the store's retries (the COS SDK's, with the production defaults: 5
+// retries from 200ms; internal/store/retry's) would fill its deadline.
+// The same COS store's own call, without the check's mark, still retries
+// (so the bound below is the fix's, not the machine's). A frozen server
+// costing only the deadline is TestChoose's "auto, frozen" and
+// TestSiteAutoFallbackCLI's.
+func TestCheckRefusedAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, err := cos.New(cos.Config{Endpoint: "http://" + closedPort(t), Bucket: "gone", Region: "us-east-1",
+		Creds: cos.Credentials{AccessKeyID: "k", SecretAccessKey: "s", Source: "test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	for name, st := range map[string]store.Store{
+		"cos":            st,
+		"retry, refused": retry.Wrap(checked{Store: memstore.New(), err: refused}, retry.Policy{}),
+	} {
+		start := time.Now()
+		err := site.Check(ctx, st, catalog.Layout{Prefix: "p"}, 10*time.Second)
+		took := time.Since(start)
+		if !site.Unreachable(err) || !store.IsConnectFailure(err) {
+			t.Errorf("%s: Check: %v; want an unreachable store, a connection refused", name, err)
+		}
+		if took > time.Second {
+			t.Errorf("%s: a refused connection took %v to judge; want at once (well under 1s)", name, took)
+		}
+		t.Logf("%s: judged unreachable in %v: %v", name, took.Round(time.Millisecond), err)
+	}
+	// Without the check's mark, the same calls are retried.
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := st.Check(cctx); err == nil {
+		t.Fatal("a check of a closed port succeeded")
+	}
+	if took := time.Since(start); took < time.Second {
+		t.Errorf("the store's own check of a closed port took %v: it no longer retries, and the bound above proves nothing", took)
 	}
 }

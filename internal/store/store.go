@@ -416,3 +416,40 @@ func IsTransient(err error) bool {
 	var nerr net.Error
 	return errors.As(err, &nerr)
 }
+
+// failFastKey marks a context whose store calls give up on a connection
+// that cannot be made (FailFastOnConnect).
+type failFastKey struct{}
+
+// FailFastOnConnect marks ctx: a store call made under it is not repeated
+// when it cannot connect to the store (IsConnectFailure: a connection
+// refused, no route to the host, a name that does not resolve). Nothing
+// listens there now, and a repeat within a check's deadline only spends
+// that deadline: site.Check judges such a store unreachable at once.
+// Other transient failures (a 5xx, a throttle, a reset) are repeated as
+// always, within ctx; a store that accepts the connection and never
+// answers (a frozen server) costs ctx's deadline.
+func FailFastOnConnect(ctx context.Context) context.Context {
+	return context.WithValue(ctx, failFastKey{}, true)
+}
+
+// FailsFastOnConnect reports whether ctx was marked by FailFastOnConnect:
+// the retrying layers (internal/store/cos's SDK retryer, internal/store/retry)
+// then do not repeat a call that failed with IsConnectFailure.
+func FailsFastOnConnect(ctx context.Context) bool {
+	v, _ := ctx.Value(failFastKey{}).(bool)
+	return v
+}
+
+// IsConnectFailure reports whether err is a failure to open a connection
+// to the store (a dial error: refused, unreachable, timed out while
+// connecting; or a name that does not resolve), as opposed to a failure
+// of a connection that was made.
+func IsConnectFailure(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	var dns *net.DNSError
+	return errors.As(err, &dns) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH)
+}

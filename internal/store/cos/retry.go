@@ -13,6 +13,8 @@ import (
 	"github.com/IBM/ibm-cos-sdk-go/aws/awserr"
 	"github.com/IBM/ibm-cos-sdk-go/aws/client"
 	"github.com/IBM/ibm-cos-sdk-go/aws/request"
+
+	"github.com/armada/etcd-recovery/internal/store"
 )
 
 // retryer is the SDK's default retryer, plus connection resets.
@@ -28,7 +30,8 @@ import (
 // rather than writing twice, and a repeated CreateMultipartUpload's extra
 // upload is aborted by Put (abortKeyUploads). So resets are retried, with
 // the same limit and backoff as other transient errors. A cancelled or
-// stalled call is never retried.
+// stalled call is never retried. Under store.FailFastOnConnect (a site's
+// check) a connection that cannot be made is not retried either.
 type retryer struct{ client.DefaultRetryer }
 
 func (r retryer) ShouldRetry(req *request.Request) bool {
@@ -36,6 +39,9 @@ func (r retryer) ShouldRetry(req *request.Request) bool {
 		return false
 	}
 	if isMisconfigured(req.Error) {
+		return false
+	}
+	if ctx := req.Context(); ctx != nil && store.FailsFastOnConnect(ctx) && isConnectFailure(req.Error) {
 		return false
 	}
 	if req.Retryable == nil && isReset(req.Error) {
@@ -101,6 +107,20 @@ func misconfiguration(err error) string {
 		err = errors.Unwrap(err)
 	}
 	return ""
+}
+
+// isConnectFailure is store.IsConnectFailure looking through the SDK's
+// wrapped errors (awserr.Error has no Unwrap).
+func isConnectFailure(err error) bool {
+	if store.IsConnectFailure(err) {
+		return true
+	}
+	for _, o := range origErrs(err) {
+		if store.IsConnectFailure(o) {
+			return true
+		}
+	}
+	return false
 }
 
 // isReset reports whether err is a connection reset, a broken pipe or a

@@ -14,7 +14,8 @@
 //     unknown, a repeat could find its own first write and report
 //     store.ErrExists.
 //
-// A call stops at once when its context ends. The wrapper always has
+// A call stops at once when its context ends, and is not repeated after a
+// connection that could not be made under store.FailFastOnConnect. The wrapper always has
 // AfterLister (the inner store's, or its List filtered), Conditional
 // (the inner store's, or Put when it has none), Multipart (an
 // inner store without it has no uploads), Ranger (a Get cut to the range
@@ -80,7 +81,8 @@ func (s *Store) do(ctx context.Context, fn func() error) error {
 	delay := s.p.MinBackoff
 	for attempt := 0; ; attempt++ {
 		err := fn()
-		if err == nil || attempt >= s.p.MaxRetries || !store.IsTransient(err) || ctx.Err() != nil {
+		if err == nil || attempt >= s.p.MaxRetries || !store.IsTransient(err) || ctx.Err() != nil ||
+			(store.FailsFastOnConnect(ctx) && store.IsConnectFailure(err)) {
 			return err
 		}
 		t := time.NewTimer(delay)
