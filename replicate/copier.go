@@ -137,6 +137,12 @@ func newCopier(ctx context.Context, o Options) (*copier, error) {
 func (c *copier) checkLock(ctx context.Context) error {
 	lp := c.o.Lock
 	if !lp.Enabled() {
+		// Create-only writes keep the copier itself from replacing a copy,
+		// but not whoever else holds a credential that may write the
+		// bucket: only object lock makes the copies immutable.
+		c.log.Warn("replicate: the second site's copies are not locked (--second-lock-mode off): "+
+			"a credential that can write its bucket can replace or delete them; use a bucket with object lock",
+			"second", c.second.name)
 		return nil
 	}
 	info, err := c.second.lockConfig(ctx)

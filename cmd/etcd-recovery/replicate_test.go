@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 	"github.com/armada/etcd-recovery/replicate"
@@ -68,6 +69,9 @@ func TestReplicateSecondSiteCLI(t *testing.T) {
 	sst := testfix.Store(t, sm, sb)
 	sl := catalog.Layout{Prefix: "dr/" + prefix}
 	waitJournalReach(t, ctx, sst, sl, id, rev)
+	// The backup too: the copier's journal polls and its full pass run
+	// apart, so the journal may reach the second site first.
+	waitCommittedBackup(t, ctx, sst, sl, id)
 	stopped := time.Now()
 	code, errOut := stop()
 	if code != exitCanceled || time.Since(stopped) > 10*time.Second {
@@ -136,4 +140,24 @@ func journalRunCmd(t *testing.T, ctx context.Context, cmd string, args ...string
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	return func() (int, string) { cancel(); <-done; return code, errOut }
+}
+
+// waitCommittedBackup waits until st holds a committed backup of id.
+func waitCommittedBackup(tb testing.TB, ctx context.Context, st store.Store, l catalog.Layout, id string) {
+	tb.Helper()
+	for {
+		entries, err := catalog.Inventory(ctx, st, l, id)
+		if err == nil {
+			for _, e := range entries {
+				if e.Committed {
+					return
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			tb.Fatalf("no committed backup of %s under %q: %v", id, l.Prefix, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
