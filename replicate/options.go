@@ -17,7 +17,7 @@ const (
 	// DefaultJournalInterval is how often each cluster's journal is polled.
 	DefaultJournalInterval = 5 * time.Second
 	// DefaultScanInterval is how often the whole prefix is scanned.
-	DefaultScanInterval = 2 * time.Minute
+	DefaultScanInterval = 30 * time.Second
 	// DefaultStatusEvery is how often the status record is written.
 	DefaultStatusEvery = 30 * time.Second
 	// DefaultAuditInterval is how often each cluster's whole journal
