@@ -63,30 +63,46 @@ func TestCLIPlaintextScratchRemovedOnHardExit(t *testing.T) {
 	}
 
 	// 1. Two SIGINTs, the first one's cleanup held by the stopped etcd.
-	tmp := t.TempDir()
-	r := drill(tmp)
-	if err := r.cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	if !r.waitLine("SIGINT: cancelling and cleaning up", 10*time.Second) {
-		t.Errorf("the first SIGINT was not acknowledged on stderr:\n%s", r.output())
-	}
-	if code := r.wait(0); code != -1 {
-		t.Fatalf("the drill exited (%d) on the first signal although its etcd is frozen:\n%s", code, r.output())
-	}
-	if err := r.cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	if code := r.wait(10 * time.Second); code != exitCanceled || !strings.Contains(r.output(), "SIGINT again: exiting now") {
-		t.Fatalf("exit %d after the second SIGINT, want %d:\n%s", code, exitCanceled, r.output())
-	}
-	if left := dirNames(t, tmp); len(left) != 0 {
-		t.Fatalf("plaintext left in --temp-dir after the second SIGINT: %v\n%s", left, lastLinesOf(r.output(), 10))
+	// The cleanup gives the frozen etcd 5 s before SIGKILL: on a loaded
+	// machine the test may send its second signal only after that, when
+	// the first cleanup has already ended the run (exit 130, the dir
+	// gone, no "again"). That attempt did not test the second signal, so
+	// it is tried once more; twice is a failure.
+	for attempt := 1; ; attempt++ {
+		tmp := t.TempDir()
+		r := drill(tmp)
+		if err := r.cmd.Process.Signal(syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		first := time.Now()
+		if !r.waitLine("SIGINT: cancelling and cleaning up", 10*time.Second) {
+			t.Errorf("the first SIGINT was not acknowledged on stderr:\n%s", r.output())
+		}
+		if code := r.wait(0); code != -1 {
+			t.Fatalf("the drill exited (%d) on the first signal although its etcd is frozen:\n%s", code, r.output())
+		}
+		if err := r.cmd.Process.Signal(syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		late := time.Since(first) > 4*time.Second
+		code := r.wait(10 * time.Second)
+		if left := dirNames(t, tmp); len(left) != 0 {
+			t.Fatalf("plaintext left in --temp-dir after the second SIGINT: %v\n%s", left, lastLinesOf(r.output(), 10))
+		}
+		if code == exitCanceled && strings.Contains(r.output(), "SIGINT again: exiting now") {
+			break
+		}
+		if code == exitCanceled && late && attempt == 1 {
+			t.Logf("the second SIGINT went %v after the first (a loaded machine): the first cleanup had ended the run; once more",
+				time.Since(first).Round(time.Millisecond))
+			continue
+		}
+		t.Fatalf("exit %d after the second SIGINT, want %d and \"SIGINT again: exiting now\":\n%s", code, exitCanceled, r.output())
 	}
 
 	// 2. SIGKILL: the dir stays, until the next start removes it.
 	tmp2 := t.TempDir()
-	r = drill(tmp2)
+	r := drill(tmp2)
 	if err := r.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
