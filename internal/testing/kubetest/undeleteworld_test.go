@@ -1,0 +1,53 @@
+package kubetest_test
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/armada/etcd-recovery/internal/testing/kubetest"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testfix"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// The undelete world's builder: exactly n objects through the API server,
+// owner references with the owners' real uids, events besides them; a
+// deleted namespace is gone with every etcd key of it, and the journal
+// reaches the delete. Without the controllers, the namespace controller's
+// work is emulated; the garbage collector and the namespace controller run
+// in undelete's own tests.
+func TestUndeleteWorldPopulateAndDelete(t *testing.T) {
+	t.Parallel()
+	ctx := testfix.Context(t, 4*time.Minute)
+	controllers := os.Getenv("KUBETEST_CONTROLLERS") != ""
+	w := kubetest.NewUndeleteWorld(t, ctx, kubetest.UndeleteWorldOptions{Controllers: controllers})
+	start := time.Now()
+	p := w.Populate(t, ctx, "doomed", 100, 3)
+	t.Logf("populated %d objects (%d owned) and %d events in %v", p.Total(), p.Owned, p.Events, time.Since(start))
+	objs := w.Objects(t, ctx, "doomed")
+	if len(objs) != 100 || p.Total() != 100 {
+		t.Fatalf("%d objects through the API server, population %d, want 100", len(objs), p.Total())
+	}
+	owned := 0
+	for _, o := range objs {
+		if strings.Contains(o, `"ownerReferences"`) {
+			owned++
+		}
+	}
+	if owned != p.Owned || owned < 10 {
+		t.Fatalf("%d objects with ownerReferences, population says %d", owned, p.Owned)
+	}
+	if keys := w.NamespaceKeys(t, ctx, "doomed"); len(keys) != 100+1+3 {
+		t.Fatalf("%d etcd keys of the namespace, want 104 (100 objects, the namespace, 3 events): %v", len(keys), keys)
+	}
+	start = time.Now()
+	term := w.DeleteNamespace(t, ctx, "doomed")
+	t.Logf("namespace Terminating at %d, gone after %v (controllers %v)", term, time.Since(start), controllers)
+	if w.Namespace(t, ctx, "doomed") != nil {
+		t.Fatal("the namespace is still there")
+	}
+	w.WaitJournal(t, ctx, w.Revision(t, ctx))
+}
