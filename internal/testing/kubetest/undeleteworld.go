@@ -113,13 +113,14 @@ func NewUndeleteWorld(tb testing.TB, ctx context.Context, o UndeleteWorldOptions
 	w.Rig = testfix.NewStoreRig(tb)
 	w.Base = w.Rig.TakeBackup(tb, w.Etcd, w.ClusterID, catalog.KindScheduled)
 
+	// The capture's own client, made before the cleanup that stops the
+	// capture is registered, so closed after it.
+	co := journal.CaptureOptions{Client: w.Etcd.Client(tb), ClusterID: w.ClusterID,
+		BaseBackup: w.Base.Name, BaseRev: w.Base.Revision(), Store: w.Rig.Store, Layout: w.Rig.Layout,
+		Encoding: objectio.Encoding{Compression: objectio.CompressZstd}, SegmentInterval: time.Second, Log: testfix.Logger(tb)}
 	cctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	w.stopCapture, w.capDone = stop, make(chan error, 1)
-	go func() {
-		w.capDone <- journal.Capture(cctx, journal.CaptureOptions{Client: w.Etcd.Client(tb), ClusterID: w.ClusterID,
-			BaseBackup: w.Base.Name, BaseRev: w.Base.Revision(), Store: w.Rig.Store, Layout: w.Rig.Layout,
-			Encoding: objectio.Encoding{Compression: objectio.CompressZstd}, SegmentInterval: time.Second, Log: testfix.Logger(tb)})
-	}()
+	go func() { w.capDone <- journal.Capture(cctx, co) }()
 	tb.Cleanup(func() { w.StopJournal(tb) })
 
 	args := append([]string{"--etcd-compaction-interval=" + o.CompactionInterval.String()}, o.ExtraArgs...)

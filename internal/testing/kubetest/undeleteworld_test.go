@@ -1,7 +1,6 @@
 package kubetest_test
 
 import (
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -16,14 +15,13 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // The undelete world's builder: exactly n objects through the API server,
 // owner references with the owners' real uids, events besides them; a
 // deleted namespace is gone with every etcd key of it, and the journal
-// reaches the delete. Without the controllers, the namespace controller's
-// work is emulated; the garbage collector and the namespace controller run
-// in undelete's own tests.
+// reaches the delete. The namespace controller and the garbage collector
+// of a real kube-controller-manager run (testenv.StartKubeControllerManager):
+// the namespace is emptied and finalized by them.
 func TestUndeleteWorldPopulateAndDelete(t *testing.T) {
 	t.Parallel()
 	ctx := testfix.Context(t, 4*time.Minute)
-	controllers := os.Getenv("KUBETEST_CONTROLLERS") != ""
-	w := kubetest.NewUndeleteWorld(t, ctx, kubetest.UndeleteWorldOptions{Controllers: controllers})
+	w := kubetest.NewUndeleteWorld(t, ctx, kubetest.UndeleteWorldOptions{Controllers: true})
 	start := time.Now()
 	p := w.Populate(t, ctx, "doomed", 100, 3)
 	t.Logf("populated %d objects (%d owned) and %d events in %v", p.Total(), p.Owned, p.Events, time.Since(start))
@@ -45,7 +43,7 @@ func TestUndeleteWorldPopulateAndDelete(t *testing.T) {
 	}
 	start = time.Now()
 	term := w.DeleteNamespace(t, ctx, "doomed")
-	t.Logf("namespace Terminating at %d, gone after %v (controllers %v)", term, time.Since(start), controllers)
+	t.Logf("namespace Terminating at %d, gone after %v by the namespace controller", term, time.Since(start))
 	if w.Namespace(t, ctx, "doomed") != nil {
 		t.Fatal("the namespace is still there")
 	}

@@ -101,4 +101,4 @@ func (cm *KubeControllerManager) WaitLog(tb testing.TB, substr string, timeout t
 // GarbageCollectorSynced is what the garbage collector logs once its
 // informers of every resource (CRDs included) have synced: from then on, a
 // dependent whose owner is missing is deleted.
-const GarbageCollectorSynced = "All resource monitors have synced"
+const GarbageCollectorSynced = "Garbage collector: all resource monitors have synced"
