@@ -338,8 +338,12 @@ func (u *run) keysAtPoint(ctx context.Context) ([]etcdinternals.KV, error) {
 		return nil, u.fail(StepPoint, errors.New("the point's revision is unknown"))
 	}
 	if u.res.LiveRevision > 0 && u.res.Revision > u.res.LiveRevision {
-		return nil, u.fail(StepPoint, fmt.Errorf("the point, revision %d, is after the live cluster's revision %d: "+
-			"not a point in this cluster's past", u.res.Revision, u.res.LiveRevision))
+		msg := fmt.Sprintf("the point, revision %d, is after the live cluster's revision %d: not a point in this cluster's past "+
+			"(another cluster's endpoints, or a restore without a revision bump since)", u.res.Revision, u.res.LiveRevision)
+		if !o.AcceptOtherCluster {
+			return nil, u.fail(StepPoint, errors.New(msg+"; --accept-other-cluster writes anyway"))
+		}
+		u.res.Warnings = append(u.res.Warnings, msg)
 	}
 	m := newMatcher(o)
 	kvs, err := etcdinternals.KeysAt(path, u.res.Revision, m.match)

@@ -333,3 +333,81 @@ func TestUndeleteRefusals(t *testing.T) {
 		t.Errorf("refused runs left records: %v %v", recs, err)
 	}
 }
+
+// TestUndeleteTwoAtOnce: two runs of the same undelete at once (two SREs,
+// or a rerun while the first still writes): every key comes back exactly
+// once (one PUT each, on a watch from before both), each run reports each
+// key restored by it or present (the other's), and together they restore
+// each key once.
+func TestUndeleteTwoAtOnce(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, testenv.EtcdOptions{})
+	const n = 200
+	for i := range n {
+		if _, err := w.cli.Put(w.ctx, fmt.Sprintf("/two/k%03d", i), fmt.Sprintf("v%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	point := w.rev(t)
+	if _, err := w.cli.Delete(w.ctx, "/two/", clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	w.synced(t)
+	from := w.rev(t) + 1
+	wctx, stopWatch := context.WithCancel(w.ctx)
+	defer stopWatch()
+	wch := w.cli.Watch(wctx, "/two/", clientv3.WithPrefix(), clientv3.WithRev(from))
+	type out struct {
+		res *undelete.Result
+		err error
+	}
+	outs := make(chan out, 2)
+	for range 2 {
+		go func() {
+			o := w.opts(t, point, "/two/")
+			o.MaxTxnOps = 3
+			res, err := undelete.Run(w.ctx, o)
+			outs <- out{res, err}
+		}()
+	}
+	restored := map[string]int{}
+	for range 2 {
+		o := <-outs
+		if o.err != nil {
+			t.Fatal(o.err)
+		}
+		for _, k := range o.res.Keys {
+			switch k.Action {
+			case undelete.ActionRestored:
+				restored[k.Key]++
+			case undelete.ActionPresent:
+			default:
+				t.Errorf("%s: %s (%s)", k.Key, k.Action, k.Reason)
+			}
+		}
+	}
+	puts := map[string]int{}
+	for total := 0; total < n; {
+		select {
+		case resp := <-wch:
+			for _, ev := range resp.Events {
+				puts[string(ev.Kv.Key)]++
+				total++
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d PUT events of %d", total, n)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	select {
+	case resp := <-wch:
+		t.Errorf("more events than keys: %d more", len(resp.Events))
+	default:
+	}
+	for i := range n {
+		k := fmt.Sprintf("/two/k%03d", i)
+		if puts[k] != 1 || restored[k] != 1 {
+			t.Errorf("%s: %d PUTs, restored by %d runs; want 1 and 1", k, puts[k], restored[k])
+		}
+	}
+}
