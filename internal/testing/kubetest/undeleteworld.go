@@ -111,6 +111,11 @@ func NewUndeleteWorld(tb testing.TB, ctx context.Context, o UndeleteWorldOptions
 	w.Etcd = testenv.StartEtcd(tb, testenv.EtcdOptions{Version: testenv.V35, Members: o.Members})
 	w.Cli = w.Etcd.Client(tb)
 	w.Rig = testfix.NewStoreRig(tb)
+	// A backup of an empty etcd (revision 1, nothing in its database) does
+	// not verify: one key first, outside kube-apiserver's prefix.
+	if _, err := w.Cli.Put(ctx, "/undelete-world/before", "x"); err != nil {
+		tb.Fatalf("etcd of %s: %v", w.ClusterID, err)
+	}
 	w.Base = w.Rig.TakeBackup(tb, w.Etcd, w.ClusterID, catalog.KindScheduled)
 
 	// The capture's own client, made before the cleanup that stops the
