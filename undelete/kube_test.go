@@ -370,9 +370,11 @@ func (pc *putCounter) upTo(t *testing.T, rev int64) map[string]int {
 // writes the rest: every object is back exactly, and a watch from before
 // the first run saw exactly one PUT of each key brought back.
 //
-// kube-apiserver restart: kube-apiserver is restarted as soon as the
-// undelete's first key lands; through the restarted API server every
-// object is back exactly.
+// kube-apiserver restart: kube-apiserver (watch cache on) is killed as
+// soon as the undelete's first key lands (transactions of one key) and
+// started again: keys were written both while it ran and while it was
+// down, and through the restarted API server every object is back
+// exactly.
 func TestUndeleteInterrupted(t *testing.T) {
 	t.Parallel()
 	ctx := testfix.Context(t, 8*time.Minute)
@@ -447,7 +449,7 @@ func TestUndeleteInterrupted(t *testing.T) {
 		const ns = "restart"
 		pc := countPuts(t, ctx, w.Cli, "/registry/", w.Revision(t, ctx)+1)
 		o := kubeOpts(t, w, points[ns], []string{ns})
-		o.MaxTxnOps = 10
+		o.MaxTxnOps = 1 // a transaction a key: the writes outlast the API server's stop
 		done := make(chan error, 1)
 		var res *undelete.Result
 		go func() {
@@ -467,13 +469,29 @@ func TestUndeleteInterrupted(t *testing.T) {
 			}
 		}
 		t0 := time.Now()
-		w.K.Restart(t)
-		t.Logf("kube-apiserver restarted in %v", time.Since(t0).Round(time.Millisecond))
+		w.K.Kill()
+		down := w.Revision(t, ctx)
+		w.K.Start(t)
+		t.Logf("kube-apiserver restarted in %v (down at revision %d)", time.Since(t0).Round(time.Millisecond), down)
 		if err := <-done; err != nil {
 			t.Fatalf("undelete: %v", err)
 		}
 		if res.Counts[undelete.ActionRestored] != objects+1 {
 			t.Errorf("counts %v, want %d restored", res.Counts, objects+1)
+		}
+		before, after := 0, 0
+		for _, k := range res.Keys {
+			switch {
+			case k.Written == 0:
+			case k.Written <= down:
+				before++
+			default:
+				after++
+			}
+		}
+		t.Logf("keys written before kube-apiserver was down: %d, after: %d", before, after)
+		if before == 0 || after == 0 {
+			t.Fatalf("the restart was not in the middle of the writes: %d keys written before the API server was down (revision %d), %d after", before, down, after)
 		}
 		w.WaitWidgetsServed(t, ctx)
 		if d := diffObjects(wants[ns], w.Objects(t, ctx, ns)); len(d) > 0 {

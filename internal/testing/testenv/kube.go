@@ -193,6 +193,13 @@ func (k *KubeAPIServer) start() error {
 func (k *KubeAPIServer) Restart(tb testing.TB) {
 	tb.Helper()
 	k.Stop()
+	k.Start(tb)
+}
+
+// Start starts a stopped API server again (as Restart) and waits until
+// /readyz answers ok.
+func (k *KubeAPIServer) Start(tb testing.TB) {
+	tb.Helper()
 	if err := k.start(); err != nil {
 		tb.Fatalf("testenv: restart: %v", err)
 	}
@@ -333,6 +340,10 @@ current-context: testenv
 
 // Running reports whether the kube-apiserver process is alive.
 func (k *KubeAPIServer) Running() bool { return k.current().running() }
+
+// Kill SIGKILLs the API server (a crash, a node lost) and waits for it to
+// be gone; Start starts it again.
+func (k *KubeAPIServer) Kill() { k.current().kill() }
 
 // Stop sends SIGTERM and waits for the API server to exit (SIGKILL after
 // 20 s), so that it writes nothing more into its etcd.
