@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -159,8 +160,10 @@ func keyActions(res *undelete.Result) map[undelete.Action][]string {
 // 1,000 objects exactly as they were (uid, data, spec, labels,
 // ownerReferences, creationTimestamp) and the CRD; it leaves the new
 // namespace object (differs), the new configmap and the other
-// namespace's objects alone, and skips the events (leased). 10 s after
-// the undelete the garbage collector has collected nothing. A second run
+// namespace's objects alone, and skips the events (leased). The API server
+// has compacted the live cluster past the point (only the journal holds
+// it). Once the garbage collector has collected a probe (a configmap owned
+// by a missing widget) and 10 s more, it has collected nothing restored. A second run
 // writes nothing: every key present, etcd's revision unmoved.
 func TestUndeleteNamespace(t *testing.T) {
 	t.Parallel()
@@ -218,6 +221,17 @@ func TestUndeleteNamespace(t *testing.T) {
 	newNS := w.Namespace(t, ctx, ns)
 	newNSJSON := kubetest.Comparable(t, newNS)
 	w.WaitJournal(t, ctx, w.Revision(t, ctx))
+	// The API server has compacted the live cluster past the point: only
+	// the journal holds it.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+		_, err := w.Cli.Get(ctx, crdKey, clientv3.WithRev(r))
+		if err != nil && strings.Contains(err.Error(), "compacted") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the API server did not compact past revision %d within 30 s: %v", r, err)
+		}
+	}
 
 	// The undelete.
 	o := kubeOpts(t, w, r, []string{ns}, crdKey)
@@ -277,8 +291,26 @@ func TestUndeleteNamespace(t *testing.T) {
 		}
 	}
 	check("right after the undelete")
+	// The garbage collector acts on widgets' dependents again: a configmap
+	// owned by a widget that does not exist is collected.
+	probe, err := w.Admin.CoreV1().ConfigMaps(other).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "gc-probe",
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: kubetest.WidgetGVR.GroupVersion().String(), Kind: "Widget", Name: "no-such-widget", UID: "00000000-0000-0000-0000-000000000001"}}}},
+		metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 = time.Now()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(250 * time.Millisecond) {
+		_, err := w.Admin.CoreV1().ConfigMaps(other).Get(ctx, probe.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the garbage collector did not collect a configmap owned by a missing widget within a minute: %v", err)
+		}
+	}
+	t.Logf("the garbage collector collected an orphaned widget dependent in %v", time.Since(t0).Round(time.Millisecond))
 	time.Sleep(10 * time.Second)
-	w.CM.WaitLog(t, "Garbage collector: all resource monitors have synced", time.Second)
 	check("10 s after the undelete, the garbage collector running")
 	if crd, err := w.Cli.Get(ctx, crdKey); err != nil || len(crd.Kvs) != 1 {
 		t.Errorf("the CRD's key after the undelete: %v %v", crd, err)
