@@ -134,7 +134,7 @@ func NewUndeleteWorld(tb testing.TB, ctx context.Context, o UndeleteWorldOptions
 	w.installWidgetCRD(tb, ctx)
 	if o.Controllers {
 		w.CM = testenv.StartKubeControllerManager(tb, w.K)
-		w.CM.WaitLog(tb, testenv.GarbageCollectorSynced, 2*time.Minute)
+		w.CM.WaitSynced(tb, 2*time.Minute)
 	}
 	return w
 }

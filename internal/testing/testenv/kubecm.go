@@ -28,6 +28,9 @@ type KubeControllerManager struct {
 	Controllers []string
 	LogFile     string
 
+	bin  string
+	args []string
+
 	procSlot
 }
 
@@ -58,9 +61,8 @@ func StartKubeControllerManager(tb testing.TB, k *KubeAPIServer, controllers ...
 		"--kube-api-burst=400",
 		"--v=2",
 	}
-	if err := cm.launch("kube-controller-manager on "+k.URL, func() (*proc, error) {
-		return startProc("kube-controller-manager", bin, args, childEnv(), cm.LogFile)
-	}); err != nil {
+	cm.bin, cm.args = bin, args
+	if err := cm.start(); err != nil {
 		tb.Fatalf("testenv: %v", err)
 	}
 	tb.Cleanup(func() {
@@ -70,6 +72,44 @@ func StartKubeControllerManager(tb testing.TB, k *KubeAPIServer, controllers ...
 		}
 	})
 	return cm
+}
+
+func (cm *KubeControllerManager) start() error {
+	return cm.launch("kube-controller-manager on "+cm.API.URL, func() (*proc, error) {
+		return startProc("kube-controller-manager", cm.bin, cm.args, childEnv(), cm.LogFile)
+	})
+}
+
+// Start starts a stopped controller-manager again, with the same flags.
+// Its controllers start afresh: the garbage collector rebuilds its graph
+// (and forgets the owners it had found absent) from the API server's
+// lists. Wait for GarbageCollectorSynced with WaitSynced.
+func (cm *KubeControllerManager) Start(tb testing.TB) {
+	tb.Helper()
+	if err := cm.start(); err != nil {
+		tb.Fatalf("testenv: %v", err)
+	}
+}
+
+// WaitSynced waits until the garbage collector of the controller-manager's
+// current run has synced (GarbageCollectorSynced logged after its last
+// start).
+func (cm *KubeControllerManager) WaitSynced(tb testing.TB, timeout time.Duration) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		b, _ := os.ReadFile(cm.LogFile)
+		if i := bytes.LastIndex(b, []byte("==== testenv ")); i >= 0 && bytes.Contains(b[i:], []byte(GarbageCollectorSynced)) {
+			return
+		}
+		if p := cm.current(); !p.running() {
+			tb.Fatalf("testenv: kube-controller-manager on %s: %s before its garbage collector synced", cm.API.URL, p.exitError())
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("testenv: kube-controller-manager on %s: its garbage collector did not sync within %v", cm.API.URL, timeout)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // Running reports whether the controller-manager process is alive.
