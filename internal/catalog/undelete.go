@@ -32,7 +32,7 @@ const (
 	undeletesDir         = "_undeletes/"
 	undeleteStartSuffix  = ".start.json"
 	undeleteEndSuffix    = ".json"
-	maxUndeleteRecordLen = 64 << 20
+	maxUndeleteRecordLen = 256 << 20 // about 1.2 M keys (a record holds some 210 bytes a key)
 )
 
 // UndeleteRecordVersion is the undelete record's format version.
