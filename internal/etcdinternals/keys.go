@@ -1,0 +1,87 @@
+package etcdinternals
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+)
+
+// KV is a key as an etcd database holds it at a revision: the fields of
+// etcd's mvccpb.KeyValue.
+type KV struct {
+	Key            []byte
+	Value          []byte
+	CreateRevision int64
+	ModRevision    int64
+	Version        int64
+	Lease          int64
+}
+
+// KeysAt reads the etcd database at path (read-only; etcd's sha256
+// trailer after it, if any, is not read) and returns the keys that exist
+// at revision rev (0: the database's newest) for which match is true,
+// with their values, sorted by key. It walks the "key" bucket in revision
+// order, as etcd rebuilds its index when it starts: the last entry of a
+// key at or below rev is its state, and a tombstone there means it does
+// not exist. Entries of keys that do not match are skipped without
+// decoding their value (KeyAndLease). A revision below the database's
+// compaction is refused: its history there is gone.
+func KeysAt(path string, rev int64, match func(key []byte) bool) ([]KV, error) {
+	db, err := bolt.Open(path, 0o400, &bolt.Options{ReadOnly: true, Timeout: 10 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("open database %s: %w", path, err)
+	}
+	defer db.Close()
+	live := map[string]*KV{}
+	err = db.View(func(tx *bolt.Tx) error {
+		if c := CompactRevision(tx); rev > 0 && c > rev {
+			return fmt.Errorf("the database is compacted at revision %d, above %d: its keys at %d are gone", c, rev, rev)
+		}
+		b := tx.Bucket(KeyBucket)
+		if b == nil {
+			return errors.New(`no "key" bucket: not an etcd v3 database`)
+		}
+		cur := b.Cursor()
+		for k, v := cur.First(); k != nil; k, v = cur.Next() {
+			if len(k) != RevBytesLen && len(k) != MarkedRevBytesLen {
+				return fmt.Errorf("revision key %x: %d bytes, want %d or %d", k, len(k), RevBytesLen, MarkedRevBytesLen)
+			}
+			if main := int64(binary.BigEndian.Uint64(k[:8])); rev > 0 && main > rev {
+				break
+			}
+			key, _, err := KeyAndLease(v)
+			if err != nil {
+				return fmt.Errorf("revision %x: %w", k, err)
+			}
+			if !match(key) {
+				continue
+			}
+			if len(k) == MarkedRevBytesLen && k[RevBytesLen] == MarkTombstone {
+				delete(live, string(key))
+				continue
+			}
+			var kv mvccpb.KeyValue
+			if err := kv.Unmarshal(v); err != nil {
+				return fmt.Errorf("revision %x (key %q): %w", k, key, err)
+			}
+			live[string(key)] = &KV{Key: kv.Key, Value: kv.Value, CreateRevision: kv.CreateRevision,
+				ModRevision: kv.ModRevision, Version: kv.Version, Lease: kv.Lease}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the keys of %s at revision %d: %w", path, rev, err)
+	}
+	out := make([]KV, 0, len(live))
+	for _, kv := range live {
+		out = append(out, *kv)
+	}
+	sort.Slice(out, func(i, j int) bool { return bytes.Compare(out[i].Key, out[j].Key) < 0 })
+	return out, nil
+}

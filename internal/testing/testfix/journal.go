@@ -1,0 +1,68 @@
+package testfix
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/journal"
+	"github.com/armada/etcd-recovery/internal/objectio"
+	"github.com/armada/etcd-recovery/internal/store"
+)
+
+// StartJournal runs the journal of cluster id in-process (journal.Capture
+// from base, zstd segments sealed every interval) until the returned stop
+// is called or the test ends; stop waits for it and fails the test if it
+// ended with an error other than its cancellation.
+func StartJournal(tb testing.TB, cli *clientv3.Client, st store.Store, layout catalog.Layout, id string, base *catalog.Manifest,
+	interval time.Duration, log *slog.Logger) (stop func()) {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- journal.Capture(ctx, journal.CaptureOptions{Client: cli, ClusterID: id, BaseBackup: base.Name, BaseRev: base.Revision(),
+			Store: st, Layout: layout, Encoding: objectio.Encoding{Compression: objectio.CompressZstd},
+			SegmentInterval: interval, Log: log})
+	}()
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil && ctx.Err() == nil {
+			tb.Errorf("journal of %s: %v", id, err)
+		}
+	}
+	tb.Cleanup(stop)
+	return stop
+}
+
+// JournalReach is the last revision of the stored segments of id.
+func JournalReach(tb testing.TB, ctx context.Context, st store.Store, layout catalog.Layout, id string) int64 {
+	tb.Helper()
+	segs, err := journal.ListSegments(ctx, st, layout, id, 0)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var last int64
+	for _, s := range segs.All {
+		last = max(last, s.LastRev)
+	}
+	return last
+}
+
+// WaitJournalReach waits (up to within) until the journal of id holds rev.
+func WaitJournalReach(tb testing.TB, ctx context.Context, st store.Store, layout catalog.Layout, id string, rev int64, within time.Duration) {
+	tb.Helper()
+	for deadline := time.Now().Add(within); JournalReach(tb, ctx, st, layout, id) < rev; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			tb.Fatalf("the journal of %s does not reach revision %d within %v", id, rev, within)
+		}
+	}
+}
