@@ -161,6 +161,9 @@ func undeleteOptions(c *cli.Context, e *env, o *undeleteOpts) (undelete.Options,
 	if c.IsSet("kube-prefix") && len(namespaces) == 0 {
 		return opts, usagef("undelete: --kube-prefix goes with --kube-namespace")
 	}
+	if kp := o.kubePrefix; !strings.HasPrefix(kp, "/") || strings.HasSuffix(kp, "/") {
+		return opts, usagef("undelete: --kube-prefix %q: want kube-apiserver's --etcd-prefix, as %s", kp, defaultKubePrefix)
+	}
 	switch {
 	case c.IsSet("to-revision") && c.IsSet("to-time"):
 		return opts, usagef("undelete: --to-revision and --to-time: give one")
@@ -205,19 +208,13 @@ func undeleteOptions(c *cli.Context, e *env, o *undeleteOpts) (undelete.Options,
 	if err != nil {
 		return opts, err
 	}
+	host, _ := os.Hostname()
 	opts = undelete.Options{
 		ClusterID: o.clusterID, Etcd: etcd, Prefixes: prefixes, Namespaces: namespaces, KubePrefix: o.kubePrefix,
 		ToRevision: o.toRevision, ToTime: opts.ToTime,
 		AcceptUnprovenJournal: o.acceptUnproven, AcceptTerminating: o.acceptTerminating, AcceptOtherCluster: o.acceptOtherCluster,
 		Replace: o.replace, DryRun: o.dryRun, Identities: ids, ScratchDir: o.tempDir,
-		MaxTxnOps: o.maxTxnOps, MaxTxnBytes: int(txnBytes), Operator: operator, Log: e.log,
-	}
-	if len(namespaces) == 0 {
-		opts.KubePrefix = ""
-	}
-	// The package's own checks, still before anything is contacted.
-	if err := opts.Validate(); err != nil {
-		return opts, usagef("undelete: %w", err)
+		MaxTxnOps: o.maxTxnOps, MaxTxnBytes: int(txnBytes), Operator: operator, Host: host, Log: e.log,
 	}
 	return opts, nil
 }
@@ -236,8 +233,16 @@ func runUndelete(c *cli.Context, g *globalOpts, o *undeleteOpts) error {
 		return err
 	}
 	opts.Store, opts.Layout, opts.Site = ch.Store, ch.Layout, ch.Describe()
+	// The package's own checks (the flags above were checked before the
+	// store was opened; these need it).
+	if err := opts.Validate(); err != nil {
+		return asUsage(err)
+	}
 	res, err := undelete.Run(e.ctx(), opts)
-	if res != nil {
+	// The report when the run got to its keys: always without an error;
+	// after an error only once it wrote (its end record names what), or
+	// when it was stopped. A refusal is its error alone.
+	if res != nil && (err == nil || res.Record != "" || e.ctx().Err() != nil) {
 		if rerr := e.renderAll(undeleteTables(res), res); rerr != nil && err == nil {
 			err = rerr
 		}
@@ -255,7 +260,8 @@ func runUndelete(c *cli.Context, g *globalOpts, o *undeleteOpts) error {
 // undeleteActionOrder is the order actions are counted in the summary.
 var undeleteActionOrder = []undelete.Action{
 	undelete.ActionRestored, undelete.ActionWouldRestore, undelete.ActionReplaced, undelete.ActionWouldReplace,
-	undelete.ActionPresent, undelete.ActionDiffers, undelete.ActionAppeared, undelete.ActionLeased, undelete.ActionFailed,
+	undelete.ActionPresent, undelete.ActionDiffers, undelete.ActionAppeared, undelete.ActionLeased, undelete.ActionPending,
+	undelete.ActionFailed,
 }
 
 // undeleteTables is undelete's report as tables: a summary (the cluster,
@@ -278,7 +284,14 @@ func undeleteTables(res *undelete.Result) []output.Table {
 	add("key prefixes", strings.Join(res.Prefixes, " "))
 	add("namespaces", strings.Join(res.Namespaces, " "))
 	if res.Revision > 0 {
-		add("point", "revision "+strconv.FormatInt(res.Revision, 10))
+		point := "revision " + strconv.FormatInt(res.Revision, 10)
+		if !res.ToTime.IsZero() {
+			point += " (the last one received at or before " + res.ToTime.UTC().Format(time.RFC3339Nano) + ")"
+		}
+		add("point", point)
+	}
+	if res.LiveRevision > 0 {
+		add("live revision", strconv.FormatInt(res.LiveRevision, 10)+" (when the live cluster was read)")
 	}
 	add("backup", res.Backup)
 	add("site", res.Site)
@@ -319,6 +332,10 @@ func undeleteTables(res *undelete.Result) []output.Table {
 	if res.Counts[undelete.ActionDiffers] > 0 && !res.DryRun {
 		keys.Notes = append(keys.Notes, "differs: the key exists now with other bytes and was left alone (--replace overwrites it, guarded by its mod revision).")
 	}
+	if res.Counts[undelete.ActionPending] > 0 {
+		keys.Notes = append(keys.Notes, "pending: not written, the run stopped first: run the same command again to write them (what is written is then present).")
+	}
+	keys.Notes = append(keys.Notes, res.Warnings...)
 	if res.Counts[undelete.ActionLeased] > 0 {
 		keys.Notes = append(keys.Notes, "leased: the key had a lease at the point (an Event, a Lease): not brought back; its writer recreates it.")
 	}
