@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
 
@@ -243,7 +244,7 @@ func runUndelete(c *cli.Context, g *globalOpts, o *undeleteOpts) error {
 	// after an error only once it wrote (its end record names what), or
 	// when it was stopped. A refusal is its error alone.
 	if res != nil && (err == nil || res.Record != "" || e.ctx().Err() != nil) {
-		if rerr := e.renderAll(undeleteTables(res), res); rerr != nil && err == nil {
+		if rerr := e.renderAll(undeleteTables(res, e.format), res); rerr != nil && err == nil {
 			err = rerr
 		}
 	}
@@ -257,6 +258,16 @@ func runUndelete(c *cli.Context, g *globalOpts, o *undeleteOpts) error {
 	return nil
 }
 
+// elide shortens s to n runes, keeping its start and its end around "…".
+func elide(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n || n < 3 {
+		return s
+	}
+	head := (n - 1) / 2
+	return string(r[:head]) + "…" + string(r[len(r)-(n-1-head):])
+}
+
 // undeleteActionOrder is the order actions are counted in the summary.
 var undeleteActionOrder = []undelete.Action{
 	undelete.ActionRestored, undelete.ActionWouldRestore, undelete.ActionReplaced, undelete.ActionWouldReplace,
@@ -266,8 +277,10 @@ var undeleteActionOrder = []undelete.Action{
 
 // undeleteTables is undelete's report as tables: a summary (the cluster,
 // what was asked, the point, where it was read, the counts per action and
-// the record) and one row per key, from res alone (-o json is res).
-func undeleteTables(res *undelete.Result) []output.Table {
+// the record) and one row per key, from res alone (-o json is res). In
+// the default format a key too long for output.Width is shortened in its
+// middle (…), said below the table: -o wide and -o json have it whole.
+func undeleteTables(res *undelete.Result, f output.Format) []output.Table {
 	var title strings.Builder
 	if res.DryRun {
 		fmt.Fprintf(&title, "Undelete plan for cluster %s (dry run: nothing was written or recorded)\n\n", res.ClusterID)
@@ -315,12 +328,26 @@ func undeleteTables(res *undelete.Result) []output.Table {
 
 	keys := output.Table{Title: "\n", Header: []string{"KEY", "ACTION", "MOD REVISION", "WRITTEN", "SIZE", "REASON"},
 		Wide: []string{"MOD REVISION", "WRITTEN", "SIZE"}, Long: []string{"REASON"}}
+	// The default table is KEY and ACTION: "│ " + key + " │ " + action + " │".
+	room := output.Width - 7 - len("ACTION")
+	for _, k := range res.Keys {
+		room = min(room, output.Width-7-len(k.Action))
+	}
+	shortened := 0
 	for _, k := range res.Keys {
 		written := "-"
 		if k.Written > 0 {
 			written = strconv.FormatInt(k.Written, 10)
 		}
-		keys.Rows = append(keys.Rows, []string{k.Key, string(k.Action), strconv.FormatInt(k.ModRevision, 10), written, strconv.Itoa(k.Size), k.Reason})
+		key := k.Key
+		if f != output.FormatWide && utf8.RuneCountInString(key) > room {
+			key, shortened = elide(key, room), shortened+1
+		}
+		keys.Rows = append(keys.Rows, []string{key, string(k.Action), strconv.FormatInt(k.ModRevision, 10), written, strconv.Itoa(k.Size), k.Reason})
+	}
+	if shortened > 0 {
+		keys.Notes = append(keys.Notes, fmt.Sprintf("%s shortened in the middle (…) to fit: -o wide or -o json shows every key whole.",
+			output.Plural(shortened, "1 key", fmt.Sprintf("%d keys", shortened))))
 	}
 	switch {
 	case len(res.Keys) == 0:
