@@ -202,16 +202,24 @@ func (u *run) run(ctx context.Context) error {
 	if err := u.checkCluster(ctx); err != nil {
 		return err
 	}
-	kvs, err := u.keysAtPoint(ctx)
+	dir, err := os.MkdirTemp(o.ScratchDir, "etcd-recovery-undelete-")
+	if err != nil {
+		return u.fail(StepPoint, fmt.Errorf("scratch dir: %w", err))
+	}
+	defer os.RemoveAll(dir)
+	kvs, path, err := u.keysAtPoint(ctx, dir)
 	if err != nil {
 		return err
 	}
 	if err := u.classify(ctx, kvs); err != nil {
 		return err
 	}
-	if err := u.checkObjects(); err != nil {
+	if err := u.checkObjects(path); err != nil {
 		return err
 	}
+	// The database at the point is not needed any more: its space is
+	// given back before anything is written.
+	os.RemoveAll(dir)
 	if o.DryRun {
 		u.tally()
 		return nil
@@ -307,22 +315,17 @@ func (u *run) checkCluster(ctx context.Context) error {
 	return nil
 }
 
-// keysAtPoint builds the database at the point (as a point-in-time
-// restore does) and reads the keys the options select.
-func (u *run) keysAtPoint(ctx context.Context) ([]etcdinternals.KV, error) {
+// keysAtPoint builds the database at the point in dir (as a point-in-time
+// restore does), reads the keys the options select, and returns them with
+// the database's path.
+func (u *run) keysAtPoint(ctx context.Context, dir string) ([]etcdinternals.KV, string, error) {
 	o := u.o
-	dir, err := os.MkdirTemp(o.ScratchDir, "etcd-recovery-undelete-")
-	if err != nil {
-		return nil, u.fail(StepPoint, fmt.Errorf("scratch dir: %w", err))
-	}
-	defer os.RemoveAll(dir)
 	plan, path, err := restore.SelectSnapshot(ctx, restore.Options{ClusterID: o.ClusterID, Store: o.Store, Layout: o.Layout,
 		Site: o.Site, NoLive: true, ToRevision: o.ToRevision, ToTime: o.ToTime, JournalInStore: true,
 		AcceptUnprovenJournal: o.AcceptUnprovenJournal, Identities: o.Identities, ScratchDir: dir, Log: o.Log, Now: o.Now}, dir)
 	if err != nil {
-		return nil, u.fail(StepPoint, err)
+		return nil, "", u.fail(StepPoint, err)
 	}
-	defer os.Remove(path)
 	if plan.Chosen != nil {
 		u.res.Backup = plan.Chosen.Name
 	}
@@ -335,24 +338,24 @@ func (u *run) keysAtPoint(ctx context.Context) ([]etcdinternals.KV, error) {
 		u.res.Revision = plan.Snapshot.Revision
 	}
 	if u.res.Revision <= 0 {
-		return nil, u.fail(StepPoint, errors.New("the point's revision is unknown"))
+		return nil, "", u.fail(StepPoint, errors.New("the point's revision is unknown"))
 	}
 	if u.res.LiveRevision > 0 && u.res.Revision > u.res.LiveRevision {
 		msg := fmt.Sprintf("the point, revision %d, is after the live cluster's revision %d: not a point in this cluster's past "+
 			"(another cluster's endpoints, or a restore without a revision bump since)", u.res.Revision, u.res.LiveRevision)
 		if !o.AcceptOtherCluster {
-			return nil, u.fail(StepPoint, errors.New(msg+"; --accept-other-cluster writes anyway"))
+			return nil, "", u.fail(StepPoint, errors.New(msg+"; --accept-other-cluster writes anyway"))
 		}
 		u.res.Warnings = append(u.res.Warnings, msg)
 	}
 	m := newMatcher(o)
 	kvs, err := etcdinternals.KeysAt(path, u.res.Revision, m.match)
 	if err != nil {
-		return nil, u.fail(StepKeys, err)
+		return nil, "", u.fail(StepKeys, err)
 	}
 	o.Log.Info("undelete: the keys at the point", "cluster", o.ClusterID, "revision", u.res.Revision, "backup", u.res.Backup,
 		"keys", len(kvs))
-	return kvs, nil
+	return kvs, path, nil
 }
 
 // classify looks every key of the point up in the live cluster, in
@@ -417,8 +420,10 @@ func (u *run) decide(kv etcdinternals.KV, k *Key, live *etcdLive) {
 }
 
 // checkObjects refuses to write back a Kubernetes object that was already
-// being deleted at the point, and orders the writes.
-func (u *run) checkObjects() error {
+// being deleted at the point, naming the revision before the first was
+// marked (read from the database at the point, path), and orders the
+// writes.
+func (u *run) checkObjects(path string) error {
 	o := u.o
 	var deleting []*item
 	for _, it := range u.items {
@@ -428,21 +433,56 @@ func (u *run) checkObjects() error {
 		}
 	}
 	if len(deleting) > 0 && !o.AcceptTerminating {
-		before := deleting[0].kv.ModRevision
+		keys := map[string]bool{}
+		for _, it := range deleting {
+			keys[string(it.kv.Key)] = true
+		}
+		hist, err := etcdinternals.KeyHistories(path, u.res.Revision, keys)
+		if err != nil {
+			return u.fail(StepCheck, err)
+		}
+		first, known := int64(0), true
 		var names []string
 		for _, it := range deleting {
-			before = min(before, it.kv.ModRevision)
+			m, ok := markedAt(hist[string(it.kv.Key)])
+			known = known && ok
+			if first == 0 || m < first {
+				first = m
+			}
 			if len(names) < 5 {
-				names = append(names, fmt.Sprintf("%s (deletionTimestamp %s, revision %d)", it.kv.Key, it.meta.Deleting, it.kv.ModRevision))
+				at := fmt.Sprintf("marked at revision %d", m)
+				if !ok {
+					at = fmt.Sprintf("marked at or before revision %d, the oldest the backup holds", m)
+				}
+				names = append(names, fmt.Sprintf("%s (deletionTimestamp %s, %s)", it.kv.Key, it.meta.Deleting, at))
 			}
 		}
+		next := fmt.Sprintf("run again with --to-revision %d, just before the first was marked", first-1)
+		if !known {
+			next = fmt.Sprintf("choose a point before revision %d (journal find KEY shows when each got its deletionTimestamp; "+
+				"the backup the point was built from already holds it marked)", first)
+		}
 		return u.fail(StepCheck, fmt.Errorf("%d object(s) were already being deleted at revision %d, and would be deleted again at once: %s%s. "+
-			"Choose a point before they were marked: a revision below %d (journal find KEY shows when each got its deletionTimestamp); "+
-			"--accept-terminating writes them anyway", len(deleting), u.res.Revision, strings.Join(names, ", "),
-			more(len(deleting)-len(names)), before))
+			"%s; --accept-terminating writes them anyway", len(deleting), u.res.Revision, strings.Join(names, ", "),
+			more(len(deleting)-len(names)), next))
 	}
 	u.order()
 	return nil
+}
+
+// markedAt is the revision a key's object got its deletionTimestamp: the
+// first of the puts, since its last creation, from which every put has
+// one. ok is false when the oldest revision the history holds already
+// has one (it was marked then or before).
+func markedAt(hist []etcdinternals.KV) (int64, bool) {
+	i := len(hist) - 1
+	for i > 0 && hist[i-1].Value != nil && decodeMeta(hist[i-1].Value).Deleting != "" {
+		i--
+	}
+	if i < 0 {
+		return 0, false
+	}
+	return hist[i].ModRevision, i > 0
 }
 
 func more(n int) string {

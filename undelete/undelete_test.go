@@ -288,10 +288,19 @@ func TestUndeleteServerLimits(t *testing.T) {
 func TestUndeleteRefusals(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, testenv.EtcdOptions{})
-	terminating := `{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"ns1","uid":"u-ns1","deletionTimestamp":"2026-11-29T03:00:00Z"},"spec":{"finalizers":["kubernetes"]},"status":{"phase":"Terminating"}}`
-	if _, err := w.cli.Put(w.ctx, "/registry/namespaces/ns1", terminating); err != nil {
-		t.Fatal(err)
+	// The namespace as kube-apiserver writes it in JSON: active, then
+	// marked for deletion (revision marked), then its status updated by
+	// the namespace controller, still marked.
+	for _, v := range []string{
+		`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"ns1","uid":"u-ns1"},"spec":{"finalizers":["kubernetes"]},"status":{"phase":"Active"}}`,
+		`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"ns1","uid":"u-ns1","deletionTimestamp":"2026-11-29T03:00:00Z"},"spec":{"finalizers":["kubernetes"]},"status":{"phase":"Terminating"}}`,
+		`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"ns1","uid":"u-ns1","deletionTimestamp":"2026-11-29T03:00:00Z"},"spec":{"finalizers":["kubernetes"]},"status":{"phase":"Terminating","conditions":[{"type":"NamespaceDeletionContentFailure","status":"False"}]}}`,
+	} {
+		if _, err := w.cli.Put(w.ctx, "/registry/namespaces/ns1", v); err != nil {
+			t.Fatal(err)
+		}
 	}
+	marked := w.rev(t) - 1
 	if _, err := w.cli.Put(w.ctx, "/registry/configmaps/ns1/cm", `{"metadata":{"name":"cm","namespace":"ns1","uid":"u-cm"}}`); err != nil {
 		t.Fatal(err)
 	}
@@ -307,8 +316,14 @@ func TestUndeleteRefusals(t *testing.T) {
 	_, err := undelete.Run(w.ctx, o)
 	var ue *undelete.Error
 	if !errors.As(err, &ue) || ue.Step != undelete.StepCheck || !strings.Contains(err.Error(), "/registry/namespaces/ns1") ||
-		!strings.Contains(err.Error(), fmt.Sprintf("a revision below %d", point-1)) || !strings.Contains(err.Error(), "--accept-terminating") {
+		!strings.Contains(err.Error(), fmt.Sprintf("run again with --to-revision %d", marked-1)) || !strings.Contains(err.Error(), "--accept-terminating") {
 		t.Errorf("terminating namespace at the point: %v", err)
+	}
+	// The revision it names is the right one: the namespace as it was
+	// before it became Terminating (its configmap did not exist yet).
+	o.ToRevision, o.DryRun = marked-1, true
+	if res, err := undelete.Run(w.ctx, o); err != nil || len(res.Keys) != 1 || res.Keys[0].Action != undelete.ActionWouldRestore {
+		t.Errorf("at the revision the refusal named: %+v, %v", res, err)
 	}
 
 	_, err = undelete.Run(w.ctx, w.opts(t, rev+1000, "/registry/"))
@@ -409,5 +424,41 @@ func TestUndeleteTwoAtOnce(t *testing.T) {
 		if puts[k] != 1 || restored[k] != 1 {
 			t.Errorf("%s: %d PUTs, restored by %d runs; want 1 and 1", k, puts[k], restored[k])
 		}
+	}
+}
+
+// TestUndeleteVersions: the same undelete on etcd 3.4 and 3.6 (3.5 is
+// every other test's): their databases at the point are read the same,
+// and the guarded transactions behave the same, on a 3-member cluster.
+func TestUndeleteVersions(t *testing.T) {
+	t.Parallel()
+	for _, v := range []testenv.Version{testenv.V34, testenv.V36} {
+		t.Run(string(v), func(t *testing.T) {
+			t.Parallel()
+			w := newWorld(t, testenv.EtcdOptions{Version: v, Members: 3})
+			for i := range 20 {
+				if _, err := w.cli.Put(w.ctx, fmt.Sprintf("/v/k%02d", i), fmt.Sprintf("v%d", i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := w.dump(t, "/v/")
+			point := w.rev(t)
+			if _, err := w.cli.Delete(w.ctx, "/v/", clientv3.WithPrefix()); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := w.cli.Put(w.ctx, "/v/k00", "again"); err != nil {
+				t.Fatal(err)
+			}
+			w.synced(t)
+			res, err := undelete.Run(w.ctx, w.opts(t, point, "/v/"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			before["/v/k00"] = "again"
+			if got := w.dump(t, "/v/"); fmt.Sprint(got) != fmt.Sprint(before) || res.Counts[undelete.ActionRestored] != 19 ||
+				res.Counts[undelete.ActionDiffers] != 1 {
+				t.Errorf("etcd %s: counts %v, keys %v", v, res.Counts, got)
+			}
+		})
 	}
 }
