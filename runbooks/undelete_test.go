@@ -275,6 +275,24 @@ func undeleteRunbook(t *testing.T, rb mdblocks.Set) {
 	mdblocks.MustContain(t, mdblocks.One(t, rs, "kubectl get namespace", 0), "NotFound")
 	mdblocks.MustContain(t, mdblocks.One(t, rs, "journal find", 0), "/registry/namespaces/"+shop, strconv.FormatInt(terminating, 10), "delete")
 
+	// A dry run just before the namespace key's delete (D - 1, read off
+	// journal find's rows) refuses and names the point: T - 1.
+	d := int64(0)
+	for _, l := range strings.Split(mdblocks.One(t, rs, "journal find", 0).Output, "\n") {
+		if f := strings.Fields(strings.ReplaceAll(l, "│", " ")); len(f) > 3 && f[3] == "delete" {
+			if d, err = strconv.ParseInt(f[0], 10, 64); err != nil {
+				t.Fatalf("journal find's delete row %q: %v", l, err)
+			}
+		}
+	}
+	if d <= terminating {
+		t.Fatalf("journal find shows the namespace's delete at %d, not after its Terminating put %d", d, terminating)
+	}
+	s.Vars["before-delete"] = strconv.FormatInt(d-1, 10)
+	rs = s.Run(undeleteRB + "#when-it-refuses")
+	mdblocks.MustContain(t, rs[0], "already being deleted", "/registry/namespaces/"+shop, fmt.Sprintf("run again with --to-revision %d", terminating-1),
+		"--accept-terminating")
+
 	// The point the runbook says: the revision before the put at which
 	// the namespace turned Terminating.
 	s.Vars["point"] = strconv.FormatInt(terminating-1, 10)
