@@ -174,7 +174,11 @@ func (u *run) txn(ctx context.Context, batch []*item) (*clientv3.TxnResponse, er
 	}
 	var err error
 	for attempt := 1; ; attempt++ {
-		rctx, cancel := context.WithTimeout(ctx, u.o.RequestTimeout)
+		// A transaction once sent is waited for (RequestTimeout), even when
+		// ctx is cancelled meanwhile (a signal): its answer says whether its
+		// keys were written, and the report and the record must say so;
+		// a cancelled ctx stops the run between transactions.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), u.o.RequestTimeout)
 		var resp *clientv3.TxnResponse
 		resp, err = u.cli.Txn(rctx).If(cmps...).Then(ops...).Commit()
 		cancel()
