@@ -299,6 +299,7 @@ func TestUndeleteCLISIGTERMResumes(t *testing.T) {
 		t.Fatalf("undelete after SIGTERM: exit %d, want %d:\n%s", code, exitCanceled, r.output())
 	}
 	first := w.live(t, ctx, "/bulk/")
+	t.Logf("SIGTERM: %d of %d keys were back", len(first), n)
 	if len(first) == 0 || len(first) >= n {
 		t.Fatalf("after SIGTERM %d of %d keys are back: the signal did not stop it in the middle", len(first), n)
 	}
