@@ -22,6 +22,10 @@ const (
 	DefaultMaxTxnBytes = 1 << 20
 	// DefaultRequestTimeout bounds each request to the live cluster.
 	DefaultRequestTimeout = 10 * time.Second
+	// DefaultSettle is the CLI's --settle: longer than the garbage
+	// collector and the namespace controller take to act on an object
+	// they watch.
+	DefaultSettle = 10 * time.Second
 	// DefaultKubePrefix is kube-apiserver's default --etcd-prefix.
 	DefaultKubePrefix = "/registry"
 )
@@ -84,6 +88,12 @@ type Options struct {
 	MaxTxnBytes int
 	// RequestTimeout bounds each request to the live cluster.
 	RequestTimeout time.Duration
+	// Settle, when Kubernetes objects were written, is how long the run
+	// waits before it reads them back once more (0: not again): a
+	// controller that deletes them again (the namespace controller, the
+	// garbage collector) is seen, and the run fails. The CLI's default is
+	// DefaultSettle.
+	Settle time.Duration
 
 	// Operator is who runs it, and Host where (recorded).
 	Operator string
@@ -123,8 +133,8 @@ func (o Options) Validate() error {
 	case o.ToRevision == 0 && o.ToTime.IsZero():
 		return usage.Errorf("undelete: give the point before the delete: --to-revision R or --to-time T (journal find shows it)")
 	}
-	if o.MaxTxnOps < 0 || o.MaxTxnBytes < 0 || o.RequestTimeout < 0 {
-		return usage.Errorf("undelete: --max-txn-ops, --max-txn-bytes and the request timeout must be positive")
+	if o.MaxTxnOps < 0 || o.MaxTxnBytes < 0 || o.RequestTimeout < 0 || o.Settle < 0 {
+		return usage.Errorf("undelete: --max-txn-ops, --max-txn-bytes, --settle and the request timeout must be positive")
 	}
 	if o.Store == nil {
 		return usage.Errorf("undelete: no store")
@@ -196,18 +206,6 @@ func (m *matcher) match(key []byte) bool {
 	if !ok {
 		return false
 	}
-	parts := strings.Split(rest, "/")
-	// resource/ns/name or group/resource/ns/name; a name never has '/'.
-	if len(parts) != 3 && len(parts) != 4 {
-		return false
-	}
-	if parts[0] == "namespaces" {
-		return false
-	}
-	// <group>/<resource>/<name>: a cluster-scoped custom resource (or an
-	// APIService); a group has a '.', a built-in resource's key none.
-	if len(parts) == 3 && strings.Contains(parts[0], ".") {
-		return false
-	}
-	return m.namespaces[parts[len(parts)-2]] && parts[len(parts)-1] != ""
+	ns, ok := kubeNamespaceOf(strings.Split(rest, "/"))
+	return ok && m.namespaces[ns]
 }

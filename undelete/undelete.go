@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -42,6 +43,19 @@ const (
 	// ActionAppeared: absent when read, then created (or, with Replace,
 	// changed) by someone else before the guarded write: left alone.
 	ActionAppeared Action = "appeared"
+	// ActionTerminating: a Kubernetes object (not a namespace or a
+	// custom resource definition) that was already being deleted at the
+	// point (a pod in its grace period): skipped, as it would be deleted
+	// again (--accept-terminating writes it).
+	ActionTerminating Action = "terminating"
+	// ActionConflict: a Service whose cluster IP or node port another
+	// live Service holds now: left alone (two Services on one IP is a
+	// state that never existed).
+	ActionConflict Action = "conflict"
+	// ActionDeletedAgain: written, then deleted again before the run
+	// ended (the namespace controller, the garbage collector, or
+	// someone): the run fails.
+	ActionDeletedAgain Action = "deleted-again"
 	// ActionPending: to be written, but the run stopped first (a signal,
 	// the cluster unreachable): a rerun writes it.
 	ActionPending Action = "pending"
@@ -84,6 +98,8 @@ type Result struct {
 	// Record is the store key of the run's record ("" in a dry run).
 	Record   string   `json:"record,omitempty"`
 	Warnings []string `json:"warnings,omitempty"`
+	// Accepted are the --accept-* flags that let the run past a check.
+	Accepted []string `json:"accepted,omitempty"`
 }
 
 // Written is how many keys the run wrote.
@@ -123,6 +139,8 @@ type item struct {
 	liveMod int64 // the live key's ModRevision when read (Replace's guard)
 	meta    objectMeta
 	rank    int
+	// retried: a try of its transaction failed (its answer may be lost).
+	retried bool
 }
 
 // Run brings back into the live cluster the keys that existed at the
@@ -214,7 +232,7 @@ func (u *run) run(ctx context.Context) error {
 	if err := u.classify(ctx, kvs); err != nil {
 		return err
 	}
-	if err := u.checkObjects(path); err != nil {
+	if err := u.checkObjects(ctx, path); err != nil {
 		return err
 	}
 	// The database at the point is not needed any more: its space is
@@ -225,7 +243,14 @@ func (u *run) run(ctx context.Context) error {
 		return nil
 	}
 	u.res.Run = catalog.NewUndeleteRunID(u.res.Started)
-	if _, err := catalog.WriteUndeleteRecord(ctx, o.Store, o.Layout, u.record(), true); err != nil {
+	// The start record lists what the run is about to do: a run killed
+	// hard (SIGKILL, its node lost) leaves it, and a rerun's "present"
+	// keys are then accounted for.
+	u.tally()
+	start := u.record()
+	start.Keys = u.recordKeys()
+	u.res.Counts = map[Action]int{}
+	if _, err := catalog.WriteUndeleteRecord(ctx, o.Store, o.Layout, start, true); err != nil {
 		return u.fail(StepRecord, fmt.Errorf("nothing was written to the cluster: %w", err))
 	}
 	werr := u.write(ctx)
@@ -249,11 +274,7 @@ func (u *run) run(ctx context.Context) error {
 		rec.Outcome = catalog.UndeleteComplete
 	}
 	rec.Ended = o.Now().UTC()
-	rec.Keys = make([]catalog.UndeleteKey, 0, len(u.res.Keys))
-	for _, k := range u.res.Keys {
-		rec.Keys = append(rec.Keys, catalog.UndeleteKey{Key: k.Key, Action: string(k.Action), Reason: k.Reason,
-			ModRevision: k.ModRevision, Written: k.Written})
-	}
+	rec.Keys = u.recordKeys()
 	// The end record is written even after a signal: a bounded context of
 	// its own.
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -268,7 +289,10 @@ func (u *run) run(ctx context.Context) error {
 }
 
 // checkCluster refuses a live cluster that is not the one the journal
-// watches: the etcd cluster ID in the journal's newest segment.
+// watches (the etcd cluster ID in the journal's newest segment), and a
+// --to-time after the journal's newest revision (the point would silently
+// be that revision, perhaps after the delete: a journal behind or
+// stopped, or a wrong clock).
 func (u *run) checkCluster(ctx context.Context) error {
 	o := u.o
 	rctx, cancel := context.WithTimeout(ctx, o.RequestTimeout)
@@ -279,10 +303,6 @@ func (u *run) checkCluster(ctx context.Context) error {
 	}
 	live := journal.EtcdID(resp.Header.ClusterId)
 	u.res.LiveRevision = resp.Header.Revision
-	if o.AcceptOtherCluster {
-		u.res.Warnings = append(u.res.Warnings, fmt.Sprintf("--accept-other-cluster: the live cluster (etcd cluster ID %s) was not checked against the journal", live))
-		return nil
-	}
 	listed, err := o.Store.List(ctx, o.Layout.JournalPrefix(o.ClusterID))
 	if err != nil {
 		return u.fail(StepCluster, fmt.Errorf("list the journal: %w", err))
@@ -302,17 +322,69 @@ func (u *run) checkCluster(ctx context.Context) error {
 	if err != nil {
 		return u.fail(StepCluster, fmt.Errorf("read the journal's newest segment %s: %w", newest, err))
 	}
-	want := r.Header().EtcdClusterID
+	h := r.Header()
 	r.Close()
+	if !o.ToTime.IsZero() {
+		var last int64
+		for _, ms := range h.Received {
+			last = max(last, ms)
+		}
+		if at := time.UnixMilli(last); last > 0 && o.ToTime.After(at.Add(journal.ReceivedEvery)) {
+			return u.fail(StepPoint, fmt.Errorf("--to-time %s is after the journal's newest revision %d, received at %s: "+
+				"the point would be that revision, perhaps after the delete (the journal behind or stopped, or a clock wrong); "+
+				"give the revision before the delete (journal find) with --to-revision", o.ToTime.UTC().Format(time.RFC3339),
+				h.LastRev, at.UTC().Format(time.RFC3339)))
+		}
+	}
 	switch {
-	case want == "":
-		u.res.Warnings = append(u.res.Warnings, fmt.Sprintf("the journal's newest segment %s does not name its etcd cluster ID: the live cluster was not checked against it", newest))
-	case want != live:
+	case o.AcceptOtherCluster:
+		u.accept("--accept-other-cluster")
+		u.warn("--accept-other-cluster: the live cluster (etcd cluster ID %s) was not checked against the journal's (%s)", live, h.EtcdClusterID)
+	case h.EtcdClusterID == "":
+		u.warn("the journal's newest segment %s does not name its etcd cluster ID: the live cluster was not checked against it", newest)
+	case h.EtcdClusterID != live:
 		return u.fail(StepCluster, fmt.Errorf("the endpoints answer etcd cluster ID %s, but the journal of %s watches %s (its newest segment %s): "+
 			"another customer's cluster, or one restored since the journal last wrote? Check the endpoints; --accept-other-cluster writes anyway",
-			live, o.ClusterID, want, newest))
+			live, o.ClusterID, h.EtcdClusterID, newest))
 	}
 	return nil
+}
+
+// checkLineage refuses a point before a break in the cluster's history
+// (a restore without a revision bump, or a cluster recreated under the
+// same name, after it: the journal's gap record says so): the live keys
+// do not continue the point's history, and which of them were deleted
+// cannot be told.
+func (u *run) checkLineage(ctx context.Context) error {
+	o := u.o
+	gaps, err := catalog.ReadJournalGaps(ctx, o.Store, o.Layout, o.ClusterID)
+	if err != nil {
+		return u.fail(StepCluster, fmt.Errorf("read the journal's gap records: %w", err))
+	}
+	for _, g := range gaps {
+		if !g.Lineage || g.From <= u.res.Revision {
+			continue
+		}
+		msg := fmt.Sprintf("the cluster's history was replaced after the point (revision %d): the journal found at revision %d, at %s, "+
+			"that the cluster went back (a restore without a revision bump, or a cluster recreated under the same name): "+
+			"the live keys do not continue the point's", u.res.Revision, g.From, g.Time.UTC().Format(time.RFC3339))
+		if !o.AcceptOtherCluster {
+			return u.fail(StepCluster, errors.New(msg+"; --accept-other-cluster writes anyway"))
+		}
+		u.warn("%s", msg)
+	}
+	return nil
+}
+
+func (u *run) warn(format string, args ...any) {
+	u.res.Warnings = append(u.res.Warnings, fmt.Sprintf(format, args...))
+}
+
+// accept notes an --accept-* flag that let the run past a check.
+func (u *run) accept(flag string) {
+	if !slices.Contains(u.res.Accepted, flag) {
+		u.res.Accepted = append(u.res.Accepted, flag)
+	}
 }
 
 // keysAtPoint builds the database at the point in dir (as a point-in-time
@@ -340,18 +412,25 @@ func (u *run) keysAtPoint(ctx context.Context, dir string) ([]etcdinternals.KV, 
 	if u.res.Revision <= 0 {
 		return nil, "", u.fail(StepPoint, errors.New("the point's revision is unknown"))
 	}
+	if err := u.checkLineage(ctx); err != nil {
+		return nil, "", err
+	}
 	if u.res.LiveRevision > 0 && u.res.Revision > u.res.LiveRevision {
 		msg := fmt.Sprintf("the point, revision %d, is after the live cluster's revision %d: not a point in this cluster's past "+
 			"(another cluster's endpoints, or a restore without a revision bump since)", u.res.Revision, u.res.LiveRevision)
 		if !o.AcceptOtherCluster {
 			return nil, "", u.fail(StepPoint, errors.New(msg+"; --accept-other-cluster writes anyway"))
 		}
-		u.res.Warnings = append(u.res.Warnings, msg)
+		u.warn("%s", msg)
 	}
 	m := newMatcher(o)
 	kvs, err := etcdinternals.KeysAt(path, u.res.Revision, m.match)
 	if err != nil {
 		return nil, "", u.fail(StepKeys, err)
+	}
+	if len(kvs) == 0 {
+		return nil, "", u.fail(StepKeys, fmt.Errorf("no key matches at revision %d: the point may be after the delete, or the prefix or "+
+			"namespace wrong (journal find --match-prefix shows when the keys were deleted)", u.res.Revision))
 	}
 	o.Log.Info("undelete: the keys at the point", "cluster", o.ClusterID, "revision", u.res.Revision, "backup", u.res.Backup,
 		"keys", len(kvs))
@@ -380,7 +459,7 @@ func (u *run) classify(ctx context.Context, kvs []etcdinternals.KV) error {
 		for i, r := range resp.Responses {
 			var live *etcdLive
 			if g := r.GetResponseRange(); g != nil && len(g.Kvs) > 0 {
-				live = &etcdLive{value: g.Kvs[0].Value, mod: g.Kvs[0].ModRevision}
+				live = &etcdLive{value: g.Kvs[0].Value, mod: g.Kvs[0].ModRevision, lease: g.Kvs[0].Lease}
 			}
 			u.decide(kvs[lo+i], &u.res.Keys[lo+i], live)
 		}
@@ -395,6 +474,7 @@ func (u *run) classify(ctx context.Context, kvs []etcdinternals.KV) error {
 type etcdLive struct {
 	value []byte
 	mod   int64
+	lease int64
 }
 
 // decide sets a key's action from its live state.
@@ -405,10 +485,14 @@ func (u *run) decide(kv etcdinternals.KV, k *Key, live *etcdLive) {
 		k.Action = ActionPresent
 	case kv.Lease != 0:
 		k.Action = ActionLeased
-		k.Reason = fmt.Sprintf("attached to lease %x at the point (an Event, a lease): its lease is gone, and it would never expire", kv.Lease)
+		k.Reason = fmt.Sprintf("attached to lease %x at the point (an Event, a lease): skipped; written without its lease it would never expire", kv.Lease)
 	case live == nil:
 		k.Action = ActionWouldRestore
 		u.items = append(u.items, &item{kv: kv, res: k})
+	case o.Replace && live.lease != 0:
+		k.Action = ActionDiffers
+		k.Reason = fmt.Sprintf("exists now with other bytes, attached to lease %x (revision %d): left alone, even with --replace "+
+			"(written without its lease it would never expire)", live.lease, live.mod)
 	case o.Replace:
 		k.Action = ActionWouldReplace
 		k.Reason = fmt.Sprintf("exists now with other bytes (revision %d)", live.mod)
@@ -419,52 +503,11 @@ func (u *run) decide(kv etcdinternals.KV, k *Key, live *etcdLive) {
 	}
 }
 
-// checkObjects refuses to write back a Kubernetes object that was already
-// being deleted at the point, naming the revision before the first was
-// marked (read from the database at the point, path), and orders the
-// writes.
-func (u *run) checkObjects(path string) error {
-	o := u.o
-	var deleting []*item
-	for _, it := range u.items {
-		it.meta = decodeMeta(it.kv.Value)
-		if it.meta.Deleting != "" {
-			deleting = append(deleting, it)
-		}
-	}
-	if len(deleting) > 0 && !o.AcceptTerminating {
-		keys := map[string]bool{}
-		for _, it := range deleting {
-			keys[string(it.kv.Key)] = true
-		}
-		hist, err := etcdinternals.KeyHistories(path, u.res.Revision, keys)
-		if err != nil {
-			return u.fail(StepCheck, err)
-		}
-		first, known := int64(0), true
-		var names []string
-		for _, it := range deleting {
-			m, ok := markedAt(hist[string(it.kv.Key)])
-			known = known && ok
-			if first == 0 || m < first {
-				first = m
-			}
-			if len(names) < 5 {
-				at := fmt.Sprintf("marked at revision %d", m)
-				if !ok {
-					at = fmt.Sprintf("marked at or before revision %d, the oldest the backup holds", m)
-				}
-				names = append(names, fmt.Sprintf("%s (deletionTimestamp %s, %s)", it.kv.Key, it.meta.Deleting, at))
-			}
-		}
-		next := fmt.Sprintf("run again with --to-revision %d, just before the first was marked", first-1)
-		if !known {
-			next = fmt.Sprintf("choose a point before revision %d (journal find KEY shows when each got its deletionTimestamp; "+
-				"the backup the point was built from already holds it marked)", first)
-		}
-		return u.fail(StepCheck, fmt.Errorf("%d object(s) were already being deleted at revision %d, and would be deleted again at once: %s%s. "+
-			"%s; --accept-terminating writes them anyway", len(deleting), u.res.Revision, strings.Join(names, ", "),
-			more(len(deleting)-len(names)), next))
+// checkObjects checks the Kubernetes objects to write (checkKube), then
+// orders the writes.
+func (u *run) checkObjects(ctx context.Context, path string) error {
+	if err := u.checkKube(ctx, path); err != nil {
+		return err
 	}
 	u.order()
 	return nil
@@ -548,6 +591,15 @@ func (u *run) tally() {
 	}
 }
 
+func (u *run) recordKeys() []catalog.UndeleteKey {
+	out := make([]catalog.UndeleteKey, 0, len(u.res.Keys))
+	for _, k := range u.res.Keys {
+		out = append(out, catalog.UndeleteKey{Key: k.Key, Action: string(k.Action), Reason: k.Reason,
+			ModRevision: k.ModRevision, Written: k.Written})
+	}
+	return out
+}
+
 func (u *run) record() catalog.UndeleteRecord {
 	r := u.res
 	counts := map[string]int{}
@@ -556,5 +608,5 @@ func (u *run) record() catalog.UndeleteRecord {
 	}
 	return catalog.UndeleteRecord{Run: r.Run, ClusterID: r.ClusterID, Operator: u.o.Operator, Host: u.o.Host, Started: r.Started,
 		Prefixes: r.Prefixes, Namespaces: r.Namespaces, Revision: r.Revision, ToTime: r.ToTime, Backup: r.Backup, Site: r.Site,
-		Replace: u.o.Replace, Counts: counts}
+		Replace: u.o.Replace, Counts: counts, LiveRevision: r.LiveRevision, Accepted: r.Accepted, Warnings: r.Warnings}
 }

@@ -462,3 +462,159 @@ func TestUndeleteVersions(t *testing.T) {
 		})
 	}
 }
+
+// nsJSON is a namespace object as kube-apiserver stores it in JSON,
+// marked for deletion when deleting is set.
+func nsJSON(name, uid, deleting string) string {
+	del := ""
+	if deleting != "" {
+		del = `,"deletionTimestamp":"` + deleting + `"`
+	}
+	return `{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"` + name + `","uid":"` + uid + `"` + del + `},"spec":{"finalizers":["kubernetes"]}}`
+}
+
+func cmJSON(ns, name, uid, deleting string, owners ...string) string {
+	extra := ""
+	if deleting != "" {
+		extra += `,"deletionTimestamp":"` + deleting + `"`
+	}
+	if len(owners) > 0 {
+		var refs []string
+		for _, o := range owners {
+			refs = append(refs, `{"apiVersion":"v1","kind":"ConfigMap","name":"o","uid":"`+o+`"}`)
+		}
+		extra += `,"ownerReferences":[` + strings.Join(refs, ",") + `]`
+	}
+	return `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"` + name + `","namespace":"` + ns + `","uid":"` + uid + `"` + extra + `},"data":{"k":"` + name + `"}}`
+}
+
+// TestUndeleteChecks: what undelete refuses or leaves alone before it
+// writes, and what it finds after, each on keys laid out as kube-apiserver
+// lays them out (the real API server's: kube_test.go):
+//   - a namespace being deleted NOW (stuck Terminating): refused, nothing
+//     written;
+//   - an object (not a namespace) already being deleted at the point: skipped
+//     as terminating, the rest written;
+//   - objects written and deleted again at once (as a namespace controller
+//     would): the run fails, each key deleted-again, the record failed;
+//   - objects whose owner the run does not write: a warning naming them;
+//   - a break in the cluster's history after the point (the journal's
+//     lineage gap record): refused;
+//   - --to-time after the journal's newest revision: refused;
+//   - a point at which nothing matches: refused.
+func TestUndeleteChecks(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, testenv.EtcdOptions{})
+	put := func(k, v string) {
+		t.Helper()
+		if _, err := w.cli.Put(w.ctx, k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("/registry/namespaces/stuck", nsJSON("stuck", "u-stuck", ""))
+	put("/registry/namespaces/ok", nsJSON("ok", "u-ok", ""))
+	for i := range 5 {
+		put(fmt.Sprintf("/registry/configmaps/stuck/c%d", i), cmJSON("stuck", fmt.Sprintf("c%d", i), fmt.Sprintf("u-s%d", i), ""))
+		put(fmt.Sprintf("/registry/configmaps/ok/c%d", i), cmJSON("ok", fmt.Sprintf("c%d", i), fmt.Sprintf("u-o%d", i), "", "u-gone"))
+	}
+	put("/registry/configmaps/ok/going", cmJSON("ok", "going", "u-going", "2026-11-29T03:00:00Z"))
+	point := w.rev(t)
+	// The namespace "stuck" is marked and its configmaps deleted (a
+	// finalizer holds the namespace); "ok"'s configmaps are deleted.
+	put("/registry/namespaces/stuck", nsJSON("stuck", "u-stuck", "2026-11-29T03:05:00Z"))
+	if _, err := w.cli.Delete(w.ctx, "/registry/configmaps/", clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	w.synced(t)
+	var ue *undelete.Error
+
+	t.Run("NamespaceTerminatingNow", func(t *testing.T) {
+		rev := w.rev(t)
+		o := w.opts(t, point)
+		o.Namespaces = []string{"stuck"}
+		_, err := undelete.Run(w.ctx, o)
+		if !errors.As(err, &ue) || ue.Step != undelete.StepCheck || !strings.Contains(err.Error(), "being deleted now: /registry/namespaces/stuck") ||
+			!strings.Contains(err.Error(), "--accept-terminating") {
+			t.Errorf("a namespace Terminating now: %v", err)
+		}
+		if got := w.rev(t); got != rev {
+			t.Errorf("the refusal moved the revision from %d to %d", rev, got)
+		}
+	})
+
+	t.Run("TerminatingAtThePointAndOwners", func(t *testing.T) {
+		o := w.opts(t, point)
+		o.Namespaces = []string{"ok"}
+		o.DryRun = true
+		res, err := undelete.Run(w.ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := actions(res)
+		if a["/registry/configmaps/ok/going"] != undelete.ActionTerminating || res.Counts[undelete.ActionWouldRestore] != 5 {
+			t.Errorf("counts %v, going %s", res.Counts, a["/registry/configmaps/ok/going"])
+		}
+		if !strings.Contains(strings.Join(res.Warnings, "\n"), "5 object(s) to write name owners this run does not write") {
+			t.Errorf("warnings %q", res.Warnings)
+		}
+	})
+
+	t.Run("DeletedAgain", func(t *testing.T) {
+		// A controller that deletes every configmap of "ok" as it comes.
+		wctx, stop := context.WithCancel(w.ctx)
+		defer stop()
+		wch := w.cli.Watch(wctx, "/registry/configmaps/ok/", clientv3.WithPrefix(), clientv3.WithRev(w.rev(t)+1))
+		go func() {
+			for resp := range wch {
+				for _, ev := range resp.Events {
+					if ev.Type == clientv3.EventTypePut {
+						w.cli.Delete(wctx, string(ev.Kv.Key))
+					}
+				}
+			}
+		}()
+		o := w.opts(t, point)
+		o.Namespaces = []string{"ok"}
+		o.Settle = 500 * time.Millisecond
+		res, err := undelete.Run(w.ctx, o)
+		if !errors.As(err, &ue) || ue.Step != undelete.StepVerify || res.Counts[undelete.ActionDeletedAgain] != 5 {
+			t.Fatalf("deleted again: %v, counts %v", err, res.Counts)
+		}
+		recs, err := catalog.ListUndeleteRecords(w.ctx, w.rig.Store, w.rig.Layout, w.id)
+		if err != nil || len(recs) == 0 || recs[len(recs)-1].Outcome != catalog.UndeleteFailed ||
+			recs[len(recs)-1].Counts[string(undelete.ActionDeletedAgain)] != 5 || len(recs[len(recs)-1].Warnings) == 0 {
+			t.Errorf("records %+v, %v", recs, err)
+		}
+	})
+
+	t.Run("ToTimeAfterTheJournal", func(t *testing.T) {
+		o := w.opts(t, 0)
+		o.Prefixes = []string{"/registry/"}
+		o.ToTime = time.Now().Add(time.Hour)
+		_, err := undelete.Run(w.ctx, o)
+		if !errors.As(err, &ue) || ue.Step != undelete.StepPoint || !strings.Contains(err.Error(), "is after the journal's newest revision") {
+			t.Errorf("--to-time an hour ahead: %v", err)
+		}
+	})
+
+	t.Run("NothingMatches", func(t *testing.T) {
+		_, err := undelete.Run(w.ctx, w.opts(t, point, "/nothing/"))
+		if !errors.As(err, &ue) || ue.Step != undelete.StepKeys || !strings.Contains(err.Error(), "no key matches") {
+			t.Errorf("nothing at the point: %v", err)
+		}
+	})
+
+	t.Run("LineageBreakAfterThePoint", func(t *testing.T) {
+		g := catalog.JournalGap{ClusterID: w.id, From: point + 1, Reason: "lineage", Lineage: true, Time: time.Now()}
+		g.Key = w.rig.Layout.JournalGapKey(w.id, g.From)
+		if err := catalog.WriteJournalGap(w.ctx, w.rig.Store, g); err != nil {
+			t.Fatal(err)
+		}
+		o := w.opts(t, point)
+		o.Namespaces = []string{"ok"}
+		_, err := undelete.Run(w.ctx, o)
+		if !errors.As(err, &ue) || ue.Step != undelete.StepCluster || !strings.Contains(err.Error(), "history was replaced after the point") {
+			t.Errorf("a lineage break after the point: %v", err)
+		}
+	})
+}

@@ -149,6 +149,13 @@ func (u *run) guardFailed(ctx context.Context, it *item) error {
 	if err != nil {
 		return fmt.Errorf("key %q: its guard failed and it could not be read again: %w", it.kv.Key, err)
 	}
+	if len(g.Kvs) > 0 && bytes.Equal(g.Kvs[0].Value, it.kv.Value) && it.retried {
+		// A try of this run whose answer was lost (a timeout, a member
+		// gone) wrote it, most likely: the bytes are the point's.
+		u.done(it, g.Kvs[0].ModRevision)
+		it.res.Reason = "written by a try whose answer was lost (or by someone else, with the point's bytes)"
+		return nil
+	}
 	if len(g.Kvs) > 0 && bytes.Equal(g.Kvs[0].Value, it.kv.Value) {
 		it.res.Action = ActionPresent
 		it.res.Reason = fmt.Sprintf("written at revision %d by someone else or by a try whose answer was lost", g.Kvs[0].ModRevision)
@@ -185,6 +192,9 @@ func (u *run) txn(ctx context.Context, batch []*item) (*clientv3.TxnResponse, er
 		if err == nil || tooLarge(err) || ctx.Err() != nil || attempt == writeAttempts {
 			return resp, err
 		}
+		for _, it := range batch {
+			it.retried = true
+		}
 		u.o.Log.Warn("undelete: a transaction failed; trying again (its guards make that safe)", "cluster", u.o.ClusterID,
 			"keys", len(batch), "attempt", attempt, "err", err)
 		select {
@@ -210,16 +220,67 @@ func tooLarge(err error) bool {
 		strings.Contains(msg, "trying to send message larger than max")
 }
 
-// verify reads back every key written: it holds the point's bytes (or
-// was changed since by someone, which is reported, not undone).
+// verify reads back every key written, now and, when Kubernetes objects
+// were written and Settle is set, once more after Settle, so that a
+// controller that deletes them again (a namespace still being deleted, the
+// garbage collector finding an owner gone) is seen: a key deleted again is
+// ActionDeletedAgain and fails the run. A key changed since it was written
+// is a warning only (controllers update the objects they find).
 func (u *run) verify(ctx context.Context) error {
+	changed, err := u.readBack(ctx)
+	if err != nil {
+		return err
+	}
+	if u.o.Settle > 0 && u.wroteKube() {
+		u.o.Log.Info("undelete: written; reading back again after the settle time, for controllers that would delete them again",
+			"cluster", u.o.ClusterID, "settle", u.o.Settle)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(u.o.Settle):
+		}
+		if changed, err = u.readBack(ctx); err != nil {
+			return err
+		}
+	}
+	if len(changed) > 0 {
+		u.warn("%d key(s) written were changed since (not undone): %s%s", len(changed), strings.Join(changed[:min(len(changed), 5)], "; "),
+			more(len(changed)-min(len(changed), 5)))
+	}
+	n := 0
+	for _, it := range u.items {
+		if it.res.Action == ActionDeletedAgain {
+			n++
+		}
+	}
+	if n > 0 {
+		return u.fail(StepVerify, fmt.Errorf("%d key(s) were deleted again after they were written (a namespace or definition being "+
+			"deleted, the garbage collector finding their owner gone, or someone): action deleted-again in the report", n))
+	}
+	return nil
+}
+
+// wroteKube: a Kubernetes object was written.
+func (u *run) wroteKube() bool {
+	for _, it := range u.items {
+		if it.res.Written > 0 && it.meta.Decoded {
+			return true
+		}
+	}
+	return false
+}
+
+// readBack reads every key written (or deleted again since): one deleted
+// is ActionDeletedAgain; one that reads back at the revision it was
+// written with other bytes is an error. It returns the keys changed since.
+func (u *run) readBack(ctx context.Context) ([]string, error) {
 	var written []*item
 	for _, it := range u.items {
 		if it.res.Written > 0 {
 			written = append(written, it)
 		}
 	}
-	var bad []string
+	var changed []string
 	err := u.inBatches(ctx, len(written), func(i int) int { return itemSize(written[i]) }, func(lo, hi int) error {
 		ops := make([]clientv3.Op, 0, hi-lo)
 		for _, it := range written[lo:hi] {
@@ -236,21 +297,18 @@ func (u *run) verify(ctx context.Context) error {
 			g := r.GetResponseRange()
 			switch {
 			case g == nil || len(g.Kvs) == 0:
-				bad = append(bad, fmt.Sprintf("%s: deleted again since it was written", it.kv.Key))
+				it.res.Action = ActionDeletedAgain
+				it.res.Reason = fmt.Sprintf("written at revision %d, then deleted again before the run ended", it.res.Written)
 			case g.Kvs[0].ModRevision == it.res.Written && !bytes.Equal(g.Kvs[0].Value, it.kv.Value):
 				return fmt.Errorf("key %q reads back at the revision it was written with other bytes", it.kv.Key)
 			case !bytes.Equal(g.Kvs[0].Value, it.kv.Value):
-				bad = append(bad, fmt.Sprintf("%s: changed since it was written (revision %d)", it.kv.Key, g.Kvs[0].ModRevision))
+				changed = append(changed, fmt.Sprintf("%s (revision %d)", it.kv.Key, g.Kvs[0].ModRevision))
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		return u.fail(StepVerify, err)
+		return nil, u.fail(StepVerify, err)
 	}
-	if len(bad) > 0 {
-		u.res.Warnings = append(u.res.Warnings, fmt.Sprintf("%d key(s) written were changed by someone else since (not undone): %s",
-			len(bad), strings.Join(bad[:min(len(bad), 5)], "; ")))
-	}
-	return nil
+	return changed, nil
 }

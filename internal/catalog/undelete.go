@@ -18,7 +18,7 @@ import (
 // incident's review: who ran it, when, from which point, for which
 // prefixes, and what it did with each key.
 //
-//	<prefix>/_undeletes/<cluster-id>/<run>.start.json   the run began (UndeleteRecord without Ended), create-only
+//	<prefix>/_undeletes/<cluster-id>/<run>.start.json   the run began (UndeleteRecord without Ended; Keys it is about to write), create-only
 //	<prefix>/_undeletes/<cluster-id>/<run>.json         the run ended (UndeleteRecord with Ended, Outcome and Keys), create-only
 //
 // <run> is an UndeleteRunID: the start time in the backup names'
@@ -32,7 +32,7 @@ const (
 	undeletesDir         = "_undeletes/"
 	undeleteStartSuffix  = ".start.json"
 	undeleteEndSuffix    = ".json"
-	maxUndeleteRecordLen = 64 << 20
+	maxUndeleteRecordLen = 256 << 20 // about 1.2 M keys (a record holds some 210 bytes a key)
 )
 
 // UndeleteRecordVersion is the undelete record's format version.
@@ -68,13 +68,19 @@ type UndeleteRecord struct {
 	Backup  string `json:"backup,omitempty"`
 	Site    string `json:"site,omitempty"`
 	Replace bool   `json:"replace,omitempty"`
+	// LiveRevision is the live cluster's revision when its keys were
+	// read; Accepted the --accept-* flags that let the run past a check;
+	// Warnings what the run warned of.
+	LiveRevision int64    `json:"liveRevision,omitempty"`
+	Accepted     []string `json:"accepted,omitempty"`
+	Warnings     []string `json:"warnings,omitempty"`
 	// Outcome (end record only): UndeleteComplete, UndeleteInterrupted
 	// or UndeleteFailed, with Error.
 	Outcome string         `json:"outcome,omitempty"`
 	Error   string         `json:"error,omitempty"`
 	Counts  map[string]int `json:"counts,omitempty"`
-	// Keys (end record only) are every key the run considered, with what
-	// it did. Values are never recorded.
+	// Keys are every key the run considered, with what it did (the start
+	// record: what it was about to do). Values are never recorded.
 	Keys []UndeleteKey `json:"keys,omitempty"`
 	// Key is where the record is (not stored).
 	Key string `json:"-"`
