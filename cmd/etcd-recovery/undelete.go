@@ -17,13 +17,16 @@ import (
 	"github.com/armada/etcd-recovery/undelete"
 )
 
-// Defaults of undelete's flags: etcd's own limits (--max-txn-ops 128;
-// --max-request-bytes 1.5 MiB, of which a batch takes at most 1 MiB).
+// Defaults of undelete's flags: the package's (etcd's own limits:
+// --max-txn-ops 128; --max-request-bytes 1.5 MiB, of which a batch takes
+// at most 1 MiB).
 const (
-	defaultUndeleteTxnOps   = 128
-	defaultUndeleteTxnBytes = "1MiB"
-	defaultKubePrefix       = "/registry"
+	defaultUndeleteTxnOps = undelete.DefaultMaxTxnOps
+	defaultKubePrefix     = undelete.DefaultKubePrefix
 )
+
+// defaultUndeleteTxnBytes is --max-txn-bytes's default, as a size.
+var defaultUndeleteTxnBytes = fmt.Sprintf("%dMiB", undelete.DefaultMaxTxnBytes>>20)
 
 // undeleteOpts are undelete's flags: the live cluster (etcd flags, as
 // journal takes them), the store and site (as restore reads them), the
@@ -37,6 +40,7 @@ type undeleteOpts struct {
 	operator, maxTxnBytes             string
 	keyPrefixes, namespaces           cli.StringSlice
 	toRevision                        int64
+	settle                            time.Duration
 	maxTxnOps                         int
 	dryRun, replace                   bool
 	acceptUnproven, acceptTerminating bool
@@ -60,10 +64,12 @@ func undeleteCommand(g *globalOpts) *cli.Command {
 			"the namespace object and every namespaced object of NS (custom resources too), under --kube-prefix.\n" +
 			"Order: namespaces, then CRDs, then owners before their dependents, in batches within --max-txn-ops and\n" +
 			"--max-txn-bytes; every written key is read back. Idempotent: a second run writes nothing (present); a run\n" +
-			"stopped by SIGTERM (exit 130) finishes when run again. Refused (exit 1, naming the flag that accepts it): a\n" +
-			"point outside the journal's proven window (--accept-unproven-journal), an object being deleted at the point\n" +
-			"(--accept-terminating; better: a revision before its deletion), a live cluster that is not the one the\n" +
-			"journal watches (--accept-other-cluster). --dry-run lists every key it would write, skip or leave. A real\n" +
+			"stopped by SIGTERM (exit 130) finishes when run again. An object already being deleted at the point is\n" +
+			"skipped (terminating); Kubernetes objects written are read back again after --settle, and one a controller\n" +
+			"deleted again fails the run. Refused (exit 1, naming the flag that accepts it): a point outside the journal's\n" +
+			"proven window (--accept-unproven-journal), a namespace or CRD being deleted at the point (the refusal names\n" +
+			"the revision before; --accept-terminating), a live cluster that is not the one the journal watches\n" +
+			"(--accept-other-cluster). --dry-run lists every key it would write, skip or leave. A real\n" +
 			"run is recorded under <prefix>/_undeletes/<cluster>/: who (--operator), when, the prefixes, the point, every\n" +
 			"key. Find the point with `journal find`. Exit 1 when any key failed. See docs/undelete.md.",
 		Flags: concat(o.etcd.flags(true), o.store.flags(), o.site.flags(), []cli.Flag{
@@ -77,7 +83,7 @@ func undeleteCommand(g *globalOpts) *cli.Command {
 			toTimeFlag(&o.toTime),
 			acceptUnprovenJournalFlag(&o.acceptUnproven),
 			&cli.BoolFlag{Name: "accept-terminating", Destination: &o.acceptTerminating,
-				Usage: "write objects that were already being deleted at the point (metadata.deletionTimestamp set); refused without it: choose a revision before the deletion"},
+				Usage: "write objects that were already being deleted at the point (metadata.deletionTimestamp set): without it such an object is skipped (terminating), and a namespace or CRD refuses the run, naming the revision before its deletion"},
 			&cli.BoolFlag{Name: "accept-other-cluster", Destination: &o.acceptOtherCluster,
 				Usage: "write into a live cluster whose etcd cluster ID is not the one the journal watches (refused without it)"},
 			dryRunFlag(&o.dryRun),
@@ -86,6 +92,8 @@ func undeleteCommand(g *globalOpts) *cli.Command {
 				Usage: "keys written per guarded txn, at most the server's --max-txn-ops (etcd's own default is the same); halved when the server refuses a batch"},
 			&cli.StringFlag{Name: "max-txn-bytes", Value: defaultUndeleteTxnBytes, Destination: &o.maxTxnBytes,
 				Usage: "bytes written per guarded txn (bytes, or KiB/MiB: 1024-based; KB/MB: 1000-based), below the server's --max-request-bytes; a single key over it is written alone"},
+			&cli.DurationFlag{Name: "settle", Value: undelete.DefaultSettle, Destination: &o.settle,
+				Usage: "once Kubernetes objects are written, wait this long and read them back again: one a controller deleted again (the namespace controller, the garbage collector) fails the run (deleted-again); 0s: no second read"},
 			&cli.StringFlag{Name: "operator", Destination: &o.operator,
 				Usage: "who runs it, recorded with the run (default $USER@<hostname>; in a pod, the pod's hostname)"},
 			identityFileFlag(&o.identityFile),
@@ -194,6 +202,9 @@ func undeleteOptions(c *cli.Context, e *env, o *undeleteOpts) (undelete.Options,
 	if err := requirePositive(cmd, positive{"dial-timeout", o.etcd.dialTimeout}); err != nil {
 		return opts, err
 	}
+	if o.settle < 0 {
+		return opts, usagef("undelete: --settle must not be negative (0s: no second read)")
+	}
 	operator := strings.TrimSpace(o.operator)
 	if c.IsSet("operator") && operator == "" {
 		return opts, usagef("undelete: --operator is empty")
@@ -215,7 +226,7 @@ func undeleteOptions(c *cli.Context, e *env, o *undeleteOpts) (undelete.Options,
 		ToRevision: o.toRevision, ToTime: opts.ToTime,
 		AcceptUnprovenJournal: o.acceptUnproven, AcceptTerminating: o.acceptTerminating, AcceptOtherCluster: o.acceptOtherCluster,
 		Replace: o.replace, DryRun: o.dryRun, Identities: ids, ScratchDir: o.tempDir,
-		MaxTxnOps: o.maxTxnOps, MaxTxnBytes: int(txnBytes), Operator: operator, Host: host, Log: e.log,
+		MaxTxnOps: o.maxTxnOps, MaxTxnBytes: int(txnBytes), Settle: o.settle, Operator: operator, Host: host, Log: e.log,
 	}
 	return opts, nil
 }
@@ -271,8 +282,8 @@ func elide(s string, n int) string {
 // undeleteActionOrder is the order actions are counted in the summary.
 var undeleteActionOrder = []undelete.Action{
 	undelete.ActionRestored, undelete.ActionWouldRestore, undelete.ActionReplaced, undelete.ActionWouldReplace,
-	undelete.ActionPresent, undelete.ActionDiffers, undelete.ActionAppeared, undelete.ActionLeased, undelete.ActionPending,
-	undelete.ActionFailed,
+	undelete.ActionPresent, undelete.ActionDiffers, undelete.ActionAppeared, undelete.ActionLeased, undelete.ActionTerminating,
+	undelete.ActionConflict, undelete.ActionDeletedAgain, undelete.ActionPending, undelete.ActionFailed,
 }
 
 // undeleteTables is undelete's report as tables: a summary (the cluster,
@@ -358,6 +369,15 @@ func undeleteTables(res *undelete.Result, f output.Format) []output.Table {
 	}
 	if res.Counts[undelete.ActionDiffers] > 0 && !res.DryRun {
 		keys.Notes = append(keys.Notes, "differs: the key exists now with other bytes and was left alone (--replace overwrites it, guarded by its mod revision).")
+	}
+	if res.Counts[undelete.ActionTerminating] > 0 {
+		keys.Notes = append(keys.Notes, "terminating: the object was already being deleted at the point (a pod in its grace period): not written, it would be deleted again (--accept-terminating writes it).")
+	}
+	if res.Counts[undelete.ActionConflict] > 0 {
+		keys.Notes = append(keys.Notes, "conflict: another live Service holds the Service's cluster IP or node port now: left alone.")
+	}
+	if res.Counts[undelete.ActionDeletedAgain] > 0 {
+		keys.Notes = append(keys.Notes, "deleted-again: written, then deleted again before the run ended (a controller, or someone): find what deletes it, then run again.")
 	}
 	if res.Counts[undelete.ActionPending] > 0 {
 		keys.Notes = append(keys.Notes, "pending: not written, the run stopped first: run the same command again to write them (what is written is then present).")

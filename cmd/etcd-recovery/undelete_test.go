@@ -356,6 +356,7 @@ func TestUndeleteCLIUsageErrors(t *testing.T) {
 		{withID("--key-prefix", "/a/", "--to-revision", "5", "--max-txn-bytes", "0"), `--max-txn-bytes "0"`},
 		{withID("--key-prefix", "/a/", "--to-revision", "5", "--max-txn-bytes", "lots"), `--max-txn-bytes "lots"`},
 		{withID("--key-prefix", "/a/", "--to-revision", "5", "--operator", " "), "--operator is empty"},
+		{withID("--key-prefix", "/a/", "--to-revision", "5", "--settle", "-1s"), "--settle must not be negative"},
 		{withID("--key-prefix", "/a/", "--to-revision", "5", "extra"), `unexpected argument "extra"`},
 		{withID("--key-prefix", "/a/", "--to-revision", "5", "--endpoints", "foo://127.0.0.1:9"), `unknown scheme "foo"`},
 		{[]string{"--cluster-id", "_bad", "--key-prefix", "/a/", "--to-revision", "5"}, `invalid cluster id "_bad"`},
