@@ -82,7 +82,7 @@ cross:
 test-servers:
 	@# helm (about 5 CPU-minutes, 9 min at a load of 8-15) beside the others.
 	@scripts/test-servers.sh helm & helm=$$!; \
-	scripts/test-servers.sh etcd34 etcd35 etcd36 minio kube-apiserver kubectl promtool age; rc=$$?; \
+	scripts/test-servers.sh etcd34 etcd35 etcd36 minio kube-apiserver kubectl kube-controller-manager promtool age; rc=$$?; \
 	wait $$helm || rc=1; exit $$rc
 
 vet:

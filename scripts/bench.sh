@@ -58,6 +58,11 @@ fi
 #     for BENCH_REPLICATE_COPIER_SECONDS (120), and its full passes over
 #     BENCH_REPLICATE_SCAN_CLUSTERS (1800) x BENCH_REPLICATE_SCAN_BACKUPS (8)
 #     backup folders on both sites (~7 min).
+# BenchmarkUndelete (undelete/bench_test.go; BENCH_UNDELETE_OBJECTS,
+# default 1000,10000): undelete of a namespace of that many objects (made
+# through a real kube-apiserver) against a whole-cluster restore
+# --to-revision of the same cluster into a data dir; time per 1,000
+# objects, the ratio (~3 min).
 # BENCH_JOURNAL_QUICK=1 shortens the first two (10 s runs, 30 s interval at
 # 1,000 writes/s only, 10 clusters, 100,000 events only): about 5 min.
 go test -run '^$' -bench "${BENCH:-.}" -benchtime 1x -timeout "${BENCH_TIMEOUT:-90m}" ${BENCH_PKGS:-./...}

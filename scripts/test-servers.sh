@@ -8,7 +8,7 @@
 # interrupted run, a full disk) is never taken for a built one; concurrent
 # runs are serialised by a lock per server. Prints nothing but progress on stderr.
 #
-#   scripts/test-servers.sh [etcd34|etcd35|etcd36|minio|kube-apiserver|kubectl|promtool|age|helm|all]...
+#   scripts/test-servers.sh [etcd34|etcd35|etcd36|minio|kube-apiserver|kubectl|kube-controller-manager|promtool|age|helm|all]...
 #
 # Cache root: $TEST_SERVERS_DIR, default
 # ${XDG_CACHE_HOME:-$HOME/.cache}/etcd-recovery/test-servers (also what
@@ -264,6 +264,40 @@ GO
   rm -rf "$dir" "$src"; mv "$dir.tmp" "$dir"
 }
 
+# kube-controller-manager: the namespace controller and the garbage
+# collector for the tests that need a deleted namespace finalized and owner
+# references honoured by the real controllers (testenv.StartKubeControllerManager,
+# opt-in per test). Built like kubectl, in the same kind of module as
+# kube-apiserver, so that its build reuses what kube-apiserver's compiled.
+build_kube_controller_manager() {
+  local dir="$CACHE/kube-controller-manager-$KUBE_VERSION"
+  lock "$dir"
+  if [[ -x "$dir/kube-controller-manager" ]]; then return; fi
+  log "building kube-controller-manager $KUBE_VERSION into $dir (about 3 min after kube-apiserver)"
+  scratch; local src="$SCRATCH_DIR"
+  mkdir -p "$src/kube-controller-manager"
+  cat >"$src/kube-controller-manager/main.go" <<'GO'
+package main
+
+import (
+	"os"
+
+	"k8s.io/component-base/cli"
+	"k8s.io/kubernetes/cmd/kube-controller-manager/app"
+)
+
+func main() { os.Exit(cli.Run(app.NewControllerManagerCommand())) }
+GO
+  kube_module "$src"
+  (
+    cd "$src"
+    go mod tidy >&2
+    rm -rf "$dir.tmp"; mkdir -p "$dir.tmp"
+    CGO_ENABLED=0 go build -trimpath -ldflags "$(kube_ldflags)" -o "$dir.tmp/kube-controller-manager" ./kube-controller-manager
+  )
+  rm -rf "$dir" "$src"; mv "$dir.tmp" "$dir"
+}
+
 # promtool: Prometheus' rule checker and unit tester (`promtool check rules`,
 # `promtool test rules`, `promtool check metrics`), from Debian's prometheus
 # package at PROMTOOL_DEBIAN_VERSION, DOWNLOADED and UNPACKED into the cache
@@ -317,10 +351,11 @@ for t in "${targets[@]}"; do
     minio) build_minio ;;
     kube-apiserver) build_kube_apiserver ;;
     kubectl) build_kubectl ;;
+    kube-controller-manager) build_kube_controller_manager ;;
     promtool) fetch_promtool ;;
     age) fetch_age ;;
     helm) build_helm ;;
-    all) fetch_etcd34; build_etcd "$ETCD35_VERSION"; build_etcd "$ETCD36_VERSION"; build_minio; build_kube_apiserver; build_kubectl; fetch_promtool; fetch_age; build_helm ;;
+    all) fetch_etcd34; build_etcd "$ETCD35_VERSION"; build_etcd "$ETCD36_VERSION"; build_minio; build_kube_apiserver; build_kubectl; build_kube_controller_manager; fetch_promtool; fetch_age; build_helm ;;
     *) log "unknown target $t"; exit 2 ;;
   esac
 done

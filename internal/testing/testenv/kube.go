@@ -62,6 +62,9 @@ type KubeAPIServer struct {
 	AuditLog string
 	Etcd     *EtcdCluster
 
+	bin  string   // the binary, for Restart
+	args []string // its flags, for Restart
+
 	procSlot
 }
 
@@ -162,7 +165,8 @@ func StartKubeAPIServerWith(tb testing.TB, opts KubeOptions) *KubeAPIServer {
 		"--v=1",
 	}
 	args = append(args, opts.ExtraArgs...)
-	if err := k.launch("kube-apiserver "+k.URL, func() (*proc, error) { return startProc("kube-apiserver", bin, args, childEnv(), k.LogFile) }); err != nil {
+	k.bin, k.args = bin, args
+	if err := k.start(); err != nil {
 		tb.Fatalf("testenv: %v", err)
 	}
 	tb.Cleanup(func() {
@@ -175,6 +179,33 @@ func StartKubeAPIServerWith(tb testing.TB, opts KubeOptions) *KubeAPIServer {
 		tb.Fatalf("testenv: kube-apiserver: %v", err)
 	}
 	return k
+}
+
+func (k *KubeAPIServer) start() error {
+	return k.launch("kube-apiserver "+k.URL, func() (*proc, error) {
+		return startProc("kube-apiserver", k.bin, k.args, childEnv(), k.LogFile)
+	})
+}
+
+// Restart stops the API server (SIGTERM, as Stop) and starts it again with
+// the same flags, port, certificates and tokens, then waits until /readyz
+// answers ok. Its clients' connections break once; they reconnect.
+func (k *KubeAPIServer) Restart(tb testing.TB) {
+	tb.Helper()
+	k.Stop()
+	k.Start(tb)
+}
+
+// Start starts a stopped API server again (as Restart) and waits until
+// /readyz answers ok.
+func (k *KubeAPIServer) Start(tb testing.TB) {
+	tb.Helper()
+	if err := k.start(); err != nil {
+		tb.Fatalf("testenv: restart: %v", err)
+	}
+	if err := k.waitReady(KubeStartTimeout); err != nil {
+		tb.Fatalf("testenv: kube-apiserver restarted: %v", err)
+	}
 }
 
 // waitReady waits for the serving certificate, then for /readyz to answer
@@ -309,6 +340,10 @@ current-context: testenv
 
 // Running reports whether the kube-apiserver process is alive.
 func (k *KubeAPIServer) Running() bool { return k.current().running() }
+
+// Kill SIGKILLs the API server (a crash, a node lost) and waits for it to
+// be gone; Start starts it again.
+func (k *KubeAPIServer) Kill() { k.current().kill() }
 
 // Stop sends SIGTERM and waits for the API server to exit (SIGKILL after
 // 20 s), so that it writes nothing more into its etcd.
