@@ -24,6 +24,7 @@ import (
 	"github.com/armada/etcd-recovery/metrics"
 	"github.com/armada/etcd-recovery/replicate"
 	"github.com/armada/etcd-recovery/restore"
+	"github.com/armada/etcd-recovery/undelete"
 )
 
 // numberCheck pins a number an SRE acts on, stated in a document, to the Go
@@ -403,6 +404,10 @@ func TestDocFlagDefaults(t *testing.T) {
 		{[]string{"replicate"}, "audit-interval", d(replicate.DefaultAuditInterval), "docs/flags.md", `\[--audit-interval (\w+)\] \[--status-every`},
 		{[]string{"replicate"}, "status-every", d(replicate.DefaultStatusEvery), "docs/second-site.md", "`--status-every` \\(default (\\w+)\\)"},
 		{[]string{"replicate"}, "copy-parallel", strconv.Itoa(replicate.DefaultParallel), "docs/flags.md", `\[--copy-parallel (\d+)\] \[--second-lock-mode`},
+		{[]string{"undelete"}, "max-txn-ops", strconv.Itoa(undelete.DefaultMaxTxnOps), "docs/undelete.md", "`--max-txn-ops` keys \\(default (\\d+),"},
+		{[]string{"undelete"}, "max-txn-ops", strconv.Itoa(undelete.DefaultMaxTxnOps), "docs/flags.md", `\[--max-txn-ops (\d+)\] \[--max-txn-bytes`},
+		{[]string{"undelete"}, "settle", d(undelete.DefaultSettle), "docs/undelete.md", "`--settle` \\(default (\\w+),"},
+		{[]string{"undelete"}, "settle", d(undelete.DefaultSettle), "docs/flags.md", `\[--settle (\w+)\] \[--operator`},
 	}
 	helps := map[string]string{}
 	for _, c := range checks {

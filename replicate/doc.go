@@ -16,9 +16,12 @@
 //   - a journal segment, gap record or proof record once it exists;
 //   - the prefix's owner record.
 //
-// It never copies _staged/ (plaintext), _restores/ or _replica/, nor
-// orphan markers (the second site's own lifecycle decides), nor an escrow
-// no manifest names yet (a backup in flight).
+// It never copies _staged/ (plaintext), _restores/, _undeletes/ (an
+// undelete's records: key names of a live cluster's operations, which
+// delete --all-backups removes with the cluster on the primary, while the
+// copier never deletes) or _replica/, nor orphan markers (the second
+// site's own lifecycle decides), nor an escrow no manifest names yet (a
+// backup in flight).
 //
 // Every copy is a streaming GET from the primary into a create-only PUT on
 // the second site (If-None-Match; with a retention when the second

@@ -20,7 +20,9 @@ import (
 // MinIO servers, a pass copies a plain backup, an encrypted one with its
 // escrow, a drill record, journal segments, a gap and a proof record and
 // the owner record, each with the primary's sha256; it copies no staged
-// plaintext, no restore run's record, no primary _replica/ object and no
+// plaintext, no restore run's record, no undelete record (key names of a
+// live cluster's operations, deleted with the cluster's last backup on the
+// primary: a copy would outlive them), no primary _replica/ object and no
 // folder in flight. The second site's inventory is the primary's. A second
 // pass (a restart: a new copier) copies nothing and finds everything.
 func TestOnceCopiesEverythingComplete(t *testing.T) {
@@ -59,10 +61,13 @@ func TestOnceCopiesEverythingComplete(t *testing.T) {
 	record(t, r.primary, r.pl.JournalProofKey(id, sealed.Name))
 	record(t, r.primary, catalog.OwnerKey(r.pl))
 	// Never copied: plaintext staged for etcd-operator, a restore run's
-	// record, the primary's own _replica/, a folder in flight.
+	// record, an undelete's records, the primary's own _replica/, a folder
+	// in flight.
 	notCopied := []string{
 		r.pl.StagedKey(id, plain.Name),
 		r.pl.RootPrefix() + "_restores/20260101T000000.000Z-0a1b2c3d/plan.json",
+		r.pl.UndeleteRecordKey(id, catalog.NewUndeleteRunID(time.Now()), true),
+		r.pl.UndeleteRecordKey(id, catalog.NewUndeleteRunID(time.Now()), false),
 		r.pl.ReplicaStatusKey(),
 		r.pl.Key(id, catalog.NewBackupName(time.Now(), catalog.KindScheduled), catalog.StartedObject),
 	}

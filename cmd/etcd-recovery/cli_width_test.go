@@ -16,6 +16,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/prune"
 	"github.com/armada/etcd-recovery/kube"
 	"github.com/armada/etcd-recovery/restore"
+	"github.com/armada/etcd-recovery/undelete"
 )
 
 // Realistic long data: EtcdCluster names of 32 characters (etcd-operator
@@ -175,6 +176,28 @@ func TestTableWidths(t *testing.T) {
 	checkWidth(t, "inspect", func(f output.Format) string {
 		return renderTo(func(w *bytes.Buffer) error { return inspect.Render(w, f, rep) })
 	}, []string{"8e9e05c52164694d", longMember + ".etcd-kubx-prod.svc:2379"}, longMember, "no progress for 60s")
+
+	// undelete: long keys, a reason below the table, a long record key.
+	longKey := "/registry/apiextensions.k8s.io/customresourcedefinitions/" + longCluster + "-widgets.storage.example.com"
+	ud := &undelete.Result{Run: "20261122T031500.123Z-0a1b2c3d", ClusterID: longCluster, Namespaces: []string{"shop"}, Revision: 123456789,
+		ToTime: now, Backup: longBackup, LiveRevision: 123999999, Started: now, Ended: now.Add(42 * time.Second),
+		Keys: []undelete.Key{
+			{Key: longKey, Action: undelete.ActionRestored, ModRevision: 123456000, Written: 124000000, Size: 4096},
+			{Key: "/registry/events/shop/" + longMember + ".17a2b3c4d5e6f7a8", Action: undelete.ActionLeased, ModRevision: 123456001,
+				Reason: "attached to lease 7790a2292b57b3f4 at the point (an Event, a lease): its lease is gone, and it would never expire"},
+			{Key: "/registry/secrets/shop/huge", Action: undelete.ActionFailed, ModRevision: 123456002, Reason: "the server refuses it: " + longError},
+		},
+		Counts: map[undelete.Action]int{undelete.ActionRestored: 1, undelete.ActionLeased: 1, undelete.ActionFailed: 1},
+		Record: "kubx-etcd-17/_undeletes/" + longCluster + "/20261122T031500.123Z-0a1b2c3d.json"}
+	checkWidth(t, "undelete", func(f output.Format) string {
+		return renderTo(func(w *bytes.Buffer) error { return output.RenderAll(w, f, undeleteTables(ud, f), ud) })
+	}, []string{"124000000", longKey}, "/registry/apiextensions.k8s.io/customre", "storage.example.com",
+		"its lease is gone", "no progress for 60s", ud.Record)
+	if def := renderTo(func(w *bytes.Buffer) error {
+		return output.RenderAll(w, output.FormatTable, undeleteTables(ud, output.FormatTable), ud)
+	}); !strings.Contains(def, "1 key shortened in the middle (…) to fit: -o wide or -o json shows every key whole") {
+		t.Errorf("undelete: the shortened key is not said:\n%s", def)
+	}
 
 	// restore plan (dry run)
 	res := &restore.Result{Plan: restore.Plan{ClusterID: longCluster, DryRun: true,

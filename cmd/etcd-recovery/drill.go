@@ -55,7 +55,7 @@ func drillCommand(g *globalOpts) *cli.Command {
 			&cli.DurationFlag{Name: "start-timeout", Usage: "how long a drill waits for its etcd to serve", DefaultText: "2m plus 1s per 4 MiB of database", Destination: &o.startTimeout},
 			noRecordFlag(&o.noRecord),
 			includeDeletedFlag(&o.includeDeleted),
-			&cli.Int64Flag{Name: "to-revision", Usage: "point in time: restore the cluster as of exactly this revision, from the newest backup at or below it and the journal's segments after it", Destination: &o.toRevision},
+			&cli.Int64Flag{Name: "to-revision", Usage: toRevisionUsage, Destination: &o.toRevision},
 			&cli.BoolFlag{Name: "no-journal-proof", Usage: "do not prove the journal before the drilled backup (a drill of a stored backup does, when the cluster has a journal and no proof of it is recorded)", Destination: &o.noJournalProof},
 			etcdBinDirFlag(&o.etcdBinDir),
 			tempDirFlag(&o.tempDir),

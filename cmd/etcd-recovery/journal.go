@@ -112,7 +112,7 @@ func journalFindCommand(g *globalOpts) *cli.Command {
 		Flags: concat(o.store.flags(), o.site.flags(), []cli.Flag{
 			clusterIDFlag(&o.clusterID),
 			&cli.StringFlag{Name: "exact-key", Usage: "the key to look for, instead of the KEY argument (--key is etcd's TLS key)", Destination: &o.key},
-			&cli.StringFlag{Name: "key-prefix", Usage: "look for every key under this prefix, instead of KEY --match-prefix (--prefix is the store's)", Destination: &o.prefix},
+			&cli.StringFlag{Name: "key-prefix", Usage: keyPrefixUsage, Destination: &o.prefix},
 			&cli.BoolFlag{Name: "match-prefix", Usage: "the KEY argument is a prefix: every key under it (etcdctl's --prefix; --prefix is the store's)", Destination: &o.matchPrefix},
 			sinceFlag(&o.since),
 			identityFileFlag(&o.identityFile),

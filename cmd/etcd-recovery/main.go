@@ -163,6 +163,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			inspectCommand(g),
 			restoreCommand(g),
 			restoreAllCommand(g),
+			undeleteCommand(g),
 			drillCommand(g),
 			serveCommand(g),
 			journalCommand(g),

@@ -118,9 +118,9 @@ func restoreCommand(g *globalOpts) *cli.Command {
 			waitTimeoutFlag(&o.waitTimeout),
 			awsSecretFlag(&o.awsSecret),
 			forcePathStyleFlag(&o.forcePathStyle),
-			&cli.Int64Flag{Name: "to-revision", Usage: "point in time: restore the cluster as of exactly this revision, from the newest backup at or below it and the journal's segments after it", Destination: &o.toRevision},
+			&cli.Int64Flag{Name: "to-revision", Usage: toRevisionUsage, Destination: &o.toRevision},
 			toTimeFlag(&o.toTime),
-			&cli.BoolFlag{Name: "accept-unproven-journal", Usage: "point in time: replay the journal even through a window whose journal proof failed (journal prove; refused without it)", Destination: &o.acceptUnprovenJournal},
+			acceptUnprovenJournalFlag(&o.acceptUnprovenJournal),
 			&cli.BoolFlag{Name: "to-latest", Usage: "point in time: restore to the newest revision the journal reaches exactly from the newest backup (every member lost: a survivor snapshot, the default, loses nothing)", Destination: &o.toLatest},
 			identityFileFlag(&o.identityFile),
 			rebuildFlag(&o.rebuild),
@@ -559,7 +559,7 @@ func forcePathStyleFlag(dest *bool) cli.Flag {
 func toTimeFlag(dest *string) cli.Flag {
 	return &cli.StringFlag{Name: "to-time", Destination: dest,
 		Usage: "point in time (" + timeFlagForms + "): restore to the last revision the journal received at or before this time (to within 100 ms; " +
-			"restore-all: every selected cluster, healthy ones too, each to its own revision)"}
+			"restore-all: every selected cluster, healthy ones too, each to its own revision; undelete: the keys as they were then)"}
 }
 
 func rebuildFlag(dest *bool) cli.Flag {
@@ -570,5 +570,6 @@ func rebuildFlag(dest *bool) cli.Flag {
 
 func replaceFlag(dest *bool) cli.Flag {
 	return &cli.BoolFlag{Name: "replace", Destination: dest,
-		Usage: "with --rebuild: replace existing objects that differ from the escrow (else they refuse the rebuild, named with the fields that differ)"}
+		Usage: "with --rebuild: replace existing objects that differ from the escrow (else they refuse the rebuild, named with the fields that differ); " +
+			"undelete: overwrite keys that exist now with other bytes, each guarded by the mod revision read (else listed as differs and left alone)"}
 }

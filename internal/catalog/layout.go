@@ -47,6 +47,7 @@ import (
 //	<prefix>/_escrow/<cluster-id>/<address>.json.age           a cluster's escrow (EscrowKey; escrow.go)
 //	<prefix>/_restores/<run>/...                               a namespace-wide restore's records (fleetrestore.go)
 //	<prefix>/_replica/status.json                              a second site's copier status (ReplicaStatusKey; replica.go)
+//	<prefix>/_undeletes/<cluster-id>/<run>[.start].json        an undelete's records (UndeleteRecordKey; undelete.go)
 //
 // The tool's own folders under the prefix start with '_', which no cluster
 // id can (ValidateClusterID). Older versions staged copies under
@@ -391,6 +392,7 @@ const (
 	KeyJournalGap   KeyKind = "journal gap"   // a journal gap's record (JournalGapKey)
 	KeyEscrow       KeyKind = "escrow"        // a cluster's escrow (EscrowKey); Name is its address
 	KeyFleetRestore KeyKind = "restore run"   // a record of a namespace-wide restore (fleetrestore.go); Name is the run
+	KeyUndelete     KeyKind = "undelete run"  // an undelete's start or end record (undelete.go); ClusterID and Name (the run)
 )
 
 // KeyInfo is a key classified by the layout.
@@ -458,6 +460,13 @@ func (l Layout) Classify(key string) KeyInfo {
 			return unknown
 		}
 		return KeyInfo{Kind: KeyFleetRestore, ClusterID: k.Cluster, Name: k.Run, Time: k.Started}
+	}
+	if strings.HasPrefix(rest, undeletesDir) {
+		cluster, run, _, ok := l.ParseUndeleteKey(key)
+		if !ok {
+			return unknown
+		}
+		return KeyInfo{Kind: KeyUndelete, ClusterID: cluster, Name: run}
 	}
 	if r, ok := strings.CutPrefix(rest, journalDir); ok {
 		id, seg, ok := strings.Cut(r, "/")

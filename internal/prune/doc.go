@@ -16,6 +16,10 @@
 //     deleted (retention.DecideEscrows) by Prune, Delete, DeleteAll and
 //     the orphan pass; kept while younger than the escrow grace or while
 //     a backup is in flight, retained while locked.
+//   - Undelete records (undeletes.go): a cluster's
+//     <prefix>/_undeletes/<cluster>/ go with its last backup (DeleteAll
+//     and the orphan pass), kept while one is retained; Prune never
+//     touches them.
 //   - Versions (versions.go): on a versioned bucket, the backups only
 //     object versions hold, deleted or overwritten (VersionedBackups, at
 //     the earliest manifest version that checks out: list

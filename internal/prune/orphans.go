@@ -244,8 +244,11 @@ type Orphan struct {
 	Uploads  []UploadAction `json:"uploads,omitempty"`
 	// Escrows are its escrows (escrow.go): they go with its backups.
 	Escrows []EscrowAction `json:"escrows,omitempty"`
-	Error   string         `json:"error,omitempty"`
-	Err     error          `json:"-"`
+	// UndeleteRecords are its undelete records (undeletes.go): they go
+	// with its last backup.
+	UndeleteRecords []string `json:"undeleteRecords,omitempty"`
+	Error           string   `json:"error,omitempty"`
+	Err             error    `json:"-"`
 }
 
 // OrphanReport is the outcome of Orphans.
@@ -382,6 +385,8 @@ type orphanInventory struct {
 	owned    bool
 	why      string                        // why the prefix is not owned
 	escrows  map[string][]store.ObjectInfo // by cluster: its escrows
+	// undeletes are the undelete records of each cluster (undeletes.go).
+	undeletes map[string][]string
 }
 
 // listOrphans is the orphan steps 1 and 2: the store listing, then
@@ -469,7 +474,7 @@ func listOrphans(ctx context.Context, opts OrphanOptions, rep *OrphanReport, log
 	}
 
 	return &orphanInventory{ids: ids, groups: groups, marked: marked, markers: markers, live: live, restores: restores, owned: owned, why: why,
-		escrows: escrows}, nil
+		escrows: escrows, undeletes: undeleteRecordsOf(opts.Layout, objs)}, nil
 }
 
 // orphanWrite is an orphan marker to write.
@@ -649,6 +654,7 @@ func (p *orphanPlan) listOrphanUploads(ctx context.Context, opts OrphanOptions, 
 				Initiated: u.Initiated, Action: ActionAbort, Reason: "multipart upload into an orphan's backup folder: abandoned"})
 		}
 		o.Escrows = clusterEndEscrows(opts.Layout, o.ClusterID, inv.escrows[o.ClusterID], "orphan: its escrows go with its backups")
+		o.UndeleteRecords = inv.undeletes[o.ClusterID]
 	}
 	return nil
 }
@@ -685,7 +691,7 @@ func executeOrphans(ctx context.Context, opts OrphanOptions, plan *orphanPlan, r
 		}
 	}
 	for _, o := range toDelete {
-		if err := deleteCluster(ctx, opts.Store, opts.Layout, o.ClusterID, o.Deleted, o.Uploads, o.Escrows, &rep.Stats, log); err != nil {
+		if err := deleteCluster(ctx, opts.Store, opts.Layout, o.ClusterID, o.Deleted, o.Uploads, o.Escrows, o.UndeleteRecords, &rep.Stats, log); err != nil {
 			o.State, o.Err, o.Error = OrphanFailed, err, err.Error()
 			rep.Failed++
 			errs = append(errs, err)
@@ -729,10 +735,11 @@ func clusterUploads(ctx context.Context, st store.Store, layout catalog.Layout, 
 }
 
 // deleteCluster deletes every folder of a cluster (manifests first, as
-// prune does), aborts the uploads into them, then removes its orphan
-// marker. acts and ups are updated in place.
+// prune does), aborts the uploads into them, then, once every backup and
+// escrow is gone, its undelete records and its orphan marker. acts and
+// ups are updated in place.
 func deleteCluster(ctx context.Context, st store.Store, layout catalog.Layout, id string, acts []BackupAction, ups []UploadAction, escrows []EscrowAction,
-	stats *StoreStats, log *slog.Logger) error {
+	undeletes []string, stats *StoreStats, log *slog.Logger) error {
 	var ptrs []*BackupAction
 	for i := range acts {
 		if acts[i].Action != ActionRetained {
@@ -776,8 +783,16 @@ func deleteCluster(ctx context.Context, st store.Store, layout catalog.Layout, i
 	if n := countEscrows(escrows); retained > 0 || n.retained > 0 {
 		// Locked backups (or escrows) stay until their retention ends:
 		// the marker too, so a later run deletes them then.
-		log.Info("backups or escrows retained by object lock; the orphan marker stays", "cluster", id, "retained", retained, "escrows_retained", n.retained)
+		log.Info("backups or escrows retained by object lock; the orphan marker and the undelete records stay", "cluster", id, "retained", retained, "escrows_retained", n.retained)
 		return nil
+	}
+	// The undelete records go with the last backup (undeletes.go).
+	if len(undeletes) > 0 {
+		if err := st.Delete(ctx, undeletes); err != nil {
+			return fmt.Errorf("cluster %s: every backup deleted, but not its %d undelete record(s) under %s (a later delete --all-backups retries): %w",
+				id, len(undeletes), layout.UndeletesPrefix(id), err)
+		}
+		log.Info("deleted the cluster's undelete records with its last backup", "cluster", id, "records", len(undeletes))
 	}
 	// Last: the marker (a marker without backups is removed by a later run).
 	if err := st.Delete(ctx, []string{catalog.OrphanMarkerKey(layout, id)}); err != nil {
@@ -821,6 +836,9 @@ type DeleteAllReport struct {
 	// Escrows are the cluster's escrows (escrow.go): they all go with its
 	// backups (the runbook's Destroy), unless a backup is retained.
 	Escrows []EscrowAction `json:"escrows,omitempty"`
+	// UndeleteRecords are the cluster's undelete records (undeletes.go):
+	// they go with its last backup, unless a backup is retained.
+	UndeleteRecords []string `json:"undeleteRecords,omitempty"`
 	// Unknown are the keys under the cluster's prefix that are not in the
 	// layout (Layout.Classify): never touched, reported.
 	Unknown []string   `json:"unknown,omitempty"`
@@ -868,6 +886,9 @@ func DeleteAll(ctx context.Context, opts DeleteAllOptions) (*DeleteAllReport, er
 		return nil, fmt.Errorf("delete: %w; nothing was deleted", err)
 	}
 	rep.Escrows = clusterEndEscrows(opts.Layout, id, escrows, "every backup of the cluster is deleted: its escrows go with them")
+	if rep.UndeleteRecords, err = listUndeleteRecords(ctx, opts.Store, opts.Layout, id); err != nil {
+		return nil, fmt.Errorf("delete: %w; nothing was deleted", err)
+	}
 	rep.Stats.ListDuration = time.Since(start)
 	for _, e := range entries {
 		a := newAction(e)
@@ -897,7 +918,7 @@ func DeleteAll(ctx context.Context, opts DeleteAllOptions) (*DeleteAllReport, er
 		return rep, nil
 	}
 	t := time.Now()
-	err = deleteCluster(ctx, opts.Store, opts.Layout, id, rep.Backups, rep.Uploads, rep.Escrows, &rep.Stats, log)
+	err = deleteCluster(ctx, opts.Store, opts.Layout, id, rep.Backups, rep.Uploads, rep.Escrows, rep.UndeleteRecords, &rep.Stats, log)
 	rep.Stats.DeleteDuration = time.Since(t)
 	rep.Stats.Duration = time.Since(start)
 	if err != nil {

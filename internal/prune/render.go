@@ -523,6 +523,9 @@ func (r *DeleteAllReport) Table() output.Table {
 	if len(r.Unknown) > 0 {
 		t.Notes = append(t.Notes, catalog.UnknownNote(r.Unknown))
 	}
+	if n := len(r.UndeleteRecords); n > 0 {
+		t.Notes = append(t.Notes, fmt.Sprintf("%s %d undelete record(s) of the cluster (they go with its last backup; kept while a backup is retained)", verb, n))
+	}
 	// The summary is the last note (the CLI prefixes it).
 	t.Notes = append(t.Notes, fmt.Sprintf("%s %d backup(s), %d multipart upload(s) and %d escrow(s) of cluster %s%s",
 		verb, len(r.Backups), len(r.Uploads), countEscrows(r.Escrows).planned, r.ClusterID, marker))
