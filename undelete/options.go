@@ -41,10 +41,10 @@ type Options struct {
 	// Etcd is the live cluster the keys are written back into.
 	Etcd etcdconn.Config
 
-	// Prefixes (--prefix) are raw key prefixes: a key starting with one
+	// Prefixes (--key-prefix) are raw key prefixes: a key starting with one
 	// is considered ("/registry/namespaces/ns1" also matches ns10).
 	Prefixes []string
-	// Namespaces (--namespace) each select exactly the namespace object
+	// Namespaces (--kube-namespace) each select exactly the namespace object
 	// <KubePrefix>/namespaces/NS and every namespaced object of NS: keys
 	// <KubePrefix>/<resource>/NS/<name> and
 	// <KubePrefix>/<group>/<resource>/NS/<name>, custom resources
@@ -110,16 +110,16 @@ func (o Options) Validate() error {
 		return usage.Wrap(err)
 	}
 	if len(o.Prefixes) == 0 && len(o.Namespaces) == 0 {
-		return usage.Errorf("undelete: give what comes back: --namespace NS or --prefix P (both repeatable)")
+		return usage.Errorf("undelete: give what comes back: --kube-namespace NS or --key-prefix P (both repeatable)")
 	}
 	for _, p := range o.Prefixes {
 		if p == "" {
-			return usage.Errorf("undelete: --prefix is empty (every key of the cluster is never a sensible undelete; give the keys' prefix)")
+			return usage.Errorf("undelete: --key-prefix is empty (every key of the cluster is never a sensible undelete; give the keys' prefix)")
 		}
 	}
 	for _, ns := range o.Namespaces {
 		if ns == "" || strings.Contains(ns, "/") {
-			return usage.Errorf("undelete: --namespace %q is not a namespace name", ns)
+			return usage.Errorf("undelete: --kube-namespace %q is not a namespace name", ns)
 		}
 	}
 	if kp := o.KubePrefix; kp != "" && (!strings.HasPrefix(kp, "/") || strings.HasSuffix(kp, "/")) {

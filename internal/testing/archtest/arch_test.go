@@ -48,6 +48,7 @@ var apart = map[string][]string{
 	"kube":           {"drill", "fleet", "metrics"},
 	"fleet":          {"metrics"},
 	"replicate":      {"backup", "restore", "drill", "inspect", "kube", "fleet", "metrics"},
+	"undelete":       {"backup", "drill", "kube", "fleet", "metrics", "replicate"},
 }
 
 // inner is the order of the shared packages under internal/ (through
