@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -165,26 +166,15 @@ func (u *run) checkLiveParents(ctx context.Context) error {
 		return nil
 	}
 	var deleting []string
-	err := u.inBatches(ctx, len(parents), func(int) int { return 256 }, func(lo, hi int) error {
-		ops := make([]clientv3.Op, 0, hi-lo)
-		for _, k := range parents[lo:hi] {
-			ops = append(ops, clientv3.OpGet(k))
-		}
-		rctx, cancel := context.WithTimeout(ctx, o.RequestTimeout)
-		resp, err := u.cli.Txn(rctx).Then(ops...).Commit()
-		cancel()
-		if err != nil {
-			return err
-		}
-		for i, r := range resp.Responses {
-			if g := r.GetResponseRange(); g != nil && len(g.Kvs) > 0 {
-				if m := decodeMeta(g.Kvs[0].Value); m.Deleting != "" {
-					deleting = append(deleting, fmt.Sprintf("%s (deletionTimestamp %s, revision %d)", parents[lo+i], m.Deleting, g.Kvs[0].ModRevision))
+	err := u.getAll(ctx, len(parents), func(i int) string { return parents[i] }, func(int) int { return 256 },
+		func(i int, kv *mvccpb.KeyValue) error {
+			if kv != nil {
+				if m := decodeMeta(kv.Value); m.Deleting != "" {
+					deleting = append(deleting, fmt.Sprintf("%s (deletionTimestamp %s, revision %d)", parents[i], m.Deleting, kv.ModRevision))
 				}
 			}
-		}
-		return nil
-	})
+			return nil
+		})
 	if err != nil {
 		return u.fail(StepLive, fmt.Errorf("read the live namespaces and definitions of the objects: %w", err))
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/etcdinternals"
 	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/restore"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -440,31 +441,19 @@ func (u *run) keysAtPoint(ctx context.Context, dir string) ([]etcdinternals.KV, 
 // classify looks every key of the point up in the live cluster, in
 // transactions of Get operations.
 func (u *run) classify(ctx context.Context, kvs []etcdinternals.KV) error {
-	o := u.o
 	u.res.Keys = make([]Key, len(kvs))
 	for i, kv := range kvs {
 		u.res.Keys[i] = Key{Key: string(kv.Key), ModRevision: kv.ModRevision, Size: len(kv.Value)}
 	}
-	err := u.inBatches(ctx, len(kvs), func(i int) int { return len(kvs[i].Key) + len(kvs[i].Value) }, func(lo, hi int) error {
-		ops := make([]clientv3.Op, 0, hi-lo)
-		for _, kv := range kvs[lo:hi] {
-			ops = append(ops, clientv3.OpGet(string(kv.Key)))
-		}
-		rctx, cancel := context.WithTimeout(ctx, o.RequestTimeout)
-		resp, err := u.cli.Txn(rctx).Then(ops...).Commit()
-		cancel()
-		if err != nil {
-			return err
-		}
-		for i, r := range resp.Responses {
+	err := u.getAll(ctx, len(kvs), func(i int) string { return string(kvs[i].Key) },
+		func(i int) int { return len(kvs[i].Key) + len(kvs[i].Value) }, func(i int, kv *mvccpb.KeyValue) error {
 			var live *etcdLive
-			if g := r.GetResponseRange(); g != nil && len(g.Kvs) > 0 {
-				live = &etcdLive{value: g.Kvs[0].Value, mod: g.Kvs[0].ModRevision, lease: g.Kvs[0].Lease}
+			if kv != nil {
+				live = &etcdLive{value: kv.Value, mod: kv.ModRevision, lease: kv.Lease}
 			}
-			u.decide(kvs[lo+i], &u.res.Keys[lo+i], live)
-		}
-		return nil
-	})
+			u.decide(kvs[i], &u.res.Keys[i], live)
+			return nil
+		})
 	if err != nil {
 		return u.fail(StepLive, fmt.Errorf("read the keys of the point in the live cluster: %w", err))
 	}

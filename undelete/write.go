@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
@@ -47,6 +48,35 @@ func (u *run) inBatches(ctx context.Context, n int, size func(i int) int, do fun
 		lo = hi
 	}
 	return nil
+}
+
+// getAll reads n keys (key(i); size(i) its expected value's size) in
+// transactions of Get operations (inBatches), calling got for each with
+// its live state (nil when absent).
+func (u *run) getAll(ctx context.Context, n int, key func(i int) string, size func(i int) int,
+	got func(i int, kv *mvccpb.KeyValue) error) error {
+	return u.inBatches(ctx, n, size, func(lo, hi int) error {
+		ops := make([]clientv3.Op, 0, hi-lo)
+		for i := lo; i < hi; i++ {
+			ops = append(ops, clientv3.OpGet(key(i)))
+		}
+		rctx, cancel := context.WithTimeout(ctx, u.o.RequestTimeout)
+		resp, err := u.cli.Txn(rctx).Then(ops...).Commit()
+		cancel()
+		if err != nil {
+			return err
+		}
+		for i, r := range resp.Responses {
+			var kv *mvccpb.KeyValue
+			if g := r.GetResponseRange(); g != nil && len(g.Kvs) > 0 {
+				kv = g.Kvs[0]
+			}
+			if err := got(lo+i, kv); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // write writes the items in order, in guarded transactions.
@@ -281,32 +311,20 @@ func (u *run) readBack(ctx context.Context) ([]string, error) {
 		}
 	}
 	var changed []string
-	err := u.inBatches(ctx, len(written), func(i int) int { return itemSize(written[i]) }, func(lo, hi int) error {
-		ops := make([]clientv3.Op, 0, hi-lo)
-		for _, it := range written[lo:hi] {
-			ops = append(ops, clientv3.OpGet(string(it.kv.Key)))
-		}
-		rctx, cancel := context.WithTimeout(ctx, u.o.RequestTimeout)
-		resp, err := u.cli.Txn(rctx).Then(ops...).Commit()
-		cancel()
-		if err != nil {
-			return err
-		}
-		for i, r := range resp.Responses {
-			it := written[lo+i]
-			g := r.GetResponseRange()
+	err := u.getAll(ctx, len(written), func(i int) string { return string(written[i].kv.Key) },
+		func(i int) int { return itemSize(written[i]) }, func(i int, kv *mvccpb.KeyValue) error {
+			it := written[i]
 			switch {
-			case g == nil || len(g.Kvs) == 0:
+			case kv == nil:
 				it.res.Action = ActionDeletedAgain
 				it.res.Reason = fmt.Sprintf("written at revision %d, then deleted again before the run ended", it.res.Written)
-			case g.Kvs[0].ModRevision == it.res.Written && !bytes.Equal(g.Kvs[0].Value, it.kv.Value):
+			case kv.ModRevision == it.res.Written && !bytes.Equal(kv.Value, it.kv.Value):
 				return fmt.Errorf("key %q reads back at the revision it was written with other bytes", it.kv.Key)
-			case !bytes.Equal(g.Kvs[0].Value, it.kv.Value):
-				changed = append(changed, fmt.Sprintf("%s (revision %d)", it.kv.Key, g.Kvs[0].ModRevision))
+			case !bytes.Equal(kv.Value, it.kv.Value):
+				changed = append(changed, fmt.Sprintf("%s (revision %d)", it.kv.Key, kv.ModRevision))
 			}
-		}
-		return nil
-	})
+			return nil
+		})
 	if err != nil {
 		return nil, u.fail(StepVerify, err)
 	}

@@ -65,30 +65,6 @@ func waitJournal(t *testing.T, ctx context.Context, st store.Store, layout catal
 	}
 }
 
-// journalReach is the last revision the stored segments of id hold.
-func journalReach(tb testing.TB, ctx context.Context, st store.Store, layout catalog.Layout, id string) int64 {
-	tb.Helper()
-	segs, err := journal.ListSegments(ctx, st, layout, id, 0)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var last int64
-	for _, s := range segs.All {
-		last = max(last, s.LastRev)
-	}
-	return last
-}
-
-// waitJournalReach waits until the journal of id reaches rev.
-func waitJournalReach(tb testing.TB, ctx context.Context, st store.Store, layout catalog.Layout, id string, rev int64) {
-	tb.Helper()
-	for deadline := time.Now().Add(30 * time.Second); journalReach(tb, ctx, st, layout, id) < rev; time.Sleep(200 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			tb.Fatalf("the journal of %s does not reach revision %d", id, rev)
-		}
-	}
-}
-
 // inventory is the committed backups of id.
 func inventory(t *testing.T, ctx context.Context, id string, st store.Store, layout catalog.Layout) []catalog.Entry {
 	t.Helper()

@@ -125,7 +125,7 @@ func TestJournalListen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitJournalReach(t, ctx, st, layout, "j1", r.Header.Revision)
+	testfix.WaitJournalReach(t, ctx, st, layout, "j1", r.Header.Revision, 30*time.Second)
 	var mfs map[string]*dto.MetricFamily
 	var body string
 	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {

@@ -103,7 +103,7 @@ func newProofWorldIn(tb testing.TB, ctx context.Context, id, bucket string, jour
 		if i == 0 {
 			// A compaction between the backups, once the journal is past
 			// it: the second backup's database is compacted there.
-			waitJournalReach(tb, ctx, w.st, w.layout, id, rev)
+			testfix.WaitJournalReach(tb, ctx, w.st, w.layout, id, rev, 30*time.Second)
 			if _, err := cli.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil {
 				tb.Fatal(err)
 			}
@@ -113,7 +113,7 @@ func newProofWorldIn(tb testing.TB, ctx context.Context, id, bucket string, jour
 	}
 	w.lastRev = rev
 	backup()
-	waitJournalReach(tb, ctx, w.st, w.layout, id, w.lastRev)
+	testfix.WaitJournalReach(tb, ctx, w.st, w.layout, id, w.lastRev, 30*time.Second)
 	stop()
 	if code := <-done; code != 0 {
 		tb.Fatalf("journal: exit %d: %s", code, jerr)

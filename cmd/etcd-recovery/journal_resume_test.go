@@ -78,14 +78,14 @@ func TestJournalResumesAfterPrune(t *testing.T) {
 	jargs := concatArgs([]string{"--cluster-id", id, "--segment-interval", "500ms"}, clusterArgs(c), cos)
 	stop := journalRun(t, ctx, jargs...)
 	writes("/b/", 8)
-	waitJournalReach(t, ctx, st, layout, id, put("/b/last"))
+	testfix.WaitJournalReach(t, ctx, st, layout, id, put("/b/last"), 30*time.Second)
 	b := backup()
 	writes("/c/", 8)
 	if _, err := cli.Delete(ctx, "/a/", clientv3.WithPrefix()); err != nil {
 		t.Fatal(err)
 	}
 	beforeStop := put("/c/last")
-	waitJournalReach(t, ctx, st, layout, id, beforeStop)
+	testfix.WaitJournalReach(t, ctx, st, layout, id, beforeStop, 30*time.Second)
 	if code, errOut := stop(); code != 0 {
 		t.Fatalf("journal: exit %d: %s", code, errOut)
 	}
@@ -123,7 +123,7 @@ func TestJournalResumesAfterPrune(t *testing.T) {
 	stop = journalRun(t, ctx, jargs...)
 	writes("/e/", 8)
 	last := put("/e/last")
-	waitJournalReach(t, ctx, st, layout, id, last)
+	testfix.WaitJournalReach(t, ctx, st, layout, id, last, 30*time.Second)
 	code, jerr := stop()
 	if code != 0 {
 		t.Fatalf("journal after the prune: exit %d: %s", code, jerr)

@@ -341,7 +341,7 @@ func TestPointInTimeRestoreKubeNamespace(t *testing.T) {
 	// Wait for the journal to hold it all, then stop everything: the
 	// cluster is lost.
 	st := testfix.Store(t, m, bucket)
-	waitJournalReach(t, ctx, st, catalog.Layout{Prefix: prefix}, id, last)
+	testfix.WaitJournalReach(t, ctx, st, catalog.Layout{Prefix: prefix}, id, last, 30*time.Second)
 	k.Stop()
 	if code, jerr := stopJournal(); code != 0 {
 		t.Fatalf("journal: exit %d (the API server compacts every 2 s): %s", code, jerr)

@@ -98,7 +98,7 @@ func TestPointInTimeRestoreCLI(t *testing.T) {
 	}
 	st := testfix.Store(t, m, bucket)
 	layout := catalog.Layout{Prefix: prefix}
-	waitJournalReach(t, ctx, st, layout, id, d)
+	testfix.WaitJournalReach(t, ctx, st, layout, id, d, 30*time.Second)
 	if code, jerr := stopJournal(); code != 0 {
 		t.Fatalf("journal: exit %d: %s", code, jerr)
 	}

@@ -63,12 +63,12 @@ func TestReplicateSecondSiteCLI(t *testing.T) {
 	rev := r.Header.Revision + 1
 	pst := testfix.Store(t, pm, pb)
 	pl := catalog.Layout{Prefix: prefix}
-	waitJournalReach(t, ctx, pst, pl, id, rev)
+	testfix.WaitJournalReach(t, ctx, pst, pl, id, rev, 30*time.Second)
 
 	stop := journalRunCmd(t, ctx, "replicate", concatArgs(primary, second, []string{"--journal-interval", "300ms", "--scan-interval", "2s", "--status-every", "1s"})...)
 	sst := testfix.Store(t, sm, sb)
 	sl := catalog.Layout{Prefix: "dr/" + prefix}
-	waitJournalReach(t, ctx, sst, sl, id, rev)
+	testfix.WaitJournalReach(t, ctx, sst, sl, id, rev, 30*time.Second)
 	// The backup too: the copier's journal polls and its full pass run
 	// apart, so the journal may reach the second site first.
 	waitCommittedBackup(t, ctx, sst, sl, id)

@@ -97,7 +97,7 @@ func TestSecondSiteRestoreCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	top := at + 1
-	waitJournalReach(t, ctx, sst, sl, id, top)
+	testfix.WaitJournalReach(t, ctx, sst, sl, id, top, 30*time.Second)
 	if code, jerr := stopJournal(); code != 0 {
 		t.Fatalf("journal: exit %d: %s", code, jerr)
 	}

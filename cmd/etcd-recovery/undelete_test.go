@@ -53,7 +53,7 @@ func newUndeleteWorld(t *testing.T, ctx context.Context, id, prefix string, n in
 	if after != nil {
 		after(w.cli, w.want)
 	}
-	waitJournalReach(t, ctx, w.rig.Store, w.rig.Layout, id, w.revision(t, ctx))
+	testfix.WaitJournalReach(t, ctx, w.rig.Store, w.rig.Layout, id, w.revision(t, ctx), 30*time.Second)
 	if code, errOut := stop(); code != 0 {
 		t.Fatalf("journal: exit %d: %s", code, errOut)
 	}

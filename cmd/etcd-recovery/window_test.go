@@ -48,7 +48,7 @@ func TestListWindowAndInspectLagCLI(t *testing.T) {
 	top := r.Header.Revision
 	st := testfix.Store(t, m, bucket)
 	layout := catalog.Layout{Prefix: prefix}
-	waitJournalReach(t, ctx, st, layout, id, top)
+	testfix.WaitJournalReach(t, ctx, st, layout, id, top, 30*time.Second)
 	if code, jerr := stopJournal(); code != 0 {
 		t.Fatalf("journal: exit %d: %s", code, jerr)
 	}
