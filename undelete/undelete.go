@@ -226,6 +226,9 @@ func (u *run) run(ctx context.Context) error {
 		return u.fail(StepPoint, fmt.Errorf("scratch dir: %w", err))
 	}
 	defer os.RemoveAll(dir)
+	if o.AcceptUnprovenJournal {
+		u.accept("--accept-unproven-journal")
+	}
 	kvs, path, err := u.keysAtPoint(ctx, dir)
 	if err != nil {
 		return err

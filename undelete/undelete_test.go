@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
+	"github.com/armada/etcd-recovery/restore"
 	"github.com/armada/etcd-recovery/undelete"
 )
 
@@ -27,6 +29,7 @@ type world struct {
 	id    string
 	ctx   context.Context
 	stopJ func()
+	base  *catalog.Manifest
 }
 
 func newWorld(t *testing.T, opts testenv.EtcdOptions) *world {
@@ -42,8 +45,8 @@ func newWorld(t *testing.T, opts testenv.EtcdOptions) *world {
 	if _, err := w.cli.Put(w.ctx, "/other/before", "x"); err != nil {
 		t.Fatal(err)
 	}
-	base := w.rig.TakeBackup(t, w.c, w.id, catalog.KindScheduled)
-	w.stopJ = testfix.StartJournal(t, w.cli, w.rig.Store, w.rig.Layout, w.id, base, 200*time.Millisecond, testfix.Logger(t))
+	w.base = w.rig.TakeBackup(t, w.c, w.id, catalog.KindScheduled)
+	w.stopJ = testfix.StartJournal(t, w.cli, w.rig.Store, w.rig.Layout, w.id, w.base, 200*time.Millisecond, testfix.Logger(t))
 	return w
 }
 
@@ -617,4 +620,47 @@ func TestUndeleteChecks(t *testing.T) {
 			t.Errorf("a lineage break after the point: %v", err)
 		}
 	})
+}
+
+// TestUndeleteUnprovenJournal: a point in a window whose journal proof
+// failed (the journal replayed into one backup did not hash as the next)
+// is refused, as a point-in-time restore refuses it, naming the proof and
+// --accept-unproven-journal; with it, the keys come back and the record
+// says the flag was given.
+func TestUndeleteUnprovenJournal(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, testenv.EtcdOptions{})
+	for i := range 10 {
+		if _, err := w.cli.Put(w.ctx, fmt.Sprintf("/p/k%d", i), "v"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	point := w.rev(t)
+	if _, err := w.cli.Put(w.ctx, "/p/after", "v"); err != nil {
+		t.Fatal(err)
+	}
+	next := w.rig.TakeBackup(t, w.c, w.id, catalog.KindScheduled)
+	if _, err := w.cli.Delete(w.ctx, "/p/", clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	w.synced(t)
+	proof := &catalog.JournalProof{ClusterID: w.id, Base: w.base.Name, BaseRevision: w.base.Revision(), Target: next.Name,
+		TargetRevision: next.Revision(), Verdict: catalog.ProofFailed, Detail: "the hashes differ", Time: time.Now()}
+	if err := catalog.PutJournalProof(w.ctx, w.rig.Store, w.rig.Layout, proof); err != nil {
+		t.Fatal(err)
+	}
+	var pe *restore.JournalProofError
+	_, err := undelete.Run(w.ctx, w.opts(t, point, "/p/"))
+	if !errors.As(err, &pe) || !strings.Contains(err.Error(), "--accept-unproven-journal") {
+		t.Fatalf("a point in a window whose proof failed: %v", err)
+	}
+	if n := len(w.dump(t, "/p/")); n != 0 {
+		t.Fatalf("the refused run wrote %d keys", n)
+	}
+	o := w.opts(t, point, "/p/")
+	o.AcceptUnprovenJournal = true
+	res, err := undelete.Run(w.ctx, o)
+	if err != nil || res.Counts[undelete.ActionRestored] != 10 || !slices.Contains(res.Accepted, "--accept-unproven-journal") {
+		t.Fatalf("with --accept-unproven-journal: %+v, %v", res, err)
+	}
 }
