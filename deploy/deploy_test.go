@@ -30,7 +30,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+func TestMain(m *testing.M) { testfix.Main(m) }
 
 // podsNS is the kubx-etcd namespace of the pod tests.
 const podsNS = "kubx-etcd-12"

@@ -22,7 +22,7 @@ import (
 	"github.com/armada/etcd-recovery/kube"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+func TestMain(m *testing.M) { testfix.Main(m) }
 
 const (
 	ns      = "kubx-etcd-01"

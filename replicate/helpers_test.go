@@ -20,7 +20,7 @@ import (
 	"github.com/armada/etcd-recovery/replicate"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+func TestMain(m *testing.M) { testfix.Main(m) }
 
 // rig is two regions: the primary, a bucket on the shared MinIO, and the
 // second site, a bucket on a MinIO server of the test's own (which the

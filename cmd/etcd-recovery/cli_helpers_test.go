@@ -12,7 +12,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+func TestMain(m *testing.M) { testfix.Main(m) }
 
 // credsDir writes a mounted-secret style credentials directory, so CLI tests
 // pass credentials the way the CronJob does, never in argv.

@@ -25,11 +25,12 @@ import (
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store/cos"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
 
 func TestMain(m *testing.M) {
 	setParallel()
-	testenv.Main(m)
+	testfix.Main(m)
 }
 
 func helpText(bin string, args ...string) (string, error) {

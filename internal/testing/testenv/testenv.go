@@ -84,6 +84,10 @@ func RepoRoot(tb testing.TB) string {
 	return root
 }
 
+// FindRepoRoot is RepoRoot outside a test: the directory holding go.mod,
+// or an error.
+func FindRepoRoot() (string, error) { return repoRoot() }
+
 // serverVersions parses scripts/test-servers.env, the single source of truth
 // for the server versions.
 func serverVersions() (map[string]string, error) {
@@ -306,11 +310,18 @@ var (
 // exit code. Call it from TestMain:
 //
 //	func TestMain(m *testing.M) { testenv.Main(m) }
-func Main(m *testing.M) {
+//
+// Each of before runs first, once Main is active (so it may register
+// cleanups with AtMainExit), before any test: for work a test would
+// otherwise do inside its own deadline, such as building a binary.
+func Main(m *testing.M, before ...func()) {
 	mainMu.Lock()
 	mainActive = true
 	mainMu.Unlock()
 
+	for _, f := range before {
+		f()
+	}
 	code := m.Run()
 
 	mainMu.Lock()

@@ -21,6 +21,15 @@ var (
 	toolOut  []byte
 )
 
+// Main is testenv.Main for a package whose tests run the tool: it builds
+// the binary before the first test starts. Built lazily, by the first
+// test that called Tool, the build (a minute and more on a loaded
+// 2-core machine) ran inside that test's deadline: a test whose context
+// was made first failed with "context deadline exceeded" at its exec.
+func Main(m *testing.M) {
+	testenv.Main(m, func() { buildTool(testenv.FindRepoRoot()) })
+}
+
 // Tool builds the etcd-recovery binary once per test binary and returns its
 // path. The binary (about 76 MB) lives in a temp dir that testenv.Main
 // removes when the tests end, so it needs the package's TestMain to call
@@ -28,8 +37,21 @@ var (
 // filled the disk under the tests.
 func Tool(tb testing.TB) string {
 	tb.Helper()
-	root := testenv.RepoRoot(tb)
+	buildTool(testenv.RepoRoot(tb), nil)
+	if toolErr != nil {
+		tb.Fatalf("build etcd-recovery: %v\n%s", toolErr, toolOut)
+	}
+	return toolPath
+}
+
+// buildTool builds the binary once, from the repository at root (or
+// fails with rootErr); its result is in toolPath, toolErr and toolOut.
+func buildTool(root string, rootErr error) {
 	toolOnce.Do(func() {
+		if rootErr != nil {
+			toolErr = rootErr
+			return
+		}
 		dir, err := os.MkdirTemp("", "etcd-recovery-tool-")
 		if err != nil {
 			toolErr = err
@@ -46,10 +68,6 @@ func Tool(tb testing.TB) string {
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		toolOut, toolErr = cmd.CombinedOutput()
 	})
-	if toolErr != nil {
-		tb.Fatalf("build etcd-recovery: %v\n%s", toolErr, toolOut)
-	}
-	return toolPath
 }
 
 // RunTool runs the tool with args, its environment ToolEnv() plus env,
