@@ -91,6 +91,9 @@ type Store struct {
 	// redact removes the credential values from error text. A func, so
 	// that formatting a Store never prints them.
 	redact func(string) string
+	// md5Rehashed counts the upload requests whose Content-MD5 was not
+	// hashed while the part was read (partHasher) and was hashed again.
+	md5Rehashed atomic.Int64
 }
 
 var (
@@ -206,8 +209,8 @@ func New(cfg Config) (*Store, error) {
 		// write without it (rancher/rancher#39986), and a credential
 		// that may only write (the CronJob's) cannot ask the bucket
 		// whether it is locked, so every write carries it. Its cost is
-		// one MD5 pass over each part, already buffered in memory by the
-		// uploader (see setContentMD5). Over HTTPS, parts are sent as UNSIGNED-PAYLOAD, as
+		// one MD5 pass over each part, made while the uploader reads it
+		// into its buffer (partHasher). Over HTTPS, parts are sent as UNSIGNED-PAYLOAD, as
 		// AWS's own newer SDKs do: TLS already protects them in transit,
 		// so SigV4's sha256 of each part (computed here and again by the
 		// server) is a third and fourth pass over the data. The backup's
@@ -373,6 +376,8 @@ func (s *Store) put(ctx context.Context, key string, r io.Reader, opts store.Put
 	wctx, wd, stop := s.watch(ctx, "put", key)
 	defer stop()
 	cr := &countingReader{r: r}
+	ph := newPartHasher(cr, s.cfg.PartSize)
+	md5Handler := ph.handler(&s.md5Rehashed)
 	// A CreateMultipartUpload that failed or was retried may have created
 	// an upload whose id we never learnt (a request that timed out here
 	// but that the store still ran once it resumed).
@@ -380,7 +385,7 @@ func (s *Store) put(ctx context.Context, key string, r io.Reader, opts store.Put
 	in := &s3manager.UploadInput{
 		Bucket: aws.String(s.cfg.Bucket),
 		Key:    aws.String(key),
-		Body:   cr,
+		Body:   ph,
 	}
 	if rt := opts.Retention; rt != nil {
 		in.ObjectLockMode = aws.String(string(rt.Mode))
@@ -388,6 +393,12 @@ func (s *Store) put(ctx context.Context, key string, r io.Reader, opts store.Put
 	}
 	out, err := s.uploader.UploadWithContext(wctx, in, func(u *s3manager.Uploader) {
 		u.RequestOptions = append(slices.Clone(u.RequestOptions), func(r *request.Request) {
+			if r.Operation.Name == "PutObject" || r.Operation.Name == "UploadPart" {
+				// The sums hashed while the parts were read.
+				if !r.Handlers.Build.Swap(setContentMD5Handler.Name, md5Handler) {
+					r.Handlers.Build.PushBackNamed(md5Handler)
+				}
+			}
 			switch r.Operation.Name {
 			case "PutObject", "CompleteMultipartUpload":
 				if ifAbsent {
