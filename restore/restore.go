@@ -188,7 +188,9 @@ func (r *restoreRun) prepareAndWrite(ctx context.Context) error {
 		r.moveDataDirsBack()
 		return err
 	}
-	if err := WriteDataDirs(withEnvFailpoint(ctx), r.plan, prep, WriteOptions{Parallel: r.cfg.parallel, Log: r.cfg.log}); err != nil {
+	// The staged file is the run's own and is removed once the data
+	// dirs are written: the last member takes it over.
+	if err := WriteDataDirs(withEnvFailpoint(ctx), r.plan, prep, WriteOptions{Parallel: r.cfg.parallel, TakeOver: true, Log: r.cfg.log}); err != nil {
 		for _, m := range r.moved {
 			m.State = DirAbsent
 		}

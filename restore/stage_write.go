@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -68,9 +69,12 @@ func stageSnapshot(rc *restoreConfig, bump uint64, publicPath, markCompacted boo
 type WriteOptions struct {
 	// Parallel is how many data dirs are written at a time; 0: all.
 	Parallel int
-	// TakeOver renames the prepared file into the data dir instead of
-	// copying it, when the plan has one member (a drill, which owns the
-	// staged file): the database is in scratch once, not twice.
+	// TakeOver renames the prepared file into the last member's data dir
+	// instead of copying it (takeOverMember), once every other member's
+	// copy is written: the caller owns the staged file and has no use
+	// for it after the write (a drill's, a restore's). Three members then
+	// take three writes of the database, not four, and the disk holds
+	// the database three times at the peak, not four.
 	TakeOver bool
 	Log      *slog.Logger
 }
@@ -87,7 +91,7 @@ func WriteDataDirs(ctx context.Context, plan *Plan, p *Prepared, wo WriteOptions
 		log = slog.New(slog.DiscardHandler)
 	}
 	rc := p.rc
-	rc.takeOver = wo.TakeOver && len(plan.Members) == 1
+	rc.takeOver = wo.TakeOver
 	if err := writeDataDirs(ctx, plan, wo.Parallel, rc, log); err != nil {
 		return stepError(ctx, plan.ClusterID, StepWrite, err)
 	}
@@ -102,9 +106,7 @@ func writeDataDirs(ctx context.Context, plan *Plan, parallel int, rc restoreConf
 	after := afterMemberWritten(ctx)
 	errs := make([]error, len(plan.Members))
 	created := make([][]string, len(plan.Members))
-	// parallel <= 0: all at once. A member not started (the run ended
-	// first) is not written; the cancellation below removes the others.
-	fanout.ForEach(ctx, len(plan.Members), parallel, func(ctx context.Context, i int) {
+	write := func(ctx context.Context, i int, rc restoreConfig) {
 		m := &plan.Members[i]
 		t := time.Now()
 		dirs, err := restoreMember(rc, *m)
@@ -118,7 +120,21 @@ func writeDataDirs(ctx context.Context, plan *Plan, parallel int, rc restoreConf
 		if after != nil {
 			after(ctx, *m)
 		}
-	})
+	}
+	// With take-over, the last member gets the staged file itself, after
+	// every other member's copy of it is written (take-over changes the
+	// file, then renames it away).
+	copies, copyRC := len(plan.Members), rc
+	if rc.takeOver {
+		copies--
+		copyRC.takeOver = false
+	}
+	// parallel <= 0: all at once. A member not started (the run ended
+	// first) is not written; the cancellation below removes the others.
+	fanout.ForEach(ctx, copies, parallel, func(ctx context.Context, i int) { write(ctx, i, copyRC) })
+	if copies < len(plan.Members) && ctx.Err() == nil && !slices.ContainsFunc(errs, func(e error) bool { return e != nil }) {
+		write(ctx, copies, rc)
+	}
 	var failed []error
 	for _, e := range errs {
 		if e != nil && !errors.Is(e, context.Canceled) && !errors.Is(e, context.DeadlineExceeded) {

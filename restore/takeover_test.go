@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -197,4 +198,112 @@ func (r *internalRig) take(tb testing.TB, c *testenv.EtcdCluster, id string) *ca
 		tb.Fatalf("backup of %s: %v", id, err)
 	}
 	return res.Manifest
+}
+
+// TestWriteDataDirsTakesOverTheLast: a restore of three members writes
+// two copies of the staged database and then moves the staged file
+// itself into the last member's data dir (three writes of the database,
+// not four): every member's database holds the same buckets and keys,
+// the last one is the staged file's inode and the file is gone. When a
+// copy fails, the staged file is left as it was, not taken over, and the
+// data dirs written are removed (all or nothing).
+func TestWriteDataDirsTakesOverTheLast(t *testing.T) {
+	t.Parallel()
+	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
+	testenv.PutKeys(t, c.Client(t), "/registry/configmaps/", 200, 256)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rc, err := c.Client(t).Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	plan := func(dir string) (*Plan, string) {
+		t.Helper()
+		staged := filepath.Join(dir, "staged.snapshot.db")
+		if err := os.WriteFile(staged, snap, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := etcdinternals.PrepareSnapshot(staged, DefaultBumpRevision, false, log); err != nil {
+			t.Fatal(err)
+		}
+		p := &Plan{ClusterID: "takeover", InitialCluster: "r0=http://127.0.0.1:2380,r1=http://127.0.0.1:2381,r2=http://127.0.0.1:2382", Token: "tok"}
+		for i := range 3 {
+			p.Members = append(p.Members, Member{Name: fmt.Sprintf("r%d", i), PeerURLs: []string{fmt.Sprintf("http://127.0.0.1:%d", 2380+i)},
+				DataDir: filepath.Join(dir, fmt.Sprintf("r%d.etcd", i)), State: DirAbsent})
+		}
+		return p, staged
+	}
+	inode := func(path string) uint64 {
+		t.Helper()
+		st, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Sys().(*syscall.Stat_t).Ino
+	}
+
+	t.Run("written", func(t *testing.T) {
+		dir := t.TempDir()
+		p, staged := plan(dir)
+		stagedIno := inode(staged)
+		rcfg := restoreConfig{snapshotPath: staged, initialCluster: p.InitialCluster, token: p.Token, takeOver: true}
+		if err := writeDataDirs(ctx, p, 0, rcfg, log); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(staged); !os.IsNotExist(err) {
+			t.Errorf("the staged file is still there (stat: %v): not taken over", err)
+		}
+		var dbs []map[string]map[string]string
+		for i, m := range p.Members {
+			db := filepath.Join(m.DataDir, "member/snap/db")
+			if got := inode(db) == stagedIno; got != (i == 2) {
+				t.Errorf("member %s's database is the staged file: %v, want %v", m.Name, got, i == 2)
+			}
+			dbs = append(dbs, dbContents(t, db))
+		}
+		if len(dbs[0]["key"]) < 200 || len(dbs[0]["members"]) != 3 {
+			t.Fatalf("member r0's database: %d keys, %d members", len(dbs[0]["key"]), len(dbs[0]["members"]))
+		}
+		for i := 1; i < 3; i++ {
+			for _, b := range slices.Sorted(mapKeys(dbs[0], dbs[i])) {
+				for _, k := range slices.Sorted(mapKeys(dbs[0][b], dbs[i][b])) {
+					if dbs[0][b][k] != dbs[i][b][k] {
+						t.Errorf("bucket %s key %q: member r%d %q, r0 %q", b, k, i, trunc(dbs[i][b][k]), trunc(dbs[0][b][k]))
+					}
+				}
+			}
+		}
+	})
+
+	t.Run("a copy fails", func(t *testing.T) {
+		dir := t.TempDir()
+		p, staged := plan(dir)
+		before, err := os.ReadFile(staged)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// r1's dir appears after it was checked absent: its copy is refused.
+		if err := os.MkdirAll(filepath.Join(p.Members[1].DataDir, "member"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		rcfg := restoreConfig{snapshotPath: staged, initialCluster: p.InitialCluster, token: p.Token, takeOver: true}
+		if err := writeDataDirs(ctx, p, 1, rcfg, log); err == nil {
+			t.Fatal("written although member r1's data dir changed since it was checked")
+		}
+		after, err := os.ReadFile(staged)
+		if err != nil || !bytes.Equal(before, after) {
+			t.Errorf("the staged file was changed or moved after a copy failed (%v)", err)
+		}
+		for _, m := range []Member{p.Members[0], p.Members[2]} {
+			if _, err := os.Stat(m.DataDir); !os.IsNotExist(err) {
+				t.Errorf("member %s's data dir is left after the failure (stat: %v)", m.Name, err)
+			}
+		}
+	})
 }
