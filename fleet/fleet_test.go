@@ -10,7 +10,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/armada/etcd-recovery/backup"
@@ -47,25 +46,11 @@ func TestFleet(t *testing.T) {
 
 func testBackupAll(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, admin kubernetes.Interface) {
 	ctx := testfix.Context(t, 10*time.Minute)
-	dynAdmin := k.Dynamic(t, "")
 	m := testenv.SharedMinIO(t)
 	bucket := m.NewBucket(t)
 	prefix := testenv.Prefix(t)
-	for _, n := range []string{ns, otherNS} {
-		kubetest.CreateCOSSecret(t, admin, n, m)
-	}
-	if _, err := admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "unrelated"}, StringData: map[string]string{"x": "y"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-
 	const n = 20
-	clusters := kubetest.AddEtcdClusters(t, admin, dynAdmin, a, ns, n)
-
-	token := kubetest.SAToken(t, admin, ns, "etcd-recovery")
-	sa, err := kube.New(kube.Config{Rest: k.RestConfig(token), Namespace: ns})
-	if err != nil {
-		t.Fatal(err)
-	}
+	clusters, token, sa := kubetest.AddSAFleet(t, k, a, admin, m, ns, []string{otherNS}, n)
 
 	t.Run("BackupAllOneDown", func(t *testing.T) {
 		down := clusters[7]
