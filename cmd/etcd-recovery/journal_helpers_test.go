@@ -20,6 +20,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testfix"
 	"github.com/armada/etcd-recovery/restore"
 )
 
@@ -120,18 +121,7 @@ func startRestored(t testing.TB, res restore.Result, client, peer string) *clien
 // source's dump want key by key; what says which restore it is.
 func checkDump(t testing.TB, what string, want, got map[string]string) {
 	t.Helper()
-	var diffs []string
-	for k, v := range want {
-		if got[k] != v {
-			diffs = append(diffs, fmt.Sprintf("%s: got %q, want %q", k, got[k], v))
-		}
-	}
-	for k := range got {
-		if _, ok := want[k]; !ok {
-			diffs = append(diffs, k+": not in the source")
-		}
-	}
-	if len(diffs) > 0 {
+	if diffs := testfix.KeyDiffs(want, got); len(diffs) > 0 {
 		sort.Strings(diffs)
 		t.Fatalf("%s differs from the source in %d keys: %s", what, len(diffs), strings.Join(diffs[:min(5, len(diffs))], "; "))
 	}

@@ -347,10 +347,10 @@ func Leases(tb testing.TB, ctx context.Context, cli *clientv3.Client) map[int64]
 	return out
 }
 
-// SameKeyspace fails tb unless got is want key by key (Dump's form) and
-// gotLeases are wantLeases (id to granted TTL); what names the restore.
-func SameKeyspace(tb testing.TB, what string, want, got map[string]string, wantLeases, gotLeases map[int64]int64) {
-	tb.Helper()
+// KeyDiffs names, unsorted, each key whose value in got is not want's
+// ("k: got …, want …") and each key of got that want lacks ("k: not in
+// the source"); none when the dumps are equal.
+func KeyDiffs(want, got map[string]string) []string {
 	var diffs []string
 	for k, v := range want {
 		if got[k] != v {
@@ -362,6 +362,14 @@ func SameKeyspace(tb testing.TB, what string, want, got map[string]string, wantL
 			diffs = append(diffs, k+": not in the source")
 		}
 	}
+	return diffs
+}
+
+// SameKeyspace fails tb unless got is want key by key (Dump's form) and
+// gotLeases are wantLeases (id to granted TTL); what names the restore.
+func SameKeyspace(tb testing.TB, what string, want, got map[string]string, wantLeases, gotLeases map[int64]int64) {
+	tb.Helper()
+	diffs := KeyDiffs(want, got)
 	for id, ttl := range wantLeases {
 		if g, ok := gotLeases[id]; !ok || g != ttl {
 			diffs = append(diffs, fmt.Sprintf("lease %x: granted TTL %d (present %v), want %d", id, g, ok, ttl))
