@@ -3,7 +3,6 @@ package replicate_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"slices"
 	"strings"
@@ -133,9 +132,7 @@ func TestRunPollFindsTheWatermarkGone(t *testing.T) {
 	s2 := segment(t, r.primary, r.pl, id, m.Name, 21, 30)
 	o := r.opts(t)
 	o.JournalInterval, o.ScanInterval, o.AuditInterval, o.StatusEvery = 100*time.Millisecond, time.Hour, time.Hour, 200*time.Millisecond
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- replicate.Run(rctx, o) }()
+	cp := runInBackground(t, ctx, o)
 	r.waitOnSecond(t, ctx, 10*time.Second, s1.Key, s2.Key)
 
 	deleteJournal(t, ctx, r.primary, r.pl, id)
@@ -145,10 +142,7 @@ func TestRunPollFindsTheWatermarkGone(t *testing.T) {
 	n2 := segment(t, r.primary, r.pl, id, m.Name, 16, 18)
 	r.waitOnSecond(t, ctx, 5*time.Second, n2.Key)
 	t.Logf("the new journal on the second site %s after it was written below the old watermark", time.Since(start).Round(time.Millisecond))
-	stop()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatalf("Run: %v", err)
-	}
+	cp.stop(t)
 	r.sameOnSecond(t, n1.Key, n2.Key)
 }
 
@@ -165,16 +159,11 @@ func TestRunAuditCopiesKeysBehindTheWatermark(t *testing.T) {
 	s := segment(t, r.primary, r.pl, id, m.Name, 21, 30)
 	o := r.opts(t)
 	o.JournalInterval, o.ScanInterval, o.AuditInterval, o.StatusEvery = 100*time.Millisecond, time.Hour, time.Second, 200*time.Millisecond
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- replicate.Run(rctx, o) }()
+	cp := runInBackground(t, ctx, o)
 	r.waitOnSecond(t, ctx, 10*time.Second, s.Key)
 	behind := segment(t, r.primary, r.pl, id, m.Name, 11, 20)
 	r.waitOnSecond(t, ctx, 5*time.Second, behind.Key)
-	stop()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatalf("Run: %v", err)
-	}
+	cp.stop(t)
 	r.sameOnSecond(t, behind.Key)
 }
 

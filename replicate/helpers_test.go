@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -47,23 +48,49 @@ func (r *rig) opts(tb testing.TB) replicate.Options {
 		Parallel: 4, Copier: tb.Name(), Log: testfix.Logger(tb)}
 }
 
-// dst is the second site's key of a primary key.
-func (r *rig) dst(key string) string {
-	return r.sl.RootPrefix() + strings.TrimPrefix(key, r.pl.RootPrefix())
+// backgroundRun is a replicate.Run in the background.
+type backgroundRun struct {
+	cancel context.CancelFunc
+	done   chan error
 }
 
-// sums is every object under the layout's prefix and its sha256.
-func sums(tb testing.TB, st store.Store, l catalog.Layout) map[string]string {
+// runInBackground runs replicate.Run with o until stop (or the test's end).
+func runInBackground(tb testing.TB, ctx context.Context, o replicate.Options) *backgroundRun {
 	tb.Helper()
-	objs, err := st.List(context.Background(), l.RootPrefix())
+	rctx, cancel := context.WithCancel(ctx)
+	tb.Cleanup(cancel)
+	c := &backgroundRun{cancel: cancel, done: make(chan error, 1)}
+	go func() { c.done <- replicate.Run(rctx, o) }()
+	return c
+}
+
+// stop cancels the run and fails tb unless it ended by that.
+func (c *backgroundRun) stop(tb testing.TB) {
+	tb.Helper()
+	c.cancel()
+	if err := <-c.done; !errors.Is(err, context.Canceled) {
+		tb.Fatalf("Run: %v", err)
+	}
+}
+
+// chains are cluster id's journal chains from base on the primary and on
+// the second site.
+func (r *rig) chains(tb testing.TB, ctx context.Context, id string, base int64) (primary, second *journal.Chain) {
+	tb.Helper()
+	pc, err := journal.ListSegments(ctx, r.primary, r.pl, id, base)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	out := map[string]string{}
-	for _, o := range objs {
-		out[o.Key] = testfix.SHA256(testfix.ReadObject(tb, st, o.Key))
+	sc, err := journal.ListSegments(ctx, r.second, r.sl, id, base)
+	if err != nil {
+		tb.Fatal(err)
 	}
-	return out
+	return pc, sc
+}
+
+// dst is the second site's key of a primary key.
+func (r *rig) dst(key string) string {
+	return r.sl.RootPrefix() + strings.TrimPrefix(key, r.pl.RootPrefix())
 }
 
 // copyable is what of the primary must be on the second site: the
@@ -71,7 +98,7 @@ func sums(tb testing.TB, st store.Store, l catalog.Layout) map[string]string {
 // journal segments, gap and proof records, the owner record.
 func (r *rig) copyable(tb testing.TB) map[string]string {
 	tb.Helper()
-	all := sums(tb, r.primary, r.pl)
+	all := testfix.Sums(tb, r.primary, r.pl)
 	committed := map[string]bool{}
 	for k := range all {
 		if ki := r.pl.Classify(k); ki.Kind == catalog.KeyBackup && ki.Object == catalog.ManifestObject {
@@ -101,7 +128,7 @@ func (r *rig) copyable(tb testing.TB) map[string]string {
 func (r *rig) checkSame(tb testing.TB) int {
 	tb.Helper()
 	want := r.copyable(tb)
-	got := sums(tb, r.second, r.sl)
+	got := testfix.Sums(tb, r.second, r.sl)
 	delete(got, r.sl.ReplicaStatusKey())
 	if d := diff(want, got); d != "" {
 		tb.Fatalf("the second site differs from the primary: %s", d)

@@ -109,10 +109,7 @@ func TestSecondSiteDownTenMinutes(t *testing.T) {
 	var copierLog testfix.SyncBuffer
 	o := r.opts(t)
 	o.Log = slog.New(slog.NewTextHandler(&copierLog, nil))
-	rctx, stopRun := context.WithCancel(ctx)
-	defer stopRun()
-	runDone := make(chan error, 1)
-	go func() { runDone <- replicate.Run(rctx, o) }()
+	cp := runInBackground(t, ctx, o)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("the copier's log, its end:\n%s\nthe capture's log, its end:\n%s",
@@ -158,7 +155,7 @@ func TestSecondSiteDownTenMinutes(t *testing.T) {
 	select {
 	case err := <-capDone:
 		t.Fatalf("the capture ended while the second site was down: %v", err)
-	case err := <-runDone:
+	case err := <-cp.done:
 		t.Fatalf("the copier ended while the second site was down: %v", err)
 	default:
 	}
@@ -247,7 +244,7 @@ func TestSecondSiteDownTenMinutes(t *testing.T) {
 	}
 	want := r.copyable(t)
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
-		got := sums(t, r.second, r.sl)
+		got := testfix.Sums(t, r.second, r.sl)
 		delete(got, r.sl.ReplicaStatusKey())
 		if diff(want, got) == "" {
 			break
@@ -258,22 +255,12 @@ func TestSecondSiteDownTenMinutes(t *testing.T) {
 	}
 	// A last status record with the last poll in it.
 	time.Sleep(o.JournalInterval + time.Second)
-	stopRun()
-	if err := <-runDone; !errors.Is(err, context.Canceled) {
-		t.Fatalf("Run: %v", err)
-	}
+	cp.stop(t)
 
 	// Exactly the primary's: every object's sha256, no extra, no
 	// duplicate, the chain whole.
 	n := r.checkSame(t)
-	pc, err := journal.ListSegments(ctx, r.primary, r.pl, id, base.Revision())
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc, err := journal.ListSegments(ctx, r.second, r.sl, id, base.Revision())
-	if err != nil {
-		t.Fatal(err)
-	}
+	pc, sc := r.chains(t, ctx, id, base.Revision())
 	if pc.Problem != nil || sc.Problem != nil || sc.Reach != pc.Reach || sc.Reach < top || len(sc.All) != len(pc.All) || len(sc.Segments) != len(sc.All) {
 		t.Fatalf("the second site's chain: reach %d of %d segments (%d chained, problem %v); the primary's: reach %d of %d (problem %v); the workload's last revision %d",
 			sc.Reach, len(sc.All), len(sc.Segments), sc.Problem, pc.Reach, len(pc.All), pc.Problem, top)

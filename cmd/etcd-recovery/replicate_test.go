@@ -104,17 +104,7 @@ func TestReplicateSecondSiteCLI(t *testing.T) {
 	}
 
 	// The primary is lost to its own credential.
-	objs, err := pst.List(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var keys []string
-	for _, o := range objs {
-		keys = append(keys, o.Key)
-	}
-	if err := pst.Delete(ctx, keys); err != nil {
-		t.Fatal(err)
-	}
+	testfix.DeleteUnder(t, ctx, pst, "")
 	before, _ := sst.List(ctx, "")
 	if code, out, errOut := runCtx(t, ctx, concatArgs([]string{"replicate", "--once"}, primary, second)...); code != 0 {
 		t.Fatalf("replicate --once over the wiped primary: exit %d\n%s\n%s", code, out, errOut)

@@ -19,6 +19,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/store/memstore"
+	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
 
 type keys struct {
@@ -106,16 +107,7 @@ func put(t testing.TB, st store.Store, key string, raw []byte, ec encCase, k key
 
 func readAll(t testing.TB, st store.Store, key string) []byte {
 	t.Helper()
-	rc, err := st.Get(context.Background(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
-	b, err := io.ReadAll(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return testfix.ReadObject(t, st, key)
 }
 
 // open reads key through Open and returns what it read and the error that
