@@ -50,10 +50,8 @@ func escrowActions(rep *prune.PruneReport, cluster string) map[string]prune.Escr
 // calls escrow keys unknown.
 func TestPruneEscrowFollowsItsBackups(t *testing.T) {
 	t.Parallel()
-	sr := testfix.NewStoreRig(t)
-	st, l := sr.Store, sr.Layout
+	st, l, now := storeRig(t)
 	ctx := context.Background()
-	now := time.Now().UTC()
 	a, b := testfix.EscrowAddress("A"), testfix.EscrowAddress("B")
 	old := testfix.PutEscrowBackup(t, st, l, "esc-a", now.Add(-3*time.Hour), testfix.StoredEscrow(catalog.EscrowPresent, a))
 	mid := testfix.PutEscrowBackup(t, st, l, "esc-a", now.Add(-2*time.Hour), testfix.StoredEscrow(catalog.EscrowPresent, b))
@@ -145,10 +143,8 @@ func TestPruneEscrowFollowsItsBackups(t *testing.T) {
 // still names, and one no backup names that is younger than the grace.
 func TestDeleteAllBackupsRemovesEscrows(t *testing.T) {
 	t.Parallel()
-	sr := testfix.NewStoreRig(t)
-	st, l := sr.Store, sr.Layout
+	st, l, now := storeRig(t)
 	ctx := context.Background()
-	now := time.Now().UTC()
 	a, b := testfix.EscrowAddress("A"), testfix.EscrowAddress("B")
 	first := testfix.PutEscrowBackup(t, st, l, "esc-d", now.Add(-3*time.Hour), testfix.StoredEscrow(catalog.EscrowPresent, a))
 	testfix.PutEscrowBackup(t, st, l, "esc-d", now.Add(-2*time.Hour), testfix.StoredEscrow(catalog.EscrowPresent, b))
@@ -221,22 +217,13 @@ func TestDeleteAllBackupsRemovesEscrows(t *testing.T) {
 // the orphan grace; a live cluster's escrows are never touched.
 func TestOrphanEscrowsGoWithTheBackups(t *testing.T) {
 	t.Parallel()
-	sr := testfix.NewStoreRig(t)
-	st, l := sr.Store, sr.Layout
+	st, l, now := storeRig(t)
 	ctx := context.Background()
-	now := time.Now().UTC()
-	if _, _, err := prune.ClaimPrefix(ctx, st, l, "kubx-etcd-01", now); err != nil {
-		t.Fatal(err)
-	}
+	opts := orphanPasses(t, st, l, now, "esc-live")
 	a := testfix.EscrowAddress("A")
 	testfix.PutEscrowBackup(t, st, l, "esc-gone", now.Add(-2*time.Hour), testfix.StoredEscrow(catalog.EscrowPresent, a))
 	leftover := testfix.PutEscrowObject(t, st, l, "esc-leftover", testfix.EscrowAddress("left"))
 	testfix.PutEscrowBackup(t, st, l, "esc-live", now.Add(-2*time.Hour), testfix.StoredEscrow(catalog.EscrowPresent, a))
-	opts := func(at time.Time) prune.OrphanOptions {
-		return prune.OrphanOptions{Store: st, Layout: l, Namespace: "kubx-etcd-01", Grace: prune.MinOrphanGrace, Now: at,
-			Clusters: func(context.Context) ([]string, error) { return []string{"esc-live"}, nil },
-			Restores: func(context.Context) (map[string][]string, error) { return nil, nil }}
-	}
 	// First seen: a marker, nothing deleted; the leftover escrow is fresh.
 	rep, err := prune.Orphans(ctx, opts(now))
 	if err != nil {
@@ -251,12 +238,7 @@ func TestOrphanEscrowsGoWithTheBackups(t *testing.T) {
 	if err != nil {
 		t.Fatalf("orphans: %v", err)
 	}
-	var gone *prune.Orphan
-	for i := range rep.Orphans {
-		if rep.Orphans[i].ClusterID == "esc-gone" {
-			gone = &rep.Orphans[i]
-		}
-	}
+	gone := orphanOf(rep, "esc-gone")
 	if gone == nil || gone.State != prune.OrphanDeleted || len(gone.Escrows) != 1 || gone.Escrows[0].Action != prune.ActionDeleted {
 		t.Errorf("orphan esc-gone: %+v; want deleted with its escrow", gone)
 	}
@@ -272,10 +254,8 @@ func TestOrphanEscrowsGoWithTheBackups(t *testing.T) {
 // within 30 days; -o json has the EscrowRef.
 func TestListShowsEscrow(t *testing.T) {
 	t.Parallel()
-	sr := testfix.NewStoreRig(t)
-	st, l := sr.Store, sr.Layout
+	st, l, now := storeRig(t)
 	ctx := context.Background()
-	now := time.Now().UTC()
 	soon, late := now.Add(10*24*time.Hour), now.Add(60*24*time.Hour)
 	names := map[string]string{
 		"-":        testfix.PutEscrowBackup(t, st, l, "esc-l", now.Add(-5*time.Hour), nil),

@@ -1127,15 +1127,9 @@ type DeleteReport struct {
 // wrapping a *DeleteError. Its steps: listDelete, refuseDelete,
 // deleteActions, deleteBackups and deleteOutcome, in that order.
 func Delete(ctx context.Context, opts DeleteOptions) (*DeleteReport, error) {
-	if err := opts.Validate(); err != nil {
+	log, err := checkDelete(opts.Validate(), opts.Store, opts.Log)
+	if err != nil {
 		return nil, err
-	}
-	if opts.Store == nil {
-		return nil, fmt.Errorf("delete: %w", errNoStore)
-	}
-	log := opts.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
 	}
 	var names []string
 	for _, n := range opts.Names {
