@@ -174,6 +174,21 @@ func (e *env) withTimeout(limit time.Duration, cause error) (*runTimeout, error)
 	return t, nil
 }
 
+// storeWithTimeout opens the store of o (openStore) and then starts the
+// --timeout deadline limit (withTimeout, no cause); the caller defers
+// t.cancel().
+func (e *env) storeWithTimeout(o *storeOpts, k *kube.Client, limit time.Duration) (store.Store, catalog.Layout, *runTimeout, error) {
+	st, layout, err := e.openStore(o, k)
+	if err != nil {
+		return nil, catalog.Layout{}, nil, err
+	}
+	t, err := e.withTimeout(limit, nil)
+	if err != nil {
+		return nil, catalog.Layout{}, nil, err
+	}
+	return st, layout, t, nil
+}
+
 // dryRunTimeout is withTimeout for a dry run, whose every step's error
 // then names the deadline: "<command> --dry-run: the overall deadline
 // (--timeout <limit>) passed" (caused).
