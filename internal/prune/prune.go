@@ -1025,6 +1025,15 @@ func (a *BackupAction) fail(err error) {
 	a.Action, a.Err, a.Error = ActionFailed, err, err.Error()
 }
 
+// storeDeleteEach is storeDelete of the key of each of acts.
+func storeDeleteEach[A any](ctx context.Context, st store.Store, acts []A, key func(A) string, stats *StoreStats) map[string]error {
+	keys := make([]string, len(acts))
+	for i, a := range acts {
+		keys[i] = key(a)
+	}
+	return storeDelete(ctx, st, keys, stats)
+}
+
 // storeDelete deletes keys and returns the keys that may still exist. An
 // error that is not a *DeleteError leaves every key's fate unknown: all
 // count as failed.
