@@ -16,7 +16,6 @@ import (
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
-	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/testing/mdblocks"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
@@ -24,10 +23,7 @@ import (
 )
 
 func init() {
-	scenarios = append(scenarios, struct {
-		name string
-		fn   scenarioFunc
-	}{"second-site", primaryGone})
+	scenarios = append(scenarios, scenario{"second-site", primaryGone})
 }
 
 const secondSite = "second-site.md"
@@ -60,14 +56,7 @@ func primaryGone(t *testing.T, rb mdblocks.Set) {
 		copierDone <- replicate.Run(rctx, replicate.Options{Primary: f.Store, PrimaryLayout: f.Layout, Second: sst, SecondLayout: sl,
 			JournalInterval: 300 * time.Millisecond, ScanInterval: time.Second, StatusEvery: time.Second, Copier: "etcd-recovery-replicate"})
 	}()
-	cctx, stopCapture := context.WithCancel(ctx)
-	defer stopCapture()
-	capDone := make(chan error, 1)
-	go func() {
-		capDone <- journal.Capture(cctx, journal.CaptureOptions{Client: c.Client(t), ClusterID: f.ID,
-			BaseBackup: base.Name, BaseRev: base.Revision(), Store: f.Store, Layout: f.Layout,
-			Encoding: objectio.Encoding{Compression: objectio.CompressZstd}, SegmentInterval: time.Second})
-	}()
+	cp := startCapture(t, ctx, f, c.Client(t), base, time.Second, nil)
 	lease, err := cli.Grant(ctx, 600)
 	if err != nil {
 		t.Fatal(err)
@@ -102,10 +91,7 @@ func primaryGone(t *testing.T, rb mdblocks.Set) {
 			t.Fatalf("the second site's journal of %s reaches %d, not %d (status %+v, %v)", f.ID, segs.Reach, top, st, serr)
 		}
 	}
-	stopCapture()
-	if err := <-capDone; err != nil {
-		t.Fatalf("the journal: %v", err)
-	}
+	cp.stop(t)
 	stopCopier()
 	if err := <-copierDone; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the copier: %v", err)
