@@ -12,14 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"filippo.io/age"
-
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
-	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
@@ -283,14 +280,7 @@ func TestBackupAllDrill(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		id, err := age.GenerateX25519Identity()
-		if err != nil {
-			t.Fatal(err)
-		}
-		rs, err := seal.ParseRecipients([]string{id.Recipient().String()})
-		if err != nil {
-			t.Fatal(err)
-		}
+		rs := testfix.RecipientsOf(t, testfix.NewAgeKey(t))
 		scratch := t.TempDir()
 		rep, err := fleet.BackupAll(ctx, fleet.BackupAllOptions{
 			Kube: sa, NoEvents: true,

@@ -76,7 +76,7 @@ func primaryGone(t *testing.T, rb mdblocks.Set) {
 		t.Fatal(err)
 	}
 	top := r.Header.Revision
-	want := dumpAt(t, ctx, cli, top)
+	want := testfix.Dump(t, ctx, cli, top)
 	// The copier brings the backup and the journal to the second site.
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		segs, err := journal.ListSegments(ctx, sst, sl, f.ID, base.Revision())
@@ -139,7 +139,7 @@ func primaryGone(t *testing.T, rb mdblocks.Set) {
 	mdblocks.MustContain(t, mdblocks.One(t, rs, "etcd-recovery sites", -1), "unreachable", base.Name)
 
 	ncli := mdblocks.ClusterAt(c.PKI, eps).Client(t)
-	got := dumpAt(t, ctx, ncli, 0)
+	got := testfix.Dump(t, ctx, ncli, 0)
 	if len(got) != len(want) {
 		t.Errorf("restored %d keys, the source had %d at revision %d", len(got), len(want), top)
 	}
@@ -151,19 +151,4 @@ func primaryGone(t *testing.T, rb mdblocks.Set) {
 	if ttl, err := ncli.TimeToLive(ctx, lease.ID); err != nil || ttl.TTL <= 0 {
 		t.Errorf("the lease on the restored cluster: %+v %v", ttl, err)
 	}
-}
-
-// dumpAt is every key with value, create and mod revision, version and
-// lease at rev (0: the newest).
-func dumpAt(t *testing.T, ctx context.Context, cli *clientv3.Client, rev int64) map[string]string {
-	t.Helper()
-	resp, err := cli.Get(ctx, "", clientv3.WithPrefix(), clientv3.WithRev(rev))
-	if err != nil {
-		t.Fatalf("dump at %d: %v", rev, err)
-	}
-	out := map[string]string{}
-	for _, kv := range resp.Kvs {
-		out[string(kv.Key)] = fmt.Sprintf("value=%q create=%d mod=%d version=%d lease=%x", kv.Value, kv.CreateRevision, kv.ModRevision, kv.Version, kv.Lease)
-	}
-	return out
 }
