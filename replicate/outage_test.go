@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/objectio"
@@ -291,14 +289,7 @@ func TestSecondSiteDownTenMinutes(t *testing.T) {
 	if res.Replay == nil || res.Replay.ToRevision != sc.Reach || res.Chosen == nil || res.Chosen.Name != newest {
 		t.Fatalf("restore from the second site: replay %+v, chosen %+v; want %s to %d", res.Replay, res.Chosen, newest, sc.Reach)
 	}
-	mem := testenv.StartEtcdMember(t, testenv.MemberSpec{Version: testenv.V35, Name: "r0", DataDir: res.Members[0].DataDir,
-		ClientURL: client, PeerURL: peer, InitialClusterToken: res.Token})
-	mem.WaitReady(t)
-	ncli, err := clientv3.New(clientv3.Config{Endpoints: []string{client}, DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ncli.Close()
+	ncli := testfix.StartRestoredMember(t, res.Members[0].DataDir, res.Token, client, peer)
 	testfix.SameKeyspace(t, fmt.Sprintf("the restore from the second site at %d", sc.Reach), wantDump, testfix.Dump(t, ctx, ncli, 0),
 		w.LeasesAt(sc.Reach), testfix.Leases(t, ctx, ncli))
 	granted, revoked := w.Counts(sc.Reach)

@@ -106,15 +106,7 @@ func restoreDump(t *testing.T, ctx context.Context, cos []string, id string, rev
 // returns a client of it (closed at the test's end).
 func startRestored(t testing.TB, res restore.Result, client, peer string) *clientv3.Client {
 	t.Helper()
-	mem := testenv.StartEtcdMember(t, testenv.MemberSpec{Version: testenv.V35, Name: "r0", DataDir: res.Members[0].DataDir,
-		ClientURL: client, PeerURL: peer, InitialClusterToken: res.Token})
-	mem.WaitReady(t)
-	ncli, err := clientv3.New(clientv3.Config{Endpoints: []string{client}, DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ncli.Close() })
-	return ncli
+	return testfix.StartRestoredMember(t, res.Members[0].DataDir, res.Token, client, peer)
 }
 
 // checkDump fails the test when the restored dump got is not the

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -385,4 +386,20 @@ func SameKeyspace(tb testing.TB, what string, want, got map[string]string, wantL
 		tb.Fatalf("%s differs from the source in %d keys or leases (of %d keys, %d leases): %s", what, len(diffs), len(want), len(wantLeases),
 			strings.Join(diffs[:min(6, len(diffs))], "; "))
 	}
+}
+
+// StartRestoredMember starts an etcd 3.5 member r0 on a restore's one data
+// dir (dataDir, with the restore's cluster token) at client and peer, waits
+// until it is ready and returns a client of it (closed at the test's end).
+func StartRestoredMember(tb testing.TB, dataDir, token, client, peer string) *clientv3.Client {
+	tb.Helper()
+	mem := testenv.StartEtcdMember(tb, testenv.MemberSpec{Version: testenv.V35, Name: "r0", DataDir: dataDir,
+		ClientURL: client, PeerURL: peer, InitialClusterToken: token})
+	mem.WaitReady(tb)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{client}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { cli.Close() })
+	return cli
 }
