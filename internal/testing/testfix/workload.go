@@ -403,3 +403,23 @@ func StartRestoredMember(tb testing.TB, dataDir, token, client, peer string) *cl
 	tb.Cleanup(func() { cli.Close() })
 	return cli
 }
+
+// Txns records a workload's transactions: Do takes what a
+// cli.Txn(ctx)….Commit() returns, fails the test on an error and keeps
+// the revision of the last one in Rev.
+type Txns struct {
+	tb  testing.TB
+	Rev int64
+}
+
+// NewTxns is a Txns of the test tb.
+func NewTxns(tb testing.TB) *Txns { return &Txns{tb: tb} }
+
+// Do records one transaction's commit.
+func (x *Txns) Do(r *clientv3.TxnResponse, err error) {
+	x.tb.Helper()
+	if err != nil {
+		x.tb.Fatalf("workload: %v", err)
+	}
+	x.Rev = r.Header.Revision
+}
