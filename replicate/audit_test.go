@@ -84,10 +84,8 @@ func (r *rig) waitOnSecond(tb testing.TB, ctx context.Context, bound time.Durati
 func TestOnceCopiesSegmentsBehindTheWatermark(t *testing.T) {
 	t.Parallel()
 	ctx := testfix.Context(t, 60*time.Second)
-	r := newRig(t)
-	now := time.Now().UTC()
 	const id = "c1"
-	m := fakeBackup(t, r.primary, r.pl, id, now.Add(-time.Hour))
+	r, now, m := newBackedUpRig(t, id)
 	segment(t, r.primary, r.pl, id, m.Name, 11, 20)
 	old := segment(t, r.primary, r.pl, id, m.Name, 21, 30)
 	if _, err := replicate.Once(ctx, r.opts(t)); err != nil {
@@ -124,10 +122,8 @@ func TestOnceCopiesSegmentsBehindTheWatermark(t *testing.T) {
 func TestRunPollFindsTheWatermarkGone(t *testing.T) {
 	t.Parallel()
 	ctx := testfix.Context(t, 60*time.Second)
-	r := newRig(t)
-	now := time.Now().UTC()
 	const id = "c1"
-	m := fakeBackup(t, r.primary, r.pl, id, now.Add(-time.Hour))
+	r, _, m := newBackedUpRig(t, id)
 	s1 := segment(t, r.primary, r.pl, id, m.Name, 11, 20)
 	s2 := segment(t, r.primary, r.pl, id, m.Name, 21, 30)
 	o := r.opts(t)
@@ -152,10 +148,8 @@ func TestRunPollFindsTheWatermarkGone(t *testing.T) {
 func TestRunAuditCopiesKeysBehindTheWatermark(t *testing.T) {
 	t.Parallel()
 	ctx := testfix.Context(t, 60*time.Second)
-	r := newRig(t)
-	now := time.Now().UTC()
 	const id = "c1"
-	m := fakeBackup(t, r.primary, r.pl, id, now.Add(-time.Hour))
+	r, _, m := newBackedUpRig(t, id)
 	s := segment(t, r.primary, r.pl, id, m.Name, 21, 30)
 	o := r.opts(t)
 	o.JournalInterval, o.ScanInterval, o.AuditInterval, o.StatusEvery = 100*time.Millisecond, time.Hour, time.Second, 200*time.Millisecond
@@ -178,10 +172,8 @@ func TestStatusRecordIsNotTrusted(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := testfix.Context(t, 60*time.Second)
-			r := newRig(t)
-			now := time.Now().UTC()
 			const id = "c1"
-			m := fakeBackup(t, r.primary, r.pl, id, now.Add(-time.Hour))
+			r, now, m := newBackedUpRig(t, id)
 			segment(t, r.primary, r.pl, id, m.Name, 11, 20)
 			last := segment(t, r.primary, r.pl, id, m.Name, 21, 30)
 			source := tc.source

@@ -43,9 +43,29 @@ func newRig(tb testing.TB) *rig {
 		pl:      catalog.Layout{Prefix: testenv.Prefix(tb)}, sl: catalog.Layout{Prefix: "dr/" + testenv.Prefix(tb)}}
 }
 
+// newBackedUpRig is a rig whose primary holds a fake backup of cluster id
+// an hour old, and the time it was made at.
+func newBackedUpRig(tb testing.TB, id string) (*rig, time.Time, *catalog.Manifest) {
+	tb.Helper()
+	r := newRig(tb)
+	now := time.Now().UTC()
+	return r, now, fakeBackup(tb, r.primary, r.pl, id, now.Add(-time.Hour))
+}
+
 func (r *rig) opts(tb testing.TB) replicate.Options {
 	return replicate.Options{Primary: r.primary, PrimaryLayout: r.pl, Second: r.second, SecondLayout: r.sl,
 		Parallel: 4, Copier: tb.Name(), Log: testfix.Logger(tb)}
+}
+
+// backedUpEtcd is a one-member etcd 3.5 with 10 keys under /before/, a
+// rig of the primary, and the scheduled backup of the etcd as cluster id
+// there.
+func (r *rig) backedUpEtcd(tb testing.TB, id string) (*testenv.EtcdCluster, *testfix.StoreRig, *catalog.Manifest) {
+	tb.Helper()
+	c := testenv.StartEtcd(tb, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
+	testenv.PutKeys(tb, c.Client(tb), "/before/", 10, 16)
+	rig := &testfix.StoreRig{MinIO: r.pm, Store: r.primary.(*cos.Store), Layout: r.pl}
+	return c, rig, rig.TakeBackup(tb, c, id, catalog.KindScheduled)
 }
 
 // backgroundRun is a replicate.Run in the background.

@@ -83,12 +83,9 @@ func TestSecondSiteDownTenMinutes(t *testing.T) {
 	start := time.Now()
 	ctx := testfix.Context(t, secondSiteOutage+8*time.Minute)
 	r := newRig(t)
-	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
-	cli := c.Client(t)
-	testenv.PutKeys(t, cli, "/before/", 10, 16)
-	rig := &testfix.StoreRig{MinIO: r.pm, Store: r.primary.(*cos.Store), Layout: r.pl}
 	const id = "c1"
-	base := rig.TakeBackup(t, c, id, catalog.KindScheduled)
+	c, rig, base := r.backedUpEtcd(t, id)
+	cli := c.Client(t)
 
 	cctx, stopCapture := context.WithCancel(ctx)
 	defer stopCapture()

@@ -12,8 +12,6 @@ import (
 	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/store"
-	"github.com/armada/etcd-recovery/internal/store/cos"
-	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 	"github.com/armada/etcd-recovery/replicate"
 )
@@ -47,12 +45,9 @@ func TestRunFollowsTheJournalThroughAnOutage(t *testing.T) {
 	t.Parallel()
 	ctx := testfix.Context(t, 2*time.Minute)
 	r := newRig(t)
-	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
-	cli := c.Client(t)
-	testenv.PutKeys(t, cli, "/before/", 10, 16)
-	rig := &testfix.StoreRig{MinIO: r.pm, Store: r.primary.(*cos.Store), Layout: r.pl}
 	const id = "c1"
-	base := rig.TakeBackup(t, c, id, catalog.KindScheduled)
+	c, rig, base := r.backedUpEtcd(t, id)
+	cli := c.Client(t)
 
 	cctx, stopCapture := context.WithCancel(ctx)
 	capDone := make(chan error, 1)

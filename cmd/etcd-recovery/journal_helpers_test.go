@@ -28,24 +28,23 @@ import (
 // stop: stop cancels it (SIGTERM's path) and returns its exit and stderr.
 func journalRun(t *testing.T, ctx context.Context, args ...string) (stop func() (int, string)) {
 	t.Helper()
+	return journalRunCmd(t, ctx, "journal", args...)
+}
+
+// journalRunCmd is journalRun for any long-running command.
+func journalRunCmd(t *testing.T, ctx context.Context, cmd string, args ...string) (stop func() (int, string)) {
+	t.Helper()
 	jctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	var code int
 	var errOut string
 	go func() {
 		defer close(done)
-		code, _, errOut = runCtx(t, jctx, append([]string{"journal"}, args...)...)
+		code, _, errOut = runCtx(t, jctx, append([]string{cmd}, args...)...)
 	}()
 	// A test that fails before stop does not leave it running.
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	return func() (int, string) {
-		cancel()
-		<-done
-		return code, errOut
-	}
+	t.Cleanup(func() { cancel(); <-done })
+	return func() (int, string) { cancel(); <-done; return code, errOut }
 }
 
 // waitJournal waits until the cluster's journal from base holds rev,

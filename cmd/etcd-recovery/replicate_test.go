@@ -117,21 +117,6 @@ func TestReplicateSecondSiteCLI(t *testing.T) {
 	checkDump(t, fmt.Sprintf("the restore from the second site at revision %d", rev), want, got)
 }
 
-// journalRunCmd is journalRun for any long-running command.
-func journalRunCmd(t *testing.T, ctx context.Context, cmd string, args ...string) (stop func() (int, string)) {
-	t.Helper()
-	jctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	var code int
-	var errOut string
-	go func() {
-		defer close(done)
-		code, _, errOut = runCtx(t, jctx, append([]string{cmd}, args...)...)
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	return func() (int, string) { cancel(); <-done; return code, errOut }
-}
-
 // waitCommittedBackup waits until st holds a committed backup of id.
 func waitCommittedBackup(tb testing.TB, ctx context.Context, st store.Store, l catalog.Layout, id string) {
 	tb.Helper()
