@@ -12,7 +12,6 @@ import (
 	"github.com/armada/etcd-recovery/internal/retention"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/testing/faults"
-	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
 
@@ -320,11 +319,8 @@ func TestListShowsEscrow(t *testing.T) {
 // marker, and that is no failure; once the lock has ended a prune deletes it.
 func TestPruneRetainsLockedEscrow(t *testing.T) {
 	t.Parallel()
-	m := testenv.SharedMinIO(t)
-	st := testfix.Store(t, m, m.NewLockedBucket(t))
-	l := catalog.Layout{Prefix: testenv.Prefix(t)}
+	st, l, now := lockedStoreRig(t)
 	ctx := context.Background()
-	now := time.Now().UTC()
 	testfix.PutEscrowBackup(t, st, l, "esc-lock", now.Add(-time.Hour), testfix.StoredEscrow(catalog.EscrowPresent, testfix.EscrowAddress("named")))
 	locked := testfix.PutEscrowObject(t, st, l, "esc-lock", testfix.EscrowAddress("locked"))
 	until := now.Add(4 * time.Hour).Truncate(time.Second)
@@ -415,11 +411,8 @@ func TestPruneEscrowRecheck(t *testing.T) {
 // retention reaches at least the newest backup's.
 func TestPruneRelockExtendsEscrow(t *testing.T) {
 	t.Parallel()
-	m := testenv.SharedMinIO(t)
-	st := testfix.Store(t, m, m.NewLockedBucket(t))
-	l := catalog.Layout{Prefix: testenv.Prefix(t)}
+	st, l, now := lockedStoreRig(t)
 	ctx := context.Background()
-	now := time.Now().UTC()
 	addr := testfix.EscrowAddress("relock")
 	name := testfix.PutEscrowBackup(t, st, l, "esc-relock", now.Add(-time.Hour), testfix.StoredEscrow(catalog.EscrowPresent, addr))
 	rep, err := prune.Prune(ctx, prune.PruneOptions{Store: st, Layout: l, ClusterIDs: []string{"esc-relock"}, Policy: escrowPolicy(), Now: now,

@@ -8,6 +8,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/prune"
 	"github.com/armada/etcd-recovery/internal/store"
+	"github.com/armada/etcd-recovery/internal/store/cos"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
@@ -30,6 +31,13 @@ func storeRig(tb testing.TB) (store.Store, catalog.Layout, time.Time) {
 	tb.Helper()
 	sr := testfix.NewStoreRig(tb)
 	return sr.Store, sr.Layout, time.Now().UTC()
+}
+
+// lockedStoreRig is storeRig on a bucket with object lock.
+func lockedStoreRig(tb testing.TB) (*cos.Store, catalog.Layout, time.Time) {
+	tb.Helper()
+	m := testenv.SharedMinIO(tb)
+	return testfix.Store(tb, m, m.NewLockedBucket(tb)), catalog.Layout{Prefix: testenv.Prefix(tb)}, time.Now().UTC()
 }
 
 // orphanPasses claims kubx-etcd-01's prefix in st at now and returns the
