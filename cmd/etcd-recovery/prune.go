@@ -190,11 +190,7 @@ type claimResult struct {
 // runPruneLifecycle is prune with --orphans or --claim-prefix: the claim,
 // the orphan pass, then (with --cluster-id/--all-cluster-ids) the prune.
 func runPruneLifecycle(e *env, o *pruneOpts, opts prune.PruneOptions, backups bool) error {
-	k, err := e.kube(&o.kube)
-	if err != nil {
-		return err
-	}
-	store, layout, err := e.openStore(&o.store, k)
+	k, store, layout, err := e.kubeStore(&o.kube, &o.store)
 	if err != nil {
 		return err
 	}
