@@ -1,10 +1,7 @@
 package fleet_test
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -57,26 +54,22 @@ func testBackupAll(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, 
 		down.Etcd.Members[0].Kill()
 		tool := testfix.Tool(t)
 		kc := k.Kubeconfig(t, token, ns)
-		cmd := exec.CommandContext(ctx, tool, "backup", "--all", "--prune", "--kind", "scheduled", "--parallel", "4",
+		// No COS credentials in the environment (ToolEnv): they come from
+		// the secret.
+		start := time.Now()
+		stdout, stderr, code := testfix.RunTool(t, ctx, tool, nil, "backup", "--all", "--prune", "--kind", "scheduled", "--parallel", "4",
 			"--kubeconfig", kc, "--cos-endpoint", m.Endpoint, "--cos-region", m.Region, "--bucket", bucket, "--prefix", prefix,
 			"--dial-timeout", "2s", "--probe-timeout", "2s", "-o", "json")
-		// No COS credentials in the environment: they come from the secret.
-		cmd.Env = testfix.ToolEnv()
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		start := time.Now()
-		err := cmd.Run()
 		elapsed := time.Since(start)
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-			t.Fatalf("exit: %v, want 1\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+		if code != 1 {
+			t.Fatalf("exit %d, want 1\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 		}
-		if !strings.Contains(stderr.String(), "backup failed for 1 etcdcluster(s) in "+ns+": "+down.Name) {
-			t.Errorf("stderr does not name the failed cluster:\n%s", testfix.LastLines(stderr.String(), 5))
+		if !strings.Contains(stderr, "backup failed for 1 etcdcluster(s) in "+ns+": "+down.Name) {
+			t.Errorf("stderr does not name the failed cluster:\n%s", testfix.LastLines(stderr, 5))
 		}
 		var rep fleet.BackupAllReport
-		if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
-			t.Fatalf("json: %v\n%s", err, stdout.String())
+		if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+			t.Fatalf("json: %v\n%s", err, stdout)
 		}
 		if len(rep.Clusters) != n || len(rep.Failed) != 1 || rep.Failed[0] != down.Name {
 			t.Fatalf("report: %d clusters, failed %v", len(rep.Clusters), rep.Failed)
