@@ -35,6 +35,16 @@ type fleetRender struct {
 	perNS map[string][]*unstructured.Unstructured
 }
 
+// kindNames are the kind/name of each object rendered in ns, sorted.
+func (r fleetRender) kindNames(ns string) []string {
+	var out []string
+	for _, o := range r.perNS[ns] {
+		out = append(out, o.GetKind()+"/"+o.GetName())
+	}
+	slices.Sort(out)
+	return out
+}
+
 func renderFleet(t *testing.T, values map[string]any, namespaces []string) fleetRender {
 	t.Helper()
 	r := fleetRender{perNS: map[string][]*unstructured.Unstructured{}}
@@ -144,12 +154,7 @@ func checkFleet(t *testing.T, values map[string]any, namespaces []string) fleetR
 	backupMinutes, proveMinutes := map[int]string{}, map[int]string{}
 	for _, ns := range namespaces {
 		objs := r.perNS[ns]
-		var got []string
-		for _, o := range objs {
-			got = append(got, o.GetKind()+"/"+o.GetName())
-		}
-		slices.Sort(got)
-		if !slices.Equal(got, want) {
+		if got := r.kindNames(ns); !slices.Equal(got, want) {
 			t.Errorf("%s: rendered %v, want the plain manifests' %v", ns, got, want)
 			continue
 		}

@@ -314,15 +314,6 @@ func TestDashboardZeroNotEmpty(t *testing.T) {
 		{`etcd_recovery_journal_leader{` + jnl + `,namespace="kubx-etcd-02",identity="j-b_1"}`, "0x30"},
 		{`etcd_recovery_journal_captures{` + jnl + `,namespace="kubx-etcd-02"}`, "0x30"},
 	}
-	type sample struct {
-		Labels string  `json:"labels"`
-		Value  float64 `json:"value"`
-	}
-	type exprTest struct {
-		Expr       string   `json:"expr"`
-		EvalTime   string   `json:"eval_time"`
-		ExpSamples []sample `json:"exp_samples"`
-	}
 	query := func(key string) string {
 		t.Helper()
 		e, ok := byTitle[key]
@@ -332,26 +323,17 @@ func TestDashboardZeroNotEmpty(t *testing.T) {
 		return e
 	}
 	ns01, both := "kubx-etcd-01", "kubx-etcd-0[1-3]"
-	cases := []exprTest{
-		{dashtest.Substitute(query("Drill coverage (passed within 26 h)/A"), ns01), "30h", []sample{{"{}", 0}}},
-		{dashtest.Substitute(query("Proof coverage (passed within 26 h)/A"), ns01), "30h", []sample{{"{}", 0}}},
-		{dashtest.Substitute(query("Exporters up/A"), both), "30h", []sample{{`{namespace="kubx-etcd-01"}`, 1}, {`{namespace="kubx-etcd-02"}`, 0}}},
-		{dashtest.Substitute(query("Journal leaders/A"), both), "30h", []sample{{`{namespace="kubx-etcd-01"}`, 1}, {`{namespace="kubx-etcd-02"}`, 0}}},
-		{dashtest.Substitute(query("Journal captures/A"), both), "30h", []sample{{`{namespace="kubx-etcd-01"}`, 2}, {`{namespace="kubx-etcd-02"}`, 0}}},
-		{dashtest.Substitute(query("Damaged backups/A"), ns01), "30h", []sample{{"{}", 0}}},
-		{dashtest.Substitute(query("Damaged backups/A"), "kubx-etcd-02"), "30h", nil},
-		{vq[0].Expr, "30h", []sample{{`{namespace="kubx-etcd-01"}`, 2}, {`{namespace="kubx-etcd-02"}`, 1}}},
+	cases := []dashtest.ExprTest{
+		{Expr: dashtest.Substitute(query("Drill coverage (passed within 26 h)/A"), ns01), EvalTime: "30h", ExpSamples: []dashtest.Sample{{Labels: "{}", Value: 0}}},
+		{Expr: dashtest.Substitute(query("Proof coverage (passed within 26 h)/A"), ns01), EvalTime: "30h", ExpSamples: []dashtest.Sample{{Labels: "{}", Value: 0}}},
+		{Expr: dashtest.Substitute(query("Exporters up/A"), both), EvalTime: "30h", ExpSamples: []dashtest.Sample{{Labels: `{namespace="kubx-etcd-01"}`, Value: 1}, {Labels: `{namespace="kubx-etcd-02"}`, Value: 0}}},
+		{Expr: dashtest.Substitute(query("Journal leaders/A"), both), EvalTime: "30h", ExpSamples: []dashtest.Sample{{Labels: `{namespace="kubx-etcd-01"}`, Value: 1}, {Labels: `{namespace="kubx-etcd-02"}`, Value: 0}}},
+		{Expr: dashtest.Substitute(query("Journal captures/A"), both), EvalTime: "30h", ExpSamples: []dashtest.Sample{{Labels: `{namespace="kubx-etcd-01"}`, Value: 2}, {Labels: `{namespace="kubx-etcd-02"}`, Value: 0}}},
+		{Expr: dashtest.Substitute(query("Damaged backups/A"), ns01), EvalTime: "30h", ExpSamples: []dashtest.Sample{{Labels: "{}", Value: 0}}},
+		{Expr: dashtest.Substitute(query("Damaged backups/A"), "kubx-etcd-02"), EvalTime: "30h", ExpSamples: nil},
+		{Expr: vq[0].Expr, EvalTime: "30h", ExpSamples: []dashtest.Sample{{Labels: `{namespace="kubx-etcd-01"}`, Value: 2}, {Labels: `{namespace="kubx-etcd-02"}`, Value: 1}}},
 	}
-	test, err := yaml.Marshal(map[string]any{
-		"rule_files": []string{}, "evaluation_interval": "1h",
-		"tests": []any{map[string]any{
-			"name": "zeros, not empty", "interval": "1h",
-			"input_series": series, "promql_expr_test": cases,
-		}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	test := dashtest.TestFile(t, []string{}, "1h", "zeros, not empty", series, cases)
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "zero_test.yml"), test, 0o644); err != nil {
 		t.Fatal(err)

@@ -511,20 +511,7 @@ func allKV(t *testing.T, cli *clientv3.Client, prefix string) map[string]string 
 // newest is the cluster's newest committed backup of kind, started after since.
 func newest(t *testing.T, ctx context.Context, st store.Store, layout catalog.Layout, cluster string, kind catalog.Kind, since time.Time) *catalog.Manifest {
 	t.Helper()
-	list, err := catalog.ListBackups(ctx, st, layout, cluster)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var best *catalog.Manifest
-	for _, l := range list {
-		if l.Manifest != nil && l.Manifest.Kind == kind && l.Manifest.StartedAt.After(since) && (best == nil || l.Manifest.StartedAt.After(best.StartedAt)) {
-			best = l.Manifest
-		}
-	}
-	if best == nil {
-		t.Fatalf("%s: no committed %s backup", cluster, kind)
-	}
-	return best
+	return testfix.NewestSince(t, ctx, st, layout, cluster, kind, since)
 }
 
 func logPod(t *testing.T, what string, s *podrun.Spec, res podrun.Result, u podrun.Usage) {

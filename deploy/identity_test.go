@@ -220,6 +220,34 @@ func checkIdentityMount(t *testing.T, key string, toolkit *corev1.PodSpec) {
 	}
 }
 
+// podContainer is a container of a pod spec under deploy/: where names
+// it ("<file>: <kind>/<name> container <c>"), env is its variables.
+type podContainer struct {
+	spec  *corev1.PodSpec
+	c     corev1.Container
+	where string
+	env   map[string]string
+}
+
+// deployContainers are the init and other containers of every pod spec
+// under deploy/, the specs in key order.
+func deployContainers(t *testing.T) []podContainer {
+	t.Helper()
+	specs := deployPodSpecs(t)
+	var out []podContainer
+	for _, key := range slices.Sorted(mapsKeysPS(specs)) {
+		spec := specs[key]
+		for _, c := range slices.Concat(spec.InitContainers, spec.Containers) {
+			env := map[string]string{}
+			for _, e := range c.Env {
+				env[e.Name] = e.Value
+			}
+			out = append(out, podContainer{spec: spec, c: c, where: key + " container " + c.Name, env: env})
+		}
+	}
+	return out
+}
+
 func mapsKeysPS(m map[string]*corev1.PodSpec) func(func(string) bool) {
 	return func(yield func(string) bool) {
 		for k := range m {

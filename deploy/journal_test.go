@@ -260,18 +260,7 @@ func TestJournalPodStarts(t *testing.T) {
 	}
 	var stderr lockedBuffer
 	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan int, 1)
-	go func() {
-		err := cmd.Wait()
-		code := cmd.ProcessState.ExitCode()
-		if err != nil && code == 0 {
-			code = -1
-		}
-		done <- code
-	}()
+	done := testfix.StartExit(t, cmd)
 	wantErr := fmt.Sprintf("127.0.0.1:%d", apiPort)
 	campaigned := func() (string, bool) {
 		for _, line := range strings.Split(stderr.String(), "\n") {

@@ -27,52 +27,44 @@ const maxQuotaBytes = 8 << 30
 // toolkit, and any other under deploy/. Pure YAML, well under 1 s.
 func TestScratchLimitMatchesSizeLimit(t *testing.T) {
 	t.Parallel()
-	specs := deployPodSpecs(t)
 	scratchPods := 0
-	for _, key := range slices.Sorted(mapsKeysPS(specs)) {
-		spec := specs[key]
-		for _, c := range slices.Concat(spec.InitContainers, spec.Containers) {
-			where := key + " container " + c.Name
-			env := map[string]string{}
-			for _, e := range c.Env {
-				env[e.Name] = e.Value
-			}
-			limitEnv, hasLimit := env[restore.EnvScratchLimit]
-			vol := scratchVolume(spec, c, env["TMPDIR"])
-			drills := slices.Contains(c.Args, "--drill") || slices.Contains(c.Args, "drill") || slices.Contains(c.Command, "drill")
-			switch {
-			case vol == nil && hasLimit:
-				t.Errorf("%s: sets %s=%s but its TMPDIR (%q) is not a disk emptyDir", where, restore.EnvScratchLimit, limitEnv, env["TMPDIR"])
-				continue
-			case vol == nil && drills:
-				t.Errorf("%s: drills (%s) without a scratch emptyDir at its TMPDIR", where, strings.Join(c.Args, " "))
-				continue
-			case vol == nil:
-				continue
-			}
-			scratchPods++
-			if vol.EmptyDir.SizeLimit == nil {
-				t.Errorf("%s: scratch emptyDir %s has no sizeLimit", where, vol.Name)
-				continue
-			}
-			sizeLimit := vol.EmptyDir.SizeLimit.Value()
-			if !hasLimit {
-				t.Errorf("%s: scratch emptyDir %s has sizeLimit %s but the container does not set %s to it",
-					where, vol.Name, vol.EmptyDir.SizeLimit, restore.EnvScratchLimit)
-				continue
-			}
-			limit, err := restore.ParseScratchLimit(limitEnv)
-			if err != nil {
-				t.Errorf("%s: %v", where, err)
-				continue
-			}
-			if limit != sizeLimit {
-				t.Errorf("%s: %s=%s (%d bytes), but emptyDir %s has sizeLimit %s (%d bytes): keep them equal",
-					where, restore.EnvScratchLimit, limitEnv, limit, vol.Name, vol.EmptyDir.SizeLimit, sizeLimit)
-			}
-			if need := int64(maxQuotaBytes) + restore.DrillScratchBytes(maxQuotaBytes); limit < need {
-				t.Errorf("%s: scratch limit %d bytes holds no drill of an 8 GiB database (%d bytes)", where, limit, need)
-			}
+	for _, pc := range deployContainers(t) {
+		spec, c, where, env := pc.spec, pc.c, pc.where, pc.env
+		limitEnv, hasLimit := env[restore.EnvScratchLimit]
+		vol := scratchVolume(spec, c, env["TMPDIR"])
+		drills := slices.Contains(c.Args, "--drill") || slices.Contains(c.Args, "drill") || slices.Contains(c.Command, "drill")
+		switch {
+		case vol == nil && hasLimit:
+			t.Errorf("%s: sets %s=%s but its TMPDIR (%q) is not a disk emptyDir", where, restore.EnvScratchLimit, limitEnv, env["TMPDIR"])
+			continue
+		case vol == nil && drills:
+			t.Errorf("%s: drills (%s) without a scratch emptyDir at its TMPDIR", where, strings.Join(c.Args, " "))
+			continue
+		case vol == nil:
+			continue
+		}
+		scratchPods++
+		if vol.EmptyDir.SizeLimit == nil {
+			t.Errorf("%s: scratch emptyDir %s has no sizeLimit", where, vol.Name)
+			continue
+		}
+		sizeLimit := vol.EmptyDir.SizeLimit.Value()
+		if !hasLimit {
+			t.Errorf("%s: scratch emptyDir %s has sizeLimit %s but the container does not set %s to it",
+				where, vol.Name, vol.EmptyDir.SizeLimit, restore.EnvScratchLimit)
+			continue
+		}
+		limit, err := restore.ParseScratchLimit(limitEnv)
+		if err != nil {
+			t.Errorf("%s: %v", where, err)
+			continue
+		}
+		if limit != sizeLimit {
+			t.Errorf("%s: %s=%s (%d bytes), but emptyDir %s has sizeLimit %s (%d bytes): keep them equal",
+				where, restore.EnvScratchLimit, limitEnv, limit, vol.Name, vol.EmptyDir.SizeLimit, sizeLimit)
+		}
+		if need := int64(maxQuotaBytes) + restore.DrillScratchBytes(maxQuotaBytes); limit < need {
+			t.Errorf("%s: scratch limit %d bytes holds no drill of an 8 GiB database (%d bytes)", where, limit, need)
 		}
 	}
 	if scratchPods < 2 {

@@ -114,12 +114,7 @@ func TestChartSecondSite(t *testing.T) {
 		r := renderFleet(t, secondSiteValues(all...), all)
 		for _, ns := range all {
 			objs := r.perNS[ns]
-			var got []string
-			for _, o := range objs {
-				got = append(got, o.GetKind()+"/"+o.GetName())
-			}
-			slices.Sort(got)
-			if !slices.Equal(got, want) {
+			if got := r.kindNames(ns); !slices.Equal(got, want) {
 				t.Errorf("%s: rendered %v, want %v", ns, got, want)
 				continue
 			}
@@ -199,12 +194,7 @@ func TestChartSecondSite(t *testing.T) {
 		wantDR := []string{"Deployment/etcd-recovery-dr-exporter", "NetworkPolicy/etcd-recovery", "Service/etcd-recovery-metrics",
 			"ServiceAccount/etcd-recovery-dr-exporter", "ServiceMonitor/etcd-recovery"}
 		for _, ns := range all {
-			var got []string
-			for _, o := range r.perNS[ns] {
-				got = append(got, o.GetKind()+"/"+o.GetName())
-			}
-			slices.Sort(got)
-			if !slices.Equal(got, wantDR) {
+			if got := r.kindNames(ns); !slices.Equal(got, wantDR) {
 				t.Errorf("DR %s: rendered %v, want %v", ns, got, wantDR)
 				continue
 			}

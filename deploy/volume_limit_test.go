@@ -1,7 +1,6 @@
 package deploy
 
 import (
-	"slices"
 	"strings"
 	"testing"
 
@@ -17,52 +16,44 @@ import (
 // No entry names a directory that is not such a volume. Pure YAML.
 func TestVolumeLimitsMatchSizeLimits(t *testing.T) {
 	t.Parallel()
-	specs := deployPodSpecs(t)
 	listed := 0
-	for _, key := range slices.Sorted(mapsKeysPS(specs)) {
-		spec := specs[key]
-		for _, c := range slices.Concat(spec.InitContainers, spec.Containers) {
-			where := key + " container " + c.Name
-			env := map[string]string{}
-			for _, e := range c.Env {
-				env[e.Name] = e.Value
-			}
-			limits := map[string]string{}
-			if v := env[restore.EnvVolumeLimits]; v != "" {
-				for _, pair := range strings.Split(v, ",") {
-					dir, q, ok := strings.Cut(pair, "=")
-					if !ok {
-						t.Errorf("%s: %s=%q: entry %q is not dir=quantity", where, restore.EnvVolumeLimits, v, pair)
-						continue
-					}
-					limits[strings.TrimSuffix(dir, "/")] = q
-				}
-			}
-			for _, m := range c.VolumeMounts {
-				dir := strings.TrimSuffix(m.MountPath, "/")
-				vol := scratchVolume(spec, c, dir)
-				if vol == nil || dir == strings.TrimSuffix(env["TMPDIR"], "/") {
-					continue
-				}
-				q, ok := limits[dir]
-				delete(limits, dir)
+	for _, pc := range deployContainers(t) {
+		spec, c, where, env := pc.spec, pc.c, pc.where, pc.env
+		limits := map[string]string{}
+		if v := env[restore.EnvVolumeLimits]; v != "" {
+			for _, pair := range strings.Split(v, ",") {
+				dir, q, ok := strings.Cut(pair, "=")
 				if !ok {
-					t.Errorf("%s: disk emptyDir %s at %s (sizeLimit %v) is not in %s", where, vol.Name, dir, vol.EmptyDir.SizeLimit, restore.EnvVolumeLimits)
+					t.Errorf("%s: %s=%q: entry %q is not dir=quantity", where, restore.EnvVolumeLimits, v, pair)
 					continue
 				}
-				listed++
-				n, err := restore.ParseScratchLimit(q)
-				if err != nil {
-					t.Errorf("%s: %v", where, err)
-					continue
-				}
-				if vol.EmptyDir.SizeLimit == nil || n != vol.EmptyDir.SizeLimit.Value() {
-					t.Errorf("%s: %s gives %s %s, but emptyDir %s has sizeLimit %v: keep them equal", where, restore.EnvVolumeLimits, dir, q, vol.Name, vol.EmptyDir.SizeLimit)
-				}
+				limits[strings.TrimSuffix(dir, "/")] = q
 			}
-			for dir := range limits {
-				t.Errorf("%s: %s names %s, which is not a disk emptyDir it mounts", where, restore.EnvVolumeLimits, dir)
+		}
+		for _, m := range c.VolumeMounts {
+			dir := strings.TrimSuffix(m.MountPath, "/")
+			vol := scratchVolume(spec, c, dir)
+			if vol == nil || dir == strings.TrimSuffix(env["TMPDIR"], "/") {
+				continue
 			}
+			q, ok := limits[dir]
+			delete(limits, dir)
+			if !ok {
+				t.Errorf("%s: disk emptyDir %s at %s (sizeLimit %v) is not in %s", where, vol.Name, dir, vol.EmptyDir.SizeLimit, restore.EnvVolumeLimits)
+				continue
+			}
+			listed++
+			n, err := restore.ParseScratchLimit(q)
+			if err != nil {
+				t.Errorf("%s: %v", where, err)
+				continue
+			}
+			if vol.EmptyDir.SizeLimit == nil || n != vol.EmptyDir.SizeLimit.Value() {
+				t.Errorf("%s: %s gives %s %s, but emptyDir %s has sizeLimit %v: keep them equal", where, restore.EnvVolumeLimits, dir, q, vol.Name, vol.EmptyDir.SizeLimit)
+			}
+		}
+		for dir := range limits {
+			t.Errorf("%s: %s names %s, which is not a disk emptyDir it mounts", where, restore.EnvVolumeLimits, dir)
 		}
 	}
 	if listed == 0 {

@@ -1,6 +1,7 @@
 package drill
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -271,9 +272,7 @@ func (o *Options) defaults() error {
 	if o.Store == nil {
 		return errors.New("no object store")
 	}
-	if o.EtcdMemoryLimit == 0 {
-		o.EtcdMemoryLimit = DefaultEtcdMemoryLimit
-	}
+	o.EtcdMemoryLimit = cmp.Or(o.EtcdMemoryLimit, DefaultEtcdMemoryLimit)
 	if o.StartTimeout < 0 {
 		o.StartTimeout = 0
 	}

@@ -1,25 +1,19 @@
 package fleet_test
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"filippo.io/age"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/internal/catalog"
-	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
@@ -144,30 +138,25 @@ func TestBackupAllDrill(t *testing.T) {
 	}
 
 	t.Run("CLI", func(t *testing.T) {
-		cmd := exec.CommandContext(ctx, testfix.Tool(t), "backup", "--all", "--drill", "--drill-share", "1", "--prune", "--kind", "scheduled",
+		start := time.Now()
+		stdout, stderr, code := testfix.RunTool(t, ctx, testfix.Tool(t), nil, "backup", "--all", "--drill", "--drill-share", "1", "--prune", "--kind", "scheduled",
 			"--etcd-bin-dir", binDir, "--temp-dir", t.TempDir(),
 			"--kubeconfig", k.Kubeconfig(t, token, drillNS), "--cos-endpoint", m.Endpoint, "--cos-region", m.Region, "--bucket", bucket, "--prefix", prefix,
 			"--dial-timeout", "2s", "--probe-timeout", "2s", "-o", "json")
-		cmd.Env = testfix.ToolEnv()
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		start := time.Now()
-		err := cmd.Run()
 		t.Logf("backup --all --drill of %d clusters: %v", len(names), time.Since(start).Round(time.Millisecond))
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-			t.Fatalf("exit: %v, want 1 (etcd-d3's drill could not run)\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), testfix.LastLines(stderr.String(), 20))
+		if code != 1 {
+			t.Fatalf("exit %d, want 1 (etcd-d3's drill could not run)\nstdout:\n%s\nstderr:\n%s", code, stdout, testfix.LastLines(stderr, 20))
 		}
-		if s := testfix.LastLines(stderr.String(), 1); !strings.Contains(s, "restore drill failed for 1 etcdcluster(s) in "+drillNS) || !strings.Contains(s, "etcd-d3 (backup ") ||
+		if s := testfix.LastLines(stderr, 1); !strings.Contains(s, "restore drill failed for 1 etcdcluster(s) in "+drillNS) || !strings.Contains(s, "etcd-d3 (backup ") ||
 			!strings.Contains(s, "not run") || !strings.Contains(s, "find etcd") || strings.Contains(s, "backup failed for") {
 			t.Errorf("the error does not name the cluster, its backup and the drill's step:\n%s", s)
 		}
 		var rep fleet.BackupAllReport
-		if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
-			t.Fatalf("json: %v\n%s", err, stdout.String())
+		if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+			t.Fatalf("json: %v\n%s", err, stdout)
 		}
 		if len(rep.Clusters) != 3 || len(rep.Failed) != 0 || len(rep.DrillFailed) != 1 || rep.DrillShare != 1 || rep.DrillParallel != 1 {
-			t.Fatalf("report: %s", stdout.String())
+			t.Fatalf("report: %s", stdout)
 		}
 		for _, r := range rep.Clusters {
 			if r.Result != fleet.ResultOK || r.Backup == "" || r.Prune == nil || r.Drill == nil {
@@ -283,14 +272,7 @@ func TestBackupAllDrill(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		id, err := age.GenerateX25519Identity()
-		if err != nil {
-			t.Fatal(err)
-		}
-		rs, err := seal.ParseRecipients([]string{id.Recipient().String()})
-		if err != nil {
-			t.Fatal(err)
-		}
+		rs := testfix.RecipientsOf(t, testfix.NewAgeKey(t))
 		scratch := t.TempDir()
 		rep, err := fleet.BackupAll(ctx, fleet.BackupAllOptions{
 			Kube: sa, NoEvents: true,

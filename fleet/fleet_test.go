@@ -1,16 +1,12 @@
 package fleet_test
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/armada/etcd-recovery/backup"
@@ -47,51 +43,33 @@ func TestFleet(t *testing.T) {
 
 func testBackupAll(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, admin kubernetes.Interface) {
 	ctx := testfix.Context(t, 10*time.Minute)
-	dynAdmin := k.Dynamic(t, "")
 	m := testenv.SharedMinIO(t)
 	bucket := m.NewBucket(t)
 	prefix := testenv.Prefix(t)
-	for _, n := range []string{ns, otherNS} {
-		kubetest.CreateCOSSecret(t, admin, n, m)
-	}
-	if _, err := admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "unrelated"}, StringData: map[string]string{"x": "y"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-
 	const n = 20
-	clusters := kubetest.AddEtcdClusters(t, admin, dynAdmin, a, ns, n)
-
-	token := kubetest.SAToken(t, admin, ns, "etcd-recovery")
-	sa, err := kube.New(kube.Config{Rest: k.RestConfig(token), Namespace: ns})
-	if err != nil {
-		t.Fatal(err)
-	}
+	clusters, token, sa := kubetest.AddSAFleet(t, k, a, admin, m, ns, []string{otherNS}, n)
 
 	t.Run("BackupAllOneDown", func(t *testing.T) {
 		down := clusters[7]
 		down.Etcd.Members[0].Kill()
 		tool := testfix.Tool(t)
 		kc := k.Kubeconfig(t, token, ns)
-		cmd := exec.CommandContext(ctx, tool, "backup", "--all", "--prune", "--kind", "scheduled", "--parallel", "4",
+		// No COS credentials in the environment (ToolEnv): they come from
+		// the secret.
+		start := time.Now()
+		stdout, stderr, code := testfix.RunTool(t, ctx, tool, nil, "backup", "--all", "--prune", "--kind", "scheduled", "--parallel", "4",
 			"--kubeconfig", kc, "--cos-endpoint", m.Endpoint, "--cos-region", m.Region, "--bucket", bucket, "--prefix", prefix,
 			"--dial-timeout", "2s", "--probe-timeout", "2s", "-o", "json")
-		// No COS credentials in the environment: they come from the secret.
-		cmd.Env = testfix.ToolEnv()
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		start := time.Now()
-		err := cmd.Run()
 		elapsed := time.Since(start)
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-			t.Fatalf("exit: %v, want 1\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+		if code != 1 {
+			t.Fatalf("exit %d, want 1\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 		}
-		if !strings.Contains(stderr.String(), "backup failed for 1 etcdcluster(s) in "+ns+": "+down.Name) {
-			t.Errorf("stderr does not name the failed cluster:\n%s", testfix.LastLines(stderr.String(), 5))
+		if !strings.Contains(stderr, "backup failed for 1 etcdcluster(s) in "+ns+": "+down.Name) {
+			t.Errorf("stderr does not name the failed cluster:\n%s", testfix.LastLines(stderr, 5))
 		}
 		var rep fleet.BackupAllReport
-		if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
-			t.Fatalf("json: %v\n%s", err, stdout.String())
+		if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+			t.Fatalf("json: %v\n%s", err, stdout)
 		}
 		if len(rep.Clusters) != n || len(rep.Failed) != 1 || rep.Failed[0] != down.Name {
 			t.Fatalf("report: %d clusters, failed %v", len(rep.Clusters), rep.Failed)

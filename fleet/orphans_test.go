@@ -104,6 +104,20 @@ func (e *orphanEnv) run(t *testing.T, now time.Time, c *kube.Client) (*prune.Orp
 	return fleet.Orphans(testfix.Context(t, time.Minute), c, e.store, e.layout, fleet.OrphanOptions{Now: func() time.Time { return now }}, nil)
 }
 
+// deleteAllBackups runs the tool's `delete --cluster-id id --all-backups`
+// with args on the env's bucket and environment env, fails the test
+// unless it exits wantExit, and returns its stdout and stderr.
+func (e *orphanEnv) deleteAllBackups(t *testing.T, id string, wantExit int, env []string, args ...string) string {
+	t.Helper()
+	cos := []string{"--cos-endpoint", e.m.Endpoint, "--cos-region", e.m.Region, "--cos-ca-file", e.m.CAFile, "--bucket", e.bucket, "--prefix", e.prefix}
+	out, errb, code := testfix.RunTool(t, testfix.Context(t, 2*time.Minute), testfix.Tool(t), env,
+		append(append([]string{"delete", "--cluster-id", id, "--all-backups"}, args...), cos...)...)
+	if code != wantExit {
+		t.Fatalf("delete --all-backups %v: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", args, code, wantExit, out, errb)
+	}
+	return out + errb
+}
+
 // folders counts id's backup folders in the store.
 func (e *orphanEnv) folders(t *testing.T, id string) int {
 	t.Helper()
@@ -378,16 +392,9 @@ func TestOrphans(t *testing.T) {
 		if _, err := e.dyn.Resource(kube.EtcdRestoreGVR).Namespace(e.ns).Create(testfix.Context(t, time.Minute), other, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		tool := testfix.Tool(t)
-		cos := []string{"--cos-endpoint", e.m.Endpoint, "--cos-region", e.m.Region, "--cos-ca-file", e.m.CAFile, "--bucket", e.bucket, "--prefix", e.prefix}
 		run := func(wantExit int, args ...string) string {
 			t.Helper()
-			out, errb, code := testfix.RunTool(t, testfix.Context(t, 2*time.Minute), tool, []string{"KUBECONFIG=" + k.Kubeconfig(t, "", e.ns)},
-				append(append([]string{"delete", "--cluster-id", "etcd-r", "--all-backups"}, args...), cos...)...)
-			if code != wantExit {
-				t.Fatalf("delete --all-backups %v: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", args, code, wantExit, out, errb)
-			}
-			return out + errb
+			return e.deleteAllBackups(t, "etcd-r", wantExit, []string{"KUBECONFIG=" + k.Kubeconfig(t, "", e.ns)}, args...)
 		}
 		for _, args := range [][]string{nil, {"--ignore-etcdcluster"}} {
 			if out := run(1, args...); !strings.Contains(out, "EtcdRestore "+e.ns+"/etcd-r-restore-1 references it") {
@@ -416,16 +423,9 @@ func TestOrphans(t *testing.T) {
 		e.backups(t, "etcd-x", catalog.KindScheduled, t0.Add(-8*time.Hour), t0)
 		e.backups(t, "etcd-x", catalog.KindPreRestore, t0.Add(-2*time.Hour), t0.Add(-time.Hour))
 		kc := k.Kubeconfig(t, "", e.ns)
-		tool := testfix.Tool(t)
-		cos := []string{"--cos-endpoint", e.m.Endpoint, "--cos-region", e.m.Region, "--cos-ca-file", e.m.CAFile, "--bucket", e.bucket, "--prefix", e.prefix}
 		run := func(wantExit int, env []string, args ...string) string {
 			t.Helper()
-			out, errb, code := testfix.RunTool(t, testfix.Context(t, 2*time.Minute), tool, env,
-				append(append([]string{"delete", "--cluster-id", "etcd-x", "--all-backups"}, args...), cos...)...)
-			if code != wantExit {
-				t.Fatalf("delete --all-backups %v: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", args, code, wantExit, out, errb)
-			}
-			return out + errb
+			return e.deleteAllBackups(t, "etcd-x", wantExit, env, args...)
 		}
 		withKube := []string{"KUBECONFIG=" + kc}
 		noKube := []string{"KUBECONFIG=", "HOME=" + t.TempDir()}

@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -88,18 +89,10 @@ func (o Options) ValidateTemplate() error {
 }
 
 func (o *Options) defaults() {
-	if o.Timeout == 0 {
-		o.Timeout = DefaultTimeout
-	}
-	if o.MaxBackupAge == 0 {
-		o.MaxBackupAge = DefaultMaxBackupAge
-	}
-	if o.MaxDrillAge == 0 {
-		o.MaxDrillAge = DefaultMaxDrillAge
-	}
-	if o.JournalLagBound == 0 {
-		o.JournalLagBound = DefaultJournalLagBound
-	}
+	o.Timeout = cmp.Or(o.Timeout, DefaultTimeout)
+	o.MaxBackupAge = cmp.Or(o.MaxBackupAge, DefaultMaxBackupAge)
+	o.MaxDrillAge = cmp.Or(o.MaxDrillAge, DefaultMaxDrillAge)
+	o.JournalLagBound = cmp.Or(o.JournalLagBound, DefaultJournalLagBound)
 	o.Thresholds = o.Thresholds.withDefaults()
 	if o.Now == nil {
 		o.Now = time.Now

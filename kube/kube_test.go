@@ -81,21 +81,8 @@ func testDiscovery(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.Applier, 
 	ctx := testfix.Context(t, 10*time.Minute)
 	dynAdmin := k.Dynamic(t, "")
 	m := testenv.SharedMinIO(t)
-	for _, n := range []string{ns, otherNS} {
-		kubetest.CreateCOSSecret(t, admin, n, m)
-	}
-	if _, err := admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "unrelated"}, StringData: map[string]string{"x": "y"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-
 	const n = 20
-	clusters := kubetest.AddEtcdClusters(t, admin, dynAdmin, a, ns, n)
-
-	token := kubetest.SAToken(t, admin, ns, "etcd-recovery")
-	sa, err := kube.New(kube.Config{Rest: k.RestConfig(token), Namespace: ns})
-	if err != nil {
-		t.Fatal(err)
-	}
+	clusters, token, sa := kubetest.AddSAFleet(t, k, a, admin, m, ns, []string{otherNS}, n)
 
 	t.Run("Discovery", func(t *testing.T) {
 		got, err := sa.Clusters(ctx)

@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -101,21 +102,13 @@ func (o *LeaderOptions) defaults() error {
 	if o.Client == nil || o.Client.Coordination == nil {
 		return errors.New("leader election: no Kubernetes client")
 	}
-	if o.LeaseName == "" {
-		o.LeaseName = DefaultLeaseName
-	}
+	o.LeaseName = cmp.Or(o.LeaseName, DefaultLeaseName)
 	if o.Identity == "" {
-		o.Identity = LeaderIdentity()
+		o.Identity = LeaderIdentity() // only when not given: it is random
 	}
-	if o.LeaseDuration == 0 {
-		o.LeaseDuration = DefaultLeaseDuration
-	}
-	if o.RenewDeadline == 0 {
-		o.RenewDeadline = DefaultRenewDeadline
-	}
-	if o.RetryPeriod == 0 {
-		o.RetryPeriod = DefaultRetryPeriod
-	}
+	o.LeaseDuration = cmp.Or(o.LeaseDuration, DefaultLeaseDuration)
+	o.RenewDeadline = cmp.Or(o.RenewDeadline, DefaultRenewDeadline)
+	o.RetryPeriod = cmp.Or(o.RetryPeriod, DefaultRetryPeriod)
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}

@@ -406,22 +406,9 @@ func testFailover(t *testing.T, k *testenv.KubeAPIServer, admin kubernetes.Inter
 	hctx, stopHistory := context.WithCancel(ctx)
 	defer stopHistory()
 	wch := cli.Watch(hctx, "", clientv3.WithPrefix(), clientv3.WithRev(base+1))
-	var cur, sub int64
 	for resp := range wch {
-		for _, ev := range resp.Events {
-			kv := ev.Kv
-			if kv.ModRevision == cur {
-				sub++
-			} else {
-				cur, sub = kv.ModRevision, 0
-			}
-			e := journal.Event{Rev: kv.ModRevision, Sub: sub, Type: journal.Put, Key: kv.Key, Value: kv.Value, CreateRev: kv.CreateRevision, Version: kv.Version, Lease: kv.Lease}
-			if ev.Type == clientv3.EventTypeDelete {
-				e = journal.Event{Rev: kv.ModRevision, Sub: sub, Type: journal.Delete, Key: kv.Key}
-			}
-			want = append(want, e)
-		}
-		if cur >= lastRev {
+		want = testfix.AppendWatched(want, resp.Events)
+		if n := len(want); n > 0 && want[n-1].Rev >= lastRev {
 			break
 		}
 	}

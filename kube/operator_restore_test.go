@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"maps"
 	"net"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -81,18 +80,12 @@ func testOperatorRestore(t *testing.T, k *testenv.KubeAPIServer, a *kubetest.App
 	tool := testfix.Tool(t)
 	runTool := func(args ...string) (int, string, string) {
 		t.Helper()
-		cmd := exec.CommandContext(ctx, tool, append([]string{"restore", "--via", "etcd-operator", "--cluster", name, "--kubeconfig", kc,
+		// No COS credentials in the environment (ToolEnv): they come from
+		// the secret, through the API.
+		stdout, stderr, code := testfix.RunTool(t, ctx, tool, nil, append([]string{"restore", "--via", "etcd-operator", "--cluster", name, "--kubeconfig", kc,
 			"--cos-endpoint", m.Endpoint, "--cos-region", m.Region, "--bucket", bucket, "--prefix", prefix,
 			"--dial-timeout", "2s", "--probe-timeout", "2s"}, args...)...)
-		cmd.Env = testfix.ToolEnv() // COS credentials come from the secret, through the API
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
-		var ee *exec.ExitError
-		if err != nil && !errors.As(err, &ee) {
-			t.Fatal(err)
-		}
-		return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()
+		return code, stdout, stderr
 	}
 
 	t.Run("DryRunChangesNothing", func(t *testing.T) {

@@ -35,6 +35,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/prune"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
+	"github.com/armada/etcd-recovery/internal/testing/dashtest"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
@@ -557,6 +558,15 @@ func promtoolScrapeAt(t *testing.T, body []byte, extra []promSeries, now time.Ti
 	t.Helper()
 	in := scrapeInputAt(t, body, extra, now, eval)
 	testYAML := promtoolExprTests(t, in, eval, firing, only)
+	if out, err := runPromtoolTest(t, alertRules(t), testYAML); err != nil {
+		t.Fatalf("promtool test rules on the exporter's scrape (%d series): %v\n%s\ninput:\n%s", len(in), err, out, testYAML)
+	}
+}
+
+// alertRules is the rule file of deploy/40-alerts.yaml: its one
+// PrometheusRule's spec.
+func alertRules(t *testing.T) []byte {
+	t.Helper()
 	objs := kubetest.DecodeManifests(t, kubetest.DeployPath(t, "40-alerts.yaml"))
 	if len(objs) != 1 {
 		t.Fatalf("deploy/40-alerts.yaml: %d objects, want one PrometheusRule", len(objs))
@@ -565,9 +575,7 @@ func promtoolScrapeAt(t *testing.T, body []byte, extra []promSeries, now time.Ti
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, err := runPromtoolTest(t, rules, testYAML); err != nil {
-		t.Fatalf("promtool test rules on the exporter's scrape (%d series): %v\n%s\ninput:\n%s", len(in), err, out, testYAML)
-	}
+	return rules
 }
 
 // runPromtoolTest runs `promtool test rules` on a test file whose
@@ -638,49 +646,31 @@ func scrapeInputAt(t *testing.T, body []byte, extra []promSeries, now time.Time,
 // alerts firing at scrapeEval, by alert name and by cluster.
 func promtoolExprTests(t *testing.T, in []promSeries, eval time.Duration, firing map[string][]string, only []string) []byte {
 	t.Helper()
-	type sample struct {
-		Labels string  `json:"labels"`
-		Value  float64 `json:"value"`
-	}
-	type exprTest struct {
-		Expr       string   `json:"expr"`
-		EvalTime   string   `json:"eval_time"`
-		ExpSamples []sample `json:"exp_samples"`
-	}
-	var tests []exprTest
+	var tests []dashtest.ExprTest
 	names := make([]string, 0, len(firing))
 	for n := range firing {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		et := exprTest{Expr: fmt.Sprintf(`count by (alertname, cluster) (ALERTS{alertstate="firing",alertname=%q})`, n), EvalTime: eval.String(), ExpSamples: []sample{}}
+		et := dashtest.ExprTest{Expr: fmt.Sprintf(`count by (alertname, cluster) (ALERTS{alertstate="firing",alertname=%q})`, n), EvalTime: eval.String(), ExpSamples: []dashtest.Sample{}}
 		for _, c := range firing[n] {
-			et.ExpSamples = append(et.ExpSamples, sample{Labels: fmt.Sprintf(`{alertname=%q,cluster=%q}`, n, c), Value: 1})
+			et.ExpSamples = append(et.ExpSamples, dashtest.Sample{Labels: fmt.Sprintf(`{alertname=%q,cluster=%q}`, n, c), Value: 1})
 		}
 		tests = append(tests, et)
 	}
 	for _, c := range only {
-		et := exprTest{Expr: fmt.Sprintf(`count by (alertname, cluster) (ALERTS{alertstate="firing",cluster=%q})`, c), EvalTime: eval.String(), ExpSamples: []sample{}}
+		et := dashtest.ExprTest{Expr: fmt.Sprintf(`count by (alertname, cluster) (ALERTS{alertstate="firing",cluster=%q})`, c), EvalTime: eval.String(), ExpSamples: []dashtest.Sample{}}
 		for _, n := range names {
 			for _, fc := range firing[n] {
 				if fc == c {
-					et.ExpSamples = append(et.ExpSamples, sample{Labels: fmt.Sprintf(`{alertname=%q,cluster=%q}`, n, c), Value: 1})
+					et.ExpSamples = append(et.ExpSamples, dashtest.Sample{Labels: fmt.Sprintf(`{alertname=%q,cluster=%q}`, n, c), Value: 1})
 				}
 			}
 		}
 		tests = append(tests, et)
 	}
-	file := map[string]any{
-		"rule_files":          []string{"alerts.rules.yaml"},
-		"evaluation_interval": "1m",
-		"tests":               []any{map[string]any{"name": "the exporter's real scrape", "interval": "1m", "input_series": in, "promql_expr_test": tests}},
-	}
-	testYAML, err := yaml.Marshal(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return testYAML
+	return dashtest.TestFile(t, []string{"alerts.rules.yaml"}, "1m", "the exporter's real scrape", in, tests)
 }
 
 func parseText(body []byte) (map[string]*dto.MetricFamily, error) {

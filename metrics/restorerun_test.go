@@ -11,11 +11,10 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"sigs.k8s.io/yaml"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/testing/dashtest"
 	"github.com/armada/etcd-recovery/internal/testing/faults"
-	"github.com/armada/etcd-recovery/internal/testing/kubetest"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 	"github.com/armada/etcd-recovery/metrics"
@@ -281,38 +280,18 @@ func checkRun(t *testing.T, mfs map[string]*dto.MetricFamily, phase, run string,
 func promtoolRestoreAlerts(t *testing.T, body []byte, now time.Time, firing ...string) {
 	t.Helper()
 	in := scrapeInputAt(t, body, nil, now, scrapeEval)
-	type sample struct {
-		Labels string  `json:"labels"`
-		Value  float64 `json:"value"`
-	}
-	type exprTest struct {
-		Expr       string   `json:"expr"`
-		EvalTime   string   `json:"eval_time"`
-		ExpSamples []sample `json:"exp_samples"`
-	}
-	var tests []exprTest
+	var tests []dashtest.ExprTest
 	for _, a := range restoreAlerts {
-		et := exprTest{Expr: fmt.Sprintf(`count by (alertname, namespace) (ALERTS{alertstate="firing",alertname=%q})`, a), EvalTime: scrapeEval.String(), ExpSamples: []sample{}}
+		et := dashtest.ExprTest{Expr: fmt.Sprintf(`count by (alertname, namespace) (ALERTS{alertstate="firing",alertname=%q})`, a), EvalTime: scrapeEval.String(), ExpSamples: []dashtest.Sample{}}
 		for _, f := range firing {
 			if f == a {
-				et.ExpSamples = append(et.ExpSamples, sample{Labels: fmt.Sprintf(`{alertname=%q,namespace=%q}`, a, alertsNS), Value: 1})
+				et.ExpSamples = append(et.ExpSamples, dashtest.Sample{Labels: fmt.Sprintf(`{alertname=%q,namespace=%q}`, a, alertsNS), Value: 1})
 			}
 		}
 		tests = append(tests, et)
 	}
-	testYAML, err := yaml.Marshal(map[string]any{
-		"rule_files": []string{"alerts.rules.yaml"}, "evaluation_interval": "1m",
-		"tests": []any{map[string]any{"name": "restore runs on the exporter's real scrape", "interval": "1m", "input_series": in, "promql_expr_test": tests}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs := kubetest.DecodeManifests(t, kubetest.DeployPath(t, "40-alerts.yaml"))
-	rules, err := yaml.Marshal(objs[0].Object["spec"])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, err := runPromtoolTest(t, rules, testYAML); err != nil {
+	testYAML := dashtest.TestFile(t, []string{"alerts.rules.yaml"}, "1m", "restore runs on the exporter's real scrape", in, tests)
+	if out, err := runPromtoolTest(t, alertRules(t), testYAML); err != nil {
 		t.Fatalf("promtool test rules on the exporter's scrape, want firing %v: %v\n%s\ninput:\n%s", firing, err, out, testYAML)
 	}
 }

@@ -22,13 +22,12 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"sigs.k8s.io/yaml"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/store"
-	"github.com/armada/etcd-recovery/internal/testing/kubetest"
+	"github.com/armada/etcd-recovery/internal/testing/dashtest"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 	"github.com/armada/etcd-recovery/metrics"
@@ -99,37 +98,20 @@ func (w *secondSiteWorld) options(secondSite bool) metrics.Options {
 func secondSiteAlerts(t *testing.T, body []byte, now time.Time, want map[string][]string) {
 	t.Helper()
 	in := scrapeInputAt(t, body, nil, now, scrapeEval)
-	type sample struct {
-		Labels string  `json:"labels"`
-		Value  float64 `json:"value"`
-	}
-	exp := []sample{}
+	exp := []dashtest.Sample{}
 	for alert, clusters := range want {
 		for _, c := range clusters {
 			l := fmt.Sprintf(`{alertname=%q}`, alert)
 			if c != "" {
 				l = fmt.Sprintf(`{alertname=%q,cluster=%q}`, alert, c)
 			}
-			exp = append(exp, sample{Labels: l, Value: 1})
+			exp = append(exp, dashtest.Sample{Labels: l, Value: 1})
 		}
 	}
 	sort.Slice(exp, func(i, j int) bool { return exp[i].Labels < exp[j].Labels })
-	test := map[string]any{"name": "the store-only exporter's scrape of a second site", "interval": "1m", "input_series": in,
-		"promql_expr_test": []any{map[string]any{
-			"expr":        `count by (alertname, cluster) (ALERTS{alertstate="firing",alertname=~"EtcdRecoverySecondSite.*"})`,
-			"eval_time":   scrapeEval.String(),
-			"exp_samples": exp,
-		}}}
-	testYAML, err := yaml.Marshal(map[string]any{"rule_files": []string{"alerts.rules.yaml"}, "evaluation_interval": "1m", "tests": []any{test}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs := kubetest.DecodeManifests(t, kubetest.DeployPath(t, "40-alerts.yaml"))
-	rules, err := yaml.Marshal(objs[0].Object["spec"])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, err := runPromtoolTest(t, rules, testYAML); err != nil {
+	testYAML := dashtest.TestFile(t, []string{"alerts.rules.yaml"}, "1m", "the store-only exporter's scrape of a second site", in,
+		[]dashtest.ExprTest{{Expr: `count by (alertname, cluster) (ALERTS{alertstate="firing",alertname=~"EtcdRecoverySecondSite.*"})`, EvalTime: scrapeEval.String(), ExpSamples: exp}})
+	if out, err := runPromtoolTest(t, alertRules(t), testYAML); err != nil {
 		t.Fatalf("promtool test rules on the second site's scrape: %v\n%s", err, out)
 	}
 }

@@ -3,7 +3,6 @@ package replicate_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"slices"
 	"strings"
@@ -85,10 +84,8 @@ func (r *rig) waitOnSecond(tb testing.TB, ctx context.Context, bound time.Durati
 func TestOnceCopiesSegmentsBehindTheWatermark(t *testing.T) {
 	t.Parallel()
 	ctx := testfix.Context(t, 60*time.Second)
-	r := newRig(t)
-	now := time.Now().UTC()
 	const id = "c1"
-	m := fakeBackup(t, r.primary, r.pl, id, now.Add(-time.Hour))
+	r, now, m := newBackedUpRig(t, id)
 	segment(t, r.primary, r.pl, id, m.Name, 11, 20)
 	old := segment(t, r.primary, r.pl, id, m.Name, 21, 30)
 	if _, err := replicate.Once(ctx, r.opts(t)); err != nil {
@@ -125,17 +122,13 @@ func TestOnceCopiesSegmentsBehindTheWatermark(t *testing.T) {
 func TestRunPollFindsTheWatermarkGone(t *testing.T) {
 	t.Parallel()
 	ctx := testfix.Context(t, 60*time.Second)
-	r := newRig(t)
-	now := time.Now().UTC()
 	const id = "c1"
-	m := fakeBackup(t, r.primary, r.pl, id, now.Add(-time.Hour))
+	r, _, m := newBackedUpRig(t, id)
 	s1 := segment(t, r.primary, r.pl, id, m.Name, 11, 20)
 	s2 := segment(t, r.primary, r.pl, id, m.Name, 21, 30)
 	o := r.opts(t)
 	o.JournalInterval, o.ScanInterval, o.AuditInterval, o.StatusEvery = 100*time.Millisecond, time.Hour, time.Hour, 200*time.Millisecond
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- replicate.Run(rctx, o) }()
+	cp := runInBackground(t, ctx, o)
 	r.waitOnSecond(t, ctx, 10*time.Second, s1.Key, s2.Key)
 
 	deleteJournal(t, ctx, r.primary, r.pl, id)
@@ -145,10 +138,7 @@ func TestRunPollFindsTheWatermarkGone(t *testing.T) {
 	n2 := segment(t, r.primary, r.pl, id, m.Name, 16, 18)
 	r.waitOnSecond(t, ctx, 5*time.Second, n2.Key)
 	t.Logf("the new journal on the second site %s after it was written below the old watermark", time.Since(start).Round(time.Millisecond))
-	stop()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatalf("Run: %v", err)
-	}
+	cp.stop(t)
 	r.sameOnSecond(t, n1.Key, n2.Key)
 }
 
@@ -158,23 +148,16 @@ func TestRunPollFindsTheWatermarkGone(t *testing.T) {
 func TestRunAuditCopiesKeysBehindTheWatermark(t *testing.T) {
 	t.Parallel()
 	ctx := testfix.Context(t, 60*time.Second)
-	r := newRig(t)
-	now := time.Now().UTC()
 	const id = "c1"
-	m := fakeBackup(t, r.primary, r.pl, id, now.Add(-time.Hour))
+	r, _, m := newBackedUpRig(t, id)
 	s := segment(t, r.primary, r.pl, id, m.Name, 21, 30)
 	o := r.opts(t)
 	o.JournalInterval, o.ScanInterval, o.AuditInterval, o.StatusEvery = 100*time.Millisecond, time.Hour, time.Second, 200*time.Millisecond
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- replicate.Run(rctx, o) }()
+	cp := runInBackground(t, ctx, o)
 	r.waitOnSecond(t, ctx, 10*time.Second, s.Key)
 	behind := segment(t, r.primary, r.pl, id, m.Name, 11, 20)
 	r.waitOnSecond(t, ctx, 5*time.Second, behind.Key)
-	stop()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatalf("Run: %v", err)
-	}
+	cp.stop(t)
 	r.sameOnSecond(t, behind.Key)
 }
 
@@ -189,10 +172,8 @@ func TestStatusRecordIsNotTrusted(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := testfix.Context(t, 60*time.Second)
-			r := newRig(t)
-			now := time.Now().UTC()
 			const id = "c1"
-			m := fakeBackup(t, r.primary, r.pl, id, now.Add(-time.Hour))
+			r, now, m := newBackedUpRig(t, id)
 			segment(t, r.primary, r.pl, id, m.Name, 11, 20)
 			last := segment(t, r.primary, r.pl, id, m.Name, 21, 30)
 			source := tc.source

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -42,9 +43,69 @@ func newRig(tb testing.TB) *rig {
 		pl:      catalog.Layout{Prefix: testenv.Prefix(tb)}, sl: catalog.Layout{Prefix: "dr/" + testenv.Prefix(tb)}}
 }
 
+// newBackedUpRig is a rig whose primary holds a fake backup of cluster id
+// an hour old, and the time it was made at.
+func newBackedUpRig(tb testing.TB, id string) (*rig, time.Time, *catalog.Manifest) {
+	tb.Helper()
+	r := newRig(tb)
+	now := time.Now().UTC()
+	return r, now, fakeBackup(tb, r.primary, r.pl, id, now.Add(-time.Hour))
+}
+
 func (r *rig) opts(tb testing.TB) replicate.Options {
 	return replicate.Options{Primary: r.primary, PrimaryLayout: r.pl, Second: r.second, SecondLayout: r.sl,
 		Parallel: 4, Copier: tb.Name(), Log: testfix.Logger(tb)}
+}
+
+// backedUpEtcd is a one-member etcd 3.5 with 10 keys under /before/, a
+// rig of the primary, and the scheduled backup of the etcd as cluster id
+// there.
+func (r *rig) backedUpEtcd(tb testing.TB, id string) (*testenv.EtcdCluster, *testfix.StoreRig, *catalog.Manifest) {
+	tb.Helper()
+	c := testenv.StartEtcd(tb, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
+	testenv.PutKeys(tb, c.Client(tb), "/before/", 10, 16)
+	rig := &testfix.StoreRig{MinIO: r.pm, Store: r.primary.(*cos.Store), Layout: r.pl}
+	return c, rig, rig.TakeBackup(tb, c, id, catalog.KindScheduled)
+}
+
+// backgroundRun is a replicate.Run in the background.
+type backgroundRun struct {
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// runInBackground runs replicate.Run with o until stop (or the test's end).
+func runInBackground(tb testing.TB, ctx context.Context, o replicate.Options) *backgroundRun {
+	tb.Helper()
+	rctx, cancel := context.WithCancel(ctx)
+	tb.Cleanup(cancel)
+	c := &backgroundRun{cancel: cancel, done: make(chan error, 1)}
+	go func() { c.done <- replicate.Run(rctx, o) }()
+	return c
+}
+
+// stop cancels the run and fails tb unless it ended by that.
+func (c *backgroundRun) stop(tb testing.TB) {
+	tb.Helper()
+	c.cancel()
+	if err := <-c.done; !errors.Is(err, context.Canceled) {
+		tb.Fatalf("Run: %v", err)
+	}
+}
+
+// chains are cluster id's journal chains from base on the primary and on
+// the second site.
+func (r *rig) chains(tb testing.TB, ctx context.Context, id string, base int64) (primary, second *journal.Chain) {
+	tb.Helper()
+	pc, err := journal.ListSegments(ctx, r.primary, r.pl, id, base)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	sc, err := journal.ListSegments(ctx, r.second, r.sl, id, base)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return pc, sc
 }
 
 // dst is the second site's key of a primary key.
@@ -52,26 +113,12 @@ func (r *rig) dst(key string) string {
 	return r.sl.RootPrefix() + strings.TrimPrefix(key, r.pl.RootPrefix())
 }
 
-// sums is every object under the layout's prefix and its sha256.
-func sums(tb testing.TB, st store.Store, l catalog.Layout) map[string]string {
-	tb.Helper()
-	objs, err := st.List(context.Background(), l.RootPrefix())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	out := map[string]string{}
-	for _, o := range objs {
-		out[o.Key] = testfix.SHA256(testfix.ReadObject(tb, st, o.Key))
-	}
-	return out
-}
-
 // copyable is what of the primary must be on the second site: the
 // objects of committed backup folders, the escrows their manifests name,
 // journal segments, gap and proof records, the owner record.
 func (r *rig) copyable(tb testing.TB) map[string]string {
 	tb.Helper()
-	all := sums(tb, r.primary, r.pl)
+	all := testfix.Sums(tb, r.primary, r.pl)
 	committed := map[string]bool{}
 	for k := range all {
 		if ki := r.pl.Classify(k); ki.Kind == catalog.KeyBackup && ki.Object == catalog.ManifestObject {
@@ -101,7 +148,7 @@ func (r *rig) copyable(tb testing.TB) map[string]string {
 func (r *rig) checkSame(tb testing.TB) int {
 	tb.Helper()
 	want := r.copyable(tb)
-	got := sums(tb, r.second, r.sl)
+	got := testfix.Sums(tb, r.second, r.sl)
 	delete(got, r.sl.ReplicaStatusKey())
 	if d := diff(want, got); d != "" {
 		tb.Fatalf("the second site differs from the primary: %s", d)

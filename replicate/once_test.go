@@ -154,7 +154,7 @@ func TestPrimaryWipedDeletesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := r.checkSame(t)
-	before := sums(t, r.second, r.sl)
+	before := testfix.Sums(t, r.second, r.sl)
 
 	objs, err := r.primary.List(ctx, "")
 	if err != nil {
@@ -192,7 +192,7 @@ func TestPrimaryWipedDeletesNothing(t *testing.T) {
 	if rec.CountCalls(faults.OpPut, "status.json") < 2 {
 		t.Errorf("the loop wrote the status record %d times", rec.CountCalls(faults.OpPut, "status.json"))
 	}
-	after := sums(t, r.second, r.sl)
+	after := testfix.Sums(t, r.second, r.sl)
 	delete(before, r.sl.ReplicaStatusKey())
 	delete(after, r.sl.ReplicaStatusKey())
 	if d := diff(before, after); d != "" || len(after) != n {

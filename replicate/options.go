@@ -1,6 +1,7 @@
 package replicate
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -98,24 +99,12 @@ func (o *Options) Validate() error {
 	if p, s := catalog.BucketName(o.Primary), catalog.BucketName(o.Second); p == s && o.PrimaryLayout.RootPrefix() == o.SecondLayout.RootPrefix() {
 		return usage.Wrap(errors.New("replicate: the second site is the primary (the same bucket and prefix " + p + "/" + o.PrimaryLayout.RootPrefix() + ")"))
 	}
-	if o.JournalInterval == 0 {
-		o.JournalInterval = DefaultJournalInterval
-	}
-	if o.ScanInterval == 0 {
-		o.ScanInterval = DefaultScanInterval
-	}
-	if o.StatusEvery == 0 {
-		o.StatusEvery = DefaultStatusEvery
-	}
-	if o.AuditInterval == 0 {
-		o.AuditInterval = DefaultAuditInterval
-	}
-	if o.Parallel == 0 {
-		o.Parallel = DefaultParallel
-	}
-	if o.JournalRetention == 0 {
-		o.JournalRetention = retention.DefaultJournalRetention
-	}
+	o.JournalInterval = cmp.Or(o.JournalInterval, DefaultJournalInterval)
+	o.ScanInterval = cmp.Or(o.ScanInterval, DefaultScanInterval)
+	o.StatusEvery = cmp.Or(o.StatusEvery, DefaultStatusEvery)
+	o.AuditInterval = cmp.Or(o.AuditInterval, DefaultAuditInterval)
+	o.Parallel = cmp.Or(o.Parallel, DefaultParallel)
+	o.JournalRetention = cmp.Or(o.JournalRetention, retention.DefaultJournalRetention)
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}

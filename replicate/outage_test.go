@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/objectio"
@@ -85,12 +83,9 @@ func TestSecondSiteDownTenMinutes(t *testing.T) {
 	start := time.Now()
 	ctx := testfix.Context(t, secondSiteOutage+8*time.Minute)
 	r := newRig(t)
-	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
-	cli := c.Client(t)
-	testenv.PutKeys(t, cli, "/before/", 10, 16)
-	rig := &testfix.StoreRig{MinIO: r.pm, Store: r.primary.(*cos.Store), Layout: r.pl}
 	const id = "c1"
-	base := rig.TakeBackup(t, c, id, catalog.KindScheduled)
+	c, rig, base := r.backedUpEtcd(t, id)
+	cli := c.Client(t)
 
 	cctx, stopCapture := context.WithCancel(ctx)
 	defer stopCapture()
@@ -109,10 +104,7 @@ func TestSecondSiteDownTenMinutes(t *testing.T) {
 	var copierLog testfix.SyncBuffer
 	o := r.opts(t)
 	o.Log = slog.New(slog.NewTextHandler(&copierLog, nil))
-	rctx, stopRun := context.WithCancel(ctx)
-	defer stopRun()
-	runDone := make(chan error, 1)
-	go func() { runDone <- replicate.Run(rctx, o) }()
+	cp := runInBackground(t, ctx, o)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("the copier's log, its end:\n%s\nthe capture's log, its end:\n%s",
@@ -158,7 +150,7 @@ func TestSecondSiteDownTenMinutes(t *testing.T) {
 	select {
 	case err := <-capDone:
 		t.Fatalf("the capture ended while the second site was down: %v", err)
-	case err := <-runDone:
+	case err := <-cp.done:
 		t.Fatalf("the copier ended while the second site was down: %v", err)
 	default:
 	}
@@ -247,7 +239,7 @@ func TestSecondSiteDownTenMinutes(t *testing.T) {
 	}
 	want := r.copyable(t)
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
-		got := sums(t, r.second, r.sl)
+		got := testfix.Sums(t, r.second, r.sl)
 		delete(got, r.sl.ReplicaStatusKey())
 		if diff(want, got) == "" {
 			break
@@ -258,22 +250,12 @@ func TestSecondSiteDownTenMinutes(t *testing.T) {
 	}
 	// A last status record with the last poll in it.
 	time.Sleep(o.JournalInterval + time.Second)
-	stopRun()
-	if err := <-runDone; !errors.Is(err, context.Canceled) {
-		t.Fatalf("Run: %v", err)
-	}
+	cp.stop(t)
 
 	// Exactly the primary's: every object's sha256, no extra, no
 	// duplicate, the chain whole.
 	n := r.checkSame(t)
-	pc, err := journal.ListSegments(ctx, r.primary, r.pl, id, base.Revision())
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc, err := journal.ListSegments(ctx, r.second, r.sl, id, base.Revision())
-	if err != nil {
-		t.Fatal(err)
-	}
+	pc, sc := r.chains(t, ctx, id, base.Revision())
 	if pc.Problem != nil || sc.Problem != nil || sc.Reach != pc.Reach || sc.Reach < top || len(sc.All) != len(pc.All) || len(sc.Segments) != len(sc.All) {
 		t.Fatalf("the second site's chain: reach %d of %d segments (%d chained, problem %v); the primary's: reach %d of %d (problem %v); the workload's last revision %d",
 			sc.Reach, len(sc.All), len(sc.Segments), sc.Problem, pc.Reach, len(pc.All), pc.Problem, top)
@@ -304,14 +286,7 @@ func TestSecondSiteDownTenMinutes(t *testing.T) {
 	if res.Replay == nil || res.Replay.ToRevision != sc.Reach || res.Chosen == nil || res.Chosen.Name != newest {
 		t.Fatalf("restore from the second site: replay %+v, chosen %+v; want %s to %d", res.Replay, res.Chosen, newest, sc.Reach)
 	}
-	mem := testenv.StartEtcdMember(t, testenv.MemberSpec{Version: testenv.V35, Name: "r0", DataDir: res.Members[0].DataDir,
-		ClientURL: client, PeerURL: peer, InitialClusterToken: res.Token})
-	mem.WaitReady(t)
-	ncli, err := clientv3.New(clientv3.Config{Endpoints: []string{client}, DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ncli.Close()
+	ncli := testfix.StartRestoredMember(t, res.Members[0].DataDir, res.Token, client, peer)
 	testfix.SameKeyspace(t, fmt.Sprintf("the restore from the second site at %d", sc.Reach), wantDump, testfix.Dump(t, ctx, ncli, 0),
 		w.LeasesAt(sc.Reach), testfix.Leases(t, ctx, ncli))
 	granted, revoked := w.Counts(sc.Reach)

@@ -12,8 +12,6 @@ import (
 	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/store"
-	"github.com/armada/etcd-recovery/internal/store/cos"
-	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 	"github.com/armada/etcd-recovery/replicate"
 )
@@ -47,12 +45,9 @@ func TestRunFollowsTheJournalThroughAnOutage(t *testing.T) {
 	t.Parallel()
 	ctx := testfix.Context(t, 2*time.Minute)
 	r := newRig(t)
-	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
-	cli := c.Client(t)
-	testenv.PutKeys(t, cli, "/before/", 10, 16)
-	rig := &testfix.StoreRig{MinIO: r.pm, Store: r.primary.(*cos.Store), Layout: r.pl}
 	const id = "c1"
-	base := rig.TakeBackup(t, c, id, catalog.KindScheduled)
+	c, rig, base := r.backedUpEtcd(t, id)
+	cli := c.Client(t)
 
 	cctx, stopCapture := context.WithCancel(ctx)
 	capDone := make(chan error, 1)
@@ -74,9 +69,7 @@ func TestRunFollowsTheJournalThroughAnOutage(t *testing.T) {
 
 	o := r.opts(t)
 	o.JournalInterval, o.ScanInterval, o.StatusEvery = 300*time.Millisecond, 2*time.Second, time.Second
-	rctx, stopRun := context.WithCancel(ctx)
-	runDone := make(chan error, 1)
-	go func() { runDone <- replicate.Run(rctx, o) }()
+	cp := runInBackground(t, ctx, o)
 
 	// RPO: a new segment on the primary reaches the second site within a
 	// bound well above the poll interval (a loaded machine).
@@ -145,7 +138,7 @@ func TestRunFollowsTheJournalThroughAnOutage(t *testing.T) {
 	}
 	want := r.copyable(t)
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		got := sums(t, r.second, r.sl)
+		got := testfix.Sums(t, r.second, r.sl)
 		delete(got, r.sl.ReplicaStatusKey())
 		if diff(want, got) == "" {
 			break
@@ -154,19 +147,9 @@ func TestRunFollowsTheJournalThroughAnOutage(t *testing.T) {
 			t.Fatalf("the second site differs from the primary: %s", diff(want, got))
 		}
 	}
-	stopRun()
-	if err := <-runDone; !errors.Is(err, context.Canceled) {
-		t.Fatalf("Run: %v", err)
-	}
+	cp.stop(t)
 	n := r.checkSame(t)
-	pc, err := journal.ListSegments(ctx, r.primary, r.pl, id, base.Revision())
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc, err := journal.ListSegments(ctx, r.second, r.sl, id, base.Revision())
-	if err != nil {
-		t.Fatal(err)
-	}
+	pc, sc := r.chains(t, ctx, id, base.Revision())
 	if sc.Problem != nil || sc.Reach != pc.Reach || len(sc.All) != len(pc.All) || len(sc.Segments) != len(sc.All) {
 		t.Fatalf("the second site's chain: reach %d of %d segments (%d chained, problem %v); the primary's: reach %d of %d",
 			sc.Reach, len(sc.All), len(sc.Segments), sc.Problem, pc.Reach, len(pc.All))

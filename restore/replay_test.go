@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
@@ -41,25 +40,6 @@ func (j *watchedJournal) Events(_ context.Context, from, to int64) (iter.Seq2[jo
 			}
 		}
 	}, nil
-}
-
-// toJournal converts watched events: Sub is the event's index within its
-// revision, the order of a txn's changes.
-func toJournal(evs []*clientv3.Event) []journal.Event {
-	var out []journal.Event
-	for _, e := range evs {
-		je := journal.Event{Rev: e.Kv.ModRevision, Key: e.Kv.Key}
-		if n := len(out); n > 0 && out[n-1].Rev == je.Rev {
-			je.Sub = out[n-1].Sub + 1
-		}
-		if e.Type == mvccpb.DELETE {
-			je.Type = journal.Delete
-		} else {
-			je.Type, je.Value, je.CreateRev, je.Version, je.Lease = journal.Put, e.Kv.Value, e.Kv.CreateRevision, e.Kv.Version, e.Kv.Lease
-		}
-		out = append(out, je)
-	}
-	return out
 }
 
 // dumpAt is every key at revision rev (0: the newest) with its value,
@@ -199,7 +179,7 @@ func newPITRSource(t *testing.T, v testenv.Version) *pitrSource {
 			t.Fatalf("watched %d events, not yet at revision %d", len(evs), last)
 		}
 	}
-	s.j.events = toJournal(evs)
+	s.j.events = testfix.AppendWatched(nil, evs)
 	s.j.leases = []journal.Lease{
 		{ID: int64(l1.ID), TTL: 600, Rev: l1.Revision, Revoked: rv.Header.Revision},
 		{ID: int64(l2.ID), TTL: 900, Rev: l2.Revision},

@@ -16,17 +16,13 @@ import (
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/journal"
-	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/testing/mdblocks"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
 
 func init() {
-	scenarios = append(scenarios, struct {
-		name string
-		fn   scenarioFunc
-	}{"every-member-lost", everyMemberLost})
+	scenarios = append(scenarios, scenario{"every-member-lost", everyMemberLost})
 }
 
 // lossInterval is the journal's --segment-interval in everyMemberLost;
@@ -67,14 +63,7 @@ func everyMemberLost(t *testing.T, rb mdblocks.Set) {
 	base := f.Backup(t, ctx, c, backup.Options{V2: backup.V2Off})
 
 	// The journal, as the journal command runs it.
-	cctx, stopCapture := context.WithCancel(ctx)
-	defer stopCapture()
-	capDone := make(chan error, 1)
-	go func() {
-		capDone <- journal.Capture(cctx, journal.CaptureOptions{Client: c.Client(t), ClusterID: f.ID,
-			BaseBackup: base.Name, BaseRev: base.Revision(), Store: f.Store, Layout: f.Layout,
-			Encoding: objectio.Encoding{Compression: objectio.CompressZstd}, SegmentInterval: lossInterval})
-	}()
+	cp := startCapture(t, ctx, f, c.Client(t), base, lossInterval, nil)
 
 	// The writer: one put after the other, each acknowledgement recorded.
 	var (
@@ -149,10 +138,7 @@ func everyMemberLost(t *testing.T, rb mdblocks.Set) {
 			}
 		}
 	}
-	stopCapture()
-	if err := <-capDone; err != nil {
-		t.Fatalf("the journal of %s: %v", f.ID, err)
-	}
+	cp.stop(t)
 	lastJournaled := stored()
 	t.Logf("journal: the last acknowledged put at revision %d; the segments end at %d %v after the loss (before the journal stopped), at %d after",
 		lastAcked, lastStored, flushed.Round(time.Millisecond), lastJournaled)

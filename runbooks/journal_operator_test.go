@@ -1,7 +1,6 @@
 package runbooks
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"strings"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/journal"
-	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
 	"github.com/armada/etcd-recovery/internal/testing/mdblocks"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
@@ -24,10 +22,7 @@ import (
 const journalOperatorRef = "quorum-loss.md#every-member-lost-through-etcd-operator"
 
 func init() {
-	scenarios = append(scenarios, struct {
-		name string
-		fn   scenarioFunc
-	}{"every-member-lost-operator", everyMemberLostOperator})
+	scenarios = append(scenarios, scenario{"every-member-lost-operator", everyMemberLostOperator})
 }
 
 // everyMemberLostOperator: the carrier's setup (as operatorRestore: a
@@ -49,15 +44,7 @@ func everyMemberLostOperator(t *testing.T, rb mdblocks.Set) {
 	cli := fc.Etcd.Client(t)
 	keys := testenv.PutKeys(t, cli, "/registry/secrets/", 200, 200)
 	base := f.Backup(t, ctx, fc.Etcd, backup.Options{})
-	cctx, stopCapture := context.WithCancel(ctx)
-	defer stopCapture()
-	capDone := make(chan error, 1)
-	go func() {
-		capDone <- journal.Capture(cctx, journal.CaptureOptions{Client: fc.Etcd.Client(t), ClusterID: f.ID,
-			BaseBackup: base.Name, BaseRev: base.Revision(), Store: f.Store, Layout: f.Layout, SegmentInterval: lossInterval,
-			Encoding: objectio.Encoding{Compression: objectio.CompressZstd},
-			Log:      testfix.Logger(t)})
-	}()
+	cp := startCapture(t, ctx, f, fc.Etcd.Client(t), base, lossInterval, testfix.Logger(t))
 	// After the backup: new keys, overwrites and deletes, over more than
 	// one segment.
 	for i := range 3 {
@@ -92,17 +79,14 @@ func everyMemberLostOperator(t *testing.T, rb mdblocks.Set) {
 		}
 		if time.Now().After(deadline) {
 			select {
-			case err := <-capDone:
+			case err := <-cp.done:
 				t.Fatalf("the journal of %s stopped: %v", f.ID, err)
 			default:
 			}
 			t.Fatalf("the journal reaches %d, not the last revision %d, %v after every member was lost", segs.Reach, lastRev, lossBound+3*time.Second)
 		}
 	}
-	stopCapture()
-	if err := <-capDone; err != nil {
-		t.Fatalf("the journal of %s: %v", f.ID, err)
-	}
+	cp.stop(t)
 
 	op := kubetest.StartRestoreOperator(t, kubetest.RestoreOperatorOptions{Namespace: ns, Client: admin, Dynamic: dyn, RunningDelay: time.Second})
 	op.Register(fc)

@@ -1,11 +1,18 @@
 package runbooks
 
 import (
+	"context"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/journal"
+	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/testing/mdblocks"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // connectionRef is the block every command runs after: the exported
@@ -61,4 +68,36 @@ func nextStep(tb testing.TB, r mdblocks.Result) string {
 	}
 	tb.Fatalf("no NEXT STEP line in the output of %s", r)
 	return ""
+}
+
+// capture is the journal of a scenario's cluster, run in-process as the
+// journal command runs it (zstd segments).
+type capture struct {
+	id     string
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// startCapture journals f's cluster through cli from base, sealing a
+// segment every interval, until stop (or the test's end).
+func startCapture(t *testing.T, ctx context.Context, f *mdblocks.Fixture, cli *clientv3.Client, base *catalog.Manifest, interval time.Duration, log *slog.Logger) *capture {
+	t.Helper()
+	cctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	c := &capture{id: f.ID, cancel: cancel, done: make(chan error, 1)}
+	go func() {
+		c.done <- journal.Capture(cctx, journal.CaptureOptions{Client: cli, ClusterID: f.ID,
+			BaseBackup: base.Name, BaseRev: base.Revision(), Store: f.Store, Layout: f.Layout,
+			Encoding: objectio.Encoding{Compression: objectio.CompressZstd}, SegmentInterval: interval, Log: log})
+	}()
+	return c
+}
+
+// stop ends the journal and fails the test if it ended with an error.
+func (c *capture) stop(t *testing.T) {
+	t.Helper()
+	c.cancel()
+	if err := <-c.done; err != nil {
+		t.Fatalf("the journal of %s: %v", c.id, err)
+	}
 }

@@ -69,10 +69,14 @@ func TestRunbookStructure(t *testing.T) {
 
 type scenarioFunc func(t *testing.T, rb mdblocks.Set)
 
-var scenarios = []struct {
+// scenario is a runbook's failure, by name, as a test brings it about and
+// follows the runbook through it.
+type scenario struct {
 	name string
 	fn   scenarioFunc
-}{
+}
+
+var scenarios = []scenario{
 	{"member-failure", memberFailure},
 	{"quorum-loss", quorumLoss},
 	{"quorum-loss-encrypted", quorumLossEncrypted},

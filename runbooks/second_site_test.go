@@ -16,7 +16,6 @@ import (
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
-	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/testing/mdblocks"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
@@ -24,10 +23,7 @@ import (
 )
 
 func init() {
-	scenarios = append(scenarios, struct {
-		name string
-		fn   scenarioFunc
-	}{"second-site", primaryGone})
+	scenarios = append(scenarios, scenario{"second-site", primaryGone})
 }
 
 const secondSite = "second-site.md"
@@ -60,14 +56,7 @@ func primaryGone(t *testing.T, rb mdblocks.Set) {
 		copierDone <- replicate.Run(rctx, replicate.Options{Primary: f.Store, PrimaryLayout: f.Layout, Second: sst, SecondLayout: sl,
 			JournalInterval: 300 * time.Millisecond, ScanInterval: time.Second, StatusEvery: time.Second, Copier: "etcd-recovery-replicate"})
 	}()
-	cctx, stopCapture := context.WithCancel(ctx)
-	defer stopCapture()
-	capDone := make(chan error, 1)
-	go func() {
-		capDone <- journal.Capture(cctx, journal.CaptureOptions{Client: c.Client(t), ClusterID: f.ID,
-			BaseBackup: base.Name, BaseRev: base.Revision(), Store: f.Store, Layout: f.Layout,
-			Encoding: objectio.Encoding{Compression: objectio.CompressZstd}, SegmentInterval: time.Second})
-	}()
+	cp := startCapture(t, ctx, f, c.Client(t), base, time.Second, nil)
 	lease, err := cli.Grant(ctx, 600)
 	if err != nil {
 		t.Fatal(err)
@@ -87,7 +76,7 @@ func primaryGone(t *testing.T, rb mdblocks.Set) {
 		t.Fatal(err)
 	}
 	top := r.Header.Revision
-	want := dumpAt(t, ctx, cli, top)
+	want := testfix.Dump(t, ctx, cli, top)
 	// The copier brings the backup and the journal to the second site.
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		segs, err := journal.ListSegments(ctx, sst, sl, f.ID, base.Revision())
@@ -102,10 +91,7 @@ func primaryGone(t *testing.T, rb mdblocks.Set) {
 			t.Fatalf("the second site's journal of %s reaches %d, not %d (status %+v, %v)", f.ID, segs.Reach, top, st, serr)
 		}
 	}
-	stopCapture()
-	if err := <-capDone; err != nil {
-		t.Fatalf("the journal: %v", err)
-	}
+	cp.stop(t)
 	stopCopier()
 	if err := <-copierDone; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the copier: %v", err)
@@ -153,7 +139,7 @@ func primaryGone(t *testing.T, rb mdblocks.Set) {
 	mdblocks.MustContain(t, mdblocks.One(t, rs, "etcd-recovery sites", -1), "unreachable", base.Name)
 
 	ncli := mdblocks.ClusterAt(c.PKI, eps).Client(t)
-	got := dumpAt(t, ctx, ncli, 0)
+	got := testfix.Dump(t, ctx, ncli, 0)
 	if len(got) != len(want) {
 		t.Errorf("restored %d keys, the source had %d at revision %d", len(got), len(want), top)
 	}
@@ -165,19 +151,4 @@ func primaryGone(t *testing.T, rb mdblocks.Set) {
 	if ttl, err := ncli.TimeToLive(ctx, lease.ID); err != nil || ttl.TTL <= 0 {
 		t.Errorf("the lease on the restored cluster: %+v %v", ttl, err)
 	}
-}
-
-// dumpAt is every key with value, create and mod revision, version and
-// lease at rev (0: the newest).
-func dumpAt(t *testing.T, ctx context.Context, cli *clientv3.Client, rev int64) map[string]string {
-	t.Helper()
-	resp, err := cli.Get(ctx, "", clientv3.WithPrefix(), clientv3.WithRev(rev))
-	if err != nil {
-		t.Fatalf("dump at %d: %v", rev, err)
-	}
-	out := map[string]string{}
-	for _, kv := range resp.Kvs {
-		out[string(kv.Key)] = fmt.Sprintf("value=%q create=%d mod=%d version=%d lease=%x", kv.Value, kv.CreateRevision, kv.ModRevision, kv.Version, kv.Lease)
-	}
-	return out
 }

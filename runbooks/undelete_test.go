@@ -19,7 +19,6 @@ import (
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
-	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/testing/kubetest"
 	"github.com/armada/etcd-recovery/internal/testing/mdblocks"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
@@ -27,10 +26,7 @@ import (
 )
 
 func init() {
-	scenarios = append(scenarios, struct {
-		name string
-		fn   scenarioFunc
-	}{"undelete", undeleteRunbook})
+	scenarios = append(scenarios, scenario{"undelete", undeleteRunbook})
 }
 
 const undeleteRB = "undelete.md"
@@ -176,14 +172,7 @@ func undeleteRunbook(t *testing.T, rb mdblocks.Set) {
 	cs := k.Clientset(t, "")
 	f := mdblocks.NewFixture(t, c.PKI, c.Endpoints())
 	base := f.Backup(t, ctx, c, backup.Options{V2: backup.V2Off})
-	cctx, stopCapture := context.WithCancel(ctx)
-	defer stopCapture()
-	capDone := make(chan error, 1)
-	go func() {
-		capDone <- journal.Capture(cctx, journal.CaptureOptions{Client: c.Client(t), ClusterID: f.ID,
-			BaseBackup: base.Name, BaseRev: base.Revision(), Store: f.Store, Layout: f.Layout,
-			Encoding: objectio.Encoding{Compression: objectio.CompressZstd}, SegmentInterval: time.Second})
-	}()
+	cp := startCapture(t, ctx, f, c.Client(t), base, time.Second, nil)
 
 	kubetest.CreateNamespaces(t, cs, shop, other)
 	want := undeleteWorkload(t, ctx, cs, shop)
@@ -263,10 +252,7 @@ func undeleteRunbook(t *testing.T, rb mdblocks.Set) {
 			t.Fatalf("the journal reaches %d, not %d", reach, last)
 		}
 	}
-	stopCapture()
-	if err := <-capDone; err != nil {
-		t.Fatalf("the journal of %s: %v", f.ID, err)
-	}
+	cp.stop(t)
 
 	s := newScenario(t, rb, f.Vars)
 	s.Vars["kube-namespace"] = shop

@@ -3,7 +3,6 @@ package undelete_test
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -118,21 +117,7 @@ func (c *churn) stable(t *testing.T, ctx context.Context, w *kubetest.UndeleteWo
 }
 
 func diffObjects(want, got map[string]string) []string {
-	var diffs []string
-	for k, v := range want {
-		if g, ok := got[k]; !ok {
-			diffs = append(diffs, k+": missing")
-		} else if g != v {
-			diffs = append(diffs, fmt.Sprintf("%s:\n  got  %s\n  want %s", k, g, v))
-		}
-	}
-	for k := range got {
-		if _, ok := want[k]; !ok {
-			diffs = append(diffs, k+": not there before")
-		}
-	}
-	sort.Strings(diffs)
-	return diffs
+	return testfix.DiffMaps(want, got, "not there before")
 }
 
 func firstDiffs(d []string) string { return strings.Join(d[:min(5, len(d))], "\n") }

@@ -1,6 +1,7 @@
 package undelete
 
 import (
+	"cmp"
 	"log/slog"
 	"strings"
 	"time"
@@ -146,18 +147,10 @@ func (o Options) Validate() error {
 }
 
 func (o *Options) defaults() {
-	if o.KubePrefix == "" {
-		o.KubePrefix = DefaultKubePrefix
-	}
-	if o.MaxTxnOps == 0 {
-		o.MaxTxnOps = DefaultMaxTxnOps
-	}
-	if o.MaxTxnBytes == 0 {
-		o.MaxTxnBytes = DefaultMaxTxnBytes
-	}
-	if o.RequestTimeout == 0 {
-		o.RequestTimeout = DefaultRequestTimeout
-	}
+	o.KubePrefix = cmp.Or(o.KubePrefix, DefaultKubePrefix)
+	o.MaxTxnOps = cmp.Or(o.MaxTxnOps, DefaultMaxTxnOps)
+	o.MaxTxnBytes = cmp.Or(o.MaxTxnBytes, DefaultMaxTxnBytes)
+	o.RequestTimeout = cmp.Or(o.RequestTimeout, DefaultRequestTimeout)
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}

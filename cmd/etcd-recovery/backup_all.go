@@ -12,11 +12,7 @@ import (
 
 // runBackupAll backs up EtcdClusters found through the Kubernetes API.
 func runBackupAll(ctx context.Context, e *env, o *backupOpts, tmpl backup.Options, plan *drillPlan) error {
-	k, err := e.kube(&o.kube)
-	if err != nil {
-		return err
-	}
-	store, layout, err := e.openStore(&o.store, k)
+	k, store, layout, err := e.kubeStore(&o.kube, &o.store)
 	if err != nil {
 		return err
 	}

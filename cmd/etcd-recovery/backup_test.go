@@ -1,12 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"os"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -130,7 +127,6 @@ func TestCLIErrors(t *testing.T) {
 // from the mounted directory).
 func TestCLIInterruptMidStream(t *testing.T) {
 	t.Parallel()
-	tool := testfix.Tool(t)
 	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1, TLS: true})
 	testenv.PutKeys(t, c.Client(t), "/big/", 6000, 8<<10) // ~48 MiB
 	m := testenv.SharedMinIO(t)
@@ -141,49 +137,17 @@ func TestCLIInterruptMidStream(t *testing.T) {
 			t.Fatal("the secret would be in argv")
 		}
 	}
-	cmd := exec.Command(tool, args...)
-	cmd.Env = os.Environ()
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
 	// stderr is drained throughout (a full pipe would stall the child).
-	sc := bufio.NewScanner(stderr)
-	var lines []string
-	drained := make(chan struct{})
-	go func() {
-		defer close(drained)
-		for sc.Scan() {
-			lines = append(lines, sc.Text())
-		}
-	}()
+	r := startTool(t, args...)
 	// Mid-stream means the snapshot's multipart upload exists: wait for
 	// that condition, not for a time.
 	st := testfix.Store(t, m, bucket)
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		ups, err := st.ListUploads(context.Background(), prefix+"/")
-		if err == nil && len(ups) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			<-drained
-			t.Fatalf("no multipart upload appeared within 2m (%v)\n%s", err, strings.Join(lines, "\n"))
-		}
-		time.Sleep(20 * time.Millisecond) // polling the condition
-	}
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+	waitUpload(t, st, prefix+"/", r, 2*time.Minute)
+	if err := r.cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
-	<-drained
-	err = cmd.Wait()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != exitCanceled {
-		t.Fatalf("want exit %d after SIGINT, got %v\n%s", exitCanceled, err, strings.Join(lines, "\n"))
+	if code := r.wait(2 * time.Minute); code != exitCanceled {
+		t.Fatalf("want exit %d after SIGINT, got %d (-1: still running, -2: no exit status)\n%s", exitCanceled, code, r.output())
 	}
 	if keys := testfix.Keys(t, st, prefix+"/"); len(keys) != 0 {
 		t.Errorf("an interrupted backup left %v", keys)

@@ -81,16 +81,12 @@ func runDelete(c *cli.Context, g *globalOpts, o *deleteOpts) error {
 	if err := opts.Validate(); err != nil {
 		return err
 	}
-	store, layout, err := e.openStore(&o.store, nil)
-	if err != nil {
-		return err
-	}
-	opts.Store, opts.Layout = store, layout
-	t, err := e.withTimeout(o.timeout, nil)
+	store, layout, t, err := e.storeWithTimeout(&o.store, nil, o.timeout)
 	if err != nil {
 		return err
 	}
 	defer t.cancel()
+	opts.Store, opts.Layout = store, layout
 	rep, err := prune.Delete(t.ctx, opts)
 	err = t.atStep("delete", err)
 	if errors.Is(err, prune.ErrNewestBackup) || errors.Is(err, prune.ErrNewestProven) {
@@ -144,11 +140,7 @@ func runDeleteAll(e *env, o *deleteOpts, opts prune.DeleteAllOptions) error {
 	default:
 		res.EtcdCluster = "not checked: no Kubernetes access (--ignore-etcdcluster)"
 	}
-	store, layout, err := e.openStore(&o.store, k)
-	if err != nil {
-		return err
-	}
-	t, err := e.withTimeout(o.timeout, nil)
+	store, layout, t, err := e.storeWithTimeout(&o.store, k, o.timeout)
 	if err != nil {
 		return err
 	}

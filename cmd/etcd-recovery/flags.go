@@ -665,6 +665,21 @@ func (e *env) identityOf(path string) (*seal.Identities, error) {
 	return ids, nil
 }
 
+// identityAndRecipients are --identity-file's identities (identityOf) and
+// the recipients of enc, which what the command writes (restore's survivor
+// snapshot) is encrypted to, in that order.
+func (e *env) identityAndRecipients(identityFile string, enc *encryptionOpts) (*seal.Identities, seal.Recipients, error) {
+	ids, err := e.identityOf(identityFile)
+	if err != nil {
+		return nil, seal.Recipients{}, err
+	}
+	rs, err := enc.recipients(e.c)
+	if err != nil {
+		return nil, seal.Recipients{}, err
+	}
+	return ids, rs, nil
+}
+
 // lockOpts are the object-lock flags of backup (and prune's re-lock):
 // how backups are locked on a bucket with object lock
 // (internal/catalog/lock.go, docs/immutable.md).

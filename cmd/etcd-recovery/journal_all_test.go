@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -108,19 +107,7 @@ func TestJournalAllCLI(t *testing.T) {
 	cmd.Env = append(testfix.ToolEnv(), env...)
 	errb := &testfix.SyncBuffer{}
 	cmd.Stderr = errb
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan int, 1)
-	go func() {
-		err := cmd.Wait()
-		code := cmd.ProcessState.ExitCode()
-		var ee *exec.ExitError
-		if err != nil && !errors.As(err, &ee) {
-			code = -1
-		}
-		done <- code
-	}()
+	done := testfix.StartExit(t, cmd)
 	exited := false
 	defer func() {
 		if !exited {

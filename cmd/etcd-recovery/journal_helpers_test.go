@@ -20,6 +20,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/journal"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
+	"github.com/armada/etcd-recovery/internal/testing/testfix"
 	"github.com/armada/etcd-recovery/restore"
 )
 
@@ -27,24 +28,23 @@ import (
 // stop: stop cancels it (SIGTERM's path) and returns its exit and stderr.
 func journalRun(t *testing.T, ctx context.Context, args ...string) (stop func() (int, string)) {
 	t.Helper()
+	return journalRunCmd(t, ctx, "journal", args...)
+}
+
+// journalRunCmd is journalRun for any long-running command.
+func journalRunCmd(t *testing.T, ctx context.Context, cmd string, args ...string) (stop func() (int, string)) {
+	t.Helper()
 	jctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	var code int
 	var errOut string
 	go func() {
 		defer close(done)
-		code, _, errOut = runCtx(t, jctx, append([]string{"journal"}, args...)...)
+		code, _, errOut = runCtx(t, jctx, append([]string{cmd}, args...)...)
 	}()
 	// A test that fails before stop does not leave it running.
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	return func() (int, string) {
-		cancel()
-		<-done
-		return code, errOut
-	}
+	t.Cleanup(func() { cancel(); <-done })
+	return func() (int, string) { cancel(); <-done; return code, errOut }
 }
 
 // waitJournal waits until the cluster's journal from base holds rev,
@@ -105,33 +105,14 @@ func restoreDump(t *testing.T, ctx context.Context, cos []string, id string, rev
 // returns a client of it (closed at the test's end).
 func startRestored(t testing.TB, res restore.Result, client, peer string) *clientv3.Client {
 	t.Helper()
-	mem := testenv.StartEtcdMember(t, testenv.MemberSpec{Version: testenv.V35, Name: "r0", DataDir: res.Members[0].DataDir,
-		ClientURL: client, PeerURL: peer, InitialClusterToken: res.Token})
-	mem.WaitReady(t)
-	ncli, err := clientv3.New(clientv3.Config{Endpoints: []string{client}, DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ncli.Close() })
-	return ncli
+	return testfix.StartRestoredMember(t, res.Members[0].DataDir, res.Token, client, peer)
 }
 
 // checkDump fails the test when the restored dump got is not the
 // source's dump want key by key; what says which restore it is.
 func checkDump(t testing.TB, what string, want, got map[string]string) {
 	t.Helper()
-	var diffs []string
-	for k, v := range want {
-		if got[k] != v {
-			diffs = append(diffs, fmt.Sprintf("%s: got %q, want %q", k, got[k], v))
-		}
-	}
-	for k := range got {
-		if _, ok := want[k]; !ok {
-			diffs = append(diffs, k+": not in the source")
-		}
-	}
-	if len(diffs) > 0 {
+	if diffs := testfix.KeyDiffs(want, got); len(diffs) > 0 {
 		sort.Strings(diffs)
 		t.Fatalf("%s differs from the source in %d keys: %s", what, len(diffs), strings.Join(diffs[:min(5, len(diffs))], "; "))
 	}

@@ -86,14 +86,8 @@ func newProofWorldIn(tb testing.TB, ctx context.Context, id, bucket string, jour
 	if err != nil {
 		tb.Fatal(err)
 	}
-	var rev int64
-	do := func(r *clientv3.TxnResponse, err error) {
-		tb.Helper()
-		if err != nil {
-			tb.Fatalf("workload: %v", err)
-		}
-		rev = r.Header.Revision
-	}
+	txns := testfix.NewTxns(tb)
+	do := txns.Do
 	for i := range 2 {
 		testenv.PutKeys(tb, cli, fmt.Sprintf("/p/w%d-", i), 10, 16)
 		do(cli.Txn(ctx).Then(clientv3.OpPut(w.overKey, fmt.Sprintf("over-%d", i))).Commit())
@@ -103,15 +97,15 @@ func newProofWorldIn(tb testing.TB, ctx context.Context, id, bucket string, jour
 		if i == 0 {
 			// A compaction between the backups, once the journal is past
 			// it: the second backup's database is compacted there.
-			testfix.WaitJournalReach(tb, ctx, w.st, w.layout, id, rev, 30*time.Second)
-			if _, err := cli.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil {
+			testfix.WaitJournalReach(tb, ctx, w.st, w.layout, id, txns.Rev, 30*time.Second)
+			if _, err := cli.Compact(ctx, txns.Rev, clientv3.WithCompactPhysical()); err != nil {
 				tb.Fatal(err)
 			}
-			w.compact = rev
+			w.compact = txns.Rev
 		}
 		time.Sleep(600 * time.Millisecond)
 	}
-	w.lastRev = rev
+	w.lastRev = txns.Rev
 	backup()
 	testfix.WaitJournalReach(tb, ctx, w.st, w.layout, id, w.lastRev, 30*time.Second)
 	stop()

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -94,21 +93,7 @@ func kubeKeys(t *testing.T, ctx context.Context, cli *clientv3.Client, namespace
 }
 
 func diffMaps(want, got map[string]string) []string {
-	var diffs []string
-	for k, v := range want {
-		if g, ok := got[k]; !ok {
-			diffs = append(diffs, k+": missing")
-		} else if g != v {
-			diffs = append(diffs, fmt.Sprintf("%s:\n  got  %s\n  want %s", k, g, v))
-		}
-	}
-	for k := range got {
-		if _, ok := want[k]; !ok {
-			diffs = append(diffs, k+": not in the source")
-		}
-	}
-	sort.Strings(diffs)
-	return diffs
+	return testfix.DiffMaps(want, got, "not in the source")
 }
 
 // kubePITRWorkload writes ~50 objects into ns: configmaps, secrets,

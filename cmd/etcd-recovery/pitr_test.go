@@ -24,17 +24,7 @@ import (
 // lease, read at rev (0: the newest).
 func pitrDump(t *testing.T, cli *clientv3.Client, rev int64) map[string]string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	resp, err := cli.Get(ctx, "", clientv3.WithPrefix(), clientv3.WithRev(rev))
-	if err != nil {
-		t.Fatalf("dump at %d: %v", rev, err)
-	}
-	out := map[string]string{}
-	for _, kv := range resp.Kvs {
-		out[string(kv.Key)] = fmt.Sprintf("value=%q create=%d mod=%d version=%d lease=%x", kv.Value, kv.CreateRevision, kv.ModRevision, kv.Version, kv.Lease)
-	}
-	return out
+	return testfix.Dump(t, context.Background(), cli, rev)
 }
 
 // Point-in-time restore through the CLI, on real etcd 3.5 and MinIO: a

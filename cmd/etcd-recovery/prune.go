@@ -149,16 +149,12 @@ func runPrune(c *cli.Context, g *globalOpts, o *pruneOpts) error {
 	if lifecycle {
 		return runPruneLifecycle(e, o, opts, id != "" || opts.All)
 	}
-	store, layout, err := e.openStore(&o.store, nil)
-	if err != nil {
-		return err
-	}
-	opts.Store, opts.Layout = store, layout
-	t, err := e.withTimeout(o.timeout, nil)
+	store, layout, t, err := e.storeWithTimeout(&o.store, nil, o.timeout)
 	if err != nil {
 		return err
 	}
 	defer t.cancel()
+	opts.Store, opts.Layout = store, layout
 	rep, err := prune.Prune(t.ctx, opts)
 	if rep != nil {
 		if rerr := e.render(rep.Table(), rep); rerr != nil && err == nil {
@@ -194,11 +190,7 @@ type claimResult struct {
 // runPruneLifecycle is prune with --orphans or --claim-prefix: the claim,
 // the orphan pass, then (with --cluster-id/--all-cluster-ids) the prune.
 func runPruneLifecycle(e *env, o *pruneOpts, opts prune.PruneOptions, backups bool) error {
-	k, err := e.kube(&o.kube)
-	if err != nil {
-		return err
-	}
-	store, layout, err := e.openStore(&o.store, k)
+	k, store, layout, err := e.kubeStore(&o.kube, &o.store)
 	if err != nil {
 		return err
 	}

@@ -104,17 +104,7 @@ func TestReplicateSecondSiteCLI(t *testing.T) {
 	}
 
 	// The primary is lost to its own credential.
-	objs, err := pst.List(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var keys []string
-	for _, o := range objs {
-		keys = append(keys, o.Key)
-	}
-	if err := pst.Delete(ctx, keys); err != nil {
-		t.Fatal(err)
-	}
+	testfix.DeleteUnder(t, ctx, pst, "")
 	before, _ := sst.List(ctx, "")
 	if code, out, errOut := runCtx(t, ctx, concatArgs([]string{"replicate", "--once"}, primary, second)...); code != 0 {
 		t.Fatalf("replicate --once over the wiped primary: exit %d\n%s\n%s", code, out, errOut)
@@ -125,21 +115,6 @@ func TestReplicateSecondSiteCLI(t *testing.T) {
 	want := pitrDump(t, cli, rev)
 	got := restoreDump(t, ctx, cosArgs(t, sm, sb, "dr/"+prefix), id, rev)
 	checkDump(t, fmt.Sprintf("the restore from the second site at revision %d", rev), want, got)
-}
-
-// journalRunCmd is journalRun for any long-running command.
-func journalRunCmd(t *testing.T, ctx context.Context, cmd string, args ...string) (stop func() (int, string)) {
-	t.Helper()
-	jctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	var code int
-	var errOut string
-	go func() {
-		defer close(done)
-		code, _, errOut = runCtx(t, jctx, append([]string{cmd}, args...)...)
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	return func() (int, string) { cancel(); <-done; return code, errOut }
 }
 
 // waitCommittedBackup waits until st holds a committed backup of id.

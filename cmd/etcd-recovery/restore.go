@@ -142,12 +142,8 @@ func runRestore(c *cli.Context, g *globalOpts, o *restoreOpts) error {
 		return err
 	}
 	log := e.log
-	ids, err := e.identityOf(o.identityFile)
-	if err != nil {
-		return err
-	}
 	// The survivor snapshot restore commits is encrypted like a backup.
-	rs, err := o.encryption.recipients(c)
+	ids, rs, err := e.identityAndRecipients(o.identityFile, &o.encryption)
 	if err != nil {
 		return err
 	}

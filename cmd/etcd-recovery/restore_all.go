@@ -145,11 +145,7 @@ func runRestoreAll(c *cli.Context, g *globalOpts, o *restoreAllOpts) error {
 	if opts.Parallel == 0 {
 		opts.Parallel, opts.ScratchCap = fleet.DefaultRestoreParallel(fleet.PodLimits()), true
 	}
-	ids, err := e.identityOf(o.identityFile)
-	if err != nil {
-		return err
-	}
-	rs, err := o.encryption.recipients(c)
+	ids, rs, err := e.identityAndRecipients(o.identityFile, &o.encryption)
 	if err != nil {
 		return err
 	}

@@ -137,14 +137,14 @@ func primaryLoss(t *testing.T, how string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held := sums(t, sst, sl)
+	held := testfix.Sums(t, sst, sl)
 	// The copier goes on a while after the loss.
 	time.Sleep(2*lossJournalInterval + 2*time.Second)
 	stopCopier()
 	if err := <-runDone; !errors.Is(err, context.Canceled) {
 		t.Errorf("the copier: %v", err)
 	}
-	after := sums(t, sst, sl)
+	after := testfix.Sums(t, sst, sl)
 	for k, s := range held {
 		if k != sl.ReplicaStatusKey() && after[k] != s {
 			t.Errorf("%s changed on the second site after the loss: sha256 %s, %q before", k, after[k], s)
@@ -203,18 +203,4 @@ func primaryLoss(t *testing.T, how string) {
 		t.Logf("journal: exit %d: %s", code, testfix.LastLines(jerr, 5))
 	}
 	t.Logf("%s: %s", how, time.Since(began).Round(time.Millisecond))
-}
-
-// sums is every object under l's prefix on st and its sha256.
-func sums(tb testing.TB, st store.Store, l catalog.Layout) map[string]string {
-	tb.Helper()
-	objs, err := st.List(context.Background(), l.RootPrefix())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	out := map[string]string{}
-	for _, o := range objs {
-		out[o.Key] = testfix.SHA256(testfix.ReadObject(tb, st, o.Key))
-	}
-	return out
 }

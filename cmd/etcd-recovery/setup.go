@@ -174,6 +174,35 @@ func (e *env) withTimeout(limit time.Duration, cause error) (*runTimeout, error)
 	return t, nil
 }
 
+// kubeStore is the Kubernetes client of ko (kube) and the store of so
+// opened with it (openStore: the namespace's COS secret as a fallback).
+func (e *env) kubeStore(ko *kubeOpts, so *storeOpts) (*kube.Client, store.Store, catalog.Layout, error) {
+	k, err := e.kube(ko)
+	if err != nil {
+		return nil, nil, catalog.Layout{}, err
+	}
+	st, layout, err := e.openStore(so, k)
+	if err != nil {
+		return nil, nil, catalog.Layout{}, err
+	}
+	return k, st, layout, nil
+}
+
+// storeWithTimeout opens the store of o (openStore) and then starts the
+// --timeout deadline limit (withTimeout, no cause); the caller defers
+// t.cancel().
+func (e *env) storeWithTimeout(o *storeOpts, k *kube.Client, limit time.Duration) (store.Store, catalog.Layout, *runTimeout, error) {
+	st, layout, err := e.openStore(o, k)
+	if err != nil {
+		return nil, catalog.Layout{}, nil, err
+	}
+	t, err := e.withTimeout(limit, nil)
+	if err != nil {
+		return nil, catalog.Layout{}, nil, err
+	}
+	return st, layout, t, nil
+}
+
 // dryRunTimeout is withTimeout for a dry run, whose every step's error
 // then names the deadline: "<command> --dry-run: the overall deadline
 // (--timeout <limit>) passed" (caused).

@@ -117,17 +117,7 @@ func TestSecondSiteRestoreCLI(t *testing.T) {
 	}
 	// The primary is emptied by its own credential: what follows reads
 	// the second site alone.
-	objs, err := pst.List(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var keys []string
-	for _, o := range objs {
-		keys = append(keys, o.Key)
-	}
-	if err := pst.Delete(ctx, keys); err != nil {
-		t.Fatal(err)
-	}
+	testfix.DeleteUnder(t, ctx, pst, "")
 	if n := newestBackup(t, ctx, m, secondBucket, sp, id); n != name {
 		t.Fatalf("the second site's newest backup %s, the primary's was %s", n, name)
 	}

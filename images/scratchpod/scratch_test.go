@@ -113,7 +113,7 @@ func TestCronJobScratch(t *testing.T) {
 		since := time.Now()
 		_, res, _ := run(t, "etcd-recovery-backup-29000001-scr13", podrun.MountEmptyDirMemory, db*13/10+walAllowance)
 		if res.ExitCode != 0 {
-			t.Fatalf("exit %d with a scratch of 1.3x the database (+ WAL):\n%s", res.ExitCode, lastLines(string(res.Stderr), 30))
+			t.Fatalf("exit %d with a scratch of 1.3x the database (+ WAL):\n%s", res.ExitCode, testfix.LastLines(string(res.Stderr), 30))
 		}
 		man := newest(t, ctx, st, layout, name, since)
 		rec, err := catalog.LoadDrill(ctx, st, layout, name, man.Name)
@@ -126,12 +126,12 @@ func TestCronJobScratch(t *testing.T) {
 		spec, res, u := run(t, "etcd-recovery-backup-29000001-scr09", podrun.MountEmptyDirDisk, db*9/10)
 		out := string(res.Stdout) + string(res.Stderr)
 		if res.ExitCode != 1 {
-			t.Fatalf("exit %d with a scratch of 0.9x the database; want 1:\n%s", res.ExitCode, lastLines(out, 30))
+			t.Fatalf("exit %d with a scratch of 0.9x the database; want 1:\n%s", res.ExitCode, testfix.LastLines(out, 30))
 		}
 		for _, want := range []string{`step \"check free space\"`, "before the snapshot streamed", fmt.Sprintf("reports a database of %d bytes (status dbSize)", db),
 			restore.EnvScratchLimit + "=", fmt.Sprintf("(%d bytes)", db*9/10)} {
 			if !strings.Contains(out, want) && !strings.Contains(out, strings.ReplaceAll(want, `\"`, `"`)) {
-				t.Errorf("the job's output does not say %q:\n%s", want, lastLines(out, 30))
+				t.Errorf("the job's output does not say %q:\n%s", want, testfix.LastLines(out, 30))
 			}
 		}
 		tmpdir, _ := spec.EnvValue("TMPDIR")
@@ -148,26 +148,5 @@ func TestCronJobScratch(t *testing.T) {
 
 func newest(t *testing.T, ctx context.Context, st store.Store, layout catalog.Layout, cluster string, since time.Time) *catalog.Manifest {
 	t.Helper()
-	list, err := catalog.ListBackups(ctx, st, layout, cluster)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var best *catalog.Manifest
-	for _, l := range list {
-		if l.Manifest != nil && l.Manifest.StartedAt.After(since) && (best == nil || l.Manifest.StartedAt.After(best.StartedAt)) {
-			best = l.Manifest
-		}
-	}
-	if best == nil {
-		t.Fatalf("%s: no backup committed since %v", cluster, since)
-	}
-	return best
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	return testfix.NewestSince(t, ctx, st, layout, cluster, "", since)
 }

@@ -2,6 +2,7 @@ package escrow_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/pem"
@@ -132,6 +133,20 @@ func TestStoreDedupes(t *testing.T) {
 	}
 }
 
+// firstWrite is an unlocked rig, a key and the escrow of a new list
+// written to it for that key.
+func firstWrite(tb testing.TB, ctx context.Context) (*rig, testfix.AgeKey, *catalog.EscrowList, escrow.Written) {
+	tb.Helper()
+	r := newRig(tb, false)
+	k := testfix.NewAgeKey(tb)
+	list := newList(tb, testenv.NewPKI(tb))
+	w, err := escrow.Write(ctx, r.fs, r.layout, cluster, list, testfix.RecipientsOf(tb, k), nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return r, k, list, w
+}
+
 // newListCopy is list decoded from its bytes: what a second capture of an
 // unchanged cluster gives.
 func newListCopy(tb testing.TB, l *catalog.EscrowList) *catalog.EscrowList {
@@ -153,13 +168,7 @@ func newListCopy(tb testing.TB, l *catalog.EscrowList) *catalog.EscrowList {
 func TestStoreConcurrentWriter(t *testing.T) {
 	t.Parallel()
 	ctx := testfix.Context(t, time.Minute)
-	r := newRig(t, false)
-	k := testfix.NewAgeKey(t)
-	list := newList(t, testenv.NewPKI(t))
-	w1, err := escrow.Write(ctx, r.fs, r.layout, cluster, list, testfix.RecipientsOf(t, k), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, k, list, w1 := firstWrite(t, ctx)
 	// The second run's existence check misses it (a 404 once).
 	r.fs.Inject(faults.Fault{Op: faults.OpGet, Key: w1.Key, Kind: faults.NotFound, Times: 1})
 	w2, err := escrow.Write(ctx, r.fs, r.layout, cluster, list, testfix.RecipientsOf(t, k), nil)
@@ -458,13 +467,7 @@ func TestServed(t *testing.T) {
 func TestStoreDamagedReuse(t *testing.T) {
 	t.Parallel()
 	ctx := testfix.Context(t, time.Minute)
-	r := newRig(t, false)
-	k := testfix.NewAgeKey(t)
-	list := newList(t, testenv.NewPKI(t))
-	w1, err := escrow.Write(ctx, r.fs, r.layout, cluster, list, testfix.RecipientsOf(t, k), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, k, list, w1 := firstWrite(t, ctx)
 	// The same bytes reused: present.
 	w2, err := escrow.Write(ctx, r.fs, r.layout, cluster, newListCopy(t, list), testfix.RecipientsOf(t, k), nil)
 	if err != nil || w2.Created || w2.Ref.State != catalog.EscrowPresent || len(w2.Ref.Problems) != 0 {

@@ -47,14 +47,8 @@ func hashWorkload(tb testing.TB, ctx context.Context, cli *clientv3.Client, roun
 	if err != nil {
 		tb.Fatal(err)
 	}
-	var rev int64
-	do := func(r *clientv3.TxnResponse, err error) {
-		tb.Helper()
-		if err != nil {
-			tb.Fatalf("workload: %v", err)
-		}
-		rev = r.Header.Revision
-	}
+	txns := testfix.NewTxns(tb)
+	do := txns.Do
 	for i := range 20 {
 		do(cli.Txn(ctx).Then(clientv3.OpPut(fmt.Sprintf("/w/k%02d", i), fmt.Sprintf("v%d-%d", round, i))).Commit())
 	}
@@ -67,7 +61,7 @@ func hashWorkload(tb testing.TB, ctx context.Context, cli *clientv3.Client, roun
 	do(cli.Txn(ctx).Then(clientv3.OpDelete("/w/k1", clientv3.WithPrefix())).Commit())
 	do(cli.Txn(ctx).Then(clientv3.OpPut("/w/k03", "back")).Commit())
 	do(cli.Txn(ctx).Then(clientv3.OpDelete("/w/k05")).Commit())
-	return rev
+	return txns.Rev
 }
 
 // The offline HashKV of a member's database equals the member's own

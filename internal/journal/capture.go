@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -113,24 +114,12 @@ func (o *CaptureOptions) defaults() error {
 	case o.SegmentInterval < 0 || o.SegmentSize < 0:
 		return errors.New("journal: negative segment interval or size")
 	}
-	if o.SegmentInterval == 0 {
-		o.SegmentInterval = DefaultSegmentInterval
-	}
-	if o.SegmentSize == 0 {
-		o.SegmentSize = DefaultSegmentSize
-	}
-	if o.UploadTimeout == 0 {
-		o.UploadTimeout = DefaultUploadTimeout
-	}
-	if o.FrozenAfter == 0 {
-		o.FrozenAfter = DefaultFrozenAfter
-	}
-	if o.FinalFlush == 0 {
-		o.FinalFlush = DefaultFinalFlush
-	}
-	if o.StopCatchUp == 0 {
-		o.StopCatchUp = DefaultStopCatchUp
-	}
+	o.SegmentInterval = cmp.Or(o.SegmentInterval, DefaultSegmentInterval)
+	o.SegmentSize = cmp.Or(o.SegmentSize, DefaultSegmentSize)
+	o.UploadTimeout = cmp.Or(o.UploadTimeout, DefaultUploadTimeout)
+	o.FrozenAfter = cmp.Or(o.FrozenAfter, DefaultFrozenAfter)
+	o.FinalFlush = cmp.Or(o.FinalFlush, DefaultFinalFlush)
+	o.StopCatchUp = cmp.Or(o.StopCatchUp, DefaultStopCatchUp)
 	if o.Now == nil {
 		o.Now = time.Now
 	}

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/armada/etcd-recovery/internal/journal"
@@ -36,22 +35,9 @@ func watchFrom(t *testing.T, ctx context.Context, cli *clientv3.Client, rev int6
 	r := &referenceWatch{}
 	wch := cli.Watch(ctx, "", clientv3.WithPrefix(), clientv3.WithRev(rev))
 	go func() {
-		var cur, sub int64
 		for resp := range wch {
 			r.mu.Lock()
-			for _, ev := range resp.Events {
-				kv := ev.Kv
-				if kv.ModRevision == cur {
-					sub++
-				} else {
-					cur, sub = kv.ModRevision, 0
-				}
-				e := journal.Event{Rev: kv.ModRevision, Sub: sub, Type: journal.Put, Key: kv.Key, Value: kv.Value, CreateRev: kv.CreateRevision, Version: kv.Version, Lease: kv.Lease}
-				if ev.Type == mvccpb.DELETE {
-					e = journal.Event{Rev: kv.ModRevision, Sub: sub, Type: journal.Delete, Key: kv.Key}
-				}
-				r.events = append(r.events, e)
-			}
+			r.events = testfix.AppendWatched(r.events, resp.Events)
 			r.mu.Unlock()
 		}
 	}()

@@ -33,18 +33,14 @@ func SelfLimits() (cpuMilli, memBytes int64) {
 func LimitsFS(cgroupFS fs.FS, procCgroup string) (cpuMilli, memBytes int64) {
 	var v2path string
 	v1 := map[string]string{} // controller → the mount's directory + the cgroup's path
-	for _, l := range strings.Split(procCgroup, "\n") {
-		parts := strings.SplitN(strings.TrimSpace(l), ":", 3)
-		if len(parts) != 3 {
+	for _, e := range parseCgroup(procCgroup) {
+		if e.v2 {
+			v2path = e.path
 			continue
 		}
-		if parts[0] == "0" && parts[1] == "" {
-			v2path = parts[2]
-			continue
-		}
-		for _, c := range strings.Split(parts[1], ",") {
+		for _, c := range e.controllers {
 			if c == "cpu" || c == "memory" {
-				v1[c] = parts[1] + "\x00" + parts[2]
+				v1[c] = e.mount + "\x00" + e.path
 			}
 		}
 	}

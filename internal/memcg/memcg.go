@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -34,19 +35,13 @@ func Of(pid int) (dir string, v2 bool) {
 		return "", false
 	}
 	var v2path string
-	for _, l := range strings.Split(string(b), "\n") {
-		parts := strings.SplitN(l, ":", 3)
-		if len(parts) != 3 {
+	for _, e := range parseCgroup(string(b)) {
+		if e.v2 {
+			v2path = e.path
 			continue
 		}
-		if parts[0] == "0" && parts[1] == "" {
-			v2path = parts[2]
-			continue
-		}
-		for _, c := range strings.Split(parts[1], ",") {
-			if c == "memory" {
-				return filepath.Join(V1Root, parts[2]), false
-			}
+		if slices.Contains(e.controllers, "memory") {
+			return filepath.Join(V1Root, e.path), false
 		}
 	}
 	if v2path == "" {
@@ -59,6 +54,29 @@ func Of(pid int) (dir string, v2 bool) {
 		}
 	}
 	return "", false
+}
+
+// cgroupEntry is a line of /proc/<pid>/cgroup, "ID:controllers:path":
+// v2 for the unified hierarchy ("0::path"); mount is the controllers as
+// written (v1 mounts a hierarchy at that name).
+type cgroupEntry struct {
+	v2          bool
+	controllers []string
+	mount, path string
+}
+
+// parseCgroup are the entries of a /proc/<pid>/cgroup file, in order;
+// malformed lines are passed over.
+func parseCgroup(procCgroup string) []cgroupEntry {
+	var out []cgroupEntry
+	for _, l := range strings.Split(procCgroup, "\n") {
+		parts := strings.SplitN(strings.TrimSpace(l), ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		out = append(out, cgroupEntry{v2: parts[0] == "0" && parts[1] == "", controllers: strings.Split(parts[1], ","), mount: parts[1], path: parts[2]})
+	}
+	return out
 }
 
 // OOMKills is how many processes the OOM killer killed in the cgroup (v2

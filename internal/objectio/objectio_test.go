@@ -19,6 +19,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/store/memstore"
+	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
 
 type keys struct {
@@ -72,6 +73,18 @@ type encCase struct {
 	enc  bool
 }
 
+// eachEncoding runs f in a parallel subtest for each of encCases, with an
+// empty in-memory store.
+func eachEncoding(t *testing.T, f func(t *testing.T, ec encCase, st *memstore.Store)) {
+	t.Helper()
+	for _, ec := range encCases {
+		t.Run(ec.name, func(t *testing.T) {
+			t.Parallel()
+			f(t, ec, memstore.New())
+		})
+	}
+}
+
 var encCases = []encCase{
 	{"plain", objectio.CompressNone, false},
 	{"zstd", objectio.CompressZstd, false},
@@ -106,16 +119,7 @@ func put(t testing.TB, st store.Store, key string, raw []byte, ec encCase, k key
 
 func readAll(t testing.TB, st store.Store, key string) []byte {
 	t.Helper()
-	rc, err := st.Get(context.Background(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
-	b, err := io.ReadAll(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return testfix.ReadObject(t, st, key)
 }
 
 // open reads key through Open and returns what it read and the error that
@@ -186,27 +190,23 @@ func TestRoundTrip(t *testing.T) {
 func TestSnapshotRoundTrip(t *testing.T) {
 	t.Parallel()
 	k := newKeys(t)
-	for _, ec := range encCases {
-		t.Run(ec.name, func(t *testing.T) {
-			t.Parallel()
-			st := memstore.New()
-			db := data(2<<20+5, 7)
-			stream := snapshot(db)
-			exp := put(t, st, "snap", stream, ec, k)
-			exp.Snapshot, exp.RawSize, exp.RawSHA256 = true, int64(len(db)), sum(db)
-			got, r, err := open(st, "snap", exp)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got, stream) {
-				t.Fatal("the decoded stream differs")
-			}
-			res := r.Result()
-			if res.RawSize != int64(len(db)) || res.RawSHA256 != sum(db) || hex.EncodeToString(res.Trailer) != sum(db) {
-				t.Fatalf("result %+v", res)
-			}
-		})
-	}
+	eachEncoding(t, func(t *testing.T, ec encCase, st *memstore.Store) {
+		db := data(2<<20+5, 7)
+		stream := snapshot(db)
+		exp := put(t, st, "snap", stream, ec, k)
+		exp.Snapshot, exp.RawSize, exp.RawSHA256 = true, int64(len(db)), sum(db)
+		got, r, err := open(st, "snap", exp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, stream) {
+			t.Fatal("the decoded stream differs")
+		}
+		res := r.Result()
+		if res.RawSize != int64(len(db)) || res.RawSHA256 != sum(db) || hex.EncodeToString(res.Trailer) != sum(db) {
+			t.Fatalf("result %+v", res)
+		}
+	})
 }
 
 // wantKind checks that err is an *objectio.Error of kind naming key.
@@ -230,42 +230,38 @@ func TestMismatches(t *testing.T) {
 	k := newKeys(t)
 	db := data(1<<20+333, 3)
 	stream := snapshot(db)
-	for _, ec := range encCases {
-		t.Run(ec.name, func(t *testing.T) {
-			t.Parallel()
-			st := memstore.New()
-			exp := put(t, st, "backups/o", stream, ec, k)
-			snap := exp
-			snap.Snapshot, snap.RawSize, snap.RawSHA256 = true, int64(len(db)), sum(db)
-			cases := []struct {
-				name   string
-				change func(e *objectio.Expect)
-				kind   objectio.Kind
-			}{
-				{"stored sha", func(e *objectio.Expect) { e.StoredSHA256 = sum([]byte("other")) }, objectio.KindStoredSHA},
-				{"stored size", func(e *objectio.Expect) { e.StoredSize++ }, objectio.KindStoredSize},
-				{"raw sha", func(e *objectio.Expect) { e.RawSHA256 = sum([]byte("other")) }, objectio.KindRawSHA},
-				{"raw size", func(e *objectio.Expect) { e.RawSize-- }, objectio.KindRawSize},
-			}
-			for _, c := range cases {
-				for _, base := range []objectio.Expect{exp, snap} {
-					e := base
-					c.change(&e)
-					_, _, err := open(st, "backups/o", e)
-					oe := wantKind(t, err, c.kind, "backups/o")
-					if !oe.Mismatch() || !oe.Damaged() {
-						t.Fatalf("%s: Mismatch %v Damaged %v", c.name, oe.Mismatch(), oe.Damaged())
-					}
+	eachEncoding(t, func(t *testing.T, ec encCase, st *memstore.Store) {
+		exp := put(t, st, "backups/o", stream, ec, k)
+		snap := exp
+		snap.Snapshot, snap.RawSize, snap.RawSHA256 = true, int64(len(db)), sum(db)
+		cases := []struct {
+			name   string
+			change func(e *objectio.Expect)
+			kind   objectio.Kind
+		}{
+			{"stored sha", func(e *objectio.Expect) { e.StoredSHA256 = sum([]byte("other")) }, objectio.KindStoredSHA},
+			{"stored size", func(e *objectio.Expect) { e.StoredSize++ }, objectio.KindStoredSize},
+			{"raw sha", func(e *objectio.Expect) { e.RawSHA256 = sum([]byte("other")) }, objectio.KindRawSHA},
+			{"raw size", func(e *objectio.Expect) { e.RawSize-- }, objectio.KindRawSize},
+		}
+		for _, c := range cases {
+			for _, base := range []objectio.Expect{exp, snap} {
+				e := base
+				c.change(&e)
+				_, _, err := open(st, "backups/o", e)
+				oe := wantKind(t, err, c.kind, "backups/o")
+				if !oe.Mismatch() || !oe.Damaged() {
+					t.Fatalf("%s: Mismatch %v Damaged %v", c.name, oe.Mismatch(), oe.Damaged())
 				}
 			}
-			// Unknown sizes are not checked.
-			e := exp
-			e.StoredSize, e.RawSize = objectio.UnknownSize, objectio.UnknownSize
-			if _, _, err := open(st, "backups/o", e); err != nil {
-				t.Fatal(err)
-			}
-		})
-	}
+		}
+		// Unknown sizes are not checked.
+		e := exp
+		e.StoredSize, e.RawSize = objectio.UnknownSize, objectio.UnknownSize
+		if _, _, err := open(st, "backups/o", e); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 func TestEtcdTrailer(t *testing.T) {
@@ -405,18 +401,14 @@ func (s failingStore) Get(ctx context.Context, key string) (io.ReadCloser, error
 func TestStoreErrorMidStream(t *testing.T) {
 	t.Parallel()
 	k := newKeys(t)
-	for _, ec := range encCases {
-		t.Run(ec.name, func(t *testing.T) {
-			t.Parallel()
-			st := memstore.New()
-			exp := put(t, st, "o", data(3<<20, 9), ec, k)
-			_, _, err := open(failingStore{Store: st, limit: exp.StoredSize / 2}, "o", exp)
-			var oe *objectio.Error
-			if !store.IsStoreError(err) || errors.As(err, &oe) {
-				t.Fatalf("%v (%T): want the store's error, not a mismatch", err, err)
-			}
-		})
-	}
+	eachEncoding(t, func(t *testing.T, ec encCase, st *memstore.Store) {
+		exp := put(t, st, "o", data(3<<20, 9), ec, k)
+		_, _, err := open(failingStore{Store: st, limit: exp.StoredSize / 2}, "o", exp)
+		var oe *objectio.Error
+		if !store.IsStoreError(err) || errors.As(err, &oe) {
+			t.Fatalf("%v (%T): want the store's error, not a mismatch", err, err)
+		}
+	})
 }
 
 func TestCloseEarly(t *testing.T) {

@@ -213,11 +213,7 @@ func deleteEscrows(ctx context.Context, st store.Store, acts []*EscrowAction, st
 	if len(acts) == 0 {
 		return
 	}
-	keys := make([]string, len(acts))
-	for i, a := range acts {
-		keys[i] = a.Key
-	}
-	failed := storeDelete(ctx, st, keys, stats)
+	failed := storeDeleteEach(ctx, st, acts, func(a *EscrowAction) string { return a.Key }, stats)
 	for _, a := range acts {
 		if err, ok := failed[a.Key]; ok {
 			a.fail(fmt.Errorf("cluster %s: delete escrow %s: %w", a.ClusterID, a.Key, err))

@@ -12,7 +12,6 @@ import (
 	"github.com/armada/etcd-recovery/internal/retention"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/testing/faults"
-	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
 
@@ -50,10 +49,8 @@ func escrowActions(rep *prune.PruneReport, cluster string) map[string]prune.Escr
 // calls escrow keys unknown.
 func TestPruneEscrowFollowsItsBackups(t *testing.T) {
 	t.Parallel()
-	sr := testfix.NewStoreRig(t)
-	st, l := sr.Store, sr.Layout
+	st, l, now := storeRig(t)
 	ctx := context.Background()
-	now := time.Now().UTC()
 	a, b := testfix.EscrowAddress("A"), testfix.EscrowAddress("B")
 	old := testfix.PutEscrowBackup(t, st, l, "esc-a", now.Add(-3*time.Hour), testfix.StoredEscrow(catalog.EscrowPresent, a))
 	mid := testfix.PutEscrowBackup(t, st, l, "esc-a", now.Add(-2*time.Hour), testfix.StoredEscrow(catalog.EscrowPresent, b))
@@ -145,10 +142,8 @@ func TestPruneEscrowFollowsItsBackups(t *testing.T) {
 // still names, and one no backup names that is younger than the grace.
 func TestDeleteAllBackupsRemovesEscrows(t *testing.T) {
 	t.Parallel()
-	sr := testfix.NewStoreRig(t)
-	st, l := sr.Store, sr.Layout
+	st, l, now := storeRig(t)
 	ctx := context.Background()
-	now := time.Now().UTC()
 	a, b := testfix.EscrowAddress("A"), testfix.EscrowAddress("B")
 	first := testfix.PutEscrowBackup(t, st, l, "esc-d", now.Add(-3*time.Hour), testfix.StoredEscrow(catalog.EscrowPresent, a))
 	testfix.PutEscrowBackup(t, st, l, "esc-d", now.Add(-2*time.Hour), testfix.StoredEscrow(catalog.EscrowPresent, b))
@@ -221,22 +216,13 @@ func TestDeleteAllBackupsRemovesEscrows(t *testing.T) {
 // the orphan grace; a live cluster's escrows are never touched.
 func TestOrphanEscrowsGoWithTheBackups(t *testing.T) {
 	t.Parallel()
-	sr := testfix.NewStoreRig(t)
-	st, l := sr.Store, sr.Layout
+	st, l, now := storeRig(t)
 	ctx := context.Background()
-	now := time.Now().UTC()
-	if _, _, err := prune.ClaimPrefix(ctx, st, l, "kubx-etcd-01", now); err != nil {
-		t.Fatal(err)
-	}
+	opts := orphanPasses(t, st, l, now, "esc-live")
 	a := testfix.EscrowAddress("A")
 	testfix.PutEscrowBackup(t, st, l, "esc-gone", now.Add(-2*time.Hour), testfix.StoredEscrow(catalog.EscrowPresent, a))
 	leftover := testfix.PutEscrowObject(t, st, l, "esc-leftover", testfix.EscrowAddress("left"))
 	testfix.PutEscrowBackup(t, st, l, "esc-live", now.Add(-2*time.Hour), testfix.StoredEscrow(catalog.EscrowPresent, a))
-	opts := func(at time.Time) prune.OrphanOptions {
-		return prune.OrphanOptions{Store: st, Layout: l, Namespace: "kubx-etcd-01", Grace: prune.MinOrphanGrace, Now: at,
-			Clusters: func(context.Context) ([]string, error) { return []string{"esc-live"}, nil },
-			Restores: func(context.Context) (map[string][]string, error) { return nil, nil }}
-	}
 	// First seen: a marker, nothing deleted; the leftover escrow is fresh.
 	rep, err := prune.Orphans(ctx, opts(now))
 	if err != nil {
@@ -251,12 +237,7 @@ func TestOrphanEscrowsGoWithTheBackups(t *testing.T) {
 	if err != nil {
 		t.Fatalf("orphans: %v", err)
 	}
-	var gone *prune.Orphan
-	for i := range rep.Orphans {
-		if rep.Orphans[i].ClusterID == "esc-gone" {
-			gone = &rep.Orphans[i]
-		}
-	}
+	gone := orphanOf(rep, "esc-gone")
 	if gone == nil || gone.State != prune.OrphanDeleted || len(gone.Escrows) != 1 || gone.Escrows[0].Action != prune.ActionDeleted {
 		t.Errorf("orphan esc-gone: %+v; want deleted with its escrow", gone)
 	}
@@ -272,10 +253,8 @@ func TestOrphanEscrowsGoWithTheBackups(t *testing.T) {
 // within 30 days; -o json has the EscrowRef.
 func TestListShowsEscrow(t *testing.T) {
 	t.Parallel()
-	sr := testfix.NewStoreRig(t)
-	st, l := sr.Store, sr.Layout
+	st, l, now := storeRig(t)
 	ctx := context.Background()
-	now := time.Now().UTC()
 	soon, late := now.Add(10*24*time.Hour), now.Add(60*24*time.Hour)
 	names := map[string]string{
 		"-":        testfix.PutEscrowBackup(t, st, l, "esc-l", now.Add(-5*time.Hour), nil),
@@ -340,11 +319,8 @@ func TestListShowsEscrow(t *testing.T) {
 // marker, and that is no failure; once the lock has ended a prune deletes it.
 func TestPruneRetainsLockedEscrow(t *testing.T) {
 	t.Parallel()
-	m := testenv.SharedMinIO(t)
-	st := testfix.Store(t, m, m.NewLockedBucket(t))
-	l := catalog.Layout{Prefix: testenv.Prefix(t)}
+	st, l, now := lockedStoreRig(t)
 	ctx := context.Background()
-	now := time.Now().UTC()
 	testfix.PutEscrowBackup(t, st, l, "esc-lock", now.Add(-time.Hour), testfix.StoredEscrow(catalog.EscrowPresent, testfix.EscrowAddress("named")))
 	locked := testfix.PutEscrowObject(t, st, l, "esc-lock", testfix.EscrowAddress("locked"))
 	until := now.Add(4 * time.Hour).Truncate(time.Second)
@@ -435,11 +411,8 @@ func TestPruneEscrowRecheck(t *testing.T) {
 // retention reaches at least the newest backup's.
 func TestPruneRelockExtendsEscrow(t *testing.T) {
 	t.Parallel()
-	m := testenv.SharedMinIO(t)
-	st := testfix.Store(t, m, m.NewLockedBucket(t))
-	l := catalog.Layout{Prefix: testenv.Prefix(t)}
+	st, l, now := lockedStoreRig(t)
 	ctx := context.Background()
-	now := time.Now().UTC()
 	addr := testfix.EscrowAddress("relock")
 	name := testfix.PutEscrowBackup(t, st, l, "esc-relock", now.Add(-time.Hour), testfix.StoredEscrow(catalog.EscrowPresent, addr))
 	rep, err := prune.Prune(ctx, prune.PruneOptions{Store: st, Layout: l, ClusterIDs: []string{"esc-relock"}, Policy: escrowPolicy(), Now: now,

@@ -3,8 +3,10 @@ package prune
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/usage"
 )
 
@@ -76,3 +78,18 @@ func (o OrphanOptions) Validate() error {
 
 // errNoStore is the wiring error of a function called without a store.
 var errNoStore = errors.New("no object store")
+
+// checkDelete is the start of Delete and DeleteAll: their options' check
+// (valid is its result), a store, and the log (discarded when nil).
+func checkDelete(valid error, st store.Store, log *slog.Logger) (*slog.Logger, error) {
+	if valid != nil {
+		return nil, valid
+	}
+	if st == nil {
+		return nil, fmt.Errorf("delete: %w", errNoStore)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return log, nil
+}

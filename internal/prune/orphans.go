@@ -851,15 +851,9 @@ type DeleteAllReport struct {
 // Whether the cluster still exists is the caller's check. It lists
 // everything before deleting anything; a listing failure deletes nothing.
 func DeleteAll(ctx context.Context, opts DeleteAllOptions) (*DeleteAllReport, error) {
-	if err := opts.Validate(); err != nil {
+	log, err := checkDelete(opts.Validate(), opts.Store, opts.Log)
+	if err != nil {
 		return nil, err
-	}
-	if opts.Store == nil {
-		return nil, fmt.Errorf("delete: %w", errNoStore)
-	}
-	log := opts.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
 	}
 	if opts.Reason == "" {
 		opts.Reason = "deleted on request: every backup of the cluster (--all)"

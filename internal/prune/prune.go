@@ -1025,6 +1025,15 @@ func (a *BackupAction) fail(err error) {
 	a.Action, a.Err, a.Error = ActionFailed, err, err.Error()
 }
 
+// storeDeleteEach is storeDelete of the key of each of acts.
+func storeDeleteEach[A any](ctx context.Context, st store.Store, acts []A, key func(A) string, stats *StoreStats) map[string]error {
+	keys := make([]string, len(acts))
+	for i, a := range acts {
+		keys[i] = key(a)
+	}
+	return storeDelete(ctx, st, keys, stats)
+}
+
 // storeDelete deletes keys and returns the keys that may still exist. An
 // error that is not a *DeleteError leaves every key's fate unknown: all
 // count as failed.
@@ -1127,15 +1136,9 @@ type DeleteReport struct {
 // wrapping a *DeleteError. Its steps: listDelete, refuseDelete,
 // deleteActions, deleteBackups and deleteOutcome, in that order.
 func Delete(ctx context.Context, opts DeleteOptions) (*DeleteReport, error) {
-	if err := opts.Validate(); err != nil {
+	log, err := checkDelete(opts.Validate(), opts.Store, opts.Log)
+	if err != nil {
 		return nil, err
-	}
-	if opts.Store == nil {
-		return nil, fmt.Errorf("delete: %w", errNoStore)
-	}
-	log := opts.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
 	}
 	var names []string
 	for _, n := range opts.Names {

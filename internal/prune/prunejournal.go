@@ -132,11 +132,7 @@ func deleteSegments(ctx context.Context, st store.Store, acts []*SegmentAction, 
 		return
 	}
 	slices.SortStableFunc(acts, func(a, b *SegmentAction) int { return cmp.Compare(a.FirstRev, b.FirstRev) })
-	keys := make([]string, len(acts))
-	for i, a := range acts {
-		keys[i] = a.Key
-	}
-	failed := storeDelete(ctx, st, keys, stats)
+	failed := storeDeleteEach(ctx, st, acts, func(a *SegmentAction) string { return a.Key }, stats)
 	for _, a := range acts {
 		if err, ok := failed[a.Key]; ok {
 			a.Action, a.Err = ActionFailed, fmt.Errorf("cluster %s: delete journal segment %s: %w", a.ClusterID, a.Key, err)

@@ -43,10 +43,8 @@ func putUndeleteRecords(tb testing.TB, st store.Store, l catalog.Layout, cluster
 // bucket.
 func TestUndeleteRecordsGoWithTheLastBackup(t *testing.T) {
 	t.Parallel()
-	sr := testfix.NewStoreRig(t)
-	st, l := sr.Store, sr.Layout
+	st, l, now := storeRig(t)
 	ctx := context.Background()
-	now := time.Now().UTC()
 	for i := range 3 {
 		testfix.PutEscrowBackup(t, st, l, "und-d", now.Add(-time.Duration(3-i)*time.Hour), nil)
 	}
@@ -134,22 +132,13 @@ func TestUndeleteRecordsStayWithALockedBackup(t *testing.T) {
 // once its grace has passed, and never a live cluster's.
 func TestOrphanUndeleteRecordsGoWithTheBackups(t *testing.T) {
 	t.Parallel()
-	sr := testfix.NewStoreRig(t)
-	st, l := sr.Store, sr.Layout
+	st, l, now := storeRig(t)
 	ctx := context.Background()
-	now := time.Now().UTC()
-	if _, _, err := prune.ClaimPrefix(ctx, st, l, "kubx-etcd-01", now); err != nil {
-		t.Fatal(err)
-	}
+	opts := orphanPasses(t, st, l, now, "und-live")
 	testfix.PutEscrowBackup(t, st, l, "und-gone", now.Add(-2*time.Hour), nil)
 	testfix.PutEscrowBackup(t, st, l, "und-live", now.Add(-2*time.Hour), nil)
 	putUndeleteRecords(t, st, l, "und-gone", now.Add(-time.Hour))
 	live := putUndeleteRecords(t, st, l, "und-live", now.Add(-time.Hour))
-	opts := func(at time.Time) prune.OrphanOptions {
-		return prune.OrphanOptions{Store: st, Layout: l, Namespace: "kubx-etcd-01", Grace: prune.MinOrphanGrace, Now: at,
-			Clusters: func(context.Context) ([]string, error) { return []string{"und-live"}, nil },
-			Restores: func(context.Context) (map[string][]string, error) { return nil, nil }}
-	}
 	rep, err := prune.Orphans(ctx, opts(now))
 	if err != nil {
 		t.Fatalf("orphans: %v", err)
@@ -164,12 +153,7 @@ func TestOrphanUndeleteRecordsGoWithTheBackups(t *testing.T) {
 	if err != nil {
 		t.Fatalf("orphans: %v", err)
 	}
-	var gone *prune.Orphan
-	for i := range rep.Orphans {
-		if rep.Orphans[i].ClusterID == "und-gone" {
-			gone = &rep.Orphans[i]
-		}
-	}
+	gone := orphanOf(rep, "und-gone")
 	if gone == nil || gone.State != prune.OrphanDeleted || len(gone.UndeleteRecords) != 2 {
 		t.Errorf("orphan und-gone: %+v; want deleted with its 2 undelete records", gone)
 	}

@@ -38,28 +38,10 @@ func (s *Store) PutWith(ctx context.Context, key string, r io.Reader, opts store
 	if !ok {
 		return store.PutWithoutLocker(ctx, s, s.inner, key, r, opts)
 	}
-	seeker, isSeeker := r.(io.Seeker)
-	if opts.IfAbsent || !isSeeker {
+	if opts.IfAbsent {
 		return l.PutWith(ctx, key, r, opts)
 	}
-	start, err := seeker.Seek(0, io.SeekCurrent)
-	if err != nil {
-		return l.PutWith(ctx, key, r, opts)
-	}
-	var res store.PutResult
-	first := true
-	err = s.do(ctx, func() error {
-		if !first {
-			if _, serr := seeker.Seek(start, io.SeekStart); serr != nil {
-				return store.Permanent(serr)
-			}
-		}
-		first = false
-		var err error
-		res, err = l.PutWith(ctx, key, r, opts)
-		return err
-	})
-	return res, err
+	return putRepeated(ctx, s, r, func() (store.PutResult, error) { return l.PutWith(ctx, key, r, opts) })
 }
 
 // SetRetention implements store.Locker (repeated: setting it twice is

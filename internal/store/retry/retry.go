@@ -98,15 +98,22 @@ func (s *Store) do(ctx context.Context, fn func() error) error {
 
 // Put implements store.Store; see the package comment for when it repeats.
 func (s *Store) Put(ctx context.Context, key string, r io.Reader) (int64, error) {
+	return putRepeated(ctx, s, r, func() (int64, error) { return s.inner.Put(ctx, key, r) })
+}
+
+// putRepeated is put of body r, repeated as s repeats a call, each attempt
+// after the first reading r again from where it stood; tried once when r
+// cannot seek back.
+func putRepeated[T any](ctx context.Context, s *Store, r io.Reader, put func() (T, error)) (T, error) {
 	seeker, ok := r.(io.Seeker)
 	if !ok {
-		return s.inner.Put(ctx, key, r)
+		return put()
 	}
 	start, err := seeker.Seek(0, io.SeekCurrent)
 	if err != nil {
-		return s.inner.Put(ctx, key, r)
+		return put()
 	}
-	var n int64
+	var res T
 	first := true
 	err = s.do(ctx, func() error {
 		if !first {
@@ -116,10 +123,10 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader) (int64, error)
 		}
 		first = false
 		var err error
-		n, err = s.inner.Put(ctx, key, r)
+		res, err = put()
 		return err
 	})
-	return n, err
+	return res, err
 }
 
 // PutIfAbsent implements store.Conditional (never repeated; Put when the

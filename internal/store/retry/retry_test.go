@@ -14,6 +14,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/store/retry"
 	"github.com/armada/etcd-recovery/internal/testing/faults"
 	"github.com/armada/etcd-recovery/internal/testing/storetest"
+	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
 
 var fast = retry.Policy{MaxRetries: 3, MinBackoff: time.Millisecond, MaxBackoff: 4 * time.Millisecond}
@@ -95,16 +96,7 @@ func TestRetries(t *testing.T) {
 
 func read(t *testing.T, st store.Store, key string) string {
 	t.Helper()
-	rc, err := st.Get(context.Background(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
-	b, err := io.ReadAll(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
+	return string(testfix.ReadObject(t, st, key))
 }
 
 // Locker and Versioner pass through: the suite's lock and version cases on

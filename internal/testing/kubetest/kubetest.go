@@ -435,6 +435,28 @@ func AddEtcdClusters(tb testing.TB, cs kubernetes.Interface, dyn dynamic.Interfa
 	return clusters
 }
 
+// AddSAFleet sets up a namespace as backup --all finds it: the COS secret
+// for m in namespace and in each of others, an unrelated secret in
+// namespace, n EtcdClusters there (AddEtcdClusters); it returns them with a
+// token of the namespace's etcd-recovery service account and a client
+// with it.
+func AddSAFleet(tb testing.TB, k *testenv.KubeAPIServer, a *Applier, admin kubernetes.Interface, m *testenv.MinIO, namespace string, others []string, n int) (clusters []Cluster, token string, sa *kube.Client) {
+	tb.Helper()
+	for _, ns := range append([]string{namespace}, others...) {
+		CreateCOSSecret(tb, admin, ns, m)
+	}
+	if _, err := admin.CoreV1().Secrets(namespace).Create(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "unrelated"}, StringData: map[string]string{"x": "y"}}, metav1.CreateOptions{}); err != nil {
+		tb.Fatal(err)
+	}
+	clusters = AddEtcdClusters(tb, admin, k.Dynamic(tb, ""), a, namespace, n)
+	token = SAToken(tb, admin, namespace, "etcd-recovery")
+	sa, err := kube.New(kube.Config{Rest: k.RestConfig(token), Namespace: namespace})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return clusters, token, sa
+}
+
 // EtcdRestoreObj is an EtcdRestore of cluster from an S3 path (for
 // dry-run creates: RBAC checks).
 func EtcdRestoreObj(cluster string) *unstructured.Unstructured {

@@ -2,7 +2,6 @@ package testenv
 
 import (
 	"net"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -24,11 +23,11 @@ type LinkProxy struct {
 	bps    float64       // bytes per second a direction; 0: unlimited
 	ln     net.Listener
 
+	conns connSet
+
 	mu    sync.Mutex
 	free  [2]time.Time // by Direction: when the link is free to send again
 	moved [2]int64     // bytes forwarded, by Direction
-	conns map[net.Conn]struct{}
-	done  bool
 }
 
 // StartLinkProxy starts a shaped link to target (host:port) with the given
@@ -36,17 +35,8 @@ type LinkProxy struct {
 // bandwidth limit). It is closed when tb's test ends.
 func StartLinkProxy(tb testing.TB, target string, rtt time.Duration, bitsPerSecond int64) *LinkProxy {
 	tb.Helper()
-	var ln net.Listener
-	var err error
-	for try := 0; try < 5; try++ {
-		if ln, err = net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(tb)))); err == nil {
-			break
-		}
-	}
-	if err != nil {
-		tb.Fatalf("testenv: link proxy listen: %v", err)
-	}
-	p := &LinkProxy{Addr: ln.Addr().String(), target: target, delay: rtt / 2, bps: float64(bitsPerSecond) / 8, ln: ln, conns: map[net.Conn]struct{}{}}
+	ln := listenLoopback(tb, "link proxy")
+	p := &LinkProxy{Addr: ln.Addr().String(), target: target, delay: rtt / 2, bps: float64(bitsPerSecond) / 8, ln: ln}
 	go p.serve()
 	tb.Cleanup(p.Close)
 	return p
@@ -64,28 +54,8 @@ func (p *LinkProxy) Moved(d Direction) int64 {
 
 // Close stops the listener and closes every connection.
 func (p *LinkProxy) Close() {
-	p.mu.Lock()
-	p.done = true
-	for c := range p.conns {
-		c.Close()
-	}
-	p.mu.Unlock()
+	p.conns.close()
 	p.ln.Close()
-}
-
-func (p *LinkProxy) track(c net.Conn, add bool) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if add {
-		if p.done {
-			c.Close()
-			return false
-		}
-		p.conns[c] = struct{}{}
-	} else {
-		delete(p.conns, c)
-	}
-	return true
 }
 
 func (p *LinkProxy) serve() {
@@ -94,7 +64,7 @@ func (p *LinkProxy) serve() {
 		if err != nil {
 			return
 		}
-		if !p.track(c, true) {
+		if !p.conns.track(c, true) {
 			continue
 		}
 		go p.pipe(c)
@@ -102,16 +72,16 @@ func (p *LinkProxy) serve() {
 }
 
 func (p *LinkProxy) pipe(client net.Conn) {
-	defer p.track(client, false)
+	defer p.conns.track(client, false)
 	defer client.Close()
 	up, err := net.DialTimeout("tcp", p.target, 5*time.Second)
 	if err != nil {
 		return
 	}
-	if !p.track(up, true) {
+	if !p.conns.track(up, true) {
 		return
 	}
-	defer p.track(up, false)
+	defer p.conns.track(up, false)
 	defer up.Close()
 	var wg sync.WaitGroup
 	wg.Add(2)

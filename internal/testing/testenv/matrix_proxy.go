@@ -4,7 +4,6 @@ import (
 	"io"
 	"net"
 	"regexp"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -30,7 +29,8 @@ type FaultProxy struct {
 	Addr   string // 127.0.0.1:port
 	target string
 
-	ln net.Listener
+	ln    net.Listener
+	conns connSet
 
 	mu        sync.Mutex
 	blackhole bool
@@ -39,10 +39,8 @@ type FaultProxy struct {
 	allHolds  []*ProxyHold
 	requests  []string
 	accepted  int
-	upstreams int // open connections to the target
-	conns     map[net.Conn]struct{}
+	upstreams int           // open connections to the target
 	changed   chan struct{} // closed and replaced on every state change
-	closed    bool
 }
 
 // Direction is a direction of a FaultProxy's traffic.
@@ -122,23 +120,8 @@ func (h *ProxyHold) Drop() {
 // tb's test ends (held connections are dropped).
 func StartFaultProxy(tb testing.TB, target string) *FaultProxy {
 	tb.Helper()
-	// A reserved port can still lose the bind race to a process that picks
-	// ports some other way (seen once in ~10 matrix runs beside other
-	// packages): take another reserved port then, a few times at most.
-	var ln net.Listener
-	var err error
-	for try := 0; try < 5; try++ {
-		port := FreePort(tb)
-		if ln, err = net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
-			break
-		}
-		tb.Logf("testenv: fault proxy listen on port %d: %v; taking another port", port, err)
-	}
-	if err != nil {
-		tb.Fatalf("testenv: fault proxy listen: %v", err)
-	}
-	p := &FaultProxy{Addr: ln.Addr().String(), target: target, ln: ln,
-		conns: map[net.Conn]struct{}{}, changed: make(chan struct{})}
+	ln := listenLoopback(tb, "fault proxy")
+	p := &FaultProxy{Addr: ln.Addr().String(), target: target, ln: ln, changed: make(chan struct{})}
 	go p.serve()
 	tb.Cleanup(p.Close)
 	return p
@@ -221,16 +204,11 @@ func (p *FaultProxy) Requests() []string {
 
 // Close stops the listener and closes every connection; held ones are dropped.
 func (p *FaultProxy) Close() {
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
+	if !p.conns.close() {
 		return
 	}
-	p.closed = true
+	p.mu.Lock()
 	holds := p.allHolds
-	for c := range p.conns {
-		c.Close()
-	}
 	p.mu.Unlock()
 	p.ln.Close()
 	for _, h := range holds {
@@ -241,21 +219,6 @@ func (p *FaultProxy) Close() {
 func (p *FaultProxy) notifyLocked() {
 	close(p.changed)
 	p.changed = make(chan struct{})
-}
-
-func (p *FaultProxy) track(c net.Conn, add bool) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if add {
-		if p.closed {
-			c.Close()
-			return false
-		}
-		p.conns[c] = struct{}{}
-	} else {
-		delete(p.conns, c)
-	}
-	return true
 }
 
 func (p *FaultProxy) serve() {
@@ -269,14 +232,14 @@ func (p *FaultProxy) serve() {
 		bh := p.blackhole
 		p.notifyLocked()
 		p.mu.Unlock()
-		if !p.track(c, true) {
+		if !p.conns.track(c, true) {
 			continue
 		}
 		if bh {
 			go func() { // read and discard until the client goes away
 				_, _ = io.Copy(io.Discard, c)
 				c.Close()
-				p.track(c, false)
+				p.conns.track(c, false)
 			}()
 			continue
 		}
@@ -285,13 +248,13 @@ func (p *FaultProxy) serve() {
 }
 
 func (p *FaultProxy) pipe(client net.Conn) {
-	defer p.track(client, false)
+	defer p.conns.track(client, false)
 	defer client.Close()
 	up, err := net.DialTimeout("tcp", p.target, 5*time.Second)
 	if err != nil {
 		return // the client sees the connection closed: as a dead server
 	}
-	if !p.track(up, true) {
+	if !p.conns.track(up, true) {
 		return
 	}
 	p.mu.Lock()
@@ -319,7 +282,7 @@ func (p *FaultProxy) pipe(client net.Conn) {
 	}
 	<-done
 	up.Close()
-	p.track(up, false)
+	p.conns.track(up, false)
 	p.mu.Lock()
 	p.upstreams--
 	p.notifyLocked()

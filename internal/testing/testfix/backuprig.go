@@ -8,6 +8,7 @@ import (
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/store/cos"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 )
@@ -54,4 +55,27 @@ func (r *BackupRig) Listed(tb testing.TB, id string) []catalog.Listed {
 // DebugLogger logs at debug level into the test's log.
 func DebugLogger(tb testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(tbWriter{tb}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// NewestSince is cluster's newest committed backup started after since, of
+// kind unless kind is ""; it fails tb when there is none.
+func NewestSince(tb testing.TB, ctx context.Context, st store.Store, layout catalog.Layout, cluster string, kind catalog.Kind, since time.Time) *catalog.Manifest {
+	tb.Helper()
+	list, err := catalog.ListBackups(ctx, st, layout, cluster)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var best *catalog.Manifest
+	for _, l := range list {
+		if l.Manifest != nil && (kind == "" || l.Manifest.Kind == kind) && l.Manifest.StartedAt.After(since) && (best == nil || l.Manifest.StartedAt.After(best.StartedAt)) {
+			best = l.Manifest
+		}
+	}
+	if best == nil {
+		if kind == "" {
+			tb.Fatalf("%s: no backup committed since %v", cluster, since)
+		}
+		tb.Fatalf("%s: no committed %s backup", cluster, kind)
+	}
+	return best
 }

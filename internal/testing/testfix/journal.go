@@ -66,3 +66,23 @@ func WaitJournalReach(tb testing.TB, ctx context.Context, st store.Store, layout
 		}
 	}
 }
+
+// AppendWatched appends watched events to out as the journal records them,
+// independently of Capture: Sub is the event's index within its revision
+// (the order of a txn's changes), counted on from out's last event; a
+// delete holds only its key.
+func AppendWatched(out []journal.Event, evs []*clientv3.Event) []journal.Event {
+	for _, ev := range evs {
+		kv := ev.Kv
+		var sub int64
+		if n := len(out); n > 0 && out[n-1].Rev == kv.ModRevision {
+			sub = out[n-1].Sub + 1
+		}
+		e := journal.Event{Rev: kv.ModRevision, Sub: sub, Type: journal.Put, Key: kv.Key, Value: kv.Value, CreateRev: kv.CreateRevision, Version: kv.Version, Lease: kv.Lease}
+		if ev.Type == clientv3.EventTypeDelete {
+			e = journal.Event{Rev: kv.ModRevision, Sub: sub, Type: journal.Delete, Key: kv.Key}
+		}
+		out = append(out, e)
+	}
+	return out
+}

@@ -169,3 +169,30 @@ func Keys(tb testing.TB, st store.Store, prefix string) []string {
 	}
 	return keys
 }
+
+// Sums is every object under l's prefix on st, by key, and its sha256.
+func Sums(tb testing.TB, st store.Store, l catalog.Layout) map[string]string {
+	tb.Helper()
+	out := map[string]string{}
+	for _, k := range Keys(tb, st, l.RootPrefix()) {
+		out[k] = SHA256(ReadObject(tb, st, k))
+	}
+	return out
+}
+
+// DeleteUnder deletes every object under prefix of st ("" is the whole
+// bucket): a site lost to its own credential.
+func DeleteUnder(tb testing.TB, ctx context.Context, st store.Store, prefix string) {
+	tb.Helper()
+	objs, err := st.List(ctx, prefix)
+	if err != nil {
+		tb.Fatalf("list %s: %v", prefix, err)
+	}
+	keys := make([]string, len(objs))
+	for i, o := range objs {
+		keys[i] = o.Key
+	}
+	if err := st.Delete(ctx, keys); err != nil {
+		tb.Fatalf("delete under %q: %v", prefix, err)
+	}
+}

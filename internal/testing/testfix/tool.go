@@ -110,3 +110,24 @@ func LastLines(s string, n int) string {
 	}
 	return strings.Join(l, "\n")
 }
+
+// StartExit starts cmd and returns where its exit code will arrive once it
+// has been waited for: -1 when it did not exit with a status (a signal, or
+// a failure of the wait itself).
+func StartExit(tb testing.TB, cmd *exec.Cmd) <-chan int {
+	tb.Helper()
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	done := make(chan int, 1)
+	go func() {
+		err := cmd.Wait()
+		code := cmd.ProcessState.ExitCode()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			code = -1
+		}
+		done <- code
+	}()
+	return done
+}

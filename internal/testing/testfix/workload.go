@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -347,10 +348,10 @@ func Leases(tb testing.TB, ctx context.Context, cli *clientv3.Client) map[int64]
 	return out
 }
 
-// SameKeyspace fails tb unless got is want key by key (Dump's form) and
-// gotLeases are wantLeases (id to granted TTL); what names the restore.
-func SameKeyspace(tb testing.TB, what string, want, got map[string]string, wantLeases, gotLeases map[int64]int64) {
-	tb.Helper()
+// KeyDiffs names, unsorted, each key whose value in got is not want's
+// ("k: got …, want …") and each key of got that want lacks ("k: not in
+// the source"); none when the dumps are equal.
+func KeyDiffs(want, got map[string]string) []string {
 	var diffs []string
 	for k, v := range want {
 		if got[k] != v {
@@ -362,6 +363,14 @@ func SameKeyspace(tb testing.TB, what string, want, got map[string]string, wantL
 			diffs = append(diffs, k+": not in the source")
 		}
 	}
+	return diffs
+}
+
+// SameKeyspace fails tb unless got is want key by key (Dump's form) and
+// gotLeases are wantLeases (id to granted TTL); what names the restore.
+func SameKeyspace(tb testing.TB, what string, want, got map[string]string, wantLeases, gotLeases map[int64]int64) {
+	tb.Helper()
+	diffs := KeyDiffs(want, got)
 	for id, ttl := range wantLeases {
 		if g, ok := gotLeases[id]; !ok || g != ttl {
 			diffs = append(diffs, fmt.Sprintf("lease %x: granted TTL %d (present %v), want %d", id, g, ok, ttl))
@@ -377,4 +386,40 @@ func SameKeyspace(tb testing.TB, what string, want, got map[string]string, wantL
 		tb.Fatalf("%s differs from the source in %d keys or leases (of %d keys, %d leases): %s", what, len(diffs), len(want), len(wantLeases),
 			strings.Join(diffs[:min(6, len(diffs))], "; "))
 	}
+}
+
+// StartRestoredMember starts an etcd 3.5 member r0 on a restore's one data
+// dir (dataDir, with the restore's cluster token) at client and peer, waits
+// until it is ready and returns a client of it (closed at the test's end).
+func StartRestoredMember(tb testing.TB, dataDir, token, client, peer string) *clientv3.Client {
+	tb.Helper()
+	mem := testenv.StartEtcdMember(tb, testenv.MemberSpec{Version: testenv.V35, Name: "r0", DataDir: dataDir,
+		ClientURL: client, PeerURL: peer, InitialClusterToken: token})
+	mem.WaitReady(tb)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{client}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// Txns records a workload's transactions: Do takes what a
+// cli.Txn(ctx)….Commit() returns, fails the test on an error and keeps
+// the revision of the last one in Rev.
+type Txns struct {
+	tb  testing.TB
+	Rev int64
+}
+
+// NewTxns is a Txns of the test tb.
+func NewTxns(tb testing.TB) *Txns { return &Txns{tb: tb} }
+
+// Do records one transaction's commit.
+func (x *Txns) Do(r *clientv3.TxnResponse, err error) {
+	x.tb.Helper()
+	if err != nil {
+		x.tb.Fatalf("workload: %v", err)
+	}
+	x.Rev = r.Header.Revision
 }
