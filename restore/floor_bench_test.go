@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"net/url"
 	"os"
@@ -53,9 +54,9 @@ import (
 //
 // It prints the steps, the tool's time against the floor (target ≤ 1.3×),
 // its peak RSS (target ≤ 256 MiB) and the peak disk the run used against
-// the members' databases (target ≤ 1.1× the database per member; sampled
-// with statfs on the data dirs' file system, which also holds the
-// scratch).
+// the members' databases (target ≤ 1.1× the database per member; the
+// blocks allocated under the data dirs' root, which also holds the
+// scratch, sampled every 50 ms).
 func BenchmarkRestoreFloor(b *testing.B) {
 	sizeMB := testfix.BenchInt("BENCH_FLOOR_MB", 1024)
 	mbit := testfix.BenchInt("BENCH_FLOOR_MBIT", 1000)
@@ -69,7 +70,7 @@ func BenchmarkRestoreFloor(b *testing.B) {
 		rtt = d
 	}
 	tool := testfix.Tool(b)
-	src := testenv.StartEtcd(b, testenv.EtcdOptions{Version: testenv.V35, Members: 1, TLS: true, QuotaBackendBytes: 10 << 30})
+	src := testenv.StartEtcd(b, testenv.EtcdOptions{Version: testenv.V35, Members: 1, TLS: true, QuotaBackendBytes: 8 << 30})
 	pki := src.PKI
 	mi := testenv.StartMinIOTLS(b)
 	bucket := mi.NewBucket(b)
@@ -114,6 +115,11 @@ func BenchmarkRestoreFloor(b *testing.B) {
 		b.Fatal(err)
 	}
 	diskBps := measureDiskWrite(b, root, int64(diskMB)<<20)
+	// One GET of the stored object through the link, to /dev/null (curl):
+	// what one connection carries over it.
+	objURL := link.URL(u.Scheme) + "/" + bucket + "/" + catalog.Layout{Prefix: "floor"}.Key(cluster, man.Name, man.Snapshot.Object)
+	curlGet, _ := testfix.RunBench(b, env, "curl", "-fsS", "-K", testfix.CurlConfig(b, dir, mi), "--cacert", mi.CAFile,
+		"--aws-sigv4", "aws:amz:"+mi.Region+":s3", "-o", "/dev/null", objURL)
 	const members = 3
 	wire := time.Duration(float64(stored*8) / (float64(mbit) * 1e6) * float64(time.Second))
 	disk := time.Duration(float64(members*dbBytes) / diskBps * float64(time.Second))
@@ -133,19 +139,20 @@ func BenchmarkRestoreFloor(b *testing.B) {
 	if d := os.Getenv("BENCH_PROFILE_DIR"); d != "" {
 		args = append([]string{"--cpu-profile", filepath.Join(d, "restore-floor.pprof")}, args...)
 	}
+	if os.Getenv("BENCH_VERBOSE") != "" {
+		args = append([]string{"--log-level", "debug"}, args...)
+	}
 	if err := os.MkdirAll(filepath.Join(root, "scratch"), 0o700); err != nil {
 		b.Fatal(err)
 	}
-	free0 := freeBytes(b, root)
-	var minFree atomic.Int64
-	minFree.Store(free0)
+	var peakDisk atomic.Int64
 	stopDisk := make(chan struct{})
 	diskDone := make(chan struct{})
 	go func() {
 		defer close(diskDone)
 		for {
-			if f := freeBytes(b, root); f < minFree.Load() {
-				minFree.Store(f)
+			if n := allocatedBytes(root); n > peakDisk.Load() {
+				peakDisk.Store(n)
 			}
 			select {
 			case <-stopDisk:
@@ -214,20 +221,30 @@ func BenchmarkRestoreFloor(b *testing.B) {
 			m.Kill()
 		}
 	}()
+	// All at once, as the cluster's pods start.
+	var specs []testenv.MemberSpec
 	for _, m := range ms {
-		started = append(started, testenv.StartEtcdMember(b, testenv.MemberSpec{Version: testenv.V35, Name: m.name, DataDir: filepath.Join(root, m.name+".etcd"),
-			ClientURL: m.clientURL, PeerURL: m.peerURL, InitialCluster: ic, InitialClusterToken: token, PKI: pki}))
+		specs = append(specs, testenv.MemberSpec{Version: testenv.V35, Name: m.name, DataDir: filepath.Join(root, m.name+".etcd"),
+			ClientURL: m.clientURL, PeerURL: m.peerURL, InitialCluster: ic, InitialClusterToken: token, PKI: pki})
 	}
+	started = testenv.StartEtcdMembers(b, specs...)
+	listening := time.Since(start)
 	<-done
 	err = cmd.Wait()
 	total := time.Since(start)
+	if os.Getenv("BENCH_VERBOSE") != "" {
+		fmt.Fprintf(os.Stderr, "%8.2fs every member listens\n", listening.Seconds())
+		for _, m := range started {
+			logMemberMilestones(b, m.Name, m.LogFile, start)
+		}
+	}
 	rss, anon, _ := watch.Stop()
 	close(stopDisk)
 	<-diskDone
 	if err != nil || !strings.Contains(stdout.String(), `"verified": true`) {
 		b.Fatalf("restore: %v\n%s\n%s", err, stdout.String(), benchTail(logBuf.String(), 30))
 	}
-	peakDisk := free0 - minFree.Load()
+	peak := peakDisk.Load()
 
 	// The steps, from the tool's log.
 	at := func(prefix string) time.Duration {
@@ -241,25 +258,36 @@ func BenchmarkRestoreFloor(b *testing.B) {
 	var memberWrites []string
 	for _, e := range events {
 		if e.msg == "data dir written" {
-			memberWrites = append(memberWrites, fmt.Sprintf("%s %v", e.rec["member"], e.rec["duration"]))
+			d, _ := e.rec["duration"].(float64) // slog's JSON: nanoseconds
+			memberWrites = append(memberWrites, fmt.Sprintf("%s %.2fs", e.rec["member"], time.Duration(d).Seconds()))
+		}
+	}
+	if os.Getenv("BENCH_VERBOSE") != "" {
+		for _, e := range events {
+			fmt.Fprintf(os.Stderr, "%8.2fs %s", e.at.Seconds(), e.msg)
+			if checks, ok := e.rec["checks"]; ok {
+				fmt.Fprintf(os.Stderr, " %v", checks)
+			}
+			fmt.Fprintln(os.Stderr)
 		}
 	}
 	fetched := at("backup verified")
 	mib := func(n int64) float64 { return float64(n) / (1 << 20) }
 	var o bytes.Buffer
-	fmt.Fprintf(&o, "\nrestore at the floor: db %.0f MiB (%d revisions), stored %.0f MiB (zstd, age), %d members; link %d Mbit/s RTT %s; disk %.0f MB/s (fsynced)\n",
+	fmt.Fprintf(&o, "\nrestore at the floor: db %.0f MiB (revision %d), stored %.0f MiB (zstd, age), %d members; link %d Mbit/s RTT %s; disk %.0f MB/s (fsynced)\n",
 		mib(dbBytes), st.Header.Revision, mib(stored), members, mbit, rtt, diskBps/1e6)
-	fmt.Fprintf(&o, "floor %.2fs = max(stored over the link %.2fs, %d databases over the disk %.2fs)\n", floor.Seconds(), wire.Seconds(), members, disk.Seconds())
+	fmt.Fprintf(&o, "floor %.2fs = max(stored over the link %.2fs, %d databases over the disk %.2fs); one GET of the object through the link (curl) %.2fs\n",
+		floor.Seconds(), wire.Seconds(), members, disk.Seconds(), curlGet.Seconds())
 	fmt.Fprintf(&o, "%-46s %8s %8s\n", "step (from the tool's log)", "ends s", "takes s")
 	fmt.Fprintf(&o, "%-46s %8.2f %8.2f\n", "fetch: download, decrypt, decompress, hash", fetched.Seconds(), fetched.Seconds())
 	fmt.Fprintf(&o, "%-46s %8.2f %8.2f   (%s)\n", "prepare and write the data dirs", wroteAt.Seconds(), (wroteAt - fetched).Seconds(), strings.Join(memberWrites, ", "))
 	fmt.Fprintf(&o, "%-46s %8.2f %8.2f\n", "members start, serve, verified", total.Seconds(), (total - wroteAt).Seconds())
 	fmt.Fprintf(&o, "tool/floor %.2f (target <= 1.30); peak RSS %.0f MiB (anonymous %.0f; target <= 256); peak disk %.0f MiB = %.2fx the database per member (target <= 1.10)\n",
-		total.Seconds()/floor.Seconds(), mib(rss), mib(anon), mib(peakDisk), float64(peakDisk)/float64(members*dbBytes))
+		total.Seconds()/floor.Seconds(), mib(rss), mib(anon), mib(peak), float64(peak)/float64(members*dbBytes))
 	fmt.Print(o.String())
 	b.ReportMetric(total.Seconds()/floor.Seconds(), "tool/floor")
 	b.ReportMetric(mib(rss), "peak-RSS-MiB")
-	b.ReportMetric(float64(peakDisk)/float64(members*dbBytes), "disk/db-per-member")
+	b.ReportMetric(float64(peak)/float64(members*dbBytes), "disk/db-per-member")
 }
 
 // runTool runs the tool and returns its stdout; a failure fails b.
@@ -299,13 +327,23 @@ func measureDiskWrite(b *testing.B, dir string, n int64) float64 {
 	return float64(n) / time.Since(t0).Seconds()
 }
 
-// freeBytes is the bytes free to an unprivileged user in dir's file system.
-func freeBytes(b *testing.B, dir string) int64 {
-	var s syscall.Statfs_t
-	if err := syscall.Statfs(dir, &s); err != nil {
-		b.Fatal(err)
-	}
-	return int64(s.Bavail) * s.Bsize
+// allocatedBytes is the disk allocated to the files under dir (du): the
+// scratch and the data dirs, and nothing another process writes beside
+// them.
+func allocatedBytes(dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil // a file removed while walked
+		}
+		if info, err := d.Info(); err == nil {
+			if st, ok := info.Sys().(*syscall.Stat_t); ok {
+				n += st.Blocks * 512
+			}
+		}
+		return nil
+	})
+	return n
 }
 
 // fillKube writes about total bytes as a Kubernetes cluster's etcd holds
@@ -338,7 +376,7 @@ func fillKube(b *testing.B, cli *clientv3.Client, total int64) {
 					ops = append(ops, clientv3.OpPut(fmt.Sprintf("/registry/%s/ns-%03d/blob-%d-%d", kind, r.IntN(300), w, i), v))
 					n = int64(len(v))
 				} else {
-					for j := 0; j < 200; j++ {
+					for j := 0; j < 100; j++ {
 						ns := fmt.Sprintf("ns-%03d", r.IntN(300))
 						name := fmt.Sprintf("app-%x", r.Uint64())
 						pad := make([]byte, 512+r.IntN(1536))
@@ -365,5 +403,32 @@ func fillKube(b *testing.B, cli *clientv3.Client, total int64) {
 	wg.Wait()
 	if err, _ := ferr.Load().(error); err != nil {
 		b.Fatalf("fill: %v", err)
+	}
+}
+
+// logMemberMilestones prints when the member at logFile (etcd's JSON log)
+// reached the milestones of a start, relative to t0.
+func logMemberMilestones(b *testing.B, name, logFile string, t0 time.Time) {
+	f, err := os.Open(logFile)
+	if err != nil {
+		b.Logf("%s: %v", name, err)
+		return
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var rec struct {
+			TS  time.Time `json:"ts"`
+			Msg string    `json:"msg"`
+		}
+		if json.Unmarshal(sc.Bytes(), &rec) != nil {
+			continue
+		}
+		for _, m := range []string{"opened backend db", "restored mvcc store", "kvstore restored", "starting etcd server", "became leader", "became follower at term 2", "published local member", "ready to serve client requests", "serving client traffic"} {
+			if strings.HasPrefix(rec.Msg, m) {
+				fmt.Fprintf(os.Stderr, "%8.2fs %s: %s\n", rec.TS.Sub(t0).Seconds(), name, rec.Msg)
+			}
+		}
 	}
 }

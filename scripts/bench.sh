@@ -63,6 +63,17 @@ fi
 # through a real kube-apiserver) against a whole-cluster restore
 # --to-revision of the same cluster into a data dir; time per 1,000
 # objects, the ratio (~3 min).
+# BenchmarkBackupLink (backup/link_bench_test.go; BENCH_LINK_MB, default 512,
+# BENCH_LINK_MBIT, default 1000, BENCH_LINK_RTT, default 10ms): the backup
+# with the store behind a shaped link against its floor (the larger of the
+# raw snapshot stream and the stored bytes over the link) and the two-step
+# baseline, with the CPU seconds that say which bound the run (~3 min).
+# BenchmarkRestoreFloor (restore/floor_bench_test.go; BENCH_FLOOR_MB, default
+# 1024, up to etcd's 8192; BENCH_FLOOR_MBIT, BENCH_FLOOR_RTT): a restore of
+# three members from an encrypted backup behind a shaped link, step by step
+# from the tool's log, against its floor (stored bytes over the link, three
+# databases over the disk's write throughput measured in the same run),
+# peak RSS and peak disk (~4 min at 1 GiB).
 # BENCH_JOURNAL_QUICK=1 shortens the first two (10 s runs, 30 s interval at
 # 1,000 writes/s only, 10 clusters, 100,000 events only): about 5 min.
 go test -run '^$' -bench "${BENCH:-.}" -benchtime 1x -timeout "${BENCH_TIMEOUT:-90m}" ${BENCH_PKGS:-./...}

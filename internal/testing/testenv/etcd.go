@@ -163,6 +163,30 @@ func StartEtcd(tb testing.TB, opts EtcdOptions) *EtcdCluster {
 // snapshot restore. The member is killed when tb's test ends.
 func StartEtcdMember(tb testing.TB, spec MemberSpec) *EtcdMember {
 	tb.Helper()
+	return StartEtcdMembers(tb, spec)[0]
+}
+
+// StartEtcdMembers starts every member at once, as a cluster's pods start,
+// and then waits for each to listen: StartEtcdMember one after the other
+// waits for each member's backend to load before the next one starts.
+func StartEtcdMembers(tb testing.TB, specs ...MemberSpec) []*EtcdMember {
+	tb.Helper()
+	var ms []*EtcdMember
+	for _, spec := range specs {
+		m := launchMember(tb, spec)
+		ms = append(ms, m)
+	}
+	for _, m := range ms {
+		if err := m.waitListening(startTimeout); err != nil {
+			tb.Fatalf("testenv: %v", err)
+		}
+	}
+	return ms
+}
+
+// launchMember checks spec and starts its etcd without waiting for it.
+func launchMember(tb testing.TB, spec MemberSpec) *EtcdMember {
+	tb.Helper()
 	spec.Version.check(tb)
 	bin := EtcdBin(tb, spec.Version)
 	if spec.Name == "" || spec.DataDir == "" || spec.ClientURL == "" || spec.PeerURL == "" {
@@ -191,9 +215,6 @@ func StartEtcdMember(tb testing.TB, spec MemberSpec) *EtcdMember {
 	}
 	m := newEtcdMember(tb, spec, bin)
 	if err := m.launch(spec.InitialClusterState); err != nil {
-		tb.Fatalf("testenv: %v", err)
-	}
-	if err := m.waitListening(startTimeout); err != nil {
 		tb.Fatalf("testenv: %v", err)
 	}
 	return m
