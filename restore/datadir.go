@@ -325,18 +325,24 @@ type restoreConfig struct {
 	token          string
 	bump           uint64
 	markCompacted  bool
-	// takeOver renames the staged snapshot into the data dir instead of
-	// copying it (takeOverMember): set for a drill, whose one member's
-	// data dir is the only use of a staged file the run owns.
+	// takeOver moves the staged snapshot into the data dir instead of
+	// copying it (takeOverMember), for the last member written: the run
+	// owns the staged file and has no use for it after the write (a
+	// drill's, a restore's).
 	takeOver bool
 }
+
+// takesOver reports whether a member restored with rc takes the staged
+// file over: asked to, and nothing left for etcdutl's restore to apply in
+// the copy (on the public path, the bump and the compaction mark are).
+func (rc restoreConfig) takesOver() bool { return rc.takeOver && rc.bump == 0 && !rc.markCompacted }
 
 // restoreMember writes one member's data dir with etcdutl's restore code.
 // It returns the parent dirs it created (deepest first), for a rollback to
 // remove. On failure it removes what it wrote: the dir was absent or empty
 // before.
 func restoreMember(rc restoreConfig, m Member) (created []string, err error) {
-	if rc.takeOver && rc.bump == 0 && !rc.markCompacted {
+	if rc.takesOver() {
 		return takeOverMember(rc, m)
 	}
 	// Whatever is there now was not there when the dir was checked:
@@ -394,22 +400,37 @@ func restoreMember(rc restoreConfig, m Member) (created []string, err error) {
 var trimmedBuckets = []string{"members", "members_removed"}
 
 // takeOverMember writes a member's data dir from the staged snapshot
-// without a second copy of the database: the drill needs the database
-// once in its scratch, not twice. etcdutl's restore copies the snapshot
-// into <data dir>/member/snap/db, then writes the WAL and the raft
-// snapshot, empties the membership buckets and adds the new members, and
-// sets the consistent index and term in the meta bucket. Here it runs on
-// a seed: an empty database with the staged one's buckets (a few KiB).
-// What it wrote into the seed's buckets is then applied to the staged
-// database the same way (the membership buckets replaced, every other key
-// put), and the staged file is renamed over the seed: the data dir is what
-// etcdutl writes from the staged file itself (TestTakeOverMatchesCopy
-// compares the two), and the staged file is gone. The staged file is the
+// without a copy of the database: a drill needs the database once in its
+// scratch, not twice, and a restore of three members writes it three
+// times, not four. etcdutl's restore copies the snapshot into <data
+// dir>/member/snap/db, then writes the WAL and the raft snapshot, empties
+// the membership buckets and adds the new members, and sets the
+// consistent index and term in the meta bucket. Here it runs on a seed:
+// an empty database with the staged one's buckets (a few KiB). What it
+// wrote into the seed's buckets is then applied to the staged database
+// the same way (the membership buckets replaced, every other key put), and
+// the staged file replaces the seed: the data dir is what etcdutl writes
+// from the staged file itself (TestTakeOverMatchesCopy compares the two).
+//
+// The work happens in a hidden dir inside the data dir, and the data dir
+// gets its member/ dir by one rename at the end: until then it holds no
+// member an etcd could start (a kill on the way leaves no data dir that
+// looks restored with the seed's empty keyspace). The staged file moves
+// into that hidden dir first, before anything is changed: when it cannot
+// (another file system, or another mount of the same one: EXDEV), the
+// data dir is written by etcdutl's copy instead. The staged file is the
 // run's own (a drill's download, or the plaintext copy a backup hands its
-// drill); its trailer is dropped here if stageSnapshot left it. A rename across file
-// systems fails (EXDEV) before anything is changed: the copy is then made
-// as etcdutl makes it.
+// drill, or a restore's staged download); its trailer is dropped here if
+// stageSnapshot left it.
 func takeOverMember(rc restoreConfig, m Member) (created []string, err error) {
+	// Whatever is there now was not there when the dir was checked: not
+	// ours to write into, nor to remove.
+	if st, err := inspectDir(m.DataDir); err != nil || st != m.State {
+		if err == nil {
+			err = fmt.Errorf("it is %s now", st)
+		}
+		return nil, fmt.Errorf("data dir %s changed since it was checked (it was %s): %w; left as it is", m.DataDir, m.State, err)
+	}
 	// etcd's sha256 trailer, still there on the public path, goes as
 	// etcdutl's copy drops it (a database is whole pages; the trailer
 	// leaves 32 bytes over a multiple of 512).
@@ -420,44 +441,72 @@ func takeOverMember(rc restoreConfig, m Member) (created []string, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("read the buckets of %s: %w", rc.snapshotPath, err)
 	}
-	seed := rc.snapshotPath + ".seed"
-	defer os.Remove(seed)
+	missing, _, err := missingDirs(m.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	if len(missing) > 0 && missing[0] == filepath.Clean(m.DataDir) {
+		missing = missing[1:] // the data dir itself is removed by its state
+	}
+	if err := os.MkdirAll(m.DataDir, 0o700); err != nil {
+		return missing, err
+	}
+	work, err := os.MkdirTemp(m.DataDir, ".etcd-recovery-take-over-")
+	if err != nil {
+		rollbackDataDir(m)
+		return missing, err
+	}
+	defer func() {
+		os.RemoveAll(work)
+		if err != nil {
+			rollbackDataDir(m)
+		}
+	}()
+	staged := filepath.Join(work, "staged.db")
+	if err := os.Rename(rc.snapshotPath, staged); err != nil {
+		if errors.Is(err, syscall.EXDEV) {
+			// Not here without a copy: etcdutl's, as for the others.
+			os.RemoveAll(work)
+			rollbackDataDir(m)
+			copyRC := rc
+			copyRC.takeOver = false
+			return restoreMember(copyRC, m)
+		}
+		return missing, fmt.Errorf("member %s: move the staged database into %s: %w", m.Name, work, err)
+	}
+	seed := filepath.Join(work, "seed.db")
 	if err := writeSeed(seed, names); err != nil {
-		return nil, fmt.Errorf("seed database for the data dir of member %s: %w", m.Name, err)
+		return missing, fmt.Errorf("seed database for the data dir of member %s: %w", m.Name, err)
 	}
 	seedRC := rc
 	seedRC.snapshotPath, seedRC.takeOver = seed, false
-	created, err = restoreMember(seedRC, m)
-	if err != nil {
-		return created, err
+	wm := m
+	wm.DataDir, wm.State = filepath.Join(work, "data"), DirAbsent
+	if _, err := restoreMember(seedRC, wm); err != nil {
+		return missing, err
 	}
-	defer func() {
-		if err != nil {
-			rollbackDataDir(m)
-			removeEmptyDirs(created)
-		}
-	}()
-	dbPath := filepath.Join(m.DataDir, "member", "snap", "db")
-	if st, serr := os.Stat(filepath.Dir(rc.snapshotPath)); serr == nil {
-		if dt, derr := os.Stat(filepath.Dir(dbPath)); derr == nil && !sameDevice(st, dt) {
-			// Another file system: no rename; etcdutl's copy.
-			rollbackDataDir(m)
-			removeEmptyDirs(created)
-			rc.takeOver = false
-			return restoreMember(rc, m)
-		}
+	dbPath := filepath.Join(wm.DataDir, "member", "snap", "db")
+	if err := applySeed(dbPath, staged); err != nil {
+		return missing, fmt.Errorf("member %s: apply the restore's membership and consistent index to the staged database: %w", m.Name, err)
 	}
-	if err := applySeed(dbPath, rc.snapshotPath); err != nil {
-		return created, fmt.Errorf("member %s: apply the restore's membership and consistent index to %s: %w", m.Name, rc.snapshotPath, err)
+	if err := os.Rename(staged, dbPath); err != nil {
+		return missing, fmt.Errorf("member %s: move the staged database into its data dir: %w", m.Name, err)
 	}
-	if err := os.Rename(rc.snapshotPath, dbPath); err != nil {
-		return created, fmt.Errorf("member %s: move the staged database into its data dir: %w", m.Name, err)
+	syncDir(filepath.Dir(dbPath))
+	// The data dir's member/ appears whole, or not at all.
+	if err := os.Rename(filepath.Join(wm.DataDir, "member"), filepath.Join(m.DataDir, "member")); err != nil {
+		return missing, fmt.Errorf("member %s: move the written member dir into %s: %w", m.Name, m.DataDir, err)
 	}
-	if d, derr := os.Open(filepath.Dir(dbPath)); derr == nil {
+	syncDir(m.DataDir)
+	return missing, nil
+}
+
+// syncDir fsyncs a directory, so that a rename into it is durable.
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
 		_ = d.Sync()
 		d.Close()
 	}
-	return created, nil
 }
 
 // rollbackDataDir removes what a failed restore wrote into m's data dir,

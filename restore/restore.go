@@ -10,6 +10,7 @@ import (
 
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/ctxerr"
+	"github.com/armada/etcd-recovery/internal/etcdinternals"
 )
 
 // DefaultBumpRevision is etcdutl's recommended revision bump: far more
@@ -189,8 +190,10 @@ func (r *restoreRun) prepareAndWrite(ctx context.Context) error {
 		return err
 	}
 	// The staged file is the run's own and is removed once the data
-	// dirs are written: the last member takes it over.
-	if err := WriteDataDirs(withEnvFailpoint(ctx), r.plan, prep, WriteOptions{Parallel: r.cfg.parallel, TakeOver: true, Log: r.cfg.log}); err != nil {
+	// dirs are written: the last member takes it over, except on the
+	// public path, where etcdutl's restore alone writes every data dir.
+	wo := WriteOptions{Parallel: r.cfg.parallel, TakeOver: !r.cfg.publicPath && etcdinternals.Enabled(), Log: r.cfg.log}
+	if err := WriteDataDirs(withEnvFailpoint(ctx), r.plan, prep, wo); err != nil {
 		for _, m := range r.moved {
 			m.State = DirAbsent
 		}

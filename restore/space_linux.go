@@ -26,10 +26,3 @@ func allocated(info fs.FileInfo) int64 {
 	}
 	return info.Size()
 }
-
-// sameDevice reports whether two files are on the same file system.
-func sameDevice(a, b fs.FileInfo) bool {
-	sa, ok1 := a.Sys().(*syscall.Stat_t)
-	sb, ok2 := b.Sys().(*syscall.Stat_t)
-	return ok1 && ok2 && sa.Dev == sb.Dev
-}

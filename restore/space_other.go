@@ -9,6 +9,3 @@ func fsStat(string) (uint64, int64, bool) { return 0, 0, false }
 
 // allocated is a file's size (allocated blocks are not read here).
 func allocated(info fs.FileInfo) int64 { return info.Size() }
-
-// sameDevice is true here: a rename across file systems fails and says so.
-func sameDevice(a, b fs.FileInfo) bool { return true }

@@ -125,7 +125,7 @@ func writeDataDirs(ctx context.Context, plan *Plan, parallel int, rc restoreConf
 	// every other member's copy of it is written (take-over changes the
 	// file, then renames it away).
 	copies, copyRC := len(plan.Members), rc
-	if rc.takeOver {
+	if rc.takesOver() {
 		copies--
 		copyRC.takeOver = false
 	}

@@ -8,8 +8,10 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -277,6 +279,63 @@ func TestWriteDataDirsTakesOverTheLast(t *testing.T) {
 						t.Errorf("bucket %s key %q: member r%d %q, r0 %q", b, k, i, trunc(dbs[i][b][k]), trunc(dbs[0][b][k]))
 					}
 				}
+			}
+		}
+	})
+
+	t.Run("another mount of the file system", func(t *testing.T) {
+		// The toolkit pod's /scratch and /restore: two mounts of one
+		// disk (same device), where a rename is refused (EXDEV).
+		base := t.TempDir()
+		scratch, data := filepath.Join(base, "scratch"), filepath.Join(base, "data")
+		for _, m := range []string{scratch, data} {
+			src := m + ".src"
+			if err := os.MkdirAll(src, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.MkdirAll(m, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if out, err := exec.Command("mount", "--bind", src, m).CombinedOutput(); err != nil {
+				t.Skipf("no bind mount here (%v: %s)", err, strings.TrimSpace(string(out)))
+			}
+			t.Cleanup(func() { _ = exec.Command("umount", m).Run() })
+		}
+		p, moved := plan(scratch)
+		for i := range p.Members {
+			p.Members[i].DataDir = filepath.Join(data, filepath.Base(p.Members[i].DataDir))
+		}
+		rcfg := restoreConfig{snapshotPath: moved, initialCluster: p.InitialCluster, token: p.Token, takeOver: true}
+		if err := writeDataDirs(ctx, p, 0, rcfg, log); err != nil {
+			t.Fatalf("written across two mounts of one file system: %v", err)
+		}
+		if _, err := os.Stat(moved); err != nil {
+			t.Errorf("the staged file: %v; want it left, copied as etcdutl copies it", err)
+		}
+		for _, m := range p.Members {
+			if db := dbContents(t, filepath.Join(m.DataDir, "member/snap/db")); len(db["key"]) < 200 || len(db["members"]) != 3 {
+				t.Errorf("member %s's database: %d keys, %d members", m.Name, len(db["key"]), len(db["members"]))
+			}
+			if left, _ := filepath.Glob(filepath.Join(m.DataDir, ".etcd-recovery-*")); len(left) > 0 {
+				t.Errorf("member %s: %v left in the data dir", m.Name, left)
+			}
+		}
+	})
+
+	t.Run("the take-over fails", func(t *testing.T) {
+		// The last member's restore on the seed fails (its name is not in
+		// the initial cluster): its data dir holds no member/ an etcd
+		// could start, nothing is left in it, and the others are removed.
+		dir := t.TempDir()
+		p, staged := plan(dir)
+		p.Members[2].Name = "not-in-the-cluster"
+		rcfg := restoreConfig{snapshotPath: staged, initialCluster: p.InitialCluster, token: p.Token, takeOver: true}
+		if err := writeDataDirs(ctx, p, 0, rcfg, log); err == nil {
+			t.Fatal("written although the last member is not in the initial cluster")
+		}
+		for _, m := range p.Members {
+			if _, err := os.Stat(m.DataDir); !os.IsNotExist(err) {
+				t.Errorf("member %s's data dir is left after the failure (stat: %v)", m.Name, err)
 			}
 		}
 	})

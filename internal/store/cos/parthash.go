@@ -23,7 +23,7 @@ import (
 // byte, on the request's critical path, after the bytes had left the CPU
 // cache. Here the bytes are hashed as they are read, part i being bytes
 // [(i-1)·partSize, i·partSize) of the body, and the request's Build
-// handler (partMD5Handler) takes the sum of its part number (PutObject:
+// handler (partHasher.handler) takes the sum of its part number (PutObject:
 // part 1) when the body's length matches; otherwise setContentMD5 hashes
 // the body as before. The server checks every Content-MD5, so a wrong sum
 // fails the upload (BadDigest), it never stores a wrong part.

@@ -2,6 +2,7 @@ package testfix
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"testing"
 	"time"
@@ -34,8 +35,20 @@ func StartJournal(tb testing.TB, cli *clientv3.Client, st store.Store, layout ca
 			return
 		}
 		stopped = true
+		select {
+		case err := <-done:
+			// It ended by itself, before stop: whatever it returned.
+			cancel()
+			if err != nil {
+				tb.Errorf("journal of %s ended before it was stopped: %v", id, err)
+			} else {
+				tb.Errorf("journal of %s ended before it was stopped", id)
+			}
+			return
+		default:
+		}
 		cancel()
-		if err := <-done; err != nil && ctx.Err() == nil {
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 			tb.Errorf("journal of %s: %v", id, err)
 		}
 	}
