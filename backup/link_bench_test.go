@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -39,14 +38,7 @@ import (
 func BenchmarkBackupLink(b *testing.B) {
 	sizeMB := testfix.BenchInt("BENCH_LINK_MB", 512)
 	mbit := testfix.BenchInt("BENCH_LINK_MBIT", 1000)
-	rtt := 10 * time.Millisecond
-	if v := os.Getenv("BENCH_LINK_RTT"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			b.Fatalf("BENCH_LINK_RTT: %v", err)
-		}
-		rtt = d
-	}
+	rtt := testfix.BenchDuration(b, "BENCH_LINK_RTT", 10*time.Millisecond)
 	rounds := testfix.BenchInt("BENCH_ROUNDS", 3)
 	tool := testfix.Tool(b)
 	etcdctl := testenv.EtcdctlBin(b, testenv.V35)
@@ -99,16 +91,7 @@ func BenchmarkBackupLink(b *testing.B) {
 	}
 	for round := 0; round < rounds; round++ {
 		quiesce()
-		t0 := time.Now()
-		rc, err := cli.Snapshot(context.Background())
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := io.Copy(io.Discard, rc); err != nil {
-			b.Fatal(err)
-		}
-		rc.Close()
-		roundRaw := time.Since(t0)
+		roundRaw := readRaw(b, cli)
 		raw = bestOf(raw, roundRaw)
 
 		quiesce()

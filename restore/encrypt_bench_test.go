@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"filippo.io/age"
-
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
@@ -40,14 +38,7 @@ func BenchmarkEncryptionOverhead(b *testing.B) {
 	mi := testenv.StartMinIOTLS(b)
 	bucket := mi.NewBucket(b)
 	dir := b.TempDir()
-	id, err := age.GenerateX25519Identity()
-	if err != nil {
-		b.Fatal(err)
-	}
-	idFile := filepath.Join(dir, "identity.txt")
-	if err := os.WriteFile(idFile, []byte(id.String()+"\n"), 0o600); err != nil {
-		b.Fatal(err)
-	}
+	idFile, recipient := testfix.AgeIdentityFile(b, dir)
 	env := append(testfix.COSEnv(mi, bucket), "COS_PREFIX=bench")
 	// Nothing of the encryption environment leaks into the plain runs.
 	clean := env[:0:0]
@@ -57,7 +48,7 @@ func BenchmarkEncryptionOverhead(b *testing.B) {
 		}
 	}
 	env = clean
-	encEnv := append(append([]string{}, env...), seal.EnvEncryptTo+"="+id.Recipient().String(), seal.EnvIdentityFile+"="+idFile)
+	encEnv := append(append([]string{}, env...), seal.EnvEncryptTo+"="+recipient, seal.EnvIdentityFile+"="+idFile)
 	etcdFlags := []string{"--endpoints", src.Endpoints()[0], "--cacert", pki.CAFile, "--cert", pki.ClientCertFile, "--key", pki.ClientKeyFile}
 
 	type run struct {

@@ -21,7 +21,6 @@ import (
 	"testing"
 	"time"
 
-	"filippo.io/age"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
@@ -61,14 +60,7 @@ func BenchmarkRestoreFloor(b *testing.B) {
 	sizeMB := testfix.BenchInt("BENCH_FLOOR_MB", 1024)
 	mbit := testfix.BenchInt("BENCH_FLOOR_MBIT", 1000)
 	diskMB := testfix.BenchInt("BENCH_FLOOR_DISK_MB", 1024)
-	rtt := 10 * time.Millisecond
-	if v := os.Getenv("BENCH_FLOOR_RTT"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			b.Fatalf("BENCH_FLOOR_RTT: %v", err)
-		}
-		rtt = d
-	}
+	rtt := testfix.BenchDuration(b, "BENCH_FLOOR_RTT", 10*time.Millisecond)
 	tool := testfix.Tool(b)
 	src := testenv.StartEtcd(b, testenv.EtcdOptions{Version: testenv.V35, Members: 1, TLS: true, QuotaBackendBytes: 8 << 30})
 	pki := src.PKI
@@ -80,16 +72,9 @@ func BenchmarkRestoreFloor(b *testing.B) {
 	}
 	link := testenv.StartLinkProxy(b, u.Host, rtt, int64(mbit)*1_000_000)
 	dir := b.TempDir()
-	id, err := age.GenerateX25519Identity()
-	if err != nil {
-		b.Fatal(err)
-	}
-	idFile := filepath.Join(dir, "identity.txt")
-	if err := os.WriteFile(idFile, []byte(id.String()+"\n"), 0o600); err != nil {
-		b.Fatal(err)
-	}
+	idFile, recipient := testfix.AgeIdentityFile(b, dir)
 	env := append(testfix.COSEnv(mi, bucket), "COS_PREFIX=floor", "COS_ENDPOINT="+link.URL(u.Scheme),
-		seal.EnvEncryptTo+"="+id.Recipient().String(), seal.EnvIdentityFile+"="+idFile)
+		seal.EnvEncryptTo+"="+recipient, seal.EnvIdentityFile+"="+idFile)
 
 	t0 := time.Now()
 	fillKube(b, src.Client(b), int64(sizeMB)<<20)

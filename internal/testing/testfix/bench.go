@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/catalog"
@@ -26,6 +27,21 @@ func BenchInt(name string, def int) int {
 		fmt.Sscan(s, &n)
 	}
 	return n
+}
+
+// BenchDuration is the duration in the environment variable name, or def
+// when it is unset; a value that does not parse fails tb.
+func BenchDuration(tb testing.TB, name string, def time.Duration) time.Duration {
+	tb.Helper()
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		tb.Fatalf("%s: %v", name, err)
+	}
+	return d
 }
 
 // BenchSizesMB is the comma-separated list of sizes in the environment

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -134,6 +136,21 @@ func NewAgeKey(tb testing.TB) AgeKey {
 		tb.Fatal(err)
 	}
 	return AgeKey{IDs: ids, Pub: id.Recipient().String()}
+}
+
+// AgeIdentityFile writes a new age identity into dir (an --identity-file)
+// and returns its path and the identity's recipient.
+func AgeIdentityFile(tb testing.TB, dir string) (path, recipient string) {
+	tb.Helper()
+	id, err := age.GenerateX25519Identity()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	path = filepath.Join(dir, "identity.txt")
+	if err := os.WriteFile(path, []byte(id.String()+"\n"), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	return path, id.Recipient().String()
 }
 
 // RecipientsOf is the recipients of keys, parsed as backup parses them.
