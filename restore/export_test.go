@@ -11,3 +11,11 @@ func SetAfterHealthy(o *VerifyOptions, f func()) { o.afterHealthy = f }
 func WithMemberWritten(ctx context.Context, f func(context.Context, Member)) context.Context {
 	return context.WithValue(ctx, memberWrittenKey{}, f)
 }
+
+// SetCountByScan makes the verify count the keys on leases by the key
+// scan alone (VerifyOptions.countByScan).
+func SetCountByScan(o *VerifyOptions) { o.countByScan = true }
+
+// SetBetweenCounts sets the hook that runs between the index count's two
+// counts of the live keys, with the attempt's number.
+func SetBetweenCounts(o *VerifyOptions, f func(attempt int)) { o.betweenCounts = f }

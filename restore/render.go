@@ -73,8 +73,11 @@ func (r *Result) Tables() []output.Table {
 	case p.Snapshot != nil:
 		s.printf("Expected: revision >= %d (snapshot revision %d + bump %d), %d live keys",
 			p.MinRevision, p.Snapshot.Revision, p.BumpRevision, p.Snapshot.LiveKeys)
-		if p.Snapshot.LeasedKeys > 0 {
-			s.printf(" (%d on leases, which etcd may expire once the cluster runs: verify counts them apart)", p.Snapshot.LeasedKeys)
+		if p.Snapshot.AttachedKeys > 0 {
+			s.printf(" (%d on leases, which etcd may expire once the cluster runs: verify counts them apart)", p.Snapshot.AttachedKeys)
+		}
+		if n := p.Snapshot.LeasedKeys - p.Snapshot.AttachedKeys; n > 0 {
+			s.printf(" (%d name a lease the snapshot does not hold: etcd attaches them to none, so they stay and are counted exactly)", n)
 		}
 		s.printf(".\n")
 	case p.Chosen != nil:
@@ -227,7 +230,7 @@ func (c *ClusterCheck) Tables() []output.Table {
 	if c.Backup != "" {
 		s.printf("Restored from %s of cluster %s", c.Backup, c.ClusterID)
 		if c.Snapshot != nil {
-			s.printf(": snapshot revision %d, %d live keys (%d on leases)", c.Snapshot.Revision, c.Snapshot.LiveKeys, c.Snapshot.LeasedKeys)
+			s.printf(": snapshot revision %d, %d live keys (%d on leases)", c.Snapshot.Revision, c.Snapshot.LiveKeys, c.Snapshot.AttachedKeys)
 		}
 		s.printf("\n")
 	}

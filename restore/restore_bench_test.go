@@ -102,107 +102,21 @@ func BenchmarkRestoreRTO(b *testing.B) {
 				ClientURL: m.clientURL, PeerURL: m.peerURL, InitialCluster: ic, InitialClusterToken: token, PKI: pki}))
 			eps = append(eps, m.clientURL)
 		}
-		for {
-			cmd := exec.Command(etcdctl, "endpoint", "health", "--endpoints", strings.Join(eps, ","))
-			cmd.Env = ctlEnv
-			if cmd.Run() == nil {
-				break
-			}
-			if time.Since(t2) > 2*time.Minute {
-				b.Fatal("manual: the cluster did not become healthy")
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		waitHealthy(b, "manual", etcdctl, ctlEnv, eps)
 		manual.start = time.Since(t2)
 		manual.total = time.Since(t0)
 		os.RemoveAll(work) // the members keep their open files; the disk is freed when they die
 		return manual
 	}
 	runTool := func(round int) timing {
-		var toolT timing
-		var started []*testenv.EtcdMember
-		defer func() {
-			for _, m := range started {
-				m.Kill()
-			}
-		}()
 		ic, ms := newCluster(b, 3, true)
-		root := filepath.Join(dir, fmt.Sprintf("tool-%d", round))
-		var eps []string
-		for _, m := range ms {
-			eps = append(eps, m.clientURL)
-		}
-		args := []string{"--log-level", benchToolLogLevel(), "restore", "--cluster-id", id, "--no-live",
-			"--cos-endpoint", mi.Endpoint, "--cos-region", mi.Region, "--bucket", bucket, "--prefix", layout.Prefix, "--cos-credentials-dir", credDir,
-			"--initial-cluster", ic, "--data-dir-root", root, "--cacert", pki.CAFile, "--cert", pki.ClientCertFile, "--key", pki.ClientKeyFile,
-			"--verify-endpoints", strings.Join(eps, ","), "--verify-timeout", "2m", "-o", "json"}
+		args := []string{"--cos-endpoint", mi.Endpoint, "--cos-region", mi.Region, "--bucket", bucket, "--prefix", layout.Prefix,
+			"--cos-credentials-dir", credDir}
 		if p := os.Getenv("BENCH_RESTORE_PARALLEL"); p != "" {
 			args = append(args, "--parallel", p)
 		}
-		if d := os.Getenv("BENCH_PROFILE_DIR"); d != "" {
-			args = append([]string{"--cpu-profile", filepath.Join(d, fmt.Sprintf("restore-%d.pprof", round))}, args...)
-		}
-		cmd := exec.Command(tool, args...)
-		stderr, err := cmd.StderrPipe()
-		if err != nil {
-			b.Fatal(err)
-		}
-		var stdout bytes.Buffer
-		cmd.Stdout = &stdout
-		t0 := time.Now()
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
-		var (
-			logMu  sync.Mutex
-			logBuf bytes.Buffer
-			found  = make(chan string, 1)
-			done   = make(chan struct{})
-		)
-		go func() {
-			defer close(done)
-			sc := bufio.NewScanner(stderr)
-			sc.Buffer(make([]byte, 64<<10), 1<<20)
-			for sc.Scan() {
-				line := sc.Text()
-				logMu.Lock()
-				logBuf.WriteString(line + "\n")
-				logMu.Unlock()
-				if strings.Contains(line, "data dirs written: start the new members") {
-					found <- logValue(line, "initial_cluster_token")
-				}
-			}
-		}()
-		watch := testfix.WatchRSS(cmd.Process.Pid)
-		var token string
-		select {
-		case token = <-found:
-			toolT.restore = time.Since(t0)
-		case <-done:
-			cmd.Wait()
-			b.Fatalf("the tool did not write the data dirs:\n%s", logBuf.String())
-		}
-		t2 := time.Now()
-		for _, m := range ms {
-			started = append(started, testenv.StartEtcdMember(b, testenv.MemberSpec{Version: testenv.V35, Name: m.name, DataDir: filepath.Join(root, m.name+".etcd"),
-				ClientURL: m.clientURL, PeerURL: m.peerURL, InitialCluster: ic, InitialClusterToken: token, PKI: pki}))
-		}
-		<-done
-		err = cmd.Wait()
-		toolT.rss, toolT.anon, toolT.file = watch.Stop()
-		if err != nil {
-			b.Fatalf("tool: %v\n%s\n%s", err, stdout.String(), logBuf.String())
-		}
-		toolT.total = time.Since(t0)
-		toolT.start = time.Since(t2)
-		if !strings.Contains(stdout.String(), `"verified": true`) {
-			b.Fatalf("the tool did not verify the cluster:\n%s", stdout.String())
-		}
-		if os.Getenv("BENCH_VERBOSE") != "" {
-			fmt.Fprint(os.Stderr, logBuf.String())
-		}
-		os.RemoveAll(root)
-		return toolT
+		r := toolRTO(b, tool, nil, id, ic, ms, filepath.Join(dir, fmt.Sprintf("tool-%d", round)), pki, fmt.Sprintf("restore-%d.pprof", round), args...)
+		return timing{total: r.total, restore: r.written, start: r.start, rss: r.rss, anon: r.anon, file: r.file}
 	}
 	rounds := testfix.BenchInt("BENCH_ROUNDS", 3)
 	var perRound []float64
@@ -269,4 +183,121 @@ func benchToolLogLevel() string {
 		return "debug"
 	}
 	return "info"
+}
+
+// rto is one restore through the tool, timed (toolRTO).
+type rto struct {
+	// total: the command to its exit, verified; written: to the log
+	// line that the data dirs are written; start: from starting the
+	// members to the tool's exit.
+	total, written, start time.Duration
+	rss, anon, file       int64
+}
+
+// toolRTO restores cluster id through the tool (`restore --no-live`, its
+// store from env or extra) into data dirs under root for the members ms
+// of ic, starts the members as soon as the tool logs that their data dirs
+// are written, and waits for the tool to verify them. The data dirs are
+// removed at the end, the members killed. profile names the CPU profile
+// written into BENCH_PROFILE_DIR, when set.
+func toolRTO(b *testing.B, tool string, env []string, id, ic string, ms []newMember, root string, pki *testenv.PKI, profile string, extra ...string) rto {
+	b.Helper()
+	var r rto
+	var started []*testenv.EtcdMember
+	defer func() {
+		for _, m := range started {
+			m.Kill()
+		}
+	}()
+	var eps []string
+	for _, m := range ms {
+		eps = append(eps, m.clientURL)
+	}
+	args := append([]string{"--log-level", benchToolLogLevel(), "restore", "--cluster-id", id, "--no-live",
+		"--initial-cluster", ic, "--data-dir-root", root, "--cacert", pki.CAFile, "--cert", pki.ClientCertFile, "--key", pki.ClientKeyFile,
+		"--verify-endpoints", strings.Join(eps, ","), "--verify-timeout", "2m", "-o", "json"}, extra...)
+	if d := os.Getenv("BENCH_PROFILE_DIR"); d != "" {
+		args = append([]string{"--cpu-profile", filepath.Join(d, profile)}, args...)
+	}
+	cmd := exec.Command(tool, args...)
+	cmd.Env = env
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	t0 := time.Now()
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	var (
+		logMu  sync.Mutex
+		logBuf bytes.Buffer
+		found  = make(chan string, 1)
+		done   = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			logMu.Lock()
+			logBuf.WriteString(line + "\n")
+			logMu.Unlock()
+			if strings.Contains(line, "data dirs written: start the new members") {
+				found <- logValue(line, "initial_cluster_token")
+			}
+		}
+	}()
+	watch := testfix.WatchRSS(cmd.Process.Pid)
+	var token string
+	select {
+	case token = <-found:
+		r.written = time.Since(t0)
+	case <-done:
+		cmd.Wait()
+		b.Fatalf("the tool did not write the data dirs:\n%s", logBuf.String())
+	}
+	t2 := time.Now()
+	for _, m := range ms {
+		started = append(started, testenv.StartEtcdMember(b, testenv.MemberSpec{Version: testenv.V35, Name: m.name, DataDir: filepath.Join(root, m.name+".etcd"),
+			ClientURL: m.clientURL, PeerURL: m.peerURL, InitialCluster: ic, InitialClusterToken: token, PKI: pki}))
+	}
+	<-done
+	err = cmd.Wait()
+	r.rss, r.anon, r.file = watch.Stop()
+	if err != nil {
+		b.Fatalf("tool: %v\n%s\n%s", err, stdout.String(), logBuf.String())
+	}
+	r.total = time.Since(t0)
+	r.start = time.Since(t2)
+	if !strings.Contains(stdout.String(), `"verified": true`) {
+		b.Fatalf("the tool did not verify the cluster:\n%s", stdout.String())
+	}
+	if os.Getenv("BENCH_VERBOSE") != "" {
+		fmt.Fprint(os.Stderr, logBuf.String())
+	}
+	os.RemoveAll(root)
+	return r
+}
+
+// waitHealthy polls `etcdctl endpoint health` of eps every 100 ms, as the
+// runbook's manual restore does, until all are healthy (two minutes at
+// the most: then b fails, naming what).
+func waitHealthy(b *testing.B, what, etcdctl string, env, eps []string) {
+	b.Helper()
+	t0 := time.Now()
+	for {
+		cmd := exec.Command(etcdctl, "endpoint", "health", "--endpoints", strings.Join(eps, ","))
+		cmd.Env = env
+		if cmd.Run() == nil {
+			return
+		}
+		if time.Since(t0) > 2*time.Minute {
+			b.Fatalf("%s: the cluster did not become healthy", what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -25,6 +25,12 @@ type SnapshotFacts struct {
 	// (their latest revision has a lease): etcd may expire them once the
 	// rebuilt cluster runs, so verify counts them apart.
 	LeasedKeys int64 `json:"leasedKeys"`
+	// AttachedKeys is how many of the leased keys name a lease the
+	// database holds: etcd attaches those at its start, and may expire
+	// them. The others (LeasedKeys - AttachedKeys) name a lease the
+	// database does not hold; etcd attaches them to none, so they never
+	// expire, and verify counts them with the keys on no lease.
+	AttachedKeys int64 `json:"attachedKeys"`
 	// Revisions is the number of entries in the "key" bucket (every
 	// revision of every key not yet compacted, tombstones included).
 	Revisions int64 `json:"revisions"`
@@ -80,16 +86,16 @@ func KeyPrefix(key []byte) string {
 // StoreRevision is the revision etcd reports for this database.
 func (f SnapshotFacts) StoreRevision() int64 { return max(f.Revision, f.CompactRevision) }
 
-// UnleasedKeys is the number of live keys on no lease: the rebuilt
+// UnleasedKeys is the number of live keys on no live lease: the rebuilt
 // cluster must hold exactly as many, however long after the restore.
-func (f SnapshotFacts) UnleasedKeys() int64 { return f.LiveKeys - f.LeasedKeys }
+func (f SnapshotFacts) UnleasedKeys() int64 { return f.LiveKeys - f.AttachedKeys }
 
-// Expect sets what a rebuilt cluster must hold to vo: the live keys
-// without a lease exactly, the leased ones reported apart.
+// Expect sets what a rebuilt cluster must hold to vo: the live keys on no
+// live lease exactly, the attached ones reported apart.
 func (f SnapshotFacts) Expect(vo *VerifyOptions) {
 	vo.ExpectedKeys = f.LiveKeys
-	leased := f.LeasedKeys
-	vo.ExpectedLeasedKeys = &leased
+	attached := f.AttachedKeys
+	vo.ExpectedLeasedKeys = &attached
 }
 
 // readSnapshotFacts counts the live keys and finds the latest revision of a
@@ -125,10 +131,25 @@ func readSnapshotFacts(path string) (SnapshotFacts, error) {
 			return errors.New(`no "key" bucket: not an etcd v3 database`)
 		}
 		// Per user key: its latest entry's state.
+		// The leases the database holds: etcd attaches a key at its start
+		// only to one of these (mvcc's restore, lessor.Attach).
+		held := map[int64]bool{}
+		if lb := tx.Bucket(etcdinternals.LeaseBucket); lb != nil {
+			if err := lb.ForEach(func(k, _ []byte) error {
+				if len(k) != 8 {
+					return fmt.Errorf("lease bucket: a lease ID of %d bytes", len(k))
+				}
+				held[int64(binary.BigEndian.Uint64(k))] = true
+				return nil
+			}); err != nil {
+				return err
+			}
+		}
 		const (
-			dead   = 0
-			live   = 1
-			leased = 2
+			dead     = 0
+			live     = 1
+			leased   = 2
+			attached = 3
 		)
 		// and the index of its prefix in prefixes.
 		type keyState struct {
@@ -174,6 +195,8 @@ func readSnapshotFacts(path string) (SnapshotFacts, error) {
 			switch {
 			case len(k) == etcdinternals.MarkedRevBytesLen && k[etcdinternals.RevBytesLen] == etcdinternals.MarkTombstone:
 				ks.state = dead
+			case lease != 0 && held[lease]:
+				ks.state = attached
 			case lease != 0:
 				ks.state = leased
 			default:
@@ -189,9 +212,12 @@ func readSnapshotFacts(path string) (SnapshotFacts, error) {
 			f.LiveKeys++
 			pc := f.Prefixes[prefixes[a.prefix]]
 			pc.Live++
-			if a.state == leased {
+			if a.state == leased || a.state == attached {
 				f.LeasedKeys++
 				pc.Leased++
+			}
+			if a.state == attached {
+				f.AttachedKeys++
 			}
 			f.Prefixes[prefixes[a.prefix]] = pc
 		}

@@ -33,11 +33,12 @@ type VerifyOptions struct {
 	// ExpectedKeys: the number of live keys must equal this (the
 	// snapshot's). Negative skips the check.
 	ExpectedKeys int64
-	// ExpectedLeasedKeys, when set, is how many of ExpectedKeys are on a
-	// lease in the snapshot (SnapshotFacts.Expect sets both). etcd may
-	// expire those once the cluster runs, so only the keys without a lease
-	// must match exactly (ExpectedKeys - *ExpectedLeasedKeys); the leased
-	// ones are reported, not checked. Nil: the total must match.
+	// ExpectedLeasedKeys, when set, is how many of ExpectedKeys are
+	// attached to a lease in the snapshot (SnapshotFacts.Expect sets both
+	// from SnapshotFacts.AttachedKeys). etcd may expire those once the
+	// cluster runs, so only the keys on no live lease must match exactly
+	// (ExpectedKeys - *ExpectedLeasedKeys); the leased ones are reported,
+	// not checked. Nil: the total must match.
 	ExpectedLeasedKeys *int64
 	// ExpectedMembers: the member list must have this many members. 0
 	// skips the check.
@@ -49,6 +50,11 @@ type VerifyOptions struct {
 	// afterHealthy, in tests, runs once the members were judged healthy
 	// and before the data is read (export_test.go).
 	afterHealthy func()
+	// countByScan, in tests, counts the keys on leases by the key scan
+	// alone; betweenCounts runs between the index count's two counts
+	// (export_test.go).
+	countByScan   bool
+	betweenCounts func(attempt int)
 }
 
 // MemberRow is one member of the rebuilt cluster, the verify report's
@@ -73,8 +79,11 @@ type VerifyReport struct {
 	MinRevision  int64       `json:"minRevision,omitempty"`
 	Keys         int64       `json:"keys"`
 	ExpectedKeys *int64      `json:"expectedKeys,omitempty"`
-	// With ExpectedLeasedKeys: the live keys on a lease now and in the
-	// snapshot, and the keys on none (now and expected).
+	// With ExpectedLeasedKeys: the live keys attached to a live lease now
+	// and in the snapshot, and the keys on none (now and expected). A key
+	// that names a lease its database does not hold is attached to none
+	// (etcd's start attaches a key only to a lease it has), can never
+	// expire, and counts with the keys on no lease.
 	LeasedKeys           int64         `json:"leasedKeys,omitempty"`
 	SnapshotLeasedKeys   *int64        `json:"snapshotLeasedKeys,omitempty"`
 	UnleasedKeys         int64         `json:"unleasedKeys,omitempty"`
@@ -248,7 +257,7 @@ func verifyOnce(ctx context.Context, opts VerifyOptions) *VerifyReport {
 	}
 	defer cli.Close()
 	if opts.ExpectedLeasedKeys != nil {
-		rep.Revision, rep.Keys, rep.LeasedKeys, err = countKeys(ctx, cli, opts.ProbeTimeout)
+		rep.Revision, rep.Keys, rep.LeasedKeys, err = countAttached(ctx, cli, opts)
 	} else {
 		cctx, cancel := context.WithTimeout(ctx, 2*opts.ProbeTimeout)
 		var resp *clientv3.GetResponse
@@ -307,20 +316,114 @@ func verifyOnce(ctx context.Context, opts VerifyOptions) *VerifyReport {
 // only, no values).
 const CountPage = 2000
 
-// countKeys counts the live keys of the cluster, and those on a lease,
-// with linearizable keys-only range requests of CountPage keys, all at the
-// revision of the first, so the count is of one consistent keyspace. A
-// keys-only response still carries each key's lease.
-func countKeys(ctx context.Context, cli *clientv3.Client, probe time.Duration) (rev, total, leased int64, err error) {
+// LeaseAskMax bounds how many leases countByIndex asks for their keys,
+// one request each: a cluster with more leases is counted by the key
+// scan.
+const LeaseAskMax = 10000
+
+// countAttached counts the live keys of the cluster, and those attached to
+// a live lease, at one revision. First from etcd's index (countByIndex),
+// which reads no value: the key scan (countKeys) reads every key's entry
+// from the database, values included, and took 18 s of a 1.2 GiB restore.
+// A keyspace that keeps moving under the index count, or more than
+// LeaseAskMax leases, is counted by the scan.
+func countAttached(ctx context.Context, cli *clientv3.Client, opts VerifyOptions) (rev, total, attached int64, err error) {
+	if !opts.countByScan {
+		for attempt := range 3 {
+			var ok bool
+			rev, total, attached, ok, err = countByIndex(ctx, cli, opts.ProbeTimeout, attempt, opts.betweenCounts)
+			if err != nil || ok {
+				return rev, total, attached, err
+			}
+		}
+		opts.Log.Info("the keyspace moved under the count of keys on leases: counting by a key scan")
+	}
+	return countKeys(ctx, cli, opts.ProbeTimeout)
+}
+
+// countByIndex counts the live keys with a count-only range (etcd answers
+// it from its in-memory index), then the keys attached to each live lease
+// (LeaseTimeToLive with its keys), then the live keys again. When both
+// counts answer at the same revision, nothing attached, detached or
+// deleted a key in between (each of those is a write, and every write
+// moves the revision; a lease that expires with no key on it moves
+// nothing and counts nothing), so the two numbers are of one keyspace. ok
+// is false when the revision moved, or when there are more than
+// LeaseAskMax leases.
+func countByIndex(ctx context.Context, cli *clientv3.Client, probe time.Duration, attempt int, between func(int)) (rev, total, attached int64, ok bool, err error) {
+	count := func() (int64, int64, error) {
+		cctx, cancel := context.WithTimeout(ctx, 2*probe)
+		defer cancel()
+		r, err := cli.Get(cctx, "", clientv3.WithFromKey(), clientv3.WithCountOnly())
+		if err != nil {
+			return 0, 0, err
+		}
+		return r.Header.Revision, r.Count, nil
+	}
+	if rev, total, err = count(); err != nil {
+		return 0, 0, 0, false, err
+	}
+	ids, err := leaseIDs(ctx, cli, probe)
+	if err != nil || len(ids) > LeaseAskMax {
+		return 0, 0, 0, false, err
+	}
+	for _, id := range ids {
+		cctx, cancel := context.WithTimeout(ctx, probe)
+		r, err := cli.TimeToLive(cctx, id, clientv3.WithAttachedKeys())
+		cancel()
+		if err != nil {
+			return 0, 0, 0, false, fmt.Errorf("the keys of lease %x: %w", int64(id), err)
+		}
+		attached += int64(len(r.Keys))
+	}
+	if between != nil {
+		between(attempt)
+	}
+	rev2, total2, err := count()
+	if err != nil || rev2 != rev || total2 != total {
+		return 0, 0, 0, false, err
+	}
+	return rev, total, attached, true, nil
+}
+
+// leaseIDs are the cluster's live leases.
+func leaseIDs(ctx context.Context, cli *clientv3.Client, probe time.Duration) ([]clientv3.LeaseID, error) {
+	cctx, cancel := context.WithTimeout(ctx, 2*probe)
+	defer cancel()
+	r, err := cli.Leases(cctx)
+	if err != nil {
+		return nil, fmt.Errorf("list the leases: %w", err)
+	}
+	ids := make([]clientv3.LeaseID, len(r.Leases))
+	for i, l := range r.Leases {
+		ids[i] = l.ID
+	}
+	return ids, nil
+}
+
+// countKeys counts the live keys of the cluster, and those attached to a
+// live lease, with linearizable keys-only range requests of CountPage
+// keys, all at the revision of the first, so the count is of one
+// consistent keyspace. A keys-only response still carries each key's
+// lease; a key counts as attached when its lease is live, listed before
+// the scan or after it (a key's lease that expires during the scan was
+// live at the scan's revision; one that names a lease the database never
+// held is attached to none).
+func countKeys(ctx context.Context, cli *clientv3.Client, probe time.Duration) (rev, total, attached int64, err error) {
 	for attempt := 0; ; attempt++ {
-		rev, total, leased, err = countKeysOnce(ctx, cli, probe)
+		rev, total, attached, err = countKeysOnce(ctx, cli, probe)
 		if !errors.Is(err, rpctypes.ErrCompacted) || attempt >= 2 {
-			return rev, total, leased, err
+			return rev, total, attached, err
 		}
 	}
 }
 
-func countKeysOnce(ctx context.Context, cli *clientv3.Client, probe time.Duration) (rev, total, leased int64, err error) {
+func countKeysOnce(ctx context.Context, cli *clientv3.Client, probe time.Duration) (rev, total, attached int64, err error) {
+	before, err := leaseIDs(ctx, cli, probe)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	perLease := map[int64]int64{}
 	key := []byte{0}
 	first := true
 	for {
@@ -341,15 +444,24 @@ func countKeysOnce(ctx context.Context, cli *clientv3.Client, probe time.Duratio
 		for _, kv := range resp.Kvs {
 			total++
 			if kv.Lease != 0 {
-				leased++
+				perLease[kv.Lease]++
 			}
 		}
 		if !resp.More || len(resp.Kvs) == 0 {
-			return rev, total, leased, nil
+			break
 		}
 		last := resp.Kvs[len(resp.Kvs)-1].Key
 		key = append(append(key[:0], last...), 0)
 	}
+	after, err := leaseIDs(ctx, cli, probe)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	for _, id := range append(before, after...) {
+		attached += perLease[int64(id)]
+		delete(perLease, int64(id))
+	}
+	return rev, total, attached, nil
 }
 
 // memberRow is the verify report's row for an inspected member.
