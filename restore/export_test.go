@@ -17,5 +17,6 @@ func WithMemberWritten(ctx context.Context, f func(context.Context, Member)) con
 func SetCountByScan(o *VerifyOptions) { o.countByScan = true }
 
 // SetBetweenCounts sets the hook that runs between the index count's two
-// counts of the live keys, with the attempt's number.
-func SetBetweenCounts(o *VerifyOptions, f func(attempt int)) { o.betweenCounts = f }
+// counts of the live keys, with the attempt's number; an error it returns
+// is the index count's.
+func SetBetweenCounts(o *VerifyOptions, f func(attempt int) error) { o.betweenCounts = f }

@@ -230,7 +230,11 @@ func (c *ClusterCheck) Tables() []output.Table {
 	if c.Backup != "" {
 		s.printf("Restored from %s of cluster %s", c.Backup, c.ClusterID)
 		if c.Snapshot != nil {
-			s.printf(": snapshot revision %d, %d live keys (%d on leases)", c.Snapshot.Revision, c.Snapshot.LiveKeys, c.Snapshot.AttachedKeys)
+			s.printf(": snapshot revision %d, %d live keys (%d on leases", c.Snapshot.Revision, c.Snapshot.LiveKeys, c.Snapshot.AttachedKeys)
+			if n := c.Snapshot.LeasedKeys - c.Snapshot.AttachedKeys; n > 0 {
+				s.printf("; %d name a lease the snapshot does not hold, counted with the keys on none", n)
+			}
+			s.printf(")")
 		}
 		s.printf("\n")
 	}

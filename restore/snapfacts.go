@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -31,6 +32,8 @@ type SnapshotFacts struct {
 	// database does not hold; etcd attaches them to none, so they never
 	// expire, and verify counts them with the keys on no lease.
 	AttachedKeys int64 `json:"attachedKeys"`
+	// OrphanLeases are the leases those other keys name (sorted).
+	OrphanLeases []int64 `json:"orphanLeases,omitempty"`
 	// Revisions is the number of entries in the "key" bucket (every
 	// revision of every key not yet compacted, tombstones included).
 	Revisions int64 `json:"revisions"`
@@ -96,6 +99,13 @@ func (f SnapshotFacts) Expect(vo *VerifyOptions) {
 	vo.ExpectedKeys = f.LiveKeys
 	attached := f.AttachedKeys
 	vo.ExpectedLeasedKeys = &attached
+	vo.orphanLeases, vo.orphansUpTo = nil, f.StoreRevision()
+	for _, l := range f.OrphanLeases {
+		if vo.orphanLeases == nil {
+			vo.orphanLeases = map[int64]bool{}
+		}
+		vo.orphanLeases[l] = true
+	}
 }
 
 // readSnapshotFacts counts the live keys and finds the latest revision of a
@@ -156,6 +166,9 @@ func readSnapshotFacts(path string) (SnapshotFacts, error) {
 			state  uint8
 			prefix uint32
 		}
+		// The lease each key in state leased names (rare: not in keyState,
+		// whose size is per key).
+		orphanOf := map[[2]uint64]int64{}
 		alive := map[[2]uint64]keyState{}
 		prefixIdx := map[string]uint32{}
 		var prefixes []string
@@ -202,6 +215,11 @@ func readSnapshotFacts(path string) (SnapshotFacts, error) {
 			default:
 				ks.state = live
 			}
+			if ks.state == leased {
+				orphanOf[h] = lease
+			} else if len(orphanOf) > 0 {
+				delete(orphanOf, h)
+			}
 			alive[h] = ks
 		}
 		f.Prefixes = map[string]PrefixCount{}
@@ -221,6 +239,14 @@ func readSnapshotFacts(path string) (SnapshotFacts, error) {
 			}
 			f.Prefixes[prefixes[a.prefix]] = pc
 		}
+		named := map[int64]bool{}
+		for h, l := range orphanOf {
+			if alive[h].state == leased && !named[l] {
+				named[l] = true
+				f.OrphanLeases = append(f.OrphanLeases, l)
+			}
+		}
+		slices.Sort(f.OrphanLeases)
 		return nil
 	})
 	return f, err

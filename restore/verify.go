@@ -15,6 +15,7 @@ import (
 	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
+	"github.com/armada/etcd-recovery/internal/fanout"
 	"github.com/armada/etcd-recovery/internal/output"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
@@ -50,11 +51,19 @@ type VerifyOptions struct {
 	// afterHealthy, in tests, runs once the members were judged healthy
 	// and before the data is read (export_test.go).
 	afterHealthy func()
+	// orphanLeases are the leases that live keys of the snapshot name but
+	// its lease bucket does not hold, and orphansUpTo the snapshot's
+	// revision (SnapshotFacts.Expect sets both): a key restored on one of
+	// them (its mod revision not above orphansUpTo) is attached to no
+	// lease, and the key scan counts it with the keys on none.
+	orphanLeases map[int64]bool
+	orphansUpTo  int64
+
 	// countByScan, in tests, counts the keys on leases by the key scan
-	// alone; betweenCounts runs between the index count's two counts
-	// (export_test.go).
+	// alone; betweenCounts runs between the index count's two counts, and
+	// an error it returns is the index count's (export_test.go).
 	countByScan   bool
-	betweenCounts func(attempt int)
+	betweenCounts func(attempt int) error
 }
 
 // MemberRow is one member of the rebuilt cluster, the verify report's
@@ -88,6 +97,9 @@ type VerifyReport struct {
 	SnapshotLeasedKeys   *int64        `json:"snapshotLeasedKeys,omitempty"`
 	UnleasedKeys         int64         `json:"unleasedKeys,omitempty"`
 	ExpectedUnleasedKeys *int64        `json:"expectedUnleasedKeys,omitempty"`
+	// CountedBy says how the keys on leases were counted: "index" (etcd's
+	// index and the leases, no value read) or "scan" (every key's entry).
+	CountedBy string `json:"countedBy,omitempty"`
 	Checks               []Check       `json:"checks"`
 	Verified             bool          `json:"verified"`
 	Waited               time.Duration `json:"waited"`
@@ -257,7 +269,7 @@ func verifyOnce(ctx context.Context, opts VerifyOptions) *VerifyReport {
 	}
 	defer cli.Close()
 	if opts.ExpectedLeasedKeys != nil {
-		rep.Revision, rep.Keys, rep.LeasedKeys, err = countAttached(ctx, cli, opts)
+		rep.Revision, rep.Keys, rep.LeasedKeys, rep.CountedBy, err = countAttached(ctx, cli, opts)
 	} else {
 		cctx, cancel := context.WithTimeout(ctx, 2*opts.ProbeTimeout)
 		var resp *clientv3.GetResponse
@@ -316,29 +328,60 @@ func verifyOnce(ctx context.Context, opts VerifyOptions) *VerifyReport {
 // only, no values).
 const CountPage = 2000
 
-// LeaseAskMax bounds how many leases countByIndex asks for their keys,
-// one request each: a cluster with more leases is counted by the key
-// scan.
-const LeaseAskMax = 10000
+// LeaseAskMax bounds how many leases countByIndex asks for their keys, a
+// request each (leaseAskParallel at once): a cluster with more leases is
+// counted by the key scan. Kubernetes puts the events of a minute on one
+// lease, so its clusters hold about a hundred.
+const LeaseAskMax = 1000
+
+const leaseAskParallel = 8
 
 // countAttached counts the live keys of the cluster, and those attached to
-// a live lease, at one revision. First from etcd's index (countByIndex),
-// which reads no value: the key scan (countKeys) reads every key's entry
-// from the database, values included, and took 18 s of a 1.2 GiB restore.
-// A keyspace that keeps moving under the index count, or more than
-// LeaseAskMax leases, is counted by the scan.
-func countAttached(ctx context.Context, cli *clientv3.Client, opts VerifyOptions) (rev, total, attached int64, err error) {
+// a live lease, at one revision, and says how ("index" or "scan"). First
+// from etcd's index (countByIndex), which reads no value: the key scan
+// (countKeys) reads every key's entry from the database, values included,
+// and took 18 s of a 1.2 GiB restore. The index count is made through one
+// member (a member's applied state only moves forward, so what it answers
+// after its own linearizable count is at least that state), within three
+// probe timeouts an attempt. A keyspace that moves under it three times,
+// more than LeaseAskMax leases, or any error of its own (a lease whose
+// keys are more than a response may carry, a slow leader) is counted by
+// the scan, whose pages are bounded.
+func countAttached(ctx context.Context, cli *clientv3.Client, opts VerifyOptions) (rev, total, attached int64, by string, err error) {
 	if !opts.countByScan {
-		for attempt := range 3 {
-			var ok bool
-			rev, total, attached, ok, err = countByIndex(ctx, cli, opts.ProbeTimeout, attempt, opts.betweenCounts)
-			if err != nil || ok {
-				return rev, total, attached, err
+		why := ""
+		one := opts.Etcd
+		one.Endpoints = one.Endpoints[:1]
+		ocli, cerr := one.Client(ctx)
+		if cerr != nil {
+			why = cerr.Error()
+		} else {
+			for attempt := range 3 {
+				ictx, cancel := context.WithTimeout(ctx, 3*opts.ProbeTimeout)
+				rev, total, attached, why, err = countByIndex(ictx, ocli, opts.ProbeTimeout, attempt, opts.betweenCounts)
+				cancel()
+				if err == nil && why == "" {
+					ocli.Close()
+					return rev, total, attached, "index", nil
+				}
+				if ctx.Err() != nil {
+					ocli.Close()
+					return 0, 0, 0, "", ctx.Err()
+				}
+				if err != nil {
+					why = err.Error()
+					break
+				}
+				if !strings.HasPrefix(why, "the keyspace moved") {
+					break
+				}
 			}
+			ocli.Close()
 		}
-		opts.Log.Info("the keyspace moved under the count of keys on leases: counting by a key scan")
+		opts.Log.Info("counting the keys on leases by a key scan", "why", why)
 	}
-	return countKeys(ctx, cli, opts.ProbeTimeout)
+	rev, total, attached, err = countKeys(ctx, cli, opts.ProbeTimeout, opts.orphanLeases, opts.orphansUpTo)
+	return rev, total, attached, "scan", err
 }
 
 // countByIndex counts the live keys with a count-only range (etcd answers
@@ -347,46 +390,66 @@ func countAttached(ctx context.Context, cli *clientv3.Client, opts VerifyOptions
 // counts answer at the same revision, nothing attached, detached or
 // deleted a key in between (each of those is a write, and every write
 // moves the revision; a lease that expires with no key on it moves
-// nothing and counts nothing), so the two numbers are of one keyspace. ok
-// is false when the revision moved, or when there are more than
-// LeaseAskMax leases.
-func countByIndex(ctx context.Context, cli *clientv3.Client, probe time.Duration, attempt int, between func(int)) (rev, total, attached int64, ok bool, err error) {
+// nothing and counts nothing), so the two numbers are of one keyspace.
+// notOne says why they are not: the revision moved, or there are more
+// than LeaseAskMax leases.
+func countByIndex(ctx context.Context, cli *clientv3.Client, probe time.Duration, attempt int, between func(int) error) (rev, total, attached int64, notOne string, err error) {
 	count := func() (int64, int64, error) {
 		cctx, cancel := context.WithTimeout(ctx, 2*probe)
 		defer cancel()
 		r, err := cli.Get(cctx, "", clientv3.WithFromKey(), clientv3.WithCountOnly())
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, fmt.Errorf("count the live keys: %w", err)
 		}
 		return r.Header.Revision, r.Count, nil
 	}
 	if rev, total, err = count(); err != nil {
-		return 0, 0, 0, false, err
+		return 0, 0, 0, "", err
 	}
 	ids, err := leaseIDs(ctx, cli, probe)
-	if err != nil || len(ids) > LeaseAskMax {
-		return 0, 0, 0, false, err
+	if err != nil {
+		return 0, 0, 0, "", err
 	}
-	for _, id := range ids {
+	if len(ids) > LeaseAskMax {
+		return 0, 0, 0, fmt.Sprintf("%d leases, more than %d to ask one by one", len(ids), LeaseAskMax), nil
+	}
+	keys := make([]int64, len(ids))
+	errs := make([]error, len(ids))
+	fanout.ForEach(ctx, len(ids), leaseAskParallel, func(ctx context.Context, i int) {
 		cctx, cancel := context.WithTimeout(ctx, probe)
-		r, err := cli.TimeToLive(cctx, id, clientv3.WithAttachedKeys())
-		cancel()
+		defer cancel()
+		r, err := cli.TimeToLive(cctx, ids[i], clientv3.WithAttachedKeys())
 		if err != nil {
-			return 0, 0, 0, false, fmt.Errorf("the keys of lease %x: %w", int64(id), err)
+			errs[i] = fmt.Errorf("the keys of lease %x: %w", int64(ids[i]), err)
+			return
 		}
-		attached += int64(len(r.Keys))
+		keys[i] = int64(len(r.Keys))
+	})
+	if err := errors.Join(errs...); err != nil {
+		return 0, 0, 0, "", err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, 0, 0, "", fmt.Errorf("the keys of %d leases: %w", len(ids), err)
+	}
+	for _, n := range keys {
+		attached += n
 	}
 	if between != nil {
-		between(attempt)
+		if err := between(attempt); err != nil {
+			return 0, 0, 0, "", err
+		}
 	}
-	rev2, total2, err := count()
-	if err != nil || rev2 != rev || total2 != total {
-		return 0, 0, 0, false, err
+	rev2, _, err := count()
+	if err != nil {
+		return 0, 0, 0, "", err
 	}
-	return rev, total, attached, true, nil
+	if rev2 != rev {
+		return 0, 0, 0, fmt.Sprintf("the keyspace moved under the count (revision %d, then %d)", rev, rev2), nil
+	}
+	return rev, total, attached, "", nil
 }
 
-// leaseIDs are the cluster's live leases.
+// leaseIDs are the live leases of the member cli reaches.
 func leaseIDs(ctx context.Context, cli *clientv3.Client, probe time.Duration) ([]clientv3.LeaseID, error) {
 	cctx, cancel := context.WithTimeout(ctx, 2*probe)
 	defer cancel()
@@ -405,25 +468,21 @@ func leaseIDs(ctx context.Context, cli *clientv3.Client, probe time.Duration) ([
 // live lease, with linearizable keys-only range requests of CountPage
 // keys, all at the revision of the first, so the count is of one
 // consistent keyspace. A keys-only response still carries each key's
-// lease; a key counts as attached when its lease is live, listed before
-// the scan or after it (a key's lease that expires during the scan was
-// live at the scan's revision; one that names a lease the database never
-// held is attached to none).
-func countKeys(ctx context.Context, cli *clientv3.Client, probe time.Duration) (rev, total, attached int64, err error) {
+// lease and mod revision. A live key that names a lease is attached to it
+// (etcd refuses a put on a lease it does not have, and a lease's end
+// deletes its keys), except a key restored on a lease its snapshot did
+// not hold (orphans, at a mod revision not above upTo): etcd's start
+// attached it to none.
+func countKeys(ctx context.Context, cli *clientv3.Client, probe time.Duration, orphans map[int64]bool, upTo int64) (rev, total, attached int64, err error) {
 	for attempt := 0; ; attempt++ {
-		rev, total, attached, err = countKeysOnce(ctx, cli, probe)
+		rev, total, attached, err = countKeysOnce(ctx, cli, probe, orphans, upTo)
 		if !errors.Is(err, rpctypes.ErrCompacted) || attempt >= 2 {
 			return rev, total, attached, err
 		}
 	}
 }
 
-func countKeysOnce(ctx context.Context, cli *clientv3.Client, probe time.Duration) (rev, total, attached int64, err error) {
-	before, err := leaseIDs(ctx, cli, probe)
-	if err != nil {
-		return 0, 0, 0, err
-	}
-	perLease := map[int64]int64{}
+func countKeysOnce(ctx context.Context, cli *clientv3.Client, probe time.Duration, orphans map[int64]bool, upTo int64) (rev, total, attached int64, err error) {
 	key := []byte{0}
 	first := true
 	for {
@@ -443,25 +502,16 @@ func countKeysOnce(ctx context.Context, cli *clientv3.Client, probe time.Duratio
 		}
 		for _, kv := range resp.Kvs {
 			total++
-			if kv.Lease != 0 {
-				perLease[kv.Lease]++
+			if kv.Lease != 0 && !(orphans[kv.Lease] && kv.ModRevision <= upTo) {
+				attached++
 			}
 		}
 		if !resp.More || len(resp.Kvs) == 0 {
-			break
+			return rev, total, attached, nil
 		}
 		last := resp.Kvs[len(resp.Kvs)-1].Key
 		key = append(append(key[:0], last...), 0)
 	}
-	after, err := leaseIDs(ctx, cli, probe)
-	if err != nil {
-		return 0, 0, 0, err
-	}
-	for _, id := range append(before, after...) {
-		attached += perLease[int64(id)]
-		delete(perLease, int64(id))
-	}
-	return rev, total, attached, nil
 }
 
 // memberRow is the verify report's row for an inspected member.

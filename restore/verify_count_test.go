@@ -2,6 +2,7 @@ package restore_test
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/armada/etcd-recovery/internal/etcdconn"
@@ -23,15 +25,27 @@ import (
 
 // TestVerifyCountsKeysOnLeasesByTheIndex: the verify counts the keys
 // attached to a lease from etcd's index and the leases (no value read),
-// and the key scan it falls back to counts the same. A key that names a
-// lease its snapshot does not hold is attached to none by etcd's start:
-// it never expires, so both the snapshot's facts and the verify count it
-// with the keys on no lease, and its loss fails the verify (it was once
-// reported as "expired with its lease"). A keyspace that moves under the
-// index count is counted again.
+// through one member of three, and the key scan it falls back to counts
+// the same (etcd 3.5 and 3.6). A key that names a lease its snapshot does
+// not hold is attached to none by etcd's start: it never expires, so both
+// the snapshot's facts and the verify count it with the keys on no lease,
+// even once that lease is granted again, and its loss fails the verify
+// (it was once reported as "expired with its lease"). A keyspace that
+// moves under the index count is counted again; one that keeps moving, or
+// an index count that fails, is counted by the scan. The report says
+// which counted.
 func TestVerifyCountsKeysOnLeasesByTheIndex(t *testing.T) {
 	t.Parallel()
-	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
+	for _, v := range []testenv.Version{testenv.V35, testenv.V36} {
+		t.Run(v.String(), func(t *testing.T) {
+			t.Parallel()
+			verifyCountsKeysOnLeases(t, v)
+		})
+	}
+}
+
+func verifyCountsKeysOnLeases(t *testing.T, v testenv.Version) {
+	c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: v, Members: 1})
 	cli := c.Client(t)
 	ctx := testfix.Context(t, 3*time.Minute)
 	testenv.PutKeys(t, cli, "/registry/pods/", 40, 32)
@@ -89,25 +103,37 @@ func TestVerifyCountsKeysOnLeasesByTheIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if facts.LiveKeys != 55 || facts.LeasedKeys != 15 || facts.AttachedKeys != 10 || facts.UnleasedKeys() != 45 {
-		t.Fatalf("snapshot facts %+v: want 55 live keys, 15 naming a lease, 10 of them attached, 45 on no live lease", facts)
+	if facts.LiveKeys != 55 || facts.LeasedKeys != 15 || facts.AttachedKeys != 10 || facts.UnleasedKeys() != 45 ||
+		fmt.Sprint(facts.OrphanLeases) != fmt.Sprint([]int64{int64(ids[2])}) {
+		t.Fatalf("snapshot facts %+v: want 55 live keys, 15 naming a lease, 10 of them attached, 45 on no live lease, lease %x held by none", facts, int64(ids[2]))
 	}
 
-	peer := fmt.Sprintf("http://127.0.0.1:%d", testenv.FreePort(t))
-	client := fmt.Sprintf("http://127.0.0.1:%d", testenv.FreePort(t))
-	dataDir := filepath.Join(dir, "r0.etcd")
-	out, err := exec.CommandContext(ctx, testenv.EtcdutlBin(t, testenv.V35), "snapshot", "restore", snap, "--skip-hash-check",
-		"--data-dir", dataDir, "--name", "r0", "--initial-cluster", "r0="+peer, "--initial-cluster-token", "orphans",
-		"--initial-advertise-peer-urls", peer).CombinedOutput()
-	if err != nil {
-		t.Fatalf("etcdutl snapshot restore: %v\n%s", err, out)
+	// Three members, restored by etcdutl and started at once.
+	ic, ms := newCluster(t, 3, false)
+	var specs []testenv.MemberSpec
+	var eps []string
+	for _, m := range ms {
+		dataDir := filepath.Join(dir, m.name+".etcd")
+		out, err := exec.CommandContext(ctx, testenv.EtcdutlBin(t, v), "snapshot", "restore", snap, "--skip-hash-check",
+			"--data-dir", dataDir, "--name", m.name, "--initial-cluster", ic, "--initial-cluster-token", "orphans",
+			"--initial-advertise-peer-urls", m.peerURL).CombinedOutput()
+		if err != nil {
+			t.Fatalf("etcdutl snapshot restore: %v\n%s", err, out)
+		}
+		specs = append(specs, testenv.MemberSpec{Version: v, Name: m.name, DataDir: dataDir, ClientURL: m.clientURL, PeerURL: m.peerURL,
+			InitialCluster: ic, InitialClusterToken: "orphans"})
+		eps = append(eps, m.clientURL)
 	}
-	ncli := testfix.StartRestoredMember(t, dataDir, "orphans", client, peer)
+	members := testenv.StartEtcdMembers(t, specs...)
+	for _, m := range members {
+		m.WaitReady(t)
+	}
+	ncli := members[0].Client(t)
 
 	verify := func(t *testing.T, how func(*restore.VerifyOptions)) (*restore.VerifyReport, error) {
 		t.Helper()
-		opts := restore.VerifyOptions{Etcd: etcdconn.Config{Endpoints: []string{client}}, Timeout: 30 * time.Second,
-			ProbeTimeout: 5 * time.Second, ExpectedMembers: 1, Log: testfix.Logger(t)}
+		opts := restore.VerifyOptions{Etcd: etcdconn.Config{Endpoints: eps}, Timeout: 30 * time.Second,
+			ProbeTimeout: 5 * time.Second, ExpectedMembers: 3, Log: testfix.Logger(t)}
 		facts.Expect(&opts)
 		if how != nil {
 			how(&opts)
@@ -123,8 +149,8 @@ func TestVerifyCountsKeysOnLeasesByTheIndex(t *testing.T) {
 	}
 	for _, w := range ways {
 		rep, err := verify(t, w.how)
-		if err != nil || !rep.Verified || rep.Keys != 55 || rep.LeasedKeys != 10 || rep.UnleasedKeys != 45 {
-			t.Fatalf("%s: verify of the restored member: %v, report %+v; want verified, 55 keys, 10 attached, 45 on no live lease", w.name, err, rep)
+		if err != nil || !rep.Verified || rep.Keys != 55 || rep.LeasedKeys != 10 || rep.UnleasedKeys != 45 || rep.CountedBy != w.name {
+			t.Fatalf("%s: verify of the restored cluster: %v, report %+v; want verified by %s, 55 keys, 10 attached, 45 on no live lease", w.name, err, rep, w.name)
 		}
 	}
 
@@ -132,46 +158,68 @@ func TestVerifyCountsKeysOnLeasesByTheIndex(t *testing.T) {
 	// snapshot does not have): counted again, and the third count stands.
 	var attempts []int
 	rep, err := verify(t, func(o *restore.VerifyOptions) {
-		restore.SetBetweenCounts(o, func(attempt int) {
+		restore.SetBetweenCounts(o, func(attempt int) error {
 			attempts = append(attempts, attempt)
 			if attempt < 2 {
-				if _, err := ncli.Put(ctx, fmt.Sprintf("/registry/pods/moving-%d", attempt), "x"); err != nil {
-					t.Error(err)
-				}
+				_, err := ncli.Put(ctx, fmt.Sprintf("/registry/pods/moving-%d", attempt), "x")
+				return err
 			}
+			return nil
 		})
 	})
 	if err == nil || !strings.Contains(err.Error(), "47 live keys without a lease, the snapshot has 45") || fmt.Sprint(attempts) != "[0 1 2]" ||
-		rep.Keys != 57 || rep.LeasedKeys != 10 {
-		t.Fatalf("a keyspace that moved twice: attempts %v, %v, report %+v; want 3 attempts, 57 keys counted and the two new ones failed", attempts, err, rep)
+		rep.Keys != 57 || rep.LeasedKeys != 10 || rep.CountedBy != "index" {
+		t.Fatalf("a keyspace that moved twice: attempts %v, %v, report %+v; want 3 attempts by the index, 57 keys counted and the two new ones failed", attempts, err, rep)
 	}
 	for _, k := range []string{"/registry/pods/moving-0", "/registry/pods/moving-1"} {
 		if _, err := ncli.Delete(ctx, k); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// It moves every time: the scan counts it.
-	calls := 0
-	rep, err = verify(t, func(o *restore.VerifyOptions) {
-		restore.SetBetweenCounts(o, func(attempt int) {
-			calls++
-			if _, err := ncli.Put(ctx, "/registry/pods/00000001", "moved"); err != nil {
-				t.Error(err)
-			}
+	// It moves every time, or the index count fails (a lease's keys more
+	// than a response carries): the scan counts it.
+	for _, fail := range []bool{false, true} {
+		calls := 0
+		rep, err = verify(t, func(o *restore.VerifyOptions) {
+			restore.SetBetweenCounts(o, func(attempt int) error {
+				calls++
+				if fail {
+					return errors.New("grpc: received message larger than max")
+				}
+				_, err := ncli.Put(ctx, "/registry/pods/00000001", "moved")
+				return err
+			})
 		})
-	})
-	if err != nil || !rep.Verified || rep.Keys != 55 || rep.LeasedKeys != 10 || calls != 3 {
-		t.Fatalf("a keyspace that kept moving, counted by the scan after %d index counts: %v, report %+v", calls, err, rep)
+		if want := map[bool]int{false: 3, true: 1}[fail]; err != nil || !rep.Verified || rep.Keys != 55 || rep.LeasedKeys != 10 || calls != want || rep.CountedBy != "scan" {
+			t.Fatalf("failing %v: counted by %q after %d index counts (want the scan after %d): %v, report %+v", fail, rep.CountedBy, calls, want, err, rep)
+		}
 	}
 
-	// A key on the lease the snapshot does not hold is lost: a failure,
+	// The lease the snapshot did not hold is granted again, and a new key
+	// put on it: the new key is attached, the five restored ones still to
+	// none (etcd attaches a key on a put, never to a lease granted later).
+	// Both counts agree.
+	if _, err := pb.NewLeaseClient(ncli.ActiveConnection()).LeaseGrant(ctx, &pb.LeaseGrantRequest{ID: int64(ids[2]), TTL: 3600}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ncli.Put(ctx, "/registry/events/after", "e", clientv3.WithLease(ids[2])); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range ways {
+		rep, err := verify(t, w.how)
+		if err != nil || !rep.Verified || rep.Keys != 56 || rep.LeasedKeys != 11 || rep.UnleasedKeys != 45 || rep.CountedBy != w.name {
+			t.Fatalf("%s: after the missing lease was granted again: %v, report %+v; want verified, 56 keys, 11 attached, 45 on none", w.name, err, rep)
+		}
+	}
+
+	// A key on the lease the snapshot did not hold is lost: a failure,
 	// by either count, not a lease expiry.
 	if _, err := ncli.Delete(ctx, "/registry/events/l2-0"); err != nil {
 		t.Fatal(err)
 	}
 	for _, w := range ways {
 		rep, err := verify(t, w.how)
-		if err == nil || !strings.Contains(err.Error(), "44 live keys without a lease, the snapshot has 45") {
+		if err == nil || !strings.Contains(err.Error(), "44 live keys without a lease, the snapshot has 45") || rep.CountedBy != w.name {
 			t.Fatalf("%s: verify after a key on no live lease was lost: %v, report %+v; want the unleased count failed", w.name, err, rep)
 		}
 	}
