@@ -93,16 +93,16 @@ type VerifyReport struct {
 	// that names a lease its database does not hold is attached to none
 	// (etcd's start attaches a key only to a lease it has), can never
 	// expire, and counts with the keys on no lease.
-	LeasedKeys           int64         `json:"leasedKeys,omitempty"`
-	SnapshotLeasedKeys   *int64        `json:"snapshotLeasedKeys,omitempty"`
-	UnleasedKeys         int64         `json:"unleasedKeys,omitempty"`
-	ExpectedUnleasedKeys *int64        `json:"expectedUnleasedKeys,omitempty"`
+	LeasedKeys           int64  `json:"leasedKeys,omitempty"`
+	SnapshotLeasedKeys   *int64 `json:"snapshotLeasedKeys,omitempty"`
+	UnleasedKeys         int64  `json:"unleasedKeys,omitempty"`
+	ExpectedUnleasedKeys *int64 `json:"expectedUnleasedKeys,omitempty"`
 	// CountedBy says how the keys on leases were counted: "index" (etcd's
 	// index and the leases, no value read) or "scan" (every key's entry).
-	CountedBy string `json:"countedBy,omitempty"`
-	Checks               []Check       `json:"checks"`
-	Verified             bool          `json:"verified"`
-	Waited               time.Duration `json:"waited"`
+	CountedBy string        `json:"countedBy,omitempty"`
+	Checks    []Check       `json:"checks"`
+	Verified  bool          `json:"verified"`
+	Waited    time.Duration `json:"waited"`
 
 	// unread: the members were healthy but the data could not be read
 	// (a timeout, a leader change): not a verdict on the data, so the
