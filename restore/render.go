@@ -77,7 +77,7 @@ func (r *Result) Tables() []output.Table {
 			s.printf(" (%d on leases, which etcd may expire once the cluster runs: verify counts them apart)", p.Snapshot.AttachedKeys)
 		}
 		if n := p.Snapshot.LeasedKeys - p.Snapshot.AttachedKeys; n > 0 {
-			s.printf(" (%d name a lease the snapshot does not hold: etcd attaches them to none, so they stay and are counted exactly)", n)
+			s.printf(" (warning: %d name a lease the snapshot does not hold: etcd attaches them to none, so they will never expire, and verify counts them exactly; delete them by hand if their lease mattered)", n)
 		}
 		s.printf(".\n")
 	case p.Chosen != nil:
@@ -232,7 +232,7 @@ func (c *ClusterCheck) Tables() []output.Table {
 		if c.Snapshot != nil {
 			s.printf(": snapshot revision %d, %d live keys (%d on leases", c.Snapshot.Revision, c.Snapshot.LiveKeys, c.Snapshot.AttachedKeys)
 			if n := c.Snapshot.LeasedKeys - c.Snapshot.AttachedKeys; n > 0 {
-				s.printf("; %d name a lease the snapshot does not hold, counted with the keys on none", n)
+				s.printf("; warning: %d name a lease the snapshot does not hold, will never expire, and are counted with the keys on none", n)
 			}
 			s.printf(")")
 		}

@@ -167,7 +167,7 @@ func verifyCountsKeysOnLeases(t *testing.T, v testenv.Version) {
 			return nil
 		})
 	})
-	if err == nil || !strings.Contains(err.Error(), "47 live keys without a lease, the snapshot has 45") || fmt.Sprint(attempts) != "[0 1 2]" ||
+	if err == nil || !strings.Contains(err.Error(), "47 live keys on no live lease, the snapshot has 45") || fmt.Sprint(attempts) != "[0 1 2]" ||
 		rep.Keys != 57 || rep.LeasedKeys != 10 || rep.CountedBy != "index" {
 		t.Fatalf("a keyspace that moved twice: attempts %v, %v, report %+v; want 3 attempts by the index, 57 keys counted and the two new ones failed", attempts, err, rep)
 	}
@@ -219,7 +219,7 @@ func verifyCountsKeysOnLeases(t *testing.T, v testenv.Version) {
 	}
 	for _, w := range ways {
 		rep, err := verify(t, w.how)
-		if err == nil || !strings.Contains(err.Error(), "44 live keys without a lease, the snapshot has 45") || rep.CountedBy != w.name {
+		if err == nil || !strings.Contains(err.Error(), "44 live keys on no live lease, the snapshot has 45") || rep.CountedBy != w.name {
 			t.Fatalf("%s: verify after a key on no live lease was lost: %v, report %+v; want the unleased count failed", w.name, err, rep)
 		}
 	}

@@ -73,7 +73,15 @@ fi
 # three members from an encrypted backup behind a shaped link, step by step
 # from the tool's log, against its floor (stored bytes over the link, three
 # databases over the disk's write throughput measured in the same run),
-# peak RSS and peak disk (~4 min at 1 GiB).
+# peak RSS and peak disk (~4 min at 1 GiB; ~25 min and 33 GB of disk at
+# BENCH_FLOOR_MB=6144, a 7.3 GiB database).
+# BenchmarkRestoreBesideGardener (restore/gardener_bench_test.go;
+# BENCH_GARDENER_MB, default 674): the tool's restore of one member beside
+# gardener's `etcdbrctl restore` of the same database, each from its own
+# backup at its defaults in one MinIO, to a member that serves, with peak RSS
+# (~5 min). It needs ETCDBRCTL, the path of an etcdbrctl built from
+# github.com/gardener/etcd-backup-restore (`go build -mod=vendor .` in its
+# source: the project neither ships nor builds it); without it, it is skipped.
 # BENCH_JOURNAL_QUICK=1 shortens the first two (10 s runs, 30 s interval at
 # 1,000 writes/s only, 10 clusters, 100,000 events only): about 5 min.
 go test -run '^$' -bench "${BENCH:-.}" -benchtime 1x -timeout "${BENCH_TIMEOUT:-90m}" ${BENCH_PKGS:-./...}
