@@ -87,6 +87,18 @@ func TestCaptureLocksSegments(t *testing.T) {
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- journal.Capture(cctx, o) }()
+	var ch *journal.Chain
+	waitReach := func(rev int64) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			if ch, err = journal.ListSegments(ctx, st, l, id, base); err != nil {
+				t.Fatal(err)
+			}
+			if ch.Reach >= rev || time.Now().After(deadline) {
+				return
+			}
+		}
+	}
 	var last int64
 	for i := range 6 {
 		r, err := cli.Put(ctx, fmt.Sprintf("/k/%d", i), "v")
@@ -94,17 +106,15 @@ func TestCaptureLocksSegments(t *testing.T) {
 			t.Fatal(err)
 		}
 		last = r.Header.Revision
+		if i == 0 {
+			// The first segment is written before the other puts: a
+			// capture that started late (a loaded machine) would
+			// otherwise catch them all up into one.
+			waitReach(last)
+		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	var ch *journal.Chain
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if ch, err = journal.ListSegments(ctx, st, l, id, base); err != nil {
-			t.Fatal(err)
-		}
-		if ch.Reach >= last || time.Now().After(deadline) {
-			break
-		}
-	}
+	waitReach(last)
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
