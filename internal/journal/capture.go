@@ -98,7 +98,11 @@ type CaptureOptions struct {
 	// (DefaultWatchStallTimeout); OnStall, when set, is called with each
 	// stall. See checkWatch.
 	WatchStallTimeout time.Duration
-	OnStall           func(WatchStall)
+	// WatchCatchUpTimeout bounds the silence of a watch whose member
+	// answers ahead of it, a catch-up etcd is still reading
+	// (DefaultWatchCatchUpTimeout). See checkWatch.
+	WatchCatchUpTimeout time.Duration
+	OnStall             func(WatchStall)
 }
 
 func (o *CaptureOptions) defaults() error {

@@ -61,7 +61,9 @@
 //     WatchStall (a frozen, partitioned or unreachable member, or none
 //     answering): logged, reported (OnStall), and watched again from the
 //     awaited revision exactly on a new stream, with backoff while no
-//     member answers.
+//     member answers. A silent watch whose own member answers (Status)
+//     ahead of it is a catch-up etcd is still reading, waited for up to
+//     WatchCatchUpTimeout.
 //
 // Where a revision's time comes from: Header.Received maps revisions to
 // when the capture received them (unix ms): a segment's first and last

@@ -59,6 +59,17 @@ type watchChan <-chan watchResp
 // etcd's request limit; an event larger than it is a fragment of its own).
 const watchRecvLimit = 64 << 20
 
+// slowSends holds, per client, a test's stand-in for a member slow to send
+// (export_test.go): it runs before each message of that client's watches
+// is delivered. Empty outside tests.
+var slowSends sync.Map // *clientv3.Client → func(ctx context.Context, events int)
+
+func slowSend(ctx context.Context, cli *clientv3.Client, events int) {
+	if f, ok := slowSends.Load(cli); ok {
+		f.(func(context.Context, int))(ctx, events)
+	}
+}
+
 // rawWatch is the send side of a watch's stream: the create request, then
 // progress requests, one at a time.
 type rawWatch struct {
@@ -135,6 +146,7 @@ func openRawWatch(wctx context.Context, cli *clientv3.Client, from int64) (watch
 					r.Events[i] = (*clientv3.Event)(ev)
 				}
 			}
+			slowSend(wctx, cli, len(m.Events))
 			if !deliver(r) || m.Canceled {
 				return
 			}

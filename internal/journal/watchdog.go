@@ -22,6 +22,10 @@ const (
 	// maxRewatchBackoff caps the wait between watches when no member
 	// answers.
 	maxRewatchBackoff = 30 * time.Second
+	// DefaultWatchCatchUpTimeout is how long a watch whose member answers,
+	// and holds revisions the watch has not delivered yet, may stay silent
+	// before it is taken as stalled all the same (see checkWatch).
+	DefaultWatchCatchUpTimeout = time.Minute
 )
 
 // WatchStall is a capture's watch found stalled: it did not answer a
@@ -65,13 +69,21 @@ type watchdog struct {
 	want    *atomic.Int64
 	// probeID is the etcd cluster ID the probe read; probeReach the
 	// last revision the watch had delivered when the probe started.
-	probeID     *atomic.Uint64
-	probeReach  int64
-	seen        int64
-	answered    bool // any response since probeAt
-	stalls      int
-	consecutive int
-	retryAt     time.Time // no watch until then (backoff): wch is nil
+	probeID    *atomic.Uint64
+	probeReach int64
+	// memberRev is what the watch's own member answered during the probe
+	// (its revision; -1: it did not answer, or the watch had no member
+	// yet); probeDone is set once the probe's reads are over.
+	memberRev *atomic.Int64
+	probeDone *atomic.Bool
+	// catchUpSince is when the watch was first found silent while its
+	// member answers ahead of it (zero: not catching up).
+	catchUpSince time.Time
+	seen         int64
+	answered     bool // any response since probeAt
+	stalls       int
+	consecutive  int
+	retryAt      time.Time // no watch until then (backoff): wch is nil
 }
 
 // watchStallTimeout and probeEvery are the capture's liveness bounds.
@@ -84,6 +96,13 @@ func (c *capture) watchStallTimeout() time.Duration {
 
 func (c *capture) probeEvery() time.Duration { return min(c.o.SegmentInterval, WatchProbeEvery) }
 
+func (c *capture) watchCatchUpTimeout() time.Duration {
+	if c.o.WatchCatchUpTimeout > 0 {
+		return c.o.WatchCatchUpTimeout
+	}
+	return DefaultWatchCatchUpTimeout
+}
+
 // watchCtx is the context of a new watch: its own gRPC stream (clientv3
 // shares one stream among the watches whose contexts carry the same
 // metadata), so that a watch opened after a stall does not ride the
@@ -94,6 +113,7 @@ func (c *capture) watchCtx(ctx context.Context) (context.Context, context.Cancel
 	now := c.o.Now()
 	c.wd.wctx, c.wd.opened, c.wd.last, c.wd.created, c.wd.member, c.wd.retryAt = wctx, now, now, false, 0, time.Time{}
 	c.wd.probeAt, c.wd.seen, c.wd.answered, c.wd.want = time.Time{}, 0, false, nil
+	c.wd.catchUpSince = time.Time{}
 	return wctx, cancel
 }
 
@@ -161,14 +181,44 @@ func (c *capture) checkWatch() bool {
 	// (a partitioned member answers at its old revision, a frozen one
 	// not at all; neither delivers new revisions).
 	if (want > 0 && seen >= want) || (want < 0 && c.wd.answered) || c.next-1 > c.wd.probeReach {
-		c.wd.probeAt = time.Time{}
+		if !c.wd.catchUpSince.IsZero() {
+			c.o.Log.Info("journal: the watch's catch-up arrived", "cluster", c.o.ClusterID, "member", fmt.Sprintf("%x", c.wd.member),
+				"silent", now.Sub(c.wd.catchUpSince).Round(time.Millisecond), "reachedRev", c.next-1)
+		}
+		c.wd.probeAt, c.wd.catchUpSince = time.Time{}, time.Time{}
 		return false
 	}
-	if now.Sub(c.wd.probeAt) < timeout {
+	// Past the timeout, the probe's reads are waited for (their context
+	// ended with it: a tick at most).
+	if now.Sub(c.wd.probeAt) < timeout || !c.wd.probeDone.Load() {
 		return false
+	}
+	// Silent, and its member answers at a revision the watch has not
+	// delivered: etcd is still reading the catch-up (it sends a watch
+	// that starts behind nothing until it has read every revision up to
+	// its own, and answers no progress request until then: a large
+	// catch-up on a loaded member takes seconds). That is slow, not
+	// stalled; the member is probed again each timeout, up to the
+	// catch-up timeout. A frozen member does not answer, a partitioned
+	// one answers at its old revision once its catch-up is sent, and a
+	// dead connection breaks at the client's keepalive.
+	mrev := c.wd.memberRev.Load()
+	if !c.wd.answered && mrev > c.wd.probeReach {
+		if c.wd.catchUpSince.IsZero() {
+			c.wd.catchUpSince = c.wd.probeAt
+			c.o.Log.Info("journal: the watch is silent while its member answers ahead of it: a catch-up, waited for", "cluster", c.o.ClusterID,
+				"member", fmt.Sprintf("%x", c.wd.member), "memberRev", mrev, "reachedRev", c.wd.probeReach, "upTo", c.watchCatchUpTimeout())
+		}
+		if now.Sub(c.wd.catchUpSince) < c.watchCatchUpTimeout() {
+			c.probe(now, timeout)
+			return false
+		}
 	}
 	var reason string
 	switch {
+	case !c.wd.catchUpSince.IsZero() && mrev > c.wd.probeReach:
+		reason = fmt.Sprintf("it answers at revision %d, but its watch delivered nothing past %d for %s (a catch-up longer than %s, or a stuck stream)",
+			mrev, c.wd.probeReach, now.Sub(c.wd.catchUpSince).Round(time.Millisecond), c.watchCatchUpTimeout())
 	case want > 0 && c.wd.answered:
 		reason = fmt.Sprintf("its member answers at revision %d, the cluster is at %d (partitioned or behind)", seen, want)
 	case want > 0:
@@ -189,25 +239,58 @@ func (c *capture) probe(now time.Time, timeout time.Duration) {
 	// watch) never counts for this one.
 	c.wd.probeAt, c.wd.seen, c.wd.answered, c.wd.want = now, 0, false, new(atomic.Int64)
 	c.wd.probeID, c.wd.probeReach = new(atomic.Uint64), c.from()-1
+	c.wd.memberRev, c.wd.probeDone = new(atomic.Int64), new(atomic.Bool)
 	wctx, want, wantID, rw := c.wd.wctx, c.wd.want, c.wd.probeID, c.wd.raw
-	cli, m, id := c.o.Client, c.o.Metrics, c.o.ClusterID
+	cli, m, id, member, reach := c.o.Client, c.o.Metrics, c.o.ClusterID, c.wd.member, c.wd.probeReach
+	mrev, done := c.wd.memberRev, c.wd.probeDone
 	go func() {
+		defer done.Store(true)
 		gctx, cancel := context.WithTimeout(wctx, timeout)
 		defer cancel()
 		r, err := cli.Get(gctx, probeKey, clientv3.WithCountOnly())
 		if err != nil {
 			want.CompareAndSwap(0, -1)
+		} else {
+			// The cluster's revision, read linearizably: the lag shows
+			// even while the watch is silent or stalled.
+			m.clusterRevision(id, r.Header.Revision)
+			wantID.Store(r.Header.ClusterId)
+			want.CompareAndSwap(0, r.Header.Revision)
+		}
+		// A watch behind the cluster (or a cluster that could not be
+		// read): its own member is asked where it is.
+		if err == nil && r.Header.Revision <= reach {
 			return
 		}
-		// The cluster's revision, read linearizably: the lag shows even
-		// while the watch is silent or stalled.
-		m.clusterRevision(id, r.Header.Revision)
-		wantID.Store(r.Header.ClusterId)
-		want.CompareAndSwap(0, r.Header.Revision)
+		mrev.Store(memberRevision(gctx, cli, member))
 	}()
 	if rw != nil {
 		_ = rw.requestProgress() // answered on the watch, or not: checkWatch judges
 	}
+}
+
+// memberRevision is the revision etcd member id answers at, asked on its
+// own client URLs (Status: answered by the member itself, not through
+// raft): -1 when it does not answer within ctx, or is not a member.
+func memberRevision(ctx context.Context, cli *clientv3.Client, id uint64) int64 {
+	if id == 0 {
+		return -1
+	}
+	ml, err := cli.MemberList(ctx)
+	if err != nil {
+		return -1
+	}
+	for _, mb := range ml.Members {
+		if mb.ID != id {
+			continue
+		}
+		for _, u := range mb.ClientURLs {
+			if st, err := cli.Status(ctx, u); err == nil && st.Header != nil && st.Header.MemberId == id {
+				return st.Header.Revision
+			}
+		}
+	}
+	return -1
 }
 
 // stalled records a stall, ends the watch, and schedules the next one:
