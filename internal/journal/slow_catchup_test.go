@@ -3,11 +3,15 @@ package journal_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
@@ -16,50 +20,87 @@ import (
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
 )
 
+// The settings of TestCaptureSlowCatchUpIsNotAStall: a probe after
+// slowProbe silent, the stall timeout slowTimeout; the probe's member
+// check ends within 1.5 stall timeouts, and checkWatch runs every tick
+// (a quarter of the segment interval).
+const (
+	slowProbe   = 200 * time.Millisecond
+	slowTimeout = 500 * time.Millisecond
+	slowSlack   = time.Second // a shared 2-core machine
+)
+
 // A watch that starts behind gets nothing from etcd until etcd has read
 // every revision up to its own, and no answer to a progress request
 // either: a large catch-up on a loaded member is seconds of silence (CI
 // saw 6.4 s for TestCaptureLargeCatchUp's 130 MiB). Its member answers,
 // ahead of the watch, so the capture waits for it, up to the catch-up
 // timeout, instead of taking it for a stall and asking etcd for the same
-// catch-up again. Here the member's slowness is held in the client (its
-// first message with events waits), on a real etcd:
-//   - slow: 8 stall timeouts of silence, no stall, the journal exact;
-//   - longer than the catch-up timeout: a stall naming it, then exact;
-//   - the member frozen while the capture waits for its catch-up: a
-//     stall within the stall timeout, not at the catch-up timeout.
+// catch-up again. Here the member's slowness is held in the client (the
+// first message with events of a watch waits), on a real etcd, behind a
+// catch-up of 30 revisions:
+//   - slow: 8 stall timeouts of silence, no stall;
+//   - longer than the catch-up timeout, twice: a stall that says so,
+//     within its bound, then one after twice the wait;
+//   - the watch's member frozen while the capture waits for its catch-up,
+//     the other two of three taking writes: a stall within a few stall
+//     timeouts, not at the catch-up timeout (the probe's read of the
+//     cluster may land on the frozen member: then it could not be read);
+//   - a watch that has once shown the cluster's revision, then is silent
+//     while its member answers ahead of it (a stuck stream): a stall at
+//     the stall timeout, no catch-up wait.
+//
+// Each ends with the journal equal to etcd's history.
 func TestCaptureSlowCatchUpIsNotAStall(t *testing.T) {
 	t.Parallel()
-	const timeout = 500 * time.Millisecond
 	for _, tc := range []struct {
 		name           string
-		hold           time.Duration // the first message with events waits this long
+		members        int
+		holds          int           // watches whose first message with events waits
+		hold           time.Duration // that long (or until the watch ends)
 		catchUpTimeout time.Duration
-		freeze         bool
-		stallWant      string // "": no stall
+		freeze         bool // the watch's member, while its catch-up is waited for
+		afterSync      bool // the hold begins once the watch has shown the cluster's revision
+		stallWant      string // the stalls' reason says one of these ("|")
+		stalls         int
 	}{
-		{name: "slow", hold: 8 * timeout, catchUpTimeout: time.Minute},
-		{name: "too slow", hold: 20 * time.Second, catchUpTimeout: 3 * timeout, stallWant: "a catch-up longer than"},
-		{name: "frozen while waited for", hold: 30 * time.Second, catchUpTimeout: time.Minute, freeze: true, stallWant: "could not be read"},
+		{name: "slow", members: 1, holds: 1, hold: 8 * slowTimeout, catchUpTimeout: time.Minute},
+		{name: "too slow twice", members: 1, holds: 2, hold: 30 * time.Second, catchUpTimeout: 3 * slowTimeout, stallWant: "a catch-up longer than", stalls: 2},
+		{name: "frozen while waited for", members: 3, holds: 1, hold: 30 * time.Second, catchUpTimeout: time.Minute, freeze: true, stallWant: "(member frozen or unreachable)|could not be read (no member answers)", stalls: 1},
+		{name: "stuck after sync", members: 1, holds: 1, hold: 30 * time.Second, catchUpTimeout: time.Minute, afterSync: true, stallWant: "(member frozen or unreachable)", stalls: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			ctx := testfix.Context(t, time.Minute)
-			c, cli := startEtcd(t, testenv.V35)
+			ctx := testfix.Context(t, 90*time.Second)
+			c := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: tc.members})
+			cli := c.Client(t)
 			testenv.PutKeys(t, cli, "/before/", 10, 16)
 			base := headRev(t, ctx, cli)
-			testenv.PutKeys(t, cli, "/behind/", 40, 256)
+			for i := range 30 {
+				if _, err := cli.Put(ctx, fmt.Sprintf("/behind/%d", i%7), strings.Repeat("v", 200+i)); err != nil {
+					t.Fatal(err)
+				}
+			}
 			last := headRev(t, ctx, cli)
 
-			var held atomic.Bool
-			holding := make(chan struct{})
-			undo := journal.SlowSends(cli, func(ctx context.Context, events int) {
-				if events == 0 || held.Swap(true) {
+			var armed atomic.Bool
+			armed.Store(!tc.afterSync)
+			var mu sync.Mutex
+			heldWatches := map[context.Context]bool{}
+			holding := make(chan time.Time, tc.holds)
+			undo := journal.SlowSends(cli, func(wctx context.Context, events int) {
+				mu.Lock()
+				hold := events > 0 && armed.Load() && len(heldWatches) < tc.holds && !heldWatches[wctx]
+				if events > 0 {
+					heldWatches[wctx] = true // only a watch's first message with events
+				}
+				mu.Unlock()
+				if !hold {
 					return
 				}
-				close(holding)
+				holding <- time.Now()
 				select {
-				case <-ctx.Done():
+				case <-wctx.Done():
 				case <-time.After(tc.hold):
 				}
 			})
@@ -67,8 +108,7 @@ func TestCaptureSlowCatchUpIsNotAStall(t *testing.T) {
 			st := memstore.New()
 			layout := catalog.Layout{Prefix: testenv.Prefix(t)}
 			o := captureOptions(t, cli, st, layout, zstdEnc, base)
-			o.SegmentInterval, o.WatchStallTimeout, o.WatchCatchUpTimeout = 200*time.Millisecond, timeout, tc.catchUpTimeout
-			var mu sync.Mutex
+			o.SegmentInterval, o.WatchStallTimeout, o.WatchCatchUpTimeout = 4*slowProbe, slowTimeout, tc.catchUpTimeout
 			var stalls []journal.WatchStall
 			stalled := make(chan time.Time, 10)
 			o.OnStall = func(s journal.WatchStall) {
@@ -78,28 +118,93 @@ func TestCaptureSlowCatchUpIsNotAStall(t *testing.T) {
 				stalled <- time.Now()
 			}
 			stop := startCapture(ctx, o)
+			if tc.afterSync {
+				waitChain(t, ctx, st, layout, "c1", base, last, 20*time.Second)
+				// Past a probe answered by a progress notification.
+				time.Sleep(slowProbe + slowTimeout + slowSlack)
+				mu.Lock()
+				clear(heldWatches) // the watch's next message with events is held
+				mu.Unlock()
+				armed.Store(true)
+				p, err := cli.Put(ctx, "/after-sync", "x")
+				if err != nil {
+					t.Fatal(err)
+				}
+				last = p.Header.Revision
+			}
+			var heldAt time.Time
 			select {
-			case <-holding:
+			case heldAt = <-holding:
 			case <-time.After(10 * time.Second):
 				t.Fatal("the watch sent no events")
 			}
-			if tc.freeze {
+			// A stall at the stall timeout: a probe after slowProbe
+			// silent, its member check, a tick.
+			stallBound := slowProbe + slowTimeout*3/2 + slowProbe + slowSlack
+			switch {
+			case tc.freeze:
 				// Past the first probe: the capture waits for the catch-up.
-				time.Sleep(4 * timeout)
+				time.Sleep(slowProbe + 2*slowTimeout)
+				victim := watchedMember(t, ctx, c)
+				var others []string
+				for _, mb := range c.Members {
+					if mb != victim {
+						others = append(others, mb.ClientURL)
+					}
+				}
+				wcli, err := clientv3.New(clientv3.Config{Endpoints: others, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer wcli.Close()
 				frozenAt := time.Now()
-				c.Members[0].Freeze()
+				victim.Freeze()
+				// The others take a write: the cluster moves on.
+				if _, err := wcli.Put(ctx, "/while-frozen", "x"); err != nil {
+					t.Fatal(err)
+				}
 				select {
 				case at := <-stalled:
-					// probe after 200 ms silent + the stall timeout + ticks.
+					// The probe under way may have found the member
+					// answering: one more probe, then the stall.
 					d := at.Sub(frozenAt)
-					if d > 4*timeout+time.Second {
-						t.Errorf("the stall came %s after the freeze", d.Round(time.Millisecond))
+					if bound := slowTimeout + stallBound; d > bound {
+						t.Errorf("the stall came %s after the freeze, want within %s", d.Round(time.Millisecond), bound)
 					}
 					t.Logf("the stall came %s after the freeze", d.Round(time.Millisecond))
 				case <-time.After(15 * time.Second):
 					t.Fatal("no stall within 15 s of freezing the member")
 				}
-				c.Members[0].Thaw()
+				victim.Thaw()
+				last = headRev(t, ctx, wcli)
+			case tc.stalls > 0:
+				bound := stallBound
+				if tc.catchUpTimeout < time.Minute {
+					bound += tc.catchUpTimeout
+				}
+				for i := range tc.stalls {
+					select {
+					case at := <-stalled:
+						d := at.Sub(heldAt)
+						if d > bound {
+							t.Errorf("stall %d came %s after the watch went silent, want within %s", i+1, d.Round(time.Millisecond), bound)
+						}
+						if tc.catchUpTimeout < time.Minute && d < tc.catchUpTimeout<<i {
+							t.Errorf("stall %d came %s after the watch went silent, before its catch-up wait %s", i+1, d.Round(time.Millisecond), tc.catchUpTimeout<<i)
+						}
+						t.Logf("stall %d came %s after the watch went silent", i+1, d.Round(time.Millisecond))
+					case <-time.After(bound + 10*time.Second):
+						t.Fatalf("stall %d: none within %s", i+1, bound+10*time.Second)
+					}
+					if i+1 < tc.stalls {
+						select {
+						case heldAt = <-holding:
+						case <-time.After(10 * time.Second):
+							t.Fatal("the next watch sent no events")
+						}
+						bound += tc.catchUpTimeout << i // the next wait is twice as long
+					}
+				}
 			}
 			waitChain(t, ctx, st, layout, "c1", base, last, 30*time.Second)
 			if err := stop(); err != nil {
@@ -120,15 +225,15 @@ func TestCaptureSlowCatchUpIsNotAStall(t *testing.T) {
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			switch {
-			case tc.stallWant == "" && len(stalls) > 0:
-				t.Fatalf("a catch-up taken for a stall: %v", stalls)
-			case tc.stallWant != "" && len(stalls) == 0:
-				t.Fatal("no stall")
-			case tc.stallWant != "" && !strings.Contains(stalls[0].Reason, tc.stallWant):
-				t.Fatalf("stall %q, want one saying %q", stalls[0].Reason, tc.stallWant)
+			if len(stalls) != tc.stalls {
+				t.Fatalf("%d stalls, want %d: %v", len(stalls), tc.stalls, stalls)
 			}
-			t.Logf("%d events, stalls: %s", len(got), fmt.Sprint(stalls))
+			for _, s := range stalls {
+				if !slices.ContainsFunc(strings.Split(tc.stallWant, "|"), func(w string) bool { return strings.Contains(s.Reason, w) }) {
+					t.Errorf("stall %q, want one saying %q", s.Reason, tc.stallWant)
+				}
+			}
+			t.Logf("%d events, stalls: %v", len(got), stalls)
 		})
 	}
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/metadata"
 )
@@ -77,13 +79,23 @@ type watchdog struct {
 	memberRev *atomic.Int64
 	probeDone *atomic.Bool
 	// catchUpSince is when the watch was first found silent while its
-	// member answers ahead of it (zero: not catching up).
+	// member answers ahead of it (zero: not catching up); synced, that
+	// the watch has shown the cluster's revision since it was opened
+	// (a progress notification, which etcd sends a synced watch only, or
+	// a probe passed): from then on a silence is no catch-up.
 	catchUpSince time.Time
-	seen         int64
-	answered     bool // any response since probeAt
-	stalls       int
-	consecutive  int
-	retryAt      time.Time // no watch until then (backoff): wch is nil
+	synced       bool
+	// Across watches: the catch-up stalls in a row at catchUpRev (each
+	// doubles the next wait, see catchUpWait), and the client URL each
+	// member last answered on (memberURL).
+	catchUpStalls int
+	catchUpRev    int64
+	memberURLs    sync.Map // uint64 → string
+	seen          int64
+	answered      bool // any response since probeAt
+	stalls        int
+	consecutive   int
+	retryAt       time.Time // no watch until then (backoff): wch is nil
 }
 
 // watchStallTimeout and probeEvery are the capture's liveness bounds.
@@ -103,6 +115,18 @@ func (c *capture) watchCatchUpTimeout() time.Duration {
 	return DefaultWatchCatchUpTimeout
 }
 
+// catchUpWait is how long this watch's catch-up is waited for: the
+// catch-up timeout, doubled for each catch-up stall in a row at the same
+// revision (at most 8 times it): a catch-up longer than the timeout is
+// asked for again with more time, not forever with the same.
+func (c *capture) catchUpWait() time.Duration {
+	n := 0
+	if c.wd.catchUpRev == c.next {
+		n = min(c.wd.catchUpStalls, 3)
+	}
+	return c.watchCatchUpTimeout() << n
+}
+
 // watchCtx is the context of a new watch: its own gRPC stream (clientv3
 // shares one stream among the watches whose contexts carry the same
 // metadata), so that a watch opened after a stall does not ride the
@@ -113,7 +137,7 @@ func (c *capture) watchCtx(ctx context.Context) (context.Context, context.Cancel
 	now := c.o.Now()
 	c.wd.wctx, c.wd.opened, c.wd.last, c.wd.created, c.wd.member, c.wd.retryAt = wctx, now, now, false, 0, time.Time{}
 	c.wd.probeAt, c.wd.seen, c.wd.answered, c.wd.want = time.Time{}, 0, false, nil
-	c.wd.catchUpSince = time.Time{}
+	c.wd.catchUpSince, c.wd.synced = time.Time{}, false
 	return wctx, cancel
 }
 
@@ -125,6 +149,9 @@ func (c *capture) watchResponded(resp clientv3.WatchResponse) {
 	c.wd.consecutive = 0
 	if resp.Header.MemberId != 0 {
 		c.wd.member = resp.Header.MemberId
+	}
+	if resp.IsProgressNotify() {
+		c.wd.synced = true
 	}
 	if !c.wd.probeAt.IsZero() {
 		c.wd.answered = true
@@ -185,31 +212,39 @@ func (c *capture) checkWatch() bool {
 			c.o.Log.Info("journal: the watch's catch-up arrived", "cluster", c.o.ClusterID, "member", fmt.Sprintf("%x", c.wd.member),
 				"silent", now.Sub(c.wd.catchUpSince).Round(time.Millisecond), "reachedRev", c.next-1)
 		}
+		if want > 0 && seen >= want {
+			c.wd.synced = true
+		}
+		if c.next > c.wd.catchUpRev {
+			c.wd.catchUpStalls = 0
+		}
 		c.wd.probeAt, c.wd.catchUpSince = time.Time{}, time.Time{}
 		return false
 	}
-	// Past the timeout, the probe's reads are waited for (their context
-	// ended with it: a tick at most).
+	// Past the timeout, the probe's reads are waited for (each has a
+	// deadline: half a timeout more at most).
 	if now.Sub(c.wd.probeAt) < timeout || !c.wd.probeDone.Load() {
 		return false
 	}
-	// Silent, and its member answers at a revision the watch has not
-	// delivered: etcd is still reading the catch-up (it sends a watch
-	// that starts behind nothing until it has read every revision up to
-	// its own, and answers no progress request until then: a large
-	// catch-up on a loaded member takes seconds). That is slow, not
-	// stalled; the member is probed again each timeout, up to the
-	// catch-up timeout. A frozen member does not answer, a partitioned
-	// one answers at its old revision once its catch-up is sent, and a
-	// dead connection breaks at the client's keepalive.
-	mrev := c.wd.memberRev.Load()
-	if !c.wd.answered && mrev > c.wd.probeReach {
+	// Silent since it was opened, and its member answers at a revision
+	// the watch has not delivered: etcd is still reading the catch-up (it
+	// sends a watch that starts behind nothing until it has read every
+	// revision up to its own, and answers no progress request until
+	// then: a large catch-up on a loaded member takes seconds). That is
+	// slow, not stalled; the member is probed again each timeout, up to
+	// catchUpWait. A frozen member does not answer, a partitioned one
+	// answers at its old revision once its catch-up is sent, a dead
+	// connection breaks at the client's keepalive; and a watch that has
+	// once shown the cluster's revision is no longer catching up: its
+	// silence is a stall at the stall timeout, as before.
+	mrev, wait := c.wd.memberRev.Load(), c.catchUpWait()
+	if !c.wd.answered && !c.wd.synced && mrev > c.wd.probeReach {
 		if c.wd.catchUpSince.IsZero() {
 			c.wd.catchUpSince = c.wd.probeAt
 			c.o.Log.Info("journal: the watch is silent while its member answers ahead of it: a catch-up, waited for", "cluster", c.o.ClusterID,
-				"member", fmt.Sprintf("%x", c.wd.member), "memberRev", mrev, "reachedRev", c.wd.probeReach, "upTo", c.watchCatchUpTimeout())
+				"member", fmt.Sprintf("%x", c.wd.member), "memberRev", mrev, "reachedRev", c.wd.probeReach, "upTo", wait)
 		}
-		if now.Sub(c.wd.catchUpSince) < c.watchCatchUpTimeout() {
+		if now.Sub(c.wd.catchUpSince) < wait {
 			c.probe(now, timeout)
 			return false
 		}
@@ -217,8 +252,12 @@ func (c *capture) checkWatch() bool {
 	var reason string
 	switch {
 	case !c.wd.catchUpSince.IsZero() && mrev > c.wd.probeReach:
+		if c.wd.catchUpRev != c.next {
+			c.wd.catchUpRev, c.wd.catchUpStalls = c.next, 0
+		}
+		c.wd.catchUpStalls++
 		reason = fmt.Sprintf("it answers at revision %d, but its watch delivered nothing past %d for %s (a catch-up longer than %s, or a stuck stream)",
-			mrev, c.wd.probeReach, now.Sub(c.wd.catchUpSince).Round(time.Millisecond), c.watchCatchUpTimeout())
+			mrev, c.wd.probeReach, now.Sub(c.wd.catchUpSince).Round(time.Millisecond), wait)
 	case want > 0 && c.wd.answered:
 		reason = fmt.Sprintf("its member answers at revision %d, the cluster is at %d (partitioned or behind)", seen, want)
 	case want > 0:
@@ -242,55 +281,107 @@ func (c *capture) probe(now time.Time, timeout time.Duration) {
 	c.wd.memberRev, c.wd.probeDone = new(atomic.Int64), new(atomic.Bool)
 	wctx, want, wantID, rw := c.wd.wctx, c.wd.want, c.wd.probeID, c.wd.raw
 	cli, m, id, member, reach := c.o.Client, c.o.Metrics, c.o.ClusterID, c.wd.member, c.wd.probeReach
-	mrev, done := c.wd.memberRev, c.wd.probeDone
-	go func() {
-		defer done.Store(true)
+	mrev, done, urls, log := c.wd.memberRev, c.wd.probeDone, &c.wd.memberURLs, c.o.Log
+	// The cluster's revision and the watch's own member are read side by
+	// side, each within the timeout: a member still reading a catch-up
+	// holds its applies, so a linearizable read that lands on it waits,
+	// and must not take the member's answer down with it. The member is
+	// asked once the read finds the watch behind, or when the read has
+	// not answered within half the timeout; a watch level with the
+	// cluster (a quiet one) costs no more than the read.
+	ask := make(chan bool, 1)
+	var wg sync.WaitGroup
+	wg.Go(func() {
 		gctx, cancel := context.WithTimeout(wctx, timeout)
 		defer cancel()
 		r, err := cli.Get(gctx, probeKey, clientv3.WithCountOnly())
 		if err != nil {
 			want.CompareAndSwap(0, -1)
-		} else {
-			// The cluster's revision, read linearizably: the lag shows
-			// even while the watch is silent or stalled.
-			m.clusterRevision(id, r.Header.Revision)
-			wantID.Store(r.Header.ClusterId)
-			want.CompareAndSwap(0, r.Header.Revision)
-		}
-		// A watch behind the cluster (or a cluster that could not be
-		// read): its own member is asked where it is.
-		if err == nil && r.Header.Revision <= reach {
+			ask <- true
 			return
 		}
-		mrev.Store(memberRevision(gctx, cli, member))
+		// The cluster's revision, read linearizably: the lag shows even
+		// while the watch is silent or stalled.
+		m.clusterRevision(id, r.Header.Revision)
+		wantID.Store(r.Header.ClusterId)
+		want.CompareAndSwap(0, r.Header.Revision)
+		ask <- r.Header.Revision > reach
+	})
+	wg.Go(func() {
+		select {
+		case yes := <-ask:
+			if !yes {
+				return
+			}
+		case <-time.After(timeout / 2):
+		case <-wctx.Done():
+			return
+		}
+		mctx, cancel := context.WithTimeout(wctx, timeout)
+		defer cancel()
+		rev := memberRevision(mctx, cli, member, urls)
+		if rev < 0 && wctx.Err() == nil {
+			log.Debug("journal: the watch's member did not answer a status request", "cluster", id, "member", fmt.Sprintf("%x", member))
+		}
+		mrev.Store(rev)
+	})
+	go func() {
+		wg.Wait()
+		done.Store(true)
 	}()
 	if rw != nil {
 		_ = rw.requestProgress() // answered on the watch, or not: checkWatch judges
 	}
 }
 
-// memberRevision is the revision etcd member id answers at, asked on its
-// own client URLs (Status: answered by the member itself, not through
-// raft): -1 when it does not answer within ctx, or is not a member.
-func memberRevision(ctx context.Context, cli *clientv3.Client, id uint64) int64 {
+// memberRevision is the revision etcd member id answers at, asked with
+// Status (answered by the member itself, not through raft), -1 when it
+// does not answer within ctx or is no member: on the URL it last answered
+// on (urls), else on each of the client's endpoints and the member's
+// client URLs (a membership read answered locally: it does not wait for
+// a member busy applying), side by side.
+func memberRevision(ctx context.Context, cli *clientv3.Client, id uint64, urls *sync.Map) int64 {
 	if id == 0 {
 		return -1
 	}
-	ml, err := cli.MemberList(ctx)
-	if err != nil {
-		return -1
-	}
-	for _, mb := range ml.Members {
-		if mb.ID != id {
-			continue
+	status := func(u string) int64 {
+		st, err := cli.Status(ctx, u)
+		if err != nil || st.Header == nil || st.Header.MemberId != id {
+			return -1
 		}
-		for _, u := range mb.ClientURLs {
-			if st, err := cli.Status(ctx, u); err == nil && st.Header != nil && st.Header.MemberId == id {
-				return st.Header.Revision
+		urls.Store(id, u)
+		return st.Header.Revision
+	}
+	if u, ok := urls.Load(id); ok {
+		if rev := status(u.(string)); rev >= 0 {
+			return rev
+		}
+	}
+	cands := cli.Endpoints()
+	if ml, err := pb.NewClusterClient(cli.ActiveConnection()).MemberList(ctx, &pb.MemberListRequest{Linearizable: false}); err == nil {
+		for _, mb := range ml.Members {
+			if mb.ID == id {
+				cands = append(cands, mb.ClientURLs...)
 			}
 		}
 	}
-	return -1
+	var found atomic.Int64
+	found.Store(-1)
+	var wg sync.WaitGroup
+	seen := map[string]bool{}
+	for _, u := range cands {
+		if seen[u] {
+			continue
+		}
+		seen[u] = true
+		wg.Go(func() {
+			if rev := status(u); rev >= 0 {
+				found.Store(rev)
+			}
+		})
+	}
+	wg.Wait()
+	return found.Load()
 }
 
 // stalled records a stall, ends the watch, and schedules the next one:
