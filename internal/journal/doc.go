@@ -61,9 +61,10 @@
 //     WatchStall (a frozen, partitioned or unreachable member, or none
 //     answering): logged, reported (OnStall), and watched again from the
 //     awaited revision exactly on a new stream, with backoff while no
-//     member answers. A silent watch whose own member answers (Status)
-//     ahead of it is a catch-up etcd is still reading, waited for up to
-//     WatchCatchUpTimeout.
+//     member answers. A silent watch that has not yet shown the
+//     cluster's revision, whose own member answers (Status) ahead of it,
+//     is a catch-up etcd is still reading: waited for up to
+//     WatchCatchUpTimeout, doubled for each such stall in a row.
 //
 // Where a revision's time comes from: Header.Received maps revisions to
 // when the capture received them (unix ms): a segment's first and last
