@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
@@ -62,11 +63,11 @@ const watchRecvLimit = 64 << 20
 // slowSends holds, per client, a test's stand-in for a member slow to send
 // (export_test.go): it runs before each message of that client's watches
 // is delivered. Empty outside tests.
-var slowSends sync.Map // *clientv3.Client → func(ctx context.Context, events int)
+var slowSends sync.Map // *clientv3.Client → func(ctx context.Context, events []*mvccpb.Event)
 
-func slowSend(ctx context.Context, cli *clientv3.Client, events int) {
+func slowSend(ctx context.Context, cli *clientv3.Client, events []*mvccpb.Event) {
 	if f, ok := slowSends.Load(cli); ok {
-		f.(func(context.Context, int))(ctx, events)
+		f.(func(context.Context, []*mvccpb.Event))(ctx, events)
 	}
 }
 
@@ -146,7 +147,7 @@ func openRawWatch(wctx context.Context, cli *clientv3.Client, from int64) (watch
 					r.Events[i] = (*clientv3.Event)(ev)
 				}
 			}
-			slowSend(wctx, cli, len(m.Events))
+			slowSend(wctx, cli, m.Events)
 			if !deliver(r) || m.Canceled {
 				return
 			}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -59,8 +60,8 @@ func TestCaptureSlowCatchUpIsNotAStall(t *testing.T) {
 		holds          int           // watches whose first message with events waits
 		hold           time.Duration // that long (or until the watch ends)
 		catchUpTimeout time.Duration
-		freeze         bool // the watch's member, while its catch-up is waited for
-		afterSync      bool // the hold begins once the watch has shown the cluster's revision
+		freeze         bool   // the watch's member, while its catch-up is waited for
+		afterSync      bool   // the hold begins once the watch has shown the cluster's revision
 		stallWant      string // the stalls' reason says one of these ("|")
 		stalls         int
 	}{
@@ -88,7 +89,8 @@ func TestCaptureSlowCatchUpIsNotAStall(t *testing.T) {
 			var mu sync.Mutex
 			heldWatches := map[context.Context]bool{}
 			holding := make(chan time.Time, tc.holds)
-			undo := journal.SlowSends(cli, func(wctx context.Context, events int) {
+			undo := journal.SlowSends(cli, func(wctx context.Context, evs []*mvccpb.Event) {
+				events := len(evs)
 				mu.Lock()
 				hold := events > 0 && armed.Load() && len(heldWatches) < tc.holds && !heldWatches[wctx]
 				if events > 0 {
@@ -159,10 +161,20 @@ func TestCaptureSlowCatchUpIsNotAStall(t *testing.T) {
 				defer wcli.Close()
 				frozenAt := time.Now()
 				victim.Freeze()
-				// The others take a write: the cluster moves on.
-				if _, err := wcli.Put(ctx, "/while-frozen", "x"); err != nil {
-					t.Fatal(err)
-				}
+				// The others take a write: the cluster moves on (when the
+				// frozen member led, once they have elected another).
+				wrote := make(chan struct{})
+				go func() {
+					defer close(wrote)
+					for ctx.Err() == nil {
+						pctx, cancel := context.WithTimeout(ctx, time.Second)
+						_, err := wcli.Put(pctx, "/while-frozen", "x")
+						cancel()
+						if err == nil {
+							return
+						}
+					}
+				}()
 				select {
 				case at := <-stalled:
 					// The probe under way may have found the member
@@ -176,6 +188,7 @@ func TestCaptureSlowCatchUpIsNotAStall(t *testing.T) {
 					t.Fatal("no stall within 15 s of freezing the member")
 				}
 				victim.Thaw()
+				<-wrote
 				last = headRev(t, ctx, wcli)
 			case tc.stalls > 0:
 				bound := stallBound
