@@ -25,10 +25,10 @@ import (
 // it, and every restore after would hold the lease, on no key, for good
 // (TestPointInTimeRestoreExact saw one, with a SIGKILL of the journal).
 // Here, on a real etcd: the lease's revoke reaches the capture while
-// three writes after it are held back (the lookup finds it gone at the
-// third), the interval falls due meanwhile, and the capture is fenced
-// (stopped at once, no final flush, as a SIGKILL) as soon as a segment
-// holding the revoke is stored. Restarted, the journal must still hold
+// three writes after it are held back in the client (its lookup finds
+// the lease gone at the third), the interval falls due meanwhile, and the
+// capture is fenced (stopped at once, no final flush, as a SIGKILL) as
+// soon as a segment holding the revoke is stored. Restarted, the journal must still hold
 // the revoke.
 func TestCaptureRevokeSurvivesAKill(t *testing.T) {
 	t.Parallel()
@@ -43,22 +43,37 @@ func TestCaptureRevokeSurvivesAKill(t *testing.T) {
 	}
 	base := headRev(t, ctx, cli)
 
-	var after atomic.Int64 // messages past this revision are held
-	var firstHeld atomic.Int64
+	// Past the warm-up, the watch's messages are held in the client: the
+	// first (/a) until the revoke and the three writes after it are
+	// done, so that the lookup the revoke's delete starts finds the
+	// lease gone three revisions later; the revoke's own then at once;
+	// the writes after it 1.3 s after /a, when the interval (1 s) of the
+	// buffer /a started has fallen due.
+	var hold atomic.Bool
+	var held atomic.Int32
+	var releasedAt atomic.Int64
+	written := make(chan struct{})
 	undo := journal.SlowSends(cli, func(wctx context.Context, evs []*mvccpb.Event) {
-		a := after.Load()
-		if a == 0 || len(evs) == 0 || evs[0].Kv.ModRevision <= a {
+		if !hold.Load() || len(evs) == 0 {
 			return
 		}
-		// The revoke's message waits for the writes after it; those
-		// wait 600 ms more: the interval (1 s) falls due meanwhile.
-		wait := 300 * time.Millisecond
-		if !firstHeld.CompareAndSwap(0, time.Now().UnixNano()) {
-			wait = time.Until(time.Unix(0, firstHeld.Load()).Add(900 * time.Millisecond))
+		var until <-chan time.Time
+		switch held.Add(1) {
+		case 1:
+			select {
+			case <-wctx.Done():
+			case <-written:
+			}
+			releasedAt.Store(time.Now().UnixNano())
+			return
+		case 2:
+			return
+		default:
+			until = time.After(time.Until(time.Unix(0, releasedAt.Load()).Add(1300 * time.Millisecond)))
 		}
 		select {
 		case <-wctx.Done():
-		case <-time.After(wait):
+		case <-until:
 		}
 	})
 	defer undo()
@@ -73,13 +88,16 @@ func TestCaptureRevokeSurvivesAKill(t *testing.T) {
 		return nil
 	}
 	stop := startCapture(ctx, o)
-	p, err := cli.Put(ctx, "/a", "x") // the buffer starts
+	// The watch is up, its warm-up segment stored: the buffer is empty.
+	p, err := cli.Put(ctx, "/warm-up", "x")
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitRev := p.Header.Revision
-	time.Sleep(400 * time.Millisecond)
-	after.Store(waitRev)
+	waitChain(t, ctx, st, layout, "c1", base, p.Header.Revision, 15*time.Second)
+	hold.Store(true)
+	if _, err = cli.Put(ctx, "/a", "x"); err != nil { // the next buffer starts
+		t.Fatal(err)
+	}
 	r, err := cli.Revoke(ctx, g.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -93,11 +111,15 @@ func TestCaptureRevokeSurvivesAKill(t *testing.T) {
 		}
 		last = p.Header.Revision
 	}
+	close(written)
 	// Killed as soon as a segment holding the revoke's deletes is stored.
 	waitChain(t, ctx, st, layout, "c1", base, revoked, 15*time.Second)
 	fenced.Store(true)
 	err = stop() // fenced: no final flush
 	t.Logf("the first capture ended: %v", err)
+	if n := held.Load(); n < 3 {
+		t.Fatalf("the scenario was not reached: %d messages held, want /a, the revoke and the writes after it apart", n)
+	}
 
 	undo()
 	o.Fence = nil
