@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +36,13 @@ const (
 	leaseRetryTimeout  = time.Second
 	leasePollEvery     = 5 * time.Second
 	maxKnownLeases     = 100_000
+	// maxPendingRevokes bounds the revokes waiting to be placed, which
+	// every segment's header carries (about 60 bytes each).
+	maxPendingRevokes = 4096
+	// maxRevokeLookups bounds the lookups one seal makes again (of
+	// leases whose lookup failed, or pending when the capture resumed):
+	// the rest wait for the next seal.
+	maxRevokeLookups = 64
 )
 
 // CaptureOptions are a journal's capture of one cluster.
@@ -182,8 +190,10 @@ func (e *GapError) Unwrap() error { return e.Err }
 // recorded (Lease.Revoked) once the capture has passed the revision at
 // which it found L gone, at the last revision up to it that deleted a key
 // of L: the revoke or expiry, which deletes all its keys in one revision.
-// The record lands in that segment or a later one (Source.Leases reads
-// the segment after the revisions it replays for it). A lease revoked or
+// The record lands in that segment or a later one; until then every
+// segment sealed carries the revoke as pending (Header.Revoking), a
+// capture resumed after it goes on with it, and Source.Leases reads on
+// past the revisions it replays until it is placed. A lease revoked or
 // expired while it held no key leaves no revision and is not recorded.
 // The cost of WithPrevKV: etcd reads each event's previous revision of
 // the key (one index and bbolt lookup) and sends it, about doubling the
@@ -222,6 +232,7 @@ func Capture(ctx context.Context, o CaptureOptions) error {
 		return &GapError{ClusterID: o.ClusterID, From: chain.Reach + 1, Reason: "the stored segments do not continue each other", Err: chain.Problem}
 	}
 	var storedID, prevSum string
+	var pendingRevokes []PendingRevoke
 	if n := len(chain.Segments); n > 0 {
 		last := chain.Segments[n-1]
 		h, sum, replaced, err := readWhole(ctx, o.Store, o.Layout, last.Key, o.Identities, Want{ClusterID: o.ClusterID})
@@ -230,14 +241,14 @@ func Capture(ctx context.Context, o CaptureOptions) error {
 		}
 		switch {
 		case err == nil:
-			storedID, prevSum = h.EtcdClusterID, sum
+			storedID, prevSum, pendingRevokes = h.EtcdClusterID, sum, h.Revoking
 			if h.BaseBackup != o.BaseBackup {
 				// Continuation: the base lies inside the chain (its first
 				// base pruned by retention); the new segments name it.
 				o.Log.Info("journal: continuing a chain started from another backup", "cluster", o.ClusterID, "chainBase", h.BaseBackup, "base", o.BaseBackup, "baseRev", o.BaseRev)
 			}
 		case o.Identities == nil && errors.Is(err, seal.ErrNoIdentity):
-			o.Log.Info("journal: the last segment is encrypted and no identity was given: resuming on its key's revisions alone", "key", last.Key)
+			o.Log.Warn("journal: the last segment is encrypted and no identity was given: resuming on its key's revisions alone (a lease revoke it left pending is not recorded; a restore keeps that lease, on no key, until its TTL ends)", "key", last.Key)
 		case IsReason(err, ReasonStore):
 			return err
 		default:
@@ -245,6 +256,7 @@ func Capture(ctx context.Context, o CaptureOptions) error {
 		}
 	}
 	c := &capture{o: o, next: chain.Reach + 1, known: map[int64]bool{}, written: map[string]bool{}, prevSum: prevSum}
+	c.resumeRevokes(pendingRevokes)
 	if err := c.checkStart(ctx, chain.Reach, len(chain.Segments), storedID); err != nil {
 		return err
 	}
@@ -975,6 +987,12 @@ func (c *capture) leaseKeyDeleted(ctx context.Context, id, rev int64) {
 	if c.revoking == nil {
 		c.revoking = map[int64]*revoke{}
 	}
+	if len(c.revoking) >= maxPendingRevokes {
+		// Every header carries them: bounded. Unrecorded, the lease is
+		// kept by a restore, on no key, until its TTL ends.
+		c.o.Log.Warn("journal: too many lease revokes pending; this one is not recorded", "cluster", c.o.ClusterID, "lease", fmt.Sprintf("%x", id), "rev", rev, "pending", len(c.revoking))
+		return
+	}
 	resp, err := c.timeToLive(ctx, id)
 	if err != nil {
 		// Looked up again when the segment is sealed (settleRevokes).
@@ -1000,17 +1018,21 @@ func goneAt(resp *clientv3.LeaseTimeToLiveResponse, rev int64) int64 {
 // reach the revision it was found gone at: its revoke is recorded once
 // the capture holds every revision up to there (a later delete of one of
 // its keys may be the revoke's own). The buffer is held meanwhile, not
-// sealed, for one SegmentInterval more at most: a revoke still pending
-// when the segment holding its keys' deletes is stored lives only in
-// memory, and a capture killed then resumes after those deletes and
-// never records it (the restore would keep the lease, on no key, for
-// good: TestPointInTimeRestoreExact saw one).
+// sealed, for one SegmentInterval more at most, so that the revoke is
+// usually placed in the segment holding its deletes. Past the hold (and
+// under memory pressure, or cut by size) the segment carries it as
+// pending in its header: a capture killed after storing it resumes with
+// it (resumeRevokes). Before, a revoke pending at a seal lived only in
+// memory, and a killed capture never recorded it (the restore kept the
+// lease, on no key: TestPointInTimeRestoreExact saw one).
 func (c *capture) revokesAhead() bool {
-	if len(c.revoking) == 0 || c.o.Now().Sub(c.started) >= 2*c.o.SegmentInterval {
+	if len(c.revoking) == 0 || len(c.events) == 0 || c.o.Now().Sub(c.started) >= 2*c.o.SegmentInterval {
 		return false
 	}
 	for _, r := range c.revoking {
-		if r.seenGone > c.next-1 {
+		// Only for a revoke whose deletes are in the buffer: one whose
+		// deletes are stored already is in their segment's header.
+		if r.seenGone > c.next-1 && r.last >= c.events[0].Rev {
 			return true
 		}
 	}
@@ -1020,12 +1042,15 @@ func (c *capture) revokesAhead() bool {
 // settleRevokes records the pending revokes found gone at or before done,
 // the last revision fully captured: no key of theirs can be deleted after.
 // With recheck (a seal), the leases whose lookup failed are looked up
-// again (none after one fails; leaseRetryTimeout each): gone, they are
-// pending as the others; alive, their deletes were explicit.
+// again (none after one fails, maxRevokeLookups at most;
+// leaseRetryTimeout each): gone, they are pending as the others; alive,
+// their deletes were explicit.
 func (c *capture) settleRevokes(done int64, recheck bool) {
 	answering := true
+	lookups := 0
 	for id, r := range c.revoking {
-		if r.seenGone < 0 && recheck && answering {
+		if r.seenGone < 0 && recheck && answering && lookups < maxRevokeLookups {
+			lookups++
 			lctx, cancel := context.WithTimeout(context.Background(), leaseRetryTimeout)
 			resp, err := c.o.Client.TimeToLive(lctx, clientv3.LeaseID(id))
 			cancel()
@@ -1051,7 +1076,43 @@ func (c *capture) settleRevokes(done int64, recheck bool) {
 	}
 }
 
-// seal encodes the buffer into a segment and empties it.
+// resumeRevokes goes on with the revokes the last stored segment left
+// pending (Header.Revoking). Each is looked up again at the next seal, as
+// one whose lookup failed: a lease found alive is dropped (the header
+// was wrong: a revoke of a live lease would take it from under its keys
+// in every restore), one found gone is placed once the capture passes
+// the revision of that lookup. A lease gone stays gone (etcd never
+// grants an ID twice), so no delete of its keys lies between the two
+// lookups and the revoke lands at the same revision.
+func (c *capture) resumeRevokes(rs []PendingRevoke) {
+	if len(rs) == 0 {
+		return
+	}
+	c.revoking = make(map[int64]*revoke, len(rs))
+	for _, r := range rs {
+		c.revoking[r.ID] = &revoke{seenGone: -1, last: r.Last}
+	}
+	c.o.Log.Info("journal: going on with the lease revokes the last segment left pending", "cluster", c.o.ClusterID, "leases", len(rs))
+}
+
+// pendingRevokes are the revokes not placed at the seal of a segment
+// ending at last, for its header, in lease order.
+func (c *capture) pendingRevokes(last int64) []PendingRevoke {
+	var out []PendingRevoke
+	for id, r := range c.revoking {
+		if r.last > last {
+			continue // its deletes were trimmed off the buffer: received again
+		}
+		out = append(out, PendingRevoke{ID: id, Last: r.last, SeenGone: r.seenGone})
+	}
+	slices.SortFunc(out, func(a, b PendingRevoke) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
+
+// seal encodes the buffer into a segment and empties it. The revokes
+// still pending go into its header: stored with the deletes they follow,
+// so that neither a capture killed after the upload nor a replay that
+// stops at the segment loses them.
 func (c *capture) seal() (pending, error) {
 	first, last := c.events[0].Rev, c.events[len(c.events)-1].Rev
 	c.settleRevokes(last, true)
@@ -1060,6 +1121,7 @@ func (c *capture) seal() (pending, error) {
 	h := Header{
 		ClusterID: c.o.ClusterID, BaseBackup: c.o.BaseBackup, BaseRev: c.o.BaseRev,
 		FirstRev: first, LastRev: last, Received: c.received, Leases: c.leases, EtcdClusterID: c.etcdID, Prev: c.prevSum,
+		Revoking: c.pendingRevokes(last),
 	}
 	raw, sum, err := encodeSegment(h, c.events)
 	held, events := c.size, len(c.events)
@@ -1069,7 +1131,7 @@ func (c *capture) seal() (pending, error) {
 		return pending{}, err
 	}
 	c.prevSum = sum
-	h.Format, h.Events = FormatVersion, 0
+	h.Format, h.Events = formatOf(h), 0
 	c.sealedHeld.Add(held)
 	return pending{h: h, raw: raw, held: held, events: events}, nil
 }

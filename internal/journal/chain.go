@@ -263,7 +263,7 @@ func (s *Source) ListOnce() *Source {
 // verifyWhole reads seg whole (its trailer checked), checks its pins and,
 // with prevSum, that it names the segment before it (prevKey); it returns
 // its header and its trailer's sha256. For segments read for their
-// headers only (the lease records of the segment after a replay's).
+// headers only (the lease records of the segments after a replay's).
 func (s *Source) verifyWhole(ctx context.Context, seg SegmentInfo, prevKey, prevSum string) (Header, string, error) {
 	r, err := s.open(ctx, seg)
 	if err != nil {

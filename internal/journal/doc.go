@@ -48,8 +48,10 @@
 //     from the base (or where the stored segments end) into segments cut
 //     by interval or size at revisions' ends, leases looked up as they
 //     appear (their TTLs also polled) and their revokes recorded at the
-//     revision deleting their keys (the watch's previous values; a TTL
-//     never learned is marked unknown, UnknownLeaseTTL on replay), uploads
+//     revision deleting their keys (the watch's previous values; a revoke
+//     not placed when a segment is sealed rides in its header, for the
+//     next start and the replay; a TTL never learned is marked unknown,
+//     UnknownLeaseTTL on replay), uploads
 //     retried, a store slower than the cluster pausing the
 //     watch (bounded memory), and a GapError when the journal cannot
 //     continue exactly (a compacted or cancelled watch, a broken chain);

@@ -5,6 +5,21 @@ import "github.com/armada/etcd-recovery/internal/kvevent"
 // FormatVersion is the version of the segment format.
 const FormatVersion = 1
 
+// FormatRevoking is the version of a segment whose header carries pending
+// revokes (Header.Revoking): format 1 and that field. It is written only
+// when the field is, so that a tool that reads format 1 only refuses such
+// a segment by its format ("format 2, this tool reads format 1") rather
+// than by an unknown field, and reads every other segment as before.
+const FormatRevoking = 2
+
+// formatOf is the format a segment of header h is written in.
+func formatOf(h Header) int {
+	if len(h.Revoking) > 0 {
+		return FormatRevoking
+	}
+	return FormatVersion
+}
+
 // The journal stores etcd's changes as internal/kvevent records; these
 // names keep the journal's vocabulary for its callers.
 type (
@@ -50,4 +65,25 @@ type Header struct {
 	// that could not read the segment before (encrypted, no identity), and
 	// in segments written before it was recorded.
 	Prev string `json:"prev,omitempty"`
+	// Revoking are the revokes the capture had not placed yet when it
+	// sealed the segment (capture.go, revokesAhead): leases found gone
+	// after a delete of one of their keys, at a revision past the
+	// segment's last (a later delete of one of their keys, up to there,
+	// may be the revoke's own), or whose lookup failed. A capture that
+	// resumes after the segment goes on with them, and a replay reads on
+	// until they are placed (Source.Leases); without them, a capture
+	// killed after storing the deletes lost the revoke for good. Empty in
+	// segments written before it was recorded.
+	Revoking []PendingRevoke `json:"revoking,omitempty"`
+}
+
+// PendingRevoke is a revoke not placed yet: lease ID was found gone at
+// the cluster's revision SeenGone (-1: its lookup failed, to be made
+// again) after a delete of one of its keys, the last of which, up to the
+// segment's end, was at Last. Its revoke is at the last revision up to
+// SeenGone that deletes one of its keys: Last, or a later one.
+type PendingRevoke struct {
+	ID       int64 `json:"id"`
+	Last     int64 `json:"last"`
+	SeenGone int64 `json:"seenGone"`
 }

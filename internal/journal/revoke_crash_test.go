@@ -3,6 +3,7 @@ package journal_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,10 +29,32 @@ import (
 // three writes after it are held back in the client (its lookup finds
 // the lease gone at the third), the interval falls due meanwhile, and the
 // capture is fenced (stopped at once, no final flush, as a SIGKILL) as
-// soon as a segment holding the revoke is stored. Restarted, the journal must still hold
-// the revoke.
+// soon as a segment holding the revoke is stored. Restarted, the journal
+// must still hold the revoke, and a replay to the revoke's revision must
+// remove the lease. Twice: with the writes after the revoke 1.3 s late,
+// the segment is held until the revoke is placed (revokesAhead); 4 s
+// late, past the hold's two intervals, the segment is stored with the
+// revoke pending in its header (Header.Revoking), and the restarted
+// capture goes on with it.
 func TestCaptureRevokeSurvivesAKill(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		name            string
+		interval, after time.Duration
+	}{
+		// Due at 2 s, held to 4 s: a second's margin either way.
+		{"held", 2 * time.Second, 3 * time.Second},
+		// Due at 1 s, held to 2 s, the writes after it at 4 s.
+		{"past the hold", time.Second, 4 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			revokeSurvivesAKill(t, tc.interval, tc.after)
+		})
+	}
+}
+
+func revokeSurvivesAKill(t *testing.T, interval, after time.Duration) {
 	ctx := testfix.Context(t, time.Minute)
 	_, cli := startEtcd(t, testenv.V35)
 	g, err := cli.Grant(ctx, 600)
@@ -47,8 +70,8 @@ func TestCaptureRevokeSurvivesAKill(t *testing.T) {
 	// first (/a) until the revoke and the three writes after it are
 	// done, so that the lookup the revoke's delete starts finds the
 	// lease gone three revisions later; the revoke's own then at once;
-	// the writes after it 1.3 s after /a, when the interval (1 s) of the
-	// buffer /a started has fallen due.
+	// the writes after it `after` past /a, when the interval (1 s) of the
+	// buffer /a started has fallen due (or, past the hold, its two).
 	var hold atomic.Bool
 	var held atomic.Int32
 	var releasedAt atomic.Int64
@@ -69,7 +92,7 @@ func TestCaptureRevokeSurvivesAKill(t *testing.T) {
 		case 2:
 			return
 		default:
-			until = time.After(time.Until(time.Unix(0, releasedAt.Load()).Add(1300 * time.Millisecond)))
+			until = time.After(time.Until(time.Unix(0, releasedAt.Load()).Add(after)))
 		}
 		select {
 		case <-wctx.Done():
@@ -80,6 +103,7 @@ func TestCaptureRevokeSurvivesAKill(t *testing.T) {
 	st := memstore.New()
 	layout := catalog.Layout{Prefix: testenv.Prefix(t)}
 	o := captureOptions(t, cli, st, layout, zstdEnc, base)
+	o.SegmentInterval = interval
 	var fenced atomic.Bool
 	o.Fence = func() error {
 		if fenced.Load() {
@@ -137,22 +161,113 @@ func TestCaptureRevokeSurvivesAKill(t *testing.T) {
 	if err != nil || chain.Problem != nil || chain.Reach < last {
 		t.Fatalf("chain: %+v %v", chain, err)
 	}
-	var found bool
+	// Where the revoke went: the segment holding its deletes, and the
+	// one holding its record.
+	var deletes, record *journal.Header
 	for _, s := range chain.Segments {
 		h, _, err := journal.ReadSegment(ctx, st, layout, s.Key, nil, journal.Want{ClusterID: "c1"})
 		if err != nil {
 			t.Fatal(err)
 		}
+		if h.FirstRev <= revoked && revoked <= h.LastRev {
+			deletes = &h
+		}
 		for _, l := range h.Leases {
 			if l.ID == int64(g.ID) && l.Revoked != 0 {
-				found = true
+				if record != nil {
+					t.Errorf("lease %x: revoked twice in the journal, in %d-%d and %d-%d", l.ID, record.FirstRev, record.LastRev, h.FirstRev, h.LastRev)
+				}
+				record = &h
 				if l.Revoked != revoked {
 					t.Errorf("lease %x revoked at %d in the journal, at %d in etcd", l.ID, l.Revoked, revoked)
 				}
 			}
 		}
 	}
-	if !found {
+	if record == nil {
 		t.Fatalf("lease %x: its revoke at revision %d is not in the journal (%d segments to %d): a restore keeps the lease for good", g.ID, revoked, len(chain.Segments), chain.Reach)
+	}
+	pending := slices.IndexFunc(deletes.Revoking, func(r journal.PendingRevoke) bool { return r.ID == int64(g.ID) && r.Last == revoked }) >= 0
+	if after > 2*interval {
+		// The scenario: the segment of the deletes was stored with the
+		// revoke pending in its header, the record came later.
+		if !pending || record.FirstRev <= revoked {
+			t.Fatalf("the scenario was not reached: the segment %d-%d of the deletes carries %+v, the record is in %d-%d", deletes.FirstRev, deletes.LastRev, deletes.Revoking, record.FirstRev, record.LastRev)
+		}
+	} else {
+		// Held past its interval, placed with its deletes.
+		span := time.Duration(deletes.Received[deletes.LastRev]-deletes.Received[deletes.FirstRev]) * time.Millisecond
+		if pending || record != deletes || span <= interval {
+			t.Fatalf("the scenario was not reached: the segment %d-%d of the deletes (received over %v) carries %+v, the record is in %d-%d", deletes.FirstRev, deletes.LastRev, span, deletes.Revoking, record.FirstRev, record.LastRev)
+		}
+	}
+	// A replay to the revoke removes the lease (one of the snapshot's).
+	leases, err := journal.NewSource(st, layout, "c1", nil).Leases(ctx, base+1, revoked)
+	if err != nil || len(leases) != 1 || leases[0].ID != int64(g.ID) || leases[0].Revoked != revoked {
+		t.Fatalf("the leases of a replay to %d: %v %v, want lease %x revoked at %d", revoked, leases, err, g.ID, revoked)
+	}
+}
+
+// A capture resuming after a segment that carries pending revokes looks
+// each lease up again before it records anything: a header naming a live
+// lease (wrong, or forged by someone who could write the bucket) must not
+// become a revoke, which would take the lease from under its keys in
+// every restore after it. Here the stored segment names lease L, alive
+// with a key, as pending: the resumed capture drops it and records no
+// revoke of L.
+func TestCaptureResumeDropsALivePendingRevoke(t *testing.T) {
+	t.Parallel()
+	ctx := testfix.Context(t, time.Minute)
+	rig := newCaptureRig(t, ctx)
+	g, err := rig.cli.Grant(ctx, 600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := rig.cli.Put(ctx, "/k", "x", clientv3.WithLease(g.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1 := p.Header.Revision
+	if r1 != rig.base+1 {
+		t.Fatalf("the put is at %d, not %d", r1, rig.base+1)
+	}
+	h := journal.Header{ClusterID: "c1", BaseBackup: rig.o.BaseBackup, BaseRev: rig.base, FirstRev: r1, LastRev: r1,
+		Received: map[int64]int64{r1: time.Now().UnixMilli()}, EtcdClusterID: rig.etcdID,
+		Revoking: []journal.PendingRevoke{{ID: int64(g.ID), Last: r1, SeenGone: r1 + 1}}}
+	writeSegment(t, ctx, rig.st, rig.layout, h, []journal.Event{{Rev: r1, Type: journal.Put, Key: []byte("/k"), Value: []byte("x"), CreateRev: r1, Version: 1, Lease: int64(g.ID)}})
+	stop := startCapture(ctx, rig.o)
+	var last int64
+	for i := range 3 {
+		p, err := rig.cli.Put(ctx, "/other", string(rune('a'+i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = p.Header.Revision
+	}
+	waitChain(t, ctx, rig.st, rig.layout, "c1", rig.base, last, 15*time.Second)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	chain, err := journal.ListSegments(ctx, rig.st, rig.layout, "c1", rig.base)
+	if err != nil || chain.Problem != nil || len(chain.Segments) < 2 {
+		t.Fatalf("chain: %+v %v", chain, err)
+	}
+	for _, s := range chain.Segments[1:] {
+		h, _, err := journal.ReadSegment(ctx, rig.st, rig.layout, s.Key, nil, journal.Want{ClusterID: "c1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range h.Leases {
+			if l.ID == int64(g.ID) && l.Revoked != 0 {
+				t.Errorf("segment %d-%d records a revoke of lease %x at %d, which lives", h.FirstRev, h.LastRev, l.ID, l.Revoked)
+			}
+		}
+		if len(h.Revoking) != 0 {
+			t.Errorf("segment %d-%d still carries %+v", h.FirstRev, h.LastRev, h.Revoking)
+		}
+	}
+	leases, err := journal.NewSource(rig.st, rig.layout, "c1", nil).Leases(ctx, r1, last)
+	if err != nil || len(leases) != 0 {
+		t.Errorf("a replay's leases: %v %v, want none (lease %x stays as the snapshot has it)", leases, err, g.ID)
 	}
 }

@@ -15,7 +15,7 @@ import (
 // A segment's raw bytes (before objectio's compression and encryption)
 // are JSON lines:
 //
-//	{"format":1,"clusterID":...,"firstRev":F,"lastRev":L,"events":N,...}   the Header
+//	{"format":1,"clusterID":...,"firstRev":F,"lastRev":L,"events":N,...}   the Header (format 2: with "revoking")
 //	{"rev":F,"sub":0,"type":"put","key":...,...}                           N Events, in (Rev, Sub) order
 //	{"end":{"events":N,"sha256":"<hex>"}}                                  the trailer
 //
@@ -111,7 +111,7 @@ func Encode(w io.Writer, h Header, events []Event) error {
 // encode is Encode, returning the trailer's sha256 (hex): what the next
 // segment of the chain names as its Prev.
 func encode(w io.Writer, h Header, events []Event) (string, error) {
-	h.Format = FormatVersion
+	h.Format = formatOf(h)
 	h.Events = len(events)
 	c := newChecker("", h)
 	if err := c.header(Want{}); err != nil {
@@ -329,8 +329,10 @@ func (c *checker) fail(r Reason, format string, args ...any) error {
 func (c *checker) header(want Want) error {
 	h := c.h
 	switch {
-	case h.Format != FormatVersion:
-		return c.fail(ReasonFormat, "format %d, this tool reads format %d", h.Format, FormatVersion)
+	case h.Format != FormatVersion && h.Format != FormatRevoking:
+		return c.fail(ReasonFormat, "format %d, this tool reads formats %d and %d", h.Format, FormatVersion, FormatRevoking)
+	case h.Format == FormatVersion && len(h.Revoking) > 0:
+		return c.fail(ReasonFormat, "format %d with pending revokes (format %d)", h.Format, FormatRevoking)
 	case want.ClusterID != "" && h.ClusterID != want.ClusterID:
 		return c.fail(ReasonCluster, "it belongs to cluster %q, not %q", h.ClusterID, want.ClusterID)
 	case want.BaseBackup != "" && h.BaseBackup != want.BaseBackup:
@@ -341,6 +343,23 @@ func (c *checker) header(want Want) error {
 		return c.fail(ReasonRange, "it holds revisions %d-%d, its key names %d-%d", h.FirstRev, h.LastRev, want.FirstRev, want.LastRev)
 	case h.Events < int(h.LastRev-h.FirstRev+1):
 		return c.fail(ReasonCount, "%d events for %d revisions (every revision is at least one event)", h.Events, h.LastRev-h.FirstRev+1)
+	}
+	seen := make(map[int64]bool, len(h.Revoking))
+	for _, r := range h.Revoking {
+		switch {
+		case r.ID == 0:
+			return c.fail(ReasonFormat, "a pending revoke of lease 0")
+		case seen[r.ID]:
+			return c.fail(ReasonFormat, "lease %x: two pending revokes", r.ID)
+		case r.Last < 1 || r.Last > h.LastRev:
+			// Not bounded by BaseRev: a chain continued from a newer
+			// base carries what the one before it left pending.
+			return c.fail(ReasonRange, "lease %x: a pending revoke after a delete at revision %d, not within 1-%d", r.ID, r.Last, h.LastRev)
+		case r.SeenGone != -1 && r.SeenGone <= h.LastRev:
+			// Found gone by the segment's end: the capture placed it.
+			return c.fail(ReasonFormat, "lease %x: pending, found gone at revision %d, not after the segment's last, %d", r.ID, r.SeenGone, h.LastRev)
+		}
+		seen[r.ID] = true
 	}
 	return nil
 }

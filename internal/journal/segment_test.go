@@ -18,8 +18,10 @@ import (
 )
 
 func testHeader() journal.Header {
-	return journal.Header{Format: journal.FormatVersion, ClusterID: "c1", BaseBackup: "b1", BaseRev: 10, FirstRev: 11, LastRev: 13,
-		Received: map[int64]int64{11: 1000, 13: 2000}, Leases: []journal.Lease{{ID: 7, TTL: 60, Rev: 12}}}
+	return journal.Header{Format: journal.FormatRevoking, ClusterID: "c1", BaseBackup: "b1", BaseRev: 10, FirstRev: 11, LastRev: 13,
+		Received: map[int64]int64{11: 1000, 13: 2000}, Leases: []journal.Lease{{ID: 7, TTL: 60, Rev: 12}},
+		// Found gone (lookup failed) after a delete before this segment.
+		Revoking: []journal.PendingRevoke{{ID: 5, Last: 9, SeenGone: 40}, {ID: 6, Last: 12, SeenGone: -1}}}
 }
 
 func testEvents() []journal.Event {
@@ -105,7 +107,8 @@ func TestDecodeRefuses(t *testing.T) {
 	cases := []tc{
 		{"not a segment", func() []byte { return []byte("hello\n") }, want, journal.ReasonFormat, "not a segment header"},
 		{"empty", func() []byte { return nil }, want, journal.ReasonTruncated, "no header"},
-		{"format", func() []byte { h, e := good(); h.Format = 2; return rawSegment(t, h, e, 4) }, want, journal.ReasonFormat, "format 2"},
+		{"format", func() []byte { h, e := good(); h.Format = 3; return rawSegment(t, h, e, 4) }, want, journal.ReasonFormat, "format 3, this tool reads formats 1 and 2"},
+		{"format 1 with pending revokes", func() []byte { h, e := good(); h.Format = 1; return rawSegment(t, h, e, 4) }, want, journal.ReasonFormat, "format 1 with pending revokes"},
 		{"cluster", func() []byte { h, e := good(); return rawSegment(t, h, e, 4) }, journal.Want{ClusterID: "c2"}, journal.ReasonCluster, `cluster "c1", not "c2"`},
 		{"base backup", func() []byte { h, e := good(); return rawSegment(t, h, e, 4) }, journal.Want{BaseBackup: "b0"}, journal.ReasonBase, `backup "b1", not "b0"`},
 		{"key range", func() []byte { h, e := good(); return rawSegment(t, h, e, 4) }, journal.Want{FirstRev: 11, LastRev: 14}, journal.ReasonRange, "its key names 11-14"},
@@ -148,6 +151,41 @@ func TestDecodeRefuses(t *testing.T) {
 		}, want, journal.ReasonDamaged, "trailer records"},
 		{"after the trailer", func() []byte { h, e := good(); return append(rawSegment(t, h, e, 4), "{}\n"...) }, want, journal.ReasonDamaged, "after its trailer"},
 		{"bad type", func() []byte { h, e := good(); e[1].Type = "patch"; return rawSegment(t, h, e, 4) }, want, journal.ReasonFormat, `type "patch"`},
+		{"pending revoke of lease 0", func() []byte {
+			h, e := good()
+			h.Revoking = []journal.PendingRevoke{{ID: 0, Last: 12, SeenGone: 20}}
+			return rawSegment(t, h, e, 4)
+		}, want, journal.ReasonFormat, "pending revoke of lease 0"},
+		{"pending revoke after the segment", func() []byte {
+			h, e := good()
+			h.Revoking = []journal.PendingRevoke{{ID: 7, Last: 14, SeenGone: 20}}
+			return rawSegment(t, h, e, 4)
+		}, want, journal.ReasonRange, "delete at revision 14, not within 1-13"},
+		{"pending revoke at revision 0", func() []byte {
+			h, e := good()
+			h.Revoking = []journal.PendingRevoke{{ID: 7, Last: 0, SeenGone: 20}}
+			return rawSegment(t, h, e, 4)
+		}, want, journal.ReasonRange, "delete at revision 0, not within 1-13"},
+		{"pending revoke twice", func() []byte {
+			h, e := good()
+			h.Revoking = []journal.PendingRevoke{{ID: 7, Last: 12, SeenGone: 20}, {ID: 7, Last: 13, SeenGone: -1}}
+			return rawSegment(t, h, e, 4)
+		}, want, journal.ReasonFormat, "lease 7: two pending revokes"},
+		{"pending revoke found gone at 0", func() []byte {
+			h, e := good()
+			h.Revoking = []journal.PendingRevoke{{ID: 7, Last: 12, SeenGone: 0}}
+			return rawSegment(t, h, e, 4)
+		}, want, journal.ReasonFormat, "found gone at revision 0"},
+		{"pending revoke found gone at -2", func() []byte {
+			h, e := good()
+			h.Revoking = []journal.PendingRevoke{{ID: 7, Last: 12, SeenGone: -2}}
+			return rawSegment(t, h, e, 4)
+		}, want, journal.ReasonFormat, "found gone at revision -2"},
+		{"pending revoke already placed", func() []byte {
+			h, e := good()
+			h.Revoking = []journal.PendingRevoke{{ID: 7, Last: 12, SeenGone: 13}}
+			return rawSegment(t, h, e, 4)
+		}, want, journal.ReasonFormat, "found gone at revision 13, not after the segment's last, 13"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

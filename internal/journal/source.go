@@ -169,24 +169,31 @@ func (s *Source) Segments(ctx context.Context, from, to int64) ([]SegmentInfo, e
 func (s *Source) want() Want { return Want{ClusterID: s.clusterID} }
 
 // Leases are the leases recorded in the headers of the segments holding
-// revisions from to to, and of the segment after them (a revoke is
-// recorded once the capture has passed the revision at which it found the
-// lease gone, in the segment holding its revision or a later one): the
-// records seen at or before to (Rev <= to), once each, the first record
-// of an ID with its Revoked the latest one at or before to. A revoke
-// record of a lease without an earlier record (one of the snapshot's)
-// is returned revoked, or not at all when revoked after to.
+// revisions from to to, and of the segments after them that a revoke
+// not placed yet needs (a revoke is recorded once the capture has passed
+// the revision at which it found the lease gone, in the segment holding
+// its revision or a later one): always the next one, then on while the
+// last header read leaves a revoke pending (Header.Revoking) after a
+// delete at or before to. The records seen at or before to (Rev <= to),
+// once each, the first record of an ID with its Revoked the latest one
+// at or before to. A revoke record of a lease without an earlier record
+// (one of the snapshot's) is returned revoked, or not at all when
+// revoked after to. A revoke still pending where the journal ends, past
+// MaxLeaseReadOn segments or past a segment that cannot be read, is not
+// returned: the lease may have lived on past to, with its keys, and a
+// lease left alive on no key ends with its TTL, while one removed under
+// its keys would keep them for good.
 func (s *Source) Leases(ctx context.Context, from, to int64) ([]Lease, error) {
 	segs, err := s.covering(ctx, from, to)
 	if err != nil {
 		return nil, err
 	}
-	var next *SegmentInfo
+	var after []SegmentInfo
 	if c, err := s.Cover(ctx, from); err == nil && len(segs) > 0 {
 		lastKey := segs[len(segs)-1].Key
 		for i, seg := range c.Segments {
-			if seg.Key == lastKey && i+1 < len(c.Segments) {
-				next = &c.Segments[i+1]
+			if seg.Key == lastKey {
+				after = c.Segments[i+1:]
 				break
 			}
 		}
@@ -202,21 +209,35 @@ func (s *Source) Leases(ctx context.Context, from, to int64) ([]Lease, error) {
 		headers = append(headers, r.Header())
 		r.Close()
 	}
-	if next != nil {
-		// The segment after the window is not replayed, only its lease
-		// records are read: it is read whole and checked as the replay
-		// checks its segments (its trailer, its pins, and the one before
-		// it named by sha256, read whole too).
-		last := segs[len(segs)-1]
-		_, sum, err := s.verifyWhole(ctx, last, "", "")
+	if len(after) > 0 {
+		// The segments after the window are not replayed, only their
+		// lease records are read: each is read whole and checked as the
+		// replay checks its segments (its trailer, its pins, and the one
+		// before it named by sha256, read whole too).
+		prev := segs[len(segs)-1]
+		_, sum, err := s.verifyWhole(ctx, prev, "", "")
 		if err != nil {
 			return nil, err
 		}
-		h, _, err := s.verifyWhole(ctx, *next, last.Key, sum)
-		if err != nil {
-			return nil, err
+		for i, seg := range after {
+			if i > 0 && (i > MaxLeaseReadOn || !revokePendingAt(headers[len(headers)-1], to)) {
+				break
+			}
+			h, next, err := s.verifyWhole(ctx, seg, prev.Key, sum)
+			if err != nil {
+				if i == 0 || ctx.Err() != nil {
+					return nil, err
+				}
+				// Read on for a pending revoke only: a segment past
+				// the one after the window that cannot be read leaves
+				// the revoke unplaced (its lease kept, as where the
+				// journal ends), never a restore refused for revisions
+				// it does not replay.
+				break
+			}
+			headers = append(headers, h)
+			prev, sum = seg, next
 		}
-		headers = append(headers, h)
 	}
 	for _, h := range headers {
 		for _, l := range h.Leases {
@@ -237,6 +258,26 @@ func (s *Source) Leases(ctx context.Context, from, to int64) ([]Lease, error) {
 		}
 	}
 	return out, nil
+}
+
+// MaxLeaseReadOn bounds the segments Source.Leases reads past the one
+// after a replay's window while a revoke is pending: a revoke placed
+// later than that (a catch-up longer than 32 segments, a lease whose
+// lookups kept failing) is not applied, and its lease is kept, on no
+// key, until its TTL ends. Each segment read on is read whole, as a
+// replayed one.
+const MaxLeaseReadOn = 32
+
+// revokePendingAt reports whether h leaves a revoke pending after a
+// delete at or before to: where it is placed decides whether the lease
+// was alive at to.
+func revokePendingAt(h Header, to int64) bool {
+	for _, r := range h.Revoking {
+		if r.Last <= to {
+			return true
+		}
+	}
+	return false
 }
 
 // Events yields every event of revisions from to to, in revision and sub

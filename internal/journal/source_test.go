@@ -208,3 +208,87 @@ func TestRevisionAtReadsFewHeaders(t *testing.T) {
 		t.Fatalf("before the journal: %v", err)
 	}
 }
+
+// A revoke the capture had not placed when it sealed a segment rides in
+// the headers after it (Header.Revoking) until it is placed, which may be
+// several segments later (a catch-up cut by size, a capture killed and
+// resumed): a replay reads on until it is, and no further. Lease 7's keys
+// were deleted at 12 and it was found gone at 25: its revoke lands in the
+// fourth segment, and a replay to 13 must remove it (it read one segment
+// past its window before, and kept the lease on no key). Lease 8 had
+// another key deleted at 18, its revoke's own: alive at 13, revoked at 19.
+// Lease 9 is still pending where the journal ends: not returned (it may
+// have lived on, with its keys).
+func TestSourceLeasesReadOnUntilARevokeIsPlaced(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mem := memstore.New()
+	write := func(first, last int64, leases []journal.Lease, pend ...journal.PendingRevoke) {
+		t.Helper()
+		h := putsHeader(first, last, 0, leases)
+		h.Revoking = pend
+		writeSegment(t, ctx, mem, memLayout, h, putsEvents(first, last))
+	}
+	write(11, 13, nil, journal.PendingRevoke{ID: 7, Last: 12, SeenGone: 25}, journal.PendingRevoke{ID: 8, Last: 12, SeenGone: 25})
+	write(14, 16, nil, journal.PendingRevoke{ID: 7, Last: 12, SeenGone: 25}, journal.PendingRevoke{ID: 8, Last: 12, SeenGone: 25})
+	write(17, 19, nil, journal.PendingRevoke{ID: 7, Last: 12, SeenGone: 25}, journal.PendingRevoke{ID: 8, Last: 18, SeenGone: 25})
+	write(20, 26, []journal.Lease{{ID: 7, Rev: 12, Revoked: 12, TTLUnknown: true}, {ID: 8, Rev: 18, Revoked: 18, TTLUnknown: true}},
+		journal.PendingRevoke{ID: 9, Last: 26, SeenGone: 30})
+	write(27, 28, nil, journal.PendingRevoke{ID: 9, Last: 26, SeenGone: 30})
+	write(29, 29, nil, journal.PendingRevoke{ID: 9, Last: 26, SeenGone: 30})
+	st := &getCounter{Store: mem}
+	src := journal.NewSource(st, memLayout, "c1", nil)
+	for _, tc := range []struct {
+		to    int64
+		want  string
+		reads int // at most: the window, its last again, then each read on
+	}{
+		{12, "[{7 0 12 12 true}]", 1 + 1 + 3},
+		{13, "[{7 0 12 12 true}]", 1 + 1 + 3},
+		{16, "[{7 0 12 12 true}]", 2 + 1 + 2},
+		{19, "[{7 0 12 12 true} {8 0 18 18 true}]", 3 + 1 + 1},
+		{26, "[{7 0 12 12 true} {8 0 18 18 true}]", 4 + 1 + 2},
+		{29, "[{7 0 12 12 true} {8 0 18 18 true}]", 6},
+	} {
+		st.gets = 0
+		got, err := src.Leases(ctx, 11, tc.to)
+		if err != nil || fmt.Sprint(got) != tc.want {
+			t.Errorf("leases to %d: %v %v, want %s", tc.to, got, err, tc.want)
+		}
+		if st.gets > tc.reads {
+			t.Errorf("leases to %d: %d segments read, want at most %d", tc.to, st.gets, tc.reads)
+		}
+	}
+	// A lease whose lookups keep failing rides in every header: the read
+	// on stops after MaxLeaseReadOn segments, the lease kept (not
+	// returned). A segment read on that cannot be read stops it too,
+	// instead of refusing a replay of revisions before it.
+	mem3 := memstore.New()
+	for i := range int64(journal.MaxLeaseReadOn + 8) {
+		h := putsHeader(11+i, 11+i, 0, nil)
+		h.Revoking = []journal.PendingRevoke{{ID: 7, Last: 11, SeenGone: -1}}
+		writeSegment(t, ctx, mem3, memLayout, h, putsEvents(11+i, 11+i))
+	}
+	st3 := &getCounter{Store: mem3}
+	got, err := journal.NewSource(st3, memLayout, "c1", nil).Leases(ctx, 11, 11)
+	if err != nil || len(got) != 0 || st3.gets != 1+1+1+journal.MaxLeaseReadOn {
+		t.Errorf("a revoke never placed: %v %v after %d segments read, want none after %d", got, err, st3.gets, 3+journal.MaxLeaseReadOn)
+	}
+	if _, err := mem3.Put(ctx, memLayout.JournalSegmentKey("c1", 14, 14), strings.NewReader("damaged")); err != nil {
+		t.Fatal(err)
+	}
+	st3.gets = 0
+	got, err = journal.NewSource(st3, memLayout, "c1", nil).Leases(ctx, 11, 11)
+	if err != nil || len(got) != 0 || st3.gets != 5 {
+		t.Errorf("a damaged segment read on: %v %v after %d segments read, want none after 5", got, err, st3.gets)
+	}
+	// Nothing pending: one segment past the window, as before.
+	mem2 := memstore.New()
+	for _, r := range [][2]int64{{11, 12}, {13, 14}, {15, 16}} {
+		writePuts(t, ctx, mem2, memLayout, r[0], r[1], nil)
+	}
+	st2 := &getCounter{Store: mem2}
+	if _, err := journal.NewSource(st2, memLayout, "c1", nil).Leases(ctx, 11, 12); err != nil || st2.gets != 3 {
+		t.Errorf("no revoke pending: %d segments read (%v), want 3: the window, again whole, the next", st2.gets, err)
+	}
+}
