@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -26,7 +27,11 @@ type watchedJournal struct {
 	// unfiltered yields every event whatever the revisions asked for (a
 	// broken reader).
 	unfiltered bool
+	// unplaced is what UnplacedRevokes answers (journal.Source's).
+	unplaced journal.Unplaced
 }
+
+func (j *watchedJournal) UnplacedRevokes() journal.Unplaced { return j.unplaced }
 
 func (j *watchedJournal) Leases(context.Context, int64, int64) ([]journal.Lease, error) {
 	return j.leases, nil
@@ -248,12 +253,19 @@ func TestReplayToRevision(t *testing.T) {
 				checkLeases(t, cli, got, revoked, p.rev)
 			}
 			p := s.points[len(s.points)-1]
+			// A revoke the journal could not place is named, not hidden.
+			s.j.unplaced = journal.Unplaced{Leases: []int64{0xabc}, Why: "the journal ends before they are placed"}
 			res, cli := s.restoreTo(t, v, p.rev, true)
 			got, rev := dumpAt(t, cli, 0)
 			if rev < p.rev+restore.DefaultBumpRevision || res.MinRevision != p.rev+restore.DefaultBumpRevision {
 				t.Fatalf("revision %d, min %d: want the bump above %d", rev, res.MinRevision, p.rev)
 			}
 			sameDump(t, "bumped", got, p.dump)
+			if fmt.Sprint(res.Replay.RevokesUnplaced) != "[abc]" || !slices.ContainsFunc(res.Warnings, func(w string) bool {
+				return strings.Contains(w, "lease(s) abc:") && strings.Contains(w, "the journal ends before they are placed")
+			}) {
+				t.Fatalf("an unplaced revoke: replay %+v, warnings %q", res.Replay, res.Warnings)
+			}
 		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
+	"strings"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdinternals"
@@ -38,6 +39,10 @@ type Replayed struct {
 	// LeasesPut and LeasesDeleted count the changes to the lease bucket.
 	LeasesPut     int `json:"leasesPut,omitempty"`
 	LeasesDeleted int `json:"leasesDeleted,omitempty"`
+	// RevokesUnplaced are the leases (hex IDs) the journal found gone
+	// after a delete of one of their keys up to ToRevision without
+	// placing their revoke (journal.Source.UnplacedRevokes): kept.
+	RevokesUnplaced []string `json:"revokesUnplaced,omitempty"`
 	// Segments are the journal's segments a dry run would read (with a
 	// JournalPlanner), in order.
 	Segments []string `json:"segments,omitempty"`
@@ -150,6 +155,18 @@ func applyReplay(ctx context.Context, plan *Plan, path string, ro Target, log *s
 			"so a segment written over since would not be seen by its version (its sha256 is still checked against the next segment and the proofs)", vu.VersionsUnread())
 		plan.Warnings = append(plan.Warnings, w)
 		log.Warn("journal read without object versions", "err", vu.VersionsUnread())
+	}
+	if ur, ok := ro.Journal.(interface{ UnplacedRevokes() journal.Unplaced }); ok {
+		if u := ur.UnplacedRevokes(); len(u.Leases) > 0 {
+			ids := make([]string, len(u.Leases))
+			for i, id := range u.Leases {
+				ids[i] = fmt.Sprintf("%x", id)
+			}
+			rep.RevokesUnplaced = ids
+			plan.Warnings = append(plan.Warnings, fmt.Sprintf("lease(s) %s: the journal found them gone after a delete of one of their keys at or before revision %d, "+
+				"but not where their revoke lies (%s): they are kept, and end with their TTL unless their holder renews them", strings.Join(ids, ", "), rep.ToRevision, u.Why))
+			log.Warn("journal: lease revokes not placed: leases kept", "leases", strings.Join(ids, ","), "to_revision", rep.ToRevision, "why", u.Why)
+		}
 	}
 	if rs, ok := ro.Journal.(JournalReplacedLister); ok {
 		for _, seg := range rs.Replaced() {

@@ -43,6 +43,10 @@ const (
 	// leases whose lookup failed, or pending when the capture resumed):
 	// the rest wait for the next seal.
 	maxRevokeLookups = 64
+	// maxLookupFailedRevokes bounds the pending revokes whose lookup
+	// failed: while etcd does not answer lookups, every delete of a
+	// leased key would become one.
+	maxLookupFailedRevokes = 256
 )
 
 // CaptureOptions are a journal's capture of one cluster.
@@ -969,8 +973,12 @@ func (c *capture) timeToLive(ctx context.Context, id int64) (*clientv3.LeaseTime
 
 // revoke is a lease found gone on a delete of one of its keys.
 type revoke struct {
-	seenGone int64 // the cluster's revision when it was found gone
+	seenGone int64 // the cluster's revision when it was found gone; -1: to look up again
 	last     int64 // the last revision seen deleting one of its keys
+	prev     int64 // the one before last's revision, if any: where a dropped partial revision leaves it
+	// resumed: carried by the stored segment the capture resumed after,
+	// not placed before a lookup of this process finds the lease gone.
+	resumed bool
 }
 
 // leaseKeyDeleted notes the delete at rev of a key that held lease id:
@@ -978,6 +986,9 @@ type revoke struct {
 // it is found gone, its revoke is pending until settleRevokes.
 func (c *capture) leaseKeyDeleted(ctx context.Context, id, rev int64) {
 	if r := c.revoking[id]; r != nil {
+		if rev != r.last {
+			r.prev = r.last
+		}
 		r.last = rev
 		return
 	}
@@ -994,7 +1005,15 @@ func (c *capture) leaseKeyDeleted(ctx context.Context, id, rev int64) {
 		return
 	}
 	resp, err := c.timeToLive(ctx, id)
+	var gone int64
+	if err == nil && resp.TTL == -1 {
+		gone, err = c.goneAt(ctx, resp, rev)
+	}
 	if err != nil {
+		if c.lookupFailed() >= maxLookupFailedRevokes {
+			c.o.Log.Warn("journal: lease lookup after a delete of its key failed, and too many are waiting to be looked up again; this one is not recorded", "cluster", c.o.ClusterID, "lease", fmt.Sprintf("%x", id), "rev", rev, "err", err)
+			return
+		}
 		// Looked up again when the segment is sealed (settleRevokes).
 		c.o.Log.Warn("journal: lease lookup after a delete of its key failed; again when its segment is sealed", "cluster", c.o.ClusterID, "lease", fmt.Sprintf("%x", id), "rev", rev, "err", err)
 		c.revoking[id] = &revoke{seenGone: -1, last: rev}
@@ -1003,15 +1022,41 @@ func (c *capture) leaseKeyDeleted(ctx context.Context, id, rev int64) {
 	if resp.TTL != -1 {
 		return // it lives: an explicit delete
 	}
-	c.revoking[id] = &revoke{seenGone: goneAt(resp, rev), last: rev}
+	c.revoking[id] = &revoke{seenGone: gone, last: rev}
 }
 
-// goneAt is the revision at which a lookup found a lease gone.
-func goneAt(resp *clientv3.LeaseTimeToLiveResponse, rev int64) int64 {
-	if resp.ResponseHeader != nil {
-		return max(rev, resp.Revision)
+// lookupFailed counts the pending revokes waiting for a lookup again.
+func (c *capture) lookupFailed() int {
+	n := 0
+	for _, r := range c.revoking {
+		if r.seenGone < 0 {
+			n++
+		}
 	}
-	return rev
+	return n
+}
+
+// goneAt is the revision at which a lookup found a lease gone: at least
+// the cluster's revision read linearizably after it. The lookup's own
+// header may be lower: it is the revision of the member that took the
+// call (a follower may lag), and etcd's lessor drops a revoked lease
+// before the revoke's deletes are committed to the key-value store. A
+// linearizable read waits for every entry applied before it, the
+// revoke's among them; understated, a revoke would be placed at an
+// earlier explicit delete of one of its keys, and a restore between the
+// two would take the lease from under its other keys.
+func (c *capture) goneAt(ctx context.Context, resp *clientv3.LeaseTimeToLiveResponse, rev int64) (int64, error) {
+	lctx, cancel := context.WithTimeout(ctx, leaseLookupTimeout)
+	defer cancel()
+	g, err := c.o.Client.Get(lctx, "\x00", clientv3.WithCountOnly())
+	if err != nil {
+		return 0, err
+	}
+	gone := max(rev, g.Header.Revision)
+	if resp.ResponseHeader != nil {
+		gone = max(gone, resp.Revision)
+	}
+	return gone, nil
 }
 
 // revokesAhead reports whether a lease found gone waits for the watch to
@@ -1049,22 +1094,32 @@ func (c *capture) settleRevokes(done int64, recheck bool) {
 	answering := true
 	lookups := 0
 	for id, r := range c.revoking {
-		if r.seenGone < 0 && recheck && answering && lookups < maxRevokeLookups {
+		if (r.seenGone < 0 || r.resumed) && recheck && answering && lookups < maxRevokeLookups {
 			lookups++
 			lctx, cancel := context.WithTimeout(context.Background(), leaseRetryTimeout)
 			resp, err := c.o.Client.TimeToLive(lctx, clientv3.LeaseID(id))
+			var gone int64
+			if err == nil && resp.TTL == -1 && r.seenGone < 0 {
+				gone, err = c.goneAt(lctx, resp, r.last)
+			}
 			cancel()
 			switch {
 			case err != nil:
 				answering = false
 			case resp.TTL != -1:
+				if r.resumed {
+					c.o.Log.Warn("journal: a lease revoke the last segment left pending is of a live lease; dropped", "cluster", c.o.ClusterID, "lease", fmt.Sprintf("%x", id), "last", r.last)
+				}
 				delete(c.revoking, id)
 				continue
 			default:
-				r.seenGone = goneAt(resp, r.last)
+				r.resumed = false
+				if r.seenGone < 0 {
+					r.seenGone = gone
+				}
 			}
 		}
-		if r.seenGone < 0 || r.seenGone > done {
+		if r.seenGone < 0 || r.resumed || r.seenGone > done {
 			continue
 		}
 		c.leases = append(c.leases, Lease{ID: id, Rev: r.last, Revoked: r.last, TTLUnknown: true})
@@ -1077,20 +1132,18 @@ func (c *capture) settleRevokes(done int64, recheck bool) {
 }
 
 // resumeRevokes goes on with the revokes the last stored segment left
-// pending (Header.Revoking). Each is looked up again at the next seal, as
-// one whose lookup failed: a lease found alive is dropped (the header
-// was wrong: a revoke of a live lease would take it from under its keys
-// in every restore), one found gone is placed once the capture passes
-// the revision of that lookup. A lease gone stays gone (etcd never
-// grants an ID twice), so no delete of its keys lies between the two
-// lookups and the revoke lands at the same revision.
+// pending (Header.Revoking), at the revisions it found them gone at: each
+// is looked up at the next seal before it is placed (resumed), and a
+// lease found alive is dropped (a header naming a live lease, wrong or
+// forged, would take it from under its keys in every restore after). One
+// whose lookup had failed is looked up as if this process had.
 func (c *capture) resumeRevokes(rs []PendingRevoke) {
 	if len(rs) == 0 {
 		return
 	}
 	c.revoking = make(map[int64]*revoke, len(rs))
 	for _, r := range rs {
-		c.revoking[r.ID] = &revoke{seenGone: -1, last: r.Last}
+		c.revoking[r.ID] = &revoke{seenGone: r.SeenGone, last: r.Last, resumed: true}
 	}
 	c.o.Log.Info("journal: going on with the lease revokes the last segment left pending", "cluster", c.o.ClusterID, "leases", len(rs))
 }
@@ -1100,10 +1153,22 @@ func (c *capture) resumeRevokes(rs []PendingRevoke) {
 func (c *capture) pendingRevokes(last int64) []PendingRevoke {
 	var out []PendingRevoke
 	for id, r := range c.revoking {
-		if r.last > last {
-			continue // its deletes were trimmed off the buffer: received again
+		l := r.last
+		if l > last {
+			// Its last delete was in a revision dropped from the buffer
+			// (received again): the one before, if stored.
+			l = r.prev
 		}
-		out = append(out, PendingRevoke{ID: id, Last: r.last, SeenGone: r.seenGone})
+		if l < 1 || l > last {
+			continue
+		}
+		gone := r.seenGone
+		if gone <= last {
+			// Passed but not placed: resumed, its lookup not made yet
+			// (or failed). The next start looks it up as a failed one.
+			gone = -1
+		}
+		out = append(out, PendingRevoke{ID: id, Last: l, SeenGone: gone})
 	}
 	slices.SortFunc(out, func(a, b PendingRevoke) int { return cmp.Compare(a.ID, b.ID) })
 	return out

@@ -248,6 +248,7 @@ type sourceState struct {
 	replaced []SegmentInfo
 	listed   *Chain
 	once     bool
+	unplaced Unplaced
 }
 
 // ListOnce makes the Source list the cluster's segments once, at its first

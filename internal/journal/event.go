@@ -7,9 +7,11 @@ const FormatVersion = 1
 
 // FormatRevoking is the version of a segment whose header carries pending
 // revokes (Header.Revoking): format 1 and that field. It is written only
-// when the field is, so that a tool that reads format 1 only refuses such
-// a segment by its format ("format 2, this tool reads format 1") rather
-// than by an unknown field, and reads every other segment as before.
+// when the field is, so that every other segment stays readable by a
+// release that reads format 1 only (which refuses this one as "not a
+// segment header: unknown field "revoking""). This release reads the
+// format before the rest of the header, so a later format is refused by
+// its number.
 const FormatRevoking = 2
 
 // formatOf is the format a segment of header h is written in.

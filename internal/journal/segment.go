@@ -183,6 +183,14 @@ func NewDecoder(r io.Reader, key string, want Want) (*Decoder, error) {
 	}
 	d.sum.Write(b)
 	b = b[:len(b)-1]
+	// The format first, leniently: a later format is refused by its
+	// number, not by a field this tool does not know.
+	var f struct {
+		Format int `json:"format"`
+	}
+	if json.Unmarshal(b, &f) == nil && f.Format > FormatRevoking {
+		return nil, d.fail(ReasonFormat, fmt.Sprintf("format %d, this tool reads formats %d and %d", f.Format, FormatVersion, FormatRevoking), nil)
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&d.h); err != nil {
@@ -343,6 +351,9 @@ func (c *checker) header(want Want) error {
 		return c.fail(ReasonRange, "it holds revisions %d-%d, its key names %d-%d", h.FirstRev, h.LastRev, want.FirstRev, want.LastRev)
 	case h.Events < int(h.LastRev-h.FirstRev+1):
 		return c.fail(ReasonCount, "%d events for %d revisions (every revision is at least one event)", h.Events, h.LastRev-h.FirstRev+1)
+	}
+	if len(h.Revoking) > maxPendingRevokes {
+		return c.fail(ReasonFormat, "%d pending revokes, a journal carries %d at most", len(h.Revoking), maxPendingRevokes)
 	}
 	seen := make(map[int64]bool, len(h.Revoking))
 	for _, r := range h.Revoking {

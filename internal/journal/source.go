@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"slices"
 	"time"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
@@ -179,10 +180,11 @@ func (s *Source) want() Want { return Want{ClusterID: s.clusterID} }
 // at or before to. A revoke record of a lease without an earlier record
 // (one of the snapshot's) is returned revoked, or not at all when
 // revoked after to. A revoke still pending where the journal ends, past
-// MaxLeaseReadOn segments or past a segment that cannot be read, is not
-// returned: the lease may have lived on past to, with its keys, and a
-// lease left alive on no key ends with its TTL, while one removed under
-// its keys would keep them for good.
+// MaxLeaseReadOn segments or past a segment whose bytes are refused, is
+// not returned (UnplacedRevokes names it): the lease may have lived on
+// past to, with its keys, and a lease left alive on no key ends with its
+// TTL, while one removed under its keys would keep them for good. A store
+// that does not answer fails Leases.
 func (s *Source) Leases(ctx context.Context, from, to int64) ([]Lease, error) {
 	segs, err := s.covering(ctx, from, to)
 	if err != nil {
@@ -209,6 +211,7 @@ func (s *Source) Leases(ctx context.Context, from, to int64) ([]Lease, error) {
 		headers = append(headers, r.Header())
 		r.Close()
 	}
+	why := "the journal ends before they are placed"
 	if len(after) > 0 {
 		// The segments after the window are not replayed, only their
 		// lease records are read: each is read whole and checked as the
@@ -220,25 +223,34 @@ func (s *Source) Leases(ctx context.Context, from, to int64) ([]Lease, error) {
 			return nil, err
 		}
 		for i, seg := range after {
-			if i > 0 && (i > MaxLeaseReadOn || !revokePendingAt(headers[len(headers)-1], to)) {
+			if i > 0 && !revokePendingAt(headers[len(headers)-1], to) {
+				why = ""
+				break
+			}
+			if i > MaxLeaseReadOn {
+				why = fmt.Sprintf("they are not placed within %d segments past the replay's", MaxLeaseReadOn+1)
 				break
 			}
 			h, next, err := s.verifyWhole(ctx, seg, prev.Key, sum)
 			if err != nil {
-				if i == 0 || ctx.Err() != nil {
+				if i == 0 || ctx.Err() != nil || IsReason(err, ReasonStore) {
 					return nil, err
 				}
 				// Read on for a pending revoke only: a segment past
-				// the one after the window that cannot be read leaves
-				// the revoke unplaced (its lease kept, as where the
-				// journal ends), never a restore refused for revisions
-				// it does not replay.
+				// the one after the window whose bytes are refused
+				// (damaged, forged) leaves the revoke unplaced (its
+				// lease kept, as where the journal ends), never a
+				// restore refused for revisions it does not replay. A
+				// store that did not answer fails the read: a retry
+				// may place it.
+				why = err.Error()
 				break
 			}
 			headers = append(headers, h)
 			prev, sum = seg, next
 		}
 	}
+	s.noteUnplaced(headers[len(headers)-1], to, why)
 	for _, h := range headers {
 		for _, l := range h.Leases {
 			if l.Rev > to || l.Revoked > to {
@@ -267,6 +279,39 @@ func (s *Source) Leases(ctx context.Context, from, to int64) ([]Lease, error) {
 // key, until its TTL ends. Each segment read on is read whole, as a
 // replayed one.
 const MaxLeaseReadOn = 32
+
+// Unplaced are the revokes the last Leases left unplaced: pending after a
+// delete at or before the replay's revision where it stopped reading on,
+// and why it stopped. Their leases are kept by the replay.
+type Unplaced struct {
+	Leases []int64
+	Why    string
+}
+
+// UnplacedRevokes are the revokes the last Leases call left unplaced
+// (none when it placed all): a restore reports them.
+func (s *Source) UnplacedRevokes() Unplaced {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Unplaced{Leases: slices.Clone(s.unplaced.Leases), Why: s.unplaced.Why}
+}
+
+func (s *Source) noteUnplaced(h Header, to int64, why string) {
+	var u Unplaced
+	if why != "" {
+		for _, r := range h.Revoking {
+			if r.Last <= to {
+				u.Leases = append(u.Leases, r.ID)
+			}
+		}
+		if len(u.Leases) > 0 {
+			u.Why = why
+		}
+	}
+	s.mu.Lock()
+	s.unplaced = u
+	s.mu.Unlock()
+}
 
 // revokePendingAt reports whether h leaves a revoke pending after a
 // delete at or before to: where it is placed decides whether the lease

@@ -158,6 +158,20 @@ func TestSourceEventsChecksTheLastSegmentWhole(t *testing.T) {
 	}
 }
 
+// failGet is a store whose Get of key fails as a store that does not
+// answer.
+type failGet struct {
+	store.Store
+	key string
+}
+
+func (f *failGet) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	if key == f.key {
+		return nil, fmt.Errorf("get %s: %w", key, store.ErrStalled)
+	}
+	return f.Store.Get(ctx, key)
+}
+
 // getCounter counts the objects read from a store.
 type getCounter struct {
 	store.Store
@@ -270,17 +284,37 @@ func TestSourceLeasesReadOnUntilARevokeIsPlaced(t *testing.T) {
 		writeSegment(t, ctx, mem3, memLayout, h, putsEvents(11+i, 11+i))
 	}
 	st3 := &getCounter{Store: mem3}
-	got, err := journal.NewSource(st3, memLayout, "c1", nil).Leases(ctx, 11, 11)
+	src3 := journal.NewSource(st3, memLayout, "c1", nil)
+	got, err := src3.Leases(ctx, 11, 11)
 	if err != nil || len(got) != 0 || st3.gets != 1+1+1+journal.MaxLeaseReadOn {
 		t.Errorf("a revoke never placed: %v %v after %d segments read, want none after %d", got, err, st3.gets, 3+journal.MaxLeaseReadOn)
+	}
+	if u := src3.UnplacedRevokes(); fmt.Sprint(u.Leases) != "[7]" || !strings.Contains(u.Why, "not placed within 33 segments") {
+		t.Errorf("unplaced: %+v", u)
+	}
+	// A store that does not answer fails the read (a retry may place
+	// the revoke), past the next segment too.
+	failing := &failGet{Store: mem3, key: memLayout.JournalSegmentKey("c1", 14, 14)}
+	if _, err := journal.NewSource(failing, memLayout, "c1", nil).Leases(ctx, 11, 11); !journal.IsReason(err, journal.ReasonStore) {
+		t.Errorf("a store error reading on: %v, want the read failed", err)
 	}
 	if _, err := mem3.Put(ctx, memLayout.JournalSegmentKey("c1", 14, 14), strings.NewReader("damaged")); err != nil {
 		t.Fatal(err)
 	}
 	st3.gets = 0
-	got, err = journal.NewSource(st3, memLayout, "c1", nil).Leases(ctx, 11, 11)
+	got, err = src3.Leases(ctx, 11, 11)
 	if err != nil || len(got) != 0 || st3.gets != 5 {
 		t.Errorf("a damaged segment read on: %v %v after %d segments read, want none after 5", got, err, st3.gets)
+	}
+	if u := src3.UnplacedRevokes(); fmt.Sprint(u.Leases) != "[7]" || !strings.Contains(u.Why, "0000000000000014") {
+		t.Errorf("unplaced past a damaged segment: %+v", u)
+	}
+	// Placed: nothing unplaced; to before the delete: nothing asked.
+	if _, err := src.Leases(ctx, 11, 13); err != nil || len(src.UnplacedRevokes().Leases) != 0 {
+		t.Errorf("placed, still unplaced: %+v %v", src.UnplacedRevokes(), err)
+	}
+	if _, err := src.Leases(ctx, 27, 29); err != nil || fmt.Sprint(src.UnplacedRevokes().Leases) != "[9]" {
+		t.Errorf("pending where the journal ends: %+v %v", src.UnplacedRevokes(), err)
 	}
 	// Nothing pending: one segment past the window, as before.
 	mem2 := memstore.New()
