@@ -163,9 +163,13 @@ func applyReplay(ctx context.Context, plan *Plan, path string, ro Target, log *s
 				ids[i] = fmt.Sprintf("%x", id)
 			}
 			rep.RevokesUnplaced = ids
-			plan.Warnings = append(plan.Warnings, fmt.Sprintf("lease(s) %s: the journal found them gone after a delete of one of their keys at or before revision %d, "+
-				"but not where their revoke lies (%s): they are kept, and end with their TTL unless their holder renews them", strings.Join(ids, ", "), rep.ToRevision, u.Why))
-			log.Warn("journal: lease revokes not placed: leases kept", "leases", strings.Join(ids, ","), "to_revision", rep.ToRevision, "why", u.Why)
+			named := strings.Join(ids[:min(len(ids), 20)], ", ")
+			if len(ids) > 20 {
+				named += fmt.Sprintf(" and %d more (revokesUnplaced in -o json)", len(ids)-20)
+			}
+			plan.Warnings = append(plan.Warnings, fmt.Sprintf("lease(s) %s: the journal saw a delete of one of their keys at or before revision %d and found them gone, "+
+				"or could not look them up, but not where a revoke lies (%s): they are kept, and end with their TTL unless their holder renews them", named, rep.ToRevision, u.Why))
+			log.Warn("journal: lease revokes not placed: leases kept", "leases", len(ids), "first", ids[0], "to_revision", rep.ToRevision, "why", u.Why)
 		}
 	}
 	if rs, ok := ro.Journal.(JournalReplacedLister); ok {

@@ -391,7 +391,9 @@ func (c *capture) run(ctx context.Context) error {
 				<-upDone
 				return err
 			}
-			p, err := c.seal()
+			// No lookups here, within FinalFlush: a revoke that waits
+			// for one stays pending in the header, for the next start.
+			p, err := c.seal(false)
 			if err != nil {
 				close(c.upc)
 				return err
@@ -679,7 +681,7 @@ func (c *capture) catchUp(wctx context.Context, wch watchChan) error {
 // ctx ends while it waits it still hands the segment over (errStopping:
 // the caller finishes) within FinalFlush.
 func (c *capture) handOff(ctx context.Context) (paused bool, err error) {
-	p, err := c.seal()
+	p, err := c.seal(true)
 	if err != nil {
 		return false, err
 	}
@@ -1004,25 +1006,55 @@ func (c *capture) leaseKeyDeleted(ctx context.Context, id, rev int64) {
 		c.o.Log.Warn("journal: too many lease revokes pending; this one is not recorded", "cluster", c.o.ClusterID, "lease", fmt.Sprintf("%x", id), "rev", rev, "pending", len(c.revoking))
 		return
 	}
+	if c.lookupFailed() >= maxLookupFailedRevokes {
+		// etcd has not been answering lookups: none is made (each would
+		// hold the watch for seconds) until the seals' drain them.
+		c.o.Log.Warn("journal: too many lease lookups waiting to be made again; this delete of a leased key is not looked up", "cluster", c.o.ClusterID, "lease", fmt.Sprintf("%x", id), "rev", rev)
+		return
+	}
 	resp, err := c.timeToLive(ctx, id)
 	var gone int64
-	if err == nil && resp.TTL == -1 {
-		gone, err = c.goneAt(ctx, resp, rev)
-	}
-	if err != nil {
-		if c.lookupFailed() >= maxLookupFailedRevokes {
-			c.o.Log.Warn("journal: lease lookup after a delete of its key failed, and too many are waiting to be looked up again; this one is not recorded", "cluster", c.o.ClusterID, "lease", fmt.Sprintf("%x", id), "rev", rev, "err", err)
-			return
+	state := leaseExpiring
+	if err == nil {
+		if state = leaseStateOf(resp); state == leaseGone {
+			gone, err = c.goneAt(ctx, resp, rev)
 		}
+	}
+	switch {
+	case err != nil:
 		// Looked up again when the segment is sealed (settleRevokes).
 		c.o.Log.Warn("journal: lease lookup after a delete of its key failed; again when its segment is sealed", "cluster", c.o.ClusterID, "lease", fmt.Sprintf("%x", id), "rev", rev, "err", err)
 		c.revoking[id] = &revoke{seenGone: -1, last: rev}
-		return
+	case state == leaseAlive:
+		// An explicit delete.
+	case state == leaseExpiring:
+		// Expired, its revoke not applied yet: looked up again.
+		c.revoking[id] = &revoke{seenGone: -1, last: rev}
+	default:
+		c.revoking[id] = &revoke{seenGone: gone, last: rev}
 	}
-	if resp.TTL != -1 {
-		return // it lives: an explicit delete
+}
+
+// What a lease lookup (TimeToLive) says of a lease.
+const (
+	leaseAlive    = iota
+	leaseGone     // not found: revoked, or expired and its revoke applied
+	leaseExpiring // expired (TTL 0 or less, its granted TTL known), its revoke not applied yet
+)
+
+// leaseStateOf reads a lookup. etcd answers a lease it does not hold
+// with TTL -1 and no granted TTL; one past its expiry whose revoke is
+// not applied yet (the revoke rate limit, the expiry loop) with what
+// remains of it, rounded, 0 or -1, and its granted TTL: taken as gone,
+// its revoke would be placed before its deletes.
+func leaseStateOf(resp *clientv3.LeaseTimeToLiveResponse) int {
+	switch {
+	case resp.TTL == -1 && resp.GrantedTTL == 0:
+		return leaseGone
+	case resp.TTL <= 0:
+		return leaseExpiring
 	}
-	c.revoking[id] = &revoke{seenGone: gone, last: rev}
+	return leaseAlive
 }
 
 // lookupFailed counts the pending revokes waiting for a lookup again.
@@ -1048,7 +1080,7 @@ func (c *capture) lookupFailed() int {
 func (c *capture) goneAt(ctx context.Context, resp *clientv3.LeaseTimeToLiveResponse, rev int64) (int64, error) {
 	lctx, cancel := context.WithTimeout(ctx, leaseLookupTimeout)
 	defer cancel()
-	g, err := c.o.Client.Get(lctx, "\x00", clientv3.WithCountOnly())
+	g, err := c.o.Client.Get(lctx, probeKey, clientv3.WithCountOnly())
 	if err != nil {
 		return 0, err
 	}
@@ -1098,23 +1130,28 @@ func (c *capture) settleRevokes(done int64, recheck bool) {
 			lookups++
 			lctx, cancel := context.WithTimeout(context.Background(), leaseRetryTimeout)
 			resp, err := c.o.Client.TimeToLive(lctx, clientv3.LeaseID(id))
-			var gone int64
-			if err == nil && resp.TTL == -1 && r.seenGone < 0 {
-				gone, err = c.goneAt(lctx, resp, r.last)
-			}
 			cancel()
+			var gone int64
+			state := leaseExpiring
+			if err == nil {
+				if state = leaseStateOf(resp); state == leaseGone {
+					gone, err = c.goneAt(context.Background(), resp, r.last)
+				}
+			}
 			switch {
 			case err != nil:
 				answering = false
-			case resp.TTL != -1:
+			case state == leaseAlive:
 				if r.resumed {
 					c.o.Log.Warn("journal: a lease revoke the last segment left pending is of a live lease; dropped", "cluster", c.o.ClusterID, "lease", fmt.Sprintf("%x", id), "last", r.last)
 				}
 				delete(c.revoking, id)
 				continue
-			default:
+			case state == leaseGone:
+				// A resumed revision past the cluster's (a wrong header)
+				// would never be reached: the cluster's then.
 				r.resumed = false
-				if r.seenGone < 0 {
+				if r.seenGone < 0 || r.seenGone > gone {
 					r.seenGone = gone
 				}
 			}
@@ -1178,9 +1215,9 @@ func (c *capture) pendingRevokes(last int64) []PendingRevoke {
 // still pending go into its header: stored with the deletes they follow,
 // so that neither a capture killed after the upload nor a replay that
 // stops at the segment loses them.
-func (c *capture) seal() (pending, error) {
+func (c *capture) seal(recheck bool) (pending, error) {
 	first, last := c.events[0].Rev, c.events[len(c.events)-1].Rev
-	c.settleRevokes(last, true)
+	c.settleRevokes(last, recheck)
 	c.settleLeases(context.Background())
 	c.received[last] = c.lastMs
 	h := Header{

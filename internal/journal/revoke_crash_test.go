@@ -13,6 +13,7 @@ import (
 
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/journal"
+	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/store/memstore"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
@@ -152,12 +153,7 @@ func revokeSurvivesAKill(t *testing.T, interval, after time.Duration) {
 	undo()
 	o.Fence = nil
 	stop2 := startCapture(ctx, o)
-	p, err = cli.Put(ctx, "/restarted", "x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	last = p.Header.Revision
-	waitChain(t, ctx, st, layout, "c1", base, last, 15*time.Second)
+	last = writeUntilPlaced(t, ctx, cli, st, layout, base)
 	if err := stop2(); err != nil {
 		t.Fatal(err)
 	}
@@ -262,34 +258,9 @@ func TestCaptureResumeDropsALivePendingRevoke(t *testing.T) {
 		{Rev: r3, Type: journal.Delete, Key: []byte("/k2")},
 	})
 	stop := startCapture(ctx, rig.o)
-	// Writes go on until the journal has placed or dropped both (a
-	// lookup that times out on a loaded machine is made again at the
-	// next seal).
-	var placed bool
-	var last int64
-	deadline := time.Now().Add(30 * time.Second)
-	for !placed && time.Now().Before(deadline) {
-		p, err := rig.cli.Put(ctx, "/other", "v")
-		if err != nil {
-			t.Fatal(err)
-		}
-		last = p.Header.Revision
-		waitChain(t, ctx, rig.st, rig.layout, "c1", rig.base, last, 15*time.Second)
-		chain, err := journal.ListSegments(ctx, rig.st, rig.layout, "c1", rig.base)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lh, _, err := journal.ReadSegment(ctx, rig.st, rig.layout, chain.Segments[len(chain.Segments)-1].Key, nil, journal.Want{ClusterID: "c1"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		placed = len(lh.Revoking) == 0
-	}
+	last := writeUntilPlaced(t, ctx, rig.cli, rig.st, rig.layout, rig.base)
 	if err := stop(); err != nil {
 		t.Fatal(err)
-	}
-	if !placed {
-		t.Fatalf("after 30 s of writes, the journal still carries pending revokes")
 	}
 	chain, err := journal.ListSegments(ctx, rig.st, rig.layout, "c1", rig.base)
 	if err != nil || chain.Problem != nil || len(chain.Segments) < 2 {
@@ -313,5 +284,31 @@ func TestCaptureResumeDropsALivePendingRevoke(t *testing.T) {
 	leases, err := journal.NewSource(rig.st, rig.layout, "c1", nil).Leases(ctx, r1, last)
 	if err != nil || len(leases) != 1 || leases[0].ID != gone || leases[0].Revoked != r3 {
 		t.Errorf("a replay's leases: %v %v, want lease %x revoked at %d only", leases, err, gone, r3)
+	}
+}
+
+// writeUntilPlaced writes to the cluster until the journal's last stored
+// segment carries no pending revoke (a lookup that times out on a loaded
+// machine is made again at the next seal), for 30 s at most, and returns
+// the last revision written, which the journal holds.
+func writeUntilPlaced(tb testing.TB, ctx context.Context, cli *clientv3.Client, st store.Store, layout catalog.Layout, base int64) int64 {
+	tb.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		p, err := cli.Put(ctx, "/written", "v")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		chain := waitChain(tb, ctx, st, layout, "c1", base, p.Header.Revision, 15*time.Second)
+		h, _, err := journal.ReadSegment(ctx, st, layout, chain.Segments[len(chain.Segments)-1].Key, nil, journal.Want{ClusterID: "c1"})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if len(h.Revoking) == 0 {
+			return p.Header.Revision
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("after 30 s of writes, the journal's last segment %d-%d still carries %+v", h.FirstRev, h.LastRev, h.Revoking)
+		}
 	}
 }

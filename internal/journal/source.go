@@ -228,7 +228,7 @@ func (s *Source) Leases(ctx context.Context, from, to int64) ([]Lease, error) {
 				break
 			}
 			if i > MaxLeaseReadOn {
-				why = fmt.Sprintf("they are not placed within %d segments past the replay's", MaxLeaseReadOn+1)
+				why = fmt.Sprintf("they are not placed within %d segments past the replay's last", MaxLeaseReadOn+1)
 				break
 			}
 			h, next, err := s.verifyWhole(ctx, seg, prev.Key, sum)
