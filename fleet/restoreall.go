@@ -251,6 +251,11 @@ type RestoreAllRow struct {
 	Revision int64         `json:"revision,omitempty"`
 	Bytes    int64         `json:"bytes,omitempty"`
 	Elapsed  time.Duration `json:"elapsed,omitempty"`
+	// Warnings are what the cluster's restore warned of (its plan's and
+	// the operator restore's: a journal segment written over, a lease
+	// revoke the journal could not place, a staged copy kept, ...), as a
+	// single restore prints them; the report's head repeats them.
+	Warnings []string `json:"warnings,omitempty"`
 	// FailedStep and Cause say where and why it failed; NextStep is the
 	// runbook section to follow.
 	FailedStep string `json:"failedStep,omitempty"`

@@ -297,6 +297,15 @@ func TestRestoreAllReportRows(t *testing.T) {
 	if h := strings.Join(head, "\n"); !strings.Contains(h, "WARNING: namespace kubx-etcd-02") || !strings.Contains(h, "NAMESPACE FAILED: kubx-etcd-03") {
 		t.Errorf("head: %s", h)
 	}
+	// A cluster's restore warnings head it too, named by the cluster.
+	rep.Clusters[0].Warnings = []string{"lease(s) abc: not placed"}
+	head = nil
+	for _, tb := range rep.Tables() {
+		head = append(head, tb.Lines...)
+	}
+	if h := strings.Join(head, "\n"); !strings.Contains(h, "WARNING: kubx-etcd-01/etcd-a: lease(s) abc: not placed") {
+		t.Errorf("head with a cluster's warning: %s", h)
+	}
 	// Each step's next step is a runbook section.
 	for _, step := range []string{StepProbe, kube.OpStepSelect, kube.OpStepWait, kube.RRStepEscrow, kube.StepRebuild, StepRecord, StepJournalReach} {
 		if n := NextStep(step); !strings.HasPrefix(n, "runbooks/") || !strings.Contains(n, ".md#") {

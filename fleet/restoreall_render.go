@@ -27,6 +27,11 @@ func (r *RestoreAllReport) Tables() []output.Table {
 	for _, w := range r.Warnings {
 		lines = append(lines, "WARNING: "+w)
 	}
+	for _, c := range r.Clusters {
+		for _, w := range c.Warnings {
+			lines = append(lines, fmt.Sprintf("WARNING: %s/%s: %s", c.Namespace, c.Cluster, w))
+		}
+	}
 	for _, e := range r.NamespaceErrors {
 		lines = append(lines, fmt.Sprintf("NAMESPACE FAILED: %s at step %q: %s (its clusters were not touched; the other namespaces went on)", e.Namespace, e.Step, e.Error))
 	}

@@ -50,6 +50,7 @@ func (r *restoreAll) restoreOne(ctx context.Context, c *raCluster) {
 		backup, verify = rep.Backup, rep.Verify
 		if adopted {
 			c.row.Verification = rep.Verification
+			c.row.Warnings = rep.Warnings
 		}
 	}
 	if !adopted && err == nil && !c.adoptOnly && r.recheckWanted(c) && !r.recheck(ctx, c) {
@@ -81,12 +82,14 @@ func (r *restoreAll) restoreOne(ctx context.Context, c *raCluster) {
 			if rrep.Restore != nil {
 				verify = rrep.Restore.Verify
 				newUID = string(rrep.Restore.NewUID)
+				c.row.Warnings = rrep.Restore.Warnings
 			}
 		}
 	default:
 		rep, err = kube.OperatorRestore(ctx, o)
 		if rep != nil {
 			backup, verify = rep.Backup, rep.Verify
+			c.row.Warnings = rep.Warnings
 		}
 	}
 	if rep != nil && newUID == "" {

@@ -978,6 +978,7 @@ type revoke struct {
 	seenGone int64 // the cluster's revision when it was found gone; -1: to look up again
 	last     int64 // the last revision seen deleting one of its keys
 	prev     int64 // the one before last's revision, if any: where a dropped partial revision leaves it
+	sealed   int64 // the Last the latest sealed header carried: where a longer trim leaves it
 	// resumed: carried by the stored segment the capture resumed after,
 	// not placed before a lookup of this process finds the lease gone.
 	resumed bool
@@ -1180,7 +1181,7 @@ func (c *capture) resumeRevokes(rs []PendingRevoke) {
 	}
 	c.revoking = make(map[int64]*revoke, len(rs))
 	for _, r := range rs {
-		c.revoking[r.ID] = &revoke{seenGone: r.SeenGone, last: r.Last, resumed: true}
+		c.revoking[r.ID] = &revoke{seenGone: r.SeenGone, last: r.Last, sealed: r.Last, resumed: true}
 	}
 	c.o.Log.Info("journal: going on with the lease revokes the last segment left pending", "cluster", c.o.ClusterID, "leases", len(rs))
 }
@@ -1193,12 +1194,17 @@ func (c *capture) pendingRevokes(last int64) []PendingRevoke {
 		l := r.last
 		if l > last {
 			// Its last delete was in a revision dropped from the buffer
-			// (received again): the one before, if stored.
+			// (received again, or a lineage trim): the one before, else
+			// what the latest header carried.
 			l = r.prev
+			if l > last || l < 1 {
+				l = r.sealed
+			}
 		}
 		if l < 1 || l > last {
 			continue
 		}
+		r.sealed = l
 		gone := r.seenGone
 		if gone <= last {
 			// Passed but not placed: resumed, its lookup not made yet
