@@ -56,6 +56,23 @@ func headRev(tb testing.TB, ctx context.Context, cli *clientv3.Client) int64 {
 	return r.Header.Revision
 }
 
+// settledHeadRev is cli's cluster's revision once it stops moving (two
+// reads a second apart agree): a put whose call timed out during an
+// election may still be committed after a first read (seen in make test:
+// the journal one revision past it).
+func settledHeadRev(tb testing.TB, ctx context.Context, cli *clientv3.Client) int64 {
+	tb.Helper()
+	prev := headRev(tb, ctx, cli)
+	for {
+		time.Sleep(time.Second)
+		r := headRev(tb, ctx, cli)
+		if r == prev {
+			return r
+		}
+		prev = r
+	}
+}
+
 // captureOptions are a capture of cli as cluster c1 from base-1 at
 // revision base into st, cutting a segment a second.
 func captureOptions(tb testing.TB, cli *clientv3.Client, st store.Store, layout catalog.Layout, enc objectio.Encoding, base int64) journal.CaptureOptions {
