@@ -364,15 +364,7 @@ func restoreMember(rc restoreConfig, m Member) (created []string, err error) {
 		if err == nil {
 			return
 		}
-		switch m.State {
-		case DirAbsent:
-			_ = os.RemoveAll(m.DataDir)
-		case DirEmpty:
-			entries, _ := os.ReadDir(m.DataDir)
-			for _, e := range entries {
-				_ = os.RemoveAll(filepath.Join(m.DataDir, e.Name()))
-			}
-		}
+		rollbackDataDir(m)
 		removeEmptyDirs(missing)
 	}()
 	if err := os.MkdirAll(filepath.Dir(m.DataDir), 0o700); err != nil {
