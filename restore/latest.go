@@ -66,12 +66,34 @@ func resolveLatest(ctx context.Context, src source, backup string, sv survivorCo
 		return 0, fmt.Errorf("--to-latest: listing the backups: %w", err)
 	}
 	cands, ignored := rankCandidates(listed)
+	// The base is the backup a plain restore would choose: of the newest
+	// history first (byLineage). By revision alone, after a restore
+	// without a revision bump (or a cluster recreated under its name), the
+	// old history's backup won and the old journal took it to the old
+	// history's end: the replaced cluster's state, restored with exit 0.
+	if cands, err = byLineage(ctx, src, plan, cands); err != nil {
+		return 0, fmt.Errorf("--to-latest: reading the journal's lineage breaks: %w", err)
+	}
 	cands, idx, err := selectCandidate(src.clusterID, src.layout.ClusterPrefix(src.clusterID), listed, cands, ignored, backup, nil)
 	if err != nil {
 		return 0, fmt.Errorf("--to-latest: %w", err)
 	}
 	base := cands[idx]
 	r, err := jr.Reach(ctx, base.Revision+1)
+	if err == nil {
+		// A backup of the new history below the old one's end: the
+		// segments after it are the old history's (the journal stores
+		// none of the new one below that end), and the selection, by
+		// revision up to their end, would take the old history's backup.
+		breaks, berr := lineageBreaks(ctx, src)
+		if berr != nil {
+			return 0, fmt.Errorf("--to-latest: reading the journal's lineage breaks: %w", berr)
+		}
+		if l := splices(breaks, base, r.Revision); l != nil {
+			lerr := &LineageError{ClusterID: src.clusterID, Backup: base.Name, Revision: base.Revision, Break: l.Key, End: l.From - 1, Found: l.Time}
+			return 0, fmt.Errorf("--to-latest: %w; the journal holds nothing of this history after it yet, so it is the newest state stored", lerr)
+		}
+	}
 	switch {
 	case errors.Is(err, journal.ErrNoJournal):
 		return 0, fmt.Errorf("--to-latest: %w (%v): nothing to restore past backup %s (revision %d); restore it without --to-latest "+

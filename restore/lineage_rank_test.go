@@ -2,6 +2,7 @@ package restore_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -70,5 +71,77 @@ func TestRestoreRanksTheNewHistoryFirst(t *testing.T) {
 	plan = restore.Plan{}
 	if sel, err = selectBackup(ctx, opts, &plan); err != nil || sel.Chosen().Name != oldNewest.Name {
 		t.Fatalf("a point-in-time restore to the old history's revision %d: %v", oldNewest.Revision(), err)
+	}
+}
+
+// --to-latest after a lineage break starts from the backup a plain restore
+// would choose, of the new history. That backup is below the old history's
+// end, and the only journal after it is the old history's (the journal
+// stores nothing of the new history below that end): --to-latest is
+// refused, naming the break and the backup to restore as it is. Ranked by
+// revision alone, the old history's newest backup was the base and the old
+// journal took it to the old history's end: the replaced cluster's state,
+// with exit 0.
+func TestToLatestAfterALineageBreak(t *testing.T) {
+	t.Parallel()
+	ctx := testfix.Context(t, 2*time.Minute)
+	r := newStoreRig(t)
+	const id = "lineage-latest"
+	old := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
+	ocli := old.Client(t)
+	testenv.PutKeys(t, ocli, "/old/a/", 10, 8)
+	first := r.TakeBackup(t, old, id, catalog.KindScheduled)
+	stop := testfix.StartJournal(t, ocli, r.Store, r.Layout, id, first, 300*time.Millisecond, testfix.Logger(t))
+	for i := range 6 { // one revision each
+		testenv.PutKeys(t, ocli, fmt.Sprintf("/old/b%d/", i), 4, 8)
+	}
+	oldNewest := r.TakeBackup(t, old, id, catalog.KindScheduled)
+	for i := range 3 { // after the old history's last backup
+		testenv.PutKeys(t, ocli, fmt.Sprintf("/old/c%d/", i), 4, 8)
+	}
+	gr, err := ocli.Get(ctx, "\x00")
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := gr.Header.Revision
+	testfix.WaitJournalReach(t, ctx, r.Store, r.Layout, id, end, time.Minute)
+	stop()
+
+	rec, _ := json.Marshal(map[string]any{"clusterID": id, "from": end + 1, "lineage": true, "time": time.Now().UTC(),
+		"reason": "journal lineage break: the cluster's revision went back"})
+	if _, err := r.Store.Put(ctx, r.Layout.JournalGapKey(id, end+1), strings.NewReader(string(rec))); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond) // backup names are to the second
+	fresh := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
+	for i := range 3 {
+		testenv.PutKeys(t, fresh.Client(t), fmt.Sprintf("/new/%d/", i), 4, 8)
+	}
+	newest := r.TakeBackup(t, fresh, id, catalog.KindScheduled)
+	if newest.Revision() <= first.Revision() || newest.Revision() >= oldNewest.Revision() {
+		t.Fatalf("the new history's backup is at revision %d: the test's premise is one inside the old journal (%d to %d), below the old newest backup's %d",
+			newest.Revision(), first.Revision()+1, end, oldNewest.Revision())
+	}
+
+	opts := restore.Options{ClusterID: id, Store: r.Store, Layout: r.Layout, NoLive: true, DryRun: true, ToLatest: true, JournalInStore: true,
+		Targets: restore.Targets{InitialCluster: "r0=http://127.0.0.1:2380", DataDirRoot: t.TempDir()}, Log: testfix.Logger(t)}
+	var plan restore.Plan
+	sel, err := selectBackup(ctx, opts, &plan)
+	if err == nil {
+		t.Fatalf("--to-latest chose %s and revision %d (plan.Latest %+v): want a refusal, the new history's backup %s having no journal of its own",
+			sel.Chosen().Name, opts.ToRevision, plan.Latest, newest.Name)
+	}
+	var lerr *restore.LineageError
+	if !errors.As(err, &lerr) || lerr.Backup != newest.Name || !strings.Contains(err.Error(), "--to-latest") {
+		t.Fatalf("--to-latest: want a lineage refusal naming %s, got %v", newest.Name, err)
+	}
+	// Without the break on record, the old history is the only one: its
+	// newest backup and the journal to its end.
+	if err := r.Store.Delete(ctx, []string{r.Layout.JournalGapKey(id, end+1)}); err != nil {
+		t.Fatal(err)
+	}
+	plan = restore.Plan{}
+	if sel, err = selectBackup(ctx, opts, &plan); err != nil || plan.Latest == nil || plan.Latest.Revision != end || sel.Chosen().Name != oldNewest.Name {
+		t.Fatalf("--to-latest without a break on record: %v, latest %+v", err, plan.Latest)
 	}
 }
