@@ -10,6 +10,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/etcdconn"
 	"github.com/armada/etcd-recovery/internal/journal"
+	"github.com/armada/etcd-recovery/internal/probe"
 	"github.com/armada/etcd-recovery/internal/seal"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/usage"
@@ -373,7 +374,7 @@ func resolve(ctx context.Context, opts Options, validate func() error) (*Config,
 	}
 	switch {
 	case !opts.ToTime.IsZero():
-		rev, err := revisionAt(ctx, c.to.Journal, opts.ToTime, c.log)
+		rev, err := revisionAt(ctx, c.to.Journal, opts.ToTime, c.survivor, c.log)
 		if err != nil {
 			return fail(StepToTime, err)
 		}
@@ -399,24 +400,76 @@ type JournalClock interface {
 	RevisionAt(ctx context.Context, t time.Time) (int64, error)
 }
 
-// revisionAt is the revision Options.ToTime restores to.
-func revisionAt(ctx context.Context, j JournalSource, t time.Time, log *slog.Logger) (int64, error) {
+// JournalPointer is a JournalClock that also says whether the journal
+// shows the state at the time (journal.Source.PointAt).
+type JournalPointer interface {
+	PointAt(ctx context.Context, t time.Time) (journal.Point, error)
+}
+
+// revisionAt is the revision Options.ToTime restores to. A time in a gap
+// of the journal is refused (journal.TimeGapError). A time after the
+// journal's last stored revision is refused unless the old cluster
+// answers a linearizable read at or below that revision (idle since):
+// otherwise the changes between the two, if any, are in no segment, and
+// the restore would be older than the time it names, with exit 0.
+func revisionAt(ctx context.Context, j JournalSource, t time.Time, sv survivorConfig, log *slog.Logger) (int64, error) {
 	text := t.Format(time.RFC3339Nano)
-	jc, ok := j.(JournalClock)
-	if !ok {
+	var p journal.Point
+	var err error
+	switch jc := j.(type) {
+	case JournalPointer:
+		p, err = jc.PointAt(ctx, t)
+	case JournalClock:
+		p.Revision, err = jc.RevisionAt(ctx, t)
+	default:
 		return 0, fmt.Errorf("--to-time %s: the journal cannot say which revision it received when", text)
 	}
-	rev, err := jc.RevisionAt(ctx, t)
 	if err != nil {
-		return 0, fmt.Errorf("--to-time %s: %w", text, err)
+		return 0, fmt.Errorf("--to-time %s: %w; restore to a revision before it with --to-revision (journal find lists them)", text, err)
 	}
-	log.Info("--to-time: the last revision the journal received at or before it", "time", text, "revision", rev)
-	return rev, nil
+	if p.PastEnd {
+		if err := idleSince(ctx, p, sv, text, log); err != nil {
+			return 0, err
+		}
+	}
+	log.Info("--to-time: the last revision the journal received at or before it", "time", text, "revision", p.Revision)
+	return p.Revision, nil
+}
+
+// idleSince accepts a --to-time after the journal's end only when the old
+// cluster's revision, read linearizably (a quorum answers), is at or below
+// the journal's last: nothing changed since. A member's own revision
+// without a quorum proves nothing (the lost majority may have committed
+// more).
+func idleSince(ctx context.Context, p journal.Point, sv survivorConfig, text string, log *slog.Logger) error {
+	ended := fmt.Sprintf("--to-time %s is after the journal's last stored revision %d, received %s", text, p.LastRev,
+		p.LastReceived.UTC().Format(time.RFC3339Nano))
+	var live int64
+	if len(sv.old.Endpoints) > 0 && !sv.noLive {
+		members, _ := probe.List(ctx, sv.old, sv.probeTimeout)
+		for _, m := range probe.Members(ctx, sv.old, members, sv.probeTimeout) {
+			live = max(live, m.Revision)
+		}
+	}
+	switch {
+	case live > 0 && live <= p.LastRev:
+		log.Info("--to-time: after the journal's end, and the cluster has not changed since", "time", text, "revision", p.LastRev, "cluster_revision", live)
+		return nil
+	case live > 0:
+		return fmt.Errorf("%s, and the cluster is at revision %d: revisions %d to %d are in no segment (the journal stopped, lags, or has not stored its newest segment yet), "+
+			"so which of them it held then is unknown; run again once the journal reaches --to-time, or restore to a revision the journal holds with --to-revision (%d at most) or --to-latest",
+			ended, live, p.LastRev+1, live, p.LastRev)
+	default:
+		return fmt.Errorf("%s, and no quorum of the old cluster answered a read (--endpoints, --no-live): whether it changed after revision %d is unknown, "+
+			"and the changes after it, if any, are in no segment; restore the journal's end with --to-latest, or a revision with --to-revision",
+			ended, p.LastRev)
+	}
 }
 
 // The store's journal answers every question a restore asks of one.
 var (
 	_ JournalClock   = (*journal.Source)(nil)
+	_ JournalPointer = (*journal.Source)(nil)
 	_ JournalReacher = (*journal.Source)(nil)
 	_ JournalPlanner = (*journal.Source)(nil)
 )

@@ -162,12 +162,27 @@ func TestPointInTimeRestoreCLI(t *testing.T) {
 	if code == 0 || !strings.Contains(errOut+out, fmt.Sprintf("reaches revision %d only, not %d", d, d+100)) {
 		t.Fatalf("restore --to-revision past the journal: exit %d\n%s\n%s", code, out, errOut)
 	}
-	// --to-time after everything is the newest revision; a dry run says
-	// what it would replay.
-	code, out, errOut = runCtx(t, ctx, concatArgs(restoreArgs, []string{"--dry-run", "-o", "json", "--to-time", afterAll.UTC().Format(time.RFC3339Nano)})...)
+	// --to-time after the journal's end: whether the cluster changed since
+	// is in no segment. Refused unless a quorum of the old cluster answers
+	// at the journal's last revision (idle since): then it is that
+	// revision, and a dry run says what it would replay. Once the cluster
+	// has changed, refused again, naming the revisions in no segment.
+	past := afterAll.Add(time.Second).UTC().Format(time.RFC3339Nano)
+	code, out, errOut = runCtx(t, ctx, concatArgs(restoreArgs, []string{"--dry-run", "--to-time", past})...)
+	if code == 0 || !strings.Contains(errOut, fmt.Sprintf("after the journal's last stored revision %d", d)) || !strings.Contains(errOut, "--to-latest") {
+		t.Fatalf("restore --dry-run --to-time after the journal, no endpoints: exit %d, want a refusal\n%s\n%s", code, out, errOut)
+	}
+	code, out, errOut = runCtx(t, ctx, concatArgs(restoreArgs, clusterArgs(c), []string{"--dry-run", "-o", "json", "--to-time", past})...)
 	var dry restore.Result
 	if code != 0 || json.Unmarshal([]byte(out), &dry) != nil || dry.Replay == nil || dry.Replay.ToRevision != d || len(dry.Replay.Segments) == 0 {
-		t.Fatalf("restore --dry-run --to-time: exit %d\n%s\n%s", code, out, errOut)
+		t.Fatalf("restore --dry-run --to-time after the journal, the cluster idle since: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if _, err := cli.Put(ctx, "/ns/after-the-journal", "x"); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = runCtx(t, ctx, concatArgs(restoreArgs, clusterArgs(c), []string{"--dry-run", "--to-time", past})...)
+	if code == 0 || !strings.Contains(errOut, fmt.Sprintf("the cluster is at revision %d: revisions %d to %d are in no segment", d+1, d+1, d+1)) {
+		t.Fatalf("restore --dry-run --to-time after the journal, the cluster changed since: exit %d, want a refusal\n%s\n%s", code, out, errOut)
 	}
 
 	code, out, errOut = runCtx(t, ctx, concatArgs(restoreArgs, []string{"--to-revision", fmt.Sprint(d - 1), "-o", "json"})...)

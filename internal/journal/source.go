@@ -431,25 +431,72 @@ func (s *Source) Open(ctx context.Context, key string) (*SegmentReader, error) {
 }
 
 // RevisionAt maps a time to a revision through the headers' Received
-// times: the last recorded revision received at or before t. Between
-// recorded revisions (ReceivedEvery apart at most while revisions come),
-// a revision received up to ReceivedEvery before t may be left out; none
-// received after t is included. A time before the journal's first
-// received revision is an error.
+// times: the last recorded revision received at or before t (PointAt's
+// Revision). Between recorded revisions (ReceivedEvery apart at most while
+// revisions come), a revision received up to ReceivedEvery before t may be
+// left out; none received after t is included. A time before the
+// journal's first received revision, or in a gap of its chain, is an
+// error; a time after its end is not (PointAt says so).
+func (s *Source) RevisionAt(ctx context.Context, t time.Time) (int64, error) {
+	p, err := s.PointAt(ctx, t)
+	return p.Revision, err
+}
+
+// Point is what a time maps to in a cluster's journal (Source.PointAt).
+type Point struct {
+	// Revision is the last recorded revision received at or before the
+	// time.
+	Revision int64
+	// PastEnd: Revision is the journal's last stored revision, received
+	// more than ReceivedEvery before the time. Whether the cluster changed
+	// between the two is in no segment: its journal stopped, lags, or has
+	// not stored its newest segment yet, or the cluster was idle.
+	PastEnd bool
+	// LastRev and LastReceived are the journal's last stored revision and
+	// when it was received (set with PastEnd).
+	LastRev      int64
+	LastReceived time.Time
+}
+
+// TimeGapError is a time that falls in a gap of the journal's chain: the
+// journal holds revisions up to Before, received at BeforeAt, and the next
+// stored segment starts at After, received later than the time. The state
+// at the time, somewhere between the two, is in no segment.
+type TimeGapError struct {
+	ClusterID string
+	Time      time.Time
+	Before    int64
+	BeforeAt  time.Time
+	After     int64
+	Segment   string // the segment after the gap
+}
+
+func (e *TimeGapError) Error() string {
+	return fmt.Sprintf("%s falls in a gap of the journal of cluster %s: it holds revisions up to %d (received %s), then none until %d (segment %s); "+
+		"the cluster's state then is in no segment", e.Time.UTC().Format(time.RFC3339Nano), e.ClusterID, e.Before,
+		e.BeforeAt.UTC().Format(time.RFC3339Nano), e.After, e.Segment)
+}
+
+// PointAt maps t to a revision as RevisionAt does, and says whether the
+// journal shows the cluster's state at t: a t in a gap of the chain (the
+// revision found ends a segment, and the next stored segment does not
+// continue it) is a *TimeGapError; a t after the journal's last stored
+// revision (plus ReceivedEvery) is PastEnd, for the caller to decide
+// (a cluster idle since, or changes in no segment).
 //
 // It lists the segments once and reads headers by binary search on their
 // first receive time (segments in revision order were received in that
 // order), then the header found and the next: about log2(n) + 2 headers,
 // 17 for a week of 30 s segments (20,160), where reading every header took
 // one request each.
-func (s *Source) RevisionAt(ctx context.Context, t time.Time) (int64, error) {
+func (s *Source) PointAt(ctx context.Context, t time.Time) (Point, error) {
 	all, err := s.listing(ctx)
 	if err != nil {
-		return 0, err
+		return Point{}, err
 	}
 	segs := all.All
 	if len(segs) == 0 {
-		return 0, fmt.Errorf("%w of cluster %s under %s", ErrNoJournal, s.clusterID, s.layout.JournalPrefix(s.clusterID))
+		return Point{}, fmt.Errorf("%w of cluster %s under %s", ErrNoJournal, s.clusterID, s.layout.JournalPrefix(s.clusterID))
 	}
 	cache := map[int]Header{}
 	header := func(i int) (Header, error) {
@@ -471,7 +518,7 @@ func (s *Source) RevisionAt(ctx context.Context, t time.Time) (int64, error) {
 		mid := lo + (hi-lo)/2
 		h, err := header(mid)
 		if err != nil {
-			return 0, err
+			return Point{}, err
 		}
 		if first, ok := firstReceived(h); ok && first <= ms {
 			found, lo = mid, mid+1
@@ -483,11 +530,36 @@ func (s *Source) RevisionAt(ctx context.Context, t time.Time) (int64, error) {
 	for i := max(found, 0); i <= min(found+1, len(segs)-1); i++ {
 		h, err := header(i)
 		if err != nil {
-			return 0, err
+			return Point{}, err
 		}
 		hs = append(hs, h)
 	}
-	return RevisionAt(hs, t)
+	rev, err := RevisionAt(hs, t)
+	if err != nil {
+		return Point{}, err
+	}
+	p := Point{Revision: rev}
+	// The segment holding rev, among the headers read.
+	at := -1
+	for i := max(found, 0); i <= min(found+1, len(segs)-1); i++ {
+		if segs[i].FirstRev <= rev && rev <= segs[i].LastRev {
+			at = i
+		}
+	}
+	if at < 0 || rev != segs[at].LastRev {
+		return p, nil // a later revision of its own segment was received after t
+	}
+	if at == len(segs)-1 {
+		last := receivedAt(cache[at], rev)
+		if !last.IsZero() && t.After(last.Add(ReceivedEvery)) {
+			p.PastEnd, p.LastRev, p.LastReceived = true, rev, last
+		}
+		return p, nil
+	}
+	if next := segs[at+1]; next.FirstRev > rev+1 {
+		return p, &TimeGapError{ClusterID: s.clusterID, Time: t, Before: rev, BeforeAt: receivedAt(cache[at], rev), After: next.FirstRev, Segment: next.Key}
+	}
+	return p, nil
 }
 
 // firstReceived is the earliest receive time a header records.

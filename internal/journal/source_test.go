@@ -223,6 +223,54 @@ func TestRevisionAtReadsFewHeaders(t *testing.T) {
 	}
 }
 
+// PointAt says whether the journal shows the state at a time: a time in a
+// gap of its chain (the revision found ends a segment the next stored one
+// does not continue) is refused by name, and a time after its last stored
+// revision is marked PastEnd, for the caller to decide (a cluster idle
+// since, or changes in no segment). Before, both mapped to the last
+// revision before them, silently: a restore older than the time it named.
+func TestPointAt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mem := memstore.New()
+	writePuts(t, ctx, mem, memLayout, 11, 13, nil) // received at rev*100 ms
+	writePuts(t, ctx, mem, memLayout, 14, 16, nil)
+	writePuts(t, ctx, mem, memLayout, 20, 22, nil) // after a gap: 17 to 19 in no segment
+	src := journal.NewSource(mem, memLayout, "c1", nil)
+	for _, tc := range []struct {
+		at      int64
+		rev     int64
+		pastEnd bool
+		gap     bool
+	}{
+		{at: 1250, rev: 11},                // 12 is not recorded: the first and last are
+		{at: 1350, rev: 13},                // the end of a segment the next continues
+		{at: 1600, rev: 16, gap: true},     // the end of the chain before the gap
+		{at: 1950, rev: 16, gap: true},     // inside the gap
+		{at: 2000, rev: 20},                // the first revision after it
+		{at: 2150, rev: 20},                // 22, the last, was received later
+		{at: 2250, rev: 22},                // within ReceivedEvery of the last
+		{at: 2301, rev: 22, pastEnd: true}, // after the journal's end
+		{at: 900000, rev: 22, pastEnd: true},
+	} {
+		p, err := src.PointAt(ctx, time.UnixMilli(tc.at))
+		var ge *journal.TimeGapError
+		switch {
+		case tc.gap:
+			if !errors.As(err, &ge) || ge.Before != 16 || ge.After != 20 || !strings.Contains(err.Error(), "falls in a gap") {
+				t.Errorf("at %d: %+v %v, want the gap after 16", tc.at, p, err)
+			}
+			if _, rerr := src.RevisionAt(ctx, time.UnixMilli(tc.at)); !errors.As(rerr, &ge) {
+				t.Errorf("RevisionAt at %d: %v, want the gap", tc.at, rerr)
+			}
+		case err != nil || p.Revision != tc.rev || p.PastEnd != tc.pastEnd:
+			t.Errorf("at %d: %+v %v, want revision %d, past the end %v", tc.at, p, err, tc.rev, tc.pastEnd)
+		case tc.pastEnd && (p.LastRev != 22 || p.LastReceived.UnixMilli() != 2200):
+			t.Errorf("at %d: the end %d received %v, want 22 at 2200", tc.at, p.LastRev, p.LastReceived)
+		}
+	}
+}
+
 // A revoke the capture had not placed when it sealed a segment rides in
 // the headers after it (Header.Revoking) until it is placed, which may be
 // several segments later (a catch-up cut by size, a capture killed and
