@@ -104,4 +104,43 @@ func TestRestoreAllOverlap(t *testing.T) {
 	if err := r.yieldToEarlier(ctx, nsC); !errors.As(err, &ip) || ip.Run != runB {
 		t.Errorf("the later of two runs started at once went on: %v, want it to yield to run %s", err, runB)
 	}
+
+	// 4. The order is the store's, not the runs' own start times: a run
+	// over many namespaces stamps one time for all and writes the last
+	// namespace's record seconds later, and two hosts' clocks differ. E
+	// (stamped later) writes and lists first and goes on; D (stamped
+	// earlier, written later) must yield to it. By the stamps, D went on
+	// too: two restore-alls of one namespace at once.
+	l2 := catalog.Layout{Prefix: "kubx-etcd-02/"}
+	storeAt := tC.Add(time.Minute)
+	st.Now = func() time.Time { return storeAt }
+	startRec2 := func(run string, at time.Time) *raNamespace {
+		t.Helper()
+		write(l2.FleetRestoreAttemptKey(run, at, false), catalog.FleetRestoreAttempt{Run: run, Started: at, Deadline: at.Add(time.Hour), Host: "h-" + run})
+		return &raNamespace{RestoreAllNamespace: RestoreAllNamespace{Store: st, Layout: l2}, name: "kubx-etcd-02", run: run,
+			attempt: &catalog.FleetRestoreAttempt{Run: run, Started: at}}
+	}
+	tD, tE := tC.Add(time.Minute), tC.Add(time.Minute+5*time.Second)
+	runD, runE := catalog.NewFleetRestoreRunID(tD), catalog.NewFleetRestoreRunID(tE)
+	r.opts.now = func() time.Time { return tE.Add(time.Second) }
+	nsE := startRec2(runE, tE)
+	if err := r.yieldToEarlier(ctx, nsE); err != nil {
+		t.Errorf("run E, alone when it listed: %v", err)
+	}
+	storeAt = storeAt.Add(2 * time.Second)
+	nsD := startRec2(runD, tD)
+	if err := r.yieldToEarlier(ctx, nsD); !errors.As(err, &ip) || ip.Run != runE {
+		t.Errorf("run D, stamped before E but written after it, went on: %v, want it to yield to run %s", err, runE)
+	}
+	// Two start records the store stamped alike (its stamps may be to
+	// the second): both yield, to be run again; neither goes on.
+	l2 = catalog.Layout{Prefix: "kubx-etcd-03/"}
+	runF, runG := catalog.NewFleetRestoreRunID(tE), catalog.NewFleetRestoreRunID(tE.Add(time.Millisecond))
+	nsF, nsG := startRec2(runF, tE), startRec2(runG, tE.Add(time.Millisecond))
+	if err := r.yieldToEarlier(ctx, nsF); !errors.As(err, &ip) || ip.Run != runG {
+		t.Errorf("run F, stamped alike with G by the store: %v, want it to yield", err)
+	}
+	if err := r.yieldToEarlier(ctx, nsG); !errors.As(err, &ip) || ip.Run != runF {
+		t.Errorf("run G, stamped alike with F by the store: %v, want it to yield", err)
+	}
 }

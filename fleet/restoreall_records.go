@@ -187,7 +187,7 @@ func (r *restoreAll) openRun(ctx context.Context, ns *raNamespace, fp string) er
 	// --to-time) beside it would restore the same clusters at once. Told
 	// from the keys alone (start, end and beat times are in them).
 	if !r.opts.TakeOver {
-		if ip := r.inProgress(ctx, ns, states, time.Time{}, ""); ip != nil {
+		if ip := r.inProgress(ctx, ns, states, nil); ip != nil {
 			if !r.opts.DryRun {
 				return &RestoreAllError{Err: ip}
 			}
@@ -241,24 +241,19 @@ func (r *restoreAll) openRun(ctx context.Context, ns *raNamespace, fp string) er
 
 // inProgress is the first attempt in progress among states (no end record,
 // its newest beat or its start younger than
-// catalog.FleetRestoreHeartbeatGrace), other than the attempt (run, self)
-// and, when before is set, only one that started before it (or at the
-// same time, of a smaller run id): nil when there is none. Its start
-// record is read for the host and deadline the refusal names; an
-// unreadable one still refuses, naming the key.
-func (r *restoreAll) inProgress(ctx context.Context, ns *raNamespace, states []*runState, self time.Time, run string) *InProgressError {
+// catalog.FleetRestoreHeartbeatGrace) for which counts says yes (nil:
+// every one): nil when there is none. Its start record is read for the
+// host and deadline the refusal names; an unreadable one still refuses,
+// naming the key.
+func (r *restoreAll) inProgress(ctx context.Context, ns *raNamespace, states []*runState, counts func(run string, started time.Time) bool) *InProgressError {
 	now := r.opts.now()
-	self = self.Truncate(time.Millisecond) // as in its key (catalog.TimeLayout)
 	for _, s := range states {
 		for _, started := range s.starts {
-			if s.ends[started] || (s.run == run && started.Equal(self)) {
+			if s.ends[started] || !catalog.FleetRestoreAlive(started, s.beats[started], time.Time{}, now) {
 				continue
 			}
-			if !catalog.FleetRestoreAlive(started, s.beats[started], time.Time{}, now) {
+			if counts != nil && !counts(s.run, started) {
 				continue
-			}
-			if !self.IsZero() && (started.After(self) || (started.Equal(self) && s.run > run)) {
-				continue // started after this one: it yields to us
 			}
 			ip := &InProgressError{Namespace: ns.name, Run: s.run, Started: started, LastBeat: s.beats[started]}
 			var a catalog.FleetRestoreAttempt
@@ -275,10 +270,17 @@ func (r *restoreAll) inProgress(ctx context.Context, ns *raNamespace, states []*
 
 // yieldToEarlier closes the race of two restore-alls started at once in a
 // namespace (both found nothing in progress before writing): once its
-// start record is written, each lists the runs again, and the one that
-// started later yields to an attempt in progress that started earlier.
-// The store's listings are consistent after a write (COS, S3 and MinIO
-// read after write), so exactly one of them proceeds.
+// start record is written, each lists the runs again and yields to every
+// other attempt in progress whose start record the store stamped at or
+// before its own (the listing's LastModified: one clock, the store's, in
+// the order the records were written). The attempts' own start times are
+// not the order: a run over many namespaces stamps one time for all and
+// writes the last namespace's record seconds later, and two hosts' clocks
+// differ. The store's listings are consistent after a write (COS, S3 and
+// MinIO read after write), so at most one of them proceeds: one that
+// listed before the other wrote proceeds and the other sees it; two that
+// see each other order by stamp, and both yield on a tie (the store's
+// stamps may be to the second), to be run again.
 func (r *restoreAll) yieldToEarlier(ctx context.Context, ns *raNamespace) error {
 	if r.opts.TakeOver || r.opts.DryRun || ns.attempt == nil {
 		return nil
@@ -288,10 +290,22 @@ func (r *restoreAll) yieldToEarlier(ctx context.Context, ns *raNamespace) error 
 		return &RestoreAllError{Err: fmt.Errorf("namespace %s: listing the restore runs again after starting run %s: %w", ns.name, ns.run, ctxErr(ctx, err))}
 	}
 	keys := make([]string, len(objs))
+	stamped := make(map[string]time.Time, len(objs))
 	for i, o := range objs {
 		keys[i] = o.Key
+		stamped[o.Key] = o.LastModified
 	}
-	if ip := r.inProgress(ctx, ns, runStates(ns.Layout, keys), ns.attempt.Started, ns.run); ip != nil {
+	selfKey := ns.Layout.FleetRestoreAttemptKey(ns.run, ns.attempt.Started, false)
+	self, ok := stamped[selfKey]
+	if !ok {
+		return &RestoreAllError{Err: fmt.Errorf("namespace %s: run %s's start record %s is not in the listing after it was written: "+
+			"which run started first is unknown; run again", ns.name, ns.run, selfKey)}
+	}
+	earlier := func(run string, started time.Time) bool {
+		key := ns.Layout.FleetRestoreAttemptKey(run, started, false)
+		return key != selfKey && !stamped[key].After(self)
+	}
+	if ip := r.inProgress(ctx, ns, runStates(ns.Layout, keys), earlier); ip != nil {
 		return &RestoreAllError{Err: ip}
 	}
 	return nil
