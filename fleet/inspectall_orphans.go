@@ -37,8 +37,9 @@ type InspectOrphan struct {
 	// marker's first sighting (zero when not recorded).
 	Recorded  bool      `json:"recorded"`
 	FirstSeen time.Time `json:"firstSeen,omitzero"`
-	// DeleteAfter = NewestBackup + the grace; Deletion says when (or why
-	// not) its backups are deleted, in words.
+	// DeleteAfter = the later of NewestBackup and FirstSeen (now, when
+	// not recorded) + the grace (prune.OrphanDeadline); Deletion says
+	// when (or why not) its backups are deleted, in words.
 	DeleteAfter time.Time `json:"deleteAfter,omitzero"`
 	Deletion    string    `json:"deletion"`
 	Restores    []string  `json:"restores,omitempty"`
@@ -141,14 +142,14 @@ func inspectOrphans(ctx context.Context, k *kube.Client, opts InspectAllOptions)
 		if recorded {
 			io.FirstSeen = o.FirstSeen
 		}
-		io.Deletion = deletionText(io, rep, now)
+		io.Deletion = deletionText(io, rep)
 		out = append(out, io)
 	}
 	return out, chk
 }
 
 // deletionText says when an orphan's backups are deleted, or why not.
-func deletionText(o InspectOrphan, rep *prune.OrphanReport, now time.Time) string {
+func deletionText(o InspectOrphan, rep *prune.OrphanReport) string {
 	switch o.State {
 	case prune.OrphanRestoring:
 		return "kept: an etcd-operator restore is in flight (EtcdRestore " + strings.Join(o.Restores, ", ") + ")"
@@ -163,10 +164,9 @@ func deletionText(o InspectOrphan, rep *prune.OrphanReport, now time.Time) strin
 		return "deleted by the next orphan pass (grace over since " + fmtUTC(o.DeleteAfter) + ")"
 	case prune.OrphanWaiting:
 		if !o.Recorded {
-			if now.Before(o.DeleteAfter) {
-				return "deleted after " + fmtUTC(o.DeleteAfter) + " (the next orphan pass records it)"
-			}
-			return "deleted by the second orphan pass from now (grace over since " + fmtUTC(o.DeleteAfter) + "; not yet recorded)"
+			// The grace runs from the pass that records it: the deadline
+			// is now + the grace at the earliest.
+			return "deleted after " + fmtUTC(o.DeleteAfter) + " at the earliest (the next orphan pass records it; the grace runs from then)"
 		}
 		return "deleted after " + fmtUTC(o.DeleteAfter)
 	}

@@ -137,8 +137,11 @@ func TestInspectAllOrphans(t *testing.T) {
 		}
 		return code, stdout.String(), stderr.String()
 	}
-	goneAfter := t0.Add(grace).UTC().Format("2006-01-02 15:04 UTC")
-	newAfter := tNew.Add(grace).UTC().Format("2006-01-02 15:04 UTC")
+	// etcd-gone's grace runs from its first sighting (after its newest
+	// backup); etcd-new's from the pass that will record it: now, at
+	// the earliest.
+	goneAfter := seen.Add(grace).UTC().Format("2006-01-02 15:04 UTC")
+	runStart := time.Now().UTC().Truncate(time.Second)
 
 	t.Run("JSON", func(t *testing.T) {
 		code, stdout, stderr := runTool("-o", "json")
@@ -161,13 +164,14 @@ func TestInspectAllOrphans(t *testing.T) {
 		}
 		gone, nw := rep.Orphans[0], rep.Orphans[1]
 		if gone.ClusterID != "etcd-gone" || gone.State != prune.OrphanWaiting || !gone.Recorded || !gone.FirstSeen.Equal(seen) ||
-			!gone.NewestBackup.Equal(t0) || !gone.DeleteAfter.Equal(t0.Add(grace)) || gone.Backups != 3 ||
+			!gone.NewestBackup.Equal(t0) || !gone.DeleteAfter.Equal(seen.Add(grace)) || gone.Backups != 3 ||
 			gone.Deletion != "deleted after "+goneAfter {
 			t.Errorf("etcd-gone: %+v", gone)
 		}
 		if nw.ClusterID != "etcd-new" || nw.State != prune.OrphanWaiting || nw.Recorded || !nw.FirstSeen.IsZero() ||
-			!nw.DeleteAfter.Equal(tNew.Add(grace)) || nw.Backups != 2 || !strings.Contains(nw.Deletion, "deleted after "+newAfter) {
-			t.Errorf("etcd-new: %+v", nw)
+			nw.DeleteAfter.Before(runStart.Add(grace)) || nw.DeleteAfter.After(time.Now().Add(grace)) || nw.Backups != 2 ||
+			nw.Deletion != "deleted after "+nw.DeleteAfter.UTC().Format("2006-01-02 15:04 UTC")+" at the earliest (the next orphan pass records it; the grace runs from then)" {
+			t.Errorf("etcd-new: %+v; want deleted at the earliest the grace after this run (%s)", nw, runStart.Add(grace))
 		}
 		t.Logf("orphans computed in %d ms; inspect --all %d ms", c.ElapsedMS, rep.ElapsedMS)
 	})
@@ -187,7 +191,7 @@ func TestInspectAllOrphans(t *testing.T) {
 			"orphan etcd-gone: no EtcdCluster (since " + seen.Format("2006-01-02 15:04 UTC") + "), 3 backups",
 			"deleted after " + goneAfter,
 			"orphan etcd-new: no EtcdCluster (not yet recorded), 2 backups",
-			"deleted after " + newAfter + " (the next orphan pass records it)",
+			"at the earliest (the next orphan pass records it; the grace runs from then)",
 		} {
 			if !strings.Contains(flat, want) {
 				t.Errorf("the table lacks %q:\n%s", want, stdout)

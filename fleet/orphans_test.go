@@ -164,22 +164,25 @@ func TestOrphans(t *testing.T) {
 		e.backups(t, "etcd-live", catalog.KindScheduled, t0.Add(-16*time.Hour), t0.Add(-8*time.Hour), t0)
 		e.backups(t, "etcd-gone", catalog.KindScheduled, t0.Add(-16*time.Hour), t0.Add(-8*time.Hour), t0)
 		e.backups(t, "etcd-gone", catalog.KindManual, t0.Add(-time.Hour), t0.Add(-30*time.Minute))
-		// First seen: recorded, nothing deleted.
-		rep, err := e.run(t, t0.Add(time.Hour), nil)
+		// First seen an hour after its newest backup: recorded, nothing
+		// deleted; the grace runs from the later of the two, the first
+		// sighting.
+		seen := t0.Add(time.Hour)
+		rep, err := e.run(t, seen, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		o := orphanOf(t, rep, "etcd-gone")
-		if o.State != prune.OrphanWaiting || !o.DeleteAfter.Equal(t0.Add(grace)) || len(rep.Orphans) != 1 {
+		if o.State != prune.OrphanWaiting || !o.DeleteAfter.Equal(seen.Add(grace)) || len(rep.Orphans) != 1 {
 			t.Fatalf("first pass: %+v", rep.Orphans)
 		}
 		mk := e.marker(t, "etcd-gone")
-		if mk == nil || !mk.FirstSeen.Equal(t0.Add(time.Hour)) || !mk.DeleteAfter.Equal(t0.Add(grace)) {
+		if mk == nil || !mk.FirstSeen.Equal(seen) || !mk.DeleteAfter.Equal(seen.Add(grace)) {
 			t.Fatalf("marker after the first pass: %+v", mk)
 		}
 		// A restart (new client, new process) just before the grace ends:
 		// the marker keeps its first sighting, nothing goes.
-		rep, err = e.run(t, t0.Add(grace-time.Minute), nil)
+		rep, err = e.run(t, seen.Add(grace-time.Minute), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -191,7 +194,7 @@ func TestOrphans(t *testing.T) {
 		}
 		// After the grace: every folder (manual and incomplete ones too)
 		// and the marker; the live cluster keeps everything.
-		rep, err = e.run(t, t0.Add(grace+time.Minute), nil)
+		rep, err = e.run(t, seen.Add(grace+time.Minute), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -212,7 +215,10 @@ func TestOrphans(t *testing.T) {
 		}
 	})
 
-	t.Run("FirstSeenAfterGraceWaitsOneRun", func(t *testing.T) {
+	// Backups long past the grace when the cluster is first seen gone (a
+	// namespace lost for days, then recreated): they stay the whole grace
+	// after the first sighting, not just until the next run.
+	t.Run("FirstSeenAfterGraceWaitsTheGrace", func(t *testing.T) {
 		t.Parallel()
 		e := newOrphanEnv(t, k, "kubx-etcd-42")
 		e.claim(t)
@@ -221,14 +227,21 @@ func TestOrphans(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if o := orphanOf(t, rep, "etcd-old"); o.State != prune.OrphanWaiting || e.folders(t, "etcd-old") != 2 {
-			t.Fatalf("first sighting, long past the grace: %+v, want waiting (one listing alone never deletes)", o)
+		if o := orphanOf(t, rep, "etcd-old"); o.State != prune.OrphanWaiting || !o.DeleteAfter.Equal(t0.Add(grace)) || e.folders(t, "etcd-old") != 2 {
+			t.Fatalf("first sighting, long past the grace: %+v, want waiting until %s (one listing alone never deletes)", o, t0.Add(grace))
 		}
-		if _, err := e.run(t, t0.Add(8*time.Hour), nil); err != nil {
+		rep, err = e.run(t, t0.Add(8*time.Hour), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o := orphanOf(t, rep, "etcd-old"); o.State != prune.OrphanWaiting || e.folders(t, "etcd-old") != 2 {
+			t.Fatalf("second run, 8 h after the first sighting: %+v, want waiting with its 2 folders", o)
+		}
+		if _, err := e.run(t, t0.Add(grace), nil); err != nil {
 			t.Fatal(err)
 		}
 		if n := e.folders(t, "etcd-old"); n != 0 {
-			t.Fatalf("second run: %d folders left", n)
+			t.Fatalf("the grace after the first sighting: %d folders left", n)
 		}
 	})
 

@@ -18,11 +18,13 @@ const StepJournalReach = "check the journal reaches --to-time"
 // its journal holds its state then (journalReach), and puts the revision
 // the time maps to in its row (what the plan shows); a cluster whose
 // journal does not fails at StepJournalReach, before anything is done.
-func (r *restoreAll) checkPointInTime() {
+// ctx is the run's: its end (SIGTERM) stops the checks in flight and
+// starts no more.
+func (r *restoreAll) checkPointInTime(ctx context.Context) {
 	if r.opts.ToTime.IsZero() {
 		return
 	}
-	fanout.ForEach(context.Background(), len(r.todo), discoverParallel, func(ctx context.Context, i int) {
+	fanout.ForEach(ctx, len(r.todo), discoverParallel, func(ctx context.Context, i int) {
 		c := r.todo[i]
 		if c.action == "" || c.adoptOnly || c.row.Outcome == OutcomeFailed {
 			return

@@ -28,10 +28,10 @@ const StepPlanToTime = "plan the point in time"
 // selection fails (no journal reaching T, no backup before it) is a
 // failed row with its cause, before anything is changed, rather than a
 // planned one that fails only in the real run. Bounded in parallel as
-// readBackups is.
-func (r *restoreAll) readPointInTime() {
-	ctx := context.Background()
-	fanout.ForEach(ctx, len(r.todo), discoverParallel, func(_ context.Context, i int) {
+// readBackups is, and on the run's ctx as it is: its end (SIGTERM) stops
+// the selections in flight and starts no more.
+func (r *restoreAll) readPointInTime(ctx context.Context) {
+	fanout.ForEach(ctx, len(r.todo), discoverParallel, func(ctx context.Context, i int) {
 		c := r.todo[i]
 		if c.action == "" || c.row.Outcome == OutcomeFailed {
 			return

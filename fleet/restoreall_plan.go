@@ -521,8 +521,8 @@ func (r *restoreAll) readBackups(ctx context.Context) {
 		// that stopped before T while the cluster changed after is refused
 		// with its window), then restore's own selection of the base
 		// backup and the revision at T (restoreall_pitr_plan.go).
-		r.checkPointInTime()
-		r.readPointInTime()
+		r.checkPointInTime(ctx)
+		r.readPointInTime(ctx)
 		return
 	}
 	fanout.ForEach(ctx, len(r.todo), discoverParallel, func(ctx context.Context, i int) {

@@ -123,7 +123,7 @@ var (
 	descOrphanInfo = prometheus.NewDesc(NameOrphanInfo,
 		"1 for every orphan of the namespace's prefix (a cluster id with backups and no EtcdCluster), with its state as the orphan pass computes it: waiting (within its grace), delete (deleted by the next orphan pass), restoring (an EtcdRestore references it), report_only (the namespace does not own the prefix: never deleted), marker_only (a marker without backups).", []string{"cluster", "state"}, nil)
 	descOrphanDeleteAfter = prometheus.NewDesc(NameOrphanDeleteAfter,
-		"Time (unix seconds) after which the orphan pass deletes the orphan's backups (its newest backup + the orphan grace); absent when they are not to be deleted (report_only, restoring, marker_only).", cl, nil)
+		"Time (unix seconds) after which the orphan pass deletes the orphan's backups (the later of its newest backup and its first sighting by an orphan pass, now when none has recorded it yet, + the orphan grace); absent when they are not to be deleted (report_only, restoring, marker_only).", cl, nil)
 	descBackupsFutureDated = prometheus.NewDesc(NameBackupsFutureDated,
 		"Backups whose time (from their name) is later than now plus retention's clock-skew tolerance: written by a clock ahead. They never count as the newest backup.", cl, nil)
 	descBackupFutureDatedLatest = prometheus.NewDesc(NameBackupFutureDatedLatest,

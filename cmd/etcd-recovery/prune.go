@@ -41,9 +41,10 @@ func pruneCommand(g *globalOpts) *cli.Command {
 			"etcd-operator) older than 1h are deleted too; one that cannot be deleted is counted (stagedFailed) and exits 1, naming its key.\n" +
 			"Manual and pre-restore backups are never deleted here: use `etcd-recovery delete`.\n" +
 			"With --orphans (Kubernetes: in a pod, or --kubeconfig/--namespace): the cluster ids under --prefix without an EtcdCluster\n" +
-			"in the namespace are orphans, recorded (<prefix>/<id>/orphan.json) and, once --orphan-grace has passed since their\n" +
-			"newest backup, deleted with every backup (any kind) - only when the namespace owns the prefix (--claim-prefix, once),\n" +
-			"every listing succeeded and no EtcdRestore references them. Otherwise orphans are only reported.",
+			"in the namespace are orphans, recorded (<prefix>/<id>/orphan.json) and, once --orphan-grace has passed since both\n" +
+			"their newest backup and the run that first recorded them, deleted with every backup (any kind) - only when the\n" +
+			"namespace owns the prefix (--claim-prefix, once), every listing succeeded and no EtcdRestore references them.\n" +
+			"Otherwise orphans are only reported.",
 		Flags: concat(o.store.flags(), o.kube.flags(), []cli.Flag{
 			clusterIDFlag(&o.clusterID),
 			allClusterIDsFlag(&o.allClusterIDs),
@@ -171,7 +172,7 @@ func orphansFlag(dest *bool) cli.Flag {
 
 func orphanGraceFlag(dest *time.Duration) cli.Flag {
 	return &cli.DurationFlag{Name: "orphan-grace", Value: prune.DefaultOrphanGrace, Destination: dest,
-		Usage: "an orphan's backups are deleted this long after its newest backup (at least " + prune.MinOrphanGrace.String() + ")"}
+		Usage: "an orphan's backups are deleted this long after the later of its newest backup and its first sighting (at least " + prune.MinOrphanGrace.String() + ")"}
 }
 
 // pruneLifecycleResult is prune --orphans / --claim-prefix's JSON.

@@ -40,15 +40,20 @@ import (
 //   - no EtcdRestore of the namespace references it (a restore through
 //     etcd-operator deletes and recreates the EtcdCluster);
 //   - its marker was written by an earlier run (so one bad listing alone
-//     never deletes anything) and the grace is over: DeleteAfter = the time
-//     of its newest backup (of any kind, complete or not) + Grace.
+//     never deletes anything) and the grace is over: DeleteAfter = the
+//     later of the time of its newest backup (of any kind, complete or not)
+//     and the time a run first saw it without an EtcdCluster (the marker's
+//     FirstSeen), + Grace. The grace always runs from the first sighting
+//     too: a cluster whose backups are already older than the grace (a
+//     namespace gone for days, then recreated while its clusters are
+//     rebuilt one by one) keeps them for Grace after it is first seen.
 //
 // The marker is written when the orphan is first seen (owned prefix only)
 // and removed when an EtcdCluster of that name is back, so a restart of the
 // tool resets nothing and a recreated cluster keeps its backups.
 
 // DefaultOrphanGrace is how long an orphan's backups are kept after its
-// newest backup.
+// newest backup, and after an orphan pass first saw it.
 const DefaultOrphanGrace = 72 * time.Hour
 
 // MinOrphanGrace is the shortest grace accepted: at least one CronJob period
@@ -215,8 +220,9 @@ type OrphanOptions struct {
 	// Restores returns, for every cluster id an EtcdRestore of Namespace
 	// references, the EtcdRestores' names: complete, or an error.
 	Restores func(ctx context.Context) (map[string][]string, error)
-	// Grace: an orphan's backups go Grace after its newest backup
-	// (default DefaultOrphanGrace, at least MinOrphanGrace).
+	// Grace: an orphan's backups go Grace after the later of its newest
+	// backup and its first sighting (OrphanDeadline; default
+	// DefaultOrphanGrace, at least MinOrphanGrace).
 	Grace time.Duration
 	// Now is the time of the decision; default time.Now().
 	Now    time.Time
@@ -561,9 +567,32 @@ func (p *orphanPlan) decideGone(opts OrphanOptions, inv *orphanInventory, id str
 		return
 	}
 	o.NewestBackup = es[0].Time
-	o.DeleteAfter = o.NewestBackup.Add(opts.Grace)
+	firstSeen := opts.Now // first seen now: a marker is written with this time
+	if m != nil {
+		firstSeen = m.FirstSeen
+	}
+	o.DeleteAfter = OrphanDeadline(o.NewestBackup, firstSeen, opts.Grace)
 	p.decideBackups(opts, inv, &o, m)
 	rep.Orphans = append(rep.Orphans, o)
+}
+
+// OrphanDeadline is when an orphan's backups go: grace after the later of
+// its newest backup and its first sighting without an EtcdCluster (now,
+// for one not yet recorded).
+func OrphanDeadline(newestBackup, firstSeen time.Time, grace time.Duration) time.Time {
+	return later(newestBackup, firstSeen).Add(grace)
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// orphanRule is the deadline's rule in words, for the reasons.
+func orphanRule(grace string) string {
+	return "the later of its newest backup and its first sighting + " + grace
 }
 
 // decideNoBackups decides a cluster id without an EtcdCluster and without
@@ -609,23 +638,25 @@ func (p *orphanPlan) decideBackups(opts OrphanOptions, inv *orphanInventory, o *
 		o.Reason = fmt.Sprintf("%s; would go after %s, but nothing is deleted: %s", noCluster, fmtTimeUTC(o.DeleteAfter), inv.why)
 	case m == nil:
 		o.State, o.FirstSeen = OrphanWaiting, opts.Now
-		o.Reason = fmt.Sprintf("%s: first seen now; its backups go after %s (newest backup + %s), at the first run after that",
-			noCluster, fmtTimeUTC(o.DeleteAfter), retention.FormatDuration(opts.Grace))
+		o.Reason = fmt.Sprintf("%s: first seen now; its backups go after %s (%s), at the first run after that",
+			noCluster, fmtTimeUTC(o.DeleteAfter), orphanRule(retention.FormatDuration(opts.Grace)))
 		p.writes = append(p.writes, orphanWrite{id, OrphanMarker{Format: 1, ClusterID: id, Namespace: opts.Namespace, FirstSeen: opts.Now,
 			NewestBackup: o.NewestBackup, Grace: retention.FormatDuration(opts.Grace), DeleteAfter: o.DeleteAfter}})
 	case !due:
 		o.State = OrphanWaiting
-		o.Reason = fmt.Sprintf("%s since %s: its backups go after %s (newest backup + %s)",
-			noCluster, fmtTimeUTC(m.FirstSeen), fmtTimeUTC(o.DeleteAfter), retention.FormatDuration(opts.Grace))
+		o.Reason = fmt.Sprintf("%s since %s: its backups go after %s (%s)",
+			noCluster, fmtTimeUTC(m.FirstSeen), fmtTimeUTC(o.DeleteAfter), orphanRule(retention.FormatDuration(opts.Grace)))
 		if !m.DeleteAfter.Equal(o.DeleteAfter) || m.Namespace != opts.Namespace {
-			// A newer backup (or another grace): keep firstSeen, move the deadline.
+			// A newer backup (or another grace, or a marker written by
+			// the rule before the first sighting counted): keep
+			// firstSeen, move the deadline.
 			p.writes = append(p.writes, orphanWrite{id, OrphanMarker{Format: 1, ClusterID: id, Namespace: opts.Namespace, FirstSeen: m.FirstSeen,
 				NewestBackup: o.NewestBackup, Grace: retention.FormatDuration(opts.Grace), DeleteAfter: o.DeleteAfter}})
 		}
 	default:
 		o.State = OrphanDelete
-		o.Reason = fmt.Sprintf("%s since %s; grace over at %s (newest backup + %s): every backup is deleted",
-			noCluster, fmtTimeUTC(m.FirstSeen), fmtTimeUTC(o.DeleteAfter), retention.FormatDuration(opts.Grace))
+		o.Reason = fmt.Sprintf("%s since %s; grace over at %s (%s): every backup is deleted",
+			noCluster, fmtTimeUTC(m.FirstSeen), fmtTimeUTC(o.DeleteAfter), orphanRule(retention.FormatDuration(opts.Grace)))
 	}
 }
 

@@ -394,8 +394,8 @@ func OrphanNote(m *OrphanMarker, now time.Time) string {
 	if !now.Before(m.DeleteAfter) {
 		when = "at the next orphan pass (grace over since " + fmtTime(m.DeleteAfter) + " UTC)"
 	}
-	return fmt.Sprintf("orphan: no EtcdCluster %s in namespace %s since %s UTC, backups deleted %s (newest backup + %s; only under a prefix the namespace owns)",
-		m.ClusterID, m.Namespace, fmtTime(m.FirstSeen), when, m.Grace)
+	return fmt.Sprintf("orphan: no EtcdCluster %s in namespace %s since %s UTC, backups deleted %s (%s; only under a prefix the namespace owns)",
+		m.ClusterID, m.Namespace, fmtTime(m.FirstSeen), when, orphanRule(m.Grace))
 }
 
 // actionsTable is the table of prune, backup --prune and delete: the time
