@@ -82,6 +82,11 @@ type Options struct {
 	// (prune.PruneOptions.JournalRetention); default
 	// retention.DefaultJournalRetention.
 	JournalRetention time.Duration
+	// ClockTolerance is the prune's (prune.PruneOptions.ClockTolerance):
+	// when positive, Prune first compares Now with the store's own time
+	// and refuses, deleting nothing, when they differ by more. 0: not
+	// checked. The CLI sets prune.DefaultClockTolerance.
+	ClockTolerance time.Duration
 
 	// KeepPlaintext keeps, for an encrypted backup, a plaintext copy of
 	// the snapshot this run streams (database and etcd's trailer, as
@@ -372,7 +377,8 @@ func (t *Taken) Prune(ctx context.Context) (*Result, error) {
 		return res, nil
 	}
 	rep, err := prune.Prune(ctx, prune.PruneOptions{Store: opts.Store, Layout: opts.Layout, ClusterIDs: []string{opts.ClusterID},
-		Policy: *opts.Prune, Now: opts.Now(), Log: opts.Log, Lock: opts.Lock, JournalRetention: opts.JournalRetention})
+		Policy: *opts.Prune, Now: opts.Now(), Log: opts.Log, Lock: opts.Lock, JournalRetention: opts.JournalRetention,
+		ClockTolerance: opts.ClockTolerance})
 	res.Pruned = rep
 	if err != nil {
 		return res, &Error{ClusterID: opts.ClusterID, At: StepPrune,

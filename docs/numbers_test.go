@@ -17,6 +17,7 @@ import (
 	"github.com/armada/etcd-recovery/fleet"
 	"github.com/armada/etcd-recovery/inspect"
 	"github.com/armada/etcd-recovery/internal/journal"
+	"github.com/armada/etcd-recovery/internal/prune"
 	"github.com/armada/etcd-recovery/internal/retention"
 	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
@@ -198,6 +199,7 @@ func numberChecks() []numberCheck {
 		{what: "fleet.DefaultRediscover", file: "docs/flags.md", phrase: `\[--rediscover (\w+)\]`, want: []string{flagDuration(fleet.DefaultRediscover)}},
 		{what: "retention.DefaultJournalRetention", file: "docs/flags.md", phrase: `\[--journal-retention (\w+)\]`, want: []string{flagDuration(retention.DefaultJournalRetention)}},
 		{what: "retention.DefaultJournalRetention", file: "docs/backup.md", phrase: `back \((\d+)h, (\d+) days;`, want: []string{hours(retention.DefaultJournalRetention), days(retention.DefaultJournalRetention)}},
+		{what: "prune.DefaultClockTolerance", file: "docs/backup.md", phrase: `from the store's own clock by more than (\d+) min`, want: []string{minutes(prune.DefaultClockTolerance)}},
 		{what: "retention.DefaultJournalRetention", file: "docs/restore-pitr.md", phrase: "`--journal-retention` back \\((\\d+) days\\)", want: []string{days(retention.DefaultJournalRetention)}},
 		{what: "journal.UnknownLeaseTTL", file: "docs/restore-internals.md", phrase: "with an (hour)'s TTL \\(`journal.UnknownLeaseTTL`\\)",
 			want: []string{map[int]string{3600: "hour"}[journal.UnknownLeaseTTL]}},

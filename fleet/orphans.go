@@ -18,6 +18,9 @@ type OrphanOptions struct {
 	DryRun bool
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
+	// ClockTolerance: see prune.OrphanOptions.ClockTolerance (0: not
+	// checked; the CLI sets prune.DefaultClockTolerance).
+	ClockTolerance time.Duration
 }
 
 // Orphans runs prune.Orphans for the namespace: the cluster ids under the
@@ -28,7 +31,7 @@ func Orphans(ctx context.Context, k *kube.Client, store store.Store, layout cata
 	o := prune.OrphanOptions{
 		Store: store, Layout: layout, Namespace: k.Namespace,
 		Clusters: k.ClusterNames, Restores: k.RestoringClusters,
-		Grace: opts.Grace, DryRun: opts.DryRun, Log: log,
+		Grace: opts.Grace, DryRun: opts.DryRun, Log: log, ClockTolerance: opts.ClockTolerance,
 	}
 	if opts.Now != nil {
 		o.Now = opts.Now()

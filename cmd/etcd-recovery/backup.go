@@ -174,6 +174,7 @@ func backupOptions(c *cli.Context, o *backupOpts, many bool, log *slog.Logger) (
 			return opts, nil, err
 		}
 		opts.Prune = &policy
+		opts.ClockTolerance = prune.DefaultClockTolerance // prune's clock check
 		if err := checkJournalRetention(o.journalRetention); err != nil {
 			return opts, nil, err
 		}

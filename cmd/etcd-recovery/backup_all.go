@@ -21,7 +21,7 @@ func runBackupAll(ctx context.Context, e *env, o *backupOpts, tmpl backup.Option
 	// only unless the namespace owns the prefix: see prune --orphans).
 	var orphans *fleet.OrphanOptions
 	if tmpl.Prune != nil && o.all {
-		orphans = &fleet.OrphanOptions{Grace: o.orphanGrace}
+		orphans = &fleet.OrphanOptions{Grace: o.orphanGrace, ClockTolerance: tmpl.ClockTolerance}
 	}
 	rep, err := fleet.BackupAll(ctx, fleet.BackupAllOptions{
 		Kube:        k,

@@ -114,7 +114,9 @@ func runPrune(c *cli.Context, g *globalOpts, o *pruneOpts) error {
 	if err != nil {
 		return err
 	}
-	opts := prune.PruneOptions{All: o.allClusterIDs, DryRun: o.dryRun, Log: e.log}
+	// The node's clock is checked against the store's before anything is
+	// deleted (prune's clock check).
+	opts := prune.PruneOptions{All: o.allClusterIDs, DryRun: o.dryRun, Log: e.log, ClockTolerance: prune.DefaultClockTolerance}
 	id := o.clusterID
 	lifecycle := o.orphans || o.claimPrefix
 	// The prune's options are catalog's to check; --orphans and
@@ -214,7 +216,8 @@ func runPruneLifecycle(e *env, o *pruneOpts, opts prune.PruneOptions, backups bo
 	}
 	var errs []error
 	if o.orphans {
-		rep, err := fleet.Orphans(t.ctx, k, store, layout, fleet.OrphanOptions{Grace: o.orphanGrace, DryRun: opts.DryRun}, opts.Log)
+		rep, err := fleet.Orphans(t.ctx, k, store, layout, fleet.OrphanOptions{Grace: o.orphanGrace, DryRun: opts.DryRun,
+			ClockTolerance: opts.ClockTolerance}, opts.Log)
 		res.Orphans = rep
 		if err != nil {
 			errs = append(errs, t.named(err))

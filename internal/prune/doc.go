@@ -37,6 +37,11 @@
 //     read or a drill record read fails (other than for a damaged backup),
 //     Prune returns a *PruneError with NothingDeleted and deletes nothing
 //     (Orphans an *OrphanError).
+//   - The node's clock is checked first (clock.go): with a ClockTolerance
+//     (the CLI's DefaultClockTolerance), Prune and Orphans compare Now
+//     with the store's own time (store.Clock) before listing, and refuse,
+//     deleting nothing (a *ClockError at PruneStepClock), when they differ
+//     by more, or when the store's time cannot be read.
 //   - Keys outside the layout (catalog.Layout.Classify: unknown) are never
 //     touched: list, prune, delete and the orphan pass report them
 //     (Unknown in their reports, JSON "unknown", a line under the table),

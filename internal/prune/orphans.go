@@ -228,6 +228,11 @@ type OrphanOptions struct {
 	Now    time.Time
 	DryRun bool
 	Log    *slog.Logger
+	// ClockTolerance, when positive, has Orphans compare Now with the
+	// store's own time before anything else and refuse, recording and
+	// deleting nothing, when they differ by more (a *ClockError at
+	// OrphanStepClock), as PruneOptions.ClockTolerance.
+	ClockTolerance time.Duration
 }
 
 // Orphan is one cluster id under the prefix without an EtcdCluster (or
@@ -363,6 +368,10 @@ func Orphans(ctx context.Context, opts OrphanOptions) (*OrphanReport, error) {
 	rep := &OrphanReport{Namespace: opts.Namespace, Prefix: strings.TrimSuffix(opts.Layout.RootPrefix(), "/"), Now: opts.Now,
 		Grace: retention.FormatDuration(opts.Grace), DryRun: opts.DryRun, Orphans: []Orphan{}}
 
+	whose := fmt.Sprintf("the orphans of namespace %s under prefix %q", opts.Namespace, opts.Layout.RootPrefix())
+	if err := checkClock(ctx, opts.Store, opts.Now, opts.ClockTolerance, whose); err != nil {
+		return fail(orphanNothingDone(OrphanStepClock, err))
+	}
 	inv, pe := listOrphans(ctx, opts, rep, log)
 	if pe != nil {
 		return fail(pe)

@@ -102,6 +102,12 @@ type PruneOptions struct {
 	// (journal retention, prunejournal.go); default
 	// DefaultJournalRetention.
 	JournalRetention time.Duration
+	// ClockTolerance, when positive, has Prune compare Now with the
+	// store's own time (store.Clock) before anything else, and refuse,
+	// deleting nothing, when they differ by more (a *ClockError at
+	// PruneStepClock; clock.go). 0: not checked (tests that set Now).
+	// The CLI sets DefaultClockTolerance.
+	ClockTolerance time.Duration
 }
 
 // BackupAction is what happened (or, in a dry run, would happen) to one
@@ -377,6 +383,9 @@ func Prune(ctx context.Context, opts PruneOptions) (*PruneReport, error) {
 		return nil, pe
 	}
 
+	if err := checkClock(ctx, opts.Store, opts.Now, opts.ClockTolerance, pruneWhose(opts)); err != nil {
+		return failList(nothingDeleted(PruneStepClock, err))
+	}
 	inv, pe := listPrune(ctx, opts, &rep.Stats)
 	if pe != nil {
 		return failList(pe)

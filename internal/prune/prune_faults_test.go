@@ -2,6 +2,7 @@ package prune_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -34,6 +35,7 @@ import (
 func putGood(tb testing.TB, st store.Store, l catalog.Layout, f folder) {
 	tb.Helper()
 	n := f.name()
+	rev := cmp.Or(f.rev, 100)
 	snap, v2 := bytes.Repeat([]byte("s"), 64), bytes.Repeat([]byte("v"), 16)
 	m := &catalog.Manifest{
 		Format: catalog.ManifestFormat, ClusterID: f.cluster, Name: n, Kind: f.kind,
@@ -41,7 +43,7 @@ func putGood(tb testing.TB, st store.Store, l catalog.Layout, f folder) {
 		Source:         catalog.Member{Name: "m0", ID: "8e9e05c52164694d", Endpoint: "https://10.0.0.1:2379"},
 		Snapshot:       catalog.SnapshotInfo{Object: catalog.SnapshotObjectZstd, Compression: objectio.CompressZstd, RawSize: 4096, RawSHA256: strings.Repeat("ab", 32), StoredSize: int64(len(snap)), StoredSHA256: testfix.SHA256(snap)},
 		V2:             &catalog.V2Info{Object: catalog.V2ObjectZstd, Compression: objectio.CompressZstd, Keys: 1, SHA256: strings.Repeat("ef", 32), StoredSize: int64(len(v2)), StoredSHA256: testfix.SHA256(v2)},
-		RevisionBefore: 100, RevisionAfter: 100, ToolVersion: "test",
+		RevisionBefore: rev, RevisionAfter: rev, ToolVersion: "test",
 	}
 	mb, err := catalog.MarshalManifest(m)
 	if err != nil {

@@ -38,7 +38,8 @@ type folder struct {
 	cluster    string
 	at         time.Time
 	kind       catalog.Kind
-	incomplete bool // no manifest (and no v2 export)
+	incomplete bool  // no manifest (and no v2 export)
+	rev        int64 // the manifest's revision (putGood; 0: 100)
 }
 
 func (f folder) name() string { return catalog.BackupName(f.at, f.kind) }

@@ -59,14 +59,16 @@
 // Conditional (create only if absent), Multipart (list and abort unfinished
 // multipart uploads), KeyUploadLister (Multipart's exact-key listing),
 // Ranger (read part of an object), AfterLister (list only the keys after a
-// key), Checker (reachability, up front),
+// key), Checker (reachability, up front), Clock (the store's own time,
+// which deleting callers compare theirs with: clock.go),
 // Locker (object lock: the bucket's lock configuration, writes with a
 // retention, a version's retention) and Versioner (a versioned bucket's
 // versions and delete markers: list, read and remove exact versions). A
 // store without Multipart has no unfinished uploads to clean up; a store
 // without Conditional is written with Put. Locker and Versioner are in
 // lock.go, with their error contract (ErrLocked) and what create-only
-// writes do on a versioned bucket. The wrappers below always have both:
+// writes do on a versioned bucket. The wrappers below always have both
+// (and Clock):
 // whether a bucket uses them is LockConfig's Enabled and Versioning's
 // answer, not the type assertion.
 //

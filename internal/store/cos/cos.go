@@ -102,6 +102,7 @@ var (
 	_ store.Multipart       = (*Store)(nil)
 	_ store.KeyUploadLister = (*Store)(nil)
 	_ store.Checker         = (*Store)(nil)
+	_ store.Clock           = (*Store)(nil)
 	_ store.Ranger          = (*Store)(nil)
 	_ store.AfterLister     = (*Store)(nil)
 	_ store.Locker          = (*Store)(nil)
@@ -328,6 +329,29 @@ func (s *Store) Check(ctx context.Context) error {
 		return s.fail(wd, "head bucket", s.cfg.Bucket, err)
 	}
 	return nil
+}
+
+// Time implements store.Clock: the Date header of a HeadBucket answer
+// (HTTP dates are to the second), op "head bucket". An answer without a
+// readable Date header is a permanent error.
+func (s *Store) Time(ctx context.Context) (time.Time, error) {
+	const op = "head bucket"
+	ctx, wd, stop := s.watch(ctx, op, s.cfg.Bucket)
+	defer stop()
+	req, _ := s.s3.HeadBucketRequest(&s3.HeadBucketInput{Bucket: aws.String(s.cfg.Bucket)})
+	req.SetContext(ctx)
+	if err := judgedStalled(wd, req.Send()); err != nil {
+		return time.Time{}, s.fail(wd, op, s.cfg.Bucket, err)
+	}
+	date := ""
+	if req.HTTPResponse != nil {
+		date = req.HTTPResponse.Header.Get("Date")
+	}
+	t, err := http.ParseTime(date)
+	if err != nil {
+		return time.Time{}, &Error{Backend: backend, Op: op, Key: s.cfg.Bucket, Err: store.Permanent(fmt.Errorf("the answer's Date header %q is not an HTTP date", date))}
+	}
+	return t.UTC(), nil
 }
 
 // countingReader counts what the uploader consumed.

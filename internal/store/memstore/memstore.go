@@ -76,6 +76,7 @@ var (
 	_ store.Multipart       = (*Store)(nil)
 	_ store.KeyUploadLister = (*Store)(nil)
 	_ store.Checker         = (*Store)(nil)
+	_ store.Clock           = (*Store)(nil)
 	_ store.Ranger          = (*Store)(nil)
 	_ store.AfterLister     = (*Store)(nil)
 	_ store.Locker          = (*Store)(nil)
@@ -404,6 +405,15 @@ func (s *Store) AddUpload(key string, initiated time.Time) store.Upload {
 	u := &upload{Upload: store.Upload{Key: key, UploadID: strconv.Itoa(s.nextID), Initiated: initiated}, aborted: make(chan struct{})}
 	s.uploads[u.UploadID] = u
 	return u.Upload
+}
+
+// Time implements store.Clock: the store's clock (Now), the one its
+// LastModified, Initiated and retentions are judged by.
+func (s *Store) Time(ctx context.Context) (time.Time, error) {
+	if err := ctx.Err(); err != nil {
+		return time.Time{}, fail("time", "", err)
+	}
+	return s.now(), nil
 }
 
 // Check implements store.Checker: a memory store is always reachable.

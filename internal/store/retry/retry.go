@@ -51,6 +51,7 @@ var (
 	_ store.Conditional = (*Store)(nil)
 	_ store.Multipart   = (*Store)(nil)
 	_ store.Checker     = (*Store)(nil)
+	_ store.Clock       = (*Store)(nil)
 	_ store.Ranger      = (*Store)(nil)
 	_ store.AfterLister = (*Store)(nil)
 )
@@ -211,6 +212,21 @@ func (s *Store) AbortUpload(ctx context.Context, u store.Upload) error {
 		return nil
 	}
 	return s.do(ctx, func() error { return mp.AbortUpload(ctx, u) })
+}
+
+// Time implements store.Clock (ErrUnsupported when the inner store has
+// none). A retried read is the time of the attempt that succeeded.
+func (s *Store) Time(ctx context.Context) (time.Time, error) {
+	c, ok := s.inner.(store.Clock)
+	if !ok {
+		return time.Time{}, store.Unsupported(s.inner, "time", "")
+	}
+	var t time.Time
+	err := s.do(ctx, func() (err error) {
+		t, err = c.Time(ctx)
+		return err
+	})
+	return t, err
 }
 
 // Check implements store.Checker (nil when the inner store has none).

@@ -86,6 +86,8 @@ const (
 	OpDelete      Op = "delete"
 	OpListUploads Op = "list uploads"
 	OpAbortUpload Op = "abort upload"
+	// OpTime is store.Clock's Time.
+	OpTime Op = "time"
 
 	// store.Locker's and store.Versioner's (Locker's PutWith matches
 	// OpPut; a GetVersion takes an OpGetVersion fault, else an OpGet one).
@@ -191,6 +193,7 @@ var (
 	_ store.Conditional = (*Store)(nil)
 	_ store.Multipart   = (*Store)(nil)
 	_ store.Checker     = (*Store)(nil)
+	_ store.Clock       = (*Store)(nil)
 	_ store.Ranger      = (*Store)(nil)
 	_ store.AfterLister = (*Store)(nil)
 )
@@ -594,6 +597,20 @@ func (s *Store) AbortUpload(ctx context.Context, u store.Upload) error {
 		}
 		return nil
 	})
+}
+
+// Time implements store.Clock (faults of OpTime; ErrUnsupported when
+// the inner store has no Clock).
+func (s *Store) Time(ctx context.Context) (time.Time, error) {
+	var out time.Time
+	err := s.simple(ctx, OpTime, "", func() (err error) {
+		if c, ok := s.inner.(store.Clock); ok {
+			out, err = c.Time(ctx)
+			return err
+		}
+		return store.Unsupported(s.inner, string(OpTime), "")
+	})
+	return out, err
 }
 
 // Check passes through to the inner store's Check when it has one.

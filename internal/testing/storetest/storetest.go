@@ -9,7 +9,7 @@
 // Each subtest runs in parallel on a key prefix of its own (under a random
 // run prefix), so the stores newStore returns may share one bucket, and
 // other tests' keys may be there too. Capabilities (Conditional, Multipart,
-// Checker) are tested when the store has them; GetRange tests store.Ranger,
+// Checker, Clock) are tested when the store has them; GetRange tests store.Ranger,
 // or store.RangeOfGet on a store without it. The Lock cases run when the
 // store has store.Locker and its bucket has object lock (LockConfig), the
 // Versions cases when it has store.Versioner and its bucket keeps versions:
@@ -106,6 +106,7 @@ func Run(t *testing.T, newStore func(t testing.TB) store.Store, opts ...Option) 
 		{"ConcurrentPuts", s.concurrentPuts, false},
 		{"Multipart", s.multipart, false},
 		{"Check", s.check, false},
+		{"Time", s.time, false},
 		{"GetRange", s.getRange, false},
 		// store.Locker, on a bucket with object lock (lock.go).
 		{"LockRefusesDelete", s.lockRefusesDelete, !lock},
@@ -578,6 +579,37 @@ func (s *suite) check(t *testing.T, st store.Store, _ string) {
 	}
 	if err := c.Check(ctxT(t)); err != nil {
 		t.Errorf("Check of a working store: %v", err)
+	}
+}
+
+// time: store.Clock's time is within a few seconds of this machine's
+// (the test servers run here, on one clock), and a cancelled context
+// fails. A wrapper whose inner store has no Clock may say ErrUnsupported.
+func (s *suite) time(t *testing.T, st store.Store, _ string) {
+	c, ok := st.(store.Clock)
+	if !ok {
+		t.Skip("no store.Clock")
+	}
+	const within = 5 * time.Second
+	before := time.Now()
+	got, err := c.Time(ctxT(t))
+	after := time.Now()
+	if errors.Is(err, store.ErrUnsupported) {
+		t.Skip("the wrapped store has no store.Clock")
+	}
+	if err != nil {
+		t.Fatalf("Time of a working store: %v", err)
+	}
+	if got.Before(before.Add(-within)) || got.After(after.Add(within)) {
+		t.Errorf("Time = %s, want within %s of this machine's clock (%s .. %s)", got.Format(time.RFC3339Nano), within,
+			before.Format(time.RFC3339Nano), after.Format(time.RFC3339Nano))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := c.Time(ctx); err == nil || !errors.Is(err, context.Canceled) {
+		t.Errorf("Time with a cancelled context: %v, want an error wrapping context.Canceled", err)
+	} else if !store.IsStoreError(err) {
+		t.Errorf("Time with a cancelled context: %v, want a *store.Error", err)
 	}
 }
 
