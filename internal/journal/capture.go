@@ -39,6 +39,10 @@ const (
 	// maxPendingRevokes bounds the revokes waiting to be placed, which
 	// every segment's header carries (about 60 bytes each).
 	maxPendingRevokes = 4096
+	// maxCatchUps bounds the catch-ups a segment carries (Header.CaughtUp);
+	// past it they are merged into one, which only widens the window a
+	// time maps to no revision in.
+	maxCatchUps = 64
 	// maxRevokeLookups bounds the lookups one seal makes again (of
 	// leases whose lookup failed, or pending when the capture resumed):
 	// the rest wait for the next seal.
@@ -315,6 +319,11 @@ type capture struct {
 	// until the capture passes the revision at which they were found
 	// gone (settleRevokes); revoked, those recorded (bounded as known).
 	revoking map[int64]*revoke
+	// openFrom is the revision the current watch was opened at, until its
+	// first answer (0 after it); catchUps the catch-ups not sealed whole
+	// yet (Header.CaughtUp).
+	openFrom int64
+	catchUps []CatchUp
 	revoked  map[int64]bool
 	// ttlPending index leases whose lookups failed (settleLeases).
 	ttlPending []int
@@ -492,6 +501,9 @@ func (c *capture) run(ctx context.Context) error {
 				c.watchResponded(resp.WatchResponse)
 				if err := c.checkResponse(resp.WatchResponse); err != nil {
 					return finish(err)
+				}
+				if c.openFrom != 0 && resp.Header.Revision > 0 {
+					c.noteCatchUp(resp.Header.Revision)
 				}
 			}
 			if !ok {
@@ -737,7 +749,50 @@ func (c *capture) watch(ctx context.Context) watchChan {
 	c.stopWatch = cancel
 	wch, rw := openRawWatch(wctx, c.o.Client, c.next)
 	c.wd.raw = rw
+	c.openFrom = c.from()
 	return wch
+}
+
+// noteCatchUp records, at a watch's first answer, the revisions etcd had
+// committed by then that the watch has still to deliver (Header.CaughtUp):
+// none of them was received before now, whenever it was committed. A
+// catch-up that continues the one before is merged into it.
+func (c *capture) noteCatchUp(head int64) {
+	from := c.openFrom
+	c.openFrom = 0
+	if from == 0 || head < from {
+		return
+	}
+	u := CatchUp{From: from, To: head, At: c.o.Now().UnixMilli()}
+	if n := len(c.catchUps); n > 0 && from <= c.catchUps[n-1].To+1 {
+		last := &c.catchUps[n-1]
+		last.To, last.At = max(last.To, u.To), max(last.At, u.At)
+		return
+	}
+	c.catchUps = append(c.catchUps, u)
+	if len(c.catchUps) > maxCatchUps {
+		all := CatchUp{From: c.catchUps[0].From}
+		for _, v := range c.catchUps {
+			all.To, all.At = max(all.To, v.To), max(all.At, v.At)
+		}
+		c.catchUps = []CatchUp{all}
+	}
+}
+
+// sealCatchUps are the catch-ups of a segment of revisions first to last;
+// those that go on past it stay for the next.
+func (c *capture) sealCatchUps(first, last int64) []CatchUp {
+	var in, rest []CatchUp
+	for _, u := range c.catchUps {
+		if u.From <= last && u.To >= first {
+			in = append(in, u)
+		}
+		if u.To > last {
+			rest = append(rest, u)
+		}
+	}
+	c.catchUps = rest
+	return in
 }
 
 // from is the first revision not journaled whole yet: the next one, or
@@ -1229,7 +1284,7 @@ func (c *capture) seal(recheck bool) (pending, error) {
 	h := Header{
 		ClusterID: c.o.ClusterID, BaseBackup: c.o.BaseBackup, BaseRev: c.o.BaseRev,
 		FirstRev: first, LastRev: last, Received: c.received, Leases: c.leases, EtcdClusterID: c.etcdID, Prev: c.prevSum,
-		Revoking: c.pendingRevokes(last),
+		Revoking: c.pendingRevokes(last), CaughtUp: c.sealCatchUps(first, last),
 	}
 	raw, sum, err := encodeSegment(h, c.events)
 	held, events := c.size, len(c.events)

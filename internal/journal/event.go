@@ -14,9 +14,17 @@ const FormatVersion = 1
 // its number.
 const FormatRevoking = 2
 
+// FormatCaughtUp is the version of a segment whose header carries catch-ups
+// (Header.CaughtUp): format 2 and that field, written only when the field
+// is, as format 2 is.
+const FormatCaughtUp = 3
+
 // formatOf is the format a segment of header h is written in.
 func formatOf(h Header) int {
-	if len(h.Revoking) > 0 {
+	switch {
+	case len(h.CaughtUp) > 0:
+		return FormatCaughtUp
+	case len(h.Revoking) > 0:
 		return FormatRevoking
 	}
 	return FormatVersion
@@ -77,6 +85,26 @@ type Header struct {
 	// killed after storing the deletes lost the revoke for good. Empty in
 	// segments written before it was recorded.
 	Revoking []PendingRevoke `json:"revoking,omitempty"`
+	// CaughtUp are the catch-ups of the segment's revisions: revisions
+	// the journal received only after a watch opened again (a start, a
+	// restart, a stall, a pause for memory) that etcd had committed
+	// before. Their receive times are the catch-up's, not their commit's,
+	// so a time between the revision before them and the catch-up maps
+	// to no revision (Source.PointAt). Empty in segments without one, and
+	// in segments written before it was recorded.
+	CaughtUp []CatchUp `json:"caughtUp,omitempty"`
+}
+
+// CatchUp is a watch opened again at revision From, whose first answer
+// (received at At, unix milliseconds) said etcd was at revision To: the
+// revisions From to To were committed by At, and none of them was
+// received before At. Between the revision before From (received when
+// the journal last watched) and At, the journal did not see which of
+// them etcd had committed.
+type CatchUp struct {
+	From int64 `json:"from"`
+	To   int64 `json:"to"`
+	At   int64 `json:"at"`
 }
 
 // PendingRevoke is a revoke not placed yet: lease ID was found gone at

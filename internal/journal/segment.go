@@ -188,8 +188,8 @@ func NewDecoder(r io.Reader, key string, want Want) (*Decoder, error) {
 	var f struct {
 		Format int `json:"format"`
 	}
-	if json.Unmarshal(b, &f) == nil && f.Format > FormatRevoking {
-		return nil, d.fail(ReasonFormat, fmt.Sprintf("format %d, this tool reads formats %d and %d", f.Format, FormatVersion, FormatRevoking), nil)
+	if json.Unmarshal(b, &f) == nil && f.Format > FormatCaughtUp {
+		return nil, d.fail(ReasonFormat, fmt.Sprintf("format %d, this tool reads formats %d to %d", f.Format, FormatVersion, FormatCaughtUp), nil)
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
@@ -337,10 +337,12 @@ func (c *checker) fail(r Reason, format string, args ...any) error {
 func (c *checker) header(want Want) error {
 	h := c.h
 	switch {
-	case h.Format != FormatVersion && h.Format != FormatRevoking:
-		return c.fail(ReasonFormat, "format %d, this tool reads formats %d and %d", h.Format, FormatVersion, FormatRevoking)
+	case h.Format < FormatVersion || h.Format > FormatCaughtUp:
+		return c.fail(ReasonFormat, "format %d, this tool reads formats %d to %d", h.Format, FormatVersion, FormatCaughtUp)
 	case h.Format == FormatVersion && len(h.Revoking) > 0:
 		return c.fail(ReasonFormat, "format %d with pending revokes (format %d)", h.Format, FormatRevoking)
+	case h.Format < FormatCaughtUp && len(h.CaughtUp) > 0:
+		return c.fail(ReasonFormat, "format %d with catch-ups (format %d)", h.Format, FormatCaughtUp)
 	case want.ClusterID != "" && h.ClusterID != want.ClusterID:
 		return c.fail(ReasonCluster, "it belongs to cluster %q, not %q", h.ClusterID, want.ClusterID)
 	case want.BaseBackup != "" && h.BaseBackup != want.BaseBackup:
@@ -371,6 +373,14 @@ func (c *checker) header(want Want) error {
 			return c.fail(ReasonFormat, "lease %x: pending, found gone at revision %d, not after the segment's last, %d", r.ID, r.SeenGone, h.LastRev)
 		}
 		seen[r.ID] = true
+	}
+	if len(h.CaughtUp) > maxCatchUps {
+		return c.fail(ReasonFormat, "%d catch-ups, a segment carries %d at most", len(h.CaughtUp), maxCatchUps)
+	}
+	for _, u := range h.CaughtUp {
+		if u.From < 1 || u.To < u.From || u.From > h.LastRev || u.To < h.FirstRev || u.At <= 0 {
+			return c.fail(ReasonRange, "a catch-up of revisions %d-%d at %d, not one of revisions %d-%d", u.From, u.To, u.At, h.FirstRev, h.LastRev)
+		}
 	}
 	return nil
 }

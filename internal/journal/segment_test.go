@@ -107,7 +107,32 @@ func TestDecodeRefuses(t *testing.T) {
 	cases := []tc{
 		{"not a segment", func() []byte { return []byte("hello\n") }, want, journal.ReasonFormat, "not a segment header"},
 		{"empty", func() []byte { return nil }, want, journal.ReasonTruncated, "no header"},
-		{"format", func() []byte { h, e := good(); h.Format = 3; return rawSegment(t, h, e, 4) }, want, journal.ReasonFormat, "format 3, this tool reads formats 1 and 2"},
+		{"format", func() []byte { h, e := good(); h.Format = 4; return rawSegment(t, h, e, 4) }, want, journal.ReasonFormat, "format 4, this tool reads formats 1 to 3"},
+		{"format 2 with catch-ups", func() []byte {
+			h, e := good()
+			h.Format, h.CaughtUp = 2, []journal.CatchUp{{From: 11, To: 13, At: 1000}}
+			return rawSegment(t, h, e, 4)
+		}, want, journal.ReasonFormat, "format 2 with catch-ups (format 3)"},
+		{"catch-up outside", func() []byte {
+			h, e := good()
+			h.Format, h.CaughtUp = 3, []journal.CatchUp{{From: 14, To: 20, At: 1000}}
+			return rawSegment(t, h, e, 4)
+		}, want, journal.ReasonRange, "a catch-up of revisions 14-20"},
+		{"catch-up backwards", func() []byte {
+			h, e := good()
+			h.Format, h.CaughtUp = 3, []journal.CatchUp{{From: 12, To: 11, At: 1000}}
+			return rawSegment(t, h, e, 4)
+		}, want, journal.ReasonRange, "a catch-up of revisions 12-11"},
+		{"catch-up without a time", func() []byte {
+			h, e := good()
+			h.Format, h.CaughtUp = 3, []journal.CatchUp{{From: 5, To: 12}}
+			return rawSegment(t, h, e, 4)
+		}, want, journal.ReasonRange, "a catch-up of revisions 5-12 at 0"},
+		{"too many catch-ups", func() []byte {
+			h, e := good()
+			h.Format, h.CaughtUp = 3, make([]journal.CatchUp, 65)
+			return rawSegment(t, h, e, 4)
+		}, want, journal.ReasonFormat, "65 catch-ups, a segment carries 64 at most"},
 		{"format 1 with pending revokes", func() []byte { h, e := good(); h.Format = 1; return rawSegment(t, h, e, 4) }, want, journal.ReasonFormat, "format 1 with pending revokes"},
 		{"cluster", func() []byte { h, e := good(); return rawSegment(t, h, e, 4) }, journal.Want{ClusterID: "c2"}, journal.ReasonCluster, `cluster "c1", not "c2"`},
 		{"base backup", func() []byte { h, e := good(); return rawSegment(t, h, e, 4) }, journal.Want{BaseBackup: "b0"}, journal.ReasonBase, `backup "b1", not "b0"`},

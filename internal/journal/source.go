@@ -538,28 +538,98 @@ func (s *Source) PointAt(ctx context.Context, t time.Time) (Point, error) {
 	if err != nil {
 		return Point{}, err
 	}
+	// The revisions after rev were received after t. When they are a
+	// catch-up, they were committed before its watch's first answer, and
+	// received only after it: a t before that answer is in a window the
+	// journal did not watch (which of them etcd had committed by t is
+	// unknown), and a t after it holds all of them.
+	for range maxCatchUps + 1 {
+		u, ok := catchUpAfter(hs, rev)
+		if !ok {
+			break
+		}
+		if ms < u.At {
+			var beforeAt time.Time
+			for _, h := range hs {
+				if h.FirstRev <= rev && rev <= h.LastRev {
+					beforeAt = receivedAt(h, rev)
+				}
+			}
+			return Point{}, &CatchUpError{ClusterID: s.clusterID, Time: t, Before: rev, BeforeAt: beforeAt, CatchUp: u}
+		}
+		rev = u.To
+		for i := max(found, 0); i < len(segs) && segs[i].FirstRev <= rev; i++ {
+			if segs[i].LastRev >= rev && i > found+1 {
+				if h, err := header(i); err == nil {
+					hs = append(hs, h)
+				} else {
+					return Point{}, err
+				}
+			}
+		}
+	}
 	p := Point{Revision: rev}
-	// The segment holding rev, among the headers read.
+	// The segment holding rev.
 	at := -1
-	for i := max(found, 0); i <= min(found+1, len(segs)-1); i++ {
-		if segs[i].FirstRev <= rev && rev <= segs[i].LastRev {
+	for i := max(found, 0); i < len(segs) && segs[i].FirstRev <= rev; i++ {
+		if rev <= segs[i].LastRev {
 			at = i
 		}
 	}
 	if at < 0 || rev != segs[at].LastRev {
 		return p, nil // a later revision of its own segment was received after t
 	}
+	h, err := header(at)
+	if err != nil {
+		return Point{}, err
+	}
 	if at == len(segs)-1 {
-		last := receivedAt(cache[at], rev)
+		last := receivedAt(h, rev)
 		if !last.IsZero() && t.After(last.Add(ReceivedEvery)) {
 			p.PastEnd, p.LastRev, p.LastReceived = true, rev, last
 		}
 		return p, nil
 	}
 	if next := segs[at+1]; next.FirstRev > rev+1 {
-		return p, &TimeGapError{ClusterID: s.clusterID, Time: t, Before: rev, BeforeAt: receivedAt(cache[at], rev), After: next.FirstRev, Segment: next.Key}
+		return p, &TimeGapError{ClusterID: s.clusterID, Time: t, Before: rev, BeforeAt: receivedAt(h, rev), After: next.FirstRev, Segment: next.Key}
 	}
 	return p, nil
+}
+
+// catchUpAfter is the catch-up, among the headers, that revision rev+1
+// belongs to, with rev before its end.
+func catchUpAfter(hs []Header, rev int64) (CatchUp, bool) {
+	for _, h := range hs {
+		for _, u := range h.CaughtUp {
+			if u.From <= rev+1 && rev < u.To {
+				return u, true
+			}
+		}
+	}
+	return CatchUp{}, false
+}
+
+// CatchUpError is a time in a window the journal did not watch: it
+// received revision Before (at BeforeAt) and then, after its watch opened
+// again (a start, a restart, a stall), the revisions CatchUp.From to
+// CatchUp.To in a catch-up that began at CatchUp.At, after the time.
+// etcd had committed them by CatchUp.At; which of them by the time is in
+// no record.
+type CatchUpError struct {
+	ClusterID string
+	Time      time.Time
+	Before    int64
+	BeforeAt  time.Time
+	CatchUp   CatchUp
+}
+
+func (e *CatchUpError) Error() string {
+	at := time.UnixMilli(e.CatchUp.At).UTC().Format(time.RFC3339Nano)
+	return fmt.Sprintf("%s is in a window the journal of cluster %s did not watch: it received revision %d at %s, and revisions %d to %d only in a catch-up "+
+		"after its watch opened again at %s (a restart, a leader change or a stall), etcd having committed them by then; which of them it had by %s is unknown. "+
+		"Restore to a revision with --to-revision (journal find lists the changes), or to a time from %s on",
+		e.Time.UTC().Format(time.RFC3339Nano), e.ClusterID, e.Before, e.BeforeAt.UTC().Format(time.RFC3339Nano), e.CatchUp.From, e.CatchUp.To,
+		at, e.Time.UTC().Format(time.RFC3339Nano), at)
 }
 
 // firstReceived is the earliest receive time a header records.

@@ -271,6 +271,73 @@ func TestPointAt(t *testing.T) {
 	}
 }
 
+// A catch-up (a watch opened again: a restart, a leader change, a stall)
+// delivers revisions etcd committed while no journal watched, with the
+// catch-up's receive times. A time between the revision before it and the
+// catch-up's first answer maps to no revision: which of them etcd had
+// committed by then is unknown (before, it mapped to the revision before
+// the window: older than the time, with exit 0). A time after that answer
+// holds the whole catch-up, however late its revisions were received,
+// also when they span several segments.
+func TestPointAtCatchUp(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	seg := func(mem store.Store, first, last int64, recv map[int64]int64, cu ...journal.CatchUp) {
+		t.Helper()
+		h := putsHeader(first, last, 0, nil)
+		if recv != nil {
+			h.Received = recv
+		}
+		h.CaughtUp = cu
+		writeSegment(t, ctx, mem, memLayout, h, putsEvents(first, last))
+	}
+	cu := journal.CatchUp{From: 14, To: 16, At: 2000}
+	mem := memstore.New()
+	seg(mem, 11, 13, nil) // received at rev*100 ms
+	seg(mem, 14, 16, map[int64]int64{14: 2050, 16: 2100}, cu)
+	seg(mem, 17, 18, map[int64]int64{17: 2500, 18: 2600})
+	// The same catch-up over three segments, to revision 18.
+	long := journal.CatchUp{From: 14, To: 18, At: 2000}
+	mem2 := memstore.New()
+	seg(mem2, 11, 13, nil)
+	seg(mem2, 14, 15, map[int64]int64{14: 2050, 15: 2060}, long)
+	seg(mem2, 16, 17, map[int64]int64{16: 2070, 17: 2080}, long)
+	seg(mem2, 18, 18, map[int64]int64{18: 2090}, long)
+	seg(mem2, 19, 20, map[int64]int64{19: 2500, 20: 2600})
+	for _, tc := range []struct {
+		st  store.Store
+		at  int64
+		rev int64 // 0: a window no journal watched
+	}{
+		{mem, 1250, 11},
+		{mem, 1299, 11},
+		{mem, 1300, 0}, // 13 received: 14 may have been committed right after it, unseen
+		{mem, 1500, 0},
+		{mem, 1999, 0},
+		{mem, 2000, 16}, // the catch-up's first answer: all of it committed
+		{mem, 2060, 16},
+		{mem, 2100, 16},
+		{mem, 2550, 17},
+		{mem2, 1500, 0},
+		{mem2, 2000, 18},
+		{mem2, 2055, 18}, // the end of the catch-up two segments on
+		{mem2, 2095, 18},
+		{mem2, 2500, 19},
+	} {
+		p, err := journal.NewSource(tc.st, memLayout, "c1", nil).PointAt(ctx, time.UnixMilli(tc.at))
+		var ce *journal.CatchUpError
+		switch {
+		case tc.rev == 0:
+			if !errors.As(err, &ce) || ce.Before != 13 || ce.CatchUp.From != 14 || ce.CatchUp.At != 2000 ||
+				!strings.Contains(err.Error(), "did not watch") || !strings.Contains(err.Error(), "--to-revision") {
+				t.Errorf("at %d: %+v %v, want the window before the catch-up", tc.at, p, err)
+			}
+		case err != nil || p.Revision != tc.rev:
+			t.Errorf("at %d: %+v %v, want revision %d", tc.at, p, err, tc.rev)
+		}
+	}
+}
+
 // A revoke the capture had not placed when it sealed a segment rides in
 // the headers after it (Header.Revoking) until it is placed, which may be
 // several segments later (a catch-up cut by size, a capture killed and
