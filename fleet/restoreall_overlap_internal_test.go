@@ -15,8 +15,8 @@ import (
 // Two restore-alls in one namespace never run at once, whatever their
 // requests: an attempt in progress (a fresh beat, even past its deadline)
 // refuses any other run; two started at the same moment (both found
-// nothing before writing their start records) are told apart after the
-// write, and the later one yields. A killed attempt (beats stopped) holds
+// nothing before writing their start records) each list again after the
+// write and yield to any other they find, so at most one goes on. A killed attempt (beats stopped) holds
 // nothing, and an unreadable plan of some old run blocks nothing. The
 // records are the store's (the in-memory store: this is the records'
 // logic; the end-to-end tests run it on MinIO).
@@ -86,61 +86,81 @@ func TestRestoreAllOverlap(t *testing.T) {
 	}
 
 	// 3. Two started at the same moment, both past openRuns: each writes
-	// its start record, then lists again; the later yields, the earlier
-	// goes on.
+	// its start record, then lists again, and yields to any other attempt
+	// in progress it finds. Two that find each other both stop, each
+	// saying the other may have stopped too.
 	tB, tC := later.Add(time.Second), later.Add(time.Second+time.Millisecond)
 	runB, runC := catalog.NewFleetRestoreRunID(tB), catalog.NewFleetRestoreRunID(tC)
-	startRec := func(run string, at time.Time) *raNamespace {
+	startRec := func(l catalog.Layout, run string, at time.Time) *raNamespace {
+		t.Helper()
 		write(l.FleetRestoreAttemptKey(run, at, false), catalog.FleetRestoreAttempt{Run: run, Started: at, Deadline: at.Add(time.Hour), Host: "h-" + run})
-		return &raNamespace{RestoreAllNamespace: RestoreAllNamespace{Store: st, Layout: l}, name: "kubx-etcd-01", run: run,
+		return &raNamespace{RestoreAllNamespace: RestoreAllNamespace{Store: st, Layout: l}, name: strings.TrimSuffix(l.Prefix, "/"), run: run,
 			attempt: &catalog.FleetRestoreAttempt{Run: run, Started: at.Add(123456 * time.Nanosecond)}} // the key truncates to ms
 	}
-	nsB, nsC := startRec(runB, tB), startRec(runC, tC)
+	nsB, nsC := startRec(l, runB, tB), startRec(l, runC, tC)
 	r := &restoreAll{opts: RestoreAllOptions{now: func() time.Time { return tC.Add(time.Second) }}, log: slog.New(slog.DiscardHandler)}
-	if err := r.yieldToEarlier(ctx, nsB); err != nil {
-		t.Errorf("the earlier of two runs started at once yielded: %v", err)
-	}
 	var ip *InProgressError
-	if err := r.yieldToEarlier(ctx, nsC); !errors.As(err, &ip) || ip.Run != runB {
-		t.Errorf("the later of two runs started at once went on: %v, want it to yield to run %s", err, runB)
+	var ye *YieldError
+	if err := r.yieldToOthers(ctx, nsB); !errors.As(err, &ye) || ye.InProgress.Run != runC || !strings.Contains(err.Error(), "run again") {
+		t.Errorf("run B, finding run C begun at once: %v, want it to stop", err)
+	}
+	if err := r.yieldToOthers(ctx, nsC); !errors.As(err, &ip) || ip.Run != runB {
+		t.Errorf("run C, finding run B begun at once: %v, want it to stop", err)
 	}
 
-	// 4. The order is the store's, not the runs' own start times: a run
-	// over many namespaces stamps one time for all and writes the last
-	// namespace's record seconds later, and two hosts' clocks differ. E
-	// (stamped later) writes and lists first and goes on; D (stamped
-	// earlier, written later) must yield to it. By the stamps, D went on
-	// too: two restore-alls of one namespace at once.
+	// 4. No time decides it, neither the runs' own nor the store's: E
+	// writes and lists alone and goes on; D, stamped earlier by its own
+	// clock and by the store's, writes after E listed and yields to it.
+	// (Ordered by either stamp, D went on too: a run over many
+	// namespaces stamps one time for all and writes the last namespace's
+	// record seconds later, hosts' clocks differ, and a store's stamps
+	// need not follow the order its objects became visible in.)
 	l2 := catalog.Layout{Prefix: "kubx-etcd-02/"}
 	storeAt := tC.Add(time.Minute)
 	st.Now = func() time.Time { return storeAt }
-	startRec2 := func(run string, at time.Time) *raNamespace {
-		t.Helper()
-		write(l2.FleetRestoreAttemptKey(run, at, false), catalog.FleetRestoreAttempt{Run: run, Started: at, Deadline: at.Add(time.Hour), Host: "h-" + run})
-		return &raNamespace{RestoreAllNamespace: RestoreAllNamespace{Store: st, Layout: l2}, name: "kubx-etcd-02", run: run,
-			attempt: &catalog.FleetRestoreAttempt{Run: run, Started: at}}
-	}
 	tD, tE := tC.Add(time.Minute), tC.Add(time.Minute+5*time.Second)
 	runD, runE := catalog.NewFleetRestoreRunID(tD), catalog.NewFleetRestoreRunID(tE)
 	r.opts.now = func() time.Time { return tE.Add(time.Second) }
-	nsE := startRec2(runE, tE)
-	if err := r.yieldToEarlier(ctx, nsE); err != nil {
+	nsE := startRec(l2, runE, tE)
+	if err := r.yieldToOthers(ctx, nsE); err != nil {
 		t.Errorf("run E, alone when it listed: %v", err)
 	}
-	storeAt = storeAt.Add(2 * time.Second)
-	nsD := startRec2(runD, tD)
-	if err := r.yieldToEarlier(ctx, nsD); !errors.As(err, &ip) || ip.Run != runE {
-		t.Errorf("run D, stamped before E but written after it, went on: %v, want it to yield to run %s", err, runE)
+	storeAt = storeAt.Add(-2 * time.Second)
+	nsD := startRec(l2, runD, tD)
+	if err := r.yieldToOthers(ctx, nsD); !errors.As(err, &ip) || ip.Run != runE {
+		t.Errorf("run D, begun after run E listed, went on: %v, want it to yield to run %s", err, runE)
 	}
-	// Two start records the store stamped alike (its stamps may be to
-	// the second): both yield, to be run again; neither goes on.
-	l2 = catalog.Layout{Prefix: "kubx-etcd-03/"}
-	runF, runG := catalog.NewFleetRestoreRunID(tE), catalog.NewFleetRestoreRunID(tE.Add(time.Millisecond))
-	nsF, nsG := startRec2(runF, tE), startRec2(runG, tE.Add(time.Millisecond))
-	if err := r.yieldToEarlier(ctx, nsF); !errors.As(err, &ip) || ip.Run != runG {
-		t.Errorf("run F, stamped alike with G by the store: %v, want it to yield", err)
+	st.Now = nil
+
+	// 5. A run over two namespaces that finds another attempt in one of
+	// them stops there only: it writes that namespace's end record at once
+	// (a rerun of either run is not held by it) and goes on with the other.
+	l3, l4 := catalog.Layout{Prefix: "kubx-etcd-03/"}, catalog.Layout{Prefix: "kubx-etcd-04/"}
+	tF := tE.Add(time.Minute)
+	runF := catalog.NewFleetRestoreRunID(tF)
+	startRec(l4, runF, tF) // another restore-all, begun in kubx-etcd-04 only
+	tG := tF.Add(time.Millisecond)
+	rg := newRestoreAll(RestoreAllOptions{Host: "host-g"})
+	rg.opts.now = func() time.Time { return tG }
+	rg.log = slog.New(slog.DiscardHandler)
+	for _, lay := range []catalog.Layout{l3, l4} {
+		ns := &raNamespace{RestoreAllNamespace: RestoreAllNamespace{Store: st, Layout: lay}, name: strings.TrimSuffix(lay.Prefix, "/"),
+			run: catalog.NewFleetRestoreRunID(tG)}
+		rg.nss = append(rg.nss, ns)
 	}
-	if err := r.yieldToEarlier(ctx, nsG); !errors.As(err, &ip) || ip.Run != runF {
-		t.Errorf("run G, stamped alike with F by the store: %v, want it to yield", err)
+	if err := rg.writePlans(ctx); err != nil {
+		t.Fatalf("a run over two namespaces, another attempt in one: %v, want it to go on with the other", err)
+	}
+	ns3, ns4 := rg.nss[0], rg.nss[1]
+	if ns3.failed != nil || ns3.attempt == nil {
+		t.Errorf("kubx-etcd-03, where nothing else ran: failed %v, attempt %+v", ns3.failed, ns3.attempt)
+	}
+	if !errors.As(ns4.failed, &ye) || ye.InProgress.Run != runF || ns4.attempt != nil || len(rg.rep.NamespaceErrors) != 1 {
+		t.Errorf("kubx-etcd-04: failed %v, attempt %+v, namespace errors %+v: want it stopped, yielding to run %s", ns4.failed, ns4.attempt,
+			rg.rep.NamespaceErrors, runF)
+	}
+	var ended catalog.FleetRestoreAttempt
+	if err := catalog.ReadFleetRestoreRecord(ctx, st, l4.FleetRestoreAttemptKey(ns4.run, tG, true), &ended); err != nil || ended.Ended.IsZero() {
+		t.Errorf("kubx-etcd-04's end record, written when it stopped: %+v %v", ended, err)
 	}
 }

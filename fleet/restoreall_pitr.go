@@ -64,8 +64,11 @@ func (r *restoreAll) journalReach(ctx context.Context, c *raCluster) (int64, err
 		w.LastReceived.UTC().Format(time.RFC3339Nano), at)
 	switch {
 	case w.LastReceived.IsZero() || !w.LastReceived.Before(r.opts.ToTime):
-	case c.revision > 0 && c.revision <= w.LastRev:
+	case c.revision > 0 && c.revision == w.LastRev:
 		// Idle since: the journal's end is the state at ToTime.
+	case c.revision > 0 && c.revision < w.LastRev:
+		return 0, fmt.Errorf("%s, and the cluster is at revision %d, below it: its history went back (a restore without a revision bump, a cluster recreated under its name), "+
+			"so its state at --to-time is not the journal's; restore it alone with --to-revision (%d at most)", window, c.revision, w.LastRev)
 	case c.revision > 0:
 		return 0, fmt.Errorf("%s, and the cluster is at revision %d: revisions %d to %d are in no segment (its journal stopped, or has not stored its newest segment yet), "+
 			"so which of them it held at --to-time is unknown; run again once its journal reaches --to-time, or restore it alone with --to-revision (%d at most)",

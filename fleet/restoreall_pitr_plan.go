@@ -66,6 +66,12 @@ func (r *restoreAll) pointInTime(ctx context.Context, c *raCluster) (backup stri
 	sel := restore.Options{ClusterID: c.id, Store: c.ns.Store, Layout: c.ns.Layout, NoLive: true, DryRun: true,
 		Log: r.log, Identities: t.Identities, ToTime: r.opts.ToTime,
 		Journal: journal.NewSource(c.ns.Store, c.ns.Layout, c.id, t.Identities).ListOnce()}
+	if c.row.Revision > 0 {
+		// journalReach mapped ToTime to it, with evidence a restore alone
+		// does not have (NoLive): the cluster's own revision, when the
+		// time is after its journal's end. Resolved once.
+		sel.ToTime, sel.ToRevision = time.Time{}, c.row.Revision
+	}
 	// A placeholder target satisfies the options' check of a manual
 	// restore: nothing is written (as kube's rebuild chooses its backup).
 	sel.InitialCluster = "plan=http://127.0.0.1:2380"

@@ -129,10 +129,12 @@ func runJournal(tb testing.TB, ctx context.Context, w *kubetest.FleetWorld, n *k
 // writes, f04's journal is stopped and f04 written again, then T is
 // recorded and every cluster gets "bad" writes and deletes, each cluster
 // at its own revisions; f02 then loses its only member (its journal
-// holds it all). restore-all --to-time T (a dry run, then the run):
+// holds it all). f01's journal stops before T and f01 stays idle.
+// restore-all --to-time T (a dry run, then the run):
 //
 //   - f00, f01 (healthy) and f02 (quorum lost) are restored, each to its
-//     own revision at T: the plan and the report name it (the report
+//     own revision at T (f01's, its journal's end: its revision, read
+//     after T, says it did not change since): the plan and the report name it (the report
 //     with the restore's bump), and every key of the restored cluster
 //     (value, create and mod revision, version) is what the cluster held
 //     at T: the good writes, none of the bad ones;
@@ -173,6 +175,9 @@ func TestRestoreAllToTime(t *testing.T) {
 	for _, c := range journaled {
 		waitReach(t, ctx, w.Store, n.Layout, c.Name, revs[c.Name], logs)
 	}
+	// f01's journal stops too, and f01 stays idle: T is after its
+	// journal's end, and its revision says nothing changed since.
+	stops[1]()
 	want := map[string]map[string]string{}
 	for _, c := range cs {
 		want[c.Name] = etcdDump(t, ctx, clis[c.Name])
@@ -184,6 +189,10 @@ func TestRestoreAllToTime(t *testing.T) {
 	// After T: the bad automation, in every cluster.
 	after := map[string]int64{}
 	for i, c := range cs {
+		if c == f01 {
+			after[c.Name] = revs[c.Name]
+			continue
+		}
 		after[c.Name] = pitrWrites(t, ctx, clis[c.Name], i, "bad")
 	}
 	for _, c := range journaled {

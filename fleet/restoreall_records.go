@@ -268,20 +268,36 @@ func (r *restoreAll) inProgress(ctx context.Context, ns *raNamespace, states []*
 	return nil
 }
 
-// yieldToEarlier closes the race of two restore-alls started at once in a
+// YieldError is a restore-all that stopped in a namespace right after it
+// began there, having found another attempt in progress (InProgress)
+// that began at the same time: it restored nothing there and wrote its
+// end record. The other may have stopped too, having found this one.
+type YieldError struct {
+	InProgress *InProgressError
+}
+
+func (e *YieldError) Error() string {
+	ip := e.InProgress
+	return fmt.Sprintf("namespace %s: another restore-all began there at the same time (run %s, on host %q): this one stopped there before restoring anything "+
+		"(two at once would restore the same clusters); that one goes on, or stopped too if it found this one: look at the namespace's runs (inspect --all), "+
+		"then run again", ip.Namespace, ip.Run, ip.Host)
+}
+
+func (e *YieldError) Unwrap() error { return e.InProgress }
+
+// yieldToOthers closes the race of two restore-alls started at once in a
 // namespace (both found nothing in progress before writing): once its
 // start record is written, each lists the runs again and yields to every
-// other attempt in progress whose start record the store stamped at or
-// before its own (the listing's LastModified: one clock, the store's, in
-// the order the records were written). The attempts' own start times are
-// not the order: a run over many namespaces stamps one time for all and
-// writes the last namespace's record seconds later, and two hosts' clocks
-// differ. The store's listings are consistent after a write (COS, S3 and
-// MinIO read after write), so at most one of them proceeds: one that
-// listed before the other wrote proceeds and the other sees it; two that
-// see each other order by stamp, and both yield on a tie (the store's
-// stamps may be to the second), to be run again.
-func (r *restoreAll) yieldToEarlier(ctx context.Context, ns *raNamespace) error {
+// other attempt in progress it finds. The store's listings are
+// consistent after a write (COS, S3 and MinIO read after write), so at
+// most one goes on: of two, one that listed before the other's record was
+// there goes on, and the other, listing after its own write, finds it;
+// two that find each other both yield, to be run again. No time decides
+// it: the attempts' own start times are one stamp for every namespace of
+// a run (the last namespace's record is written seconds later) and come
+// from hosts whose clocks differ, and a store's stamps need not follow the
+// order in which its objects became visible.
+func (r *restoreAll) yieldToOthers(ctx context.Context, ns *raNamespace) error {
 	if r.opts.TakeOver || r.opts.DryRun || ns.attempt == nil {
 		return nil
 	}
@@ -290,25 +306,31 @@ func (r *restoreAll) yieldToEarlier(ctx context.Context, ns *raNamespace) error 
 		return &RestoreAllError{Err: fmt.Errorf("namespace %s: listing the restore runs again after starting run %s: %w", ns.name, ns.run, ctxErr(ctx, err))}
 	}
 	keys := make([]string, len(objs))
-	stamped := make(map[string]time.Time, len(objs))
 	for i, o := range objs {
 		keys[i] = o.Key
-		stamped[o.Key] = o.LastModified
 	}
-	selfKey := ns.Layout.FleetRestoreAttemptKey(ns.run, ns.attempt.Started, false)
-	self, ok := stamped[selfKey]
-	if !ok {
+	self := ns.Layout.FleetRestoreAttemptKey(ns.run, ns.attempt.Started, false)
+	if !slices.Contains(keys, self) {
 		return &RestoreAllError{Err: fmt.Errorf("namespace %s: run %s's start record %s is not in the listing after it was written: "+
-			"which run started first is unknown; run again", ns.name, ns.run, selfKey)}
+			"whether another restore-all began there too is unknown; run again", ns.name, ns.run, self)}
 	}
-	earlier := func(run string, started time.Time) bool {
-		key := ns.Layout.FleetRestoreAttemptKey(run, started, false)
-		return key != selfKey && !stamped[key].After(self)
+	other := func(run string, started time.Time) bool {
+		return ns.Layout.FleetRestoreAttemptKey(run, started, false) != self
 	}
-	if ip := r.inProgress(ctx, ns, runStates(ns.Layout, keys), earlier); ip != nil {
-		return &RestoreAllError{Err: ip}
+	if ip := r.inProgress(ctx, ns, runStates(ns.Layout, keys), other); ip != nil {
+		return &RestoreAllError{Err: &YieldError{InProgress: ip}}
 	}
 	return nil
+}
+
+// endAttempt writes ns's attempt end record now (it restores nothing
+// more), so that neither a rerun nor another run is held by it.
+func (r *restoreAll) endAttempt(ctx context.Context, ns *raNamespace) {
+	a := *ns.attempt
+	a.Ended = r.opts.now().UTC()
+	a.Cancelled = ctx.Err() != nil
+	r.writeEnd(ctx, ns, &a)
+	ns.attempt = nil
 }
 
 // readDone reads a run's done records.
@@ -391,8 +413,14 @@ func (r *restoreAll) writePlans(ctx context.Context) error {
 		ns.attempt = a
 		run.Attempt = now
 		r.rep.Runs = append(r.rep.Runs, run)
-		if err := r.yieldToEarlier(ctx, ns); err != nil {
-			return err
+		if err := r.yieldToOthers(ctx, ns); err != nil {
+			if ctx.Err() != nil {
+				return ctxErr(ctx, err)
+			}
+			// This namespace only: the run's others go on.
+			r.endAttempt(ctx, ns)
+			r.dropNamespace(ns, StepRecord, err)
+			continue
 		}
 	}
 	return r.allFailed(ctx)
@@ -486,12 +514,17 @@ func (r *restoreAll) writeEnds(ctx context.Context) {
 				}
 			}
 		}
-		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
-		err := catalog.WriteFleetRestoreRecord(wctx, ns.Store, ns.Layout.FleetRestoreAttemptKey(ns.run, a.Started, true), &a)
-		cancel()
-		if err != nil {
-			r.log.Error("restore-all: could not write the attempt's end record (a rerun waits for its deadline)", "namespace", ns.name,
-				"run", ns.run, "deadline", a.Deadline, "err", err)
-		}
+		r.writeEnd(ctx, ns, &a)
+	}
+}
+
+// writeEnd writes ns's attempt end record a, with a context of its own.
+func (r *restoreAll) writeEnd(ctx context.Context, ns *raNamespace, a *catalog.FleetRestoreAttempt) {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	err := catalog.WriteFleetRestoreRecord(wctx, ns.Store, ns.Layout.FleetRestoreAttemptKey(ns.run, a.Started, true), a)
+	cancel()
+	if err != nil {
+		r.log.Error("restore-all: could not write the attempt's end record (a rerun waits for its deadline)", "namespace", ns.name,
+			"run", ns.run, "deadline", a.Deadline, "err", err)
 	}
 }

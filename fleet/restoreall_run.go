@@ -220,7 +220,12 @@ func (r *restoreAll) clusterOptions(c *raCluster) kube.OperatorRestoreOptions {
 		o.NoLive = true
 	}
 	if !r.opts.ToTime.IsZero() {
+		// The revision the plan mapped ToTime to (journalReach, with the
+		// cluster's revision as evidence past the journal's end), once.
 		o.ToTime = r.opts.ToTime
+		if c.row.Revision > 0 {
+			o.ToTime, o.ToRevision = time.Time{}, c.row.Revision
+		}
 		o.Journal = journal.NewSource(ns.Store, ns.Layout, c.id, o.Identities).ListOnce()
 	}
 	// etcd-operator's wait never outlasts the cluster's deadline.
