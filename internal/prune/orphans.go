@@ -577,7 +577,16 @@ func (p *orphanPlan) decideGone(opts OrphanOptions, inv *orphanInventory, id str
 	}
 	o.NewestBackup = es[0].Time
 	firstSeen := opts.Now // first seen now: a marker is written with this time
-	if m != nil {
+	switch {
+	case m != nil && m.FirstSeen.IsZero():
+		// A marker that does not say when the cluster was first seen
+		// (hand-written, damaged): first seen now, and rewritten so
+		// (its deadline moves, decideBackups). Taken as it is, its grace
+		// would run from the newest backup alone.
+		mc := *m
+		mc.FirstSeen, mc.DeleteAfter = opts.Now, time.Time{}
+		m = &mc
+	case m != nil:
 		firstSeen = m.FirstSeen
 	}
 	o.DeleteAfter = OrphanDeadline(o.NewestBackup, firstSeen, opts.Grace)

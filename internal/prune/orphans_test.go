@@ -122,3 +122,34 @@ func TestOrphanGraceRunsFromFirstSighting(t *testing.T) {
 		t.Errorf("after the deadline: undelete records left: %v", got)
 	}
 }
+
+// An orphan marker that does not say when its cluster was first seen
+// (hand-written, damaged) counts as first seen by the pass that reads it,
+// which rewrites it so: the grace runs from there. Taken as it was, its
+// grace ran from the newest backup alone, long past: every backup went
+// at the first pass.
+func TestOrphanMarkerWithoutFirstSeen(t *testing.T) {
+	t.Parallel()
+	st, l, now := storeRig(t)
+	now = now.Truncate(time.Second)
+	ctx := context.Background()
+	passes := orphanPasses(t, st, l, now, "old-live")
+	testfix.PutEscrowBackup(t, st, l, "old-gone", now.Add(-80*time.Hour), testfix.StoredEscrow(catalog.EscrowPresent, testfix.EscrowAddress("old")))
+	if _, err := st.Put(ctx, catalog.OrphanMarkerKey(l, "old-gone"), strings.NewReader(`{"format":1,"clusterID":"old-gone"}`)); err != nil {
+		t.Fatal(err)
+	}
+	o := passes(now)
+	o.Grace = prune.DefaultOrphanGrace
+	rep, err := prune.Orphans(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := now.Add(prune.DefaultOrphanGrace)
+	if got := orphanOf(rep, "old-gone"); got == nil || got.State != prune.OrphanWaiting || !got.DeleteAfter.Equal(want) || len(got.Deleted) != 0 {
+		t.Fatalf("a marker without firstSeen: %+v; want waiting until %s", got, want)
+	}
+	m, err := prune.ReadOrphanMarker(ctx, st, l, "old-gone")
+	if err != nil || m == nil || !m.FirstSeen.Equal(now) || !m.DeleteAfter.Equal(want) {
+		t.Errorf("the marker after the pass: %+v, %v; want first seen %s, delete after %s", m, err, now, want)
+	}
+}
