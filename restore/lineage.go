@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/journal"
 )
 
 // CheckLineage is the plan's check that a point-in-time restore's backup
@@ -16,8 +17,28 @@ const CheckLineage = "journal lineage"
 // lineageBreak is a journal gap record of a lineage break
 // (catalog.JournalGap with Lineage set): the cluster's history was found
 // not to be the journal's (a restore without a revision bump, a recreated
-// cluster); the journal's old history ends at From - 1.
-type lineageBreak = catalog.JournalGap
+// cluster); the journal's old history ends at From - 1. EndReceived is
+// when the journal received that revision (zero: its segment unread).
+type lineageBreak struct {
+	catalog.JournalGap
+	EndReceived time.Time
+}
+
+// newer says whether backup b is of a history after the break: taken
+// after the break was found, or, below the old history's end, taken after
+// the journal received that end. The old history had reached its end by
+// then, and a history's revisions only grow, so a backup below it taken
+// later is not the old history's. That tells apart the backups taken
+// between the restore without a bump and the break's detection (the
+// journal down meanwhile), which the found time alone does not. The two
+// times come from two pods' clocks: a backup within
+// catalog.DefaultFutureTolerance of the end is not told apart so.
+func (l *lineageBreak) newer(b Candidate) bool {
+	if b.Time.After(l.Time) {
+		return true
+	}
+	return !l.EndReceived.IsZero() && b.Time.After(l.EndReceived.Add(catalog.DefaultFutureTolerance)) && b.Revision < l.From-1
+}
 
 // LineageError is a point-in-time restore refused because its backup is of
 // the history that began when the cluster went back, while the journal at
@@ -42,16 +63,16 @@ func (e *LineageError) Error() string {
 // toRev would splice histories: b was taken after the break was found and
 // is below the old history's end, so the segments after it are the old
 // history's (the journal stores nothing of the new history below the old
-// end). A backup taken between the restore and the break's detection (a
-// probe's time) is not told apart here; the replay's key-by-key check
-// (etcdinternals.HistoryError) is the guard there.
+// end). A backup taken between the restore and the break's detection is
+// told apart by the old end's receive time (newer); the replay's
+// key-by-key check (etcdinternals.HistoryError) is the guard beyond.
 func splices(breaks []lineageBreak, b Candidate, toRev int64) *lineageBreak {
 	if toRev <= b.Revision {
 		return nil
 	}
 	for i := range breaks {
 		l := &breaks[i]
-		if l.Lineage && b.Time.After(l.Time) && b.Revision < l.From-1 {
+		if l.Lineage && l.newer(b) && b.Revision < l.From-1 {
 			return l
 		}
 	}
@@ -65,12 +86,43 @@ func lineageBreaks(ctx context.Context, src source) ([]lineageBreak, error) {
 		return nil, err
 	}
 	var out []lineageBreak
+	var segs []journal.SegmentInfo
 	for _, g := range gaps {
-		if g.Lineage {
-			out = append(out, g)
+		if !g.Lineage {
+			continue
 		}
+		if segs == nil {
+			if c, err := journal.ListSegments(ctx, src.store, src.layout, src.clusterID, 0); err == nil {
+				segs = c.All
+			} else if ctx.Err() != nil {
+				return nil, err
+			}
+		}
+		out = append(out, lineageBreak{JournalGap: g, EndReceived: endReceived(ctx, src, segs, g.From-1)})
 	}
 	return out, nil
+}
+
+// endReceived is when the journal received revision end, the last of a
+// stored segment (zero when no segment ends there or it cannot be read:
+// the found time alone then tells the histories apart).
+func endReceived(ctx context.Context, src source, segs []journal.SegmentInfo, end int64) time.Time {
+	for _, seg := range segs {
+		if seg.LastRev != end {
+			continue
+		}
+		r, err := journal.NewSource(src.store, src.layout, src.clusterID, src.ids).Open(ctx, seg.Key)
+		if err != nil {
+			src.log.Warn("reading the old history's last journal segment, for when it ended", "cluster", src.clusterID, "segment", seg.Key, "err", err)
+			return time.Time{}
+		}
+		h := r.Header()
+		r.Close()
+		if ms, ok := h.Received[end]; ok {
+			return time.UnixMilli(ms).UTC()
+		}
+	}
+	return time.Time{}
 }
 
 // checkLineage is the select stage's check, with checkJournalProof, of a
@@ -124,8 +176,8 @@ func byLineage(ctx context.Context, src source, plan *Plan, cands []Candidate) (
 			return len(breaks) // the live cluster's own snapshot
 		}
 		n := 0
-		for _, b := range breaks {
-			if c.Time.After(b.Time) {
+		for i := range breaks {
+			if breaks[i].newer(c) {
 				n++
 			}
 		}

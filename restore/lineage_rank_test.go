@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/armada/etcd-recovery/backup"
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/testing/testenv"
 	"github.com/armada/etcd-recovery/internal/testing/testfix"
@@ -117,7 +118,14 @@ func TestToLatestAfterALineageBreak(t *testing.T) {
 	for i := range 3 {
 		testenv.PutKeys(t, fresh.Client(t), fmt.Sprintf("/new/%d/", i), 4, 8)
 	}
-	newest := r.TakeBackup(t, fresh, id, catalog.KindScheduled)
+	// The new history's backup, 10 minutes after the old history ended
+	// (by more than two pods' clocks may differ).
+	res, err := backup.Run(ctx, backup.Options{ClusterID: id, Kind: catalog.KindScheduled, Etcd: testfix.EtcdConfig(fresh), Store: r.Store,
+		Layout: r.Layout, ProbeTimeout: 3 * time.Second, Log: testfix.Logger(t), Now: func() time.Time { return time.Now().Add(10 * time.Minute) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	newest := res.Manifest
 	if newest.Revision() <= first.Revision() || newest.Revision() >= oldNewest.Revision() {
 		t.Fatalf("the new history's backup is at revision %d: the test's premise is one inside the old journal (%d to %d), below the old newest backup's %d",
 			newest.Revision(), first.Revision()+1, end, oldNewest.Revision())
@@ -134,6 +142,20 @@ func TestToLatestAfterALineageBreak(t *testing.T) {
 	var lerr *restore.LineageError
 	if !errors.As(err, &lerr) || lerr.Backup != newest.Name || !strings.Contains(err.Error(), "--to-latest") {
 		t.Fatalf("--to-latest: want a lineage refusal naming %s, got %v", newest.Name, err)
+	}
+	// The break found only after the new history's backup was taken (the
+	// journal down while the cluster was restored without a bump): the
+	// backup is still of the new history, below the old end and taken
+	// after the journal received it. Told apart by the found time alone,
+	// it was the old history's, and the old backup won by revision.
+	rec, _ = json.Marshal(map[string]any{"clusterID": id, "from": end + 1, "lineage": true, "time": time.Now().Add(11 * time.Minute).UTC(),
+		"reason": "journal lineage break: the cluster's revision went back"})
+	if _, err := r.Store.Put(ctx, r.Layout.JournalGapKey(id, end+1), strings.NewReader(string(rec))); err != nil {
+		t.Fatal(err)
+	}
+	plan = restore.Plan{}
+	if sel, err = selectBackup(ctx, opts, &plan); !errors.As(err, &lerr) || lerr.Backup != newest.Name {
+		t.Fatalf("--to-latest, the break found after the new history's backup: %v (latest %+v), want a lineage refusal naming %s", err, plan.Latest, newest.Name)
 	}
 	// Without the break on record, the old history is the only one: its
 	// newest backup and the journal to its end.

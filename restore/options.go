@@ -437,28 +437,40 @@ func revisionAt(ctx context.Context, j JournalSource, t time.Time, sv survivorCo
 }
 
 // idleSince accepts a --to-time after the journal's end only when the old
-// cluster's revision, read linearizably (a quorum answers), is at or below
-// the journal's last: nothing changed since. A member's own revision
-// without a quorum proves nothing (the lost majority may have committed
-// more).
+// cluster's revision, read linearizably (a quorum answers), is the
+// journal's last, and its etcd cluster ID the one the journal's last
+// segment names: nothing changed since. A member's own revision without a
+// quorum proves nothing (the lost majority may have committed more); a
+// revision below the journal's last is a cluster that went back (a
+// restore without a revision bump, a cluster recreated under its name),
+// whose state is not the journal's.
 func idleSince(ctx context.Context, p journal.Point, sv survivorConfig, text string, log *slog.Logger) error {
 	ended := fmt.Sprintf("--to-time %s is after the journal's last stored revision %d, received %s", text, p.LastRev,
 		p.LastReceived.UTC().Format(time.RFC3339Nano))
 	var live int64
+	var liveID string
 	if len(sv.old.Endpoints) > 0 && !sv.noLive {
 		members, _ := probe.List(ctx, sv.old, sv.probeTimeout)
 		for _, m := range probe.Members(ctx, sv.old, members, sv.probeTimeout) {
-			live = max(live, m.Revision)
+			if m.Revision > live {
+				live, liveID = m.Revision, journal.EtcdID(m.ClusterID)
+			}
 		}
 	}
 	switch {
-	case live > 0 && live <= p.LastRev:
+	case live > 0 && p.EtcdClusterID != "" && liveID != p.EtcdClusterID:
+		return fmt.Errorf("%s, and the endpoints answer etcd cluster ID %s, not the journal's %s: another cluster, or one recreated since; "+
+			"restore to a revision the journal holds with --to-revision (%d at most) or --to-latest", ended, liveID, p.EtcdClusterID, p.LastRev)
+	case live == p.LastRev:
 		log.Info("--to-time: after the journal's end, and the cluster has not changed since", "time", text, "revision", p.LastRev, "cluster_revision", live)
 		return nil
-	case live > 0:
+	case live > p.LastRev:
 		return fmt.Errorf("%s, and the cluster is at revision %d: revisions %d to %d are in no segment (the journal stopped, lags, or has not stored its newest segment yet), "+
 			"so which of them it held then is unknown; run again once the journal reaches --to-time, or restore to a revision the journal holds with --to-revision (%d at most) or --to-latest",
 			ended, live, p.LastRev+1, live, p.LastRev)
+	case live > 0:
+		return fmt.Errorf("%s, and the cluster is at revision %d, below it: its history went back (a restore without a revision bump, a cluster recreated under its name), "+
+			"so its state then is not the journal's; restore to a revision the journal holds with --to-revision (%d at most)", ended, live, p.LastRev)
 	default:
 		return fmt.Errorf("%s, and no quorum of the old cluster answered a read (--endpoints, --no-live): whether it changed after revision %d is unknown, "+
 			"and the changes after it, if any, are in no segment; restore the journal's end with --to-latest, or a revision with --to-revision",

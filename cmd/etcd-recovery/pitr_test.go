@@ -177,6 +177,14 @@ func TestPointInTimeRestoreCLI(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &dry) != nil || dry.Replay == nil || dry.Replay.ToRevision != d || len(dry.Replay.Segments) == 0 {
 		t.Fatalf("restore --dry-run --to-time after the journal, the cluster idle since: exit %d\n%s\n%s", code, out, errOut)
 	}
+	// Another cluster at the endpoints (recreated under the name, or
+	// restored without a revision bump: a revision below the journal's,
+	// another etcd cluster ID): not the journal's history, refused.
+	other := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
+	code, out, errOut = runCtx(t, ctx, concatArgs(restoreArgs, clusterArgs(other), []string{"--dry-run", "--to-time", past})...)
+	if code == 0 || !strings.Contains(errOut, "the endpoints answer etcd cluster ID") {
+		t.Fatalf("restore --dry-run --to-time after the journal, another cluster at the endpoints: exit %d, want a refusal\n%s\n%s", code, out, errOut)
+	}
 	if _, err := cli.Put(ctx, "/ns/after-the-journal", "x"); err != nil {
 		t.Fatal(err)
 	}

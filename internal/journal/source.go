@@ -453,9 +453,11 @@ type Point struct {
 	// not stored its newest segment yet, or the cluster was idle.
 	PastEnd bool
 	// LastRev and LastReceived are the journal's last stored revision and
-	// when it was received (set with PastEnd).
-	LastRev      int64
-	LastReceived time.Time
+	// when it was received, and EtcdClusterID the etcd cluster ID its
+	// segment names (set with PastEnd).
+	LastRev       int64
+	LastReceived  time.Time
+	EtcdClusterID string
 }
 
 // TimeGapError is a time that falls in a gap of the journal's chain: the
@@ -586,7 +588,7 @@ func (s *Source) PointAt(ctx context.Context, t time.Time) (Point, error) {
 	if at == len(segs)-1 {
 		last := receivedAt(h, rev)
 		if !last.IsZero() && t.After(last.Add(ReceivedEvery)) {
-			p.PastEnd, p.LastRev, p.LastReceived = true, rev, last
+			p.PastEnd, p.LastRev, p.LastReceived, p.EtcdClusterID = true, rev, last, h.EtcdClusterID
 		}
 		return p, nil
 	}
