@@ -321,7 +321,7 @@ type capture struct {
 	revoking map[int64]*revoke
 	// openFrom is the revision the current watch was opened at, until its
 	// first answer (0 after it); catchUps the catch-ups not sealed whole
-	// yet (Header.CaughtUp).
+	// yet (Header.CaughtUp), the last one open until the watch syncs.
 	openFrom int64
 	catchUps []CatchUp
 	revoked  map[int64]bool
@@ -578,6 +578,7 @@ func (c *capture) run(ctx context.Context) error {
 					break
 				}
 			}
+			c.noteSynced(resp.Header.Revision)
 		}
 	}
 }
@@ -753,29 +754,46 @@ func (c *capture) watch(ctx context.Context) watchChan {
 	return wch
 }
 
-// noteCatchUp records, at a watch's first answer, the revisions etcd had
-// committed by then that the watch has still to deliver (Header.CaughtUp):
-// none of them was received before now, whenever it was committed. A
-// catch-up that continues the one before is merged into it.
+// noteCatchUp records, at a watch's first answer, a catch-up (open)
+// when etcd is past the revision the watch opened at: those revisions
+// were committed before now, and are received from now on, behind any
+// committed meanwhile, until the watch has delivered a response's own
+// revision (noteSynced closes it). A catch-up that continues the one
+// before is merged into it.
 func (c *capture) noteCatchUp(head int64) {
 	from := c.openFrom
 	c.openFrom = 0
 	if from == 0 || head < from {
 		return
 	}
-	u := CatchUp{From: from, To: head, At: c.o.Now().UnixMilli()}
 	if n := len(c.catchUps); n > 0 && from <= c.catchUps[n-1].To+1 {
 		last := &c.catchUps[n-1]
-		last.To, last.At = max(last.To, u.To), max(last.At, u.At)
+		last.To, last.Open = max(last.To, head), true
 		return
 	}
-	c.catchUps = append(c.catchUps, u)
+	c.catchUps = append(c.catchUps, CatchUp{From: from, To: head, Open: true})
 	if len(c.catchUps) > maxCatchUps {
 		all := CatchUp{From: c.catchUps[0].From}
 		for _, v := range c.catchUps {
-			all.To, all.At = max(all.To, v.To), max(all.At, v.At)
+			all.To, all.At, all.Open = max(all.To, v.To), max(all.At, v.At), all.Open || v.Open
 		}
 		c.catchUps = []CatchUp{all}
+	}
+}
+
+// noteSynced closes the open catch-up once the watch has delivered every
+// revision up to a response's header revision (head: etcd's revision
+// when it sent the response): everything to head was committed by now,
+// and what comes after is received live.
+func (c *capture) noteSynced(head int64) {
+	n := len(c.catchUps)
+	if n == 0 || !c.catchUps[n-1].Open || head <= 0 {
+		return
+	}
+	u := &c.catchUps[n-1]
+	u.To = max(u.To, head)
+	if c.next-1 >= head && c.openFrom == 0 {
+		u.At, u.Open = c.o.Now().UnixMilli(), false
 	}
 }
 
@@ -784,10 +802,10 @@ func (c *capture) noteCatchUp(head int64) {
 func (c *capture) sealCatchUps(first, last int64) []CatchUp {
 	var in, rest []CatchUp
 	for _, u := range c.catchUps {
-		if u.From <= last && u.To >= first {
+		if u.From <= last && (u.Open || u.To >= first) {
 			in = append(in, u)
 		}
-		if u.To > last {
+		if u.Open || u.To > last {
 			rest = append(rest, u)
 		}
 	}
@@ -883,6 +901,13 @@ func (c *capture) add(ctx context.Context, evs []*clientv3.Event) ([]*clientv3.E
 			c.next = rev + 1
 			c.settleRevokes(rev-1, false)
 			if ms-c.lastRecv >= ReceivedEvery.Milliseconds() {
+				// The revision before, received at lastMs, too: a revision
+				// left out (within ReceivedEvery of the one recorded
+				// before it) would otherwise take that one's time until
+				// the next recorded, seconds later.
+				if prev := rev - 1; len(c.events) > 0 && prev >= c.events[0].Rev && c.received[prev] == 0 {
+					c.received[prev] = c.lastMs
+				}
 				c.received[rev] = ms
 				c.lastRecv = ms
 			}

@@ -95,16 +95,21 @@ type Header struct {
 	CaughtUp []CatchUp `json:"caughtUp,omitempty"`
 }
 
-// CatchUp is a watch opened again at revision From, whose first answer
-// (received at At, unix milliseconds) said etcd was at revision To: the
-// revisions From to To were committed by At, and none of them was
-// received before At. Between the revision before From (received when
-// the journal last watched) and At, the journal did not see which of
-// them etcd had committed.
+// CatchUp is a watch opened again at revision From whose first answer
+// said etcd was past it: the revisions from From were committed before
+// they were received, behind the backlog. It closes when the watch has
+// delivered every revision up to a response's own revision: To, at At
+// (unix milliseconds). The revisions From to To were committed by At, and
+// what came after was received live. Open: the segment was sealed before
+// the watch caught up (To is etcd's revision as last seen, At 0): its
+// revisions from From were received behind a backlog. Between the
+// revision before From (received when the journal last watched) and the
+// close, the journal did not see which of them etcd had committed when.
 type CatchUp struct {
 	From int64 `json:"from"`
 	To   int64 `json:"to"`
-	At   int64 `json:"at"`
+	At   int64 `json:"at,omitempty"`
+	Open bool  `json:"open,omitempty"`
 }
 
 // PendingRevoke is a revoke not placed yet: lease ID was found gone at

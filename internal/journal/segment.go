@@ -378,7 +378,7 @@ func (c *checker) header(want Want) error {
 		return c.fail(ReasonFormat, "%d catch-ups, a segment carries %d at most", len(h.CaughtUp), maxCatchUps)
 	}
 	for _, u := range h.CaughtUp {
-		if u.From < 1 || u.To < u.From || u.From > h.LastRev || u.To < h.FirstRev || u.At <= 0 {
+		if u.From < 1 || u.To < u.From || u.From > h.LastRev || (!u.Open && (u.To < h.FirstRev || u.At <= 0)) {
 			return c.fail(ReasonRange, "a catch-up of revisions %d-%d at %d, not one of revisions %d-%d", u.From, u.To, u.At, h.FirstRev, h.LastRev)
 		}
 	}

@@ -540,44 +540,51 @@ func (s *Source) PointAt(ctx context.Context, t time.Time) (Point, error) {
 	if err != nil {
 		return Point{}, err
 	}
-	// The revisions after rev were received after t. When they are a
-	// catch-up, they were committed before its watch's first answer, and
-	// received only after it: a t before that answer is in a window the
-	// journal did not watch (which of them etcd had committed by t is
-	// unknown), and a t after it holds all of them.
+	// The revision after rev was received after t. When it is one of a
+	// catch-up (its segment says so), it was committed before it was
+	// received, behind a backlog: a t before the catch-up closed (the
+	// watch delivered every revision up to a response's own) is in a
+	// window the journal did not watch (which of them etcd had committed
+	// by t is unknown), and a t after it holds all of it.
+	holding := func(r int64) int {
+		at := -1
+		for i := max(found, 0); i < len(segs) && segs[i].FirstRev <= r; i++ {
+			if r <= segs[i].LastRev {
+				at = i
+			}
+		}
+		return at
+	}
 	for range maxCatchUps + 1 {
-		u, ok := catchUpAfter(hs, rev)
+		j := holding(rev + 1)
+		if j < 0 {
+			break
+		}
+		h, err := header(j)
+		if err != nil {
+			return Point{}, err
+		}
+		u, ok := catchUpOf(h, rev+1)
 		if !ok {
 			break
 		}
-		if ms < u.At {
+		if u.Open || ms < u.At {
 			var beforeAt time.Time
-			for _, h := range hs {
-				if h.FirstRev <= rev && rev <= h.LastRev {
-					beforeAt = receivedAt(h, rev)
+			if i := holding(rev); i >= 0 {
+				if hb, err := header(i); err == nil {
+					beforeAt = receivedAt(hb, rev)
 				}
 			}
 			return Point{}, &CatchUpError{ClusterID: s.clusterID, Time: t, Before: rev, BeforeAt: beforeAt, CatchUp: u}
 		}
-		rev = u.To
-		for i := max(found, 0); i < len(segs) && segs[i].FirstRev <= rev; i++ {
-			if segs[i].LastRev >= rev && i > found+1 {
-				if h, err := header(i); err == nil {
-					hs = append(hs, h)
-				} else {
-					return Point{}, err
-				}
-			}
+		if holding(u.To) < 0 {
+			return Point{}, fmt.Errorf("the journal of cluster %s caught up to revision %d by %s, after %s, but its stored segments end before it: "+
+				"the state then is in no stored segment", s.clusterID, u.To, time.UnixMilli(u.At).UTC().Format(time.RFC3339Nano), t.UTC().Format(time.RFC3339Nano))
 		}
+		rev = u.To
 	}
 	p := Point{Revision: rev}
-	// The segment holding rev.
-	at := -1
-	for i := max(found, 0); i < len(segs) && segs[i].FirstRev <= rev; i++ {
-		if rev <= segs[i].LastRev {
-			at = i
-		}
-	}
+	at := holding(rev)
 	if at < 0 || rev != segs[at].LastRev {
 		return p, nil // a later revision of its own segment was received after t
 	}
@@ -598,14 +605,11 @@ func (s *Source) PointAt(ctx context.Context, t time.Time) (Point, error) {
 	return p, nil
 }
 
-// catchUpAfter is the catch-up, among the headers, that revision rev+1
-// belongs to, with rev before its end.
-func catchUpAfter(hs []Header, rev int64) (CatchUp, bool) {
-	for _, h := range hs {
-		for _, u := range h.CaughtUp {
-			if u.From <= rev+1 && rev < u.To {
-				return u, true
-			}
+// catchUpOf is the catch-up of header h that revision r belongs to.
+func catchUpOf(h Header, r int64) (CatchUp, bool) {
+	for _, u := range h.CaughtUp {
+		if u.From <= r && (u.Open || r <= u.To) {
+			return u, true
 		}
 	}
 	return CatchUp{}, false
@@ -626,9 +630,15 @@ type CatchUpError struct {
 }
 
 func (e *CatchUpError) Error() string {
+	if e.CatchUp.Open {
+		return fmt.Sprintf("%s is in a window the journal of cluster %s did not watch: it received revision %d at %s, and the revisions from %d only in a catch-up "+
+			"after its watch opened again (a restart, a leader change or a stall), behind a backlog, that had not caught up by then; which of them etcd had by %s is unknown. "+
+			"Restore to a revision with --to-revision (journal find lists the changes), or to a later time",
+			e.Time.UTC().Format(time.RFC3339Nano), e.ClusterID, e.Before, e.BeforeAt.UTC().Format(time.RFC3339Nano), e.CatchUp.From, e.Time.UTC().Format(time.RFC3339Nano))
+	}
 	at := time.UnixMilli(e.CatchUp.At).UTC().Format(time.RFC3339Nano)
 	return fmt.Sprintf("%s is in a window the journal of cluster %s did not watch: it received revision %d at %s, and revisions %d to %d only in a catch-up "+
-		"after its watch opened again at %s (a restart, a leader change or a stall), etcd having committed them by then; which of them it had by %s is unknown. "+
+		"after its watch opened again, caught up at %s (a restart, a leader change or a stall), etcd having committed them by then; which of them it had by %s is unknown. "+
 		"Restore to a revision with --to-revision (journal find lists the changes), or to a time from %s on",
 		e.Time.UTC().Format(time.RFC3339Nano), e.ClusterID, e.Before, e.BeforeAt.UTC().Format(time.RFC3339Nano), e.CatchUp.From, e.CatchUp.To,
 		at, e.Time.UTC().Format(time.RFC3339Nano), at)
