@@ -147,6 +147,7 @@ func TestRestoreAllOverlap(t *testing.T) {
 		ns := &raNamespace{RestoreAllNamespace: RestoreAllNamespace{Store: st, Layout: lay}, name: strings.TrimSuffix(lay.Prefix, "/"),
 			run: catalog.NewFleetRestoreRunID(tG)}
 		rg.nss = append(rg.nss, ns)
+		rg.todo = append(rg.todo, &raCluster{ns: ns, id: "etcd-x", action: ActionRestore})
 	}
 	if err := rg.writePlans(ctx); err != nil {
 		t.Fatalf("a run over two namespaces, another attempt in one: %v, want it to go on with the other", err)
@@ -162,5 +163,51 @@ func TestRestoreAllOverlap(t *testing.T) {
 	var ended catalog.FleetRestoreAttempt
 	if err := catalog.ReadFleetRestoreRecord(ctx, st, l4.FleetRestoreAttemptKey(ns4.run, tG, true), &ended); err != nil || ended.Ended.IsZero() {
 		t.Errorf("kubx-etcd-04's end record, written when it stopped: %+v %v", ended, err)
+	}
+	// The run it stopped stays unfinished: a rerun of the same request
+	// resumes it (skipping what it did), not a new run that would restore
+	// every cluster again.
+	var plan4 catalog.FleetRestorePlan
+	if err := catalog.ReadFleetRestoreRecord(ctx, st, l4.FleetRestorePlanKey(ns4.run), &plan4); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := st.List(ctx, l4.RestoresPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, o := range objs {
+		keys = append(keys, o.Key)
+	}
+	for _, s4 := range runStates(l4, keys) {
+		if s4.run == ns4.run && (ended.NotStarted != 1 || complete(&plan4, s4, &ended)) {
+			t.Errorf("the run that yielded in kubx-etcd-04: %d not started, complete %v; want its planned cluster not started, the run unfinished",
+				ended.NotStarted, complete(&plan4, s4, &ended))
+		}
+	}
+}
+
+// A resumed restore-all --to-time takes the revision its plan mapped the
+// time to, not the journal's reach again: that mapping may have rested on
+// evidence read once (an idle cluster's own revision past its journal's
+// end), and a cluster written since would be refused on resume. A new run
+// reads the journal (here none: refused).
+func TestRestoreAllToTimeResumeTakesThePlannedRevision(t *testing.T) {
+	t.Parallel()
+	l := catalog.Layout{Prefix: "kubx-etcd-01/"}
+	plan := &catalog.FleetRestorePlan{Clusters: []catalog.FleetRestorePlanned{{Cluster: "etcd-a", Action: ActionRestore, Revision: 42}}}
+	for _, resumed := range []bool{true, false} {
+		ns := &raNamespace{RestoreAllNamespace: RestoreAllNamespace{Store: memstore.New(), Layout: l}, name: "kubx-etcd-01", resumed: resumed, plan: plan}
+		c := &raCluster{ns: ns, id: "etcd-a", action: ActionRestore}
+		r := newRestoreAll(RestoreAllOptions{ToTime: time.Now()})
+		r.log = slog.New(slog.DiscardHandler)
+		r.todo = []*raCluster{c}
+		r.checkPointInTime(context.Background())
+		switch {
+		case resumed && (c.row.Revision != 42 || c.row.Outcome == OutcomeFailed):
+			t.Errorf("resumed: %+v, want the planned revision 42", c.row)
+		case !resumed && (c.row.Outcome != OutcomeFailed || c.row.FailedStep != StepJournalReach):
+			t.Errorf("a new run: %+v, want the journal read (none: failed at %q)", c.row, StepJournalReach)
+		}
 	}
 }

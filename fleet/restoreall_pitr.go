@@ -29,6 +29,13 @@ func (r *restoreAll) checkPointInTime(ctx context.Context) {
 		if c.action == "" || c.adoptOnly || c.row.Outcome == OutcomeFailed {
 			return
 		}
+		if rev := plannedRevision(c); rev > 0 {
+			// A resumed run: the revision its plan mapped ToTime to,
+			// once (the evidence then, the cluster's own revision past
+			// its journal's end among it, is not there to read again).
+			c.row.Revision = rev
+			return
+		}
 		ctx, cancel := context.WithTimeout(ctx, measureTimeout)
 		defer cancel()
 		rev, err := r.journalReach(ctx, c)
@@ -92,4 +99,18 @@ func cmpOr(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// plannedRevision is the revision a resumed run's plan recorded for c (0:
+// none, or not a resumed run).
+func plannedRevision(c *raCluster) int64 {
+	if !c.ns.resumed || c.ns.plan == nil {
+		return 0
+	}
+	for _, p := range c.ns.plan.Clusters {
+		if p.Cluster == c.id {
+			return p.Revision
+		}
+	}
+	return 0
 }

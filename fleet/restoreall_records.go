@@ -324,11 +324,21 @@ func (r *restoreAll) yieldToOthers(ctx context.Context, ns *raNamespace) error {
 }
 
 // endAttempt writes ns's attempt end record now (it restores nothing
-// more), so that neither a rerun nor another run is held by it.
+// more), so that neither a rerun nor another run is held by it. Its
+// planned clusters not done count as not started: the run stays
+// unfinished, and a rerun resumes it (skipping what it did) instead of
+// starting another that would restore them all again.
 func (r *restoreAll) endAttempt(ctx context.Context, ns *raNamespace) {
 	a := *ns.attempt
 	a.Ended = r.opts.now().UTC()
 	a.Cancelled = ctx.Err() != nil
+	for _, c := range r.todo {
+		if c.ns == ns && c.action != "" {
+			if _, done := ns.done[c.id]; !done {
+				a.NotStarted++
+			}
+		}
+	}
 	r.writeEnd(ctx, ns, &a)
 	ns.attempt = nil
 }
