@@ -211,3 +211,59 @@ func TestRestoreAllToTimeResumeTakesThePlannedRevision(t *testing.T) {
 		}
 	}
 }
+
+// A run's completeness is judged by its newest attempt that did not yield:
+// a yielded attempt (begun at the same time as another, it did nothing)
+// makes neither a run another attempt finished look unfinished (every
+// rerun would resume it, refusing a cluster it restored that lost quorum
+// again), nor a run with clusters left look finished (a rerun would start
+// a new run, restoring its done clusters again).
+func TestRestoreAllCompleteSkipsYieldedAttempts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := catalog.Layout{Prefix: "kubx-etcd-01/"}
+	t0 := time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
+	plan := &catalog.FleetRestorePlan{Clusters: []catalog.FleetRestorePlanned{{Cluster: "a"}, {Cluster: "b"}}}
+	for _, tc := range []struct {
+		name     string
+		first    catalog.FleetRestoreAttempt // the attempt that went on
+		complete bool
+	}{
+		{"the other attempt finished, b left alone (healthy again)", catalog.FleetRestoreAttempt{Verified: 1}, true},
+		{"the other attempt failed on b", catalog.FleetRestoreAttempt{Verified: 1, Failed: []string{"b: restore: no quorum"}}, false},
+	} {
+		st := memstore.New()
+		run := catalog.NewFleetRestoreRunID(t0)
+		t1, t2 := t0.Add(time.Minute), t0.Add(time.Minute+time.Second) // the yielded one began later by its clock
+		a := tc.first
+		a.Run, a.Started, a.Ended = run, t1, t1.Add(time.Minute)
+		y := catalog.FleetRestoreAttempt{Run: run, Started: t2, Ended: t2, Yielded: true, NotStarted: 1}
+		for key, rec := range map[string]any{
+			l.FleetRestoreAttemptKey(run, t1, false): &catalog.FleetRestoreAttempt{Run: run, Started: t1},
+			l.FleetRestoreAttemptKey(run, t1, true):  &a,
+			l.FleetRestoreAttemptKey(run, t2, false): &catalog.FleetRestoreAttempt{Run: run, Started: t2},
+			l.FleetRestoreAttemptKey(run, t2, true):  &y,
+			l.FleetRestoreDoneKey(run, "a"):          &catalog.FleetRestoreDone{Run: run, Cluster: "a"},
+		} {
+			if err := catalog.WriteFleetRestoreRecord(ctx, st, key, rec); err != nil {
+				t.Fatal(err)
+			}
+		}
+		objs, err := st.List(ctx, l.RestoresPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for _, o := range objs {
+			keys = append(keys, o.Key)
+		}
+		s := runStates(l, keys)[0]
+		end, err := lastEnd(ctx, st, l, s)
+		if err != nil || end == nil || end.Yielded {
+			t.Fatalf("%s: the end judged by: %+v %v, want the attempt that went on", tc.name, end, err)
+		}
+		if got := complete(plan, s, end); got != tc.complete {
+			t.Errorf("%s: complete %v, want %v", tc.name, got, tc.complete)
+		}
+	}
+}

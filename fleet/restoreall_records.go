@@ -51,6 +51,27 @@ type runState struct {
 	done  []string
 }
 
+// lastEnd is the end record of s's newest attempt that did not yield
+// (nil: that attempt has none, or s has no attempt). A yielded attempt
+// did nothing: judged by it, a run another attempt finished would look
+// unfinished, or one with clusters left would look finished.
+func lastEnd(ctx context.Context, st store.Store, l catalog.Layout, s *runState) (*catalog.FleetRestoreAttempt, error) {
+	for i := len(s.starts) - 1; i >= 0; i-- {
+		started := s.starts[i]
+		if !s.ends[started] {
+			return nil, nil
+		}
+		var a catalog.FleetRestoreAttempt
+		if err := catalog.ReadFleetRestoreRecord(ctx, st, l.FleetRestoreAttemptKey(s.run, started, true), &a); err != nil {
+			return nil, err
+		}
+		if !a.Yielded {
+			return &a, nil
+		}
+	}
+	return nil, nil
+}
+
 // latest is the newest attempt's start, and whether it has an end record.
 func (s *runState) latest() (time.Time, bool, bool) {
 	if len(s.starts) == 0 {
@@ -214,14 +235,9 @@ func (r *restoreAll) openRun(ctx context.Context, ns *raNamespace, fp string) er
 		if plan.Fingerprint != fp || plan.Run != s.run {
 			continue
 		}
-		started, ended, any := s.latest()
-		var lastEnd *catalog.FleetRestoreAttempt
-		if any && ended {
-			var a catalog.FleetRestoreAttempt
-			if err := catalog.ReadFleetRestoreRecord(ctx, st, l.FleetRestoreAttemptKey(s.run, started, true), &a); err != nil {
-				return &RestoreAllError{Err: fmt.Errorf("namespace %s: %w", ns.name, ctxErr(ctx, err))}
-			}
-			lastEnd = &a
+		lastEnd, err := lastEnd(ctx, st, l, s)
+		if err != nil {
+			return &RestoreAllError{Err: fmt.Errorf("namespace %s: %w", ns.name, ctxErr(ctx, err))}
 		}
 		if ns.run != "" || r.opts.NewRun || complete(&plan, s, lastEnd) {
 			continue
@@ -332,6 +348,7 @@ func (r *restoreAll) endAttempt(ctx context.Context, ns *raNamespace) {
 	a := *ns.attempt
 	a.Ended = r.opts.now().UTC()
 	a.Cancelled = ctx.Err() != nil
+	a.Yielded = true
 	for _, c := range r.todo {
 		if c.ns == ns && c.action != "" {
 			if _, done := ns.done[c.id]; !done {

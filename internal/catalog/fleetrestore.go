@@ -129,6 +129,11 @@ type FleetRestoreAttempt struct {
 	Failed     []string `json:"failed,omitempty"`
 	NotStarted int      `json:"notStarted,omitempty"`
 	Cancelled  bool     `json:"cancelled,omitempty"`
+	// Yielded: the attempt stopped right after it began, having found
+	// another attempt in the namespace begun at the same time; it did
+	// nothing, and a run's completeness is judged by its attempts that
+	// did not yield.
+	Yielded bool `json:"yielded,omitempty"`
 	// Key is where the record is (not in the record itself).
 	Key string `json:"-"`
 }

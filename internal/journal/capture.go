@@ -300,20 +300,24 @@ type capture struct {
 	// "holding nothing", which alone may take a message past the limit.
 	sealedHeld atomic.Int64
 
-	events    []Event
-	size      int64
-	started   time.Time // when the buffer's first event arrived
-	received  map[int64]int64
-	lastRecv  int64 // unix ms of the last recorded receive
-	leases    []Lease
-	known     map[int64]bool
-	curRev    int64
-	curSub    int64
-	lastMs    int64 // when the buffer's last revision was received (unix ms)
-	pauses    int   // watches paused for the store
-	stopWatch context.CancelFunc
-	upc       chan pending
-	errc      chan error
+	events   []Event
+	size     int64
+	started  time.Time // when the buffer's first event arrived
+	received map[int64]int64
+	lastRecv int64 // unix ms of the last recorded receive
+	leases   []Lease
+	known    map[int64]bool
+	curRev   int64
+	curSub   int64
+	lastMs   int64 // when the buffer's last revision was received (unix ms)
+	// prevRev and prevMs are the revision before the buffer's last and
+	// when its last event was received: lastMs again after the last
+	// revision is dropped (dropAfter).
+	prevRev, prevMs int64
+	pauses          int // watches paused for the store
+	stopWatch       context.CancelFunc
+	upc             chan pending
+	errc            chan error
 
 	// revoking are leases found gone on a delete of one of their keys,
 	// until the capture passes the revision at which they were found
@@ -324,7 +328,11 @@ type capture struct {
 	// yet (Header.CaughtUp), the last one open until the watch syncs.
 	openFrom int64
 	catchUps []CatchUp
-	revoked  map[int64]bool
+	// openLin receives, once, the cluster's revision read linearizably
+	// when the current watch opened (0: the read failed): the watch's
+	// own member may be behind the cluster.
+	openLin chan int64
+	revoked map[int64]bool
 	// ttlPending index leases whose lookups failed (settleLeases).
 	ttlPending []int
 	// granted are the granted TTLs pollLeases learned, by lease ID: a
@@ -650,7 +658,13 @@ func (c *capture) catchUp(wctx context.Context, wch watchChan) error {
 			if err := c.checkResponse(resp.WatchResponse); err != nil {
 				return err // another history: nothing of it is buffered
 			}
+			// As in the loop: a watch's first answer, and its catch-up
+			// closing, are recorded here too.
+			if c.openFrom != 0 && resp.Header.Revision > 0 {
+				c.noteCatchUp(resp.Header.Revision)
+			}
 			if resp.IsProgressNotify() && resp.Header.Revision >= target && c.partial == 0 {
+				c.noteSynced(resp.Header.Revision)
 				return caughtUp() // every event up to it delivered
 			}
 			cont := c.resolvePartial(resp.Events)
@@ -682,6 +696,7 @@ func (c *capture) catchUp(wctx context.Context, wch watchChan) error {
 					return behind("the store is behind")
 				}
 			}
+			c.noteSynced(resp.Header.Revision)
 		}
 	}
 	return caughtUp()
@@ -751,19 +766,40 @@ func (c *capture) watch(ctx context.Context) watchChan {
 	wch, rw := openRawWatch(wctx, c.o.Client, c.next)
 	c.wd.raw = rw
 	c.openFrom = c.from()
+	c.openLin = nil
+	if cli := c.o.Client; cli != nil {
+		ch := make(chan int64, 1)
+		c.openLin = ch
+		go func() {
+			rctx, cancel := context.WithTimeout(wctx, openReadTimeout)
+			defer cancel()
+			r, err := cli.Get(rctx, probeKey, clientv3.WithCountOnly())
+			if err != nil {
+				ch <- 0
+				return
+			}
+			ch <- r.Header.Revision
+		}()
+	}
 	return wch
 }
 
-// noteCatchUp records, at a watch's first answer, a catch-up (open)
-// when etcd is past the revision the watch opened at: those revisions
-// were committed before now, and are received from now on, behind any
-// committed meanwhile, until the watch has delivered a response's own
-// revision (noteSynced closes it). A catch-up that continues the one
-// before is merged into it.
+// openReadTimeout bounds the linearizable read of the cluster's revision
+// made when a watch opens (capture.openLin).
+const openReadTimeout = 2 * time.Second
+
+// noteCatchUp records, at a watch's first answer, an open catch-up from
+// the revision the watch opened at: the revisions etcd had committed by
+// then are received from now on, behind any committed meanwhile, until
+// the watch has delivered every revision up to a response's own revision
+// and up to the cluster's revision read when it opened (noteSynced closes
+// it, or drops it when there was nothing to catch up). The answer's own
+// revision is its member's, which may be behind the cluster. A catch-up
+// that continues the one before is merged into it.
 func (c *capture) noteCatchUp(head int64) {
 	from := c.openFrom
 	c.openFrom = 0
-	if from == 0 || head < from {
+	if from == 0 {
 		return
 	}
 	if n := len(c.catchUps); n > 0 && from <= c.catchUps[n-1].To+1 {
@@ -771,7 +807,7 @@ func (c *capture) noteCatchUp(head int64) {
 		last.To, last.Open = max(last.To, head), true
 		return
 	}
-	c.catchUps = append(c.catchUps, CatchUp{From: from, To: head, Open: true})
+	c.catchUps = append(c.catchUps, CatchUp{From: from, To: max(head, from-1), Open: true})
 	if len(c.catchUps) > maxCatchUps {
 		all := CatchUp{From: c.catchUps[0].From}
 		for _, v := range c.catchUps {
@@ -782,19 +818,35 @@ func (c *capture) noteCatchUp(head int64) {
 }
 
 // noteSynced closes the open catch-up once the watch has delivered every
-// revision up to a response's header revision (head: etcd's revision
-// when it sent the response): everything to head was committed by now,
-// and what comes after is received live.
+// revision up to a response's header revision (head: its member's
+// revision when it sent the response) and up to the cluster's revision
+// read when the watch opened: everything to there was committed by now,
+// and what comes after is received live. One that caught nothing up (the
+// cluster had not moved) is dropped.
 func (c *capture) noteSynced(head int64) {
 	n := len(c.catchUps)
-	if n == 0 || !c.catchUps[n-1].Open || head <= 0 {
+	if n == 0 || !c.catchUps[n-1].Open || head <= 0 || c.openFrom != 0 {
 		return
 	}
 	u := &c.catchUps[n-1]
-	u.To = max(u.To, head)
-	if c.next-1 >= head && c.openFrom == 0 {
-		u.At, u.Open = c.o.Now().UnixMilli(), false
+	if c.openLin != nil {
+		select {
+		case v := <-c.openLin:
+			c.openLin = nil
+			u.To = max(u.To, v)
+		default:
+			return // the cluster's revision not read yet
+		}
 	}
+	u.To = max(u.To, head)
+	if c.next-1 < u.To {
+		return
+	}
+	if u.To < u.From {
+		c.catchUps = c.catchUps[:n-1] // nothing to catch up
+		return
+	}
+	u.At, u.Open = c.o.Now().UnixMilli(), false
 }
 
 // sealCatchUps are the catch-ups of a segment of revisions first to last;
@@ -803,6 +855,9 @@ func (c *capture) sealCatchUps(first, last int64) []CatchUp {
 	var in, rest []CatchUp
 	for _, u := range c.catchUps {
 		if u.From <= last && (u.Open || u.To >= first) {
+			if u.Open {
+				u.To = max(u.To, u.From) // etcd's revision as last seen; at least From, delivered
+			}
 			in = append(in, u)
 		}
 		if u.Open || u.To > last {
@@ -896,6 +951,9 @@ func (c *capture) add(ctx context.Context, evs []*clientv3.Event) ([]*clientv3.E
 		case rev == c.next:
 			if len(c.events) > 0 && c.size >= int64(c.o.SegmentSize) {
 				return evs[i:], nil // cut here, at the previous revision's end
+			}
+			if len(c.events) > 0 {
+				c.prevRev, c.prevMs = c.curRev, c.lastMs
 			}
 			c.curRev, c.curSub = rev, 0
 			c.next = rev + 1
@@ -1442,6 +1500,23 @@ func (c *capture) dropAfter(rev int64) int {
 		if r > rev {
 			delete(c.received, r)
 		}
+	}
+	// The receive times of what is left: the last revision's own (the
+	// seal records it), and the latest recorded.
+	c.lastRecv = 0
+	for _, ms := range c.received {
+		c.lastRecv = max(c.lastRecv, ms)
+	}
+	if n > 0 {
+		if c.events[n-1].Rev == c.prevRev {
+			c.lastMs = c.prevMs
+		} else if at, ok := c.received[c.events[n-1].Rev]; ok {
+			c.lastMs = at
+		}
+		// Else a trim of several revisions (a lineage break): lastMs
+		// stays the dropped one's, later than the last kept revision's
+		// (a time between maps to the revision before: older, never a
+		// revision received after the time).
 	}
 	pending := map[int]bool{}
 	for _, i := range c.ttlPending {

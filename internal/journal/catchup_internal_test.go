@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/armada/etcd-recovery/internal/catalog"
 	"github.com/armada/etcd-recovery/internal/objectio"
 	"github.com/armada/etcd-recovery/internal/store/memstore"
+	"github.com/armada/etcd-recovery/internal/testing/testenv"
 )
 
 // watchRig drives a capture's buffer as its watch loop does, on a clock of
@@ -143,4 +145,107 @@ func TestWatchRigCatchUps(t *testing.T) {
 			t.Errorf("after the journal's end: %+v %v, want 15, past the end", p, err)
 		}
 	})
+	t.Run("a fragment dropped before the seal", func(t *testing.T) {
+		r := newWatchRig(t, 10)
+		r.response(900, 10, 10)
+		r.response(1000, 11, 11)
+		// 60 s later the first fragment of a large 12; the watch ends
+		// before the rest, and the final flush drops it.
+		r.now = 61010
+		if rest, err := r.c.add(context.Background(), []*clientv3.Event{{Type: mvccpb.PUT, Kv: &mvccpb.KeyValue{Key: []byte("big"), Value: []byte("v"),
+			ModRevision: 12, CreateRevision: 12, Version: 1}}}); err != nil || len(rest) > 0 {
+			t.Fatal(rest, err)
+		}
+		r.c.partial = 12
+		r.c.dropPartial()
+		r.seal()
+		if p, err := r.pointAt(30000); err != nil || p.Revision != 11 {
+			t.Errorf("30 s after 11 was received: %+v %v, want 11 (not the dropped fragment's time)", p, err)
+		}
+	})
+	t.Run("a watch opened on a member behind the cluster", func(t *testing.T) {
+		r := newWatchRig(t, 11)
+		r.response(1000, 11, 11)
+		r.reopen() // 12 to 15 committed while no journal watched
+		r.c.openLin = make(chan int64, 1)
+		r.c.openLin <- 15    // the cluster's revision, read linearizably
+		r.response(8000, 11) // the member's own: behind
+		r.response(9000, 12, 12)
+		r.response(9001, 13, 13)
+		r.response(9002, 14, 14)
+		r.response(9003, 15, 15)
+		r.seal()
+		if p, err := r.pointAt(3000); !errors.As(err, &ce) || ce.CatchUp.To != 15 || ce.CatchUp.At != 9003 {
+			t.Errorf("in the window no journal watched: %+v %v, want refused, caught up to 15 at 9003", p, err)
+		}
+	})
+	t.Run("a watch opened with nothing to catch up", func(t *testing.T) {
+		r := newWatchRig(t, 11)
+		r.response(1000, 11, 11)
+		r.reopen()
+		r.c.openLin = make(chan int64, 1)
+		r.c.openLin <- 11
+		r.response(8000, 11) // nothing committed meanwhile: no catch-up
+		r.response(9000, 12, 12)
+		r.seal()
+		if p, err := r.pointAt(8500); err != nil || p.Revision != 11 || len(r.c.catchUps) != 0 {
+			t.Errorf("an idle cluster's watch opened again: %+v %v, catch-ups %+v; want 11, none", p, err, r.c.catchUps)
+		}
+	})
+}
+
+// The stop's catch-up (SIGTERM while the watch was down, waiting for its
+// backoff) opens a watch of its own and reads the backlog the cluster
+// wrote meanwhile: on a real etcd 3.5, that backlog is recorded as a
+// catch-up, and a time inside the window no journal watched is refused.
+// Before, the stop's path recorded none, and the time mapped to the
+// revision before the window (found by an adversarial review).
+func TestStopCatchUpIsACatchUp(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e := testenv.StartEtcd(t, testenv.EtcdOptions{Version: testenv.V35, Members: 1})
+	cli := e.Client(t)
+	p0, err := cli.Put(ctx, "k0", "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r0 := p0.Header.Revision
+	var now atomic.Int64
+	now.Store(1000)
+	st := memstore.New()
+	o := CaptureOptions{Client: cli, Store: st, Layout: watchRigLayout, ClusterID: "c1", BaseBackup: "b1", BaseRev: r0 - 1, SegmentSize: 1 << 30,
+		Now: func() time.Time { return time.UnixMilli(now.Load()) }}
+	if err := o.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	c := &capture{o: o, next: r0, known: map[int64]bool{}, stopWatch: func() {}}
+	if rest, err := c.add(ctx, []*clientv3.Event{{Type: mvccpb.PUT, Kv: &mvccpb.KeyValue{Key: []byte("k0"), Value: []byte("v"),
+		ModRevision: r0, CreateRevision: r0, Version: 1}}}); err != nil || len(rest) > 0 {
+		t.Fatal(rest, err)
+	}
+	for i := 1; i <= 5; i++ { // while the watch was down
+		if _, err := cli.Put(ctx, fmt.Sprint("k", i), "v"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now.Store(7000) // SIGTERM
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	if err := c.catchUp(wctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.stopWatch()
+	p, err := c.seal(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := writeRaw(ctx, st, watchRigLayout.JournalSegmentKey("c1", p.h.FirstRev, p.h.LastRev), p.h, p.raw,
+		objectio.Encoding{Compression: objectio.CompressZstd}, objectio.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var ce *CatchUpError
+	if pt, err := NewSource(st, watchRigLayout, "c1", nil).PointAt(ctx, time.UnixMilli(4000)); !errors.As(err, &ce) || ce.Before != r0 {
+		t.Errorf("after %d was received, before the backlog written meanwhile: %+v %v (caught up %+v); want refused", r0, pt, err, p.h.CaughtUp)
+	}
 }
