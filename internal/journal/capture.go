@@ -513,6 +513,7 @@ func (c *capture) run(ctx context.Context) error {
 				if c.openFrom != 0 && resp.Header.Revision > 0 {
 					c.noteCatchUp(resp.Header.Revision)
 				}
+				c.pollOpenRead()
 			}
 			if !ok {
 				if ctx.Err() != nil {
@@ -663,6 +664,7 @@ func (c *capture) catchUp(wctx context.Context, wch watchChan) error {
 			if c.openFrom != 0 && resp.Header.Revision > 0 {
 				c.noteCatchUp(resp.Header.Revision)
 			}
+			c.pollOpenRead()
 			if resp.IsProgressNotify() && resp.Header.Revision >= target && c.partial == 0 {
 				c.noteSynced(resp.Header.Revision)
 				return caughtUp() // every event up to it delivered
@@ -771,14 +773,22 @@ func (c *capture) watch(ctx context.Context) watchChan {
 		ch := make(chan int64, 1)
 		c.openLin = ch
 		go func() {
-			rctx, cancel := context.WithTimeout(wctx, openReadTimeout)
-			defer cancel()
-			r, err := cli.Get(rctx, probeKey, clientv3.WithCountOnly())
-			if err != nil {
-				ch <- 0
-				return
+			// Until it answers: a failed read (no quorum within the
+			// bound) says nothing, and the catch-up stays open.
+			for {
+				rctx, cancel := context.WithTimeout(wctx, openReadTimeout)
+				r, err := cli.Get(rctx, probeKey, clientv3.WithCountOnly())
+				cancel()
+				if err == nil {
+					ch <- r.Header.Revision
+					return
+				}
+				select {
+				case <-wctx.Done():
+					return
+				case <-time.After(time.Second):
+				}
 			}
-			ch <- r.Header.Revision
 		}()
 	}
 	return wch
@@ -825,28 +835,50 @@ func (c *capture) noteCatchUp(head int64) {
 // cluster had not moved) is dropped.
 func (c *capture) noteSynced(head int64) {
 	n := len(c.catchUps)
-	if n == 0 || !c.catchUps[n-1].Open || head <= 0 || c.openFrom != 0 {
-		return
+	if n == 0 || !c.catchUps[n-1].Open || head <= 0 || c.openFrom != 0 || c.openLin != nil {
+		return // the cluster's revision not read yet
 	}
 	u := &c.catchUps[n-1]
-	if c.openLin != nil {
-		select {
-		case v := <-c.openLin:
-			c.openLin = nil
-			u.To = max(u.To, v)
-		default:
-			return // the cluster's revision not read yet
-		}
-	}
 	u.To = max(u.To, head)
+	c.closeCatchUp(c.o.Now().UnixMilli())
+}
+
+// pollOpenRead takes the cluster's revision read when the watch opened,
+// once it has come, before a response's events are added: judged against
+// what the watch had delivered by then, a catch-up with nothing to catch
+// up is dropped, and one delivered whole is closed (at the last
+// revision's receive time), before a live revision after it could be
+// taken for part of it.
+func (c *capture) pollOpenRead() {
+	if c.openLin == nil || c.openFrom != 0 {
+		return
+	}
+	select {
+	case v := <-c.openLin:
+		c.openLin = nil
+		if n := len(c.catchUps); n > 0 && c.catchUps[n-1].Open {
+			u := &c.catchUps[n-1]
+			u.To = max(u.To, v)
+			c.closeCatchUp(c.lastMs)
+		}
+	default:
+	}
+}
+
+// closeCatchUp closes the open catch-up at at (unix ms) once the watch has
+// delivered every revision to its To, or drops it when that is before its
+// From (nothing to catch up).
+func (c *capture) closeCatchUp(at int64) {
+	n := len(c.catchUps)
+	u := &c.catchUps[n-1]
 	if c.next-1 < u.To {
 		return
 	}
 	if u.To < u.From {
-		c.catchUps = c.catchUps[:n-1] // nothing to catch up
+		c.catchUps = c.catchUps[:n-1]
 		return
 	}
-	u.At, u.Open = c.o.Now().UnixMilli(), false
+	u.At, u.Open = max(at, 1), false
 }
 
 // sealCatchUps are the catch-ups of a segment of revisions first to last;

@@ -53,6 +53,7 @@ func (r *watchRig) response(ms, head int64, revs ...int64) {
 	if c := r.c; c.openFrom != 0 {
 		c.noteCatchUp(head)
 	}
+	r.c.pollOpenRead()
 	if rest, err := r.c.add(context.Background(), evs); err != nil || len(rest) > 0 {
 		r.t.Fatal(rest, err)
 	}
@@ -177,6 +178,34 @@ func TestWatchRigCatchUps(t *testing.T) {
 		r.seal()
 		if p, err := r.pointAt(3000); !errors.As(err, &ce) || ce.CatchUp.To != 15 || ce.CatchUp.At != 9003 {
 			t.Errorf("in the window no journal watched: %+v %v, want refused, caught up to 15 at 9003", p, err)
+		}
+	})
+	t.Run("a live write after a late read", func(t *testing.T) {
+		r := newWatchRig(t, 11)
+		r.response(1000, 11, 11)
+		r.reopen()
+		r.c.openLin = make(chan int64, 1)
+		r.response(8000, 11) // the first answer, before the read
+		r.c.openLin <- 11    // the cluster had not moved
+		r.response(9000, 12, 12)
+		r.seal()
+		for _, at := range []int64{5000, 8500} {
+			if p, err := r.pointAt(at); err != nil || p.Revision != 11 {
+				t.Errorf("at %d, the cluster idle at 11 (read at the reopen), 12 a live write: %+v %v, want 11", at, p, err)
+			}
+		}
+	})
+	t.Run("a read that never answers", func(t *testing.T) {
+		r := newWatchRig(t, 11)
+		r.response(1000, 11, 11)
+		r.reopen()
+		r.c.openLin = make(chan int64, 1) // no quorum: no answer
+		r.response(8000, 11)              // its member, behind
+		r.response(18000, 11)
+		r.response(30000, 15, 12, 13, 14, 15)
+		r.seal()
+		if p, err := r.pointAt(20000); !errors.As(err, &ce) || !ce.CatchUp.Open {
+			t.Errorf("the cluster's revision unknown since the reopen: %+v %v, want refused (open)", p, err)
 		}
 	})
 	t.Run("a watch opened with nothing to catch up", func(t *testing.T) {
