@@ -258,12 +258,44 @@ func TestRestoreAllCompleteSkipsYieldedAttempts(t *testing.T) {
 			keys = append(keys, o.Key)
 		}
 		s := runStates(l, keys)[0]
-		end, err := lastEnd(ctx, st, l, s)
-		if err != nil || end == nil || end.Yielded {
+		end, yieldedOnly, err := lastEnd(ctx, st, l, s)
+		if err != nil || end == nil || end.Yielded || yieldedOnly {
 			t.Fatalf("%s: the end judged by: %+v %v, want the attempt that went on", tc.name, end, err)
 		}
 		if got := complete(plan, s, end); got != tc.complete {
 			t.Errorf("%s: complete %v, want %v", tc.name, got, tc.complete)
 		}
+	}
+}
+
+// A run whose every attempt yielded did nothing: it is never resumed (a
+// rerun resuming it would pass over the done records of the run that went
+// on, and restore those clusters again).
+func TestRestoreAllYieldedOnlyRunIsNotResumed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := catalog.Layout{Prefix: "kubx-etcd-01/"}
+	st := memstore.New()
+	t0 := time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
+	run := catalog.NewFleetRestoreRunID(t0)
+	for key, rec := range map[string]any{
+		l.FleetRestoreAttemptKey(run, t0, false): &catalog.FleetRestoreAttempt{Run: run, Started: t0},
+		l.FleetRestoreAttemptKey(run, t0, true):  &catalog.FleetRestoreAttempt{Run: run, Started: t0, Ended: t0, Yielded: true, NotStarted: 2},
+	} {
+		if err := catalog.WriteFleetRestoreRecord(ctx, st, key, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	objs, err := st.List(ctx, l.RestoresPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, o := range objs {
+		keys = append(keys, o.Key)
+	}
+	end, yieldedOnly, err := lastEnd(ctx, st, l, runStates(l, keys)[0])
+	if err != nil || end != nil || !yieldedOnly {
+		t.Errorf("a run whose only attempt yielded: end %+v, yielded only %v, %v; want it known as one that did nothing", end, yieldedOnly, err)
 	}
 }

@@ -54,22 +54,23 @@ type runState struct {
 // lastEnd is the end record of s's newest attempt that did not yield
 // (nil: that attempt has none, or s has no attempt). A yielded attempt
 // did nothing: judged by it, a run another attempt finished would look
-// unfinished, or one with clusters left would look finished.
-func lastEnd(ctx context.Context, st store.Store, l catalog.Layout, s *runState) (*catalog.FleetRestoreAttempt, error) {
+// unfinished, or one with clusters left would look finished. yieldedOnly:
+// s has attempts and every one of them yielded (the run did nothing).
+func lastEnd(ctx context.Context, st store.Store, l catalog.Layout, s *runState) (end *catalog.FleetRestoreAttempt, yieldedOnly bool, err error) {
 	for i := len(s.starts) - 1; i >= 0; i-- {
 		started := s.starts[i]
 		if !s.ends[started] {
-			return nil, nil
+			return nil, false, nil
 		}
 		var a catalog.FleetRestoreAttempt
 		if err := catalog.ReadFleetRestoreRecord(ctx, st, l.FleetRestoreAttemptKey(s.run, started, true), &a); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if !a.Yielded {
-			return &a, nil
+			return &a, false, nil
 		}
 	}
-	return nil, nil
+	return nil, len(s.starts) > 0, nil
 }
 
 // latest is the newest attempt's start, and whether it has an end record.
@@ -235,9 +236,15 @@ func (r *restoreAll) openRun(ctx context.Context, ns *raNamespace, fp string) er
 		if plan.Fingerprint != fp || plan.Run != s.run {
 			continue
 		}
-		lastEnd, err := lastEnd(ctx, st, l, s)
+		lastEnd, yieldedOnly, err := lastEnd(ctx, st, l, s)
 		if err != nil {
 			return &RestoreAllError{Err: fmt.Errorf("namespace %s: %w", ns.name, ctxErr(ctx, err))}
+		}
+		if yieldedOnly {
+			// Begun at the same time as another run, it yielded and did
+			// nothing: resuming it would pass over the other's done
+			// records (and restore those clusters again).
+			continue
 		}
 		if ns.run != "" || r.opts.NewRun || complete(&plan, s, lastEnd) {
 			continue
