@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/armada/etcd-recovery/internal/catalog"
+	"github.com/armada/etcd-recovery/internal/store"
 	"github.com/armada/etcd-recovery/internal/store/memstore"
 )
 
@@ -171,15 +172,7 @@ func TestRestoreAllOverlap(t *testing.T) {
 	if err := catalog.ReadFleetRestoreRecord(ctx, st, l4.FleetRestorePlanKey(ns4.run), &plan4); err != nil {
 		t.Fatal(err)
 	}
-	objs, err := st.List(ctx, l4.RestoresPrefix())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var keys []string
-	for _, o := range objs {
-		keys = append(keys, o.Key)
-	}
-	for _, s4 := range runStates(l4, keys) {
+	for _, s4 := range runStates(l4, restoreKeys(t, st, l4)) {
 		if s4.run == ns4.run && (ended.NotStarted != 1 || complete(&plan4, s4, &ended)) {
 			t.Errorf("the run that yielded in kubx-etcd-04: %d not started, complete %v; want its planned cluster not started, the run unfinished",
 				ended.NotStarted, complete(&plan4, s4, &ended))
@@ -249,15 +242,7 @@ func TestRestoreAllCompleteSkipsYieldedAttempts(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		objs, err := st.List(ctx, l.RestoresPrefix())
-		if err != nil {
-			t.Fatal(err)
-		}
-		var keys []string
-		for _, o := range objs {
-			keys = append(keys, o.Key)
-		}
-		s := runStates(l, keys)[0]
+		s := runStates(l, restoreKeys(t, st, l))[0]
 		end, yieldedOnly, err := lastEnd(ctx, st, l, s)
 		if err != nil || end == nil || end.Yielded || yieldedOnly {
 			t.Fatalf("%s: the end judged by: %+v %v, want the attempt that went on", tc.name, end, err)
@@ -286,16 +271,22 @@ func TestRestoreAllYieldedOnlyRunIsNotResumed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	objs, err := st.List(ctx, l.RestoresPrefix())
+	end, yieldedOnly, err := lastEnd(ctx, st, l, runStates(l, restoreKeys(t, st, l))[0])
+	if err != nil || end != nil || !yieldedOnly {
+		t.Errorf("a run whose only attempt yielded: end %+v, yielded only %v, %v; want it known as one that did nothing", end, yieldedOnly, err)
+	}
+}
+
+// restoreKeys lists the keys under l's restore runs.
+func restoreKeys(tb testing.TB, st store.Store, l catalog.Layout) []string {
+	tb.Helper()
+	objs, err := st.List(context.Background(), l.RestoresPrefix())
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	var keys []string
 	for _, o := range objs {
 		keys = append(keys, o.Key)
 	}
-	end, yieldedOnly, err := lastEnd(ctx, st, l, runStates(l, keys)[0])
-	if err != nil || end != nil || !yieldedOnly {
-		t.Errorf("a run whose only attempt yielded: end %+v, yielded only %v, %v; want it known as one that did nothing", end, yieldedOnly, err)
-	}
+	return keys
 }
